@@ -1,0 +1,164 @@
+#include "commands.h"
+
+#include <iostream>
+
+#include "common/text.h"
+#include "config/preset_io.h"
+#include "config/validate.h"
+
+namespace odyssey::cli {
+
+#ifdef ODYSSEY_HAVE_TORCH
+std::string torch_runtime_info();  // torch_info.cpp
+#endif
+
+namespace {
+
+const OptionSpec kSet{"set", true, true, "KEY=VALUE", "override a setting (value in YAML syntax)"};
+
+std::string mesh_summary(const CheckedConfig& cc) {
+  const TrainConfig& c = cc.loaded.config;
+  const auto p = parallel_layout(c, cc.model ? cc.model->num_key_value_heads : 0);
+  std::string s = "processes " + std::to_string(p.world_size) + " = data parallel " + std::to_string(p.dp) +
+                  " x sequence parallel " + std::to_string(p.sp);
+  if (p.sp > 1) {
+    s += " (Ulysses " + std::to_string(p.ulysses) + " x ring " + std::to_string(p.ring) + ")";
+    s += "; tokens per GPU per sequence " + std::to_string(c.max_length / p.sp);
+  }
+  return s;
+}
+
+void print_resolved(const CheckedConfig& cc, bool only_changed) {
+  const TrainConfig resolved = resolve_paths(cc.loaded, cc.location);
+  std::cout << "# Resolved from " << (cc.loaded.origin.file.empty() ? "defaults" : cc.loaded.origin.file) << '\n';
+  std::cout << "# model: " << cc.location.describe() << '\n';
+  if (cc.model)
+    std::cout << "# " << cc.model->architecture << ": " << cc.model->num_hidden_layers << " layers, hidden "
+              << cc.model->hidden_size << ", heads " << cc.model->num_attention_heads << " (KV "
+              << cc.model->num_key_value_heads << "), " << cc.model->parameter_count() << " parameters\n";
+  std::cout << "# mesh: " << mesh_summary(cc) << '\n';
+  std::cout << save_preset_text(resolved, only_changed);
+}
+
+int cmd_keys() {
+  static const TrainConfig defaults;
+  for (auto group : field_groups()) {
+    std::cout << "# -- " << group << '\n';
+    for (const auto& f : train_config_fields()) {
+      if (f.group != group) continue;
+      std::cout << f.key << " (default " << field_value_text(defaults, f) << ")";
+      if (!f.swift_name.empty()) std::cout << "  [ms-swift --" << f.swift_name << "]";
+      std::cout << "\n    " << f.help << '\n';
+    }
+  }
+  return kOk;
+}
+
+}  // namespace
+
+int cmd_validate(const Args& a) {
+  std::vector<std::string> files = a.positional;
+  if (files.empty()) files.push_back("");  // the embedded quickstart
+  bool any_error = false;
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    Result<LoadedConfig> r = files[i].empty() ? load_embedded_quickstart() : load_preset_file(files[i]);
+    const std::string name = files[i].empty() ? std::string("<embedded quickstart>") : files[i];
+    if (r.ok()) {
+      auto d = apply_overrides(r.value, a.values("set"));
+      r.diagnostics.insert(r.diagnostics.end(), d.begin(), d.end());
+    }
+    Diagnostics all = r.diagnostics;
+    if (r.ok()) {
+      auto cc = check_config(r.value, a.has("check-files"));
+      all.insert(all.end(), cc.diagnostics.begin(), cc.diagnostics.end());
+    }
+    if (a.has("strict"))
+      for (auto& d : all)
+        if (d.severity == Severity::Warning) d.severity = Severity::Error;
+    print_diagnostics(all);
+    const bool bad = has_errors(all);
+    any_error = any_error || bad;
+    std::size_t warnings = 0;
+    for (const auto& d : all) warnings += d.severity == Severity::Warning;
+    std::cout << name << ": " << (bad ? "invalid" : "valid");
+    if (warnings) std::cout << " (" << warnings << " warning" << (warnings > 1 ? "s" : "") << ")";
+    std::cout << '\n';
+  }
+  return any_error ? kInvalidConfig : kOk;
+}
+
+int cmd_show(const Args& a) {
+  if (a.has("keys")) return cmd_keys();
+  auto lc = load_config_arg(a);
+  if (!lc) return kInvalidConfig;
+  auto cc = check_config(*lc, false);
+  print_diagnostics(cc.diagnostics);
+  if (!cc.ok()) return kInvalidConfig;
+  print_resolved(cc, a.has("only-changed"));
+  return kOk;
+}
+
+int cmd_run(const Args& a) {
+  auto lc = load_config_arg(a);
+  if (!lc) return kInvalidConfig;
+  auto cc = check_config(*lc, true);
+  print_diagnostics(cc.diagnostics);
+  if (!cc.ok()) {
+    std::cerr << "odyssey-train: the configuration has errors; nothing was started\n";
+    return kInvalidConfig;
+  }
+  print_resolved(cc, false);
+  std::cout << "\nThe configuration is valid and every file it names exists.\n"
+               "This build has no training loop yet (it arrives with the single-process "
+               "training issue); nothing was trained.\n";
+  return kOk;
+}
+
+int cmd_env(const Args&) {
+  std::cout << "odyssey-train " << ODYSSEY_VERSION << '\n';
+  std::cout << "data directory: " << data_dir() << '\n';
+#ifdef ODYSSEY_HAVE_TORCH
+  std::cout << torch_runtime_info();
+#else
+  std::cout << "LibTorch: not linked (built with ODYSSEY_WITH_TORCH=OFF or Torch not found)\n";
+#endif
+  return kOk;
+}
+
+const std::vector<Command>& commands() {
+  static const std::vector<Command> table = [] {
+    std::vector<Command> t;
+    t.push_back({{"run", "run [PRESET] [--set KEY=VALUE]...",
+                  "Train from a preset (the embedded quickstart when none is given).",
+                  "Loads the preset, applies --set overrides, checks every setting and that the model\n"
+                  "and datasets exist, and prints the resolved configuration.",
+                  {kSet}, 0, 1},
+                 cmd_run});
+    t.push_back({{"validate", "validate [PRESET...] [--set KEY=VALUE]... [--check-files] [--strict]",
+                  "Check presets: syntax, types, ranges, unknown keys and cross-field rules.",
+                  "Without --check-files a model or dataset missing on this machine is a warning\n"
+                  "(presets travel between machines); with it, an error, as for 'run'.",
+                  {kSet,
+                   {"check-files", false, false, "", "require the model and dataset files to exist"},
+                   {"strict", false, false, "", "treat warnings as errors"}},
+                  0, -1},
+                 cmd_validate});
+    t.push_back({{"show", "show [PRESET] [--set KEY=VALUE]... [--only-changed] | show --keys",
+                  "Print the resolved configuration as YAML (paths made absolute, mesh derived).",
+                  "",
+                  {kSet,
+                   {"only-changed", false, false, "", "print only settings that differ from the defaults"},
+                   {"keys", false, false, "", "list every key with its default, ms-swift name and meaning"}},
+                  0, 1},
+                 cmd_show});
+    t.push_back({plan_spec(), cmd_plan});
+    t.push_back({import_swift_spec(), cmd_import_swift});
+    t.push_back({export_swift_spec(), cmd_export_swift});
+    t.push_back({{"env", "env", "Print the build and runtime environment (LibTorch, CUDA devices).", "", {}, 0, 0},
+                 cmd_env});
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace odyssey::cli

@@ -1,0 +1,30 @@
+// One function per odyssey-train command; each returns an ExitCode. The table of
+// CommandSpecs (names, options, help) is in commands.cpp.
+#pragma once
+
+#include <vector>
+
+#include "cli_args.h"
+
+namespace odyssey::cli {
+
+int cmd_run(const Args& a);
+int cmd_validate(const Args& a);
+int cmd_show(const Args& a);
+int cmd_env(const Args& a);
+int cmd_plan(const Args& a);           // cmd_plan.cpp
+int cmd_import_swift(const Args& a);   // cmd_swift.cpp
+int cmd_export_swift(const Args& a);   // cmd_swift.cpp
+
+struct Command {
+  CommandSpec spec;
+  int (*run)(const Args&);
+};
+const std::vector<Command>& commands();
+
+// The spec of each command is defined next to its implementation.
+CommandSpec plan_spec();
+CommandSpec import_swift_spec();
+CommandSpec export_swift_spec();
+
+}  // namespace odyssey::cli

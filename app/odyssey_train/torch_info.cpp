@@ -1,0 +1,20 @@
+// The one file of odyssey-train that touches LibTorch in this build: what LibTorch and
+// which CUDA devices the engine sees.
+#include <torch/torch.h>
+
+#include <sstream>
+#include <string>
+
+namespace odyssey::cli {
+
+std::string torch_runtime_info() {
+  std::ostringstream o;
+  o << "LibTorch: " << TORCH_VERSION << '\n';
+  const bool cuda = torch::cuda::is_available();
+  o << "CUDA available: " << (cuda ? "yes" : "no") << '\n';
+  if (cuda) o << "CUDA devices: " << torch::cuda::device_count() << '\n';
+  o << "CPU threads: " << at::get_num_threads() << '\n';
+  return o.str();
+}
+
+}  // namespace odyssey::cli

@@ -1,0 +1,34 @@
+# Shared CMake helpers: warnings and the one way to declare a test.
+
+# odyssey_warnings(<target>): the project's warning set; errors when ODYSSEY_WERROR is on.
+function(odyssey_warnings target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion
+      -Wnon-virtual-dtor -Wold-style-cast -Woverloaded-virtual -Wimplicit-fallthrough>)
+  if(ODYSSEY_WERROR)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
+  endif()
+endfunction()
+
+# odyssey_add_test(NAME <name> SOURCES <files...> [LIBS <targets...>] [LABELS <labels...>]
+#                  [TIMEOUT <s>])
+# Builds a Qt Test executable and registers it with ctest. Labels: gpu, slow, gui.
+function(odyssey_add_test)
+  cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  add_executable(${T_NAME} ${T_SOURCES})
+  set_target_properties(${T_NAME} PROPERTIES AUTOMOC ON)
+  target_link_libraries(${T_NAME} PRIVATE Qt6::Test ${T_LIBS})
+  target_compile_definitions(${T_NAME} PRIVATE
+    ODYSSEY_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+    ODYSSEY_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")
+  odyssey_warnings(${T_NAME})
+  add_test(NAME ${T_NAME} COMMAND ${T_NAME})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 120)
+  endif()
+  set_tests_properties(${T_NAME} PROPERTIES TIMEOUT ${T_TIMEOUT}
+    ENVIRONMENT "QT_QPA_PLATFORM=offscreen")
+  if(T_LABELS)
+    set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}")
+  endif()
+endfunction()

@@ -1,0 +1,37 @@
+// Diagnostics: the one way non-torch core code reports bad input. Every message names
+// where the problem is (file, line, key), what was found and what is allowed.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace odyssey {
+
+enum class Severity { Error, Warning, Note };
+
+struct Diagnostic {
+  Severity severity = Severity::Error;
+  std::string file;   // the file, "--set", "command line" or "" when not from a file
+  int line = 0;       // 1-based; 0 = no line (a default value, a derived quantity)
+  int column = 0;     // 1-based; 0 = unknown
+  std::string key;    // the config key concerned, "" when none
+  std::string message;
+
+  // "file:line:col: error: key: message" with the parts that are known.
+  std::string format() const;
+};
+
+using Diagnostics = std::vector<Diagnostic>;
+
+bool has_errors(const Diagnostics& d);
+std::string format_all(const Diagnostics& d);
+
+// A value or the diagnostics that explain why there is none.
+template <typename T>
+struct Result {
+  T value{};
+  Diagnostics diagnostics;
+  bool ok() const { return !has_errors(diagnostics); }
+};
+
+}  // namespace odyssey

@@ -1,0 +1,327 @@
+#include "config/model_config.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string_view>
+#include <utility>
+
+#include "common/text.h"
+
+namespace odyssey {
+
+// Defined in the generated embedded_data.cpp (resources/model-shapes/*.json).
+const std::vector<std::pair<std::string_view, std::string_view>>& embedded_model_shapes();
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+struct ArchInfo {
+  std::string_view architecture, family;
+};
+constexpr ArchInfo kArchs[] = {
+    {"Qwen2ForCausalLM", "qwen2"},
+    {"Qwen3ForCausalLM", "qwen3"},
+    {"LlamaForCausalLM", "llama3"},
+};
+
+Diagnostic derr(const std::string& file, const std::string& key, std::string msg) {
+  Diagnostic d;
+  d.file = file;
+  d.key = key;
+  d.message = std::move(msg);
+  return d;
+}
+
+std::string read_text(const fs::path& p, bool* ok) {
+  std::ifstream in(p, std::ios::binary);
+  *ok = static_cast<bool>(in);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+std::int64_t HfModelConfig::block_linear_parameters() const {
+  const std::int64_t hd = head_dim;
+  const std::int64_t q = hidden_size * num_attention_heads * hd;
+  const std::int64_t kv = 2 * hidden_size * num_key_value_heads * hd;
+  const std::int64_t o = num_attention_heads * hd * hidden_size;
+  const std::int64_t mlp = 3 * hidden_size * intermediate_size;
+  return q + kv + o + mlp;
+}
+
+std::int64_t HfModelConfig::parameter_count() const {
+  const std::int64_t hd = head_dim;
+  std::int64_t block = block_linear_parameters() + 2 * hidden_size;  // two RMSNorms
+  if (attention_bias) block += (num_attention_heads + 2 * num_key_value_heads) * hd;
+  if (qk_norm) block += 2 * hd;
+  std::int64_t total = num_hidden_layers * block + vocab_size * hidden_size + hidden_size;
+  if (!tie_word_embeddings) total += vocab_size * hidden_size;
+  return total;
+}
+
+const std::vector<std::string>& supported_architectures() {
+  static const std::vector<std::string> v = [] {
+    std::vector<std::string> out;
+    for (const auto& a : kArchs) out.emplace_back(a.architecture);
+    return out;
+  }();
+  return v;
+}
+
+Result<HfModelConfig> parse_model_config(const std::string& json_text, const std::string& file) {
+  Result<HfModelConfig> r;
+  json j;
+  try {
+    j = json::parse(json_text);
+  } catch (const json::parse_error& e) {
+    r.diagnostics.push_back(derr(file, "", std::string("invalid JSON: ") + e.what()));
+    return r;
+  }
+  if (!j.is_object()) {
+    r.diagnostics.push_back(derr(file, "", "expected a JSON object at the top level"));
+    return r;
+  }
+  HfModelConfig& m = r.value;
+  auto get_int = [&](const char* key, std::int64_t* out, bool required) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) {
+      if (required) r.diagnostics.push_back(derr(file, key, "missing; expected a positive integer"));
+      return;
+    }
+    if (!it->is_number_integer() || it->get<std::int64_t>() <= 0) {
+      r.diagnostics.push_back(derr(file, key, "found " + it->dump() + ", expected a positive integer"));
+      return;
+    }
+    *out = it->get<std::int64_t>();
+  };
+  auto get_num = [&](const char* key, double* out) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return;
+    if (!it->is_number()) {
+      r.diagnostics.push_back(derr(file, key, "found " + it->dump() + ", expected a number"));
+      return;
+    }
+    *out = it->get<double>();
+  };
+  auto get_bool = [&](const char* key, bool* out) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return;
+    if (!it->is_boolean()) {
+      r.diagnostics.push_back(derr(file, key, "found " + it->dump() + ", expected true or false"));
+      return;
+    }
+    *out = it->get<bool>();
+  };
+
+  auto arch = j.find("architectures");
+  if (arch != j.end() && arch->is_array() && !arch->empty() && (*arch)[0].is_string())
+    m.architecture = (*arch)[0].get<std::string>();
+  if (auto mt = j.find("model_type"); mt != j.end() && mt->is_string()) m.model_type = mt->get<std::string>();
+  for (const auto& a : kArchs)
+    if (m.architecture == a.architecture) m.family = std::string(a.family);
+  if (m.family.empty()) {
+    r.diagnostics.push_back(derr(
+        file, "architectures",
+        "found " + (m.architecture.empty() ? std::string("none") : text::quoted(m.architecture)) +
+            "; Odyssey trains " + text::join(supported_architectures(), ", ")));
+    return r;
+  }
+
+  get_int("hidden_size", &m.hidden_size, true);
+  get_int("intermediate_size", &m.intermediate_size, true);
+  get_int("num_hidden_layers", &m.num_hidden_layers, true);
+  get_int("num_attention_heads", &m.num_attention_heads, true);
+  get_int("vocab_size", &m.vocab_size, true);
+  m.num_key_value_heads = 0;
+  get_int("num_key_value_heads", &m.num_key_value_heads, false);
+  get_int("head_dim", &m.head_dim, false);
+  get_int("max_position_embeddings", &m.max_position_embeddings, false);
+  get_num("rope_theta", &m.rope_theta);
+  get_num("rms_norm_eps", &m.rms_norm_eps);
+  get_bool("tie_word_embeddings", &m.tie_word_embeddings);
+  if (auto dt = j.find("torch_dtype"); dt != j.end() && dt->is_string()) m.torch_dtype = dt->get<std::string>();
+  else if (auto dt2 = j.find("dtype"); dt2 != j.end() && dt2->is_string()) m.torch_dtype = dt2->get<std::string>();
+  if (has_errors(r.diagnostics)) return r;
+
+  if (m.num_key_value_heads == 0) m.num_key_value_heads = m.num_attention_heads;
+  if (m.head_dim == 0) {
+    if (m.hidden_size % m.num_attention_heads != 0) {
+      r.diagnostics.push_back(derr(file, "hidden_size",
+                                   std::to_string(m.hidden_size) + " is not divisible by num_attention_heads " +
+                                       std::to_string(m.num_attention_heads) + " and head_dim is not given"));
+      return r;
+    }
+    m.head_dim = m.hidden_size / m.num_attention_heads;
+  }
+  if (m.num_attention_heads % m.num_key_value_heads != 0) {
+    r.diagnostics.push_back(derr(file, "num_key_value_heads",
+                                 "num_attention_heads " + std::to_string(m.num_attention_heads) +
+                                     " is not a multiple of num_key_value_heads " +
+                                     std::to_string(m.num_key_value_heads)));
+    return r;
+  }
+  m.attention_bias = m.family == "qwen2";
+  get_bool("attention_bias", &m.attention_bias);
+  m.qk_norm = m.family == "qwen3";
+  return r;
+}
+
+Result<HfModelConfig> load_model_config(const std::string& model_dir) {
+  const fs::path p = fs::path(model_dir) / "config.json";
+  bool ok = false;
+  std::string t = read_text(p, &ok);
+  if (!ok) {
+    Result<HfModelConfig> r;
+    r.diagnostics.push_back(derr(p.string(), "", "cannot be read; a Hugging Face model directory holds config.json"));
+    return r;
+  }
+  return parse_model_config(t, p.string());
+}
+
+std::string ModelLocation::describe() const {
+  switch (source) {
+    case Directory: return "directory " + path;
+    case HuggingFaceCache: return "Hugging Face cache " + path;
+    case ModelScopeCache: return "ModelScope cache " + path;
+    case BundledShape: return "bundled shape only (weights not on this machine)";
+    case NotFound: return "not found";
+  }
+  return {};
+}
+
+namespace {
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+
+std::string home() { return env_or("HOME", "/"); }
+
+fs::path hf_hub_cache() {
+  if (const char* c = std::getenv("HF_HUB_CACHE"); c && *c) return c;
+  if (const char* h = std::getenv("HF_HOME"); h && *h) return fs::path(h) / "hub";
+  return fs::path(home()) / ".cache" / "huggingface" / "hub";
+}
+
+fs::path modelscope_cache() {
+  if (const char* c = std::getenv("MODELSCOPE_CACHE"); c && *c) return fs::path(c);
+  return fs::path(home()) / ".cache" / "modelscope" / "hub";
+}
+
+bool has_config(const fs::path& d) {
+  std::error_code ec;
+  return fs::is_regular_file(d / "config.json", ec);
+}
+
+// HF cache: models--Org--Name/snapshots/<rev>/; refs/main names the current revision.
+std::string hf_snapshot(const std::string& id) {
+  std::string folder = "models--";
+  for (char c : id) folder += c == '/' ? std::string("--") : std::string(1, c);
+  const fs::path root = hf_hub_cache() / folder;
+  std::error_code ec;
+  bool ok = false;
+  std::string rev = text::trim(read_text(root / "refs" / "main", &ok));
+  if (ok && !rev.empty() && has_config(root / "snapshots" / rev)) return (root / "snapshots" / rev).string();
+  for (const auto& e : fs::directory_iterator(root / "snapshots", ec))
+    if (has_config(e.path())) return e.path().string();
+  return {};
+}
+
+std::string modelscope_dir(const std::string& id) {
+  const fs::path base = modelscope_cache();
+  for (const fs::path& d : {base / "models" / id, base / id}) {
+    if (has_config(d)) return d.string();
+    // ModelScope writes dots in names as "___" on disk in some versions.
+    std::string alt = d.string();
+    for (std::size_t p; (p = alt.rfind('.')) != std::string::npos && p > base.string().size();)
+      alt.replace(p, 1, "___");
+    if (has_config(alt)) return alt;
+  }
+  return {};
+}
+
+}  // namespace
+
+ModelLocation locate_model(const std::string& model, const std::string& base_dir) {
+  ModelLocation loc;
+  if (model.empty()) return loc;
+  std::error_code ec;
+  fs::path p(model);
+  if (!model.empty() && model[0] == '~') p = fs::path(home()) / model.substr(model.size() > 1 ? 2 : 1);
+  std::vector<fs::path> tries;
+  if (p.is_absolute()) tries.push_back(p);
+  else {
+    if (!base_dir.empty()) tries.push_back(fs::path(base_dir) / p);
+    tries.push_back(fs::current_path(ec) / p);
+  }
+  for (const auto& t : tries)
+    if (has_config(t)) {
+      loc.source = ModelLocation::Directory;
+      loc.path = fs::weakly_canonical(t, ec).string();
+      return loc;
+    }
+  // A hub id is "org/name" with exactly one slash.
+  const bool hub_like = !p.is_absolute() && std::count(model.begin(), model.end(), '/') == 1 &&
+                        model.find("..") == std::string::npos && model[0] != '.';
+  if (!hub_like) return loc;
+  if (auto s = hf_snapshot(model); !s.empty()) {
+    loc.source = ModelLocation::HuggingFaceCache;
+    loc.path = s;
+    return loc;
+  }
+  if (auto s = modelscope_dir(model); !s.empty()) {
+    loc.source = ModelLocation::ModelScopeCache;
+    loc.path = s;
+    return loc;
+  }
+  std::string shape_name;
+  for (char c : model) shape_name += c == '/' ? std::string("--") : std::string(1, c);
+  for (const auto& [name, body] : embedded_model_shapes())
+    if (name == shape_name) {
+      loc.source = ModelLocation::BundledShape;
+      loc.path = "bundled:" + shape_name;
+      return loc;
+    }
+  return loc;
+}
+
+Result<HfModelConfig> load_located_model_config(const ModelLocation& loc) {
+  if (loc.source == ModelLocation::BundledShape) {
+    const std::string name = loc.path.substr(8);
+    for (const auto& [n, body] : embedded_model_shapes())
+      if (n == name) return parse_model_config(std::string(body), "bundled model shape " + name);
+  }
+  return load_model_config(loc.path);
+}
+
+std::vector<std::pair<std::string, std::string>> cached_models() {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(hf_hub_cache(), ec)) {
+    const std::string n = e.path().filename().string();
+    if (!text::starts_with(n, "models--")) continue;
+    std::string id = n.substr(8);
+    if (auto pos = id.find("--"); pos != std::string::npos) id.replace(pos, 2, "/");
+    if (auto s = hf_snapshot(id); !s.empty()) out.emplace_back(id, s);
+  }
+  const fs::path ms = modelscope_cache();
+  for (const fs::path& root : {ms / "models", ms}) {
+    for (const auto& org : fs::directory_iterator(root, ec)) {
+      if (!org.is_directory(ec)) continue;
+      for (const auto& m : fs::directory_iterator(org.path(), ec))
+        if (has_config(m.path()))
+          out.emplace_back(org.path().filename().string() + "/" + m.path().filename().string(), m.path().string());
+    }
+  }
+  return out;
+}
+
+}  // namespace odyssey

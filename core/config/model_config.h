@@ -1,0 +1,66 @@
+// The shape of a Hugging Face decoder model, read from its config.json, and where a model
+// argument (directory or hub id) is found on this machine. No LibTorch: the GUI, the
+// validator and the memory planner use it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/diagnostic.h"
+
+namespace odyssey {
+
+struct HfModelConfig {
+  std::string architecture;        // e.g. Qwen2ForCausalLM
+  std::string model_type;          // qwen2, qwen3, llama
+  std::string family;              // qwen2, qwen3, llama3: picks template and block details
+  std::int64_t hidden_size = 0;
+  std::int64_t intermediate_size = 0;
+  std::int64_t num_hidden_layers = 0;
+  std::int64_t num_attention_heads = 0;
+  std::int64_t num_key_value_heads = 0;
+  std::int64_t head_dim = 0;       // explicit in Qwen3, else hidden_size / heads
+  std::int64_t vocab_size = 0;
+  std::int64_t max_position_embeddings = 0;
+  double rope_theta = 10000.0;
+  double rms_norm_eps = 1e-6;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;     // q/k/v bias (Qwen2)
+  bool qk_norm = false;            // q/k RMSNorm (Qwen3)
+  std::string torch_dtype;         // as stored on disk
+
+  // Parameter count of the model as configured (embeddings, blocks, norms, lm_head).
+  std::int64_t parameter_count() const;
+  // Parameters of the seven linear projections of one block.
+  std::int64_t block_linear_parameters() const;
+};
+
+// Architectures Odyssey trains; others are refused with this list.
+const std::vector<std::string>& supported_architectures();
+
+// Parse config.json text; `file` names it in diagnostics.
+Result<HfModelConfig> parse_model_config(const std::string& json_text, const std::string& file);
+Result<HfModelConfig> load_model_config(const std::string& model_dir);
+
+struct ModelLocation {
+  enum Source { Directory, HuggingFaceCache, ModelScopeCache, BundledShape, NotFound };
+  Source source = NotFound;
+  std::string path;         // directory holding config.json (or the bundled shape file)
+  std::string describe() const;
+};
+
+// Find `model` (a path, absolute or relative to base_dir or the current directory, or a
+// hub id such as Qwen/Qwen2.5-7B-Instruct) on this machine: a directory with config.json,
+// the Hugging Face cache ($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub), the
+// ModelScope cache ($MODELSCOPE_CACHE, ~/.cache/modelscope/hub), or failing those the
+// shape Odyssey bundles for well-known models (resources/model-shapes/, planning only).
+ModelLocation locate_model(const std::string& model, const std::string& base_dir);
+
+// config.json of a located model (the bundled shape's text when that is all there is).
+Result<HfModelConfig> load_located_model_config(const ModelLocation& loc);
+
+// Models found in the Hugging Face and ModelScope caches (for the GUI's picker).
+std::vector<std::pair<std::string, std::string>> cached_models();  // (hub id, directory)
+
+}  // namespace odyssey

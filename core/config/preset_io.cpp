@@ -1,0 +1,644 @@
+#include "config/preset_io.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <unistd.h>
+
+#include "common/text.h"
+
+namespace odyssey {
+namespace fs = std::filesystem;
+namespace {
+
+// Keys accepted for another key's sake (older ms-swift spellings). Saving writes the
+// canonical key.
+struct Alias {
+  std::string_view alias, key;
+};
+constexpr Alias kAliases[] = {{"train_type", "tuner_type"}};
+
+// ms-swift arguments whose Odyssey spelling differs, for a helpful message.
+struct SwiftHint {
+  std::string_view swift, hint;
+};
+constexpr SwiftHint kSwiftHints[] = {
+    {"deepspeed", "use zero_stage (0-2) and offload_optimizer instead"},
+    {"use_liger_kernel", "use fused_kernels instead"},
+    {"gradient_checkpointing", "use activation_checkpointing (auto, all, none, every:K) instead"},
+    {"attn_implementation", "use attn_impl instead"},
+    {"num_train_epoch", "use num_train_epochs"},
+    {"lora_target_modules", "use target_modules"},
+};
+
+std::string kind_word(const FieldMember& m) {
+  switch (m.index()) {
+    case 0: return "true or false";
+    case 1: return "an integer";
+    case 2: return "a number";
+    case 3: return "text";
+    case 4: return "a list of text";
+    default: return "a list of integers";
+  }
+}
+
+std::string range_text(const FieldSpec& f) {
+  const bool is_int = std::holds_alternative<std::int64_t TrainConfig::*>(f.member) ||
+                      std::holds_alternative<std::vector<std::int64_t> TrainConfig::*>(f.member);
+  auto num = [&](double v) {
+    if (is_int) {
+      std::ostringstream o;
+      o.precision(15);
+      o << v;
+      return o.str();
+    }
+    return text::format_double(v);
+  };
+  std::string lo = std::isinf(f.min) ? "" : num(f.min);
+  std::string hi = std::isinf(f.max) ? "" : num(f.max);
+  std::string out;
+  if (!lo.empty() && !hi.empty()) out = "from " + lo + " to " + hi;
+  else if (!lo.empty()) out = "at least " + lo;
+  else if (!hi.empty()) out = "at most " + hi;
+  if (!f.special.empty()) {
+    std::string_view word = f.special;
+    out += (out.empty() ? "" : ", or ") + std::string(word);
+  }
+  return out;
+}
+
+std::string choices_text(const FieldSpec& f) {
+  std::vector<std::string> c(f.choices.begin(), f.choices.end());
+  return text::join(c, ", ");
+}
+
+Diagnostic err(const SourcePos& at, std::string_view key, std::string msg) {
+  Diagnostic d;
+  d.severity = Severity::Error;
+  d.file = at.file;
+  d.line = at.line;
+  d.column = at.column;
+  d.key = std::string(key);
+  d.message = std::move(msg);
+  return d;
+}
+
+SourcePos pos_of(const YAML::Node& n, const std::string& file) {
+  SourcePos p;
+  p.file = file;
+  const auto m = n.Mark();
+  if (!m.is_null()) {
+    p.line = m.line + 1;
+    p.column = m.column + 1;
+  }
+  return p;
+}
+
+std::string describe_node(const YAML::Node& n) {
+  if (!n.IsDefined() || n.IsNull()) return "no value";
+  if (n.IsSequence()) return "a list";
+  if (n.IsMap()) return "a mapping";
+  return text::quoted(n.Scalar());
+}
+
+// Scalars of a list field: a YAML sequence, a single scalar, or (for gpu_ids) "0,1,3".
+bool list_items(const YAML::Node& v, std::vector<std::pair<std::string, YAML::Node>>* out,
+                bool split_commas) {
+  if (v.IsNull()) return true;
+  if (v.IsScalar()) {
+    if (split_commas && v.Scalar().find(',') != std::string::npos) {
+      std::stringstream ss(v.Scalar());
+      std::string part;
+      while (std::getline(ss, part, ',')) out->emplace_back(text::trim(part), v);
+    } else {
+      out->emplace_back(v.Scalar(), v);
+    }
+    return true;
+  }
+  if (!v.IsSequence()) return false;
+  for (const auto& item : v) {
+    if (!item.IsScalar()) return false;
+    out->emplace_back(item.Scalar(), item);
+  }
+  return true;
+}
+
+Diagnostics check_number(const FieldSpec& f, double v, const std::string& found, const SourcePos& at) {
+  Diagnostics d;
+  if (v < f.min || v > f.max)
+    d.push_back(err(at, f.key, "found " + found + ", expected " + kind_word(f.member) + " " +
+                                   range_text(f)));
+  return d;
+}
+
+Diagnostics assign(TrainConfig& c, const FieldSpec& f, const YAML::Node& v, const std::string& file) {
+  Diagnostics d;
+  const SourcePos at = pos_of(v, file);
+  const std::string found = describe_node(v);
+  auto expected = [&](std::string extra = {}) {
+    std::string msg = "found " + found + ", expected " + kind_word(f.member);
+    const std::string r = range_text(f);
+    if (!f.choices.empty() && f.member.index() == 3) msg = "found " + found + ", expected one of: " + choices_text(f);
+    else if (!r.empty()) msg += " " + r;
+    if (!extra.empty()) msg += "; " + extra;
+    d.push_back(err(at, f.key, msg));
+  };
+
+  std::visit(
+      [&](auto member) {
+        using M = std::remove_reference_t<decltype(c.*member)>;
+        if constexpr (std::is_same_v<M, bool>) {
+          auto b = v.IsScalar() ? text::parse_bool(v.Scalar()) : std::nullopt;
+          if (!b) return expected();
+          c.*member = *b;
+        } else if constexpr (std::is_same_v<M, std::int64_t>) {
+          if (!v.IsScalar()) return expected();
+          const std::string s = v.Scalar();
+          if (!f.special.empty() && s == f.special) {
+            c.*member = f.special == "none" ? -1 : 0;
+            return;
+          }
+          auto i = text::parse_int(s);
+          if (!i) {
+            auto dbl = text::parse_double(s);
+            return expected(dbl ? "write a whole number" : std::string{});
+          }
+          // The special word's number is allowed below the range (0 = auto, -1 = none).
+          const bool special_number =
+              !f.special.empty() && ((f.special == "auto" && *i == 0) || (f.special == "none" && *i == -1));
+          if (!special_number) {
+            auto more = check_number(f, static_cast<double>(*i), found, at);
+            if (!more.empty()) return d.insert(d.end(), more.begin(), more.end()), void();
+          }
+          c.*member = *i;
+        } else if constexpr (std::is_same_v<M, double>) {
+          auto x = v.IsScalar() ? text::parse_double(v.Scalar()) : std::nullopt;
+          if (!x || std::isinf(*x)) return expected();
+          auto more = check_number(f, *x, found, at);
+          if (!more.empty()) return d.insert(d.end(), more.begin(), more.end()), void();
+          c.*member = *x;
+        } else if constexpr (std::is_same_v<M, std::string>) {
+          if (v.IsNull()) {
+            c.*member = "";
+          } else if (!v.IsScalar()) {
+            return expected();
+          } else {
+            std::string s = v.Scalar();
+            if (f.key == "activation_checkpointing") {
+              if (auto b = text::parse_bool(s)) s = *b ? "all" : "none";
+              if (!parse_checkpoint_policy(s, nullptr))
+                return d.push_back(err(at, f.key, "found " + found +
+                                                      ", expected auto, all, none or every:K "
+                                                      "with K a positive integer")),
+                       void();
+            }
+            if (!f.choices.empty()) {
+              bool okc = false;
+              for (auto ch : f.choices) okc = okc || ch == s;
+              if (!okc) {
+                std::vector<std::string> cands(f.choices.begin(), f.choices.end());
+                auto near = text::closest(s, cands);
+                return expected(near ? "did you mean '" + *near + "'?" : std::string{});
+              }
+            }
+            c.*member = s;
+          }
+        } else if constexpr (std::is_same_v<M, std::vector<std::string>>) {
+          std::vector<std::pair<std::string, YAML::Node>> items;
+          if (!list_items(v, &items, false)) return expected();
+          M out;
+          for (auto& [s, node] : items) {
+            const SourcePos ip = pos_of(node, file);
+            if (f.key == "dataset" || f.key == "val_dataset") {
+              std::string why;
+              if (!parse_dataset_spec(s, nullptr, &why)) {
+                d.push_back(err(ip, f.key, "found " + text::quoted(s) + ": " + why +
+                                               "; expected 'path' or 'path#N'"));
+                continue;
+              }
+            }
+            if (!f.choices.empty()) {
+              bool okc = false;
+              for (auto ch : f.choices) okc = okc || ch == s;
+              if (!okc) {
+                std::vector<std::string> cands(f.choices.begin(), f.choices.end());
+                auto near = text::closest(s, cands);
+                d.push_back(err(ip, f.key, "found " + text::quoted(s) + ", expected items from: " +
+                                               choices_text(f) +
+                                               (near ? "; did you mean '" + *near + "'?" : "")));
+                continue;
+              }
+            }
+            out.push_back(s);
+          }
+          if (has_errors(d)) return;
+          c.*member = std::move(out);
+        } else {
+          std::vector<std::pair<std::string, YAML::Node>> items;
+          if (!list_items(v, &items, true)) return expected();
+          M out;
+          for (auto& [s, node] : items) {
+            auto i = text::parse_int(s);
+            if (!i || static_cast<double>(*i) < f.min || static_cast<double>(*i) > f.max) {
+              d.push_back(err(pos_of(node, file), f.key,
+                              "found " + text::quoted(s) + ", expected integers " + range_text(f)));
+              continue;
+            }
+            out.push_back(*i);
+          }
+          if (has_errors(d)) return;
+          c.*member = std::move(out);
+        }
+      },
+      f.member);
+  return d;
+}
+
+// Refuse what yaml-cpp should never be handed: binary data, invalid UTF-8, nesting deep
+// enough to exhaust the parser's stack.
+Diagnostics precheck(std::string_view y, const std::string& file) {
+  Diagnostics d;
+  SourcePos at{file, 0, 0};
+  if (static_cast<std::int64_t>(y.size()) > kMaxPresetBytes) {
+    d.push_back(err(at, "", "the file is " + std::to_string(y.size()) +
+                                " bytes; a preset is at most " + std::to_string(kMaxPresetBytes) +
+                                " bytes of YAML settings"));
+    return d;
+  }
+  int line = 1, col = 0, flow_depth = 0;
+  bool line_start = true;
+  int dashes = 0;
+  char prev_sig = '\n';  // last non-blank character on this line
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    const unsigned char ch = static_cast<unsigned char>(y[i]);
+    ++col;
+    if (ch == 0) {
+      d.push_back(err({file, line, col}, "", "a NUL byte: this is not a text file; expected YAML"));
+      return d;
+    }
+    if (ch >= 0x80) {  // UTF-8 sequence check
+      int n = (ch & 0xE0) == 0xC0 ? 1 : (ch & 0xF0) == 0xE0 ? 2 : (ch & 0xF8) == 0xF0 ? 3 : -1;
+      bool bad = n < 0 || ch == 0xC0 || ch == 0xC1 || ch > 0xF4;
+      for (int k = 1; !bad && k <= n; ++k)
+        bad = i + k >= y.size() || (static_cast<unsigned char>(y[i + k]) & 0xC0) != 0x80;
+      if (bad) {
+        d.push_back(err({file, line, col}, "", "invalid UTF-8 byte sequence; expected UTF-8 text"));
+        return d;
+      }
+      i += n;
+      continue;
+    }
+    if (ch == '\n') {
+      ++line;
+      col = 0;
+      line_start = true;
+      dashes = 0;
+      prev_sig = '\n';
+      continue;
+    }
+    if (ch == '#' && (i == 0 || y[i - 1] == ' ' || y[i - 1] == '\t' || line_start)) {
+      while (i + 1 < y.size() && y[i + 1] != '\n') ++i;
+      continue;
+    }
+    const bool scalar_start = std::string_view("\n:-[{,?").find(prev_sig) != std::string_view::npos;
+    if (ch != ' ' && ch != '\t') prev_sig = static_cast<char>(ch);
+    if ((ch == '\'' || ch == '"') && scalar_start) {  // skip quoted text
+      const char q = static_cast<char>(ch);
+      for (++i; i < y.size() && y[i] != q; ++i) {
+        if (q == '"' && y[i] == '\\') ++i;
+        else if (y[i] == '\n') ++line;
+      }
+      line_start = false;
+      continue;
+    }
+    if (ch == '[' || ch == '{') {
+      if (++flow_depth > 32) {
+        d.push_back(err({file, line, col}, "", "nesting deeper than 32 levels; a preset holds "
+                                               "scalars and short lists"));
+        return d;
+      }
+    } else if (ch == ']' || ch == '}') {
+      if (flow_depth > 0) --flow_depth;
+    }
+    if (line_start && (ch == '-' || ch == '?' ) && i + 1 < y.size() && (y[i + 1] == ' ')) {
+      if (++dashes > 32) {
+        d.push_back(err({file, line, col}, "", "nesting deeper than 32 levels; a preset holds "
+                                               "scalars and short lists"));
+        return d;
+      }
+      continue;
+    }
+    if (ch != ' ' && ch != '\t') line_start = false;
+  }
+  return d;
+}
+
+std::string read_file(const std::string& path, Diagnostics* d) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) {
+    d->push_back(err({path, 0, 0}, "", "no such file"));
+    return {};
+  }
+  if (fs::is_directory(path, ec)) {
+    d->push_back(err({path, 0, 0}, "", "is a directory; expected a YAML preset file"));
+    return {};
+  }
+  const auto size = fs::file_size(path, ec);
+  if (!ec && static_cast<std::int64_t>(size) > kMaxPresetBytes) {
+    d->push_back(err({path, 0, 0}, "", "the file is " + std::to_string(size) +
+                                           " bytes; a preset is at most " +
+                                           std::to_string(kMaxPresetBytes) +
+                                           " bytes of YAML settings"));
+    return {};
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    d->push_back(err({path, 0, 0}, "", "cannot be opened for reading"));
+    return {};
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+Result<LoadedConfig> load_preset_text(std::string_view yaml, const std::string& file,
+                                      const std::string& base_dir) {
+  Result<LoadedConfig> r;
+  r.value.origin.file = file;
+  r.value.origin.base_dir = base_dir;
+  r.diagnostics = precheck(yaml, file);
+  if (!r.ok()) return r;
+
+  if (text::trim(yaml).empty()) {
+    r.diagnostics.push_back(err({file, 0, 0}, "", "the preset is empty; expected a mapping of "
+                                                  "settings such as 'model:' and 'dataset:'"));
+    return r;
+  }
+  std::vector<YAML::Node> docs;
+  try {
+    docs = YAML::LoadAll(std::string(yaml));
+  } catch (const YAML::Exception& e) {
+    SourcePos at{file, e.mark.is_null() ? 0 : e.mark.line + 1,
+                 e.mark.is_null() ? 0 : e.mark.column + 1};
+    r.diagnostics.push_back(err(at, "", "invalid YAML: " + e.msg));
+    return r;
+  }
+  if (docs.size() > 1) {
+    r.diagnostics.push_back(err(pos_of(docs[1], file), "",
+                                "a second YAML document; a preset is exactly one document"));
+    return r;
+  }
+  const YAML::Node root = docs.empty() ? YAML::Node() : docs[0];
+  if (!root.IsDefined() || root.IsNull()) {
+    r.diagnostics.push_back(err({file, 0, 0}, "", "the preset has no settings; expected a mapping "
+                                                  "of settings such as 'model:' and 'dataset:'"));
+    return r;
+  }
+  if (!root.IsMap()) {
+    r.diagnostics.push_back(err(pos_of(root, file), "", "found " + describe_node(root) +
+                                                            " at the top level; expected a mapping "
+                                                            "of settings (key: value lines)"));
+    return r;
+  }
+
+  const auto keys = field_keys();
+  std::set<std::string> seen;
+  for (const auto& kv : root) {
+    const SourcePos kpos = pos_of(kv.first, file);
+    if (!kv.first.IsScalar()) {
+      r.diagnostics.push_back(err(kpos, "", "found " + describe_node(kv.first) + " as a key; expected a setting name"));
+      continue;
+    }
+    std::string key = kv.first.Scalar();
+    for (const auto& a : kAliases)
+      if (key == a.alias) key = std::string(a.key);
+    const FieldSpec* f = find_field(key);
+    if (!f) {
+      std::string msg = "unknown key";
+      bool hinted = false;
+      for (const auto& h : kSwiftHints)
+        if (key == h.swift) {
+          msg += " (an ms-swift argument: " + std::string(h.hint) + ")";
+          hinted = true;
+        }
+      if (!hinted) {
+        if (auto near = text::closest(key, keys)) msg += "; did you mean '" + *near + "'?";
+        else msg += "; see 'odyssey-train show --keys' for the list";
+      }
+      r.diagnostics.push_back(err(kpos, kv.first.Scalar(), msg));
+      continue;
+    }
+    if (!seen.insert(key).second) {
+      const auto& first = r.value.origin.keys[key];
+      r.diagnostics.push_back(err(kpos, key, "set twice (first on line " + std::to_string(first.line) +
+                                                 "); a key may appear once"));
+      continue;
+    }
+    r.value.origin.keys[key] = pos_of(kv.second.IsNull() ? kv.first : kv.second, file);
+    r.value.origin.keys[key].line = kpos.line;
+    auto d = assign(r.value.config, *f, kv.second, file);
+    r.diagnostics.insert(r.diagnostics.end(), d.begin(), d.end());
+  }
+  return r;
+}
+
+Result<LoadedConfig> load_preset_file(const std::string& path) {
+  Result<LoadedConfig> r;
+  std::string textv = read_file(path, &r.diagnostics);
+  if (!r.ok()) return r;
+  std::error_code ec;
+  auto base = fs::absolute(fs::path(path), ec).parent_path().string();
+  return load_preset_text(textv, path, base);
+}
+
+Diagnostics set_field_from_text(TrainConfig& c, std::string_view key, std::string_view yaml_value,
+                                const SourcePos& where) {
+  std::string k(key);
+  for (const auto& a : kAliases)
+    if (k == a.alias) k = std::string(a.key);
+  const FieldSpec* f = find_field(k);
+  if (!f) {
+    std::string msg = "unknown key";
+    if (auto near = text::closest(k, field_keys())) msg += "; did you mean '" + *near + "'?";
+    return {err(where, key, msg)};
+  }
+  YAML::Node v;
+  try {
+    v = YAML::Load(std::string(yaml_value));
+  } catch (const YAML::Exception& e) {
+    return {err(where, k, "value " + text::quoted(yaml_value) + " is not valid YAML: " + e.msg)};
+  }
+  TrainConfig tmp = c;
+  auto d = assign(tmp, *f, v, where.file);
+  for (auto& x : d) {  // positions inside the value text mean nothing to the user
+    x.line = where.line;
+    x.column = where.column;
+  }
+  if (!has_errors(d)) c = std::move(tmp);
+  return d;
+}
+
+Diagnostics apply_overrides(LoadedConfig& cfg, const std::vector<std::string>& assignments) {
+  Diagnostics all;
+  for (const auto& a : assignments) {
+    const auto eq = a.find('=');
+    SourcePos where{"--set", 0, 0};
+    if (eq == std::string::npos || eq == 0) {
+      all.push_back(err(where, "", "found " + text::quoted(a) + ", expected key=value"));
+      continue;
+    }
+    const std::string key = text::trim(std::string_view(a).substr(0, eq));
+    auto d = set_field_from_text(cfg.config, key, std::string_view(a).substr(eq + 1), where);
+    if (!has_errors(d)) {
+      std::string k = key;
+      for (const auto& al : kAliases)
+        if (k == al.alias) k = std::string(al.key);
+      cfg.origin.keys[k] = where;
+    }
+    all.insert(all.end(), d.begin(), d.end());
+  }
+  return all;
+}
+
+// ---- saving -----------------------------------------------------------------------------
+
+namespace {
+
+bool plain_safe(const std::string& s) {
+  if (s.empty()) return false;
+  const unsigned char c0 = static_cast<unsigned char>(s[0]);
+  if (!(std::isalnum(c0) || c0 == '/' || c0 == '.' || c0 == '_')) return false;
+  for (unsigned char ch : s)
+    if (!(std::isalnum(ch) || std::string_view("_./#@+-").find(static_cast<char>(ch)) != std::string_view::npos))
+      return false;
+  if (text::parse_double(s) || text::parse_int(s) || text::parse_bool(s)) return false;
+  static const std::set<std::string> reserved{"null", "Null", "NULL", "~", "y", "Y", "n", "N", ".inf", ".nan"};
+  if (reserved.count(s)) return false;
+  if (s.find(" #") != std::string::npos) return false;
+  return true;
+}
+
+std::string yaml_scalar(const std::string& s) {
+  if (plain_safe(s)) return s;
+  std::string out = "\"";
+  for (unsigned char ch : s) {
+    switch (ch) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (ch < 0x20 || ch == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\x%02x", ch);
+          out += buf;
+        } else {
+          out += static_cast<char>(ch);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+std::string field_value_text(const TrainConfig& c, const FieldSpec& f) {
+  return std::visit(
+      [&](auto member) -> std::string {
+        using M = std::remove_cvref_t<decltype(c.*member)>;
+        const auto& v = c.*member;
+        if constexpr (std::is_same_v<M, bool>) {
+          return v ? "true" : "false";
+        } else if constexpr (std::is_same_v<M, std::int64_t>) {
+          if (f.special == "auto" && v == 0) return "auto";
+          if (f.special == "none" && v == -1) return "none";
+          return std::to_string(v);
+        } else if constexpr (std::is_same_v<M, double>) {
+          return text::format_double(v);
+        } else if constexpr (std::is_same_v<M, std::string>) {
+          return yaml_scalar(v);
+        } else if constexpr (std::is_same_v<M, std::vector<std::string>>) {
+          std::vector<std::string> parts;
+          for (const auto& s : v) parts.push_back(yaml_scalar(s));
+          return "[" + text::join(parts, ", ") + "]";
+        } else {
+          std::vector<std::string> parts;
+          for (auto i : v) parts.push_back(std::to_string(i));
+          return "[" + text::join(parts, ", ") + "]";
+        }
+      },
+      f.member);
+}
+
+std::string save_preset_text(const TrainConfig& c, bool only_changed) {
+  static const TrainConfig defaults;
+  std::string out = "# Odyssey preset (odyssey-train validate FILE checks it; keys are documented\n"
+                    "# in docs/config.md and by 'odyssey-train show --keys').\n";
+  for (auto group : field_groups()) {
+    bool header = false;
+    for (const auto& f : train_config_fields()) {
+      if (f.group != group) continue;
+      const std::string val = field_value_text(c, f);
+      if (only_changed && val == field_value_text(defaults, f)) continue;
+      if (!header && group != "preset") {
+        out += "\n# -- " + std::string(group) + "\n";
+        header = true;
+      }
+      out += std::string(f.key) + ": " + val + "\n";
+    }
+  }
+  return out;
+}
+
+Diagnostics save_preset_file(const TrainConfig& c, const std::string& path, bool only_changed) {
+  const std::string body = save_preset_text(c, only_changed);
+  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << body;
+    out.flush();
+    if (!out) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      return {err({path, 0, 0}, "", "cannot write the preset (disk full or no permission)")};
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    return {err({path, 0, 0}, "", "cannot replace the file: " + ec.message())};
+  }
+  return {};
+}
+
+std::string data_dir() {
+  if (const char* env = std::getenv("ODYSSEY_DATA_DIR"); env && *env) return env;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path share = exe.parent_path().parent_path() / "share" / "odyssey";
+    if (fs::exists(share / "presets" / "quickstart.yaml", ec)) return share.string();
+  }
+#ifdef ODYSSEY_SOURCE_DIR
+  return ODYSSEY_SOURCE_DIR;
+#else
+  return ".";
+#endif
+}
+
+Result<LoadedConfig> load_embedded_quickstart() {
+  const std::string base = (fs::path(data_dir()) / "presets").string();
+  return load_preset_text(embedded_quickstart_yaml(), "<embedded quickstart>", base);
+}
+
+}  // namespace odyssey

@@ -1,0 +1,249 @@
+#include "config/validate.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <numeric>
+
+#include "common/text.h"
+
+namespace odyssey {
+namespace fs = std::filesystem;
+namespace {
+
+class Checker {
+ public:
+  Checker(const LoadedConfig& cfg, Diagnostics* out) : cfg_(cfg), out_(out) {}
+
+  // An error about `key`, located where the key was set (or the file, for a default).
+  void error(const std::string& key, std::string msg) { add(Severity::Error, key, std::move(msg)); }
+  void warning(const std::string& key, std::string msg) { add(Severity::Warning, key, std::move(msg)); }
+
+ private:
+  void add(Severity s, const std::string& key, std::string msg) {
+    Diagnostic d;
+    d.severity = s;
+    d.key = key;
+    auto it = cfg_.origin.keys.find(key);
+    if (it != cfg_.origin.keys.end()) {
+      d.file = it->second.file;
+      d.line = it->second.line;
+      d.column = it->second.column;
+    } else {
+      d.file = cfg_.origin.file;
+      msg += " (" + key + " is at its default here)";
+    }
+    d.message = std::move(msg);
+    out_->push_back(std::move(d));
+  }
+  const LoadedConfig& cfg_;
+  Diagnostics* out_;
+};
+
+std::string n(std::int64_t v) { return std::to_string(v); }
+
+bool path_exists(const std::string& p, const std::string& base, std::string* resolved) {
+  std::error_code ec;
+  fs::path fp(p);
+  std::vector<fs::path> tries;
+  if (fp.is_absolute()) tries.push_back(fp);
+  else {
+    if (!base.empty()) tries.push_back(fs::path(base) / fp);
+    tries.push_back(fs::current_path(ec) / fp);
+  }
+  for (const auto& t : tries)
+    if (fs::exists(t, ec)) {
+      if (resolved) *resolved = fs::weakly_canonical(t, ec).string();
+      return true;
+    }
+  return false;
+}
+
+}  // namespace
+
+Diagnostics validate_config(const LoadedConfig& lc, const HfModelConfig* m) {
+  Diagnostics out;
+  Checker ck(lc, &out);
+  const TrainConfig& c = lc.config;
+
+  if (c.model.empty()) ck.error("model", "no model given; expected a Hugging Face model directory or hub id");
+  if (c.dataset.empty()) ck.error("dataset", "no training data given; expected one or more JSON/JSONL files");
+
+  // -- tuner-specific settings
+  const bool lora = uses_lora(c);
+  if (!lora) {
+    for (const char* k : {"lora_rank", "lora_alpha", "lora_dropout", "use_rslora", "target_modules"})
+      if (lc.origin.is_set(k))
+        ck.error(k, "is a LoRA setting but tuner_type is full; remove it or set tuner_type: lora");
+  }
+  if (c.use_galore && lora)
+    ck.error("use_galore", "GaLore projects full-weight gradients; it needs tuner_type: full (found lora)");
+  if (!c.use_galore) {
+    for (const char* k : {"galore_quantization", "galore_rank", "galore_update_proj_gap", "galore_scale",
+                          "galore_target_modules"})
+      if (lc.origin.is_set(k) && !(std::string(k) == "galore_quantization" && !c.galore_quantization))
+        ck.error(k, "is a GaLore setting but use_galore is false; set use_galore: true or remove it");
+  }
+  for (const auto& t : c.target_modules)
+    if (t == "all-linear" && c.target_modules.size() > 1)
+      ck.error("target_modules", "all-linear already names every projection; list either all-linear or modules");
+  if (c.target_modules.empty() && lora)
+    ck.error("target_modules", "empty; LoRA needs at least one module (or all-linear)");
+
+  // -- optimizer memory
+  if (c.offload_optimizer && c.zero_stage == 0)
+    ck.error("offload_optimizer", "optimizer offload is part of ZeRO; set zero_stage: 1 or 2");
+  if (c.use_galore && c.zero_stage > 0)
+    ck.error("zero_stage", "ZeRO sharding with GaLore is not supported; use one or the other");
+
+  // -- steps
+  if (c.max_steps < 0 && c.num_train_epochs <= 0)
+    ck.error("num_train_epochs", "found 0 with max_steps none; the run would train nothing");
+  if (c.max_steps == 0) ck.error("max_steps", "found 0; expected a positive number of steps, or none");
+  if (c.warmup_steps > 0 && c.max_steps > 0 && c.warmup_steps >= c.max_steps)
+    ck.error("warmup_steps", "found " + n(c.warmup_steps) + ", which is not below max_steps " + n(c.max_steps));
+  if (c.warmup_ratio >= 1.0) ck.error("warmup_ratio", "found 1.0; warmup would take the whole run");
+  if (c.learning_rate <= 0) ck.error("learning_rate", "found 0; expected a positive learning rate");
+
+  // -- validation data
+  if (!c.val_dataset.empty() && c.split_dataset_ratio > 0)
+    ck.warning("split_dataset_ratio", "val_dataset is given, so no training data is held out");
+  if (lc.origin.is_set("eval_steps") && c.eval_steps > 0 && c.val_dataset.empty() && c.split_dataset_ratio <= 0)
+    ck.warning("eval_steps", "there is no validation data (val_dataset or split_dataset_ratio), so nothing is evaluated");
+
+  // -- devices and processes
+  const std::int64_t nproc = resolved_nproc_per_node(c);
+  if (c.device == "cpu") {
+    if (!c.gpu_ids.empty()) ck.error("gpu_ids", "device is cpu; GPU ids apply only to cuda");
+    if (c.attn_impl == "flash_attn" || c.attn_impl == "cudnn")
+      ck.error("attn_impl", "found " + c.attn_impl + " with device cpu; on CPU use auto, sdpa or eager");
+    if (c.torch_dtype == "float16") ck.error("torch_dtype", "float16 training on CPU is not supported; use float32 or bfloat16");
+    if (c.offload_optimizer) ck.error("offload_optimizer", "device is cpu; there is nothing to offload to");
+    if (c.offload_activations) ck.error("offload_activations", "device is cpu; there is nothing to offload to");
+  }
+  if (!c.gpu_ids.empty()) {
+    std::vector<std::int64_t> ids = c.gpu_ids;
+    std::sort(ids.begin(), ids.end());
+    if (std::adjacent_find(ids.begin(), ids.end()) != ids.end())
+      ck.error("gpu_ids", "a GPU id is listed twice; each GPU runs one process");
+    if (c.nproc_per_node > 0 && c.nproc_per_node != static_cast<std::int64_t>(c.gpu_ids.size()))
+      ck.error("nproc_per_node", "found " + n(c.nproc_per_node) + " but gpu_ids lists " + n(static_cast<std::int64_t>(c.gpu_ids.size())) +
+                                     " GPUs; one process runs per listed GPU (use auto)");
+  }
+
+  // -- sequence parallelism
+  const std::int64_t sp = c.sequence_parallel_size;
+  const std::int64_t world = c.nnodes * nproc;
+  if (world % sp != 0)
+    ck.error("sequence_parallel_size", "found " + n(sp) + " with " + n(world) +
+                                           " processes; the process count must be a multiple of it (data parallel = processes / sequence_parallel_size)");
+  if (c.ulysses_size > 0 && sp % c.ulysses_size != 0)
+    ck.error("ulysses_size", "found " + n(c.ulysses_size) + ", which does not divide sequence_parallel_size " + n(sp));
+  if (c.ulysses_size > sp)
+    ck.error("ulysses_size", "found " + n(c.ulysses_size) + ", larger than sequence_parallel_size " + n(sp));
+  const ParallelLayout p = parallel_layout(c, m ? m->num_key_value_heads : 0);
+  if (m) {
+    if (m->num_attention_heads % p.ulysses != 0)
+      ck.error(c.ulysses_size > 0 ? "ulysses_size" : "sequence_parallel_size",
+               "the Ulysses degree " + n(p.ulysses) + " does not divide the model's " + n(m->num_attention_heads) +
+                   " attention heads; choose a degree that divides it and let ring attention take the rest");
+    const std::int64_t kv = m->num_key_value_heads;
+    if (kv % p.ulysses != 0 && p.ulysses % kv != 0)
+      ck.error(c.ulysses_size > 0 ? "ulysses_size" : "sequence_parallel_size",
+               "the Ulysses degree " + n(p.ulysses) + " and the model's " + n(kv) +
+                   " KV heads neither divide one another; KV heads can be split or replicated only when one divides the other (auto uses gcd = " +
+                   n(std::gcd(kv, sp)) + ")");
+    if (m->max_position_embeddings > 0 && c.max_length > m->max_position_embeddings)
+      ck.warning("max_length", "found " + n(c.max_length) + ", beyond the model's max_position_embeddings " +
+                                   n(m->max_position_embeddings) + "; quality past the trained length is not guaranteed");
+  }
+  if (p.ring > 1) {
+    if (!c.packing && !c.padding_free)
+      ck.error("sequence_parallel_size", "splits into Ulysses " + n(p.ulysses) + " x ring " + n(p.ring) +
+                                             "; ring attention needs packing: true or padding_free: true");
+    if (c.attn_impl == "eager" || c.attn_impl == "sdpa" || c.attn_impl == "cudnn")
+      ck.error("attn_impl", "found " + c.attn_impl + "; ring attention (ring degree " + n(p.ring) +
+                                ") runs on flash attention: use auto or flash_attn");
+  }
+  if (sp > 1) {
+    const std::int64_t mult = sequence_pad_multiple(p);
+    if (c.max_length % mult != 0) {
+      const std::int64_t lo = c.max_length / mult * mult, hi = lo + mult;
+      ck.error("max_length", "found " + n(c.max_length) + ", not a multiple of " + n(mult) +
+                                 (p.ring > 1 ? " (Ulysses " + n(p.ulysses) + " x 2 zigzag chunks x ring " + n(p.ring) + ")"
+                                             : " (sequence_parallel_size)") +
+                                 "; every packed sequence is split evenly across GPUs: use " +
+                                 (lo > 0 ? n(lo) + " or " : "") + n(hi));
+    }
+    if (c.device == "cpu" && c.attn_impl == "flash_attn")
+      ck.error("attn_impl", "flash_attn needs CUDA");
+  }
+  if (c.zero_stage > 0 && p.dp == 1 && world % sp == 0)
+    ck.warning("zero_stage", "there is one data-parallel rank (processes " + n(world) + " / sequence_parallel_size " + n(sp) +
+                                 "), so ZeRO shards nothing");
+  return out;
+}
+
+CheckedConfig check_config(LoadedConfig cfg, bool check_files) {
+  CheckedConfig r;
+  r.loaded = std::move(cfg);
+  const TrainConfig& c = r.loaded.config;
+  const ConfigOrigin& o = r.loaded.origin;
+  Diagnostics d;
+  Checker ck(r.loaded, &d);
+  if (!c.model.empty()) {
+    r.location = locate_model(c.model, o.base_dir);
+    if (r.location.source == ModelLocation::NotFound) {
+      const std::string msg = "found " + text::quoted(c.model) +
+                              ": no directory with config.json there (relative paths resolve against " +
+                              (o.base_dir.empty() ? std::string("the current directory") : o.base_dir) +
+                              " and the current directory), and not in the Hugging Face or ModelScope cache";
+      if (check_files) ck.error("model", msg);
+      else ck.warning("model", msg + "; head and memory checks were skipped");
+    } else {
+      auto mc = load_located_model_config(r.location);
+      if (mc.ok()) r.model = mc.value;
+      for (auto& x : mc.diagnostics) d.push_back(x);
+      if (r.location.source == ModelLocation::BundledShape) {
+        const std::string msg = "found " + text::quoted(c.model) +
+                                " in neither the Hugging Face nor the ModelScope cache; checked against Odyssey's bundled shape of it";
+        if (check_files) ck.error("model", msg + ", but training needs the weights on disk");
+        else d.push_back({Severity::Note, o.keys.count("model") ? o.keys.at("model").file : o.file,
+                          o.keys.count("model") ? o.keys.at("model").line : 0, 0, "model", msg});
+      }
+    }
+  }
+  for (const auto* list : {&c.dataset, &c.val_dataset}) {
+    const std::string key = list == &c.dataset ? "dataset" : "val_dataset";
+    for (const auto& spec : *list) {
+      DatasetSpec ds;
+      if (!parse_dataset_spec(spec, &ds, nullptr)) continue;  // reported at load
+      if (!path_exists(ds.path, o.base_dir, nullptr)) {
+        const std::string msg = "found " + text::quoted(ds.path) + ": no such file (relative paths resolve against " +
+                                (o.base_dir.empty() ? std::string("the current directory") : o.base_dir) +
+                                " and the current directory)";
+        if (check_files) ck.error(key, msg);
+        else ck.warning(key, msg);
+      }
+    }
+  }
+  auto v = validate_config(r.loaded, r.model ? &*r.model : nullptr);
+  r.diagnostics = std::move(d);
+  r.diagnostics.insert(r.diagnostics.end(), v.begin(), v.end());
+  return r;
+}
+
+TrainConfig resolve_paths(const LoadedConfig& lc, const ModelLocation& loc) {
+  TrainConfig c = lc.config;
+  if (loc.source == ModelLocation::Directory) c.model = loc.path;
+  for (auto* list : {&c.dataset, &c.val_dataset})
+    for (auto& spec : *list) {
+      DatasetSpec ds;
+      if (!parse_dataset_spec(spec, &ds, nullptr)) continue;
+      std::string abs;
+      if (path_exists(ds.path, lc.origin.base_dir, &abs))
+        spec = abs + (ds.samples > 0 ? "#" + std::to_string(ds.samples) : "");
+    }
+  return c;
+}
+
+}  // namespace odyssey

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Installs everything Odyssey needs to build and test on Debian 12, idempotently:
+# Debian packages (Qt 6, QCustomPlot, yaml-cpp, nlohmann-json, PCRE2, Xvfb, ccache,
+# clang for libFuzzer) and LibTorch from PyPI's torch wheel in a virtual environment.
+#
+#   packaging/install-deps.sh [--no-torch]
+#
+# Environment:
+#   ODYSSEY_VENV   where the torch virtual environment lives
+#                  (default: ${XDG_CACHE_HOME:-$HOME/.cache}/odyssey/venv-torch-2.11.0)
+#   ODYSSEY_TORCH  torch version to install (default 2.11.0, the GPU machines' version)
+set -euo pipefail
+
+want_torch=1
+for a in "$@"; do
+  case "$a" in
+    --no-torch) want_torch=0 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    *) echo "install-deps: unknown argument '$a' (expected --no-torch or --help)" >&2; exit 2 ;;
+  esac
+done
+
+torch_version=${ODYSSEY_TORCH:-2.11.0}
+venv=${ODYSSEY_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/odyssey/venv-torch-$torch_version}
+
+debs=(
+  build-essential cmake ninja-build ccache pkg-config git
+  qt6-base-dev qt6-base-dev-tools libgl-dev
+  libqcustomplot-dev libqcustomplot2.1-qt6
+  libyaml-cpp-dev nlohmann-json3-dev libpcre2-dev
+  xvfb xauth
+  clang libclang-rt-14-dev
+  python3 python3-venv python3-pip
+)
+
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: not root and no sudo; install these Debian packages first: ${debs[*]}" >&2; exit 1; }
+  sudo_cmd=(sudo)
+fi
+
+missing=()
+for p in "${debs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -q
+  "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  echo "install-deps: Debian packages present"
+fi
+
+if [ "$want_torch" = 1 ]; then
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import torch,sys; sys.exit(0 if torch.__version__.split('+')[0]=='$torch_version' else 1)" 2>/dev/null; then
+    echo "install-deps: torch $torch_version present in $venv"
+  else
+    echo "install-deps: installing torch==$torch_version into $venv (a few GB, once)"
+    mkdir -p "$(dirname "$venv")"
+    python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --upgrade pip
+    "$venv/bin/python" -m pip install -q "torch==$torch_version"
+  fi
+  "$venv/bin/python" -c "import torch; print('install-deps: LibTorch', torch.__version__, 'at', torch.utils.cmake_prefix_path)"
+fi

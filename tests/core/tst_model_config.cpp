@@ -1,0 +1,119 @@
+// config.json parsing and model location. Parameter counts are checked against the
+// counts Hugging Face publishes for these models (model cards / safetensors metadata).
+#include <QtTest>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "config/model_config.h"
+
+using namespace odyssey;
+namespace fs = std::filesystem;
+
+namespace {
+HfModelConfig shape(const std::string& name) {
+  auto loc = locate_model(name, "");
+  auto r = load_located_model_config(loc);
+  if (!r.ok()) qFatal("%s", format_all(r.diagnostics).c_str());
+  return r.value;
+}
+void write(const fs::path& p, const std::string& s) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p) << s;
+}
+bool contains(const std::string& h, const std::string& n) { return h.find(n) != std::string::npos; }
+}  // namespace
+
+class TstModelConfig : public QObject {
+  Q_OBJECT
+  fs::path tmp_;
+ private slots:
+  void init() {
+    tmp_ = fs::temp_directory_path() / ("odyssey-mc-" + std::to_string(::getpid()));
+    fs::remove_all(tmp_);
+    fs::create_directories(tmp_);
+    qputenv("HF_HUB_CACHE", QByteArray::fromStdString((tmp_ / "hf").string()));
+    qputenv("MODELSCOPE_CACHE", QByteArray::fromStdString((tmp_ / "ms").string()));
+  }
+  void cleanup() { fs::remove_all(tmp_); }
+
+  void publishedParameterCounts() {
+    // Hugging Face model cards: Qwen2.5-7B 7.61B, Qwen2.5-0.5B 0.49B; exact counts from the
+    // safetensors index "total_size" / 2 bytes (bf16).
+    QCOMPARE(shape("Qwen/Qwen2.5-7B-Instruct").parameter_count(), std::int64_t(7615616512));
+    QCOMPARE(shape("Qwen/Qwen2.5-0.5B-Instruct").parameter_count(), std::int64_t(494032768));
+    QCOMPARE(shape("meta-llama/Llama-3.1-8B-Instruct").parameter_count(), std::int64_t(8030261248));
+  }
+
+  void familiesAndDerivedFields() {
+    auto q3 = shape("Qwen/Qwen3-8B");
+    QCOMPARE(QString::fromStdString(q3.family), QString("qwen3"));
+    QVERIFY(q3.qk_norm);
+    QVERIFY(!q3.attention_bias);
+    QCOMPARE(q3.head_dim, std::int64_t(128));
+    auto q2 = shape("Qwen/Qwen2.5-7B");
+    QVERIFY(q2.attention_bias);
+    QCOMPARE(q2.head_dim, std::int64_t(128));
+    QCOMPARE(q2.num_key_value_heads, std::int64_t(4));
+  }
+
+  void unsupportedArchitectureListsSupported() {
+    auto r = parse_model_config(R"({"architectures":["MistralForCausalLM"],"hidden_size":8})", "x/config.json");
+    QVERIFY(!r.ok());
+    const std::string e = format_all(r.diagnostics);
+    QVERIFY2(contains(e, "x/config.json") && contains(e, "MistralForCausalLM") && contains(e, "Qwen2ForCausalLM") &&
+                 contains(e, "LlamaForCausalLM"),
+             e.c_str());
+  }
+
+  void badJsonAndTypes() {
+    QVERIFY(contains(format_all(parse_model_config("{not json", "c.json").diagnostics), "invalid JSON"));
+    QVERIFY(contains(format_all(parse_model_config("[1]", "c.json").diagnostics), "JSON object"));
+    auto r = parse_model_config(
+        R"({"architectures":["Qwen2ForCausalLM"],"hidden_size":"64","intermediate_size":1,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":10})",
+        "c.json");
+    QVERIFY(contains(format_all(r.diagnostics), "hidden_size: found \"64\", expected a positive integer"));
+    auto r2 = parse_model_config(
+        R"({"architectures":["Qwen2ForCausalLM"],"hidden_size":64,"intermediate_size":1,"num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":3,"vocab_size":10})",
+        "c.json");
+    QVERIFY(contains(format_all(r2.diagnostics), "num_key_value_heads"));
+    auto r3 = parse_model_config(R"({"architectures":["Qwen2ForCausalLM"]})", "c.json");
+    QVERIFY(contains(format_all(r3.diagnostics), "hidden_size: missing"));
+  }
+
+  void locatesDirectoryRelativeToBase() {
+    write(tmp_ / "presets" / "m" / "config.json", "{}");
+    auto loc = locate_model("m", (tmp_ / "presets").string());
+    QCOMPARE(loc.source, ModelLocation::Directory);
+    QCOMPARE(QString::fromStdString(loc.path), QString::fromStdString((tmp_ / "presets" / "m").string()));
+  }
+
+  void locatesHuggingFaceCacheByRefsMain() {
+    const fs::path root = tmp_ / "hf" / "models--Org--Tiny";
+    write(root / "snapshots" / "old" / "config.json", "{}");
+    write(root / "snapshots" / "abc123" / "config.json", "{}");
+    write(root / "refs" / "main", "abc123\n");
+    auto loc = locate_model("Org/Tiny", "");
+    QCOMPARE(loc.source, ModelLocation::HuggingFaceCache);
+    QVERIFY(contains(loc.path, "abc123"));
+    auto all = cached_models();
+    QVERIFY(std::any_of(all.begin(), all.end(), [](auto& p) { return p.first == "Org/Tiny"; }));
+  }
+
+  void locatesModelScopeCache() {
+    write(tmp_ / "ms" / "models" / "Org" / "Other" / "config.json", "{}");
+    auto loc = locate_model("Org/Other", "");
+    QCOMPARE(loc.source, ModelLocation::ModelScopeCache);
+  }
+
+  void bundledShapeAndNotFound() {
+    QCOMPARE(locate_model("Qwen/Qwen2.5-14B-Instruct", "").source, ModelLocation::BundledShape);
+    QCOMPARE(locate_model("Nobody/Nothing", "").source, ModelLocation::NotFound);
+    QCOMPARE(locate_model("/no/such/dir", "").source, ModelLocation::NotFound);
+    QCOMPARE(locate_model("../escape/x", "").source, ModelLocation::NotFound);
+  }
+};
+
+QTEST_APPLESS_MAIN(TstModelConfig)
+#include "tst_model_config.moc"
