@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The README's two commands, on a fresh Debian 12 machine or an existing checkout:
+#
+#   bash packaging/setup.sh quickstart   install, build, run the embedded default job
+#   bash packaging/setup.sh test         install, build (warnings as errors), run every test
+#
+# Both install what is missing first (packaging/install-deps.sh) and are safe to repeat.
+# Environment: ODYSSEY_VENV (LibTorch virtual environment), ODYSSEY_FUZZ_SECONDS (per
+# fuzzer in `test`, default 60; 0 skips fuzzing), ODYSSEY_JOBS (parallel compile jobs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+mode=${1:-}
+case "$mode" in
+  quickstart|test) ;;
+  *) sed -n '2,10p' "$0"; exit 2 ;;
+esac
+shift || true
+
+bash packaging/install-deps.sh
+
+torch_version=${ODYSSEY_TORCH:-2.11.0}
+venv=${ODYSSEY_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/odyssey/venv-torch-$torch_version}
+torch_prefix=$("$venv/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
+jobs=${ODYSSEY_JOBS:-$(nproc)}
+export CCACHE_DIR=${CCACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ccache}
+export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-5G}
+
+configure() {  # configure <build dir> <extra cmake args...>
+  local dir=$1; shift
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_PREFIX_PATH="$torch_prefix" "$@" >"$dir.configure.log" 2>&1 || {
+    cat "$dir.configure.log"; echo "setup: configuring $dir failed" >&2; exit 1; }
+}
+
+step() { printf '\n== %s\n' "$*"; }
+
+if [ "$mode" = quickstart ]; then
+  mkdir -p build
+  step "building odyssey-train (release)"
+  configure build/release -DCMAKE_BUILD_TYPE=Release -DODYSSEY_BUILD_TESTS=OFF
+  cmake --build build/release -j "$jobs" --target odyssey-train
+  step "odyssey-train run   (the embedded quickstart preset)"
+  exec build/release/app/odyssey-train run "$@"
+fi
+
+# test: the same command CI runs (.ci/run).
+start=$(date +%s)
+mkdir -p build
+step "build + unit tests (Debug, warnings as errors, LibTorch when installed)"
+configure build/ci -DCMAKE_BUILD_TYPE=Debug -DODYSSEY_WERROR=ON
+cmake --build build/ci -j "$jobs"
+(cd build/ci && ctest --output-on-failure -j "$jobs" -LE gpu)
+
+step "address + undefined-behaviour sanitizers (core, no LibTorch)"
+configure build/asan -DCMAKE_BUILD_TYPE=Debug -DODYSSEY_WERROR=ON -DODYSSEY_WITH_TORCH=OFF -DODYSSEY_WITH_CUDA=OFF \
+  -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined"
+cmake --build build/asan -j "$jobs"
+(cd build/asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$jobs" -LE 'gpu|slow')
+
+fuzz_seconds=${ODYSSEY_FUZZ_SECONDS:-60}
+if [ "$fuzz_seconds" != 0 ]; then
+  step "fuzzing: each libFuzzer target for ${fuzz_seconds}s"
+  configure build/fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang \
+    -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined" -DODYSSEY_BUILD_FUZZERS=ON \
+    -DODYSSEY_BUILD_TESTS=OFF -DODYSSEY_BUILD_GUI=OFF -DODYSSEY_BUILD_ENGINE=OFF -DODYSSEY_WITH_TORCH=OFF -DODYSSEY_WITH_CUDA=OFF
+  cmake --build build/fuzz -j "$jobs"
+  for f in build/fuzz/tests/fuzz/fuzz_*; do
+    [ -x "$f" ] || continue
+    name=$(basename "$f")
+    work=$(mktemp -d)
+    cp -r "tests/fuzz/corpus/$name/." "$work/" 2>/dev/null || true
+    echo "-- $name"
+    (cd "$work" && "$root/$f" -max_total_time="$fuzz_seconds" -timeout=10 -rss_limit_mb=2048 \
+        -print_final_stats=1 "$work" 2>&1 | grep -E 'stat::number_of_executed_units|Done|ERROR|SUMMARY' || true)
+    if ls "$work"/crash-* "$work"/leak-* "$work"/timeout-* >/dev/null 2>&1; then
+      echo "setup: $name found a failing input; kept in $work" >&2; exit 1
+    fi
+    rm -rf "$work"
+  done
+fi
+echo
+echo "setup: all tests passed in $(( $(date +%s) - start )) s"
