@@ -32,3 +32,12 @@ function(odyssey_add_test)
     set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}")
   endif()
 endfunction()
+
+# odyssey_torch_target(<target>): link LibTorch and precompile <torch/torch.h> for the
+# target's sources (LibTorch's headers dominate compile time on small machines; ccache
+# is configured for PCH in the top-level CMakeLists).
+function(odyssey_torch_target target)
+  target_link_libraries(${target} PUBLIC ${TORCH_LIBRARIES})
+  target_compile_definitions(${target} PUBLIC ODYSSEY_HAVE_TORCH=1)
+  target_precompile_headers(${target} PRIVATE <torch/torch.h>)
+endfunction()

@@ -40,8 +40,22 @@ void print_resolved(const CheckedConfig& cc, bool only_changed) {
   std::cout << save_preset_text(resolved, only_changed);
 }
 
-int cmd_keys() {
+int cmd_keys(bool markdown) {
   static const TrainConfig defaults;
+  if (markdown) {
+    for (auto group : field_groups()) {
+      std::cout << "\n### " << group << "\n\n| key | default | ms-swift | meaning |\n|---|---|---|---|\n";
+      for (const auto& f : train_config_fields()) {
+        if (f.group != group) continue;
+        std::string help(f.help);
+        for (std::size_t p; (p = help.find('|')) != std::string::npos;) help.replace(p, 1, "\\|");
+        std::cout << "| `" << f.key << "` | `" << field_value_text(defaults, f) << "` | "
+                  << (f.swift_name.empty() ? std::string("—") : "`--" + std::string(f.swift_name) + "`") << " | "
+                  << help << " |\n";
+      }
+    }
+    return kOk;
+  }
   for (auto group : field_groups()) {
     std::cout << "# -- " << group << '\n';
     for (const auto& f : train_config_fields()) {
@@ -88,7 +102,7 @@ int cmd_validate(const Args& a) {
 }
 
 int cmd_show(const Args& a) {
-  if (a.has("keys")) return cmd_keys();
+  if (a.has("keys")) return cmd_keys(a.has("markdown"));
   auto lc = load_config_arg(a);
   if (!lc) return kInvalidConfig;
   auto cc = check_config(*lc, false);
@@ -148,7 +162,8 @@ const std::vector<Command>& commands() {
                   "",
                   {kSet,
                    {"only-changed", false, false, "", "print only settings that differ from the defaults"},
-                   {"keys", false, false, "", "list every key with its default, ms-swift name and meaning"}},
+                   {"keys", false, false, "", "list every key with its default, ms-swift name and meaning"},
+                   {"markdown", false, false, "", "with --keys: as the Markdown tables of docs/config.md"}},
                   0, 1},
                  cmd_show});
     t.push_back({plan_spec(), cmd_plan});

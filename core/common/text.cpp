@@ -80,7 +80,8 @@ std::string shell_quote(std::string_view w) {
   const bool safe = std::all_of(w.begin(), w.end(), [](unsigned char c) {
     return std::isalnum(c) || std::string_view("@%+=:,./_-#").find(static_cast<char>(c)) != std::string_view::npos;
   });
-  if (safe) return std::string(w);
+  // A leading '#' would start a shell comment.
+  if (safe && w.front() != '#') return std::string(w);
   std::string out = "'";
   for (char c : w) {
     if (c == '\'') out += "'\\''";

@@ -58,6 +58,11 @@ bool path_exists(const std::string& p, const std::string& base, std::string* res
   return false;
 }
 
+std::string where_relative(const std::string& base) {
+  return base.empty() ? "relative paths resolve against the current directory"
+                      : "relative paths resolve against " + base + ", then the current directory";
+}
+
 }  // namespace
 
 Diagnostics validate_config(const LoadedConfig& lc, const HfModelConfig* m) {
@@ -193,10 +198,8 @@ CheckedConfig check_config(LoadedConfig cfg, bool check_files) {
   if (!c.model.empty()) {
     r.location = locate_model(c.model, o.base_dir);
     if (r.location.source == ModelLocation::NotFound) {
-      const std::string msg = "found " + text::quoted(c.model) +
-                              ": no directory with config.json there (relative paths resolve against " +
-                              (o.base_dir.empty() ? std::string("the current directory") : o.base_dir) +
-                              " and the current directory), and not in the Hugging Face or ModelScope cache";
+      const std::string msg = "found " + text::quoted(c.model) + ": no directory with config.json there (" +
+                              where_relative(o.base_dir) + "), and not in the Hugging Face or ModelScope cache";
       if (check_files) ck.error("model", msg);
       else ck.warning("model", msg + "; head and memory checks were skipped");
     } else {
@@ -218,9 +221,7 @@ CheckedConfig check_config(LoadedConfig cfg, bool check_files) {
       DatasetSpec ds;
       if (!parse_dataset_spec(spec, &ds, nullptr)) continue;  // reported at load
       if (!path_exists(ds.path, o.base_dir, nullptr)) {
-        const std::string msg = "found " + text::quoted(ds.path) + ": no such file (relative paths resolve against " +
-                                (o.base_dir.empty() ? std::string("the current directory") : o.base_dir) +
-                                " and the current directory)";
+        const std::string msg = "found " + text::quoted(ds.path) + ": no such file (" + where_relative(o.base_dir) + ")";
         if (check_files) ck.error(key, msg);
         else ck.warning(key, msg);
       }

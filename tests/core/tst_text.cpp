@@ -48,7 +48,7 @@ class TstText : public QObject {
   }
   void shellQuoteSplitRoundTrip() {
     const std::vector<std::string> words{"plain", "with space", "it's", "$(rm -rf ~)", "a\"b", "", "tab\there",
-                                         "back\\slash", "data.jsonl#100", "*glob?", "new\nline"};
+                                         "back\\slash", "data.jsonl#100", "#hash", "*glob?", "new\nline"};
     std::string line;
     for (const auto& w : words) line += text::shell_quote(w) + " ";
     std::string err;
@@ -58,6 +58,7 @@ class TstText : public QObject {
     for (std::size_t i = 0; i < words.size(); ++i) QCOMPARE(QString::fromStdString((*back)[i]), QString::fromStdString(words[i]));
     QCOMPARE(QString::fromStdString(text::shell_quote("data.jsonl#100")), QString("data.jsonl#100"));
     QCOMPARE(QString::fromStdString(text::shell_quote("$(x)")), QString("'$(x)'"));
+    QCOMPARE(QString::fromStdString(text::shell_quote("#x")), QString("'#x'"));
   }
   void shellSplitContinuationsAndErrors() {
     std::string err;

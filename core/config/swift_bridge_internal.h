@@ -1,0 +1,66 @@
+// Internal to the ms-swift bridge (swift_import.cpp, swift_script.cpp): one argument as
+// given, and the Importer that maps arguments and environment assignments into a
+// LoadedConfig. Not part of the public API; see config/swift_bridge.h.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "config/swift_bridge.h"
+
+namespace odyssey::swift_detail {
+
+// One `--name values…` (or YAML key) as given.
+struct Arg {
+  std::string name;                 // without dashes, '-' normalised to '_'
+  std::vector<std::string> values;  // may hold unexpanded-shell markers (see ScriptReader)
+  std::vector<std::string> shown;   // the values as the user wrote them
+  int line = 0;
+  bool needs_shell = false;
+};
+
+// Turns args and env assignments into a LoadedConfig, collecting what does not map.
+class Importer {
+ public:
+  Importer(std::string file, bool with_lines) : file_(std::move(file)), lines_(with_lines) {
+    out_.config = swift_import_baseline();
+    out_.origin.file = file_;
+  }
+
+  void env(const std::string& name, const std::string& value, const std::string& shown, int line, bool needs_shell);
+  void arg(const Arg& a);
+  Result<LoadedConfig> finish();
+  Result<LoadedConfig> abort() {  // after a structural error: only the diagnostics so far
+    Result<LoadedConfig> r;
+    r.value.origin.file = file_;
+    r.diagnostics = std::move(d_);
+    return r;
+  }
+  void error(int line, const std::string& key, std::string msg) { add(Severity::Error, line, key, std::move(msg)); }
+  void note(std::string msg) { notes_.push_back(std::move(msg)); }
+
+ private:
+  void add(Severity s, int line, const std::string& key, std::string msg) {
+    d_.push_back({s, file_, lines_ ? line : 0, 0, key, std::move(msg)});
+  }
+  std::string where(int line) const { return lines_ && line > 0 ? " (line " + std::to_string(line) + ")" : ""; }
+  bool set(const std::string& key, const std::string& yaml, int line, const std::string& from);
+  bool set_values(const FieldSpec& f, const Arg& a, std::vector<std::string> values);
+  void deepspeed(const Arg& a);
+
+  std::string file_;
+  bool lines_;
+  LoadedConfig out_;
+  Diagnostics d_;
+  std::vector<std::string> unsupported_, needs_shell_, launcher_, notes_;
+  std::map<std::string, int> seen_;
+  std::optional<std::int64_t> nproc_env_;
+  std::string celoss_;
+  bool hf_constant_ = false;
+};
+
+}  // namespace odyssey::swift_detail

@@ -1,0 +1,301 @@
+#include "planner/memory_planner.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "planner/memory_terms.h"
+
+namespace odyssey {
+namespace {
+
+using i64 = std::int64_t;
+using planner_detail::Eval;
+using planner_detail::Terms;
+
+// "12.34 GiB", or MiB/KiB for small amounts.
+std::string gib(i64 bytes) {
+  char buf[32];
+  const double b = static_cast<double>(bytes);
+  if (b >= 0.01 * static_cast<double>(planner::kGiB))
+    std::snprintf(buf, sizeof buf, "%.2f GiB", b / static_cast<double>(planner::kGiB));
+  else if (b >= 0.1 * static_cast<double>(planner::kMiB))
+    std::snprintf(buf, sizeof buf, "%.1f MiB", b / static_cast<double>(planner::kMiB));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
+  return buf;
+}
+std::string millions(i64 n) {
+  char buf[32];
+  if (n >= 1'000'000'000) std::snprintf(buf, sizeof buf, "%.2f B", static_cast<double>(n) / 1e9);
+  else if (n >= 1'000'000) std::snprintf(buf, sizeof buf, "%.1f M", static_cast<double>(n) / 1e6);
+  else std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(n));
+  return buf;
+}
+std::string num(i64 v) { return std::to_string(v); }
+std::string text_double(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+CheckpointPolicy policy_of(const TrainConfig& c, bool* ok) {
+  CheckpointPolicy p;
+  *ok = parse_checkpoint_policy(c.activation_checkpointing, &p);
+  if (!*ok) p = CheckpointPolicy{};
+  return p;
+}
+
+bool plan_fits(const TrainConfig& c, const HfModelConfig& m, const PlannerOptions& o,
+               const CheckpointPolicy& pol) {
+  const Terms t = planner_detail::compute_terms(c, m, o);
+  if (!t.valid) return false;
+  i64 every = 0;
+  const i64 ck = planner_detail::choose_checkpointing(t, pol, &every);
+  return planner_detail::evaluate(t, ck, every).peak <= t.capacity;
+}
+
+class ItemBuilder {
+ public:
+  explicit ItemBuilder(MemoryPlan* p) : p_(p) {}
+  void add(const char* name, const char* group, i64 bytes, std::string detail, bool at_peak = true) {
+    if (bytes <= 0) return;
+    p_->items.push_back({name, group, bytes, std::move(detail), at_peak});
+  }
+
+ private:
+  MemoryPlan* p_;
+};
+
+void add_items(MemoryPlan& plan, const Terms& t, const Eval& e, const TrainConfig& c) {
+  ItemBuilder ib(&plan);
+  const int ph = e.phase;
+  const std::string dtype = t.act_b == 4 ? "fp32" : (c.torch_dtype == "float16" ? "fp16" : "bf16");
+  const i64 dp = std::max<i64>(1, t.layout.dp);
+  const std::string shard = c.zero_stage >= 1 && dp > 1 ? ", ZeRO-" + num(c.zero_stage) + " shard of " + num(dp) : "";
+
+  // runtime
+  ib.add(t.cuda ? "CUDA context" : "process runtime", "runtime", t.runtime,
+         t.cuda ? "context + cuBLAS + attention kernels, outside the allocator (measured, H200)"
+                : "LibTorch CPU libraries and thread pools (estimate)");
+  ib.add("NCCL buffers", "runtime", t.nccl,
+         "communicators and their channel/p2p buffers, outside the allocator (measured on 2 × H200)");
+  ib.add("allocator fragmentation", "runtime", e.fragmentation,
+         "5% of the " + gib(e.phase_bytes[ph]) + " the caching allocator holds at the peak");
+
+  // model
+  ib.add("weights", "model", t.weights,
+         millions(t.params) + " parameters × " + num(t.act_b) + " B (" + dtype + (t.lora ? ", frozen)" : ")"));
+  ib.add("LoRA adapters", "model", t.adapters,
+         millions(t.trainable) + " parameters × 4 B (fp32, r=" + num(c.lora_rank) + ")");
+
+  // gradients
+  const i64 grads_all = t.grads_layers + t.grads_other;
+  const i64 grads_now = ph == 0 ? (t.grads_persistent ? grads_all : 0) : ph == 1 ? e.bwd_grads : grads_all;
+  const std::string gdetail = std::string(t.hf && !t.lora ? num(t.act_b) + " B" : "fp32") + " per trained parameter" +
+                              (c.zero_stage >= 2 && dp > 1 ? ", ZeRO-2 shard of " + num(dp) : "") +
+                              (t.galore_per_layer ? ", except GaLore-targeted weights (projected per layer)" : "");
+  ib.add("gradients", "gradients", grads_now,
+         gdetail + (grads_now < grads_all
+                        ? " (" + gib(grads_now) + " of " + gib(grads_all) + " exist at this moment)"
+                        : std::string()));
+  if (grads_now < grads_all) ib.add("gradients", "gradients", grads_all, gdetail + " (all, after backward)", false);
+  ib.add("GaLore projected gradients", "gradients", t.galore_accum,
+         "fp32 r × max(in, out) per targeted matrix, accumulated over " + num(c.gradient_accumulation_steps) +
+             " micro-steps");
+  ib.add("gradient buckets", "communication", t.grad_buckets, "2 × 25 MiB all-reduce buckets in flight", ph != 0);
+
+  // optimizer
+  ib.add("master weights", "optimizer", t.master, "fp32 copy of the bf16 weights" + shard);
+  ib.add("AdamW states", "optimizer", t.adam,
+         std::string(t.hf && !t.lora ? "m, v in the parameter dtype" : "m, v fp32 (8 B per parameter)") + shard);
+  ib.add("GaLore projections", "optimizer", t.galore_proj,
+         std::string(c.galore_quantization ? "int4" : "fp32") + " r × min(in, out) per targeted matrix, r=" +
+             num(c.galore_rank));
+  ib.add("GaLore states", "optimizer", t.galore_states,
+         std::string(c.galore_quantization ? "8-bit blockwise" : "fp32") + " m, v of r × max(in, out)");
+  ib.add("optimizer step temporaries", "optimizer", t.step_tmp,
+         "foreach AdamW: a copy of the second moments", ph == 2);
+
+  // activations
+  const bool acts_at_peak = ph != 2;
+  ib.add("tokens, positions, rotary tables", "activations", t.misc, num(t.tokens) + " tokens", acts_at_peak);
+  const std::string per_layer = gib(t.layer_full) + " per layer (" + num(t.per_token_layer) + " B per token)";
+  if (ph == 1) {
+    ib.add("checkpointed layer inputs", "activations", e.bwd_inputs,
+           "inputs of the checkpointed layers below the one in backward");
+    ib.add("stored layer activations", "activations", e.bwd_full, per_layer);
+    ib.add("recomputed layer", "activations", e.bwd_recompute,
+           "one checkpointed layer's activations, rebuilt in backward");
+  } else {
+    ib.add("checkpointed layer inputs", "activations", e.stored_inputs,
+           num(plan.checkpointed_layers) + " layers × " + gib(t.layer_in) +
+               (t.offload_acts ? " (at most 2 on the GPU, the rest offloaded)" : ""),
+           acts_at_peak);
+    ib.add("stored layer activations", "activations", e.stored_full, per_layer, acts_at_peak);
+    ib.add("recomputed layer", "activations", plan.checkpointed_layers > 0 ? t.layer_full : 0,
+           "one checkpointed layer's activations, rebuilt in backward", false);
+  }
+  const bool attn_side = t.bwd_attn + t.a2a + t.ring > t.bwd_mlp;
+  ib.add("layer backward working set", "activations", attn_side ? t.bwd_attn : t.bwd_mlp,
+         attn_side ? "attention backward: dq/dk/dv, fp32 dq accumulator" : "MLP backward: gradients of gate, up, act",
+         ph == 1);
+  ib.add("Ulysses all-to-all staging", "communication", t.a2a,
+         "permuted send copy + receive buffer of q/k/v (and their gradients)", ph == 1 && attn_side);
+  ib.add("ring attention buffers", "communication", t.ring,
+         "double-buffered K/V, fp32 dK/dV riding the ring, fp32 dq accumulator", ph == 1 && attn_side);
+  ib.add("per-layer transient gradients", "gradients", t.layer_grads_tmp,
+         t.galore_per_layer ? "one layer's gradients, GaLore update and projection refresh"
+                            : "one layer's " + dtype + " gradients before fp32 accumulation",
+         ph == 1);
+
+  // loss
+  ib.add("loss working set", "loss", t.loss,
+         t.fused ? "fused linear cross-entropy: " + num(t.loss_chunk) + "-token chunk of logits (fp32 + " + dtype +
+                       "), gradient of the hidden states, final norm"
+                 : std::string("full logits: fp32 log-softmax, its gradient and the logits' gradient "
+                               "(12 B per logit)") +
+                       (t.hf ? " + the model output's logits held through backward" : "") + ", final norm",
+         ph == 0);
+}
+
+void add_notes(MemoryPlan& plan, const Terms& t, const TrainConfig& c, const PlannerOptions& o, bool policy_ok) {
+  auto& n = plan.notes;
+  if (t.hf) n.push_back("modelled as Hugging Face transformers + PEFT (unfused ops, fp32 adapter inputs, output held)");
+  if (c.device == "auto")
+    n.push_back(std::string("device auto planned as ") + (t.cuda ? "cuda" : "cpu") +
+                (o.auto_device == "cpu" ? "" : " (the engine uses the CPU when it finds no GPU)"));
+  if (!t.cuda)
+    n.push_back("capacity is the host's RAM (" +
+                gib(o.host_memory_bytes > 0 ? o.host_memory_bytes : host_memory_bytes()) +
+                ") shared by " + num(t.procs_per_node) + " process(es)");
+  if (t.fused_requested && !t.fused && !t.hf)
+    n.push_back("fused kernels are CUDA-only: planned with the reference (unfused) ops");
+  if (!policy_ok)
+    n.push_back("activation_checkpointing " + c.activation_checkpointing + " is not a policy; planned as auto");
+  const std::string ck = num(plan.checkpointed_layers) + " of " + num(plan.total_layers) + " layers checkpointed";
+  if (c.activation_checkpointing == "auto" || !policy_ok)
+    n.push_back(plan.fits ? "activation_checkpointing auto: " + ck + " (the fewest that fit)"
+                          : "activation_checkpointing auto: does not fit even with every layer checkpointed");
+  if (t.dropout_per_layer > 0)
+    n.push_back("lora_dropout " + text_double(c.lora_dropout) + " keeps a dropped copy of each adapter's input (" +
+                gib(t.dropout_per_layer) + " per stored layer); lora_dropout 0 shares the projection's input");
+  if (c.zero_stage > 0 && t.layout.dp <= 1) n.push_back("ZeRO over 1 data-parallel rank shards nothing");
+  if (t.host_optimizer > 0) n.push_back("optimizer offloaded: " + gib(t.host_optimizer) + " on the host per process");
+  if (t.galore_per_layer)
+    n.push_back(c.gradient_accumulation_steps > 1
+                    ? "GaLore projects each layer's gradients in backward and accumulates them at rank " +
+                          num(c.galore_rank)
+                    : "GaLore updates each layer in backward (gradient_accumulation_steps 1)");
+  if (c.attn_impl == "eager") n.push_back("eager attention stores s² attention probabilities per layer");
+  if (!t.fused && !t.hf && t.cuda && t.loss > plan.capacity_bytes / 4)
+    n.push_back("the full logits dominate: fused_kernels true computes the loss in chunks");
+}
+
+}  // namespace
+
+std::int64_t MemoryPlan::allocated_bytes() const {
+  i64 s = 0;
+  for (const auto& it : items)
+    if (it.at_peak && it.group != "runtime") s += it.bytes;
+  return s;
+}
+
+MemoryPlan plan_memory(const TrainConfig& c, const HfModelConfig& m, const PlannerOptions& o) {
+  MemoryPlan plan;
+  const Terms t = planner_detail::compute_terms(c, m, o);
+  plan.device = t.cuda ? "cuda" : "cpu";
+  plan.layout = t.valid ? t.layout : parallel_layout(c, m.num_key_value_heads);
+  plan.total_layers = m.num_hidden_layers;
+  if (!t.valid) {
+    plan.notes.push_back("the model's shape is unknown (hidden_size, layers, heads or vocab_size missing)");
+    return plan;
+  }
+  bool policy_ok = true;
+  const CheckpointPolicy pol = policy_of(c, &policy_ok);
+  plan.checkpointed_layers = planner_detail::choose_checkpointing(t, pol, &plan.checkpoint_every);
+  const Eval e = planner_detail::evaluate(t, plan.checkpointed_layers, plan.checkpoint_every);
+  plan.tokens_per_gpu = t.tokens;
+  plan.capacity_bytes = t.capacity;
+  plan.peak_bytes = e.peak;
+  plan.fits = e.peak <= t.capacity;
+  static const char* const kPhases[] = {"loss", "backward", "optimizer step"};
+  plan.peak_phase = kPhases[e.phase];
+  plan.host_bytes = t.host_optimizer + e.host_acts;
+  add_items(plan, t, e, c);
+  add_notes(plan, t, c, o, policy_ok);
+  return plan;
+}
+
+std::int64_t largest_max_length(const TrainConfig& c, const HfModelConfig& m, const PlannerOptions& o) {
+  bool ok = true;
+  const CheckpointPolicy pol = policy_of(c, &ok);
+  const i64 mult = std::max<i64>(1, sequence_pad_multiple(parallel_layout(c, m.num_key_value_heads)));
+  const i64 nmax = planner::kMaxSearchLength / mult;
+  TrainConfig cc = c;
+  auto fits = [&](i64 n) {
+    cc.max_length = n * mult;
+    return plan_fits(cc, m, o, pol);
+  };
+  if (nmax < 1 || !fits(1)) return 0;
+  i64 lo = 1, hi = 2;  // fits(lo); !fits(hi) or hi past the range
+  while (true) {
+    if (hi > nmax) {
+      hi = nmax + 1;
+      break;
+    }
+    if (!fits(hi)) break;
+    lo = hi;
+    hi *= 2;
+  }
+  while (hi - lo > 1) {
+    const i64 mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo * mult;
+}
+
+std::int64_t smallest_sequence_parallel_size(const TrainConfig& c, const HfModelConfig& m, const PlannerOptions& o,
+                                             std::int64_t max_world) {
+  const i64 heads = m.num_attention_heads;
+  const i64 kv = m.num_key_value_heads > 0 ? m.num_key_value_heads : heads;
+  if (heads <= 0) return 0;
+  bool ok = true;
+  const CheckpointPolicy pol = policy_of(c, &ok);
+  const i64 world = std::max<i64>(1, c.nnodes) * resolved_nproc_per_node(c);
+  TrainConfig cc = c;
+  for (i64 sp = 1; sp <= max_world; ++sp) {
+    cc.sequence_parallel_size = sp;
+    cc.ulysses_size = c.ulysses_size > 0 && sp % c.ulysses_size == 0 ? c.ulysses_size : 0;
+    if (world % sp == 0 && world >= sp) {
+      cc.nnodes = c.nnodes, cc.nproc_per_node = c.nproc_per_node, cc.gpu_ids = c.gpu_ids;
+    } else {
+      cc.nnodes = 1, cc.nproc_per_node = sp, cc.gpu_ids.clear();
+    }
+    const ParallelLayout p = parallel_layout(cc, kv);
+    if (heads % p.ulysses != 0 || (kv % p.ulysses != 0 && p.ulysses % kv != 0)) continue;
+    if (p.ring > 1 && ((!c.packing && !c.padding_free) || (c.attn_impl != "auto" && c.attn_impl != "flash_attn")))
+      continue;
+    if (c.max_length % sequence_pad_multiple(p) != 0) continue;
+    if (plan_fits(cc, m, o, pol)) return sp;
+  }
+  return 0;
+}
+
+bool checkpoints_layer(const MemoryPlan& p, std::int64_t layer) {
+  if (layer < 0 || layer >= p.total_layers) return false;
+  if (p.checkpoint_every > 0) return layer % p.checkpoint_every == 0;
+  return layer < p.checkpointed_layers;
+}
+
+std::int64_t host_memory_bytes() {
+  static const i64 bytes = [] {
+    const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && size > 0 ? static_cast<i64>(pages) * static_cast<i64>(size) : i64{0};
+  }();
+  return bytes;
+}
+
+}  // namespace odyssey

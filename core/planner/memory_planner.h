@@ -1,0 +1,120 @@
+// Memory planner: predicts one GPU's peak memory for a TrainConfig on a model shape, term by
+// term (weights, LoRA adapters or full gradients, optimizer states, activations under the
+// checkpointing policy and the sequence-parallel split, attention and loss working sets,
+// communication buffers, CUDA context and allocator margin), and answers "does it fit",
+// "largest max_length that fits" and "smallest sequence_parallel_size that fits".
+//
+// No LibTorch, no Qt, no I/O on the hot path: the GUI calls it on every keystroke and the
+// engine asks it which layers to checkpoint. Every constant and formula is explained in
+// docs/memory-planner.md, with the measurements it rests on.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "config/model_config.h"
+#include "config/train_config.h"
+
+namespace odyssey {
+
+namespace planner {
+inline constexpr std::int64_t kMiB = std::int64_t{1} << 20;
+inline constexpr std::int64_t kGiB = std::int64_t{1} << 30;
+
+// cudaMemGetInfo's total on an H200 (PyTorch 2.11, CUDA 13.0, driver 580): 139.8 GiB.
+inline constexpr std::int64_t kH200MemoryBytes = 150'109'880'320;
+// Device memory outside the caching allocator once the CUDA context, cuBLAS and the SDPA
+// kernels are loaded (measured on an H200, lazy module loading: 734,855,168 bytes).
+inline constexpr std::int64_t kCudaContextBytes = 734'855'168;
+// A LibTorch CPU process before its first tensor (libraries, thread pools); an estimate.
+inline constexpr std::int64_t kCpuRuntimeBytes = 512 * kMiB;
+// NCCL 2.28.9 on 2 × H200 (NVLink), outside the caching allocator: a communicator at init,
+// its ring/tree connections at the first all-reduce, and p2p buffers per peer at the first
+// all-to-all or send/recv. Growth with more peers is assumed linear (not yet measured).
+inline constexpr std::int64_t kNcclCommunicatorBytes = 385'941'504;
+inline constexpr std::int64_t kNcclCollectiveBytes = 497'025'024;
+inline constexpr std::int64_t kNcclP2pPeerBytes = 467'664'896;
+// Share of the allocator's live bytes added for fragmentation (block rounding, cached
+// blocks of the wrong size). The kernels issue calibrates it against OOM boundaries.
+inline constexpr double kFragmentationFraction = 0.05;
+// Gradient all-reduce / reduce-scatter bucket (PyTorch DDP's bucket_cap_mb = 25); two are in
+// flight while backward overlaps communication.
+inline constexpr std::int64_t kGradBucketBytes = 25 * kMiB;
+// Tokens per chunk of the fused linear cross-entropy (logits of a chunk exist at a time).
+inline constexpr std::int64_t kFusedLossChunkTokens = 2048;
+// Block of blockwise 8-bit optimizer states (one fp32 absmax per block, bitsandbytes).
+inline constexpr std::int64_t kQuantBlock = 256;
+// largest_max_length searches up to this many tokens.
+inline constexpr std::int64_t kMaxSearchLength = std::int64_t{1} << 26;
+}  // namespace planner
+
+// What the plan models: Odyssey's engine, or what Hugging Face transformers + PEFT allocate
+// for the same job (unfused ops, PEFT's fp32 casts of adapter inputs, the model output held
+// through backward, bf16 AdamW states for full fine-tuning). The latter is how the planner is
+// checked against measured peaks, and what odyssey-bench compares against.
+enum class PlannerReference { Odyssey, HfPeft };
+
+struct PlannerOptions {
+  std::int64_t gpu_memory_bytes = 0;   // per GPU; 0 = an H200 (planner::kH200MemoryBytes)
+  std::int64_t host_memory_bytes = 0;  // for device cpu; 0 = this machine's RAM
+  double reserve_fraction = 0.0;       // share of the capacity kept out of the plan (0..0.9)
+  std::string auto_device = "cuda";    // how device: auto is planned: cuda or cpu
+  PlannerReference reference = PlannerReference::Odyssey;
+};
+
+struct MemoryItem {
+  std::string name;
+  std::string group;     // runtime, model, gradients, optimizer, activations, loss, communication
+  std::int64_t bytes = 0;
+  std::string detail;    // how the figure is made, for tooltips and the CLI table
+  bool at_peak = true;   // false: a working set of another phase, not live at the peak
+};
+
+struct MemoryPlan {
+  std::vector<MemoryItem> items;        // at_peak items sum to peak_bytes
+  std::int64_t peak_bytes = 0;
+  std::int64_t capacity_bytes = 0;      // device memory (or host RAM per process) less the reserve
+  bool fits = false;
+  std::int64_t checkpointed_layers = 0;
+  std::int64_t total_layers = 0;
+  std::int64_t checkpoint_every = 0;    // 0: the first checkpointed_layers layers; K: 0, K, 2K, …
+  std::string peak_phase;               // loss, backward, optimizer step
+  ParallelLayout layout;
+  std::int64_t tokens_per_gpu = 0;      // batch × max_length / sequence_parallel_size
+  std::string device;                   // cuda|cpu
+  std::int64_t host_bytes = 0;          // per process on the host: offloaded states, activations
+  std::vector<std::string> notes;
+
+  // The peak without the runtime group (context, NCCL, fragmentation): what
+  // torch.cuda.max_memory_allocated() reports for the same job.
+  std::int64_t allocated_bytes() const;
+};
+
+MemoryPlan plan_memory(const TrainConfig& c, const HfModelConfig& m, const PlannerOptions& o = {});
+
+// Largest max_length (a multiple of the sequence-parallel padding multiple) whose plan fits,
+// with activation_checkpointing as configured (auto: the best number of layers); 0 if none.
+std::int64_t largest_max_length(const TrainConfig& c, const HfModelConfig& m,
+                                const PlannerOptions& o = {});
+
+// Smallest sequence_parallel_size ≤ max_world that validate_config would accept for this
+// model (Ulysses degree divides the heads, ring needs packing and flash, max_length a
+// multiple of the padding) and whose plan fits; 0 if none. The process count is kept when it
+// is a multiple of the candidate, else it becomes the candidate (one data-parallel group).
+std::int64_t smallest_sequence_parallel_size(const TrainConfig& c, const HfModelConfig& m,
+                                             const PlannerOptions& o, std::int64_t max_world);
+
+// Whether the engine recomputes `layer` (0-based) under this plan. auto and all checkpoint the
+// first layers: backward reaches them last, so their recomputation never coincides with the
+// stored activations of the layers that are not checkpointed.
+bool checkpoints_layer(const MemoryPlan& p, std::int64_t layer);
+
+std::string format_plan_table(const MemoryPlan& p);  // human table in GiB
+nlohmann::json plan_to_json(const MemoryPlan& p);
+
+// This machine's physical memory (sysconf), read once.
+std::int64_t host_memory_bytes();
+
+}  // namespace odyssey

@@ -1,0 +1,324 @@
+#include "planner/memory_terms.h"
+
+#include <algorithm>
+#include <array>
+
+namespace odyssey::planner_detail {
+namespace {
+
+using i64 = std::int64_t;
+using namespace planner;
+
+i64 ceil_div(i64 a, i64 b) { return b <= 1 ? a : (a + b - 1) / b; }
+
+// The seven projections of a block, in the order of TrainConfig's module names.
+enum Module { Q, K, V, O, Gate, Up, Down, kModules };
+constexpr std::array<const char*, kModules> kModuleNames = {"q_proj",    "k_proj",  "v_proj", "o_proj",
+                                                            "gate_proj", "up_proj", "down_proj"};
+
+unsigned module_mask(const std::vector<std::string>& names) {
+  unsigned mask = 0;
+  for (const auto& n : names) {
+    if (n == "all-linear") return (1u << kModules) - 1;
+    for (std::size_t k = 0; k < kModules; ++k)
+      if (n == kModuleNames[k]) mask |= 1u << k;
+  }
+  return mask;
+}
+
+struct Shape {
+  i64 h, i, L, H, Hkv, d, V, q, kv;
+  i64 in[kModules], out[kModules];
+};
+
+Shape shape_of(const HfModelConfig& m) {
+  Shape s{};
+  s.h = m.hidden_size;
+  s.i = m.intermediate_size;
+  s.L = m.num_hidden_layers;
+  s.H = m.num_attention_heads;
+  s.Hkv = m.num_key_value_heads > 0 ? m.num_key_value_heads : m.num_attention_heads;
+  s.d = m.head_dim > 0 ? m.head_dim : (s.H > 0 ? s.h / s.H : 0);
+  s.V = m.vocab_size;
+  s.q = s.H * s.d;
+  s.kv = s.Hkv * s.d;
+  const i64 in[kModules] = {s.h, s.h, s.h, s.q, s.h, s.h, s.i};
+  const i64 out[kModules] = {s.q, s.kv, s.kv, s.h, s.i, s.i, s.h};
+  std::copy(in, in + kModules, s.in);
+  std::copy(out, out + kModules, s.out);
+  return s;
+}
+
+// Bytes an RMSNorm over `dim` saves per token. Fused: its input and the fp32 1/rms. Unfused
+// (composed ops): the fp32 upcast that pow and mul keep, the 1/rms, and the normalised tensor
+// before the weight when the weight trains.
+i64 norm_bytes(i64 dim, i64 b, bool fused, bool weight_trains) {
+  if (fused) return b * dim + 4;
+  return 4 * dim + 4 + (weight_trains ? b * dim : 0);
+}
+
+}  // namespace
+
+i64 fragmentation_of(i64 allocator_bytes) {
+  return static_cast<i64>(static_cast<double>(allocator_bytes) * kFragmentationFraction);
+}
+
+Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerOptions& o) {
+  Terms t;
+  const Shape s = shape_of(m);
+  if (s.h <= 0 || s.i <= 0 || s.L <= 0 || s.H <= 0 || s.d <= 0 || s.V <= 0) return t;
+  t.valid = true;
+  t.layers = s.L;
+  t.hf = o.reference == PlannerReference::HfPeft;
+  t.cuda = c.device == "cuda" || (c.device != "cpu" && o.auto_device != "cpu");
+  const i64 b = c.torch_dtype == "float32" || (c.torch_dtype == "auto" && !t.cuda) ? 4 : 2;
+  t.act_b = b;
+  t.lora = uses_lora(c);
+  t.fused_requested = c.fused_kernels;
+  t.fused = c.fused_kernels && t.cuda && !t.hf;
+  t.layout = parallel_layout(c, s.Hkv);
+  const ParallelLayout& p = t.layout;
+  const i64 u = std::max<i64>(1, p.ulysses), sp = std::max<i64>(1, p.sp);
+  const i64 batch = std::max<i64>(1, c.per_device_train_batch_size);
+  const i64 seq = std::max<i64>(1, c.max_length);
+  t.tokens = ceil_div(batch * seq, sp);
+  const i64 T = t.tokens;
+  t.procs_per_node = std::max<i64>(1, resolved_nproc_per_node(c));
+
+  // -- capacity and what lives outside the caching allocator
+  const double keep = 1.0 - std::clamp(o.reserve_fraction, 0.0, 0.9);
+  const i64 device_mem = t.cuda ? (o.gpu_memory_bytes > 0 ? o.gpu_memory_bytes : kH200MemoryBytes)
+                                : (o.host_memory_bytes > 0 ? o.host_memory_bytes : host_memory_bytes()) /
+                                      t.procs_per_node;
+  t.capacity = static_cast<i64>(static_cast<double>(device_mem) * keep);
+  t.runtime = t.cuda ? kCudaContextBytes : kCpuRuntimeBytes;
+  if (t.cuda && !t.hf && p.world_size > 1) {
+    t.nccl = kNcclCommunicatorBytes + kNcclCollectiveBytes;  // world: gradient all-reduce
+    if (u > 1) t.nccl += kNcclCommunicatorBytes + (u - 1) * kNcclP2pPeerBytes;
+    if (p.ring > 1) t.nccl += kNcclCommunicatorBytes + std::min<i64>(p.ring - 1, 2) * kNcclP2pPeerBytes;
+    if (p.dp > 1 && sp > 1 && c.zero_stage > 0) t.nccl += kNcclCommunicatorBytes + kNcclCollectiveBytes;
+  }
+
+  // -- parameters, gradients, optimizer
+  const i64 P = m.parameter_count();
+  const i64 embed = s.V * s.h, head = m.tie_word_embeddings ? 0 : s.V * s.h;
+  const i64 per_layer = (P - embed - head - s.h) / s.L;
+  t.params = P;
+  t.weights = P * b;
+  const i64 dp = std::max<i64>(1, p.dp);
+  const i64 gas = std::max<i64>(1, c.gradient_accumulation_steps);
+  t.grads_persistent = gas > 1;
+  const unsigned lmask = t.lora ? module_mask(c.target_modules) : (1u << kModules) - 1;
+  const i64 r = std::max<i64>(1, c.lora_rank);
+  if (t.lora) {
+    // Adapters are fp32 (their own master copy); their grads fp32; AdamW m and v fp32.
+    i64 per_block = 0;
+    for (std::size_t k = 0; k < kModules; ++k)
+      if (lmask & (1u << k)) per_block += r * (s.in[k] + s.out[k]);
+    t.trainable = per_block * s.L;
+    t.adapters = 4 * t.trainable;
+    t.grads_layers = 4 * t.trainable;
+    t.adam = 8 * t.trainable;
+    // Odyssey's AdamW is the fused in-place kernel (at::_fused_adamw_): no temporaries. HF's
+    // foreach AdamW allocates a copy of the states (sqrt of v) during the step.
+    t.step_tmp = t.hf ? 4 * t.trainable : 0;
+  } else {
+    const i64 gb = t.hf ? b : 4;  // Odyssey accumulates fp32 main gradients; HF keeps the param dtype
+    const unsigned gmask = c.use_galore ? module_mask(c.galore_target_modules) : 0u;
+    i64 targeted_block = 0, largest_target = 0, largest_in = 0, largest_out = 0;
+    for (std::size_t k = 0; k < kModules; ++k)
+      if (gmask & (1u << k)) {
+        const i64 mn = s.in[k] * s.out[k];
+        targeted_block += mn;
+        const i64 rk = std::min({c.galore_rank, s.in[k], s.out[k]});
+        const i64 big = std::max(s.in[k], s.out[k]), small = std::min(s.in[k], s.out[k]);
+        // m and v of shape r × max(in, out); the projection r × min(in, out).
+        const i64 states = 2 * rk * big, proj = rk * small;
+        if (gas > 1) t.galore_accum += 4 * rk * big * s.L;  // projected gradient, accumulated
+        if (c.galore_quantization) {
+          t.galore_states += (states + 4 * ceil_div(states, kQuantBlock)) * s.L;  // int8 + absmax
+          t.galore_proj += ceil_div(proj, 2) * s.L;                              // int4
+        } else {
+          t.galore_states += 4 * states * s.L;
+          t.galore_proj += 4 * proj * s.L;
+        }
+        if (mn > largest_target) largest_target = mn, largest_in = s.in[k], largest_out = s.out[k];
+      }
+    t.galore_targeted = targeted_block * s.L;
+    // A backward hook projects each targeted gradient as soon as its layer is done: the update
+    // runs there (gradient_accumulation_steps 1) or the rank-r gradient accumulates; the full
+    // gradients of targeted weights are never all held.
+    t.galore_per_layer = c.use_galore;
+    const i64 untargeted = P - t.galore_targeted;
+    t.trainable = P;
+    t.grads_layers = (per_layer * s.L - (t.galore_per_layer ? t.galore_targeted : 0)) * gb;
+    t.grads_other = (embed + head + s.h) * gb;
+    t.master = t.hf || b == 4 ? 0 : 4 * untargeted;  // GaLore updates its weights in place
+    t.adam = untargeted * (t.hf ? 2 * b : 8);
+    t.step_tmp = t.hf ? untargeted * b : 0;
+    if (c.use_galore) {
+      // The hook holds one layer's bf16 gradients, back-projects the update of the largest
+      // matrix to fp32, and every update_proj_gap steps refreshes the projection: an SVD of
+      // the fp32 gradient (the matrix, U, Vh, S).
+      const i64 k = std::min(largest_in, largest_out);
+      t.layer_grads_tmp = targeted_block * b + 4 * largest_target + 4 * (2 * largest_target + k * k + k);
+    }
+    if (!t.hf) t.layer_grads_tmp += per_layer * b;  // bf16 grads before fp32 accumulation
+  }
+  t.grads_unsharded = t.grads_layers + t.grads_other;
+  if (c.zero_stage >= 1) {
+    t.master = ceil_div(t.master, dp);
+    t.adam = ceil_div(t.adam, dp);
+    t.galore_states = ceil_div(t.galore_states, dp);
+  }
+  if (c.zero_stage >= 2) {
+    t.grads_layers = ceil_div(t.grads_layers, dp);
+    t.grads_other = ceil_div(t.grads_other, dp);
+  }
+  if (c.offload_optimizer && t.cuda) {
+    t.host_optimizer = t.master + t.adam + t.galore_states + t.galore_proj;
+    t.master = t.adam = t.galore_states = t.galore_proj = 0;
+    t.step_tmp = 0;  // the update runs on the CPU
+    if (c.zero_stage >= 2) {
+      t.host_optimizer += t.grads_layers + t.grads_other;
+      t.grads_layers = t.grads_other = 0;
+    }
+  }
+  if (t.cuda && !t.hf && p.world_size > 1) t.grad_buckets = std::min(2 * kGradBucketBytes, t.grads_unsharded);
+
+  // -- activations saved by one block, per local token
+  const i64 kv_heads_gpu = std::max<i64>(1, s.Hkv / u);
+  const i64 kv_eff = u * kv_heads_gpu * s.d;  // K/V heads replicate when ulysses > kv heads
+  const bool full = !t.lora;
+  const double dropout = t.lora ? c.lora_dropout : 0.0;
+  auto needs_shared = [&](Module k) {
+    if (full) return true;
+    if (!(lmask & (1u << k))) return false;
+    const bool own_copy = dropout > 0.0 || (t.hf && b != 4);  // PEFT casts the input to fp32
+    return !own_copy;
+  };
+  i64 per_token = 2 * norm_bytes(s.h, b, t.fused, full);
+  if (m.qk_norm)
+    per_token += t.fused ? b * (s.q + s.kv) + 4 * (s.H + s.Hkv)
+                         : 4 * (s.q + s.kv) + 4 * (s.H + s.Hkv) + (full ? b * (s.q + s.kv) : 0);
+  if (needs_shared(Q) || needs_shared(K) || needs_shared(V)) per_token += b * s.h;
+  if (needs_shared(O) && (u > 1 || t.hf)) per_token += b * s.q;  // else flash's saved output
+  if (needs_shared(Gate) || needs_shared(Up)) per_token += b * s.h;
+  if (needs_shared(Down)) per_token += b * s.i;
+  i64 dropout_tok = 0;
+  if (t.lora)
+    for (std::size_t k = 0; k < kModules; ++k) {
+      if (!(lmask & (1u << k))) continue;
+      const i64 copy_b = t.hf ? 4 : b;
+      if (dropout > 0.0) dropout_tok += (copy_b + 1) * s.in[k];  // dropped copy + bool mask
+      else if (t.hf && b != 4) per_token += 4 * s.in[k];
+      per_token += r * (t.hf ? 4 : b);                            // lora_A output
+    }
+  per_token += dropout_tok;
+  per_token += b * (s.q + 2 * kv_eff) + b * s.q + 4 * s.H;  // q, k, v, output, fp32 LSE
+  per_token += (t.fused ? 2 : 3) * b * s.i;                // gate, up (unfused: silu(gate) too)
+  t.per_token_layer = per_token;
+  t.dropout_per_layer = dropout_tok * T;
+  const bool eager = c.attn_impl == "eager";
+  // Probabilities fp32 + their cast, s² per head; in double, saturated (searches reach 2^26).
+  const double sq =
+      static_cast<double>(batch * (s.H / u) * (b + 4)) * static_cast<double>(seq) * static_cast<double>(seq);
+  const i64 eager_sq = eager ? static_cast<i64>(std::min(sq, 1e17)) : 0;
+  t.layer_full = per_token * T + eager_sq;
+  t.layer_in = b * s.h * T;
+  t.recompute_extra = t.fused ? 0 : t.layer_in;
+  t.offload_acts = c.offload_activations && t.cuda;
+  t.misc = T * (3 * 8 + 2 * 4 * s.d);
+
+  // -- loss: final norm, then logits → cross-entropy, on this GPU's tokens
+  const i64 final_norm = norm_bytes(s.h, b, t.fused, full) * T;
+  if (t.fused) {
+    t.loss_chunk = std::min(T, kFusedLossChunkTokens);
+    t.loss = final_norm + t.loss_chunk * s.V * (4 + b) + T * s.h * b +
+             (full && c.zero_stage >= 2 ? 4 * s.V * s.h : 0);
+  } else {
+    // fp32 log-softmax output + its gradient + the gradient of the logits (12 B/logit); HF
+    // also keeps the model output's logits alive through backward.
+    t.loss = final_norm + 12 * T * s.V + (t.hf ? b * T * s.V : 0) + (full ? b * s.h * T : 0);
+  }
+
+  // -- backward working sets of one layer
+  t.bwd_mlp = T * b * (3 * s.h + (t.fused ? 3 : 4) * s.i);
+  t.bwd_attn = T * (b * (3 * s.h + 2 * s.q + 2 * kv_eff) + 4 * s.q + 4 * s.H) + eager_sq;
+  if (u > 1) t.a2a = T * 2 * b * (s.q + 2 * kv_eff);
+  if (p.ring > 1) {
+    const i64 chunk = T * kv_eff * 2 * b;
+    t.ring = 2 * chunk + 2 * chunk * 4 / b + 4 * T * s.q;
+  }
+  return t;
+}
+
+Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every) {
+  Eval e;
+  const i64 L = t.layers;
+  auto is_ckpt = [&](i64 j) { return every > 0 ? j % every == 0 : j < ckpt; };
+  auto inputs_on_gpu = [&](i64 n) { return t.offload_acts ? std::min<i64>(n, 2) * t.layer_in : n * t.layer_in; };
+  i64 n_ckpt = 0;
+  for (i64 j = 0; j < L; ++j) n_ckpt += is_ckpt(j) ? 1 : 0;
+  e.stored_inputs = inputs_on_gpu(n_ckpt);
+  e.stored_full = (L - n_ckpt) * t.layer_full;
+  e.host_acts = (n_ckpt - (t.offload_acts ? std::min<i64>(n_ckpt, 2) : n_ckpt)) * t.layer_in;
+
+  const i64 fixed_static =
+      t.weights + t.adapters + t.master + t.adam + t.galore_proj + t.galore_states + t.galore_accum;
+  const i64 grads_all = t.grads_layers + t.grads_other;
+
+  // Backward walks the layers from the last; before layer j runs, layers < j still hold their
+  // activations, layers > j have produced their gradients. Track the largest moment.
+  i64 best = -1, ck_below = n_ckpt, full_below = L - n_ckpt;
+  for (i64 j = L - 1; j >= 0; --j) {
+    const bool c = is_ckpt(j);
+    if (c) --ck_below;
+    else --full_below;
+    const i64 grads = t.grads_persistent ? grads_all : t.grads_other + t.grads_layers * (L - 1 - j) / L;
+    const i64 acts_in = inputs_on_gpu(ck_below), acts_full = full_below * t.layer_full;
+    const i64 cur = c ? t.layer_full + t.recompute_extra : t.layer_full;
+    const i64 live = acts_in + acts_full + cur + grads;
+    if (live > best) {
+      best = live;
+      e.bwd_inputs = acts_in + (c ? t.recompute_extra : 0);
+      e.bwd_full = acts_full + (c ? 0 : t.layer_full);
+      e.bwd_recompute = c ? t.layer_full : 0;
+      e.bwd_grads = grads;
+    }
+  }
+  const i64 ws = std::max(t.bwd_mlp, t.bwd_attn + t.a2a + t.ring) + t.layer_grads_tmp;
+  e.phase_bytes[0] = fixed_static + (t.grads_persistent ? grads_all : 0) + t.misc + e.stored_inputs +
+                     e.stored_full + t.loss;
+  e.phase_bytes[1] = fixed_static + t.misc + best + ws + t.grad_buckets;
+  e.phase_bytes[2] = fixed_static + grads_all + t.step_tmp + t.grad_buckets;
+  for (int k = 1; k < 3; ++k)
+    if (e.phase_bytes[k] > e.phase_bytes[e.phase]) e.phase = k;
+  e.fragmentation = fragmentation_of(e.phase_bytes[e.phase]);
+  e.peak = e.phase_bytes[e.phase] + e.fragmentation + t.runtime + t.nccl;
+  return e;
+}
+
+std::int64_t choose_checkpointing(const Terms& t, const CheckpointPolicy& p, std::int64_t* every) {
+  *every = 0;
+  const i64 L = t.layers;
+  switch (p.kind) {
+    case CheckpointPolicy::None: return 0;
+    case CheckpointPolicy::All: return L;
+    case CheckpointPolicy::EveryK: *every = std::max<i64>(1, p.every); return ceil_div(L, *every);
+    case CheckpointPolicy::Auto: break;
+  }
+  // Fewest first layers that fit. The peak falls (nearly) monotonically with more
+  // checkpointed layers, so bisect; the result is checked, and all is the fallback.
+  auto fits = [&](i64 n) { return evaluate(t, n, 0).peak <= t.capacity; };
+  if (fits(0)) return 0;
+  i64 lo = 0, hi = L;  // fits(lo) false; answer in (lo, hi]
+  while (hi - lo > 1) {
+    const i64 mid = lo + (hi - lo) / 2;
+    if (fits(mid)) hi = mid;
+    else lo = mid;
+  }
+  return fits(hi) ? hi : L;
+}
+
+}  // namespace odyssey::planner_detail

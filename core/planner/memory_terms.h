@@ -1,0 +1,96 @@
+// Internal to the planner: the per-GPU byte terms of one configuration, and their sum over
+// the three phases of a training step for a given set of checkpointed layers. Numbers only
+// (no strings), so the searches can evaluate hundreds of plans within a millisecond.
+// docs/memory-planner.md derives every formula.
+#pragma once
+
+#include <cstdint>
+
+#include "config/model_config.h"
+#include "planner/memory_planner.h"
+
+namespace odyssey::planner_detail {
+
+struct Terms {
+  bool valid = false;
+  bool cuda = true;
+  bool hf = false;        // PlannerReference::HfPeft
+  bool lora = true;
+  bool fused = true;      // fused kernels in effect (CUDA, Odyssey, fused_kernels: true)
+  bool fused_requested = true;
+  std::int64_t layers = 0;
+  std::int64_t capacity = 0;
+  std::int64_t act_b = 2;     // bytes of an activation / weight element
+  ParallelLayout layout;
+  std::int64_t tokens = 0;    // per GPU per micro-step
+  std::int64_t procs_per_node = 1;
+
+  // outside the caching allocator
+  std::int64_t runtime = 0;
+  std::int64_t nccl = 0;
+
+  // held for the whole step (GPU part)
+  std::int64_t weights = 0;
+  std::int64_t adapters = 0;
+  std::int64_t master = 0;
+  std::int64_t adam = 0;
+  std::int64_t galore_proj = 0;
+  std::int64_t galore_states = 0;
+  std::int64_t galore_accum = 0;     // rank-r accumulated gradients (gradient accumulation)
+  std::int64_t host_optimizer = 0;  // offloaded states (and ZeRO-2 gradient shard)
+
+  // gradients: created in backward unless accumulated across micro-steps
+  std::int64_t grads_layers = 0;   // all blocks together
+  std::int64_t grads_other = 0;    // embeddings, lm_head, final norm
+  bool grads_persistent = false;
+  std::int64_t grads_unsharded = 0;
+  std::int64_t grad_buckets = 0;
+
+  // activations
+  std::int64_t per_token_layer = 0;  // bytes one layer saves per token (without eager's s²)
+  std::int64_t layer_full = 0;       // one layer's saved activations on this GPU
+  std::int64_t layer_in = 0;         // a checkpointed layer's saved input
+  std::int64_t recompute_extra = 0;  // what the checkpoint still holds while its layer recomputes
+  std::int64_t dropout_per_layer = 0;
+  bool offload_acts = false;
+  std::int64_t misc = 0;             // token ids, labels, positions, rotary tables
+
+  // working sets
+  std::int64_t loss = 0;
+  std::int64_t bwd_mlp = 0;
+  std::int64_t bwd_attn = 0;
+  std::int64_t a2a = 0;
+  std::int64_t ring = 0;
+  std::int64_t layer_grads_tmp = 0;  // one layer's transient gradients (and GaLore's per-layer update)
+  std::int64_t step_tmp = 0;
+
+  // for details
+  std::int64_t params = 0;
+  std::int64_t trainable = 0;
+  std::int64_t galore_targeted = 0;
+  bool galore_per_layer = false;
+  std::int64_t loss_chunk = 0;
+};
+
+Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerOptions& o);
+
+struct Eval {
+  std::int64_t peak = 0;            // with fragmentation and runtime
+  int phase = 0;                    // 0 loss, 1 backward, 2 optimizer step
+  std::int64_t phase_bytes[3] = {0, 0, 0};  // allocator bytes of each phase
+  std::int64_t fragmentation = 0;   // at the peak phase
+  // activations at the loss phase (end of forward) and at the backward peak
+  std::int64_t stored_inputs = 0, stored_full = 0;
+  std::int64_t bwd_inputs = 0, bwd_full = 0, bwd_recompute = 0, bwd_grads = 0;
+  std::int64_t host_acts = 0;
+};
+
+// checkpointed layers: every == 0 → layers [0, ckpt); every == K → layers 0, K, 2K, ….
+Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every);
+std::int64_t fragmentation_of(std::int64_t allocator_bytes);
+
+// The checkpointed-layer count for the configured policy; for auto the fewest first layers
+// whose plan fits (all when none does). `every` receives K for every:K, else 0.
+std::int64_t choose_checkpointing(const Terms& t, const CheckpointPolicy& p, std::int64_t* every);
+
+}  // namespace odyssey::planner_detail
