@@ -12,7 +12,7 @@ std::string torch_runtime_info() {
   o << "LibTorch: " << TORCH_VERSION << '\n';
   const bool cuda = torch::cuda::is_available();
   o << "CUDA available: " << (cuda ? "yes" : "no") << '\n';
-  if (cuda) o << "CUDA devices: " << torch::cuda::device_count() << '\n';
+  if (cuda) o << "CUDA devices: " << static_cast<int>(torch::cuda::device_count()) << '\n';
   o << "CPU threads: " << at::get_num_threads() << '\n';
   return o.str();
 }
