@@ -10,6 +10,10 @@ function(odyssey_warnings target)
   endif()
 endfunction()
 
+# The Python with the pinned reference libraries (transformers, tokenizers, PEFT) that
+# parity tests run to produce oracle data; setup.sh passes the LibTorch venv's python.
+set(ODYSSEY_PYTHON "" CACHE FILEPATH "Python with transformers/tokenizers for parity tests")
+
 # odyssey_add_test(NAME <name> SOURCES <files...> [LIBS <targets...>] [LABELS <labels...>]
 #                  [TIMEOUT <s>])
 # Builds a Qt Test executable and registers it with ctest. Labels: gpu, slow, gui.
@@ -20,7 +24,8 @@ function(odyssey_add_test)
   target_link_libraries(${T_NAME} PRIVATE Qt6::Test ${T_LIBS})
   target_compile_definitions(${T_NAME} PRIVATE
     ODYSSEY_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
-    ODYSSEY_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")
+    ODYSSEY_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data"
+    ODYSSEY_PYTHON="${ODYSSEY_PYTHON}")
   odyssey_warnings(${T_NAME})
   add_test(NAME ${T_NAME} COMMAND ${T_NAME})
   if(NOT T_TIMEOUT)

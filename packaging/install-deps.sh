@@ -9,6 +9,8 @@
 #   ODYSSEY_VENV   where the torch virtual environment lives
 #                  (default: ${XDG_CACHE_HOME:-$HOME/.cache}/odyssey/venv-torch-2.11.0)
 #   ODYSSEY_TORCH  torch version to install (default 2.11.0, the GPU machines' version)
+# The same environment gets the pinned reference libraries (transformers, PEFT,
+# tokenizers, safetensors) that the parity tests use as oracles.
 set -euo pipefail
 
 want_torch=1
@@ -21,6 +23,8 @@ for a in "$@"; do
 done
 
 torch_version=${ODYSSEY_TORCH:-2.11.0}
+# The reference libraries the parity tests compare against (the GPU machines' versions).
+py_reference=(transformers==5.17.0 peft==0.21.0 tokenizers==0.23.3 safetensors==0.8.0 numpy==2.4.6)
 venv=${ODYSSEY_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/odyssey/venv-torch-$torch_version}
 
 debs=(
@@ -53,7 +57,7 @@ else
 fi
 
 if [ "$want_torch" = 1 ]; then
-  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import torch,sys; sys.exit(0 if torch.__version__.split('+')[0]=='$torch_version' else 1)" 2>/dev/null; then
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -W ignore -c "import torch,sys; sys.exit(0 if torch.__version__.split('+')[0]=='$torch_version' else 1)" 2>/dev/null; then
     echo "install-deps: torch $torch_version present in $venv"
   else
     echo "install-deps: installing torch==$torch_version into $venv (a few GB, once)"
@@ -62,5 +66,11 @@ if [ "$want_torch" = 1 ]; then
     "$venv/bin/python" -m pip install -q --upgrade pip
     "$venv/bin/python" -m pip install -q "torch==$torch_version"
   fi
-  "$venv/bin/python" -c "import torch; print('install-deps: LibTorch', torch.__version__, 'at', torch.utils.cmake_prefix_path)"
+  if ! "$venv/bin/python" -m pip install -q --dry-run --no-deps "${py_reference[@]}" 2>/dev/null | grep -q "Would install"; then
+    echo "install-deps: reference libraries present (${py_reference[*]})"
+  else
+    echo "install-deps: installing reference libraries: ${py_reference[*]}"
+    "$venv/bin/python" -m pip install -q "${py_reference[@]}"
+  fi
+  "$venv/bin/python" -W ignore -c "import torch; print('install-deps: LibTorch', torch.__version__, 'at', torch.utils.cmake_prefix_path)"
 fi

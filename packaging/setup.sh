@@ -21,14 +21,14 @@ bash packaging/install-deps.sh
 
 torch_version=${ODYSSEY_TORCH:-2.11.0}
 venv=${ODYSSEY_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/odyssey/venv-torch-$torch_version}
-torch_prefix=$("$venv/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
+torch_prefix=$("$venv/bin/python" -W ignore -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
 jobs=${ODYSSEY_JOBS:-$(nproc)}
 export CCACHE_DIR=${CCACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ccache}
 export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-5G}
 
 configure() {  # configure <build dir> <extra cmake args...>
   local dir=$1; shift
-  cmake -S . -B "$dir" -G Ninja -DCMAKE_PREFIX_PATH="$torch_prefix" "$@" >"$dir.configure.log" 2>&1 || {
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_PREFIX_PATH="$torch_prefix" -DODYSSEY_PYTHON="$venv/bin/python" "$@" >"$dir.configure.log" 2>&1 || {
     cat "$dir.configure.log"; echo "setup: configuring $dir failed" >&2; exit 1; }
 }
 

@@ -5,12 +5,12 @@
 #include "common/text.h"
 #include "config/preset_io.h"
 #include "config/validate.h"
+#ifdef ODYSSEY_HAVE_TORCH
+#include "engine/runtime_info.h"
+#endif
 
 namespace odyssey::cli {
 
-#ifdef ODYSSEY_HAVE_TORCH
-std::string torch_runtime_info();  // torch_info.cpp
-#endif
 
 namespace {
 

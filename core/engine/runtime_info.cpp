@@ -1,11 +1,11 @@
-// The one file of odyssey-train that touches LibTorch in this build: what LibTorch and
-// which CUDA devices the engine sees.
+#include "engine/runtime_info.h"
+
 #include <torch/torch.h>
 
 #include <sstream>
 #include <string>
 
-namespace odyssey::cli {
+namespace odyssey {
 
 std::string torch_runtime_info() {
   std::ostringstream o;
@@ -17,4 +17,4 @@ std::string torch_runtime_info() {
   return o.str();
 }
 
-}  // namespace odyssey::cli
+}  // namespace odyssey
