@@ -66,7 +66,18 @@ if [ "$want_torch" = 1 ]; then
     "$venv/bin/python" -m pip install -q --upgrade pip
     "$venv/bin/python" -m pip install -q "torch==$torch_version"
   fi
-  if ! "$venv/bin/python" -m pip install -q --dry-run --no-deps "${py_reference[@]}" 2>/dev/null | grep -q "Would install"; then
+  if "$venv/bin/python" - "${py_reference[@]}" <<'PY'
+import sys
+from importlib.metadata import PackageNotFoundError, version
+def have(spec):
+    name, want = spec.split("==")
+    try:
+        return version(name) == want
+    except PackageNotFoundError:
+        return False
+sys.exit(0 if all(have(s) for s in sys.argv[1:]) else 1)
+PY
+  then
     echo "install-deps: reference libraries present (${py_reference[*]})"
   else
     echo "install-deps: installing reference libraries: ${py_reference[*]}"
