@@ -74,10 +74,18 @@ Diagnostics validate_config(const LoadedConfig& lc, const HfModelConfig* m) {
   if (c.dataset.empty()) ck.error("dataset", "no training data given; expected one or more JSON/JSONL files");
 
   // -- tuner-specific settings
+  // A setting that does not apply is an error only when it differs from its default: a
+  // complete saved preset (every key written) of a full fine-tune stays valid, while a
+  // LoRA rank the user set and that would be silently ignored is reported.
+  static const TrainConfig defaults;
+  auto differs = [&](const char* k) {
+    const FieldSpec* f = find_field(k);
+    return lc.origin.is_set(k) && f && field_value_text(c, *f) != field_value_text(defaults, *f);
+  };
   const bool lora = uses_lora(c);
   if (!lora) {
     for (const char* k : {"lora_rank", "lora_alpha", "lora_dropout", "use_rslora", "target_modules"})
-      if (lc.origin.is_set(k))
+      if (differs(k))
         ck.error(k, "is a LoRA setting but tuner_type is full; remove it or set tuner_type: lora");
   }
   if (c.use_galore && lora)
@@ -85,7 +93,7 @@ Diagnostics validate_config(const LoadedConfig& lc, const HfModelConfig* m) {
   if (!c.use_galore) {
     for (const char* k : {"galore_quantization", "galore_rank", "galore_update_proj_gap", "galore_scale",
                           "galore_target_modules"})
-      if (lc.origin.is_set(k) && !(std::string(k) == "galore_quantization" && !c.galore_quantization))
+      if (differs(k))
         ck.error(k, "is a GaLore setting but use_galore is false; set use_galore: true or remove it");
   }
   for (const auto& t : c.target_modules)

@@ -107,8 +107,15 @@ class TstValidate : public QObject {
   void loraFieldsOnlyWithLora() {
     auto e = errors(validate_config(parse("tuner_type: full\nlora_rank: 16\n"), nullptr));
     QVERIFY2(contains(e, "v.yaml:4:") && contains(e, "lora_rank: is a LoRA setting"), e.c_str());
-    // defaults of LoRA fields are fine with full
+    // defaults of LoRA fields are fine with full, also when written out (a complete saved preset)
     QVERIFY(errors(validate_config(parse("tuner_type: full\n"), nullptr)).empty());
+    QVERIFY(errors(validate_config(parse("tuner_type: full\nlora_rank: 8\nuse_galore: false\ngalore_rank: 128\n"), nullptr)).empty());
+    TrainConfig full;
+    full.tuner_type = "full";
+    full.model = "m";
+    full.dataset = {"d"};
+    auto saved = load_preset_text(save_preset_text(full), "saved.yaml", "");
+    QVERIFY(errors(validate_config(saved.value, nullptr)).empty());
   }
 
   void optimizerCombinations() {

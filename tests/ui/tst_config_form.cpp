@@ -1,0 +1,277 @@
+// ConfigForm, FieldRow, the pages' special widgets, the dataset scan and the item models.
+#include <QAbstractItemModelTester>
+#include <QCheckBox>
+#include <QComboBox>
+#include <QLabel>
+#include <QTemporaryDir>
+#include <QTest>
+#include <fstream>
+
+#include "advanced_page.h"
+#include "config/swift_bridge.h"
+#include "config/validate.h"
+#include "config_form.h"
+#include "dataset_model.h"
+#include "dataset_scan.h"
+#include "field_row.h"
+#include "plan_items_model.h"
+#include "planner/memory_planner.h"
+#include "settings.h"
+#include "train_page.h"
+
+using namespace odyssey;
+using namespace odyssey::ui;
+
+namespace {
+
+QString preset_path(const char* name) { return QStringLiteral(ODYSSEY_SOURCE_DIR "/presets/") + QLatin1String(name); }
+
+FieldRow* row(QWidget* page, const char* key) {
+  return page->findChild<FieldRow*>(QStringLiteral("field:") + QLatin1String(key));
+}
+
+void write(const QString& path, const std::string& text) {
+  std::ofstream(path.toStdString(), std::ios::binary) << text;
+}
+
+}  // namespace
+
+class TstConfigForm : public QObject {
+  Q_OBJECT
+  QTemporaryDir tmp_;
+
+ private slots:
+  void starts_with_the_quickstart() {
+    ConfigForm form;
+    QCOMPARE(form.config(), load_embedded_quickstart().value.config);
+    QTRY_VERIFY(!form.model_pending());
+    QVERIFY(form.model());
+    QCOMPARE(form.model()->architecture, std::string("Qwen2ForCausalLM"));
+    QVERIFY2(!form.has_errors(), format_all(form.diagnostics()).c_str());
+  }
+
+  // Typing into the pages' fields gives the preset core would write for the same values.
+  void filling_the_form_gives_the_expected_yaml() {
+    ConfigForm form;
+    Settings settings(tmp_.filePath(QStringLiteral("s.ini")));
+    TrainPage train(&form, &settings, nullptr);
+    AdvancedPage adv(&form, nullptr);
+    row(&train, "lora_rank")->set_shown_text(QStringLiteral("32"));
+    row(&train, "learning_rate")->set_shown_text(QStringLiteral("3e-4"));
+    row(&train, "target_modules")->set_shown_text(QStringLiteral("q_proj, v_proj"));
+    row(&train, "output_dir")->set_shown_text(QStringLiteral("runs/my run"));
+    row(&train, "system")->set_shown_text(QStringLiteral("Answer: \"briefly\""));
+    row(&adv, "seed")->set_shown_text(QStringLiteral("7"));
+    row(&adv, "activation_checkpointing")->set_shown_text(QStringLiteral("every:2"));
+    row(&adv, "lr_scheduler_type")->set_shown_text(QStringLiteral("linear"));
+    TrainConfig expect = load_embedded_quickstart().value.config;
+    expect.lora_rank = 32;
+    expect.learning_rate = 3e-4;
+    expect.target_modules = {"q_proj", "v_proj"};
+    expect.output_dir = "runs/my run";
+    expect.system = "Answer: \"briefly\"";
+    expect.seed = 7;
+    expect.activation_checkpointing = "every:2";
+    expect.lr_scheduler_type = "linear";
+    QCOMPARE(form.config(), expect);
+    QCOMPARE(QString::fromStdString(form.preset_text()), QString::fromStdString(save_preset_text(expect, true)));
+    QVERIFY(form.modified());
+  }
+
+  void every_key_has_an_editor() {
+    ConfigForm form;
+    Settings settings(tmp_.filePath(QStringLiteral("s.ini")));
+    TrainPage train(&form, &settings, nullptr);
+    AdvancedPage adv(&form, nullptr);
+    for (const auto& f : train_config_fields()) {
+      const QString name = QStringLiteral("field:") + QString::fromStdString(std::string(f.key));
+      const bool found = train.findChild<FieldRow*>(name) || adv.findChild<FieldRow*>(name);
+      QVERIFY2(found, name.toUtf8().constData());
+    }
+  }
+
+  void every_bundled_preset_fills_the_form_and_round_trips() {
+    const QStringList names = QDir(QStringLiteral(ODYSSEY_SOURCE_DIR "/presets")).entryList({QStringLiteral("*.yaml")});
+    QVERIFY(names.size() >= 5);
+    ConfigForm form;
+    Settings settings(tmp_.filePath(QStringLiteral("s.ini")));
+    TrainPage train(&form, &settings, nullptr);
+    AdvancedPage adv(&form, nullptr);
+    for (const QString& n : names) {
+      const QString path = preset_path(n.toUtf8().constData());
+      auto direct = load_preset_file(path.toStdString());
+      QVERIFY(direct.ok());
+      QVERIFY(!has_errors(form.load_file(path)));
+      QCOMPARE(form.config(), direct.value.config);
+      QVERIFY(!form.modified());
+      // Every editor shows the value: re-committing what each shows changes nothing.
+      for (FieldRow* r : train.findChildren<FieldRow*>() + adv.findChildren<FieldRow*>()) {
+        if (r->key() == "dataset") continue;  // edited through the table
+        r->set_shown_text(r->shown_text());
+        QVERIFY2(form.config() == direct.value.config, (n.toStdString() + ": " + r->key()).c_str());
+      }
+      QCOMPARE(QString::fromStdString(form.preset_text()), QString::fromStdString(save_preset_text(direct.value.config, true)));
+      // Saved beside the original (same folder, so relative paths stay), it loads back equal.
+      const QString copy = QFileInfo(path).absolutePath() + QStringLiteral("/.tst-roundtrip-") + n;
+      QVERIFY(!has_errors(form.save_file(copy)));
+      auto again = load_preset_file(copy.toStdString());
+      QFile::remove(copy);
+      QVERIFY(again.ok());
+      QCOMPARE(again.value.config, direct.value.config);
+    }
+    QCOMPARE(row(&adv, "sequence_parallel_size")->shown_text(), QStringLiteral("2"));  // last: 7b-lora-32k-ulysses
+    QCOMPARE(row(&adv, "gpu_ids")->shown_text(), QStringLiteral("0, 1"));
+    QCOMPARE(row(&train, "lora_rank")->shown_text(), QStringLiteral("16"));
+  }
+
+  void saving_elsewhere_rebases_relative_paths() {
+    ConfigForm form;
+    QVERIFY(!has_errors(form.load_file(preset_path("quickstart.yaml"))));
+    const QString out = tmp_.filePath(QStringLiteral("sub/q.yaml"));
+    QDir().mkpath(tmp_.filePath(QStringLiteral("sub")));
+    QVERIFY(!has_errors(form.save_file(out)));
+    QCOMPARE(form.file(), QFileInfo(out).absoluteFilePath());
+    QTRY_VERIFY(!form.model_pending());
+    QVERIFY2(form.model(), form.model_problem().toUtf8().constData());  // the model is still found
+    auto r = check_config(load_preset_file(out.toStdString()).value, true);
+    QVERIFY2(r.ok(), format_all(r.diagnostics).c_str());
+  }
+
+  void invalid_inputs_show_at_their_field() {
+    ConfigForm form;
+    Settings settings(tmp_.filePath(QStringLiteral("s.ini")));
+    TrainPage train(&form, &settings, nullptr);
+    AdvancedPage adv(&form, nullptr);
+    const TrainConfig before = form.config();
+    FieldRow* lr = row(&train, "learning_rate");
+    lr->set_shown_text(QStringLiteral("fast"));
+    QVERIFY(lr->shows_error());
+    QVERIFY(!lr->problem_text().isEmpty());
+    QCOMPARE(lr->shown_text(), QStringLiteral("fast"));  // the entry stays beside its error
+    QCOMPARE(form.config(), before);
+    lr->set_shown_text(QStringLiteral("0.001"));
+    QVERIFY(!lr->shows_error());
+    // Cross-field: offload without ZeRO is marked at offload_optimizer, not elsewhere.
+    QVERIFY(!has_errors(form.set_text("offload_optimizer", "true")));
+    QVERIFY(row(&adv, "offload_optimizer")->shows_error());
+    QVERIFY(row(&adv, "offload_optimizer")->problem_text().contains(QStringLiteral("zero_stage")));
+    QVERIFY(!row(&adv, "zero_stage")->shows_error());
+    row(&adv, "zero_stage")->set_shown_text(QStringLiteral("1"));
+    QVERIFY(!row(&adv, "offload_optimizer")->problem_text().contains(QStringLiteral("zero_stage")));
+    row(&adv, "device")->set_shown_text(QStringLiteral("cuda"));  // the quickstart runs on the CPU
+    QVERIFY(!row(&adv, "offload_optimizer")->shows_error());
+    // Sequence parallel size against the process count and max_length's padding rule.
+    row(&adv, "sequence_parallel_size")->set_shown_text(QStringLiteral("3"));
+    QVERIFY(row(&adv, "sequence_parallel_size")->shows_error());
+    QVERIFY(form.has_errors());
+  }
+
+  void switching_tuner_stashes_lora_settings() {
+    ConfigForm form;
+    Settings settings(tmp_.filePath(QStringLiteral("s.ini")));
+    TrainPage train(&form, &settings, nullptr);
+    QVERIFY(!has_errors(form.load_file(preset_path("qwen2.5-7b-lora-32k-ulysses.yaml"))));
+    QVERIFY(row(&train, "lora_rank")->editor()->isEnabled());
+    row(&train, "tuner_type")->set_shown_text(QStringLiteral("full"));
+    QVERIFY(!row(&train, "lora_rank")->editor()->isEnabled());
+    QCOMPARE(form.config().lora_rank, TrainConfig{}.lora_rank);
+    QVERIFY2(!form.has_errors(), format_all(form.diagnostics()).c_str());
+    QVERIFY(!QString::fromStdString(form.preset_text()).contains(QStringLiteral("lora_rank")));
+    row(&train, "tuner_type")->set_shown_text(QStringLiteral("lora"));
+    QCOMPARE(form.config().lora_rank, std::int64_t{16});
+    QVERIFY(!form.modified());
+  }
+
+  void ulysses_switch_and_derived_length() {
+    ConfigForm form;
+    AdvancedPage adv(&form, nullptr);
+    QTRY_VERIFY(!form.model_pending());
+    QVERIFY(!adv.ulysses_switch()->isChecked());
+    adv.ulysses_switch()->setChecked(true);
+    QCOMPARE(form.config().sequence_parallel_size, std::int64_t{2});
+    QCOMPARE(form.config().nproc_per_node, std::int64_t{2});
+    QVERIFY(adv.derived()->text().contains(QStringLiteral("128")));  // 256 ÷ 2
+    const std::int64_t kv = form.model()->num_key_value_heads;
+    const auto p = parallel_layout(form.config(), kv);
+    QVERIFY(adv.derived()->text().contains(QStringLiteral("Ulysses <b>%1</b> × ring <b>%2</b>").arg(p.ulysses).arg(p.ring)));
+    adv.split_mode()->setCurrentIndex(1);
+    QCOMPARE(form.config().ulysses_size, p.ulysses);
+    adv.split_mode()->setCurrentIndex(0);
+    QCOMPARE(form.config().ulysses_size, std::int64_t{0});
+    adv.ulysses_switch()->setChecked(false);
+    QCOMPARE(form.config().sequence_parallel_size, std::int64_t{1});
+  }
+
+  void dataset_scan_formats_and_broken_lines() {
+    const QString jl = tmp_.filePath(QStringLiteral("d.jsonl"));
+    write(jl, "{\"messages\": []}\n\n{\"messages\": []}\nnot json\n{\"messages\": []}\n");
+    auto s = scan_dataset(jl.toStdString());
+    QVERIFY(s.ok);
+    QCOMPARE(s.format, std::string("messages"));
+    QCOMPARE(s.samples, std::int64_t{3});
+    QCOMPARE(s.broken, std::int64_t{1});
+    QCOMPARE(s.first_broken_line, std::int64_t{4});
+    const QString js = tmp_.filePath(QStringLiteral("a.json"));
+    write(js, "[{\"instruction\": \"a\", \"output\": \"b\"}, {\"instruction\": \"c\", \"output\": \"d\"}]");
+    s = scan_dataset(js.toStdString());
+    QCOMPARE(s.format, std::string("alpaca"));
+    QCOMPARE(s.samples, std::int64_t{2});
+    QVERIFY(!scan_dataset(tmp_.filePath(QStringLiteral("missing.jsonl")).toStdString()).ok);
+    write(js, "[{\"instruction\": ");
+    QCOMPARE(scan_dataset(js.toStdString()).error, std::string("not valid JSON"));
+  }
+
+  void dataset_model_passes_the_tester_and_edits_the_key() {
+    ConfigForm form;
+    DatasetListModel model(&form);
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    QCOMPARE(model.rowCount(), 1);
+    QTRY_COMPARE(model.pending_scans(), 0);
+    QVERIFY(model.index(0, DatasetListModel::Contents).data().toString().contains(QStringLiteral("2,000 samples")));
+    const QString extra = tmp_.filePath(QStringLiteral("extra.jsonl"));
+    write(extra, "{\"conversations\": []}\n");
+    model.add_files({extra});
+    QCOMPARE(model.rowCount(), 2);
+    QTRY_COMPARE(model.pending_scans(), 0);
+    QVERIFY(model.index(1, DatasetListModel::Contents).data().toString().startsWith(QStringLiteral("sharegpt, 1 sample")));
+    QVERIFY(model.setData(model.index(1, DatasetListModel::Samples), QStringLiteral("#100")));
+    QCOMPARE(form.config().dataset.back(), extra.toStdString() + "#100");
+    QCOMPARE(model.index(1, DatasetListModel::Samples).data().toString(), QStringLiteral("#100"));
+    QVERIFY(!model.setData(model.index(1, DatasetListModel::Samples), QStringLiteral("-3")));
+    model.remove_rows({0});
+    QCOMPARE(model.rowCount(), 1);
+    model.remove_rows({0});
+    QCOMPARE(model.rowCount(), 0);
+    QVERIFY(form.has_errors());  // no training data is an error at "dataset"
+    QVERIFY(!form.diagnostics_for("dataset").empty());
+  }
+
+  void plan_items_model_passes_the_tester() {
+    PlanItemsModel model;
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    auto lc = load_preset_file(preset_path("qwen2.5-7b-lora-32k-ulysses.yaml").toStdString());
+    auto cc = check_config(lc.value, false);
+    QVERIFY(cc.model);
+    const MemoryPlan plan = plan_memory(cc.loaded.config, *cc.model);
+    model.set_plan(plan);
+    QCOMPARE(model.rowCount(), static_cast<int>(plan.items.size()));
+    std::int64_t peak_items = 0;
+    for (const auto& it : plan.items) peak_items += it.at_peak ? 1 : 0;
+    QVERIFY(peak_items > 0);
+    model.clear();
+    QCOMPARE(model.rowCount(), 0);
+  }
+
+  void settings_keep_recent_presets() {
+    Settings s(tmp_.filePath(QStringLiteral("recent.ini")));
+    for (int i = 0; i < Settings::kMaxRecent + 3; ++i) s.add_recent_preset(QStringLiteral("/p/%1.yaml").arg(i));
+    s.add_recent_preset(QStringLiteral("/p/3.yaml"));
+    const QStringList r = s.recent_presets();
+    QCOMPARE(r.size(), Settings::kMaxRecent);
+    QCOMPARE(r.first(), QStringLiteral("/p/3.yaml"));
+    QCOMPARE(r.count(QStringLiteral("/p/3.yaml")), 1);
+  }
+};
+
+QTEST_MAIN(TstConfigForm)
+#include "tst_config_form.moc"

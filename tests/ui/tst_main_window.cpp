@@ -1,0 +1,173 @@
+// The window: presets (open, invalid, drop), the command preview against the real CLI,
+// and the memory planner gauge.
+#include <QDoubleSpinBox>
+#include <QLabel>
+#include <QMimeData>
+#include <QProcess>
+#include <QPushButton>
+#include <QSignalSpy>
+#include <QTabWidget>
+#include <QTemporaryDir>
+#include <QTest>
+#include <QUrl>
+#include <fstream>
+
+#include "command_preview.h"
+#include "config/swift_bridge.h"
+#include "config/validate.h"
+#include "config_form.h"
+#include "main_window.h"
+#include "planner_gauge.h"
+#include "settings.h"
+
+using namespace odyssey;
+using namespace odyssey::ui;
+
+namespace {
+
+QString preset_path(const char* name) { return QStringLiteral(ODYSSEY_SOURCE_DIR "/presets/") + QLatin1String(name); }
+
+#ifdef ODYSSEY_TRAIN_BIN
+// Run odyssey-train to completion without waitFor*: the event loop runs while it works.
+QByteArray run_cli(const QStringList& args, int* exit_code) {
+  QProcess p;
+  p.setProgram(QStringLiteral(ODYSSEY_TRAIN_BIN));
+  p.setArguments(args);
+  QSignalSpy done(&p, &QProcess::finished);
+  p.start();
+  if (!done.wait(30000)) return {};
+  *exit_code = p.exitCode();
+  return p.readAllStandardOutput();
+}
+#endif
+
+}  // namespace
+
+class TstMainWindow : public QObject {
+  Q_OBJECT
+  QTemporaryDir tmp_;
+  std::unique_ptr<MainWindow> w_;
+
+ private slots:
+  void init() { w_ = std::make_unique<MainWindow>(std::make_unique<Settings>(tmp_.filePath(QStringLiteral("s.ini")))); }
+  void cleanup() { w_.reset(); }
+
+  void has_the_pages_and_a_disabled_start() {
+    QVERIFY(w_->tabs()->count() >= 2);
+    QCOMPARE(w_->tabs()->tabText(0).remove(QLatin1Char('&')), QStringLiteral("Train"));
+    QCOMPARE(w_->tabs()->tabText(1).remove(QLatin1Char('&')), QStringLiteral("Advanced"));
+    QVERIFY(!w_->start_button()->isEnabled());
+    QVERIFY(w_->start_button()->toolTip().contains(QStringLiteral("engine")));
+  }
+
+  void invalid_preset_leaves_the_form_and_shows_file_line() {
+    QVERIFY(w_->open_preset(preset_path("qwen2.5-7b-lora-32k-ulysses.yaml")));
+    QVERIFY(w_->settings()->recent_presets().first().endsWith(QStringLiteral("qwen2.5-7b-lora-32k-ulysses.yaml")));
+    const TrainConfig before = w_->form()->config();
+    const QString file_before = w_->form()->file();
+    const QString bad = tmp_.filePath(QStringLiteral("bad.yaml"));
+    std::ofstream(bad.toStdString()) << "model: m\ndataset: [a.jsonl]\n\nlora_rank: many\n";
+    QVERIFY(!w_->open_preset(bad));
+    QCOMPARE(w_->form()->config(), before);
+    QCOMPARE(w_->form()->file(), file_before);
+    QVERIFY(w_->banner()->isVisibleTo(w_.get()));
+    QVERIFY2(w_->banner()->text().contains(QStringLiteral("bad.yaml:4")), w_->banner()->text().toUtf8().constData());
+    QVERIFY(w_->banner()->text().contains(QStringLiteral("lora_rank")));
+    // An unknown key is refused the same way.
+    std::ofstream(bad.toStdString()) << "model: m\nlora_rnak: 8\n";
+    QVERIFY(!w_->open_preset(bad));
+    QVERIFY(w_->banner()->text().contains(QStringLiteral("bad.yaml:2")));
+    QCOMPARE(w_->form()->config(), before);
+  }
+
+  void dropping_a_preset_opens_it() {
+    QMimeData mime;
+    mime.setUrls({QUrl::fromLocalFile(preset_path("qwen2.5-0.5b-full-16k.yaml"))});
+    QVERIFY(MainWindow::acceptable_drop(&mime, nullptr));
+    QVERIFY(w_->handle_drop(&mime));
+    QVERIFY(w_->form()->file().endsWith(QStringLiteral("qwen2.5-0.5b-full-16k.yaml")));
+    QCOMPARE(w_->form()->config().tuner_type, std::string("full"));
+    QMimeData text;
+    text.setUrls({QUrl::fromLocalFile(tmp_.filePath(QStringLiteral("notes.txt")))});
+    QVERIFY(!MainWindow::acceptable_drop(&text, nullptr));
+    QMimeData two;
+    two.setUrls({QUrl::fromLocalFile(preset_path("quickstart.yaml")), QUrl::fromLocalFile(preset_path("quickstart.yaml"))});
+    QVERIFY(!w_->handle_drop(&two));
+  }
+
+  void swift_preview_equals_export_swift() {
+    QVERIFY(w_->open_preset(preset_path("qwen2.5-7b-lora-32k-ulysses.yaml")));
+    QTRY_VERIFY(!w_->form()->model_pending());
+    w_->form()->set_text("max_length", "65536");
+    const auto& lc = w_->form()->loaded();
+    const std::string expect = export_swift_command(resolve_paths(lc, locate_model(lc.config.model, lc.origin.base_dir)));
+    QCOMPARE(w_->commands()->swift_text(), QString::fromStdString(expect));
+    QVERIFY(w_->commands()->odyssey_text().contains(QStringLiteral("--set max_length=65536")));
+  }
+
+#ifdef ODYSSEY_TRAIN_BIN
+  void previews_match_the_real_cli() {
+    QVERIFY(w_->open_preset(preset_path("qwen2.5-7b-lora-32k-ulysses.yaml")));
+    w_->form()->set_text("lora_rank", "64");
+    w_->form()->set_text("output_dir", "\"my runs/x\"");
+    const QString saved = QFileInfo(preset_path("quickstart.yaml")).absolutePath() + QStringLiteral("/.tst-cli-preview.yaml");
+    QVERIFY(w_->save_preset_to(saved));
+    QTRY_VERIFY(!w_->form()->model_pending());
+    int rc = -1;
+    const QByteArray out = run_cli({QStringLiteral("export-swift"), saved}, &rc);
+    QFile::remove(saved);
+    QCOMPARE(rc, 0);
+    QCOMPARE(w_->commands()->swift_text(), QString::fromUtf8(out));
+
+    // The odyssey-train arguments, run as `show`, resolve to the form's config.
+    QVERIFY(w_->open_preset(preset_path("qwen2.5-7b-lora-32k-ulysses.yaml")));
+    QTRY_VERIFY(!w_->form()->model_pending());
+    w_->form()->set_text("max_length", "65536");
+    w_->form()->set_text("gpu_ids", "[0, 1, 2, 3]");
+    w_->form()->set_text("sequence_parallel_size", "4");
+    QStringList args = odyssey_train_arguments(*w_->form(), QStringLiteral("show"));
+    QVERIFY(args.contains(QStringLiteral("max_length=65536")));
+    const QByteArray shown = run_cli(args, &rc);
+    QCOMPARE(rc, 0);
+    auto back = load_preset_text(shown.toStdString(), "show", "");
+    QVERIFY2(back.ok(), format_all(back.diagnostics).c_str());
+    const auto& lc = w_->form()->loaded();
+    QCOMPARE(back.value.config, resolve_paths(lc, locate_model(lc.config.model, lc.origin.base_dir)));
+  }
+#endif
+
+  void gauge_follows_the_form() {
+    QVERIFY(w_->open_preset(preset_path("qwen2.5-7b-lora-32k-ulysses.yaml")));
+    QTRY_VERIFY(w_->gauge()->plan().has_value());
+    PlannerGauge* g = w_->gauge();
+    QVERIFY(g->plan()->fits);
+    const HfModelConfig* m = w_->form()->model();
+    QVERIFY(m);
+    QCOMPARE(g->largest_length(), largest_max_length(w_->form()->config(), *m, g->options()));
+    QVERIFY(g->headline()->text().contains(QStringLiteral("fits")));
+    w_->form()->set_text("max_length", "1048576");
+    QVERIFY(!g->plan()->fits);
+    QVERIFY(g->headline()->text().contains(QStringLiteral("does not fit")));
+    QCOMPARE(g->plan()->peak_bytes, plan_memory(w_->form()->config(), *m, g->options()).peak_bytes);
+    // A smaller GPU: the capacity follows and is remembered.
+    g->capacity()->setValue(40.0);
+    QCOMPARE(g->plan()->capacity_bytes, plan_memory(w_->form()->config(), *m, g->options()).capacity_bytes);
+    QCOMPARE(w_->settings()->gpu_memory_gib(), 40.0);
+  }
+
+  void import_swift_command_fills_the_form() {
+    const Diagnostics d = w_->form()->import_swift(
+        QStringLiteral("NPROC_PER_NODE=2 swift sft --model Qwen/Qwen2.5-7B-Instruct --dataset a.jsonl "
+                       "--sequence_parallel_size 2 --max_length 32768 --tuner_type lora --lora_rank 16"));
+    QVERIFY2(!has_errors(d), format_all(d).c_str());
+    QCOMPARE(w_->form()->config().sequence_parallel_size, std::int64_t{2});
+    QCOMPARE(w_->form()->config().lora_rank, std::int64_t{16});
+    QVERIFY(w_->form()->file().isEmpty());
+    const TrainConfig before = w_->form()->config();
+    QVERIFY(has_errors(w_->form()->import_swift(QStringLiteral("swift infer --model x"))));
+    QCOMPARE(w_->form()->config(), before);
+  }
+};
+
+QTEST_MAIN(TstMainWindow)
+#include "tst_main_window.moc"

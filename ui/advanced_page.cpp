@@ -1,0 +1,152 @@
+#include "advanced_page.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QFormLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLocale>
+#include <QScrollArea>
+#include <QVBoxLayout>
+#include <numeric>
+
+#include "config_form.h"
+#include "field_row.h"
+
+namespace odyssey::ui {
+
+AdvancedPage::AdvancedPage(ConfigForm* form, QWidget* parent) : QWidget(parent), form_(form) {
+  setObjectName(QStringLiteral("advancedPage"));
+  auto* scroll = new QScrollArea(this);
+  scroll->setWidgetResizable(true);
+  scroll->setFrameShape(QFrame::NoFrame);
+  auto* content = new QWidget(scroll);
+  auto* columns = new QHBoxLayout(content);
+  auto* c1 = new QVBoxLayout;
+  c1->addWidget(parallel_group());
+  c1->addWidget(group(tr("Precision and devices"), {"torch_dtype", "seed", "device", "gpu_ids", "nproc_per_node", "nnodes"}));
+  c1->addStretch(1);
+  auto* c2 = new QVBoxLayout;
+  c2->addWidget(group(tr("Kernels and activations"), {"attn_impl", "fused_kernels", "packing", "padding_free",
+                                                       "activation_checkpointing", "offload_activations"}));
+  c2->addWidget(group(tr("Optimizer memory"), {"zero_stage", "offload_optimizer", "use_galore", "galore_quantization",
+                                                "galore_rank", "galore_update_proj_gap", "galore_scale",
+                                                "galore_target_modules"}));
+  c2->addStretch(1);
+  auto* c3 = new QVBoxLayout;
+  c3->addWidget(group(tr("Optimizer and schedule"), {"lr_scheduler_type", "warmup_ratio", "warmup_steps", "weight_decay",
+                                                      "max_grad_norm", "adam_beta1", "adam_beta2", "adam_epsilon"}));
+  c3->addWidget(group(tr("Data handling"), {"truncation_strategy", "split_dataset_ratio", "max_bad_sample_ratio"}));
+  c3->addWidget(group(tr("Logging and checkpoints"), {"logging_steps", "eval_steps", "save_steps", "save_total_limit"}));
+  c3->addStretch(1);
+  columns->addLayout(c1, 1);
+  columns->addLayout(c2, 1);
+  columns->addLayout(c3, 1);
+  scroll->setWidget(content);
+  auto* outer = new QVBoxLayout(this);
+  outer->setContentsMargins(0, 0, 0, 0);
+  outer->addWidget(scroll);
+  connect(form_, &ConfigForm::changed, this, &AdvancedPage::update);
+  connect(form_, &ConfigForm::model_changed, this, &AdvancedPage::update);
+  update();
+}
+
+QWidget* AdvancedPage::group(const QString& title, std::initializer_list<const char*> keys) {
+  auto* g = new QGroupBox(title, this);
+  auto* f = new QFormLayout(g);
+  f->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+  for (const char* k : keys) {
+    FieldRow* r = add_field(f, form_, k);
+    if (std::string_view(k).substr(0, 7) == "galore_") galore_rows_.push_back(r);
+    if (std::string_view(k) == "offload_optimizer") offload_row_ = r;
+  }
+  return g;
+}
+
+QWidget* AdvancedPage::parallel_group() {
+  auto* g = new QGroupBox(tr("Sequence parallelism"), this);
+  auto* f = new QFormLayout(g);
+  f->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+  enable_sp_ = new QCheckBox(tr("Enable Ulysses sequence parallelism"), g);
+  enable_sp_->setObjectName(QStringLiteral("enableUlysses"));
+  enable_sp_->setToolTip(tr("Split every sequence across several GPUs: DeepSpeed-Ulysses all-to-all over attention heads, "
+                            "ring attention for what the heads cannot split.\n\nms-swift: --sequence_parallel_size N"));
+  f->addRow(enable_sp_);
+  connect(enable_sp_, &QCheckBox::toggled, this, [this](bool on) {
+    if (updating_) return;
+    const TrainConfig& c = form_->config();
+    if (on && c.sequence_parallel_size == 1) {
+      if (resolved_nproc_per_node(c) * c.nnodes < 2 && c.gpu_ids.empty()) form_->set_text("nproc_per_node", "2");
+      form_->set_text("sequence_parallel_size", "2");
+    } else if (!on) {
+      form_->set_text("ulysses_size", "auto");
+      form_->set_text("sequence_parallel_size", "1");
+    }
+  });
+  sp_row_ = add_field(f, form_, "sequence_parallel_size");
+  split_ = new QComboBox(g);
+  split_->setObjectName(QStringLiteral("splitMode"));
+  split_->addItems({tr("Automatic: Ulysses = gcd(KV heads, size)"), tr("Explicit Ulysses degree")});
+  split_->setToolTip(FieldRow::tooltip_for(*find_field("ulysses_size")));
+  f->addRow(tr("Ulysses × ring split"), split_);
+  connect(split_, &QComboBox::currentIndexChanged, this, [this](int i) {
+    if (updating_) return;
+    if (i == 0) {
+      form_->set_text("ulysses_size", "auto");
+    } else {
+      const HfModelConfig* m = form_->model();
+      const auto p = parallel_layout(form_->config(), m ? m->num_key_value_heads : 0);
+      form_->set_text("ulysses_size", std::to_string(p.ulysses));
+    }
+  });
+  ulysses_row_ = add_field(f, form_, "ulysses_size");
+  add_field(f, form_, "max_length");
+  derived_ = new QLabel(g);
+  derived_->setObjectName(QStringLiteral("derivedLength"));
+  derived_->setWordWrap(true);
+  derived_->setTextFormat(Qt::RichText);
+  f->addRow(derived_);
+  return g;
+}
+
+QString AdvancedPage::derived_text(const ConfigForm& form) {
+  const TrainConfig& c = form.config();
+  const HfModelConfig* m = form.model();
+  const std::int64_t kv = m ? m->num_key_value_heads : 0;
+  const ParallelLayout p = parallel_layout(c, kv);
+  const QLocale l;
+  auto n = [&](std::int64_t v) { return l.toString(static_cast<qlonglong>(v)); };
+  QStringList lines;
+  const std::int64_t sp = std::max<std::int64_t>(1, c.sequence_parallel_size);
+  const QString per = c.max_length % sp == 0 ? n(c.max_length / sp) : QStringLiteral("≈ ") + n(c.max_length / sp);
+  lines << tr("Per-GPU sequence length: <b>%1</b> tokens (max_length %2 ÷ %3)").arg(per, n(c.max_length), n(sp));
+  QString how;
+  if (c.ulysses_size > 0) how = tr("explicit");
+  else if (kv > 0) how = tr("auto: gcd(%1 KV heads, %2) = %3").arg(kv).arg(sp).arg(std::gcd(kv, sp));
+  else how = tr("auto; the model's KV heads are unknown, so Ulysses = size until it is found");
+  lines << tr("Split: Ulysses <b>%1</b> × ring <b>%2</b> (%3)").arg(p.ulysses).arg(p.ring).arg(how);
+  if (sp > 1) lines << tr("Packed sequences are padded to a multiple of %1.").arg(sequence_pad_multiple(p));
+  if (p.world_size % p.sp == 0)
+    lines << tr("Mesh: %1 processes = %2 data-parallel × %3 sequence-parallel").arg(p.world_size).arg(p.dp).arg(p.sp);
+  else
+    lines << tr("Mesh: %1 processes cannot be split into groups of %2").arg(p.world_size).arg(p.sp);
+  return lines.join(QStringLiteral("<br>"));
+}
+
+void AdvancedPage::update() {
+  updating_ = true;
+  const TrainConfig& c = form_->config();
+  const bool sp_on = c.sequence_parallel_size > 1;
+  enable_sp_->setChecked(sp_on);
+  sp_row_->set_available(sp_on);
+  split_->setEnabled(sp_on);
+  split_->setCurrentIndex(c.ulysses_size > 0 ? 1 : 0);
+  ulysses_row_->set_available(sp_on && c.ulysses_size > 0);
+  for (auto* r : galore_rows_) r->set_available(c.use_galore);
+  if (offload_row_) offload_row_->set_available(c.zero_stage > 0 || c.offload_optimizer);
+  derived_->setText(derived_text(*form_));
+  updating_ = false;
+}
+
+}  // namespace odyssey::ui

@@ -1,0 +1,46 @@
+// AdvancedPage: sequence parallelism (the "Enable Ulysses" switch, its size, the Ulysses ×
+// ring split and the per-GPU sequence length derived live), kernels and memory policy,
+// optimizer memory (ZeRO, GaLore, Q-GaLore), precision, devices and the rest of the keys.
+// Invalid combinations show at their field from validate_config's diagnostics.
+#pragma once
+
+#include <QWidget>
+#include <vector>
+
+class QCheckBox;
+class QComboBox;
+class QLabel;
+
+namespace odyssey::ui {
+
+class ConfigForm;
+class FieldRow;
+
+class AdvancedPage : public QWidget {
+  Q_OBJECT
+ public:
+  AdvancedPage(ConfigForm* form, QWidget* parent);
+  QCheckBox* ulysses_switch() const { return enable_sp_; }
+  QComboBox* split_mode() const { return split_; }
+  QLabel* derived() const { return derived_; }
+
+  // The derived-length text for the form's config and model (also used by tests).
+  static QString derived_text(const ConfigForm& form);
+
+ private:
+  QWidget* parallel_group();
+  QWidget* group(const QString& title, std::initializer_list<const char*> keys);
+  void update();
+
+  ConfigForm* form_;
+  QCheckBox* enable_sp_ = nullptr;
+  QComboBox* split_ = nullptr;
+  QLabel* derived_ = nullptr;
+  FieldRow* sp_row_ = nullptr;
+  FieldRow* ulysses_row_ = nullptr;
+  std::vector<FieldRow*> galore_rows_;
+  FieldRow* offload_row_ = nullptr;
+  bool updating_ = false;
+};
+
+}  // namespace odyssey::ui

@@ -1,0 +1,233 @@
+#include "config_form.h"
+
+#include <QFileInfo>
+#include <array>
+#include <filesystem>
+
+#include "async.h"
+#include "config/swift_bridge.h"
+#include "config/validate.h"
+
+namespace odyssey::ui {
+namespace fs = std::filesystem;
+namespace {
+
+// Keys that mean something only while another key enables them. Switching the enabling
+// key off in the window stashes their values and returns them to the defaults, so the
+// saved preset never carries a LoRA setting for a full fine-tune (an error for the CLI);
+// switching it back on restores them.
+constexpr std::array<const char*, 5> kLoraKeys{"lora_rank", "lora_alpha", "lora_dropout", "use_rslora",
+                                               "target_modules"};
+constexpr std::array<const char*, 5> kGaloreKeys{"galore_quantization", "galore_rank", "galore_update_proj_gap",
+                                                 "galore_scale", "galore_target_modules"};
+
+const TrainConfig& defaults() {
+  static const TrainConfig d;
+  return d;
+}
+
+std::string text_of(const TrainConfig& c, std::string_view key) {
+  const FieldSpec* f = find_field(key);
+  return f ? field_value_text(c, *f) : std::string();
+}
+
+// `p` relative to `from_dir` made relative to `to_dir` when it exists there.
+std::string rebase(const std::string& p, const std::string& from_dir, const std::string& to_dir) {
+  if (p.empty() || fs::path(p).is_absolute() || from_dir.empty()) return p;
+  std::error_code ec;
+  const fs::path abs = fs::weakly_canonical(fs::path(from_dir) / p, ec);
+  if (ec || !fs::exists(abs, ec)) return p;
+  const fs::path rel = fs::proximate(abs, fs::weakly_canonical(to_dir, ec), ec);
+  return ec ? abs.string() : rel.generic_string();
+}
+
+}  // namespace
+
+ConfigForm::ConfigForm(QObject* parent) : QObject(parent) {
+  auto q = load_embedded_quickstart();
+  if (q.ok()) current_ = q.value;  // the embedded default always parses (tested in core)
+  baseline_ = current_.config;
+  baseline_origin_ = current_.origin;
+  revalidate();
+  start_model_lookup();
+}
+
+std::string ConfigForm::value_text(std::string_view key) const { return text_of(current_.config, key); }
+
+void ConfigForm::mark_set(const std::string& key) {
+  const std::string now = value_text(key);
+  auto b = baseline_origin_.keys.find(key);
+  if (now == text_of(defaults(), key))
+    current_.origin.keys.erase(key);  // at its default: as if not written (saving leaves it out)
+  else if (b != baseline_origin_.keys.end() && now == text_of(baseline_, key))
+    current_.origin.keys[key] = b->second;  // back to the file's value: the file's line again
+  else
+    current_.origin.keys[key] = SourcePos{};
+}
+
+void ConfigForm::stash_dependents(const std::string& key, const TrainConfig& before) {
+  auto move = [&](const auto& keys, bool on) {
+    for (const char* k : keys) {
+      if (!on) {
+        stash_[k] = text_of(before, k);
+        set_field_from_text(current_.config, k, text_of(defaults(), k), {});
+      } else if (auto it = stash_.find(k); it != stash_.end()) {
+        set_field_from_text(current_.config, k, it->second, {});
+        stash_.erase(it);
+      }
+      edit_errors_.erase(k);
+      mark_set(k);
+    }
+  };
+  if (key == "tuner_type" && uses_lora(before) != uses_lora(current_.config))
+    move(kLoraKeys, uses_lora(current_.config));
+  if (key == "use_galore" && before.use_galore != current_.config.use_galore)
+    move(kGaloreKeys, current_.config.use_galore);
+}
+
+Diagnostics ConfigForm::set_text(const std::string& key, const std::string& yaml_value) {
+  const TrainConfig before = current_.config;
+  Diagnostics d = set_field_from_text(current_.config, key, yaml_value, SourcePos{});
+  if (odyssey::has_errors(d)) {
+    edit_errors_[key] = d;
+    revalidate();
+    return d;
+  }
+  const bool had_error = edit_errors_.erase(key) > 0;
+  if (current_.config == before) {
+    if (had_error) revalidate();
+    return d;
+  }
+  mark_set(key);
+  stash_dependents(key, before);
+  revalidate();
+  if (key == "model") start_model_lookup();
+  emit changed();
+  emit file_changed();
+  return d;
+}
+
+Diagnostics ConfigForm::load_file(const QString& path) {
+  auto r = load_preset_file(path.toStdString());
+  if (!r.ok()) return r.diagnostics;
+  load(std::move(r.value), QFileInfo(path).absoluteFilePath());
+  return r.diagnostics;
+}
+
+Diagnostics ConfigForm::import_swift(const QString& command_text) {
+  auto r = import_swift_command(command_text.toStdString());
+  if (!r.ok()) return r.diagnostics;
+  load(std::move(r.value), QString());
+  return r.diagnostics;
+}
+
+void ConfigForm::load(LoadedConfig lc, const QString& file) {
+  current_ = std::move(lc);
+  baseline_ = current_.config;
+  baseline_origin_ = current_.origin;
+  file_ = file;
+  edit_errors_.clear();
+  stash_.clear();
+  revalidate();
+  start_model_lookup();
+  emit reloaded();
+  emit changed();
+  emit file_changed();
+}
+
+Diagnostics ConfigForm::save_file(const QString& path) {
+  const std::string to_dir = QFileInfo(path).absolutePath().toStdString();
+  TrainConfig c = current_.config;
+  const std::string& from_dir = current_.origin.base_dir;
+  if (!from_dir.empty() && fs::path(from_dir) != fs::path(to_dir)) {
+    c.model = rebase(c.model, from_dir, to_dir);
+    for (auto* list : {&c.dataset, &c.val_dataset})
+      for (auto& spec : *list) {
+        DatasetSpec ds;
+        if (!parse_dataset_spec(spec, &ds, nullptr)) continue;
+        spec = rebase(ds.path, from_dir, to_dir) + (ds.samples > 0 ? "#" + std::to_string(ds.samples) : "");
+      }
+  }
+  Diagnostics d = save_preset_file(c, path.toStdString(), true);
+  if (odyssey::has_errors(d)) return d;
+  // Read it back: positions for diagnostics, and proof the file loads to the same config.
+  auto r = load_preset_file(path.toStdString());
+  if (!r.ok()) return r.diagnostics;
+  load(std::move(r.value), QFileInfo(path).absoluteFilePath());
+  return {};
+}
+
+Diagnostics ConfigForm::diagnostics_for(std::string_view key) const {
+  Diagnostics out;
+  for (const auto& d : diagnostics_)
+    if (d.key == key) out.push_back(d);
+  return out;
+}
+
+bool ConfigForm::has_errors() const { return odyssey::has_errors(diagnostics_); }
+
+void ConfigForm::start_model_lookup() {
+  const std::string model = current_.config.model;
+  const std::string base = current_.origin.base_dir;
+  const std::string what = model + '\n' + base;
+  if (what == looked_up_model_) return;  // same model, same folder: the lookup stands
+  looked_up_model_ = what;
+  const int gen = ++model_generation_;
+  model_pending_ = true;
+  model_problem_.clear();
+  emit model_changed();
+  run_off_gui_thread(
+      this,
+      [model, base]() {
+        ModelLookup r;
+        if (model.empty()) return r;
+        r.location = locate_model(model, base);
+        if (r.location.source != ModelLocation::NotFound) r.config = load_located_model_config(r.location);
+        return r;
+      },
+      [this, gen](ModelLookup r) { apply_model_lookup(gen, r); });
+}
+
+void ConfigForm::apply_model_lookup(int generation, const ModelLookup& r) {
+  if (generation != model_generation_) return;  // the model changed since: stale
+  model_pending_ = false;
+  location_ = r.location;
+  model_.reset();
+  model_diagnostics_.clear();
+  const std::string& m = current_.config.model;
+  if (m.empty()) {
+    model_problem_ = tr("No model chosen.");
+  } else if (r.location.source == ModelLocation::NotFound) {
+    model_problem_ = tr("No directory with config.json at \"%1\" (relative paths resolve against %2), and no such "
+                        "id in the Hugging Face or ModelScope cache.")
+                         .arg(QString::fromStdString(m),
+                              current_.origin.base_dir.empty() ? tr("the current directory")
+                                                               : QString::fromStdString(current_.origin.base_dir));
+  } else if (!r.config.ok()) {
+    model_problem_ = QString::fromStdString(format_all(r.config.diagnostics));
+  } else {
+    model_ = r.config.value;
+    model_problem_.clear();
+  }
+  if (!model_problem_.isEmpty() && !m.empty()) {
+    Diagnostic d;
+    d.severity = Severity::Warning;
+    d.key = "model";
+    d.message = model_problem_.toStdString() + " The head checks and the memory plan need its config.json.";
+    model_diagnostics_.push_back(d);
+  }
+  revalidate();
+  emit model_changed();
+}
+
+void ConfigForm::revalidate() {
+  Diagnostics all;
+  for (const auto& [key, d] : edit_errors_) all.insert(all.end(), d.begin(), d.end());
+  all.insert(all.end(), model_diagnostics_.begin(), model_diagnostics_.end());
+  Diagnostics v = validate_config(current_, model());
+  all.insert(all.end(), v.begin(), v.end());
+  diagnostics_ = std::move(all);
+  emit diagnostics_changed();
+}
+
+}  // namespace odyssey::ui

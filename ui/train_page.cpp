@@ -1,0 +1,153 @@
+#include "train_page.h"
+
+#include <QFileDialog>
+#include <QFormLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QItemSelectionModel>
+#include <QLabel>
+#include <QPushButton>
+#include <QScrollArea>
+#include <QTableView>
+#include <QVBoxLayout>
+
+#include "config_form.h"
+#include "dataset_model.h"
+#include "field_row.h"
+#include "model_picker.h"
+#include "settings.h"
+
+namespace odyssey::ui {
+
+TrainPage::TrainPage(ConfigForm* form, Settings* settings, QWidget* parent)
+    : QWidget(parent), form_(form), settings_(settings) {
+  setObjectName(QStringLiteral("trainPage"));
+  auto* scroll = new QScrollArea(this);
+  scroll->setWidgetResizable(true);
+  scroll->setFrameShape(QFrame::NoFrame);
+  auto* content = new QWidget(scroll);
+  auto* columns = new QHBoxLayout(content);
+  auto* left = new QVBoxLayout;
+  left->addWidget(model_group());
+  left->addWidget(data_group());
+  left->addStretch(1);
+  auto* right = new QVBoxLayout;
+  right->addWidget(training_group());
+  right->addStretch(1);
+  columns->addLayout(left, 3);
+  columns->addLayout(right, 2);
+  scroll->setWidget(content);
+  auto* outer = new QVBoxLayout(this);
+  outer->setContentsMargins(0, 0, 0, 0);
+  outer->addWidget(scroll);
+  connect(form_, &ConfigForm::changed, this, &TrainPage::update_availability);
+  update_availability();
+}
+
+QWidget* TrainPage::model_group() {
+  auto* g = new QGroupBox(tr("Model"), this);
+  auto* f = new QFormLayout(g);
+  f->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+  add_field(f, form_, "description");
+  picker_ = new ModelPicker(form_, settings_, g);
+  auto* label = new QLabel(FieldRow::label_for("model"), g);
+  label->setToolTip(FieldRow::tooltip_for(*find_field("model")));
+  f->addRow(label, picker_);
+  add_field(f, form_, "template");
+  add_field(f, form_, "system");
+  return g;
+}
+
+QWidget* TrainPage::data_group() {
+  auto* g = new QGroupBox(tr("Training data"), this);
+  auto* v = new QVBoxLayout(g);
+  datasets_ = new DatasetListModel(form_, this);
+  table_ = new QTableView(g);
+  table_->setObjectName(QStringLiteral("datasetTable"));
+  table_->setModel(datasets_);
+  table_->setSelectionBehavior(QAbstractItemView::SelectRows);
+  table_->verticalHeader()->hide();
+  table_->horizontalHeader()->setSectionResizeMode(DatasetListModel::File, QHeaderView::Stretch);
+  table_->horizontalHeader()->setSectionResizeMode(DatasetListModel::Samples, QHeaderView::ResizeToContents);
+  table_->horizontalHeader()->setSectionResizeMode(DatasetListModel::Contents, QHeaderView::ResizeToContents);
+  table_->setEditTriggers(QAbstractItemView::DoubleClicked | QAbstractItemView::EditKeyPressed |
+                          QAbstractItemView::SelectedClicked);
+  table_->setToolTip(FieldRow::tooltip_for(*find_field("dataset")) +
+                     tr("\n\nDouble-click \"Use\" to draw N samples (path#N)."));
+  table_->setMinimumHeight(110);
+  table_->setMaximumHeight(240);
+  v->addWidget(table_);
+  auto* dataset_row = new FieldRow(form_, "dataset", g);  // shows the key's diagnostics
+  dataset_row->show_problem_only();
+  v->addWidget(dataset_row);
+  auto* buttons = new QHBoxLayout;
+  auto* add = new QPushButton(tr("Add files…"), g);
+  auto* remove = new QPushButton(tr("Remove"), g);
+  remove->setEnabled(false);
+  connect(add, &QPushButton::clicked, this, &TrainPage::add_datasets);
+  connect(remove, &QPushButton::clicked, this, [this] {
+    std::vector<int> rows;
+    for (const auto& i : table_->selectionModel()->selectedRows()) rows.push_back(i.row());
+    datasets_->remove_rows(rows);
+  });
+  connect(table_->selectionModel(), &QItemSelectionModel::selectionChanged, remove,
+          [this, remove] { remove->setEnabled(table_->selectionModel()->hasSelection()); });
+  connect(datasets_, &QAbstractItemModel::modelReset, remove, [remove] { remove->setEnabled(false); });
+  buttons->addWidget(add);
+  buttons->addWidget(remove);
+  buttons->addStretch(1);
+  v->addLayout(buttons);
+  auto* f = new QFormLayout;
+  add_field(f, form_, "val_dataset");
+  add_field(f, form_, "max_length");
+  v->addLayout(f);
+  return g;
+}
+
+QWidget* TrainPage::training_group() {
+  auto* g = new QGroupBox(tr("Training"), this);
+  auto* f = new QFormLayout(g);
+  f->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+  add_field(f, form_, "tuner_type");
+  for (const char* k : {"lora_rank", "lora_alpha", "lora_dropout", "target_modules", "use_rslora"})
+    lora_rows_.push_back(add_field(f, form_, k));
+  add_field(f, form_, "learning_rate");
+  epochs_ = add_field(f, form_, "num_train_epochs");
+  add_field(f, form_, "max_steps");
+  add_field(f, form_, "per_device_train_batch_size");
+  add_field(f, form_, "gradient_accumulation_steps");
+  auto* out = new QWidget(g);
+  auto* h = new QHBoxLayout(out);
+  h->setContentsMargins(0, 0, 0, 0);
+  auto* out_row = new FieldRow(form_, "output_dir", out);
+  auto* browse = new QPushButton(tr("Browse…"), out);
+  connect(browse, &QPushButton::clicked, this, [this, out_row] {
+    const QString d = QFileDialog::getExistingDirectory(this, tr("Output folder"), settings_->last_dir(QStringLiteral("output")));
+    if (d.isEmpty()) return;
+    settings_->set_last_dir(QStringLiteral("output"), d);
+    out_row->set_shown_text(d);
+  });
+  h->addWidget(out_row, 1);
+  h->addWidget(browse, 0, Qt::AlignTop);
+  auto* label = new QLabel(FieldRow::label_for("output_dir"), g);
+  label->setToolTip(FieldRow::tooltip_for(*find_field("output_dir")));
+  f->addRow(label, out);
+  return g;
+}
+
+void TrainPage::add_datasets() {
+  const QStringList files = QFileDialog::getOpenFileNames(this, tr("Training files"), settings_->last_dir(QStringLiteral("dataset")),
+                                                          tr("JSON Lines or JSON (*.jsonl *.json);;All files (*)"));
+  if (files.isEmpty()) return;
+  settings_->set_last_dir(QStringLiteral("dataset"), QFileInfo(files.first()).absolutePath());
+  datasets_->add_files(files);
+}
+
+void TrainPage::update_availability() {
+  const bool lora = uses_lora(form_->config());
+  for (auto* r : lora_rows_) r->set_available(lora);
+  epochs_->set_available(form_->config().max_steps < 0);
+}
+
+}  // namespace odyssey::ui
