@@ -1,0 +1,382 @@
+#include "chart_panel.h"
+
+#include <QFile>
+#include <QFileDialog>
+#include <QMenu>
+#include <QTextStream>
+#include <QVBoxLayout>
+#include <qcustomplot.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace odyssey::ui {
+
+namespace {
+const QColor kMarkColor(0xd3, 0x2f, 0x2f);
+const QColor kPalette[] = {QColor(0x1f, 0x77, 0xb4), QColor(0xff, 0x7f, 0x0e), QColor(0x2c, 0xa0, 0x2c),
+                           QColor(0x94, 0x67, 0xbd), QColor(0x8c, 0x56, 0x4b), QColor(0xe3, 0x77, 0xc2),
+                           QColor(0x7f, 0x7f, 0x7f), QColor(0x17, 0xbe, 0xcf)};
+
+QPen penFor(QColor c, ChartPanel::Style s) {
+  QPen p(c, s == ChartPanel::Style::Emphasis ? 2.5 : 2.0);
+  if (s == ChartPanel::Style::Dashed) p.setStyle(Qt::DashLine);
+  if (s == ChartPanel::Style::Thin) {
+    c.setAlpha(110);
+    p = QPen(c, 1.0);
+  }
+  return p;
+}
+}  // namespace
+
+ChartPanel::ChartPanel(const QString& title, const QString& y_label, QWidget* parent)
+    : QWidget(parent), title_(title) {
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(0, 0, 0, 0);
+  plot_ = new QCustomPlot(this);
+  layout->addWidget(plot_);
+  setMinimumSize(320, 200);
+  plot_->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+  // Wide antialiased polylines of thousands of points cost seconds per replot in Qt's
+  // raster engine; drawn as one fast polyline they cost milliseconds.
+  plot_->setPlottingHint(QCP::phFastPolylines, true);
+  plot_->setNoAntialiasingOnDrag(true);
+  plot_->plotLayout()->insertRow(0);
+  auto* t = new QCPTextElement(plot_, title, QFont(font().family(), font().pointSize() + 1, QFont::Bold));
+  plot_->plotLayout()->addElement(0, 0, t);
+  plot_->xAxis->setLabel(tr("step"));
+  plot_->yAxis->setLabel(y_label);
+  plot_->legend->setVisible(true);
+  plot_->legend->setFont(QFont(font().family(), std::max(7, font().pointSize() - 1)));
+  plot_->legend->setBrush(QColor(255, 255, 255, 200));
+  plot_->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+
+  empty_label_ = new QCPItemText(plot_);
+  empty_label_->position->setType(QCPItemPosition::ptAxisRectRatio);
+  empty_label_->position->setCoords(0.5, 0.5);
+  empty_label_->setText(tr("waiting for the first step…"));
+  empty_label_->setColor(Qt::gray);
+
+  hover_line_ = new QCPItemStraightLine(plot_);
+  hover_line_->setPen(QPen(QColor(0, 0, 0, 90), 1, Qt::DotLine));
+  hover_line_->setVisible(false);
+  hover_label_ = new QCPItemText(plot_);
+  hover_label_->position->setType(QCPItemPosition::ptAxisRectRatio);
+  hover_label_->position->setCoords(0.01, 0.02);
+  hover_label_->setPositionAlignment(Qt::AlignLeft | Qt::AlignTop);
+  hover_label_->setTextAlignment(Qt::AlignLeft);
+  hover_label_->setBrush(QColor(255, 255, 255, 220));
+  hover_label_->setPadding(QMargins(4, 2, 4, 2));
+  hover_label_->setVisible(false);
+
+  connect(plot_, &QCustomPlot::mouseMove, this, &ChartPanel::onMouseMove);
+  connect(plot_, &QCustomPlot::mousePress, this, [this] { follow_ = false; });
+  connect(plot_, &QCustomPlot::mouseWheel, this, [this] { follow_ = false; });
+  connect(plot_, &QCustomPlot::mouseDoubleClick, this, [this] { resetView(); });
+  connect(plot_->yAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), this, [this] { placeMarks(); });
+  plot_->setContextMenuPolicy(Qt::CustomContextMenu);
+  connect(plot_, &QWidget::customContextMenuRequested, this, &ChartPanel::showContextMenu);
+}
+
+ChartPanel::Bound& ChartPanel::bind(const QString& name, const QString& label, QColor color, Style style) {
+  QCPGraph* g = plot_->addGraph();
+  g->setName(label);
+  g->setPen(penFor(color, style));
+  if (style == Style::Dots) {
+    g->setLineStyle(QCPGraph::lsLine);
+    g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, color, 6));
+  }
+  bound_.push_back(Bound{name, g, nullptr, {}, 0});
+  return bound_.back();
+}
+
+void ChartPanel::addSeries(const QString& name, const QString& label, QColor color, Style style) {
+  bind(name, label, color, style);
+}
+
+void ChartPanel::addFamily(const QString& prefix, const QString& label_prefix, Style style) {
+  families_.push_back(Family{prefix, label_prefix, style});
+}
+
+QColor ChartPanel::colorFor(const QString& suffix) {
+  auto it = suffix_colors_.find(suffix);
+  if (it != suffix_colors_.end()) return it->second;
+  const QColor c = kPalette[suffix_colors_.size() % std::size(kPalette)];
+  suffix_colors_.emplace(suffix, c);
+  return c;
+}
+
+void ChartPanel::setLogScale(bool on) {
+  log_ = on;
+  plot_->yAxis->setScaleType(on ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
+  if (on)
+    plot_->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
+  else
+    plot_->yAxis->setTicker(QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
+  follow_ = true;
+  plot_->replot();
+}
+
+void ChartPanel::setReferenceLine(double y, const QString& label) {
+  ref_y_ = y;
+  if (!ref_line_) {
+    ref_line_ = new QCPItemStraightLine(plot_);
+    ref_line_->setPen(QPen(QColor(0x55, 0x55, 0x55), 1.5, Qt::DashDotLine));
+    ref_label_ = new QCPItemText(plot_);
+    ref_label_->setPositionAlignment(Qt::AlignLeft | Qt::AlignBottom);  // the legend sits top right
+    ref_label_->setColor(QColor(0x55, 0x55, 0x55));
+  }
+  ref_line_->setVisible(y > 0);
+  ref_label_->setVisible(y > 0);
+  ref_line_->point1->setCoords(0, y);
+  ref_line_->point2->setCoords(1, y);
+  ref_label_->position->setTypeX(QCPItemPosition::ptAxisRectRatio);
+  ref_label_->position->setTypeY(QCPItemPosition::ptPlotCoords);
+  ref_label_->position->setCoords(0.01, y);
+  ref_label_->setText(label);
+  plot_->replot();
+}
+
+void ChartPanel::setEmptyText(const QString& text) { empty_label_->setText(text); }
+
+void ChartPanel::refresh(const SeriesStore& store) {
+  bool changed = false;
+  if (store.epoch() != epoch_) {  // the run restarted or another run was attached
+    epoch_ = store.epoch();
+    for (auto it = bound_.begin(); it != bound_.end();) {
+      if (it->marks) plot_->removeGraph(it->marks);
+      it->marks = nullptr;
+      it->mark_points.clear();
+      it->version = 0;
+      if (it->graph) it->graph->data()->clear();
+      const bool from_family = std::any_of(families_.begin(), families_.end(),
+                                           [&](const Family& f) { return it->series.startsWith(f.prefix); });
+      if (from_family) {
+        plot_->removeGraph(it->graph);
+        it = bound_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    follow_ = true;
+    changed = true;
+  }
+  for (const Family& f : families_) {
+    for (auto it = store.all().lower_bound(f.prefix); it != store.all().end() && it->first.startsWith(f.prefix); ++it) {
+      const bool known = std::any_of(bound_.begin(), bound_.end(), [&](const Bound& b) { return b.series == it->first; });
+      if (known) continue;
+      const QString suffix = it->first.mid(f.prefix.size());
+      bind(it->first, f.label_prefix + suffix, colorFor(suffix), f.style);
+    }
+  }
+  for (Bound& b : bound_) {
+    const SeriesStore::Entry* e = store.find(b.series);
+    if (!e || e->version == b.version || !b.graph) continue;
+    b.version = e->version;
+    const SeriesBuffer& buf = e->buffer;
+    b.graph->setData(QVector<double>(buf.xs().begin(), buf.xs().end()),
+                     QVector<double>(buf.ys().begin(), buf.ys().end()), true);
+    // Denser than the pixels: a 1 px pen looks the same and rasterises several times
+    // faster (the cost of a replot is the pixels a wide pen covers).
+    QPen pen = b.graph->pen();
+    const bool dense = buf.size() > static_cast<std::size_t>(std::max(200, plot_->axisRect()->width()));
+    if (dense && pen.widthF() > 1.0 && pen.widthF() < 2.5) {
+      pen.setWidthF(1.0);
+      b.graph->setPen(pen);
+    }
+    if (!buf.marks().empty() && !b.marks) {
+      b.marks = plot_->addGraph();
+      b.marks->setLineStyle(QCPGraph::lsNone);
+      b.marks->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssTriangleInverted, kMarkColor, kMarkColor, 9));
+      b.marks->setName(b.graph->name() + tr(" NaN/Inf"));
+    }
+    b.mark_points = buf.marks();
+    changed = true;
+  }
+  if (!changed) return;
+  bool any = false;
+  for (const Bound& b : bound_)
+    if (const auto* e = store.find(b.series); e && !e->buffer.empty()) any = true;
+  empty_label_->setVisible(!any);
+  // A legend of one line says nothing the title does not; marks always get explained.
+  int legend_items = 0;
+  for (const Bound& b : bound_) legend_items += (b.graph ? 1 : 0) + (b.marks ? 1 : 0);
+  plot_->legend->setVisible(legend_items > 1);
+  if (follow_) updateRanges(store);
+  placeMarks();
+  plot_->replot();
+}
+
+void ChartPanel::updateRanges(const SeriesStore& store) {
+  double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
+  for (const Bound& b : bound_) {
+    const SeriesStore::Entry* e = store.find(b.series);
+    if (!e) continue;
+    const SeriesBuffer& buf = e->buffer;
+    for (const auto& m : buf.marks()) x0 = std::min(x0, m.x), x1 = std::max(x1, m.x);
+    if (buf.size() == 0) continue;
+    x0 = std::min(x0, buf.min_x());
+    x1 = std::max(x1, buf.max_x());
+    const double lo = log_ ? buf.min_positive_y() : buf.min_y();
+    if (!log_ || lo > 0) y0 = std::min(y0, lo);
+    y1 = std::max(y1, buf.max_y());
+  }
+  // Room above the reference line for its label.
+  if (ref_y_ > 0) y1 = std::max(y1, ref_y_ * 1.08), y0 = std::min(y0, ref_y_);
+  if (!std::isfinite(x0)) return;
+  if (x1 <= x0) x1 = x0 + 1;
+  plot_->xAxis->setRange(x0, x1);
+  if (!std::isfinite(y0) || !std::isfinite(y1)) return;
+  if (log_) {
+    plot_->yAxis->setRange(y0 / 1.3, std::max(y1, y0 * 1.01) * 1.3);
+  } else {
+    const double pad = y1 > y0 ? (y1 - y0) * 0.06 : std::max(std::abs(y0) * 0.1, 1e-12);
+    // Quantities that cannot be negative start at 0 when that wastes little space.
+    const double bottom = (y0 >= 0 && y0 < (y1 - y0) * 0.5) ? 0 : y0 - pad;
+    plot_->yAxis->setRange(bottom, y1 + pad);
+  }
+}
+
+void ChartPanel::placeMarks() {
+  // Marks sit just inside the visible edge whatever the zoom, so they stay in view:
+  // NaN and +inf at the top, -inf at the bottom.
+  const QCPRange r = plot_->yAxis->range();
+  const bool log_ok = log_ && r.lower > 0;
+  const double top = log_ok ? r.upper / std::pow(r.upper / r.lower, 0.03) : r.upper - r.size() * 0.03;
+  const double bottom = log_ok ? r.lower * std::pow(r.upper / r.lower, 0.03) : r.lower + r.size() * 0.03;
+  for (const Bound& b : bound_) {
+    if (!b.marks) continue;
+    QVector<double> keys, values;
+    keys.reserve(static_cast<qsizetype>(b.mark_points.size()));
+    values.reserve(keys.capacity());
+    for (const auto& m : b.mark_points) {
+      keys.push_back(m.x);
+      values.push_back(m.kind == NonFinite::NegInf ? bottom : top);
+    }
+    b.marks->setData(keys, values, true);
+  }
+}
+
+void ChartPanel::resetView() {
+  follow_ = true;
+  for (Bound& b : bound_) b.version = 0;  // force a full refresh at the next tick
+  plot_->rescaleAxes();
+  placeMarks();
+  plot_->replot();
+}
+
+namespace {
+QString markName(NonFinite k) {
+  switch (k) {
+    case NonFinite::NaN: return QStringLiteral("NaN");
+    case NonFinite::PosInf: return QStringLiteral("+inf");
+    case NonFinite::NegInf: return QStringLiteral("-inf");
+  }
+  return {};
+}
+}  // namespace
+
+void ChartPanel::hoverAt(double key) {
+  QStringList lines;
+  double shown_key = key;
+  bool first = true;
+  const double tolerance = std::abs(plot_->xAxis->pixelToCoord(6) - plot_->xAxis->pixelToCoord(0));
+  for (const Bound& b : bound_) {
+    if (!b.graph || b.graph->data()->isEmpty()) continue;
+    auto it = b.graph->data()->findBegin(key, true);
+    if (it != b.graph->data()->constEnd()) {
+      auto next = it + 1;
+      if (next != b.graph->data()->constEnd() && std::abs(next->key - key) < std::abs(it->key - key)) it = next;
+      if (first) shown_key = it->key, first = false;
+      lines << QStringLiteral("%1: %2").arg(b.graph->name(), QString::number(it->value, 'g', 5));
+    }
+    for (const auto& m : b.mark_points)
+      if (std::abs(m.x - key) <= std::max(tolerance, 0.5))
+        lines << QStringLiteral("%1: %2 at step %3").arg(b.graph->name(), markName(m.kind)).arg(m.x);
+  }
+  if (lines.isEmpty()) {
+    hover_label_->setVisible(false);
+    hover_line_->setVisible(false);
+  } else {
+    lines.prepend(tr("step %1").arg(shown_key));
+    hover_label_->setText(lines.join(QLatin1Char('\n')));
+    hover_label_->setVisible(true);
+    hover_line_->point1->setCoords(shown_key, 0);
+    hover_line_->point2->setCoords(shown_key, 1);
+    hover_line_->setVisible(true);
+  }
+  plot_->replot(QCustomPlot::rpQueuedReplot);
+}
+
+QString ChartPanel::hoverText() const { return hover_label_->visible() ? hover_label_->text() : QString(); }
+
+void ChartPanel::onMouseMove(QMouseEvent* e) {
+  if (!plot_->axisRect()->rect().contains(e->pos())) {
+    hover_label_->setVisible(false);
+    hover_line_->setVisible(false);
+    plot_->replot(QCustomPlot::rpQueuedReplot);
+    return;
+  }
+  hoverAt(plot_->xAxis->pixelToCoord(e->pos().x()));
+}
+
+void ChartPanel::showContextMenu(const QPoint& pos) {
+  auto* menu = new QMenu(this);
+  menu->setAttribute(Qt::WA_DeleteOnClose);
+  menu->addAction(tr("Reset view"), this, [this] { resetView(); });
+  QAction* log = menu->addAction(tr("Logarithmic scale"), this, [this](bool on) { setLogScale(on); });
+  log->setCheckable(true);
+  log->setChecked(log_);
+  menu->addSeparator();
+  auto ask = [this](const QString& filter, const QString& suffix, auto save) {
+    auto* dlg = new QFileDialog(this, tr("Export %1").arg(title_), QString(), filter);
+    dlg->setAcceptMode(QFileDialog::AcceptSave);
+    dlg->setDefaultSuffix(suffix);
+    dlg->setAttribute(Qt::WA_DeleteOnClose);
+    connect(dlg, &QFileDialog::fileSelected, this, save);
+    dlg->open();  // asynchronous: no nested event loop
+  };
+  menu->addAction(tr("Export PNG…"), this, [this, ask] { ask(tr("PNG image (*.png)"), "png", [this](const QString& f) { exportPng(f); }); });
+  menu->addAction(tr("Export CSV…"), this, [this, ask] { ask(tr("CSV (*.csv)"), "csv", [this](const QString& f) { exportCsv(f); }); });
+  menu->popup(plot_->mapToGlobal(pos));
+}
+
+bool ChartPanel::exportPng(const QString& path, int width, int height) {
+  return plot_->savePng(path, width, height);
+}
+
+bool ChartPanel::exportCsv(const QString& path) const {
+  QFile f(path);
+  if (!f.open(QIODevice::WriteOnly | QIODevice::Truncate | QIODevice::Text)) return false;
+  QTextStream out(&f);
+  out << "series,step,value\n";
+  for (const Bound& b : bound_) {
+    if (!b.graph) continue;
+    const QString name = b.series;
+    // Held points in step order, non-finite ones merged in where they occurred.
+    auto marks = b.mark_points;
+    std::size_t mi = 0;
+    for (auto it = b.graph->data()->constBegin(); it != b.graph->data()->constEnd(); ++it) {
+      for (; mi < marks.size() && marks[mi].x < it->key; ++mi)
+        out << name << ',' << marks[mi].x << ',' << markName(marks[mi].kind) << '\n';
+      out << name << ',' << it->key << ',' << QString::number(it->value, 'g', 9) << '\n';
+    }
+    for (; mi < marks.size(); ++mi) out << name << ',' << marks[mi].x << ',' << markName(marks[mi].kind) << '\n';
+  }
+  return out.status() == QTextStream::Ok;
+}
+
+int ChartPanel::pointCount(const QString& series) const {
+  for (const Bound& b : bound_)
+    if (b.series == series && b.graph) return b.graph->data()->size();
+  return -1;
+}
+
+int ChartPanel::markerCount(const QString& series) const {
+  for (const Bound& b : bound_)
+    if (b.series == series) return b.marks ? b.marks->data()->size() : 0;
+  return -1;
+}
+
+}  // namespace odyssey::ui

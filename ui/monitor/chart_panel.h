@@ -1,0 +1,98 @@
+// ChartPanel: one live chart (QCustomPlot) drawn from SeriesStore buffers. Graphs are
+// declared by exact series name or by name prefix (one graph per rank or per collective,
+// created as the series appear). Non-finite points are drawn as markers on the axis edge
+// (NaN and +inf at the top, -inf at the bottom) so they are seen, never dropped.
+// Zoom/pan with the mouse; any interaction stops following the run, double-click resumes.
+#pragma once
+
+#include <QColor>
+#include <QPointer>
+#include <QString>
+#include <QWidget>
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "series_store.h"
+
+class QCustomPlot;
+class QCPGraph;
+class QCPItemText;
+class QCPItemStraightLine;
+class QMouseEvent;
+
+namespace odyssey::ui {
+
+class ChartPanel : public QWidget {
+  Q_OBJECT
+ public:
+  // Emphasis: a smooth curve drawn wide even when dense (cheap: it covers few pixels).
+  enum class Style { Line, Dashed, Thin, Dots, Emphasis };
+
+  ChartPanel(const QString& title, const QString& y_label, QWidget* parent = nullptr);
+
+  // A graph of the series `name` (legend: `label`).
+  void addSeries(const QString& name, const QString& label, QColor color, Style style = Style::Line);
+  // A graph for every series whose name starts with `prefix`; its legend is
+  // `label_prefix` + the rest of the name. Series sharing that rest share a colour.
+  void addFamily(const QString& prefix, const QString& label_prefix, Style style = Style::Line);
+
+  void setLogScale(bool on);
+  bool logScale() const { return log_; }
+  // A horizontal reference line (e.g. the link's measured bandwidth); <= 0 hides it.
+  void setReferenceLine(double y, const QString& label);
+  void setEmptyText(const QString& text);
+
+  // Brings the graphs up to date with `store` (only changed series are copied) and
+  // replots when anything changed.
+  void refresh(const SeriesStore& store);
+  void resetView();
+
+  bool exportPng(const QString& path, int width = 1200, int height = 700);
+  bool exportCsv(const QString& path) const;
+
+  QCustomPlot* plot() const { return plot_; }
+  // Test hooks: points drawn for `series` and non-finite markers shown for it.
+  int pointCount(const QString& series) const;
+  int markerCount(const QString& series) const;
+  QString hoverText() const;
+  void hoverAt(double key);  // what a mouse move over `key` shows
+
+ private:
+  struct Bound {
+    QString series;
+    QPointer<QCPGraph> graph;
+    QPointer<QCPGraph> marks;  // created when the series has non-finite points
+    std::vector<NonFiniteMark> mark_points;
+    std::uint64_t version = 0;
+  };
+  struct Family {
+    QString prefix, label_prefix;
+    Style style;
+  };
+
+  Bound& bind(const QString& name, const QString& label, QColor color, Style style);
+  QColor colorFor(const QString& suffix);
+  void updateRanges(const SeriesStore& store);
+  void placeMarks();
+  void onMouseMove(QMouseEvent* e);
+  void showContextMenu(const QPoint& pos);
+
+  QCustomPlot* plot_ = nullptr;
+  QCPItemText* empty_label_ = nullptr;
+  QCPItemText* hover_label_ = nullptr;
+  QCPItemStraightLine* hover_line_ = nullptr;
+  QCPItemStraightLine* ref_line_ = nullptr;
+  QCPItemText* ref_label_ = nullptr;
+  double ref_y_ = 0;
+  std::vector<Bound> bound_;
+  std::vector<Family> families_;
+  std::map<QString, QColor> suffix_colors_;
+  std::uint64_t epoch_ = 0;
+  bool log_ = false;
+  bool follow_ = true;
+  QString title_;
+};
+
+}  // namespace odyssey::ui

@@ -1,0 +1,76 @@
+#include "log_view.h"
+
+#include <QFontDatabase>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPlainTextEdit>
+#include <QScrollBar>
+#include <QVBoxLayout>
+
+namespace odyssey::ui {
+
+LogView::LogView(QWidget* parent, int max_lines) : QWidget(parent), max_lines_(max_lines) {
+  auto* layout = new QVBoxLayout(this);
+  auto* bar = new QHBoxLayout;
+  source_ = new QLabel(this);
+  filter_edit_ = new QLineEdit(this);
+  filter_edit_->setPlaceholderText(tr("Filter (text, case-insensitive)"));
+  filter_edit_->setClearButtonEnabled(true);
+  bar->addWidget(source_, 1);
+  bar->addWidget(filter_edit_, 1);
+  layout->addLayout(bar);
+  text_ = new QPlainTextEdit(this);
+  text_->setReadOnly(true);
+  text_->setLineWrapMode(QPlainTextEdit::NoWrap);
+  text_->setMaximumBlockCount(max_lines_);  // the widget itself stays bounded too
+  text_->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
+  layout->addWidget(text_);
+  connect(filter_edit_, &QLineEdit::textChanged, this, &LogView::setFilter);
+}
+
+void LogView::setSource(const QString& text) { source_->setText(text); }
+
+bool LogView::matches(const QString& line) const {
+  return filter_.isEmpty() || line.contains(filter_, Qt::CaseInsensitive);
+}
+
+void LogView::appendLines(const QStringList& lines) {
+  if (lines.isEmpty()) return;
+  for (const QString& l : lines) lines_.push_back(l);
+  while (static_cast<int>(lines_.size()) > max_lines_) lines_.pop_front();
+  QStringList shown;
+  for (const QString& l : lines)
+    if (matches(l)) shown << l;
+  if (shown.isEmpty()) return;
+  // Follow the end only when the user is already there (reading older lines is not
+  // interrupted by new ones).
+  QScrollBar* sb = text_->verticalScrollBar();
+  const bool at_end = sb->value() >= sb->maximum() - 2;
+  text_->appendPlainText(shown.join(QLatin1Char('\n')));
+  if (at_end) sb->setValue(sb->maximum());
+}
+
+void LogView::clear() {
+  lines_.clear();
+  text_->clear();
+}
+
+void LogView::setFilter(const QString& text) {
+  if (text == filter_) return;
+  filter_ = text;
+  if (filter_edit_->text() != text) filter_edit_->setText(text);
+  rerender();
+}
+
+void LogView::rerender() {
+  QStringList shown;
+  for (const QString& l : lines_)
+    if (matches(l)) shown << l;
+  text_->setPlainText(shown.join(QLatin1Char('\n')));
+  text_->verticalScrollBar()->setValue(text_->verticalScrollBar()->maximum());
+}
+
+QString LogView::visibleText() const { return text_->toPlainText(); }
+
+}  // namespace odyssey::ui

@@ -1,0 +1,40 @@
+// LogView: the tail of a rank's log, bounded (a week-long run's log must not grow the
+// window), with a filter box. Lines are held once in a ring; the filter re-renders them.
+#pragma once
+
+#include <QStringList>
+#include <QWidget>
+
+#include <deque>
+
+class QLineEdit;
+class QPlainTextEdit;
+class QLabel;
+
+namespace odyssey::ui {
+
+class LogView : public QWidget {
+  Q_OBJECT
+ public:
+  explicit LogView(QWidget* parent = nullptr, int max_lines = 5000);
+
+  void appendLines(const QStringList& lines);
+  void clear();
+  void setSource(const QString& text);  // e.g. "logs/rank-0.log"
+  void setFilter(const QString& text);
+  QString visibleText() const;
+  int lineCount() const { return static_cast<int>(lines_.size()); }
+
+ private:
+  bool matches(const QString& line) const;
+  void rerender();
+
+  int max_lines_;
+  std::deque<QString> lines_;
+  QString filter_;
+  QLineEdit* filter_edit_ = nullptr;
+  QPlainTextEdit* text_ = nullptr;
+  QLabel* source_ = nullptr;
+};
+
+}  // namespace odyssey::ui

@@ -1,0 +1,277 @@
+#include "monitor_page.h"
+
+#include <QCheckBox>
+#include <QDoubleSpinBox>
+#include <QFileDialog>
+#include <QGridLayout>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QItemSelectionModel>
+#include <QLabel>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSplitter>
+#include <QTabWidget>
+#include <QTableView>
+#include <QVBoxLayout>
+
+#include "chart_panel.h"
+#include "compare_view.h"
+#include "log_view.h"
+#include "run_scanner.h"
+#include "run_watcher.h"
+#include "runs_model.h"
+
+namespace odyssey::ui {
+
+namespace {
+void registerTypes() {
+  static const bool once = [] {
+    qRegisterMetaType<WatchBatch>();
+    qRegisterMetaType<RunSummary>();
+    qRegisterMetaType<std::vector<RunSummary>>();
+    return true;
+  }();
+  (void)once;
+}
+const QColor kBlue(0x1f, 0x77, 0xb4), kOrange(0xff, 0x7f, 0x0e), kGreen(0x2c, 0xa0, 0x2c), kPurple(0x94, 0x67, 0xbd);
+}  // namespace
+
+MonitorPage::MonitorPage(QWidget* parent) : QWidget(parent) {
+  registerTypes();
+  buildUi();
+  redraw_timer_.setSingleShot(true);
+  redraw_timer_.setInterval(40);
+  connect(&redraw_timer_, &QTimer::timeout, this, &MonitorPage::redraw);
+
+  io_thread_.setObjectName(QStringLiteral("monitor-io"));
+  scanner_ = new RunScanner;
+  scanner_->moveToThread(&io_thread_);
+  connect(&io_thread_, &QThread::started, scanner_, &RunScanner::start);
+  // Objects living on the io thread are deleted there, when it finishes (their timers
+  // belong to that thread).
+  connect(&io_thread_, &QThread::finished, scanner_, &QObject::deleteLater);
+  connect(scanner_, &RunScanner::scanned, this, &MonitorPage::onScanned, Qt::QueuedConnection);
+  io_thread_.start();
+}
+
+MonitorPage::~MonitorPage() {
+  if (watcher_) watcher_->cancel();
+  io_thread_.quit();
+  io_thread_.wait();  // at teardown only: the io thread finishes its current poll
+}
+
+void MonitorPage::buildUi() {
+  auto* outer = new QVBoxLayout(this);
+  auto* split = new QSplitter(Qt::Horizontal, this);
+  outer->addWidget(split);
+
+  // Left: the runs of the output root.
+  auto* left = new QWidget(split);
+  auto* ll = new QVBoxLayout(left);
+  ll->setContentsMargins(0, 0, 0, 0);
+  root_label_ = new QLabel(tr("No output folder set."), left);
+  root_label_->setWordWrap(true);
+  runs_model_ = new RunsModel(this);
+  runs_view_ = new QTableView(left);
+  runs_view_->setModel(runs_model_);
+  runs_view_->setSelectionBehavior(QAbstractItemView::SelectRows);
+  runs_view_->setSelectionMode(QAbstractItemView::ExtendedSelection);
+  runs_view_->verticalHeader()->setVisible(false);
+  runs_view_->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+  runs_view_->horizontalHeader()->setStretchLastSection(true);
+  auto* open = new QPushButton(tr("Open run directory…"), left);
+  auto* cmp = new QPushButton(tr("Compare selected"), left);
+  cmp->setToolTip(tr("Overlay the loss curves of the selected runs and diff their configs"));
+  auto* buttons = new QHBoxLayout;
+  buttons->addWidget(open);
+  buttons->addWidget(cmp);
+  ll->addWidget(root_label_);
+  ll->addWidget(runs_view_, 1);
+  ll->addLayout(buttons);
+  connect(open, &QPushButton::clicked, this, &MonitorPage::openRunDialog);
+  connect(runs_view_, &QTableView::activated, this,
+          [this](const QModelIndex& i) { attachRunDirectory(i.data(RunsModel::PathRole).toString()); });
+  connect(cmp, &QPushButton::clicked, this, [this] {
+    QStringList dirs;
+    for (const QModelIndex& i : runs_view_->selectionModel()->selectedRows())
+      dirs << i.data(RunsModel::PathRole).toString();
+    if (!dirs.isEmpty()) compareRuns(dirs);
+  });
+
+  // Right: the attached run.
+  auto* right = new QWidget(split);
+  auto* rl = new QVBoxLayout(right);
+  rl->setContentsMargins(0, 0, 0, 0);
+  auto* head = new QHBoxLayout;
+  title_ = new QLabel(tr("No run attached. Double-click a run, or open a run directory."), right);
+  QFont tf = title_->font();
+  tf.setBold(true);
+  tf.setPointSize(tf.pointSize() + 2);
+  title_->setFont(tf);
+  title_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  state_label_ = new QLabel(right);
+  head->addWidget(title_, 1);
+  head->addWidget(state_label_);
+  rl->addLayout(head);
+  banner_ = new QLabel(right);
+  banner_->setWordWrap(true);
+  banner_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  banner_->setStyleSheet(QStringLiteral("QLabel{background:#fdecea;color:#611a15;border:1px solid #e57373;"
+                                        "border-radius:4px;padding:6px;}"));
+  banner_->hide();
+  rl->addWidget(banner_);
+  messages_label_ = new QLabel(right);
+  messages_label_->setWordWrap(true);
+  messages_label_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  messages_label_->setStyleSheet(QStringLiteral("QLabel{background:#fff8e1;color:#5d4200;border:1px solid #ffd54f;"
+                                                "border-radius:4px;padding:4px;}"));
+  messages_label_->hide();
+  rl->addWidget(messages_label_);
+  auto* prog = new QHBoxLayout;
+  progress_bar_ = new QProgressBar(right);
+  progress_bar_->setRange(0, 1000);
+  progress_bar_->setValue(0);
+  progress_bar_->setTextVisible(false);
+  progress_label_ = new QLabel(right);
+  prog->addWidget(progress_bar_, 2);
+  prog->addWidget(progress_label_, 3);
+  rl->addLayout(prog);
+
+  tabs_ = new QTabWidget(right);
+  auto* charts = new QWidget(tabs_);
+  auto* cl = new QVBoxLayout(charts);
+  auto* tools = new QHBoxLayout;
+  log_scale_ = new QCheckBox(tr("Log-scale loss"), charts);
+  link_spin_ = new QDoubleSpinBox(charts);
+  link_spin_->setRange(0, 10000);
+  link_spin_->setDecimals(0);
+  link_spin_->setSuffix(tr(" GB/s"));
+  link_spin_->setSpecialValueText(tr("off"));
+  link_spin_->setToolTip(tr("The link's measured bus bandwidth, drawn as a reference line "
+                            "(two H200 over NVLink: all-to-all about 240-330 GB/s)"));
+  tools->addWidget(log_scale_);
+  tools->addSpacing(16);
+  tools->addWidget(new QLabel(tr("Link reference:"), charts));
+  tools->addWidget(link_spin_);
+  tools->addStretch(1);
+  tools->addWidget(new QLabel(tr("Drag to pan, wheel to zoom, double-click to follow, right-click to export"), charts));
+  cl->addLayout(tools);
+  auto* grid = new QGridLayout;
+  loss_ = new ChartPanel(tr("Loss"), tr("loss"), charts);
+  loss_->addSeries(QStringLiteral("loss"), tr("train (raw)"), kBlue, ChartPanel::Style::Thin);
+  loss_->addSeries(QStringLiteral("loss_ema"), tr("train (EMA 0.9)"), kBlue, ChartPanel::Style::Emphasis);
+  loss_->addSeries(QStringLiteral("eval_loss"), tr("eval"), kOrange, ChartPanel::Style::Dots);
+  lr_ = new ChartPanel(tr("Learning rate"), tr("lr"), charts);
+  lr_->addSeries(QStringLiteral("lr"), tr("lr"), kGreen);
+  tokens_ = new ChartPanel(tr("Throughput"), tr("tokens/s (all ranks)"), charts);
+  tokens_->addSeries(QStringLiteral("tokens_per_s"), tr("tokens/s"), kPurple);
+  grad_ = new ChartPanel(tr("Gradient norm (before clipping)"), tr("norm"), charts);
+  grad_->addSeries(QStringLiteral("grad_norm"), tr("grad norm"), kOrange);
+  vram_ = new ChartPanel(tr("GPU memory per rank"), tr("GiB"), charts);
+  vram_->addFamily(QStringLiteral("vram_peak/"), tr("peak "));
+  vram_->addFamily(QStringLiteral("vram_reserved/"), tr("reserved "), ChartPanel::Style::Dashed);
+  busbw_ = new ChartPanel(tr("Collective bus bandwidth"), tr("GB/s (nccl-tests busbw)"), charts);
+  busbw_->addFamily(QStringLiteral("busbw/"), QString());
+  ChartPanel* order[] = {loss_, lr_, tokens_, grad_, vram_, busbw_};
+  for (int i = 0; i < 6; ++i) grid->addWidget(order[i], i / 2, i % 2);
+  cl->addLayout(grid, 1);
+  tabs_->addTab(charts, tr("Charts"));
+  log_ = new LogView(tabs_);
+  tabs_->addTab(log_, tr("Log"));
+  compare_ = new CompareView(tabs_);
+  tabs_->addTab(compare_, tr("Compare"));
+  rl->addWidget(tabs_, 1);
+  split->addWidget(left);
+  split->addWidget(right);
+  split->setStretchFactor(0, 1);
+  split->setStretchFactor(1, 4);
+  split->setSizes({480, 1120});  // the runs list shows id, state and step without scrolling
+
+  connect(log_scale_, &QCheckBox::toggled, loss_, &ChartPanel::setLogScale);
+  connect(link_spin_, qOverload<double>(&QDoubleSpinBox::valueChanged), this, &MonitorPage::setLinkBandwidth);
+}
+
+ChartPanel* MonitorPage::chart(const QString& id) const {
+  if (id == QLatin1String("loss")) return loss_;
+  if (id == QLatin1String("lr")) return lr_;
+  if (id == QLatin1String("tokens")) return tokens_;
+  if (id == QLatin1String("grad")) return grad_;
+  if (id == QLatin1String("vram")) return vram_;
+  if (id == QLatin1String("busbw")) return busbw_;
+  return nullptr;
+}
+
+void MonitorPage::setLinkBandwidth(double gb_per_s) {
+  link_gbps_ = gb_per_s;
+  if (link_spin_->value() != gb_per_s) link_spin_->setValue(gb_per_s);
+  busbw_->setReferenceLine(gb_per_s, tr("link measured %1 GB/s").arg(gb_per_s, 0, 'f', 0));
+}
+
+void MonitorPage::setOutputRoot(const QString& root) {
+  root_ = root;
+  root_label_->setText(tr("Runs in %1").arg(root));
+  const quint64 gen = ++scan_generation_;
+  QMetaObject::invokeMethod(scanner_, [s = scanner_, root, gen] { s->setRoot(root, gen); }, Qt::QueuedConnection);
+}
+
+void MonitorPage::onScanned(quint64 generation, const std::vector<RunSummary>& runs, const QString& error) {
+  if (generation != scan_generation_) return;  // a scan of the previous root
+  runs_model_->setRuns(runs);
+  root_label_->setText(error.isEmpty() ? tr("Runs in %1 (%n run(s))", nullptr, static_cast<int>(runs.size())).arg(root_)
+                                       : error);
+}
+
+void MonitorPage::openRunDialog() {
+  auto* dlg = new QFileDialog(this, tr("Open run directory"), root_);
+  dlg->setFileMode(QFileDialog::Directory);
+  dlg->setOption(QFileDialog::ShowDirsOnly);
+  dlg->setAttribute(Qt::WA_DeleteOnClose);
+  connect(dlg, &QFileDialog::fileSelected, this, &MonitorPage::attachRunDirectory);
+  dlg->open();  // asynchronous: no nested event loop
+}
+
+void MonitorPage::stopWatcher() {
+  if (!watcher_) return;
+  watcher_->cancel();
+  watcher_->deleteLater();  // deleted on the io thread, between two of its events
+  watcher_ = nullptr;
+}
+
+void MonitorPage::attachRunDirectory(const QString& dir) {
+  stopWatcher();
+  attached_ = dir;
+  ++watch_generation_;
+  store_.clear();
+  status_.reset();
+  run_start_.reset();
+  run_end_.reset();
+  progress_.reset();
+  stage_.clear();
+  messages_.clear();
+  message_count_ = 0;
+  dir_missing_ = false;
+  caught_up_ = false;
+  events_read_ = bytes_read_ = bytes_total_ = 0;
+  batches_ = 0;
+  log_->clear();
+  log_->setSource(tr("%1/logs/rank-0.log").arg(dir));
+  watcher_ = new RunWatcher(dir, watch_generation_);
+  watcher_->moveToThread(&io_thread_);
+  connect(&io_thread_, &QThread::finished, watcher_, &QObject::deleteLater);
+  connect(watcher_, &RunWatcher::batchReady, this, &MonitorPage::onBatch, Qt::QueuedConnection);
+  QMetaObject::invokeMethod(watcher_, &RunWatcher::start, Qt::QueuedConnection);
+  updateHeader();
+  redraw_timer_.start();
+  tabs_->setCurrentIndex(0);
+  const int row = runs_model_->rowOfPath(dir);
+  if (row >= 0) runs_view_->selectRow(row);
+  emit runAttached(dir);
+}
+
+void MonitorPage::compareRuns(const QStringList& dirs) {
+  compare_->compare(dirs);
+  tabs_->setCurrentWidget(compare_);
+}
+
+}  // namespace odyssey::ui

@@ -1,0 +1,127 @@
+// MonitorPage: the runs of an output root, and live charts, progress, log and failure
+// reason of the attached run; compare several runs. Everything it knows comes from run
+// directories (docs/run-contract.md), read on a worker thread (RunScanner, RunWatcher);
+// the GUI thread only appends numbers to bounded buffers and redraws from a 40 ms
+// single-shot timer. See docs/monitor.md.
+#pragma once
+
+#include <QPointer>
+#include <QStringList>
+#include <QThread>
+#include <QTimer>
+#include <QWidget>
+
+#include <cstdint>
+#include <optional>
+
+#include "monitor_types.h"
+#include "series_store.h"
+
+class QLabel;
+class QProgressBar;
+class QTableView;
+class QTabWidget;
+class QCheckBox;
+class QDoubleSpinBox;
+class QPushButton;
+
+namespace odyssey::ui {
+
+class ChartPanel;
+class CompareView;
+class LogView;
+class RunsModel;
+class RunScanner;
+class RunWatcher;
+
+class MonitorPage : public QWidget {
+  Q_OBJECT
+ public:
+  explicit MonitorPage(QWidget* parent = nullptr);
+  ~MonitorPage() override;
+
+  void setOutputRoot(const QString& root);
+  void attachRunDirectory(const QString& dir);
+  void compareRuns(const QStringList& dirs);
+  // The link's measured bus bandwidth (GB/s) drawn on the bandwidth chart; <= 0 hides it.
+  void setLinkBandwidth(double gb_per_s);
+
+  // Read-outs (tests, screenshots and the main window's status bar).
+  QString outputRoot() const { return root_; }
+  QString attachedRun() const { return attached_; }
+  RunsModel* runsModel() const { return runs_model_; }
+  ChartPanel* chart(const QString& id) const;  // loss, lr, tokens, grad, vram, busbw
+  CompareView* compareView() const { return compare_; }
+  LogView* logView() const { return log_; }
+  const SeriesStore& series() const { return store_; }
+  DisplayState state() const;
+  QString stateText() const;
+  QString progressText() const;
+  QString bannerText() const;    // the failure banner, "" when hidden
+  QString messagesText() const;  // diagnostics and notes, "" when none
+  std::int64_t latestStep() const { return progress_ ? progress_->step : 0; }
+  std::int64_t eventsRead() const { return events_read_; }
+  bool caughtUp() const { return caught_up_; }
+  int batchesReceived() const { return batches_; }
+
+ signals:
+  void runAttached(const QString& dir);
+
+ private:
+  void buildUi();
+  void onBatch(const odyssey::ui::WatchBatch& batch);
+  void onScanned(quint64 generation, const std::vector<odyssey::ui::RunSummary>& runs, const QString& error);
+  void redraw();
+  void updateHeader();
+  void addMessages(const QStringList& lines);
+  void openRunDialog();
+  void stopWatcher();
+
+  QString root_;
+  QString attached_;
+  quint64 scan_generation_ = 0;
+  std::uint64_t watch_generation_ = 0;
+  QThread io_thread_;                 // runs the scanner and the watcher
+  RunScanner* scanner_ = nullptr;     // lives on io_thread_ (no parent across threads)
+  RunWatcher* watcher_ = nullptr;     // lives on io_thread_
+  QTimer redraw_timer_;
+  SeriesStore store_;
+
+  std::optional<run::RunStatus> status_;
+  run::Liveness liveness_ = run::Liveness::Alive;
+  std::optional<run::RunStartEvent> run_start_;
+  std::optional<run::RunEndEvent> run_end_;
+  std::optional<StepProgress> progress_;
+  QString stage_;
+  QStringList messages_;
+  int message_count_ = 0;
+  bool dir_missing_ = false;
+  bool caught_up_ = true;
+  std::int64_t events_read_ = 0, bytes_read_ = 0, bytes_total_ = 0;
+  int batches_ = 0;
+  int next_chart_ = 0;  // round-robin position of redraw()
+  double link_gbps_ = 0;
+
+  RunsModel* runs_model_ = nullptr;
+  QTableView* runs_view_ = nullptr;
+  QLabel* root_label_ = nullptr;
+  QLabel* title_ = nullptr;
+  QLabel* state_label_ = nullptr;
+  QLabel* banner_ = nullptr;
+  QLabel* messages_label_ = nullptr;
+  QProgressBar* progress_bar_ = nullptr;
+  QLabel* progress_label_ = nullptr;
+  QTabWidget* tabs_ = nullptr;
+  QCheckBox* log_scale_ = nullptr;
+  QDoubleSpinBox* link_spin_ = nullptr;
+  ChartPanel* loss_ = nullptr;
+  ChartPanel* lr_ = nullptr;
+  ChartPanel* tokens_ = nullptr;
+  ChartPanel* grad_ = nullptr;
+  ChartPanel* vram_ = nullptr;
+  ChartPanel* busbw_ = nullptr;
+  LogView* log_ = nullptr;
+  CompareView* compare_ = nullptr;
+};
+
+}  // namespace odyssey::ui
