@@ -43,7 +43,10 @@ endfunction()
 # target's sources (LibTorch's headers dominate compile time on small machines; ccache
 # is configured for PCH in the top-level CMakeLists).
 function(odyssey_torch_target target)
-  target_link_libraries(${target} PUBLIC ${TORCH_LIBRARIES})
+  # libstdc++ must come before libtorch in the dynamic link order: torch 2.11's
+  # libtorch.so exports its own std::filesystem symbols, and binding to those made
+  # std::filesystem::remove_all crash in programs that link it.
+  target_link_libraries(${target} PUBLIC "-Wl,--no-as-needed" stdc++ "-Wl,--as-needed" ${TORCH_LIBRARIES})
   target_compile_definitions(${target} PUBLIC ODYSSEY_HAVE_TORCH=1)
   target_precompile_headers(${target} PRIVATE <torch/torch.h>)
 endfunction()

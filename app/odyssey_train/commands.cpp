@@ -169,6 +169,8 @@ const std::vector<Command>& commands() {
     t.push_back({plan_spec(), cmd_plan});
     t.push_back({import_swift_spec(), cmd_import_swift});
     t.push_back({export_swift_spec(), cmd_export_swift});
+    t.push_back({tokenize_spec(), cmd_tokenize});
+    t.push_back({score_spec(), cmd_score});
     t.push_back({{"env", "env", "Print the build and runtime environment (LibTorch, CUDA devices).", "", {}, 0, 0},
                  cmd_env});
     return t;

@@ -15,6 +15,8 @@ int cmd_env(const Args& a);
 int cmd_plan(const Args& a);           // cmd_plan.cpp
 int cmd_import_swift(const Args& a);   // cmd_swift.cpp
 int cmd_export_swift(const Args& a);   // cmd_swift.cpp
+int cmd_score(const Args& a);          // cmd_score.cpp
+int cmd_tokenize(const Args& a);       // cmd_tokenize.cpp
 
 struct Command {
   CommandSpec spec;
@@ -26,5 +28,7 @@ const std::vector<Command>& commands();
 CommandSpec plan_spec();
 CommandSpec import_swift_spec();
 CommandSpec export_swift_spec();
+CommandSpec score_spec();
+CommandSpec tokenize_spec();
 
 }  // namespace odyssey::cli

@@ -144,6 +144,10 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
   get_int("head_dim", &m.head_dim, false);
   get_int("max_position_embeddings", &m.max_position_embeddings, false);
   get_num("rope_theta", &m.rope_theta);
+  // transformers 5 writes rope settings into "rope_parameters" instead of the top level.
+  if (auto rp = j.find("rope_parameters"); rp != j.end() && rp->is_object() && !j.contains("rope_theta")) {
+    if (auto t = rp->find("rope_theta"); t != rp->end() && t->is_number()) m.rope_theta = t->get<double>();
+  }
   get_num("rms_norm_eps", &m.rms_norm_eps);
   get_bool("tie_word_embeddings", &m.tie_word_embeddings);
   if (auto dt = j.find("torch_dtype"); dt != j.end() && dt->is_string()) m.torch_dtype = dt->get<std::string>();

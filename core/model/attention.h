@@ -1,0 +1,41 @@
+// Causal GQA attention through ATen's scaled_dot_product_attention, with the backend chosen
+// deliberately and the one that ran reported.
+//
+// Like transformers 5.17's sdpa_attention_forward: without padding, is_causal=true and
+// enable_gqa (KV heads shared by Hq/Hkv query heads); with padding, an explicit boolean mask
+// (causal AND key-not-padding) and KV heads repeated. A query row whose keys are all masked
+// (left padding) gives zeros, as SDPA does for HF.
+//
+// On CUDA the preferred backend is put first in SDPA's priority order (ATen's default order
+// is flash, efficient, math, cuDNN; docs/model.md: cuDNN is 1.7x flash at 32K on an H200).
+// The backend reported is at::_fused_sdp_choice for the exact arguments of the call, which
+// is the function SDPA dispatches on.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+
+namespace odyssey::model {
+
+enum class AttentionBackend { Auto, CuDNN, Flash, Efficient, Math };
+
+// "cudnn", "flash", "efficient", "math" (ATen's SDPBackend values), "unknown" otherwise.
+std::string sdp_backend_name(std::int64_t backend);
+const char* attention_backend_name(AttentionBackend b);
+
+// q [B, Hq, S, D], k and v [B, Hkv, S, D]; keep [B, 1, S, S] bool (true = attend) or
+// undefined for plain causal attention. Writes the SDPBackend that ran to *ran when given.
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& keep, double scale, AttentionBackend prefer,
+                               std::int64_t* ran);
+
+// transformers' repeat_kv: [B, Hkv, S, D] -> [B, Hkv * n, S, D], each KV head n times in a row.
+torch::Tensor repeat_kv(const torch::Tensor& x, std::int64_t n);
+
+// The boolean mask for padded batches: causal AND attention_mask[b, key] (HF's sdpa_mask);
+// undefined when attention_mask is undefined or all ones (then is_causal is used).
+torch::Tensor causal_padding_mask(const torch::Tensor& attention_mask, std::int64_t seq_len);
+
+}  // namespace odyssey::model

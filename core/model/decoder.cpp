@@ -1,0 +1,199 @@
+#include "model/decoder.h"
+
+#include <cmath>
+#include <utility>
+
+#include "model/rope.h"
+
+namespace odyssey::model {
+
+LinearImpl::LinearImpl(std::int64_t in, std::int64_t out, bool with_bias, const torch::TensorOptions& o) {
+  weight = register_parameter("weight", torch::empty({out, in}, o));
+  if (with_bias) bias = register_parameter("bias", torch::zeros({out}, o));
+}
+
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
+  return at::linear(x, weight, bias.defined() ? std::optional<torch::Tensor>(bias) : std::nullopt);
+}
+
+RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps_, const torch::TensorOptions& o) : eps(eps_) {
+  weight = register_parameter("weight", torch::ones({dim}, o));
+}
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  const auto in_dtype = x.scalar_type();
+  torch::Tensor h = x.to(torch::kFloat32);
+  const torch::Tensor variance = h.pow(2).mean(-1, true);
+  h = h * torch::rsqrt(variance + eps);
+  return weight * h.to(in_dtype);
+}
+
+EmbeddingImpl::EmbeddingImpl(std::int64_t vocab, std::int64_t dim, std::optional<std::int64_t> pad,
+                             const torch::TensorOptions& o)
+    : padding_idx(pad) {
+  weight = register_parameter("weight", torch::empty({vocab, dim}, o));
+}
+
+torch::Tensor EmbeddingImpl::forward(const torch::Tensor& ids) {
+  return at::embedding(weight, ids, padding_idx.value_or(-1));
+}
+
+AttentionImpl::AttentionImpl(const DecoderConfig& c, const torch::TensorOptions& o)
+    : heads(c.hf.num_attention_heads), kv_heads(c.hf.num_key_value_heads), head_dim(c.hf.head_dim) {
+  const std::int64_t h = c.hf.hidden_size;
+  q_proj = register_module("q_proj", Linear(h, heads * head_dim, c.qkv_bias, o));
+  k_proj = register_module("k_proj", Linear(h, kv_heads * head_dim, c.qkv_bias, o));
+  v_proj = register_module("v_proj", Linear(h, kv_heads * head_dim, c.qkv_bias, o));
+  o_proj = register_module("o_proj", Linear(heads * head_dim, h, c.o_bias, o));
+  if (c.hf.qk_norm) {
+    q_norm = register_module("q_norm", RMSNorm(head_dim, c.hf.rms_norm_eps, o));
+    k_norm = register_module("k_norm", RMSNorm(head_dim, c.hf.rms_norm_eps, o));
+  }
+  scale = std::pow(static_cast<double>(head_dim), -0.5);  // HF: self.head_dim**-0.5
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext& ctx) {
+  const std::int64_t b = x.size(0), s = x.size(1);
+  // [B, S, H*D] -> [B, S, H, D] (Qwen3 normalizes each head here) -> [B, H, S, D].
+  torch::Tensor q = q_proj(x).view({b, s, -1, head_dim});
+  torch::Tensor k = k_proj(x).view({b, s, -1, head_dim});
+  const torch::Tensor v = v_proj(x).view({b, s, -1, head_dim}).transpose(1, 2);
+  if (q_norm) {
+    q = q_norm(q);
+    k = k_norm(k);
+  }
+  q = apply_rope(q.transpose(1, 2), ctx.cos, ctx.sin);
+  k = apply_rope(k.transpose(1, 2), ctx.cos, ctx.sin);
+  std::int64_t ran = -1;
+  const torch::Tensor out = causal_attention(q, k, v, ctx.keep, scale, ctx.attention, &ran);
+  if (ctx.backend_ran) ctx.backend_ran->store(ran);
+  return o_proj(out.transpose(1, 2).reshape({b, s, -1}).contiguous());
+}
+
+MlpImpl::MlpImpl(const DecoderConfig& c, const torch::TensorOptions& o) {
+  const std::int64_t h = c.hf.hidden_size, i = c.hf.intermediate_size;
+  gate_proj = register_module("gate_proj", Linear(h, i, c.mlp_bias, o));
+  up_proj = register_module("up_proj", Linear(h, i, c.mlp_bias, o));
+  down_proj = register_module("down_proj", Linear(i, h, c.mlp_bias, o));
+}
+
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+  return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
+}
+
+DecoderLayerImpl::DecoderLayerImpl(const DecoderConfig& c, const torch::TensorOptions& o) {
+  self_attn = register_module("self_attn", Attention(c, o));
+  mlp = register_module("mlp", Mlp(c, o));
+  input_layernorm = register_module("input_layernorm", RMSNorm(c.hf.hidden_size, c.hf.rms_norm_eps, o));
+  post_attention_layernorm =
+      register_module("post_attention_layernorm", RMSNorm(c.hf.hidden_size, c.hf.rms_norm_eps, o));
+}
+
+torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const LayerContext& ctx) {
+  torch::Tensor h = x + self_attn(input_layernorm(x), ctx);
+  return h + mlp(post_attention_layernorm(h));
+}
+
+DecoderBodyImpl::DecoderBodyImpl(const DecoderConfig& c, const torch::TensorOptions& o) {
+  embed_tokens = register_module("embed_tokens", Embedding(c.hf.vocab_size, c.hf.hidden_size, c.pad_token_id, o));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (std::int64_t i = 0; i < c.hf.num_hidden_layers; ++i) {
+    layer_list.emplace_back(c, o);
+    layers->push_back(layer_list.back());
+  }
+  norm = register_module("norm", RMSNorm(c.hf.hidden_size, c.hf.rms_norm_eps, o));
+}
+
+CausalLMImpl::CausalLMImpl(DecoderConfig config, DecoderOptions options)
+    : config_(std::move(config)), options_(options) {
+  const auto o = torch::TensorOptions().dtype(options_.dtype).device(options_.device);
+  model = register_module("model", DecoderBody(config_, o));
+  if (!config_.hf.tie_word_embeddings)
+    lm_head = register_module("lm_head", Linear(config_.hf.hidden_size, config_.hf.vocab_size, false, o));
+  inv_freq_ = rope_inv_freq(config_.rope, config_.hf.head_dim).to(options_.device);
+}
+
+torch::Tensor CausalLMImpl::lm_head_weight() const {
+  return lm_head ? lm_head->weight : model->embed_tokens->weight;
+}
+
+LayerContext CausalLMImpl::context(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+                                   const torch::Tensor& position_ids, torch::ScalarType dtype) {
+  const std::int64_t s = input_ids.size(1);
+  torch::Tensor pos = position_ids;
+  if (!pos.defined())  // HF: arange(S)[None], whatever the mask says
+    pos = torch::arange(s, torch::TensorOptions().dtype(torch::kInt64).device(input_ids.device())).unsqueeze(0);
+  LayerContext ctx;
+  std::tie(ctx.cos, ctx.sin) = rope_cos_sin(inv_freq_, pos, dtype);
+  ctx.keep = causal_padding_mask(attention_mask, s);
+  ctx.attention = options_.attention;
+  ctx.backend_ran = &backend_ran_;
+  return ctx;
+}
+
+torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+                                          const torch::Tensor& position_ids) {
+  TORCH_CHECK(input_ids.dim() == 2, "input_ids must be [batch, seq], got ", input_ids.sizes());
+  TORCH_CHECK(!attention_mask.defined() || attention_mask.sizes() == input_ids.sizes(),
+              "attention_mask must have the shape of input_ids ", input_ids.sizes(), ", got ",
+              attention_mask.sizes());
+  torch::Tensor h = model->embed_tokens(input_ids);
+  const LayerContext ctx = context(input_ids, attention_mask, position_ids, h.scalar_type());
+  for (auto& layer : model->layer_list) h = layer(h, ctx);
+  return model->norm(h);
+}
+
+torch::Tensor CausalLMImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+                                    const torch::Tensor& position_ids) {
+  return at::linear(hidden_states(input_ids, attention_mask, position_ids), lm_head_weight());
+}
+
+void CausalLMImpl::initialize_random() {
+  torch::NoGradGuard no_grad;
+  const double std = config_.initializer_range;
+  for (auto& p : named_parameters(true)) {
+    const std::string& name = p.key();
+    torch::Tensor t = p.value();
+    if (name.ends_with("norm.weight")) {
+      t.fill_(1.0);
+    } else if (name.ends_with(".bias")) {
+      t.zero_();
+    } else {
+      t.normal_(0.0, std);
+    }
+  }
+  if (config_.pad_token_id) model->embed_tokens->weight[*config_.pad_token_id].zero_();
+}
+
+std::string CausalLMImpl::attention_backend_ran() const {
+  const std::int64_t b = backend_ran_.load();
+  return b < 0 ? std::string("none") : sdp_backend_name(b);
+}
+
+torch::Tensor causal_lm_loss(const torch::Tensor& logits, const torch::Tensor& labels) {
+  const std::int64_t v = logits.size(-1);
+  const torch::Tensor padded = torch::constant_pad_nd(labels, {0, 1}, -100);
+  const torch::Tensor shifted = padded.narrow(-1, 1, labels.size(-1)).contiguous();
+  return torch::nn::functional::cross_entropy(
+      logits.to(torch::kFloat32).view({-1, v}), shifted.view({-1}).to(logits.device()),
+      torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100).reduction(torch::kMean));
+}
+
+torch::Tensor causal_lm_token_nll(const torch::Tensor& hidden, const torch::Tensor& lm_weight,
+                                  const torch::Tensor& labels, std::int64_t chunk_tokens) {
+  const std::int64_t b = hidden.size(0), s = hidden.size(1);
+  const torch::Tensor padded = torch::constant_pad_nd(labels, {0, 1}, -100);
+  const torch::Tensor targets = padded.narrow(-1, 1, s).reshape({-1}).to(hidden.device());
+  const torch::Tensor flat = hidden.reshape({b * s, hidden.size(2)});
+  std::vector<torch::Tensor> parts;
+  for (std::int64_t i = 0; i < b * s; i += chunk_tokens) {
+    const std::int64_t n = std::min(chunk_tokens, b * s - i);
+    const torch::Tensor logits = at::linear(flat.narrow(0, i, n), lm_weight).to(torch::kFloat32);
+    parts.push_back(torch::nn::functional::cross_entropy(
+        logits, targets.narrow(0, i, n),
+        torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100).reduction(torch::kNone)));
+  }
+  return torch::cat(parts).view({b, s});
+}
+
+}  // namespace odyssey::model

@@ -1,0 +1,166 @@
+// The decoder-only causal LM of Qwen2/Qwen2.5, Qwen3 and Llama-3 in LibTorch, written to
+// compute what transformers 5.17's *ForCausalLM compute, op for op (RMSNorm in fp32 then
+// cast, RoPE angles in fp32, SwiGLU, SDPA attention), with module names that make
+// named_parameters() give Hugging Face's tensor names:
+//
+//   model.embed_tokens.weight
+//   model.layers.N.input_layernorm.weight, model.layers.N.post_attention_layernorm.weight
+//   model.layers.N.self_attn.{q,k,v,o}_proj.{weight,bias}   (bias per family)
+//   model.layers.N.self_attn.{q,k}_norm.weight              (Qwen3)
+//   model.layers.N.mlp.{gate,up,down}_proj.weight
+//   model.norm.weight
+//   lm_head.weight                                          (absent when tied)
+//
+// Padding: HF computes position_ids as arange(S) for every row when none are given, also
+// with an attention_mask (Qwen2Model.forward in 5.17); so does forward() here. The mask
+// only hides padded keys (attention.h). Parity is tested against HF on a padded batch
+// (tests/core/tst_decoder_parity.cpp).
+//
+// Parameters are created on the device and in the dtype of DecoderOptions; load them with
+// weights.h or initialize_random().
+#pragma once
+
+#include <torch/torch.h>
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "model/attention.h"
+#include "model/decoder_config.h"
+
+namespace odyssey::model {
+
+struct DecoderOptions {
+  torch::Dtype dtype = torch::kFloat32;
+  torch::Device device = torch::kCPU;
+  AttentionBackend attention = AttentionBackend::CuDNN;  // preferred on CUDA; CPU: ATen's choice
+};
+
+// y = x W^T + b (F.linear). Parameters "weight" [out, in] and "bias" [out] when present.
+class LinearImpl : public torch::nn::Module {
+ public:
+  LinearImpl(std::int64_t in, std::int64_t out, bool bias, const torch::TensorOptions& o);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight, bias;
+};
+TORCH_MODULE(Linear);
+
+// HF's *RMSNorm: x in fp32, x * rsqrt(mean(x^2) + eps), cast back, times weight.
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(std::int64_t dim, double eps, const torch::TensorOptions& o);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+  double eps;
+};
+TORCH_MODULE(RMSNorm);
+
+class EmbeddingImpl : public torch::nn::Module {
+ public:
+  EmbeddingImpl(std::int64_t vocab, std::int64_t dim, std::optional<std::int64_t> padding_idx,
+                const torch::TensorOptions& o);
+  torch::Tensor forward(const torch::Tensor& ids);
+  torch::Tensor weight;
+  std::optional<std::int64_t> padding_idx;  // its row gets no gradient (nn.Embedding)
+};
+TORCH_MODULE(Embedding);
+
+// What every layer of one forward shares.
+struct LayerContext {
+  torch::Tensor cos, sin;  // [P, S, head_dim] in the activations' dtype
+  torch::Tensor keep;      // [B, 1, S, S] bool, or undefined (plain causal)
+  AttentionBackend attention = AttentionBackend::CuDNN;
+  std::atomic<std::int64_t>* backend_ran = nullptr;
+};
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  AttentionImpl(const DecoderConfig& c, const torch::TensorOptions& o);
+  torch::Tensor forward(const torch::Tensor& x, const LayerContext& ctx);
+  Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3
+  std::int64_t heads, kv_heads, head_dim;
+  double scale;
+};
+TORCH_MODULE(Attention);
+
+class MlpImpl : public torch::nn::Module {
+ public:
+  MlpImpl(const DecoderConfig& c, const torch::TensorOptions& o);
+  torch::Tensor forward(const torch::Tensor& x);
+  Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(Mlp);
+
+class DecoderLayerImpl : public torch::nn::Module {
+ public:
+  DecoderLayerImpl(const DecoderConfig& c, const torch::TensorOptions& o);
+  torch::Tensor forward(const torch::Tensor& x, const LayerContext& ctx);
+  Attention self_attn{nullptr};
+  Mlp mlp{nullptr};
+  RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+};
+TORCH_MODULE(DecoderLayer);
+
+// HF's "model": embeddings, the layers and the final norm.
+class DecoderBodyImpl : public torch::nn::Module {
+ public:
+  DecoderBodyImpl(const DecoderConfig& c, const torch::TensorOptions& o);
+  Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  RMSNorm norm{nullptr};
+  std::vector<DecoderLayer> layer_list;  // the same modules, typed
+};
+TORCH_MODULE(DecoderBody);
+
+class CausalLMImpl : public torch::nn::Module {
+ public:
+  CausalLMImpl(DecoderConfig config, DecoderOptions options);
+
+  // Final hidden states [B, S, hidden] after model.norm. attention_mask [B, S] (1 = token,
+  // 0 = padding) and position_ids [B or 1, S] are optional (see the file comment).
+  torch::Tensor hidden_states(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {},
+                              const torch::Tensor& position_ids = {});
+  // Logits [B, S, vocab] in the model's dtype (lm_head of hidden_states).
+  torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {},
+                        const torch::Tensor& position_ids = {});
+
+  // lm_head.weight, or model.embed_tokens.weight when tied.
+  torch::Tensor lm_head_weight() const;
+  // HF's _init_weights: linear and embedding weights ~ N(0, initializer_range), biases 0,
+  // the padding row 0, norms 1. Uses the default generator of the parameters' device.
+  void initialize_random();
+
+  // The SDPA backend of the last attention call ("cudnn", "flash", ...; "none" before any).
+  std::string attention_backend_ran() const;
+
+  const DecoderConfig& config() const { return config_; }
+  const DecoderOptions& options() const { return options_; }
+
+  DecoderBody model{nullptr};
+  Linear lm_head{nullptr};  // null when tie_word_embeddings
+
+ private:
+  LayerContext context(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+                       const torch::Tensor& position_ids, torch::ScalarType dtype);
+  DecoderConfig config_;
+  DecoderOptions options_;
+  torch::Tensor inv_freq_;  // fp32, not a parameter (HF: non-persistent buffer)
+  std::atomic<std::int64_t> backend_ran_{-1};
+};
+TORCH_MODULE(CausalLM);
+
+// HF's ForCausalLMLoss: logits in fp32, labels shifted left by one with -100 appended,
+// cross-entropy averaged over labels != -100. logits [B, S, V], labels [B, S].
+torch::Tensor causal_lm_loss(const torch::Tensor& logits, const torch::Tensor& labels);
+
+// The same targets without materializing [B, S, V] logits: per-token negative
+// log-likelihood [B, S] in fp32 (0 where the shifted label is -100), computed from final
+// hidden states `chunk_tokens` rows at a time. For scoring under NoGradGuard; under
+// autograd each chunk's logits stay alive for backward.
+torch::Tensor causal_lm_token_nll(const torch::Tensor& hidden, const torch::Tensor& lm_weight,
+                                  const torch::Tensor& labels, std::int64_t chunk_tokens = 4096);
+
+}  // namespace odyssey::model

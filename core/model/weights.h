@@ -1,0 +1,41 @@
+// Loading and saving a CausalLM's parameters by Hugging Face tensor name (decoder.h lists
+// them). The expected names and shapes are the module's own, built from config.json, so a
+// checkpoint is checked against config.json as a whole before anything is copied: every
+// tensor missing, every tensor the model has no use for and every shape that disagrees is
+// reported, each naming its file and tensor (and both shapes). Tied models: a checkpoint
+// may carry lm_head.weight too (some do); it must then have the embedding's shape and is
+// not used. `*.rotary_emb.inv_freq` (old Llama checkpoints) is a recomputed buffer, skipped.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/diagnostic.h"
+#include "model/decoder.h"
+#include "model/safetensors.h"
+
+namespace odyssey::model {
+
+struct LoadedModel {
+  CausalLM lm{nullptr};
+  DecoderConfig config;
+};
+
+// Copy every parameter of `lm` from `ckpt` (converted to the parameter's dtype and device).
+// `where` names the checkpoint in messages about tensors it lacks. Nothing is copied when
+// there are errors.
+Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const std::string& where);
+
+// config.json + weights of a model directory: the model built on options.device in
+// options.dtype, all parameters loaded.
+Result<LoadedModel> load_causal_lm(const std::string& model_dir, const DecoderOptions& options);
+
+// Parameters under HF names (no lm_head.weight when tied), as save_pretrained writes them:
+// model.safetensors, or shards of at most max_shard_bytes with an index. With
+// copy_config, config.json of the model's source directory is copied beside them.
+Result<std::vector<std::string>> save_weights(CausalLM& lm, const std::string& dir,
+                                              std::uint64_t max_shard_bytes = 5'000'000'000,
+                                              bool copy_config = true);
+
+}  // namespace odyssey::model

@@ -1,0 +1,338 @@
+// Each render_* function follows its Jinja template statement by statement for messages with
+// roles system/user/assistant (tools are not supported); Python's string methods are
+// reproduced where the templates call them (trim -> str.strip, split, lstrip('\n')).
+#include "tokenizer/chat_template.h"
+
+#include "common/text.h"
+#include "tokenizer/utf8.h"
+
+namespace odyssey {
+
+namespace {
+
+constexpr std::string_view kQwenDefaultSystem = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+constexpr std::string_view kLlamaBos = "<|begin_of_text|>";
+
+// Python's str.strip() with no argument (Jinja's `trim`).
+std::string py_trim(std::string_view s) {
+  std::size_t b = 0, e = s.size();
+  while (b < e) {
+    std::size_t i = b;
+    if (!utf8::is_python_space(utf8::decode(s, i))) break;
+    b = i;
+  }
+  while (e > b) {
+    std::size_t k = e - 1;
+    while (k > b && (static_cast<unsigned char>(s[k]) & 0xC0) == 0x80) --k;
+    std::size_t i = k;
+    if (!utf8::is_python_space(utf8::decode(s, i))) break;
+    e = k;
+  }
+  return std::string(s.substr(b, e - b));
+}
+
+std::string_view lstrip_nl(std::string_view s) {
+  while (!s.empty() && s.front() == '\n') s.remove_prefix(1);
+  return s;
+}
+std::string_view rstrip_nl(std::string_view s) {
+  while (!s.empty() && s.back() == '\n') s.remove_suffix(1);
+  return s;
+}
+// s.split(sep)[-1] and s.split(sep)[0].
+std::string_view after_last(std::string_view s, std::string_view sep) {
+  const auto p = s.rfind(sep);
+  return p == std::string_view::npos ? s : s.substr(p + sep.size());
+}
+std::string_view before_first(std::string_view s, std::string_view sep) {
+  const auto p = s.find(sep);
+  return p == std::string_view::npos ? s : s.substr(0, p);
+}
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+struct Out {
+  RenderedChat r;
+  std::size_t open = 0;
+  void add(std::string_view s) { r.text.append(s); }
+  void begin() { open = r.text.size(); }
+  void end() { r.assistant_ranges.emplace_back(open, r.text.size()); }
+};
+
+void render_qwen2_5(const std::vector<ChatMessage>& m, const ChatOptions& o, Out& out) {
+  out.add("<|im_start|>system\n");
+  out.add(m[0].role == "system" ? std::string_view(m[0].content) : kQwenDefaultSystem);
+  out.add("<|im_end|>\n");
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    if (m[i].role == "assistant") {
+      out.add("<|im_start|>assistant\n");
+      out.begin();
+      out.add(m[i].content);
+      out.add("<|im_end|>");
+      out.end();
+      out.add("\n");
+    } else if (m[i].role == "user" || i > 0) {
+      out.add("<|im_start|>" + m[i].role + "\n" + m[i].content + "<|im_end|>\n");
+    }
+  }
+  if (o.add_generation_prompt) out.add("<|im_start|>assistant\n");
+}
+
+void render_qwen3(const std::vector<ChatMessage>& m, const ChatOptions& o, Out& out) {
+  if (m[0].role == "system") out.add("<|im_start|>system\n" + m[0].content + "<|im_end|>\n");
+  std::size_t last_query = m.size() - 1;
+  for (std::size_t k = m.size(); k-- > 0;) {
+    const std::string& c = m[k].content;
+    if (m[k].role == "user" && !(text::starts_with(c, "<tool_response>") && ends_with(c, "</tool_response>"))) {
+      last_query = k;
+      break;
+    }
+  }
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    if (m[i].role != "assistant") {
+      if (m[i].role == "user" || i > 0) out.add("<|im_start|>" + m[i].role + "\n" + m[i].content + "<|im_end|>\n");
+      continue;
+    }
+    std::string_view content = m[i].content;
+    std::string_view reasoning;
+    if (m[i].reasoning_content) {
+      reasoning = *m[i].reasoning_content;
+    } else if (content.find("</think>") != std::string_view::npos) {
+      reasoning = lstrip_nl(after_last(rstrip_nl(before_first(content, "</think>")), "<think>"));
+      content = lstrip_nl(after_last(content, "</think>"));
+    }
+    out.add("<|im_start|>assistant\n");
+    out.begin();
+    if (i > last_query && (i + 1 == m.size() || !reasoning.empty())) {
+      out.add("<think>\n");
+      out.add(lstrip_nl(rstrip_nl(reasoning)));
+      out.add("\n</think>\n\n");
+      out.add(lstrip_nl(content));
+    } else {
+      out.add(content);
+    }
+    out.add("<|im_end|>");
+    out.end();
+    out.add("\n");
+  }
+  if (o.add_generation_prompt) {
+    out.add("<|im_start|>assistant\n");
+    if (o.enable_thinking == false) out.add("<think>\n\n</think>\n\n");
+  }
+}
+
+void llama_turn(const ChatMessage& msg, Out& out) {
+  out.add("<|start_header_id|>" + msg.role + "<|end_header_id|>\n\n");
+  const bool assistant = msg.role == "assistant";
+  if (assistant) out.begin();
+  out.add(py_trim(msg.content));
+  out.add("<|eot_id|>");
+  if (assistant) out.end();
+}
+
+void render_llama3(const std::vector<ChatMessage>& m, const ChatOptions& o, std::string_view bos, Out& out) {
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    if (i == 0) out.add(bos);
+    llama_turn(m[i], out);
+  }
+  if (o.add_generation_prompt) out.add("<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+void render_llama3_1(const std::vector<ChatMessage>& m, const ChatOptions& o, std::string_view bos, Out& out) {
+  out.add(bos);
+  const bool has_system = m[0].role == "system";
+  out.add("<|start_header_id|>system<|end_header_id|>\n\n");
+  out.add("Cutting Knowledge Date: December 2023\n");
+  out.add("Today Date: " + o.date_string + "\n\n");
+  if (has_system) out.add(py_trim(m[0].content));
+  out.add("<|eot_id|>");
+  for (std::size_t i = has_system ? 1 : 0; i < m.size(); ++i) llama_turn(m[i], out);
+  if (o.add_generation_prompt) out.add("<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+Diagnostic chat_error(std::string key, std::string msg) {
+  Diagnostic d;
+  d.key = std::move(key);
+  d.message = std::move(msg);
+  return d;
+}
+
+}  // namespace
+
+std::vector<std::uint8_t> ChatEncoding::assistant_mask() const {
+  std::vector<std::uint8_t> mask(ids.size(), 0);
+  for (const auto& [b, e] : assistant_spans)
+    for (std::size_t i = b; i < e && i < mask.size(); ++i) mask[i] = 1;
+  return mask;
+}
+
+std::string_view ChatTemplate::name() const {
+  switch (kind_) {
+    case ChatTemplateKind::Qwen2_5: return "qwen2_5";
+    case ChatTemplateKind::Qwen3: return "qwen3";
+    case ChatTemplateKind::Llama3: return "llama3";
+    case ChatTemplateKind::Llama3_1: return "llama3_1";
+  }
+  return "";
+}
+
+Result<RenderedChat> ChatTemplate::render(const std::vector<ChatMessage>& messages, const ChatOptions& options) const {
+  Result<RenderedChat> r;
+  if (messages.empty()) {
+    r.diagnostics.push_back(chat_error("messages", "a conversation needs at least one message"));
+    return r;
+  }
+  for (std::size_t i = 0; i < messages.size(); ++i) {
+    const std::string& role = messages[i].role;
+    if (role != "system" && role != "user" && role != "assistant")
+      r.diagnostics.push_back(chat_error("messages[" + std::to_string(i) + "].role",
+                                         "role " + text::quoted(role) + " is not supported; Odyssey's " +
+                                             std::string(name()) + " template renders system, user and assistant"));
+    if (utf8::find_invalid(messages[i].content) != utf8::npos)
+      r.diagnostics.push_back(chat_error("messages[" + std::to_string(i) + "].content",
+                                         "invalid UTF-8 at byte offset " +
+                                             std::to_string(utf8::find_invalid(messages[i].content))));
+  }
+  if (has_errors(r.diagnostics)) return r;
+  Out out;
+  const std::string_view bos = bos_.empty() ? kLlamaBos : std::string_view(bos_);
+  switch (kind_) {
+    case ChatTemplateKind::Qwen2_5: render_qwen2_5(messages, options, out); break;
+    case ChatTemplateKind::Qwen3: render_qwen3(messages, options, out); break;
+    case ChatTemplateKind::Llama3: render_llama3(messages, options, bos, out); break;
+    case ChatTemplateKind::Llama3_1: render_llama3_1(messages, options, bos, out); break;
+  }
+  r.value = std::move(out.r);
+  return r;
+}
+
+Result<ChatEncoding> ChatTemplate::encode(const Tokenizer& tokenizer, const std::vector<ChatMessage>& messages,
+                                          const ChatOptions& options) const {
+  Result<ChatEncoding> r;
+  auto rendered = render(messages, options);
+  r.diagnostics = rendered.diagnostics;
+  if (!rendered.ok()) return r;
+  auto enc = tokenizer.encode_with_offsets(rendered.value.text, false);
+  r.diagnostics.insert(r.diagnostics.end(), enc.diagnostics.begin(), enc.diagnostics.end());
+  if (!enc.ok()) return r;
+  const auto& offs = enc.value.offsets;
+  const std::string& text = rendered.value.text;
+  // HF's rule (apply_chat_template with return_assistant_tokens_mask): from the token holding
+  // the range's first character to the token holding its last character.
+  std::size_t tok = 0;
+  auto token_at = [&](std::size_t byte) -> std::optional<std::size_t> {
+    while (tok < offs.size() && offs[tok].second <= byte) ++tok;
+    for (std::size_t k = tok; k < offs.size() && offs[k].first <= byte; ++k)
+      if (byte < offs[k].second) return k;
+    return std::nullopt;
+  };
+  for (const auto& [b, e] : rendered.value.assistant_ranges) {
+    if (b >= e) continue;
+    std::size_t last = e - 1;
+    while (last > b && (static_cast<unsigned char>(text[last]) & 0xC0) == 0x80) --last;
+    const auto first_tok = token_at(b), last_tok = token_at(last);
+    if (!first_tok || !last_tok) {
+      r.diagnostics.push_back(chat_error("messages", "an assistant turn maps to no tokens"));
+      return r;
+    }
+    r.value.assistant_spans.emplace_back(*first_tok, *last_tok + 1);
+  }
+  r.value.ids = std::move(enc.value.ids);
+  return r;
+}
+
+Result<ChatTemplate> chat_template_for_family(std::string_view family) {
+  Result<ChatTemplate> r;
+  if (family == "qwen2") {
+    r.value = ChatTemplate(ChatTemplateKind::Qwen2_5);
+  } else if (family == "qwen3") {
+    r.value = ChatTemplate(ChatTemplateKind::Qwen3);
+  } else if (family == "llama3") {
+    r.value = ChatTemplate(ChatTemplateKind::Llama3_1);
+  } else {
+    r.diagnostics.push_back(
+        chat_error("family", "no chat template for model family " + text::quoted(family) + "; known: qwen2, qwen3, llama3"));
+  }
+  return r;
+}
+
+std::optional<ChatTemplateKind> recognize_chat_template(std::string_view j) {
+  // The statements that decide how system, user and assistant turns render must be present
+  // verbatim (Jinja source, so "\\n" is a backslash and an n): a template that merely looks
+  // similar is not rendered as if it were the real one.
+  static const std::vector<std::pair<ChatTemplateKind, std::vector<std::string_view>>> kSignatures = {
+      {ChatTemplateKind::Qwen2_5,
+       {"{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
+        "assistant.<|im_end|>\\n' }}",
+        "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}",
+        "(message.role == \"user\") or (message.role == \"system\" and not loop.first) or (message.role == "
+        "\"assistant\" and not message.tool_calls)",
+        "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}",
+        "{{- '<|im_start|>assistant\\n' }}"}},
+      {ChatTemplateKind::Qwen3,
+       {"{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}",
+        "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}",
+        "{%- set content = message.content.split('</think>')[-1].lstrip('\\n') %}",
+        "{%- set reasoning_content = message.content.split('</think>')[0].rstrip('\\n').split('<think>')[-1]."
+        "lstrip('\\n') %}",
+        "{%- if loop.index0 > ns.last_query_index %}",
+        "{%- if loop.last or (not loop.last and reasoning_content) %}",
+        "{{- '<|im_start|>' + message.role + '\\n<think>\\n' + reasoning_content.strip('\\n') + "
+        "'\\n</think>\\n\\n' + content.lstrip('\\n') }}",
+        "{{- '<|im_start|>' + message.role + '\\n' + content }}",
+        "{{- '<think>\\n\\n</think>\\n\\n' }}"}},
+      {ChatTemplateKind::Llama3_1,
+       {"{%- set date_string = \"26 Jul 2024\" %}",
+        "{%- set system_message = messages[0]['content']|trim %}",
+        "{{- \"Cutting Knowledge Date: December 2023\\n\" }}",
+        "{{- \"Today Date: \" + date_string + \"\\n\\n\" }}",
+        "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + "
+        "'<|eot_id|>' }}"}},
+      {ChatTemplateKind::Llama3,
+       {"{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | "
+        "trim + '<|eot_id|>' %}",
+        "{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}",
+        // The first release appended the assistant header unconditionally; it is not matched.
+        "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}"}},
+  };
+  if (j.find("strftime_now") != std::string_view::npos) return std::nullopt;  // today's date: not reproducible
+  for (const auto& [kind, needles] : kSignatures) {
+    bool all = true;
+    for (const std::string_view n : needles) all = all && j.find(n) != std::string_view::npos;
+    if (all) return kind;
+  }
+  return std::nullopt;
+}
+
+Result<ChatTemplate> chat_template_for_model(const Tokenizer& tokenizer, std::string_view family) {
+  Result<ChatTemplate> r;
+  const std::string& jinja = tokenizer.chat_template_source();
+  if (jinja.empty()) {
+    r = chat_template_for_family(family);
+    if (r.ok()) {
+      Diagnostic d;
+      d.severity = Severity::Note;
+      d.file = tokenizer.file();
+      d.message = "the model has no chat_template; using Odyssey's " + std::string(r.value.name()) +
+                  " template for family " + text::quoted(family);
+      r.diagnostics.push_back(std::move(d));
+    }
+    r.value = ChatTemplate(r.value.kind(), tokenizer.bos_token());
+    return r;
+  }
+  const auto kind = recognize_chat_template(jinja);
+  if (!kind) {
+    Diagnostic d;
+    d.file = tokenizer.chat_template_file();
+    d.key = "chat_template";
+    d.message = "this chat_template is not one Odyssey renders natively (Qwen2.5, Qwen3, Llama-3, Llama-3.1/3.3 "
+                "Instruct); training on a differently rendered conversation would be wrong, so it is refused";
+    r.diagnostics.push_back(std::move(d));
+    return r;
+  }
+  r.value = ChatTemplate(*kind, tokenizer.bos_token());
+  return r;
+}
+
+}  // namespace odyssey

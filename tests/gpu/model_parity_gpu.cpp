@@ -1,0 +1,299 @@
+// The decoder on a CUDA GPU (no Qt: the GPU machines have none). Two checks:
+//
+// parity [DIR]  bf16 parity with transformers on the GPU. DIR is written by
+//   tests/reference/make_tiny_models.py DIR --device cuda --dtype bfloat16 (run here when
+//   DIR is not given): HF's bf16 logits/loss/gradients and HF's fp32 ones on the same GPU.
+//   Tolerance (docs/model.md): bf16 keeps 8 significant bits, unit roundoff u = 2^-8; two
+//   correct bf16 programs that round at different points (other GEMM tilings, cuDNN vs
+//   flash attention) each sit some multiple of u away from the exact result. So Odyssey's
+//   bf16 result is judged against the fp32 reference and must be no further from it than
+//   HF's own bf16 result is, within a factor 2, plus u:
+//     rel(odyssey_bf16, hf_fp32) <= 2 * rel(hf_bf16, hf_fp32) + 2^-8
+//   with rel(a, b) = max|a - b| / max|b|. The direct distance to HF's bf16 is printed too.
+//
+// bench [--seq N] [--layers L] [--attention cudnn,flash,...]  forward + backward of a Qwen2.5-7B-shaped model (random
+//   init, bf16, all parameters trainable) on one sequence of N tokens: attention backend,
+//   seconds per step, peak memory. Layers and the loss are recomputed in backward (see
+//   docs/model.md: without it the saved activations alone exceed an H200 at 32K).
+#include <ATen/DeviceAccelerator.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "model/decoder.h"
+#include "model/rope.h"
+#include "model/weights.h"
+
+using namespace odyssey;
+using namespace odyssey::model;
+
+namespace {
+
+double rel(const torch::Tensor& a, const torch::Tensor& b) {
+  const double scale = b.abs().max().item<double>();
+  const double d = (a.to(torch::kFloat32).cpu() - b).abs().max().item<double>();
+  return scale > 0 ? d / scale : d;
+}
+
+torch::Tensor get(const SafetensorsCheckpoint& r, const std::string& name) {
+  auto t = r.load(name, torch::kFloat32);
+  if (!t.ok()) throw std::runtime_error(format_all(t.diagnostics));
+  return t.value;
+}
+
+struct Check {
+  double odyssey_vs_fp32, hf_vs_fp32, odyssey_vs_hf;
+  bool ok() const { return odyssey_vs_fp32 <= 2.0 * hf_vs_fp32 + std::ldexp(1.0, -8); }
+};
+
+bool report(const std::string& what, const Check& c) {
+  std::printf("  %-44s odyssey-fp32 %.3e  hf-fp32 %.3e  odyssey-hf %.3e  %s\n", what.c_str(), c.odyssey_vs_fp32,
+              c.hf_vs_fp32, c.odyssey_vs_hf, c.ok() ? "ok" : "FAIL");
+  return c.ok();
+}
+
+bool parity_one(const std::string& dir, const std::string& name) {
+  const torch::Device cuda(torch::kCUDA, 0);
+  auto loaded = load_causal_lm(dir + "/" + name, DecoderOptions{torch::kBFloat16, cuda, AttentionBackend::CuDNN});
+  if (!loaded.ok()) throw std::runtime_error(format_all(loaded.diagnostics));
+  CausalLM lm = loaded.value.lm;
+  auto rr = SafetensorsCheckpoint::open(dir + "/" + name + ".reference.safetensors");
+  if (!rr.ok()) throw std::runtime_error(format_all(rr.diagnostics));
+  const auto& R = rr.value;
+  const auto ids = get(R, "input_ids").to(cuda, torch::kInt64);
+  const auto mask = get(R, "attention_mask").to(cuda, torch::kInt64);
+  const auto labels = get(R, "labels").to(cuda, torch::kInt64);
+  lm->zero_grad();
+  const auto logits = lm->forward(ids, mask);
+  const auto loss = causal_lm_loss(logits, labels);
+  loss.backward();
+  const std::string padded_backend = lm->attention_backend_ran();
+  bool ok = true;
+  std::printf("%s (bf16, padded batch: attention %s)\n", name.c_str(), padded_backend.c_str());
+  auto check = [&](const std::string& what, const torch::Tensor& mine, const std::string& key) {
+    const auto hf = get(R, key), fp = get(R, "fp32." + key);
+    return report(what, {rel(mine, fp), rel(hf, fp), rel(mine, hf)});
+  };
+  ok &= check("logits", logits.detach(), "logits");
+  ok &= check("loss", loss.detach().reshape({1}), "loss");
+  Check worst{0, 0, 0};
+  std::string worst_name;
+  for (const auto& p : lm->named_parameters(true)) {
+    const std::string key = "grad." + p.key();
+    const auto hf = get(R, key), fp = get(R, "fp32." + key);
+    const Check c{rel(p.value().grad(), fp), rel(hf, fp), rel(p.value().grad(), hf)};
+    if (!c.ok()) ok &= report("grad " + p.key(), c);
+    const double margin = c.odyssey_vs_fp32 - 2.0 * c.hf_vs_fp32;
+    if (worst_name.empty() || margin > worst.odyssey_vs_fp32 - 2.0 * worst.hf_vs_fp32) {
+      worst = c;
+      worst_name = p.key();
+    }
+  }
+  report("grad (closest to the bound) " + worst_name, worst);
+  torch::NoGradGuard ng;
+  const auto nopad = lm->forward(get(R, "nopad.input_ids").to(cuda, torch::kInt64));
+  std::printf("  unpadded batch: attention %s\n", lm->attention_backend_ran().c_str());
+  ok &= check("unpadded logits", nopad, "nopad.logits");
+  return ok;
+}
+
+int parity(std::string dir) {
+  if (dir.empty()) {
+    const std::string python = ODYSSEY_PYTHON[0] ? ODYSSEY_PYTHON : "python3";
+    dir = (std::filesystem::temp_directory_path() / "odyssey-gpu-parity").string();
+    const std::string cmd = python + " " ODYSSEY_SOURCE_DIR "/tests/reference/make_tiny_models.py " + dir +
+                            " --device cuda --dtype bfloat16";
+    if (std::system(cmd.c_str()) != 0) {
+      std::fprintf(stderr, "model_parity_gpu: %s failed\n", cmd.c_str());
+      return 1;
+    }
+  }
+  bool ok = true;
+  for (const char* n : {"qwen2", "qwen3", "llama3"}) ok &= parity_one(dir, n);
+  std::printf("bf16 parity: %s\n", ok ? "PASS" : "FAIL");
+  return ok ? 0 : 1;
+}
+
+// Runs a module piece in forward without saving activations, and again in backward with
+// autograd on (PyTorch's reentrant checkpoint). The pieces' parameters get their gradients
+// from the inner backward; only the input's gradient is returned.
+struct Recompute : torch::autograd::Function<Recompute> {
+  using Fn = std::function<torch::Tensor(const torch::Tensor&)>;
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const Fn* fn) {
+    ctx->save_for_backward({x});
+    ctx->saved_data["fn"] = reinterpret_cast<std::int64_t>(fn);
+    return (*fn)(x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad) {
+    const Fn* fn = reinterpret_cast<const Fn*>(ctx->saved_data["fn"].toInt());
+    torch::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    torch::AutoGradMode on(true);
+    torch::Tensor y = (*fn)(x);
+    torch::autograd::backward({y}, {grad[0]});
+    return {x.grad(), torch::Tensor()};
+  }
+};
+
+double gib(std::int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0 * 1024.0); }
+
+AttentionBackend backend_named(const std::string& n) {
+  if (n == "cudnn") return AttentionBackend::CuDNN;
+  if (n == "flash") return AttentionBackend::Flash;
+  if (n == "efficient") return AttentionBackend::Efficient;
+  if (n == "math") return AttentionBackend::Math;
+  return AttentionBackend::Auto;
+}
+
+int bench(std::int64_t seq, std::int64_t layers, const std::vector<std::string>& backends) {
+  const torch::Device cuda(torch::kCUDA, 0);
+  DecoderConfig c;  // Qwen2.5-7B's config.json
+  c.hf.architecture = "Qwen2ForCausalLM";
+  c.hf.family = "qwen2";
+  c.hf.hidden_size = 3584;
+  c.hf.intermediate_size = 18944;
+  c.hf.num_hidden_layers = layers;
+  c.hf.num_attention_heads = 28;
+  c.hf.num_key_value_heads = 4;
+  c.hf.head_dim = 128;
+  c.hf.vocab_size = 152064;
+  c.hf.rms_norm_eps = 1e-6;
+  c.hf.tie_word_embeddings = false;
+  c.rope.theta = 1000000.0;
+  c.qkv_bias = true;
+  torch::manual_seed(0);
+  CausalLM lm(c, DecoderOptions{torch::kBFloat16, cuda, AttentionBackend::CuDNN});
+  lm->initialize_random();
+  std::int64_t params = 0;
+  for (const auto& p : lm->parameters()) params += p.numel();
+  const auto ids = torch::randint(0, c.hf.vocab_size, {1, seq}, torch::TensorOptions().dtype(torch::kInt64).device(cuda));
+  const torch::Tensor inv_freq = rope_inv_freq(c.rope, c.hf.head_dim);
+  std::printf("Qwen2.5-7B shape: %lld layers, %.3f B parameters (all trainable), bf16, seq %lld\n",
+              static_cast<long long>(layers), static_cast<double>(params) / 1e9, static_cast<long long>(seq));
+
+  // One layer without recompute: what its saved activations cost at this length.
+  {
+    at::accelerator::synchronizeDevice(0);
+    const auto before = at::accelerator::getDeviceStats(0).allocated_bytes[0].current;
+    torch::Tensor h = lm->model->embed_tokens(ids).detach().requires_grad_(true);
+    LayerContext ctx;
+    std::tie(ctx.cos, ctx.sin) = rope_cos_sin(inv_freq, torch::arange(seq, ids.options()).unsqueeze(0), torch::kBFloat16);
+    ctx.attention = AttentionBackend::CuDNN;
+    torch::Tensor y = lm->model->layer_list[0](h, ctx);
+    at::accelerator::synchronizeDevice(0);
+    const auto after = at::accelerator::getDeviceStats(0).allocated_bytes[0].current;
+    std::printf("one layer's forward with autograd keeps %.2f GiB at seq %lld (x %lld layers = %.1f GiB)\n",
+                gib(after - before), static_cast<long long>(seq), static_cast<long long>(layers),
+                gib(after - before) * static_cast<double>(layers));
+  }
+
+  std::atomic<std::int64_t> ran{-1};
+  AttentionBackend prefer = AttentionBackend::CuDNN;
+  auto step = [&]() {
+    LayerContext ctx;
+    std::tie(ctx.cos, ctx.sin) = rope_cos_sin(inv_freq, torch::arange(seq, ids.options()).unsqueeze(0), torch::kBFloat16);
+    ctx.attention = prefer;
+    ctx.backend_ran = &ran;
+    std::vector<Recompute::Fn> fns;
+    for (auto& layer : lm->model->layer_list)
+      fns.emplace_back([&ctx, layer](const torch::Tensor& x) mutable { return layer(x, ctx); });
+    torch::Tensor h = lm->model->embed_tokens(ids);
+    for (const auto& fn : fns) h = Recompute::apply(h, &fn);
+    h = lm->model->norm(h).view({seq, -1});
+    // HF's loss (bf16 logits, upcast to fp32, shifted targets, mean) in chunks of 4096 tokens,
+    // each recomputed in backward, so no [seq, vocab] tensor exists.
+    const torch::Tensor targets = torch::constant_pad_nd(ids, {0, 1}, -100).narrow(1, 1, seq).reshape({-1});
+    const std::int64_t chunk = 4096;
+    torch::Tensor total = torch::zeros({}, h.options().dtype(torch::kFloat32));
+    std::vector<Recompute::Fn> loss_fns;
+    loss_fns.reserve(static_cast<std::size_t>((seq + chunk - 1) / chunk));
+    for (std::int64_t i = 0; i < seq; i += chunk) {
+      const std::int64_t n = std::min(chunk, seq - i);
+      const torch::Tensor t = targets.narrow(0, i, n);
+      loss_fns.emplace_back([&lm, t](const torch::Tensor& x) {
+        return torch::nn::functional::cross_entropy(
+            at::linear(x, lm->lm_head_weight()).to(torch::kFloat32), t,
+            torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100).reduction(torch::kSum));
+      });
+      total = total + Recompute::apply(h.narrow(0, i, n), &loss_fns.back());
+    }
+    const torch::Tensor loss = total / (seq - 1);
+    loss.backward();
+    return loss.item<double>();
+  };
+
+  for (const std::string& b : backends) {
+    prefer = backend_named(b);
+    lm->zero_grad();
+    step();  // warm-up: cuDNN plans, allocator pools
+    at::accelerator::synchronizeDevice(0);
+    at::accelerator::resetPeakStats(0);
+    const int steps = 3;
+    double loss = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < steps; ++i) {
+      lm->zero_grad(false);
+      loss = step();
+    }
+    at::accelerator::synchronizeDevice(0);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;
+    const auto stats = at::accelerator::getDeviceStats(0);
+    // Model FLOPs (no recompute): 6 N T for the matrices, attention 2 s^2 d H per layer
+    // forward (causal: half of 4 s^2 d H), times 3.5 for forward + backward (ANCHORS.md).
+    const double tokens = static_cast<double>(seq);
+    const double flops = 6.0 * static_cast<double>(params) * tokens +
+                         3.5 * 2.0 * tokens * tokens * 128.0 * 28.0 * static_cast<double>(layers);
+    std::printf("[prefer %s] attention backend that ran: %s\n", b.c_str(), sdp_backend_name(ran.load()).c_str());
+    std::printf("  loss %.4f (ln vocab = %.4f)\n", loss, std::log(152064.0));
+    std::printf("  forward+backward: %.3f s per step (mean of %d after 1 warm-up), %.0f tokens/s, %.0f model TFLOP/s\n",
+                s, steps, tokens / s, flops / s / 1e12);
+    std::printf("  peak allocated: %.2f GiB, peak reserved: %.2f GiB\n", gib(stats.allocated_bytes[0].peak),
+                gib(stats.reserved_bytes[0].peak));
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  try {
+    if (!torch::cuda::is_available()) {
+      std::fprintf(stderr, "model_parity_gpu: no CUDA device; this check runs on a GPU machine (ctest label gpu)\n");
+      return 77;
+    }
+    const std::vector<std::string> a(argv + 1, argv + argc);
+    const std::string mode = a.empty() ? "all" : a[0];
+    std::int64_t seq = 32768, layers = 28;
+    std::string dir;
+    std::vector<std::string> backends{"cudnn"};
+    for (std::size_t i = 1; i < a.size(); ++i) {
+      if (a[i] == "--seq" && i + 1 < a.size()) seq = std::stoll(a[++i]);
+      else if (a[i] == "--attention" && i + 1 < a.size()) {
+        backends.clear();
+        std::string v = a[++i];
+        for (std::size_t p = 0; p != std::string::npos;) {
+          const std::size_t q = v.find(',', p);
+          backends.push_back(v.substr(p, q == std::string::npos ? q : q - p));
+          p = q == std::string::npos ? q : q + 1;
+        }
+      }
+      else if (a[i] == "--layers" && i + 1 < a.size()) layers = std::stoll(a[++i]);
+      else dir = a[i];
+    }
+    int rc = 0;
+    if (mode == "parity" || mode == "all") rc |= parity(dir);
+    if (mode == "bench" || mode == "all") rc |= bench(seq, layers, backends);
+    return rc;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "model_parity_gpu: %s\n", e.what());
+    return 1;
+  }
+}

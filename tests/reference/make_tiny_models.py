@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""Oracle data for the decoder parity tests, produced by the real libraries at test time.
+
+Builds tiny random Qwen2ForCausalLM (q/k/v bias, tied embeddings, sharded checkpoint),
+Qwen3ForCausalLM (q_norm/k_norm, explicit head_dim != hidden/heads) and LlamaForCausalLM
+(rope_type llama3, untied) with transformers' save_pretrained, runs a padded batch through
+each in transformers and writes what Odyssey must reproduce:
+
+  OUT/<name>/                      the model directory (config.json + safetensors)
+  OUT/<name>.reference.safetensors input_ids, attention_mask, labels (the padded batch, as
+                                   float32),
+                                   logits, loss, grad.<HF parameter name> for every
+                                   parameter, nopad.input_ids / nopad.logits (a batch
+                                   without padding: SDPA's is_causal path)
+  OUT/bad_*/                       broken copies for the error tests (--bad)
+  OUT/score.jsonl, OUT/qwen2.score.json
+                                   texts for `odyssey-train score` and HF's per-sample
+                                   mean loss of each with the qwen2 model and a byte-level
+                                   BPE tokenizer trained here (saved in OUT/qwen2/)
+
+With --device cuda --dtype bfloat16 the reference is computed in that dtype on the GPU, and
+an fp32 run on the same GPU (TF32 off) is stored beside it under the prefix "fp32.".
+
+Pinned: transformers 5.17.0, torch 2.11, safetensors 0.8.0 (setup.sh installs them).
+"""
+import argparse
+import json
+import os
+import shutil
+import sys
+
+import torch
+from safetensors.torch import load_file, save_file
+
+import transformers
+from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+                          Qwen3ForCausalLM)
+
+PINNED = "5.17.0"
+VOCAB = 512
+SEQ = 16
+COMMON = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=256, rms_norm_eps=1e-6,
+              initializer_range=0.2)
+
+
+def models():
+    return [
+        ("qwen2", 11, Qwen2ForCausalLM,
+         Qwen2Config(**COMMON, tie_word_embeddings=True, rope_theta=10000.0), "60KB"),
+        ("qwen3", 12, Qwen3ForCausalLM,
+         Qwen3Config(**COMMON, head_dim=32, tie_word_embeddings=False, rope_theta=1000000.0), None),
+        ("llama3", 13, LlamaForCausalLM,
+         LlamaConfig(**{**COMMON, "num_hidden_layers": 3}, tie_word_embeddings=False,
+                     rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                   "high_freq_factor": 4.0, "original_max_position_embeddings": 16},
+                     rope_theta=500000.0), None),
+    ]
+
+
+def perturb(model, seed):
+    # HF initializes biases to 0 and norms to 1, which would hide a missing bias or norm
+    # weight; give every parameter a random value.
+    g = torch.Generator().manual_seed(seed + 1000)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=g)
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.2 * noise)
+            elif name.endswith(".bias"):
+                p.copy_(0.1 * noise)
+
+
+def batch(seed):
+    """Three rows of SEQ tokens: full, right-padded (10 tokens), left-padded (6 tokens)."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, VOCAB, (3, SEQ), generator=g)
+    mask = torch.ones(3, SEQ, dtype=torch.long)
+    mask[1, 10:] = 0
+    mask[2, :SEQ - 6] = 0
+    ids = ids.masked_fill(mask == 0, 0)
+    labels = ids.masked_fill(mask == 0, -100)
+    nopad = torch.randint(1, VOCAB, (2, SEQ), generator=g)
+    return ids, mask, labels, nopad
+
+
+def run(model, ids, mask, labels, nopad, device):
+    model.zero_grad(set_to_none=True)
+    out = model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device))
+    out.loss.backward()
+    t = {"logits": out.logits.detach().float().cpu().contiguous(), "loss": out.loss.detach().float().cpu().reshape(1)}
+    for name, p in model.named_parameters():
+        t["grad." + name] = p.grad.detach().float().cpu().contiguous()
+    with torch.no_grad():
+        t["nopad.logits"] = model(input_ids=nopad.to(device)).logits.float().cpu().contiguous()
+    return t
+
+
+def write_bad(out, good_single, good_sharded):
+    """Broken copies of good models: each must give an error naming the file and tensor."""
+    def copy(src, name):
+        d = os.path.join(out, name)
+        shutil.rmtree(d, ignore_errors=True)
+        shutil.copytree(src, d)
+        return d
+
+    st = "model.safetensors"
+    sd = load_file(os.path.join(good_single, st))
+    victim = "model.layers.0.mlp.up_proj.weight"
+
+    d = copy(good_single, "bad_missing")
+    save_file({k: v for k, v in sd.items() if k != victim}, os.path.join(d, st), metadata={"format": "pt"})
+    d = copy(good_single, "bad_extra")
+    save_file({**sd, "model.layers.0.mlp.extra_proj.weight": torch.zeros(4, 4)}, os.path.join(d, st),
+              metadata={"format": "pt"})
+    d = copy(good_single, "bad_shape")
+    save_file({**sd, victim: torch.zeros(sd[victim].shape[0] + 1, sd[victim].shape[1])}, os.path.join(d, st),
+              metadata={"format": "pt"})
+    d = copy(good_single, "bad_dtype")
+    save_file({**sd, victim: sd[victim].to(torch.int64)}, os.path.join(d, st), metadata={"format": "pt"})
+    d = copy(good_single, "bad_arch")
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    cfg["architectures"] = ["MistralForCausalLM"]
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"), indent=2)
+    d = copy(good_sharded, "bad_truncated")
+    shard = sorted(f for f in os.listdir(d) if f.startswith("model-") and f.endswith(".safetensors"))[-1]
+    p = os.path.join(d, shard)
+    size = os.path.getsize(p)
+    with open(p, "r+b") as f:
+        f.truncate(size - 100)
+
+
+SCORE_TEXTS = [
+    "The quick brown fox jumps over the lazy dog while the model predicts the next token.",
+    "Long-context fine-tuning needs the loss summed over valid tokens and divided once.",
+    "naïve café — 日本語のテキスト, emoji 🚀 and tabs\tand\nnewlines",
+    "def f(x):\n    return x * 2  # code",
+    "a",
+]
+
+
+def add_tokenizer_and_scores(out, model_dir, cls):
+    """A byte-level BPE tokenizer (GPT-2 style, < VOCAB ids) for the tiny Qwen2 and HF's
+    per-sample mean loss of SCORE_TEXTS: model(ids, labels=ids).loss, ids =
+    tokenizer(text)["input_ids"] (HF's default add_special_tokens=True)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+    corpus = [open(__file__, encoding="utf-8").read()] + SCORE_TEXTS * 3
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB - 12, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(corpus, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>")
+    fast.save_pretrained(model_dir)
+    m = cls.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa")
+    rows = []
+    with open(os.path.join(out, "score.jsonl"), "w", encoding="utf-8") as f:
+        for t in SCORE_TEXTS:
+            f.write(json.dumps({"text": t}, ensure_ascii=False) + "\n")
+            ids = fast(t)["input_ids"]
+            loss = None
+            if len(ids) > 1:
+                with torch.no_grad():
+                    x = torch.tensor([ids])
+                    loss = m(input_ids=x, labels=x).loss.item()
+            rows.append({"ids": ids, "loss": loss})
+    json.dump({"samples": rows}, open(os.path.join(out, "qwen2.score.json"), "w"), indent=1)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--bad", action="store_true", help="also write the broken copies")
+    args = ap.parse_args()
+    if transformers.__version__ != PINNED:
+        print(f"make_tiny_models.py: transformers {transformers.__version__} found, {PINNED} pinned", file=sys.stderr)
+        return 3
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    os.makedirs(args.out, exist_ok=True)
+    dtype = getattr(torch, args.dtype)
+    dirs = {}
+    for name, seed, cls, cfg, shard in models():
+        torch.manual_seed(seed)
+        cfg._attn_implementation = "sdpa"
+        m = cls(cfg).float()
+        perturb(m, seed)
+        d = os.path.join(args.out, name)
+        m.save_pretrained(d, max_shard_size=shard) if shard else m.save_pretrained(d)
+        dirs[name] = d
+        ids, mask, labels, nopad = batch(seed)
+        # Token ids as float32 (exact below 2^24): Odyssey's safetensors reader loads floats only.
+        ref = {"input_ids": ids.float(), "attention_mask": mask.float(), "labels": labels.float(),
+               "nopad.input_ids": nopad.float()}
+        m = cls.from_pretrained(d, dtype=dtype, attn_implementation="sdpa").to(args.device)
+        m.train()  # dropout is 0 in these configs; train() only to mirror a training step
+        ref.update(run(m, ids, mask, labels, nopad, args.device))
+        if dtype != torch.float32:
+            m32 = cls.from_pretrained(d, dtype=torch.float32, attn_implementation="sdpa").to(args.device)
+            ref.update({"fp32." + k: v for k, v in run(m32, ids, mask, labels, nopad, args.device).items()})
+        save_file({k: v.contiguous() for k, v in ref.items()}, os.path.join(args.out, name + ".reference.safetensors"),
+                  metadata={"transformers": transformers.__version__, "torch": torch.__version__,
+                            "dtype": args.dtype, "device": args.device})
+        print(f"{name}: loss {ref['loss'].item():.6f}, {len(list(m.parameters()))} parameters, dir {d}")
+    if args.bad:
+        write_bad(args.out, dirs["qwen3"], dirs["qwen2"])
+        add_tokenizer_and_scores(args.out, dirs["qwen2"], Qwen2ForCausalLM)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
