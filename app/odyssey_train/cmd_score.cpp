@@ -49,7 +49,7 @@ CommandSpec score_spec() {
 namespace {
 
 // The texts of FILE.jsonl; errors name file:line.
-bool read_texts(const std::string& path, std::vector<std::string>* texts) {
+[[maybe_unused]] bool read_texts(const std::string& path, std::vector<std::string>* texts) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     std::cerr << "odyssey-train score: " << path << ": cannot be read\n";
