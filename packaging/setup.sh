@@ -25,6 +25,10 @@ torch_prefix=$("$venv/bin/python" -W ignore -c 'import torch; print(torch.utils.
 jobs=${ODYSSEY_JOBS:-$(nproc)}
 export CCACHE_DIR=${CCACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ccache}
 export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-5G}
+# Fresh clones in other folders (CI) share the cache: paths are made relative to the
+# checkout and the working directory is left out of the hash.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root}
+export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 
 configure() {  # configure <build dir> <extra cmake args...>
   local dir=$1; shift
