@@ -75,11 +75,18 @@ if [ "$fuzz_seconds" != 0 ]; then
     work=$(mktemp -d)
     cp -r "tests/fuzz/corpus/$name/." "$work/" 2>/dev/null || true
     echo "-- $name"
+    set +e
     (cd "$work" && "$root/$f" -max_total_time="$fuzz_seconds" -timeout=10 -rss_limit_mb=2048 \
-        -print_final_stats=1 "$work" 2>&1 | grep -E 'stat::number_of_executed_units|Done|ERROR|SUMMARY' || true)
-    if ls "$work"/crash-* "$work"/leak-* "$work"/timeout-* >/dev/null 2>&1; then
-      echo "setup: $name found a failing input; kept in $work" >&2; exit 1
+        -print_final_stats=1 "$work" >"$work.log" 2>&1)
+    rc=$?
+    set -e
+    grep -E 'stat::number_of_executed_units|Done|ERROR|SUMMARY' "$work.log" || true
+    if [ "$rc" -ne 0 ]; then
+      tail -30 "$work.log"
+      echo "setup: $name failed (exit $rc: crash, leak, timeout or out of memory); input and log kept in $work" >&2
+      exit 1
     fi
+    rm -f "$work.log"
     rm -rf "$work"
   done
 fi

@@ -22,6 +22,9 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 }
 
 std::optional<std::string> closest(std::string_view word, const std::vector<std::string>& candidates) {
+  // Setting names are short; a long word is no typo of one, and comparing it would cost
+  // O(length) per candidate (a fuzzer found a 1 MB key taking seconds).
+  if (word.size() > 64) return std::nullopt;
   std::optional<std::string> best;
   std::size_t best_d = SIZE_MAX;
   for (const auto& c : candidates) {

@@ -305,6 +305,13 @@ Diagnostics precheck(std::string_view y, const std::string& file) {
       continue;
     }
     const bool scalar_start = std::string_view("\n:-[{,?").find(prev_sig) != std::string_view::npos;
+    // yaml-cpp 0.7 loops forever on a stray flow indicator where a block value starts
+    // (",0=" was found by the fuzzer); such text is invalid YAML anyway.
+    if (scalar_start && flow_depth == 0 && (ch == ',' || ch == ']' || ch == '}')) {
+      d.push_back(err({file, line, col}, "", std::string("a stray '") + static_cast<char>(ch) +
+                                                 "' outside a [ ] or { } list; quote the value"));
+      return d;
+    }
     if (ch != ' ' && ch != '\t') prev_sig = static_cast<char>(ch);
     if ((ch == '\'' || ch == '"') && scalar_start) {  // skip quoted text
       const char q = static_cast<char>(ch);
@@ -467,6 +474,16 @@ Diagnostics set_field_from_text(TrainConfig& c, std::string_view key, std::strin
     std::string msg = "unknown key";
     if (auto near = text::closest(k, field_keys())) msg += "; did you mean '" + *near + "'?";
     return {err(where, key, msg)};
+  }
+  // The same guards as for a preset file (size, NUL, UTF-8, nesting depth): an override
+  // value reaches the same parser.
+  if (auto pre = precheck(yaml_value, where.file); has_errors(pre)) {
+    for (auto& x : pre) {
+      x.key = k;
+      x.line = where.line;
+      x.column = where.column;
+    }
+    return pre;
   }
   YAML::Node v;
   try {
