@@ -273,6 +273,7 @@ Diagnostics precheck(std::string_view y, const std::string& file) {
   bool line_start = true;
   int dashes = 0;
   char prev_sig = '\n';  // last non-blank character on this line
+  bool in_props = false;  // inside an anchor, alias or tag
   for (std::size_t i = 0; i < y.size(); ++i) {
     const unsigned char ch = static_cast<unsigned char>(y[i]);
     ++col;
@@ -298,6 +299,7 @@ Diagnostics precheck(std::string_view y, const std::string& file) {
       line_start = true;
       dashes = 0;
       prev_sig = '\n';
+      in_props = false;
       continue;
     }
     if (ch == '#' && (i == 0 || y[i - 1] == ' ' || y[i - 1] == '\t' || line_start)) {
@@ -307,7 +309,14 @@ Diagnostics precheck(std::string_view y, const std::string& file) {
     const bool scalar_start = std::string_view("\n:-[{,?").find(prev_sig) != std::string_view::npos;
     // yaml-cpp 0.7 loops forever on a stray flow indicator where a block value starts
     // (",0=" was found by the fuzzer); such text is invalid YAML anyway.
-    if (scalar_start && flow_depth == 0 && (ch == ',' || ch == ']' || ch == '}')) {
+    if (ch < 0x20 && ch != '\t' && ch != '\r') {
+      d.push_back(err({file, line, col}, "", "a control character (byte " + std::to_string(ch) +
+                                                 "); YAML text may not contain them"));
+      return d;
+    }
+    if (scalar_start && (ch == '&' || ch == '*' || ch == '!')) in_props = true;
+    else if (ch == ' ' || ch == '\t') in_props = false;
+    if (flow_depth == 0 && ((scalar_start && (ch == ',' || ch == ']' || ch == '}')) || (in_props && ch == ','))) {
       d.push_back(err({file, line, col}, "", std::string("a stray '") + static_cast<char>(ch) +
                                                  "' outside a [ ] or { } list; quote the value"));
       return d;
