@@ -46,13 +46,13 @@ class TstMonitorPage : public QObject {
     QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->pointCount("loss"), 119, kWait);  // 120 minus the NaN
     QCOMPARE(page.chart("loss")->markerCount("loss"), 1);
     QCOMPARE(page.series().find("loss")->buffer.marks().front().x, 37.0);
-    QCOMPARE(page.chart("loss")->pointCount("loss_ema"), 119);
-    QCOMPARE(page.chart("loss")->pointCount("eval_loss"), 2);
-    QCOMPARE(page.chart("lr")->pointCount("lr"), 120);
-    QCOMPARE(page.chart("vram")->pointCount("vram_peak/rank 1"), 120);
-    QCOMPARE(page.chart("vram")->pointCount("vram_reserved/rank 0"), 120);
-    QCOMPARE(page.chart("busbw")->pointCount("busbw/all_to_all/ulysses"), 120);
-    QCOMPARE(page.chart("busbw")->pointCount("busbw/all_reduce/world"), 120);
+    QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->pointCount("loss_ema"), 119, kWait);
+    QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->pointCount("eval_loss"), 2, kWait);
+    QTRY_COMPARE_WITH_TIMEOUT(page.chart("lr")->pointCount("lr"), 120, kWait);
+    QTRY_COMPARE_WITH_TIMEOUT(page.chart("vram")->pointCount("vram_peak/rank 1"), 120, kWait);
+    QTRY_COMPARE_WITH_TIMEOUT(page.chart("vram")->pointCount("vram_reserved/rank 0"), 120, kWait);
+    QTRY_COMPARE_WITH_TIMEOUT(page.chart("busbw")->pointCount("busbw/all_to_all/ulysses"), 120, kWait);
+    QTRY_COMPARE_WITH_TIMEOUT(page.chart("busbw")->pointCount("busbw/all_reduce/world"), 120, kWait);
     QCOMPARE(page.stateText(), QStringLiteral("completed"));
     QVERIFY2(page.progressText().contains("step 120 / 120"), qPrintable(page.progressText()));
     QVERIFY(!page.progressText().contains("ETA"));  // finished: no ETA
@@ -117,7 +117,7 @@ class TstMonitorPage : public QObject {
     QTRY_COMPARE_WITH_TIMEOUT(page.latestStep(), std::int64_t(7), kWait);
     QTRY_VERIFY_WITH_TIMEOUT(page.messagesText().contains("events.jsonl:"), kWait);
     QVERIFY2(page.messagesText().contains(":9:"), qPrintable(page.messagesText()));  // line numbers
-    QCOMPARE(page.chart("loss")->pointCount("loss"), 6);
+    QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->pointCount("loss"), 6, kWait);  // charts redraw on a timer
   }
 
   void truncatedFileRestartsTheCharts() {
@@ -149,7 +149,7 @@ class TstMonitorPage : public QObject {
     QTRY_COMPARE_WITH_TIMEOUT(page.latestStep(), std::int64_t(12), kWait);
     fs::remove_all(dir);
     QTRY_VERIFY_WITH_TIMEOUT(page.messagesText().contains("no longer exists"), kWait);
-    QCOMPARE(page.chart("loss")->pointCount("loss"), 12);  // what was read stays shown
+    QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->pointCount("loss"), 12, kWait);  // what was read stays shown
     QTest::qWait(400);  // and the page keeps running
     QVERIFY(page.isVisible());
   }
@@ -211,7 +211,7 @@ class TstMonitorPage : public QObject {
     page.attachRunDirectory(qs(db));
     QTRY_COMPARE_WITH_TIMEOUT(page.latestStep(), std::int64_t(20), kWait);
     QTest::qWait(300);
-    QCOMPARE(page.chart("loss")->pointCount("loss"), 20);
+    QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->pointCount("loss"), 20, kWait);
   }
 };
 
