@@ -5,9 +5,14 @@
 #include "common/text.h"
 #include "config/preset_io.h"
 #include "config/validate.h"
+#include "run/run_dir.h"
 #ifdef ODYSSEY_HAVE_TORCH
 #include "engine/runtime_info.h"
+#include "train/trainer.h"
 #endif
+
+#include <filesystem>
+#include <fstream>
 
 namespace odyssey::cli {
 
@@ -122,10 +127,43 @@ int cmd_run(const Args& a) {
     return kInvalidConfig;
   }
   print_resolved(cc, false);
-  std::cout << "\nThe configuration is valid and every file it names exists.\n"
-               "This build has no training loop yet (it arrives with the single-process "
-               "training issue); nothing was trained.\n";
-  return kOk;
+#ifndef ODYSSEY_HAVE_TORCH
+  std::cout << "\nThe configuration is valid and every file it names exists.\n";
+  std::cerr << "odyssey-train run: this build has no LibTorch, so it cannot train (configure with Torch)\n";
+  return kFailure;
+#else
+  const TrainConfig resolved = resolve_paths(cc.loaded, cc.location);
+  if (cc.location.source != ModelLocation::Directory && cc.location.source != ModelLocation::HuggingFaceCache &&
+      cc.location.source != ModelLocation::ModelScopeCache) {
+    std::cerr << "odyssey-train run: model " << text::quoted(resolved.model) << ": " << cc.location.describe()
+              << "; training needs a model directory with weights and tokenizer.json\n";
+    return kInvalidConfig;
+  }
+  std::string name = a.value("name");
+  if (name.empty()) {
+    const std::string& file = cc.loaded.origin.file;
+    name = file.empty() ? std::string("quickstart") : std::filesystem::path(file).stem().string();
+  }
+  auto rd = run::create_run_dir(resolved.output_dir, name);
+  if (!rd.ok()) {
+    print_diagnostics(rd.diagnostics);
+    return kFailure;
+  }
+  const std::string config_text = save_preset_text(resolved, false);
+  {
+    std::ofstream out(rd.value.config(), std::ios::binary);
+    out << config_text;
+    if (!out.flush()) {
+      std::cerr << "odyssey-train run: " << rd.value.config().string() << ": cannot be written\n";
+      return kFailure;
+    }
+  }
+  std::cout << "\nrun directory: " << rd.value.root().string() << "\n" << std::flush;
+  train::TrainerOptions to;
+  to.preset_base_dir = cc.loaded.origin.base_dir;
+  if (a.has("no-token-cache")) to.token_cache_dir = "off";
+  return train::run_training(resolved, rd.value, to) == 0 ? kOk : kFailure;
+#endif
 }
 
 int cmd_env(const Args&) {
@@ -145,8 +183,16 @@ const std::vector<Command>& commands() {
     t.push_back({{"run", "run [PRESET] [--set KEY=VALUE]...",
                   "Train from a preset (the embedded quickstart when none is given).",
                   "Loads the preset, applies --set overrides, checks every setting and that the model\n"
-                  "and datasets exist, and prints the resolved configuration.",
-                  {kSet}, 0, 1},
+                  "and datasets exist, prints the resolved configuration, creates a run directory\n"
+                  "<output_dir>/<time>-<name>/ (config.yaml, events.jsonl, status.json, logs/,\n"
+                  "checkpoints/) and trains on one GPU or the CPU (docs/training.md).\n"
+                  "SIGINT/SIGTERM: the current step finishes, a checkpoint is written, exit 0.\n\n"
+                  "Exit codes: 0 completed or stopped on request, 1 the run failed (status.json says\n"
+                  "why), 3 the configuration is invalid.",
+                  {kSet,
+                   {"name", true, false, "NAME", "run name (default: the preset's file name)"},
+                   {"no-token-cache", false, false, "", "tokenize again instead of using the token cache"}},
+                  0, 1},
                  cmd_run});
     t.push_back({{"validate", "validate [PRESET...] [--set KEY=VALUE]... [--check-files] [--strict]",
                   "Check presets: syntax, types, ranges, unknown keys and cross-field rules.",
@@ -170,6 +216,7 @@ const std::vector<Command>& commands() {
     t.push_back({import_swift_spec(), cmd_import_swift});
     t.push_back({export_swift_spec(), cmd_export_swift});
     t.push_back({tokenize_spec(), cmd_tokenize});
+    t.push_back({export_spec(), cmd_export});
     t.push_back({score_spec(), cmd_score});
     t.push_back({{"env", "env", "Print the build and runtime environment (LibTorch, CUDA devices).", "", {}, 0, 0},
                  cmd_env});

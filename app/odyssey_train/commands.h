@@ -17,6 +17,7 @@ int cmd_import_swift(const Args& a);   // cmd_swift.cpp
 int cmd_export_swift(const Args& a);   // cmd_swift.cpp
 int cmd_score(const Args& a);          // cmd_score.cpp
 int cmd_tokenize(const Args& a);       // cmd_tokenize.cpp
+int cmd_export(const Args& a);         // cmd_export.cpp
 
 struct Command {
   CommandSpec spec;
@@ -30,5 +31,6 @@ CommandSpec import_swift_spec();
 CommandSpec export_swift_spec();
 CommandSpec score_spec();
 CommandSpec tokenize_spec();
+CommandSpec export_spec();
 
 }  // namespace odyssey::cli

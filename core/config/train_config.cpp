@@ -12,9 +12,9 @@ using TC = TrainConfig;
 using SV = std::string_view;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-constexpr std::array<SV, 3> kTemplates{"auto", "chatml", "llama3"};
+constexpr std::array<SV, 6> kTemplates{"auto", "chatml", "qwen2_5", "qwen3", "llama3", "llama3_1"};
 constexpr std::array<SV, 4> kDtypes{"auto", "bfloat16", "float16", "float32"};
-constexpr std::array<SV, 3> kTruncation{"delete", "left", "right"};
+constexpr std::array<SV, 4> kTruncation{"delete", "left", "right", "raise"};
 constexpr std::array<SV, 2> kTuners{"lora", "full"};
 constexpr std::array<SV, 3> kSchedulers{"cosine", "linear", "constant"};
 constexpr std::array<SV, 5> kAttn{"auto", "flash_attn", "cudnn", "sdpa", "eager"};
@@ -54,8 +54,8 @@ const std::array kFields = std::to_array<FieldSpec>({
      "Longest tokenized sample (and packed bin) in tokens; with sequence parallelism each GPU "
      "holds max_length / sequence_parallel_size of it.", "max_length", 16, 16777216},
     {"truncation_strategy", "data", &TC::truncation_strategy,
-     "What to do with samples longer than max_length: delete them, or cut tokens from the "
-     "left or the right (the count is reported).", "truncation_strategy", -kInf, kInf, kTruncation},
+     "What to do with samples longer than max_length: delete them, cut tokens from the "
+     "left or the right (the count is reported), or raise: fail naming the first one.", "truncation_strategy", -kInf, kInf, kTruncation},
     {"packing", "data", &TC::packing,
      "Pack several samples into each max_length bin; attention never crosses samples.",
      "packing"},
@@ -173,6 +173,9 @@ const std::array kFields = std::to_array<FieldSpec>({
      "Checkpoints kept; older ones are deleted (0 keeps all).", "save_total_limit", 0, 1e6},
     {"output_dir", "output", &TC::output_dir,
      "Where run directories are created (relative to the current directory).", "output_dir"},
+    {"resume_from_checkpoint", "output", &TC::resume_from_checkpoint,
+     "A checkpoint directory to continue from (model or adapter, optimizer, schedule, data "
+     "position); the run writes a new run directory.", "resume_from_checkpoint"},
 });
 
 std::int64_t gcd64(std::int64_t a, std::int64_t b) { return std::gcd(a, b); }

@@ -30,7 +30,7 @@ struct TrainConfig {
   std::vector<std::string> val_dataset;
   double split_dataset_ratio = 0.0;
   std::int64_t max_length = 2048;
-  std::string truncation_strategy = "delete";  // delete|left|right
+  std::string truncation_strategy = "delete";  // delete|left|right|raise
   bool packing = false;
   bool padding_free = false;
   double max_bad_sample_ratio = 0.01;   // share of malformed samples tolerated before failing
@@ -89,6 +89,7 @@ struct TrainConfig {
   std::int64_t save_steps = 500;
   std::int64_t save_total_limit = 2;
   std::string output_dir = "output";
+  std::string resume_from_checkpoint;   // checkpoint directory to continue from
 
   bool operator==(const TrainConfig&) const = default;
 };

@@ -252,6 +252,10 @@ TrainConfig resolve_paths(const LoadedConfig& lc, const ModelLocation& loc) {
       if (path_exists(ds.path, lc.origin.base_dir, &abs))
         spec = abs + (ds.samples > 0 ? "#" + std::to_string(ds.samples) : "");
     }
+  if (!c.resume_from_checkpoint.empty()) {
+    std::string abs;
+    if (path_exists(c.resume_from_checkpoint, lc.origin.base_dir, &abs)) c.resume_from_checkpoint = abs;
+  }
   return c;
 }
 

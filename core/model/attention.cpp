@@ -106,4 +106,37 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   return at::scaled_dot_product_attention(q, kk, vv, mask, 0.0, causal, scale, gqa);
 }
 
+torch::Tensor block_causal_mask(const torch::Tensor& cu_seqlens, std::int64_t total, const torch::Device& device) {
+  const torch::Tensor cu = cu_seqlens.to(torch::kCPU, torch::kInt64);
+  const std::int64_t n = cu.numel() - 1;
+  TORCH_CHECK(n >= 1 && cu[n].item<std::int64_t>() == total, "cu_seqlens must end at the row length ", total);
+  const torch::Tensor lengths = cu.narrow(0, 1, n) - cu.narrow(0, 0, n);
+  const torch::Tensor segment =
+      torch::repeat_interleave(torch::arange(n, torch::kInt64), lengths).to(device);
+  const auto opts = torch::TensorOptions().dtype(torch::kInt64).device(device);
+  const torch::Tensor idx = torch::arange(total, opts);
+  const torch::Tensor keep =
+      segment.view({total, 1}).eq(segment.view({1, total})).logical_and(idx.view({1, total}).le(idx.view({total, 1})));
+  return keep.view({1, 1, total, total});
+}
+
+torch::Tensor varlen_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                      const torch::Tensor& cu_seqlens, std::int64_t max_seqlen, double scale,
+                                      std::int64_t* ran) {
+  const std::int64_t t = q.size(0);
+  const bool half = q.scalar_type() == torch::kBFloat16 || q.scalar_type() == torch::kFloat16;
+  if (q.is_cuda() && half && q.size(2) <= 256) {
+    const torch::Tensor cu = cu_seqlens.to(q.device(), torch::kInt32);
+    auto out = at::_flash_attention_forward(q, k, v, cu, cu, max_seqlen, max_seqlen, 0.0, /*is_causal=*/true,
+                                            /*return_debug_mask=*/false, scale);
+    if (ran) *ran = static_cast<std::int64_t>(at::SDPBackend::flash_attention);
+    return std::get<0>(out);
+  }
+  // [T, H, D] -> [1, H, T, D] with the block-diagonal mask.
+  const torch::Tensor keep = block_causal_mask(cu_seqlens, t, q.device());
+  const torch::Tensor out = causal_attention(q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0),
+                                             v.transpose(0, 1).unsqueeze(0), keep, scale, AttentionBackend::Auto, ran);
+  return out.squeeze(0).transpose(0, 1);
+}
+
 }  // namespace odyssey::model

@@ -31,6 +31,18 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
                                const torch::Tensor& keep, double scale, AttentionBackend prefer,
                                std::int64_t* ran);
 
+// Causal attention over a padding-free row of several samples: q [T, Hq, D], k and v
+// [T, Hkv, D], cu_seqlens int32 [n+1] (sample i is rows cu[i]..cu[i+1]); attention never
+// crosses a sample boundary. CUDA with bf16/fp16: varlen flash attention
+// (at::_flash_attention_forward, differentiable). Otherwise SDPA with a block-diagonal
+// causal mask [1, 1, T, T] (exact; meant for CPU lengths). Returns [T, Hq, D].
+torch::Tensor varlen_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                      const torch::Tensor& cu_seqlens, std::int64_t max_seqlen, double scale,
+                                      std::int64_t* ran);
+
+// The block-diagonal causal mask of a row: keep[0, 0, i, j] = same sample and j <= i.
+torch::Tensor block_causal_mask(const torch::Tensor& cu_seqlens, std::int64_t total, const torch::Device& device);
+
 // transformers' repeat_kv: [B, Hkv, S, D] -> [B, Hkv * n, S, D], each KV head n times in a row.
 torch::Tensor repeat_kv(const torch::Tensor& x, std::int64_t n);
 

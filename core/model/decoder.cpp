@@ -3,17 +3,51 @@
 #include <cmath>
 #include <utility>
 
+#include "model/activation_checkpoint.h"
 #include "model/rope.h"
 
 namespace odyssey::model {
 
-LinearImpl::LinearImpl(std::int64_t in, std::int64_t out, bool with_bias, const torch::TensorOptions& o) {
+LinearImpl::LinearImpl(std::int64_t in, std::int64_t out, bool with_bias, const torch::TensorOptions& o)
+    : in_features(in), out_features(out) {
   weight = register_parameter("weight", torch::empty({out, in}, o));
   if (with_bias) bias = register_parameter("bias", torch::zeros({out}, o));
 }
 
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
-  return at::linear(x, weight, bias.defined() ? std::optional<torch::Tensor>(bias) : std::nullopt);
+  torch::Tensor y = at::linear(x, weight, bias.defined() ? std::optional<torch::Tensor>(bias) : std::nullopt);
+  if (!lora_A) return y;
+  // Adapters are kept in fp32 whatever the base dtype (PEFT's autocast_adapter_dtype): the
+  // input is cast to theirs and the update back to the base output's.
+  torch::Tensor in = x.to(lora_A->weight.scalar_type());
+  if (lora_dropout > 0.0) in = torch::dropout(in, lora_dropout, is_training());
+  return y + (at::linear(at::linear(in, lora_A->weight), lora_B->weight) * lora_scaling).to(y.scalar_type());
+}
+
+void LinearImpl::add_lora(std::int64_t rank, double scaling, double dropout) {
+  TORCH_CHECK(!lora_A, "LoRA already added");
+  const auto o = weight.options().dtype(torch::kFloat32);
+  lora_A = register_module("lora_A", std::make_shared<LinearImpl>(in_features, rank, false, o));
+  lora_B = register_module("lora_B", std::make_shared<LinearImpl>(rank, out_features, false, o));
+  torch::NoGradGuard no_grad;
+  torch::nn::init::kaiming_uniform_(lora_A->weight, std::sqrt(5.0));
+  lora_B->weight.zero_();
+  lora_scaling = scaling;
+  lora_dropout = dropout;
+}
+
+void LinearImpl::merge_lora() {
+  if (!lora_A) return;
+  {
+    torch::NoGradGuard no_grad;
+    const torch::Tensor delta =
+        torch::matmul(lora_B->weight.to(torch::kFloat32), lora_A->weight.to(torch::kFloat32)) * lora_scaling;
+    weight.copy_((weight.to(torch::kFloat32) + delta).to(weight.scalar_type()));
+  }
+  unregister_module("lora_A");
+  unregister_module("lora_B");
+  lora_A = nullptr;
+  lora_B = nullptr;
 }
 
 RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps_, const torch::TensorOptions& o) : eps(eps_) {
@@ -54,6 +88,21 @@ AttentionImpl::AttentionImpl(const DecoderConfig& c, const torch::TensorOptions&
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext& ctx) {
   const std::int64_t b = x.size(0), s = x.size(1);
+  if (ctx.cu_seqlens.defined()) {  // padding-free row: [1, T, .] -> varlen attention over [T, H, D]
+    torch::Tensor q = q_proj(x).view({b, s, -1, head_dim});
+    torch::Tensor k = k_proj(x).view({b, s, -1, head_dim});
+    const torch::Tensor v = v_proj(x).view({s, -1, head_dim});
+    if (q_norm) {
+      q = q_norm(q);
+      k = k_norm(k);
+    }
+    q = apply_rope(q.transpose(1, 2), ctx.cos, ctx.sin)[0].transpose(0, 1).contiguous();
+    k = apply_rope(k.transpose(1, 2), ctx.cos, ctx.sin)[0].transpose(0, 1).contiguous();
+    std::int64_t ran = -1;
+    const torch::Tensor out = varlen_causal_attention(q, k, v, ctx.cu_seqlens, ctx.max_seqlen, scale, &ran);
+    if (ctx.backend_ran) ctx.backend_ran->store(ran);
+    return o_proj(out.reshape({b, s, -1}));
+  }
   // [B, S, H*D] -> [B, S, H, D] (Qwen3 normalizes each head here) -> [B, H, S, D].
   torch::Tensor q = q_proj(x).view({b, s, -1, head_dim});
   torch::Tensor k = k_proj(x).view({b, s, -1, head_dim});
@@ -139,8 +188,33 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
               attention_mask.sizes());
   torch::Tensor h = model->embed_tokens(input_ids);
   const LayerContext ctx = context(input_ids, attention_mask, position_ids, h.scalar_type());
-  for (auto& layer : model->layer_list) h = layer(h, ctx);
-  return model->norm(h);
+  return model->norm(run_layers(h, ctx));
+}
+
+torch::Tensor CausalLMImpl::hidden_states_packed(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
+                                                 const torch::Tensor& cu_seqlens, std::int64_t max_seqlen) {
+  TORCH_CHECK(input_ids.dim() == 2 && input_ids.size(0) == 1, "a packed row is [1, T], got ", input_ids.sizes());
+  TORCH_CHECK(position_ids.sizes() == input_ids.sizes(), "position_ids must be ", input_ids.sizes(), ", got ",
+              position_ids.sizes());
+  torch::Tensor h = model->embed_tokens(input_ids);
+  LayerContext ctx = context(input_ids, {}, position_ids, h.scalar_type());
+  ctx.cu_seqlens = cu_seqlens.to(input_ids.device(), torch::kInt32);
+  ctx.max_seqlen = max_seqlen;
+  return model->norm(run_layers(h, ctx));
+}
+
+torch::Tensor CausalLMImpl::run_layers(torch::Tensor h, const LayerContext& ctx) {
+  const bool recording = torch::GradMode::is_enabled();
+  for (std::size_t i = 0; i < model->layer_list.size(); ++i) {
+    DecoderLayer layer = model->layer_list[i];
+    if (recording && i < checkpoint_layers_.size() && checkpoint_layers_[i]) {
+      if (!h.requires_grad()) h = h.detach().requires_grad_(true);  // frozen embeddings (LoRA)
+      h = checkpointed([layer, ctx](const torch::Tensor& x) mutable { return layer(x, ctx); }, h);
+    } else {
+      h = layer(h, ctx);
+    }
+  }
+  return h;
 }
 
 torch::Tensor CausalLMImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "model/attention.h"
 #include "model/decoder_config.h"
@@ -39,11 +40,25 @@ struct DecoderOptions {
 };
 
 // y = x W^T + b (F.linear). Parameters "weight" [out, in] and "bias" [out] when present.
+// With a LoRA adapter (PEFT's layout and names): sub-modules "lora_A" (weight [r, in]) and
+// "lora_B" (weight [out, r]), y += scaling * B(A(dropout(x))).
 class LinearImpl : public torch::nn::Module {
  public:
   LinearImpl(std::int64_t in, std::int64_t out, bool bias, const torch::TensorOptions& o);
   torch::Tensor forward(const torch::Tensor& x);
+
+  // Adds lora_A (Kaiming-uniform with a = sqrt(5), nn.Linear's and PEFT's default, from the
+  // default generator) and lora_B (zeros), both fp32 on the weight's device. scaling = alpha / r, or alpha / sqrt(r) (rsLoRA).
+  void add_lora(std::int64_t rank, double scaling, double dropout);
+  bool has_lora() const { return lora_A != nullptr; }
+  // W += scaling * B A (in fp32, cast back), then the adapter is removed.
+  void merge_lora();
+
   torch::Tensor weight, bias;
+  std::shared_ptr<LinearImpl> lora_A, lora_B;
+  double lora_scaling = 0.0;
+  double lora_dropout = 0.0;
+  std::int64_t in_features = 0, out_features = 0;
 };
 TORCH_MODULE(Linear);
 
@@ -71,6 +86,8 @@ TORCH_MODULE(Embedding);
 struct LayerContext {
   torch::Tensor cos, sin;  // [P, S, head_dim] in the activations' dtype
   torch::Tensor keep;      // [B, 1, S, S] bool, or undefined (plain causal)
+  torch::Tensor cu_seqlens;      // padding-free row (B = 1): sample boundaries, int32 [n+1]
+  std::int64_t max_seqlen = 0;   // longest sample of the row
   AttentionBackend attention = AttentionBackend::CuDNN;
   std::atomic<std::int64_t>* backend_ran = nullptr;
 };
@@ -127,6 +144,17 @@ class CausalLMImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {},
                         const torch::Tensor& position_ids = {});
 
+  // Final hidden states [1, T, hidden] of a padding-free row of several samples:
+  // position_ids [1, T] restart at 0 per sample, cu_seqlens int32 [n+1] are the sample
+  // boundaries; attention never crosses them (attention.h, varlen_causal_attention).
+  torch::Tensor hidden_states_packed(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
+                                     const torch::Tensor& cu_seqlens, std::int64_t max_seqlen);
+
+  // Layers whose activations are not kept for backward but recomputed (activation
+  // checkpointing); applies when autograd records. Size num_hidden_layers, or empty: none.
+  void set_checkpoint_layers(std::vector<bool> layers) { checkpoint_layers_ = std::move(layers); }
+  const std::vector<bool>& checkpoint_layers() const { return checkpoint_layers_; }
+
   // lm_head.weight, or model.embed_tokens.weight when tied.
   torch::Tensor lm_head_weight() const;
   // HF's _init_weights: linear and embedding weights ~ N(0, initializer_range), biases 0,
@@ -145,6 +173,8 @@ class CausalLMImpl : public torch::nn::Module {
  private:
   LayerContext context(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                        const torch::Tensor& position_ids, torch::ScalarType dtype);
+  torch::Tensor run_layers(torch::Tensor h, const LayerContext& ctx);
+  std::vector<bool> checkpoint_layers_;
   DecoderConfig config_;
   DecoderOptions options_;
   torch::Tensor inv_freq_;  // fp32, not a parameter (HF: non-persistent buffer)

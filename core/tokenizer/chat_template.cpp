@@ -60,10 +60,14 @@ struct Out {
   void end() { r.assistant_ranges.emplace_back(open, r.text.size()); }
 };
 
-void render_qwen2_5(const std::vector<ChatMessage>& m, const ChatOptions& o, Out& out) {
-  out.add("<|im_start|>system\n");
-  out.add(m[0].role == "system" ? std::string_view(m[0].content) : kQwenDefaultSystem);
-  out.add("<|im_end|>\n");
+// Qwen2.5's template; plain ChatML (default_system false) writes a system turn only when the
+// conversation has one.
+void render_qwen2_5(const std::vector<ChatMessage>& m, const ChatOptions& o, Out& out, bool default_system = true) {
+  if (default_system || m[0].role == "system") {
+    out.add("<|im_start|>system\n");
+    out.add(m[0].role == "system" ? std::string_view(m[0].content) : kQwenDefaultSystem);
+    out.add("<|im_end|>\n");
+  }
   for (std::size_t i = 0; i < m.size(); ++i) {
     if (m[i].role == "assistant") {
       out.add("<|im_start|>assistant\n");
@@ -173,6 +177,7 @@ std::string_view ChatTemplate::name() const {
     case ChatTemplateKind::Qwen3: return "qwen3";
     case ChatTemplateKind::Llama3: return "llama3";
     case ChatTemplateKind::Llama3_1: return "llama3_1";
+    case ChatTemplateKind::ChatML: return "chatml";
   }
   return "";
 }
@@ -202,6 +207,7 @@ Result<RenderedChat> ChatTemplate::render(const std::vector<ChatMessage>& messag
     case ChatTemplateKind::Qwen3: render_qwen3(messages, options, out); break;
     case ChatTemplateKind::Llama3: render_llama3(messages, options, bos, out); break;
     case ChatTemplateKind::Llama3_1: render_llama3_1(messages, options, bos, out); break;
+    case ChatTemplateKind::ChatML: render_qwen2_5(messages, options, out, false); break;
   }
   r.value = std::move(out.r);
   return r;

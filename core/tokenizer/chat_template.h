@@ -28,6 +28,7 @@ enum class ChatTemplateKind {
   Qwen3,     // ChatML without a default system; <think> handling of Qwen3's template
   Llama3,    // Llama-3 Instruct: BOS, header ids, content trimmed, <|eot_id|>
   Llama3_1,  // Llama-3.1/3.3 Instruct: plus the "Cutting Knowledge Date" system block
+  ChatML,    // plain ChatML: a system turn only when given, no <think> handling (config "chatml")
 };
 
 struct ChatOptions {
@@ -55,7 +56,7 @@ class ChatTemplate {
       : kind_(kind), bos_(std::move(bos_token)) {}
 
   ChatTemplateKind kind() const { return kind_; }
-  std::string_view name() const;  // qwen2_5, qwen3, llama3, llama3_1
+  std::string_view name() const;  // qwen2_5, qwen3, llama3, llama3_1, chatml
 
   Result<RenderedChat> render(const std::vector<ChatMessage>& messages, const ChatOptions& options = {}) const;
   // Render, then encode the whole text with add_special_tokens=false (as apply_chat_template

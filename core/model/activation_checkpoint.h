@@ -1,0 +1,22 @@
+// Activation checkpointing as a LibTorch autograd function (the reentrant scheme of
+// torch.utils.checkpoint): forward runs `fn` without recording, keeping only its input;
+// backward re-runs `fn` with recording on, from the same random-number state (so dropout
+// draws the same masks), and back-propagates the incoming gradient through it. Gradients
+// of the parameters `fn` uses are accumulated into their .grad by that inner backward;
+// the input's gradient is returned to the outer graph.
+//
+// The input must require grad (the output would otherwise have no backward at all);
+// CausalLM makes a frozen embedding's output require grad before the first checkpointed
+// layer. `fn` must be a pure function of its input and of state that does not change
+// between forward and backward (parameters are not updated in between).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+
+namespace odyssey::model {
+
+torch::Tensor checkpointed(std::function<torch::Tensor(const torch::Tensor&)> fn, const torch::Tensor& input);
+
+}  // namespace odyssey::model

@@ -1,0 +1,93 @@
+#include "train/batch.h"
+
+#include "model/activation_checkpoint.h"
+
+namespace odyssey::train {
+
+std::int64_t PackedRow::target_tokens() const {
+  if (labels.size(1) < 2) return 0;
+  return labels.narrow(1, 1, labels.size(1) - 1).ne(-100).sum().item<std::int64_t>();
+}
+
+PackedRow PackedRow::to(const torch::Device& device) const {
+  PackedRow r = *this;
+  r.input_ids = input_ids.to(device);
+  r.labels = labels.to(device);
+  r.position_ids = position_ids.to(device);
+  r.cu_seqlens = cu_seqlens.to(device);
+  return r;
+}
+
+namespace {
+
+torch::Tensor row_tensor(const std::vector<std::int32_t>& v) {
+  return torch::tensor(torch::ArrayRef<std::int32_t>(v), torch::kInt32).to(torch::kInt64).view({1, -1});
+}
+
+std::vector<std::int32_t> boundaries(const torch::Tensor& position_ids) {
+  const torch::Tensor p = position_ids.reshape({-1}).to(torch::kCPU, torch::kInt64).contiguous();
+  const auto* d = p.data_ptr<std::int64_t>();
+  std::vector<std::int32_t> cu;
+  for (std::int64_t i = 0; i < p.numel(); ++i)
+    if (i == 0 || d[i] == 0) cu.push_back(static_cast<std::int32_t>(i));
+  cu.push_back(static_cast<std::int32_t>(p.numel()));
+  return cu;
+}
+
+PackedRow finish(PackedRow r, std::vector<std::int32_t> cu) {
+  std::int32_t longest = 0;
+  for (std::size_t i = 1; i < cu.size(); ++i) longest = std::max(longest, cu[i] - cu[i - 1]);
+  r.max_seqlen = longest;
+  r.samples = static_cast<std::int64_t>(cu.size()) - 1;
+  r.cu_seqlens = torch::tensor(torch::ArrayRef<std::int32_t>(cu), torch::kInt32);
+  return r;
+}
+
+}  // namespace
+
+PackedRow make_packed_row(const std::vector<std::int32_t>& input_ids, const std::vector<std::int32_t>& labels,
+                          const std::vector<std::int32_t>& position_ids, std::vector<std::int32_t> cu_seqlens) {
+  PackedRow r;
+  r.input_ids = row_tensor(input_ids);
+  r.labels = row_tensor(labels);
+  r.position_ids = row_tensor(position_ids);
+  if (cu_seqlens.empty()) cu_seqlens = boundaries(r.position_ids);
+  return finish(std::move(r), std::move(cu_seqlens));
+}
+
+PackedRow make_packed_row(const torch::Tensor& input_ids, const torch::Tensor& labels, const torch::Tensor& position_ids) {
+  PackedRow r;
+  r.input_ids = input_ids.to(torch::kInt64).view({1, -1});
+  r.labels = labels.to(torch::kInt64).view({1, -1});
+  r.position_ids = position_ids.to(torch::kInt64).view({1, -1});
+  return finish(std::move(r), boundaries(r.position_ids));
+}
+
+torch::Tensor row_loss_sum(model::CausalLM& lm, const PackedRow& row, std::int64_t max_logits_elements) {
+  const torch::Tensor h = lm->hidden_states_packed(row.input_ids, row.position_ids, row.cu_seqlens, row.max_seqlen)[0];
+  const std::int64_t t = h.size(0);
+  const torch::Tensor targets = torch::constant_pad_nd(row.labels[0], {0, 1}, -100).narrow(0, 1, t);
+  const torch::Tensor w = lm->lm_head_weight();
+  const std::int64_t vocab = w.size(0);
+  auto chunk_loss = [w, vocab](const torch::Tensor& hc, const torch::Tensor& tc) {
+    (void)vocab;
+    return torch::nn::functional::cross_entropy(
+        at::linear(hc, w).to(torch::kFloat32), tc,
+        torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100).reduction(torch::kSum));
+  };
+  if (t * vocab <= max_logits_elements) return chunk_loss(h, targets);
+  const std::int64_t chunk = std::max<std::int64_t>(1, max_logits_elements / vocab);
+  const bool recording = torch::GradMode::is_enabled() && h.requires_grad();
+  torch::Tensor total = torch::zeros({}, h.options().dtype(torch::kFloat32));
+  for (std::int64_t i = 0; i < t; i += chunk) {
+    const std::int64_t n = std::min(chunk, t - i);
+    const torch::Tensor tc = targets.narrow(0, i, n);
+    if (tc.ne(-100).sum().item<std::int64_t>() == 0) continue;
+    const torch::Tensor hc = h.narrow(0, i, n);
+    total = total + (recording ? model::checkpointed([chunk_loss, tc](const torch::Tensor& x) { return chunk_loss(x, tc); }, hc)
+                               : chunk_loss(hc, tc));
+  }
+  return total;
+}
+
+}  // namespace odyssey::train

@@ -1,0 +1,39 @@
+// One micro-batch as the engine computes it: a padding-free row of one or more samples
+// (docs/training.md), and its loss.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "model/decoder.h"
+
+namespace odyssey::train {
+
+struct PackedRow {
+  torch::Tensor input_ids;     // int64 [1, T]
+  torch::Tensor labels;        // int64 [1, T], -100 = no target (the first token of every sample is -100)
+  torch::Tensor position_ids;  // int64 [1, T], restarting at 0 per sample
+  torch::Tensor cu_seqlens;    // int32 [n+1]
+  std::int64_t max_seqlen = 0;
+  std::int64_t samples = 0;
+  std::int64_t tokens() const { return input_ids.size(1); }
+  // Targets after the shift: labels[1:] != -100.
+  std::int64_t target_tokens() const;
+  PackedRow to(const torch::Device& device) const;
+};
+
+// A row from plain vectors; cu_seqlens derived when empty (from position_ids == 0).
+PackedRow make_packed_row(const std::vector<std::int32_t>& input_ids, const std::vector<std::int32_t>& labels,
+                          const std::vector<std::int32_t>& position_ids, std::vector<std::int32_t> cu_seqlens = {});
+// The same from [1, T] tensors (the parity test's reference batches).
+PackedRow make_packed_row(const torch::Tensor& input_ids, const torch::Tensor& labels, const torch::Tensor& position_ids);
+
+// Summed token cross-entropy (fp32 scalar) of a row: hidden states of the row, logits
+// lm_head(h) a chunk of tokens at a time. Under autograd, chunks are checkpointed when the
+// row's logits would exceed `max_logits_elements`, so the full [T, vocab] logits never exist.
+torch::Tensor row_loss_sum(model::CausalLM& lm, const PackedRow& row,
+                           std::int64_t max_logits_elements = std::int64_t{1} << 26);
+
+}  // namespace odyssey::train

@@ -1,0 +1,135 @@
+#include "train/optim.h"
+
+#include <cmath>
+#include <map>
+#include <numbers>
+
+namespace odyssey::train {
+
+AdamW::AdamW(std::vector<NamedParam> params, AdamWOptions options)
+    : params_(std::move(params)), options_(options) {
+  for (const auto& p : params_) {
+    torch::NoGradGuard no_grad;
+    exp_avg_.push_back(torch::zeros_like(p.param, torch::MemoryFormat::Preserve));
+    exp_avg_sq_.push_back(torch::zeros_like(p.param, torch::MemoryFormat::Preserve));
+    steps_.push_back(torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(p.param.device())));
+  }
+}
+
+void AdamW::step(double lr) {
+  torch::NoGradGuard no_grad;
+  // One fused call per (decay, device, dtype) group, as torch groups tensors.
+  std::map<std::tuple<bool, std::string, int>, std::vector<std::size_t>> groups;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const auto& p = params_[i].param;
+    if (!p.grad().defined()) continue;
+    groups[{params_[i].decay, p.device().str(), static_cast<int>(p.scalar_type())}].push_back(i);
+  }
+  for (const auto& [key, idx] : groups) {
+    std::vector<torch::Tensor> ps, gs, m, v, st;
+    for (std::size_t i : idx) {
+      ps.push_back(params_[i].param);
+      gs.push_back(params_[i].param.grad());
+      m.push_back(exp_avg_[i]);
+      v.push_back(exp_avg_sq_[i]);
+      st.push_back(steps_[i]);
+    }
+    at::_foreach_add_(st, 1.0);
+    at::_fused_adamw_(ps, gs, m, v, /*max_exp_avg_sqs=*/{}, st, lr, options_.beta1, options_.beta2,
+                      std::get<0>(key) ? options_.weight_decay : 0.0, options_.eps, /*amsgrad=*/false,
+                      /*maximize=*/false);
+  }
+}
+
+void AdamW::zero_grad() {
+  for (auto& p : params_)
+    if (p.param.grad().defined()) p.param.mutable_grad() = torch::Tensor();
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> AdamW::state() const {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    out.emplace_back("exp_avg." + params_[i].name, exp_avg_[i].detach().to(torch::kCPU).contiguous());
+    out.emplace_back("exp_avg_sq." + params_[i].name, exp_avg_sq_[i].detach().to(torch::kCPU).contiguous());
+    out.emplace_back("step." + params_[i].name, steps_[i].detach().to(torch::kCPU).reshape({1}));
+  }
+  return out;
+}
+
+Diagnostics AdamW::load_state(const std::vector<std::pair<std::string, torch::Tensor>>& named,
+                              const std::string& file) {
+  Diagnostics d;
+  std::map<std::string, torch::Tensor> by_name(named.begin(), named.end());
+  auto find = [&](const std::string& key, const torch::Tensor& like) -> torch::Tensor {
+    auto it = by_name.find(key);
+    if (it == by_name.end()) {
+      d.push_back({Severity::Error, file, 0, 0, key, "missing from the optimizer state"});
+      return {};
+    }
+    if (it->second.numel() != like.numel()) {
+      d.push_back({Severity::Error, file, 0, 0, key, "has " + std::to_string(it->second.numel()) +
+                                                          " elements, the parameter has " + std::to_string(like.numel())});
+      return {};
+    }
+    return it->second;
+  };
+  std::vector<std::array<torch::Tensor, 3>> found;
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    found.push_back({find("exp_avg." + params_[i].name, exp_avg_[i]), find("exp_avg_sq." + params_[i].name, exp_avg_sq_[i]),
+                     find("step." + params_[i].name, steps_[i])});
+  if (has_errors(d)) return d;
+  torch::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    exp_avg_[i].copy_(found[i][0].view(exp_avg_[i].sizes()));
+    exp_avg_sq_[i].copy_(found[i][1].view(exp_avg_sq_[i].sizes()));
+    steps_[i].copy_(found[i][2].reshape(steps_[i].sizes()));  // not view({}): that is view(ScalarType)
+  }
+  return d;
+}
+
+std::int64_t AdamW::state_bytes() const {
+  std::int64_t b = 0;
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    b += static_cast<std::int64_t>(exp_avg_[i].nbytes() + exp_avg_sq_[i].nbytes() + steps_[i].nbytes());
+  return b;
+}
+
+bool decays(const std::string& n) {
+  if (n.ends_with(".bias")) return false;
+  if (n.ends_with("norm.weight")) return false;  // input_layernorm, post_attention_layernorm, norm, q_norm, k_norm
+  return true;
+}
+
+double Schedule::lr(std::int64_t step) const {
+  const double s = static_cast<double>(step);
+  const double w = static_cast<double>(warmup_steps);
+  if (step < warmup_steps) return base_lr * s / std::max(1.0, w);
+  if (type == "constant") return base_lr;
+  const double rest = std::max(1.0, static_cast<double>(total_steps - warmup_steps));
+  if (type == "linear")
+    return base_lr * std::max(0.0, static_cast<double>(total_steps - step) / rest);
+  const double progress = (s - w) / rest;  // cosine, num_cycles = 0.5
+  return base_lr * std::max(0.0, 0.5 * (1.0 + std::cos(std::numbers::pi * 0.5 * 2.0 * progress)));
+}
+
+std::int64_t warmup_steps_for(std::int64_t warmup_steps, double warmup_ratio, std::int64_t total_steps) {
+  if (warmup_steps > 0) return warmup_steps;
+  return static_cast<std::int64_t>(std::ceil(static_cast<double>(total_steps) * warmup_ratio));
+}
+
+double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  if (grads.empty()) return 0.0;
+  const std::vector<torch::Tensor> norms = at::_foreach_norm(grads, 2);
+  const torch::Tensor total = torch::linalg_vector_norm(torch::stack(norms), 2);
+  if (max_norm > 0) {
+    const torch::Tensor coef = torch::clamp(max_norm / (total + 1e-6), std::nullopt, 1.0);
+    at::_foreach_mul_(grads, coef);
+  }
+  return total.item<double>();
+}
+
+}  // namespace odyssey::train

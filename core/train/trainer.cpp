@@ -1,0 +1,706 @@
+#include "train/trainer.h"
+
+#include <ATen/DeviceAccelerator.h>
+#include <c10/util/Exception.h>
+#if __has_include(<cuda_runtime_api.h>)
+#include <ATen/cuda/CUDAContext.h>
+#define ODYSSEY_HAVE_CUDA_RUNTIME 1
+#endif
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <csignal>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "config/model_config.h"
+#include "data/dataset.h"
+#include "data/packing.h"
+#include "data/token_cache.h"
+#include "data/tokenize.h"
+#include "model/weights.h"
+#include "planner/memory_planner.h"
+#include "run/event_writer.h"
+#include "run/status_file.h"
+#include "tokenizer/tokenizer.h"
+#include "train/batch.h"
+#include "train/checkpoint_io.h"
+#include "train/lora.h"
+#include "train/step_engine.h"
+
+#ifndef ODYSSEY_VERSION
+#define ODYSSEY_VERSION "dev"
+#endif
+
+namespace odyssey::train {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+std::atomic<int> g_stop_signals{0};
+
+extern "C" void on_stop_signal(int) {
+  // The first signal asks for a graceful stop; the second restores the default action so
+  // that a third (or a launcher's kill) ends the process at once.
+  if (g_stop_signals.fetch_add(1) >= 1) {
+    std::signal(SIGTERM, SIG_DFL);
+    std::signal(SIGINT, SIG_DFL);
+  }
+}
+
+// Failures that end the run with a reason (bad data, I/O), as opposed to bugs.
+struct RunFailure {
+  std::string reason;
+};
+
+// Everything printed goes to stdout and to logs/rank-0.log.
+class Log {
+ public:
+  explicit Log(const fs::path& file) : out_(file, std::ios::app) {}
+  void line(const std::string& s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::cout << s << '\n' << std::flush;
+    if (out_) out_ << s << '\n' << std::flush;
+  }
+
+ private:
+  std::mutex mu_;
+  std::ofstream out_;
+};
+
+std::string fixed(double v, int digits) {
+  std::ostringstream o;
+  o.setf(std::ios::fixed);
+  o.precision(digits);
+  o << v;
+  return o.str();
+}
+
+std::string gib(std::int64_t bytes) { return fixed(static_cast<double>(bytes) / double(std::int64_t{1} << 30), 2) + " GiB"; }
+
+// Memory of this process's device: CUDA allocator statistics, or the process RSS on the CPU.
+struct MemoryProbe {
+  torch::Device device = torch::kCPU;
+  void reset_peak() const {
+    if (device.is_cuda()) at::accelerator::resetPeakStats(device.index());
+  }
+  run::RankMemory read() const {
+    run::RankMemory m;
+    if (device.is_cuda()) {
+      const auto s = at::accelerator::getDeviceStats(device.index());
+      m.vram_allocated_bytes = s.allocated_bytes[0].current;
+      m.vram_peak_bytes = s.allocated_bytes[0].peak;
+      m.vram_reserved_bytes = s.reserved_bytes[0].current;
+      return m;
+    }
+    // CPU: resident set size (current and high-water mark) from /proc.
+    std::ifstream status("/proc/self/status");
+    std::string key;
+    std::int64_t kb = 0;
+    std::string unit;
+    while (status >> key >> kb >> unit) {
+      if (key == "VmRSS:") m.vram_allocated_bytes = m.vram_reserved_bytes = kb * 1024;
+      if (key == "VmHWM:") m.vram_peak_bytes = kb * 1024;
+    }
+    return m;
+  }
+};
+
+// Refreshes status.json every kHeartbeatPeriodS from a thread of its own.
+class Heartbeat {
+ public:
+  Heartbeat(run::StatusFile file, run::RunStatus initial) : file_(std::move(file)), status_(std::move(initial)) {
+    file_.write(status_);
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~Heartbeat() { finish(std::nullopt); }
+  void update(std::int64_t step, std::int64_t total, run::RunState state = run::RunState::Running) {
+    std::lock_guard<std::mutex> lock(mu_);
+    status_.step = step;
+    status_.total_steps = total;
+    status_.state = state;
+  }
+  // Stops the thread; writes the terminal state when given.
+  void finish(std::optional<run::RunStatus> terminal) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopped_) return;
+      stopped_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    if (terminal) {
+      terminal->heartbeat = run::unix_now();
+      file_.write(*terminal);
+    }
+  }
+  run::RunStatus snapshot() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return status_;
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stopped_) {
+      cv_.wait_for(lock, std::chrono::duration<double>(run::kHeartbeatPeriodS));
+      if (stopped_) break;
+      status_.heartbeat = run::unix_now();
+      const run::RunStatus copy = status_;
+      lock.unlock();
+      file_.write(copy);
+      lock.lock();
+    }
+  }
+  run::StatusFile file_;
+  run::RunStatus status_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopped_ = false;
+  std::thread thread_;
+};
+
+// Total memory of a CUDA device (0 when unknown: the planner then assumes an H200).
+std::int64_t device_memory_bytes(const torch::Device& d) {
+#ifdef ODYSSEY_HAVE_CUDA_RUNTIME
+  if (d.is_cuda()) return static_cast<std::int64_t>(at::cuda::getDeviceProperties(d.index())->totalGlobalMem);
+#else
+  (void)d;
+#endif
+  return 0;
+}
+
+std::string device_name(const torch::Device& d) {
+#ifdef ODYSSEY_HAVE_CUDA_RUNTIME
+  if (d.is_cuda()) return at::cuda::getDeviceProperties(d.index())->name;
+#endif
+  return d.str();
+}
+
+torch::Device pick_device(const TrainConfig& c) {
+  if (c.device == "cpu") return torch::kCPU;
+  if (c.device == "cuda") {
+    if (!torch::cuda::is_available()) throw RunFailure{"device: cuda was asked for, but no CUDA device is visible"};
+    return torch::Device(torch::kCUDA, 0);  // the launcher narrows CUDA_VISIBLE_DEVICES to this rank's GPU
+  }
+  return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+}
+
+torch::Dtype pick_dtype(const TrainConfig& c, const torch::Device& d) {
+  if (c.torch_dtype == "float32") return torch::kFloat32;
+  if (c.torch_dtype == "float16") return torch::kFloat16;
+  if (c.torch_dtype == "bfloat16") return torch::kBFloat16;
+  return d.is_cuda() ? torch::kBFloat16 : torch::kFloat32;  // auto
+}
+
+std::string dtype_name(torch::Dtype t) {
+  if (t == torch::kBFloat16) return "bfloat16";
+  if (t == torch::kFloat16) return "float16";
+  return "float32";
+}
+
+// Which layers recompute their activations (docs/training.md, activation checkpointing).
+std::vector<bool> checkpoint_layers(const TrainConfig& c, const HfModelConfig& m, const torch::Device& device,
+                                    std::string* why) {
+  const auto n = static_cast<std::size_t>(m.num_hidden_layers);
+  CheckpointPolicy policy;
+  parse_checkpoint_policy(c.activation_checkpointing, &policy);
+  std::vector<bool> layers(n, false);
+  switch (policy.kind) {
+    case CheckpointPolicy::None: *why = "none (activation_checkpointing: none)"; return layers;
+    case CheckpointPolicy::All: *why = "every layer (activation_checkpointing: all)"; return std::vector<bool>(n, true);
+    case CheckpointPolicy::EveryK:
+      for (std::size_t i = 0; i < n; i += static_cast<std::size_t>(policy.every)) layers[i] = true;
+      *why = "every " + std::to_string(policy.every) + "th layer";
+      return layers;
+    case CheckpointPolicy::Auto: break;
+  }
+  if (!device.is_cuda()) {
+    *why = "none (auto on the CPU: memory is not the limit)";
+    return layers;
+  }
+  PlannerOptions po;
+  po.gpu_memory_bytes = device_memory_bytes(device);
+  const MemoryPlan plan = plan_memory(c, m, po);
+  for (std::size_t i = 0; i < n; ++i) layers[i] = checkpoints_layer(plan, static_cast<std::int64_t>(i));
+  *why = std::to_string(plan.checkpointed_layers) + " of " + std::to_string(n) +
+         " layers (auto: the fewest that fit the memory planner's budget, predicted peak " + gib(plan.peak_bytes) + ")";
+  return layers;
+}
+
+struct Data {
+  std::vector<data::TokenizedSample> train, val;
+  std::vector<std::vector<std::size_t>> items;  // each item: sample indices of train (one, or a packed bin)
+  std::string fingerprint;
+  std::int64_t train_tokens = 0;
+};
+
+data::LoadOptions load_options(const TrainConfig& c, const std::string& base_dir) {
+  data::LoadOptions o;
+  o.base_dir = base_dir;
+  o.max_bad_sample_ratio = c.max_bad_sample_ratio;
+  o.seed = static_cast<std::uint64_t>(c.seed);
+  return o;
+}
+
+void report_diagnostics(const Diagnostics& d, Log& log, run::EventWriter& events, const std::string& code) {
+  std::size_t shown = 0;
+  for (const auto& x : d) {
+    if (x.severity == Severity::Error) continue;
+    log.line((x.severity == Severity::Warning ? "warning: " : "note: ") + x.format());
+    if (x.severity == Severity::Warning && shown++ < 20) {
+      run::WarningEvent w;
+      w.code = code;
+      w.message = x.format();
+      events.write(w);
+    }
+  }
+}
+
+Data prepare_data(const TrainConfig& c, const Tokenizer& tok, const ChatTemplate& tmpl, const TrainerOptions& opt,
+                  Log& log, run::EventWriter& events) {
+  data::TokenizeOptions to;
+  to.max_length = c.max_length;
+  to.truncation = data::parse_truncation(c.truncation_strategy).value_or(data::Truncation::Delete);
+  to.system = c.system;
+  data::TokenCacheOptions co;
+  co.enabled = opt.token_cache_dir != "off";
+  if (co.enabled) co.dir = opt.token_cache_dir;
+  const data::LoadOptions lo = load_options(c, opt.preset_base_dir);
+  auto prepared = data::load_tokenized(c.dataset, lo, tok, tmpl, to, co);
+  if (!prepared.ok()) throw RunFailure{"the training data could not be used:\n" + format_all(prepared.diagnostics)};
+  report_diagnostics(prepared.diagnostics, log, events, "data");
+  Data d;
+  const auto& P = prepared.value;
+  for (const auto& f : P.files) log.line("data: " + data::summary(f));
+  log.line("tokenize: " + data::summary(P.report) + (P.from_cache ? " (from the cache " + P.cache_file + ")" : ""));
+  d.fingerprint = P.cache_key;
+  std::vector<data::TokenizedSample> all = P.samples;
+  if (!c.val_dataset.empty()) {
+    auto v = data::load_tokenized(c.val_dataset, lo, tok, tmpl, to, co);
+    if (!v.ok()) throw RunFailure{"the validation data could not be used:\n" + format_all(v.diagnostics)};
+    report_diagnostics(v.diagnostics, log, events, "data");
+    for (const auto& f : v.value.files) log.line("val data: " + data::summary(f));
+    d.val = v.value.samples;
+    d.fingerprint += "+" + v.value.cache_key;
+  } else if (c.split_dataset_ratio > 0) {
+    auto split = data::split_validation(std::move(all), c.split_dataset_ratio, static_cast<std::uint64_t>(c.seed));
+    if (!split.ok()) throw RunFailure{format_all(split.diagnostics)};
+    all = std::move(split.value.train);
+    d.val = std::move(split.value.val);
+    log.line("validation split: " + std::to_string(d.val.size()) + " samples held out (split_dataset_ratio " +
+             fixed(c.split_dataset_ratio, 3) + ")");
+  }
+  d.train = std::move(all);
+  if (d.train.empty()) throw RunFailure{"no training sample is left after tokenization (see the report above)"};
+  std::vector<std::int32_t> lengths;
+  for (const auto& s : d.train) {
+    lengths.push_back(static_cast<std::int32_t>(s.ids.size()));
+    d.train_tokens += static_cast<std::int64_t>(s.ids.size());
+  }
+  if (c.packing) {
+    d.items = data::pack_bins(lengths, c.max_length);
+    const auto pr = data::packing_report(lengths, d.items, c.max_length);
+    log.line("packing: " + std::to_string(pr.samples) + " samples into " + std::to_string(pr.bins) + " bins of " +
+             std::to_string(c.max_length) + " tokens, " + fixed(100.0 * pr.efficiency, 1) + "% full");
+  } else {
+    for (std::size_t i = 0; i < d.train.size(); ++i) d.items.push_back({i});
+  }
+  return d;
+}
+
+PackedRow row_of(const std::vector<const data::TokenizedSample*>& samples) {
+  const data::Row r = data::make_row(samples);
+  return make_packed_row(r.input_ids, r.labels, r.position_ids, r.cu_seqlens);
+}
+
+std::string oom_advice(const TrainConfig& c, const std::vector<bool>& ckpt) {
+  std::vector<std::string> tips;
+  const bool all_ckpt = !ckpt.empty() && std::all_of(ckpt.begin(), ckpt.end(), [](bool b) { return b; });
+  if (!all_ckpt) tips.push_back("activation_checkpointing: all");
+  if (c.per_device_train_batch_size > 1)
+    tips.push_back("per_device_train_batch_size: 1 (with gradient_accumulation_steps x" +
+                   std::to_string(c.per_device_train_batch_size) + ")");
+  tips.push_back("a smaller max_length (now " + std::to_string(c.max_length) + ")");
+  if (c.tuner_type == "full") tips.push_back("tuner_type: lora, or use_galore / zero_stage 2");
+  tips.push_back("sequence_parallel_size > 1 over several GPUs");
+  std::string s = "settings that reduce memory: ";
+  for (std::size_t i = 0; i < tips.size(); ++i) s += (i ? "; " : "") + tips[i];
+  return s + " (odyssey-train plan shows the predicted peak)";
+}
+
+}  // namespace
+
+void request_stop() { g_stop_signals.fetch_add(1); }
+
+int run_training(const TrainConfig& c, const run::RunDir& dir, const TrainerOptions& opt) {
+  const auto t0 = Clock::now();
+  g_stop_signals.store(0);
+  if (opt.install_signal_handlers) {
+    std::signal(SIGTERM, on_stop_signal);
+    std::signal(SIGINT, on_stop_signal);
+  }
+  std::error_code ec;
+  fs::create_directories(dir.logs_dir(), ec);
+  fs::create_directories(dir.checkpoints_dir(), ec);
+  Log log(dir.rank_log(0));
+  auto opened = run::EventWriter::open(dir.events());
+  if (!opened.ok()) {
+    std::cerr << format_all(opened.diagnostics) << '\n';
+    return 1;
+  }
+  run::EventWriter events = std::move(opened.value);
+  events.set_start(t0);
+  run::RunStatus st;
+  st.state = run::RunState::Running;
+  st.run_id = dir.run_id();
+  st.pid = ::getpid();
+  st.hostname = run::this_hostname();
+  st.started_at = run::unix_now();
+  st.heartbeat = st.started_at;
+  Heartbeat heartbeat(run::StatusFile(dir.status()), st);
+
+  std::int64_t step = 0, total_steps = 0;
+  std::vector<bool> ckpt_layers;
+  MemoryProbe probe;
+  std::optional<StepEngine> engine;
+  CheckpointContents contents;
+  TrainerState state;
+  std::optional<std::int64_t> last_saved;
+
+  auto stage = [&](const std::string& name, const std::string& message) {
+    run::StageEvent e;
+    e.stage = name;
+    e.message = message;
+    events.write(e);
+    log.line("[" + name + "] " + message);
+  };
+  auto finish = [&](run::RunState s, int exit_code, const std::string& reason) {
+    run::RunEndEvent e;
+    e.status = s == run::RunState::Completed ? run::RunOutcome::Completed
+               : s == run::RunState::Stopped ? run::RunOutcome::Stopped
+                                             : run::RunOutcome::Failed;
+    e.reason = reason;
+    e.exit_code = exit_code;
+    e.step = step;
+    events.write(e);
+    run::RunStatus fin = heartbeat.snapshot();
+    fin.state = s;
+    fin.step = step;
+    fin.total_steps = total_steps;
+    fin.reason = reason;
+    fin.exit_code = exit_code;
+    heartbeat.finish(fin);
+    if (!reason.empty()) log.line((s == run::RunState::Failed ? "failed: " : "stopped: ") + reason);
+    return exit_code;
+  };
+  auto save = [&](std::int64_t at_step) -> bool {
+    const auto ts = Clock::now();
+    heartbeat.update(step, total_steps, run::RunState::Running);
+    state.step = at_step;
+    state.elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    auto saved = save_checkpoint(dir.checkpoint(at_step), *engine, contents, state);
+    if (!saved.ok()) {
+      const std::string msg = "checkpoint-" + std::to_string(at_step) + " could not be written: " +
+                              format_all(saved.diagnostics) +
+                              (last_saved ? "; checkpoint-" + std::to_string(*last_saved) + " is intact"
+                                          : std::string("; no earlier checkpoint exists"));
+      run::WarningEvent w;
+      w.code = "checkpoint_failed";
+      w.message = msg;
+      w.step = at_step;
+      events.write(w);
+      log.line("warning: " + msg);
+      return false;
+    }
+    run::CheckpointEvent e;
+    e.step = at_step;
+    e.path = "checkpoints/checkpoint-" + std::to_string(at_step);
+    e.bytes = saved.value;
+    e.duration_s = std::chrono::duration<double>(Clock::now() - ts).count();
+    events.write(e);
+    last_saved = at_step;
+    log.line("saved " + e.path + " (" + fixed(static_cast<double>(saved.value) / 1e6, 1) + " MB in " +
+             fixed(e.duration_s, 2) + " s)");
+    for (const auto& p : rotate_checkpoints(dir.checkpoints_dir(), c.save_total_limit))
+      log.line("removed " + p.filename().string() + " (save_total_limit " + std::to_string(c.save_total_limit) + ")");
+    return true;
+  };
+
+  try {
+    // ---- model
+    const torch::Device device = pick_device(c);
+    probe.device = device;
+    const torch::Dtype dtype = pick_dtype(c, device);
+    torch::manual_seed(static_cast<std::uint64_t>(c.seed));
+    if (device.is_cuda()) torch::cuda::manual_seed_all(static_cast<std::uint64_t>(c.seed));
+    stage("load_model", c.model + " on " + device.str() + " in " + dtype_name(dtype));
+    model::DecoderOptions mo;
+    mo.device = device;
+    mo.dtype = dtype;
+    mo.attention = model::AttentionBackend::Auto;
+    auto loaded = model::load_causal_lm(c.model, mo);
+    if (!loaded.ok()) throw RunFailure{"the model could not be loaded:\n" + format_all(loaded.diagnostics)};
+    model::CausalLM lm = loaded.value.lm;
+    const HfModelConfig& hf = loaded.value.config.hf;
+    std::int64_t params = 0;
+    for (const auto& p : lm->parameters(true)) params += p.numel();
+
+    // ---- tokenizer and template
+    const std::string tok_file = (fs::path(c.model) / "tokenizer.json").string();
+    auto tok = Tokenizer::load(tok_file);
+    if (!tok.ok()) throw RunFailure{"the tokenizer could not be loaded:\n" + format_all(tok.diagnostics)};
+    auto tmpl = data::template_for(c.template_name, tok.value, hf.family);
+    if (!tmpl.ok()) throw RunFailure{format_all(tmpl.diagnostics)};
+    report_diagnostics(tmpl.diagnostics, log, events, "template");
+
+    // ---- data
+    stage("load_data", std::to_string(c.dataset.size()) + " dataset(s), template " + std::string(tmpl.value.name()) +
+                           ", max_length " + std::to_string(c.max_length));
+    Data data = prepare_data(c, tok.value, tmpl.value, opt, log, events);
+
+    // ---- tuner
+    if (c.tuner_type == "lora") {
+      auto targets = resolve_target_modules(c.target_modules);
+      if (!targets.ok()) throw RunFailure{format_all(targets.diagnostics)};
+      LoraSettings ls;
+      ls.rank = c.lora_rank;
+      ls.alpha = c.lora_alpha;
+      ls.dropout = c.lora_dropout;
+      ls.rslora = c.use_rslora;
+      ls.target_modules = targets.value;
+      apply_lora(lm, ls);
+      contents.lora = ls;
+    }
+    contents.base_model = c.model;
+    std::string why;
+    ckpt_layers = checkpoint_layers(c, hf, device, &why);
+    lm->set_checkpoint_layers(ckpt_layers);
+
+    // ---- schedule
+    const std::int64_t batch = c.per_device_train_batch_size, accum = c.gradient_accumulation_steps;
+    const auto items = static_cast<std::int64_t>(data.items.size());
+    const std::int64_t micro_per_epoch_all = (items + batch - 1) / batch;
+    const std::int64_t steps_per_epoch = std::max<std::int64_t>(1, micro_per_epoch_all / accum);
+    const std::int64_t micro_per_epoch = steps_per_epoch * accum;
+    total_steps = c.max_steps > 0 ? c.max_steps
+                                  : std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(
+                                                                  c.num_train_epochs * static_cast<double>(steps_per_epoch))));
+    StepOptions so;
+    so.adamw = {c.learning_rate, c.adam_beta1, c.adam_beta2, c.adam_epsilon, c.weight_decay};
+    so.schedule.type = c.lr_scheduler_type;
+    so.schedule.base_lr = c.learning_rate;
+    so.schedule.total_steps = total_steps;
+    so.schedule.warmup_steps = warmup_steps_for(c.warmup_steps, c.warmup_ratio, total_steps);
+    so.max_grad_norm = c.max_grad_norm;
+    engine.emplace(lm, so);
+    state.total_steps = total_steps;
+    state.seed = c.seed;
+    state.tuner_type = c.tuner_type;
+    state.data_fingerprint = data.fingerprint;
+    state.items_per_epoch = items;
+    std::int64_t micro = 0;
+    if (!c.resume_from_checkpoint.empty()) {
+      const fs::path from = c.resume_from_checkpoint;
+      stage("resume", "from " + from.string());
+      auto prev = read_trainer_state(from);
+      if (!prev.ok()) throw RunFailure{format_all(prev.diagnostics)};
+      const TrainerState& p = prev.value;
+      auto mismatch = [&](const std::string& what, const std::string& was, const std::string& now) {
+        throw RunFailure{"resume_from_checkpoint: " + from.string() + " was trained with " + what + " " + was +
+                         ", this run has " + now + "; resume needs the same setting"};
+      };
+      if (p.tuner_type != c.tuner_type) mismatch("tuner_type", p.tuner_type, c.tuner_type);
+      if (p.data_fingerprint != data.fingerprint) mismatch("data (tokenized cache key)", p.data_fingerprint, data.fingerprint);
+      if (p.seed != c.seed) mismatch("seed", std::to_string(p.seed), std::to_string(c.seed));
+      if (p.total_steps != total_steps)
+        mismatch("total steps", std::to_string(p.total_steps), std::to_string(total_steps));
+      auto d = load_checkpoint(from, *engine, contents);
+      if (has_errors(d)) throw RunFailure{"resume_from_checkpoint: " + format_all(d)};
+      engine->set_completed_steps(p.step);
+      step = p.step;
+      micro = p.micro_batches;
+      state.tokens_total = p.tokens_total;
+      log.line("resumed at step " + std::to_string(step) + " of " + std::to_string(total_steps));
+    }
+
+    // ---- run_start
+    run::RunStartEvent rs;
+    rs.run_id = dir.run_id();
+    rs.odyssey_version = ODYSSEY_VERSION;
+    rs.config_path = "config.yaml";
+    rs.hostname = run::this_hostname();
+    run::DeviceInfo di;
+    di.rank = 0;
+    if (device.is_cuda()) {
+      di.name = device_name(device);
+      di.memory_bytes = device_memory_bytes(device);
+    } else {
+      di.name = "CPU (" + std::to_string(std::thread::hardware_concurrency()) + " threads)";
+      di.memory_bytes = host_memory_bytes();
+    }
+    rs.devices.push_back(di);
+    rs.totals.samples = static_cast<std::int64_t>(data.train.size());
+    rs.totals.tokens = data.train_tokens;
+    rs.totals.total_steps = total_steps;
+    rs.totals.epochs = static_cast<double>(total_steps) / static_cast<double>(steps_per_epoch);
+    rs.model.name = c.model;
+    rs.model.params = params;
+    rs.model.trainable_params = engine->trainable_params();
+    events.write(rs);
+    log.line("model: " + std::to_string(params) + " parameters, " + std::to_string(engine->trainable_params()) +
+             " trainable (" + c.tuner_type + "); activation checkpointing: " + why);
+    log.line("schedule: " + std::to_string(total_steps) + " steps (" + std::to_string(steps_per_epoch) +
+             " per epoch: " + std::to_string(items) + (c.packing ? " packed bins" : " samples") + " / batch " +
+             std::to_string(batch) + " / accumulation " + std::to_string(accum) + "), " + c.lr_scheduler_type +
+             " with " + std::to_string(so.schedule.warmup_steps) + " warmup steps");
+
+    // Validation rows: batch samples per row, in order.
+    std::vector<PackedRow> val_rows;
+    for (std::size_t i = 0; i < data.val.size(); i += static_cast<std::size_t>(batch)) {
+      std::vector<const data::TokenizedSample*> ptrs;
+      for (std::size_t j = i; j < std::min(data.val.size(), i + static_cast<std::size_t>(batch)); ++j)
+        ptrs.push_back(&data.val[j]);
+      val_rows.push_back(row_of(ptrs).to(device));
+    }
+    auto evaluate = [&]() {
+      if (val_rows.empty()) return;
+      const auto te = Clock::now();
+      const auto [loss, targets] = engine->evaluate(val_rows);
+      run::EvalEvent e;
+      e.step = step;
+      e.loss = loss;
+      e.tokens = targets;
+      e.samples = static_cast<std::int64_t>(data.val.size());
+      e.duration_s = std::chrono::duration<double>(Clock::now() - te).count();
+      events.write(e);
+      log.line("eval step " + std::to_string(step) + ": loss " + fixed(loss, 4) + " over " + std::to_string(targets) +
+               " tokens");
+    };
+    const std::int64_t eval_every = c.eval_steps > 0 ? c.eval_steps : c.save_steps;
+
+    // Items of global micro-batch m: the epoch's permutation, then consecutive runs of `batch`.
+    std::int64_t perm_epoch = -1;
+    std::vector<std::size_t> perm;
+    auto micro_batch = [&](std::int64_t m) {
+      const std::int64_t epoch = m / micro_per_epoch, k = m % micro_per_epoch;
+      if (epoch != perm_epoch) {
+        perm = data::seeded_permutation(data.items.size(),
+                                        data::mix_seed(static_cast<std::uint64_t>(c.seed), 1000 + static_cast<std::uint64_t>(epoch)));
+        perm_epoch = epoch;
+      }
+      std::vector<const data::TokenizedSample*> ptrs;
+      for (std::int64_t b = 0; b < batch; ++b) {
+        const auto pos = static_cast<std::size_t>(k * batch + b);
+        if (pos >= perm.size()) break;
+        for (std::size_t s : data.items[perm[pos]]) ptrs.push_back(&data.train[s]);
+      }
+      return row_of(ptrs).to(device);
+    };
+
+    stage("train", std::to_string(total_steps - step) + " steps to go");
+    heartbeat.update(step, total_steps);
+    double avg_step_s = 0;
+    while (step < total_steps) {
+      if (g_stop_signals.load() > 0) break;
+      const auto ts = Clock::now();
+      probe.reset_peak();
+      std::vector<PackedRow> rows;
+      for (std::int64_t a = 0; a < accum; ++a) rows.push_back(micro_batch(micro + a));
+      const StepResult r = engine->step(rows);
+      if (device.is_cuda()) torch::cuda::synchronize(device.index());
+      const double dt = std::chrono::duration<double>(Clock::now() - ts).count();
+      if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
+        run::StepEvent e;
+        e.step = step + 1;
+        e.total_steps = total_steps;
+        e.loss = r.loss;
+        e.lr = r.lr;
+        e.grad_norm = r.grad_norm;
+        events.write(e);
+        run::WarningEvent w;
+        w.code = "nan_loss";
+        w.step = step + 1;
+        const bool loss_bad = !std::isfinite(r.loss);
+        const double bad = loss_bad ? r.loss : r.grad_norm;
+        w.message = std::string(loss_bad ? "the loss" : "the gradient norm") + " is " +
+                    (std::isnan(bad) ? "NaN" : "infinite") + " at step " + std::to_string(step + 1);
+        events.write(w);
+        return finish(run::RunState::Failed, 1,
+                      w.message + "; the update was not applied. Lower learning_rate (now " +
+                          fixed(c.learning_rate, 8) + "), keep max_grad_norm > 0 (now " + fixed(c.max_grad_norm, 3) +
+                          "), check the data, or use bfloat16 instead of float16");
+      }
+      micro += accum;
+      ++step;
+      state.micro_batches = micro;
+      state.tokens_total += r.tokens;
+      state.last_loss = r.loss;
+      avg_step_s = step == 1 ? dt : 0.9 * avg_step_s + 0.1 * dt;
+      heartbeat.update(step, total_steps);
+      if (step % c.logging_steps == 0 || step == 1 || step == total_steps) {
+        run::StepEvent e;
+        e.step = step;
+        e.total_steps = total_steps;
+        e.epoch = static_cast<double>(micro) / static_cast<double>(micro_per_epoch);
+        e.loss = r.loss;
+        e.lr = r.lr;
+        e.grad_norm = r.grad_norm;
+        e.tokens = r.tokens;
+        e.tokens_total = state.tokens_total;
+        e.step_time_s = dt;
+        e.tokens_per_s = dt > 0 ? static_cast<double>(r.tokens) / dt : 0;
+        e.eta_s = avg_step_s * static_cast<double>(total_steps - step);
+        e.memory.push_back(probe.read());
+        e.memory.back().rank = 0;
+        events.write(e);
+        log.line("step " + std::to_string(step) + "/" + std::to_string(total_steps) + "  loss " + fixed(r.loss, 4) +
+                 "  lr " + fixed(r.lr * 1e6, 2) + "e-6  grad_norm " + fixed(r.grad_norm, 3) + "  " +
+                 std::to_string(static_cast<std::int64_t>(e.tokens_per_s)) + " tok/s  " + fixed(dt * 1000, 0) + " ms");
+      }
+      if (eval_every > 0 && step % eval_every == 0 && step != total_steps) evaluate();
+      if (step % c.save_steps == 0 && step != total_steps) save(step);
+    }
+    if (g_stop_signals.load() > 0 && step < total_steps) {
+      stage("save", "stop requested: saving step " + std::to_string(step));
+      heartbeat.update(step, total_steps, run::RunState::Stopping);
+      if (step > 0 && last_saved != step && !save(step))
+        return finish(run::RunState::Failed, 1, "stop requested, but the checkpoint could not be written");
+      return finish(run::RunState::Stopped, 0,
+                    "stopped on request after step " + std::to_string(step) +
+                        (step > 0 ? "; resume with resume_from_checkpoint: " + dir.checkpoint(step).string() : std::string()));
+    }
+    evaluate();
+    stage("save", "final checkpoint of step " + std::to_string(step));
+    if (last_saved != step && !save(step)) return finish(run::RunState::Failed, 1, "the final checkpoint could not be written");
+    log.line("done: " + std::to_string(step) + " steps in " +
+             fixed(std::chrono::duration<double>(Clock::now() - t0).count(), 1) + " s; final loss " +
+             fixed(state.last_loss, 4) + "; output " + dir.checkpoint(step).string());
+    return finish(run::RunState::Completed, 0, "");
+  } catch (const RunFailure& f) {
+    return finish(run::RunState::Failed, 1, f.reason);
+  } catch (const c10::OutOfMemoryError& e) {
+    const run::RankMemory m = probe.read();
+    std::string first = e.what_without_backtrace();
+    first = first.substr(0, first.find('\n'));
+    return finish(run::RunState::Failed, 1,
+                  "CUDA out of memory at step " + std::to_string(step + 1) + " (peak allocated " +
+                      gib(m.vram_peak_bytes) + ", reserved " + gib(m.vram_reserved_bytes) + "): " + first + ". " +
+                      oom_advice(c, ckpt_layers));
+  } catch (const c10::Error& e) {
+    std::string msg = e.what_without_backtrace();
+    return finish(run::RunState::Failed, 1, "LibTorch error at step " + std::to_string(step + 1) + ": " + msg);
+  } catch (const std::exception& e) {
+    return finish(run::RunState::Failed, 1, std::string("error at step ") + std::to_string(step + 1) + ": " + e.what());
+  }
+}
+
+}  // namespace odyssey::train
