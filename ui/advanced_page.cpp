@@ -38,7 +38,8 @@ AdvancedPage::AdvancedPage(ConfigForm* form, QWidget* parent) : QWidget(parent),
   c3->addWidget(group(tr("Optimizer and schedule"), {"lr_scheduler_type", "warmup_ratio", "warmup_steps", "weight_decay",
                                                       "max_grad_norm", "adam_beta1", "adam_beta2", "adam_epsilon"}));
   c3->addWidget(group(tr("Data handling"), {"truncation_strategy", "split_dataset_ratio", "max_bad_sample_ratio"}));
-  c3->addWidget(group(tr("Logging and checkpoints"), {"logging_steps", "eval_steps", "save_steps", "save_total_limit"}));
+  c3->addWidget(group(tr("Logging and checkpoints"),
+                      {"logging_steps", "eval_steps", "save_steps", "save_total_limit", "resume_from_checkpoint"}));
   c3->addStretch(1);
   columns->addLayout(c1, 1);
   columns->addLayout(c2, 1);

@@ -92,7 +92,8 @@ const std::map<std::string_view, const char*>& labels() {
       {"ulysses_size", "Ulysses degree"}, {"device", "Device"}, {"gpu_ids", "GPU ids"},
       {"nproc_per_node", "Processes per node"}, {"nnodes", "Nodes"}, {"logging_steps", "Log every"},
       {"eval_steps", "Evaluate every"}, {"save_steps", "Save every"}, {"save_total_limit", "Checkpoints kept"},
-      {"output_dir", "Output folder"}, {"model", "Model"}, {"dataset", "Training files"}};
+      {"output_dir", "Output folder"}, {"model", "Model"}, {"dataset", "Training files"},
+      {"resume_from_checkpoint", "Resume from checkpoint"}};
   return m;
 }
 

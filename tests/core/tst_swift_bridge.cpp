@@ -536,8 +536,8 @@ void TstSwiftBridge::exportQuickstart() {
   QVERIFY(q.ok());
   const std::string cmd = export_swift_command(q.value.config);
   for (const char* s : {"CUDA_VISIBLE_DEVICES='' \\\nswift sft \\\n    --model ../resources/quickstart/model",
-                        "--template chatml", "--max_steps 60", "--use_liger_kernel false",
-                        "--gradient_checkpointing false", "--lora_alpha 16", "--packing true", "--eval_steps 20"})
+                        "--template chatml", "--max_steps 100", "--use_liger_kernel false",
+                        "--gradient_checkpointing false", "--tuner_type full", "--packing true", "--eval_steps 20"})
     QVERIFY2(contains(cmd, s), (std::string(s) + " not in:\n" + cmd).c_str());
   auto back = import_swift_command(cmd);
   QVERIFY2(back.ok() && warnings(back.diagnostics).empty(), format_all(back.diagnostics).c_str());

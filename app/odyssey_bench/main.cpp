@@ -1,0 +1,349 @@
+// odyssey-bench: the engine side of the side-by-side benchmark (docs/benchmarks.md). For each
+// (shape, mode, seq): a random-initialised model of the shape in bf16 on the GPU, batch 1 of
+// random tokens with labels = ids (one padding-free row: varlen flash attention), LoRA
+// (all seven projections) or full fine-tuning, activation checkpointing as asked, the
+// engine's training step (StepEngine: chunked loss, fused AdamW); W warmup steps, then N
+// timed ones. Prints one JSON line per configuration with the keys of tests/bench/hf_bench.py
+// ("impl": "odyssey"), so tests/bench/compare.py joins the two.
+//
+//   odyssey-bench --shape qwen2.5-0.5b,qwen2.5-7b --seq 4096,16384,32768 --mode lora,full
+//                 [--steps 5] [--warmup 2] [--lora-r 16] [--lora-alpha 32]
+//                 [--checkpointing all|auto|none] [--device cuda|cpu] [--dtype bfloat16|float32]
+//                 [--layers K] [--vocab-override V] [--out FILE] [--check]
+//
+// --check first compares, on the device, the loss and gradients of a packed row of three
+// samples (varlen attention) with each sample run alone (SDPA): the packed path must not
+// let attention cross samples. Exit codes: 0 done, 1 a check failed, 2 bad arguments.
+#include <ATen/DeviceAccelerator.h>
+#include <torch/torch.h>
+#if __has_include(<cuda_runtime_api.h>)
+#include <ATen/cuda/CUDAContext.h>
+#define ODYSSEY_HAVE_CUDA_RUNTIME 1
+#endif
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "config/model_config.h"
+#include "model/decoder.h"
+#include "planner/flops.h"
+#include "train/batch.h"
+#include "train/lora.h"
+#include "train/step_engine.h"
+
+namespace fs = std::filesystem;
+using namespace odyssey;
+
+namespace {
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string x; std::getline(ss, x, ',');)
+    if (!x.empty()) out.push_back(x);
+  return out;
+}
+
+// qwen2.5-7b -> resources/model-shapes/Qwen--Qwen2.5-7B.json (the name after the org, any case).
+std::string shape_file(const std::string& shape) {
+  if (fs::is_regular_file(shape)) return shape;
+  for (const auto& e : fs::directory_iterator(fs::path(ODYSSEY_SOURCE_DIR) / "resources" / "model-shapes")) {
+    std::string stem = e.path().stem().string();
+    stem = stem.substr(stem.find("--") == std::string::npos ? 0 : stem.find("--") + 2);
+    std::string a = stem, b = shape;
+    std::transform(a.begin(), a.end(), a.begin(), ::tolower);
+    std::transform(b.begin(), b.end(), b.begin(), ::tolower);
+    if (a == b) return e.path().string();
+  }
+  return {};
+}
+
+std::string read_file(const std::string& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+double sig(double x, int n = 6) {
+  if (x == 0 || !std::isfinite(x)) return x;
+  const double m = std::pow(10.0, n - 1 - static_cast<int>(std::floor(std::log10(std::abs(x)))));
+  return std::round(x * m) / m;
+}
+
+struct Options {
+  std::vector<std::string> shapes{"qwen2.5-0.5b"};
+  std::vector<std::int64_t> seqs{4096};
+  std::vector<std::string> modes{"lora"};
+  int steps = 5, warmup = 2;
+  std::int64_t lora_r = 16;
+  double lora_alpha = 32;
+  std::string checkpointing = "all";
+  std::string device = "cuda", dtype = "bfloat16";
+  std::int64_t layers = 0, vocab_override = 0;
+  std::string out;
+  bool check = false;
+};
+
+void sync(const torch::Device& d) {
+  if (d.is_cuda()) torch::cuda::synchronize(d.index());
+}
+
+// The packed (varlen) loss and gradients equal those of each sample alone.
+bool check_packing(const DecoderConfig& base, const torch::Device& device, torch::Dtype dtype) {
+  DecoderConfig c = base;
+  c.hf.num_hidden_layers = 2;
+  model::DecoderOptions o;
+  o.device = device;
+  o.dtype = dtype;
+  o.attention = model::AttentionBackend::Auto;
+  torch::manual_seed(1);
+  model::CausalLM lm(c, o);
+  lm->initialize_random();
+  const std::vector<std::int64_t> lens{300, 17, 700};
+  std::vector<torch::Tensor> ids, pos, labels;
+  for (auto n : lens) {
+    ids.push_back(torch::randint(0, c.hf.vocab_size, {n}, torch::kInt64));
+    pos.push_back(torch::arange(n, torch::kInt64));
+    torch::Tensor l = ids.back().clone();
+    l[0] = -100;
+    labels.push_back(l);
+  }
+  auto row = train::make_packed_row(torch::cat(ids).view({1, -1}), torch::cat(labels).view({1, -1}),
+                                    torch::cat(pos).view({1, -1}))
+                 .to(device);
+  lm->zero_grad();
+  const torch::Tensor packed = train::row_loss_sum(lm, row);
+  packed.backward();
+  std::map<std::string, torch::Tensor> g_packed;
+  for (auto& p : lm->named_parameters(true)) g_packed[p.key()] = p.value().grad().to(torch::kFloat32).clone();
+  lm->zero_grad();
+  torch::Tensor alone = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
+  for (std::size_t i = 0; i < lens.size(); ++i) {
+    const torch::Tensor logits = lm->forward(ids[i].view({1, -1}).to(device));  // SDPA, is_causal
+    const torch::Tensor t = torch::constant_pad_nd(labels[i], {0, 1}, -100).narrow(0, 1, lens[i]).to(device);
+    const torch::Tensor l = torch::nn::functional::cross_entropy(
+        logits[0].to(torch::kFloat32), t,
+        torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100).reduction(torch::kSum));
+    l.backward();
+    alone = alone + l.detach();
+  }
+  const double lp = packed.item<double>(), la = alone.item<double>();
+  double worst = 0;
+  std::string worst_name;
+  for (auto& p : lm->named_parameters(true)) {
+    const torch::Tensor a = p.value().grad().to(torch::kFloat32), b = g_packed[p.key()];
+    const double scale = a.abs().max().item<double>();
+    const double e = scale > 0 ? (a - b).abs().max().item<double>() / scale : 0;
+    if (e > worst) {
+      worst = e;
+      worst_name = p.key();
+    }
+  }
+  const double rel = std::abs(lp - la) / std::abs(la);
+  const bool half = dtype != torch::kFloat32;
+  const double tol_loss = half ? 2e-2 : 1e-5, tol_grad = half ? 5e-2 : 1e-4;
+  std::printf("{\"check\": \"packed row (3 samples, varlen attention) vs each sample alone (SDPA)\", \"device\": \"%s\", "
+              "\"dtype\": \"%s\", \"loss_packed\": %.6f, \"loss_alone\": %.6f, \"loss_rel_err\": %.3g, "
+              "\"worst_grad_rel_err\": %.3g, \"worst_grad\": \"%s\", \"attention_backend\": \"%s\", \"pass\": %s}\n",
+              device.str().c_str(), half ? "bfloat16" : "float32", lp, la, rel, worst, worst_name.c_str(),
+              lm->attention_backend_ran().c_str(), rel <= tol_loss && worst <= tol_grad ? "true" : "false");
+  return rel <= tol_loss && worst <= tol_grad;
+}
+
+nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const HfModelConfig& hf,
+                               const DecoderConfig& dc, const std::string& mode, std::int64_t seq,
+                               const torch::Device& device, torch::Dtype dtype) {
+  nlohmann::ordered_json rec;
+  rec["impl"] = "odyssey";
+  rec["shape"] = shape;
+  rec["mode"] = mode;
+  rec["seq"] = seq;
+  rec["layers"] = dc.hf.num_hidden_layers;
+  rec["vocab"] = dc.hf.vocab_size;
+  rec["batch"] = 1;
+  rec["dtype"] = o.dtype;
+  rec["checkpointing"] = o.checkpointing;
+  rec["optimizer"] = "AdamW (fused)";
+  rec["steps"] = o.steps;
+  rec["warmup"] = o.warmup;
+  rec["torch"] = TORCH_VERSION;
+#ifdef ODYSSEY_HAVE_CUDA_RUNTIME
+  if (device.is_cuda()) rec["device_name"] = at::cuda::getDeviceProperties(device.index())->name;
+#endif
+  if (mode == "lora") {
+    rec["lora_r"] = o.lora_r;
+    rec["lora_alpha"] = o.lora_alpha;
+    rec["lora_targets"] = "all-linear (7)";
+  }
+  try {
+    model::DecoderOptions mo;
+    mo.device = device;
+    mo.dtype = dtype;
+    mo.attention = model::AttentionBackend::Auto;
+    torch::manual_seed(0);
+    model::CausalLM lm(dc, mo);
+    lm->initialize_random();
+    std::int64_t total = 0;
+    for (const auto& p : lm->parameters(true)) total += p.numel();
+    if (mode == "lora") {
+      train::LoraSettings ls;
+      ls.rank = o.lora_r;
+      ls.alpha = o.lora_alpha;
+      ls.target_modules = train::lora_module_names();
+      train::apply_lora(lm, ls);
+    }
+    const auto n = static_cast<std::size_t>(dc.hf.num_hidden_layers);
+    std::int64_t ckpt = 0;
+    if (o.checkpointing == "all") ckpt = dc.hf.num_hidden_layers;
+    lm->set_checkpoint_layers(std::vector<bool>(n, o.checkpointing == "all"));
+    train::StepOptions so;
+    so.adamw.lr = 1e-5;
+    so.schedule.type = "constant";
+    so.schedule.base_lr = 1e-5;
+    so.schedule.total_steps = o.warmup + o.steps;
+    so.max_grad_norm = 1.0;
+    train::StepEngine engine(lm, so);
+    rec["trainable_params"] = engine.trainable_params();
+    rec["total_params"] = total;
+    const torch::Tensor ids = torch::randint(0, dc.hf.vocab_size, {1, seq}, torch::kInt64);
+    const std::vector<train::PackedRow> rows{
+        train::make_packed_row(ids, ids, torch::arange(seq, torch::kInt64).view({1, -1})).to(device)};
+    for (int i = 0; i < o.warmup; ++i) engine.step(rows);
+    sync(device);
+    if (device.is_cuda()) at::accelerator::resetPeakStats(device.index());
+    std::vector<double> times;
+    double loss = 0;
+    for (int i = 0; i < o.steps; ++i) {
+      sync(device);
+      const auto t0 = std::chrono::steady_clock::now();
+      loss = engine.step(rows).loss;
+      sync(device);
+      times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    double mean = 0;
+    for (double t : times) mean += t / static_cast<double>(times.size());
+    std::vector<double> sorted = times;
+    std::sort(sorted.begin(), sorted.end());
+    planner::FlopsOptions fo;
+    fo.lora = mode == "lora";
+    fo.lora_rank = o.lora_r;
+    fo.checkpointed_layers = ckpt;
+    fo.lm_head_recomputed = seq * dc.hf.vocab_size > (std::int64_t{1} << 26);
+    const planner::StepFlops f = planner::training_step_flops(hf, seq, fo);
+    rec["attention_backend_ran"] = lm->attention_backend_ran();
+    rec["tokens_per_s"] = sig(static_cast<double>(seq) / mean);
+    rec["step_ms"] = sig(mean * 1e3, 6);
+    rec["step_ms_min"] = sig(sorted.front() * 1e3, 6);
+    rec["step_ms_median"] = sig(sorted[sorted.size() / 2] * 1e3, 6);
+    rec["loss"] = sig(loss, 5);
+    rec["model_tflops_per_step"] = sig(f.model / 1e12);
+    rec["hardware_tflops_per_step"] = sig(f.hardware / 1e12);
+    rec["model_tflops_per_s"] = sig(f.model / mean / 1e12);
+    rec["mfu"] = sig(planner::model_flops_utilization(f.model, mean), 4);
+    rec["hfu"] = sig(planner::model_flops_utilization(f.hardware, mean), 4);
+    rec["peak_tflops"] = planner::kH200PeakBf16Flops / 1e12;
+    if (device.is_cuda()) {
+      const auto s = at::accelerator::getDeviceStats(device.index());
+      rec["peak_gib"] = sig(static_cast<double>(s.allocated_bytes[0].peak) / double(1 << 30), 4);
+      rec["reserved_gib"] = sig(static_cast<double>(s.reserved_bytes[0].peak) / double(1 << 30), 4);
+    }
+  } catch (const c10::OutOfMemoryError& e) {
+    rec["oom"] = true;
+    std::string m = e.what_without_backtrace();
+    rec["error"] = m.substr(0, std::min<std::size_t>(m.find('\n'), 300));
+    if (device.is_cuda())
+      rec["peak_gib_at_oom"] =
+          sig(static_cast<double>(at::accelerator::getDeviceStats(device.index()).allocated_bytes[0].peak) / double(1 << 30), 4);
+  }
+  if (device.is_cuda()) at::accelerator::emptyCache();
+  return rec;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::cerr << "odyssey-bench: " << a << " needs a value\n";
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    try {
+      if (a == "--shape") o.shapes = split(next());
+      else if (a == "--seq") {
+        o.seqs.clear();
+        for (const auto& s : split(next())) o.seqs.push_back(std::stoll(s));
+      } else if (a == "--mode") o.modes = split(next());
+      else if (a == "--steps") o.steps = std::stoi(next());
+      else if (a == "--warmup") o.warmup = std::stoi(next());
+      else if (a == "--lora-r") o.lora_r = std::stoll(next());
+      else if (a == "--lora-alpha") o.lora_alpha = std::stod(next());
+      else if (a == "--checkpointing") o.checkpointing = next();
+      else if (a == "--device") o.device = next();
+      else if (a == "--dtype") o.dtype = next();
+      else if (a == "--layers") o.layers = std::stoll(next());
+      else if (a == "--vocab-override") o.vocab_override = std::stoll(next());
+      else if (a == "--out") o.out = next();
+      else if (a == "--check") o.check = true;
+      else {
+        std::cerr << "odyssey-bench: unknown argument " << a << " (see the comment at the top of app/odyssey_bench/main.cpp)\n";
+        return 2;
+      }
+    } catch (const std::exception&) {
+      std::cerr << "odyssey-bench: " << a << ": not a number\n";
+      return 2;
+    }
+  }
+  if (o.checkpointing != "all" && o.checkpointing != "none") {
+    std::cerr << "odyssey-bench: --checkpointing: expected all or none\n";
+    return 2;
+  }
+  if (o.device == "cuda" && !torch::cuda::is_available()) {
+    std::cerr << "odyssey-bench: no CUDA device is visible (use --device cpu for a smoke test)\n";
+    return 77;
+  }
+  const torch::Device device = o.device == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  const torch::Dtype dtype = o.dtype == "float32" ? torch::kFloat32 : torch::kBFloat16;
+  int rc = 0;
+  std::ofstream out;
+  if (!o.out.empty()) out.open(o.out, std::ios::app);
+  for (const auto& shape : o.shapes) {
+    const std::string file = shape_file(shape);
+    if (file.empty()) {
+      std::cerr << "odyssey-bench: --shape " << shape << ": no such file in resources/model-shapes\n";
+      return 2;
+    }
+    const std::string text = read_file(file);
+    auto hf = parse_model_config(text, file);
+    auto dc = parse_decoder_config(text, file);
+    if (!hf.ok() || !dc.ok()) {
+      std::cerr << format_all(hf.diagnostics) << format_all(dc.diagnostics);
+      return 2;
+    }
+    if (o.layers > 0) hf.value.num_hidden_layers = dc.value.hf.num_hidden_layers = o.layers;
+    if (o.vocab_override > 0) hf.value.vocab_size = dc.value.hf.vocab_size = o.vocab_override;
+    if (o.check && !check_packing(dc.value, device, dtype)) rc = 1;
+    for (const auto& mode : o.modes)
+      for (const auto seq : o.seqs) {
+        const auto rec = run_one(o, shape, hf.value, dc.value, mode, seq, device, dtype);
+        std::cout << rec.dump() << '\n' << std::flush;
+        if (out) out << rec.dump() << '\n' << std::flush;
+      }
+  }
+  return rc;
+}
