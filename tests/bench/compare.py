@@ -24,6 +24,13 @@ IMPLS = ("hf", "odyssey")
 SAME = ("lora_r", "dtype", "device_name", "layers", "vocab", "batch", "checkpointing")
 
 
+def normal(key: str, value):
+    """hf_bench says checkpointing 'on'/'off', odyssey-bench 'all'/'none': the same settings."""
+    if key == "checkpointing":
+        return {"on": "all", "off": "none"}.get(value, value)
+    return value
+
+
 def read(paths):
     recs = {}
     for path in paths:
@@ -93,7 +100,7 @@ def table(recs) -> str:
         ]) + " |")
         if hf is not None and ody is not None:
             for k in SAME:
-                if k in hf and k in ody and hf[k] != ody[k]:
+                if k in hf and k in ody and normal(k, hf[k]) != normal(k, ody[k]):
                     notes.append(f"- {shape} {mode} {seq_label(seq)}: {k} differs (hf {hf[k]!r}, odyssey {ody[k]!r})")
     out = "\n".join(rows)
     versions = []
