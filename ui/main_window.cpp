@@ -4,6 +4,7 @@
 #include <QApplication>
 #include <QCloseEvent>
 #include <QDialog>
+#include <QDateTime>
 #include <QDialogButtonBox>
 #include <QDir>
 #include <QDockWidget>
@@ -13,18 +14,28 @@
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QMenuBar>
+#include <QMessageBox>
 #include <QMimeData>
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QTabWidget>
 #include <QVBoxLayout>
 
+#include <signal.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+
 #include "advanced_page.h"
 #include "command_preview.h"
 #include "config_form.h"
+#include "launch.h"
 #include "palette.h"
 #include "planner_gauge.h"
 #include "settings.h"
+#include "run/status_file.h"
 #include "train_page.h"
 #ifdef ODYSSEY_HAVE_MONITOR
 #include "monitor/monitor_page.h"
@@ -37,6 +48,21 @@ QString diagnostics_html(const Diagnostics& ds) {
   QStringList lines;
   for (const auto& d : ds) lines << QString::fromStdString(d.format()).toHtmlEscaped();
   return lines.join(QStringLiteral("<br>"));
+}
+
+// How long a Start waits for the engine's `run directory:` line (it checks the model and
+// every dataset file first).
+constexpr qint64 kLaunchTimeoutMs = 180'000;
+
+std::optional<run::RunStatus> read_status(const QString& run_dir) {
+  if (run_dir.isEmpty()) return std::nullopt;
+  auto st = run::StatusFile(std::filesystem::path(run_dir.toStdString()) / "status.json").read();
+  if (!st.ok()) return std::nullopt;
+  return st.value;
+}
+
+bool is_alive(const run::RunStatus& st) {
+  return !run::is_terminal(st.state) && run::liveness(st, run::unix_now()) == run::Liveness::Alive;
 }
 
 }  // namespace
@@ -61,7 +87,8 @@ MainWindow::MainWindow(std::unique_ptr<Settings> settings, QWidget* parent)
   tabs_->addTab(train_, tr("&Train"));
   tabs_->addTab(advanced_, tr("&Advanced"));
 #ifdef ODYSSEY_HAVE_MONITOR
-  tabs_->addTab(new MonitorPage(tabs_), tr("&Monitor"));
+  monitor_ = new MonitorPage(tabs_);
+  tabs_->addTab(monitor_, tr("&Monitor"));
 #endif
   v->addWidget(tabs_, 1);
   auto* bottom = new QHBoxLayout;
@@ -69,10 +96,30 @@ MainWindow::MainWindow(std::unique_ptr<Settings> settings, QWidget* parent)
   status_->setObjectName(QStringLiteral("statusSummary"));
   status_->setWordWrap(true);
   start_ = new QPushButton(tr("Start training"), central);
+  start_->setObjectName(QStringLiteral("startButton"));
   start_->setEnabled(false);
+  stop_ = new QPushButton(tr("Stop"), central);
+  stop_->setObjectName(QStringLiteral("stopButton"));
+  stop_->setEnabled(false);
+  stop_->setToolTip(tr("No running job is attached to the Monitor."));
+  stop_->setVisible(monitor_ != nullptr);
   bottom->addWidget(status_, 1);
   bottom->addWidget(start_);
+  bottom->addWidget(stop_);
+  job_status_ = new QLabel(central);
+  job_status_->setObjectName(QStringLiteral("jobStatus"));
+  job_status_->setWordWrap(true);
+  job_status_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  job_status_->hide();
+  v->addWidget(job_status_);
   v->addLayout(bottom);
+  connect(start_, &QPushButton::clicked, this, &MainWindow::start_job);
+  connect(stop_, &QPushButton::clicked, this, &MainWindow::stop_job);
+  launch_poll_.setInterval(200);
+  connect(&launch_poll_, &QTimer::timeout, this, &MainWindow::poll_launch);
+  job_poll_.setInterval(1000);
+  connect(&job_poll_, &QTimer::timeout, this, &MainWindow::poll_job);
+  job_poll_.start();
   setCentralWidget(central);
 
   gauge_ = new PlannerGauge(form_, settings_.get(), this);
@@ -92,6 +139,13 @@ MainWindow::MainWindow(std::unique_ptr<Settings> settings, QWidget* parent)
   menuBar()->addMenu(tr("&View"))->addActions({plan_dock->toggleViewAction(), cmd_dock->toggleViewAction()});
   connect(form_, &ConfigForm::diagnostics_changed, this, &MainWindow::update_status);
   connect(form_, &ConfigForm::file_changed, this, &MainWindow::update_title);
+  connect(form_, &ConfigForm::changed, this, [this] { update_output_root(true); });
+#ifdef ODYSSEY_HAVE_MONITOR
+  connect(monitor_, &MonitorPage::runAttached, this, &MainWindow::poll_job);
+#endif
+  // After the caller has opened its preset: the Monitor follows the form's output folder and
+  // picks up a job that is already running there.
+  QTimer::singleShot(0, this, [this] { update_output_root(true); });
   update_status();
   update_title();
   resize(1500, 950);
@@ -249,14 +303,197 @@ void MainWindow::update_status() {
                          .arg(errors)
                          .arg(warnings)
                          .arg(first.toHtmlEscaped()));
-    start_->setToolTip(tr("Fix the fields marked in red first."));
   } else {
     status_->setText(warnings > 0 ? tr("<span style='color:%1'>Valid</span>, %2 warning(s) — shown at their fields.")
                                         .arg(ok_color(p).name())
                                         .arg(warnings)
                                   : tr("<span style='color:%1'>Valid configuration.</span>").arg(ok_color(p).name()));
-    start_->setToolTip(tr("Training arrives with the engine: odyssey-train does not train yet, so the window starts nothing."));
   }
+  update_buttons();
+}
+
+void MainWindow::update_buttons() {
+  const bool busy = launching() || !launched_run_.isEmpty();
+  start_->setEnabled(!form_->has_errors() && !busy);
+  if (form_->has_errors())
+    start_->setToolTip(tr("Fix the fields marked in red first."));
+  else if (busy)
+    start_->setToolTip(tr("The job started from this window is still starting or running: stop it, or wait for it to end."));
+  else
+    start_->setToolTip(tr("Save this configuration under %1/.odyssey-launch/ and run odyssey-train with it in the "
+                          "background (closing the window does not stop it); the Monitor follows the run.")
+                           .arg(resolved_output_dir(*form_)));
+}
+
+void MainWindow::set_job_message(const QString& html, bool error) {
+  const QColor c = error ? error_color(palette()) : palette().color(QPalette::WindowText);
+  job_status_->setStyleSheet(QStringLiteral("QLabel#jobStatus{color:%1;}").arg(c.name()));
+  job_status_->setText(html);
+  job_status_->show();
+}
+
+void MainWindow::start_job() {
+  if (form_->has_errors() || launching() || !launched_run_.isEmpty()) return;
+  const QString bin = find_train_binary();
+  if (bin.isEmpty()) {
+    set_job_message(tr("<b>Not started:</b> odyssey-train was not found beside this program, in ../app or on PATH "
+                       "(ODYSSEY_TRAIN_BIN names it explicitly)."),
+                    true);
+    return;
+  }
+  QString error;
+  const auto staged = stage_launch(*form_, &error);
+  qint64 pid = 0;
+  if (staged) pid = start_detached_train(bin, *staged, &error);
+  if (pid == 0) {
+    set_job_message(tr("<b>Not started:</b> %1").arg(error.toHtmlEscaped()), true);
+    return;
+  }
+  launch_log_ = staged->log;
+  launch_output_dir_ = staged->output_dir;
+  launch_started_ms_ = QDateTime::currentMSecsSinceEpoch();
+  set_job_message(tr("Starting <tt>odyssey-train run %1</tt> … (output in %2)")
+                      .arg(staged->preset.toHtmlEscaped(), staged->log.toHtmlEscaped()),
+                  false);
+  launch_poll_.start();
+  update_buttons();
+}
+
+void MainWindow::poll_launch() {
+  QFile f(launch_log_);
+  const QString text = f.open(QIODevice::ReadOnly) ? QString::fromUtf8(f.readAll()) : QString();
+  QString dir = run_directory_from_log(text);
+  if (!dir.isEmpty()) {
+    launch_poll_.stop();
+    dir = QDir(launch_output_dir_).absoluteFilePath(dir);
+    launched_run_ = dir;
+    term_sent_for_.clear();
+    set_job_message(tr("Training in %1 (engine output: %2).").arg(dir.toHtmlEscaped(), launch_log_.toHtmlEscaped()), false);
+#ifdef ODYSSEY_HAVE_MONITOR
+    monitor_->attachRunDirectory(dir);
+    tabs_->setCurrentWidget(monitor_);
+#endif
+    poll_job();
+    return;
+  }
+  const auto rc = exit_status_from_log(text);
+  const bool timed_out = QDateTime::currentMSecsSinceEpoch() - launch_started_ms_ > kLaunchTimeoutMs;
+  if (!rc && !timed_out) return;
+  launch_poll_.stop();
+  const QString head = rc ? tr("<b>odyssey-train exited with status %1 before it started a run.</b>").arg(*rc)
+                          : tr("<b>odyssey-train printed no run directory in %1 s</b>; it may still be checking the "
+                               "configuration.")
+                                .arg(kLaunchTimeoutMs / 1000);
+  QStringList tail = last_lines(text, 12);
+  if (rc && !tail.isEmpty()) tail.removeLast();  // the wrapper's exit line
+  set_job_message(head + tr(" Last lines of %1:").arg(launch_log_.toHtmlEscaped()) + QStringLiteral("<pre>") +
+                      tail.join(QLatin1Char('\n')).toHtmlEscaped() + QStringLiteral("</pre>"),
+                  true);
+  update_buttons();
+}
+
+void MainWindow::poll_job() {
+#ifdef ODYSSEY_HAVE_MONITOR
+  const QString dir = monitor_->attachedRun();
+#else
+  const QString dir;
+#endif
+  const auto st = read_status(dir);
+  attached_alive_ = st && is_alive(*st);
+  const bool kill_next = attached_alive_ && (st->state == run::RunState::Stopping || term_sent_for_ == dir);
+  stop_->setEnabled(attached_alive_);
+  stop_->setText(kill_next ? tr("Kill…") : tr("Stop"));
+  if (!attached_alive_)
+    stop_->setToolTip(tr("No running job is attached to the Monitor."));
+  else if (kill_next)
+    stop_->setToolTip(tr("The job is stopping (it finishes the step and saves a checkpoint). Kill ends it at once "
+                         "with SIGKILL, without a final checkpoint."));
+  else
+    stop_->setToolTip(tr("Ask the job (pid %1 on %2) to stop: it finishes the step, saves a checkpoint and exits.")
+                          .arg(st->pid)
+                          .arg(QString::fromStdString(st->hostname)));
+  if (!launched_run_.isEmpty()) {
+    const auto own = launched_run_ == dir ? st : read_status(launched_run_);
+    // Without a status.json (not written yet, or unreadable) only the wrapper's exit line says
+    // the job is over; the log is read only then, since it grows by a line per step.
+    const auto exited = [this] {
+      QFile f(launch_log_);
+      return f.open(QIODevice::ReadOnly) && exit_status_from_log(QString::fromUtf8(f.readAll())).has_value();
+    };
+    if (own ? !is_alive(*own) : exited()) launched_run_.clear();
+  }
+  update_buttons();
+}
+
+void MainWindow::stop_job() {
+#ifdef ODYSSEY_HAVE_MONITOR
+  const QString dir = monitor_->attachedRun();
+#else
+  const QString dir;
+#endif
+  const auto st = read_status(dir);
+  if (!st || !is_alive(*st)) {
+    set_job_message(tr("The attached run is not running any more."), false);
+    poll_job();
+    return;
+  }
+  if (st->hostname != run::this_hostname() || st->pid <= 0) {
+    set_job_message(tr("<b>Not stopped:</b> the job runs on host %1 (this is %2); stop it there.")
+                        .arg(QString::fromStdString(st->hostname).toHtmlEscaped(),
+                             QString::fromStdString(run::this_hostname()).toHtmlEscaped()),
+                    true);
+    return;
+  }
+  const auto pid = static_cast<pid_t>(st->pid);
+  const bool kill_next = st->state == run::RunState::Stopping || term_sent_for_ == dir;
+  if (kill_next) {
+    const auto answer = QMessageBox::question(
+        this, tr("Kill the job?"),
+        tr("Kill odyssey-train (pid %1) now with SIGKILL? The step in progress is lost and no final checkpoint is "
+           "written; the last saved checkpoint stays.")
+            .arg(st->pid));
+    if (answer != QMessageBox::Yes) return;
+    if (::kill(pid, SIGKILL) != 0)
+      set_job_message(tr("<b>Kill failed:</b> pid %1: %2").arg(st->pid).arg(QString::fromLocal8Bit(std::strerror(errno))), true);
+    else
+      set_job_message(tr("Killed pid %1 (SIGKILL).").arg(st->pid), false);
+  } else {
+    if (::kill(pid, SIGTERM) != 0) {
+      set_job_message(tr("<b>Stop failed:</b> pid %1: %2").arg(st->pid).arg(QString::fromLocal8Bit(std::strerror(errno))), true);
+    } else {
+      term_sent_for_ = dir;
+      set_job_message(tr("Asked pid %1 to stop (SIGTERM): it finishes the step, saves a checkpoint and exits. "
+                         "Click Kill… to end it at once.")
+                          .arg(st->pid),
+                      false);
+    }
+  }
+  poll_job();
+}
+
+void MainWindow::update_output_root(bool reattach) {
+#ifdef ODYSSEY_HAVE_MONITOR
+  const QString root = resolved_output_dir(*form_);
+  if (root == monitor_->outputRoot()) return;
+  monitor_->setOutputRoot(root);
+  if (reattach && monitor_->attachedRun().isEmpty() && !launching()) reattach_running();
+#else
+  (void)reattach;
+#endif
+  update_buttons();
+}
+
+bool MainWindow::reattach_running() {
+#ifdef ODYSSEY_HAVE_MONITOR
+  const QString dir = newest_alive_run(resolved_output_dir(*form_));
+  if (dir.isEmpty()) return false;
+  monitor_->attachRunDirectory(dir);
+  set_job_message(tr("The Monitor follows %1, which is still running.").arg(dir.toHtmlEscaped()), false);
+  poll_job();
+  return true;
+#else
+  return false;
+#endif
 }
 
 void MainWindow::update_title() {

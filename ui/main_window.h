@@ -1,10 +1,14 @@
 // MainWindow: the shell around the pages — tabs (Train, Advanced, Monitor when built), the
 // memory plan and command docks, the File menu (presets: open, save, recent, bundled,
 // import a swift command), drag-and-drop of a .yaml, a banner for load failures and a
-// status line that says whether the job can start. Pages own their logic.
+// status line that says whether the job can start, and the job controls: Start (stage the
+// form as a preset, run odyssey-train detached, attach the Monitor to its run directory),
+// Stop/Kill (signals to status.json's pid) and re-attaching to a job that already runs.
+// Pages own their logic.
 #pragma once
 
 #include <QMainWindow>
+#include <QTimer>
 #include <memory>
 
 class QLabel;
@@ -16,6 +20,7 @@ class QTabWidget;
 namespace odyssey::ui {
 
 class AdvancedPage;
+class MonitorPage;
 class CommandPreview;
 class ConfigForm;
 class PlannerGauge;
@@ -37,6 +42,17 @@ class MainWindow : public QMainWindow {
   CommandPreview* commands() const { return commands_; }
   QLabel* banner() const { return banner_; }
   QPushButton* start_button() const { return start_; }
+  QPushButton* stop_button() const { return stop_; }
+  // The Monitor page (nullptr when the window was built without it).
+  MonitorPage* monitor() const { return monitor_; }
+  // The line under the pages that reports launches, stops and their failures.
+  QLabel* job_status() const { return job_status_; }
+  // While a Start waits for the engine's `run directory:` line.
+  bool launching() const { return launch_poll_.isActive(); }
+  // The log of the last launch from this window ("" before the first).
+  const QString& launch_log() const { return launch_log_; }
+  // Attach the Monitor to the newest alive run under the form's output directory, if any.
+  bool reattach_running();
   Settings* settings() const { return settings_.get(); }
 
   // Load a preset; on failure the form is unchanged and the banner shows file:line.
@@ -61,6 +77,13 @@ class MainWindow : public QMainWindow {
   void show_banner(const QString& html, bool error);
   void update_status();
   void update_title();
+  void start_job();
+  void poll_launch();
+  void stop_job();
+  void poll_job();
+  void update_output_root(bool reattach);
+  void update_buttons();
+  void set_job_message(const QString& html, bool error);
 
   std::unique_ptr<Settings> settings_;
   ConfigForm* form_;
@@ -72,7 +95,22 @@ class MainWindow : public QMainWindow {
   QLabel* banner_;
   QLabel* status_;
   QPushButton* start_;
+  QPushButton* stop_;
+  QLabel* job_status_;
+  MonitorPage* monitor_ = nullptr;
   QMenu* recent_ = nullptr;
+
+  // The launch in flight: its log, when it began, where its run directory goes.
+  QTimer launch_poll_;
+  QString launch_log_;
+  QString launch_output_dir_;
+  qint64 launch_started_ms_ = 0;
+  // The run started from this window until it ends (Start stays disabled meanwhile).
+  QString launched_run_;
+  // The run that was sent SIGTERM (the next click offers Kill).
+  QString term_sent_for_;
+  bool attached_alive_ = false;
+  QTimer job_poll_;
 };
 
 }  // namespace odyssey::ui

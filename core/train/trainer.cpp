@@ -186,12 +186,15 @@ std::string device_name(const torch::Device& d) {
 }
 
 torch::Device pick_device(const TrainConfig& c) {
-  if (c.device == "cpu") return torch::kCPU;
-  if (c.device == "cuda") {
-    if (!torch::cuda::is_available()) throw RunFailure{"device: cuda was asked for, but no CUDA device is visible"};
-    return torch::Device(torch::kCUDA, 0);  // the launcher narrows CUDA_VISIBLE_DEVICES to this rank's GPU
-  }
-  return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  if (c.device == "cuda" && !torch::cuda::is_available())
+    throw RunFailure{"device: cuda was asked for, but no CUDA device is visible"};
+  if (c.device == "cpu" || !torch::cuda::is_available()) return torch::kCPU;
+  // One process: the first of gpu_ids (CUDA ordinals as this process sees them), else 0.
+  const std::int64_t index = c.gpu_ids.empty() ? 0 : c.gpu_ids.front();
+  if (index >= static_cast<std::int64_t>(torch::cuda::device_count()))
+    throw RunFailure{"gpu_ids: GPU " + std::to_string(index) + " is not visible (" +
+                     std::to_string(torch::cuda::device_count()) + " CUDA device(s); CUDA_VISIBLE_DEVICES narrows them)"};
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
 }
 
 torch::Dtype pick_dtype(const TrainConfig& c, const torch::Device& d) {

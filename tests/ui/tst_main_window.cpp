@@ -52,12 +52,21 @@ class TstMainWindow : public QObject {
   void init() { w_ = std::make_unique<MainWindow>(std::make_unique<Settings>(tmp_.filePath(QStringLiteral("s.ini")))); }
   void cleanup() { w_.reset(); }
 
-  void has_the_pages_and_a_disabled_start() {
+  void has_the_pages_and_start_follows_validity() {
     QVERIFY(w_->tabs()->count() >= 2);
     QCOMPARE(w_->tabs()->tabText(0).remove(QLatin1Char('&')), QStringLiteral("Train"));
     QCOMPARE(w_->tabs()->tabText(1).remove(QLatin1Char('&')), QStringLiteral("Advanced"));
+    QVERIFY(w_->open_preset(preset_path("quickstart.yaml")));
+    QTRY_VERIFY(!w_->form()->model_pending());
+    QVERIFY(!w_->form()->has_errors());
+    QVERIFY(w_->start_button()->isEnabled());
+    QVERIFY2(w_->start_button()->toolTip().contains(QStringLiteral(".odyssey-launch")), qPrintable(w_->start_button()->toolTip()));
+    QVERIFY(!w_->stop_button()->isEnabled());  // nothing runs
+    // An error at a field disables Start.
+    w_->form()->set_text("learning_rate", "-1");
+    QVERIFY(w_->form()->has_errors());
     QVERIFY(!w_->start_button()->isEnabled());
-    QVERIFY(w_->start_button()->toolTip().contains(QStringLiteral("engine")));
+    QVERIFY(w_->start_button()->toolTip().contains(QStringLiteral("red")));
   }
 
   void invalid_preset_leaves_the_form_and_shows_file_line() {

@@ -1,0 +1,244 @@
+// Start, Stop and re-attach with the real engine: odyssey-train trains the quickstart on the
+// CPU (a few seconds per run). The engine comes from $ODYSSEY_TRAIN_BIN, else the build's
+// own odyssey-train; a build without LibTorch cannot train, and then these tests skip.
+#include <QDir>
+#include <QFile>
+#include <QLabel>
+#include <QProcess>
+#include <QPushButton>
+#include <QTabWidget>
+#include <QTemporaryDir>
+#include <QTest>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+
+#include "config_form.h"
+#include "launch.h"
+#include "main_window.h"
+#include "run/status_file.h"
+#include "settings.h"
+#ifdef ODYSSEY_HAVE_MONITOR
+#include "monitor/monitor_page.h"
+#endif
+
+using namespace odyssey;
+using namespace odyssey::ui;
+
+namespace {
+
+QString quickstart() { return QStringLiteral(ODYSSEY_SOURCE_DIR "/presets/quickstart.yaml"); }
+
+QString train_bin() {
+  QString bin = qEnvironmentVariable("ODYSSEY_TRAIN_BIN");
+#ifdef ODYSSEY_TRAIN_BIN
+  if (bin.isEmpty()) bin = QStringLiteral(ODYSSEY_TRAIN_BIN);
+#endif
+  return bin;
+}
+
+std::optional<run::RunStatus> status_of(const QString& run_dir) {
+  auto st = run::StatusFile(std::filesystem::path(run_dir.toStdString()) / "status.json").read();
+  if (!st.ok()) return std::nullopt;
+  return st.value;
+}
+
+QString yaml_quoted(const QString& s) { return QLatin1Char('"') + s + QLatin1Char('"'); }
+
+}  // namespace
+
+class TstLaunch : public QObject {
+  Q_OBJECT
+  QTemporaryDir tmp_;
+  QString skip_;  // why the engine tests cannot run ("" when they can)
+  std::unique_ptr<MainWindow> w_;
+  QProcess cli_;
+
+  std::unique_ptr<MainWindow> window() {
+    return std::make_unique<MainWindow>(std::make_unique<Settings>(tmp_.filePath(QStringLiteral("s.ini"))));
+  }
+  QString text_of_job() const { return w_ ? w_->job_status()->text() : QString(); }
+
+ private slots:
+  void initTestCase() {
+    QVERIFY(tmp_.isValid());
+#ifndef ODYSSEY_HAVE_MONITOR
+    skip_ = QStringLiteral("built without the Monitor page");
+    return;
+#endif
+    const QString bin = train_bin();
+    if (bin.isEmpty()) {
+      skip_ = QStringLiteral("no odyssey-train (set ODYSSEY_TRAIN_BIN)");
+      return;
+    }
+    QProcess p;
+    p.start(bin, {QStringLiteral("env")});
+    if (!p.waitForFinished(60000)) {
+      skip_ = QStringLiteral("%1 env did not answer").arg(bin);
+      return;
+    }
+    if (p.readAllStandardOutput().contains("LibTorch: not linked")) {
+      skip_ = QStringLiteral("%1 was built without LibTorch and cannot train; set ODYSSEY_TRAIN_BIN to one that can").arg(bin);
+      return;
+    }
+    qputenv("ODYSSEY_TRAIN_BIN", bin.toLocal8Bit());
+  }
+
+  void cleanup() {
+    w_.reset();
+    if (cli_.state() != QProcess::NotRunning) {
+      cli_.kill();
+      cli_.waitForFinished(10000);
+    }
+    // A failed test must not leave a detached engine training for 100000 steps.
+    for (QString dir = newest_alive_run(tmp_.filePath(QStringLiteral("stop"))); !dir.isEmpty();
+         dir = newest_alive_run(tmp_.filePath(QStringLiteral("stop")))) {
+      const auto st = status_of(dir);
+      if (!st || st->pid <= 0) break;
+      ::kill(static_cast<pid_t>(st->pid), SIGKILL);
+      QTest::qWait(500);
+    }
+  }
+
+  void launch_log_parsing() {
+    QCOMPARE(run_directory_from_log(QStringLiteral("config\nrun directory: /o/x")), QString());  // line not complete
+    QCOMPARE(run_directory_from_log(QStringLiteral("config\nrun directory: /o/x\nstep 1\n")), QStringLiteral("/o/x"));
+    QCOMPARE(run_directory_from_log(QStringLiteral("run directory: /o/y\n")), QStringLiteral("/o/y"));
+    QVERIFY(!exit_status_from_log(QStringLiteral("run directory: /o/y\n")).has_value());
+    QCOMPARE(exit_status_from_log(QStringLiteral("error\n[odyssey-train exited with status 2]\n")), std::optional<int>(2));
+    QCOMPARE(last_lines(QStringLiteral("a\nb\n\nc\n"), 2), (QStringList{QStringLiteral("b"), QStringLiteral("c")}));
+  }
+
+#ifdef ODYSSEY_HAVE_MONITOR
+  void start_trains_and_the_monitor_follows() {
+    if (!skip_.isEmpty()) QSKIP(qPrintable(skip_));
+    const QString out = tmp_.filePath(QStringLiteral("start"));
+    w_ = window();
+    QVERIFY(w_->open_preset(quickstart()));
+    QVERIFY(w_->form()->set_text("max_steps", "5").empty());
+    QVERIFY(w_->form()->set_text("output_dir", yaml_quoted(out).toStdString()).empty());
+    QTRY_VERIFY2(w_->start_button()->isEnabled(), qPrintable(w_->start_button()->toolTip()));
+    w_->start_button()->click();
+    QVERIFY2(w_->launching(), qPrintable(text_of_job()));
+    QVERIFY(!w_->start_button()->isEnabled());
+    QTRY_VERIFY2_WITH_TIMEOUT(!w_->monitor()->attachedRun().isEmpty(), qPrintable(text_of_job()), 60000);
+    const QString run_dir = w_->monitor()->attachedRun();
+    QVERIFY2(run_dir.startsWith(out + QLatin1Char('/')), qPrintable(run_dir));
+    QCOMPARE(w_->tabs()->currentWidget(), w_->monitor());
+    QVERIFY(!w_->start_button()->isEnabled());  // the job started here still runs
+    // Detached: the engine runs in a session of its own (a Ctrl-C aimed at ours misses it).
+    if (const auto st = status_of(run_dir); st && st->pid > 0) {
+      const pid_t sid = ::getsid(static_cast<pid_t>(st->pid));
+      if (sid > 0) QVERIFY(sid != ::getsid(0));
+    }
+    // The staged preset and the engine's output sit in the staging folder.
+    QVERIFY(w_->launch_log().startsWith(out + QStringLiteral("/.odyssey-launch/")));
+    const QStringList staged = QDir(out + QStringLiteral("/.odyssey-launch")).entryList({QStringLiteral("*.yaml")});
+    QCOMPARE(staged.size(), 1);
+    QTRY_COMPARE_WITH_TIMEOUT(w_->monitor()->stateText(), QStringLiteral("completed"), 120000);
+    QTRY_COMPARE(w_->monitor()->latestStep(), std::int64_t{5});
+    const auto st = status_of(run_dir);
+    QVERIFY(st);
+    QCOMPARE(st->step, std::int64_t{5});
+    QVERIFY(QFileInfo(run_dir + QStringLiteral("/checkpoints/checkpoint-5")).isDir());
+    // Once it ended Start is available again and there is nothing to stop.
+    QTRY_VERIFY(w_->start_button()->isEnabled());
+    QVERIFY(!w_->stop_button()->isEnabled());
+    // The wrapper recorded the engine's exit status.
+    const auto log_text = [this] {
+      QFile log(w_->launch_log());
+      return log.open(QIODevice::ReadOnly) ? QString::fromUtf8(log.readAll()) : QString();
+    };
+    QTRY_COMPARE(exit_status_from_log(log_text()), std::optional<int>(0));
+    QCOMPARE(run_directory_from_log(log_text()), run_dir);
+  }
+
+  void a_launch_that_fails_shows_the_log() {
+    if (!skip_.isEmpty()) QSKIP(qPrintable(skip_));
+    w_ = window();
+    QVERIFY(w_->open_preset(quickstart()));
+    QVERIFY(w_->form()->set_text("output_dir", yaml_quoted(tmp_.filePath(QStringLiteral("fail"))).toStdString()).empty());
+    // A dataset that does not exist: a warning in the window, an error for `run`.
+    QVERIFY(!has_errors(w_->form()->set_text("dataset", (QLatin1Char('[') + yaml_quoted(tmp_.filePath(QStringLiteral("missing.jsonl"))) + QLatin1Char(']')).toStdString())));
+    QTRY_VERIFY(w_->start_button()->isEnabled());
+    w_->start_button()->click();
+    QTRY_VERIFY_WITH_TIMEOUT(!w_->launching(), 60000);
+    QVERIFY(w_->monitor()->attachedRun().isEmpty());
+    QVERIFY2(text_of_job().contains(QStringLiteral("exited with status")), qPrintable(text_of_job()));
+    QVERIFY2(text_of_job().contains(QStringLiteral("missing.jsonl")), qPrintable(text_of_job()));
+    QVERIFY(w_->start_button()->isEnabled());
+  }
+
+  void stop_asks_the_job_to_stop() {
+    if (!skip_.isEmpty()) QSKIP(qPrintable(skip_));
+    const QString out = tmp_.filePath(QStringLiteral("stop"));
+    w_ = window();
+    QVERIFY(w_->open_preset(quickstart()));
+    QVERIFY(w_->form()->set_text("max_steps", "100000").empty());
+    QVERIFY(w_->form()->set_text("output_dir", yaml_quoted(out).toStdString()).empty());
+    QTRY_VERIFY(w_->start_button()->isEnabled());
+    QVERIFY(!w_->stop_button()->isEnabled());
+    w_->start_button()->click();
+    QTRY_VERIFY2_WITH_TIMEOUT(!w_->monitor()->attachedRun().isEmpty(), qPrintable(text_of_job()), 60000);
+    const QString run_dir = w_->monitor()->attachedRun();
+    QTRY_VERIFY_WITH_TIMEOUT(w_->monitor()->latestStep() >= 1, 120000);
+    QTRY_VERIFY(w_->stop_button()->isEnabled());
+    QCOMPARE(w_->stop_button()->text(), QStringLiteral("Stop"));
+    w_->stop_button()->click();
+    QVERIFY2(text_of_job().contains(QStringLiteral("SIGTERM")), qPrintable(text_of_job()));
+    // Until it has stopped, the next click would kill.
+    QCOMPARE(w_->stop_button()->text(), QStringLiteral("Kill…"));
+    QTRY_COMPARE_WITH_TIMEOUT(w_->monitor()->stateText(), QStringLiteral("stopped"), 120000);
+    const auto st = status_of(run_dir);
+    QVERIFY(st);
+    QCOMPARE(st->state, run::RunState::Stopped);
+    QVERIFY(st->step >= 1 && st->step < 100000);
+    QVERIFY(QFileInfo(run_dir + QStringLiteral("/checkpoints/checkpoint-%1").arg(st->step)).isDir());
+    QTRY_VERIFY(!w_->stop_button()->isEnabled());
+    QTRY_VERIFY(w_->start_button()->isEnabled());
+  }
+
+  void a_new_window_reattaches_to_a_running_job() {
+    if (!skip_.isEmpty()) QSKIP(qPrintable(skip_));
+    const QString out = tmp_.filePath(QStringLiteral("reattach"));
+    // A job started from a terminal (not from a window).
+    cli_.setProgram(train_bin());
+    cli_.setArguments({QStringLiteral("run"), quickstart(), QStringLiteral("--set"), QStringLiteral("max_steps=100000"),
+                       QStringLiteral("--set"), QStringLiteral("output_dir=") + out});
+    cli_.setProcessChannelMode(QProcess::MergedChannels);
+    cli_.start();
+    QVERIFY(cli_.waitForStarted());
+    QString printed, run_dir;
+    QTRY_VERIFY_WITH_TIMEOUT(
+        !(run_dir = run_directory_from_log(printed += QString::fromUtf8(cli_.readAll()))).isEmpty() &&
+            status_of(run_dir).has_value(),
+        60000);
+    // A window opened afterwards on the same output folder attaches to it.
+    w_ = window();
+    QVERIFY(w_->form()->set_text("output_dir", yaml_quoted(out).toStdString()).empty());
+    QTRY_COMPARE(w_->monitor()->attachedRun(), run_dir);
+    QVERIFY(w_->job_status()->text().contains(run_dir));
+    QTRY_VERIFY(w_->stop_button()->isEnabled());
+    // It can stop it too; the engine exits 0.
+    QTRY_VERIFY_WITH_TIMEOUT(w_->monitor()->latestStep() >= 1, 120000);
+    w_->stop_button()->click();
+    QTRY_COMPARE_WITH_TIMEOUT(cli_.state(), QProcess::NotRunning, 120000);
+    QCOMPARE(cli_.exitStatus(), QProcess::NormalExit);
+    QCOMPARE(cli_.exitCode(), 0);
+    QTRY_COMPARE(w_->monitor()->stateText(), QStringLiteral("stopped"));
+
+    // Nothing alive: a fresh window attaches to nothing.
+    w_ = window();
+    QVERIFY(w_->form()->set_text("output_dir", yaml_quoted(out).toStdString()).empty());
+    QTest::qWait(200);
+    QVERIFY(w_->monitor()->attachedRun().isEmpty());
+    QVERIFY(!w_->reattach_running());
+  }
+#endif
+};
+
+QTEST_MAIN(TstLaunch)
+#include "tst_launch.moc"
