@@ -7,6 +7,12 @@
 #include "config/validate.h"
 #include "run/run_dir.h"
 #ifdef ODYSSEY_HAVE_TORCH
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "dist/launcher.h"
+#include "dist/mesh.h"
 #include "engine/runtime_info.h"
 #include "train/trainer.h"
 #endif
@@ -117,6 +123,58 @@ int cmd_show(const Args& a) {
   return kOk;
 }
 
+#ifdef ODYSSEY_HAVE_TORCH
+namespace {
+
+// A rank of a parallel run, started by odyssey-train's launcher (--run-dir) or by torchrun
+// (then rank 0 creates the run directory and tells the others through the store).
+int run_rank(const Args& a, const CheckedConfig& cc, const TrainConfig& resolved, const dist::DistEnv& env) {
+  train::TrainerOptions to;
+  to.env = env;
+  to.preset_base_dir = cc.loaded.origin.base_dir;
+  if (a.has("no-token-cache")) to.token_cache_dir = "off";
+  if (const char* lp = std::getenv("ODYSSEY_LAUNCHER_PID")) to.launcher_pid = std::atoi(lp);
+  if (const char* t = std::getenv("ODYSSEY_COMM_TIMEOUT_S")) to.comm_timeout = std::chrono::milliseconds(std::atoll(t) * 1000);
+  try {
+    to.store = dist::connect_store(env, std::chrono::milliseconds(std::chrono::minutes(5)));
+  } catch (const std::exception& e) {
+    std::cerr << "odyssey-train: " << e.what() << '\n';
+    return kFailure;
+  }
+  std::string dir = a.value("run-dir");
+  if (dir.empty()) {
+    const std::string key = "odyssey/run_dir";
+    if (env.rank == 0) {
+      std::string name = a.value("name");
+      if (name.empty()) name = cc.loaded.origin.file.empty() ? "run" : std::filesystem::path(cc.loaded.origin.file).stem().string();
+      auto rd = run::create_run_dir(resolved.output_dir, name);
+      if (!rd.ok()) {
+        print_diagnostics(rd.diagnostics);
+        return kFailure;
+      }
+      std::ofstream(rd.value.config(), std::ios::binary) << save_preset_text(resolved, false);
+      dir = rd.value.root().string();
+      to.store->set(key, std::vector<std::uint8_t>(dir.begin(), dir.end()));
+      std::cout << "\nrun directory: " << dir << "\n" << std::flush;
+    } else {
+      const auto v = to.store->get(key);
+      dir.assign(v.begin(), v.end());
+    }
+  }
+  return train::run_training(resolved, run::RunDir(dir), to) == 0 ? kOk : kFailure;
+}
+
+int int_option(const Args& a, const char* name, const char* slurm, int fallback) {
+  const std::string v = a.value(name);
+  if (!v.empty()) return std::atoi(v.c_str());
+  if (slurm)
+    if (const char* s = std::getenv(slurm)) return std::atoi(s);
+  return fallback;
+}
+
+}  // namespace
+#endif
+
 int cmd_run(const Args& a) {
   auto lc = load_config_arg(a);
   if (!lc) return kInvalidConfig;
@@ -126,7 +184,8 @@ int cmd_run(const Args& a) {
     std::cerr << "odyssey-train: the configuration has errors; nothing was started\n";
     return kInvalidConfig;
   }
-  print_resolved(cc, false);
+  const bool launched_rank = a.has("run-dir");
+  if (!launched_rank) print_resolved(cc, false);
 #ifndef ODYSSEY_HAVE_TORCH
   std::cout << "\nThe configuration is valid and every file it names exists.\n";
   std::cerr << "odyssey-train run: this build has no LibTorch, so it cannot train (configure with Torch)\n";
@@ -137,6 +196,24 @@ int cmd_run(const Args& a) {
       cc.location.source != ModelLocation::ModelScopeCache) {
     std::cerr << "odyssey-train run: model " << text::quoted(resolved.model) << ": " << cc.location.describe()
               << "; training needs a model directory with weights and tokenizer.json\n";
+    return kInvalidConfig;
+  }
+  std::string env_error;
+  const dist::DistEnv env = dist::read_dist_env(&env_error);
+  if (!env_error.empty()) {
+    std::cerr << "odyssey-train run: " << env_error << '\n';
+    return kInvalidConfig;
+  }
+  if (env.from_environment && env.world > 1) return run_rank(a, cc, resolved, env);
+  if (launched_rank) {
+    std::cerr << "odyssey-train run: --run-dir is for the ranks the launcher starts (RANK and WORLD_SIZE unset)\n";
+    return kInvalidConfig;
+  }
+  const int nnodes = int_option(a, "nnodes", "SLURM_NNODES", static_cast<int>(resolved.nnodes));
+  const int node_rank = int_option(a, "node-rank", "SLURM_NODEID", 0);
+  const auto nproc = static_cast<int>(resolved_nproc_per_node(resolved));
+  if (nnodes < 1 || node_rank < 0 || node_rank >= nnodes) {
+    std::cerr << "odyssey-train run: --node-rank " << node_rank << " must be below --nnodes " << nnodes << '\n';
     return kInvalidConfig;
   }
   std::string name = a.value("name");
@@ -159,6 +236,24 @@ int cmd_run(const Args& a) {
     }
   }
   std::cout << "\nrun directory: " << rd.value.root().string() << "\n" << std::flush;
+  if (nproc * nnodes > 1) {
+    dist::LaunchOptions lo;
+    std::error_code ec;
+    lo.executable = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+    lo.arguments = {"run", rd.value.config().string(), "--run-dir", rd.value.root().string()};
+    if (a.has("no-token-cache")) lo.arguments.push_back("--no-token-cache");
+    lo.nproc = nproc;
+    lo.nnodes = nnodes;
+    lo.node_rank = node_rank;
+    lo.master_addr = a.value("master-addr").empty() ? (std::getenv("MASTER_ADDR") ? std::getenv("MASTER_ADDR") : "127.0.0.1")
+                                                    : a.value("master-addr");
+    lo.master_port = int_option(a, "master-port", nullptr, nnodes > 1 ? 29500 : 0);
+    lo.use_gpus = resolved.device != "cpu" && torch::cuda::is_available();
+    for (auto id : resolved.gpu_ids) lo.gpu_ids.push_back(static_cast<long>(id));
+    lo.run_dir = rd.value.root();
+    if (const char* t = std::getenv("ODYSSEY_STOP_TIMEOUT_S")) lo.stop_timeout_s = std::atof(t);
+    return dist::launch(lo) == 0 ? kOk : kFailure;
+  }
   train::TrainerOptions to;
   to.preset_base_dir = cc.loaded.origin.base_dir;
   if (a.has("no-token-cache")) to.token_cache_dir = "off";
@@ -185,13 +280,20 @@ const std::vector<Command>& commands() {
                   "Loads the preset, applies --set overrides, checks every setting and that the model\n"
                   "and datasets exist, prints the resolved configuration, creates a run directory\n"
                   "<output_dir>/<time>-<name>/ (config.yaml, events.jsonl, status.json, logs/,\n"
-                  "checkpoints/) and trains on one GPU or the CPU (docs/training.md).\n"
+                  "checkpoints/) and trains on one GPU or the CPU (docs/training.md), or, with more\n"
+                  "than one process (nproc_per_node, gpu_ids, nnodes), launches one rank per GPU and\n"
+                  "supervises them (docs/parallel.md). Under torchrun each process is one rank.\n"
                   "SIGINT/SIGTERM: the current step finishes, a checkpoint is written, exit 0.\n\n"
                   "Exit codes: 0 completed or stopped on request, 1 the run failed (status.json says\n"
                   "why), 3 the configuration is invalid.",
                   {kSet,
                    {"name", true, false, "NAME", "run name (default: the preset's file name)"},
-                   {"no-token-cache", false, false, "", "tokenize again instead of using the token cache"}},
+                   {"no-token-cache", false, false, "", "tokenize again instead of using the token cache"},
+                   {"nnodes", true, false, "N", "machines in the run (default: nnodes, or SLURM_NNODES)"},
+                   {"node-rank", true, false, "K", "this machine's index (default: SLURM_NODEID, or 0)"},
+                   {"master-addr", true, false, "HOST", "node 0's address (default: MASTER_ADDR, or loopback)"},
+                   {"master-port", true, false, "PORT", "the rendezvous port (default: a free one; 29500 multi-node)"},
+                   {"run-dir", true, false, "DIR", "internal: the run directory a launched rank writes to"}},
                   0, 1},
                  cmd_run});
     t.push_back({{"validate", "validate [PRESET...] [--set KEY=VALUE]... [--check-files] [--strict]",

@@ -21,6 +21,17 @@ namespace odyssey::model {
 
 enum class AttentionBackend { Auto, CuDNN, Flash, Efficient, Math };
 
+// Attention over a padding-free row computed elsewhere than in this process alone: the
+// sequence-parallel engine (dist/sequence_parallel.h) installs one per sharded row. q is
+// [T_local, Hq, D], k and v [T_local, Hkv, D] (RoPE applied with global positions); returns
+// [T_local, Hq, D].
+class AttentionOverride {
+ public:
+  virtual ~AttentionOverride() = default;
+  virtual torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale,
+                               std::int64_t* ran) = 0;
+};
+
 // "cudnn", "flash", "efficient", "math" (ATen's SDPBackend values), "unknown" otherwise.
 std::string sdp_backend_name(std::int64_t backend);
 const char* attention_backend_name(AttentionBackend b);

@@ -99,7 +99,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext&
     q = apply_rope(q.transpose(1, 2), ctx.cos, ctx.sin)[0].transpose(0, 1).contiguous();
     k = apply_rope(k.transpose(1, 2), ctx.cos, ctx.sin)[0].transpose(0, 1).contiguous();
     std::int64_t ran = -1;
-    const torch::Tensor out = varlen_causal_attention(q, k, v, ctx.cu_seqlens, ctx.max_seqlen, scale, &ran);
+    const torch::Tensor out = ctx.attention_override
+                                  ? ctx.attention_override->attend(q, k, v, scale, &ran)
+                                  : varlen_causal_attention(q, k, v, ctx.cu_seqlens, ctx.max_seqlen, scale, &ran);
     if (ctx.backend_ran) ctx.backend_ran->store(ran);
     return o_proj(out.reshape({b, s, -1}));
   }
@@ -192,7 +194,8 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
 }
 
 torch::Tensor CausalLMImpl::hidden_states_packed(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
-                                                 const torch::Tensor& cu_seqlens, std::int64_t max_seqlen) {
+                                                 const torch::Tensor& cu_seqlens, std::int64_t max_seqlen,
+                                                 std::shared_ptr<AttentionOverride> attention) {
   TORCH_CHECK(input_ids.dim() == 2 && input_ids.size(0) == 1, "a packed row is [1, T], got ", input_ids.sizes());
   TORCH_CHECK(position_ids.sizes() == input_ids.sizes(), "position_ids must be ", input_ids.sizes(), ", got ",
               position_ids.sizes());
@@ -200,6 +203,7 @@ torch::Tensor CausalLMImpl::hidden_states_packed(const torch::Tensor& input_ids,
   LayerContext ctx = context(input_ids, {}, position_ids, h.scalar_type());
   ctx.cu_seqlens = cu_seqlens.to(input_ids.device(), torch::kInt32);
   ctx.max_seqlen = max_seqlen;
+  ctx.attention_override = std::move(attention);
   return model->norm(run_layers(h, ctx));
 }
 

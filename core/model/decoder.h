@@ -88,6 +88,7 @@ struct LayerContext {
   torch::Tensor keep;      // [B, 1, S, S] bool, or undefined (plain causal)
   torch::Tensor cu_seqlens;      // padding-free row (B = 1): sample boundaries, int32 [n+1]
   std::int64_t max_seqlen = 0;   // longest sample of the row
+  std::shared_ptr<AttentionOverride> attention_override;  // sequence parallelism, else null
   AttentionBackend attention = AttentionBackend::CuDNN;
   std::atomic<std::int64_t>* backend_ran = nullptr;
 };
@@ -148,7 +149,8 @@ class CausalLMImpl : public torch::nn::Module {
   // position_ids [1, T] restart at 0 per sample, cu_seqlens int32 [n+1] are the sample
   // boundaries; attention never crosses them (attention.h, varlen_causal_attention).
   torch::Tensor hidden_states_packed(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
-                                     const torch::Tensor& cu_seqlens, std::int64_t max_seqlen);
+                                     const torch::Tensor& cu_seqlens, std::int64_t max_seqlen,
+                                     std::shared_ptr<AttentionOverride> attention = nullptr);
 
   // Layers whose activations are not kept for backward but recomputed (activation
   // checkpointing); applies when autograd records. Size num_hidden_layers, or empty: none.

@@ -95,6 +95,7 @@ void read_body(FieldReader& r, StepEvent& e) {
   r.optional("tokens_total", e.tokens_total);
   r.optional("tokens_per_s", e.tokens_per_s);
   r.optional("step_time_s", e.step_time_s);
+  r.optional("comm_wait_s", e.comm_wait_s);
   r.optional("eta_s", e.eta_s);
   read_list(r, "memory", e.memory, [](FieldReader& c, RankMemory& m) {
     c.required("rank", m.rank);

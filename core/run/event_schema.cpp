@@ -82,6 +82,7 @@ void put_fields(OrderedJson& j, const StepEvent& e) {
                     {"time_s", number(c.time_s)},
                     {"bus_bandwidth_gb_per_s", number(c.bus_bandwidth_gb_per_s)}});
   j["collectives"] = std::move(coll);
+  if (!e.collectives.empty()) j["comm_wait_s"] = number(e.comm_wait_s);
 }
 
 void put_fields(OrderedJson& j, const EvalEvent& e) {

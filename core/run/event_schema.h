@@ -145,6 +145,8 @@ struct StepEvent {
   double eta_s = 0;
   std::vector<RankMemory> memory;  // one per rank, gathered by rank 0
   std::vector<CollectiveStat> collectives;
+  // Seconds of the step rank 0 spent waiting on collectives compute did not hide.
+  double comm_wait_s = 0;
 };
 
 struct EvalEvent {

@@ -5,6 +5,7 @@
 namespace odyssey::train {
 
 std::int64_t PackedRow::target_tokens() const {
+  if (targets.defined()) return targets.ne(-100).sum().item<std::int64_t>();
   if (labels.size(1) < 2) return 0;
   return labels.narrow(1, 1, labels.size(1) - 1).ne(-100).sum().item<std::int64_t>();
 }
@@ -15,6 +16,7 @@ PackedRow PackedRow::to(const torch::Device& device) const {
   r.labels = labels.to(device);
   r.position_ids = position_ids.to(device);
   r.cu_seqlens = cu_seqlens.to(device);
+  if (targets.defined()) r.targets = targets.to(device);
   return r;
 }
 
@@ -64,13 +66,14 @@ PackedRow make_packed_row(const torch::Tensor& input_ids, const torch::Tensor& l
 }
 
 torch::Tensor row_loss_sum(model::CausalLM& lm, const PackedRow& row, std::int64_t max_logits_elements) {
-  const torch::Tensor h = lm->hidden_states_packed(row.input_ids, row.position_ids, row.cu_seqlens, row.max_seqlen)[0];
+  const torch::Tensor h =
+      lm->hidden_states_packed(row.input_ids, row.position_ids, row.cu_seqlens, row.max_seqlen, row.attention)[0];
   const std::int64_t t = h.size(0);
-  const torch::Tensor targets = torch::constant_pad_nd(row.labels[0], {0, 1}, -100).narrow(0, 1, t);
+  const torch::Tensor targets = row.targets.defined() ? row.targets[0]
+                                                      : torch::constant_pad_nd(row.labels[0], {0, 1}, -100).narrow(0, 1, t);
   const torch::Tensor w = lm->lm_head_weight();
   const std::int64_t vocab = w.size(0);
-  auto chunk_loss = [w, vocab](const torch::Tensor& hc, const torch::Tensor& tc) {
-    (void)vocab;
+  auto chunk_loss = [w](const torch::Tensor& hc, const torch::Tensor& tc) {
     return torch::nn::functional::cross_entropy(
         at::linear(hc, w).to(torch::kFloat32), tc,
         torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100).reduction(torch::kSum));

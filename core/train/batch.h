@@ -18,8 +18,15 @@ struct PackedRow {
   torch::Tensor cu_seqlens;    // int32 [n+1]
   std::int64_t max_seqlen = 0;
   std::int64_t samples = 0;
+  // A shard of a sequence-parallel row (dist/sequence_parallel.h): next-token targets
+  // already shifted over the whole row (int64 [1, T_local]), and the attention that spans
+  // the ranks. Undefined / null for a whole row, whose labels are shifted here.
+  torch::Tensor targets;
+  std::shared_ptr<model::AttentionOverride> attention;
+  std::int64_t real_tokens = -1;  // a shard: its tokens that are not padding
+  std::int64_t counted_tokens() const { return real_tokens >= 0 ? real_tokens : tokens(); }
   std::int64_t tokens() const { return input_ids.size(1); }
-  // Targets after the shift: labels[1:] != -100.
+  // Targets after the shift: labels[1:] != -100 (or targets != -100 for a shard).
   std::int64_t target_tokens() const;
   PackedRow to(const torch::Device& device) const;
 };

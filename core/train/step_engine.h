@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "dist/comm.h"
 #include "model/decoder.h"
 #include "train/batch.h"
 #include "train/optim.h"
@@ -44,6 +45,12 @@ class StepEngine {
   // Mean token loss over rows, without gradients. Returns {loss, target tokens}.
   std::pair<double, std::int64_t> evaluate(const std::vector<PackedRow>& rows);
 
+  // Data- and sequence-parallel runs: every rank passes its own rows (whole rows of its dp
+  // slice, or their sp shards); target counts, loss sums and gradients are summed over
+  // `world` so the step equals one process over the global batch (loss = all valid tokens'
+  // sum / the global count of valid tokens). Null = one process.
+  void set_world(dist::Group* world) { world_ = world; }
+
   std::int64_t completed_steps() const { return step_; }
   void set_completed_steps(std::int64_t s) { step_ = s; }
   model::CausalLM& model() { return lm_; }
@@ -57,6 +64,8 @@ class StepEngine {
   std::vector<torch::Tensor> trainable_;
   std::optional<AdamW> optimizer_;
   std::int64_t step_ = 0;
+  dist::Group* world_ = nullptr;
+  void reduce_gradients();
 };
 
 }  // namespace odyssey::train

@@ -25,6 +25,8 @@
 #include "data/packing.h"
 #include "data/token_cache.h"
 #include "data/tokenize.h"
+#include "dist/mesh.h"
+#include "dist/sequence_parallel.h"
 #include "model/weights.h"
 #include "planner/memory_planner.h"
 #include "run/event_writer.h"
@@ -61,19 +63,36 @@ struct RunFailure {
   std::string reason;
 };
 
-// Everything printed goes to stdout and to logs/rank-0.log.
+// Everything printed goes to logs/rank-N.log, and on rank 0 to stdout too.
 class Log {
  public:
-  explicit Log(const fs::path& file) : out_(file, std::ios::app) {}
+  Log(const fs::path& file, bool echo) : out_(file, std::ios::app), echo_(echo) {}
   void line(const std::string& s) {
     std::lock_guard<std::mutex> lock(mu_);
-    std::cout << s << '\n' << std::flush;
+    if (echo_) std::cout << s << '\n' << std::flush;
     if (out_) out_ << s << '\n' << std::flush;
   }
 
  private:
   std::mutex mu_;
   std::ofstream out_;
+  bool echo_;
+};
+
+// The events file: written by rank 0 only; other ranks' writes go nowhere.
+class Events {
+ public:
+  explicit Events(std::optional<run::EventWriter> w) : w_(std::move(w)) {}
+  template <typename E>
+  void write(const E& e) {
+    if (w_) w_->write(e);
+  }
+  void set_start(Clock::time_point t) {
+    if (w_) w_->set_start(t);
+  }
+
+ private:
+  std::optional<run::EventWriter> w_;
 };
 
 std::string fixed(double v, int digits) {
@@ -185,10 +204,18 @@ std::string device_name(const torch::Device& d) {
   return d.str();
 }
 
-torch::Device pick_device(const TrainConfig& c) {
+torch::Device pick_device(const TrainConfig& c, const dist::DistEnv& env) {
   if (c.device == "cuda" && !torch::cuda::is_available())
     throw RunFailure{"device: cuda was asked for, but no CUDA device is visible"};
   if (c.device == "cpu" || !torch::cuda::is_available()) return torch::kCPU;
+  if (env.world > 1) {
+    // One process per GPU: the launcher (or torchrun) narrowed CUDA_VISIBLE_DEVICES to the
+    // chosen GPUs; this rank takes the LOCAL_RANK-th.
+    if (env.local_rank >= static_cast<int>(torch::cuda::device_count()))
+      throw RunFailure{"LOCAL_RANK " + std::to_string(env.local_rank) + " has no GPU: " +
+                       std::to_string(torch::cuda::device_count()) + " CUDA device(s) are visible to this process"};
+    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
+  }
   // One process: the first of gpu_ids (CUDA ordinals as this process sees them), else 0.
   const std::int64_t index = c.gpu_ids.empty() ? 0 : c.gpu_ids.front();
   if (index >= static_cast<std::int64_t>(torch::cuda::device_count()))
@@ -254,7 +281,7 @@ data::LoadOptions load_options(const TrainConfig& c, const std::string& base_dir
   return o;
 }
 
-void report_diagnostics(const Diagnostics& d, Log& log, run::EventWriter& events, const std::string& code) {
+void report_diagnostics(const Diagnostics& d, Log& log, Events& events, const std::string& code) {
   std::size_t shown = 0;
   for (const auto& x : d) {
     if (x.severity == Severity::Error) continue;
@@ -269,7 +296,7 @@ void report_diagnostics(const Diagnostics& d, Log& log, run::EventWriter& events
 }
 
 Data prepare_data(const TrainConfig& c, const Tokenizer& tok, const ChatTemplate& tmpl, const TrainerOptions& opt,
-                  Log& log, run::EventWriter& events) {
+                  Log& log, Events& events) {
   data::TokenizeOptions to;
   to.max_length = c.max_length;
   to.truncation = data::parse_truncation(c.truncation_strategy).value_or(data::Truncation::Delete);
@@ -346,6 +373,8 @@ void request_stop() { g_stop_signals.fetch_add(1); }
 
 int run_training(const TrainConfig& c, const run::RunDir& dir, const TrainerOptions& opt) {
   const auto t0 = Clock::now();
+  const dist::DistEnv& env = opt.env;
+  const bool main_rank = env.rank == 0;
   g_stop_signals.store(0);
   if (opt.install_signal_handlers) {
     std::signal(SIGTERM, on_stop_signal);
@@ -354,22 +383,40 @@ int run_training(const TrainConfig& c, const run::RunDir& dir, const TrainerOpti
   std::error_code ec;
   fs::create_directories(dir.logs_dir(), ec);
   fs::create_directories(dir.checkpoints_dir(), ec);
-  Log log(dir.rank_log(0));
-  auto opened = run::EventWriter::open(dir.events());
-  if (!opened.ok()) {
-    std::cerr << format_all(opened.diagnostics) << '\n';
-    return 1;
+  Log log(dir.rank_log(env.rank), main_rank);
+  std::optional<run::EventWriter> writer;
+  if (main_rank) {
+    auto opened = run::EventWriter::open(dir.events());
+    if (!opened.ok()) {
+      std::cerr << format_all(opened.diagnostics) << '\n';
+      return 1;
+    }
+    writer.emplace(std::move(opened.value));
   }
-  run::EventWriter events = std::move(opened.value);
+  Events events(std::move(writer));
   events.set_start(t0);
   run::RunStatus st;
   st.state = run::RunState::Running;
   st.run_id = dir.run_id();
   st.pid = ::getpid();
+  st.launcher_pid = opt.launcher_pid;
   st.hostname = run::this_hostname();
   st.started_at = run::unix_now();
   st.heartbeat = st.started_at;
-  Heartbeat heartbeat(run::StatusFile(dir.status()), st);
+  // status.json is rank 0's; the launcher writes it last when a rank fails.
+  std::optional<Heartbeat> hb;
+  if (main_rank) hb.emplace(run::StatusFile(dir.status()), st);
+  struct HeartbeatRef {
+    std::optional<Heartbeat>& h;
+    void update(std::int64_t s, std::int64_t t, run::RunState state = run::RunState::Running) {
+      if (h) h->update(s, t, state);
+    }
+    run::RunStatus snapshot() { return h ? h->snapshot() : run::RunStatus{}; }
+    void finish(const run::RunStatus& f) {
+      if (h) h->finish(f);
+    }
+  } heartbeat{hb};
+  dist::Mesh mesh = dist::single_process_mesh();
 
   std::int64_t step = 0, total_steps = 0;
   std::vector<bool> ckpt_layers;
@@ -406,6 +453,7 @@ int run_training(const TrainConfig& c, const run::RunDir& dir, const TrainerOpti
     return exit_code;
   };
   auto save = [&](std::int64_t at_step) -> bool {
+    if (!main_rank) return true;  // the weights are the same on every rank
     const auto ts = Clock::now();
     heartbeat.update(step, total_steps, run::RunState::Running);
     state.step = at_step;
@@ -440,7 +488,7 @@ int run_training(const TrainConfig& c, const run::RunDir& dir, const TrainerOpti
 
   try {
     // ---- model
-    const torch::Device device = pick_device(c);
+    const torch::Device device = pick_device(c, env);
     probe.device = device;
     const torch::Dtype dtype = pick_dtype(c, device);
     torch::manual_seed(static_cast<std::uint64_t>(c.seed));
@@ -457,6 +505,33 @@ int run_training(const TrainConfig& c, const run::RunDir& dir, const TrainerOpti
     std::int64_t params = 0;
     for (const auto& p : lm->parameters(true)) params += p.numel();
 
+    // ---- mesh
+    ParallelLayout layout = parallel_layout(c, hf.num_key_value_heads);
+    if (env.world > 1 || layout.sp > 1) {
+      layout.world_size = env.world;
+      if (layout.sp < 1 || env.world % layout.sp != 0)
+        throw RunFailure{"sequence_parallel_size " + std::to_string(layout.sp) + " does not divide the " +
+                         std::to_string(env.world) + " processes of this run"};
+      if (layout.ulysses * layout.ring != layout.sp)
+        throw RunFailure{"ulysses_size " + std::to_string(layout.ulysses) + " does not divide sequence_parallel_size " +
+                         std::to_string(layout.sp)};
+      layout.dp = env.world / layout.sp;
+      std::string why_heads;
+      if (!dist::heads_fit_ulysses(hf.num_attention_heads, hf.num_key_value_heads, static_cast<int>(layout.ulysses),
+                                   &why_heads))
+        throw RunFailure{why_heads};
+      if (env.world > 1) {
+        const auto transport = device.is_cuda() ? dist::Transport::Nccl : dist::Transport::Store;
+        if (!opt.store) throw RunFailure{"a parallel run needs the rendezvous store (started without a launcher?)"};
+        mesh = dist::build_mesh(env, layout, transport, opt.store, device, opt.comm_timeout);
+        log.line("mesh: " + std::to_string(mesh.world) + " ranks = dp " + std::to_string(mesh.dp) + " x ulysses " +
+                 std::to_string(mesh.ulysses) + " x ring " + std::to_string(mesh.ring) + " over " +
+                 (device.is_cuda() ? "NCCL" : "the store transport (CPU)") + "; this is rank " +
+                 std::to_string(mesh.rank) + " on " + device.str());
+      }
+    }
+    const std::int64_t pad_token_id = loaded.value.config.pad_token_id.value_or(0);
+
     // ---- tokenizer and template
     const std::string tok_file = (fs::path(c.model) / "tokenizer.json").string();
     auto tok = Tokenizer::load(tok_file);
@@ -468,7 +543,10 @@ int run_training(const TrainConfig& c, const run::RunDir& dir, const TrainerOpti
     // ---- data
     stage("load_data", std::to_string(c.dataset.size()) + " dataset(s), template " + std::string(tmpl.value.name()) +
                            ", max_length " + std::to_string(c.max_length));
+    // Rank 0 tokenizes first and fills the token cache; the others then read it.
+    if (!main_rank) mesh.world_group->barrier();
     Data data = prepare_data(c, tok.value, tmpl.value, opt, log, events);
+    if (main_rank) mesh.world_group->barrier();
 
     // ---- tuner
     if (c.tuner_type == "lora") {
@@ -490,8 +568,14 @@ int run_training(const TrainConfig& c, const run::RunDir& dir, const TrainerOpti
 
     // ---- schedule
     const std::int64_t batch = c.per_device_train_batch_size, accum = c.gradient_accumulation_steps;
+    const std::int64_t global_batch = batch * mesh.dp;  // items per global micro-batch
     const auto items = static_cast<std::int64_t>(data.items.size());
-    const std::int64_t micro_per_epoch_all = (items + batch - 1) / batch;
+    if (mesh.dp > 1 && items < global_batch)
+      throw RunFailure{std::to_string(items) + (c.packing ? " packed bins" : " samples") + " cannot feed dp " +
+                       std::to_string(mesh.dp) + " x per_device_train_batch_size " + std::to_string(batch)};
+    // With dp > 1 an epoch's last partial global micro-batch is dropped (every rank needs rows).
+    const std::int64_t micro_per_epoch_all =
+        mesh.dp > 1 ? items / global_batch : (items + global_batch - 1) / global_batch;
     const std::int64_t steps_per_epoch = std::max<std::int64_t>(1, micro_per_epoch_all / accum);
     const std::int64_t micro_per_epoch = steps_per_epoch * accum;
     total_steps = c.max_steps > 0 ? c.max_steps
@@ -505,6 +589,7 @@ int run_training(const TrainConfig& c, const run::RunDir& dir, const TrainerOpti
     so.schedule.warmup_steps = warmup_steps_for(c.warmup_steps, c.warmup_ratio, total_steps);
     so.max_grad_norm = c.max_grad_norm;
     engine.emplace(lm, so);
+    if (mesh.distributed()) engine->set_world(mesh.world_group.get());
     state.total_steps = total_steps;
     state.seed = c.seed;
     state.tuner_type = c.tuner_type;
@@ -541,8 +626,14 @@ int run_training(const TrainConfig& c, const run::RunDir& dir, const TrainerOpti
     rs.odyssey_version = ODYSSEY_VERSION;
     rs.config_path = "config.yaml";
     rs.hostname = run::this_hostname();
+    rs.mesh.world = mesh.world;
+    rs.mesh.dp = mesh.dp;
+    rs.mesh.sp = mesh.sp;
+    rs.mesh.ulysses = mesh.ulysses;
+    rs.mesh.ring = mesh.ring;
+    rs.mesh.nnodes = std::max(1, env.world / std::max(1, env.local_world));
+    rs.mesh.nproc_per_node = env.local_world;
     run::DeviceInfo di;
-    di.rank = 0;
     if (device.is_cuda()) {
       di.name = device_name(device);
       di.memory_bytes = device_memory_bytes(device);
@@ -550,7 +641,10 @@ int run_training(const TrainConfig& c, const run::RunDir& dir, const TrainerOpti
       di.name = "CPU (" + std::to_string(std::thread::hardware_concurrency()) + " threads)";
       di.memory_bytes = host_memory_bytes();
     }
-    rs.devices.push_back(di);
+    for (int r = 0; r < mesh.world; ++r) {  // rank 0's device stands for all (one kind per run)
+      di.rank = r;
+      rs.devices.push_back(di);
+    }
     rs.totals.samples = static_cast<std::int64_t>(data.train.size());
     rs.totals.tokens = data.train_tokens;
     rs.totals.total_steps = total_steps;
@@ -563,19 +657,28 @@ int run_training(const TrainConfig& c, const run::RunDir& dir, const TrainerOpti
              " trainable (" + c.tuner_type + "); activation checkpointing: " + why);
     log.line("schedule: " + std::to_string(total_steps) + " steps (" + std::to_string(steps_per_epoch) +
              " per epoch: " + std::to_string(items) + (c.packing ? " packed bins" : " samples") + " / batch " +
-             std::to_string(batch) + " / accumulation " + std::to_string(accum) + "), " + c.lr_scheduler_type +
+             std::to_string(batch) + (mesh.dp > 1 ? " x dp " + std::to_string(mesh.dp) : std::string()) +
+             " / accumulation " + std::to_string(accum) + "), " + c.lr_scheduler_type +
              " with " + std::to_string(so.schedule.warmup_steps) + " warmup steps");
 
-    // Validation rows: batch samples per row, in order.
+    // A whole row of this rank's dp slice, as this rank computes it: its sp shard.
+    auto local_rows = [&](PackedRow row) {
+      row = row.to(device);
+      if (mesh.sp == 1) return row;
+      return dist::shard_row(row, mesh.ulysses_group.get(), mesh.ring_group.get(), pad_token_id);
+    };
+    // Validation rows: batch samples per row, in order; row i belongs to dp rank i mod dp.
     std::vector<PackedRow> val_rows;
-    for (std::size_t i = 0; i < data.val.size(); i += static_cast<std::size_t>(batch)) {
+    for (std::size_t i = 0, n = 0; i < data.val.size(); i += static_cast<std::size_t>(batch), ++n) {
+      if (static_cast<int>(n % static_cast<std::size_t>(mesh.dp)) != mesh.dp_rank) continue;
       std::vector<const data::TokenizedSample*> ptrs;
       for (std::size_t j = i; j < std::min(data.val.size(), i + static_cast<std::size_t>(batch)); ++j)
         ptrs.push_back(&data.val[j]);
-      val_rows.push_back(row_of(ptrs).to(device));
+      val_rows.push_back(local_rows(row_of(ptrs)));
     }
+    const bool any_val = !data.val.empty();
     auto evaluate = [&]() {
-      if (val_rows.empty()) return;
+      if (!any_val) return;
       const auto te = Clock::now();
       const auto [loss, targets] = engine->evaluate(val_rows);
       run::EvalEvent e;
@@ -590,7 +693,8 @@ int run_training(const TrainConfig& c, const run::RunDir& dir, const TrainerOpti
     };
     const std::int64_t eval_every = c.eval_steps > 0 ? c.eval_steps : c.save_steps;
 
-    // Items of global micro-batch m: the epoch's permutation, then consecutive runs of `batch`.
+    // Items of global micro-batch m: the epoch's permutation, then consecutive runs of
+    // `global_batch`; this rank's are the dp_rank-th run of `batch` within it.
     std::int64_t perm_epoch = -1;
     std::vector<std::size_t> perm;
     auto micro_batch = [&](std::int64_t m) {
@@ -602,18 +706,31 @@ int run_training(const TrainConfig& c, const run::RunDir& dir, const TrainerOpti
       }
       std::vector<const data::TokenizedSample*> ptrs;
       for (std::int64_t b = 0; b < batch; ++b) {
-        const auto pos = static_cast<std::size_t>(k * batch + b);
+        const auto pos = static_cast<std::size_t>(k * global_batch + mesh.dp_rank * batch + b);
         if (pos >= perm.size()) break;
         for (std::size_t s : data.items[perm[pos]]) ptrs.push_back(&data.train[s]);
       }
-      return row_of(ptrs).to(device);
+      if (ptrs.empty())  // an epoch's last global micro-batch may leave a dp rank without items
+        throw RunFailure{"dp rank " + std::to_string(mesh.dp_rank) + " has no data in micro-batch " +
+                         std::to_string(m) + "; the dataset is too small for per_device_train_batch_size x dp"};
+      return local_rows(row_of(ptrs));
     };
 
     stage("train", std::to_string(total_steps - step) + " steps to go");
     heartbeat.update(step, total_steps);
     double avg_step_s = 0;
+    // All ranks agree on stopping (they may see SIGTERM at different steps).
+    auto stop_agreed = [&]() {
+      bool stop = g_stop_signals.load() > 0;
+      if (!mesh.distributed()) return stop;
+      torch::Tensor f = torch::tensor({stop ? 1.0f : 0.0f}).to(device);
+      mesh.world_group->all_reduce(f);
+      return f.cpu().item<float>() > 0;
+    };
+    bool stopping = false;
+    mesh.take_stats(nullptr);
     while (step < total_steps) {
-      if (g_stop_signals.load() > 0) break;
+      if ((stopping = stop_agreed())) break;
       const auto ts = Clock::now();
       probe.reset_peak();
       std::vector<PackedRow> rows;
@@ -621,6 +738,8 @@ int run_training(const TrainConfig& c, const run::RunDir& dir, const TrainerOpti
       const StepResult r = engine->step(rows);
       if (device.is_cuda()) torch::cuda::synchronize(device.index());
       const double dt = std::chrono::duration<double>(Clock::now() - ts).count();
+      double step_comm_s = 0;
+      std::vector<run::CollectiveStat> step_collectives = mesh.take_stats(&step_comm_s);
       if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
         run::StepEvent e;
         e.step = step + 1;
@@ -662,8 +781,26 @@ int run_training(const TrainConfig& c, const run::RunDir& dir, const TrainerOpti
         e.step_time_s = dt;
         e.tokens_per_s = dt > 0 ? static_cast<double>(r.tokens) / dt : 0;
         e.eta_s = avg_step_s * static_cast<double>(total_steps - step);
-        e.memory.push_back(probe.read());
-        e.memory.back().rank = 0;
+        const run::RankMemory mine = probe.read();
+        if (mesh.distributed()) {
+          torch::Tensor m = torch::tensor({mine.vram_allocated_bytes, mine.vram_peak_bytes, mine.vram_reserved_bytes},
+                                          torch::kInt64)
+                                .to(device);
+          m = mesh.world_group->all_gather(m).cpu().view({mesh.world, 3});
+          for (int rk = 0; rk < mesh.world; ++rk) {
+            run::RankMemory rm;
+            rm.rank = rk;
+            rm.vram_allocated_bytes = m[rk][0].item<std::int64_t>();
+            rm.vram_peak_bytes = m[rk][1].item<std::int64_t>();
+            rm.vram_reserved_bytes = m[rk][2].item<std::int64_t>();
+            e.memory.push_back(rm);
+          }
+        } else {
+          e.memory.push_back(mine);
+          e.memory.back().rank = 0;
+        }
+        e.collectives = std::move(step_collectives);
+        e.comm_wait_s = step_comm_s;
         events.write(e);
         log.line("step " + std::to_string(step) + "/" + std::to_string(total_steps) + "  loss " + fixed(r.loss, 4) +
                  "  lr " + fixed(r.lr * 1e6, 2) + "e-6  grad_norm " + fixed(r.grad_norm, 3) + "  " +
@@ -672,7 +809,7 @@ int run_training(const TrainConfig& c, const run::RunDir& dir, const TrainerOpti
       if (eval_every > 0 && step % eval_every == 0 && step != total_steps) evaluate();
       if (step % c.save_steps == 0 && step != total_steps) save(step);
     }
-    if (g_stop_signals.load() > 0 && step < total_steps) {
+    if (stopping && step < total_steps) {
       stage("save", "stop requested: saving step " + std::to_string(step));
       heartbeat.update(step, total_steps, run::RunState::Stopping);
       if (step > 0 && last_saved != step && !save(step))

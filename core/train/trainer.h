@@ -1,5 +1,6 @@
-// The single-process trainer: a resolved TrainConfig in, a run directory out
-// (docs/run-contract.md), on one GPU or on the CPU. docs/training.md describes the pipeline.
+// The trainer: a resolved TrainConfig in, a run directory out (docs/run-contract.md), on one
+// GPU, the CPU, or as one rank of a parallel run (docs/parallel.md). docs/training.md
+// describes the pipeline.
 //
 // Exit codes: 0 completed, or stopped on request (SIGTERM/SIGINT: the step finishes, a
 // checkpoint is written, status "stopped"); 1 failed (bad data, NaN/Inf loss, out of
@@ -9,7 +10,10 @@
 #include <filesystem>
 #include <string>
 
+#include <chrono>
+
 #include "config/train_config.h"
+#include "dist/mesh.h"
 #include "run/run_dir.h"
 
 namespace odyssey::train {
@@ -19,6 +23,12 @@ struct TrainerOptions {
   bool install_signal_handlers = true;
   std::string preset_base_dir;   // relative dataset paths resolve against it
   std::string launched_by;       // e.g. "odyssey-train run"
+  // Parallel runs (docs/parallel.md): this rank, the rendezvous store, and how long a rank
+  // waits for a peer before failing. Rank 0 writes events and status.json.
+  dist::DistEnv env;
+  c10::intrusive_ptr<c10d::Store> store;
+  std::chrono::milliseconds comm_timeout{std::chrono::minutes(10)};
+  int launcher_pid = 0;          // status.json's launcher_pid (0 = no launcher)
 };
 
 // `config` has absolute paths (validate.h resolve_paths); `dir` exists and holds

@@ -1,0 +1,350 @@
+#include "dist/sequence_parallel.h"
+
+#include <numeric>
+#include <stdexcept>
+
+#include "model/attention.h"
+
+namespace odyssey::dist {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// ---- layout --------------------------------------------------------------------------------
+
+SpLayout plan_sp_layout(const std::vector<std::int32_t>& cu, std::int64_t tokens, int ulysses, int ring) {
+  if (ulysses < 1 || ring < 1) throw std::invalid_argument("ulysses and ring degrees must be at least 1");
+  if (cu.size() < 2 || cu.front() != 0 || cu.back() != tokens)
+    throw std::invalid_argument("cu_seqlens must run from 0 to the row length " + std::to_string(tokens));
+  SpLayout L;
+  L.ulysses = ulysses;
+  L.ring = ring;
+  L.tokens = tokens;
+  const std::int64_t two_r = 2 * static_cast<std::int64_t>(ring);
+  L.cu_seqlens.push_back(0);
+  auto add_sample = [&](std::int64_t first, std::int64_t real, std::int64_t padded_len) {
+    const auto id = static_cast<std::int64_t>(L.cu_seqlens.size()) - 1;
+    for (std::int64_t i = 0; i < padded_len; ++i) {
+      L.source.push_back(i < real && first >= 0 ? first + i : -1);
+      L.sample.push_back(id);
+      L.position.push_back(i);
+    }
+    L.cu_seqlens.push_back(static_cast<std::int32_t>(L.source.size()));
+    L.max_seqlen = std::max(L.max_seqlen, padded_len);
+  };
+  for (std::size_t d = 0; d + 1 < cu.size(); ++d) {
+    const std::int64_t len = cu[d + 1] - cu[d];
+    if (len <= 0) throw std::invalid_argument("cu_seqlens has an empty sample");
+    const std::int64_t padded = ring > 1 ? (len + two_r - 1) / two_r * two_r : len;
+    add_sample(cu[d], len, padded);
+  }
+  const auto total = static_cast<std::int64_t>(L.source.size());
+  const std::int64_t multiple =
+      ring > 1 ? std::lcm(two_r, static_cast<std::int64_t>(ring) * ulysses) : static_cast<std::int64_t>(ulysses);
+  const std::int64_t pad = (multiple - total % multiple) % multiple;
+  if (pad > 0) add_sample(-1, 0, pad);
+  L.padded = static_cast<std::int64_t>(L.source.size());
+  L.shard_order.assign(static_cast<std::size_t>(ring), {});
+  if (ring == 1) {
+    L.shard_order[0].resize(static_cast<std::size_t>(L.padded));
+    std::iota(L.shard_order[0].begin(), L.shard_order[0].end(), std::int64_t{0});
+    return L;
+  }
+  for (std::size_t s = 0; s + 1 < L.cu_seqlens.size(); ++s) {
+    const std::int64_t off = L.cu_seqlens[s], len = L.cu_seqlens[s + 1] - L.cu_seqlens[s];
+    const std::int64_t c = len / two_r;
+    for (int r = 0; r < ring; ++r) {
+      auto& o = L.shard_order[static_cast<std::size_t>(r)];
+      for (std::int64_t i = 0; i < c; ++i) o.push_back(off + r * c + i);
+      for (std::int64_t i = 0; i < c; ++i) o.push_back(off + (two_r - 1 - r) * c + i);
+    }
+  }
+  return L;
+}
+
+bool heads_fit_ulysses(std::int64_t q_heads, std::int64_t kv_heads, int ulysses, std::string* why) {
+  if (ulysses <= 1) return true;
+  if (q_heads % ulysses != 0) {
+    if (why)
+      *why = "the " + std::to_string(q_heads) + " attention heads do not divide by the Ulysses degree " +
+             std::to_string(ulysses) + "; choose ulysses_size dividing " + std::to_string(q_heads) +
+             " and put the rest of sequence_parallel_size on the ring";
+    return false;
+  }
+  if (kv_heads % ulysses != 0 && ulysses % kv_heads != 0) {
+    if (why)
+      *why = "the " + std::to_string(kv_heads) + " KV heads can neither be split over nor replicated to the Ulysses degree " +
+             std::to_string(ulysses) + "; use ulysses_size 0 (auto: gcd of KV heads and sequence_parallel_size) or a divisor or multiple of " +
+             std::to_string(kv_heads);
+    return false;
+  }
+  return true;
+}
+
+// ---- the Ulysses all-to-all --------------------------------------------------------------------
+
+namespace {
+
+Group* group_of(const AutogradContext* ctx) {
+  return reinterpret_cast<Group*>(ctx->saved_data.at("group").toInt());
+}
+
+struct AllToAllFn : public torch::autograd::Function<AllToAllFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, std::int64_t group) {
+    ctx->saved_data["group"] = group;
+    return reinterpret_cast<Group*>(group)->all_to_all(x.contiguous());
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    // Slice j went to rank j and came back as its slice `rank`: the same exchange, reversed,
+    // is the same exchange.
+    return {group_of(ctx)->all_to_all(grads[0].contiguous()), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor all_to_all_autograd(Group* group, const torch::Tensor& x) {
+  if (group->size() == 1) return x;
+  return AllToAllFn::apply(x, static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(group)));
+}
+
+// ---- ring attention ------------------------------------------------------------------------
+
+namespace {
+
+// [n, Hkv, D] -> [H, n, D] fp32, each KV head repeated for its query heads.
+torch::Tensor heads_first(const torch::Tensor& x, std::int64_t groups) {
+  torch::Tensor t = x.to(torch::kFloat32);
+  if (groups > 1) t = t.repeat_interleave(groups, 1);
+  return t.transpose(0, 1);
+}
+
+// [H, n, D] gradient of the repeated heads -> [n, Hkv, D], summed over each KV head's group.
+torch::Tensor fold_heads(const torch::Tensor& g, std::int64_t groups) {
+  const torch::Tensor t = g.transpose(0, 1);  // [n, H, D]
+  if (groups == 1) return t;
+  return t.reshape({t.size(0), t.size(1) / groups, groups, t.size(2)}).sum(2);
+}
+
+torch::Tensor block_keep(const torch::Tensor& sample_ids, const torch::Tensor& positions, std::int64_t qr,
+                         std::int64_t kr) {
+  const torch::Tensor qs = sample_ids[qr], ks = sample_ids[kr], qp = positions[qr], kp = positions[kr];
+  return qs.unsqueeze(1).eq(ks.unsqueeze(0)).logical_and(kp.unsqueeze(0).le(qp.unsqueeze(1)));
+}
+
+struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, const torch::Tensor& sample_ids, const torch::Tensor& positions,
+                               double scale, std::int64_t group) {
+    Group* ring = reinterpret_cast<Group*>(group);
+    const int R = ring->size(), r = ring->rank();
+    const std::int64_t hk = k.size(1), groups = q.size(1) / hk;
+    const torch::Tensor qh = q.to(torch::kFloat32).transpose(0, 1);  // [H, n, D]
+    torch::Tensor out = torch::zeros_like(qh);
+    torch::Tensor lse = torch::full({qh.size(0), qh.size(1)}, -std::numeric_limits<double>::infinity(), qh.options());
+    torch::Tensor kv = torch::cat({k, v}, 1).contiguous();
+    for (int s = 0; s < R; ++s) {
+      const int src = (r - s + R) % R;
+      // The next block is requested before this one is computed (a transport that runs
+      // asynchronously overlaps the two; the store transport does not).
+      torch::Tensor next;
+      if (s + 1 < R) next = ring->send_recv(kv, (r + 1) % R, (r - 1 + R) % R);
+      const torch::Tensor keep = block_keep(sample_ids, positions, r, src);
+      if (keep.any().item<bool>()) {
+        const torch::Tensor kb = heads_first(kv.narrow(1, 0, hk), groups);
+        const torch::Tensor vb = heads_first(kv.narrow(1, hk, hk), groups);
+        torch::Tensor scores = torch::matmul(qh, kb.transpose(1, 2)) * scale;  // [H, n, n]
+        scores.masked_fill_(keep.logical_not().unsqueeze(0), -std::numeric_limits<double>::infinity());
+        const torch::Tensor blse = torch::logsumexp(scores, -1);  // [H, n], -inf where nothing is kept
+        const torch::Tensor safe = torch::where(torch::isinf(blse), torch::zeros_like(blse), blse);
+        const torch::Tensor ob = torch::matmul(torch::exp(scores - safe.unsqueeze(-1)), vb);
+        const torch::Tensor merged = torch::logaddexp(lse, blse);
+        const torch::Tensor merged_safe = torch::where(torch::isinf(merged), torch::zeros_like(merged), merged);
+        out = out * torch::exp(lse - merged_safe).unsqueeze(-1) + ob * torch::exp(blse - merged_safe).unsqueeze(-1);
+        lse = merged;
+      }
+      if (next.defined()) kv = next;
+    }
+    ctx->save_for_backward({q, k, v, sample_ids, positions, out, lse});
+    ctx->saved_data["scale"] = scale;
+    ctx->saved_data["group"] = group;
+    return out.transpose(0, 1).to(q.scalar_type());
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &sample_ids = saved[3], &positions = saved[4];
+    const torch::Tensor &out = saved[5], &lse = saved[6];
+    const double scale = ctx->saved_data.at("scale").toDouble();
+    Group* ring = group_of(ctx);
+    const int R = ring->size(), r = ring->rank();
+    const std::int64_t hk = k.size(1), groups = q.size(1) / hk;
+    const torch::Tensor qh = q.to(torch::kFloat32).transpose(0, 1);
+    const torch::Tensor dout = grads[0].to(torch::kFloat32).transpose(0, 1);  // [H, n, D]
+    const torch::Tensor delta = (dout * out).sum(-1, true);                  // [H, n, 1]
+    torch::Tensor dq = torch::zeros_like(qh);
+    torch::Tensor kv = torch::cat({k, v}, 1).contiguous();
+    torch::Tensor dkv = torch::zeros(kv.sizes(), kv.options().dtype(torch::kFloat32));
+    for (int s = 0; s < R; ++s) {
+      const int src = (r - s + R) % R;
+      torch::Tensor next;
+      if (s + 1 < R) next = ring->send_recv(kv, (r + 1) % R, (r - 1 + R) % R);
+      const torch::Tensor keep = block_keep(sample_ids, positions, r, src);
+      if (keep.any().item<bool>()) {
+        const torch::Tensor kb = heads_first(kv.narrow(1, 0, hk), groups);
+        const torch::Tensor vb = heads_first(kv.narrow(1, hk, hk), groups);
+        torch::Tensor scores = torch::matmul(qh, kb.transpose(1, 2)) * scale;
+        scores.masked_fill_(keep.logical_not().unsqueeze(0), -std::numeric_limits<double>::infinity());
+        const torch::Tensor p = torch::exp(scores - lse.unsqueeze(-1));  // the final softmax, this block's columns
+        const torch::Tensor dv = torch::matmul(p.transpose(1, 2), dout);
+        const torch::Tensor dp = torch::matmul(dout, vb.transpose(1, 2));
+        const torch::Tensor ds = p * (dp - delta);
+        dq = dq + torch::matmul(ds, kb) * scale;
+        const torch::Tensor dk = torch::matmul(ds.transpose(1, 2), qh) * scale;
+        dkv = dkv + torch::cat({fold_heads(dk, groups), fold_heads(dv, groups)}, 1);
+      }
+      // The gradient travels with its block; after `ring` hops it is back with its owner.
+      dkv = ring->send_recv(dkv.contiguous(), (r + 1) % R, (r - 1 + R) % R);
+      if (next.defined()) kv = next;
+    }
+    return {dq.transpose(0, 1).to(q.scalar_type()),
+            dkv.narrow(1, 0, hk).to(k.scalar_type()),
+            dkv.narrow(1, hk, hk).to(v.scalar_type()),
+            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor ring_attention(Group* ring, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                             const torch::Tensor& sample_ids, const torch::Tensor& positions, double scale) {
+  TORCH_CHECK(sample_ids.dim() == 2 && sample_ids.size(0) == ring->size() && sample_ids.size(1) == q.size(0),
+              "ring_attention: sample ids must be [ring, n] = [", ring->size(), ", ", q.size(0), "], got ",
+              sample_ids.sizes());
+  TORCH_CHECK(q.size(1) % k.size(1) == 0, "ring_attention: ", q.size(1), " query heads over ", k.size(1), " KV heads");
+  return RingAttentionFn::apply(q, k, v, sample_ids, positions, scale,
+                                static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(ring)));
+}
+
+// ---- a sharded row -----------------------------------------------------------------------
+
+namespace {
+
+class SpAttention final : public model::AttentionOverride {
+ public:
+  SpAttention(Group* ulysses, Group* ring, torch::Tensor cu, std::int64_t max_seqlen, torch::Tensor sample_ids,
+              torch::Tensor positions)
+      : ulysses_(ulysses), ring_(ring), cu_(std::move(cu)), max_seqlen_(max_seqlen),
+        sample_ids_(std::move(sample_ids)), positions_(std::move(positions)) {}
+
+  torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale,
+                       std::int64_t* ran) override {
+    const int u = ulysses_->size();
+    const std::int64_t n = q.size(0), hq = q.size(1), d = q.size(2);
+    torch::Tensor qq = q, kk = k, vv = v;
+    if (u > 1) {
+      std::string why;
+      TORCH_CHECK(heads_fit_ulysses(hq, k.size(1), u, &why), why);
+      if (kk.size(1) < u) {  // fewer KV heads than ranks: each rank gets a copy of its head
+        kk = kk.repeat_interleave(u / kk.size(1), 1);
+        vv = vv.repeat_interleave(u / vv.size(1), 1);
+      }
+      const std::int64_t qh = hq / u, kh = kk.size(1) / u;
+      // Rank dimension outermost: [n, H, D] -> [u, n, H/u, D], Q, K and V in one message.
+      torch::Tensor packed = torch::cat({qq.reshape({n, u, qh, d}), kk.reshape({n, u, kh, d}), vv.reshape({n, u, kh, d})}, 2)
+                                 .transpose(0, 1)
+                                 .contiguous();
+      packed = all_to_all_autograd(ulysses_, packed).reshape({u * n, qh + 2 * kh, d});
+      qq = packed.narrow(1, 0, qh).contiguous();
+      kk = packed.narrow(1, qh, kh).contiguous();
+      vv = packed.narrow(1, qh + kh, kh).contiguous();
+    }
+    torch::Tensor out;
+    if (ring_->size() > 1) {
+      out = ring_attention(ring_, qq, kk, vv, sample_ids_, positions_, scale);
+      if (ran) *ran = -1;
+    } else {
+      out = model::varlen_causal_attention(qq, kk, vv, cu_, max_seqlen_, scale, ran);
+    }
+    if (u > 1) {
+      // [u·n, H/u, D] -> [u, n, H/u, D] -> all-to-all back -> [n, u, H/u, D] -> [n, H, D].
+      out = all_to_all_autograd(ulysses_, out.reshape({u, n, hq / u, d}).contiguous());
+      out = out.transpose(0, 1).reshape({n, hq, d});
+    }
+    return out;
+  }
+
+ private:
+  Group* ulysses_;
+  Group* ring_;
+  torch::Tensor cu_;
+  std::int64_t max_seqlen_;
+  torch::Tensor sample_ids_, positions_;
+};
+
+std::vector<std::int64_t> to_vector(const torch::Tensor& t) {
+  const torch::Tensor c = t.reshape({-1}).to(torch::kCPU, torch::kInt64).contiguous();
+  return std::vector<std::int64_t>(c.data_ptr<std::int64_t>(), c.data_ptr<std::int64_t>() + c.numel());
+}
+
+torch::Tensor long_tensor(const std::vector<std::int64_t>& v, const torch::Device& device) {
+  return torch::tensor(torch::ArrayRef<std::int64_t>(v), torch::kInt64).to(device);
+}
+
+}  // namespace
+
+train::PackedRow shard_row(const train::PackedRow& row, Group* ulysses, Group* ring, std::int64_t pad_token_id) {
+  const int u = ulysses->size(), rr = ring->size();
+  const torch::Device device = row.input_ids.device();
+  const std::vector<std::int64_t> ids = to_vector(row.input_ids), labels = to_vector(row.labels);
+  const std::int64_t t = static_cast<std::int64_t>(ids.size());
+  std::vector<std::int32_t> cu;
+  for (std::int64_t c : to_vector(row.cu_seqlens)) cu.push_back(static_cast<std::int32_t>(c));
+  const SpLayout L = plan_sp_layout(cu, t, u, rr);
+
+  // Targets shifted once over the whole row (pitfall: a per-shard shift loses a target at
+  // every shard boundary).
+  auto target_at = [&](std::int64_t src) { return src >= 0 && src + 1 < t ? labels[static_cast<std::size_t>(src + 1)] : -100; };
+
+  const auto& order = L.shard_order[static_cast<std::size_t>(ring->rank())];
+  const auto m = static_cast<std::int64_t>(order.size()) / u;
+  std::vector<std::int64_t> local_ids, local_targets, local_pos;
+  std::int64_t real = 0;
+  for (std::int64_t i = ulysses->rank() * m; i < (ulysses->rank() + 1) * m; ++i) {
+    const std::int64_t p = order[static_cast<std::size_t>(i)];
+    const std::int64_t src = L.source[static_cast<std::size_t>(p)];
+    local_ids.push_back(src >= 0 ? ids[static_cast<std::size_t>(src)] : pad_token_id);
+    real += src >= 0;
+    local_targets.push_back(target_at(src));
+    local_pos.push_back(L.position[static_cast<std::size_t>(p)]);
+  }
+
+  train::PackedRow out;
+  out.input_ids = long_tensor(local_ids, device).view({1, -1});
+  out.targets = long_tensor(local_targets, device).view({1, -1});
+  out.labels = out.targets;
+  out.position_ids = long_tensor(local_pos, device).view({1, -1});
+  out.cu_seqlens = torch::tensor({0, static_cast<std::int32_t>(m)}, torch::kInt32).to(device);
+  out.max_seqlen = m;
+  // Counted once over the group: samples on its first rank, tokens where they are.
+  out.samples = ulysses->rank() == 0 && ring->rank() == 0 ? row.samples : 0;
+  out.real_tokens = real;
+
+  torch::Tensor cu_gathered = torch::tensor(torch::ArrayRef<std::int32_t>(L.cu_seqlens), torch::kInt32).to(device);
+  torch::Tensor sample_ids, positions;
+  if (rr > 1) {
+    const auto n = static_cast<std::int64_t>(L.shard_order[0].size());
+    std::vector<std::int64_t> s, p;
+    for (const auto& o : L.shard_order)
+      for (std::int64_t idx : o) {
+        s.push_back(L.sample[static_cast<std::size_t>(idx)]);
+        p.push_back(L.position[static_cast<std::size_t>(idx)]);
+      }
+    sample_ids = long_tensor(s, device).view({rr, n});
+    positions = long_tensor(p, device).view({rr, n});
+  }
+  out.attention = std::make_shared<SpAttention>(ulysses, ring, cu_gathered, L.max_seqlen, sample_ids, positions);
+  return out;
+}
+
+}  // namespace odyssey::dist
