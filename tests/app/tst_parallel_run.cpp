@@ -1,0 +1,354 @@
+// Parallel runs of the real binary on the CPU (docs/parallel.md): `odyssey-train run` with
+// several processes launches real ranks that talk through the store transport. The oracle is
+// the single-process run of the same preset on the same global batch:
+//   - Ulysses 2, ring 2, Ulysses 2 x ring 2, Ulysses 4 with KV heads replicated (the model
+//     has 2), data parallel 2, and dp 2 x Ulysses 2: every step's loss and gradient norm,
+//     the eval loss and the final adapter equal the single process's within 1e-5;
+//   - a rank killed with SIGKILL stops every rank within 10 s, status.json names the rank;
+//   - SIGTERM to the launcher stops all ranks after a checkpoint, exit 0;
+//   - a port in use and heads no split can serve are clear errors with nothing left running.
+// LibTorch before Qt: Qt's keyword macros (slots, signals) clash with its headers.
+#include "model/safetensors.h"
+
+#include <QtTest>
+
+#include <QDir>
+#include <QElapsedTimer>
+#include <QFile>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QTemporaryDir>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <csignal>
+
+namespace {
+
+QString src(const char* rel) { return QStringLiteral(ODYSSEY_SOURCE_DIR) + "/" + rel; }
+
+struct Run {
+  int code = -1;
+  QString out, err;
+  double seconds = 0;
+};
+
+Run odyssey_train(const QStringList& args, int timeout_ms = 600000) {
+  QProcess p;
+  p.setProgram(QStringLiteral(ODYSSEY_TRAIN_BIN));
+  p.setArguments(args);
+  QElapsedTimer t;
+  t.start();
+  p.start();
+  if (!p.waitForFinished(timeout_ms)) {
+    p.kill();
+    qFatal("odyssey-train did not finish in time");
+  }
+  Run r;
+  r.seconds = static_cast<double>(t.elapsed()) / 1000.0;
+  r.code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -2;
+  r.out = QString::fromUtf8(p.readAllStandardOutput());
+  r.err = QString::fromUtf8(p.readAllStandardError());
+  return r;
+}
+
+QString only_run(const QString& output) {
+  const QStringList runs = QDir(output).entryList(QDir::Dirs | QDir::NoDotAndDotDot);
+  if (runs.size() != 1) return {};
+  return output + "/" + runs.front();
+}
+
+QList<QJsonObject> events(const QString& dir, const QString& type) {
+  QFile f(dir + "/events.jsonl");
+  QList<QJsonObject> out;
+  if (!f.open(QIODevice::ReadOnly)) return out;
+  for (const QByteArray& line : f.readAll().split('\n')) {
+    if (line.trimmed().isEmpty()) continue;
+    const QJsonObject o = QJsonDocument::fromJson(line).object();
+    if (o.value("type").toString() == type) out << o;
+  }
+  return out;
+}
+
+QJsonObject status(const QString& dir) {
+  QFile f(dir + "/status.json");
+  if (!f.open(QIODevice::ReadOnly)) return {};
+  return QJsonDocument::fromJson(f.readAll()).object();
+}
+
+// LoRA on every projection, no dropout (each rank would draw its own mask), packed rows of
+// several samples whose lengths need padding under every split, accumulation 2.
+QString preset(const QTemporaryDir& tmp, const QString& name, const QString& extra) {
+  const QString p = tmp.filePath(name + ".yaml");
+  QFile f(p);
+  if (!f.open(QIODevice::WriteOnly)) qFatal("cannot write %s", qPrintable(p));
+  const QString text = "model: " + src("resources/quickstart/model") +
+                       "\n"
+                       "template: chatml\n"
+                       "system: \"You answer with the result only.\"\n"
+                       "dataset: [" + src("resources/quickstart/data/train.jsonl") + "#200]\n"
+                       "val_dataset: [" + src("resources/quickstart/data/val.jsonl") + "#8]\n"
+                       "max_length: 128\n"
+                       "packing: true\n"
+                       "tuner_type: lora\nlora_rank: 4\nlora_alpha: 8\nlora_dropout: 0.0\n"
+                       "target_modules: [all-linear]\n"
+                       // Adam's update m/(sqrt(v)+eps) turns a gradient element at rounding-noise level
+                       // into a full step of either sign; with eps 1 the update is linear in the
+                       // gradient, so the final adapter compares every gradient of every step.
+                       "learning_rate: 0.05\nadam_epsilon: 1.0\n"
+                       "warmup_steps: 1\n"
+                       "max_steps: 3\n"
+                       "gradient_accumulation_steps: 2\n"
+                       "activation_checkpointing: every:2\n"
+                       "device: cpu\n"
+                       "torch_dtype: float32\n"
+                       "logging_steps: 1\n"
+                       "eval_steps: 3\n"
+                       "save_steps: 100\n"
+                       "output_dir: " + tmp.filePath("out-" + name) + "\n";
+  // `extra` overrides keys of the base (a key twice is a YAML error).
+  QStringList lines = text.split('\n');
+  for (const QString& e : extra.split('\n', Qt::SkipEmptyParts)) {
+    const QString key = e.section(':', 0, 0) + ":";
+    lines.removeIf([&](const QString& l) { return l.startsWith(key); });
+    lines << e;
+  }
+  f.write(lines.join('\n').toUtf8() + "\n");
+  return p;
+}
+
+double rel(double a, double b) { return std::abs(a - b) / std::max(1e-12, std::abs(b)); }
+
+struct Outcome {
+  QString dir;
+  QList<double> loss, grad_norm;
+  double eval_loss = 0;
+  double seconds = 0;
+};
+
+Outcome train(const QTemporaryDir& tmp, const QString& name, const QString& extra) {
+  const Run r = odyssey_train({"run", preset(tmp, name, extra), "--name", name});
+  if (r.code != 0) qFatal("%s failed (%d):\n%s\n%s", qPrintable(name), r.code, qPrintable(r.out.right(3000)), qPrintable(r.err.right(3000)));
+  Outcome o;
+  o.dir = only_run(tmp.filePath("out-" + name));
+  o.seconds = r.seconds;
+  for (const auto& e : events(o.dir, "step")) {
+    o.loss << e.value("loss").toDouble();
+    o.grad_norm << e.value("grad_norm").toDouble();
+  }
+  const auto ev = events(o.dir, "eval");
+  if (!ev.isEmpty()) o.eval_loss = ev.back().value("loss").toDouble();
+  return o;
+}
+
+// Largest over the adapters' tensors of max |a - b| / max |b| (per tensor: lora_B starts at
+// zero and stays small, so it is not measured against lora_A's scale).
+double adapter_difference(const QString& a_dir, const QString& b_dir) {
+  const auto a = odyssey::SafetensorsFile::open((a_dir + "/checkpoints/checkpoint-3/adapter_model.safetensors").toStdString());
+  const auto b = odyssey::SafetensorsFile::open((b_dir + "/checkpoints/checkpoint-3/adapter_model.safetensors").toStdString());
+  if (!a.ok() || !b.ok()) qFatal("adapter missing in %s or %s", qPrintable(a_dir), qPrintable(b_dir));
+  if (a.value->names() != b.value->names()) qFatal("the adapters hold different tensors");
+  double worst = 0;
+  for (const auto& n : a.value->names()) {
+    const auto ta = a.value->load(n, torch::kFloat32, torch::kCPU);
+    const auto tb = b.value->load(n, torch::kFloat32, torch::kCPU);
+    if (!ta.ok() || !tb.ok()) qFatal("cannot load %s", n.c_str());
+    const double scale = tb.value.abs().max().item<double>();
+    if (scale == 0) qFatal("%s did not train", n.c_str());
+    worst = std::max(worst, (ta.value - tb.value).abs().max().item<double>() / scale);
+  }
+  return worst;
+}
+
+std::vector<pid_t> children_of(pid_t pid) {
+  std::vector<pid_t> out;
+  QDir tasks(QString("/proc/%1/task").arg(pid));
+  for (const QString& t : tasks.entryList(QDir::Dirs | QDir::NoDotAndDotDot)) {
+    QFile f(tasks.filePath(t + "/children"));
+    if (!f.open(QIODevice::ReadOnly)) continue;
+    for (const QByteArray& c : f.readAll().split(' '))
+      if (!c.trimmed().isEmpty()) out.push_back(static_cast<pid_t>(c.trimmed().toLong()));
+  }
+  return out;
+}
+
+bool alive(pid_t pid) {
+  QFile f(QString("/proc/%1/stat").arg(pid));
+  if (!f.open(QIODevice::ReadOnly)) return false;
+  const QByteArray s = f.readAll();
+  const qsizetype close = s.lastIndexOf(')');
+  return close > 0 && s.size() > close + 2 && s[close + 2] != 'Z';
+}
+
+}  // namespace
+
+class TstParallelRun : public QObject {
+  Q_OBJECT
+ private:
+  QTemporaryDir tmp_;
+  Outcome single_, single_b2_;
+
+  void compare(const QString& what, const Outcome& got, const Outcome& want) {
+    QCOMPARE(got.loss.size(), want.loss.size());
+    double worst_loss = 0, worst_norm = 0;
+    for (qsizetype i = 0; i < want.loss.size(); ++i) {
+      worst_loss = std::max(worst_loss, rel(got.loss[i], want.loss[i]));
+      worst_norm = std::max(worst_norm, rel(got.grad_norm[i], want.grad_norm[i]));
+    }
+    const double eval = rel(got.eval_loss, want.eval_loss);
+    const double adapter = adapter_difference(got.dir, want.dir);
+    qInfo("%s: %lld steps, worst rel. error: loss %.2e, grad norm %.2e, eval loss %.2e, final adapter tensors %.2e (%.1f s)",
+          qPrintable(what), static_cast<long long>(want.loss.size()), worst_loss, worst_norm, eval, adapter, got.seconds);
+    QVERIFY2(worst_loss < 1e-5, qPrintable(what + ": loss"));
+    QVERIFY2(worst_norm < 1e-5, qPrintable(what + ": grad norm"));
+    QVERIFY2(eval < 1e-5, qPrintable(what + ": eval loss"));
+    QVERIFY2(adapter < 1e-5, qPrintable(what + ": adapter"));
+  }
+
+ private Q_SLOTS:
+  void initTestCase() {
+    QVERIFY(tmp_.isValid());
+    single_ = train(tmp_, "single", "per_device_train_batch_size: 2\n");
+    single_b2_ = train(tmp_, "single-b4", "per_device_train_batch_size: 4\n");
+    QCOMPARE(static_cast<int>(single_.loss.size()), 3);
+    qInfo("single process: losses %.6f %.6f %.6f (%.1f s)", single_.loss[0], single_.loss[1], single_.loss[2], single_.seconds);
+  }
+
+  void ulysses2() {
+    const Outcome o = train(tmp_, "u2", "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\n");
+    QCOMPARE(events(o.dir, "run_start").front().value("mesh").toObject().value("ulysses").toInt(), 2);
+    compare("Ulysses 2", o, single_);
+    // Communication is reported per step and collective kind.
+    const QJsonArray coll = events(o.dir, "step").back().value("collectives").toArray();
+    bool a2a = false;
+    for (const auto& c : coll)
+      a2a = a2a || (c.toObject().value("op").toString() == "all_to_all" && c.toObject().value("bytes").toDouble() > 0);
+    QVERIFY2(a2a, "no all_to_all in the step's collectives");
+  }
+
+  void ring2() {
+    const Outcome o =
+        train(tmp_, "r2", "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\nulysses_size: 1\n");
+    QCOMPARE(events(o.dir, "run_start").front().value("mesh").toObject().value("ring").toInt(), 2);
+    compare("ring 2 (zigzag)", o, single_);
+  }
+
+  void hybridUlysses2Ring2() {
+    const Outcome o = train(tmp_, "u2r2", "per_device_train_batch_size: 2\nnproc_per_node: 4\nsequence_parallel_size: 4\n");
+    const QJsonObject mesh = events(o.dir, "run_start").front().value("mesh").toObject();
+    QCOMPARE(mesh.value("ulysses").toInt(), 2);  // auto: gcd(2 KV heads, 4)
+    QCOMPARE(mesh.value("ring").toInt(), 2);
+    compare("Ulysses 2 x ring 2", o, single_);
+  }
+
+  void ulysses4ReplicatesKvHeads() {
+    const Outcome o = train(tmp_, "u4",
+                            "per_device_train_batch_size: 2\nnproc_per_node: 4\nsequence_parallel_size: 4\nulysses_size: 4\n");
+    QCOMPARE(events(o.dir, "run_start").front().value("mesh").toObject().value("ulysses").toInt(), 4);
+    compare("Ulysses 4, 2 KV heads replicated", o, single_);
+  }
+
+  void dataParallel2() {
+    const Outcome o = train(tmp_, "dp2", "per_device_train_batch_size: 2\nnproc_per_node: 2\n");
+    compare("data parallel 2 (global batch 4)", o, single_b2_);
+  }
+
+  void dp2TimesUlysses2() {
+    const Outcome o = train(tmp_, "dp2u2", "per_device_train_batch_size: 2\nnproc_per_node: 4\nsequence_parallel_size: 2\n");
+    const QJsonObject mesh = events(o.dir, "run_start").front().value("mesh").toObject();
+    QCOMPARE(mesh.value("dp").toInt(), 2);
+    compare("dp 2 x Ulysses 2 (global batch 4)", o, single_b2_);
+  }
+
+  void killedRankStopsAll() {
+    QTemporaryDir t;
+    QProcess p;
+    p.setProgram(QStringLiteral(ODYSSEY_TRAIN_BIN));
+    p.setArguments({"run", preset(t, "kill", "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\nmax_steps: 500\n"),
+                    "--name", "kill"});
+    p.start();
+    QVERIFY(p.waitForStarted());
+    QString dir;
+    QTRY_VERIFY_WITH_TIMEOUT(!(dir = only_run(t.filePath("out-kill"))).isEmpty() && !events(dir, "step").isEmpty(), 120000);
+    const auto ranks = children_of(static_cast<pid_t>(p.processId()));
+    QCOMPARE(static_cast<int>(ranks.size()), 2);
+    QElapsedTimer timer;
+    timer.start();
+    ::kill(ranks[1], SIGKILL);
+    QVERIFY(p.waitForFinished(30000));
+    const double took = static_cast<double>(timer.elapsed()) / 1000.0;
+    qInfo("rank killed with SIGKILL: launcher exited %d after %.2f s", p.exitCode(), took);
+    QVERIFY2(took < 10.0, "the ranks were not all stopped within 10 s");
+    QCOMPARE(p.exitCode(), 1);
+    QCOMPARE(status(dir).value("exit_code").toInt(), 128 + SIGKILL);
+    for (pid_t r : ranks) QVERIFY2(!alive(r), "a rank outlived the launcher");
+    const QJsonObject st = status(dir);
+    QCOMPARE(st.value("state").toString(), QString("failed"));
+    QCOMPARE(st.value("failed_rank").toInt(), 1);
+    QVERIFY2(st.value("reason").toString().contains("signal 9"), qPrintable(st.value("reason").toString()));
+    QCOMPARE(events(dir, "run_end").size(), 1);
+  }
+
+  void sigtermStopsAllAfterCheckpoint() {
+    QTemporaryDir t;
+    QProcess p;
+    p.setProgram(QStringLiteral(ODYSSEY_TRAIN_BIN));
+    p.setArguments({"run", preset(t, "stop", "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\nmax_steps: 500\n"),
+                    "--name", "stop"});
+    p.start();
+    QVERIFY(p.waitForStarted());
+    QString dir;
+    QTRY_VERIFY_WITH_TIMEOUT(!(dir = only_run(t.filePath("out-stop"))).isEmpty() && events(dir, "step").size() >= 2, 120000);
+    const auto ranks = children_of(static_cast<pid_t>(p.processId()));
+    QElapsedTimer timer;
+    timer.start();
+    ::kill(static_cast<pid_t>(p.processId()), SIGTERM);
+    QVERIFY(p.waitForFinished(60000));
+    qInfo("SIGTERM to the launcher: all ranks stopped, exit %d after %.2f s", p.exitCode(), static_cast<double>(timer.elapsed()) / 1000.0);
+    QCOMPARE(p.exitCode(), 0);
+    for (pid_t r : ranks) QVERIFY(!alive(r));
+    const QJsonObject st = status(dir);
+    QCOMPARE(st.value("state").toString(), QString("stopped"));
+    const int step = st.value("step").toInt();
+    QVERIFY(step >= 2);
+    QVERIFY(QFile::exists(dir + QString("/checkpoints/checkpoint-%1/adapter_model.safetensors").arg(step)));
+  }
+
+  void portInUseIsAnError() {
+    // A port another program listens on.
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    QVERIFY(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0 && ::listen(fd, 1) == 0);
+    socklen_t len = sizeof sa;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+    QTemporaryDir t;
+    const Run r = odyssey_train({"run", preset(t, "port", "per_device_train_batch_size: 2\nnproc_per_node: 2\n"), "--master-port",
+                                 QString::number(ntohs(sa.sin_port))});
+    ::close(fd);
+    QCOMPARE(r.code, 1);
+    QVERIFY2(r.err.contains("in use"), qPrintable(r.err));
+    const QJsonObject st = status(only_run(t.filePath("out-port")));
+    QCOMPARE(st.value("state").toString(), QString("failed"));
+  }
+
+  void headsNoSplitServesAreRefused() {
+    QTemporaryDir t;
+    // 4 attention heads cannot be split over 3 Ulysses ranks.
+    const Run r = odyssey_train({"run", preset(t, "heads", "max_length: 129\nnproc_per_node: 3\nsequence_parallel_size: 3\nulysses_size: 3\n")});
+    QCOMPARE(r.code, 3);
+    QVERIFY2(r.err.contains("does not divide the model's 4 attention heads") || r.out.contains("does not divide the model's 4 attention heads"),
+             qPrintable(r.err + r.out));
+    QVERIFY(QDir(t.filePath("out-heads")).entryList(QDir::Dirs | QDir::NoDotAndDotDot).isEmpty());
+  }
+};
+
+QTEST_GUILESS_MAIN(TstParallelRun)
+#include "tst_parallel_run.moc"
