@@ -11,6 +11,12 @@
 //                 [--checkpointing all|auto|none] [--device cuda|cpu] [--dtype bfloat16|float32]
 //                 [--layers K] [--vocab-override V] [--out FILE] [--check]
 //
+// Under torchrun (RANK / WORLD_SIZE set, e.g. `torchrun --no-python --nproc-per-node 2
+// odyssey-bench ...`) every rank takes one GPU and the row is split by sequence parallelism
+// over all ranks (Ulysses = gcd(KV heads, world) unless --ulysses U; the rest is ring), as the
+// engine does it; rank 0 prints the record with the global tokens/s, every rank's peak
+// memory, the collectives of a step and the share of the step spent in them.
+//
 // --check first compares, on the device, the loss and gradients of a packed row of three
 // samples (varlen attention) with each sample run alone (SDPA): the packed path must not
 // let attention cross samples. Exit codes: 0 done, 1 a check failed, 2 bad arguments.
@@ -28,6 +34,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <numeric>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -35,6 +42,8 @@
 #include <vector>
 
 #include "config/model_config.h"
+#include "dist/mesh.h"
+#include "dist/sequence_parallel.h"
 #include "model/decoder.h"
 #include "planner/flops.h"
 #include "train/batch.h"
@@ -93,6 +102,14 @@ struct Options {
   std::int64_t layers = 0, vocab_override = 0;
   std::string out;
   bool check = false;
+  int ulysses = 0;  // 0 = gcd(KV heads, world)
+};
+
+// The parallel context under torchrun; world 1 otherwise.
+struct Parallel {
+  dist::DistEnv env;
+  c10::intrusive_ptr<c10d::Store> store;
+  dist::Mesh mesh = dist::single_process_mesh();
 };
 
 void sync(const torch::Device& d) {
@@ -163,7 +180,7 @@ bool check_packing(const DecoderConfig& base, const torch::Device& device, torch
 
 nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const HfModelConfig& hf,
                                const DecoderConfig& dc, const std::string& mode, std::int64_t seq,
-                               const torch::Device& device, torch::Dtype dtype) {
+                               const torch::Device& device, torch::Dtype dtype, Parallel& par) {
   nlohmann::ordered_json rec;
   rec["impl"] = "odyssey";
   rec["shape"] = shape;
@@ -214,22 +231,40 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     so.schedule.total_steps = o.warmup + o.steps;
     so.max_grad_norm = 1.0;
     train::StepEngine engine(lm, so);
+    dist::Mesh& mesh = par.mesh;
+    if (mesh.distributed()) engine.set_world(mesh.world_group.get());
     rec["trainable_params"] = engine.trainable_params();
     rec["total_params"] = total;
     const torch::Tensor ids = torch::randint(0, dc.hf.vocab_size, {1, seq}, torch::kInt64);
-    const std::vector<train::PackedRow> rows{
-        train::make_packed_row(ids, ids, torch::arange(seq, torch::kInt64).view({1, -1})).to(device)};
+    train::PackedRow whole = train::make_packed_row(ids, ids, torch::arange(seq, torch::kInt64).view({1, -1})).to(device);
+    if (mesh.sp > 1) {
+      whole = dist::shard_row(whole, mesh.ulysses_group.get(), mesh.ring_group.get(), 0);
+      rec["world"] = mesh.world;
+      rec["ulysses"] = mesh.ulysses;
+      rec["ring"] = mesh.ring;
+      rec["transport"] = device.is_cuda() ? "nccl" : "store";
+    }
+    const std::vector<train::PackedRow> rows{whole};
     for (int i = 0; i < o.warmup; ++i) engine.step(rows);
     sync(device);
     if (device.is_cuda()) at::accelerator::resetPeakStats(device.index());
     std::vector<double> times;
     double loss = 0;
+    std::vector<run::CollectiveStat> coll;
+    double comm_s = 0;
+    nlohmann::ordered_json losses = nlohmann::ordered_json::array();
     for (int i = 0; i < o.steps; ++i) {
       sync(device);
+      if (mesh.distributed()) mesh.world_group->barrier();
+      mesh.take_stats(nullptr);  // the barrier is not the step's
       const auto t0 = std::chrono::steady_clock::now();
       loss = engine.step(rows).loss;
+      losses.push_back(sig(loss, 7));
       sync(device);
       times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      double c = 0;
+      coll = mesh.take_stats(&c);
+      comm_s += c;
     }
     double mean = 0;
     for (double t : times) mean += t / static_cast<double>(times.size());
@@ -242,11 +277,23 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     fo.lm_head_recomputed = seq * dc.hf.vocab_size > (std::int64_t{1} << 26);
     const planner::StepFlops f = planner::training_step_flops(hf, seq, fo);
     rec["attention_backend_ran"] = lm->attention_backend_ran();
+    if (mesh.distributed()) {
+      // The last timed step's collectives, and the mean share of a step spent waiting on them.
+      nlohmann::ordered_json cj = nlohmann::ordered_json::array();
+      for (const auto& c : coll)
+        cj.push_back({{"op", c.op}, {"group", c.group}, {"calls", c.calls}, {"bytes", c.bytes},
+                      {"time_ms", sig(c.time_s * 1e3, 4)}, {"bus_gb_per_s", sig(c.bus_bandwidth_gb_per_s, 4)},
+                      {"bytes_per_call", c.calls ? c.bytes / c.calls : 0}});
+      rec["collectives"] = cj;
+      rec["comm_share"] = sig(comm_s / std::accumulate(times.begin(), times.end(), 0.0), 4);
+      rec["tokens_per_s_per_gpu"] = sig(static_cast<double>(seq) / mean / mesh.world);
+    }
     rec["tokens_per_s"] = sig(static_cast<double>(seq) / mean);
     rec["step_ms"] = sig(mean * 1e3, 6);
     rec["step_ms_min"] = sig(sorted.front() * 1e3, 6);
     rec["step_ms_median"] = sig(sorted[sorted.size() / 2] * 1e3, 6);
     rec["loss"] = sig(loss, 5);
+    rec["losses"] = losses;
     rec["model_tflops_per_step"] = sig(f.model / 1e12);
     rec["hardware_tflops_per_step"] = sig(f.hardware / 1e12);
     rec["model_tflops_per_s"] = sig(f.model / mean / 1e12);
@@ -257,6 +304,13 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
       const auto s = at::accelerator::getDeviceStats(device.index());
       rec["peak_gib"] = sig(static_cast<double>(s.allocated_bytes[0].peak) / double(1 << 30), 4);
       rec["reserved_gib"] = sig(static_cast<double>(s.reserved_bytes[0].peak) / double(1 << 30), 4);
+      if (mesh.distributed()) {
+        torch::Tensor peaks = torch::tensor({static_cast<double>(s.allocated_bytes[0].peak)}, torch::kFloat64).to(device);
+        peaks = mesh.world_group->all_gather(peaks).cpu();
+        nlohmann::ordered_json pj = nlohmann::ordered_json::array();
+        for (std::int64_t r = 0; r < peaks.size(0); ++r) pj.push_back(sig(peaks[r].item<double>() / double(1 << 30), 4));
+        rec["peak_gib_per_rank"] = pj;
+      }
     }
   } catch (const c10::OutOfMemoryError& e) {
     rec["oom"] = true;
@@ -300,6 +354,7 @@ int main(int argc, char** argv) {
       else if (a == "--vocab-override") o.vocab_override = std::stoll(next());
       else if (a == "--out") o.out = next();
       else if (a == "--check") o.check = true;
+      else if (a == "--ulysses") o.ulysses = std::stoi(next());
       else {
         std::cerr << "odyssey-bench: unknown argument " << a << " (see the comment at the top of app/odyssey_bench/main.cpp)\n";
         return 2;
@@ -317,7 +372,19 @@ int main(int argc, char** argv) {
     std::cerr << "odyssey-bench: no CUDA device is visible (use --device cpu for a smoke test)\n";
     return 77;
   }
-  const torch::Device device = o.device == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  Parallel par;
+  std::string env_error;
+  par.env = dist::read_dist_env(&env_error);
+  if (!env_error.empty()) {
+    std::cerr << "odyssey-bench: " << env_error << '\n';
+    return 2;
+  }
+  const torch::Device device = o.device == "cuda" ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(par.env.local_rank))
+                                                  : torch::Device(torch::kCPU);
+#ifdef ODYSSEY_HAVE_CUDA_RUNTIME
+  if (device.is_cuda()) c10::cuda::set_device(device.index());
+#endif
+  if (par.env.world > 1) par.store = dist::connect_store(par.env, std::chrono::milliseconds(std::chrono::minutes(5)));
   const torch::Dtype dtype = o.dtype == "float32" ? torch::kFloat32 : torch::kBFloat16;
   int rc = 0;
   std::ofstream out;
@@ -337,10 +404,20 @@ int main(int argc, char** argv) {
     }
     if (o.layers > 0) hf.value.num_hidden_layers = dc.value.hf.num_hidden_layers = o.layers;
     if (o.vocab_override > 0) hf.value.vocab_size = dc.value.hf.vocab_size = o.vocab_override;
-    if (o.check && !check_packing(dc.value, device, dtype)) rc = 1;
+    if (o.check && par.env.rank == 0 && !check_packing(dc.value, device, dtype)) rc = 1;
+    if (par.env.world > 1) {
+      const int kv = static_cast<int>(hf.value.num_key_value_heads);
+      ParallelLayout layout;
+      layout.world_size = layout.sp = par.env.world;
+      layout.ulysses = o.ulysses > 0 ? o.ulysses : std::gcd(kv, par.env.world);
+      layout.ring = layout.sp / layout.ulysses;
+      par.mesh = dist::build_mesh(par.env, layout, device.is_cuda() ? dist::Transport::Nccl : dist::Transport::Store,
+                                  par.store, device, std::chrono::milliseconds(std::chrono::minutes(10)));
+    }
     for (const auto& mode : o.modes)
       for (const auto seq : o.seqs) {
-        const auto rec = run_one(o, shape, hf.value, dc.value, mode, seq, device, dtype);
+        const auto rec = run_one(o, shape, hf.value, dc.value, mode, seq, device, dtype, par);
+        if (par.env.rank != 0) continue;
         std::cout << rec.dump() << '\n' << std::flush;
         if (out) out << rec.dump() << '\n' << std::flush;
       }

@@ -14,7 +14,7 @@ namespace {
 
 bool read_int(const char* name, int* out, std::string* error) {
   const char* v = std::getenv(name);
-  if (!v) return false;
+  if (!v || !*v) return false;
   auto n = text::parse_int(v);
   if (!n || *n < 0 || *n > 1'000'000) {
     if (error && error->empty()) *error = std::string(name) + "=\"" + v + "\" is not a non-negative integer";
