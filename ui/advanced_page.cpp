@@ -13,6 +13,7 @@
 
 #include "config_form.h"
 #include "field_row.h"
+#include "gpu_panel.h"
 
 namespace odyssey::ui {
 
@@ -26,6 +27,12 @@ AdvancedPage::AdvancedPage(ConfigForm* form, QWidget* parent) : QWidget(parent),
   auto* c1 = new QVBoxLayout;
   c1->addWidget(parallel_group());
   c1->addWidget(group(tr("Precision and devices"), {"torch_dtype", "seed", "device", "gpu_ids", "nproc_per_node", "nnodes"}));
+  auto* gpus = new QGroupBox(tr("GPUs on this machine"), content);
+  gpus->setObjectName(QStringLiteral("gpuGroup"));
+  auto* gv = new QVBoxLayout(gpus);
+  gpu_panel_ = new GpuPanel(form_, std::make_shared<GpuProbe>(), gpus);
+  gv->addWidget(gpu_panel_);
+  c1->addWidget(gpus);
   c1->addStretch(1);
   auto* c2 = new QVBoxLayout;
   c2->addWidget(group(tr("Kernels and activations"), {"attn_impl", "fused_kernels", "packing", "padding_free",

@@ -1,6 +1,7 @@
 // AdvancedPage: sequence parallelism (the "Enable Ulysses" switch, its size, the Ulysses ×
 // ring split and the per-GPU sequence length derived live), kernels and memory policy,
-// optimizer memory (ZeRO, GaLore, Q-GaLore), precision, devices and the rest of the keys.
+// optimizer memory (ZeRO, GaLore, Q-GaLore), precision, devices, the GPUs of this machine
+// (GpuPanel: detected through NVML, checked ones are gpu_ids) and the rest of the keys.
 // Invalid combinations show at their field from validate_config's diagnostics.
 #pragma once
 
@@ -15,6 +16,7 @@ namespace odyssey::ui {
 
 class ConfigForm;
 class FieldRow;
+class GpuPanel;
 
 class AdvancedPage : public QWidget {
   Q_OBJECT
@@ -23,6 +25,7 @@ class AdvancedPage : public QWidget {
   QCheckBox* ulysses_switch() const { return enable_sp_; }
   QComboBox* split_mode() const { return split_; }
   QLabel* derived() const { return derived_; }
+  GpuPanel* gpu_panel() const { return gpu_panel_; }
 
   // The derived-length text for the form's config and model (also used by tests).
   static QString derived_text(const ConfigForm& form);
@@ -40,6 +43,7 @@ class AdvancedPage : public QWidget {
   FieldRow* ulysses_row_ = nullptr;
   std::vector<FieldRow*> galore_rows_;
   FieldRow* offload_row_ = nullptr;
+  GpuPanel* gpu_panel_ = nullptr;
   bool updating_ = false;
 };
 

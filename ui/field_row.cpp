@@ -255,6 +255,7 @@ void FieldRow::refresh(bool force) {
     }
   } else if (line && line->text() != text) {
     line->setText(text);
+    if (!line->hasFocus()) line->setCursorPosition(0);  // a long path shows its start, not a clipped one
   }
   writing_ = false;
 }

@@ -8,6 +8,7 @@
 #include <QDialogButtonBox>
 #include <QDir>
 #include <QDockWidget>
+#include <QDoubleSpinBox>
 #include <QDragEnterEvent>
 #include <QFileDialog>
 #include <QFileInfo>
@@ -31,6 +32,7 @@
 #include "advanced_page.h"
 #include "command_preview.h"
 #include "config_form.h"
+#include "gpu_panel.h"
 #include "launch.h"
 #include "palette.h"
 #include "planner_gauge.h"
@@ -133,6 +135,8 @@ MainWindow::MainWindow(std::unique_ptr<Settings> settings, QWidget* parent)
   cmd_dock->setWidget(commands_);
   addDockWidget(Qt::RightDockWidgetArea, cmd_dock);
 
+  // Detected GPUs set the planner's capacity (the smallest of those used).
+  connect(advanced_->gpu_panel(), &GpuPanel::capacity_detected, gauge_->capacity(), &QDoubleSpinBox::setValue);
   resizeDocks({plan_dock, cmd_dock}, {480, 480}, Qt::Horizontal);
   resizeDocks({plan_dock, cmd_dock}, {520, 380}, Qt::Vertical);
   build_menus();
@@ -420,7 +424,18 @@ void MainWindow::poll_job() {
       QFile f(launch_log_);
       return f.open(QIODevice::ReadOnly) && exit_status_from_log(QString::fromUtf8(f.readAll())).has_value();
     };
-    if (own ? !is_alive(*own) : exited()) launched_run_.clear();
+    if (own ? !is_alive(*own) : exited()) {
+      // The "Training in …" line would go on claiming a job that is over.
+      QString how = tr("its process is gone");
+      if (killed_run_ == launched_run_) {
+        how = tr("killed (SIGKILL), without a final checkpoint");
+      } else if (own && run::is_terminal(own->state)) {
+        const std::string_view state = run::to_string(own->state);
+        how = QString::fromUtf8(state.data(), static_cast<qsizetype>(state.size()));
+      }
+      set_job_message(tr("The run in %1 ended: %2.").arg(launched_run_.toHtmlEscaped(), how), false);
+      launched_run_.clear();
+    }
   }
   update_buttons();
 }
@@ -455,8 +470,10 @@ void MainWindow::stop_job() {
     if (answer != QMessageBox::Yes) return;
     if (::kill(pid, SIGKILL) != 0)
       set_job_message(tr("<b>Kill failed:</b> pid %1: %2").arg(st->pid).arg(QString::fromLocal8Bit(std::strerror(errno))), true);
-    else
+    else {
+      killed_run_ = dir;
       set_job_message(tr("Killed pid %1 (SIGKILL).").arg(st->pid), false);
+    }
   } else {
     if (::kill(pid, SIGTERM) != 0) {
       set_job_message(tr("<b>Stop failed:</b> pid %1: %2").arg(st->pid).arg(QString::fromLocal8Bit(std::strerror(errno))), true);

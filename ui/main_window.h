@@ -109,6 +109,8 @@ class MainWindow : public QMainWindow {
   QString launched_run_;
   // The run that was sent SIGTERM (the next click offers Kill).
   QString term_sent_for_;
+  // The run this window sent SIGKILL (its end is reported as killed).
+  QString killed_run_;
   bool attached_alive_ = false;
   QTimer job_poll_;
 };

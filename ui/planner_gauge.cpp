@@ -106,7 +106,8 @@ PlannerGauge::PlannerGauge(ConfigForm* form, Settings* settings, QWidget* parent
   capacity_->setDecimals(1);
   capacity_->setSuffix(QStringLiteral(" GiB"));
   capacity_->setValue(settings_->gpu_memory_gib());
-  capacity_->setToolTip(tr("Memory of each GPU as CUDA reports it (an H200: 139.8 GiB). GPU detection will fill this in."));
+  capacity_->setToolTip(tr("Memory of each GPU as CUDA reports it (an H200: 139.8 GiB). When NVIDIA GPUs are detected (Advanced, GPUs) "
+                          "this follows the smallest one used; you can still edit it."));
   connect(capacity_, &QDoubleSpinBox::valueChanged, this, [this](double gib) {
     settings_->set_gpu_memory_gib(gib);
     recompute();

@@ -2,8 +2,8 @@
 // items grouped (model, gradients, optimizer, activations, loss, communication, runtime)
 // against the device's capacity, red when the job will not fit — with "largest max_length
 // that fits" and "smallest sequence-parallel size that fits". Recomputed on every change
-// of the form (a plan takes tens of microseconds). Capacity: an H200 until GPU detection
-// lands; editable in GiB.
+// of the form (a plan takes tens of microseconds). Capacity: the smallest detected GPU the
+// config uses (GpuPanel), else the remembered value (an H200 at first); editable in GiB.
 #pragma once
 
 #include <QWidget>

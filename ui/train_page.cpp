@@ -14,6 +14,7 @@
 
 #include "config_form.h"
 #include "dataset_model.h"
+#include "dataset_preview.h"
 #include "field_row.h"
 #include "model_picker.h"
 #include "settings.h"
@@ -27,7 +28,8 @@ TrainPage::TrainPage(ConfigForm* form, Settings* settings, QWidget* parent)
   scroll->setWidgetResizable(true);
   scroll->setFrameShape(QFrame::NoFrame);
   auto* content = new QWidget(scroll);
-  auto* columns = new QHBoxLayout(content);
+  auto* page = new QVBoxLayout(content);
+  auto* columns = new QHBoxLayout;
   auto* left = new QVBoxLayout;
   left->addWidget(model_group());
   left->addWidget(data_group());
@@ -37,6 +39,8 @@ TrainPage::TrainPage(ConfigForm* form, Settings* settings, QWidget* parent)
   right->addStretch(1);
   columns->addLayout(left, 3);
   columns->addLayout(right, 2);
+  page->addLayout(columns);
+  page->addWidget(preview_group(), 1);
   scroll->setWidget(content);
   auto* outer = new QVBoxLayout(this);
   outer->setContentsMargins(0, 0, 0, 0);
@@ -75,8 +79,8 @@ QWidget* TrainPage::data_group() {
                           QAbstractItemView::SelectedClicked);
   table_->setToolTip(FieldRow::tooltip_for(*find_field("dataset")) +
                      tr("\n\nDouble-click \"Use\" to draw N samples (path#N)."));
-  table_->setMinimumHeight(110);
-  table_->setMaximumHeight(240);
+  table_->setMinimumHeight(90);
+  table_->setMaximumHeight(130);
   v->addWidget(table_);
   auto* dataset_row = new FieldRow(form_, "dataset", g);  // shows the key's diagnostics
   dataset_row->show_problem_only();
@@ -133,6 +137,18 @@ QWidget* TrainPage::training_group() {
   auto* label = new QLabel(FieldRow::label_for("output_dir"), g);
   label->setToolTip(FieldRow::tooltip_for(*find_field("output_dir")));
   f->addRow(label, out);
+  return g;
+}
+
+QWidget* TrainPage::preview_group() {
+  auto* g = new QGroupBox(tr("Data preview"), this);
+  g->setObjectName(QStringLiteral("previewGroup"));
+  auto* v = new QVBoxLayout(g);
+  preview_ = new DatasetPreview(form_, datasets_, g);
+  v->addWidget(preview_);
+  // The selected file (the first when none is selected).
+  connect(table_->selectionModel(), &QItemSelectionModel::currentRowChanged, preview_,
+          [this](const QModelIndex& current) { preview_->set_row(current.isValid() ? current.row() : 0); });
   return g;
 }
 

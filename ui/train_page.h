@@ -1,5 +1,6 @@
 // TrainPage: what the ms-swift web-ui's training page asks first: the model, the training
-// files, and the basic hyper-parameters. Every editor is a FieldRow on the shared
+// files, and the basic hyper-parameters, with a preview of the selected file through the
+// chat template and its token lengths. Every editor is a FieldRow on the shared
 // ConfigForm, so its tooltip is the field table's help and ms-swift name.
 #pragma once
 
@@ -11,6 +12,7 @@ namespace odyssey::ui {
 
 class ConfigForm;
 class DatasetListModel;
+class DatasetPreview;
 class FieldRow;
 class ModelPicker;
 class Settings;
@@ -21,11 +23,14 @@ class TrainPage : public QWidget {
   TrainPage(ConfigForm* form, Settings* settings, QWidget* parent);
   DatasetListModel* datasets() const { return datasets_; }
   ModelPicker* model_picker() const { return picker_; }
+  DatasetPreview* preview() const { return preview_; }
+  QTableView* dataset_table() const { return table_; }
 
  private:
   QWidget* model_group();
   QWidget* data_group();
   QWidget* training_group();
+  QWidget* preview_group();
   void add_datasets();
   void update_availability();
 
@@ -34,6 +39,7 @@ class TrainPage : public QWidget {
   ModelPicker* picker_ = nullptr;
   DatasetListModel* datasets_ = nullptr;
   QTableView* table_ = nullptr;
+  DatasetPreview* preview_ = nullptr;
   std::vector<FieldRow*> lora_rows_;
   FieldRow* epochs_ = nullptr;
 };

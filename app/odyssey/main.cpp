@@ -1,10 +1,13 @@
 // odyssey: the workbench window. `odyssey [PRESET]` opens a preset; `--screenshot DIR`
 // shows the real window with the quickstart and the 7B Ulysses preset, saves a PNG of
-// every page there and exits (docs/screenshots/ is made this way under Xvfb).
+// every page there and exits (docs/screenshots/ is made this way under Xvfb; `--live` trains
+// the quickstart meanwhile); `--dark` uses a dark palette.
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QDir>
 #include <QIcon>
+#include <QPalette>
+#include <QStyle>
 #include <QPainter>
 #include <QPainterPath>
 #include <memory>
@@ -43,6 +46,36 @@ QIcon painted_icon() {
   return QIcon(pm);
 }
 
+// For desktops whose dark theme Qt does not pick up (and for the dark screenshot): the
+// window's accents follow the palette's lightness (ui/palette.h).
+QPalette dark_palette() {
+  QPalette p;
+  const QColor window(0x2b, 0x2d, 0x31), base(0x1e, 0x1f, 0x22), text(0xe6, 0xe6, 0xe6), dim(0x80, 0x80, 0x80);
+  p.setColor(QPalette::Window, window);
+  p.setColor(QPalette::WindowText, text);
+  p.setColor(QPalette::Base, base);
+  p.setColor(QPalette::AlternateBase, window);
+  p.setColor(QPalette::ToolTipBase, base);
+  p.setColor(QPalette::ToolTipText, text);
+  p.setColor(QPalette::PlaceholderText, dim);
+  p.setColor(QPalette::Text, text);
+  p.setColor(QPalette::Button, window);
+  p.setColor(QPalette::ButtonText, text);
+  p.setColor(QPalette::BrightText, QColor(0xff, 0x6b, 0x6b));
+  p.setColor(QPalette::Light, QColor(0x3c, 0x3f, 0x44));
+  p.setColor(QPalette::Midlight, QColor(0x34, 0x36, 0x3b));
+  p.setColor(QPalette::Mid, QColor(0x45, 0x48, 0x4e));
+  p.setColor(QPalette::Dark, QColor(0x18, 0x19, 0x1b));
+  p.setColor(QPalette::Shadow, Qt::black);
+  p.setColor(QPalette::Highlight, QColor(0x3d, 0x7e, 0xd8));
+  p.setColor(QPalette::HighlightedText, Qt::white);
+  p.setColor(QPalette::Link, QColor(0x6c, 0xb4, 0xff));
+  for (auto role : {QPalette::WindowText, QPalette::Text, QPalette::ButtonText})
+    p.setColor(QPalette::Disabled, role, dim);
+  p.setColor(QPalette::Disabled, QPalette::Base, window);
+  return p;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -63,8 +96,15 @@ int main(int argc, char** argv) {
                            QStringLiteral("DIR"));
   QCommandLineOption ini(QStringLiteral("settings"), QStringLiteral("Keep settings in this INI file instead of the user's."),
                          QStringLiteral("FILE"));
-  cli.addOptions({shots, ini});
+  QCommandLineOption live(QStringLiteral("live"),
+                          QStringLiteral("With --screenshot: train the quickstart with odyssey-train while its pages are taken."));
+  QCommandLineOption dark(QStringLiteral("dark"), QStringLiteral("Use a dark palette (Fusion style) whatever the desktop's."));
+  cli.addOptions({shots, ini, live, dark});
   cli.process(app);
+  if (cli.isSet(dark)) {
+    QApplication::setStyle(QStringLiteral("Fusion"));
+    QApplication::setPalette(dark_palette());
+  }
 
   // Screenshots never touch the user's settings.
   QString settings_file = cli.value(ini);
@@ -78,7 +118,8 @@ int main(int argc, char** argv) {
     const QString presets = QString::fromStdString(odyssey::data_dir()) + QStringLiteral("/presets/");
     odyssey::app::take_screenshots(w, cli.value(shots),
                                    {presets + QStringLiteral("quickstart.yaml"),
-                                    presets + QStringLiteral("qwen2.5-7b-lora-32k-ulysses.yaml")});
+                                    presets + QStringLiteral("qwen2.5-7b-lora-32k-ulysses.yaml")},
+                                   cli.isSet(live));
   }
   return QApplication::exec();
 }

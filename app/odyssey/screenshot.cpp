@@ -3,6 +3,8 @@
 #include <QApplication>
 #include <QDir>
 #include <QFileInfo>
+#include <QLabel>
+#include <QPushButton>
 #include <QTabWidget>
 #include <QTimer>
 #include <cstdio>
@@ -11,8 +13,12 @@
 
 #include "config_form.h"
 #include "dataset_model.h"
+#include "dataset_preview.h"
 #include "main_window.h"
 #include "train_page.h"
+#ifdef ODYSSEY_HAVE_MONITOR
+#include "monitor/monitor_page.h"
+#endif
 
 namespace odyssey::app {
 namespace {
@@ -24,10 +30,15 @@ struct Shots {
   int preset = 0;
   int waited_ms = 0;
   int failures = 0;
+  bool live = false;  // the first preset is trained for real while its pages are grabbed
 };
 
+// Steps the live run has made before its pages are grabbed (the quickstart makes 100).
+constexpr std::int64_t kLiveSteps = 40;
+
 bool idle(const ui::MainWindow* w) {
-  return !w->form()->model_pending() && w->train_page()->datasets()->pending_scans() == 0;
+  return !w->form()->model_pending() && w->train_page()->datasets()->pending_scans() == 0 &&
+         !w->train_page()->preview()->busy();
 }
 
 void save(Shots& s, const QString& name) {
@@ -41,6 +52,7 @@ void save(Shots& s, const QString& name) {
 }
 
 void step(std::shared_ptr<Shots> s);
+void wait_run_end(std::shared_ptr<Shots> s);
 
 // Grab every tab of the current preset, then go on with the next preset.
 void grab_pages(std::shared_ptr<Shots> s, int tab) {
@@ -56,6 +68,10 @@ void grab_pages(std::shared_ptr<Shots> s, int tab) {
         std::fflush(stdout);
         QApplication::exit(s->failures == 0 ? 0 : 1);
       });
+      return;
+    }
+    if (s->live) {
+      wait_run_end(s);
       return;
     }
     ++s->preset;
@@ -79,17 +95,90 @@ void wait_idle(std::shared_ptr<Shots> s) {
   QTimer::singleShot(50, s->w, [s] { wait_idle(s); });
 }
 
+#ifdef ODYSSEY_HAVE_MONITOR
+// After the live run's pages: let the run finish (no engine is left behind), then go on.
+void wait_run_end(std::shared_ptr<Shots> s) {
+  const bool running = s->w->launching() || s->w->stop_button()->isEnabled();
+  if (running && s->waited_ms < 600000) {
+    s->waited_ms += 250;
+    QTimer::singleShot(250, s->w, [s] { wait_run_end(s); });
+    return;
+  }
+  std::printf("live run: %s at step %lld\n", qPrintable(s->w->monitor()->stateText()),
+              static_cast<long long>(s->w->monitor()->latestStep()));
+  s->live = false;
+  ++s->preset;
+  step(s);
+}
+
+// Start the first preset with the real engine and wait until the Monitor has charted
+// kLiveSteps steps; if the engine cannot train here, fall back to still pages.
+void wait_live(std::shared_ptr<Shots> s) {
+  ui::MonitorPage* m = s->w->monitor();
+  if (!m->attachedRun().isEmpty() && m->latestStep() >= kLiveSteps) {
+    std::printf("live run: %s at step %lld\n", qPrintable(m->attachedRun()), static_cast<long long>(m->latestStep()));
+    s->waited_ms = 0;
+    grab_pages(s, 0);
+    return;
+  }
+  if ((!s->w->launching() && m->attachedRun().isEmpty()) || s->waited_ms > 180000) {
+    std::fprintf(stderr, "odyssey: no live run for the screenshots: %s\n", qPrintable(s->w->job_status()->text()));
+    s->live = false;
+    s->waited_ms = 0;
+    grab_pages(s, 0);
+    return;
+  }
+  s->waited_ms += 100;
+  QTimer::singleShot(100, s->w, [s] { wait_live(s); });
+}
+
+void start_live(std::shared_ptr<Shots> s) {
+  if (!idle(s->w) && s->waited_ms < 10000) {
+    s->waited_ms += 50;
+    QTimer::singleShot(50, s->w, [s] { start_live(s); });
+    return;
+  }
+  s->waited_ms = 0;
+  if (!s->w->start_button()->isEnabled()) {
+    std::fprintf(stderr, "odyssey: Start is disabled: %s\n", qPrintable(s->w->start_button()->toolTip()));
+    s->live = false;
+    grab_pages(s, 0);
+    return;
+  }
+  s->w->start_button()->click();
+  wait_live(s);
+}
+#else
+void wait_run_end(std::shared_ptr<Shots> s) {
+  s->live = false;
+  ++s->preset;
+  step(s);
+}
+#endif
+
 void step(std::shared_ptr<Shots> s) {
   if (!s->w->open_preset(s->presets[s->preset])) ++s->failures;
   s->waited_ms = 0;
+#ifdef ODYSSEY_HAVE_MONITOR
+  if (s->live) {
+    // The run's output goes to a scratch folder (emptied first), not next to the preset.
+    QDir out(QDir::temp().filePath(QStringLiteral("odyssey-screenshot-runs")));
+    out.removeRecursively();
+    QDir().mkpath(out.path());
+    s->w->form()->set_text("output_dir", "\"" + out.path().toStdString() + "\"");
+    QTimer::singleShot(100, s->w, [s] { start_live(s); });
+    return;
+  }
+#endif
   QTimer::singleShot(100, s->w, [s] { wait_idle(s); });
 }
 
 }  // namespace
 
-void take_screenshots(ui::MainWindow* window, const QString& dir, const QStringList& presets) {
+void take_screenshots(ui::MainWindow* window, const QString& dir, const QStringList& presets, bool live) {
   QDir().mkpath(dir);
   auto s = std::make_shared<Shots>(Shots{window, QDir(dir), presets});
+  s->live = live;
   window->resize(1600, 1000);
   QTimer::singleShot(300, window, [s] { step(s); });
 }

@@ -3,15 +3,20 @@
 // own odyssey-train; a build without LibTorch cannot train, and then these tests skip.
 #include <QDir>
 #include <QFile>
+#include <QApplication>
 #include <QLabel>
+#include <QMessageBox>
 #include <QProcess>
 #include <QPushButton>
 #include <QTabWidget>
 #include <QTemporaryDir>
 #include <QTest>
+#include <QTimer>
 
 #include <signal.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <filesystem>
 #include <memory>
@@ -48,6 +53,27 @@ std::optional<run::RunStatus> status_of(const QString& run_dir) {
 
 QString yaml_quoted(const QString& s) { return QLatin1Char('"') + s + QLatin1Char('"'); }
 
+// Answers the next message box that opens (the Kill… confirmation) with `button`, from a
+// timer that runs inside the box's own event loop.
+void answer_next_box(QMessageBox::StandardButton button, bool* answered) {
+  *answered = false;
+  auto* timer = new QTimer(qApp);
+  timer->setInterval(20);
+  QObject::connect(timer, &QTimer::timeout, timer, [timer, button, answered] {
+    for (QWidget* w : QApplication::topLevelWidgets()) {
+      auto* box = qobject_cast<QMessageBox*>(w);
+      if (!box || !box->isVisible() || !box->button(button)) continue;
+      *answered = true;
+      box->button(button)->click();
+      timer->deleteLater();
+      return;
+    }
+  });
+  timer->start();
+}
+
+bool process_exists(pid_t pid) { return ::kill(pid, 0) == 0 || errno != ESRCH; }
+
 }  // namespace
 
 class TstLaunch : public QObject {
@@ -56,6 +82,7 @@ class TstLaunch : public QObject {
   QString skip_;  // why the engine tests cannot run ("" when they can)
   std::unique_ptr<MainWindow> w_;
   QProcess cli_;
+  pid_t frozen_pid_ = 0;  // an engine the Kill test froze (killed in cleanup if the test fails)
 
   std::unique_ptr<MainWindow> window() {
     return std::make_unique<MainWindow>(std::make_unique<Settings>(tmp_.filePath(QStringLiteral("s.ini"))));
@@ -89,6 +116,8 @@ class TstLaunch : public QObject {
 
   void cleanup() {
     w_.reset();
+    if (frozen_pid_ > 0 && process_exists(frozen_pid_)) ::kill(frozen_pid_, SIGKILL);
+    frozen_pid_ = 0;
     if (cli_.state() != QProcess::NotRunning) {
       cli_.kill();
       cli_.waitForFinished(10000);
@@ -154,6 +183,8 @@ class TstLaunch : public QObject {
     };
     QTRY_COMPARE(exit_status_from_log(log_text()), std::optional<int>(0));
     QCOMPARE(run_directory_from_log(log_text()), run_dir);
+    // The line under the pages no longer says "Training in …".
+    QVERIFY2(text_of_job().contains(QStringLiteral("The run in %1 ended: completed.").arg(run_dir)), qPrintable(text_of_job()));
   }
 
   void a_launch_that_fails_shows_the_log() {
@@ -199,6 +230,67 @@ class TstLaunch : public QObject {
     QVERIFY(QFileInfo(run_dir + QStringLiteral("/checkpoints/checkpoint-%1").arg(st->step)).isDir());
     QTRY_VERIFY(!w_->stop_button()->isEnabled());
     QTRY_VERIFY(w_->start_button()->isEnabled());
+  }
+
+  void kill_ends_a_stopping_job_at_once() {
+    if (!skip_.isEmpty()) QSKIP(qPrintable(skip_));
+    const QString out = tmp_.filePath(QStringLiteral("kill"));
+    w_ = window();
+    QVERIFY(w_->open_preset(quickstart()));
+    QVERIFY(w_->form()->set_text("max_steps", "100000").empty());
+    QVERIFY(w_->form()->set_text("output_dir", yaml_quoted(out).toStdString()).empty());
+    QTRY_VERIFY(w_->start_button()->isEnabled());
+    w_->start_button()->click();
+    QTRY_VERIFY2_WITH_TIMEOUT(!w_->monitor()->attachedRun().isEmpty(), qPrintable(text_of_job()), 60000);
+    const QString run_dir = w_->monitor()->attachedRun();
+    QTRY_VERIFY_WITH_TIMEOUT(w_->monitor()->latestStep() >= 1, 120000);
+    QTRY_VERIFY(w_->stop_button()->isEnabled());
+    const auto before = status_of(run_dir);
+    QVERIFY(before && before->pid > 0);
+    const auto pid = static_cast<pid_t>(before->pid);
+    // The quickstart stops within a fraction of a second of SIGTERM (one small step and a
+    // 3 MB checkpoint); frozen, it stays in the stopping phase that Kill is for, however
+    // slow this machine is. SIGTERM stays pending; SIGKILL ends a stopped process too.
+    QCOMPARE(::kill(pid, SIGSTOP), 0);
+    frozen_pid_ = pid;
+    w_->stop_button()->click();
+    QVERIFY2(text_of_job().contains(QStringLiteral("SIGTERM")), qPrintable(text_of_job()));
+    QCOMPARE(w_->stop_button()->text(), QStringLiteral("Kill…"));
+
+    // Kill… asks first; "No" leaves the job alone.
+    bool answered = false;
+    answer_next_box(QMessageBox::No, &answered);
+    w_->stop_button()->click();
+    QVERIFY(answered);
+    QVERIFY(process_exists(pid));
+    QCOMPARE(w_->stop_button()->text(), QStringLiteral("Kill…"));
+
+    // "Yes" sends SIGKILL: the engine is gone at once, and the window says so.
+    answer_next_box(QMessageBox::Yes, &answered);
+    w_->stop_button()->click();
+    QVERIFY(answered);
+    // "Killed pid N (SIGKILL)", or already "… ended: killed (SIGKILL) …" if it went that fast.
+    QVERIFY2(text_of_job().contains(QStringLiteral("Killed pid %1 (SIGKILL)").arg(pid)) ||
+                 text_of_job().contains(QStringLiteral("ended: killed (SIGKILL)")),
+             qPrintable(text_of_job()));
+    QTRY_VERIFY_WITH_TIMEOUT(!process_exists(pid), 10000);
+    frozen_pid_ = 0;
+    // The shell that ran it recorded the signal (128 + 9).
+    const auto log_text = [this] {
+      QFile log(w_->launch_log());
+      return log.open(QIODevice::ReadOnly) ? QString::fromUtf8(log.readAll()) : QString();
+    };
+    QTRY_COMPARE(exit_status_from_log(log_text()), std::optional<int>(128 + SIGKILL));
+    // No final word from the engine: status.json still claims a live state, and the Monitor
+    // shows the run as failed because its process is gone.
+    const auto st = status_of(run_dir);
+    QVERIFY(st);
+    QVERIFY(!run::is_terminal(st->state));
+    QTRY_COMPARE_WITH_TIMEOUT(w_->monitor()->stateText(), QStringLiteral("failed (stopped responding)"), 30000);
+    QTRY_VERIFY(!w_->stop_button()->isEnabled());
+    QCOMPARE(w_->stop_button()->text(), QStringLiteral("Stop"));
+    QTRY_VERIFY(w_->start_button()->isEnabled());
+    QVERIFY2(text_of_job().contains(QStringLiteral("The run in %1 ended: killed (SIGKILL)").arg(run_dir)), qPrintable(text_of_job()));
   }
 
   void a_new_window_reattaches_to_a_running_job() {

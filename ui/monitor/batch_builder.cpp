@@ -57,6 +57,9 @@ void BatchBuilder::add_step(const run::StepEvent& s) {
   point(kGrad, x, s.grad_norm);
   point(kTps, x, s.tokens_per_s);
   for (const auto& m : s.memory) {
+    // A CPU rank reports no device memory at all (a CUDA rank always holds some): charting
+    // its zeros would draw a flat line on a meaningless axis.
+    if (m.vram_peak_bytes == 0 && m.vram_reserved_bytes == 0 && m.vram_allocated_bytes == 0) continue;
     const std::string r = std::to_string(m.rank);
     point(name_for("vram_peak/rank " + r), x, gib(m.vram_peak_bytes));
     point(name_for("vram_reserved/rank " + r), x, gib(m.vram_reserved_bytes));

@@ -138,7 +138,11 @@ void ChartPanel::setReferenceLine(double y, const QString& label) {
   plot_->replot();
 }
 
-void ChartPanel::setEmptyText(const QString& text) { empty_label_->setText(text); }
+void ChartPanel::setEmptyText(const QString& text) {
+  if (empty_label_->text() == text) return;
+  empty_label_->setText(text);
+  plot_->replot(QCustomPlot::rpQueuedReplot);
+}
 
 void ChartPanel::refresh(const SeriesStore& store) {
   bool changed = false;

@@ -72,6 +72,9 @@ void MonitorPage::redraw() {
       break;
     }
   }
+  // Once steps arrive, an empty chart is empty for good reason, not "waiting".
+  vram_->setEmptyText(progress_ ? tr("no GPU memory recorded: this run trains on the CPU") : tr("waiting for the first step…"));
+  busbw_->setEmptyText(progress_ ? tr("no collectives recorded: a single-process run") : tr("waiting for the first step…"));
   updateHeader();
   if (!finished) redraw_timer_.start();
   if (qEnvironmentVariableIsSet("ODYSSEY_MONITOR_TRACE")) qInfo("redraw %lld ms", static_cast<long long>(t.elapsed()));
