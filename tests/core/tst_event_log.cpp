@@ -71,6 +71,7 @@ std::vector<Event> sample_events() {
   step.memory = {{0, 60129542144, 98784247808, 107374182400}, {1, 60129542144, 97710505984, 105226698752}};
   step.collectives = {{"all_to_all", "ulysses", 2, 112, 7516192768, 0.0625, 60.129542144},
                       {"all_reduce", "world", 2, 4, 30462466048, 0.25, 121.849864192}};
+  step.comm_wait_s = 0.3125;
 
   StepEvent diverged = step;  // a NaN loss and an overflowing gradient must reach the chart
   diverged.time = 1732900065.5;
@@ -81,6 +82,7 @@ std::vector<Event> sample_events() {
   diverged.lr = -kInf;
   diverged.memory.clear();
   diverged.collectives.clear();
+  diverged.comm_wait_s = 0;
 
   EvalEvent eval{1732900100.0, 99.75, 100, 1.875, 409600, 200, 12.5, {{"accuracy", 0.625}, {"ppl", kNaN}}};
   CheckpointEvent ckpt{1732900130.0, 129.75, 100, "checkpoints/checkpoint-100", 15231233024, 28.5};
