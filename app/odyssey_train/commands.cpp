@@ -209,11 +209,11 @@ int cmd_run(const Args& a) {
     std::cerr << "odyssey-train run: --run-dir is for the ranks the launcher starts (RANK and WORLD_SIZE unset)\n";
     return kInvalidConfig;
   }
-  const int nnodes = int_option(a, "nnodes", "SLURM_NNODES", static_cast<int>(resolved.nnodes));
+  const auto nnodes = static_cast<int>(resolved.nnodes);
   const int node_rank = int_option(a, "node-rank", "SLURM_NODEID", 0);
   const auto nproc = static_cast<int>(resolved_nproc_per_node(resolved));
-  if (nnodes < 1 || node_rank < 0 || node_rank >= nnodes) {
-    std::cerr << "odyssey-train run: --node-rank " << node_rank << " must be below --nnodes " << nnodes << '\n';
+  if (node_rank < 0 || node_rank >= nnodes) {
+    std::cerr << "odyssey-train run: --node-rank " << node_rank << " must be below nnodes " << nnodes << '\n';
     return kInvalidConfig;
   }
   std::string name = a.value("name");
@@ -289,8 +289,7 @@ const std::vector<Command>& commands() {
                   {kSet,
                    {"name", true, false, "NAME", "run name (default: the preset's file name)"},
                    {"no-token-cache", false, false, "", "tokenize again instead of using the token cache"},
-                   {"nnodes", true, false, "N", "machines in the run (default: nnodes, or SLURM_NNODES)"},
-                   {"node-rank", true, false, "K", "this machine's index (default: SLURM_NODEID, or 0)"},
+                   {"node-rank", true, false, "K", "this machine's index below nnodes (default: SLURM_NODEID, or 0)"},
                    {"master-addr", true, false, "HOST", "node 0's address (default: MASTER_ADDR, or loopback)"},
                    {"master-port", true, false, "PORT", "the rendezvous port (default: a free one; 29500 multi-node)"},
                    {"run-dir", true, false, "DIR", "internal: the run directory a launched rank writes to"}},

@@ -3,8 +3,13 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <unistd.h>
+
+#include <atomic>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
+#include <thread>
 
 namespace odyssey::dist {
 
@@ -114,6 +119,49 @@ void Group::reset_stats() {
 
 namespace {
 
+// A TCPStore client waits on its socket without a deadline of its own: when the link to the
+// store is cut, wait() never returns. Like NCCL's watchdog, this thread ends the process when
+// a collective outlives its timeout by a grace period, with the reason on stderr (the
+// launcher reports it and stops the other ranks).
+class Watchdog {
+ public:
+  static Watchdog& get() {
+    static Watchdog* w = new Watchdog();  // never destroyed: the thread outlives main's statics
+    return *w;
+  }
+  void arm(std::chrono::milliseconds timeout, std::string message) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      message_ = std::move(message);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + timeout + std::chrono::seconds(5);
+    deadline_.store(deadline.time_since_epoch().count());
+  }
+  void disarm() { deadline_.store(0); }
+
+ private:
+  Watchdog() {
+    std::thread([this] {
+      for (;;) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));
+        const auto d = deadline_.load();
+        if (d == 0 || std::chrono::steady_clock::now().time_since_epoch().count() < d) continue;
+        std::string m;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          m = "odyssey: " + message_ + "; ending this process\n";
+        }
+        (void)!::write(2, m.data(), m.size());
+        (void)!::write(1, m.data(), m.size());
+        ::_exit(1);
+      }
+    }).detach();
+  }
+  std::atomic<std::chrono::steady_clock::rep> deadline_{0};
+  std::mutex mu_;
+  std::string message_;
+};
+
 class StoreGroup final : public Group {
  public:
   StoreGroup(const std::string& name, const std::string& prefix, const c10::intrusive_ptr<c10d::Store>& store,
@@ -188,6 +236,13 @@ class StoreGroup final : public Group {
   }
 
   std::vector<std::uint8_t> take(const std::string& k, const char* what, int peer) {
+    Watchdog::get().arm(timeout_, std::string(what) + " on the " + name() + " group: rank " + std::to_string(rank()) +
+                                      " got nothing from rank " + std::to_string(peer) + " within " +
+                                      std::to_string(timeout_.count() / 1000) +
+                                      " s and the rendezvous store does not answer (link cut or store gone)");
+    struct Disarm {
+      ~Disarm() { Watchdog::get().disarm(); }
+    } disarm;
     try {
       store_->wait({k}, timeout_);
       std::vector<std::uint8_t> v = store_->get(k);

@@ -6,7 +6,11 @@
 //     the eval loss and the final adapter equal the single process's within 1e-5;
 //   - a rank killed with SIGKILL stops every rank within 10 s, status.json names the rank;
 //   - SIGTERM to the launcher stops all ranks after a checkpoint, exit 0;
-//   - a port in use and heads no split can serve are clear errors with nothing left running.
+//   - a port in use and heads no split can serve are clear errors with nothing left running;
+//   - two "machines": two network namespaces joined by a veth pair, one launcher in each
+//     (nnodes 2), the store transport across the link: the run equals the single process, and
+//     cutting the link or killing one side ends both sides with a clear status (needs root
+//     and `ip`; skipped otherwise).
 // LibTorch before Qt: Qt's keyword macros (slots, signals) clash with its headers.
 #include "model/safetensors.h"
 
@@ -186,6 +190,54 @@ bool alive(pid_t pid) {
   return close > 0 && s.size() > close + 2 && s[close + 2] != 'Z';
 }
 
+// Two network namespaces joined by a veth pair: node 0 at 10.77.N.1, node 1 at 10.77.N.2.
+struct TwoHosts {
+  QString a, b, va, vb, addr0;
+  bool ok = false;
+  QString why;
+
+  static bool ip(const QStringList& args, QString* err = nullptr) {
+    QProcess p;
+    p.start("ip", args);
+    if (!p.waitForFinished(10000) || p.exitCode() != 0) {
+      if (err) *err = "ip " + args.join(' ') + ": " + QString::fromUtf8(p.readAllStandardError()).trimmed();
+      return false;
+    }
+    return true;
+  }
+  void up() {
+    const QString n = QString::number(::getpid() % 250);
+    const QString tag = QString::number(::getpid());
+    a = "ody-a" + tag;
+    b = "ody-b" + tag;
+    va = "oa" + tag;
+    vb = "ob" + tag;
+    addr0 = "10.77." + n + ".1";
+    if (::geteuid() != 0) {
+      why = "needs root for network namespaces";
+      return;
+    }
+    ok = ip({"netns", "add", a}, &why) && ip({"netns", "add", b}, &why) &&
+         ip({"link", "add", va, "type", "veth", "peer", "name", vb}, &why) && ip({"link", "set", va, "netns", a}, &why) &&
+         ip({"link", "set", vb, "netns", b}, &why) && ip({"-n", a, "addr", "add", addr0 + "/24", "dev", va}, &why) &&
+         ip({"-n", b, "addr", "add", "10.77." + n + ".2/24", "dev", vb}, &why) && ip({"-n", a, "link", "set", va, "up"}, &why) &&
+         ip({"-n", b, "link", "set", vb, "up"}, &why) && ip({"-n", a, "link", "set", "lo", "up"}, &why) &&
+         ip({"-n", b, "link", "set", "lo", "up"}, &why);
+  }
+  void down() {
+    ip({"netns", "del", a});
+    ip({"netns", "del", b});
+  }
+  // One node's launcher, inside its namespace.
+  void start(QProcess& p, const QString& ns, int node, const QString& preset, const QString& output, int port) const {
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("ODYSSEY_COMM_TIMEOUT_S", "10");
+    p.setProcessEnvironment(env);
+    p.start("ip", {"netns", "exec", ns, QStringLiteral(ODYSSEY_TRAIN_BIN), "run", preset, "--node-rank", QString::number(node),
+                   "--master-addr", addr0, "--master-port", QString::number(port), "--set", "output_dir=" + output});
+  }
+};
+
 }  // namespace
 
 class TstParallelRun : public QObject {
@@ -193,6 +245,20 @@ class TstParallelRun : public QObject {
  private:
   QTemporaryDir tmp_;
   Outcome single_, single_b2_;
+  TwoHosts hosts_;
+
+  // Both nodes of a two-namespace run of `preset`; returns node 0's run directory.
+  struct Pair {
+    QProcess n0, n1;
+    QString out0, out1;
+  };
+  void start_pair(Pair& p, const QString& preset, const QString& name, int port) {
+    p.out0 = tmp_.filePath("out-" + name + "-node0");
+    p.out1 = tmp_.filePath("out-" + name + "-node1");
+    hosts_.start(p.n0, hosts_.a, 0, preset, p.out0, port);
+    hosts_.start(p.n1, hosts_.b, 1, preset, p.out1, port);
+    QVERIFY(p.n0.waitForStarted() && p.n1.waitForStarted());
+  }
 
   void compare(const QString& what, const Outcome& got, const Outcome& want) {
     QCOMPARE(got.loss.size(), want.loss.size());
@@ -212,8 +278,13 @@ class TstParallelRun : public QObject {
   }
 
  private Q_SLOTS:
+  void cleanupTestCase() {
+    if (hosts_.ok) hosts_.down();
+  }
+
   void initTestCase() {
     QVERIFY(tmp_.isValid());
+    hosts_.up();
     single_ = train(tmp_, "single", "per_device_train_batch_size: 2\n");
     single_b2_ = train(tmp_, "single-b4", "per_device_train_batch_size: 4\n");
     QCOMPARE(static_cast<int>(single_.loss.size()), 3);
@@ -318,6 +389,68 @@ class TstParallelRun : public QObject {
     const int step = st.value("step").toInt();
     QVERIFY(step >= 2);
     QVERIFY(QFile::exists(dir + QString("/checkpoints/checkpoint-%1/adapter_model.safetensors").arg(step)));
+  }
+
+  void twoNodesEqualOneProcess() {
+    if (!hosts_.ok) QSKIP(qPrintable("two network namespaces: " + hosts_.why));
+    Pair p;
+    start_pair(p, preset(tmp_, "nodes", "per_device_train_batch_size: 2\nnnodes: 2\nnproc_per_node: 1\nsequence_parallel_size: 2\n"),
+               "nodes", 29731);
+    QVERIFY(p.n0.waitForFinished(300000) && p.n1.waitForFinished(60000));
+    QVERIFY2(p.n0.exitCode() == 0 && p.n1.exitCode() == 0,
+             qPrintable(QString::fromUtf8(p.n0.readAllStandardError() + p.n1.readAllStandardError()).right(3000)));
+    Outcome o;
+    o.dir = only_run(p.out0);
+    for (const auto& e : events(o.dir, "step")) {
+      o.loss << e.value("loss").toDouble();
+      o.grad_norm << e.value("grad_norm").toDouble();
+    }
+    o.eval_loss = events(o.dir, "eval").back().value("loss").toDouble();
+    QCOMPARE(events(o.dir, "run_start").front().value("mesh").toObject().value("nnodes").toInt(), 2);
+    QVERIFY(QFile::exists(only_run(p.out1) + "/logs/rank-1.log"));
+    compare("2 nodes (network namespaces, veth), Ulysses 2 across the link", o, single_);
+  }
+
+  void twoNodesCutLinkStopsBoth() {
+    if (!hosts_.ok) QSKIP(qPrintable("two network namespaces: " + hosts_.why));
+    Pair p;
+    start_pair(p, preset(tmp_, "cut", "per_device_train_batch_size: 2\nnnodes: 2\nnproc_per_node: 1\nsequence_parallel_size: 2\nmax_steps: 5000\n"),
+               "cut", 29732);
+    QString dir;
+    QTRY_VERIFY_WITH_TIMEOUT(!(dir = only_run(p.out0)).isEmpty() && !events(dir, "step").isEmpty(), 120000);
+    QElapsedTimer t;
+    t.start();
+    QVERIFY(TwoHosts::ip({"-n", hosts_.b, "link", "set", hosts_.vb, "down"}));
+    const bool ended = p.n0.waitForFinished(90000) && p.n1.waitForFinished(30000);
+    TwoHosts::ip({"-n", hosts_.b, "link", "set", hosts_.vb, "up"});
+    QVERIFY2(ended, "a side kept running after the link was cut");
+    qInfo("link cut: node 0 exited %d, node 1 exited %d, both within %.1f s (peer timeout 10 s)", p.n0.exitCode(),
+          p.n1.exitCode(), static_cast<double>(t.elapsed()) / 1000.0);
+    QCOMPARE(p.n0.exitCode(), 1);
+    QCOMPARE(p.n1.exitCode(), 1);
+    const QJsonObject st = status(dir);
+    QCOMPARE(st.value("state").toString(), QString("failed"));
+    QVERIFY2(st.value("reason").toString().contains("rank 1"), qPrintable(st.value("reason").toString()));
+  }
+
+  void twoNodesKillOneSideStopsBoth() {
+    if (!hosts_.ok) QSKIP(qPrintable("two network namespaces: " + hosts_.why));
+    Pair p;
+    start_pair(p, preset(tmp_, "side", "per_device_train_batch_size: 2\nnnodes: 2\nnproc_per_node: 1\nsequence_parallel_size: 2\nmax_steps: 5000\n"),
+               "side", 29733);
+    QString dir;
+    QTRY_VERIFY_WITH_TIMEOUT(!(dir = only_run(p.out0)).isEmpty() && !events(dir, "step").isEmpty(), 120000);
+    const auto ranks1 = children_of(static_cast<pid_t>(p.n1.processId()));
+    QElapsedTimer t;
+    t.start();
+    ::kill(static_cast<pid_t>(p.n1.processId()), SIGKILL);  // node 1's launcher; its rank follows it
+    QVERIFY2(p.n0.waitForFinished(90000), "node 0 kept running after node 1 was killed");
+    qInfo("node 1 killed: node 0 exited %d after %.1f s (peer timeout 10 s)", p.n0.exitCode(), static_cast<double>(t.elapsed()) / 1000.0);
+    QCOMPARE(p.n0.exitCode(), 1);
+    for (pid_t r : ranks1) QTRY_VERIFY_WITH_TIMEOUT(!alive(r), 5000);
+    const QJsonObject st = status(dir);
+    QCOMPARE(st.value("state").toString(), QString("failed"));
+    QVERIFY2(st.value("reason").toString().contains("rank 1"), qPrintable(st.value("reason").toString()));
   }
 
   void portInUseIsAnError() {
