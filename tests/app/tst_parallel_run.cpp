@@ -17,6 +17,7 @@
 #include <QtTest>
 
 #include <QDir>
+#include <QFileInfo>
 #include <QElapsedTimer>
 #include <QFile>
 #include <QJsonArray>
@@ -323,6 +324,25 @@ class TstParallelRun : public QObject {
                             "per_device_train_batch_size: 2\nnproc_per_node: 4\nsequence_parallel_size: 4\nulysses_size: 4\n");
     QCOMPARE(events(o.dir, "run_start").front().value("mesh").toObject().value("ulysses").toInt(), 4);
     compare("Ulysses 4, 2 KV heads replicated", o, single_);
+  }
+
+  void underTorchrun() {
+    // The engine unchanged under PyTorch's own launcher (its agent hosts the store).
+    const QString torchrun = QFileInfo(QStringLiteral(ODYSSEY_PYTHON)).dir().filePath("torchrun");
+    if (!QFileInfo::exists(torchrun)) QSKIP("no torchrun beside ODYSSEY_PYTHON");
+    const QString p = preset(tmp_, "torchrun", "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\n");
+    QProcess proc;
+    proc.start(torchrun, {"--no-python", "--nproc-per-node", "2", QStringLiteral(ODYSSEY_TRAIN_BIN), "run", p});
+    QVERIFY(proc.waitForFinished(300000));
+    QVERIFY2(proc.exitCode() == 0, qPrintable(QString::fromUtf8(proc.readAllStandardError()).right(3000)));
+    Outcome o;
+    o.dir = only_run(tmp_.filePath("out-torchrun"));
+    for (const auto& e : events(o.dir, "step")) {
+      o.loss << e.value("loss").toDouble();
+      o.grad_norm << e.value("grad_norm").toDouble();
+    }
+    o.eval_loss = events(o.dir, "eval").back().value("loss").toDouble();
+    compare("torchrun --nproc-per-node 2, Ulysses 2", o, single_);
   }
 
   void dataParallel2() {
