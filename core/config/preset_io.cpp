@@ -1,5 +1,7 @@
 #include "config/preset_io.h"
 
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/parser.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
@@ -383,6 +385,46 @@ std::string read_file(const std::string& path, Diagnostics* d) {
 
 }  // namespace
 
+namespace {
+
+// Where the first YAML documents of a text start, counted up to 3. Throws YAML::Exception
+// on a syntax error.
+struct DocumentStarts {
+  int count = 0;
+  YAML::Mark mark[3];
+  // yaml-cpp 0.7 stuck on a token it cannot use: it reports empty documents at one place
+  // for ever.
+  bool stuck() const { return count == 3 && mark[1].pos == mark[2].pos; }
+};
+
+class DocumentCounter final : public YAML::EventHandler {
+ public:
+  DocumentStarts starts;
+  void OnDocumentStart(const YAML::Mark& m) override {
+    if (starts.count < 3) starts.mark[starts.count] = m;
+    ++starts.count;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+DocumentStarts document_starts(std::string_view yaml) {
+  std::istringstream in{std::string(yaml)};
+  YAML::Parser parser(in);
+  DocumentCounter counter;
+  while (counter.starts.count < 3 && parser.HandleNextDocument(counter)) {
+  }
+  return counter.starts;
+}
+
+}  // namespace
+
 Result<LoadedConfig> load_preset_text(std::string_view yaml, const std::string& file,
                                       const std::string& base_dir) {
   Result<LoadedConfig> r;
@@ -396,21 +438,31 @@ Result<LoadedConfig> load_preset_text(std::string_view yaml, const std::string& 
                                                   "settings such as 'model:' and 'dataset:'"));
     return r;
   }
-  std::vector<YAML::Node> docs;
+  YAML::Node root;
   try {
-    docs = YAML::LoadAll(std::string(yaml));
+    // yaml-cpp 0.7's LoadAll loops forever (allocating) on inputs such as `"",` (upstream
+    // issue 1040, fixed after 0.8): documents are counted here with a bound instead, and
+    // only the first is built.
+    const DocumentStarts starts = document_starts(yaml);
+    if (starts.count > 1) {
+      const YAML::Mark& m = starts.mark[1];
+      if (starts.stuck()) {
+        r.diagnostics.push_back(err({file, m.line + 1, m.column + 1}, "",
+                                    "invalid YAML: nothing from here on parses (a stray ',' or other flow "
+                                    "indicator outside [ ] or { }?)"));
+      } else {
+        r.diagnostics.push_back(err({file, m.line + 1, m.column + 1}, "",
+                                    "a second YAML document; a preset is exactly one document"));
+      }
+      return r;
+    }
+    if (starts.count == 1) root = YAML::Load(std::string(yaml));
   } catch (const YAML::Exception& e) {
     SourcePos at{file, e.mark.is_null() ? 0 : e.mark.line + 1,
                  e.mark.is_null() ? 0 : e.mark.column + 1};
     r.diagnostics.push_back(err(at, "", "invalid YAML: " + e.msg));
     return r;
   }
-  if (docs.size() > 1) {
-    r.diagnostics.push_back(err(pos_of(docs[1], file), "",
-                                "a second YAML document; a preset is exactly one document"));
-    return r;
-  }
-  const YAML::Node root = docs.empty() ? YAML::Node() : docs[0];
   if (!root.IsDefined() || root.IsNull()) {
     r.diagnostics.push_back(err({file, 0, 0}, "", "the preset has no settings; expected a mapping "
                                                   "of settings such as 'model:' and 'dataset:'"));
