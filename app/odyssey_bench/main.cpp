@@ -10,6 +10,7 @@
 //                 [--steps 5] [--warmup 2] [--lora-r 16] [--lora-alpha 32]
 //                 [--checkpointing all|auto|none] [--device cuda|cpu] [--dtype bfloat16|float32]
 //                 [--layers K] [--vocab-override V] [--out FILE] [--check]
+//                 [--ulysses U] [--a2a-bytes B1,B2,...]   (the last two under torchrun)
 //
 // Under torchrun (RANK / WORLD_SIZE set, e.g. `torchrun --no-python --nproc-per-node 2
 // odyssey-bench ...`) every rank takes one GPU and the row is split by sequence parallelism
@@ -103,6 +104,7 @@ struct Options {
   std::string out;
   bool check = false;
   int ulysses = 0;  // 0 = gcd(KV heads, world)
+  std::vector<std::int64_t> a2a_bytes;  // --a2a-bytes: the all-to-all alone, back to back
 };
 
 // The parallel context under torchrun; world 1 otherwise.
@@ -355,6 +357,9 @@ int main(int argc, char** argv) {
       else if (a == "--out") o.out = next();
       else if (a == "--check") o.check = true;
       else if (a == "--ulysses") o.ulysses = std::stoi(next());
+      else if (a == "--a2a-bytes") {
+        for (const auto& b : split(next())) o.a2a_bytes.push_back(std::stoll(b));
+      }
       else {
         std::cerr << "odyssey-bench: unknown argument " << a << " (see the comment at the top of app/odyssey_bench/main.cpp)\n";
         return 2;
@@ -413,6 +418,39 @@ int main(int argc, char** argv) {
       layout.ring = layout.sp / layout.ulysses;
       par.mesh = dist::build_mesh(par.env, layout, device.is_cuda() ? dist::Transport::Nccl : dist::Transport::Store,
                                   par.store, device, std::chrono::milliseconds(std::chrono::minutes(10)));
+    }
+    if (!o.a2a_bytes.empty() && par.mesh.distributed()) {
+      // The engine's all-to-all (dist::Group over c10d NCCL) alone, as tests/bench/a2a_bench.py
+      // times PyTorch's: 5 warm-up calls, then 20 back to back, host-timed to the last one.
+      dist::Group& g = *par.mesh.world_group;
+      for (const std::int64_t bytes : o.a2a_bytes) {
+        const std::int64_t elems = bytes / 2 / g.size() * g.size();
+        const torch::Tensor x = torch::randn({g.size(), elems / g.size()}, torch::TensorOptions().dtype(torch::kBFloat16).device(device));
+        for (int i = 0; i < 5; ++i) (void)g.all_to_all(x);
+        sync(device);
+        g.barrier();
+        g.reset_stats();
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < 20; ++i) (void)g.all_to_all(x);
+        sync(device);
+        const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 20;
+        const auto st = g.stats()[static_cast<int>(dist::Op::AllToAll)];
+        const double n = g.size();
+        nlohmann::ordered_json r;
+        r["impl"] = "odyssey";
+        r["op"] = "all_to_all (dist::Group, NCCL)";
+        r["world"] = g.size();
+        r["bytes"] = elems * 2;
+        r["time_ms"] = sig(dt * 1e3, 4);
+        r["bus_gb_per_s"] = sig(static_cast<double>(elems * 2) / dt / 1e9 * (n - 1) / n, 4);
+        r["event_time_ms"] = sig(st.seconds / static_cast<double>(st.calls) * 1e3, 4);
+        r["event_bus_gb_per_s"] = sig(static_cast<double>(st.bytes) / st.seconds / 1e9 * (n - 1) / n, 4);
+        if (par.env.rank == 0) {
+          std::cout << r.dump() << '\n' << std::flush;
+          if (out) out << r.dump() << '\n' << std::flush;
+        }
+      }
+      continue;
     }
     for (const auto& mode : o.modes)
       for (const auto seq : o.seqs) {
