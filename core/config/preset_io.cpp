@@ -185,6 +185,8 @@ Diagnostics assign(TrainConfig& c, const FieldSpec& f, const YAML::Node& v, cons
           c.*member = *x;
         } else if constexpr (std::is_same_v<M, std::string>) {
           if (v.IsNull()) {
+            // No value: fine for free text (system: ), not for a choice, which has no empty one.
+            if (!f.choices.empty() || f.key == "activation_checkpointing") return expected();
             c.*member = "";
           } else if (!v.IsScalar()) {
             return expected();

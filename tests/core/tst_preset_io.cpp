@@ -200,6 +200,19 @@ class TstPresetIo : public QObject {
     QVERIFY(contains(first_error(load("? [a, b]\n: c\n")), "as a key"));
   }
 
+  void choiceWithoutValueIsAnError() {
+    // Found by fuzz_preset_loader: `lr_scheduler_type:` with nothing after it loaded as "",
+    // which the saved preset then could not load again.
+    for (const char* y : {"lr_scheduler_type:\n", "lr_scheduler_type: # comment\n", "activation_checkpointing:\n"}) {
+      auto r = load(y);
+      QVERIFY2(!r.ok(), y);
+      QVERIFY2(contains(first_error(r), "no value"), first_error(r).c_str());
+    }
+    auto free_text = load("model: m\nsystem:\n");
+    QVERIFY(free_text.ok());
+    QCOMPARE(free_text.value.config.system, std::string());
+  }
+
   void strayCommaIsAnErrorNotAHang() {
     // yaml-cpp 0.7's LoadAll never returns on these (found by fuzz_preset_loader); the loader
     // must answer at once with the place.
