@@ -137,19 +137,31 @@ struct Outcome {
   double seconds = 0;
 };
 
-Outcome train(const QTemporaryDir& tmp, const QString& name, const QString& extra) {
-  const Run r = odyssey_train({"run", preset(tmp, name, extra), "--name", name});
-  if (r.code != 0) qFatal("%s failed (%d):\n%s\n%s", qPrintable(name), r.code, qPrintable(r.out.right(3000)), qPrintable(r.err.right(3000)));
+// Every step's loss and gradient norm, and the last eval loss, of a finished run.
+Outcome outcome_of(const QString& dir) {
   Outcome o;
-  o.dir = only_run(tmp.filePath("out-" + name));
-  o.seconds = r.seconds;
-  for (const auto& e : events(o.dir, "step")) {
+  o.dir = dir;
+  for (const auto& e : events(dir, "step")) {
     o.loss << e.value("loss").toDouble();
     o.grad_norm << e.value("grad_norm").toDouble();
   }
-  const auto ev = events(o.dir, "eval");
+  const auto ev = events(dir, "eval");
   if (!ev.isEmpty()) o.eval_loss = ev.back().value("loss").toDouble();
   return o;
+}
+
+Outcome train(const QTemporaryDir& tmp, const QString& name, const QString& extra) {
+  const Run r = odyssey_train({"run", preset(tmp, name, extra), "--name", name});
+  if (r.code != 0) qFatal("%s failed (%d):\n%s\n%s", qPrintable(name), r.code, qPrintable(r.out.right(3000)), qPrintable(r.err.right(3000)));
+  Outcome o = outcome_of(only_run(tmp.filePath("out-" + name)));
+  o.seconds = r.seconds;
+  return o;
+}
+
+// The run directory under `output` once it holds at least `steps` step events, else "".
+QString run_with_steps(const QString& output, qsizetype steps) {
+  const QString dir = only_run(output);
+  return !dir.isEmpty() && events(dir, "step").size() >= steps ? dir : QString();
 }
 
 // Largest over the adapters' tensors of max |a - b| / max |b| (per tensor: lora_B starts at
@@ -335,13 +347,7 @@ class TstParallelRun : public QObject {
     proc.start(torchrun, {"--no-python", "--nproc-per-node", "2", QStringLiteral(ODYSSEY_TRAIN_BIN), "run", p});
     QVERIFY(proc.waitForFinished(300000));
     QVERIFY2(proc.exitCode() == 0, qPrintable(QString::fromUtf8(proc.readAllStandardError()).right(3000)));
-    Outcome o;
-    o.dir = only_run(tmp_.filePath("out-torchrun"));
-    for (const auto& e : events(o.dir, "step")) {
-      o.loss << e.value("loss").toDouble();
-      o.grad_norm << e.value("grad_norm").toDouble();
-    }
-    o.eval_loss = events(o.dir, "eval").back().value("loss").toDouble();
+    const Outcome o = outcome_of(only_run(tmp_.filePath("out-torchrun")));
     compare("torchrun --nproc-per-node 2, Ulysses 2", o, single_);
   }
 
@@ -366,7 +372,7 @@ class TstParallelRun : public QObject {
     p.start();
     QVERIFY(p.waitForStarted());
     QString dir;
-    QTRY_VERIFY_WITH_TIMEOUT(!(dir = only_run(t.filePath("out-kill"))).isEmpty() && !events(dir, "step").isEmpty(), 120000);
+    QTRY_VERIFY_WITH_TIMEOUT(!(dir = run_with_steps(t.filePath("out-kill"), 1)).isEmpty(), 120000);
     const auto ranks = children_of(static_cast<pid_t>(p.processId()));
     QCOMPARE(static_cast<int>(ranks.size()), 2);
     QElapsedTimer timer;
@@ -395,7 +401,7 @@ class TstParallelRun : public QObject {
     p.start();
     QVERIFY(p.waitForStarted());
     QString dir;
-    QTRY_VERIFY_WITH_TIMEOUT(!(dir = only_run(t.filePath("out-stop"))).isEmpty() && events(dir, "step").size() >= 2, 120000);
+    QTRY_VERIFY_WITH_TIMEOUT(!(dir = run_with_steps(t.filePath("out-stop"), 2)).isEmpty(), 120000);
     const auto ranks = children_of(static_cast<pid_t>(p.processId()));
     QElapsedTimer timer;
     timer.start();
@@ -419,13 +425,7 @@ class TstParallelRun : public QObject {
     QVERIFY(p.n0.waitForFinished(300000) && p.n1.waitForFinished(60000));
     QVERIFY2(p.n0.exitCode() == 0 && p.n1.exitCode() == 0,
              qPrintable(QString::fromUtf8(p.n0.readAllStandardError() + p.n1.readAllStandardError()).right(3000)));
-    Outcome o;
-    o.dir = only_run(p.out0);
-    for (const auto& e : events(o.dir, "step")) {
-      o.loss << e.value("loss").toDouble();
-      o.grad_norm << e.value("grad_norm").toDouble();
-    }
-    o.eval_loss = events(o.dir, "eval").back().value("loss").toDouble();
+    const Outcome o = outcome_of(only_run(p.out0));
     QCOMPARE(events(o.dir, "run_start").front().value("mesh").toObject().value("nnodes").toInt(), 2);
     QVERIFY(QFile::exists(only_run(p.out1) + "/logs/rank-1.log"));
     compare("2 nodes (network namespaces, veth), Ulysses 2 across the link", o, single_);
@@ -437,7 +437,7 @@ class TstParallelRun : public QObject {
     start_pair(p, preset(tmp_, "cut", "per_device_train_batch_size: 2\nnnodes: 2\nnproc_per_node: 1\nsequence_parallel_size: 2\nmax_steps: 5000\n"),
                "cut", 29732);
     QString dir;
-    QTRY_VERIFY_WITH_TIMEOUT(!(dir = only_run(p.out0)).isEmpty() && !events(dir, "step").isEmpty(), 120000);
+    QTRY_VERIFY_WITH_TIMEOUT(!(dir = run_with_steps(p.out0, 1)).isEmpty(), 120000);
     QElapsedTimer t;
     t.start();
     QVERIFY(TwoHosts::ip({"-n", hosts_.b, "link", "set", hosts_.vb, "down"}));
@@ -459,7 +459,7 @@ class TstParallelRun : public QObject {
     start_pair(p, preset(tmp_, "side", "per_device_train_batch_size: 2\nnnodes: 2\nnproc_per_node: 1\nsequence_parallel_size: 2\nmax_steps: 5000\n"),
                "side", 29733);
     QString dir;
-    QTRY_VERIFY_WITH_TIMEOUT(!(dir = only_run(p.out0)).isEmpty() && !events(dir, "step").isEmpty(), 120000);
+    QTRY_VERIFY_WITH_TIMEOUT(!(dir = run_with_steps(p.out0, 1)).isEmpty(), 120000);
     const auto ranks1 = children_of(static_cast<pid_t>(p.n1.processId()));
     QElapsedTimer t;
     t.start();
