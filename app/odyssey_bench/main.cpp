@@ -8,8 +8,10 @@
 //
 //   odyssey-bench --shape qwen2.5-0.5b,qwen2.5-7b --seq 4096,16384,32768 --mode lora,full
 //                 [--steps 5] [--warmup 2] [--lora-r 16] [--lora-alpha 32]
-//                 [--checkpointing all|auto|none] [--device cuda|cpu] [--dtype bfloat16|float32]
-//                 [--layers K] [--vocab-override V] [--out FILE] [--check]
+//                 [--checkpointing all|auto|none|N] [--fused on|off] [--offload on|off]
+//                 [--attention cudnn|flash|auto]
+//                 [--device cuda|cpu] [--dtype bfloat16|float32]
+//                 [--layers K] [--vocab-override V] [--out FILE] [--check] [--label NAME]
 //                 [--ulysses U] [--a2a-bytes B1,B2,...]   (the last two under torchrun)
 //
 // Under torchrun (RANK / WORLD_SIZE set, e.g. `torchrun --no-python --nproc-per-node 2
@@ -18,9 +20,17 @@
 // engine does it; rank 0 prints the record with the global tokens/s, every rank's peak
 // memory, the collectives of a step and the share of the step spent in them.
 //
+// --checkpointing auto asks the memory planner for the fewest layers to recompute on this
+// GPU (as the engine's activation_checkpointing: auto does); N recomputes the first N. Every
+// record carries the planner's predicted peak for the configuration it ran
+// (planned_peak_gib, comparable with peak_gib) and its relative error. --fused off runs the
+// reference ops (HF's formulas, the chunked loss recomputed in backward, fp32 adapter
+// inputs). --label names the mode in the record ("fast", "lean"; compare.py keeps them apart).
+//
 // --check first compares, on the device, the loss and gradients of a packed row of three
 // samples (varlen attention) with each sample run alone (SDPA): the packed path must not
-// let attention cross samples. Exit codes: 0 done, 1 a check failed, 2 bad arguments.
+// let attention cross samples; then a 2-layer LoRA model's loss and gradients with the fused
+// kernels against the reference ops, and with checkpoint offload against none (identical). Exit codes: 0 done, 1 a check failed, 2 bad arguments.
 #include <ATen/DeviceAccelerator.h>
 #include <torch/torch.h>
 #if __has_include(<cuda_runtime_api.h>)
@@ -45,8 +55,11 @@
 #include "config/model_config.h"
 #include "dist/mesh.h"
 #include "dist/sequence_parallel.h"
+#include "model/activation_checkpoint.h"
 #include "model/decoder.h"
+#include "engine/runtime_info.h"
 #include "planner/flops.h"
+#include "planner/memory_planner.h"
 #include "train/batch.h"
 #include "train/lora.h"
 #include "train/step_engine.h"
@@ -98,7 +111,11 @@ struct Options {
   int steps = 5, warmup = 2;
   std::int64_t lora_r = 16;
   double lora_alpha = 32;
-  std::string checkpointing = "all";
+  std::string checkpointing = "all";  // all|none|auto|N
+  bool fused = true;
+  bool offload = false;
+  std::string attention = "cudnn";
+  std::string label;
   std::string device = "cuda", dtype = "bfloat16";
   std::int64_t layers = 0, vocab_override = 0;
   std::string out;
@@ -180,6 +197,120 @@ bool check_packing(const DecoderConfig& base, const torch::Device& device, torch
   return rel <= tol_loss && worst <= tol_grad;
 }
 
+model::AttentionBackend attention_of(const std::string& a) {
+  if (a == "flash") return model::AttentionBackend::Flash;
+  if (a == "auto") return model::AttentionBackend::Auto;
+  return model::AttentionBackend::CuDNN;
+}
+
+// The run's job as a TrainConfig, for the memory planner.
+TrainConfig bench_config(const Options& o, const std::string& mode, std::int64_t seq, int world) {
+  TrainConfig c;
+  c.tuner_type = mode;
+  c.lora_rank = o.lora_r;
+  c.lora_alpha = o.lora_alpha;
+  c.lora_dropout = 0.0;
+  c.target_modules = {"all-linear"};
+  c.max_length = seq;
+  c.per_device_train_batch_size = 1;
+  c.torch_dtype = o.dtype;
+  c.device = o.device;
+  c.fused_kernels = o.fused;
+  c.attn_impl = o.attention == "flash" ? "flash_attn" : o.attention == "auto" ? "sdpa" : "cudnn";
+  c.activation_checkpointing = o.checkpointing == "auto" || o.checkpointing == "all" || o.checkpointing == "none"
+                                   ? o.checkpointing
+                                   : "auto";
+  c.padding_free = true;
+  c.offload_activations = o.offload;
+  c.sequence_parallel_size = world;
+  c.nproc_per_node = world;
+  c.ulysses_size = o.ulysses;
+  return c;
+}
+
+// Loss and every gradient of a 2-layer model on one packed row, for the model-level checks.
+struct Grads {
+  double loss = 0;
+  std::map<std::string, torch::Tensor> g;
+};
+Grads loss_and_grads(model::CausalLM& lm, const train::PackedRow& row) {
+  lm->zero_grad();
+  const torch::Tensor loss = train::row_loss_sum(lm, row);
+  loss.backward();
+  Grads out;
+  out.loss = loss.item<double>();
+  for (auto& p : lm->named_parameters(true))
+    if (p.value().grad().defined()) out.g[p.key()] = p.value().grad().to(torch::kFloat32).clone();
+  return out;
+}
+
+// Worst relative gradient difference (max |a − b| / max |b| per tensor) and its tensor.
+std::pair<double, std::string> worst_grad(const Grads& a, const Grads& b) {
+  double worst = 0;
+  std::string name;
+  for (const auto& [k, gb] : b.g) {
+    const auto it = a.g.find(k);
+    const double scale = gb.abs().max().item<double>();
+    const double e = it == a.g.end() ? INFINITY : scale > 0 ? (it->second - gb).abs().max().item<double>() / scale : 0;
+    if (e > worst) worst = e, name = k;
+  }
+  return {worst, name};
+}
+
+// The fused kernels against the reference ops, and checkpoint offload against keeping the
+// inputs on the GPU, on the same 2-layer model and packed row (LoRA on every projection so
+// the adapters' gradients are compared too). Offload moves bytes, not arithmetic: its
+// gradients must be bit-identical. Fused vs reference: bf16 rounding differs op by op, so
+// the tolerances of check_packing apply.
+bool check_fused_and_offload(const DecoderConfig& base, const torch::Device& device, torch::Dtype dtype) {
+  DecoderConfig c = base;
+  c.hf.num_hidden_layers = 2;
+  model::DecoderOptions o;
+  o.device = device;
+  o.dtype = dtype;
+  torch::manual_seed(2);
+  model::CausalLM lm(c, o);
+  lm->initialize_random();
+  train::LoraSettings ls;
+  ls.rank = 8;
+  ls.alpha = 16;
+  ls.target_modules = train::lora_module_names();
+  train::apply_lora(lm, ls);
+  {
+    torch::NoGradGuard ng;  // non-zero B so adapters carry signal both ways
+    for (auto& p : lm->named_parameters(true))
+      if (p.key().find("lora_B") != std::string::npos) p.value().normal_(0.0, 0.02);
+  }
+  const std::int64_t n = 1500;
+  const torch::Tensor ids = torch::randint(0, c.hf.vocab_size, {1, n}, torch::kInt64);
+  const auto row = train::make_packed_row(ids, ids, torch::arange(n, torch::kInt64).view({1, -1})).to(device);
+  lm->set_checkpoint_layers({true, true});
+  lm->set_fused_kernels(false);
+  const Grads ref = loss_and_grads(lm, row);
+  lm->set_fused_kernels(true);
+  const Grads fused = loss_and_grads(lm, row);
+  lm->set_offload_checkpoints(true);
+  const Grads off = loss_and_grads(lm, row);
+  lm->set_offload_checkpoints(false);
+  const auto [wf, wf_name] = worst_grad(fused, ref);
+  const auto [wo, wo_name] = worst_grad(off, fused);
+  const double rel = std::abs(fused.loss - ref.loss) / std::abs(ref.loss);
+  const bool half = dtype != torch::kFloat32;
+  const double tol_loss = half ? 2e-2 : 1e-5, tol_grad = half ? 5e-2 : 1e-4;
+  const bool ok_fused = rel <= tol_loss && wf <= tol_grad;
+  const bool ok_off = wo == 0.0 && off.loss == fused.loss;
+  std::printf("{\"check\": \"fused kernels vs reference ops (2 layers, LoRA, checkpointed)\", \"device\": \"%s\", "
+              "\"loss_fused\": %.6f, \"loss_reference\": %.6f, \"loss_rel_err\": %.3g, \"worst_grad_rel_err\": %.3g, "
+              "\"worst_grad\": \"%s\", \"pass\": %s}\n",
+              device.str().c_str(), fused.loss, ref.loss, rel, wf, wf_name.c_str(), ok_fused ? "true" : "false");
+  std::printf("{\"check\": \"checkpoint offload vs inputs kept on the device\", \"device\": \"%s\", "
+              "\"offloaded_bytes\": %lld, \"loss_offload\": %.6f, \"loss_kept\": %.6f, \"worst_grad_abs_diff_rel\": %.3g, "
+              "\"worst_grad\": \"%s\", \"pass\": %s}\n",
+              device.str().c_str(), static_cast<long long>(model::offloaded_bytes_total()), off.loss, fused.loss, wo,
+              wo_name.c_str(), ok_off ? "true" : "false");
+  return ok_fused && ok_off;
+}
+
 nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const HfModelConfig& hf,
                                const DecoderConfig& dc, const std::string& mode, std::int64_t seq,
                                const torch::Device& device, torch::Dtype dtype, Parallel& par) {
@@ -192,7 +323,10 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
   rec["vocab"] = dc.hf.vocab_size;
   rec["batch"] = 1;
   rec["dtype"] = o.dtype;
-  rec["checkpointing"] = o.checkpointing;
+  if (!o.label.empty()) rec["label"] = o.label;
+  rec["fused"] = o.fused;
+  rec["offload_activations"] = o.offload;
+  rec["attention"] = o.attention;
   rec["optimizer"] = "AdamW (fused)";
   rec["steps"] = o.steps;
   rec["warmup"] = o.warmup;
@@ -209,7 +343,8 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     model::DecoderOptions mo;
     mo.device = device;
     mo.dtype = dtype;
-    mo.attention = model::AttentionBackend::Auto;
+    mo.attention = attention_of(o.attention);
+    mo.fused_kernels = o.fused;
     torch::manual_seed(0);
     model::CausalLM lm(dc, mo);
     lm->initialize_random();
@@ -223,9 +358,25 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
       train::apply_lora(lm, ls);
     }
     const auto n = static_cast<std::size_t>(dc.hf.num_hidden_layers);
+    // The planner's view of this job: which layers auto recomputes, and the predicted peak
+    // for the layers actually recomputed.
+    TrainConfig tc = bench_config(o, mode, seq, par.mesh.world);
+    PlannerOptions po;
+    if (device.is_cuda()) po.gpu_memory_bytes = static_cast<std::int64_t>(at::cuda::getDeviceProperties(device.index())->totalGlobalMem);
     std::int64_t ckpt = 0;
     if (o.checkpointing == "all") ckpt = dc.hf.num_hidden_layers;
-    lm->set_checkpoint_layers(std::vector<bool>(n, o.checkpointing == "all"));
+    else if (o.checkpointing == "auto") ckpt = plan_memory(tc, hf, po).checkpointed_layers;
+    else if (o.checkpointing != "none") ckpt = std::min<std::int64_t>(std::stoll(o.checkpointing), dc.hf.num_hidden_layers);
+    std::vector<bool> layers(n, false);
+    for (std::size_t i = 0; i < n; ++i) layers[i] = static_cast<std::int64_t>(i) < ckpt;
+    lm->set_checkpoint_layers(layers);
+    lm->set_offload_checkpoints(o.offload);
+    tc.activation_checkpointing = ckpt == 0 ? "none" : ckpt == dc.hf.num_hidden_layers ? "all" : "auto";
+    const MemoryPlan plan = plan_memory(tc, hf, po);
+    rec["checkpointing"] = o.checkpointing;
+    rec["checkpointed_layers"] = ckpt;
+    if (plan.checkpointed_layers == ckpt)  // an explicit N the planner would not choose: no prediction
+      rec["planned_peak_gib"] = sig(static_cast<double>(plan.allocated_bytes()) / double(1 << 30), 4);
     train::StepOptions so;
     so.adamw.lr = 1e-5;
     so.schedule.type = "constant";
@@ -276,9 +427,10 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     fo.lora = mode == "lora";
     fo.lora_rank = o.lora_r;
     fo.checkpointed_layers = ckpt;
-    fo.lm_head_recomputed = seq * dc.hf.vocab_size > (std::int64_t{1} << 26);
+    fo.lm_head_recomputed = !o.fused && seq * dc.hf.vocab_size > (std::int64_t{1} << 26);  // FLCE: never
     const planner::StepFlops f = planner::training_step_flops(hf, seq, fo);
     rec["attention_backend_ran"] = lm->attention_backend_ran();
+    rec["alloc_conf"] = std::getenv("PYTORCH_CUDA_ALLOC_CONF") ? std::getenv("PYTORCH_CUDA_ALLOC_CONF") : "";
     if (mesh.distributed()) {
       // The last timed step's collectives, and the mean share of a step spent waiting on them.
       nlohmann::ordered_json cj = nlohmann::ordered_json::array();
@@ -306,6 +458,10 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
       const auto s = at::accelerator::getDeviceStats(device.index());
       rec["peak_gib"] = sig(static_cast<double>(s.allocated_bytes[0].peak) / double(1 << 30), 4);
       rec["reserved_gib"] = sig(static_cast<double>(s.reserved_bytes[0].peak) / double(1 << 30), 4);
+      if (rec.contains("planned_peak_gib")) {
+        const double planned = rec["planned_peak_gib"].get<double>(), measured = rec["peak_gib"].get<double>();
+        rec["planner_error"] = sig((planned - measured) / measured, 3);
+      }
       if (mesh.distributed()) {
         torch::Tensor peaks = torch::tensor({static_cast<double>(s.allocated_bytes[0].peak)}, torch::kFloat64).to(device);
         peaks = mesh.world_group->all_gather(peaks).cpu();
@@ -350,6 +506,10 @@ int main(int argc, char** argv) {
       else if (a == "--lora-r") o.lora_r = std::stoll(next());
       else if (a == "--lora-alpha") o.lora_alpha = std::stod(next());
       else if (a == "--checkpointing") o.checkpointing = next();
+      else if (a == "--fused") o.fused = next() != "off";
+      else if (a == "--offload") o.offload = next() != "off";
+      else if (a == "--attention") o.attention = next();
+      else if (a == "--label") o.label = next();
       else if (a == "--device") o.device = next();
       else if (a == "--dtype") o.dtype = next();
       else if (a == "--layers") o.layers = std::stoll(next());
@@ -369,10 +529,17 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (o.checkpointing != "all" && o.checkpointing != "none") {
-    std::cerr << "odyssey-bench: --checkpointing: expected all or none\n";
+  const bool count = !o.checkpointing.empty() &&
+                     std::all_of(o.checkpointing.begin(), o.checkpointing.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+  if (o.checkpointing != "all" && o.checkpointing != "none" && o.checkpointing != "auto" && !count) {
+    std::cerr << "odyssey-bench: --checkpointing: expected all, none, auto or a number of layers\n";
     return 2;
   }
+  if (o.attention != "cudnn" && o.attention != "flash" && o.attention != "auto") {
+    std::cerr << "odyssey-bench: --attention: expected cudnn, flash or auto\n";
+    return 2;
+  }
+  configure_cuda_allocator();
   if (o.device == "cuda" && !torch::cuda::is_available()) {
     std::cerr << "odyssey-bench: no CUDA device is visible (use --device cpu for a smoke test)\n";
     return 77;
@@ -410,6 +577,7 @@ int main(int argc, char** argv) {
     if (o.layers > 0) hf.value.num_hidden_layers = dc.value.hf.num_hidden_layers = o.layers;
     if (o.vocab_override > 0) hf.value.vocab_size = dc.value.hf.vocab_size = o.vocab_override;
     if (o.check && par.env.rank == 0 && !check_packing(dc.value, device, dtype)) rc = 1;
+    if (o.check && par.env.rank == 0 && !check_fused_and_offload(dc.value, device, dtype)) rc = 1;
     if (par.env.world > 1) {
       const int kv = static_cast<int>(hf.value.num_key_value_heads);
       ParallelLayout layout;

@@ -18,6 +18,7 @@ int cmd_export_swift(const Args& a);   // cmd_swift.cpp
 int cmd_score(const Args& a);          // cmd_score.cpp
 int cmd_tokenize(const Args& a);       // cmd_tokenize.cpp
 int cmd_export(const Args& a);         // cmd_export.cpp
+int cmd_selftest(const Args& a);       // cmd_selftest.cpp
 
 struct Command {
   CommandSpec spec;
@@ -32,5 +33,6 @@ CommandSpec export_swift_spec();
 CommandSpec score_spec();
 CommandSpec tokenize_spec();
 CommandSpec export_spec();
+CommandSpec selftest_spec();
 
 }  // namespace odyssey::cli

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <cstdlib>
 #include <sstream>
 #include <string>
 
@@ -15,6 +16,17 @@ std::string torch_runtime_info() {
   if (cuda) o << "CUDA devices: " << static_cast<int>(torch::cuda::device_count()) << '\n';
   o << "CPU threads: " << at::get_num_threads() << '\n';
   return o.str();
+}
+
+}  // namespace odyssey
+
+namespace odyssey {
+
+std::string configure_cuda_allocator() {
+  for (const char* name : {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"})
+    if (const char* v = std::getenv(name); v && *v) return v;
+  ::setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", 0);
+  return "expandable_segments:True";
 }
 
 }  // namespace odyssey

@@ -3,6 +3,9 @@
 #include <cmath>
 #include <utility>
 
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/swiglu.h"
 #include "model/activation_checkpoint.h"
 #include "model/rope.h"
 
@@ -17,6 +20,14 @@ LinearImpl::LinearImpl(std::int64_t in, std::int64_t out, bool with_bias, const 
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   torch::Tensor y = at::linear(x, weight, bias.defined() ? std::optional<torch::Tensor>(bias) : std::nullopt);
   if (!lora_A) return y;
+  if (lora_in_input_dtype && x.scalar_type() != lora_A->weight.scalar_type()) {
+    // Autocast's rule: the fp32 adapter weights are cast to the input's dtype for the two
+    // products, so autograd keeps the (shared) input instead of an fp32 copy per adapter;
+    // the weights' gradients come back in fp32.
+    const auto dt = x.scalar_type();
+    torch::Tensor in = lora_dropout > 0.0 ? torch::dropout(x, lora_dropout, is_training()) : x;
+    return y + at::linear(at::linear(in, lora_A->weight.to(dt)), lora_B->weight.to(dt)) * lora_scaling;
+  }
   // Adapters are kept in fp32 whatever the base dtype (PEFT's autocast_adapter_dtype): the
   // input is cast to theirs and the update back to the base output's.
   torch::Tensor in = x.to(lora_A->weight.scalar_type());
@@ -55,6 +66,7 @@ RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps_, const torch::TensorOptio
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  if (fused) return kernels::rms_norm(x, weight, eps);
   const auto in_dtype = x.scalar_type();
   torch::Tensor h = x.to(torch::kFloat32);
   const torch::Tensor variance = h.pow(2).mean(-1, true);
@@ -96,12 +108,26 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext&
       q = q_norm(q);
       k = k_norm(k);
     }
-    q = apply_rope(q.transpose(1, 2), ctx.cos, ctx.sin)[0].transpose(0, 1).contiguous();
-    k = apply_rope(k.transpose(1, 2), ctx.cos, ctx.sin)[0].transpose(0, 1).contiguous();
+    if (fused) {  // [T, H, D] views of the projections, rotated in place: no copies
+      std::tie(q, k) = kernels::apply_rope_(q.view({s, -1, head_dim}), k.view({s, -1, head_dim}), ctx.cos[0], ctx.sin[0]);
+    } else {
+      q = apply_rope(q.transpose(1, 2), ctx.cos, ctx.sin)[0].transpose(0, 1).contiguous();
+      k = apply_rope(k.transpose(1, 2), ctx.cos, ctx.sin)[0].transpose(0, 1).contiguous();
+    }
     std::int64_t ran = -1;
-    const torch::Tensor out = ctx.attention_override
-                                  ? ctx.attention_override->attend(q, k, v, scale, &ran)
-                                  : varlen_causal_attention(q, k, v, ctx.cu_seqlens, ctx.max_seqlen, scale, &ran);
+    torch::Tensor out;
+    if (ctx.attention_override) {
+      out = ctx.attention_override->attend(q, k, v, scale, &ran);
+    } else if (ctx.max_seqlen == s && q.is_cuda() && ctx.attention != AttentionBackend::Flash) {
+      // One sample in the row: SDPA over [1, H, T, D] views, where cuDNN's attention (1.7x
+      // varlen flash at 32K on an H200, docs/model.md) can run.
+      out = causal_attention(q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0),
+                             v.transpose(0, 1).unsqueeze(0), {}, scale, ctx.attention, &ran)
+                .squeeze(0)
+                .transpose(0, 1);
+    } else {
+      out = varlen_causal_attention(q, k, v, ctx.cu_seqlens, ctx.max_seqlen, scale, &ran);
+    }
     if (ctx.backend_ran) ctx.backend_ran->store(ran);
     return o_proj(out.reshape({b, s, -1}));
   }
@@ -129,6 +155,7 @@ MlpImpl::MlpImpl(const DecoderConfig& c, const torch::TensorOptions& o) {
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+  if (fused) return down_proj(kernels::swiglu(gate_proj(x), up_proj(x)));
   return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
 }
 
@@ -141,6 +168,11 @@ DecoderLayerImpl::DecoderLayerImpl(const DecoderConfig& c, const torch::TensorOp
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const LayerContext& ctx) {
+  if (fused) {  // h = x + attention rounded as HF's add, normalised in the same pass
+    auto [normed, h] = kernels::add_rms_norm(self_attn(input_layernorm(x), ctx), x, post_attention_layernorm->weight,
+                                             post_attention_layernorm->eps);
+    return h + mlp(normed);
+  }
   torch::Tensor h = x + self_attn(input_layernorm(x), ctx);
   return h + mlp(post_attention_layernorm(h));
 }
@@ -162,6 +194,18 @@ CausalLMImpl::CausalLMImpl(DecoderConfig config, DecoderOptions options)
   if (!config_.hf.tie_word_embeddings)
     lm_head = register_module("lm_head", Linear(config_.hf.hidden_size, config_.hf.vocab_size, false, o));
   inv_freq_ = rope_inv_freq(config_.rope, config_.hf.head_dim).to(options_.device);
+  set_fused_kernels(options_.fused_kernels);
+}
+
+void CausalLMImpl::set_fused_kernels(bool on) {
+  options_.fused_kernels = on;
+  for (auto& m : modules(/*include_self=*/false)) {
+    if (auto* n = dynamic_cast<RMSNormImpl*>(m.get())) n->fused = on;
+    if (auto* a = dynamic_cast<AttentionImpl*>(m.get())) a->fused = on;
+    if (auto* p = dynamic_cast<MlpImpl*>(m.get())) p->fused = on;
+    if (auto* l = dynamic_cast<DecoderLayerImpl*>(m.get())) l->fused = on;
+    if (auto* l = dynamic_cast<LinearImpl*>(m.get())) l->lora_in_input_dtype = on;
+  }
 }
 
 torch::Tensor CausalLMImpl::lm_head_weight() const {
@@ -209,11 +253,12 @@ torch::Tensor CausalLMImpl::hidden_states_packed(const torch::Tensor& input_ids,
 
 torch::Tensor CausalLMImpl::run_layers(torch::Tensor h, const LayerContext& ctx) {
   const bool recording = torch::GradMode::is_enabled();
+  const auto offload = recording && offload_checkpoints_ && h.is_cuda() ? make_offload_chain() : nullptr;
   for (std::size_t i = 0; i < model->layer_list.size(); ++i) {
     DecoderLayer layer = model->layer_list[i];
     if (recording && i < checkpoint_layers_.size() && checkpoint_layers_[i]) {
       if (!h.requires_grad()) h = h.detach().requires_grad_(true);  // frozen embeddings (LoRA)
-      h = checkpointed([layer, ctx](const torch::Tensor& x) mutable { return layer(x, ctx); }, h);
+      h = checkpointed([layer, ctx](const torch::Tensor& x) mutable { return layer(x, ctx); }, h, offload);
     } else {
       h = layer(h, ctx);
     }

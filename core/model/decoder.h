@@ -37,6 +37,12 @@ struct DecoderOptions {
   torch::Dtype dtype = torch::kFloat32;
   torch::Device device = torch::kCPU;
   AttentionBackend attention = AttentionBackend::CuDNN;  // preferred on CUDA; CPU: ATen's choice
+  // The fused ops of kernels/ (RMSNorm with the residual add, RoPE in place, SwiGLU) in
+  // padding-free rows, and LoRA adapters computed in the activations' dtype (fp32 master
+  // weights and gradients, autocast's rule) instead of on an fp32 copy of every input.
+  // CUDA tensors run the CUDA kernels; others the same fused math in ATen ops. Off: the
+  // Hugging Face formulas op for op (the parity tests' reference path).
+  bool fused_kernels = false;
 };
 
 // y = x W^T + b (F.linear). Parameters "weight" [out, in] and "bias" [out] when present.
@@ -58,6 +64,7 @@ class LinearImpl : public torch::nn::Module {
   std::shared_ptr<LinearImpl> lora_A, lora_B;
   double lora_scaling = 0.0;
   double lora_dropout = 0.0;
+  bool lora_in_input_dtype = false;  // DecoderOptions::fused_kernels
   std::int64_t in_features = 0, out_features = 0;
 };
 TORCH_MODULE(Linear);
@@ -69,6 +76,7 @@ class RMSNormImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight;
   double eps;
+  bool fused = false;
 };
 TORCH_MODULE(RMSNorm);
 
@@ -101,6 +109,7 @@ class AttentionImpl : public torch::nn::Module {
   RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3
   std::int64_t heads, kv_heads, head_dim;
   double scale;
+  bool fused = false;
 };
 TORCH_MODULE(Attention);
 
@@ -109,6 +118,7 @@ class MlpImpl : public torch::nn::Module {
   MlpImpl(const DecoderConfig& c, const torch::TensorOptions& o);
   torch::Tensor forward(const torch::Tensor& x);
   Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  bool fused = false;
 };
 TORCH_MODULE(Mlp);
 
@@ -119,6 +129,7 @@ class DecoderLayerImpl : public torch::nn::Module {
   Attention self_attn{nullptr};
   Mlp mlp{nullptr};
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  bool fused = false;  // the residual add fused into post_attention_layernorm
 };
 TORCH_MODULE(DecoderLayer);
 
@@ -156,6 +167,15 @@ class CausalLMImpl : public torch::nn::Module {
   // checkpointing); applies when autograd records. Size num_hidden_layers, or empty: none.
   void set_checkpoint_layers(std::vector<bool> layers) { checkpoint_layers_ = std::move(layers); }
   const std::vector<bool>& checkpoint_layers() const { return checkpoint_layers_; }
+  // Keep the checkpointed layers' inputs in pinned host memory between forward and
+  // backward (offload_activations; activation_checkpoint.h). CUDA only; no effect on CPU.
+  void set_offload_checkpoints(bool on) { offload_checkpoints_ = on; }
+  bool offload_checkpoints() const { return offload_checkpoints_; }
+
+  // Switches every module between the fused ops and the reference formulas (see
+  // DecoderOptions::fused_kernels); adapters added later follow the setting.
+  void set_fused_kernels(bool on);
+  bool fused_kernels() const { return options_.fused_kernels; }
 
   // lm_head.weight, or model.embed_tokens.weight when tied.
   torch::Tensor lm_head_weight() const;
@@ -177,6 +197,7 @@ class CausalLMImpl : public torch::nn::Module {
                        const torch::Tensor& position_ids, torch::ScalarType dtype);
   torch::Tensor run_layers(torch::Tensor h, const LayerContext& ctx);
   std::vector<bool> checkpoint_layers_;
+  bool offload_checkpoints_ = false;
   DecoderConfig config_;
   DecoderOptions options_;
   torch::Tensor inv_freq_;  // fp32, not a parameter (HF: non-persistent buffer)

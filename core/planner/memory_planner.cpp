@@ -155,9 +155,10 @@ void add_items(MemoryPlan& plan, const Terms& t, const Eval& e, const TrainConfi
   ib.add("loss working set", "loss", t.loss,
          t.fused ? "fused linear cross-entropy: " + num(t.loss_chunk) + "-token chunk of logits (fp32 + " + dtype +
                        "), gradient of the hidden states, final norm"
-                 : std::string("full logits: fp32 log-softmax, its gradient and the logits' gradient "
-                               "(12 B per logit)") +
-                       (t.hf ? " + the model output's logits held through backward" : "") + ", final norm",
+                 : t.hf ? std::string("full logits: fp32 log-softmax, its gradient and the logits' gradient "
+                                      "(12 B per logit) + the model output's logits held through backward, final norm")
+                        : "reference ops: " + num(t.loss_chunk) +
+                              "-token chunks of logits recomputed in backward (12 B per logit of one chunk), final norm",
          ph == 0);
 }
 
@@ -171,8 +172,6 @@ void add_notes(MemoryPlan& plan, const Terms& t, const TrainConfig& c, const Pla
     n.push_back("capacity is the host's RAM (" +
                 gib(o.host_memory_bytes > 0 ? o.host_memory_bytes : host_memory_bytes()) +
                 ") shared by " + num(t.procs_per_node) + " process(es)");
-  if (t.fused_requested && !t.fused && !t.hf)
-    n.push_back("fused kernels are CUDA-only: planned with the reference (unfused) ops");
   if (!policy_ok)
     n.push_back("activation_checkpointing " + c.activation_checkpointing + " is not a policy; planned as auto");
   const std::string ck = num(plan.checkpointed_layers) + " of " + num(plan.total_layers) + " layers checkpointed";
@@ -190,8 +189,6 @@ void add_notes(MemoryPlan& plan, const Terms& t, const TrainConfig& c, const Pla
                           num(c.galore_rank)
                     : "GaLore updates each layer in backward (gradient_accumulation_steps 1)");
   if (c.attn_impl == "eager") n.push_back("eager attention stores s² attention probabilities per layer");
-  if (!t.fused && !t.hf && t.cuda && t.loss > plan.capacity_bytes / 4)
-    n.push_back("the full logits dominate: fused_kernels true computes the loss in chunks");
 }
 
 }  // namespace

@@ -75,7 +75,7 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   t.act_b = b;
   t.lora = uses_lora(c);
   t.fused_requested = c.fused_kernels;
-  t.fused = c.fused_kernels && t.cuda && !t.hf;
+  t.fused = c.fused_kernels && !t.hf;  // the fused ops run on CUDA and, as ATen ops, elsewhere
   t.layout = parallel_layout(c, s.Hkv);
   const ParallelLayout& p = t.layout;
   const i64 u = std::max<i64>(1, p.ulysses), sp = std::max<i64>(1, p.sp);
@@ -123,7 +123,12 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
     // foreach AdamW allocates a copy of the states (sqrt of v) during the step.
     t.step_tmp = t.hf ? 4 * t.trainable : 0;
   } else {
-    const i64 gb = t.hf ? b : 4;  // Odyssey accumulates fp32 main gradients; HF keeps the param dtype
+    // Odyssey's engine today (zero_stage 0, no GaLore, no offload) trains full fine-tunes as
+    // HF does, "pure" in the parameters' dtype: gradients and AdamW states in that dtype, no
+    // master copy (measured on an H200: docs/memory-planner.md). The fp32 main-gradient and
+    // master layout below is the plan for ZeRO and GaLore (the optimizer issue).
+    const bool pure = t.hf || (!c.use_galore && c.zero_stage == 0 && !c.offload_optimizer);
+    const i64 gb = pure ? b : 4;
     const unsigned gmask = c.use_galore ? module_mask(c.galore_target_modules) : 0u;
     i64 targeted_block = 0, largest_target = 0, largest_in = 0, largest_out = 0;
     for (std::size_t k = 0; k < kModules; ++k)
@@ -153,8 +158,8 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
     t.trainable = P;
     t.grads_layers = (per_layer * s.L - (t.galore_per_layer ? t.galore_targeted : 0)) * gb;
     t.grads_other = (embed + head + s.h) * gb;
-    t.master = t.hf || b == 4 ? 0 : 4 * untargeted;  // GaLore updates its weights in place
-    t.adam = untargeted * (t.hf ? 2 * b : 8);
+    t.master = pure || b == 4 ? 0 : 4 * untargeted;  // GaLore updates its weights in place
+    t.adam = untargeted * (pure ? 2 * b : 8);
     t.step_tmp = t.hf ? untargeted * b : 0;
     if (c.use_galore) {
       // The hook holds one layer's bf16 gradients, back-projects the update of the largest
@@ -163,7 +168,7 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
       const i64 k = std::min(largest_in, largest_out);
       t.layer_grads_tmp = targeted_block * b + 4 * largest_target + 4 * (2 * largest_target + k * k + k);
     }
-    if (!t.hf) t.layer_grads_tmp += per_layer * b;  // bf16 grads before fp32 accumulation
+    if (!pure) t.layer_grads_tmp += per_layer * b;  // bf16 grads before fp32 accumulation
   }
   t.grads_unsharded = t.grads_layers + t.grads_other;
   if (c.zero_stage >= 1) {
@@ -194,7 +199,9 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   auto needs_shared = [&](Module k) {
     if (full) return true;
     if (!(lmask & (1u << k))) return false;
-    const bool own_copy = dropout > 0.0 || (t.hf && b != 4);  // PEFT casts the input to fp32
+    // PEFT (and the engine's reference ops, fused_kernels false) cast each adapter's input to
+    // fp32: an own copy per adapter. The fused engine computes adapters in the input's dtype.
+    const bool own_copy = dropout > 0.0 || ((t.hf || !t.fused) && b != 4);
     return !own_copy;
   };
   i64 per_token = 2 * norm_bytes(s.h, b, t.fused, full);
@@ -209,10 +216,11 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   if (t.lora)
     for (std::size_t k = 0; k < kModules; ++k) {
       if (!(lmask & (1u << k))) continue;
-      const i64 copy_b = t.hf ? 4 : b;
+      const bool fp32_inputs = (t.hf || !t.fused) && b != 4;
+      const i64 copy_b = fp32_inputs ? 4 : b;
       if (dropout > 0.0) dropout_tok += (copy_b + 1) * s.in[k];  // dropped copy + bool mask
-      else if (t.hf && b != 4) per_token += 4 * s.in[k];
-      per_token += r * (t.hf ? 4 : b);                            // lora_A output
+      else if (fp32_inputs) per_token += 4 * s.in[k];
+      per_token += r * (fp32_inputs ? 4 : b);                     // lora_A output
     }
   per_token += dropout_tok;
   per_token += b * (s.q + 2 * kv_eff) + b * s.q + 4 * s.H;  // q, k, v, output, fp32 LSE
@@ -236,14 +244,21 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
     t.loss_chunk = std::min(T, kFusedLossChunkTokens);
     t.loss = final_norm + t.loss_chunk * s.V * (4 + b) + T * s.h * b +
              (full && c.zero_stage >= 2 ? 4 * s.V * s.h : 0);
-  } else {
+  } else if (t.hf) {
     // fp32 log-softmax output + its gradient + the gradient of the logits (12 B/logit); HF
     // also keeps the model output's logits alive through backward.
-    t.loss = final_norm + 12 * T * s.V + (t.hf ? b * T * s.V : 0) + (full ? b * s.h * T : 0);
+    t.loss = final_norm + 12 * T * s.V + b * T * s.V + (full ? b * s.h * T : 0);
+  } else {
+    // The engine's reference ops: chunks of 2^26 logits, each recomputed in backward (12 B
+    // per logit of one chunk at a time); the full logits never exist.
+    t.loss_chunk = std::min(T, std::max<i64>(1, (i64{1} << 26) / s.V));
+    t.loss = final_norm + 12 * t.loss_chunk * s.V + (full ? b * s.h * T : 0);
   }
 
   // -- backward working sets of one layer
-  t.bwd_mlp = T * b * (3 * s.h + (t.fused ? 3 : 4) * s.i);
+  // The down projection's saved input (when stored) is released once its backward has run,
+  // before SwiGLU's backward creates the gradients of gate and up: it is not live with them.
+  t.bwd_mlp = T * b * (3 * s.h + (t.fused ? 3 : 4) * s.i) - (needs_shared(Down) ? T * b * s.i : 0);
   t.bwd_attn = T * (b * (3 * s.h + 2 * s.q + 2 * kv_eff) + 4 * s.q + 4 * s.H) + eager_sq;
   if (u > 1) t.a2a = T * 2 * b * (s.q + 2 * kv_eff);
   if (p.ring > 1) {
@@ -276,7 +291,10 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every) {
     if (c) --ck_below;
     else --full_below;
     const i64 grads = t.grads_persistent ? grads_all : t.grads_other + t.grads_layers * (L - 1 - j) / L;
-    const i64 acts_in = inputs_on_gpu(ck_below), acts_full = full_below * t.layer_full;
+    // With offload, the input below that is on the GPU is the one prefetched for the next
+    // recomputation (the current layer's own input is among its activations).
+    const i64 acts_in = t.offload_acts ? std::min<i64>(ck_below, 1) * t.layer_in : ck_below * t.layer_in;
+    const i64 acts_full = full_below * t.layer_full;
     const i64 cur = c ? t.layer_full + t.recompute_extra : t.layer_full;
     const i64 live = acts_in + acts_full + cur + grads;
     if (live > best) {

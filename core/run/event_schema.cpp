@@ -70,7 +70,8 @@ void put_fields(OrderedJson& j, const StepEvent& e) {
     memory.push_back({{"rank", m.rank},
                       {"vram_allocated_bytes", m.vram_allocated_bytes},
                       {"vram_peak_bytes", m.vram_peak_bytes},
-                      {"vram_reserved_bytes", m.vram_reserved_bytes}});
+                      {"vram_reserved_bytes", m.vram_reserved_bytes},
+                      {"vram_fragmentation_bytes", m.fragmentation_bytes()}});
   j["memory"] = std::move(memory);
   OrderedJson coll = OrderedJson::array();
   for (const auto& c : e.collectives)

@@ -1,5 +1,7 @@
 #include "train/batch.h"
 
+#include "kernels/linear_ce.h"
+
 #include "model/activation_checkpoint.h"
 
 namespace odyssey::train {
@@ -72,6 +74,11 @@ torch::Tensor row_loss_sum(model::CausalLM& lm, const PackedRow& row, std::int64
   const torch::Tensor targets = row.targets.defined() ? row.targets[0]
                                                       : torch::constant_pad_nd(row.labels[0], {0, 1}, -100).narrow(0, 1, t);
   const torch::Tensor w = lm->lm_head_weight();
+  if (lm->fused_kernels()) {  // gradients computed in the forward pass, logits never whole
+    kernels::LinearCeOptions o;
+    o.chunk_tokens = std::max<std::int64_t>(1, max_logits_elements / w.size(0));
+    return kernels::linear_cross_entropy(h, w, targets, o);
+  }
   const std::int64_t vocab = w.size(0);
   auto chunk_loss = [w](const torch::Tensor& hc, const torch::Tensor& tc) {
     return torch::nn::functional::cross_entropy(

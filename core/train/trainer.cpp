@@ -27,6 +27,7 @@
 #include "data/tokenize.h"
 #include "dist/mesh.h"
 #include "dist/sequence_parallel.h"
+#include "engine/runtime_info.h"
 #include "model/weights.h"
 #include "planner/memory_planner.h"
 #include "run/event_writer.h"
@@ -235,6 +236,15 @@ std::string dtype_name(torch::Dtype t) {
   if (t == torch::kBFloat16) return "bfloat16";
   if (t == torch::kFloat16) return "float16";
   return "float32";
+}
+
+// attn_impl → the SDPA backend put first. auto prefers cuDNN (1.7x flash at 32K on an
+// H200, docs/model.md); rows of several samples use varlen flash whatever this says.
+model::AttentionBackend attention_backend_for(const std::string& impl) {
+  if (impl == "flash_attn") return model::AttentionBackend::Flash;
+  if (impl == "sdpa") return model::AttentionBackend::Auto;
+  if (impl == "eager") return model::AttentionBackend::Math;
+  return model::AttentionBackend::CuDNN;
 }
 
 // Which layers recompute their activations (docs/training.md, activation checkpointing).
@@ -488,16 +498,20 @@ int run_training(const TrainConfig& c, const run::RunDir& dir, const TrainerOpti
 
   try {
     // ---- model
+    const std::string alloc_conf = configure_cuda_allocator();
     const torch::Device device = pick_device(c, env);
     probe.device = device;
     const torch::Dtype dtype = pick_dtype(c, device);
     torch::manual_seed(static_cast<std::uint64_t>(c.seed));
     if (device.is_cuda()) torch::cuda::manual_seed_all(static_cast<std::uint64_t>(c.seed));
-    stage("load_model", c.model + " on " + device.str() + " in " + dtype_name(dtype));
+    stage("load_model", c.model + " on " + device.str() + " in " + dtype_name(dtype) +
+                             (device.is_cuda() ? ", allocator " + alloc_conf : std::string()) +
+                             (c.fused_kernels ? ", fused kernels" : ", reference ops (fused_kernels: false)"));
     model::DecoderOptions mo;
     mo.device = device;
     mo.dtype = dtype;
-    mo.attention = model::AttentionBackend::Auto;
+    mo.attention = attention_backend_for(c.attn_impl);
+    mo.fused_kernels = c.fused_kernels;
     auto loaded = model::load_causal_lm(c.model, mo);
     if (!loaded.ok()) throw RunFailure{"the model could not be loaded:\n" + format_all(loaded.diagnostics)};
     model::CausalLM lm = loaded.value.lm;
@@ -565,6 +579,7 @@ int run_training(const TrainConfig& c, const run::RunDir& dir, const TrainerOpti
     std::string why;
     ckpt_layers = checkpoint_layers(c, hf, device, &why);
     lm->set_checkpoint_layers(ckpt_layers);
+    lm->set_offload_checkpoints(c.offload_activations);
 
     // ---- schedule
     const std::int64_t batch = c.per_device_train_batch_size, accum = c.gradient_accumulation_steps;

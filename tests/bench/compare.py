@@ -51,7 +51,9 @@ def read(paths):
                 except (KeyError, TypeError, ValueError):
                     print(f"compare.py: {path}:{n}: no shape/mode/seq, skipped", file=sys.stderr)
                     continue
-                recs[(r["impl"], *key)] = r
+                # odyssey-bench --label (fast, lean, ...) keeps each mode of the engine apart.
+                label = str(r.get("label", "")) if r["impl"] == "odyssey" else ""
+                recs[(r["impl"], *key, label)] = r
     return recs
 
 
@@ -80,26 +82,38 @@ def ratio(a, b, fmt="{:.2f}×"):
 
 
 def table(recs) -> str:
-    keys = sorted({k[1:] for k in recs}, key=lambda k: (k[0], k[1], k[2]))
-    head = ["shape", "mode", "seq", "HF tokens/s", "Odyssey tokens/s", "speed-up", "HF peak GiB",
-            "Odyssey peak GiB", "memory ratio", "HF MFU", "Odyssey MFU"]
-    rows = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * (len(head) - 3)) + "|"]
+    keys = sorted({k[1:] for k in recs if k[0] == "odyssey"} | {(*k[1:4], "") for k in recs if k[0] == "hf"},
+                  key=lambda k: (k[0], k[1], k[2], k[3]))
+    head = ["shape", "mode", "seq", "Odyssey mode", "HF tokens/s", "Odyssey tokens/s", "speed-up", "HF peak GiB",
+            "Odyssey peak GiB", "memory ratio", "recomputed layers", "planned GiB (error)", "HF MFU", "Odyssey MFU"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 4 + ["---:"] * (len(head) - 4)) + "|"]
     notes = []
-    for shape, mode, seq in keys:
-        hf, ody = recs.get(("hf", shape, mode, seq)), recs.get(("odyssey", shape, mode, seq))
+    labelled = {k[1:4] for k in recs if k[0] == "odyssey" and k[4]}
+    for shape, mode, seq, label in keys:
+        if not label and (shape, mode, seq) in labelled and ("odyssey", shape, mode, seq, "") not in recs:
+            continue  # HF's row appears beside each labelled Odyssey mode
+        hf, ody = recs.get(("hf", shape, mode, seq, "")), recs.get(("odyssey", shape, mode, seq, label))
         tok = lambda v: f"{v:,.0f}"  # noqa: E731
         gib = lambda v: f"{v:.1f}"  # noqa: E731
         pct = lambda v: f"{100 * v:.1f}%"  # noqa: E731
+        planned = "—"
+        if ody is not None and num(ody, "planned_peak_gib") is not None and num(ody, "planner_error") is not None:
+            planned = f"{num(ody, 'planned_peak_gib'):.1f} ({100 * num(ody, 'planner_error'):+.1f}%)"
+        layers = "—" if ody is None or ody.get("checkpointed_layers") is None else \
+            f"{ody['checkpointed_layers']}/{ody.get('layers', '?')}" + (" + offload" if ody.get("offload_activations") else "")
         rows.append("| " + " | ".join([
-            shape, mode, seq_label(seq),
+            shape, mode, seq_label(seq), label or "—",
             cell(hf, "tokens_per_s", tok), cell(ody, "tokens_per_s", tok),
             ratio(num(ody, "tokens_per_s"), num(hf, "tokens_per_s")),
             cell(hf, "peak_gib", gib), cell(ody, "peak_gib", gib),
             ratio(num(ody, "peak_gib"), num(hf, "peak_gib")),
+            layers, planned,
             cell(hf, "mfu", pct), cell(ody, "mfu", pct),
         ]) + " |")
         if hf is not None and ody is not None:
             for k in SAME:
+                if k == "checkpointing" and label:
+                    continue  # a labelled mode chooses its own recomputation (column "recomputed layers")
                 if k in hf and k in ody and normal(k, hf[k]) != normal(k, ody[k]):
                     notes.append(f"- {shape} {mode} {seq_label(seq)}: {k} differs (hf {hf[k]!r}, odyssey {ody[k]!r})")
     out = "\n".join(rows)

@@ -104,9 +104,10 @@ class TestMemoryPlanner : public QObject {
     QCOMPARE(p.peak_bytes, std::int64_t{1007744 + 50387 + planner::kCudaContextBytes});
     QCOMPARE(at_peak_sum(p), p.peak_bytes);
     QCOMPARE(p.allocated_bytes(), std::int64_t{1007744});
-    // MLP backward 128·2·(3·64 + 3·128) = 147456 beats attention's
-    // 128·(2·(3·64 + 2·64 + 2·32) + 4·64 + 4·4) = 133120.
-    QCOMPARE(item(p, "layer backward working set", false), std::int64_t{147456});
+    // Attention's 128·(2·(3·64 + 2·64 + 2·32) + 4·64 + 4·4) = 133120 beats the MLP's
+    // 128·2·(3·64 + 3·128) = 147456 less the down projection's stored input 128·2·128 (released
+    // before SwiGLU's backward) = 114688.
+    QCOMPARE(item(p, "layer backward working set", false), std::int64_t{133120});
     QVERIFY(p.fits);
     QCOMPARE(p.checkpointed_layers, std::int64_t{0});
   }
@@ -123,8 +124,12 @@ class TestMemoryPlanner : public QObject {
     QVERIFY(item(p, "gradients") < item(p, "gradients", false));
     QVERIFY(item(p, "NCCL buffers") >= planner::kNcclCommunicatorBytes);
     c.zero_stage = 0;
+    // Without ZeRO the engine trains pure bf16, as HF does: states and gradients in the
+    // parameters' dtype, no master copy.
     const MemoryPlan q = plan_memory(c, tiny());
-    QCOMPARE(item(q, "AdamW states"), std::int64_t{106816 * 8});
+    QCOMPARE(item(q, "AdamW states"), std::int64_t{106816 * 2 * 2});
+    QCOMPARE(item(q, "master weights"), std::int64_t{0});
+    QCOMPARE(std::max(item(q, "gradients"), item(q, "gradients", false)), std::int64_t{106816 * 2});
   }
 
   void tinyGaloreByHand() {
@@ -138,9 +143,8 @@ class TestMemoryPlanner : public QObject {
     // The rest (embeddings, lm_head, norms: 106816 − 2·36864 = 33088) keeps AdamW + master.
     QCOMPARE(item(p, "AdamW states"), std::int64_t{33088 * 8});
     QCOMPARE(item(p, "master weights"), std::int64_t{33088 * 4});
-    c.use_galore = false;
-    const MemoryPlan adam = plan_memory(c, tiny());
-    QVERIFY(group_sum(p, "optimizer") < group_sum(adam, "optimizer") / 2);
+    // Against fp32 AdamW states on the targeted weights (2 blocks × 36864 × 8 B):
+    QVERIFY(item(p, "GaLore states") + item(p, "GaLore projections") < 2 * 36864 * 8 / 4);
     // Q-GaLore: 8-bit states and int4 projections.
     c.use_galore = true, c.galore_quantization = true;
     const MemoryPlan q = plan_memory(c, tiny());
@@ -155,7 +159,9 @@ class TestMemoryPlanner : public QObject {
     c.use_galore = true;  // per-layer updates: gradient_accumulation_steps 1
     const MemoryPlan g = plan_memory(c, qwen25_7b());
     auto grads = [](const MemoryPlan& p) { return std::max(item(p, "gradients"), item(p, "gradients", false)); };
-    QVERIFY(group_sum(g, "optimizer") + grads(g) < (group_sum(adam, "optimizer") + grads(adam)) / 3);
+    // Even against pure-bf16 AdamW (the engine's layout without ZeRO/GaLore, 6 B per parameter
+    // of states and gradients), GaLore's fp32 low-rank states need less than half.
+    QVERIFY(group_sum(g, "optimizer") + grads(g) < (group_sum(adam, "optimizer") + grads(adam)) / 2);
     QVERIFY(g.peak_bytes < adam.peak_bytes);
   }
 
@@ -190,16 +196,65 @@ class TestMemoryPlanner : public QObject {
     QVERIFY(std::abs(predicted - gib) / gib < 0.03);
   }
 
-  // The brief's sanity case: unfused, all layers checkpointed, lands near HF's 86 GiB (the
-  // engine drops the logits before backward, HF's loop kept them: 9.3 GiB); fused is far lower.
+  // The brief's sanity case, 7B LoRA 32K with every layer checkpointed: HF needs 86 GiB
+  // (full logits held); the engine's reference ops chunk the loss (measured 34.8 GiB below),
+  // the fused kernels need less still, and their loss working set stays small.
   void qwen7bLora32kSanity() {
     const MemoryPlan unfused = plan_memory(lora_7b(32768, false), qwen25_7b());
     const MemoryPlan fused = plan_memory(lora_7b(32768, true), qwen25_7b());
     qDebug("7B LoRA 32K: unfused %.1f GiB, fused %.1f GiB", double(unfused.peak_bytes) / double(kGiB),
            double(fused.peak_bytes) / double(kGiB));
-    QVERIFY(unfused.peak_bytes > 70 * kGiB && unfused.peak_bytes < 95 * kGiB);
-    QVERIFY(fused.peak_bytes < unfused.peak_bytes / 2);
+    QVERIFY(fused.peak_bytes < unfused.peak_bytes);
     QVERIFY(item(fused, "loss working set", false) < 3 * kGiB);
+    QVERIFY(item(unfused, "loss working set", false) < 2 * kGiB);
+  }
+
+  // Odyssey's own peaks, measured on one H200 with odyssey-bench (max_memory_allocated; bf16,
+  // random init, batch 1, LoRA r=16 α=32 all-linear dropout 0; docs/benchmarks.md, raw lines in
+  // docs/bench-results/2026-11-30-h200-kernels-*.jsonl). The planner must land within ±10%
+  // of each (the kernels issue's goal), with the layers the run recomputed.
+  void matchesMeasuredEnginePeaks_data() {
+    QTest::addColumn<bool>("small");
+    QTest::addColumn<QString>("tuner");
+    QTest::addColumn<qint64>("len");
+    QTest::addColumn<QString>("ckpt");
+    QTest::addColumn<bool>("offload");
+    QTest::addColumn<bool>("fused");
+    QTest::addColumn<double>("gib");
+    QTest::newRow("7B lora 4K none") << false << "lora" << qint64{4096} << "none" << false << true << 32.06;
+    QTest::newRow("7B lora 16K none") << false << "lora" << qint64{16384} << "none" << false << true << 83.9;
+    QTest::newRow("7B lora 32K auto") << false << "lora" << qint64{32768} << "auto" << false << true << 130.1;
+    QTest::newRow("7B lora 32K all+offload") << false << "lora" << qint64{32768} << "all" << true << true << 22.9;
+    QTest::newRow("7B lora 32K all, reference ops") << false << "lora" << qint64{32768} << "all" << false << false << 34.76;
+    QTest::newRow("7B lora 128K all+offload") << false << "lora" << qint64{131072} << "all" << true << true << 47.07;
+    QTest::newRow("7B lora 256K all+offload") << false << "lora" << qint64{262144} << "all" << true << true << 79.3;
+    QTest::newRow("0.5B full 16K none") << true << "full" << qint64{16384} << "none" << false << true << 18.52;
+    QTest::newRow("0.5B full 32K none") << true << "full" << qint64{32768} << "none" << false << true << 33.45;
+    QTest::newRow("0.5B full 32K all+offload") << true << "full" << qint64{32768} << "all" << true << true << 5.701;
+    QTest::newRow("0.5B lora 16K none") << true << "lora" << qint64{16384} << "none" << false << true << 16.32;
+    QTest::newRow("0.5B lora 32K none") << true << "lora" << qint64{32768} << "none" << false << true << 31.54;
+  }
+  void matchesMeasuredEnginePeaks() {
+    QFETCH(bool, small);
+    QFETCH(QString, tuner);
+    QFETCH(qint64, len);
+    QFETCH(QString, ckpt);
+    QFETCH(bool, offload);
+    QFETCH(bool, fused);
+    QFETCH(double, gib);
+    TrainConfig c = lora_7b(len, fused);
+    c.tuner_type = tuner.toStdString();
+    c.lora_alpha = 32;
+    c.torch_dtype = "bfloat16";
+    c.device = "cuda";
+    c.activation_checkpointing = ckpt.toStdString();
+    c.offload_activations = offload;
+    const MemoryPlan p = plan_memory(c, small ? qwen25_05b() : qwen25_7b());
+    if (ckpt == "auto") QCOMPARE(p.checkpointed_layers, std::int64_t{5});  // what the measured run recomputed
+    const double predicted = static_cast<double>(p.allocated_bytes()) / static_cast<double>(kGiB);
+    qDebug("%s: predicted %.2f GiB, measured %.2f GiB (%+.1f%%)", QTest::currentDataTag(), predicted, gib,
+           100.0 * (predicted - gib) / gib);
+    QVERIFY(std::abs(predicted - gib) / gib <= 0.10);
   }
 
   void monotonicity() {
@@ -300,7 +355,8 @@ class TestMemoryPlanner : public QObject {
     const MemoryPlan z0 = plan_memory(c, m);
     c.zero_stage = 2;
     const MemoryPlan z2 = plan_memory(c, m);
-    QCOMPARE(item(z2, "AdamW states") * 8, item(z0, "AdamW states"));
+    // z0: pure bf16 states (4 B per parameter); z2: fp32 states (8 B) sharded over 8 ranks.
+    QCOMPARE(item(z2, "AdamW states") * 4, item(z0, "AdamW states"));
     QVERIFY(z2.peak_bytes < z0.peak_bytes);
     c.offload_optimizer = true;
     const MemoryPlan off = plan_memory(c, m);

@@ -1,0 +1,222 @@
+// The fused linear cross-entropy's row step on the GPU (kernels/linear_ce.h): for one chunk
+// of logits [rows, vocab] in the activations' dtype, per row in fp32 the loss
+// logsumexp − logit[target] and, when a gradient is wanted, softmax − onehot(target)
+// written over the row in place. No LibTorch headers: raw pointers and a stream
+// (kernels/linear_ce_launch.h).
+//
+// One block of kThreads threads per row (grid-stride over rows). Pass 1 reads the row once
+// with 128-bit loads (a scalar head up to the first 16-byte boundary, packs, a scalar
+// tail), each thread keeping an online (max, Σ exp(x − max)) pair, merged across the warp
+// with shuffles and across warps through shared memory. Pass 2 (gradient only) reads the
+// row again and stores exp(x − max) / Σ − [j == target], rounded once to the dtype. All
+// offsets are int64 (rows·vocab may exceed 2^31).
+#include "kernels/linear_ce_launch.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace odyssey::kernels::launch {
+namespace {
+
+constexpr int kThreads = 512;
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr std::int64_t kMaxGrid = 1 << 20;  // rows beyond this are taken by the grid-stride loop
+
+template <class T>
+struct Io;
+template <>
+struct Io<float> {
+  __device__ static float load(float v) { return v; }
+  __device__ static float store(float v) { return v; }
+};
+template <>
+struct Io<__nv_bfloat16> {
+  __device__ static float load(__nv_bfloat16 v) { return __bfloat162float(v); }
+  __device__ static __nv_bfloat16 store(float v) { return __float2bfloat16_rn(v); }
+};
+template <>
+struct Io<__half> {
+  __device__ static float load(__half v) { return __half2float(v); }
+  __device__ static __half store(float v) { return __float2half_rn(v); }
+};
+
+// 16 bytes of T: one 128-bit load or store.
+template <class T>
+struct alignas(16) Pack {
+  static constexpr int kSize = static_cast<int>(16 / sizeof(T));
+  T v[kSize];
+};
+
+// Running maximum m and Σ exp(x − m) of the values seen so far; empty is {−inf, 0}.
+struct Stat {
+  float m;
+  float s;
+};
+
+// Adds K values. −inf values add nothing; a NaN value makes s NaN (as the reference's loss).
+template <int K>
+__device__ __forceinline__ void add(Stat& a, const float (&x)[K]) {
+  float pm = x[0];
+#pragma unroll
+  for (int i = 1; i < K; ++i) pm = fmaxf(pm, x[i]);
+  if (pm > a.m) {
+    a.s *= expf(a.m - pm);  // a.m == −inf: exp(−inf) = 0, and a.s is 0 anyway
+    a.m = pm;
+  }
+#pragma unroll
+  for (int i = 0; i < K; ++i) a.s += x[i] == -INFINITY ? 0.0f : expf(x[i] - a.m);
+}
+
+__device__ __forceinline__ void merge(Stat& a, const Stat& b) {
+  const float m = fmaxf(a.m, b.m);
+  if (m == -INFINITY) return;  // both empty
+  a.s = a.s * expf(a.m - m) + b.s * expf(b.m - m);
+  a.m = m;
+}
+
+// The merged Stat of the whole block, in every thread. `shared` holds 32 Stats; the call
+// ends with a barrier so that the next row may reuse it.
+__device__ Stat block_reduce(Stat st, Stat* shared) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const Stat other{__shfl_xor_sync(kFullMask, st.m, offset), __shfl_xor_sync(kFullMask, st.s, offset)};
+    merge(st, other);
+  }
+  const unsigned lane = threadIdx.x & 31u;
+  const unsigned warp = threadIdx.x >> 5;
+  if (lane == 0) shared[warp] = st;
+  __syncthreads();
+  if (warp == 0) {
+    const unsigned warps = blockDim.x >> 5;
+    st = lane < warps ? shared[lane] : Stat{-INFINITY, 0.0f};
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      const Stat other{__shfl_xor_sync(kFullMask, st.m, offset), __shfl_xor_sync(kFullMask, st.s, offset)};
+      merge(st, other);
+    }
+    if (lane == 0) shared[0] = st;  // every lane of warp 0 has read shared[] before the shuffles
+  }
+  __syncthreads();
+  const Stat result = shared[0];
+  __syncthreads();
+  return result;
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    linear_ce_rows_kernel(T* __restrict__ logits, const std::int64_t* __restrict__ targets, float* __restrict__ loss,
+                          std::int64_t rows, std::int64_t vocab, std::int64_t ignore_index, bool write_grad) {
+  __shared__ Stat shared[32];
+  constexpr int kPack = Pack<T>::kSize;
+  const std::int64_t tid = threadIdx.x;
+  const std::int64_t stride = blockDim.x;
+  for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    T* x = logits + row * vocab;
+    // Split the row at 16-byte boundaries: [0, head) scalar, `packs` Pack<T>s, [tail, vocab) scalar.
+    const auto misalign = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(x) & 15u);
+    std::int64_t head = ((16 - misalign) & 15) / static_cast<std::int64_t>(sizeof(T));
+    if (head > vocab) head = vocab;
+    const std::int64_t packs = (vocab - head) / kPack;
+    const std::int64_t tail = head + packs * kPack;
+    Pack<T>* body = reinterpret_cast<Pack<T>*>(x + head);
+
+    const std::int64_t target = targets[row];  // the same in every thread: the branches below are uniform
+    if (target == ignore_index || target < 0 || target >= vocab) {
+      if (tid == 0) loss[row] = target == ignore_index ? 0.0f : __int_as_float(0x7fc00000);  // NaN: bad target
+      if (write_grad) {
+        const T zero = Io<T>::store(0.0f);
+        Pack<T> zeros;
+#pragma unroll
+        for (int i = 0; i < kPack; ++i) zeros.v[i] = zero;
+        for (std::int64_t j = tid; j < head; j += stride) x[j] = zero;
+        for (std::int64_t p = tid; p < packs; p += stride) body[p] = zeros;
+        for (std::int64_t j = tail + tid; j < vocab; j += stride) x[j] = zero;
+      }
+      continue;
+    }
+
+    // Pass 1: max and Σ exp. Thread 0 also reads the target's logit, before the barrier
+    // in block_reduce that precedes every write of pass 2.
+    const float x_target = tid == 0 ? Io<T>::load(x[target]) : 0.0f;
+    Stat st{-INFINITY, 0.0f};
+    for (std::int64_t j = tid; j < head; j += stride) {
+      const float v[1] = {Io<T>::load(x[j])};
+      add(st, v);
+    }
+    for (std::int64_t p = tid; p < packs; p += stride) {
+      const Pack<T> pk = body[p];
+      float v[kPack];
+#pragma unroll
+      for (int i = 0; i < kPack; ++i) v[i] = Io<T>::load(pk.v[i]);
+      add(st, v);
+    }
+    for (std::int64_t j = tail + tid; j < vocab; j += stride) {
+      const float v[1] = {Io<T>::load(x[j])};
+      add(st, v);
+    }
+    st = block_reduce(st, shared);
+    // −log softmax[target] = (max − x_t) + log Σ exp(x − max)
+    if (tid == 0) loss[row] = (st.m - x_target) + logf(st.s);
+    if (!write_grad) continue;
+
+    // Pass 2: softmax − onehot, rounded once to T.
+    const float m = st.m;
+    const float sum = st.s;
+    for (std::int64_t j = tid; j < head; j += stride) {
+      const float p = expf(Io<T>::load(x[j]) - m) / sum;
+      x[j] = Io<T>::store(j == target ? p - 1.0f : p);
+    }
+    for (std::int64_t p = tid; p < packs; p += stride) {
+      Pack<T> pk = body[p];
+      const std::int64_t j0 = head + p * kPack;
+#pragma unroll
+      for (int i = 0; i < kPack; ++i) {
+        const float q = expf(Io<T>::load(pk.v[i]) - m) / sum;
+        pk.v[i] = Io<T>::store(j0 + i == target ? q - 1.0f : q);
+      }
+      body[p] = pk;
+    }
+    for (std::int64_t j = tail + tid; j < vocab; j += stride) {
+      const float p = expf(Io<T>::load(x[j]) - m) / sum;
+      x[j] = Io<T>::store(j == target ? p - 1.0f : p);
+    }
+  }
+}
+
+template <class T>
+void launch(void* logits, const std::int64_t* targets, float* loss, std::int64_t rows, std::int64_t vocab,
+            std::int64_t ignore_index, bool write_grad, cudaStream_t stream) {
+  const auto grid = static_cast<unsigned>(rows < kMaxGrid ? rows : kMaxGrid);
+  linear_ce_rows_kernel<T><<<grid, kThreads, 0, stream>>>(static_cast<T*>(logits), targets, loss, rows, vocab,
+                                                          ignore_index, write_grad);
+}
+
+}  // namespace
+
+const char* linear_ce_rows(void* logits, const std::int64_t* targets, float* loss, std::int64_t rows,
+                           std::int64_t vocab, std::int64_t ignore_index, int dtype, bool write_grad, void* stream) {
+  if (rows < 0 || vocab <= 0) return "linear_ce_rows: rows must be >= 0 and vocab > 0";
+  if (rows == 0) return nullptr;
+  if (logits == nullptr || targets == nullptr || loss == nullptr) return "linear_ce_rows: null pointer";
+  const auto s = static_cast<cudaStream_t>(stream);
+  switch (dtype) {
+    case kLinearCeF32:
+      launch<float>(logits, targets, loss, rows, vocab, ignore_index, write_grad, s);
+      break;
+    case kLinearCeBf16:
+      launch<__nv_bfloat16>(logits, targets, loss, rows, vocab, ignore_index, write_grad, s);
+      break;
+    case kLinearCeF16:
+      launch<__half>(logits, targets, loss, rows, vocab, ignore_index, write_grad, s);
+      break;
+    default:
+      return "linear_ce_rows: unsupported dtype code (0 f32, 1 bf16, 2 f16)";
+  }
+  const cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
+
+}  // namespace odyssey::kernels::launch

@@ -1,0 +1,31 @@
+// Fused residual add + RMSNorm, forward and backward (docs/kernels.md).
+//
+// Computes what a Hugging Face decoder layer computes between its blocks, in one pass:
+//   sum = x + residual                      (rounded to x's dtype, as HF's `h = x + attn(...)`)
+//   y   = weight * to_dtype(sum_f32 * rsqrt(mean(sum_f32^2) + eps))
+// (HF's *RMSNorm: statistics in fp32, the normalized value cast back to the input dtype,
+// then multiplied by the weight in that dtype.) The backward keeps only `sum` and one fp32
+// rstd per row instead of the reference's fp32 intermediates.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <utility>
+
+namespace odyssey::kernels {
+
+// x, residual: [..., H] of one dtype (bf16, f16 or f32), residual may be undefined (then
+// sum is x itself); weight [H] of x's dtype. Returns {y, sum}. Differentiable in x,
+// residual and weight (weight's gradient only when it requires grad). CUDA tensors run
+// the CUDA kernel, others the same math in ATen ops.
+std::pair<torch::Tensor, torch::Tensor> add_rms_norm(const torch::Tensor& x, const torch::Tensor& residual,
+                                                     const torch::Tensor& weight, double eps);
+inline torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  return add_rms_norm(x, {}, weight, eps).first;
+}
+
+// The reference: HF's formula in plain ATen ops, differentiated by autograd.
+std::pair<torch::Tensor, torch::Tensor> add_rms_norm_reference(const torch::Tensor& x, const torch::Tensor& residual,
+                                                               const torch::Tensor& weight, double eps);
+
+}  // namespace odyssey::kernels

@@ -1,0 +1,144 @@
+// apply_rope_: in-place rotary embedding of q and k with a hand-written backward (rope.h).
+//
+// The rotation of q and k runs once (one CUDA launch for both, or the same math in ATen ops
+// elsewhere) outside autograd; then each of q and k goes through RopeMark, a one-output
+// Function that only marks its input dirty and saves cos/sin. Two Functions instead of one:
+// autograd refuses a Function that modifies a view in place and returns more than one
+// tensor (custom_function.cpp), and q/k are normally views of the projections' outputs.
+// RopeMark's backward applies the inverse rotation to the incoming gradient in place when
+// this backward holds the only reference to it, otherwise to a fresh copy (the engine may
+// hand the same gradient tensor to several nodes, e.g. after an addition).
+#include "kernels/rope.h"
+
+#ifdef ODYSSEY_HAVE_CUDA_KERNELS
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "kernels/rope_launch.h"
+#endif
+
+namespace odyssey::kernels {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+bool supported(torch::ScalarType t) {
+  return t == torch::kFloat32 || t == torch::kBFloat16 || t == torch::kFloat16;
+}
+
+[[maybe_unused]] int dtype_code(torch::ScalarType t) {
+  return t == torch::kFloat32 ? 0 : t == torch::kBFloat16 ? 1 : 2;
+}
+
+void check_inputs(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& cos,
+                  const torch::Tensor& sin) {
+  TORCH_CHECK(q.defined() && k.defined() && cos.defined() && sin.defined(),
+              "apply_rope_: q, k, cos and sin must be defined");
+  TORCH_CHECK(q.dim() == 3, "apply_rope_: q must be [T, Hq, D], got ", q.sizes());
+  TORCH_CHECK(k.dim() == 3, "apply_rope_: k must be [T, Hk, D], got ", k.sizes());
+  const std::int64_t t = q.size(0), d = q.size(2);
+  TORCH_CHECK(d > 0 && d % 2 == 0, "apply_rope_: head_dim must be even and > 0, got ", d);
+  TORCH_CHECK(k.size(0) == t && k.size(2) == d, "apply_rope_: k ", k.sizes(), " does not match q ", q.sizes(),
+              " in tokens and head_dim");
+  TORCH_CHECK(cos.dim() == 2 && cos.size(0) == t && cos.size(1) == d, "apply_rope_: cos must be [T, D] = [", t, ", ",
+              d, "], got ", cos.sizes());
+  TORCH_CHECK(sin.sizes() == cos.sizes(), "apply_rope_: sin must be [T, D] = [", t, ", ", d, "], got ", sin.sizes());
+  TORCH_CHECK(supported(q.scalar_type()), "apply_rope_: q must be float32, bfloat16 or float16, got ",
+              q.scalar_type());
+  TORCH_CHECK(k.scalar_type() == q.scalar_type() && cos.scalar_type() == q.scalar_type() &&
+                  sin.scalar_type() == q.scalar_type(),
+              "apply_rope_: k, cos and sin must have q's dtype ", q.scalar_type(), ", got ", k.scalar_type(), ", ",
+              cos.scalar_type(), ", ", sin.scalar_type());
+  TORCH_CHECK(k.device() == q.device() && cos.device() == q.device() && sin.device() == q.device(),
+              "apply_rope_: q, k, cos and sin must be on one device");
+  TORCH_CHECK(q.stride(2) == 1 && k.stride(2) == 1, "apply_rope_: q and k need a contiguous last dimension, strides ",
+              q.strides(), " and ", k.strides());
+  TORCH_CHECK(!(q.is_leaf() && q.requires_grad()) && !(k.is_leaf() && k.requires_grad()),
+              "apply_rope_: q or k is a leaf that requires grad and cannot be rotated in place");
+}
+
+// Rotates q (and k, when defined) in place: the forward rotation with HF's roundings, or
+// the inverse rotation (the backward) in fp32 rounded once. cos/sin contiguous [T, D].
+void rotate(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& cos, const torch::Tensor& sin,
+            bool inverse) {
+#ifdef ODYSSEY_HAVE_CUDA_KERNELS
+  if (q.is_cuda()) {
+    const c10::cuda::CUDAGuard guard(q.device());
+    const bool has_k = k.defined();
+    cuda::rope_apply(q.data_ptr(), q.stride(0), q.stride(1), q.size(1), has_k ? k.data_ptr() : nullptr,
+                     has_k ? k.stride(0) : 0, has_k ? k.stride(1) : 0, has_k ? k.size(1) : 0, cos.data_ptr(),
+                     sin.data_ptr(), q.size(0), q.size(2), inverse, dtype_code(q.scalar_type()),
+                     at::cuda::getCurrentCUDAStream().stream());
+    return;
+  }
+#endif
+  const at::NoGradGuard no_grad;
+  const std::int64_t half = q.size(2) / 2;
+  const torch::Tensor c = cos.unsqueeze(1), s = sin.unsqueeze(1);
+  const torch::Tensor c1 = c.narrow(-1, 0, half), c2 = c.narrow(-1, half, half);
+  const torch::Tensor s1 = s.narrow(-1, 0, half), s2 = s.narrow(-1, half, half);
+  for (const torch::Tensor& x : {q, k}) {
+    if (!x.defined()) continue;
+    torch::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
+    torch::Tensor o1, o2;
+    if (inverse) {
+      const torch::Tensor a1 = x1.to(torch::kFloat32), a2 = x2.to(torch::kFloat32);
+      o1 = a1 * c1.to(torch::kFloat32) + a2 * s2.to(torch::kFloat32);
+      o2 = a2 * c2.to(torch::kFloat32) - a1 * s1.to(torch::kFloat32);
+    } else {
+      o1 = x1 * c1 - x2 * s1;  // each product and the difference rounded to the dtype, as HF
+      o2 = x2 * c2 + x1 * s2;
+    }
+    x1.copy_(o1);
+    x2.copy_(o2);
+  }
+}
+
+// Whether the inverse rotation may overwrite `g`: a dense, non-overlapping, non-view tensor
+// whose storage nobody else references. CppNode::apply keeps the gradients in its own
+// backward_inputs and passes backward() a copy of that list, so 2 references are this
+// backward's alone; a third means the engine gave the tensor to another node too.
+bool may_overwrite(const torch::Tensor& g) {
+  return g.stride(-1) == 1 && g.is_non_overlapping_and_dense() && !g.is_view() && g.use_count() <= 2 &&
+         g.storage().use_count() == 1;
+}
+
+struct RopeMark : torch::autograd::Function<RopeMark> {
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& cos,
+                               const torch::Tensor& sin) {
+    ctx->mark_dirty({x});
+    ctx->save_for_backward({cos, sin});
+    ctx->set_materialize_grads(false);
+    return {x};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    torch::Tensor g = grads[0];
+    if (!g.defined()) return {torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    const auto saved = ctx->get_saved_variables();
+    if (!may_overwrite(g)) g = g.clone(at::MemoryFormat::Contiguous);
+    rotate(g, torch::Tensor(), saved[0], saved[1], /*inverse=*/true);
+    return {g, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+std::pair<torch::Tensor, torch::Tensor> apply_rope_(torch::Tensor q, torch::Tensor k, const torch::Tensor& cos,
+                                                    const torch::Tensor& sin) {
+  check_inputs(q, k, cos, sin);
+  const torch::Tensor c = cos.contiguous(), s = sin.contiguous();
+  rotate(q, k, c, s, /*inverse=*/false);
+  // Raw CUDA writes do not count as modifications: bump the version counters so autograd
+  // catches a use of the old values that something saved.
+  for (const torch::Tensor& x : {q, k})
+    if (!x.is_inference()) torch::autograd::impl::bump_version(x);
+  if (torch::GradMode::is_enabled()) {
+    if (q.requires_grad()) q = RopeMark::apply(q, c, s)[0];
+    if (k.requires_grad()) k = RopeMark::apply(k, c, s)[0];
+  }
+  return {q, k};
+}
+
+}  // namespace odyssey::kernels

@@ -1,0 +1,218 @@
+#include "kernels/selftest.h"
+
+#include <cmath>
+#include <functional>
+#include <utility>
+
+#include "kernels/linear_ce.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/swiglu.h"
+
+namespace odyssey::kernels {
+namespace {
+
+using Tensors = std::vector<torch::Tensor>;
+// A kernel under test: inputs (some requiring grad) -> outputs.
+using Fn = std::function<Tensors(const Tensors&)>;
+
+struct Case {
+  std::string kernel;
+  std::vector<std::string> output_names;  // then "d" + input name for each differentiable input
+  std::vector<std::string> input_names;
+  Tensors inputs;                          // in the working dtype (the exact run upcasts them)
+  std::vector<bool> differentiable;
+  Tensors cotangents;                      // one per output, in the working dtype
+  Fn fused, reference, exact;
+};
+
+// Outputs, then the gradients of Σ <output, cotangent> for the differentiable inputs. The
+// inputs and cotangents are first rounded to `working` (so the exact float64 run sees the
+// values the fused op sees), then cast to `dtype`.
+Tensors evaluate(const Case& c, const Fn& f, torch::ScalarType working, torch::ScalarType dtype) {
+  auto cast = [&](const torch::Tensor& t) { return t.is_floating_point() ? t.to(working).to(dtype) : t; };
+  Tensors in;
+  for (std::size_t i = 0; i < c.inputs.size(); ++i) {
+    torch::Tensor t = cast(c.inputs[i]);
+    in.push_back(c.differentiable[i] ? t.detach().clone().requires_grad_(true) : t);
+  }
+  const Tensors out = f(in);
+  torch::Tensor objective = torch::zeros({}, out[0].options().dtype(torch::kFloat64));
+  for (std::size_t i = 0; i < out.size(); ++i)
+    objective = objective + (out[i].to(torch::kFloat64) * cast(c.cotangents[i]).to(torch::kFloat64)).sum();
+  Tensors wrt;
+  for (std::size_t i = 0; i < in.size(); ++i)
+    if (c.differentiable[i]) wrt.push_back(in[i]);
+  const Tensors grads = torch::autograd::grad({objective}, wrt);
+  Tensors all;
+  for (const auto& o : out) all.push_back(o.detach().to(torch::kFloat64));
+  for (const auto& g : grads) all.push_back(g.to(torch::kFloat64));
+  return all;
+}
+
+double unit_roundoff(torch::ScalarType t) {
+  return t == torch::kBFloat16 ? std::ldexp(1.0, -8) : t == torch::kHalf ? std::ldexp(1.0, -11) : std::ldexp(1.0, -24);
+}
+
+void check(const Case& c, torch::ScalarType dtype, const std::string& path, std::vector<SelftestRow>* rows) {
+  const Tensors fused = evaluate(c, c.fused, dtype, dtype);
+  const Tensors ref = evaluate(c, c.reference, dtype, dtype);
+  const Tensors exact = evaluate(c, c.exact, dtype, torch::kFloat64);
+  std::vector<std::string> names = c.output_names;
+  for (std::size_t i = 0; i < c.inputs.size(); ++i)
+    if (c.differentiable[i]) names.push_back("d" + c.input_names[i]);
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    SelftestRow r;
+    r.kernel = c.kernel;
+    r.dtype = dtype == torch::kBFloat16 ? "bf16" : "fp32";
+    r.tensor = names[i];
+    r.path = path;
+    const double scale = std::max(exact[i].abs().max().item<double>(), 1e-30);
+    r.max_abs = (fused[i] - exact[i]).abs().max().item<double>();
+    r.rel = r.max_abs / scale;
+    r.ref_rel = (ref[i] - exact[i]).abs().max().item<double>() / scale;
+    r.bound = 2.0 * r.ref_rel + unit_roundoff(dtype);
+    r.ok = std::isfinite(r.rel) && r.rel <= r.bound;
+    rows->push_back(std::move(r));
+  }
+}
+
+// ---- the exact formulas, float64, no intermediate rounding ------------------------------
+
+Tensors exact_add_rms_norm(const Tensors& in, double eps) {
+  const torch::Tensor s = in[0] + in[1];
+  const torch::Tensor y = in[2] * (s * torch::rsqrt(s.pow(2).mean(-1, true) + eps));
+  return {y, s};
+}
+
+Tensors exact_rope(const Tensors& in) {  // q, k, cos, sin
+  auto rot = [&](const torch::Tensor& x) {
+    const std::int64_t half = x.size(-1) / 2;
+    const torch::Tensor rh = torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+    return x * in[2].unsqueeze(1) + rh * in[3].unsqueeze(1);
+  };
+  return {rot(in[0]), rot(in[1])};
+}
+
+Case rms_case(const torch::Device& dev, std::int64_t rows, std::int64_t hidden) {
+  const double eps = 1e-6;
+  Case c;
+  c.kernel = "add_rms_norm";
+  c.output_names = {"y", "sum"};
+  c.input_names = {"x", "residual", "weight"};
+  const auto o = torch::TensorOptions().device(dev);
+  c.inputs = {torch::randn({rows, hidden}, o), torch::randn({rows, hidden}, o),
+              1.0 + 0.1 * torch::randn({hidden}, o)};
+  c.differentiable = {true, true, true};
+  c.cotangents = {torch::randn({rows, hidden}, o), torch::randn({rows, hidden}, o)};
+  c.fused = [eps](const Tensors& in) {
+    auto [y, s] = add_rms_norm(in[0], in[1], in[2], eps);
+    return Tensors{y, s};
+  };
+  c.reference = [eps](const Tensors& in) {
+    auto [y, s] = add_rms_norm_reference(in[0], in[1], in[2], eps);
+    return Tensors{y, s};
+  };
+  c.exact = [eps](const Tensors& in) { return exact_add_rms_norm(in, eps); };
+  return c;
+}
+
+Case swiglu_case(const torch::Device& dev, std::int64_t rows, std::int64_t inter) {
+  Case c;
+  c.kernel = "swiglu";
+  c.output_names = {"y"};
+  c.input_names = {"gate", "up"};
+  const auto o = torch::TensorOptions().device(dev);
+  c.inputs = {2.0 * torch::randn({rows, inter}, o), torch::randn({rows, inter}, o)};
+  c.differentiable = {true, true};
+  c.cotangents = {torch::randn({rows, inter}, o)};
+  c.fused = [](const Tensors& in) { return Tensors{swiglu(in[0], in[1])}; };
+  c.reference = [](const Tensors& in) { return Tensors{swiglu_reference(in[0], in[1])}; };
+  c.exact = [](const Tensors& in) { return Tensors{in[0] * torch::sigmoid(in[0]) * in[1]}; };
+  return c;
+}
+
+Case rope_case(const torch::Device& dev, std::int64_t tokens, std::int64_t hq, std::int64_t hk, std::int64_t d) {
+  Case c;
+  c.kernel = "apply_rope_";
+  c.output_names = {"q", "k"};
+  c.input_names = {"q", "k", "cos", "sin"};
+  const auto o = torch::TensorOptions().device(dev);
+  // A packed row: positions restart at 0 for each of three samples.
+  const std::int64_t a = tokens / 2, b = tokens / 3;
+  const torch::Tensor pos = torch::cat({torch::arange(a, o), torch::arange(b, o), torch::arange(tokens - a - b, o)})
+                                .to(torch::kFloat64);
+  const torch::Tensor inv = torch::pow(1e6, -torch::arange(0, d, 2, o.dtype(torch::kFloat64)) / static_cast<double>(d));
+  const torch::Tensor ang = torch::outer(pos, inv);
+  const torch::Tensor emb = torch::cat({ang, ang}, -1);
+  c.inputs = {torch::randn({tokens, hq, d}, o), torch::randn({tokens, hk, d}, o), emb.cos().to(torch::kFloat32),
+              emb.sin().to(torch::kFloat32)};
+  c.differentiable = {true, true, false, false};
+  c.cotangents = {torch::randn({tokens, hq, d}, o), torch::randn({tokens, hk, d}, o)};
+  c.fused = [](const Tensors& in) {
+    auto [q, k] = apply_rope_(in[0].clone(), in[1].clone(), in[2], in[3]);
+    return Tensors{q, k};
+  };
+  c.reference = [](const Tensors& in) {
+    auto [q, k] = apply_rope_reference(in[0], in[1], in[2], in[3]);
+    return Tensors{q, k};
+  };
+  c.exact = exact_rope;
+  return c;
+}
+
+Case linear_ce_case(const torch::Device& dev, std::int64_t tokens, std::int64_t hidden, std::int64_t vocab,
+                    std::int64_t chunk) {
+  Case c;
+  c.kernel = "linear_cross_entropy";
+  c.output_names = {"loss"};
+  c.input_names = {"hidden", "weight", "targets"};
+  const auto o = torch::TensorOptions().device(dev);
+  torch::Tensor targets = torch::randint(0, vocab, {tokens}, o.dtype(torch::kInt64));
+  targets.narrow(0, 0, tokens / 8).fill_(-100);  // unlabelled tokens (prompt, padding)
+  c.inputs = {torch::randn({tokens, hidden}, o), 0.05 * torch::randn({vocab, hidden}, o), targets};
+  c.differentiable = {true, true, false};
+  c.cotangents = {torch::full({}, 0.37, o)};
+  c.fused = [chunk](const Tensors& in) {
+    LinearCeOptions opt;
+    opt.chunk_tokens = chunk;
+    return Tensors{linear_cross_entropy(in[0], in[1], in[2], opt)};
+  };
+  c.reference = [](const Tensors& in) { return Tensors{linear_cross_entropy_reference(in[0], in[1], in[2])}; };
+  c.exact = [](const Tensors& in) {
+    const torch::Tensor logp = torch::log_softmax(at::linear(in[0], in[1]), -1);
+    const torch::Tensor keep = in[2].ne(-100);
+    const torch::Tensor picked = logp.gather(1, in[2].clamp_min(0).unsqueeze(1)).squeeze(1);
+    return Tensors{-(picked * keep.to(picked.scalar_type())).sum()};
+  };
+  return c;
+}
+
+}  // namespace
+
+std::vector<SelftestRow> run_selftest(const torch::Device& device) {
+  torch::manual_seed(1234);
+  const bool gpu = device.is_cuda();
+  const std::string path = gpu ? "cuda" : "aten";
+  // GPU: Qwen2.5-7B's widths (hidden 3584, intermediate 18944, 28 + 4 heads of 128,
+  // vocabulary 152064) on a few thousand tokens; CPU: small shapes with odd sizes.
+  std::vector<Case> cases;
+  if (gpu) {
+    cases.push_back(rms_case(device, 4096, 3584));
+    cases.push_back(rms_case(device, 333, 128));  // Qwen3's per-head q/k norm width, odd row count
+    cases.push_back(swiglu_case(device, 2048, 18944));
+    cases.push_back(rope_case(device, 4099, 28, 4, 128));
+    cases.push_back(linear_ce_case(device, 1024, 3584, 152064, 300));
+  } else {
+    cases.push_back(rms_case(device, 37, 200));
+    cases.push_back(swiglu_case(device, 29, 301));
+    cases.push_back(rope_case(device, 61, 6, 2, 16));
+    cases.push_back(linear_ce_case(device, 67, 48, 1003, 16));
+  }
+  std::vector<SelftestRow> rows;
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16})
+    for (const auto& c : cases) check(c, dtype, path, &rows);
+  return rows;
+}
+
+}  // namespace odyssey::kernels

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The kernels issue's benchmark of docs/benchmarks.md on one H200 (device kind nvidia-h200):
+#   build     the engine with its CUDA kernels (docs/building.md, GPU server)
+#   selftest  odyssey-train selftest (every kernel against its reference), before any bench
+#   odyssey-7b, odyssey-05b
+#             odyssey-bench: the fast mode (fused kernels, cuDNN attention, the planner's
+#             checkpointing) and the lean mode (every layer checkpointed, inputs offloaded)
+#   hf        tests/bench/hf_bench.py, transformers + PEFT on the same shapes
+#   long      7B LoRA, one step at 128K/256K/512K tokens (LONG_SEQS) in the lean mode
+#   compare   tests/bench/compare.py over everything in $OUT
+# `bash tests/bench/run_kernels_h200.sh build selftest odyssey-7b` runs those phases in order.
+# Results go to $OUT (or ./bench-out).
+set -u
+OUT=${OUT:-$PWD/bench-out}
+mkdir -p "$OUT"
+B=build-gpu/app/odyssey-bench
+T=build-gpu/app/odyssey-train
+phase() { echo "== $1 $(date +%T)"; }
+for p in "$@"; do
+  case $p in
+  build)
+    phase build
+    export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
+    TP=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
+    NCCL=$(python3 -c 'import nvidia.nccl;print(nvidia.nccl.__path__[0])')
+    cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$TP" \
+      -DODYSSEY_DEPS_PREFIX="$PWD/.gpu-deps" -DODYSSEY_BUILD_GUI=OFF -DODYSSEY_BUILD_TESTS=OFF \
+      -DODYSSEY_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
+      -DCMAKE_CXX_FLAGS="-isystem $NCCL/include" > "$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
+    cmake --build build-gpu --target odyssey-train odyssey-bench > "$OUT/build.log" 2>&1 ||
+      { grep -B2 -A12 -E "error|FAILED" "$OUT/build.log" | head -80; exit 1; }
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpus.csv" ;;
+  selftest)
+    phase selftest
+    $T selftest | tee "$OUT/selftest.txt" | tail -60
+    $T selftest --json > "$OUT/selftest.jsonl" 2>/dev/null ;;
+  odyssey-7b)
+    phase odyssey-7b
+    $B --check --shape qwen2.5-7b --mode lora --seq 4096 --steps 1 --warmup 1 --out "$OUT/check.jsonl" | tail -2
+    $B --label fast --checkpointing auto --shape qwen2.5-7b --mode lora --seq 32768,16384,4096 --steps 3 --warmup 2 \
+      --out "$OUT/odyssey.jsonl" | cut -c1-600
+    $B --label lean --checkpointing all --offload on --shape qwen2.5-7b --mode lora --seq 32768 --steps 3 --warmup 2 \
+      --out "$OUT/odyssey.jsonl" | cut -c1-600 ;;
+  odyssey-05b)
+    phase odyssey-05b
+    $B --label fast --checkpointing auto --shape qwen2.5-0.5b --mode full,lora --seq 32768,16384 --steps 3 --warmup 2 \
+      --out "$OUT/odyssey.jsonl" | cut -c1-600
+    $B --label lean --checkpointing all --offload on --shape qwen2.5-0.5b --mode full --seq 32768 --steps 3 --warmup 2 \
+      --out "$OUT/odyssey.jsonl" | cut -c1-600 ;;
+  reference)
+    phase "odyssey reference ops"
+    $B --label reference --fused off --checkpointing all --shape qwen2.5-7b --mode lora --seq 32768 --steps 3 --warmup 2 --out "$OUT/odyssey.jsonl" | cut -c1-400 ;;
+  hf)
+    phase hf
+    python3 tests/bench/hf_bench.py --device cuda --dtype bfloat16 --shape qwen2.5-7b --mode lora --seq 4096,16384,32768 \
+      --steps 3 --warmup 2 --out "$OUT/hf.jsonl" 2>&1 | tail -4
+    python3 tests/bench/hf_bench.py --device cuda --dtype bfloat16 --shape qwen2.5-0.5b --mode full,lora --seq 16384,32768 \
+      --steps 3 --warmup 2 --out "$OUT/hf.jsonl" 2>&1 | tail -4 ;;
+  long)
+    phase long
+    for s in ${LONG_SEQS:-131072 262144 524288}; do
+      $B --label lean --checkpointing all --offload on --shape qwen2.5-7b --mode lora --seq $s --steps 1 --warmup 0 \
+        --out "$OUT/long.jsonl" | cut -c1-600
+    done ;;
+  compare)
+    phase compare
+    python3 tests/bench/compare.py "$OUT/hf.jsonl" "$OUT/odyssey.jsonl" ;;
+  *) echo "unknown phase $p"; exit 2 ;;
+  esac
+done
