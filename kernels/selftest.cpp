@@ -97,7 +97,7 @@ Tensors exact_rope(const Tensors& in) {  // q, k, cos, sin
 Case rms_case(const torch::Device& dev, std::int64_t rows, std::int64_t hidden) {
   const double eps = 1e-6;
   Case c;
-  c.kernel = "add_rms_norm";
+  c.kernel = "add_rms_norm " + std::to_string(rows) + "x" + std::to_string(hidden);
   c.output_names = {"y", "sum"};
   c.input_names = {"x", "residual", "weight"};
   const auto o = torch::TensorOptions().device(dev);
@@ -119,7 +119,7 @@ Case rms_case(const torch::Device& dev, std::int64_t rows, std::int64_t hidden) 
 
 Case swiglu_case(const torch::Device& dev, std::int64_t rows, std::int64_t inter) {
   Case c;
-  c.kernel = "swiglu";
+  c.kernel = "swiglu " + std::to_string(rows) + "x" + std::to_string(inter);
   c.output_names = {"y"};
   c.input_names = {"gate", "up"};
   const auto o = torch::TensorOptions().device(dev);
@@ -134,7 +134,8 @@ Case swiglu_case(const torch::Device& dev, std::int64_t rows, std::int64_t inter
 
 Case rope_case(const torch::Device& dev, std::int64_t tokens, std::int64_t hq, std::int64_t hk, std::int64_t d) {
   Case c;
-  c.kernel = "apply_rope_";
+  c.kernel = "apply_rope_ " + std::to_string(tokens) + "x(" + std::to_string(hq) + "+" + std::to_string(hk) + ")x" +
+             std::to_string(d);
   c.output_names = {"q", "k"};
   c.input_names = {"q", "k", "cos", "sin"};
   const auto o = torch::TensorOptions().device(dev);
@@ -164,7 +165,8 @@ Case rope_case(const torch::Device& dev, std::int64_t tokens, std::int64_t hq, s
 Case linear_ce_case(const torch::Device& dev, std::int64_t tokens, std::int64_t hidden, std::int64_t vocab,
                     std::int64_t chunk) {
   Case c;
-  c.kernel = "linear_cross_entropy";
+  c.kernel = "linear_cross_entropy " + std::to_string(tokens) + "x" + std::to_string(hidden) + " V" +
+             std::to_string(vocab);
   c.output_names = {"loss"};
   c.input_names = {"hidden", "weight", "targets"};
   const auto o = torch::TensorOptions().device(dev);

@@ -18,7 +18,7 @@
 namespace odyssey::kernels {
 
 struct SelftestRow {
-  std::string kernel;   // "add_rms_norm", "swiglu", "apply_rope_", "linear_cross_entropy"
+  std::string kernel;   // the op and its shape: "add_rms_norm 4096x3584", "swiglu 2048x18944", ...
   std::string dtype;    // "fp32", "bf16"
   std::string tensor;   // "y", "sum", "dx", "dweight", "loss", ...
   double max_abs = 0;   // max |fused - exact|

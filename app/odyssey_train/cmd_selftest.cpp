@@ -59,7 +59,7 @@ int cmd_selftest(const Args& a) {
   const bool json = a.has("json");
   int failed = 0;
   if (!json)
-    std::printf("%-22s %-5s %-9s %-5s %12s %12s %12s %12s  %s\n", "kernel", "dtype", "tensor", "path", "max abs",
+    std::printf("%-40s %-5s %-9s %-5s %12s %12s %12s %12s  %s\n", "kernel", "dtype", "tensor", "path", "max abs",
                 "rel", "ref rel", "bound", "result");
   for (const auto& r : rows) {
     failed += r.ok ? 0 : 1;
@@ -70,7 +70,7 @@ int cmd_selftest(const Args& a) {
                        .dump()
                 << '\n';
     } else {
-      std::printf("%-22s %-5s %-9s %-5s %12.3e %12.3e %12.3e %12.3e  %s\n", r.kernel.c_str(), r.dtype.c_str(),
+      std::printf("%-40s %-5s %-9s %-5s %12.3e %12.3e %12.3e %12.3e  %s\n", r.kernel.c_str(), r.dtype.c_str(),
                   r.tensor.c_str(), r.path.c_str(), r.max_abs, r.rel, r.ref_rel, r.bound, r.ok ? "ok" : "FAILED");
     }
   }
