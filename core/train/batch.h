@@ -41,7 +41,8 @@ PackedRow make_packed_row(const torch::Tensor& input_ids, const torch::Tensor& l
 // lm_head(h) a chunk of tokens at a time. Under autograd, chunks are checkpointed when the
 // row's logits would exceed `max_logits_elements`, so the full [T, vocab] logits never exist.
 // With the model's fused kernels on, kernels::linear_cross_entropy does it instead: chunks
-// of the same size whose gradients are computed in the forward pass (no recomputation).
+// of planner::kFusedLossChunkTokens rows whose gradients are computed in the forward pass
+// (no recomputation); `max_logits_elements` applies to the reference path only.
 torch::Tensor row_loss_sum(model::CausalLM& lm, const PackedRow& row,
                            std::int64_t max_logits_elements = std::int64_t{1} << 26);
 
