@@ -134,9 +134,15 @@ int run_rank(const Args& a, const CheckedConfig& cc, const TrainConfig& resolved
   to.preset_base_dir = cc.loaded.origin.base_dir;
   if (a.has("no-token-cache")) to.token_cache_dir = "off";
   if (const char* lp = std::getenv("ODYSSEY_LAUNCHER_PID")) to.launcher_pid = std::atoi(lp);
-  if (const char* t = std::getenv("ODYSSEY_COMM_TIMEOUT_S")) to.comm_timeout = std::chrono::milliseconds(std::atoll(t) * 1000);
+  // ODYSSEY_COMM_TIMEOUT_S bounds every wait on a peer, the first one too: reaching the
+  // rendezvous store (5 minutes when unset, for masters that start late).
+  std::chrono::milliseconds rendezvous{std::chrono::minutes(5)};
+  if (const char* t = std::getenv("ODYSSEY_COMM_TIMEOUT_S"); t && std::atoll(t) > 0) {
+    to.comm_timeout = std::chrono::milliseconds(std::atoll(t) * 1000);
+    rendezvous = to.comm_timeout;
+  }
   try {
-    to.store = dist::connect_store(env, std::chrono::milliseconds(std::chrono::minutes(5)));
+    to.store = dist::connect_store(env, rendezvous);
   } catch (const std::exception& e) {
     std::cerr << "odyssey-train: " << e.what() << '\n';
     return kFailure;

@@ -492,6 +492,42 @@ class TstParallelRun : public QObject {
     QCOMPARE(st.value("state").toString(), QString("failed"));
   }
 
+  void unreachableMasterIsAnError() {
+    // A worker (rank 1 of 2, as torchrun or a second node would start it) whose master never
+    // answers: a port nothing listens on. It must fail within its communication timeout with
+    // the address it tried, not wait for ever.
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    QVERIFY(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+    socklen_t len = sizeof sa;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+    const int port = ntohs(sa.sin_port);
+    ::close(fd);  // the port is now free and nobody listens on it
+    QTemporaryDir t;
+    const QString p = preset(t, "nomaster", "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\n");
+    QProcess proc;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("RANK", "1");
+    env.insert("LOCAL_RANK", "1");
+    env.insert("WORLD_SIZE", "2");
+    env.insert("LOCAL_WORLD_SIZE", "2");
+    env.insert("MASTER_ADDR", "127.0.0.1");
+    env.insert("MASTER_PORT", QString::number(port));
+    env.insert("ODYSSEY_COMM_TIMEOUT_S", "3");
+    proc.setProcessEnvironment(env);
+    QElapsedTimer timer;
+    timer.start();
+    proc.start(QStringLiteral(ODYSSEY_TRAIN_BIN), {"run", p});
+    QVERIFY(proc.waitForFinished(120000));
+    const QString err = QString::fromUtf8(proc.readAllStandardError());
+    QCOMPARE(proc.exitCode(), 1);
+    QVERIFY2(err.contains("could not reach the rendezvous store at 127.0.0.1:" + QString::number(port)), qPrintable(err));
+    QVERIFY2(timer.elapsed() < 60000, qPrintable(QString("took %1 ms").arg(timer.elapsed())));
+    QVERIFY(QDir(t.filePath("out-nomaster")).entryList(QDir::Dirs | QDir::NoDotAndDotDot).isEmpty());  // rank 0 makes the run dir
+  }
+
   void headsNoSplitServesAreRefused() {
     QTemporaryDir t;
     // 4 attention heads cannot be split over 3 Ulysses ranks.
