@@ -3,6 +3,7 @@
 // Saved for backward: the rounded sum (x itself without a residual), the fp32 rstd per row
 // and the weight.
 #include "kernels/rmsnorm.h"
+#include "kernels/dtype.h"
 
 #ifdef ODYSSEY_HAVE_CUDA_KERNELS
 #include <ATen/cuda/CUDAContext.h>
@@ -17,18 +18,10 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-bool supported(torch::ScalarType t) {
-  return t == torch::kFloat32 || t == torch::kBFloat16 || t == torch::kFloat16;
-}
-
-[[maybe_unused]] int dtype_code(torch::ScalarType t) {
-  return t == torch::kFloat32 ? 0 : t == torch::kBFloat16 ? 1 : 2;
-}
-
 void check_inputs(const torch::Tensor& x, const torch::Tensor& residual, const torch::Tensor& weight, double eps) {
   TORCH_CHECK(x.defined(), "add_rms_norm: x is undefined");
   TORCH_CHECK(x.dim() >= 1 && x.size(-1) > 0, "add_rms_norm: x must be [..., H] with H > 0, got ", x.sizes());
-  TORCH_CHECK(supported(x.scalar_type()), "add_rms_norm: x must be float32, bfloat16 or float16, got ",
+  TORCH_CHECK(supported_dtype(x.scalar_type()), "add_rms_norm: x must be float32, bfloat16 or float16, got ",
               x.scalar_type());
   TORCH_CHECK(weight.defined(), "add_rms_norm: weight is undefined");
   TORCH_CHECK(weight.dim() == 1 && weight.size(0) == x.size(-1), "add_rms_norm: weight must be [H] = [", x.size(-1),

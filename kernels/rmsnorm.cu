@@ -7,6 +7,7 @@
 // the first kCache of them in registers between the statistics pass and the output pass
 // (every row up to hidden 8192 fits; longer rows re-read their tail from L2).
 #include "kernels/rmsnorm_launch.h"
+#include "kernels/cuda_common.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -22,37 +23,6 @@ namespace {
 
 constexpr int kCache = 4;
 
-template <typename T>
-__device__ __forceinline__ float to_f(T v);
-template <>
-__device__ __forceinline__ float to_f<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <>
-__device__ __forceinline__ float to_f<__half>(__half v) { return __half2float(v); }
-
-template <typename T>
-__device__ __forceinline__ T from_f(float v);
-template <>
-__device__ __forceinline__ float from_f<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <>
-__device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
-
-template <typename T, int N>
-struct alignas(sizeof(T) * N) Vec {
-  T v[N];
-};
-
-template <typename T, int N>
-__device__ __forceinline__ Vec<T, N> load(const T* p) {
-  return *reinterpret_cast<const Vec<T, N>*>(p);
-}
-template <typename T, int N>
-__device__ __forceinline__ void store(T* p, const Vec<T, N>& v) {
-  *reinterpret_cast<Vec<T, N>*>(p) = v;
-}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -292,9 +262,6 @@ __global__ void rms_norm_dw_reduce_kernel(const float* __restrict__ partial, std
   }
 }
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
 
 int sm_count() {
   int dev = 0;

@@ -9,6 +9,7 @@
 // this backward holds the only reference to it, otherwise to a fresh copy (the engine may
 // hand the same gradient tensor to several nodes, e.g. after an addition).
 #include "kernels/rope.h"
+#include "kernels/dtype.h"
 
 #ifdef ODYSSEY_HAVE_CUDA_KERNELS
 #include <ATen/cuda/CUDAContext.h>
@@ -23,14 +24,6 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-bool supported(torch::ScalarType t) {
-  return t == torch::kFloat32 || t == torch::kBFloat16 || t == torch::kFloat16;
-}
-
-[[maybe_unused]] int dtype_code(torch::ScalarType t) {
-  return t == torch::kFloat32 ? 0 : t == torch::kBFloat16 ? 1 : 2;
-}
-
 void check_inputs(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& cos,
                   const torch::Tensor& sin) {
   TORCH_CHECK(q.defined() && k.defined() && cos.defined() && sin.defined(),
@@ -44,7 +37,7 @@ void check_inputs(const torch::Tensor& q, const torch::Tensor& k, const torch::T
   TORCH_CHECK(cos.dim() == 2 && cos.size(0) == t && cos.size(1) == d, "apply_rope_: cos must be [T, D] = [", t, ", ",
               d, "], got ", cos.sizes());
   TORCH_CHECK(sin.sizes() == cos.sizes(), "apply_rope_: sin must be [T, D] = [", t, ", ", d, "], got ", sin.sizes());
-  TORCH_CHECK(supported(q.scalar_type()), "apply_rope_: q must be float32, bfloat16 or float16, got ",
+  TORCH_CHECK(supported_dtype(q.scalar_type()), "apply_rope_: q must be float32, bfloat16 or float16, got ",
               q.scalar_type());
   TORCH_CHECK(k.scalar_type() == q.scalar_type() && cos.scalar_type() == q.scalar_type() &&
                   sin.scalar_type() == q.scalar_type(),

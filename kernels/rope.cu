@@ -5,6 +5,7 @@
 // when head_dim / 2, the strides and the pointers allow it (N = 1 otherwise). cos/sin rows
 // are re-read per head from L1/L2 (they are [tokens, head_dim], a small fraction of q and k).
 #include "kernels/rope_launch.h"
+#include "kernels/cuda_common.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -18,41 +19,6 @@
 namespace odyssey::kernels::cuda {
 namespace {
 
-template <typename T>
-__device__ __forceinline__ float to_f(T v);
-template <>
-__device__ __forceinline__ float to_f<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <>
-__device__ __forceinline__ float to_f<__half>(__half v) { return __half2float(v); }
-
-template <typename T>
-__device__ __forceinline__ T from_f(float v);
-template <>
-__device__ __forceinline__ float from_f<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <>
-__device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
-
-// Round to T and back (the identity for fp32).
-template <typename T>
-__device__ __forceinline__ float rnd(float v) { return to_f(from_f<T>(v)); }
-
-template <typename T, int N>
-struct alignas(sizeof(T) * N) Vec {
-  T v[N];
-};
-
-template <typename T, int N>
-__device__ __forceinline__ Vec<T, N> load(const T* p) {
-  return *reinterpret_cast<const Vec<T, N>*>(p);
-}
-template <typename T, int N>
-__device__ __forceinline__ void store(T* p, const Vec<T, N>& v) {
-  *reinterpret_cast<Vec<T, N>*>(p) = v;
-}
 
 template <typename T, int N, bool kInverse>
 __global__ void rope_kernel(T* q, std::int64_t qst, std::int64_t qsh, int hq, T* k, std::int64_t kst,
@@ -101,9 +67,6 @@ __global__ void rope_kernel(T* q, std::int64_t qst, std::int64_t qsh, int hq, T*
   }
 }
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
 
 bool aligned16(const void* p) { return p == nullptr || (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
 

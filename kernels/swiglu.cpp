@@ -2,6 +2,7 @@
 // tensors run swiglu.cu's kernels; other tensors the same fused math in ATen ops. Saved for
 // backward: gate and up only (views of the caller's tensors, no copies).
 #include "kernels/swiglu.h"
+#include "kernels/dtype.h"
 
 #ifdef ODYSSEY_HAVE_CUDA_KERNELS
 #include <ATen/cuda/CUDAContext.h>
@@ -16,19 +17,11 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-bool supported(torch::ScalarType t) {
-  return t == torch::kFloat32 || t == torch::kBFloat16 || t == torch::kFloat16;
-}
-
-[[maybe_unused]] int dtype_code(torch::ScalarType t) {
-  return t == torch::kFloat32 ? 0 : t == torch::kBFloat16 ? 1 : 2;
-}
-
 void check_inputs(const torch::Tensor& gate, const torch::Tensor& up) {
   TORCH_CHECK(gate.defined() && up.defined(), "swiglu: gate and up must be defined");
   TORCH_CHECK(gate.sizes() == up.sizes(), "swiglu: gate shape ", gate.sizes(), " differs from up shape ", up.sizes());
   TORCH_CHECK(gate.dim() >= 1 && gate.size(-1) > 0, "swiglu: gate must be [..., I] with I > 0, got ", gate.sizes());
-  TORCH_CHECK(supported(gate.scalar_type()), "swiglu: gate must be float32, bfloat16 or float16, got ",
+  TORCH_CHECK(supported_dtype(gate.scalar_type()), "swiglu: gate must be float32, bfloat16 or float16, got ",
               gate.scalar_type());
   TORCH_CHECK(up.scalar_type() == gate.scalar_type(), "swiglu: up dtype ", up.scalar_type(),
               " differs from gate dtype ", gate.scalar_type());
