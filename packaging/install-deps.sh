@@ -25,6 +25,10 @@ done
 torch_version=${ODYSSEY_TORCH:-2.11.0}
 # The reference libraries the parity tests compare against (the GPU machines' versions).
 py_reference=(transformers==5.17.0 peft==0.21.0 tokenizers==0.23.3 safetensors==0.8.0 numpy==2.4.6)
+# galore-torch's GaLore AdamW is the GaLore oracle (tests/reference/galore_reference.py). It is
+# installed without its declared bitsandbytes dependency: only its 8-bit optimizers need that,
+# and the oracle loads the AdamW module alone.
+py_reference_nodeps=(galore-torch==1.0)
 venv=${ODYSSEY_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/odyssey/venv-torch-$torch_version}
 
 debs=(
@@ -66,7 +70,7 @@ if [ "$want_torch" = 1 ]; then
     "$venv/bin/python" -m pip install -q --upgrade pip
     "$venv/bin/python" -m pip install -q "torch==$torch_version"
   fi
-  if "$venv/bin/python" - "${py_reference[@]}" <<'PY'
+  if "$venv/bin/python" - "${py_reference[@]}" "${py_reference_nodeps[@]}" <<'PY'
 import sys
 from importlib.metadata import PackageNotFoundError, version
 def have(spec):
@@ -78,10 +82,11 @@ def have(spec):
 sys.exit(0 if all(have(s) for s in sys.argv[1:]) else 1)
 PY
   then
-    echo "install-deps: reference libraries present (${py_reference[*]})"
+    echo "install-deps: reference libraries present (${py_reference[*]} ${py_reference_nodeps[*]})"
   else
-    echo "install-deps: installing reference libraries: ${py_reference[*]}"
+    echo "install-deps: installing reference libraries: ${py_reference[*]} ${py_reference_nodeps[*]}"
     "$venv/bin/python" -m pip install -q "${py_reference[@]}"
+    "$venv/bin/python" -m pip install -q --no-deps "${py_reference_nodeps[@]}"
   fi
   "$venv/bin/python" -W ignore -c "import torch; print('install-deps: LibTorch', torch.__version__, 'at', torch.utils.cmake_prefix_path)"
 fi

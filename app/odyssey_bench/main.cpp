@@ -13,6 +13,11 @@
 //                 [--device cuda|cpu] [--dtype bfloat16|float32]
 //                 [--layers K] [--vocab-override V] [--out FILE] [--check] [--label NAME]
 //                 [--ulysses U] [--a2a-bytes B1,B2,...]   (the last two under torchrun)
+//                 [--optimizer adamw|galore|q-galore|zero1|zero2|zero2-offload]
+//                 [--galore-rank R] [--galore-gap T]
+//
+// --optimizer picks the step engine's optimizer (docs/optimizers.md; zero* under torchrun):
+// the record carries its state bytes per trainable parameter and the planner's figure.
 //
 // Under torchrun (RANK / WORLD_SIZE set, e.g. `torchrun --no-python --nproc-per-node 2
 // odyssey-bench ...`) every rank takes one GPU and the row is split by sequence parallelism
@@ -121,6 +126,8 @@ struct Options {
   std::string out;
   bool check = false;
   int ulysses = 0;  // 0 = gcd(KV heads, world)
+  std::string optimizer = "adamw";  // adamw|galore|q-galore|zero1|zero2|zero2-offload
+  std::int64_t galore_rank = 128, galore_gap = 200;
   std::vector<std::int64_t> a2a_bytes;  // --a2a-bytes: the all-to-all alone, back to back
 };
 
@@ -225,6 +232,12 @@ TrainConfig bench_config(const Options& o, const std::string& mode, std::int64_t
   c.sequence_parallel_size = world;
   c.nproc_per_node = world;
   c.ulysses_size = o.ulysses;
+  c.use_galore = o.optimizer == "galore" || o.optimizer == "q-galore";
+  c.galore_quantization = o.optimizer == "q-galore";
+  c.galore_rank = o.galore_rank;
+  c.galore_update_proj_gap = o.galore_gap;
+  c.zero_stage = o.optimizer == "zero1" ? 1 : o.optimizer.starts_with("zero2") ? 2 : 0;
+  c.offload_optimizer = o.optimizer == "zero2-offload";
   return c;
 }
 
@@ -383,10 +396,17 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     so.schedule.base_lr = 1e-5;
     so.schedule.total_steps = o.warmup + o.steps;
     so.max_grad_norm = 1.0;
-    train::StepEngine engine(lm, so);
+    so.galore.enabled = tc.use_galore;
+    so.galore.quantized = tc.galore_quantization;
+    so.galore.rank = tc.galore_rank;
+    so.galore.update_proj_gap = tc.galore_update_proj_gap;
+    so.zero.stage = static_cast<int>(tc.zero_stage);
+    so.zero.offload = tc.offload_optimizer;
     dist::Mesh& mesh = par.mesh;
-    if (mesh.distributed()) engine.set_world(mesh.world_group.get());
+    train::StepEngine engine(lm, so, mesh.distributed() ? mesh.world_group.get() : nullptr);
     rec["trainable_params"] = engine.trainable_params();
+    rec["optimizer"] = engine.optimizer().name();
+    if (tc.use_galore) rec["galore_rank"] = tc.galore_rank;
     rec["total_params"] = total;
     const torch::Tensor ids = torch::randint(0, dc.hf.vocab_size, {1, seq}, torch::kInt64);
     train::PackedRow whole = train::make_packed_row(ids, ids, torch::arange(seq, torch::kInt64).view({1, -1})).to(device);
@@ -398,7 +418,14 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
       rec["transport"] = device.is_cuda() ? "nccl" : "store";
     }
     const std::vector<train::PackedRow> rows{whole};
-    for (int i = 0; i < o.warmup; ++i) engine.step(rows);
+    nlohmann::ordered_json warm_ms = nlohmann::ordered_json::array();
+    for (int i = 0; i < o.warmup; ++i) {
+      const auto tw = std::chrono::steady_clock::now();
+      engine.step(rows);
+      sync(device);
+      warm_ms.push_back(sig(std::chrono::duration<double>(std::chrono::steady_clock::now() - tw).count() * 1e3, 5));
+    }
+    rec["warmup_step_ms"] = warm_ms;  // the first includes GaLore's SVDs
     sync(device);
     if (device.is_cuda()) at::accelerator::resetPeakStats(device.index());
     std::vector<double> times;
@@ -454,6 +481,19 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     rec["mfu"] = sig(planner::model_flops_utilization(f.model, mean), 4);
     rec["hfu"] = sig(planner::model_flops_utilization(f.hardware, mean), 4);
     rec["peak_tflops"] = planner::kH200PeakBf16Flops / 1e12;
+    {
+      // Optimizer state this rank holds, per trainable parameter (ZeRO: of the whole model).
+      const auto& opt = engine.optimizer();
+      const double per = static_cast<double>(std::max<std::int64_t>(1, engine.trainable_params()));
+      rec["optimizer_state_gib"] = sig(static_cast<double>(opt.state_bytes()) / double(1 << 30), 4);
+      rec["optimizer_host_gib"] = sig(static_cast<double>(opt.host_state_bytes()) / double(1 << 30), 4);
+      rec["optimizer_bytes_per_param"] = sig(static_cast<double>(opt.state_bytes()) / per, 4);
+      const MemoryPlan planned = plan_memory(tc, hf, po);
+      std::int64_t theory = 0;
+      for (const auto& it : planned.items)
+        if (it.group == "optimizer" && it.at_peak) theory += it.bytes;
+      rec["planned_optimizer_gib"] = sig(static_cast<double>(theory) / double(1 << 30), 4);
+    }
     if (device.is_cuda()) {
       const auto s = at::accelerator::getDeviceStats(device.index());
       rec["peak_gib"] = sig(static_cast<double>(s.allocated_bytes[0].peak) / double(1 << 30), 4);
@@ -517,6 +557,9 @@ int main(int argc, char** argv) {
       else if (a == "--out") o.out = next();
       else if (a == "--check") o.check = true;
       else if (a == "--ulysses") o.ulysses = std::stoi(next());
+      else if (a == "--optimizer") o.optimizer = next();
+      else if (a == "--galore-rank") o.galore_rank = std::stoll(next());
+      else if (a == "--galore-gap") o.galore_gap = std::stoll(next());
       else if (a == "--a2a-bytes") {
         for (const auto& b : split(next())) o.a2a_bytes.push_back(std::stoll(b));
       }

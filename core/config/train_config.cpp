@@ -129,8 +129,9 @@ const std::array kFields = std::to_array<FieldSpec>({
      "Weights optimised with GaLore; the rest use AdamW.", "galore_target_modules", -kInf, kInf,
      kModules},
     {"zero_stage", "memory", &TC::zero_stage,
-     "ZeRO stage over the data-parallel group: 0 off, 1 optimizer states sharded, 2 also "
-     "gradients (ms-swift: --deepspeed zero2).", "", 0, 2},
+     "ZeRO stage over every rank (data x sequence parallel, as DeepSpeed-Ulysses): 0 off, 1 "
+     "fp32 master weights and optimizer states sharded, 2 also gradients (ms-swift: "
+     "--deepspeed zero2).", "", 0, 2},
     {"offload_optimizer", "memory", &TC::offload_optimizer,
      "Keep optimizer states and the update on the CPU (pinned, overlapped with compute); "
      "needs zero_stage >= 1 (ms-swift: --deepspeed zero2_offload).", ""},

@@ -190,9 +190,33 @@ Diagnostics validate_config(const LoadedConfig& lc, const HfModelConfig* m) {
     if (c.device == "cpu" && c.attn_impl == "flash_attn")
       ck.error("attn_impl", "flash_attn needs CUDA");
   }
-  if (c.zero_stage > 0 && p.dp == 1 && world % sp == 0)
-    ck.warning("zero_stage", "there is one data-parallel rank (processes " + n(world) + " / sequence_parallel_size " + n(sp) +
-                                 "), so ZeRO shards nothing");
+  // ZeRO shards over every rank (dp × sp), as DeepSpeed-Ulysses does: one process has no one
+  // to share its optimizer state with.
+  if (c.zero_stage > 0 && world == 1)
+    ck.error("zero_stage", "found " + n(c.zero_stage) + " with one process; ZeRO shards optimizer state over the "
+                           "data- and sequence-parallel ranks (nproc_per_node x nnodes = 1 here): use more GPUs "
+                           "or zero_stage: 0");
+  if (c.use_galore && m && m->hidden_size > 0) {
+    // The projection's rank cannot exceed the smaller side of any weight it targets.
+    const std::int64_t h = m->hidden_size, hd = m->head_dim > 0 ? m->head_dim : h / std::max<std::int64_t>(1, m->num_attention_heads);
+    const std::vector<std::pair<std::string, std::int64_t>> sides{
+        {"q_proj", std::min(h, m->num_attention_heads * hd)},   {"k_proj", std::min(h, m->num_key_value_heads * hd)},
+        {"v_proj", std::min(h, m->num_key_value_heads * hd)},   {"o_proj", std::min(h, m->num_attention_heads * hd)},
+        {"gate_proj", std::min(h, m->intermediate_size)},       {"up_proj", std::min(h, m->intermediate_size)},
+        {"down_proj", std::min(h, m->intermediate_size)}};
+    const bool all = std::find(c.galore_target_modules.begin(), c.galore_target_modules.end(), "all-linear") !=
+                     c.galore_target_modules.end();
+    for (const auto& [mod, side] : sides) {
+      const bool targeted = all || std::find(c.galore_target_modules.begin(), c.galore_target_modules.end(), mod) !=
+                                       c.galore_target_modules.end();
+      if (targeted && side > 0 && c.galore_rank > side) {
+        ck.error("galore_rank", "found " + n(c.galore_rank) + ", larger than the smaller side of the model's " + mod +
+                                    " weights (" + n(side) + "); use at most " + n(side) +
+                                    " or leave " + mod + " out of galore_target_modules");
+        break;
+      }
+    }
+  }
   return out;
 }
 

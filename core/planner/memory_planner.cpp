@@ -103,8 +103,9 @@ void add_items(MemoryPlan& plan, const Terms& t, const Eval& e, const TrainConfi
                         : std::string()));
   if (grads_now < grads_all) ib.add("gradients", "gradients", grads_all, gdetail + " (all, after backward)", false);
   ib.add("GaLore projected gradients", "gradients", t.galore_accum,
-         "fp32 r × max(in, out) per targeted matrix, accumulated over " + num(c.gradient_accumulation_steps) +
-             " micro-steps");
+         "fp32 r × max(in, out) per targeted matrix, held from backward to the update" +
+             (c.gradient_accumulation_steps > 1 ? " and accumulated over " + num(c.gradient_accumulation_steps) + " micro-steps"
+                                                : std::string()));
   ib.add("gradient buckets", "communication", t.grad_buckets, "2 × 25 MiB all-reduce buckets in flight", ph != 0);
 
   // optimizer
@@ -181,7 +182,7 @@ void add_notes(MemoryPlan& plan, const Terms& t, const TrainConfig& c, const Pla
   if (t.dropout_per_layer > 0)
     n.push_back("lora_dropout " + text_double(c.lora_dropout) + " keeps a dropped copy of each adapter's input (" +
                 gib(t.dropout_per_layer) + " per stored layer); lora_dropout 0 shares the projection's input");
-  if (c.zero_stage > 0 && t.layout.dp <= 1) n.push_back("ZeRO over 1 data-parallel rank shards nothing");
+  if (c.zero_stage > 0 && t.layout.world_size <= 1) n.push_back("ZeRO with one process shards nothing");
   if (t.host_optimizer > 0) n.push_back("optimizer offloaded: " + gib(t.host_optimizer) + " on the host per process");
   if (t.galore_per_layer)
     n.push_back(c.gradient_accumulation_steps > 1

@@ -96,7 +96,6 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
     t.nccl = kNcclCommunicatorBytes + kNcclCollectiveBytes;  // world: gradient all-reduce
     if (u > 1) t.nccl += kNcclCommunicatorBytes + (u - 1) * kNcclP2pPeerBytes;
     if (p.ring > 1) t.nccl += kNcclCommunicatorBytes + std::min<i64>(p.ring - 1, 2) * kNcclP2pPeerBytes;
-    if (p.dp > 1 && sp > 1 && c.zero_stage > 0) t.nccl += kNcclCommunicatorBytes + kNcclCollectiveBytes;
   }
 
   // -- parameters, gradients, optimizer
@@ -105,7 +104,8 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   const i64 per_layer = (P - embed - head - s.h) / s.L;
   t.params = P;
   t.weights = P * b;
-  const i64 dp = std::max<i64>(1, p.dp);
+  // ZeRO shards over every rank (dp × sp), as DeepSpeed-Ulysses does (docs/optimizers.md).
+  const i64 shards = std::max<i64>(1, p.world_size);
   const i64 gas = std::max<i64>(1, c.gradient_accumulation_steps);
   t.grads_persistent = gas > 1;
   const unsigned lmask = t.lora ? module_mask(c.target_modules) : (1u << kModules) - 1;
@@ -123,11 +123,11 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
     // foreach AdamW allocates a copy of the states (sqrt of v) during the step.
     t.step_tmp = t.hf ? 4 * t.trainable : 0;
   } else {
-    // Odyssey's engine today (zero_stage 0, no GaLore, no offload) trains full fine-tunes as
-    // HF does, "pure" in the parameters' dtype: gradients and AdamW states in that dtype, no
-    // master copy (measured on an H200: docs/memory-planner.md). The fp32 main-gradient and
-    // master layout below is the plan for ZeRO and GaLore (the optimizer issue).
-    const bool pure = t.hf || (!c.use_galore && c.zero_stage == 0 && !c.offload_optimizer);
+    // Without ZeRO the engine trains full fine-tunes as HF does, "pure" in the parameters'
+    // dtype: gradients and AdamW states in that dtype, no master copy (measured on an H200:
+    // docs/memory-planner.md); GaLore's untargeted parameters too, as galore-torch does. ZeRO
+    // keeps fp32 master weights, moments and gradient shards (docs/optimizers.md).
+    const bool pure = t.hf || c.zero_stage == 0;
     const i64 gb = pure ? b : 4;
     const unsigned gmask = c.use_galore ? module_mask(c.galore_target_modules) : 0u;
     i64 targeted_block = 0, largest_target = 0, largest_in = 0, largest_out = 0;
@@ -137,12 +137,13 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
         targeted_block += mn;
         const i64 rk = std::min({c.galore_rank, s.in[k], s.out[k]});
         const i64 big = std::max(s.in[k], s.out[k]), small = std::min(s.in[k], s.out[k]);
-        // m and v of shape r × max(in, out); the projection r × min(in, out).
+        // m and v of shape r × max(in, out); the projection r × min(in, out); the rank-r
+        // gradient of the step, held from the hook to the update (clipping needs the norm).
         const i64 states = 2 * rk * big, proj = rk * small;
-        if (gas > 1) t.galore_accum += 4 * rk * big * s.L;  // projected gradient, accumulated
+        t.galore_accum += 4 * rk * big * s.L;
         if (c.galore_quantization) {
           t.galore_states += (states + 4 * ceil_div(states, kQuantBlock)) * s.L;  // int8 + absmax
-          t.galore_proj += ceil_div(proj, 2) * s.L;                              // int4
+          t.galore_proj += (ceil_div(proj, 2) + 8 * ceil_div(proj, kQuantBlock)) * s.L;  // int4 + lo, scale
         } else {
           t.galore_states += 4 * states * s.L;
           t.galore_proj += 4 * proj * s.L;
@@ -150,15 +151,14 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
         if (mn > largest_target) largest_target = mn, largest_in = s.in[k], largest_out = s.out[k];
       }
     t.galore_targeted = targeted_block * s.L;
-    // A backward hook projects each targeted gradient as soon as its layer is done: the update
-    // runs there (gradient_accumulation_steps 1) or the rank-r gradient accumulates; the full
-    // gradients of targeted weights are never all held.
+    // A backward hook projects each targeted gradient as soon as it exists and frees it: the
+    // full gradients of targeted weights are never all held.
     t.galore_per_layer = c.use_galore;
     const i64 untargeted = P - t.galore_targeted;
     t.trainable = P;
     t.grads_layers = (per_layer * s.L - (t.galore_per_layer ? t.galore_targeted : 0)) * gb;
     t.grads_other = (embed + head + s.h) * gb;
-    t.master = pure || b == 4 ? 0 : 4 * untargeted;  // GaLore updates its weights in place
+    t.master = pure || b == 4 ? 0 : 4 * untargeted;
     t.adam = untargeted * (pure ? 2 * b : 8);
     t.step_tmp = t.hf ? untargeted * b : 0;
     if (c.use_galore) {
@@ -172,13 +172,13 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   }
   t.grads_unsharded = t.grads_layers + t.grads_other;
   if (c.zero_stage >= 1) {
-    t.master = ceil_div(t.master, dp);
-    t.adam = ceil_div(t.adam, dp);
-    t.galore_states = ceil_div(t.galore_states, dp);
+    t.master = ceil_div(t.master, shards);
+    t.adam = ceil_div(t.adam, shards);
+    t.galore_states = ceil_div(t.galore_states, shards);
   }
   if (c.zero_stage >= 2) {
-    t.grads_layers = ceil_div(t.grads_layers, dp);
-    t.grads_other = ceil_div(t.grads_other, dp);
+    t.grads_layers = ceil_div(t.grads_layers, shards);
+    t.grads_other = ceil_div(t.grads_other, shards);
   }
   if (c.offload_optimizer && t.cuda) {
     t.host_optimizer = t.master + t.adam + t.galore_states + t.galore_proj;

@@ -77,6 +77,13 @@ void read_body(FieldReader& r, RunStartEvent& e) {
     c.optional("params", e.model.params);
     c.optional("trainable_params", e.model.trainable_params);
   }
+  if (const json* o = r.object("optimizer", false)) {
+    FieldReader c = r.child(*o, "optimizer");
+    c.optional("name", e.optimizer.name);
+    c.optional("state_bytes", e.optimizer.state_bytes);
+    c.optional("host_state_bytes", e.optimizer.host_state_bytes);
+    c.optional("sharded_over", e.optimizer.sharded_over);
+  }
 }
 
 void read_body(FieldReader& r, StageEvent& e) {

@@ -46,6 +46,11 @@ void put_fields(OrderedJson& j, const RunStartEvent& e) {
   j["model"] = {{"name", e.model.name},
                 {"params", e.model.params},
                 {"trainable_params", e.model.trainable_params}};
+  if (!e.optimizer.name.empty())
+    j["optimizer"] = {{"name", e.optimizer.name},
+                      {"state_bytes", e.optimizer.state_bytes},
+                      {"host_state_bytes", e.optimizer.host_state_bytes},
+                      {"sharded_over", e.optimizer.sharded_over}};
 }
 
 void put_fields(OrderedJson& j, const StageEvent& e) {

@@ -86,6 +86,14 @@ struct ModelSummary {
   std::int64_t trainable_params = 0;
 };
 
+// The optimizer and the memory its state takes on each rank (docs/optimizers.md).
+struct OptimizerSummary {
+  std::string name;                  // adamw, galore_adamw, q_galore_adamw8bit, zero1_adamw, zero2_adamw
+  std::int64_t state_bytes = 0;      // per rank, on the device: moments, master weights, projections
+  std::int64_t host_state_bytes = 0; // per rank, in host memory (ZeRO offload)
+  int sharded_over = 1;              // ranks the state is split across (ZeRO: world)
+};
+
 struct RunStartEvent {
   double time = 0;
   double elapsed_s = 0;
@@ -97,6 +105,7 @@ struct RunStartEvent {
   std::vector<DeviceInfo> devices;  // one per rank
   RunTotals totals;
   ModelSummary model;
+  OptimizerSummary optimizer;  // written when name is set
 };
 
 // What the engine is doing before and between steps (loading the model, tokenising),

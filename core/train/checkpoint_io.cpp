@@ -84,6 +84,7 @@ Result<std::int64_t> save_checkpoint(const fs::path& final_dir, StepEngine& engi
     r.diagnostics.insert(r.diagnostics.end(), d.begin(), d.end());
     std::error_code ignore;
     fs::remove_all(tmp, ignore);
+    for (const auto& shard : what.optimizer_shards) fs::remove(shard, ignore);
     return r;
   };
   const torch::Device device = engine.model()->options().device;
@@ -100,8 +101,18 @@ Result<std::int64_t> save_checkpoint(const fs::path& final_dir, StepEngine& engi
       if (ec) return fail({err((tmp / f).string(), "cannot be written: " + ec.message())});
     }
   }
-  auto opt = save_safetensors((tmp / "optimizer.safetensors").string(), engine.optimizer().state());
-  if (!opt.ok()) return fail(opt.diagnostics);
+  if (what.optimizer_shards.empty()) {
+    auto opt = save_safetensors((tmp / "optimizer.safetensors").string(), engine.optimizer().state());
+    if (!opt.ok()) return fail(opt.diagnostics);
+  } else {
+    for (const auto& shard : what.optimizer_shards) {
+      // ".checkpoint-<step>-optimizer-rank-…" → "optimizer-rank-…"
+      const std::string name = shard.filename().string();
+      const auto at = name.find("optimizer-rank-");
+      fs::rename(shard, tmp / (at == std::string::npos ? name : name.substr(at)), ec);
+      if (ec) return fail({err(shard.string(), "cannot be moved into the checkpoint: " + ec.message())});
+    }
+  }
   if (!write_bytes(tmp / "rng_cpu.bin", at::detail::getDefaultCPUGenerator().get_state()) ||
       (device.is_cuda() && !write_bytes(tmp / "rng_cuda.bin", at::globalContext().defaultGenerator(device).get_state())))
     return fail({err((tmp / "rng_cpu.bin").string(), "cannot be written (disk full?)")});
@@ -134,6 +145,30 @@ Result<std::int64_t> save_checkpoint(const fs::path& final_dir, StepEngine& engi
   if (ec) return fail({err(final_dir.string(), "cannot rename the finished checkpoint into place: " + ec.message())});
   sync_path(final_dir.parent_path(), true);
   r.value = bytes;
+  return r;
+}
+
+std::string optimizer_shard_name(int rank, int world) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "optimizer-rank-%05d-of-%05d.safetensors", rank, world);
+  return buf;
+}
+
+Result<std::int64_t> save_optimizer_shard(const fs::path& file, StepEngine& engine) {
+  Result<std::int64_t> r;
+  auto saved = save_safetensors(file.string(), engine.optimizer().state());
+  if (!saved.ok()) {
+    r.diagnostics = saved.diagnostics;
+    std::error_code ignore;
+    fs::remove(file, ignore);
+    return r;
+  }
+  if (!sync_path(file, false)) {
+    r.diagnostics.push_back(err(file.string(), "cannot be synced to disk"));
+    return r;
+  }
+  std::error_code ec;
+  r.value = static_cast<std::int64_t>(fs::file_size(file, ec));
   return r;
 }
 
@@ -188,7 +223,26 @@ Diagnostics load_checkpoint(const fs::path& dir, StepEngine& engine, const Check
     d = model::load_weights(engine.model(), ck.value, dir.string());
   }
   if (has_errors(d)) return d;
-  const std::string opt_file = (dir / "optimizer.safetensors").string();
+  std::error_code ec;
+  const bool sharded = engine.optimizer().sharded_state();
+  const std::string opt_file =
+      (dir / (sharded ? optimizer_shard_name(what.rank, what.world) : std::string("optimizer.safetensors"))).string();
+  if (sharded && !fs::exists(opt_file)) {
+    std::string found;
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.path().filename().string().starts_with("optimizer")) found += (found.empty() ? "" : ", ") + e.path().filename().string();
+    return {err(opt_file, "is missing: this run shards its optimizer state over " + std::to_string(what.world) +
+                              " ranks and needs one file per rank; the checkpoint has " +
+                              (found.empty() ? std::string("none") : found) +
+                              " (resume with the same number of processes and zero_stage)")};
+  }
+  if (!sharded && !fs::exists(opt_file)) {
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.path().filename().string().starts_with("optimizer-rank-"))
+        return {err(opt_file, "is missing: the checkpoint holds sharded ZeRO optimizer state (" +
+                                  e.path().filename().string() + "); resume with the zero_stage and process count it was "
+                                  "saved with")};
+  }
   auto opt = SafetensorsFile::open(opt_file);
   if (!opt.ok()) return opt.diagnostics;
   std::vector<std::pair<std::string, torch::Tensor>> named;

@@ -32,7 +32,18 @@ struct TrainerState {
 struct CheckpointContents {
   std::optional<LoraSettings> lora;  // adapter files; none: full model directory
   std::string base_model;            // the model directory (config.json, tokenizer files)
+  // A sharded optimizer (ZeRO): every rank's state file, already written by save_optimizer_shard
+  // (saving: moved into the checkpoint instead of optimizer.safetensors), and this rank's
+  // place (loading: reads optimizer_shard_name(rank, world)).
+  std::vector<std::filesystem::path> optimizer_shards;
+  int rank = 0, world = 1;
 };
+
+// "optimizer-rank-00001-of-00004.safetensors"
+std::string optimizer_shard_name(int rank, int world);
+
+// Writes this rank's optimizer state (a sharded optimizer) to `file`, synced. Returns bytes.
+Result<std::int64_t> save_optimizer_shard(const std::filesystem::path& file, StepEngine& engine);
 
 // Writes `final_dir` atomically. Returns the bytes written.
 Result<std::int64_t> save_checkpoint(const std::filesystem::path& final_dir, StepEngine& engine,

@@ -6,8 +6,54 @@
 
 namespace odyssey::train {
 
+void Optimizer::reduce_gradients(dist::Group& world) {
+  std::vector<torch::Tensor> ps;
+  for (const auto& p : params_) ps.push_back(p.param);
+  all_reduce_gradients(ps, world);
+}
+
+double Optimizer::clip_grad_norm(double max_norm) {
+  std::vector<torch::Tensor> ps;
+  for (const auto& p : params_) ps.push_back(p.param);
+  return train::clip_grad_norm(ps, max_norm);
+}
+
+void Optimizer::zero_grad() {
+  for (auto& p : params_)
+    if (p.param.grad().defined()) p.param.mutable_grad() = torch::Tensor();
+}
+
+void all_reduce_gradients(const std::vector<torch::Tensor>& params, dist::Group& world) {
+  // Buckets of one dtype up to 64 Mi elements: one collective each instead of one per tensor.
+  constexpr std::int64_t kBucket = std::int64_t{1} << 26;
+  std::vector<torch::Tensor> bucket;
+  std::int64_t filled = 0;
+  auto flush = [&] {
+    if (bucket.empty()) return;
+    std::vector<torch::Tensor> flat;
+    for (const auto& g : bucket) flat.push_back(g.reshape({-1}));
+    torch::Tensor buf = torch::cat(flat);
+    world.all_reduce(buf);
+    std::int64_t off = 0;
+    for (auto& g : bucket) {
+      g.copy_(buf.narrow(0, off, g.numel()).view_as(g));
+      off += g.numel();
+    }
+    bucket.clear();
+    filled = 0;
+  };
+  for (auto p : params) {
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    torch::Tensor g = p.grad();
+    if (!bucket.empty() && (bucket.front().scalar_type() != g.scalar_type() || filled + g.numel() > kBucket)) flush();
+    bucket.push_back(g);
+    filled += g.numel();
+  }
+  flush();
+}
+
 AdamW::AdamW(std::vector<NamedParam> params, AdamWOptions options)
-    : params_(std::move(params)), options_(options) {
+    : Optimizer(std::move(params)), options_(options) {
   for (const auto& p : params_) {
     torch::NoGradGuard no_grad;
     exp_avg_.push_back(torch::zeros_like(p.param, torch::MemoryFormat::Preserve));
@@ -41,12 +87,7 @@ void AdamW::step(double lr) {
   }
 }
 
-void AdamW::zero_grad() {
-  for (auto& p : params_)
-    if (p.param.grad().defined()) p.param.mutable_grad() = torch::Tensor();
-}
-
-std::vector<std::pair<std::string, torch::Tensor>> AdamW::state() const {
+NamedTensors AdamW::state() const {
   std::vector<std::pair<std::string, torch::Tensor>> out;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     out.emplace_back("exp_avg." + params_[i].name, exp_avg_[i].detach().to(torch::kCPU).contiguous());
@@ -56,8 +97,7 @@ std::vector<std::pair<std::string, torch::Tensor>> AdamW::state() const {
   return out;
 }
 
-Diagnostics AdamW::load_state(const std::vector<std::pair<std::string, torch::Tensor>>& named,
-                              const std::string& file) {
+Diagnostics AdamW::load_state(const NamedTensors& named, const std::string& file) {
   Diagnostics d;
   std::map<std::string, torch::Tensor> by_name(named.begin(), named.end());
   auto find = [&](const std::string& key, const torch::Tensor& like) -> torch::Tensor {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/diagnostic.h"
+#include "dist/comm.h"
 
 namespace odyssey::train {
 
@@ -32,22 +33,65 @@ struct NamedParam {
   bool decay = true;
 };
 
-class AdamW {
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+
+// What the step engine needs of an optimizer (docs/optimizers.md). One step:
+//   begin_step(); for each micro-batch { backward; end_micro_batch(last) };
+//   reduce_gradients(world) when data- or sequence-parallel; norm = clip_grad_norm(max);
+//   step(lr) unless the norm is not finite; zero_grad().
+// Optimizers that consume gradients during backward (GaLore's projection hooks, ZeRO-2's
+// reduce-scatter buckets) do it between begin_step and end_micro_batch.
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  virtual std::string name() const = 0;  // adamw, galore_adamw, q_galore_adamw8bit, zero2_adamw
+  virtual void begin_step() {}
+  virtual void end_micro_batch(bool /*last*/) {}
+  // Sums this step's gradients over `world` (in place or in the optimizer's own buffers).
+  // The default all-reduces every trainable parameter's .grad in 64 Mi-element buckets.
+  virtual void reduce_gradients(dist::Group& world);
+  // The global L2 norm of the step's gradient (torch.nn.utils.clip_grad_norm_'s), then, when
+  // max_norm > 0, every gradient scaled by min(1, max_norm / (norm + 1e-6)).
+  virtual double clip_grad_norm(double max_norm);
+  // One update at learning rate `lr`.
+  virtual void step(double lr) = 0;
+  // Drops this step's gradients (after an update, or instead of one).
+  virtual void zero_grad();
+  // Named CPU tensors for checkpoints (optimizer.safetensors), and the inverse: every tensor
+  // this optimizer would save must be present with its element count.
+  virtual NamedTensors state() const = 0;
+  virtual Diagnostics load_state(const NamedTensors& named, const std::string& file) = 0;
+  // Bytes this process holds for the optimizer: states, master weights, projections
+  // (on the device or, offloaded, in host memory).
+  virtual std::int64_t state_bytes() const = 0;
+  virtual std::int64_t host_state_bytes() const { return 0; }
+  // True when state() is this rank's shard only (ZeRO): checkpoints keep one file per rank.
+  virtual bool sharded_state() const { return false; }
+  const std::vector<NamedParam>& params() const { return params_; }
+
+ protected:
+  explicit Optimizer(std::vector<NamedParam> params) : params_(std::move(params)) {}
+  std::vector<NamedParam> params_;
+};
+
+// Bucketed in-place all-reduce (sum) of the gradients of `params` over `world`; parameters
+// without a gradient take part with zeros, so every rank issues the same collectives.
+void all_reduce_gradients(const std::vector<torch::Tensor>& params, dist::Group& world);
+
+class AdamW : public Optimizer {
  public:
   AdamW(std::vector<NamedParam> params, AdamWOptions options);
+  std::string name() const override { return "adamw"; }
   // One update of every parameter that has a gradient, at learning rate `lr`.
-  void step(double lr);
-  void zero_grad();
-  const std::vector<NamedParam>& params() const { return params_; }
+  void step(double lr) override;
   // exp_avg.<name>, exp_avg_sq.<name>, step.<name> (CPU copies), for checkpoints.
-  std::vector<std::pair<std::string, torch::Tensor>> state() const;
+  NamedTensors state() const override;
   // The inverse; every parameter's three tensors must be present with matching shapes.
-  Diagnostics load_state(const std::vector<std::pair<std::string, torch::Tensor>>& named, const std::string& file);
+  Diagnostics load_state(const NamedTensors& named, const std::string& file) override;
   // Bytes of optimizer state (moments and steps).
-  std::int64_t state_bytes() const;
+  std::int64_t state_bytes() const override;
 
  private:
-  std::vector<NamedParam> params_;
   AdamWOptions options_;
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_, steps_;
 };

@@ -1,17 +1,26 @@
 #include "train/step_engine.h"
 
 #include <cmath>
+#include <stdexcept>
 
 namespace odyssey::train {
 
-StepEngine::StepEngine(model::CausalLM lm, StepOptions options) : lm_(std::move(lm)), options_(std::move(options)) {
+StepEngine::StepEngine(model::CausalLM lm, StepOptions options, dist::Group* world)
+    : lm_(std::move(lm)), options_(std::move(options)), world_(world) {
   std::vector<NamedParam> named;
   for (auto& p : lm_->named_parameters(true)) {
     if (!p.value().requires_grad()) continue;
     trainable_.push_back(p.value());
     named.push_back({p.key(), p.value(), decays(p.key())});
   }
-  optimizer_.emplace(std::move(named), options_.adamw);
+  optimizer_ = make_optimizer(std::move(named), options_, world_);
+}
+
+void StepEngine::set_world(dist::Group* world) {
+  if (world == world_) return;
+  if (options_.zero.stage > 0 || options_.galore.enabled)
+    throw std::logic_error("StepEngine::set_world: a ZeRO or GaLore optimizer takes its group in the constructor");
+  world_ = world;
 }
 
 std::int64_t StepEngine::trainable_params() const {
@@ -39,16 +48,18 @@ StepResult StepEngine::step(const std::vector<PackedRow>& micro_batches) {
   }
   const double denom = static_cast<double>(std::max<std::int64_t>(1, r.target_tokens));
   double total = 0;
-  for (const auto& mb : micro_batches) {
-    const torch::Tensor sum = row_loss_sum(lm_, mb);
+  optimizer_->begin_step();
+  for (std::size_t i = 0; i < micro_batches.size(); ++i) {
+    const torch::Tensor sum = row_loss_sum(lm_, micro_batches[i]);
     total += sum.item<double>();
     if (sum.requires_grad()) (sum / denom).backward();
+    optimizer_->end_micro_batch(i + 1 == micro_batches.size());
   }
   if (world_ && world_->size() > 1) {
     torch::Tensor t = torch::tensor({total}, torch::kFloat64).to(lm_->lm_head_weight().device());
     world_->all_reduce(t);
     total = t.cpu().item<double>();
-    reduce_gradients();
+    optimizer_->reduce_gradients(*world_);
   }
   r.loss = total / denom;
   r.lr = options_.schedule.lr(step_);
@@ -57,7 +68,7 @@ StepResult StepEngine::step(const std::vector<PackedRow>& micro_batches) {
     r.grad_norm = std::nan("");
     return r;
   }
-  r.grad_norm = clip_grad_norm(trainable_, options_.max_grad_norm);
+  r.grad_norm = optimizer_->clip_grad_norm(options_.max_grad_norm);
   if (!std::isfinite(r.grad_norm)) {  // an overflow in backward: the update would poison every weight
     optimizer_->zero_grad();
     return r;
@@ -66,35 +77,6 @@ StepResult StepEngine::step(const std::vector<PackedRow>& micro_batches) {
   optimizer_->zero_grad();
   ++step_;
   return r;
-}
-
-void StepEngine::reduce_gradients() {
-  // Buckets of one dtype up to 64 Mi elements: one collective each instead of one per tensor.
-  constexpr std::int64_t kBucket = std::int64_t{1} << 26;
-  std::vector<torch::Tensor> bucket;
-  std::int64_t filled = 0;
-  auto flush = [&] {
-    if (bucket.empty()) return;
-    std::vector<torch::Tensor> flat;
-    for (const auto& g : bucket) flat.push_back(g.reshape({-1}));
-    torch::Tensor buf = torch::cat(flat);
-    world_->all_reduce(buf);
-    std::int64_t off = 0;
-    for (auto& g : bucket) {
-      g.copy_(buf.narrow(0, off, g.numel()).view_as(g));
-      off += g.numel();
-    }
-    bucket.clear();
-    filled = 0;
-  };
-  for (auto& p : trainable_) {
-    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-    torch::Tensor g = p.grad();
-    if (!bucket.empty() && (bucket.front().scalar_type() != g.scalar_type() || filled + g.numel() > kBucket)) flush();
-    bucket.push_back(g);
-    filled += g.numel();
-  }
-  flush();
 }
 
 std::pair<double, std::int64_t> StepEngine::evaluate(const std::vector<PackedRow>& rows) {

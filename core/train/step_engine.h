@@ -6,7 +6,9 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "dist/comm.h"
@@ -16,10 +18,36 @@
 
 namespace odyssey::train {
 
+// GaLore / Q-GaLore (docs/optimizers.md). Defaults: Q-GaLore's (ms-swift's galore_* keys).
+struct GaLoreOptions {
+  bool enabled = false;
+  bool quantized = false;                  // Q-GaLore
+  std::int64_t rank = 128;
+  std::int64_t update_proj_gap = 200;
+  double scale = 0.25;
+  std::vector<std::string> target_modules = {"all-linear"};  // q_proj ... down_proj, or all-linear
+  int proj_bits = 4;                       // Q-GaLore: projection matrices in int4 ...
+  std::int64_t proj_group_size = 256;      // ... with one scale and zero point per 256 values
+  double cos_threshold = 0.4;              // lazy subspace rule: when the mean cosine similarity of
+  double gamma_proj = 2.0;                 // the last queue_size successive projections reaches the
+  std::int64_t queue_size = 5;             // threshold, update_proj_gap *= gamma_proj
+  std::int64_t state_block = 256;          // Q-GaLore: 8-bit Adam states, one absmax per block
+};
+
+// ZeRO (docs/optimizers.md): stage 2 shards gradients, fp32 master weights and AdamW states
+// over the world group (dp × sp, as DeepSpeed-Ulysses does); offload keeps the shard and its
+// update in host memory.
+struct ZeroOptions {
+  int stage = 0;  // 0, 1 (states sharded) or 2 (gradients too)
+  bool offload = false;
+};
+
 struct StepOptions {
   AdamWOptions adamw;
   Schedule schedule;
   double max_grad_norm = 1.0;  // <= 0: no clipping
+  GaLoreOptions galore;
+  ZeroOptions zero;
 };
 
 struct StepResult {
@@ -31,10 +59,16 @@ struct StepResult {
   std::int64_t samples = 0;
 };
 
+// The optimizer `options` asks for over the trainable parameters: AdamW, GaLore (galore.h),
+// Q-GaLore, or ZeRO-2 AdamW (zero.h) sharded over `world` (required for ZeRO).
+std::unique_ptr<Optimizer> make_optimizer(std::vector<NamedParam> params, const StepOptions& options,
+                                          dist::Group* world);
+
 class StepEngine {
  public:
-  // Trainable = parameters with requires_grad (apply_lora freezes the base first).
-  StepEngine(model::CausalLM lm, StepOptions options);
+  // Trainable = parameters with requires_grad (apply_lora freezes the base first). `world`:
+  // see set_world; the optimizer is built here (ZeRO shards over `world`).
+  StepEngine(model::CausalLM lm, StepOptions options, dist::Group* world = nullptr);
 
   // One optimizer step: each micro-batch's summed loss / the step's target tokens is
   // back-propagated (transformers' num_items_in_batch), then clip, AdamW at schedule(step),
@@ -48,13 +82,14 @@ class StepEngine {
   // Data- and sequence-parallel runs: every rank passes its own rows (whole rows of its dp
   // slice, or their sp shards); target counts, loss sums and gradients are summed over
   // `world` so the step equals one process over the global batch (loss = all valid tokens'
-  // sum / the global count of valid tokens). Null = one process.
-  void set_world(dist::Group* world) { world_ = world; }
+  // sum / the global count of valid tokens). Null = one process. A ZeRO or GaLore optimizer
+  // takes the group in the constructor instead (it shards or projects over it).
+  void set_world(dist::Group* world);
 
   std::int64_t completed_steps() const { return step_; }
   void set_completed_steps(std::int64_t s) { step_ = s; }
   model::CausalLM& model() { return lm_; }
-  AdamW& optimizer() { return *optimizer_; }
+  Optimizer& optimizer() { return *optimizer_; }
   const StepOptions& options() const { return options_; }
   std::int64_t trainable_params() const;
 
@@ -62,10 +97,9 @@ class StepEngine {
   model::CausalLM lm_;
   StepOptions options_;
   std::vector<torch::Tensor> trainable_;
-  std::optional<AdamW> optimizer_;
+  std::unique_ptr<Optimizer> optimizer_;
   std::int64_t step_ = 0;
   dist::Group* world_ = nullptr;
-  void reduce_gradients();
 };
 
 }  // namespace odyssey::train

@@ -104,6 +104,17 @@ std::string fixed(double v, int digits) {
   return o.str();
 }
 
+// MemAvailable of /proc/meminfo (what can be allocated without swapping); 0 when unknown.
+std::int64_t available_host_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  std::int64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return 0;
+}
+
 std::string gib(std::int64_t bytes) { return fixed(static_cast<double>(bytes) / double(std::int64_t{1} << 30), 2) + " GiB"; }
 
 // Memory of this process's device: CUDA allocator statistics, or the process RSS on the CPU.
@@ -463,12 +474,47 @@ int run_training(const TrainConfig& c, const run::RunDir& dir, const TrainerOpti
     return exit_code;
   };
   auto save = [&](std::int64_t at_step) -> bool {
-    if (!main_rank) return true;  // the weights are the same on every rank
     const auto ts = Clock::now();
+    CheckpointContents with = contents;
+    if (engine->optimizer().sharded_state()) {
+      // ZeRO: every rank writes its optimizer shard beside the checkpoint; rank 0 moves them in
+      // and renames the whole directory into place only when every rank succeeded.
+      auto shard_path = [&](int r) {
+        return dir.checkpoints_dir() / (".checkpoint-" + std::to_string(at_step) + "-" + optimizer_shard_name(r, mesh.world));
+      };
+      auto mine = save_optimizer_shard(shard_path(mesh.rank), *engine);
+      torch::Tensor failed = torch::tensor({mine.ok() ? std::int64_t{0} : std::int64_t{1}}, torch::kInt64)
+                                 .to(engine->model()->lm_head_weight().device());
+      mesh.world_group->all_reduce(failed);
+      const std::int64_t failures = failed.cpu().item<std::int64_t>();
+      if (!mine.ok()) log.line("warning: " + format_all(mine.diagnostics));
+      if (failures > 0) {
+        std::error_code ignore;
+        fs::remove(shard_path(mesh.rank), ignore);
+        if (!main_rank) return false;
+        run::WarningEvent w;
+        w.code = "checkpoint_failed";
+        w.message = "checkpoint-" + std::to_string(at_step) + " could not be written: " + std::to_string(failures) +
+                    " rank(s) could not write their optimizer shard" +
+                    (mine.ok() ? std::string() : " (rank 0: " + format_all(mine.diagnostics) + ")") +
+                    (last_saved ? "; checkpoint-" + std::to_string(*last_saved) + " is intact" : std::string());
+        w.step = at_step;
+        events.write(w);
+        log.line("warning: " + w.message);
+        return false;
+      }
+      if (!main_rank) {
+        last_saved = at_step;
+        return true;
+      }
+      for (int r = 0; r < mesh.world; ++r) with.optimizer_shards.push_back(shard_path(r));
+    } else if (!main_rank) {
+      return true;  // the weights are the same on every rank
+    }
     heartbeat.update(step, total_steps, run::RunState::Running);
     state.step = at_step;
     state.elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    auto saved = save_checkpoint(dir.checkpoint(at_step), *engine, contents, state);
+    auto saved = save_checkpoint(dir.checkpoint(at_step), *engine, with, state);
     if (!saved.ok()) {
       const std::string msg = "checkpoint-" + std::to_string(at_step) + " could not be written: " +
                               format_all(saved.diagnostics) +
@@ -603,8 +649,33 @@ int run_training(const TrainConfig& c, const run::RunDir& dir, const TrainerOpti
     so.schedule.total_steps = total_steps;
     so.schedule.warmup_steps = warmup_steps_for(c.warmup_steps, c.warmup_ratio, total_steps);
     so.max_grad_norm = c.max_grad_norm;
-    engine.emplace(lm, so);
-    if (mesh.distributed()) engine->set_world(mesh.world_group.get());
+    so.galore.enabled = c.use_galore;
+    so.galore.quantized = c.galore_quantization;
+    so.galore.rank = c.galore_rank;
+    so.galore.update_proj_gap = c.galore_update_proj_gap;
+    so.galore.scale = c.galore_scale;
+    so.galore.target_modules = c.galore_target_modules;
+    so.zero.stage = static_cast<int>(c.zero_stage);
+    so.zero.offload = c.offload_optimizer;
+    if (c.offload_optimizer) {
+      // fp32 master, moments and gradient of this rank's shard, for every rank on this host.
+      std::int64_t trainable = 0;
+      for (const auto& p : lm->parameters(true))
+        if (p.requires_grad()) trainable += p.numel();
+      const std::int64_t need = 16 * ((trainable + mesh.world - 1) / mesh.world) * std::max(1, env.local_world);
+      const std::int64_t have = available_host_bytes();
+      if (have > 0 && need > have * 9 / 10)
+        throw RunFailure{"offload_optimizer: the offloaded optimizer state of " + std::to_string(trainable) +
+                         " trainable parameters over " + std::to_string(mesh.world) + " ranks needs " +
+                         gib(need) + " of host memory on this host (" +
+                         std::to_string(std::max(1, env.local_world)) + " ranks x 16 bytes per parameter of a shard), " +
+                         "but " + gib(have) + " is available; use more ranks, offload_optimizer: false, or free host memory"};
+    }
+    try {
+      engine.emplace(lm, so, mesh.distributed() ? mesh.world_group.get() : nullptr);
+    } catch (const std::invalid_argument& e) {
+      throw RunFailure{std::string("optimizer: ") + e.what()};
+    }
     state.total_steps = total_steps;
     state.seed = c.seed;
     state.tuner_type = c.tuner_type;
@@ -626,7 +697,10 @@ int run_training(const TrainConfig& c, const run::RunDir& dir, const TrainerOpti
       if (p.seed != c.seed) mismatch("seed", std::to_string(p.seed), std::to_string(c.seed));
       if (p.total_steps != total_steps)
         mismatch("total steps", std::to_string(p.total_steps), std::to_string(total_steps));
-      auto d = load_checkpoint(from, *engine, contents);
+      CheckpointContents at = contents;
+      at.rank = mesh.rank;
+      at.world = mesh.world;
+      auto d = load_checkpoint(from, *engine, at);
       if (has_errors(d)) throw RunFailure{"resume_from_checkpoint: " + format_all(d)};
       engine->set_completed_steps(p.step);
       step = p.step;
@@ -667,7 +741,19 @@ int run_training(const TrainConfig& c, const run::RunDir& dir, const TrainerOpti
     rs.model.name = c.model;
     rs.model.params = params;
     rs.model.trainable_params = engine->trainable_params();
+    Optimizer& optimizer = engine->optimizer();
+    rs.optimizer.name = optimizer.name();
+    rs.optimizer.state_bytes = optimizer.state_bytes();
+    rs.optimizer.host_state_bytes = optimizer.host_state_bytes();
+    rs.optimizer.sharded_over = c.zero_stage > 0 ? mesh.world : 1;
     events.write(rs);
+    log.line("optimizer: " + optimizer.name() + ", state " + gib(optimizer.state_bytes()) + " on the device" +
+             (optimizer.host_state_bytes() > 0 ? ", " + gib(optimizer.host_state_bytes()) + " in host memory"
+                                               : std::string()) +
+             (c.zero_stage > 0 ? " per rank (sharded over " + std::to_string(mesh.world) + ")" : std::string()) +
+             (c.use_galore ? "; GaLore rank " + std::to_string(c.galore_rank) + ", projection refreshed every " +
+                                 std::to_string(c.galore_update_proj_gap) + " steps"
+                           : std::string()));
     log.line("model: " + std::to_string(params) + " parameters, " + std::to_string(engine->trainable_params()) +
              " trainable (" + c.tuner_type + "); activation checkpointing: " + why);
     log.line("schedule: " + std::to_string(total_steps) + " steps (" + std::to_string(steps_per_epoch) +
