@@ -427,6 +427,9 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     }
     rec["warmup_step_ms"] = warm_ms;  // the first includes GaLore's SVDs
     sync(device);
+    if (device.is_cuda())  // the warmup's peak: with GaLore, a step that refreshes the projections
+      rec["warmup_peak_gib"] = sig(static_cast<double>(at::accelerator::getDeviceStats(device.index()).allocated_bytes[0].peak) /
+                                       double(1 << 30), 4);
     if (device.is_cuda()) at::accelerator::resetPeakStats(device.index());
     std::vector<double> times;
     double loss = 0;
@@ -594,6 +597,8 @@ int main(int argc, char** argv) {
     std::cerr << "odyssey-bench: " << env_error << '\n';
     return 2;
   }
+  if (par.env.local_world > 1)  // ranks of one host share its cores (ZeRO offload's CPU update)
+    torch::set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / par.env.local_world));
   const torch::Device device = o.device == "cuda" ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(par.env.local_rank))
                                                   : torch::Device(torch::kCPU);
 #ifdef ODYSSEY_HAVE_CUDA_RUNTIME

@@ -247,7 +247,7 @@ Diagnostics load_checkpoint(const fs::path& dir, StepEngine& engine, const Check
   if (!opt.ok()) return opt.diagnostics;
   std::vector<std::pair<std::string, torch::Tensor>> named;
   for (const auto& n : opt.value->names()) {
-    auto t = opt.value->load(n, to_torch_dtype(opt.value->info(n)->dtype).value_or(torch::kFloat32));
+    auto t = opt.value->load_as_stored(n);
     if (!t.ok()) return t.diagnostics;
     named.emplace_back(n, t.value);
   }

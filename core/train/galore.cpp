@@ -3,7 +3,10 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <cmath>
+#include <tuple>
 #include <map>
 #include <stdexcept>
 
@@ -38,8 +41,9 @@ bool galore_targets(const std::string& hf_name, const torch::Tensor& param, cons
 // ---------------------------------------------------------------- projector
 
 GaLoreProjector::GaLoreProjector(std::vector<std::int64_t> shape, std::int64_t rank, bool quantized, int bits,
-                                 std::int64_t group)
-    : shape_(std::move(shape)), quantized_(quantized), bits_(bits), group_(group) {
+                                 std::int64_t group, std::int64_t exact_svd_max_side)
+    : shape_(std::move(shape)), quantized_(quantized), bits_(bits), group_(group),
+      exact_svd_max_side_(exact_svd_max_side) {
   if (shape_.size() != 2) throw std::invalid_argument("GaLore projects 2-D weights only");
   side_ = shape_[0] >= shape_[1] ? Side::Right : Side::Left;
   rank_ = std::min({rank, shape_[0], shape_[1]});
@@ -49,11 +53,40 @@ std::vector<std::int64_t> GaLoreProjector::low_shape() const {
   return side_ == Side::Right ? std::vector<std::int64_t>{shape_[0], rank_} : std::vector<std::int64_t>{rank_, shape_[1]};
 }
 
-std::optional<double> GaLoreProjector::refresh(const torch::Tensor& grad) {
+// The top-k singular vectors of a [m, n] by randomized subspace iteration (Halko, Martinsson
+// and Tropp, 2011): a basis Q of the range of a·Ω (Ω Gaussian [n, k + p]), refined by `iters`
+// power iterations (re-orthonormalised each time), then the exact SVD of the small Qᵀ·a.
+// O(m·n·(k + p)) instead of O(m·n·min(m, n)). Ω comes from a generator seeded with `seed`,
+// so every rank computes the same vectors from the same matrix.
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> randomized_svd(const torch::Tensor& a, std::int64_t k,
+                                                                       std::uint64_t seed, int iters = 2,
+                                                                       std::int64_t oversample = 8) {
+  const std::int64_t m = a.size(0), n = a.size(1), l = std::min({k + oversample, m, n});
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const torch::Tensor omega = torch::randn({n, l}, gen, torch::TensorOptions().dtype(torch::kFloat32)).to(a.device());
+  torch::Tensor q = std::get<0>(torch::linalg_qr(torch::matmul(a, omega)));
+  for (int i = 0; i < iters; ++i) {
+    const torch::Tensor z = std::get<0>(torch::linalg_qr(torch::matmul(a.t(), q)));
+    q = std::get<0>(torch::linalg_qr(torch::matmul(a, z)));
+  }
+  auto [ub, s, vh] = torch::linalg_svd(torch::matmul(q.t(), a), /*full_matrices=*/false);
+  return {torch::matmul(q, ub), s, vh};
+}
+
+std::optional<double> GaLoreProjector::refresh(const torch::Tensor& grad, std::uint64_t seed) {
   torch::NoGradGuard no_grad;
-  const auto [U, S, Vh] = torch::linalg_svd(grad.detach().to(torch::kFloat32), /*full_matrices=*/false);
+  const torch::Tensor g = grad.detach().to(torch::kFloat32);
+  torch::Tensor U, S, Vh;
+  if (std::min(shape_[0], shape_[1]) <= exact_svd_max_side_)
+    std::tie(U, S, Vh) = torch::linalg_svd(g, /*full_matrices=*/false);
+  else
+    std::tie(U, S, Vh) = randomized_svd(g, rank_, seed);
   // Right: P = Vh[:r] [r, n]; Left: P = U[:, :r] [m, r] (the smaller side stays orthogonal).
-  torch::Tensor p = side_ == Side::Right ? Vh.narrow(0, 0, rank_).contiguous() : U.narrow(1, 0, rank_).contiguous();
+  // Row-major copies: a view would keep the whole factor alive (3584 x 3584 floats for a
+  // Qwen2.5-7B MLP weight), and LAPACK's factors are column-major, which a plain clone keeps;
+  // the layout must not depend on where P came from (a resumed run loads it row-major).
+  const auto rm = torch::MemoryFormat::Contiguous;
+  torch::Tensor p = side_ == Side::Right ? Vh.narrow(0, 0, rank_).clone(rm) : U.narrow(1, 0, rank_).clone(rm);
   const torch::Tensor first = side_ == Side::Right ? p.select(0, 0) : p.select(1, 0);
   std::optional<double> cos;
   if (first_vector_.defined())
@@ -104,7 +137,8 @@ NamedTensors GaLoreProjector::state(const std::string& name) const {
   return out;
 }
 
-Diagnostics GaLoreProjector::load_state(const NamedTensors& named, const std::string& name, const std::string& file) {
+Diagnostics GaLoreProjector::load_state(const NamedTensors& named, const std::string& name, const std::string& file,
+                                        const torch::Device& device) {
   Diagnostics d;
   std::map<std::string, torch::Tensor> by(named.begin(), named.end());
   auto get = [&](const std::string& key, std::int64_t numel, torch::Dtype dtype) -> torch::Tensor {
@@ -118,7 +152,7 @@ Diagnostics GaLoreProjector::load_state(const NamedTensors& named, const std::st
                                              std::to_string(numel) + " (another galore_rank or model?)"));
       return {};
     }
-    return it->second.to(dtype);
+    return it->second.to(device, dtype);
   };
   const bool present = by.count((quantized_ ? "galore.proj_codes." : "galore.proj.") + name) > 0;
   if (!present) {
@@ -142,18 +176,18 @@ Diagnostics GaLoreProjector::load_state(const NamedTensors& named, const std::st
     torch::Tensor lo = get("galore.proj_lo." + name, groups, torch::kFloat32);
     torch::Tensor scale = get("galore.proj_scale." + name, groups, torch::kFloat32);
     if (has_errors(d)) return d;
-    q_.codes = codes.contiguous();
-    q_.lo = lo.contiguous();
-    q_.scale = scale.contiguous();
+    q_.codes = codes.clone();
+    q_.lo = lo.clone();
+    q_.scale = scale.clone();
     q_.shape = pshape;
     q_.bits = bits_;
     q_.group = group_;
   } else {
     torch::Tensor p = get("galore.proj." + name, pn, torch::kFloat32);
     if (has_errors(d)) return d;
-    p_ = p.reshape(pshape).contiguous();
+    p_ = p.reshape(pshape).clone();  // never an alias of the caller's tensors
   }
-  first_vector_ = first.reshape({vn}).contiguous();
+  first_vector_ = first.reshape({vn}).clone();
   ready_ = true;
   return d;
 }
@@ -183,7 +217,7 @@ GaLoreAdamW::GaLoreAdamW(std::vector<NamedParam> params, AdamWOptions adamw, GaL
                                   " or leave that module out of galore_target_modules");
     Target t{p.name, p.param, p.decay,
              GaLoreProjector(p.param.sizes().vec(), galore_.rank, galore_.quantized, galore_.proj_bits,
-                             galore_.proj_group_size),
+                             galore_.proj_group_size, galore_.exact_svd_max_side),
              0, galore_.update_proj_gap, {}, {}, {}, {}, {}, std::nullopt, std::nullopt};
     t.gap = galore_.update_proj_gap;
     const auto low = t.projector.low_shape();
@@ -237,7 +271,8 @@ void GaLoreAdamW::on_gradient(std::size_t i) {
   const bool refresh = !t.projector.ready() || (micro_ == 0 && t.steps % t.gap == 0);
   if (refresh) {
     if (parallel) world_->all_reduce(g);  // every rank takes the SVD of the same (global) gradient
-    const auto cos = t.projector.refresh(g);
+    // The seed of a randomized SVD: the same on every rank, and after a resume.
+    const auto cos = t.projector.refresh(g, 0x9a1025eedULL * (i + 1) + static_cast<std::uint64_t>(t.steps));
     ++svd_count_;
     if (galore_.quantized && cos) {  // Q-GaLore's lazy subspace rule
       t.queue.push_back(*cos);
@@ -434,7 +469,7 @@ Diagnostics GaLoreAdamW::load_state(const NamedTensors& named, const std::string
       const torch::Tensor qf = q.to(torch::kFloat32).reshape({-1});
       for (std::int64_t i = 0; i < qf.numel(); ++i) t.queue.push_back(qf[i].item<double>());
     }
-    auto pd = t.projector.load_state(named, t.name, file);
+    auto pd = t.projector.load_state(named, t.name, file, t.param.device());
     d.insert(d.end(), pd.begin(), pd.end());
   }
   return d;

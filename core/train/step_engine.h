@@ -32,6 +32,9 @@ struct GaLoreOptions {
   double gamma_proj = 2.0;                 // the last queue_size successive projections reaches the
   std::int64_t queue_size = 5;             // threshold, update_proj_gap *= gamma_proj
   std::int64_t state_block = 256;          // Q-GaLore: 8-bit Adam states, one absmax per block
+  // The projection's SVD is exact for weights whose smaller side is at most this, randomized
+  // (subspace iteration, 2 power iterations, oversampling 8) above it.
+  std::int64_t exact_svd_max_side = 1024;
 };
 
 // ZeRO (docs/optimizers.md): stage 2 shards gradients, fp32 master weights and AdamW states

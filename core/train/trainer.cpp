@@ -396,6 +396,10 @@ int run_training(const TrainConfig& c, const run::RunDir& dir, const TrainerOpti
   const auto t0 = Clock::now();
   const dist::DistEnv& env = opt.env;
   const bool main_rank = env.rank == 0;
+  // Ranks of one host share its cores: each would otherwise start one intra-op thread per core
+  // and the host-side work (CPU ranks, ZeRO offload's update) would thrash.
+  if (env.local_world > 1)
+    torch::set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / env.local_world));
   g_stop_signals.store(0);
   if (opt.install_signal_handlers) {
     std::signal(SIGTERM, on_stop_signal);

@@ -1,7 +1,11 @@
 // ZeRO stage 1 and 2 AdamW (DeepSpeed's semantics), optionally with the optimizer state in
 // host memory (ZeRO-Offload). The oracle is the unsharded AdamW of optim.h (torch's fused
-// AdamW + clip_grad_norm_): with fp32 parameters the parameters after N steps match it to a
-// few ulps; the gradients are the same sums, only added in another order (stage 2).
+// AdamW + clip_grad_norm_). With fp32 parameters the same per-element kernel runs on the same
+// gradient sums, so the parameters agree to rounding: ZeRO-1's gradients are the oracle's
+// bit for bit; ZeRO-2 reduces every micro-batch, i.e. sums (a1 + b1) + (a2 + b2) where the
+// oracle sums (a1 + a2) + (b1 + b2); the norm is summed in fp64 per bucket, and offload runs
+// ATen's CPU kernel instead of the CUDA one. Rounding matters only where Adam amplifies it:
+// gradients near eps (Adam's g / (|g| + eps)), such as a k_proj bias whose true gradient is 0.
 //
 // Layout. All trainable parameters, in reverse registration order (about the order backward
 // produces their gradients), are laid end to end and cut into buckets of at most
@@ -49,6 +53,8 @@
 //    accumulator stay pageable (pinned blocks round up to powers of two).
 // Parameters on the CPU take the same path (host buffers, the same order, plain copies), so
 // CPU tests cover it; with the store transport nothing overlaps (its collectives block).
+// The CPU update runs on torch's intra-op threads: with several ranks on a host, give each
+// rank its share of the cores (oversubscribed OpenMP threads made it ~50x slower).
 //
 // Checkpoints: state() is this rank's shard (sharded_state()); load_state refuses a state
 // written for another world size, rank, bucket layout or parameter set.
@@ -98,7 +104,7 @@ class ZeroAdamW : public Optimizer {
   NamedTensors state() const override;
   Diagnostics load_state(const NamedTensors& named, const std::string& file) override;
   // One optimizer file per rank.
-  bool sharded_state() const { return true; }
+  bool sharded_state() const override { return true; }
 
   // Persistent bytes on the parameters' device (none with offload) and in host memory
   // (offload: the shard tensors and the pinned transfer buffers).

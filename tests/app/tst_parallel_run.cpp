@@ -363,6 +363,41 @@ class TstParallelRun : public QObject {
     compare("dp 2 x Ulysses 2 (global batch 4)", o, single_b2_);
   }
 
+  // ZeRO-2 over Ulysses 2 (dp 1: the state is sharded over the sequence-parallel ranks, as
+  // DeepSpeed-Ulysses does) equals one process; its checkpoint holds one optimizer file per
+  // rank, and a run resumed from it equals the uninterrupted run.
+  void zero2OverUlysses2() {
+    const QString z = "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\nzero_stage: 2\n"
+                      "save_steps: 2\n";
+    const Outcome o = train(tmp_, "z2u2", z);
+    const QJsonObject opt = events(o.dir, "run_start").front().value("optimizer").toObject();
+    QCOMPARE(opt.value("name").toString(), QStringLiteral("zero2_adamw"));
+    QCOMPARE(opt.value("sharded_over").toInt(), 2);
+    compare("ZeRO-2 over Ulysses 2", o, single_);
+    const QString ck2 = o.dir + "/checkpoints/checkpoint-2";
+    for (const char* f : {"optimizer-rank-00000-of-00002.safetensors", "optimizer-rank-00001-of-00002.safetensors"})
+      QVERIFY2(QFile::exists(ck2 + "/" + f), f);
+    QVERIFY(!QFile::exists(ck2 + "/optimizer.safetensors"));
+    const Outcome r = train(tmp_, "z2u2-resumed", z + "resume_from_checkpoint: " + ck2 + "\n");
+    QCOMPARE(r.loss.size(), qsizetype{1});
+    QCOMPARE(r.loss[0], o.loss[2]);
+    const double d = adapter_difference(r.dir, o.dir);
+    qInfo("ZeRO-2 resumed from step 2: step 3 loss identical, final adapter max rel diff %.2e", d);
+    QCOMPARE(d, 0.0);
+    // Another process count cannot read the per-rank state.
+    const Run bad = odyssey_train({"run", preset(tmp_, "z2-other", "per_device_train_batch_size: 2\nnproc_per_node: 4\n"
+                                                                   "sequence_parallel_size: 4\nzero_stage: 2\n"
+                                                                   "resume_from_checkpoint: " + ck2 + "\n")});
+    QCOMPARE(bad.code, 1);
+    QVERIFY2((bad.out + bad.err).contains("optimizer-rank-00000-of-00004"), qPrintable(bad.out.right(2000) + bad.err.right(1000)));
+  }
+
+  void zeroWithOneProcessIsAnError() {
+    const Run r = odyssey_train({"run", preset(tmp_, "z-one", "zero_stage: 2\n")});
+    QCOMPARE(r.code, 3);  // an invalid configuration
+    QVERIFY2((r.out + r.err).contains("zero_stage"), qPrintable(r.out + r.err));
+  }
+
   void killedRankStopsAll() {
     QTemporaryDir t;
     QProcess p;

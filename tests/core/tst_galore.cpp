@@ -167,6 +167,32 @@ class TstGaLore : public QObject {
     }
   }
 
+  void randomizedSvdFindsTheSubspace() {
+    // A gradient-like matrix: singular values falling as a power law, plus noise.
+    torch::manual_seed(6);
+    const std::int64_t m = 1536, n = 512, r = 32;
+    const torch::Tensor u = std::get<0>(torch::linalg_qr(torch::randn({m, n})));
+    const torch::Tensor v = std::get<0>(torch::linalg_qr(torch::randn({n, n})));
+    const torch::Tensor s = torch::pow(torch::arange(1, n + 1, torch::kFloat32), -1.0);
+    const torch::Tensor g = torch::matmul(u * s, v.t()) + 1e-4 * torch::randn({m, n});
+    GaLoreProjector exact({m, n}, r, false, 4, 256), fast({m, n}, r, false, 4, 256, /*exact_svd_max_side=*/256);
+    exact.refresh(g);
+    fast.refresh(g, 1);
+    const double kept = (exact.project(g).norm() / g.norm()).item<double>();
+    const double kept_fast = (fast.project(g).norm() / g.norm()).item<double>();
+    // The cosines of the principal angles between the two subspaces: singular values of P1 P2ᵀ.
+    const torch::Tensor cosines = torch::linalg_svdvals(torch::matmul(exact.matrix(), fast.matrix().t()));
+    qInfo("randomized vs exact SVD, %ldx%ld rank %ld: share of ||G|| kept %.5f vs %.5f; smallest principal-angle "
+          "cosine %.4f, mean %.4f",
+          static_cast<long>(m), static_cast<long>(n), static_cast<long>(r), kept_fast, kept,
+          cosines.min().item<double>(), cosines.mean().item<double>());
+    QVERIFY(kept_fast >= 0.999 * kept);
+    // The same seed gives the same projection (every rank, and after a resume).
+    GaLoreProjector again({m, n}, r, false, 4, 256, 256);
+    again.refresh(g, 1);
+    QVERIFY(again.matrix().equal(fast.matrix()));
+  }
+
   void int4ProjectionWithinBound() {
     // A real projection: the top 64 left singular vectors of a 3584 x 512 gradient-like matrix.
     torch::manual_seed(4);
