@@ -40,13 +40,13 @@ PY
     ;;
   one)
     phase one
-    for opt in galore q-galore adamw; do
+    for opt in galore q-galore adamw; do  # adamw last: it may not fit
       $B --shape qwen2.5-7b --mode full --optimizer $opt --galore-rank 128 --checkpointing all --seq 4096,32768 \
         --steps 3 --warmup 1 --out "$OUT/optim-one.jsonl" 2>&1 | short
     done ;;
   two)
     phase two
-    for opt in zero2 zero2-offload; do
+    for opt in zero2-offload zero2; do
       torchrun --no-python --nproc-per-node 2 $B --shape qwen2.5-14b --mode full --optimizer $opt --checkpointing all \
         --seq 32768 --steps 2 --warmup 1 --out "$OUT/optim-two.jsonl" 2>&1 | short
     done ;;
