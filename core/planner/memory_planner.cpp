@@ -94,7 +94,8 @@ void add_items(MemoryPlan& plan, const Terms& t, const Eval& e, const TrainConfi
   // gradients
   const i64 grads_all = t.grads_layers + t.grads_other;
   const i64 grads_now = ph == 0 ? (t.grads_persistent ? grads_all : 0) : ph == 1 ? e.bwd_grads : grads_all;
-  const std::string gdetail = std::string(t.hf && !t.lora ? num(t.act_b) + " B" : "fp32") + " per trained parameter" +
+  const bool pure_grads = t.hf ? !t.lora : (!t.lora && c.zero_stage == 0);  // in the weights' dtype
+  const std::string gdetail = std::string(pure_grads ? num(t.act_b) + " B" : "fp32") + " per trained parameter" +
                               (c.zero_stage >= 2 && dp > 1 ? ", ZeRO-2 shard of " + num(dp) : "") +
                               (t.galore_per_layer ? ", except GaLore-targeted weights (projected per layer)" : "");
   ib.add("gradients", "gradients", grads_now,
@@ -102,16 +103,21 @@ void add_items(MemoryPlan& plan, const Terms& t, const Eval& e, const TrainConfi
                         ? " (" + gib(grads_now) + " of " + gib(grads_all) + " exist at this moment)"
                         : std::string()));
   if (grads_now < grads_all) ib.add("gradients", "gradients", grads_all, gdetail + " (all, after backward)", false);
-  ib.add("GaLore projected gradients", "gradients", t.galore_accum,
-         "fp32 r × max(in, out) per targeted matrix, held from backward to the update" +
-             (c.gradient_accumulation_steps > 1 ? " and accumulated over " + num(c.gradient_accumulation_steps) + " micro-steps"
-                                                : std::string()));
+  const i64 galore_now = ph == 0 ? (t.grads_persistent ? t.galore_accum : 0) : ph == 1 ? e.bwd_galore : t.galore_accum;
+  const std::string galore_detail =
+      "fp32 r × max(in, out) per targeted matrix, held from backward to the update" +
+      (c.gradient_accumulation_steps > 1 ? " and accumulated over " + num(c.gradient_accumulation_steps) + " micro-steps"
+                                         : std::string());
+  ib.add("GaLore projected gradients", "gradients", galore_now,
+         galore_detail + (galore_now < t.galore_accum ? " (" + gib(galore_now) + " at this moment)" : std::string()));
+  if (galore_now < t.galore_accum)
+    ib.add("GaLore projected gradients", "gradients", t.galore_accum, galore_detail + " (all, after backward)", false);
   ib.add("gradient buckets", "communication", t.grad_buckets, "2 × 25 MiB all-reduce buckets in flight", ph != 0);
 
   // optimizer
   ib.add("master weights", "optimizer", t.master, "fp32 copy of the bf16 weights" + shard);
   ib.add("AdamW states", "optimizer", t.adam,
-         std::string(t.hf && !t.lora ? "m, v in the parameter dtype" : "m, v fp32 (8 B per parameter)") + shard);
+         std::string(pure_grads ? "m, v in the parameter dtype" : "m, v fp32 (8 B per parameter)") + shard);
   ib.add("GaLore projections", "optimizer", t.galore_proj,
          std::string(c.galore_quantization ? "int4" : "fp32") + " r × min(in, out) per targeted matrix, r=" +
              num(c.galore_rank));
@@ -185,10 +191,8 @@ void add_notes(MemoryPlan& plan, const Terms& t, const TrainConfig& c, const Pla
   if (c.zero_stage > 0 && t.layout.world_size <= 1) n.push_back("ZeRO with one process shards nothing");
   if (t.host_optimizer > 0) n.push_back("optimizer offloaded: " + gib(t.host_optimizer) + " on the host per process");
   if (t.galore_per_layer)
-    n.push_back(c.gradient_accumulation_steps > 1
-                    ? "GaLore projects each layer's gradients in backward and accumulates them at rank " +
-                          num(c.galore_rank)
-                    : "GaLore updates each layer in backward (gradient_accumulation_steps 1)");
+    n.push_back("GaLore projects each weight's gradient to rank " + num(c.galore_rank) +
+                " as backward produces it; the update follows backward (clipping needs the global norm)");
   if (c.attn_impl == "eager") n.push_back("eager attention stores s² attention probabilities per layer");
 }
 

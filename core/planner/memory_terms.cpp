@@ -158,6 +158,8 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
     t.trainable = P;
     t.grads_layers = (per_layer * s.L - (t.galore_per_layer ? t.galore_targeted : 0)) * gb;
     t.grads_other = (embed + head + s.h) * gb;
+    // An untied embedding's gradient appears only when backward reaches the first layer.
+    t.grads_embed = head > 0 ? embed * gb : 0;
     t.master = pure || b == 4 ? 0 : 4 * untargeted;
     t.adam = untargeted * (pure ? 2 * b : 8);
     t.step_tmp = t.hf ? untargeted * b : 0;
@@ -165,8 +167,18 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
       // The hook holds one layer's bf16 gradients, back-projects the update of the largest
       // matrix to fp32, and every update_proj_gap steps refreshes the projection: an SVD of
       // the fp32 gradient (the matrix, U, Vh, S).
-      const i64 k = std::min(largest_in, largest_out);
-      t.layer_grads_tmp = targeted_block * b + 4 * largest_target + 4 * (2 * largest_target + k * k + k);
+      // One layer's gradients in the weights' dtype; two fp32 copies of the largest (the
+      // projection's and, on a refresh step, the SVD's input); an exact SVD's factors for
+      // weights whose smaller side is at most 1024 (larger ones take a randomized SVD whose
+      // workspace is r + 8 columns wide).
+      (void)largest_in, (void)largest_out;
+      i64 exact_ws = 0;
+      for (std::size_t k = 0; k < kModules; ++k)
+        if (gmask & (1u << k)) {
+          const i64 big = std::max(s.in[k], s.out[k]), small = std::min(s.in[k], s.out[k]);
+          if (small <= 1024) exact_ws = std::max(exact_ws, 4 * (small * big + small * small + small));
+        }
+      t.layer_grads_tmp = targeted_block * b + 8 * largest_target + exact_ws;
     }
     if (!pure) t.layer_grads_tmp += per_layer * b;  // bf16 grads before fp32 accumulation
   }
@@ -179,15 +191,15 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   if (c.zero_stage >= 2) {
     t.grads_layers = ceil_div(t.grads_layers, shards);
     t.grads_other = ceil_div(t.grads_other, shards);
+    t.grads_embed = ceil_div(t.grads_embed, shards);
   }
   if (c.offload_optimizer && t.cuda) {
+    // fp32 master weights and moments of the shard live in host memory (12 B per parameter of
+    // a shard) and the update runs on the CPU; the fp32 gradient shard stays on the GPU
+    // (docs/optimizers.md, core/train/zero.h).
     t.host_optimizer = t.master + t.adam + t.galore_states + t.galore_proj;
     t.master = t.adam = t.galore_states = t.galore_proj = 0;
-    t.step_tmp = 0;  // the update runs on the CPU
-    if (c.zero_stage >= 2) {
-      t.host_optimizer += t.grads_layers + t.grads_other;
-      t.grads_layers = t.grads_other = 0;
-    }
+    t.step_tmp = 0;
   }
   if (t.cuda && !t.hf && p.world_size > 1) t.grad_buckets = std::min(2 * kGradBucketBytes, t.grads_unsharded);
 
@@ -279,8 +291,8 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every) {
   e.stored_full = (L - n_ckpt) * t.layer_full;
   e.host_acts = (n_ckpt - (t.offload_acts ? std::min<i64>(n_ckpt, 2) : n_ckpt)) * t.layer_in;
 
-  const i64 fixed_static =
-      t.weights + t.adapters + t.master + t.adam + t.galore_proj + t.galore_states + t.galore_accum;
+  // GaLore's rank-r gradients grow as backward goes down the layers, like the gradients.
+  const i64 fixed_static = t.weights + t.adapters + t.master + t.adam + t.galore_proj + t.galore_states;
   const i64 grads_all = t.grads_layers + t.grads_other;
 
   // Backward walks the layers from the last; before layer j runs, layers < j still hold their
@@ -290,7 +302,9 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every) {
     const bool c = is_ckpt(j);
     if (c) --ck_below;
     else --full_below;
-    const i64 grads = t.grads_persistent ? grads_all : t.grads_other + t.grads_layers * (L - 1 - j) / L;
+    const i64 galore = t.grads_persistent ? t.galore_accum : t.galore_accum * (L - 1 - j) / L;
+    const i64 grads = (t.grads_persistent ? grads_all : t.grads_other - t.grads_embed + t.grads_layers * (L - 1 - j) / L) +
+                      galore;
     // With offload, the input below that is on the GPU is the one prefetched for the next
     // recomputation (the current layer's own input is among its activations).
     const i64 acts_in = t.offload_acts ? std::min<i64>(ck_below, 1) * t.layer_in : ck_below * t.layer_in;
@@ -302,14 +316,15 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every) {
       e.bwd_inputs = acts_in + (c ? t.recompute_extra : 0);
       e.bwd_full = acts_full + (c ? 0 : t.layer_full);
       e.bwd_recompute = c ? t.layer_full : 0;
-      e.bwd_grads = grads;
+      e.bwd_grads = grads - galore;
+      e.bwd_galore = galore;
     }
   }
   const i64 ws = std::max(t.bwd_mlp, t.bwd_attn + t.a2a + t.ring) + t.layer_grads_tmp;
-  e.phase_bytes[0] = fixed_static + (t.grads_persistent ? grads_all : 0) + t.misc + e.stored_inputs +
+  e.phase_bytes[0] = fixed_static + (t.grads_persistent ? grads_all + t.galore_accum : 0) + t.misc + e.stored_inputs +
                      e.stored_full + t.loss;
   e.phase_bytes[1] = fixed_static + t.misc + best + ws + t.grad_buckets;
-  e.phase_bytes[2] = fixed_static + grads_all + t.step_tmp + t.grad_buckets;
+  e.phase_bytes[2] = fixed_static + grads_all + t.galore_accum + t.step_tmp + t.grad_buckets;
   for (int k = 1; k < 3; ++k)
     if (e.phase_bytes[k] > e.phase_bytes[e.phase]) e.phase = k;
   e.fragmentation = fragmentation_of(e.phase_bytes[e.phase]);

@@ -42,6 +42,7 @@ struct Terms {
   // gradients: created in backward unless accumulated across micro-steps
   std::int64_t grads_layers = 0;   // all blocks together
   std::int64_t grads_other = 0;    // embeddings, lm_head, final norm
+  std::int64_t grads_embed = 0;    // the part of grads_other an untied embedding adds, at the end of backward
   bool grads_persistent = false;
   std::int64_t grads_unsharded = 0;
   std::int64_t grad_buckets = 0;
@@ -82,6 +83,7 @@ struct Eval {
   // activations at the loss phase (end of forward) and at the backward peak
   std::int64_t stored_inputs = 0, stored_full = 0;
   std::int64_t bwd_inputs = 0, bwd_full = 0, bwd_recompute = 0, bwd_grads = 0;
+  std::int64_t bwd_galore = 0;  // GaLore rank-r gradients of the layers above the peak
   std::int64_t host_acts = 0;
 };
 

@@ -226,18 +226,26 @@ class TestMemoryPlanner : public QObject {
     QTest::addColumn<bool>("offload");
     QTest::addColumn<bool>("fused");
     QTest::addColumn<double>("gib");
-    QTest::newRow("7B lora 4K none") << false << "lora" << qint64{4096} << "none" << false << true << 32.06;
-    QTest::newRow("7B lora 16K none") << false << "lora" << qint64{16384} << "none" << false << true << 83.9;
-    QTest::newRow("7B lora 32K auto") << false << "lora" << qint64{32768} << "auto" << false << true << 130.1;
-    QTest::newRow("7B lora 32K all+offload") << false << "lora" << qint64{32768} << "all" << true << true << 22.9;
-    QTest::newRow("7B lora 32K all, reference ops") << false << "lora" << qint64{32768} << "all" << false << false << 34.76;
-    QTest::newRow("7B lora 128K all+offload") << false << "lora" << qint64{131072} << "all" << true << true << 47.07;
-    QTest::newRow("7B lora 256K all+offload") << false << "lora" << qint64{262144} << "all" << true << true << 79.3;
-    QTest::newRow("0.5B full 16K none") << true << "full" << qint64{16384} << "none" << false << true << 18.52;
-    QTest::newRow("0.5B full 32K none") << true << "full" << qint64{32768} << "none" << false << true << 33.45;
-    QTest::newRow("0.5B full 32K all+offload") << true << "full" << qint64{32768} << "all" << true << true << 5.701;
-    QTest::newRow("0.5B lora 16K none") << true << "lora" << qint64{16384} << "none" << false << true << 16.32;
-    QTest::newRow("0.5B lora 32K none") << true << "lora" << qint64{32768} << "none" << false << true << 31.54;
+    QTest::addColumn<QString>("optimizer");  // adamw, galore, q-galore (rank 128)
+    QTest::newRow("7B lora 4K none") << false << "lora" << qint64{4096} << "none" << false << true << 32.06 << "adamw";
+    QTest::newRow("7B lora 16K none") << false << "lora" << qint64{16384} << "none" << false << true << 83.9 << "adamw";
+    QTest::newRow("7B lora 32K auto") << false << "lora" << qint64{32768} << "auto" << false << true << 130.1 << "adamw";
+    QTest::newRow("7B lora 32K all+offload") << false << "lora" << qint64{32768} << "all" << true << true << 22.9 << "adamw";
+    QTest::newRow("7B lora 32K all, reference ops") << false << "lora" << qint64{32768} << "all" << false << false << 34.76 << "adamw";
+    QTest::newRow("7B lora 128K all+offload") << false << "lora" << qint64{131072} << "all" << true << true << 47.07 << "adamw";
+    QTest::newRow("7B lora 256K all+offload") << false << "lora" << qint64{262144} << "all" << true << true << 79.3 << "adamw";
+    QTest::newRow("0.5B full 16K none") << true << "full" << qint64{16384} << "none" << false << true << 18.52 << "adamw";
+    QTest::newRow("0.5B full 32K none") << true << "full" << qint64{32768} << "none" << false << true << 33.45 << "adamw";
+    QTest::newRow("0.5B full 32K all+offload") << true << "full" << qint64{32768} << "all" << true << true << 5.701 << "adamw";
+    QTest::newRow("0.5B lora 16K none") << true << "lora" << qint64{16384} << "none" << false << true << 16.32 << "adamw";
+    QTest::newRow("0.5B lora 32K none") << true << "lora" << qint64{32768} << "none" << false << true << 31.54 << "adamw";
+    // Full fine-tuning of the 7B shape, every layer checkpointed (docs/optimizers.md, "Measured").
+    QTest::newRow("7B full 4K all, AdamW") << false << "full" << qint64{4096} << "all" << false << true << 56.9 << "adamw";
+    QTest::newRow("7B full 32K all, AdamW") << false << "full" << qint64{32768} << "all" << false << true << 63.1 << "adamw";
+    QTest::newRow("7B full 4K all, GaLore") << false << "full" << qint64{4096} << "all" << false << true << 24.38 << "galore";
+    QTest::newRow("7B full 32K all, GaLore") << false << "full" << qint64{32768} << "all" << false << true << 35.01 << "galore";
+    QTest::newRow("7B full 4K all, Q-GaLore") << false << "full" << qint64{4096} << "all" << false << true << 22.74 << "q-galore";
+    QTest::newRow("7B full 32K all, Q-GaLore") << false << "full" << qint64{32768} << "all" << false << true << 33.37 << "q-galore";
   }
   void matchesMeasuredEnginePeaks() {
     QFETCH(bool, small);
@@ -247,8 +255,12 @@ class TestMemoryPlanner : public QObject {
     QFETCH(bool, offload);
     QFETCH(bool, fused);
     QFETCH(double, gib);
+    QFETCH(QString, optimizer);
     TrainConfig c = lora_7b(len, fused);
     c.tuner_type = tuner.toStdString();
+    c.use_galore = optimizer != "adamw";
+    c.galore_quantization = optimizer == "q-galore";
+    c.galore_rank = 128;
     c.lora_alpha = 32;
     c.torch_dtype = "bfloat16";
     c.device = "cuda";
