@@ -662,17 +662,18 @@ int run_training(const TrainConfig& c, const run::RunDir& dir, const TrainerOpti
     so.zero.stage = static_cast<int>(c.zero_stage);
     so.zero.offload = c.offload_optimizer;
     if (c.offload_optimizer) {
-      // fp32 master, moments and gradient of this rank's shard, for every rank on this host.
+      // fp32 master weights and moments of this rank's shard (the gradient shard stays on the
+      // GPU), for every rank on this host.
       std::int64_t trainable = 0;
       for (const auto& p : lm->parameters(true))
         if (p.requires_grad()) trainable += p.numel();
-      const std::int64_t need = 16 * ((trainable + mesh.world - 1) / mesh.world) * std::max(1, env.local_world);
+      const std::int64_t need = 12 * ((trainable + mesh.world - 1) / mesh.world) * std::max(1, env.local_world);
       const std::int64_t have = available_host_bytes();
       if (have > 0 && need > have * 9 / 10)
         throw RunFailure{"offload_optimizer: the offloaded optimizer state of " + std::to_string(trainable) +
                          " trainable parameters over " + std::to_string(mesh.world) + " ranks needs " +
                          gib(need) + " of host memory on this host (" +
-                         std::to_string(std::max(1, env.local_world)) + " ranks x 16 bytes per parameter of a shard), " +
+                         std::to_string(std::max(1, env.local_world)) + " ranks x 12 bytes per parameter of a shard), " +
                          "but " + gib(have) + " is available; use more ranks, offload_optimizer: false, or free host memory"};
     }
     try {

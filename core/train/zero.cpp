@@ -48,37 +48,54 @@ struct ZeroGradHook final : torch::autograd::PostAccumulateGradHook {
   std::size_t index;
 };
 
-// Offload's transfer machinery: per bucket a landing buffer for the reduced gradient slice
-// and (non-fp32 buckets) a buffer for the masters cast to the parameter dtype; on CUDA the
-// side stream that moves them and the events that order it.
+// Offload's transfer machinery: two staging buffers (raw bytes, viewed as fp32 for a
+// gradient slice and as the parameter dtype for the cast masters); on CUDA the side stream
+// that moves them and, per buffer, the events of its last download and upload.
 struct ZeroAdamW::Offload {
-  std::vector<torch::Tensor> landing, upload;
-  struct Pending {
-    std::size_t bucket = 0;
-    torch::Tensor keep;  // the device slice being read, alive until the copy is done
+  std::vector<torch::Tensor> staging;  // uint8
 #ifdef ODYSSEY_ZERO_CUDA
-    std::optional<at::cuda::CUDAEvent> done;
-#endif
-  };
-  std::vector<Pending> pending;
-#ifdef ODYSSEY_ZERO_CUDA
-  std::vector<std::optional<at::cuda::CUDAEvent>> uploaded;  // per bucket: its H2D copy read the host buffer
+  std::vector<std::optional<at::cuda::CUDAEvent>> fetched;   // per buffer: a gradient slice landed in it
+  std::vector<std::optional<at::cuda::CUDAEvent>> uploaded;  // per buffer: its H2D copy read it
   std::optional<c10::cuda::CUDAStream> side;
+
+  c10::cuda::CUDAStream side_stream(const torch::Device& device) {
+    if (!side) side = at::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
+    return *side;
+  }
+  static void wait(std::optional<at::cuda::CUDAEvent>& e) {
+    if (e) {
+      e->synchronize();
+      e.reset();
+    }
+  }
 #endif
 
-  // The host buffer a bucket's last upload read may be written again.
-  void wait_upload(std::size_t b) {
+  std::size_t buffer_of(std::size_t bucket) const { return bucket % staging.size(); }
+  // The first n elements of buffer k as `dtype`.
+  torch::Tensor view(std::size_t k, torch::ScalarType dtype, std::int64_t n) const {
+    return staging[k].view(dtype).narrow(0, 0, n);
+  }
+  // Buffer k's gradient slice has landed (the host may read it).
+  void wait_fetched(std::size_t k) {
 #ifdef ODYSSEY_ZERO_CUDA
-    if (b < uploaded.size() && uploaded[b]) {
-      uploaded[b]->synchronize();
-      uploaded[b].reset();
-    }
+    wait(fetched[k]);
 #else
-    (void)b;
+    (void)k;
 #endif
   }
-  void wait_uploads() {
-    for (std::size_t b = 0; b < upload.size(); ++b) wait_upload(b);
+  // Buffer k's last upload has read it (the host may write it).
+  void wait_uploaded(std::size_t k) {
+#ifdef ODYSSEY_ZERO_CUDA
+    wait(uploaded[k]);
+#else
+    (void)k;
+#endif
+  }
+  void wait_all() {
+    for (std::size_t k = 0; k < staging.size(); ++k) {
+      wait_fetched(k);
+      wait_uploaded(k);
+    }
   }
 };
 
@@ -154,27 +171,31 @@ ZeroAdamW::ZeroAdamW(std::vector<NamedParam> params, AdamWOptions options, dist:
     }
   }
 
-  bool pin_master = false;
   if (offload_) {
     off_ = std::make_unique<Offload>();
-    const bool pinned = device_.is_cuda();
+    // Room for the largest slice as fp32 (the gradient) and in its dtype (the cast masters),
+    // in whole 8-byte words so that every dtype's view divides it.
+    std::int64_t bytes = 0;
     for (const auto& b : buckets_) {
-      off_->landing.push_back(host_empty(b.slice, b.dtype, pinned));
-      // fp32 buckets upload straight from the masters; others from a cast copy.
-      off_->upload.push_back(b.dtype == torch::kFloat32 ? torch::Tensor() : host_empty(b.slice, b.dtype, pinned));
-      pin_master = pin_master || (pinned && b.dtype == torch::kFloat32);
+      const auto width = std::max<std::int64_t>(4, static_cast<std::int64_t>(c10::elementSize(b.dtype)));
+      bytes = std::max(bytes, b.slice * width);
     }
+    bytes = (bytes + 7) / 8 * 8;
+    const std::size_t count = std::min<std::size_t>(2, buckets_.size());
+    for (std::size_t k = 0; k < count; ++k)
+      off_->staging.push_back(host_empty(bytes, torch::kUInt8, /*pinned=*/device_.is_cuda()));
 #ifdef ODYSSEY_ZERO_CUDA
-    off_->uploaded.resize(buckets_.size());
+    off_->fetched.resize(count);
+    off_->uploaded.resize(count);
 #endif
   }
-  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(state_device_);
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
   torch::NoGradGuard no_grad;
-  master_ = torch::zeros({shard_total_}, f32.pinned_memory(pin_master));
-  exp_avg_ = torch::zeros({shard_total_}, f32);
-  exp_avg_sq_ = torch::zeros({shard_total_}, f32);
-  grad_ = torch::zeros({shard_total_}, f32);
-  step_ = torch::zeros({}, f32);
+  master_ = torch::zeros({shard_total_}, f32.device(state_device_));
+  exp_avg_ = torch::zeros({shard_total_}, f32.device(state_device_));
+  exp_avg_sq_ = torch::zeros({shard_total_}, f32.device(state_device_));
+  grad_ = torch::zeros({shard_total_}, f32.device(device_));  // on the device, offload or not
+  step_ = torch::zeros({}, f32.device(state_device_));
   for (std::size_t bi = 0; bi < buckets_.size(); ++bi)
     for (const auto& pc : buckets_[bi].pieces)
       slice_of(master_, bi)
@@ -194,10 +215,7 @@ ZeroAdamW::~ZeroAdamW() {
       const auto* mine = dynamic_cast<const ZeroGradHook*>(hook.get());
       if (mine && mine->owner == this) hook.reset();
     }
-    if (off_) {
-      settle();
-      off_->wait_uploads();
-    }
+    if (off_) off_->wait_all();
   } catch (...) {
   }
 }
@@ -258,51 +276,7 @@ void ZeroAdamW::issue(std::size_t bi) {
 
 void ZeroAdamW::accumulate(std::size_t bi, const torch::Tensor& reduced) {
   torch::NoGradGuard no_grad;
-  if (!off_) {
-    slice_of(grad_, bi).add_(reduced);
-    return;
-  }
-  // A landing buffer takes one slice at a time: an earlier copy into it is added up first.
-  for (const auto& p : off_->pending)
-    if (p.bucket == bi) {
-      settle();
-      break;
-    }
-  Offload::Pending p;
-  p.bucket = bi;
-#ifdef ODYSSEY_ZERO_CUDA
-  if (reduced.is_cuda()) {
-    const c10::cuda::CUDAGuard guard(reduced.device());
-    auto compute = at::cuda::getCurrentCUDAStream(reduced.device().index());
-    if (!off_->side) off_->side = at::cuda::getStreamFromPool(/*isHighPriority=*/false, reduced.device().index());
-    at::cuda::CUDAEvent produced;
-    produced.record(compute);
-    produced.block(*off_->side);
-    {
-      const c10::cuda::CUDAStreamGuard on_side(*off_->side);
-      off_->landing[bi].copy_(reduced, /*non_blocking=*/true);
-    }
-    p.keep = reduced;
-    p.done.emplace();
-    p.done->record(*off_->side);
-    off_->pending.push_back(std::move(p));
-    return;
-  }
-#endif
-  off_->landing[bi].copy_(reduced);
-  off_->pending.push_back(std::move(p));
-}
-
-void ZeroAdamW::settle() {
-  if (!off_) return;
-  torch::NoGradGuard no_grad;
-  for (auto& p : off_->pending) {
-#ifdef ODYSSEY_ZERO_CUDA
-    if (p.done) p.done->synchronize();
-#endif
-    slice_of(grad_, p.bucket).add_(off_->landing[p.bucket]);
-  }
-  off_->pending.clear();
+  slice_of(grad_, bi).add_(reduced);
 }
 
 void ZeroAdamW::reset_micro_batch() {
@@ -318,7 +292,6 @@ void ZeroAdamW::reset_micro_batch() {
 void ZeroAdamW::end_micro_batch(bool last) {
   if (!in_step_) return;
   while (next_issue_ < buckets_.size()) issue(next_issue_++);  // bucket order, like every rank
-  settle();
   reset_micro_batch();
   reduced_ = true;
   if (last) in_step_ = false;
@@ -339,7 +312,6 @@ void ZeroAdamW::reduce_from_grads() {
     flat = torch::Tensor();
     accumulate(bi, reduced);
   }
-  settle();
   reduced_ = true;
 }
 
@@ -353,8 +325,7 @@ void ZeroAdamW::reduce_gradients(dist::Group& /*world*/) {
 
 double ZeroAdamW::clip_grad_norm(double max_norm) {
   torch::NoGradGuard no_grad;
-  settle();
-  // Per-bucket norms in fp64 (a fp32 sum over a host shard of many millions of elements
+  // Per-bucket norms in fp64 (a fp32 sum over a shard of many millions of elements
   // loses digits), squared and summed: this rank's part of the global squared norm.
   std::vector<torch::Tensor> slices;
   for (std::size_t bi = 0; bi < buckets_.size(); ++bi) slices.push_back(slice_of(grad_, bi));
@@ -372,7 +343,6 @@ double ZeroAdamW::clip_grad_norm(double max_norm) {
 
 void ZeroAdamW::zero_grad() {
   torch::NoGradGuard no_grad;
-  settle();
   grad_.zero_();
   for (auto& p : params_)
     if (p.param.grad().defined()) p.param.mutable_grad() = torch::Tensor();
@@ -383,7 +353,7 @@ void ZeroAdamW::zero_grad() {
 
 // ---- update -----------------------------------------------------------------------------
 
-void ZeroAdamW::update_bucket(std::size_t bi, double lr) {
+void ZeroAdamW::update_bucket(std::size_t bi, double lr, const torch::Tensor& grad) {
   const Bucket& b = buckets_[bi];
   // One fused call per weight-decay rule, as AdamW groups its tensors; the same step tensor
   // for every run (the kernel only reads it).
@@ -392,7 +362,7 @@ void ZeroAdamW::update_bucket(std::size_t bi, double lr) {
     for (const auto& s : b.segments) {
       if (s.decay != decay) continue;
       ps.push_back(slice_of(master_, bi).narrow(0, s.offset, s.length));
-      gs.push_back(slice_of(grad_, bi).narrow(0, s.offset, s.length));
+      gs.push_back(grad.narrow(0, s.offset, s.length));
       ms.push_back(slice_of(exp_avg_, bi).narrow(0, s.offset, s.length));
       vs.push_back(slice_of(exp_avg_sq_, bi).narrow(0, s.offset, s.length));
       st.push_back(step_);
@@ -403,38 +373,57 @@ void ZeroAdamW::update_bucket(std::size_t bi, double lr) {
   }
 }
 
-void ZeroAdamW::publish_bucket(std::size_t bi) {
-  const Bucket& b = buckets_[bi];
-  torch::Tensor local;
-  if (!off_) {
-    local = slice_of(master_, bi).to(b.dtype);
-  } else {
-    // The slice in the parameter dtype, in host memory (cast on the host: fewer bytes to move).
-    torch::Tensor src = slice_of(master_, bi);
-    if (off_->upload[bi].defined()) src = off_->upload[bi].copy_(src);
+void ZeroAdamW::fetch_gradient(std::size_t bi) {
+  const std::size_t k = off_->buffer_of(bi);
+  const torch::Tensor src = slice_of(grad_, bi);
+  torch::Tensor dst = off_->view(k, torch::kFloat32, buckets_[bi].slice);
 #ifdef ODYSSEY_ZERO_CUDA
-    if (device_.is_cuda()) {
-      const c10::cuda::CUDAGuard guard(device_);
-      auto compute = at::cuda::getCurrentCUDAStream(device_.index());
-      if (!off_->side) off_->side = at::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
-      local = torch::empty({b.slice}, torch::TensorOptions().dtype(b.dtype).device(device_));
-      at::cuda::CUDAEvent allocated;  // earlier compute-stream work on this block first
-      allocated.record(compute);
-      allocated.block(*off_->side);
-      {
-        const c10::cuda::CUDAStreamGuard on_side(*off_->side);
-        local.copy_(src, /*non_blocking=*/true);
-      }
-      off_->uploaded[bi].emplace();
-      off_->uploaded[bi]->record(*off_->side);
-      off_->uploaded[bi]->block(compute);
-      c10::cuda::CUDACachingAllocator::recordStream(local.storage().data_ptr(), *off_->side);
-    } else
-#endif
+  if (src.is_cuda()) {
+    // On the side stream, after whatever it queued before: this buffer's last upload has
+    // read it by then. step() ordered the side stream after the accumulator's last write.
+    const c10::cuda::CUDAGuard guard(device_);
+    const auto side = off_->side_stream(device_);
     {
-      local = src.to(device_, /*non_blocking=*/false, /*copy=*/true);
+      const c10::cuda::CUDAStreamGuard on_side(side);
+      dst.copy_(src, /*non_blocking=*/true);
     }
+    off_->fetched[k].emplace();
+    off_->fetched[k]->record(side);
+    return;
   }
+#endif
+  dst.copy_(src);
+}
+
+torch::Tensor ZeroAdamW::upload_bucket(std::size_t bi) {
+  const Bucket& b = buckets_[bi];
+  const std::size_t k = off_->buffer_of(bi);
+  const torch::Tensor src = off_->view(k, b.dtype, b.slice);
+#ifdef ODYSSEY_ZERO_CUDA
+  if (device_.is_cuda()) {
+    const c10::cuda::CUDAGuard guard(device_);
+    auto compute = at::cuda::getCurrentCUDAStream(device_.index());
+    const auto side = off_->side_stream(device_);
+    torch::Tensor local = torch::empty({b.slice}, torch::TensorOptions().dtype(b.dtype).device(device_));
+    at::cuda::CUDAEvent allocated;  // earlier compute-stream work on this block first
+    allocated.record(compute);
+    allocated.block(side);
+    {
+      const c10::cuda::CUDAStreamGuard on_side(side);
+      local.copy_(src, /*non_blocking=*/true);
+    }
+    off_->uploaded[k].emplace();
+    off_->uploaded[k]->record(side);
+    off_->uploaded[k]->block(compute);  // the all-gather and the copies after it
+    c10::cuda::CUDACachingAllocator::recordStream(local.storage().data_ptr(), side);
+    return local;
+  }
+#endif
+  return src.to(device_, /*non_blocking=*/false, /*copy=*/true);
+}
+
+void ZeroAdamW::gather_bucket(std::size_t bi, const torch::Tensor& local) {
+  const Bucket& b = buckets_[bi];
   const torch::Tensor gathered = world_.all_gather(local);
   for (const auto& e : b.entries) {
     torch::Tensor p = params_[e.param].param.detach();
@@ -444,14 +433,37 @@ void ZeroAdamW::publish_bucket(std::size_t bi) {
 
 void ZeroAdamW::step(double lr) {
   torch::NoGradGuard no_grad;
-  settle();
   step_.add_(1.0);  // before the kernel, as torch.optim.AdamW does
-  // Bucket by bucket: with offload, the CPU update of bucket i overlaps the GPU's copy and
-  // all-gather of bucket i-1 (neither blocks the host).
+  if (!off_) {
+    for (std::size_t bi = 0; bi < buckets_.size(); ++bi) {
+      update_bucket(bi, lr, slice_of(grad_, bi));
+      gather_bucket(bi, slice_of(master_, bi).to(buckets_[bi].dtype));
+    }
+    return;
+  }
+  if (buckets_.empty()) return;
+#ifdef ODYSSEY_ZERO_CUDA
+  if (device_.is_cuda()) {  // the downloads read the accumulator after its last write (clipping)
+    const c10::cuda::CUDAGuard guard(device_);
+    at::cuda::CUDAEvent reduced;
+    reduced.record(at::cuda::getCurrentCUDAStream(device_.index()));
+    reduced.block(off_->side_stream(device_));
+  }
+#endif
+  // Bucket i in buffer i % 2: while the CPU updates bucket i, the GPU uploads and
+  // all-gathers bucket i-1 and downloads bucket i+1's gradient (none of it blocks the host).
+  fetch_gradient(0);
   for (std::size_t bi = 0; bi < buckets_.size(); ++bi) {
-    if (off_) off_->wait_upload(bi);  // last step's copy out of this bucket's host buffers
-    update_bucket(bi, lr);
-    publish_bucket(bi);
+    const Bucket& b = buckets_[bi];
+    const std::size_t k = off_->buffer_of(bi);
+    off_->wait_fetched(k);
+    if (bi + 1 < buckets_.size()) fetch_gradient(bi + 1);  // into the other buffer
+    update_bucket(bi, lr, off_->view(k, torch::kFloat32, b.slice));
+    // The download waited for above followed the buffer's last upload on the side stream,
+    // so this returns at once; it keeps the host write safe on its own.
+    off_->wait_uploaded(k);
+    off_->view(k, b.dtype, b.slice).copy_(slice_of(master_, bi));
+    gather_bucket(bi, upload_bucket(bi));
   }
 }
 
@@ -471,7 +483,6 @@ torch::Tensor ZeroAdamW::layout() const {
 }
 
 NamedTensors ZeroAdamW::state() const {
-  if (off_) off_->wait_uploads();
   auto host = [](const torch::Tensor& t) { return t.device().is_cpu() ? t.detach().clone() : t.detach().to(torch::kCPU); };
   const std::string r = ".rank" + std::to_string(world_.rank());
   return {{"zero.master" + r, host(master_)},
@@ -535,7 +546,6 @@ Diagnostics ZeroAdamW::load_state(const NamedTensors& named, const std::string& 
                       eas = find("zero.exp_avg_sq" + r, shard_total_), st = find("zero.step", 1);
   if (has_errors(d)) return d;
   torch::NoGradGuard no_grad;
-  if (off_) off_->wait_uploads();
   master_.copy_(m.reshape({-1}));
   exp_avg_.copy_(ea.reshape({-1}));
   exp_avg_sq_.copy_(eas.reshape({-1}));
@@ -544,18 +554,15 @@ Diagnostics ZeroAdamW::load_state(const NamedTensors& named, const std::string& 
 }
 
 std::int64_t ZeroAdamW::state_bytes() const {
-  if (off_) return 0;
+  if (off_) return static_cast<std::int64_t>(grad_.nbytes());
   return static_cast<std::int64_t>(master_.nbytes() + exp_avg_.nbytes() + exp_avg_sq_.nbytes() + grad_.nbytes() +
                                    step_.nbytes());
 }
 
 std::int64_t ZeroAdamW::host_state_bytes() const {
   if (!off_) return 0;
-  std::int64_t b = static_cast<std::int64_t>(master_.nbytes() + exp_avg_.nbytes() + exp_avg_sq_.nbytes() +
-                                             grad_.nbytes() + step_.nbytes());
-  for (const auto& t : off_->landing) b += static_cast<std::int64_t>(t.nbytes());
-  for (const auto& t : off_->upload)
-    if (t.defined()) b += static_cast<std::int64_t>(t.nbytes());
+  auto b = static_cast<std::int64_t>(master_.nbytes() + exp_avg_.nbytes() + exp_avg_sq_.nbytes() + step_.nbytes());
+  for (const auto& t : off_->staging) b += static_cast<std::int64_t>(t.nbytes());
   return b;
 }
 

@@ -28,31 +28,35 @@
 //    The hooks act only between begin_step and the last end_micro_batch; a step driven
 //    without them (no begin_step) falls back to stage 1's reduction in reduce_gradients.
 //  - Collectives are in the parameters' dtype (torch's DDP and DeepSpeed's default); the
-//    accumulator adds them in fp32.
+//    accumulator adds them in fp32, on the parameters' device (with or without offload).
 //
 // Update. clip_grad_norm: the accumulator's squared norm all-reduced over the group
 // (clip_grad_norm_'s global norm); step: fused AdamW (ATen's _fused_adamw_, the kernel of
-// torch.optim.AdamW(fused=True)) over the flat shard, decaying and non-decaying runs in
-// separate calls, then bucket by bucket: the updated masters cast to the parameter dtype,
+// torch.optim.AdamW(fused=True)) bucket by bucket, decaying and non-decaying runs in
+// separate calls, each bucket's updated masters then cast to the parameter dtype,
 // all-gathered and copied into the parameters of every rank.
 //
-// Offload. The four fp32 shard tensors live in host memory and the update runs on the CPU.
-// What overlaps, on CUDA:
-//  - backward: right after each bucket's reduce-scatter its reduced slice is copied to a
-//    pinned host buffer on a side stream (non-blocking, ordered after the collective by an
-//    event), so the copy runs under the rest of backward; the host adds it into the fp32
-//    accumulator at the end of the micro-batch (after waiting for the copy). The copy of the
-//    last bucket issued in a micro-batch overlaps nothing.
-//  - step: bucket i's CPU update runs while bucket i-1's host-to-device copy (side stream),
-//    all-gather and copy into the parameters run on the GPU: none of them blocks the host
-//    (NCCL's wait only orders streams). The first bucket's update and the last bucket's copy
-//    and all-gather overlap nothing. Non-fp32 parameters are cast on the host first, so the
-//    copy moves parameter-sized bytes.
-//  - Pinned memory holds what DMA touches (the landing buffers of reduced gradients, the cast
-//    masters, and the fp32 masters when a bucket is fp32); exp_avg, exp_avg_sq and the
-//    accumulator stay pageable (pinned blocks round up to powers of two).
-// Parameters on the CPU take the same path (host buffers, the same order, plain copies), so
-// CPU tests cover it; with the store transport nothing overlaps (its collectives block).
+// Offload. Host memory holds the master weights, exp_avg and exp_avg_sq (fp32, pageable:
+// 12 bytes per element of the shard) and two staging buffers, each the size of the largest
+// bucket slice in fp32 or the parameter dtype, if wider (pinned with CUDA parameters;
+// pinned blocks round up to powers of two). The fp32 gradient accumulator (4 bytes per
+// element of the shard) stays on the device: backward, accumulation and clipping are those
+// without offload, and backward moves nothing to the host. step, bucket by bucket, bucket i
+// in staging buffer i % 2:
+//  1. wait for bucket i's fp32 gradient slice to land in its buffer (device-to-host, side
+//     stream), then issue bucket i+1's into the other buffer;
+//  2. fused AdamW on the CPU over bucket i's shard;
+//  3. the masters cast into the same buffer in the parameter dtype, copied host-to-device on
+//     the side stream; the compute stream waits for that copy (an event), then all-gathers
+//     and copies into the parameters. None of this blocks the host.
+// On CUDA, bucket i's CPU update overlaps bucket i-1's upload, all-gather and copy into the
+// parameters and bucket i+1's gradient download. The first bucket's download and update and
+// the last bucket's upload and all-gather overlap nothing. A buffer is rewritten by the
+// host only after its last upload has read it (waited on), and by a download only after
+// that upload in the side stream's order. An upload also waits for the compute stream's
+// earlier work (its device block may come from there), i.e. bucket i-1's all-gather.
+// Parameters on the CPU take the same path (pageable buffers, plain copies), so CPU tests
+// cover it; with the store transport nothing overlaps (its collectives block).
 // The CPU update runs on torch's intra-op threads: with several ranks on a host, give each
 // rank its share of the cores (oversubscribed OpenMP threads made it ~50x slower).
 //
@@ -106,8 +110,8 @@ class ZeroAdamW : public Optimizer {
   // One optimizer file per rank.
   bool sharded_state() const override { return true; }
 
-  // Persistent bytes on the parameters' device (none with offload) and in host memory
-  // (offload: the shard tensors and the pinned transfer buffers).
+  // Persistent bytes on the parameters' device (offload: the fp32 gradient accumulator) and
+  // in host memory (offload: masters, moments, step and the two staging buffers).
   std::int64_t state_bytes() const override;
   std::int64_t host_state_bytes() const override;
 
@@ -121,7 +125,7 @@ class ZeroAdamW : public Optimizer {
 
  private:
   friend struct ZeroGradHook;
-  struct Offload;  // host buffers, side stream and events (zero.cpp)
+  struct Offload;  // staging buffers, side stream and events (zero.cpp)
 
   // A run of one parameter inside a bucket.
   struct Entry {
@@ -156,12 +160,17 @@ class ZeroAdamW : public Optimizer {
   void issue(std::size_t b);
   void reset_micro_batch();
   // The reduced slice of bucket b (parameter dtype, on the parameters' device) into the
-  // accumulator: directly, or through the host with offload.
+  // accumulator.
   void accumulate(std::size_t b, const torch::Tensor& reduced);
-  void settle();  // offload: wait for the gradient copies and add them up
   void reduce_from_grads();
-  void update_bucket(std::size_t b, double lr);
-  void publish_bucket(std::size_t b);  // all-gather the masters into the parameters
+  // Fused AdamW over bucket b's shard with `grad` (its fp32 gradient slice).
+  void update_bucket(std::size_t b, double lr, const torch::Tensor& grad);
+  // Offload: bucket b's gradient slice into its staging buffer (side stream on CUDA), and
+  // the buffer's masters (already cast into it) to the device.
+  void fetch_gradient(std::size_t b);
+  torch::Tensor upload_bucket(std::size_t b);
+  // All-gather the slices `local` (parameter dtype, on the device) into the parameters.
+  void gather_bucket(std::size_t b, const torch::Tensor& local);
   torch::Tensor slice_of(const torch::Tensor& flat, std::size_t b) const;
 
   AdamWOptions options_;
@@ -170,11 +179,12 @@ class ZeroAdamW : public Optimizer {
   bool offload_ = false;
   std::int64_t bucket_elements_ = kBucketElements;
   torch::Device device_{torch::kCPU};        // the parameters'
-  torch::Device state_device_{torch::kCPU};  // the shard's: host with offload
+  torch::Device state_device_{torch::kCPU};  // masters, moments, step: host with offload
   std::vector<Bucket> buckets_;
   std::vector<std::vector<std::pair<std::size_t, std::size_t>>> members_;  // param -> (bucket, entry)
   std::int64_t total_elements_ = 0, shard_total_ = 0, digest_ = 0;
-  torch::Tensor master_, exp_avg_, exp_avg_sq_, grad_;  // fp32 [shard_total_]
+  torch::Tensor master_, exp_avg_, exp_avg_sq_;         // fp32 [shard_total_], on state_device_
+  torch::Tensor grad_;                                  // fp32 [shard_total_], on device_
   torch::Tensor step_;                                  // fp32 scalar
   // Stage 2 bookkeeping.
   bool in_step_ = false;

@@ -392,6 +392,31 @@ class TstParallelRun : public QObject {
     QVERIFY2((bad.out + bad.err).contains("optimizer-rank-00000-of-00004"), qPrintable(bad.out.right(2000) + bad.err.right(1000)));
   }
 
+  // GaLore over Ulysses 2 (full fine-tuning): the rank-r gradients are all-reduced, refresh
+  // steps all-reduce the full gradient first so both ranks take the same SVD; the losses and
+  // gradient norms equal one process's. (Three steps, refresh every 2: the losses depend on the
+  // first projection only, whose sign does not matter, see docs/optimizers.md.)
+  void galoreOverUlysses2() {
+    // The base preset's LoRA keys set back to their defaults (a LoRA setting with tuner_type full is an error).
+    const QString g = "tuner_type: full\nlora_rank: 8\nlora_alpha: 32\nlora_dropout: 0.05\n"
+                      "use_galore: true\ngalore_rank: 8\ngalore_update_proj_gap: 2\n"
+                      "per_device_train_batch_size: 2\nadam_epsilon: 1e-8\nlearning_rate: 0.001\n";
+    const Outcome one = train(tmp_, "galore1", g);
+    const Outcome two = train(tmp_, "galore-u2", g + "nproc_per_node: 2\nsequence_parallel_size: 2\n");
+    QCOMPARE(events(two.dir, "run_start").front().value("optimizer").toObject().value("name").toString(),
+             QStringLiteral("galore_adamw"));
+    QCOMPARE(two.loss.size(), one.loss.size());
+    double worst_loss = 0, worst_norm = 0;
+    for (qsizetype i = 0; i < one.loss.size(); ++i) {
+      worst_loss = std::max(worst_loss, rel(two.loss[i], one.loss[i]));
+      worst_norm = std::max(worst_norm, rel(two.grad_norm[i], one.grad_norm[i]));
+    }
+    qInfo("GaLore over Ulysses 2 vs one process: %lld steps, worst rel. error: loss %.2e, grad norm %.2e",
+          static_cast<long long>(one.loss.size()), worst_loss, worst_norm);
+    QVERIFY(worst_loss < 1e-5);
+    QVERIFY(worst_norm < 1e-5);
+  }
+
   void zeroWithOneProcessIsAnError() {
     const Run r = odyssey_train({"run", preset(tmp_, "z-one", "zero_stage: 2\n")});
     QCOMPARE(r.code, 3);  // an invalid configuration

@@ -442,6 +442,15 @@ class TstZero : public QObject {
         masters.push_back(z.state().front().second);
         layout = z.layout();
         QCOMPARE(z.shard_elements(), masters.front().numel());
+        if (z.offload()) {  // 12 bytes per shard element + step + two fp32 staging buffers of the largest slice
+          std::int64_t largest = 0;
+          for (std::int64_t b = 0; b < layout[5].item<std::int64_t>(); ++b)
+            largest = std::max(largest, layout[8 + b].item<std::int64_t>() / n);
+          QCOMPARE(z.host_state_bytes(), 12 * z.shard_elements() + 4 + 2 * ((4 * largest + 7) / 8 * 8));
+          QCOMPARE(z.state_bytes(), 4 * z.shard_elements());
+        } else {
+          QCOMPARE(z.host_state_bytes(), std::int64_t{0});
+        }
       }
       const auto buckets = layout[5].item<std::int64_t>();
       QCOMPARE(buckets, (all.numel() + kSmallBucket - 1) / kSmallBucket);
@@ -505,8 +514,11 @@ class TstZero : public QObject {
       train::ZeroAdamW one(trainable(lm), train::AdamWOptions{}, r0of2, 1, true);
       const Diagnostics d = one.load_state(saved, "f");
       QVERIFY2(d.empty(), format_all(d).c_str());
-      QVERIFY(one.host_state_bytes() > 0);
-      QCOMPARE(one.state_bytes(), std::int64_t{0});
+      // Offload: masters, moments and step on the host with one staging buffer (one bucket:
+      // the whole shard, fp32); the fp32 gradient accumulator on the device.
+      QCOMPARE(one.bucket_count(), std::size_t{1});
+      QCOMPARE(one.host_state_bytes(), 3 * 4 * one.shard_elements() + 4 + (4 * one.shard_elements() + 7) / 8 * 8);
+      QCOMPARE(one.state_bytes(), 4 * one.shard_elements());
       QCOMPARE(two.host_state_bytes(), std::int64_t{0});
       QCOMPARE(two.state_bytes(), 4 * 4 * two.shard_elements() + 4);
     }
