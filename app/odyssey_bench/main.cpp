@@ -481,8 +481,9 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     rec["model_tflops_per_step"] = sig(f.model / 1e12);
     rec["hardware_tflops_per_step"] = sig(f.hardware / 1e12);
     rec["model_tflops_per_s"] = sig(f.model / mean / 1e12);
-    rec["mfu"] = sig(planner::model_flops_utilization(f.model, mean), 4);
-    rec["hfu"] = sig(planner::model_flops_utilization(f.hardware, mean), 4);
+    // Per GPU: the row's FLOPs are shared by the world's GPUs.
+    rec["mfu"] = sig(planner::model_flops_utilization(f.model / mesh.world, mean), 4);
+    rec["hfu"] = sig(planner::model_flops_utilization(f.hardware / mesh.world, mean), 4);
     rec["peak_tflops"] = planner::kH200PeakBf16Flops / 1e12;
     {
       // Optimizer state this rank holds, per trainable parameter (ZeRO: of the whole model).

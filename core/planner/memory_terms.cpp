@@ -193,6 +193,9 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
     t.grads_other = ceil_div(t.grads_other, shards);
     t.grads_embed = ceil_div(t.grads_embed, shards);
   }
+  // ZeRO's fp32 gradient shard is one buffer allocated with the optimizer: it exists in every
+  // phase, as accumulated gradients do (measured: Qwen2.5-14B, two H200s, docs/optimizers.md).
+  if (c.zero_stage >= 1 && !t.hf) t.grads_persistent = true;
   if (c.offload_optimizer && t.cuda) {
     // fp32 master weights and moments of the shard live in host memory (12 B per parameter of
     // a shard) and the update runs on the CPU; the fp32 gradient shard stays on the GPU

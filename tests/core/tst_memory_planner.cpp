@@ -119,9 +119,8 @@ class TestMemoryPlanner : public QObject {
     QCOMPARE(p.layout.dp, std::int64_t{2});
     QCOMPARE(item(p, "master weights"), std::int64_t{106816 * 4 / 2});  // fp32, shard of 2
     QCOMPARE(item(p, "AdamW states"), std::int64_t{106816 * 8 / 2});
-    // All of them after backward (off the peak); fewer exist at the backward peak.
-    QCOMPARE(item(p, "gradients", false), std::int64_t{106816 * 4 / 2});
-    QVERIFY(item(p, "gradients") < item(p, "gradients", false));
+    // The fp32 gradient shard: one buffer allocated with the optimizer, live in every phase.
+    QCOMPARE(item(p, "gradients"), std::int64_t{106816 * 4 / 2});
     QVERIFY(item(p, "NCCL buffers") >= planner::kNcclCommunicatorBytes);
     c.zero_stage = 0;
     // Without ZeRO the engine trains pure bf16, as HF does: states and gradients in the
@@ -270,6 +269,37 @@ class TestMemoryPlanner : public QObject {
     if (ckpt == "auto") QCOMPARE(p.checkpointed_layers, std::int64_t{5});  // what the measured run recomputed
     const double predicted = static_cast<double>(p.allocated_bytes()) / static_cast<double>(kGiB);
     qDebug("%s: predicted %.2f GiB, measured %.2f GiB (%+.1f%%)", QTest::currentDataTag(), predicted, gib,
+           100.0 * (predicted - gib) / gib);
+    QVERIFY(std::abs(predicted - gib) / gib <= 0.10);
+  }
+
+  // Qwen2.5-14B-shaped full fine-tuning at 32K on two H200s, Ulysses 2, every layer
+  // checkpointed (docs/optimizers.md, "Measured"): ZeRO-2 with offload, and GaLore rank 128.
+  void matchesMeasured14bOnTwoGpus_data() {
+    QTest::addColumn<QString>("optimizer");
+    QTest::addColumn<double>("gib");
+    QTest::newRow("ZeRO-2 + offload") << "zero2-offload" << 67.43;
+    QTest::newRow("GaLore") << "galore" << 49.24;
+  }
+  void matchesMeasured14bOnTwoGpus() {
+    QFETCH(QString, optimizer);
+    QFETCH(double, gib);
+    HfModelConfig m;
+    m.hidden_size = 5120, m.intermediate_size = 13824, m.num_hidden_layers = 48;
+    m.num_attention_heads = 40, m.num_key_value_heads = 8, m.head_dim = 128, m.vocab_size = 152064;
+    m.attention_bias = true, m.tie_word_embeddings = false;
+    TrainConfig c = lora_7b(32768, true);
+    c.tuner_type = "full";
+    c.torch_dtype = "bfloat16";
+    c.activation_checkpointing = "all";
+    c.nproc_per_node = 2, c.sequence_parallel_size = 2;
+    c.zero_stage = optimizer == "galore" ? 0 : 2;
+    c.offload_optimizer = optimizer != "galore";
+    c.use_galore = optimizer == "galore";
+    c.galore_rank = 128;
+    const MemoryPlan p = plan_memory(c, m);
+    const double predicted = static_cast<double>(p.allocated_bytes()) / static_cast<double>(kGiB);
+    qDebug("14B %s: predicted %.2f GiB, measured %.2f GiB (%+.1f%%)", qPrintable(optimizer), predicted, gib,
            100.0 * (predicted - gib) / gib);
     QVERIFY(std::abs(predicted - gib) / gib <= 0.10);
   }
