@@ -166,7 +166,6 @@ namespace {
 std::optional<torch::Dtype> state_dtype(SafetensorsDtype d) {
   if (auto t = to_torch_dtype(d)) return t;
   switch (d) {
-    case SafetensorsDtype::F64: return torch::kDouble;
     case SafetensorsDtype::I64: return torch::kLong;
     case SafetensorsDtype::I32: return torch::kInt;
     case SafetensorsDtype::U8: return torch::kByte;
@@ -181,7 +180,7 @@ Result<torch::Tensor> SafetensorsFile::load_as_stored(std::string_view name) con
   const auto dtype = state_dtype(t->dtype);
   if (!dtype)
     return {torch::Tensor(), {error(t->name, std::string("dtype ") + dtype_name(t->dtype) +
-                                                 " is not an optimizer-state dtype (BF16, F16, F32, F64, I64, I32, U8)")}};
+                                                 " is not an optimizer-state dtype (BF16, F16, F32, I64, I32, U8)")}};
   torch::Tensor out = torch::empty(t->shape, torch::TensorOptions().dtype(*dtype));
   std::memcpy(out.data_ptr(), data_of(*t), t->nbytes());
   return {out, {}};
@@ -390,7 +389,7 @@ Diagnostics check_tensors(const NamedTensors& tensors, const std::string& file) 
       d.push_back(make_error(file, name, "the tensor is undefined"));
     else if (!from_torch_dtype(t.scalar_type()) || !state_dtype(*from_torch_dtype(t.scalar_type())))
       d.push_back(make_error(file, name, "dtype " + dtype_text(t.scalar_type()) + " cannot be written; Odyssey writes " +
-                                             supported_dtypes_text() + " (and F64, I64, I32, U8 for optimizer state)"));
+                                             supported_dtypes_text() + " (and I64, I32, U8 for optimizer state)"));
     if (name == "__metadata__") d.push_back(make_error(file, name, "the name is reserved for the file's metadata"));
     if (!seen.insert(name).second) d.push_back(make_error(file, name, "the name is given twice"));
   }

@@ -45,7 +45,7 @@ class SafetensorsFile {
   // as long as any view does. (Should a writer other than the reference's have placed the
   // tensor at an offset misaligned for its dtype, the view is an aligned copy instead.)
   Result<torch::Tensor> view(std::string_view name) const;
-  // A copy on the CPU in the dtype it was stored in: BF16, F16, F32, F64, I64, I32 or U8.
+  // A copy on the CPU in the dtype it was stored in: BF16, F16, F32, I64, I32 or U8.
   // For optimizer state (8-bit codes, step counters), not for model weights.
   Result<torch::Tensor> load_as_stored(std::string_view name) const;
   // A new contiguous tensor of `dtype` (a floating-point type) on `device`. CPU: converted

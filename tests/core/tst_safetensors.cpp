@@ -291,7 +291,17 @@ class TstSafetensors : public QObject {
     const fs::path p = tmp_ / "refused-write.safetensors";
     auto err = [&](const NamedTensors& t) { return format_all(save_safetensors(p.string(), t).diagnostics); };
     QVERIFY(contains_all(err({{"x", torch::zeros({2}, torch::kDouble)}}), {"refused-write.safetensors", "x", "F64"}));
-    QVERIFY(contains_all(err({{"ids", torch::arange(3)}}), {"ids", "I64", "BF16, F16, F32"}));
+    QVERIFY(contains_all(err({{"mask", torch::zeros({2}, torch::kBool)}}), {"mask", "BOOL", "BF16, F16, F32"}));
+    // Integer tensors are written for optimizer state (8-bit codes, counters) and read back as
+    // stored, but never loaded as weights.
+    const fs::path q = tmp_ / "state.safetensors";
+    const torch::Tensor ids = torch::arange(3), codes = torch::tensor({1, 200, 255}, torch::kUInt8);
+    QVERIFY(save_safetensors(q.string(), {{"ids", ids}, {"codes", codes}}).ok());
+    auto f = SafetensorsFile::open(q.string());
+    QVERIFY(f.ok());
+    QVERIFY(f.value->load_as_stored("ids").value.equal(ids));
+    QVERIFY(f.value->load_as_stored("codes").value.equal(codes));
+    QVERIFY(contains_all(format_all(f.value->load("ids", torch::kFloat32).diagnostics), {"ids", "I64", "not supported"}));
     QVERIFY(contains_all(err({{"a", torch::zeros({1})}, {"a", torch::zeros({1})}}), {"a", "given twice"}));
     QVERIFY(contains_all(err({{"__metadata__", torch::zeros({1})}}), {"reserved"}));
     QVERIFY(!fs::exists(p));
