@@ -291,11 +291,6 @@ void GaLoreAdamW::on_gradient(std::size_t i) {
   t.param.mutable_grad() = torch::Tensor();  // the full gradient is not kept
 }
 
-torch::Tensor GaLoreAdamW::gathered(const Target& t) const {
-  if (t.acc.defined() && t.acc_global.defined()) return t.acc + t.acc_global;
-  return t.acc.defined() ? t.acc : t.acc_global;
-}
-
 void GaLoreAdamW::reduce_gradients(dist::Group& world) {
   all_reduce_gradients(rest_params_, world);
   // The rank-r parts not yet summed: one flat buffer per 64 Mi values, in target order

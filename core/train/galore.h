@@ -134,7 +134,6 @@ class GaLoreAdamW : public Optimizer {
   std::vector<torch::Tensor> rest_params_;
   std::int64_t micro_ = 0;               // micro-batches done in this step
   std::int64_t svd_count_ = 0;
-  torch::Tensor gathered(const Target& t) const;  // acc + acc_global
 };
 
 // Whether `hf_name` is a 2-D weight of one of the (resolved) module names.
