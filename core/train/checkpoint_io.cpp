@@ -234,7 +234,7 @@ Diagnostics load_checkpoint(const fs::path& dir, StepEngine& engine, const Check
     return {err(opt_file, "is missing: this run shards its optimizer state over " + std::to_string(what.world) +
                               " ranks and needs one file per rank; the checkpoint has " +
                               (found.empty() ? std::string("none") : found) +
-                              " (resume with the same number of processes and zero_stage)")};
+                              " (resume with the number of processes it was saved with)")};
   }
   if (!sharded && !fs::exists(opt_file)) {
     for (const auto& e : fs::directory_iterator(dir, ec))
