@@ -110,6 +110,7 @@ void MonitorPage::buildUi() {
   tf.setPointSize(tf.pointSize() + 2);
   title_->setFont(tf);
   title_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  title_->setWordWrap(true);  // a long header (model, mesh, optimizer) wraps instead of widening the window
   state_label_ = new QLabel(right);
   head->addWidget(title_, 1);
   head->addWidget(state_label_);

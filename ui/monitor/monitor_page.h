@@ -55,6 +55,7 @@ class MonitorPage : public QWidget {
   LogView* logView() const { return log_; }
   const SeriesStore& series() const { return store_; }
   DisplayState state() const;
+  QString titleText() const;     // run id, model, mesh and optimizer
   QString stateText() const;
   QString progressText() const;
   QString bannerText() const;    // the failure banner, "" when hidden

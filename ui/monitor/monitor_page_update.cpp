@@ -5,6 +5,7 @@
 #include <QProgressBar>
 
 #include <cmath>
+#include <map>
 
 #include "chart_panel.h"
 #include "log_view.h"
@@ -125,6 +126,8 @@ QString MonitorPage::progressText() const {
 }
 
 QString MonitorPage::bannerText() const { return banner_->isHidden() ? QString() : banner_->text(); }
+QString MonitorPage::titleText() const { return title_->text(); }
+
 QString MonitorPage::messagesText() const { return messages_label_->isHidden() ? QString() : messages_label_->text(); }
 
 void MonitorPage::updateHeader() {
@@ -135,6 +138,24 @@ void MonitorPage::updateHeader() {
     QString detail = QString::fromStdString(run_start_->model.name);
     if (m.world > 1) detail += tr("  ·  %1 GPUs (dp %2 × sp %3, ulysses %4 × ring %5)")
                                    .arg(m.world).arg(m.dp).arg(m.sp).arg(m.ulysses).arg(m.ring);
+    // The optimizer and the state it holds per rank (run_start.optimizer, docs/optimizers.md).
+    const auto& o = run_start_->optimizer;
+    if (!o.name.empty()) {
+      static const std::map<std::string, QString> names{{"adamw", QStringLiteral("AdamW")},
+                                                        {"galore_adamw", QStringLiteral("GaLore")},
+                                                        {"q_galore_adamw8bit", QStringLiteral("Q-GaLore")},
+                                                        {"zero1_adamw", QStringLiteral("ZeRO-1")},
+                                                        {"zero2_adamw", QStringLiteral("ZeRO-2")}};
+      const auto it = names.find(o.name);
+      const double gib = 1024.0 * 1024.0 * 1024.0;
+      detail += tr("  ·  %1, %2 GiB optimizer state%3")
+                    .arg(it != names.end() ? it->second : QString::fromStdString(o.name))
+                    .arg(static_cast<double>(o.state_bytes) / gib, 0, 'f', 1)
+                    .arg(o.host_state_bytes > 0
+                             ? tr(" + %1 GiB in host memory").arg(static_cast<double>(o.host_state_bytes) / gib, 0, 'f', 1)
+                             : QString());
+      if (o.sharded_over > 1) detail += tr(" per rank");
+    }
     if (!detail.trimmed().isEmpty()) title += QStringLiteral("  —  ") + detail;
   }
   title_->setText(title);

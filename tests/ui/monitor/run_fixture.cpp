@@ -80,6 +80,7 @@ fs::path write_run(const fs::path& root, const std::string& name, const FakeRun&
   for (int r = 0; r < f.ranks; ++r) start.devices.push_back({r, "NVIDIA H200", 150754820096});
   start.totals.total_steps = f.total_steps;
   start.model = {"Qwen2.5-7B-Instruct", 7615616512, 40370176};
+  start.optimizer = f.optimizer;
   w.value.write(start);
   w.value.write(run::StageEvent{1732900001.0, 1.0, "load_model", "7.6B parameters"});
   std::mt19937 rng(f.seed);

@@ -24,6 +24,7 @@ struct FakeRun {
   double learning_rate = 2e-4;
   std::uint32_t seed = 1;
   bool write_run_end = true;  // and a terminal status.json
+  run::OptimizerSummary optimizer;  // written into run_start when its name is set
   run::RunState final_state = run::RunState::Completed;
   std::string reason;                     // for failed/stopped
   int log_lines_per_step = 1;

@@ -74,6 +74,18 @@ class TstMonitorPage : public QObject {
     QVERIFY(text.contains("loss,37,NaN\n"));
   }
 
+  void headerNamesTheOptimizer() {
+    testing::FakeRun f;
+    f.steps = f.total_steps = 3;
+    f.optimizer = {"zero2_adamw", std::int64_t{27510} << 20, std::int64_t{84767} << 20, 2};
+    const fs::path dir = testing::write_run(root(), "20250102-000003-zero", f);
+    MonitorPage page;
+    page.attachRunDirectory(qs(dir));
+    QTRY_COMPARE_WITH_TIMEOUT(page.latestStep(), std::int64_t(3), kWait);
+    QVERIFY2(page.titleText().contains("ZeRO-2, 26.9 GiB optimizer state + 82.8 GiB in host memory per rank"),
+             qPrintable(page.titleText()));
+  }
+
   void liveAppendsAppear() {
     testing::FakeRun f;
     f.steps = 10;
