@@ -396,12 +396,7 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     so.schedule.base_lr = 1e-5;
     so.schedule.total_steps = o.warmup + o.steps;
     so.max_grad_norm = 1.0;
-    so.galore.enabled = tc.use_galore;
-    so.galore.quantized = tc.galore_quantization;
-    so.galore.rank = tc.galore_rank;
-    so.galore.update_proj_gap = tc.galore_update_proj_gap;
-    so.zero.stage = static_cast<int>(tc.zero_stage);
-    so.zero.offload = tc.offload_optimizer;
+    train::set_memory_optimizer(so, tc);
     dist::Mesh& mesh = par.mesh;
     train::StepEngine engine(lm, so, mesh.distributed() ? mesh.world_group.get() : nullptr);
     rec["trainable_params"] = engine.trainable_params();

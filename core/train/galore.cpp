@@ -293,43 +293,19 @@ void GaLoreAdamW::on_gradient(std::size_t i) {
 
 void GaLoreAdamW::reduce_gradients(dist::Group& world) {
   all_reduce_gradients(rest_params_, world);
-  // The rank-r parts not yet summed: one flat buffer per 64 Mi values, in target order
-  // (the same on every rank); a weight without a gradient on this rank takes part with zeros.
-  constexpr std::int64_t kBucket = std::int64_t{1} << 26;
-  std::vector<std::size_t> bucket;
-  std::int64_t filled = 0;
-  auto flush = [&] {
-    if (bucket.empty()) return;
-    std::vector<torch::Tensor> flat;
-    for (std::size_t i : bucket) {
-      Target& t = targets_[i];
-      if (!t.acc.defined()) t.acc = torch::zeros(t.projector.low_shape(), t.param.options().dtype(torch::kFloat32));
-      flat.push_back(t.acc.reshape({-1}));
-    }
-    torch::Tensor buf = torch::cat(flat);
-    world.all_reduce(buf);
-    std::int64_t off = 0;
-    for (std::size_t i : bucket) {
-      Target& t = targets_[i];
-      t.acc.copy_(buf.narrow(0, off, t.acc.numel()).view_as(t.acc));
-      off += t.acc.numel();
-      if (t.acc_global.defined()) {
-        t.acc.add_(t.acc_global);
-        t.acc_global = torch::Tensor();
-      }
-    }
-    bucket.clear();
-    filled = 0;
-  };
-  for (std::size_t i = 0; i < targets_.size(); ++i) {
-    // Before any refresh a weight's shape of `low` is known; its values may be absent.
-    std::int64_t n = 1;
-    for (auto d : targets_[i].projector.low_shape()) n *= d;
-    if (!bucket.empty() && filled + n > kBucket) flush();
-    bucket.push_back(i);
-    filled += n;
+  // The rank-r parts not yet summed, in target order (the same on every rank); a weight
+  // without a gradient on this rank takes part with zeros.
+  std::vector<torch::Tensor> accs;
+  for (auto& t : targets_) {
+    if (!t.acc.defined()) t.acc = torch::zeros(t.projector.low_shape(), t.param.options().dtype(torch::kFloat32));
+    accs.push_back(t.acc);
   }
-  flush();
+  all_reduce_bucketed(accs, world);
+  for (auto& t : targets_)
+    if (t.acc_global.defined()) {
+      t.acc.add_(t.acc_global);
+      t.acc_global = torch::Tensor();
+    }
 }
 
 double GaLoreAdamW::clip_grad_norm(double max_norm) {

@@ -6,6 +6,17 @@
 
 namespace odyssey::train {
 
+void set_memory_optimizer(StepOptions& o, const TrainConfig& c) {
+  o.galore.enabled = c.use_galore;
+  o.galore.quantized = c.galore_quantization;
+  o.galore.rank = c.galore_rank;
+  o.galore.update_proj_gap = c.galore_update_proj_gap;
+  o.galore.scale = c.galore_scale;
+  o.galore.target_modules = c.galore_target_modules;
+  o.zero.stage = static_cast<int>(c.zero_stage);
+  o.zero.offload = c.offload_optimizer;
+}
+
 std::unique_ptr<Optimizer> make_optimizer(std::vector<NamedParam> params, const StepOptions& options,
                                           dist::Group* world) {
   if (options.galore.enabled && options.zero.stage > 0)

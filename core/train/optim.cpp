@@ -23,7 +23,7 @@ void Optimizer::zero_grad() {
     if (p.param.grad().defined()) p.param.mutable_grad() = torch::Tensor();
 }
 
-void all_reduce_gradients(const std::vector<torch::Tensor>& params, dist::Group& world) {
+void all_reduce_bucketed(const std::vector<torch::Tensor>& tensors, dist::Group& world) {
   // Buckets of one dtype up to 64 Mi elements: one collective each instead of one per tensor.
   constexpr std::int64_t kBucket = std::int64_t{1} << 26;
   std::vector<torch::Tensor> bucket;
@@ -42,14 +42,21 @@ void all_reduce_gradients(const std::vector<torch::Tensor>& params, dist::Group&
     bucket.clear();
     filled = 0;
   };
-  for (auto p : params) {
-    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-    torch::Tensor g = p.grad();
+  for (const auto& g : tensors) {
     if (!bucket.empty() && (bucket.front().scalar_type() != g.scalar_type() || filled + g.numel() > kBucket)) flush();
     bucket.push_back(g);
     filled += g.numel();
   }
   flush();
+}
+
+void all_reduce_gradients(const std::vector<torch::Tensor>& params, dist::Group& world) {
+  std::vector<torch::Tensor> grads;
+  for (auto p : params) {
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    grads.push_back(p.grad());
+  }
+  all_reduce_bucketed(grads, world);
 }
 
 AdamW::AdamW(std::vector<NamedParam> params, AdamWOptions options)

@@ -77,6 +77,8 @@ class Optimizer {
 // Bucketed in-place all-reduce (sum) of the gradients of `params` over `world`; parameters
 // without a gradient take part with zeros, so every rank issues the same collectives.
 void all_reduce_gradients(const std::vector<torch::Tensor>& params, dist::Group& world);
+// The same over tensors: one collective per run of one dtype up to 64 Mi elements.
+void all_reduce_bucketed(const std::vector<torch::Tensor>& tensors, dist::Group& world);
 
 class AdamW : public Optimizer {
  public:

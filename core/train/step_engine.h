@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "config/train_config.h"
 #include "dist/comm.h"
 #include "model/decoder.h"
 #include "train/batch.h"
@@ -61,6 +62,10 @@ struct StepResult {
   std::int64_t target_tokens = 0;   // tokens with a label
   std::int64_t samples = 0;
 };
+
+// GaLore and ZeRO settings of a configuration (use_galore, galore_*, zero_stage,
+// offload_optimizer) into `options`.
+void set_memory_optimizer(StepOptions& options, const TrainConfig& config);
 
 // The optimizer `options` asks for over the trainable parameters: AdamW, GaLore (galore.h),
 // Q-GaLore, or ZeRO-2 AdamW (zero.h) sharded over `world` (required for ZeRO).

@@ -653,14 +653,7 @@ int run_training(const TrainConfig& c, const run::RunDir& dir, const TrainerOpti
     so.schedule.total_steps = total_steps;
     so.schedule.warmup_steps = warmup_steps_for(c.warmup_steps, c.warmup_ratio, total_steps);
     so.max_grad_norm = c.max_grad_norm;
-    so.galore.enabled = c.use_galore;
-    so.galore.quantized = c.galore_quantization;
-    so.galore.rank = c.galore_rank;
-    so.galore.update_proj_gap = c.galore_update_proj_gap;
-    so.galore.scale = c.galore_scale;
-    so.galore.target_modules = c.galore_target_modules;
-    so.zero.stage = static_cast<int>(c.zero_stage);
-    so.zero.offload = c.offload_optimizer;
+    set_memory_optimizer(so, c);
     if (c.offload_optimizer) {
       // fp32 master weights and moments of this rank's shard (the gradient shard stays on the
       // GPU), for every rank on this host.
