@@ -232,13 +232,13 @@ namespace {
 
 class SpAttention final : public model::AttentionOverride {
  public:
-  SpAttention(Group* ulysses, Group* ring, torch::Tensor cu, std::int64_t max_seqlen, torch::Tensor sample_ids,
-              torch::Tensor positions)
-      : ulysses_(ulysses), ring_(ring), cu_(std::move(cu)), max_seqlen_(max_seqlen),
+  SpAttention(Group* ulysses, Group* ring, torch::Tensor cu, std::int64_t max_seqlen, bool one_sequence,
+              torch::Tensor sample_ids, torch::Tensor positions)
+      : ulysses_(ulysses), ring_(ring), cu_(std::move(cu)), max_seqlen_(max_seqlen), one_sequence_(one_sequence),
         sample_ids_(std::move(sample_ids)), positions_(std::move(positions)) {}
 
   torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale,
-                       std::int64_t* ran) override {
+                       model::AttentionBackend prefer, std::int64_t* ran) override {
     const int u = ulysses_->size();
     const std::int64_t n = q.size(0), hq = q.size(1), d = q.size(2);
     torch::Tensor qq = q, kk = k, vv = v;
@@ -263,6 +263,10 @@ class SpAttention final : public model::AttentionOverride {
     if (ring_->size() > 1) {
       out = ring_attention(ring_, qq, kk, vv, sample_ids_, positions_, scale);
       if (ran) *ran = -1;
+    } else if (one_sequence_ && prefer != model::AttentionBackend::Flash) {
+      // The gathered row is one sample, perhaps followed by padding: plain causal SDPA is exact
+      // (padding comes last, so no real query sees it) and lets cuDNN run, as on one GPU.
+      out = model::sequence_causal_attention(qq, kk, vv, scale, prefer, ran);
     } else {
       out = model::varlen_causal_attention(qq, kk, vv, cu_, max_seqlen_, scale, ran);
     }
@@ -279,6 +283,7 @@ class SpAttention final : public model::AttentionOverride {
   Group* ring_;
   torch::Tensor cu_;
   std::int64_t max_seqlen_;
+  bool one_sequence_;
   torch::Tensor sample_ids_, positions_;
 };
 
@@ -343,7 +348,8 @@ train::PackedRow shard_row(const train::PackedRow& row, Group* ulysses, Group* r
     sample_ids = long_tensor(s, device).view({rr, n});
     positions = long_tensor(p, device).view({rr, n});
   }
-  out.attention = std::make_shared<SpAttention>(ulysses, ring, cu_gathered, L.max_seqlen, sample_ids, positions);
+  out.attention = std::make_shared<SpAttention>(ulysses, ring, cu_gathered, L.max_seqlen,
+                                                /*one_sequence=*/rr == 1 && cu.size() == 2, sample_ids, positions);
   return out;
 }
 

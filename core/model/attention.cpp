@@ -106,6 +106,14 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   return at::scaled_dot_product_attention(q, kk, vv, mask, 0.0, causal, scale, gqa);
 }
 
+torch::Tensor sequence_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                        double scale, AttentionBackend prefer, std::int64_t* ran) {
+  return causal_attention(q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0),
+                          v.transpose(0, 1).unsqueeze(0), {}, scale, prefer, ran)
+      .squeeze(0)
+      .transpose(0, 1);
+}
+
 torch::Tensor block_causal_mask(const torch::Tensor& cu_seqlens, std::int64_t total, const torch::Device& device) {
   const torch::Tensor cu = cu_seqlens.to(torch::kCPU, torch::kInt64);
   const std::int64_t n = cu.numel() - 1;

@@ -28,8 +28,9 @@ enum class AttentionBackend { Auto, CuDNN, Flash, Efficient, Math };
 class AttentionOverride {
  public:
   virtual ~AttentionOverride() = default;
+  // `prefer`: the configured backend (attn_impl), for rows where SDPA runs.
   virtual torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale,
-                               std::int64_t* ran) = 0;
+                               AttentionBackend prefer, std::int64_t* ran) = 0;
 };
 
 // "cudnn", "flash", "efficient", "math" (ATen's SDPBackend values), "unknown" otherwise.
@@ -50,6 +51,14 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
 torch::Tensor varlen_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                       const torch::Tensor& cu_seqlens, std::int64_t max_seqlen, double scale,
                                       std::int64_t* ran);
+
+// Causal attention over a row that is one sequence: q [T, Hq, D], k and v [T, Hkv, D] (views
+// of the projections are fine). SDPA over [1, H, T, D] views, so cuDNN's attention can run
+// (1.24x varlen flash for the 7B shape's forward and backward at 32K on an H200,
+// docs/model.md). Also exact for a sequence followed by padding: a causal query never sees a
+// later key, so real tokens never see the padding. Returns [T, Hq, D].
+torch::Tensor sequence_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                        double scale, AttentionBackend prefer, std::int64_t* ran);
 
 // The block-diagonal causal mask of a row: keep[0, 0, i, j] = same sample and j <= i.
 torch::Tensor block_causal_mask(const torch::Tensor& cu_seqlens, std::int64_t total, const torch::Device& device);

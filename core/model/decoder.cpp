@@ -117,14 +117,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext&
     std::int64_t ran = -1;
     torch::Tensor out;
     if (ctx.attention_override) {
-      out = ctx.attention_override->attend(q, k, v, scale, &ran);
+      out = ctx.attention_override->attend(q, k, v, scale, ctx.attention, &ran);
     } else if (ctx.max_seqlen == s && q.is_cuda() && ctx.attention != AttentionBackend::Flash) {
-      // One sample in the row: SDPA over [1, H, T, D] views, where cuDNN's attention (1.7x
-      // varlen flash at 32K on an H200, docs/model.md) can run.
-      out = causal_attention(q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0),
-                             v.transpose(0, 1).unsqueeze(0), {}, scale, ctx.attention, &ran)
-                .squeeze(0)
-                .transpose(0, 1);
+      out = sequence_causal_attention(q, k, v, scale, ctx.attention, &ran);  // one sample: cuDNN can run
     } else {
       out = varlen_causal_attention(q, k, v, ctx.cu_seqlens, ctx.max_seqlen, scale, &ran);
     }

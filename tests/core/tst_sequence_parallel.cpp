@@ -2,8 +2,9 @@
 // ranks through the engine's launcher (store transport, CPU) and each rank checks
 //   - the collectives against values every rank can compute alone, and their counters;
 //   - Ulysses, ring and hybrid attention against one process's attention over the whole row:
-//     packed samples whose lengths need padding, KV heads more than, equal to and fewer than
-//     the Ulysses degree; outputs and the gradients of Q, K and V within 1e-5 (fp32), and
+//     packed samples whose lengths need padding, and one sample followed by padding (Ulysses
+//     then runs plain causal SDPA, the cuDNN path on GPUs), KV heads more than, equal to and
+//     fewer than the Ulysses degree; outputs and the gradients of Q, K and V within 1e-5 (fp32), and
 //     exactly zero gradient on padding (padded keys are masked);
 //   - the layout: every token on exactly one rank, zigzag chunks, padding multiples;
 // and a rank that dies makes the launcher stop the other and report the rank.
@@ -36,11 +37,13 @@ namespace {
 struct Case {
   int ulysses = 1, ring = 1;
   std::int64_t q_heads = 4, kv_heads = 2;
+  bool one_sample = false;  // "...s1": the row is one sample (plain causal attention after the all-to-all)
 };
 
 Case parse_case(const std::string& s) {
   Case c;
   std::sscanf(s.c_str(), "u%dr%dq%ldkv%ld", &c.ulysses, &c.ring, &c.q_heads, &c.kv_heads);
+  c.one_sample = s.size() > 2 && s.compare(s.size() - 2, 2, "s1") == 0;
   return c;
 }
 
@@ -57,7 +60,8 @@ dist::Mesh worker_mesh(const dist::DistEnv& env, int ulysses, int ring) {
 
 int attention_worker(const dist::DistEnv& env, const Case& c) {
   dist::Mesh mesh = worker_mesh(env, c.ulysses, c.ring);
-  const std::vector<std::int64_t> lengths{7, 13, 1, 22, 6};  // 49 tokens: every split pads
+  const std::vector<std::int64_t> lengths =
+      c.one_sample ? std::vector<std::int64_t>{49} : std::vector<std::int64_t>{7, 13, 1, 22, 6};  // 49: every split pads
   std::int64_t t = 0;
   std::vector<std::int32_t> ids, pos;
   for (auto n : lengths)
@@ -89,7 +93,7 @@ int attention_worker(const dist::DistEnv& env, const Case& c) {
     return torch::where(valid.view({n, 1, 1}), full.index_select(0, safe), noise).clone().requires_grad_(true);
   };
   torch::Tensor ql = local(q), kl = local(k), vl = local(v);
-  const torch::Tensor out = shard.attention->attend(ql, kl, vl, scale, nullptr);
+  const torch::Tensor out = shard.attention->attend(ql, kl, vl, scale, model::AttentionBackend::Auto, nullptr);
   (out * torch::where(valid.view({n, 1, 1}), w.index_select(0, safe), torch::zeros({})).detach()).sum().backward();
 
   auto err = [&](const torch::Tensor& got, const torch::Tensor& want) {
@@ -109,11 +113,11 @@ int attention_worker(const dist::DistEnv& env, const Case& c) {
   count.index_add_(0, safe.index({valid}), torch::ones({valid.sum().item<std::int64_t>()}, torch::kFloat64));
   mesh.world_group->all_reduce(count);
   const bool covered = count.eq(1.0).all().item<bool>();
-  std::printf("{\"rank\": %d, \"case\": \"ulysses %d x ring %d, %ld q heads, %ld kv heads\", \"local_tokens\": %ld, "
+  std::printf("{\"rank\": %d, \"case\": \"ulysses %d x ring %d, %ld q heads, %ld kv heads%s\", \"local_tokens\": %ld, "
               "\"padding\": %ld, \"out\": %.3g, \"dq\": %.3g, \"dk\": %.3g, \"dv\": %.3g, \"padding_grad\": %.3g, "
               "\"covered\": %s}\n",
               env.rank, c.ulysses, c.ring, static_cast<long>(c.q_heads), static_cast<long>(c.kv_heads),
-              static_cast<long>(n), static_cast<long>(pad.sum().item<std::int64_t>()), e_out, e_q, e_k, e_v, pad_grad,
+              c.one_sample ? ", one sample" : "", static_cast<long>(n), static_cast<long>(pad.sum().item<std::int64_t>()), e_out, e_q, e_k, e_v, pad_grad,
               covered ? "true" : "false");
   std::fflush(stdout);
   const bool ok = e_out < 1e-5 && e_q < 1e-5 && e_k < 1e-5 && e_v < 1e-5 && pad_grad == 0.0 && covered;
@@ -259,8 +263,10 @@ class TstSequenceParallel : public QObject {
     QTest::newRow("Ulysses 2, KV 4 > degree") << 2 << "u2r1q4kv4";
     QTest::newRow("Ulysses 2, KV 2 = degree") << 2 << "u2r1q4kv2";
     QTest::newRow("Ulysses 2, KV 1 < degree (replicated)") << 2 << "u2r1q4kv1";
+    QTest::newRow("Ulysses 2, one sample + padding") << 2 << "u2r1q4kv2s1";
     QTest::newRow("ring 2") << 2 << "u1r2q4kv2";
     QTest::newRow("Ulysses 4, KV 2 (replicated)") << 4 << "u4r1q8kv2";
+    QTest::newRow("Ulysses 4, one sample + padding, KV 2 (replicated)") << 4 << "u4r1q8kv2s1";
     QTest::newRow("ring 4") << 4 << "u1r4q2kv1";
     QTest::newRow("Ulysses 2 x ring 2") << 4 << "u2r2q4kv2";
     QTest::newRow("Ulysses 2 x ring 2, KV 1 (replicated)") << 4 << "u2r2q4kv1";
