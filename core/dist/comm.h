@@ -13,7 +13,9 @@
 //
 // Every call is counted per collective kind: calls, bytes (nccl-tests' "size"), and time.
 // On CUDA the time is taken with CUDA events on the compute stream around issue + wait,
-// i.e. the time compute waited for the collective; read it after the step.
+// i.e. the time compute waited for the collective; read it after the step. A send/recv
+// started with start_send_recv runs beside compute: its time is the transfer's (events on a
+// side stream) and its exposed time only what compute waited for it in wait().
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -40,7 +42,16 @@ double bus_factor(Op op, int n);
 struct OpStats {
   std::int64_t calls = 0;
   std::int64_t bytes = 0;
-  double seconds = 0;
+  double seconds = 0;          // the collectives' own time (bandwidth = bytes / seconds)
+  double exposed_seconds = 0;  // of it, what compute waited for (all of it unless overlapped)
+};
+
+// A send/recv in flight (Group::start_send_recv). wait() returns what the peer sent, once;
+// on CUDA the compute stream then waits for the transfer, the host does not.
+class PendingExchange {
+ public:
+  virtual ~PendingExchange() = default;
+  virtual torch::Tensor wait() = 0;
 };
 
 class Group {
@@ -66,6 +77,10 @@ class Group {
   // Sends `x` to rank `to` and returns what rank `from` sent (same shape and dtype), as one
   // batched pair, so a ring rotation cannot deadlock.
   torch::Tensor send_recv(const torch::Tensor& x, int to, int from);
+  // The same exchange, started now and finished by wait(): compute issued in between overlaps
+  // the transfer where the transport is asynchronous (NCCL); the store transport exchanges
+  // at once. Exchanges must be started and waited in the same order on every rank.
+  std::unique_ptr<PendingExchange> start_send_recv(const torch::Tensor& x, int to, int from);
   void barrier();
 
   // Counters since the last reset; on CUDA this waits for the timed events.
@@ -78,6 +93,8 @@ class Group {
   virtual torch::Tensor do_all_gather(const torch::Tensor& x) = 0;
   virtual torch::Tensor do_reduce_scatter(const torch::Tensor& x) = 0;
   virtual torch::Tensor do_send_recv(const torch::Tensor& x, int to, int from) = 0;
+  // Default: the blocking exchange, done before returning (counted by send_recv()).
+  virtual std::unique_ptr<PendingExchange> do_start_send_recv(const torch::Tensor& x, int to, int from);
   virtual void do_barrier() = 0;
   // Timing hooks: the default is the host clock (CPU). CUDA groups time with events.
   virtual void begin_timing(Op op);

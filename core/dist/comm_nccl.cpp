@@ -6,6 +6,7 @@
 #ifdef USE_C10D_NCCL
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -77,32 +78,94 @@ class NcclGroup final : public Group {
     (void)one.item<float>();  // the host waits too: that is what a barrier is for
   }
 
+  // An overlapped exchange: issued from a side stream that first waits for the compute
+  // stream (x is ready), so NCCL runs beside the compute issued after it; its transfer time
+  // is timed on the side stream, and wait() makes the compute stream wait for the side
+  // stream, timing only that wait as exposed.
+  class Exchange final : public PendingExchange {
+   public:
+    Exchange(NcclGroup* g, const torch::Tensor& x, int to, int from) : g_(g) {
+      const c10::cuda::CUDAStream compute = at::cuda::getCurrentCUDAStream(g->device_.index());
+      recv_ = torch::empty_like(x);
+      Timed t{std::make_unique<c10::cuda::CUDAEvent>(cudaEventDefault),
+              std::make_unique<c10::cuda::CUDAEvent>(cudaEventDefault), /*transfer=*/true, /*exposed=*/false};
+      c10::cuda::CUDAEvent ready(cudaEventDisableTiming);
+      ready.record(compute);
+      ready.block(g->side_);
+      t.start->record(g->side_);
+      {
+        c10::cuda::CUDAStreamGuard guard(g->side_);
+        std::vector<at::Tensor> send{x};
+        std::vector<at::Tensor> recv{recv_};
+        g->pg_->startCoalescing();
+        g->pg_->send(send, to, 0);
+        g->pg_->recv(recv, from, 0);
+        g->pg_->endCoalescing()->wait();  // the side stream waits for NCCL's stream
+      }
+      t.end->record(g->side_);
+      g->pending_[static_cast<int>(Op::SendRecv)].push_back(std::move(t));
+      g->stats_[static_cast<int>(Op::SendRecv)].calls += 1;
+      g->stats_[static_cast<int>(Op::SendRecv)].bytes += x.numel() * static_cast<std::int64_t>(x.element_size());
+    }
+    torch::Tensor wait() override {
+      const c10::cuda::CUDAStream compute = at::cuda::getCurrentCUDAStream(g_->device_.index());
+      Timed t{std::make_unique<c10::cuda::CUDAEvent>(cudaEventDefault),
+              std::make_unique<c10::cuda::CUDAEvent>(cudaEventDefault), /*transfer=*/false, /*exposed=*/true};
+      t.start->record(compute);
+      c10::cuda::CUDAEvent done(cudaEventDisableTiming);
+      done.record(g_->side_);
+      done.block(compute);
+      t.end->record(compute);
+      g_->pending_[static_cast<int>(Op::SendRecv)].push_back(std::move(t));
+      // The buffer was made on the compute stream and filled on NCCL's; c10d keeps the
+      // tensors alive until the exchange ends, and compute uses them only after the wait.
+      return std::move(recv_);
+    }
+
+   private:
+    NcclGroup* g_;
+    torch::Tensor recv_;
+  };
+
+  std::unique_ptr<PendingExchange> do_start_send_recv(const torch::Tensor& x, int to, int from) override {
+    return std::make_unique<Exchange>(this, x, to, from);
+  }
+
   void begin_timing(Op op) override {
     auto& p = pending_[static_cast<int>(op)];
-    p.emplace_back(std::make_unique<c10::cuda::CUDAEvent>(cudaEventDefault),
-                   std::make_unique<c10::cuda::CUDAEvent>(cudaEventDefault));
-    p.back().first->record(at::cuda::getCurrentCUDAStream(device_.index()));
+    p.push_back(Timed{std::make_unique<c10::cuda::CUDAEvent>(cudaEventDefault),
+                      std::make_unique<c10::cuda::CUDAEvent>(cudaEventDefault), /*transfer=*/true,
+                      /*exposed=*/true});
+    p.back().start->record(at::cuda::getCurrentCUDAStream(device_.index()));
   }
   void end_timing(Op op) override {
     auto& p = pending_[static_cast<int>(op)];
-    p.back().second->record(at::cuda::getCurrentCUDAStream(device_.index()));
+    p.back().end->record(at::cuda::getCurrentCUDAStream(device_.index()));
   }
   void settle_timing() override {
     for (int i = 0; i < kOpCount; ++i) {
-      for (auto& [a, b] : pending_[i]) {
-        b->synchronize();
-        stats_[i].seconds += static_cast<double>(a->elapsed_time(*b)) / 1000.0;
+      for (auto& t : pending_[i]) {
+        t.end->synchronize();
+        const double s = static_cast<double>(t.start->elapsed_time(*t.end)) / 1000.0;
+        if (t.transfer) stats_[i].seconds += s;
+        if (t.exposed) stats_[i].exposed_seconds += s;
       }
       pending_[i].clear();
     }
   }
 
  private:
+  // A pair of timing events: a transfer's time, the compute stream's wait, or (blocking
+  // collectives, timed on the compute stream) both.
+  struct Timed {
+    std::unique_ptr<c10::cuda::CUDAEvent> start, end;
+    bool transfer = false;
+    bool exposed = true;
+  };
   torch::Device device_;
   c10::intrusive_ptr<c10d::ProcessGroupNCCL> pg_;
-  std::array<std::vector<std::pair<std::unique_ptr<c10::cuda::CUDAEvent>, std::unique_ptr<c10::cuda::CUDAEvent>>>,
-             kOpCount>
-      pending_;
+  c10::cuda::CUDAStream side_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device_.index());
+  std::array<std::vector<Timed>, kOpCount> pending_;
 };
 
 }  // namespace

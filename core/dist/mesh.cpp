@@ -129,7 +129,7 @@ std::vector<run::CollectiveStat> Mesh::take_stats(double* total_seconds) {
       c.time_s = o.seconds;
       c.bus_bandwidth_gb_per_s =
           o.seconds > 0 ? static_cast<double>(o.bytes) / o.seconds * bus_factor(static_cast<Op>(i), g->size()) / 1e9 : 0;
-      total += o.seconds;
+      total += o.exposed_seconds;  // overlapped send/recv counts only what compute waited for
       out.push_back(std::move(c));
     }
   }

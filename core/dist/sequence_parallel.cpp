@@ -5,6 +5,8 @@
 
 #include "model/attention.h"
 
+#include <ATen/SDPBackend.h>
+
 namespace odyssey::dist {
 
 using torch::autograd::AutogradContext;
@@ -216,6 +218,218 @@ struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
 
 }  // namespace
 
+// ---- ring attention on flash blocks ----------------------------------------------------------
+
+struct ZigzagRows {
+  // Which rows of the shard a step uses: all, the first halves or the second halves of every
+  // sample (narrow views when there is one sample, gathered rows otherwise).
+  struct Rows {
+    torch::Tensor index;  // int64 row indices; undefined = rows [offset, offset + count)
+    std::int64_t offset = 0, count = 0;
+    torch::Tensor cu;     // int32 [samples + 1]
+    std::int64_t max = 0;
+    torch::Tensor take(const torch::Tensor& x) const { return index.defined() ? x.index_select(0, index) : x.narrow(0, offset, count); }
+    // x[rows] += y (rows of x along dim `dim`)
+    void add(torch::Tensor& x, const torch::Tensor& y, int dim = 0) const {
+      if (index.defined()) x.index_add_(dim, index, y);
+      else x.narrow(dim, offset, count).add_(y);
+    }
+  };
+  Rows all, first, second;
+};
+
+namespace {
+
+// Varlen flash attention's log-sum-exp is [H, total_q] in current flash-attention (older
+// releases returned [B, H, max_q]; one sample is accepted in that form too).
+torch::Tensor lse_rows(const torch::Tensor& lse, std::int64_t rows) {
+  if (lse.dim() == 2 && lse.size(1) == rows) return lse;
+  TORCH_CHECK(lse.dim() == 3 && lse.size(0) == 1 && lse.size(2) >= rows,
+              "ring attention: unexpected log-sum-exp shape ", lse.sizes(), " from flash attention for ", rows, " rows");
+  return lse[0].narrow(1, 0, rows);
+}
+
+ZigzagRows zigzag_rows(const std::vector<std::int64_t>& half, const torch::Device& device) {
+  ZigzagRows z;
+  std::vector<std::int32_t> cu_all{0}, cu_half{0};
+  std::vector<std::int64_t> first, second;
+  std::int64_t at = 0, max_half = 0;
+  for (std::int64_t c : half) {
+    for (std::int64_t i = 0; i < c; ++i) first.push_back(at + i);
+    for (std::int64_t i = 0; i < c; ++i) second.push_back(at + c + i);
+    at += 2 * c;
+    cu_all.push_back(static_cast<std::int32_t>(at));
+    cu_half.push_back(static_cast<std::int32_t>(cu_half.back() + c));
+    max_half = std::max(max_half, c);
+  }
+  auto cu = [&](const std::vector<std::int32_t>& v) {
+    return torch::tensor(torch::ArrayRef<std::int32_t>(v), torch::kInt32).to(device);
+  };
+  z.all = ZigzagRows::Rows{{}, 0, at, cu(cu_all), 2 * max_half};
+  z.first = ZigzagRows::Rows{{}, 0, at / 2, cu(cu_half), max_half};
+  z.second = ZigzagRows::Rows{{}, at / 2, at / 2, z.first.cu, max_half};
+  if (half.size() == 1) {
+    z.second.offset = half[0];
+  } else {
+    z.first.index = torch::tensor(first, torch::kInt64).to(device);
+    z.second.index = torch::tensor(second, torch::kInt64).to(device);
+  }
+  return z;
+}
+
+// Which part of a step's block is visible to this rank's queries, by the zigzag layout:
+// the own block causally; a block from an earlier rank whole, for all queries but only its
+// first halves of K/V; a block from a later rank whole, for the second halves of Q only.
+enum class Part { Diagonal, EarlierBlock, LaterBlock };
+Part part_of(int src, int rank) { return src == rank ? Part::Diagonal : (src < rank ? Part::EarlierBlock : Part::LaterBlock); }
+
+struct RingFlashFn : public torch::autograd::Function<RingFlashFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, double scale, std::int64_t group, std::int64_t rows_ptr) {
+    Group* ring = reinterpret_cast<Group*>(group);
+    const ZigzagRows& z = *reinterpret_cast<const ZigzagRows*>(rows_ptr);
+    const int R = ring->size(), r = ring->rank();
+    const std::int64_t hk = k.size(1);
+    torch::Tensor out, lse;  // fp32 [n, H, D] and [H, n]
+    torch::Tensor rng_state, unused;
+    torch::Tensor kv = torch::cat({k, v}, 1);
+    for (int s = 0; s < R; ++s) {
+      const int src = (r - s + R) % R;
+      std::unique_ptr<PendingExchange> next;
+      if (s + 1 < R) next = ring->start_send_recv(kv, (r + 1) % R, (r - 1 + R) % R);
+      const Part part = part_of(src, r);
+      const ZigzagRows::Rows& qrows = part == Part::LaterBlock ? z.second : z.all;
+      const ZigzagRows::Rows& krows = part == Part::EarlierBlock ? z.first : z.all;
+      const torch::Tensor kb = krows.take(kv);
+      auto res = at::_flash_attention_forward(qrows.take(q), kb.narrow(1, 0, hk), kb.narrow(1, hk, hk), qrows.cu,
+                                              krows.cu, qrows.max, krows.max, 0.0, part == Part::Diagonal,
+                                              /*return_debug_mask=*/false, scale);
+      const torch::Tensor ob = std::get<0>(res).to(torch::kFloat32);
+      const torch::Tensor lb = lse_rows(std::get<1>(res), qrows.count);
+      if (s == 0) {  // the diagonal block: every query sees at least itself
+        out = ob;
+        lse = lb.clone();
+        rng_state = std::get<2>(res);
+        unused = std::get<3>(res);
+        ctx->saved_data["lse3d"] = std::get<1>(res).dim() == 3;
+      } else {
+        // Merge by log-sum-exp in fp32: new = log(e^lse + e^lb); out = out·e^(lse-new) + ob·e^(lb-new).
+        const torch::Tensor old_lse = qrows.take(lse.transpose(0, 1)).transpose(0, 1);  // [H, nq]
+        const torch::Tensor merged = torch::logaddexp(old_lse, lb);
+        const torch::Tensor keep_old = torch::exp(old_lse - merged).transpose(0, 1).unsqueeze(-1);
+        const torch::Tensor take_new = torch::exp(lb - merged).transpose(0, 1).unsqueeze(-1);
+        const torch::Tensor mixed = qrows.take(out) * keep_old + ob * take_new;
+        if (qrows.index.defined()) {
+          out.index_copy_(0, qrows.index, mixed);
+          lse.index_copy_(1, qrows.index, merged);
+        } else {
+          out.narrow(0, qrows.offset, qrows.count).copy_(mixed);
+          lse.narrow(1, qrows.offset, qrows.count).copy_(merged);
+        }
+      }
+      if (next) kv = next->wait();
+    }
+    const torch::Tensor result = out.to(q.scalar_type());
+    ctx->save_for_backward({q, k, v, result, lse, rng_state, unused});
+    ctx->saved_data["scale"] = scale;
+    ctx->saved_data["group"] = group;
+    ctx->saved_data["rows"] = rows_ptr;
+    return result;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
+    const torch::Tensor &rng_state = saved[5], &unused = saved[6];
+    const double scale = ctx->saved_data.at("scale").toDouble();
+    Group* ring = group_of(ctx);
+    const ZigzagRows& z = *reinterpret_cast<const ZigzagRows*>(ctx->saved_data.at("rows").toInt());
+    const int R = ring->size(), r = ring->rank();
+    const std::int64_t hk = k.size(1);
+    const bool lse3d = ctx->saved_data.at("lse3d").toBool();
+    const torch::Tensor dout = grads[0].contiguous();
+    torch::Tensor dq = torch::zeros(q.sizes(), q.options().dtype(torch::kFloat32));
+    torch::Tensor kv = torch::cat({k, v}, 1);
+    std::unique_ptr<PendingExchange> dkv_in;  // dK/dV of the block held, accumulated by the ranks before
+    for (int s = 0; s < R; ++s) {
+      const int src = (r - s + R) % R;
+      std::unique_ptr<PendingExchange> next;
+      if (s + 1 < R) next = ring->start_send_recv(kv, (r + 1) % R, (r - 1 + R) % R);
+      const Part part = part_of(src, r);
+      const ZigzagRows::Rows& qrows = part == Part::LaterBlock ? z.second : z.all;
+      const ZigzagRows::Rows& krows = part == Part::EarlierBlock ? z.first : z.all;
+      const torch::Tensor kb = krows.take(kv);
+      // The block's share of the gradient, with the final output and log-sum-exp of these
+      // queries (the softmax over every block): exactly this block's terms.
+      torch::Tensor lb = qrows.take(lse.transpose(0, 1)).transpose(0, 1).contiguous();
+      if (lse3d) lb = lb.unsqueeze(0);
+      auto g = at::_flash_attention_backward(qrows.take(dout), qrows.take(q), kb.narrow(1, 0, hk),
+                                             kb.narrow(1, hk, hk), qrows.take(out), lb, qrows.cu,
+                                             krows.cu, qrows.max, krows.max, 0.0, part == Part::Diagonal, rng_state,
+                                             unused, scale);
+      qrows.add(dq, std::get<0>(g).to(torch::kFloat32));
+      torch::Tensor dkv = torch::zeros(kv.sizes(), kv.options().dtype(torch::kFloat32));
+      krows.add(dkv, torch::cat({std::get<1>(g), std::get<2>(g)}, 1).to(torch::kFloat32));
+      if (dkv_in) dkv.add_(dkv_in->wait());
+      // On to the next rank, which holds this block next step; after R hops it is home.
+      dkv_in = ring->start_send_recv(dkv, (r + 1) % R, (r - 1 + R) % R);
+      if (next) kv = next->wait();
+    }
+    const torch::Tensor dkv = dkv_in->wait();
+    return {dq.to(q.scalar_type()), dkv.narrow(1, 0, hk).to(k.scalar_type()), dkv.narrow(1, hk, hk).to(v.scalar_type()),
+            torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+std::int64_t RingSegments::tokens() const {
+  std::int64_t t = 0;
+  for (std::int64_t c : half) t += 2 * c;
+  return t;
+}
+
+RingSegments ring_segments(std::vector<std::int64_t> half, const torch::Device& device) {
+  RingSegments seg;
+  seg.rows = std::make_shared<ZigzagRows>(zigzag_rows(half, device));
+  seg.half = std::move(half);
+  return seg;
+}
+
+RingSegments ring_segments(const torch::Tensor& shard_sample_ids) {
+  const torch::Tensor ids = shard_sample_ids.reshape({-1}).to(torch::kCPU, torch::kInt64).contiguous();
+  const std::int64_t* p = ids.data_ptr<std::int64_t>();
+  std::vector<std::int64_t> half;
+  for (std::int64_t i = 0, n = ids.numel(); i < n;) {
+    std::int64_t j = i;
+    while (j < n && p[j] == p[i]) ++j;
+    TORCH_CHECK((j - i) % 2 == 0, "ring attention: sample ", p[i], " holds ", j - i,
+                " tokens on this shard; the zigzag layout needs an even count");
+    half.push_back((j - i) / 2);
+    i = j;
+  }
+  return ring_segments(std::move(half), shard_sample_ids.device());
+}
+
+bool ring_flash_supported(const torch::Tensor& q) {
+  const bool half = q.scalar_type() == torch::kBFloat16 || q.scalar_type() == torch::kFloat16;
+  return q.is_cuda() && half && q.size(2) <= 256;
+}
+
+torch::Tensor ring_flash_attention(Group* ring, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                   const RingSegments& segments, double scale) {
+  TORCH_CHECK(ring_flash_supported(q), "ring flash attention needs CUDA bf16/fp16 with head dim <= 256");
+  TORCH_CHECK(segments.tokens() == q.size(0), "ring attention: segments cover ", segments.tokens(), " tokens, the shard has ",
+              q.size(0));
+  TORCH_CHECK(q.size(1) % k.size(1) == 0, "ring_attention: ", q.size(1), " query heads over ", k.size(1), " KV heads");
+  TORCH_CHECK(segments.rows && segments.rows->all.cu.device() == q.device(), "ring attention: segments made for ",
+              segments.rows ? segments.rows->all.cu.device().str() : std::string("no device"), ", the shard is on ",
+              q.device().str());
+  return RingFlashFn::apply(q.contiguous(), k.contiguous(), v.contiguous(), scale,
+                            static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(ring)),
+                            static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(segments.rows.get())));
+}
+
 torch::Tensor ring_attention(Group* ring, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              const torch::Tensor& sample_ids, const torch::Tensor& positions, double scale) {
   TORCH_CHECK(sample_ids.dim() == 2 && sample_ids.size(0) == ring->size() && sample_ids.size(1) == q.size(0),
@@ -233,9 +447,9 @@ namespace {
 class SpAttention final : public model::AttentionOverride {
  public:
   SpAttention(Group* ulysses, Group* ring, torch::Tensor cu, std::int64_t max_seqlen, bool one_sequence,
-              torch::Tensor sample_ids, torch::Tensor positions)
+              torch::Tensor sample_ids, torch::Tensor positions, RingSegments segments)
       : ulysses_(ulysses), ring_(ring), cu_(std::move(cu)), max_seqlen_(max_seqlen), one_sequence_(one_sequence),
-        sample_ids_(std::move(sample_ids)), positions_(std::move(positions)) {}
+        sample_ids_(std::move(sample_ids)), positions_(std::move(positions)), segments_(std::move(segments)) {}
 
   torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale,
                        model::AttentionBackend prefer, std::int64_t* ran) override {
@@ -261,8 +475,13 @@ class SpAttention final : public model::AttentionOverride {
     }
     torch::Tensor out;
     if (ring_->size() > 1) {
-      out = ring_attention(ring_, qq, kk, vv, sample_ids_, positions_, scale);
-      if (ran) *ran = -1;
+      if (ring_flash_supported(qq)) {
+        out = ring_flash_attention(ring_, qq, kk, vv, segments_, scale);
+        if (ran) *ran = static_cast<std::int64_t>(at::SDPBackend::flash_attention);
+      } else {
+        out = ring_attention(ring_, qq, kk, vv, sample_ids_, positions_, scale);
+        if (ran) *ran = -1;
+      }
     } else if (one_sequence_ && prefer != model::AttentionBackend::Flash) {
       // The gathered row is one sample, perhaps followed by padding: plain causal SDPA is exact
       // (padding comes last, so no real query sees it) and lets cuDNN run, as on one GPU.
@@ -285,6 +504,7 @@ class SpAttention final : public model::AttentionOverride {
   std::int64_t max_seqlen_;
   bool one_sequence_;
   torch::Tensor sample_ids_, positions_;
+  RingSegments segments_;  // ring > 1: the zigzag segments of this rank's ring shard
 };
 
 std::vector<std::int64_t> to_vector(const torch::Tensor& t) {
@@ -337,6 +557,7 @@ train::PackedRow shard_row(const train::PackedRow& row, Group* ulysses, Group* r
 
   torch::Tensor cu_gathered = torch::tensor(torch::ArrayRef<std::int32_t>(L.cu_seqlens), torch::kInt32).to(device);
   torch::Tensor sample_ids, positions;
+  RingSegments segments;
   if (rr > 1) {
     const auto n = static_cast<std::int64_t>(L.shard_order[0].size());
     std::vector<std::int64_t> s, p;
@@ -346,10 +567,15 @@ train::PackedRow shard_row(const train::PackedRow& row, Group* ulysses, Group* r
         p.push_back(L.position[static_cast<std::size_t>(idx)]);
       }
     sample_ids = long_tensor(s, device).view({rr, n});
+    std::vector<std::int64_t> half;
+    for (std::size_t i = 0; i + 1 < L.cu_seqlens.size(); ++i)
+      half.push_back((L.cu_seqlens[i + 1] - L.cu_seqlens[i]) / (2 * rr));
+    segments = ring_segments(std::move(half), device);
     positions = long_tensor(p, device).view({rr, n});
   }
   out.attention = std::make_shared<SpAttention>(ulysses, ring, cu_gathered, L.max_seqlen,
-                                                /*one_sequence=*/rr == 1 && cu.size() == 2, sample_ids, positions);
+                                                /*one_sequence=*/rr == 1 && cu.size() == 2, sample_ids, positions,
+                                                std::move(segments));
   return out;
 }
 

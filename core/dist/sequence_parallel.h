@@ -65,6 +65,28 @@ train::PackedRow shard_row(const train::PackedRow& row, Group* ulysses, Group* r
 // attention over q [n, H, D], k/v [n, Hkv, D] with per-token sample ids and positions of
 // every ring shard ([ring, n] int64).
 torch::Tensor all_to_all_autograd(Group* group, const torch::Tensor& x);
+
+// The zigzag segments of a ring shard: each sample of the padded row (the padding sample
+// too) holds 2·c_s tokens on every rank, its chunk `rank` then its chunk 2R-1-rank. Derived
+// from the per-token sample ids of one shard; the same on every rank.
+struct ZigzagRows;  // the segments' row indices on the device (sequence_parallel.cpp)
+struct RingSegments {
+  std::vector<std::int64_t> half;           // c_s per sample, in shard order
+  std::shared_ptr<const ZigzagRows> rows;   // made by ring_segments on the shard's device
+  std::int64_t tokens() const;              // 2 · sum c_s
+};
+RingSegments ring_segments(std::vector<std::int64_t> half, const torch::Device& device);
+RingSegments ring_segments(const torch::Tensor& shard_sample_ids);  // from one shard's [n] sample ids
+
+// Ring attention on flash-attention blocks (CUDA, bf16/fp16, head dim <= 256): per step one
+// varlen flash call on the part of the block the zigzag layout makes visible (the diagonal
+// block causal, the others whole on half of Q or half of K/V), partial results merged in
+// fp32 by log-sum-exp; K/V of the next step (and in backward dK/dV of the last) travel while
+// the block computes. Exact like the reference path (which ring_attention takes elsewhere).
+// `segments` must outlive the backward pass.
+torch::Tensor ring_flash_attention(Group* ring, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                   const RingSegments& segments, double scale);
+bool ring_flash_supported(const torch::Tensor& q);
 torch::Tensor ring_attention(Group* ring, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              const torch::Tensor& sample_ids, const torch::Tensor& positions, double scale);
 
