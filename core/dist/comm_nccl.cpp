@@ -84,7 +84,7 @@ class NcclGroup final : public Group {
   // stream, timing only that wait as exposed.
   class Exchange final : public PendingExchange {
    public:
-    Exchange(NcclGroup* g, const torch::Tensor& x, int to, int from) : g_(g) {
+    Exchange(NcclGroup* g, const torch::Tensor& x, int to, int from) : g_(g), send_(x) {
       const c10::cuda::CUDAStream compute = at::cuda::getCurrentCUDAStream(g->device_.index());
       recv_ = torch::empty_like(x);
       Timed t{std::make_unique<c10::cuda::CUDAEvent>(cudaEventDefault),
@@ -117,14 +117,16 @@ class NcclGroup final : public Group {
       done.block(compute);
       t.end->record(compute);
       g_->pending_[static_cast<int>(Op::SendRecv)].push_back(std::move(t));
-      // The buffer was made on the compute stream and filled on NCCL's; c10d keeps the
-      // tensors alive until the exchange ends, and compute uses them only after the wait.
+      // Both buffers were made on the compute stream and are used by NCCL's: they stay
+      // referenced here until compute is ordered after the transfer, so the caching allocator
+      // cannot hand their memory to compute while NCCL still reads or writes it.
+      send_ = torch::Tensor();
       return std::move(recv_);
     }
 
    private:
     NcclGroup* g_;
-    torch::Tensor recv_;
+    torch::Tensor send_, recv_;
   };
 
   std::unique_ptr<PendingExchange> do_start_send_recv(const torch::Tensor& x, int to, int from) override {

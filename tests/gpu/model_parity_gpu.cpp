@@ -15,6 +15,9 @@
 //   init, bf16, all parameters trainable) on one sequence of N tokens: attention backend,
 //   seconds per step, peak memory. Layers and the loss are recomputed in backward (see
 //   docs/model.md: without it the saved activations alone exceed an H200 at 32K).
+//
+// attention [--seq N] [--attention cudnn,flash,varlen-flash]  attention alone at the 7B shape's
+//   heads: milliseconds and achieved TFLOP/s, forward and forward + backward (one JSON line each).
 #include <ATen/DeviceAccelerator.h>
 #include <torch/torch.h>
 
@@ -260,6 +263,48 @@ int bench(std::int64_t seq, std::int64_t layers, const std::vector<std::string>&
   return 0;
 }
 
+// Attention alone at the 7B shape's heads (28 query heads, 4 KV heads, head dim 128, bf16,
+// one causal sequence): forward and forward + backward per backend, with the achieved
+// TFLOP/s. Causal attention FLOPs: forward 2·s²·d·H (half of 4·s²·d·H), backward 2.5x the
+// forward (its five matrix products against the forward's two), as flash-attention counts.
+// "varlen-flash" is the packed-row path ([T, H, D] with cu_seqlens) on the same sequence.
+int attention_bench(std::int64_t seq, const std::vector<std::string>& backends) {
+  const torch::Device cuda(torch::kCUDA, 0);
+  const std::int64_t hq = 28, hkv = 4, d = 128;
+  const auto opts = torch::TensorOptions().dtype(torch::kBFloat16).device(cuda);
+  torch::manual_seed(0);
+  const torch::Tensor q0 = torch::randn({seq, hq, d}, opts), k0 = torch::randn({seq, hkv, d}, opts),
+                      v0 = torch::randn({seq, hkv, d}, opts), g = torch::randn({seq, hq, d}, opts);
+  const torch::Tensor cu = torch::tensor({0, static_cast<int>(seq)}, torch::TensorOptions().dtype(torch::kInt32).device(cuda));
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const double fwd_flops = 2.0 * static_cast<double>(seq) * static_cast<double>(seq) * static_cast<double>(d * hq);
+  for (const std::string& b : backends) {
+    std::int64_t ran = -1;
+    auto run = [&](bool backward) {
+      torch::Tensor q = q0.detach().requires_grad_(backward), k = k0.detach().requires_grad_(backward),
+                    v = v0.detach().requires_grad_(backward);
+      torch::Tensor out = b == "varlen-flash" ? varlen_causal_attention(q, k, v, cu, seq, scale, &ran)
+                                              : sequence_causal_attention(q, k, v, scale, backend_named(b), &ran);
+      if (backward) out.backward(g);
+    };
+    for (const bool backward : {false, true}) {
+      run(backward);  // warm-up
+      at::accelerator::synchronizeDevice(0);
+      const int iters = 5;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < iters; ++i) run(backward);
+      at::accelerator::synchronizeDevice(0);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+      const double flops = backward ? 3.5 * fwd_flops : fwd_flops;
+      std::printf("{\"attention\": \"%s\", \"ran\": \"%s\", \"seq\": %lld, \"pass\": \"%s\", \"ms\": %.2f, "
+                  "\"tflops\": %.1f}\n",
+                  b.c_str(), b == "varlen-flash" ? "flash (varlen)" : sdp_backend_name(ran).c_str(),
+                  static_cast<long long>(seq), backward ? "forward+backward" : "forward", s * 1e3, flops / s / 1e12);
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -291,6 +336,7 @@ int main(int argc, char** argv) {
     int rc = 0;
     if (mode == "parity" || mode == "all") rc |= parity(dir);
     if (mode == "bench" || mode == "all") rc |= bench(seq, layers, backends);
+    if (mode == "attention") rc |= attention_bench(seq, backends);
     return rc;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "model_parity_gpu: %s\n", e.what());
