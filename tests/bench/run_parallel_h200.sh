@@ -43,7 +43,8 @@ for p in "$@"; do
     $B $MODEL --seq 32768 --out "$OUT/one.jsonl" 2>&1 | cut -c1-500 ;;
   ulysses)
     phase ulysses
-    $TR $B $MODEL --seq 32768,65536 --a2a-bytes $A2A_BYTES --out "$OUT/ulysses.jsonl" 2>&1 | cut -c1-500 | tail -8 ;;
+    $TR $B $MODEL --seq 32768,65536 --out "$OUT/ulysses.jsonl" 2>&1 | cut -c1-500 | tail -2
+    $TR $B $MODEL --a2a-bytes $A2A_BYTES --out "$OUT/ulysses-a2a.jsonl" 2>&1 | tail -4 ;;
   ring)
     phase ring
     $TR $B $MODEL --ulysses 1 --seq 32768,65536 --out "$OUT/ring.jsonl" 2>&1 | cut -c1-500 | tail -6 ;;

@@ -77,9 +77,8 @@ bool run_case(const Case& c, const dist::Mesh& mesh, const torch::Device& device
       ids.push_back(static_cast<std::int32_t>(t++));
       pos.push_back(static_cast<std::int32_t>(i));
     }
-  const train::PackedRow row = train::make_packed_row(ids, std::vector<std::int32_t>(ids.size(), 0), pos);
-  train::PackedRow row_dev = row;
-  row_dev.cu_seqlens = row.cu_seqlens.to(device);
+  const train::PackedRow row_dev =
+      train::make_packed_row(ids, std::vector<std::int32_t>(ids.size(), 0), pos).to(device);  // as the trainer has it
 
   torch::manual_seed(11);  // the same tensors on every rank
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
@@ -90,8 +89,8 @@ bool run_case(const Case& c, const dist::Mesh& mesh, const torch::Device& device
   const Grads ref = whole_row(qb.to(torch::kFloat32), kb.to(torch::kFloat32), vb.to(torch::kFloat32), w, row_dev, scale);
   const Grads one = whole_row(qb, kb, vb, w, row_dev, scale);
 
-  const train::PackedRow shard = dist::shard_row(row, mesh.ulysses_group.get(), mesh.ring_group.get(), -1);
-  const torch::Tensor idx = shard.input_ids[0].to(device);
+  const train::PackedRow shard = dist::shard_row(row_dev, mesh.ulysses_group.get(), mesh.ring_group.get(), -1);
+  const torch::Tensor idx = shard.input_ids[0];
   const torch::Tensor valid = idx.ge(0), safe = idx.clamp_min(0);
   const std::int64_t n = idx.size(0);
   auto local = [&](const torch::Tensor& full) {
