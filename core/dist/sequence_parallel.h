@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "dist/comm.h"
+#include "model/attention.h"
 #include "train/batch.h"
 
 namespace odyssey::dist {
@@ -78,14 +79,15 @@ struct RingSegments {
 RingSegments ring_segments(std::vector<std::int64_t> half, const torch::Device& device);
 RingSegments ring_segments(const torch::Tensor& shard_sample_ids);  // from one shard's [n] sample ids
 
-// Ring attention on flash-attention blocks (CUDA, bf16/fp16, head dim <= 256): per step one
-// varlen flash call on the part of the block the zigzag layout makes visible (the diagonal
-// block causal, the others whole on half of Q or half of K/V), partial results merged in
-// fp32 by log-sum-exp; K/V of the next step (and in backward dK/dV of the last) travel while
-// the block computes. Exact like the reference path (which ring_attention takes elsewhere).
+// Ring attention on fused attention kernels (CUDA, bf16/fp16, head dim <= 256): per step one
+// kernel call on the part of the block the zigzag layout makes visible (the diagonal block
+// causal, the others whole on half of Q or half of K/V), partial results merged in fp32 by
+// log-sum-exp; K/V of the next step (and in backward dK/dV of the last) travel while the
+// block computes. Kernel: cuDNN's SDPA when the shard is one sample and `prefer` is not
+// Flash, varlen flash attention otherwise. Exact like the reference path (ring_attention).
 // `segments` must outlive the backward pass.
 torch::Tensor ring_flash_attention(Group* ring, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                   const RingSegments& segments, double scale);
+                                   const RingSegments& segments, double scale, model::AttentionBackend prefer);
 bool ring_flash_supported(const torch::Tensor& q);
 torch::Tensor ring_attention(Group* ring, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              const torch::Tensor& sample_ids, const torch::Tensor& positions, double scale);

@@ -6,9 +6,9 @@
 //
 // Every rank builds the same bf16 row (Qwen2.5-7B-like heads: 28 query heads, 4 KV heads,
 // head dim 128), shards it with the engine's shard_row and runs the engine's sequence-
-// parallel attention (the paths the trainer takes on GPUs: ring attention on flash blocks
-// with overlapped K/V rotation; Ulysses with cuDNN SDPA for one sample, varlen flash for
-// packed samples). The oracle is the same attention in fp32 over the whole row on one GPU
+// parallel attention (the paths the trainer takes on GPUs: ring attention on cuDNN blocks for
+// one sample and varlen flash blocks otherwise, with overlapped K/V rotation; Ulysses with
+// cuDNN SDPA for one sample, varlen flash for packed samples). The oracle is the same attention in fp32 over the whole row on one GPU
 // (SDPA with a block-diagonal causal mask); one GPU's own bf16 varlen flash attention, also
 // over the whole row, gives the bf16 rounding floor. The tolerance is docs/model.md's:
 //   rel(sp_bf16, fp32) <= 2 * rel(one_gpu_bf16, fp32) + 2^-8
@@ -46,6 +46,7 @@ struct Case {
   const char* name;
   int ulysses, ring;
   std::vector<std::int64_t> lengths;
+  model::AttentionBackend prefer = model::AttentionBackend::CuDNN;  // attn_impl auto
 };
 
 double rel(const torch::Tensor& got, const torch::Tensor& want) {
@@ -101,7 +102,7 @@ bool run_case(const Case& c, const dist::Mesh& mesh, const torch::Device& device
   c10::cuda::device_synchronize();
   const auto t0 = std::chrono::steady_clock::now();
   std::int64_t ran = -1;
-  const torch::Tensor out = shard.attention->attend(ql, kl, vl, scale, model::AttentionBackend::CuDNN, &ran);
+  const torch::Tensor out = shard.attention->attend(ql, kl, vl, scale, c.prefer, &ran);
   (out.to(torch::kFloat32) * torch::where(valid.view({n, 1, 1}), w.index_select(0, safe), torch::zeros({}, f32)))
       .sum()
       .backward();
@@ -176,8 +177,9 @@ int main() {
   // The "/ 2" rows: each carries (ids) one sample of odd length or packed samples, so every
   // split pads; lengths are kept moderate so the fp32 masked oracle fits one GPU.
   const std::vector<Case> cases = {
-      {"ring, one sample", 1, w, {8191}},
-      {"ring, packed samples", 1, w, {1000, 3001, 17, 2500}},
+      {"ring, one sample (cuDNN blocks)", 1, w, {8191}},
+      {"ring, one sample (flash blocks)", 1, w, {8191}, model::AttentionBackend::Flash},
+      {"ring, packed samples (varlen flash blocks)", 1, w, {1000, 3001, 17, 2500}},
       {"Ulysses, one sample (cuDNN)", w, 1, {8191}},
       {"Ulysses, packed samples (varlen flash)", w, 1, {1000, 3001, 17, 2500}},
   };
