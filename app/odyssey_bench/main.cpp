@@ -8,7 +8,7 @@
 //
 //   odyssey-bench --shape qwen2.5-0.5b,qwen2.5-7b --seq 4096,16384,32768 --mode lora,full
 //                 [--steps 5] [--warmup 2] [--lora-r 16] [--lora-alpha 32]
-//                 [--checkpointing all|auto|none|N] [--fused on|off] [--offload on|off]
+//                 [--checkpointing all|auto|none|N] [--fused on|off] [--offload on|off] [--mlp-tile auto|N]
 //                 [--attention cudnn|flash|auto]
 //                 [--device cuda|cpu] [--dtype bfloat16|float32]
 //                 [--layers K] [--vocab-override V] [--out FILE] [--check] [--label NAME]
@@ -24,6 +24,9 @@
 // over all ranks (Ulysses = gcd(KV heads, world) unless --ulysses U; the rest is ring), as the
 // engine does it; rank 0 prints the record with the global tokens/s, every rank's peak
 // memory, the collectives of a step and the share of the step spent in them.
+//
+// --mlp-tile N runs every MLP N tokens at a time (tiled MLP, each tile recomputed in backward);
+// auto (the default) tiles when the planner says the job needs it, as the engine does.
 //
 // --checkpointing auto asks the memory planner for the fewest layers to recompute on this
 // GPU (as the engine's activation_checkpointing: auto does); N recomputes the first N. Every
@@ -126,6 +129,7 @@ struct Options {
   std::string out;
   bool check = false;
   int ulysses = 0;  // 0 = gcd(KV heads, world)
+  std::int64_t mlp_tile = 0;  // --mlp-tile: 0 = auto (the planner's choice), N = N tokens per tile
   std::string optimizer = "adamw";  // adamw|galore|q-galore|zero1|zero2|zero2-offload
   std::int64_t galore_rank = 128, galore_gap = 200;
   std::vector<std::int64_t> a2a_bytes;  // --a2a-bytes: the all-to-all alone, back to back
@@ -229,6 +233,7 @@ TrainConfig bench_config(const Options& o, const std::string& mode, std::int64_t
                                    : "auto";
   c.padding_free = true;
   c.offload_activations = o.offload;
+  c.mlp_tile_tokens = o.mlp_tile;
   c.sequence_parallel_size = world;
   c.nproc_per_node = world;
   c.ulysses_size = o.ulysses;
@@ -386,6 +391,8 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     lm->set_offload_checkpoints(o.offload);
     tc.activation_checkpointing = ckpt == 0 ? "none" : ckpt == dc.hf.num_hidden_layers ? "all" : "auto";
     const MemoryPlan plan = plan_memory(tc, hf, po);
+    lm->set_mlp_tile_tokens(plan.mlp_tile_tokens);  // as configured, or the planner's choice for auto
+    rec["mlp_tile_tokens"] = plan.mlp_tile_tokens;
     rec["checkpointing"] = o.checkpointing;
     rec["checkpointed_layers"] = ckpt;
     if (plan.checkpointed_layers == ckpt)  // an explicit N the planner would not choose: no prediction
@@ -556,6 +563,10 @@ int main(int argc, char** argv) {
       else if (a == "--out") o.out = next();
       else if (a == "--check") o.check = true;
       else if (a == "--ulysses") o.ulysses = std::stoi(next());
+      else if (a == "--mlp-tile") {
+        const std::string v = next();
+        o.mlp_tile = v == "auto" ? 0 : std::stoll(v);
+      }
       else if (a == "--optimizer") o.optimizer = next();
       else if (a == "--galore-rank") o.galore_rank = std::stoll(next());
       else if (a == "--galore-gap") o.galore_gap = std::stoll(next());

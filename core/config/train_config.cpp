@@ -146,6 +146,10 @@ const std::array kFields = std::to_array<FieldSpec>({
      "all, none, or every:K (every K-th layer).", "gradient_checkpointing"},
     {"offload_activations", "memory", &TC::offload_activations,
      "Move checkpointed activations to pinned CPU memory, overlapped with compute.", ""},
+    {"mlp_tile_tokens", "memory", &TC::mlp_tile_tokens,
+     "Tiled MLP: run each layer's MLP this many tokens at a time, recomputing each tile in "
+     "backward, so its intermediate activations never exist for the whole sequence; auto "
+     "tiles only when the memory planner needs it for the job to fit.", "", 0, 1e9, {}, "auto"},
 
     // parallel
     {"sequence_parallel_size", "parallel", &TC::sequence_parallel_size,

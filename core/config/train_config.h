@@ -74,6 +74,7 @@ struct TrainConfig {
   bool fused_kernels = true;
   std::string activation_checkpointing = "auto";  // auto|all|none|every:K
   bool offload_activations = false;
+  std::int64_t mlp_tile_tokens = 0;     // 0 = auto: tiled MLP only when the job needs it to fit
 
   // -- parallelism and devices
   std::int64_t sequence_parallel_size = 1;

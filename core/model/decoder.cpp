@@ -149,9 +149,31 @@ MlpImpl::MlpImpl(const DecoderConfig& c, const torch::TensorOptions& o) {
   down_proj = register_module("down_proj", Linear(i, h, c.mlp_bias, o));
 }
 
-torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+torch::Tensor MlpImpl::compute(const torch::Tensor& x) {
   if (fused) return down_proj(kernels::swiglu(gate_proj(x), up_proj(x)));
   return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
+}
+
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+  const std::int64_t h = x.size(-1), n = x.numel() / h;
+  if (tile_tokens <= 0 || n <= tile_tokens) return compute(x);
+  const torch::Tensor flat = x.reshape({n, h});
+  const bool recording = torch::GradMode::is_enabled();
+  std::vector<torch::Tensor> parts;
+  for (std::int64_t i = 0; i < n; i += tile_tokens) {
+    torch::Tensor tile = flat.narrow(0, i, std::min(tile_tokens, n - i));
+    if (!recording) {
+      parts.push_back(compute(tile));
+      continue;
+    }
+    // A checkpoint needs an input that requires grad; when x does not (frozen embeddings
+    // below), a detached leaf stands in and its gradient is simply not used.
+    if (!tile.requires_grad()) tile = tile.detach().requires_grad_(true);
+    parts.push_back(checkpointed([this](const torch::Tensor& t) { return compute(t); }, tile));
+  }
+  std::vector<std::int64_t> shape = x.sizes().vec();
+  shape.back() = parts.front().size(-1);
+  return torch::cat(parts).view(shape);
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const DecoderConfig& c, const torch::TensorOptions& o) {
@@ -205,6 +227,11 @@ void CausalLMImpl::set_fused_kernels(bool on) {
 
 torch::Tensor CausalLMImpl::lm_head_weight() const {
   return lm_head ? lm_head->weight : model->embed_tokens->weight;
+}
+
+void CausalLMImpl::set_mlp_tile_tokens(std::int64_t tokens) {
+  mlp_tile_tokens_ = std::max<std::int64_t>(0, tokens);
+  for (auto& layer : model->layer_list) layer->mlp->tile_tokens = mlp_tile_tokens_;
 }
 
 LayerContext CausalLMImpl::context(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,

@@ -116,9 +116,16 @@ TORCH_MODULE(Attention);
 class MlpImpl : public torch::nn::Module {
  public:
   MlpImpl(const DecoderConfig& c, const torch::TensorOptions& o);
+  // With tile_tokens > 0 and more tokens than that (tiled MLP, docs/training.md): the tokens
+  // run through the MLP a tile at a time; under autograd each tile is checkpointed, so its
+  // gate/up/activation exist only while that tile computes or recomputes in backward.
   torch::Tensor forward(const torch::Tensor& x);
   Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
   bool fused = false;
+  std::int64_t tile_tokens = 0;
+
+ private:
+  torch::Tensor compute(const torch::Tensor& x);
 };
 TORCH_MODULE(Mlp);
 
@@ -171,6 +178,9 @@ class CausalLMImpl : public torch::nn::Module {
   // backward (offload_activations; activation_checkpoint.h). CUDA only; no effect on CPU.
   void set_offload_checkpoints(bool on) { offload_checkpoints_ = on; }
   bool offload_checkpoints() const { return offload_checkpoints_; }
+  // Tiled MLP in every layer (MlpImpl::tile_tokens); 0 = off.
+  void set_mlp_tile_tokens(std::int64_t tokens);
+  std::int64_t mlp_tile_tokens() const { return mlp_tile_tokens_; }
 
   // Switches every module between the fused ops and the reference formulas (see
   // DecoderOptions::fused_kernels); adapters added later follow the setting.
@@ -198,6 +208,7 @@ class CausalLMImpl : public torch::nn::Module {
   torch::Tensor run_layers(torch::Tensor h, const LayerContext& ctx);
   std::vector<bool> checkpoint_layers_;
   bool offload_checkpoints_ = false;
+  std::int64_t mlp_tile_tokens_ = 0;
   DecoderConfig config_;
   DecoderOptions options_;
   torch::Tensor inv_freq_;  // fp32, not a parameter (HF: non-persistent buffer)

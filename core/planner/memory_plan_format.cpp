@@ -81,6 +81,7 @@ nlohmann::json plan_to_json(const MemoryPlan& p) {
           {"checkpointed_layers", p.checkpointed_layers},
           {"total_layers", p.total_layers},
           {"checkpoint_every", p.checkpoint_every},
+          {"mlp_tile_tokens", p.mlp_tile_tokens},
           {"tokens_per_gpu", p.tokens_per_gpu},
           {"host_bytes", p.host_bytes},
           {"layout",

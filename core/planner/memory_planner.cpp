@@ -48,9 +48,33 @@ CheckpointPolicy policy_of(const TrainConfig& c, bool* ok) {
   return p;
 }
 
+i64 planned_peak(const Terms& t, const CheckpointPolicy& pol) {
+  i64 every = 0;
+  const i64 ck = planner_detail::choose_checkpointing(t, pol, &every);
+  return planner_detail::evaluate(t, ck, every).peak;
+}
+
+// The job's terms with the MLP tiled as configured: mlp_tile_tokens N > 0 tiles at N; auto (0)
+// tiles at planner::kMlpTileTokens on GPUs only when the untiled job does not fit and tiling
+// lowers the peak (the engine follows the plan: core/train/trainer.cpp).
+Terms terms_of(const TrainConfig& c, const HfModelConfig& m, const PlannerOptions& o, const CheckpointPolicy& pol) {
+  Terms t = planner_detail::compute_terms(c, m, o);
+  if (!t.valid) return t;
+  if (c.mlp_tile_tokens > 0) {
+    planner_detail::tile_mlp(t, c.mlp_tile_tokens);
+    return t;
+  }
+  if (!t.cuda) return t;
+  const i64 untiled = planned_peak(t, pol);
+  if (untiled <= t.capacity) return t;
+  Terms tiled = t;
+  planner_detail::tile_mlp(tiled, planner::kMlpTileTokens);
+  return tiled.mlp_tile > 0 && planned_peak(tiled, pol) < untiled ? tiled : t;
+}
+
 bool plan_fits(const TrainConfig& c, const HfModelConfig& m, const PlannerOptions& o,
                const CheckpointPolicy& pol) {
-  const Terms t = planner_detail::compute_terms(c, m, o);
+  const Terms t = terms_of(c, m, o, pol);
   if (!t.valid) return false;
   i64 every = 0;
   const i64 ck = planner_detail::choose_checkpointing(t, pol, &every);
@@ -147,7 +171,9 @@ void add_items(MemoryPlan& plan, const Terms& t, const Eval& e, const TrainConfi
   }
   const bool attn_side = t.bwd_attn + t.a2a + t.ring > t.bwd_mlp;
   ib.add("layer backward working set", "activations", attn_side ? t.bwd_attn : t.bwd_mlp,
-         attn_side ? "attention backward: dq/dk/dv, fp32 dq accumulator" : "MLP backward: gradients of gate, up, act",
+         attn_side ? "attention backward: dq/dk/dv, fp32 dq accumulator"
+         : t.mlp_tile > 0 ? "MLP backward of one " + num(t.mlp_tile) + "-token tile: its gate, up, act and their gradients"
+                          : std::string("MLP backward: gradients of gate, up, act"),
          ph == 1);
   ib.add("Ulysses all-to-all staging", "communication", t.a2a,
          "permuted send copy + receive buffer of q/k/v (and their gradients)", ph == 1 && attn_side);
@@ -194,6 +220,9 @@ void add_notes(MemoryPlan& plan, const Terms& t, const TrainConfig& c, const Pla
     n.push_back("GaLore projects each weight's gradient to rank " + num(c.galore_rank) +
                 " as backward produces it; the update follows backward (clipping needs the global norm)");
   if (c.attn_impl == "eager") n.push_back("eager attention stores s² attention probabilities per layer");
+  if (t.mlp_tile > 0)
+    n.push_back("tiled MLP: " + num(t.mlp_tile) + " tokens per tile" +
+                (c.mlp_tile_tokens > 0 ? std::string() : " (mlp_tile_tokens auto: the job does not fit untiled)"));
 }
 
 }  // namespace
@@ -207,7 +236,9 @@ std::int64_t MemoryPlan::allocated_bytes() const {
 
 MemoryPlan plan_memory(const TrainConfig& c, const HfModelConfig& m, const PlannerOptions& o) {
   MemoryPlan plan;
-  const Terms t = planner_detail::compute_terms(c, m, o);
+  bool policy_ok = true;
+  const CheckpointPolicy pol = policy_of(c, &policy_ok);
+  const Terms t = terms_of(c, m, o, pol);
   plan.device = t.cuda ? "cuda" : "cpu";
   plan.layout = t.valid ? t.layout : parallel_layout(c, m.num_key_value_heads);
   plan.total_layers = m.num_hidden_layers;
@@ -215,8 +246,7 @@ MemoryPlan plan_memory(const TrainConfig& c, const HfModelConfig& m, const Plann
     plan.notes.push_back("the model's shape is unknown (hidden_size, layers, heads or vocab_size missing)");
     return plan;
   }
-  bool policy_ok = true;
-  const CheckpointPolicy pol = policy_of(c, &policy_ok);
+  plan.mlp_tile_tokens = t.mlp_tile;
   plan.checkpointed_layers = planner_detail::choose_checkpointing(t, pol, &plan.checkpoint_every);
   const Eval e = planner_detail::evaluate(t, plan.checkpointed_layers, plan.checkpoint_every);
   plan.tokens_per_gpu = t.tokens;

@@ -44,6 +44,10 @@ inline constexpr double kFragmentationFraction = 0.05;
 inline constexpr std::int64_t kGradBucketBytes = 25 * kMiB;
 // Tokens per chunk of the fused linear cross-entropy (logits of a chunk exist at a time).
 inline constexpr std::int64_t kFusedLossChunkTokens = 2048;
+// Tokens per tile of the tiled MLP when mlp_tile_tokens is auto and the job needs it: the
+// tile's gate/up/activation (3 × 16384 × 18944 × 2 B = 1.8 GB for the 7B shape) are the working
+// set; GEMMs of 16K rows still run near the tensor cores' rate.
+inline constexpr std::int64_t kMlpTileTokens = 16384;
 // Block of blockwise 8-bit optimizer states (one fp32 absmax per block, bitsandbytes).
 inline constexpr std::int64_t kQuantBlock = 256;
 // largest_max_length searches up to this many tokens.
@@ -80,6 +84,7 @@ struct MemoryPlan {
   std::int64_t checkpointed_layers = 0;
   std::int64_t total_layers = 0;
   std::int64_t checkpoint_every = 0;    // 0: the first checkpointed_layers layers; K: 0, K, 2K, …
+  std::int64_t mlp_tile_tokens = 0;     // tiled MLP: tokens per tile (0 = untiled)
   std::string peak_phase;               // loss, backward, optimizer step
   ParallelLayout layout;
   std::int64_t tokens_per_gpu = 0;      // batch × max_length / sequence_parallel_size

@@ -220,28 +220,35 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
     return !own_copy;
   };
   i64 per_token = 2 * norm_bytes(s.h, b, t.fused, full);
+  i64 mlp_tok = 0;  // the MLP's share of per_token
   if (m.qk_norm)
     per_token += t.fused ? b * (s.q + s.kv) + 4 * (s.H + s.Hkv)
                          : 4 * (s.q + s.kv) + 4 * (s.H + s.Hkv) + (full ? b * (s.q + s.kv) : 0);
   if (needs_shared(Q) || needs_shared(K) || needs_shared(V)) per_token += b * s.h;
   if (needs_shared(O) && (u > 1 || t.hf)) per_token += b * s.q;  // else flash's saved output
-  if (needs_shared(Gate) || needs_shared(Up)) per_token += b * s.h;
-  if (needs_shared(Down)) per_token += b * s.i;
-  i64 dropout_tok = 0;
+  if (needs_shared(Gate) || needs_shared(Up)) mlp_tok += b * s.h;
+  if (needs_shared(Down)) mlp_tok += b * s.i;
+  i64 dropout_tok = 0, mlp_dropout_tok = 0;
   if (t.lora)
     for (std::size_t k = 0; k < kModules; ++k) {
       if (!(lmask & (1u << k))) continue;
+      const bool in_mlp = k == Gate || k == Up || k == Down;
+      i64& into = in_mlp ? mlp_tok : per_token;
       const bool fp32_inputs = (t.hf || !t.fused) && b != 4;
       const i64 copy_b = fp32_inputs ? 4 : b;
-      if (dropout > 0.0) dropout_tok += (copy_b + 1) * s.in[k];  // dropped copy + bool mask
-      else if (fp32_inputs) per_token += 4 * s.in[k];
-      per_token += r * (fp32_inputs ? 4 : b);                     // lora_A output
+      if (dropout > 0.0) (in_mlp ? mlp_dropout_tok : dropout_tok) += (copy_b + 1) * s.in[k];  // dropped copy + mask
+      else if (fp32_inputs) into += 4 * s.in[k];
+      into += r * (fp32_inputs ? 4 : b);                     // lora_A output
     }
   per_token += dropout_tok;
+  mlp_tok += mlp_dropout_tok;
   per_token += b * (s.q + 2 * kv_eff) + b * s.q + 4 * s.H;  // q, k, v, output, fp32 LSE
-  per_token += (t.fused ? 2 : 3) * b * s.i;                // gate, up (unfused: silu(gate) too)
+  mlp_tok += (t.fused ? 2 : 3) * b * s.i;                  // gate, up (unfused: silu(gate) too)
+  per_token += mlp_tok;
   t.per_token_layer = per_token;
-  t.dropout_per_layer = dropout_tok * T;
+  t.mlp_per_token = mlp_tok;
+  t.mlp_input_extra = needs_shared(Gate) || needs_shared(Up) ? 0 : b * s.h;
+  t.dropout_per_layer = (dropout_tok + mlp_dropout_tok) * T;
   const bool eager = c.attn_impl == "eager";
   // Probabilities fp32 + their cast, s² per head; in double, saturated (searches reach 2^26).
   const double sq =
@@ -273,7 +280,9 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   // -- backward working sets of one layer
   // The down projection's saved input (when stored) is released once its backward has run,
   // before SwiGLU's backward creates the gradients of gate and up: it is not live with them.
-  t.bwd_mlp = T * b * (3 * s.h + (t.fused ? 3 : 4) * s.i) - (needs_shared(Down) ? T * b * s.i : 0);
+  t.bwd_mlp_h = 3 * b * s.h;
+  t.bwd_mlp_i = (t.fused ? 3 : 4) * b * s.i - (needs_shared(Down) ? b * s.i : 0);
+  t.bwd_mlp = T * (t.bwd_mlp_h + t.bwd_mlp_i);
   t.bwd_attn = T * (b * (3 * s.h + 2 * s.q + 2 * kv_eff) + 4 * s.q + 4 * s.H) + eager_sq;
   if (u > 1) t.a2a = T * 2 * b * (s.q + 2 * kv_eff);
   if (p.ring > 1) {
@@ -281,6 +290,17 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
     t.ring = 2 * chunk + 2 * chunk * 4 / b + 4 * T * s.q;
   }
   return t;
+}
+
+void tile_mlp(Terms& t, std::int64_t tile) {
+  if (tile <= 0 || t.tokens <= tile || t.mlp_tile > 0) return;
+  const i64 T = t.tokens;
+  t.mlp_tile = tile;
+  t.per_token_layer += t.mlp_input_extra - t.mlp_per_token;
+  t.layer_full -= (t.mlp_per_token - t.mlp_input_extra) * T;
+  // One tile's intermediates (recomputed) and their gradients; the gradients of the MLP's
+  // output and input stay full length.
+  t.bwd_mlp = T * t.bwd_mlp_h + tile * (t.bwd_mlp_i + t.mlp_per_token);
 }
 
 Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every) {

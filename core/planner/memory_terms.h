@@ -55,6 +55,11 @@ struct Terms {
   std::int64_t dropout_per_layer = 0;
   bool offload_acts = false;
   std::int64_t misc = 0;             // token ids, labels, positions, rotary tables
+  // the MLP's share, for the tiled MLP (tile_mlp)
+  std::int64_t mlp_per_token = 0;     // what the MLP saves per token (part of per_token_layer)
+  std::int64_t mlp_input_extra = 0;   // the MLP input per token, kept whole by the tiles when the MLP did not save it
+  std::int64_t bwd_mlp_h = 0, bwd_mlp_i = 0;  // MLP backward working set per token: hidden-sized and intermediate-sized parts
+  std::int64_t mlp_tile = 0;          // tokens per tile; 0 = untiled
 
   // working sets
   std::int64_t loss = 0;
@@ -74,6 +79,12 @@ struct Terms {
 };
 
 Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerOptions& o);
+
+// The MLP run `tile` tokens at a time, each tile checkpointed (MlpImpl::tile_tokens): a layer
+// keeps the MLP's input instead of its intermediates, and the MLP's backward works on one
+// tile (its intermediates rebuilt, their gradients) plus full-length hidden-sized gradients.
+// No effect when the GPU holds no more than `tile` tokens.
+void tile_mlp(Terms& t, std::int64_t tile);
 
 struct Eval {
   std::int64_t peak = 0;            // with fragmentation and runtime

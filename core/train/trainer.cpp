@@ -17,6 +17,7 @@
 #include <fstream>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -258,12 +259,21 @@ model::AttentionBackend attention_backend_for(const std::string& impl) {
   return model::AttentionBackend::CuDNN;
 }
 
-// Which layers recompute their activations (docs/training.md, activation checkpointing).
+// Which layers recompute their activations, and the tiled MLP's tile (docs/training.md,
+// activation checkpointing and tiled MLP): as configured, or the memory planner's choice
+// for auto on a GPU.
 std::vector<bool> checkpoint_layers(const TrainConfig& c, const HfModelConfig& m, const torch::Device& device,
-                                    std::string* why) {
+                                    std::string* why, std::int64_t* mlp_tile) {
   const auto n = static_cast<std::size_t>(m.num_hidden_layers);
   CheckpointPolicy policy;
   parse_checkpoint_policy(c.activation_checkpointing, &policy);
+  std::optional<MemoryPlan> plan;
+  if (device.is_cuda() && (policy.kind == CheckpointPolicy::Auto || c.mlp_tile_tokens == 0)) {
+    PlannerOptions po;
+    po.gpu_memory_bytes = device_memory_bytes(device);
+    plan = plan_memory(c, m, po);
+  }
+  *mlp_tile = c.mlp_tile_tokens > 0 ? c.mlp_tile_tokens : plan ? plan->mlp_tile_tokens : 0;
   std::vector<bool> layers(n, false);
   switch (policy.kind) {
     case CheckpointPolicy::None: *why = "none (activation_checkpointing: none)"; return layers;
@@ -274,16 +284,13 @@ std::vector<bool> checkpoint_layers(const TrainConfig& c, const HfModelConfig& m
       return layers;
     case CheckpointPolicy::Auto: break;
   }
-  if (!device.is_cuda()) {
+  if (!plan) {
     *why = "none (auto on the CPU: memory is not the limit)";
     return layers;
   }
-  PlannerOptions po;
-  po.gpu_memory_bytes = device_memory_bytes(device);
-  const MemoryPlan plan = plan_memory(c, m, po);
-  for (std::size_t i = 0; i < n; ++i) layers[i] = checkpoints_layer(plan, static_cast<std::int64_t>(i));
-  *why = std::to_string(plan.checkpointed_layers) + " of " + std::to_string(n) +
-         " layers (auto: the fewest that fit the memory planner's budget, predicted peak " + gib(plan.peak_bytes) + ")";
+  for (std::size_t i = 0; i < n; ++i) layers[i] = checkpoints_layer(*plan, static_cast<std::int64_t>(i));
+  *why = std::to_string(plan->checkpointed_layers) + " of " + std::to_string(n) +
+         " layers (auto: the fewest that fit the memory planner's budget, predicted peak " + gib(plan->peak_bytes) + ")";
   return layers;
 }
 
@@ -627,9 +634,12 @@ int run_training(const TrainConfig& c, const run::RunDir& dir, const TrainerOpti
     }
     contents.base_model = c.model;
     std::string why;
-    ckpt_layers = checkpoint_layers(c, hf, device, &why);
+    std::int64_t mlp_tile = 0;
+    ckpt_layers = checkpoint_layers(c, hf, device, &why, &mlp_tile);
     lm->set_checkpoint_layers(ckpt_layers);
     lm->set_offload_checkpoints(c.offload_activations);
+    lm->set_mlp_tile_tokens(mlp_tile);
+    if (mlp_tile > 0) why += "; tiled MLP, " + std::to_string(mlp_tile) + " tokens per tile";
 
     // ---- schedule
     const std::int64_t batch = c.per_device_train_batch_size, accum = c.gradient_accumulation_steps;

@@ -19,6 +19,8 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <functional>
+
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -144,9 +146,13 @@ class TstTrainParity : public QObject {
     return out;
   }
 
-  void check_loop(const std::string& mode, bool lora) {
+  void check_loop(const std::string& mode, bool lora, const std::function<void(CausalLM&)>& configure = {}) {
     const Reference& R = reference(mode);
     StepEngine e = engine(R, lora);
+    if (configure) {
+      CausalLM lm = e.model();
+      configure(lm);
+    }
     const auto steps = batches(R);
     const auto& losses = R.hp.at("losses");
     const auto& norms = R.hp.at("grad_norms");
@@ -165,22 +171,33 @@ class TstTrainParity : public QObject {
     std::string worst_name;
     const std::string prefix = lora ? "final.base_model.model." : "final.";
     int compared = 0;
+    double zero_grad_abs = 0;
     for (auto& p : e.model()->named_parameters(true)) {
       if (!p.value().requires_grad()) continue;
       const Err er = compare(p.value(), R.get(prefix + p.key()));
       ++compared;
+      // k_proj.bias has zero true gradient (it adds q·b to every score of a query, which the
+      // softmax cancels): what it receives is rounding noise, which AdamW normalises to
+      // lr-sized steps, so a summation order other than HF's (the tiled MLP) moves it by
+      // noise. It is held to an absolute bound instead of a relative one.
+      if (p.key().find("k_proj.bias") != std::string::npos) {
+        zero_grad_abs = std::max(zero_grad_abs, er.abs);
+        continue;
+      }
       if (er.rel >= worst.rel) {
         worst = er;
         worst_name = p.key();
       }
     }
     qInfo("%s: %zu steps; worst loss rel error %.3g, grad norm rel error %.3g; %d trainable tensors, worst final "
-          "parameter %s: max abs %.3g, rel %.3g",
-          mode.c_str(), steps.size(), worst_loss, worst_norm, compared, worst_name.c_str(), worst.abs, worst.rel);
+          "parameter %s: max abs %.3g, rel %.3g; k_proj.bias max abs %.3g",
+          mode.c_str(), steps.size(), worst_loss, worst_norm, compared, worst_name.c_str(), worst.abs, worst.rel,
+          zero_grad_abs);
     QVERIFY(compared > 0);
     QVERIFY(worst_loss <= 1e-5);
     QVERIFY(worst_norm <= 1e-5);
     QVERIFY(worst.rel <= 1e-5);
+    QVERIFY2(zero_grad_abs <= 1e-6, std::to_string(zero_grad_abs).c_str());
   }
 
  private Q_SLOTS:
@@ -195,6 +212,19 @@ class TstTrainParity : public QObject {
   void loraMatchesPeft() { check_loop("lora", true); }
   void rsloraMatchesPeft() { check_loop("rslora", true); }
   void fullMatchesTransformers() { check_loop("full", false); }
+
+  // Tiled MLP (the MLP a few tokens at a time, each tile recomputed in backward) against the
+  // same oracles: rows of 20+ tokens in tiles of 5 and 7, so every row has several tiles and a
+  // ragged last one; with every layer checkpointed too (tiles inside a recomputed layer).
+  void loraTiledMlpMatchesPeft() {
+    check_loop("lora", true, [](CausalLM& lm) {
+      lm->set_mlp_tile_tokens(5);
+      lm->set_checkpoint_layers(std::vector<bool>(static_cast<std::size_t>(lm->config().hf.num_hidden_layers), true));
+    });
+  }
+  void fullTiledMlpMatchesTransformers() {
+    check_loop("full", false, [](CausalLM& lm) { lm->set_mlp_tile_tokens(7); });
+  }
 
   void checkpointedEqualsPlain() {
     const Reference& R = reference("lora");
