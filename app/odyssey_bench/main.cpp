@@ -9,6 +9,7 @@
 //   odyssey-bench --shape qwen2.5-0.5b,qwen2.5-7b --seq 4096,16384,32768 --mode lora,full
 //                 [--steps 5] [--warmup 2] [--lora-r 16] [--lora-alpha 32]
 //                 [--checkpointing all|auto|none|N] [--fused on|off] [--offload on|off] [--mlp-tile auto|N]
+//                 [--keep-attention auto|all|none]
 //                 [--attention cudnn|flash|auto]
 //                 [--device cuda|cpu] [--dtype bfloat16|float32]
 //                 [--layers K] [--vocab-override V] [--out FILE] [--check] [--label NAME]
@@ -27,6 +28,8 @@
 //
 // --mlp-tile N runs every MLP N tokens at a time (tiled MLP, each tile recomputed in backward);
 // auto (the default) tiles when the planner says the job needs it, as the engine does.
+// --keep-attention all keeps every checkpointed layer's attention output for backward (its
+// recomputation skips the attention forward); auto keeps as many as the planner's budget allows.
 //
 // --checkpointing auto asks the memory planner for the fewest layers to recompute on this
 // GPU (as the engine's activation_checkpointing: auto does); N recomputes the first N. Every
@@ -130,6 +133,7 @@ struct Options {
   bool check = false;
   int ulysses = 0;  // 0 = gcd(KV heads, world)
   std::int64_t mlp_tile = 0;  // --mlp-tile: 0 = auto (the planner's choice), N = N tokens per tile
+  std::string keep_attention = "auto";  // --keep-attention auto|all|none
   std::string optimizer = "adamw";  // adamw|galore|q-galore|zero1|zero2|zero2-offload
   std::int64_t galore_rank = 128, galore_gap = 200;
   std::vector<std::int64_t> a2a_bytes;  // --a2a-bytes: the all-to-all alone, back to back
@@ -234,6 +238,7 @@ TrainConfig bench_config(const Options& o, const std::string& mode, std::int64_t
   c.padding_free = true;
   c.offload_activations = o.offload;
   c.mlp_tile_tokens = o.mlp_tile;
+  c.keep_attention = o.keep_attention;
   c.sequence_parallel_size = world;
   c.nproc_per_node = world;
   c.ulysses_size = o.ulysses;
@@ -393,6 +398,16 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     const MemoryPlan plan = plan_memory(tc, hf, po);
     lm->set_mlp_tile_tokens(plan.mlp_tile_tokens);  // as configured, or the planner's choice for auto
     rec["mlp_tile_tokens"] = plan.mlp_tile_tokens;
+    // Kept attention outputs: every checkpointed layer (all), or the last ones the plan keeps.
+    std::vector<bool> keep(n, false);
+    std::int64_t kept = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      keep[i] = layers[i] && (o.keep_attention == "all" ||
+                              (o.keep_attention == "auto" && keeps_attention(plan, static_cast<std::int64_t>(i))));
+      kept += keep[i] ? 1 : 0;
+    }
+    lm->set_keep_attention_layers(keep);
+    rec["attention_kept_layers"] = kept;
     rec["checkpointing"] = o.checkpointing;
     rec["checkpointed_layers"] = ckpt;
     if (plan.checkpointed_layers == ckpt)  // an explicit N the planner would not choose: no prediction
@@ -563,6 +578,7 @@ int main(int argc, char** argv) {
       else if (a == "--out") o.out = next();
       else if (a == "--check") o.check = true;
       else if (a == "--ulysses") o.ulysses = std::stoi(next());
+      else if (a == "--keep-attention") o.keep_attention = next();
       else if (a == "--mlp-tile") {
         const std::string v = next();
         o.mlp_tile = v == "auto" ? 0 : std::stoll(v);

@@ -18,6 +18,7 @@ constexpr std::array<SV, 4> kTruncation{"delete", "left", "right", "raise"};
 constexpr std::array<SV, 2> kTuners{"lora", "full"};
 constexpr std::array<SV, 3> kSchedulers{"cosine", "linear", "constant"};
 constexpr std::array<SV, 5> kAttn{"auto", "flash_attn", "cudnn", "sdpa", "eager"};
+constexpr std::array<SV, 3> kKeepAttention{"auto", "all", "none"};
 constexpr std::array<SV, 3> kDevices{"auto", "cuda", "cpu"};
 constexpr std::array<SV, 8> kModules{"all-linear", "q_proj", "k_proj", "v_proj",
                                      "o_proj",     "gate_proj", "up_proj", "down_proj"};
@@ -150,6 +151,11 @@ const std::array kFields = std::to_array<FieldSpec>({
      "Tiled MLP: run each layer's MLP this many tokens at a time, recomputing each tile in "
      "backward, so its intermediate activations never exist for the whole sequence; auto "
      "tiles only when the memory planner needs it for the job to fit.", "", 0, 1e9, {}, "auto"},
+    {"keep_attention", "memory", &TC::keep_attention,
+     "Checkpointed layers keep their attention output (and its log-sum-exp) for backward, so "
+     "recomputing the layer skips the attention forward: all, none, or auto (as many layers as "
+     "the memory budget allows, on GPUs). Padding-free rows without sequence parallelism.",
+     "", -kInf, kInf, kKeepAttention},
 
     // parallel
     {"sequence_parallel_size", "parallel", &TC::sequence_parallel_size,

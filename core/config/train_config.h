@@ -75,6 +75,7 @@ struct TrainConfig {
   std::string activation_checkpointing = "auto";  // auto|all|none|every:K
   bool offload_activations = false;
   std::int64_t mlp_tile_tokens = 0;     // 0 = auto: tiled MLP only when the job needs it to fit
+  std::string keep_attention = "auto";  // auto|all|none: checkpointed layers keep their attention output
 
   // -- parallelism and devices
   std::int64_t sequence_parallel_size = 1;

@@ -275,90 +275,6 @@ ZigzagRows zigzag_rows(const std::vector<std::int64_t>& half, const torch::Devic
 enum class Part { Diagonal, EarlierBlock, LaterBlock };
 Part part_of(int src, int rank) { return src == rank ? Part::Diagonal : (src < rank ? Part::EarlierBlock : Part::LaterBlock); }
 
-// One block's attention on a fused kernel, returning the log-sum-exp the merge and the
-// backward need. Varlen flash for any row; cuDNN's SDPA (dense, KV heads repeated) when the
-// shard is one sample, where it is 1.7x flash on an H200 (docs/benchmarks.md).
-struct BlockKernel {
-  bool cudnn = false;
-  std::int64_t hq = 0, hkv = 0;
-  // What the kernel's forward returned besides the output, handed back to its backward.
-  torch::Tensor rng_a, rng_b, cum_q, cum_k;
-  std::vector<std::int64_t> lse_shape;  // the kernel's own log-sum-exp shape, with the row count last-but-one
-  bool lse_flash3d = false;
-
-  static torch::Tensor heads_first(const torch::Tensor& x) { return x.transpose(0, 1).unsqueeze(0); }  // [n,H,D] -> [1,H,n,D]
-  static torch::Tensor rows_first(const torch::Tensor& x) { return x.squeeze(0).transpose(0, 1); }     // back
-  torch::Tensor repeat(const torch::Tensor& x) const {
-    return hq == hkv ? x : x.repeat_interleave(hq / hkv, 1);
-  }
-  torch::Tensor fold(const torch::Tensor& g) const {  // [n, Hq, D] gradient of repeated heads -> [n, Hkv, D], fp32
-    const torch::Tensor f = g.to(torch::kFloat32);
-    return hq == hkv ? f : f.view({f.size(0), hkv, hq / hkv, f.size(2)}).sum(2);
-  }
-
-  // out [nq, Hq, D] in the input dtype, lse [Hq, nq] fp32.
-  std::pair<torch::Tensor, torch::Tensor> forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                                  const ZigzagRows::Rows& qr, const ZigzagRows::Rows& kr, bool causal,
-                                                  double scale) {
-    const std::int64_t nq = q.size(0);
-    if (cudnn) {
-      auto r = at::_scaled_dot_product_cudnn_attention(heads_first(q), heads_first(repeat(k)), heads_first(repeat(v)),
-                                                       std::nullopt, /*compute_log_sumexp=*/true, 0.0, causal,
-                                                       /*return_debug_mask=*/false, scale);
-      const torch::Tensor lse = std::get<1>(r);
-      TORCH_CHECK(lse.numel() == hq * nq, "ring attention: cuDNN returned a log-sum-exp of shape ", lse.sizes(),
-                  " for ", hq, " heads x ", nq, " rows");
-      if (lse_shape.empty()) {
-        lse_shape = lse.sizes().vec();
-        cum_q = std::get<2>(r);
-        cum_k = std::get<3>(r);
-        rng_a = std::get<6>(r);
-        rng_b = std::get<7>(r);
-      }
-      return {rows_first(std::get<0>(r)), lse.reshape({hq, nq}).to(torch::kFloat32)};
-    }
-    auto r = at::_flash_attention_forward(q, k, v, qr.cu, kr.cu, qr.max, kr.max, 0.0, causal,
-                                          /*return_debug_mask=*/false, scale);
-    const torch::Tensor lse = std::get<1>(r);
-    if (!rng_a.defined()) {
-      rng_a = std::get<2>(r);
-      rng_b = std::get<3>(r);
-      lse_flash3d = lse.dim() == 3;
-    }
-    // Varlen flash's log-sum-exp is [H, total_q] (older flash-attention: [1, H, >= total_q]).
-    if (lse.dim() == 2 && lse.size(1) == nq) return {std::get<0>(r), lse};
-    TORCH_CHECK(lse.dim() == 3 && lse.size(0) == 1 && lse.size(2) >= nq, "ring attention: unexpected log-sum-exp shape ",
-                lse.sizes(), " from flash attention for ", nq, " rows");
-    return {std::get<0>(r), lse[0].narrow(1, 0, nq)};
-  }
-
-  // dq [nq, Hq, D], dk and dv [nk, Hkv, D] (fp32), from the final output and log-sum-exp.
-  std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> backward(const torch::Tensor& dout, const torch::Tensor& q,
-                                                                   const torch::Tensor& k, const torch::Tensor& v,
-                                                                   const torch::Tensor& out, const torch::Tensor& lse,
-                                                                   const ZigzagRows::Rows& qr,
-                                                                   const ZigzagRows::Rows& kr, bool causal,
-                                                                   double scale) const {
-    if (cudnn) {
-      std::vector<std::int64_t> shape = lse_shape;
-      TORCH_CHECK(shape.size() >= 3 && shape[0] == 1 && shape[1] == hq, "ring attention: cuDNN's log-sum-exp shape ",
-                  c10::IntArrayRef(shape), " is not [1, ", hq, ", rows, ...]");
-      shape[2] = q.size(0);  // the kernel's shape with this block's row count
-      auto g = at::_scaled_dot_product_cudnn_attention_backward(
-          heads_first(dout), heads_first(q), heads_first(repeat(k)), heads_first(repeat(v)), heads_first(out),
-          lse.contiguous().view(shape), rng_a, rng_b, torch::Tensor(), cum_q, cum_k, q.size(0), k.size(0), 0.0, causal,
-          scale);
-      return {rows_first(std::get<0>(g)).to(torch::kFloat32), fold(rows_first(std::get<1>(g))),
-              fold(rows_first(std::get<2>(g)))};
-    }
-    torch::Tensor l = lse.contiguous();
-    if (lse_flash3d) l = l.unsqueeze(0);
-    auto g = at::_flash_attention_backward(dout, q, k, v, out, l, qr.cu, kr.cu, qr.max, kr.max, 0.0, causal, rng_a, rng_b,
-                                           scale);
-    return {std::get<0>(g).to(torch::kFloat32), std::get<1>(g).to(torch::kFloat32), std::get<2>(g).to(torch::kFloat32)};
-  }
-};
-
 struct RingFlashFn : public torch::autograd::Function<RingFlashFn> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, double scale, std::int64_t group, std::int64_t rows_ptr,
@@ -367,10 +283,9 @@ struct RingFlashFn : public torch::autograd::Function<RingFlashFn> {
     const ZigzagRows& z = *reinterpret_cast<const ZigzagRows*>(rows_ptr);
     const int R = ring->size(), r = ring->rank();
     const std::int64_t hk = k.size(1);
-    BlockKernel kernel;
-    kernel.cudnn = cudnn;
-    kernel.hq = q.size(1);
-    kernel.hkv = hk;
+    // cuDNN's SDPA when the shard is one sample (1.7x flash on an H200, docs/benchmarks.md);
+    // its blocks are then plain rectangles.
+    model::LseAttention kernel(cudnn ? model::LseAttention::Kind::CuDNN : model::LseAttention::Kind::Flash, q.size(1), hk);
     torch::Tensor out, lse;  // fp32 [n, H, D] and [H, n]
     torch::Tensor kv = torch::cat({k, v}, 1);
     for (int s = 0; s < R; ++s) {
@@ -381,8 +296,8 @@ struct RingFlashFn : public torch::autograd::Function<RingFlashFn> {
       const ZigzagRows::Rows& qrows = part == Part::LaterBlock ? z.second : z.all;
       const ZigzagRows::Rows& krows = part == Part::EarlierBlock ? z.first : z.all;
       const torch::Tensor kb = krows.take(kv);
-      auto [ob16, lb] = kernel.forward(qrows.take(q), kb.narrow(1, 0, hk), kb.narrow(1, hk, hk), qrows, krows,
-                                        part == Part::Diagonal, scale);
+      auto [ob16, lb] = kernel.forward(qrows.take(q), kb.narrow(1, 0, hk), kb.narrow(1, hk, hk), qrows.cu, krows.cu,
+                                       qrows.max, krows.max, part == Part::Diagonal, scale);
       const torch::Tensor ob = ob16.to(torch::kFloat32);
       if (s == 0) {  // the diagonal block: every query sees at least itself
         out = ob.contiguous();
@@ -405,13 +320,13 @@ struct RingFlashFn : public torch::autograd::Function<RingFlashFn> {
       if (next) kv = next->wait();
     }
     const torch::Tensor result = out.to(q.scalar_type());
-    ctx->save_for_backward({q, k, v, result, lse, kernel.rng_a, kernel.rng_b, kernel.cum_q, kernel.cum_k});
+    std::vector<torch::Tensor> keep{q, k, v, result, lse};
+    for (const auto& t : kernel.saved_tensors()) keep.push_back(t);
+    ctx->save_for_backward(keep);
     ctx->saved_data["scale"] = scale;
     ctx->saved_data["group"] = group;
     ctx->saved_data["rows"] = rows_ptr;
-    ctx->saved_data["cudnn"] = cudnn;
-    ctx->saved_data["lse_shape"] = kernel.lse_shape;
-    ctx->saved_data["lse_flash3d"] = kernel.lse_flash3d;
+    ctx->saved_data["kernel"] = kernel.saved_ints();
     return result;
   }
 
@@ -423,16 +338,8 @@ struct RingFlashFn : public torch::autograd::Function<RingFlashFn> {
     const ZigzagRows& z = *reinterpret_cast<const ZigzagRows*>(ctx->saved_data.at("rows").toInt());
     const int R = ring->size(), r = ring->rank();
     const std::int64_t hk = k.size(1);
-    BlockKernel kernel;
-    kernel.cudnn = ctx->saved_data.at("cudnn").toBool();
-    kernel.hq = q.size(1);
-    kernel.hkv = hk;
-    kernel.rng_a = saved[5];
-    kernel.rng_b = saved[6];
-    kernel.cum_q = saved[7];
-    kernel.cum_k = saved[8];
-    kernel.lse_shape = ctx->saved_data.at("lse_shape").toIntVector();
-    kernel.lse_flash3d = ctx->saved_data.at("lse_flash3d").toBool();
+    const model::LseAttention kernel = model::LseAttention::restore(
+        {saved.begin() + 5, saved.end()}, ctx->saved_data.at("kernel").toIntVector());
     const torch::Tensor dout = grads[0].contiguous();
     torch::Tensor dq = torch::zeros(q.sizes(), q.options().dtype(torch::kFloat32));
     torch::Tensor kv = torch::cat({k, v}, 1);
@@ -447,9 +354,9 @@ struct RingFlashFn : public torch::autograd::Function<RingFlashFn> {
       const torch::Tensor kb = krows.take(kv);
       // The block's share of the gradient, with the final output and log-sum-exp of these
       // queries (the softmax over every block): exactly this block's terms.
-      auto [dqb, dkb, dvb] =
-          kernel.backward(qrows.take(dout), qrows.take(q), kb.narrow(1, 0, hk), kb.narrow(1, hk, hk), qrows.take(out),
-                           qrows.take(lse.transpose(0, 1)).transpose(0, 1), qrows, krows, part == Part::Diagonal, scale);
+      auto [dqb, dkb, dvb] = kernel.backward(qrows.take(dout), qrows.take(q), kb.narrow(1, 0, hk), kb.narrow(1, hk, hk),
+                                             qrows.take(out), qrows.take(lse.transpose(0, 1)).transpose(0, 1), qrows.cu,
+                                             krows.cu, qrows.max, krows.max, part == Part::Diagonal, scale);
       qrows.add(dq, dqb);
       torch::Tensor dkv = torch::zeros(kv.sizes(), kv.options().dtype(torch::kFloat32));
       krows.add(dkv, torch::cat({dkb, dvb}, 1));
@@ -508,8 +415,8 @@ torch::Tensor ring_flash_attention(Group* ring, const torch::Tensor& q, const to
   TORCH_CHECK(segments.rows && segments.rows->all.cu.device() == q.device(), "ring attention: segments made for ",
               segments.rows ? segments.rows->all.cu.device().str() : std::string("no device"), ", the shard is on ",
               q.device().str());
-  // cuDNN's dense kernel when the shard is one sample (its blocks are then plain rectangles).
-  const bool cudnn = segments.half.size() == 1 && prefer != model::AttentionBackend::Flash;
+  const bool cudnn =
+      model::LseAttention::choose(q, segments.half.size() == 1, prefer) == model::LseAttention::Kind::CuDNN;
   return RingFlashFn::apply(q.contiguous(), k.contiguous(), v.contiguous(), scale,
                             static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(ring)),
                             static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(segments.rows.get())), cudnn);

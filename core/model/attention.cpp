@@ -3,6 +3,7 @@
 #include <ATen/Context.h>
 #include <ATen/SDPBackend.h>
 
+#include <limits>
 #include <vector>
 
 namespace odyssey::model {
@@ -112,6 +113,148 @@ torch::Tensor sequence_causal_attention(const torch::Tensor& q, const torch::Ten
                           v.transpose(0, 1).unsqueeze(0), {}, scale, prefer, ran)
       .squeeze(0)
       .transpose(0, 1);
+}
+
+// ---- attention with its log-sum-exp -------------------------------------------------------
+
+namespace {
+
+torch::Tensor heads_first(const torch::Tensor& x) { return x.transpose(0, 1).unsqueeze(0); }  // [n,H,D] -> [1,H,n,D]
+torch::Tensor rows_first(const torch::Tensor& x) { return x.squeeze(0).transpose(0, 1); }     // and back
+
+// keep[i, j]: query row i may see key row j (same sample pair; causal top-left aligned).
+torch::Tensor pair_mask(const torch::Tensor& cu_q, const torch::Tensor& cu_k, std::int64_t nq, std::int64_t nk,
+                        bool causal, const torch::Device& device) {
+  const torch::Tensor cq = cu_q.to(torch::kCPU, torch::kInt64), ck = cu_k.to(torch::kCPU, torch::kInt64);
+  const std::int64_t n = cq.numel() - 1;
+  TORCH_CHECK(n >= 1 && ck.numel() == n + 1 && cq[n].item<std::int64_t>() == nq && ck[n].item<std::int64_t>() == nk,
+              "attention: sample boundaries must cover ", nq, " query and ", nk, " key rows in the same number of samples");
+  auto segment = [&](const torch::Tensor& cu, std::int64_t rows) {
+    const torch::Tensor len = cu.narrow(0, 1, n) - cu.narrow(0, 0, n);
+    const torch::Tensor seg = torch::repeat_interleave(torch::arange(n, torch::kInt64), len);
+    const torch::Tensor local = torch::arange(rows, torch::kInt64) - cu.index_select(0, seg);
+    return std::make_pair(seg.to(device), local.to(device));
+  };
+  const auto [sq, lq] = segment(cq, nq);
+  const auto [sk, lk] = segment(ck, nk);
+  torch::Tensor keep = sq.view({nq, 1}).eq(sk.view({1, nk}));
+  if (causal) keep = keep.logical_and(lk.view({1, nk}).le(lq.view({nq, 1})));
+  return keep;
+}
+
+}  // namespace
+
+LseAttention::Kind LseAttention::choose(const torch::Tensor& q, bool one_sample, AttentionBackend prefer) {
+  const bool half = q.scalar_type() == torch::kBFloat16 || q.scalar_type() == torch::kFloat16;
+  if (!q.is_cuda() || !half || q.size(-1) > 256) return Kind::Math;
+  return one_sample && prefer != AttentionBackend::Flash ? Kind::CuDNN : Kind::Flash;
+}
+
+torch::Tensor LseAttention::repeat(const torch::Tensor& x) const {
+  return hq_ == hkv_ ? x : x.repeat_interleave(hq_ / hkv_, 1);
+}
+
+torch::Tensor LseAttention::fold(const torch::Tensor& g) const {  // [n, Hq, D] of repeated heads -> [n, Hkv, D], fp32
+  const torch::Tensor f = g.to(torch::kFloat32);
+  return hq_ == hkv_ ? f : f.view({f.size(0), hkv_, hq_ / hkv_, f.size(2)}).sum(2);
+}
+
+std::pair<torch::Tensor, torch::Tensor> LseAttention::forward(const torch::Tensor& q, const torch::Tensor& k,
+                                                              const torch::Tensor& v, const torch::Tensor& cu_q,
+                                                              const torch::Tensor& cu_k, std::int64_t max_q,
+                                                              std::int64_t max_k, bool causal, double scale) {
+  const std::int64_t nq = q.size(0);
+  if (kind_ == Kind::CuDNN) {
+    auto r = at::_scaled_dot_product_cudnn_attention(heads_first(q), heads_first(repeat(k)), heads_first(repeat(v)),
+                                                     std::nullopt, /*compute_log_sumexp=*/true, 0.0, causal,
+                                                     /*return_debug_mask=*/false, scale);
+    const torch::Tensor lse = std::get<1>(r);
+    TORCH_CHECK(lse.numel() == hq_ * nq && lse.dim() >= 3 && lse.size(0) == 1 && lse.size(1) == hq_,
+                "attention: cuDNN returned a log-sum-exp of shape ", lse.sizes(), " for ", hq_, " heads x ", nq, " rows");
+    lse_shape_ = lse.sizes().vec();
+    aux_a_ = std::get<6>(r);
+    aux_b_ = std::get<7>(r);
+    aux_c_ = std::get<2>(r);
+    aux_d_ = std::get<3>(r);
+    return {rows_first(std::get<0>(r)), lse.reshape({hq_, nq}).to(torch::kFloat32)};
+  }
+  if (kind_ == Kind::Flash) {
+    auto r = at::_flash_attention_forward(q, k, v, cu_q.to(torch::kInt32), cu_k.to(torch::kInt32), max_q, max_k, 0.0,
+                                          causal, /*return_debug_mask=*/false, scale);
+    const torch::Tensor lse = std::get<1>(r);
+    aux_a_ = std::get<2>(r);
+    aux_b_ = std::get<3>(r);
+    lse_3d_ = lse.dim() == 3;
+    // Varlen flash's log-sum-exp is [H, total_q] (older flash-attention: [1, H, >= total_q]).
+    if (lse.dim() == 2 && lse.size(1) == nq) return {std::get<0>(r), lse};
+    TORCH_CHECK(lse.dim() == 3 && lse.size(0) == 1 && lse.size(2) >= nq, "attention: unexpected log-sum-exp shape ",
+                lse.sizes(), " from flash attention for ", nq, " rows");
+    return {std::get<0>(r), lse[0].narrow(1, 0, nq)};
+  }
+  const torch::Tensor qh = q.to(torch::kFloat32).transpose(0, 1);
+  const torch::Tensor kh = repeat(k).to(torch::kFloat32).transpose(0, 1), vh = repeat(v).to(torch::kFloat32).transpose(0, 1);
+  torch::Tensor scores = torch::matmul(qh, kh.transpose(1, 2)) * scale;  // [H, nq, nk]
+  scores.masked_fill_(pair_mask(cu_q, cu_k, nq, k.size(0), causal, q.device()).logical_not().unsqueeze(0),
+                      -std::numeric_limits<double>::infinity());
+  torch::Tensor lse = torch::logsumexp(scores, -1);
+  const torch::Tensor safe = torch::where(torch::isinf(lse), torch::zeros_like(lse), lse);
+  const torch::Tensor out = torch::matmul(torch::exp(scores - safe.unsqueeze(-1)), vh).transpose(0, 1);
+  return {out.to(q.scalar_type()), lse};
+}
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> LseAttention::backward(
+    const torch::Tensor& dout, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+    const torch::Tensor& out, const torch::Tensor& lse, const torch::Tensor& cu_q, const torch::Tensor& cu_k,
+    std::int64_t max_q, std::int64_t max_k, bool causal, double scale) const {
+  if (kind_ == Kind::CuDNN) {
+    std::vector<std::int64_t> shape = lse_shape_;
+    shape[2] = q.size(0);  // the kernel's own shape, with these rows
+    auto g = at::_scaled_dot_product_cudnn_attention_backward(
+        heads_first(dout), heads_first(q), heads_first(repeat(k)), heads_first(repeat(v)), heads_first(out),
+        lse.contiguous().view(shape), aux_a_, aux_b_, torch::Tensor(), aux_c_, aux_d_, q.size(0), k.size(0), 0.0, causal,
+        scale);
+    return {rows_first(std::get<0>(g)).to(torch::kFloat32), fold(rows_first(std::get<1>(g))),
+            fold(rows_first(std::get<2>(g)))};
+  }
+  if (kind_ == Kind::Flash) {
+    torch::Tensor l = lse.contiguous();
+    if (lse_3d_) l = l.unsqueeze(0);
+    auto g = at::_flash_attention_backward(dout, q, k, v, out, l, cu_q.to(torch::kInt32), cu_k.to(torch::kInt32), max_q,
+                                           max_k, 0.0, causal, aux_a_, aux_b_, scale);
+    return {std::get<0>(g).to(torch::kFloat32), std::get<1>(g).to(torch::kFloat32), std::get<2>(g).to(torch::kFloat32)};
+  }
+  // d scores = p (dp - rowsum(dout · out)), with p = exp(scores - lse) the final softmax.
+  const torch::Tensor qh = q.to(torch::kFloat32).transpose(0, 1);
+  const torch::Tensor kh = repeat(k).to(torch::kFloat32).transpose(0, 1), vh = repeat(v).to(torch::kFloat32).transpose(0, 1);
+  const torch::Tensor doh = dout.to(torch::kFloat32).transpose(0, 1), oh = out.to(torch::kFloat32).transpose(0, 1);
+  torch::Tensor scores = torch::matmul(qh, kh.transpose(1, 2)) * scale;
+  scores.masked_fill_(pair_mask(cu_q, cu_k, q.size(0), k.size(0), causal, q.device()).logical_not().unsqueeze(0),
+                      -std::numeric_limits<double>::infinity());
+  const torch::Tensor p = torch::exp(scores - lse.unsqueeze(-1));
+  const torch::Tensor delta = (doh * oh).sum(-1, true);
+  const torch::Tensor ds = p * (torch::matmul(doh, vh.transpose(1, 2)) - delta);
+  const torch::Tensor dq = torch::matmul(ds, kh) * scale;
+  const torch::Tensor dk = torch::matmul(ds.transpose(1, 2), qh) * scale;
+  const torch::Tensor dv = torch::matmul(p.transpose(1, 2), doh);
+  return {dq.transpose(0, 1), fold(dk.transpose(0, 1)), fold(dv.transpose(0, 1))};
+}
+
+std::vector<std::int64_t> LseAttention::saved_ints() const {
+  std::vector<std::int64_t> v{static_cast<std::int64_t>(kind_), hq_, hkv_, lse_3d_ ? 1 : 0};
+  v.insert(v.end(), lse_shape_.begin(), lse_shape_.end());
+  return v;
+}
+
+LseAttention LseAttention::restore(const std::vector<torch::Tensor>& tensors, const std::vector<std::int64_t>& ints) {
+  TORCH_CHECK(tensors.size() == 4 && ints.size() >= 4, "LseAttention::restore: not a saved state");
+  LseAttention a(static_cast<Kind>(ints[0]), ints[1], ints[2]);
+  a.lse_3d_ = ints[3] != 0;
+  a.lse_shape_.assign(ints.begin() + 4, ints.end());
+  a.aux_a_ = tensors[0];
+  a.aux_b_ = tensors[1];
+  a.aux_c_ = tensors[2];
+  a.aux_d_ = tensors[3];
+  return a;
 }
 
 torch::Tensor block_causal_mask(const torch::Tensor& cu_seqlens, std::int64_t total, const torch::Device& device) {

@@ -16,6 +16,9 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 namespace odyssey::model {
 
@@ -59,6 +62,51 @@ torch::Tensor varlen_causal_attention(const torch::Tensor& q, const torch::Tenso
 // later key, so real tokens never see the padding. Returns [T, Hq, D].
 torch::Tensor sequence_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                         double scale, AttentionBackend prefer, std::int64_t* ran);
+
+// Attention that also returns its log-sum-exp, and the backward from output and log-sum-exp
+// alone: for computations that split attention or keep its output (ring attention's blocks,
+// a checkpointed layer's attention kept out of recomputation). q [nq, Hq, D], k and v
+// [nk, Hkv, D]; cu_q / cu_k int32 [n+1]: sample i pairs rows cu_q[i].. of q with rows
+// cu_k[i].. of k (causal: top-left aligned within the pair, as flash attention's varlen).
+//   CuDNN  cuDNN's SDPA (CUDA bf16/fp16, one sample, KV heads repeated for it)
+//   Flash  varlen flash attention (CUDA bf16/fp16, head dim <= 256)
+//   Math   explicit fp32 softmax (any device; meant for CPU lengths)
+class LseAttention {
+ public:
+  enum class Kind { CuDNN, Flash, Math };
+  // The kernel for these inputs: Math off CUDA or outside flash's dtypes/head dims; CuDNN for
+  // one sample unless Flash is preferred; else Flash.
+  static Kind choose(const torch::Tensor& q, bool one_sample, AttentionBackend prefer);
+
+  LseAttention(Kind kind, std::int64_t q_heads, std::int64_t kv_heads) : kind_(kind), hq_(q_heads), hkv_(kv_heads) {}
+  Kind kind() const { return kind_; }
+
+  // out [nq, Hq, D] in q's dtype, lse [Hq, nq] fp32.
+  std::pair<torch::Tensor, torch::Tensor> forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                                  const torch::Tensor& cu_q, const torch::Tensor& cu_k,
+                                                  std::int64_t max_q, std::int64_t max_k, bool causal, double scale);
+  // dq [nq, Hq, D], dk and dv [nk, Hkv, D], fp32; `out` and `lse` are the final ones of these
+  // queries (when attention was split, the merged ones: then these are this part's terms).
+  std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> backward(
+      const torch::Tensor& dout, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+      const torch::Tensor& out, const torch::Tensor& lse, const torch::Tensor& cu_q, const torch::Tensor& cu_k,
+      std::int64_t max_q, std::int64_t max_k, bool causal, double scale) const;
+
+  // What the kernel's forward hands its backward (random-number state, sequence tensors),
+  // and shapes, as tensors and integers an autograd context can save.
+  std::vector<torch::Tensor> saved_tensors() const { return {aux_a_, aux_b_, aux_c_, aux_d_}; }
+  std::vector<std::int64_t> saved_ints() const;
+  static LseAttention restore(const std::vector<torch::Tensor>& tensors, const std::vector<std::int64_t>& ints);
+
+ private:
+  torch::Tensor repeat(const torch::Tensor& x) const;
+  torch::Tensor fold(const torch::Tensor& g) const;
+  Kind kind_;
+  std::int64_t hq_, hkv_;
+  torch::Tensor aux_a_, aux_b_, aux_c_, aux_d_;
+  std::vector<std::int64_t> lse_shape_;  // the kernel's own log-sum-exp shape (cuDNN)
+  bool lse_3d_ = false;                  // flash returned [1, H, >= nq]
+};
 
 // The block-diagonal causal mask of a row: keep[0, 0, i, j] = same sample and j <= i.
 torch::Tensor block_causal_mask(const torch::Tensor& cu_seqlens, std::int64_t total, const torch::Device& device);

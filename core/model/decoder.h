@@ -91,6 +91,16 @@ class EmbeddingImpl : public torch::nn::Module {
 TORCH_MODULE(Embedding);
 
 // What every layer of one forward shares.
+// A checkpointed layer's attention output and log-sum-exp kept from its forward, so the
+// layer's recomputation in backward runs the attention backward without running the attention
+// forward again (keep_attention, docs/training.md). Filled by the layer's no-grad forward,
+// handed to the autograd node of its recomputation.
+struct AttentionStash {
+  torch::Tensor out, lse;
+  std::vector<torch::Tensor> kernel_tensors;
+  std::vector<std::int64_t> kernel_ints;
+};
+
 struct LayerContext {
   torch::Tensor cos, sin;  // [P, S, head_dim] in the activations' dtype
   torch::Tensor keep;      // [B, 1, S, S] bool, or undefined (plain causal)
@@ -99,6 +109,7 @@ struct LayerContext {
   std::shared_ptr<AttentionOverride> attention_override;  // sequence parallelism, else null
   AttentionBackend attention = AttentionBackend::CuDNN;
   std::atomic<std::int64_t>* backend_ran = nullptr;
+  std::shared_ptr<AttentionStash> stash;  // this layer keeps its attention output, else null
 };
 
 class AttentionImpl : public torch::nn::Module {
@@ -181,6 +192,11 @@ class CausalLMImpl : public torch::nn::Module {
   // Tiled MLP in every layer (MlpImpl::tile_tokens); 0 = off.
   void set_mlp_tile_tokens(std::int64_t tokens);
   std::int64_t mlp_tile_tokens() const { return mlp_tile_tokens_; }
+  // Checkpointed layers that keep their attention output for backward (AttentionStash):
+  // their recomputation skips the attention forward. Padding-free rows without sequence
+  // parallelism; other layers and rows recompute attention with the layer.
+  void set_keep_attention_layers(std::vector<bool> layers) { keep_attention_layers_ = std::move(layers); }
+  const std::vector<bool>& keep_attention_layers() const { return keep_attention_layers_; }
 
   // Switches every module between the fused ops and the reference formulas (see
   // DecoderOptions::fused_kernels); adapters added later follow the setting.
@@ -209,6 +225,7 @@ class CausalLMImpl : public torch::nn::Module {
   std::vector<bool> checkpoint_layers_;
   bool offload_checkpoints_ = false;
   std::int64_t mlp_tile_tokens_ = 0;
+  std::vector<bool> keep_attention_layers_;
   DecoderConfig config_;
   DecoderOptions options_;
   torch::Tensor inv_freq_;  // fp32, not a parameter (HF: non-persistent buffer)

@@ -82,6 +82,7 @@ nlohmann::json plan_to_json(const MemoryPlan& p) {
           {"total_layers", p.total_layers},
           {"checkpoint_every", p.checkpoint_every},
           {"mlp_tile_tokens", p.mlp_tile_tokens},
+          {"attention_kept_layers", p.attention_kept_layers},
           {"tokens_per_gpu", p.tokens_per_gpu},
           {"host_bytes", p.host_bytes},
           {"layout",

@@ -78,7 +78,8 @@ bool plan_fits(const TrainConfig& c, const HfModelConfig& m, const PlannerOption
   if (!t.valid) return false;
   i64 every = 0;
   const i64 ck = planner_detail::choose_checkpointing(t, pol, &every);
-  return planner_detail::evaluate(t, ck, every).peak <= t.capacity;
+  const i64 kept = planner_detail::choose_kept_attention(t, c.keep_attention, ck, every);
+  return planner_detail::evaluate(t, ck, every, kept).peak <= t.capacity;
 }
 
 class ItemBuilder {
@@ -160,6 +161,8 @@ void add_items(MemoryPlan& plan, const Terms& t, const Eval& e, const TrainConfi
     ib.add("stored layer activations", "activations", e.bwd_full, per_layer);
     ib.add("recomputed layer", "activations", e.bwd_recompute,
            "one checkpointed layer's activations, rebuilt in backward");
+    ib.add("kept attention outputs", "activations", e.bwd_kept,
+           "attention outputs of the kept layers below the one in backward (" + gib(t.attn_kept) + " each)");
   } else {
     ib.add("checkpointed layer inputs", "activations", e.stored_inputs,
            num(plan.checkpointed_layers) + " layers × " + gib(t.layer_in) +
@@ -168,6 +171,10 @@ void add_items(MemoryPlan& plan, const Terms& t, const Eval& e, const TrainConfi
     ib.add("stored layer activations", "activations", e.stored_full, per_layer, acts_at_peak);
     ib.add("recomputed layer", "activations", plan.checkpointed_layers > 0 ? t.layer_full : 0,
            "one checkpointed layer's activations, rebuilt in backward", false);
+    ib.add("kept attention outputs", "activations", e.stored_kept,
+           num(plan.attention_kept_layers) + " layers × " + gib(t.attn_kept) +
+               " (output and log-sum-exp; their recomputation skips the attention forward)",
+           acts_at_peak);
   }
   const bool attn_side = t.bwd_attn + t.a2a + t.ring > t.bwd_mlp;
   ib.add("layer backward working set", "activations", attn_side ? t.bwd_attn : t.bwd_mlp,
@@ -220,6 +227,9 @@ void add_notes(MemoryPlan& plan, const Terms& t, const TrainConfig& c, const Pla
     n.push_back("GaLore projects each weight's gradient to rank " + num(c.galore_rank) +
                 " as backward produces it; the update follows backward (clipping needs the global norm)");
   if (c.attn_impl == "eager") n.push_back("eager attention stores s² attention probabilities per layer");
+  if (plan.attention_kept_layers > 0)
+    n.push_back("keep_attention " + c.keep_attention + ": " + num(plan.attention_kept_layers) + " of " +
+                num(plan.checkpointed_layers) + " checkpointed layers keep their attention output");
   if (t.mlp_tile > 0)
     n.push_back("tiled MLP: " + num(t.mlp_tile) + " tokens per tile" +
                 (c.mlp_tile_tokens > 0 ? std::string() : " (mlp_tile_tokens auto: the job does not fit untiled)"));
@@ -248,7 +258,11 @@ MemoryPlan plan_memory(const TrainConfig& c, const HfModelConfig& m, const Plann
   }
   plan.mlp_tile_tokens = t.mlp_tile;
   plan.checkpointed_layers = planner_detail::choose_checkpointing(t, pol, &plan.checkpoint_every);
-  const Eval e = planner_detail::evaluate(t, plan.checkpointed_layers, plan.checkpoint_every);
+  plan.attention_kept_layers =
+      planner_detail::choose_kept_attention(t, c.keep_attention, plan.checkpointed_layers, plan.checkpoint_every);
+  const Eval e =
+      planner_detail::evaluate(t, plan.checkpointed_layers, plan.checkpoint_every, plan.attention_kept_layers);
+  plan.attention_kept_layers = e.kept_layers;
   plan.tokens_per_gpu = t.tokens;
   plan.capacity_bytes = t.capacity;
   plan.peak_bytes = e.peak;
@@ -314,6 +328,13 @@ std::int64_t smallest_sequence_parallel_size(const TrainConfig& c, const HfModel
     if (plan_fits(cc, m, o, pol)) return sp;
   }
   return 0;
+}
+
+bool keeps_attention(const MemoryPlan& p, std::int64_t layer) {
+  if (!checkpoints_layer(p, layer)) return false;
+  std::int64_t above = 0;  // checkpointed layers above this one
+  for (std::int64_t j = layer + 1; j < p.total_layers; ++j) above += checkpoints_layer(p, j) ? 1 : 0;
+  return above < p.attention_kept_layers;
 }
 
 bool checkpoints_layer(const MemoryPlan& p, std::int64_t layer) {

@@ -48,6 +48,9 @@ inline constexpr std::int64_t kFusedLossChunkTokens = 2048;
 // tile's gate/up/activation (3 × 16384 × 18944 × 2 B = 1.8 GB for the 7B shape) are the working
 // set; GEMMs of 16K rows still run near the tensor cores' rate.
 inline constexpr std::int64_t kMlpTileTokens = 16384;
+// keep_attention auto keeps attention outputs only while the plan stays this share below the
+// capacity: it is a speed option, and the planner is checked to within ±10% of measured peaks.
+inline constexpr double kKeptAttentionMargin = 0.08;
 // Block of blockwise 8-bit optimizer states (one fp32 absmax per block, bitsandbytes).
 inline constexpr std::int64_t kQuantBlock = 256;
 // largest_max_length searches up to this many tokens.
@@ -85,6 +88,7 @@ struct MemoryPlan {
   std::int64_t total_layers = 0;
   std::int64_t checkpoint_every = 0;    // 0: the first checkpointed_layers layers; K: 0, K, 2K, …
   std::int64_t mlp_tile_tokens = 0;     // tiled MLP: tokens per tile (0 = untiled)
+  std::int64_t attention_kept_layers = 0;  // checkpointed layers keeping their attention output (the last ones)
   std::string peak_phase;               // loss, backward, optimizer step
   ParallelLayout layout;
   std::int64_t tokens_per_gpu = 0;      // batch × max_length / sequence_parallel_size
@@ -115,6 +119,9 @@ std::int64_t smallest_sequence_parallel_size(const TrainConfig& c, const HfModel
 // first layers: backward reaches them last, so their recomputation never coincides with the
 // stored activations of the layers that are not checkpointed.
 bool checkpoints_layer(const MemoryPlan& p, std::int64_t layer);
+// Whether `layer` keeps its attention output under this plan (the last attention_kept_layers
+// checkpointed layers).
+bool keeps_attention(const MemoryPlan& p, std::int64_t layer);
 
 std::string format_plan_table(const MemoryPlan& p);  // human table in GiB
 nlohmann::json plan_to_json(const MemoryPlan& p);

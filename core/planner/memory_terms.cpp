@@ -1,6 +1,7 @@
 #include "planner/memory_terms.h"
 
 #include <algorithm>
+#include <vector>
 #include <array>
 
 namespace odyssey::planner_detail {
@@ -258,6 +259,9 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   t.layer_in = b * s.h * T;
   t.recompute_extra = t.fused ? 0 : t.layer_in;
   t.offload_acts = c.offload_activations && t.cuda;
+  // A kept attention output (the layer's own O and fp32 log-sum-exp, alive from forward to the
+  // layer's backward). The engine keeps it on padding-free rows without sequence parallelism.
+  if (u == 1 && p.ring == 1) t.attn_kept = T * (b * s.q + 4 * s.H);
   t.misc = T * (3 * 8 + 2 * 4 * s.d);
 
   // -- loss: final norm, then logits → cross-entropy, on this GPU's tokens
@@ -303,10 +307,17 @@ void tile_mlp(Terms& t, std::int64_t tile) {
   t.bwd_mlp = T * t.bwd_mlp_h + tile * (t.bwd_mlp_i + t.mlp_per_token);
 }
 
-Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every) {
+Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_t kept) {
   Eval e;
   const i64 L = t.layers;
   auto is_ckpt = [&](i64 j) { return every > 0 ? j % every == 0 : j < ckpt; };
+  // The last `kept` checkpointed layers keep their attention output.
+  std::vector<bool> keeps(static_cast<std::size_t>(L), false);
+  for (i64 j = L - 1, left = t.attn_kept > 0 ? kept : 0; j >= 0 && left > 0; --j)
+    if (is_ckpt(j)) keeps[static_cast<std::size_t>(j)] = true, --left;
+  i64 n_kept = 0;
+  for (bool k : keeps) n_kept += k ? 1 : 0;
+  e.kept_layers = n_kept;
   auto inputs_on_gpu = [&](i64 n) { return t.offload_acts ? std::min<i64>(n, 2) * t.layer_in : n * t.layer_in; };
   i64 n_ckpt = 0;
   for (i64 j = 0; j < L; ++j) n_ckpt += is_ckpt(j) ? 1 : 0;
@@ -320,11 +331,13 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every) {
 
   // Backward walks the layers from the last; before layer j runs, layers < j still hold their
   // activations, layers > j have produced their gradients. Track the largest moment.
-  i64 best = -1, ck_below = n_ckpt, full_below = L - n_ckpt;
+  i64 best = -1, ck_below = n_ckpt, full_below = L - n_ckpt, kept_below = n_kept;
   for (i64 j = L - 1; j >= 0; --j) {
     const bool c = is_ckpt(j);
     if (c) --ck_below;
     else --full_below;
+    // Layer j's own kept output is the recomputed layer's attention output (in layer_full).
+    if (keeps[static_cast<std::size_t>(j)]) --kept_below;
     const i64 galore = t.grads_persistent ? t.galore_accum : t.galore_accum * (L - 1 - j) / L;
     const i64 grads = (t.grads_persistent ? grads_all : t.grads_other - t.grads_embed + t.grads_layers * (L - 1 - j) / L) +
                       galore;
@@ -333,9 +346,10 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every) {
     const i64 acts_in = t.offload_acts ? std::min<i64>(ck_below, 1) * t.layer_in : ck_below * t.layer_in;
     const i64 acts_full = full_below * t.layer_full;
     const i64 cur = c ? t.layer_full + t.recompute_extra : t.layer_full;
-    const i64 live = acts_in + acts_full + cur + grads;
+    const i64 live = acts_in + acts_full + cur + grads + kept_below * t.attn_kept;
     if (live > best) {
       best = live;
+      e.bwd_kept = kept_below * t.attn_kept;
       e.bwd_inputs = acts_in + (c ? t.recompute_extra : 0);
       e.bwd_full = acts_full + (c ? 0 : t.layer_full);
       e.bwd_recompute = c ? t.layer_full : 0;
@@ -344,8 +358,9 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every) {
     }
   }
   const i64 ws = std::max(t.bwd_mlp, t.bwd_attn + t.a2a + t.ring) + t.layer_grads_tmp;
+  e.stored_kept = n_kept * t.attn_kept;
   e.phase_bytes[0] = fixed_static + (t.grads_persistent ? grads_all + t.galore_accum : 0) + t.misc + e.stored_inputs +
-                     e.stored_full + t.loss;
+                     e.stored_full + e.stored_kept + t.loss;
   e.phase_bytes[1] = fixed_static + t.misc + best + ws + t.grad_buckets;
   e.phase_bytes[2] = fixed_static + grads_all + t.galore_accum + t.step_tmp + t.grad_buckets;
   for (int k = 1; k < 3; ++k)
@@ -353,6 +368,20 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every) {
   e.fragmentation = fragmentation_of(e.phase_bytes[e.phase]);
   e.peak = e.phase_bytes[e.phase] + e.fragmentation + t.runtime + t.nccl;
   return e;
+}
+
+std::int64_t choose_kept_attention(const Terms& t, const std::string& keep, std::int64_t ckpt, std::int64_t every) {
+  if (t.attn_kept <= 0 || keep == "none") return 0;
+  i64 n_ckpt = 0;
+  for (i64 j = 0; j < t.layers; ++j) n_ckpt += (every > 0 ? j % every == 0 : j < ckpt) ? 1 : 0;
+  if (keep == "all") return n_ckpt;
+  if (!t.cuda) return 0;  // auto: the engine keeps attention on GPUs only
+  // Keeping is for speed, so auto stops short of the capacity by the planner's error margin
+  // (memory_planner.h): the most kept layers whose plan stays below that line.
+  const auto line = static_cast<i64>((1.0 - planner::kKeptAttentionMargin) * static_cast<double>(t.capacity));
+  i64 best = 0;
+  for (i64 k = 1; k <= n_ckpt && evaluate(t, ckpt, every, k).peak <= line; ++k) best = k;
+  return best;
 }
 
 std::int64_t choose_checkpointing(const Terms& t, const CheckpointPolicy& p, std::int64_t* every) {

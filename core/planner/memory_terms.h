@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "config/model_config.h"
 #include "planner/memory_planner.h"
@@ -60,6 +61,7 @@ struct Terms {
   std::int64_t mlp_input_extra = 0;   // the MLP input per token, kept whole by the tiles when the MLP did not save it
   std::int64_t bwd_mlp_h = 0, bwd_mlp_i = 0;  // MLP backward working set per token: hidden-sized and intermediate-sized parts
   std::int64_t mlp_tile = 0;          // tokens per tile; 0 = untiled
+  std::int64_t attn_kept = 0;         // one layer's kept attention output + log-sum-exp (keep_attention); 0 = n/a
 
   // working sets
   std::int64_t loss = 0;
@@ -96,10 +98,17 @@ struct Eval {
   std::int64_t bwd_inputs = 0, bwd_full = 0, bwd_recompute = 0, bwd_grads = 0;
   std::int64_t bwd_galore = 0;  // GaLore rank-r gradients of the layers above the peak
   std::int64_t host_acts = 0;
+  std::int64_t kept_layers = 0, stored_kept = 0, bwd_kept = 0;  // kept attention outputs
 };
 
 // checkpointed layers: every == 0 → layers [0, ckpt); every == K → layers 0, K, 2K, ….
-Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every);
+// kept: the last `kept` checkpointed layers keep their attention output (t.attn_kept each)
+// from forward until their backward.
+Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_t kept = 0);
+
+// How many checkpointed layers keep their attention output: keep_attention all = every one,
+// none = 0, auto = as many as keep the plan within capacity.
+std::int64_t choose_kept_attention(const Terms& t, const std::string& keep, std::int64_t ckpt, std::int64_t every);
 std::int64_t fragmentation_of(std::int64_t allocator_bytes);
 
 // The checkpointed-layer count for the configured policy; for auto the fewest first layers

@@ -259,39 +259,65 @@ model::AttentionBackend attention_backend_for(const std::string& impl) {
   return model::AttentionBackend::CuDNN;
 }
 
-// Which layers recompute their activations, and the tiled MLP's tile (docs/training.md,
-// activation checkpointing and tiled MLP): as configured, or the memory planner's choice
-// for auto on a GPU.
-std::vector<bool> checkpoint_layers(const TrainConfig& c, const HfModelConfig& m, const torch::Device& device,
-                                    std::string* why, std::int64_t* mlp_tile) {
+// The memory policy of a run (docs/training.md: activation checkpointing, tiled MLP, kept
+// attention): as configured, or the memory planner's choice for auto on a GPU.
+struct MemoryPolicy {
+  std::vector<bool> checkpoint;      // layers recomputed in backward
+  std::vector<bool> keep_attention;  // checkpointed layers keeping their attention output
+  std::int64_t mlp_tile = 0;
+  std::string why;
+};
+
+MemoryPolicy memory_policy(const TrainConfig& c, const HfModelConfig& m, const torch::Device& device) {
   const auto n = static_cast<std::size_t>(m.num_hidden_layers);
   CheckpointPolicy policy;
   parse_checkpoint_policy(c.activation_checkpointing, &policy);
   std::optional<MemoryPlan> plan;
-  if (device.is_cuda() && (policy.kind == CheckpointPolicy::Auto || c.mlp_tile_tokens == 0)) {
+  if (device.is_cuda() &&
+      (policy.kind == CheckpointPolicy::Auto || c.mlp_tile_tokens == 0 || c.keep_attention == "auto")) {
     PlannerOptions po;
     po.gpu_memory_bytes = device_memory_bytes(device);
     plan = plan_memory(c, m, po);
   }
-  *mlp_tile = c.mlp_tile_tokens > 0 ? c.mlp_tile_tokens : plan ? plan->mlp_tile_tokens : 0;
-  std::vector<bool> layers(n, false);
+  MemoryPolicy mp;
+  mp.mlp_tile = c.mlp_tile_tokens > 0 ? c.mlp_tile_tokens : plan ? plan->mlp_tile_tokens : 0;
+  mp.checkpoint.assign(n, false);
   switch (policy.kind) {
-    case CheckpointPolicy::None: *why = "none (activation_checkpointing: none)"; return layers;
-    case CheckpointPolicy::All: *why = "every layer (activation_checkpointing: all)"; return std::vector<bool>(n, true);
+    case CheckpointPolicy::None: mp.why = "none (activation_checkpointing: none)"; break;
+    case CheckpointPolicy::All:
+      mp.checkpoint.assign(n, true);
+      mp.why = "every layer (activation_checkpointing: all)";
+      break;
     case CheckpointPolicy::EveryK:
-      for (std::size_t i = 0; i < n; i += static_cast<std::size_t>(policy.every)) layers[i] = true;
-      *why = "every " + std::to_string(policy.every) + "th layer";
-      return layers;
-    case CheckpointPolicy::Auto: break;
+      for (std::size_t i = 0; i < n; i += static_cast<std::size_t>(policy.every)) mp.checkpoint[i] = true;
+      mp.why = "every " + std::to_string(policy.every) + "th layer";
+      break;
+    case CheckpointPolicy::Auto:
+      if (!plan) {
+        mp.why = "none (auto on the CPU: memory is not the limit)";
+        break;
+      }
+      for (std::size_t i = 0; i < n; ++i) mp.checkpoint[i] = checkpoints_layer(*plan, static_cast<std::int64_t>(i));
+      mp.why = std::to_string(plan->checkpointed_layers) + " of " + std::to_string(n) +
+               " layers (auto: the fewest that fit the memory planner's budget, predicted peak " +
+               gib(plan->peak_bytes) + ")";
+      break;
   }
-  if (!plan) {
-    *why = "none (auto on the CPU: memory is not the limit)";
-    return layers;
+  // Kept attention: every checkpointed layer (all), none, or the last ones the plan keeps
+  // (auto; the plan's checkpointed layers are the engine's when both are auto, and otherwise
+  // the plan was made for the configured policy).
+  mp.keep_attention.assign(n, false);
+  std::int64_t kept = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const bool keep = c.keep_attention == "all" ? mp.checkpoint[i]
+                      : c.keep_attention == "auto" && plan ? keeps_attention(*plan, static_cast<std::int64_t>(i))
+                                                           : false;
+    mp.keep_attention[i] = keep && mp.checkpoint[i];
+    kept += mp.keep_attention[i] ? 1 : 0;
   }
-  for (std::size_t i = 0; i < n; ++i) layers[i] = checkpoints_layer(*plan, static_cast<std::int64_t>(i));
-  *why = std::to_string(plan->checkpointed_layers) + " of " + std::to_string(n) +
-         " layers (auto: the fewest that fit the memory planner's budget, predicted peak " + gib(plan->peak_bytes) + ")";
-  return layers;
+  if (kept > 0) mp.why += "; " + std::to_string(kept) + " of them keep their attention output";
+  if (mp.mlp_tile > 0) mp.why += "; tiled MLP, " + std::to_string(mp.mlp_tile) + " tokens per tile";
+  return mp;
 }
 
 struct Data {
@@ -633,13 +659,13 @@ int run_training(const TrainConfig& c, const run::RunDir& dir, const TrainerOpti
       contents.lora = ls;
     }
     contents.base_model = c.model;
-    std::string why;
-    std::int64_t mlp_tile = 0;
-    ckpt_layers = checkpoint_layers(c, hf, device, &why, &mlp_tile);
+    const MemoryPolicy memory = memory_policy(c, hf, device);
+    const std::string& why = memory.why;
+    ckpt_layers = memory.checkpoint;
     lm->set_checkpoint_layers(ckpt_layers);
+    lm->set_keep_attention_layers(memory.keep_attention);
     lm->set_offload_checkpoints(c.offload_activations);
-    lm->set_mlp_tile_tokens(mlp_tile);
-    if (mlp_tile > 0) why += "; tiled MLP, " + std::to_string(mlp_tile) + " tokens per tile";
+    lm->set_mlp_tile_tokens(memory.mlp_tile);
 
     // ---- schedule
     const std::int64_t batch = c.per_device_train_batch_size, accum = c.gradient_accumulation_steps;

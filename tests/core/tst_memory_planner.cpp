@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/memory_planner.h"
+#include "planner/memory_terms.h"
 
 using namespace odyssey;
 
@@ -44,6 +45,7 @@ TrainConfig tiny_lora() {
   c.torch_dtype = "bfloat16", c.device = "cuda";
   c.lora_rank = 4, c.lora_dropout = 0.0, c.max_length = 128;
   c.activation_checkpointing = "none";
+  c.keep_attention = "none";  // as the measured rows ran; keepAttention tests the policy
   return c;
 }
 
@@ -51,6 +53,7 @@ TrainConfig lora_7b(std::int64_t len, bool fused) {
   TrainConfig c;
   c.lora_rank = 16, c.lora_dropout = 0.0, c.max_length = len, c.fused_kernels = fused;
   c.activation_checkpointing = "all";
+  c.keep_attention = "none";  // as the measured rows ran; keepAttention tests the policy
   return c;
 }
 
@@ -355,6 +358,46 @@ class TestMemoryPlanner : public QObject {
     o.gpu_memory_bytes = long_seq.peak_bytes - 1;
     const MemoryPlan tighter = plan_memory(c, m, o);
     QVERIFY(tighter.checkpointed_layers > long_seq.checkpointed_layers || !tighter.fits);
+  }
+
+  // keep_attention: all keeps every checkpointed layer's output, none none, auto as many of
+  // the last checkpointed layers as stay 8% below the capacity (a speed option must not risk
+  // running out); each costs the layer's output and fp32 log-sum-exp; not under sequence
+  // parallelism; on the CPU auto keeps none.
+  void keepAttention() {
+    const HfModelConfig m = qwen25_7b();
+    TrainConfig c = lora_7b(131072, true);
+    c.offload_activations = true;
+    const MemoryPlan none = plan_memory(c, m);
+    QCOMPARE(none.attention_kept_layers, std::int64_t{0});
+    c.keep_attention = "all";
+    const MemoryPlan all = plan_memory(c, m);
+    QCOMPARE(all.attention_kept_layers, std::int64_t{28});
+    const std::int64_t each = 131072LL * (3584 * 2 + 28 * 4);
+    QCOMPARE(item(all, "kept attention outputs"), 27 * each);  // at the backward peak: the layers below the top
+    c.keep_attention = "auto";
+    QCOMPARE(plan_memory(c, m).attention_kept_layers, std::int64_t{28});  // an H200 holds them all at 128K
+    PlannerOptions gpu80;
+    gpu80.gpu_memory_bytes = 80LL << 30;
+    const MemoryPlan automatic = plan_memory(c, m, gpu80);
+    QVERIFY(automatic.attention_kept_layers > 0 && automatic.attention_kept_layers < 28);
+    // Auto stopped at the line, not earlier: one more kept layer crosses it.
+    const planner_detail::Terms t = planner_detail::compute_terms(c, m, gpu80);
+    QVERIFY(planner_detail::evaluate(t, 28, 0, automatic.attention_kept_layers + 1).peak >
+            static_cast<std::int64_t>(0.92 * static_cast<double>(automatic.capacity_bytes)));
+    QVERIFY(automatic.peak_bytes <= static_cast<std::int64_t>(0.92 * static_cast<double>(automatic.capacity_bytes)));
+    // The last checkpointed layers keep (backward frees theirs first).
+    QVERIFY(keeps_attention(automatic, 27));
+    QVERIFY(!keeps_attention(automatic, 0));
+    QVERIFY(!keeps_attention(automatic, 27 - automatic.attention_kept_layers));
+    QVERIFY(keeps_attention(automatic, 28 - automatic.attention_kept_layers));
+    // Sequence parallelism keeps none; the CPU's auto keeps none.
+    TrainConfig sp = c;
+    sp.keep_attention = "auto", sp.sequence_parallel_size = 2, sp.nproc_per_node = 2;
+    QCOMPARE(plan_memory(sp, m).attention_kept_layers, std::int64_t{0});
+    TrainConfig cpu = c;
+    cpu.keep_attention = "auto", cpu.device = "cpu", cpu.offload_activations = false;
+    QCOMPARE(plan_memory(cpu, m).attention_kept_layers, std::int64_t{0});
   }
 
   void largestMaxLength() {

@@ -226,6 +226,27 @@ class TstTrainParity : public QObject {
     check_loop("full", false, [](CausalLM& lm) { lm->set_mlp_tile_tokens(7); });
   }
 
+  // Kept attention: every layer checkpointed, and its recomputation takes the attention output
+  // kept from forward (LseAttention's explicit-softmax kernel on the CPU) instead of running
+  // attention again; against the same oracles, with and without the tiled MLP.
+  void loraKeptAttentionMatchesPeft() {
+    check_loop("lora", true, [](CausalLM& lm) {
+      const auto n = static_cast<std::size_t>(lm->config().hf.num_hidden_layers);
+      lm->set_checkpoint_layers(std::vector<bool>(n, true));
+      lm->set_keep_attention_layers(std::vector<bool>(n, true));
+      lm->set_mlp_tile_tokens(6);
+    });
+  }
+  void fullKeptAttentionMatchesTransformers() {
+    check_loop("full", false, [](CausalLM& lm) {
+      const auto n = static_cast<std::size_t>(lm->config().hf.num_hidden_layers);
+      lm->set_checkpoint_layers(std::vector<bool>(n, true));
+      std::vector<bool> keep(n, false);
+      keep.back() = true;  // one layer keeps, the others recompute
+      lm->set_keep_attention_layers(keep);
+    });
+  }
+
   void checkpointedEqualsPlain() {
     const Reference& R = reference("lora");
     const auto steps = batches(R);
