@@ -6,7 +6,10 @@
 #             odyssey-bench: the fast mode (fused kernels, cuDNN attention, the planner's
 #             checkpointing) and the lean mode (every layer checkpointed, inputs offloaded)
 #   hf        tests/bench/hf_bench.py, transformers + PEFT on the same shapes
-#   long      7B LoRA, one step at 128K/256K/512K tokens (LONG_SEQS) in the lean mode
+#   long      7B LoRA, one step at 128K/256K/512K tokens (LONG_SEQS) in the lean mode (tiled MLP
+#             and kept attention as the planner chooses: auto)
+#   kept      7B LoRA 128K lean, one step with every attention recomputed and one with kept
+#             attention outputs (keep_attention none vs auto)
 #   compare   tests/bench/compare.py over everything in $OUT
 # `bash tests/bench/run_kernels_h200.sh build selftest odyssey-7b` runs those phases in order.
 # Results go to $OUT (or ./bench-out).
@@ -61,6 +64,12 @@ for p in "$@"; do
     for s in ${LONG_SEQS:-131072 262144 524288}; do
       $B --label lean --checkpointing all --offload on --shape qwen2.5-7b --mode lora --seq $s --steps 1 --warmup 0 \
         --out "$OUT/long.jsonl" | cut -c1-600
+    done ;;
+  kept)
+    phase kept
+    for k in none auto; do
+      $B --label "lean, keep_attention $k" --checkpointing all --offload on --keep-attention $k --shape qwen2.5-7b \
+        --mode lora --seq 131072 --steps 1 --warmup 1 --out "$OUT/kept.jsonl" | cut -c1-600
     done ;;
   compare)
     phase compare
