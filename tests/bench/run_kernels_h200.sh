@@ -69,7 +69,7 @@ for p in "$@"; do
     phase kept
     for k in none auto; do
       $B --label "lean, keep_attention $k" --checkpointing all --offload on --keep-attention $k --shape qwen2.5-7b \
-        --mode lora --seq 131072 --steps 1 --warmup 1 --out "$OUT/kept.jsonl" | cut -c1-600
+        --mode lora --seq 131072 --steps 1 --warmup 0 --out "$OUT/kept.jsonl" | cut -c1-600
     done ;;
   compare)
     phase compare
