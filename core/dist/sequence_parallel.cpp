@@ -231,7 +231,7 @@ struct ZigzagRows {
     torch::Tensor take(const torch::Tensor& x) const { return index.defined() ? x.index_select(0, index) : x.narrow(0, offset, count); }
     // x[rows] += y (rows of x along dim `dim`)
     void add(torch::Tensor& x, const torch::Tensor& y, int dim = 0) const {
-      if (index.defined()) x.index_add_(dim, index, y);
+      if (index.defined()) x.index_add_(dim, index, y.to(x.scalar_type()));
       else x.narrow(dim, offset, count).add_(y);
     }
   };
@@ -359,7 +359,7 @@ struct RingFlashFn : public torch::autograd::Function<RingFlashFn> {
                                              krows.cu, qrows.max, krows.max, part == Part::Diagonal, scale);
       qrows.add(dq, dqb);
       torch::Tensor dkv = torch::zeros(kv.sizes(), kv.options().dtype(torch::kFloat32));
-      krows.add(dkv, torch::cat({dkb, dvb}, 1));
+      krows.add(dkv, torch::cat({dkb, dvb.to(dkb.scalar_type())}, 1));
       if (dkv_in) dkv.add_(dkv_in->wait());
       // On to the next rank, which holds this block next step; after R hops it is home.
       dkv_in = ring->start_send_recv(dkv, (r + 1) % R, (r - 1 + R) % R);

@@ -85,7 +85,8 @@ class LseAttention {
   std::pair<torch::Tensor, torch::Tensor> forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                                   const torch::Tensor& cu_q, const torch::Tensor& cu_k,
                                                   std::int64_t max_q, std::int64_t max_k, bool causal, double scale);
-  // dq [nq, Hq, D], dk and dv [nk, Hkv, D], fp32; `out` and `lse` are the final ones of these
+  // dq [nq, Hq, D], dk and dv [nk, Hkv, D]: in the kernel's dtype (fp32 for Math; dK/dV of
+  // heads repeated for cuDNN are summed in fp32); `out` and `lse` are the final ones of these
   // queries (when attention was split, the merged ones: then these are this part's terms).
   std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> backward(
       const torch::Tensor& dout, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

@@ -176,9 +176,12 @@ void add_items(MemoryPlan& plan, const Terms& t, const Eval& e, const TrainConfi
                " (output and log-sum-exp; their recomputation skips the attention forward)",
            acts_at_peak);
   }
-  const bool attn_side = t.bwd_attn + t.a2a + t.ring > t.bwd_mlp;
-  ib.add("layer backward working set", "activations", attn_side ? t.bwd_attn : t.bwd_mlp,
-         attn_side ? "attention backward: dq/dk/dv, fp32 dq accumulator"
+  const std::int64_t bwd_attn = e.kept_layers > 0 ? t.bwd_attn_kept : t.bwd_attn;
+  const bool attn_side = bwd_attn + t.a2a + t.ring > t.bwd_mlp;
+  ib.add("layer backward working set", "activations", attn_side ? bwd_attn : t.bwd_mlp,
+         attn_side ? (e.kept_layers > 0 && t.bwd_attn_kept > t.bwd_attn
+                          ? "attention backward from a kept output: dq/dk/dv, K/V repeated to the query heads"
+                          : "attention backward: dq/dk/dv, fp32 dq accumulator")
          : t.mlp_tile > 0 ? "MLP backward of one " + num(t.mlp_tile) + "-token tile: its gate, up, act and their gradients"
                           : std::string("MLP backward: gradients of gate, up, act"),
          ph == 1);

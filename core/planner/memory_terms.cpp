@@ -288,6 +288,10 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   t.bwd_mlp_i = (t.fused ? 3 : 4) * b * s.i - (needs_shared(Down) ? b * s.i : 0);
   t.bwd_mlp = T * (t.bwd_mlp_h + t.bwd_mlp_i);
   t.bwd_attn = T * (b * (3 * s.h + 2 * s.q + 2 * kv_eff) + 4 * s.q + 4 * s.H) + eager_sq;
+  // A kept layer's attention backward calls cuDNN's kernel directly, which takes K and V with
+  // the query heads' count: K/V repeated, their gradients in that shape, then summed per KV
+  // head in fp32 (model/attention.cpp, LseAttention).
+  t.bwd_attn_kept = t.bwd_attn + (kv_eff < s.q ? T * (2 * b * s.q + 2 * b * (s.q - kv_eff) + 2 * 4 * kv_eff) : 0);
   if (u > 1) t.a2a = T * 2 * b * (s.q + 2 * kv_eff);
   if (p.ring > 1) {
     const i64 chunk = T * kv_eff * 2 * b;
@@ -357,7 +361,7 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_
       e.bwd_galore = galore;
     }
   }
-  const i64 ws = std::max(t.bwd_mlp, t.bwd_attn + t.a2a + t.ring) + t.layer_grads_tmp;
+  const i64 ws = std::max(t.bwd_mlp, (n_kept > 0 ? t.bwd_attn_kept : t.bwd_attn) + t.a2a + t.ring) + t.layer_grads_tmp;
   e.stored_kept = n_kept * t.attn_kept;
   e.phase_bytes[0] = fixed_static + (t.grads_persistent ? grads_all + t.galore_accum : 0) + t.misc + e.stored_inputs +
                      e.stored_full + e.stored_kept + t.loss;

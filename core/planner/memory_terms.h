@@ -67,6 +67,7 @@ struct Terms {
   std::int64_t loss = 0;
   std::int64_t bwd_mlp = 0;
   std::int64_t bwd_attn = 0;
+  std::int64_t bwd_attn_kept = 0;  // the same for a layer that kept its attention output (LseAttention)
   std::int64_t a2a = 0;
   std::int64_t ring = 0;
   std::int64_t layer_grads_tmp = 0;  // one layer's transient gradients (and GaLore's per-layer update)
