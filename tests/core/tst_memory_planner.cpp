@@ -380,6 +380,17 @@ class TestMemoryPlanner : public QObject {
     const MemoryPlan p = plan_memory(c, m);
     QVERIFY(p.attention_kept_layers < 17);
     QCOMPARE(p.mlp_tile_tokens, std::int64_t{16384});
+    // 128K, same settings, measured the same day with no layer and with all 28 layers keeping
+    // their attention output: 47.07 and 70.93 GiB.
+    TrainConfig k128 = lora_7b(131072, true);
+    k128.offload_activations = true;
+    for (const auto& [keep, gib] : {std::pair<const char*, double>{"none", 47.07}, {"all", 70.93}}) {
+      k128.keep_attention = keep;
+      const MemoryPlan q = plan_memory(k128, m);
+      const double planned = static_cast<double>(q.allocated_bytes()) / static_cast<double>(1LL << 30);
+      qInfo("128K keep_attention %s: predicted %.2f GiB, measured %.2f GiB", keep, planned, gib);
+      QVERIFY(std::abs(planned - gib) / gib <= 0.10);
+    }
   }
 
   // keep_attention: all keeps every checkpointed layer's output, none none, auto as many of
