@@ -150,6 +150,38 @@ void sync(const torch::Device& d) {
   if (d.is_cuda()) torch::cuda::synchronize(d.index());
 }
 
+// Loss and every gradient of a 2-layer model, for the model-level checks.
+struct Grads {
+  double loss = 0;
+  std::map<std::string, torch::Tensor> g;
+};
+Grads grads_of(model::CausalLM& lm, double loss) {
+  Grads out;
+  out.loss = loss;
+  for (auto& p : lm->named_parameters(true))
+    if (p.value().grad().defined()) out.g[p.key()] = p.value().grad().to(torch::kFloat32).clone();
+  return out;
+}
+Grads loss_and_grads(model::CausalLM& lm, const train::PackedRow& row) {  // on one packed row
+  lm->zero_grad();
+  const torch::Tensor loss = train::row_loss_sum(lm, row);
+  loss.backward();
+  return grads_of(lm, loss.item<double>());
+}
+
+// Worst relative gradient difference (max |a − b| / max |b| per tensor) and its tensor.
+std::pair<double, std::string> worst_grad(const Grads& a, const Grads& b) {
+  double worst = 0;
+  std::string name;
+  for (const auto& [k, gb] : b.g) {
+    const auto it = a.g.find(k);
+    const double scale = gb.abs().max().item<double>();
+    const double e = it == a.g.end() ? INFINITY : scale > 0 ? (it->second - gb).abs().max().item<double>() / scale : 0;
+    if (e > worst) worst = e, name = k;
+  }
+  return {worst, name};
+}
+
 // The packed (varlen) loss and gradients equal those of each sample alone.
 bool check_packing(const DecoderConfig& base, const torch::Device& device, torch::Dtype dtype) {
   DecoderConfig c = base;
@@ -173,11 +205,7 @@ bool check_packing(const DecoderConfig& base, const torch::Device& device, torch
   auto row = train::make_packed_row(torch::cat(ids).view({1, -1}), torch::cat(labels).view({1, -1}),
                                     torch::cat(pos).view({1, -1}))
                  .to(device);
-  lm->zero_grad();
-  const torch::Tensor packed = train::row_loss_sum(lm, row);
-  packed.backward();
-  std::map<std::string, torch::Tensor> g_packed;
-  for (auto& p : lm->named_parameters(true)) g_packed[p.key()] = p.value().grad().to(torch::kFloat32).clone();
+  const Grads packed = loss_and_grads(lm, row);
   lm->zero_grad();
   torch::Tensor alone = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
   for (std::size_t i = 0; i < lens.size(); ++i) {
@@ -189,18 +217,8 @@ bool check_packing(const DecoderConfig& base, const torch::Device& device, torch
     l.backward();
     alone = alone + l.detach();
   }
-  const double lp = packed.item<double>(), la = alone.item<double>();
-  double worst = 0;
-  std::string worst_name;
-  for (auto& p : lm->named_parameters(true)) {
-    const torch::Tensor a = p.value().grad().to(torch::kFloat32), b = g_packed[p.key()];
-    const double scale = a.abs().max().item<double>();
-    const double e = scale > 0 ? (a - b).abs().max().item<double>() / scale : 0;
-    if (e > worst) {
-      worst = e;
-      worst_name = p.key();
-    }
-  }
+  const double lp = packed.loss, la = alone.item<double>();
+  const auto [worst, worst_name] = worst_grad(packed, grads_of(lm, la));
   const double rel = std::abs(lp - la) / std::abs(la);
   const bool half = dtype != torch::kFloat32;
   const double tol_loss = half ? 2e-2 : 1e-5, tol_grad = half ? 5e-2 : 1e-4;
@@ -249,35 +267,6 @@ TrainConfig bench_config(const Options& o, const std::string& mode, std::int64_t
   c.zero_stage = o.optimizer == "zero1" ? 1 : o.optimizer.starts_with("zero2") ? 2 : 0;
   c.offload_optimizer = o.optimizer == "zero2-offload";
   return c;
-}
-
-// Loss and every gradient of a 2-layer model on one packed row, for the model-level checks.
-struct Grads {
-  double loss = 0;
-  std::map<std::string, torch::Tensor> g;
-};
-Grads loss_and_grads(model::CausalLM& lm, const train::PackedRow& row) {
-  lm->zero_grad();
-  const torch::Tensor loss = train::row_loss_sum(lm, row);
-  loss.backward();
-  Grads out;
-  out.loss = loss.item<double>();
-  for (auto& p : lm->named_parameters(true))
-    if (p.value().grad().defined()) out.g[p.key()] = p.value().grad().to(torch::kFloat32).clone();
-  return out;
-}
-
-// Worst relative gradient difference (max |a − b| / max |b| per tensor) and its tensor.
-std::pair<double, std::string> worst_grad(const Grads& a, const Grads& b) {
-  double worst = 0;
-  std::string name;
-  for (const auto& [k, gb] : b.g) {
-    const auto it = a.g.find(k);
-    const double scale = gb.abs().max().item<double>();
-    const double e = it == a.g.end() ? INFINITY : scale > 0 ? (it->second - gb).abs().max().item<double>() / scale : 0;
-    if (e > worst) worst = e, name = k;
-  }
-  return {worst, name};
 }
 
 // The fused kernels against the reference ops, and checkpoint offload against keeping the

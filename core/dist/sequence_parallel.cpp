@@ -272,8 +272,16 @@ ZigzagRows zigzag_rows(const std::vector<std::int64_t>& half, const torch::Devic
 // Which part of a step's block is visible to this rank's queries, by the zigzag layout:
 // the own block causally; a block from an earlier rank whole, for all queries but only its
 // first halves of K/V; a block from a later rank whole, for the second halves of Q only.
-enum class Part { Diagonal, EarlierBlock, LaterBlock };
-Part part_of(int src, int rank) { return src == rank ? Part::Diagonal : (src < rank ? Part::EarlierBlock : Part::LaterBlock); }
+struct StepRows {
+  const ZigzagRows::Rows& q;   // the queries that see the block
+  const ZigzagRows::Rows& kv;  // the rows of the block they see
+  bool causal;                 // the diagonal block
+};
+StepRows step_rows(const ZigzagRows& z, int src, int rank) {
+  if (src == rank) return {z.all, z.all, true};
+  if (src < rank) return {z.all, z.first, false};
+  return {z.second, z.all, false};
+}
 
 struct RingFlashFn : public torch::autograd::Function<RingFlashFn> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
@@ -292,12 +300,11 @@ struct RingFlashFn : public torch::autograd::Function<RingFlashFn> {
       const int src = (r - s + R) % R;
       std::unique_ptr<PendingExchange> next;
       if (s + 1 < R) next = ring->start_send_recv(kv, (r + 1) % R, (r - 1 + R) % R);
-      const Part part = part_of(src, r);
-      const ZigzagRows::Rows& qrows = part == Part::LaterBlock ? z.second : z.all;
-      const ZigzagRows::Rows& krows = part == Part::EarlierBlock ? z.first : z.all;
+      const StepRows rows = step_rows(z, src, r);
+      const ZigzagRows::Rows &qrows = rows.q, &krows = rows.kv;
       const torch::Tensor kb = krows.take(kv);
       auto [ob16, lb] = kernel.forward(qrows.take(q), kb.narrow(1, 0, hk), kb.narrow(1, hk, hk), qrows.cu, krows.cu,
-                                       qrows.max, krows.max, part == Part::Diagonal, scale);
+                                       qrows.max, krows.max, rows.causal, scale);
       const torch::Tensor ob = ob16.to(torch::kFloat32);
       if (s == 0) {  // the diagonal block: every query sees at least itself
         out = ob.contiguous();
@@ -348,15 +355,14 @@ struct RingFlashFn : public torch::autograd::Function<RingFlashFn> {
       const int src = (r - s + R) % R;
       std::unique_ptr<PendingExchange> next;
       if (s + 1 < R) next = ring->start_send_recv(kv, (r + 1) % R, (r - 1 + R) % R);
-      const Part part = part_of(src, r);
-      const ZigzagRows::Rows& qrows = part == Part::LaterBlock ? z.second : z.all;
-      const ZigzagRows::Rows& krows = part == Part::EarlierBlock ? z.first : z.all;
+      const StepRows rows = step_rows(z, src, r);
+      const ZigzagRows::Rows &qrows = rows.q, &krows = rows.kv;
       const torch::Tensor kb = krows.take(kv);
       // The block's share of the gradient, with the final output and log-sum-exp of these
       // queries (the softmax over every block): exactly this block's terms.
       auto [dqb, dkb, dvb] = kernel.backward(qrows.take(dout), qrows.take(q), kb.narrow(1, 0, hk), kb.narrow(1, hk, hk),
                                              qrows.take(out), qrows.take(lse.transpose(0, 1)).transpose(0, 1), qrows.cu,
-                                             krows.cu, qrows.max, krows.max, part == Part::Diagonal, scale);
+                                             krows.cu, qrows.max, krows.max, rows.causal, scale);
       qrows.add(dq, dqb);
       torch::Tensor dkv = torch::zeros(kv.sizes(), kv.options().dtype(torch::kFloat32));
       krows.add(dkv, torch::cat({dkb, dvb.to(dkb.scalar_type())}, 1));

@@ -75,7 +75,6 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   const i64 b = c.torch_dtype == "float32" || (c.torch_dtype == "auto" && !t.cuda) ? 4 : 2;
   t.act_b = b;
   t.lora = uses_lora(c);
-  t.fused_requested = c.fused_kernels;
   t.fused = c.fused_kernels && !t.hf;  // the fused ops run on CUDA and, as ATen ops, elsewhere
   t.layout = parallel_layout(c, s.Hkv);
   const ParallelLayout& p = t.layout;

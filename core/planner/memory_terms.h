@@ -18,7 +18,6 @@ struct Terms {
   bool hf = false;        // PlannerReference::HfPeft
   bool lora = true;
   bool fused = true;      // fused kernels in effect (CUDA, Odyssey, fused_kernels: true)
-  bool fused_requested = true;
   std::int64_t layers = 0;
   std::int64_t capacity = 0;
   std::int64_t act_b = 2;     // bytes of an activation / weight element
