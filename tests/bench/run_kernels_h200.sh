@@ -42,13 +42,13 @@ for p in "$@"; do
     $B --check --shape qwen2.5-7b --mode lora --seq 4096 --steps 1 --warmup 1 --out "$OUT/check.jsonl" | tail -2
     $B --label fast --checkpointing auto --shape qwen2.5-7b --mode lora --seq 32768,16384,4096 --steps 3 --warmup 2 \
       --out "$OUT/odyssey.jsonl" | cut -c1-600
-    $B --label lean --checkpointing all --offload on --shape qwen2.5-7b --mode lora --seq 32768 --steps 3 --warmup 2 \
+    $B --label lean --checkpointing all --offload on --keep-attention none --shape qwen2.5-7b --mode lora --seq 32768 --steps 3 --warmup 2 \
       --out "$OUT/odyssey.jsonl" | cut -c1-600 ;;
   odyssey-05b)
     phase odyssey-05b
     $B --label fast --checkpointing auto --shape qwen2.5-0.5b --mode full,lora --seq 32768,16384 --steps 3 --warmup 2 \
       --out "$OUT/odyssey.jsonl" | cut -c1-600
-    $B --label lean --checkpointing all --offload on --shape qwen2.5-0.5b --mode full --seq 32768 --steps 3 --warmup 2 \
+    $B --label lean --checkpointing all --offload on --keep-attention none --shape qwen2.5-0.5b --mode full --seq 32768 --steps 3 --warmup 2 \
       --out "$OUT/odyssey.jsonl" | cut -c1-600 ;;
   reference)
     phase "odyssey reference ops"
