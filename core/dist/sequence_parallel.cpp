@@ -218,7 +218,7 @@ struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
 
 }  // namespace
 
-// ---- ring attention on flash blocks ----------------------------------------------------------
+// ---- ring attention on fused kernels (cuDNN or varlen flash blocks) ---------------------------
 
 struct ZigzagRows {
   // Which rows of the shard a step uses: all, the first halves or the second halves of every
@@ -239,7 +239,6 @@ struct ZigzagRows {
 };
 
 namespace {
-
 
 ZigzagRows zigzag_rows(const std::vector<std::int64_t>& half, const torch::Device& device) {
   ZigzagRows z;
