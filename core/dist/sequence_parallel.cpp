@@ -5,8 +5,6 @@
 
 #include "model/attention.h"
 
-#include <ATen/SDPBackend.h>
-
 namespace odyssey::dist {
 
 using torch::autograd::AutogradContext;
@@ -406,22 +404,19 @@ RingSegments ring_segments(const torch::Tensor& shard_sample_ids) {
   return ring_segments(std::move(half), shard_sample_ids.device());
 }
 
-bool ring_flash_supported(const torch::Tensor& q) {
-  const bool half = q.scalar_type() == torch::kBFloat16 || q.scalar_type() == torch::kFloat16;
-  return q.is_cuda() && half && q.size(2) <= 256;
-}
-
 torch::Tensor ring_flash_attention(Group* ring, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                   const RingSegments& segments, double scale, model::AttentionBackend prefer) {
-  TORCH_CHECK(ring_flash_supported(q), "ring flash attention needs CUDA bf16/fp16 with head dim <= 256");
+                                   const RingSegments& segments, double scale, model::AttentionBackend prefer,
+                                   std::int64_t* ran) {
+  TORCH_CHECK(model::LseAttention::fused_supported(q), "ring flash attention needs CUDA bf16/fp16 with head dim <= 256");
   TORCH_CHECK(segments.tokens() == q.size(0), "ring attention: segments cover ", segments.tokens(), " tokens, the shard has ",
               q.size(0));
   TORCH_CHECK(q.size(1) % k.size(1) == 0, "ring_attention: ", q.size(1), " query heads over ", k.size(1), " KV heads");
   TORCH_CHECK(segments.rows && segments.rows->all.cu.device() == q.device(), "ring attention: segments made for ",
               segments.rows ? segments.rows->all.cu.device().str() : std::string("no device"), ", the shard is on ",
               q.device().str());
-  const bool cudnn =
-      model::LseAttention::choose(q, segments.half.size() == 1, prefer) == model::LseAttention::Kind::CuDNN;
+  const model::LseAttention::Kind kind = model::LseAttention::choose(q, segments.half.size() == 1, prefer);
+  if (ran) *ran = model::LseAttention::sdp_backend(kind);
+  const bool cudnn = kind == model::LseAttention::Kind::CuDNN;
   return RingFlashFn::apply(q.contiguous(), k.contiguous(), v.contiguous(), scale,
                             static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(ring)),
                             static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(segments.rows.get())), cudnn);
@@ -472,12 +467,8 @@ class SpAttention final : public model::AttentionOverride {
     }
     torch::Tensor out;
     if (ring_->size() > 1) {
-      if (ring_flash_supported(qq)) {
-        out = ring_flash_attention(ring_, qq, kk, vv, segments_, scale, prefer);
-        if (ran)
-          *ran = static_cast<std::int64_t>(segments_.half.size() == 1 && prefer != model::AttentionBackend::Flash
-                                               ? at::SDPBackend::cudnn_attention
-                                               : at::SDPBackend::flash_attention);
+      if (model::LseAttention::fused_supported(qq)) {
+        out = ring_flash_attention(ring_, qq, kk, vv, segments_, scale, prefer, ran);
       } else {
         out = ring_attention(ring_, qq, kk, vv, sample_ids_, positions_, scale);
         if (ran) *ran = -1;

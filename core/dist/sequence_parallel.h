@@ -86,9 +86,10 @@ RingSegments ring_segments(const torch::Tensor& shard_sample_ids);  // from one 
 // block computes. Kernel: cuDNN's SDPA when the shard is one sample and `prefer` is not
 // Flash, varlen flash attention otherwise. Exact like the reference path (ring_attention).
 // `segments` must outlive the backward pass.
+// Writes the kernel's at::SDPBackend to *ran when given. Needs LseAttention::fused_supported(q).
 torch::Tensor ring_flash_attention(Group* ring, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                   const RingSegments& segments, double scale, model::AttentionBackend prefer);
-bool ring_flash_supported(const torch::Tensor& q);
+                                   const RingSegments& segments, double scale, model::AttentionBackend prefer,
+                                   std::int64_t* ran = nullptr);
 torch::Tensor ring_attention(Group* ring, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              const torch::Tensor& sample_ids, const torch::Tensor& positions, double scale);
 

@@ -144,10 +144,23 @@ torch::Tensor pair_mask(const torch::Tensor& cu_q, const torch::Tensor& cu_k, st
 
 }  // namespace
 
-LseAttention::Kind LseAttention::choose(const torch::Tensor& q, bool one_sample, AttentionBackend prefer) {
+bool LseAttention::fused_supported(const torch::Tensor& q) {
   const bool half = q.scalar_type() == torch::kBFloat16 || q.scalar_type() == torch::kFloat16;
-  if (!q.is_cuda() || !half || q.size(-1) > 256) return Kind::Math;
+  return q.is_cuda() && half && q.size(-1) <= 256;
+}
+
+LseAttention::Kind LseAttention::choose(const torch::Tensor& q, bool one_sample, AttentionBackend prefer) {
+  if (!fused_supported(q)) return Kind::Math;
   return one_sample && prefer != AttentionBackend::Flash ? Kind::CuDNN : Kind::Flash;
+}
+
+std::int64_t LseAttention::sdp_backend(Kind kind) {
+  switch (kind) {
+    case Kind::CuDNN: return static_cast<std::int64_t>(at::SDPBackend::cudnn_attention);
+    case Kind::Flash: return static_cast<std::int64_t>(at::SDPBackend::flash_attention);
+    case Kind::Math: break;
+  }
+  return static_cast<std::int64_t>(at::SDPBackend::math);
 }
 
 torch::Tensor LseAttention::repeat(const torch::Tensor& x) const {
@@ -276,8 +289,7 @@ torch::Tensor varlen_causal_attention(const torch::Tensor& q, const torch::Tenso
                                       const torch::Tensor& cu_seqlens, std::int64_t max_seqlen, double scale,
                                       std::int64_t* ran) {
   const std::int64_t t = q.size(0);
-  const bool half = q.scalar_type() == torch::kBFloat16 || q.scalar_type() == torch::kFloat16;
-  if (q.is_cuda() && half && q.size(2) <= 256) {
+  if (LseAttention::fused_supported(q)) {
     const torch::Tensor cu = cu_seqlens.to(q.device(), torch::kInt32);
     auto out = at::_flash_attention_forward(q, k, v, cu, cu, max_seqlen, max_seqlen, 0.0, /*is_causal=*/true,
                                             /*return_debug_mask=*/false, scale);

@@ -77,6 +77,10 @@ class LseAttention {
   // The kernel for these inputs: Math off CUDA or outside flash's dtypes/head dims; CuDNN for
   // one sample unless Flash is preferred; else Flash.
   static Kind choose(const torch::Tensor& q, bool one_sample, AttentionBackend prefer);
+  // Whether the fused kernels take q (CUDA, bf16/fp16, head dim <= 256); Math otherwise.
+  static bool fused_supported(const torch::Tensor& q);
+  // The at::SDPBackend value reported for a kind (attention_backend_ran).
+  static std::int64_t sdp_backend(Kind kind);
 
   LseAttention(Kind kind, std::int64_t q_heads, std::int64_t kv_heads) : kind_(kind), hq_(q_heads), hkv_(kv_heads) {}
   Kind kind() const { return kind_; }

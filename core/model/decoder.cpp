@@ -1,7 +1,5 @@
 #include "model/decoder.h"
 
-#include <ATen/SDPBackend.h>
-
 #include <cmath>
 #include <utility>
 
@@ -131,15 +129,6 @@ struct StashedAttentionFn : public torch::autograd::Function<StashedAttentionFn>
   }
 };
 
-std::int64_t backend_of(LseAttention::Kind kind) {
-  switch (kind) {
-    case LseAttention::Kind::CuDNN: return static_cast<std::int64_t>(at::SDPBackend::cudnn_attention);
-    case LseAttention::Kind::Flash: return static_cast<std::int64_t>(at::SDPBackend::flash_attention);
-    case LseAttention::Kind::Math: break;
-  }
-  return static_cast<std::int64_t>(at::SDPBackend::math);
-}
-
 // Attention of a layer that keeps its output: computed with its log-sum-exp and kept in the
 // checkpointed (no-grad) forward; taken from the stash in the recomputation.
 torch::Tensor kept_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
@@ -153,12 +142,12 @@ torch::Tensor kept_attention(const torch::Tensor& q, const torch::Tensor& k, con
     st.lse = lse;
     st.kernel_tensors = kernel.saved_tensors();
     st.kernel_ints = kernel.saved_ints();
-    if (ran) *ran = backend_of(kernel.kind());
+    if (ran) *ran = LseAttention::sdp_backend(kernel.kind());
     return out;
   }
   TORCH_CHECK(st.out.defined(), "kept attention: the layer's recomputation found no kept output (was its forward run "
                                 "without recording, as a checkpoint does?)");
-  if (ran) *ran = backend_of(static_cast<LseAttention::Kind>(st.kernel_ints.at(0)));
+  if (ran) *ran = LseAttention::sdp_backend(static_cast<LseAttention::Kind>(st.kernel_ints.at(0)));
   return StashedAttentionFn::apply(q, k, v, ctx.cu_seqlens, ctx.max_seqlen, scale,
                                    static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(&st)));
 }
