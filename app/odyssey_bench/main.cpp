@@ -10,7 +10,7 @@
 //                 [--steps 5] [--warmup 2] [--lora-r 16] [--lora-alpha 32]
 //                 [--checkpointing all|auto|none|N] [--fused on|off] [--offload on|off] [--mlp-tile auto|N]
 //                 [--keep-attention auto|all|none]
-//                 [--attention cudnn|flash|auto]
+//                 [--attention cudnn|flash|auto] [--memory-gib G] [--profile FILE]
 //                 [--device cuda|cpu] [--dtype bfloat16|float32]
 //                 [--layers K] [--vocab-override V] [--out FILE] [--check] [--label NAME]
 //                 [--ulysses U] [--a2a-bytes B1,B2,...]   (the last two under torchrun)
@@ -31,6 +31,12 @@
 // --keep-attention all keeps every checkpointed layer's attention output for backward (its
 // recomputation skips the attention forward); auto keeps as many as the planner's budget allows.
 //
+// --memory-gib G gives the planner G GiB per GPU instead of the device's memory, for the auto
+// choices (checkpointing, MLP tiling, kept attention): what fits a budget below the GPU's size.
+// --profile FILE runs one more step under LibTorch's Kineto profiler after the timed ones and
+// appends to FILE one JSON line per GPU kernel name (calls, total ms, share of the kernels' time),
+// largest first: where a step's device time goes.
+//
 // --checkpointing auto asks the memory planner for the fewest layers to recompute on this
 // GPU (as the engine's activation_checkpointing: auto does); N recomputes the first N. Every
 // record carries the planner's predicted peak for the configuration it ran
@@ -43,6 +49,7 @@
 // let attention cross samples; then a 2-layer LoRA model's loss and gradients with the fused
 // kernels against the reference ops, and with checkpoint offload against none (identical). Exit codes: 0 done, 1 a check failed, 2 bad arguments.
 #include <ATen/DeviceAccelerator.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/torch.h>
 #if __has_include(<cuda_runtime_api.h>)
 #include <ATen/cuda/CUDAContext.h>
@@ -55,9 +62,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
-#include <numeric>
 #include <map>
+#include <numeric>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -137,6 +146,8 @@ struct Options {
   std::string optimizer = "adamw";  // adamw|galore|q-galore|zero1|zero2|zero2-offload
   std::int64_t galore_rank = 128, galore_gap = 200;
   std::vector<std::int64_t> a2a_bytes;  // --a2a-bytes: the all-to-all alone, back to back
+  double memory_gib = 0;  // --memory-gib: the planner's memory per GPU (0 = the device's)
+  std::string profile;    // --profile FILE: per-kernel device time of one extra step
 };
 
 // The parallel context under torchrun; world 1 otherwise.
@@ -145,6 +156,51 @@ struct Parallel {
   c10::intrusive_ptr<c10d::Store> store;
   dist::Mesh mesh = dist::single_process_mesh();
 };
+
+// One step under the Kineto profiler (GPU activity only); appends to `path` one line per kernel
+// name with its calls and device time, largest first, under the record's keys. Every rank
+// takes the step (the collectives need all of them); `write` says whether this one writes.
+void profile_step(const std::string& path, const nlohmann::ordered_json& rec, bool write, const std::function<void()>& step) {
+  namespace kp = torch::autograd::profiler;
+  using torch::profiler::impl::ActivityType;
+  const std::set<ActivityType> acts{ActivityType::CUDA};
+  kp::prepareProfiler(torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::KINETO), acts);
+  kp::enableProfiler(torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::KINETO), acts);
+  const auto t0 = std::chrono::steady_clock::now();
+  step();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::unique_ptr<kp::ProfilerResult> result = kp::disableProfiler();
+  if (!write) return;
+  std::map<std::string, std::pair<std::int64_t, double>> by_name;  // calls, ns
+  double total = 0;
+  for (const auto& e : result->events()) {
+    if (e.deviceType() != c10::DeviceType::CUDA) continue;
+    auto& [calls, ns] = by_name[e.name()];
+    calls += 1;
+    ns += static_cast<double>(e.durationNs());
+    total += static_cast<double>(e.durationNs());
+  }
+  std::vector<std::pair<std::string, std::pair<std::int64_t, double>>> rows(by_name.begin(), by_name.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
+  std::ofstream f(path, std::ios::app);
+  nlohmann::ordered_json head;
+  for (const char* k : {"label", "shape", "mode", "seq"})
+    if (rec.contains(k)) head[k] = rec[k];
+  nlohmann::ordered_json sum = head;
+  sum["profile"] = "step";
+  sum["wall_ms"] = sig(wall * 1e3, 5);
+  sum["device_ms"] = sig(total * 1e-6, 5);  // kernels and copies on every stream, summed
+  sum["kernels"] = static_cast<std::int64_t>(rows.size());
+  f << sum.dump() << "\n";
+  for (const auto& [name, v] : rows) {
+    nlohmann::ordered_json j = head;
+    j["kernel"] = name.substr(0, 160);
+    j["calls"] = v.first;
+    j["ms"] = sig(v.second * 1e-6, 4);
+    j["share"] = sig(total > 0 ? v.second / total : 0, 3);
+    f << j.dump() << "\n";
+  }
+}
 
 void sync(const torch::Device& d) {
   if (d.is_cuda()) torch::cuda::synchronize(d.index());
@@ -375,6 +431,10 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     TrainConfig tc = bench_config(o, mode, seq, par.mesh.world);
     PlannerOptions po;
     if (device.is_cuda()) po.gpu_memory_bytes = static_cast<std::int64_t>(at::cuda::getDeviceProperties(device.index())->totalGlobalMem);
+    if (o.memory_gib > 0) {
+      po.gpu_memory_bytes = static_cast<std::int64_t>(o.memory_gib * double(1 << 30));
+      rec["memory_budget_gib"] = o.memory_gib;
+    }
     std::int64_t ckpt = 0;
     if (o.checkpointing == "all") ckpt = dc.hf.num_hidden_layers;
     else if (o.checkpointing == "auto") ckpt = plan_memory(tc, hf, po).checkpointed_layers;
@@ -520,6 +580,10 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
         rec["peak_gib_per_rank"] = pj;
       }
     }
+    if (!o.profile.empty()) profile_step(o.profile, rec, mesh.rank == 0, [&] {
+      engine.step(rows);
+      sync(device);
+    });
   } catch (const c10::OutOfMemoryError& e) {
     rec["oom"] = true;
     std::string m = e.what_without_backtrace();
@@ -575,6 +639,8 @@ int main(int argc, char** argv) {
       else if (a == "--optimizer") o.optimizer = next();
       else if (a == "--galore-rank") o.galore_rank = std::stoll(next());
       else if (a == "--galore-gap") o.galore_gap = std::stoll(next());
+      else if (a == "--memory-gib") o.memory_gib = std::stod(next());
+      else if (a == "--profile") o.profile = next();
       else if (a == "--a2a-bytes") {
         for (const auto& b : split(next())) o.a2a_bytes.push_back(std::stoll(b));
       }

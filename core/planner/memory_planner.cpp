@@ -76,10 +76,8 @@ bool plan_fits(const TrainConfig& c, const HfModelConfig& m, const PlannerOption
                const CheckpointPolicy& pol) {
   const Terms t = terms_of(c, m, o, pol);
   if (!t.valid) return false;
-  i64 every = 0;
-  const i64 ck = planner_detail::choose_checkpointing(t, pol, &every);
-  const i64 kept = planner_detail::choose_kept_attention(t, c.keep_attention, ck, every);
-  return planner_detail::evaluate(t, ck, every, kept).peak <= t.capacity;
+  const planner_detail::LayerChoice lc = planner_detail::choose_layers(t, pol, c.keep_attention);
+  return planner_detail::evaluate(t, lc.checkpointed, lc.every, lc.kept).peak <= t.capacity;
 }
 
 class ItemBuilder {
@@ -219,8 +217,12 @@ void add_notes(MemoryPlan& plan, const Terms& t, const TrainConfig& c, const Pla
     n.push_back("activation_checkpointing " + c.activation_checkpointing + " is not a policy; planned as auto");
   const std::string ck = num(plan.checkpointed_layers) + " of " + num(plan.total_layers) + " layers checkpointed";
   if (c.activation_checkpointing == "auto" || !policy_ok)
-    n.push_back(plan.fits ? "activation_checkpointing auto: " + ck + " (the fewest that fit)"
-                          : "activation_checkpointing auto: does not fit even with every layer checkpointed");
+    n.push_back(!plan.fits ? "activation_checkpointing auto: does not fit even with every layer checkpointed"
+                : plan.attention_kept_layers > 0 && c.keep_attention == "auto"
+                    ? "activation_checkpointing auto: " + ck +
+                          " (the least recomputation that fits: a layer keeping its attention output recomputes "
+                          "only its projections)"
+                    : "activation_checkpointing auto: " + ck + " (the fewest that fit)");
   if (t.dropout_per_layer > 0)
     n.push_back("lora_dropout " + text_double(c.lora_dropout) + " keeps a dropped copy of each adapter's input (" +
                 gib(t.dropout_per_layer) + " per stored layer); lora_dropout 0 shares the projection's input");
@@ -260,9 +262,10 @@ MemoryPlan plan_memory(const TrainConfig& c, const HfModelConfig& m, const Plann
     return plan;
   }
   plan.mlp_tile_tokens = t.mlp_tile;
-  plan.checkpointed_layers = planner_detail::choose_checkpointing(t, pol, &plan.checkpoint_every);
-  plan.attention_kept_layers =
-      planner_detail::choose_kept_attention(t, c.keep_attention, plan.checkpointed_layers, plan.checkpoint_every);
+  const planner_detail::LayerChoice lc = planner_detail::choose_layers(t, pol, c.keep_attention);
+  plan.checkpointed_layers = lc.checkpointed;
+  plan.checkpoint_every = lc.every;
+  plan.attention_kept_layers = lc.kept;
   const Eval e =
       planner_detail::evaluate(t, plan.checkpointed_layers, plan.checkpoint_every, plan.attention_kept_layers);
   plan.attention_kept_layers = e.kept_layers;

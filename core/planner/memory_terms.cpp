@@ -261,6 +261,13 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   // A kept attention output (the layer's own O and fp32 log-sum-exp, alive from forward to the
   // layer's backward). The engine keeps it on padding-free rows without sequence parallelism.
   if (u == 1 && p.ring == 1) t.attn_kept = T * (b * s.q + 4 * s.H);
+  // Recompute costs (planner/flops.h's conventions; LoRA's small matrices left out). A GPU's
+  // attention covers its tokens' queries against the whole sequence (sp = ulysses · ring).
+  t.recompute_linear_flops = 2.0 * static_cast<double>(T) *
+                             static_cast<double>(s.h * s.q + 2 * s.h * s.kv + s.q * s.h + 3 * s.h * s.i);
+  t.recompute_attention_flops =
+      2.0 * static_cast<double>(s.d * s.H) * static_cast<double>(batch) * static_cast<double>(seq) * static_cast<double>(seq) /
+      static_cast<double>(sp);
   t.misc = T * (3 * 8 + 2 * 4 * s.d);
 
   // -- loss: final norm, then logits → cross-entropy, on this GPU's tokens
@@ -407,6 +414,39 @@ std::int64_t choose_checkpointing(const Terms& t, const CheckpointPolicy& p, std
     else lo = mid;
   }
   return fits(hi) ? hi : L;
+}
+
+double recompute_flops(const Terms& t, std::int64_t ckpt, std::int64_t kept) {
+  return static_cast<double>(ckpt) * t.recompute_linear_flops +
+         static_cast<double>(ckpt - kept) * t.recompute_attention_flops;
+}
+
+LayerChoice choose_layers(const Terms& t, const CheckpointPolicy& p, const std::string& keep) {
+  LayerChoice c;
+  c.checkpointed = choose_checkpointing(t, p, &c.every);
+  c.kept = choose_kept_attention(t, keep, c.checkpointed, c.every);
+  if (p.kind != CheckpointPolicy::Auto || t.attn_kept <= 0 || keep == "none" || (keep != "all" && !t.cuda))
+    return c;
+  const i64 L = t.layers;
+  if (keep == "all") {
+    // Every checkpointed layer keeps: the fewest layers whose plan fits that way.
+    for (i64 n = c.checkpointed; n <= L; ++n)
+      if (evaluate(t, n, 0, n).peak <= t.capacity) return {n, 0, n};
+    return c;  // nothing fits: the fewest-layers plan reports it
+  }
+  if (c.checkpointed == 0) return c;  // nothing recomputed
+  const auto line = static_cast<i64>((1.0 - planner::kKeptAttentionMargin) * static_cast<double>(t.capacity));
+  if (evaluate(t, c.checkpointed, 0, c.kept).peak > t.capacity) return c;  // does not fit at all
+  double best = recompute_flops(t, c.checkpointed, c.kept);
+  for (i64 n = c.checkpointed + 1; n <= L; ++n) {
+    if (static_cast<double>(n) * t.recompute_linear_flops >= best) break;  // even keeping all costs more
+    i64 k = -1;  // the most kept layers within the line (the peak grows with k)
+    for (i64 j = 0; j <= n && evaluate(t, n, 0, j).peak <= line; ++j) k = j;
+    if (k < 0) continue;
+    const double cost = recompute_flops(t, n, k);
+    if (cost < best) best = cost, c = {n, 0, k};
+  }
+  return c;
 }
 
 }  // namespace odyssey::planner_detail

@@ -61,6 +61,9 @@ struct Terms {
   std::int64_t bwd_mlp_h = 0, bwd_mlp_i = 0;  // MLP backward working set per token: hidden-sized and intermediate-sized parts
   std::int64_t mlp_tile = 0;          // tokens per tile; 0 = untiled
   std::int64_t attn_kept = 0;         // one layer's kept attention output + log-sum-exp (keep_attention); 0 = n/a
+  // What recomputing one checkpointed layer costs, in forward FLOPs on this GPU: its
+  // projections, and its attention (which a layer keeping its attention output skips).
+  double recompute_linear_flops = 0, recompute_attention_flops = 0;
 
   // working sets
   std::int64_t loss = 0;
@@ -114,5 +117,19 @@ std::int64_t fragmentation_of(std::int64_t allocator_bytes);
 // The checkpointed-layer count for the configured policy; for auto the fewest first layers
 // whose plan fits (all when none does). `every` receives K for every:K, else 0.
 std::int64_t choose_checkpointing(const Terms& t, const CheckpointPolicy& p, std::int64_t* every);
+
+// Checkpointed layers and kept attention outputs together (what the engine runs). With
+// activation_checkpointing auto a layer that keeps its attention output recomputes only its
+// projections, so more checkpointed layers keeping attention can be cheaper than fewer that
+// recompute everything: auto + keep auto takes, of the plans within the kept-attention line
+// (kKeptAttentionMargin below capacity) and the fewest-layers plan, the one recomputing the
+// fewest FLOPs; auto + keep all takes the fewest layers that fit with every one keeping.
+// Otherwise choose_checkpointing, then choose_kept_attention.
+struct LayerChoice {
+  std::int64_t checkpointed = 0, every = 0, kept = 0;
+};
+LayerChoice choose_layers(const Terms& t, const CheckpointPolicy& p, const std::string& keep);
+// Forward FLOPs that checkpointing `ckpt` layers (`kept` of them keeping attention) recomputes.
+double recompute_flops(const Terms& t, std::int64_t ckpt, std::int64_t kept);
 
 }  // namespace odyssey::planner_detail
