@@ -24,7 +24,10 @@
 // odyssey-bench ...`) every rank takes one GPU and the row is split by sequence parallelism
 // over all ranks (Ulysses = gcd(KV heads, world) unless --ulysses U; the rest is ring), as the
 // engine does it; rank 0 prints the record with the global tokens/s, every rank's peak
-// memory, the collectives of a step and the share of the step spent in them.
+// memory, the collectives of a step and the share of the step spent in them. Each blocking
+// collective also carries transfer_ms: its calls timed on the rank that took least per call,
+// i.e. without the time a rank that called first spent waiting for the other (the figure to
+// hold against nccl-tests-style back-to-back calls).
 //
 // --mlp-tile N runs every MLP N tokens at a time (tiled MLP, each tile recomputed in backward);
 // auto (the default) tiles when the planner says the job needs it, as the engine does.
@@ -500,6 +503,7 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     std::vector<double> times;
     double loss = 0;
     std::vector<run::CollectiveStat> coll;
+    std::vector<double> coll_transfer;  // per stat of coll: its blocking calls' time on the rank that took least
     double comm_s = 0;
     nlohmann::ordered_json losses = nlohmann::ordered_json::array();
     for (int i = 0; i < o.steps; ++i) {
@@ -512,7 +516,7 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
       sync(device);
       times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       double c = 0;
-      coll = mesh.take_stats(&c);
+      coll = mesh.take_stats(&c, mesh.distributed() ? &coll_transfer : nullptr);
       comm_s += c;
     }
     double mean = 0;
@@ -530,10 +534,20 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     if (mesh.distributed()) {
       // The last timed step's collectives, and the mean share of a step spent waiting on them.
       nlohmann::ordered_json cj = nlohmann::ordered_json::array();
-      for (const auto& c : coll)
-        cj.push_back({{"op", c.op}, {"group", c.group}, {"calls", c.calls}, {"bytes", c.bytes},
-                      {"time_ms", sig(c.time_s * 1e3, 4)}, {"bus_gb_per_s", sig(c.bus_bandwidth_gb_per_s, 4)},
-                      {"bytes_per_call", c.calls ? c.bytes / c.calls : 0}});
+      for (std::size_t i = 0; i < coll.size(); ++i) {
+        const auto& c = coll[i];
+        nlohmann::ordered_json j{{"op", c.op}, {"group", c.group}, {"calls", c.calls}, {"bytes", c.bytes},
+                                 {"time_ms", sig(c.time_s * 1e3, 4)}, {"bus_gb_per_s", sig(c.bus_bandwidth_gb_per_s, 4)},
+                                 {"bytes_per_call", c.calls ? c.bytes / c.calls : 0}};
+        // The same calls timed on the rank that took least per call: the transfer without the
+        // wait for the later rank (Mesh::take_stats); bus bandwidth scaled from time_ms's.
+        const double tr = i < coll_transfer.size() ? coll_transfer[i] : 0;
+        if (tr > 0) {
+          j["transfer_ms"] = sig(tr * 1e3, 4);
+          j["transfer_bus_gb_per_s"] = sig(c.bus_bandwidth_gb_per_s * c.time_s / tr, 4);
+        }
+        cj.push_back(j);
+      }
       rec["collectives"] = cj;
       rec["comm_share"] = sig(comm_s / std::accumulate(times.begin(), times.end(), 0.0), 4);
       rec["tokens_per_s_per_gpu"] = sig(static_cast<double>(seq) / mean / mesh.world);

@@ -54,6 +54,7 @@ void Group::end_timing(Op op) {
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - host_start_).count();
   stats_[static_cast<int>(op)].seconds += dt;
   stats_[static_cast<int>(op)].exposed_seconds += dt;
+  stats_[static_cast<int>(op)].call_seconds.push_back(dt);
 }
 
 template <typename F>

@@ -44,6 +44,7 @@ struct OpStats {
   std::int64_t bytes = 0;
   double seconds = 0;          // the collectives' own time (bandwidth = bytes / seconds)
   double exposed_seconds = 0;  // of it, what compute waited for (all of it unless overlapped)
+  std::vector<double> call_seconds;  // each blocking call's time, in call order (overlapped ones are not here)
 };
 
 // A send/recv in flight (Group::start_send_recv). wait() returns what the peer sent, once;
@@ -64,6 +65,8 @@ class Group {
   const std::string& name() const { return name_; }  // dp, sp, ulysses, ring, world
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // Where the group's collectives take their tensors (NCCL: the rank's GPU).
+  virtual torch::Device device() const { return torch::Device(torch::kCPU); }
 
   // Sum over the group, in place.
   void all_reduce(torch::Tensor& t);

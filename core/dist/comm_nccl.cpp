@@ -31,6 +31,7 @@ class NcclGroup final : public Group {
     // Binding the device lets NCCL create the communicator eagerly and on the right GPU.
     pg_->setBoundDeviceId(device_);
   }
+  torch::Device device() const override { return device_; }
   ~NcclGroup() override {
     try {
       pg_->shutdown();
@@ -151,6 +152,7 @@ class NcclGroup final : public Group {
         const double s = static_cast<double>(t.start->elapsed_time(*t.end)) / 1000.0;
         if (t.transfer) stats_[i].seconds += s;
         if (t.exposed) stats_[i].exposed_seconds += s;
+        if (t.transfer && t.exposed) stats_[i].call_seconds.push_back(s);  // a blocking call
       }
       pending_[i].clear();
     }

@@ -110,13 +110,28 @@ Mesh build_mesh(const DistEnv& env, const ParallelLayout& layout, Transport tran
   return m;
 }
 
-std::vector<run::CollectiveStat> Mesh::take_stats(double* total_seconds) {
+std::vector<run::CollectiveStat> Mesh::take_stats(double* total_seconds, std::vector<double>* transfer_seconds) {
   std::vector<run::CollectiveStat> out;
+  if (transfer_seconds) transfer_seconds->clear();
   double total = 0;
   for (const auto& g : {world_group, dp_group, ulysses_group, ring_group}) {
     if (!g || g->size() == 1) continue;
     const auto st = g->stats();
-    g->reset_stats();
+    if (transfer_seconds) {
+      // Same calls on every rank of the group (collectives), so the same number of times.
+      for (int i = 0; i < kOpCount; ++i) {
+        const OpStats& o = st[static_cast<std::size_t>(i)];
+        if (o.calls == 0) continue;
+        const auto n = static_cast<std::int64_t>(o.call_seconds.size());
+        double least = 0;
+        if (n > 0 && n == o.calls) {
+          const torch::Tensor mine = torch::tensor(o.call_seconds, torch::kFloat64).to(g->device());
+          least = std::get<0>(g->all_gather(mine).view({g->size(), n}).min(0)).sum().item<double>();
+        }
+        transfer_seconds->push_back(least);
+      }
+    }
+    g->reset_stats();  // also drops the gathers above
     for (int i = 0; i < kOpCount; ++i) {
       const OpStats& o = st[static_cast<std::size_t>(i)];
       if (o.calls == 0) continue;

@@ -50,7 +50,12 @@ struct Mesh {
   bool distributed() const { return world > 1; }
   // Per collective kind and group, since the last call: the run contract's CollectiveStat,
   // with bus bandwidth by nccl-tests' conventions. Also returns the summed seconds.
-  std::vector<run::CollectiveStat> take_stats(double* total_seconds);
+  // With `transfer_seconds` (every rank of the mesh must ask together: it gathers over each
+  // group), one entry per returned stat: the sum over its blocking calls of the call's time on
+  // the rank that took least, i.e. the transfer without the wait for a later rank (a rank that
+  // calls first waits in the collective for the last; nccl-tests' back-to-back calls have no
+  // such wait). 0 where the calls were overlapped.
+  std::vector<run::CollectiveStat> take_stats(double* total_seconds, std::vector<double>* transfer_seconds = nullptr);
 };
 
 // A mesh of one process (no communication).

@@ -27,6 +27,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <set>
+#include <thread>
 
 using namespace odyssey;
 
@@ -152,6 +153,20 @@ int collectives_worker(const dist::DistEnv& env) {
          "all_reduce counters");
   expect(st[static_cast<int>(dist::Op::AllToAll)].bytes == 4 * n, "all_to_all counters");
   expect(st[static_cast<int>(dist::Op::Barrier)].calls == 1, "barrier counter");
+  // A rank that calls first waits inside the collective for the last one: take_stats's
+  // transfer time (per call, the least over the ranks) leaves that wait out.
+  mesh.take_stats(nullptr);
+  if (r == n - 1) std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  torch::Tensor late = torch::ones({4});
+  g.all_reduce(late);
+  std::vector<double> transfer;
+  const auto coll = mesh.take_stats(nullptr, &transfer);
+  expect(coll.size() == 1 && transfer.size() == 1 && coll[0].op == "all_reduce" && coll[0].calls == 1,
+         "stats after a late rank");
+  if (!coll.empty() && !transfer.empty()) {
+    if (r == 0) expect(coll[0].time_s >= 0.3, "the early rank's time (it waited)");
+    expect(transfer[0] > 0 && transfer[0] < 0.2 && transfer[0] <= coll[0].time_s, "the transfer time");
+  }
   std::printf("{\"rank\": %d, \"collectives\": %s}\n", r, ok ? "\"ok\"" : "\"wrong\"");
   std::fflush(stdout);
   return ok ? 0 : 1;
