@@ -443,8 +443,13 @@ class SpAttention final : public model::AttentionOverride {
       : ulysses_(ulysses), ring_(ring), cu_(std::move(cu)), max_seqlen_(max_seqlen), one_sequence_(one_sequence),
         sample_ids_(std::move(sample_ids)), positions_(std::move(positions)), segments_(std::move(segments)) {}
 
+  // Ulysses keeps a checkpointed layer's attention output on each rank: the gathered row's
+  // heads of this rank, and their log-sum-exp. Ring attention does not (its output is merged
+  // across ring steps).
+  bool keeps_attention() const override { return ring_->size() == 1; }
+
   torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale,
-                       model::AttentionBackend prefer, std::int64_t* ran) override {
+                       model::AttentionBackend prefer, std::int64_t* ran, model::AttentionStash* stash) override {
     const int u = ulysses_->size();
     const std::int64_t n = q.size(0), hq = q.size(1), d = q.size(2);
     torch::Tensor qq = q, kk = k, vv = v;
@@ -466,7 +471,10 @@ class SpAttention final : public model::AttentionOverride {
       vv = packed.narrow(1, qh + kh, kh).contiguous();
     }
     torch::Tensor out;
-    if (ring_->size() > 1) {
+    if (stash) {
+      TORCH_CHECK(ring_->size() == 1, "kept attention under ring attention");
+      out = model::kept_causal_attention(qq, kk, vv, cu_, max_seqlen_, one_sequence_, prefer, *stash, scale, ran);
+    } else if (ring_->size() > 1) {
       if (model::LseAttention::fused_supported(qq)) {
         out = ring_flash_attention(ring_, qq, kk, vv, segments_, scale, prefer, ran);
       } else {

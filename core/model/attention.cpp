@@ -303,4 +303,57 @@ torch::Tensor varlen_causal_attention(const torch::Tensor& q, const torch::Tenso
   return out.squeeze(0).transpose(0, 1);
 }
 
+namespace {
+
+// The recomputed layer's attention: the output kept by its forward, and a backward from it.
+struct StashedAttentionFn : public torch::autograd::Function<StashedAttentionFn> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, const torch::Tensor& cu, std::int64_t max_seqlen, double scale,
+                               std::int64_t stash_ptr) {
+    auto* st = reinterpret_cast<AttentionStash*>(stash_ptr);
+    const torch::Tensor out = std::move(st->out), lse = std::move(st->lse);
+    std::vector<torch::Tensor> keep{q, k, v, out, lse, cu};
+    keep.insert(keep.end(), st->kernel_tensors.begin(), st->kernel_tensors.end());
+    ctx->save_for_backward(keep);
+    ctx->saved_data["kernel"] = st->kernel_ints;
+    ctx->saved_data["max"] = max_seqlen;
+    ctx->saved_data["scale"] = scale;
+    st->kernel_tensors.clear();  // the node holds them now; freed with it after its backward
+    return out;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const LseAttention kernel = LseAttention::restore({saved.begin() + 6, saved.end()},
+                                                      ctx->saved_data.at("kernel").toIntVector());
+    const std::int64_t max = ctx->saved_data.at("max").toInt();
+    auto [dq, dk, dv] = kernel.backward(grads[0].contiguous(), saved[0], saved[1], saved[2], saved[3], saved[4], saved[5],
+                                        saved[5], max, max, /*causal=*/true, ctx->saved_data.at("scale").toDouble());
+    return {dq.to(saved[0].scalar_type()), dk.to(saved[1].scalar_type()), dv.to(saved[2].scalar_type()),
+            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor kept_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                    const torch::Tensor& cu_seqlens, std::int64_t max_seqlen, bool one_sample,
+                                    AttentionBackend prefer, AttentionStash& st, double scale, std::int64_t* ran) {
+  if (!torch::GradMode::is_enabled()) {
+    LseAttention kernel(LseAttention::choose(q, one_sample, prefer), q.size(1), k.size(1));
+    auto [out, lse] = kernel.forward(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, true, scale);
+    st.out = out;
+    st.lse = lse;
+    st.kernel_tensors = kernel.saved_tensors();
+    st.kernel_ints = kernel.saved_ints();
+    if (ran) *ran = LseAttention::sdp_backend(kernel.kind());
+    return out;
+  }
+  TORCH_CHECK(st.out.defined(), "kept attention: the layer's recomputation found no kept output (was its forward run "
+                                "without recording, as a checkpoint does?)");
+  if (ran) *ran = LseAttention::sdp_backend(static_cast<LseAttention::Kind>(st.kernel_ints.at(0)));
+  return StashedAttentionFn::apply(q, k, v, cu_seqlens, max_seqlen, scale,
+                                   static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(&st)));
+}
+
 }  // namespace odyssey::model

@@ -28,12 +28,17 @@ enum class AttentionBackend { Auto, CuDNN, Flash, Efficient, Math };
 // sequence-parallel engine (dist/sequence_parallel.h) installs one per sharded row. q is
 // [T_local, Hq, D], k and v [T_local, Hkv, D] (RoPE applied with global positions); returns
 // [T_local, Hq, D].
+struct AttentionStash;
+
 class AttentionOverride {
  public:
   virtual ~AttentionOverride() = default;
-  // `prefer`: the configured backend (attn_impl), for rows where SDPA runs.
+  // `prefer`: the configured backend (attn_impl), for rows where SDPA runs. `stash`: the
+  // layer keeps its attention output (only when keeps_attention() said so), else null.
   virtual torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale,
-                               AttentionBackend prefer, std::int64_t* ran) = 0;
+                               AttentionBackend prefer, std::int64_t* ran, AttentionStash* stash) = 0;
+  // Whether attend can keep a checkpointed layer's attention output (kept_causal_attention).
+  virtual bool keeps_attention() const { return false; }
 };
 
 // "cudnn", "flash", "efficient", "math" (ATen's SDPBackend values), "unknown" otherwise.
@@ -112,6 +117,26 @@ class LseAttention {
   std::vector<std::int64_t> lse_shape_;  // the kernel's own log-sum-exp shape (cuDNN)
   bool lse_3d_ = false;                  // flash returned [1, H, >= nq]
 };
+
+// A checkpointed layer's attention output and log-sum-exp kept from its forward, so the
+// layer's recomputation in backward runs the attention backward without running the attention
+// forward again (keep_attention, docs/training.md). Filled by the layer's no-grad forward,
+// handed to the autograd node of its recomputation.
+struct AttentionStash {
+  torch::Tensor out, lse;
+  std::vector<torch::Tensor> kernel_tensors;
+  std::vector<std::int64_t> kernel_ints;
+};
+
+// Causal attention of a layer that keeps its output, over a padding-free row (q [T, Hq, D],
+// k and v [T, Hkv, D], samples by cu_seqlens): without grad mode (the checkpoint's forward)
+// it computes the output with its log-sum-exp (LseAttention) and keeps both in `stash`; with
+// grad mode (the recomputation) it returns the kept output through a node whose backward is
+// the attention backward from it. `one_sample`: the row is one sample, perhaps followed by
+// padding that no real query sees, so causal attention over the whole row is exact (cuDNN).
+torch::Tensor kept_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                    const torch::Tensor& cu_seqlens, std::int64_t max_seqlen, bool one_sample,
+                                    AttentionBackend prefer, AttentionStash& stash, double scale, std::int64_t* ran);
 
 // The block-diagonal causal mask of a row: keep[0, 0, i, j] = same sample and j <= i.
 torch::Tensor block_causal_mask(const torch::Tensor& cu_seqlens, std::int64_t total, const torch::Device& device);

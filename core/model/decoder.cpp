@@ -98,61 +98,6 @@ AttentionImpl::AttentionImpl(const DecoderConfig& c, const torch::TensorOptions&
   scale = std::pow(static_cast<double>(head_dim), -0.5);  // HF: self.head_dim**-0.5
 }
 
-namespace {
-
-// The recomputed layer's attention: the output kept by its forward, and a backward from it.
-struct StashedAttentionFn : public torch::autograd::Function<StashedAttentionFn> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, const torch::Tensor& cu, std::int64_t max_seqlen, double scale,
-                               std::int64_t stash_ptr) {
-    auto* st = reinterpret_cast<AttentionStash*>(stash_ptr);
-    const torch::Tensor out = std::move(st->out), lse = std::move(st->lse);
-    std::vector<torch::Tensor> keep{q, k, v, out, lse, cu};
-    keep.insert(keep.end(), st->kernel_tensors.begin(), st->kernel_tensors.end());
-    ctx->save_for_backward(keep);
-    ctx->saved_data["kernel"] = st->kernel_ints;
-    ctx->saved_data["max"] = max_seqlen;
-    ctx->saved_data["scale"] = scale;
-    st->kernel_tensors.clear();  // the node holds them now; freed with it after its backward
-    return out;
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    const LseAttention kernel = LseAttention::restore({saved.begin() + 6, saved.end()},
-                                                      ctx->saved_data.at("kernel").toIntVector());
-    const std::int64_t max = ctx->saved_data.at("max").toInt();
-    auto [dq, dk, dv] = kernel.backward(grads[0].contiguous(), saved[0], saved[1], saved[2], saved[3], saved[4], saved[5],
-                                        saved[5], max, max, /*causal=*/true, ctx->saved_data.at("scale").toDouble());
-    return {dq.to(saved[0].scalar_type()), dk.to(saved[1].scalar_type()), dv.to(saved[2].scalar_type()),
-            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
-  }
-};
-
-// Attention of a layer that keeps its output: computed with its log-sum-exp and kept in the
-// checkpointed (no-grad) forward; taken from the stash in the recomputation.
-torch::Tensor kept_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                             const LayerContext& ctx, double scale, std::int64_t* ran) {
-  AttentionStash& st = *ctx.stash;
-  const bool one = ctx.max_seqlen == q.size(0);
-  if (!torch::GradMode::is_enabled()) {
-    LseAttention kernel(LseAttention::choose(q, one, ctx.attention), q.size(1), k.size(1));
-    auto [out, lse] = kernel.forward(q, k, v, ctx.cu_seqlens, ctx.cu_seqlens, ctx.max_seqlen, ctx.max_seqlen, true, scale);
-    st.out = out;
-    st.lse = lse;
-    st.kernel_tensors = kernel.saved_tensors();
-    st.kernel_ints = kernel.saved_ints();
-    if (ran) *ran = LseAttention::sdp_backend(kernel.kind());
-    return out;
-  }
-  TORCH_CHECK(st.out.defined(), "kept attention: the layer's recomputation found no kept output (was its forward run "
-                                "without recording, as a checkpoint does?)");
-  if (ran) *ran = LseAttention::sdp_backend(static_cast<LseAttention::Kind>(st.kernel_ints.at(0)));
-  return StashedAttentionFn::apply(q, k, v, ctx.cu_seqlens, ctx.max_seqlen, scale,
-                                   static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(&st)));
-}
-
-}  // namespace
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext& ctx) {
   const std::int64_t b = x.size(0), s = x.size(1);
@@ -173,9 +118,10 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext&
     std::int64_t ran = -1;
     torch::Tensor out;
     if (ctx.attention_override) {
-      out = ctx.attention_override->attend(q, k, v, scale, ctx.attention, &ran);
+      out = ctx.attention_override->attend(q, k, v, scale, ctx.attention, &ran, ctx.stash.get());
     } else if (ctx.stash) {
-      out = kept_attention(q, k, v, ctx, scale, &ran);
+      out = kept_causal_attention(q, k, v, ctx.cu_seqlens, ctx.max_seqlen, ctx.max_seqlen == s, ctx.attention, *ctx.stash,
+                                  scale, &ran);
     } else if (ctx.max_seqlen == s && q.is_cuda() && ctx.attention != AttentionBackend::Flash) {
       out = sequence_causal_attention(q, k, v, scale, ctx.attention, &ran);  // one sample: cuDNN can run
     } else {
@@ -340,7 +286,7 @@ torch::Tensor CausalLMImpl::run_layers(torch::Tensor h, const LayerContext& ctx)
       if (!h.requires_grad()) h = h.detach().requires_grad_(true);  // frozen embeddings (LoRA)
       LayerContext lctx = ctx;
       if (i < keep_attention_layers_.size() && keep_attention_layers_[i] && ctx.cu_seqlens.defined() &&
-          !ctx.attention_override)
+          (!ctx.attention_override || ctx.attention_override->keeps_attention()))
         lctx.stash = std::make_shared<AttentionStash>();
       h = checkpointed([layer, lctx](const torch::Tensor& x) mutable { return layer(x, lctx); }, h, offload);
     } else {

@@ -91,15 +91,6 @@ class EmbeddingImpl : public torch::nn::Module {
 TORCH_MODULE(Embedding);
 
 // What every layer of one forward shares.
-// A checkpointed layer's attention output and log-sum-exp kept from its forward, so the
-// layer's recomputation in backward runs the attention backward without running the attention
-// forward again (keep_attention, docs/training.md). Filled by the layer's no-grad forward,
-// handed to the autograd node of its recomputation.
-struct AttentionStash {
-  torch::Tensor out, lse;
-  std::vector<torch::Tensor> kernel_tensors;
-  std::vector<std::int64_t> kernel_ints;
-};
 
 struct LayerContext {
   torch::Tensor cos, sin;  // [P, S, head_dim] in the activations' dtype

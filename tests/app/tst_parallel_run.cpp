@@ -316,6 +316,20 @@ class TstParallelRun : public QObject {
     QVERIFY2(a2a, "no all_to_all in the step's collectives");
   }
 
+  // Every checkpointed layer (every:2) keeps its attention output under Ulysses: the layers'
+  // recomputation skips attention and its backward starts from the kept output and log-sum-exp
+  // of this rank's heads. Same training as one process recomputing everything.
+  void ulysses2KeepsAttention() {
+    const Outcome o = train(tmp_, "u2-kept",
+                            "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\n"
+                            "keep_attention: all\n");
+    QFile log(o.dir + "/logs/rank-0.log");
+    QVERIFY(log.open(QIODevice::ReadOnly));
+    QVERIFY2(log.readAll().contains("; 2 of them keep their attention output"),
+             "the run did not say that its checkpointed layer keeps its attention output");
+    compare("Ulysses 2, kept attention", o, single_);
+  }
+
   void ring2() {
     const Outcome o =
         train(tmp_, "r2", "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\nulysses_size: 1\n");

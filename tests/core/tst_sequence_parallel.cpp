@@ -94,7 +94,7 @@ int attention_worker(const dist::DistEnv& env, const Case& c) {
     return torch::where(valid.view({n, 1, 1}), full.index_select(0, safe), noise).clone().requires_grad_(true);
   };
   torch::Tensor ql = local(q), kl = local(k), vl = local(v);
-  const torch::Tensor out = shard.attention->attend(ql, kl, vl, scale, model::AttentionBackend::Auto, nullptr);
+  const torch::Tensor out = shard.attention->attend(ql, kl, vl, scale, model::AttentionBackend::Auto, nullptr, nullptr);
   (out * torch::where(valid.view({n, 1, 1}), w.index_select(0, safe), torch::zeros({})).detach()).sum().backward();
 
   auto err = [&](const torch::Tensor& got, const torch::Tensor& want) {

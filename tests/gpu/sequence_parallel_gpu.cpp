@@ -102,7 +102,7 @@ bool run_case(const Case& c, const dist::Mesh& mesh, const torch::Device& device
   c10::cuda::device_synchronize();
   const auto t0 = std::chrono::steady_clock::now();
   std::int64_t ran = -1;
-  const torch::Tensor out = shard.attention->attend(ql, kl, vl, scale, c.prefer, &ran);
+  const torch::Tensor out = shard.attention->attend(ql, kl, vl, scale, c.prefer, &ran, nullptr);
   (out.to(torch::kFloat32) * torch::where(valid.view({n, 1, 1}), w.index_select(0, safe), torch::zeros({}, f32)))
       .sum()
       .backward();
