@@ -37,7 +37,7 @@ AdvancedPage::AdvancedPage(ConfigForm* form, QWidget* parent) : QWidget(parent),
   auto* c2 = new QVBoxLayout;
   c2->addWidget(group(tr("Kernels and activations"), {"attn_impl", "fused_kernels", "packing", "padding_free",
                                                        "activation_checkpointing", "offload_activations",
-                                                       "mlp_tile_tokens", "keep_attention"}));
+                                                       "mlp_tile_tokens", "keep_attention", "gpu_memory_budget_gib"}));
   c2->addWidget(group(tr("Optimizer memory"), {"zero_stage", "offload_optimizer", "use_galore", "galore_quantization",
                                                 "galore_rank", "galore_update_proj_gap", "galore_scale",
                                                 "galore_target_modules"}));

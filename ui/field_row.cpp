@@ -89,7 +89,7 @@ const std::map<std::string_view, const char*>& labels() {
       {"offload_optimizer", "Offload optimizer to CPU"}, {"attn_impl", "Attention kernel"},
       {"fused_kernels", "Fused kernels"}, {"activation_checkpointing", "Activation checkpointing"},
       {"offload_activations", "Offload activations to CPU"},
-      {"mlp_tile_tokens", "Tiled MLP (tokens per tile)"}, {"keep_attention", "Keep attention outputs"}, {"sequence_parallel_size", "Sequence-parallel size"},
+      {"mlp_tile_tokens", "Tiled MLP (tokens per tile)"}, {"keep_attention", "Keep attention outputs"}, {"gpu_memory_budget_gib", "GPU memory budget (GiB)"}, {"sequence_parallel_size", "Sequence-parallel size"},
       {"ulysses_size", "Ulysses degree"}, {"device", "Device"}, {"gpu_ids", "GPU ids"},
       {"nproc_per_node", "Processes per node"}, {"nnodes", "Nodes"}, {"logging_steps", "Log every"},
       {"eval_steps", "Evaluate every"}, {"save_steps", "Save every"}, {"save_total_limit", "Checkpoints kept"},

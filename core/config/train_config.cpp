@@ -154,8 +154,13 @@ const std::array kFields = std::to_array<FieldSpec>({
     {"keep_attention", "memory", &TC::keep_attention,
      "Checkpointed layers keep their attention output (and its log-sum-exp) for backward, so "
      "recomputing the layer skips the attention forward: all, none, or auto (as many layers as "
-     "the memory budget allows, on GPUs). Padding-free rows without sequence parallelism.",
+     "the memory budget allows, on GPUs; with activation_checkpointing auto the two are chosen "
+     "together). Padding-free rows, also under Ulysses; not under ring attention.",
      "", -kInf, kInf, kKeepAttention},
+    {"gpu_memory_budget_gib", "memory", &TC::gpu_memory_budget_gib,
+     "GiB of each GPU the run may use: the memory planner's auto choices fit this budget and "
+     "the CUDA allocator refuses to go past it (out of memory); auto = the GPU's whole memory.",
+     "", 1, 1e6, {}, "auto"},
 
     // parallel
     {"sequence_parallel_size", "parallel", &TC::sequence_parallel_size,

@@ -213,6 +213,9 @@ void add_notes(MemoryPlan& plan, const Terms& t, const TrainConfig& c, const Pla
     n.push_back("capacity is the host's RAM (" +
                 gib(o.host_memory_bytes > 0 ? o.host_memory_bytes : host_memory_bytes()) +
                 ") shared by " + num(t.procs_per_node) + " process(es)");
+  if (t.cuda && c.gpu_memory_budget_gib > 0)
+    n.push_back("capacity: gpu_memory_budget_gib " + num(c.gpu_memory_budget_gib) + " caps the GPU at " +
+                gib(plan.capacity_bytes));
   if (!policy_ok)
     n.push_back("activation_checkpointing " + c.activation_checkpointing + " is not a policy; planned as auto");
   const std::string ck = num(plan.checkpointed_layers) + " of " + num(plan.total_layers) + " layers checkpointed";

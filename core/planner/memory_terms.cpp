@@ -87,9 +87,10 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
 
   // -- capacity and what lives outside the caching allocator
   const double keep = 1.0 - std::clamp(o.reserve_fraction, 0.0, 0.9);
-  const i64 device_mem = t.cuda ? (o.gpu_memory_bytes > 0 ? o.gpu_memory_bytes : kH200MemoryBytes)
-                                : (o.host_memory_bytes > 0 ? o.host_memory_bytes : host_memory_bytes()) /
-                                      t.procs_per_node;
+  i64 device_mem = t.cuda ? (o.gpu_memory_bytes > 0 ? o.gpu_memory_bytes : kH200MemoryBytes)
+                          : (o.host_memory_bytes > 0 ? o.host_memory_bytes : host_memory_bytes()) / t.procs_per_node;
+  // gpu_memory_budget_gib caps a GPU's memory (the engine caps its allocator the same way).
+  if (t.cuda && c.gpu_memory_budget_gib > 0) device_mem = std::min(device_mem, c.gpu_memory_budget_gib * planner::kGiB);
   t.capacity = static_cast<i64>(static_cast<double>(device_mem) * keep);
   t.runtime = t.cuda ? kCudaContextBytes : kCpuRuntimeBytes;
   if (t.cuda && !t.hf && p.world_size > 1) {

@@ -4,6 +4,7 @@
 #include <c10/util/Exception.h>
 #if __has_include(<cuda_runtime_api.h>)
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #define ODYSSEY_HAVE_CUDA_RUNTIME 1
 #endif
 #include <unistd.h>
@@ -208,6 +209,26 @@ std::int64_t device_memory_bytes(const torch::Device& d) {
   (void)d;
 #endif
   return 0;
+}
+
+// gpu_memory_budget_gib on a GPU: the caching allocator may hold the budget less what the
+// planner counts outside it (the CUDA context), so the process stays within the budget the
+// planner planned for. Returns the line for the log, "" without a budget.
+std::string apply_memory_budget(const TrainConfig& c, const torch::Device& d) {
+  if (c.gpu_memory_budget_gib <= 0 || !d.is_cuda()) return "";
+  const std::int64_t total = device_memory_bytes(d);
+  const std::int64_t budget = c.gpu_memory_budget_gib * planner::kGiB;
+  if (total <= 0 || budget >= total)
+    return "gpu_memory_budget_gib " + std::to_string(c.gpu_memory_budget_gib) + " is not below the GPU's " +
+           fixed(static_cast<double>(total) / static_cast<double>(planner::kGiB), 1) + " GiB: no cap";
+  const std::int64_t pool = std::max<std::int64_t>(budget - planner::kCudaContextBytes, budget / 2);
+#ifdef ODYSSEY_HAVE_CUDA_RUNTIME
+  c10::cuda::CUDACachingAllocator::setMemoryFraction(static_cast<double>(pool) / static_cast<double>(total),
+                                                     static_cast<c10::DeviceIndex>(d.index()));
+#endif
+  return "gpu_memory_budget_gib " + std::to_string(c.gpu_memory_budget_gib) + ": the allocator holds at most " +
+         fixed(static_cast<double>(pool) / static_cast<double>(planner::kGiB), 2) + " GiB of the GPU's " +
+         fixed(static_cast<double>(total) / static_cast<double>(planner::kGiB), 1) + " (the rest is the CUDA context)";
 }
 
 std::string device_name(const torch::Device& d) {
@@ -419,6 +440,8 @@ std::string oom_advice(const TrainConfig& c, const std::vector<bool>& ckpt) {
   tips.push_back("a smaller max_length (now " + std::to_string(c.max_length) + ")");
   if (c.tuner_type == "full") tips.push_back("tuner_type: lora, or use_galore / zero_stage 2");
   tips.push_back("sequence_parallel_size > 1 over several GPUs");
+  if (c.gpu_memory_budget_gib > 0)
+    tips.push_back("a larger gpu_memory_budget_gib (now " + std::to_string(c.gpu_memory_budget_gib) + ")");
   std::string s = "settings that reduce memory: ";
   for (std::size_t i = 0; i < tips.size(); ++i) s += (i ? "; " : "") + tips[i];
   return s + " (odyssey-train plan shows the predicted peak)";
@@ -587,6 +610,7 @@ int run_training(const TrainConfig& c, const run::RunDir& dir, const TrainerOpti
     const std::string alloc_conf = configure_cuda_allocator();
     const torch::Device device = pick_device(c, env);
     probe.device = device;
+    if (const std::string budget = apply_memory_budget(c, device); !budget.empty()) log.line(budget);
     const torch::Dtype dtype = pick_dtype(c, device);
     torch::manual_seed(static_cast<std::uint64_t>(c.seed));
     if (device.is_cuda()) torch::cuda::manual_seed_all(static_cast<std::uint64_t>(c.seed));

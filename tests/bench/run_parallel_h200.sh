@@ -9,6 +9,9 @@
 #   ulysses   the same at 32K and 64K with Ulysses 2 (torchrun --no-python), plus the engine's
 #             all-to-all alone at the training's message sizes
 #   ring      the same with ring 2 (--ulysses 1)
+#   kept      one GPU at 32K and Ulysses 2 at 32K and 64K with kept attention as the planner
+#             chooses (--keep-attention auto: every checkpointed layer keeps its output here);
+#             ring 2 at 32K, which keeps none
 #   nccl      PyTorch's all_to_all_single and a batched send/recv ring shift at those sizes
 #   curves    loss curves, 50 steps, 0.5B shape at 16K, one GPU vs Ulysses 2
 #   launcher  odyssey-train's own launcher: the quickstart on 2 GPUs (Ulysses 2) vs one GPU
@@ -50,6 +53,23 @@ for p in "$@"; do
   ring)
     phase ring
     $TR $B $MODEL --ulysses 1 --seq 32768,65536 --out "$OUT/ring.jsonl" 2>&1 | cut -c1-500 | tail -6 ;;
+  kept)
+    phase kept
+    K="--shape qwen2.5-7b --mode lora --steps 3 --warmup 1 --checkpointing all --keep-attention auto"
+    CUDA_VISIBLE_DEVICES=0 $B $K --seq 32768 --out "$OUT/kept.jsonl" > /dev/null 2>&1
+    $TR $B $K --seq 32768,65536 --out "$OUT/kept.jsonl" > /dev/null 2>&1
+    $TR $B $K --ulysses 1 --seq 32768 --out "$OUT/kept.jsonl" > /dev/null 2>&1
+    python3 - "$OUT/kept.jsonl" <<'PY'
+import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    a2a = [c for c in r.get("collectives", []) if c["op"] == "all_to_all"]
+    print(r.get("world", 1), "ulysses", r.get("ulysses", 1), "ring", r.get("ring", 1), "seq", r["seq"], "tokens/s", r["tokens_per_s"],
+          "kept", r["attention_kept_layers"], "peak", r.get("peak_gib_per_rank", r["peak_gib"]), "planned", r.get("planned_peak_gib"),
+          "comm", r.get("comm_share"), "a2a bus", a2a[0]["bus_gb_per_s"] if a2a else "-",
+          "transfer", a2a[0].get("transfer_bus_gb_per_s") if a2a else "-")
+PY
+    ;;
   nccl)
     phase nccl
     torchrun --nproc-per-node 2 tests/bench/a2a_bench.py --bytes $A2A_BYTES --out "$OUT/nccl.jsonl" 2>&1 | tail -4

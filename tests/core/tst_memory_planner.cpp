@@ -493,6 +493,21 @@ class TestMemoryPlanner : public QObject {
     c.keep_attention = "auto";
     const MemoryPlan roomy = plan_memory(c, m);
     QCOMPARE(roomy.checkpointed_layers, std::int64_t{0});
+    // gpu_memory_budget_gib caps the GPU as a smaller GPU would: the same plan as for 20 GiB.
+    c.gpu_memory_budget_gib = 20;
+    const MemoryPlan budget = plan_memory(c, m);
+    QCOMPARE(budget.capacity_bytes, 20 * kGiB);
+    QCOMPARE(budget.checkpointed_layers, joint.checkpointed_layers);
+    QCOMPARE(budget.attention_kept_layers, joint.attention_kept_layers);
+    QCOMPARE(budget.peak_bytes, joint.peak_bytes);
+    QVERIFY(std::any_of(budget.notes.begin(), budget.notes.end(),
+                        [](const std::string& s) { return s.find("gpu_memory_budget_gib 20") != std::string::npos; }));
+    QCOMPARE(plan_memory(c, m, o).capacity_bytes, 20 * kGiB);  // a 20 GiB GPU and a 20 GiB budget
+    c.gpu_memory_budget_gib = 4096;  // above the GPU: the GPU's memory
+    QCOMPARE(plan_memory(c, m).capacity_bytes, roomy.capacity_bytes);
+    c.gpu_memory_budget_gib = 1;  // too small for the weights and states: does not fit, says so
+    const MemoryPlan tiny = plan_memory(c, m);
+    QVERIFY(!tiny.fits);
   }
 
   void largestMaxLength() {

@@ -146,12 +146,16 @@ class TstPresetIo : public QObject {
 
   void outOfRange() {
     for (const char* y : {"lora_rank: 0\n", "learning_rate: -1\n", "lora_dropout: 1.5\n", "max_length: 99999999999\n",
-                          "zero_stage: 3\n", "gpu_ids: [0, -1]\n", "seed: -5\n"}) {
+                          "zero_stage: 3\n", "gpu_ids: [0, -1]\n", "seed: -5\n", "gpu_memory_budget_gib: -8\n"}) {
       auto r = load(y);
       QVERIFY2(!r.ok(), y);
       QVERIFY2(contains(first_error(r), "p.yaml:1:"), first_error(r).c_str());
     }
     QVERIFY(contains(first_error(load("lora_rank: 0\n")), "from 1 to 4096"));
+    // gpu_memory_budget_gib: a whole number of GiB, or auto (0) for the GPU's memory.
+    QVERIFY(contains(first_error(load("gpu_memory_budget_gib: 20.5\n")), "whole number"));
+    QVERIFY(load("gpu_memory_budget_gib: 20\n").ok());
+    QVERIFY(load("gpu_memory_budget_gib: auto\n").ok());
   }
 
   void badChoiceListsChoicesAndSuggests() {
