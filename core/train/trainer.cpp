@@ -223,6 +223,7 @@ std::string apply_memory_budget(const TrainConfig& c, const torch::Device& d) {
            fixed(static_cast<double>(total) / static_cast<double>(planner::kGiB), 1) + " GiB: no cap";
   const std::int64_t pool = std::max<std::int64_t>(budget - planner::kCudaContextBytes, budget / 2);
 #ifdef ODYSSEY_HAVE_CUDA_RUNTIME
+  (void)torch::empty({1}, torch::TensorOptions().device(d));  // the allocator exists once the device is used
   c10::cuda::CUDACachingAllocator::setMemoryFraction(static_cast<double>(pool) / static_cast<double>(total),
                                                      static_cast<c10::DeviceIndex>(d.index()));
 #endif
