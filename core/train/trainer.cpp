@@ -312,7 +312,7 @@ MemoryPolicy memory_policy(const TrainConfig& c, const HfModelConfig& m, const t
       break;
     case CheckpointPolicy::EveryK:
       for (std::size_t i = 0; i < n; i += static_cast<std::size_t>(policy.every)) mp.checkpoint[i] = true;
-      mp.why = "every " + std::to_string(policy.every) + "th layer";
+      mp.why = "every " + std::to_string(policy.every) + "-th layer (activation_checkpointing: every:" + std::to_string(policy.every) + ")";
       break;
     case CheckpointPolicy::Auto:
       if (!plan) {
