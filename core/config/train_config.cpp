@@ -155,7 +155,7 @@ const std::array kFields = std::to_array<FieldSpec>({
      "Checkpointed layers keep their attention output (and its log-sum-exp) for backward, so "
      "recomputing the layer skips the attention forward: all, none, or auto (as many layers as "
      "the memory budget allows, on GPUs; with activation_checkpointing auto the two are chosen "
-     "together). Padding-free rows, also under Ulysses; not under ring attention.",
+     "together). Padding-free rows, also under Ulysses and ring attention.",
      "", -kInf, kInf, kKeepAttention},
     {"gpu_memory_budget_gib", "memory", &TC::gpu_memory_budget_gib,
      "GiB of each GPU the run may use: the memory planner's auto choices fit this budget and "

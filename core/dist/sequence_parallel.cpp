@@ -133,10 +133,30 @@ torch::Tensor block_keep(const torch::Tensor& sample_ids, const torch::Tensor& p
 }
 
 struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
+  // stash_ptr: a model::AttentionStash of a layer that keeps its attention output, else 0;
+  // from_stash: the layer's recomputation, which takes the output and LSE kept by its forward
+  // instead of running the ring again (the checkpoint's forward fills the stash).
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, const torch::Tensor& sample_ids, const torch::Tensor& positions,
-                               double scale, std::int64_t group) {
-    Group* ring = reinterpret_cast<Group*>(group);
+                               double scale, std::int64_t group, std::int64_t stash_ptr, bool from_stash) {
+    auto* st = reinterpret_cast<model::AttentionStash*>(stash_ptr);
+    torch::Tensor out, lse;  // fp32 [H, n, D] and [H, n]
+    if (from_stash) {
+      out = std::move(st->out);
+      lse = std::move(st->lse);
+    } else {
+      std::tie(out, lse) = run(q, k, v, sample_ids, positions, scale, reinterpret_cast<Group*>(group));
+      if (st) st->out = out, st->lse = lse;
+    }
+    ctx->save_for_backward({q, k, v, sample_ids, positions, out, lse});
+    ctx->saved_data["scale"] = scale;
+    ctx->saved_data["group"] = group;
+    return out.transpose(0, 1).to(q.scalar_type());
+  }
+
+  static std::pair<torch::Tensor, torch::Tensor> run(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                                     const torch::Tensor& sample_ids, const torch::Tensor& positions,
+                                                     double scale, Group* ring) {
     const int R = ring->size(), r = ring->rank();
     const std::int64_t hk = k.size(1), groups = q.size(1) / hk;
     const torch::Tensor qh = q.to(torch::kFloat32).transpose(0, 1);  // [H, n, D]
@@ -165,10 +185,7 @@ struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
       }
       if (next.defined()) kv = next;
     }
-    ctx->save_for_backward({q, k, v, sample_ids, positions, out, lse});
-    ctx->saved_data["scale"] = scale;
-    ctx->saved_data["group"] = group;
-    return out.transpose(0, 1).to(q.scalar_type());
+    return {out, lse};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -210,7 +227,7 @@ struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
     return {dq.transpose(0, 1).to(q.scalar_type()),
             dkv.narrow(1, 0, hk).to(k.scalar_type()),
             dkv.narrow(1, hk, hk).to(v.scalar_type()),
-            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -281,11 +298,35 @@ StepRows step_rows(const ZigzagRows& z, int src, int rank) {
 }
 
 struct RingFlashFn : public torch::autograd::Function<RingFlashFn> {
+  // stash_ptr / from_stash: as RingAttentionFn's (kept attention).
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, double scale, std::int64_t group, std::int64_t rows_ptr,
-                               bool cudnn) {
-    Group* ring = reinterpret_cast<Group*>(group);
-    const ZigzagRows& z = *reinterpret_cast<const ZigzagRows*>(rows_ptr);
+                               bool cudnn, std::int64_t stash_ptr, bool from_stash) {
+    auto* st = reinterpret_cast<model::AttentionStash*>(stash_ptr);
+    model::AttentionStash done;
+    if (from_stash) {
+      done.out = std::move(st->out);
+      done.lse = std::move(st->lse);
+      done.kernel_tensors = std::move(st->kernel_tensors);
+      done.kernel_ints = std::move(st->kernel_ints);
+    } else {
+      done = run(q, k, v, scale, reinterpret_cast<Group*>(group), *reinterpret_cast<const ZigzagRows*>(rows_ptr), cudnn);
+      if (st) *st = done;
+    }
+    std::vector<torch::Tensor> keep{q, k, v, done.out, done.lse};
+    keep.insert(keep.end(), done.kernel_tensors.begin(), done.kernel_tensors.end());
+    ctx->save_for_backward(keep);
+    ctx->saved_data["scale"] = scale;
+    ctx->saved_data["group"] = group;
+    ctx->saved_data["rows"] = rows_ptr;
+    ctx->saved_data["kernel"] = done.kernel_ints;
+    return done.out;
+  }
+
+  // The ring's forward: the output in q's dtype, the merged fp32 LSE, and what the kernel hands
+  // its backward.
+  static model::AttentionStash run(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale,
+                                   Group* ring, const ZigzagRows& z, bool cudnn) {
     const int R = ring->size(), r = ring->rank();
     const std::int64_t hk = k.size(1);
     // cuDNN's SDPA when the shard is one sample (1.7x flash on an H200, docs/benchmarks.md);
@@ -323,14 +364,11 @@ struct RingFlashFn : public torch::autograd::Function<RingFlashFn> {
       }
       if (next) kv = next->wait();
     }
-    const torch::Tensor result = out.to(q.scalar_type());
-    std::vector<torch::Tensor> keep{q, k, v, result, lse};
-    for (const auto& t : kernel.saved_tensors()) keep.push_back(t);
-    ctx->save_for_backward(keep);
-    ctx->saved_data["scale"] = scale;
-    ctx->saved_data["group"] = group;
-    ctx->saved_data["rows"] = rows_ptr;
-    ctx->saved_data["kernel"] = kernel.saved_ints();
+    model::AttentionStash result;
+    result.out = out.to(q.scalar_type());
+    result.lse = lse;
+    result.kernel_tensors = kernel.saved_tensors();
+    result.kernel_ints = kernel.saved_ints();
     return result;
   }
 
@@ -370,7 +408,7 @@ struct RingFlashFn : public torch::autograd::Function<RingFlashFn> {
     }
     const torch::Tensor dkv = dkv_in->wait();
     return {dq.to(q.scalar_type()), dkv.narrow(1, 0, hk).to(k.scalar_type()), dkv.narrow(1, hk, hk).to(v.scalar_type()),
-            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -404,9 +442,22 @@ RingSegments ring_segments(const torch::Tensor& shard_sample_ids) {
   return ring_segments(std::move(half), shard_sample_ids.device());
 }
 
+namespace {
+// The kept-attention mode of a ring call: fill the stash (the checkpoint's no-grad forward) or
+// take from it (the layer's recomputation, with grad mode on).
+bool from_stash(const model::AttentionStash* stash) {
+  if (!stash || !torch::GradMode::is_enabled()) return false;
+  TORCH_CHECK(stash->out.defined(), "kept attention: the ring's recomputation found no kept output");
+  return true;
+}
+std::int64_t stash_address(model::AttentionStash* stash) {
+  return static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(stash));
+}
+}  // namespace
+
 torch::Tensor ring_flash_attention(Group* ring, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                    const RingSegments& segments, double scale, model::AttentionBackend prefer,
-                                   std::int64_t* ran) {
+                                   std::int64_t* ran, model::AttentionStash* stash) {
   TORCH_CHECK(model::LseAttention::fused_supported(q), "ring flash attention needs CUDA bf16/fp16 with head dim <= 256");
   TORCH_CHECK(segments.tokens() == q.size(0), "ring attention: segments cover ", segments.tokens(), " tokens, the shard has ",
               q.size(0));
@@ -417,19 +468,24 @@ torch::Tensor ring_flash_attention(Group* ring, const torch::Tensor& q, const to
   const model::LseAttention::Kind kind = model::LseAttention::choose(q, segments.half.size() == 1, prefer);
   if (ran) *ran = model::LseAttention::sdp_backend(kind);
   const bool cudnn = kind == model::LseAttention::Kind::CuDNN;
+  const bool take = from_stash(stash);
   return RingFlashFn::apply(q.contiguous(), k.contiguous(), v.contiguous(), scale,
                             static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(ring)),
-                            static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(segments.rows.get())), cudnn);
+                            static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(segments.rows.get())), cudnn,
+                            stash_address(stash), take);
 }
 
 torch::Tensor ring_attention(Group* ring, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                             const torch::Tensor& sample_ids, const torch::Tensor& positions, double scale) {
+                             const torch::Tensor& sample_ids, const torch::Tensor& positions, double scale,
+                             model::AttentionStash* stash) {
   TORCH_CHECK(sample_ids.dim() == 2 && sample_ids.size(0) == ring->size() && sample_ids.size(1) == q.size(0),
               "ring_attention: sample ids must be [ring, n] = [", ring->size(), ", ", q.size(0), "], got ",
               sample_ids.sizes());
   TORCH_CHECK(q.size(1) % k.size(1) == 0, "ring_attention: ", q.size(1), " query heads over ", k.size(1), " KV heads");
+  const bool take = from_stash(stash);
   return RingAttentionFn::apply(q, k, v, sample_ids, positions, scale,
-                                static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(ring)));
+                                static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(ring)), stash_address(stash),
+                                take);
 }
 
 // ---- a sharded row -----------------------------------------------------------------------
@@ -443,10 +499,10 @@ class SpAttention final : public model::AttentionOverride {
       : ulysses_(ulysses), ring_(ring), cu_(std::move(cu)), max_seqlen_(max_seqlen), one_sequence_(one_sequence),
         sample_ids_(std::move(sample_ids)), positions_(std::move(positions)), segments_(std::move(segments)) {}
 
-  // Ulysses keeps a checkpointed layer's attention output on each rank: the gathered row's
-  // heads of this rank, and their log-sum-exp. Ring attention does not (its output is merged
-  // across ring steps).
-  bool keeps_attention() const override { return ring_->size() == 1; }
+  // A checkpointed layer can keep its attention output on each rank: under Ulysses the gathered
+  // row's heads of this rank, under ring attention this rank's queries' merged output; with
+  // their log-sum-exp.
+  bool keeps_attention() const override { return true; }
 
   torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale,
                        model::AttentionBackend prefer, std::int64_t* ran, model::AttentionStash* stash) override {
@@ -471,16 +527,15 @@ class SpAttention final : public model::AttentionOverride {
       vv = packed.narrow(1, qh + kh, kh).contiguous();
     }
     torch::Tensor out;
-    if (stash) {
-      TORCH_CHECK(ring_->size() == 1, "kept attention under ring attention");
-      out = model::kept_causal_attention(qq, kk, vv, cu_, max_seqlen_, one_sequence_, prefer, *stash, scale, ran);
-    } else if (ring_->size() > 1) {
+    if (ring_->size() > 1) {
       if (model::LseAttention::fused_supported(qq)) {
-        out = ring_flash_attention(ring_, qq, kk, vv, segments_, scale, prefer, ran);
+        out = ring_flash_attention(ring_, qq, kk, vv, segments_, scale, prefer, ran, stash);
       } else {
-        out = ring_attention(ring_, qq, kk, vv, sample_ids_, positions_, scale);
+        out = ring_attention(ring_, qq, kk, vv, sample_ids_, positions_, scale, stash);
         if (ran) *ran = -1;
       }
+    } else if (stash) {
+      out = model::kept_causal_attention(qq, kk, vv, cu_, max_seqlen_, one_sequence_, prefer, *stash, scale, ran);
     } else if (one_sequence_ && prefer != model::AttentionBackend::Flash) {
       // The gathered row is one sample, perhaps followed by padding: plain causal SDPA is exact
       // (padding comes last, so no real query sees it) and lets cuDNN run, as on one GPU.

@@ -87,10 +87,14 @@ RingSegments ring_segments(const torch::Tensor& shard_sample_ids);  // from one 
 // Flash, varlen flash attention otherwise. Exact like the reference path (ring_attention).
 // `segments` must outlive the backward pass.
 // Writes the kernel's at::SDPBackend to *ran when given. Needs LseAttention::fused_supported(q).
+// `stash` (kept attention, both functions): without grad mode the call keeps its output, merged
+// LSE and kernel state there; with grad mode it takes them from there instead of running the
+// ring, and its backward is the ring backward from them.
 torch::Tensor ring_flash_attention(Group* ring, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                    const RingSegments& segments, double scale, model::AttentionBackend prefer,
-                                   std::int64_t* ran = nullptr);
+                                   std::int64_t* ran = nullptr, model::AttentionStash* stash = nullptr);
 torch::Tensor ring_attention(Group* ring, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                             const torch::Tensor& sample_ids, const torch::Tensor& positions, double scale);
+                             const torch::Tensor& sample_ids, const torch::Tensor& positions, double scale,
+                             model::AttentionStash* stash = nullptr);
 
 }  // namespace odyssey::dist

@@ -260,9 +260,10 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   t.recompute_extra = t.fused ? 0 : t.layer_in;
   t.offload_acts = c.offload_activations && t.cuda;
   // A kept attention output (the layer's own O and fp32 log-sum-exp, alive from forward to the
-  // layer's backward). The engine keeps it on padding-free rows, also under Ulysses (each rank
-  // its heads of the gathered row: the same bytes), not under ring attention.
-  if (p.ring == 1) t.attn_kept = T * (b * s.q + 4 * s.H);
+  // layer's backward). The engine keeps it on padding-free rows, also under sequence
+  // parallelism (Ulysses: each rank its heads of the gathered row; ring: its queries' merged
+  // output; the same bytes).
+  t.attn_kept = T * (b * s.q + 4 * s.H);
   // Recompute costs (planner/flops.h's conventions; LoRA's small matrices left out). A GPU's
   // attention covers its tokens' queries against the whole sequence (sp = ulysses · ring).
   t.recompute_linear_flops = 2.0 * static_cast<double>(T) *

@@ -330,10 +330,7 @@ MemoryPolicy memory_policy(const TrainConfig& c, const HfModelConfig& m, const t
   // the plan was made for the configured policy).
   mp.keep_attention.assign(n, false);
   std::int64_t kept = 0;
-  // Ring attention merges its output over the ring's steps: nothing to keep (Ulysses keeps).
-  const bool ring = parallel_layout(c, m.num_key_value_heads).ring > 1;
-  if (ring && c.keep_attention == "all") mp.why += "; keep_attention all: not under ring attention";
-  for (std::size_t i = 0; i < n && !ring; ++i) {
+  for (std::size_t i = 0; i < n; ++i) {
     const bool keep = c.keep_attention == "all" ? mp.checkpoint[i]
                       : c.keep_attention == "auto" && plan ? keeps_attention(*plan, static_cast<std::int64_t>(i))
                                                            : false;

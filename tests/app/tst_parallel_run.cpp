@@ -330,11 +330,44 @@ class TstParallelRun : public QObject {
     compare("Ulysses 2, kept attention", o, single_);
   }
 
+  // The same with ring attention (the CPU's reference ring; zigzag, packed samples): the
+  // recomputation takes the ring's merged output and LSE kept by the layer's forward.
+  void ring2KeepsAttention() {
+    const Outcome o = train(tmp_, "r2-kept",
+                            "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\n"
+                            "ulysses_size: 1\nkeep_attention: all\n");
+    QFile log(o.dir + "/logs/rank-0.log");
+    QVERIFY(log.open(QIODevice::ReadOnly));
+    QVERIFY(log.readAll().contains("; 2 of them keep their attention output"));
+    compare("ring 2, kept attention", o, single_);
+    // The recomputations did not run the ring forward: fewer K/V exchanges per step than the
+    // same run recomputing attention.
+    const Outcome plain =
+        train(tmp_, "r2-recompute", "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\n"
+                                    "ulysses_size: 1\nkeep_attention: none\n");
+    auto exchanges = [](const QString& dir) {
+      double calls = 0;
+      for (const auto& c : events(dir, "step").back().value("collectives").toArray())
+        if (c.toObject().value("op").toString() == "send_recv") calls += c.toObject().value("calls").toDouble();
+      return calls;
+    };
+    qInfo("send/recv calls in the last step: %g kept, %g recomputing", exchanges(o.dir), exchanges(plain.dir));
+    QVERIFY(exchanges(o.dir) < exchanges(plain.dir));
+  }
+
   void ring2() {
     const Outcome o =
         train(tmp_, "r2", "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\nulysses_size: 1\n");
     QCOMPARE(events(o.dir, "run_start").front().value("mesh").toObject().value("ring").toInt(), 2);
     compare("ring 2 (zigzag)", o, single_);
+  }
+
+  // Ulysses 2 × ring 2 with every checkpointed layer keeping its attention output.
+  void hybridKeepsAttention() {
+    const Outcome o = train(tmp_, "u2r2-kept",
+                            "per_device_train_batch_size: 2\nnproc_per_node: 4\nsequence_parallel_size: 4\n"
+                            "keep_attention: all\n");
+    compare("Ulysses 2 x ring 2, kept attention", o, single_);
   }
 
   void hybridUlysses2Ring2() {

@@ -9,9 +9,9 @@
 #   ulysses   the same at 32K and 64K with Ulysses 2 (torchrun --no-python), plus the engine's
 #             all-to-all alone at the training's message sizes
 #   ring      the same with ring 2 (--ulysses 1)
-#   kept      one GPU at 32K and Ulysses 2 at 32K and 64K with kept attention as the planner
-#             chooses (--keep-attention auto: every checkpointed layer keeps its output here);
-#             ring 2 at 32K, which keeps none
+#   kept      one GPU at 32K, Ulysses 2 at 32K and 64K and ring 2 at 32K with kept attention as
+#             the planner chooses (--keep-attention auto: every checkpointed layer keeps its
+#             output here)
 #   nccl      PyTorch's all_to_all_single and a batched send/recv ring shift at those sizes
 #   curves    loss curves, 50 steps, 0.5B shape at 16K, one GPU vs Ulysses 2
 #   launcher  odyssey-train's own launcher: the quickstart on 2 GPUs (Ulysses 2) vs one GPU

@@ -424,8 +424,8 @@ class TestMemoryPlanner : public QObject {
     QVERIFY(!keeps_attention(automatic, 0));
     QVERIFY(!keeps_attention(automatic, 27 - automatic.attention_kept_layers));
     QVERIFY(keeps_attention(automatic, 28 - automatic.attention_kept_layers));
-    // Ulysses keeps (each rank its heads of the gathered row: the same bytes per rank); ring
-    // attention keeps none; the CPU's auto keeps none.
+    // Sequence parallelism keeps (Ulysses: each rank its heads of the gathered row; ring: its
+    // queries' merged output; the same bytes per rank); the CPU's auto keeps none.
     TrainConfig sp = c;
     sp.keep_attention = "auto", sp.sequence_parallel_size = 2, sp.nproc_per_node = 2;
     const MemoryPlan ulysses = plan_memory(sp, m);
@@ -433,7 +433,7 @@ class TestMemoryPlanner : public QObject {
     QVERIFY(ulysses.attention_kept_layers > 0);
     QCOMPARE(planner_detail::compute_terms(sp, m, {}).attn_kept, 65536LL * (3584 * 2 + 28 * 4));
     sp.ulysses_size = 1;
-    QCOMPARE(plan_memory(sp, m).attention_kept_layers, std::int64_t{0});
+    QVERIFY(plan_memory(sp, m).attention_kept_layers > 0);
     TrainConfig cpu = c;
     cpu.keep_attention = "auto", cpu.device = "cpu", cpu.offload_activations = false;
     QCOMPARE(plan_memory(cpu, m).attention_kept_layers, std::int64_t{0});
