@@ -316,35 +316,31 @@ class TstParallelRun : public QObject {
     QVERIFY2(a2a, "no all_to_all in the step's collectives");
   }
 
-  // Every checkpointed layer (every:2) keeps its attention output under Ulysses: the layers'
-  // recomputation skips attention and its backward starts from the kept output and log-sum-exp
-  // of this rank's heads. Same training as one process recomputing everything.
-  void ulysses2KeepsAttention() {
-    const Outcome o = train(tmp_, "u2-kept",
-                            "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\n"
-                            "keep_attention: all\n");
+  // Every checkpointed layer (every:2) keeps its attention output: the layers' recomputation
+  // takes this rank's kept output and log-sum-exp (Ulysses: its heads of the gathered row; ring,
+  // the CPU's reference ring over zigzag packed samples: its queries' merged output) instead of
+  // running attention, and its backward starts from them. Same training as one process
+  // recomputing everything.
+  void keepsAttention_data() {
+    QTest::addColumn<QString>("name");
+    QTest::addColumn<QString>("layout");
+    QTest::newRow("Ulysses 2") << "u2-kept" << "nproc_per_node: 2\nsequence_parallel_size: 2\n";
+    QTest::newRow("ring 2") << "r2-kept" << "nproc_per_node: 2\nsequence_parallel_size: 2\nulysses_size: 1\n";
+    QTest::newRow("Ulysses 2 x ring 2") << "u2r2-kept" << "nproc_per_node: 4\nsequence_parallel_size: 4\n";
+  }
+  void keepsAttention() {
+    QFETCH(QString, name);
+    QFETCH(QString, layout);
+    const Outcome o = train(tmp_, name, "per_device_train_batch_size: 2\n" + layout + "keep_attention: all\n");
     QFile log(o.dir + "/logs/rank-0.log");
     QVERIFY(log.open(QIODevice::ReadOnly));
     QVERIFY2(log.readAll().contains("; 2 of them keep their attention output"),
-             "the run did not say that its checkpointed layer keeps its attention output");
-    compare("Ulysses 2, kept attention", o, single_);
-  }
-
-  // The same with ring attention (the CPU's reference ring; zigzag, packed samples): the
-  // recomputation takes the ring's merged output and LSE kept by the layer's forward.
-  void ring2KeepsAttention() {
-    const Outcome o = train(tmp_, "r2-kept",
-                            "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\n"
-                            "ulysses_size: 1\nkeep_attention: all\n");
-    QFile log(o.dir + "/logs/rank-0.log");
-    QVERIFY(log.open(QIODevice::ReadOnly));
-    QVERIFY(log.readAll().contains("; 2 of them keep their attention output"));
-    compare("ring 2, kept attention", o, single_);
-    // The recomputations did not run the ring forward: fewer K/V exchanges per step than the
-    // same run recomputing attention.
-    const Outcome plain =
-        train(tmp_, "r2-recompute", "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\n"
-                                    "ulysses_size: 1\nkeep_attention: none\n");
+             "the run did not say that its checkpointed layers keep their attention output");
+    compare(QString(QTest::currentDataTag()) + ", kept attention", o, single_);
+    if (name != "r2-kept") return;
+    // The ring's recomputations did not run its forward pass: fewer K/V exchanges per step
+    // than the same run recomputing attention.
+    const Outcome plain = train(tmp_, "r2-recompute", "per_device_train_batch_size: 2\n" + layout + "keep_attention: none\n");
     auto exchanges = [](const QString& dir) {
       double calls = 0;
       for (const auto& c : events(dir, "step").back().value("collectives").toArray())
@@ -360,14 +356,6 @@ class TstParallelRun : public QObject {
         train(tmp_, "r2", "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\nulysses_size: 1\n");
     QCOMPARE(events(o.dir, "run_start").front().value("mesh").toObject().value("ring").toInt(), 2);
     compare("ring 2 (zigzag)", o, single_);
-  }
-
-  // Ulysses 2 × ring 2 with every checkpointed layer keeping its attention output.
-  void hybridKeepsAttention() {
-    const Outcome o = train(tmp_, "u2r2-kept",
-                            "per_device_train_batch_size: 2\nnproc_per_node: 4\nsequence_parallel_size: 4\n"
-                            "keep_attention: all\n");
-    compare("Ulysses 2 x ring 2, kept attention", o, single_);
   }
 
   void hybridUlysses2Ring2() {
