@@ -85,6 +85,12 @@ bool heads_fit_ulysses(std::int64_t q_heads, std::int64_t kv_heads, int ulysses,
 
 namespace {
 
+// A pointer as the integer an autograd function's arguments and context can carry.
+template <typename T>
+std::int64_t address(const T* p) {
+  return static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(p));
+}
+
 Group* group_of(const AutogradContext* ctx) {
   return reinterpret_cast<Group*>(ctx->saved_data.at("group").toInt());
 }
@@ -105,7 +111,7 @@ struct AllToAllFn : public torch::autograd::Function<AllToAllFn> {
 
 torch::Tensor all_to_all_autograd(Group* group, const torch::Tensor& x) {
   if (group->size() == 1) return x;
-  return AllToAllFn::apply(x, static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(group)));
+  return AllToAllFn::apply(x, address(group));
 }
 
 // ---- ring attention ------------------------------------------------------------------------
@@ -442,19 +448,6 @@ RingSegments ring_segments(const torch::Tensor& shard_sample_ids) {
   return ring_segments(std::move(half), shard_sample_ids.device());
 }
 
-namespace {
-// The kept-attention mode of a ring call: fill the stash (the checkpoint's no-grad forward) or
-// take from it (the layer's recomputation, with grad mode on).
-bool from_stash(const model::AttentionStash* stash) {
-  if (!stash || !torch::GradMode::is_enabled()) return false;
-  TORCH_CHECK(stash->out.defined(), "kept attention: the ring's recomputation found no kept output");
-  return true;
-}
-std::int64_t stash_address(model::AttentionStash* stash) {
-  return static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(stash));
-}
-}  // namespace
-
 torch::Tensor ring_flash_attention(Group* ring, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                    const RingSegments& segments, double scale, model::AttentionBackend prefer,
                                    std::int64_t* ran, model::AttentionStash* stash) {
@@ -468,11 +461,8 @@ torch::Tensor ring_flash_attention(Group* ring, const torch::Tensor& q, const to
   const model::LseAttention::Kind kind = model::LseAttention::choose(q, segments.half.size() == 1, prefer);
   if (ran) *ran = model::LseAttention::sdp_backend(kind);
   const bool cudnn = kind == model::LseAttention::Kind::CuDNN;
-  const bool take = from_stash(stash);
-  return RingFlashFn::apply(q.contiguous(), k.contiguous(), v.contiguous(), scale,
-                            static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(ring)),
-                            static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(segments.rows.get())), cudnn,
-                            stash_address(stash), take);
+  return RingFlashFn::apply(q.contiguous(), k.contiguous(), v.contiguous(), scale, address(ring),
+                            address(segments.rows.get()), cudnn, address(stash), stash && stash->recomputing());
 }
 
 torch::Tensor ring_attention(Group* ring, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
@@ -482,10 +472,8 @@ torch::Tensor ring_attention(Group* ring, const torch::Tensor& q, const torch::T
               "ring_attention: sample ids must be [ring, n] = [", ring->size(), ", ", q.size(0), "], got ",
               sample_ids.sizes());
   TORCH_CHECK(q.size(1) % k.size(1) == 0, "ring_attention: ", q.size(1), " query heads over ", k.size(1), " KV heads");
-  const bool take = from_stash(stash);
-  return RingAttentionFn::apply(q, k, v, sample_ids, positions, scale,
-                                static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(ring)), stash_address(stash),
-                                take);
+  return RingAttentionFn::apply(q, k, v, sample_ids, positions, scale, address(ring), address(stash),
+                                stash && stash->recomputing());
 }
 
 // ---- a sharded row -----------------------------------------------------------------------
@@ -498,11 +486,6 @@ class SpAttention final : public model::AttentionOverride {
               torch::Tensor sample_ids, torch::Tensor positions, RingSegments segments)
       : ulysses_(ulysses), ring_(ring), cu_(std::move(cu)), max_seqlen_(max_seqlen), one_sequence_(one_sequence),
         sample_ids_(std::move(sample_ids)), positions_(std::move(positions)), segments_(std::move(segments)) {}
-
-  // A checkpointed layer can keep its attention output on each rank: under Ulysses the gathered
-  // row's heads of this rank, under ring attention this rank's queries' merged output; with
-  // their log-sum-exp.
-  bool keeps_attention() const override { return true; }
 
   torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale,
                        model::AttentionBackend prefer, std::int64_t* ran, model::AttentionStash* stash) override {
@@ -527,6 +510,8 @@ class SpAttention final : public model::AttentionOverride {
       vv = packed.narrow(1, qh + kh, kh).contiguous();
     }
     torch::Tensor out;
+    // A layer keeping its attention output keeps this rank's share: under Ulysses the gathered
+    // row's heads of this rank, under ring attention its queries' merged output; with the LSE.
     if (ring_->size() > 1) {
       if (model::LseAttention::fused_supported(qq)) {
         out = ring_flash_attention(ring_, qq, kk, vv, segments_, scale, prefer, ran, stash);

@@ -336,10 +336,17 @@ struct StashedAttentionFn : public torch::autograd::Function<StashedAttentionFn>
 
 }  // namespace
 
+bool AttentionStash::recomputing() const {
+  if (!torch::GradMode::is_enabled()) return false;
+  TORCH_CHECK(out.defined(), "kept attention: the layer's recomputation found no kept output (was its forward run "
+                             "without recording, as a checkpoint does?)");
+  return true;
+}
+
 torch::Tensor kept_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                     const torch::Tensor& cu_seqlens, std::int64_t max_seqlen, bool one_sample,
                                     AttentionBackend prefer, AttentionStash& st, double scale, std::int64_t* ran) {
-  if (!torch::GradMode::is_enabled()) {
+  if (!st.recomputing()) {
     LseAttention kernel(LseAttention::choose(q, one_sample, prefer), q.size(1), k.size(1));
     auto [out, lse] = kernel.forward(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, true, scale);
     st.out = out;
@@ -349,8 +356,6 @@ torch::Tensor kept_causal_attention(const torch::Tensor& q, const torch::Tensor&
     if (ran) *ran = LseAttention::sdp_backend(kernel.kind());
     return out;
   }
-  TORCH_CHECK(st.out.defined(), "kept attention: the layer's recomputation found no kept output (was its forward run "
-                                "without recording, as a checkpoint does?)");
   if (ran) *ran = LseAttention::sdp_backend(static_cast<LseAttention::Kind>(st.kernel_ints.at(0)));
   return StashedAttentionFn::apply(q, k, v, cu_seqlens, max_seqlen, scale,
                                    static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(&st)));

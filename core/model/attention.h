@@ -34,11 +34,10 @@ class AttentionOverride {
  public:
   virtual ~AttentionOverride() = default;
   // `prefer`: the configured backend (attn_impl), for rows where SDPA runs. `stash`: the
-  // layer keeps its attention output (only when keeps_attention() said so), else null.
+  // layer keeps its attention output (keep_attention), else null; an override keeps this
+  // rank's share of it (AttentionStash::recomputing says whether to keep or to take).
   virtual torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale,
                                AttentionBackend prefer, std::int64_t* ran, AttentionStash* stash) = 0;
-  // Whether attend can keep a checkpointed layer's attention output (kept_causal_attention).
-  virtual bool keeps_attention() const { return false; }
 };
 
 // "cudnn", "flash", "efficient", "math" (ATen's SDPBackend values), "unknown" otherwise.
@@ -126,6 +125,9 @@ struct AttentionStash {
   torch::Tensor out, lse;
   std::vector<torch::Tensor> kernel_tensors;
   std::vector<std::int64_t> kernel_ints;
+  // Whether this call is the layer's recomputation (grad mode on), which takes what was kept,
+  // rather than the checkpoint's forward, which keeps it. Fails when nothing was kept.
+  bool recomputing() const;
 };
 
 // Causal attention of a layer that keeps its output, over a padding-free row (q [T, Hq, D],

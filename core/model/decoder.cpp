@@ -285,8 +285,7 @@ torch::Tensor CausalLMImpl::run_layers(torch::Tensor h, const LayerContext& ctx)
     if (recording && i < checkpoint_layers_.size() && checkpoint_layers_[i]) {
       if (!h.requires_grad()) h = h.detach().requires_grad_(true);  // frozen embeddings (LoRA)
       LayerContext lctx = ctx;
-      if (i < keep_attention_layers_.size() && keep_attention_layers_[i] && ctx.cu_seqlens.defined() &&
-          (!ctx.attention_override || ctx.attention_override->keeps_attention()))
+      if (i < keep_attention_layers_.size() && keep_attention_layers_[i] && ctx.cu_seqlens.defined())
         lctx.stash = std::make_shared<AttentionStash>();
       h = checkpointed([layer, lctx](const torch::Tensor& x) mutable { return layer(x, lctx); }, h, offload);
     } else {
