@@ -69,6 +69,9 @@ bool GpuProbe::load(std::string* problem) {
     const char* why = dlerror();
     *problem = library_ + " could not be loaded (the NVIDIA driver is not installed)" +
                (why ? std::string(": ") + why : std::string());
+    // glibc keeps the message in a per-thread buffer until the next dlerror call, which frees
+    // it; without that call a probe thread still alive at exit shows as a leak under ASan.
+    (void)dlerror();
     return false;
   }
   api_ = std::make_unique<Api>();
