@@ -132,6 +132,38 @@ Case swiglu_case(const torch::Device& dev, std::int64_t rows, std::int64_t inter
   return c;
 }
 
+// The MLP's SwiGLU + down projection (weight, bias and a LoRA pair, all trained) with the
+// activation recomputed in backward, against swiglu_reference followed by the linear layers.
+Case swiglu_down_case(const torch::Device& dev, std::int64_t rows, std::int64_t inter, std::int64_t out,
+                      std::int64_t r) {
+  const double scaling = 2.0;
+  Case c;
+  c.kernel = "swiglu_down " + std::to_string(rows) + "x" + std::to_string(inter) + "->" + std::to_string(out);
+  c.output_names = {"y"};
+  c.input_names = {"gate", "up", "weight", "bias", "lora_a", "lora_b"};
+  const auto o = torch::TensorOptions().device(dev);
+  const double fan = 1.0 / std::sqrt(static_cast<double>(inter));
+  c.inputs = {2.0 * torch::randn({rows, inter}, o), torch::randn({rows, inter}, o), fan * torch::randn({out, inter}, o),
+              torch::randn({out}, o), fan * torch::randn({r, inter}, o), torch::randn({out, r}, o)};
+  c.differentiable = {true, true, true, true, true, true};
+  c.cotangents = {torch::randn({rows, out}, o)};
+  auto layers = [scaling](const torch::Tensor& act, const Tensors& in) {
+    return at::linear(act, in[2], in[3]) + at::linear(at::linear(act, in[4]), in[5]) * scaling;
+  };
+  c.fused = [scaling](const Tensors& in) {
+    DownProjection d;
+    d.weight = in[2];
+    d.bias = in[3];
+    d.lora_a = in[4];
+    d.lora_b = in[5];
+    d.lora_scaling = scaling;
+    return Tensors{swiglu_down(in[0], in[1], d)};
+  };
+  c.reference = [layers](const Tensors& in) { return Tensors{layers(swiglu_reference(in[0], in[1]), in)}; };
+  c.exact = [layers](const Tensors& in) { return Tensors{layers(in[0] * torch::sigmoid(in[0]) * in[1], in)}; };
+  return c;
+}
+
 Case rope_case(const torch::Device& dev, std::int64_t tokens, std::int64_t hq, std::int64_t hk, std::int64_t d) {
   Case c;
   c.kernel = "apply_rope_ " + std::to_string(tokens) + "x(" + std::to_string(hq) + "+" + std::to_string(hk) + ")x" +
@@ -203,11 +235,13 @@ std::vector<SelftestRow> run_selftest(const torch::Device& device) {
     cases.push_back(rms_case(device, 4096, 3584));
     cases.push_back(rms_case(device, 333, 128));  // Qwen3's per-head q/k norm width, odd row count
     cases.push_back(swiglu_case(device, 2048, 18944));
+    cases.push_back(swiglu_down_case(device, 1024, 18944, 3584, 16));
     cases.push_back(rope_case(device, 4099, 28, 4, 128));
     cases.push_back(linear_ce_case(device, 1024, 3584, 152064, 300));
   } else {
     cases.push_back(rms_case(device, 37, 200));
     cases.push_back(swiglu_case(device, 29, 301));
+    cases.push_back(swiglu_down_case(device, 29, 301, 40, 4));
     cases.push_back(rope_case(device, 61, 6, 2, 16));
     cases.push_back(linear_ce_case(device, 67, 48, 1003, 16));
   }

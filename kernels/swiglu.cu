@@ -46,10 +46,13 @@ __global__ void swiglu_fwd_kernel(const T* __restrict__ gate, std::int64_t gs, c
   }
 }
 
+// With y set, also y = swiglu(gate, up) rounded as the forward kernel rounds it (the
+// activation a backward recomputes instead of keeping); y may be dy itself (each element is
+// read before it is overwritten, by the same thread), so neither carries __restrict__.
 template <typename T, int N>
-__global__ void swiglu_bwd_kernel(const T* __restrict__ dy, const T* __restrict__ gate, std::int64_t gs,
+__global__ void swiglu_bwd_kernel(const T* dy, const T* __restrict__ gate, std::int64_t gs,
                                   const T* __restrict__ up, std::int64_t us, T* __restrict__ dgate,
-                                  T* __restrict__ dup, std::int64_t rows, std::int64_t cols,
+                                  T* __restrict__ dup, T* y, std::int64_t rows, std::int64_t cols,
                                   std::int64_t tiles_per_row) {
   using V = Vec<T, N>;
   const std::int64_t tiles = rows * tiles_per_row;
@@ -71,6 +74,15 @@ __global__ void swiglu_bwd_kernel(const T* __restrict__ dy, const T* __restrict_
     }
     store<T, N>(dgate + row * cols + col, dg);
     store<T, N>(dup + row * cols + col, du);
+    if (y != nullptr) {
+      V o;
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        const T a = from_f<T>(silu(to_f(g.v[i])));
+        o.v[i] = from_f<T>(__fmul_rn(to_f(a), to_f(u.v[i])));
+      }
+      store<T, N>(y + row * cols + col, o);
+    }
   }
 }
 
@@ -118,22 +130,24 @@ void fwd_typed(const void* gate, std::int64_t gs, const void* up, std::int64_t u
 
 template <typename T>
 void bwd_typed(const void* dy, const void* gate, std::int64_t gs, const void* up, std::int64_t us, void* dgate,
-               void* dup, std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
+               void* dup, void* y, std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
   const bool vec = cols % kVec == 0 && gs % kVec == 0 && us % kVec == 0 && aligned16(dy) && aligned16(gate) &&
-                   aligned16(up) && aligned16(dgate) && aligned16(dup);
+                   aligned16(up) && aligned16(dgate) && aligned16(dup) && aligned16(y);
   const auto* d = static_cast<const T*>(dy);
   const auto* g = static_cast<const T*>(gate);
   const auto* u = static_cast<const T*>(up);
   auto* dg = static_cast<T*>(dgate);
   auto* du = static_cast<T*>(dup);
+  auto* o = static_cast<T*>(y);
   if (vec) {
     const Launch l = plan(rows, cols, kVec, "swiglu_bwd_kernel");
-    swiglu_bwd_kernel<T, kVec><<<l.grid, l.threads, 0, stream>>>(d, g, gs, u, us, dg, du, rows, cols,
+    swiglu_bwd_kernel<T, kVec><<<l.grid, l.threads, 0, stream>>>(d, g, gs, u, us, dg, du, o, rows, cols,
                                                                  l.tiles_per_row);
   } else {
     const Launch l = plan(rows, cols, 1, "swiglu_bwd_kernel");
-    swiglu_bwd_kernel<T, 1><<<l.grid, l.threads, 0, stream>>>(d, g, gs, u, us, dg, du, rows, cols, l.tiles_per_row);
+    swiglu_bwd_kernel<T, 1><<<l.grid, l.threads, 0, stream>>>(d, g, gs, u, us, dg, du, o, rows, cols,
+                                                             l.tiles_per_row);
   }
   check(cudaGetLastError(), "swiglu_bwd_kernel launch");
 }
@@ -153,15 +167,15 @@ void swiglu_fwd(const void* gate, std::int64_t gate_row_stride, const void* up, 
 }
 
 void swiglu_bwd(const void* dy, const void* gate, std::int64_t gate_row_stride, const void* up,
-                std::int64_t up_row_stride, void* dgate, void* dup, std::int64_t rows, std::int64_t cols, int dtype,
-                void* stream) {
+                std::int64_t up_row_stride, void* dgate, void* dup, void* y, std::int64_t rows, std::int64_t cols,
+                int dtype, void* stream) {
   if (rows <= 0 || cols <= 0) return;
   const auto s = static_cast<cudaStream_t>(stream);
   switch (dtype) {
-    case 0: return bwd_typed<float>(dy, gate, gate_row_stride, up, up_row_stride, dgate, dup, rows, cols, s);
+    case 0: return bwd_typed<float>(dy, gate, gate_row_stride, up, up_row_stride, dgate, dup, y, rows, cols, s);
     case 1:
-      return bwd_typed<__nv_bfloat16>(dy, gate, gate_row_stride, up, up_row_stride, dgate, dup, rows, cols, s);
-    case 2: return bwd_typed<__half>(dy, gate, gate_row_stride, up, up_row_stride, dgate, dup, rows, cols, s);
+      return bwd_typed<__nv_bfloat16>(dy, gate, gate_row_stride, up, up_row_stride, dgate, dup, y, rows, cols, s);
+    case 2: return bwd_typed<__half>(dy, gate, gate_row_stride, up, up_row_stride, dgate, dup, y, rows, cols, s);
     default: throw std::runtime_error("swiglu_bwd_kernel: unsupported dtype code " + std::to_string(dtype));
   }
 }

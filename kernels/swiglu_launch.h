@@ -13,9 +13,11 @@ namespace odyssey::kernels::cuda {
 void swiglu_fwd(const void* gate, std::int64_t gate_row_stride, const void* up, std::int64_t up_row_stride, void* y,
                 std::int64_t rows, std::int64_t cols, int dtype, void* stream);
 
-// dgate = dy * up * silu'(gate), dup = dy * silu(gate), in fp32, each rounded once.
+// dgate = dy * up * silu'(gate), dup = dy * silu(gate), in fp32, each rounded once. With y
+// not null, also y = swiglu(gate, up) as swiglu_fwd rounds it (contiguous [rows, cols]); y may
+// be dy itself, overwritten in place.
 void swiglu_bwd(const void* dy, const void* gate, std::int64_t gate_row_stride, const void* up,
-                std::int64_t up_row_stride, void* dgate, void* dup, std::int64_t rows, std::int64_t cols, int dtype,
-                void* stream);
+                std::int64_t up_row_stride, void* dgate, void* dup, void* y, std::int64_t rows, std::int64_t cols,
+                int dtype, void* stream);
 
 }  // namespace odyssey::kernels::cuda

@@ -154,7 +154,21 @@ MlpImpl::MlpImpl(const DecoderConfig& c, const torch::TensorOptions& o) {
 }
 
 torch::Tensor MlpImpl::compute(const torch::Tensor& x) {
-  if (fused) return down_proj(kernels::swiglu(gate_proj(x), up_proj(x)));
+  if (fused) {
+    const LinearImpl& d = *down_proj;
+    if (d.lora_A && (d.lora_dropout > 0.0 || !d.lora_in_input_dtype))
+      return down_proj(kernels::swiglu(gate_proj(x), up_proj(x)));
+    // The activation is not kept for backward (I elements per token): recomputed there.
+    kernels::DownProjection p;
+    p.weight = d.weight;
+    p.bias = d.bias;
+    if (d.lora_A) {
+      p.lora_a = d.lora_A->weight;
+      p.lora_b = d.lora_B->weight;
+      p.lora_scaling = d.lora_scaling;
+    }
+    return kernels::swiglu_down(gate_proj(x), up_proj(x), p);
+  }
   return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
 }
 

@@ -228,7 +228,10 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   if (needs_shared(Q) || needs_shared(K) || needs_shared(V)) per_token += b * s.h;
   if (needs_shared(O) && (u > 1 || t.hf)) per_token += b * s.q;  // else flash's saved output
   if (needs_shared(Gate) || needs_shared(Up)) mlp_tok += b * s.h;
-  if (needs_shared(Down)) mlp_tok += b * s.i;
+  // The fused engine's down projection keeps gate and up, not the activation (recomputed in
+  // the SwiGLU backward, kernels::swiglu_down); the reference ops keep it as its input.
+  const bool act_kept = needs_shared(Down) && !t.fused;
+  if (act_kept) mlp_tok += b * s.i;
   i64 dropout_tok = 0, mlp_dropout_tok = 0;
   if (t.lora)
     for (std::size_t k = 0; k < kModules; ++k) {
@@ -293,8 +296,10 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   // -- backward working sets of one layer
   // The down projection's saved input (when stored) is released once its backward has run,
   // before SwiGLU's backward creates the gradients of gate and up: it is not live with them.
+  // Fused: the activation's gradient, then d gate and d up, the activation recomputed into the
+  // first buffer.
   t.bwd_mlp_h = 3 * b * s.h;
-  t.bwd_mlp_i = (t.fused ? 3 : 4) * b * s.i - (needs_shared(Down) ? b * s.i : 0);
+  t.bwd_mlp_i = (t.fused ? 3 : 4) * b * s.i - (act_kept ? b * s.i : 0);
   t.bwd_mlp = T * (t.bwd_mlp_h + t.bwd_mlp_i);
   t.bwd_attn = T * (b * (3 * s.h + 2 * s.q + 2 * kv_eff) + 4 * s.q + 4 * s.H) + eager_sq;
   // A kept layer's attention backward calls cuDNN's kernel directly, which takes K and V with

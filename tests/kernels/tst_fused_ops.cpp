@@ -292,6 +292,93 @@ class TstFusedOps : public QObject {
   }
 
   // ---------------------------------------------------------------------------------------
+  // swiglu_down (the MLP's SwiGLU + down projection, activation recomputed in backward)
+  // against the layers it replaces: swiglu_reference, then the down projection as
+  // core/model/decoder.cpp's LinearImpl computes it (base weight + bias, LoRA adapters in fp32
+  // cast to the activation's dtype, scaled), differentiated by autograd. Every input's
+  // gradient: gate and up, the down weight and bias when trained (full fine-tuning), the
+  // adapters when the weight is frozen (LoRA), none of the weights (the activation is then not
+  // recomputed at all).
+  void swiglu_down_vs_layers_data() {
+    QTest::addColumn<QString>("mode");
+    QTest::newRow("full, bias") << "full";
+    QTest::newRow("LoRA r4 on a frozen weight") << "lora";
+    QTest::newRow("frozen, no adapter") << "frozen";
+  }
+
+  void swiglu_down_vs_layers() {
+    QFETCH(QString, mode);
+    const bool full = mode == "full", lora = mode == "lora";
+    const int64_t tokens = 37, inter = 48, out = 20, r = 4;
+    const Tensor big0 = torch::randn({1, tokens, 2 * inter}, torch::kFloat64) * 2;
+    const Tensor w0 = torch::randn({out, inter}, torch::kFloat64) / std::sqrt(double(inter));
+    const Tensor b0 = torch::randn({out}, torch::kFloat64);
+    const Tensor a0 = torch::randn({r, inter}, torch::kFloat64) / std::sqrt(double(inter));
+    const Tensor bb0 = torch::randn({out, r}, torch::kFloat64);  // nonzero so both adapters get gradients
+    const Tensor gy = torch::randn({1, tokens, out}, torch::kFloat64);
+    const double scaling = 2.0;
+    struct Run {
+      Tensor y, dbig, dw, db, da, dbb;
+    };
+    auto run = [&](bool fused, torch::ScalarType dtype) {
+      const Tensor big = leaf(big0, dtype);
+      const Tensor w = leaf(w0, dtype, full), b = full ? leaf(b0, dtype) : Tensor();
+      // Adapters are fp32 (float64 for the truth), as LinearImpl keeps them.
+      const auto adt = dtype == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+      const Tensor a = lora ? leaf(a0, adt) : Tensor(), bb = lora ? leaf(bb0, adt) : Tensor();
+      const Tensor gate = big.narrow(-1, 0, inter), up = big.narrow(-1, inter, inter);
+      Tensor y;
+      if (fused) {
+        DownProjection down;
+        down.weight = w;
+        down.bias = b;
+        down.lora_a = a;
+        down.lora_b = bb;
+        down.lora_scaling = scaling;
+        y = swiglu_down(gate, up, down);
+      } else {
+        const Tensor act = swiglu_reference(gate, up);
+        y = at::linear(act, w, b.defined() ? std::optional<Tensor>(b) : std::nullopt);
+        if (lora) y = y + at::linear(at::linear(act, a.to(dtype)), bb.to(dtype)) * scaling;
+      }
+      (y.to(torch::kFloat64) * gy).sum().backward();
+      auto grad = [](const Tensor& t) { return t.defined() ? t.grad() : Tensor(); };
+      return Run{y.detach(), big.grad(), grad(w), grad(b), grad(a), grad(bb)};
+    };
+    const Run truth = run(false, torch::kFloat64);
+    const std::vector<const char*> names = {"y", "d gate|up", "d weight", "d bias", "d lora_a", "d lora_b"};
+    auto fields = [](const Run& x) { return std::vector<Tensor>{x.y, x.dbig, x.dw, x.db, x.da, x.dbb}; };
+    const auto t = fields(truth);
+    for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+      const auto f = fields(run(true, dtype)), ref = fields(run(false, dtype));
+      for (std::size_t i = 0; i < t.size(); ++i) {
+        QCOMPARE(f[i].defined(), t[i].defined());
+        if (!t[i].defined()) continue;
+        QCOMPARE(f[i].scalar_type(), ref[i].scalar_type());
+        const double got = rel(f[i], t[i]), reference = rel(ref[i], t[i]);
+        const QString what = QString("%1 %2: fused %3, layers %4")
+                                 .arg(dtype == torch::kFloat32 ? "fp32" : "bf16", names[i])
+                                 .arg(got)
+                                 .arg(reference);
+        if (dtype == torch::kFloat32) QVERIFY2(got < kF32, qPrintable(what));
+        else QVERIFY2(got <= 2 * reference + kBf16Slack, qPrintable(what));
+      }
+    }
+  }
+
+  void swiglu_down_errors() {
+    const Tensor g = torch::randn({4, 6});
+    DownProjection down;
+    down.weight = torch::randn({3, 5});
+    std::string e = error_of([&] { swiglu_down(g, g, down); });
+    QVERIFY2(e.find("must be [out, 6]") != std::string::npos, e.c_str());
+    down.weight = torch::randn({3, 6});
+    down.lora_a = torch::randn({2, 6});
+    e = error_of([&] { swiglu_down(g, g, down); });
+    QVERIFY2(e.find("come together") != std::string::npos, e.c_str());
+  }
+
+  // ---------------------------------------------------------------------------------------
   void rope_vs_reference_data() {
     QTest::addColumn<int>("tokens");
     QTest::addColumn<int>("hq");
