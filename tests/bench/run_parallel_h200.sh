@@ -23,8 +23,8 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 B=build-gpu/app/odyssey-bench
 T=build-gpu/app/odyssey-train
 TR="torchrun --no-python --nproc-per-node 2"
-# Attention is recomputed on both sides (--keep-attention none): sequence parallelism always
-# recomputes it, and the documented comparisons ran before kept attention existed.
+# Attention is recomputed on both sides (--keep-attention none), as in the documented
+# comparisons that ran before kept attention existed; the kept phase keeps it on both sides.
 MODEL="--shape qwen2.5-7b --mode lora --steps 3 --warmup 1 --checkpointing all --keep-attention none"
 # Bytes per rank of the 7B shape's collectives: Ulysses 2 packed Q/K/V and output at 32K and
 # 64K; ring 2 K/V (bf16) and dK/dV (fp32) at 32K and 64K.
