@@ -4,6 +4,7 @@
 // and the weight.
 #include "kernels/rmsnorm.h"
 #include "kernels/dtype.h"
+#include "kernels/linear_autograd.h"
 
 #ifdef ODYSSEY_HAVE_CUDA_KERNELS
 #include <ATen/cuda/CUDAContext.h>
@@ -139,6 +140,43 @@ struct AddRmsNorm : torch::autograd::Function<AddRmsNorm> {
   }
 };
 
+// projection(n) for n = rms_norm(s, norm_weight, eps), which the caller computed: saved are s
+// (which the norm keeps for its own backward anyway), the norm's weight, the projection's
+// weights and the r-wide lora_a output, not n. Backward returns the gradient of n (the norm's
+// own backward turns it into the gradient of s) and recomputes n, with the forward's kernel,
+// only for the weights' gradients.
+struct RmsNormLinear : torch::autograd::Function<RmsNormLinear> {
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& n, const torch::Tensor& s,
+                               const torch::Tensor& norm_weight, double eps, const torch::Tensor& weight,
+                               const std::optional<torch::Tensor>& bias, const std::optional<torch::Tensor>& lora_a,
+                               const std::optional<torch::Tensor>& lora_b, double scaling) {
+    const LinearWeights w = detail::weights_of(weight, bias, lora_a, lora_b, scaling);
+    torch::Tensor a;
+    const torch::Tensor y = detail::linear_forward(n, w, &a);
+    ctx->save_for_backward({s, norm_weight, w.weight, w.lora_a, w.lora_b, a});
+    ctx->saved_data["eps"] = eps;
+    detail::remember_linear(ctx, w);
+    return {y};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor& s = saved[0];
+    const LinearWeights w = detail::saved_weights(ctx, saved[2], saved[3], saved[4]);
+    // Edges: n, s, norm_weight (no gradient through these two), then the projection.
+    const detail::LinearWants want = detail::linear_wants(ctx, /*first_edge=*/3, w);
+    const std::int64_t hidden = s.size(-1);
+    detail::LinearBackward b = detail::linear_input_grad(grads[0].reshape({-1, w.weight.size(0)}), w, s.scalar_type());
+    torch::Tensor n;
+    if (want.weight || want.lora_a)
+      n = add_rms_norm(s, {}, saved[1], ctx->saved_data["eps"].toDouble()).first.reshape({-1, hidden});
+    const detail::LinearGrads g =
+        detail::linear_weight_grads(b, n, saved[5], w, want.weight, want.bias, want.lora_a, want.lora_b);
+    return {b.input_grad.view(s.sizes()), torch::Tensor(), torch::Tensor(), torch::Tensor(), g.weight, g.bias,
+            g.lora_a, g.lora_b, torch::Tensor()};
+  }
+};
+
 }  // namespace
 
 std::pair<torch::Tensor, torch::Tensor> add_rms_norm(const torch::Tensor& x, const torch::Tensor& residual,
@@ -147,6 +185,17 @@ std::pair<torch::Tensor, torch::Tensor> add_rms_norm(const torch::Tensor& x, con
   const bool has_residual = residual.defined();
   auto out = AddRmsNorm::apply(x, has_residual ? residual : torch::empty({0}, x.options()), weight, eps, has_residual);
   return {out[0], out[1]};
+}
+
+torch::Tensor rms_norm_linear(const torch::Tensor& n, const torch::Tensor& s, const torch::Tensor& norm_weight,
+                              double eps, const LinearWeights& w) {
+  check_inputs(s, {}, norm_weight, eps);
+  TORCH_CHECK(n.defined() && n.sizes() == s.sizes() && n.scalar_type() == s.scalar_type(),
+              "rms_norm_linear: the norm output must have the input's shape ", s.sizes(), " and dtype ",
+              s.scalar_type(), ", got ", n.defined() ? n.sizes() : torch::IntArrayRef{});
+  detail::check_linear(w, s.size(-1), "rms_norm_linear");
+  return RmsNormLinear::apply(n, s.detach(), norm_weight.detach(), eps, w.weight, detail::opt(w.bias),
+                              detail::opt(w.lora_a), detail::opt(w.lora_b), w.lora_scaling)[0];
 }
 
 }  // namespace odyssey::kernels

@@ -12,6 +12,8 @@
 
 #include <utility>
 
+#include "kernels/linear.h"
+
 namespace odyssey::kernels {
 
 // x, residual: [..., H] of one dtype (bf16, f16 or f32), residual may be undefined (then
@@ -23,6 +25,16 @@ std::pair<torch::Tensor, torch::Tensor> add_rms_norm(const torch::Tensor& x, con
 inline torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
   return add_rms_norm(x, {}, weight, eps).first;
 }
+
+// A projection (linear.h) of n = rms_norm(s, norm_weight, eps), which the caller has already
+// computed (n must be exactly that, e.g. the output of add_rms_norm whose sum is s), without
+// keeping n for backward: the weights' gradients recompute it from s, which the norm keeps for
+// its own backward anyway. Several projections of one norm output (q, k, v; gate, up) each
+// recompute it. Saves b·H bytes per token per norm against a linear layer, which keeps its
+// input. Differentiable in n and the projection's tensors (s and norm_weight get no gradient
+// here: the norm's own backward gives theirs).
+torch::Tensor rms_norm_linear(const torch::Tensor& n, const torch::Tensor& s, const torch::Tensor& norm_weight,
+                              double eps, const LinearWeights& w);
 
 // The reference: HF's formula in plain ATen ops, differentiated by autograd.
 std::pair<torch::Tensor, torch::Tensor> add_rms_norm_reference(const torch::Tensor& x, const torch::Tensor& residual,

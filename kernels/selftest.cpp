@@ -151,7 +151,7 @@ Case swiglu_down_case(const torch::Device& dev, std::int64_t rows, std::int64_t 
     return at::linear(act, in[2], in[3]) + at::linear(at::linear(act, in[4]), in[5]) * scaling;
   };
   c.fused = [scaling](const Tensors& in) {
-    DownProjection d;
+    LinearWeights d;
     d.weight = in[2];
     d.bias = in[3];
     d.lora_a = in[4];
@@ -161,6 +161,43 @@ Case swiglu_down_case(const torch::Device& dev, std::int64_t rows, std::int64_t 
   };
   c.reference = [layers](const Tensors& in) { return Tensors{layers(swiglu_reference(in[0], in[1]), in)}; };
   c.exact = [layers](const Tensors& in) { return Tensors{layers(in[0] * torch::sigmoid(in[0]) * in[1], in)}; };
+  return c;
+}
+
+// A projection (weight, bias and a LoRA pair, all trained) of an RMSNorm's output that is
+// recomputed in backward, after the fused norm, against the reference norm and linear layers.
+Case rms_norm_linear_case(const torch::Device& dev, std::int64_t rows, std::int64_t hidden, std::int64_t out,
+                          std::int64_t r) {
+  const double eps = 1e-6, scaling = 2.0;
+  Case c;
+  c.kernel = "rms_norm_linear " + std::to_string(rows) + "x" + std::to_string(hidden) + "->" + std::to_string(out);
+  c.output_names = {"y"};
+  c.input_names = {"x", "norm_weight", "weight", "bias", "lora_a", "lora_b"};
+  const auto o = torch::TensorOptions().device(dev);
+  const double fan = 1.0 / std::sqrt(static_cast<double>(hidden));
+  c.inputs = {torch::randn({rows, hidden}, o), 1.0 + 0.1 * torch::randn({hidden}, o), fan * torch::randn({out, hidden}, o),
+              torch::randn({out}, o), fan * torch::randn({r, hidden}, o), torch::randn({out, r}, o)};
+  c.differentiable = {true, true, true, true, true, true};
+  c.cotangents = {torch::randn({rows, out}, o)};
+  auto layers = [scaling](const torch::Tensor& n, const Tensors& in) {
+    return at::linear(n, in[2], in[3]) + at::linear(at::linear(n, in[4]), in[5]) * scaling;
+  };
+  c.fused = [eps, scaling](const Tensors& in) {
+    LinearWeights w;
+    w.weight = in[2];
+    w.bias = in[3];
+    w.lora_a = in[4];
+    w.lora_b = in[5];
+    w.lora_scaling = scaling;
+    return Tensors{rms_norm_linear(rms_norm(in[0], in[1], eps), in[0], in[1], eps, w)};
+  };
+  c.reference = [eps, layers](const Tensors& in) {
+    return Tensors{layers(add_rms_norm_reference(in[0], {}, in[1], eps).first, in)};
+  };
+  c.exact = [eps, layers](const Tensors& in) {
+    const torch::Tensor n = in[1] * (in[0] * torch::rsqrt(in[0].pow(2).mean(-1, true) + eps));
+    return Tensors{layers(n, in)};
+  };
   return c;
 }
 
@@ -236,12 +273,14 @@ std::vector<SelftestRow> run_selftest(const torch::Device& device) {
     cases.push_back(rms_case(device, 333, 128));  // Qwen3's per-head q/k norm width, odd row count
     cases.push_back(swiglu_case(device, 2048, 18944));
     cases.push_back(swiglu_down_case(device, 1024, 18944, 3584, 16));
+    cases.push_back(rms_norm_linear_case(device, 2048, 3584, 4608, 16));  // one projection of 7B's q, k and v widths
     cases.push_back(rope_case(device, 4099, 28, 4, 128));
     cases.push_back(linear_ce_case(device, 1024, 3584, 152064, 300));
   } else {
     cases.push_back(rms_case(device, 37, 200));
     cases.push_back(swiglu_case(device, 29, 301));
     cases.push_back(swiglu_down_case(device, 29, 301, 40, 4));
+    cases.push_back(rms_norm_linear_case(device, 31, 96, 50, 4));
     cases.push_back(rope_case(device, 61, 6, 2, 16));
     cases.push_back(linear_ce_case(device, 67, 48, 1003, 16));
   }

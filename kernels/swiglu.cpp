@@ -3,6 +3,7 @@
 // backward: gate and up only (views of the caller's tensors, no copies).
 #include "kernels/swiglu.h"
 #include "kernels/dtype.h"
+#include "kernels/linear_autograd.h"
 
 #include <optional>
 #include <utility>
@@ -105,29 +106,20 @@ struct SwiGlu : torch::autograd::Function<SwiGlu> {
   }
 };
 
-// down(swiglu(gate, up)) with down = weight (+ bias) (+ scaling * lora_b(lora_a(.)), the
-// adapters cast to the activation's dtype as LinearImpl's fused path does). Saved: gate, up,
-// the weights and the r-wide lora_a output, not the activation: backward computes the
-// activation's gradient first, then the SwiGLU backward writes the activation into that
-// buffer in the same pass, and the weight gradients take it from there.
+// down(swiglu(gate, up)) with down a projection of linear.h. Saved: gate, up, the weights and
+// the r-wide lora_a output, not the activation: backward computes the activation's gradient
+// first, then the SwiGLU backward writes the activation into that buffer in the same pass,
+// and the weight gradients take it from there.
 struct SwiGluDown : torch::autograd::Function<SwiGluDown> {
-  // Absent tensors are nullopt (autograd gives them no edge and no gradient slot).
-  using Opt = std::optional<torch::Tensor>;
-
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& gate, const torch::Tensor& up,
-                               const torch::Tensor& weight, const Opt& bias, const Opt& lora_a, const Opt& lora_b,
+                               const torch::Tensor& weight, const std::optional<torch::Tensor>& bias,
+                               const std::optional<torch::Tensor>& lora_a, const std::optional<torch::Tensor>& lora_b,
                                double scaling) {
-    const torch::Tensor act = swiglu_forward(gate, up);
-    torch::Tensor y = at::linear(act, weight, bias);
+    const LinearWeights w = detail::weights_of(weight, bias, lora_a, lora_b, scaling);
     torch::Tensor a;
-    if (lora_a) {
-      const auto dt = act.scalar_type();
-      a = at::linear(act, lora_a->to(dt));
-      y = y + at::linear(a, lora_b->to(dt)) * scaling;
-    }
-    ctx->save_for_backward({gate, up, weight, lora_a.value_or(torch::Tensor()), lora_b.value_or(torch::Tensor()), a});
-    ctx->saved_data["scaling"] = scaling;
-    ctx->saved_data["bias"] = bias.has_value();
+    const torch::Tensor y = detail::linear_forward(swiglu_forward(gate, up), w, &a);
+    ctx->save_for_backward({gate, up, w.weight, w.lora_a, w.lora_b, a});
+    detail::remember_linear(ctx, w);
     return {y};
   }
 
@@ -135,36 +127,16 @@ struct SwiGluDown : torch::autograd::Function<SwiGluDown> {
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor& gate = saved[0];
     const torch::Tensor& up = saved[1];
-    const torch::Tensor& weight = saved[2];
-    const torch::Tensor& lora_a = saved[3];
-    const torch::Tensor& lora_b = saved[4];
-    const torch::Tensor& a = saved[5];
-    const double scaling = ctx->saved_data["scaling"].toDouble();
-    const bool has_bias = ctx->saved_data["bias"].toBool();
-    const bool lora = lora_a.defined();
-    // Edges exist for present tensors only: gate, up, weight, then bias, lora_a, lora_b if given.
-    const std::size_t bias_edge = 3, a_edge = has_bias ? 4 : 3, b_edge = a_edge + 1;
-    const bool want_weight = ctx->needs_input_grad(2), want_bias = has_bias && ctx->needs_input_grad(bias_edge);
-    const bool want_a = lora && ctx->needs_input_grad(a_edge), want_b = lora && ctx->needs_input_grad(b_edge);
-    const auto dt = gate.scalar_type();
-    const std::int64_t inter = gate.size(-1), out = weight.size(0);
-    const torch::Tensor dy = grads[0].reshape({-1, out});
-
-    torch::Tensor dact = at::mm(dy, weight);  // [N, I]
-    torch::Tensor ds, da;                      // scaling * dy, and the gradient of lora_a's output
-    if (lora) {
-      ds = dy * scaling;
-      da = at::mm(ds, lora_b.to(dt));
-      dact.addmm_(da, lora_a.to(dt));
-    }
-    auto [dgate, dup] = swiglu_backward(dact, gate, up, /*recompute=*/want_weight || want_a);
-    const torch::Tensor act = dact.view({-1, inter});  // the activation now, when recomputed
-    torch::Tensor dweight, dbias, dlora_a, dlora_b;
-    if (want_weight) dweight = at::mm(dy.t(), act);
-    if (want_bias) dbias = dy.sum(0);
-    if (want_a) dlora_a = at::mm(da.t(), act).to(lora_a.scalar_type());
-    if (want_b) dlora_b = at::mm(ds.t(), a.reshape({-1, a.size(-1)})).to(lora_b.scalar_type());
-    return {dgate, dup, dweight, dbias, dlora_a, dlora_b, torch::Tensor()};
+    const LinearWeights w = detail::saved_weights(ctx, saved[2], saved[3], saved[4]);
+    const detail::LinearWants want = detail::linear_wants(ctx, /*first_edge=*/2, w);
+    const std::int64_t inter = gate.size(-1);
+    detail::LinearBackward b =
+        detail::linear_input_grad(grads[0].reshape({-1, w.weight.size(0)}), w, gate.scalar_type());
+    auto [dgate, dup] = swiglu_backward(b.input_grad, gate, up, /*recompute=*/want.weight || want.lora_a);
+    // b.input_grad holds the activation now (when recomputed).
+    const detail::LinearGrads g = detail::linear_weight_grads(b, b.input_grad.view({-1, inter}), saved[5], w,
+                                                              want.weight, want.bias, want.lora_a, want.lora_b);
+    return {dgate, dup, g.weight, g.bias, g.lora_a, g.lora_b, torch::Tensor()};
   }
 };
 
@@ -175,15 +147,11 @@ torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
   return SwiGlu::apply(gate, up)[0];
 }
 
-torch::Tensor swiglu_down(const torch::Tensor& gate, const torch::Tensor& up, const DownProjection& down) {
+torch::Tensor swiglu_down(const torch::Tensor& gate, const torch::Tensor& up, const LinearWeights& down) {
   check_inputs(gate, up);
-  TORCH_CHECK(down.weight.defined() && down.weight.dim() == 2 && down.weight.size(1) == gate.size(-1),
-              "swiglu_down: the down weight must be [out, ", gate.size(-1), "], got ",
-              down.weight.defined() ? down.weight.sizes() : torch::IntArrayRef{});
-  TORCH_CHECK(down.lora_a.defined() == down.lora_b.defined(), "swiglu_down: lora_a and lora_b come together");
-  auto opt = [](const torch::Tensor& t) { return t.defined() ? std::optional<torch::Tensor>(t) : std::nullopt; };
-  return SwiGluDown::apply(gate, up, down.weight, opt(down.bias), opt(down.lora_a), opt(down.lora_b),
-                           down.lora_scaling)[0];
+  detail::check_linear(down, gate.size(-1), "swiglu_down");
+  return SwiGluDown::apply(gate, up, down.weight, detail::opt(down.bias), detail::opt(down.lora_a),
+                           detail::opt(down.lora_b), down.lora_scaling)[0];
 }
 
 }  // namespace odyssey::kernels

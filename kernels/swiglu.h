@@ -5,26 +5,21 @@
 
 #include <torch/torch.h>
 
+#include "kernels/linear.h"
+
 namespace odyssey::kernels {
 
 // gate, up: same shape and dtype (bf16, f16 or f32); any strides whose last dimension is
 // contiguous (e.g. the two halves of one [T, 2I] projection). Differentiable in both.
 torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up);
 
-// The MLP's down projection after SwiGLU: weight [out, I], optional bias [out], optional LoRA
-// pair lora_a [r, I], lora_b [out, r] (any float dtype; used in the activation's dtype, as
-// the engine's fused LoRA path does), added as lora_scaling * lora_b(lora_a(.)).
-struct DownProjection {
-  torch::Tensor weight, bias, lora_a, lora_b;
-  double lora_scaling = 1.0;
-};
-
-// down(swiglu(gate, up)) without keeping the activation for backward: backward keeps gate and
+// down(swiglu(gate, up)), down a projection of linear.h (weight [out, I], optional bias and
+// LoRA pair), without keeping the activation for backward: backward keeps gate and
 // up (and lora_a's r-wide output), and the SwiGLU backward recomputes the activation for the
 // weight gradients in the pass that computes d gate and d up (into the activation gradient's
 // buffer). Saves I elements per token against swiglu() followed by a linear layer, which
 // keeps the activation as the linear layer's input. Differentiable in every tensor.
-torch::Tensor swiglu_down(const torch::Tensor& gate, const torch::Tensor& up, const DownProjection& down);
+torch::Tensor swiglu_down(const torch::Tensor& gate, const torch::Tensor& up, const LinearWeights& down);
 
 // The reference: at::silu(gate) * up, differentiated by autograd.
 torch::Tensor swiglu_reference(const torch::Tensor& gate, const torch::Tensor& up);

@@ -35,6 +35,23 @@ torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   return y + (at::linear(at::linear(in, lora_A->weight), lora_B->weight) * lora_scaling).to(y.scalar_type());
 }
 
+torch::Tensor LinearImpl::forward_normed(const torch::Tensor& n, const NormSource* src) {
+  if (src == nullptr || !fused_projection()) return forward(n);
+  return kernels::rms_norm_linear(n, src->input, src->weight, src->eps, fused_weights());
+}
+
+kernels::LinearWeights LinearImpl::fused_weights() const {
+  kernels::LinearWeights w;
+  w.weight = weight;
+  w.bias = bias;
+  if (lora_A) {
+    w.lora_a = lora_A->weight;
+    w.lora_b = lora_B->weight;
+    w.lora_scaling = lora_scaling;
+  }
+  return w;
+}
+
 void LinearImpl::add_lora(std::int64_t rank, double scaling, double dropout) {
   TORCH_CHECK(!lora_A, "LoRA already added");
   const auto o = weight.options().dtype(torch::kFloat32);
@@ -99,12 +116,12 @@ AttentionImpl::AttentionImpl(const DecoderConfig& c, const torch::TensorOptions&
 }
 
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext& ctx) {
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext& ctx, const NormSource* src) {
   const std::int64_t b = x.size(0), s = x.size(1);
   if (ctx.cu_seqlens.defined()) {  // padding-free row: [1, T, .] -> varlen attention over [T, H, D]
-    torch::Tensor q = q_proj(x).view({b, s, -1, head_dim});
-    torch::Tensor k = k_proj(x).view({b, s, -1, head_dim});
-    const torch::Tensor v = v_proj(x).view({s, -1, head_dim});
+    torch::Tensor q = q_proj->forward_normed(x, src).view({b, s, -1, head_dim});
+    torch::Tensor k = k_proj->forward_normed(x, src).view({b, s, -1, head_dim});
+    const torch::Tensor v = v_proj->forward_normed(x, src).view({s, -1, head_dim});
     if (q_norm) {
       q = q_norm(q);
       k = k_norm(k);
@@ -131,9 +148,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext&
     return o_proj(out.reshape({b, s, -1}));
   }
   // [B, S, H*D] -> [B, S, H, D] (Qwen3 normalizes each head here) -> [B, H, S, D].
-  torch::Tensor q = q_proj(x).view({b, s, -1, head_dim});
-  torch::Tensor k = k_proj(x).view({b, s, -1, head_dim});
-  const torch::Tensor v = v_proj(x).view({b, s, -1, head_dim}).transpose(1, 2);
+  torch::Tensor q = q_proj->forward_normed(x, src).view({b, s, -1, head_dim});
+  torch::Tensor k = k_proj->forward_normed(x, src).view({b, s, -1, head_dim});
+  const torch::Tensor v = v_proj->forward_normed(x, src).view({b, s, -1, head_dim}).transpose(1, 2);
   if (q_norm) {
     q = q_norm(q);
     k = k_norm(k);
@@ -153,41 +170,32 @@ MlpImpl::MlpImpl(const DecoderConfig& c, const torch::TensorOptions& o) {
   down_proj = register_module("down_proj", Linear(i, h, c.mlp_bias, o));
 }
 
-torch::Tensor MlpImpl::compute(const torch::Tensor& x) {
+torch::Tensor MlpImpl::compute(const torch::Tensor& x, const NormSource* src) {
   if (fused) {
-    const LinearImpl& d = *down_proj;
-    if (d.lora_A && (d.lora_dropout > 0.0 || !d.lora_in_input_dtype))
-      return down_proj(kernels::swiglu(gate_proj(x), up_proj(x)));
+    const torch::Tensor gate = gate_proj->forward_normed(x, src), up = up_proj->forward_normed(x, src);
+    if (!down_proj->fused_projection()) return down_proj(kernels::swiglu(gate, up));
     // The activation is not kept for backward (I elements per token): recomputed there.
-    kernels::DownProjection p;
-    p.weight = d.weight;
-    p.bias = d.bias;
-    if (d.lora_A) {
-      p.lora_a = d.lora_A->weight;
-      p.lora_b = d.lora_B->weight;
-      p.lora_scaling = d.lora_scaling;
-    }
-    return kernels::swiglu_down(gate_proj(x), up_proj(x), p);
+    return kernels::swiglu_down(gate, up, down_proj->fused_weights());
   }
   return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
 }
 
-torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+torch::Tensor MlpImpl::forward(const torch::Tensor& x, const NormSource* src) {
   const std::int64_t h = x.size(-1), n = x.numel() / h;
-  if (tile_tokens <= 0 || n <= tile_tokens) return compute(x);
+  if (tile_tokens <= 0 || n <= tile_tokens) return compute(x, src);
   const torch::Tensor flat = x.reshape({n, h});
   const bool recording = torch::GradMode::is_enabled();
   std::vector<torch::Tensor> parts;
   for (std::int64_t i = 0; i < n; i += tile_tokens) {
     torch::Tensor tile = flat.narrow(0, i, std::min(tile_tokens, n - i));
     if (!recording) {
-      parts.push_back(compute(tile));
+      parts.push_back(compute(tile, nullptr));
       continue;
     }
     // A checkpoint needs an input that requires grad; when x does not (frozen embeddings
     // below), a detached leaf stands in and its gradient is simply not used.
     if (!tile.requires_grad()) tile = tile.detach().requires_grad_(true);
-    parts.push_back(checkpointed([this](const torch::Tensor& t) { return compute(t); }, tile));
+    parts.push_back(checkpointed([this](const torch::Tensor& t) { return compute(t, nullptr); }, tile));
   }
   std::vector<std::int64_t> shape = x.sizes().vec();
   shape.back() = parts.front().size(-1);
@@ -204,9 +212,12 @@ DecoderLayerImpl::DecoderLayerImpl(const DecoderConfig& c, const torch::TensorOp
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const LayerContext& ctx) {
   if (fused) {  // h = x + attention rounded as HF's add, normalised in the same pass
-    auto [normed, h] = kernels::add_rms_norm(self_attn(input_layernorm(x), ctx), x, post_attention_layernorm->weight,
-                                             post_attention_layernorm->eps);
-    return h + mlp(normed);
+    // The projections keep each norm's input (kept by the norm anyway), not its output.
+    const NormSource in{x, input_layernorm->weight, input_layernorm->eps};
+    auto [normed, h] = kernels::add_rms_norm(self_attn(input_layernorm(x), ctx, &in), x,
+                                             post_attention_layernorm->weight, post_attention_layernorm->eps);
+    const NormSource post{h, post_attention_layernorm->weight, post_attention_layernorm->eps};
+    return h + mlp(normed, &post);
   }
   torch::Tensor h = x + self_attn(input_layernorm(x), ctx);
   return h + mlp(post_attention_layernorm(h));

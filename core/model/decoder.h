@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/linear.h"
 #include "model/attention.h"
 #include "model/decoder_config.h"
 
@@ -45,6 +46,14 @@ struct DecoderOptions {
   bool fused_kernels = false;
 };
 
+// Where a projection's input came from in the fused path: n = rms_norm(input) * weight. The
+// projection then keeps the norm's input (which the norm keeps anyway) instead of n, and
+// recomputes n in backward (kernels::rms_norm_linear).
+struct NormSource {
+  torch::Tensor input, weight;
+  double eps = 0.0;
+};
+
 // y = x W^T + b (F.linear). Parameters "weight" [out, in] and "bias" [out] when present.
 // With a LoRA adapter (PEFT's layout and names): sub-modules "lora_A" (weight [r, in]) and
 // "lora_B" (weight [out, r]), y += scaling * B(A(dropout(x))).
@@ -52,6 +61,14 @@ class LinearImpl : public torch::nn::Module {
  public:
   LinearImpl(std::int64_t in, std::int64_t out, bool bias, const torch::TensorOptions& o);
   torch::Tensor forward(const torch::Tensor& x);
+  // forward(n) for n the output of `src`'s norm (null: plain forward). With the fused kernels
+  // and no adapter dropout, n is not kept for backward (kernels::rms_norm_linear).
+  torch::Tensor forward_normed(const torch::Tensor& n, const NormSource* src);
+  // The fused path's view of this projection (weight, bias, adapter pair and scaling).
+  kernels::LinearWeights fused_weights() const;
+  // Whether the fused projections (kernels::swiglu_down, rms_norm_linear) compute this layer
+  // as forward() would: the fused path, and no adapter dropout (which needs its dropped copy).
+  bool fused_projection() const { return lora_in_input_dtype && (!lora_A || lora_dropout == 0.0); }
 
   // Adds lora_A (Kaiming-uniform with a = sqrt(5), nn.Linear's and PEFT's default, from the
   // default generator) and lora_B (zeros), both fp32 on the weight's device. scaling = alpha / r, or alpha / sqrt(r) (rsLoRA).
@@ -106,7 +123,8 @@ struct LayerContext {
 class AttentionImpl : public torch::nn::Module {
  public:
   AttentionImpl(const DecoderConfig& c, const torch::TensorOptions& o);
-  torch::Tensor forward(const torch::Tensor& x, const LayerContext& ctx);
+  // src: the norm x came from (fused path), or null.
+  torch::Tensor forward(const torch::Tensor& x, const LayerContext& ctx, const NormSource* src = nullptr);
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3
   std::int64_t heads, kv_heads, head_dim;
@@ -121,13 +139,14 @@ class MlpImpl : public torch::nn::Module {
   // With tile_tokens > 0 and more tokens than that (tiled MLP, docs/training.md): the tokens
   // run through the MLP a tile at a time; under autograd each tile is checkpointed, so its
   // gate/up/activation exist only while that tile computes or recomputes in backward.
-  torch::Tensor forward(const torch::Tensor& x);
+  // src: the norm x came from (fused path; used when the MLP is not tiled), or null.
+  torch::Tensor forward(const torch::Tensor& x, const NormSource* src = nullptr);
   Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
   bool fused = false;
   std::int64_t tile_tokens = 0;
 
  private:
-  torch::Tensor compute(const torch::Tensor& x);
+  torch::Tensor compute(const torch::Tensor& x, const NormSource* src);
 };
 TORCH_MODULE(Mlp);
 

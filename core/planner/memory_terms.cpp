@@ -225,9 +225,15 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   if (m.qk_norm)
     per_token += t.fused ? b * (s.q + s.kv) + 4 * (s.H + s.Hkv)
                          : 4 * (s.q + s.kv) + 4 * (s.H + s.Hkv) + (full ? b * (s.q + s.kv) : 0);
-  if (needs_shared(Q) || needs_shared(K) || needs_shared(V)) per_token += b * s.h;
+  // The fused engine's projections of a norm's output keep the norm's input (counted in
+  // norm_bytes) and recompute the output in backward (kernels::rms_norm_linear); the reference
+  // ops keep the output as the projections' shared input.
+  const bool norm_recomputed = t.fused;
+  const bool qkv_input_kept = !norm_recomputed && (needs_shared(Q) || needs_shared(K) || needs_shared(V));
+  const bool mlp_input_kept = !norm_recomputed && (needs_shared(Gate) || needs_shared(Up));
+  if (qkv_input_kept) per_token += b * s.h;
   if (needs_shared(O) && (u > 1 || t.hf)) per_token += b * s.q;  // else flash's saved output
-  if (needs_shared(Gate) || needs_shared(Up)) mlp_tok += b * s.h;
+  if (mlp_input_kept) mlp_tok += b * s.h;
   // The fused engine's down projection keeps gate and up, not the activation (recomputed in
   // the SwiGLU backward, kernels::swiglu_down); the reference ops keep it as its input.
   const bool act_kept = needs_shared(Down) && !t.fused;
@@ -251,7 +257,7 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   per_token += mlp_tok;
   t.per_token_layer = per_token;
   t.mlp_per_token = mlp_tok;
-  t.mlp_input_extra = needs_shared(Gate) || needs_shared(Up) ? 0 : b * s.h;
+  t.mlp_input_extra = mlp_input_kept ? 0 : b * s.h;
   t.dropout_per_layer = (dropout_tok + mlp_dropout_tok) * T;
   const bool eager = c.attn_impl == "eager";
   // Probabilities fp32 + their cast, s² per head; in double, saturated (searches reach 2^26).
@@ -298,10 +304,10 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   // before SwiGLU's backward creates the gradients of gate and up: it is not live with them.
   // Fused: the activation's gradient, then d gate and d up, the activation recomputed into the
   // first buffer.
-  t.bwd_mlp_h = 3 * b * s.h;
+  t.bwd_mlp_h = (norm_recomputed ? 4 : 3) * b * s.h;  // + the recomputed norm output
   t.bwd_mlp_i = (t.fused ? 3 : 4) * b * s.i - (act_kept ? b * s.i : 0);
   t.bwd_mlp = T * (t.bwd_mlp_h + t.bwd_mlp_i);
-  t.bwd_attn = T * (b * (3 * s.h + 2 * s.q + 2 * kv_eff) + 4 * s.q + 4 * s.H) + eager_sq;
+  t.bwd_attn = T * (b * ((norm_recomputed ? 4 : 3) * s.h + 2 * s.q + 2 * kv_eff) + 4 * s.q + 4 * s.H) + eager_sq;
   // A kept layer's attention backward calls cuDNN's kernel directly, which takes K and V with
   // the query heads' count: K/V repeated, their gradients in that shape, then summed per KV
   // head in fp32 (model/attention.cpp, LseAttention).

@@ -18,6 +18,7 @@
 //    1-2 ulp of the maximum". The fused gradients must also be no further from the float64
 //    truth than the bf16 reference is (plus 2^-9 slack): they round less.
 #define QT_NO_KEYWORDS
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include <QtTest>
@@ -329,7 +330,7 @@ class TstFusedOps : public QObject {
       const Tensor gate = big.narrow(-1, 0, inter), up = big.narrow(-1, inter, inter);
       Tensor y;
       if (fused) {
-        DownProjection down;
+        LinearWeights down;
         down.weight = w;
         down.bias = b;
         down.lora_a = a;
@@ -368,14 +369,137 @@ class TstFusedOps : public QObject {
 
   void swiglu_down_errors() {
     const Tensor g = torch::randn({4, 6});
-    DownProjection down;
+    LinearWeights down;
     down.weight = torch::randn({3, 5});
     std::string e = error_of([&] { swiglu_down(g, g, down); });
-    QVERIFY2(e.find("must be [out, 6]") != std::string::npos, e.c_str());
+    QVERIFY2(e.find("swiglu_down: the weight must be [out, 6]") != std::string::npos, e.c_str());
     down.weight = torch::randn({3, 6});
     down.lora_a = torch::randn({2, 6});
     e = error_of([&] { swiglu_down(g, g, down); });
     QVERIFY2(e.find("come together") != std::string::npos, e.c_str());
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // rms_norm_linear (a projection of a norm's output that recomputes the output in backward
+  // instead of keeping it) inside the graph the decoder builds: add_rms_norm(x, residual), then
+  // two projections of its output (as q and k, or gate and up, share one), against the same
+  // graph with plain linear layers, every input's gradient through the norm included.
+  void rms_norm_linear_vs_layers_data() {
+    QTest::addColumn<QString>("mode");
+    QTest::newRow("full, bias, residual") << "full";
+    QTest::newRow("LoRA r4 on frozen weights, no residual") << "lora";
+  }
+
+  void rms_norm_linear_vs_layers() {
+    QFETCH(QString, mode);
+    const bool full = mode == "full", lora = mode == "lora";
+    const int64_t tokens = 29, hidden = 40, out = 24, r = 4;
+    // Its own generator: the tests after it keep the random draws they were tuned with.
+    at::Generator gen = at::detail::createCPUGenerator(20261130);
+    auto randn = [&](std::vector<int64_t> sizes) { return torch::randn(sizes, gen, torch::kFloat64); };
+    const Tensor x0 = randn({1, tokens, hidden});
+    const Tensor res0 = randn({1, tokens, hidden});
+    const Tensor nw0 = 1.0 + 0.1 * randn({hidden});
+    std::vector<Tensor> w0, b0, a0, bb0, gy;
+    for (int p = 0; p < 2; ++p) {
+      w0.push_back(randn({out, hidden}) / std::sqrt(double(hidden)));
+      b0.push_back(randn({out}));
+      a0.push_back(randn({r, hidden}) / std::sqrt(double(hidden)));
+      bb0.push_back(randn({out, r}));
+      gy.push_back(randn({1, tokens, out}));
+    }
+    const double scaling = 0.5;
+    auto run = [&](bool fused, torch::ScalarType dtype) {
+      const Tensor x = leaf(x0, dtype), res = full ? leaf(res0, dtype) : Tensor(), nw = leaf(nw0, dtype);
+      const auto adt = dtype == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+      auto [n, sum] = fused ? add_rms_norm(x, res, nw, kEps) : add_rms_norm_reference(x, res, nw, kEps);
+      std::vector<Tensor> leaves{x, nw};
+      if (full) leaves.push_back(res);
+      Tensor loss = torch::zeros({}, torch::kFloat64);
+      for (int p = 0; p < 2; ++p) {
+        LinearWeights w;
+        w.weight = leaf(w0[p], dtype, full);
+        w.bias = full ? leaf(b0[p], dtype) : Tensor();
+        if (lora) w.lora_a = leaf(a0[p], adt), w.lora_b = leaf(bb0[p], adt), w.lora_scaling = scaling;
+        Tensor y;
+        if (fused) {
+          y = rms_norm_linear(n, sum, nw, kEps, w);
+        } else {
+          y = at::linear(n, w.weight, w.bias.defined() ? std::optional<Tensor>(w.bias) : std::nullopt);
+          if (lora) y = y + at::linear(at::linear(n, w.lora_a.to(dtype)), w.lora_b.to(dtype)) * scaling;
+        }
+        loss = loss + (y.to(torch::kFloat64) * gy[p]).sum();
+        for (const Tensor& t : {w.weight, w.bias, w.lora_a, w.lora_b})
+          if (t.defined() && t.requires_grad()) leaves.push_back(t);
+      }
+      // The norm's sum feeds the residual stream too (h + mlp(n) in the decoder).
+      loss = loss + (sum.to(torch::kFloat64) * x0).sum();
+      loss.backward();
+      std::vector<Tensor> g;
+      for (const Tensor& t : leaves) g.push_back(t.grad());
+      return g;
+    };
+    const auto truth = run(false, torch::kFloat64);
+    for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+      const auto f = run(true, dtype), ref = run(false, dtype);
+      QCOMPARE(f.size(), truth.size());
+      for (std::size_t i = 0; i < truth.size(); ++i) {
+        QVERIFY2(f[i].defined(), qPrintable(QString("gradient %1 missing").arg(i)));
+        QCOMPARE(f[i].scalar_type(), ref[i].scalar_type());
+        const double got = rel(f[i], truth[i]), reference = rel(ref[i], truth[i]);
+        const QString what = QString("%1 gradient %2: fused %3, layers %4")
+                                 .arg(dtype == torch::kFloat32 ? "fp32" : "bf16")
+                                 .arg(i)
+                                 .arg(got)
+                                 .arg(reference);
+        if (dtype == torch::kFloat32) QVERIFY2(got < kF32, qPrintable(what));
+        else QVERIFY2(got <= 2 * reference + kBf16Slack, qPrintable(what));
+      }
+    }
+  }
+
+  // The decoder rotates views of the q and k projections in place (apply_rope_): a custom
+  // Function's output that autograd tracks as a view would refuse that ("Output 0 of
+  // ViewBackward0 is a view ... created inside a custom Function"), as at::linear's output
+  // for a 3-d input is. The gradient then goes through the rotation.
+  void rms_norm_linear_output_rotates_in_place() {
+    const int64_t t = 7, heads = 2, d = 8, hidden = 12;
+    const Tensor s = torch::randn({1, t, hidden}, torch::kFloat32).requires_grad_(true);
+    const Tensor nw = torch::ones({hidden}, torch::kFloat32);
+    LinearWeights w;
+    w.weight = torch::randn({heads * d, hidden}, torch::kFloat32).requires_grad_(true);
+    w.bias = torch::randn({heads * d}, torch::kFloat32).requires_grad_(true);
+    const auto [cos64, sin64] = cos_sin(positions(t), d);
+    const Tensor cos = cos64.to(torch::kFloat32), sin = sin64.to(torch::kFloat32);
+    auto rotated = [&](bool fused) {
+      const Tensor n = fused ? rms_norm(s, nw, kEps) : add_rms_norm_reference(s, {}, nw, kEps).first;
+      Tensor q = fused ? rms_norm_linear(n, s, nw, kEps, w)
+                       : at::linear(n, w.weight, std::optional<Tensor>(w.bias));
+      Tensor k = fused ? rms_norm_linear(n, s, nw, kEps, w)
+                       : at::linear(n, w.weight, std::optional<Tensor>(w.bias));
+      return fused ? apply_rope_(q.view({t, heads, d}), k.view({t, heads, d}), cos, sin)
+                   : apply_rope_reference(q.view({t, heads, d}), k.view({t, heads, d}), cos, sin);
+    };
+    std::vector<Tensor> grads[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      auto [q, k] = rotated(fused == 1);
+      (q.sum() + 2 * k.sum()).backward();
+      grads[fused] = {s.grad().clone(), w.weight.grad().clone(), w.bias.grad().clone()};
+      for (const Tensor& p : {s, w.weight, w.bias}) p.grad().zero_();
+    }
+    for (int i = 0; i < 3; ++i) QVERIFY2(rel(grads[1][i], grads[0][i]) < kF32, qPrintable(QString::number(i)));
+  }
+
+  // The recomputed output must be the one the caller computed: a norm of the same input.
+  void rms_norm_linear_errors() {
+    const Tensor s = torch::randn({5, 8}), nw = torch::ones({8});
+    LinearWeights w;
+    w.weight = torch::randn({3, 8});
+    std::string e = error_of([&] { rms_norm_linear(torch::randn({5, 7}), s, nw, kEps, w); });
+    QVERIFY2(e.find("the norm output must have the input's shape") != std::string::npos, e.c_str());
+    w.weight = torch::randn({3, 7});
+    e = error_of([&] { rms_norm_linear(torch::randn({5, 8}), s, nw, kEps, w); });
+    QVERIFY2(e.find("rms_norm_linear: the weight must be [out, 8]") != std::string::npos, e.c_str());
   }
 
   // ---------------------------------------------------------------------------------------

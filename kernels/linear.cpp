@@ -1,0 +1,65 @@
+// The projection helpers of linear.h: the fused path's LinearImpl arithmetic, forward and the
+// two halves of backward, shared by swiglu_down and rms_norm_linear.
+#include "kernels/linear.h"
+
+#include <optional>
+#include <vector>
+
+namespace odyssey::kernels::detail {
+
+void check_linear(const LinearWeights& w, std::int64_t in, const char* what) {
+  TORCH_CHECK(w.weight.defined() && w.weight.dim() == 2 && w.weight.size(1) == in, what, ": the weight must be [out, ",
+              in, "], got ", w.weight.defined() ? w.weight.sizes() : torch::IntArrayRef{});
+  TORCH_CHECK(!w.bias.defined() || (w.bias.dim() == 1 && w.bias.size(0) == w.weight.size(0)), what,
+              ": the bias must be [", w.weight.size(0), "], got ", w.bias.sizes());
+  TORCH_CHECK(w.lora_a.defined() == w.lora_b.defined(), what, ": lora_a and lora_b come together");
+  if (w.lora_a.defined())
+    TORCH_CHECK(w.lora_a.dim() == 2 && w.lora_a.size(1) == in && w.lora_b.dim() == 2 &&
+                    w.lora_b.size(0) == w.weight.size(0) && w.lora_b.size(1) == w.lora_a.size(0),
+                what, ": the LoRA pair must be [r, ", in, "] and [", w.weight.size(0), ", r], got ", w.lora_a.sizes(),
+                " and ", w.lora_b.sizes());
+}
+
+torch::Tensor linear_forward(const torch::Tensor& x, const LinearWeights& w, torch::Tensor* lora_out) {
+  // On [N, in]: at::linear of a 3-d input returns a view of its 2-d product, and a custom
+  // Function's output that is a view may not be modified in place (RoPE rotates views of the
+  // q and k projections in place). _unsafe_view gives the shape without view tracking, as
+  // at::matmul does.
+  const torch::Tensor x2 = x.reshape({-1, x.size(-1)});
+  torch::Tensor y =
+      at::linear(x2, w.weight, w.bias.defined() ? std::optional<torch::Tensor>(w.bias) : std::nullopt);
+  if (w.lora_a.defined()) {
+    const auto dt = x.scalar_type();
+    *lora_out = at::linear(x2, w.lora_a.to(dt));
+    y = y + at::linear(*lora_out, w.lora_b.to(dt)) * w.lora_scaling;
+  }
+  std::vector<std::int64_t> shape = x.sizes().vec();
+  shape.back() = w.weight.size(0);
+  return at::_unsafe_view(y, shape);
+}
+
+LinearBackward linear_input_grad(const torch::Tensor& dy, const LinearWeights& w, torch::ScalarType dtype) {
+  LinearBackward b;
+  b.dy = dy;
+  b.input_grad = at::mm(dy, w.weight);
+  if (w.lora_a.defined()) {
+    b.ds = dy * w.lora_scaling;
+    b.da = at::mm(b.ds, w.lora_b.to(dtype));
+    b.input_grad.addmm_(b.da, w.lora_a.to(dtype));
+  }
+  return b;
+}
+
+LinearGrads linear_weight_grads(const LinearBackward& b, const torch::Tensor& x, const torch::Tensor& lora_out,
+                                const LinearWeights& w, bool want_weight, bool want_bias, bool want_a, bool want_b) {
+  LinearGrads g;
+  if (want_weight) g.weight = at::mm(b.dy.t(), x);
+  if (want_bias) g.bias = b.dy.sum(0);
+  if (w.lora_a.defined()) {
+    if (want_a) g.lora_a = at::mm(b.da.t(), x).to(w.lora_a.scalar_type());
+    if (want_b) g.lora_b = at::mm(b.ds.t(), lora_out.reshape({-1, lora_out.size(-1)})).to(w.lora_b.scalar_type());
+  }
+  return g;
+}
+
+}  // namespace odyssey::kernels::detail

@@ -1,0 +1,46 @@
+// A projection as the engine's fused path computes it (core/model/decoder.cpp, LinearImpl with
+// fused kernels): y = x W^T (+ b) (+ scaling * B(A(x))), the LoRA pair (fp32 master weights)
+// cast to x's dtype for its two products, autocast's rule. The fused ops that consume or
+// produce an activation the engine does not keep for backward (swiglu_down in swiglu.h,
+// rms_norm_linear in rmsnorm.h) compute their projection with these helpers, in two halves
+// in backward: the input's gradient first (it needs only the weights), then the weights'
+// gradients once the input has been recomputed.
+#pragma once
+
+#include <torch/torch.h>
+
+namespace odyssey::kernels {
+
+// weight [out, in]; bias [out] or undefined; lora_a [r, in] and lora_b [out, r], both or
+// neither, any float dtype (used in the input's dtype).
+struct LinearWeights {
+  torch::Tensor weight, bias, lora_a, lora_b;
+  double lora_scaling = 1.0;
+};
+
+namespace detail {
+
+// Checks the shapes above for an input of `in` features; `what` names the caller.
+void check_linear(const LinearWeights& w, std::int64_t in, const char* what);
+
+// y for x [..., in]; *lora_out = x A^T (in x's dtype, [..., r]) when there is an adapter.
+torch::Tensor linear_forward(const torch::Tensor& x, const LinearWeights& w, torch::Tensor* lora_out);
+
+// Backward of linear_forward. dy: [N, out] (flattened). input_grad = dy W (+ (scaling dy B) A), [N, in].
+struct LinearBackward {
+  torch::Tensor dy, ds, da;  // dy, scaling * dy and the gradient of x A^T (adapter only)
+  torch::Tensor input_grad;
+};
+LinearBackward linear_input_grad(const torch::Tensor& dy, const LinearWeights& w, torch::ScalarType dtype);
+
+// The weights' gradients from the first half and the input x [N, in] (flattened) and lora_out
+// [N, r]; only those asked for (the others stay undefined). Gradients of the adapters come
+// back in the adapters' dtype.
+struct LinearGrads {
+  torch::Tensor weight, bias, lora_a, lora_b;
+};
+LinearGrads linear_weight_grads(const LinearBackward& b, const torch::Tensor& x, const torch::Tensor& lora_out,
+                                const LinearWeights& w, bool want_weight, bool want_bias, bool want_a, bool want_b);
+
+}  // namespace detail
+}  // namespace odyssey::kernels

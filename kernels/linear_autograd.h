@@ -1,0 +1,66 @@
+// Internal to kernels/: how an autograd Function takes a LinearWeights (linear.h) apart.
+// The Function's inputs are the weight, then the bias, lora_a and lora_b as optionals
+// (absent ones get no autograd edge), then the LoRA scaling; these helpers rebuild the
+// projection in backward and say which of its gradients are wanted.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstddef>
+#include <optional>
+
+#include "kernels/linear.h"
+
+namespace odyssey::kernels::detail {
+
+inline std::optional<torch::Tensor> opt(const torch::Tensor& t) {
+  return t.defined() ? std::optional<torch::Tensor>(t) : std::nullopt;
+}
+
+inline LinearWeights weights_of(const torch::Tensor& weight, const std::optional<torch::Tensor>& bias,
+                                const std::optional<torch::Tensor>& lora_a, const std::optional<torch::Tensor>& lora_b,
+                                double scaling) {
+  LinearWeights w;
+  w.weight = weight;
+  w.bias = bias.value_or(torch::Tensor());
+  w.lora_a = lora_a.value_or(torch::Tensor());
+  w.lora_b = lora_b.value_or(torch::Tensor());
+  w.lora_scaling = scaling;
+  return w;
+}
+
+// What backward needs besides the saved weight and adapters: the scaling and whether there was
+// a bias (its gradient is the sum of dy; the bias itself is not needed).
+inline void remember_linear(torch::autograd::AutogradContext* ctx, const LinearWeights& w) {
+  ctx->saved_data["lora_scaling"] = w.lora_scaling;
+  ctx->saved_data["has_bias"] = w.bias.defined();
+}
+
+inline LinearWeights saved_weights(torch::autograd::AutogradContext* ctx, const torch::Tensor& weight,
+                                   const torch::Tensor& lora_a, const torch::Tensor& lora_b) {
+  LinearWeights w;
+  w.weight = weight;
+  w.lora_a = lora_a;
+  w.lora_b = lora_b;
+  w.lora_scaling = ctx->saved_data["lora_scaling"].toDouble();
+  return w;
+}
+
+struct LinearWants {
+  bool weight = false, bias = false, lora_a = false, lora_b = false;
+};
+
+// `first_edge`: the weight's position among the Function's inputs that have edges.
+inline LinearWants linear_wants(torch::autograd::AutogradContext* ctx, std::size_t first_edge, const LinearWeights& w) {
+  const bool has_bias = ctx->saved_data["has_bias"].toBool();
+  const bool lora = w.lora_a.defined();
+  const std::size_t a_edge = first_edge + (has_bias ? 2 : 1);
+  LinearWants want;
+  want.weight = ctx->needs_input_grad(first_edge);
+  want.bias = has_bias && ctx->needs_input_grad(first_edge + 1);
+  want.lora_a = lora && ctx->needs_input_grad(a_edge);
+  want.lora_b = lora && ctx->needs_input_grad(a_edge + 1);
+  return want;
+}
+
+}  // namespace odyssey::kernels::detail
