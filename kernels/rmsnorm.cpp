@@ -149,12 +149,18 @@ struct RmsNormLinear : torch::autograd::Function<RmsNormLinear> {
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& n, const torch::Tensor& s,
                                const torch::Tensor& norm_weight, double eps, const torch::Tensor& weight,
                                const std::optional<torch::Tensor>& bias, const std::optional<torch::Tensor>& lora_a,
-                               const std::optional<torch::Tensor>& lora_b, double scaling) {
+                               const std::optional<torch::Tensor>& lora_b, double scaling,
+                               const c10::intrusive_ptr<NormShare>& share) {
     const LinearWeights w = detail::weights_of(weight, bias, lora_a, lora_b, scaling);
     torch::Tensor a;
     const torch::Tensor y = detail::linear_forward(n, w, &a);
     ctx->save_for_backward({s, norm_weight, w.weight, w.lora_a, w.lora_b, a});
     ctx->saved_data["eps"] = eps;
+    if (share) {
+      const std::lock_guard<std::mutex> lock(share->mutex);
+      ++share->pending;
+      ctx->saved_data["share"] = c10::IValue::make_capsule(share);
+    }
     detail::remember_linear(ctx, w);
     return {y};
   }
@@ -167,13 +173,23 @@ struct RmsNormLinear : torch::autograd::Function<RmsNormLinear> {
     const detail::LinearWants want = detail::linear_wants(ctx, /*first_edge=*/3, w);
     const std::int64_t hidden = s.size(-1);
     detail::LinearBackward b = detail::linear_input_grad(grads[0].reshape({-1, w.weight.size(0)}), w, s.scalar_type());
+    const bool need_n = want.weight || want.lora_a;
+    auto recompute = [&] { return add_rms_norm(s, {}, saved[1], ctx->saved_data["eps"].toDouble()).first; };
     torch::Tensor n;
-    if (want.weight || want.lora_a)
-      n = add_rms_norm(s, {}, saved[1], ctx->saved_data["eps"].toDouble()).first.reshape({-1, hidden});
+    if (const auto it = ctx->saved_data.find("share"); it != ctx->saved_data.end()) {
+      const auto share = c10::static_intrusive_pointer_cast<NormShare>(it->second.toCapsule());
+      const std::lock_guard<std::mutex> lock(share->mutex);
+      if (need_n && !share->output.defined()) share->output = recompute();
+      if (need_n) n = share->output;
+      if (--share->pending == 0) share->output = torch::Tensor();
+    } else if (need_n) {
+      n = recompute();
+    }
+    if (n.defined()) n = n.reshape({-1, hidden});
     const detail::LinearGrads g =
         detail::linear_weight_grads(b, n, saved[5], w, want.weight, want.bias, want.lora_a, want.lora_b);
     return {b.input_grad.view(s.sizes()), torch::Tensor(), torch::Tensor(), torch::Tensor(), g.weight, g.bias,
-            g.lora_a, g.lora_b, torch::Tensor()};
+            g.lora_a, g.lora_b, torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -188,14 +204,14 @@ std::pair<torch::Tensor, torch::Tensor> add_rms_norm(const torch::Tensor& x, con
 }
 
 torch::Tensor rms_norm_linear(const torch::Tensor& n, const torch::Tensor& s, const torch::Tensor& norm_weight,
-                              double eps, const LinearWeights& w) {
+                              double eps, const LinearWeights& w, const c10::intrusive_ptr<NormShare>& share) {
   check_inputs(s, {}, norm_weight, eps);
   TORCH_CHECK(n.defined() && n.sizes() == s.sizes() && n.scalar_type() == s.scalar_type(),
               "rms_norm_linear: the norm output must have the input's shape ", s.sizes(), " and dtype ",
               s.scalar_type(), ", got ", n.defined() ? n.sizes() : torch::IntArrayRef{});
   detail::check_linear(w, s.size(-1), "rms_norm_linear");
   return RmsNormLinear::apply(n, s.detach(), norm_weight.detach(), eps, w.weight, detail::opt(w.bias),
-                              detail::opt(w.lora_a), detail::opt(w.lora_b), w.lora_scaling)[0];
+                              detail::opt(w.lora_a), detail::opt(w.lora_b), w.lora_scaling, share)[0];
 }
 
 }  // namespace odyssey::kernels

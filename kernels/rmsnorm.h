@@ -10,6 +10,7 @@
 
 #include <torch/torch.h>
 
+#include <mutex>
 #include <utility>
 
 #include "kernels/linear.h"
@@ -26,15 +27,25 @@ inline torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weigh
   return add_rms_norm(x, {}, weight, eps).first;
 }
 
+// One recomputation shared by the projections of one norm output (q, k, v; gate, up): give
+// each of their rms_norm_linear calls the same NormShare. The first backward that needs the
+// output computes it, the others take it, and it is released once every projection's backward
+// has run (or with the graph). Without one, each projection recomputes the output itself.
+struct NormShare : torch::CustomClassHolder {
+  std::mutex mutex;
+  torch::Tensor output;  // the recomputed norm output, while some projection's backward is pending
+  int pending = 0;       // projections whose backward has not run yet
+};
+
 // A projection (linear.h) of n = rms_norm(s, norm_weight, eps), which the caller has already
 // computed (n must be exactly that, e.g. the output of add_rms_norm whose sum is s), without
 // keeping n for backward: the weights' gradients recompute it from s, which the norm keeps for
-// its own backward anyway. Several projections of one norm output (q, k, v; gate, up) each
-// recompute it. Saves b·H bytes per token per norm against a linear layer, which keeps its
-// input. Differentiable in n and the projection's tensors (s and norm_weight get no gradient
-// here: the norm's own backward gives theirs).
+// its own backward anyway (once per `share`, see above). Saves b·H bytes per token per norm
+// against a linear layer, which keeps its input. Differentiable in n and the projection's
+// tensors (s and norm_weight get no gradient here: the norm's own backward gives theirs).
 torch::Tensor rms_norm_linear(const torch::Tensor& n, const torch::Tensor& s, const torch::Tensor& norm_weight,
-                              double eps, const LinearWeights& w);
+                              double eps, const LinearWeights& w,
+                              const c10::intrusive_ptr<NormShare>& share = c10::intrusive_ptr<NormShare>());
 
 // The reference: HF's formula in plain ATen ops, differentiated by autograd.
 std::pair<torch::Tensor, torch::Tensor> add_rms_norm_reference(const torch::Tensor& x, const torch::Tensor& residual,

@@ -132,71 +132,78 @@ Case swiglu_case(const torch::Device& dev, std::int64_t rows, std::int64_t inter
   return c;
 }
 
-// The MLP's SwiGLU + down projection (weight, bias and a LoRA pair, all trained) with the
-// activation recomputed in backward, against swiglu_reference followed by the linear layers.
-Case swiglu_down_case(const torch::Device& dev, std::int64_t rows, std::int64_t inter, std::int64_t out,
-                      std::int64_t r) {
-  const double scaling = 2.0;
+// The fused projections' cases: inputs x-like [rows, in] tensors first, then the weight
+// [out, in], bias [out] and a rank-r LoRA pair (all trained), scaled by kScaling.
+constexpr double kScaling = 2.0;
+
+Tensors projection_inputs(const torch::TensorOptions& o, std::int64_t in, std::int64_t out, std::int64_t r) {
+  const double fan = 1.0 / std::sqrt(static_cast<double>(in));
+  return {fan * torch::randn({out, in}, o), torch::randn({out}, o), fan * torch::randn({r, in}, o),
+          torch::randn({out, r}, o)};
+}
+
+LinearWeights projection_weights(const Tensors& in, std::size_t first) {
+  LinearWeights w;
+  w.weight = in[first];
+  w.bias = in[first + 1];
+  w.lora_a = in[first + 2];
+  w.lora_b = in[first + 3];
+  w.lora_scaling = kScaling;
+  return w;
+}
+
+// The projection as plain layers (the reference and the exact runs).
+torch::Tensor projection_layers(const torch::Tensor& x, const Tensors& in, std::size_t first) {
+  return at::linear(x, in[first], in[first + 1]) +
+         at::linear(at::linear(x, in[first + 2]), in[first + 3]) * kScaling;
+}
+
+Case projection_case(const std::string& name, Tensors inputs, std::vector<std::string> input_names,
+                     const torch::TensorOptions& o, std::int64_t rows, std::int64_t in, std::int64_t out,
+                     std::int64_t r) {
   Case c;
-  c.kernel = "swiglu_down " + std::to_string(rows) + "x" + std::to_string(inter) + "->" + std::to_string(out);
+  c.kernel = name + " " + std::to_string(rows) + "x" + std::to_string(in) + "->" + std::to_string(out);
   c.output_names = {"y"};
-  c.input_names = {"gate", "up", "weight", "bias", "lora_a", "lora_b"};
-  const auto o = torch::TensorOptions().device(dev);
-  const double fan = 1.0 / std::sqrt(static_cast<double>(inter));
-  c.inputs = {2.0 * torch::randn({rows, inter}, o), torch::randn({rows, inter}, o), fan * torch::randn({out, inter}, o),
-              torch::randn({out}, o), fan * torch::randn({r, inter}, o), torch::randn({out, r}, o)};
-  c.differentiable = {true, true, true, true, true, true};
+  c.input_names = std::move(input_names);
+  for (const auto* n : {"weight", "bias", "lora_a", "lora_b"}) c.input_names.emplace_back(n);
+  c.inputs = std::move(inputs);
+  for (auto& t : projection_inputs(o, in, out, r)) c.inputs.push_back(t);
+  c.differentiable.assign(c.inputs.size(), true);
   c.cotangents = {torch::randn({rows, out}, o)};
-  auto layers = [scaling](const torch::Tensor& act, const Tensors& in) {
-    return at::linear(act, in[2], in[3]) + at::linear(at::linear(act, in[4]), in[5]) * scaling;
-  };
-  c.fused = [scaling](const Tensors& in) {
-    LinearWeights d;
-    d.weight = in[2];
-    d.bias = in[3];
-    d.lora_a = in[4];
-    d.lora_b = in[5];
-    d.lora_scaling = scaling;
-    return Tensors{swiglu_down(in[0], in[1], d)};
-  };
-  c.reference = [layers](const Tensors& in) { return Tensors{layers(swiglu_reference(in[0], in[1]), in)}; };
-  c.exact = [layers](const Tensors& in) { return Tensors{layers(in[0] * torch::sigmoid(in[0]) * in[1], in)}; };
   return c;
 }
 
-// A projection (weight, bias and a LoRA pair, all trained) of an RMSNorm's output that is
-// recomputed in backward, after the fused norm, against the reference norm and linear layers.
+// The MLP's SwiGLU + down projection with the activation recomputed in backward, against
+// swiglu_reference followed by the linear layers.
+Case swiglu_down_case(const torch::Device& dev, std::int64_t rows, std::int64_t inter, std::int64_t out,
+                      std::int64_t r) {
+  const auto o = torch::TensorOptions().device(dev);
+  Case c = projection_case("swiglu_down", {2.0 * torch::randn({rows, inter}, o), torch::randn({rows, inter}, o)},
+                           {"gate", "up"}, o, rows, inter, out, r);
+  c.fused = [](const Tensors& in) { return Tensors{swiglu_down(in[0], in[1], projection_weights(in, 2))}; };
+  c.reference = [](const Tensors& in) { return Tensors{projection_layers(swiglu_reference(in[0], in[1]), in, 2)}; };
+  c.exact = [](const Tensors& in) {
+    return Tensors{projection_layers(in[0] * torch::sigmoid(in[0]) * in[1], in, 2)};
+  };
+  return c;
+}
+
+// A projection of an RMSNorm's output that is recomputed in backward, after the fused norm,
+// against the reference norm and linear layers.
 Case rms_norm_linear_case(const torch::Device& dev, std::int64_t rows, std::int64_t hidden, std::int64_t out,
                           std::int64_t r) {
-  const double eps = 1e-6, scaling = 2.0;
-  Case c;
-  c.kernel = "rms_norm_linear " + std::to_string(rows) + "x" + std::to_string(hidden) + "->" + std::to_string(out);
-  c.output_names = {"y"};
-  c.input_names = {"x", "norm_weight", "weight", "bias", "lora_a", "lora_b"};
+  const double eps = 1e-6;
   const auto o = torch::TensorOptions().device(dev);
-  const double fan = 1.0 / std::sqrt(static_cast<double>(hidden));
-  c.inputs = {torch::randn({rows, hidden}, o), 1.0 + 0.1 * torch::randn({hidden}, o), fan * torch::randn({out, hidden}, o),
-              torch::randn({out}, o), fan * torch::randn({r, hidden}, o), torch::randn({out, r}, o)};
-  c.differentiable = {true, true, true, true, true, true};
-  c.cotangents = {torch::randn({rows, out}, o)};
-  auto layers = [scaling](const torch::Tensor& n, const Tensors& in) {
-    return at::linear(n, in[2], in[3]) + at::linear(at::linear(n, in[4]), in[5]) * scaling;
+  Case c = projection_case("rms_norm_linear", {torch::randn({rows, hidden}, o), 1.0 + 0.1 * torch::randn({hidden}, o)},
+                           {"x", "norm_weight"}, o, rows, hidden, out, r);
+  c.fused = [eps](const Tensors& in) {
+    return Tensors{rms_norm_linear(rms_norm(in[0], in[1], eps), in[0], in[1], eps, projection_weights(in, 2))};
   };
-  c.fused = [eps, scaling](const Tensors& in) {
-    LinearWeights w;
-    w.weight = in[2];
-    w.bias = in[3];
-    w.lora_a = in[4];
-    w.lora_b = in[5];
-    w.lora_scaling = scaling;
-    return Tensors{rms_norm_linear(rms_norm(in[0], in[1], eps), in[0], in[1], eps, w)};
+  c.reference = [eps](const Tensors& in) {
+    return Tensors{projection_layers(add_rms_norm_reference(in[0], {}, in[1], eps).first, in, 2)};
   };
-  c.reference = [eps, layers](const Tensors& in) {
-    return Tensors{layers(add_rms_norm_reference(in[0], {}, in[1], eps).first, in)};
-  };
-  c.exact = [eps, layers](const Tensors& in) {
-    const torch::Tensor n = in[1] * (in[0] * torch::rsqrt(in[0].pow(2).mean(-1, true) + eps));
-    return Tensors{layers(n, in)};
+  c.exact = [eps](const Tensors& in) {
+    return Tensors{projection_layers(in[1] * (in[0] * torch::rsqrt(in[0].pow(2).mean(-1, true) + eps)), in, 2)};
   };
   return c;
 }

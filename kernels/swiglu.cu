@@ -24,6 +24,13 @@ namespace {
 // As ATen's CUDA silu: x / (1 + exp(-x)) in fp32 (IEEE division, precise expf).
 __device__ __forceinline__ float silu(float g) { return __fdiv_rn(g, __fadd_rn(1.f, expf(-g))); }
 
+// One output element as HF rounds it: silu(gate) rounded to T, then the product rounded.
+template <typename T>
+__device__ __forceinline__ T swiglu_value(T g, T u) {
+  const T a = from_f<T>(silu(to_f(g)));
+  return from_f<T>(__fmul_rn(to_f(a), to_f(u)));
+}
+
 template <typename T, int N>
 __global__ void swiglu_fwd_kernel(const T* __restrict__ gate, std::int64_t gs, const T* __restrict__ up,
                                   std::int64_t us, T* __restrict__ y, std::int64_t rows, std::int64_t cols,
@@ -38,10 +45,7 @@ __global__ void swiglu_fwd_kernel(const T* __restrict__ gate, std::int64_t gs, c
     const V u = load<T, N>(up + row * us + col);
     V o;
 #pragma unroll
-    for (int i = 0; i < N; ++i) {
-      const T a = from_f<T>(silu(to_f(g.v[i])));
-      o.v[i] = from_f<T>(__fmul_rn(to_f(a), to_f(u.v[i])));
-    }
+    for (int i = 0; i < N; ++i) o.v[i] = swiglu_value(g.v[i], u.v[i]);
     store<T, N>(y + row * cols + col, o);
   }
 }
@@ -77,10 +81,7 @@ __global__ void swiglu_bwd_kernel(const T* dy, const T* __restrict__ gate, std::
     if (y != nullptr) {
       V o;
 #pragma unroll
-      for (int i = 0; i < N; ++i) {
-        const T a = from_f<T>(silu(to_f(g.v[i])));
-        o.v[i] = from_f<T>(__fmul_rn(to_f(a), to_f(u.v[i])));
-      }
+      for (int i = 0; i < N; ++i) o.v[i] = swiglu_value(g.v[i], u.v[i]);
       store<T, N>(y + row * cols + col, o);
     }
   }

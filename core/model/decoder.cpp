@@ -37,7 +37,7 @@ torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
 
 torch::Tensor LinearImpl::forward_normed(const torch::Tensor& n, const NormSource* src) {
   if (src == nullptr || !fused_projection()) return forward(n);
-  return kernels::rms_norm_linear(n, src->input, src->weight, src->eps, fused_weights());
+  return kernels::rms_norm_linear(n, src->input, src->weight, src->eps, fused_weights(), src->share);
 }
 
 kernels::LinearWeights LinearImpl::fused_weights() const {
@@ -213,10 +213,12 @@ DecoderLayerImpl::DecoderLayerImpl(const DecoderConfig& c, const torch::TensorOp
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const LayerContext& ctx) {
   if (fused) {  // h = x + attention rounded as HF's add, normalised in the same pass
     // The projections keep each norm's input (kept by the norm anyway), not its output.
-    const NormSource in{x, input_layernorm->weight, input_layernorm->eps};
+    NormSource in;
+    in.input = x, in.weight = input_layernorm->weight, in.eps = input_layernorm->eps;
     auto [normed, h] = kernels::add_rms_norm(self_attn(input_layernorm(x), ctx, &in), x,
                                              post_attention_layernorm->weight, post_attention_layernorm->eps);
-    const NormSource post{h, post_attention_layernorm->weight, post_attention_layernorm->eps};
+    NormSource post;
+    post.input = h, post.weight = post_attention_layernorm->weight, post.eps = post_attention_layernorm->eps;
     return h + mlp(normed, &post);
   }
   torch::Tensor h = x + self_attn(input_layernorm(x), ctx);

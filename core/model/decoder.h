@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "kernels/linear.h"
+#include "kernels/rmsnorm.h"
 #include "model/attention.h"
 #include "model/decoder_config.h"
 
@@ -52,6 +53,8 @@ struct DecoderOptions {
 struct NormSource {
   torch::Tensor input, weight;
   double eps = 0.0;
+  // One recomputation of n for all its projections (kernels::NormShare).
+  c10::intrusive_ptr<kernels::NormShare> share = c10::make_intrusive<kernels::NormShare>();
 };
 
 // y = x W^T + b (F.linear). Parameters "weight" [out, in] and "bias" [out] when present.

@@ -384,9 +384,11 @@ class TstFusedOps : public QObject {
   // instead of keeping it) inside the graph the decoder builds: add_rms_norm(x, residual), then
   // two projections of its output (as q and k, or gate and up, share one), against the same
   // graph with plain linear layers, every input's gradient through the norm included.
+  // The full row shares one recomputation between the two projections (NormShare), the LoRA
+  // row lets each recompute its own.
   void rms_norm_linear_vs_layers_data() {
     QTest::addColumn<QString>("mode");
-    QTest::newRow("full, bias, residual") << "full";
+    QTest::newRow("full, bias, residual, shared recomputation") << "full";
     QTest::newRow("LoRA r4 on frozen weights, no residual") << "lora";
   }
 
@@ -409,10 +411,12 @@ class TstFusedOps : public QObject {
       gy.push_back(randn({1, tokens, out}));
     }
     const double scaling = 0.5;
+    bool share_released = true;
     auto run = [&](bool fused, torch::ScalarType dtype) {
       const Tensor x = leaf(x0, dtype), res = full ? leaf(res0, dtype) : Tensor(), nw = leaf(nw0, dtype);
       const auto adt = dtype == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
       auto [n, sum] = fused ? add_rms_norm(x, res, nw, kEps) : add_rms_norm_reference(x, res, nw, kEps);
+      const auto share = fused && full ? c10::make_intrusive<NormShare>() : c10::intrusive_ptr<NormShare>();
       std::vector<Tensor> leaves{x, nw};
       if (full) leaves.push_back(res);
       Tensor loss = torch::zeros({}, torch::kFloat64);
@@ -423,7 +427,7 @@ class TstFusedOps : public QObject {
         if (lora) w.lora_a = leaf(a0[p], adt), w.lora_b = leaf(bb0[p], adt), w.lora_scaling = scaling;
         Tensor y;
         if (fused) {
-          y = rms_norm_linear(n, sum, nw, kEps, w);
+          y = rms_norm_linear(n, sum, nw, kEps, w, share);
         } else {
           y = at::linear(n, w.weight, w.bias.defined() ? std::optional<Tensor>(w.bias) : std::nullopt);
           if (lora) y = y + at::linear(at::linear(n, w.lora_a.to(dtype)), w.lora_b.to(dtype)) * scaling;
@@ -434,7 +438,10 @@ class TstFusedOps : public QObject {
       }
       // The norm's sum feeds the residual stream too (h + mlp(n) in the decoder).
       loss = loss + (sum.to(torch::kFloat64) * x0).sum();
+      const int pending_before = share ? share->pending : 2;
       loss.backward();
+      // Both projections registered; once both backward ran, the shared output is released.
+      if (share && (pending_before != 2 || share->pending != 0 || share->output.defined())) share_released = false;
       std::vector<Tensor> g;
       for (const Tensor& t : leaves) g.push_back(t.grad());
       return g;
@@ -442,6 +449,7 @@ class TstFusedOps : public QObject {
     const auto truth = run(false, torch::kFloat64);
     for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
       const auto f = run(true, dtype), ref = run(false, dtype);
+      QVERIFY2(share_released, "the shared recomputation was not registered twice and released");
       QCOMPARE(f.size(), truth.size());
       for (std::size_t i = 0; i < truth.size(); ++i) {
         QVERIFY2(f[i].defined(), qPrintable(QString("gradient %1 missing").arg(i)));
