@@ -1,7 +1,7 @@
 // SwiGLU CUDA kernels (swiglu.h, swiglu_launch.h). No LibTorch here.
 //
-// Elementwise over [rows, cols]: a block of `threads` (a power of two, 64..256) covers one
-// tile of threads * N consecutive columns of one row (N elements per 128-bit access, 1 when
+// Elementwise over [rows, cols]: a block of `threads` (whole warps: the row's width in
+// vectors up to 1024, else 256) covers one tile of threads * N consecutive columns of one row (N elements per 128-bit access, 1 when
 // cols, a row stride or a pointer is not 16-byte aligned), walking the tiles grid-stride, so
 // there is one 64-bit division per tile, not per element. gate and up keep their own row
 // strides (e.g. the two halves of one [T, 2I] projection).
@@ -99,8 +99,13 @@ struct Launch {
 Launch plan(std::int64_t rows, std::int64_t cols, int n, const char* what) {
   Launch l;
   const std::int64_t nvec = (cols + n - 1) / n;
-  l.threads = 64;
-  while (l.threads < nvec && l.threads < 256) l.threads *= 2;
+  if (nvec <= 1024) {
+    // One tile per row, of the row's own width rounded up to whole warps: Qwen's 4864-wide
+    // (608 vectors) rows would leave a fifth of the threads of three 256-wide tiles idle.
+    l.threads = static_cast<int>(std::max<std::int64_t>(64, (nvec + 31) / 32 * 32));
+  } else {
+    l.threads = 256;
+  }
   l.tiles_per_row = (nvec + l.threads - 1) / l.threads;
   int dev = 0, sms = 0;
   check(cudaGetDevice(&dev), what);

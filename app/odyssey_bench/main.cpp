@@ -38,7 +38,9 @@
 // choices (checkpointing, MLP tiling, kept attention): what fits a budget below the GPU's size.
 // --profile FILE runs one more step under LibTorch's Kineto profiler after the timed ones and
 // appends to FILE one JSON line per GPU kernel name (calls, total ms, share of the kernels' time),
-// largest first: where a step's device time goes.
+// largest first: where a step's device time goes. Its first line also gives the step's idle
+// device time (no kernel on any stream between the first kernel and the last) and the longest
+// gaps with the kernels around them.
 //
 // --checkpointing auto asks the memory planner for the fewest layers to recompute on this
 // GPU (as the engine's activation_checkpointing: auto does); N recomputes the first N. Every
@@ -73,6 +75,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "config/model_config.h"
@@ -176,13 +179,42 @@ void profile_step(const std::string& path, const nlohmann::ordered_json& rec, bo
   if (!write) return;
   std::map<std::string, std::pair<std::int64_t, double>> by_name;  // calls, ns
   double total = 0;
+  struct Span {
+    std::uint64_t start, end;
+    std::string name;
+  };
+  std::vector<Span> spans;
   for (const auto& e : result->events()) {
     if (e.deviceType() != c10::DeviceType::CUDA) continue;
     auto& [calls, ns] = by_name[e.name()];
     calls += 1;
     ns += static_cast<double>(e.durationNs());
     total += static_cast<double>(e.durationNs());
+    spans.push_back({e.startNs(), e.endNs(), e.name()});
   }
+  // Idle device time inside the step: the span from the first kernel's start to the last one's
+  // end, less the union of all kernels (any stream). The longest gaps name the kernels around
+  // them, which tells where the host held the device back (a sync, a slow launch sequence).
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.start < b.start; });
+  double idle_ns = 0, span_ns = 0;
+  std::vector<std::tuple<double, std::string, std::string>> gaps;  // ns, before, after
+  if (!spans.empty()) {
+    std::uint64_t reach = spans[0].end;
+    std::string last = spans[0].name;
+    for (std::size_t i = 1; i < spans.size(); ++i) {
+      if (spans[i].start > reach) {
+        const double g = static_cast<double>(spans[i].start - reach);
+        idle_ns += g;
+        gaps.emplace_back(g, last, spans[i].name);
+      }
+      if (spans[i].end > reach) {
+        reach = spans[i].end;
+        last = spans[i].name;
+      }
+    }
+    span_ns = static_cast<double>(reach - spans[0].start);
+  }
+  std::sort(gaps.begin(), gaps.end(), [](const auto& a, const auto& b) { return std::get<0>(a) > std::get<0>(b); });
   std::vector<std::pair<std::string, std::pair<std::int64_t, double>>> rows(by_name.begin(), by_name.end());
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
   std::ofstream f(path, std::ios::app);
@@ -194,6 +226,15 @@ void profile_step(const std::string& path, const nlohmann::ordered_json& rec, bo
   sum["wall_ms"] = sig(wall * 1e3, 5);
   sum["device_ms"] = sig(total * 1e-6, 5);  // kernels and copies on every stream, summed
   sum["kernels"] = static_cast<std::int64_t>(rows.size());
+  sum["span_ms"] = sig(span_ns * 1e-6, 5);  // first kernel's start to last one's end
+  sum["idle_ms"] = sig(idle_ns * 1e-6, 4);  // no kernel running on any stream, inside the span
+  sum["gaps"] = static_cast<std::int64_t>(gaps.size());
+  nlohmann::ordered_json longest = nlohmann::ordered_json::array();
+  for (std::size_t i = 0; i < gaps.size() && i < 12; ++i)
+    longest.push_back({{"ms", sig(std::get<0>(gaps[i]) * 1e-6, 3)},
+                       {"after", std::get<1>(gaps[i]).substr(0, 90)},
+                       {"before", std::get<2>(gaps[i]).substr(0, 90)}});
+  sum["longest_gaps"] = longest;
   f << sum.dump() << "\n";
   for (const auto& [name, v] : rows) {
     nlohmann::ordered_json j = head;

@@ -47,21 +47,23 @@ StepResult StepEngine::step(const std::vector<PackedRow>& micro_batches) {
     r.samples = counts[2].item<std::int64_t>();
   }
   const double denom = static_cast<double>(std::max<std::int64_t>(1, r.target_tokens));
-  double total = 0;
+  // The loss sum stays on the device until every micro-batch's backward is queued: reading it
+  // after each forward would drain the GPU's queue before each backward.
+  torch::Tensor total;
   optimizer_->begin_step();
   for (std::size_t i = 0; i < micro_batches.size(); ++i) {
     const torch::Tensor sum = row_loss_sum(lm_, micro_batches[i]);
-    total += sum.item<double>();
+    const torch::Tensor s64 = sum.detach().to(torch::kFloat64);
+    total = total.defined() ? total + s64 : s64;
     if (sum.requires_grad()) (sum / denom).backward();
     optimizer_->end_micro_batch(i + 1 == micro_batches.size());
   }
   if (world_ && world_->size() > 1) {
-    torch::Tensor t = torch::tensor({total}, torch::kFloat64).to(lm_->lm_head_weight().device());
-    world_->all_reduce(t);
-    total = t.cpu().item<double>();
+    total = total.reshape({1}).to(lm_->lm_head_weight().device());
+    world_->all_reduce(total);
     optimizer_->reduce_gradients(*world_);
   }
-  r.loss = total / denom;
+  r.loss = (total.defined() ? total.cpu().item<double>() : 0.0) / denom;
   r.lr = options_.schedule.lr(step_);
   if (!std::isfinite(r.loss)) {
     optimizer_->zero_grad();
