@@ -38,10 +38,18 @@ torch::Tensor linear_forward(const torch::Tensor& x, const LinearWeights& w, tor
   return at::_unsafe_view(y, shape);
 }
 
-LinearBackward linear_input_grad(const torch::Tensor& dy, const LinearWeights& w, torch::ScalarType dtype) {
+LinearBackward linear_input_grad(const torch::Tensor& dy, const LinearWeights& w, torch::ScalarType dtype,
+                                 const torch::Tensor& into) {
   LinearBackward b;
   b.dy = dy;
-  b.input_grad = at::mm(dy, w.weight);
+  if (into.defined()) {
+    TORCH_CHECK(into.dim() == 2 && into.size(0) == dy.size(0) && into.size(1) == w.weight.size(1),
+                "linear_input_grad: the gradient to add to must be [", dy.size(0), ", ", w.weight.size(1), "], got ",
+                into.sizes());
+    b.input_grad = into.addmm_(dy, w.weight);
+  } else {
+    b.input_grad = at::mm(dy, w.weight);
+  }
   if (w.lora_a.defined()) {
     b.ds = dy * w.lora_scaling;
     b.da = at::mm(b.ds, w.lora_b.to(dtype));
@@ -54,7 +62,12 @@ LinearGrads linear_weight_grads(const LinearBackward& b, const torch::Tensor& x,
                                 const LinearWeights& w, bool want_weight, bool want_bias, bool want_a, bool want_b) {
   LinearGrads g;
   if (want_weight) g.weight = at::mm(b.dy.t(), x);
-  if (want_bias) g.bias = b.dy.sum(0);
+  // On the GPU the bias's gradient (Σ over rows of dy) as a matrix-vector product: cuBLAS reads
+  // the [N, out] gradient once at full bandwidth, where a column reduction kernel took 2.5x as
+  // long (qkv biases, Qwen 0.5B at 32K: 72 reductions, 2.8 ms of a 600 ms step). fp32
+  // accumulation either way.
+  if (want_bias)
+    g.bias = b.dy.is_cuda() ? at::mv(b.dy.t(), at::ones({b.dy.size(0)}, b.dy.options())) : b.dy.sum(0);
   if (w.lora_a.defined()) {
     if (want_a) g.lora_a = at::mm(b.da.t(), x).to(w.lora_a.scalar_type());
     if (want_b) g.lora_b = at::mm(b.ds.t(), lora_out.reshape({-1, lora_out.size(-1)})).to(w.lora_b.scalar_type());

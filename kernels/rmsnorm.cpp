@@ -159,6 +159,7 @@ struct RmsNormLinear : torch::autograd::Function<RmsNormLinear> {
     if (share) {
       const std::lock_guard<std::mutex> lock(share->mutex);
       ++share->pending;
+      ++share->projections;
       ctx->saved_data["share"] = c10::IValue::make_capsule(share);
     }
     detail::remember_linear(ctx, w);
@@ -172,23 +173,34 @@ struct RmsNormLinear : torch::autograd::Function<RmsNormLinear> {
     // Edges: n, s, norm_weight (no gradient through these two), then the projection.
     const detail::LinearWants want = detail::linear_wants(ctx, /*first_edge=*/3, w);
     const std::int64_t hidden = s.size(-1);
-    detail::LinearBackward b = detail::linear_input_grad(grads[0].reshape({-1, w.weight.size(0)}), w, s.scalar_type());
+    const torch::Tensor dy = grads[0].reshape({-1, w.weight.size(0)});
+    detail::LinearBackward b;
+    torch::Tensor n_grad;  // this node's gradient of n: its own, the share's sum, or none
     const bool need_n = want.weight || want.lora_a;
     auto recompute = [&] { return add_rms_norm(s, {}, saved[1], ctx->saved_data["eps"].toDouble()).first; };
     torch::Tensor n;
     if (const auto it = ctx->saved_data.find("share"); it != ctx->saved_data.end()) {
       const auto share = c10::static_intrusive_pointer_cast<NormShare>(it->second.toCapsule());
       const std::lock_guard<std::mutex> lock(share->mutex);
+      b = detail::linear_input_grad(dy, w, s.scalar_type(), share->input_grad);
+      share->input_grad = b.input_grad;
+      if (++share->summed == share->projections) {  // the last of the set: hand over the sum
+        n_grad = std::move(share->input_grad);
+        share->input_grad = torch::Tensor();
+        share->summed = 0;
+      }
       if (need_n && !share->output.defined()) share->output = recompute();
       if (need_n) n = share->output;
       if (--share->pending == 0) share->output = torch::Tensor();
-    } else if (need_n) {
-      n = recompute();
+    } else {
+      b = detail::linear_input_grad(dy, w, s.scalar_type());
+      n_grad = b.input_grad;
+      if (need_n) n = recompute();
     }
     if (n.defined()) n = n.reshape({-1, hidden});
     const detail::LinearGrads g =
         detail::linear_weight_grads(b, n, saved[5], w, want.weight, want.bias, want.lora_a, want.lora_b);
-    return {b.input_grad.view(s.sizes()), torch::Tensor(), torch::Tensor(), torch::Tensor(), g.weight, g.bias,
+    return {n_grad.defined() ? n_grad.view(s.sizes()) : n_grad, torch::Tensor(), torch::Tensor(), torch::Tensor(), g.weight, g.bias,
             g.lora_a, g.lora_b, torch::Tensor(), torch::Tensor()};
   }
 };

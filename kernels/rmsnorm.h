@@ -31,10 +31,19 @@ inline torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weigh
 // each of their rms_norm_linear calls the same NormShare. The first backward that needs the
 // output computes it, the others take it, and it is released once every projection's backward
 // has run (or with the graph). Without one, each projection recomputes the output itself.
+//
+// The projections' gradients of the norm output are summed here too, each backward's GEMM
+// adding to the previous one's (beta = 1) instead of autograd adding whole tensors: the
+// projection whose backward completes the set returns the sum, the others no gradient for
+// it. Every projection that shares a NormShare must therefore take part in each backward
+// through them (as q/k/v and gate/up do: all reach the loss).
 struct NormShare : torch::CustomClassHolder {
   std::mutex mutex;
   torch::Tensor output;  // the recomputed norm output, while some projection's backward is pending
   int pending = 0;       // projections whose backward has not run yet
+  int projections = 0;   // projections made with this share (forward calls)
+  int summed = 0;        // of those, how many have added their gradient in the current backward
+  torch::Tensor input_grad;  // the sum so far of their gradients of the norm output
 };
 
 // A projection (linear.h) of n = rms_norm(s, norm_weight, eps), which the caller has already

@@ -441,7 +441,10 @@ class TstFusedOps : public QObject {
       const int pending_before = share ? share->pending : 2;
       loss.backward();
       // Both projections registered; once both backward ran, the shared output is released.
-      if (share && (pending_before != 2 || share->pending != 0 || share->output.defined())) share_released = false;
+      // Their gradients of n were summed in the share and handed over by the second.
+      if (share && (pending_before != 2 || share->pending != 0 || share->output.defined() || share->summed != 0 ||
+                    share->input_grad.defined()))
+        share_released = false;
       std::vector<Tensor> g;
       for (const Tensor& t : leaves) g.push_back(t.grad());
       return g;
@@ -496,6 +499,36 @@ class TstFusedOps : public QObject {
       for (const Tensor& p : {s, w.weight, w.bias}) p.grad().zero_();
     }
     for (int i = 0; i < 3; ++i) QVERIFY2(rel(grads[1][i], grads[0][i]) < kF32, qPrintable(QString::number(i)));
+  }
+
+  // Three projections sharing one NormShare (q, k and v): their gradients of the norm output
+  // are summed in the share and handed over by whichever backward runs last, in every backward
+  // through a retained graph (the second doubles the first), against the layers' autograd sum.
+  void rms_norm_linear_shared_gradient_sum() {
+    const int64_t t = 6, hidden = 10;
+    const Tensor x0 = torch::randn({1, t, hidden}, torch::kFloat32);
+    const Tensor nw = torch::randn({hidden}, torch::kFloat32);
+    std::vector<LinearWeights> ws(3);
+    for (int p = 0; p < 3; ++p) ws[p].weight = torch::randn({4 + 2 * p, hidden}, torch::kFloat32);
+    Tensor grads[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      const Tensor x = x0.clone().requires_grad_(true);
+      const auto share = c10::make_intrusive<NormShare>();
+      const Tensor n = fused ? rms_norm(x, nw, kEps) : add_rms_norm_reference(x, {}, nw, kEps).first;
+      Tensor loss = torch::zeros({}, torch::kFloat32);
+      for (int p = 0; p < 3; ++p) {
+        const Tensor y = fused ? rms_norm_linear(n, x, nw, kEps, ws[p], share) : at::linear(n, ws[p].weight);
+        loss = loss + (y * (p + 1)).pow(2).sum();
+      }
+      loss.backward({}, /*retain_graph=*/true);
+      const Tensor once = x.grad().clone();
+      loss.backward();
+      QVERIFY2(rel(x.grad(), 2 * once) < 1e-6, "the second backward did not give the same gradient");
+      QVERIFY2(!fused || (share->summed == 0 && !share->input_grad.defined() && share->projections == 3),
+               "the share kept a partial sum");
+      grads[fused] = once;
+    }
+    QVERIFY2(rel(grads[1], grads[0]) < kF32, qPrintable(QString::number(rel(grads[1], grads[0]))));
   }
 
   // The recomputed output must be the one the caller computed: a norm of the same input.
