@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <optional>
+#include <string>
 
 #include "kernels/linear.h"
 
@@ -30,19 +31,22 @@ inline LinearWeights weights_of(const torch::Tensor& weight, const std::optional
 }
 
 // What backward needs besides the saved weight and adapters: the scaling and whether there was
-// a bias (its gradient is the sum of dy; the bias itself is not needed).
-inline void remember_linear(torch::autograd::AutogradContext* ctx, const LinearWeights& w) {
-  ctx->saved_data["lora_scaling"] = w.lora_scaling;
-  ctx->saved_data["has_bias"] = w.bias.defined();
+// a bias (its gradient is the sum of dy; the bias itself is not needed). `key` tells apart the
+// projections of a Function that has several.
+inline void remember_linear(torch::autograd::AutogradContext* ctx, const LinearWeights& w,
+                            const std::string& key = "") {
+  ctx->saved_data[key + "lora_scaling"] = w.lora_scaling;
+  ctx->saved_data[key + "has_bias"] = w.bias.defined();
 }
 
 inline LinearWeights saved_weights(torch::autograd::AutogradContext* ctx, const torch::Tensor& weight,
-                                   const torch::Tensor& lora_a, const torch::Tensor& lora_b) {
+                                   const torch::Tensor& lora_a, const torch::Tensor& lora_b,
+                                   const std::string& key = "") {
   LinearWeights w;
   w.weight = weight;
   w.lora_a = lora_a;
   w.lora_b = lora_b;
-  w.lora_scaling = ctx->saved_data["lora_scaling"].toDouble();
+  w.lora_scaling = ctx->saved_data[key + "lora_scaling"].toDouble();
   return w;
 }
 
@@ -51,8 +55,9 @@ struct LinearWants {
 };
 
 // `first_edge`: the weight's position among the Function's inputs that have edges.
-inline LinearWants linear_wants(torch::autograd::AutogradContext* ctx, std::size_t first_edge, const LinearWeights& w) {
-  const bool has_bias = ctx->saved_data["has_bias"].toBool();
+inline LinearWants linear_wants(torch::autograd::AutogradContext* ctx, std::size_t first_edge, const LinearWeights& w,
+                                const std::string& key = "") {
+  const bool has_bias = ctx->saved_data[key + "has_bias"].toBool();
   const bool lora = w.lora_a.defined();
   const std::size_t a_edge = first_edge + (has_bias ? 2 : 1);
   LinearWants want;
@@ -61,6 +66,12 @@ inline LinearWants linear_wants(torch::autograd::AutogradContext* ctx, std::size
   want.lora_a = lora && ctx->needs_input_grad(a_edge);
   want.lora_b = lora && ctx->needs_input_grad(a_edge + 1);
   return want;
+}
+
+// How many of the Function's edges a projection takes: the weight, the bias, the LoRA pair.
+inline std::size_t linear_edges(torch::autograd::AutogradContext* ctx, const LinearWeights& w,
+                                const std::string& key = "") {
+  return 1 + (ctx->saved_data[key + "has_bias"].toBool() ? 1 : 0) + (w.lora_a.defined() ? 2 : 0);
 }
 
 }  // namespace odyssey::kernels::detail

@@ -4,8 +4,10 @@
 #include "kernels/swiglu.h"
 #include "kernels/dtype.h"
 #include "kernels/linear_autograd.h"
+#include "kernels/rmsnorm.h"
 
 #include <optional>
+#include <tuple>
 #include <utility>
 
 #ifdef ODYSSEY_HAVE_CUDA_KERNELS
@@ -140,6 +142,86 @@ struct SwiGluDown : torch::autograd::Function<SwiGluDown> {
   }
 };
 
+// down(swiglu(gate(n), up(n))) for n = rms_norm(s, norm_weight, eps): saved are s (which the
+// norm keeps for its own backward anyway), the weights (and gate's and up's biases) and the
+// three r-wide lora_a outputs;
+// not n, gate, up or the activation. Backward recomputes n (the norm's kernel), gate and up
+// (their forward GEMMs, bit for bit the forward's), then runs swiglu_down's backward and the
+// two projections' (their gradients of n summed by the second GEMM, beta = 1).
+struct RmsNormMlp : torch::autograd::Function<RmsNormMlp> {
+  static constexpr const char* kKeys[3] = {"gate.", "up.", "down."};
+
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& n, const torch::Tensor& s,
+                               const torch::Tensor& norm_weight, double eps,
+                               // gate, up, down: weight, bias, lora_a, lora_b, scaling each
+                               const torch::Tensor& gw, const std::optional<torch::Tensor>& gb,
+                               const std::optional<torch::Tensor>& ga, const std::optional<torch::Tensor>& gbb,
+                               double gs, const torch::Tensor& uw, const std::optional<torch::Tensor>& ub,
+                               const std::optional<torch::Tensor>& ua, const std::optional<torch::Tensor>& ubb,
+                               double us, const torch::Tensor& dw, const std::optional<torch::Tensor>& db,
+                               const std::optional<torch::Tensor>& da, const std::optional<torch::Tensor>& dbb,
+                               double ds) {
+    const LinearWeights w[3] = {detail::weights_of(gw, gb, ga, gbb, gs), detail::weights_of(uw, ub, ua, ubb, us),
+                                detail::weights_of(dw, db, da, dbb, ds)};
+    torch::Tensor a[3];
+    torch::Tensor act;
+    {
+      const torch::Tensor gate = detail::linear_forward(n, w[0], &a[0]);
+      const torch::Tensor up = detail::linear_forward(n, w[1], &a[1]);
+      act = swiglu_forward(gate, up);
+    }  // gate and up freed here, before the down projection's output exists
+    const torch::Tensor y = detail::linear_forward(act, w[2], &a[2]);
+    // gate's and up's biases too: backward recomputes their outputs.
+    ctx->save_for_backward({s, norm_weight, w[0].weight, w[0].lora_a, w[0].lora_b, w[1].weight, w[1].lora_a,
+                            w[1].lora_b, w[2].weight, w[2].lora_a, w[2].lora_b, a[0], a[1], a[2], w[0].bias,
+                            w[1].bias});
+    ctx->saved_data["eps"] = eps;
+    for (int k = 0; k < 3; ++k) detail::remember_linear(ctx, w[k], kKeys[k]);
+    return {y};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor& s = saved[0];
+    const auto dtype = s.scalar_type();
+    const std::int64_t hidden = s.size(-1);
+    LinearWeights w[3];
+    detail::LinearWants want[3];
+    std::size_t edge = 3;  // n, s, norm_weight, then the projections' tensors
+    for (int k = 0; k < 3; ++k) {
+      w[k] = detail::saved_weights(ctx, saved[2 + 3 * k], saved[3 + 3 * k], saved[4 + 3 * k], kKeys[k]);
+      want[k] = detail::linear_wants(ctx, edge, w[k], kKeys[k]);
+      edge += detail::linear_edges(ctx, w[k], kKeys[k]);
+    }
+    w[0].bias = saved[14], w[1].bias = saved[15];
+    const torch::Tensor n = add_rms_norm(s, {}, saved[1], ctx->saved_data["eps"].toDouble()).first.reshape({-1, hidden});
+    const std::int64_t inter = w[0].weight.size(0);
+    torch::Tensor dgate, dup;
+    detail::LinearGrads g[3];
+    {
+      torch::Tensor unused;
+      const torch::Tensor gate = detail::linear_forward(n, w[0], &unused);
+      const torch::Tensor up = detail::linear_forward(n, w[1], &unused);
+      detail::LinearBackward b = detail::linear_input_grad(grads[0].reshape({-1, w[2].weight.size(0)}), w[2], dtype);
+      std::tie(dgate, dup) = swiglu_backward(b.input_grad, gate, up, /*recompute=*/want[2].weight || want[2].lora_a);
+      // b.input_grad holds the activation now (when recomputed).
+      g[2] = detail::linear_weight_grads(b, b.input_grad.view({-1, inter}), saved[13], w[2], want[2].weight,
+                                         want[2].bias, want[2].lora_a, want[2].lora_b);
+    }  // gate, up and the activation freed
+    detail::LinearBackward bg = detail::linear_input_grad(dgate.view({-1, inter}), w[0], dtype);
+    detail::LinearBackward bu = detail::linear_input_grad(dup.view({-1, inter}), w[1], dtype, bg.input_grad);
+    g[0] = detail::linear_weight_grads(bg, n, saved[11], w[0], want[0].weight, want[0].bias, want[0].lora_a,
+                                       want[0].lora_b);
+    g[1] = detail::linear_weight_grads(bu, n, saved[12], w[1], want[1].weight, want[1].bias, want[1].lora_a,
+                                       want[1].lora_b);
+    variable_list out{bu.input_grad.view(s.sizes()), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    for (int k = 0; k < 3; ++k)
+      for (const torch::Tensor& t : {g[k].weight, g[k].bias, g[k].lora_a, g[k].lora_b, torch::Tensor()})
+        out.push_back(t);
+    return out;
+  }
+};
+
 }  // namespace
 
 torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
@@ -152,6 +234,32 @@ torch::Tensor swiglu_down(const torch::Tensor& gate, const torch::Tensor& up, co
   detail::check_linear(down, gate.size(-1), "swiglu_down");
   return SwiGluDown::apply(gate, up, down.weight, detail::opt(down.bias), detail::opt(down.lora_a),
                            detail::opt(down.lora_b), down.lora_scaling)[0];
+}
+
+}  // namespace odyssey::kernels
+
+namespace odyssey::kernels {
+
+torch::Tensor rms_norm_mlp(const torch::Tensor& n, const torch::Tensor& s, const torch::Tensor& norm_weight,
+                           double eps, const LinearWeights& gate, const LinearWeights& up, const LinearWeights& down) {
+  TORCH_CHECK(s.defined() && s.dim() >= 1, "rms_norm_mlp: the norm input must be [..., H], got ",
+              s.defined() ? s.sizes() : torch::IntArrayRef{});
+  TORCH_CHECK(n.defined() && n.sizes() == s.sizes() && n.scalar_type() == s.scalar_type(),
+              "rms_norm_mlp: the norm output must have the input's shape ", s.sizes(), " and dtype ",
+              s.scalar_type(), ", got ", n.defined() ? n.sizes() : torch::IntArrayRef{});
+  TORCH_CHECK(norm_weight.defined() && norm_weight.dim() == 1 && norm_weight.size(0) == s.size(-1),
+              "rms_norm_mlp: the norm weight must be [", s.size(-1), "]");
+  detail::check_linear(gate, s.size(-1), "rms_norm_mlp (gate)");
+  detail::check_linear(up, s.size(-1), "rms_norm_mlp (up)");
+  TORCH_CHECK(gate.weight.size(0) == up.weight.size(0), "rms_norm_mlp: gate and up must have one width, got ",
+              gate.weight.size(0), " and ", up.weight.size(0));
+  detail::check_linear(down, gate.weight.size(0), "rms_norm_mlp (down)");
+  TORCH_CHECK(supported_dtype(s.scalar_type()), "rms_norm_mlp: float32, bfloat16 or float16, got ", s.scalar_type());
+  using detail::opt;
+  return RmsNormMlp::apply(n, s.detach(), norm_weight.detach(), eps, gate.weight, opt(gate.bias), opt(gate.lora_a),
+                           opt(gate.lora_b), gate.lora_scaling, up.weight, opt(up.bias), opt(up.lora_a),
+                           opt(up.lora_b), up.lora_scaling, down.weight, opt(down.bias), opt(down.lora_a),
+                           opt(down.lora_b), down.lora_scaling)[0];
 }
 
 }  // namespace odyssey::kernels

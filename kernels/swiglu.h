@@ -21,6 +21,17 @@ torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up);
 // keeps the activation as the linear layer's input. Differentiable in every tensor.
 torch::Tensor swiglu_down(const torch::Tensor& gate, const torch::Tensor& up, const LinearWeights& down);
 
+// The whole MLP of a norm's output, down(swiglu(gate(n), up(n))) for n = rms_norm(s,
+// norm_weight, eps) which the caller computed (n must be exactly that), keeping for backward
+// only what the norm keeps anyway (s), the weights and the adapters' r-wide outputs: backward
+// recomputes n, gate and up (two GEMMs of the forward's shape) before swiglu_down's backward.
+// Saves the 2·I elements per token that swiglu_down keeps (gate, up), at the cost of those two
+// GEMMs; the memory planner uses it on as many layers as a budget needs, a cheaper way to
+// memory than recomputing whole layers. Differentiable in n and every projection tensor (s and
+// norm_weight get no gradient here: the norm's own backward gives theirs).
+torch::Tensor rms_norm_mlp(const torch::Tensor& n, const torch::Tensor& s, const torch::Tensor& norm_weight,
+                           double eps, const LinearWeights& gate, const LinearWeights& up, const LinearWeights& down);
+
 // The reference: at::silu(gate) * up, differentiated by autograd.
 torch::Tensor swiglu_reference(const torch::Tensor& gate, const torch::Tensor& up);
 

@@ -9,7 +9,7 @@
 //   odyssey-bench --shape qwen2.5-0.5b,qwen2.5-7b --seq 4096,16384,32768 --mode lora,full
 //                 [--steps 5] [--warmup 2] [--lora-r 16] [--lora-alpha 32]
 //                 [--checkpointing all|auto|none|N] [--fused on|off] [--offload on|off] [--mlp-tile auto|N]
-//                 [--keep-attention auto|all|none]
+//                 [--keep-attention auto|all|none] [--mlp-recompute auto|N]
 //                 [--attention cudnn|flash|auto] [--memory-gib G] [--profile FILE]
 //                 [--device cuda|cpu] [--dtype bfloat16|float32]
 //                 [--layers K] [--vocab-override V] [--out FILE] [--check] [--label NAME]
@@ -33,6 +33,9 @@
 // auto (the default) tiles when the planner says the job needs it, as the engine does.
 // --keep-attention all keeps every checkpointed layer's attention output for backward (its
 // recomputation skips the attention forward); auto keeps as many as the planner's budget allows.
+// --mlp-recompute N: the first N layers that are not checkpointed keep none of their MLP's
+// intermediates (kernels::rms_norm_mlp: gate and up recomputed in backward); auto (the default):
+// as many as the planner chooses under --checkpointing auto, none otherwise.
 //
 // --memory-gib G gives the planner G GiB per GPU instead of the device's memory, for the auto
 // choices (checkpointing, MLP tiling, kept attention): what fits a budget below the GPU's size.
@@ -149,6 +152,7 @@ struct Options {
   int ulysses = 0;  // 0 = gcd(KV heads, world)
   std::int64_t mlp_tile = 0;  // --mlp-tile: 0 = auto (the planner's choice), N = N tokens per tile
   std::string keep_attention = "auto";  // --keep-attention auto|all|none
+  std::string mlp_recompute = "auto";   // --mlp-recompute auto|N
   std::string optimizer = "adamw";  // adamw|galore|q-galore|zero1|zero2|zero2-offload
   std::int64_t galore_rank = 128, galore_gap = 200;
   std::vector<std::int64_t> a2a_bytes;  // --a2a-bytes: the all-to-all alone, back to back
@@ -169,9 +173,12 @@ struct Parallel {
 void profile_step(const std::string& path, const nlohmann::ordered_json& rec, bool write, const std::function<void()>& step) {
   namespace kp = torch::autograd::profiler;
   using torch::profiler::impl::ActivityType;
-  const std::set<ActivityType> acts{ActivityType::CUDA};
-  kp::prepareProfiler(torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::KINETO), acts);
-  kp::enableProfiler(torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::KINETO), acts);
+  // CPU ops too (with their inputs' shapes): which op launched the small copies and adds.
+  const std::set<ActivityType> acts{ActivityType::CPU, ActivityType::CUDA};
+  const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO,
+                                                     /*report_input_shapes=*/true);
+  kp::prepareProfiler(config, acts);
+  kp::enableProfiler(config, acts);
   const auto t0 = std::chrono::steady_clock::now();
   step();
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -215,6 +222,44 @@ void profile_step(const std::string& path, const nlohmann::ordered_json& rec, bo
     span_ns = static_cast<double>(reach - spans[0].start);
   }
   std::sort(gaps.begin(), gaps.end(), [](const auto& a, const auto& b) { return std::get<0>(a) > std::get<0>(b); });
+  // Elementwise ops (copies, adds, fills, sums) by the op that called them: the innermost
+  // enclosing CPU event of the same thread that is not itself such a helper (an autograd
+  // node's backward, a fused op, a module's op), with the first input's shape.
+  struct CpuOp {
+    std::uint64_t start, end, thread;
+    std::string name;
+    std::string shape;
+  };
+  std::vector<CpuOp> cpu;
+  for (const auto& e : result->events()) {
+    if (e.deviceType() != c10::DeviceType::CPU) continue;
+    std::string shape;
+    if (e.hasShapes() && !e.shapes().empty()) {
+      for (std::int64_t d : e.shapes()[0]) shape += (shape.empty() ? "" : "x") + std::to_string(d);
+    }
+    cpu.push_back({e.startNs(), e.endNs(), e.startThreadId(), e.name(), shape});
+  }
+  std::sort(cpu.begin(), cpu.end(), [](const CpuOp& a, const CpuOp& b) { return a.start < b.start; });
+  const std::set<std::string> helpers{"aten::copy_",  "aten::to",          "aten::_to_copy", "aten::contiguous",
+                                      "aten::clone",  "aten::reshape",     "aten::add",      "aten::add_",
+                                      "aten::fill_",  "aten::zero_",       "aten::zeros",    "aten::sum",
+                                      "aten::empty",  "aten::empty_like",  "aten::view",     "aten::_unsafe_view",
+                                      "aten::copy",   "aten::expand",      "aten::as_strided"};
+  const std::set<std::string> counted{"aten::copy_", "aten::add", "aten::add_", "aten::fill_", "aten::sum"};
+  std::map<std::string, std::int64_t> callers;
+  for (std::size_t i = 0; i < cpu.size(); ++i) {
+    if (!counted.count(cpu[i].name)) continue;
+    std::string parent = "(top level)";
+    for (std::size_t j = i; j-- > 0;) {  // the latest-starting enclosing non-helper event
+      if (cpu[j].thread != cpu[i].thread || cpu[j].end < cpu[i].end) continue;
+      if (helpers.count(cpu[j].name)) continue;
+      parent = cpu[j].name;
+      break;
+    }
+    callers[cpu[i].name + " [" + cpu[i].shape + "] in " + parent.substr(0, 100)] += 1;
+  }
+  std::vector<std::pair<std::string, std::int64_t>> by_caller(callers.begin(), callers.end());
+  std::sort(by_caller.begin(), by_caller.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
   std::vector<std::pair<std::string, std::pair<std::int64_t, double>>> rows(by_name.begin(), by_name.end());
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
   std::ofstream f(path, std::ios::app);
@@ -235,6 +280,10 @@ void profile_step(const std::string& path, const nlohmann::ordered_json& rec, bo
                        {"after", std::get<1>(gaps[i]).substr(0, 90)},
                        {"before", std::get<2>(gaps[i]).substr(0, 90)}});
   sum["longest_gaps"] = longest;
+  nlohmann::ordered_json ops = nlohmann::ordered_json::array();
+  for (std::size_t i = 0; i < by_caller.size() && i < 30; ++i)
+    ops.push_back({{"op", by_caller[i].first}, {"calls", by_caller[i].second}});
+  sum["elementwise_callers"] = ops;
   f << sum.dump() << "\n";
   for (const auto& [name, v] : rows) {
     nlohmann::ordered_json j = head;
@@ -487,7 +536,9 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     for (std::size_t i = 0; i < n; ++i) layers[i] = static_cast<std::int64_t>(i) < ckpt;
     lm->set_checkpoint_layers(layers);
     lm->set_offload_checkpoints(o.offload);
-    tc.activation_checkpointing = ckpt == 0 ? "none" : ckpt == dc.hf.num_hidden_layers ? "all" : "auto";
+    // auto: the plan as chosen (its MLP recomputation too); a count: the plan of those layers.
+    if (o.checkpointing != "auto")
+      tc.activation_checkpointing = ckpt == 0 ? "none" : ckpt == dc.hf.num_hidden_layers ? "all" : "auto";
     const MemoryPlan plan = plan_memory(tc, hf, po);
     lm->set_mlp_tile_tokens(plan.mlp_tile_tokens);  // as configured, or the planner's choice for auto
     rec["mlp_tile_tokens"] = plan.mlp_tile_tokens;
@@ -501,9 +552,23 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     }
     lm->set_keep_attention_layers(keep);
     rec["attention_kept_layers"] = kept;
+    // MLP recomputation on layers that are not checkpointed: the plan's (auto) or the first N.
+    std::vector<bool> mlp(n, false);
+    std::int64_t mlps = 0;
+    const std::int64_t mlp_n = o.mlp_recompute == "auto" ? -1 : std::stoll(o.mlp_recompute);
+    for (std::size_t i = 0, free_seen = 0; i < n; ++i) {
+      if (layers[i]) continue;
+      mlp[i] = mlp_n < 0 ? (o.checkpointing == "auto" && recomputes_mlp(plan, static_cast<std::int64_t>(i)))
+                         : static_cast<std::int64_t>(free_seen) < mlp_n;
+      ++free_seen;
+      mlps += mlp[i] ? 1 : 0;
+    }
+    lm->set_mlp_recompute_layers(mlp);
+    rec["mlp_recomputed_layers"] = mlps;
     rec["checkpointing"] = o.checkpointing;
     rec["checkpointed_layers"] = ckpt;
-    if (plan.checkpointed_layers == ckpt)  // an explicit N the planner would not choose: no prediction
+    // An explicit N (or MLP count) the planner would not choose: no prediction.
+    if (plan.checkpointed_layers == ckpt && plan.mlp_recomputed_layers == mlps)
       rec["planned_peak_gib"] = sig(static_cast<double>(plan.allocated_bytes()) / double(1 << 30), 4);
     train::StepOptions so;
     so.adamw.lr = 1e-5;
@@ -687,6 +752,10 @@ int main(int argc, char** argv) {
       else if (a == "--check") o.check = true;
       else if (a == "--ulysses") o.ulysses = std::stoi(next());
       else if (a == "--keep-attention") o.keep_attention = next();
+      else if (a == "--mlp-recompute") {
+        o.mlp_recompute = next();
+        if (o.mlp_recompute != "auto") (void)std::stoll(o.mlp_recompute);  // "not a number" below
+      }
       else if (a == "--mlp-tile") {
         const std::string v = next();
         o.mlp_tile = v == "auto" ? 0 : std::stoll(v);
@@ -712,6 +781,12 @@ int main(int argc, char** argv) {
                      std::all_of(o.checkpointing.begin(), o.checkpointing.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
   if (o.checkpointing != "all" && o.checkpointing != "none" && o.checkpointing != "auto" && !count) {
     std::cerr << "odyssey-bench: --checkpointing: expected all, none, auto or a number of layers\n";
+    return 2;
+  }
+  if (o.mlp_recompute != "auto" &&
+      (o.mlp_recompute.empty() || !std::all_of(o.mlp_recompute.begin(), o.mlp_recompute.end(),
+                                               [](char ch) { return ch >= '0' && ch <= '9'; }))) {
+    std::cerr << "odyssey-bench: --mlp-recompute: expected auto or a number of layers\n";
     return 2;
   }
   if (o.attention != "cudnn" && o.attention != "flash" && o.attention != "auto") {

@@ -171,6 +171,10 @@ MlpImpl::MlpImpl(const DecoderConfig& c, const torch::TensorOptions& o) {
 }
 
 torch::Tensor MlpImpl::compute(const torch::Tensor& x, const NormSource* src) {
+  if (fused && recompute && src != nullptr && torch::GradMode::is_enabled() && gate_proj->fused_projection() &&
+      up_proj->fused_projection() && down_proj->fused_projection())
+    return kernels::rms_norm_mlp(x, src->input, src->weight, src->eps, gate_proj->fused_weights(),
+                                 up_proj->fused_weights(), down_proj->fused_weights());
   if (fused) {
     const torch::Tensor gate = gate_proj->forward_normed(x, src), up = up_proj->forward_normed(x, src);
     if (!down_proj->fused_projection()) return down_proj(kernels::swiglu(gate, up));
@@ -263,6 +267,13 @@ torch::Tensor CausalLMImpl::lm_head_weight() const {
 void CausalLMImpl::set_mlp_tile_tokens(std::int64_t tokens) {
   mlp_tile_tokens_ = std::max<std::int64_t>(0, tokens);
   for (auto& layer : model->layer_list) layer->mlp->tile_tokens = mlp_tile_tokens_;
+}
+
+void CausalLMImpl::set_mlp_recompute_layers(const std::vector<bool>& layers) {
+  TORCH_CHECK(layers.empty() || layers.size() == model->layer_list.size(), "set_mlp_recompute_layers: ",
+              layers.size(), " flags for ", model->layer_list.size(), " layers");
+  for (std::size_t i = 0; i < model->layer_list.size(); ++i)
+    model->layer_list[i]->mlp->recompute = i < layers.size() && layers[i];
 }
 
 LayerContext CausalLMImpl::context(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,

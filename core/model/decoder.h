@@ -147,6 +147,10 @@ class MlpImpl : public torch::nn::Module {
   Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
   bool fused = false;
   std::int64_t tile_tokens = 0;
+  // Fused path, untiled, with src and no LoRA dropout: keep none of gate, up and the
+  // activation for backward, which recomputes them (kernels::rms_norm_mlp; the memory planner's
+  // MLP recomputation, CausalLMImpl::set_mlp_recompute_layers).
+  bool recompute = false;
 
  private:
   torch::Tensor compute(const torch::Tensor& x, const NormSource* src);
@@ -205,6 +209,11 @@ class CausalLMImpl : public torch::nn::Module {
   // Tiled MLP in every layer (MlpImpl::tile_tokens); 0 = off.
   void set_mlp_tile_tokens(std::int64_t tokens);
   std::int64_t mlp_tile_tokens() const { return mlp_tile_tokens_; }
+  // Layers whose MLP keeps none of its intermediates for backward but recomputes them there
+  // from the norm's input (MlpImpl::recompute): two GEMMs more per layer instead of a whole
+  // layer's recomputation. Meant for layers that are not checkpointed. Size num_hidden_layers,
+  // or empty: none.
+  void set_mlp_recompute_layers(const std::vector<bool>& layers);
   // Checkpointed layers that keep their attention output for backward (AttentionStash):
   // their recomputation skips the attention forward. Padding-free rows without sequence
   // parallelism; other layers and rows recompute attention with the layer.

@@ -77,7 +77,7 @@ bool plan_fits(const TrainConfig& c, const HfModelConfig& m, const PlannerOption
   const Terms t = terms_of(c, m, o, pol);
   if (!t.valid) return false;
   const planner_detail::LayerChoice lc = planner_detail::choose_layers(t, pol, c.keep_attention);
-  return planner_detail::evaluate(t, lc.checkpointed, lc.every, lc.kept).peak <= t.capacity;
+  return planner_detail::evaluate(t, lc.checkpointed, lc.every, lc.kept, lc.mlp).peak <= t.capacity;
 }
 
 class ItemBuilder {
@@ -153,10 +153,14 @@ void add_items(MemoryPlan& plan, const Terms& t, const Eval& e, const TrainConfi
   const bool acts_at_peak = ph != 2;
   ib.add("tokens, positions, rotary tables", "activations", t.misc, num(t.tokens) + " tokens", acts_at_peak);
   const std::string per_layer = gib(t.layer_full) + " per layer (" + num(t.per_token_layer) + " B per token)";
+  const std::string mlp_detail = e.mlp_layers > 0 ? "; " + num(e.mlp_layers) + " of them " +
+                                                        gib(t.mlp_recompute_saved) +
+                                                        " less, their MLP's gate and up recomputed in backward"
+                                                  : std::string();
   if (ph == 1) {
     ib.add("checkpointed layer inputs", "activations", e.bwd_inputs,
            "inputs of the checkpointed layers below the one in backward");
-    ib.add("stored layer activations", "activations", e.bwd_full, per_layer);
+    ib.add("stored layer activations", "activations", e.bwd_full, per_layer + mlp_detail);
     ib.add("recomputed layer", "activations", e.bwd_recompute,
            "one checkpointed layer's activations, rebuilt in backward");
     ib.add("kept attention outputs", "activations", e.bwd_kept,
@@ -166,7 +170,7 @@ void add_items(MemoryPlan& plan, const Terms& t, const Eval& e, const TrainConfi
            num(plan.checkpointed_layers) + " layers × " + gib(t.layer_in) +
                (t.offload_acts ? " (at most 2 on the GPU, the rest offloaded)" : ""),
            acts_at_peak);
-    ib.add("stored layer activations", "activations", e.stored_full, per_layer, acts_at_peak);
+    ib.add("stored layer activations", "activations", e.stored_full, per_layer + mlp_detail, acts_at_peak);
     ib.add("recomputed layer", "activations", plan.checkpointed_layers > 0 ? t.layer_full : 0,
            "one checkpointed layer's activations, rebuilt in backward", false);
     ib.add("kept attention outputs", "activations", e.stored_kept,
@@ -240,6 +244,10 @@ void add_notes(MemoryPlan& plan, const Terms& t, const TrainConfig& c, const Pla
   if (plan.attention_kept_layers > 0)
     n.push_back("keep_attention " + c.keep_attention + ": " + num(plan.attention_kept_layers) + " of " +
                 num(plan.checkpointed_layers) + " checkpointed layers keep their attention output");
+  if (plan.mlp_recomputed_layers > 0)
+    n.push_back("MLP recomputation: " + num(plan.mlp_recomputed_layers) + " layers that are not checkpointed keep none of "
+                "their MLP's intermediates (" + gib(t.mlp_recompute_saved) +
+                " each), recomputing gate and up in backward: two projections instead of a whole layer");
   if (t.mlp_tile > 0)
     n.push_back("tiled MLP: " + num(t.mlp_tile) + " tokens per tile" +
                 (c.mlp_tile_tokens > 0 ? std::string() : " (mlp_tile_tokens auto: the job does not fit untiled)"));
@@ -271,9 +279,10 @@ MemoryPlan plan_memory(const TrainConfig& c, const HfModelConfig& m, const Plann
   plan.checkpointed_layers = lc.checkpointed;
   plan.checkpoint_every = lc.every;
   plan.attention_kept_layers = lc.kept;
-  const Eval e =
-      planner_detail::evaluate(t, plan.checkpointed_layers, plan.checkpoint_every, plan.attention_kept_layers);
+  const Eval e = planner_detail::evaluate(t, plan.checkpointed_layers, plan.checkpoint_every,
+                                          plan.attention_kept_layers, lc.mlp);
   plan.attention_kept_layers = e.kept_layers;
+  plan.mlp_recomputed_layers = e.mlp_layers;
   plan.tokens_per_gpu = t.tokens;
   plan.capacity_bytes = t.capacity;
   plan.peak_bytes = e.peak;
@@ -346,6 +355,13 @@ bool keeps_attention(const MemoryPlan& p, std::int64_t layer) {
   std::int64_t above = 0;  // checkpointed layers above this one
   for (std::int64_t j = layer + 1; j < p.total_layers; ++j) above += checkpoints_layer(p, j) ? 1 : 0;
   return above < p.attention_kept_layers;
+}
+
+bool recomputes_mlp(const MemoryPlan& p, std::int64_t layer) {
+  if (layer < 0 || layer >= p.total_layers || checkpoints_layer(p, layer)) return false;
+  std::int64_t below = 0;  // layers under this one that are not checkpointed
+  for (std::int64_t j = 0; j < layer; ++j) below += checkpoints_layer(p, j) ? 0 : 1;
+  return below < p.mlp_recomputed_layers;
 }
 
 bool checkpoints_layer(const MemoryPlan& p, std::int64_t layer) {

@@ -89,6 +89,7 @@ struct MemoryPlan {
   std::int64_t checkpoint_every = 0;    // 0: the first checkpointed_layers layers; K: 0, K, 2K, …
   std::int64_t mlp_tile_tokens = 0;     // tiled MLP: tokens per tile (0 = untiled)
   std::int64_t attention_kept_layers = 0;  // checkpointed layers keeping their attention output (the last ones)
+  std::int64_t mlp_recomputed_layers = 0;  // layers not checkpointed whose MLP recomputes gate and up (the first ones)
   std::string peak_phase;               // loss, backward, optimizer step
   ParallelLayout layout;
   std::int64_t tokens_per_gpu = 0;      // batch × max_length / sequence_parallel_size
@@ -122,6 +123,10 @@ bool checkpoints_layer(const MemoryPlan& p, std::int64_t layer);
 // Whether `layer` keeps its attention output under this plan (the last attention_kept_layers
 // checkpointed layers).
 bool keeps_attention(const MemoryPlan& p, std::int64_t layer);
+
+// Whether `layer`'s MLP keeps none of its intermediates, recomputing them in backward
+// (kernels::rms_norm_mlp): the first mlp_recomputed_layers layers that are not checkpointed.
+bool recomputes_mlp(const MemoryPlan& p, std::int64_t layer);
 
 std::string format_plan_table(const MemoryPlan& p);  // human table in GiB
 nlohmann::json plan_to_json(const MemoryPlan& p);

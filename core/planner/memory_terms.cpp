@@ -1,6 +1,7 @@
 #include "planner/memory_terms.h"
 
 #include <algorithm>
+#include <limits>
 #include <vector>
 #include <array>
 
@@ -273,6 +274,12 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   // parallelism (Ulysses: each rank its heads of the gathered row; ring: its queries' merged
   // output; the same bytes).
   t.attn_kept = T * (b * s.q + 4 * s.H);
+  // kernels::rms_norm_mlp keeps neither gate nor up (the fused path without LoRA dropout,
+  // which needs the dropped copy): backward recomputes both from the norm's input.
+  if (t.fused && dropout == 0.0) {
+    t.mlp_recompute_saved = 2 * b * s.i * T;
+    t.recompute_mlp_flops = 2.0 * static_cast<double>(T) * static_cast<double>(2 * s.h * s.i);
+  }
   // Recompute costs (planner/flops.h's conventions; LoRA's small matrices left out). A GPU's
   // attention covers its tokens' queries against the whole sequence (sp = ulysses · ring).
   t.recompute_linear_flops = 2.0 * static_cast<double>(T) *
@@ -324,6 +331,7 @@ void tile_mlp(Terms& t, std::int64_t tile) {
   if (tile <= 0 || t.tokens <= tile || t.mlp_tile > 0) return;
   const i64 T = t.tokens;
   t.mlp_tile = tile;
+  t.mlp_recompute_saved = 0;  // the tiles keep no intermediates already
   t.per_token_layer += t.mlp_input_extra - t.mlp_per_token;
   t.layer_full -= (t.mlp_per_token - t.mlp_input_extra) * T;
   // One tile's intermediates (recomputed) and their gradients; the gradients of the MLP's
@@ -331,10 +339,15 @@ void tile_mlp(Terms& t, std::int64_t tile) {
   t.bwd_mlp = T * t.bwd_mlp_h + tile * (t.bwd_mlp_i + t.mlp_per_token);
 }
 
-Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_t kept) {
+Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_t kept, std::int64_t mlp) {
   Eval e;
   const i64 L = t.layers;
   auto is_ckpt = [&](i64 j) { return every > 0 ? j % every == 0 : j < ckpt; };
+  // The first `mlp` layers that are not checkpointed recompute their MLP's intermediates.
+  std::vector<bool> mlp_rc(static_cast<std::size_t>(L), false);
+  for (i64 j = 0, left = t.mlp_recompute_saved > 0 ? mlp : 0; j < L && left > 0; ++j)
+    if (!is_ckpt(j)) mlp_rc[static_cast<std::size_t>(j)] = true, --left;
+  for (bool m : mlp_rc) e.mlp_layers += m ? 1 : 0;
   // The last `kept` checkpointed layers keep their attention output.
   std::vector<bool> keeps(static_cast<std::size_t>(L), false);
   for (i64 j = L - 1, left = t.attn_kept > 0 ? kept : 0; j >= 0 && left > 0; --j)
@@ -346,7 +359,7 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_
   i64 n_ckpt = 0;
   for (i64 j = 0; j < L; ++j) n_ckpt += is_ckpt(j) ? 1 : 0;
   e.stored_inputs = inputs_on_gpu(n_ckpt);
-  e.stored_full = (L - n_ckpt) * t.layer_full;
+  e.stored_full = (L - n_ckpt) * t.layer_full - e.mlp_layers * t.mlp_recompute_saved;
   e.host_acts = (n_ckpt - (t.offload_acts ? std::min<i64>(n_ckpt, 2) : n_ckpt)) * t.layer_in;
 
   // GaLore's rank-r gradients grow as backward goes down the layers, like the gradients.
@@ -355,11 +368,13 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_
 
   // Backward walks the layers from the last; before layer j runs, layers < j still hold their
   // activations, layers > j have produced their gradients. Track the largest moment.
-  i64 best = -1, ck_below = n_ckpt, full_below = L - n_ckpt, kept_below = n_kept;
+  i64 best = -1, ck_below = n_ckpt, full_below = L - n_ckpt, kept_below = n_kept, mlp_below = e.mlp_layers;
   for (i64 j = L - 1; j >= 0; --j) {
     const bool c = is_ckpt(j);
     if (c) --ck_below;
     else --full_below;
+    // Layer j's own recomputed gate and up exist while its MLP's backward runs: it counts whole.
+    if (mlp_rc[static_cast<std::size_t>(j)]) --mlp_below;
     // Layer j's own kept output is the recomputed layer's attention output (in layer_full).
     if (keeps[static_cast<std::size_t>(j)]) --kept_below;
     const i64 galore = t.grads_persistent ? t.galore_accum : t.galore_accum * (L - 1 - j) / L;
@@ -368,7 +383,7 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_
     // With offload, the input below that is on the GPU is the one prefetched for the next
     // recomputation (the current layer's own input is among its activations).
     const i64 acts_in = t.offload_acts ? std::min<i64>(ck_below, 1) * t.layer_in : ck_below * t.layer_in;
-    const i64 acts_full = full_below * t.layer_full;
+    const i64 acts_full = full_below * t.layer_full - mlp_below * t.mlp_recompute_saved;
     const i64 cur = c ? t.layer_full + t.recompute_extra : t.layer_full;
     const i64 live = acts_in + acts_full + cur + grads + kept_below * t.attn_kept;
     if (live > best) {
@@ -430,35 +445,45 @@ std::int64_t choose_checkpointing(const Terms& t, const CheckpointPolicy& p, std
   return fits(hi) ? hi : L;
 }
 
-double recompute_flops(const Terms& t, std::int64_t ckpt, std::int64_t kept) {
+double recompute_flops(const Terms& t, std::int64_t ckpt, std::int64_t kept, std::int64_t mlp) {
   return static_cast<double>(ckpt) * t.recompute_linear_flops +
-         static_cast<double>(ckpt - kept) * t.recompute_attention_flops;
+         static_cast<double>(ckpt - kept) * t.recompute_attention_flops +
+         static_cast<double>(mlp) * t.recompute_mlp_flops;
 }
 
 LayerChoice choose_layers(const Terms& t, const CheckpointPolicy& p, const std::string& keep) {
   LayerChoice c;
   c.checkpointed = choose_checkpointing(t, p, &c.every);
   c.kept = choose_kept_attention(t, keep, c.checkpointed, c.every);
-  if (p.kind != CheckpointPolicy::Auto || t.attn_kept <= 0 || keep == "none" || (keep != "all" && !t.cuda))
-    return c;
-  const i64 L = t.layers;
-  if (keep == "all") {
-    // Every checkpointed layer keeps: the fewest layers whose plan fits that way.
-    for (i64 n = c.checkpointed; n <= L; ++n)
-      if (evaluate(t, n, 0, n).peak <= t.capacity) return {n, 0, n};
-    return c;  // nothing fits: the fewest-layers plan reports it
-  }
+  if (p.kind != CheckpointPolicy::Auto) return c;
+  const bool can_keep = t.attn_kept > 0 && keep != "none" && (keep == "all" || t.cuda);
+  const bool can_mlp = t.mlp_recompute_saved > 0;
+  if (!can_keep && !can_mlp) return c;
   if (c.checkpointed == 0) return c;  // nothing recomputed
+  if (evaluate(t, c.checkpointed, 0, 0).peak > t.capacity) return c;  // does not fit at all: reported as is
+  const i64 L = t.layers;
+  // Kept attention is for speed: auto keeps within the margin below capacity (memory_planner.h).
   const auto line = static_cast<i64>((1.0 - planner::kKeptAttentionMargin) * static_cast<double>(t.capacity));
-  if (evaluate(t, c.checkpointed, 0, c.kept).peak > t.capacity) return c;  // does not fit at all
-  double best = recompute_flops(t, c.checkpointed, c.kept);
-  for (i64 n = c.checkpointed + 1; n <= L; ++n) {
+  // The fewest-layers plan is the one to beat where it fits as chosen (keep all may not).
+  double best = evaluate(t, c.checkpointed, 0, c.kept).peak <= t.capacity ? recompute_flops(t, c.checkpointed, c.kept)
+                                                                           : std::numeric_limits<double>::infinity();
+  for (i64 n = 0; n <= L; ++n) {
     if (static_cast<double>(n) * t.recompute_linear_flops >= best) break;  // even keeping all costs more
-    i64 k = -1;  // the most kept layers within the line (the peak grows with k)
-    for (i64 j = 0; j <= n && evaluate(t, n, 0, j).peak <= line; ++j) k = j;
-    if (k < 0) continue;
-    const double cost = recompute_flops(t, n, k);
-    if (cost < best) best = cost, c = {n, 0, k};
+    const i64 k_lo = !can_keep ? 0 : keep == "all" ? n : 0;
+    const i64 k_hi = !can_keep ? 0 : n;
+    for (i64 k = k_hi; k >= k_lo; --k) {
+      const i64 limit = k > 0 && keep != "all" ? line : t.capacity;
+      auto fits = [&](i64 m) { return evaluate(t, n, 0, k, m).peak <= limit; };
+      const i64 m_max = can_mlp ? L - n : 0;
+      if (!fits(m_max)) continue;
+      i64 lo = -1, hi = m_max;  // fits(hi); the fewest MLP layers in (lo, hi]
+      while (hi - lo > 1) {
+        const i64 mid = lo + (hi - lo) / 2;
+        (fits(mid) ? hi : lo) = mid;
+      }
+      const double cost = recompute_flops(t, n, k, hi);
+      if (cost < best) best = cost, c = {n, 0, k, hi};
+    }
   }
   return c;
 }

@@ -61,6 +61,11 @@ struct Terms {
   std::int64_t bwd_mlp_h = 0, bwd_mlp_i = 0;  // MLP backward working set per token: hidden-sized and intermediate-sized parts
   std::int64_t mlp_tile = 0;          // tokens per tile; 0 = untiled
   std::int64_t attn_kept = 0;         // one layer's kept attention output + log-sum-exp (keep_attention); 0 = n/a
+  // What a layer that is not checkpointed stops storing when its MLP recomputes its
+  // intermediates in backward (kernels::rms_norm_mlp: gate and up); 0 = n/a (unfused, LoRA
+  // dropout, tiled MLP).
+  std::int64_t mlp_recompute_saved = 0;
+  double recompute_mlp_flops = 0;     // its cost: the gate and up projections, forward FLOPs
   // What recomputing one checkpointed layer costs, in forward FLOPs on this GPU: its
   // projections, and its attention (which a layer keeping its attention output skips).
   double recompute_linear_flops = 0, recompute_attention_flops = 0;
@@ -102,12 +107,15 @@ struct Eval {
   std::int64_t bwd_galore = 0;  // GaLore rank-r gradients of the layers above the peak
   std::int64_t host_acts = 0;
   std::int64_t kept_layers = 0, stored_kept = 0, bwd_kept = 0;  // kept attention outputs
+  std::int64_t mlp_layers = 0;  // layers whose MLP recomputes its intermediates
 };
 
 // checkpointed layers: every == 0 → layers [0, ckpt); every == K → layers 0, K, 2K, ….
 // kept: the last `kept` checkpointed layers keep their attention output (t.attn_kept each)
-// from forward until their backward.
-Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_t kept = 0);
+// from forward until their backward. mlp: the first `mlp` layers that are not checkpointed
+// recompute their MLP's intermediates (t.mlp_recompute_saved less each while stored; the
+// lowest ones, whose savings last through most of backward).
+Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_t kept = 0, std::int64_t mlp = 0);
 
 // How many checkpointed layers keep their attention output: keep_attention all = every one,
 // none = 0, auto = as many as keep the plan within capacity.
@@ -124,12 +132,16 @@ std::int64_t choose_checkpointing(const Terms& t, const CheckpointPolicy& p, std
 // recompute everything: auto + keep auto takes, of the plans within the kept-attention line
 // (kKeptAttentionMargin below capacity) and the fewest-layers plan, the one recomputing the
 // fewest FLOPs; auto + keep all takes the fewest layers that fit with every one keeping.
+// Where the MLP can recompute its intermediates (t.mlp_recompute_saved), auto also weighs
+// layers doing only that (two projections recomputed, not the whole layer): the plan that fits
+// with the fewest recomputed FLOPs, over checkpointed layers, kept attention and MLP layers.
 // Otherwise choose_checkpointing, then choose_kept_attention.
 struct LayerChoice {
-  std::int64_t checkpointed = 0, every = 0, kept = 0;
+  std::int64_t checkpointed = 0, every = 0, kept = 0, mlp = 0;
 };
 LayerChoice choose_layers(const Terms& t, const CheckpointPolicy& p, const std::string& keep);
-// Forward FLOPs that checkpointing `ckpt` layers (`kept` of them keeping attention) recomputes.
-double recompute_flops(const Terms& t, std::int64_t ckpt, std::int64_t kept);
+// Forward FLOPs that checkpointing `ckpt` layers (`kept` of them keeping attention) and `mlp`
+// MLP recomputations recompute.
+double recompute_flops(const Terms& t, std::int64_t ckpt, std::int64_t kept, std::int64_t mlp = 0);
 
 }  // namespace odyssey::planner_detail

@@ -459,29 +459,29 @@ class TestMemoryPlanner : public QObject {
     c.activation_checkpointing = "auto";
     PlannerOptions o;
     o.gpu_memory_bytes = 20 * kGiB;
-    const MemoryPlan fewest = plan_memory(c, m, o);  // keep_attention none
-    QCOMPARE(fewest.checkpointed_layers, std::int64_t{8});
-    QCOMPARE(fewest.attention_kept_layers, std::int64_t{0});
-    c.keep_attention = "auto";
-    const MemoryPlan joint = plan_memory(c, m, o);
-    QVERIFY(joint.fits);
-    QCOMPARE(joint.checkpointed_layers, std::int64_t{11});
-    QCOMPARE(joint.attention_kept_layers, std::int64_t{11});
-    const planner_detail::Terms t = planner_detail::compute_terms(c, m, o);
+    CheckpointPolicy auto_policy;
+    QVERIFY(parse_checkpoint_policy("auto", &auto_policy));
+    // Whole layers only (no MLP recomputation: what the engine does with LoRA dropout).
+    planner_detail::Terms t = planner_detail::compute_terms(c, m, o);
+    QVERIFY(t.mlp_recompute_saved > 0);
+    planner_detail::Terms layers_only = t;
+    layers_only.mlp_recompute_saved = 0;
+    const planner_detail::LayerChoice fewest = planner_detail::choose_layers(layers_only, auto_policy, "none");
+    QCOMPARE(fewest.checkpointed, std::int64_t{8});
+    QCOMPARE(fewest.kept, std::int64_t{0});
+    QCOMPARE(fewest.mlp, std::int64_t{0});
+    const planner_detail::LayerChoice joint = planner_detail::choose_layers(layers_only, auto_policy, "auto");
+    QCOMPARE(joint.checkpointed, std::int64_t{11});
+    QCOMPARE(joint.kept, std::int64_t{11});
     const auto line = static_cast<std::int64_t>(0.92 * static_cast<double>(t.capacity));
-    const double chosen = planner_detail::recompute_flops(t, joint.checkpointed_layers, joint.attention_kept_layers);
-    QVERIFY(chosen < planner_detail::recompute_flops(t, fewest.checkpointed_layers, 0));
-    QVERIFY(joint.peak_bytes <= line);
+    const double chosen = planner_detail::recompute_flops(t, joint.checkpointed, joint.kept);
+    QVERIFY(chosen < planner_detail::recompute_flops(t, fewest.checkpointed, 0));
+    QVERIFY(planner_detail::evaluate(t, joint.checkpointed, 0, joint.kept).peak <= line);
     for (std::int64_t n = 0; n <= 24; ++n)
       for (std::int64_t k = 0; k <= n; ++k)
         if (planner_detail::evaluate(t, n, 0, k).peak <= line)
           QVERIFY2(planner_detail::recompute_flops(t, n, k) >= chosen,
                    qPrintable(QString("%1 layers, %2 keeping, recompute less").arg(n).arg(k)));
-    qInfo("0.5B full 32K, 20 GiB: %lld checkpointed, %lld keeping (%.1f GiB); fewest: %lld (%.1f GiB); recompute %.1f vs %.1f TFLOP",
-          static_cast<long long>(joint.checkpointed_layers), static_cast<long long>(joint.attention_kept_layers),
-          static_cast<double>(joint.peak_bytes) / double(kGiB), static_cast<long long>(fewest.checkpointed_layers),
-          static_cast<double>(fewest.peak_bytes) / double(kGiB), chosen / 1e12,
-          planner_detail::recompute_flops(t, fewest.checkpointed_layers, 0) / 1e12);
     // The measured configurations, predicted within 10%.
     struct Measured {
       std::int64_t layers, kept;
@@ -495,23 +495,51 @@ class TestMemoryPlanner : public QObject {
             static_cast<long long>(r.kept), predicted, gib);
       QVERIFY(std::abs(predicted - gib) / gib <= 0.10);
     }
-    // keep_attention all under auto: the fewest layers that fit with every one keeping.
+    // The engine's plan (MLP recomputation possible): no plan that fits recomputes fewer FLOPs,
+    // over every (layers, kept, MLP layers), and it beats the whole-layer plans.
+    c.keep_attention = "auto";
+    const MemoryPlan plan = plan_memory(c, m, o);
+    QVERIFY(plan.fits);
+    const double best = planner_detail::recompute_flops(t, plan.checkpointed_layers, plan.attention_kept_layers,
+                                                        plan.mlp_recomputed_layers);
+    QVERIFY(best < chosen);
+    for (std::int64_t n = 0; n <= 24; ++n)
+      for (std::int64_t k = 0; k <= n; ++k)
+        for (std::int64_t mlp = 0; mlp <= 24 - n; ++mlp)
+          if (planner_detail::evaluate(t, n, 0, k, mlp).peak <= (k > 0 ? line : t.capacity))
+            QVERIFY2(planner_detail::recompute_flops(t, n, k, mlp) >= best,
+                     qPrintable(QString("%1 layers, %2 keeping, %3 MLPs recompute less").arg(n).arg(k).arg(mlp)));
+    qInfo("0.5B full 32K, 20 GiB: %lld checkpointed, %lld keeping, %lld MLPs (%.2f GiB, %.1f TFLOP); layers only: "
+          "%lld/%lld (%.1f TFLOP); fewest: %lld (%.1f TFLOP)",
+          static_cast<long long>(plan.checkpointed_layers), static_cast<long long>(plan.attention_kept_layers),
+          static_cast<long long>(plan.mlp_recomputed_layers), static_cast<double>(plan.allocated_bytes()) / double(kGiB),
+          best / 1e12, static_cast<long long>(joint.checkpointed), static_cast<long long>(joint.kept), chosen / 1e12,
+          static_cast<long long>(fewest.checkpointed), planner_detail::recompute_flops(t, fewest.checkpointed, 0) / 1e12);
+    // keep_attention all under auto: every checkpointed layer keeps, and no plan of that kind
+    // that fits recomputes less.
     c.keep_attention = "all";
     const MemoryPlan all = plan_memory(c, m, o);
     QVERIFY(all.fits);
     QCOMPARE(all.attention_kept_layers, all.checkpointed_layers);
-    QVERIFY(planner_detail::evaluate(t, all.checkpointed_layers - 1, 0, all.checkpointed_layers - 1).peak > t.capacity);
+    const double all_flops = planner_detail::recompute_flops(t, all.checkpointed_layers, all.checkpointed_layers,
+                                                             all.mlp_recomputed_layers);
+    for (std::int64_t n = 0; n <= 24; ++n)
+      for (std::int64_t mlp = 0; mlp <= 24 - n; ++mlp)
+        if (planner_detail::evaluate(t, n, 0, n, mlp).peak <= t.capacity)
+          QVERIFY(planner_detail::recompute_flops(t, n, n, mlp) >= all_flops);
     // An H200's whole memory: nothing to recompute, nothing kept.
     c.keep_attention = "auto";
     const MemoryPlan roomy = plan_memory(c, m);
     QCOMPARE(roomy.checkpointed_layers, std::int64_t{0});
+    QCOMPARE(roomy.mlp_recomputed_layers, std::int64_t{0});
     // gpu_memory_budget_gib caps the GPU as a smaller GPU would: the same plan as for 20 GiB.
     c.gpu_memory_budget_gib = 20;
     const MemoryPlan budget = plan_memory(c, m);
     QCOMPARE(budget.capacity_bytes, 20 * kGiB);
-    QCOMPARE(budget.checkpointed_layers, joint.checkpointed_layers);
-    QCOMPARE(budget.attention_kept_layers, joint.attention_kept_layers);
-    QCOMPARE(budget.peak_bytes, joint.peak_bytes);
+    QCOMPARE(budget.checkpointed_layers, plan.checkpointed_layers);
+    QCOMPARE(budget.attention_kept_layers, plan.attention_kept_layers);
+    QCOMPARE(budget.mlp_recomputed_layers, plan.mlp_recomputed_layers);
+    QCOMPARE(budget.peak_bytes, plan.peak_bytes);
     QVERIFY(std::any_of(budget.notes.begin(), budget.notes.end(),
                         [](const std::string& s) { return s.find("gpu_memory_budget_gib 20") != std::string::npos; }));
     QCOMPARE(plan_memory(c, m, o).capacity_bytes, 20 * kGiB);  // a 20 GiB GPU and a 20 GiB budget
@@ -520,6 +548,55 @@ class TestMemoryPlanner : public QObject {
     c.gpu_memory_budget_gib = 1;  // too small for the weights and states: does not fit, says so
     const MemoryPlan tiny = plan_memory(c, m);
     QVERIFY(!tiny.fits);
+  }
+
+  // A budget a little below the unconstrained peak: MLP recomputation alone meets it (two
+  // projections a layer, where a checkpointed layer recomputes seven and maybe attention),
+  // on the first layers; each of them stores gate and up fewer (2·b·i·T); LoRA dropout or the
+  // unfused ops rule it out (whole layers then). The engine's layers follow recomputes_mlp.
+  void autoPrefersMlpRecomputation() {
+    const HfModelConfig m = qwen25_05b();
+    TrainConfig c = lora_7b(32768, true);
+    c.tuner_type = "full", c.torch_dtype = "bfloat16", c.device = "cuda";
+    c.activation_checkpointing = "auto", c.keep_attention = "auto";
+    const MemoryPlan roomy = plan_memory(c, m);
+    QCOMPARE(roomy.checkpointed_layers + roomy.mlp_recomputed_layers, std::int64_t{0});
+    PlannerOptions o;
+    o.gpu_memory_bytes = roomy.peak_bytes - 2 * kGiB;
+    const MemoryPlan p = plan_memory(c, m, o);
+    QVERIFY(p.fits);
+    QCOMPARE(p.checkpointed_layers, std::int64_t{0});
+    QVERIFY(p.mlp_recomputed_layers > 0 && p.mlp_recomputed_layers < 24);
+    const planner_detail::Terms t = planner_detail::compute_terms(c, m, o);
+    QCOMPARE(t.mlp_recompute_saved, 2 * 2 * 4864 * std::int64_t{32768});
+    // Each MLP layer lowers the stored activations by its gate and up.
+    const planner_detail::Eval e0 = planner_detail::evaluate(t, 0, 0, 0, 0);
+    const planner_detail::Eval e1 = planner_detail::evaluate(t, 0, 0, 0, p.mlp_recomputed_layers);
+    QCOMPARE(e0.stored_full - e1.stored_full, p.mlp_recomputed_layers * t.mlp_recompute_saved);
+    QVERIFY(e1.peak < e0.peak);
+    // The first layers; none that is checkpointed.
+    for (std::int64_t j = 0; j < 24; ++j) QCOMPARE(recomputes_mlp(p, j), j < p.mlp_recomputed_layers);
+    MemoryPlan mixed = p;
+    mixed.checkpointed_layers = 3, mixed.mlp_recomputed_layers = 2;
+    for (std::int64_t j = 0; j < 24; ++j) QCOMPARE(recomputes_mlp(mixed, j), j == 3 || j == 4);
+    QVERIFY(std::any_of(p.notes.begin(), p.notes.end(),
+                        [](const std::string& s) { return s.find("MLP recomputation: ") != std::string::npos; }));
+    QCOMPARE(plan_to_json(p)["mlp_recomputed_layers"].get<std::int64_t>(), p.mlp_recomputed_layers);
+    qInfo("0.5B full 32K: unconstrained %.2f GiB; %.2f GiB budget: %lld MLP layers, %.2f GiB",
+          static_cast<double>(roomy.peak_bytes) / double(kGiB), static_cast<double>(o.gpu_memory_bytes) / double(kGiB),
+          static_cast<long long>(p.mlp_recomputed_layers), static_cast<double>(p.peak_bytes) / double(kGiB));
+    // Not with LoRA dropout (the dropped copies are needed) nor with the reference ops.
+    TrainConfig lora = lora_7b(32768, true);
+    lora.lora_dropout = 0.05;
+    QCOMPARE(planner_detail::compute_terms(lora, qwen25_7b(), {}).mlp_recompute_saved, std::int64_t{0});
+    lora.lora_dropout = 0.0;
+    QVERIFY(planner_detail::compute_terms(lora, qwen25_7b(), {}).mlp_recompute_saved > 0);
+    c.fused_kernels = false;
+    QCOMPARE(planner_detail::compute_terms(c, m, o).mlp_recompute_saved, std::int64_t{0});
+    // Tiled, the MLP keeps no intermediates already.
+    planner_detail::Terms tiled = t;
+    planner_detail::tile_mlp(tiled, 4096);
+    QCOMPARE(tiled.mlp_recompute_saved, std::int64_t{0});
   }
 
   void largestMaxLength() {

@@ -23,6 +23,7 @@
 
 #include <fstream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -245,6 +246,56 @@ class TstTrainParity : public QObject {
       keep.back() = true;  // one layer keeps, the others recompute
       lm->set_keep_attention_layers(keep);
     });
+  }
+
+  // MLP recomputation (kernels::rms_norm_mlp: gate, up and the activation rebuilt in backward
+  // from the norm's input) on every layer (LoRA) and above a checkpointed first layer (full, the
+  // memory planner's arrangement), against the same oracles. It is part of the fused path, so
+  // these runs use the fused ops (their ATen form on the CPU) throughout.
+  void loraMlpRecomputeMatchesPeft() {
+    check_loop("lora", true, [](CausalLM& lm) {
+      lm->set_fused_kernels(true);
+      lm->set_mlp_recompute_layers(std::vector<bool>(static_cast<std::size_t>(lm->config().hf.num_hidden_layers), true));
+    });
+  }
+  void fullMlpRecomputeMatchesTransformers() {
+    check_loop("full", false, [](CausalLM& lm) {
+      const auto n = static_cast<std::size_t>(lm->config().hf.num_hidden_layers);
+      std::vector<bool> ckpt(n, false), mlp(n, true);
+      ckpt[0] = true, mlp[0] = false;
+      lm->set_fused_kernels(true);
+      lm->set_checkpoint_layers(ckpt);
+      lm->set_mlp_recompute_layers(mlp);
+    });
+  }
+  // The flag does take the MLP through rms_norm_mlp: one such node per flagged layer in the
+  // loss's graph, none without the flag.
+  void mlpRecomputeIsInTheGraph() {
+    const Reference& R = reference("lora");
+    StepEngine e = engine(R, true);
+    e.model()->set_fused_kernels(true);
+    const auto n = static_cast<std::size_t>(e.model()->config().hf.num_hidden_layers);
+    auto nodes = [&](const std::vector<bool>& flags) {
+      e.model()->set_mlp_recompute_layers(flags);
+      e.model()->train();
+      const torch::Tensor loss = row_loss_sum(e.model(), batches(R)[0][0]);
+      std::set<torch::autograd::Node*> seen;
+      std::vector<torch::autograd::Node*> todo{loss.grad_fn().get()};
+      int found = 0;
+      while (!todo.empty()) {
+        torch::autograd::Node* f = todo.back();
+        todo.pop_back();
+        if (f == nullptr || !seen.insert(f).second) continue;
+        if (f->name().find("RmsNormMlp") != std::string::npos) ++found;
+        for (const auto& edge : f->next_edges()) todo.push_back(edge.function.get());
+      }
+      return found;
+    };
+    QCOMPARE(nodes(std::vector<bool>(n, true)), static_cast<int>(n));
+    std::vector<bool> first(n, false);
+    first[0] = true;
+    QCOMPARE(nodes(first), 1);
+    QCOMPARE(nodes({}), 0);
   }
 
   void checkpointedEqualsPlain() {

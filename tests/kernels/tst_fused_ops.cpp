@@ -380,6 +380,98 @@ class TstFusedOps : public QObject {
   }
 
   // ---------------------------------------------------------------------------------------
+  // rms_norm_mlp (the whole MLP of a norm's output, keeping none of its intermediates) inside
+  // the graph the decoder builds: add_rms_norm(x, residual) then the MLP of its output, against
+  // the layers (add_rms_norm_reference, three projections as LinearImpl computes them,
+  // swiglu_reference), differentiated by autograd. Every gradient: x, the residual, the norm
+  // weight, and each projection's weight and bias (full) or adapters (LoRA on frozen weights).
+  void rms_norm_mlp_vs_layers_data() {
+    QTest::addColumn<QString>("mode");
+    QTest::newRow("full, biases") << "full";
+    QTest::newRow("LoRA r4 on frozen weights") << "lora";
+  }
+
+  void rms_norm_mlp_vs_layers() {
+    QFETCH(QString, mode);
+    const bool full = mode == "full", lora = !full;
+    const int64_t tokens = 29, hidden = 24, inter = 40, r = 4;
+    // Its own generator: the tests after it keep the random draws they were tuned with.
+    at::Generator gen = at::detail::createCPUGenerator(20261201);
+    auto randn = [&](std::vector<int64_t> sizes) { return torch::randn(sizes, gen, torch::kFloat64); };
+    const Tensor x0 = randn({1, tokens, hidden});
+    const Tensor res0 = randn({1, tokens, hidden});
+    const Tensor nw0 = 1 + 0.1 * randn({hidden});
+    const int64_t in[3] = {hidden, hidden, inter}, outs[3] = {inter, inter, hidden};
+    std::vector<Tensor> w0, b0, a0, bb0;
+    for (int p = 0; p < 3; ++p) {
+      w0.push_back(randn({outs[p], in[p]}) / std::sqrt(double(in[p])));
+      b0.push_back(randn({outs[p]}));
+      a0.push_back(randn({r, in[p]}) / std::sqrt(double(in[p])));
+      bb0.push_back(randn({outs[p], r}));
+    }
+    const Tensor gy = randn({1, tokens, hidden});
+    const double scaling = 0.5;
+    auto run = [&](bool fused, torch::ScalarType dtype) {
+      const Tensor x = leaf(x0, dtype), res = leaf(res0, dtype), nw = leaf(nw0, dtype);
+      const auto adt = dtype == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+      auto [n, sum] = fused ? add_rms_norm(x, res, nw, kEps) : add_rms_norm_reference(x, res, nw, kEps);
+      std::vector<Tensor> leaves{x, res, nw};
+      LinearWeights w[3];
+      for (int p = 0; p < 3; ++p) {
+        w[p].weight = leaf(w0[p], dtype, full);
+        w[p].bias = full ? leaf(b0[p], dtype) : Tensor();
+        if (lora) w[p].lora_a = leaf(a0[p], adt), w[p].lora_b = leaf(bb0[p], adt), w[p].lora_scaling = scaling;
+        for (const Tensor& t : {w[p].weight, w[p].bias, w[p].lora_a, w[p].lora_b})
+          if (t.defined() && t.requires_grad()) leaves.push_back(t);
+      }
+      auto layer = [&](const Tensor& v, const LinearWeights& lw) {
+        Tensor y = at::linear(v, lw.weight, lw.bias.defined() ? std::optional<Tensor>(lw.bias) : std::nullopt);
+        if (lora) y = y + at::linear(at::linear(v, lw.lora_a.to(dtype)), lw.lora_b.to(dtype)) * scaling;
+        return y;
+      };
+      const Tensor y = fused ? rms_norm_mlp(n, sum, nw, kEps, w[0], w[1], w[2])
+                             : layer(swiglu_reference(layer(n, w[0]), layer(n, w[1])), w[2]);
+      // The norm's sum feeds the residual stream too (h + mlp(n) in the decoder).
+      ((y.to(torch::kFloat64) * gy).sum() + (sum.to(torch::kFloat64) * x0).sum()).backward();
+      std::vector<Tensor> g{y.detach()};
+      for (const Tensor& t : leaves) g.push_back(t.grad());
+      return g;
+    };
+    const auto truth = run(false, torch::kFloat64);
+    for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+      const auto f = run(true, dtype), ref = run(false, dtype);
+      QCOMPARE(f.size(), truth.size());
+      for (std::size_t i = 0; i < truth.size(); ++i) {
+        QVERIFY2(f[i].defined(), qPrintable(QString("output/gradient %1 missing").arg(i)));
+        const double got = rel(f[i], truth[i]), reference = rel(ref[i], truth[i]);
+        const QString what = QString("%1 output/gradient %2: fused %3, layers %4")
+                                 .arg(dtype == torch::kFloat32 ? "fp32" : "bf16")
+                                 .arg(i)
+                                 .arg(got)
+                                 .arg(reference);
+        if (dtype == torch::kFloat32) QVERIFY2(got < kF32, qPrintable(what));
+        else QVERIFY2(got <= 2 * reference + kBf16Slack, qPrintable(what));
+      }
+    }
+  }
+
+  void rms_norm_mlp_errors() {
+    const Tensor s = torch::randn({5, 8}), nw = torch::ones({8});
+    LinearWeights g, u, d;
+    g.weight = torch::randn({6, 8});
+    u.weight = torch::randn({7, 8});
+    d.weight = torch::randn({8, 6});
+    std::string e = error_of([&] { rms_norm_mlp(torch::randn({5, 7}), s, nw, kEps, g, u, d); });
+    QVERIFY2(e.find("the norm output must have the input's shape") != std::string::npos, e.c_str());
+    e = error_of([&] { rms_norm_mlp(torch::randn({5, 8}), s, nw, kEps, g, u, d); });
+    QVERIFY2(e.find("gate and up must have one width, got 6 and 7") != std::string::npos, e.c_str());
+    u.weight = torch::randn({6, 8});
+    d.weight = torch::randn({8, 5});
+    e = error_of([&] { rms_norm_mlp(torch::randn({5, 8}), s, nw, kEps, g, u, d); });
+    QVERIFY2(e.find("rms_norm_mlp (down): the weight must be [out, 6]") != std::string::npos, e.c_str());
+  }
+
+  // ---------------------------------------------------------------------------------------
   // rms_norm_linear (a projection of a norm's output that recomputes the output in backward
   // instead of keeping it) inside the graph the decoder builds: add_rms_norm(x, residual), then
   // two projections of its output (as q and k, or gate and up, share one), against the same
