@@ -208,6 +208,41 @@ Case rms_norm_linear_case(const torch::Device& dev, std::int64_t rows, std::int6
   return c;
 }
 
+// The whole MLP of a norm's output, keeping none of its intermediates (all recomputed in
+// backward), after the fused norm, against the reference norm, linear layers and SwiGLU.
+Case rms_norm_mlp_case(const torch::Device& dev, std::int64_t rows, std::int64_t hidden, std::int64_t inter,
+                       std::int64_t r) {
+  const double eps = 1e-6;
+  const auto o = torch::TensorOptions().device(dev);
+  Case c;
+  c.kernel = "rms_norm_mlp " + std::to_string(rows) + "x" + std::to_string(hidden) + "->" + std::to_string(inter);
+  c.output_names = {"y"};
+  c.input_names = {"x", "norm_weight"};
+  c.inputs = {torch::randn({rows, hidden}, o), 1.0 + 0.1 * torch::randn({hidden}, o)};
+  const std::int64_t ins[3] = {hidden, hidden, inter}, outs[3] = {inter, inter, hidden};
+  const char* const proj[3] = {"gate.", "up.", "down."};
+  for (int k = 0; k < 3; ++k) {
+    for (const auto* n : {"weight", "bias", "lora_a", "lora_b"}) c.input_names.push_back(std::string(proj[k]) + n);
+    for (auto& t : projection_inputs(o, ins[k], outs[k], r)) c.inputs.push_back(t);
+  }
+  c.differentiable.assign(c.inputs.size(), true);
+  c.cotangents = {torch::randn({rows, hidden}, o)};
+  c.fused = [eps](const Tensors& in) {
+    return Tensors{rms_norm_mlp(rms_norm(in[0], in[1], eps), in[0], in[1], eps, projection_weights(in, 2),
+                                projection_weights(in, 6), projection_weights(in, 10))};
+  };
+  c.reference = [eps](const Tensors& in) {
+    const torch::Tensor n = add_rms_norm_reference(in[0], {}, in[1], eps).first;
+    return Tensors{projection_layers(swiglu_reference(projection_layers(n, in, 2), projection_layers(n, in, 6)), in, 10)};
+  };
+  c.exact = [eps](const Tensors& in) {
+    const torch::Tensor n = in[1] * (in[0] * torch::rsqrt(in[0].pow(2).mean(-1, true) + eps));
+    const torch::Tensor g = projection_layers(n, in, 2), u = projection_layers(n, in, 6);
+    return Tensors{projection_layers(g * torch::sigmoid(g) * u, in, 10)};
+  };
+  return c;
+}
+
 Case rope_case(const torch::Device& dev, std::int64_t tokens, std::int64_t hq, std::int64_t hk, std::int64_t d) {
   Case c;
   c.kernel = "apply_rope_ " + std::to_string(tokens) + "x(" + std::to_string(hq) + "+" + std::to_string(hk) + ")x" +
@@ -281,6 +316,7 @@ std::vector<SelftestRow> run_selftest(const torch::Device& device) {
     cases.push_back(swiglu_case(device, 2048, 18944));
     cases.push_back(swiglu_down_case(device, 1024, 18944, 3584, 16));
     cases.push_back(rms_norm_linear_case(device, 2048, 3584, 4608, 16));  // one projection of 7B's q, k and v widths
+    cases.push_back(rms_norm_mlp_case(device, 1024, 3584, 18944, 16));
     cases.push_back(rope_case(device, 4099, 28, 4, 128));
     cases.push_back(linear_ce_case(device, 1024, 3584, 152064, 300));
   } else {
@@ -288,6 +324,7 @@ std::vector<SelftestRow> run_selftest(const torch::Device& device) {
     cases.push_back(swiglu_case(device, 29, 301));
     cases.push_back(swiglu_down_case(device, 29, 301, 40, 4));
     cases.push_back(rms_norm_linear_case(device, 31, 96, 50, 4));
+    cases.push_back(rms_norm_mlp_case(device, 29, 40, 64, 4));
     cases.push_back(rope_case(device, 61, 6, 2, 16));
     cases.push_back(linear_ce_case(device, 67, 48, 1003, 16));
   }

@@ -6,6 +6,12 @@
 #             odyssey-bench: the fast mode (fused kernels, cuDNN attention, the planner's
 #             checkpointing) and the lean mode (every layer checkpointed, inputs offloaded)
 #   hf        tests/bench/hf_bench.py, transformers + PEFT on the same shapes
+#   hf-32k    the same at 32K only (7B LoRA, 0.5B full): the rows the goals name
+#   budget-05b
+#             0.5B full at 32K under memory budgets (BUDGETS GiB, default 24 25 26), the
+#             planner choosing checkpointed layers, kept attention and MLP recomputation
+#   profile-05b
+#             0.5B full at 32K, fast, one more step under the profiler (profile.jsonl)
 #   long      7B LoRA, one step at 128K/256K/512K tokens (LONG_SEQS) in the lean mode (tiled MLP
 #             and kept attention as the planner chooses: auto)
 #   kept      7B LoRA 128K lean, one step with every attention recomputed and one with kept
@@ -50,6 +56,22 @@ for p in "$@"; do
       --out "$OUT/odyssey.jsonl" | cut -c1-600
     $B --label lean --checkpointing all --offload on --keep-attention none --shape qwen2.5-0.5b --mode full --seq 32768 --steps 3 --warmup 2 \
       --out "$OUT/odyssey.jsonl" | cut -c1-600 ;;
+  budget-05b)
+    phase budget-05b
+    for g in ${BUDGETS:-24 25 26}; do
+      $B --label "budget $g GiB" --checkpointing auto --memory-gib $g --shape qwen2.5-0.5b --mode full --seq 32768 \
+        --steps 3 --warmup 2 --out "$OUT/odyssey.jsonl" | cut -c1-600
+    done ;;
+  profile-05b)
+    phase profile-05b
+    $B --label fast --checkpointing auto --shape qwen2.5-0.5b --mode full --seq 32768 --steps 3 --warmup 2 \
+      --profile "$OUT/profile.jsonl" --out "$OUT/odyssey.jsonl" | cut -c1-600 ;;
+  hf-32k)
+    phase hf-32k
+    python3 tests/bench/hf_bench.py --device cuda --dtype bfloat16 --shape qwen2.5-7b --mode lora --seq 32768 \
+      --steps 3 --warmup 2 --out "$OUT/hf.jsonl" 2>&1 | tail -2
+    python3 tests/bench/hf_bench.py --device cuda --dtype bfloat16 --shape qwen2.5-0.5b --mode full --seq 32768 \
+      --steps 3 --warmup 2 --out "$OUT/hf.jsonl" 2>&1 | tail -2 ;;
   reference)
     phase "odyssey reference ops"
     $B --label reference --fused off --checkpointing all --shape qwen2.5-7b --mode lora --seq 32768 --steps 3 --warmup 2 --out "$OUT/odyssey.jsonl" | cut -c1-400 ;;
