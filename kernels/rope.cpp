@@ -4,7 +4,8 @@
 // elsewhere) outside autograd; then each of q and k goes through RopeMark, a one-output
 // Function that only marks its input dirty and saves cos/sin. Two Functions instead of one:
 // autograd refuses a Function that modifies a view in place and returns more than one
-// tensor (custom_function.cpp), and q/k are normally views of the projections' outputs.
+// tensor (custom_function.cpp), and q/k are normally views of the projections' outputs
+// (when such a view covers its whole tensor, that tensor is the one marked: whole_base).
 // RopeMark's backward applies the inverse rotation to the incoming gradient in place when
 // this backward holds the only reference to it, otherwise to a fresh copy (the engine may
 // hand the same gradient tensor to several nodes, e.g. after an addition).
@@ -97,24 +98,42 @@ bool may_overwrite(const torch::Tensor& g) {
          g.storage().use_count() == 1;
 }
 
+// x: the rotated [T, H, D] tensor itself, or (heads > 0) the whole tensor it is a reshaped
+// view of, whose gradient backward views as [T, heads, D] to rotate it.
 struct RopeMark : torch::autograd::Function<RopeMark> {
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& cos,
-                               const torch::Tensor& sin) {
+                               const torch::Tensor& sin, std::int64_t heads) {
     ctx->mark_dirty({x});
     ctx->save_for_backward({cos, sin});
+    ctx->saved_data["heads"] = heads;
     ctx->set_materialize_grads(false);
     return {x};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     torch::Tensor g = grads[0];
-    if (!g.defined()) return {torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    if (!g.defined()) return {torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
     const auto saved = ctx->get_saved_variables();
+    const std::int64_t heads = ctx->saved_data["heads"].toInt();
     if (!may_overwrite(g)) g = g.clone(at::MemoryFormat::Contiguous);
-    rotate(g, torch::Tensor(), saved[0], saved[1], /*inverse=*/true);
-    return {g, torch::Tensor(), torch::Tensor()};
+    const torch::Tensor rows = heads > 0 ? g.view({saved[0].size(0), heads, saved[0].size(1)}) : g;
+    rotate(rows, torch::Tensor(), saved[0], saved[1], /*inverse=*/true);
+    return {g, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
+
+// The tensor x is a reshaped view of, when it covers all of it (a projection's output seen as
+// [T, H, D]): marking that tensor dirty instead of the view spares autograd the view's
+// bookkeeping (CopySlices and an as_strided backward: a copy of the base's gradient, a zero
+// fill and two more copies per tensor per layer). Undefined otherwise.
+torch::Tensor whole_base(const torch::Tensor& x) {
+  if (!x.is_view() || !x.is_contiguous()) return torch::Tensor();
+  const torch::Tensor base(x._base());
+  if (base.is_view() || !base.is_contiguous() || base.numel() != x.numel() || base.data_ptr() != x.data_ptr() ||
+      base.scalar_type() != x.scalar_type())
+    return torch::Tensor();
+  return base;
+}
 
 }  // namespace
 
@@ -128,8 +147,12 @@ std::pair<torch::Tensor, torch::Tensor> apply_rope_(torch::Tensor q, torch::Tens
   for (const torch::Tensor& x : {q, k})
     if (!x.is_inference()) torch::autograd::impl::bump_version(x);
   if (torch::GradMode::is_enabled()) {
-    if (q.requires_grad()) q = RopeMark::apply(q, c, s)[0];
-    if (k.requires_grad()) k = RopeMark::apply(k, c, s)[0];
+    for (torch::Tensor* x : {&q, &k}) {
+      if (!x->requires_grad()) continue;
+      const torch::Tensor base = whole_base(*x);
+      *x = base.defined() ? RopeMark::apply(base, c, s, x->size(1))[0].view(x->sizes())
+                          : RopeMark::apply(*x, c, s, std::int64_t{0})[0];
+    }
   }
   return {q, k};
 }

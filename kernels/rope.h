@@ -17,7 +17,10 @@ namespace odyssey::kernels {
 
 // q [T, Hq, D], k [T, Hk, D] (any strides with a contiguous last dimension, e.g. views
 // of the projection outputs), cos/sin [T, D] in q's dtype. Rotates q and k in place and
-// returns them (the same tensors, marked dirty for autograd). Differentiable in q and k.
+// returns them, marked dirty for autograd: the same tensors, or, for a view that reshapes a
+// whole tensor (a projection's [1, T, H·D] output seen as [T, H, D]), a new view of that
+// tensor, which is the one marked (autograd then keeps no view bookkeeping for it).
+// Differentiable in q and k.
 std::pair<torch::Tensor, torch::Tensor> apply_rope_(torch::Tensor q, torch::Tensor k, const torch::Tensor& cos,
                                                     const torch::Tensor& sin);
 

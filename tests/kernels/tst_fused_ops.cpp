@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -586,7 +587,22 @@ class TstFusedOps : public QObject {
     std::vector<Tensor> grads[2];
     for (int fused = 0; fused < 2; ++fused) {
       auto [q, k] = rotated(fused == 1);
-      (q.sum() + 2 * k.sum()).backward();
+      const Tensor loss = q.sum() + 2 * k.sum();
+      if (fused == 1) {
+        // The views cover the projections' whole outputs: those are marked dirty, so autograd
+        // keeps no view bookkeeping (no CopySlices, no as_strided backward) for the rotation.
+        std::set<torch::autograd::Node*> seen;
+        std::vector<torch::autograd::Node*> todo{loss.grad_fn().get()};
+        while (!todo.empty()) {
+          torch::autograd::Node* f = todo.back();
+          todo.pop_back();
+          if (f == nullptr || !seen.insert(f).second) continue;
+          QVERIFY2(f->name().find("CopySlices") == std::string::npos && f->name().find("AsStrided") == std::string::npos,
+                   f->name().c_str());
+          for (const auto& edge : f->next_edges()) todo.push_back(edge.function.get());
+        }
+      }
+      loss.backward();
       grads[fused] = {s.grad().clone(), w.weight.grad().clone(), w.bias.grad().clone()};
       for (const Tensor& p : {s, w.weight, w.bias}) p.grad().zero_();
     }
