@@ -11,22 +11,18 @@
 // row again and stores exp(x − max) / Σ − [j == target], rounded once to the dtype. All
 // offsets are int64 (rows·vocab may exceed 2^31).
 //
-// With a gradient, on Hopper, rows whose bytes fit the shared memory of a thread-block
-// cluster take a one-read kernel instead: the cluster's blocks split the row (Qwen's 152K
-// bf16 logits, 297 KiB: four blocks of 74 KiB), each copies its slice into shared memory
-// while accumulating its (max, Σ), the blocks exchange their pairs through distributed
-// shared memory, and pass 2 reads the slice from shared memory. The row crosses HBM once
-// each way (the two-pass kernel reads it twice: 11.2 ms of a 603 ms Qwen2.5-0.5B step at
-// 32K went to it).
+// Pass 2 multiplies by the reciprocal of Σ, computed once per row: with a division per
+// element the kernel was bound by its arithmetic (11.2 ms for Qwen2.5-0.5B's 32K tokens of
+// 152K logits, against 8.7 with the product; a one-read variant on thread-block clusters,
+// each block keeping its slice of the row in shared memory, took 13.7: one or two blocks per
+// SM could not overlap their loads with the exponentials).
 #include "kernels/linear_ce_launch.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
 
 namespace odyssey::kernels::launch {
 namespace {
@@ -196,150 +192,9 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// The one-read kernel (see the top): a cluster of gridDim-consecutive blocks per row, block r
-// of the cluster taking packs [r·slice, (r+1)·slice) of it into shared memory. The row must
-// start 16-byte aligned and hold a whole number of packs (the launcher checks).
-constexpr int kClusterThreads = 512;
-constexpr int kMaxCluster = 8;                          // the portable cluster size
-// Slices of at most 80 KiB: two blocks fit an SM, so one block's loads overlap the other's
-// arithmetic (one block of 148 KiB per SM ran the phases back to back: 13.7 ms against the
-// two-pass kernel's 11.2 for Qwen2.5-0.5B's 32K tokens).
-constexpr std::int64_t kClusterSliceBytes = 80 << 10;
-
-template <class T>
-__global__ void __launch_bounds__(kClusterThreads)
-    linear_ce_rows_cluster_kernel(T* __restrict__ logits, const std::int64_t* __restrict__ targets,
-                                  float* __restrict__ loss, std::int64_t rows, std::int64_t vocab,
-                                  std::int64_t ignore_index, std::int64_t slice) {
-  namespace cg = cooperative_groups;
-  cg::cluster_group cluster = cg::this_cluster();
-  const std::int64_t rank = cluster.block_rank();
-  const std::int64_t size = cluster.num_blocks();
-  extern __shared__ __align__(16) unsigned char smem_bytes[];
-  Pack<T>* buf = reinterpret_cast<Pack<T>*>(smem_bytes);  // this block's slice of the row
-  __shared__ Stat shared[32];
-  __shared__ Stat part;             // this block's (max, Σ), read by the cluster's other blocks
-  __shared__ float x_target;        // the target's logit, in the block whose slice holds it
-  constexpr int kPack = Pack<T>::kSize;
-  const std::int64_t tid = threadIdx.x;
-  const std::int64_t packs = vocab / kPack;
-  const std::int64_t p0 = rank * slice;
-  const std::int64_t p1 = p0 + slice < packs ? p0 + slice : packs;
-  for (std::int64_t row = blockIdx.x / size; row < rows; row += gridDim.x / size) {
-    Pack<T>* body = reinterpret_cast<Pack<T>*>(logits + row * vocab);
-    const std::int64_t target = targets[row];  // the same in every block of the cluster
-    if (target == ignore_index || target < 0 || target >= vocab) {
-      if (rank == 0 && tid == 0) loss[row] = target == ignore_index ? 0.0f : __int_as_float(0x7fc00000);
-      Pack<T> zeros;
-#pragma unroll
-      for (int i = 0; i < kPack; ++i) zeros.v[i] = Io<T>::store(0.0f);
-      for (std::int64_t p = p0 + tid; p < p1; p += blockDim.x) body[p] = zeros;
-      continue;  // uniform over the cluster: no cluster barrier is skipped by some block only
-    }
-    Stat st{-INFINITY, 0.0f};
-    // Four loads in flight per thread before their use (one block per SM: the loads, not
-    // the warps, must cover the memory latency).
-    const std::int64_t step = blockDim.x;
-    std::int64_t p = p0 + tid;
-    for (; p + 3 * step < p1; p += 4 * step) {
-      Pack<T> pk[4];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) pk[k] = body[p + k * step];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        buf[p + k * step - p0] = pk[k];
-        float v[kPack];
-#pragma unroll
-        for (int i = 0; i < kPack; ++i) v[i] = Io<T>::load(pk[k].v[i]);
-        add(st, v);
-      }
-    }
-    for (; p < p1; p += step) {
-      const Pack<T> pk = body[p];
-      buf[p - p0] = pk;
-      float v[kPack];
-#pragma unroll
-      for (int i = 0; i < kPack; ++i) v[i] = Io<T>::load(pk.v[i]);
-      add(st, v);
-    }
-    st = block_reduce(st, shared);  // ends with a barrier: buf is complete
-    const std::int64_t owner = (target / kPack) / slice;
-    if (tid == 0) {
-      part = st;
-      if (owner == rank) x_target = Io<T>::load(buf[target / kPack - p0].v[target % kPack]);
-    }
-    cluster.sync();  // every block's pair (and the target's logit) is visible to the others
-    Stat all{-INFINITY, 0.0f};
-    for (std::int64_t r = 0; r < size; ++r) merge(all, *cluster.map_shared_rank(&part, static_cast<unsigned>(r)));
-    if (rank == 0 && tid == 0) {
-      const float xt = *cluster.map_shared_rank(&x_target, static_cast<unsigned>(owner));
-      loss[row] = (all.m - xt) + logf(all.s);
-    }
-    const float inv = 1.0f / all.s;  // one division per row, a product per element
-    for (std::int64_t p = p0 + tid; p < p1; p += blockDim.x) {
-      Pack<T> pk = buf[p - p0];
-      const std::int64_t j0 = p * kPack;
-#pragma unroll
-      for (int i = 0; i < kPack; ++i) {
-        const float q = expf(Io<T>::load(pk.v[i]) - all.m) * inv;
-        pk.v[i] = Io<T>::store(j0 + i == target ? q - 1.0f : q);
-      }
-      body[p] = pk;
-    }
-    cluster.sync();  // the others have read part and x_target before the next row rewrites them
-  }
-}
-
-// Launches the one-read kernel when it applies; false when it does not (the caller falls back).
-template <class T>
-bool launch_cluster(void* logits, const std::int64_t* targets, float* loss, std::int64_t rows, std::int64_t vocab,
-                    std::int64_t ignore_index, cudaStream_t stream) {
-  constexpr int kPack = Pack<T>::kSize;
-  if (vocab % kPack != 0 || (reinterpret_cast<std::uintptr_t>(logits) & 15u) != 0) return false;
-  int dev = 0, major = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || major < 9)
-    return false;
-  const std::int64_t packs = vocab / kPack;
-  const std::int64_t bytes = packs * 16;
-  const std::int64_t size = (bytes + kClusterSliceBytes - 1) / kClusterSliceBytes;
-  if (size > kMaxCluster) return false;
-  const std::int64_t slice = (packs + size - 1) / size;
-  const auto smem = static_cast<std::size_t>(slice * 16);
-  auto* kernel = linear_ce_rows_cluster_kernel<T>;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) !=
-      cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  const std::int64_t clusters = rows < sms ? rows : sms;  // resident ones loop over the rows
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(clusters * size));
-  config.blockDim = dim3(kClusterThreads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(size);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  config.attrs = attr;
-  config.numAttrs = 1;
-  if (cudaLaunchKernelEx(&config, kernel, static_cast<T*>(logits), targets, loss, rows, vocab, ignore_index, slice) !=
-      cudaSuccess) {
-    (void)cudaGetLastError();  // e.g. no cluster of that shape fits: the two-pass kernel instead
-    return false;
-  }
-  return true;
-}
-
 template <class T>
 void launch(void* logits, const std::int64_t* targets, float* loss, std::int64_t rows, std::int64_t vocab,
             std::int64_t ignore_index, bool write_grad, cudaStream_t stream) {
-  if (write_grad && std::getenv("ODYSSEY_LINEAR_CE_TWO_PASS") == nullptr &&
-      launch_cluster<T>(logits, targets, loss, rows, vocab, ignore_index, stream))
-    return;
   const auto grid = static_cast<unsigned>(rows < kMaxGrid ? rows : kMaxGrid);
   linear_ce_rows_kernel<T><<<grid, kThreads, 0, stream>>>(static_cast<T*>(logits), targets, loss, rows, vocab,
                                                           ignore_index, write_grad);

@@ -313,6 +313,7 @@ std::vector<SelftestRow> run_selftest(const torch::Device& device) {
   if (gpu) {
     cases.push_back(rms_case(device, 4096, 3584));
     cases.push_back(rms_case(device, 333, 128));  // Qwen3's per-head q/k norm width, odd row count
+    cases.push_back(rms_case(device, 2049, 896));  // Qwen2.5-0.5B's width: a warp per row
     cases.push_back(swiglu_case(device, 2048, 18944));
     cases.push_back(swiglu_down_case(device, 1024, 18944, 3584, 16));
     cases.push_back(rms_norm_linear_case(device, 2048, 3584, 4608, 16));  // one projection of 7B's q, k and v widths
