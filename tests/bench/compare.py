@@ -99,8 +99,9 @@ def table(recs) -> str:
         planned = "—"
         if ody is not None and num(ody, "planned_peak_gib") is not None and num(ody, "planner_error") is not None:
             planned = f"{num(ody, 'planned_peak_gib'):.1f} ({100 * num(ody, 'planner_error'):+.1f}%)"
-        layers = "—" if ody is None or ody.get("checkpointed_layers") is None else \
+        layers = "—" if ody is None or ody.get("checkpointed_layers") is None else (
             f"{ody['checkpointed_layers']}/{ody.get('layers', '?')}" + (" + offload" if ody.get("offload_activations") else "")
+            + (f" + {ody['mlp_recomputed_layers']} MLP" if ody.get("mlp_recomputed_layers") else ""))
         rows.append("| " + " | ".join([
             shape, mode, seq_label(seq), label or "—",
             cell(hf, "tokens_per_s", tok), cell(ody, "tokens_per_s", tok),
