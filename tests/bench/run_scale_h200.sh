@@ -8,6 +8,7 @@
 #   u2      the 2-GPU base on GPUs 0 and 1: Ulysses 2 at 64K
 #   u4      Ulysses 4 at 128K on 4 GPUs (KV heads 4 = the degree: no replication)
 #   r4      ring 4 at 128K on 4 GPUs (zigzag, K/V rotation overlapped)
+#   u2r2    the hybrid, Ulysses 2 x ring 2, at 128K on 4 GPUs
 #   a2a4    the engine's all-to-all alone on 4 ranks at Ulysses 4's message sizes
 #   nccl4   PyTorch's all_to_all_single and a batched send/recv ring shift on 4 ranks at the
 #           same sizes (tests/bench/a2a_bench.py)
@@ -40,6 +41,10 @@ for p in "$@"; do
     phase r4
     torchrun --no-python --nproc-per-node 4 $B $MODEL --ulysses 1 --seq 131072 --out "$OUT/scale.jsonl" 2>&1 |
       cut -c1-400 | tail -2 ;;
+  u2r2)
+    phase u2r2
+    torchrun --no-python --nproc-per-node 4 $B $MODEL --ulysses 2 --seq 131072 --out "$OUT/scale.jsonl" 2>&1 |
+      cut -c1-400 | tail -2 ;;
   a2a4)
     phase a2a4
     torchrun --no-python --nproc-per-node 4 $B $MODEL --ulysses 4 --a2a-bytes $A2A_BYTES --out "$OUT/a2a.jsonl" 2>&1 | tail -3 ;;
@@ -60,9 +65,10 @@ for r in rows:
           f"peak {r.get('peak_gib_per_rank', r['peak_gib'])} GiB (planned {r.get('planned_peak_gib')}), "
           f"comm {r.get('comm_share')}, losses {r.get('losses')}, collectives {sorted(coll)}")
 same = [r for r in rows if r["seq"] == 131072]
-if len(same) == 2:
-    a, b = same[0]["losses"], same[1]["losses"]
-    print("u4 vs r4 worst relative loss difference", max(abs(x - y) / abs(y) for x, y in zip(a, b)))
+for r in same[1:]:  # the same global row under each 4-GPU layout, against the first
+    a, b = same[0]["losses"], r["losses"]
+    print(f"ulysses {r.get('ulysses')} ring {r.get('ring')} vs ulysses {same[0].get('ulysses')} ring "
+          f"{same[0].get('ring')}: worst relative loss difference", max(abs(x - y) / abs(y) for x, y in zip(a, b)))
 PY
     ;;
   *) echo "unknown phase $p"; exit 2 ;;
