@@ -26,6 +26,10 @@ MODEL="--shape qwen2.5-7b --mode lora --steps 3 --warmup 1 --checkpointing all -
 A2A_BYTES=234881024,301989888
 P2P_BYTES=67108864,134217728
 phase() { echo "== $1 $(date +%T)"; }
+# One row at 128K on 4 GPUs; the arguments choose the layout (--ulysses U, the rest ring).
+row4() {
+  torchrun --no-python --nproc-per-node 4 $B $MODEL "$@" --seq 131072 --out "$OUT/scale.jsonl" 2>&1 | cut -c1-400 | tail -2
+}
 for p in "$@"; do
   case $p in
   build) bash tests/bench/run_parallel_h200.sh build || exit 1 ;;
@@ -33,18 +37,9 @@ for p in "$@"; do
     phase u2
     CUDA_VISIBLE_DEVICES=0,1 torchrun --no-python --nproc-per-node 2 $B $MODEL --seq 65536 --out "$OUT/scale.jsonl" 2>&1 |
       cut -c1-400 | tail -2 ;;
-  u4)
-    phase u4
-    torchrun --no-python --nproc-per-node 4 $B $MODEL --ulysses 4 --seq 131072 --out "$OUT/scale.jsonl" 2>&1 |
-      cut -c1-400 | tail -2 ;;
-  r4)
-    phase r4
-    torchrun --no-python --nproc-per-node 4 $B $MODEL --ulysses 1 --seq 131072 --out "$OUT/scale.jsonl" 2>&1 |
-      cut -c1-400 | tail -2 ;;
-  u2r2)
-    phase u2r2
-    torchrun --no-python --nproc-per-node 4 $B $MODEL --ulysses 2 --seq 131072 --out "$OUT/scale.jsonl" 2>&1 |
-      cut -c1-400 | tail -2 ;;
+  u4) phase u4; row4 --ulysses 4 ;;
+  r4) phase r4; row4 --ulysses 1 ;;
+  u2r2) phase u2r2; row4 --ulysses 2 ;;
   a2a4)
     phase a2a4
     torchrun --no-python --nproc-per-node 4 $B $MODEL --ulysses 4 --a2a-bytes $A2A_BYTES --out "$OUT/a2a.jsonl" 2>&1 | tail -3 ;;

@@ -68,6 +68,28 @@ Tensor leaf(const Tensor& t, torch::ScalarType dtype, bool grad = true) {
   return t.to(dtype).detach().clone().requires_grad_(grad);
 }
 
+// A fused op's outputs/gradients `f` against the layers it replaces, `ref`, run in the same
+// dtype, both measured from the float64 truth: fp32 within kF32, bf16 no further than twice
+// the layers' own error plus 2^-9. `names` label the entries (their index when empty). QTest
+// failures return from here: callers check QTest::currentTestFailed().
+void expect_like_layers(const std::vector<Tensor>& f, const std::vector<Tensor>& ref, const std::vector<Tensor>& truth,
+                        torch::ScalarType dtype, const std::vector<std::string>& names = {}) {
+  QCOMPARE(f.size(), truth.size());
+  for (std::size_t i = 0; i < truth.size(); ++i) {
+    const QString name = i < names.size() ? QString::fromStdString(names[i]) : QString::number(i);
+    QVERIFY2(f[i].defined() == truth[i].defined(), qPrintable(name + ": defined differs from the truth"));
+    if (!truth[i].defined()) continue;
+    QCOMPARE(f[i].scalar_type(), ref[i].scalar_type());
+    const double got = rel(f[i], truth[i]), reference = rel(ref[i], truth[i]);
+    const QString what = QString("%1 %2: fused %3, layers %4")
+                             .arg(dtype == torch::kFloat32 ? "fp32" : "bf16", name)
+                             .arg(got)
+                             .arg(reference);
+    if (dtype == torch::kFloat32) QVERIFY2(got < kF32, qPrintable(what));
+    else QVERIFY2(got <= 2 * reference + kBf16Slack, qPrintable(what));
+  }
+}
+
 // --- RMSNorm -------------------------------------------------------------------------------
 
 struct RmsRun {
@@ -348,23 +370,11 @@ class TstFusedOps : public QObject {
       return Run{y.detach(), big.grad(), grad(w), grad(b), grad(a), grad(bb)};
     };
     const Run truth = run(false, torch::kFloat64);
-    const std::vector<const char*> names = {"y", "d gate|up", "d weight", "d bias", "d lora_a", "d lora_b"};
+    const std::vector<std::string> names = {"y", "d gate|up", "d weight", "d bias", "d lora_a", "d lora_b"};
     auto fields = [](const Run& x) { return std::vector<Tensor>{x.y, x.dbig, x.dw, x.db, x.da, x.dbb}; };
-    const auto t = fields(truth);
     for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
-      const auto f = fields(run(true, dtype)), ref = fields(run(false, dtype));
-      for (std::size_t i = 0; i < t.size(); ++i) {
-        QCOMPARE(f[i].defined(), t[i].defined());
-        if (!t[i].defined()) continue;
-        QCOMPARE(f[i].scalar_type(), ref[i].scalar_type());
-        const double got = rel(f[i], t[i]), reference = rel(ref[i], t[i]);
-        const QString what = QString("%1 %2: fused %3, layers %4")
-                                 .arg(dtype == torch::kFloat32 ? "fp32" : "bf16", names[i])
-                                 .arg(got)
-                                 .arg(reference);
-        if (dtype == torch::kFloat32) QVERIFY2(got < kF32, qPrintable(what));
-        else QVERIFY2(got <= 2 * reference + kBf16Slack, qPrintable(what));
-      }
+      expect_like_layers(fields(run(true, dtype)), fields(run(false, dtype)), fields(truth), dtype, names);
+      if (QTest::currentTestFailed()) return;
     }
   }
 
@@ -440,19 +450,8 @@ class TstFusedOps : public QObject {
     };
     const auto truth = run(false, torch::kFloat64);
     for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
-      const auto f = run(true, dtype), ref = run(false, dtype);
-      QCOMPARE(f.size(), truth.size());
-      for (std::size_t i = 0; i < truth.size(); ++i) {
-        QVERIFY2(f[i].defined(), qPrintable(QString("output/gradient %1 missing").arg(i)));
-        const double got = rel(f[i], truth[i]), reference = rel(ref[i], truth[i]);
-        const QString what = QString("%1 output/gradient %2: fused %3, layers %4")
-                                 .arg(dtype == torch::kFloat32 ? "fp32" : "bf16")
-                                 .arg(i)
-                                 .arg(got)
-                                 .arg(reference);
-        if (dtype == torch::kFloat32) QVERIFY2(got < kF32, qPrintable(what));
-        else QVERIFY2(got <= 2 * reference + kBf16Slack, qPrintable(what));
-      }
+      expect_like_layers(run(true, dtype), run(false, dtype), truth, dtype);  // y, then each leaf's gradient
+      if (QTest::currentTestFailed()) return;
     }
   }
 
@@ -546,19 +545,8 @@ class TstFusedOps : public QObject {
     for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
       const auto f = run(true, dtype), ref = run(false, dtype);
       QVERIFY2(share_released, "the shared recomputation was not registered twice and released");
-      QCOMPARE(f.size(), truth.size());
-      for (std::size_t i = 0; i < truth.size(); ++i) {
-        QVERIFY2(f[i].defined(), qPrintable(QString("gradient %1 missing").arg(i)));
-        QCOMPARE(f[i].scalar_type(), ref[i].scalar_type());
-        const double got = rel(f[i], truth[i]), reference = rel(ref[i], truth[i]);
-        const QString what = QString("%1 gradient %2: fused %3, layers %4")
-                                 .arg(dtype == torch::kFloat32 ? "fp32" : "bf16")
-                                 .arg(i)
-                                 .arg(got)
-                                 .arg(reference);
-        if (dtype == torch::kFloat32) QVERIFY2(got < kF32, qPrintable(what));
-        else QVERIFY2(got <= 2 * reference + kBf16Slack, qPrintable(what));
-      }
+      expect_like_layers(f, ref, truth, dtype);  // each leaf's gradient
+      if (QTest::currentTestFailed()) return;
     }
   }
 
