@@ -58,12 +58,14 @@ StepResult StepEngine::step(const std::vector<PackedRow>& micro_batches) {
     if (sum.requires_grad()) (sum / denom).backward();
     optimizer_->end_micro_batch(i + 1 == micro_batches.size());
   }
+  if (!total.defined())  // no micro-batch: a zero sum (the ranks still meet in the all-reduce)
+    total = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(lm_->lm_head_weight().device()));
   if (world_ && world_->size() > 1) {
     total = total.reshape({1}).to(lm_->lm_head_weight().device());
     world_->all_reduce(total);
     optimizer_->reduce_gradients(*world_);
   }
-  r.loss = (total.defined() ? total.cpu().item<double>() : 0.0) / denom;
+  r.loss = total.cpu().item<double>() / denom;
   r.lr = options_.schedule.lr(step_);
   if (!std::isfinite(r.loss)) {
     optimizer_->zero_grad();
