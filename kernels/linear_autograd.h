@@ -68,6 +68,12 @@ inline LinearWants linear_wants(torch::autograd::AutogradContext* ctx, std::size
   return want;
 }
 
+// linear_weight_grads for the gradients `want` asks for.
+inline LinearGrads weight_grads(const LinearBackward& b, const torch::Tensor& x, const torch::Tensor& lora_out,
+                                const LinearWeights& w, const LinearWants& want) {
+  return linear_weight_grads(b, x, lora_out, w, want.weight, want.bias, want.lora_a, want.lora_b);
+}
+
 // How many of the Function's edges a projection takes: the weight, the bias, the LoRA pair.
 inline std::size_t linear_edges(torch::autograd::AutogradContext* ctx, const LinearWeights& w,
                                 const std::string& key = "") {

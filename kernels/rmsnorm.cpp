@@ -198,10 +198,10 @@ struct RmsNormLinear : torch::autograd::Function<RmsNormLinear> {
       if (need_n) n = recompute();
     }
     if (n.defined()) n = n.reshape({-1, hidden});
-    const detail::LinearGrads g =
-        detail::linear_weight_grads(b, n, saved[5], w, want.weight, want.bias, want.lora_a, want.lora_b);
-    return {n_grad.defined() ? n_grad.view(s.sizes()) : n_grad, torch::Tensor(), torch::Tensor(), torch::Tensor(), g.weight, g.bias,
-            g.lora_a, g.lora_b, torch::Tensor(), torch::Tensor()};
+    const detail::LinearGrads g = detail::weight_grads(b, n, saved[5], w, want);
+    if (n_grad.defined()) n_grad = n_grad.view(s.sizes());
+    return {n_grad, torch::Tensor(), torch::Tensor(), torch::Tensor(), g.weight, g.bias, g.lora_a, g.lora_b,
+            torch::Tensor(), torch::Tensor()};
   }
 };
 

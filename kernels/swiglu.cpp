@@ -108,6 +108,24 @@ struct SwiGlu : torch::autograd::Function<SwiGlu> {
   }
 };
 
+// The backward of down(swiglu(gate, up)) from dy [..., out]: the activation's gradient first,
+// then the SwiGLU backward, which writes the recomputed activation over that gradient's buffer
+// (when the down projection's weight gradients need it) in the pass that computes d gate and
+// d up; the weight gradients read it from there. lora_out: the down adapter's r-wide product.
+struct DownBackward {
+  torch::Tensor dgate, dup;
+  detail::LinearGrads grads;
+};
+DownBackward swiglu_down_backward(const torch::Tensor& dy, const torch::Tensor& gate, const torch::Tensor& up,
+                                  const LinearWeights& w, const torch::Tensor& lora_out,
+                                  const detail::LinearWants& want) {
+  DownBackward r;
+  detail::LinearBackward b = detail::linear_input_grad(dy.reshape({-1, w.weight.size(0)}), w, gate.scalar_type());
+  std::tie(r.dgate, r.dup) = swiglu_backward(b.input_grad, gate, up, /*recompute=*/want.weight || want.lora_a);
+  r.grads = detail::weight_grads(b, b.input_grad.view({-1, gate.size(-1)}), lora_out, w, want);
+  return r;
+}
+
 // down(swiglu(gate, up)) with down a projection of linear.h. Saved: gate, up, the weights and
 // the r-wide lora_a output, not the activation: backward computes the activation's gradient
 // first, then the SwiGLU backward writes the activation into that buffer in the same pass,
@@ -127,18 +145,11 @@ struct SwiGluDown : torch::autograd::Function<SwiGluDown> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const torch::Tensor& gate = saved[0];
-    const torch::Tensor& up = saved[1];
     const LinearWeights w = detail::saved_weights(ctx, saved[2], saved[3], saved[4]);
-    const detail::LinearWants want = detail::linear_wants(ctx, /*first_edge=*/2, w);
-    const std::int64_t inter = gate.size(-1);
-    detail::LinearBackward b =
-        detail::linear_input_grad(grads[0].reshape({-1, w.weight.size(0)}), w, gate.scalar_type());
-    auto [dgate, dup] = swiglu_backward(b.input_grad, gate, up, /*recompute=*/want.weight || want.lora_a);
-    // b.input_grad holds the activation now (when recomputed).
-    const detail::LinearGrads g = detail::linear_weight_grads(b, b.input_grad.view({-1, inter}), saved[5], w,
-                                                              want.weight, want.bias, want.lora_a, want.lora_b);
-    return {dgate, dup, g.weight, g.bias, g.lora_a, g.lora_b, torch::Tensor()};
+    const DownBackward r =
+        swiglu_down_backward(grads[0], saved[0], saved[1], w, saved[5], detail::linear_wants(ctx, /*first_edge=*/2, w));
+    const detail::LinearGrads& g = r.grads;
+    return {r.dgate, r.dup, g.weight, g.bias, g.lora_a, g.lora_b, torch::Tensor()};
   }
 };
 
@@ -196,24 +207,19 @@ struct RmsNormMlp : torch::autograd::Function<RmsNormMlp> {
     w[0].bias = saved[14], w[1].bias = saved[15];
     const torch::Tensor n = add_rms_norm(s, {}, saved[1], ctx->saved_data["eps"].toDouble()).first.reshape({-1, hidden});
     const std::int64_t inter = w[0].weight.size(0);
-    torch::Tensor dgate, dup;
-    detail::LinearGrads g[3];
+    DownBackward down;
     {
       torch::Tensor unused;
       const torch::Tensor gate = detail::linear_forward(n, w[0], &unused);
       const torch::Tensor up = detail::linear_forward(n, w[1], &unused);
-      detail::LinearBackward b = detail::linear_input_grad(grads[0].reshape({-1, w[2].weight.size(0)}), w[2], dtype);
-      std::tie(dgate, dup) = swiglu_backward(b.input_grad, gate, up, /*recompute=*/want[2].weight || want[2].lora_a);
-      // b.input_grad holds the activation now (when recomputed).
-      g[2] = detail::linear_weight_grads(b, b.input_grad.view({-1, inter}), saved[13], w[2], want[2].weight,
-                                         want[2].bias, want[2].lora_a, want[2].lora_b);
+      down = swiglu_down_backward(grads[0], gate, up, w[2], saved[13], want[2]);
     }  // gate, up and the activation freed
-    detail::LinearBackward bg = detail::linear_input_grad(dgate.view({-1, inter}), w[0], dtype);
-    detail::LinearBackward bu = detail::linear_input_grad(dup.view({-1, inter}), w[1], dtype, bg.input_grad);
-    g[0] = detail::linear_weight_grads(bg, n, saved[11], w[0], want[0].weight, want[0].bias, want[0].lora_a,
-                                       want[0].lora_b);
-    g[1] = detail::linear_weight_grads(bu, n, saved[12], w[1], want[1].weight, want[1].bias, want[1].lora_a,
-                                       want[1].lora_b);
+    detail::LinearGrads g[3];
+    g[2] = down.grads;
+    detail::LinearBackward bg = detail::linear_input_grad(down.dgate.view({-1, inter}), w[0], dtype);
+    detail::LinearBackward bu = detail::linear_input_grad(down.dup.view({-1, inter}), w[1], dtype, bg.input_grad);
+    g[0] = detail::weight_grads(bg, n, saved[11], w[0], want[0]);
+    g[1] = detail::weight_grads(bu, n, saved[12], w[1], want[1]);
     variable_list out{bu.input_grad.view(s.sizes()), torch::Tensor(), torch::Tensor(), torch::Tensor()};
     for (int k = 0; k < 3; ++k)
       for (const torch::Tensor& t : {g[k].weight, g[k].bias, g[k].lora_a, g[k].lora_b, torch::Tensor()})

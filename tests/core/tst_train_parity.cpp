@@ -23,7 +23,6 @@
 
 #include <fstream>
 #include <map>
-#include <set>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -32,6 +31,7 @@
 #include "train/batch.h"
 #include "train/lora.h"
 #include "train/step_engine.h"
+#include "tests/support/autograd_graph.h"
 
 using namespace odyssey;
 using namespace odyssey::model;
@@ -279,16 +279,9 @@ class TstTrainParity : public QObject {
       e.model()->set_mlp_recompute_layers(flags);
       e.model()->train();
       const torch::Tensor loss = row_loss_sum(e.model(), batches(R)[0][0]);
-      std::set<torch::autograd::Node*> seen;
-      std::vector<torch::autograd::Node*> todo{loss.grad_fn().get()};
       int found = 0;
-      while (!todo.empty()) {
-        torch::autograd::Node* f = todo.back();
-        todo.pop_back();
-        if (f == nullptr || !seen.insert(f).second) continue;
-        if (f->name().find("RmsNormMlp") != std::string::npos) ++found;
-        for (const auto& edge : f->next_edges()) todo.push_back(edge.function.get());
-      }
+      for (const std::string& name : odyssey::test::graph_node_names(loss))
+        found += name.find("RmsNormMlp") != std::string::npos ? 1 : 0;
       return found;
     };
     QCOMPARE(nodes(std::vector<bool>(n, true)), static_cast<int>(n));

@@ -26,11 +26,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
-#include <set>
 #include <string>
 #include <vector>
 
 #include "kernels/rmsnorm.h"
+#include "tests/support/autograd_graph.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
 
@@ -579,16 +579,9 @@ class TstFusedOps : public QObject {
       if (fused == 1) {
         // The views cover the projections' whole outputs: those are marked dirty, so autograd
         // keeps no view bookkeeping (no CopySlices, no as_strided backward) for the rotation.
-        std::set<torch::autograd::Node*> seen;
-        std::vector<torch::autograd::Node*> todo{loss.grad_fn().get()};
-        while (!todo.empty()) {
-          torch::autograd::Node* f = todo.back();
-          todo.pop_back();
-          if (f == nullptr || !seen.insert(f).second) continue;
-          QVERIFY2(f->name().find("CopySlices") == std::string::npos && f->name().find("AsStrided") == std::string::npos,
-                   f->name().c_str());
-          for (const auto& edge : f->next_edges()) todo.push_back(edge.function.get());
-        }
+        for (const std::string& name : odyssey::test::graph_node_names(loss))
+          QVERIFY2(name.find("CopySlices") == std::string::npos && name.find("AsStrided") == std::string::npos,
+                   name.c_str());
       }
       loss.backward();
       grads[fused] = {s.grad().clone(), w.weight.grad().clone(), w.bias.grad().clone()};
