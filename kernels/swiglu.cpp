@@ -130,26 +130,47 @@ DownBackward swiglu_down_backward(const torch::Tensor& dy, const torch::Tensor& 
 // the r-wide lora_a output, not the activation: backward computes the activation's gradient
 // first, then the SwiGLU backward writes the activation into that buffer in the same pass,
 // and the weight gradients take it from there.
+// gate and up in an offload chain (swiglu_down's `offload`): the chain and their entries.
+struct OffloadedPair : torch::CustomClassHolder {
+  std::shared_ptr<OffloadChain> chain;
+  std::size_t gate = 0, up = 0;
+};
+
 struct SwiGluDown : torch::autograd::Function<SwiGluDown> {
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& gate, const torch::Tensor& up,
                                const torch::Tensor& weight, const std::optional<torch::Tensor>& bias,
                                const std::optional<torch::Tensor>& lora_a, const std::optional<torch::Tensor>& lora_b,
-                               double scaling) {
+                               double scaling, const std::shared_ptr<OffloadChain>& offload) {
     const LinearWeights w = detail::weights_of(weight, bias, lora_a, lora_b, scaling);
     torch::Tensor a;
     const torch::Tensor y = detail::linear_forward(swiglu_forward(gate, up), w, &a);
-    ctx->save_for_backward({gate, up, w.weight, w.lora_a, w.lora_b, a});
+    if (offload) {
+      auto pair = c10::make_intrusive<OffloadedPair>();
+      pair->chain = offload;
+      pair->gate = offload->push(gate);
+      pair->up = offload->push(up);
+      ctx->saved_data["offloaded"] = c10::IValue::make_capsule(std::move(pair));
+      ctx->save_for_backward({torch::Tensor(), torch::Tensor(), w.weight, w.lora_a, w.lora_b, a});
+    } else {
+      ctx->save_for_backward({gate, up, w.weight, w.lora_a, w.lora_b, a});
+    }
     detail::remember_linear(ctx, w);
     return {y};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
+    torch::Tensor gate = saved[0], up = saved[1];
+    if (const auto it = ctx->saved_data.find("offloaded"); it != ctx->saved_data.end()) {
+      const auto pair = c10::static_intrusive_pointer_cast<OffloadedPair>(it->second.toCapsule());
+      gate = pair->chain->take(pair->gate);
+      up = pair->chain->take(pair->up);
+    }
     const LinearWeights w = detail::saved_weights(ctx, saved[2], saved[3], saved[4]);
     const DownBackward r =
-        swiglu_down_backward(grads[0], saved[0], saved[1], w, saved[5], detail::linear_wants(ctx, /*first_edge=*/2, w));
+        swiglu_down_backward(grads[0], gate, up, w, saved[5], detail::linear_wants(ctx, /*first_edge=*/2, w));
     const detail::LinearGrads& g = r.grads;
-    return {r.dgate, r.dup, g.weight, g.bias, g.lora_a, g.lora_b, torch::Tensor()};
+    return {r.dgate, r.dup, g.weight, g.bias, g.lora_a, g.lora_b, torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -235,11 +256,12 @@ torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
   return SwiGlu::apply(gate, up)[0];
 }
 
-torch::Tensor swiglu_down(const torch::Tensor& gate, const torch::Tensor& up, const LinearWeights& down) {
+torch::Tensor swiglu_down(const torch::Tensor& gate, const torch::Tensor& up, const LinearWeights& down,
+                          const std::shared_ptr<OffloadChain>& offload) {
   check_inputs(gate, up);
   detail::check_linear(down, gate.size(-1), "swiglu_down");
   return SwiGluDown::apply(gate, up, down.weight, detail::opt(down.bias), detail::opt(down.lora_a),
-                           detail::opt(down.lora_b), down.lora_scaling)[0];
+                           detail::opt(down.lora_b), down.lora_scaling, offload)[0];
 }
 
 }  // namespace odyssey::kernels

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "kernels/linear.h"
+#include "kernels/offload.h"
 
 namespace odyssey::kernels {
 
@@ -19,7 +20,12 @@ torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up);
 // weight gradients in the pass that computes d gate and d up (into the activation gradient's
 // buffer). Saves I elements per token against swiglu() followed by a linear layer, which
 // keeps the activation as the linear layer's input. Differentiable in every tensor.
-torch::Tensor swiglu_down(const torch::Tensor& gate, const torch::Tensor& up, const LinearWeights& down);
+// With `offload`, gate and up wait in that chain (offload.h; pushed gate first, then up) from
+// forward to backward instead of on their device: the caller's last references to them then
+// free 2·I elements per token once the copies have read them, and whoever drives backward
+// prefetches the two entries before this op's backward takes them.
+torch::Tensor swiglu_down(const torch::Tensor& gate, const torch::Tensor& up, const LinearWeights& down,
+                          const std::shared_ptr<OffloadChain>& offload = nullptr);
 
 // The whole MLP of a norm's output, down(swiglu(gate(n), up(n))) for n = rms_norm(s,
 // norm_weight, eps) which the caller computed (n must be exactly that), keeping for backward

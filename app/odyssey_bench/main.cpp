@@ -9,7 +9,7 @@
 //   odyssey-bench --shape qwen2.5-0.5b,qwen2.5-7b --seq 4096,16384,32768 --mode lora,full
 //                 [--steps 5] [--warmup 2] [--lora-r 16] [--lora-alpha 32]
 //                 [--checkpointing all|auto|none|N] [--fused on|off] [--offload on|off] [--mlp-tile auto|N]
-//                 [--keep-attention auto|all|none] [--mlp-recompute auto|N]
+//                 [--keep-attention auto|all|none] [--mlp-recompute auto|N] [--mlp-offload auto|N]
 //                 [--attention cudnn|flash|auto] [--memory-gib G] [--profile FILE]
 //                 [--device cuda|cpu] [--dtype bfloat16|float32]
 //                 [--layers K] [--vocab-override V] [--out FILE] [--check] [--label NAME]
@@ -36,6 +36,10 @@
 // --mlp-recompute N: the first N layers that are not checkpointed keep none of their MLP's
 // intermediates (kernels::rms_norm_mlp: gate and up recomputed in backward); auto (the default):
 // as many as the planner chooses under --checkpointing auto, none otherwise.
+// --mlp-offload N: the first N layers that are not checkpointed keep their MLP's gate and up in
+// pinned host memory from forward to backward (the MLP offload tier; MLP recomputation then
+// takes the layers after them); auto (the default): as many as the planner chooses under
+// --checkpointing auto with --offload on, none otherwise.
 //
 // --memory-gib G gives the planner G GiB per GPU instead of the device's memory, for the auto
 // choices (checkpointing, MLP tiling, kept attention): what fits a budget below the GPU's size.
@@ -153,6 +157,7 @@ struct Options {
   std::int64_t mlp_tile = 0;  // --mlp-tile: 0 = auto (the planner's choice), N = N tokens per tile
   std::string keep_attention = "auto";  // --keep-attention auto|all|none
   std::string mlp_recompute = "auto";   // --mlp-recompute auto|N
+  std::string mlp_offload = "auto";     // --mlp-offload auto|N
   std::string optimizer = "adamw";  // adamw|galore|q-galore|zero1|zero2|zero2-offload
   std::int64_t galore_rank = 128, galore_gap = 200;
   std::vector<std::int64_t> a2a_bytes;  // --a2a-bytes: the all-to-all alone, back to back
@@ -453,6 +458,15 @@ bool check_fused_and_offload(const DecoderConfig& base, const torch::Device& dev
   lm->set_offload_checkpoints(true);
   const Grads off = loss_and_grads(lm, row);
   lm->set_offload_checkpoints(false);
+  // The MLP offload tier on layers that are not checkpointed: the same bits as keeping gate
+  // and up on the device.
+  lm->set_checkpoint_layers({false, false});
+  const Grads kept_mlp = loss_and_grads(lm, row);
+  const std::int64_t before_mlp = model::offloaded_bytes_total();
+  lm->set_mlp_offload_layers({true, true}, planner::mlp_offload_lead(2));
+  const Grads off_mlp = loss_and_grads(lm, row);
+  lm->set_mlp_offload_layers({}, 1);
+  const std::int64_t mlp_bytes = model::offloaded_bytes_total() - before_mlp;
   const auto [wf, wf_name] = worst_grad(fused, ref);
   const auto [wo, wo_name] = worst_grad(off, fused);
   const double rel = std::abs(fused.loss - ref.loss) / std::abs(ref.loss);
@@ -460,6 +474,10 @@ bool check_fused_and_offload(const DecoderConfig& base, const torch::Device& dev
   const double tol_loss = half ? 2e-2 : 1e-5, tol_grad = half ? 5e-2 : 1e-4;
   const bool ok_fused = rel <= tol_loss && wf <= tol_grad;
   const bool ok_off = wo == 0.0 && off.loss == fused.loss;
+  const auto [wm, wm_name] = worst_grad(off_mlp, kept_mlp);
+  // Two layers' gate and up, there and back (4 · I elements per token each way).
+  const std::int64_t mlp_expected = 2 * 2 * 2 * n * c.hf.intermediate_size * static_cast<std::int64_t>(torch::elementSize(dtype));
+  const bool ok_mlp = wm == 0.0 && off_mlp.loss == kept_mlp.loss && (!device.is_cuda() || mlp_bytes == mlp_expected);
   std::printf("{\"check\": \"fused kernels vs reference ops (2 layers, LoRA, checkpointed)\", \"device\": \"%s\", "
               "\"loss_fused\": %.6f, \"loss_reference\": %.6f, \"loss_rel_err\": %.3g, \"worst_grad_rel_err\": %.3g, "
               "\"worst_grad\": \"%s\", \"pass\": %s}\n",
@@ -469,7 +487,13 @@ bool check_fused_and_offload(const DecoderConfig& base, const torch::Device& dev
               "\"worst_grad\": \"%s\", \"pass\": %s}\n",
               device.str().c_str(), static_cast<long long>(model::offloaded_bytes_total()), off.loss, fused.loss, wo,
               wo_name.c_str(), ok_off ? "true" : "false");
-  return ok_fused && ok_off;
+  std::printf("{\"check\": \"MLP offload (gate and up on the host) vs kept on the device\", \"device\": \"%s\", "
+              "\"host_copy_bytes\": %lld, \"expected_bytes\": %lld, \"loss_offload\": %.6f, \"loss_kept\": %.6f, "
+              "\"worst_grad_abs_diff_rel\": %.3g, \"worst_grad\": \"%s\", \"pass\": %s}\n",
+              device.str().c_str(), static_cast<long long>(mlp_bytes),
+              static_cast<long long>(device.is_cuda() ? mlp_expected : 0), off_mlp.loss, kept_mlp.loss, wm,
+              wm_name.c_str(), ok_mlp ? "true" : "false");
+  return ok_fused && ok_off && ok_mlp;
 }
 
 nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const HfModelConfig& hf,
@@ -552,23 +576,29 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     }
     lm->set_keep_attention_layers(keep);
     rec["attention_kept_layers"] = kept;
-    // MLP recomputation on layers that are not checkpointed: the plan's (auto) or the first N.
-    std::vector<bool> mlp(n, false);
-    std::int64_t mlps = 0;
+    // MLP offload and recomputation on layers that are not checkpointed: the plan's (auto), or
+    // the first N offloaded and the next M recomputing.
+    std::vector<bool> mlp(n, false), off(n, false);
+    std::int64_t mlps = 0, offs = 0;
     const std::int64_t mlp_n = o.mlp_recompute == "auto" ? -1 : std::stoll(o.mlp_recompute);
+    const std::int64_t off_n = o.mlp_offload == "auto" ? -1 : std::stoll(o.mlp_offload);
     for (std::size_t i = 0, free_seen = 0; i < n; ++i) {
       if (layers[i]) continue;
-      mlp[i] = mlp_n < 0 ? (o.checkpointing == "auto" && recomputes_mlp(plan, static_cast<std::int64_t>(i)))
-                         : static_cast<std::int64_t>(free_seen) < mlp_n;
-      ++free_seen;
+      const auto layer = static_cast<std::int64_t>(i), seen = static_cast<std::int64_t>(free_seen++);
+      off[i] = off_n < 0 ? o.checkpointing == "auto" && offloads_mlp(plan, layer) : seen < off_n;
+      mlp[i] = !off[i] && (mlp_n < 0 ? o.checkpointing == "auto" && recomputes_mlp(plan, layer)
+                                     : seen - (off_n < 0 ? plan.mlp_offloaded_layers : off_n) < mlp_n);
+      offs += off[i] ? 1 : 0;
       mlps += mlp[i] ? 1 : 0;
     }
     lm->set_mlp_recompute_layers(mlp);
+    lm->set_mlp_offload_layers(off, planner::mlp_offload_lead(offs));
     rec["mlp_recomputed_layers"] = mlps;
+    rec["mlp_offloaded_layers"] = offs;
     rec["checkpointing"] = o.checkpointing;
     rec["checkpointed_layers"] = ckpt;
     // An explicit N (or MLP count) the planner would not choose: no prediction.
-    if (plan.checkpointed_layers == ckpt && plan.mlp_recomputed_layers == mlps)
+    if (plan.checkpointed_layers == ckpt && plan.mlp_recomputed_layers == mlps && plan.mlp_offloaded_layers == offs)
       rec["planned_peak_gib"] = sig(static_cast<double>(plan.allocated_bytes()) / double(1 << 30), 4);
     train::StepOptions so;
     so.adamw.lr = 1e-5;
@@ -612,6 +642,7 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     std::vector<double> coll_transfer;  // per stat of coll: its blocking calls' time on the rank that took least
     double comm_s = 0;
     nlohmann::ordered_json losses = nlohmann::ordered_json::array();
+    const std::int64_t offloaded_before = model::offloaded_bytes_total();
     for (int i = 0; i < o.steps; ++i) {
       sync(device);
       if (mesh.distributed()) mesh.world_group->barrier();
@@ -625,6 +656,9 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
       coll = mesh.take_stats(&c, mesh.distributed() ? &coll_transfer : nullptr);
       comm_s += c;
     }
+    // Bytes a timed step moved to and from pinned host memory (both directions).
+    rec["host_copies_gib_per_step"] = sig(static_cast<double>(model::offloaded_bytes_total() - offloaded_before) /
+                                              std::max(1, o.steps) / double(1 << 30), 4);
     double mean = 0;
     for (double t : times) mean += t / static_cast<double>(times.size());
     std::vector<double> sorted = times;
@@ -756,6 +790,10 @@ int main(int argc, char** argv) {
         o.mlp_recompute = next();
         if (o.mlp_recompute != "auto") (void)std::stoll(o.mlp_recompute);  // "not a number" below
       }
+      else if (a == "--mlp-offload") {
+        o.mlp_offload = next();
+        if (o.mlp_offload != "auto") (void)std::stoll(o.mlp_offload);
+      }
       else if (a == "--mlp-tile") {
         const std::string v = next();
         o.mlp_tile = v == "auto" ? 0 : std::stoll(v);
@@ -783,12 +821,12 @@ int main(int argc, char** argv) {
     std::cerr << "odyssey-bench: --checkpointing: expected all, none, auto or a number of layers\n";
     return 2;
   }
-  if (o.mlp_recompute != "auto" &&
-      (o.mlp_recompute.empty() || !std::all_of(o.mlp_recompute.begin(), o.mlp_recompute.end(),
-                                               [](char ch) { return ch >= '0' && ch <= '9'; }))) {
-    std::cerr << "odyssey-bench: --mlp-recompute: expected auto or a number of layers\n";
-    return 2;
-  }
+  for (const auto& [flag, v] : {std::pair<const char*, const std::string&>{"--mlp-recompute", o.mlp_recompute},
+                                 std::pair<const char*, const std::string&>{"--mlp-offload", o.mlp_offload}})
+    if (v != "auto" && (v.empty() || !std::all_of(v.begin(), v.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))) {
+      std::cerr << "odyssey-bench: " << flag << ": expected auto or a number of layers\n";
+      return 2;
+    }
   if (o.attention != "cudnn" && o.attention != "flash" && o.attention != "auto") {
     std::cerr << "odyssey-bench: --attention: expected cudnn, flash or auto\n";
     return 2;

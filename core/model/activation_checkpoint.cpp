@@ -2,111 +2,11 @@
 
 #include <ATen/core/ivalue.h>
 #include <torch/csrc/autograd/custom_function.h>
-#if __has_include(<cuda_runtime_api.h>)
-#include <ATen/cuda/CUDAContext.h>
-#include <ATen/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAGuard.h>
-#define ODYSSEY_HAVE_CUDA_RUNTIME 1
-#endif
 
-#include <atomic>
 #include <memory>
-#include <optional>
 #include <utility>
-#include <vector>
 
 namespace odyssey::model {
-
-namespace {
-std::atomic<std::int64_t> g_offloaded{0};
-}  // namespace
-
-std::int64_t offloaded_bytes_total() { return g_offloaded.load(); }
-
-// The checkpointed inputs of one forward, in order, and the side stream that moves them.
-class OffloadChain {
- public:
-  struct Entry {
-    torch::Tensor host;         // pinned copy
-    torch::Tensor device;       // the GPU copy while it exists (forward until the D2H is queued; prefetched)
-    c10::Device where = c10::Device(c10::kCPU);
-#ifdef ODYSSEY_HAVE_CUDA_RUNTIME
-    std::optional<at::cuda::CUDAEvent> ready;  // recorded on the side stream after the H2D copy
-#endif
-  };
-
-  // Forward: queue the copy of `x` to the host; returns its index in the chain.
-  std::size_t push(const torch::Tensor& x) {
-    Entry e;
-    e.where = x.device();
-#ifdef ODYSSEY_HAVE_CUDA_RUNTIME
-    const c10::cuda::CUDAGuard guard(x.device());
-    auto compute = at::cuda::getCurrentCUDAStream(x.device().index());
-    if (!side_) side_ = at::cuda::getStreamFromPool(/*isHighPriority=*/false, x.device().index());
-    at::cuda::CUDAEvent produced;
-    produced.record(compute);
-    produced.block(*side_);
-    e.host = torch::empty(x.sizes(), x.options().device(torch::kCPU).pinned_memory(true));
-    {
-      const c10::cuda::CUDAStreamGuard on_side(*side_);
-      e.host.copy_(x, /*non_blocking=*/true);
-    }
-    // The block must not be handed out again before the side stream has read it.
-    c10::cuda::CUDACachingAllocator::recordStream(x.storage().data_ptr(), *side_);
-    g_offloaded += static_cast<std::int64_t>(x.nbytes());
-#else
-    e.host = x;
-#endif
-    entries_.push_back(std::move(e));
-    return entries_.size() - 1;
-  }
-
-  // Backward: start bringing entry i back (no-op when already there or out of range).
-  void prefetch(std::size_t i) {
-    if (i >= entries_.size() || entries_[i].device.defined()) return;
-    Entry& e = entries_[i];
-#ifdef ODYSSEY_HAVE_CUDA_RUNTIME
-    const c10::cuda::CUDAGuard guard(e.where);
-    auto compute = at::cuda::getCurrentCUDAStream(e.where.index());
-    e.device = torch::empty(e.host.sizes(), e.host.options().device(e.where).pinned_memory(false));
-    at::cuda::CUDAEvent allocated;  // earlier compute work on this block is done first
-    allocated.record(compute);
-    allocated.block(*side_);
-    {
-      const c10::cuda::CUDAStreamGuard on_side(*side_);
-      e.device.copy_(e.host, /*non_blocking=*/true);
-    }
-    e.ready.emplace();
-    e.ready->record(*side_);
-    c10::cuda::CUDACachingAllocator::recordStream(e.device.storage().data_ptr(), *side_);
-    g_offloaded += static_cast<std::int64_t>(e.host.nbytes());
-#else
-    e.device = e.host;
-#endif
-  }
-
-  // Backward: entry i on its device, ready for the compute stream; the chain lets go of it.
-  torch::Tensor take(std::size_t i) {
-    prefetch(i);
-    Entry& e = entries_[i];
-#ifdef ODYSSEY_HAVE_CUDA_RUNTIME
-    if (e.ready) e.ready->block(at::cuda::getCurrentCUDAStream(e.where.index()));
-#endif
-    torch::Tensor out = std::move(e.device);
-    e.device = torch::Tensor();
-    e.host = torch::Tensor();  // the pinned block returns to the host allocator's cache
-    return out;
-  }
-
- private:
-  std::vector<Entry> entries_;
-#ifdef ODYSSEY_HAVE_CUDA_RUNTIME
-  std::optional<c10::cuda::CUDAStream> side_;
-#endif
-};
-
-std::shared_ptr<OffloadChain> make_offload_chain() { return std::make_shared<OffloadChain>(); }
 
 namespace {
 

@@ -13,23 +13,23 @@
 
 #include <torch/torch.h>
 
+#include "kernels/offload.h"
+
 #include <functional>
 #include <memory>
 
 namespace odyssey::model {
 
 // CPU offload of checkpointed inputs for one forward/backward (offload_activations): each
-// checkpointed layer's input is copied to pinned host memory on a side CUDA stream as soon
-// as forward has produced it, and the GPU copy is released; backward brings each input back
-// on the side stream one layer ahead of its recomputation, so at most two checkpointed
-// inputs are on the GPU at a time and the copies overlap compute. CPU tensors: no effect.
-class OffloadChain;
-std::shared_ptr<OffloadChain> make_offload_chain();
+// checkpointed layer's input goes to an OffloadChain (kernels/offload.h) as soon as forward
+// has produced it, and the GPU copy is released; backward brings each input back one layer
+// ahead of its recomputation, so at most two checkpointed inputs are on the GPU at a time and
+// the copies overlap compute. CPU tensors: no effect.
+using kernels::make_offload_chain;
+using kernels::offloaded_bytes_total;
+using kernels::OffloadChain;
 
 torch::Tensor checkpointed(std::function<torch::Tensor(const torch::Tensor&)> fn, const torch::Tensor& input,
                            const std::shared_ptr<OffloadChain>& offload = nullptr);
-
-// Bytes copied to and from the host by offload chains in this process, for tests and events.
-std::int64_t offloaded_bytes_total();
 
 }  // namespace odyssey::model

@@ -170,7 +170,8 @@ MlpImpl::MlpImpl(const DecoderConfig& c, const torch::TensorOptions& o) {
   down_proj = register_module("down_proj", Linear(i, h, c.mlp_bias, o));
 }
 
-torch::Tensor MlpImpl::compute(const torch::Tensor& x, const NormSource* src) {
+torch::Tensor MlpImpl::compute(const torch::Tensor& x, const NormSource* src,
+                               const std::shared_ptr<kernels::OffloadChain>& offload) {
   if (fused && recompute && src != nullptr && torch::GradMode::is_enabled() && gate_proj->fused_projection() &&
       up_proj->fused_projection() && down_proj->fused_projection())
     return kernels::rms_norm_mlp(x, src->input, src->weight, src->eps, gate_proj->fused_weights(),
@@ -179,14 +180,17 @@ torch::Tensor MlpImpl::compute(const torch::Tensor& x, const NormSource* src) {
     const torch::Tensor gate = gate_proj->forward_normed(x, src), up = up_proj->forward_normed(x, src);
     if (!down_proj->fused_projection()) return down_proj(kernels::swiglu(gate, up));
     // The activation is not kept for backward (I elements per token): recomputed there.
-    return kernels::swiglu_down(gate, up, down_proj->fused_weights());
+    // Gate and up wait in the offload chain when this layer offloads its MLP.
+    return kernels::swiglu_down(gate, up, down_proj->fused_weights(),
+                                torch::GradMode::is_enabled() ? offload : nullptr);
   }
   return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
 }
 
-torch::Tensor MlpImpl::forward(const torch::Tensor& x, const NormSource* src) {
+torch::Tensor MlpImpl::forward(const torch::Tensor& x, const NormSource* src,
+                               const std::shared_ptr<kernels::OffloadChain>& offload) {
   const std::int64_t h = x.size(-1), n = x.numel() / h;
-  if (tile_tokens <= 0 || n <= tile_tokens) return compute(x, src);
+  if (tile_tokens <= 0 || n <= tile_tokens) return compute(x, src, offload);
   const torch::Tensor flat = x.reshape({n, h});
   const bool recording = torch::GradMode::is_enabled();
   std::vector<torch::Tensor> parts;
@@ -223,7 +227,7 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const LayerConte
                                              post_attention_layernorm->weight, post_attention_layernorm->eps);
     NormSource post;
     post.input = h, post.weight = post_attention_layernorm->weight, post.eps = post_attention_layernorm->eps;
-    return h + mlp(normed, &post);
+    return h + mlp(normed, &post, ctx.mlp_offload);
   }
   torch::Tensor h = x + self_attn(input_layernorm(x), ctx);
   return h + mlp(post_attention_layernorm(h));
@@ -267,6 +271,14 @@ torch::Tensor CausalLMImpl::lm_head_weight() const {
 void CausalLMImpl::set_mlp_tile_tokens(std::int64_t tokens) {
   mlp_tile_tokens_ = std::max<std::int64_t>(0, tokens);
   for (auto& layer : model->layer_list) layer->mlp->tile_tokens = mlp_tile_tokens_;
+}
+
+void CausalLMImpl::set_mlp_offload_layers(const std::vector<bool>& layers, std::int64_t lead) {
+  TORCH_CHECK(layers.empty() || layers.size() == model->layer_list.size(), "set_mlp_offload_layers: ",
+              model->layer_list.size(), " layers or none, got ", layers.size());
+  TORCH_CHECK(lead >= 1, "set_mlp_offload_layers: the prefetch lead must be at least 1 layer, got ", lead);
+  mlp_offload_layers_ = layers;
+  mlp_offload_lead_ = lead;
 }
 
 void CausalLMImpl::set_mlp_recompute_layers(const std::vector<bool>& layers) {
@@ -318,17 +330,35 @@ torch::Tensor CausalLMImpl::hidden_states_packed(const torch::Tensor& input_ids,
 torch::Tensor CausalLMImpl::run_layers(torch::Tensor h, const LayerContext& ctx) {
   const bool recording = torch::GradMode::is_enabled();
   const auto offload = recording && offload_checkpoints_ && h.is_cuda() ? make_offload_chain() : nullptr;
-  for (std::size_t i = 0; i < model->layer_list.size(); ++i) {
+  const std::size_t n = model->layer_list.size();
+  auto flagged = [](const std::vector<bool>& v, std::size_t i) { return i < v.size() && v[i]; };
+  // The MLP offload tier: offloaded layers' gate/up entries, to prefetch when backward reaches
+  // the output of layer min(i + lead, last) (a gradient hook there).
+  std::shared_ptr<kernels::OffloadChain> mlp_chain;
+  std::vector<std::vector<std::size_t>> prefetch_at(n);
+  for (std::size_t i = 0; i < n; ++i) {
     DecoderLayer layer = model->layer_list[i];
-    if (recording && i < checkpoint_layers_.size() && checkpoint_layers_[i]) {
+    if (recording && flagged(checkpoint_layers_, i)) {
       if (!h.requires_grad()) h = h.detach().requires_grad_(true);  // frozen embeddings (LoRA)
       LayerContext lctx = ctx;
-      if (i < keep_attention_layers_.size() && keep_attention_layers_[i] && ctx.cu_seqlens.defined())
+      if (flagged(keep_attention_layers_, i) && ctx.cu_seqlens.defined())
         lctx.stash = std::make_shared<AttentionStash>();
       h = checkpointed([layer, lctx](const torch::Tensor& x) mutable { return layer(x, lctx); }, h, offload);
+    } else if (recording && flagged(mlp_offload_layers_, i) && !layer->mlp->recompute) {
+      if (!mlp_chain) mlp_chain = kernels::make_offload_chain();
+      LayerContext lctx = ctx;
+      lctx.mlp_offload = mlp_chain;
+      const std::size_t first = mlp_chain->size();
+      h = layer(h, lctx);
+      auto& at = prefetch_at[std::min(n - 1, i + static_cast<std::size_t>(mlp_offload_lead_))];
+      for (std::size_t e = first; e < mlp_chain->size(); ++e) at.push_back(e);
     } else {
       h = layer(h, ctx);
     }
+    if (!prefetch_at[i].empty() && h.requires_grad())
+      h.register_hook([chain = mlp_chain, entries = std::move(prefetch_at[i])](const torch::Tensor&) {
+        for (const std::size_t e : entries) chain->prefetch(e);
+      });
   }
   return h;
 }

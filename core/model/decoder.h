@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "kernels/linear.h"
+#include "kernels/offload.h"
 #include "kernels/rmsnorm.h"
 #include "model/attention.h"
 #include "model/decoder_config.h"
@@ -121,6 +122,9 @@ struct LayerContext {
   AttentionBackend attention = AttentionBackend::CuDNN;
   std::atomic<std::int64_t>* backend_ran = nullptr;
   std::shared_ptr<AttentionStash> stash;  // this layer keeps its attention output, else null
+  // This layer's MLP keeps gate and up in this chain between forward and backward (the MLP
+  // offload tier, CausalLMImpl::set_mlp_offload_layers), else null.
+  std::shared_ptr<kernels::OffloadChain> mlp_offload;
 };
 
 class AttentionImpl : public torch::nn::Module {
@@ -143,7 +147,10 @@ class MlpImpl : public torch::nn::Module {
   // run through the MLP a tile at a time; under autograd each tile is checkpointed, so its
   // gate/up/activation exist only while that tile computes or recomputes in backward.
   // src: the norm x came from (fused path; used when the MLP is not tiled), or null.
-  torch::Tensor forward(const torch::Tensor& x, const NormSource* src = nullptr);
+  // offload: where the fused, untiled MLP keeps gate and up for backward (kernels::swiglu_down's
+  // offload), or null: on the device. Not used when the MLP recomputes them (recompute).
+  torch::Tensor forward(const torch::Tensor& x, const NormSource* src = nullptr,
+                        const std::shared_ptr<kernels::OffloadChain>& offload = nullptr);
   Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
   bool fused = false;
   std::int64_t tile_tokens = 0;
@@ -153,7 +160,8 @@ class MlpImpl : public torch::nn::Module {
   bool recompute = false;
 
  private:
-  torch::Tensor compute(const torch::Tensor& x, const NormSource* src);
+  torch::Tensor compute(const torch::Tensor& x, const NormSource* src,
+                        const std::shared_ptr<kernels::OffloadChain>& offload = nullptr);
 };
 TORCH_MODULE(Mlp);
 
@@ -214,6 +222,14 @@ class CausalLMImpl : public torch::nn::Module {
   // layer's recomputation. Meant for layers that are not checkpointed. Size num_hidden_layers,
   // or empty: none.
   void set_mlp_recompute_layers(const std::vector<bool>& layers);
+  // Layers whose MLP keeps gate and up in pinned host memory between forward and backward
+  // (the MLP offload tier; kernels/offload.h): the copies run on a side stream while the
+  // following layers compute, and backward starts bringing layer i's pair back when it reaches
+  // layer min(i + lead, last) (a hook on that layer's output), `lead` layers ahead of its use.
+  // Fused path, untiled, grad mode; a layer that recomputes its MLP or is checkpointed ignores
+  // it. CPU tensors stay where they are (the same code path runs). Size num_hidden_layers, or
+  // empty: none.
+  void set_mlp_offload_layers(const std::vector<bool>& layers, std::int64_t lead);
   // Checkpointed layers that keep their attention output for backward (AttentionStash):
   // their recomputation skips the attention forward. Padding-free rows without sequence
   // parallelism; other layers and rows recompute attention with the layer.
@@ -247,6 +263,8 @@ class CausalLMImpl : public torch::nn::Module {
   std::vector<bool> checkpoint_layers_;
   bool offload_checkpoints_ = false;
   std::int64_t mlp_tile_tokens_ = 0;
+  std::vector<bool> mlp_offload_layers_;
+  std::int64_t mlp_offload_lead_ = 1;
   std::vector<bool> keep_attention_layers_;
   DecoderConfig config_;
   DecoderOptions options_;

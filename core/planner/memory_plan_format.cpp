@@ -84,6 +84,7 @@ nlohmann::json plan_to_json(const MemoryPlan& p) {
           {"mlp_tile_tokens", p.mlp_tile_tokens},
           {"attention_kept_layers", p.attention_kept_layers},
           {"mlp_recomputed_layers", p.mlp_recomputed_layers},
+          {"mlp_offloaded_layers", p.mlp_offloaded_layers},
           {"tokens_per_gpu", p.tokens_per_gpu},
           {"host_bytes", p.host_bytes},
           {"layout",

@@ -153,10 +153,12 @@ void add_items(MemoryPlan& plan, const Terms& t, const Eval& e, const TrainConfi
   const bool acts_at_peak = ph != 2;
   ib.add("tokens, positions, rotary tables", "activations", t.misc, num(t.tokens) + " tokens", acts_at_peak);
   const std::string per_layer = gib(t.layer_full) + " per layer (" + num(t.per_token_layer) + " B per token)";
-  const std::string mlp_detail = e.mlp_layers > 0 ? "; " + num(e.mlp_layers) + " of them " +
-                                                        gib(t.mlp_recompute_saved) +
-                                                        " less, their MLP's gate and up recomputed in backward"
-                                                  : std::string();
+  std::string mlp_detail = e.mlp_layers > 0 ? "; " + num(e.mlp_layers) + " of them " + gib(t.mlp_recompute_saved) +
+                                                  " less, their MLP's gate and up recomputed in backward"
+                                            : std::string();
+  if (e.offload_layers > 0)
+    mlp_detail += "; " + num(e.offload_layers) + " of them " + gib(t.mlp_offload_saved) +
+                  " less while their MLP's gate and up are on the host";
   if (ph == 1) {
     ib.add("checkpointed layer inputs", "activations", e.bwd_inputs,
            "inputs of the checkpointed layers below the one in backward");
@@ -248,6 +250,11 @@ void add_notes(MemoryPlan& plan, const Terms& t, const TrainConfig& c, const Pla
     n.push_back("MLP recomputation: " + num(plan.mlp_recomputed_layers) + " layers that are not checkpointed keep none of "
                 "their MLP's intermediates (" + gib(t.mlp_recompute_saved) +
                 " each), recomputing gate and up in backward: two projections instead of a whole layer");
+  if (plan.mlp_offloaded_layers > 0)
+    n.push_back("MLP offload: " + num(plan.mlp_offloaded_layers) + " layers that are not checkpointed keep their MLP's "
+                "gate and up (" + gib(t.mlp_offload_saved) + " each) in pinned host memory from forward until backward is " +
+                num(planner::mlp_offload_lead(plan.mlp_offloaded_layers)) + " layers above them; at most " +
+                num(t.mlp_offload_max) + " layers, what the host link moves in one forward");
   if (t.mlp_tile > 0)
     n.push_back("tiled MLP: " + num(t.mlp_tile) + " tokens per tile" +
                 (c.mlp_tile_tokens > 0 ? std::string() : " (mlp_tile_tokens auto: the job does not fit untiled)"));
@@ -280,9 +287,10 @@ MemoryPlan plan_memory(const TrainConfig& c, const HfModelConfig& m, const Plann
   plan.checkpoint_every = lc.every;
   plan.attention_kept_layers = lc.kept;
   const Eval e = planner_detail::evaluate(t, plan.checkpointed_layers, plan.checkpoint_every,
-                                          plan.attention_kept_layers, lc.mlp);
+                                          plan.attention_kept_layers, lc.mlp, lc.offload);
   plan.attention_kept_layers = e.kept_layers;
   plan.mlp_recomputed_layers = e.mlp_layers;
+  plan.mlp_offloaded_layers = e.offload_layers;
   plan.tokens_per_gpu = t.tokens;
   plan.capacity_bytes = t.capacity;
   plan.peak_bytes = e.peak;
@@ -357,11 +365,24 @@ bool keeps_attention(const MemoryPlan& p, std::int64_t layer) {
   return above < p.attention_kept_layers;
 }
 
-bool recomputes_mlp(const MemoryPlan& p, std::int64_t layer) {
-  if (layer < 0 || layer >= p.total_layers || checkpoints_layer(p, layer)) return false;
-  std::int64_t below = 0;  // layers under this one that are not checkpointed
+namespace {
+// Layers under `layer` that are not checkpointed, or -1 when `layer` is checkpointed or out of range.
+std::int64_t free_layers_below(const MemoryPlan& p, std::int64_t layer) {
+  if (layer < 0 || layer >= p.total_layers || checkpoints_layer(p, layer)) return -1;
+  std::int64_t below = 0;
   for (std::int64_t j = 0; j < layer; ++j) below += checkpoints_layer(p, j) ? 0 : 1;
-  return below < p.mlp_recomputed_layers;
+  return below;
+}
+}  // namespace
+
+bool offloads_mlp(const MemoryPlan& p, std::int64_t layer) {
+  const std::int64_t below = free_layers_below(p, layer);
+  return below >= 0 && below < p.mlp_offloaded_layers;
+}
+
+bool recomputes_mlp(const MemoryPlan& p, std::int64_t layer) {
+  const std::int64_t below = free_layers_below(p, layer);
+  return below >= p.mlp_offloaded_layers && below < p.mlp_offloaded_layers + p.mlp_recomputed_layers;
 }
 
 bool checkpoints_layer(const MemoryPlan& p, std::int64_t layer) {

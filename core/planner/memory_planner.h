@@ -51,6 +51,18 @@ inline constexpr std::int64_t kMlpTileTokens = 16384;
 // keep_attention auto keeps attention outputs only while the plan stays this share below the
 // capacity: it is a speed option, and the planner is checked to within ±10% of measured peaks.
 inline constexpr double kKeptAttentionMargin = 0.08;
+// The MLP offload tier (offload_activations with activation_checkpointing auto): gate and up of
+// the first layers go to pinned host memory while the following layers compute. As many
+// layers as the host link moves in one forward's compute time: forward time from the layers'
+// FLOPs at kOffloadLayerFlopsPerSecond (above every model rate measured on an H200, 404–491
+// TFLOP/s, so the window is not overestimated), bytes at kHostLinkBytesPerSecond (pinned
+// device-to-host copies on the H200 machines, docs/benchmarks.md).
+inline constexpr double kHostLinkBytesPerSecond = 40e9;
+inline constexpr double kOffloadLayerFlopsPerSecond = 500e12;
+// Backward starts bringing an offloaded layer's gate and up back this many layers ahead of its
+// MLP's backward (a gradient hook on the output of layer i + lead): one more than the layers
+// offloaded, so the copies back have about two layers' backward time each.
+inline std::int64_t mlp_offload_lead(std::int64_t offloaded_layers) { return offloaded_layers + 1; }
 // Block of blockwise 8-bit optimizer states (one fp32 absmax per block, bitsandbytes).
 inline constexpr std::int64_t kQuantBlock = 256;
 // largest_max_length searches up to this many tokens.
@@ -89,7 +101,8 @@ struct MemoryPlan {
   std::int64_t checkpoint_every = 0;    // 0: the first checkpointed_layers layers; K: 0, K, 2K, …
   std::int64_t mlp_tile_tokens = 0;     // tiled MLP: tokens per tile (0 = untiled)
   std::int64_t attention_kept_layers = 0;  // checkpointed layers keeping their attention output (the last ones)
-  std::int64_t mlp_recomputed_layers = 0;  // layers not checkpointed whose MLP recomputes gate and up (the first ones)
+  std::int64_t mlp_recomputed_layers = 0;  // layers not checkpointed whose MLP recomputes gate and up (after the offloaded ones)
+  std::int64_t mlp_offloaded_layers = 0;   // layers not checkpointed whose MLP keeps gate and up on the host (the first ones)
   std::string peak_phase;               // loss, backward, optimizer step
   ParallelLayout layout;
   std::int64_t tokens_per_gpu = 0;      // batch × max_length / sequence_parallel_size
@@ -124,8 +137,13 @@ bool checkpoints_layer(const MemoryPlan& p, std::int64_t layer);
 // checkpointed layers).
 bool keeps_attention(const MemoryPlan& p, std::int64_t layer);
 
+// Whether `layer`'s MLP keeps gate and up in pinned host memory between forward and backward
+// (the MLP offload tier, CausalLMImpl::set_mlp_offload_layers): the first mlp_offloaded_layers
+// layers that are not checkpointed.
+bool offloads_mlp(const MemoryPlan& p, std::int64_t layer);
 // Whether `layer`'s MLP keeps none of its intermediates, recomputing them in backward
-// (kernels::rms_norm_mlp): the first mlp_recomputed_layers layers that are not checkpointed.
+// (kernels::rms_norm_mlp): the mlp_recomputed_layers layers that are not checkpointed after
+// the offloaded ones.
 bool recomputes_mlp(const MemoryPlan& p, std::int64_t layer);
 
 std::string format_plan_table(const MemoryPlan& p);  // human table in GiB

@@ -1,6 +1,7 @@
 #include "planner/memory_terms.h"
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 #include <vector>
 #include <array>
@@ -287,6 +288,16 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   t.recompute_attention_flops =
       2.0 * static_cast<double>(s.d * s.H) * static_cast<double>(batch) * static_cast<double>(seq) * static_cast<double>(seq) /
       static_cast<double>(sp);
+  // The MLP offload tier: the bytes rms_norm_mlp would not keep, kept on the host instead, on
+  // as many layers as the host link moves in one forward's compute time.
+  if (t.mlp_recompute_saved > 0 && t.offload_acts) {
+    t.mlp_offload_saved = t.mlp_recompute_saved;
+    t.mlp_offload_host = 2 * static_cast<i64>(std::bit_ceil(static_cast<std::uint64_t>(b * s.i * T)));
+    const double forward_s = static_cast<double>(s.L) * (t.recompute_linear_flops + t.recompute_attention_flops) /
+                             planner::kOffloadLayerFlopsPerSecond;
+    const double layers = planner::kHostLinkBytesPerSecond * forward_s / static_cast<double>(t.mlp_offload_saved);
+    t.mlp_offload_max = std::min<i64>(s.L, static_cast<i64>(layers));
+  }
   t.misc = T * (3 * 8 + 2 * 4 * s.d);
 
   // -- loss: final norm, then logits → cross-entropy, on this GPU's tokens
@@ -332,6 +343,7 @@ void tile_mlp(Terms& t, std::int64_t tile) {
   const i64 T = t.tokens;
   t.mlp_tile = tile;
   t.mlp_recompute_saved = 0;  // the tiles keep no intermediates already
+  t.mlp_offload_saved = t.mlp_offload_host = t.mlp_offload_max = 0;
   t.per_token_layer += t.mlp_input_extra - t.mlp_per_token;
   t.layer_full -= (t.mlp_per_token - t.mlp_input_extra) * T;
   // One tile's intermediates (recomputed) and their gradients; the gradients of the MLP's
@@ -339,15 +351,26 @@ void tile_mlp(Terms& t, std::int64_t tile) {
   t.bwd_mlp = T * t.bwd_mlp_h + tile * (t.bwd_mlp_i + t.mlp_per_token);
 }
 
-Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_t kept, std::int64_t mlp) {
+Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_t kept, std::int64_t mlp,
+              std::int64_t offload) {
   Eval e;
   const i64 L = t.layers;
   auto is_ckpt = [&](i64 j) { return every > 0 ? j % every == 0 : j < ckpt; };
-  // The first `mlp` layers that are not checkpointed recompute their MLP's intermediates.
-  std::vector<bool> mlp_rc(static_cast<std::size_t>(L), false);
-  for (i64 j = 0, left = t.mlp_recompute_saved > 0 ? mlp : 0; j < L && left > 0; ++j)
-    if (!is_ckpt(j)) mlp_rc[static_cast<std::size_t>(j)] = true, --left;
+  // Of the layers that are not checkpointed, the first `offload` keep gate and up on the host,
+  // the next `mlp` recompute them.
+  std::vector<bool> mlp_rc(static_cast<std::size_t>(L), false), mlp_off(static_cast<std::size_t>(L), false);
+  i64 off_left = t.mlp_offload_saved > 0 ? std::min(offload, t.mlp_offload_max) : 0;
+  for (i64 j = 0, left = t.mlp_recompute_saved > 0 ? mlp : 0; j < L && (left > 0 || off_left > 0); ++j) {
+    if (is_ckpt(j)) continue;
+    if (off_left > 0) mlp_off[static_cast<std::size_t>(j)] = true, --off_left;
+    else mlp_rc[static_cast<std::size_t>(j)] = true, --left;
+  }
   for (bool m : mlp_rc) e.mlp_layers += m ? 1 : 0;
+  for (bool m : mlp_off) e.offload_layers += m ? 1 : 0;
+  const i64 lead = planner::mlp_offload_lead(e.offload_layers);
+  std::vector<i64> off_below(static_cast<std::size_t>(L) + 1, 0);  // offloaded layers below x
+  for (i64 x = 0; x < L; ++x)
+    off_below[static_cast<std::size_t>(x) + 1] = off_below[static_cast<std::size_t>(x)] + (mlp_off[static_cast<std::size_t>(x)] ? 1 : 0);
   // The last `kept` checkpointed layers keep their attention output.
   std::vector<bool> keeps(static_cast<std::size_t>(L), false);
   for (i64 j = L - 1, left = t.attn_kept > 0 ? kept : 0; j >= 0 && left > 0; --j)
@@ -359,8 +382,10 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_
   i64 n_ckpt = 0;
   for (i64 j = 0; j < L; ++j) n_ckpt += is_ckpt(j) ? 1 : 0;
   e.stored_inputs = inputs_on_gpu(n_ckpt);
-  e.stored_full = (L - n_ckpt) * t.layer_full - e.mlp_layers * t.mlp_recompute_saved;
-  e.host_acts = (n_ckpt - (t.offload_acts ? std::min<i64>(n_ckpt, 2) : n_ckpt)) * t.layer_in;
+  e.stored_full = (L - n_ckpt) * t.layer_full - e.mlp_layers * t.mlp_recompute_saved -
+                  e.offload_layers * t.mlp_offload_saved;
+  e.host_acts = (n_ckpt - (t.offload_acts ? std::min<i64>(n_ckpt, 2) : n_ckpt)) * t.layer_in +
+                e.offload_layers * t.mlp_offload_host;
 
   // GaLore's rank-r gradients grow as backward goes down the layers, like the gradients.
   const i64 fixed_static = t.weights + t.adapters + t.master + t.adam + t.galore_proj + t.galore_states;
@@ -383,7 +408,11 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_
     // With offload, the input below that is on the GPU is the one prefetched for the next
     // recomputation (the current layer's own input is among its activations).
     const i64 acts_in = t.offload_acts ? std::min<i64>(ck_below, 1) * t.layer_in : ck_below * t.layer_in;
-    const i64 acts_full = full_below * t.layer_full - mlp_below * t.mlp_recompute_saved;
+    // Offloaded layers below j are back on the GPU from the moment backward reaches their
+    // trigger (layer i + lead, or the last layer) on; the others are still on the host.
+    // (i + lead < j, as the trigger of an i < j is never the last layer then.)
+    const i64 off_away = j - lead > 0 ? off_below[static_cast<std::size_t>(j - lead)] : 0;
+    const i64 acts_full = full_below * t.layer_full - mlp_below * t.mlp_recompute_saved - off_away * t.mlp_offload_saved;
     const i64 cur = c ? t.layer_full + t.recompute_extra : t.layer_full;
     const i64 live = acts_in + acts_full + cur + grads + kept_below * t.attn_kept;
     if (live > best) {
@@ -458,7 +487,8 @@ LayerChoice choose_layers(const Terms& t, const CheckpointPolicy& p, const std::
   if (p.kind != CheckpointPolicy::Auto) return c;
   const bool can_keep = t.attn_kept > 0 && keep != "none" && (keep == "all" || t.cuda);
   const bool can_mlp = t.mlp_recompute_saved > 0;
-  if (!can_keep && !can_mlp) return c;
+  const i64 off_max = t.mlp_offload_saved > 0 ? t.mlp_offload_max : 0;
+  if (!can_keep && !can_mlp && off_max == 0) return c;
   if (c.checkpointed == 0) return c;  // nothing recomputed
   if (evaluate(t, c.checkpointed, 0, 0).peak > t.capacity) return c;  // does not fit at all: reported as is
   const i64 L = t.layers;
@@ -467,22 +497,34 @@ LayerChoice choose_layers(const Terms& t, const CheckpointPolicy& p, const std::
   // The fewest-layers plan is the one to beat where it fits as chosen (keep all may not).
   double best = evaluate(t, c.checkpointed, 0, c.kept).peak <= t.capacity ? recompute_flops(t, c.checkpointed, c.kept)
                                                                            : std::numeric_limits<double>::infinity();
+  // The smallest v in [0, hi] with fits(v), given fits(hi); bisection (the peak falls with v).
+  auto fewest = [](i64 hi, const auto& fits) {
+    i64 lo = -1;
+    while (hi - lo > 1) {
+      const i64 mid = lo + (hi - lo) / 2;
+      (fits(mid) ? hi : lo) = mid;
+    }
+    return hi;
+  };
   for (i64 n = 0; n <= L; ++n) {
     if (static_cast<double>(n) * t.recompute_linear_flops >= best) break;  // even keeping all costs more
     const i64 k_lo = !can_keep ? 0 : keep == "all" ? n : 0;
     const i64 k_hi = !can_keep ? 0 : n;
+    const i64 o_max = std::min(off_max, L - n);
     for (i64 k = k_hi; k >= k_lo; --k) {
       const i64 limit = k > 0 && keep != "all" ? line : t.capacity;
-      auto fits = [&](i64 m) { return evaluate(t, n, 0, k, m).peak <= limit; };
-      const i64 m_max = can_mlp ? L - n : 0;
-      if (!fits(m_max)) continue;
-      i64 lo = -1, hi = m_max;  // fits(hi); the fewest MLP layers in (lo, hi]
-      while (hi - lo > 1) {
-        const i64 mid = lo + (hi - lo) / 2;
-        (fits(mid) ? hi : lo) = mid;
+      auto fits_offload = [&](i64 o) { return evaluate(t, n, 0, k, 0, o).peak <= limit; };
+      if (fits_offload(o_max)) {  // offloading alone (or nothing) fits: no MLP recomputed
+        const double cost = recompute_flops(t, n, k);
+        if (cost < best) best = cost, c = {n, 0, k, 0, fewest(o_max, fits_offload)};
+        continue;
       }
-      const double cost = recompute_flops(t, n, k, hi);
-      if (cost < best) best = cost, c = {n, 0, k, hi};
+      auto fits = [&](i64 m) { return evaluate(t, n, 0, k, m, o_max).peak <= limit; };
+      const i64 m_max = can_mlp ? L - n - o_max : 0;
+      if (!fits(m_max)) continue;
+      const i64 m = fewest(m_max, fits);
+      const double cost = recompute_flops(t, n, k, m);
+      if (cost < best) best = cost, c = {n, 0, k, m, o_max};
     }
   }
   return c;

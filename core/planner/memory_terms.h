@@ -66,6 +66,11 @@ struct Terms {
   // dropout, tiled MLP).
   std::int64_t mlp_recompute_saved = 0;
   double recompute_mlp_flops = 0;     // its cost: the gate and up projections, forward FLOPs
+  // The same bytes kept in pinned host memory instead (offload_activations, fused swiglu_down
+  // path): 0 = n/a. mlp_offload_host: their pinned blocks (the host allocator rounds each of
+  // gate and up to a power of two); mlp_offload_max: the most layers the host link moves in
+  // one forward's compute time (memory_planner.h, kHostLinkBytesPerSecond).
+  std::int64_t mlp_offload_saved = 0, mlp_offload_host = 0, mlp_offload_max = 0;
   // What recomputing one checkpointed layer costs, in forward FLOPs on this GPU: its
   // projections, and its attention (which a layer keeping its attention output skips).
   double recompute_linear_flops = 0, recompute_attention_flops = 0;
@@ -108,14 +113,19 @@ struct Eval {
   std::int64_t host_acts = 0;
   std::int64_t kept_layers = 0, stored_kept = 0, bwd_kept = 0;  // kept attention outputs
   std::int64_t mlp_layers = 0;  // layers whose MLP recomputes its intermediates
+  std::int64_t offload_layers = 0;  // layers whose MLP keeps gate and up on the host
 };
 
 // checkpointed layers: every == 0 → layers [0, ckpt); every == K → layers 0, K, 2K, ….
 // kept: the last `kept` checkpointed layers keep their attention output (t.attn_kept each)
 // from forward until their backward. mlp: the first `mlp` layers that are not checkpointed
 // recompute their MLP's intermediates (t.mlp_recompute_saved less each while stored; the
-// lowest ones, whose savings last through most of backward).
-Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_t kept = 0, std::int64_t mlp = 0);
+// lowest ones, whose savings last through most of backward). offload: the first `offload`
+// layers that are not checkpointed keep gate and up on the host (t.mlp_offload_saved less
+// each, from forward until backward reaches layer i + mlp_offload_lead(offload)); the `mlp`
+// recomputing layers are the next ones.
+Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_t kept = 0, std::int64_t mlp = 0,
+              std::int64_t offload = 0);
 
 // How many checkpointed layers keep their attention output: keep_attention all = every one,
 // none = 0, auto = as many as keep the plan within capacity.
@@ -136,8 +146,11 @@ std::int64_t choose_checkpointing(const Terms& t, const CheckpointPolicy& p, std
 // layers doing only that (two projections recomputed, not the whole layer): the plan that fits
 // with the fewest recomputed FLOPs, over checkpointed layers, kept attention and MLP layers.
 // Otherwise choose_checkpointing, then choose_kept_attention.
+// With the MLP offload tier (t.mlp_offload_saved, up to t.mlp_offload_max layers), offloaded
+// layers cost no FLOPs: for each (checkpointed, kept) pair the fewest offloaded layers that
+// fit, else all it may and the fewest MLP layers recomputing on top.
 struct LayerChoice {
-  std::int64_t checkpointed = 0, every = 0, kept = 0, mlp = 0;
+  std::int64_t checkpointed = 0, every = 0, kept = 0, mlp = 0, offload = 0;
 };
 LayerChoice choose_layers(const Terms& t, const CheckpointPolicy& p, const std::string& keep);
 // Forward FLOPs that checkpointing `ckpt` layers (`kept` of them keeping attention) and `mlp`

@@ -287,6 +287,8 @@ struct MemoryPolicy {
   std::vector<bool> checkpoint;      // layers recomputed in backward
   std::vector<bool> keep_attention;  // checkpointed layers keeping their attention output
   std::vector<bool> mlp_recompute;   // layers not checkpointed whose MLP recomputes gate and up
+  std::vector<bool> mlp_offload;     // layers not checkpointed whose MLP keeps gate and up on the host
+  std::int64_t mlp_offload_lead = 1;
   std::int64_t mlp_tile = 0;
   std::string why;
 };
@@ -339,14 +341,24 @@ MemoryPolicy memory_policy(const TrainConfig& c, const HfModelConfig& m, const t
     kept += mp.keep_attention[i] ? 1 : 0;
   }
   if (kept > 0) mp.why += "; " + std::to_string(kept) + " of them keep their attention output";
-  // MLP recomputation: the planner's choice under auto (the plan's layers are the engine's then).
+  // MLP offload and recomputation: the planner's choice under auto (the plan's layers are the
+  // engine's then).
   mp.mlp_recompute.assign(n, false);
-  std::int64_t mlps = 0;
-  if (policy.kind == CheckpointPolicy::Auto && plan)
+  mp.mlp_offload.assign(n, false);
+  std::int64_t mlps = 0, offloaded = 0;
+  if (policy.kind == CheckpointPolicy::Auto && plan) {
     for (std::size_t i = 0; i < n; ++i) {
-      mp.mlp_recompute[i] = !mp.checkpoint[i] && recomputes_mlp(*plan, static_cast<std::int64_t>(i));
+      const auto layer = static_cast<std::int64_t>(i);
+      mp.mlp_recompute[i] = !mp.checkpoint[i] && recomputes_mlp(*plan, layer);
+      mp.mlp_offload[i] = !mp.checkpoint[i] && offloads_mlp(*plan, layer);
       mlps += mp.mlp_recompute[i] ? 1 : 0;
+      offloaded += mp.mlp_offload[i] ? 1 : 0;
     }
+    mp.mlp_offload_lead = planner::mlp_offload_lead(offloaded);
+  }
+  if (offloaded > 0)
+    mp.why += "; " + std::to_string(offloaded) +
+              " other layers keep their MLP's gate and up in pinned host memory until backward (offload_activations)";
   if (mlps > 0)
     mp.why += "; " + std::to_string(mlps) + " other layers recompute their MLP's gate and up in backward";
   if (mp.mlp_tile > 0) mp.why += "; tiled MLP, " + std::to_string(mp.mlp_tile) + " tokens per tile";
@@ -701,6 +713,7 @@ int run_training(const TrainConfig& c, const run::RunDir& dir, const TrainerOpti
     lm->set_checkpoint_layers(ckpt_layers);
     lm->set_keep_attention_layers(memory.keep_attention);
     lm->set_mlp_recompute_layers(memory.mlp_recompute);
+    lm->set_mlp_offload_layers(memory.mlp_offload, memory.mlp_offload_lead);
     lm->set_offload_checkpoints(c.offload_activations);
     lm->set_mlp_tile_tokens(memory.mlp_tile);
 

@@ -1,0 +1,118 @@
+#include "kernels/offload.h"
+
+#if __has_include(<cuda_runtime_api.h>)
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#define ODYSSEY_OFFLOAD_CUDA 1
+#endif
+
+#include <atomic>
+#include <optional>
+#include <utility>
+#include <vector>
+
+namespace odyssey::kernels {
+
+namespace {
+std::atomic<std::int64_t> g_offloaded{0};
+}  // namespace
+
+std::int64_t offloaded_bytes_total() { return g_offloaded.load(); }
+
+struct OffloadChain::Impl {
+  struct Entry {
+    torch::Tensor host;    // pinned copy (CPU tensors: the tensor itself)
+    torch::Tensor device;  // the copy back while it exists (prefetched, not yet taken)
+    c10::Device where = c10::Device(c10::kCPU);
+    bool taken = false;
+#ifdef ODYSSEY_OFFLOAD_CUDA
+    std::optional<at::cuda::CUDAEvent> ready;  // recorded on the side stream after the H2D copy
+#endif
+  };
+  std::vector<Entry> entries;
+#ifdef ODYSSEY_OFFLOAD_CUDA
+  std::optional<c10::cuda::CUDAStream> side;
+#endif
+};
+
+OffloadChain::OffloadChain() : impl_(std::make_unique<Impl>()) {}
+OffloadChain::~OffloadChain() = default;
+
+std::size_t OffloadChain::size() const { return impl_->entries.size(); }
+
+std::size_t OffloadChain::push(const torch::Tensor& x) {
+  TORCH_CHECK(x.defined(), "OffloadChain::push: an undefined tensor");
+  Impl::Entry e;
+  e.where = x.device();
+#ifdef ODYSSEY_OFFLOAD_CUDA
+  if (x.is_cuda()) {
+    const c10::cuda::CUDAGuard guard(x.device());
+    auto compute = at::cuda::getCurrentCUDAStream(x.device().index());
+    if (!impl_->side) impl_->side = at::cuda::getStreamFromPool(/*isHighPriority=*/false, x.device().index());
+    at::cuda::CUDAEvent produced;
+    produced.record(compute);
+    produced.block(*impl_->side);
+    e.host = torch::empty(x.sizes(), x.options().device(torch::kCPU).pinned_memory(true));
+    {
+      const c10::cuda::CUDAStreamGuard on_side(*impl_->side);
+      e.host.copy_(x, /*non_blocking=*/true);
+    }
+    // The block must not be handed out again before the side stream has read it.
+    c10::cuda::CUDACachingAllocator::recordStream(x.storage().data_ptr(), *impl_->side);
+    g_offloaded += static_cast<std::int64_t>(x.nbytes());
+    impl_->entries.push_back(std::move(e));
+    return impl_->entries.size() - 1;
+  }
+#endif
+  e.host = x;
+  impl_->entries.push_back(std::move(e));
+  return impl_->entries.size() - 1;
+}
+
+void OffloadChain::prefetch(std::size_t i) {
+  if (i >= impl_->entries.size()) return;
+  Impl::Entry& e = impl_->entries[i];
+  if (e.taken || e.device.defined()) return;
+#ifdef ODYSSEY_OFFLOAD_CUDA
+  if (e.where.is_cuda()) {
+    const c10::cuda::CUDAGuard guard(e.where);
+    auto compute = at::cuda::getCurrentCUDAStream(e.where.index());
+    e.device = torch::empty(e.host.sizes(), e.host.options().device(e.where).pinned_memory(false));
+    at::cuda::CUDAEvent allocated;  // earlier compute work on this block is done first
+    allocated.record(compute);
+    allocated.block(*impl_->side);
+    {
+      const c10::cuda::CUDAStreamGuard on_side(*impl_->side);
+      e.device.copy_(e.host, /*non_blocking=*/true);
+    }
+    e.ready.emplace();
+    e.ready->record(*impl_->side);
+    c10::cuda::CUDACachingAllocator::recordStream(e.device.storage().data_ptr(), *impl_->side);
+    g_offloaded += static_cast<std::int64_t>(e.host.nbytes());
+    return;
+  }
+#endif
+  e.device = e.host;
+}
+
+torch::Tensor OffloadChain::take(std::size_t i) {
+  TORCH_CHECK(i < impl_->entries.size(), "OffloadChain::take: entry ", i, " of ", impl_->entries.size());
+  TORCH_CHECK(!impl_->entries[i].taken, "OffloadChain::take: entry ", i,
+              " was taken already (a second backward through an offloaded activation)");
+  prefetch(i);
+  Impl::Entry& e = impl_->entries[i];
+#ifdef ODYSSEY_OFFLOAD_CUDA
+  if (e.ready) e.ready->block(at::cuda::getCurrentCUDAStream(e.where.index()));
+#endif
+  torch::Tensor out = std::move(e.device);
+  e.device = torch::Tensor();
+  e.host = torch::Tensor();  // the pinned block returns to the host allocator's cache
+  e.taken = true;
+  return out;
+}
+
+std::shared_ptr<OffloadChain> make_offload_chain() { return std::make_shared<OffloadChain>(); }
+
+}  // namespace odyssey::kernels

@@ -1,0 +1,47 @@
+// Saved activations parked in pinned host memory between forward and backward
+// (docs/memory-planner.md, "Offload"): an OffloadChain holds the tensors one forward hands it,
+// in order. Forward's push() queues the copy to the host on a side CUDA stream as soon as the
+// compute stream has produced the tensor, and the GPU block is free again once that copy has
+// read it (the caller drops its own references). Backward's prefetch() starts the copy back
+// on the side stream, take() makes the compute stream wait for it and hands the tensor over.
+// Two users: activation checkpointing keeps each checkpointed layer's input in a chain
+// (core/model/activation_checkpoint.h), and swiglu_down can keep gate and up in one (the MLP
+// offload tier, CausalLMImpl::set_mlp_offload_layers). CPU tensors stay where they are (the
+// chain only holds them), so the same code paths run in CPU tests.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+
+namespace odyssey::kernels {
+
+class OffloadChain {
+ public:
+  OffloadChain();
+  ~OffloadChain();
+  OffloadChain(const OffloadChain&) = delete;
+  OffloadChain& operator=(const OffloadChain&) = delete;
+
+  // Forward: queue the copy of `x` to the host; returns its index in the chain.
+  std::size_t push(const torch::Tensor& x);
+  // Backward: start bringing entry i back (no-op when already under way, taken, or out of range).
+  void prefetch(std::size_t i);
+  // Backward: entry i on its device, ready for the current stream; the chain lets go of it.
+  // Each entry is taken once.
+  torch::Tensor take(std::size_t i);
+  // Entries pushed so far.
+  std::size_t size() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+std::shared_ptr<OffloadChain> make_offload_chain();
+
+// Bytes copied to and from the host by offload chains in this process, for tests and events.
+std::int64_t offloaded_bytes_total();
+
+}  // namespace odyssey::kernels
