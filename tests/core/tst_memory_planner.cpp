@@ -608,6 +608,88 @@ class TestMemoryPlanner : public QObject {
     QCOMPARE(tiled.mlp_recompute_saved, std::int64_t{0});
   }
 
+  // offload_activations under auto: the MLP offload tier (gate and up on the host) costs no
+  // recomputed FLOPs, so a budget MLP recomputation met is met by offloaded layers instead, the
+  // first ones, within the host link's cap; past the cap the next layers recompute their MLP.
+  void autoPrefersMlpOffload() {
+    const HfModelConfig m = qwen25_05b();
+    TrainConfig c = lora_7b(32768, true);
+    c.tuner_type = "full", c.torch_dtype = "bfloat16", c.device = "cuda";
+    c.activation_checkpointing = "auto", c.keep_attention = "auto";
+    c.offload_activations = true;
+    const MemoryPlan roomy = plan_memory(c, m);
+    QCOMPARE(roomy.mlp_offloaded_layers + roomy.mlp_recomputed_layers + roomy.checkpointed_layers, std::int64_t{0});
+    PlannerOptions o;
+    o.gpu_memory_bytes = roomy.peak_bytes - 2 * kGiB;
+    const MemoryPlan p = plan_memory(c, m, o);
+    QVERIFY(p.fits);
+    QCOMPARE(p.checkpointed_layers + p.mlp_recomputed_layers, std::int64_t{0});
+    QVERIFY(p.mlp_offloaded_layers > 0);
+    const planner_detail::Terms t = planner_detail::compute_terms(c, m, o);
+    QCOMPARE(t.mlp_offload_saved, 2 * 2 * 4864 * std::int64_t{32768});
+    // Each of gate and up is one pinned block, rounded up to a power of two (512 MiB here).
+    QCOMPARE(t.mlp_offload_host, 2 * 512 * std::int64_t{1} << 20);
+    QVERIFY(p.host_bytes >= p.mlp_offloaded_layers * t.mlp_offload_host);
+    // The cap: what kHostLinkBytesPerSecond moves in the layers' forward time at
+    // kOffloadLayerFlopsPerSecond.
+    const double window = 24 * (t.recompute_linear_flops + t.recompute_attention_flops) / planner::kOffloadLayerFlopsPerSecond;
+    QCOMPARE(t.mlp_offload_max,
+             std::min<std::int64_t>(24, static_cast<std::int64_t>(planner::kHostLinkBytesPerSecond * window /
+                                                                   static_cast<double>(t.mlp_offload_saved))));
+    QVERIFY(p.mlp_offloaded_layers <= t.mlp_offload_max);
+    // The fewest: one layer less does not fit.
+    QVERIFY(planner_detail::evaluate(t, 0, 0, 0, 0, p.mlp_offloaded_layers - 1).peak > p.capacity_bytes);
+    for (std::int64_t j = 0; j < 24; ++j) {
+      QCOMPARE(offloads_mlp(p, j), j < p.mlp_offloaded_layers);
+      QVERIFY(!recomputes_mlp(p, j));
+    }
+    MemoryPlan mixed = p;
+    mixed.checkpointed_layers = 2, mixed.mlp_offloaded_layers = 2, mixed.mlp_recomputed_layers = 1;
+    for (std::int64_t j = 0; j < 24; ++j) {
+      QCOMPARE(offloads_mlp(mixed, j), j == 2 || j == 3);
+      QCOMPARE(recomputes_mlp(mixed, j), j == 4);
+    }
+    QVERIFY(std::any_of(p.notes.begin(), p.notes.end(),
+                        [](const std::string& s) { return s.find("MLP offload: ") != std::string::npos; }));
+    QCOMPARE(plan_to_json(p)["mlp_offloaded_layers"].get<std::int64_t>(), p.mlp_offloaded_layers);
+    // Measured on an H200 (odyssey-bench --offload on --memory-gib 23 and 23.5, docs/benchmarks.md
+    // "MLP offload"): 6 and 5 offloaded layers, allocated peaks 20.44 and 21.04 GiB.
+    for (const auto& [offl, gib] : {std::pair<std::int64_t, double>{6, 20.44}, {5, 21.04}}) {
+      const planner_detail::Eval e = planner_detail::evaluate(t, 0, 0, 0, 0, offl);
+      QCOMPARE(e.offload_layers, offl);
+      const double predicted = static_cast<double>(e.phase_bytes[e.phase]) / double(kGiB);
+      qInfo("%lld offloaded MLP layers: predicted %.2f GiB, measured %.2f", static_cast<long long>(offl), predicted, gib);
+      QVERIFY(std::abs(predicted - gib) / gib <= 0.10);
+    }
+    // Backward: an offloaded layer's pair is back from layer i + lead on. With every layer
+    // offloaded (lead 25: all prefetched at the last layer) nothing is saved at backward's
+    // start, so the backward phase holds what no offload holds there.
+    planner_detail::Terms capped = t;
+    capped.mlp_offload_max = 24;
+    const planner_detail::Eval none = planner_detail::evaluate(capped, 0, 0, 0, 0, 0);
+    const planner_detail::Eval all = planner_detail::evaluate(capped, 0, 0, 0, 0, 24);
+    QCOMPARE(all.phase_bytes[1], none.phase_bytes[1]);
+    QVERIFY(all.phase_bytes[0] < none.phase_bytes[0]);
+    // A budget past the cap: the offloaded layers, then MLP recomputation on the next ones.
+    o.gpu_memory_bytes = roomy.peak_bytes - 7 * kGiB;
+    const MemoryPlan deep = plan_memory(c, m, o);
+    QVERIFY(deep.fits);
+    if (t.mlp_offload_max < 12) {
+      QCOMPARE(deep.mlp_offloaded_layers, t.mlp_offload_max);
+      QVERIFY(deep.mlp_recomputed_layers > 0 || deep.checkpointed_layers > 0);
+    }
+    // Without offload_activations, tiled, or on the CPU: no offload tier.
+    c.offload_activations = false;
+    QCOMPARE(planner_detail::compute_terms(c, m, o).mlp_offload_saved, std::int64_t{0});
+    QCOMPARE(plan_memory(c, m, o).mlp_offloaded_layers, std::int64_t{0});
+    c.offload_activations = true;
+    planner_detail::Terms tiled = t;
+    planner_detail::tile_mlp(tiled, 4096);
+    QCOMPARE(tiled.mlp_offload_saved + tiled.mlp_offload_max, std::int64_t{0});
+    c.device = "cpu";
+    QCOMPARE(planner_detail::compute_terms(c, m, o).mlp_offload_saved, std::int64_t{0});
+  }
+
   void largestMaxLength() {
     const HfModelConfig m = qwen25_7b();
     for (bool fused : {false, true}) {
