@@ -268,6 +268,51 @@ class TstTrainParity : public QObject {
       lm->set_mlp_recompute_layers(mlp);
     });
   }
+  // The MLP offload tier (gate and up through an OffloadChain; on the CPU the chain holds the
+  // tensors themselves, so the same autograd path, slots and prefetch hooks run).
+  void loraMlpOffloadMatchesPeft() {
+    check_loop("lora", true, [](CausalLM& lm) {
+      lm->set_fused_kernels(true);
+      lm->set_mlp_offload_layers(std::vector<bool>(static_cast<std::size_t>(lm->config().hf.num_hidden_layers), true), 1);
+    });
+  }
+  void fullMlpOffloadMatchesTransformers() {
+    check_loop("full", false, [](CausalLM& lm) {
+      const auto n = static_cast<std::size_t>(lm->config().hf.num_hidden_layers);
+      std::vector<bool> ckpt(n, false), off(n, false), mlp(n, false);
+      ckpt[0] = true;
+      for (std::size_t i = 1; i < n; ++i) (i % 2 == 1 ? off : mlp)[i] = true;
+      lm->set_fused_kernels(true);
+      lm->set_checkpoint_layers(ckpt);
+      lm->set_mlp_recompute_layers(mlp);
+      lm->set_mlp_offload_layers(off, 2);
+    });
+  }
+  // The flag does route gate and up through the chain: each pair is taken once, so a second
+  // backward through the same graph fails with the chain's message, which it does not without.
+  void mlpOffloadTakesEachPairOnce() {
+    const Reference& R = reference("lora");
+    StepEngine e = engine(R, true);
+    e.model()->set_fused_kernels(true);
+    const auto n = static_cast<std::size_t>(e.model()->config().hf.num_hidden_layers);
+    auto second_backward_error = [&](const std::vector<bool>& flags) {
+      e.model()->set_mlp_offload_layers(flags, 1);
+      e.model()->train();
+      const torch::Tensor loss = row_loss_sum(e.model(), batches(R)[0][0]);
+      loss.backward({}, /*retain_graph=*/true);
+      std::string what;
+      try {
+        loss.backward();
+      } catch (const std::exception& ex) {
+        what = ex.what();
+      }
+      for (auto& p : e.model()->parameters()) p.mutable_grad() = torch::Tensor();
+      return what;
+    };
+    QVERIFY(second_backward_error(std::vector<bool>(n, true)).find("was taken already") != std::string::npos);
+    QCOMPARE(second_backward_error({}), std::string());
+    e.model()->set_mlp_offload_layers({}, 1);
+  }
   // The flag does take the MLP through rms_norm_mlp: one such node per flagged layer in the
   // loss's graph, none without the flag.
   void mlpRecomputeIsInTheGraph() {
