@@ -55,9 +55,9 @@ inline constexpr double kKeptAttentionMargin = 0.08;
 // the first layers go to pinned host memory while the following layers compute. As many
 // layers as the host link moves in one forward's compute time: forward time from the layers'
 // FLOPs at kOffloadLayerFlopsPerSecond (above every model rate measured on an H200, 404–491
-// TFLOP/s, so the window is not overestimated), bytes at kHostLinkBytesPerSecond (an
-// assumption below PCIe 5.0 ×16's 64 GB/s, not a measured copy rate; on an H200 machine 3.6 GiB
-// each way per 0.59 s step stayed hidden, docs/benchmarks.md "MLP offload").
+// TFLOP/s, so the window is not overestimated), bytes at kHostLinkBytesPerSecond (a margin
+// under the 55 GB/s that 319 MB pinned copies reached each way on an H200 machine,
+// docs/benchmarks.md "MLP offload").
 inline constexpr double kHostLinkBytesPerSecond = 40e9;
 inline constexpr double kOffloadLayerFlopsPerSecond = 500e12;
 // Backward starts bringing an offloaded layer's gate and up back this many layers ahead of its
