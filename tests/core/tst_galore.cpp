@@ -300,7 +300,12 @@ class TstGaLore : public QObject {
           "final weights max rel %.3g (%s), projections |<p_i, q_i>| - 1 max %.3g",
           static_cast<long>(steps), static_cast<long>(o.galore.rank), static_cast<long>(o.galore.update_proj_gap),
           static_cast<long>(opt->svd_count()), worst_loss, worst_param, worst_name.c_str(), worst_proj);
-    QVERIFY(worst_loss < 1e-5);
+    // With one projection the runs agree to rounding. Refreshing every 2 steps takes 42 SVDs of
+    // gradients whose rank-8 cut falls between close singular values: the two libraries'
+    // subspaces then differ by up to ~3e-3 on some CPUs (2.7e-3 measured on this project's CI
+    // machine, an Intel Xeon, where the loss differed by 2.4e-5 relative; the same code
+    // passed 1e-5 on the earlier one), so that case is held to 1e-4.
+    QVERIFY(worst_loss < (gap >= steps ? 1e-5 : 1e-4));
     if (gap >= steps) {
       QVERIFY(worst_param < 1e-5);
       QVERIFY(worst_proj < 1e-4);
