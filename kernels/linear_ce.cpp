@@ -101,7 +101,8 @@ Plan make_plan(const Tensor& targets, std::int64_t vocab, const LinearCeOptions&
 // (0 for ignored rows) and, when write_grad, logits overwritten in place with
 // softmax − onehot rounded to its dtype (zero rows for ignored targets).
 // logits [n, V] contiguous, targets [n] int64 contiguous, loss [n] fp32 contiguous.
-void row_step(Tensor& logits, const Tensor& targets, Tensor& loss, std::int64_t ignore_index, bool write_grad) {
+void row_step(Tensor& logits, const Tensor& targets, Tensor& loss, std::int64_t ignore_index, bool write_grad,
+              bool two_pass) {
 #ifdef ODYSSEY_HAVE_CUDA_KERNELS
   if (logits.is_cuda()) {
     const c10::cuda::CUDAGuard guard(logits.device());
@@ -111,11 +112,13 @@ void row_step(Tensor& logits, const Tensor& targets, Tensor& loss, std::int64_t 
                                               : launch::kLinearCeF16;
     const char* err = launch::linear_ce_rows(logits.data_ptr(), targets.data_ptr<std::int64_t>(), loss.data_ptr<float>(),
                                              logits.size(0), logits.size(1), ignore_index, code, write_grad,
-                                             at::cuda::getCurrentCUDAStream(logits.device().index()).stream());
+                                             at::cuda::getCurrentCUDAStream(logits.device().index()).stream(),
+                                             two_pass ? launch::kLinearCeTwoPass : launch::kLinearCeAuto);
     TORCH_CHECK(err == nullptr, "linear_cross_entropy: CUDA row kernel: ", err);
     return;
   }
 #endif
+  static_cast<void>(two_pass);  // one ATen path
   const Tensor x = logits.to(torch::kFloat32);  // no copy for fp32
   const Tensor counted = targets.ne(ignore_index);
   const Tensor safe = at::where(counted, targets, at::zeros({}, targets.options())).unsqueeze(1);
@@ -230,7 +233,7 @@ Result run(const Tensor& hidden, const Tensor& weight, const Tensor& targets_in,
     const Tensor h = hidden.narrow(0, i, n);
     Tensor logits = at::linear(h, weight).contiguous();
     Tensor loss = loss_rows.narrow(0, i, n);
-    row_step(logits, targets.narrow(0, i, n), loss, options.ignore_index, write_grad);
+    row_step(logits, targets.narrow(0, i, n), loss, options.ignore_index, write_grad, options.two_pass_rows);
     // `logits` now holds the chunk's gradient g = softmax − onehot.
     if (need_hidden) {
       Tensor dh = result.dhidden.narrow(0, i, n);

@@ -16,8 +16,16 @@
 // 152K logits, against 8.7 with the product; a one-read variant on thread-block clusters,
 // each block keeping its slice of the row in shared memory, took 13.7: one or two blocks per
 // SM could not overlap their loads with the exponentials).
+//
+// With a gradient, rows that fit take linear_ce_cluster_kernel instead: a cluster of kCluster
+// blocks shares a row, each block holding its slice in registers (at most K 16-byte packs per
+// thread), so the row is read from memory once, not twice. The blocks' (max, Σ) pairs meet
+// through distributed shared memory between two cluster barriers. Small slices keep three
+// blocks on an SM, so one block's loads overlap another's exponentials (the shared-memory
+// cluster variant above had one or two).
 #include "kernels/linear_ce_launch.h"
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -192,9 +200,174 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// A 16-byte pack held as raw words (uint4) in the cluster kernel: element i read as fp32 and
+// written back rounded, by bit operations on the word that holds it (bf16 → fp32 is exact as
+// a shift). Raw words keep the register use of a pack at four (typed packs of bf16 spilled).
+// Word j (0..3) of a pack; j is a constant once the callers' loops are unrolled.
+__device__ __forceinline__ unsigned& word(uint4& r, int j) { return j == 0 ? r.x : j == 1 ? r.y : j == 2 ? r.z : r.w; }
+__device__ __forceinline__ unsigned word(const uint4& r, int j) { return j == 0 ? r.x : j == 1 ? r.y : j == 2 ? r.z : r.w; }
+
+template <class T>
+struct Lanes;
+template <>
+struct Lanes<float> {
+  static constexpr int kCount = 4;
+  __device__ static float get(const uint4& r, int i) { return __uint_as_float(word(r, i)); }
+  __device__ static void set(uint4& r, int i, float v) { word(r, i) = __float_as_uint(v); }
+};
+template <>
+struct Lanes<__nv_bfloat16> {
+  static constexpr int kCount = 8;
+  __device__ static float get(const uint4& r, int i) {
+    const unsigned w = word(r, i >> 1);
+    return __uint_as_float((i & 1) != 0 ? (w & 0xffff0000u) : (w << 16));
+  }
+  __device__ static void set(uint4& r, int i, float v) {
+    const unsigned b = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+    unsigned& w = word(r, i >> 1);
+    w = (i & 1) != 0 ? ((w & 0x0000ffffu) | (b << 16)) : ((w & 0xffff0000u) | b);
+  }
+};
+template <>
+struct Lanes<__half> {
+  static constexpr int kCount = 8;
+  __device__ static float get(const uint4& r, int i) {
+    const unsigned w = word(r, i >> 1);
+    return __half2float(__ushort_as_half(static_cast<unsigned short>((i & 1) != 0 ? (w >> 16) : (w & 0xffffu))));
+  }
+  __device__ static void set(uint4& r, int i, float v) {
+    const unsigned b = __half_as_ushort(__float2half_rn(v));
+    unsigned& w = word(r, i >> 1);
+    w = (i & 1) != 0 ? ((w & 0x0000ffffu) | (b << 16)) : ((w & 0xffff0000u) | b);
+  }
+};
+
+// The row step with the gradient, one row per cluster of kCluster blocks (grid-stride over
+// rows by clusters). Rows are 16-byte aligned and a whole number of packs (the launcher
+// checks); block `rank` owns packs [rank·per_block, min(packs, (rank + 1)·per_block)), thread t
+// of it the packs t, t + kClusterThreads, … of that slice, at most K of them, in registers.
+constexpr int kCluster = 8;
+constexpr int kClusterThreads = 512;
+
+template <class T, int K>
+__global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kClusterThreads, K <= 5 ? 3 : 2)
+    linear_ce_cluster_kernel(T* __restrict__ logits, const std::int64_t* __restrict__ targets,
+                             float* __restrict__ loss, std::int64_t rows, std::int64_t vocab,
+                             std::int64_t ignore_index) {
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  __shared__ Stat shared[32];
+  __shared__ Stat slice;  // this block's (max, Σ) of its slice, read by the whole cluster
+  constexpr int kPack = Lanes<T>::kCount;
+  using L = Lanes<T>;
+  // Offsets inside a row are int32: a qualifying row has at most 2^19 elements.
+  const int tid = static_cast<int>(threadIdx.x);
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int packs = static_cast<int>(vocab / kPack);
+  const int per_block = (packs + kCluster - 1) / kCluster;
+  const int first = rank * per_block + tid;  // this thread's first pack
+  const int end = min(packs, (rank + 1) * per_block);
+  const std::int64_t clusters = gridDim.x / kCluster;
+  for (std::int64_t row = blockIdx.x / kCluster; row < rows; row += clusters) {
+    uint4* body = reinterpret_cast<uint4*>(logits + row * vocab);
+    const std::int64_t target64 = targets[row];  // uniform in the cluster
+    if (target64 == ignore_index || target64 < 0 || target64 >= vocab) {
+      if (rank == 0 && tid == 0) loss[row] = target64 == ignore_index ? 0.0f : __int_as_float(0x7fc00000);
+      const uint4 zeros = make_uint4(0u, 0u, 0u, 0u);  // +0 in every dtype
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const int p = first + k * kClusterThreads;
+        if (p < end) body[p] = zeros;
+      }
+      continue;
+    }
+    const int target = static_cast<int>(target64);
+    // Block 0 reads the target's logit before the first cluster barrier; its owner writes it
+    // only after that barrier.
+    const float x_target = rank == 0 && tid == 0 ? Io<T>::load(logits[row * vocab + target]) : 0.0f;
+    uint4 reg[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {  // every load issued before any arithmetic
+      const int p = first + k * kClusterThreads;
+      if (p < end) reg[k] = body[p];
+    }
+    // The thread's maximum first, then Σ exp(x − max) with that one maximum: no rescaling,
+    // and one element converted at a time (fewer live registers than add()'s eight).
+    Stat st{-INFINITY, 0.0f};
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      if (first + k * kClusterThreads < end) {
+#pragma unroll
+        for (int i = 0; i < kPack; ++i) st.m = fmaxf(st.m, L::get(reg[k], i));
+      }
+    if (st.m != -INFINITY) {  // all −inf (or no pack): the empty pair
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        if (first + k * kClusterThreads < end) {
+#pragma unroll
+          for (int i = 0; i < kPack; ++i) st.s += expf(L::get(reg[k], i) - st.m);
+        }
+    }
+    st = block_reduce(st, shared);
+    if (tid == 0) slice = st;
+    cluster.sync();  // every block's slice pair is written
+    if (tid < 32) {  // warp 0 merges the cluster's pairs (lane r reads block r's)
+      Stat all = tid < kCluster ? *cluster.map_shared_rank(&slice, static_cast<unsigned>(tid)) : Stat{-INFINITY, 0.0f};
+#pragma unroll
+      for (int offset = 16; offset > 0; offset >>= 1) {
+        const Stat other{__shfl_xor_sync(kFullMask, all.m, offset), __shfl_xor_sync(kFullMask, all.s, offset)};
+        merge(all, other);
+      }
+      if (tid == 0) shared[0] = all;
+    }
+    cluster.sync();  // the pairs are read (the next row may overwrite `slice`) and shared[0] is set
+    const Stat all = shared[0];
+    if (rank == 0 && tid == 0) loss[row] = (all.m - x_target) + logf(all.s);
+    const float inv = 1.0f / all.s;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int p = first + k * kClusterThreads;
+      if (p < end) {
+        const int j0 = p * kPack;
+        uint4 out = reg[k];
+#pragma unroll
+        for (int i = 0; i < kPack; ++i) {
+          const float q = expf(L::get(reg[k], i) - all.m) * inv;
+          L::set(out, i, j0 + i == target ? q - 1.0f : q);
+        }
+        body[p] = out;
+      }
+    }
+    __syncthreads();  // shared[0] is read by every thread before the next row's block_reduce
+  }
+}
+
+// Packs per thread the cluster kernel needs for `vocab`, or 0 when the row does not qualify.
+template <class T>
+int cluster_packs(const void* logits, std::int64_t vocab) {
+  constexpr std::int64_t pack = 16 / static_cast<std::int64_t>(sizeof(T));
+  if ((reinterpret_cast<std::uintptr_t>(logits) & 15u) != 0 || vocab % pack != 0) return 0;
+  if (vocab > (std::int64_t{1} << 20)) return 0;
+  const std::int64_t per_block = (vocab / pack + kCluster - 1) / kCluster;
+  const std::int64_t per_thread = (per_block + kClusterThreads - 1) / kClusterThreads;
+  return per_thread <= 5 ? 5 : per_thread <= 8 ? 8 : 0;
+}
+
 template <class T>
 void launch(void* logits, const std::int64_t* targets, float* loss, std::int64_t rows, std::int64_t vocab,
-            std::int64_t ignore_index, bool write_grad, cudaStream_t stream) {
+            std::int64_t ignore_index, bool write_grad, int variant, cudaStream_t stream) {
+  const int k = write_grad && variant != kLinearCeTwoPass ? cluster_packs<T>(logits, vocab) : 0;
+  if (k > 0) {
+    const std::int64_t clusters = rows < kMaxGrid / kCluster ? rows : kMaxGrid / kCluster;
+    const auto grid = static_cast<unsigned>(clusters * kCluster);
+    if (k == 5)
+      linear_ce_cluster_kernel<T, 5><<<grid, kClusterThreads, 0, stream>>>(static_cast<T*>(logits), targets, loss, rows,
+                                                                          vocab, ignore_index);
+    else
+      linear_ce_cluster_kernel<T, 8><<<grid, kClusterThreads, 0, stream>>>(static_cast<T*>(logits), targets, loss, rows,
+                                                                          vocab, ignore_index);
+    return;
+  }
   const auto grid = static_cast<unsigned>(rows < kMaxGrid ? rows : kMaxGrid);
   linear_ce_rows_kernel<T><<<grid, kThreads, 0, stream>>>(static_cast<T*>(logits), targets, loss, rows, vocab,
                                                           ignore_index, write_grad);
@@ -203,20 +376,22 @@ void launch(void* logits, const std::int64_t* targets, float* loss, std::int64_t
 }  // namespace
 
 const char* linear_ce_rows(void* logits, const std::int64_t* targets, float* loss, std::int64_t rows,
-                           std::int64_t vocab, std::int64_t ignore_index, int dtype, bool write_grad, void* stream) {
+                           std::int64_t vocab, std::int64_t ignore_index, int dtype, bool write_grad, void* stream,
+                           int variant) {
   if (rows < 0 || vocab <= 0) return "linear_ce_rows: rows must be >= 0 and vocab > 0";
   if (rows == 0) return nullptr;
   if (logits == nullptr || targets == nullptr || loss == nullptr) return "linear_ce_rows: null pointer";
+  if (variant != kLinearCeAuto && variant != kLinearCeTwoPass) return "linear_ce_rows: unknown kernel variant";
   const auto s = static_cast<cudaStream_t>(stream);
   switch (dtype) {
     case kLinearCeF32:
-      launch<float>(logits, targets, loss, rows, vocab, ignore_index, write_grad, s);
+      launch<float>(logits, targets, loss, rows, vocab, ignore_index, write_grad, variant, s);
       break;
     case kLinearCeBf16:
-      launch<__nv_bfloat16>(logits, targets, loss, rows, vocab, ignore_index, write_grad, s);
+      launch<__nv_bfloat16>(logits, targets, loss, rows, vocab, ignore_index, write_grad, variant, s);
       break;
     case kLinearCeF16:
-      launch<__half>(logits, targets, loss, rows, vocab, ignore_index, write_grad, s);
+      launch<__half>(logits, targets, loss, rows, vocab, ignore_index, write_grad, variant, s);
       break;
     default:
       return "linear_ce_rows: unsupported dtype code (0 f32, 1 bf16, 2 f16)";

@@ -19,6 +19,9 @@ namespace odyssey::kernels {
 struct LinearCeOptions {
   std::int64_t chunk_tokens = 0;  // 0: as many rows as make about 2^26 logits
   std::int64_t ignore_index = -100;
+  // CUDA only: always the two-pass row kernel (reads each row twice), not the one-read
+  // cluster kernel where that applies; for the selftest and benchmarks that compare them.
+  bool two_pass_rows = false;
 };
 
 // hidden [T, H] (bf16, f16 or f32), weight [V, H] of the same dtype, targets int64 [T].

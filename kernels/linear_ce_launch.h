@@ -19,8 +19,14 @@ enum LinearCeDtype : int { kLinearCeF32 = 0, kLinearCeBf16 = 1, kLinearCeF16 = 2
 // ignored rows). The caller validates the targets first (the wrapper does, once per call):
 // a target outside [0, vocab) that is not ignore_index gives loss NaN and a zero gradient
 // row, never an out-of-bounds access. Asynchronous on `stream` (a cudaStream_t).
+// variant: kLinearCeAuto takes the one-read cluster kernel when the row qualifies (a gradient
+// is written, rows 16-byte aligned, at most 8 packs of 16 bytes per thread: 262,144 16-bit or
+// 131,072 fp32 logits), else the two-pass kernel; kLinearCeTwoPass always the two-pass one
+// (the selftest and the benchmark compare them).
 // Returns nullptr on success, else a static message (bad arguments or the launch error).
+enum LinearCeVariant : int { kLinearCeAuto = 0, kLinearCeTwoPass = 1 };
 const char* linear_ce_rows(void* logits, const std::int64_t* targets, float* loss, std::int64_t rows,
-                           std::int64_t vocab, std::int64_t ignore_index, int dtype, bool write_grad, void* stream);
+                           std::int64_t vocab, std::int64_t ignore_index, int dtype, bool write_grad, void* stream,
+                           int variant = kLinearCeAuto);
 
 }  // namespace odyssey::kernels::launch

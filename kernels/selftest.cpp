@@ -273,11 +273,12 @@ Case rope_case(const torch::Device& dev, std::int64_t tokens, std::int64_t hq, s
   return c;
 }
 
+// two_pass: the CUDA row step's two-pass kernel even where the one-read cluster kernel applies.
 Case linear_ce_case(const torch::Device& dev, std::int64_t tokens, std::int64_t hidden, std::int64_t vocab,
-                    std::int64_t chunk) {
+                    std::int64_t chunk, bool two_pass = false) {
   Case c;
   c.kernel = "linear_cross_entropy " + std::to_string(tokens) + "x" + std::to_string(hidden) + " V" +
-             std::to_string(vocab);
+             std::to_string(vocab) + (two_pass ? " two-pass rows" : "");
   c.output_names = {"loss"};
   c.input_names = {"hidden", "weight", "targets"};
   const auto o = torch::TensorOptions().device(dev);
@@ -286,9 +287,10 @@ Case linear_ce_case(const torch::Device& dev, std::int64_t tokens, std::int64_t 
   c.inputs = {torch::randn({tokens, hidden}, o), 0.05 * torch::randn({vocab, hidden}, o), targets};
   c.differentiable = {true, true, false};
   c.cotangents = {torch::full({}, 0.37, o)};
-  c.fused = [chunk](const Tensors& in) {
+  c.fused = [chunk, two_pass](const Tensors& in) {
     LinearCeOptions opt;
     opt.chunk_tokens = chunk;
+    opt.two_pass_rows = two_pass;
     return Tensors{linear_cross_entropy(in[0], in[1], in[2], opt)};
   };
   c.reference = [](const Tensors& in) { return Tensors{linear_cross_entropy_reference(in[0], in[1], in[2])}; };
@@ -319,7 +321,14 @@ std::vector<SelftestRow> run_selftest(const torch::Device& device) {
     cases.push_back(rms_norm_linear_case(device, 2048, 3584, 4608, 16));  // one projection of 7B's q, k and v widths
     cases.push_back(rms_norm_mlp_case(device, 1024, 3584, 18944, 16));
     cases.push_back(rope_case(device, 4099, 28, 4, 128));
+    // 16-bit rows of Qwen's vocabulary take the one-read cluster kernel (5 packs a thread),
+    // fp32 ones the two-pass kernel (too long for the registers); both kernels on bf16 rows;
+    // Llama 3's 128,256 takes the cluster kernel in fp32 too (8 packs); GPT-2's odd 50,257
+    // leaves rows unaligned (two-pass).
     cases.push_back(linear_ce_case(device, 1024, 3584, 152064, 300));
+    cases.push_back(linear_ce_case(device, 1024, 3584, 152064, 300, /*two_pass=*/true));
+    cases.push_back(linear_ce_case(device, 515, 1024, 128256, 200));
+    cases.push_back(linear_ce_case(device, 333, 768, 50257, 128));
   } else {
     cases.push_back(rms_case(device, 37, 200));
     cases.push_back(swiglu_case(device, 29, 301));

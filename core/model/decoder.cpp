@@ -219,18 +219,29 @@ DecoderLayerImpl::DecoderLayerImpl(const DecoderConfig& c, const torch::TensorOp
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const LayerContext& ctx) {
-  if (fused) {  // h = x + attention rounded as HF's add, normalised in the same pass
-    // The projections keep each norm's input (kept by the norm anyway), not its output.
-    NormSource in;
-    in.input = x, in.weight = input_layernorm->weight, in.eps = input_layernorm->eps;
-    auto [normed, h] = kernels::add_rms_norm(self_attn(input_layernorm(x), ctx, &in), x,
-                                             post_attention_layernorm->weight, post_attention_layernorm->eps);
-    NormSource post;
-    post.input = h, post.weight = post_attention_layernorm->weight, post.eps = post_attention_layernorm->eps;
-    return h + mlp(normed, &post, ctx.mlp_offload);
+  if (fused) {
+    const auto [h, m] = forward_split(x, {}, ctx);
+    return h + m;
   }
   torch::Tensor h = x + self_attn(input_layernorm(x), ctx);
   return h + mlp(post_attention_layernorm(h));
+}
+
+std::pair<torch::Tensor, torch::Tensor> DecoderLayerImpl::forward_split(const torch::Tensor& x,
+                                                                        const torch::Tensor& residual,
+                                                                        const LayerContext& ctx) {
+  TORCH_CHECK(fused, "DecoderLayer::forward_split needs the fused kernels");
+  // s = x + residual rounded as HF's add (x itself without a residual), normalised in the
+  // same pass; then h = s + attention, likewise. The projections keep each norm's input (kept
+  // by the norm anyway), not its output.
+  const auto [n, s] = kernels::add_rms_norm(x, residual, input_layernorm->weight, input_layernorm->eps);
+  NormSource in;
+  in.input = s, in.weight = input_layernorm->weight, in.eps = input_layernorm->eps;
+  auto [normed, h] = kernels::add_rms_norm(self_attn(n, ctx, &in), s, post_attention_layernorm->weight,
+                                           post_attention_layernorm->eps);
+  NormSource post;
+  post.input = h, post.weight = post_attention_layernorm->weight, post.eps = post_attention_layernorm->eps;
+  return {h, mlp(normed, &post, ctx.mlp_offload)};
 }
 
 DecoderBodyImpl::DecoderBodyImpl(const DecoderConfig& c, const torch::TensorOptions& o) {
@@ -310,7 +321,7 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
               attention_mask.sizes());
   torch::Tensor h = model->embed_tokens(input_ids);
   const LayerContext ctx = context(input_ids, attention_mask, position_ids, h.scalar_type());
-  return model->norm(run_layers(h, ctx));
+  return layers_and_norm(h, ctx);
 }
 
 torch::Tensor CausalLMImpl::hidden_states_packed(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
@@ -324,10 +335,10 @@ torch::Tensor CausalLMImpl::hidden_states_packed(const torch::Tensor& input_ids,
   ctx.cu_seqlens = cu_seqlens.to(input_ids.device(), torch::kInt32);
   ctx.max_seqlen = max_seqlen;
   ctx.attention_override = std::move(attention);
-  return model->norm(run_layers(h, ctx));
+  return layers_and_norm(h, ctx);
 }
 
-torch::Tensor CausalLMImpl::run_layers(torch::Tensor h, const LayerContext& ctx) {
+torch::Tensor CausalLMImpl::layers_and_norm(torch::Tensor h, const LayerContext& ctx) {
   const bool recording = torch::GradMode::is_enabled();
   const auto offload = recording && offload_checkpoints_ && h.is_cuda() ? make_offload_chain() : nullptr;
   const std::size_t n = model->layer_list.size();
@@ -336,31 +347,52 @@ torch::Tensor CausalLMImpl::run_layers(torch::Tensor h, const LayerContext& ctx)
   // the output of layer min(i + lead, last) (a gradient hook there).
   std::shared_ptr<kernels::OffloadChain> mlp_chain;
   std::vector<std::vector<std::size_t>> prefetch_at(n);
+  // The last layer's output is h + m while m is defined (forward_split's pair), else h.
+  torch::Tensor m;
+  auto output = [&] {
+    if (m.defined()) h = h + m;
+    m = torch::Tensor();
+    return h;
+  };
   for (std::size_t i = 0; i < n; ++i) {
     DecoderLayer layer = model->layer_list[i];
-    if (recording && flagged(checkpoint_layers_, i)) {
+    LayerContext lctx = ctx;
+    const bool ckpt = recording && flagged(checkpoint_layers_, i);
+    const bool mlp_off = !ckpt && recording && flagged(mlp_offload_layers_, i) && !layer->mlp->recompute;
+    if (ckpt) {
+      h = output();
       if (!h.requires_grad()) h = h.detach().requires_grad_(true);  // frozen embeddings (LoRA)
-      LayerContext lctx = ctx;
       if (flagged(keep_attention_layers_, i) && ctx.cu_seqlens.defined())
         lctx.stash = std::make_shared<AttentionStash>();
       h = checkpointed([layer, lctx](const torch::Tensor& x) mutable { return layer(x, lctx); }, h, offload);
-    } else if (recording && flagged(mlp_offload_layers_, i) && !layer->mlp->recompute) {
-      if (!mlp_chain) mlp_chain = kernels::make_offload_chain();
-      LayerContext lctx = ctx;
-      lctx.mlp_offload = mlp_chain;
-      const std::size_t first = mlp_chain->size();
-      h = layer(h, lctx);
-      auto& at = prefetch_at[std::min(n - 1, i + static_cast<std::size_t>(mlp_offload_lead_))];
-      for (std::size_t e = first; e < mlp_chain->size(); ++e) at.push_back(e);
     } else {
-      h = layer(h, ctx);
+      if (mlp_off) {
+        if (!mlp_chain) mlp_chain = kernels::make_offload_chain();
+        lctx.mlp_offload = mlp_chain;
+      }
+      const std::size_t first = mlp_chain ? mlp_chain->size() : 0;
+      if (layer->fused) {  // x + residual = the previous output: (m, h) of a split layer, else (h, none)
+        auto [next_h, next_m] = m.defined() ? layer->forward_split(m, h, lctx) : layer->forward_split(h, {}, lctx);
+        h = std::move(next_h);
+        m = std::move(next_m);
+      } else {
+        h = layer(output(), lctx);
+      }
+      if (mlp_off) {
+        auto& at = prefetch_at[std::min(n - 1, i + static_cast<std::size_t>(mlp_offload_lead_))];
+        for (std::size_t e = first; e < mlp_chain->size(); ++e) at.push_back(e);
+      }
     }
-    if (!prefetch_at[i].empty() && h.requires_grad())
-      h.register_hook([chain = mlp_chain, entries = std::move(prefetch_at[i])](const torch::Tensor&) {
+    // The layer's output gets its gradient when the next layer's backward has run: on m when
+    // the output is a pair (m's gradient is the output's).
+    const torch::Tensor& out = m.defined() ? m : h;
+    if (!prefetch_at[i].empty() && out.requires_grad())
+      out.register_hook([chain = mlp_chain, entries = std::move(prefetch_at[i])](const torch::Tensor&) {
         for (const std::size_t e : entries) chain->prefetch(e);
       });
   }
-  return h;
+  if (m.defined()) return kernels::add_rms_norm(m, h, model->norm->weight, model->norm->eps).first;
+  return model->norm(h);
 }
 
 torch::Tensor CausalLMImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,

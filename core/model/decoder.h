@@ -169,6 +169,12 @@ class DecoderLayerImpl : public torch::nn::Module {
  public:
   DecoderLayerImpl(const DecoderConfig& c, const torch::TensorOptions& o);
   torch::Tensor forward(const torch::Tensor& x, const LayerContext& ctx);
+  // The fused layer (fused only) on the input x + residual (residual undefined: x alone),
+  // its output left as the pair {h, m} whose sum h + m is forward()'s output: the next fused
+  // layer adds them in its input norm's kernel (add_rms_norm), so the residual add and, in
+  // backward, the sum of the residual's two gradients run inside the norm's kernels.
+  std::pair<torch::Tensor, torch::Tensor> forward_split(const torch::Tensor& x, const torch::Tensor& residual,
+                                                        const LayerContext& ctx);
   Attention self_attn{nullptr};
   Mlp mlp{nullptr};
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
@@ -259,7 +265,9 @@ class CausalLMImpl : public torch::nn::Module {
  private:
   LayerContext context(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                        const torch::Tensor& position_ids, torch::ScalarType dtype);
-  torch::Tensor run_layers(torch::Tensor h, const LayerContext& ctx);
+  // Every decoder layer, then the final norm. Runs of fused layers that are not checkpointed
+  // hand each other their output as forward_split's pair.
+  torch::Tensor layers_and_norm(torch::Tensor h, const LayerContext& ctx);
   std::vector<bool> checkpoint_layers_;
   bool offload_checkpoints_ = false;
   std::int64_t mlp_tile_tokens_ = 0;

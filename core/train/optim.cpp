@@ -18,6 +18,14 @@ double Optimizer::clip_grad_norm(double max_norm) {
   return train::clip_grad_norm(ps, max_norm);
 }
 
+torch::Tensor Optimizer::clip_and_step(double max_norm, double lr, const torch::Tensor& loss) {
+  if (!std::isfinite(loss.to(torch::kCPU, torch::kFloat64).item<double>()))
+    return torch::full({}, std::nan(""), torch::kFloat32);
+  const double norm = clip_grad_norm(max_norm);
+  if (std::isfinite(norm)) step(lr);  // else an overflow in backward: the update would poison every weight
+  return torch::full({}, norm, torch::kFloat32);
+}
+
 void Optimizer::zero_grad() {
   for (auto& p : params_)
     if (p.param.grad().defined()) p.param.mutable_grad() = torch::Tensor();
@@ -69,7 +77,20 @@ AdamW::AdamW(std::vector<NamedParam> params, AdamWOptions options)
   }
 }
 
-void AdamW::step(double lr) {
+void AdamW::step(double lr) { update(lr, std::nullopt); }
+
+torch::Tensor AdamW::clip_and_step(double max_norm, double lr, const torch::Tensor& loss) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> ps;
+  for (const auto& p : params_) ps.push_back(p.param);
+  const torch::Tensor norm = train::clip_grad_norm_tensor(ps, max_norm);
+  if (!norm.defined()) return torch::zeros({}, torch::kFloat32);  // no gradient: nothing to update
+  const torch::Tensor finite = torch::isfinite(norm).logical_and(torch::isfinite(loss.to(norm.device()).reshape({})));
+  update(lr, finite.logical_not().to(torch::kFloat32));
+  return norm;
+}
+
+void AdamW::update(double lr, const std::optional<torch::Tensor>& skip) {
   torch::NoGradGuard no_grad;
   // One fused call per (decay, device, dtype) group, as torch groups tensors.
   std::map<std::tuple<bool, std::string, int>, std::vector<std::size_t>> groups;
@@ -87,10 +108,16 @@ void AdamW::step(double lr) {
       v.push_back(exp_avg_sq_[i]);
       st.push_back(steps_[i]);
     }
-    at::_foreach_add_(st, 1.0);
+    if (skip) {  // the counts advance by 1 − skip; the kernel returns at once when skip is 1
+      const torch::Tensor advance = 1.0 - skip->to(ps.front().device());
+      at::_foreach_add_(st, std::vector<torch::Tensor>(st.size(), advance));
+    } else {
+      at::_foreach_add_(st, 1.0);
+    }
     at::_fused_adamw_(ps, gs, m, v, /*max_exp_avg_sqs=*/{}, st, lr, options_.beta1, options_.beta2,
                       std::get<0>(key) ? options_.weight_decay : 0.0, options_.eps, /*amsgrad=*/false,
-                      /*maximize=*/false);
+                      /*maximize=*/false, /*grad_scale=*/std::nullopt,
+                      skip ? std::optional<torch::Tensor>(skip->to(ps.front().device())) : std::nullopt);
   }
 }
 
@@ -165,18 +192,23 @@ std::int64_t warmup_steps_for(std::int64_t warmup_steps, double warmup_ratio, st
 }
 
 double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
+  const torch::Tensor total = clip_grad_norm_tensor(params, max_norm);
+  return total.defined() ? total.item<double>() : 0.0;
+}
+
+torch::Tensor clip_grad_norm_tensor(const std::vector<torch::Tensor>& params, double max_norm) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> grads;
   for (const auto& p : params)
     if (p.grad().defined()) grads.push_back(p.grad());
-  if (grads.empty()) return 0.0;
+  if (grads.empty()) return {};
   const std::vector<torch::Tensor> norms = at::_foreach_norm(grads, 2);
   const torch::Tensor total = torch::linalg_vector_norm(torch::stack(norms), 2);
   if (max_norm > 0) {
     const torch::Tensor coef = torch::clamp(max_norm / (total + 1e-6), std::nullopt, 1.0);
     at::_foreach_mul_(grads, coef);
   }
-  return total.item<double>();
+  return total;
 }
 
 }  // namespace odyssey::train

@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,13 @@ class Optimizer {
   virtual double clip_grad_norm(double max_norm);
   // One update at learning rate `lr`.
   virtual void step(double lr) = 0;
+  // The step's clipping and update as one call, which an optimizer may run with no host
+  // synchronisation: returns the gradient norm before clipping (clip_grad_norm's, a 0-d
+  // tensor, possibly still being computed on the device), and no update is made when that
+  // norm or `loss` (0-d, any device) is not finite. The default reads `loss` on the host, and
+  // when it is finite clips and then steps unless the norm is not finite (its norm is NaN when
+  // `loss` is not finite). AdamW decides on the device (the fused kernel's found_inf).
+  virtual torch::Tensor clip_and_step(double max_norm, double lr, const torch::Tensor& loss);
   // Drops this step's gradients (after an update, or instead of one).
   virtual void zero_grad();
   // Named CPU tensors for checkpoints (optimizer.safetensors), and the inverse: every tensor
@@ -86,6 +94,10 @@ class AdamW : public Optimizer {
   std::string name() const override { return "adamw"; }
   // One update of every parameter that has a gradient, at learning rate `lr`.
   void step(double lr) override;
+  // Clipping and update with no host synchronisation: the norm and the skip flag stay on the
+  // device, the fused kernel skips its update when the flag is set and the step counts do
+  // not advance.
+  torch::Tensor clip_and_step(double max_norm, double lr, const torch::Tensor& loss) override;
   // exp_avg.<name>, exp_avg_sq.<name>, step.<name> (CPU copies), for checkpoints.
   NamedTensors state() const override;
   // The inverse; every parameter's three tensors must be present with matching shapes.
@@ -94,6 +106,8 @@ class AdamW : public Optimizer {
   std::int64_t state_bytes() const override;
 
  private:
+  // skip: an fp32 0-d tensor on the parameters' device, 1 to leave everything as it is.
+  void update(double lr, const std::optional<torch::Tensor>& skip);
   AdamWOptions options_;
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_, steps_;
 };
@@ -116,5 +130,8 @@ std::int64_t warmup_steps_for(std::int64_t warmup_steps, double warmup_ratio, st
 // Clips in place; returns the norm before clipping (fp32 scalar's value). max_norm <= 0:
 // only measures.
 double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
+// The same without reading the norm on the host: a 0-d fp32 tensor on the gradients' device
+// (undefined when no parameter has a gradient).
+torch::Tensor clip_grad_norm_tensor(const std::vector<torch::Tensor>& params, double max_norm);
 
 }  // namespace odyssey::train

@@ -65,21 +65,16 @@ StepResult StepEngine::step(const std::vector<PackedRow>& micro_batches) {
     world_->all_reduce(total);
     optimizer_->reduce_gradients(*world_);
   }
-  r.loss = total.cpu().item<double>() / denom;
   r.lr = options_.schedule.lr(step_);
-  if (!std::isfinite(r.loss)) {
-    optimizer_->zero_grad();
-    r.grad_norm = std::nan("");
-    return r;
-  }
-  r.grad_norm = optimizer_->clip_grad_norm(options_.max_grad_norm);
-  if (!std::isfinite(r.grad_norm)) {  // an overflow in backward: the update would poison every weight
-    optimizer_->zero_grad();
-    return r;
-  }
-  optimizer_->step(r.lr);
+  // Clipping, the finiteness check and the update are queued behind backward; the step's
+  // loss and norm are read once, after them (a non-finite one means no update was made).
+  const torch::Tensor norm = optimizer_->clip_and_step(options_.max_grad_norm, r.lr, total);
   optimizer_->zero_grad();
-  ++step_;
+  const torch::Tensor host =
+      torch::stack({total.reshape({}).to(torch::kFloat64), norm.to(total.device(), torch::kFloat64)}).cpu();
+  r.loss = host[0].item<double>() / denom;
+  r.grad_norm = std::isfinite(r.loss) ? host[1].item<double>() : std::nan("");
+  if (std::isfinite(r.grad_norm)) ++step_;
   return r;
 }
 

@@ -270,6 +270,65 @@ class TstTrainParity : public QObject {
   }
   // The MLP offload tier (gate and up through an OffloadChain; on the CPU the chain holds the
   // tensors themselves, so the same autograd path, slots and prefetch hooks run).
+  // A step whose gradient or loss is not finite makes no update (AdamW decides on the device,
+  // with no host read between backward and the update): parameters and optimizer state stay
+  // as they were, the schedule does not advance, and the next good step is the first step of
+  // a fresh engine to the bit.
+  void nonFiniteStepMakesNoUpdate() {
+    const Reference& R = reference("lora");
+    const auto rows = batches(R)[0];
+    auto snapshot = [](StepEngine& e) {
+      std::vector<torch::Tensor> out;
+      for (auto& p : e.model()->parameters())
+        if (p.requires_grad()) out.push_back(p.detach().clone());
+      for (auto& [name, t] : e.optimizer().state()) out.push_back(t.clone());
+      return out;
+    };
+    auto same = [](const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+      if (a.size() != b.size()) return false;
+      for (std::size_t i = 0; i < a.size(); ++i)
+        if (!torch::equal(a[i], b[i])) return false;
+      return true;
+    };
+    StepEngine fresh = engine(R, true);
+    const StepResult first = fresh.step(rows);
+    QVERIFY(std::isfinite(first.loss) && std::isfinite(first.grad_norm));
+
+    // An overflowing gradient with a finite loss: the norm is infinite.
+    StepEngine e = engine(R, true);
+    const std::vector<torch::Tensor> before = snapshot(e);
+    torch::Tensor victim;
+    for (auto& p : e.model()->parameters())
+      if (p.requires_grad()) victim = p;
+    const unsigned hook = victim.register_hook([](const torch::Tensor& g) { return g * INFINITY; });
+    const StepResult bad = e.step(rows);
+    victim.remove_hook(hook);
+    QCOMPARE(bad.loss, first.loss);
+    QVERIFY(!std::isfinite(bad.grad_norm));
+    QVERIFY(same(snapshot(e), before));
+    const StepResult good = e.step(rows);
+    QCOMPARE(good.loss, first.loss);
+    QCOMPARE(good.grad_norm, first.grad_norm);
+    QCOMPARE(good.lr, first.lr);
+    QVERIFY(same(snapshot(e), snapshot(fresh)));
+
+    // A NaN loss (one trainable weight poisoned): norm reported NaN, nothing else changes.
+    StepEngine n = engine(R, true);
+    {
+      torch::NoGradGuard no_grad;
+      victim = torch::Tensor();
+      for (auto& p : n.model()->parameters())
+        if (p.requires_grad()) victim = p;
+      victim.view({-1})[0] = NAN;
+    }
+    const std::vector<torch::Tensor> poisoned = snapshot(n);
+    const StepResult nan_step = n.step(rows);
+    QVERIFY(std::isnan(nan_step.loss) && std::isnan(nan_step.grad_norm));
+    const std::vector<torch::Tensor> after = snapshot(n);
+    QCOMPARE(after.size(), poisoned.size());
+    for (std::size_t i = 0; i < after.size(); ++i)  // NaN != NaN: compare with NaNs equal
+      QVERIFY(torch::allclose(after[i], poisoned[i], 0.0, 0.0, /*equal_nan=*/true));
+  }
   void loraMlpOffloadMatchesPeft() {
     check_loop("lora", true, [](CausalLM& lm) {
       lm->set_fused_kernels(true);
