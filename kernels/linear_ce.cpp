@@ -246,10 +246,16 @@ Result run(const Tensor& hidden, const Tensor& weight, const Tensor& targets_in,
 }
 
 // src · g as `dtype`, the product formed in fp32 and rounded once; g is a 0-d tensor that
-// stays on the device. 16-bit results go through fp32 slices of at most kSliceElements.
+// stays on the device. An fp32 source (dweight) takes one multiply that casts as it stores;
+// a 16-bit one (dhidden) goes through fp32 slices of at most kSliceElements.
 Tensor scaled(const Tensor& src, const Tensor& g, torch::ScalarType dtype) {
   const Tensor gf = g.to(src.device(), torch::kFloat32);
   if (src.scalar_type() == torch::kFloat32 && dtype == torch::kFloat32) return src * gf;
+  if (src.scalar_type() == torch::kFloat32) {  // one kernel: the product in fp32, cast as it is stored
+    Tensor out = at::empty(src.sizes(), src.options().dtype(dtype));
+    at::mul_out(out, src, gf);
+    return out;
+  }
   Tensor out = at::empty(src.sizes(), src.options().dtype(dtype));
   const std::int64_t rows = src.size(0);
   const std::int64_t step =

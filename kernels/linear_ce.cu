@@ -203,6 +203,15 @@ __global__ void __launch_bounds__(kThreads)
 // A 16-byte pack held as raw words (uint4) in the cluster kernel: element i read as fp32 and
 // written back rounded, by bit operations on the word that holds it (bf16 → fp32 is exact as
 // a shift). Raw words keep the register use of a pack at four (typed packs of bf16 spilled).
+// 2^x on the special-function unit (relative error about 2^-22; −inf gives 0): exp(x − m) is
+// ex2(x·log2 e − m·log2 e), one FMA and one ex2 where expf takes several instructions.
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+constexpr float kLog2e = 1.4426950408889634f;
+
 // Word j (0..3) of a pack; j is a constant once the callers' loops are unrolled.
 __device__ __forceinline__ unsigned& word(uint4& r, int j) { return j == 0 ? r.x : j == 1 ? r.y : j == 2 ? r.z : r.w; }
 __device__ __forceinline__ unsigned word(const uint4& r, int j) { return j == 0 ? r.x : j == 1 ? r.y : j == 2 ? r.z : r.w; }
@@ -214,6 +223,10 @@ struct Lanes<float> {
   static constexpr int kCount = 4;
   __device__ static float get(const uint4& r, int i) { return __uint_as_float(word(r, i)); }
   __device__ static void set(uint4& r, int i, float v) { word(r, i) = __float_as_uint(v); }
+  __device__ static void set_pair(uint4& r, int i, float a, float b) {
+    set(r, i, a);
+    set(r, i + 1, b);
+  }
 };
 template <>
 struct Lanes<__nv_bfloat16> {
@@ -227,6 +240,11 @@ struct Lanes<__nv_bfloat16> {
     unsigned& w = word(r, i >> 1);
     w = (i & 1) != 0 ? ((w & 0x0000ffffu) | (b << 16)) : ((w & 0xffff0000u) | b);
   }
+  // Elements i (even) and i + 1, rounded by one paired conversion.
+  __device__ static void set_pair(uint4& r, int i, float a, float b) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+    word(r, i >> 1) = static_cast<unsigned>(__bfloat16_as_ushort(v.x)) | (static_cast<unsigned>(__bfloat16_as_ushort(v.y)) << 16);
+  }
 };
 template <>
 struct Lanes<__half> {
@@ -239,6 +257,10 @@ struct Lanes<__half> {
     const unsigned b = __half_as_ushort(__float2half_rn(v));
     unsigned& w = word(r, i >> 1);
     w = (i & 1) != 0 ? ((w & 0x0000ffffu) | (b << 16)) : ((w & 0xffff0000u) | b);
+  }
+  __device__ static void set_pair(uint4& r, int i, float a, float b) {
+    const __half2 v = __floats2half2_rn(a, b);
+    word(r, i >> 1) = static_cast<unsigned>(__half_as_ushort(v.x)) | (static_cast<unsigned>(__half_as_ushort(v.y)) << 16);
   }
 };
 
@@ -301,11 +323,12 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kClusterThrea
         for (int i = 0; i < kPack; ++i) st.m = fmaxf(st.m, L::get(reg[k], i));
       }
     if (st.m != -INFINITY) {  // all −inf (or no pack): the empty pair
+      const float ms = st.m * kLog2e;
 #pragma unroll
       for (int k = 0; k < K; ++k)
         if (first + k * kClusterThreads < end) {
 #pragma unroll
-          for (int i = 0; i < kPack; ++i) st.s += expf(L::get(reg[k], i) - st.m);
+          for (int i = 0; i < kPack; ++i) st.s += ex2(fmaf(L::get(reg[k], i), kLog2e, -ms));
         }
     }
     st = block_reduce(st, shared);
@@ -323,18 +346,20 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kClusterThrea
     cluster.sync();  // the pairs are read (the next row may overwrite `slice`) and shared[0] is set
     const Stat all = shared[0];
     if (rank == 0 && tid == 0) loss[row] = (all.m - x_target) + logf(all.s);
-    const float inv = 1.0f / all.s;
+    const float inv = 1.0f / all.s, ms = all.m * kLog2e;
+    auto prob = [&](float x, int j) {
+      const float q = ex2(fmaf(x, kLog2e, -ms)) * inv;
+      return j == target ? q - 1.0f : q;
+    };
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const int p = first + k * kClusterThreads;
       if (p < end) {
         const int j0 = p * kPack;
-        uint4 out = reg[k];
+        uint4 out;
 #pragma unroll
-        for (int i = 0; i < kPack; ++i) {
-          const float q = expf(L::get(reg[k], i) - all.m) * inv;
-          L::set(out, i, j0 + i == target ? q - 1.0f : q);
-        }
+        for (int i = 0; i < kPack; i += 2)
+          L::set_pair(out, i, prob(L::get(reg[k], i), j0 + i), prob(L::get(reg[k], i + 1), j0 + i + 1));
         body[p] = out;
       }
     }

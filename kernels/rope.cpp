@@ -7,8 +7,8 @@
 // tensor (custom_function.cpp), and q/k are normally views of the projections' outputs
 // (when such a view covers its whole tensor, that tensor is the one marked: whole_base).
 // RopeMark's backward applies the inverse rotation to the incoming gradient in place when
-// this backward holds the only reference to it, otherwise to a fresh copy (the engine may
-// hand the same gradient tensor to several nodes, e.g. after an addition).
+// this backward holds the only reference to it, otherwise writes it into a fresh tensor (the
+// engine may hand the same gradient tensor to several nodes, e.g. after an addition).
 #include "kernels/rope.h"
 #include "kernels/dtype.h"
 
@@ -54,8 +54,10 @@ void check_inputs(const torch::Tensor& q, const torch::Tensor& k, const torch::T
 
 // Rotates q (and k, when defined) in place: the forward rotation with HF's roundings, or
 // the inverse rotation (the backward) in fp32 rounded once. cos/sin contiguous [T, D].
+// q_out (defined): q's rotation goes there instead, q is only read (q_out has q's sizes and
+// strides and does not overlap it).
 void rotate(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& cos, const torch::Tensor& sin,
-            bool inverse) {
+            bool inverse, const torch::Tensor& q_out = {}) {
 #ifdef ODYSSEY_HAVE_CUDA_KERNELS
   if (q.is_cuda()) {
     const c10::cuda::CUDAGuard guard(q.device());
@@ -63,10 +65,15 @@ void rotate(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor&
     cuda::rope_apply(q.data_ptr(), q.stride(0), q.stride(1), q.size(1), has_k ? k.data_ptr() : nullptr,
                      has_k ? k.stride(0) : 0, has_k ? k.stride(1) : 0, has_k ? k.size(1) : 0, cos.data_ptr(),
                      sin.data_ptr(), q.size(0), q.size(2), inverse, dtype_code(q.scalar_type()),
-                     at::cuda::getCurrentCUDAStream().stream());
+                     at::cuda::getCurrentCUDAStream().stream(), q_out.defined() ? q_out.data_ptr() : nullptr);
     return;
   }
 #endif
+  if (q_out.defined()) {  // the ATen path: copy, then rotate the copy in place
+    q_out.copy_(q);
+    rotate(q_out, k, cos, sin, inverse);
+    return;
+  }
   const at::NoGradGuard no_grad;
   const std::int64_t half = q.size(2) / 2;
   const torch::Tensor c = cos.unsqueeze(1), s = sin.unsqueeze(1);
@@ -115,9 +122,22 @@ struct RopeMark : torch::autograd::Function<RopeMark> {
     if (!g.defined()) return {torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
     const auto saved = ctx->get_saved_variables();
     const std::int64_t heads = ctx->saved_data["heads"].toInt();
-    if (!may_overwrite(g)) g = g.clone(at::MemoryFormat::Contiguous);
-    const torch::Tensor rows = heads > 0 ? g.view({saved[0].size(0), heads, saved[0].size(1)}) : g;
-    rotate(rows, torch::Tensor(), saved[0], saved[1], /*inverse=*/true);
+    auto as_rows = [&](const torch::Tensor& t) {
+      return heads > 0 ? t.view({saved[0].size(0), heads, saved[0].size(1)}) : t;
+    };
+    if (may_overwrite(g)) {
+      rotate(as_rows(g), torch::Tensor(), saved[0], saved[1], /*inverse=*/true);
+      return {g, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    }
+    // Shared with another node: rotated into a fresh tensor in one pass (no copy first) when
+    // its layout allows, else a contiguous copy rotated in place.
+    if (g.stride(-1) == 1 && g.is_contiguous()) {
+      const torch::Tensor out = at::empty_like(g, at::MemoryFormat::Contiguous);
+      rotate(as_rows(g), torch::Tensor(), saved[0], saved[1], /*inverse=*/true, as_rows(out));
+      return {out, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    }
+    g = g.clone(at::MemoryFormat::Contiguous);
+    rotate(as_rows(g), torch::Tensor(), saved[0], saved[1], /*inverse=*/true);
     return {g, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };

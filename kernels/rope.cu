@@ -1,4 +1,6 @@
-// In-place rotary embedding CUDA kernel (rope.h, rope_launch.h). No LibTorch here.
+// In-place rotary embedding CUDA kernel (rope.h, rope_launch.h). No LibTorch here. The
+// rotation of q may instead be written to q_out (same strides): the backward's way to rotate
+// a gradient it may not overwrite without first copying it.
 //
 // One launch rotates q and k: the work units are (token, head of q then k, group of N
 // feature pairs), flattened and walked grid-stride; N pairs per unit with 128-bit accesses
@@ -23,7 +25,7 @@ namespace {
 template <typename T, int N, bool kInverse>
 __global__ void rope_kernel(T* q, std::int64_t qst, std::int64_t qsh, int hq, T* k, std::int64_t kst,
                             std::int64_t ksh, int hk, const T* __restrict__ cos, const T* __restrict__ sin,
-                            std::int64_t tokens, int half) {
+                            std::int64_t tokens, int half, T* q_out) {
   using V = Vec<T, N>;
   const int pv = half / N;                           // units per head
   const std::int64_t units = static_cast<std::int64_t>(hq + hk) * pv;  // per token
@@ -34,8 +36,10 @@ __global__ void rope_kernel(T* q, std::int64_t qst, std::int64_t qsh, int hq, T*
     const int u = static_cast<int>(idx - t * units);
     const int h = u / pv;
     const int c = (u - h * pv) * N;
-    T* x = h < hq ? q + t * qst + static_cast<std::int64_t>(h) * qsh
-                  : k + t * kst + static_cast<std::int64_t>(h - hq) * ksh;
+    const std::int64_t off = h < hq ? t * qst + static_cast<std::int64_t>(h) * qsh
+                                    : t * kst + static_cast<std::int64_t>(h - hq) * ksh;
+    const T* x = h < hq ? q + off : k + off;
+    T* y = h < hq ? (q_out != nullptr ? q_out : q) + off : k + off;
     const T* ct = cos + t * 2 * half;
     const T* st = sin + t * 2 * half;
     const V x1 = load<T, N>(x + c);
@@ -62,8 +66,8 @@ __global__ void rope_kernel(T* q, std::int64_t qst, std::int64_t qsh, int hq, T*
         o2.v[i] = from_f<T>(__fadd_rn(p3, p4));
       }
     }
-    store<T, N>(x + c, o1);
-    store<T, N>(x + half + c, o2);
+    store<T, N>(y + c, o1);
+    store<T, N>(y + half + c, o2);
   }
 }
 
@@ -72,7 +76,8 @@ bool aligned16(const void* p) { return p == nullptr || (reinterpret_cast<std::ui
 
 template <typename T, int N>
 void launch(void* q, std::int64_t qst, std::int64_t qsh, int hq, void* k, std::int64_t kst, std::int64_t ksh, int hk,
-            const void* cos, const void* sin, std::int64_t tokens, int half, bool inverse, cudaStream_t stream) {
+            const void* cos, const void* sin, std::int64_t tokens, int half, bool inverse, cudaStream_t stream,
+            void* q_out) {
   const std::int64_t total = tokens * (hq + hk) * (half / N);
   constexpr int kThreads = 256;
   int dev = 0, sms = 0;
@@ -82,32 +87,35 @@ void launch(void* q, std::int64_t qst, std::int64_t qsh, int hq, void* k, std::i
   const int grid = static_cast<int>(std::min((total + kThreads - 1) / kThreads, max_blocks));
   auto* qp = static_cast<T*>(q);
   auto* kp = static_cast<T*>(k);
+  auto* op = static_cast<T*>(q_out);
   const auto* cp = static_cast<const T*>(cos);
   const auto* sp = static_cast<const T*>(sin);
   if (inverse)
-    rope_kernel<T, N, true><<<grid, kThreads, 0, stream>>>(qp, qst, qsh, hq, kp, kst, ksh, hk, cp, sp, tokens, half);
+    rope_kernel<T, N, true><<<grid, kThreads, 0, stream>>>(qp, qst, qsh, hq, kp, kst, ksh, hk, cp, sp, tokens, half, op);
   else
-    rope_kernel<T, N, false><<<grid, kThreads, 0, stream>>>(qp, qst, qsh, hq, kp, kst, ksh, hk, cp, sp, tokens, half);
+    rope_kernel<T, N, false><<<grid, kThreads, 0, stream>>>(qp, qst, qsh, hq, kp, kst, ksh, hk, cp, sp, tokens, half, op);
   check(cudaGetLastError(), inverse ? "rope_kernel (inverse) launch" : "rope_kernel launch");
 }
 
 template <typename T>
 void dispatch(void* q, std::int64_t qst, std::int64_t qsh, int hq, void* k, std::int64_t kst, std::int64_t ksh, int hk,
-              const void* cos, const void* sin, std::int64_t tokens, int half, bool inverse, cudaStream_t stream) {
+              const void* cos, const void* sin, std::int64_t tokens, int half, bool inverse, cudaStream_t stream,
+              void* q_out) {
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
-  const bool vec = half % kVec == 0 && qst % kVec == 0 && qsh % kVec == 0 && aligned16(q) && aligned16(cos) &&
+  const bool vec = half % kVec == 0 && qst % kVec == 0 && qsh % kVec == 0 && aligned16(q) && aligned16(q_out) &&
+                   aligned16(cos) &&
                    aligned16(sin) && (hk == 0 || (kst % kVec == 0 && ksh % kVec == 0 && aligned16(k)));
   if (vec)
-    launch<T, kVec>(q, qst, qsh, hq, k, kst, ksh, hk, cos, sin, tokens, half, inverse, stream);
+    launch<T, kVec>(q, qst, qsh, hq, k, kst, ksh, hk, cos, sin, tokens, half, inverse, stream, q_out);
   else
-    launch<T, 1>(q, qst, qsh, hq, k, kst, ksh, hk, cos, sin, tokens, half, inverse, stream);
+    launch<T, 1>(q, qst, qsh, hq, k, kst, ksh, hk, cos, sin, tokens, half, inverse, stream, q_out);
 }
 
 }  // namespace
 
 void rope_apply(void* q, std::int64_t q_stride_t, std::int64_t q_stride_h, std::int64_t hq, void* k,
                 std::int64_t k_stride_t, std::int64_t k_stride_h, std::int64_t hk, const void* cos, const void* sin,
-                std::int64_t tokens, std::int64_t head_dim, bool inverse, int dtype, void* stream) {
+                std::int64_t tokens, std::int64_t head_dim, bool inverse, int dtype, void* stream, void* q_out) {
   if (head_dim < 2 || head_dim % 2 != 0 || head_dim > 65536)
     throw std::runtime_error("rope_kernel: head_dim " + std::to_string(head_dim) + " must be even and in [2, 65536]");
   if (hq < 0 || hk < 0 || hq + hk > (1 << 20))
@@ -120,13 +128,13 @@ void rope_apply(void* q, std::int64_t q_stride_t, std::int64_t q_stride_h, std::
   switch (dtype) {
     case 0:
       return dispatch<float>(q, q_stride_t, q_stride_h, nq, k, k_stride_t, k_stride_h, nk, cos, sin, tokens, half,
-                             inverse, s);
+                             inverse, s, q_out);
     case 1:
       return dispatch<__nv_bfloat16>(q, q_stride_t, q_stride_h, nq, k, k_stride_t, k_stride_h, nk, cos, sin, tokens,
-                                     half, inverse, s);
+                                     half, inverse, s, q_out);
     case 2:
       return dispatch<__half>(q, q_stride_t, q_stride_h, nq, k, k_stride_t, k_stride_h, nk, cos, sin, tokens, half,
-                              inverse, s);
+                              inverse, s, q_out);
     default: throw std::runtime_error("rope_kernel: unsupported dtype code " + std::to_string(dtype));
   }
 }

@@ -15,8 +15,11 @@ namespace odyssey::kernels::cuda {
 //                                             x2' = r(r(x2*c2) + r(x1*s2))
 //   inverse = true (backward on gradients, fp32, rounded once): x1' = x1*c1 + x2*s2,
 //                                                               x2' = x2*c2 - x1*s1
+// q_out: null (q rotated in place), or where q's rotation goes, with q's strides (q is only
+// read then; must not overlap q).
 void rope_apply(void* q, std::int64_t q_stride_t, std::int64_t q_stride_h, std::int64_t hq, void* k,
                 std::int64_t k_stride_t, std::int64_t k_stride_h, std::int64_t hk, const void* cos, const void* sin,
-                std::int64_t tokens, std::int64_t head_dim, bool inverse, int dtype, void* stream);
+                std::int64_t tokens, std::int64_t head_dim, bool inverse, int dtype, void* stream,
+                void* q_out = nullptr);
 
 }  // namespace odyssey::kernels::cuda

@@ -59,12 +59,16 @@
 // --check first compares, on the device, the loss and gradients of a packed row of three
 // samples (varlen attention) with each sample run alone (SDPA): the packed path must not
 // let attention cross samples; then a 2-layer LoRA model's loss and gradients with the fused
-// kernels against the reference ops, and with checkpoint offload against none (identical). Exit codes: 0 done, 1 a check failed, 2 bad arguments.
+// kernels against the reference ops, and with checkpoint offload against none (identical);
+// on a GPU, the fused loss's two row kernels (one-read cluster, two-pass) on one chunk of
+// logits: the same loss and gradient, and each one's time. Exit codes: 0 done, 1 a check
+// failed, 2 bad arguments.
 #include <ATen/DeviceAccelerator.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/torch.h>
 #if __has_include(<cuda_runtime_api.h>)
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
 #define ODYSSEY_HAVE_CUDA_RUNTIME 1
 #endif
 
@@ -96,6 +100,9 @@
 #include "train/batch.h"
 #include "train/lora.h"
 #include "train/step_engine.h"
+#ifdef ODYSSEY_HAVE_CUDA_KERNELS
+#include "kernels/linear_ce_launch.h"
+#endif
 
 namespace fs = std::filesystem;
 using namespace odyssey;
@@ -496,6 +503,63 @@ bool check_fused_and_offload(const DecoderConfig& base, const torch::Device& dev
   return ok_fused && ok_off && ok_mlp;
 }
 
+#if defined(ODYSSEY_HAVE_CUDA_KERNELS) && defined(ODYSSEY_HAVE_CUDA_RUNTIME)
+// The fused loss's row step on one chunk of logits [rows, vocab] in `dtype` (kernels/
+// linear_ce.cu): the one-read cluster kernel against the two-pass kernel, which must give the
+// same loss (fp32 sums in another order: 1e-5 relative) and gradient (within one unit in the
+// last place of the dtype near 1), and the mean time of each over 20 launches.
+bool check_loss_rows(const torch::Device& device, torch::Dtype dtype, std::int64_t rows, std::int64_t vocab) {
+  const auto o = torch::TensorOptions().device(device);
+  torch::manual_seed(3);
+  const torch::Tensor logits = (3.0 * torch::randn({rows, vocab}, o)).to(dtype);
+  torch::Tensor targets = torch::randint(0, vocab, {rows}, o.dtype(torch::kInt64));
+  targets.narrow(0, 0, rows / 8).fill_(-100);
+  const int code = dtype == torch::kFloat32 ? kernels::launch::kLinearCeF32
+                   : dtype == torch::kBFloat16 ? kernels::launch::kLinearCeBf16
+                                               : kernels::launch::kLinearCeF16;
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream(device.index()).stream();
+  struct Run {
+    torch::Tensor grad, loss;
+    double ms = 0;
+  };
+  auto run = [&](int variant) {
+    Run r;
+    r.grad = logits.clone();
+    r.loss = torch::empty({rows}, o.dtype(torch::kFloat32));
+    auto once = [&](torch::Tensor& g) {
+      const char* err = kernels::launch::linear_ce_rows(g.data_ptr(), targets.data_ptr<std::int64_t>(),
+                                                        r.loss.data_ptr<float>(), rows, vocab, -100, code, true,
+                                                        stream, variant);
+      if (err != nullptr) throw std::runtime_error(std::string("linear_ce_rows: ") + err);
+    };
+    once(r.grad);
+    torch::Tensor scratch = logits.clone();
+    constexpr int kReps = 20;
+    at::cuda::CUDAEvent start(cudaEventDefault), stop(cudaEventDefault);
+    start.record();
+    for (int i = 0; i < kReps; ++i) once(scratch);  // in place: later launches see gradients, same work
+    stop.record();
+    stop.synchronize();
+    r.ms = static_cast<double>(start.elapsed_time(stop)) / kReps;
+    return r;
+  };
+  const Run cluster = run(kernels::launch::kLinearCeAuto), two = run(kernels::launch::kLinearCeTwoPass);
+  const double loss_rel = ((cluster.loss - two.loss).abs().max() / two.loss.abs().max()).item<double>();
+  const torch::Tensor diff = (cluster.grad.to(torch::kFloat32) - two.grad.to(torch::kFloat32)).abs();
+  const double grad_diff = diff.max().item<double>();
+  const auto differing = diff.gt(0).sum().item<std::int64_t>();
+  const double ulp = dtype == torch::kBFloat16 ? 1.0 / 128 : dtype == torch::kHalf ? 1.0 / 1024 : 1e-6;
+  const bool ok = loss_rel <= 1e-5 && grad_diff <= ulp;
+  std::printf("{\"check\": \"fused loss row kernels: one-read cluster vs two-pass\", \"device\": \"%s\", "
+              "\"dtype\": \"%s\", \"rows\": %lld, \"vocab\": %lld, \"cluster_ms\": %.4f, \"two_pass_ms\": %.4f, "
+              "\"loss_max_rel_diff\": %.3g, \"grad_max_abs_diff\": %.3g, \"grad_elements_differing\": %lld, "
+              "\"pass\": %s}\n",
+              device.str().c_str(), c10::toString(dtype), static_cast<long long>(rows), static_cast<long long>(vocab),
+              cluster.ms, two.ms, loss_rel, grad_diff, static_cast<long long>(differing), ok ? "true" : "false");
+  return ok;
+}
+#endif
+
 nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const HfModelConfig& hf,
                                const DecoderConfig& dc, const std::string& mode, std::int64_t seq,
                                const torch::Device& device, torch::Dtype dtype, Parallel& par) {
@@ -872,6 +936,12 @@ int main(int argc, char** argv) {
     if (o.vocab_override > 0) hf.value.vocab_size = dc.value.hf.vocab_size = o.vocab_override;
     if (o.check && par.env.rank == 0 && !check_packing(dc.value, device, dtype)) rc = 1;
     if (o.check && par.env.rank == 0 && !check_fused_and_offload(dc.value, device, dtype)) rc = 1;
+#if defined(ODYSSEY_HAVE_CUDA_KERNELS) && defined(ODYSSEY_HAVE_CUDA_RUNTIME)
+    // One chunk of the planner's size at this shape's vocabulary.
+    if (o.check && par.env.rank == 0 && device.is_cuda() &&
+        !check_loss_rows(device, dtype, planner::kFusedLossChunkTokens, dc.value.hf.vocab_size))
+      rc = 1;
+#endif
     if (par.env.world > 1) {
       const int kv = static_cast<int>(hf.value.num_key_value_heads);
       ParallelLayout layout;
