@@ -200,9 +200,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// A 16-byte pack held as raw words (uint4) in the cluster kernel: element i read as fp32 and
-// written back rounded, by bit operations on the word that holds it (bf16 → fp32 is exact as
-// a shift). Raw words keep the register use of a pack at four (typed packs of bf16 spilled).
 // 2^x on the special-function unit (relative error about 2^-22; −inf gives 0): exp(x − m) is
 // ex2(x·log2 e − m·log2 e), one FMA and one ex2 where expf takes several instructions.
 __device__ __forceinline__ float ex2(float x) {
@@ -213,8 +210,20 @@ __device__ __forceinline__ float ex2(float x) {
 constexpr float kLog2e = 1.4426950408889634f;
 
 // Word j (0..3) of a pack; j is a constant once the callers' loops are unrolled.
-__device__ __forceinline__ unsigned& word(uint4& r, int j) { return j == 0 ? r.x : j == 1 ? r.y : j == 2 ? r.z : r.w; }
-__device__ __forceinline__ unsigned word(const uint4& r, int j) { return j == 0 ? r.x : j == 1 ? r.y : j == 2 ? r.z : r.w; }
+__device__ __forceinline__ unsigned& word(uint4& r, int j) {
+  return j == 0 ? r.x : j == 1 ? r.y : j == 2 ? r.z : r.w;
+}
+__device__ __forceinline__ unsigned word(const uint4& r, int j) {
+  return j == 0 ? r.x : j == 1 ? r.y : j == 2 ? r.z : r.w;
+}
+
+// A 16-byte pack held as raw words (uint4) in the cluster kernel: element i read as fp32 by
+// bit operations on the word that holds it (bf16 → fp32 is exact as a shift), elements i and
+// i + 1 (i even) written back rounded. Raw words keep the register use of a pack at four
+// (typed packs of bf16 spilled).
+__device__ __forceinline__ unsigned halves(unsigned short lo, unsigned short hi) {
+  return static_cast<unsigned>(lo) | (static_cast<unsigned>(hi) << 16);
+}
 
 template <class T>
 struct Lanes;
@@ -222,10 +231,9 @@ template <>
 struct Lanes<float> {
   static constexpr int kCount = 4;
   __device__ static float get(const uint4& r, int i) { return __uint_as_float(word(r, i)); }
-  __device__ static void set(uint4& r, int i, float v) { word(r, i) = __float_as_uint(v); }
   __device__ static void set_pair(uint4& r, int i, float a, float b) {
-    set(r, i, a);
-    set(r, i + 1, b);
+    word(r, i) = __float_as_uint(a);
+    word(r, i + 1) = __float_as_uint(b);
   }
 };
 template <>
@@ -235,15 +243,9 @@ struct Lanes<__nv_bfloat16> {
     const unsigned w = word(r, i >> 1);
     return __uint_as_float((i & 1) != 0 ? (w & 0xffff0000u) : (w << 16));
   }
-  __device__ static void set(uint4& r, int i, float v) {
-    const unsigned b = __bfloat16_as_ushort(__float2bfloat16_rn(v));
-    unsigned& w = word(r, i >> 1);
-    w = (i & 1) != 0 ? ((w & 0x0000ffffu) | (b << 16)) : ((w & 0xffff0000u) | b);
-  }
-  // Elements i (even) and i + 1, rounded by one paired conversion.
-  __device__ static void set_pair(uint4& r, int i, float a, float b) {
+  __device__ static void set_pair(uint4& r, int i, float a, float b) {  // one paired conversion
     const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
-    word(r, i >> 1) = static_cast<unsigned>(__bfloat16_as_ushort(v.x)) | (static_cast<unsigned>(__bfloat16_as_ushort(v.y)) << 16);
+    word(r, i >> 1) = halves(__bfloat16_as_ushort(v.x), __bfloat16_as_ushort(v.y));
   }
 };
 template <>
@@ -253,14 +255,9 @@ struct Lanes<__half> {
     const unsigned w = word(r, i >> 1);
     return __half2float(__ushort_as_half(static_cast<unsigned short>((i & 1) != 0 ? (w >> 16) : (w & 0xffffu))));
   }
-  __device__ static void set(uint4& r, int i, float v) {
-    const unsigned b = __half_as_ushort(__float2half_rn(v));
-    unsigned& w = word(r, i >> 1);
-    w = (i & 1) != 0 ? ((w & 0x0000ffffu) | (b << 16)) : ((w & 0xffff0000u) | b);
-  }
   __device__ static void set_pair(uint4& r, int i, float a, float b) {
     const __half2 v = __floats2half2_rn(a, b);
-    word(r, i >> 1) = static_cast<unsigned>(__half_as_ushort(v.x)) | (static_cast<unsigned>(__half_as_ushort(v.y)) << 16);
+    word(r, i >> 1) = halves(__half_as_ushort(v.x), __half_as_ushort(v.y));
   }
 };
 
