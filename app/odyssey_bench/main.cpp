@@ -13,7 +13,7 @@
 //                 [--attention cudnn|flash|auto] [--memory-gib G] [--profile FILE]
 //                 [--device cuda|cpu] [--dtype bfloat16|float32]
 //                 [--layers K] [--vocab-override V] [--out FILE] [--check] [--label NAME]
-//                 [--ulysses U] [--a2a-bytes B1,B2,...]   (the last two under torchrun)
+//                 [--ulysses U] [--dp D] [--a2a-bytes B1,B2,...]   (the last three under torchrun)
 //                 [--optimizer adamw|galore|q-galore|zero1|zero2|zero2-offload]
 //                 [--galore-rank R] [--galore-gap T]
 //
@@ -23,7 +23,8 @@
 // Under torchrun (RANK / WORLD_SIZE set, e.g. `torchrun --no-python --nproc-per-node 2
 // odyssey-bench ...`) every rank takes one GPU and the row is split by sequence parallelism
 // over all ranks (Ulysses = gcd(KV heads, world) unless --ulysses U; the rest is ring), as the
-// engine does it; rank 0 prints the record with the global tokens/s, every rank's peak
+// engine does it; with --dp D the ranks form D data-parallel groups of world / D, each on its
+// own row of --seq tokens (gradients summed over all ranks, as the engine does); rank 0 prints the record with the global tokens/s, every rank's peak
 // memory, the collectives of a step and the share of the step spent in them. Each blocking
 // collective also carries transfer_ms: its calls timed on the rank that took least per call,
 // i.e. without the time a rank that called first spent waiting for the other (the figure to
@@ -160,7 +161,8 @@ struct Options {
   std::int64_t layers = 0, vocab_override = 0;
   std::string out;
   bool check = false;
-  int ulysses = 0;  // 0 = gcd(KV heads, world)
+  int ulysses = 0;  // 0 = gcd(KV heads, world / dp)
+  int dp = 1;       // data-parallel groups (under torchrun); each sequence-parallel group takes one row
   std::int64_t mlp_tile = 0;  // --mlp-tile: 0 = auto (the planner's choice), N = N tokens per tile
   std::string keep_attention = "auto";  // --keep-attention auto|all|none
   std::string mlp_recompute = "auto";   // --mlp-recompute auto|N
@@ -418,7 +420,7 @@ TrainConfig bench_config(const Options& o, const std::string& mode, std::int64_t
   c.offload_activations = o.offload;
   c.mlp_tile_tokens = o.mlp_tile;
   c.keep_attention = o.keep_attention;
-  c.sequence_parallel_size = world;
+  c.sequence_parallel_size = world / std::max(1, o.dp);
   c.nproc_per_node = world;
   c.ulysses_size = o.ulysses;
   c.use_galore = o.optimizer == "galore" || o.optimizer == "q-galore";
@@ -677,11 +679,14 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     rec["optimizer"] = engine.optimizer().name();
     if (tc.use_galore) rec["galore_rank"] = tc.galore_rank;
     rec["total_params"] = total;
-    const torch::Tensor ids = torch::randint(0, dc.hf.vocab_size, {1, seq}, torch::kInt64);
+    // One row per data-parallel group (the same draws on every rank; a group takes its own).
+    const torch::Tensor ids =
+        torch::randint(0, dc.hf.vocab_size, {mesh.dp, seq}, torch::kInt64).narrow(0, mesh.dp_rank, 1);
     train::PackedRow whole = train::make_packed_row(ids, ids, torch::arange(seq, torch::kInt64).view({1, -1})).to(device);
-    if (mesh.sp > 1) {
-      whole = dist::shard_row(whole, mesh.ulysses_group.get(), mesh.ring_group.get(), 0);
+    if (mesh.sp > 1) whole = dist::shard_row(whole, mesh.ulysses_group.get(), mesh.ring_group.get(), 0);
+    if (mesh.distributed()) {
       rec["world"] = mesh.world;
+      rec["dp"] = mesh.dp;
       rec["ulysses"] = mesh.ulysses;
       rec["ring"] = mesh.ring;
       rec["transport"] = device.is_cuda() ? "nccl" : "store";
@@ -754,20 +759,20 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
       }
       rec["collectives"] = cj;
       rec["comm_share"] = sig(comm_s / std::accumulate(times.begin(), times.end(), 0.0), 4);
-      rec["tokens_per_s_per_gpu"] = sig(static_cast<double>(seq) / mean / mesh.world);
+      rec["tokens_per_s_per_gpu"] = sig(static_cast<double>(seq * mesh.dp) / mean / mesh.world);
     }
-    rec["tokens_per_s"] = sig(static_cast<double>(seq) / mean);
+    rec["tokens_per_s"] = sig(static_cast<double>(seq * mesh.dp) / mean);  // every data-parallel group's row
     rec["step_ms"] = sig(mean * 1e3, 6);
     rec["step_ms_min"] = sig(sorted.front() * 1e3, 6);
     rec["step_ms_median"] = sig(sorted[sorted.size() / 2] * 1e3, 6);
     rec["loss"] = sig(loss, 5);
     rec["losses"] = losses;
-    rec["model_tflops_per_step"] = sig(f.model / 1e12);
-    rec["hardware_tflops_per_step"] = sig(f.hardware / 1e12);
-    rec["model_tflops_per_s"] = sig(f.model / mean / 1e12);
-    // Per GPU: the row's FLOPs are shared by the world's GPUs.
-    rec["mfu"] = sig(planner::model_flops_utilization(f.model / mesh.world, mean), 4);
-    rec["hfu"] = sig(planner::model_flops_utilization(f.hardware / mesh.world, mean), 4);
+    rec["model_tflops_per_step"] = sig(f.model * mesh.dp / 1e12);  // every data-parallel group's row
+    rec["hardware_tflops_per_step"] = sig(f.hardware * mesh.dp / 1e12);
+    rec["model_tflops_per_s"] = sig(f.model * mesh.dp / mean / 1e12);
+    // Per GPU: the rows' FLOPs (one per data-parallel group) are shared by the world's GPUs.
+    rec["mfu"] = sig(planner::model_flops_utilization(f.model * mesh.dp / mesh.world, mean), 4);
+    rec["hfu"] = sig(planner::model_flops_utilization(f.hardware * mesh.dp / mesh.world, mean), 4);
     rec["peak_tflops"] = planner::kH200PeakBf16Flops / 1e12;
     {
       // Optimizer state this rank holds, per trainable parameter (ZeRO: of the whole model).
@@ -849,6 +854,7 @@ int main(int argc, char** argv) {
       else if (a == "--out") o.out = next();
       else if (a == "--check") o.check = true;
       else if (a == "--ulysses") o.ulysses = std::stoi(next());
+      else if (a == "--dp") o.dp = std::stoi(next());
       else if (a == "--keep-attention") o.keep_attention = next();
       else if (a == "--mlp-recompute") {
         o.mlp_recompute = next();
@@ -945,8 +951,14 @@ int main(int argc, char** argv) {
     if (par.env.world > 1) {
       const int kv = static_cast<int>(hf.value.num_key_value_heads);
       ParallelLayout layout;
-      layout.world_size = layout.sp = par.env.world;
-      layout.ulysses = o.ulysses > 0 ? o.ulysses : std::gcd(kv, par.env.world);
+      if (o.dp < 1 || par.env.world % o.dp != 0) {
+        std::fprintf(stderr, "odyssey-bench: --dp %d must divide the world size %d\n", o.dp, par.env.world);
+        return 2;
+      }
+      layout.world_size = par.env.world;
+      layout.dp = o.dp;
+      layout.sp = par.env.world / o.dp;
+      layout.ulysses = o.ulysses > 0 ? o.ulysses : std::gcd(kv, static_cast<int>(layout.sp));
       layout.ring = layout.sp / layout.ulysses;
       par.mesh = dist::build_mesh(par.env, layout, device.is_cuda() ? dist::Transport::Nccl : dist::Transport::Store,
                                   par.store, device, std::chrono::milliseconds(std::chrono::minutes(10)));

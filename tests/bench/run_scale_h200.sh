@@ -9,6 +9,8 @@
 #   u4      Ulysses 4 at 128K on 4 GPUs (KV heads 4 = the degree: no replication)
 #   r4      ring 4 at 128K on 4 GPUs (zigzag, K/V rotation overlapped)
 #   u2r2    the hybrid, Ulysses 2 x ring 2, at 128K on 4 GPUs
+#   dp2u2   data parallel 2 x Ulysses 2 at 64K per group on 4 GPUs (two rows a step; the
+#           record's tokens/s counts both)
 #   a2a4    the engine's all-to-all alone on 4 ranks at Ulysses 4's message sizes
 #   nccl4   PyTorch's all_to_all_single and a batched send/recv ring shift on 4 ranks at the
 #           same sizes (tests/bench/a2a_bench.py)
@@ -40,6 +42,10 @@ for p in "$@"; do
   u4) phase u4; row4 --ulysses 4 ;;
   r4) phase r4; row4 --ulysses 1 ;;
   u2r2) phase u2r2; row4 --ulysses 2 ;;
+  dp2u2)
+    phase dp2u2
+    torchrun --no-python --nproc-per-node 4 $B $MODEL --dp 2 --ulysses 2 --seq 65536 --out "$OUT/scale.jsonl" 2>&1 |
+      cut -c1-400 | tail -2 ;;
   a2a4)
     phase a2a4
     torchrun --no-python --nproc-per-node 4 $B $MODEL --ulysses 4 --a2a-bytes $A2A_BYTES --out "$OUT/a2a.jsonl" 2>&1 | tail -3 ;;
@@ -55,7 +61,7 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l]
 for r in rows:
     world = r.get("world", 1)
     coll = {c["op"]: c for c in r.get("collectives", [])}
-    print(f"world {world} ulysses {r.get('ulysses', 1)} ring {r.get('ring', 1)} seq {r['seq']}: "
+    print(f"world {world} dp {r.get('dp', 1)} ulysses {r.get('ulysses', 1)} ring {r.get('ring', 1)} seq {r['seq']}: "
           f"{r['tokens_per_s']:.0f} tokens/s ({r['tokens_per_s'] / world:.0f} per GPU), "
           f"peak {r.get('peak_gib_per_rank', r['peak_gib'])} GiB (planned {r.get('planned_peak_gib')}), "
           f"comm {r.get('comm_share')}, losses {r.get('losses')}, collectives {sorted(coll)}")
