@@ -346,7 +346,7 @@ torch::Tensor CausalLMImpl::layers_and_norm(torch::Tensor h, const LayerContext&
   // The MLP offload tier: offloaded layers' gate/up entries, to prefetch when backward reaches
   // the output of layer min(i + lead, last) (a gradient hook there).
   std::shared_ptr<kernels::OffloadChain> mlp_chain;
-  std::vector<std::vector<std::size_t>> prefetch_at(n);
+  std::vector<std::vector<std::size_t>> prefetch_at;  // sized on the first offloaded layer
   // The last layer's output is h + m while m is defined (forward_split's pair), else h.
   torch::Tensor m;
   auto output = [&] {
@@ -356,20 +356,26 @@ torch::Tensor CausalLMImpl::layers_and_norm(torch::Tensor h, const LayerContext&
   };
   for (std::size_t i = 0; i < n; ++i) {
     DecoderLayer layer = model->layer_list[i];
-    LayerContext lctx = ctx;
     const bool ckpt = recording && flagged(checkpoint_layers_, i);
     const bool mlp_off = !ckpt && recording && flagged(mlp_offload_layers_, i) && !layer->mlp->recompute;
     if (ckpt) {
       h = output();
       if (!h.requires_grad()) h = h.detach().requires_grad_(true);  // frozen embeddings (LoRA)
+      LayerContext lctx = ctx;
       if (flagged(keep_attention_layers_, i) && ctx.cu_seqlens.defined())
         lctx.stash = std::make_shared<AttentionStash>();
       h = checkpointed([layer, lctx](const torch::Tensor& x) mutable { return layer(x, lctx); }, h, offload);
     } else {
+      LayerContext offloading;  // ctx with this layer's MLP chain, for an offloaded layer only
       if (mlp_off) {
-        if (!mlp_chain) mlp_chain = kernels::make_offload_chain();
-        lctx.mlp_offload = mlp_chain;
+        if (!mlp_chain) {
+          mlp_chain = kernels::make_offload_chain();
+          prefetch_at.resize(n);
+        }
+        offloading = ctx;
+        offloading.mlp_offload = mlp_chain;
       }
+      const LayerContext& lctx = mlp_off ? offloading : ctx;
       const std::size_t first = mlp_chain ? mlp_chain->size() : 0;
       if (layer->fused) {  // x + residual = the previous output: (m, h) of a split layer, else (h, none)
         auto [next_h, next_m] = m.defined() ? layer->forward_split(m, h, lctx) : layer->forward_split(h, {}, lctx);
@@ -386,7 +392,7 @@ torch::Tensor CausalLMImpl::layers_and_norm(torch::Tensor h, const LayerContext&
     // The layer's output gets its gradient when the next layer's backward has run: on m when
     // the output is a pair (m's gradient is the output's).
     const torch::Tensor& out = m.defined() ? m : h;
-    if (!prefetch_at[i].empty() && out.requires_grad())
+    if (i < prefetch_at.size() && !prefetch_at[i].empty() && out.requires_grad())
       out.register_hook([chain = mlp_chain, entries = std::move(prefetch_at[i])](const torch::Tensor&) {
         for (const std::size_t e : entries) chain->prefetch(e);
       });
