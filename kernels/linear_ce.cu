@@ -20,9 +20,12 @@
 // With a gradient, rows that fit take linear_ce_cluster_kernel instead: a cluster of kCluster
 // blocks shares a row, each block holding its slice in registers (at most K 16-byte packs per
 // thread), so the row is read from memory once, not twice. The blocks' (max, Σ) pairs meet
-// through distributed shared memory between two cluster barriers. Small slices keep three
-// blocks on an SM, so one block's loads overlap another's exponentials (the shared-memory
-// cluster variant above had one or two).
+// through distributed shared memory between two cluster barriers. Up to 5 packs a thread
+// (Qwen's 152K bf16 rows) keep three blocks on an SM, 8 packs two, so one block's loads
+// overlap another's exponentials (the shared-memory cluster variant above had one or two).
+// Exponentials are one FMA and ex2 (exp(x − m) = 2^(x·log2 e − m·log2 e)); bf16/f16 results
+// are stored by paired conversions. On an H200, 2048 rows of 151,936 bf16 logits: 0.372 ms
+// against the two-pass kernel's 0.463 (odyssey-bench --check).
 #include "kernels/linear_ce_launch.h"
 
 #include <cooperative_groups.h>
