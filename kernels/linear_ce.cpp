@@ -250,13 +250,11 @@ Result run(const Tensor& hidden, const Tensor& weight, const Tensor& targets_in,
 // a 16-bit one (dhidden) goes through fp32 slices of at most kSliceElements.
 Tensor scaled(const Tensor& src, const Tensor& g, torch::ScalarType dtype) {
   const Tensor gf = g.to(src.device(), torch::kFloat32);
-  if (src.scalar_type() == torch::kFloat32 && dtype == torch::kFloat32) return src * gf;
+  Tensor out = at::empty(src.sizes(), src.options().dtype(dtype));
   if (src.scalar_type() == torch::kFloat32) {  // one kernel: the product in fp32, cast as it is stored
-    Tensor out = at::empty(src.sizes(), src.options().dtype(dtype));
     at::mul_out(out, src, gf);
     return out;
   }
-  Tensor out = at::empty(src.sizes(), src.options().dtype(dtype));
   const std::int64_t rows = src.size(0);
   const std::int64_t step =
       std::clamp<std::int64_t>(kSliceElements / std::max<std::int64_t>(1, src.size(1)), 1, std::max<std::int64_t>(1, rows));

@@ -6,17 +6,16 @@
 
 namespace odyssey::train {
 
-void Optimizer::reduce_gradients(dist::Group& world) {
+std::vector<torch::Tensor> Optimizer::param_tensors() const {
   std::vector<torch::Tensor> ps;
+  ps.reserve(params_.size());
   for (const auto& p : params_) ps.push_back(p.param);
-  all_reduce_gradients(ps, world);
+  return ps;
 }
 
-double Optimizer::clip_grad_norm(double max_norm) {
-  std::vector<torch::Tensor> ps;
-  for (const auto& p : params_) ps.push_back(p.param);
-  return train::clip_grad_norm(ps, max_norm);
-}
+void Optimizer::reduce_gradients(dist::Group& world) { all_reduce_gradients(param_tensors(), world); }
+
+double Optimizer::clip_grad_norm(double max_norm) { return train::clip_grad_norm(param_tensors(), max_norm); }
 
 torch::Tensor Optimizer::clip_and_step(double max_norm, double lr, const torch::Tensor& loss) {
   if (!std::isfinite(loss.to(torch::kCPU, torch::kFloat64).item<double>()))
@@ -81,9 +80,7 @@ void AdamW::step(double lr) { update(lr, std::nullopt); }
 
 torch::Tensor AdamW::clip_and_step(double max_norm, double lr, const torch::Tensor& loss) {
   torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> ps;
-  for (const auto& p : params_) ps.push_back(p.param);
-  const torch::Tensor norm = train::clip_grad_norm_tensor(ps, max_norm);
+  const torch::Tensor norm = train::clip_grad_norm_tensor(param_tensors(), max_norm);
   if (!norm.defined()) return torch::zeros({}, torch::kFloat32);  // no gradient: nothing to update
   const torch::Tensor finite = torch::isfinite(norm).logical_and(torch::isfinite(loss.to(norm.device()).reshape({})));
   update(lr, finite.logical_not().to(torch::kFloat32));
@@ -108,16 +105,16 @@ void AdamW::update(double lr, const std::optional<torch::Tensor>& skip) {
       v.push_back(exp_avg_sq_[i]);
       st.push_back(steps_[i]);
     }
-    if (skip) {  // the counts advance by 1 − skip; the kernel returns at once when skip is 1
-      const torch::Tensor advance = 1.0 - skip->to(ps.front().device());
-      at::_foreach_add_(st, std::vector<torch::Tensor>(st.size(), advance));
+    std::optional<torch::Tensor> found_inf;  // the counts advance by 1 − skip; the kernel returns at once when skip is 1
+    if (skip) {
+      found_inf = skip->to(ps.front().device());
+      at::_foreach_add_(st, std::vector<torch::Tensor>(st.size(), 1.0 - *found_inf));
     } else {
       at::_foreach_add_(st, 1.0);
     }
     at::_fused_adamw_(ps, gs, m, v, /*max_exp_avg_sqs=*/{}, st, lr, options_.beta1, options_.beta2,
                       std::get<0>(key) ? options_.weight_decay : 0.0, options_.eps, /*amsgrad=*/false,
-                      /*maximize=*/false, /*grad_scale=*/std::nullopt,
-                      skip ? std::optional<torch::Tensor>(skip->to(ps.front().device())) : std::nullopt);
+                      /*maximize=*/false, /*grad_scale=*/std::nullopt, found_inf);
   }
 }
 

@@ -79,6 +79,8 @@ class Optimizer {
 
  protected:
   explicit Optimizer(std::vector<NamedParam> params) : params_(std::move(params)) {}
+  // The parameters' tensors, in params_ order.
+  std::vector<torch::Tensor> param_tensors() const;
   std::vector<NamedParam> params_;
 };
 
