@@ -10,9 +10,15 @@
 //   - two "machines": two network namespaces joined by a veth pair, one launcher in each
 //     (nnodes 2), the store transport across the link: the run equals the single process, and
 //     cutting the link or killing one side ends both sides with a clear status (needs root
-//     and `ip`; skipped otherwise).
+//     and `ip`; skipped otherwise);
+//   - a local process that connects to the run's rendezvous store while it trains (reads the
+//     number of keys, gets, sets 1-byte and right-sized garbage under the store transport's
+//     old key names and guessed names, deletes them) changes nothing: the run completes with
+//     the single process's losses (issue 21, item 1).
 // LibTorch before Qt: Qt's keyword macros (slots, signals) clash with its headers.
 #include "model/safetensors.h"
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <QtTest>
 
@@ -24,6 +30,7 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
+#include <QRegularExpression>
 #include <QTemporaryDir>
 
 #include <arpa/inet.h>
@@ -31,8 +38,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <csignal>
+#include <thread>
 
 namespace {
 
@@ -203,6 +212,61 @@ bool alive(pid_t pid) {
   return close > 0 && s.size() > close + 2 && s[close + 2] != 'Z';
 }
 
+// What a store attacker did and saw (storeAttackChangesNothing).
+struct Attack {
+  int rounds = 0;
+  std::int64_t most_keys = 0;
+  int gets = 0, read = 0, sets = 0, deletes = 0;
+  std::string stopped_by;  // the store error that ended the attack (the run ended), if any
+};
+
+// A process without the run's secret, talking to its store at 127.0.0.1:port until `done`:
+// the store transport's key names before issue 21 were <group prefix><seq>:<src>><dst>,
+// so it reads, overwrites (1 byte; 121344 bytes, the size of a real message the issue saw)
+// and deletes those, and a few guessed names.
+void attack_store(int port, const std::atomic<bool>& done, Attack& a) {
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<std::uint16_t>(port);
+  o.isServer = false;
+  o.waitWorkers = false;
+  o.timeout = std::chrono::seconds(5);
+  c10::intrusive_ptr<c10d::TCPStore> s;
+  try {
+    s = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", o);
+  } catch (const std::exception& e) {
+    a.stopped_by = std::string("connect: ") + e.what();
+    return;
+  }
+  const std::vector<std::string> prefixes = {"odyssey/world/", "odyssey/ulysses/dp0/ring0/", "odyssey/dp/sp0/",
+                                             "odyssey/ring/dp0/u0/"};
+  const std::vector<std::uint8_t> one{0x7f}, sized(121344, 0x41);
+  std::vector<std::string> names = {"odyssey/run_dir", "odyssey/run_nonce", "run_dir", "secret", "0:0>1", "0:1>0"};
+  for (const auto& p : prefixes)
+    for (int seq = 0; seq < 24; ++seq)
+      for (const char* pair : {":0>1", ":1>0"}) names.push_back(p + std::to_string(seq) + pair);
+  try {
+    while (!done.load()) {
+      ++a.rounds;
+      a.most_keys = std::max(a.most_keys, s->getNumKeys());
+      for (std::size_t i = 0; i < names.size() && !done.load(); ++i) {
+        ++a.gets;
+        if (s->check({names[i]})) {
+          (void)s->get(names[i]);
+          ++a.read;
+        }
+        s->set(names[i], i % 2 ? sized : one);
+        ++a.sets;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (a.rounds % 4 == 0)
+        for (const auto& n : names) a.deletes += s->deleteKey(n) ? 1 : 0;
+    }
+  } catch (const std::exception& e) {
+    a.stopped_by = e.what();
+    a.stopped_by = a.stopped_by.substr(0, a.stopped_by.find('\n'));
+  }
+}
+
 // Two network namespaces joined by a veth pair: node 0 at 10.77.N.1, node 1 at 10.77.N.2.
 struct TwoHosts {
   QString a, b, va, vb, addr0;
@@ -349,6 +413,48 @@ class TstParallelRun : public QObject {
     };
     qInfo("send/recv calls in the last step: %g kept, %g recomputing", exchanges(o.dir), exchanges(plain.dir));
     QVERIFY(exchanges(o.dir) < exchanges(plain.dir));
+  }
+
+  // Issue 21, item 1: any local process could talk to the run's store; a 1-byte value under a
+  // transport key made both ranks fail, a right-sized one would have been taken as tensor
+  // data. Now every key name is derived from the run's secret and every value carries an
+  // HMAC: the attack below touches nothing the ranks read, and the run trains as if alone.
+  void storeAttackChangesNothing() {
+    QProcess p;
+    p.setProgram(QStringLiteral(ODYSSEY_TRAIN_BIN));
+    p.setArguments({"run", preset(tmp_, "attacked", "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\n"),
+                    "--name", "attacked"});
+    p.start();
+    QVERIFY(p.waitForStarted());
+    // The launcher prints "launcher: ..., store 127.0.0.1:PORT" once the ranks are started.
+    const QRegularExpression store_line("store 127\\.0\\.0\\.1:(\\d+)");
+    QByteArray out;
+    int port = 0;
+    QElapsedTimer w;
+    w.start();
+    while (port == 0 && w.elapsed() < 120000 && p.state() != QProcess::NotRunning) {
+      p.waitForReadyRead(200);
+      out += p.readAllStandardOutput();
+      const auto m = store_line.match(QString::fromUtf8(out));
+      if (m.hasMatch()) port = m.captured(1).toInt();
+    }
+    QVERIFY2(port > 0, qPrintable("no store port in the launcher's output:\n" + QString::fromUtf8(out.right(2000))));
+    std::atomic<bool> done{false};
+    Attack a;
+    std::thread attacker([&] { attack_store(port, done, a); });
+    const bool finished = p.waitForFinished(600000);
+    done = true;
+    attacker.join();
+    out += p.readAllStandardOutput();
+    const QString err = QString::fromUtf8(p.readAllStandardError());
+    qInfo("store attacker: %d round(s), up to %lld keys seen, %d gets (%d found a value), %d sets, %d deletes; ended by: %s",
+          a.rounds, static_cast<long long>(a.most_keys), a.gets, a.read, a.sets, a.deletes,
+          a.stopped_by.empty() ? "the run's end" : a.stopped_by.c_str());
+    QVERIFY(finished);
+    QVERIFY2(a.sets > 0, "the attacker wrote nothing while the run was going");
+    QVERIFY2(p.exitCode() == 0, qPrintable(QString("the attacked run failed (exit %1):\n").arg(p.exitCode()) +
+                                           QString::fromUtf8(out.right(2000)) + "\n" + err.right(2000)));
+    compare("Ulysses 2 under a store attack", outcome_of(only_run(tmp_.filePath("out-attacked"))), single_);
   }
 
   void ring2() {
