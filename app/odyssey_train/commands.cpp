@@ -13,6 +13,7 @@
 
 #include "dist/launcher.h"
 #include "dist/mesh.h"
+#include "dist/store_auth.h"
 #include "engine/runtime_info.h"
 #include "train/trainer.h"
 #endif
@@ -222,6 +223,11 @@ int cmd_run(const Args& a) {
     std::cerr << "odyssey-train run: --node-rank " << node_rank << " must be below nnodes " << nnodes << '\n';
     return kInvalidConfig;
   }
+  if (nnodes > 1)  // the store listens on the network: every node needs the job's secret
+    if (const std::string why = dist::multi_node_secret_problem(); !why.empty()) {
+      std::cerr << "odyssey-train run: " << why << '\n';
+      return kUsage;
+    }
   std::string name = a.value("name");
   if (name.empty()) {
     const std::string& file = cc.loaded.origin.file;

@@ -11,6 +11,9 @@
 #include <stdexcept>
 #include <thread>
 
+#include "dist/store_auth.h"
+#include "dist/store_message.h"
+
 namespace odyssey::dist {
 
 const char* op_name(Op op) {
@@ -190,7 +193,13 @@ class StoreGroup final : public Group {
  public:
   StoreGroup(const std::string& name, const std::string& prefix, const c10::intrusive_ptr<c10d::Store>& store,
              int rank, int size, std::chrono::milliseconds timeout)
-      : Group(name, rank, size), store_(c10::make_intrusive<c10d::PrefixStore>(prefix, store)), timeout_(timeout) {}
+      : Group(name, rank, size),
+        store_(c10::make_intrusive<c10d::PrefixStore>(prefix, store)),
+        prefix_(prefix),
+        run_id_(store_run_id(store)),
+        timeout_(timeout),
+        sent_(static_cast<std::size_t>(size), 0),
+        received_(static_cast<std::size_t>(size), 0) {}
 
  protected:
   void do_all_reduce(torch::Tensor& t) override {
@@ -222,13 +231,13 @@ class StoreGroup final : public Group {
     if (to == rank()) {
       local_ = src.clone();
     } else {
-      store_->set(key(seq, rank(), to), bytes_of(src));
+      send(seq, to, src);
     }
     torch::Tensor out = torch::empty_like(src);
     if (from == rank()) {
       out.copy_(local_);
     } else {
-      fill(out, take(key(seq, from, rank()), "send_recv", from));
+      receive(seq, from, out, "send_recv");
     }
     return out.to(x.device());
   }
@@ -244,15 +253,27 @@ class StoreGroup final : public Group {
     return parts;
   }
 
-  static std::vector<std::uint8_t> bytes_of(const torch::Tensor& t) {
-    const auto* p = static_cast<const std::uint8_t*>(t.data_ptr());
-    return std::vector<std::uint8_t>(p, p + nbytes(t));
+  // A message to `to`: the header says what it is (store_message.h), then the bytes.
+  void send(std::uint64_t seq, int to, const torch::Tensor& t) {
+    MessageHeader h;
+    h.run_id = run_id_;
+    h.group = prefix_;
+    h.src = rank();
+    h.dst = to;
+    h.seq = sent_[static_cast<std::size_t>(to)]++;
+    store_->set(key(seq, rank(), to), pack_message(describe(h, t), t));
   }
 
-  static void fill(torch::Tensor& out, const std::vector<std::uint8_t>& data) {
-    TORCH_CHECK(static_cast<std::int64_t>(data.size()) == nbytes(out), "store transport: received ", data.size(),
-                " bytes, expected ", nbytes(out));
-    if (!data.empty()) std::memcpy(out.data_ptr(), data.data(), data.size());
+  // The message from `from` into `out`, once its header says it is the one expected here: this
+  // run, this group, that sender, the next in its sequence, `out`'s dtype, shape and size.
+  void receive(std::uint64_t seq, int from, torch::Tensor& out, const char* what) {
+    MessageHeader want;
+    want.run_id = run_id_;
+    want.group = prefix_;
+    want.src = from;
+    want.dst = rank();
+    want.seq = received_[static_cast<std::size_t>(from)]++;
+    unpack_message(take(key(seq, from, rank()), what, from), describe(want, out), out, what);
   }
 
   std::string key(std::uint64_t seq, int src, int dst) const {
@@ -272,6 +293,9 @@ class StoreGroup final : public Group {
       std::vector<std::uint8_t> v = store_->get(k);
       store_->deleteKey(k);
       return v;
+    } catch (const StoreAuthError& e) {
+      throw std::runtime_error(std::string(what) + " on the " + name() + " group: rank " + std::to_string(rank()) +
+                               ", receiving from rank " + std::to_string(peer) + ": " + e.what());
     } catch (const c10::Error& e) {
       throw std::runtime_error(std::string(what) + " on the " + name() + " group: rank " + std::to_string(rank()) +
                                " got nothing from rank " + std::to_string(peer) + " within " +
@@ -284,7 +308,7 @@ class StoreGroup final : public Group {
   std::vector<torch::Tensor> exchange(const std::vector<torch::Tensor>& to_each, const char* what) {
     const std::uint64_t seq = seq_++;
     for (int j = 0; j < size(); ++j)
-      if (j != rank()) store_->set(key(seq, rank(), j), bytes_of(to_each[static_cast<std::size_t>(j)]));
+      if (j != rank()) send(seq, j, to_each[static_cast<std::size_t>(j)]);
     std::vector<torch::Tensor> got(static_cast<std::size_t>(size()));
     for (int j = 0; j < size(); ++j) {
       const torch::Tensor& mine = to_each[static_cast<std::size_t>(rank())];
@@ -293,15 +317,18 @@ class StoreGroup final : public Group {
         continue;
       }
       torch::Tensor t = torch::empty_like(to_each[static_cast<std::size_t>(j)]);
-      fill(t, take(key(seq, j, rank()), what, j));
+      receive(seq, j, t, what);
       got[static_cast<std::size_t>(j)] = t;
     }
     return got;
   }
 
   c10::intrusive_ptr<c10d::Store> store_;
+  std::string prefix_;
+  std::string run_id_;
   std::chrono::milliseconds timeout_;
-  std::uint64_t seq_ = 0;
+  std::uint64_t seq_ = 0;                          // the group's collectives: part of each key
+  std::vector<std::uint64_t> sent_, received_;     // messages per peer, each way: in each header
   torch::Tensor local_;
 };
 

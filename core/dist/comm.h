@@ -6,7 +6,10 @@
 //    records the tensors on its stream so the caching allocator cannot reuse them early.
 //  - Store (CPU, tests and CPU runs only): every collective is an exchange of tensor bytes
 //    through the same TCPStore (set by the sender, get + delete by the receiver), reduced in
-//    rank order so every rank gets bit-identical sums. The PyTorch wheel ships no gloo
+//    rank order so every rank gets bit-identical sums. Each message carries a header (run id,
+//    group, sender, receiver, per-pair sequence number, dtype, shape, bytes) that the receiver
+//    checks before using a byte (store_message.h); the store itself authenticates every value
+//    with the run's secret (store_auth.h). The PyTorch wheel ships no gloo
 //    headers and Debian's libgloo is older than the gloo inside libtorch, so ProcessGroupGloo
 //    is out of reach from C++; a store transport needs nothing beyond libtorch and behaves
 //    the same on one host and across hosts.

@@ -22,6 +22,7 @@ extern char** environ;
 #include <iostream>
 #include <sstream>
 
+#include "dist/store_auth.h"
 #include "run/event_writer.h"
 #include "run/run_dir.h"
 #include "run/status_file.h"
@@ -153,6 +154,8 @@ class Supervisor {
     ::sigaction(SIGTERM, &sa, nullptr);
     ::sigaction(SIGINT, &sa, nullptr);
 
+    std::string secret;
+    if (!store_secret(&secret, &error)) return fail_before_start(error);
     const std::string master = o_.nnodes > 1 ? o_.master_addr : std::string("127.0.0.1");
     for (int i = 0; i < o_.nproc; ++i) {
       Rank r;
@@ -170,6 +173,8 @@ class Supervisor {
           {"TORCHELASTIC_USE_AGENT_STORE", "True"},
           {"ODYSSEY_LAUNCHER_PID", std::to_string(::getpid())},
           {"ODYSSEY_RUN_DIR", dir_.root().string()},
+          // The environment, not the command line: argv is world-readable in /proc.
+          {kStoreSecretVariable, secret},
       };
       if (!cvd.empty()) env.push_back({"CUDA_VISIBLE_DEVICES", join(cvd)});
       if (!std::getenv("OMP_NUM_THREADS")) {
@@ -214,8 +219,12 @@ class Supervisor {
       ranks_.push_back(std::move(r));
     }
     std::cout << "launcher: " << o_.nproc << " rank(s) on this node, world " << world << ", store " << master << ":"
-              << port << (cvd.empty() ? std::string() : ", CUDA_VISIBLE_DEVICES=" + join(cvd)) << '\n'
-              << std::flush;
+              << port << (cvd.empty() ? std::string() : ", CUDA_VISIBLE_DEVICES=" + join(cvd)) << '\n';
+    if (o_.nnodes > 1)
+      std::cout << "launcher: the rendezvous store " << (o_.node_rank == 0 ? "listens on the network at " : "is reached over the network at ")
+                << master << ":" << port << "; every request to it is authenticated with " << kStoreSecretVariable
+                << ", which each node's launcher hands to its ranks from the job's environment (the same value on every node)\n";
+    std::cout << std::flush;
     return supervise();
   }
 
@@ -224,6 +233,24 @@ class Supervisor {
     std::string s;
     for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
     return s;
+  }
+
+  // One node: a fresh secret for this run from the OS CSPRNG. Several: the one the job exported
+  // (each node's launcher must hand its ranks the same), refused when missing.
+  bool store_secret(std::string* secret, std::string* error) const {
+    if (o_.nnodes > 1) {
+      *error = multi_node_secret_problem();
+      if (!error->empty()) return false;
+      *secret = std::getenv(kStoreSecretVariable);
+      return true;
+    }
+    try {
+      *secret = generate_store_secret();
+    } catch (const std::exception& e) {
+      *error = std::string("no secret for the rendezvous store: ") + e.what();
+      return false;
+    }
+    return true;
   }
 
   bool gpu_mapping(std::vector<std::string>* out, std::string* error) const {

@@ -12,6 +12,9 @@
 //  - SIGTERM/SIGINT to the launcher are forwarded (graceful: the ranks agree on a step, rank 0
 //    checkpoints); a second one, or `stop_timeout` after the first, kills every rank.
 //  - The store binds to loopback for one node; with several nodes, to the master address.
+//  - Each run's ranks get ODYSSEY_STORE_SECRET in their environment (dist/store_auth.h): a
+//    fresh one from getrandom(2) on one node; with several, the one the job exported (the
+//    same on every node), and the launch is refused without it.
 #pragma once
 
 #include <filesystem>

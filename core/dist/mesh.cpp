@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "common/text.h"
+#include "dist/store_auth.h"
 
 namespace odyssey::dist {
 
@@ -63,13 +64,16 @@ c10::intrusive_ptr<c10d::Store> connect_store(const DistEnv& env, std::chrono::m
   o.numWorkers = env.store_hosted ? std::nullopt : std::optional<std::size_t>(static_cast<std::size_t>(env.world));
   o.waitWorkers = false;
   o.timeout = timeout;
+  const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+  c10::intrusive_ptr<c10d::Store> tcp;
   try {
-    return c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+    tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
   } catch (const c10::Error& e) {
-    throw std::runtime_error("rank " + std::to_string(env.rank) + " could not reach the rendezvous store at " +
-                             env.master_addr + ":" + std::to_string(env.master_port) + " within " +
-                             std::to_string(timeout.count() / 1000) + " s: " + e.what_without_backtrace());
+    throw std::runtime_error("rank " + std::to_string(env.rank) + " could not reach the rendezvous store at " + where +
+                             " within " + std::to_string(timeout.count() / 1000) + " s: " + e.what_without_backtrace());
   }
+  // Every request of the ranks is authenticated with the run's secret (store_auth.h).
+  return authenticate_store(std::move(tcp), env.rank, where, timeout);
 }
 
 Mesh single_process_mesh() {

@@ -38,7 +38,10 @@ struct DistEnv {
 // Reads the variables; a malformed or inconsistent value is an error naming the variable.
 DistEnv read_dist_env(std::string* error);
 
-// Connects to (or, on rank 0 without a hosting launcher, serves) the TCPStore.
+// Connects to (or, on rank 0 without a hosting launcher, serves) the TCPStore, and wraps it in
+// the run's authentication when ODYSSEY_STORE_SECRET is set (dist/store_auth.h): every key
+// the ranks use is then named and tagged with the secret; without it (torchrun's agent store)
+// it says once that the store is unauthenticated.
 c10::intrusive_ptr<c10d::Store> connect_store(const DistEnv& env, std::chrono::milliseconds timeout);
 
 struct Mesh {

@@ -14,7 +14,10 @@
 //   - a local process that connects to the run's rendezvous store while it trains (reads the
 //     number of keys, gets, sets 1-byte and right-sized garbage under the store transport's
 //     old key names and guessed names, deletes them) changes nothing: the run completes with
-//     the single process's losses (issue 21, item 1).
+//     the single process's losses (issue 21, item 1), and the run's secret is in no file of the
+//     run directory nor on a rank's command line; a multi-node launch without
+//     ODYSSEY_STORE_SECRET is a usage error; under torchrun the ranks say the store is
+//     unauthenticated unless the secret is exported.
 // LibTorch before Qt: Qt's keyword macros (slots, signals) clash with its headers.
 #include "model/safetensors.h"
 
@@ -23,6 +26,7 @@
 #include <QtTest>
 
 #include <QDir>
+#include <QDirIterator>
 #include <QFileInfo>
 #include <QElapsedTimer>
 #include <QFile>
@@ -267,6 +271,9 @@ void attack_store(int port, const std::atomic<bool>& done, Attack& a) {
   }
 }
 
+// A multi-node job's store secret, as a job script would export it on every node.
+const QString kJobSecret = QStringLiteral("4f6479737365792d746573742d6a6f622d7365637265742d30303030303030");
+
 // Two network namespaces joined by a veth pair: node 0 at 10.77.N.1, node 1 at 10.77.N.2.
 struct TwoHosts {
   QString a, b, va, vb, addr0;
@@ -309,6 +316,7 @@ struct TwoHosts {
   void start(QProcess& p, const QString& ns, int node, const QString& preset, const QString& output, int port) const {
     QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
     env.insert("ODYSSEY_COMM_TIMEOUT_S", "10");
+    env.insert("ODYSSEY_STORE_SECRET", kJobSecret);  // the job's, the same on both nodes
     p.setProcessEnvironment(env);
     p.start("ip", {"netns", "exec", ns, QStringLiteral(ODYSSEY_TRAIN_BIN), "run", preset, "--node-rank", QString::number(node),
                    "--master-addr", addr0, "--master-port", QString::number(port), "--set", "output_dir=" + output});
@@ -442,6 +450,17 @@ class TstParallelRun : public QObject {
     std::atomic<bool> done{false};
     Attack a;
     std::thread attacker([&] { attack_store(port, done, a); });
+    // The ranks' secret: in their environment (readable by this user only), not on their
+    // command line; read here to check below that it is written nowhere.
+    QByteArray secret;
+    for (pid_t r : children_of(static_cast<pid_t>(p.processId()))) {
+      QFile env(QString("/proc/%1/environ").arg(r)), cmd(QString("/proc/%1/cmdline").arg(r));
+      if (!env.open(QIODevice::ReadOnly) || !cmd.open(QIODevice::ReadOnly)) continue;
+      for (const QByteArray& kv : env.readAll().split('\0'))
+        if (kv.startsWith("ODYSSEY_STORE_SECRET=")) secret = kv.mid(21);
+      if (!secret.isEmpty()) QVERIFY2(!cmd.readAll().contains(secret), "the secret is on a rank's command line");
+    }
+    QCOMPARE(secret.size(), qsizetype{64});  // 32 bytes from getrandom, in hex
     const bool finished = p.waitForFinished(600000);
     done = true;
     attacker.join();
@@ -454,7 +473,72 @@ class TstParallelRun : public QObject {
     QVERIFY2(a.sets > 0, "the attacker wrote nothing while the run was going");
     QVERIFY2(p.exitCode() == 0, qPrintable(QString("the attacked run failed (exit %1):\n").arg(p.exitCode()) +
                                            QString::fromUtf8(out.right(2000)) + "\n" + err.right(2000)));
-    compare("Ulysses 2 under a store attack", outcome_of(only_run(tmp_.filePath("out-attacked"))), single_);
+    const QString dir = only_run(tmp_.filePath("out-attacked"));
+    compare("Ulysses 2 under a store attack", outcome_of(dir), single_);
+    // The secret is nowhere in the run directory (status.json, events, logs, config.yaml) nor
+    // in what the launcher printed.
+    QVERIFY(!out.contains(secret) && !err.toUtf8().contains(secret));
+    QDirIterator files(dir, QDir::Files, QDirIterator::Subdirectories);
+    int scanned = 0;
+    while (files.hasNext()) {
+      QFile f(files.next());
+      QVERIFY(f.open(QIODevice::ReadOnly));
+      QVERIFY2(!f.readAll().contains(secret), qPrintable("the store secret is in " + f.fileName()));
+      ++scanned;
+    }
+    QVERIFY(scanned >= 4);
+  }
+
+  // A job on several nodes: its store listens on the network, so a launch without the job's
+  // secret is refused as a usage error, before anything is created.
+  void multiNodeNeedsTheJobSecret() {
+    QTemporaryDir t;
+    QProcess p;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.remove("ODYSSEY_STORE_SECRET");
+    p.setProcessEnvironment(env);
+    p.start(QStringLiteral(ODYSSEY_TRAIN_BIN),
+            {"run", preset(t, "nosecret", "per_device_train_batch_size: 2\nnnodes: 2\nnproc_per_node: 1\nsequence_parallel_size: 2\n"),
+             "--node-rank", "0", "--master-addr", "127.0.0.1", "--master-port", "29739"});
+    QVERIFY(p.waitForFinished(120000));
+    const QString err = QString::fromUtf8(p.readAllStandardError());
+    QCOMPARE(p.exitCode(), 2);
+    QVERIFY2(err.contains("ODYSSEY_STORE_SECRET is not set") && err.contains("export ODYSSEY_STORE_SECRET="), qPrintable(err));
+    QVERIFY(QDir(t.filePath("out-nosecret")).entryList(QDir::Dirs | QDir::NoDotAndDotDot).isEmpty());
+    env.insert("ODYSSEY_STORE_SECRET", "too-short");
+    p.setProcessEnvironment(env);
+    p.start(QStringLiteral(ODYSSEY_TRAIN_BIN), p.arguments());
+    QVERIFY(p.waitForFinished(120000));
+    QCOMPARE(p.exitCode(), 2);
+    QVERIFY(QString::fromUtf8(p.readAllStandardError()).contains("at least 32"));
+  }
+
+  // Under torchrun's own agent store the ranks get no secret from us: each says its store is
+  // unauthenticated; with ODYSSEY_STORE_SECRET exported they authenticate (and say nothing).
+  // Both train as one process does.
+  void torchrunStoreSecret_data() {
+    QTest::addColumn<bool>("with_secret");
+    QTest::newRow("no secret") << false;
+    QTest::newRow("ODYSSEY_STORE_SECRET exported") << true;
+  }
+  void torchrunStoreSecret() {
+    QFETCH(bool, with_secret);
+    const QString torchrun = QFileInfo(QStringLiteral(ODYSSEY_PYTHON)).dir().filePath("torchrun");
+    if (!QFileInfo::exists(torchrun)) QSKIP("no torchrun beside ODYSSEY_PYTHON");
+    const QString name = with_secret ? "torchrun-secret" : "torchrun-plain";
+    const QString p = preset(tmp_, name, "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\n");
+    QProcess proc;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.remove("ODYSSEY_STORE_SECRET");
+    if (with_secret) env.insert("ODYSSEY_STORE_SECRET", kJobSecret);
+    proc.setProcessEnvironment(env);
+    proc.start(torchrun, {"--no-python", "--nproc-per-node", "2", QStringLiteral(ODYSSEY_TRAIN_BIN), "run", p});
+    QVERIFY(proc.waitForFinished(300000));
+    const QString all = QString::fromUtf8(proc.readAllStandardOutput() + proc.readAllStandardError());
+    QVERIFY2(proc.exitCode() == 0, qPrintable(all.right(3000)));
+    const qsizetype said = all.count("is unauthenticated (ODYSSEY_STORE_SECRET is not set");
+    QCOMPARE(said, qsizetype{with_secret ? 0 : 2});  // once per rank
+    compare("torchrun, " + name, outcome_of(only_run(tmp_.filePath("out-" + name))), single_);
   }
 
   void ring2() {
