@@ -141,7 +141,14 @@ Diagnostics check_number(const FieldSpec& f, double v, const std::string& found,
 
 // Values as parsed, after YAML's escapes: "\0" and "\ud800" in a double-quoted value
 // give a NUL byte and an unpaired surrogate, which no byte check of the text can see.
-void check_scalars(const YAML::Node& n, const std::string& key, const std::string& file, Diagnostics& d) {
+void check_scalars(const YAML::Node& n, const std::string& key, const std::string& file, Diagnostics& d,
+                   int depth = 0, std::size_t* visits = nullptr) {
+  // An alias can make a node its own descendant (&a [*a, *a]); the text's nesting is bounded
+  // to 32 by precheck, so a deeper walk is such a cycle (assign() refuses it anyway), and a
+  // preset's values are never more than a few thousand nodes.
+  std::size_t budget = 0;
+  if (!visits) visits = &budget;
+  if (depth > 40 || ++*visits > 100000 || !d.empty()) return;
   if (n.IsScalar()) {
     std::size_t at = 0;
     std::string why;
@@ -154,10 +161,10 @@ void check_scalars(const YAML::Node& n, const std::string& key, const std::strin
   if (n.IsSequence() || n.IsMap())
     for (const auto& item : n) {
       if (n.IsMap()) {
-        check_scalars(item.first, key, file, d);
-        check_scalars(item.second, key, file, d);
+        check_scalars(item.first, key, file, d, depth + 1, visits);
+        check_scalars(item.second, key, file, d, depth + 1, visits);
       } else {
-        check_scalars(item, key, file, d);
+        check_scalars(item, key, file, d, depth + 1, visits);
       }
     }
 }

@@ -431,7 +431,7 @@ Result<std::uint64_t> save_safetensors(const std::string& path, const NamedTenso
   }
   // Metadata that is not UTF-8 (a model path with byte 0xFF) is written with U+FFFD, as
   // every JSON Odyssey writes: a checkpoint must not fail over a label.
-  const std::string text = dump_json(header);
+  std::string text = dump_json(header);
   text.resize((text.size() + 7) / 8 * 8, ' ');  // the reference pads the header to 8 bytes
   if (text.size() > kMaxSafetensorsHeaderBytes) {
     r.diagnostics.push_back(make_error(path, "", "the header would be over the format's limit"));

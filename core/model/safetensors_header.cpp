@@ -383,7 +383,7 @@ Result<SafetensorsHeader> read_safetensors_header(const std::string& path) {
   struct stat st {};
   if (fd < 0 || ::fstat(fd, &st) != 0) {
     if (fd >= 0) why = std::string("cannot be examined: ") + std::strerror(errno), ::close(fd);
-    r.diagnostics.push_back({Severity::Error, path, 0, 0, "", "cannot read the weights file: " + why});
+    r.diagnostics.push_back({Severity::Error, path, 0, 0, "", "cannot read the file: " + why});
     return r;
   }
   const auto size = static_cast<std::uint64_t>(st.st_size);
