@@ -446,7 +446,7 @@ Result<std::optional<TokenCacheContents>> read_token_cache(const std::string& fi
     for (const auto& s : c.samples) c.report.lengths.push_back(static_cast<std::int32_t>(s.ids.size()));
     r.value = std::move(c);
   } catch (const std::exception& e) {
-    return corrupt(std::string("unreadable metadata: ") + e.what());
+    return corrupt("unreadable metadata: " + text::excerpt(e.what()));
   }
   return r;
 }

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/regular_file.h"
+#include "common/text.h"
 
 namespace odyssey {
 
@@ -348,7 +349,7 @@ Result<SafetensorsHeader> parse_safetensors_header(std::string_view bytes, std::
   try {
     j = parse_checking_duplicates(bytes.substr(8, n), dups, inner_dups);
   } catch (const json::exception& e) {
-    rep.error("", std::string("the header is not valid JSON: ") + e.what());
+    rep.error("", "the header is not valid JSON: " + text::excerpt(e.what()));
     return r;
   }
   if (!j.is_object()) {
@@ -419,7 +420,7 @@ Result<SafetensorsIndex> parse_safetensors_index(std::string_view json_text, con
   try {
     j = parse_checking_duplicates(json_text, dups, inner_dups);
   } catch (const json::exception& e) {
-    rep.error("", std::string("not valid JSON: ") + e.what());
+    rep.error("", "not valid JSON: " + text::excerpt(e.what()));
     return r;
   }
   if (!j.is_object()) {

@@ -49,7 +49,7 @@ bool parse_json(std::string_view text, const std::string& file, json* out, Diagn
     *out = json::parse(text.begin(), text.end());
     return true;
   } catch (const json::parse_error& e) {
-    Diagnostic d = derr(file, "", "not valid JSON: " + std::string(e.what()));
+    Diagnostic d = derr(file, "", "not valid JSON: " + text::excerpt(e.what()));
     locate(text, e.byte > 0 ? e.byte - 1 : 0, &d);
     diags->push_back(std::move(d));
     return false;
@@ -383,7 +383,7 @@ Result<TokenizerImpl> TokenizerImpl::parse(std::string_view json_text, const std
   try {
     l.load(j);
   } catch (const json::exception& e) {  // a value of the wrong JSON type somewhere unchecked
-    r.diagnostics.push_back(derr(file, "", std::string("unexpected value: ") + e.what()));
+    r.diagnostics.push_back(derr(file, "", "unexpected value: " + text::excerpt(e.what())));
   }
   if (has_errors(r.diagnostics)) return r;
   for (AddedToken& a : t.added) {
@@ -413,7 +413,7 @@ void TokenizerImpl::read_config(const std::string& dir, Diagnostics* diags) {
     try {
       read_special_tokens(j, p.string());
     } catch (const json::exception& e) {
-      diags->push_back(derr(p.string(), "", std::string("unexpected value: ") + e.what()));
+      diags->push_back(derr(p.string(), "", "unexpected value: " + text::excerpt(e.what())));
     }
   }
   const fs::path jinja = d / "chat_template.jinja";  // transformers >= 4.43 saves it here
