@@ -90,6 +90,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/json_dump.h"
 #include "config/model_config.h"
 #include "dist/mesh.h"
 #include "dist/sequence_parallel.h"
@@ -298,14 +299,14 @@ void profile_step(const std::string& path, const nlohmann::ordered_json& rec, bo
   for (std::size_t i = 0; i < by_caller.size() && i < 30; ++i)
     ops.push_back({{"op", by_caller[i].first}, {"calls", by_caller[i].second}});
   sum["elementwise_callers"] = ops;
-  f << sum.dump() << "\n";
+  f << dump_json(sum) << "\n";
   for (const auto& [name, v] : rows) {
     nlohmann::ordered_json j = head;
     j["kernel"] = name.substr(0, 160);
     j["calls"] = v.first;
     j["ms"] = sig(v.second * 1e-6, 4);
     j["share"] = sig(total > 0 ? v.second / total : 0, 3);
-    f << j.dump() << "\n";
+    f << dump_json(j) << "\n";
   }
 }
 
@@ -990,8 +991,8 @@ int main(int argc, char** argv) {
         r["event_time_ms"] = sig(st.seconds / static_cast<double>(st.calls) * 1e3, 4);
         r["event_bus_gb_per_s"] = sig(static_cast<double>(st.bytes) / st.seconds / 1e9 * (n - 1) / n, 4);
         if (par.env.rank == 0) {
-          std::cout << r.dump() << '\n' << std::flush;
-          if (out) out << r.dump() << '\n' << std::flush;
+          std::cout << dump_json(r) << '\n' << std::flush;
+          if (out) out << dump_json(r) << '\n' << std::flush;
         }
       }
       continue;
@@ -1000,8 +1001,8 @@ int main(int argc, char** argv) {
       for (const auto seq : o.seqs) {
         const auto rec = run_one(o, shape, hf.value, dc.value, mode, seq, device, dtype, par);
         if (par.env.rank != 0) continue;
-        std::cout << rec.dump() << '\n' << std::flush;
-        if (out) out << rec.dump() << '\n' << std::flush;
+        std::cout << dump_json(rec) << '\n' << std::flush;
+        if (out) out << dump_json(rec) << '\n' << std::flush;
       }
   }
   return rc;

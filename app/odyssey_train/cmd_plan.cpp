@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "common/json_dump.h"
 #include "common/text.h"
 #include "planner/memory_planner.h"
 
@@ -23,7 +24,8 @@ CommandSpec plan_spec() {
           "Capacity: device cuda, or auto, is planned for an H200 (139.8 GiB) unless --gpu-memory\n"
           "gives another size; device cpu is planned against this machine's RAM shared by\n"
           "nproc_per_node processes. The model is described in docs/memory-planner.md.\n\n"
-          "Exit codes: 0 planned, 3 the preset has errors or the model's shape is unknown,\n"
+          "Exit codes: 0 planned, 3 the preset has errors, the model's shape is unknown or the job\n"
+          "exceeds the machine a thousandfold (refused without planning),\n"
           "4 with --require-fit when the plan does not fit.",
           {{"set", true, true, "KEY=VALUE", "override a setting (value in YAML syntax)"},
            {"gpu-memory", true, false, "GIB", "memory of one GPU in GiB (default: an H200, 139.8)"},
@@ -57,6 +59,11 @@ int cmd_plan(const Args& a) {
   const TrainConfig& c = cc.loaded.config;
   const HfModelConfig& m = *cc.model;
   const MemoryPlan plan = plan_memory(c, m, opts);
+  if (!plan.refused.empty()) {
+    // Nothing else is computed: largest_max_length and the rest would refuse the same way.
+    std::cerr << "odyssey-train plan: error: " << plan.refused << '\n';
+    return kInvalidConfig;
+  }
   const std::int64_t world = std::max<std::int64_t>(1, c.nnodes) * resolved_nproc_per_node(c);
   const std::int64_t largest = largest_max_length(c, m, opts);
   const std::int64_t smallest_sp = smallest_sequence_parallel_size(c, m, opts, world);
@@ -72,7 +79,7 @@ int cmd_plan(const Args& a) {
     j["smallest_sequence_parallel_size"] = smallest_sp;
     j["max_world"] = world;
     j["config_valid"] = cc.ok();
-    std::cout << j.dump(2) << '\n';
+    std::cout << dump_json(j, 2) << '\n';
   } else {
     std::cout << "model: " << cc.location.describe() << " (" << m.architecture << ", "
               << m.parameter_count() << " parameters, " << m.num_hidden_layers << " layers)\n";

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "common/json_dump.h"
 #include "common/text.h"
 #include "config/model_config.h"
 #ifdef ODYSSEY_HAVE_TORCH
@@ -142,7 +143,7 @@ int cmd_score(const Args& a) {
       const model::SampleScore s = model::score_tokens(lm, ids.value);
       nlohmann::ordered_json j{{"index", i}, {"tokens", s.tokens}, {"targets", s.targets}};
       j["loss"] = s.targets ? nlohmann::ordered_json(s.mean()) : nlohmann::ordered_json(nullptr);
-      std::cout << j.dump() << '\n' << std::flush;
+      std::cout << dump_json(j) << '\n' << std::flush;
       targets += s.targets;
       sum += s.loss_sum;
     }
@@ -153,7 +154,7 @@ int cmd_score(const Args& a) {
              {"device", cuda ? "cuda" : "cpu"},
              {"dtype", opts.dtype == torch::kBFloat16 ? "bfloat16" : "float32"},
              {"attention_backend", lm->attention_backend_ran()}};
-    std::cout << oj{{"total", total}}.dump() << '\n';
+    std::cout << dump_json(oj{{"total", total}}) << '\n';
     return kOk;
   } catch (const std::exception& e) {
     std::cerr << "odyssey-train score: error: " << e.what() << '\n';

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "common/json_dump.h"
 #include "common/text.h"
 
 #ifdef ODYSSEY_HAVE_TORCH
@@ -64,10 +65,9 @@ int cmd_selftest(const Args& a) {
   for (const auto& r : rows) {
     failed += r.ok ? 0 : 1;
     if (json) {
-      std::cout << nlohmann::json{{"kernel", r.kernel}, {"dtype", r.dtype}, {"tensor", r.tensor}, {"path", r.path},
+      std::cout << dump_json(nlohmann::json{{"kernel", r.kernel}, {"dtype", r.dtype}, {"tensor", r.tensor}, {"path", r.path},
                                   {"max_abs", r.max_abs}, {"rel", r.rel}, {"ref_rel", r.ref_rel}, {"bound", r.bound},
-                                  {"ok", r.ok}}
-                       .dump()
+                                  {"ok", r.ok}})
                 << '\n';
     } else {
       std::printf("%-40s %-5s %-9s %-5s %12.3e %12.3e %12.3e %12.3e  %s\n", r.kernel.c_str(), r.dtype.c_str(),

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "commands.h"
+#include "common/json_dump.h"
 #include "common/text.h"
 #include "config/model_config.h"
 #include "tokenizer/tokenizer.h"
@@ -80,7 +81,7 @@ int cmd_tokenize(const Args& a) {
     print_diagnostics(ids.diagnostics);
     return kFailure;
   }
-  std::cout << nlohmann::json(ids.value).dump() << '\n';
+  std::cout << dump_json(nlohmann::json(ids.value)) << '\n';
   return kOk;
 }
 

@@ -2,7 +2,15 @@
 
 #include <algorithm>
 
+#include "common/text.h"
+
 namespace odyssey {
+
+namespace {
+// format() cuts a longer message (with its length named): readers of events.jsonl skip
+// lines over 1 MiB, and a message quoting a whole malformed input line would be one.
+constexpr std::size_t kMaxDiagnosticMessageBytes = 4096;
+}  // namespace
 
 std::string Diagnostic::format() const {
   std::string out;
@@ -20,7 +28,9 @@ std::string Diagnostic::format() const {
     case Severity::Note: out += "note: "; break;
   }
   if (!key.empty()) out += key + ": ";
-  out += message;
+  // Callers quote input through text::quoted/excerpt; this bound is the last line of
+  // defence, so that no single diagnostic can fill stdout or an events.jsonl line.
+  out += message.size() > kMaxDiagnosticMessageBytes ? text::excerpt(message, kMaxDiagnosticMessageBytes) : message;
   return out;
 }
 

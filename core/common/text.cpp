@@ -160,11 +160,31 @@ std::string trim(std::string_view s) {
 
 bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
 
+namespace {
+
+// Bytes of `s` to keep so that at most `max` are kept and no UTF-8 sequence is split.
+std::size_t utf8_cut(std::string_view s, std::size_t max) {
+  if (s.size() <= max) return s.size();
+  std::size_t n = max;
+  // Step back over continuation bytes to the lead byte of the cut character, then drop it.
+  std::size_t back = 0;
+  while (n > 0 && back < 4 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n, ++back;
+  return n;
+}
+
+std::string total_note(std::size_t total) { return "... (" + std::to_string(total) + " bytes in all)"; }
+
+}  // namespace
+
+std::string excerpt(std::string_view s, std::size_t max_bytes) {
+  if (s.size() <= max_bytes) return std::string(s);
+  return std::string(s.substr(0, utf8_cut(s, max_bytes))) + total_note(s.size());
+}
+
 std::string quoted(std::string_view v) {
+  const std::size_t keep = utf8_cut(v, kExcerptBytes);
   std::string out = "'";
-  std::size_t n = 0;
-  for (unsigned char c : v) {
-    if (++n > 60) { out += "..."; break; }
+  for (unsigned char c : v.substr(0, keep)) {
     if (c < 0x20 || c == 0x7f) {
       char buf[8];
       std::snprintf(buf, sizeof buf, "\\x%02x", c);
@@ -173,7 +193,43 @@ std::string quoted(std::string_view v) {
       out += static_cast<char>(c);
     }
   }
-  return out + "'";
+  out += "'";
+  if (keep < v.size()) out += total_note(v.size());
+  return out;
+}
+
+bool clean_utf8(std::string_view s, std::size_t* bad_at, std::string* why) {
+  auto fail = [&](std::size_t i, const char* what) {
+    if (bad_at) *bad_at = i;
+    if (why) *why = what;
+    return false;
+  };
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c == 0) return fail(i, "a NUL byte");
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    // Lengths and ranges of Unicode 15, table 3-7 (no overlongs, no surrogates, <= U+10FFFF).
+    int n = 0;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) n = 1;
+    else if (c == 0xE0) n = 2, lo = 0xA0;
+    else if (c == 0xED) n = 2, hi = 0x9F;
+    else if (c >= 0xE1 && c <= 0xEF) n = 2;
+    else if (c == 0xF0) n = 3, lo = 0x90;
+    else if (c == 0xF4) n = 3, hi = 0x8F;
+    else if (c >= 0xF1 && c <= 0xF3) n = 3;
+    else return fail(i, "invalid UTF-8");
+    if (i + static_cast<std::size_t>(n) >= s.size()) return fail(i, "invalid UTF-8 (a sequence cut short)");
+    for (int k = 1; k <= n; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + static_cast<std::size_t>(k)]);
+      if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF)) return fail(i, "invalid UTF-8");
+    }
+    i += static_cast<std::size_t>(n) + 1;
+  }
+  return true;
 }
 
 }  // namespace odyssey::text

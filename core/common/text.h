@@ -34,7 +34,20 @@ std::string join(const std::vector<std::string>& parts, std::string_view sep);
 std::string trim(std::string_view s);
 bool starts_with(std::string_view s, std::string_view prefix);
 
-// Quote a value for messages: 'abc' (shortened to 60 characters, control bytes escaped).
+// How much of a piece of input a message quotes: enough to recognise it, never the whole
+// of a 100 MB line (which would go to stdout, events.jsonl and the rank log).
+inline constexpr std::size_t kExcerptBytes = 200;
+
+// `s` when it is at most `max_bytes` long, else its first bytes (cut at a UTF-8 character
+// boundary) followed by "... (N bytes in all)". The one way a message quotes input.
+std::string excerpt(std::string_view s, std::size_t max_bytes = kExcerptBytes);
+
+// Quote a value for messages: 'abc', control bytes escaped, cut as excerpt() cuts (the
+// total length named after the closing quote).
 std::string quoted(std::string_view value);
+
+// Whether `s` is well-formed UTF-8 without NUL bytes; otherwise the offset of the first
+// offending byte in `*bad_at` and what it is in `*why`.
+bool clean_utf8(std::string_view s, std::size_t* bad_at = nullptr, std::string* why = nullptr);
 
 }  // namespace odyssey::text

@@ -8,6 +8,8 @@
 #include <string_view>
 #include <utility>
 
+#include "common/json_dump.h"
+#include "common/regular_file.h"
 #include "common/text.h"
 
 namespace odyssey {
@@ -37,12 +39,14 @@ Diagnostic derr(const std::string& file, const std::string& key, std::string msg
   return d;
 }
 
-std::string read_text(const fs::path& p, bool* ok) {
-  std::ifstream in(p, std::ios::binary);
-  *ok = static_cast<bool>(in);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+// config.json, refs/main: small files, read only when regular (a FIFO would block).
+constexpr std::uint64_t kMaxSmallFileBytes = 64 << 20;
+
+std::string read_text(const fs::path& p, bool* ok, std::string* why = nullptr) {
+  std::string out, w;
+  *ok = read_regular_file(p.string(), kMaxSmallFileBytes, &out, &w);
+  if (why) *why = w;
+  return out;
 }
 
 }  // namespace
@@ -81,7 +85,7 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
   try {
     j = json::parse(json_text);
   } catch (const json::parse_error& e) {
-    r.diagnostics.push_back(derr(file, "", std::string("invalid JSON: ") + e.what()));
+    r.diagnostics.push_back(derr(file, "", "invalid JSON: " + text::excerpt(e.what())));
     return r;
   }
   if (!j.is_object()) {
@@ -89,14 +93,21 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
     return r;
   }
   HfModelConfig& m = r.value;
-  auto get_int = [&](const char* key, std::int64_t* out, bool required) {
+  auto found = [](const json& v) { return "found " + text::excerpt(dump_json(v)); };
+  auto get_int = [&](const char* key, std::int64_t* out, bool required, std::int64_t max) {
     auto it = j.find(key);
     if (it == j.end() || it->is_null()) {
       if (required) r.diagnostics.push_back(derr(file, key, "missing; expected a positive integer"));
       return;
     }
-    if (!it->is_number_integer() || it->get<std::int64_t>() <= 0) {
-      r.diagnostics.push_back(derr(file, key, "found " + it->dump() + ", expected a positive integer"));
+    if (!it->is_number_integer() || (it->is_number_unsigned() ? it->get<std::uint64_t>() == 0 : it->get<std::int64_t>() <= 0)) {
+      r.diagnostics.push_back(derr(file, key, found(*it) + ", expected a positive integer"));
+      return;
+    }
+    if (it->is_number_unsigned() ? it->get<std::uint64_t>() > static_cast<std::uint64_t>(max) : it->get<std::int64_t>() > max) {
+      r.diagnostics.push_back(derr(file, key, found(*it) + ", more than the " + std::to_string(max) +
+                                                  " Odyssey accepts (far beyond any released model; a config.json this "
+                                                  "size describes no weights that a machine holds)"));
       return;
     }
     *out = it->get<std::int64_t>();
@@ -105,7 +116,7 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
     auto it = j.find(key);
     if (it == j.end() || it->is_null()) return;
     if (!it->is_number()) {
-      r.diagnostics.push_back(derr(file, key, "found " + it->dump() + ", expected a number"));
+      r.diagnostics.push_back(derr(file, key, found(*it) + ", expected a number"));
       return;
     }
     *out = it->get<double>();
@@ -114,7 +125,7 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
     auto it = j.find(key);
     if (it == j.end() || it->is_null()) return;
     if (!it->is_boolean()) {
-      r.diagnostics.push_back(derr(file, key, "found " + it->dump() + ", expected true or false"));
+      r.diagnostics.push_back(derr(file, key, found(*it) + ", expected true or false"));
       return;
     }
     *out = it->get<bool>();
@@ -134,15 +145,15 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
     return r;
   }
 
-  get_int("hidden_size", &m.hidden_size, true);
-  get_int("intermediate_size", &m.intermediate_size, true);
-  get_int("num_hidden_layers", &m.num_hidden_layers, true);
-  get_int("num_attention_heads", &m.num_attention_heads, true);
-  get_int("vocab_size", &m.vocab_size, true);
+  get_int("hidden_size", &m.hidden_size, true, kMaxHiddenSize);
+  get_int("intermediate_size", &m.intermediate_size, true, kMaxIntermediateSize);
+  get_int("num_hidden_layers", &m.num_hidden_layers, true, kMaxHiddenLayers);
+  get_int("num_attention_heads", &m.num_attention_heads, true, kMaxAttentionHeads);
+  get_int("vocab_size", &m.vocab_size, true, kMaxVocabSize);
   m.num_key_value_heads = 0;
-  get_int("num_key_value_heads", &m.num_key_value_heads, false);
-  get_int("head_dim", &m.head_dim, false);
-  get_int("max_position_embeddings", &m.max_position_embeddings, false);
+  get_int("num_key_value_heads", &m.num_key_value_heads, false, kMaxAttentionHeads);
+  get_int("head_dim", &m.head_dim, false, kMaxHeadDim);
+  get_int("max_position_embeddings", &m.max_position_embeddings, false, kMaxPositionEmbeddings);
   get_num("rope_theta", &m.rope_theta);
   // transformers 5 writes rope settings into "rope_parameters" instead of the top level.
   if (auto rp = j.find("rope_parameters"); rp != j.end() && rp->is_object() && !j.contains("rope_theta")) {
@@ -164,6 +175,11 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
     }
     m.head_dim = m.hidden_size / m.num_attention_heads;
   }
+  if (m.head_dim > kMaxHeadDim) {
+    r.diagnostics.push_back(derr(file, "head_dim", std::to_string(m.head_dim) + " (hidden_size / num_attention_heads) is more than the " +
+                                                       std::to_string(kMaxHeadDim) + " Odyssey accepts"));
+    return r;
+  }
   if (m.num_attention_heads % m.num_key_value_heads != 0) {
     r.diagnostics.push_back(derr(file, "num_key_value_heads",
                                  "num_attention_heads " + std::to_string(m.num_attention_heads) +
@@ -180,10 +196,11 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
 Result<HfModelConfig> load_model_config(const std::string& model_dir) {
   const fs::path p = fs::path(model_dir) / "config.json";
   bool ok = false;
-  std::string t = read_text(p, &ok);
+  std::string why;
+  std::string t = read_text(p, &ok, &why);
   if (!ok) {
     Result<HfModelConfig> r;
-    r.diagnostics.push_back(derr(p.string(), "", "cannot be read; a Hugging Face model directory holds config.json"));
+    r.diagnostics.push_back(derr(p.string(), "", "cannot be read (" + why + "); a Hugging Face model directory holds config.json"));
     return r;
   }
   return parse_model_config(t, p.string());

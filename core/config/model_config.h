@@ -36,6 +36,19 @@ struct HfModelConfig {
   std::int64_t block_linear_parameters() const;
 };
 
+// Upper bounds on config.json's sizes, checked before anything uses them: a config.json
+// with num_hidden_layers 10^9 passed validation and then grew `run` and `plan` past 4 GB,
+// vocab_size 2^40 ended in an allocator message. Each bound is far above any released
+// model (Llama 3.1 405B: 126 layers, hidden 16384, 53248 MLP, 128256 tokens; Gemma 3:
+// 262144 tokens) and low enough that every product the planner forms fits in 64 bits.
+inline constexpr std::int64_t kMaxHiddenLayers = 4096;
+inline constexpr std::int64_t kMaxHiddenSize = 1 << 18;
+inline constexpr std::int64_t kMaxIntermediateSize = 1 << 20;
+inline constexpr std::int64_t kMaxVocabSize = 1 << 24;
+inline constexpr std::int64_t kMaxAttentionHeads = 1 << 12;
+inline constexpr std::int64_t kMaxHeadDim = 1 << 12;
+inline constexpr std::int64_t kMaxPositionEmbeddings = std::int64_t{1} << 30;
+
 // Architectures Odyssey trains; others are refused with this list.
 const std::vector<std::string>& supported_architectures();
 

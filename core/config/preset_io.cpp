@@ -4,10 +4,12 @@
 #include <yaml-cpp/parser.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -137,6 +139,36 @@ Diagnostics check_number(const FieldSpec& f, double v, const std::string& found,
   return d;
 }
 
+// Values as parsed, after YAML's escapes: "\0" and "\ud800" in a double-quoted value
+// give a NUL byte and an unpaired surrogate, which no byte check of the text can see.
+void check_scalars(const YAML::Node& n, const std::string& key, const std::string& file, Diagnostics& d,
+                   int depth = 0, std::size_t* visits = nullptr) {
+  // An alias can make a node its own descendant (&a [*a, *a]); the text's nesting is bounded
+  // to 32 by precheck, so a deeper walk is such a cycle (assign() refuses it anyway), and a
+  // preset's values are never more than a few thousand nodes.
+  std::size_t budget = 0;
+  if (!visits) visits = &budget;
+  if (depth > 40 || ++*visits > 100000 || !d.empty()) return;
+  if (n.IsScalar()) {
+    std::size_t at = 0;
+    std::string why;
+    if (!text::clean_utf8(n.Scalar(), &at, &why))
+      d.push_back(err(pos_of(n, file), key,
+                      "the value holds " + (why == "a NUL byte" ? why : why + " (byte " + std::to_string(at) + ")") +
+                          " after its escapes are read; expected UTF-8 text without NUL"));
+    return;
+  }
+  if (n.IsSequence() || n.IsMap())
+    for (const auto& item : n) {
+      if (n.IsMap()) {
+        check_scalars(item.first, key, file, d, depth + 1, visits);
+        check_scalars(item.second, key, file, d, depth + 1, visits);
+      } else {
+        check_scalars(item, key, file, d, depth + 1, visits);
+      }
+    }
+}
+
 Diagnostics assign(TrainConfig& c, const FieldSpec& f, const YAML::Node& v, const std::string& file) {
   Diagnostics d;
   const SourcePos at = pos_of(v, file);
@@ -262,6 +294,70 @@ Diagnostics assign(TrainConfig& c, const FieldSpec& f, const YAML::Node& v, cons
   return d;
 }
 
+// The top-level key whose value holds byte `at` of the text: the nearest line above (or
+// at) it that starts in column 1 with "key:". "" when there is none.
+std::string top_key_at(std::string_view y, std::size_t at) {
+  std::size_t end = std::min(at, y.size());
+  for (;;) {
+    const std::size_t begin = end == 0 ? 0 : y.rfind('\n', end - 1) == std::string_view::npos ? 0 : y.rfind('\n', end - 1) + 1;
+    const std::string_view line = y.substr(begin, y.find('\n', begin) - begin);
+    const std::size_t colon = line.find(':');
+    if (!line.empty() && std::string_view(" \t#-").find(line[0]) == std::string_view::npos && colon != std::string_view::npos) {
+      std::string k = text::trim(line.substr(0, colon));
+      if (k.size() >= 2 && (k.front() == '"' || k.front() == '\'') && k.back() == k.front()) k = k.substr(1, k.size() - 2);
+      return k.size() <= 64 ? k : std::string();
+    }
+    if (begin == 0) return {};
+    end = begin - 1;
+  }
+}
+
+// NUL bytes and invalid UTF-8 anywhere, quoted values included (docs/config.md: a preset is
+// UTF-8 text); the error names the line, the column and the key whose value holds the byte.
+Diagnostics check_bytes(std::string_view y, const std::string& file) {
+  std::size_t bad = 0;
+  std::string why;
+  if (text::clean_utf8(y, &bad, &why)) return {};
+  int line = 1;
+  std::size_t line_begin = 0;
+  for (std::size_t i = 0; i < bad; ++i)
+    if (y[i] == '\n') ++line, line_begin = i + 1;
+  const std::string what = why == "a NUL byte" ? "a NUL byte: this is not a text file; expected YAML"
+                                               : why + " byte sequence; expected UTF-8 text";
+  return {err({file, line, static_cast<int>(bad - line_begin) + 1}, top_key_at(y, bad), what)};
+}
+
+// Control characters anywhere, quoted values included: YAML allows tab, CR and LF only.
+Diagnostics check_controls(std::string_view y, const std::string& file) {
+  int line = 1;
+  std::size_t line_begin = 0;
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    const auto ch = static_cast<unsigned char>(y[i]);
+    if (ch == '\n') line++, line_begin = i + 1;
+    else if (ch < 0x20 && ch != '\t' && ch != '\r')
+      return {err({file, line, static_cast<int>(i - line_begin) + 1}, top_key_at(y, i),
+                  "a control character (byte " + std::to_string(ch) + "); YAML text may not contain them")};
+  }
+  return {};
+}
+
+// Whether the line `l` (comment excluded) ends with a block scalar header: | or > with
+// optional chomping and indentation indicators. Its value's lines follow, more indented.
+bool opens_block_scalar(std::string_view l) {
+  if (const auto hash = l.find(" #"); hash != std::string_view::npos) l = l.substr(0, hash);
+  const std::string t = text::trim(l);
+  const auto sp = t.find_last_of(" \t");
+  const std::string last = sp == std::string::npos ? t : t.substr(sp + 1);
+  if (last.empty() || (last[0] != '|' && last[0] != '>')) return false;
+  return last.find_first_not_of("|>-+0123456789") == std::string::npos;
+}
+
+std::size_t indent_of(std::string_view y, std::size_t line_begin) {
+  std::size_t i = line_begin;
+  while (i < y.size() && y[i] == ' ') ++i;
+  return i - line_begin;
+}
+
 // Refuse what yaml-cpp should never be handed: binary data, invalid UTF-8, nesting deep
 // enough to exhaust the parser's stack.
 Diagnostics precheck(std::string_view y, const std::string& file) {
@@ -273,7 +369,11 @@ Diagnostics precheck(std::string_view y, const std::string& file) {
                                 " bytes of YAML settings"));
     return d;
   }
+  if (auto bytes = check_bytes(y, file); !bytes.empty()) return bytes;
+  if (auto controls = check_controls(y, file); !controls.empty()) return controls;
   int line = 1, col = 0, flow_depth = 0;
+  std::size_t line_begin = 0;
+  std::optional<std::size_t> block_indent;  // inside a block scalar's value lines
   bool line_start = true;
   int dashes = 0;
   char prev_sig = '\n';  // last non-blank character on this line
@@ -281,25 +381,28 @@ Diagnostics precheck(std::string_view y, const std::string& file) {
   for (std::size_t i = 0; i < y.size(); ++i) {
     const unsigned char ch = static_cast<unsigned char>(y[i]);
     ++col;
-    if (ch == 0) {
-      d.push_back(err({file, line, col}, "", "a NUL byte: this is not a text file; expected YAML"));
-      return d;
-    }
-    if (ch >= 0x80) {  // UTF-8 sequence check
-      int n = (ch & 0xE0) == 0xC0 ? 1 : (ch & 0xF0) == 0xE0 ? 2 : (ch & 0xF8) == 0xF0 ? 3 : -1;
-      bool bad = n < 0 || ch == 0xC0 || ch == 0xC1 || ch > 0xF4;
-      for (int k = 1; !bad && k <= n; ++k)
-        bad = i + k >= y.size() || (static_cast<unsigned char>(y[i + k]) & 0xC0) != 0x80;
-      if (bad) {
-        d.push_back(err({file, line, col}, "", "invalid UTF-8 byte sequence; expected UTF-8 text"));
-        return d;
-      }
-      i += n;
+    if (ch >= 0x80) {  // a UTF-8 sequence (check_bytes has validated it)
+      i += (ch & 0xE0) == 0xC0 ? 1 : (ch & 0xF0) == 0xE0 ? 2 : 3;
       continue;
     }
     if (ch == '\n') {
+      // A block scalar's value lines are text, not YAML structure: quotes in them open nothing.
+      if (opens_block_scalar(y.substr(line_begin, i - line_begin))) block_indent = indent_of(y, line_begin);
       ++line;
       col = 0;
+      line_begin = i + 1;
+      if (block_indent) {
+        for (;;) {  // skip the value lines: blank, or indented beyond the header's line
+          const std::size_t nl = y.find('\n', line_begin);
+          const std::string_view l = y.substr(line_begin, nl == std::string_view::npos ? std::string_view::npos : nl - line_begin);
+          if (!text::trim(l).empty() && indent_of(y, line_begin) <= *block_indent) break;
+          if (nl == std::string_view::npos) return d;
+          line_begin = nl + 1;
+          ++line;
+        }
+        block_indent.reset();
+        i = line_begin - 1;
+      }
       line_start = true;
       dashes = 0;
       prev_sig = '\n';
@@ -328,9 +431,24 @@ Diagnostics precheck(std::string_view y, const std::string& file) {
     if (ch != ' ' && ch != '\t') prev_sig = static_cast<char>(ch);
     if ((ch == '\'' || ch == '"') && scalar_start) {  // skip quoted text
       const char q = static_cast<char>(ch);
-      for (++i; i < y.size() && y[i] != q; ++i) {
-        if (q == '"' && y[i] == '\\') ++i;
-        else if (y[i] == '\n') ++line;
+      const SourcePos opened{file, line, col};
+      const std::size_t open_at = i;
+      bool closed = false;
+      for (++i; i < y.size(); ++i) {
+        if (y[i] == q && q == '\'' && i + 1 < y.size() && y[i + 1] == '\'') ++i;  // '' is a quote
+        else if (y[i] == q) {
+          closed = true;
+          break;
+        } else if (q == '"' && y[i] == '\\') ++i;
+        if (i < y.size() && y[i] == '\n') ++line, line_begin = i + 1;
+      }
+      if (!closed) {
+        // yaml-cpp reads such a value to the end of the text: every later key would become
+        // part of it and silently keep its default.
+        d.push_back(err(opened, top_key_at(y, open_at),
+                        std::string("unterminated ") + (q == '"' ? "double" : "single") +
+                            "-quoted value: no closing " + q + " before the end of the file; close the quote"));
+        return d;
       }
       line_start = false;
       continue;
@@ -512,6 +630,12 @@ Result<LoadedConfig> load_preset_text(std::string_view yaml, const std::string& 
     }
     r.value.origin.keys[key] = pos_of(kv.second.IsNull() ? kv.first : kv.second, file);
     r.value.origin.keys[key].line = kpos.line;
+    Diagnostics bytes;
+    check_scalars(kv.second, key, file, bytes);
+    if (!bytes.empty()) {
+      r.diagnostics.insert(r.diagnostics.end(), bytes.begin(), bytes.end());
+      continue;
+    }
     auto d = assign(r.value.config, *f, kv.second, file);
     r.diagnostics.insert(r.diagnostics.end(), d.begin(), d.end());
   }
@@ -555,7 +679,9 @@ Diagnostics set_field_from_text(TrainConfig& c, std::string_view key, std::strin
     return {err(where, k, "value " + text::quoted(yaml_value) + " is not valid YAML: " + e.msg)};
   }
   TrainConfig tmp = c;
-  auto d = assign(tmp, *f, v, where.file);
+  Diagnostics d;
+  check_scalars(v, k, where.file, d);
+  if (d.empty()) d = assign(tmp, *f, v, where.file);
   for (auto& x : d) {  // positions inside the value text mean nothing to the user
     x.line = where.line;
     x.column = where.column;

@@ -265,6 +265,12 @@ bool parse_dataset_spec(std::string_view s, DatasetSpec* out, std::string* error
                  text::quoted(s.substr(hash + 1));
       return false;
     }
+    if (*n > kMaxDatasetSamples) {
+      if (error)
+        *error = "#" + std::to_string(*n) + " asks for more than " + std::to_string(kMaxDatasetSamples) +
+                 " samples, the most one dataset argument may select (each is held in memory)";
+      return false;
+    }
     d.samples = *n;
     path = s.substr(0, hash);
   }
@@ -275,6 +281,19 @@ bool parse_dataset_spec(std::string_view s, DatasetSpec* out, std::string* error
   d.path = std::string(path);
   if (out) *out = d;
   return true;
+}
+
+std::string sample_request_problem(std::int64_t requested, std::int64_t available) {
+  if (requested < 0 || available <= 0) return {};
+  if (requested > kMaxDatasetSamples)
+    return "#" + std::to_string(requested) + " asks for more than " + std::to_string(kMaxDatasetSamples) +
+           " samples, the most one dataset argument may select";
+  if (requested / available > kMaxUpsampleFactor ||
+      (requested / available == kMaxUpsampleFactor && requested % available != 0))
+    return "#" + std::to_string(requested) + " would use each of the file's " + std::to_string(available) +
+           " records more than " + std::to_string(kMaxUpsampleFactor) + " times; ask for at most " +
+           std::to_string(kMaxUpsampleFactor * available) + " (or use more data)";
+  return {};
 }
 
 bool uses_lora(const TrainConfig& c) { return c.tuner_type == "lora"; }

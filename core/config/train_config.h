@@ -155,6 +155,16 @@ struct DatasetSpec {
   std::string path;
   std::int64_t samples = -1;
 };
+// Bounds on path#N. Each selected sample is a copy held in memory and tokenized: #2000000
+// of a small file took 2.5 GB, #10^12 ended in std::bad_alloc at step 1. N is capped
+// outright when the spec is parsed, and against the file's record count when it is read
+// (validate --check-files, and every load): more than kMaxUpsampleFactor uses of each
+// record is refused (ms-swift repeats a file to reach N; nobody means 100 copies).
+inline constexpr std::int64_t kMaxDatasetSamples = 10'000'000;
+inline constexpr std::int64_t kMaxUpsampleFactor = 100;
+// "" when `requested` samples may be drawn from a file of `available` valid records, else why
+// not (names the request, the file's count and the limit).
+std::string sample_request_problem(std::int64_t requested, std::int64_t available);
 bool parse_dataset_spec(std::string_view s, DatasetSpec* out, std::string* error);
 
 bool uses_lora(const TrainConfig& c);

@@ -4,7 +4,11 @@
 #include <filesystem>
 #include <numeric>
 
+#include "common/regular_file.h"
 #include "common/text.h"
+#include "data/dataset.h"
+#include "model/weights_check.h"
+#include "tokenizer/tokenizer.h"
 
 namespace odyssey {
 namespace fs = std::filesystem;
@@ -238,6 +242,24 @@ CheckedConfig check_config(LoadedConfig cfg, bool check_files) {
       auto mc = load_located_model_config(r.location);
       if (mc.ok()) r.model = mc.value;
       for (auto& x : mc.diagnostics) d.push_back(x);
+      // What `run` reads before its first step: the weights' headers against config.json
+      // (no tensor data), and the tokenizer's ids against vocab_size. Anything that is not
+      // a regular file (a FIFO would block the load for ever) is refused here.
+      if (check_files && mc.ok() && r.location.source != ModelLocation::BundledShape) {
+        const std::string config_file = (fs::path(r.location.path) / "config.json").string();
+        auto w = check_model_weights(*r.model, config_file, r.location.path);
+        d.insert(d.end(), w.begin(), w.end());
+        const std::string tok_file = (fs::path(r.location.path) / "tokenizer.json").string();
+        if (regular_file_problem(tok_file) != "no such file") {  // missing: the trainer says so
+          auto tok = Tokenizer::load(tok_file);
+          for (auto& x : tok.diagnostics)
+            if (x.severity == Severity::Error) d.push_back(x);
+          if (tok.ok()) {
+            auto v = tok.value.check_vocab(r.model->vocab_size, config_file);
+            d.insert(d.end(), v.begin(), v.end());
+          }
+        }
+      }
       if (r.location.source == ModelLocation::BundledShape) {
         const std::string msg = "found " + text::quoted(c.model) +
                                 " in neither the Hugging Face nor the ModelScope cache; checked against Odyssey's bundled shape of it";
@@ -252,11 +274,26 @@ CheckedConfig check_config(LoadedConfig cfg, bool check_files) {
     for (const auto& spec : *list) {
       DatasetSpec ds;
       if (!parse_dataset_spec(spec, &ds, nullptr)) continue;  // reported at load
-      if (!path_exists(ds.path, o.base_dir, nullptr)) {
+      std::string resolved;
+      if (!path_exists(ds.path, o.base_dir, &resolved)) {
         const std::string msg = "found " + text::quoted(ds.path) + ": no such file (" + where_relative(o.base_dir) + ")";
         if (check_files) ck.error(key, msg);
         else ck.warning(key, msg);
+        continue;
       }
+      // A stat only, so also without --check-files: a FIFO or device is never a dataset.
+      if (const std::string why = regular_file_problem(resolved); !why.empty()) {
+        ck.error(key, "found " + text::quoted(ds.path) + ": " + why + "; expected a .jsonl or .json file");
+        continue;
+      }
+      if (!check_files) continue;
+      // path#N against the records the file holds (counted, not converted).
+      auto count = data::count_dataset_records(resolved);
+      for (auto& x : count.diagnostics) d.push_back(x);
+      if (!count.ok()) continue;
+      if (const std::string why = sample_request_problem(ds.samples, count.value); !why.empty())
+        ck.error(key, "found " + text::quoted(spec) + ": " + why + " (" + resolved + " holds " +
+                          std::to_string(count.value) + " records)");
     }
   }
   auto v = validate_config(r.loaded, r.model ? &*r.model : nullptr);

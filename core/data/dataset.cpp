@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "common/regular_file.h"
 #include "common/text.h"
 #include "config/train_config.h"
 #include "tokenizer/utf8.h"
@@ -69,10 +70,12 @@ std::string clean_parse_error(std::string_view what, std::int64_t* line, std::in
     if (comma != std::string_view::npos && colon != std::string_view::npos && comma < colon) {
       if (line) *line = text::parse_int(rest.substr(0, comma)).value_or(0);
       if (column) *column = text::parse_int(rest.substr(comma + 9, colon - comma - 9)).value_or(0);
-      return std::string(rest.substr(colon + 2));
+      what = rest.substr(colon + 2);
     }
   }
-  return std::string(what);
+  // nlohmann quotes the token it stopped at ("last read: '...'"), which may be a whole
+  // 100 MB line: the message keeps its first bytes and names the length.
+  return text::excerpt(what);
 }
 
 // 0.5 -> "50", 0.006 -> "0.6", 1/3 -> "33.33"
@@ -449,7 +452,7 @@ void read_lines(std::istream& in, FileReader& r, const std::string& path, Diagno
       r.bad(w, "", "not valid JSON: " + msg, col);
       continue;
     } catch (const std::exception& e) {
-      r.bad(w, "", std::string("not valid JSON: ") + e.what());
+      r.bad(w, "", "not valid JSON: " + text::excerpt(e.what()));
       continue;
     }
     r.record(j, w);
@@ -477,7 +480,7 @@ bool read_array(std::istream& in, FileReader& r, const std::string& path, Diagno
     d.push_back(diag(Severity::Error, path, "not a valid JSON array: " + msg, "", line, col));
     return false;
   } catch (const std::exception& e) {
-    d.push_back(diag(Severity::Error, path, std::string("cannot be read as a JSON array: ") + e.what()));
+    d.push_back(diag(Severity::Error, path, "cannot be read as a JSON array: " + text::excerpt(e.what())));
     return false;
   }
   return true;
@@ -534,14 +537,14 @@ Result<FileData> read_dataset_file(const std::string& path, const LoadOptions& o
   if (ec && ec != std::errc::no_such_file_or_directory) return fail("cannot be read: " + ec.message());
   if (!fs::exists(st)) return fail("no such file; expected a .jsonl or .json dataset");
   if (fs::is_directory(st)) return fail("is a directory; expected a .jsonl or .json file");
-  if (!fs::is_regular_file(st)) return fail("is not a regular file; expected a .jsonl or .json file");
+  if (!fs::is_regular_file(st)) return fail(regular_file_problem(path) + "; expected a .jsonl or .json file");
   std::string ext = fs::path(path).extension().string();
   std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   if (ext != ".jsonl" && ext != ".json")
     return fail("unsupported file type " + text::quoted(ext.empty() ? std::string("(none)") : ext) +
                 "; Odyssey reads .jsonl (one JSON object per line) and .json (a JSON array of objects)");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return fail(std::string("cannot be opened: ") + std::strerror(errno));
+  RegularFileStream in(path);  // never blocks on a FIFO swapped in after the stat above
+  if (!in.is_open()) return fail(in.error() + "; expected a .jsonl or .json file");
   const auto first = first_significant(in);
   if (in.bad()) return fail(std::string("read failed: ") + std::strerror(errno));
   if (!first) return fail("the file is empty; expected one JSON object per line (.jsonl) or a JSON array of objects");
@@ -566,6 +569,80 @@ Result<FileData> read_dataset_file(const std::string& path, const LoadOptions& o
     r.value.samples = std::move(reader.samples);
     r.value.report.selected = r.value.report.samples;
   }
+  return r;
+}
+
+namespace {
+
+// Counts the elements of a top-level JSON array without building them.
+struct ElementCounter {
+  std::int64_t depth = 0, elements = 0;
+  std::string error;
+  bool value() {
+    if (depth == 1) ++elements;
+    return true;
+  }
+  bool null() { return value(); }
+  bool boolean(bool) { return value(); }
+  bool number_integer(json::number_integer_t) { return value(); }
+  bool number_unsigned(json::number_unsigned_t) { return value(); }
+  bool number_float(json::number_float_t, const json::string_t&) { return value(); }
+  bool string(json::string_t&) { return value(); }
+  bool binary(json::binary_t&) { return value(); }
+  bool start_object(std::size_t) { return value(), ++depth, true; }
+  bool key(json::string_t&) { return true; }
+  bool end_object() { return --depth, true; }
+  bool start_array(std::size_t) { return value(), ++depth, true; }
+  bool end_array() { return --depth, true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) {
+    error = e.what();
+    return false;
+  }
+};
+
+}  // namespace
+
+Result<std::int64_t> count_dataset_records(const std::string& path) {
+  Result<std::int64_t> r;
+  RegularFileStream in(path);
+  if (!in.is_open()) {
+    r.diagnostics.push_back(diag(Severity::Error, path, in.error() + "; expected a .jsonl or .json file"));
+    return r;
+  }
+  const auto first = first_significant(in);
+  if (!first) return r;  // empty: read_dataset_file words that error
+  in.clear();
+  in.seekg(0);
+  if (*first == '[') {
+    ElementCounter c;
+    json::sax_parse(in, &c);
+    if (!c.error.empty()) {
+      std::int64_t line = 0, col = 0;
+      const std::string msg = clean_parse_error(c.error, &line, &col);
+      r.diagnostics.push_back(diag(Severity::Error, path, "not a valid JSON array: " + msg, "", line, col));
+      return r;
+    }
+    r.value = c.elements;
+  } else {
+    // Non-blank lines, read in blocks: a 100 MB line is never held whole.
+    std::vector<char> buf(1 << 16);
+    bool blank = true;
+    std::int64_t lines = 0;
+    while (in) {
+      in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+      for (std::streamsize i = 0; i < in.gcount(); ++i) {
+        const char ch = buf[static_cast<std::size_t>(i)];
+        if (ch == '\n') {
+          lines += blank ? 0 : 1;
+          blank = true;
+        } else if (ch != ' ' && ch != '\t' && ch != '\r') {
+          blank = false;
+        }
+      }
+    }
+    r.value = lines + (blank ? 0 : 1);
+  }
+  if (in.bad()) r.diagnostics.push_back(diag(Severity::Error, path, std::string("read failed: ") + std::strerror(errno)));
   return r;
 }
 
@@ -594,6 +671,13 @@ Result<LoadedDatasets> load_datasets(const std::vector<std::string>& specs, cons
       continue;
     }
     auto& samples = file.value.samples;
+    if (const std::string why = sample_request_problem(ds.samples, static_cast<std::int64_t>(samples.size()));
+        !why.empty()) {
+      r.diagnostics.push_back(diag(Severity::Error, path, text::quoted(spec) + ": " + why, "dataset"));
+      report.selected = 0;
+      r.value.files.push_back(report);
+      continue;
+    }
     const auto picked = sample_indices(samples.size(), ds.samples, mix_seed(options.seed, k));
     if (ds.samples > static_cast<std::int64_t>(samples.size())) {
       const auto n = static_cast<std::int64_t>(samples.size());

@@ -65,6 +65,11 @@ struct FileData {
 // also on failure.
 Result<FileData> read_dataset_file(const std::string& path, const LoadOptions& options = {});
 
+// How many records a dataset file holds, without converting them (validate --check-files
+// checks path#N against it): non-blank lines of a .jsonl, elements of a .json array. Errors
+// name the file: missing, not a regular file (a FIFO, a device), unreadable, broken array.
+Result<std::int64_t> count_dataset_records(const std::string& path);
+
 struct LoadedDatasets {
   std::vector<Sample> samples;     // concatenated in the order of the arguments
   std::vector<FileReport> files;   // one per argument

@@ -15,6 +15,8 @@
 #define ODYSSEY_HAVE_UNISTD 1
 #endif
 
+#include "common/json_dump.h"
+#include "common/regular_file.h"
 #include "common/text.h"
 #include "config/train_config.h"
 
@@ -124,9 +126,9 @@ std::string sha256_hex(std::string_view data) {
 }
 
 std::optional<std::array<std::uint8_t, 32>> sha256_file(const std::string& path, std::string* error) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    if (error) *error = path + ": cannot be opened: " + std::strerror(errno);
+  RegularFileStream in(path);  // a dataset that is a FIFO is refused here, not waited on
+  if (!in.is_open()) {
+    if (error) *error = path + ": " + in.error();
     return std::nullopt;
   }
   Sha256 h;
@@ -342,7 +344,7 @@ void meta_from(const json& j, TokenCacheContents& c) {
 // Reads exactly what the file holds, hashing every byte; refuses to read past `left`.
 class HashedReader {
  public:
-  HashedReader(std::ifstream& in, std::uint64_t size) : in_(in), left_(size) {}
+  HashedReader(std::istream& in, std::uint64_t size) : in_(in), left_(size) {}
   bool read(void* dst, std::uint64_t n) {
     if (n > left_) return false;
     if (n == 0) return true;
@@ -355,7 +357,7 @@ class HashedReader {
   Sha256 hash;
 
  private:
-  std::ifstream& in_;
+  std::istream& in_;
   std::uint64_t left_;
 };
 
@@ -384,8 +386,8 @@ Result<std::optional<TokenCacheContents>> read_token_cache(const std::string& fi
   try {
     const std::uint64_t size = fs::file_size(file, ec);
     if (ec) return corrupt("cannot read its size: " + ec.message());
-    std::ifstream in(file, std::ios::binary);
-    if (!in) return corrupt(std::string("cannot be opened: ") + std::strerror(errno));
+    RegularFileStream in(file);
+    if (!in.is_open()) return corrupt(in.error());
     if (size < kHeaderSize + 32) return corrupt("truncated (" + std::to_string(size) + " bytes)");
     HashedReader rd(in, size - 32);
     unsigned char head[kHeaderSize];
@@ -444,7 +446,7 @@ Result<std::optional<TokenCacheContents>> read_token_cache(const std::string& fi
     for (const auto& s : c.samples) c.report.lengths.push_back(static_cast<std::int32_t>(s.ids.size()));
     r.value = std::move(c);
   } catch (const std::exception& e) {
-    return corrupt(std::string("unreadable metadata: ") + e.what());
+    return corrupt("unreadable metadata: " + text::excerpt(e.what()));
   }
   return r;
 }
@@ -473,7 +475,7 @@ Diagnostics write_token_cache(const std::string& file, const std::string& key, c
     h.update(p, n);
   };
   try {
-    const std::string meta = meta_json(c).dump(-1, ' ', false, json::error_handler_t::replace);
+    const std::string meta = dump_json(meta_json(c));
     std::uint64_t tokens = 0;
     for (const auto& s : c.samples) tokens += s.ids.size();
     std::string head(kMagic, sizeof kMagic);
@@ -525,6 +527,20 @@ Diagnostics write_token_cache(const std::string& file, const std::string& key, c
   return d;
 }
 
+namespace {
+
+// "" when every id is in [0, vocab_size), else which sample and id are not.
+std::string ids_outside_vocabulary(const std::vector<TokenizedSample>& samples, std::int32_t vocab_size) {
+  for (std::size_t i = 0; i < samples.size(); ++i)
+    for (const std::int32_t id : samples[i].ids)
+      if (id < 0 || id >= vocab_size)
+        return "sample " + std::to_string(i) + " (" + text::excerpt(samples[i].origin) + ") holds token id " +
+               std::to_string(id) + ", outside the tokenizer's " + std::to_string(vocab_size) + " ids";
+  return {};
+}
+
+}  // namespace
+
 Result<PreparedDataset> load_tokenized(const std::vector<std::string>& specs, const LoadOptions& load,
                                        const Tokenizer& tokenizer, const ChatTemplate& chat_template,
                                        const TokenizeOptions& tokenize, const TokenCacheOptions& cache) {
@@ -546,6 +562,15 @@ Result<PreparedDataset> load_tokenized(const std::vector<std::string>& specs, co
       file = token_cache_file(cache.dir.empty() ? default_token_cache_dir() : cache.dir, key);
       auto hit = read_token_cache(file, key);
       r.diagnostics = hit.diagnostics;
+      if (hit.value) {
+        // The checksum proves only that the file is as some writer wrote it: a forged entry
+        // with ids beyond the vocabulary failed every run at step 1 ("index out of range in
+        // self") until --no-token-cache. Such an entry is discarded and rebuilt.
+        if (std::string why = ids_outside_vocabulary(hit.value->samples, tokenizer.vocab_size()); !why.empty()) {
+          r.diagnostics.push_back(diag(Severity::Warning, file, "token cache ignored and rebuilt: " + why));
+          hit.value.reset();
+        }
+      }
       if (hit.value) {
         auto& c = *hit.value;
         r.diagnostics.insert(r.diagnostics.end(), c.notes.begin(), c.notes.end());

@@ -6,6 +6,8 @@
 #include <sstream>
 #include <utility>
 
+#include "common/json_dump.h"
+#include "common/regular_file.h"
 #include "common/text.h"
 
 namespace odyssey {
@@ -28,7 +30,7 @@ bool read_number(const json& obj, const char* key, const std::string& where, con
   auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) return false;
   if (!it->is_number()) {
-    diags->push_back(derr(file, where + key, "found " + it->dump() + ", expected a number"));
+    diags->push_back(derr(file, where + key, "found " + text::excerpt(dump_json(*it)) + ", expected a number"));
     return false;
   }
   *out = it->get<double>();
@@ -49,7 +51,7 @@ void parse_rope(const json& j, DecoderConfig* c, Diagnostics* diags) {
       break;
     }
     if (it != j.end() && !it->is_null()) {
-      diags->push_back(derr(file, key, "found " + it->dump() + ", expected an object"));
+      diags->push_back(derr(file, key, "found " + text::excerpt(dump_json(*it)) + ", expected an object"));
       return;
     }
   }
@@ -66,7 +68,7 @@ void parse_rope(const json& j, DecoderConfig* c, Diagnostics* diags) {
   }
   if (auto it = p->find("partial_rotary_factor"); it != p->end() && it->is_number() && it->get<double>() != 1.0)
     diags->push_back(derr(file, where + "partial_rotary_factor",
-                          "found " + it->dump() + "; Odyssey's decoder rotates the whole head (1.0)"));
+                          "found " + text::excerpt(dump_json(*it)) + "; Odyssey's decoder rotates the whole head (1.0)"));
   if (type == "default") return;
   if (type != "llama3") {
     diags->push_back(derr(file, where + "rope_type",
@@ -110,7 +112,7 @@ Result<DecoderConfig> parse_decoder_config(const std::string& json_text, const s
     auto it = j.find(key);
     if (it == j.end() || it->is_null()) return fallback;
     if (!it->is_boolean()) {
-      r.diagnostics.push_back(derr(file, key, "found " + it->dump() + ", expected true or false"));
+      r.diagnostics.push_back(derr(file, key, "found " + text::excerpt(dump_json(*it)) + ", expected true or false"));
       return fallback;
     }
     return it->get<bool>();
@@ -124,13 +126,13 @@ Result<DecoderConfig> parse_decoder_config(const std::string& json_text, const s
   if (fam == "llama3") c.mlp_bias = flag("mlp_bias", false);
 
   if (auto it = j.find("hidden_act"); it != j.end() && !(it->is_string() && it->get<std::string>() == "silu"))
-    r.diagnostics.push_back(derr(file, "hidden_act", "found " + it->dump() + "; Odyssey's MLP is SwiGLU (\"silu\")"));
+    r.diagnostics.push_back(derr(file, "hidden_act", "found " + text::excerpt(dump_json(*it)) + "; Odyssey's MLP is SwiGLU (\"silu\")"));
   if (flag("use_sliding_window", false))
     r.diagnostics.push_back(derr(file, "use_sliding_window", "true; Odyssey's decoder attends to the full context"));
   if (auto it = j.find("layer_types"); it != j.end() && it->is_array())
     for (const auto& t : *it)
       if (!(t.is_string() && t.get<std::string>() == "full_attention")) {
-        r.diagnostics.push_back(derr(file, "layer_types", "found " + t.dump() +
+        r.diagnostics.push_back(derr(file, "layer_types", "found " + text::excerpt(dump_json(t)) +
                                                               "; Odyssey supports \"full_attention\" layers only"));
         break;
       }
@@ -147,15 +149,13 @@ Result<DecoderConfig> parse_decoder_config(const std::string& json_text, const s
 
 Result<DecoderConfig> load_decoder_config(const std::string& model_dir) {
   const std::filesystem::path p = std::filesystem::path(model_dir) / "config.json";
-  std::ifstream in(p, std::ios::binary);
-  if (!in) {
+  std::string text, why;
+  if (!read_regular_file(p.string(), std::uint64_t{64} << 20, &text, &why)) {  // never blocks on a FIFO
     Result<DecoderConfig> r;
-    r.diagnostics.push_back(derr(p.string(), "", "cannot be read; a Hugging Face model directory holds config.json"));
+    r.diagnostics.push_back(derr(p.string(), "", "cannot be read (" + why + "); a Hugging Face model directory holds config.json"));
     return r;
   }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return parse_decoder_config(ss.str(), p.string());
+  return parse_decoder_config(text, p.string());
 }
 
 }  // namespace odyssey

@@ -16,6 +16,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_dump.h"
+#include "common/regular_file.h"
+
 namespace odyssey {
 
 static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian");
@@ -83,11 +86,13 @@ struct SafetensorsFile::Mapping {  // owned through a shared_ptr, never copied
 
 Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open(const std::string& path) {
   Result<std::shared_ptr<const SafetensorsFile>> r;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // A FIFO, device or socket is refused before it is opened (open(2) of a FIFO waits for a
+  // writer: `run` hung there while its heartbeat said alive); see common/regular_file.h.
+  std::string why;
+  const int fd = open_regular_file(path, &why);
   struct stat st {};
-  if (fd < 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    const std::string why = fd < 0 ? errno_text() : "not a regular file";
-    if (fd >= 0) ::close(fd);
+  if (fd < 0 || ::fstat(fd, &st) != 0) {
+    if (fd >= 0) why = errno_text(), ::close(fd);
     r.diagnostics.push_back(make_error(path, "", "cannot open the weights file: " + why));
     return r;
   }
@@ -424,13 +429,9 @@ Result<std::uint64_t> save_safetensors(const std::string& path, const NamedTenso
                     {"data_offsets", {offset, end}}};
     offset = end;
   }
-  std::string text;
-  try {
-    text = header.dump();
-  } catch (const nlohmann::json::exception& e) {  // a name or metadata that is not UTF-8
-    r.diagnostics.push_back(make_error(path, "", std::string("cannot encode the header: ") + e.what()));
-    return r;
-  }
+  // Metadata that is not UTF-8 (a model path with byte 0xFF) is written with U+FFFD, as
+  // every JSON Odyssey writes: a checkpoint must not fail over a label.
+  std::string text = dump_json(header);
   text.resize((text.size() + 7) / 8 * 8, ' ');  // the reference pads the header to 8 bytes
   if (text.size() > kMaxSafetensorsHeaderBytes) {
     r.diagnostics.push_back(make_error(path, "", "the header would be over the format's limit"));
@@ -499,7 +500,7 @@ Result<std::vector<std::string>> save_sharded(const std::string& dir, const Name
   if (count > 1) {
     const nlohmann::ordered_json index = {
         {"metadata", {{"total_parameters", parameters}, {"total_size", total}}}, {"weight_map", weight_map}};
-    const std::string text = index.dump(2) + "\n";
+    const std::string text = dump_json(index, 2) + "\n";
     AtomicFile out(index_path);
     out.write(text.data(), text.size());
     out.commit();

@@ -1,6 +1,12 @@
 #include "model/safetensors_header.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <array>
 #include <filesystem>
 #include <cstdio>
@@ -10,6 +16,9 @@
 #include <unordered_set>
 
 #include <nlohmann/json.hpp>
+
+#include "common/regular_file.h"
+#include "common/text.h"
 
 namespace odyssey {
 
@@ -340,7 +349,7 @@ Result<SafetensorsHeader> parse_safetensors_header(std::string_view bytes, std::
   try {
     j = parse_checking_duplicates(bytes.substr(8, n), dups, inner_dups);
   } catch (const json::exception& e) {
-    rep.error("", std::string("the header is not valid JSON: ") + e.what());
+    rep.error("", "the header is not valid JSON: " + text::excerpt(e.what()));
     return r;
   }
   if (!j.is_object()) {
@@ -370,23 +379,34 @@ Result<SafetensorsHeader> parse_safetensors_header(std::string_view bytes, std::
 
 Result<SafetensorsHeader> read_safetensors_header(const std::string& path) {
   Result<SafetensorsHeader> r;
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(path, ec);
-  std::ifstream in(path, std::ios::binary);
-  if (ec || !in) {
-    r.diagnostics.push_back({Severity::Error, path, 0, 0, "",
-                             "cannot read the file" + (ec ? ": " + ec.message() : std::string())});
+  std::string why;
+  const int fd = open_regular_file(path, &why);  // a FIFO named model.safetensors is refused, not waited on
+  struct stat st {};
+  if (fd < 0 || ::fstat(fd, &st) != 0) {
+    if (fd >= 0) why = std::string("cannot be examined: ") + std::strerror(errno), ::close(fd);
+    r.diagnostics.push_back({Severity::Error, path, 0, 0, "", "cannot read the file: " + why});
     return r;
   }
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  auto read_at = [&](char* dst, std::uint64_t n, std::uint64_t offset) {
+    std::uint64_t got = 0;
+    while (got < n) {
+      const ssize_t k = ::pread(fd, dst + got, static_cast<std::size_t>(n - got), static_cast<off_t>(offset + got));
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) break;
+      got += static_cast<std::uint64_t>(k);
+    }
+    return got;
+  };
   std::string bytes(8, '\0');
-  in.read(bytes.data(), 8);
+  const std::uint64_t head = read_at(bytes.data(), 8, 0);
   std::uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(i)]);
-  if (in && size >= 8 && n <= kMaxSafetensorsHeaderBytes && n <= size - 8) {
+  if (head == 8 && size >= 8 && n <= kMaxSafetensorsHeaderBytes && n <= size - 8) {
     bytes.resize(static_cast<std::size_t>(8 + n));
-    in.read(bytes.data() + 8, static_cast<std::streamsize>(n));
-    bytes.resize(8 + static_cast<std::size_t>(in.gcount()));
+    bytes.resize(8 + static_cast<std::size_t>(read_at(bytes.data() + 8, n, 8)));
   }
+  ::close(fd);
   return parse_safetensors_header(bytes, size, path);
 }
 
@@ -400,7 +420,7 @@ Result<SafetensorsIndex> parse_safetensors_index(std::string_view json_text, con
   try {
     j = parse_checking_duplicates(json_text, dups, inner_dups);
   } catch (const json::exception& e) {
-    rep.error("", std::string("not valid JSON: ") + e.what());
+    rep.error("", "not valid JSON: " + text::excerpt(e.what()));
     return r;
   }
   if (!j.is_object()) {
@@ -462,8 +482,11 @@ Result<SafetensorsFiles> find_safetensors_files(const std::string& path) {
     error(path, "", "no such model directory or weights file");
   } else if (fs::exists(index, ec)) {
     out.source = index.string();
-    std::ifstream in(index, std::ios::binary);
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string text, why;
+    if (!read_regular_file(out.source, kMaxSafetensorsHeaderBytes, &text, &why)) {
+      error(out.source, "", "cannot be read: " + why);
+      return r;
+    }
     auto idx = parse_safetensors_index(text, out.source);
     r.diagnostics = std::move(idx.diagnostics);
     if (!r.ok()) return r;

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "common/text.h"
+#include "model/weights_check.h"
 
 namespace odyssey::model {
 
@@ -105,6 +106,12 @@ Result<LoadedModel> load_causal_lm(const std::string& model_dir, const DecoderOp
   Result<SafetensorsCheckpoint> ckpt = SafetensorsCheckpoint::open(model_dir);
   r.diagnostics.insert(r.diagnostics.end(), ckpt.diagnostics.begin(), ckpt.diagnostics.end());
   if (!ckpt.ok()) return r;
+  // config.json against the headers' shapes before the model is built (and allocated).
+  std::vector<std::pair<std::string, const SafetensorsHeader*>> headers;
+  for (const auto& f : ckpt.value.files()) headers.emplace_back(f->path(), &f->header());
+  const Diagnostics shape = check_config_against_weights(cfg.value.hf, cfg.value.file, headers);
+  r.diagnostics.insert(r.diagnostics.end(), shape.begin(), shape.end());
+  if (has_errors(shape)) return r;
   r.value.config = cfg.value;
   r.value.lm = CausalLM(cfg.value, options);
   std::error_code ec;

@@ -90,7 +90,8 @@ nlohmann::json plan_to_json(const MemoryPlan& p) {
           {"layout",
            {{"world_size", l.world_size}, {"dp", l.dp}, {"sp", l.sp}, {"ulysses", l.ulysses}, {"ring", l.ring}}},
           {"items", items},
-          {"notes", p.notes}};
+          {"notes", p.notes},
+          {"refused", p.refused}};
 }
 
 }  // namespace odyssey

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -74,6 +75,7 @@ Terms terms_of(const TrainConfig& c, const HfModelConfig& m, const PlannerOption
 
 bool plan_fits(const TrainConfig& c, const HfModelConfig& m, const PlannerOptions& o,
                const CheckpointPolicy& pol) {
+  if (!out_of_reach(c, m, o).empty()) return false;
   const Terms t = terms_of(c, m, o, pol);
   if (!t.valid) return false;
   const planner_detail::LayerChoice lc = planner_detail::choose_layers(t, pol, c.keep_attention);
@@ -269,8 +271,51 @@ std::int64_t MemoryPlan::allocated_bytes() const {
   return s;
 }
 
+std::string out_of_reach(const TrainConfig& c, const HfModelConfig& m, const PlannerOptions& o) {
+  using ld = long double;
+  const ld h = static_cast<ld>(m.hidden_size), L = static_cast<ld>(m.num_hidden_layers);
+  const ld heads = static_cast<ld>(m.num_attention_heads);
+  const ld kv = static_cast<ld>(m.num_key_value_heads > 0 ? m.num_key_value_heads : m.num_attention_heads);
+  const ld d = m.head_dim > 0 ? static_cast<ld>(m.head_dim) : (heads > 0 ? h / heads : 0);
+  const ld V = static_cast<ld>(m.vocab_size), I = static_cast<ld>(m.intermediate_size);
+  if (h <= 0 || L <= 0 || V <= 0) return {};  // an unknown shape: plan_memory says so
+  const ld params = L * (2 * h * heads * d + 2 * h * kv * d + 3 * h * I) + V * h * (m.tie_word_embeddings ? 1 : 2);
+  const bool cuda = c.device == "cuda" || (c.device != "cpu" && o.auto_device != "cpu");
+  const ld b = c.torch_dtype == "float32" || (c.torch_dtype == "auto" && !cuda) ? 4 : 2;
+  const ld sp = static_cast<ld>(std::max<i64>(1, c.sequence_parallel_size));
+  const ld tokens = static_cast<ld>(std::max<i64>(1, c.per_device_train_batch_size)) *
+                    static_cast<ld>(std::max<i64>(1, c.max_length)) / sp;
+  const ld weights = params * b, acts = tokens * b * (L * h + I);
+  i64 device_mem = cuda ? (o.gpu_memory_bytes > 0 ? o.gpu_memory_bytes : planner::kH200MemoryBytes)
+                        : (o.host_memory_bytes > 0 ? o.host_memory_bytes : host_memory_bytes()) /
+                              std::max<i64>(1, resolved_nproc_per_node(c));
+  if (cuda && c.gpu_memory_budget_gib > 0) device_mem = std::min(device_mem, c.gpu_memory_budget_gib * planner::kGiB);
+  const ld capacity = static_cast<ld>(std::max<i64>(1, device_mem));
+  // 2^62: past it the planner's 64-bit sums could overflow, whatever the capacity.
+  const ld limit = std::min<ld>(capacity * planner::kOutOfReachFactor, std::ldexp(1.0L, 62));
+  if (weights + acts <= limit) return {};
+  auto g = [](ld bytes) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%.4Lg GiB", bytes / static_cast<ld>(planner::kGiB));
+    return std::string(buf);
+  };
+  return "the job needs at least " + g(weights + acts) + " per " + (cuda ? "GPU" : "process") + " (weights " +
+         g(weights) + " for " + std::to_string(m.num_hidden_layers) + " layers of hidden_size " +
+         std::to_string(m.hidden_size) + ", intermediate_size " + std::to_string(m.intermediate_size) +
+         ", vocab_size " + std::to_string(m.vocab_size) + "; activations " + g(acts) + " for " +
+         std::to_string(static_cast<i64>(tokens)) + " tokens), more than " +
+         std::to_string(static_cast<i64>(planner::kOutOfReachFactor)) + " times the " + g(capacity) +
+         " available: check config.json's sizes and max_length x per_device_train_batch_size";
+}
+
 MemoryPlan plan_memory(const TrainConfig& c, const HfModelConfig& m, const PlannerOptions& o) {
   MemoryPlan plan;
+  plan.refused = out_of_reach(c, m, o);
+  if (!plan.refused.empty()) {
+    plan.total_layers = m.num_hidden_layers;
+    plan.notes.push_back("not planned: " + plan.refused);
+    return plan;
+  }
   bool policy_ok = true;
   const CheckpointPolicy pol = policy_of(c, &policy_ok);
   const Terms t = terms_of(c, m, o, pol);

@@ -66,6 +66,11 @@ inline constexpr double kOffloadLayerFlopsPerSecond = 500e12;
 inline std::int64_t mlp_offload_lead(std::int64_t offloaded_layers) { return offloaded_layers + 1; }
 // Block of blockwise 8-bit optimizer states (one fp32 absmax per block, bitsandbytes).
 inline constexpr std::int64_t kQuantBlock = 256;
+// A plan whose certain part (weights and one activation per layer) exceeds the capacity by
+// this factor is refused by arithmetic alone, before any term is built: such a job is a
+// typo (num_hidden_layers 10^9), not a tuning question, and building its plan allocated
+// per-layer tables of gigabytes.
+inline constexpr double kOutOfReachFactor = 1000.0;
 // largest_max_length searches up to this many tokens.
 inline constexpr std::int64_t kMaxSearchLength = std::int64_t{1} << 26;
 }  // namespace planner
@@ -110,6 +115,7 @@ struct MemoryPlan {
   std::string device;                   // cuda|cpu
   std::int64_t host_bytes = 0;          // per process on the host: offloaded states, activations
   std::vector<std::string> notes;
+  std::string refused;                  // why no plan was built (out_of_reach); "" when planned
 
   // The peak without the runtime group (context, NCCL, fragmentation): what
   // torch.cuda.max_memory_allocated() reports for the same job.
@@ -117,6 +123,12 @@ struct MemoryPlan {
 };
 
 MemoryPlan plan_memory(const TrainConfig& c, const HfModelConfig& m, const PlannerOptions& o = {});
+
+// "" when the job is within kOutOfReachFactor of the capacity, else why not: what a lower
+// bound of its peak (weights + each layer's stored input + one MLP intermediate, in long
+// double, so that no product overflows) comes to against the capacity. plan_memory returns
+// a plan with only `refused` (and fits false) set in that case; nothing is allocated.
+std::string out_of_reach(const TrainConfig& c, const HfModelConfig& m, const PlannerOptions& o = {});
 
 // Largest max_length (a multiple of the sequence-parallel padding multiple) whose plan fits,
 // with activation_checkpointing as configured (auto: the best number of layers); 0 if none.

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "common/json_dump.h"
 #include "common/text.h"
 
 namespace odyssey::run::detail {
@@ -16,11 +17,11 @@ OrderedJson number(double v) {
 }
 
 std::string dump_line(const OrderedJson& j) {
-  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  return dump_json(j);
 }
 
 std::string dump_pretty(const OrderedJson& j) {
-  return j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  return dump_json(j, 2);
 }
 
 bool convert(const json& v, std::int64_t& out) {
@@ -183,7 +184,7 @@ void FieldReader::wrong_type(std::string_view key, const json& v, const char* ex
   std::string got = v.type_name();
   // Only scalars are quoted: dumping a deeply nested value recurses, and a hostile line
   // could nest a million levels.
-  if (v.is_primitive()) got += " " + text::quoted(v.dump(-1, ' ', false, json::error_handler_t::replace));
+  if (v.is_primitive()) got += " " + text::quoted(dump_json(v));
   error(key, std::string("must be ") + expected + ", got " + got);
 }
 

@@ -9,6 +9,8 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "common/regular_file.h"
+#include "common/text.h"
 #include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/unicode_nfc.h"
 #include "tokenizer/utf8.h"
@@ -313,18 +315,18 @@ Result<Tokenizer> Tokenizer::load(const std::string& path) {
     return r;
   }
   const fs::path file = is_dir ? fs::path(path) / "tokenizer.json" : fs::path(path);
-  std::ifstream in(file, std::ios::binary);
-  if (!in) {
+  std::string text, why;
+  // A regular file only: a FIFO named tokenizer.json is refused, not waited on.
+  if (!read_regular_file(file.string(), std::uint64_t{512} << 20, &text, &why)) {
     Diagnostic d;
     d.file = file.string();
-    d.message = is_dir ? "no tokenizer.json in the model directory (Odyssey needs the fast-tokenizer file)"
-                       : "cannot open the file";
+    d.message = is_dir && !fs::exists(file, ec)
+                    ? "no tokenizer.json in the model directory (Odyssey needs the fast-tokenizer file)"
+                    : "cannot be read: " + why;
     r.diagnostics.push_back(std::move(d));
     return r;
   }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  auto parsed = TokenizerImpl::parse(ss.str(), file.string());
+  auto parsed = TokenizerImpl::parse(text, file.string());
   r.diagnostics = std::move(parsed.diagnostics);
   if (has_errors(r.diagnostics)) return r;
   parsed.value.read_config(file.parent_path().string(), &r.diagnostics);
@@ -387,6 +389,46 @@ bool Tokenizer::is_special(std::int32_t id) const {
   if (!impl_) return false;
   const auto it = impl_->added_by_id.find(id);
   return it != impl_->added_by_id.end() && impl_->added[it->second].special;
+}
+
+Diagnostics Tokenizer::check_vocab(std::int64_t model_vocab_size, const std::string& config_file) const {
+  Diagnostics out;
+  if (!impl_ || model_vocab_size <= 0) return out;
+  const TokenizerImpl& t = *impl_;
+  constexpr std::size_t kListed = 5;
+  std::size_t beyond = 0;
+  auto report = [&](const std::string& key, const std::string& what, std::int64_t id) {
+    if (beyond++ >= kListed) return;
+    Diagnostic d;
+    d.file = t.file;
+    d.key = key;
+    d.message = what + " has id " + std::to_string(id) + ", beyond the model's vocab_size " +
+                std::to_string(model_vocab_size) + " (" + config_file +
+                "): the embedding has no row for it; use the tokenizer that belongs to this model";
+    out.push_back(std::move(d));
+  };
+  for (std::int64_t id = model_vocab_size; id < t.vocab_size; ++id) {
+    const auto i = static_cast<std::int32_t>(id);
+    if (!t.known[static_cast<std::size_t>(id)]) continue;
+    const auto added = t.added_by_id.find(i);
+    if (added != t.added_by_id.end())
+      report("added_tokens", std::string(t.added[added->second].special ? "special token " : "added token ") +
+                                 text::quoted(t.added[added->second].content), id);
+    else
+      report("model.vocab", "token " + text::quoted(t.token_text(i)), id);
+  }
+  for (const PostTemplate& p : t.post)
+    for (const std::int32_t id : p.items)
+      if (id != PostTemplate::kSequence && id >= model_vocab_size)
+        report("post_processor", "a template token the post-processor adds", id);
+  if (beyond > kListed) {
+    Diagnostic d;
+    d.file = t.file;
+    d.message = "... and " + std::to_string(beyond - kListed) + " more ids beyond vocab_size " +
+                std::to_string(model_vocab_size);
+    out.push_back(std::move(d));
+  }
+  return out;
 }
 
 std::optional<std::int32_t> Tokenizer::bos_id() const {

@@ -29,6 +29,11 @@ struct Encoding {
   std::vector<std::pair<std::size_t, std::size_t>> offsets;
 };
 
+// The most token ids a tokenizer.json may use (ids 0 .. this - 1): the same bound as
+// config.json's vocab_size (kMaxVocabSize), since every id needs an embedding row. An id of
+// 2^30 in tokenizer.json made the tables of every id take gigabytes.
+inline constexpr std::int64_t kMaxTokenIds = std::int64_t{1} << 24;
+
 class Tokenizer {
  public:
   Tokenizer() = default;
@@ -57,6 +62,13 @@ class Tokenizer {
   // Highest id + 1 (model vocabulary and added tokens): the embedding rows a model needs.
   std::int32_t vocab_size() const;
   bool is_special(std::int32_t id) const;
+
+  // Every id this tokenizer can produce (its vocabulary, added and special tokens, the
+  // post-processor's template tokens; bos/eos/pad are among them) against the model's
+  // vocab_size from `config_file`: an id at or beyond it has no embedding row, and the run
+  // failed at step 1 with LibTorch's "index out of range in self". Errors name tokenizer.json,
+  // the token and its id. validate --check-files calls it; so must the trainer, at load.
+  Diagnostics check_vocab(std::int64_t model_vocab_size, const std::string& config_file) const;
 
   // From tokenizer_config.json / special_tokens_map.json when present.
   std::optional<std::int32_t> bos_id() const;

@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/json_dump.h"
+#include "common/regular_file.h"
 #include "common/text.h"
 #include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/unicode_nfc.h"
@@ -47,7 +49,7 @@ bool parse_json(std::string_view text, const std::string& file, json* out, Diagn
     *out = json::parse(text.begin(), text.end());
     return true;
   } catch (const json::parse_error& e) {
-    Diagnostic d = derr(file, "", "not valid JSON: " + std::string(e.what()));
+    Diagnostic d = derr(file, "", "not valid JSON: " + text::excerpt(e.what()));
     locate(text, e.byte > 0 ? e.byte - 1 : 0, &d);
     diags->push_back(std::move(d));
     return false;
@@ -94,7 +96,7 @@ struct Loader {
 
   void load(const json& j) {
     if (j.contains("version") && j["version"] != "1.0")
-      error("version", "unknown tokenizer.json version " + j["version"].dump() + "; expected \"1.0\"");
+      error("version", "unknown tokenizer.json version " + text::excerpt(dump_json(j["version"])) + "; expected \"1.0\"");
     if (!j.contains("model")) {
       error("model", "missing: a tokenizer.json has a \"model\" (here: the BPE vocabulary and merges)");
       return;
@@ -136,8 +138,10 @@ struct Loader {
     tok::StringIdMap vocab;
     std::string bytes;
     for (const auto& [token, idj] : m["vocab"].items()) {
-      if (!idj.is_number_integer() || idj.get<std::int64_t>() < 0 || idj.get<std::int64_t>() >= (1LL << 30)) {
-        error("model.vocab." + token, "expected a token id (a non-negative integer), found " + idj.dump());
+      if (!idj.is_number_integer() || idj.get<std::int64_t>() < 0 || idj.get<std::int64_t>() >= kMaxTokenIds) {
+        error("model.vocab." + text::excerpt(token), "expected a token id (an integer from 0 to " +
+                                                         std::to_string(kMaxTokenIds - 1) + "), found " +
+                                                         text::excerpt(dump_json(idj)));
         continue;
       }
       const auto id = static_cast<std::int32_t>(idj.get<std::int64_t>());
@@ -176,7 +180,7 @@ struct Loader {
         a = mj[0].get<std::string>();
         b = mj[1].get<std::string>();
       } else {
-        error(key, "expected \"a b\" or [\"a\", \"b\"], found " + mj.dump());
+        error(key, "expected \"a b\" or [\"a\", \"b\"], found " + text::excerpt(dump_json(mj)));
         continue;
       }
       const auto ia = vocab.find(a), ib = vocab.find(b), iab = vocab.find(a + b);
@@ -298,7 +302,14 @@ struct Loader {
           error(pk, "special token " + text::quoted(name) + " is not in special_tokens");
           continue;
         }
-        for (const auto& id : specials[name]["ids"]) tpl.items.push_back(id.get<std::int32_t>());
+        for (const auto& id : specials[name]["ids"]) {
+          if (!id.is_number_integer() || id.get<std::int64_t>() < 0 || id.get<std::int64_t>() >= kMaxTokenIds) {
+            error(pk, "special token " + text::quoted(name) + " has id " + text::excerpt(dump_json(id)) +
+                          "; token ids go from 0 to " + std::to_string(kMaxTokenIds - 1));
+            continue;
+          }
+          tpl.items.push_back(static_cast<std::int32_t>(id.get<std::int64_t>()));
+        }
       } else {
         error(pk, "expected {\"Sequence\": ...} or {\"SpecialToken\": ...}");
       }
@@ -317,7 +328,15 @@ struct Loader {
       }
       AddedToken tk;
       tk.content = j["content"].get<std::string>();
-      tk.id = j["id"].get<std::int32_t>();
+      const std::int64_t id = j["id"].is_number_unsigned() && j["id"].get<std::uint64_t>() > static_cast<std::uint64_t>(kMaxTokenIds)
+                                  ? kMaxTokenIds
+                                  : j["id"].get<std::int64_t>();
+      if (id >= kMaxTokenIds) {
+        error(key + ".id", text::quoted(tk.content) + " has id " + text::excerpt(dump_json(j["id"])) +
+                               "; token ids go from 0 to " + std::to_string(kMaxTokenIds - 1));
+        continue;
+      }
+      tk.id = static_cast<std::int32_t>(id);
       if (tk.content.empty() || tk.id < 0) continue;  // HF ignores empty tokens
       if (utf8::find_invalid(tk.content) != utf8::npos) {
         error(key + ".content", "is not valid UTF-8");
@@ -333,12 +352,12 @@ struct Loader {
   }
 };
 
+// tokenizer_config.json, special_tokens_map.json, chat_template.jinja: read only when they
+// are regular files (a FIFO would block the load).
 std::string read_file(const fs::path& p, bool* ok) {
-  std::ifstream in(p, std::ios::binary);
-  *ok = static_cast<bool>(in);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  std::string out, why;
+  *ok = read_regular_file(p.string(), std::uint64_t{64} << 20, &out, &why);
+  return out;
 }
 
 std::string token_content(const json& j) {
@@ -364,7 +383,7 @@ Result<TokenizerImpl> TokenizerImpl::parse(std::string_view json_text, const std
   try {
     l.load(j);
   } catch (const json::exception& e) {  // a value of the wrong JSON type somewhere unchecked
-    r.diagnostics.push_back(derr(file, "", std::string("unexpected value: ") + e.what()));
+    r.diagnostics.push_back(derr(file, "", "unexpected value: " + text::excerpt(e.what())));
   }
   if (has_errors(r.diagnostics)) return r;
   for (AddedToken& a : t.added) {
@@ -394,7 +413,7 @@ void TokenizerImpl::read_config(const std::string& dir, Diagnostics* diags) {
     try {
       read_special_tokens(j, p.string());
     } catch (const json::exception& e) {
-      diags->push_back(derr(p.string(), "", std::string("unexpected value: ") + e.what()));
+      diags->push_back(derr(p.string(), "", "unexpected value: " + text::excerpt(e.what())));
     }
   }
   const fs::path jinja = d / "chat_template.jinja";  // transformers >= 4.43 saves it here

@@ -7,6 +7,9 @@
 #include <QProcess>
 #include <QTemporaryDir>
 
+#include <filesystem>
+#include <fstream>
+
 #include "config/train_config.h"
 
 namespace {
@@ -175,6 +178,42 @@ class TstCli : public QObject {
     QCOMPARE(r.code, 0);
     QVERIFY(r.out.contains("odyssey-train"));
     QVERIFY(r.out.contains("LibTorch"));
+  }
+
+  // Issue 21 item 7: `plan --json` exited 1 with nlohmann's raw type_error 316 when a path in
+  // the plan held byte 0xFF (here the Hugging Face cache directory, which the preset check
+  // cannot see). Every JSON Odyssey prints now replaces invalid UTF-8 with U+FFFD.
+  void planJsonSurvivesInvalidUtf8() {
+    QTemporaryDir dir;
+    const std::string cache = dir.path().toStdString() + "/hub\xff";
+    const std::string snap = cache + "/models--Org--Tiny/snapshots/abc";
+    std::filesystem::create_directories(snap);
+    std::filesystem::copy_file(src("resources/quickstart/model/config.json").toStdString(), snap + "/config.json");
+    std::ofstream(cache + "/models--Org--Tiny/refs/main") << "abc";
+    const QByteArray old = qgetenv("HF_HUB_CACHE");
+    qputenv("HF_HUB_CACHE", QByteArray::fromStdString(cache));
+    auto r = odyssey_train({"plan", "--json", "--set", "model=Org/Tiny"});
+    qputenv("HF_HUB_CACHE", old);
+    QVERIFY2(r.code == 0, qPrintable(r.err));
+    const QJsonDocument doc = QJsonDocument::fromJson(r.out.toUtf8());
+    QVERIFY2(doc.isObject(), qPrintable(r.out));
+    QVERIFY2(doc.object().value("model").toString().contains(QChar(0xFFFD)), qPrintable(r.out));
+  }
+
+  // Issue 21 item 6, end to end: the unterminated quote is an error with file:line:key and
+  // exit code 3, not a valid preset whose later keys silently keep their defaults.
+  void validateRefusesUnterminatedQuote() {
+    QTemporaryDir dir;
+    const QString p = dir.filePath("q.yaml");
+    QFile f(p);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write("model: Qwen/Qwen2.5-0.5B-Instruct\ndataset: [d.jsonl]\nsystem: \"abc\nlearning_rate: 0.5\n");
+    f.close();
+    auto r = odyssey_train({"validate", p});
+    QCOMPARE(r.code, 3);
+    QVERIFY2(r.err.contains(p + ":3:9: error: system: unterminated double-quoted value") ||
+                 r.out.contains(p + ":3:9: error: system: unterminated double-quoted value"),
+             qPrintable(r.err + r.out));
   }
 };
 

@@ -12,6 +12,14 @@
 #include <random>
 #include <set>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <future>
+
+#include "config/train_config.h"
 #include "data/dataset.h"
 #include "data/packing.h"
 #include "data/token_cache.h"
@@ -155,6 +163,10 @@ class TstDataset : public QObject {
   void sha256();
   void cache();
   void damagedCache();
+  void longMalformedLineIsCut();
+  void sampleCountBounds();
+  void fifoDatasetIsRefused();
+  void forgedCacheIdsAreRebuilt();
 };
 
 void TstDataset::formats() {
@@ -1037,6 +1049,141 @@ void TstDataset::damagedCache() {
   // No temporary files are left behind.
   for (const auto& e : fs::directory_iterator(cache_dir))
     QVERIFY2(e.path().extension() == ".odtok", e.path().string().c_str());
+}
+
+// Issue 21 item 10: one malformed 100 MB line was copied whole into its warning (stdout,
+// events.jsonl, the rank log). A 4 MB line proves the cut: the warning quotes ~200 bytes
+// of it and names the length, and stays under the diagnostic cap however it is formatted.
+void TstDataset::longMalformedLineIsCut() {
+  std::string text;
+  for (int i = 0; i < 300; ++i) text += messages_line("q" + std::to_string(i), "a" + std::to_string(i));
+  // nlohmann quotes the token it stopped at: here the whole unterminated 4 MiB string.
+  const std::string token = "{\"messages\": \"" + std::string(4u << 20, 'x') + "\n";
+  const std::string key = "{\"" + std::string(4u << 20, 'k') + "\": 1}\n";  // a record of no known format
+  const std::string path = write("long/train.jsonl", text + token + key);
+  auto r = read_dataset_file(path);
+  QVERIFY2(r.ok(), format_all(r.diagnostics).c_str());
+  QCOMPARE(r.value.report.malformed, std::int64_t(2));
+  const std::string all = format_all(r.diagnostics);
+  QVERIFY2(all.size() < 2000, std::to_string(all.size()).c_str());
+  QVERIFY2(all.find(path + ":302:") != std::string::npos && all.find(path + ":301:") != std::string::npos, all.c_str());
+  QVERIFY2(all.find("bytes in all)") != std::string::npos, all.c_str());
+  for (const auto& d : r.diagnostics) QVERIFY(d.format().size() < 1000);
+}
+
+// Issue 21 item 3: #2000000 of a small file took 2.5 GB; #10^12 ended in std::bad_alloc at
+// step 1 naming no key. Both are refused when the data is loaded, naming the argument, the
+// file's count and the limit; count_dataset_records counts without converting.
+void TstDataset::sampleCountBounds() {
+  std::string text;
+  for (int i = 0; i < 20; ++i) text += alpaca("q" + std::to_string(i), "a" + std::to_string(i)) + "\n\n";
+  const std::string path = write("bounds/train.jsonl", text);
+  const LoadOptions lo{tmp_.path().toStdString() + "/bounds", 0.01, 42, 10};
+  auto r = load_datasets({"train.jsonl#2000000"}, lo);
+  QVERIFY(!r.ok());
+  QVERIFY2(contains(r.diagnostics, path + ": error: dataset: 'train.jsonl#2000000': #2000000 would use each of the "
+                                          "file's 20 records more than 100 times; ask for at most 2000"),
+           format_all(r.diagnostics).c_str());
+  QVERIFY(r.value.samples.empty());
+  r = load_datasets({"train.jsonl#1000000000000"}, lo);
+  QVERIFY2(contains(r.diagnostics, "asks for more than 10000000 samples"), format_all(r.diagnostics).c_str());
+  r = load_datasets({"train.jsonl#2000"}, lo);
+  QVERIFY2(r.ok(), format_all(r.diagnostics).c_str());
+  QCOMPARE(r.value.samples.size(), std::size_t(2000));
+  auto n = count_dataset_records(path);
+  QVERIFY(n.ok());
+  QCOMPARE(n.value, std::int64_t(20));
+  const std::string arr = write("bounds/train.json", "[{\"instruction\": \"a\", \"output\": [1, {\"x\": []}]}, 2, \"s\", null]");
+  n = count_dataset_records(arr);
+  QVERIFY2(n.ok(), format_all(n.diagnostics).c_str());
+  QCOMPARE(n.value, std::int64_t(4));
+  QVERIFY(!count_dataset_records(write("bounds/broken.json", "[{\"a\": 1},")).ok());
+}
+
+// Issue 21 item 5: a dataset that is a FIFO is refused, not waited on (the token-cache key
+// hashed it first, with a blocking open).
+void TstDataset::fifoDatasetIsRefused() {
+  const std::string path = tmp_.path().toStdString() + "/fifo.jsonl";
+  QCOMPARE(::mkfifo(path.c_str(), 0600), 0);
+  auto within = [&](auto f) {
+    auto fut = std::async(std::launch::async, f);
+    const bool in_time = fut.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+    if (!in_time) {  // release the blocked reader so that the test fails instead of hanging
+      const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);
+      if (fd >= 0) ::close(fd);
+    }
+    auto v = fut.get();
+    if (!in_time) qWarning("blocked on the FIFO");
+    return std::pair{in_time, v};
+  };
+  auto [t1, r] = within([&] { return read_dataset_file(path); });
+  QVERIFY(t1);
+  QVERIFY2(contains(r.diagnostics, path + ": error: is a FIFO (named pipe), not a regular file"), format_all(r.diagnostics).c_str());
+  auto [t2, n] = within([&] { return count_dataset_records(path); });
+  QVERIFY(t2);
+  QVERIFY(!n.ok());
+  auto [t3, h] = within([&] {
+    std::string error;
+    return std::pair{sha256_file(path, &error).has_value(), error};
+  });
+  QVERIFY(t3);
+  QVERIFY2(!h.first && h.second.find("is a FIFO") != std::string::npos, h.second.c_str());
+}
+
+// Issue 21 item 11: a forged token-cache entry (ids beyond the vocabulary, checksum made to
+// match) failed every run at step 1 with "index out of range in self" until --no-token-cache.
+// It is now discarded with a warning naming the cache file and rebuilt. The tokenizer is the
+// quickstart model's (1024 ids).
+void TstDataset::forgedCacheIdsAreRebuilt() {
+  auto tok = Tokenizer::load(ODYSSEY_SOURCE_DIR "/resources/quickstart/model");
+  QVERIFY2(tok.ok(), format_all(tok.diagnostics).c_str());
+  std::string text;
+  for (int i = 0; i < 5; ++i) text += messages_line("q" + std::to_string(i), "a" + std::to_string(i));
+  write("forged/train.jsonl", text);
+  const LoadOptions lo{tmp_.path().toStdString() + "/forged", 0.01, 42, 10};
+  const ChatTemplate tpl(ChatTemplateKind::Qwen2_5);
+  const TokenizeOptions to;
+  const TokenCacheOptions co{true, tmp_.path().toStdString() + "/forged/store"};
+  auto good = load_tokenized({"train.jsonl"}, lo, tok.value, tpl, to, co);
+  QVERIFY2(good.ok() && !good.value.cache_file.empty(), format_all(good.diagnostics).c_str());
+  const std::string file = good.value.cache_file;
+
+  // The forger's edit: sample 0's first id becomes 999999 (its label too when it is trained),
+  // and the trailing SHA-256 is recomputed so that the file verifies.
+  std::string b = read_bytes(file);
+  auto u32 = [&](std::size_t at) {
+    std::uint32_t v = 0;
+    for (int k = 3; k >= 0; --k) v = (v << 8) | static_cast<unsigned char>(b[at + static_cast<std::size_t>(k)]);
+    return v;
+  };
+  auto put32 = [&](std::size_t at, std::int32_t v) {
+    for (int k = 0; k < 4; ++k) b[at + static_cast<std::size_t>(k)] = static_cast<char>((static_cast<std::uint32_t>(v) >> (8 * k)) & 0xFF);
+  };
+  const std::size_t header = 8 + 4 + 64 + 8 + 8 + 8;
+  const std::size_t meta = u32(header - 8);  // meta_size (low 32 bits suffice here)
+  const std::size_t sample = header + meta;
+  const std::size_t origin_len = u32(sample), n = u32(sample + 4);
+  const std::size_t ids = sample + 8 + origin_len, labels = ids + 4 * n;
+  const bool trained = static_cast<std::int32_t>(u32(labels)) != kIgnoreIndex;
+  put32(ids, 999999);
+  if (trained) put32(labels, 999999);
+  Sha256 h;
+  h.update(b.data(), b.size() - 32);
+  const auto digest = h.digest();
+  std::copy(digest.begin(), digest.end(), b.end() - 32);
+  write_bytes(file, b);
+  QVERIFY(read_token_cache(file, good.value.cache_key).value.has_value());  // it verifies: only the ids betray it
+
+  auto r = load_tokenized({"train.jsonl"}, lo, tok.value, tpl, to, co);
+  QVERIFY2(r.ok(), format_all(r.diagnostics).c_str());
+  QVERIFY(!r.value.from_cache);
+  QVERIFY2(contains(r.diagnostics, file + ": warning: token cache ignored and rebuilt: sample 0 (") &&
+               contains(r.diagnostics, "holds token id 999999, outside the tokenizer's 1024 ids"),
+           format_all(r.diagnostics).c_str());
+  QCOMPARE(r.value.samples, good.value.samples);
+  auto again = load_tokenized({"train.jsonl"}, lo, tok.value, tpl, to, co);  // rebuilt: a hit again
+  QVERIFY(again.value.from_cache);
+  QCOMPARE(again.value.samples, good.value.samples);
 }
 
 QTEST_APPLESS_MAIN(TstDataset)

@@ -813,6 +813,39 @@ class TestMemoryPlanner : public QObject {
     qDebug("plan_memory %.1f us, largest_max_length %.1f us, smallest_sequence_parallel_size %.1f us (%lld)",
            plan_us, largest_us, sp_us, static_cast<long long>(sink % 7));
   }
+
+  // Issue 21 item 3: `plan` on a config.json with 10^9 layers grew past 4 GB building
+  // per-layer tables. A job a thousandfold beyond the capacity is refused by arithmetic
+  // (long double, no overflow) before any term is built; the search functions say "none".
+  void outOfReachIsRefusedInstantly() {
+    TrainConfig c = tiny_lora();
+    HfModelConfig m = qwen25_7b();
+    QVERIFY(out_of_reach(c, m).empty());
+    QVERIFY(plan_memory(c, m).refused.empty());
+    m.num_hidden_layers = 1000000000;  // what parse_model_config now refuses, given to the planner directly
+    QElapsedTimer t;
+    t.start();
+    const MemoryPlan p = plan_memory(c, m);
+    QVERIFY2(!p.refused.empty() && !p.fits && p.items.empty(), p.refused.c_str());
+    QVERIFY2(p.refused.find("more than 1000 times the 139.8 GiB available") != std::string::npos, p.refused.c_str());
+    QCOMPARE(largest_max_length(c, m), std::int64_t(0));
+    QCOMPARE(smallest_sequence_parallel_size(c, m, {}, 8), std::int64_t(0));
+    QVERIFY2(t.elapsed() < 1000, std::to_string(t.elapsed()).c_str());
+    QVERIFY(plan_to_json(p).at("refused").get<std::string>() == p.refused);
+    // At the parser's bounds every size multiplies without overflow: refused, not wrapped.
+    HfModelConfig top;
+    top.hidden_size = kMaxHiddenSize, top.intermediate_size = kMaxIntermediateSize, top.num_hidden_layers = kMaxHiddenLayers;
+    top.num_attention_heads = kMaxAttentionHeads, top.num_key_value_heads = kMaxAttentionHeads, top.head_dim = kMaxHeadDim;
+    top.vocab_size = kMaxVocabSize;
+    c.max_length = 16777216, c.per_device_train_batch_size = 4096;
+    QVERIFY(!plan_memory(c, top).refused.empty());
+    // Within a thousandfold the plan is built and simply does not fit.
+    HfModelConfig big = qwen25_7b();
+    big.num_hidden_layers = 28 * 20;
+    const MemoryPlan p2 = plan_memory(tiny_lora(), big);
+    QVERIFY(p2.refused.empty());
+    QVERIFY(!p2.fits);
+  }
 };
 
 QTEST_APPLESS_MAIN(TestMemoryPlanner)

@@ -113,6 +113,40 @@ class TstModelConfig : public QObject {
     QCOMPARE(locate_model("/no/such/dir", "").source, ModelLocation::NotFound);
     QCOMPARE(locate_model("../escape/x", "").source, ModelLocation::NotFound);
   }
+
+  // Issue 21 item 3/11: num_hidden_layers 10^9 passed validation and grew run and plan past
+  // 4 GB; vocab_size 2^40 ended in an allocator message. Sizes beyond any model are refused
+  // while config.json is read, naming the file, the key, the value and the bound.
+  void absurdSizesAreRefusedWithTheKey() {
+    const std::string base =
+        R"({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": LAYERS,
+            "vocab_size": VOCAB})";
+    auto with = [&](const std::string& layers, const std::string& vocab) {
+      std::string t = base;
+      t.replace(t.find("LAYERS"), 6, layers);
+      t.replace(t.find("VOCAB"), 5, vocab);
+      return parse_model_config(t, "m/config.json");
+    };
+    QVERIFY(with("2", "512").ok());
+    auto r = with("1000000000", "512");
+    QVERIFY(!r.ok());
+    QVERIFY2(contains(format_all(r.diagnostics), "m/config.json: error: num_hidden_layers: found 1000000000, more than the " +
+                                                     std::to_string(kMaxHiddenLayers)),
+             format_all(r.diagnostics).c_str());
+    r = with("2", "1099511627776");
+    QVERIFY2(contains(format_all(r.diagnostics), "error: vocab_size: found 1099511627776, more than the 16777216"),
+             format_all(r.diagnostics).c_str());
+    r = with("2", "18446744073709551615");  // unsigned in JSON: must not wrap to -1
+    QVERIFY2(contains(format_all(r.diagnostics), "error: vocab_size: found 18446744073709551615, more than"),
+             format_all(r.diagnostics).c_str());
+    // Every size the planner multiplies stays representable at the bounds.
+    HfModelConfig m;
+    m.hidden_size = kMaxHiddenSize, m.intermediate_size = kMaxIntermediateSize, m.num_hidden_layers = kMaxHiddenLayers;
+    m.num_attention_heads = kMaxAttentionHeads, m.num_key_value_heads = kMaxAttentionHeads, m.head_dim = kMaxHeadDim;
+    m.vocab_size = kMaxVocabSize;
+    QVERIFY(m.parameter_count() > 0);
+  }
 };
 
 QTEST_APPLESS_MAIN(TstModelConfig)

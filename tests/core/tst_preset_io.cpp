@@ -4,6 +4,7 @@
 #include <QtTest>
 
 #include <QElapsedTimer>
+#include <QTemporaryDir>
 
 #include <filesystem>
 #include <fstream>
@@ -328,6 +329,91 @@ class TstPresetIo : public QObject {
     auto r = load_embedded_quickstart();
     QVERIFY2(r.ok(), first_error(r).c_str());
     QVERIFY(fs::exists(fs::path(r.value.origin.base_dir) / "quickstart.yaml"));
+  }
+
+  // Issue 21 item 6: `system: "abc` (no closing quote) swallowed every later key, which then
+  // kept its default without a word. The preset is a real file; the error names its line,
+  // column and key.
+  void unterminatedQuoteIsAnError() {
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    const std::string path = dir.filePath("unterminated.yaml").toStdString();
+    std::ofstream(path, std::ios::binary) << "model: m\nsystem: \"abc\nlearning_rate: 0.5\nmax_length: 4096\n";
+    auto r = load_preset_file(path);
+    QVERIFY2(!r.ok(), "an unterminated quote must not load");
+    const std::string e = first_error(r);
+    QVERIFY2(contains(e, path + ":2:9: error: system: unterminated double-quoted value"), e.c_str());
+    // Single quotes, a flow list, and a --set value the same way.
+    QVERIFY(contains(first_error(load("system: 'it''s\nlearning_rate: 0.5\n")), "p.yaml:1:9: error: system: unterminated single-quoted"));
+    QVERIFY(contains(first_error(load("dataset: [\"a.jsonl, b.jsonl]\nlearning_rate: 0.5\n")), "dataset: unterminated double-quoted"));
+    LoadedConfig lc;
+    auto d = apply_overrides(lc, {"system=\"abc"});
+    QVERIFY2(has_errors(d) && contains(format_all(d), "unterminated"), format_all(d).c_str());
+    // Closed quotes, '' escapes and quotes inside block scalars stay valid, and every key
+    // after them is read.
+    for (const char* ok : {"system: \"abc\"\nlearning_rate: 0.5\n", "system: 'it''s'\nlearning_rate: 0.5\n",
+                           "system: |\n  \"Hello\n  it's\nlearning_rate: 0.5\n",
+                           "system: >-\n  'open\n\n  still open\nlearning_rate: 0.5\n",
+                           "system: \"multi\n  line\"\nlearning_rate: 0.5\n"}) {
+      auto good = load(ok);
+      QVERIFY2(good.ok(), (std::string(ok) + first_error(good)).c_str());
+      QCOMPARE(good.value.config.learning_rate, 0.5);
+    }
+  }
+
+  // Issue 21 item 7: NUL bytes and invalid UTF-8 inside quoted values passed (docs/config.md
+  // says they do not); a model path with byte 0xFF trained, then failed at step 2 on a raw
+  // JSON exception. Raw bytes in the file and bytes made by YAML escapes are both refused,
+  // with file:line and the key.
+  void nulAndInvalidUtf8InQuotedValues() {
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    const std::string path = dir.filePath("bytes.yaml").toStdString();
+    std::ofstream(path, std::ios::binary) << "dataset: [d.jsonl]\nmodel: \"/models/qwen\xff\"\n";
+    auto r = load_preset_file(path);
+    QVERIFY(!r.ok());
+    QVERIFY2(contains(first_error(r), path + ":2:21: error: model: invalid UTF-8"), first_error(r).c_str());
+    std::ofstream(path, std::ios::binary) << std::string("system: 'a\0b'\nmodel: m\n", 23);
+    r = load_preset_file(path);
+    QVERIFY2(contains(first_error(r), path + ":1:11: error: system: a NUL byte"), first_error(r).c_str());
+    // Escapes: "\0" is a NUL (yaml-cpp itself refuses "\ud800"); "\xff" is U+00FF (valid).
+    QVERIFY2(contains(first_error(load("system: \"a\\0b\"\n")), "p.yaml:1:9: error: system: the value holds a NUL byte"),
+             first_error(load("system: \"a\\0b\"\n")).c_str());
+    QVERIFY(contains(first_error(load("model: \"m\\ud800\"\n")), "p.yaml:1:16: error: invalid YAML: invalid unicode"));
+    QVERIFY(contains(first_error(load("dataset: [\"ok.jsonl\", \"b\\0.jsonl\"]\n")), "error: dataset: the value holds a NUL"));
+    auto fine = load("system: \"caf\\xe9 \\xff\"\n");
+    QVERIFY2(fine.ok(), first_error(fine).c_str());
+    LoadedConfig lc;
+    QVERIFY(contains(format_all(apply_overrides(lc, {"model=\"/m\\0\""})), "error: model: the value holds a NUL"));
+    QVERIFY(contains(format_all(apply_overrides(lc, {"model=\"/m\xff\""})), "model: invalid UTF-8"));
+  }
+
+  // The preset fuzzer's seed corpus, run through the fuzzer's own body on every CI machine
+  // (the libFuzzer build needs clang): each input loads or is refused, in time, and what
+  // loads survives save -> load unchanged. The issue-21 inputs (unterminated quotes, NUL and
+  // invalid UTF-8 in quoted values, escapes, huge #N) must be refused.
+  void fuzzCorpusRunsThroughTheFuzzerBody() {
+    const fs::path dir = fs::path(ODYSSEY_SOURCE_DIR) / "tests/fuzz/corpus/fuzz_preset_loader";
+    std::size_t n = 0;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      std::ifstream in(e.path(), std::ios::binary);
+      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      QElapsedTimer t;
+      t.start();
+      auto r = load_preset_text(text, "fuzz.yaml", "");
+      if (r.ok()) {
+        auto again = load_preset_text(save_preset_text(r.value.config), "resaved.yaml", "");
+        QVERIFY2(again.ok() && again.value.config == r.value.config, e.path().c_str());
+      }
+      LoadedConfig c;
+      (void)apply_overrides(c, {"system=" + text, text});
+      QVERIFY2(t.elapsed() < 2000, e.path().c_str());
+      const std::string name = e.path().filename().string();
+      for (const char* must_fail : {"unterminated", "quoted-", "escaped-", "huge-sample"})
+        if (name.find(must_fail) != std::string::npos) QVERIFY2(!r.ok(), name.c_str());
+      ++n;
+    }
+    QVERIFY(n >= 18);
   }
 };
 

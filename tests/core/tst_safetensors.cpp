@@ -8,16 +8,21 @@
 // process's peak resident memory by the output size, not output + file.
 // LibTorch before Qt: Qt's `slots` macro breaks LibTorch's headers (IValue::slots()).
 #include "model/safetensors.h"
+#include "model/weights.h"
 // clang-format off
 #include <QCryptographicHash>
 #include <QProcess>
 #include <QtTest>
 // clang-format on
 
+#include <fcntl.h>
 #include <ftw.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
+#include <future>
 #include <fstream>
 #include <sstream>
 
@@ -388,6 +393,37 @@ class TstSafetensors : public QObject {
           growth / 1e6, growth / out_bytes, out_bytes / 1e6, naive / 1e6, naive / out_bytes);
     QVERIFY2(growth < 1.2 * out_bytes, "load() used more than 1.2x the output size");
     QVERIFY2(naive > growth + 0.3 * out_bytes, "the measurement does not see the mapped file's pages");
+  }
+
+  // Issue 21 items 3 and 5 at load: a FIFO named model.safetensors hung `run` in open(2); a
+  // config.json with more layers than the weights was only found after the model was built.
+  // Both are refused before anything is mapped or allocated. The model is a copy of the
+  // quickstart's (Qwen2, 4 layers).
+  void fifoAndInflatedConfigAreRefusedAtLoad() {
+    const fs::path m = tmp_ / "inflated";
+    remove_tree(m);
+    fs::copy(ODYSSEY_SOURCE_DIR "/resources/quickstart/model", m, fs::copy_options::recursive);
+    json cfg = read_json(m / "config.json");
+    cfg["num_hidden_layers"] = 24;
+    write_json(m / "config.json", cfg);
+    auto r = model::load_causal_lm(m.string(), model::DecoderOptions{});
+    QVERIFY(!r.ok() && !r.value.lm);
+    const std::string want = (m / "config.json").string() + ": error: num_hidden_layers: found 24, but the weights hold 4 layers";
+    QVERIFY2(format_all(r.diagnostics).find(want) != std::string::npos, format_all(r.diagnostics).c_str());
+
+    const std::string fifo = (m / "model.safetensors").string();
+    fs::remove(fifo);
+    QCOMPARE(::mkfifo(fifo.c_str(), 0600), 0);
+    auto fut = std::async(std::launch::async, [&] { return SafetensorsCheckpoint::open(m.string()); });
+    const bool in_time = fut.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+    if (!in_time) {  // release the blocked open so that the test fails instead of hanging
+      const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+      if (fd >= 0) ::close(fd);
+    }
+    const auto opened = fut.get();
+    QVERIFY(in_time);
+    const std::string refused = fifo + ": error: cannot open the weights file: is a FIFO (named pipe)";
+    QVERIFY2(format_all(opened.diagnostics).find(refused) != std::string::npos, format_all(opened.diagnostics).c_str());
   }
 };
 

@@ -4,7 +4,12 @@
 // cases include the example file from the reference's own documentation.
 #include <QtTest>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <future>
 
 #include <cstdint>
 #include <filesystem>
@@ -258,6 +263,28 @@ class TstSafetensorsHeader : public QObject {
     QVERIFY(err("{'weight_map':{'a':3}}", "a: weight_map value is an integer"));
     QVERIFY(err("{'weight_map':{'a':'../x.safetensors'}}", "is not a plain file name"));
     QVERIFY(err("{'weight_map':{'a':'/etc/x'}}", "is not a plain file name"));
+  }
+
+  // Issue 21 item 5: read_safetensors_header opened its file with a blocking ifstream; a
+  // FIFO named model.safetensors is now refused at once (stat, then O_NONBLOCK and fstat).
+  void fifoIsRefusedNotWaitedOn() {
+    const std::string dir = std::filesystem::temp_directory_path() / ("odyssey-st-fifo-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    const std::string fifo = dir + "/model.safetensors";
+    QCOMPARE(::mkfifo(fifo.c_str(), 0600), 0);
+    auto fut = std::async(std::launch::async, [&] { return read_safetensors_header(fifo); });
+    const bool in_time = fut.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+    if (!in_time) {  // release the blocked open so that the test fails instead of hanging
+      const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+      if (fd >= 0) ::close(fd);
+    }
+    const auto r = fut.get();
+    std::filesystem::remove_all(dir);
+    QVERIFY(in_time);
+    QVERIFY2(format_all(r.diagnostics).find(fifo + ": error: cannot read the file: is a FIFO (named pipe)") !=
+                 std::string::npos,
+             format_all(r.diagnostics).c_str());
+    QVERIFY(!find_safetensors_files(dir + "/absent").ok());
   }
 };
 

@@ -11,6 +11,38 @@ using namespace odyssey;
 class TstText : public QObject {
   Q_OBJECT
  private slots:
+  // Issue 21 item 10: a 100 MB malformed line was quoted whole. Quoted input is cut to
+  // kExcerptBytes, never inside a UTF-8 character, with the total length named.
+  void excerptCutsLongInputAndNamesItsLength() {
+    const std::string big(3'000'000, 'x');
+    const std::string e = text::excerpt(big);
+    QVERIFY(e.size() < 260);
+    QVERIFY2(e.find("... (3000000 bytes in all)") != std::string::npos, e.c_str());
+    QCOMPARE(text::excerpt("short"), std::string("short"));
+    std::string accents;
+    for (int i = 0; i < 150; ++i) accents += "\xc3\xa9";  // é, 2 bytes each
+    const std::string cut = text::excerpt("a" + accents);  // byte 200 is the second byte of an é
+    QCOMPARE(cut.find("..."), std::size_t(199));
+    QVERIFY(text::clean_utf8(cut.substr(0, cut.find("..."))));
+    const std::string q = text::quoted(big);
+    QVERIFY(q.size() < 260);
+    QVERIFY2(q.rfind("'... (3000000 bytes in all)") != std::string::npos, q.c_str());
+    QCOMPARE(text::quoted(std::string("a\nb", 3)), std::string("'a\\x0ab'"));
+  }
+  void cleanUtf8() {
+    std::size_t at = 99;
+    std::string why;
+    QVERIFY(text::clean_utf8("plain ascii, \xc3\xa9, \xe2\x82\xac, \xf0\x9f\x99\x82"));
+    QVERIFY(!text::clean_utf8(std::string("ab\0c", 4), &at, &why));
+    QCOMPARE(at, std::size_t(2));
+    QCOMPARE(why, std::string("a NUL byte"));
+    QVERIFY(!text::clean_utf8("/models/m\xff", &at, &why));
+    QCOMPARE(at, std::size_t(9));
+    QVERIFY(!text::clean_utf8("\xc0\xaf", &at));        // overlong '/'
+    QVERIFY(!text::clean_utf8("\xed\xa0\x80", &at));    // a UTF-16 surrogate
+    QVERIFY(!text::clean_utf8("\xf4\x90\x80\x80", &at));  // beyond U+10FFFF
+    QVERIFY(!text::clean_utf8("\xe2\x82", &at));        // cut short
+  }
   void editDistance() {
     QCOMPARE(text::edit_distance("", ""), std::size_t(0));
     QCOMPARE(text::edit_distance("kitten", "sitting"), std::size_t(3));

@@ -2,7 +2,22 @@
 // that says what to change; valid layouts pass.
 #include <QtTest>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <QElapsedTimer>
+#include <QTemporaryDir>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <future>
+#include <nlohmann/json.hpp>
+
 #include "config/validate.h"
+#include "tokenizer/tokenizer.h"
 
 using namespace odyssey;
 
@@ -29,6 +44,47 @@ std::string errors(const Diagnostics& d) {
   return s;
 }
 bool contains(const std::string& h, const std::string& n) { return h.find(n) != std::string::npos; }
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const std::string kQuickstartModel = ODYSSEY_SOURCE_DIR "/resources/quickstart/model";
+const std::string kQuickstartData = ODYSSEY_SOURCE_DIR "/resources/quickstart/data/train.jsonl";  // 2000 records
+
+// A copy of the quickstart model (Qwen2, 4 layers, hidden 128, vocab 1024, real weights and
+// tokenizer) in `dir`, whose config.json or tokenizer.json a test then edits.
+std::string copy_model(const QTemporaryDir& dir, const std::string& name) {
+  const fs::path to = fs::path(dir.path().toStdString()) / name;
+  fs::create_directories(to);
+  fs::copy(kQuickstartModel, to, fs::copy_options::recursive);
+  return to.string();
+}
+void edit_json(const std::string& file, const std::function<void(json&)>& f) {
+  json j = json::parse(std::ifstream(file));
+  f(j);
+  std::ofstream(file, std::ios::trunc) << j.dump(2);
+}
+LoadedConfig preset_for(const std::string& model, const std::string& dataset) {
+  auto r = load_preset_text("model: '" + model + "'\ndataset: ['" + dataset + "']\ndevice: cpu\n", "t.yaml", "");
+  if (!r.ok()) qFatal("%s", format_all(r.diagnostics).c_str());
+  return r.value;
+}
+
+// Runs `f` with a deadline: should it block opening `fifo` (the bug), a writer is opened to
+// release it, so that the test fails instead of hanging.
+template <typename F>
+auto before_deadline(F f, const std::string& fifo, qint64* ms) {
+  QElapsedTimer t;
+  t.start();
+  auto fut = std::async(std::launch::async, f);
+  if (fut.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) ::close(fd);
+  }
+  auto v = fut.get();
+  *ms = t.elapsed();
+  return v;
+}
 
 }  // namespace
 
@@ -162,6 +218,109 @@ class TstValidate : public QObject {
     QVERIFY(soft.ok());
     auto hard = check_config(r.value, true);
     QVERIFY(contains(errors(hard.diagnostics), "needs the weights on disk"));
+  }
+
+  // Issue 21 item 3: config.json naming 10^9 layers where the weights hold 4 passed
+  // `validate --check-files`. Sizes beyond any model are refused as config.json is read;
+  // sizes that merely disagree with the weights are caught from the safetensors headers
+  // (no tensor data read), each naming config.json, the key, and what the weights say.
+  void configSizesAreCheckedAgainstTheWeights() {
+    QTemporaryDir dir;
+    const std::string m = copy_model(dir, "m");
+    const std::string cfg = m + "/config.json";
+    auto ok = check_config(preset_for(m, kQuickstartData), true);
+    QVERIFY2(ok.ok(), format_all(ok.diagnostics).c_str());
+
+    edit_json(cfg, [](json& j) { j["num_hidden_layers"] = 1000000000; });
+    auto r = check_config(preset_for(m, kQuickstartData), true);
+    QVERIFY2(contains(errors(r.diagnostics), cfg + ": error: num_hidden_layers: found 1000000000, more than the 4096"),
+             errors(r.diagnostics).c_str());
+    edit_json(cfg, [](json& j) { j["num_hidden_layers"] = 24; });
+    r = check_config(preset_for(m, kQuickstartData), true);
+    QVERIFY2(contains(errors(r.diagnostics), cfg + ": error: num_hidden_layers: found 24, but the weights hold 4 layers "
+                                                   "(model.layers.0 to model.layers.3, in " + m + "/model.safetensors)"),
+             errors(r.diagnostics).c_str());
+    // Without --check-files the weights are not read (presets are shared between machines).
+    QVERIFY(check_config(preset_for(m, kQuickstartData), false).ok());
+    edit_json(cfg, [](json& j) { j["num_hidden_layers"] = 4, j["vocab_size"] = 1099511627776; });
+    r = check_config(preset_for(m, kQuickstartData), true);
+    QVERIFY2(contains(errors(r.diagnostics), cfg + ": error: vocab_size: found 1099511627776, more than the 16777216"),
+             errors(r.diagnostics).c_str());
+    edit_json(cfg, [](json& j) { j["vocab_size"] = 4096, j["intermediate_size"] = 999; });
+    r = check_config(preset_for(m, kQuickstartData), true);
+    const std::string e = errors(r.diagnostics);
+    QVERIFY2(contains(e, cfg + ": error: vocab_size: found 4096, but the weights say 1024: model.embed_tokens.weight "
+                               "has shape [1024, 128]"), e.c_str());
+    QVERIFY2(contains(e, cfg + ": error: intermediate_size: found 999, but the weights say 352"), e.c_str());
+  }
+
+  // Issue 21 item 5: a FIFO named model.safetensors hung `run` for ever while `validate`
+  // called it valid. Now it is refused by a stat before anything opens it.
+  void fifoWeightsAreRefusedNotWaitedOn() {
+    QTemporaryDir dir;
+    const std::string m = copy_model(dir, "m");
+    const std::string weights = m + "/model.safetensors";
+    fs::remove(weights);
+    QCOMPARE(::mkfifo(weights.c_str(), 0600), 0);
+    qint64 ms = 0;
+    auto r = before_deadline([&] { return check_config(preset_for(m, kQuickstartData), true); }, weights, &ms);
+    QVERIFY2(ms < 5000, std::to_string(ms).c_str());
+    QVERIFY2(contains(errors(r.diagnostics), weights + ": error: cannot read the file: is a FIFO (named pipe), "
+                                                       "not a regular file"),
+             errors(r.diagnostics).c_str());
+    // A FIFO as tokenizer.json and as a dataset: the same, the dataset even without --check-files.
+    fs::remove(weights);
+    fs::copy_file(kQuickstartModel + "/model.safetensors", weights);
+    const std::string tok = m + "/tokenizer.json";
+    fs::remove(tok);
+    QCOMPARE(::mkfifo(tok.c_str(), 0600), 0);
+    r = before_deadline([&] { return check_config(preset_for(m, kQuickstartData), true); }, tok, &ms);
+    QVERIFY2(ms < 5000 && contains(errors(r.diagnostics), tok + ": error: cannot be read: is a FIFO"),
+             errors(r.diagnostics).c_str());
+    const std::string data = dir.filePath("data.jsonl").toStdString();
+    QCOMPARE(::mkfifo(data.c_str(), 0600), 0);
+    r = before_deadline([&] { return check_config(preset_for(kQuickstartModel, data), false); }, data, &ms);
+    QVERIFY2(ms < 5000 && contains(errors(r.diagnostics), "dataset: found '" + data + "': is a FIFO (named pipe)"),
+             errors(r.diagnostics).c_str());
+  }
+
+  // Issue 21 item 11: a special token whose id is beyond vocab_size failed the run at step 1
+  // with "index out of range in self". validate --check-files names tokenizer.json and the
+  // token; Tokenizer::check_vocab is the check the trainer calls at load.
+  void tokenizerIdsBeyondTheVocabulary() {
+    QTemporaryDir dir;
+    const std::string m = copy_model(dir, "m");
+    edit_json(m + "/tokenizer.json", [](json& j) { j["added_tokens"][2]["id"] = 5000; });  // <|im_end|>
+    auto r = check_config(preset_for(m, kQuickstartData), true);
+    QVERIFY2(contains(errors(r.diagnostics), m + "/tokenizer.json: error: added_tokens: special token '<|im_end|>' has "
+                                                 "id 5000, beyond the model's vocab_size 1024 (" + m + "/config.json)"),
+             errors(r.diagnostics).c_str());
+    auto tok = Tokenizer::load(m);
+    QVERIFY(tok.ok());
+    QVERIFY(has_errors(tok.value.check_vocab(1024, "config.json")));
+    QVERIFY(!has_errors(tok.value.check_vocab(5001, "config.json")));
+    // An id no model could have is refused as tokenizer.json is read (the tables of every id
+    // took gigabytes).
+    edit_json(m + "/tokenizer.json", [](json& j) { j["added_tokens"][2]["id"] = 2147483647; });
+    tok = Tokenizer::load(m);
+    QVERIFY2(contains(format_all(tok.diagnostics), "added_tokens[2].id: '<|im_end|>' has id 2147483647; token ids go from 0 to 16777215"),
+             format_all(tok.diagnostics).c_str());
+  }
+
+  // Issue 21 item 3: dataset: [train.jsonl#2000000] took 2.5 GB, #10^12 ended in bad_alloc at
+  // step 1. N is capped when the preset is read, and checked against the file's records at
+  // validate --check-files.
+  void sampleCountsAreBounded() {
+    auto big = load_preset_text("model: m\ndataset: [train.jsonl#1000000000000]\n", "n.yaml", "");
+    QVERIFY2(contains(format_all(big.diagnostics), "n.yaml:2:11: error: dataset: found 'train.jsonl#1000000000000': "
+                                                   "#1000000000000 asks for more than 10000000 samples"),
+             format_all(big.diagnostics).c_str());
+    auto r = check_config(preset_for(kQuickstartModel, kQuickstartData + "#2000000"), true);
+    QVERIFY2(contains(errors(r.diagnostics), "dataset: found '" + kQuickstartData + "#2000000': #2000000 would use each of "
+                                             "the file's 2000 records more than 100 times; ask for at most 200000"),
+             errors(r.diagnostics).c_str());
+    QVERIFY(check_config(preset_for(kQuickstartModel, kQuickstartData + "#200000"), true).ok());
+    QVERIFY(check_config(preset_for(kQuickstartModel, kQuickstartData + "#2000000"), false).ok());  // not read
   }
 };
 

@@ -1,0 +1,118 @@
+#include "model/weights_check.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+
+#include "common/text.h"
+
+namespace odyssey {
+
+namespace {
+
+struct Found {
+  const SafetensorsTensorInfo* info = nullptr;
+  std::string file;
+};
+
+class Checker {
+ public:
+  Checker(std::string config_file, const std::vector<std::pair<std::string, const SafetensorsHeader*>>& headers)
+      : config_(std::move(config_file)), headers_(headers) {}
+
+  Found find(std::string_view name) const {
+    for (const auto& [file, h] : headers_)
+      if (const auto* t = h->find(name)) return {t, file};
+    return {};
+  }
+
+  // The number of blocks: one more than the highest N of a "model.layers.N." tensor.
+  std::optional<std::pair<std::int64_t, std::string>> layers_in_weights() const {
+    std::int64_t top = -1;
+    std::string where;
+    static constexpr std::string_view kPrefix = "model.layers.";
+    for (const auto& [file, h] : headers_)
+      for (const auto& t : h->tensors) {
+        if (t.name.compare(0, kPrefix.size(), kPrefix) != 0) continue;
+        const std::string_view rest = std::string_view(t.name).substr(kPrefix.size());
+        const auto dot = rest.find('.');
+        const auto n = text::parse_int(rest.substr(0, dot));
+        if (n && *n >= 0 && *n > top) top = *n, where = file;
+      }
+    if (top < 0) return std::nullopt;
+    return std::pair{top + 1, where};
+  }
+
+  void error(const std::string& key, std::string msg) {
+    Diagnostic d;
+    d.file = config_;
+    d.key = key;
+    d.message = std::move(msg);
+    out.push_back(std::move(d));
+  }
+
+  // `key` (found `value`) against dimension `dim` of tensor `name`, when the tensor exists.
+  void dim(const std::string& key, std::int64_t value, std::string_view name, std::size_t dim_index,
+           const std::string& what) {
+    const Found f = find(name);
+    if (!f.info || f.info->shape.size() <= dim_index) return;
+    const std::int64_t have = f.info->shape[dim_index];
+    if (have == value) return;
+    error(key, "found " + std::to_string(value) + what + ", but the weights say " + std::to_string(have) + ": " +
+                   std::string(name) + " has shape " + shape_string(f.info->shape) + " in " + f.file +
+                   " (config.json must describe the weights it sits beside)");
+  }
+
+  Diagnostics out;
+
+ private:
+  std::string config_;
+  const std::vector<std::pair<std::string, const SafetensorsHeader*>>& headers_;
+};
+
+}  // namespace
+
+Diagnostics check_config_against_weights(const HfModelConfig& m, const std::string& config_file,
+                                         const std::vector<std::pair<std::string, const SafetensorsHeader*>>& headers) {
+  Checker ck(config_file, headers);
+  ck.dim("vocab_size", m.vocab_size, "model.embed_tokens.weight", 0, "");
+  ck.dim("hidden_size", m.hidden_size, "model.embed_tokens.weight", 1, "");
+  ck.dim("vocab_size", m.vocab_size, "lm_head.weight", 0, "");
+  if (const auto layers = ck.layers_in_weights(); layers && layers->first != m.num_hidden_layers)
+    ck.error("num_hidden_layers", "found " + std::to_string(m.num_hidden_layers) + ", but the weights hold " +
+                                      std::to_string(layers->first) + " layers (model.layers.0 to model.layers." +
+                                      std::to_string(layers->first - 1) + ", in " + layers->second + ")");
+  const std::int64_t hd = m.head_dim;
+  ck.dim("num_attention_heads", m.num_attention_heads * hd, "model.layers.0.self_attn.q_proj.weight", 0,
+         " heads x head_dim " + std::to_string(hd) + " = " + std::to_string(m.num_attention_heads * hd) + " rows");
+  ck.dim("num_key_value_heads", m.num_key_value_heads * hd, "model.layers.0.self_attn.k_proj.weight", 0,
+         " KV heads x head_dim " + std::to_string(hd) + " = " + std::to_string(m.num_key_value_heads * hd) + " rows");
+  ck.dim("hidden_size", m.hidden_size, "model.layers.0.self_attn.q_proj.weight", 1, "");
+  ck.dim("intermediate_size", m.intermediate_size, "model.layers.0.mlp.gate_proj.weight", 0, "");
+  // One message per key is enough: the first disagreement says what is wrong.
+  Diagnostics unique;
+  for (auto& d : ck.out)
+    if (std::none_of(unique.begin(), unique.end(), [&](const Diagnostic& u) { return u.key == d.key; }))
+      unique.push_back(std::move(d));
+  return unique;
+}
+
+Diagnostics check_model_weights(const HfModelConfig& m, const std::string& config_file, const std::string& model_dir) {
+  Result<SafetensorsFiles> files = find_safetensors_files(model_dir);
+  if (!files.ok()) return files.diagnostics;
+  Diagnostics out = files.diagnostics;
+  std::vector<Result<SafetensorsHeader>> read;
+  read.reserve(files.value.files.size());
+  for (const auto& f : files.value.files) {
+    read.push_back(read_safetensors_header(f));
+    out.insert(out.end(), read.back().diagnostics.begin(), read.back().diagnostics.end());
+  }
+  if (has_errors(out)) return out;
+  std::vector<std::pair<std::string, const SafetensorsHeader*>> headers;
+  for (std::size_t i = 0; i < read.size(); ++i) headers.emplace_back(files.value.files[i], &read[i].value);
+  Diagnostics d = check_config_against_weights(m, config_file, headers);
+  out.insert(out.end(), d.begin(), d.end());
+  return out;
+}
+
+}  // namespace odyssey
