@@ -164,6 +164,7 @@ Result<TokenizedDataset> tokenize_samples(const std::vector<Sample>& samples, co
     return r;
   }
 
+  if (options.on_start) options.on_start(samples.size());
   std::vector<Slot> slots(samples.size());
   constexpr std::size_t kBlock = 32;
   const std::size_t blocks = (samples.size() + kBlock - 1) / kBlock;
@@ -171,8 +172,14 @@ Result<TokenizedDataset> tokenize_samples(const std::vector<Sample>& samples, co
                                          : std::min(8u, std::max(1u, std::thread::hardware_concurrency()));
   threads = static_cast<unsigned>(std::min<std::size_t>(threads, std::max<std::size_t>(blocks, 1)));
   std::atomic<std::size_t> next{0};
+  std::atomic<bool> cancelled{false};
   auto work = [&] {
     for (;;) {
+      if (cancelled.load(std::memory_order_relaxed)) return;
+      if (options.cancelled && options.cancelled()) {
+        cancelled.store(true);
+        return;
+      }
       const std::size_t b = next.fetch_add(1);
       if (b >= blocks) return;
       const std::size_t end = std::min(samples.size(), (b + 1) * kBlock);
@@ -193,6 +200,13 @@ Result<TokenizedDataset> tokenize_samples(const std::vector<Sample>& samples, co
     for (auto& t : pool) t.join();
   }
 
+  if (cancelled.load()) {
+    r.diagnostics.push_back(diag(Severity::Error, "",
+                                 "tokenization was cancelled (a stop was requested) after " +
+                                     std::to_string(std::min(samples.size(), std::min(next.load(), blocks) * kBlock)) + " of " +
+                                     std::to_string(samples.size()) + " samples"));
+    return r;
+  }
   // Merge in input order: every count and choice below is independent of the thread count.
   const Slot* first_too_long = nullptr;
   const Slot* first_no_labels = nullptr;

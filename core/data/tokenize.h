@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -38,6 +39,13 @@ struct TokenizeOptions {
   bool train_on_all = false;    // labels = ids everywhere (not only the assistant spans)
   ChatOptions chat;             // the template's options (Llama-3.1's date_string)
   int threads = 0;              // 0 = up to 8, at most one per hardware thread
+  // Asked between blocks of 32 samples: true stops tokenizing, and tokenize_samples returns
+  // an error saying it was cancelled (the trainer passes its stop request, so SIGTERM during
+  // tokenization ends a run within a block's time, not after the whole dataset).
+  std::function<bool()> cancelled;
+  // Called once with the sample count when tokenizing begins (after the files are read), so
+  // a caller can say so (the trainer's "tokenize" stage).
+  std::function<void(std::size_t samples)> on_start;
 };
 
 struct TokenizeReport {
@@ -62,7 +70,8 @@ struct TokenizedDataset {
   TokenizeReport report;
 };
 
-// Tokenize every sample (in parallel; the output order is the input order). Errors: a bad
+// Tokenize every sample (in parallel; the output order is the input order). Errors: a
+// cancellation (options.cancelled), a bad
 // option, a sample the template cannot render (its origin), and with Truncation::Raise the
 // first sample longer than max_length (its origin and length). Drops are warnings naming the
 // first dropped sample.

@@ -19,8 +19,8 @@ Diagnostic io_error(const std::string& file, const std::string& what, int err) {
   return d;
 }
 
-// Writes all of `data`, retrying after signals. A regular file only takes less than asked
-// when the disk is full, and then the next attempt reports ENOSPC.
+// Writes all of `data`, retrying after signals. A regular file takes less than asked when the
+// disk fills or RLIMIT_FSIZE is reached; the next attempt then reports ENOSPC or EFBIG.
 bool write_all(int fd, const char* data, std::size_t size, int& err) {
   std::size_t done = 0;
   while (done < size) {
@@ -30,9 +30,48 @@ bool write_all(int fd, const char* data, std::size_t size, int& err) {
       err = errno;
       return false;
     }
+    if (n == 0) {  // never for a regular file with room; do not spin
+      err = EIO;
+      return false;
+    }
     done += static_cast<std::size_t>(n);
   }
   return true;
+}
+
+// What a file that is not a regular file is, for the message.
+std::string kind_of(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// Opens `name` for appending. O_NONBLOCK: a FIFO put in the file's place fails the open
+// (ENXIO without a reader) instead of blocking the run; it changes nothing for a regular file.
+int open_for_append(const std::string& name, bool create, Diagnostics& diags) {
+  const int fd = ::open(name.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NONBLOCK | (create ? O_CREAT : 0), 0644);
+  if (fd < 0) {
+    diags.push_back(io_error(name, "cannot open for appending", errno));
+    return -1;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    diags.push_back(io_error(name, "cannot stat", errno));
+    ::close(fd);
+    return -1;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    Diagnostic d;
+    d.file = name;
+    d.message = "is " + kind_of(st.st_mode) + ", not the regular file this run appends to (was it replaced?)";
+    diags.push_back(std::move(d));
+    ::close(fd);
+    return -1;
+  }
+  return fd;
 }
 
 template <typename T>
@@ -45,37 +84,15 @@ void stamp(T& e, std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-EventWriter::~EventWriter() { close(); }
-
-EventWriter::EventWriter(EventWriter&& other) noexcept
-    : fd_(std::exchange(other.fd_, -1)),
-      path_(std::move(other.path_)),
-      options_(other.options_),
-      start_(other.start_) {}
-
-EventWriter& EventWriter::operator=(EventWriter&& other) noexcept {
-  if (this != &other) {
-    close();
-    fd_ = std::exchange(other.fd_, -1);
-    path_ = std::move(other.path_);
-    options_ = other.options_;
-    start_ = other.start_;
-  }
-  return *this;
-}
-
-Result<EventWriter> EventWriter::open(const std::filesystem::path& file, EventWriterOptions options) {
-  Result<EventWriter> r;
+Result<LineAppender> LineAppender::open(const std::filesystem::path& file) {
+  Result<LineAppender> r;
   const std::string name = file.string();
-  const int fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    r.diagnostics.push_back(io_error(name, "cannot open events file for appending", errno));
-    return r;
-  }
+  const int fd = open_for_append(name, true, r.diagnostics);
+  if (fd < 0) return r;
   struct stat st {};
   if (::fstat(fd, &st) == 0 && st.st_size > 0) {
     // O_WRONLY cannot read the last byte; a second read-only descriptor can.
-    const int rfd = ::open(name.c_str(), O_RDONLY | O_CLOEXEC);
+    const int rfd = ::open(name.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     char last = '\n';
     if (rfd >= 0) {
       if (::pread(rfd, &last, 1, st.st_size - 1) != 1) last = '\n';
@@ -88,42 +105,93 @@ Result<EventWriter> EventWriter::open(const std::filesystem::path& file, EventWr
       return r;
     }
   }
-  r.value.fd_ = fd;
+  if (::close(fd) != 0) {
+    r.diagnostics.push_back(io_error(name, "cannot close", errno));
+    return r;
+  }
   r.value.path_ = name;
+  r.value.mu_ = std::make_unique<std::mutex>();
+  return r;
+}
+
+Diagnostics LineAppender::append(std::string_view text, bool sync) {
+  Diagnostics diags;
+  if (!mu_) {
+    Diagnostic d;
+    d.file = path_;
+    d.message = "is not open";
+    diags.push_back(std::move(d));
+    return diags;
+  }
+  std::lock_guard<std::mutex> lock(*mu_);
+  const int fd = open_for_append(path_, false, diags);
+  if (fd < 0) return diags;
+  // Where the line begins: appends are serialised here, and nobody else appends while the
+  // run owns the file, so a failed append can be cut back to exactly this size.
+  struct stat st {};
+  const bool sized = ::fstat(fd, &st) == 0;
+  int err = 0;
+  if (!write_all(fd, text.data(), text.size(), err)) {
+    diags.push_back(io_error(path_, "cannot append " + std::to_string(text.size()) + " bytes", err));
+    struct stat now {};
+    if (::fstat(fd, &now) == 0 && sized && now.st_size > st.st_size) {
+      // A short write left part of the line: cut it off, or say that it stays.
+      if (::ftruncate(fd, st.st_size) != 0)
+        diags.push_back(io_error(path_, "cannot cut the half-written line back to " + std::to_string(st.st_size) +
+                                            " bytes; the file ends in half a line",
+                                 errno));
+    }
+    ::close(fd);
+    return diags;
+  }
+  if (sync && ::fsync(fd) != 0) diags.push_back(io_error(path_, "cannot sync", errno));
+  if (::close(fd) != 0 && diags.empty()) diags.push_back(io_error(path_, "cannot close", errno));
+  return diags;
+}
+
+EventWriter::~EventWriter() { close(); }
+
+EventWriter::EventWriter(EventWriter&& other) noexcept
+    : out_(std::move(other.out_)), options_(other.options_), start_(other.start_) {}
+
+EventWriter& EventWriter::operator=(EventWriter&& other) noexcept {
+  if (this != &other) {
+    out_ = std::move(other.out_);
+    options_ = other.options_;
+    start_ = other.start_;
+  }
+  return *this;
+}
+
+Result<EventWriter> EventWriter::open(const std::filesystem::path& file, EventWriterOptions options) {
+  Result<EventWriter> r;
+  auto opened = LineAppender::open(file);
+  if (!opened.ok()) {
+    for (auto& d : opened.diagnostics) d.message = "events file: " + d.message;
+    r.diagnostics = std::move(opened.diagnostics);
+    return r;
+  }
+  r.value.out_ = std::move(opened.value);
   r.value.options_ = options;
   r.value.start_ = std::chrono::steady_clock::now();
   return r;
 }
 
 Diagnostics EventWriter::write(Event e) {
-  Diagnostics diags;
-  if (fd_ < 0) {
+  if (!out_.is_open()) {
     Diagnostic d;
-    d.file = path_;
+    d.file = out_.path();
     d.message = "events file is not open";
-    diags.push_back(std::move(d));
-    return diags;
+    return {d};
   }
   std::visit([this](auto& x) { stamp(x, start_); }, e);
   std::string line = encode_event(e);
   line += '\n';
-  int err = 0;
-  if (!write_all(fd_, line.data(), line.size(), err)) {
-    diags.push_back(io_error(path_, "cannot append event", err));
-    return diags;
-  }
   const bool durable =
       std::holds_alternative<CheckpointEvent>(e) || std::holds_alternative<RunEndEvent>(e);
-  if (durable && options_.sync_durable_events && ::fsync(fd_) != 0)
-    diags.push_back(io_error(path_, "cannot sync events file", errno));
-  return diags;
+  return out_.append(line, durable && options_.sync_durable_events);
 }
 
-void EventWriter::close() {
-  if (fd_ >= 0) {
-    ::close(fd_);
-    fd_ = -1;
-  }
-}
+void EventWriter::close() { out_.close(); }
 
 }  // namespace odyssey::run

@@ -5,12 +5,45 @@
 
 #include <chrono>
 #include <filesystem>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <string_view>
 
 #include "common/diagnostic.h"
 #include "run/event_schema.h"
 
 namespace odyssey::run {
+
+// Appends whole lines to a file named by its path, for the run directory's append-only files
+// (events.jsonl, logs/rank-N.log). Every append opens the path again (O_APPEND, never
+// creating it after the first open) and closes it, checking each result, so that a file
+// removed, replaced (by a directory, a device, a file of another owner) or made immutable
+// while the run writes it fails the next append instead of the lines going on into an inode
+// nobody reads. A failed or short append (ENOSPC, EFBIG past RLIMIT_FSIZE, EIO) is truncated
+// back to where its line began, so the file never ends in half a line; when even that fails
+// the diagnostic says so. Safe to call from several threads (appends are serialised).
+class LineAppender {
+ public:
+  LineAppender() = default;
+  // Opens (creating, 0644) `file` and checks that it is a regular file; when it is not empty
+  // and its last byte is not '\n' (a writer died mid-line), a '\n' is appended first so the
+  // next line starts a line of its own instead of gluing onto the broken one.
+  static Result<LineAppender> open(const std::filesystem::path& file);
+
+  bool is_open() const { return mu_ != nullptr; }
+  const std::string& path() const { return path_; }
+
+  // Appends `text` (one or more whole lines) with one write(2); fsyncs when `sync`.
+  // Returns no diagnostics on success.
+  Diagnostics append(std::string_view text, bool sync);
+
+  void close() { mu_.reset(); }
+
+ private:
+  std::string path_;
+  std::unique_ptr<std::mutex> mu_;  // non-null while open
+};
 
 struct EventWriterOptions {
   // fsync after checkpoint and run_end lines: those are the ones a person relies on after
@@ -35,26 +68,26 @@ class EventWriter {
   static Result<EventWriter> open(const std::filesystem::path& file,
                                   EventWriterOptions options = EventWriterOptions{});
 
-  bool is_open() const { return fd_ >= 0; }
-  const std::string& path() const { return path_; }
+  bool is_open() const { return out_.is_open(); }
+  const std::string& path() const { return out_.path(); }
 
   // The monotonic origin of elapsed_s; by default the moment open() was called. The engine
   // sets it to its own start so that time spent before the writer opened counts.
   void set_start(std::chrono::steady_clock::time_point start) { start_ = start; }
 
-  // Appends `e` as one line with one write(2) on an O_APPEND descriptor, so a reader never
-  // sees two events interleaved and sees at worst a line without its '\n' yet. No user
-  // space buffering: the line is visible to readers when write returns. When the event's
-  // `time` is 0 the writer stamps `time` (unix seconds) and `elapsed_s` (monotonic).
-  // Safe to call from several threads (each line is its own write).
+  // Appends `e` as one line with one write(2) on an O_APPEND descriptor (LineAppender: the
+  // path is opened again for every line), so a reader never sees two events interleaved and
+  // sees at worst a line without its '\n' yet. No user space buffering: the line is visible
+  // to readers when write returns. A failed append is truncated back (no half line is left)
+  // and reported. When the event's `time` is 0 the writer stamps `time` (unix seconds) and
+  // `elapsed_s` (monotonic). Safe to call from several threads.
   // Returns no diagnostics on success.
   Diagnostics write(Event e);
 
   void close();
 
  private:
-  int fd_ = -1;
-  std::string path_;
+  LineAppender out_;
   EventWriterOptions options_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };

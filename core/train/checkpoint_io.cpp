@@ -1,7 +1,11 @@
 #include "train/checkpoint_io.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
 
 #include <nlohmann/json.hpp>
 
@@ -51,6 +55,43 @@ bool write_bytes(const fs::path& file, const torch::Tensor& state) {
   return static_cast<bool>(out);
 }
 
+// rename(2) that refuses to replace `to` (an existing checkpoint is never replaced). Where
+// the filesystem lacks RENAME_NOREPLACE (EINVAL), the existence check before it stands.
+bool rename_no_replace(const fs::path& from, const fs::path& to, std::error_code& ec) {
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return true;
+  if (errno == EINVAL || errno == ENOSYS) {
+    if (fs::exists(fs::symlink_status(to))) {
+      ec = std::make_error_code(std::errc::file_exists);
+      return false;
+    }
+    fs::rename(from, to, ec);
+    return !ec;
+  }
+  ec = std::error_code(errno, std::generic_category());
+  return false;
+}
+
+// The file list of trainer_state.json: every regular file of `dir` but trainer_state.json,
+// sorted by name, with its size and checksum.
+Result<std::vector<SavedFile>> list_files(const fs::path& dir) {
+  Result<std::vector<SavedFile>> r;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_regular_file() || name == "trainer_state.json") continue;
+    std::string error;
+    const auto sum = file_checksum64(e.path(), &error);
+    if (!sum) {
+      r.diagnostics.push_back(err(e.path().string(), "cannot be read back for its checksum: " + error));
+      return r;
+    }
+    r.value.push_back({name, static_cast<std::int64_t>(e.file_size()), *sum});
+  }
+  if (ec) r.diagnostics.push_back(err(dir.string(), "cannot be listed: " + ec.message()));
+  std::sort(r.value.begin(), r.value.end(), [](const SavedFile& a, const SavedFile& b) { return a.name < b.name; });
+  return r;
+}
+
 std::optional<torch::Tensor> read_bytes(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
   if (!in) return std::nullopt;
@@ -74,6 +115,14 @@ Result<std::int64_t> save_checkpoint(const fs::path& final_dir, StepEngine& engi
   Result<std::int64_t> r;
   std::error_code ec;
   const fs::path tmp = final_dir.parent_path() / (final_dir.filename().string() + ".tmp-" + std::to_string(::getpid()));
+  if (fs::exists(fs::symlink_status(final_dir, ec))) {
+    // One run saves a step once; a second writer of this run directory (or a reused one)
+    // would otherwise destroy a checkpoint someone may rely on.
+    r.diagnostics.push_back(err(final_dir.string(), "already exists; a checkpoint is never replaced (is another run "
+                                                    "writing this run directory?)"));
+    for (const auto& shard : what.optimizer_shards) fs::remove(shard, ec);
+    return r;
+  }
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp, ec);
   if (ec) {
@@ -131,6 +180,12 @@ Result<std::int64_t> save_checkpoint(const fs::path& final_dir, StepEngine& engi
                        {"base_lr", engine.options().schedule.base_lr},
                        {"warmup_steps", engine.options().schedule.warmup_steps},
                        {"total_steps", engine.options().schedule.total_steps}};
+  // Sizes and checksums of every other file, checked at resume (validate_resume_source).
+  auto files = list_files(tmp);
+  if (!files.ok()) return fail(files.diagnostics);
+  nlohmann::ordered_json listed = nlohmann::ordered_json::object();
+  for (const auto& f : files.value) listed[f.name] = {{"bytes", f.bytes}, {"checksum64", f.checksum64}};
+  j["files"] = std::move(listed);
   if (!write_text(tmp / "trainer_state.json", j.dump(2) + "\n"))
     return fail({err((tmp / "trainer_state.json").string(), "cannot be written (disk full?)")});
   std::int64_t bytes = 0;
@@ -140,9 +195,11 @@ Result<std::int64_t> save_checkpoint(const fs::path& final_dir, StepEngine& engi
     if (!sync_path(e.path(), false)) return fail({err(e.path().string(), "cannot be synced to disk")});
   }
   sync_path(tmp, true);
-  if (fs::exists(final_dir)) fs::remove_all(final_dir, ec);  // a re-save of the same step
-  fs::rename(tmp, final_dir, ec);
-  if (ec) return fail({err(final_dir.string(), "cannot rename the finished checkpoint into place: " + ec.message())});
+  if (!rename_no_replace(tmp, final_dir, ec))
+    return fail({err(final_dir.string(), ec == std::errc::file_exists || ec == std::errc::directory_not_empty
+                                             ? std::string("already exists; a checkpoint is never replaced (is another run "
+                                                           "writing this run directory?)")
+                                             : "cannot rename the finished checkpoint into place: " + ec.message())});
   sync_path(final_dir.parent_path(), true);
   r.value = bytes;
   return r;
@@ -210,7 +267,142 @@ Result<TrainerState> read_trainer_state(const fs::path& dir) {
   get("data_fingerprint", s.data_fingerprint);
   get("items_per_epoch", s.items_per_epoch);
   get("last_loss", s.last_loss);
+  if (auto files = j.find("files"); files != j.end()) {
+    s.has_file_list = true;
+    if (!files->is_object()) {
+      r.diagnostics.push_back(err(file.string(), "is not an object of file name -> {bytes, checksum64}", "files"));
+      return r;
+    }
+    for (const auto& [name, entry] : files->items()) {
+      SavedFile f;
+      f.name = name;
+      const auto bytes = entry.is_object() ? entry.find("bytes") : entry.end();
+      const auto sum = entry.is_object() ? entry.find("checksum64") : entry.end();
+      if (!entry.is_object() || bytes == entry.end() || !bytes->is_number_integer() || sum == entry.end() ||
+          !sum->is_string()) {
+        r.diagnostics.push_back(err(file.string(), "expected {\"bytes\": <integer>, \"checksum64\": <16 hex digits>}",
+                                    "files." + name));
+        continue;
+      }
+      f.bytes = bytes->get<std::int64_t>();
+      f.checksum64 = sum->get<std::string>();
+      s.files.push_back(std::move(f));
+    }
+  }
   return r;
+}
+
+std::optional<std::string> file_checksum64(const fs::path& file, std::string* error) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    if (error) *error = std::strerror(errno);
+    return std::nullopt;
+  }
+  // Four independent lanes of xor-multiply-rotate over 8-byte words keep the multiplier busy
+  // (one lane would wait on each product); the tail and the length are folded in at the end.
+  constexpr std::uint64_t kMul[4] = {0x9e3779b97f4a7c15ull, 0xbf58476d1ce4e5b9ull, 0x94d049bb133111ebull,
+                                     0xd6e8feb86659fd93ull};
+  std::uint64_t lane[4] = {0x243f6a8885a308d3ull, 0x13198a2e03707344ull, 0xa4093822299f31d0ull, 0x082efa98ec4e6c89ull};
+  auto rotl = [](std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); };
+  std::vector<unsigned char> buf(1 << 20);
+  std::uint64_t total = 0;
+  std::size_t have = 0;  // bytes in buf not yet consumed (under 32, carried to the next read)
+  for (;;) {
+    const ssize_t n = ::read(fd, buf.data() + have, buf.size() - have);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      if (error) *error = std::strerror(errno);
+      ::close(fd);
+      return std::nullopt;
+    }
+    if (n == 0) break;
+    total += static_cast<std::uint64_t>(n);
+    have += static_cast<std::size_t>(n);
+    std::size_t at = 0;
+    for (; at + 32 <= have; at += 32) {
+      for (int k = 0; k < 4; ++k) {
+        std::uint64_t w;
+        std::memcpy(&w, buf.data() + at + 8 * k, 8);
+        lane[k] = rotl((lane[k] ^ w) * kMul[k], 29);
+      }
+    }
+    std::memmove(buf.data(), buf.data() + at, have - at);
+    have -= at;
+  }
+  ::close(fd);
+  std::uint64_t h = total * kMul[0];
+  for (int k = 0; k < 4; ++k) h = rotl((h ^ lane[k]) * kMul[(k + 1) % 4], 31);
+  for (std::size_t i = 0; i < have; ++i) h = (h ^ buf[i]) * kMul[i % 4];
+  h ^= h >> 32;
+  h *= kMul[3];
+  h ^= h >> 29;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return std::string(hex);
+}
+
+Diagnostics validate_resume_source(const fs::path& dir, const TrainerState& s, std::int64_t total_steps,
+                                   std::int64_t accumulation) {
+  Diagnostics d;
+  const std::string state_file = (dir / "trainer_state.json").string();
+  const std::string name = dir.filename().string();
+  if (name.find(".tmp-") != std::string::npos || name.starts_with(".")) {
+    d.push_back(err(dir.string(), "is the temporary directory of a checkpoint save that did not finish (it is renamed "
+                                  "to checkpoint-<step> only when complete); resume from a checkpoint-<step> directory",
+                    "resume_from_checkpoint"));
+    return d;
+  }
+  if (s.step < 0 || s.step > total_steps)
+    d.push_back(err(state_file, "found " + std::to_string(s.step) + "; expected a completed step count from 0 to " +
+                                    std::to_string(total_steps) + " (this run's total steps)",
+                    "step"));
+  // Every step consumes gradient_accumulation_steps micro-batches, so the data position
+  // follows from the step (overflow-safe: step is bounded above when this is reached).
+  else if (s.micro_batches != s.step * accumulation)
+    d.push_back(err(state_file, "found " + std::to_string(s.micro_batches) + "; expected " +
+                                    std::to_string(s.step * accumulation) + " (step " + std::to_string(s.step) +
+                                    " x gradient_accumulation_steps " + std::to_string(accumulation) + ")",
+                    "micro_batches"));
+  if (s.tokens_total < 0)
+    d.push_back(err(state_file, "found " + std::to_string(s.tokens_total) + "; expected a token count >= 0", "tokens_total"));
+  if (!s.has_file_list) {
+    Diagnostic w = err(state_file, "has no file list (a checkpoint of an older Odyssey): its files' sizes and checksums "
+                                   "are not verified", "files");
+    w.severity = Severity::Warning;
+    d.push_back(std::move(w));
+    return d;
+  }
+  for (const auto& f : s.files) {
+    const fs::path p = dir / f.name;
+    std::error_code ec;
+    if (f.name.empty() || f.name.find('/') != std::string::npos || f.name == "." || f.name == "..") {
+      d.push_back(err(state_file, "names " + f.name + "; expected a file name inside the checkpoint", "files"));
+      continue;
+    }
+    const auto st = fs::symlink_status(p, ec);
+    if (!fs::is_regular_file(st)) {
+      d.push_back(err(p.string(), std::string(fs::exists(st) ? "is not a regular file" : "is missing") +
+                                      "; trainer_state.json lists it with " + std::to_string(f.bytes) + " bytes",
+                      "files." + f.name));
+      continue;
+    }
+    const auto size = static_cast<std::int64_t>(fs::file_size(p, ec));
+    if (size != f.bytes) {
+      d.push_back(err(p.string(), "has " + std::to_string(size) + " bytes; trainer_state.json expects " +
+                                      std::to_string(f.bytes) + " (truncated or replaced since the save?)",
+                      "files." + f.name + ".bytes"));
+      continue;
+    }
+    std::string error;
+    const auto sum = file_checksum64(p, &error);
+    if (!sum)
+      d.push_back(err(p.string(), "cannot be read: " + error, "files." + f.name));
+    else if (*sum != f.checksum64)
+      d.push_back(err(p.string(), "has checksum64 " + *sum + "; trainer_state.json expects " + f.checksum64 +
+                                      " (the file changed since the save)",
+                      "files." + f.name + ".checksum64"));
+  }
+  return d;
 }
 
 Diagnostics load_checkpoint(const fs::path& dir, StepEngine& engine, const CheckpointContents& what) {

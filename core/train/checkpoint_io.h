@@ -8,12 +8,21 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/diagnostic.h"
 #include "train/lora.h"
 #include "train/step_engine.h"
 
 namespace odyssey::train {
+
+// A file of a checkpoint as saved: trainer_state.json lists every other file with its size
+// and checksum, and resume refuses a checkpoint whose files differ.
+struct SavedFile {
+  std::string name;        // relative to the checkpoint directory
+  std::int64_t bytes = 0;
+  std::string checksum64;  // file_checksum64 as 16 hex digits
+};
 
 // Where training stands; everything resume needs besides weights and optimizer state.
 struct TrainerState {
@@ -27,6 +36,10 @@ struct TrainerState {
   std::string data_fingerprint;    // the tokenized data's key: resume refuses other data
   std::int64_t items_per_epoch = 0;
   double last_loss = 0;
+  // Read back only: the checkpoint's files (empty in checkpoints of Odyssey before 1.0's
+  // file list, has_file_list false).
+  std::vector<SavedFile> files;
+  bool has_file_list = false;
 };
 
 struct CheckpointContents {
@@ -45,12 +58,27 @@ std::string optimizer_shard_name(int rank, int world);
 // Writes this rank's optimizer state (a sharded optimizer) to `file`, synced. Returns bytes.
 Result<std::int64_t> save_optimizer_shard(const std::filesystem::path& file, StepEngine& engine);
 
-// Writes `final_dir` atomically. Returns the bytes written.
+// Writes `final_dir` atomically: under a temporary name, every file synced, then renamed into
+// place. An existing `final_dir` is never deleted or replaced: the save fails naming it
+// (checked first, and again by the rename itself, RENAME_NOREPLACE). Returns the bytes written.
 Result<std::int64_t> save_checkpoint(const std::filesystem::path& final_dir, StepEngine& engine,
                                      const CheckpointContents& what, const TrainerState& state);
 
 // trainer_state.json of a checkpoint directory.
 Result<TrainerState> read_trainer_state(const std::filesystem::path& dir);
+
+// What resume checks before it loads anything from `dir` (errors name the file, the key and
+// what was expected): not a temporary `.tmp-` directory of an unfinished save; `step` within
+// 0..total_steps and `micro_batches` = step x gradient_accumulation_steps; every file of the
+// file list present with its size and checksum. A checkpoint without a file list (older
+// Odyssey) gets a warning that its files are not verified.
+Diagnostics validate_resume_source(const std::filesystem::path& dir, const TrainerState& state, std::int64_t total_steps,
+                                   std::int64_t accumulation);
+
+// A 64-bit checksum of a file's bytes (16 hex digits), at memory speed. It tells a truncated,
+// corrupted or swapped file from the one saved; it is no defence against a forger, who could
+// rewrite trainer_state.json as well. nullopt (and `error`) when the file cannot be read.
+std::optional<std::string> file_checksum64(const std::filesystem::path& file, std::string* error);
 
 // Restores the trainable weights (adapter or full model files), the optimizer and the RNG
 // state of `dir` into an engine built like the one that saved it.

@@ -38,6 +38,7 @@
 #include "train/batch.h"
 #include "train/checkpoint_io.h"
 #include "train/lora.h"
+#include "train/run_outputs.h"
 #include "train/step_engine.h"
 
 #ifndef ODYSSEY_VERSION
@@ -66,36 +67,10 @@ struct RunFailure {
   std::string reason;
 };
 
-// Everything printed goes to logs/rank-N.log, and on rank 0 to stdout too.
-class Log {
- public:
-  Log(const fs::path& file, bool echo) : out_(file, std::ios::app), echo_(echo) {}
-  void line(const std::string& s) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (echo_) std::cout << s << '\n' << std::flush;
-    if (out_) out_ << s << '\n' << std::flush;
-  }
-
- private:
-  std::mutex mu_;
-  std::ofstream out_;
-  bool echo_;
-};
-
-// The events file: written by rank 0 only; other ranks' writes go nowhere.
-class Events {
- public:
-  explicit Events(std::optional<run::EventWriter> w) : w_(std::move(w)) {}
-  template <typename E>
-  void write(const E& e) {
-    if (w_) w_->write(e);
-  }
-  void set_start(Clock::time_point t) {
-    if (w_) w_->set_start(t);
-  }
-
- private:
-  std::optional<run::EventWriter> w_;
+// A stop requested before training began (SIGTERM during loading or tokenization): there is
+// nothing to checkpoint, and the run ends "stopped" at once.
+struct StopBeforeTraining {
+  std::string stage;
 };
 
 std::string fixed(double v, int digits) {
@@ -145,60 +120,6 @@ struct MemoryProbe {
     }
     return m;
   }
-};
-
-// Refreshes status.json every kHeartbeatPeriodS from a thread of its own.
-class Heartbeat {
- public:
-  Heartbeat(run::StatusFile file, run::RunStatus initial) : file_(std::move(file)), status_(std::move(initial)) {
-    file_.write(status_);
-    thread_ = std::thread([this] { loop(); });
-  }
-  ~Heartbeat() { finish(std::nullopt); }
-  void update(std::int64_t step, std::int64_t total, run::RunState state = run::RunState::Running) {
-    std::lock_guard<std::mutex> lock(mu_);
-    status_.step = step;
-    status_.total_steps = total;
-    status_.state = state;
-  }
-  // Stops the thread; writes the terminal state when given.
-  void finish(std::optional<run::RunStatus> terminal) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (stopped_) return;
-      stopped_ = true;
-    }
-    cv_.notify_all();
-    if (thread_.joinable()) thread_.join();
-    if (terminal) {
-      terminal->heartbeat = run::unix_now();
-      file_.write(*terminal);
-    }
-  }
-  run::RunStatus snapshot() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return status_;
-  }
-
- private:
-  void loop() {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!stopped_) {
-      cv_.wait_for(lock, std::chrono::duration<double>(run::kHeartbeatPeriodS));
-      if (stopped_) break;
-      status_.heartbeat = run::unix_now();
-      const run::RunStatus copy = status_;
-      lock.unlock();
-      file_.write(copy);
-      lock.lock();
-    }
-  }
-  run::StatusFile file_;
-  run::RunStatus status_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopped_ = false;
-  std::thread thread_;
 };
 
 // Total memory of a CUDA device (0 when unknown: the planner then assumes an H200).
@@ -380,44 +301,57 @@ data::LoadOptions load_options(const TrainConfig& c, const std::string& base_dir
   return o;
 }
 
-void report_diagnostics(const Diagnostics& d, Log& log, Events& events, const std::string& code) {
+void report_diagnostics(const Diagnostics& d, RunOutputs& out, const std::string& code) {
   std::size_t shown = 0;
   for (const auto& x : d) {
     if (x.severity == Severity::Error) continue;
-    log.line((x.severity == Severity::Warning ? "warning: " : "note: ") + x.format());
+    out.log((x.severity == Severity::Warning ? "warning: " : "note: ") + x.format());
     if (x.severity == Severity::Warning && shown++ < 20) {
       run::WarningEvent w;
       w.code = code;
       w.message = x.format();
-      events.write(w);
+      out.event(w);
     }
   }
 }
 
 Data prepare_data(const TrainConfig& c, const Tokenizer& tok, const ChatTemplate& tmpl, const TrainerOptions& opt,
-                  Log& log, Events& events) {
+                  RunOutputs& out) {
   data::TokenizeOptions to;
   to.max_length = c.max_length;
   to.truncation = data::parse_truncation(c.truncation_strategy).value_or(data::Truncation::Delete);
   to.system = c.system;
+  // SIGTERM during tokenization ends a single-process run at once; the ranks of a parallel run
+  // stop together at their first step instead (a rank leaving early would strand the others
+  // at the barrier after tokenization).
+  if (opt.env.world <= 1) to.cancelled = [] { return g_stop_signals.load() > 0; };
+  to.on_start = [&out](std::size_t samples) {
+    run::StageEvent e;
+    e.stage = "tokenize";
+    e.message = std::to_string(samples) + " samples";
+    out.event(e);
+    out.log("[tokenize] " + e.message);
+  };
   data::TokenCacheOptions co;
   co.enabled = opt.token_cache_dir != "off";
   if (co.enabled) co.dir = opt.token_cache_dir;
   const data::LoadOptions lo = load_options(c, opt.preset_base_dir);
   auto prepared = data::load_tokenized(c.dataset, lo, tok, tmpl, to, co);
+  if (!prepared.ok() && g_stop_signals.load() > 0) throw StopBeforeTraining{"tokenizing the data"};
   if (!prepared.ok()) throw RunFailure{"the training data could not be used:\n" + format_all(prepared.diagnostics)};
-  report_diagnostics(prepared.diagnostics, log, events, "data");
+  report_diagnostics(prepared.diagnostics, out, "data");
   Data d;
   const auto& P = prepared.value;
-  for (const auto& f : P.files) log.line("data: " + data::summary(f));
-  log.line("tokenize: " + data::summary(P.report) + (P.from_cache ? " (from the cache " + P.cache_file + ")" : ""));
+  for (const auto& f : P.files) out.log("data: " + data::summary(f));
+  out.log("tokenize: " + data::summary(P.report) + (P.from_cache ? " (from the cache " + P.cache_file + ")" : ""));
   d.fingerprint = P.cache_key;
   std::vector<data::TokenizedSample> all = P.samples;
   if (!c.val_dataset.empty()) {
     auto v = data::load_tokenized(c.val_dataset, lo, tok, tmpl, to, co);
+    if (!v.ok() && g_stop_signals.load() > 0) throw StopBeforeTraining{"tokenizing the data"};
     if (!v.ok()) throw RunFailure{"the validation data could not be used:\n" + format_all(v.diagnostics)};
-    report_diagnostics(v.diagnostics, log, events, "data");
-    for (const auto& f : v.value.files) log.line("val data: " + data::summary(f));
+    report_diagnostics(v.diagnostics, out, "data");
+    for (const auto& f : v.value.files) out.log("val data: " + data::summary(f));
     d.val = v.value.samples;
     d.fingerprint += "+" + v.value.cache_key;
   } else if (c.split_dataset_ratio > 0) {
@@ -425,7 +359,7 @@ Data prepare_data(const TrainConfig& c, const Tokenizer& tok, const ChatTemplate
     if (!split.ok()) throw RunFailure{format_all(split.diagnostics)};
     all = std::move(split.value.train);
     d.val = std::move(split.value.val);
-    log.line("validation split: " + std::to_string(d.val.size()) + " samples held out (split_dataset_ratio " +
+    out.log("validation split: " + std::to_string(d.val.size()) + " samples held out (split_dataset_ratio " +
              fixed(c.split_dataset_ratio, 3) + ")");
   }
   d.train = std::move(all);
@@ -438,7 +372,7 @@ Data prepare_data(const TrainConfig& c, const Tokenizer& tok, const ChatTemplate
   if (c.packing) {
     d.items = data::pack_bins(lengths, c.max_length);
     const auto pr = data::packing_report(lengths, d.items, c.max_length);
-    log.line("packing: " + std::to_string(pr.samples) + " samples into " + std::to_string(pr.bins) + " bins of " +
+    out.log("packing: " + std::to_string(pr.samples) + " samples into " + std::to_string(pr.bins) + " bins of " +
              std::to_string(c.max_length) + " tokens, " + fixed(100.0 * pr.efficiency, 1) + "% full");
   } else {
     for (std::size_t i = 0; i < d.train.size(); ++i) d.items.push_back({i});
@@ -468,563 +402,688 @@ std::string oom_advice(const TrainConfig& c, const std::vector<bool>& ckpt) {
   return s + " (odyssey-train plan shows the predicted peak)";
 }
 
-}  // namespace
+// ---- the run as named stages -------------------------------------------------------------
+// run_training is the sequence open_run_directory, load_model, load_data, build_optimizer,
+// resume, train_loop, final_save. Each stage throws RunFailure with its reason (or
+// StopBeforeTraining); run_training turns every exception into the run's end in one place,
+// and between stages (and after every step) check_outputs ends the run when a write to the
+// run directory failed.
 
-void request_stop() { g_stop_signals.fetch_add(1); }
+// What the stages share: the configuration, the outputs, the mesh and where training stands.
+struct RunContext {
+  RunContext(const TrainConfig& config, const run::RunDir& run_dir, const TrainerOptions& options)
+      : c(config), dir(run_dir), opt(options) {}
+  const TrainConfig& c;
+  const run::RunDir& dir;
+  const TrainerOptions& opt;
+  Clock::time_point t0 = Clock::now();
+  bool main_rank = true;
+  std::unique_ptr<RunOutputs> out;
+  dist::Mesh mesh = dist::single_process_mesh();
+  run::RunStartEvent start;  // filled as the stages learn the run's shape
+  std::int64_t step = 0, total_steps = 0;
+  std::vector<bool> ckpt_layers;
+  MemoryProbe probe;
 
-int run_training(const TrainConfig& c, const run::RunDir& dir, const TrainerOptions& opt) {
-  const auto t0 = Clock::now();
-  const dist::DistEnv& env = opt.env;
-  const bool main_rank = env.rank == 0;
+  void stage(const std::string& name, const std::string& message) {
+    run::StageEvent e;
+    e.stage = name;
+    e.message = message;
+    out->event(e);
+    out->log("[" + name + "] " + message);
+  }
+  void progress(run::RunState state = run::RunState::Running) { out->progress(step, total_steps, state); }
+  // A failed write to events.jsonl, status.json or the log ends the run here.
+  void check_outputs() const {
+    if (auto f = out->failure()) throw RunFailure{*f};
+  }
+  // Between stages before training, a stop request ends a single-process run before the next
+  // stage. The ranks of a parallel run stop together at their first step (they agree on it),
+  // since one leaving early would strand the others in a collective.
+  void check_stop(const std::string& stage_name) const {
+    check_outputs();
+    if (opt.env.world <= 1 && g_stop_signals.load() > 0) throw StopBeforeTraining{stage_name};
+  }
+  int finish(run::RunState s, int exit_code, const std::string& reason) {
+    return out->finish(s, exit_code, reason, step, total_steps, start);
+  }
+};
+
+// The model as loaded, on its device.
+struct LoadedModel {
+  torch::Device device = torch::kCPU;
+  torch::Dtype dtype = torch::kFloat32;
+  model::CausalLM lm{nullptr};
+  HfModelConfig hf;
+  std::int64_t params = 0;
+  std::int64_t pad_token_id = 0;
+};
+
+// The optimizer schedule: batches, epochs and steps.
+struct Schedule {
+  std::int64_t batch = 1, accum = 1, global_batch = 1, items = 0;
+  std::int64_t steps_per_epoch = 1, micro_per_epoch = 1;
+  StepOptions so;
+  std::string why_memory;  // the memory policy, for the log
+};
+
+// What the train loop and the saves work on.
+struct Training {
+  Schedule sched;
+  std::optional<StepEngine> engine;
+  CheckpointContents contents;
+  TrainerState state;
+  std::int64_t micro = 0;
+  std::optional<std::int64_t> last_saved;
+};
+
+// Stage 1: the run directory's outputs (log, events.jsonl, status.json "running"). The
+// identity half of run_start is known here; it is written once the run's shape is known.
+void open_run_directory(RunContext& run) {
+  const dist::DistEnv& env = run.opt.env;
+  run.main_rank = env.rank == 0;
   // Ranks of one host share its cores: each would otherwise start one intra-op thread per core
   // and the host-side work (CPU ranks, ZeRO offload's update) would thrash.
   if (env.local_world > 1)
     torch::set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / env.local_world));
   g_stop_signals.store(0);
-  if (opt.install_signal_handlers) {
+  if (run.opt.install_signal_handlers) {
     std::signal(SIGTERM, on_stop_signal);
     std::signal(SIGINT, on_stop_signal);
+    // A file size limit (RLIMIT_FSIZE) reached by a write is then that write's error
+    // (EFBIG), reported like a full disk, instead of SIGXFSZ killing the process.
+    std::signal(SIGXFSZ, SIG_IGN);
   }
   std::error_code ec;
-  fs::create_directories(dir.logs_dir(), ec);
-  fs::create_directories(dir.checkpoints_dir(), ec);
-  Log log(dir.rank_log(env.rank), main_rank);
-  std::optional<run::EventWriter> writer;
-  if (main_rank) {
-    auto opened = run::EventWriter::open(dir.events());
-    if (!opened.ok()) {
-      std::cerr << format_all(opened.diagnostics) << '\n';
-      return 1;
-    }
-    writer.emplace(std::move(opened.value));
-  }
-  Events events(std::move(writer));
-  events.set_start(t0);
+  fs::create_directories(run.dir.logs_dir(), ec);
+  fs::create_directories(run.dir.checkpoints_dir(), ec);
   run::RunStatus st;
   st.state = run::RunState::Running;
-  st.run_id = dir.run_id();
+  st.run_id = run.dir.run_id();
   st.pid = ::getpid();
-  st.launcher_pid = opt.launcher_pid;
+  st.launcher_pid = run.opt.launcher_pid;
   st.hostname = run::this_hostname();
   st.started_at = run::unix_now();
   st.heartbeat = st.started_at;
   // status.json is rank 0's; the launcher writes it last when a rank fails.
-  std::optional<Heartbeat> hb;
-  if (main_rank) hb.emplace(run::StatusFile(dir.status()), st);
-  struct HeartbeatRef {
-    std::optional<Heartbeat>& h;
-    void update(std::int64_t s, std::int64_t t, run::RunState state = run::RunState::Running) {
-      if (h) h->update(s, t, state);
-    }
-    run::RunStatus snapshot() { return h ? h->snapshot() : run::RunStatus{}; }
-    void finish(const run::RunStatus& f) {
-      if (h) h->finish(f);
-    }
-  } heartbeat{hb};
-  dist::Mesh mesh = dist::single_process_mesh();
+  run.out = std::make_unique<RunOutputs>(run.dir, env.rank, run.main_rank, st, run.t0);
+  run.start.run_id = run.dir.run_id();
+  run.start.odyssey_version = ODYSSEY_VERSION;
+  run.start.config_path = "config.yaml";
+  run.start.hostname = st.hostname;
+  run.start.mesh.world = env.world;
+  run.start.mesh.nnodes = std::max(1, env.world / std::max(1, env.local_world));
+  run.start.mesh.nproc_per_node = env.local_world;
+}
 
-  std::int64_t step = 0, total_steps = 0;
-  std::vector<bool> ckpt_layers;
-  MemoryProbe probe;
-  std::optional<StepEngine> engine;
-  CheckpointContents contents;
-  TrainerState state;
-  std::optional<std::int64_t> last_saved;
+// The mesh of a parallel run (dp x ulysses x ring), checked against the model's heads.
+void build_run_mesh(RunContext& run, const LoadedModel& m) {
+  const TrainConfig& c = run.c;
+  const dist::DistEnv& env = run.opt.env;
+  ParallelLayout layout = parallel_layout(c, m.hf.num_key_value_heads);
+  if (env.world <= 1 && layout.sp <= 1) return;
+  layout.world_size = env.world;
+  if (layout.sp < 1 || env.world % layout.sp != 0)
+    throw RunFailure{"sequence_parallel_size " + std::to_string(layout.sp) + " does not divide the " +
+                     std::to_string(env.world) + " processes of this run"};
+  if (layout.ulysses * layout.ring != layout.sp)
+    throw RunFailure{"ulysses_size " + std::to_string(layout.ulysses) + " does not divide sequence_parallel_size " +
+                     std::to_string(layout.sp)};
+  layout.dp = env.world / layout.sp;
+  std::string why_heads;
+  if (!dist::heads_fit_ulysses(m.hf.num_attention_heads, m.hf.num_key_value_heads, static_cast<int>(layout.ulysses),
+                               &why_heads))
+    throw RunFailure{why_heads};
+  if (env.world <= 1) return;
+  const auto transport = m.device.is_cuda() ? dist::Transport::Nccl : dist::Transport::Store;
+  if (!run.opt.store) throw RunFailure{"a parallel run needs the rendezvous store (started without a launcher?)"};
+  run.mesh = dist::build_mesh(env, layout, transport, run.opt.store, m.device, run.opt.comm_timeout);
+  run.out->log("mesh: " + std::to_string(run.mesh.world) + " ranks = dp " + std::to_string(run.mesh.dp) +
+               " x ulysses " + std::to_string(run.mesh.ulysses) + " x ring " + std::to_string(run.mesh.ring) + " over " +
+               (m.device.is_cuda() ? "NCCL" : "the store transport (CPU)") + "; this is rank " +
+               std::to_string(run.mesh.rank) + " on " + m.device.str());
+}
 
-  auto stage = [&](const std::string& name, const std::string& message) {
-    run::StageEvent e;
-    e.stage = name;
-    e.message = message;
-    events.write(e);
-    log.line("[" + name + "] " + message);
-  };
-  auto finish = [&](run::RunState s, int exit_code, const std::string& reason) {
-    run::RunEndEvent e;
-    e.status = s == run::RunState::Completed ? run::RunOutcome::Completed
-               : s == run::RunState::Stopped ? run::RunOutcome::Stopped
-                                             : run::RunOutcome::Failed;
-    e.reason = reason;
-    e.exit_code = exit_code;
-    e.step = step;
-    events.write(e);
-    run::RunStatus fin = heartbeat.snapshot();
-    fin.state = s;
-    fin.step = step;
-    fin.total_steps = total_steps;
-    fin.reason = reason;
-    fin.exit_code = exit_code;
-    heartbeat.finish(fin);
-    if (!reason.empty()) log.line((s == run::RunState::Failed ? "failed: " : "stopped: ") + reason);
-    return exit_code;
-  };
-  auto save = [&](std::int64_t at_step) -> bool {
-    const auto ts = Clock::now();
-    CheckpointContents with = contents;
-    if (engine->optimizer().sharded_state()) {
-      // ZeRO: every rank writes its optimizer shard beside the checkpoint; rank 0 moves them in
-      // and renames the whole directory into place only when every rank succeeded.
-      auto shard_path = [&](int r) {
-        return dir.checkpoints_dir() / (".checkpoint-" + std::to_string(at_step) + "-" + optimizer_shard_name(r, mesh.world));
-      };
-      auto mine = save_optimizer_shard(shard_path(mesh.rank), *engine);
-      torch::Tensor failed = torch::tensor({mine.ok() ? std::int64_t{0} : std::int64_t{1}}, torch::kInt64)
-                                 .to(engine->model()->lm_head_weight().device());
-      mesh.world_group->all_reduce(failed);
-      const std::int64_t failures = failed.cpu().item<std::int64_t>();
-      if (!mine.ok()) log.line("warning: " + format_all(mine.diagnostics));
-      if (failures > 0) {
-        std::error_code ignore;
-        fs::remove(shard_path(mesh.rank), ignore);
-        if (!main_rank) return false;
-        run::WarningEvent w;
-        w.code = "checkpoint_failed";
-        w.message = "checkpoint-" + std::to_string(at_step) + " could not be written: " + std::to_string(failures) +
-                    " rank(s) could not write their optimizer shard" +
-                    (mine.ok() ? std::string() : " (rank 0: " + format_all(mine.diagnostics) + ")") +
-                    (last_saved ? "; checkpoint-" + std::to_string(*last_saved) + " is intact" : std::string());
-        w.step = at_step;
-        events.write(w);
-        log.line("warning: " + w.message);
-        return false;
-      }
-      if (!main_rank) {
-        last_saved = at_step;
-        return true;
-      }
-      for (int r = 0; r < mesh.world; ++r) with.optimizer_shards.push_back(shard_path(r));
-    } else if (!main_rank) {
-      return true;  // the weights are the same on every rank
-    }
-    heartbeat.update(step, total_steps, run::RunState::Running);
-    state.step = at_step;
-    state.elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    auto saved = save_checkpoint(dir.checkpoint(at_step), *engine, with, state);
-    if (!saved.ok()) {
-      const std::string msg = "checkpoint-" + std::to_string(at_step) + " could not be written: " +
-                              format_all(saved.diagnostics) +
-                              (last_saved ? "; checkpoint-" + std::to_string(*last_saved) + " is intact"
-                                          : std::string("; no earlier checkpoint exists"));
-      run::WarningEvent w;
-      w.code = "checkpoint_failed";
-      w.message = msg;
-      w.step = at_step;
-      events.write(w);
-      log.line("warning: " + msg);
-      return false;
-    }
-    run::CheckpointEvent e;
-    e.step = at_step;
-    e.path = "checkpoints/checkpoint-" + std::to_string(at_step);
-    e.bytes = saved.value;
-    e.duration_s = std::chrono::duration<double>(Clock::now() - ts).count();
-    events.write(e);
-    last_saved = at_step;
-    log.line("saved " + e.path + " (" + fixed(static_cast<double>(saved.value) / 1e6, 1) + " MB in " +
-             fixed(e.duration_s, 2) + " s)");
-    for (const auto& p : rotate_checkpoints(dir.checkpoints_dir(), c.save_total_limit))
-      log.line("removed " + p.filename().string() + " (save_total_limit " + std::to_string(c.save_total_limit) + ")");
-    return true;
-  };
+// Stage 2: the device, the model's weights, and the mesh.
+LoadedModel load_model(RunContext& run) {
+  const TrainConfig& c = run.c;
+  LoadedModel m;
+  const std::string alloc_conf = configure_cuda_allocator();
+  m.device = pick_device(c, run.opt.env);
+  run.probe.device = m.device;
+  if (const std::string budget = apply_memory_budget(c, m.device); !budget.empty()) run.out->log(budget);
+  m.dtype = pick_dtype(c, m.device);
+  torch::manual_seed(static_cast<std::uint64_t>(c.seed));
+  if (m.device.is_cuda()) torch::cuda::manual_seed_all(static_cast<std::uint64_t>(c.seed));
+  run.stage("load_model", c.model + " on " + m.device.str() + " in " + dtype_name(m.dtype) +
+                              (m.device.is_cuda() ? ", allocator " + alloc_conf : std::string()) +
+                              (c.fused_kernels ? ", fused kernels" : ", reference ops (fused_kernels: false)"));
+  model::DecoderOptions mo;
+  mo.device = m.device;
+  mo.dtype = m.dtype;
+  mo.attention = attention_backend_for(c.attn_impl);
+  mo.fused_kernels = c.fused_kernels;
+  auto loaded = model::load_causal_lm(c.model, mo);
+  if (!loaded.ok()) throw RunFailure{"the model could not be loaded:\n" + format_all(loaded.diagnostics)};
+  m.lm = loaded.value.lm;
+  m.hf = loaded.value.config.hf;
+  for (const auto& p : m.lm->parameters(true)) m.params += p.numel();
+  m.pad_token_id = loaded.value.config.pad_token_id.value_or(0);
+  build_run_mesh(run, m);
+  run.start.mesh.dp = run.mesh.dp;
+  run.start.mesh.sp = run.mesh.sp;
+  run.start.mesh.ulysses = run.mesh.ulysses;
+  run.start.mesh.ring = run.mesh.ring;
+  run.start.mesh.world = run.mesh.world;
+  run::DeviceInfo di;
+  if (m.device.is_cuda()) {
+    di.name = device_name(m.device);
+    di.memory_bytes = device_memory_bytes(m.device);
+  } else {
+    di.name = "CPU (" + std::to_string(std::thread::hardware_concurrency()) + " threads)";
+    di.memory_bytes = host_memory_bytes();
+  }
+  for (int r = 0; r < run.mesh.world; ++r) {  // rank 0's device stands for all (one kind per run)
+    di.rank = r;
+    run.start.devices.push_back(di);
+  }
+  run.start.model.name = c.model;
+  run.start.model.params = m.params;
+  return m;
+}
 
+// Stage 3: the tokenizer, the chat template and the tokenized (and packed) data. Rank 0
+// tokenizes first and fills the token cache; the others then read it.
+Data load_data(RunContext& run, const LoadedModel& m) {
+  const TrainConfig& c = run.c;
+  const std::string tok_file = (fs::path(c.model) / "tokenizer.json").string();
+  auto tok = Tokenizer::load(tok_file);
+  if (!tok.ok()) throw RunFailure{"the tokenizer could not be loaded:\n" + format_all(tok.diagnostics)};
+  auto tmpl = data::template_for(c.template_name, tok.value, m.hf.family);
+  if (!tmpl.ok()) throw RunFailure{format_all(tmpl.diagnostics)};
+  report_diagnostics(tmpl.diagnostics, *run.out, "template");
+  run.stage("load_data", std::to_string(c.dataset.size()) + " dataset(s), template " + std::string(tmpl.value.name()) +
+                             ", max_length " + std::to_string(c.max_length));
+  if (!run.main_rank) run.mesh.world_group->barrier();
+  Data data = prepare_data(c, tok.value, tmpl.value, run.opt, *run.out);
+  if (run.main_rank) run.mesh.world_group->barrier();
+  return data;
+}
+
+// The tuner (LoRA adapters) and the memory policy (checkpointed layers, offload, tiling).
+void apply_tuner_and_memory(RunContext& run, LoadedModel& m, Training& t) {
+  const TrainConfig& c = run.c;
+  if (c.tuner_type == "lora") {
+    auto targets = resolve_target_modules(c.target_modules);
+    if (!targets.ok()) throw RunFailure{format_all(targets.diagnostics)};
+    LoraSettings ls;
+    ls.rank = c.lora_rank;
+    ls.alpha = c.lora_alpha;
+    ls.dropout = c.lora_dropout;
+    ls.rslora = c.use_rslora;
+    ls.target_modules = targets.value;
+    apply_lora(m.lm, ls);
+    t.contents.lora = ls;
+  }
+  t.contents.base_model = c.model;
+  const MemoryPolicy memory = memory_policy(c, m.hf, m.device);
+  t.sched.why_memory = memory.why;
+  run.ckpt_layers = memory.checkpoint;
+  m.lm->set_checkpoint_layers(run.ckpt_layers);
+  m.lm->set_keep_attention_layers(memory.keep_attention);
+  m.lm->set_mlp_recompute_layers(memory.mlp_recompute);
+  m.lm->set_mlp_offload_layers(memory.mlp_offload, memory.mlp_offload_lead);
+  m.lm->set_offload_checkpoints(c.offload_activations);
+  m.lm->set_mlp_tile_tokens(memory.mlp_tile);
+}
+
+// Steps per epoch and in all, and the optimizer's and schedule's options.
+Schedule plan_schedule(RunContext& run, const Data& data, Schedule s) {
+  const TrainConfig& c = run.c;
+  const dist::Mesh& mesh = run.mesh;
+  s.batch = c.per_device_train_batch_size;
+  s.accum = c.gradient_accumulation_steps;
+  s.global_batch = s.batch * mesh.dp;  // items per global micro-batch
+  s.items = static_cast<std::int64_t>(data.items.size());
+  if (mesh.dp > 1 && s.items < s.global_batch)
+    throw RunFailure{std::to_string(s.items) + (c.packing ? " packed bins" : " samples") + " cannot feed dp " +
+                     std::to_string(mesh.dp) + " x per_device_train_batch_size " + std::to_string(s.batch)};
+  // With dp > 1 an epoch's last partial global micro-batch is dropped (every rank needs rows).
+  const std::int64_t micro_per_epoch_all =
+      mesh.dp > 1 ? s.items / s.global_batch : (s.items + s.global_batch - 1) / s.global_batch;
+  s.steps_per_epoch = std::max<std::int64_t>(1, micro_per_epoch_all / s.accum);
+  s.micro_per_epoch = s.steps_per_epoch * s.accum;
+  run.total_steps = c.max_steps > 0 ? c.max_steps
+                                    : std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(
+                                                                    c.num_train_epochs * static_cast<double>(s.steps_per_epoch))));
+  s.so.adamw = {c.learning_rate, c.adam_beta1, c.adam_beta2, c.adam_epsilon, c.weight_decay};
+  s.so.schedule.type = c.lr_scheduler_type;
+  s.so.schedule.base_lr = c.learning_rate;
+  s.so.schedule.total_steps = run.total_steps;
+  s.so.schedule.warmup_steps = warmup_steps_for(c.warmup_steps, c.warmup_ratio, run.total_steps);
+  s.so.max_grad_norm = c.max_grad_norm;
+  set_memory_optimizer(s.so, c);
+  return s;
+}
+
+// offload_optimizer keeps fp32 master weights and moments of this rank's shard in host
+// memory, for every rank on this host: refused before allocating when the host lacks it.
+void check_offload_memory(const RunContext& run, const LoadedModel& m) {
+  if (!run.c.offload_optimizer) return;
+  const int local_world = std::max(1, run.opt.env.local_world);
+  std::int64_t trainable = 0;
+  for (const auto& p : m.lm->parameters(true))
+    if (p.requires_grad()) trainable += p.numel();
+  const std::int64_t need = 12 * ((trainable + run.mesh.world - 1) / run.mesh.world) * local_world;
+  const std::int64_t have = available_host_bytes();
+  if (have > 0 && need > have * 9 / 10)
+    throw RunFailure{"offload_optimizer: the offloaded optimizer state of " + std::to_string(trainable) +
+                     " trainable parameters over " + std::to_string(run.mesh.world) + " ranks needs " + gib(need) +
+                     " of host memory on this host (" + std::to_string(local_world) +
+                     " ranks x 12 bytes per parameter of a shard), but " + gib(have) +
+                     " is available; use more ranks, offload_optimizer: false, or free host memory"};
+}
+
+// Stage 4: tuner, memory policy, schedule and the step engine with its optimizer; then
+// run_start, the first line of events.jsonl, now that the run's shape is known.
+Training build_optimizer(RunContext& run, LoadedModel& m, const Data& data) {
+  const TrainConfig& c = run.c;
+  Training t;
+  apply_tuner_and_memory(run, m, t);
+  t.sched = plan_schedule(run, data, std::move(t.sched));
+  check_offload_memory(run, m);
   try {
-    // ---- model
-    const std::string alloc_conf = configure_cuda_allocator();
-    const torch::Device device = pick_device(c, env);
-    probe.device = device;
-    if (const std::string budget = apply_memory_budget(c, device); !budget.empty()) log.line(budget);
-    const torch::Dtype dtype = pick_dtype(c, device);
-    torch::manual_seed(static_cast<std::uint64_t>(c.seed));
-    if (device.is_cuda()) torch::cuda::manual_seed_all(static_cast<std::uint64_t>(c.seed));
-    stage("load_model", c.model + " on " + device.str() + " in " + dtype_name(dtype) +
-                             (device.is_cuda() ? ", allocator " + alloc_conf : std::string()) +
-                             (c.fused_kernels ? ", fused kernels" : ", reference ops (fused_kernels: false)"));
-    model::DecoderOptions mo;
-    mo.device = device;
-    mo.dtype = dtype;
-    mo.attention = attention_backend_for(c.attn_impl);
-    mo.fused_kernels = c.fused_kernels;
-    auto loaded = model::load_causal_lm(c.model, mo);
-    if (!loaded.ok()) throw RunFailure{"the model could not be loaded:\n" + format_all(loaded.diagnostics)};
-    model::CausalLM lm = loaded.value.lm;
-    const HfModelConfig& hf = loaded.value.config.hf;
-    std::int64_t params = 0;
-    for (const auto& p : lm->parameters(true)) params += p.numel();
+    t.engine.emplace(m.lm, t.sched.so, run.mesh.distributed() ? run.mesh.world_group.get() : nullptr);
+  } catch (const std::invalid_argument& e) {
+    throw RunFailure{std::string("optimizer: ") + e.what()};
+  }
+  t.state.total_steps = run.total_steps;
+  t.state.seed = c.seed;
+  t.state.tuner_type = c.tuner_type;
+  t.state.data_fingerprint = data.fingerprint;
+  t.state.items_per_epoch = t.sched.items;
 
-    // ---- mesh
-    ParallelLayout layout = parallel_layout(c, hf.num_key_value_heads);
-    if (env.world > 1 || layout.sp > 1) {
-      layout.world_size = env.world;
-      if (layout.sp < 1 || env.world % layout.sp != 0)
-        throw RunFailure{"sequence_parallel_size " + std::to_string(layout.sp) + " does not divide the " +
-                         std::to_string(env.world) + " processes of this run"};
-      if (layout.ulysses * layout.ring != layout.sp)
-        throw RunFailure{"ulysses_size " + std::to_string(layout.ulysses) + " does not divide sequence_parallel_size " +
-                         std::to_string(layout.sp)};
-      layout.dp = env.world / layout.sp;
-      std::string why_heads;
-      if (!dist::heads_fit_ulysses(hf.num_attention_heads, hf.num_key_value_heads, static_cast<int>(layout.ulysses),
-                                   &why_heads))
-        throw RunFailure{why_heads};
-      if (env.world > 1) {
-        const auto transport = device.is_cuda() ? dist::Transport::Nccl : dist::Transport::Store;
-        if (!opt.store) throw RunFailure{"a parallel run needs the rendezvous store (started without a launcher?)"};
-        mesh = dist::build_mesh(env, layout, transport, opt.store, device, opt.comm_timeout);
-        log.line("mesh: " + std::to_string(mesh.world) + " ranks = dp " + std::to_string(mesh.dp) + " x ulysses " +
-                 std::to_string(mesh.ulysses) + " x ring " + std::to_string(mesh.ring) + " over " +
-                 (device.is_cuda() ? "NCCL" : "the store transport (CPU)") + "; this is rank " +
-                 std::to_string(mesh.rank) + " on " + device.str());
-      }
-    }
-    const std::int64_t pad_token_id = loaded.value.config.pad_token_id.value_or(0);
+  run::RunStartEvent& rs = run.start;
+  rs.totals.samples = static_cast<std::int64_t>(data.train.size());
+  rs.totals.tokens = data.train_tokens;
+  rs.totals.total_steps = run.total_steps;
+  rs.totals.epochs = static_cast<double>(run.total_steps) / static_cast<double>(t.sched.steps_per_epoch);
+  rs.model.trainable_params = t.engine->trainable_params();
+  Optimizer& optimizer = t.engine->optimizer();
+  rs.optimizer.name = optimizer.name();
+  rs.optimizer.state_bytes = optimizer.state_bytes();
+  rs.optimizer.host_state_bytes = optimizer.host_state_bytes();
+  rs.optimizer.sharded_over = c.zero_stage > 0 ? run.mesh.world : 1;
+  run.out->write_run_start(rs);
+  run.out->log("optimizer: " + optimizer.name() + ", state " + gib(optimizer.state_bytes()) + " on the device" +
+               (optimizer.host_state_bytes() > 0 ? ", " + gib(optimizer.host_state_bytes()) + " in host memory"
+                                                 : std::string()) +
+               (c.zero_stage > 0 ? " per rank (sharded over " + std::to_string(run.mesh.world) + ")" : std::string()) +
+               (c.use_galore ? "; GaLore rank " + std::to_string(c.galore_rank) + ", projection refreshed every " +
+                                   std::to_string(c.galore_update_proj_gap) + " steps"
+                             : std::string()));
+  run.out->log("model: " + std::to_string(m.params) + " parameters, " + std::to_string(t.engine->trainable_params()) +
+               " trainable (" + c.tuner_type + "); activation checkpointing: " + t.sched.why_memory);
+  const Schedule& s = t.sched;
+  run.out->log("schedule: " + std::to_string(run.total_steps) + " steps (" + std::to_string(s.steps_per_epoch) +
+               " per epoch: " + std::to_string(s.items) + (c.packing ? " packed bins" : " samples") + " / batch " +
+               std::to_string(s.batch) + (run.mesh.dp > 1 ? " x dp " + std::to_string(run.mesh.dp) : std::string()) +
+               " / accumulation " + std::to_string(s.accum) + "), " + c.lr_scheduler_type + " with " +
+               std::to_string(s.so.schedule.warmup_steps) + " warmup steps");
+  return t;
+}
 
-    // ---- tokenizer and template
-    const std::string tok_file = (fs::path(c.model) / "tokenizer.json").string();
-    auto tok = Tokenizer::load(tok_file);
-    if (!tok.ok()) throw RunFailure{"the tokenizer could not be loaded:\n" + format_all(tok.diagnostics)};
-    auto tmpl = data::template_for(c.template_name, tok.value, hf.family);
-    if (!tmpl.ok()) throw RunFailure{format_all(tmpl.diagnostics)};
-    report_diagnostics(tmpl.diagnostics, log, events, "template");
+// Stage 5: resume_from_checkpoint. The checkpoint is checked before anything is loaded from
+// it (a finished checkpoint, its step within this schedule, its files as saved, the same
+// tuner, seed, steps and data), then weights, optimizer and generator states are restored.
+void resume(RunContext& run, const Data& data, Training& t) {
+  const TrainConfig& c = run.c;
+  if (c.resume_from_checkpoint.empty()) return;
+  const fs::path from = c.resume_from_checkpoint;
+  run.stage("resume", "from " + from.string());
+  auto prev = read_trainer_state(from);
+  if (!prev.ok()) throw RunFailure{format_all(prev.diagnostics)};
+  const TrainerState& p = prev.value;
+  auto mismatch = [&](const std::string& what, const std::string& was, const std::string& now) {
+    throw RunFailure{"resume_from_checkpoint: " + from.string() + " was trained with " + what + " " + was +
+                     ", this run has " + now + "; resume needs the same setting"};
+  };
+  if (p.tuner_type != c.tuner_type) mismatch("tuner_type", p.tuner_type, c.tuner_type);
+  if (p.data_fingerprint != data.fingerprint) mismatch("data (tokenized cache key)", p.data_fingerprint, data.fingerprint);
+  if (p.seed != c.seed) mismatch("seed", std::to_string(p.seed), std::to_string(c.seed));
+  if (p.total_steps != run.total_steps)
+    mismatch("total steps", std::to_string(p.total_steps), std::to_string(run.total_steps));
+  const Diagnostics checked = validate_resume_source(from, p, run.total_steps, t.sched.accum);
+  if (has_errors(checked)) throw RunFailure{"resume_from_checkpoint: " + format_all(checked)};
+  report_diagnostics(checked, *run.out, "resume");
+  CheckpointContents at = t.contents;
+  at.rank = run.mesh.rank;
+  at.world = run.mesh.world;
+  auto d = load_checkpoint(from, *t.engine, at);
+  if (has_errors(d)) throw RunFailure{"resume_from_checkpoint: " + format_all(d)};
+  t.engine->set_completed_steps(p.step);
+  run.step = p.step;
+  t.micro = p.micro_batches;
+  t.state.tokens_total = p.tokens_total;
+  run.out->log("resumed at step " + std::to_string(run.step) + " of " + std::to_string(run.total_steps));
+}
 
-    // ---- data
-    stage("load_data", std::to_string(c.dataset.size()) + " dataset(s), template " + std::string(tmpl.value.name()) +
-                           ", max_length " + std::to_string(c.max_length));
-    // Rank 0 tokenizes first and fills the token cache; the others then read it.
-    if (!main_rank) mesh.world_group->barrier();
-    Data data = prepare_data(c, tok.value, tmpl.value, opt, log, events);
-    if (main_rank) mesh.world_group->barrier();
+// A ZeRO checkpoint: every rank writes its optimizer shard beside the checkpoint, and all
+// agree whether every rank succeeded. Returns the shards' paths for rank 0 to move in.
+std::vector<fs::path> save_optimizer_shards(RunContext& run, Training& t, std::int64_t at_step) {
+  auto shard_path = [&](int r) {
+    return run.dir.checkpoints_dir() /
+           (".checkpoint-" + std::to_string(at_step) + "-" + optimizer_shard_name(r, run.mesh.world));
+  };
+  auto mine = save_optimizer_shard(shard_path(run.mesh.rank), *t.engine);
+  torch::Tensor failed = torch::tensor({mine.ok() ? std::int64_t{0} : std::int64_t{1}}, torch::kInt64)
+                             .to(t.engine->model()->lm_head_weight().device());
+  run.mesh.world_group->all_reduce(failed);
+  const std::int64_t failures = failed.cpu().item<std::int64_t>();
+  if (failures > 0) {
+    std::error_code ignore;
+    fs::remove(shard_path(run.mesh.rank), ignore);
+    throw RunFailure{"checkpoint-" + std::to_string(at_step) + " could not be written: " + std::to_string(failures) +
+                     " rank(s) could not write their optimizer shard" +
+                     (mine.ok() ? std::string() : " (rank " + std::to_string(run.mesh.rank) + ": " + format_all(mine.diagnostics) + ")") +
+                     (t.last_saved ? "; checkpoint-" + std::to_string(*t.last_saved) + " is intact" : std::string())};
+  }
+  std::vector<fs::path> shards;
+  for (int r = 0; r < run.mesh.world; ++r) shards.push_back(shard_path(r));
+  return shards;
+}
 
-    // ---- tuner
-    if (c.tuner_type == "lora") {
-      auto targets = resolve_target_modules(c.target_modules);
-      if (!targets.ok()) throw RunFailure{format_all(targets.diagnostics)};
-      LoraSettings ls;
-      ls.rank = c.lora_rank;
-      ls.alpha = c.lora_alpha;
-      ls.dropout = c.lora_dropout;
-      ls.rslora = c.use_rslora;
-      ls.target_modules = targets.value;
-      apply_lora(lm, ls);
-      contents.lora = ls;
-    }
-    contents.base_model = c.model;
-    const MemoryPolicy memory = memory_policy(c, hf, device);
-    const std::string& why = memory.why;
-    ckpt_layers = memory.checkpoint;
-    lm->set_checkpoint_layers(ckpt_layers);
-    lm->set_keep_attention_layers(memory.keep_attention);
-    lm->set_mlp_recompute_layers(memory.mlp_recompute);
-    lm->set_mlp_offload_layers(memory.mlp_offload, memory.mlp_offload_lead);
-    lm->set_offload_checkpoints(c.offload_activations);
-    lm->set_mlp_tile_tokens(memory.mlp_tile);
+// Writes checkpoint-<at_step>; a checkpoint that cannot be written ends the run (its reason
+// names the last checkpoint that is intact).
+void save(RunContext& run, Training& t, std::int64_t at_step) {
+  const auto ts = Clock::now();
+  CheckpointContents with = t.contents;
+  if (t.engine->optimizer().sharded_state()) {
+    with.optimizer_shards = save_optimizer_shards(run, t, at_step);
+  }
+  if (!run.main_rank) {  // the weights are the same on every rank; rank 0 writes them
+    t.last_saved = at_step;
+    return;
+  }
+  run.progress();
+  t.state.step = at_step;
+  t.state.elapsed_s = std::chrono::duration<double>(Clock::now() - run.t0).count();
+  auto saved = save_checkpoint(run.dir.checkpoint(at_step), *t.engine, with, t.state);
+  if (!saved.ok())
+    throw RunFailure{"checkpoint-" + std::to_string(at_step) + " could not be written: " + format_all(saved.diagnostics) +
+                     (t.last_saved ? "; checkpoint-" + std::to_string(*t.last_saved) + " is intact"
+                                   : std::string("; no earlier checkpoint exists"))};
+  run::CheckpointEvent e;
+  e.step = at_step;
+  e.path = "checkpoints/checkpoint-" + std::to_string(at_step);
+  e.bytes = saved.value;
+  e.duration_s = std::chrono::duration<double>(Clock::now() - ts).count();
+  run.out->event(e);
+  t.last_saved = at_step;
+  run.out->log("saved " + e.path + " (" + fixed(static_cast<double>(saved.value) / 1e6, 1) + " MB in " +
+               fixed(e.duration_s, 2) + " s)");
+  for (const auto& p : rotate_checkpoints(run.dir.checkpoints_dir(), run.c.save_total_limit))
+    run.out->log("removed " + p.filename().string() + " (save_total_limit " + std::to_string(run.c.save_total_limit) + ")");
+}
 
-    // ---- schedule
-    const std::int64_t batch = c.per_device_train_batch_size, accum = c.gradient_accumulation_steps;
-    const std::int64_t global_batch = batch * mesh.dp;  // items per global micro-batch
-    const auto items = static_cast<std::int64_t>(data.items.size());
-    if (mesh.dp > 1 && items < global_batch)
-      throw RunFailure{std::to_string(items) + (c.packing ? " packed bins" : " samples") + " cannot feed dp " +
-                       std::to_string(mesh.dp) + " x per_device_train_batch_size " + std::to_string(batch)};
-    // With dp > 1 an epoch's last partial global micro-batch is dropped (every rank needs rows).
-    const std::int64_t micro_per_epoch_all =
-        mesh.dp > 1 ? items / global_batch : (items + global_batch - 1) / global_batch;
-    const std::int64_t steps_per_epoch = std::max<std::int64_t>(1, micro_per_epoch_all / accum);
-    const std::int64_t micro_per_epoch = steps_per_epoch * accum;
-    total_steps = c.max_steps > 0 ? c.max_steps
-                                  : std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(
-                                                                  c.num_train_epochs * static_cast<double>(steps_per_epoch))));
-    StepOptions so;
-    so.adamw = {c.learning_rate, c.adam_beta1, c.adam_beta2, c.adam_epsilon, c.weight_decay};
-    so.schedule.type = c.lr_scheduler_type;
-    so.schedule.base_lr = c.learning_rate;
-    so.schedule.total_steps = total_steps;
-    so.schedule.warmup_steps = warmup_steps_for(c.warmup_steps, c.warmup_ratio, total_steps);
-    so.max_grad_norm = c.max_grad_norm;
-    set_memory_optimizer(so, c);
-    if (c.offload_optimizer) {
-      // fp32 master weights and moments of this rank's shard (the gradient shard stays on the
-      // GPU), for every rank on this host.
-      std::int64_t trainable = 0;
-      for (const auto& p : lm->parameters(true))
-        if (p.requires_grad()) trainable += p.numel();
-      const std::int64_t need = 12 * ((trainable + mesh.world - 1) / mesh.world) * std::max(1, env.local_world);
-      const std::int64_t have = available_host_bytes();
-      if (have > 0 && need > have * 9 / 10)
-        throw RunFailure{"offload_optimizer: the offloaded optimizer state of " + std::to_string(trainable) +
-                         " trainable parameters over " + std::to_string(mesh.world) + " ranks needs " +
-                         gib(need) + " of host memory on this host (" +
-                         std::to_string(std::max(1, env.local_world)) + " ranks x 12 bytes per parameter of a shard), " +
-                         "but " + gib(have) + " is available; use more ranks, offload_optimizer: false, or free host memory"};
-    }
-    try {
-      engine.emplace(lm, so, mesh.distributed() ? mesh.world_group.get() : nullptr);
-    } catch (const std::invalid_argument& e) {
-      throw RunFailure{std::string("optimizer: ") + e.what()};
-    }
-    state.total_steps = total_steps;
-    state.seed = c.seed;
-    state.tuner_type = c.tuner_type;
-    state.data_fingerprint = data.fingerprint;
-    state.items_per_epoch = items;
-    std::int64_t micro = 0;
-    if (!c.resume_from_checkpoint.empty()) {
-      const fs::path from = c.resume_from_checkpoint;
-      stage("resume", "from " + from.string());
-      auto prev = read_trainer_state(from);
-      if (!prev.ok()) throw RunFailure{format_all(prev.diagnostics)};
-      const TrainerState& p = prev.value;
-      auto mismatch = [&](const std::string& what, const std::string& was, const std::string& now) {
-        throw RunFailure{"resume_from_checkpoint: " + from.string() + " was trained with " + what + " " + was +
-                         ", this run has " + now + "; resume needs the same setting"};
-      };
-      if (p.tuner_type != c.tuner_type) mismatch("tuner_type", p.tuner_type, c.tuner_type);
-      if (p.data_fingerprint != data.fingerprint) mismatch("data (tokenized cache key)", p.data_fingerprint, data.fingerprint);
-      if (p.seed != c.seed) mismatch("seed", std::to_string(p.seed), std::to_string(c.seed));
-      if (p.total_steps != total_steps)
-        mismatch("total steps", std::to_string(p.total_steps), std::to_string(total_steps));
-      CheckpointContents at = contents;
-      at.rank = mesh.rank;
-      at.world = mesh.world;
-      auto d = load_checkpoint(from, *engine, at);
-      if (has_errors(d)) throw RunFailure{"resume_from_checkpoint: " + format_all(d)};
-      engine->set_completed_steps(p.step);
-      step = p.step;
-      micro = p.micro_batches;
-      state.tokens_total = p.tokens_total;
-      log.line("resumed at step " + std::to_string(step) + " of " + std::to_string(total_steps));
-    }
+// The rows the train loop and evaluation feed the engine: a whole row of this rank's dp
+// slice, as this rank computes it (its sp shard), in the order of the epochs' permutations.
+class Feeder {
+ public:
+  Feeder(const RunContext& run, const LoadedModel& m, const Data& data, const Schedule& s)
+      : run_(run), m_(m), data_(data), s_(s) {}
 
-    // ---- run_start
-    run::RunStartEvent rs;
-    rs.run_id = dir.run_id();
-    rs.odyssey_version = ODYSSEY_VERSION;
-    rs.config_path = "config.yaml";
-    rs.hostname = run::this_hostname();
-    rs.mesh.world = mesh.world;
-    rs.mesh.dp = mesh.dp;
-    rs.mesh.sp = mesh.sp;
-    rs.mesh.ulysses = mesh.ulysses;
-    rs.mesh.ring = mesh.ring;
-    rs.mesh.nnodes = std::max(1, env.world / std::max(1, env.local_world));
-    rs.mesh.nproc_per_node = env.local_world;
-    run::DeviceInfo di;
-    if (device.is_cuda()) {
-      di.name = device_name(device);
-      di.memory_bytes = device_memory_bytes(device);
-    } else {
-      di.name = "CPU (" + std::to_string(std::thread::hardware_concurrency()) + " threads)";
-      di.memory_bytes = host_memory_bytes();
-    }
-    for (int r = 0; r < mesh.world; ++r) {  // rank 0's device stands for all (one kind per run)
-      di.rank = r;
-      rs.devices.push_back(di);
-    }
-    rs.totals.samples = static_cast<std::int64_t>(data.train.size());
-    rs.totals.tokens = data.train_tokens;
-    rs.totals.total_steps = total_steps;
-    rs.totals.epochs = static_cast<double>(total_steps) / static_cast<double>(steps_per_epoch);
-    rs.model.name = c.model;
-    rs.model.params = params;
-    rs.model.trainable_params = engine->trainable_params();
-    Optimizer& optimizer = engine->optimizer();
-    rs.optimizer.name = optimizer.name();
-    rs.optimizer.state_bytes = optimizer.state_bytes();
-    rs.optimizer.host_state_bytes = optimizer.host_state_bytes();
-    rs.optimizer.sharded_over = c.zero_stage > 0 ? mesh.world : 1;
-    events.write(rs);
-    log.line("optimizer: " + optimizer.name() + ", state " + gib(optimizer.state_bytes()) + " on the device" +
-             (optimizer.host_state_bytes() > 0 ? ", " + gib(optimizer.host_state_bytes()) + " in host memory"
-                                               : std::string()) +
-             (c.zero_stage > 0 ? " per rank (sharded over " + std::to_string(mesh.world) + ")" : std::string()) +
-             (c.use_galore ? "; GaLore rank " + std::to_string(c.galore_rank) + ", projection refreshed every " +
-                                 std::to_string(c.galore_update_proj_gap) + " steps"
-                           : std::string()));
-    log.line("model: " + std::to_string(params) + " parameters, " + std::to_string(engine->trainable_params()) +
-             " trainable (" + c.tuner_type + "); activation checkpointing: " + why);
-    log.line("schedule: " + std::to_string(total_steps) + " steps (" + std::to_string(steps_per_epoch) +
-             " per epoch: " + std::to_string(items) + (c.packing ? " packed bins" : " samples") + " / batch " +
-             std::to_string(batch) + (mesh.dp > 1 ? " x dp " + std::to_string(mesh.dp) : std::string()) +
-             " / accumulation " + std::to_string(accum) + "), " + c.lr_scheduler_type +
-             " with " + std::to_string(so.schedule.warmup_steps) + " warmup steps");
+  PackedRow local(PackedRow row) const {
+    row = row.to(m_.device);
+    if (run_.mesh.sp == 1) return row;
+    return dist::shard_row(row, run_.mesh.ulysses_group.get(), run_.mesh.ring_group.get(), m_.pad_token_id);
+  }
 
-    // A whole row of this rank's dp slice, as this rank computes it: its sp shard.
-    auto local_rows = [&](PackedRow row) {
-      row = row.to(device);
-      if (mesh.sp == 1) return row;
-      return dist::shard_row(row, mesh.ulysses_group.get(), mesh.ring_group.get(), pad_token_id);
-    };
-    // Validation rows: batch samples per row, in order; row i belongs to dp rank i mod dp.
-    std::vector<PackedRow> val_rows;
-    for (std::size_t i = 0, n = 0; i < data.val.size(); i += static_cast<std::size_t>(batch), ++n) {
-      if (static_cast<int>(n % static_cast<std::size_t>(mesh.dp)) != mesh.dp_rank) continue;
+  // Validation rows: batch samples per row, in order; row i belongs to dp rank i mod dp.
+  std::vector<PackedRow> validation_rows() const {
+    std::vector<PackedRow> rows;
+    const auto batch = static_cast<std::size_t>(s_.batch);
+    for (std::size_t i = 0, n = 0; i < data_.val.size(); i += batch, ++n) {
+      if (static_cast<int>(n % static_cast<std::size_t>(run_.mesh.dp)) != run_.mesh.dp_rank) continue;
       std::vector<const data::TokenizedSample*> ptrs;
-      for (std::size_t j = i; j < std::min(data.val.size(), i + static_cast<std::size_t>(batch)); ++j)
-        ptrs.push_back(&data.val[j]);
-      val_rows.push_back(local_rows(row_of(ptrs)));
+      for (std::size_t j = i; j < std::min(data_.val.size(), i + batch); ++j) ptrs.push_back(&data_.val[j]);
+      rows.push_back(local(row_of(ptrs)));
     }
-    const bool any_val = !data.val.empty();
-    auto evaluate = [&]() {
-      if (!any_val) return;
-      const auto te = Clock::now();
-      const auto [loss, targets] = engine->evaluate(val_rows);
-      run::EvalEvent e;
-      e.step = step;
-      e.loss = loss;
-      e.tokens = targets;
-      e.samples = static_cast<std::int64_t>(data.val.size());
-      e.duration_s = std::chrono::duration<double>(Clock::now() - te).count();
-      events.write(e);
-      log.line("eval step " + std::to_string(step) + ": loss " + fixed(loss, 4) + " over " + std::to_string(targets) +
-               " tokens");
-    };
-    const std::int64_t eval_every = c.eval_steps > 0 ? c.eval_steps : c.save_steps;
+    return rows;
+  }
 
-    // Items of global micro-batch m: the epoch's permutation, then consecutive runs of
-    // `global_batch`; this rank's are the dp_rank-th run of `batch` within it.
-    std::int64_t perm_epoch = -1;
-    std::vector<std::size_t> perm;
-    auto micro_batch = [&](std::int64_t m) {
-      const std::int64_t epoch = m / micro_per_epoch, k = m % micro_per_epoch;
-      if (epoch != perm_epoch) {
-        perm = data::seeded_permutation(data.items.size(),
-                                        data::mix_seed(static_cast<std::uint64_t>(c.seed), 1000 + static_cast<std::uint64_t>(epoch)));
-        perm_epoch = epoch;
-      }
-      std::vector<const data::TokenizedSample*> ptrs;
-      for (std::int64_t b = 0; b < batch; ++b) {
-        const auto pos = static_cast<std::size_t>(k * global_batch + mesh.dp_rank * batch + b);
-        if (pos >= perm.size()) break;
-        for (std::size_t s : data.items[perm[pos]]) ptrs.push_back(&data.train[s]);
-      }
-      if (ptrs.empty())  // an epoch's last global micro-batch may leave a dp rank without items
-        throw RunFailure{"dp rank " + std::to_string(mesh.dp_rank) + " has no data in micro-batch " +
-                         std::to_string(m) + "; the dataset is too small for per_device_train_batch_size x dp"};
-      return local_rows(row_of(ptrs));
-    };
+  // Items of global micro-batch m: the epoch's permutation, then consecutive runs of
+  // `global_batch`; this rank's are the dp_rank-th run of `batch` within it.
+  PackedRow micro_batch(std::int64_t m) {
+    const std::int64_t epoch = m / s_.micro_per_epoch, k = m % s_.micro_per_epoch;
+    if (epoch != perm_epoch_) {
+      perm_ = data::seeded_permutation(
+          data_.items.size(), data::mix_seed(static_cast<std::uint64_t>(run_.c.seed), 1000 + static_cast<std::uint64_t>(epoch)));
+      perm_epoch_ = epoch;
+    }
+    std::vector<const data::TokenizedSample*> ptrs;
+    for (std::int64_t b = 0; b < s_.batch; ++b) {
+      const auto pos = static_cast<std::size_t>(k * s_.global_batch + run_.mesh.dp_rank * s_.batch + b);
+      if (pos >= perm_.size()) break;
+      for (std::size_t i : data_.items[perm_[pos]]) ptrs.push_back(&data_.train[i]);
+    }
+    if (ptrs.empty())  // an epoch's last global micro-batch may leave a dp rank without items
+      throw RunFailure{"dp rank " + std::to_string(run_.mesh.dp_rank) + " has no data in micro-batch " +
+                       std::to_string(m) + "; the dataset is too small for per_device_train_batch_size x dp"};
+    return local(row_of(ptrs));
+  }
 
-    stage("train", std::to_string(total_steps - step) + " steps to go");
-    heartbeat.update(step, total_steps);
-    double avg_step_s = 0;
-    // All ranks agree on stopping (they may see SIGTERM at different steps).
-    auto stop_agreed = [&]() {
-      bool stop = g_stop_signals.load() > 0;
-      if (!mesh.distributed()) return stop;
-      torch::Tensor f = torch::tensor({stop ? 1.0f : 0.0f}).to(device);
-      mesh.world_group->all_reduce(f);
-      return f.cpu().item<float>() > 0;
-    };
-    bool stopping = false;
-    mesh.take_stats(nullptr);
-    while (step < total_steps) {
-      if ((stopping = stop_agreed())) break;
-      const auto ts = Clock::now();
-      probe.reset_peak();
-      std::vector<PackedRow> rows;
-      for (std::int64_t a = 0; a < accum; ++a) rows.push_back(micro_batch(micro + a));
-      const StepResult r = engine->step(rows);
-      if (device.is_cuda()) torch::cuda::synchronize(device.index());
-      const double dt = std::chrono::duration<double>(Clock::now() - ts).count();
-      double step_comm_s = 0;
-      std::vector<run::CollectiveStat> step_collectives = mesh.take_stats(&step_comm_s);
-      if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
-        run::StepEvent e;
-        e.step = step + 1;
-        e.total_steps = total_steps;
-        e.loss = r.loss;
-        e.lr = r.lr;
-        e.grad_norm = r.grad_norm;
-        events.write(e);
-        run::WarningEvent w;
-        w.code = "nan_loss";
-        w.step = step + 1;
-        const bool loss_bad = !std::isfinite(r.loss);
-        const double bad = loss_bad ? r.loss : r.grad_norm;
-        w.message = std::string(loss_bad ? "the loss" : "the gradient norm") + " is " +
-                    (std::isnan(bad) ? "NaN" : "infinite") + " at step " + std::to_string(step + 1);
-        events.write(w);
-        return finish(run::RunState::Failed, 1,
-                      w.message + "; the update was not applied. Lower learning_rate (now " +
-                          fixed(c.learning_rate, 8) + "), keep max_grad_norm > 0 (now " + fixed(c.max_grad_norm, 3) +
-                          "), check the data, or use bfloat16 instead of float16");
-      }
-      micro += accum;
-      ++step;
-      state.micro_batches = micro;
-      state.tokens_total += r.tokens;
-      state.last_loss = r.loss;
-      avg_step_s = step == 1 ? dt : 0.9 * avg_step_s + 0.1 * dt;
-      heartbeat.update(step, total_steps);
-      if (step % c.logging_steps == 0 || step == 1 || step == total_steps) {
-        run::StepEvent e;
-        e.step = step;
-        e.total_steps = total_steps;
-        e.epoch = static_cast<double>(micro) / static_cast<double>(micro_per_epoch);
-        e.loss = r.loss;
-        e.lr = r.lr;
-        e.grad_norm = r.grad_norm;
-        e.tokens = r.tokens;
-        e.tokens_total = state.tokens_total;
-        e.step_time_s = dt;
-        e.tokens_per_s = dt > 0 ? static_cast<double>(r.tokens) / dt : 0;
-        e.eta_s = avg_step_s * static_cast<double>(total_steps - step);
-        const run::RankMemory mine = probe.read();
-        if (mesh.distributed()) {
-          torch::Tensor m = torch::tensor({mine.vram_allocated_bytes, mine.vram_peak_bytes, mine.vram_reserved_bytes},
-                                          torch::kInt64)
-                                .to(device);
-          m = mesh.world_group->all_gather(m).cpu().view({mesh.world, 3});
-          for (int rk = 0; rk < mesh.world; ++rk) {
-            run::RankMemory rm;
-            rm.rank = rk;
-            rm.vram_allocated_bytes = m[rk][0].item<std::int64_t>();
-            rm.vram_peak_bytes = m[rk][1].item<std::int64_t>();
-            rm.vram_reserved_bytes = m[rk][2].item<std::int64_t>();
-            e.memory.push_back(rm);
-          }
-        } else {
-          e.memory.push_back(mine);
-          e.memory.back().rank = 0;
-        }
-        e.collectives = std::move(step_collectives);
-        e.comm_wait_s = step_comm_s;
-        events.write(e);
-        log.line("step " + std::to_string(step) + "/" + std::to_string(total_steps) + "  loss " + fixed(r.loss, 4) +
-                 "  lr " + fixed(r.lr * 1e6, 2) + "e-6  grad_norm " + fixed(r.grad_norm, 3) + "  " +
-                 std::to_string(static_cast<std::int64_t>(e.tokens_per_s)) + " tok/s  " + fixed(dt * 1000, 0) + " ms");
-      }
-      if (eval_every > 0 && step % eval_every == 0 && step != total_steps) evaluate();
-      if (step % c.save_steps == 0 && step != total_steps) save(step);
-    }
-    if (stopping && step < total_steps) {
-      stage("save", "stop requested: saving step " + std::to_string(step));
-      heartbeat.update(step, total_steps, run::RunState::Stopping);
-      if (step > 0 && last_saved != step && !save(step))
-        return finish(run::RunState::Failed, 1, "stop requested, but the checkpoint could not be written");
-      return finish(run::RunState::Stopped, 0,
-                    "stopped on request after step " + std::to_string(step) +
-                        (step > 0 ? "; resume with resume_from_checkpoint: " + dir.checkpoint(step).string() : std::string()));
-    }
-    evaluate();
-    stage("save", "final checkpoint of step " + std::to_string(step));
-    if (last_saved != step && !save(step)) return finish(run::RunState::Failed, 1, "the final checkpoint could not be written");
-    log.line("done: " + std::to_string(step) + " steps in " +
-             fixed(std::chrono::duration<double>(Clock::now() - t0).count(), 1) + " s; final loss " +
-             fixed(state.last_loss, 4) + "; output " + dir.checkpoint(step).string());
-    return finish(run::RunState::Completed, 0, "");
+ private:
+  const RunContext& run_;
+  const LoadedModel& m_;
+  const Data& data_;
+  const Schedule& s_;
+  std::int64_t perm_epoch_ = -1;
+  std::vector<std::size_t> perm_;
+};
+
+// Eval loss over the validation rows (nothing without validation data).
+void evaluate(RunContext& run, Training& t, const Data& data, const std::vector<PackedRow>& val_rows) {
+  if (data.val.empty()) return;
+  const auto te = Clock::now();
+  const auto [loss, targets] = t.engine->evaluate(val_rows);
+  run::EvalEvent e;
+  e.step = run.step;
+  e.loss = loss;
+  e.tokens = targets;
+  e.samples = static_cast<std::int64_t>(data.val.size());
+  e.duration_s = std::chrono::duration<double>(Clock::now() - te).count();
+  run.out->event(e);
+  run.out->log("eval step " + std::to_string(run.step) + ": loss " + fixed(loss, 4) + " over " +
+               std::to_string(targets) + " tokens");
+}
+
+// Every rank's memory for a step event (gathered to rank 0 in a parallel run).
+std::vector<run::RankMemory> gather_memory(const RunContext& run, const torch::Device& device) {
+  const run::RankMemory mine = run.probe.read();
+  std::vector<run::RankMemory> all;
+  if (!run.mesh.distributed()) {
+    all.push_back(mine);
+    all.back().rank = 0;
+    return all;
+  }
+  torch::Tensor m =
+      torch::tensor({mine.vram_allocated_bytes, mine.vram_peak_bytes, mine.vram_reserved_bytes}, torch::kInt64).to(device);
+  m = run.mesh.world_group->all_gather(m).cpu().view({run.mesh.world, 3});
+  for (int rk = 0; rk < run.mesh.world; ++rk) {
+    run::RankMemory rm;
+    rm.rank = rk;
+    rm.vram_allocated_bytes = m[rk][0].item<std::int64_t>();
+    rm.vram_peak_bytes = m[rk][1].item<std::int64_t>();
+    rm.vram_reserved_bytes = m[rk][2].item<std::int64_t>();
+    all.push_back(rm);
+  }
+  return all;
+}
+
+// A non-finite loss or gradient norm: the step's event, a nan_loss warning, and the run fails
+// (the update was not applied).
+[[noreturn]] void fail_non_finite(RunContext& run, const StepResult& r) {
+  const TrainConfig& c = run.c;
+  run::StepEvent e;
+  e.step = run.step + 1;
+  e.total_steps = run.total_steps;
+  e.loss = r.loss;
+  e.lr = r.lr;
+  e.grad_norm = r.grad_norm;
+  run.out->event(e);
+  run::WarningEvent w;
+  w.code = "nan_loss";
+  w.step = run.step + 1;
+  const bool loss_bad = !std::isfinite(r.loss);
+  const double bad = loss_bad ? r.loss : r.grad_norm;
+  w.message = std::string(loss_bad ? "the loss" : "the gradient norm") + " is " + (std::isnan(bad) ? "NaN" : "infinite") +
+              " at step " + std::to_string(run.step + 1);
+  run.out->event(w);
+  throw RunFailure{w.message + "; the update was not applied. Lower learning_rate (now " + fixed(c.learning_rate, 8) +
+                   "), keep max_grad_norm > 0 (now " + fixed(c.max_grad_norm, 3) +
+                   "), check the data, or use bfloat16 instead of float16"};
+}
+
+// The step event and log line of a finished step.
+void report_step(RunContext& run, const Training& t, const StepResult& r, double dt, double avg_step_s,
+                 const torch::Device& device, std::vector<run::CollectiveStat> collectives, double comm_s) {
+  run::StepEvent e;
+  e.step = run.step;
+  e.total_steps = run.total_steps;
+  e.epoch = static_cast<double>(t.micro) / static_cast<double>(t.sched.micro_per_epoch);
+  e.loss = r.loss;
+  e.lr = r.lr;
+  e.grad_norm = r.grad_norm;
+  e.tokens = r.tokens;
+  e.tokens_total = t.state.tokens_total;
+  e.step_time_s = dt;
+  e.tokens_per_s = dt > 0 ? static_cast<double>(r.tokens) / dt : 0;
+  e.eta_s = avg_step_s * static_cast<double>(run.total_steps - run.step);
+  e.memory = gather_memory(run, device);
+  e.collectives = std::move(collectives);
+  e.comm_wait_s = comm_s;
+  run.out->event(e);
+  run.out->log("step " + std::to_string(run.step) + "/" + std::to_string(run.total_steps) + "  loss " + fixed(r.loss, 4) +
+               "  lr " + fixed(r.lr * 1e6, 2) + "e-6  grad_norm " + fixed(r.grad_norm, 3) + "  " +
+               std::to_string(static_cast<std::int64_t>(e.tokens_per_s)) + " tok/s  " + fixed(dt * 1000, 0) + " ms");
+}
+
+// Stage 6: optimizer steps until the schedule ends or a stop is agreed (all ranks agree: they
+// may see SIGTERM at different steps). Returns true when stopped on request.
+bool train_loop(RunContext& run, const LoadedModel& m, const Data& data, Training& t,
+                const std::vector<PackedRow>& val_rows, Feeder& feed) {
+  const TrainConfig& c = run.c;
+  run.stage("train", std::to_string(run.total_steps - run.step) + " steps to go");
+  run.progress();
+  const std::int64_t eval_every = c.eval_steps > 0 ? c.eval_steps : c.save_steps;
+  double avg_step_s = 0;
+  auto stop_agreed = [&]() {
+    bool stop = g_stop_signals.load() > 0;
+    if (!run.mesh.distributed()) return stop;
+    torch::Tensor f = torch::tensor({stop ? 1.0f : 0.0f}).to(m.device);
+    run.mesh.world_group->all_reduce(f);
+    return f.cpu().item<float>() > 0;
+  };
+  run.mesh.take_stats(nullptr);
+  while (run.step < run.total_steps) {
+    run.check_outputs();
+    if (stop_agreed()) return true;
+    const auto ts = Clock::now();
+    run.probe.reset_peak();
+    std::vector<PackedRow> rows;
+    for (std::int64_t a = 0; a < t.sched.accum; ++a) rows.push_back(feed.micro_batch(t.micro + a));
+    const StepResult r = t.engine->step(rows);
+    if (m.device.is_cuda()) torch::cuda::synchronize(m.device.index());
+    const double dt = std::chrono::duration<double>(Clock::now() - ts).count();
+    double step_comm_s = 0;
+    std::vector<run::CollectiveStat> step_collectives = run.mesh.take_stats(&step_comm_s);
+    if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) fail_non_finite(run, r);
+    t.micro += t.sched.accum;
+    ++run.step;
+    t.state.micro_batches = t.micro;
+    t.state.tokens_total += r.tokens;
+    t.state.last_loss = r.loss;
+    avg_step_s = run.step == 1 ? dt : 0.9 * avg_step_s + 0.1 * dt;
+    run.progress();
+    if (run.step % c.logging_steps == 0 || run.step == 1 || run.step == run.total_steps)
+      report_step(run, t, r, dt, avg_step_s, m.device, std::move(step_collectives), step_comm_s);
+    if (eval_every > 0 && run.step % eval_every == 0 && run.step != run.total_steps) evaluate(run, t, data, val_rows);
+    if (run.step % c.save_steps == 0 && run.step != run.total_steps) save(run, t, run.step);
+  }
+  return false;
+}
+
+// Stage 7: the end of training. Stopped on request: a checkpoint of the step reached (if any
+// step was taken), status "stopped". Else the final evaluation and checkpoint, "completed".
+int final_save(RunContext& run, Training& t, const Data& data, const std::vector<PackedRow>& val_rows, bool stopped) {
+  if (stopped && run.step < run.total_steps) {
+    run.stage("save", "stop requested: saving step " + std::to_string(run.step));
+    run.progress(run::RunState::Stopping);
+    if (run.step > 0 && t.last_saved != run.step) save(run, t, run.step);
+    run.check_outputs();
+    return run.finish(run::RunState::Stopped, 0,
+                      "stopped on request after step " + std::to_string(run.step) +
+                          (run.step > 0 ? "; resume with resume_from_checkpoint: " + run.dir.checkpoint(run.step).string()
+                                        : std::string()));
+  }
+  evaluate(run, t, data, val_rows);
+  run.stage("save", "final checkpoint of step " + std::to_string(run.step));
+  if (t.last_saved != run.step) save(run, t, run.step);
+  run.out->log("done: " + std::to_string(run.step) + " steps in " +
+               fixed(std::chrono::duration<double>(Clock::now() - run.t0).count(), 1) + " s; final loss " +
+               fixed(t.state.last_loss, 4) + "; output " + run.dir.checkpoint(run.step).string());
+  run.check_outputs();
+  return run.finish(run::RunState::Completed, 0, "");
+}
+
+// The stages in order; between them, a failed write or a stop request ends the run.
+int run_stages(RunContext& run) {
+  LoadedModel model = load_model(run);
+  run.check_stop("loading the model");
+  const Data data = load_data(run, model);
+  run.check_stop("loading the data");
+  Training t = build_optimizer(run, model, data);
+  run.check_stop("building the optimizer");
+  resume(run, data, t);
+  run.check_outputs();
+  Feeder feed(run, model, data, t.sched);
+  const std::vector<PackedRow> val_rows = feed.validation_rows();
+  const bool stopped = train_loop(run, model, data, t, val_rows, feed);
+  return final_save(run, t, data, val_rows, stopped);
+}
+
+}  // namespace
+
+void request_stop() { g_stop_signals.fetch_add(1); }
+
+int run_training(const TrainConfig& c, const run::RunDir& dir, const TrainerOptions& opt) {
+  RunContext run(c, dir, opt);
+  open_run_directory(run);
+  // Every failure of every stage ends here, in one place: the reason goes to events.jsonl's
+  // run_end, status.json and the log, whichever of them still works.
+  try {
+    run.check_outputs();
+    return run_stages(run);
   } catch (const RunFailure& f) {
-    return finish(run::RunState::Failed, 1, f.reason);
+    return run.finish(run::RunState::Failed, 1, f.reason);
+  } catch (const StopBeforeTraining& s) {
+    return run.finish(run::RunState::Stopped, 0,
+                      "stopped on request while " + s.stage + ", before the first step; nothing was trained, so there "
+                      "is no checkpoint to resume from");
   } catch (const c10::OutOfMemoryError& e) {
-    const run::RankMemory m = probe.read();
+    const run::RankMemory m = run.probe.read();
     std::string first = e.what_without_backtrace();
     first = first.substr(0, first.find('\n'));
-    return finish(run::RunState::Failed, 1,
-                  "CUDA out of memory at step " + std::to_string(step + 1) + " (peak allocated " +
-                      gib(m.vram_peak_bytes) + ", reserved " + gib(m.vram_reserved_bytes) + "): " + first + ". " +
-                      oom_advice(c, ckpt_layers));
+    return run.finish(run::RunState::Failed, 1,
+                      "CUDA out of memory at step " + std::to_string(run.step + 1) + " (peak allocated " +
+                          gib(m.vram_peak_bytes) + ", reserved " + gib(m.vram_reserved_bytes) + "): " + first + ". " +
+                          oom_advice(c, run.ckpt_layers));
   } catch (const c10::Error& e) {
     std::string msg = e.what_without_backtrace();
-    return finish(run::RunState::Failed, 1, "LibTorch error at step " + std::to_string(step + 1) + ": " + msg);
+    return run.finish(run::RunState::Failed, 1, "LibTorch error at step " + std::to_string(run.step + 1) + ": " + msg);
   } catch (const std::exception& e) {
-    return finish(run::RunState::Failed, 1, std::string("error at step ") + std::to_string(step + 1) + ": " + e.what());
+    return run.finish(run::RunState::Failed, 1, std::string("error at step ") + std::to_string(run.step + 1) + ": " + e.what());
   }
 }
 

@@ -2,19 +2,29 @@
 // CPU, and what it leaves in the run directory (docs/run-contract.md): the quickstart's
 // loss falls; a resumed run equals an uninterrupted one bit for bit; SIGTERM stops after a
 // checkpoint with exit 0; a NaN loss and bad data fail with status "failed" and a reason;
-// a LoRA checkpoint exports merged.
+// a LoRA checkpoint exports merged. Faults made for real while the process runs: files of the
+// run directory replaced (by /dev/full, a directory) or capped by RLIMIT_FSIZE fail the run with
+// the reason in whichever output still works; an existing checkpoint is never replaced; resume
+// refuses unfinished, forged or altered checkpoints; SIGTERM during tokenization stops at once.
 #include <QtTest>
 
 #include <QDir>
 #include <QElapsedTimer>
 #include <QFile>
+#include <QFileInfo>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
 #include <QTemporaryDir>
+#include <QThread>
 
+#include <sys/resource.h>
+
+#include <cerrno>
 #include <csignal>
+#include <cstring>
+#include <optional>
 
 namespace {
 
@@ -103,6 +113,99 @@ QString lora_preset(const QTemporaryDir& tmp, const QString& extra = {}, bool fu
                        "output_dir: " + tmp.filePath("out") + "\n" + extra;
   f.write(text.toUtf8());
   return p;
+}
+
+// A run of the real binary that a test watches and disturbs while it trains.
+struct LiveRun {
+  QProcess p;
+  QString output;
+  QElapsedTimer clock;
+
+  void start(const QStringList& args, const QString& output_dir) {
+    output = output_dir;
+    p.setProgram(QStringLiteral(ODYSSEY_TRAIN_BIN));
+    p.setArguments(args);
+    p.setWorkingDirectory(QStringLiteral(ODYSSEY_SOURCE_DIR));
+    p.start();
+    if (!p.waitForStarted()) qFatal("odyssey-train did not start");
+    clock.start();
+  }
+  // The run directory once it exists ("" after timeout_ms).
+  QString dir(int timeout_ms = 60000) {
+    QElapsedTimer t;
+    t.start();
+    while (t.elapsed() < timeout_ms) {
+      const QStringList runs = QDir(output).entryList(QDir::Dirs | QDir::NoDotAndDotDot);
+      if (runs.size() == 1) return output + "/" + runs.front();
+      QThread::msleep(10);
+    }
+    return {};
+  }
+  // Polls events.jsonl until a step event with step >= `step` is there; false after timeout_ms
+  // or when the process ended first.
+  bool wait_for_step(const QString& dir, int step, int timeout_ms = 120000) {
+    QElapsedTimer t;
+    t.start();
+    while (t.elapsed() < timeout_ms && p.state() != QProcess::NotRunning) {
+      QFile f(dir + "/events.jsonl");
+      if (f.open(QIODevice::ReadOnly)) {
+        for (const QByteArray& line : f.readAll().split('\n')) {
+          const QJsonObject o = QJsonDocument::fromJson(line).object();
+          if (o.value("type").toString() == "step" && o.value("step").toInt() >= step) return true;
+        }
+      }
+      QThread::msleep(5);
+      p.waitForFinished(0);
+    }
+    return false;
+  }
+  // Waits for the exit; kills the process and returns nullopt after timeout_ms.
+  std::optional<int> finish(int timeout_ms) {
+    if (!p.waitForFinished(timeout_ms)) {
+      p.kill();
+      p.waitForFinished(5000);
+      return std::nullopt;
+    }
+    return p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -2;
+  }
+  QString out() { return QString::fromUtf8(p.readAllStandardOutput()); }
+  QString err() { return QString::fromUtf8(p.readAllStandardError()); }
+};
+
+// Every line of a file that should hold whole JSON lines: false on a half or broken line.
+bool whole_json_lines(const QString& file, QString* why) {
+  QFile f(file);
+  if (!f.open(QIODevice::ReadOnly)) {
+    *why = "cannot read " + file;
+    return false;
+  }
+  const QByteArray all = f.readAll();
+  if (!all.isEmpty() && !all.endsWith('\n')) {
+    *why = file + " ends in half a line: " + QString::fromUtf8(all.right(120));
+    return false;
+  }
+  for (const QByteArray& line : all.split('\n')) {
+    if (line.isEmpty()) continue;
+    QJsonParseError e;
+    QJsonDocument::fromJson(line, &e);
+    if (e.error != QJsonParseError::NoError) {
+      *why = file + " has a broken line: " + QString::fromUtf8(line.left(120));
+      return false;
+    }
+  }
+  return true;
+}
+
+void copy_dir(const QString& from, const QString& to) {
+  QDir().mkpath(to);
+  for (const QString& f : QDir(from).entryList(QDir::Files))
+    if (!QFile::copy(from + "/" + f, to + "/" + f)) qFatal("cannot copy %s", qPrintable(from + "/" + f));
+}
+
+void write_file(const QString& path, const QByteArray& bytes) {
+  QFile f(path);
+  if (!f.open(QIODevice::WriteOnly | QIODevice::Truncate)) qFatal("cannot write %s", qPrintable(path));
+  f.write(bytes);
 }
 
 }  // namespace
@@ -301,6 +404,227 @@ class TstTrainRun : public QObject {
     const Run r = odyssey_train({"run", lora_preset(tmp), "--set", "output_dir=" + tmp.filePath("file")});
     QCOMPARE(r.code, 1);
     QVERIFY2(r.err.contains(tmp.filePath("file")), qPrintable(r.err));
+  }
+
+  // A file of the run directory replaced while the run trains (at step 3): the next write to
+  // it fails, and the run ends "failed" with the reason in the outputs that still work, printed
+  // once to stderr. Before: the writers kept writing into the renamed file (or ignored the
+  // error) and the run ended "completed", exit 0.
+  void replacedRunFileFailsTheRun_data() {
+    QTest::addColumn<QStringList>("files");       // relative to the run directory
+    QTest::addColumn<QString>("replacement");     // "dir" or a symlink target
+    QTest::addColumn<QString>("named");           // what the reason names
+    QTest::newRow("events.jsonl -> /dev/full") << QStringList{"events.jsonl"} << "/dev/full" << "events.jsonl";
+    QTest::newRow("events.jsonl -> directory") << QStringList{"events.jsonl"} << "dir" << "events.jsonl";
+    QTest::newRow("status.json -> directory") << QStringList{"status.json"} << "dir" << "status.json";
+    QTest::newRow("rank-0.log -> /dev/full") << QStringList{"logs/rank-0.log"} << "/dev/full" << "rank-0.log";
+    QTest::newRow("events and status -> directories")
+        << QStringList{"events.jsonl", "status.json"} << "dir" << "events.jsonl";
+  }
+  void replacedRunFileFailsTheRun() {
+    QFETCH(QStringList, files);
+    QFETCH(QString, replacement);
+    QFETCH(QString, named);
+    QTemporaryDir tmp;
+    LiveRun run;
+    run.start({"run", lora_preset(tmp), "--set", "max_steps=100000", "--set", "save_steps=100000"}, tmp.filePath("out"));
+    const QString dir = run.dir();
+    QVERIFY(!dir.isEmpty());
+    QVERIFY(run.wait_for_step(dir, 3));
+    for (const QString& f : files) {
+      const QString path = dir + "/" + f;
+      QVERIFY(QFile::rename(path, path + ".before"));  // kept, to check it has no half line
+      if (replacement == "dir") {
+        QVERIFY(QDir().mkpath(path + "/inside"));  // not empty: rename(2) cannot replace it
+      } else {
+        QVERIFY(QFile::link(replacement, path));
+      }
+    }
+    // status.json fails at its next heartbeat (every 5 s); the others at the next step.
+    const std::optional<int> code = run.finish(60000);
+    QVERIFY2(code.has_value(), "the run went on after its output failed");
+    QCOMPARE(*code, 1);
+    const QString err = run.err();
+    QCOMPARE(err.count("odyssey-train: failed: "), 1);
+    QVERIFY2(err.contains(named), qPrintable(err));
+    const bool events_work = !files.contains("events.jsonl");
+    const bool status_works = !files.contains("status.json");
+    if (status_works) {
+      const QJsonObject st = status(dir);
+      QCOMPARE(st.value("state").toString(), QStringLiteral("failed"));
+      QVERIFY2(st.value("reason").toString().contains(named), qPrintable(st.value("reason").toString()));
+      QCOMPARE(st.value("exit_code").toInt(), 1);
+    }
+    const QString events_file = dir + (events_work ? "/events.jsonl" : "/events.jsonl.before");
+    QString why;
+    QVERIFY2(whole_json_lines(events_file, &why), qPrintable(why));
+    QFile ef(events_file);
+    QVERIFY(ef.open(QIODevice::ReadOnly));
+    const QList<QByteArray> lines = ef.readAll().trimmed().split('\n');
+    QCOMPARE(QJsonDocument::fromJson(lines.front()).object().value("type").toString(), QStringLiteral("run_start"));
+    const QJsonObject last = QJsonDocument::fromJson(lines.back()).object();
+    if (events_work) {
+      QCOMPARE(last.value("type").toString(), QStringLiteral("run_end"));
+      QCOMPARE(last.value("status").toString(), QStringLiteral("failed"));
+      QVERIFY2(last.value("reason").toString().contains(named), qPrintable(last.value("reason").toString()));
+    } else {
+      QVERIFY(last.value("type").toString() != "run_end");
+    }
+    qInfo("%s replaced at step 3: exit 1 after %.1f s; %s", qPrintable(files.join('+')),
+          static_cast<double>(run.clock.elapsed()) / 1000.0, qPrintable(err.trimmed().left(300)));
+  }
+
+  // RLIMIT_FSIZE set on the running process just past events.jsonl's end (a real short write,
+  // then EFBIG, as a disk filling up gives ENOSPC): the event line the kernel cut is taken back,
+  // status.json says "failed" with the reason, exit 1. Before: events.jsonl kept a half line,
+  // status.json said "running", and the run went on or died of SIGXFSZ.
+  void fileSizeLimitLeavesNoHalfLine() {
+    QTemporaryDir tmp;
+    LiveRun run;
+    run.start({"run", lora_preset(tmp), "--set", "max_steps=100000", "--set", "save_steps=100000"}, tmp.filePath("out"));
+    const QString dir = run.dir();
+    QVERIFY(!dir.isEmpty());
+    QVERIFY(run.wait_for_step(dir, 3));
+    const qint64 size = QFileInfo(dir + "/events.jsonl").size();
+    rlimit lim{};
+    lim.rlim_cur = lim.rlim_max = static_cast<rlim_t>(size + 16);
+    QVERIFY2(::prlimit(static_cast<pid_t>(run.p.processId()), RLIMIT_FSIZE, &lim, nullptr) == 0, std::strerror(errno));
+    const std::optional<int> code = run.finish(60000);
+    QVERIFY2(code.has_value(), "the run went on after its writes failed");
+    QCOMPARE(*code, 1);
+    QString why;
+    QVERIFY2(whole_json_lines(dir + "/events.jsonl", &why), qPrintable(why));
+    const QJsonObject st = status(dir);
+    QCOMPARE(st.value("state").toString(), QStringLiteral("failed"));
+    QVERIFY2(st.value("reason").toString().contains("File too large"), qPrintable(st.value("reason").toString()));
+    QCOMPARE(run.err().count("odyssey-train: failed: "), 1);
+    qInfo("RLIMIT_FSIZE %lld at step 3: exit 1, status failed: %s", static_cast<long long>(size + 16),
+          qPrintable(st.value("reason").toString().left(200)));
+  }
+
+  // An existing checkpoint-N is never deleted or replaced: a directory of that name made by
+  // someone else before the run saves step 3 fails the save and the run, naming it, and keeps
+  // its contents. Before: it was deleted and replaced, exit 0.
+  void existingCheckpointIsNeverReplaced() {
+    QTemporaryDir tmp;
+    LiveRun run;
+    run.start({"run", lora_preset(tmp)}, tmp.filePath("out"));
+    const QString dir = run.dir();
+    QVERIFY(!dir.isEmpty());
+    const QString theirs = dir + "/checkpoints/checkpoint-3";
+    QVERIFY(QDir().mkpath(theirs));
+    write_file(theirs + "/precious.txt", "not the run's");
+    const std::optional<int> code = run.finish(240000);
+    QVERIFY(code.has_value());
+    QCOMPARE(*code, 1);
+    QCOMPARE(bytes(theirs + "/precious.txt"), QByteArray("not the run's"));
+    QVERIFY(!QFile::exists(theirs + "/trainer_state.json"));
+    const QJsonObject st = status(dir);
+    QCOMPARE(st.value("state").toString(), QStringLiteral("failed"));
+    QVERIFY2(st.value("reason").toString().contains(theirs) && st.value("reason").toString().contains("already exists"),
+             qPrintable(st.value("reason").toString()));
+    QCOMPARE(events(dir).front().value("type").toString(), QStringLiteral("run_start"));
+    QVERIFY(QDir(dir + "/checkpoints").entryList(QDir::Dirs | QDir::NoDotAndDotDot | QDir::Hidden).size() == 1);
+  }
+
+  // Resume checks the checkpoint before loading it: an unfinished `.tmp-` save, a step outside
+  // the schedule, a file truncated or changed since the save are refused naming the file, the
+  // key and what was expected. Before: all four trained (1e15 printed "-999999999999990 steps
+  // to go" and exited "completed").
+  void resumeRefusesUnfinishedForgedOrAlteredCheckpoints() {
+    QTemporaryDir a;
+    const Run whole = odyssey_train({"run", lora_preset(a)});
+    QVERIFY2(whole.code == 0, qPrintable(whole.err + whole.out.right(2000)));
+    const QString ckpt3 = run_dir(a.filePath("out")) + "/checkpoints/checkpoint-3";
+    const QJsonObject saved = QJsonDocument::fromJson(bytes(ckpt3 + "/trainer_state.json")).object();
+    QVERIFY(saved.value("files").toObject().contains("adapter_model.safetensors"));
+
+    struct Case {
+      QString name, dir;
+      QStringList expected;  // all in the output
+    };
+    QList<Case> cases;
+    const QString base = a.filePath("variants");
+    // 1. The temporary directory of a save (as a crash leaves it).
+    const QString unfinished = base + "/checkpoints/checkpoint-3.tmp-4242";
+    copy_dir(ckpt3, unfinished);
+    cases.append({"unfinished", unfinished, {"checkpoint-3.tmp-4242", "did not finish"}});
+    // 2. step far beyond the schedule.
+    const QString forged = base + "/forged/checkpoint-3";
+    copy_dir(ckpt3, forged);
+    QJsonObject state = saved;
+    state["step"] = 1e15;
+    write_file(forged + "/trainer_state.json", QJsonDocument(state).toJson());
+    cases.append({"step 1e15", forged, {"trainer_state.json", "step", "1000000000000000", "from 0 to 6"}});
+    // 3. One byte of the adapter changed (same size).
+    const QString flipped = base + "/flipped/checkpoint-3";
+    copy_dir(ckpt3, flipped);
+    QByteArray adapter = bytes(flipped + "/adapter_model.safetensors");
+    adapter[adapter.size() - 5] = static_cast<char>(adapter[adapter.size() - 5] ^ 0x40);
+    write_file(flipped + "/adapter_model.safetensors", adapter);
+    cases.append({"byte changed", flipped, {"adapter_model.safetensors", "files.adapter_model.safetensors.checksum64"}});
+    // 4. The optimizer state cut short.
+    const QString cut = base + "/cut/checkpoint-3";
+    copy_dir(ckpt3, cut);
+    write_file(cut + "/optimizer.safetensors", bytes(cut + "/optimizer.safetensors").left(1000));
+    cases.append({"truncated", cut, {"optimizer.safetensors", "files.optimizer.safetensors.bytes", "1000"}});
+
+    for (const Case& k : cases) {
+      QTemporaryDir b;
+      const Run r = odyssey_train({"run", lora_preset(b, "resume_from_checkpoint: " + k.dir + "\n")});
+      const QString all = r.out + r.err;
+      qInfo("resume from %s: exit %d; %s", qPrintable(k.name), r.code,
+            qPrintable(all.mid(all.indexOf("failed: "), 400).trimmed()));
+      QCOMPARE(r.code, 1);
+      for (const QString& e : k.expected) QVERIFY2(all.contains(e), qPrintable(k.name + ": no " + e + " in\n" + all.right(2000)));
+      QVERIFY(events(run_dir(b.filePath("out")), "step").isEmpty());
+    }
+  }
+
+  // SIGTERM while a dataset of 200,000 samples is being tokenized: the run
+  // stops within a block of samples, "stopped", exit 0, saying there is nothing to resume.
+  // Before: the signal was honoured only after tokenization (seconds later).
+  void sigtermDuringTokenizationStopsPromptly() {
+    QTemporaryDir tmp;
+    const QString data = tmp.filePath("big.jsonl");
+    {
+      QFile f(data);
+      QVERIFY(f.open(QIODevice::WriteOnly));
+      const QByteArray filler = QByteArray("the quick brown fox jumps over the lazy dog ").repeated(3);
+      for (int i = 0; i < 200000; ++i)
+        f.write("{\"messages\": [{\"role\": \"user\", \"content\": \"" + filler + QByteArray::number(i) +
+                "\"}, {\"role\": \"assistant\", \"content\": \"" + QByteArray::number(i * 7) + "\"}]}\n");
+    }
+    LiveRun run;
+    run.start({"run", lora_preset(tmp), "--set", "dataset=[" + data + "]", "--set", "split_dataset_ratio=0",
+               "--no-token-cache"},
+              tmp.filePath("out"));
+    QByteArray seen;
+    while (!seen.contains("[tokenize]") && run.clock.elapsed() < 180000 && run.p.state() == QProcess::Running) {
+      run.p.waitForReadyRead(100);
+      seen += run.p.readAllStandardOutput();
+    }
+    QVERIFY2(seen.contains("[tokenize]"), seen.right(2000).constData());
+    QThread::msleep(300);  // well into tokenization
+    QVERIFY(run.p.state() == QProcess::Running);
+    QElapsedTimer since;
+    since.start();
+    ::kill(static_cast<pid_t>(run.p.processId()), SIGTERM);
+    const std::optional<int> code = run.finish(120000);
+    const double stop_s = static_cast<double>(since.elapsed()) / 1000.0;
+    QVERIFY(code.has_value());
+    qInfo("SIGTERM during tokenization: exit %d %.2f s after the signal", *code, stop_s);
+    QCOMPARE(*code, 0);
+    QVERIFY2(stop_s < 2.5, qPrintable(QString::number(stop_s)));
+    const QString dir = run.dir();
+    const QJsonObject st = status(dir);
+    QCOMPARE(st.value("state").toString(), QStringLiteral("stopped"));
+    QVERIFY2(st.value("reason").toString().contains("no checkpoint"), qPrintable(st.value("reason").toString()));
+    const auto all = events(dir);
+    QCOMPARE(all.front().value("type").toString(), QStringLiteral("run_start"));
+    QCOMPARE(all.back().value("type").toString(), QStringLiteral("run_end"));
+    QCOMPARE(all.back().value("status").toString(), QStringLiteral("stopped"));
+    QVERIFY(events(dir, "step").isEmpty());
   }
 };
 

@@ -3,6 +3,10 @@
 // fed half lines, garbage, binary junk, newer versions, truncation and replacement.
 #include <QtTest>
 
+#include <sys/resource.h>
+
+#include <csignal>
+
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -363,6 +367,56 @@ class TstEventLog : public QObject {
     QVERIFY(end.status == RunOutcome::Killed);
     QVERIFY(end.time >= before && end.time < before + 60);
     QVERIFY(end.elapsed_s >= 0 && end.elapsed_s < 60);
+  }
+
+  // A write that fails is reported, and leaves no half line: RLIMIT_FSIZE just past the file's
+  // end makes the kernel take a few bytes of the line and then refuse (EFBIG), a real short
+  // write; the writer cuts those bytes off again.
+  void failedAppendIsCutBackAndReported() {
+    const std::string path = file("limited.jsonl");
+    auto w = EventWriter::open(path);
+    QVERIFY(w.ok());
+    QVERIFY(w.value.write(StageEvent{0, 0, "load_model", "before the limit"}).empty());
+    const std::string before = slurp(path);
+    void (*old_handler)(int) = std::signal(SIGXFSZ, SIG_IGN);  // EFBIG instead of the signal
+    rlimit old {};
+    QVERIFY(::getrlimit(RLIMIT_FSIZE, &old) == 0);
+    rlimit lim = old;
+    lim.rlim_cur = before.size() + 10;
+    QVERIFY(::setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    const Diagnostics d = w.value.write(StageEvent{0, 0, "train", std::string(200, 'x')});
+    QVERIFY(::setrlimit(RLIMIT_FSIZE, &old) == 0);
+    std::signal(SIGXFSZ, old_handler);
+    QCOMPARE(d.size(), std::size_t{1});
+    QVERIFY2(d[0].message.find("File too large") != std::string::npos, d[0].message.c_str());
+    QCOMPARE(d[0].file, path);
+    QCOMPARE(slurp(path), before);  // the 10 bytes it took are gone
+    // The file stays usable once the limit is lifted.
+    QVERIFY(w.value.write(StageEvent{0, 0, "train", "after"}).empty());
+    QCOMPARE(event_lines(poll_file(path)), (std::vector<int>{1, 2}));
+  }
+
+  // The file replaced or removed under the writer: the next append fails naming it, instead of
+  // going on into an inode nobody reads.
+  void replacedOrRemovedFileFailsTheAppend() {
+    const std::string path = file("replaced.jsonl");
+    auto w = EventWriter::open(path);
+    QVERIFY(w.ok());
+    QVERIFY(w.value.write(StageEvent{0, 0, "load_model", ""}).empty());
+    QVERIFY(std::rename(path.c_str(), (path + ".moved").c_str()) == 0);
+    Diagnostics d = w.value.write(StageEvent{0, 0, "train", ""});
+    QCOMPARE(d.size(), std::size_t{1});
+    QVERIFY2(d[0].message.find("No such file") != std::string::npos, d[0].message.c_str());
+    QVERIFY(QDir().mkdir(QString::fromStdString(path)));
+    d = w.value.write(StageEvent{0, 0, "train", ""});
+    QCOMPARE(d.size(), std::size_t{1});
+    QVERIFY2(d[0].message.find("directory") != std::string::npos, d[0].message.c_str());
+    QVERIFY(QDir().rmdir(QString::fromStdString(path)));
+    QVERIFY(QFile::link("/dev/full", QString::fromStdString(path)));
+    d = w.value.write(StageEvent{0, 0, "train", ""});
+    QCOMPARE(d.size(), std::size_t{1});
+    QVERIFY2(d[0].message.find("character device") != std::string::npos, d[0].message.c_str());
+    QCOMPARE(event_lines(poll_file(path + ".moved")), std::vector<int>{1});
   }
 
   void pollBudgetAndProblemCap() {
