@@ -6,10 +6,15 @@
 #include "config/preset_io.h"
 #include "config/validate.h"
 #include "run/run_dir.h"
+#include "run/run_lock.h"
+#include "run/status_file.h"
 #ifdef ODYSSEY_HAVE_TORCH
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <optional>
+#include <thread>
 
 #include "dist/launcher.h"
 #include "dist/mesh.h"
@@ -127,8 +132,85 @@ int cmd_show(const Args& a) {
 #ifdef ODYSSEY_HAVE_TORCH
 namespace {
 
-// A rank of a parallel run, started by odyssey-train's launcher (--run-dir) or by torchrun
-// (then rank 0 creates the run directory and tells the others through the store).
+// Writes config.yaml once (a launcher's ranks find it written; under torchrun rank 0 writes it).
+bool write_config_once(const run::RunDir& dir, const TrainConfig& resolved) {
+  std::error_code ec;
+  if (std::filesystem::exists(dir.config(), ec)) return true;
+  std::ofstream out(dir.config(), std::ios::binary);
+  out << save_preset_text(resolved, false);
+  if (out.flush()) return true;
+  std::cerr << "odyssey-train run: " << dir.config().string() << ": cannot be written\n";
+  return false;
+}
+
+// Rank 0 decides which run directory the ranks write to and tells them through the store:
+// "ok <code>\n<dir>" or "refused <exit code>\n<why>". Every rank waits for the verdict before
+// it touches the directory, so a refused directory gets not even a rank log.
+struct RunDirVerdict {
+  std::string dir;
+  int refused_code = 0;  // kOk: go on
+  std::optional<run::RunClaim> claim;  // rank 0's ownership, held for the run's life
+};
+
+RunDirVerdict decide_run_dir(const Args& a, const CheckedConfig& cc, const TrainConfig& resolved, const dist::DistEnv& env,
+                             c10d::Store& store, pid_t launcher_pid) {
+  // One key per torchrun restart: an elastic restart must not read the last attempt's verdict.
+  const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  const std::string key = std::string("odyssey/run_dir/") + (restart ? restart : "0");
+  RunDirVerdict v;
+  v.dir = a.value("run-dir");
+  if (env.rank != 0) {
+    const auto bytes = store.get(key);
+    const std::string text(bytes.begin(), bytes.end());
+    store.add(key + "/read", 1);
+    const std::size_t nl = text.find('\n');
+    const std::string head = text.substr(0, nl), body = nl == std::string::npos ? std::string() : text.substr(nl + 1);
+    if (text::starts_with(head, "refused")) {
+      v.refused_code = std::atoi(head.c_str() + 8);
+      std::cerr << "odyssey-train run: rank " << env.rank << ": rank 0 refused the run directory: " << body << '\n';
+    } else if (v.dir.empty()) {
+      v.dir = body;
+    }
+    return v;
+  }
+  std::string error;
+  if (v.dir.empty()) {
+    std::string name = a.value("name");
+    if (name.empty()) name = cc.loaded.origin.file.empty() ? "run" : std::filesystem::path(cc.loaded.origin.file).stem().string();
+    auto rd = run::create_run_dir(resolved.output_dir, name);
+    if (rd.ok()) v.dir = rd.value.root().string();
+    else error = format_all(rd.diagnostics);
+    v.refused_code = rd.ok() ? kOk : kFailure;
+  }
+  if (error.empty()) {
+    // --run-dir names a directory that must not hold another run: a misuse is a usage error.
+    auto claim = run::claim_run_dir(run::RunDir(v.dir), launcher_pid);
+    if (claim.ok()) v.claim.emplace(std::move(claim.value));
+    else error = format_all(claim.diagnostics);
+    if (!claim.ok() && v.refused_code == kOk) v.refused_code = a.has("run-dir") ? kUsage : kFailure;
+  }
+  if (error.empty() && !write_config_once(run::RunDir(v.dir), resolved)) {
+    error = v.dir + "/config.yaml: cannot be written";
+    v.refused_code = kFailure;
+  }
+  if (error.empty()) {
+    store.set(key, "ok\n" + v.dir);
+    if (!a.has("run-dir")) std::cout << "\nrun directory: " << v.dir << "\n" << std::flush;
+    return v;
+  }
+  std::cerr << "odyssey-train run: " << error << '\n';
+  store.set(key, "refused " + std::to_string(v.refused_code) + "\n" + error);
+  // The store may live in this process (torchrun without an agent store): the others must
+  // read the verdict before it goes away with us.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (store.add(key + "/read", 0) < env.world - 1 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  return v;
+}
+
+// A rank of a parallel run, started by odyssey-train's launcher (--run-dir, the directory
+// its launcher owns) or by torchrun (rank 0 creates the run directory, or claims the one
+// --run-dir names, and tells the others through the store).
 int run_rank(const Args& a, const CheckedConfig& cc, const TrainConfig& resolved, const dist::DistEnv& env) {
   train::TrainerOptions to;
   to.env = env;
@@ -148,27 +230,16 @@ int run_rank(const Args& a, const CheckedConfig& cc, const TrainConfig& resolved
     std::cerr << "odyssey-train: " << e.what() << '\n';
     return kFailure;
   }
-  std::string dir = a.value("run-dir");
-  if (dir.empty()) {
-    const std::string key = "odyssey/run_dir";
-    if (env.rank == 0) {
-      std::string name = a.value("name");
-      if (name.empty()) name = cc.loaded.origin.file.empty() ? "run" : std::filesystem::path(cc.loaded.origin.file).stem().string();
-      auto rd = run::create_run_dir(resolved.output_dir, name);
-      if (!rd.ok()) {
-        print_diagnostics(rd.diagnostics);
-        return kFailure;
-      }
-      std::ofstream(rd.value.config(), std::ios::binary) << save_preset_text(resolved, false);
-      dir = rd.value.root().string();
-      to.store->set(key, std::vector<std::uint8_t>(dir.begin(), dir.end()));
-      std::cout << "\nrun directory: " << dir << "\n" << std::flush;
-    } else {
-      const auto v = to.store->get(key);
-      dir.assign(v.begin(), v.end());
-    }
+  RunDirVerdict v;
+  try {
+    v = decide_run_dir(a, cc, resolved, env, *to.store, static_cast<pid_t>(to.launcher_pid));
+  } catch (const c10::Error& e) {
+    std::cerr << "odyssey-train run: rank " << env.rank << ": no word from rank 0 about the run directory: "
+              << e.what_without_backtrace() << '\n';
+    return kFailure;
   }
-  return train::run_training(resolved, run::RunDir(dir), to) == 0 ? kOk : kFailure;
+  if (v.refused_code != kOk) return v.refused_code;
+  return train::run_training(resolved, run::RunDir(v.dir), to) == 0 ? kOk : kFailure;
 }
 
 int int_option(const Args& a, const char* name, const char* slurm, int fallback) {
@@ -213,8 +284,9 @@ int cmd_run(const Args& a) {
   }
   if (env.from_environment && env.world > 1) return run_rank(a, cc, resolved, env);
   if (launched_rank) {
-    std::cerr << "odyssey-train run: --run-dir is for the ranks the launcher starts (RANK and WORLD_SIZE unset)\n";
-    return kInvalidConfig;
+    std::cerr << "odyssey-train run: --run-dir is only for the ranks of a parallel run (RANK and WORLD_SIZE set, "
+                 "WORLD_SIZE above 1); this process is not one\n";
+    return kUsage;
   }
   const auto nnodes = static_cast<int>(resolved.nnodes);
   const int node_rank = int_option(a, "node-rank", "SLURM_NODEID", 0);
@@ -238,15 +310,14 @@ int cmd_run(const Args& a) {
     print_diagnostics(rd.diagnostics);
     return kFailure;
   }
-  const std::string config_text = save_preset_text(resolved, false);
-  {
-    std::ofstream out(rd.value.config(), std::ios::binary);
-    out << config_text;
-    if (!out.flush()) {
-      std::cerr << "odyssey-train run: " << rd.value.config().string() << ": cannot be written\n";
-      return kFailure;
-    }
+  // This process owns the new directory for the run's whole life: it trains, or it is the
+  // launcher whose ranks recognise their parent as the owner.
+  auto claim = run::claim_run_dir(rd.value);
+  if (!claim.ok()) {
+    print_diagnostics(claim.diagnostics);
+    return kFailure;
   }
+  if (!write_config_once(rd.value, resolved)) return kFailure;
   std::cout << "\nrun directory: " << rd.value.root().string() << "\n" << std::flush;
   if (nproc * nnodes > 1) {
     dist::LaunchOptions lo;
@@ -269,7 +340,13 @@ int cmd_run(const Args& a) {
   train::TrainerOptions to;
   to.preset_base_dir = cc.loaded.origin.base_dir;
   if (a.has("no-token-cache")) to.token_cache_dir = "off";
-  return train::run_training(resolved, rd.value, to) == 0 ? kOk : kFailure;
+  if (train::run_training(resolved, rd.value, to) == 0) return kOk;
+  // The trainer's log goes to stdout; a failure also goes to stderr, as every failure does.
+  const auto st = run::StatusFile(rd.value.status()).read();
+  std::cerr << "odyssey-train run: the run failed"
+            << (st.ok() && !st.value.reason.empty() ? ": " + run::cut_line(st.value.reason, 2000) : std::string())
+            << " (" << rd.value.status().string() << ")\n";
+  return kFailure;
 #endif
 }
 
@@ -297,14 +374,15 @@ const std::vector<Command>& commands() {
                   "supervises them (docs/parallel.md). Under torchrun each process is one rank.\n"
                   "SIGINT/SIGTERM: the current step finishes, a checkpoint is written, exit 0.\n\n"
                   "Exit codes: 0 completed or stopped on request, 1 the run failed (status.json says\n"
-                  "why), 3 the configuration is invalid.",
+                  "why), 2 a usage error (--run-dir outside a parallel run, or naming a directory\n"
+                  "that holds another run), 3 the configuration is invalid.",
                   {kSet,
                    {"name", true, false, "NAME", "run name (default: the preset's file name)"},
                    {"no-token-cache", false, false, "", "tokenize again instead of using the token cache"},
                    {"node-rank", true, false, "K", "this machine's index below nnodes (default: SLURM_NODEID, or 0)"},
                    {"master-addr", true, false, "HOST", "node 0's address (default: MASTER_ADDR, or loopback)"},
                    {"master-port", true, false, "PORT", "the rendezvous port (default: a free one; 29500 multi-node)"},
-                   {"run-dir", true, false, "DIR", "internal: the run directory a launched rank writes to"}},
+                   {"run-dir", true, false, "DIR", "a parallel run's rank: the run directory to write to (refused when it holds another run)"}},
                   0, 1},
                  cmd_run});
     t.push_back({{"validate", "validate [PRESET...] [--set KEY=VALUE]... [--check-files] [--strict]",

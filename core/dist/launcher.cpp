@@ -13,6 +13,7 @@
 
 extern char** environ;
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -22,9 +23,11 @@ extern char** environ;
 #include <iostream>
 #include <sstream>
 
+#include "common/text.h"
 #include "dist/store_auth.h"
 #include "run/event_writer.h"
 #include "run/run_dir.h"
+#include "run/run_lock.h"
 #include "run/status_file.h"
 
 namespace odyssey::dist {
@@ -59,6 +62,25 @@ int exit_code_of(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return 1;
+}
+
+// The reason a rank gave for failing: its last "failed: …" line, the trainer's last word
+// (core/train/trainer.cpp); "" when it wrote none (killed, crashed).
+std::string own_reason(const std::vector<std::string>& lines) {
+  for (auto it = lines.rbegin(); it != lines.rend(); ++it)
+    if (text::starts_with(*it, "failed: ")) return it->substr(8);
+  return {};
+}
+
+// Whether `lines` blame rank `other` ("rank 1 got nothing from rank 0 within 5 s").
+bool blames(const std::vector<std::string>& lines, int other) {
+  const std::string needle = "from rank " + std::to_string(other);
+  for (const auto& l : lines)
+    for (std::size_t p = l.find(needle); p != std::string::npos; p = l.find(needle, p + 1)) {
+      const std::size_t end = p + needle.size();
+      if (end == l.size() || std::isdigit(static_cast<unsigned char>(l[end])) == 0) return true;
+    }
+  return false;
 }
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -123,6 +145,13 @@ class Supervisor {
   int run() {
     const int world = o_.nproc * o_.nnodes;
     std::string error;
+    // The ranks accept the run directory because their parent holds its lock (run_lock.h):
+    // a launcher that does not would let them write into a directory nobody owns.
+    if (const auto owner = run::read_lock_owner(dir_); !owner || owner->pid != ::getpid()) {
+      std::cerr << "odyssey-train: " << dir_.root().string()
+                << ": the launcher does not hold this run directory's lock (run::claim_run_dir); nothing was started\n";
+      return 1;
+    }
     std::vector<std::string> cvd;
     if (!gpu_mapping(&cvd, &error)) return fail_before_start(error);
 
@@ -290,6 +319,13 @@ class Supervisor {
     auto prev = file.read();
     run::RunStatus s = prev.ok() ? prev.value : run::RunStatus{};
     const bool rank0_said_failed = prev.ok() && s.state == run::RunState::Failed;
+    // status.json's step is as old as rank 0's last heartbeat (every 5 s); events.jsonl has
+    // every finished step.
+    const run::EventsTail tail = run::read_events_tail(dir_.events());
+    if (tail.last_step) {
+      s.step = std::max(s.step, tail.last_step->step);
+      if (s.total_steps == 0) s.total_steps = tail.last_step->total_steps;
+    }
     s.state = state;
     s.run_id = dir_.run_id();
     s.launcher_pid = ::getpid();
@@ -302,18 +338,23 @@ class Supervisor {
     // Rank 0's own reason (a NaN loss, bad data) says more than its exit code.
     s.reason = rank0_said_failed && failed_rank == 0 && !s.reason.empty() ? s.reason : reason;
     file.write(s);
-    if (!rank0_said_failed) {
-      auto w = run::EventWriter::open(dir_.events());
-      if (w.ok()) {
-        run::RunEndEvent e;
-        e.status = state == run::RunState::Stopped ? run::RunOutcome::Stopped : run::RunOutcome::Failed;
-        e.reason = reason;
-        e.exit_code = exit_code;
-        e.step = s.step;
-        e.failed_rank = failed_rank;
-        w.value.write(e);
-      }
+    if (tail.ends_with_run_end) return;  // rank 0 said how its run ended
+    auto w = run::EventWriter::open(dir_.events());
+    if (!w.ok()) return;
+    run::RunEndEvent e;
+    e.status = state == run::RunState::Stopped ? run::RunOutcome::Stopped : run::RunOutcome::Failed;
+    e.reason = reason;
+    e.exit_code = exit_code;
+    e.step = s.step;
+    e.failed_rank = failed_rank;
+    // elapsed_s counts from rank 0's start, which only its events know: the last one's
+    // elapsed plus the wall time since it. Without events, from the launcher's own start.
+    w.value.set_start(started_);
+    if (tail.events > 0) {
+      e.time = run::unix_now();
+      e.elapsed_s = tail.last_elapsed_s + std::max(0.0, e.time - tail.last_time);
     }
+    w.value.write(e);
   }
 
   int fail_before_start(const std::string& error) {
@@ -356,12 +397,18 @@ class Supervisor {
         line(r, r.partial.substr(0, nl));
         r.partial.erase(0, nl + 1);
       }
+      // A line without end (a rank printing megabytes of one line) is passed on in pieces
+      // instead of growing here without bound.
+      if (r.partial.size() > kMaxPartialLine) {
+        line(r, r.partial);
+        r.partial.clear();
+      }
       if (!block) continue;
     }
   }
 
   void line(Rank& r, const std::string& s) {
-    r.tail.push_back(s);
+    r.tail.push_back(run::cut_line(s, 500));
     if (r.tail.size() > 20) r.tail.pop_front();
     if (r.global == 0) std::cout << s << '\n' << std::flush;
   }
@@ -414,7 +461,7 @@ class Supervisor {
         const std::string why = sigs >= 2 ? "killed on a second stop request"
                                           : "killed: the ranks did not stop within " +
                                                 std::to_string(static_cast<int>(o_.stop_timeout_s)) + " s of the stop request";
-        std::cout << "launcher: " << why << '\n' << std::flush;
+        std::cerr << "odyssey-train: " << why << '\n';
         kill_all(SIGKILL);
         reap_all(10);
         write_final(run::RunState::Stopped, 1, why, -1, {});
@@ -422,6 +469,7 @@ class Supervisor {
       }
 
       bool any_running = false;
+      std::vector<Rank*> failed;
       for (auto& r : ranks_) {
         if (!r.running) continue;
         if (::waitpid(r.pid, &r.status, WNOHANG) != r.pid) {
@@ -429,22 +477,10 @@ class Supervisor {
           continue;
         }
         r.running = false;
-        const bool ok = WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0;
-        if (ok) continue;
-        // A rank failed: the others would wait for it in their next collective.
-        const auto t_fail = Clock::now();
-        if (r.fd >= 0) drain(r, true);
-        kill_all(SIGKILL);
-        reap_all(o_.rank_exit_grace_s);
-        const double took = std::chrono::duration<double>(Clock::now() - t_fail).count();
-        std::vector<std::string> lines(r.tail.begin(), r.tail.end());
-        const std::string why = "rank " + std::to_string(r.global) + " exited abnormally (" + describe_status(r.status) +
-                                "); every other rank was stopped";
-        std::cerr << "odyssey-train: " << why << " (in " << static_cast<int>(took * 1000) << " ms); its last lines:\n";
-        for (const auto& l : lines) std::cerr << "  [rank " << r.global << "] " << l << '\n';
-        write_final(run::RunState::Failed, exit_code_of(r.status) == 0 ? 1 : exit_code_of(r.status), why, r.global, lines);
-        return 1;
+        if (!(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0)) failed.push_back(&r);
       }
+      // A rank failed: the others would wait for it in their next collective.
+      if (!failed.empty()) return rank_failed(failed);
       if (!any_running) break;
     }
     for (auto& r : ranks_)
@@ -452,9 +488,52 @@ class Supervisor {
     return 0;
   }
 
+  // What the failed rank said: its log (ranks other than 0 write their reason only there)
+  // and its own output, noise filtered (run::failure_lines).
+  std::vector<std::string> failure_lines_of(const Rank& r) const {
+    return run::failure_lines(run::read_last_lines(dir_.rank_log(r.global), 200),
+                              std::vector<std::string>(r.tail.begin(), r.tail.end()));
+  }
+
+  // `failed`: the ranks found exited abnormally in one look, which may be a fault and its
+  // consequences (a peer that timed out waiting for it). The root cause is the one that
+  // blames no other rank of the set; the others are killed with everything else.
+  int rank_failed(const std::vector<Rank*>& failed) {
+    const auto t_fail = Clock::now();
+    for (Rank* f : failed)
+      if (f->fd >= 0) drain(*f, true);
+    Rank* root = failed.front();
+    std::vector<std::vector<std::string>> said;
+    for (Rank* f : failed) said.push_back(failure_lines_of(*f));
+    for (std::size_t i = 0; i < failed.size() && failed.size() > 1; ++i) {
+      bool blames_other = false;
+      for (Rank* other : failed) blames_other = blames_other || (other != failed[i] && blames(said[i], other->global));
+      if (!blames_other) {
+        root = failed[i];
+        break;
+      }
+    }
+    kill_all(SIGKILL);
+    reap_all(o_.rank_exit_grace_s);
+    const double took = std::chrono::duration<double>(Clock::now() - t_fail).count();
+    // Read again: the log may have grown while the others were stopped.
+    const std::vector<std::string> lines = failure_lines_of(*root);
+    const std::string own = own_reason(run::read_last_lines(dir_.rank_log(root->global), 200));
+    const std::string why = "rank " + std::to_string(root->global) + " exited abnormally (" + describe_status(root->status) +
+                            ")" + (own.empty() ? std::string() : ": " + run::cut_line(own, 400)) +
+                            "; every other rank was stopped";
+    std::cerr << "odyssey-train: " << why << " (in " << static_cast<int>(took * 1000) << " ms); its last lines:\n";
+    for (const auto& l : lines) std::cerr << "  [rank " << root->global << "] " << l << '\n';
+    const int code = exit_code_of(root->status);
+    write_final(run::RunState::Failed, code == 0 ? 1 : code, why, root->global, lines);
+    return 1;
+  }
+
+  static constexpr std::size_t kMaxPartialLine = std::size_t{1} << 20;
   const LaunchOptions& o_;
   run::RunDir dir_;
   std::vector<Rank> ranks_;
+  const Clock::time_point started_ = Clock::now();
 };
 
 }  // namespace

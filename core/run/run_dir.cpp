@@ -1,6 +1,8 @@
 #include "run/run_dir.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -8,6 +10,7 @@
 #include <cstring>
 #include <ctime>
 #include <system_error>
+#include <variant>
 
 #include "common/text.h"
 
@@ -99,6 +102,131 @@ Result<RunDir> create_run_dir(const fs::path& output_dir, std::string_view name,
     return r;
   }
   return fail(output_dir / base, "1000 run directories of this name exist already");
+}
+
+namespace {
+
+// The last `max_bytes` of `file` starting at a line: a first line cut by the window is
+// dropped. `size` gets the file's size (0 when it cannot be read).
+std::string read_tail_window(const fs::path& file, std::size_t max_bytes, std::uintmax_t* size) {
+  *size = 0;
+  // O_NONBLOCK: a FIFO planted under a log's name must not hang the reader.
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return {};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return {};
+  }
+  *size = static_cast<std::uintmax_t>(st.st_size);
+  const std::uintmax_t from = *size > max_bytes ? *size - max_bytes : 0;
+  std::string text(static_cast<std::size_t>(*size - from), '\0');
+  std::size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::pread(fd, text.data() + got, text.size() - got, static_cast<off_t>(from + got));
+    if (n <= 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  text.resize(got);
+  if (from > 0) {
+    const std::size_t nl = text.find('\n');
+    text.erase(0, nl == std::string::npos ? text.size() : nl + 1);
+  }
+  return text;
+}
+
+}  // namespace
+
+std::string cut_line(std::string_view line, std::size_t max_bytes) {
+  if (line.size() <= max_bytes) return std::string(line);
+  std::size_t end = max_bytes;
+  while (end > 0 && (static_cast<unsigned char>(line[end]) & 0xC0) == 0x80) --end;  // not inside a UTF-8 sequence
+  return std::string(line.substr(0, end)) + "\xE2\x80\xA6 (" + std::to_string(line.size()) + " bytes)";
+}
+
+namespace {
+
+bool contains_ci(std::string_view s, std::string_view word) {
+  return std::search(s.begin(), s.end(), word.begin(), word.end(), [](char a, char b) {
+           return std::tolower(static_cast<unsigned char>(a)) == b;
+         }) != s.end();
+}
+
+// c10d's glog-style warnings ("[W1201 12:00:00.123 socket.cpp:…] [c10d] …"): a rank whose
+// peer died prints a screenful of them, and they bury the line that says why it stopped.
+bool is_noise(std::string_view line) {
+  const bool glog = line.size() > 3 && line[0] == '[' && (line[1] == 'W' || line[1] == 'I') &&
+                    std::isdigit(static_cast<unsigned char>(line[2])) != 0;
+  return glog && (contains_ci(line, "socket") || contains_ci(line, "c10d") || contains_ci(line, "tcpstore"));
+}
+
+bool says_why(std::string_view line) {
+  for (std::string_view w : {"error", "fail", "fatal", "terminate", "exception", "abort", "got nothing"})
+    if (contains_ci(line, w)) return true;
+  return false;
+}
+
+}  // namespace
+
+std::vector<std::string> failure_lines(const std::vector<std::string>& log_tail,
+                                       const std::vector<std::string>& output_tail, std::size_t max_lines) {
+  // The log first (the rank's own account, in order), then what only reached the pipe.
+  std::vector<std::string> all = log_tail;
+  for (const auto& l : output_tail)
+    if (std::find(log_tail.begin(), log_tail.end(), l) == log_tail.end()) all.push_back(l);
+  std::vector<std::string> kept;
+  for (const auto& l : all)
+    if (!is_noise(l) && l.find_first_not_of(" \t") != std::string::npos) kept.push_back(l);
+  if (kept.empty()) kept = all;  // the noise is all there is: it is the reason
+  if (max_lines == 0) return {};
+  std::vector<std::string> out(kept.end() - static_cast<std::ptrdiff_t>(std::min(max_lines, kept.size())), kept.end());
+  const auto why = std::find_if(kept.rbegin(), kept.rend(), [](const std::string& l) { return says_why(l); });
+  if (why != kept.rend() && std::none_of(out.begin(), out.end(), [](const std::string& l) { return says_why(l); }))
+    out.front() = *why;  // the reason was said earlier than the window: it leads the window
+  return out;
+}
+
+EventsTail read_events_tail(const fs::path& events, std::size_t max_bytes) {
+  EventsTail t;
+  const std::string text = read_tail_window(events, max_bytes, &t.bytes);
+  std::size_t pos = 0;
+  // Only lines with their '\n': a last line without one is still being written (or its
+  // writer died mid-line) and is not an event.
+  for (std::size_t nl; (nl = text.find('\n', pos)) != std::string::npos; pos = nl + 1) {
+    const std::string_view line(text.data() + pos, nl - pos);
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    DecodedLine d = decode_event_line(line, events.string(), 0);
+    if (!d.event) continue;
+    const Event& e = *d.event;
+    ++t.events;
+    t.last_time = event_time(e);
+    t.last_elapsed_s = event_elapsed(e);
+    t.ends_with_run_end = std::holds_alternative<RunEndEvent>(e);
+    if (const auto* s = std::get_if<StepEvent>(&e)) t.last_step = *s;
+    if (const auto* r = std::get_if<RunEndEvent>(&e)) t.last_run_end = *r;
+  }
+  return t;
+}
+
+std::vector<std::string> read_last_lines(const fs::path& file, std::size_t max_lines, std::size_t max_bytes,
+                                         std::size_t max_line_bytes) {
+  std::uintmax_t size = 0;
+  const std::string text = read_tail_window(file, max_bytes, &size);
+  std::vector<std::string_view> lines;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    std::size_t nl = text.find('\n', pos);
+    if (nl == std::string::npos) nl = text.size();
+    std::string_view line(text.data() + pos, nl - pos);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    lines.push_back(line);
+    pos = nl + 1;
+  }
+  const std::size_t first = lines.size() > max_lines ? lines.size() - max_lines : 0;
+  std::vector<std::string> out;
+  for (std::size_t i = first; i < lines.size(); ++i) out.push_back(cut_line(lines[i], max_line_bytes));
+  return out;
 }
 
 }  // namespace odyssey::run

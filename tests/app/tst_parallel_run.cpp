@@ -40,6 +40,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -273,6 +274,66 @@ void attack_store(int port, const std::atomic<bool>& done, Attack& a) {
 
 // A multi-node job's store secret, as a job script would export it on every node.
 const QString kJobSecret = QStringLiteral("4f6479737365792d746573742d6a6f622d7365637265742d30303030303030");
+
+QByteArray bytes(const QString& file) {
+  QFile f(file);
+  return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+}
+
+// A loopback port nothing listens on (bound, read and closed).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) qFatal("bind");
+  socklen_t len = sizeof sa;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+  ::close(fd);
+  return ntohs(sa.sin_port);
+}
+
+// Two ranks started by hand with torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR,
+// MASTER_PORT, ...; rank 0 hosts the store, as without torchrun's agent), each running
+// `odyssey-train run <args>`; waits for both.
+struct HandRanks {
+  Run r[2];
+};
+HandRanks hand_launch(const QStringList& args, int timeout_ms = 300000) {
+  const int port = free_port();
+  QProcess p[2];
+  for (int rank = 0; rank < 2; ++rank) {
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    for (const char* k : {"ODYSSEY_LAUNCHER_PID", "ODYSSEY_RUN_DIR", "TORCHELASTIC_USE_AGENT_STORE"}) env.remove(k);
+    env.insert("RANK", QString::number(rank));
+    env.insert("LOCAL_RANK", QString::number(rank));
+    env.insert("WORLD_SIZE", "2");
+    env.insert("LOCAL_WORLD_SIZE", "2");
+    env.insert("GROUP_RANK", "0");
+    env.insert("MASTER_ADDR", "127.0.0.1");
+    env.insert("MASTER_PORT", QString::number(port));
+    env.insert("ODYSSEY_COMM_TIMEOUT_S", "30");
+    p[rank].setProcessEnvironment(env);
+    p[rank].start(QStringLiteral(ODYSSEY_TRAIN_BIN), args);
+  }
+  HandRanks h;
+  for (int rank = 0; rank < 2; ++rank) {
+    if (!p[rank].waitForFinished(timeout_ms)) {
+      p[0].kill();
+      p[1].kill();
+      qFatal("a hand-started rank did not finish in time");
+    }
+    h.r[rank].code = p[rank].exitStatus() == QProcess::NormalExit ? p[rank].exitCode() : -2;
+    h.r[rank].out = QString::fromUtf8(p[rank].readAllStandardOutput());
+    h.r[rank].err = QString::fromUtf8(p[rank].readAllStandardError());
+  }
+  return h;
+}
+
+ino_t inode(const QString& path) {
+  struct stat st {};
+  return ::stat(path.toLocal8Bit().constData(), &st) == 0 ? st.st_ino : 0;
+}
 
 // Two network namespaces joined by a veth pair: node 0 at 10.77.N.1, node 1 at 10.77.N.2.
 struct TwoHosts {
@@ -756,6 +817,116 @@ class TstParallelRun : public QObject {
     const QJsonObject st = status(dir);
     QCOMPARE(st.value("state").toString(), QString("failed"));
     QVERIFY2(st.value("reason").toString().contains("rank 1"), qPrintable(st.value("reason").toString()));
+  }
+
+  // Issue 21, finding 2: two ranks started by hand (torchrun's environment) with --run-dir
+  // naming a finished run. Before: both trained into it, exit 0, checkpoint-3 deleted and
+  // replaced, a second run_start appended. Now: refused before a byte is written, exit 2.
+  void finishedRunDirIsRefused() {
+    QTemporaryDir t;
+    const QString p = preset(t, "done", "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\n");
+    const Run first = odyssey_train({"run", p, "--name", "done"});
+    QVERIFY2(first.code == 0, qPrintable(first.err.right(2000)));
+    const QString dir = only_run(t.filePath("out-done"));
+    const QString ck = dir + "/checkpoints/checkpoint-3";
+    const QByteArray events_before = bytes(dir + "/events.jsonl"), status_before = bytes(dir + "/status.json");
+    const QByteArray adapter_before = bytes(ck + "/adapter_model.safetensors");
+    const ino_t ck_inode = inode(ck);
+    QVERIFY(ck_inode != 0 && !adapter_before.isEmpty());
+
+    const HandRanks h = hand_launch({"run", p, "--run-dir", dir});
+    qInfo("--run-dir at a finished run, 2 ranks by hand: exit %d and %d; rank 0 said: %s", h.r[0].code, h.r[1].code,
+          qPrintable(h.r[0].err.trimmed().right(600)));
+    QCOMPARE(h.r[0].code, 2);
+    QCOMPARE(h.r[1].code, 2);
+    QVERIFY2(h.r[0].err.contains(dir) && h.r[0].err.contains("run_end completed"), qPrintable(h.r[0].err));
+    QVERIFY2(h.r[1].err.contains("rank 0 refused the run directory"), qPrintable(h.r[1].err));
+    QCOMPARE(bytes(dir + "/events.jsonl"), events_before);
+    QCOMPARE(bytes(dir + "/status.json"), status_before);
+    QCOMPARE(inode(ck), ck_inode);
+    QCOMPARE(bytes(ck + "/adapter_model.safetensors"), adapter_before);
+    QVERIFY(!QFile::exists(dir + "/logs/rank-1.log") || bytes(dir + "/logs/rank-1.log").count('\n') > 0);
+  }
+
+  // A second launch into the directory of a run that is still going: refused (exit 2), naming
+  // the live owner (the launcher's pid); the running run goes on undisturbed.
+  void liveRunDirIsRefused() {
+    QTemporaryDir t;
+    const QString p = preset(t, "live", "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\nmax_steps: 500\n");
+    QProcess launcher;
+    launcher.start(QStringLiteral(ODYSSEY_TRAIN_BIN), {"run", p, "--name", "live"});
+    QVERIFY(launcher.waitForStarted());
+    QString dir;
+    QTRY_VERIFY_WITH_TIMEOUT(!(dir = run_with_steps(t.filePath("out-live"), 1)).isEmpty(), 120000);
+    const HandRanks h = hand_launch({"run", p, "--run-dir", dir, "--set", "max_steps=3"});
+    qInfo("--run-dir at a live run: exit %d and %d; rank 0 said: %s", h.r[0].code, h.r[1].code,
+          qPrintable(h.r[0].err.trimmed().right(600)));
+    QCOMPARE(h.r[0].code, 2);
+    QCOMPARE(h.r[1].code, 2);
+    const QString owner = "another live process owns it (pid " + QString::number(launcher.processId());
+    QVERIFY2(h.r[0].err.contains(dir) && h.r[0].err.contains(owner), qPrintable(h.r[0].err));
+    QCOMPARE(launcher.state(), QProcess::Running);
+    QCOMPARE(events(dir, "run_start").size(), 1);
+    ::kill(static_cast<pid_t>(launcher.processId()), SIGTERM);
+    QVERIFY(launcher.waitForFinished(60000));
+    QCOMPARE(launcher.exitCode(), 0);
+    QCOMPARE(status(dir).value("state").toString(), QString("stopped"));
+    QCOMPARE(events(dir, "run_start").size(), 1);
+    QCOMPARE(events(dir, "run_end").size(), 1);
+  }
+
+  // Issue 21, finding 8: rank 1 fails because rank 0 stalls (SIGSTOP: alive, silent) and its
+  // 5 s peer timeout runs out. Its reason is only in logs/rank-1.log; the launcher must copy
+  // it into status.json, and take step and elapsed time from events.jsonl. Before:
+  // last_error_lines empty or c10d socket warnings, step 0, run_end elapsed ~1e-6 s.
+  void failedRankReasonReachesStatus() {
+    QTemporaryDir t;
+    QProcess launcher;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("ODYSSEY_COMM_TIMEOUT_S", "5");
+    launcher.setProcessEnvironment(env);
+    launcher.start(QStringLiteral(ODYSSEY_TRAIN_BIN),
+                   {"run", preset(t, "stall", "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\nmax_steps: 500\n"),
+                    "--name", "stall"});
+    QVERIFY(launcher.waitForStarted());
+    QString dir;
+    QTRY_VERIFY_WITH_TIMEOUT(!(dir = run_with_steps(t.filePath("out-stall"), 3)).isEmpty(), 180000);
+    const auto ranks = children_of(static_cast<pid_t>(launcher.processId()));
+    const auto rank0 = static_cast<pid_t>(status(dir).value("pid").toInteger());
+    QVERIFY(rank0 > 0 && std::find(ranks.begin(), ranks.end(), rank0) != ranks.end());
+    ::kill(rank0, SIGSTOP);
+    QVERIFY2(launcher.waitForFinished(90000), "the launcher did not end after rank 1's peer timeout");
+    const QString out = QString::fromUtf8(launcher.readAllStandardOutput());
+    const QString err = QString::fromUtf8(launcher.readAllStandardError());
+    const QJsonObject st = status(dir);
+    QStringList lines;
+    for (const auto& l : st.value("last_error_lines").toArray()) lines << l.toString();
+    const auto steps = events(dir, "step");
+    const auto ends = events(dir, "run_end");
+    QVERIFY(!steps.isEmpty());
+    const QJsonObject last = steps.back();
+    qInfo("rank 0 stopped after %lld step events: launcher exit %d; status step %d, failed_rank %d, reason: %s",
+          static_cast<long long>(steps.size()), launcher.exitCode(), st.value("step").toInt(),
+          st.value("failed_rank").toInt(), qPrintable(st.value("reason").toString()));
+    qInfo("last_error_lines:\n  %s", qPrintable(lines.join("\n  ")));
+    if (!ends.isEmpty())
+      qInfo("run_end: step %d, elapsed_s %.6f (last step event: step %d at elapsed_s %.3f)", ends.back().value("step").toInt(),
+            ends.back().value("elapsed_s").toDouble(), last.value("step").toInt(), last.value("elapsed_s").toDouble());
+    for (pid_t r : ranks) QTRY_VERIFY_WITH_TIMEOUT(!alive(r), 5000);
+    QCOMPARE(launcher.exitCode(), 1);
+    QCOMPARE(st.value("state").toString(), QString("failed"));
+    QCOMPARE(st.value("failed_rank").toInt(), 1);
+    const QString why = "rank 1 got nothing from rank 0 within 5 s";
+    QVERIFY2(lines.join('\n').contains(why), qPrintable(lines.join('\n')));
+    QVERIFY2(st.value("reason").toString().contains(why), qPrintable(st.value("reason").toString()));
+    QVERIFY(last.value("step").toInt() >= 3);
+    QCOMPARE(st.value("step").toInt(), last.value("step").toInt());
+    QCOMPARE(ends.size(), 1);
+    QCOMPARE(ends.back().value("step").toInt(), last.value("step").toInt());
+    QVERIFY(ends.back().value("elapsed_s").toDouble() >= last.value("elapsed_s").toDouble());
+    // The failure is said on stderr, not stdout (docs/cli.md).
+    QVERIFY2(err.contains(why), qPrintable(err.right(3000)));
+    QVERIFY2(!out.contains("exited abnormally"), qPrintable(out.right(3000)));
   }
 
   void portInUseIsAnError() {

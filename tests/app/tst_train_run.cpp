@@ -396,6 +396,37 @@ class TstTrainRun : public QObject {
     QCOMPARE(status(run_dir(tmp.filePath("out"))).value("state").toString(), QStringLiteral("failed"));
   }
 
+  // A failed run says so on stderr (docs/cli.md: diagnostics go to standard error), not
+  // only in the training log on stdout.
+  void failureIsReportedOnStderr() {
+    QTemporaryDir tmp;
+    const QString data = tmp.filePath("broken.jsonl");
+    QFile f(data);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write("not json\n");
+    f.close();
+    const Run r = odyssey_train({"run", lora_preset(tmp), "--set", "dataset=[" + data + "]"});
+    qInfo("failed run: exit %d; stderr: %s", r.code, qPrintable(r.err.trimmed().right(400)));
+    QCOMPARE(r.code, 1);
+    const QString reason = status(run_dir(tmp.filePath("out"))).value("reason").toString();
+    QVERIFY(!reason.isEmpty());
+    QVERIFY2(r.err.contains("the run failed") && r.err.contains(reason.left(200)), qPrintable(r.err));
+    QVERIFY2(r.err.contains("broken.jsonl"), qPrintable(r.err));
+  }
+
+  // --run-dir belongs to the ranks of a parallel run; anywhere else it is a usage error
+  // (exit 2), said on stderr, and nothing is created.
+  void runDirOutsideAParallelRunIsAUsageError() {
+    QTemporaryDir tmp;
+    const QString dir = tmp.filePath("not-a-run");
+    const Run r = odyssey_train({"run", lora_preset(tmp), "--run-dir", dir});
+    qInfo("--run-dir without RANK/WORLD_SIZE: exit %d; stderr: %s", r.code, qPrintable(r.err.trimmed()));
+    QCOMPARE(r.code, 2);
+    QVERIFY2(r.err.contains("--run-dir"), qPrintable(r.err));
+    QVERIFY(!QFileInfo::exists(dir));
+    QVERIFY(!QFileInfo::exists(tmp.filePath("out")) || QDir(tmp.filePath("out")).isEmpty());
+  }
+
   void outputDirThatIsAFile() {
     QTemporaryDir tmp;
     QFile f(tmp.filePath("file"));
