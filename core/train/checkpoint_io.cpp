@@ -15,6 +15,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/json_dump.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
 
@@ -186,7 +187,7 @@ Result<std::int64_t> save_checkpoint(const fs::path& final_dir, StepEngine& engi
   nlohmann::ordered_json listed = nlohmann::ordered_json::object();
   for (const auto& f : files.value) listed[f.name] = {{"bytes", f.bytes}, {"checksum64", f.checksum64}};
   j["files"] = std::move(listed);
-  if (!write_text(tmp / "trainer_state.json", j.dump(2) + "\n"))
+  if (!write_text(tmp / "trainer_state.json", dump_json(j, 2) + "\n"))
     return fail({err((tmp / "trainer_state.json").string(), "cannot be written (disk full?)")});
   std::int64_t bytes = 0;
   for (const auto& e : fs::directory_iterator(tmp, ec)) {

@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/json_dump.h"
 #include "model/safetensors.h"
 
 namespace odyssey::train {
@@ -129,7 +130,7 @@ Diagnostics save_adapter(model::CausalLM& lm, const LoraSettings& s, const std::
   c["use_rslora"] = s.rslora;
   const std::string file = (fs::path(dir) / "adapter_config.json").string();
   std::ofstream out(file, std::ios::binary | std::ios::trunc);
-  out << c.dump(2) << "\n";
+  out << dump_json(c, 2) << "\n";
   out.flush();
   if (!out) d.push_back(error(file, "", "could not be written (disk full or not writable?)"));
   return d;
