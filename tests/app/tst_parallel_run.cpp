@@ -514,12 +514,17 @@ class TstParallelRun : public QObject {
     // The ranks' secret: in their environment (readable by this user only), not on their
     // command line; read here to check below that it is written nowhere.
     QByteArray secret;
-    for (pid_t r : children_of(static_cast<pid_t>(p.processId()))) {
-      QFile env(QString("/proc/%1/environ").arg(r)), cmd(QString("/proc/%1/cmdline").arg(r));
-      if (!env.open(QIODevice::ReadOnly) || !cmd.open(QIODevice::ReadOnly)) continue;
-      for (const QByteArray& kv : env.readAll().split('\0'))
-        if (kv.startsWith("ODYSSEY_STORE_SECRET=")) secret = kv.mid(21);
-      if (!secret.isEmpty()) QVERIFY2(!cmd.readAll().contains(secret), "the secret is on a rank's command line");
+    QElapsedTimer since;
+    since.start();
+    while (secret.isEmpty() && since.elapsed() < 20000) {
+      for (pid_t r : children_of(static_cast<pid_t>(p.processId()))) {  // until a rank has exec'd
+        QFile env(QString("/proc/%1/environ").arg(r)), cmd(QString("/proc/%1/cmdline").arg(r));
+        if (!env.open(QIODevice::ReadOnly) || !cmd.open(QIODevice::ReadOnly)) continue;
+        for (const QByteArray& kv : env.readAll().split('\0'))
+          if (kv.startsWith("ODYSSEY_STORE_SECRET=")) secret = kv.mid(21);
+        if (!secret.isEmpty()) QVERIFY2(!cmd.readAll().contains(secret), "the secret is on a rank's command line");
+      }
+      if (secret.isEmpty()) QTest::qWait(50);
     }
     QCOMPARE(secret.size(), qsizetype{64});  // 32 bytes from getrandom, in hex
     const bool finished = p.waitForFinished(600000);
