@@ -338,7 +338,7 @@ int cmd_run(const Args& a) {
   // The trainer's log goes to stdout; a failure also goes to stderr, as every failure does.
   const auto st = run::StatusFile(rd.value.status()).read();
   std::cerr << "odyssey-train run: the run failed"
-            << (st.ok() && !st.value.reason.empty() ? ": " + run::cut_line(st.value.reason, 2000) : std::string())
+            << (st.ok() && !st.value.reason.empty() ? ": " + run::cut_line(text::trim(st.value.reason), 2000) : std::string())
             << " (" << rd.value.status().string() << ")\n";
   return kFailure;
 #endif
