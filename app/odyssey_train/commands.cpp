@@ -143,7 +143,7 @@ bool write_config_once(const run::RunDir& dir, const TrainConfig& resolved) {
 }
 
 // Rank 0 decides which run directory the ranks write to and tells them through the store:
-// "ok <code>\n<dir>" or "refused <exit code>\n<why>". Every rank waits for the verdict before
+// "ok\n<dir>" or "refused <exit code>\n<why>". Every rank waits for the verdict before
 // it touches the directory, so a refused directory gets not even a rank log.
 struct RunDirVerdict {
   std::string dir;
