@@ -144,7 +144,7 @@ bool write_config_once(const run::RunDir& dir, const TrainConfig& resolved) {
 }
 
 // Rank 0 decides which run directory the ranks write to and tells them through the store:
-// "ok <code>\n<dir>" or "refused <exit code>\n<why>". Every rank waits for the verdict before
+// "ok\n<dir>" or "refused <exit code>\n<why>". Every rank waits for the verdict before
 // it touches the directory, so a refused directory gets not even a rank log.
 struct RunDirVerdict {
   std::string dir;
@@ -344,7 +344,7 @@ int cmd_run(const Args& a) {
   // The trainer's log goes to stdout; a failure also goes to stderr, as every failure does.
   const auto st = run::StatusFile(rd.value.status()).read();
   std::cerr << "odyssey-train run: the run failed"
-            << (st.ok() && !st.value.reason.empty() ? ": " + run::cut_line(st.value.reason, 2000) : std::string())
+            << (st.ok() && !st.value.reason.empty() ? ": " + run::cut_line(text::trim(st.value.reason), 2000) : std::string())
             << " (" << rd.value.status().string() << ")\n";
   return kFailure;
 #endif

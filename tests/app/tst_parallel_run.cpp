@@ -844,7 +844,7 @@ class TstParallelRun : public QObject {
           qPrintable(h.r[0].err.trimmed().right(600)));
     QCOMPARE(h.r[0].code, 2);
     QCOMPARE(h.r[1].code, 2);
-    QVERIFY2(h.r[0].err.contains(dir) && h.r[0].err.contains("run_end completed"), qPrintable(h.r[0].err));
+    QVERIFY2(h.r[0].err.contains(dir) && h.r[0].err.contains("ended there (status.json: completed at step 3)"), qPrintable(h.r[0].err));
     QVERIFY2(h.r[1].err.contains("rank 0 refused the run directory"), qPrintable(h.r[1].err));
     QCOMPARE(bytes(dir + "/events.jsonl"), events_before);
     QCOMPARE(bytes(dir + "/status.json"), status_before);
