@@ -110,7 +110,8 @@ void unpack_message(const std::vector<std::uint8_t>& msg, const MessageHeader& w
   if (dst != want.dst) mismatch("receiver rank", std::to_string(dst), std::to_string(want.dst));
   const std::uint64_t seq = r.uint(8);
   if (seq != want.seq)
-    mismatch("sequence number", std::to_string(seq), std::to_string(want.seq) + " (a replayed or reordered message)");
+    r.fail("sequence number " + std::to_string(seq) + " came, " + std::to_string(want.seq) +
+           " expected (a replayed or reordered message)");
   const auto dtype_code = static_cast<std::int8_t>(r.uint(1));
   if (dtype_code != static_cast<std::int8_t>(want.dtype)) {
     const bool known = dtype_code >= 0 && dtype_code < static_cast<std::int8_t>(c10::ScalarType::NumOptions);
