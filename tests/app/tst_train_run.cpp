@@ -512,6 +512,11 @@ class TstTrainRun : public QObject {
     run.start({"run", lora_preset(tmp)}, tmp.filePath("out"));
     const QString dir = run.dir();
     QVERIFY(!dir.isEmpty());
+    // After the run directory is complete (its subdirectories made, the trainer started).
+    QElapsedTimer t;
+    t.start();
+    while (!QFile::exists(dir + "/events.jsonl") && t.elapsed() < 120000) QThread::msleep(10);
+    QVERIFY(QFile::exists(dir + "/events.jsonl"));
     const QString theirs = dir + "/checkpoints/checkpoint-3";
     QVERIFY(QDir().mkpath(theirs));
     write_file(theirs + "/precious.txt", "not the run's");
