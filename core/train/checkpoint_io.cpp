@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "common/json_dump.h"
+#include "common/regular_file.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
 
@@ -94,9 +95,9 @@ Result<std::vector<SavedFile>> list_files(const fs::path& dir) {
 }
 
 std::optional<torch::Tensor> read_bytes(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Generator states are a few KiB; a FIFO or a huge file in their place is not one.
+  std::string bytes, why;
+  if (!read_regular_file(file.string(), std::uint64_t{1} << 20, &bytes, &why)) return std::nullopt;
   torch::Tensor t = torch::empty({static_cast<std::int64_t>(bytes.size())}, torch::kUInt8);
   std::memcpy(t.data_ptr<std::uint8_t>(), bytes.data(), bytes.size());
   return t;
@@ -233,14 +234,13 @@ Result<std::int64_t> save_optimizer_shard(const fs::path& file, StepEngine& engi
 Result<TrainerState> read_trainer_state(const fs::path& dir) {
   Result<TrainerState> r;
   const fs::path file = dir / "trainer_state.json";
-  std::ifstream in(file, std::ios::binary);
-  if (!in) {
-    r.diagnostics.push_back(err(file.string(), "cannot be read; is " + dir.string() + " a checkpoint directory (checkpoints/checkpoint-<step>)?"));
+  std::string text, why;
+  if (!read_regular_file(file.string(), std::uint64_t{64} << 20, &text, &why)) {
+    r.diagnostics.push_back(err(file.string(), "cannot be read (" + why + "); is " + dir.string() +
+                                                   " a checkpoint directory (checkpoints/checkpoint-<step>)?"));
     return r;
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
     r.diagnostics.push_back(err(file.string(), "is not a JSON object"));
     return r;

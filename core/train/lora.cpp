@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "common/json_dump.h"
+#include "common/regular_file.h"
 #include "model/safetensors.h"
 
 namespace odyssey::train {
@@ -139,14 +140,12 @@ Diagnostics save_adapter(model::CausalLM& lm, const LoraSettings& s, const std::
 Result<LoraSettings> read_adapter_config(const std::string& dir) {
   Result<LoraSettings> r;
   const std::string file = (fs::path(dir) / "adapter_config.json").string();
-  std::ifstream in(file, std::ios::binary);
-  if (!in) {
-    r.diagnostics.push_back(error(file, "", "cannot be read; a PEFT adapter directory has adapter_config.json"));
+  std::string text, why;
+  if (!read_regular_file(file, std::uint64_t{16} << 20, &text, &why)) {
+    r.diagnostics.push_back(error(file, "", "cannot be read (" + why + "); a PEFT adapter directory has adapter_config.json"));
     return r;
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
     r.diagnostics.push_back(error(file, "", "is not a JSON object"));
     return r;

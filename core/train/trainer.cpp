@@ -224,6 +224,9 @@ MemoryPolicy memory_policy(const TrainConfig& c, const HfModelConfig& m, const t
     PlannerOptions po;
     po.gpu_memory_bytes = device_memory_bytes(device);
     plan = plan_memory(c, m, po);
+    // A job a thousandfold beyond this GPU gets no plan, only the reason: the run fails
+    // with it instead of reading layer tables that were never built.
+    if (!plan->refused.empty()) throw RunFailure{"the memory planner refused the job: " + plan->refused};
   }
   MemoryPolicy mp;
   mp.mlp_tile = c.mlp_tile_tokens > 0 ? c.mlp_tile_tokens : plan ? plan->mlp_tile_tokens : 0;
@@ -599,6 +602,11 @@ Data load_data(RunContext& run, const LoadedModel& m) {
   const std::string tok_file = (fs::path(c.model) / "tokenizer.json").string();
   auto tok = Tokenizer::load(tok_file);
   if (!tok.ok()) throw RunFailure{"the tokenizer could not be loaded:\n" + format_all(tok.diagnostics)};
+  // An id the embedding cannot hold would surface at step 1 as LibTorch's "index out of range
+  // in self"; here it names tokenizer.json and the token.
+  if (const auto vocab = tok.value.check_vocab(m.hf.vocab_size, (fs::path(c.model) / "config.json").string());
+      has_errors(vocab))
+    throw RunFailure{"the tokenizer does not fit the model:\n" + format_all(vocab)};
   auto tmpl = data::template_for(c.template_name, tok.value, m.hf.family);
   if (!tmpl.ok()) throw RunFailure{format_all(tmpl.diagnostics)};
   report_diagnostics(tmpl.diagnostics, *run.out, "template");
