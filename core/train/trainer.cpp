@@ -22,6 +22,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/text.h"
 #include "config/model_config.h"
 #include "data/dataset.h"
 #include "data/packing.h"
@@ -818,7 +819,7 @@ void save(RunContext& run, Training& t, std::int64_t at_step) {
   t.state.elapsed_s = std::chrono::duration<double>(Clock::now() - run.t0).count();
   auto saved = save_checkpoint(run.dir.checkpoint(at_step), *t.engine, with, t.state);
   if (!saved.ok())
-    throw RunFailure{"checkpoint-" + std::to_string(at_step) + " could not be written: " + format_all(saved.diagnostics) +
+    throw RunFailure{"checkpoint-" + std::to_string(at_step) + " could not be written: " + text::trim(format_all(saved.diagnostics)) +
                      (t.last_saved ? "; checkpoint-" + std::to_string(*t.last_saved) + " is intact"
                                    : std::string("; no earlier checkpoint exists"))};
   run::CheckpointEvent e;
