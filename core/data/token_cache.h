@@ -19,27 +19,13 @@
 #include <vector>
 
 #include "common/diagnostic.h"
+#include "common/sha256.h"
 #include "data/dataset.h"
 #include "data/tokenize.h"
 
 namespace odyssey::data {
 
-// SHA-256 (FIPS 180-4), fed in pieces.
-class Sha256 {
- public:
-  Sha256();
-  void update(const void* data, std::size_t n);
-  void update(std::string_view s) { update(s.data(), s.size()); }
-  std::array<std::uint8_t, 32> digest();  // finishes; the object must not be updated after
-  static std::string hex(const std::array<std::uint8_t, 32>& d);
-
- private:
-  void block(const std::uint8_t* p);
-  std::array<std::uint32_t, 8> h_;
-  std::array<std::uint8_t, 64> buf_{};
-  std::size_t used_ = 0;
-  std::uint64_t bytes_ = 0;
-};
+using odyssey::Sha256;  // common/sha256.h
 std::string sha256_hex(std::string_view data);
 // The SHA-256 of a file's bytes, read in blocks; nullopt with `error` set when unreadable.
 std::optional<std::array<std::uint8_t, 32>> sha256_file(const std::string& path, std::string* error);

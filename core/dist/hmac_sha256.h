@@ -1,7 +1,7 @@
-// SHA-256 (FIPS 180-4) and HMAC-SHA256 (RFC 2104) for the rendezvous store's authentication
-// (dist/store_auth.h). Written here because LibTorch links no crypto library and the store
-// needs nothing more; tested against RFC 4231's vectors and Python's hmac module
-// (tests/core/tst_store_auth.cpp).
+// HMAC-SHA256 (RFC 2104) over common/sha256.h's SHA-256, for the rendezvous store's
+// authentication (dist/store_auth.h). Written here because LibTorch links no crypto library
+// and the store needs nothing more; tested against RFC 4231's vectors and Python's hmac
+// module (tests/core/tst_store_auth.cpp).
 #pragma once
 
 #include <array>
@@ -10,24 +10,12 @@
 #include <string>
 #include <string_view>
 
+#include "common/sha256.h"
+
 namespace odyssey::dist {
 
 using Digest = std::array<std::uint8_t, 32>;
-
-class Sha256 {
- public:
-  Sha256();
-  void update(const void* data, std::size_t n);
-  void update(std::string_view s) { update(s.data(), s.size()); }
-  Digest finish();  // the object is spent afterwards
-
- private:
-  void block(const std::uint8_t* p);
-  std::array<std::uint32_t, 8> h_;
-  std::array<std::uint8_t, 64> buf_{};
-  std::size_t used_ = 0;
-  std::uint64_t total_ = 0;  // bytes
-};
+using odyssey::Sha256;  // common/sha256.h
 
 // HMAC-SHA256 over a message given in pieces (the store's tags cover several fields without
 // copying them into one buffer).
