@@ -13,6 +13,7 @@
 #include "dist/mesh.h"
 #include "dist/sequence_parallel.h"
 #include "model/attention.h"
+#include "run/run_lock.h"
 #include "train/batch.h"
 
 #include <QtTest>
@@ -214,6 +215,9 @@ Launched launch_ranks(int n, const QString& what) {
   o.nproc = n;
   o.run_dir = dir.path().toStdString();
   o.rank_exit_grace_s = 10;
+  // The launcher supervises a directory its caller owns (run_lock.h), as `odyssey-train run` does.
+  const auto claim = run::claim_run_dir(run::RunDir(o.run_dir));
+  if (!claim.ok()) qFatal("%s", format_all(claim.diagnostics).c_str());
   QElapsedTimer t;
   t.start();
   Launched l;
