@@ -36,6 +36,7 @@
 #include "dist/mesh.h"
 #include "dist/sequence_parallel.h"
 #include "model/attention.h"
+#include "run/run_lock.h"
 #include "train/batch.h"
 
 using namespace odyssey;
@@ -157,7 +158,15 @@ int main() {
     o.use_gpus = true;
     o.gpu_ids = {0, 1};
     o.run_dir = std::filesystem::temp_directory_path() / ("odyssey-sp-gpu-" + std::to_string(::getpid()));
-    const int code = dist::launch(o);
+    int code = 1;
+    {  // the launcher supervises a directory its caller owns (run/run_lock.h)
+      const auto claim = run::claim_run_dir(run::RunDir(o.run_dir));
+      if (!claim.ok()) {
+        std::fprintf(stderr, "%s", format_all(claim.diagnostics).c_str());
+        return 1;
+      }
+      code = dist::launch(o);
+    }
     std::filesystem::remove_all(o.run_dir);
     return code;
   }
