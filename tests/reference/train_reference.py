@@ -157,6 +157,54 @@ def snapshot(model, names, prefix):
     return {prefix + names[n]: p.detach().float().clone().contiguous() for n, p in trainable_named(model)}
 
 
+def make_optimizer(model, names, hp):
+    """torch's fused AdamW with the Trainer's decay groups, and the cosine schedule with warmup.
+    Records the no-decay and trainable names in hp."""
+    decay = set(Trainer.get_decay_parameter_names(None, model))  # the Trainer's own rule
+    trainable = trainable_named(model)
+    hp["no_decay"] = [names[n] for n, _ in trainable if n not in decay]
+    hp["trainable"] = [names[n] for n, _ in trainable]
+    groups = [{"params": [p for n, p in trainable if n in decay], "weight_decay": hp["weight_decay"]},
+              {"params": [p for n, p in trainable if n not in decay], "weight_decay": 0.0}]
+    groups = [g for g in groups if g["params"]]
+    opt = torch.optim.AdamW(groups, lr=hp["lr"], betas=tuple(hp["betas"]), eps=hp["eps"], fused=True)
+    sched = get_cosine_schedule_with_warmup(opt, num_warmup_steps=hp["warmup_steps"],
+                                            num_training_steps=hp["steps"])
+    return opt, sched
+
+
+def train_steps(model, opt, sched, batches, hp, packed=True, log=print):
+    """hp["steps"] optimizer steps of hp["accum"] micro-batches each, as the Trainer runs them.
+    Returns the per-step losses, gradient norms (before clipping) and learning rates."""
+    losses, norms, lrs = [], [], []
+    params = [p for _, p in trainable_named(model)]
+    accum = hp["accum"]
+    for s in range(hp["steps"]):
+        micro = batches[s * accum:(s + 1) * accum]
+        n = sum(int(b["labels"][..., 1:].ne(-100).sum()) for b in micro)  # the Trainer's count
+        n = torch.tensor(n)
+        step_loss = 0.0
+        for b in micro:
+            rows = [b] if packed else split(b)
+            for r in rows:
+                out = model(input_ids=r["input_ids"], position_ids=r["position_ids"], labels=r["labels"],
+                            num_items_in_batch=n, use_cache=False)
+                loss = out.loss
+                del out  # as the Trainer: only the loss survives into backward
+                loss.backward()
+                step_loss += loss.item()
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm=hp["max_norm"]).item()
+        lr = sched.get_last_lr()[0]
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(step_loss)
+        norms.append(norm)
+        lrs.append(lr)
+        log(f"step {s + 1}: loss {step_loss:.8f} grad_norm {norm:.6g} lr {lr:.6g} targets {int(n)}")
+    return losses, norms, lrs
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out")
@@ -206,40 +254,9 @@ def main():
     model.train()
 
     names = state_names(model, lora)
-    decay = set(Trainer.get_decay_parameter_names(None, model))  # the Trainer's own rule
-    trainable = trainable_named(model)
-    hp["no_decay"] = [names[n] for n, _ in trainable if n not in decay]
-    hp["trainable"] = [names[n] for n, _ in trainable]
-    groups = [{"params": [p for n, p in trainable if n in decay], "weight_decay": hp["weight_decay"]},
-              {"params": [p for n, p in trainable if n not in decay], "weight_decay": 0.0}]
-    groups = [g for g in groups if g["params"]]
-    opt = torch.optim.AdamW(groups, lr=hp["lr"], betas=tuple(hp["betas"]), eps=hp["eps"], fused=True)
-    sched = get_cosine_schedule_with_warmup(opt, num_warmup_steps=hp["warmup_steps"], num_training_steps=args.steps)
-
+    opt, sched = make_optimizer(model, names, hp)
     tensors = snapshot(model, names, "init.")
-    losses, norms, lrs = [], [], []
-    params = [p for _, p in trainable]
-    for s in range(args.steps):
-        micro = batches[s * args.accum:(s + 1) * args.accum]
-        n = sum(int(b["labels"][..., 1:].ne(-100).sum()) for b in micro)  # the Trainer's count
-        n = torch.tensor(n)
-        step_loss = 0.0
-        for b in micro:
-            rows = [b] if packed else split(b)
-            for r in rows:
-                out = model(input_ids=r["input_ids"], position_ids=r["position_ids"], labels=r["labels"],
-                            num_items_in_batch=n, use_cache=False)
-                out.loss.backward()
-                step_loss += out.loss.item()
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm=hp["max_norm"]).item()
-        lr = sched.get_last_lr()[0]
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(step_loss)
-        norms.append(norm)
-        lrs.append(lr)
-        print(f"step {s + 1}: loss {step_loss:.8f} grad_norm {norm:.6g} lr {lr:.6g} targets {int(n)}")
+    losses, norms, lrs = train_steps(model, opt, sched, batches, hp, packed)
     tensors.update(snapshot(model, names, "final."))
     for k, b in enumerate(batches):
         for key in ("input_ids", "labels", "position_ids"):
@@ -254,7 +271,7 @@ def main():
     with open(os.path.join(args.out, "reference.json"), "w", encoding="utf-8") as f:
         json.dump(hp, f, indent=1)
         f.write("\n")
-    print(f"wrote {args.out}: {len(trainable)} trainable tensors, {args.steps} steps × {args.accum} micro-batches")
+    print(f"wrote {args.out}: {len(hp['trainable'])} trainable tensors, {args.steps} steps × {args.accum} micro-batches")
     return 0
 
 
