@@ -201,7 +201,9 @@ def choose(cands, ody):
 def hf_cell(r, lease_note: str) -> str:
     if r is None:
         return "—"
-    s = f"{hf_setting(r)} ({hf_recomputed(r)}): {cell(r, 'tokens_per_s', tok)}/s, {cell(r, 'peak_gib', gib)} GiB"
+    s = f"{hf_setting(r)} ({hf_recomputed(r)}): {cell(r, 'tokens_per_s', tok)}/s"
+    if num(r, "peak_gib") is not None:
+        s += f", {cell(r, 'peak_gib', gib)} GiB"
     return s + lease_note
 
 
