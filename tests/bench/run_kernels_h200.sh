@@ -17,7 +17,7 @@
 #   kept      7B LoRA 128K lean, one step with every attention recomputed and one with kept
 #             attention outputs (keep_attention none vs auto)
 #   compare   tests/bench/compare.py over everything in $OUT (COMPARE_ARGS: e.g. --allow-mixed-leases)
-#   headline  docs/benchmarks.md's headline rows in one lease, about 5 minutes after `build`:
+#   headline  docs/benchmarks.md's headline rows in one lease, an estimated 5 minutes after `build`:
 #             odyssey-bench fast and lean for 7B LoRA 32K and 0.5B full 32K (+ 0.5B "offload
 #             budget 23 GiB"), hf_bench.py on the same shapes with checkpointing on and off
 #             (Trainer step: outputs released; an OOM is a line), the held-output step of the
