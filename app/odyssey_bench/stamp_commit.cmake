@@ -5,7 +5,7 @@
 #   commit: `git rev-parse HEAD` of SOURCE_DIR, "-dirty" appended when `git status --porcelain`
 #           lists anything (tracked changes, or untracked files that are not ignored); source "git".
 #           Without git, or when SOURCE_DIR is not a repository's top level (a copy of the
-#           working tree without .git, as the device machines get), the ODYSSEY_COMMIT
+#           working tree without .git, as a device machine may get), the ODYSSEY_COMMIT
 #           environment variable of the build as given (source "ODYSSEY_COMMIT"), else
 #           "unknown" (source "none"). Never fails the build.
 if(NOT SOURCE_DIR OR NOT OUT)

@@ -149,7 +149,7 @@ def source_commit(repo: Path = REPO) -> tuple[str, str]:
     """(commit, source) of the checkout this script runs from: `git rev-parse HEAD`, with
     "-dirty" when `git status --porcelain` lists anything (tracked changes or untracked files
     that are not ignored), source "git". Without git or a repository whose top level is
-    `repo` (the device machine runs over a copy of the working tree without .git), the
+    `repo` (a device machine may run over a copy of the working tree without .git), the
     ODYSSEY_COMMIT environment variable as given (source "ODYSSEY_COMMIT"), else
     ("unknown", "none"). Never raises."""
     def git(*a: str) -> str:

@@ -24,7 +24,7 @@
 #             earlier rows with checkpointing on (HEADLINE_HELD=0 skips it), then compare.py on
 #             these lines only (headline-{odyssey,hf}.jsonl, headline-compare.md)
 # `bash tests/bench/run_kernels_h200.sh build selftest odyssey-7b` runs those phases in order.
-# Results go to $OUT (or ./bench-out). The device machine gets the working tree without .git, so
+# Results go to $OUT (or ./bench-out). A device machine may get the working tree without .git, so
 # the lines' commit is "unknown" there unless the command declares it, e.g.
 #   ODYSSEY_COMMIT=<git rev-parse HEAD here, + -dirty if the tree has changes> bash tests/bench/run_kernels_h200.sh build headline
 # (odyssey-bench takes it at build time, hf_bench.py at run time; both record commit_source).

@@ -194,7 +194,7 @@ class CompareTest(unittest.TestCase):
 
 class HfBenchProvenanceTest(unittest.TestCase):
     def test_commit_outside_a_repository(self):
-        # A copy of the tree without .git (as the device machines get): "unknown", or the declared one.
+        # A copy of the tree without .git (as a device machine may get): "unknown", or the declared one.
         with tempfile.TemporaryDirectory() as d:
             env = dict(os.environ)
             os.environ.pop("ODYSSEY_COMMIT", None)
