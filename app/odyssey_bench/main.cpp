@@ -57,6 +57,12 @@
 // reference ops (HF's formulas, the chunked loss recomputed in backward, fp32 adapter
 // inputs). --label names the mode in the record ("fast", "lean"; compare.py keeps them apart).
 //
+// Every line (and every --check line) also says where and when it was measured (provenance.h,
+// docs/benchmarks.md "The line format"): commit (stamped at build time, "-dirty" for a tree
+// with changes, $ODYSSEY_COMMIT or "unknown" without git), commit_source, time (UTC, when the
+// configuration starts), host, gpu, gpu_uuid, and lease (host/boot_id/GPU UUID, or
+// $ODYSSEY_LEASE), by which tests/bench/compare.py pairs it with hf_bench.py's lines.
+//
 // --check first compares, on the device, the loss and gradients of a packed row of three
 // samples (varlen attention) with each sample run alone (SDPA): the packed path must not
 // let attention cross samples; then a 2-layer LoRA model's loss and gradients with the fused
@@ -102,6 +108,7 @@
 #include "train/batch.h"
 #include "train/lora.h"
 #include "train/step_engine.h"
+#include "provenance.h"
 #ifdef ODYSSEY_HAVE_CUDA_KERNELS
 #include "kernels/linear_ce_launch.h"
 #endif
@@ -180,6 +187,7 @@ struct Parallel {
   dist::DistEnv env;
   c10::intrusive_ptr<c10d::Store> store;
   dist::Mesh mesh = dist::single_process_mesh();
+  bench::Provenance provenance;  // this process's machine (rank 0's GPU is the one its lines name)
 };
 
 // One step under the Kineto profiler (GPU activity only); appends to `path` one line per kernel
@@ -279,7 +287,7 @@ void profile_step(const std::string& path, const nlohmann::ordered_json& rec, bo
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
   std::ofstream f(path, std::ios::app);
   nlohmann::ordered_json head;
-  for (const char* k : {"label", "shape", "mode", "seq"})
+  for (const char* k : {"label", "shape", "mode", "seq", "commit", "time", "lease"})
     if (rec.contains(k)) head[k] = rec[k];
   nlohmann::ordered_json sum = head;
   sum["profile"] = "step";
@@ -388,9 +396,10 @@ bool check_packing(const DecoderConfig& base, const torch::Device& device, torch
   const double tol_loss = half ? 2e-2 : 1e-5, tol_grad = half ? 5e-2 : 1e-4;
   std::printf("{\"check\": \"packed row (3 samples, varlen attention) vs each sample alone (SDPA)\", \"device\": \"%s\", "
               "\"dtype\": \"%s\", \"loss_packed\": %.6f, \"loss_alone\": %.6f, \"loss_rel_err\": %.3g, "
-              "\"worst_grad_rel_err\": %.3g, \"worst_grad\": \"%s\", \"attention_backend\": \"%s\", \"pass\": %s}\n",
+              "\"worst_grad_rel_err\": %.3g, \"worst_grad\": \"%s\", \"attention_backend\": \"%s\", \"pass\": %s, %s}\n",
               device.str().c_str(), half ? "bfloat16" : "float32", lp, la, rel, worst, worst_name.c_str(),
-              lm->attention_backend_ran().c_str(), rel <= tol_loss && worst <= tol_grad ? "true" : "false");
+              lm->attention_backend_ran().c_str(), rel <= tol_loss && worst <= tol_grad ? "true" : "false",
+              bench::provenance_members(bench::machine_provenance(device)).c_str());
   return rel <= tol_loss && worst <= tol_grad;
 }
 
@@ -490,19 +499,20 @@ bool check_fused_and_offload(const DecoderConfig& base, const torch::Device& dev
   const bool ok_mlp = wm == 0.0 && off_mlp.loss == kept_mlp.loss && (!device.is_cuda() || mlp_bytes == mlp_expected);
   std::printf("{\"check\": \"fused kernels vs reference ops (2 layers, LoRA, checkpointed)\", \"device\": \"%s\", "
               "\"loss_fused\": %.6f, \"loss_reference\": %.6f, \"loss_rel_err\": %.3g, \"worst_grad_rel_err\": %.3g, "
-              "\"worst_grad\": \"%s\", \"pass\": %s}\n",
-              device.str().c_str(), fused.loss, ref.loss, rel, wf, wf_name.c_str(), ok_fused ? "true" : "false");
+              "\"worst_grad\": \"%s\", \"pass\": %s, %s}\n",
+              device.str().c_str(), fused.loss, ref.loss, rel, wf, wf_name.c_str(), ok_fused ? "true" : "false",
+              bench::provenance_members(bench::machine_provenance(device)).c_str());
   std::printf("{\"check\": \"checkpoint offload vs inputs kept on the device\", \"device\": \"%s\", "
               "\"offloaded_bytes\": %lld, \"loss_offload\": %.6f, \"loss_kept\": %.6f, \"worst_grad_abs_diff_rel\": %.3g, "
-              "\"worst_grad\": \"%s\", \"pass\": %s}\n",
+              "\"worst_grad\": \"%s\", \"pass\": %s, %s}\n",
               device.str().c_str(), static_cast<long long>(model::offloaded_bytes_total()), off.loss, fused.loss, wo,
-              wo_name.c_str(), ok_off ? "true" : "false");
+              wo_name.c_str(), ok_off ? "true" : "false", bench::provenance_members(bench::machine_provenance(device)).c_str());
   std::printf("{\"check\": \"MLP offload (gate and up on the host) vs kept on the device\", \"device\": \"%s\", "
               "\"host_copy_bytes\": %lld, \"expected_bytes\": %lld, \"loss_offload\": %.6f, \"loss_kept\": %.6f, "
-              "\"worst_grad_abs_diff_rel\": %.3g, \"worst_grad\": \"%s\", \"pass\": %s}\n",
+              "\"worst_grad_abs_diff_rel\": %.3g, \"worst_grad\": \"%s\", \"pass\": %s, %s}\n",
               device.str().c_str(), static_cast<long long>(mlp_bytes),
               static_cast<long long>(device.is_cuda() ? mlp_expected : 0), off_mlp.loss, kept_mlp.loss, wm,
-              wm_name.c_str(), ok_mlp ? "true" : "false");
+              wm_name.c_str(), ok_mlp ? "true" : "false", bench::provenance_members(bench::machine_provenance(device)).c_str());
   return ok_fused && ok_off && ok_mlp;
 }
 
@@ -556,9 +566,10 @@ bool check_loss_rows(const torch::Device& device, torch::Dtype dtype, std::int64
   std::printf("{\"check\": \"fused loss row kernels: one-read cluster vs two-pass\", \"device\": \"%s\", "
               "\"dtype\": \"%s\", \"rows\": %lld, \"vocab\": %lld, \"cluster_ms\": %.4f, \"two_pass_ms\": %.4f, "
               "\"loss_max_rel_diff\": %.3g, \"grad_max_abs_diff\": %.3g, \"grad_elements_differing\": %lld, "
-              "\"pass\": %s}\n",
+              "\"pass\": %s, %s}\n",
               device.str().c_str(), c10::toString(dtype), static_cast<long long>(rows), static_cast<long long>(vocab),
-              cluster.ms, two.ms, loss_rel, grad_diff, static_cast<long long>(differing), ok ? "true" : "false");
+              cluster.ms, two.ms, loss_rel, grad_diff, static_cast<long long>(differing), ok ? "true" : "false",
+              bench::provenance_members(bench::machine_provenance(device)).c_str());
   return ok;
 }
 #endif
@@ -571,6 +582,7 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
   rec["shape"] = shape;
   rec["mode"] = mode;
   rec["seq"] = seq;
+  bench::add_provenance(rec, par.provenance);  // time: when this configuration starts
   rec["layers"] = dc.hf.num_hidden_layers;
   rec["vocab"] = dc.hf.vocab_size;
   rec["batch"] = 1;
@@ -921,6 +933,7 @@ int main(int argc, char** argv) {
 #ifdef ODYSSEY_HAVE_CUDA_RUNTIME
   if (device.is_cuda()) c10::cuda::set_device(device.index());
 #endif
+  par.provenance = bench::machine_provenance(device);
   if (par.env.world > 1) par.store = dist::connect_store(par.env, std::chrono::milliseconds(std::chrono::minutes(5)));
   const torch::Dtype dtype = o.dtype == "float32" ? torch::kFloat32 : torch::kBFloat16;
   int rc = 0;
@@ -984,6 +997,7 @@ int main(int argc, char** argv) {
         nlohmann::ordered_json r;
         r["impl"] = "odyssey";
         r["op"] = "all_to_all (dist::Group, NCCL)";
+        bench::add_provenance(r, par.provenance);
         r["world"] = g.size();
         r["bytes"] = elems * 2;
         r["time_ms"] = sig(dt * 1e3, 4);

@@ -1,40 +1,74 @@
 #!/usr/bin/env python3
 """Join benchmark JSON lines of Hugging Face (tests/bench/hf_bench.py, "impl": "hf") and
-Odyssey (odyssey-bench, "impl": "odyssey") on (shape, mode, seq) and print a Markdown table.
+Odyssey (odyssey-bench, "impl": "odyssey") measured in the same machine lease, and print
+Markdown tables.
 
-    python tests/bench/compare.py hf.jsonl odyssey.jsonl [more.jsonl ...]
+    python tests/bench/compare.py hf.jsonl odyssey.jsonl [more.jsonl ...] [--allow-mixed-leases]
 
-Keys read from each line: impl, shape, mode, seq, tokens_per_s, peak_gib, mfu, and oom
-(true when the configuration ran out of memory). When a configuration appears more than
-once for the same impl, the last line wins. Speed-up = Odyssey tokens/s ÷ HF tokens/s;
-memory ratio = Odyssey peak GiB ÷ HF peak GiB (below 1: Odyssey needs less). "OOM": that
-side ran out of memory; "—": no line, or a ratio that cannot be formed. Differences in
-the settings the two sides ran with (LoRA rank, dtype, device, layers) are listed under
-the table, because they make a row unfair.
+Lines pair only within one lease: the same `lease` key (host/boot_id/GPU UUID, written by both
+programs). A line without one (files written before the key existed, such as most of
+docs/bench-results/) is of an "unknown lease", which equals no other. An Odyssey line whose
+(shape, mode, seq) has HF lines only in other or unknown leases is refused (listed on stderr,
+exit status 3) unless --allow-mixed-leases pairs it anyway, labelled "mixed" in the table.
+
+First table, "HF settings": every HF line per lease and (shape, mode, seq): its checkpointing
+(layers recomputed), whether the model output was held through backward (the step before
+2026-12-02; the default is transformers' Trainer.training_step), tokens/s, peak GiB, MFU,
+or OOM. When a setting appears more than once in a lease, the last line wins (the same for an
+Odyssey label).
+
+Second table, one row per Odyssey line (its --label: fast, lean, ...) with the layers it
+recomputed, set against two HF settings of the same lease:
+  (a) HF's fastest setting that did not run out of memory: the speed-up for the fast rows;
+  (b) HF's fastest setting whose peak is at least Odyssey's: the speed-up at equal or larger
+      memory for HF, the figure for the lean rows ("—" when every HF setting needed less
+      memory than the Odyssey row).
+Both prefer HF lines with the Trainer step; held-output lines are used only where a lease
+has no other, and say so. Speed-up = Odyssey tokens/s ÷ HF tokens/s; memory ratio = Odyssey
+peak GiB ÷ HF peak GiB (below 1: Odyssey needs less). Differences in the settings the two
+sides ran with (LoRA rank, dtype, device, layers, vocabulary, batch) are listed under the
+table. Exit status: 0, 1 no benchmark lines, 2 bad input, 3 mixed-lease pairs refused.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 IMPLS = ("hf", "odyssey")
-# Settings that must agree for a row to compare like with like (when both sides report them).
-SAME = ("lora_r", "dtype", "device_name", "layers", "vocab", "batch", "checkpointing")
+# Settings that must agree for a pair to compare like with like (when both sides report them).
+SAME = ("lora_r", "dtype", "device_name", "layers", "vocab", "batch")
 
 
-def normal(key: str, value):
-    """hf_bench says checkpointing 'on'/'off', odyssey-bench 'all'/'none': the same settings."""
-    if key == "checkpointing":
-        return {"on": "all", "off": "none"}.get(value, value)
-    return value
+class Lease:
+    """A lease key, or the unknown lease of the lines of one file that carry none."""
+
+    def __init__(self, key: str | None, path: str):
+        self.key = key
+        self.path = None if key else path
+        self.name = ""  # L1, L2, ... / U1, U2, ... (set in order of appearance)
+
+    def ident(self):
+        return ("key", self.key) if self.key else ("file", self.path)
+
+    def same(self, other: "Lease") -> bool:
+        """Two lines shared a lease only when both name it."""
+        return self.key is not None and self.key == other.key
 
 
 def read(paths):
-    recs = {}
+    """The benchmark lines of `paths`: (odyssey, hf) dicts, the last line of each
+    (lease, shape, mode, seq, label or HF setting) winning, and the leases seen."""
+    leases = {}
+    ody, hf = {}, {}
     for path in paths:
-        with open(path) as fh:
+        try:
+            fh = open(path, encoding="utf-8")
+        except OSError as e:
+            raise SystemExit(f"compare.py: cannot read {path}: {e.strerror or e}") from None
+        with fh:
             for n, line in enumerate(fh, 1):
                 line = line.strip()
                 if not line:
@@ -45,16 +79,68 @@ def read(paths):
                     print(f"compare.py: {path}:{n}: not JSON, skipped", file=sys.stderr)
                     continue
                 if not isinstance(r, dict) or r.get("impl") not in IMPLS:
-                    continue
+                    continue  # --check, --profile and other lines
                 try:
                     key = (str(r["shape"]).lower(), str(r["mode"]).lower(), int(r["seq"]))
                 except (KeyError, TypeError, ValueError):
                     print(f"compare.py: {path}:{n}: no shape/mode/seq, skipped", file=sys.stderr)
                     continue
-                # odyssey-bench --label (fast, lean, ...) keeps each mode of the engine apart.
-                label = str(r.get("label", "")) if r["impl"] == "odyssey" else ""
-                recs[(r["impl"], *key, label)] = r
-    return recs
+                lk = r.get("lease")
+                lk = str(lk) if isinstance(lk, str) and lk.strip() else None
+                lease = Lease(lk, path)
+                lease = leases.setdefault(lease.ident(), lease)
+                r["_lease"] = lease
+                if r["impl"] == "odyssey":
+                    ody[(lease.ident(), *key, str(r.get("label", "")))] = r
+                else:
+                    hf[(lease.ident(), *key, hf_setting(r))] = r
+    known = [le for le in leases.values() if le.key]
+    unknown = [le for le in leases.values() if not le.key]
+    for i, le in enumerate(known, 1):
+        le.name = f"L{i}"
+    for i, le in enumerate(unknown, 1):
+        le.name = f"U{i}"
+    return ody, hf, list(leases.values())
+
+
+def hf_checkpointing(r) -> str:
+    """hf_bench says 'on'/'off'; older lines too."""
+    return {"all": "on", "none": "off"}.get(str(r.get("checkpointing", "on")), str(r.get("checkpointing", "on")))
+
+
+def held(r) -> bool:
+    """Lines written before hold_logits existed held the output (hf_bench's old default)."""
+    return bool(r.get("hold_logits", True))
+
+
+def hf_setting(r) -> str:
+    s = f"ckpt {hf_checkpointing(r)}"
+    if held(r):
+        s += ", outputs held"
+    if r.get("sdpa_priority") not in (None, "default"):
+        s += f", SDPA {r['sdpa_priority']} first"
+    return s
+
+
+def hf_recomputed(r) -> str:
+    layers = r.get("layers", "?")
+    n = r.get("checkpointed_layers")
+    if n is None:
+        n = layers if hf_checkpointing(r) == "on" else 0
+    return f"{n}/{layers}"
+
+
+def ody_recomputed(r) -> str:
+    if r.get("checkpointed_layers") is None:
+        return "—"
+    s = f"{r['checkpointed_layers']}/{r.get('layers', '?')}"
+    if r.get("offload_activations") and r["checkpointed_layers"]:
+        s += " + offload"  # the checkpointed layers' inputs in pinned host memory
+    if r.get("mlp_recomputed_layers"):
+        s += f" + {r['mlp_recomputed_layers']} MLP"
+    if r.get("mlp_offloaded_layers"):
+        s += f" + {r['mlp_offloaded_layers']} MLP offloaded"
+    return s
 
 
 def seq_label(s: int) -> str:
@@ -66,6 +152,18 @@ def num(r, k):
         return None
     v = r.get(k)
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def tok(v):
+    return f"{v:,.0f}"
+
+
+def gib(v):
+    return f"{v:.1f}"
+
+
+def pct(v):
+    return f"{100 * v:.1f}%"
 
 
 def cell(r, k, fmt):
@@ -81,66 +179,178 @@ def ratio(a, b, fmt="{:.2f}×"):
     return fmt.format(a / b) if a is not None and b not in (None, 0.0) else "—"
 
 
-def table(recs) -> str:
-    keys = sorted({k[1:] for k in recs if k[0] == "odyssey"} | {(*k[1:4], "") for k in recs if k[0] == "hf"},
-                  key=lambda k: (k[0], k[1], k[2], k[3]))
-    head = ["shape", "mode", "seq", "Odyssey mode", "HF tokens/s", "Odyssey tokens/s", "speed-up", "HF peak GiB",
-            "Odyssey peak GiB", "memory ratio", "recomputed layers", "planned GiB (error)", "HF MFU", "Odyssey MFU"]
-    rows = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 4 + ["---:"] * (len(head) - 4)) + "|"]
-    notes = []
-    labelled = {k[1:4] for k in recs if k[0] == "odyssey" and k[4]}
-    for shape, mode, seq, label in keys:
-        if not label and (shape, mode, seq) in labelled and ("odyssey", shape, mode, seq, "") not in recs:
-            continue  # HF's row appears beside each labelled Odyssey mode
-        hf, ody = recs.get(("hf", shape, mode, seq, "")), recs.get(("odyssey", shape, mode, seq, label))
-        tok = lambda v: f"{v:,.0f}"  # noqa: E731
-        gib = lambda v: f"{v:.1f}"  # noqa: E731
-        pct = lambda v: f"{100 * v:.1f}%"  # noqa: E731
+def fastest(lines):
+    """The fastest line that ran (tokens/s known); None when all ran out of memory."""
+    ran = [r for r in lines if num(r, "tokens_per_s") is not None]
+    return max(ran, key=lambda r: num(r, "tokens_per_s")) if ran else None
+
+
+def choose(cands, ody):
+    """(a) HF's fastest setting that ran, (b) the fastest with a peak at least Odyssey's.
+    The Trainer step is preferred; held-output lines count only where none other ran."""
+    trainer = [r for r in cands if not held(r)]
+    pool = trainer if any(num(r, "tokens_per_s") is not None for r in trainer) else cands
+    a = fastest(pool)
+    peak = num(ody, "peak_gib")
+    b = None
+    if peak is not None:
+        b = fastest([r for r in pool if num(r, "peak_gib") is not None and num(r, "peak_gib") >= peak])
+    return a, b
+
+
+def hf_cell(r, lease_note: str) -> str:
+    if r is None:
+        return "—"
+    s = f"{hf_setting(r)} ({hf_recomputed(r)}): {cell(r, 'tokens_per_s', tok)}/s"
+    if num(r, "peak_gib") is not None:
+        s += f", {cell(r, 'peak_gib', gib)} GiB"
+    return s + lease_note
+
+
+def tables(ody, hf, leases, allow_mixed: bool):
+    """(markdown text, refused pairs)."""
+    out, notes, refused = [], [], []
+    by_key = {}
+    for (lid, shape, mode, seq, _), r in hf.items():
+        by_key.setdefault((shape, mode, seq), []).append(r)
+
+    # HF settings, every line.
+    hrows = ["| lease | shape | mode | seq | HF setting | recomputed layers | tokens/s | peak GiB | MFU |",
+             "|---|---|---|---|---|---:|---:|---:|---:|"]
+    for r in sorted(hf.values(), key=lambda r: (r["_lease"].name, str(r["shape"]).lower(), str(r["mode"]),
+                                                 int(r["seq"]), hf_setting(r))):
+        peak = cell(r, "peak_gib", gib)
+        if r.get("oom") and num({"v": r.get("peak_gib_at_oom")}, "v") is not None:
+            peak = f"OOM (at {r['peak_gib_at_oom']:.1f})"
+        hrows.append("| " + " | ".join([r["_lease"].name, str(r["shape"]).lower(), str(r["mode"]).lower(),
+                                        seq_label(int(r["seq"])), hf_setting(r), hf_recomputed(r),
+                                        cell(r, "tokens_per_s", tok), peak, cell(r, "mfu", pct)]) + " |")
+
+    # Odyssey against HF.
+    head = ["lease", "shape", "mode", "seq", "Odyssey mode", "recomputed layers", "Odyssey tokens/s",
+            "Odyssey peak GiB", "planned GiB (error)", "Odyssey MFU", "(a) HF fastest that ran", "speed-up",
+            "memory ratio", "(b) HF fastest at ≥ Odyssey's peak", "speed-up at ≥ memory"]
+    orows = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 6 + ["---:"] * 4 + ["---", "---:", "---:",
+                                                                                             "---", "---:"]) + "|"]
+    for (lid, shape, mode, seq, label), o in sorted(ody.items(), key=lambda kv: (kv[1]["_lease"].name, *kv[0][1:])):
+        lease = o["_lease"]
+        everywhere = by_key.get((shape, mode, seq), [])
+        same = [r for r in everywhere if r["_lease"].same(lease)]
+        mixed = False
+        if same:
+            cands = same
+        elif everywhere and allow_mixed:
+            cands, mixed = everywhere, True
+        elif everywhere:
+            others = sorted({r["_lease"].name for r in everywhere})
+            refused.append(f"odyssey {shape} {mode} {seq_label(seq)} {label or '(no label)'} (lease {lease.name}) "
+                           f"with HF in lease {', '.join(others)}")
+            continue
+        else:
+            cands = []
+        a, b = choose(cands, o) if cands else (None, None)
+        lease_cell = lease.name
+        if mixed:
+            hl = sorted({r["_lease"].name for r in (a, b) if r is not None})
+            lease_cell = f"{lease.name} × {', '.join(hl) or '—'} (mixed)"
         planned = "—"
-        if ody is not None and num(ody, "planned_peak_gib") is not None and num(ody, "planner_error") is not None:
-            planned = f"{num(ody, 'planned_peak_gib'):.1f} ({100 * num(ody, 'planner_error'):+.1f}%)"
-        layers = "—" if ody is None or ody.get("checkpointed_layers") is None else (
-            f"{ody['checkpointed_layers']}/{ody.get('layers', '?')}" + (" + offload" if ody.get("offload_activations") else "")
-            + (f" + {ody['mlp_recomputed_layers']} MLP" if ody.get("mlp_recomputed_layers") else ""))
-        rows.append("| " + " | ".join([
-            shape, mode, seq_label(seq), label or "—",
-            cell(hf, "tokens_per_s", tok), cell(ody, "tokens_per_s", tok),
-            ratio(num(ody, "tokens_per_s"), num(hf, "tokens_per_s")),
-            cell(hf, "peak_gib", gib), cell(ody, "peak_gib", gib),
-            ratio(num(ody, "peak_gib"), num(hf, "peak_gib")),
-            layers, planned,
-            cell(hf, "mfu", pct), cell(ody, "mfu", pct),
+        if num(o, "planned_peak_gib") is not None and num(o, "planner_error") is not None:
+            planned = f"{num(o, 'planned_peak_gib'):.1f} ({100 * num(o, 'planner_error'):+.1f}%)"
+        if b is None and a is not None and num(o, "peak_gib") is not None:
+            b_cell = f"— (every HF peak below {num(o, 'peak_gib'):.1f})"
+        elif b is not None and b is a:
+            b_cell = "= (a)"
+        else:
+            b_cell = hf_cell(b, "")
+        if cands and a is None:
+            a_cell = "every HF setting OOM"
+        else:
+            a_cell = hf_cell(a, "")
+        ot = num(o, "tokens_per_s")
+        orows.append("| " + " | ".join([
+            lease_cell, shape, mode, seq_label(seq), label or "—", ody_recomputed(o),
+            cell(o, "tokens_per_s", tok), cell(o, "peak_gib", gib), planned, cell(o, "mfu", pct),
+            a_cell, ratio(ot, num(a, "tokens_per_s")), ratio(num(o, "peak_gib"), num(a, "peak_gib")),
+            b_cell, ratio(ot, num(b, "tokens_per_s")),
         ]) + " |")
-        if hf is not None and ody is not None:
+        for h in {id(x): x for x in (a, b) if x is not None}.values():
             for k in SAME:
-                if k == "checkpointing" and label:
-                    continue  # a labelled mode chooses its own recomputation (column "recomputed layers")
-                if k in hf and k in ody and normal(k, hf[k]) != normal(k, ody[k]):
-                    notes.append(f"- {shape} {mode} {seq_label(seq)}: {k} differs (hf {hf[k]!r}, odyssey {ody[k]!r})")
-    out = "\n".join(rows)
+                if k in h and k in o and h[k] != o[k]:
+                    note = (f"- {shape} {mode} {seq_label(seq)} {label or ''}: {k} differs "
+                            f"(hf {h[k]!r}, odyssey {o[k]!r})")
+                    if note not in notes:
+                        notes.append(note)
+
+    out.append("HF settings (every line; OOM: ran out of memory, with the peak reached):\n")
+    out.append("\n".join(hrows) if hf else "(no HF lines)")
+    out.append("\nOdyssey against HF in the same lease ((a): speed-up for the fast rows; (b): at equal or "
+               "larger memory for HF, for the lean rows):\n")
+    out.append("\n".join(orows) if len(orows) > 2 else "(no Odyssey lines paired)")
+
+    # Leases: where and when, from the lines themselves.
+    legend = []
+    for le in sorted(leases, key=lambda le: le.name):
+        lines = [r for r in (*ody.values(), *hf.values()) if r["_lease"] is le]
+        if not lines:
+            continue
+        if le.key:
+            first = lines[0]
+            what = f"`{le.key}`"
+            where = ", ".join(f"{k} {first[k]}" for k in ("host", "gpu", "gpu_uuid") if first.get(k))
+            if where:
+                what += f" ({where})"
+        else:
+            what = f"unknown lease: the lines of {os.path.basename(le.path)} carry no lease key"
+        parts = []
+        for impl in IMPLS:
+            rs = [r for r in lines if r["impl"] == impl]
+            if not rs:
+                continue
+            commits = sorted({str(r.get("commit", "not recorded")) for r in rs})
+            times = sorted(str(r["time"]) for r in rs if r.get("time"))
+            span = f", {times[0]} to {times[-1]}" if times else ""
+            parts.append(f"{impl}: {len(rs)} line(s), commit {' / '.join(commits)}{span}")
+        legend.append(f"- {le.name}: {what}; " + "; ".join(parts))
+    out.append("\nLeases:\n" + "\n".join(legend))
+    if any(not le.key for le in leases) and allow_mixed:
+        out.append("\nLines without a lease key are of an unknown lease: every pair they enter is mixed "
+                   "(--allow-mixed-leases).")
+
     versions = []
     for impl in IMPLS:
         seen = {tuple((k, r.get(k)) for k in ("torch", "transformers", "peft", "device_name") if r.get(k) is not None)
-                for (i, *_), r in recs.items() if i == impl}
+                for r in (*ody.values(), *hf.values()) if r["impl"] == impl}
         for s in sorted(seen):
             if s:
                 versions.append(f"- {impl}: " + ", ".join(f"{k} {v}" for k, v in s))
     if versions:
-        out += "\n\nRan with:\n" + "\n".join(versions)
+        out.append("\nRan with:\n" + "\n".join(versions))
     if notes:
-        out += "\n\nNot like for like:\n" + "\n".join(notes)
-    return out
+        out.append("\nNot like for like:\n" + "\n".join(notes))
+    return "\n".join(out), refused
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="+", help="JSON-lines files from hf_bench.py and odyssey-bench")
+    ap.add_argument("--allow-mixed-leases", action="store_true",
+                    help="pair Odyssey and HF lines of different or unknown leases (labelled mixed)")
     args = ap.parse_args(argv)
-    recs = read(args.files)
-    if not recs:
+    ody, hf, leases = read(args.files)
+    if not ody and not hf:
         print("compare.py: no benchmark lines found", file=sys.stderr)
         return 1
-    print(table(recs))
+    text, refused = tables(ody, hf, leases, args.allow_mixed_leases)
+    print(text)
+    if refused:
+        old = any(not le.key for le in leases)
+        print(f"compare.py: refused {len(refused)} pair(s) across leases: their HF lines were measured in another "
+              "lease or one without a lease key, so the two sides did not share a machine"
+              + (" (lines written before the lease key existed, as in docs/bench-results/, are each of an unknown "
+                 "lease)" if old else "")
+              + ". Measure both in one lease, or pass --allow-mixed-leases to pair them anyway, labelled mixed:\n  "
+              + "\n  ".join(refused), file=sys.stderr)
+        return 3
     return 0
 
 

@@ -1,16 +1,21 @@
 #!/usr/bin/env python3
 """Reference side of Odyssey's side-by-side training benchmark: Hugging Face transformers
-(+ PEFT for LoRA) on one sequence per step, random init, gradient checkpointing, AdamW.
+(+ PEFT for LoRA) on one sequence per step, random init, gradient checkpointing on or off, AdamW.
 
 One JSON line per configuration (shape × mode × seq) is printed and appended to --out;
 tests/bench/compare.py joins these lines with odyssey-bench's. docs/benchmarks.md
 explains what is measured.
 
     python tests/bench/hf_bench.py --shape qwen2.5-7b --mode lora --seq 4096,16384,32768 \
-        --steps 5 --warmup 2 --device cuda --out hf.jsonl
+        --checkpointing on,off --steps 5 --warmup 2 --device cuda --out hf.jsonl
 
 A step is forward (labels = input ids, HF's causal LM loss) + backward + one optimizer
-step + zero_grad; it is timed between torch.cuda.synchronize() calls. Peak memory is
+step + zero_grad; it is timed between torch.cuda.synchronize() calls. By default the step
+is transformers' Trainer.training_step: compute_loss returns the loss alone, so the model
+output (the bf16 logits) is released before backward; --hold-logits keeps the output
+referenced through backward, as the runs before 2026-12-02 did (their lines say
+"hold_logits": true). Every line also carries where and when it was measured (commit,
+time, host, GPU and its UUID, and the lease key compare.py pairs lines by). Peak memory is
 torch.cuda.max_memory_allocated() / max_memory_reserved() over the measured steps (the
 counters are reset after warm-up, when AdamW's states already exist).
 
@@ -30,7 +35,9 @@ import math
 import os
 import platform
 import resource
+import socket
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -105,7 +112,14 @@ def self_test() -> None:
     assert f["model"] == 1581166440218624, f
     assert f["hardware"] == 2226957722845184, f
     assert step_flops(q7, [32768])["model"] == 2036587592417280
-    print("hf_bench.py self-test: FLOPs transcription agrees with tst_flops.cpp")
+
+    class Props:  # what torch.cuda.get_device_properties(...).uuid offers: 16 bytes, or only a string
+        class uuid:  # noqa: N801
+            bytes = list(range(0xF0, 0x100))
+    assert gpu_uuid(Props) == "GPU-f0f1f2f3-f4f5-f6f7-f8f9-fafbfcfdfeff", gpu_uuid(Props)
+    Props.uuid = "F0F1F2F3-F4F5-F6F7-F8F9-FAFBFCFDFEFF"
+    assert gpu_uuid(Props) == "GPU-f0f1f2f3-f4f5-f6f7-f8f9-fafbfcfdfeff", gpu_uuid(Props)
+    print("hf_bench.py self-test: FLOPs transcription agrees with tst_flops.cpp; GPU UUIDs format as nvidia-smi's")
 
 
 # ---- shapes ------------------------------------------------------------------------------
@@ -127,6 +141,67 @@ def load_shape(shape: str) -> dict:
             raise SystemExit(f"unknown shape {shape!r}; bundled: {', '.join(names)} (or a config.json path)")
         p = names[shape.lower()]
     return json.loads(p.read_text())
+
+
+# ---- where and when a line was measured ------------------------------------------------
+
+def source_commit(repo: Path = REPO) -> tuple[str, str]:
+    """(commit, source) of the checkout this script runs from: `git rev-parse HEAD`, with
+    "-dirty" when `git status --porcelain` lists anything (tracked changes or untracked files
+    that are not ignored), source "git". Without git or a repository whose top level is
+    `repo` (a device machine may run over a copy of the working tree without .git), the
+    ODYSSEY_COMMIT environment variable as given (source "ODYSSEY_COMMIT"), else
+    ("unknown", "none"). Never raises."""
+    def git(*a: str) -> str:
+        return subprocess.run(["git", "--no-optional-locks", "-C", str(repo), *a], check=True,
+                              capture_output=True, text=True, timeout=60).stdout.strip()
+    try:
+        top = Path(git("rev-parse", "--show-toplevel")).resolve()
+        if top == repo.resolve():  # not a repository further up that holds a copy of the tree
+            head = git("rev-parse", "HEAD")
+            return head + ("-dirty" if git("status", "--porcelain") else ""), "git"
+    except (OSError, subprocess.SubprocessError):
+        pass
+    env = os.environ.get("ODYSSEY_COMMIT", "").strip()
+    return (env, "ODYSSEY_COMMIT") if env else ("unknown", "none")
+
+
+def gpu_uuid(props) -> str | None:
+    """A CUDA device's UUID as nvidia-smi prints it (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx);
+    odyssey-bench formats cudaDeviceProp::uuid the same way, so the two lease keys agree."""
+    u = getattr(props, "uuid", None)
+    if u is None:
+        return None
+    raw = getattr(u, "bytes", None)
+    if raw is not None and len(raw) == 16:
+        h = bytes(b & 0xFF for b in raw).hex()
+    else:
+        h = "".join(c for c in str(u).lower().removeprefix("gpu-") if c in "0123456789abcdef")
+        if len(h) != 32:
+            return str(u)
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or "unknown-boot"
+    except OSError:
+        return "unknown-boot"
+
+
+def lease_key(host: str, uuid: str | None) -> tuple[str, str]:
+    """(key, source): one machine lease is one host, one boot and one GPU:
+    "<host>/<boot_id>/<GPU UUID or cpu>", as odyssey-bench writes it; ODYSSEY_LEASE (when set
+    and not empty) overrides it (source "ODYSSEY_LEASE")."""
+    env = os.environ.get("ODYSSEY_LEASE", "").strip()
+    if env:
+        return env, "ODYSSEY_LEASE"
+    return f"{host}/{boot_id()}/{uuid or 'cpu'}", "machine"
+
+
+def utc_now() -> str:
+    """ISO 8601, UTC, whole seconds: 2026-12-01T03:58:05+00:00."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 # ---- one configuration -------------------------------------------------------------------
@@ -227,22 +302,26 @@ def build_model(cfg_dict: dict, args, device):
     return model
 
 
-def run_config(cfg_dict: dict, shape: str, mode: str, seq: int, args, device, meta: dict) -> dict:
+def run_config(cfg_dict: dict, shape: str, mode: str, seq: int, checkpointing: str, args, device,
+               meta: dict) -> dict:
     import torch
 
     on_cuda = device.type == "cuda"
-    rec = {"impl": "hf", "shape": shape, "mode": mode, "seq": seq, **meta,
+    rec = {"impl": "hf", "shape": shape, "mode": mode, "seq": seq, **meta, "time": utc_now(),
            "layers": cfg_dict["num_hidden_layers"], "vocab": cfg_dict["vocab_size"], "batch": 1, "dtype": args.dtype,
-           "checkpointing": args.checkpointing, "optimizer": f"AdamW ({args.optim})",
+           "checkpointing": checkpointing,
+           "checkpointed_layers": cfg_dict["num_hidden_layers"] if checkpointing == "on" else 0,
+           "optimizer": f"AdamW ({args.optim})",
            "sdpa_priority": args.sdpa_backend, "steps": args.steps, "warmup": args.warmup,
-           "hold_logits": not args.release_logits}
+           "hold_logits": args.hold_logits,
+           "step": "held outputs" if args.hold_logits else "Trainer.training_step"}
     if mode == "lora":
         rec.update(lora_r=args.lora_r, lora_alpha=args.lora_alpha, lora_targets="all-linear (7)")
 
     model = opt = ids = None
     try:
         model = build_model(cfg_dict, args, device)
-        if args.checkpointing == "on":
+        if checkpointing == "on":
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if mode == "lora":
             from peft import LoraConfig, get_peft_model
@@ -262,11 +341,22 @@ def run_config(cfg_dict: dict, shape: str, mode: str, seq: int, args, device, me
             if on_cuda:
                 torch.cuda.synchronize(device)
 
-        def step() -> float:
-            if args.release_logits:
-                loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+        # What transformers' Trainer passes: num_items_in_batch, the label tokens the causal
+        # loss counts (labels[..., 1:] that are not -100), computed before the step
+        # (Trainer._get_num_items_in_batch); the loss is then a sum over that count.
+        num_items = ids[..., 1:].ne(-100).sum()
+
+        def compute_loss():
+            # Trainer.compute_loss(return_outputs=False): the output object is dropped on return,
+            # so only the loss (and the graph behind it) survives the forward.
+            outputs = model(input_ids=ids, labels=ids, use_cache=False, num_items_in_batch=num_items)
+            return outputs["loss"] if isinstance(outputs, dict) else outputs[0]
+
+        def step():
+            if not args.hold_logits:  # Trainer.training_step: loss alone, backward, loss.detach()
+                loss = compute_loss()
                 loss.backward()
-            else:  # the model output (bf16 logits) stays referenced through backward
+            else:  # the runs before 2026-12-02: the model output (bf16 logits) referenced through backward
                 out = model(input_ids=ids, labels=ids, use_cache=False)
                 loss = out.loss
                 loss.backward()
@@ -292,7 +382,7 @@ def run_config(cfg_dict: dict, shape: str, mode: str, seq: int, args, device, me
         step_s = statistics.fmean(times)
         nl = cfg_dict["num_hidden_layers"]
         f = step_flops(cfg_dict, [seq], lora=mode == "lora", lora_rank=args.lora_r,
-                       checkpointed_layers=nl if args.checkpointing == "on" else 0)
+                       checkpointed_layers=nl if checkpointing == "on" else 0)
         rec.update(
             tokens_per_s=sig(seq / step_s),
             step_ms=round(step_s * 1e3, 2),
@@ -356,9 +446,13 @@ def main(argv=None) -> int:
     ap.add_argument("--optim", default="fused", choices=["fused", "foreach"], help="torch AdamW implementation")
     ap.add_argument("--sdpa-backend", default="default", choices=["default", "cudnn", "flash", "efficient", "math"],
                     help="SDPA backend put first in ATen's priority (default: PyTorch's own order)")
-    ap.add_argument("--checkpointing", default="on", choices=["on", "off"], help="HF gradient checkpointing")
-    ap.add_argument("--release-logits", action="store_true",
-                    help="keep only the loss through backward (default holds the model output, as ANCHORS.md's run)")
+    ap.add_argument("--checkpointing", default="on",
+                    help="HF gradient checkpointing: on, off, or both in one call (on,off): a line each, OOM included")
+    ap.add_argument("--hold-logits", action="store_true",
+                    help="keep the model output (bf16 logits) referenced through backward, as the runs before "
+                         "2026-12-02 and ANCHORS.md's did; default: Trainer.training_step, only the loss survives")
+    ap.add_argument("--release-logits", dest="hold_logits", action="store_false",
+                    help="the default (Trainer.training_step); kept so old command lines still run")
     ap.add_argument("--peak-tflops", type=float, default=H200_PEAK_BF16_FLOPS / 1e12, help="for MFU")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", help="append JSON lines here")
@@ -370,6 +464,29 @@ def main(argv=None) -> int:
         return 0
     if args.steps < 1 or args.warmup < 0:
         ap.error("--steps must be >= 1 and --warmup >= 0")
+    checkpointings = parse_list(args.checkpointing.lower())
+    if not checkpointings or any(c not in ("on", "off") for c in checkpointings):
+        ap.error(f"--checkpointing {args.checkpointing!r}: on, off, or a comma-separated list of them (on,off)")
+    modes = parse_list(args.mode.lower())
+    if not modes or any(m not in ("lora", "full") for m in modes):
+        ap.error(f"--mode {args.mode!r}: lora, full or lora,full")
+    try:
+        seqs = parse_list(args.seq, int)
+    except ValueError:
+        ap.error(f"--seq {args.seq!r}: comma-separated whole numbers of tokens")
+    if not seqs or any(q < 2 for q in seqs):
+        ap.error(f"--seq {args.seq!r}: every length must be at least 2 tokens")
+
+    shapes = []
+    for shape in parse_list(args.shape):  # every shape checked before the first one runs
+        cfg = load_shape(shape)
+        if args.layers > 0:
+            cfg["num_hidden_layers"] = min(args.layers, cfg["num_hidden_layers"])
+        if args.vocab_override > 0:
+            cfg["vocab_size"] = args.vocab_override
+        shapes.append((shape, cfg))
+    if not shapes:
+        ap.error("--shape: no shape given")
 
     import peft
     import torch
@@ -379,32 +496,34 @@ def main(argv=None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("hf_bench.py: --device cuda but torch sees no CUDA device")
     device = torch.device("cuda", torch.cuda.current_device()) if args.device == "cuda" else torch.device("cpu")
-    meta = {"torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__,
+    host = socket.gethostname()
+    gpu = uuid = None
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        gpu, uuid = props.name, gpu_uuid(props)
+    commit, commit_source = source_commit()
+    lease, lease_source = lease_key(host, uuid)
+    meta = {"commit": commit, "commit_source": commit_source, "host": host, "gpu": gpu, "gpu_uuid": uuid,
+            "lease": lease, "lease_source": lease_source,
+            "torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__,
             "device_name": torch.cuda.get_device_name(device) if device.type == "cuda"
             else (platform.processor() or platform.machine()) + f" ({torch.get_num_threads()} threads)",
-            "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
-            "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+            "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")}
     if device.type == "cuda":
         meta["cuda"] = torch.version.cuda
         meta["cudnn"] = torch.backends.cudnn.version()
 
-    for shape in parse_list(args.shape):
-        cfg = load_shape(shape)
-        if args.layers > 0:
-            cfg["num_hidden_layers"] = min(args.layers, cfg["num_hidden_layers"])
-        if args.vocab_override > 0:
-            cfg["vocab_size"] = args.vocab_override
-        for mode in parse_list(args.mode):
-            if mode not in ("lora", "full"):
-                ap.error(f"--mode {mode!r}: lora or full")
-            for seq in parse_list(args.seq, int):
-                print(f"hf_bench: {shape} {mode} seq {seq} ...", file=sys.stderr, flush=True)
-                rec = run_config(cfg, shape.lower(), mode, seq, args, device, meta)
-                line = json.dumps(rec)
-                print(line, flush=True)
-                if args.out:
-                    with open(args.out, "a") as fh:
-                        fh.write(line + "\n")
+    for shape, cfg in shapes:
+        for mode in modes:
+            for seq in seqs:
+                for ckpt in checkpointings:
+                    print(f"hf_bench: {shape} {mode} seq {seq} checkpointing {ckpt} ...", file=sys.stderr, flush=True)
+                    rec = run_config(cfg, shape.lower(), mode, seq, ckpt, args, device, meta)
+                    line = json.dumps(rec)
+                    print(line, flush=True)
+                    if args.out:
+                        with open(args.out, "a") as fh:
+                            fh.write(line + "\n")
     return 0
 
 

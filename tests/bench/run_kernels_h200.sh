@@ -16,9 +16,18 @@
 #             and kept attention as the planner chooses: auto)
 #   kept      7B LoRA 128K lean, one step with every attention recomputed and one with kept
 #             attention outputs (keep_attention none vs auto)
-#   compare   tests/bench/compare.py over everything in $OUT
+#   compare   tests/bench/compare.py over everything in $OUT (COMPARE_ARGS: e.g. --allow-mixed-leases)
+#   headline  docs/benchmarks.md's headline rows in one lease, an estimated 5 minutes after `build`:
+#             odyssey-bench fast and lean for 7B LoRA 32K and 0.5B full 32K (+ 0.5B "offload
+#             budget 23 GiB"), hf_bench.py on the same shapes with checkpointing on and off
+#             (Trainer step: outputs released; an OOM is a line), the held-output step of the
+#             earlier rows with checkpointing on (HEADLINE_HELD=0 skips it), then compare.py on
+#             these lines only (headline-{odyssey,hf}.jsonl, headline-compare.md)
 # `bash tests/bench/run_kernels_h200.sh build selftest odyssey-7b` runs those phases in order.
-# Results go to $OUT (or ./bench-out).
+# Results go to $OUT (or ./bench-out). A device machine may get the working tree without .git, so
+# the lines' commit is "unknown" there unless the command declares it, e.g.
+#   ODYSSEY_COMMIT=<git rev-parse HEAD here, + -dirty if the tree has changes> bash tests/bench/run_kernels_h200.sh build headline
+# (odyssey-bench takes it at build time, hf_bench.py at run time; both record commit_source).
 set -u
 OUT=${OUT:-$PWD/bench-out}
 mkdir -p "$OUT"
@@ -95,7 +104,27 @@ for p in "$@"; do
     done ;;
   compare)
     phase compare
-    python3 tests/bench/compare.py "$OUT/hf.jsonl" "$OUT/odyssey.jsonl" ;;
+    python3 tests/bench/compare.py ${COMPARE_ARGS:-} "$OUT/hf.jsonl" "$OUT/odyssey.jsonl" ;;
+  headline)
+    phase headline
+    HO="$OUT/headline-odyssey.jsonl" HH="$OUT/headline-hf.jsonl"
+    R="--steps 3 --warmup 2"
+    S7="--shape qwen2.5-7b --mode lora --seq 32768" S05="--shape qwen2.5-0.5b --mode full --seq 32768"
+    LEAN="--checkpointing all --offload on --keep-attention none"
+    $B --label fast --checkpointing auto $S7 $R --out "$HO" | cut -c1-400
+    $B --label lean $LEAN $S7 $R --out "$HO" | cut -c1-400
+    $B --label fast --checkpointing auto $S05 $R --out "$HO" | cut -c1-400
+    $B --label lean $LEAN $S05 $R --out "$HO" | cut -c1-400
+    $B --label "offload budget 23 GiB" --checkpointing auto --offload on --memory-gib 23 $S05 $R --out "$HO" | cut -c1-400
+    for S in "$S7" "$S05"; do
+      python3 tests/bench/hf_bench.py --device cuda --dtype bfloat16 $S --checkpointing on,off $R --out "$HH" 2>&1 |
+        grep -v '^{' | tail -3
+      if [ "${HEADLINE_HELD:-1}" != 0 ]; then
+        python3 tests/bench/hf_bench.py --device cuda --dtype bfloat16 $S --checkpointing on --hold-logits $R \
+          --out "$HH" 2>&1 | grep -v '^{' | tail -3
+      fi
+    done
+    python3 tests/bench/compare.py "$HH" "$HO" | tee "$OUT/headline-compare.md" ;;
   *) echo "unknown phase $p"; exit 2 ;;
   esac
 done
