@@ -23,6 +23,16 @@
 #             (Trainer step: outputs released; an OOM is a line), the held-output step of the
 #             earlier rows with checkpointing on (HEADLINE_HELD=0 skips it), then compare.py on
 #             these lines only (headline-{odyssey,hf}.jsonl, headline-compare.md)
+#   parity    the correctness of what the other phases time: fused_parity_gpu (the fused bf16 path
+#             with every memory tier against transformers bf16 / fp32: Qwen2.5-0.5B full, 1.5B and
+#             7B LoRA, per-token loss and 20-step curves; about 5 minutes) and model_parity_gpu parity
+#             (the unfused path's logits and gradients); fused-parity.{txt,jsonl}, model-parity.txt.
+#             Every performance change runs it (docs/benchmarks.md, "The fused path against transformers")
+#   heldout   the memory planner's held-out rows (docs/memory-planner.md): shapes never used to fit
+#             its constants, planned against measured peak (heldout.jsonl)
+#   galore    Qwen2.5-7B-shaped full fine-tuning at 32K, every layer checkpointed: AdamW (pure
+#             bf16), GaLore and Q-GaLore rank 128 (the README's figures; run_optimizers_h200.sh one
+#             adds the 4K rows)
 # `bash tests/bench/run_kernels_h200.sh build selftest odyssey-7b` runs those phases in order.
 # Results go to $OUT (or ./bench-out). A device machine may get the working tree without .git, so
 # the lines' commit is "unknown" there unless the command declares it, e.g.
@@ -125,6 +135,30 @@ for p in "$@"; do
       fi
     done
     python3 tests/bench/compare.py "$HH" "$HO" | tee "$OUT/headline-compare.md" ;;
+  parity)
+    phase parity
+    cmake --build build-gpu --target fused_parity_gpu model_parity_gpu > "$OUT/build-parity.log" 2>&1 ||
+      { grep -B2 -A12 -E "error|FAILED" "$OUT/build-parity.log" | head -60; exit 1; }
+    build-gpu/tests/gpu/model_parity_gpu parity > "$OUT/model-parity.txt" 2>&1
+    echo "model_parity_gpu parity exit $?"; grep -E "^[a-z0-9]+ \(|PASS|FAIL" "$OUT/model-parity.txt" | tail -8
+    build-gpu/tests/gpu/fused_parity_gpu --work /tmp/odyssey-fused-parity --out "$OUT/fused-parity.jsonl" 2>&1 |
+      grep -v -E "^\[(bf16|fp32)\]|it/s\]" > "$OUT/fused-parity.txt"
+    echo "fused_parity_gpu exit ${PIPESTATUS[0]}"; grep -E "^qwen|  (per-token|loss curve|grad norm)|PASS|FAIL" "$OUT/fused-parity.txt" ;;
+  heldout)
+    phase heldout
+    H="$OUT/heldout.jsonl" R="--steps 3 --warmup 2"
+    $B --label "held-out fast" --checkpointing auto --shape qwen2.5-1.5b --mode full --seq 16384 $R --out "$H" | cut -c1-300
+    $B --label "held-out fast" --checkpointing auto --shape qwen2.5-3b --mode lora --seq 32768 $R --out "$H" | cut -c1-300
+    $B --label "held-out lean" --checkpointing all --offload on --shape llama-3.1-8b-instruct --mode lora --seq 16384 $R \
+      --out "$H" | cut -c1-300
+    $B --label "held-out budget 40 GiB" --checkpointing auto --memory-gib 40 --shape qwen3-8b --mode lora --seq 32768 $R \
+      --out "$H" | cut -c1-300 ;;
+  galore)
+    phase galore
+    for opt in galore q-galore adamw; do
+      $B --shape qwen2.5-7b --mode full --optimizer $opt --galore-rank 128 --checkpointing all --seq 32768 \
+        --steps 3 --warmup 1 --out "$OUT/galore.jsonl" | cut -c1-300
+    done ;;
   *) echo "unknown phase $p"; exit 2 ;;
   esac
 done
