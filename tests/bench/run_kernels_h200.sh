@@ -30,9 +30,9 @@
 #             Every performance change runs it (docs/benchmarks.md, "The fused path against transformers")
 #   heldout   the memory planner's held-out rows (docs/memory-planner.md): shapes never used to fit
 #             its constants, planned against measured peak (heldout.jsonl)
-#   galore    Qwen2.5-7B-shaped full fine-tuning at 32K, every layer checkpointed: AdamW (pure
-#             bf16), GaLore and Q-GaLore rank 128 (the README's figures; run_optimizers_h200.sh one
-#             adds the 4K rows)
+#   galore    Qwen2.5-7B-shaped full fine-tuning at 4K and 32K, every layer checkpointed: AdamW (pure
+#             bf16), GaLore and Q-GaLore rank 128 (the README's figures and docs/optimizers.md's table:
+#             run_optimizers_h200.sh one, writing galore.jsonl)
 # `bash tests/bench/run_kernels_h200.sh build selftest odyssey-7b` runs those phases in order.
 # Results go to $OUT (or ./bench-out). A device machine may get the working tree without .git, so
 # the lines' commit is "unknown" there unless the command declares it, e.g.
@@ -156,7 +156,7 @@ for p in "$@"; do
   galore)
     phase galore
     for opt in galore q-galore adamw; do
-      $B --shape qwen2.5-7b --mode full --optimizer $opt --galore-rank 128 --checkpointing all --seq 32768 \
+      $B --shape qwen2.5-7b --mode full --optimizer $opt --galore-rank 128 --checkpointing all --seq 4096,32768 \
         --steps 3 --warmup 1 --out "$OUT/galore.jsonl" | cut -c1-300
     done ;;
   *) echo "unknown phase $p"; exit 2 ;;
