@@ -420,14 +420,25 @@ Diagnostics load_checkpoint(const fs::path& dir, StepEngine& engine, const Check
   const bool sharded = engine.optimizer().sharded_state();
   const std::string opt_file =
       (dir / (sharded ? optimizer_shard_name(what.rank, what.world) : std::string("optimizer.safetensors"))).string();
-  if (sharded && !fs::exists(opt_file)) {
-    std::string found;
+  // Every rank looks for every rank's file and words the answer the same way: a mismatch is
+  // the run's, not one rank's, and the launcher reports whichever rank exits first (rank 0,
+  // which writes status.json and run_end before its last line, is often not that one).
+  bool all_shards = sharded;
+  for (int r = 0; sharded && r < what.world; ++r) all_shards = all_shards && fs::exists(dir / optimizer_shard_name(r, what.world));
+  if (sharded && !all_shards) {
+    std::vector<std::string> found;
     for (const auto& e : fs::directory_iterator(dir, ec))
-      if (e.path().filename().string().starts_with("optimizer")) found += (found.empty() ? "" : ", ") + e.path().filename().string();
-    return {err(opt_file, "is missing: this run shards its optimizer state over " + std::to_string(what.world) +
-                              " ranks and needs one file per rank; the checkpoint has " +
-                              (found.empty() ? std::string("none") : found) +
-                              " (resume with the number of processes it was saved with)")};
+      if (e.path().filename().string().starts_with("optimizer")) found.push_back(e.path().filename().string());
+    std::sort(found.begin(), found.end());
+    std::string has;
+    for (const auto& f : found) has += (has.empty() ? "" : ", ") + f;
+    const std::string needs = what.world == 1 ? optimizer_shard_name(0, 1)
+                                              : optimizer_shard_name(0, what.world) + " to " +
+                                                    optimizer_shard_name(what.world - 1, what.world);
+    return {err(dir.string(), "this run shards its optimizer state over " + std::to_string(what.world) +
+                                  " ranks and needs one file per rank, " + needs + "; the checkpoint has " +
+                                  (has.empty() ? std::string("none") : has) +
+                                  " (resume with the number of processes it was saved with)")};
   }
   if (!sharded && !fs::exists(opt_file)) {
     for (const auto& e : fs::directory_iterator(dir, ec))

@@ -46,7 +46,9 @@
 #include <atomic>
 #include <cmath>
 #include <csignal>
+#include <memory>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -293,39 +295,42 @@ int free_port() {
   return ntohs(sa.sin_port);
 }
 
-// Two ranks started by hand with torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR,
-// MASTER_PORT, ...; rank 0 hosts the store, as without torchrun's agent), each running
-// `odyssey-train run <args>`; waits for both.
+// `n` ranks (2 unless said) started by hand with torchrun's environment (RANK, WORLD_SIZE,
+// MASTER_ADDR, MASTER_PORT, ...; rank 0 hosts the store, as without torchrun's agent), each
+// running `odyssey-train run <args>`; waits for all of them.
 struct HandRanks {
-  Run r[2];
+  std::vector<Run> r;
 };
-HandRanks hand_launch(const QStringList& args, int timeout_ms = 300000) {
+HandRanks hand_launch(const QStringList& args, int n = 2, int timeout_ms = 300000) {
   const int port = free_port();
-  QProcess p[2];
-  for (int rank = 0; rank < 2; ++rank) {
+  std::vector<std::unique_ptr<QProcess>> p;
+  for (int rank = 0; rank < n; ++rank) {
     QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
     for (const char* k : {"ODYSSEY_LAUNCHER_PID", "ODYSSEY_RUN_DIR", "TORCHELASTIC_USE_AGENT_STORE"}) env.remove(k);
     env.insert("RANK", QString::number(rank));
     env.insert("LOCAL_RANK", QString::number(rank));
-    env.insert("WORLD_SIZE", "2");
-    env.insert("LOCAL_WORLD_SIZE", "2");
+    env.insert("WORLD_SIZE", QString::number(n));
+    env.insert("LOCAL_WORLD_SIZE", QString::number(n));
     env.insert("GROUP_RANK", "0");
     env.insert("MASTER_ADDR", "127.0.0.1");
     env.insert("MASTER_PORT", QString::number(port));
     env.insert("ODYSSEY_COMM_TIMEOUT_S", "30");
-    p[rank].setProcessEnvironment(env);
-    p[rank].start(QStringLiteral(ODYSSEY_TRAIN_BIN), args);
+    p.push_back(std::make_unique<QProcess>());
+    p.back()->setProcessEnvironment(env);
+    p.back()->start(QStringLiteral(ODYSSEY_TRAIN_BIN), args);
   }
   HandRanks h;
-  for (int rank = 0; rank < 2; ++rank) {
-    if (!p[rank].waitForFinished(timeout_ms)) {
-      p[0].kill();
-      p[1].kill();
+  h.r.resize(static_cast<std::size_t>(n));
+  for (int rank = 0; rank < n; ++rank) {
+    QProcess& q = *p[static_cast<std::size_t>(rank)];
+    if (!q.waitForFinished(timeout_ms)) {
+      for (auto& k : p) k->kill();
       qFatal("a hand-started rank did not finish in time");
     }
-    h.r[rank].code = p[rank].exitStatus() == QProcess::NormalExit ? p[rank].exitCode() : -2;
-    h.r[rank].out = QString::fromUtf8(p[rank].readAllStandardOutput());
-    h.r[rank].err = QString::fromUtf8(p[rank].readAllStandardError());
+    Run& r = h.r[static_cast<std::size_t>(rank)];
+    r.code = q.exitStatus() == QProcess::NormalExit ? q.exitCode() : -2;
+    r.out = QString::fromUtf8(q.readAllStandardOutput());
+    r.err = QString::fromUtf8(q.readAllStandardError());
   }
   return h;
 }
@@ -681,6 +686,32 @@ class TstParallelRun : public QObject {
                                                                    "resume_from_checkpoint: " + ck2 + "\n")});
     QCOMPARE(bad.code, 1);
     QVERIFY2((bad.out + bad.err).contains("optimizer-rank-00000-of-00004"), qPrintable(bad.out.right(2000) + bad.err.right(1000)));
+    // Every rank finds the mismatch; the launcher reports whichever exits first and kills the
+    // rest. Rank 0 writes run_end and status.json (both fsynced) before its last line, so on a
+    // loaded disk it is killed before saying anything, and each rank used to name only its own
+    // file: the check above then saw rank 1's "optimizer-rank-00001-of-00004". Started by
+    // hand, no rank is killed: all four must give the same reason, naming every file the run
+    // needs and those the checkpoint has.
+    const HandRanks h = hand_launch({"run", preset(tmp_, "z2-other-hand", "per_device_train_batch_size: 2\nnproc_per_node: 4\n"
+                                                                         "sequence_parallel_size: 4\nzero_stage: 2\n"
+                                                                         "resume_from_checkpoint: " + ck2 + "\n")},
+                                    4);
+    const QString hand_dir = only_run(tmp_.filePath("out-z2-other-hand"));
+    QVERIFY(!hand_dir.isEmpty());
+    const QRegularExpression failed_line("(?:^|\\n)failed: ([^\\n]*)");
+    QStringList reasons;
+    for (int rank = 0; rank < 4; ++rank) {
+      QCOMPARE(h.r[static_cast<std::size_t>(rank)].code, 1);
+      const QString log = QString::fromUtf8(bytes(hand_dir + QString("/logs/rank-%1.log").arg(rank)));
+      const auto m = failed_line.match(log);
+      QVERIFY2(m.hasMatch(), qPrintable(QString("rank %1 gave no reason in its log:\n").arg(rank) + log.right(2000)));
+      reasons << m.captured(1);
+    }
+    qInfo("4 ranks resuming a 2-rank ZeRO checkpoint, each says: %s", qPrintable(reasons[0]));
+    for (int rank = 1; rank < 4; ++rank) QCOMPARE(reasons[rank], reasons[0]);
+    for (const char* f : {"optimizer-rank-00000-of-00004", "optimizer-rank-00003-of-00004", "optimizer-rank-00000-of-00002",
+                          "optimizer-rank-00001-of-00002"})
+      QVERIFY2(reasons[0].contains(f), f);
   }
 
   // GaLore over Ulysses 2 (full fine-tuning): the rank-r gradients are all-reduced, refresh
