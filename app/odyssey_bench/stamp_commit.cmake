@@ -2,19 +2,24 @@
 # by the odyssey-bench-commit target; OUT is rewritten only when its text changes, so an
 # unchanged tree relinks nothing). Run with -DSOURCE_DIR=<tree> -DOUT=<file.cpp>.
 #
-#   commit: `git rev-parse HEAD` of SOURCE_DIR, "-dirty" appended when `git status --porcelain`
-#           lists anything (tracked changes, or untracked files that are not ignored); source "git".
-#           Without git, or when SOURCE_DIR is not a repository's top level (a copy of the
-#           working tree without .git, as a device machine may get), the ODYSSEY_COMMIT
-#           environment variable of the build as given (source "ODYSSEY_COMMIT"), else
-#           "unknown" (source "none"). Never fails the build.
+#   commit: the ODYSSEY_COMMIT environment variable of the build when set and not empty
+#           (source "ODYSSEY_COMMIT", declared, not checked: a device machine's copy of the
+#           working tree can carry a .git of another commit, the session's base). Else `git
+#           rev-parse HEAD` of SOURCE_DIR, "-dirty" appended when `git status --porcelain` lists
+#           anything (tracked changes, or untracked files that are not ignored), source "git",
+#           when SOURCE_DIR is a repository's top level; else "unknown" (source "none"). Never
+#           fails the build.
 if(NOT SOURCE_DIR OR NOT OUT)
   message(FATAL_ERROR "stamp_commit.cmake: needs -DSOURCE_DIR=... -DOUT=...")
 endif()
 set(commit "unknown")
 set(source "none")
+if(NOT "$ENV{ODYSSEY_COMMIT}" STREQUAL "")
+  string(STRIP "$ENV{ODYSSEY_COMMIT}" commit)
+  set(source "ODYSSEY_COMMIT")
+endif()
 find_program(GIT_EXECUTABLE git)
-if(GIT_EXECUTABLE)
+if(GIT_EXECUTABLE AND source STREQUAL "none")
   execute_process(COMMAND "${GIT_EXECUTABLE}" --no-optional-locks -C "${SOURCE_DIR}" rev-parse --show-toplevel
                   RESULT_VARIABLE rc OUTPUT_VARIABLE top OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
   if(rc EQUAL 0)
@@ -34,10 +39,6 @@ if(GIT_EXECUTABLE)
       set(source "git")
     endif()
   endif()
-endif()
-if(source STREQUAL "none" AND NOT "$ENV{ODYSSEY_COMMIT}" STREQUAL "")
-  string(STRIP "$ENV{ODYSSEY_COMMIT}" commit)
-  set(source "ODYSSEY_COMMIT")
 endif()
 # A C++ string literal: keep letters, digits and a few punctuation marks of a declared commit.
 string(REGEX REPLACE "[^A-Za-z0-9._+:/@-]" "_" commit "${commit}")

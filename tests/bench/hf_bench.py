@@ -146,12 +146,16 @@ def load_shape(shape: str) -> dict:
 # ---- where and when a line was measured ------------------------------------------------
 
 def source_commit(repo: Path = REPO) -> tuple[str, str]:
-    """(commit, source) of the checkout this script runs from: `git rev-parse HEAD`, with
-    "-dirty" when `git status --porcelain` lists anything (tracked changes or untracked files
-    that are not ignored), source "git". Without git or a repository whose top level is
-    `repo` (a device machine may run over a copy of the working tree without .git), the
-    ODYSSEY_COMMIT environment variable as given (source "ODYSSEY_COMMIT"), else
-    ("unknown", "none"). Never raises."""
+    """(commit, source) of the source this script runs from. The ODYSSEY_COMMIT environment
+    variable, when set and not empty, wins (source "ODYSSEY_COMMIT", declared, not checked): a
+    device machine's copy of the working tree can carry a .git of another commit (the session's
+    base, seen 2026-12-02), so the person who sends the tree declares what it is. Else `git
+    rev-parse HEAD`, with "-dirty" when `git status --porcelain` lists anything (tracked changes
+    or untracked files that are not ignored), source "git", when `repo` is a repository's top
+    level; else ("unknown", "none"). Never raises."""
+    env = os.environ.get("ODYSSEY_COMMIT", "").strip()
+    if env:
+        return env, "ODYSSEY_COMMIT"
     def git(*a: str) -> str:
         return subprocess.run(["git", "--no-optional-locks", "-C", str(repo), *a], check=True,
                               capture_output=True, text=True, timeout=60).stdout.strip()
@@ -162,8 +166,7 @@ def source_commit(repo: Path = REPO) -> tuple[str, str]:
             return head + ("-dirty" if git("status", "--porcelain") else ""), "git"
     except (OSError, subprocess.SubprocessError):
         pass
-    env = os.environ.get("ODYSSEY_COMMIT", "").strip()
-    return (env, "ODYSSEY_COMMIT") if env else ("unknown", "none")
+    return "unknown", "none"
 
 
 def gpu_uuid(props) -> str | None:

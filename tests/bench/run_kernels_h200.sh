@@ -34,10 +34,10 @@
 #             bf16), GaLore and Q-GaLore rank 128 (the README's figures and docs/optimizers.md's table:
 #             run_optimizers_h200.sh one, writing galore.jsonl)
 # `bash tests/bench/run_kernels_h200.sh build selftest odyssey-7b` runs those phases in order.
-# Results go to $OUT (or ./bench-out). A device machine may get the working tree without .git, so
-# the lines' commit is "unknown" there unless the command declares it, e.g.
+# Results go to $OUT (or ./bench-out). A device machine's copy of the working tree may lack .git or
+# carry the .git of another commit (the session's base), so declare the commit the tree is:
 #   ODYSSEY_COMMIT=<git rev-parse HEAD here, + -dirty if the tree has changes> bash tests/bench/run_kernels_h200.sh build headline
-# (odyssey-bench takes it at build time, hf_bench.py at run time; both record commit_source).
+# (odyssey-bench takes it at build time, hf_bench.py at run time; it wins over git; both record commit_source).
 set -u
 OUT=${OUT:-$PWD/bench-out}
 mkdir -p "$OUT"

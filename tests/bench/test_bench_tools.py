@@ -206,8 +206,24 @@ class HfBenchProvenanceTest(unittest.TestCase):
                 os.environ.clear()
                 os.environ.update(env)
 
+    def test_declared_commit_wins_over_git(self):
+        # A device machine's copy can carry a .git of another commit: the declaration wins.
+        env = dict(os.environ)
+        try:
+            os.environ["ODYSSEY_COMMIT"] = "feedbeef"
+            self.assertEqual(hf_bench.source_commit(), ("feedbeef", "ODYSSEY_COMMIT"))
+        finally:
+            os.environ.clear()
+            os.environ.update(env)
+
     def test_commit_of_this_checkout(self):
-        commit, source = hf_bench.source_commit()
+        env = dict(os.environ)
+        os.environ.pop("ODYSSEY_COMMIT", None)
+        try:
+            commit, source = hf_bench.source_commit()
+        finally:
+            os.environ.clear()
+            os.environ.update(env)
         if source == "git":
             self.assertRegex(commit, r"^[0-9a-f]{40}(-dirty)?$")
         else:  # a copy without .git
