@@ -32,8 +32,13 @@ function(odyssey_add_test)
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 120)
   endif()
+  # One intra-op thread per process: `ctest -j N` already runs N tests at once, and LibTorch's
+  # default (a thread per core in every process, its OpenMP workers spin-waiting) thrashed on
+  # CI's 2 cores: the quickstart run of tst_train_run took 124 s beside tst_parallel_run, 20 s
+  # alone, 35 s beside it with one thread. The engine keeps a set OMP_NUM_THREADS
+  # (docs/training.md), as do the Python oracles.
   set_tests_properties(${T_NAME} PROPERTIES TIMEOUT ${T_TIMEOUT}
-    ENVIRONMENT "QT_QPA_PLATFORM=offscreen")
+    ENVIRONMENT "QT_QPA_PLATFORM=offscreen;OMP_NUM_THREADS=1")
   if(T_LABELS)
     set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}")
   endif()

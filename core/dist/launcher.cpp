@@ -25,6 +25,7 @@ extern char** environ;
 
 #include "common/text.h"
 #include "dist/store_auth.h"
+#include "engine/runtime_info.h"
 #include "run/event_writer.h"
 #include "run/run_dir.h"
 #include "run/run_lock.h"
@@ -206,10 +207,8 @@ class Supervisor {
           {kStoreSecretVariable, secret},
       };
       if (!cvd.empty()) env.push_back({"CUDA_VISIBLE_DEVICES", join(cvd)});
-      if (!std::getenv("OMP_NUM_THREADS")) {
-        const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
-        env.push_back({"OMP_NUM_THREADS", std::to_string(std::max<long>(1, cores / o_.nproc))});
-      }
+      if (const int threads = intra_op_threads_per_rank(o_.nproc); threads > 0)
+        env.push_back({"OMP_NUM_THREADS", std::to_string(threads)});
       // Everything the child needs is prepared before fork: between fork and exec it only
       // calls async-signal-safe functions (the store's threads may hold locks).
       std::vector<std::string> env_strings;

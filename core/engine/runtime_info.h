@@ -18,3 +18,16 @@ namespace odyssey {
 std::string configure_cuda_allocator();
 
 }  // namespace odyssey
+
+namespace odyssey {
+
+// The CPUs this process may run on: its affinity mask (which taskset, Slurm and container
+// cpusets narrow), not the machine's count that std::thread::hardware_concurrency reports.
+int usable_cpus();
+
+// Intra-op threads for each of `processes` ranks of one job on this host: usable_cpus()
+// shared among them, at least 1; 0 when OMP_NUM_THREADS is set (the user's choice, which
+// LibTorch applied at start and which stands).
+int intra_op_threads_per_rank(int processes);
+
+}  // namespace odyssey

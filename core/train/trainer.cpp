@@ -487,9 +487,11 @@ void open_run_directory(RunContext& run) {
   const dist::DistEnv& env = run.opt.env;
   run.main_rank = env.rank == 0;
   // Ranks of one host share its cores: each would otherwise start one intra-op thread per core
-  // and the host-side work (CPU ranks, ZeRO offload's update) would thrash.
+  // and the host-side work (CPU ranks, ZeRO offload's update) would thrash. The cores are
+  // those this process may use (taskset, a cpuset), and OMP_NUM_THREADS, when set, stands:
+  // this used to override it with all the machine's cores divided among the ranks.
   if (env.local_world > 1)
-    torch::set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / env.local_world));
+    if (const int threads = intra_op_threads_per_rank(env.local_world); threads > 0) torch::set_num_threads(threads);
   g_stop_signals.store(0);
   if (run.opt.install_signal_handlers) {
     std::signal(SIGTERM, on_stop_signal);
