@@ -32,6 +32,7 @@
 #include "train/lora.h"
 #include "train/step_engine.h"
 #include "tests/support/autograd_graph.h"
+#include "tests/support/reference_step_options.h"
 
 using namespace odyssey;
 using namespace odyssey::model;
@@ -122,18 +123,7 @@ class TstTrainParity : public QObject {
       if (!p.value().requires_grad()) continue;
       p.value().copy_(R.get(prefix + p.key()).to(torch::kFloat32));
     }
-    StepOptions o;
-    o.adamw.lr = R.hp.at("lr").get<double>();
-    o.adamw.beta1 = R.hp.at("betas")[0].get<double>();
-    o.adamw.beta2 = R.hp.at("betas")[1].get<double>();
-    o.adamw.eps = R.hp.at("eps").get<double>();
-    o.adamw.weight_decay = R.hp.at("weight_decay").get<double>();
-    o.schedule.type = "cosine";
-    o.schedule.base_lr = o.adamw.lr;
-    o.schedule.warmup_steps = R.hp.at("warmup_steps").get<std::int64_t>();
-    o.schedule.total_steps = R.hp.at("steps").get<std::int64_t>();
-    o.max_grad_norm = R.hp.at("max_norm").get<double>();
-    return StepEngine(lm, o);
+    return StepEngine(lm, odyssey::test::reference_step_options(R.hp));
   }
 
   std::vector<std::vector<PackedRow>> batches(const Reference& R) {

@@ -42,6 +42,7 @@
 #include "train/batch.h"
 #include "train/lora.h"
 #include "train/step_engine.h"
+#include "tests/support/reference_step_options.h"
 
 using namespace odyssey;
 using namespace odyssey::model;
@@ -182,18 +183,7 @@ bool run_case(const Case& c, const std::string& work, std::int64_t seq, std::int
   const torch::Tensor nll_hf = R.get("nll.bf16"), nll_fp = R.get("nll.fp32");
   const Distances tok{vec_dist(nll, nll_fp), vec_dist(nll_hf, nll_fp), vec_dist(nll, nll_hf)};
 
-  StepOptions o;
-  o.adamw.lr = R.hp.at("lr").get<double>();
-  o.adamw.beta1 = R.hp.at("betas")[0].get<double>();
-  o.adamw.beta2 = R.hp.at("betas")[1].get<double>();
-  o.adamw.eps = R.hp.at("eps").get<double>();
-  o.adamw.weight_decay = R.hp.at("weight_decay").get<double>();
-  o.schedule.type = "cosine";
-  o.schedule.base_lr = o.adamw.lr;
-  o.schedule.warmup_steps = R.hp.at("warmup_steps").get<std::int64_t>();
-  o.schedule.total_steps = steps;
-  o.max_grad_norm = R.hp.at("max_norm").get<double>();
-  StepEngine e(lm, o);
+  StepEngine e(lm, odyssey::test::reference_step_options(R.hp));
   std::vector<double> losses, norms;
   const auto lrs = doubles(R.hp.at("lrs"));
   bool lr_ok = true;
