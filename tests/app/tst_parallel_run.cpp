@@ -296,17 +296,31 @@ int free_port() {
 }
 
 // `n` ranks (2 unless said) started by hand with torchrun's environment (RANK, WORLD_SIZE,
-// MASTER_ADDR, MASTER_PORT, ...; rank 0 hosts the store, as without torchrun's agent), each
-// running `odyssey-train run <args>`; waits for all of them.
+// MASTER_ADDR, MASTER_PORT, ...), each running `odyssey-train run <args>`; waits for all of
+// them. Rank 0 hosts the store, as without torchrun's agent; with `agent_store` this process
+// hosts it, as torchrun's agent does, so that no rank's exit takes it from the others.
 struct HandRanks {
   std::vector<Run> r;
 };
-HandRanks hand_launch(const QStringList& args, int n = 2, int timeout_ms = 300000) {
-  const int port = free_port();
+HandRanks hand_launch(const QStringList& args, int n = 2, bool agent_store = false, int timeout_ms = 300000) {
+  int port = free_port();
+  c10::intrusive_ptr<c10d::TCPStore> agent;
+  if (agent_store) {
+    c10d::TCPStoreOptions o;
+    o.port = 0;
+    o.isServer = true;
+    o.waitWorkers = false;
+    agent = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", o);
+    port = agent->getPort();
+  }
   std::vector<std::unique_ptr<QProcess>> p;
   for (int rank = 0; rank < n; ++rank) {
     QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
     for (const char* k : {"ODYSSEY_LAUNCHER_PID", "ODYSSEY_RUN_DIR", "TORCHELASTIC_USE_AGENT_STORE"}) env.remove(k);
+    if (agent_store) {
+      env.insert("TORCHELASTIC_USE_AGENT_STORE", "True");
+      env.insert("ODYSSEY_STORE_SECRET", kJobSecret);
+    }
     env.insert("RANK", QString::number(rank));
     env.insert("LOCAL_RANK", QString::number(rank));
     env.insert("WORLD_SIZE", QString::number(n));
@@ -690,12 +704,13 @@ class TstParallelRun : public QObject {
     // rest. Rank 0 writes run_end and status.json (both fsynced) before its last line, so on a
     // loaded disk it is killed before saying anything, and each rank used to name only its own
     // file: the check above then saw rank 1's "optimizer-rank-00001-of-00004". Started by
-    // hand, no rank is killed: all four must give the same reason, naming every file the run
-    // needs and those the checkpoint has.
+    // hand around a store this test hosts, no rank is killed and none loses the store: all
+    // four must give the same reason, naming every file the run needs and those the
+    // checkpoint has.
     const HandRanks h = hand_launch({"run", preset(tmp_, "z2-other-hand", "per_device_train_batch_size: 2\nnproc_per_node: 4\n"
                                                                          "sequence_parallel_size: 4\nzero_stage: 2\n"
                                                                          "resume_from_checkpoint: " + ck2 + "\n")},
-                                    4);
+                                    4, true);
     const QString hand_dir = only_run(tmp_.filePath("out-z2-other-hand"));
     QVERIFY(!hand_dir.isEmpty());
     const QRegularExpression failed_line("(?:^|\\n)failed: ([^\\n]*)");

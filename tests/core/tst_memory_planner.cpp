@@ -1,9 +1,23 @@
-// Memory planner: exact hand-computed terms on a tiny model, the measured Hugging Face peaks
-// of ANCHORS.md as oracles (reference mode HfPeft), monotonicity, searches, and a timing print.
+// Memory planner: exact hand-computed terms on a tiny model, monotonicity, searches, a timing
+// print, and measured peaks of two kinds (docs/memory-planner.md, "Calibration and held-out"):
+//   - calibration: the runs the planner's terms and constants were derived from or corrected
+//     against (ANCHORS.md's Hugging Face peaks for the HfPeft reference mode; odyssey-bench on
+//     one and two H200s for the engine). Agreement with them shows the fit, not a validation;
+//     their data tags and messages say "calibration";
+//   - held out: odyssey-bench lines measured on model shapes no calibration row uses, read raw
+//     from docs/bench-results/2026-12-02-h200-planner-heldout.jsonl and re-planned from the
+//     settings each line records; every one within ±10% (heldOutLinesArePredicted). The file
+//     missing is a failure, not a skip.
 #include <QDebug>
+#include <QDir>
 #include <QElapsedTimer>
+#include <QFile>
+#include <QSet>
 #include <QTest>
 #include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <sstream>
 
 #include "planner/memory_planner.h"
 #include "planner/memory_terms.h"
@@ -76,6 +90,200 @@ std::int64_t at_peak_sum(const MemoryPlan& p) {
   for (const auto& it : p.items)
     if (it.at_peak) s += it.bytes;
   return s;
+}
+
+// The shapes of every calibration row: a held-out line must use another.
+const QSet<QString> kCalibrationShapes = {"qwen2.5-0.5b", "qwen2.5-7b", "qwen2.5-14b"};
+
+// The planner's tolerance against the engine's measured peaks (docs/memory-planner.md).
+constexpr double kEngineTolerance = 0.10;
+
+// resources/model-shapes/<Org>--<Name>.json for "<name>" (any case), as odyssey-bench finds it.
+std::string shape_path(const std::string& shape) {
+  const QString want = QString::fromStdString(shape).toLower();
+  const QDir dir(QStringLiteral(ODYSSEY_SOURCE_DIR) + "/resources/model-shapes");
+  for (const QString& f : dir.entryList({"*.json"}, QDir::Files)) {
+    QString stem = f.chopped(5);
+    if (stem.contains("--")) stem = stem.section("--", 1);
+    if (stem.toLower() == want) return dir.filePath(f).toStdString();
+  }
+  return {};
+}
+
+// One odyssey-bench line (app/odyssey_bench/main.cpp, docs/benchmarks.md "The line format")
+// planned again from what it records: the job as bench_config builds it (batch 1, LoRA on
+// all-linear without dropout, packed), the layers the run recomputed, kept, offloaded and the
+// MLP tile it ran, evaluated by today's planner. `predicted` is allocated GiB (comparable with
+// peak_gib, max_memory_allocated); `peak_total`/`capacity` the whole plan against the GPU.
+struct Replanned {
+  std::string error;  // why the line cannot be re-planned ("" when it can)
+  std::string label;  // shape, mode, seq and what was recomputed
+  std::string shape;
+  bool oom = false;
+  double measured = 0, predicted = 0, peak_total = 0, capacity = 0;
+};
+
+Replanned replan_bench_line(const nlohmann::json& j) {
+  Replanned r;
+  auto need = [&](const char* key) {
+    if (!j.contains(key) || j.at(key).is_null()) r.error += std::string(r.error.empty() ? "" : ", ") + key;
+    return j.contains(key) && !j.at(key).is_null();
+  };
+  if (j.value("impl", std::string()) != "odyssey") {
+    r.error = "not an odyssey-bench record (impl is not \"odyssey\")";
+    return r;
+  }
+  for (const char* k : {"shape", "mode", "seq", "layers", "vocab", "dtype", "fused", "offload_activations", "attention",
+                        "optimizer", "checkpointed_layers", "attention_kept_layers", "mlp_recomputed_layers",
+                        "mlp_tile_tokens"})
+    need(k);
+  if (!r.error.empty()) {
+    r.error = "missing " + r.error;
+    return r;
+  }
+  r.shape = j.at("shape").get<std::string>();
+  const std::string file = shape_path(r.shape);
+  if (file.empty()) {
+    r.error = "shape " + r.shape + " is not in resources/model-shapes";
+    return r;
+  }
+  std::ifstream in(file);
+  std::stringstream text;
+  text << in.rdbuf();
+  auto parsed = parse_model_config(text.str(), file);
+  if (!parsed.ok()) {
+    r.error = format_all(parsed.diagnostics);
+    return r;
+  }
+  HfModelConfig m = parsed.value;
+  m.num_hidden_layers = j.at("layers").get<std::int64_t>();  // odyssey-bench --layers
+  m.vocab_size = j.at("vocab").get<std::int64_t>();          // --vocab-override
+  const std::string mode = j.at("mode").get<std::string>(), opt = j.at("optimizer").get<std::string>();
+  TrainConfig c;
+  c.tuner_type = mode;
+  if (mode == "lora" && !(need("lora_r") && need("lora_alpha"))) {
+    r.error = "missing " + r.error;
+    return r;
+  }
+  if (mode == "lora") c.lora_rank = j.at("lora_r").get<std::int64_t>(), c.lora_alpha = j.at("lora_alpha").get<double>();
+  c.lora_dropout = 0.0;
+  c.target_modules = {"all-linear"};
+  c.max_length = j.at("seq").get<std::int64_t>();
+  c.per_device_train_batch_size = j.value("batch", std::int64_t{1});
+  c.torch_dtype = j.at("dtype").get<std::string>();
+  c.device = "cuda";
+  c.fused_kernels = j.at("fused").get<bool>();
+  const std::string attention = j.at("attention").get<std::string>();
+  c.attn_impl = attention == "flash" ? "flash_attn" : attention == "auto" ? "sdpa" : "cudnn";
+  c.padding_free = true;
+  c.offload_activations = j.at("offload_activations").get<bool>();
+  const std::int64_t world = j.value("world", std::int64_t{1}), dp = j.value("dp", std::int64_t{1});
+  c.nproc_per_node = world;
+  c.sequence_parallel_size = world / std::max<std::int64_t>(1, dp);
+  c.ulysses_size = j.value("ulysses", std::int64_t{0});
+  // The engine's optimizer name; ZeRO's offload shows as state in host memory.
+  if (opt == "galore_adamw" || opt == "q_galore_adamw8bit") {
+    if (!need("galore_rank")) {
+      r.error = "missing " + r.error;
+      return r;
+    }
+    c.use_galore = true, c.galore_quantization = opt == "q_galore_adamw8bit";
+    c.galore_rank = j.at("galore_rank").get<std::int64_t>();
+  } else if (opt == "zero1_adamw" || opt == "zero2_adamw") {
+    c.zero_stage = opt == "zero1_adamw" ? 1 : 2;
+    c.offload_optimizer = j.value("optimizer_host_gib", 0.0) > 0;
+  } else if (opt != "adamw") {
+    r.error = "optimizer " + opt + " is not one odyssey-bench runs";
+    return r;
+  }
+  PlannerOptions o;
+  if (j.contains("memory_budget_gib"))
+    o.gpu_memory_bytes = static_cast<std::int64_t>(j.at("memory_budget_gib").get<double>() * double(kGiB));
+  planner_detail::Terms t = planner_detail::compute_terms(c, m, o);
+  if (!t.valid) {
+    r.error = "the planner does not know this shape";
+    return r;
+  }
+  const std::int64_t tile = j.at("mlp_tile_tokens").get<std::int64_t>();
+  if (tile > 0) planner_detail::tile_mlp(t, tile);
+  const std::int64_t ckpt = j.at("checkpointed_layers").get<std::int64_t>(), kept = j.at("attention_kept_layers").get<std::int64_t>(),
+                     mlp = j.at("mlp_recomputed_layers").get<std::int64_t>(),
+                     offl = j.value("mlp_offloaded_layers", std::int64_t{0});
+  const planner_detail::Eval e = planner_detail::evaluate(t, ckpt, 0, kept, mlp, offl);
+  if (e.kept_layers != kept || e.mlp_layers != mlp || e.offload_layers != offl) {
+    r.error = "the planner cannot place what the run did (kept " + std::to_string(kept) + ", MLP recomputed " +
+              std::to_string(mlp) + ", MLP offloaded " + std::to_string(offl) + ")";
+    return r;
+  }
+  r.predicted = static_cast<double>(e.phase_bytes[e.phase]) / double(kGiB);
+  r.peak_total = static_cast<double>(e.peak) / double(kGiB);
+  r.capacity = static_cast<double>(t.capacity) / double(kGiB);
+  // The planner plans one GPU; every rank's peak must be within it, so the largest counts.
+  if (j.contains("peak_gib_per_rank"))
+    for (const auto& g : j.at("peak_gib_per_rank")) r.measured = std::max(r.measured, g.get<double>());
+  else if (j.contains("peak_gib"))
+    r.measured = j.at("peak_gib").get<double>();
+  r.oom = j.value("oom", false);
+  if (r.measured <= 0 && !r.oom) r.error = "no measured peak (peak_gib) and no OOM";
+  std::ostringstream l;
+  l << r.shape << " " << mode << " " << c.max_length << (world > 1 ? " world " + std::to_string(world) : std::string())
+    << " (" << opt << (c.offload_optimizer ? " offload" : "") << "; " << ckpt << " of " << m.num_hidden_layers
+    << " checkpointed" << (c.offload_activations ? " + offload" : "") << ", " << kept << " kept, MLP " << mlp
+    << " recomputed " << offl << " offloaded" << (tile > 0 ? ", tile " + std::to_string(tile) : std::string())
+    << (c.fused_kernels ? "" : ", reference ops") << ")";
+  r.label = l.str();
+  return r;
+}
+
+// Every line of `file` re-planned: each measured peak within kEngineTolerance, each OOM planned
+// not to fit (within the tolerance). Returns the re-planned lines; fails the test (and returns
+// what it has) on the first line that cannot be re-planned or is off.
+std::vector<Replanned> check_bench_lines(const QString& file, const char* kind) {
+  std::vector<Replanned> out;
+  QFile f(file);
+  if (!f.open(QIODevice::ReadOnly)) {
+    QTest::qFail(qPrintable(file + ": cannot be read; the " + kind + " rows are its lines"), __FILE__, __LINE__);
+    return out;
+  }
+  int n = 0;
+  for (const QByteArray& raw : f.readAll().split('\n')) {
+    ++n;
+    if (raw.trimmed().isEmpty()) continue;
+    const nlohmann::json j = nlohmann::json::parse(raw.toStdString(), nullptr, false);
+    const QString where = QString("%1:%2").arg(file).arg(n);
+    if (j.is_discarded() || !j.is_object()) {
+      QTest::qFail(qPrintable(where + ": not a JSON object"), __FILE__, __LINE__);
+      return out;
+    }
+    const Replanned r = replan_bench_line(j);
+    if (!r.error.empty()) {
+      QTest::qFail(qPrintable(where + ": cannot be re-planned: " + QString::fromStdString(r.error)), __FILE__, __LINE__);
+      return out;
+    }
+    out.push_back(r);
+    if (r.oom) {
+      qInfo("%s %s: out of memory; planned %.2f GiB with runtime and fragmentation against %.2f", kind, r.label.c_str(),
+            r.peak_total, r.capacity);
+      if (r.peak_total * (1 + kEngineTolerance) < r.capacity) {
+        QTest::qFail(qPrintable(where + ": ran out of memory where the plan fits with 10% to spare"), __FILE__, __LINE__);
+        return out;
+      }
+      continue;
+    }
+    const double err = (r.predicted - r.measured) / r.measured;
+    qInfo("%s %s: predicted %.2f GiB, measured %.2f GiB (%+.1f%%)", kind, r.label.c_str(), r.predicted, r.measured,
+          100.0 * err);
+    if (std::abs(err) > kEngineTolerance) {
+      QTest::qFail(qPrintable(QString("%1: %2 predicted %3 GiB, measured %4 GiB: %5% off, beyond ±10%")
+                                  .arg(where, QString::fromStdString(r.label))
+                                  .arg(r.predicted, 0, 'f', 2)
+                                  .arg(r.measured, 0, 'f', 2)
+                                  .arg(100.0 * err, 0, 'f', 1)),
+                   __FILE__, __LINE__);
+      return out;
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -174,21 +382,21 @@ class TestMemoryPlanner : public QObject {
     QVERIFY(g.peak_bytes < adam.peak_bytes);
   }
 
-  // Peaks measured with HF transformers 5.17 + PEFT 0.21 on one H200 (ANCHORS.md: bf16,
-  // random init, batch 1, SDPA, gradient checkpointing, LoRA r=16 all-linear) are
-  // max_memory_allocated; the reference mode must land within 3% of each.
+  // Calibration: peaks measured with HF transformers 5.17 + PEFT 0.21 on one H200 (ANCHORS.md:
+  // bf16, random init, batch 1, SDPA, gradient checkpointing, LoRA r=16 all-linear) are
+  // max_memory_allocated; the reference mode was built to them and must land within 3% of each.
   void matchesMeasuredHfPeaks_data() {
     QTest::addColumn<bool>("small");
     QTest::addColumn<QString>("tuner");
     QTest::addColumn<qint64>("len");
     QTest::addColumn<double>("gib");
-    QTest::newRow("0.5B lora 16K") << true << "lora" << qint64{16384} << 34.3;
-    QTest::newRow("0.5B lora 32K") << true << "lora" << qint64{32768} << 67.4;
-    QTest::newRow("0.5B full 16K") << true << "full" << qint64{16384} << 36.1;
-    QTest::newRow("0.5B full 32K") << true << "full" << qint64{32768} << 69.3;
-    QTest::newRow("7B lora 4K") << false << "lora" << qint64{4096} << 23.7;
-    QTest::newRow("7B lora 16K") << false << "lora" << qint64{16384} << 50.6;
-    QTest::newRow("7B lora 32K") << false << "lora" << qint64{32768} << 86.3;
+    QTest::newRow("calibration: HF 0.5B lora 16K") << true << "lora" << qint64{16384} << 34.3;
+    QTest::newRow("calibration: HF 0.5B lora 32K") << true << "lora" << qint64{32768} << 67.4;
+    QTest::newRow("calibration: HF 0.5B full 16K") << true << "full" << qint64{16384} << 36.1;
+    QTest::newRow("calibration: HF 0.5B full 32K") << true << "full" << qint64{32768} << 69.3;
+    QTest::newRow("calibration: HF 7B lora 4K") << false << "lora" << qint64{4096} << 23.7;
+    QTest::newRow("calibration: HF 7B lora 16K") << false << "lora" << qint64{16384} << 50.6;
+    QTest::newRow("calibration: HF 7B lora 32K") << false << "lora" << qint64{32768} << 86.3;
   }
   void matchesMeasuredHfPeaks() {
     QFETCH(bool, small);
@@ -218,10 +426,12 @@ class TestMemoryPlanner : public QObject {
     QVERIFY(item(unfused, "loss working set", false) < 2 * kGiB);
   }
 
-  // Odyssey's own peaks, measured on one H200 with odyssey-bench (max_memory_allocated; bf16,
-  // random init, batch 1, LoRA r=16 α=32 all-linear dropout 0; docs/benchmarks.md, raw lines in
-  // docs/bench-results/2026-11-30-h200-kernels-*.jsonl). The planner must land within ±10%
-  // of each (the kernels issue's goal), with the layers the run recomputed.
+  // Calibration: Odyssey's own peaks, measured on one H200 with odyssey-bench
+  // (max_memory_allocated; bf16, random init, batch 1, LoRA r=16 α=32 all-linear dropout 0;
+  // docs/benchmarks.md, raw lines in docs/bench-results/2026-11-30-h200-kernels-*.jsonl). The
+  // engine's terms were corrected against these runs, so this shows the fit; the planner must
+  // stay within ±10% of each (the kernels issue's goal), with the layers the run recomputed.
+  // Held-out shapes: heldOutLinesArePredicted.
   void matchesMeasuredEnginePeaks_data() {
     QTest::addColumn<bool>("small");
     QTest::addColumn<QString>("tuner");
@@ -234,25 +444,25 @@ class TestMemoryPlanner : public QObject {
     // The rows without checkpointing (and auto, which recomputes nothing at 32K) were measured
     // after kernels::swiglu_down and rms_norm_linear (docs/benchmarks.md, "activations
     // recomputed in the fused projections"); so were the lean rows at 32K.
-    QTest::newRow("7B lora 4K none") << false << "lora" << qint64{4096} << "none" << false << true << 26.78 << "adamw";
-    QTest::newRow("7B lora 16K none") << false << "lora" << qint64{16384} << "none" << false << true << 62.32 << "adamw";
-    QTest::newRow("7B lora 32K auto") << false << "lora" << qint64{32768} << "auto" << false << true << 109.9 << "adamw";
-    QTest::newRow("7B lora 32K all+offload") << false << "lora" << qint64{32768} << "all" << true << true << 22.68 << "adamw";
-    QTest::newRow("7B lora 32K all, reference ops") << false << "lora" << qint64{32768} << "all" << false << false << 34.76 << "adamw";
-    QTest::newRow("7B lora 128K all+offload") << false << "lora" << qint64{131072} << "all" << true << true << 47.07 << "adamw";
-    QTest::newRow("7B lora 256K all+offload") << false << "lora" << qint64{262144} << "all" << true << true << 79.3 << "adamw";
-    QTest::newRow("0.5B full 16K none") << true << "full" << qint64{16384} << "none" << false << true << 13.96 << "adamw";
-    QTest::newRow("0.5B full 32K none") << true << "full" << qint64{32768} << "none" << false << true << 24.01 << "adamw";
-    QTest::newRow("0.5B full 32K all+offload") << true << "full" << qint64{32768} << "all" << true << true << 5.591 << "adamw";
-    QTest::newRow("0.5B lora 16K none") << true << "lora" << qint64{16384} << "none" << false << true << 11.79 << "adamw";
-    QTest::newRow("0.5B lora 32K none") << true << "lora" << qint64{32768} << "none" << false << true << 22.18 << "adamw";
+    QTest::newRow("calibration: 7B lora 4K none") << false << "lora" << qint64{4096} << "none" << false << true << 26.78 << "adamw";
+    QTest::newRow("calibration: 7B lora 16K none") << false << "lora" << qint64{16384} << "none" << false << true << 62.32 << "adamw";
+    QTest::newRow("calibration: 7B lora 32K auto") << false << "lora" << qint64{32768} << "auto" << false << true << 109.9 << "adamw";
+    QTest::newRow("calibration: 7B lora 32K all+offload") << false << "lora" << qint64{32768} << "all" << true << true << 22.68 << "adamw";
+    QTest::newRow("calibration: 7B lora 32K all, reference ops") << false << "lora" << qint64{32768} << "all" << false << false << 34.76 << "adamw";
+    QTest::newRow("calibration: 7B lora 128K all+offload") << false << "lora" << qint64{131072} << "all" << true << true << 47.07 << "adamw";
+    QTest::newRow("calibration: 7B lora 256K all+offload") << false << "lora" << qint64{262144} << "all" << true << true << 79.3 << "adamw";
+    QTest::newRow("calibration: 0.5B full 16K none") << true << "full" << qint64{16384} << "none" << false << true << 13.96 << "adamw";
+    QTest::newRow("calibration: 0.5B full 32K none") << true << "full" << qint64{32768} << "none" << false << true << 24.01 << "adamw";
+    QTest::newRow("calibration: 0.5B full 32K all+offload") << true << "full" << qint64{32768} << "all" << true << true << 5.591 << "adamw";
+    QTest::newRow("calibration: 0.5B lora 16K none") << true << "lora" << qint64{16384} << "none" << false << true << 11.79 << "adamw";
+    QTest::newRow("calibration: 0.5B lora 32K none") << true << "lora" << qint64{32768} << "none" << false << true << 22.18 << "adamw";
     // Full fine-tuning of the 7B shape, every layer checkpointed (docs/optimizers.md, "Measured").
-    QTest::newRow("7B full 4K all, AdamW") << false << "full" << qint64{4096} << "all" << false << true << 56.9 << "adamw";
-    QTest::newRow("7B full 32K all, AdamW") << false << "full" << qint64{32768} << "all" << false << true << 63.1 << "adamw";
-    QTest::newRow("7B full 4K all, GaLore") << false << "full" << qint64{4096} << "all" << false << true << 24.38 << "galore";
-    QTest::newRow("7B full 32K all, GaLore") << false << "full" << qint64{32768} << "all" << false << true << 35.01 << "galore";
-    QTest::newRow("7B full 4K all, Q-GaLore") << false << "full" << qint64{4096} << "all" << false << true << 22.74 << "q-galore";
-    QTest::newRow("7B full 32K all, Q-GaLore") << false << "full" << qint64{32768} << "all" << false << true << 33.37 << "q-galore";
+    QTest::newRow("calibration: 7B full 4K all, AdamW") << false << "full" << qint64{4096} << "all" << false << true << 56.9 << "adamw";
+    QTest::newRow("calibration: 7B full 32K all, AdamW") << false << "full" << qint64{32768} << "all" << false << true << 63.1 << "adamw";
+    QTest::newRow("calibration: 7B full 4K all, GaLore") << false << "full" << qint64{4096} << "all" << false << true << 24.38 << "galore";
+    QTest::newRow("calibration: 7B full 32K all, GaLore") << false << "full" << qint64{32768} << "all" << false << true << 35.01 << "galore";
+    QTest::newRow("calibration: 7B full 4K all, Q-GaLore") << false << "full" << qint64{4096} << "all" << false << true << 22.74 << "q-galore";
+    QTest::newRow("calibration: 7B full 32K all, Q-GaLore") << false << "full" << qint64{32768} << "all" << false << true << 33.37 << "q-galore";
   }
   void matchesMeasuredEnginePeaks() {
     QFETCH(bool, small);
@@ -281,13 +491,14 @@ class TestMemoryPlanner : public QObject {
     QVERIFY(std::abs(predicted - gib) / gib <= 0.10);
   }
 
-  // Qwen2.5-14B-shaped full fine-tuning at 32K on two H200s, Ulysses 2, every layer
-  // checkpointed (docs/optimizers.md, "Measured"): ZeRO-2 with offload, and GaLore rank 128.
+  // Calibration: Qwen2.5-14B-shaped full fine-tuning at 32K on two H200s, Ulysses 2, every
+  // layer checkpointed (docs/optimizers.md, "Measured"): ZeRO-2 with offload, and GaLore rank
+  // 128 (the ZeRO gradient shard's term was set from the first).
   void matchesMeasured14bOnTwoGpus_data() {
     QTest::addColumn<QString>("optimizer");
     QTest::addColumn<double>("gib");
-    QTest::newRow("ZeRO-2 + offload") << "zero2-offload" << 67.43;
-    QTest::newRow("GaLore") << "galore" << 49.24;
+    QTest::newRow("calibration: ZeRO-2 + offload") << "zero2-offload" << 67.43;
+    QTest::newRow("calibration: GaLore") << "galore" << 49.24;
   }
   void matchesMeasured14bOnTwoGpus() {
     QFETCH(QString, optimizer);
@@ -307,9 +518,47 @@ class TestMemoryPlanner : public QObject {
     c.galore_rank = 128;
     const MemoryPlan p = plan_memory(c, m);
     const double predicted = static_cast<double>(p.allocated_bytes()) / static_cast<double>(kGiB);
-    qDebug("14B %s: predicted %.2f GiB, measured %.2f GiB (%+.1f%%)", qPrintable(optimizer), predicted, gib,
+    qDebug("calibration, 14B %s: predicted %.2f GiB, measured %.2f GiB (%+.1f%%)", qPrintable(optimizer), predicted, gib,
            100.0 * (predicted - gib) / gib);
     QVERIFY(std::abs(predicted - gib) / gib <= 0.10);
+  }
+
+  // Calibration, read raw: the odyssey-bench lines of the last corrections (7B LoRA 32K fast
+  // and lean, 0.5B full 32K, the MLP recomputation and offload tiers under memory budgets;
+  // docs/benchmarks.md), re-planned by the code that reads the held-out lines below, so that
+  // code runs on real lines in every build, not only once the held-out file exists.
+  void calibrationLinesReplan() {
+    for (const char* f : {"docs/bench-results/2026-12-01-h200-late-lease-b-odyssey.jsonl",
+                          "docs/bench-results/2026-12-01-h200-mlp-offload-odyssey.jsonl"}) {
+      const std::vector<Replanned> rows = check_bench_lines(QStringLiteral(ODYSSEY_SOURCE_DIR) + "/" + f, "calibration");
+      if (QTest::currentTestFailed()) return;
+      QVERIFY2(!rows.empty(), f);
+      for (const Replanned& r : rows) QVERIFY(kCalibrationShapes.contains(QString::fromStdString(r.shape).toLower()));
+    }
+  }
+
+  // Held out: lines odyssey-bench measured on one H200 on shapes that no calibration row uses
+  // (docs/memory-planner.md, "Calibration and held-out"), each re-planned from its own settings
+  // and within ±10% of its measured peak. At least three measured lines over two shapes.
+  void heldOutLinesArePredicted() {
+    const QString file = QStringLiteral(ODYSSEY_SOURCE_DIR) + "/docs/bench-results/2026-12-02-h200-planner-heldout.jsonl";
+    QVERIFY2(QFile::exists(file), qPrintable(file + " is missing: the planner's held-out validation has no data "
+                                                    "(docs/memory-planner.md says how it is measured)"));
+    const std::vector<Replanned> rows = check_bench_lines(file, "held out");
+    if (QTest::currentTestFailed()) return;
+    QSet<QString> shapes;
+    int measured = 0;
+    for (const Replanned& r : rows) {
+      const QString shape = QString::fromStdString(r.shape).toLower();
+      QVERIFY2(!kCalibrationShapes.contains(shape),
+               qPrintable(shape + " is a calibration shape; a held-out line must use another (" + QString::fromStdString(r.label) + ")"));
+      shapes.insert(shape);
+      measured += r.oom ? 0 : 1;
+    }
+    QVERIFY2(measured >= 3 && shapes.size() >= 2,
+             qPrintable(QString("%1 measured line(s) over %2 shape(s); the validation needs at least 3 over 2")
+                            .arg(measured)
+                            .arg(shapes.size())));
   }
 
   void monotonicity() {
@@ -365,8 +614,8 @@ class TestMemoryPlanner : public QObject {
     QVERIFY(tighter.checkpointed_layers > long_seq.checkpointed_layers || !tighter.fits);
   }
 
-  // 7B LoRA, one step at 524,288 tokens on one H200 (docs/benchmarks.md, issue 7's longest
-  // step): every layer checkpointed with its input offloaded, the MLP in 16,384-token tiles,
+  // Calibration: 7B LoRA, one step at 524,288 tokens on one H200 (docs/benchmarks.md, issue
+  // 7's longest step; bwd_attn_kept was fitted to it): every layer checkpointed with its input offloaded, the MLP in 16,384-token tiles,
   // and the last 17 layers keeping their attention output (what keep_attention auto chose at
   // run time): 134.4 GiB measured. The run-time plan said 119.7 GiB (-10.9%): it did not yet
   // count the kept layer's attention backward (K/V repeated to the query heads for cuDNN).
@@ -378,7 +627,7 @@ class TestMemoryPlanner : public QObject {
     planner_detail::tile_mlp(t, 16384);
     const planner_detail::Eval e = planner_detail::evaluate(t, 28, 0, 17);
     const double predicted = static_cast<double>(e.phase_bytes[e.phase]) / static_cast<double>(1LL << 30);
-    qInfo("512K: predicted %.2f GiB, measured 134.4 GiB (%+.1f%%)", predicted, (predicted / 134.4 - 1) * 100);
+    qInfo("calibration, 512K: predicted %.2f GiB, measured 134.4 GiB (%+.1f%%)", predicted, (predicted / 134.4 - 1) * 100);
     QVERIFY(std::abs(predicted - 134.4) / 134.4 <= 0.10);
     // keep_attention auto now stops earlier on the same GPU.
     c.keep_attention = "auto";
@@ -393,7 +642,7 @@ class TestMemoryPlanner : public QObject {
       k128.keep_attention = keep;
       const MemoryPlan q = plan_memory(k128, m);
       const double planned = static_cast<double>(q.allocated_bytes()) / static_cast<double>(1LL << 30);
-      qInfo("128K keep_attention %s: predicted %.2f GiB, measured %.2f GiB", keep, planned, gib);
+      qInfo("calibration, 128K keep_attention %s: predicted %.2f GiB, measured %.2f GiB", keep, planned, gib);
       QVERIFY(std::abs(planned - gib) / gib <= 0.10);
     }
   }
@@ -482,7 +731,7 @@ class TestMemoryPlanner : public QObject {
         if (planner_detail::evaluate(t, n, 0, k).peak <= line)
           QVERIFY2(planner_detail::recompute_flops(t, n, k) >= chosen,
                    qPrintable(QString("%1 layers, %2 keeping, recompute less").arg(n).arg(k)));
-    // The measured configurations, predicted within 10%.
+    // The measured configurations (calibration), predicted within 10%.
     struct Measured {
       std::int64_t layers, kept;
       double gib;
@@ -491,7 +740,7 @@ class TestMemoryPlanner : public QObject {
       const planner_detail::Eval e = planner_detail::evaluate(t, r.layers, 0, r.kept);
       const double predicted = static_cast<double>(e.phase_bytes[e.phase]) / double(kGiB);
       const double gib = r.gib;
-      qInfo("%lld checkpointed, %lld keeping: predicted %.2f GiB, measured %.2f", static_cast<long long>(r.layers),
+      qInfo("calibration, %lld checkpointed, %lld keeping: predicted %.2f GiB, measured %.2f", static_cast<long long>(r.layers),
             static_cast<long long>(r.kept), predicted, gib);
       QVERIFY(std::abs(predicted - gib) / gib <= 0.10);
     }
@@ -585,12 +834,12 @@ class TestMemoryPlanner : public QObject {
     qInfo("0.5B full 32K: unconstrained %.2f GiB; %.2f GiB budget: %lld MLP layers, %.2f GiB",
           static_cast<double>(roomy.peak_bytes) / double(kGiB), static_cast<double>(o.gpu_memory_bytes) / double(kGiB),
           static_cast<long long>(p.mlp_recomputed_layers), static_cast<double>(p.peak_bytes) / double(kGiB));
-    // Measured on an H200 (odyssey-bench --memory-gib 23 and 23.5, docs/benchmarks.md "late"):
-    // 6 and 5 MLP layers, nothing checkpointed, allocated peaks within 10% of the plan.
+    // Calibration, measured on an H200 (odyssey-bench --memory-gib 23 and 23.5, docs/benchmarks.md
+    // "late"): 6 and 5 MLP layers, nothing checkpointed, allocated peaks within 10% of the plan.
     for (const auto& [mlps, gib] : {std::pair<std::int64_t, double>{6, 20.44}, {5, 21.04}}) {
       const planner_detail::Eval e = planner_detail::evaluate(t, 0, 0, 0, mlps);
       const double predicted = static_cast<double>(e.phase_bytes[e.phase]) / double(kGiB);
-      qInfo("%lld MLP layers: predicted %.2f GiB (%s phase), measured %.2f", static_cast<long long>(mlps), predicted,
+      qInfo("calibration, %lld MLP layers: predicted %.2f GiB (%s phase), measured %.2f", static_cast<long long>(mlps), predicted,
             e.phase == 0 ? "loss" : e.phase == 1 ? "backward" : "optimizer", gib);
       QVERIFY(std::abs(predicted - gib) / gib <= 0.10);
     }
@@ -652,13 +901,13 @@ class TestMemoryPlanner : public QObject {
     QVERIFY(std::any_of(p.notes.begin(), p.notes.end(),
                         [](const std::string& s) { return s.find("MLP offload: ") != std::string::npos; }));
     QCOMPARE(plan_to_json(p)["mlp_offloaded_layers"].get<std::int64_t>(), p.mlp_offloaded_layers);
-    // Measured on an H200 (odyssey-bench --offload on --memory-gib 23 and 23.5, docs/benchmarks.md
-    // "MLP offload"): 6 and 5 offloaded layers, allocated peaks 20.44 and 21.04 GiB.
+    // Calibration, measured on an H200 (odyssey-bench --offload on --memory-gib 23 and 23.5,
+    // docs/benchmarks.md "MLP offload"): 6 and 5 offloaded layers, allocated peaks 20.44 and 21.04 GiB.
     for (const auto& [offl, gib] : {std::pair<std::int64_t, double>{6, 20.44}, {5, 21.04}}) {
       const planner_detail::Eval e = planner_detail::evaluate(t, 0, 0, 0, 0, offl);
       QCOMPARE(e.offload_layers, offl);
       const double predicted = static_cast<double>(e.phase_bytes[e.phase]) / double(kGiB);
-      qInfo("%lld offloaded MLP layers: predicted %.2f GiB, measured %.2f", static_cast<long long>(offl), predicted, gib);
+      qInfo("calibration, %lld offloaded MLP layers: predicted %.2f GiB, measured %.2f", static_cast<long long>(offl), predicted, gib);
       QVERIFY(std::abs(predicted - gib) / gib <= 0.10);
     }
     // Backward: an offloaded layer's pair is back from layer i + lead on. With every layer
