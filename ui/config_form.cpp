@@ -169,7 +169,8 @@ bool ConfigForm::has_errors() const { return odyssey::has_errors(diagnostics_); 
 void ConfigForm::start_model_lookup() {
   const std::string model = current_.config.model;
   const std::string base = current_.origin.base_dir;
-  const std::string what = model + '\n' + base;
+  const std::string revision = current_.config.model_revision;
+  const std::string what = model + '\n' + base + '\n' + revision;
   if (what == looked_up_model_) return;  // same model, same folder: the lookup stands
   looked_up_model_ = what;
   const int gen = ++model_generation_;
@@ -178,10 +179,10 @@ void ConfigForm::start_model_lookup() {
   emit model_changed();
   run_off_gui_thread(
       this,
-      [model, base]() {
+      [model, base, revision]() {
         ModelLookup r;
         if (model.empty()) return r;
-        r.location = locate_model(model, base);
+        r.location = locate_model(model, base, revision);
         if (r.location.source != ModelLocation::NotFound) r.config = load_located_model_config(r.location);
         return r;
       },
@@ -197,6 +198,8 @@ void ConfigForm::apply_model_lookup(int generation, const ModelLookup& r) {
   const std::string& m = current_.config.model;
   if (m.empty()) {
     model_problem_ = tr("No model chosen.");
+  } else if (r.location.source == ModelLocation::NotFound && !r.location.problem.empty()) {
+    model_problem_ = QString::fromStdString(r.location.problem);
   } else if (r.location.source == ModelLocation::NotFound) {
     model_problem_ = tr("No directory with config.json at \"%1\" (relative paths resolve against %2), and no such "
                         "id in the Hugging Face or ModelScope cache.")
@@ -211,9 +214,14 @@ void ConfigForm::apply_model_lookup(int generation, const ModelLookup& r) {
   }
   if (!model_problem_.isEmpty() && !m.empty()) {
     Diagnostic d;
-    d.severity = Severity::Warning;
+    // A model found whose config.json Odyssey cannot train (an architecture it does not
+    // support, a malformed file) is an error: Start stays disabled. One not found (yet: the
+    // name may be half typed) is a warning until Start checks the files.
+    const bool found = r.location.source != ModelLocation::NotFound;
+    d.severity = found ? Severity::Error : Severity::Warning;
     d.key = "model";
-    d.message = model_problem_.toStdString() + " The head checks and the memory plan need its config.json.";
+    d.message = found ? model_problem_.toStdString()
+                      : model_problem_.toStdString() + " The head checks and the memory plan need its config.json.";
     model_diagnostics_.push_back(d);
   }
   revalidate();

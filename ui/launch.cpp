@@ -65,7 +65,7 @@ std::optional<StagedLaunch> stage_launch(const ConfigForm& form, QString* error)
   s.log = staging + QLatin1Char('/') + stem + QStringLiteral(".log");
 
   const LoadedConfig& lc = form.loaded();
-  TrainConfig c = resolve_paths(lc, locate_model(lc.config.model, lc.origin.base_dir));
+  TrainConfig c = resolve_paths(lc, locate_model(lc.config.model, lc.origin.base_dir, lc.config.model_revision));
   c.output_dir = s.output_dir.toStdString();
   QSaveFile f(s.preset);
   const std::string text = "# Staged by the odyssey window for `odyssey-train run`; paths are absolute.\n" +

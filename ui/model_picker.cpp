@@ -8,6 +8,8 @@
 #include <QLocale>
 #include <QPushButton>
 
+#include <algorithm>
+
 #include "async.h"
 #include "config_form.h"
 #include "field_row.h"
@@ -52,21 +54,49 @@ ModelPicker::ModelPicker(ConfigForm* form, Settings* settings, QWidget* parent)
 
   connect(form_, &ConfigForm::model_changed, this, &ModelPicker::show_model);
   show_model();
-  run_off_gui_thread(this, [] { return cached_models(); },
-                     [this](std::vector<std::pair<std::string, std::string>> m) { fill_cached(m); });
+  run_off_gui_thread(this, [] { return scan_cached(); }, [this](std::vector<Cached> m) { fill_cached(m); });
 }
 
-void ModelPicker::fill_cached(const std::vector<std::pair<std::string, std::string>>& models) {
+std::vector<ModelPicker::Cached> ModelPicker::scan_cached() {
+  std::vector<Cached> out;
+  for (const auto& [id, dir] : cached_models()) {
+    Cached c;
+    c.id = id;
+    c.dir = dir;
+    const QString q = QString::fromStdString(id);
+    const auto cfg = load_model_config(dir);
+    c.supported = cfg.ok();
+    if (cfg.ok()) {
+      c.label = tr("%1 — %2 · %3").arg(q, QString::fromStdString(cfg.value.family), format_parameters(cfg.value.parameter_count()));
+      c.tooltip = QString::fromStdString(dir);
+    } else {
+      // The first error says what is missing (an architecture not supported lists those that are).
+      std::string why;
+      for (const auto& d : cfg.diagnostics)
+        if (d.severity == Severity::Error) {
+          why = d.message;
+          break;
+        }
+      c.label = tr("%1 — not supported: %2").arg(q, QString::fromStdString(why).left(80));
+      c.tooltip = QString::fromStdString(dir + "\n" + format_all(cfg.diagnostics));
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+void ModelPicker::fill_cached(const std::vector<Cached>& models) {
   cached_->clear();
   if (models.empty()) {
     cached_->addItem(tr("No models in the Hugging Face or ModelScope cache"));
     return;
   }
-  cached_->addItem(tr("Cached models (%1)…").arg(models.size()));
-  for (const auto& [id, dir] : models) {
-    const QString q = QString::fromStdString(id);
-    cached_->addItem(q, q);
-    cached_->setItemData(cached_->count() - 1, QString::fromStdString(dir), Qt::ToolTipRole);
+  const auto ok = std::count_if(models.begin(), models.end(), [](const Cached& c) { return c.supported; });
+  cached_->addItem(tr("Cached models (%1, %2 supported)…").arg(models.size()).arg(ok));
+  for (const auto& c : models) {
+    cached_->addItem(c.label, QString::fromStdString(c.id));
+    cached_->setItemData(cached_->count() - 1, c.tooltip, Qt::ToolTipRole);
+    if (!c.supported) cached_->setItemData(cached_->count() - 1, warning_color(palette()), Qt::ForegroundRole);
   }
   cached_->setEnabled(true);
 }

@@ -3,7 +3,11 @@
 // located model's shape from config.json — or, inline, why there is none.
 #pragma once
 
+#include <QString>
 #include <QWidget>
+
+#include <string>
+#include <vector>
 
 class QComboBox;
 class QLabel;
@@ -25,7 +29,14 @@ class ModelPicker : public QWidget {
  private:
   void browse();
   void show_model();
-  void fill_cached(const std::vector<std::pair<std::string, std::string>>& models);
+  struct Cached {
+    std::string id, dir;
+    QString label;    // "org/name — family · size", or why Odyssey cannot train it
+    QString tooltip;  // the directory, and the whole reason when unsupported
+    bool supported = false;
+  };
+  static std::vector<Cached> scan_cached();  // off the GUI thread: reads each config.json
+  void fill_cached(const std::vector<Cached>& models);
 
   ConfigForm* form_;
   Settings* settings_;

@@ -143,7 +143,7 @@ int cmd_import_swift(const Args& a) {
 int cmd_export_swift(const Args& a) {
   auto lc = load_config_arg(a);
   if (!lc) return kInvalidConfig;
-  std::cout << export_swift_command(resolve_paths(*lc, locate_model(lc->config.model, lc->origin.base_dir)));
+  std::cout << export_swift_command(resolve_paths(*lc, locate_model(lc->config.model, lc->origin.base_dir, lc->config.model_revision)));
   return kOk;
 }
 

@@ -133,10 +133,15 @@ int cmd_show(const Args& a) {
 namespace {
 
 // Writes config.yaml once (a launcher's ranks find it written; under torchrun rank 0 writes it).
-bool write_config_once(const run::RunDir& dir, const TrainConfig& resolved) {
+// A hub id is recorded as the snapshot directory and commit it resolved to, with the id itself
+// in a comment line above the keys.
+bool write_config_once(const run::RunDir& dir, const TrainConfig& resolved, const ModelLocation& loc) {
   std::error_code ec;
   if (std::filesystem::exists(dir.config(), ec)) return true;
   std::ofstream out(dir.config(), std::ios::binary);
+  if (!loc.hub_id.empty())
+    out << "# model " << loc.hub_id << (loc.requested_revision.empty() ? "" : "@" + loc.requested_revision) << ": "
+        << loc.describe() << '\n';
   out << save_preset_text(resolved, false);
   if (out.flush()) return true;
   std::cerr << "odyssey-train run: " << dir.config().string() << ": cannot be written\n";
@@ -189,7 +194,7 @@ RunDirVerdict decide_run_dir(const Args& a, const CheckedConfig& cc, const Train
     else error = format_all(claim.diagnostics);
     if (!claim.ok() && v.refused_code == kOk) v.refused_code = a.has("run-dir") ? kUsage : kFailure;
   }
-  if (error.empty() && !write_config_once(run::RunDir(v.dir), resolved)) {
+  if (error.empty() && !write_config_once(run::RunDir(v.dir), resolved, cc.location)) {
     error = v.dir + "/config.yaml: cannot be written";
     v.refused_code = kFailure;
   }
@@ -317,7 +322,7 @@ int cmd_run(const Args& a) {
     print_diagnostics(claim.diagnostics);
     return kFailure;
   }
-  if (!write_config_once(rd.value, resolved)) return kFailure;
+  if (!write_config_once(rd.value, resolved, cc.location)) return kFailure;
   std::cout << "\nrun directory: " << rd.value.root().string() << "\n" << std::flush;
   if (nproc * nnodes > 1) {
     dist::LaunchOptions lo;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -59,16 +60,32 @@ Result<HfModelConfig> load_model_config(const std::string& model_dir);
 struct ModelLocation {
   enum Source { Directory, HuggingFaceCache, ModelScopeCache, BundledShape, NotFound };
   Source source = NotFound;
-  std::string path;         // directory holding config.json (or the bundled shape file)
+  std::string path;                // directory holding config.json (or "bundled:<shape>")
+  std::string hub_id;              // org/name when the argument was a hub id
+  std::string requested_revision;  // from "@rev" or model_revision; empty: main
+  std::string revision;            // Hugging Face cache: the snapshot's commit hash
+  std::string problem;             // NotFound: why (a revision missing, a partial download)
   std::string describe() const;
 };
 
 // Find `model` (a path, absolute or relative to base_dir or the current directory, or a
-// hub id such as Qwen/Qwen2.5-7B-Instruct) on this machine: a directory with config.json,
-// the Hugging Face cache ($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub), the
-// ModelScope cache ($MODELSCOPE_CACHE, ~/.cache/modelscope/hub), or failing those the
-// shape Odyssey bundles for well-known models (resources/model-shapes/, planning only).
-ModelLocation locate_model(const std::string& model, const std::string& base_dir);
+// hub id such as Qwen/Qwen2.5-7B-Instruct, optionally Qwen/Qwen2.5-7B-Instruct@<revision>)
+// on this machine: a directory with config.json, the Hugging Face cache (hf_hub_cache_dir:
+// refs/<branch or tag> names the snapshot's commit; a commit hash or its unique prefix of 7+
+// characters names the snapshot), the ModelScope cache (modelscope_cache_dir), or failing
+// those the shape Odyssey bundles for well-known models (resources/model-shapes/, planning
+// only). `revision` is the preset's model_revision (empty: main). Layouts and variables:
+// docs/model.md, "Where a model is found".
+ModelLocation locate_model(const std::string& model, const std::string& base_dir, const std::string& revision = {});
+
+// "org/name@rev" -> ("org/name", "rev"); false (id = model) when there is no such suffix.
+bool split_hub_revision(const std::string& model, std::string* id, std::string* revision);
+
+// The caches as huggingface_hub and modelscope find them: $HF_HUB_CACHE,
+// $HUGGINGFACE_HUB_CACHE, $HF_HOME/hub, $XDG_CACHE_HOME/huggingface/hub,
+// ~/.cache/huggingface/hub; $MODELSCOPE_CACHE, ~/.cache/modelscope/hub.
+std::filesystem::path hf_hub_cache_dir();
+std::filesystem::path modelscope_cache_dir();
 
 // config.json of a located model (the bundled shape's text when that is all there is).
 Result<HfModelConfig> load_located_model_config(const ModelLocation& loc);

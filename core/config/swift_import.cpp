@@ -48,7 +48,7 @@ constexpr SV kKnownSwiftArgs =
     "lora_ga_batch_size lora_ga_direction lora_ga_iters lora_ga_max_length lora_ga_scale "
     "lora_ga_stable_gamma lorap_lr_ratio loss_scale loss_type lr_scheduler_kwargs max_epochs "
     "max_memory max_model_len max_new_tokens max_pixels max_shard_size metric_for_best_model "
-    "model_author model_kwargs model_name model_revision model_type modules_to_save mrl_dims "
+    "model_author model_kwargs model_name model_type modules_to_save mrl_dims "
     "neftune_noise_alpha new_special_tokens norm_bbox num_labels optim optim_args optimizer "
     "packing_length packing_num_proc packing_strategy padding_side per_device_eval_batch_size "
     "predict_with_generate preserve_thinking problem_type push_to_hub quant_bits quant_method "

@@ -32,7 +32,11 @@ const std::array kFields = std::to_array<FieldSpec>({
     // model
     {"model", "model", &TC::model,
      "Local Hugging Face model directory (config.json, safetensors, tokenizer.json), or a "
-     "hub id already present in the Hugging Face or ModelScope cache.", "model"},
+     "hub id already present in the Hugging Face or ModelScope cache (org/name, or "
+     "org/name@revision).", "model"},
+    {"model_revision", "model", &TC::model_revision,
+     "For a hub id: the branch, tag or commit hash (7+ characters) of the Hugging Face cache's "
+     "snapshot to train; empty means main. A run records the commit it used here.", "model_revision"},
     {"template", "model", &TC::template_name,
      "Chat template: auto picks it from the model family (ChatML for Qwen, llama3 for Llama-3).",
      "template", -kInf, kInf, kTemplates},

@@ -7,6 +7,7 @@
 #include "common/regular_file.h"
 #include "common/text.h"
 #include "data/dataset.h"
+#include "data/tokenize.h"
 #include "model/weights_check.h"
 #include "tokenizer/tokenizer.h"
 
@@ -21,8 +22,6 @@ class Checker {
   // An error about `key`, located where the key was set (or the file, for a default).
   void error(const std::string& key, std::string msg) { add(Severity::Error, key, std::move(msg)); }
   void warning(const std::string& key, std::string msg) { add(Severity::Warning, key, std::move(msg)); }
-
- private:
   void add(Severity s, const std::string& key, std::string msg) {
     Diagnostic d;
     d.severity = s;
@@ -39,6 +38,8 @@ class Checker {
     d.message = std::move(msg);
     out_->push_back(std::move(d));
   }
+
+ private:
   const LoadedConfig& cfg_;
   Diagnostics* out_;
 };
@@ -232,13 +233,25 @@ CheckedConfig check_config(LoadedConfig cfg, bool check_files) {
   Diagnostics d;
   Checker ck(r.loaded, &d);
   if (!c.model.empty()) {
-    r.location = locate_model(c.model, o.base_dir);
+    r.location = locate_model(c.model, o.base_dir, c.model_revision);
     if (r.location.source == ModelLocation::NotFound) {
-      const std::string msg = "found " + text::quoted(c.model) + ": no directory with config.json there (" +
-                              where_relative(o.base_dir) + "), and not in the Hugging Face or ModelScope cache";
+      const std::string msg =
+          !r.location.problem.empty()
+              ? "found " + text::quoted(c.model) + ": " + r.location.problem
+              : "found " + text::quoted(c.model) + ": no directory with config.json there (" + where_relative(o.base_dir) +
+                    "), and not in the Hugging Face cache (" + hf_hub_cache_dir().string() + ") or the ModelScope cache (" +
+                    modelscope_cache_dir().string() + ")";
       if (check_files) ck.error("model", msg);
       else ck.warning("model", msg + "; head and memory checks were skipped");
     } else {
+      if (!c.model_revision.empty() && r.location.source == ModelLocation::Directory) {
+        // A run's config.yaml records the snapshot it trained and its commit: that pair agrees.
+        const fs::path dir(r.location.path);
+        if (dir.parent_path().filename() != "snapshots" || !text::starts_with(dir.filename().string(), c.model_revision))
+          ck.error("model_revision", "found " + text::quoted(c.model_revision) + " with model " + text::quoted(c.model) +
+                                         ", a directory; a revision selects a snapshot of a hub id (org/name) in the "
+                                         "Hugging Face cache: drop it, or give the hub id");
+      }
       auto mc = load_located_model_config(r.location);
       if (mc.ok()) r.model = mc.value;
       for (auto& x : mc.diagnostics) d.push_back(x);
@@ -257,6 +270,12 @@ CheckedConfig check_config(LoadedConfig cfg, bool check_files) {
           if (tok.ok()) {
             auto v = tok.value.check_vocab(r.model->vocab_size, config_file);
             d.insert(d.end(), v.begin(), v.end());
+            // The chat template as `run` resolves it: what run refuses, validate refuses.
+            auto t = data::template_for(c.template_name, tok.value, r.model->family);
+            for (auto& x : t.diagnostics) {
+              if (x.file.empty()) ck.add(x.severity, x.key.empty() ? "template" : x.key, x.message);
+              else d.push_back(x);
+            }
           }
         }
       }
@@ -304,7 +323,12 @@ CheckedConfig check_config(LoadedConfig cfg, bool check_files) {
 
 TrainConfig resolve_paths(const LoadedConfig& lc, const ModelLocation& loc) {
   TrainConfig c = lc.config;
-  if (loc.source == ModelLocation::Directory) c.model = loc.path;
+  // A hub id becomes the snapshot it resolved to, and its commit: what a run records is what
+  // it trained, even after the cache's refs/main moves on.
+  if (loc.source == ModelLocation::Directory || loc.source == ModelLocation::HuggingFaceCache ||
+      loc.source == ModelLocation::ModelScopeCache)
+    c.model = loc.path;
+  if (loc.source == ModelLocation::HuggingFaceCache) c.model_revision = loc.revision;
   for (auto* list : {&c.dataset, &c.val_dataset})
     for (auto& spec : *list) {
       DatasetSpec ds;

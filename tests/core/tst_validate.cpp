@@ -65,7 +65,9 @@ void edit_json(const std::string& file, const std::function<void(json&)>& f) {
   std::ofstream(file, std::ios::trunc) << j.dump(2);
 }
 LoadedConfig preset_for(const std::string& model, const std::string& dataset) {
-  auto r = load_preset_text("model: '" + model + "'\ndataset: ['" + dataset + "']\ndevice: cpu\n", "t.yaml", "");
+  // chatml: the quickstart model's template (its tokenizer_config.json's is not one of the
+  // built-in renderers, which validate refuses under "auto" as run does).
+  auto r = load_preset_text("model: '" + model + "'\ndataset: ['" + dataset + "']\ndevice: cpu\ntemplate: chatml\n", "t.yaml", "");
   if (!r.ok()) qFatal("%s", format_all(r.diagnostics).c_str());
   return r.value;
 }
