@@ -571,6 +571,9 @@ LoadedModel load_model(RunContext& run) {
   mo.fused_kernels = c.fused_kernels;
   auto loaded = model::load_causal_lm(c.model, mo);
   if (!loaded.ok()) throw RunFailure{"the model could not be loaded:\n" + format_all(loaded.diagnostics)};
+  if (c.fused_kernels)
+    for (const std::string& op : fused_kernel_gaps(loaded.value.config.hf))
+      run.out->log("fused kernels: " + loaded.value.config.hf.architecture + " falls back to the unfused path for " + op);
   m.lm = loaded.value.lm;
   m.hf = loaded.value.config.hf;
   for (const auto& p : m.lm->parameters(true)) m.params += p.numel();

@@ -1,7 +1,10 @@
 // The decoder model against the real reference: tests/reference/make_tiny_models.py builds
 // tiny random Qwen2 (bias, tied, sharded), Qwen3 (q/k norm, head_dim 32) and Llama-3
-// (llama3 RoPE, untied) models with transformers 5.17 and records logits, loss and every
-// parameter's gradient on a padded batch (one full, one right-padded, one left-padded row).
+// (llama3 RoPE, untied) models with transformers 5.17, and the other families of the one
+// decoder (Mistral with a sliding window, Llama with head_dim != hidden/heads and biases,
+// SmolLM, Granite, every RoPE kind, Gemma-2, Phi-3, Gemma-3: family_models() there), and
+// records logits, loss and every parameter's gradient on a padded batch (one full, one
+// right-padded, one left-padded row) and logits of an unpadded batch.
 // Odyssey loads each directory and must agree in fp32 within 1e-4 relative, where
 // relative error = max|odyssey - hf| / max|hf| over the tensor (the fp32 result of the same
 // ATen kernels in a different order of additions differs by a few 1e-7; 1e-4 is the
@@ -78,6 +81,18 @@ class TstDecoderParity : public QObject {
     QTest::newRow("qwen2 (bias, tied, sharded)") << "qwen2";
     QTest::newRow("qwen3 (qk norm, head_dim 32)") << "qwen3";
     QTest::newRow("llama3 (llama3 rope, untied)") << "llama3";
+    QTest::newRow("mistral (head_dim 24, sliding window 5)") << "mistral";
+    QTest::newRow("llama (head_dim 24, attention and mlp bias, GQA 1)") << "llama_hd";
+    QTest::newRow("smollm (tied, GQA 4)") << "smollm";
+    QTest::newRow("granite (multipliers, logits_scaling)") << "granite";
+    QTest::newRow("rope linear") << "rope_linear";
+    QTest::newRow("rope dynamic (past max_position_embeddings)") << "rope_dynamic";
+    QTest::newRow("rope yarn") << "rope_yarn";
+    QTest::newRow("rope yarn (mscale, mscale_all_dim)") << "rope_yarn_mscale";
+    QTest::newRow("rope longrope (long factors)") << "rope_longrope";
+    QTest::newRow("gemma2 (sandwich norms, soft-capping, GeGLU, alternating window)") << "gemma2";
+    QTest::newRow("phi3 (fused qkv/gate_up, partial rotary, longrope, window 7)") << "phi3";
+    QTest::newRow("gemma3 (qk norm, local/global RoPE, window on 2 of 3)") << "gemma3";
   }
 
   void parity() {
@@ -99,8 +114,8 @@ class TstDecoderParity : public QObject {
     loss.backward();
     const Err el = compare(logits.detach(), ref(R, "logits"));
     const Err ell = compare(loss.detach().reshape({1}), ref(R, "loss"));
-    qInfo("%s: padded logits max abs %.3g rel %.3g; loss %.8f vs %.8f (rel %.3g); attention backend %s", n.c_str(),
-          el.abs, el.rel, loss.item<double>(), ref(R, "loss").item<double>(), ell.rel,
+    qInfo("%s: padded logits max abs %.3g rel %.3g; loss %.8f vs %.8f (abs %.3g rel %.3g); attention backend %s",
+          n.c_str(), el.abs, el.rel, loss.item<double>(), ref(R, "loss").item<double>(), ell.abs, ell.rel,
           lm->attention_backend_ran().c_str());
     QVERIFY(el.rel <= kTolerance);
     QVERIFY(ell.rel <= kTolerance);
@@ -161,7 +176,9 @@ class TstDecoderParity : public QObject {
                                   << QStringList{"model.layers.0.mlp.extra_proj.weight", "model.safetensors", "unexpected"};
     QTest::newRow("shape changed") << "bad_shape" << QStringList{up, "model.safetensors", "[97, 64]", "[96, 64]", "config.json"};
     QTest::newRow("dtype I64") << "bad_dtype" << QStringList{up, "model.safetensors", "I64"};
-    QTest::newRow("architecture") << "bad_arch" << QStringList{"config.json", "MistralForCausalLM", "Qwen2ForCausalLM"};
+    QTest::newRow("architecture") << "bad_arch"
+                                  << QStringList{"config.json", "architectures", "MambaForCausalLM", "Qwen2ForCausalLM",
+                                                 "MistralForCausalLM", "Gemma2ForCausalLM", "Phi3ForCausalLM"};
     QTest::newRow("shard truncated") << "bad_truncated" << QStringList{"model-00006-of-00006.safetensors", "truncated"};
   }
 
@@ -223,11 +240,22 @@ class TstDecoderParity : public QObject {
     QVERIFY(std::abs(f[0].item<double>() - 1.0) < 1e-7);
     QVERIFY(std::abs(f[63].item<double>() / (1.0 / std::pow(500000.0, 126.0 / 128.0) / 8.0) - 1.0) < 1e-5);
 
-    std::string yarn = v4;
-    yarn.replace(yarn.find("llama3"), 6, "yarn");
-    auto y = parse_decoder_config(yarn, "config.json");
+    // An unknown kind names the key and the kinds Odyssey implements.
+    std::string bad = v4;
+    bad.replace(bad.find("llama3"), 6, "proportional");
+    auto y = parse_decoder_config(bad, "config.json");
     QVERIFY(!y.ok());
-    QVERIFY(contains(format_all(y.diagnostics), "rope_scaling.rope_type"));
+    const std::string ey = format_all(y.diagnostics);
+    QVERIFY2(contains(ey, "config.json") && contains(ey, "rope_scaling.rope_type") && contains(ey, "proportional") &&
+                 contains(ey, "linear") && contains(ey, "dynamic") && contains(ey, "yarn") && contains(ey, "longrope") &&
+                 contains(ey, "llama3"),
+             ey.c_str());
+    // Phi-3's "su" is longrope; a longrope without its factors is refused naming them.
+    std::string su = v4;
+    su.replace(su.find("\"llama3\""), 8, "\"su\"");
+    auto s2 = parse_decoder_config(su, "config.json");
+    QVERIFY(!s2.ok());
+    QVERIFY2(contains(format_all(s2.diagnostics), "rope_scaling.short_factor"), format_all(s2.diagnostics).c_str());
   }
 };
 

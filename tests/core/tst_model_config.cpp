@@ -59,12 +59,27 @@ class TstModelConfig : public QObject {
   }
 
   void unsupportedArchitectureListsSupported() {
-    auto r = parse_model_config(R"({"architectures":["MistralForCausalLM"],"hidden_size":8})", "x/config.json");
+    auto r = parse_model_config(R"({"architectures":["MambaForCausalLM"],"hidden_size":8})", "x/config.json");
     QVERIFY(!r.ok());
     const std::string e = format_all(r.diagnostics);
-    QVERIFY2(contains(e, "x/config.json") && contains(e, "MistralForCausalLM") && contains(e, "Qwen2ForCausalLM") &&
-                 contains(e, "LlamaForCausalLM"),
+    QVERIFY2(contains(e, "x/config.json") && contains(e, "architectures") && contains(e, "MambaForCausalLM") &&
+                 contains(e, "Qwen2ForCausalLM") && contains(e, "LlamaForCausalLM") && contains(e, "MistralForCausalLM") &&
+                 contains(e, "Gemma2ForCausalLM") && contains(e, "Gemma3ForCausalLM") && contains(e, "Phi3ForCausalLM") &&
+                 contains(e, "GraniteForCausalLM"),
              e.c_str());
+    // No architectures list: the model_type names the family, or the error names that key.
+    auto t = parse_model_config(R"({"model_type":"mamba","hidden_size":8})", "y/config.json");
+    QVERIFY(!t.ok());
+    const std::string et = format_all(t.diagnostics);
+    QVERIFY2(contains(et, "y/config.json") && contains(et, "model_type") && contains(et, "mamba") &&
+                 contains(et, "gemma3_text") && contains(et, "MistralForCausalLM"),
+             et.c_str());
+    auto m = parse_model_config(
+        R"({"model_type":"mistral","hidden_size":64,"intermediate_size":96,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":32})",
+        "z/config.json");
+    QVERIFY2(m.ok(), format_all(m.diagnostics).c_str());
+    QCOMPARE(m.value.architecture, std::string("MistralForCausalLM"));
+    QCOMPARE(m.value.sliding_window, std::int64_t{4096});  // MistralConfig's default when the key is absent
   }
 
   void badJsonAndTypes() {
