@@ -101,6 +101,11 @@ std::vector<std::string> fused_kernel_gaps(const HfModelConfig& m) {
   return out;
 }
 
+std::vector<std::string> linear_module_names(const HfModelConfig& m) {
+  if (m.fused_qkv) return {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"};
+  return {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+}
+
 const std::vector<std::string>& supported_architectures() {
   static const std::vector<std::string> v = [] {
     std::vector<std::string> out;

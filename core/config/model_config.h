@@ -84,6 +84,10 @@ inline constexpr std::int64_t kMaxPositionEmbeddings = std::int64_t{1} << 30;
 // them. Empty for Qwen2/Qwen3/Llama/Mistral.
 std::vector<std::string> fused_kernel_gaps(const HfModelConfig& m);
 
+// The block's linear modules as PEFT names them (q_proj ... down_proj; Phi-3: qkv_proj, o_proj,
+// gate_up_proj, down_proj): what LoRA's target_modules can match in this model.
+std::vector<std::string> linear_module_names(const HfModelConfig& m);
+
 // Architectures Odyssey trains; others are refused with this list.
 const std::vector<std::string>& supported_architectures();
 

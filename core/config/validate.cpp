@@ -169,6 +169,15 @@ Diagnostics validate_config(const LoadedConfig& lc, const HfModelConfig* m) {
                "the Ulysses degree " + n(p.ulysses) + " and the model's " + n(kv) +
                    " KV heads neither divide one another; KV heads can be split or replicated only when one divides the other (auto uses gcd = " +
                    n(std::gcd(kv, sp)) + ")");
+    if (c.tuner_type == "lora") {  // PEFT's rule: at least one targeted module must exist in the model
+      const std::vector<std::string> own = linear_module_names(*m);
+      bool any = false;
+      for (const auto& t : c.target_modules)
+        any = any || t == "all-linear" || t == "all_linear" || std::find(own.begin(), own.end(), t) != own.end();
+      if (!any && !c.target_modules.empty())
+        ck.error("target_modules", "none of " + text::join(c.target_modules, ", ") + " is a module of " + m->architecture +
+                                       "; its linear modules are " + text::join(own, ", ") + " (or all-linear)");
+    }
     // Ring and Ulysses attention compute plain causal attention; a window shorter than the
     // sequences or soft-capped scores would be computed wrongly, so the combination is refused.
     if (sp > 1 && m->attn_logit_softcapping > 0)

@@ -636,7 +636,9 @@ void apply_tuner_and_memory(RunContext& run, LoadedModel& m, Training& t) {
     ls.dropout = c.lora_dropout;
     ls.rslora = c.use_rslora;
     ls.target_modules = targets.value;
-    apply_lora(m.lm, ls);
+    if (apply_lora(m.lm, ls) == 0)  // PEFT's rule: at least one targeted module must exist
+      throw RunFailure{"target_modules: none of " + text::join(c.target_modules, ", ") + " is a module of " +
+                       m.hf.architecture + " (its linear modules: " + text::join(linear_module_names(m.hf), ", ") + ")"};
     t.contents.lora = ls;
   }
   t.contents.base_model = c.model;

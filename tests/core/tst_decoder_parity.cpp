@@ -16,6 +16,7 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -23,9 +24,11 @@
 
 #include "model/decoder.h"
 #include "model/rope.h"
+#include "model/safetensors.h"
 #include "model/score.h"
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
+#include "train/lora.h"
 
 using namespace odyssey;
 using namespace odyssey::model;
@@ -146,6 +149,17 @@ class TstDecoderParity : public QObject {
     qInfo("%s: unpadded (is_causal) logits max abs %.3g rel %.3g; attention backend %s", n.c_str(), en.abs, en.rel,
           lm->attention_backend_ran().c_str());
     QVERIFY(en.rel <= kTolerance);
+
+    // The training path: both unpadded rows as one padding-free row of two samples (positions
+    // restart, attention and windows never cross the boundary) give the same logits.
+    const torch::Tensor np = ref(R, "nopad.input_ids").to(torch::kInt64);
+    const std::int64_t len = np.size(1);
+    const torch::Tensor pos = torch::arange(len, torch::kInt64).repeat({np.size(0)}).view({1, -1});
+    const torch::Tensor cu = torch::arange(0, np.numel() + 1, len, torch::kInt32);
+    const torch::Tensor packed = lm->logits(lm->hidden_states_packed(np.reshape({1, -1}), pos, cu, len));
+    const Err ep = compare(packed.view({np.size(0), len, -1}), ref(R, "nopad.logits"));
+    qInfo("%s: padding-free packed row logits max abs %.3g rel %.3g", n.c_str(), ep.abs, ep.rel);
+    QVERIFY(ep.rel <= kTolerance);
   }
 
   // Saved under HF names, sharded, then loaded again: the same parameters bit for bit.
@@ -220,6 +234,89 @@ class TstDecoderParity : public QObject {
       QVERIFY(std::abs(s.mean() - want) <= kTolerance * std::abs(want));
     }
     QCOMPARE(i, ref.size());
+  }
+
+  // The other families' LoRA adapters (all-linear, B made non-zero) as Odyssey writes them load
+  // in PEFT with the same logits (peft_oracle.py: no warnings, every key matched; PEFT's merge
+  // too), and Odyssey's merged export loads in transformers with the same logits. Phi-3: PEFT
+  // targets its fused qkv_proj and gate_up_proj as whole modules.
+  void adapterLoadsInPeft_data() {
+    QTest::addColumn<QString>("name");
+    QTest::addColumn<QString>("attn");
+    QTest::newRow("mistral") << "mistral" << "sdpa";
+    QTest::newRow("granite") << "granite" << "sdpa";
+    QTest::newRow("gemma2") << "gemma2" << "eager";
+    QTest::newRow("phi3") << "phi3" << "sdpa";
+    QTest::newRow("gemma3") << "gemma3" << "sdpa";
+  }
+
+  void adapterLoadsInPeft() {
+    QFETCH(QString, name);
+    QFETCH(QString, attn);
+    const std::string n = name.toStdString(), model_dir = dir_ + "/" + n;
+    auto loaded = load_causal_lm(model_dir, DecoderOptions{torch::kFloat32, torch::kCPU, AttentionBackend::Auto});
+    QVERIFY2(loaded.ok(), format_all(loaded.diagnostics).c_str());
+    CausalLM lm = loaded.value.lm;
+    train::LoraSettings s;
+    s.rank = 4;
+    s.alpha = 8;
+    s.target_modules = train::lora_module_names();  // all-linear
+    torch::manual_seed(5);
+    QVERIFY(train::apply_lora(lm, s) > 0);
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& p : lm->named_parameters(true))
+        if (p.key().ends_with("lora_B.weight")) p.value().normal_(0.0, 0.05);
+    }
+    const torch::Tensor ids = torch::randint(1, 512, {2, 16}, torch::kInt64);
+    torch::Tensor logits;
+    {
+      torch::NoGradGuard no_grad;
+      lm->eval();
+      logits = lm->forward(ids);
+    }
+    const std::string base = dir_ + "/peft-" + n;
+    std::filesystem::create_directories(base + "/adapter");
+    const Diagnostics d = train::save_adapter(lm, s, model_dir, base + "/adapter");
+    QVERIFY2(!has_errors(d), format_all(d).c_str());
+    const std::string in = base + "/in.safetensors", out = base + "/out.safetensors";
+    QVERIFY(save_safetensors(in, {{"input_ids", ids.to(torch::kFloat32)}}).ok());
+    auto python = [&](const QStringList& args) {
+      QProcess p;
+      p.setProcessChannelMode(QProcess::MergedChannels);
+      p.start(QStringLiteral(ODYSSEY_PYTHON), args);
+      if (!p.waitForFinished(300000)) return QByteArray("timeout");
+      const QByteArray o = p.readAll();
+      return p.exitStatus() == QProcess::NormalExit && p.exitCode() == 0 ? QByteArray() : "FAILED: " + o;
+    };
+    const QString oracle = QStringLiteral(ODYSSEY_SOURCE_DIR "/tests/reference/peft_oracle.py");
+    QByteArray err = python({oracle, "--attn", attn, QString::fromStdString(model_dir), QString::fromStdString(base + "/adapter"),
+                             QString::fromStdString(in), QString::fromStdString(out)});
+    QVERIFY2(err.isEmpty(), err.constData());
+    auto got = SafetensorsFile::open(out);
+    QVERIFY(got.ok());
+    const Err el = compare(logits, got.value->load("logits", torch::kFloat32).value);
+    const Err em = compare(logits, got.value->load("merged_logits", torch::kFloat32).value);
+    const auto cfg = nlohmann::json::parse(std::ifstream(base + "/adapter/adapter_config.json"));
+    qInfo("%s: adapter (target_modules %s) in PEFT: logits max abs %.3g rel %.3g; PEFT merged max abs %.3g rel %.3g",
+          n.c_str(), cfg["target_modules"].dump().c_str(), el.abs, el.rel, em.abs, em.rel);
+    QVERIFY(el.rel <= kTolerance);
+    QVERIFY(em.rel <= kTolerance);
+
+    train::merge_lora(lm);
+    const std::string merged = base + "/merged";
+    std::filesystem::create_directories(merged);
+    std::filesystem::copy_file(model_dir + "/config.json", merged + "/config.json");
+    auto saved = save_weights(lm, merged, 5'000'000'000, false);
+    QVERIFY2(saved.ok(), format_all(saved.diagnostics).c_str());
+    err = python({oracle, "--attn", attn, "--merged-dir", QString::fromStdString(merged), QString::fromStdString(in),
+                  QString::fromStdString(out)});
+    QVERIFY2(err.isEmpty(), err.constData());
+    auto got2 = SafetensorsFile::open(out);
+    QVERIFY(got2.ok());
+    const Err eg = compare(logits, got2.value->load("logits", torch::kFloat32).value);
+    qInfo("%s: merged export in transformers: logits max abs %.3g rel %.3g", n.c_str(), eg.abs, eg.rel);
+    QVERIFY(eg.rel <= kTolerance);
   }
 
   // transformers 4.x checkpoints (rope_scaling + top-level rope_theta) read like 5.x ones.
