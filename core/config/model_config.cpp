@@ -323,34 +323,36 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
                                      " only; this architecture's decoder attends to the full context"));
   }
   if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
-    if (!it->is_array() || static_cast<std::int64_t>(it->size()) != m.num_hidden_layers) {
-      r.diagnostics.push_back(derr(file, "layer_types", found(*it) + ", expected a list of " +
-                                                            std::to_string(m.num_hidden_layers) + " layer types"));
-    } else {
-      for (const auto& t : *it) {
-        const bool full = t.is_string() && t.get<std::string>() == "full_attention";
-        const bool sliding = t.is_string() && t.get<std::string>() == "sliding_attention";
-        if (full || (sliding && gemma)) {
-          m.layer_sliding.push_back(sliding);
-          continue;
-        }
-        r.diagnostics.push_back(derr(file, "layer_types", "found " + text::excerpt(dump_json(t)) +
-                                                              (gemma ? "; Odyssey supports \"full_attention\" and \"sliding_attention\""
-                                                                     : "; Odyssey supports \"full_attention\" layers for " + m.architecture)));
-        break;
+    std::vector<bool> parsed;
+    bool ok = it->is_array(), any_sliding = false;
+    if (!ok) r.diagnostics.push_back(derr(file, "layer_types", found(*it) + ", expected a list of layer types"));
+    for (const auto& t : ok ? *it : json::array()) {
+      const bool full = t.is_string() && t.get<std::string>() == "full_attention";
+      const bool sliding = t.is_string() && t.get<std::string>() == "sliding_attention";
+      if (full || (sliding && gemma)) {
+        parsed.push_back(sliding);
+        any_sliding = any_sliding || sliding;
+        continue;
       }
+      r.diagnostics.push_back(derr(file, "layer_types", "found " + text::excerpt(dump_json(t)) +
+                                                            (gemma ? "; Odyssey supports \"full_attention\" and \"sliding_attention\""
+                                                                   : "; Odyssey supports \"full_attention\" layers for " + m.architecture)));
+      ok = false;
+      break;
     }
+    // Which layers slide matters only when some do (a list of full layers of another length,
+    // e.g. a config.json edited to fewer layers, says nothing more).
+    if (ok && any_sliding && static_cast<std::int64_t>(parsed.size()) != m.num_hidden_layers)
+      r.diagnostics.push_back(derr(file, "layer_types", std::to_string(parsed.size()) + " entries for num_hidden_layers " +
+                                                            std::to_string(m.num_hidden_layers)));
+    else if (ok && gemma)
+      m.layer_sliding = any_sliding ? parsed : std::vector<bool>(static_cast<std::size_t>(m.num_hidden_layers), false);
   } else if (gemma) {
     std::int64_t pattern = fam == "gemma2" ? 2 : 6;
     if (fam == "gemma3") get_int("sliding_window_pattern", &pattern, false, kMaxHiddenLayers);
     for (std::int64_t i = 0; i < m.num_hidden_layers; ++i) m.layer_sliding.push_back((i + 1) % pattern != 0);
   }
-  if (gemma && m.sliding_window <= 0 && !m.layer_sliding.empty())
-    for (bool s : m.layer_sliding)
-      if (s) {
-        r.diagnostics.push_back(derr(file, "sliding_window", "null, but layer_types has sliding_attention layers"));
-        break;
-      }
+  if (m.sliding_window <= 0) m.layer_sliding.clear();  // null window: sliding layers attend fully
   return r;
 }
 

@@ -22,6 +22,7 @@
 #include <set>
 #include <string>
 
+#include "common/text.h"
 #include "model/decoder.h"
 #include "model/rope.h"
 #include "model/safetensors.h"
@@ -160,6 +161,16 @@ class TstDecoderParity : public QObject {
     const Err ep = compare(packed.view({np.size(0), len, -1}), ref(R, "nopad.logits"));
     qInfo("%s: padding-free packed row logits max abs %.3g rel %.3g", n.c_str(), ep.abs, ep.rel);
     QVERIFY(ep.rel <= kTolerance);
+
+    // The fused path (fused_kernels: true; on the CPU the same fused math in ATen ops): what
+    // it covers runs fused, the rest falls back (fused_kernel_gaps); the logits stay HF's.
+    lm->set_fused_kernels(true);
+    const torch::Tensor fused = lm->logits(lm->hidden_states_packed(np.reshape({1, -1}), pos, cu, len));
+    lm->set_fused_kernels(false);
+    const Err ef = compare(fused.view({np.size(0), len, -1}), ref(R, "nopad.logits"));
+    qInfo("%s: fused path, packed row logits max abs %.3g rel %.3g; falls back for: %s", n.c_str(), ef.abs, ef.rel,
+          text::join(fused_kernel_gaps(lm->config().hf), "; ").c_str());
+    QVERIFY(ef.rel <= kTolerance);
   }
 
   // Saved under HF names, sharded, then loaded again: the same parameters bit for bit.
