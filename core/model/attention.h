@@ -38,6 +38,13 @@ class AttentionOverride {
   // rank's share of it (AttentionStash::recomputing says whether to keep or to take).
   virtual torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale,
                                AttentionBackend prefer, std::int64_t* ran, AttentionStash* stash) = 0;
+  // The same with a sliding window (keys at most window - 1 behind the query, 0: none) and/or
+  // attention-logit soft-capping (softcap > 0: masked_attention's eager formula). Overrides
+  // that cannot compute it (ring attention) fail with a message; validation refuses those
+  // layouts before a run starts.
+  virtual torch::Tensor attend_masked(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                      double scale, std::int64_t window, double softcap, AttentionBackend prefer,
+                                      std::int64_t* ran) = 0;
 };
 
 // "cudnn", "flash", "efficient", "math" (ATen's SDPBackend values), "unknown" otherwise.

@@ -164,10 +164,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext&
     }
     std::int64_t ran = -1;
     torch::Tensor out;
-    if (general) {
-      TORCH_CHECK(!ctx.attention_override,
-                  "sequence parallelism does not cover sliding-window or soft-capped attention (config validation "
-                  "refuses sequence_parallel_size > 1 for this model)");
+    if (general && ctx.attention_override) {  // Ulysses: the gathered row, masked the same way
+      out = ctx.attention_override->attend_masked(q, k, v, scale, windowed ? window : 0, softcap, ctx.attention, &ran);
+    } else if (general) {
       const torch::Tensor keep =
           windowed ? ctx.keep_window : block_causal_mask(ctx.cu_seqlens, s, q.device());
       out = masked_attention(q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0),
