@@ -163,9 +163,9 @@ void parse_rope(const json& j, DecoderConfig* c, Diagnostics* diags) {
       c->rope_local = local;
       return;
     }
-    c->rope_local = local;
+    // 4.x form: the local base alone; rope_scaling (below) applies to the full layers.
     local.max_position_embeddings = c->hf.max_position_embeddings;
-    c->rope_local->max_position_embeddings = c->hf.max_position_embeddings;
+    c->rope_local = local;
   }
   // transformers 5 writes rope_parameters; 4.x wrote rope_scaling beside a top-level rope_theta.
   const json* p = nullptr;

@@ -20,6 +20,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <string>
 
 #include "common/text.h"
@@ -358,6 +359,31 @@ class TstDecoderParity : public QObject {
                  contains(ey, "linear") && contains(ey, "dynamic") && contains(ey, "yarn") && contains(ey, "longrope") &&
                  contains(ey, "llama3"),
              ey.c_str());
+    // Bundled shapes in their hub forms: Gemma-3 (4.x: rope_local_base_freq for the sliding
+    // layers, rope_scaling linear x8 for the full ones) and Phi-3.5-mini (longrope, 48 factors,
+    // attention factor sqrt(1 + ln(131072 / 4096) / ln 4096) as transformers computes it).
+    auto bundled = [](const char* name) {
+      std::ifstream in(std::string(ODYSSEY_SOURCE_DIR "/resources/model-shapes/") + name + ".json");
+      std::stringstream ss;
+      ss << in.rdbuf();
+      auto r = parse_decoder_config(ss.str(), name);
+      if (!r.ok()) qFatal("%s", format_all(r.diagnostics).c_str());
+      return r.value;
+    };
+    const DecoderConfig g3 = bundled("google--gemma-3-27b-it");
+    QCOMPARE(g3.rope.type, std::string("linear"));
+    QCOMPARE(g3.rope.factor, 8.0);
+    QCOMPARE(g3.rope.theta, 1000000.0);
+    QVERIFY(g3.rope_local.has_value());
+    QCOMPARE(g3.rope_local->type, std::string("default"));
+    QCOMPARE(g3.rope_local->theta, 10000.0);
+    const DecoderConfig phi = bundled("microsoft--Phi-3.5-mini-instruct");
+    QCOMPARE(phi.rope.type, std::string("longrope"));
+    QCOMPARE(phi.rope.long_factor.size(), std::size_t{48});
+    QCOMPARE(phi.rope.original_max_position_embeddings, std::int64_t{4096});
+    QVERIFY(std::abs(phi.rope.attention_factor - std::sqrt(1 + std::log(32.0) / std::log(4096.0))) < 1e-12);
+    QCOMPARE(rope_inv_freq(phi.rope, 96, 4096).size(0), std::int64_t{48});
+
     // Phi-3's "su" is longrope; a longrope without its factors is refused naming them.
     std::string su = v4;
     su.replace(su.find("\"llama3\""), 8, "\"su\"");
