@@ -1,5 +1,6 @@
 #include "config/model_config.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -22,13 +23,20 @@ using nlohmann::json;
 
 namespace {
 
+// Adding a family: a row here (architecture, model_type, family), then its switches in
+// apply_family_switches below (docs/model.md, "Adding a family").
 struct ArchInfo {
-  std::string_view architecture, family;
+  std::string_view architecture, model_type, family;
 };
 constexpr ArchInfo kArchs[] = {
-    {"Qwen2ForCausalLM", "qwen2"},
-    {"Qwen3ForCausalLM", "qwen3"},
-    {"LlamaForCausalLM", "llama3"},
+    {"Qwen2ForCausalLM", "qwen2", "qwen2"},
+    {"Qwen3ForCausalLM", "qwen3", "qwen3"},
+    {"LlamaForCausalLM", "llama", "llama3"},  // Llama-2/3, SmolLM
+    {"MistralForCausalLM", "mistral", "mistral"},
+    {"GraniteForCausalLM", "granite", "granite"},
+    {"Gemma2ForCausalLM", "gemma2", "gemma2"},
+    {"Gemma3ForCausalLM", "gemma3_text", "gemma3"},
+    {"Phi3ForCausalLM", "phi3", "phi3"},
 };
 
 Diagnostic derr(const std::string& file, const std::string& key, std::string msg) {
@@ -52,7 +60,7 @@ std::string read_text(const fs::path& p, bool* ok, std::string* why = nullptr) {
 }  // namespace
 
 std::int64_t HfModelConfig::block_linear_parameters() const {
-  const std::int64_t hd = head_dim;
+  const std::int64_t hd = head_dim;  // fused qkv_proj / gate_up_proj (Phi-3) hold the same numbers
   const std::int64_t q = hidden_size * num_attention_heads * hd;
   const std::int64_t kv = 2 * hidden_size * num_key_value_heads * hd;
   const std::int64_t o = num_attention_heads * hd * hidden_size;
@@ -62,12 +70,40 @@ std::int64_t HfModelConfig::block_linear_parameters() const {
 
 std::int64_t HfModelConfig::parameter_count() const {
   const std::int64_t hd = head_dim;
-  std::int64_t block = block_linear_parameters() + 2 * hidden_size;  // two RMSNorms
+  std::int64_t block = block_linear_parameters() + norms_per_block() * hidden_size;  // RMSNorms
   if (attention_bias) block += (num_attention_heads + 2 * num_key_value_heads) * hd;
+  if (attention_bias && family != "qwen2") block += hidden_size;  // o_proj's bias
+  if (mlp_bias) block += 2 * intermediate_size + hidden_size;
   if (qk_norm) block += 2 * hd;
   std::int64_t total = num_hidden_layers * block + vocab_size * hidden_size + hidden_size;
   if (!tie_word_embeddings) total += vocab_size * hidden_size;
   return total;
+}
+
+std::vector<std::string> fused_kernel_gaps(const HfModelConfig& m) {
+  std::vector<std::string> out;
+  auto num = [](double v) { return text::format_double(v); };
+  if (m.attn_logit_softcapping > 0)
+    out.push_back("attention-logit soft-capping (attn_logit_softcapping " + num(m.attn_logit_softcapping) +
+                  "): eager attention with an explicit mask");
+  if (m.sliding_window > 0)
+    out.push_back("sliding-window attention (sliding_window " + std::to_string(m.sliding_window) +
+                  "): SDPA with an explicit window mask");
+  if (m.final_logit_softcapping > 0 || m.logits_scaling != 1.0)
+    out.push_back("logit scaling/soft-capping (final_logit_softcapping, logits_scaling): the chunked reference loss "
+                  "instead of the fused linear cross-entropy");
+  if (m.norm_plus_one) out.push_back("(1 + w) RMSNorm: the reference norm");
+  if (m.sandwich_norms) out.push_back("sandwich norms (pre/post feed-forward): the unfused decoder layer");
+  if (m.residual_multiplier != 1.0) out.push_back("residual_multiplier: the unfused decoder layer");
+  if (m.hidden_act != "silu") out.push_back("GeGLU (" + m.hidden_act + "): the reference MLP");
+  if (m.fused_qkv) out.push_back("fused qkv_proj / gate_up_proj: the reference projections and MLP");
+  if (m.partial_rotary_factor < 1.0) out.push_back("partial rotary (partial_rotary_factor " + num(m.partial_rotary_factor) + "): the reference RoPE");
+  return out;
+}
+
+std::vector<std::string> linear_module_names(const HfModelConfig& m) {
+  if (m.fused_qkv) return {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"};
+  return {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
 }
 
 const std::vector<std::string>& supported_architectures() {
@@ -137,13 +173,28 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
   if (auto mt = j.find("model_type"); mt != j.end() && mt->is_string()) m.model_type = mt->get<std::string>();
   for (const auto& a : kArchs)
     if (m.architecture == a.architecture) m.family = std::string(a.family);
+  // No architectures list (some hand-written configs): the model_type names the family.
+  if (m.family.empty() && m.architecture.empty())
+    for (const auto& a : kArchs)
+      if (m.model_type == a.model_type) {
+        m.family = std::string(a.family);
+        m.architecture = std::string(a.architecture);
+      }
   if (m.family.empty()) {
+    std::vector<std::string> types;
+    for (const auto& a : kArchs) types.emplace_back(a.model_type);
+    const bool by_type = m.architecture.empty();
     r.diagnostics.push_back(derr(
-        file, "architectures",
-        "found " + (m.architecture.empty() ? std::string("none") : text::quoted(m.architecture)) +
-            "; Odyssey trains " + text::join(supported_architectures(), ", ")));
+        file, by_type ? "model_type" : "architectures",
+        "found " +
+            (by_type ? (m.model_type.empty() ? std::string("none (and no architectures)") : text::quoted(m.model_type))
+                     : text::quoted(m.architecture)) +
+            "; Odyssey trains " + text::join(supported_architectures(), ", ") + " (model_type " +
+            text::join(types, ", ") + ")"));
     return r;
   }
+  const std::string& fam = m.family;
+  const bool gemma = fam == "gemma2" || fam == "gemma3";
 
   get_int("hidden_size", &m.hidden_size, true, kMaxHiddenSize);
   get_int("intermediate_size", &m.intermediate_size, true, kMaxIntermediateSize);
@@ -152,6 +203,7 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
   get_int("vocab_size", &m.vocab_size, true, kMaxVocabSize);
   m.num_key_value_heads = 0;
   get_int("num_key_value_heads", &m.num_key_value_heads, false, kMaxAttentionHeads);
+  if (gemma) m.head_dim = 256;  // Gemma2Config / Gemma3TextConfig's default
   get_int("head_dim", &m.head_dim, false, kMaxHeadDim);
   get_int("max_position_embeddings", &m.max_position_embeddings, false, kMaxPositionEmbeddings);
   get_num("rope_theta", &m.rope_theta);
@@ -159,7 +211,9 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
   if (auto rp = j.find("rope_parameters"); rp != j.end() && rp->is_object() && !j.contains("rope_theta")) {
     if (auto t = rp->find("rope_theta"); t != rp->end() && t->is_number()) m.rope_theta = t->get<double>();
   }
+  if (fam == "phi3") m.rms_norm_eps = 1e-5;  // Phi3Config's default
   get_num("rms_norm_eps", &m.rms_norm_eps);
+  m.tie_word_embeddings = gemma;  // the config classes' defaults: Gemma ties, the others do not
   get_bool("tie_word_embeddings", &m.tie_word_embeddings);
   if (auto dt = j.find("torch_dtype"); dt != j.end() && dt->is_string()) m.torch_dtype = dt->get<std::string>();
   else if (auto dt2 = j.find("dtype"); dt2 != j.end() && dt2->is_string()) m.torch_dtype = dt2->get<std::string>();
@@ -187,9 +241,118 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
                                      std::to_string(m.num_key_value_heads)));
     return r;
   }
-  m.attention_bias = m.family == "qwen2";
-  get_bool("attention_bias", &m.attention_bias);
-  m.qk_norm = m.family == "qwen3";
+
+  // ---- the family's switches (defaults as the transformers 5.17 config class has them) ----
+  // Bias: Qwen2 hard-codes q/k/v bias; Mistral, Gemma and Phi-3 have none on the MLP, Mistral
+  // and Phi-3 none in attention; Llama, Granite and Gemma read attention_bias (Llama, Granite
+  // also mlp_bias).
+  m.attention_bias = fam == "qwen2";
+  if (fam != "mistral" && fam != "phi3") get_bool("attention_bias", &m.attention_bias);
+  if (fam == "llama3" || fam == "granite") get_bool("mlp_bias", &m.mlp_bias);
+  m.qk_norm = fam == "qwen3" || fam == "gemma3";
+  // A number that may be null (null: off); absent: the family's default.
+  auto get_optional = [&](const char* key, double* out, double absent) {
+    auto it = j.find(key);
+    if (it == j.end()) {
+      *out = absent;
+      return;
+    }
+    if (it->is_null()) {
+      *out = 0.0;
+      return;
+    }
+    if (!it->is_number() || it->get<double>() <= 0) {
+      r.diagnostics.push_back(derr(file, key, found(*it) + ", expected a positive number or null"));
+      return;
+    }
+    *out = it->get<double>();
+  };
+
+  const char* act_key = gemma ? "hidden_activation" : "hidden_act";
+  m.hidden_act = gemma ? "gelu_pytorch_tanh" : "silu";
+  if (auto it = j.find(act_key); it != j.end() && !it->is_null()) {
+    if (!it->is_string() || (it->get<std::string>() != "silu" && it->get<std::string>() != "gelu_pytorch_tanh"))
+      r.diagnostics.push_back(derr(file, act_key, found(*it) + "; Odyssey's MLP computes \"silu\" (SwiGLU) and "
+                                                               "\"gelu_pytorch_tanh\" (GeGLU)"));
+    else
+      m.hidden_act = it->get<std::string>();
+  }
+  if (gemma) {
+    m.norm_plus_one = m.sandwich_norms = m.embed_scale_sqrt_hidden = true;
+    double qpas = 256.0;
+    get_num("query_pre_attn_scalar", &qpas);
+    if (qpas <= 0) r.diagnostics.push_back(derr(file, "query_pre_attn_scalar", "must be positive"));
+    else m.attention_scale = 1.0 / std::sqrt(qpas);
+    get_optional("attn_logit_softcapping", &m.attn_logit_softcapping, fam == "gemma2" ? 50.0 : 0.0);
+    get_optional("final_logit_softcapping", &m.final_logit_softcapping, fam == "gemma2" ? 30.0 : 0.0);
+  }
+  if (fam == "granite") {
+    double attn = 1.0;
+    get_num("embedding_multiplier", &m.embedding_multiplier);
+    get_num("residual_multiplier", &m.residual_multiplier);
+    get_num("attention_multiplier", &attn);
+    get_num("logits_scaling", &m.logits_scaling);
+    m.attention_scale = attn;
+    if (m.logits_scaling == 0) r.diagnostics.push_back(derr(file, "logits_scaling", "must not be 0 (logits are divided by it)"));
+  }
+  if (fam == "phi3") {
+    m.fused_qkv = true;
+    get_num("partial_rotary_factor", &m.partial_rotary_factor);
+    if (auto rp = j.find("rope_parameters"); rp != j.end() && rp->is_object())
+      if (auto f = rp->find("partial_rotary_factor"); f != rp->end() && f->is_number())
+        m.partial_rotary_factor = f->get<double>();
+  }
+  if (m.partial_rotary_factor <= 0 || m.partial_rotary_factor > 1)
+    r.diagnostics.push_back(derr(file, "partial_rotary_factor", "must be in (0, 1]"));
+
+  // Sliding-window attention: Mistral and Phi-3 on every layer where sliding_window is set,
+  // Gemma on the layers layer_types names (default: Gemma-2 every other layer from the first,
+  // Gemma-3 five of every six). Qwen2's use_sliding_window stays refused.
+  const bool windowed = fam == "mistral" || fam == "phi3" || gemma;
+  if (windowed) {
+    double w = 0;
+    get_optional("sliding_window", &w, fam == "phi3" ? 0.0 : 4096.0);
+    if (w != std::floor(w) || w > static_cast<double>(kMaxPositionEmbeddings))
+      r.diagnostics.push_back(derr(file, "sliding_window", "expected a positive integer or null"));
+    else
+      m.sliding_window = static_cast<std::int64_t>(w);
+  } else if (auto it = j.find("use_sliding_window"); it != j.end() && it->is_boolean() && it->get<bool>()) {
+    r.diagnostics.push_back(derr(file, "use_sliding_window",
+                                 "true; Odyssey applies sliding windows to " + text::join(std::vector<std::string>{
+                                     "MistralForCausalLM", "Phi3ForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM"}, ", ") +
+                                     " only; this architecture's decoder attends to the full context"));
+  }
+  if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
+    std::vector<bool> parsed;
+    bool ok = it->is_array(), any_sliding = false;
+    if (!ok) r.diagnostics.push_back(derr(file, "layer_types", found(*it) + ", expected a list of layer types"));
+    for (const auto& t : ok ? *it : json::array()) {
+      const bool full = t.is_string() && t.get<std::string>() == "full_attention";
+      const bool sliding = t.is_string() && t.get<std::string>() == "sliding_attention";
+      if (full || (sliding && gemma)) {
+        parsed.push_back(sliding);
+        any_sliding = any_sliding || sliding;
+        continue;
+      }
+      r.diagnostics.push_back(derr(file, "layer_types", "found " + text::excerpt(dump_json(t)) +
+                                                            (gemma ? "; Odyssey supports \"full_attention\" and \"sliding_attention\""
+                                                                   : "; Odyssey supports \"full_attention\" layers for " + m.architecture)));
+      ok = false;
+      break;
+    }
+    // Which layers slide matters only when some do (a list of full layers of another length,
+    // e.g. a config.json edited to fewer layers, says nothing more).
+    if (ok && any_sliding && static_cast<std::int64_t>(parsed.size()) != m.num_hidden_layers)
+      r.diagnostics.push_back(derr(file, "layer_types", std::to_string(parsed.size()) + " entries for num_hidden_layers " +
+                                                            std::to_string(m.num_hidden_layers)));
+    else if (ok && gemma)
+      m.layer_sliding = any_sliding ? parsed : std::vector<bool>(static_cast<std::size_t>(m.num_hidden_layers), false);
+  } else if (gemma) {
+    std::int64_t pattern = fam == "gemma2" ? 2 : 6;
+    if (fam == "gemma3") get_int("sliding_window_pattern", &pattern, false, kMaxHiddenLayers);
+    for (std::int64_t i = 0; i < m.num_hidden_layers; ++i) m.layer_sliding.push_back((i + 1) % pattern != 0);
+  }
+  if (m.sliding_window <= 0) m.layer_sliding.clear();  // null window: sliding layers attend fully
   return r;
 }
 

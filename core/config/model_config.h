@@ -12,10 +12,12 @@
 
 namespace odyssey {
 
+// The decoder is one model with switches; a family is a mapping from config.json to them
+// (docs/model.md, "Adding a family"). Every switch's default is the Llama block.
 struct HfModelConfig {
   std::string architecture;        // e.g. Qwen2ForCausalLM
-  std::string model_type;          // qwen2, qwen3, llama
-  std::string family;              // qwen2, qwen3, llama3: picks template and block details
+  std::string model_type;          // qwen2, qwen3, llama, mistral, granite, gemma2, gemma3_text, phi3
+  std::string family;              // qwen2, qwen3, llama3, mistral, granite, gemma2, gemma3, phi3
   std::int64_t hidden_size = 0;
   std::int64_t intermediate_size = 0;
   std::int64_t num_hidden_layers = 0;
@@ -28,8 +30,35 @@ struct HfModelConfig {
   double rms_norm_eps = 1e-6;
   bool tie_word_embeddings = false;
   bool attention_bias = false;     // q/k/v bias (Qwen2)
-  bool qk_norm = false;            // q/k RMSNorm (Qwen3)
+  bool qk_norm = false;            // q/k RMSNorm (Qwen3, Gemma-3)
+  bool mlp_bias = false;           // gate/up/down bias (Llama's mlp_bias)
   std::string torch_dtype;         // as stored on disk
+
+  // ---- switches of the other families (defaults: the Llama block) ----
+  std::string hidden_act = "silu";      // MLP activation: silu (SwiGLU) or gelu_pytorch_tanh (GeGLU)
+  bool norm_plus_one = false;           // RMSNorm scales by (1 + w), in fp32 before the cast (Gemma)
+  bool sandwich_norms = false;          // post-attention and pre/post-feedforward norms (Gemma-2/3)
+  bool embed_scale_sqrt_hidden = false; // embeddings times sqrt(hidden) in their dtype (Gemma)
+  bool fused_qkv = false;               // one qkv_proj and one gate_up_proj (Phi-3)
+  double embedding_multiplier = 1.0;    // Granite
+  double residual_multiplier = 1.0;     // Granite: residual + branch * m
+  double attention_scale = 0.0;         // softmax scale; 0: head_dim^-0.5 (Granite's attention_multiplier,
+                                        // Gemma's query_pre_attn_scalar^-0.5)
+  double logits_scaling = 1.0;          // Granite: logits / logits_scaling
+  double attn_logit_softcapping = 0.0;  // Gemma-2: tanh(s / c) * c on attention scores; 0: off
+  double final_logit_softcapping = 0.0; // Gemma-2: the same on the logits; 0: off
+  std::int64_t sliding_window = 0;      // keys at most sliding_window - 1 behind the query; 0: none
+  std::vector<bool> layer_sliding;      // per layer: the window applies (empty: every layer when set)
+  double partial_rotary_factor = 1.0;   // fraction of head_dim that RoPE rotates (Phi-3)
+
+  // Whether layer i attends through the sliding window.
+  bool sliding_layer(std::int64_t i) const {
+    if (sliding_window <= 0) return false;
+    if (layer_sliding.empty()) return true;
+    return i >= 0 && static_cast<std::size_t>(i) < layer_sliding.size() && layer_sliding[static_cast<std::size_t>(i)];
+  }
+  // RMSNorm weights per block (2, or 4 with sandwich norms).
+  std::int64_t norms_per_block() const { return sandwich_norms ? 4 : 2; }
 
   // Parameter count of the model as configured (embeddings, blocks, norms, lm_head).
   std::int64_t parameter_count() const;
@@ -49,6 +78,16 @@ inline constexpr std::int64_t kMaxVocabSize = 1 << 24;
 inline constexpr std::int64_t kMaxAttentionHeads = 1 << 12;
 inline constexpr std::int64_t kMaxHeadDim = 1 << 12;
 inline constexpr std::int64_t kMaxPositionEmbeddings = std::int64_t{1} << 30;
+
+// The ops of this model that the fused kernels (kernels/, fused_kernels: true) do not cover,
+// one phrase each ("attention-logit soft-capping (attn_logit_softcapping 50)", ...): the engine
+// computes them with the reference (unfused) formulas, logs one line per op and the plan lists
+// them. Empty for Qwen2/Qwen3/Llama/Mistral.
+std::vector<std::string> fused_kernel_gaps(const HfModelConfig& m);
+
+// The block's linear modules as PEFT names them (q_proj ... down_proj; Phi-3: qkv_proj, o_proj,
+// gate_up_proj, down_proj): what LoRA's target_modules can match in this model.
+std::vector<std::string> linear_module_names(const HfModelConfig& m);
 
 // Architectures Odyssey trains; others are refused with this list.
 const std::vector<std::string>& supported_architectures();

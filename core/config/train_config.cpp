@@ -20,8 +20,9 @@ constexpr std::array<SV, 3> kSchedulers{"cosine", "linear", "constant"};
 constexpr std::array<SV, 5> kAttn{"auto", "flash_attn", "cudnn", "sdpa", "eager"};
 constexpr std::array<SV, 3> kKeepAttention{"auto", "all", "none"};
 constexpr std::array<SV, 3> kDevices{"auto", "cuda", "cpu"};
-constexpr std::array<SV, 8> kModules{"all-linear", "q_proj", "k_proj", "v_proj",
-                                     "o_proj",     "gate_proj", "up_proj", "down_proj"};
+// Module names as PEFT matches them; Phi-3's fused qkv_proj and gate_up_proj are whole modules.
+constexpr std::array<SV, 10> kModules{"all-linear", "q_proj",  "k_proj",    "v_proj",   "o_proj",
+                                      "gate_proj",  "up_proj", "down_proj", "qkv_proj", "gate_up_proj"};
 constexpr std::array<SV, 8> kGroups{"preset", "model", "data", "tuner",
                                     "optim",  "memory", "parallel", "output"};
 
@@ -85,7 +86,8 @@ const std::array kFields = std::to_array<FieldSpec>({
      "Rank-stabilised LoRA: scale by alpha / sqrt(r).", "use_rslora"},
     {"target_modules", "tuner", &TC::target_modules,
      "Linear layers that get adapters: all-linear, or any of q_proj k_proj v_proj o_proj "
-     "gate_proj up_proj down_proj.", "target_modules", -kInf, kInf, kModules},
+     "gate_proj up_proj down_proj (Phi-3: qkv_proj o_proj gate_up_proj down_proj).", "target_modules", -kInf, kInf,
+     kModules},
 
     // optim
     {"learning_rate", "optim", &TC::learning_rate, "Peak learning rate.", "learning_rate",

@@ -170,6 +170,29 @@ Diagnostics validate_config(const LoadedConfig& lc, const HfModelConfig* m) {
                "the Ulysses degree " + n(p.ulysses) + " and the model's " + n(kv) +
                    " KV heads neither divide one another; KV heads can be split or replicated only when one divides the other (auto uses gcd = " +
                    n(std::gcd(kv, sp)) + ")");
+    if (c.tuner_type == "lora") {  // PEFT's rule: at least one targeted module must exist in the model
+      const std::vector<std::string> own = linear_module_names(*m);
+      bool any = false;
+      for (const auto& t : c.target_modules)
+        any = any || t == "all-linear" || t == "all_linear" || std::find(own.begin(), own.end(), t) != own.end();
+      if (!any && !c.target_modules.empty())
+        ck.error("target_modules", "none of " + text::join(c.target_modules, ", ") + " is a module of " + m->architecture +
+                                       "; its linear modules are " + text::join(own, ", ") + " (or all-linear)");
+    }
+    // Ring and Ulysses attention compute plain causal attention; a window shorter than the
+    // sequences or soft-capped scores would be computed wrongly, so the combination is refused.
+    // Ulysses gathers whole rows per head and masks them as one process does; ring attention's
+    // blocks do not (yet) skip or mask by window or cap scores.
+    const std::string ring_fix = "use Ulysses only (ulysses_size = sequence_parallel_size, heads permitting) or 1";
+    if (p.ring > 1 && m->attn_logit_softcapping > 0)
+      ck.error("sequence_parallel_size", "found " + n(sp) + " with a ring degree of " + n(p.ring) +
+                                             "; ring attention does not cover " + m->architecture +
+                                             "'s attention-logit soft-capping (attn_logit_softcapping in config.json): " + ring_fix);
+    else if (p.ring > 1 && m->sliding_window > 0 && m->sliding_window < c.max_length)
+      ck.error("sequence_parallel_size", "found " + n(sp) + " with a ring degree of " + n(p.ring) +
+                                             "; ring attention does not cover sliding-window attention (" + m->architecture +
+                                             ", sliding_window " + n(m->sliding_window) + " in config.json, shorter than max_length " +
+                                             n(c.max_length) + "): " + ring_fix + ", or a max_length of at most the window");
     if (m->max_position_embeddings > 0 && c.max_length > m->max_position_embeddings)
       ck.warning("max_length", "found " + n(c.max_length) + ", beyond the model's max_position_embeddings " +
                                    n(m->max_position_embeddings) + "; quality past the trained length is not guaranteed");

@@ -1,6 +1,7 @@
 #include "dist/sequence_parallel.h"
 
 #include <numeric>
+#include <tuple>
 #include <stdexcept>
 
 #include "model/attention.h"
@@ -486,6 +487,58 @@ class SpAttention final : public model::AttentionOverride {
               torch::Tensor sample_ids, torch::Tensor positions, RingSegments segments)
       : ulysses_(ulysses), ring_(ring), cu_(std::move(cu)), max_seqlen_(max_seqlen), one_sequence_(one_sequence),
         sample_ids_(std::move(sample_ids)), positions_(std::move(positions)), segments_(std::move(segments)) {}
+
+  torch::Tensor attend_masked(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale,
+                              std::int64_t window, double softcap, model::AttentionBackend prefer,
+                              std::int64_t* ran) override {
+    TORCH_CHECK(ring_->size() == 1,
+                "ring attention does not compute sliding-window or soft-capped attention (validation refuses a ring "
+                "degree > 1 for such models; use Ulysses only: ulysses_size = sequence_parallel_size)");
+    auto [qq, kk, vv] = gather(q, k, v);
+    // The gathered row: samples (with their padding at their ends) by cu_, consecutive positions
+    // within each, so the window is an index distance there.
+    const std::int64_t total = qq.size(0);
+    torch::Tensor keep = model::block_causal_mask(cu_, total, qq.device());
+    if (window > 0) keep = model::window_mask(keep, total, window, qq.device());
+    const torch::Tensor out = model::masked_attention(qq.transpose(0, 1).unsqueeze(0), kk.transpose(0, 1).unsqueeze(0),
+                                                      vv.transpose(0, 1).unsqueeze(0), keep, scale, softcap, prefer, ran)
+                                  .squeeze(0)
+                                  .transpose(0, 1);
+    return scatter(out, q.size(0), q.size(1), q.size(2));
+  }
+
+  // Ulysses: this rank's tokens of all heads -> all tokens of this rank's heads (identity at u = 1).
+  std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> gather(const torch::Tensor& q, const torch::Tensor& k,
+                                                                  const torch::Tensor& v) {
+    const int u = ulysses_->size();
+    const std::int64_t n = q.size(0), hq = q.size(1), d = q.size(2);
+    torch::Tensor qq = q, kk = k, vv = v;
+    if (u > 1) {
+      std::string why;
+      TORCH_CHECK(heads_fit_ulysses(hq, k.size(1), u, &why), why);
+      if (kk.size(1) < u) {
+        kk = kk.repeat_interleave(u / kk.size(1), 1);
+        vv = vv.repeat_interleave(u / vv.size(1), 1);
+      }
+      const std::int64_t qh = hq / u, kh = kk.size(1) / u;
+      torch::Tensor packed = torch::cat({qq.reshape({n, u, qh, d}), kk.reshape({n, u, kh, d}), vv.reshape({n, u, kh, d})}, 2)
+                                 .transpose(0, 1)
+                                 .contiguous();
+      packed = all_to_all_autograd(ulysses_, packed).reshape({u * n, qh + 2 * kh, d});
+      qq = packed.narrow(1, 0, qh).contiguous();
+      kk = packed.narrow(1, qh, kh).contiguous();
+      vv = packed.narrow(1, qh + kh, kh).contiguous();
+    }
+    return {qq, kk, vv};
+  }
+
+  // And back: [u·n, H/u, D] -> [n, H, D].
+  torch::Tensor scatter(torch::Tensor out, std::int64_t n, std::int64_t hq, std::int64_t d) {
+    const int u = ulysses_->size();
+    if (u == 1) return out;
+    out = all_to_all_autograd(ulysses_, out.reshape({u, n, hq / u, d}).contiguous());
+    return out.transpose(0, 1).reshape({n, hq, d});
+  }
 
   torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale,
                        model::AttentionBackend prefer, std::int64_t* ran, model::AttentionStash* stash) override {

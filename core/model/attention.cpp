@@ -48,6 +48,41 @@ torch::Tensor causal_padding_mask(const torch::Tensor& attention_mask, std::int6
   return causal.logical_and(pad.view({pad.size(0), 1, 1, seq_len}));
 }
 
+torch::Tensor window_mask(const torch::Tensor& keep, std::int64_t seq_len, std::int64_t window,
+                          const torch::Device& device) {
+  const auto opts = torch::TensorOptions().dtype(torch::kInt64).device(device);
+  const torch::Tensor q = torch::arange(seq_len, opts).view({seq_len, 1});
+  const torch::Tensor k = torch::arange(seq_len, opts).view({1, seq_len});
+  const torch::Tensor in_window = k.gt(q - window).logical_and(k.le(q)).view({1, 1, seq_len, seq_len});
+  return keep.defined() ? keep.logical_and(in_window) : in_window;
+}
+
+torch::Tensor masked_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& keep, double scale, double softcap, AttentionBackend prefer,
+                               std::int64_t* ran) {
+  const std::int64_t s = q.size(2);
+  torch::Tensor mask = keep;
+  if (!mask.defined()) mask = window_mask({}, s, s + 1, q.device());  // plain causal
+  if (softcap <= 0) return causal_attention(q, k, v, mask, scale, prefer, ran);
+  const std::int64_t groups = q.size(1) / k.size(1);
+  const torch::Tensor kk = repeat_kv(k, groups), vv = repeat_kv(v, groups);
+  torch::Tensor w = torch::matmul(q, kk.transpose(2, 3)) * scale;
+  w = torch::tanh(w / softcap) * softcap;
+  // HF adds the dtype's lowest value where masked: a fully masked row (left padding) then
+  // averages all keys, as transformers' does.
+  double lowest = std::numeric_limits<float>::lowest();
+  if (w.scalar_type() == torch::kBFloat16) lowest = static_cast<double>(std::numeric_limits<c10::BFloat16>::lowest());
+  if (w.scalar_type() == torch::kHalf) lowest = static_cast<double>(std::numeric_limits<c10::Half>::lowest());
+  if (w.scalar_type() == torch::kDouble) lowest = std::numeric_limits<double>::lowest();
+  // Added, not filled: as in transformers, the masked scores' gradient passes through (it
+  // matters for a fully masked row whose output is trained, e.g. the last left padding
+  // position, which predicts the first real token).
+  w = w + torch::where(mask, torch::zeros({}, w.options()), torch::full({}, lowest, w.options()));
+  const torch::Tensor p = torch::softmax(w, -1, torch::kFloat32).to(q.scalar_type());
+  if (ran) *ran = static_cast<std::int64_t>(at::SDPBackend::math);
+  return torch::matmul(p, vv);
+}
+
 namespace {
 
 void put_first(AttentionBackend prefer) {

@@ -38,6 +38,13 @@ class AttentionOverride {
   // rank's share of it (AttentionStash::recomputing says whether to keep or to take).
   virtual torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale,
                                AttentionBackend prefer, std::int64_t* ran, AttentionStash* stash) = 0;
+  // The same with a sliding window (keys at most window - 1 behind the query, 0: none) and/or
+  // attention-logit soft-capping (softcap > 0: masked_attention's eager formula). Overrides
+  // that cannot compute it (ring attention) fail with a message; validation refuses those
+  // layouts before a run starts.
+  virtual torch::Tensor attend_masked(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                      double scale, std::int64_t window, double softcap, AttentionBackend prefer,
+                                      std::int64_t* ran) = 0;
 };
 
 // "cudnn", "flash", "efficient", "math" (ATen's SDPBackend values), "unknown" otherwise.
@@ -145,6 +152,22 @@ torch::Tensor block_causal_mask(const torch::Tensor& cu_seqlens, std::int64_t to
 
 // transformers' repeat_kv: [B, Hkv, S, D] -> [B, Hkv * n, S, D], each KV head n times in a row.
 torch::Tensor repeat_kv(const torch::Tensor& x, std::int64_t n);
+
+// keep (causal, and padding or sample boundaries; undefined: plain causal over seq_len) AND
+// the key at most window - 1 positions behind the query (transformers' sliding_window_overlay:
+// kv_idx > q_idx - window). [B or 1, 1, S, S] bool.
+torch::Tensor window_mask(const torch::Tensor& keep, std::int64_t seq_len, std::int64_t window,
+                          const torch::Device& device);
+
+// Attention through an explicit mask keep [B or 1, 1, S, S] (undefined: causal), q [B, Hq, S, D],
+// k and v [B, Hkv, S, D]. Without soft-capping: SDPA with the mask (causal_attention). With
+// softcap > 0: transformers' eager_attention_forward of Gemma-2, op for op: scores = q k^T *
+// scale, tanh(scores / softcap) * softcap, plus the dtype's lowest value where masked (as HF
+// adds it; the masked scores' gradient passes through), softmax in fp32 cast back to q's dtype, times v. Memory: the [B, Hq, S, S] scores
+// (meant for the lengths the eager formula serves; the fused kernels do not cover soft-capping).
+torch::Tensor masked_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& keep, double scale, double softcap, AttentionBackend prefer,
+                               std::int64_t* ran);
 
 // The boolean mask for padded batches: causal AND attention_mask[b, key] (HF's sdpa_mask);
 // undefined when attention_mask is undefined or all ones (then is_causal is used).

@@ -78,16 +78,18 @@ void LinearImpl::merge_lora() {
   lora_B = nullptr;
 }
 
-RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps_, const torch::TensorOptions& o) : eps(eps_) {
-  weight = register_parameter("weight", torch::ones({dim}, o));
+RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps_, const torch::TensorOptions& o, bool plus_one_)
+    : eps(eps_), plus_one(plus_one_) {
+  weight = register_parameter("weight", plus_one ? torch::zeros({dim}, o) : torch::ones({dim}, o));
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  if (fused) return kernels::rms_norm(x, weight, eps);
+  if (fused && !plus_one) return kernels::rms_norm(x, weight, eps);
   const auto in_dtype = x.scalar_type();
   torch::Tensor h = x.to(torch::kFloat32);
   const torch::Tensor variance = h.pow(2).mean(-1, true);
   h = h * torch::rsqrt(variance + eps);
+  if (plus_one) return (h * (1.0 + weight.to(torch::kFloat32))).to(in_dtype);  // Gemma: (x * w).to(dtype)
   return weight * h.to(in_dtype);
 }
 
@@ -101,40 +103,77 @@ torch::Tensor EmbeddingImpl::forward(const torch::Tensor& ids) {
   return at::embedding(weight, ids, padding_idx.value_or(-1));
 }
 
-AttentionImpl::AttentionImpl(const DecoderConfig& c, const torch::TensorOptions& o)
+AttentionImpl::AttentionImpl(const DecoderConfig& c, const torch::TensorOptions& o, std::int64_t layer)
     : heads(c.hf.num_attention_heads), kv_heads(c.hf.num_key_value_heads), head_dim(c.hf.head_dim) {
   const std::int64_t h = c.hf.hidden_size;
-  q_proj = register_module("q_proj", Linear(h, heads * head_dim, c.qkv_bias, o));
-  k_proj = register_module("k_proj", Linear(h, kv_heads * head_dim, c.qkv_bias, o));
-  v_proj = register_module("v_proj", Linear(h, kv_heads * head_dim, c.qkv_bias, o));
+  if (c.hf.fused_qkv) {
+    qkv_proj = register_module("qkv_proj", Linear(h, (heads + 2 * kv_heads) * head_dim, c.qkv_bias, o));
+  } else {
+    q_proj = register_module("q_proj", Linear(h, heads * head_dim, c.qkv_bias, o));
+    k_proj = register_module("k_proj", Linear(h, kv_heads * head_dim, c.qkv_bias, o));
+    v_proj = register_module("v_proj", Linear(h, kv_heads * head_dim, c.qkv_bias, o));
+  }
   o_proj = register_module("o_proj", Linear(heads * head_dim, h, c.o_bias, o));
   if (c.hf.qk_norm) {
-    q_norm = register_module("q_norm", RMSNorm(head_dim, c.hf.rms_norm_eps, o));
-    k_norm = register_module("k_norm", RMSNorm(head_dim, c.hf.rms_norm_eps, o));
+    q_norm = register_module("q_norm", RMSNorm(head_dim, c.hf.rms_norm_eps, o, c.hf.norm_plus_one));
+    k_norm = register_module("k_norm", RMSNorm(head_dim, c.hf.rms_norm_eps, o, c.hf.norm_plus_one));
   }
-  scale = std::pow(static_cast<double>(head_dim), -0.5);  // HF: self.head_dim**-0.5
+  // HF: self.head_dim**-0.5, Granite's attention_multiplier, Gemma's query_pre_attn_scalar**-0.5.
+  scale = c.hf.attention_scale > 0 ? c.hf.attention_scale : std::pow(static_cast<double>(head_dim), -0.5);
+  softcap = c.hf.attn_logit_softcapping;
+  sliding = c.hf.sliding_layer(layer);
+  window = sliding ? c.hf.sliding_window : 0;
+  local_rope = sliding && c.rope_local.has_value();
 }
 
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> AttentionImpl::project(const torch::Tensor& x,
+                                                                               const NormSource* src) {
+  const std::int64_t b = x.size(0), s = x.size(1);
+  if (qkv_proj) {  // Phi-3: [q | k | v] along the output features
+    const torch::Tensor qkv = qkv_proj->forward_normed(x, src);
+    const std::int64_t nq = heads * head_dim, nk = kv_heads * head_dim;
+    return {qkv.narrow(-1, 0, nq).view({b, s, -1, head_dim}), qkv.narrow(-1, nq, nk).view({b, s, -1, head_dim}),
+            qkv.narrow(-1, nq + nk, nk).view({b, s, -1, head_dim})};
+  }
+  return {q_proj->forward_normed(x, src).view({b, s, -1, head_dim}),
+          k_proj->forward_normed(x, src).view({b, s, -1, head_dim}),
+          v_proj->forward_normed(x, src).view({b, s, -1, head_dim})};
+}
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext& ctx, const NormSource* src) {
   const std::int64_t b = x.size(0), s = x.size(1);
+  const torch::Tensor& cos = local_rope ? ctx.cos_local : ctx.cos;
+  const torch::Tensor& sin = local_rope ? ctx.sin_local : ctx.sin;
+  // Soft-capping or a window shorter than the row's longest sequence: attention through an
+  // explicit mask (attention.h, masked_attention). A window at least that long hides nothing.
+  const bool windowed = sliding && (ctx.cu_seqlens.defined() ? ctx.max_seqlen : s) > window;
+  const bool general = softcap > 0 || windowed;
+  const bool rope_fusable = cos.size(-1) == head_dim;  // kernels::apply_rope_ rotates whole heads
+  auto [q, k, v] = project(x, src);
+  if (q_norm) {
+    q = q_norm(q);
+    k = k_norm(k);
+  }
   if (ctx.cu_seqlens.defined()) {  // padding-free row: [1, T, .] -> varlen attention over [T, H, D]
-    torch::Tensor q = q_proj->forward_normed(x, src).view({b, s, -1, head_dim});
-    torch::Tensor k = k_proj->forward_normed(x, src).view({b, s, -1, head_dim});
-    const torch::Tensor v = v_proj->forward_normed(x, src).view({s, -1, head_dim});
-    if (q_norm) {
-      q = q_norm(q);
-      k = k_norm(k);
-    }
-    if (fused) {  // [T, H, D] views of the projections, rotated in place: no copies
-      std::tie(q, k) = kernels::apply_rope_(q.view({s, -1, head_dim}), k.view({s, -1, head_dim}), ctx.cos[0], ctx.sin[0]);
+    v = v.view({s, -1, head_dim});
+    if (fused && rope_fusable) {  // [T, H, D] views of the projections, rotated in place: no copies
+      std::tie(q, k) = kernels::apply_rope_(q.view({s, -1, head_dim}), k.view({s, -1, head_dim}), cos[0], sin[0]);
     } else {
-      q = apply_rope(q.transpose(1, 2), ctx.cos, ctx.sin)[0].transpose(0, 1).contiguous();
-      k = apply_rope(k.transpose(1, 2), ctx.cos, ctx.sin)[0].transpose(0, 1).contiguous();
+      q = apply_rope(q.transpose(1, 2), cos, sin)[0].transpose(0, 1).contiguous();
+      k = apply_rope(k.transpose(1, 2), cos, sin)[0].transpose(0, 1).contiguous();
     }
     std::int64_t ran = -1;
     torch::Tensor out;
-    if (ctx.attention_override) {
+    if (general && ctx.attention_override) {  // Ulysses: the gathered row, masked the same way
+      out = ctx.attention_override->attend_masked(q, k, v, scale, windowed ? window : 0, softcap, ctx.attention, &ran);
+    } else if (general) {
+      const torch::Tensor keep =
+          windowed ? ctx.keep_window : block_causal_mask(ctx.cu_seqlens, s, q.device());
+      out = masked_attention(q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0),
+                             v.transpose(0, 1).unsqueeze(0), keep, scale, softcap, ctx.attention, &ran)
+                .squeeze(0)
+                .transpose(0, 1);
+    } else if (ctx.attention_override) {
       out = ctx.attention_override->attend(q, k, v, scale, ctx.attention, &ran, ctx.stash.get());
     } else if (ctx.stash) {
       out = kept_causal_attention(q, k, v, ctx.cu_seqlens, ctx.max_seqlen, ctx.max_seqlen == s, ctx.attention, *ctx.stash,
@@ -147,31 +186,46 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext&
     if (ctx.backend_ran) ctx.backend_ran->store(ran);
     return o_proj(out.reshape({b, s, -1}));
   }
-  // [B, S, H*D] -> [B, S, H, D] (Qwen3 normalizes each head here) -> [B, H, S, D].
-  torch::Tensor q = q_proj->forward_normed(x, src).view({b, s, -1, head_dim});
-  torch::Tensor k = k_proj->forward_normed(x, src).view({b, s, -1, head_dim});
-  const torch::Tensor v = v_proj->forward_normed(x, src).view({b, s, -1, head_dim}).transpose(1, 2);
-  if (q_norm) {
-    q = q_norm(q);
-    k = k_norm(k);
-  }
-  q = apply_rope(q.transpose(1, 2), ctx.cos, ctx.sin);
-  k = apply_rope(k.transpose(1, 2), ctx.cos, ctx.sin);
+  // [B, S, H, D] -> [B, H, S, D].
+  v = v.transpose(1, 2);
+  q = apply_rope(q.transpose(1, 2), cos, sin);
+  k = apply_rope(k.transpose(1, 2), cos, sin);
   std::int64_t ran = -1;
-  const torch::Tensor out = causal_attention(q, k, v, ctx.keep, scale, ctx.attention, &ran);
+  const torch::Tensor out =
+      general ? masked_attention(q, k, v, windowed ? ctx.keep_window : ctx.keep, scale, softcap, ctx.attention, &ran)
+              : causal_attention(q, k, v, ctx.keep, scale, ctx.attention, &ran);
   if (ctx.backend_ran) ctx.backend_ran->store(ran);
   return o_proj(out.transpose(1, 2).reshape({b, s, -1}).contiguous());
 }
 
 MlpImpl::MlpImpl(const DecoderConfig& c, const torch::TensorOptions& o) {
   const std::int64_t h = c.hf.hidden_size, i = c.hf.intermediate_size;
-  gate_proj = register_module("gate_proj", Linear(h, i, c.mlp_bias, o));
-  up_proj = register_module("up_proj", Linear(h, i, c.mlp_bias, o));
+  gelu = c.hf.hidden_act == "gelu_pytorch_tanh";
+  if (c.hf.fused_qkv) {
+    gate_up_proj = register_module("gate_up_proj", Linear(h, 2 * i, c.mlp_bias, o));
+  } else {
+    gate_proj = register_module("gate_proj", Linear(h, i, c.mlp_bias, o));
+    up_proj = register_module("up_proj", Linear(h, i, c.mlp_bias, o));
+  }
   down_proj = register_module("down_proj", Linear(i, h, c.mlp_bias, o));
 }
 
 torch::Tensor MlpImpl::compute(const torch::Tensor& x, const NormSource* src,
                                const std::shared_ptr<kernels::OffloadChain>& offload) {
+  if (gate_up_proj || gelu) {  // the reference formula (the fused kernels are SwiGLU with separate gate/up)
+    torch::Tensor gate, up;
+    if (gate_up_proj) {
+      const torch::Tensor gu = gate_up_proj->forward_normed(x, src);
+      const std::int64_t i = gu.size(-1) / 2;
+      gate = gu.narrow(-1, 0, i);
+      up = gu.narrow(-1, i, i);
+    } else {
+      gate = gate_proj->forward_normed(x, src);
+      up = up_proj->forward_normed(x, src);
+    }
+    const torch::Tensor act = gelu ? torch::gelu(gate, "tanh") : torch::silu(gate);
+    return down_proj(gate_up_proj ? up * act : act * up);  // Phi3MLP: up * act(gate)
+  }
   if (fused && recompute && src != nullptr && torch::GradMode::is_enabled() && gate_proj->fused_projection() &&
       up_proj->fused_projection() && down_proj->fused_projection())
     return kernels::rms_norm_mlp(x, src->input, src->weight, src->eps, gate_proj->fused_weights(),
@@ -210,18 +264,34 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x, const NormSource* src,
   return torch::cat(parts).view(shape);
 }
 
-DecoderLayerImpl::DecoderLayerImpl(const DecoderConfig& c, const torch::TensorOptions& o) {
-  self_attn = register_module("self_attn", Attention(c, o));
+DecoderLayerImpl::DecoderLayerImpl(const DecoderConfig& c, const torch::TensorOptions& o, std::int64_t layer) {
+  const bool p1 = c.hf.norm_plus_one;
+  const std::int64_t hs = c.hf.hidden_size;
+  const double eps = c.hf.rms_norm_eps;
+  self_attn = register_module("self_attn", Attention(c, o, layer));
   mlp = register_module("mlp", Mlp(c, o));
-  input_layernorm = register_module("input_layernorm", RMSNorm(c.hf.hidden_size, c.hf.rms_norm_eps, o));
-  post_attention_layernorm =
-      register_module("post_attention_layernorm", RMSNorm(c.hf.hidden_size, c.hf.rms_norm_eps, o));
+  input_layernorm = register_module("input_layernorm", RMSNorm(hs, eps, o, p1));
+  post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(hs, eps, o, p1));
+  if (c.hf.sandwich_norms) {
+    pre_feedforward_layernorm = register_module("pre_feedforward_layernorm", RMSNorm(hs, eps, o, p1));
+    post_feedforward_layernorm = register_module("post_feedforward_layernorm", RMSNorm(hs, eps, o, p1));
+  }
+  residual_multiplier = c.hf.residual_multiplier;
+  fusable = !c.hf.sandwich_norms && !p1 && residual_multiplier == 1.0;
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const LayerContext& ctx) {
-  if (fused) {
+  if (fused && fusable) {
     const auto [h, m] = forward_split(x, {}, ctx);
     return h + m;
+  }
+  if (pre_feedforward_layernorm) {  // Gemma: norm the branch's output before the residual add
+    torch::Tensor h = x + post_attention_layernorm(self_attn(input_layernorm(x), ctx));
+    return h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h)));
+  }
+  if (residual_multiplier != 1.0) {  // Granite
+    torch::Tensor h = x + self_attn(input_layernorm(x), ctx) * residual_multiplier;
+    return h + mlp(post_attention_layernorm(h)) * residual_multiplier;
   }
   torch::Tensor h = x + self_attn(input_layernorm(x), ctx);
   return h + mlp(post_attention_layernorm(h));
@@ -230,7 +300,7 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const LayerConte
 std::pair<torch::Tensor, torch::Tensor> DecoderLayerImpl::forward_split(const torch::Tensor& x,
                                                                         const torch::Tensor& residual,
                                                                         const LayerContext& ctx) {
-  TORCH_CHECK(fused, "DecoderLayer::forward_split needs the fused kernels");
+  TORCH_CHECK(fused && fusable, "DecoderLayer::forward_split needs the fused kernels and a block they cover");
   // s = x + residual rounded as HF's add (x itself without a residual), normalised in the
   // same pass; then h = s + attention, likewise. The projections keep each norm's input (kept
   // by the norm anyway), not its output.
@@ -248,10 +318,10 @@ DecoderBodyImpl::DecoderBodyImpl(const DecoderConfig& c, const torch::TensorOpti
   embed_tokens = register_module("embed_tokens", Embedding(c.hf.vocab_size, c.hf.hidden_size, c.pad_token_id, o));
   layers = register_module("layers", torch::nn::ModuleList());
   for (std::int64_t i = 0; i < c.hf.num_hidden_layers; ++i) {
-    layer_list.emplace_back(c, o);
+    layer_list.emplace_back(c, o, i);
     layers->push_back(layer_list.back());
   }
-  norm = register_module("norm", RMSNorm(c.hf.hidden_size, c.hf.rms_norm_eps, o));
+  norm = register_module("norm", RMSNorm(c.hf.hidden_size, c.hf.rms_norm_eps, o, c.hf.norm_plus_one));
 }
 
 CausalLMImpl::CausalLMImpl(DecoderConfig config, DecoderOptions options)
@@ -261,7 +331,36 @@ CausalLMImpl::CausalLMImpl(DecoderConfig config, DecoderOptions options)
   if (!config_.hf.tie_word_embeddings)
     lm_head = register_module("lm_head", Linear(config_.hf.hidden_size, config_.hf.vocab_size, false, o));
   inv_freq_ = rope_inv_freq(config_.rope, config_.hf.head_dim).to(options_.device);
+  if (config_.rope_local) inv_freq_local_ = rope_inv_freq(*config_.rope_local, config_.hf.head_dim).to(options_.device);
+  logit_transform_.divide = config_.hf.logits_scaling;
+  logit_transform_.softcap = config_.hf.final_logit_softcapping;
   set_fused_kernels(options_.fused_kernels);
+}
+
+torch::Tensor LogitTransform::apply(torch::Tensor logits) const {
+  if (divide != 1.0) logits = logits / divide;  // Granite: logits / logits_scaling
+  if (softcap > 0) logits = torch::tanh(logits / softcap) * softcap;  // Gemma-2
+  return logits;
+}
+
+torch::Tensor CausalLMImpl::logits(const torch::Tensor& hidden) const {
+  return logit_transform_.apply(at::linear(hidden, lm_head_weight()));
+}
+
+torch::Tensor CausalLMImpl::embed(const torch::Tensor& input_ids) {
+  torch::Tensor h = model->embed_tokens(input_ids);
+  if (config_.hf.embed_scale_sqrt_hidden)  // torch.tensor(hidden**0.5) cast to the weight's dtype
+    h = h * torch::tensor(std::sqrt(static_cast<double>(config_.hf.hidden_size)), torch::kFloat32)
+                .to(h.device(), h.scalar_type());
+  if (config_.hf.embedding_multiplier != 1.0) h = h * config_.hf.embedding_multiplier;
+  return h;
+}
+
+torch::Tensor CausalLMImpl::inv_freq_for(const RopeParams& rope, const torch::Tensor& fixed,
+                                         const torch::Tensor& position_ids) const {
+  if (!rope_depends_on_length(rope)) return fixed;
+  const std::int64_t len = position_ids.max().item<std::int64_t>() + 1;  // transformers' seq_len
+  return rope_inv_freq(rope, config_.hf.head_dim, len).to(fixed.device());
 }
 
 void CausalLMImpl::set_fused_kernels(bool on) {
@@ -270,7 +369,7 @@ void CausalLMImpl::set_fused_kernels(bool on) {
     if (auto* n = dynamic_cast<RMSNormImpl*>(m.get())) n->fused = on;
     if (auto* a = dynamic_cast<AttentionImpl*>(m.get())) a->fused = on;
     if (auto* p = dynamic_cast<MlpImpl*>(m.get())) p->fused = on;
-    if (auto* l = dynamic_cast<DecoderLayerImpl*>(m.get())) l->fused = on;
+    if (auto* l = dynamic_cast<DecoderLayerImpl*>(m.get())) l->fused = on && l->fusable;
     if (auto* l = dynamic_cast<LinearImpl*>(m.get())) l->lora_in_input_dtype = on;
   }
 }
@@ -306,8 +405,14 @@ LayerContext CausalLMImpl::context(const torch::Tensor& input_ids, const torch::
   if (!pos.defined())  // HF: arange(S)[None], whatever the mask says
     pos = torch::arange(s, torch::TensorOptions().dtype(torch::kInt64).device(input_ids.device())).unsqueeze(0);
   LayerContext ctx;
-  std::tie(ctx.cos, ctx.sin) = rope_cos_sin(inv_freq_, pos, dtype);
+  std::tie(ctx.cos, ctx.sin) = rope_cos_sin(inv_freq_for(config_.rope, inv_freq_, pos), pos, dtype,
+                                            config_.rope.attention_factor);
+  if (config_.rope_local)
+    std::tie(ctx.cos_local, ctx.sin_local) = rope_cos_sin(inv_freq_for(*config_.rope_local, inv_freq_local_, pos), pos,
+                                                          dtype, config_.rope_local->attention_factor);
   ctx.keep = causal_padding_mask(attention_mask, s);
+  if (config_.hf.sliding_window > 0)
+    ctx.keep_window = window_mask(ctx.keep, s, config_.hf.sliding_window, input_ids.device());
   ctx.attention = options_.attention;
   ctx.backend_ran = &backend_ran_;
   return ctx;
@@ -319,7 +424,7 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
   TORCH_CHECK(!attention_mask.defined() || attention_mask.sizes() == input_ids.sizes(),
               "attention_mask must have the shape of input_ids ", input_ids.sizes(), ", got ",
               attention_mask.sizes());
-  torch::Tensor h = model->embed_tokens(input_ids);
+  torch::Tensor h = embed(input_ids);
   const LayerContext ctx = context(input_ids, attention_mask, position_ids, h.scalar_type());
   return layers_and_norm(h, ctx);
 }
@@ -330,9 +435,12 @@ torch::Tensor CausalLMImpl::hidden_states_packed(const torch::Tensor& input_ids,
   TORCH_CHECK(input_ids.dim() == 2 && input_ids.size(0) == 1, "a packed row is [1, T], got ", input_ids.sizes());
   TORCH_CHECK(position_ids.sizes() == input_ids.sizes(), "position_ids must be ", input_ids.sizes(), ", got ",
               position_ids.sizes());
-  torch::Tensor h = model->embed_tokens(input_ids);
+  torch::Tensor h = embed(input_ids);
   LayerContext ctx = context(input_ids, {}, position_ids, h.scalar_type());
   ctx.cu_seqlens = cu_seqlens.to(input_ids.device(), torch::kInt32);
+  if (config_.hf.sliding_window > 0)  // within each sample: rows of one sample are consecutive positions
+    ctx.keep_window = window_mask(block_causal_mask(ctx.cu_seqlens, input_ids.size(1), input_ids.device()),
+                                  input_ids.size(1), config_.hf.sliding_window, input_ids.device());
   ctx.max_seqlen = max_seqlen;
   ctx.attention_override = std::move(attention);
   return layers_and_norm(h, ctx);
@@ -403,7 +511,7 @@ torch::Tensor CausalLMImpl::layers_and_norm(torch::Tensor h, const LayerContext&
 
 torch::Tensor CausalLMImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                                     const torch::Tensor& position_ids) {
-  return at::linear(hidden_states(input_ids, attention_mask, position_ids), lm_head_weight());
+  return logits(hidden_states(input_ids, attention_mask, position_ids));
 }
 
 void CausalLMImpl::initialize_random() {
@@ -413,7 +521,7 @@ void CausalLMImpl::initialize_random() {
     const std::string& name = p.key();
     torch::Tensor t = p.value();
     if (name.ends_with("norm.weight")) {
-      t.fill_(1.0);
+      t.fill_(config_.hf.norm_plus_one ? 0.0 : 1.0);  // Gemma's (1 + w) norms start at w = 0
     } else if (name.ends_with(".bias")) {
       t.zero_();
     } else {
@@ -438,7 +546,8 @@ torch::Tensor causal_lm_loss(const torch::Tensor& logits, const torch::Tensor& l
 }
 
 torch::Tensor causal_lm_token_nll(const torch::Tensor& hidden, const torch::Tensor& lm_weight,
-                                  const torch::Tensor& labels, std::int64_t chunk_tokens) {
+                                  const torch::Tensor& labels, std::int64_t chunk_tokens,
+                                  const LogitTransform& transform) {
   const std::int64_t b = hidden.size(0), s = hidden.size(1);
   const torch::Tensor padded = torch::constant_pad_nd(labels, {0, 1}, -100);
   const torch::Tensor targets = padded.narrow(-1, 1, s).reshape({-1}).to(hidden.device());
@@ -446,7 +555,7 @@ torch::Tensor causal_lm_token_nll(const torch::Tensor& hidden, const torch::Tens
   std::vector<torch::Tensor> parts;
   for (std::int64_t i = 0; i < b * s; i += chunk_tokens) {
     const std::int64_t n = std::min(chunk_tokens, b * s - i);
-    const torch::Tensor logits = at::linear(flat.narrow(0, i, n), lm_weight).to(torch::kFloat32);
+    const torch::Tensor logits = transform.apply(at::linear(flat.narrow(0, i, n), lm_weight)).to(torch::kFloat32);
     parts.push_back(torch::nn::functional::cross_entropy(
         logits, targets.narrow(0, i, n),
         torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100).reduction(torch::kNone)));

@@ -1,13 +1,18 @@
-// The decoder-only causal LM of Qwen2/Qwen2.5, Qwen3 and Llama-3 in LibTorch, written to
-// compute what transformers 5.17's *ForCausalLM compute, op for op (RMSNorm in fp32 then
-// cast, RoPE angles in fp32, SwiGLU, SDPA attention), with module names that make
-// named_parameters() give Hugging Face's tensor names:
+// The decoder-only causal LM of Qwen2/Qwen2.5, Qwen3, Llama-3 (and SmolLM), Mistral, Granite,
+// Gemma-2, Gemma-3 (text) and Phi-3 in LibTorch: one model with the switches of
+// HfModelConfig (config/model_config.h), written to compute what transformers 5.17's
+// *ForCausalLM compute, op for op (RMSNorm in fp32 then cast, RoPE angles in fp32, SwiGLU or
+// GeGLU, SDPA attention or, with soft-capping, the eager formula), with module names that
+// make named_parameters() give Hugging Face's tensor names:
 //
 //   model.embed_tokens.weight
 //   model.layers.N.input_layernorm.weight, model.layers.N.post_attention_layernorm.weight
+//   model.layers.N.{pre,post}_feedforward_layernorm.weight  (sandwich norms: Gemma)
 //   model.layers.N.self_attn.{q,k,v,o}_proj.{weight,bias}   (bias per family)
-//   model.layers.N.self_attn.{q,k}_norm.weight              (Qwen3)
-//   model.layers.N.mlp.{gate,up,down}_proj.weight
+//   model.layers.N.self_attn.qkv_proj.weight                (Phi-3, instead of q/k/v)
+//   model.layers.N.self_attn.{q,k}_norm.weight              (Qwen3, Gemma-3)
+//   model.layers.N.mlp.{gate,up,down}_proj.{weight,bias}    (bias: Llama's mlp_bias)
+//   model.layers.N.mlp.gate_up_proj.weight                  (Phi-3, instead of gate/up)
 //   model.norm.weight
 //   lm_head.weight                                          (absent when tied)
 //
@@ -26,6 +31,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/linear.h"
@@ -90,14 +96,17 @@ class LinearImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Linear);
 
-// HF's *RMSNorm: x in fp32, x * rsqrt(mean(x^2) + eps), cast back, times weight.
+// HF's *RMSNorm: x in fp32, x * rsqrt(mean(x^2) + eps), cast back, times weight. With
+// plus_one (Gemma): times (1 + weight) in fp32, then cast back; the fused kernels do not
+// cover it (this norm then runs the reference formula).
 class RMSNormImpl : public torch::nn::Module {
  public:
-  RMSNormImpl(std::int64_t dim, double eps, const torch::TensorOptions& o);
+  RMSNormImpl(std::int64_t dim, double eps, const torch::TensorOptions& o, bool plus_one = false);
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight;
   double eps;
   bool fused = false;
+  bool plus_one = false;
 };
 TORCH_MODULE(RMSNorm);
 
@@ -114,8 +123,12 @@ TORCH_MODULE(Embedding);
 // What every layer of one forward shares.
 
 struct LayerContext {
-  torch::Tensor cos, sin;  // [P, S, head_dim] in the activations' dtype
+  torch::Tensor cos, sin;  // [P, S, rotary_dim] in the activations' dtype
+  torch::Tensor cos_local, sin_local;  // sliding-window layers' own RoPE (Gemma-3), else undefined
   torch::Tensor keep;      // [B, 1, S, S] bool, or undefined (plain causal)
+  // Sliding-window layers: keep AND key at most window - 1 behind the query ([B or 1, 1, S, S];
+  // padding-free rows: within the sample). Undefined when no layer has a window.
+  torch::Tensor keep_window;
   torch::Tensor cu_seqlens;      // padding-free row (B = 1): sample boundaries, int32 [n+1]
   std::int64_t max_seqlen = 0;   // longest sample of the row
   std::shared_ptr<AttentionOverride> attention_override;  // sequence parallelism, else null
@@ -129,20 +142,31 @@ struct LayerContext {
 
 class AttentionImpl : public torch::nn::Module {
  public:
-  AttentionImpl(const DecoderConfig& c, const torch::TensorOptions& o);
+  AttentionImpl(const DecoderConfig& c, const torch::TensorOptions& o, std::int64_t layer = 0);
   // src: the norm x came from (fused path), or null.
   torch::Tensor forward(const torch::Tensor& x, const LayerContext& ctx, const NormSource* src = nullptr);
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
-  RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3
+  Linear qkv_proj{nullptr};                  // Phi-3: q, k and v in one projection
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3, Gemma-3
   std::int64_t heads, kv_heads, head_dim;
   double scale;
+  double softcap = 0.0;      // attn_logit_softcapping (Gemma-2), 0: off
+  bool sliding = false;      // this layer attends through the sliding window
+  std::int64_t window = 0;   // its size (HfModelConfig::sliding_window) when sliding
+  bool local_rope = false;   // this layer rotates with LayerContext::cos_local (Gemma-3)
   bool fused = false;
+
+ private:
+  // q, k, v [B, S, H, D] (k, v with KV heads) from x.
+  std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> project(const torch::Tensor& x, const NormSource* src);
 };
 TORCH_MODULE(Attention);
 
 class MlpImpl : public torch::nn::Module {
  public:
   MlpImpl(const DecoderConfig& c, const torch::TensorOptions& o);
+  bool gelu = false;  // GeGLU with tanh-approximated GELU (gelu_pytorch_tanh): not fused
+  Linear gate_up_proj{nullptr};  // Phi-3: gate and up in one projection (gate first)
   // With tile_tokens > 0 and more tokens than that (tiled MLP, docs/training.md): the tokens
   // run through the MLP a tile at a time; under autograd each tile is checkpointed, so its
   // gate/up/activation exist only while that tile computes or recomputes in backward.
@@ -167,7 +191,7 @@ TORCH_MODULE(Mlp);
 
 class DecoderLayerImpl : public torch::nn::Module {
  public:
-  DecoderLayerImpl(const DecoderConfig& c, const torch::TensorOptions& o);
+  DecoderLayerImpl(const DecoderConfig& c, const torch::TensorOptions& o, std::int64_t layer = 0);
   torch::Tensor forward(const torch::Tensor& x, const LayerContext& ctx);
   // The fused layer (fused only) on the input x + residual (residual undefined: x alone),
   // its output left as the pair {h, m} whose sum h + m is forward()'s output: the next fused
@@ -178,7 +202,14 @@ class DecoderLayerImpl : public torch::nn::Module {
   Attention self_attn{nullptr};
   Mlp mlp{nullptr};
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  // Sandwich norms (Gemma): post_attention_layernorm normalizes the attention output before
+  // the residual add, these two the MLP's input and output.
+  RMSNorm pre_feedforward_layernorm{nullptr}, post_feedforward_layernorm{nullptr};
+  double residual_multiplier = 1.0;  // Granite: residual + branch * m
   bool fused = false;  // the residual add fused into post_attention_layernorm
+  // Whether the fused layer (add_rms_norm pairs) computes this family's block: not with
+  // sandwich norms, (1 + w) norms or a residual multiplier.
+  bool fusable = true;
 };
 TORCH_MODULE(DecoderLayer);
 
@@ -193,6 +224,15 @@ class DecoderBodyImpl : public torch::nn::Module {
 };
 TORCH_MODULE(DecoderBody);
 
+// What a family does to lm_head's output: Granite divides by logits_scaling, Gemma-2 caps
+// with tanh(logits / c) * c. Identity by default.
+struct LogitTransform {
+  double divide = 1.0;
+  double softcap = 0.0;
+  bool identity() const { return divide == 1.0 && softcap == 0.0; }
+  torch::Tensor apply(torch::Tensor logits) const;
+};
+
 class CausalLMImpl : public torch::nn::Module {
  public:
   CausalLMImpl(DecoderConfig config, DecoderOptions options);
@@ -201,7 +241,7 @@ class CausalLMImpl : public torch::nn::Module {
   // 0 = padding) and position_ids [B or 1, S] are optional (see the file comment).
   torch::Tensor hidden_states(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {},
                               const torch::Tensor& position_ids = {});
-  // Logits [B, S, vocab] in the model's dtype (lm_head of hidden_states).
+  // Logits [B, S, vocab] in the model's dtype (logits() of hidden_states).
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {},
                         const torch::Tensor& position_ids = {});
 
@@ -249,6 +289,12 @@ class CausalLMImpl : public torch::nn::Module {
 
   // lm_head.weight, or model.embed_tokens.weight when tied.
   torch::Tensor lm_head_weight() const;
+  // lm_head of final hidden states, then the family's logit transform (logit_transform()).
+  torch::Tensor logits(const torch::Tensor& hidden) const;
+  const LogitTransform& logit_transform() const { return logit_transform_; }
+  // The embeddings of input_ids with the family's scaling (Gemma: sqrt(hidden) in their dtype,
+  // Granite: embedding_multiplier).
+  torch::Tensor embed(const torch::Tensor& input_ids);
   // HF's _init_weights: linear and embedding weights ~ N(0, initializer_range), biases 0,
   // the padding row 0, norms 1. Uses the default generator of the parameters' device.
   void initialize_random();
@@ -277,6 +323,10 @@ class CausalLMImpl : public torch::nn::Module {
   DecoderConfig config_;
   DecoderOptions options_;
   torch::Tensor inv_freq_;  // fp32, not a parameter (HF: non-persistent buffer)
+  torch::Tensor inv_freq_local_;  // Gemma-3's sliding layers, else undefined
+  LogitTransform logit_transform_;
+  // The inverse frequencies for these positions (dynamic and longrope RoPE depend on the length).
+  torch::Tensor inv_freq_for(const RopeParams& rope, const torch::Tensor& fixed, const torch::Tensor& position_ids) const;
   std::atomic<std::int64_t> backend_ran_{-1};
 };
 TORCH_MODULE(CausalLM);
@@ -290,6 +340,7 @@ torch::Tensor causal_lm_loss(const torch::Tensor& logits, const torch::Tensor& l
 // hidden states `chunk_tokens` rows at a time. For scoring under NoGradGuard; under
 // autograd each chunk's logits stay alive for backward.
 torch::Tensor causal_lm_token_nll(const torch::Tensor& hidden, const torch::Tensor& lm_weight,
-                                  const torch::Tensor& labels, std::int64_t chunk_tokens = 4096);
+                                  const torch::Tensor& labels, std::int64_t chunk_tokens = 4096,
+                                  const LogitTransform& transform = {});
 
 }  // namespace odyssey::model

@@ -1,5 +1,6 @@
 #include "model/decoder_config.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -37,9 +38,135 @@ bool read_number(const json& obj, const char* key, const std::string& where, con
   return true;
 }
 
+// One RoPE object (`p`, null: none beyond the top level) into r, its kind's parameters read as
+// transformers 5.17's standardize_rope_params and _compute_*_parameters read them. `key`
+// names the object in messages ("rope_parameters.", "rope_scaling.", ...).
+void parse_rope_object(const json& j, const json* p, const std::string& where, const DecoderConfig& c, RopeParams* r,
+                       Diagnostics* diags) {
+  const std::string& file = c.file;
+  r->max_position_embeddings = c.hf.max_position_embeddings;
+  if (!p) return;
+  read_number(*p, "rope_theta", where, file, &r->theta, diags);
+  std::string type = "default";
+  for (const char* key : {"rope_type", "type"}) {
+    auto it = p->find(key);
+    if (it != p->end() && it->is_string()) {
+      type = it->get<std::string>();
+      break;
+    }
+  }
+  if (type == "su" || (type == "yarn" && c.hf.family == "phi3")) type = "longrope";  // Phi3Config's mapping
+  if (auto it = p->find("partial_rotary_factor");
+      c.hf.family != "phi3" && it != p->end() && it->is_number() && it->get<double>() != 1.0)
+    diags->push_back(derr(file, where + "partial_rotary_factor",
+                          "found " + text::excerpt(dump_json(*it)) + "; Odyssey rotates part of the head for Phi3ForCausalLM only"));
+  if (type == "default") return;
+  const std::string kinds = supported_rope_types();
+  if (type != "linear" && type != "dynamic" && type != "yarn" && type != "longrope" && type != "llama3") {
+    diags->push_back(derr(file, where + "rope_type", "found " + text::quoted(type) + "; Odyssey implements " + kinds));
+    return;
+  }
+  r->type = type;
+  auto need = [&](const char* key, double* out) {
+    if (!read_number(*p, key, where, file, out, diags))
+      diags->push_back(derr(file, where + key, "missing; rope_type " + type + " needs it"));
+  };
+  // As standardize_rope_params: a top-level original_max_position_embeddings wins (Phi-3),
+  // else the one in the RoPE object, else max_position_embeddings.
+  double omax = static_cast<double>(c.hf.max_position_embeddings);
+  read_number(*p, "original_max_position_embeddings", where, file, &omax, diags);
+  read_number(j, "original_max_position_embeddings", "", file, &omax, diags);
+  r->original_max_position_embeddings = static_cast<std::int64_t>(omax);
+  const bool needs_omax = type == "llama3" || type == "yarn" || type == "longrope";
+  if (needs_omax && r->original_max_position_embeddings <= 0)
+    diags->push_back(derr(file, where + "original_max_position_embeddings",
+                          "missing or not positive; rope_type " + type + " needs it"));
+  if (type == "linear" || type == "dynamic" || type == "llama3") need("factor", &r->factor);
+  if (type == "dynamic" && r->max_position_embeddings <= 0)
+    diags->push_back(derr(file, "max_position_embeddings", "missing; rope_type dynamic scales past it"));
+  if (type == "llama3") {
+    need("low_freq_factor", &r->low_freq_factor);
+    need("high_freq_factor", &r->high_freq_factor);
+    if (r->high_freq_factor <= r->low_freq_factor)
+      diags->push_back(derr(file, where + "high_freq_factor",
+                            "must be greater than low_freq_factor (" + text::format_double(r->low_freq_factor) + ")"));
+  }
+  const double mpe = static_cast<double>(c.hf.max_position_embeddings);
+  if (type == "yarn" || type == "longrope") {
+    // factor absent: max_position_embeddings / original (both _compute_yarn/_longrope_parameters).
+    if (!read_number(*p, "factor", where, file, &r->factor, diags)) {
+      if (r->original_max_position_embeddings <= 0 || mpe <= 0)
+        diags->push_back(derr(file, where + "factor", "missing, and max_position_embeddings does not give it"));
+      else
+        r->factor = mpe / static_cast<double>(r->original_max_position_embeddings);
+    }
+    double af = 0;
+    const bool has_af = read_number(*p, "attention_factor", where, file, &af, diags);
+    if (type == "yarn") {
+      double bf = 0, bs = 0, ms = 0, msa = 0;
+      if (read_number(*p, "beta_fast", where, file, &bf, diags) && bf != 0) r->beta_fast = bf;  // `or 32`
+      if (read_number(*p, "beta_slow", where, file, &bs, diags) && bs != 0) r->beta_slow = bs;  // `or 1`
+      if (auto it = p->find("truncate"); it != p->end() && it->is_boolean()) r->truncate = it->get<bool>();
+      read_number(*p, "mscale", where, file, &ms, diags);
+      read_number(*p, "mscale_all_dim", where, file, &msa, diags);
+      auto get_mscale = [](double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
+      if (has_af) r->attention_factor = af;
+      else if (ms != 0 && msa != 0) r->attention_factor = get_mscale(r->factor, ms) / get_mscale(r->factor, msa);
+      else r->attention_factor = get_mscale(r->factor, 1.0);
+    } else {
+      if (has_af) r->attention_factor = af;
+      else if (r->factor <= 1.0) r->attention_factor = 1.0;
+      else
+        r->attention_factor = std::sqrt(1 + std::log(r->factor) /
+                                                std::log(static_cast<double>(r->original_max_position_embeddings)));
+      for (auto [key, out] : {std::pair{"short_factor", &r->short_factor}, std::pair{"long_factor", &r->long_factor}}) {
+        auto it = p->find(key);
+        if (it == p->end() || !it->is_array()) {
+          diags->push_back(derr(file, where + key, "missing or not a list; rope_type longrope needs it"));
+          continue;
+        }
+        for (const auto& v : *it) {
+          if (!v.is_number()) {
+            diags->push_back(derr(file, where + key, "found " + text::excerpt(dump_json(v)) + ", expected numbers"));
+            break;
+          }
+          out->push_back(v.get<double>());
+        }
+      }
+    }
+  }
+}
+
 void parse_rope(const json& j, DecoderConfig* c, Diagnostics* diags) {
   const std::string& file = c->file;
   RopeParams& r = c->rope;
+  if (c->hf.family == "gemma3") r.theta = 1'000'000.0;  // Gemma3TextConfig.default_theta
+  read_number(j, "rope_theta", "", file, &r.theta, diags);
+  // Gemma-3: transformers 5 writes {"full_attention": {...}, "sliding_attention": {...}}; 4.x
+  // checkpoints have rope_theta / rope_scaling for the full layers and rope_local_base_freq.
+  if (c->hf.family == "gemma3") {
+    RopeParams local;
+    local.theta = 10'000.0;
+    read_number(j, "rope_local_base_freq", "", file, &local.theta, diags);
+    auto rp = j.find("rope_parameters");
+    if (rp != j.end() && rp->is_object() && (rp->contains("full_attention") || rp->contains("sliding_attention"))) {
+      for (const char* lt : {"full_attention", "sliding_attention"}) {
+        auto it = rp->find(lt);
+        if (it == rp->end() || it->is_null()) continue;
+        if (!it->is_object()) {
+          diags->push_back(derr(file, std::string("rope_parameters.") + lt, "expected an object"));
+          continue;
+        }
+        parse_rope_object(j, &*it, std::string("rope_parameters.") + lt + ".", *c,
+                          std::string(lt) == "full_attention" ? &r : &local, diags);
+      }
+      c->rope_local = local;
+      return;
+    }
+    // 4.x form: the local base alone; rope_scaling (below) applies to the full layers.
+    local.max_position_embeddings = c->hf.max_position_embeddings;
+    c->rope_local = local;
+  }
   // transformers 5 writes rope_parameters; 4.x wrote rope_scaling beside a top-level rope_theta.
   const json* p = nullptr;
   std::string where;
@@ -55,48 +182,15 @@ void parse_rope(const json& j, DecoderConfig* c, Diagnostics* diags) {
       return;
     }
   }
-  read_number(j, "rope_theta", "", file, &r.theta, diags);
-  if (!p) return;
-  read_number(*p, "rope_theta", where, file, &r.theta, diags);
-  std::string type = "default";
-  for (const char* key : {"rope_type", "type"}) {
-    auto it = p->find(key);
-    if (it != p->end() && it->is_string()) {
-      type = it->get<std::string>();
-      break;
-    }
-  }
-  if (auto it = p->find("partial_rotary_factor"); it != p->end() && it->is_number() && it->get<double>() != 1.0)
-    diags->push_back(derr(file, where + "partial_rotary_factor",
-                          "found " + text::excerpt(dump_json(*it)) + "; Odyssey's decoder rotates the whole head (1.0)"));
-  if (type == "default") return;
-  if (type != "llama3") {
-    diags->push_back(derr(file, where + "rope_type",
-                          "found " + text::quoted(type) + "; Odyssey implements \"default\" and \"llama3\""));
-    return;
-  }
-  r.type = "llama3";
-  const bool has_factor = read_number(*p, "factor", where, file, &r.factor, diags);
-  const bool has_low = read_number(*p, "low_freq_factor", where, file, &r.low_freq_factor, diags);
-  const bool has_high = read_number(*p, "high_freq_factor", where, file, &r.high_freq_factor, diags);
-  for (auto [ok, key] : {std::pair{has_factor, "factor"}, std::pair{has_low, "low_freq_factor"},
-                         std::pair{has_high, "high_freq_factor"}})
-    if (!ok) diags->push_back(derr(file, where + key, "missing; rope_type llama3 needs it"));
-  // As standardize_rope_params: a top-level original_max_position_embeddings wins, else the
-  // one in the RoPE object, else max_position_embeddings.
-  double omax = static_cast<double>(c->hf.max_position_embeddings);
-  read_number(*p, "original_max_position_embeddings", where, file, &omax, diags);
-  read_number(j, "original_max_position_embeddings", "", file, &omax, diags);
-  r.original_max_position_embeddings = static_cast<std::int64_t>(omax);
-  if (r.original_max_position_embeddings <= 0)
-    diags->push_back(derr(file, where + "original_max_position_embeddings",
-                          "missing or not positive; rope_type llama3 needs it"));
-  if (has_low && has_high && r.high_freq_factor <= r.low_freq_factor)
-    diags->push_back(derr(file, where + "high_freq_factor",
-                          "must be greater than low_freq_factor (" + text::format_double(r.low_freq_factor) + ")"));
+  parse_rope_object(j, p, where, *c, &r, diags);
 }
 
 }  // namespace
+
+const char* supported_rope_types() {
+  return "\"default\", \"linear\", \"dynamic\", \"yarn\", \"longrope\" (\"su\") and \"llama3\" (config.json's "
+         "rope_parameters / rope_scaling rope_type or type)";
+}
 
 Result<DecoderConfig> parse_decoder_config(const std::string& json_text, const std::string& file) {
   Result<DecoderConfig> r;
@@ -108,34 +202,13 @@ Result<DecoderConfig> parse_decoder_config(const std::string& json_text, const s
   c.file = file;
   const json j = json::parse(json_text);  // parse_model_config has checked it parses
 
-  auto flag = [&](const char* key, bool fallback) {
-    auto it = j.find(key);
-    if (it == j.end() || it->is_null()) return fallback;
-    if (!it->is_boolean()) {
-      r.diagnostics.push_back(derr(file, key, "found " + text::excerpt(dump_json(*it)) + ", expected true or false"));
-      return fallback;
-    }
-    return it->get<bool>();
-  };
   const std::string& fam = c.hf.family;
   if (fam == "qwen2") {
     c.qkv_bias = true;  // Qwen2Attention hard-codes bias=True on q/k/v, none on o_proj
   } else {
-    c.qkv_bias = c.o_bias = flag("attention_bias", false);
+    c.qkv_bias = c.o_bias = c.hf.attention_bias;  // false for Mistral and Phi-3 (model_config.cpp)
   }
-  if (fam == "llama3") c.mlp_bias = flag("mlp_bias", false);
-
-  if (auto it = j.find("hidden_act"); it != j.end() && !(it->is_string() && it->get<std::string>() == "silu"))
-    r.diagnostics.push_back(derr(file, "hidden_act", "found " + text::excerpt(dump_json(*it)) + "; Odyssey's MLP is SwiGLU (\"silu\")"));
-  if (flag("use_sliding_window", false))
-    r.diagnostics.push_back(derr(file, "use_sliding_window", "true; Odyssey's decoder attends to the full context"));
-  if (auto it = j.find("layer_types"); it != j.end() && it->is_array())
-    for (const auto& t : *it)
-      if (!(t.is_string() && t.get<std::string>() == "full_attention")) {
-        r.diagnostics.push_back(derr(file, "layer_types", "found " + text::excerpt(dump_json(t)) +
-                                                              "; Odyssey supports \"full_attention\" layers only"));
-        break;
-      }
+  c.mlp_bias = c.hf.mlp_bias;
   if (auto it = j.find("pad_token_id"); it != j.end() && it->is_number_integer()) {
     const auto v = it->get<std::int64_t>();
     if (v >= 0 && v < c.hf.vocab_size) c.pad_token_id = v;
@@ -144,6 +217,20 @@ Result<DecoderConfig> parse_decoder_config(const std::string& json_text, const s
   if (auto it = j.find("initializer_range"); it != j.end() && it->is_number()) init = it->get<double>();
   c.initializer_range = init;
   parse_rope(j, &c, &r.diagnostics);
+  const std::int64_t rotary = static_cast<std::int64_t>(static_cast<double>(c.hf.head_dim) * c.hf.partial_rotary_factor);
+  for (RopeParams* rp : {&c.rope, c.rope_local ? &*c.rope_local : nullptr}) {
+    if (!rp) continue;
+    rp->partial_rotary_factor = c.hf.partial_rotary_factor;
+    if (rp->type == "longrope")
+      for (const auto* f : {&rp->short_factor, &rp->long_factor})
+        if (!f->empty() && static_cast<std::int64_t>(f->size()) != rotary / 2)
+          r.diagnostics.push_back(derr(file, f == &rp->short_factor ? "rope_scaling.short_factor" : "rope_scaling.long_factor",
+                                       std::to_string(f->size()) + " values; head_dim x partial_rotary_factor / 2 = " +
+                                           std::to_string(rotary / 2) + " needed"));
+  }
+  if (rotary % 2 != 0 || rotary <= 0)
+    r.diagnostics.push_back(derr(file, "partial_rotary_factor", "head_dim x partial_rotary_factor = " + std::to_string(rotary) +
+                                                                    " must be a positive even number"));
   return r;
 }
 

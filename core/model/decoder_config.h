@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/diagnostic.h"
 #include "config/model_config.h"
@@ -19,18 +20,30 @@
 namespace odyssey {
 
 struct RopeParams {
-  std::string type = "default";  // "default" or "llama3"
+  // default, linear, dynamic (NTK), yarn, longrope (Phi-3's "su" too), llama3: the formulas of
+  // transformers 5.17's modeling_rope_utils.py.
+  std::string type = "default";
   double theta = 10000.0;
-  // llama3 only (transformers' _compute_llama3_parameters).
-  double factor = 1.0;
+  double partial_rotary_factor = 1.0;  // RoPE rotates the first int(head_dim x this) channels (Phi-3)
+  double factor = 1.0;          // linear, dynamic, yarn, llama3, longrope
+  // llama3 (_compute_llama3_parameters).
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
-  std::int64_t original_max_position_embeddings = 0;
+  std::int64_t original_max_position_embeddings = 0;  // llama3, yarn, longrope
+  std::int64_t max_position_embeddings = 0;           // dynamic: the length the base is scaled past
+  // yarn.
+  double beta_fast = 32.0, beta_slow = 1.0;
+  bool truncate = true;
+  // yarn, longrope: cos and sin are multiplied by it (computed as transformers does when absent).
+  double attention_factor = 1.0;
+  // longrope: per-frequency divisors, short up to original_max_position_embeddings, long past it.
+  std::vector<double> short_factor, long_factor;
 };
 
 struct DecoderConfig {
   HfModelConfig hf;
-  RopeParams rope;
+  RopeParams rope;        // every layer's, or the full-attention layers' when rope_local is set
+  std::optional<RopeParams> rope_local;  // Gemma-3: sliding-window layers (rope_local_base_freq)
   bool qkv_bias = false;  // Qwen2: always; Llama/Qwen3: attention_bias
   bool o_bias = false;    // Llama/Qwen3: attention_bias; Qwen2: never
   bool mlp_bias = false;  // Llama: mlp_bias
@@ -38,6 +51,9 @@ struct DecoderConfig {
   double initializer_range = 0.02;
   std::string file;       // config.json it came from, for messages
 };
+
+// The RoPE kinds parse_decoder_config accepts, for messages.
+const char* supported_rope_types();
 
 // Parse config.json text (`file` names it in diagnostics). Errors name the key.
 Result<DecoderConfig> parse_decoder_config(const std::string& json_text, const std::string& file);

@@ -89,6 +89,14 @@ Diagnostics check_config_against_weights(const HfModelConfig& m, const std::stri
          " KV heads x head_dim " + std::to_string(hd) + " = " + std::to_string(m.num_key_value_heads * hd) + " rows");
   ck.dim("hidden_size", m.hidden_size, "model.layers.0.self_attn.q_proj.weight", 1, "");
   ck.dim("intermediate_size", m.intermediate_size, "model.layers.0.mlp.gate_proj.weight", 0, "");
+  if (m.fused_qkv) {  // Phi-3: [q | k | v] and [gate | up] in one tensor each
+    const std::int64_t rows = (m.num_attention_heads + 2 * m.num_key_value_heads) * hd;
+    ck.dim("num_key_value_heads", rows, "model.layers.0.self_attn.qkv_proj.weight", 0,
+           " (heads + 2 x KV heads) x head_dim " + std::to_string(hd) + " = " + std::to_string(rows) + " rows");
+    ck.dim("hidden_size", m.hidden_size, "model.layers.0.self_attn.qkv_proj.weight", 1, "");
+    ck.dim("intermediate_size", 2 * m.intermediate_size, "model.layers.0.mlp.gate_up_proj.weight", 0,
+           " x 2 (gate and up) rows");
+  }
   // One message per key is enough: the first disagreement says what is wrong.
   Diagnostics unique;
   for (auto& d : ck.out)

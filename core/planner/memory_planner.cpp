@@ -326,6 +326,8 @@ MemoryPlan plan_memory(const TrainConfig& c, const HfModelConfig& m, const Plann
     plan.notes.push_back("the model's shape is unknown (hidden_size, layers, heads or vocab_size missing)");
     return plan;
   }
+  if (c.fused_kernels)
+    for (const std::string& op : fused_kernel_gaps(m)) plan.notes.push_back("fused kernels fall back for " + op);
   plan.mlp_tile_tokens = t.mlp_tile;
   const planner_detail::LayerChoice lc = planner_detail::choose_layers(t, pol, c.keep_attention);
   plan.checkpointed_layers = lc.checkpointed;

@@ -14,10 +14,11 @@ using namespace planner;
 
 i64 ceil_div(i64 a, i64 b) { return b <= 1 ? a : (a + b - 1) / b; }
 
-// The seven projections of a block, in the order of TrainConfig's module names.
-enum Module { Q, K, V, O, Gate, Up, Down, kModules };
-constexpr std::array<const char*, kModules> kModuleNames = {"q_proj",    "k_proj",  "v_proj", "o_proj",
-                                                            "gate_proj", "up_proj", "down_proj"};
+// The projections of a block, in the order of TrainConfig's module names. A model has either
+// q/k/v and gate/up or (Phi-3) the fused qkv_proj and gate_up_proj; the others have no size.
+enum Module { Q, K, V, O, Gate, Up, Down, QKV, GateUp, kModules };
+constexpr std::array<const char*, kModules> kModuleNames = {"q_proj",    "k_proj",  "v_proj",   "o_proj",      "gate_proj",
+                                                            "up_proj",   "down_proj", "qkv_proj", "gate_up_proj"};
 
 unsigned module_mask(const std::vector<std::string>& names) {
   unsigned mask = 0;
@@ -45,10 +46,17 @@ Shape shape_of(const HfModelConfig& m) {
   s.V = m.vocab_size;
   s.q = s.H * s.d;
   s.kv = s.Hkv * s.d;
-  const i64 in[kModules] = {s.h, s.h, s.h, s.q, s.h, s.h, s.i};
-  const i64 out[kModules] = {s.q, s.kv, s.kv, s.h, s.i, s.i, s.h};
+  const i64 in[kModules] = {s.h, s.h, s.h, s.q, s.h, s.h, s.i, 0, 0};
+  const i64 out[kModules] = {s.q, s.kv, s.kv, s.h, s.i, s.i, s.h, 0, 0};
   std::copy(in, in + kModules, s.in);
   std::copy(out, out + kModules, s.out);
+  if (m.fused_qkv) {  // Phi-3: one projection each, as PEFT targets them
+    for (Module k : {Q, K, V, Gate, Up}) s.in[k] = s.out[k] = 0;
+    s.in[QKV] = s.h;
+    s.out[QKV] = s.q + 2 * s.kv;
+    s.in[GateUp] = s.h;
+    s.out[GateUp] = 2 * s.i;
+  }
   return s;
 }
 
@@ -77,7 +85,12 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   const i64 b = c.torch_dtype == "float32" || (c.torch_dtype == "auto" && !t.cuda) ? 4 : 2;
   t.act_b = b;
   t.lora = uses_lora(c);
-  t.fused = c.fused_kernels && !t.hf;  // the fused ops run on CUDA and, as ATen ops, elsewhere
+  // The fused ops run on CUDA and, as ATen ops, elsewhere; a family whose block they do not
+  // cover (config/model_config.h, fused_kernel_gaps: (1 + w) or sandwich norms, GeGLU, fused
+  // projections, a residual multiplier) runs the reference layer and is planned as such.
+  const bool block_fusable = !m.norm_plus_one && !m.sandwich_norms && m.hidden_act == "silu" && !m.fused_qkv &&
+                             m.residual_multiplier == 1.0;
+  t.fused = c.fused_kernels && !t.hf && block_fusable;
   t.layout = parallel_layout(c, s.Hkv);
   const ParallelLayout& p = t.layout;
   const i64 u = std::max<i64>(1, p.ulysses), sp = std::max<i64>(1, p.sp);
@@ -222,7 +235,7 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
     const bool own_copy = dropout > 0.0 || ((t.hf || !t.fused) && b != 4);
     return !own_copy;
   };
-  i64 per_token = 2 * norm_bytes(s.h, b, t.fused, full);
+  i64 per_token = m.norms_per_block() * norm_bytes(s.h, b, t.fused, full);  // 4 with sandwich norms
   i64 mlp_tok = 0;  // the MLP's share of per_token
   if (m.qk_norm)
     per_token += t.fused ? b * (s.q + s.kv) + 4 * (s.H + s.Hkv)
@@ -231,8 +244,9 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   // norm_bytes) and recompute the output in backward (kernels::rms_norm_linear); the reference
   // ops keep the output as the projections' shared input.
   const bool norm_recomputed = t.fused;
-  const bool qkv_input_kept = !norm_recomputed && (needs_shared(Q) || needs_shared(K) || needs_shared(V));
-  const bool mlp_input_kept = !norm_recomputed && (needs_shared(Gate) || needs_shared(Up));
+  const bool qkv_input_kept =
+      !norm_recomputed && (needs_shared(Q) || needs_shared(K) || needs_shared(V) || (m.fused_qkv && needs_shared(QKV)));
+  const bool mlp_input_kept = !norm_recomputed && (needs_shared(Gate) || needs_shared(Up) || (m.fused_qkv && needs_shared(GateUp)));
   if (qkv_input_kept) per_token += b * s.h;
   if (needs_shared(O) && (u > 1 || t.hf)) per_token += b * s.q;  // else flash's saved output
   if (mlp_input_kept) mlp_tok += b * s.h;
@@ -244,7 +258,8 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   if (t.lora)
     for (std::size_t k = 0; k < kModules; ++k) {
       if (!(lmask & (1u << k))) continue;
-      const bool in_mlp = k == Gate || k == Up || k == Down;
+      if (s.in[k] == 0) continue;  // not a module of this model
+      const bool in_mlp = k == Gate || k == Up || k == Down || k == GateUp;
       i64& into = in_mlp ? mlp_tok : per_token;
       const bool fp32_inputs = (t.hf || !t.fused) && b != 4;
       const i64 copy_b = fp32_inputs ? 4 : b;
@@ -265,7 +280,11 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   // Probabilities fp32 + their cast, s² per head; in double, saturated (searches reach 2^26).
   const double sq =
       static_cast<double>(batch * (s.H / u) * (b + 4)) * static_cast<double>(seq) * static_cast<double>(seq);
-  const i64 eager_sq = eager ? static_cast<i64>(std::min(sq, 1e17)) : 0;
+  // Soft-capped attention (Gemma-2) computes the eager formula whatever attn_impl says; a
+  // sliding window below the sequence length is an explicit [S, S] boolean mask per row.
+  const bool eager_formula = eager || m.attn_logit_softcapping > 0;
+  const i64 eager_sq = eager_formula ? static_cast<i64>(std::min(sq, 1e17)) : 0;
+
   t.layer_full = per_token * T + eager_sq;
   t.layer_in = b * s.h * T;
   t.recompute_extra = t.fused ? 0 : t.layer_in;
@@ -299,6 +318,8 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
     t.mlp_offload_max = std::min<i64>(s.L, static_cast<i64>(layers));
   }
   t.misc = T * (3 * 8 + 2 * 4 * s.d);
+  if (m.sliding_window > 0 && m.sliding_window < seq)
+    t.misc += static_cast<i64>(std::min(static_cast<double>(batch) * static_cast<double>(seq) * static_cast<double>(seq), 1e17));
 
   // -- loss: final norm, then logits → cross-entropy, on this GPU's tokens
   const i64 final_norm = norm_bytes(s.h, b, t.fused, full) * T;

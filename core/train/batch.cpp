@@ -75,7 +75,10 @@ torch::Tensor row_loss_sum(model::CausalLM& lm, const PackedRow& row, std::int64
   const torch::Tensor targets = row.targets.defined() ? row.targets[0]
                                                       : torch::constant_pad_nd(row.labels[0], {0, 1}, -100).narrow(0, 1, t);
   const torch::Tensor w = lm->lm_head_weight();
-  if (lm->fused_kernels()) {  // gradients computed in the forward pass, logits never whole
+  const model::LogitTransform transform = lm->logit_transform();
+  // The fused loss computes plain lm_head logits: a family that scales or caps them (Granite,
+  // Gemma-2) takes the chunked reference loss (model::fused_kernel_gaps names the op).
+  if (lm->fused_kernels() && transform.identity()) {  // gradients computed in the forward pass, logits never whole
     // Chunks of the planner's size (2048 rows: 0.6 GB of bf16 logits at a 152K vocabulary),
     // large enough that the three GEMMs per chunk run near the tensor cores' rate.
     kernels::LinearCeOptions o;
@@ -83,9 +86,9 @@ torch::Tensor row_loss_sum(model::CausalLM& lm, const PackedRow& row, std::int64
     return kernels::linear_cross_entropy(h, w, targets, o);
   }
   const std::int64_t vocab = w.size(0);
-  auto chunk_loss = [w](const torch::Tensor& hc, const torch::Tensor& tc) {
+  auto chunk_loss = [w, transform](const torch::Tensor& hc, const torch::Tensor& tc) {
     return torch::nn::functional::cross_entropy(
-        at::linear(hc, w).to(torch::kFloat32), tc,
+        transform.apply(at::linear(hc, w)).to(torch::kFloat32), tc,
         torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100).reduction(torch::kSum));
   };
   if (t * vocab <= max_logits_elements) return chunk_loss(h, targets);

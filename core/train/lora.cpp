@@ -39,13 +39,13 @@ std::vector<std::pair<std::string, Linear>> linears(model::CausalLM& lm) {
     const std::string m = "model.layers." + std::to_string(i) + ".mlp.";
     const auto& at = layers[i]->self_attn;
     const auto& mlp = layers[i]->mlp;
-    out.emplace_back(a + "q_proj", at->q_proj);
-    out.emplace_back(a + "k_proj", at->k_proj);
-    out.emplace_back(a + "v_proj", at->v_proj);
-    out.emplace_back(a + "o_proj", at->o_proj);
-    out.emplace_back(m + "gate_proj", mlp->gate_proj);
-    out.emplace_back(m + "up_proj", mlp->up_proj);
-    out.emplace_back(m + "down_proj", mlp->down_proj);
+    // Phi-3 has qkv_proj and gate_up_proj instead of q/k/v and gate/up (null here).
+    for (const auto& [n, lin] : {std::pair<const char*, Linear>{"q_proj", at->q_proj}, {"k_proj", at->k_proj},
+                                 {"v_proj", at->v_proj}, {"o_proj", at->o_proj}, {"qkv_proj", at->qkv_proj}})
+      if (lin) out.emplace_back(a + n, lin);
+    for (const auto& [n, lin] : {std::pair<const char*, Linear>{"gate_proj", mlp->gate_proj}, {"up_proj", mlp->up_proj},
+                                 {"down_proj", mlp->down_proj}, {"gate_up_proj", mlp->gate_up_proj}})
+      if (lin) out.emplace_back(m + n, lin);
   }
   return out;
 }
@@ -55,7 +55,8 @@ std::string leaf(const std::string& name) { return name.substr(name.rfind('.') +
 }  // namespace
 
 const std::vector<std::string>& lora_module_names() {
-  static const std::vector<std::string> names{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  static const std::vector<std::string> names{"q_proj",  "k_proj",    "v_proj",   "o_proj",      "gate_proj",
+                                              "up_proj", "down_proj", "qkv_proj", "gate_up_proj"};
   return names;
 }
 
@@ -125,7 +126,16 @@ Diagnostics save_adapter(model::CausalLM& lm, const LoraSettings& s, const std::
   c["modules_to_save"] = nullptr;
   c["peft_type"] = "LORA";
   c["r"] = s.rank;
-  c["target_modules"] = s.target_modules;
+  // The modules of this model that have adapters (all-linear on Phi-3: qkv_proj, o_proj,
+  // gate_up_proj, down_proj), so PEFT finds every listed name.
+  std::vector<std::string> present;
+  for (const auto& n : s.target_modules)
+    for (auto& [name, lin] : linears(lm))
+      if (lin->has_lora() && leaf(name) == n) {
+        present.push_back(n);
+        break;
+      }
+  c["target_modules"] = present;
   c["task_type"] = "CAUSAL_LM";
   c["use_dora"] = false;
   c["use_rslora"] = s.rslora;

@@ -571,6 +571,9 @@ LoadedModel load_model(RunContext& run) {
   mo.fused_kernels = c.fused_kernels;
   auto loaded = model::load_causal_lm(c.model, mo);
   if (!loaded.ok()) throw RunFailure{"the model could not be loaded:\n" + format_all(loaded.diagnostics)};
+  if (c.fused_kernels)
+    for (const std::string& op : fused_kernel_gaps(loaded.value.config.hf))
+      run.out->log("fused kernels: " + loaded.value.config.hf.architecture + " falls back to the unfused path for " + op);
   m.lm = loaded.value.lm;
   m.hf = loaded.value.config.hf;
   for (const auto& p : m.lm->parameters(true)) m.params += p.numel();
@@ -633,7 +636,9 @@ void apply_tuner_and_memory(RunContext& run, LoadedModel& m, Training& t) {
     ls.dropout = c.lora_dropout;
     ls.rslora = c.use_rslora;
     ls.target_modules = targets.value;
-    apply_lora(m.lm, ls);
+    if (apply_lora(m.lm, ls) == 0)  // PEFT's rule: at least one targeted module must exist
+      throw RunFailure{"target_modules: none of " + text::join(c.target_modules, ", ") + " is a module of " +
+                       m.hf.architecture + " (its linear modules: " + text::join(linear_module_names(m.hf), ", ") + ")"};
     t.contents.lora = ls;
   }
   t.contents.base_model = c.model;

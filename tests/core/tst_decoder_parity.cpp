@@ -1,7 +1,10 @@
 // The decoder model against the real reference: tests/reference/make_tiny_models.py builds
 // tiny random Qwen2 (bias, tied, sharded), Qwen3 (q/k norm, head_dim 32) and Llama-3
-// (llama3 RoPE, untied) models with transformers 5.17 and records logits, loss and every
-// parameter's gradient on a padded batch (one full, one right-padded, one left-padded row).
+// (llama3 RoPE, untied) models with transformers 5.17, and the other families of the one
+// decoder (Mistral with a sliding window, Llama with head_dim != hidden/heads and biases,
+// SmolLM, Granite, every RoPE kind, Gemma-2, Phi-3, Gemma-3: family_models() there), and
+// records logits, loss and every parameter's gradient on a padded batch (one full, one
+// right-padded, one left-padded row) and logits of an unpadded batch.
 // Odyssey loads each directory and must agree in fp32 within 1e-4 relative, where
 // relative error = max|odyssey - hf| / max|hf| over the tensor (the fp32 result of the same
 // ATen kernels in a different order of additions differs by a few 1e-7; 1e-4 is the
@@ -13,16 +16,21 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <string>
 
+#include "common/text.h"
 #include "model/decoder.h"
 #include "model/rope.h"
+#include "model/safetensors.h"
 #include "model/score.h"
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
+#include "train/lora.h"
 
 using namespace odyssey;
 using namespace odyssey::model;
@@ -78,6 +86,18 @@ class TstDecoderParity : public QObject {
     QTest::newRow("qwen2 (bias, tied, sharded)") << "qwen2";
     QTest::newRow("qwen3 (qk norm, head_dim 32)") << "qwen3";
     QTest::newRow("llama3 (llama3 rope, untied)") << "llama3";
+    QTest::newRow("mistral (head_dim 24, sliding window 5)") << "mistral";
+    QTest::newRow("llama (head_dim 24, attention and mlp bias, GQA 1)") << "llama_hd";
+    QTest::newRow("smollm (tied, GQA 4)") << "smollm";
+    QTest::newRow("granite (multipliers, logits_scaling)") << "granite";
+    QTest::newRow("rope linear") << "rope_linear";
+    QTest::newRow("rope dynamic (past max_position_embeddings)") << "rope_dynamic";
+    QTest::newRow("rope yarn") << "rope_yarn";
+    QTest::newRow("rope yarn (mscale, mscale_all_dim)") << "rope_yarn_mscale";
+    QTest::newRow("rope longrope (long factors)") << "rope_longrope";
+    QTest::newRow("gemma2 (sandwich norms, soft-capping, GeGLU, alternating window)") << "gemma2";
+    QTest::newRow("phi3 (fused qkv/gate_up, partial rotary, longrope, window 7)") << "phi3";
+    QTest::newRow("gemma3 (qk norm, local/global RoPE, window on 2 of 3)") << "gemma3";
   }
 
   void parity() {
@@ -99,8 +119,8 @@ class TstDecoderParity : public QObject {
     loss.backward();
     const Err el = compare(logits.detach(), ref(R, "logits"));
     const Err ell = compare(loss.detach().reshape({1}), ref(R, "loss"));
-    qInfo("%s: padded logits max abs %.3g rel %.3g; loss %.8f vs %.8f (rel %.3g); attention backend %s", n.c_str(),
-          el.abs, el.rel, loss.item<double>(), ref(R, "loss").item<double>(), ell.rel,
+    qInfo("%s: padded logits max abs %.3g rel %.3g; loss %.8f vs %.8f (abs %.3g rel %.3g); attention backend %s",
+          n.c_str(), el.abs, el.rel, loss.item<double>(), ref(R, "loss").item<double>(), ell.abs, ell.rel,
           lm->attention_backend_ran().c_str());
     QVERIFY(el.rel <= kTolerance);
     QVERIFY(ell.rel <= kTolerance);
@@ -131,6 +151,27 @@ class TstDecoderParity : public QObject {
     qInfo("%s: unpadded (is_causal) logits max abs %.3g rel %.3g; attention backend %s", n.c_str(), en.abs, en.rel,
           lm->attention_backend_ran().c_str());
     QVERIFY(en.rel <= kTolerance);
+
+    // The training path: both unpadded rows as one padding-free row of two samples (positions
+    // restart, attention and windows never cross the boundary) give the same logits.
+    const torch::Tensor np = ref(R, "nopad.input_ids").to(torch::kInt64);
+    const std::int64_t len = np.size(1);
+    const torch::Tensor pos = torch::arange(len, torch::kInt64).repeat({np.size(0)}).view({1, -1});
+    const torch::Tensor cu = torch::arange(0, np.numel() + 1, len, torch::kInt32);
+    const torch::Tensor packed = lm->logits(lm->hidden_states_packed(np.reshape({1, -1}), pos, cu, len));
+    const Err ep = compare(packed.view({np.size(0), len, -1}), ref(R, "nopad.logits"));
+    qInfo("%s: padding-free packed row logits max abs %.3g rel %.3g", n.c_str(), ep.abs, ep.rel);
+    QVERIFY(ep.rel <= kTolerance);
+
+    // The fused path (fused_kernels: true; on the CPU the same fused math in ATen ops): what
+    // it covers runs fused, the rest falls back (fused_kernel_gaps); the logits stay HF's.
+    lm->set_fused_kernels(true);
+    const torch::Tensor fused = lm->logits(lm->hidden_states_packed(np.reshape({1, -1}), pos, cu, len));
+    lm->set_fused_kernels(false);
+    const Err ef = compare(fused.view({np.size(0), len, -1}), ref(R, "nopad.logits"));
+    qInfo("%s: fused path, packed row logits max abs %.3g rel %.3g; falls back for: %s", n.c_str(), ef.abs, ef.rel,
+          text::join(fused_kernel_gaps(lm->config().hf), "; ").c_str());
+    QVERIFY(ef.rel <= kTolerance);
   }
 
   // Saved under HF names, sharded, then loaded again: the same parameters bit for bit.
@@ -161,7 +202,9 @@ class TstDecoderParity : public QObject {
                                   << QStringList{"model.layers.0.mlp.extra_proj.weight", "model.safetensors", "unexpected"};
     QTest::newRow("shape changed") << "bad_shape" << QStringList{up, "model.safetensors", "[97, 64]", "[96, 64]", "config.json"};
     QTest::newRow("dtype I64") << "bad_dtype" << QStringList{up, "model.safetensors", "I64"};
-    QTest::newRow("architecture") << "bad_arch" << QStringList{"config.json", "MistralForCausalLM", "Qwen2ForCausalLM"};
+    QTest::newRow("architecture") << "bad_arch"
+                                  << QStringList{"config.json", "architectures", "MambaForCausalLM", "Qwen2ForCausalLM",
+                                                 "MistralForCausalLM", "Gemma2ForCausalLM", "Phi3ForCausalLM"};
     QTest::newRow("shard truncated") << "bad_truncated" << QStringList{"model-00006-of-00006.safetensors", "truncated"};
   }
 
@@ -205,6 +248,89 @@ class TstDecoderParity : public QObject {
     QCOMPARE(i, ref.size());
   }
 
+  // The other families' LoRA adapters (all-linear, B made non-zero) as Odyssey writes them load
+  // in PEFT with the same logits (peft_oracle.py: no warnings, every key matched; PEFT's merge
+  // too), and Odyssey's merged export loads in transformers with the same logits. Phi-3: PEFT
+  // targets its fused qkv_proj and gate_up_proj as whole modules.
+  void adapterLoadsInPeft_data() {
+    QTest::addColumn<QString>("name");
+    QTest::addColumn<QString>("attn");
+    QTest::newRow("mistral") << "mistral" << "sdpa";
+    QTest::newRow("granite") << "granite" << "sdpa";
+    QTest::newRow("gemma2") << "gemma2" << "eager";
+    QTest::newRow("phi3") << "phi3" << "sdpa";
+    QTest::newRow("gemma3") << "gemma3" << "sdpa";
+  }
+
+  void adapterLoadsInPeft() {
+    QFETCH(QString, name);
+    QFETCH(QString, attn);
+    const std::string n = name.toStdString(), model_dir = dir_ + "/" + n;
+    auto loaded = load_causal_lm(model_dir, DecoderOptions{torch::kFloat32, torch::kCPU, AttentionBackend::Auto});
+    QVERIFY2(loaded.ok(), format_all(loaded.diagnostics).c_str());
+    CausalLM lm = loaded.value.lm;
+    train::LoraSettings s;
+    s.rank = 4;
+    s.alpha = 8;
+    s.target_modules = train::lora_module_names();  // all-linear
+    torch::manual_seed(5);
+    QVERIFY(train::apply_lora(lm, s) > 0);
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& p : lm->named_parameters(true))
+        if (p.key().ends_with("lora_B.weight")) p.value().normal_(0.0, 0.05);
+    }
+    const torch::Tensor ids = torch::randint(1, 512, {2, 16}, torch::kInt64);
+    torch::Tensor logits;
+    {
+      torch::NoGradGuard no_grad;
+      lm->eval();
+      logits = lm->forward(ids);
+    }
+    const std::string base = dir_ + "/peft-" + n;
+    std::filesystem::create_directories(base + "/adapter");
+    const Diagnostics d = train::save_adapter(lm, s, model_dir, base + "/adapter");
+    QVERIFY2(!has_errors(d), format_all(d).c_str());
+    const std::string in = base + "/in.safetensors", out = base + "/out.safetensors";
+    QVERIFY(save_safetensors(in, {{"input_ids", ids.to(torch::kFloat32)}}).ok());
+    auto python = [&](const QStringList& args) {
+      QProcess p;
+      p.setProcessChannelMode(QProcess::MergedChannels);
+      p.start(QStringLiteral(ODYSSEY_PYTHON), args);
+      if (!p.waitForFinished(300000)) return QByteArray("timeout");
+      const QByteArray o = p.readAll();
+      return p.exitStatus() == QProcess::NormalExit && p.exitCode() == 0 ? QByteArray() : "FAILED: " + o;
+    };
+    const QString oracle = QStringLiteral(ODYSSEY_SOURCE_DIR "/tests/reference/peft_oracle.py");
+    QByteArray err = python({oracle, "--attn", attn, QString::fromStdString(model_dir), QString::fromStdString(base + "/adapter"),
+                             QString::fromStdString(in), QString::fromStdString(out)});
+    QVERIFY2(err.isEmpty(), err.constData());
+    auto got = SafetensorsFile::open(out);
+    QVERIFY(got.ok());
+    const Err el = compare(logits, got.value->load("logits", torch::kFloat32).value);
+    const Err em = compare(logits, got.value->load("merged_logits", torch::kFloat32).value);
+    const auto cfg = nlohmann::json::parse(std::ifstream(base + "/adapter/adapter_config.json"));
+    qInfo("%s: adapter (target_modules %s) in PEFT: logits max abs %.3g rel %.3g; PEFT merged max abs %.3g rel %.3g",
+          n.c_str(), cfg["target_modules"].dump().c_str(), el.abs, el.rel, em.abs, em.rel);
+    QVERIFY(el.rel <= kTolerance);
+    QVERIFY(em.rel <= kTolerance);
+
+    train::merge_lora(lm);
+    const std::string merged = base + "/merged";
+    std::filesystem::create_directories(merged);
+    std::filesystem::copy_file(model_dir + "/config.json", merged + "/config.json");
+    auto saved = save_weights(lm, merged, 5'000'000'000, false);
+    QVERIFY2(saved.ok(), format_all(saved.diagnostics).c_str());
+    err = python({oracle, "--attn", attn, "--merged-dir", QString::fromStdString(merged), QString::fromStdString(in),
+                  QString::fromStdString(out)});
+    QVERIFY2(err.isEmpty(), err.constData());
+    auto got2 = SafetensorsFile::open(out);
+    QVERIFY(got2.ok());
+    const Err eg = compare(logits, got2.value->load("logits", torch::kFloat32).value);
+    qInfo("%s: merged export in transformers: logits max abs %.3g rel %.3g", n.c_str(), eg.abs, eg.rel);
+    QVERIFY(eg.rel <= kTolerance);
+  }
+
   // transformers 4.x checkpoints (rope_scaling + top-level rope_theta) read like 5.x ones.
   void ropeConfigForms() {
     const std::string v4 =
@@ -223,11 +349,47 @@ class TstDecoderParity : public QObject {
     QVERIFY(std::abs(f[0].item<double>() - 1.0) < 1e-7);
     QVERIFY(std::abs(f[63].item<double>() / (1.0 / std::pow(500000.0, 126.0 / 128.0) / 8.0) - 1.0) < 1e-5);
 
-    std::string yarn = v4;
-    yarn.replace(yarn.find("llama3"), 6, "yarn");
-    auto y = parse_decoder_config(yarn, "config.json");
+    // An unknown kind names the key and the kinds Odyssey implements.
+    std::string bad = v4;
+    bad.replace(bad.find("llama3"), 6, "proportional");
+    auto y = parse_decoder_config(bad, "config.json");
     QVERIFY(!y.ok());
-    QVERIFY(contains(format_all(y.diagnostics), "rope_scaling.rope_type"));
+    const std::string ey = format_all(y.diagnostics);
+    QVERIFY2(contains(ey, "config.json") && contains(ey, "rope_scaling.rope_type") && contains(ey, "proportional") &&
+                 contains(ey, "linear") && contains(ey, "dynamic") && contains(ey, "yarn") && contains(ey, "longrope") &&
+                 contains(ey, "llama3"),
+             ey.c_str());
+    // Bundled shapes in their hub forms: Gemma-3 (4.x: rope_local_base_freq for the sliding
+    // layers, rope_scaling linear x8 for the full ones) and Phi-3.5-mini (longrope, 48 factors,
+    // attention factor sqrt(1 + ln(131072 / 4096) / ln 4096) as transformers computes it).
+    auto bundled = [](const char* name) {
+      std::ifstream in(std::string(ODYSSEY_SOURCE_DIR "/resources/model-shapes/") + name + ".json");
+      std::stringstream ss;
+      ss << in.rdbuf();
+      auto r = parse_decoder_config(ss.str(), name);
+      if (!r.ok()) qFatal("%s", format_all(r.diagnostics).c_str());
+      return r.value;
+    };
+    const DecoderConfig g3 = bundled("google--gemma-3-27b-it");
+    QCOMPARE(g3.rope.type, std::string("linear"));
+    QCOMPARE(g3.rope.factor, 8.0);
+    QCOMPARE(g3.rope.theta, 1000000.0);
+    QVERIFY(g3.rope_local.has_value());
+    QCOMPARE(g3.rope_local->type, std::string("default"));
+    QCOMPARE(g3.rope_local->theta, 10000.0);
+    const DecoderConfig phi = bundled("microsoft--Phi-3.5-mini-instruct");
+    QCOMPARE(phi.rope.type, std::string("longrope"));
+    QCOMPARE(phi.rope.long_factor.size(), std::size_t{48});
+    QCOMPARE(phi.rope.original_max_position_embeddings, std::int64_t{4096});
+    QVERIFY(std::abs(phi.rope.attention_factor - std::sqrt(1 + std::log(32.0) / std::log(4096.0))) < 1e-12);
+    QCOMPARE(rope_inv_freq(phi.rope, 96, 4096).size(0), std::int64_t{48});
+
+    // Phi-3's "su" is longrope; a longrope without its factors is refused naming them.
+    std::string su = v4;
+    su.replace(su.find("\"llama3\""), 8, "\"su\"");
+    auto s2 = parse_decoder_config(su, "config.json");
+    QVERIFY(!s2.ok());
+    QVERIFY2(contains(format_all(s2.diagnostics), "rope_scaling.short_factor"), format_all(s2.diagnostics).c_str());
   }
 };
 

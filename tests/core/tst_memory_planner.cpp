@@ -19,6 +19,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "config/model_config.h"
 #include "planner/memory_planner.h"
 #include "planner/memory_terms.h"
 
@@ -291,6 +292,47 @@ std::vector<Replanned> check_bench_lines(const QString& file, const char* kind) 
 class TestMemoryPlanner : public QObject {
   Q_OBJECT
  private slots:
+  // The families of issue 22: Phi-3's fused projections take LoRA as PEFT puts it (one adapter
+  // on qkv_proj, one on gate_up_proj), blocks the fused kernels do not cover are planned
+  // unfused and named in the plan's notes, sandwich norms save two norms more per layer, and
+  // soft-capped attention keeps eager's scores.
+  void familiesKnownToThePlanner() {
+    auto shape = [](const char* id) {
+      auto r = load_located_model_config(locate_model(id, ""));
+      if (!r.ok()) qFatal("%s", format_all(r.diagnostics).c_str());
+      return r.value;
+    };
+    PlannerOptions o;
+    const HfModelConfig phi = shape("microsoft/phi-4");  // h 5120, q 40x128, kv 10x128, i 17920, 40 layers
+    TrainConfig c = lora_7b(4096, true);
+    c.target_modules = {"all-linear"};
+    planner_detail::Terms t = planner_detail::compute_terms(c, phi, o);
+    const std::int64_t r = 16, h = 5120, q = 5120, kv = 1280, i = 17920;
+    QCOMPARE(t.trainable, 40 * r * ((h + q + 2 * kv) + (q + h) + (h + 2 * i) + (i + h)));
+    QVERIFY(!t.fused);  // fused qkv/gate_up: the reference block
+    QCOMPARE(t.params, phi.parameter_count());
+    c.target_modules = {"qkv_proj"};
+    QCOMPARE(planner_detail::compute_terms(c, phi, o).trainable, 40 * r * (h + q + 2 * kv));
+    QVERIFY(planner_detail::compute_terms(lora_7b(4096, true), qwen25_7b(), o).fused);
+
+    const HfModelConfig g2 = shape("google/gemma-2-9b");
+    const MemoryPlan p = plan_memory(lora_7b(4096, true), g2);
+    bool softcap_note = false, norm_note = false;
+    for (const auto& n : p.notes) {
+      softcap_note = softcap_note || n.find("fused kernels fall back for attention-logit soft-capping") != std::string::npos;
+      norm_note = norm_note || n.find("(1 + w) RMSNorm") != std::string::npos;
+    }
+    QVERIFY(softcap_note && norm_note);
+    HfModelConfig plain = g2;  // the same sizes without sandwich norms and soft-capping
+    plain.sandwich_norms = false;
+    plain.attn_logit_softcapping = 0;
+    const auto tg = planner_detail::compute_terms(lora_7b(4096, true), g2, o);
+    const auto tp = planner_detail::compute_terms(lora_7b(4096, true), plain, o);
+    QVERIFY(tg.per_token_layer > tp.per_token_layer);       // two more norms
+    QVERIFY(tg.layer_full - tg.per_token_layer * tg.tokens > 0);  // eager's s² scores
+    QCOMPARE(g2.parameter_count(), std::int64_t{9241705984});
+  }
+
   void tinyLoraByHand() {
     const MemoryPlan p = plan_memory(tiny_lora(), tiny());
     QCOMPARE(p.device, std::string("cuda"));

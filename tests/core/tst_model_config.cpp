@@ -46,6 +46,42 @@ class TstModelConfig : public QObject {
     QCOMPARE(shape("meta-llama/Llama-3.1-8B-Instruct").parameter_count(), std::int64_t(8030261248));
   }
 
+  // The shapes added for issue 22 (resources/model-shapes/SOURCES.md) against the parameter
+  // counts of the models' safetensors ("total_size" / 2 bytes, bf16); Gemma-3's are the text
+  // model alone (the published totals add the SigLIP vision tower and projector, ~0.42B).
+  void addedShapesParameterCounts() {
+    const std::pair<const char*, std::int64_t> want[] = {
+        {"mistralai/Mistral-7B-v0.3", 7248023552},        {"mistralai/Mistral-Nemo-Base-2407", 12247782400},
+        {"google/gemma-2-9b", 9241705984},                {"google/gemma-2-27b", 27227128320},
+        {"microsoft/Phi-3.5-mini-instruct", 3821079552},  {"microsoft/phi-4", 14659507200},
+        {"meta-llama/Llama-3.1-8B", 8030261248},          {"meta-llama/Llama-3.1-70B", 70553706496},
+        {"meta-llama/Llama-3.3-70B-Instruct", 70553706496}, {"Qwen/Qwen2.5-32B", 32763876352},
+        {"Qwen/Qwen2.5-72B", 72706203648},                {"deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", 7615616512},
+        {"google/gemma-3-12b-it", 11766034176},           {"google/gemma-3-27b-it", 27009346304}};
+    for (const auto& [id, count] : want) QCOMPARE(shape(id).parameter_count(), count);
+    auto g2 = shape("google/gemma-2-9b");
+    QCOMPARE(QString::fromStdString(g2.family), QString("gemma2"));
+    QVERIFY(g2.sandwich_norms && g2.norm_plus_one && g2.embed_scale_sqrt_hidden && g2.tie_word_embeddings);
+    QCOMPARE(g2.attn_logit_softcapping, 50.0);
+    QCOMPARE(g2.final_logit_softcapping, 30.0);
+    QCOMPARE(g2.sliding_window, std::int64_t{4096});
+    QVERIFY(g2.sliding_layer(0) && !g2.sliding_layer(1));  // Gemma2Config: even layers slide
+    auto g3 = shape("google/gemma-3-27b-it");
+    QCOMPARE(g3.sliding_window, std::int64_t{1024});
+    int sliding = 0;
+    for (std::int64_t i = 0; i < g3.num_hidden_layers; ++i) sliding += g3.sliding_layer(i);
+    QCOMPARE(sliding, 52);  // five of every six of 62 layers
+    QVERIFY(g3.qk_norm && !g3.sliding_layer(5));
+    auto nemo = shape("mistralai/Mistral-Nemo-Base-2407");
+    QCOMPARE(nemo.head_dim, std::int64_t{128});  // not hidden / heads = 160
+    QCOMPARE(nemo.sliding_window, std::int64_t{0});  // null: none
+    auto phi = shape("microsoft/phi-4");
+    QVERIFY(phi.fused_qkv);
+    QCOMPARE(linear_module_names(phi).front(), std::string("qkv_proj"));
+    QVERIFY(!fused_kernel_gaps(phi).empty());
+    QVERIFY(fused_kernel_gaps(shape("mistralai/Mistral-7B-v0.3")).empty());
+  }
+
   void familiesAndDerivedFields() {
     auto q3 = shape("Qwen/Qwen3-8B");
     QCOMPARE(QString::fromStdString(q3.family), QString("qwen3"));
@@ -59,12 +95,27 @@ class TstModelConfig : public QObject {
   }
 
   void unsupportedArchitectureListsSupported() {
-    auto r = parse_model_config(R"({"architectures":["MistralForCausalLM"],"hidden_size":8})", "x/config.json");
+    auto r = parse_model_config(R"({"architectures":["MambaForCausalLM"],"hidden_size":8})", "x/config.json");
     QVERIFY(!r.ok());
     const std::string e = format_all(r.diagnostics);
-    QVERIFY2(contains(e, "x/config.json") && contains(e, "MistralForCausalLM") && contains(e, "Qwen2ForCausalLM") &&
-                 contains(e, "LlamaForCausalLM"),
+    QVERIFY2(contains(e, "x/config.json") && contains(e, "architectures") && contains(e, "MambaForCausalLM") &&
+                 contains(e, "Qwen2ForCausalLM") && contains(e, "LlamaForCausalLM") && contains(e, "MistralForCausalLM") &&
+                 contains(e, "Gemma2ForCausalLM") && contains(e, "Gemma3ForCausalLM") && contains(e, "Phi3ForCausalLM") &&
+                 contains(e, "GraniteForCausalLM"),
              e.c_str());
+    // No architectures list: the model_type names the family, or the error names that key.
+    auto t = parse_model_config(R"({"model_type":"mamba","hidden_size":8})", "y/config.json");
+    QVERIFY(!t.ok());
+    const std::string et = format_all(t.diagnostics);
+    QVERIFY2(contains(et, "y/config.json") && contains(et, "model_type") && contains(et, "mamba") &&
+                 contains(et, "gemma3_text") && contains(et, "MistralForCausalLM"),
+             et.c_str());
+    auto m = parse_model_config(
+        R"({"model_type":"mistral","hidden_size":64,"intermediate_size":96,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":32})",
+        "z/config.json");
+    QVERIFY2(m.ok(), format_all(m.diagnostics).c_str());
+    QCOMPARE(m.value.architecture, std::string("MistralForCausalLM"));
+    QCOMPARE(m.value.sliding_window, std::int64_t{4096});  // MistralConfig's default when the key is absent
   }
 
   void badJsonAndTypes() {

@@ -40,12 +40,16 @@ struct Case {
   int ulysses = 1, ring = 1;
   std::int64_t q_heads = 4, kv_heads = 2;
   bool one_sample = false;  // "...s1": the row is one sample (plain causal attention after the all-to-all)
+  std::int64_t window = 0;  // "...w5": sliding window (attend_masked)
+  double softcap = 0.0;     // "...c1.5": attention-logit soft-capping (attend_masked)
 };
 
 Case parse_case(const std::string& s) {
   Case c;
   std::sscanf(s.c_str(), "u%dr%dq%ldkv%ld", &c.ulysses, &c.ring, &c.q_heads, &c.kv_heads);
-  c.one_sample = s.size() > 2 && s.compare(s.size() - 2, 2, "s1") == 0;
+  c.one_sample = s.find("s1") != std::string::npos;
+  if (auto w = s.find('w'); w != std::string::npos) c.window = std::atol(s.c_str() + w + 1);
+  if (auto x = s.find('c'); x != std::string::npos) c.softcap = std::atof(s.c_str() + x + 1);
   return c;
 }
 
@@ -81,7 +85,19 @@ int attention_worker(const dist::DistEnv& env, const Case& c) {
   // One process over the whole row.
   const train::PackedRow whole = train::make_packed_row(ids, std::vector<std::int32_t>(ids.size(), 0), pos);
   torch::Tensor qr = q.clone().requires_grad_(true), kr = k.clone().requires_grad_(true), vr = v.clone().requires_grad_(true);
-  const torch::Tensor ref = model::varlen_causal_attention(qr, kr, vr, whole.cu_seqlens, whole.max_seqlen, scale, nullptr);
+  const bool masked = c.window > 0 || c.softcap > 0;
+  torch::Tensor ref;
+  if (masked) {  // the single-process path of the decoder for windowed / soft-capped layers
+    torch::Tensor keep = model::block_causal_mask(whole.cu_seqlens, t, torch::kCPU);
+    if (c.window > 0) keep = model::window_mask(keep, t, c.window, torch::kCPU);
+    ref = model::masked_attention(qr.transpose(0, 1).unsqueeze(0), kr.transpose(0, 1).unsqueeze(0),
+                                  vr.transpose(0, 1).unsqueeze(0), keep, scale, c.softcap, model::AttentionBackend::Auto,
+                                  nullptr)
+              .squeeze(0)
+              .transpose(0, 1);
+  } else {
+    ref = model::varlen_causal_attention(qr, kr, vr, whole.cu_seqlens, whole.max_seqlen, scale, nullptr);
+  }
   (ref * w).sum().backward();
 
   // This rank's shard: input_ids carry the global token index, -1 for padding.
@@ -95,7 +111,9 @@ int attention_worker(const dist::DistEnv& env, const Case& c) {
     return torch::where(valid.view({n, 1, 1}), full.index_select(0, safe), noise).clone().requires_grad_(true);
   };
   torch::Tensor ql = local(q), kl = local(k), vl = local(v);
-  const torch::Tensor out = shard.attention->attend(ql, kl, vl, scale, model::AttentionBackend::Auto, nullptr, nullptr);
+  const torch::Tensor out =
+      masked ? shard.attention->attend_masked(ql, kl, vl, scale, c.window, c.softcap, model::AttentionBackend::Auto, nullptr)
+             : shard.attention->attend(ql, kl, vl, scale, model::AttentionBackend::Auto, nullptr, nullptr);
   (out * torch::where(valid.view({n, 1, 1}), w.index_select(0, safe), torch::zeros({})).detach()).sum().backward();
 
   auto err = [&](const torch::Tensor& got, const torch::Tensor& want) {
@@ -115,11 +133,11 @@ int attention_worker(const dist::DistEnv& env, const Case& c) {
   count.index_add_(0, safe.index({valid}), torch::ones({valid.sum().item<std::int64_t>()}, torch::kFloat64));
   mesh.world_group->all_reduce(count);
   const bool covered = count.eq(1.0).all().item<bool>();
-  std::printf("{\"rank\": %d, \"case\": \"ulysses %d x ring %d, %ld q heads, %ld kv heads%s\", \"local_tokens\": %ld, "
+  std::printf("{\"rank\": %d, \"case\": \"ulysses %d x ring %d, %ld q heads, %ld kv heads%s, window %ld, softcap %g\", \"local_tokens\": %ld, "
               "\"padding\": %ld, \"out\": %.3g, \"dq\": %.3g, \"dk\": %.3g, \"dv\": %.3g, \"padding_grad\": %.3g, "
               "\"covered\": %s}\n",
               env.rank, c.ulysses, c.ring, static_cast<long>(c.q_heads), static_cast<long>(c.kv_heads),
-              c.one_sample ? ", one sample" : "", static_cast<long>(n), static_cast<long>(pad.sum().item<std::int64_t>()), e_out, e_q, e_k, e_v, pad_grad,
+              c.one_sample ? ", one sample" : "", static_cast<long>(c.window), c.softcap, static_cast<long>(n), static_cast<long>(pad.sum().item<std::int64_t>()), e_out, e_q, e_k, e_v, pad_grad,
               covered ? "true" : "false");
   std::fflush(stdout);
   const bool ok = e_out < 1e-5 && e_q < 1e-5 && e_k < 1e-5 && e_v < 1e-5 && pad_grad == 0.0 && covered;
@@ -284,6 +302,10 @@ class TstSequenceParallel : public QObject {
     QTest::newRow("Ulysses 2, KV 1 < degree (replicated)") << 2 << "u2r1q4kv1";
     QTest::newRow("Ulysses 2, one sample + padding") << 2 << "u2r1q4kv2s1";
     QTest::newRow("ring 2") << 2 << "u1r2q4kv2";
+    QTest::newRow("Ulysses 2, sliding window 5") << 2 << "u2r1q4kv2w5";
+    QTest::newRow("Ulysses 2, soft-capping 1.5") << 2 << "u2r1q4kv2c1.5";
+    QTest::newRow("Ulysses 4, window 5 + soft-capping, KV 2 (replicated)") << 4 << "u4r1q8kv2w5c1.5";
+    QTest::newRow("Ulysses 2, one sample + padding, window 9") << 2 << "u2r1q4kv2s1w9";
     QTest::newRow("Ulysses 4, KV 2 (replicated)") << 4 << "u4r1q8kv2";
     QTest::newRow("Ulysses 4, one sample + padding, KV 2 (replicated)") << 4 << "u4r1q8kv2s1";
     QTest::newRow("ring 4") << 4 << "u1r4q2kv1";

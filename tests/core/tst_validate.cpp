@@ -147,6 +147,43 @@ class TstValidate : public QObject {
     QVERIFY2(contains(e, "neither divide"), e.c_str());
   }
 
+  // Sequence parallelism computes plain causal attention: a window shorter than max_length or
+  // soft-capped attention is refused, naming config.json's key; a window at least max_length
+  // long hides nothing and passes.
+  void sequenceParallelRefusesWindowsAndSoftcapping() {
+    // Ulysses computes them (the gathered row, masked as one process); ring attention does not.
+    auto shape = [](const char* id) { return load_located_model_config(locate_model(id, "")).value; };
+    const std::string ring = "gpu_ids: [0,1]\nsequence_parallel_size: 2\nulysses_size: 1\npacking: true\n";
+    const std::string ulysses = "gpu_ids: [0,1]\nsequence_parallel_size: 2\n";
+    auto g2 = shape("google/gemma-2-9b");
+    auto e = errors(validate_config(parse(ring + "max_length: 4096\n"), &g2));
+    QVERIFY2(contains(e, "sequence_parallel_size") && contains(e, "ring degree of 2") &&
+                 contains(e, "attn_logit_softcapping"),
+             e.c_str());
+    e = errors(validate_config(parse(ulysses + "max_length: 4096\n"), &g2));
+    QVERIFY2(!contains(e, "softcapping"), e.c_str());
+    auto mistral = shape("mistralai/Mistral-7B-v0.3");
+    mistral.sliding_window = 4096;  // v0.1's window
+    e = errors(validate_config(parse(ring + "max_length: 32768\n"), &mistral));
+    QVERIFY2(contains(e, "sequence_parallel_size") && contains(e, "sliding_window 4096"), e.c_str());
+    e = errors(validate_config(parse(ring + "max_length: 4096\n"), &mistral));
+    QVERIFY2(!contains(e, "sliding"), e.c_str());
+    e = errors(validate_config(parse(ulysses + "max_length: 32768\n"), &mistral));
+    QVERIFY2(!contains(e, "sliding"), e.c_str());
+  }
+
+  // PEFT's rule: target_modules must name at least one module of the model (Phi-3 has qkv_proj
+  // and gate_up_proj, not q_proj ... up_proj).
+  void loraTargetsMustExistInTheModel() {
+    auto phi = load_located_model_config(locate_model("microsoft/phi-4", "")).value;
+    auto e = errors(validate_config(parse("target_modules: [q_proj, v_proj]\n"), &phi));
+    QVERIFY2(contains(e, "target_modules") && contains(e, "qkv_proj") && contains(e, "Phi3ForCausalLM"), e.c_str());
+    e = errors(validate_config(parse("target_modules: [qkv_proj, o_proj]\n"), &phi));
+    QVERIFY2(!contains(e, "target_modules"), e.c_str());
+    e = errors(validate_config(parse("target_modules: [all-linear]\n"), &phi));
+    QVERIFY2(!contains(e, "target_modules"), e.c_str());
+  }
+
   void explicitUlyssesMustDivide() {
     auto m = qwen7b();
     auto e = errors(validate_config(parse("nproc_per_node: 4\nsequence_parallel_size: 4\nulysses_size: 3\nmax_length: 4096\n"), &m));

@@ -33,8 +33,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import transformers
-from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
-                          Qwen3ForCausalLM)
+from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, GraniteConfig,
+                          GraniteForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
+                          Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 PINNED = "5.17.0"
 VOCAB = 512
@@ -42,6 +43,56 @@ SEQ = 16
 COMMON = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
               num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=256, rms_norm_eps=1e-6,
               initializer_range=0.2)
+
+
+def rope_llama(name, seed, rope, **extra):
+    """A Llama with one RoPE kind (transformers 4.x spelling: rope_scaling + rope_theta)."""
+    return (name, seed, LlamaForCausalLM,
+            LlamaConfig(**{**COMMON, **extra}, tie_word_embeddings=False, rope_scaling=rope, rope_theta=10000.0), None)
+
+
+# Per model: the attention transformers computes (Gemma-2's soft-capping needs eager).
+ATTN = {"gemma2": "eager"}
+# The families of issue 22 (tests/core/tst_decoder_parity.cpp, "families"): odd sizes (head_dim
+# != hidden / heads), GQA ratios 1, 2 and 4, sliding windows (5, 7) shorter than SEQ.
+def family_models():
+    return [
+        ("mistral", 21, MistralForCausalLM,
+         MistralConfig(**COMMON, head_dim=24, sliding_window=5, tie_word_embeddings=False, rope_theta=1000000.0), None),
+        ("llama_hd", 22, LlamaForCausalLM,
+         LlamaConfig(**{**COMMON, "num_key_value_heads": 4}, head_dim=24, attention_bias=True, mlp_bias=True,
+                     tie_word_embeddings=False), None),
+        ("smollm", 23, LlamaForCausalLM,
+         LlamaConfig(**{**COMMON, "num_key_value_heads": 1}, tie_word_embeddings=True, rope_theta=100000.0), None),
+        ("granite", 24, GraniteForCausalLM,
+         GraniteConfig(**COMMON, embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.09,
+                       logits_scaling=8.0, attention_bias=True, tie_word_embeddings=True), None),
+        rope_llama("rope_linear", 31, {"rope_type": "linear", "factor": 2.0}),
+        # max_position_embeddings 8 < SEQ: the dynamic base grows with the sequence.
+        rope_llama("rope_dynamic", 32, {"rope_type": "dynamic", "factor": 2.0}, max_position_embeddings=8),
+        rope_llama("rope_yarn", 33, {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8,
+                                     "beta_fast": 8.0}, max_position_embeddings=32),
+        rope_llama("rope_yarn_mscale", 34, {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8,
+                                            "mscale": 0.9, "mscale_all_dim": 0.6}, max_position_embeddings=32),
+        rope_llama("rope_longrope", 35, {"rope_type": "longrope", "original_max_position_embeddings": 8,
+                                         "short_factor": [1.0 + 0.1 * i for i in range(8)],
+                                         "long_factor": [1.5 + 0.4 * i for i in range(8)]}, max_position_embeddings=64),
+        ("gemma2", 41, Gemma2ForCausalLM,
+         Gemma2Config(**{**COMMON, "num_hidden_layers": 3}, head_dim=24, query_pre_attn_scalar=20, sliding_window=5,
+                      attn_logit_softcapping=1.5, final_logit_softcapping=3.0, hidden_activation="gelu_pytorch_tanh",
+                      pad_token_id=0), None),
+        ("phi3", 51, Phi3ForCausalLM,
+         Phi3Config(**{**COMMON, "max_position_embeddings": 64}, pad_token_id=0, sliding_window=7,
+                    original_max_position_embeddings=8, partial_rotary_factor=0.5,
+                    rope_scaling={"type": "longrope", "short_factor": [1.0 + 0.1 * i for i in range(4)],
+                                  "long_factor": [1.5 + 0.4 * i for i in range(4)]}), None),
+        ("gemma3", 61, Gemma3ForCausalLM,
+         Gemma3TextConfig(**{**COMMON, "num_hidden_layers": 3}, head_dim=24, query_pre_attn_scalar=20, sliding_window=5,
+                          layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+                          rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1000000.0},
+                                           "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+                          pad_token_id=0), None),
+    ]
 
 
 def models():
@@ -120,7 +171,7 @@ def write_bad(out, good_single, good_sharded):
     save_file({**sd, victim: sd[victim].to(torch.int64)}, os.path.join(d, st), metadata={"format": "pt"})
     d = copy(good_single, "bad_arch")
     cfg = json.load(open(os.path.join(d, "config.json")))
-    cfg["architectures"] = ["MistralForCausalLM"]
+    cfg["architectures"] = ["MambaForCausalLM"]
     json.dump(cfg, open(os.path.join(d, "config.json"), "w"), indent=2)
     d = copy(good_sharded, "bad_truncated")
     shard = sorted(f for f in os.listdir(d) if f.startswith("model-") and f.endswith(".safetensors"))[-1]
@@ -175,6 +226,8 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--bad", action="store_true", help="also write the broken copies")
+    ap.add_argument("--base-only", action="store_true", help="only qwen2, qwen3 and llama3 (not the other families)")
+    ap.add_argument("--only", default="", help="comma-separated model names to write")
     args = ap.parse_args()
     if transformers.__version__ != PINNED:
         print(f"make_tiny_models.py: transformers {transformers.__version__} found, {PINNED} pinned", file=sys.stderr)
@@ -184,9 +237,13 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     dtype = getattr(torch, args.dtype)
     dirs = {}
-    for name, seed, cls, cfg, shard in models():
+    wanted = models() + ([] if args.base_only else family_models())
+    if args.only:
+        wanted = [m for m in wanted if m[0] in args.only.split(",")]
+    for name, seed, cls, cfg, shard in wanted:
+        attn = ATTN.get(name, "sdpa")
         torch.manual_seed(seed)
-        cfg._attn_implementation = "sdpa"
+        cfg._attn_implementation = attn
         m = cls(cfg).float()
         perturb(m, seed)
         d = os.path.join(args.out, name)
@@ -196,17 +253,17 @@ def main():
         # Token ids as float32 (exact below 2^24): Odyssey's safetensors reader loads floats only.
         ref = {"input_ids": ids.float(), "attention_mask": mask.float(), "labels": labels.float(),
                "nopad.input_ids": nopad.float()}
-        m = cls.from_pretrained(d, dtype=dtype, attn_implementation="sdpa").to(args.device)
+        m = cls.from_pretrained(d, dtype=dtype, attn_implementation=attn).to(args.device)
         m.train()  # dropout is 0 in these configs; train() only to mirror a training step
         ref.update(run(m, ids, mask, labels, nopad, args.device))
         if dtype != torch.float32:
-            m32 = cls.from_pretrained(d, dtype=torch.float32, attn_implementation="sdpa").to(args.device)
+            m32 = cls.from_pretrained(d, dtype=torch.float32, attn_implementation=attn).to(args.device)
             ref.update({"fp32." + k: v for k, v in run(m32, ids, mask, labels, nopad, args.device).items()})
         save_file({k: v.contiguous() for k, v in ref.items()}, os.path.join(args.out, name + ".reference.safetensors"),
                   metadata={"transformers": transformers.__version__, "torch": torch.__version__,
                             "dtype": args.dtype, "device": args.device})
         print(f"{name}: loss {ref['loss'].item():.6f}, {len(list(m.parameters()))} parameters, dir {d}")
-    if args.bad:
+    if args.bad and not args.only:
         write_bad(args.out, dirs["qwen3"], dirs["qwen2"])
         add_tokenizer_and_scores(args.out, dirs["qwen2"], Qwen2ForCausalLM)
     return 0

@@ -8,7 +8,8 @@ computes what Odyssey computes (tests/core/tst_train_parity.cpp).
 
 IN holds `input_ids` [B, S] and optionally `position_ids` [B, S] and `attention_mask` [B, S]
 (any integer or float dtype holding whole numbers). The model is loaded with transformers
-(float32, attn_implementation="sdpa", CPU, use_cache off, eval mode).
+(float32, attn_implementation="sdpa" or --attn's, CPU, use_cache off, eval mode; Gemma-2's
+soft-capped attention needs --attn eager).
 
 Adapter mode: PeftModel.from_pretrained(model, ADAPTER_DIR). Writes `logits` (float32
 [B, S, vocab]) and `merged_logits`, the logits after merge_and_unload() (equal up to rounding).
@@ -50,9 +51,12 @@ def check_pins():
         raise OracleError("; ".join(bad))
 
 
+ATTN = "sdpa"
+
+
 def load_hf(model_dir):
     """transformers' model, refusing a checkpoint with missing, unexpected or mismatched weights."""
-    model, info = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa",
+    model, info = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation=ATTN,
                                                        output_loading_info=True)
     problems = {k: sorted(v) for k, v in info.items() if k != "error_msgs" and v}
     if info.get("error_msgs"):
@@ -119,9 +123,12 @@ def load_adapter(base, adapter_dir):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--merged-dir", metavar="DIR", help="an HF model directory, loaded by transformers alone")
+    ap.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"], help="transformers' attention")
     ap.add_argument("paths", nargs="+", metavar="PATH",
                     help="MODEL_DIR ADAPTER_DIR IN OUT, or IN OUT with --merged-dir")
     args = ap.parse_args()
+    global ATTN
+    ATTN = args.attn
     want = 2 if args.merged_dir else 4
     if len(args.paths) != want:
         ap.error(f"expected {'IN OUT' if args.merged_dir else 'MODEL_DIR ADAPTER_DIR IN OUT'}, got {args.paths}")
