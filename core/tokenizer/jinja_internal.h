@@ -24,12 +24,13 @@ using StmtP = std::unique_ptr<Stmt>;
 using Body = std::vector<StmtP>;
 
 // Python sequences: what a list-like value is, for repr, len and subscripting.
-enum class SeqKind : std::uint8_t { List, Tuple, Generator, DictItems, DictKeys, DictValues, ReverseIter };
+enum class SeqKind : std::uint8_t { List, Tuple, Generator, DictItems, DictKeys, DictValues, ReverseIter, Range };
 
 struct ListData {
   std::vector<Value> items;
   SeqKind kind = SeqKind::List;
   int depth = 1;  // nesting depth (bounded: deep values would overflow the stack when freed)
+  std::int64_t range_start = 0, range_stop = 0, range_step = 1;  // Range: for repr
 };
 struct DictData {
   std::vector<std::pair<std::string, Value>> items;  // insertion order, unique keys

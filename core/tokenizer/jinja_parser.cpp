@@ -719,7 +719,6 @@ class Parser {
       subs.push_back(parse_subscribed());
     }
     next();
-    if (subs.empty()) fail(at, "expected an index inside '[]'");
     ExprP index;
     if (subs.size() == 1) {
       index = std::move(subs[0]);

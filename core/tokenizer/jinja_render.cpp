@@ -6,6 +6,7 @@
 #include <ctime>
 #include <limits>
 #include <map>
+#include <optional>
 #include <cstring>
 #include <set>
 
@@ -202,6 +203,8 @@ bool py_contains(const Value& container, const Value& item) {
         if (py_equal(x, item)) return true;
       return false;
     case K::Dict:
+      if (item.k == K::Dict || (item.k == K::List && item.list->kind != SeqKind::Tuple))
+        type_error("unhashable type: '" + type_name(item) + "'");
       if (item.k != K::String) return false;
       return container.dict->find(item.s) != nullptr;
     case K::Undefined:
@@ -510,7 +513,7 @@ Value Interp::getitem(const Value& obj, const Value& key) {
       break;
     case K::List:
       if ((key.k == K::Int || key.k == K::Bool) &&
-          (obj.list->kind == SeqKind::List || obj.list->kind == SeqKind::Tuple)) {
+          (obj.list->kind == SeqKind::List || obj.list->kind == SeqKind::Tuple || obj.list->kind == SeqKind::Range)) {
         const auto n = static_cast<std::int64_t>(obj.list->items.size());
         std::int64_t i = as_i64(key);
         if (i < 0) i += n;
@@ -573,12 +576,37 @@ Value Interp::slice(const Value& obj, const Value& a, const Value& b, const Valu
     take(static_cast<std::int64_t>(u.size()), [&](std::size_t i) { r.push_back(u[i]); });
     return Value::string(from_u32(r));
   }
-  if (obj.k == K::List && (obj.list->kind == SeqKind::List || obj.list->kind == SeqKind::Tuple)) {
+  if (obj.k == K::List && (obj.list->kind == SeqKind::List || obj.list->kind == SeqKind::Tuple ||
+                           obj.list->kind == SeqKind::Range)) {
     std::vector<Value> r;
-    take(static_cast<std::int64_t>(obj.list->items.size()), [&](std::size_t i) { r.push_back(obj.list->items[i]); });
-    return Value::make_list(std::move(r), obj.list->kind);
+    std::int64_t first = -1, count = 0;
+    take(static_cast<std::int64_t>(obj.list->items.size()), [&](std::size_t i) {
+      if (first < 0) first = static_cast<std::int64_t>(i);
+      ++count;
+      r.push_back(obj.list->items[i]);
+    });
+    Value out = Value::make_list(std::move(r), obj.list->kind);
+    if (obj.list->kind == SeqKind::Range) {
+      // range(...)[a:b:c] is range(start + a*step, start + b*step, step*c) with a, b normalized
+      const auto& L = *obj.list;
+      const auto n = static_cast<std::int64_t>(L.items.size());
+      auto norm = [&](const std::optional<std::int64_t>& v, std::int64_t dflt) {
+        if (!v) return dflt;
+        std::int64_t x = *v;
+        if (x < 0) x += n;
+        return step > 0 ? std::clamp<std::int64_t>(x, 0, n) : std::clamp<std::int64_t>(x, -1, n - 1);
+      };
+      const std::int64_t s0 = norm(start, step > 0 ? 0 : n - 1), e0 = norm(stop, step > 0 ? n : -1);
+      auto* d = const_cast<ListData*>(out.list.get());
+      d->range_start = L.range_start + s0 * L.range_step;
+      d->range_stop = L.range_start + e0 * L.range_step;
+      d->range_step = L.range_step * step;
+    }
+    return out;
   }
-  return Value::undefined(object_type_repr(obj) + " has no element slice");
+  // jinja2 compiles slices to a plain Python subscript: anything else is a TypeError
+  if (obj.k == K::Dict) type_error("unhashable type: 'slice'");
+  type_error("'" + type_name(obj) + "' object is not subscriptable");
 }
 
 // ---- Python methods ----------------------------------------------------------------------
@@ -1526,6 +1554,8 @@ Value Interp::filter(const std::string& name, const Value& v, CallArgs& a, bool 
     std::vector<Value> out, keys;
     for (const auto& x : iterate(v)) {
       Value key = b.has(1) && !b.get(1)->is_none() ? attr_path(*this, x, *b.get(1)) : x;
+      if (key.k == K::Dict || (key.k == K::List && key.list->kind != SeqKind::Tuple))
+        type_error("unhashable type: '" + type_name(key) + "'");
       if (!cs && key.k == K::String) key = Value::string(py_lower(key.s));
       bool seen = false;
       for (const auto& k : keys)
@@ -1545,7 +1575,9 @@ Value Interp::filter(const std::string& name, const Value& v, CallArgs& a, bool 
     }
     std::vector<Value> items = iterate(v);
     std::reverse(items.begin(), items.end());
-    return Value::make_list(std::move(items), v.k == K::List && v.list->kind == SeqKind::List ? SeqKind::ReverseIter : SeqKind::List);
+    // reversed(): an iterator, except for a generator, which jinja2 turns into a list
+    return Value::make_list(std::move(items), v.k == K::List && v.list->kind == SeqKind::Generator ? SeqKind::List
+                                                                                                 : SeqKind::ReverseIter);
   }
   if (name == "sort") {
     auto b = bind(a, {"reverse", "case_sensitive", "attribute"}, fname);
@@ -1560,6 +1592,7 @@ Value Interp::filter(const std::string& name, const Value& v, CallArgs& a, bool 
     });
     return Value::make_list(std::move(items));
   }
+  if ((name == "int" || name == "float" || name == "indent") && v.is_undefined()) undefined_error(v);
   if (name == "int") {
     auto b = bind(a, {"default", "base"}, fname);
     const Value dflt = b.has(0) ? *b.get(0) : Value::integer(0);
@@ -1640,9 +1673,22 @@ Value Interp::filter(const std::string& name, const Value& v, CallArgs& a, bool 
     std::int64_t n = 0;
     bool in_word = false;
     for (char32_t c : to_u32(soft_str(v))) {
-      const bool w = (c < 0x80) ? (std::isalnum(static_cast<int>(c)) || c == '_') : !py_isspace(c);
-      if (c >= 0x80 && !py_isspace(c) && !(c >= 0x4E00 && c <= 0x9FFF) && !(c >= 0xC0 && c <= 0x24F))
+      // Python's \w: letters, digits and underscore (Unicode); unknown scripts are refused
+      bool w;
+      if (c < 0x80) {
+        w = std::isalnum(static_cast<int>(c)) || c == '_';
+      } else if (py_isspace(c) || (c >= 0x80 && c <= 0xBF && c != 0xAA && c != 0xB2 && c != 0xB3 && c != 0xB5 &&
+                                   c != 0xB9 && c != 0xBA && c != 0xBC && c != 0xBD && c != 0xBE) ||
+                 c == 0xD7 || c == 0xF7 || (c >= 0x2000 && c <= 0x206F) || (c >= 0x3000 && c <= 0x303F) ||
+                 (c >= 0xFF00 && c <= 0xFF0F) || (c >= 0x1F000 && c <= 0x1FAFF) || (c >= 0x2190 && c <= 0x2BFF)) {
+        w = false;
+      } else if ((c >= 0xAA && c <= 0x24F) || (c >= 0x370 && c <= 0x3FF && c != 0x37E && c != 0x387) ||
+                 (c >= 0x400 && c <= 0x481) || (c >= 0x48A && c <= 0x52F) || (c >= 0x3040 && c <= 0x30FF && c != 0x30FB) ||
+                 (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0xAC00 && c <= 0xD7A3)) {
+        w = true;
+      } else {
         rt("wordcount on this text is not supported by Odyssey's Jinja engine (Unicode word characters)");
+      }
       if (w && !in_word) ++n;
       in_word = w;
     }
@@ -1719,10 +1765,9 @@ bool Interp::test(const std::string& name, const Value& v, CallArgs& a) {
   if (name == "escaped") return noargs(), false;
   if (name == "odd" || name == "even") {
     noargs();
-    if (v.is_undefined()) undefined_error(v);
-    if (v.k != K::Int && v.k != K::Bool) type_error("not all arguments converted during string formatting");
-    const std::int64_t x = as_i64(v);
-    return (((x % 2) + 2) % 2 == 1) == (name == "odd");
+    if (v.k == K::String) type_error("not all arguments converted during string formatting");
+    const Value r = binary("%", v, Value::integer(2));
+    return py_equal(r, Value::integer(name == "odd" ? 1 : 0));
   }
   if (name == "divisibleby") {
     const Value& n = arg("num");
@@ -1851,20 +1896,22 @@ Flow Interp::exec_stmt(const Stmt& s, std::string& out) {
         Value lv;
         lv.k = K::Loop;
         lv.loop = loop;
-        bool any = false;
+        // jinja2 runs the else block unless an iteration reached the end of the body: a loop
+        // whose iterations all ended in break or continue runs it too.
+        bool completed = false;
         for (std::size_t i = 0; i < loop->items.size(); ++i) {
           step();
-          any = true;
           loop->index0 = i;
           frame->vars.clear();
           frame->set("loop", lv);
           assign(*s.target, loop->items[i]);
           const Flow f = exec(s.body, out);
           if (f == Flow::Break) break;
+          if (f == Flow::Normal) completed = true;
         }
         frame->vars.clear();
         scope = saved;
-        if (!any && !s.else_body.empty()) return exec(s.else_body, out);
+        if (!completed && !s.else_body.empty()) return exec(s.else_body, out);
         return Flow::Normal;
       }
       case SK::Set: assign(*s.target, eval(*s.expr)); return Flow::Normal;
@@ -1907,12 +1954,13 @@ Flow Interp::exec_stmt(const Stmt& s, std::string& out) {
         return Flow::Normal;
       }
       case SK::Generation: {
-        if (capture_depth > 0)
-          rt("a {% generation %} block inside a macro, block set or filter block is not supported by Odyssey's "
-             "Jinja engine");
-        const std::size_t start = out.size();
+        // transformers' AssistantTracker: the span starts at the length of the text rendered at
+        // the top level so far and is as long as the block's own text, in code points (inside a
+        // macro or block set that is not where the text ends up; transformers records it anyway).
+        const std::size_t start_cp = utf8_length(*root);
+        const std::size_t begin = out.size();
         const Flow f = exec(s.body, out);
-        gen.emplace_back(start, out.size());
+        gen.emplace_back(start_cp, start_cp + utf8_length(std::string_view(out).substr(begin)));
         return f;
       }
       case SK::Break: return Flow::Break;
@@ -1967,7 +2015,12 @@ void add_globals(Scope& g) {
     if (count > 100000) rt("OverflowError: Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
     std::vector<Value> items;
     for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step) items.push_back(Value::integer(i));
-    return Value::make_list(std::move(items));
+    Value r = Value::make_list(std::move(items), SeqKind::Range);
+    auto* d = const_cast<ListData*>(r.list.get());
+    d->range_start = start;
+    d->range_stop = stop;
+    d->range_step = step;
+    return r;
   }));
   g.set("namespace", Value::make_callable("namespace", [](Interp&, CallArgs& a) -> Value {
     Value v;
@@ -2056,7 +2109,15 @@ RenderResult Template::render(const nlohmann::ordered_json& context, const Rende
   RenderResult r;
   in.root = &r.text;
   in.exec(program_->body, r.text);
-  r.generation_ranges = std::move(in.gen);
+  // code-point spans to UTF-8 byte offsets (as len(text[:i].encode()), clamped like a slice)
+  if (!in.gen.empty()) {
+    std::vector<std::size_t> byte_at;  // byte offset of each code point, plus the end
+    for (std::size_t i = 0; i < r.text.size(); ++i)
+      if ((static_cast<unsigned char>(r.text[i]) & 0xC0) != 0x80) byte_at.push_back(i);
+    byte_at.push_back(r.text.size());
+    auto conv = [&](std::size_t cp) { return byte_at[std::min(cp, byte_at.size() - 1)]; };
+    for (const auto& [b, e] : in.gen) r.generation_ranges.emplace_back(conv(b), conv(e));
+  }
   // Break scope cycles (macros hold weak references only; scopes drop here).
   in.scope.reset();
   in.globals.reset();

@@ -288,6 +288,10 @@ void repr_into(std::string& out, const Value& v, int depth) {
         case SeqKind::DictItems: open = "dict_items(["; close = "])"; break;
         case SeqKind::DictKeys: open = "dict_keys(["; close = "])"; break;
         case SeqKind::DictValues: open = "dict_values(["; close = "])"; break;
+        case SeqKind::Range:
+          out += "range(" + std::to_string(L.range_start) + ", " + std::to_string(L.range_stop) +
+                 (L.range_step != 1 ? ", " + std::to_string(L.range_step) : std::string()) + ")";
+          return;
         case SeqKind::Generator:
         case SeqKind::ReverseIter:
           throw std::runtime_error("printing a generator is not supported (Python prints its memory address)");
@@ -360,6 +364,7 @@ std::string type_name(const Value& v) {
         case SeqKind::DictKeys: return "dict_keys";
         case SeqKind::DictValues: return "dict_values";
         case SeqKind::ReverseIter: return "list_reverseiterator";
+        case SeqKind::Range: return "range";
         default: return "list";
       }
     case Value::K::Dict: return "dict";
