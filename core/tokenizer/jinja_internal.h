@@ -183,6 +183,7 @@ struct Expr {
   std::vector<std::string> ops;  // Compare: one op per operand after the first
   bool negated = false;          // Test: `is not`
   bool soft = false;             // Filter/Test inside an if (jinja2: unknown name fails at run time)
+  bool constant = false;         // built from literals only (jinja2 folds it at compile time)
 };
 
 enum class SK : std::uint8_t {

@@ -1,5 +1,6 @@
 // The Jinja parser: jinja2's grammar (statements, expression precedence, filters and tests)
 // for the subset documented in docs/tokenizer.md; everything else is a syntax error.
+#include <algorithm>
 #include <set>
 
 #include "tokenizer/jinja_internal.h"
@@ -24,6 +25,33 @@ const std::set<std::string> kJinjaTests = {
     "string", "test", "true", "undefined", "upper"};
 
 constexpr int kMaxDepth = 200;
+
+// What jinja2's optimizer can fold at compile time: literals and operations on them.
+// A `{{ }}` whose expression is constant is evaluated by jinja2's code generator
+// (Node.as_const), where subscripts and slices go through the sandbox's getitem: a slice of a
+// non-sequence gives Undefined there instead of raising. Marks those slices.
+void mark_const_slices(Expr& e) {
+  if (e.k == EK::Slice) e.constant = true;
+  for (auto& a : e.args)
+    if (a) mark_const_slices(*a);
+  for (auto& kv : e.kwargs) mark_const_slices(*kv.second);
+}
+
+bool is_const(const Expr& e) {
+  switch (e.k) {
+    case EK::Literal: return true;
+    case EK::Name: case EK::Call: return false;
+    case EK::Filter: case EK::Test:
+      if (!e.kwargs.empty()) return false;
+      [[fallthrough]];
+    default:
+      for (const auto& a : e.args)
+        if (a && !is_const(*a)) return false;
+      for (const auto& kv : e.kwargs)
+        if (!is_const(*kv.second)) return false;
+      return true;
+  }
+}
 
 class Parser {
  public:
@@ -146,6 +174,7 @@ class Parser {
         auto s = stmt(SK::Output, k);
         next();
         s->expr = parse_tuple(true, {});
+        if (is_const(*s->expr)) mark_const_slices(*s->expr);
         if (cur().t != Tok::VarEnd) fail(cur(), "expected the end of the print statement, got " + describe(cur()));
         next();
         body.push_back(std::move(s));

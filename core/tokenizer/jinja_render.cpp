@@ -393,7 +393,7 @@ struct Interp {
   // ---- attribute and item access (jinja2's sandboxed getattr / getitem) ----
   Value getattr(const Value& obj, const std::string& name);
   Value getitem(const Value& obj, const Value& key);
-  Value slice(const Value& obj, const Value& a, const Value& b, const Value& c);
+  Value slice(const Value& obj, const Value& a, const Value& b, const Value& c, bool const_fold);
   Value call_method(const Value& self, const std::string& name, CallArgs& a);
   Value call(const Value& f, CallArgs& a);
 
@@ -548,7 +548,7 @@ Value Interp::getitem(const Value& obj, const Value& key) {
   return Value::undefined(object_type_repr(obj) + " has no element " + py_repr(key));
 }
 
-Value Interp::slice(const Value& obj, const Value& a, const Value& b, const Value& c) {
+Value Interp::slice(const Value& obj, const Value& a, const Value& b, const Value& c, bool const_fold) {
   if (obj.is_undefined()) undefined_error(obj);
   auto idx = [](const Value& v, const char* what) -> std::optional<std::int64_t> {
     if (v.is_none() || v.is_undefined()) return std::nullopt;
@@ -604,7 +604,9 @@ Value Interp::slice(const Value& obj, const Value& a, const Value& b, const Valu
     }
     return out;
   }
-  // jinja2 compiles slices to a plain Python subscript: anything else is a TypeError
+  // jinja2 compiles slices to a plain Python subscript: anything else is a TypeError, except
+  // where the compiler folded a constant subscript (the sandbox's getitem: Undefined)
+  if (const_fold) return Value::undefined(object_type_repr(obj) + " has no element slice");
   if (obj.k == K::Dict) type_error("unhashable type: 'slice'");
   type_error("'" + type_name(obj) + "' object is not subscriptable");
 }
@@ -1116,15 +1118,29 @@ Value Interp::binary(const std::string& op, const Value& a, const Value& b) {
       case '*':
         if (op == "**") return Value::number(std::pow(x, y));
         return Value::number(x * y);
-      case '/': {
-        if (y == 0) rt("ZeroDivisionError: float floor division by zero");
-        return Value::number(std::floor(x / y));
-      }
+      case '/':
       case '%': {
-        if (y == 0) rt("ZeroDivisionError: float modulo");
+        // CPython's float divmod
+        if (y == 0) rt(op == "%" ? "ZeroDivisionError: float modulo" : "ZeroDivisionError: float floor division by zero");
         double m = std::fmod(x, y);
-        if (m != 0 && ((m < 0) != (y < 0))) m += y;
-        return Value::number(m);
+        double div = (x - m) / y;
+        if (m != 0) {
+          if ((y < 0) != (m < 0)) {
+            m += y;
+            div -= 1.0;
+          }
+        } else {
+          m = std::copysign(0.0, y);
+        }
+        if (op == "%") return Value::number(m);
+        double fd;
+        if (div != 0) {
+          fd = std::floor(div);
+          if (div - fd > 0.5) fd += 1.0;
+        } else {
+          fd = std::copysign(0.0, x / y);
+        }
+        return Value::number(fd);
       }
     }
     return unsupported();
@@ -1199,7 +1215,7 @@ Value Interp::eval_inner(const Expr& e) {
       Value a = e.args[1] ? eval(*e.args[1]) : Value::none();
       Value b = e.args[2] ? eval(*e.args[2]) : Value::none();
       Value c = e.args[3] ? eval(*e.args[3]) : Value::none();
-      return slice(obj, a, b, c);
+      return slice(obj, a, b, c, e.constant);
     }
     case EK::Call: {
       Value f = eval(*e.args[0]);
@@ -1754,7 +1770,7 @@ bool Interp::test(const std::string& name, const Value& v, CallArgs& a) {
   if (name == "boolean") return noargs(), v.k == K::Bool;
   if (name == "true") return noargs(), v.k == K::Bool && v.b;
   if (name == "false") return noargs(), v.k == K::Bool && !v.b;
-  if (name == "callable") return noargs(), v.k == K::Callable;
+  if (name == "callable") return noargs(), v.k == K::Callable || v.is_undefined();  // Undefined has __call__
   if (name == "sequence") {
     noargs();
     return v.k == K::String || v.k == K::Dict || v.is_undefined() ||
