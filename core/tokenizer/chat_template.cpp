@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/sha256.h"
 #include "common/text.h"
 #include "tokenizer/jinja.h"
 #include "tokenizer/utf8.h"
@@ -187,6 +188,11 @@ std::string_view ChatTemplate::name() const {
   return "";
 }
 
+std::string ChatTemplate::identity() const {
+  if (kind_ == ChatTemplateKind::Jinja) return "jinja:" + jinja_digest_;
+  return std::string(name());
+}
+
 bool ChatTemplate::has_generation_blocks() const { return jinja_ && jinja_->has_generation_blocks(); }
 
 Result<ChatTemplate> ChatTemplate::from_jinja(std::string_view source, std::string name,
@@ -202,6 +208,15 @@ Result<ChatTemplate> ChatTemplate::from_jinja(std::string_view source, std::stri
   }
   r.value.kind_ = ChatTemplateKind::Jinja;
   r.value.special_tokens_ = std::move(special_tokens);
+  Sha256 h;
+  h.update(source);
+  for (const auto& [k, v] : r.value.special_tokens_) {
+    h.update(std::string_view("\0", 1));
+    h.update(k);
+    h.update(std::string_view("\0", 1));
+    h.update(v);
+  }
+  r.value.jinja_digest_ = Sha256::hex(h.digest());
   for (const auto& [k, v] : r.value.special_tokens_)
     if (k == "bos_token") r.value.bos_ = v;
   return r;

@@ -73,6 +73,9 @@ class ChatTemplate {
   std::string_view name() const;  // qwen2_5, qwen3, llama3, llama3_1, chatml, jinja
   // Jinja: whether assistant ranges come from {% generation %} blocks (else: prefix rendering).
   bool has_generation_blocks() const;
+  // What identifies the rendering for caches: the variant's name, or for Jinja "jinja:" and the
+  // SHA-256 of the template text and its special tokens.
+  std::string identity() const;
 
   Result<RenderedChat> render(const std::vector<ChatMessage>& messages, const ChatOptions& options = {}) const;
   // Render, then encode the whole text with add_special_tokens=false (as apply_chat_template
@@ -85,6 +88,7 @@ class ChatTemplate {
   std::string bos_;  // Llama's bos_token ("<|begin_of_text|>" when empty)
   std::shared_ptr<const jinja::Template> jinja_;
   std::vector<std::pair<std::string, std::string>> special_tokens_;
+  std::string jinja_digest_;
 
   Result<RenderedChat> render_jinja(const std::vector<ChatMessage>& messages, const ChatOptions& options) const;
 };

@@ -657,6 +657,14 @@ void TstJinja::chatTemplateMasks() {
     QVERIFY(!r.ok());
     QVERIFY2(format_all(r.diagnostics).find("messages[2]") != std::string::npos, format_all(r.diagnostics).c_str());
   }
+  // Token caches key on the template's text.
+  {
+    const auto a = corpus_template("meta-llama--Meta-Llama-3-8B-Instruct.jinja");
+    const auto b = corpus_template("google--gemma-2-2b-it.jinja");
+    QVERIFY(a.value.identity().rfind("jinja:", 0) == 0);
+    QVERIFY(a.value.identity() != b.value.identity());
+    QCOMPARE(ChatTemplate(ChatTemplateKind::Qwen3).identity(), std::string("qwen3"));
+  }
   // A syntax error is located in the template.
   {
     const auto t = ChatTemplate::from_jinja("{% for m in messages %}\n{{ m.content | nope }}{% endfor %}", "x/tokenizer_config.json[chat_template]", {});
