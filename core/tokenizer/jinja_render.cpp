@@ -192,6 +192,17 @@ int py_compare(const Value& a, const Value& b, const char* op) {
              type_name(b) + "'");
 }
 
+// Python's hash(): lists, dicts and dict views are unhashable, a tuple is when an item is.
+bool unhashable(const Value& v) {
+  if (v.k == K::Dict) return true;
+  if (v.k != K::List) return false;
+  switch (v.list->kind) {
+    case SeqKind::List: case SeqKind::DictItems: case SeqKind::DictKeys: case SeqKind::DictValues: return true;
+    case SeqKind::Tuple: return std::any_of(v.list->items.begin(), v.list->items.end(), unhashable);
+    default: return false;
+  }
+}
+
 bool py_contains(const Value& container, const Value& item) {
   switch (container.k) {
     case K::String:
@@ -203,8 +214,7 @@ bool py_contains(const Value& container, const Value& item) {
         if (py_equal(x, item)) return true;
       return false;
     case K::Dict:
-      if (item.k == K::Dict || (item.k == K::List && item.list->kind != SeqKind::Tuple))
-        type_error("unhashable type: '" + type_name(item) + "'");
+      if (unhashable(item)) type_error("unhashable type: '" + type_name(item) + "'");
       if (item.k != K::String) return false;
       return container.dict->find(item.s) != nullptr;
     case K::Undefined:
@@ -1570,8 +1580,7 @@ Value Interp::filter(const std::string& name, const Value& v, CallArgs& a, bool 
     std::vector<Value> out, keys;
     for (const auto& x : iterate(v)) {
       Value key = b.has(1) && !b.get(1)->is_none() ? attr_path(*this, x, *b.get(1)) : x;
-      if (key.k == K::Dict || (key.k == K::List && key.list->kind != SeqKind::Tuple))
-        type_error("unhashable type: '" + type_name(key) + "'");
+      if (unhashable(key)) type_error("unhashable type: '" + type_name(key) + "'");
       if (!cs && key.k == K::String) key = Value::string(py_lower(key.s));
       bool seen = false;
       for (const auto& k : keys)
@@ -1609,6 +1618,11 @@ Value Interp::filter(const std::string& name, const Value& v, CallArgs& a, bool 
     return Value::make_list(std::move(items));
   }
   if ((name == "int" || name == "float" || name == "indent") && v.is_undefined()) undefined_error(v);
+  // jinja2's indent appends "\n" to its argument itself: only strings get through
+  if (name == "indent" && v.k != K::String)
+    type_error(v.k == K::List && v.list->kind == SeqKind::List
+                   ? "'list' object has no attribute 'splitlines'"
+                   : "unsupported operand type(s) for +=: '" + type_name(v) + "' and 'str'");
   if (name == "int") {
     auto b = bind(a, {"default", "base"}, fname);
     const Value dflt = b.has(0) ? *b.get(0) : Value::integer(0);

@@ -302,11 +302,60 @@ class Gen:
                 self.block(depth - 1) + self.tag("endfilter")
         if k == 12:
             return self.tag("generation") + self.block(depth - 1) + self.tag("endgeneration")
+        if self.r.random() < 0.5:
+            return self.extra(d)
         return self.open_("{") + self.choice([
             "strftime_now('%Y-%m-%d %H:%M %A %b')", "raise_exception('boom') if n > 10 else 'ok'",
             "messages|tojson", "tools is none", "(messages|last).role if messages else 'none'",
             "messages[0]['content'] if messages|length > 0 else ''", "range(n if n > 0 else 1)|list",
             "d|items|list", "ls|map('upper')|join('|')", "[1, 2, 3][::-1]", "{'a': [1, {'b': none}]}"]) + self.close("{")
+
+    # less common constructs: with, call blocks, varargs/kwargs, tuple set, raw, loop.cycle,
+    # tojson options, sorting and attribute filters, tests with arguments, str methods, escapes
+    def extra(self, d):
+        k = self.r.randrange(12)
+        if k == 0:
+            return self.tag(f"with a = {self.e_any(d)}, b2 = {self.e_num(0)}") + "{{ a }}|{{ b2 }}" + self.tag("endwith") + "{{ a is defined }}"
+        if k == 1:
+            return (self.tag("macro wrap(x='w')") + "<{{ x }}:{{ caller() }}>" + self.tag("endmacro") +
+                    self.tag(f"call wrap({self.choice(['', 's', 'x=n'])})") + self.block(0, 2) + self.tag("endcall"))
+        if k == 2:
+            return (self.tag("macro va(a)") + "{{ a }}{{ varargs }}{{ kwargs }}" + self.tag("endmacro") +
+                    "{{ va(" + self.choice(["1", "1, 2, 3", "1, k=2", "s, t, z=none"]) + ") }}")
+        if k == 3:
+            return self.tag(f"set p, q = {self.choice(['(1, 2)', '[s, t]', 'ln[:2] if ln|length > 1 else (0, 0)', 'd.items()|list|first if d else (1, 2)'])}") + "{{ p }}-{{ q }}"
+        if k == 4:
+            return "{% raw %}{{ not rendered }}{% endraw %}" + self.choice(["", "\n", "  "])
+        if k == 5:
+            return self.tag(f"for x in {self.e_list(0)}") + "{{ loop.cycle('odd', 'even') }}{{ loop.revindex0 }}{{ loop.depth }}" + self.tag("endfor")
+        if k == 6:
+            return "{{ " + self.choice([
+                "d|tojson(separators=(',', ':'))", "messages|tojson(sort_keys=true)", "s|tojson(ensure_ascii=true)",
+                "l|tojson(indent='\t')", "[s, t]|tojson(indent=1)", "{'b': [], 'a': {}}|tojson(indent=2)"]) + " }}"
+        if k == 7:
+            return "{{ " + self.choice([
+                "messages|sort(attribute='role')|map(attribute='role')|join(',')", "d|dictsort(case_sensitive=true)",
+                "messages|map(attribute='name', default='anon')|list", "messages|selectattr('content')|list|length",
+                "messages|rejectattr('role', 'in', ['user', 'tool'])|list", "ln|max", "ln|min", "ln|sum(start=10)",
+                "messages|sum(attribute='role', start='') if false else 0", "ls|sort(reverse=true)", "s|center(12)",
+                "ls|unique(case_sensitive=true)|list", "messages|map(attribute='role')|unique|list",
+                "ln|map('string')|join('+')", "ls|select('equalto', 'a')|list", "d|items|map('first')|list"]) + " }}"
+        if k == 8:
+            return "{{ " + self.e_any(0) + " is " + self.choice([
+                "sameas false", "sameas none", "lt 3", "ge 0", "in d", "in ls", "escaped", "gt 1", "le 2",
+                "equalto s", "divisibleby(3)", "eq(none)", "ne(s)"]) + " }}"
+        if k == 9:
+            return "{{ " + self.choice([
+                "'{} and {}'.format(s, n)", "'{0}{1}{0}'.format('a', 'b')", "'{x}!'.format(x=t)", "', '.join(ls)",
+                "s.removeprefix('a')", "s.removesuffix('z')", "s.rsplit(None, 1)", "s.split(None, 1)", "s.islower()",
+                "s.isupper()", "s.isspace()", "t.splitlines()", "s.rfind(' ')", "s.count(' ')", "s.title()",
+                "'ab'.index('b')", "ls.index(ls[0]) if ls else -1", "ln.count(0)", "d.get('k')", "d.keys()|list|length"]) + " }}"
+        if k == 10:
+            return "{{ " + self.choice(["'\\x41\\u00e9\\101\\t|'", "'a' 'b' \"c\"", "\"it's\"", "'\\\\n'",
+                                      "0x1F + 0o17 + 0b11 + 1_000", "1.5e3 + .5e1" if False else "1.5e3 + 2.5",
+                                      "10 // -3", "-7 % 3", "2 ** -1", "7 / 2", "(1, 2) + (3,)", "[1] * 2",
+                                      "1 < 2 < 3", "1 == 1.0 == true", "'a' < 'b' <= 'b'", "not 1 in [1]"]) + " }}"
+        return self.tag(f"if {self.e_bool(d)}") + "{{ raise_exception('bad ' ~ " + self.e_str(0) + ") }}" + self.tag("endif")
 
     def template(self):
         return self.block(3, self.r.randint(1, 5))
