@@ -59,6 +59,9 @@ struct RenderOptions {
   std::size_t max_output_bytes = std::size_t{64} << 20;
   int max_call_depth = 200;
   std::uint64_t max_steps = 50'000'000;
+  // The machine stack the recursive evaluation may use (measured, so that sanitizer builds with
+  // large frames stop with an error too rather than overflowing a thread's stack).
+  std::size_t max_stack_bytes = std::size_t{2} << 20;
 };
 
 struct RenderResult {

@@ -1,6 +1,7 @@
 // The Jinja parser: jinja2's grammar (statements, expression precedence, filters and tests)
 // for the subset documented in docs/tokenizer.md; everything else is a syntax error.
 #include <algorithm>
+#include <cstdint>
 #include <set>
 
 #include "tokenizer/jinja_internal.h"
@@ -58,6 +59,8 @@ class Parser {
   Parser(std::vector<Token> toks, const std::string& name) : t_(std::move(toks)), name_(name) {}
 
   std::unique_ptr<Program> run() {
+    char base = 0;
+    stack_base_ = reinterpret_cast<std::uintptr_t>(&base);
     auto prog = std::make_unique<Program>();
     prog->name = name_;
     prog->body = subparse({});
@@ -76,10 +79,18 @@ class Parser {
   std::vector<Stmt*> macros_;  // open macro definitions (varargs/kwargs/caller use)
   int loop_depth_ = 0;
 
+  std::uintptr_t stack_base_ = 0;
+
   struct Depth {
     Parser* p;
     explicit Depth(Parser* pp, const Token& at) : p(pp) {
-      if (++p->depth_ > kMaxDepth) p->fail(at, "the template is nested too deeply");
+      char probe = 0;
+      const auto here = reinterpret_cast<std::uintptr_t>(&probe);
+      const std::uintptr_t used = here > p->stack_base_ ? here - p->stack_base_ : p->stack_base_ - here;
+      if (++p->depth_ > kMaxDepth || used > (std::uintptr_t{2} << 20)) {
+        --p->depth_;
+        p->fail(at, "the template is nested too deeply");
+      }
     }
     ~Depth() { --p->depth_; }
   };

@@ -381,10 +381,18 @@ struct Interp {
       rt("the template exceeds the engine's work limit (" + std::to_string(opt.max_steps) + " steps)");
   }
 
+  std::uintptr_t stack_base = 0;
+
   struct Nest {
     Interp* in;
     explicit Nest(Interp* i) : in(i) {
-      if (++in->nesting > 1500) rt("the template nests too deeply (macro recursion?)");
+      char probe = 0;
+      const auto here = reinterpret_cast<std::uintptr_t>(&probe);
+      const std::uintptr_t used = here > in->stack_base ? here - in->stack_base : in->stack_base - here;
+      if (++in->nesting > 1500 || used > in->opt.max_stack_bytes) {
+        --in->nesting;
+        rt("the template nests too deeply (macro recursion?)");
+      }
     }
     ~Nest() { --in->nesting; }
   };
@@ -2138,6 +2146,8 @@ RenderResult Template::render(const nlohmann::ordered_json& context, const Rende
   }
   RenderResult r;
   in.root = &r.text;
+  char base = 0;
+  in.stack_base = reinterpret_cast<std::uintptr_t>(&base);
   in.exec(program_->body, r.text);
   // code-point spans to UTF-8 byte offsets (as len(text[:i].encode()), clamped like a slice)
   if (!in.gen.empty()) {
