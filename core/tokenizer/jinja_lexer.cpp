@@ -54,7 +54,8 @@ bool all_space(std::string_view text) {
   return true;
 }
 
-bool valid_utf8(std::string_view s) {
+// Offset of the first byte that is not valid UTF-8, npos when all are.
+std::size_t invalid_utf8_at(std::string_view s) {
   std::size_t i = 0;
   while (i < s.size()) {
     const auto c = static_cast<unsigned char>(s[i]);
@@ -73,20 +74,20 @@ bool valid_utf8(std::string_view s) {
       n = 4;
       cp = c & 0x07;
     } else {
-      return false;
+      return i;
     }
-    if (i + n > s.size()) return false;
+    if (i + n > s.size()) return i;
     for (std::size_t k = 1; k < n; ++k) {
       const auto d = static_cast<unsigned char>(s[i + k]);
-      if ((d & 0xC0) != 0x80) return false;
+      if ((d & 0xC0) != 0x80) return i;
       cp = (cp << 6) | (d & 0x3F);
     }
     if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
         (cp >= 0xD800 && cp <= 0xDFFF))
-      return false;
+      return i;
     i += n;
   }
-  return true;
+  return std::string_view::npos;
 }
 
 class Lexer {
@@ -498,7 +499,18 @@ class Lexer {
 }  // namespace
 
 std::vector<Token> lex(std::string_view source, const std::string& name) {
-  if (!valid_utf8(source)) throw Error(ErrorKind::Syntax, name, 0, 0, "the template is not valid UTF-8");
+  if (const std::size_t bad = invalid_utf8_at(source); bad != std::string_view::npos) {
+    int line = 1, col = 1;
+    for (std::size_t i = 0; i < bad; ++i) {
+      if (source[i] == '\n') {
+        ++line;
+        col = 1;
+      } else if ((static_cast<unsigned char>(source[i]) & 0xC0) != 0x80) {
+        ++col;
+      }
+    }
+    throw Error(ErrorKind::Syntax, name, line, col, "the template is not valid UTF-8 (byte offset " + std::to_string(bad) + ")");
+  }
   // Newlines normalized to \n, one trailing newline dropped (keep_trailing_newline=False).
   std::string src;
   src.reserve(source.size());

@@ -738,9 +738,10 @@ std::string py_title_method(const std::string& s) {
   for (char32_t c : to_u32(s)) {
     std::string one;
     append_utf8(one, c);
-    const bool alpha = is_alpha_cp(c);
-    out += alpha ? (prev_cased ? py_lower(one) : py_upper(one)) : one;
-    prev_cased = alpha;
+    const std::string lo = py_lower(one), up = py_upper(one);
+    const bool cased = lo != up;  // has a case (digits, CJK and punctuation do not)
+    out += cased ? (prev_cased ? lo : up) : one;
+    prev_cased = cased;
   }
   return out;
 }

@@ -257,7 +257,7 @@ void TstJinja::errors_data() {
   row("unsafe append", "{% set l = [] %}{{ l.append(1) }}", K::Runtime, 1, 20, "SecurityError: access to attribute 'append' of 'list' object is unsafe.");
   row("break outside loop", "{% break %}", K::Syntax, 1, 4, "'break' outside of a loop");
   row("include", "{% include 'x' %}", K::Syntax, 1, 4, "the 'include' tag is not supported by Odyssey's Jinja engine (chat templates are one file)");
-  row("invalid utf8", "a\xff", K::Syntax, 0, 0, "the template is not valid UTF-8");
+  row("invalid utf8", "a\xff", K::Syntax, 1, 2, "the template is not valid UTF-8 (byte offset 1)");
   row("division by zero", "{{ 1 // 0 }}", K::Runtime, 1, 6, "ZeroDivisionError: integer division or modulo by zero");
 }
 
