@@ -187,6 +187,15 @@ void TstJinja::constructs_data() {
   row("format", "{{ '{} and {}'.format(1, 'x') }}", "{}", "1 and x");
   row("strftime_now", "{{ strftime_now('%d %b %Y') }}", "{}", "15 Jan 2026");
   row("none tools", "{{ tools is none }}", R"({"tools": null})", "True");
+  // jinja2 quirks the differential test found
+  row("for else after break", "{% for x in [1, 2] %}{{ x }}{% break %}{% else %}E{% endfor %}|{% for x in [1, 2] %}{{ x }}{% else %}E{% endfor %}",
+      "{}", "1E|12");
+  row("constant slice folds", "[{{ (([1, 2])[0])[:1] }}]", "{}", "[]");
+  row("range object", "{{ range(3) }} {{ range(1, 10, 2)[1:3] }} {{ range(3)|list }}", "{}", "range(0, 3) range(3, 7, 2) [0, 1, 2]");
+  row("float divmod", "{{ 1 % -1.0 }} {{ -1.25 // 5 }} {{ 7.5 % 2 }}", "{}", "-0.0 -1.0 1.5");
+  row("undefined is callable", "{{ x is callable }} {{ x is iterable }} {{ x is sequence }}", "{}", "True True True");
+  row("generator truthiness", "{{ ([]|select) is sequence }} {{ 'y' if []|select else 'n' }}", "{}", "False y");
+  row("title method vs filter", "{{ '你a b1c'.title() }}|{{ '你a b1c'|title }}", "{}", "你A B1C|你a B1c");
 }
 
 void TstJinja::constructs() {
