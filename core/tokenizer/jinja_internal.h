@@ -226,7 +226,7 @@ std::string float_repr(double d);
 std::string type_name(const Value& v);          // Python's type name: 'str', 'NoneType', 'dict'...
 std::string object_type_repr(const Value& v);   // jinja2's: "None", "dict object"
 bool py_equal(const Value& a, const Value& b);
-Value from_json(const nlohmann::ordered_json& j);
+Value from_json(const nlohmann::ordered_json& j, int depth = 0);
 
 // UTF-8 / Python str helpers
 std::u32string to_u32(std::string_view s);

@@ -423,8 +423,9 @@ bool py_equal(const Value& a, const Value& b) {
   }
 }
 
-Value from_json(const nlohmann::ordered_json& j) {
+Value from_json(const nlohmann::ordered_json& j, int depth) {
   using J = nlohmann::ordered_json::value_t;
+  if (depth > Value::kMaxNesting) throw std::runtime_error("a context value nested more than 256 levels deep");
   switch (j.type()) {
     case J::null: return Value::none();
     case J::boolean: return Value::boolean(j.get<bool>());
@@ -440,13 +441,13 @@ Value from_json(const nlohmann::ordered_json& j) {
     case J::array: {
       std::vector<Value> items;
       items.reserve(j.size());
-      for (const auto& e : j) items.push_back(from_json(e));
+      for (const auto& e : j) items.push_back(from_json(e, depth + 1));
       return Value::make_list(std::move(items));
     }
     case J::object: {
       DictData d;
       d.items.reserve(j.size());
-      for (auto it = j.begin(); it != j.end(); ++it) d.items.emplace_back(it.key(), from_json(it.value()));
+      for (auto it = j.begin(); it != j.end(); ++it) d.items.emplace_back(it.key(), from_json(it.value(), depth + 1));
       return Value::make_dict(std::move(d));
     }
     default: throw std::runtime_error("a binary JSON value cannot be a template variable");

@@ -50,8 +50,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   ordered_json ctx = default_context();
   if (const std::size_t nul = bytes.find('\0'); nul != std::string_view::npos) {
     source = bytes.substr(0, nul);
-    const ordered_json parsed = ordered_json::parse(bytes.substr(nul + 1), nullptr, false);
-    if (parsed.is_object()) ctx = parsed;
+    ordered_json parsed = ordered_json::parse(bytes.substr(nul + 1), nullptr, false);
+    if (parsed.is_object()) ctx = std::move(parsed);  // a move: copying a deep document recurses
   }
   jj::RenderOptions o;
   o.now = "2026-01-15T12:00:00";
