@@ -457,7 +457,7 @@ Result<PreparedDataset> load_tokenized(const std::vector<std::string>& specs, co
     in.max_bad_sample_ratio = load.max_bad_sample_ratio;
     in.tokenizer_file = tokenizer.file();
     in.bos_token = tokenizer.bos_token();
-    in.template_name = std::string(chat_template.name());
+    in.template_name = chat_template.identity();  // a Jinja template: its text's digest
     in.tokenize = tokenize;
     auto k = token_cache_key(in);
     if (k.ok()) {

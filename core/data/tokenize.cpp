@@ -314,6 +314,7 @@ Result<ChatTemplate> template_for(const std::string& template_name, const Tokeni
       needed = {bos.empty() ? std::string("<|begin_of_text|>") : bos, "<|start_header_id|>", "<|end_header_id|>",
                 "<|eot_id|>"};
       break;
+    case ChatTemplateKind::Jinja: break;  // the model's own template: its tokens are the tokenizer's
   }
   for (const auto& t : needed)
     if (!tokenizer.token_to_id(t))

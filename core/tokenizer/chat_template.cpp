@@ -1,9 +1,14 @@
 // Each render_* function follows its Jinja template statement by statement for messages with
 // roles system/user/assistant (tools are not supported); Python's string methods are
-// reproduced where the templates call them (trim -> str.strip, split, lstrip('\n')).
+// reproduced where the templates call them (trim -> str.strip, split, lstrip('\n')). Any other
+// template goes through the native Jinja engine (jinja.h): render_jinja.
 #include "tokenizer/chat_template.h"
 
+#include <nlohmann/json.hpp>
+
+#include "common/sha256.h"
 #include "common/text.h"
+#include "tokenizer/jinja.h"
 #include "tokenizer/utf8.h"
 
 namespace odyssey {
@@ -178,8 +183,101 @@ std::string_view ChatTemplate::name() const {
     case ChatTemplateKind::Llama3: return "llama3";
     case ChatTemplateKind::Llama3_1: return "llama3_1";
     case ChatTemplateKind::ChatML: return "chatml";
+    case ChatTemplateKind::Jinja: return "jinja";
   }
   return "";
+}
+
+std::string ChatTemplate::identity() const {
+  if (kind_ == ChatTemplateKind::Jinja) return "jinja:" + jinja_digest_;
+  return std::string(name());
+}
+
+bool ChatTemplate::has_generation_blocks() const { return jinja_ && jinja_->has_generation_blocks(); }
+
+Result<ChatTemplate> ChatTemplate::from_jinja(std::string_view source, std::string name,
+                                              std::vector<std::pair<std::string, std::string>> special_tokens) {
+  Result<ChatTemplate> r;
+  try {
+    r.value.jinja_ = std::make_shared<const jinja::Template>(source, std::move(name));
+  } catch (const jinja::Error& e) {
+    Diagnostic d = e.diagnostic();
+    d.key = "chat_template";
+    r.diagnostics.push_back(std::move(d));
+    return r;
+  }
+  r.value.kind_ = ChatTemplateKind::Jinja;
+  r.value.special_tokens_ = std::move(special_tokens);
+  Sha256 h;
+  h.update(source);
+  for (const auto& [k, v] : r.value.special_tokens_) {
+    h.update(std::string_view("\0", 1));
+    h.update(k);
+    h.update(std::string_view("\0", 1));
+    h.update(v);
+  }
+  r.value.jinja_digest_ = Sha256::hex(h.digest());
+  for (const auto& [k, v] : r.value.special_tokens_)
+    if (k == "bos_token") r.value.bos_ = v;
+  return r;
+}
+
+// The model's template through the engine. Assistant ranges: the {% generation %} spans where
+// the template has them (transformers' return_assistant_tokens_mask); otherwise each assistant
+// message's text is found by rendering prefixes, as ms-swift and TRL do: the conversation up
+// to the message with the generation prompt, then up to and including the message; the
+// message's range is what the second render adds (its content and what the template writes
+// after it up to the next message). Both renders must be prefixes of the whole conversation's
+// text, else the mask cannot be derived and it is an error naming the message.
+Result<RenderedChat> ChatTemplate::render_jinja(const std::vector<ChatMessage>& messages,
+                                                const ChatOptions& options) const {
+  Result<RenderedChat> r;
+  jinja::RenderOptions ro;
+  ro.now = options.now;
+  auto context = [&](std::size_t n, bool generation_prompt) {
+    nlohmann::ordered_json ctx = nlohmann::ordered_json::object();
+    nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
+    for (std::size_t i = 0; i < n; ++i) {
+      nlohmann::ordered_json m = {{"role", messages[i].role}, {"content", messages[i].content}};
+      if (messages[i].reasoning_content) m["reasoning_content"] = *messages[i].reasoning_content;
+      msgs.push_back(std::move(m));
+    }
+    ctx["messages"] = std::move(msgs);
+    ctx["tools"] = nullptr;
+    ctx["documents"] = nullptr;
+    ctx["add_generation_prompt"] = generation_prompt;
+    for (const auto& [k, v] : special_tokens_) ctx[k] = v;
+    if (options.enable_thinking) ctx["enable_thinking"] = *options.enable_thinking;
+    return ctx;
+  };
+  try {
+    jinja::RenderResult full = jinja_->render(context(messages.size(), options.add_generation_prompt), ro);
+    r.value.text = std::move(full.text);
+    if (jinja_->has_generation_blocks()) {
+      r.value.assistant_ranges = std::move(full.generation_ranges);
+      return r;
+    }
+    for (std::size_t i = 0; i < messages.size(); ++i) {
+      if (messages[i].role != "assistant") continue;
+      const std::string before = jinja_->render(context(i, true), ro).text;
+      const std::string upto = jinja_->render(context(i + 1, false), ro).text;
+      const std::string where = "messages[" + std::to_string(i) + "]";
+      if (upto.compare(0, before.size(), before) != 0 || r.value.text.compare(0, upto.size(), upto) != 0) {
+        r.diagnostics.push_back(chat_error(
+            where, "the template " + jinja_->name() +
+                       " renders this assistant message differently once the conversation continues (or its "
+                       "generation prompt is not where the message starts), so the trained tokens cannot be found "
+                       "by rendering prefixes; a template with {% generation %} blocks marks them explicitly"));
+        return r;
+      }
+      if (upto.size() > before.size()) r.value.assistant_ranges.emplace_back(before.size(), upto.size());
+    }
+  } catch (const jinja::Error& e) {
+    Diagnostic d = e.diagnostic();
+    d.key = "chat_template";
+    r.diagnostics.push_back(std::move(d));
+  }
+  return r;
 }
 
 Result<RenderedChat> ChatTemplate::render(const std::vector<ChatMessage>& messages, const ChatOptions& options) const {
@@ -190,7 +288,7 @@ Result<RenderedChat> ChatTemplate::render(const std::vector<ChatMessage>& messag
   }
   for (std::size_t i = 0; i < messages.size(); ++i) {
     const std::string& role = messages[i].role;
-    if (role != "system" && role != "user" && role != "assistant")
+    if (kind_ != ChatTemplateKind::Jinja && role != "system" && role != "user" && role != "assistant")
       r.diagnostics.push_back(chat_error("messages[" + std::to_string(i) + "].role",
                                          "role " + text::quoted(role) + " is not supported; Odyssey's " +
                                              std::string(name()) + " template renders system, user and assistant"));
@@ -200,6 +298,7 @@ Result<RenderedChat> ChatTemplate::render(const std::vector<ChatMessage>& messag
                                              std::to_string(utf8::find_invalid(messages[i].content))));
   }
   if (has_errors(r.diagnostics)) return r;
+  if (kind_ == ChatTemplateKind::Jinja) return render_jinja(messages, options);
   Out out;
   const std::string_view bos = bos_.empty() ? kLlamaBos : std::string_view(bos_);
   switch (kind_) {
@@ -208,6 +307,7 @@ Result<RenderedChat> ChatTemplate::render(const std::vector<ChatMessage>& messag
     case ChatTemplateKind::Llama3: render_llama3(messages, options, bos, out); break;
     case ChatTemplateKind::Llama3_1: render_llama3_1(messages, options, bos, out); break;
     case ChatTemplateKind::ChatML: render_qwen2_5(messages, options, out, false); break;
+    case ChatTemplateKind::Jinja: break;
   }
   r.value = std::move(out.r);
   return r;
@@ -329,13 +429,14 @@ Result<ChatTemplate> chat_template_for_model(const Tokenizer& tokenizer, std::st
   }
   const auto kind = recognize_chat_template(jinja);
   if (!kind) {
-    Diagnostic d;
-    d.file = tokenizer.chat_template_file();
-    d.key = "chat_template";
-    d.message = "this chat_template is not one Odyssey renders natively (Qwen2.5, Qwen3, Llama-3, Llama-3.1/3.3 "
-                "Instruct); training on a differently rendered conversation would be wrong, so it is refused";
-    r.diagnostics.push_back(std::move(d));
-    return r;
+    // Not a built-in variant: the template itself, through the Jinja engine. Errors inside it
+    // are located in the template text (line and column), named after the file it came from.
+    std::string name = tokenizer.chat_template_file();
+    if (name.size() < 6 || name.compare(name.size() - 6, 6, ".jinja") != 0) name += "[chat_template]";
+    std::vector<std::pair<std::string, std::string>> special;
+    if (!tokenizer.bos_token().empty()) special.emplace_back("bos_token", tokenizer.bos_token());
+    if (!tokenizer.eos_token().empty()) special.emplace_back("eos_token", tokenizer.eos_token());
+    return ChatTemplate::from_jinja(jinja, std::move(name), std::move(special));
   }
   r.value = ChatTemplate(*kind, tokenizer.bos_token());
   return r;

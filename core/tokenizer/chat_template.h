@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -16,6 +17,10 @@
 #include "tokenizer/tokenizer.h"
 
 namespace odyssey {
+
+namespace jinja {
+class Template;
+}
 
 struct ChatMessage {
   std::string role;     // system, user or assistant
@@ -29,12 +34,14 @@ enum class ChatTemplateKind {
   Llama3,    // Llama-3 Instruct: BOS, header ids, content trimmed, <|eot_id|>
   Llama3_1,  // Llama-3.1/3.3 Instruct: plus the "Cutting Knowledge Date" system block
   ChatML,    // plain ChatML: a system turn only when given, no <think> handling (config "chatml")
+  Jinja,     // the model's own chat_template through the native Jinja engine (jinja.h)
 };
 
 struct ChatOptions {
   bool add_generation_prompt = false;
   std::optional<bool> enable_thinking;    // Qwen3: false adds the empty think block to the prompt
-  std::string date_string = "26 Jul 2024";  // Llama-3.1: the template's default
+  std::string date_string = "26 Jul 2024";  // Llama-3.1: the template's default (built-in variant only)
+  std::string now;  // Jinja: what strftime_now() sees, "YYYY-MM-DDTHH:MM:SS"; "" = the local time
 };
 
 // Rendered text and the byte ranges of each assistant turn's trained part.
@@ -55,8 +62,20 @@ class ChatTemplate {
   explicit ChatTemplate(ChatTemplateKind kind = ChatTemplateKind::Qwen2_5, std::string bos_token = {})
       : kind_(kind), bos_(std::move(bos_token)) {}
 
+  // A model's own Jinja template, rendered by the engine. `name` is what errors call it
+  // (e.g. ".../tokenizer_config.json[chat_template]"); `special_tokens` are passed to it as
+  // apply_chat_template passes the tokenizer's (bos_token, eos_token, ...). A syntax error is a
+  // diagnostic naming the template, line and column.
+  static Result<ChatTemplate> from_jinja(std::string_view source, std::string name,
+                                         std::vector<std::pair<std::string, std::string>> special_tokens);
+
   ChatTemplateKind kind() const { return kind_; }
-  std::string_view name() const;  // qwen2_5, qwen3, llama3, llama3_1, chatml
+  std::string_view name() const;  // qwen2_5, qwen3, llama3, llama3_1, chatml, jinja
+  // Jinja: whether assistant ranges come from {% generation %} blocks (else: prefix rendering).
+  bool has_generation_blocks() const;
+  // What identifies the rendering for caches: the variant's name, or for Jinja "jinja:" and the
+  // SHA-256 of the template text and its special tokens.
+  std::string identity() const;
 
   Result<RenderedChat> render(const std::vector<ChatMessage>& messages, const ChatOptions& options = {}) const;
   // Render, then encode the whole text with add_special_tokens=false (as apply_chat_template
@@ -67,6 +86,11 @@ class ChatTemplate {
  private:
   ChatTemplateKind kind_;
   std::string bos_;  // Llama's bos_token ("<|begin_of_text|>" when empty)
+  std::shared_ptr<const jinja::Template> jinja_;
+  std::vector<std::pair<std::string, std::string>> special_tokens_;
+  std::string jinja_digest_;
+
+  Result<RenderedChat> render_jinja(const std::vector<ChatMessage>& messages, const ChatOptions& options) const;
 };
 
 // The template of a model family (HfModelConfig::family): qwen2 -> Qwen2.5's, qwen3 -> Qwen3's,
@@ -76,9 +100,10 @@ Result<ChatTemplate> chat_template_for_family(std::string_view family);
 // Which native template a Jinja chat_template is (by its distinguishing text), or nullopt.
 std::optional<ChatTemplateKind> recognize_chat_template(std::string_view jinja);
 
-// The template for a loaded model: recognized from the tokenizer's own chat_template when it
-// has one (an unrecognized template is an error: rendering it differently would train on the
-// wrong text), else the family's, with a note.
+// The template for a loaded model: the built-in variant the tokenizer's own chat_template is
+// recognized as (a fast path, byte-identical), else that template through the Jinja engine
+// (a syntax error in it is an error naming its line and column); a model without a template
+// gets the family's, with a note.
 Result<ChatTemplate> chat_template_for_model(const Tokenizer& tokenizer, std::string_view family);
 
 }  // namespace odyssey
