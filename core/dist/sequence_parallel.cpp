@@ -516,11 +516,12 @@ class SpAttention final : public model::AttentionOverride {
     if (u > 1) {
       std::string why;
       TORCH_CHECK(heads_fit_ulysses(hq, k.size(1), u, &why), why);
-      if (kk.size(1) < u) {
+      if (kk.size(1) < u) {  // fewer KV heads than ranks: each rank gets a copy of its head
         kk = kk.repeat_interleave(u / kk.size(1), 1);
         vv = vv.repeat_interleave(u / vv.size(1), 1);
       }
       const std::int64_t qh = hq / u, kh = kk.size(1) / u;
+      // Rank dimension outermost: [n, H, D] -> [u, n, H/u, D], Q, K and V in one message.
       torch::Tensor packed = torch::cat({qq.reshape({n, u, qh, d}), kk.reshape({n, u, kh, d}), vv.reshape({n, u, kh, d})}, 2)
                                  .transpose(0, 1)
                                  .contiguous();
@@ -542,26 +543,7 @@ class SpAttention final : public model::AttentionOverride {
 
   torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale,
                        model::AttentionBackend prefer, std::int64_t* ran, model::AttentionStash* stash) override {
-    const int u = ulysses_->size();
-    const std::int64_t n = q.size(0), hq = q.size(1), d = q.size(2);
-    torch::Tensor qq = q, kk = k, vv = v;
-    if (u > 1) {
-      std::string why;
-      TORCH_CHECK(heads_fit_ulysses(hq, k.size(1), u, &why), why);
-      if (kk.size(1) < u) {  // fewer KV heads than ranks: each rank gets a copy of its head
-        kk = kk.repeat_interleave(u / kk.size(1), 1);
-        vv = vv.repeat_interleave(u / vv.size(1), 1);
-      }
-      const std::int64_t qh = hq / u, kh = kk.size(1) / u;
-      // Rank dimension outermost: [n, H, D] -> [u, n, H/u, D], Q, K and V in one message.
-      torch::Tensor packed = torch::cat({qq.reshape({n, u, qh, d}), kk.reshape({n, u, kh, d}), vv.reshape({n, u, kh, d})}, 2)
-                                 .transpose(0, 1)
-                                 .contiguous();
-      packed = all_to_all_autograd(ulysses_, packed).reshape({u * n, qh + 2 * kh, d});
-      qq = packed.narrow(1, 0, qh).contiguous();
-      kk = packed.narrow(1, qh, kh).contiguous();
-      vv = packed.narrow(1, qh + kh, kh).contiguous();
-    }
+    auto [qq, kk, vv] = gather(q, k, v);
     torch::Tensor out;
     // A layer keeping its attention output keeps this rank's share: under Ulysses the gathered
     // row's heads of this rank, under ring attention its queries' merged output; with the LSE.
@@ -581,12 +563,7 @@ class SpAttention final : public model::AttentionOverride {
     } else {
       out = model::varlen_causal_attention(qq, kk, vv, cu_, max_seqlen_, scale, ran);
     }
-    if (u > 1) {
-      // [u·n, H/u, D] -> [u, n, H/u, D] -> all-to-all back -> [n, u, H/u, D] -> [n, H, D].
-      out = all_to_all_autograd(ulysses_, out.reshape({u, n, hq / u, d}).contiguous());
-      out = out.transpose(0, 1).reshape({n, hq, d});
-    }
-    return out;
+    return scatter(out, q.size(0), q.size(1), q.size(2));
   }
 
  private:

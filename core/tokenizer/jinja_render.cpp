@@ -376,6 +376,26 @@ struct Interp {
     throw Error(ErrorKind::Runtime, prog.name, line, col, m);
   }
 
+  // Inside a catch block: the exception in flight as an Error located at (line, col); an
+  // Error already located passes through unchanged.
+  [[noreturn]] void rethrow_at(int line, int col) const {
+    try {
+      throw;
+    } catch (const Error&) {
+      throw;
+    } catch (const RtError& x) {
+      fail_at(line, col, x.what());
+    } catch (const std::bad_alloc&) {
+      fail_at(line, col, "out of memory");
+    } catch (const std::length_error&) {
+      fail_at(line, col, "a value is too large");
+    } catch (const std::runtime_error& x) {
+      fail_at(line, col, x.what());
+    } catch (...) {
+      throw;
+    }
+  }
+
   void step() {
     if (++steps > opt.max_steps)
       rt("the template exceeds the engine's work limit (" + std::to_string(opt.max_steps) + " steps)");
@@ -1064,16 +1084,8 @@ Value Interp::eval(const Expr& e) {
   step();
   try {
     return eval_inner(e);
-  } catch (const Error&) {
-    throw;
-  } catch (const RtError& x) {
-    fail_at(e.line, e.col, x.what());
-  } catch (const std::bad_alloc&) {
-    fail_at(e.line, e.col, "out of memory");
-  } catch (const std::length_error&) {
-    fail_at(e.line, e.col, "a value is too large");
-  } catch (const std::runtime_error& x) {
-    fail_at(e.line, e.col, x.what());
+  } catch (const std::exception&) {
+    rethrow_at(e.line, e.col);
   }
 }
 
@@ -2020,16 +2032,8 @@ Flow Interp::exec_stmt(const Stmt& s, std::string& out) {
         return exec(s.body, out);
       }
     }
-  } catch (const Error&) {
-    throw;
-  } catch (const RtError& x) {
-    fail_at(s.line, s.col, x.what());
-  } catch (const std::bad_alloc&) {
-    fail_at(s.line, s.col, "out of memory");
-  } catch (const std::length_error&) {
-    fail_at(s.line, s.col, "a value is too large");
-  } catch (const std::runtime_error& x) {
-    fail_at(s.line, s.col, x.what());
+  } catch (const std::exception&) {
+    rethrow_at(s.line, s.col);
   }
   return Flow::Normal;
 }
