@@ -15,6 +15,7 @@
 #endif
 
 #include "async.h"
+#include "config/validate.h"
 #include "config_form.h"
 #include "dataset_model.h"
 #include "palette.h"
@@ -158,7 +159,9 @@ void DatasetPreview::start() {
   }
   const TrainConfig& c = form_->config();
   const std::string family = form_->model() ? form_->model()->family : std::string();
-  const std::string key = path + '\n' + loc.path + '\n' + family + '\n' + c.template_name + '\n' + c.system;
+  const std::string template_file = resolve_paths(form_->loaded(), loc).template_file;
+  const std::string key =
+      path + '\n' + loc.path + '\n' + family + '\n' + c.template_name + '\n' + template_file + '\n' + c.system;
   if (key == requested_key_) {
     if (!busy_ && result_.error.empty()) render_histogram();  // max_length or truncation changed
     return;
@@ -177,6 +180,7 @@ void DatasetPreview::start() {
   r.model_dir = loc.path;
   r.model_family = family;
   r.template_name = c.template_name;
+  r.template_file = template_file;
   r.system = c.system;
   r.max_length = c.max_length;
   r.truncation = c.truncation_strategy;

@@ -173,7 +173,7 @@ TokenPreview build_token_preview(const TokenPreviewRequest& r, const std::atomic
     p.tokenizer = tok.value;
   }
   p.tokenizer_dir = r.model_dir;
-  auto tmpl = data::template_for(r.template_name, p.tokenizer, r.model_family);
+  auto tmpl = data::template_for(r.template_name, p.tokenizer, r.model_family, r.template_file);
   if (!tmpl.ok()) {
     p.error = "chat template: " + first_error(tmpl.diagnostics);
     return p;

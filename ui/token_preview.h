@@ -29,6 +29,7 @@ struct TokenPreviewRequest {
   std::string model_dir;      // directory with tokenizer.json ("" = no model located)
   std::string model_family;   // HfModelConfig::family (qwen2, qwen3, llama3)
   std::string template_name;  // the config's template key
+  std::string template_file;  // the config's template_file, resolved ("" = the model's template)
   std::string system;         // the config's system key
   std::int64_t max_length = 2048;
   std::string truncation = "delete";

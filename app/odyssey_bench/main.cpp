@@ -474,15 +474,22 @@ bool check_fused_and_offload(const DecoderConfig& base, const torch::Device& dev
   const Grads ref = loss_and_grads(lm, row);
   lm->set_fused_kernels(true);
   const Grads fused = loss_and_grads(lm, row);
+  // The same step again: what the arithmetic itself varies from run to run (0 where every kernel
+  // is deterministic; SDPA's backward with an explicit window mask is not). Offload moves bytes,
+  // so its gradients may differ from keeping by no more than this.
+  const Grads repeat = loss_and_grads(lm, row);
+  const double noise = worst_grad(repeat, fused).first;
   lm->set_offload_checkpoints(true);
   const Grads off = loss_and_grads(lm, row);
   lm->set_offload_checkpoints(false);
   // The MLP offload tier on layers that are not checkpointed: the same bits as keeping gate
   // and up on the device.
+  // A family whose MLP has no offload tier (Gemma, Phi-3) is reported as such, not run.
+  const std::string mlp_gap = lm->mlp_tier_gap();
   lm->set_checkpoint_layers({false, false});
   const Grads kept_mlp = loss_and_grads(lm, row);
   const std::int64_t before_mlp = model::offloaded_bytes_total();
-  lm->set_mlp_offload_layers({true, true}, planner::mlp_offload_lead(2));
+  if (mlp_gap.empty()) lm->set_mlp_offload_layers({true, true}, planner::mlp_offload_lead(2));
   const Grads off_mlp = loss_and_grads(lm, row);
   lm->set_mlp_offload_layers({}, 1);
   const std::int64_t mlp_bytes = model::offloaded_bytes_total() - before_mlp;
@@ -492,11 +499,14 @@ bool check_fused_and_offload(const DecoderConfig& base, const torch::Device& dev
   const bool half = dtype != torch::kFloat32;
   const double tol_loss = half ? 2e-2 : 1e-5, tol_grad = half ? 5e-2 : 1e-4;
   const bool ok_fused = rel <= tol_loss && wf <= tol_grad;
-  const bool ok_off = wo == 0.0 && off.loss == fused.loss;
+  const bool ok_off = wo <= noise && (noise > 0.0 || off.loss == fused.loss);
   const auto [wm, wm_name] = worst_grad(off_mlp, kept_mlp);
   // Two layers' gate and up, there and back (4 · I elements per token each way).
-  const std::int64_t mlp_expected = 2 * 2 * 2 * n * c.hf.intermediate_size * static_cast<std::int64_t>(torch::elementSize(dtype));
-  const bool ok_mlp = wm == 0.0 && off_mlp.loss == kept_mlp.loss && (!device.is_cuda() || mlp_bytes == mlp_expected);
+  const std::int64_t mlp_expected = !mlp_gap.empty() || !device.is_cuda()
+                                        ? 0
+                                        : 2 * 2 * 2 * n * c.hf.intermediate_size *
+                                              static_cast<std::int64_t>(torch::elementSize(dtype));
+  const bool ok_mlp = wm <= noise && (noise > 0.0 || off_mlp.loss == kept_mlp.loss) && mlp_bytes == mlp_expected;
   std::printf("{\"check\": \"fused kernels vs reference ops (2 layers, LoRA, checkpointed)\", \"device\": \"%s\", "
               "\"loss_fused\": %.6f, \"loss_reference\": %.6f, \"loss_rel_err\": %.3g, \"worst_grad_rel_err\": %.3g, "
               "\"worst_grad\": \"%s\", \"pass\": %s, %s}\n",
@@ -504,15 +514,18 @@ bool check_fused_and_offload(const DecoderConfig& base, const torch::Device& dev
               bench::provenance_members(bench::machine_provenance(device)).c_str());
   std::printf("{\"check\": \"checkpoint offload vs inputs kept on the device\", \"device\": \"%s\", "
               "\"offloaded_bytes\": %lld, \"loss_offload\": %.6f, \"loss_kept\": %.6f, \"worst_grad_abs_diff_rel\": %.3g, "
-              "\"worst_grad\": \"%s\", \"pass\": %s, %s}\n",
+              "\"worst_grad\": \"%s\", \"repeat_grad_abs_diff_rel\": %.3g, \"pass\": %s, %s}\n",
               device.str().c_str(), static_cast<long long>(model::offloaded_bytes_total()), off.loss, fused.loss, wo,
-              wo_name.c_str(), ok_off ? "true" : "false", bench::provenance_members(bench::machine_provenance(device)).c_str());
+              wo_name.c_str(), noise, ok_off ? "true" : "false",
+              bench::provenance_members(bench::machine_provenance(device)).c_str());
   std::printf("{\"check\": \"MLP offload (gate and up on the host) vs kept on the device\", \"device\": \"%s\", "
-              "\"host_copy_bytes\": %lld, \"expected_bytes\": %lld, \"loss_offload\": %.6f, \"loss_kept\": %.6f, "
-              "\"worst_grad_abs_diff_rel\": %.3g, \"worst_grad\": \"%s\", \"pass\": %s, %s}\n",
-              device.str().c_str(), static_cast<long long>(mlp_bytes),
-              static_cast<long long>(device.is_cuda() ? mlp_expected : 0), off_mlp.loss, kept_mlp.loss, wm,
-              wm_name.c_str(), ok_mlp ? "true" : "false", bench::provenance_members(bench::machine_provenance(device)).c_str());
+              "\"applies\": %s, \"why_not\": \"%s\", \"host_copy_bytes\": %lld, \"expected_bytes\": %lld, "
+              "\"loss_offload\": %.6f, \"loss_kept\": %.6f, \"worst_grad_abs_diff_rel\": %.3g, \"worst_grad\": \"%s\", "
+              "\"repeat_grad_abs_diff_rel\": %.3g, \"pass\": %s, %s}\n",
+              device.str().c_str(), mlp_gap.empty() ? "true" : "false", mlp_gap.c_str(),
+              static_cast<long long>(mlp_bytes), static_cast<long long>(mlp_expected), off_mlp.loss, kept_mlp.loss, wm,
+              wm_name.c_str(), noise, ok_mlp ? "true" : "false",
+              bench::provenance_members(bench::machine_provenance(device)).c_str());
   return ok_fused && ok_off && ok_mlp;
 }
 

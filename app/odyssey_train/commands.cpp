@@ -412,6 +412,7 @@ const std::vector<Command>& commands() {
     t.push_back({import_swift_spec(), cmd_import_swift});
     t.push_back({export_swift_spec(), cmd_export_swift});
     t.push_back({tokenize_spec(), cmd_tokenize});
+    t.push_back({template_spec(), cmd_template});
     t.push_back({export_spec(), cmd_export});
     t.push_back({score_spec(), cmd_score});
     t.push_back({selftest_spec(), cmd_selftest});

@@ -17,6 +17,7 @@ int cmd_import_swift(const Args& a);   // cmd_swift.cpp
 int cmd_export_swift(const Args& a);   // cmd_swift.cpp
 int cmd_score(const Args& a);          // cmd_score.cpp
 int cmd_tokenize(const Args& a);       // cmd_tokenize.cpp
+int cmd_template(const Args& a);       // cmd_template.cpp
 int cmd_export(const Args& a);         // cmd_export.cpp
 int cmd_selftest(const Args& a);       // cmd_selftest.cpp
 
@@ -32,6 +33,7 @@ CommandSpec import_swift_spec();
 CommandSpec export_swift_spec();
 CommandSpec score_spec();
 CommandSpec tokenize_spec();
+CommandSpec template_spec();
 CommandSpec export_spec();
 CommandSpec selftest_spec();
 

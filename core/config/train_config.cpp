@@ -41,6 +41,9 @@ const std::array kFields = std::to_array<FieldSpec>({
     {"template", "model", &TC::template_name,
      "Chat template: auto picks it from the model family (ChatML for Qwen, llama3 for Llama-3).",
      "template", -kInf, kInf, kTemplates},
+    {"template_file", "model", &TC::template_file,
+     "A Jinja chat template file rendered in place of the model's own (needs template: auto); "
+     "empty uses the model's.", ""},
     {"system", "model", &TC::system,
      "Default system prompt added to samples that carry none.", "system"},
     {"torch_dtype", "model", &TC::torch_dtype,

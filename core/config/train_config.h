@@ -23,6 +23,7 @@ struct TrainConfig {
   std::string model;                    // HF directory, or a hub id found in the HF/ModelScope caches
   std::string model_revision;           // hub id: branch, tag or commit in the HF cache (empty: main)
   std::string template_name = "auto";   // key "template": auto|chatml|llama3
+  std::string template_file;            // a Jinja chat template used in place of the model's
   std::string system;                   // default system prompt
   std::string torch_dtype = "auto";     // auto|bfloat16|float16|float32
 

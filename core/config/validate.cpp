@@ -294,7 +294,10 @@ CheckedConfig check_config(LoadedConfig cfg, bool check_files) {
             auto v = tok.value.check_vocab(r.model->vocab_size, config_file);
             d.insert(d.end(), v.begin(), v.end());
             // The chat template as `run` resolves it: what run refuses, validate refuses.
-            auto t = data::template_for(c.template_name, tok.value, r.model->family);
+            std::string template_file;
+            if (!c.template_file.empty() && c.template_name == "auto")  // else reported above
+              path_exists(c.template_file, o.base_dir, &template_file);
+            auto t = data::template_for(c.template_name, tok.value, r.model->family, template_file);
             for (auto& x : t.diagnostics) {
               if (x.file.empty()) ck.add(x.severity, x.key.empty() ? "template" : x.key, x.message);
               else d.push_back(x);
@@ -309,6 +312,20 @@ CheckedConfig check_config(LoadedConfig cfg, bool check_files) {
         else d.push_back({Severity::Note, o.keys.count("model") ? o.keys.at("model").file : o.file,
                           o.keys.count("model") ? o.keys.at("model").line : 0, 0, "model", msg});
       }
+    }
+  }
+  if (!c.template_file.empty()) {
+    std::string resolved;
+    if (c.template_name != "auto")
+      ck.error("template_file", "found with template: " + c.template_name +
+                                    "; a template file replaces the model's template, so template must be auto");
+    if (!path_exists(c.template_file, o.base_dir, &resolved)) {
+      const std::string msg =
+          "found " + text::quoted(c.template_file) + ": no such file (" + where_relative(o.base_dir) + ")";
+      if (check_files) ck.error("template_file", msg);
+      else ck.warning("template_file", msg);
+    } else if (const std::string why = regular_file_problem(resolved); !why.empty()) {
+      ck.error("template_file", "found " + text::quoted(c.template_file) + ": " + why + "; expected a Jinja file");
     }
   }
   for (const auto* list : {&c.dataset, &c.val_dataset}) {
@@ -360,9 +377,9 @@ TrainConfig resolve_paths(const LoadedConfig& lc, const ModelLocation& loc) {
       if (path_exists(ds.path, lc.origin.base_dir, &abs))
         spec = abs + (ds.samples > 0 ? "#" + std::to_string(ds.samples) : "");
     }
-  if (!c.resume_from_checkpoint.empty()) {
+  for (auto* path : {&c.resume_from_checkpoint, &c.template_file}) {
     std::string abs;
-    if (path_exists(c.resume_from_checkpoint, lc.origin.base_dir, &abs)) c.resume_from_checkpoint = abs;
+    if (!path->empty() && path_exists(*path, lc.origin.base_dir, &abs)) *path = abs;
   }
   return c;
 }

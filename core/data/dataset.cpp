@@ -23,7 +23,8 @@ namespace odyssey::data {
 namespace {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
+// Ordered: tool schemas and call arguments keep their key order, as json.dumps writes them.
+using json = nlohmann::ordered_json;
 
 constexpr std::string_view kAccepted =
     "alpaca {instruction, input?, output, system?, history?}, sharegpt {conversations: [{from, value}], system?}, "
@@ -128,8 +129,10 @@ bool string_member(const json& o, const std::string& key, const std::string& whe
 
 std::string idx(std::size_t i) { return "[" + std::to_string(i) + "]"; }
 
-// Turn order: [system], then user/assistant alternating from user, ending with assistant;
-// assistant answers not blank. `list`, `role`, `content` name the keys for messages.
+// Turn order: [system], then user and assistant alternating from user and ending with the
+// assistant; an assistant turn that calls tools is followed by one or more tool results, then
+// the assistant again. Answers without tool calls are not blank. `list`, `role`, `content` name
+// the keys for messages.
 bool check_turns(const std::vector<ChatMessage>& m, const std::string& list, const std::string& role,
                  const std::string& content, RecordError& e) {
   if (m.empty()) {
@@ -141,31 +144,137 @@ bool check_turns(const std::vector<ChatMessage>& m, const std::string& list, con
     e = {list, "holds only a system turn; expected a user turn and the assistant's answer after it"};
     return false;
   }
-  bool want_user = true;
-  for (; i < m.size(); ++i, want_user = !want_user) {
+  enum class Want { User, Assistant, ToolResult, ToolResultOrAssistant } want = Want::User;
+  std::size_t caller = 0;  // the assistant turn whose calls the tool results answer
+  auto found = [](const std::string& r) { return "found " + (r == "tool" ? std::string("a tool result") : "a " + r + " turn"); };
+  for (; i < m.size(); ++i) {
     const std::string& r = m[i].role;
+    const std::string at = list + idx(i) + role;
     if (r == "system") {
-      e = {list + idx(i) + role, "a system turn is only allowed first"};
+      e = {at, "a system turn is only allowed first"};
       return false;
     }
-    if (want_user && r != "user") {
-      e = {list + idx(i) + role, "expected a user turn here, found an assistant turn (after an optional system turn, "
-                                 "turns alternate user, assistant, starting with user)"};
-      return false;
-    }
-    if (!want_user && r != "assistant") {
-      e = {list + idx(i) + role, "expected an assistant turn here, found a user turn (turns alternate user, assistant)"};
-      return false;
-    }
-    if (!want_user && is_blank(m[i].content)) {
-      e = {list + idx(i) + content, "the assistant's answer is empty"};
-      return false;
+    if (want == Want::ToolResultOrAssistant && r == "tool") continue;
+    if (want == Want::ToolResultOrAssistant) want = Want::Assistant;
+    switch (want) {
+      case Want::User:
+        if (r != "user") {
+          e = {at, "expected a user turn here, " + found(r) + " (after an optional system turn, turns alternate user, "
+                   "assistant, starting with user; tool results follow the assistant turn that calls the tools)"};
+          return false;
+        }
+        want = Want::Assistant;
+        break;
+      case Want::Assistant:
+        if (r != "assistant") {
+          e = {at, "expected an assistant turn here, " + found(r) + " (turns alternate user, assistant)"};
+          return false;
+        }
+        if (!m[i].tool_calls.empty()) {
+          want = Want::ToolResult;
+          caller = i;
+        } else if (is_blank(m[i].content)) {
+          e = {list + idx(i) + content, "the assistant's answer is empty"};
+          return false;
+        } else {
+          want = Want::User;
+        }
+        break;
+      case Want::ToolResult:
+        if (r != "tool") {
+          e = {at, "expected the result of the tool calls of " + list + idx(caller) + " (a tool turn) here, " + found(r)};
+          return false;
+        }
+        want = Want::ToolResultOrAssistant;
+        break;
+      case Want::ToolResultOrAssistant: break;
     }
   }
   if (m.back().role != "assistant") {
-    e = {list + idx(m.size() - 1) + role, "the conversation ends with a user turn; it must end with the assistant's answer"};
+    e = {list + idx(m.size() - 1) + role, m.back().role == "tool"
+                                              ? "the conversation ends with a tool result; it must end with the assistant's answer"
+                                              : "the conversation ends with a user turn; it must end with the assistant's answer"};
     return false;
   }
+  return true;
+}
+
+// One tool call in the form chat templates read, {"type": "function", "function": {"name",
+// "arguments"}, "id"?}; the flat {"name", "arguments"} form (ms-swift's tool_call content) is
+// wrapped into it.
+bool tool_call(const json& c, const std::string& at, json& out, RecordError& e) {
+  if (!c.is_object()) {
+    e = {at, std::string("expected a tool call object {\"function\": {\"name\", \"arguments\"}}, found ") + c.type_name()};
+    return false;
+  }
+  const json* fn = &c;
+  std::string where = at;
+  if (c.contains("function")) {
+    fn = &c["function"];
+    where = at + ".function";
+    if (!fn->is_object()) {
+      e = {where, std::string("expected an object {name, arguments}, found ") + fn->type_name()};
+      return false;
+    }
+  }
+  if (!fn->contains("name") || !(*fn)["name"].is_string()) {
+    e = {where + ".name", "expected the called function's name (a string)"};
+    return false;
+  }
+  if (fn->contains("arguments") && !(*fn)["arguments"].is_object() && !(*fn)["arguments"].is_string()) {
+    e = {where + ".arguments", std::string("expected an object or a JSON string, found ") + (*fn)["arguments"].type_name()};
+    return false;
+  }
+  if (fn == &c) {
+    json wrapped = json::object();
+    wrapped["type"] = "function";
+    wrapped["function"] = c;
+    out.push_back(std::move(wrapped));
+  } else {
+    out.push_back(c);
+  }
+  return true;
+}
+
+// The record's tool schemas: a JSON array, or a string holding one (ms-swift's "tools").
+bool tools_member(const json& o, std::string& tools, RecordError& e) {
+  const auto it = o.find("tools");
+  if (it == o.end() || it->is_null()) return true;
+  json list = *it;
+  if (it->is_string()) {
+    list = json::parse(it->get_ref<const std::string&>(), nullptr, false);
+    if (list.is_discarded()) {
+      e = {"tools", "is a string but not valid JSON; expected a JSON array of tool schemas"};
+      return false;
+    }
+  }
+  if (!list.is_array()) {
+    e = {"tools", std::string("expected an array of tool (function) schemas, found ") + list.type_name()};
+    return false;
+  }
+  for (std::size_t i = 0; i < list.size(); ++i)
+    if (!list[i].is_object()) {
+      e = {"tools" + idx(i), std::string("expected a tool schema object, found ") + list[i].type_name()};
+      return false;
+    }
+  if (!list.empty()) tools = list.dump();
+  return true;
+}
+
+// ms-swift's agent turns: a tool_call message's content is the JSON of one call; consecutive
+// calls join the assistant turn just before them (or a new one), as apply_chat_template takes them.
+bool add_tool_call(std::vector<ChatMessage>& m, const std::string& content, const std::string& at, RecordError& e) {
+  const json call = json::parse(content, nullptr, false);
+  if (call.is_discarded()) {
+    e = {at, "a tool_call's content must be the JSON of the call, {\"name\", \"arguments\"}; it is not valid JSON"};
+    return false;
+  }
+  json calls = json::array();
+  if (!tool_call(call, at, calls, e)) return false;
+  if (m.empty() || m.back().role != "assistant") m.emplace_back("assistant", "");
+  json all = m.back().tool_calls.empty() ? json::array() : json::parse(m.back().tool_calls);
+  all.push_back(std::move(calls[0]));
+  m.back().tool_calls = all.dump();
   return true;
 }
 
@@ -230,8 +339,13 @@ bool to_sharegpt(const json& o, std::vector<ChatMessage>& m, RecordError& e) {
     if (*from == "human" || *from == "user") role = "user";
     else if (*from == "gpt" || *from == "assistant") role = "assistant";
     else if (*from == "system") role = "system";
-    else {
-      e = {at + ".from", "found " + text::quoted(*from) + "; expected human, user, gpt, assistant or system"};
+    else if (*from == "observation" || *from == "tool") role = "tool";
+    else if (*from == "function_call") {
+      if (!add_tool_call(m, *value, at + ".value", e)) return false;
+      continue;
+    } else {
+      e = {at + ".from", "found " + text::quoted(*from) +
+                             "; expected human, user, gpt, assistant, system, function_call or observation"};
       return false;
     }
     m.push_back({std::move(role), std::move(*value), {}});
@@ -247,7 +361,7 @@ bool to_sharegpt(const json& o, std::vector<ChatMessage>& m, RecordError& e) {
   return true;
 }
 
-bool to_messages(const json& o, std::vector<ChatMessage>& m, RecordError& e) {
+bool to_messages(const json& o, std::vector<ChatMessage>& m, RecordError& e, bool check_order = true) {
   const json& list = o["messages"];
   if (!list.is_array()) {
     e = {"messages", std::string("expected an array of {role, content} messages, found ") + list.type_name()};
@@ -259,24 +373,53 @@ bool to_messages(const json& o, std::vector<ChatMessage>& m, RecordError& e) {
       e = {at, std::string("expected an object {role, content}, found ") + list[i].type_name()};
       return false;
     }
-    std::optional<std::string> role, content, reasoning;
-    if (!string_member(list[i], "role", at + ".role", true, role, e)) return false;
-    if (*role != "system" && *role != "user" && *role != "assistant") {
-      e = {at + ".role", "found " + text::quoted(*role) + "; expected system, user or assistant (tool turns are not supported)"};
+    const json& msg = list[i];
+    std::optional<std::string> role, content, reasoning, name, call_id;
+    if (!string_member(msg, "role", at + ".role", true, role, e)) return false;
+    if (*role == "tool_response") *role = "tool";  // ms-swift's agent format
+    if (*role != "system" && *role != "user" && *role != "assistant" && *role != "tool" && *role != "tool_call") {
+      e = {at + ".role", "found " + text::quoted(*role) +
+                             "; expected system, user, assistant or tool (ms-swift's tool_call and tool_response too)"};
       return false;
     }
-    if (!string_member(list[i], "content", at + ".content", true, content, e)) return false;
-    if (!string_member(list[i], "reasoning_content", at + ".reasoning_content", false, reasoning, e)) return false;
-    m.push_back({std::move(*role), std::move(*content), std::move(reasoning)});
+    const bool calls = *role == "assistant" && msg.contains("tool_calls") && !msg["tool_calls"].is_null();
+    // An assistant turn that only calls tools may have null content.
+    if (!string_member(msg, "content", at + ".content", !calls, content, e)) return false;
+    if (*role == "tool_call") {
+      if (!add_tool_call(m, *content, at + ".content", e)) return false;
+      continue;
+    }
+    if (!string_member(msg, "reasoning_content", at + ".reasoning_content", false, reasoning, e)) return false;
+    ChatMessage cm(std::move(*role), content.value_or(""), std::move(reasoning));
+    if (!content) cm.content_form = msg.contains("content") ? ChatMessage::Form::Null : ChatMessage::Form::Absent;
+    if (calls) {
+      const json& c = msg["tool_calls"];
+      if (!c.is_array()) {
+        e = {at + ".tool_calls", std::string("expected an array of tool calls, found ") + c.type_name()};
+        return false;
+      }
+      json normalized = json::array();
+      for (std::size_t k = 0; k < c.size(); ++k)
+        if (!tool_call(c[k], at + ".tool_calls" + idx(k), normalized, e)) return false;
+      if (!normalized.empty()) cm.tool_calls = normalized.dump();
+    }
+    if (cm.role == "tool") {
+      if (!string_member(msg, "name", at + ".name", false, name, e)) return false;
+      if (!string_member(msg, "tool_call_id", at + ".tool_call_id", false, call_id, e)) return false;
+      cm.name = name.value_or("");
+      cm.tool_call_id = call_id.value_or("");
+    }
+    m.push_back(std::move(cm));
   }
-  return check_turns(m, "messages", ".role", ".content", e);
+  return !check_order || check_turns(m, "messages", ".role", ".content", e);
 }
 
-bool convert(DatasetFormat f, const json& o, std::vector<ChatMessage>& m, RecordError& e) {
+bool convert(DatasetFormat f, const json& o, Sample& s, RecordError& e) {
+  if (f != DatasetFormat::Alpaca && !tools_member(o, s.tools, e)) return false;
   switch (f) {
-    case DatasetFormat::Alpaca: return to_alpaca(o, m, e);
-    case DatasetFormat::ShareGpt: return to_sharegpt(o, m, e);
-    case DatasetFormat::Messages: return to_messages(o, m, e);
+    case DatasetFormat::Alpaca: return to_alpaca(o, s.messages, e);
+    case DatasetFormat::ShareGpt: return to_sharegpt(o, s.messages, e);
+    case DatasetFormat::Messages: return to_messages(o, s.messages, e);
   }
   return false;
 }
@@ -323,7 +466,7 @@ class FileReader {
     }
     Sample s;
     RecordError e;
-    if (!convert(*shape, j, s.messages, e)) {
+    if (!convert(*shape, j, s, e)) {
       bad(w, e.key, e.message);
       return;
     }
@@ -501,9 +644,12 @@ bool same_sample(const Sample& a, const Sample& b) {
   if (a.origin != b.origin || a.messages.size() != b.messages.size()) return false;
   for (std::size_t i = 0; i < a.messages.size(); ++i) {
     const ChatMessage &x = a.messages[i], &y = b.messages[i];
-    if (x.role != y.role || x.content != y.content || x.reasoning_content != y.reasoning_content) return false;
+    if (x.role != y.role || x.content != y.content || x.reasoning_content != y.reasoning_content ||
+        x.tool_calls != y.tool_calls || x.name != y.name || x.tool_call_id != y.tool_call_id ||
+        x.content_form != y.content_form)
+      return false;
   }
-  return true;
+  return a.tools == b.tools;
 }
 
 std::string summary(const FileReport& r) {
@@ -778,6 +924,37 @@ Result<std::vector<bool>> validation_mask(std::size_t n, double ratio, std::uint
   k = std::clamp<std::size_t>(k, 1, n - 1);
   const auto p = seeded_permutation(n, seed);
   for (std::size_t i = 0; i < k; ++i) r.value[p[i]] = true;
+  return r;
+}
+
+Result<Sample> parse_conversation(std::string_view json_text, const std::string& file) {
+  Result<Sample> r;
+  json j;
+  try {
+    j = json::parse(json_text);
+  } catch (const json::parse_error& e) {
+    std::int64_t line = 0, col = 0;
+    const std::string msg = clean_parse_error(e.what(), &line, &col);
+    r.diagnostics.push_back(diag(Severity::Error, file, "not valid JSON: " + msg, "", line, col));
+    return r;
+  }
+  if (j.is_array()) j = json{{"messages", std::move(j)}};
+  if (!j.is_object() || !j.contains("messages")) {
+    r.diagnostics.push_back(diag(Severity::Error, file,
+                                 std::string("expected a JSON array of {role, content} messages or an object with "
+                                             "\"messages\" (and \"tools\"), found ") +
+                                     (j.is_object() ? "an object without \"messages\"" : j.type_name())));
+    return r;
+  }
+  RecordError e;
+  if (!tools_member(j, r.value.tools, e) || !to_messages(j, r.value.messages, e, false)) {
+    r.diagnostics.push_back(diag(Severity::Error, file, e.message, e.key));
+    r.value = {};
+    return r;
+  }
+  if (r.value.messages.empty())
+    r.diagnostics.push_back(diag(Severity::Error, file, "is empty; expected at least one message", "messages"));
+  r.value.origin = file;
   return r;
 }
 

@@ -25,12 +25,14 @@ enum class DatasetFormat { Alpaca, ShareGpt, Messages };
 std::string_view format_name(DatasetFormat f);  // alpaca, sharegpt, messages
 
 // One conversation: [system], user, assistant, user, assistant, ... (always ends with an
-// assistant turn whose content is not blank).
+// assistant turn); an assistant turn that calls tools is followed by the tools' results (role
+// tool), then the assistant again. An answer without tool calls is not blank.
 struct Sample {
   std::vector<ChatMessage> messages;
   std::string origin;  // "path:line" (JSON Lines) or "path:[index]" (JSON array, 0-based)
+  std::string tools = {};  // the JSON array of tool schemas offered ("" = none)
 };
-bool same_sample(const Sample& a, const Sample& b);  // messages (role, content, reasoning) and origin
+bool same_sample(const Sample& a, const Sample& b);  // every message field, tools and origin
 
 // What one dataset argument gave.
 struct FileReport {
@@ -69,6 +71,12 @@ Result<FileData> read_dataset_file(const std::string& path, const LoadOptions& o
 // checks path#N against it): non-blank lines of a .jsonl, elements of a .json array. Errors
 // name the file: missing, not a regular file (a FIFO, a device), unreadable, broken array.
 Result<std::int64_t> count_dataset_records(const std::string& path);
+
+// One conversation on its own (odyssey-train template): a JSON array of messages, or an object
+// {"messages": [...], "tools": [...]}, in the message forms of the messages format (tool calls and
+// results included). Unlike a dataset record it may end with any turn (a prompt to generate
+// from). Errors name `file`, the key, and for broken JSON the line and column.
+Result<Sample> parse_conversation(std::string_view json_text, const std::string& file);
 
 struct LoadedDatasets {
   std::vector<Sample> samples;     // concatenated in the order of the arguments

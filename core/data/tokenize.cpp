@@ -125,7 +125,9 @@ Result<TokenizedSample> tokenize_sample(const Sample& sample, const Tokenizer& t
     with_system.insert(with_system.end(), sample.messages.begin(), sample.messages.end());
     messages = &with_system;
   }
-  auto enc = chat_template.encode(tokenizer, *messages, options.chat);
+  ChatOptions chat = options.chat;
+  chat.tools = sample.tools;
+  auto enc = chat_template.encode(tokenizer, *messages, chat);
   if (!enc.ok()) {
     for (auto& d : enc.diagnostics) {
       if (d.severity != Severity::Error) continue;
@@ -269,10 +271,21 @@ Result<TokenizedDataset> tokenize_samples(const std::vector<Sample>& samples, co
 }
 
 Result<ChatTemplate> template_for(const std::string& template_name, const Tokenizer& tokenizer,
-                                  std::string_view model_family) {
+                                  std::string_view model_family, const std::string& template_file) {
   Result<ChatTemplate> r;
   const std::string bos = tokenizer.valid() ? tokenizer.bos_token() : std::string();
-  if (template_name == "auto") {
+  if (!template_file.empty()) {
+    if (template_name != "auto") {
+      r.diagnostics.push_back(diag(Severity::Error, "",
+                                   "found " + text::quoted(template_name) +
+                                       " with template_file set; a template file replaces the model's template, so "
+                                       "template must be auto",
+                                   "template"));
+      return r;
+    }
+    r = chat_template_from_file(template_file, tokenizer);
+    if (!r.ok()) return r;
+  } else if (template_name == "auto") {
     r = chat_template_for_model(tokenizer, model_family);
     if (!r.ok()) return r;
   } else {

@@ -86,7 +86,9 @@ Result<TokenizedSample> tokenize_sample(const Sample& sample, const Tokenizer& t
 // family's), qwen2_5, qwen3, llama3, llama3_1, and chatml (ChatML with no default system
 // prompt: Qwen3's variant, which writes an empty <think></think> block before the last
 // answer; a warning says so). The tokenizer must have the template's special tokens.
+// A non-empty template_file (config key, an absolute path) is a Jinja template used in place
+// of the model's own, through the engine; template_name must then be auto.
 Result<ChatTemplate> template_for(const std::string& template_name, const Tokenizer& tokenizer,
-                                  std::string_view model_family);
+                                  std::string_view model_family, const std::string& template_file = {});
 
 }  // namespace odyssey::data

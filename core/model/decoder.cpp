@@ -387,13 +387,28 @@ void CausalLMImpl::set_mlp_offload_layers(const std::vector<bool>& layers, std::
   TORCH_CHECK(layers.empty() || layers.size() == model->layer_list.size(), "set_mlp_offload_layers: ",
               model->layer_list.size(), " layers or none, got ", layers.size());
   TORCH_CHECK(lead >= 1, "set_mlp_offload_layers: the prefetch lead must be at least 1 layer, got ", lead);
+  const bool any = std::find(layers.begin(), layers.end(), true) != layers.end();
+  TORCH_CHECK(!any || mlp_tier_gap().empty(), "set_mlp_offload_layers: the MLP offload tier does not apply: ",
+              mlp_tier_gap());
   mlp_offload_layers_ = layers;
   mlp_offload_lead_ = lead;
+}
+
+std::string CausalLMImpl::mlp_tier_gap() const {
+  if (!options_.fused_kernels) return "the fused kernels are off (fused_kernels: false)";
+  const DecoderLayer& layer = model->layer_list.front();
+  if (!layer->fusable) return "this family's block is not a fused one (sandwich or (1 + w) norms, or a residual multiplier)";
+  if (layer->mlp->gate_up_proj) return "this family's MLP has one gate_up_proj (Phi-3), not separate gate and up";
+  if (layer->mlp->gelu) return "this family's MLP is GeGLU (tanh GELU), not SwiGLU";
+  return {};
 }
 
 void CausalLMImpl::set_mlp_recompute_layers(const std::vector<bool>& layers) {
   TORCH_CHECK(layers.empty() || layers.size() == model->layer_list.size(), "set_mlp_recompute_layers: ",
               layers.size(), " flags for ", model->layer_list.size(), " layers");
+  const bool any = std::find(layers.begin(), layers.end(), true) != layers.end();
+  TORCH_CHECK(!any || mlp_tier_gap().empty(), "set_mlp_recompute_layers: MLP recomputation does not apply: ",
+              mlp_tier_gap());
   for (std::size_t i = 0; i < model->layer_list.size(); ++i)
     model->layer_list[i]->mlp->recompute = i < layers.size() && layers[i];
 }

@@ -276,6 +276,11 @@ class CausalLMImpl : public torch::nn::Module {
   // it. CPU tensors stay where they are (the same code path runs). Size num_hidden_layers, or
   // empty: none.
   void set_mlp_offload_layers(const std::vector<bool>& layers, std::int64_t lead);
+  // Why this model's MLP can take neither the MLP offload tier nor MLP recomputation ("" when
+  // it can): both are the fused SwiGLU MLP (separate gate and up) inside a fused block, so
+  // Gemma's GeGLU and sandwich norms, Phi-3's gate_up_proj and the reference ops have neither.
+  // The two setters refuse a layer flagged on such a model.
+  std::string mlp_tier_gap() const;
   // Checkpointed layers that keep their attention output for backward (AttentionStash):
   // their recomputation skips the attention forward. Padding-free rows without sequence
   // parallelism; other layers and rows recompute attention with the layer.

@@ -85,12 +85,14 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   const i64 b = c.torch_dtype == "float32" || (c.torch_dtype == "auto" && !t.cuda) ? 4 : 2;
   t.act_b = b;
   t.lora = uses_lora(c);
-  // The fused ops run on CUDA and, as ATen ops, elsewhere; a family whose block they do not
-  // cover (config/model_config.h, fused_kernel_gaps: (1 + w) or sandwich norms, GeGLU, fused
-  // projections, a residual multiplier) runs the reference layer and is planned as such.
-  const bool block_fusable = !m.norm_plus_one && !m.sandwich_norms && m.hidden_act == "silu" && !m.fused_qkv &&
-                             m.residual_multiplier == 1.0;
+  // The fused ops run on CUDA and, as ATen ops, elsewhere. A family whose block they do not
+  // cover ((1 + w) or sandwich norms, a residual multiplier: model::DecoderLayer::fusable) runs
+  // the reference layer and is planned as such. Within a fused block, the MLP's SwiGLU kernels
+  // need silu and separate gate and up: Phi-3's gate_up_proj and GeGLU take the reference
+  // formula there (model::CausalLM::mlp_tier_gap), with the fused norms and projections around it.
+  const bool block_fusable = !m.norm_plus_one && !m.sandwich_norms && m.residual_multiplier == 1.0;
   t.fused = c.fused_kernels && !t.hf && block_fusable;
+  t.mlp_fused = t.fused && m.hidden_act == "silu" && !m.fused_qkv;
   t.layout = parallel_layout(c, s.Hkv);
   const ParallelLayout& p = t.layout;
   const i64 u = std::max<i64>(1, p.ulysses), sp = std::max<i64>(1, p.sp);
@@ -252,7 +254,7 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   if (mlp_input_kept) mlp_tok += b * s.h;
   // The fused engine's down projection keeps gate and up, not the activation (recomputed in
   // the SwiGLU backward, kernels::swiglu_down); the reference ops keep it as its input.
-  const bool act_kept = needs_shared(Down) && !t.fused;
+  const bool act_kept = needs_shared(Down) && !t.mlp_fused;
   if (act_kept) mlp_tok += b * s.i;
   i64 dropout_tok = 0, mlp_dropout_tok = 0;
   if (t.lora)
@@ -270,7 +272,7 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   per_token += dropout_tok;
   mlp_tok += mlp_dropout_tok;
   per_token += b * (s.q + 2 * kv_eff) + b * s.q + 4 * s.H;  // q, k, v, output, fp32 LSE
-  mlp_tok += (t.fused ? 2 : 3) * b * s.i;                  // gate, up (unfused: silu(gate) too)
+  mlp_tok += (t.mlp_fused ? 2 : 3) * b * s.i;              // gate, up (reference: act(gate) too)
   per_token += mlp_tok;
   t.per_token_layer = per_token;
   t.mlp_per_token = mlp_tok;
@@ -296,7 +298,7 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   t.attn_kept = T * (b * s.q + 4 * s.H);
   // kernels::rms_norm_mlp keeps neither gate nor up (the fused path without LoRA dropout,
   // which needs the dropped copy): backward recomputes both from the norm's input.
-  if (t.fused && dropout == 0.0) {
+  if (t.mlp_fused && dropout == 0.0) {
     t.mlp_recompute_saved = 2 * b * s.i * T;
     t.recompute_mlp_flops = 2.0 * static_cast<double>(T) * static_cast<double>(2 * s.h * s.i);
   }
@@ -344,7 +346,7 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   // Fused: the activation's gradient, then d gate and d up, the activation recomputed into the
   // first buffer.
   t.bwd_mlp_h = (norm_recomputed ? 4 : 3) * b * s.h;  // + the recomputed norm output
-  t.bwd_mlp_i = (t.fused ? 3 : 4) * b * s.i - (act_kept ? b * s.i : 0);
+  t.bwd_mlp_i = (t.mlp_fused ? 3 : 4) * b * s.i - (act_kept ? b * s.i : 0);
   t.bwd_mlp = T * (t.bwd_mlp_h + t.bwd_mlp_i);
   t.bwd_attn = T * (b * ((norm_recomputed ? 4 : 3) * s.h + 2 * s.q + 2 * kv_eff) + 4 * s.q + 4 * s.H) + eager_sq;
   // A kept layer's attention backward calls cuDNN's kernel directly, which takes K and V with

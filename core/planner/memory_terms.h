@@ -18,6 +18,7 @@ struct Terms {
   bool hf = false;        // PlannerReference::HfPeft
   bool lora = true;
   bool fused = true;      // fused kernels in effect (CUDA, Odyssey, fused_kernels: true)
+  bool mlp_fused = true;  // the MLP's SwiGLU kernels too (not Phi-3's gate_up_proj, not GeGLU)
   std::int64_t layers = 0;
   std::int64_t capacity = 0;
   std::int64_t act_b = 2;     // bytes of an activation / weight element

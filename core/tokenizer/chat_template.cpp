@@ -4,6 +4,10 @@
 // template goes through the native Jinja engine (jinja.h): render_jinja.
 #include "tokenizer/chat_template.h"
 
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "common/sha256.h"
@@ -190,10 +194,14 @@ std::string_view ChatTemplate::name() const {
 
 std::string ChatTemplate::identity() const {
   if (kind_ == ChatTemplateKind::Jinja) return "jinja:" + jinja_digest_;
+  // A fast path keeps the model's template for tool conversations: its text is part of the rendering.
+  if (jinja_) return std::string(name()) + "+jinja:" + jinja_digest_;
   return std::string(name());
 }
 
-bool ChatTemplate::has_generation_blocks() const { return jinja_ && jinja_->has_generation_blocks(); }
+bool ChatTemplate::has_generation_blocks() const {
+  return kind_ == ChatTemplateKind::Jinja && jinja_ && jinja_->has_generation_blocks();
+}
 
 Result<ChatTemplate> ChatTemplate::from_jinja(std::string_view source, std::string name,
                                               std::vector<std::pair<std::string, std::string>> special_tokens) {
@@ -234,16 +242,48 @@ Result<RenderedChat> ChatTemplate::render_jinja(const std::vector<ChatMessage>& 
   Result<RenderedChat> r;
   jinja::RenderOptions ro;
   ro.now = options.now;
+  // apply_chat_template's choice among named templates: "tool_use" when tools are given.
+  const jinja::Template& tmpl = !options.tools.empty() && tool_use_ ? *tool_use_ : *jinja_;
+  // The messages as apply_chat_template receives them; tool calls and tools are parsed once.
+  auto parse_json_array = [&](const std::string& text, const std::string& key) -> std::optional<nlohmann::ordered_json> {
+    auto j = nlohmann::ordered_json::parse(text, nullptr, false);
+    if (j.is_discarded() || !j.is_array()) {
+      r.diagnostics.push_back(chat_error(key, j.is_discarded() ? "is not valid JSON; expected a JSON array"
+                                                               : std::string("expected a JSON array, found ") +
+                                                                     j.type_name()));
+      return std::nullopt;
+    }
+    return j;
+  };
+  std::vector<nlohmann::ordered_json> msgs;
+  msgs.reserve(messages.size());
+  for (std::size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& msg = messages[i];
+    nlohmann::ordered_json m = {{"role", msg.role}};
+    if (msg.content_form == ChatMessage::Form::Text || !msg.content.empty()) m["content"] = msg.content;
+    else if (msg.content_form == ChatMessage::Form::Null) m["content"] = nullptr;
+    if (msg.reasoning_content) m["reasoning_content"] = *msg.reasoning_content;
+    if (!msg.tool_calls.empty()) {
+      auto calls = parse_json_array(msg.tool_calls, "messages[" + std::to_string(i) + "].tool_calls");
+      if (!calls) return r;
+      m["tool_calls"] = std::move(*calls);
+    }
+    if (!msg.name.empty()) m["name"] = msg.name;
+    if (!msg.tool_call_id.empty()) m["tool_call_id"] = msg.tool_call_id;
+    msgs.push_back(std::move(m));
+  }
+  nlohmann::ordered_json tools = nullptr;
+  if (!options.tools.empty()) {
+    auto t = parse_json_array(options.tools, "tools");
+    if (!t) return r;
+    tools = std::move(*t);
+  }
   auto context = [&](std::size_t n, bool generation_prompt) {
     nlohmann::ordered_json ctx = nlohmann::ordered_json::object();
-    nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
-    for (std::size_t i = 0; i < n; ++i) {
-      nlohmann::ordered_json m = {{"role", messages[i].role}, {"content", messages[i].content}};
-      if (messages[i].reasoning_content) m["reasoning_content"] = *messages[i].reasoning_content;
-      msgs.push_back(std::move(m));
-    }
-    ctx["messages"] = std::move(msgs);
-    ctx["tools"] = nullptr;
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    for (std::size_t i = 0; i < n; ++i) list.push_back(msgs[i]);
+    ctx["messages"] = std::move(list);
+    ctx["tools"] = tools;
     ctx["documents"] = nullptr;
     ctx["add_generation_prompt"] = generation_prompt;
     for (const auto& [k, v] : special_tokens_) ctx[k] = v;
@@ -251,20 +291,20 @@ Result<RenderedChat> ChatTemplate::render_jinja(const std::vector<ChatMessage>& 
     return ctx;
   };
   try {
-    jinja::RenderResult full = jinja_->render(context(messages.size(), options.add_generation_prompt), ro);
+    jinja::RenderResult full = tmpl.render(context(messages.size(), options.add_generation_prompt), ro);
     r.value.text = std::move(full.text);
-    if (jinja_->has_generation_blocks()) {
+    if (tmpl.has_generation_blocks()) {
       r.value.assistant_ranges = std::move(full.generation_ranges);
       return r;
     }
     for (std::size_t i = 0; i < messages.size(); ++i) {
       if (messages[i].role != "assistant") continue;
-      const std::string before = jinja_->render(context(i, true), ro).text;
-      const std::string upto = jinja_->render(context(i + 1, false), ro).text;
+      const std::string before = tmpl.render(context(i, true), ro).text;
+      const std::string upto = tmpl.render(context(i + 1, false), ro).text;
       const std::string where = "messages[" + std::to_string(i) + "]";
       if (upto.compare(0, before.size(), before) != 0 || r.value.text.compare(0, upto.size(), upto) != 0) {
         r.diagnostics.push_back(chat_error(
-            where, "the template " + jinja_->name() +
+            where, "the template " + tmpl.name() +
                        " renders this assistant message differently once the conversation continues (or its "
                        "generation prompt is not where the message starts), so the trained tokens cannot be found "
                        "by rendering prefixes; a template with {% generation %} blocks marks them explicitly"));
@@ -286,9 +326,22 @@ Result<RenderedChat> ChatTemplate::render(const std::vector<ChatMessage>& messag
     r.diagnostics.push_back(chat_error("messages", "a conversation needs at least one message"));
     return r;
   }
+  const bool uses_tools =
+      !options.tools.empty() || std::any_of(messages.begin(), messages.end(), [](const ChatMessage& m) { return m.uses_tools(); });
+  // A built-in variant renders system, user and assistant text; conversations with tools go
+  // through the model's own template, which the fast path keeps for them.
+  if (uses_tools && kind_ != ChatTemplateKind::Jinja && !jinja_) {
+    r.diagnostics.push_back(chat_error(
+        options.tools.empty() ? "messages" : "tools",
+        "the conversation uses tools (tool calls, tool results or a tools list), which Odyssey's built-in " +
+            std::string(name()) + " template does not render; use template: auto with a model whose own chat "
+            "template renders tools, or template_file: with such a template"));
+    return r;
+  }
+  const bool engine = kind_ == ChatTemplateKind::Jinja || uses_tools;
   for (std::size_t i = 0; i < messages.size(); ++i) {
     const std::string& role = messages[i].role;
-    if (kind_ != ChatTemplateKind::Jinja && role != "system" && role != "user" && role != "assistant")
+    if (!engine && role != "system" && role != "user" && role != "assistant")
       r.diagnostics.push_back(chat_error("messages[" + std::to_string(i) + "].role",
                                          "role " + text::quoted(role) + " is not supported; Odyssey's " +
                                              std::string(name()) + " template renders system, user and assistant"));
@@ -298,7 +351,7 @@ Result<RenderedChat> ChatTemplate::render(const std::vector<ChatMessage>& messag
                                              std::to_string(utf8::find_invalid(messages[i].content))));
   }
   if (has_errors(r.diagnostics)) return r;
-  if (kind_ == ChatTemplateKind::Jinja) return render_jinja(messages, options);
+  if (engine) return render_jinja(messages, options);
   Out out;
   const std::string_view bos = bos_.empty() ? kLlamaBos : std::string_view(bos_);
   switch (kind_) {
@@ -411,6 +464,15 @@ std::optional<ChatTemplateKind> recognize_chat_template(std::string_view j) {
   return std::nullopt;
 }
 
+namespace {
+std::vector<std::pair<std::string, std::string>> chat_special_tokens(const Tokenizer& tokenizer) {
+  std::vector<std::pair<std::string, std::string>> special;
+  if (!tokenizer.bos_token().empty()) special.emplace_back("bos_token", tokenizer.bos_token());
+  if (!tokenizer.eos_token().empty()) special.emplace_back("eos_token", tokenizer.eos_token());
+  return special;
+}
+}  // namespace
+
 Result<ChatTemplate> chat_template_for_model(const Tokenizer& tokenizer, std::string_view family) {
   Result<ChatTemplate> r;
   const std::string& jinja = tokenizer.chat_template_source();
@@ -427,19 +489,50 @@ Result<ChatTemplate> chat_template_for_model(const Tokenizer& tokenizer, std::st
     r.value = ChatTemplate(r.value.kind(), tokenizer.bos_token());
     return r;
   }
+  // The template itself, through the Jinja engine. Errors inside it are located in the template
+  // text (line and column), named after the file it came from.
+  std::string name = tokenizer.chat_template_file();
+  if (name.size() < 6 || name.compare(name.size() - 6, 6, ".jinja") != 0) name += "[chat_template]";
+  Result<ChatTemplate> engine = ChatTemplate::from_jinja(jinja, name, chat_special_tokens(tokenizer));
   const auto kind = recognize_chat_template(jinja);
-  if (!kind) {
-    // Not a built-in variant: the template itself, through the Jinja engine. Errors inside it
-    // are located in the template text (line and column), named after the file it came from.
-    std::string name = tokenizer.chat_template_file();
-    if (name.size() < 6 || name.compare(name.size() - 6, 6, ".jinja") != 0) name += "[chat_template]";
-    std::vector<std::pair<std::string, std::string>> special;
-    if (!tokenizer.bos_token().empty()) special.emplace_back("bos_token", tokenizer.bos_token());
-    if (!tokenizer.eos_token().empty()) special.emplace_back("eos_token", tokenizer.eos_token());
-    return ChatTemplate::from_jinja(jinja, std::move(name), std::move(special));
+  if (engine.ok() && !tokenizer.tool_use_chat_template().empty()) {
+    try {
+      engine.value.tool_use_ = std::make_shared<const jinja::Template>(tokenizer.tool_use_chat_template(),
+                                                                       tokenizer.chat_template_file() + "[tool_use]");
+      Sha256 h;
+      h.update(engine.value.jinja_digest_);
+      h.update(tokenizer.tool_use_chat_template());
+      engine.value.jinja_digest_ = Sha256::hex(h.digest());
+    } catch (const jinja::Error& e) {
+      Diagnostic d = e.diagnostic();
+      d.key = "chat_template";
+      engine.diagnostics.push_back(std::move(d));
+    }
   }
-  r.value = ChatTemplate(*kind, tokenizer.bos_token());
+  if (!kind) return engine;
+  // A built-in variant renders it byte-identically and faster; conversations with tools still
+  // go through the engine, which the fast path keeps when the template parses.
+  r.value = engine.ok() ? std::move(engine.value) : ChatTemplate(*kind, tokenizer.bos_token());
+  r.value.kind_ = *kind;
   return r;
+}
+
+Result<ChatTemplate> chat_template_from_file(const std::string& path, const Tokenizer& tokenizer) {
+  Result<ChatTemplate> r;
+  std::ifstream in(path, std::ios::binary);
+  std::error_code ec;
+  if (!in || std::filesystem::is_directory(path, ec)) {
+    r.diagnostics.push_back(chat_error("template_file", path + ": cannot be read; expected a Jinja chat template file"));
+    return r;
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (utf8::find_invalid(text.str()) != utf8::npos) {
+    r.diagnostics.push_back(chat_error("template_file", path + ": invalid UTF-8 at byte offset " +
+                                                            std::to_string(utf8::find_invalid(text.str()))));
+    return r;
+  }
+  return ChatTemplate::from_jinja(text.str(), path, chat_special_tokens(tokenizer));
 }
 
 }  // namespace odyssey

@@ -23,9 +23,23 @@ class Template;
 }
 
 struct ChatMessage {
-  std::string role;     // system, user or assistant
+  ChatMessage() = default;
+  ChatMessage(std::string r, std::string c, std::optional<std::string> reasoning = std::nullopt)
+      : role(std::move(r)), content(std::move(c)), reasoning_content(std::move(reasoning)) {}
+
+  std::string role;     // system, user, assistant, or tool (a tool's result)
   std::string content;
   std::optional<std::string> reasoning_content;  // Qwen3: rendered in <think> (else split off content)
+  // Function calling, in the form transformers' apply_chat_template takes (docs/datasets.md):
+  std::string tool_calls;    // assistant: the JSON array of its calls, [{"type": "function",
+                             // "function": {"name", "arguments"}}, ...]; "" = none
+  std::string name;          // tool: the function whose result this is ("" = not given)
+  std::string tool_call_id;  // tool: the id of the call it answers ("" = not given)
+  // How `content` reaches the template when it is empty: as "", as null (None), or absent (an
+  // assistant turn that only calls tools may have either).
+  enum class Form : std::uint8_t { Text, Null, Absent } content_form = Form::Text;
+
+  bool uses_tools() const { return role == "tool" || !tool_calls.empty(); }
 };
 
 enum class ChatTemplateKind {
@@ -42,6 +56,7 @@ struct ChatOptions {
   std::optional<bool> enable_thinking;    // Qwen3: false adds the empty think block to the prompt
   std::string date_string = "26 Jul 2024";  // Llama-3.1: the template's default (built-in variant only)
   std::string now;  // Jinja: what strftime_now() sees, "YYYY-MM-DDTHH:MM:SS"; "" = the local time
+  std::string tools;  // the JSON array of tool (function) schemas offered; "" = none (tools=None)
 };
 
 // Rendered text and the byte ranges of each assistant turn's trained part.
@@ -71,6 +86,10 @@ class ChatTemplate {
 
   ChatTemplateKind kind() const { return kind_; }
   std::string_view name() const;  // qwen2_5, qwen3, llama3, llama3_1, chatml, jinja
+  // Whether conversations with tools, tool calls and tool results can be rendered: the model's
+  // own template through the engine (a built-in fast path keeps it for them), not a built-in
+  // variant chosen by `template:` alone.
+  bool renders_tools() const { return jinja_ != nullptr; }
   // Jinja: whether assistant ranges come from {% generation %} blocks (else: prefix rendering).
   bool has_generation_blocks() const;
   // What identifies the rendering for caches: the variant's name, or for Jinja "jinja:" and the
@@ -87,9 +106,11 @@ class ChatTemplate {
   ChatTemplateKind kind_;
   std::string bos_;  // Llama's bos_token ("<|begin_of_text|>" when empty)
   std::shared_ptr<const jinja::Template> jinja_;
+  std::shared_ptr<const jinja::Template> tool_use_;  // a named list's "tool_use" template
   std::vector<std::pair<std::string, std::string>> special_tokens_;
   std::string jinja_digest_;
 
+  friend Result<ChatTemplate> chat_template_for_model(const Tokenizer& tokenizer, std::string_view family);
   Result<RenderedChat> render_jinja(const std::vector<ChatMessage>& messages, const ChatOptions& options) const;
 };
 
@@ -105,5 +126,10 @@ std::optional<ChatTemplateKind> recognize_chat_template(std::string_view jinja);
 // (a syntax error in it is an error naming its line and column); a model without a template
 // gets the family's, with a note.
 Result<ChatTemplate> chat_template_for_model(const Tokenizer& tokenizer, std::string_view family);
+
+// The config key `template_file`: a Jinja chat template file used in place of the model's,
+// given the tokenizer's special tokens. Unreadable files, invalid UTF-8 and syntax errors are
+// errors naming the file (and line and column).
+Result<ChatTemplate> chat_template_from_file(const std::string& path, const Tokenizer& tokenizer);
 
 }  // namespace odyssey

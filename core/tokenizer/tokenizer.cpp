@@ -451,6 +451,7 @@ std::string Tokenizer::bos_token() const { return or_empty(impl_).bos_token; }
 std::string Tokenizer::eos_token() const { return or_empty(impl_).eos_token; }
 const std::string& Tokenizer::chat_template_source() const { return or_empty(impl_).chat_template; }
 const std::string& Tokenizer::chat_template_file() const { return or_empty(impl_).chat_template_file; }
+const std::string& Tokenizer::tool_use_chat_template() const { return or_empty(impl_).tool_use_chat_template; }
 const std::string& Tokenizer::file() const { return or_empty(impl_).file; }
 void Tokenizer::clear_cache() const { or_empty(impl_).bpe.clear_cache(); }
 

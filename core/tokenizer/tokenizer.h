@@ -79,6 +79,9 @@ class Tokenizer {
   // The model's Jinja chat_template text ("" when it has none) and where it was found.
   const std::string& chat_template_source() const;
   const std::string& chat_template_file() const;
+  // A named-template list's "tool_use" template, which apply_chat_template renders conversations
+  // given tools with ("" when there is none).
+  const std::string& tool_use_chat_template() const;
   // The tokenizer.json path (or the name given to from_json).
   const std::string& file() const;
 

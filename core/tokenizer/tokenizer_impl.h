@@ -63,6 +63,7 @@ struct TokenizerImpl {
 
   std::string bos_token, eos_token, pad_token;
   std::string chat_template, chat_template_file;
+  std::string tool_use_chat_template;  // a named list's "tool_use" template ("" when none)
 
   static Result<TokenizerImpl> parse(std::string_view json_text, const std::string& file);
   // tokenizer_config.json / special_tokens_map.json / chat_template.jinja of a directory.

@@ -420,6 +420,7 @@ void TokenizerImpl::read_config(const std::string& dir, Diagnostics* diags) {
   if (fs::exists(jinja)) {
     chat_template = read_file(jinja, &ok);
     chat_template_file = jinja.string();
+    tool_use_chat_template.clear();  // the file replaces tokenizer_config.json's templates
   }
 }
 
@@ -431,10 +432,13 @@ void TokenizerImpl::read_special_tokens(const nlohmann::json& j, const std::stri
   const json& ct = j["chat_template"];
   if (ct.is_string()) {
     chat_template = ct.get<std::string>();
-  } else if (ct.is_array()) {  // named templates: the "default" one
-    for (const json& e : ct)
-      if (e.is_object() && e.value("name", "") == "default" && e.contains("template"))
-        chat_template = e["template"].get<std::string>();
+  } else if (ct.is_array()) {  // named templates: "default", and "tool_use" for conversations with tools
+    for (const json& e : ct) {
+      if (!e.is_object() || !e.contains("template") || !e["template"].is_string()) continue;
+      const std::string name = e.value("name", "");
+      if (name == "default") chat_template = e["template"].get<std::string>();
+      else if (name == "tool_use") tool_use_chat_template = e["template"].get<std::string>();
+    }
   }
   if (!chat_template.empty()) chat_template_file = config_file;
 }

@@ -613,7 +613,7 @@ Data load_data(RunContext& run, const LoadedModel& m) {
   if (const auto vocab = tok.value.check_vocab(m.hf.vocab_size, (fs::path(c.model) / "config.json").string());
       has_errors(vocab))
     throw RunFailure{"the tokenizer does not fit the model:\n" + format_all(vocab)};
-  auto tmpl = data::template_for(c.template_name, tok.value, m.hf.family);
+  auto tmpl = data::template_for(c.template_name, tok.value, m.hf.family, c.template_file);
   if (!tmpl.ok()) throw RunFailure{format_all(tmpl.diagnostics)};
   report_diagnostics(tmpl.diagnostics, *run.out, "template");
   run.stage("load_data", std::to_string(c.dataset.size()) + " dataset(s), template " + std::string(tmpl.value.name()) +

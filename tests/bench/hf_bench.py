@@ -316,7 +316,7 @@ def run_config(cfg_dict: dict, shape: str, mode: str, seq: int, checkpointing: s
            "checkpointed_layers": cfg_dict["num_hidden_layers"] if checkpointing == "on" else 0,
            "optimizer": f"AdamW ({args.optim})",
            "sdpa_priority": args.sdpa_backend, "steps": args.steps, "warmup": args.warmup,
-           "hold_logits": args.hold_logits,
+           "hold_logits": args.hold_logits, "liger": bool(args.liger),
            "step": "held outputs" if args.hold_logits else "Trainer.training_step"}
     if mode == "lora":
         rec.update(lora_r=args.lora_r, lora_alpha=args.lora_alpha, lora_targets="all-linear (7)")
@@ -421,6 +421,25 @@ def run_config(cfg_dict: dict, shape: str, mode: str, seq: int, checkpointing: s
     return rec
 
 
+def apply_liger(model_types) -> str:
+    """Patch transformers' modeling code for these model types with Liger's kernels, as ms-swift's
+    --use_liger_kernel true does (liger's own per-family function, with every kernel it offers:
+    RoPE, RMSNorm, SwiGLU or GeGLU, and fused linear cross-entropy in place of the logits), before
+    any model is built. Returns liger-kernel's version; an unsupported model type stops the run."""
+    import inspect
+    import importlib.metadata
+    from liger_kernel.transformers import monkey_patch
+    wanted = {"rope": True, "rms_norm": True, "swiglu": True, "geglu": True, "cross_entropy": False,
+              "fused_linear_cross_entropy": True}
+    for model_type in sorted(model_types):
+        fn = monkey_patch.MODEL_TYPE_TO_APPLY_LIGER_FN.get(model_type)
+        if fn is None:
+            raise SystemExit(f"hf_bench.py --liger: liger-kernel has no patch for model type {model_type!r}")
+        accepted = inspect.signature(fn).parameters
+        fn(**{k: v for k, v in wanted.items() if k in accepted})
+    return importlib.metadata.version("liger-kernel")
+
+
 def sig(x: float, n: int = 6) -> float:
     """x rounded to n significant digits (JSON stays readable at every scale)."""
     return float(f"{x:.{n}g}")
@@ -456,6 +475,9 @@ def main(argv=None) -> int:
                          "2026-12-02 and ANCHORS.md's did; default: Trainer.training_step, only the loss survives")
     ap.add_argument("--release-logits", dest="hold_logits", action="store_false",
                     help="the default (Trainer.training_step); kept so old command lines still run")
+    ap.add_argument("--liger", action="store_true",
+                    help="patch the model with Liger kernels first (ms-swift's --use_liger_kernel true: RoPE, "
+                         "RMSNorm, SwiGLU/GeGLU, fused linear cross-entropy); needs liger-kernel importable")
     ap.add_argument("--peak-tflops", type=float, default=H200_PEAK_BF16_FLOPS / 1e12, help="for MFU")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", help="append JSON lines here")
@@ -515,6 +537,9 @@ def main(argv=None) -> int:
     if device.type == "cuda":
         meta["cuda"] = torch.version.cuda
         meta["cudnn"] = torch.backends.cudnn.version()
+
+    if args.liger:
+        meta["liger"] = apply_liger({cfg["model_type"] for _, cfg in shapes})
 
     for shape, cfg in shapes:
         for mode in modes:

@@ -30,6 +30,15 @@
 #             Every performance change runs it (docs/benchmarks.md, "The fused path against transformers")
 #   heldout   the memory planner's held-out rows (docs/memory-planner.md): shapes never used to fit
 #             its constants, planned against measured peak (heldout.jsonl)
+#   families  issue 22's families: odyssey-bench --check at 4K for Mistral-7B, Phi-3.5-mini, Gemma-2-9B and
+#             Gemma-3-12B (families-check.txt: the MLP offload tier reported as not applying where the MLP has
+#             no fused form; offload compared against a repeat of the same step), and Phi-3.5-mini LoRA 16K fast
+#             (planned against measured peak; families-speed.jsonl)
+#   liger     issue 22's anchor: transformers + PEFT + Liger kernels (hf_bench.py --liger, every layer
+#             checkpointed; needs the liger-kernel wheel carried in .whl/, see ../shared/gpu/NOTES.md) for
+#             LIGER_SHAPES (default mistral-7b-v0.3 gemma-2-9b) at LIGER_SEQS (default 16384 32768), then
+#             odyssey-bench at the anchor's peak memory (--memory-gib, the planner choosing) and fast;
+#             liger-{hf,odyssey}.jsonl and liger-compare.md
 #   galore    Qwen2.5-7B-shaped full fine-tuning at 4K and 32K, every layer checkpointed: AdamW (pure
 #             bf16), GaLore and Q-GaLore rank 128 (the README's figures and docs/optimizers.md's table:
 #             run_optimizers_h200.sh one, writing galore.jsonl)
@@ -153,6 +162,35 @@ for p in "$@"; do
       --out "$H" | cut -c1-300
     $B --label "held-out budget 40 GiB" --checkpointing auto --memory-gib 40 --shape qwen3-8b --mode lora --seq 32768 $R \
       --out "$H" | cut -c1-300 ;;
+  families)
+    phase families
+    for S in mistral-7b-v0.3 phi-3.5-mini-instruct gemma-2-9b gemma-3-12b-it; do
+      echo "== check $S"
+      $B --check --shape $S --mode lora --seq 4096 --steps 1 --warmup 1 --out "$OUT/families-check.jsonl" | cut -c1-700
+    done > "$OUT/families-check.txt" 2>&1
+    grep -E '^== |"pass": false' "$OUT/families-check.txt" | cut -c1-300
+    $B --label fast --checkpointing auto --shape phi-3.5-mini-instruct --mode lora --seq 16384 --steps 3 --warmup 2 \
+      --out "$OUT/families-speed.jsonl" | cut -c1-400 ;;
+  liger)
+    phase liger
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+    LH="$OUT/liger-hf.jsonl" LO="$OUT/liger-odyssey.jsonl" R="--steps 3 --warmup 2"
+    for S in ${LIGER_SHAPES:-mistral-7b-v0.3 gemma-2-9b}; do
+      for Q in ${LIGER_SEQS:-16384 32768}; do
+        python3 tests/bench/hf_bench.py --device cuda --dtype bfloat16 --liger --shape $S --mode lora --seq $Q \
+          --checkpointing on $R --out "$LH" 2>&1 | grep -v '^{' | grep -v -i warn | tail -2
+        peak=$(python3 -c "import json,sys
+rows=[json.loads(l) for l in open('$LH') if l.strip()]
+r=[x for x in rows if x['shape']=='$S' and x['seq']==$Q]
+print(r[-1].get('peak_gib') or '')")
+        if [ -n "$peak" ]; then
+          $B --label "budget = liger peak" --checkpointing auto --memory-gib "$peak" --shape $S --mode lora --seq $Q $R \
+            --out "$LO" | cut -c1-400
+        fi
+        $B --label fast --checkpointing auto --shape $S --mode lora --seq $Q $R --out "$LO" | cut -c1-400
+      done
+    done
+    python3 tests/bench/compare.py "$LH" "$LO" | tee "$OUT/liger-compare.md" ;;
   galore)
     phase galore
     for opt in galore q-galore adamw; do

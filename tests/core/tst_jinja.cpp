@@ -6,7 +6,10 @@
 //    ODYSSEY_PYTHON) and natively: byte-identical text, the same {% generation %} spans, and an
 //    error where the oracle raised (raise_exception: the same message);
 //  - differential(): ~2000 generated templates x contexts (jinja_differential.py, fixed seed)
-//    rendered by jinja2 and natively: 0 mismatches.
+//    rendered by jinja2 and natively: 0 mismatches;
+//  - trainingSamples(): the corpus fixtures that are training samples (tool calls and results
+//    among them) read as dataset records, tokenized by the data pipeline with every template:
+//    the ids and trained mask of apply_chat_template(tokenize=True) (tool_chat_oracle.py).
 #include <QtTest>
 
 #include <fstream>
@@ -14,8 +17,11 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "data/dataset.h"
+#include "data/tokenize.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/jinja.h"
+#include "tokenizer/tokenizer.h"
 
 using namespace odyssey;
 using nlohmann::ordered_json;
@@ -89,6 +95,8 @@ class TstJinja : public QObject {
   void limits();
   void corpus();
   void differential();
+  void trainingSamples();
+  void templateFile();
   void chatTemplateFastPathsAreIdentical();
   void chatTemplateMasks();
 };
@@ -681,6 +689,110 @@ void TstJinja::chatTemplateMasks() {
     QVERIFY2(format_all(t.diagnostics).find("x/tokenizer_config.json[chat_template]:2:16") != std::string::npos,
              format_all(t.diagnostics).c_str());
   }
+}
+
+
+// ---- the data pipeline's samples against apply_chat_template(tokenize=True) ---------------
+void TstJinja::trainingSamples() {
+  if (!python_has_transformers())
+    QSKIP("ODYSSEY_PYTHON is empty or lacks jinja2/transformers (see corpus())");
+  const QString root = QStringLiteral(ODYSSEY_SOURCE_DIR "/tests/reference");
+  const QString corpus_dir = root + "/chat_templates";
+  QByteArray key = QByteArray::fromStdString(read_file(root + "/tool_chat_oracle.py"));
+  key += QByteArray::fromStdString(read_file(root + "/chat_template_oracle.py"));
+  key += QByteArray::fromStdString(read_file(corpus_dir + "/sources.json"));
+  for (const QString& f : QDir(corpus_dir + "/conversations").entryList({"*.json"}, QDir::Files, QDir::Name))
+    key += QByteArray::fromStdString(read_file(corpus_dir + "/conversations/" + f));
+  QString error;
+  const QString jsonl = run_oracle("samples", {root + "/tool_chat_oracle.py", "--now", kNow}, key, &error);
+  QVERIFY2(!jsonl.isEmpty(), qPrintable(error));
+
+  auto tok = Tokenizer::load(ODYSSEY_SOURCE_DIR "/resources/quickstart/model/tokenizer.json");
+  QVERIFY(tok.ok());
+  QTemporaryDir tmp;
+  QVERIFY(tmp.isValid());
+  data::TokenizeOptions options;
+  options.chat.now = kNow;
+  int rows = 0, same = 0, refused_alike = 0, tool_rows = 0;
+  std::vector<std::string> problems;
+  std::ifstream in(jsonl.toStdString());
+  for (std::string line; std::getline(in, line);) {
+    const ordered_json rec = ordered_json::parse(line);
+    const std::string tfile = rec["template"], fx = rec["fixture"];
+    const std::string where = tfile + " x " + fx;
+    ++rows;
+    // The fixture as a dataset record (messages format), read by the dataset loader.
+    const ordered_json fixture = ordered_json::parse(read_file(corpus_dir + "/conversations/" + QString::fromStdString(fx) + ".json"));
+    ordered_json record = {{"messages", fixture["messages"]}};
+    if (fixture.contains("tools")) record["tools"] = fixture["tools"];
+    const std::string data_file = (tmp.path() + "/" + QString::fromStdString(fx) + ".jsonl").toStdString();
+    std::ofstream(data_file, std::ios::binary) << record.dump() << '\n';
+    auto loaded = data::read_dataset_file(data_file);
+    if (!loaded.ok() || loaded.value.samples.size() != 1) {
+      problems.push_back(where + ": the dataset loader refused the record");
+      continue;
+    }
+    const data::Sample& sample = loaded.value.samples[0];
+    if (!sample.tools.empty() || std::any_of(sample.messages.begin(), sample.messages.end(),
+                                             [](const ChatMessage& m) { return m.uses_tools(); }))
+      ++tool_rows;
+    std::vector<std::pair<std::string, std::string>> special;
+    for (const auto& [k, v] : rec["special_tokens"].items()) special.emplace_back(k, v.get<std::string>());
+    auto tmpl = ChatTemplate::from_jinja(read_file(corpus_dir + "/" + QString::fromStdString(tfile)), tfile, special);
+    QVERIFY2(tmpl.ok(), where.c_str());
+    auto got = data::tokenize_sample(sample, tok.value, tmpl.value, options);
+    if (!rec["ok"].get<bool>()) {
+      if (got.ok()) problems.push_back(where + ": transformers fails (" + rec.value("error", std::string("prefix mismatch")) +
+                                       "), the pipeline tokenized it");
+      else ++refused_alike;
+      continue;
+    }
+    if (!got.ok()) {
+      problems.push_back(where + ": the pipeline failed: " + got.diagnostics.front().message);
+      continue;
+    }
+    const auto ids = rec["ids"].get<std::vector<std::int32_t>>();
+    const auto trained = rec["trained"].get<std::vector<int>>();
+    std::vector<int> mask;
+    for (std::int32_t l : got.value.labels) mask.push_back(l != data::kIgnoreIndex ? 1 : 0);
+    if (got.value.ids != ids) problems.push_back(where + ": ids differ");
+    else if (mask != trained) problems.push_back(where + ": trained mask differs (" + rec["mask_source"].get<std::string>() + ")");
+    else ++same;
+  }
+  std::string all;
+  for (const auto& p : problems) all += p + "\n";
+  qInfo("training samples: %d template x fixture rows (%d with tools): %d identical ids and masks, %d refused as "
+        "transformers refuses them, %zu problems",
+        rows, tool_rows, same, refused_alike, problems.size());
+  QVERIFY2(rows >= 200, "the oracle wrote too few rows");
+  QVERIFY2(problems.empty(), all.c_str());
+}
+
+// template_file: a Jinja file in place of the model's template, through data::template_for.
+void TstJinja::templateFile() {
+  auto tok = Tokenizer::load(ODYSSEY_SOURCE_DIR "/resources/quickstart/model");
+  QVERIFY(tok.ok());
+  const std::string qwen = ODYSSEY_SOURCE_DIR "/tests/reference/chat_templates/Qwen--Qwen2.5-7B-Instruct.jinja";
+  auto t = data::template_for("auto", tok.value, "qwen2", qwen);
+  QVERIFY(t.ok());
+  QCOMPARE(t.value.kind(), ChatTemplateKind::Jinja);
+  const std::vector<ChatMessage> m = {{"user", "Hi", {}}, {"assistant", "Hello", {}}};
+  // The same text as Odyssey's byte-identical built-in Qwen2.5 renderer.
+  QCOMPARE(t.value.render(m).value.text, ChatTemplate(ChatTemplateKind::Qwen2_5).render(m).value.text);
+  // template: must stay auto; a missing file and a syntax error name the file.
+  auto clash = data::template_for("chatml", tok.value, "qwen2", qwen);
+  QVERIFY(!clash.ok());
+  QCOMPARE(clash.diagnostics.front().key, std::string("template"));
+  auto missing = data::template_for("auto", tok.value, "qwen2", "/nonexistent/t.jinja");
+  QVERIFY(!missing.ok());
+  QVERIFY(missing.diagnostics.front().message.find("/nonexistent/t.jinja") != std::string::npos);
+  QTemporaryDir tmp;
+  const std::string bad = (tmp.path() + "/bad.jinja").toStdString();
+  std::ofstream(bad) << "{% for m in messages %}\n{{ m.content }\n{% endfor %}";
+  auto broken = data::template_for("auto", tok.value, "qwen2", bad);
+  QVERIFY(!broken.ok());
+  QCOMPARE(broken.diagnostics.front().file, bad);
+  QCOMPARE(broken.diagnostics.front().line, 2);
 }
 
 QTEST_APPLESS_MAIN(TstJinja)
