@@ -108,6 +108,7 @@
 #include "train/batch.h"
 #include "train/lora.h"
 #include "train/step_engine.h"
+#include "chat_template_bench.h"
 #include "provenance.h"
 #ifdef ODYSSEY_HAVE_CUDA_KERNELS
 #include "kernels/linear_ce_launch.h"
@@ -848,6 +849,14 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--chat-template") {
+    try {
+      return bench::chat_template_bench(argc, argv);
+    } catch (const std::exception& e) {
+      std::cerr << "odyssey-bench --chat-template: " << e.what() << '\n';
+      return 2;
+    }
+  }
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];

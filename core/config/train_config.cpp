@@ -39,7 +39,8 @@ const std::array kFields = std::to_array<FieldSpec>({
      "For a hub id: the branch, tag or commit hash (7+ characters) of the Hugging Face cache's "
      "snapshot to train; empty means main. A run records the commit it used here.", "model_revision"},
     {"template", "model", &TC::template_name,
-     "Chat template: auto picks it from the model family (ChatML for Qwen, llama3 for Llama-3).",
+     "Chat template: auto renders the model's own chat_template through the Jinja engine (its "
+     "family's built-in one when it has none); chatml, qwen2_5, qwen3, llama3, llama3_1 force a built-in renderer.",
      "template", -kInf, kInf, kTemplates},
     {"template_file", "model", &TC::template_file,
      "A Jinja chat template file rendered in place of the model's own (needs template: auto); "

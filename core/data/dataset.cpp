@@ -146,7 +146,9 @@ bool check_turns(const std::vector<ChatMessage>& m, const std::string& list, con
   }
   enum class Want { User, Assistant, ToolResult, ToolResultOrAssistant } want = Want::User;
   std::size_t caller = 0;  // the assistant turn whose calls the tool results answer
-  auto found = [](const std::string& r) { return "found " + (r == "tool" ? std::string("a tool result") : "a " + r + " turn"); };
+  auto found = [](const std::string& r) {
+    return "found " + (r == "tool" ? std::string("a tool result") : (r == "assistant" ? "an " : "a ") + r + " turn");
+  };
   for (; i < m.size(); ++i) {
     const std::string& r = m[i].role;
     const std::string at = list + idx(i) + role;

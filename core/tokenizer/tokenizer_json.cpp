@@ -433,11 +433,10 @@ void TokenizerImpl::read_special_tokens(const nlohmann::json& j, const std::stri
   if (ct.is_string()) {
     chat_template = ct.get<std::string>();
   } else if (ct.is_array()) {  // named templates: "default", and "tool_use" for conversations with tools
-    for (const json& e : ct) {
-      if (!e.is_object() || !e.contains("template") || !e["template"].is_string()) continue;
-      const std::string name = e.value("name", "");
-      if (name == "default") chat_template = e["template"].get<std::string>();
-      else if (name == "tool_use") tool_use_chat_template = e["template"].get<std::string>();
+    for (const json& e : ct) {  // each {"name": string, "template": string}; else "unexpected value"
+      const std::string name = e.at("name").get<std::string>();
+      if (name == "default") chat_template = e.at("template").get<std::string>();
+      else if (name == "tool_use") tool_use_chat_template = e.at("template").get<std::string>();
     }
   }
   if (!chat_template.empty()) chat_template_file = config_file;

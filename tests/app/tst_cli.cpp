@@ -2,6 +2,7 @@
 // output streams and its messages.
 #include <QtTest>
 
+#include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
@@ -57,7 +58,8 @@ class TstCli : public QObject {
   }
 
   void everyCommandHasHelp() {
-    for (const char* c : {"run", "validate", "show", "plan", "import-swift", "export-swift", "tokenize", "score", "export", "env"}) {
+    for (const char* c : {"run", "validate", "show", "plan", "import-swift", "export-swift", "tokenize", "template",
+                          "score", "export", "env"}) {
       auto r = odyssey_train({c, "--help"});
       QCOMPARE(r.code, 0);
       QVERIFY2(r.out.contains(QString("usage: odyssey-train ") + c), qPrintable(r.out));
@@ -214,6 +216,77 @@ class TstCli : public QObject {
     QVERIFY2(r.err.contains(p + ":3:9: error: system: unterminated double-quoted value") ||
                  r.out.contains(p + ":3:9: error: system: unterminated double-quoted value"),
              qPrintable(r.err + r.out));
+  }
+
+  // `template`: a tool conversation through Qwen2.5's real template (tests/reference; the
+  // quickstart model's own template does not render tools). The rendered text, tokenized by the
+  // `tokenize` command, gives the same ids; the assistant's turns are trained, the tool result
+  // and the prompt are not. (The renders themselves are checked against transformers in
+  // tst_jinja trainingSamples.)
+  void templateCommand() {
+    QTemporaryDir dir;
+    const QString conv = dir.filePath("conv.json");
+    {
+      QFile f(conv);
+      QVERIFY(f.open(QIODevice::WriteOnly));
+      f.write(R"({"tools": [{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object",
+        "properties": {"tz": {"type": "string"}}}}}],
+        "messages": [{"role": "user", "content": "Time in Paris?"},
+                     {"role": "assistant", "content": null, "tool_calls": [{"name": "get_time", "arguments": {"tz": "Europe/Paris"}}]},
+                     {"role": "tool", "name": "get_time", "content": "13:05"},
+                     {"role": "assistant", "content": "It is 13:05."}]})");
+    }
+    const QString model = src("resources/quickstart/model");
+    const QString tmpl = src("tests/reference/chat_templates/Qwen--Qwen2.5-7B-Instruct.jinja");
+    auto r = odyssey_train({"template", "--model", model, "--messages", conv, "--template-file", tmpl, "--json"});
+    QVERIFY2(r.code == 0, qPrintable(r.err + r.out));
+    const QJsonObject j = QJsonDocument::fromJson(r.out.toUtf8()).object();
+    const QString text = j["text"].toString();
+    QVERIFY2(text.contains("<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\": \"Europe/Paris\"}}\n</tool_call>"),
+             qPrintable(text));
+    QVERIFY2(text.contains("<tool_response>\n13:05\n</tool_response>"), qPrintable(text));
+    QVERIFY(text.contains("\"name\": \"get_time\""));  // the tools list in the system turn
+    const auto ids = j["ids"].toArray(), trained = j["trained"].toArray();
+    QCOMPARE(trained.size(), ids.size());
+    QCOMPARE(j["tokens"].toArray().size(), ids.size());
+    auto tok = odyssey_train({"tokenize", "--model", model, "--text", text});
+    QVERIFY2(tok.code == 0, qPrintable(tok.err));
+    QCOMPARE(QJsonDocument::fromJson(tok.out.toUtf8()).array(), ids);
+    // Trained: both assistant turns (the call and the answer), nothing before the first one.
+    const QString call_start = "<|im_start|>assistant\n<tool_call>";
+    QVERIFY(text.contains(call_start));
+    int first_trained = -1, n_trained = 0;
+    for (int i = 0; i < trained.size(); ++i)
+      if (trained[i].toInt() == 1) {
+        if (first_trained < 0) first_trained = i;
+        ++n_trained;
+      }
+    QVERIFY(first_trained > 0);
+    QVERIFY(n_trained > 10);
+    // The listing form marks the same tokens.
+    r = odyssey_train({"template", "--model", model, "--messages", conv, "--template-file", tmpl});
+    QVERIFY2(r.code == 0, qPrintable(r.err));
+    QVERIFY2(r.out.contains(QString("%1 tokens, %2 trained (*)").arg(ids.size()).arg(n_trained)), qPrintable(r.out.left(3000)));
+
+    // Errors: broken JSON (file, line, column), an unknown role, a built-in template without tools.
+    QFile bad(dir.filePath("bad.json"));
+    QVERIFY(bad.open(QIODevice::WriteOnly));
+    bad.write("[{\"role\": \"user\",\n \"content\": }]");
+    bad.close();
+    r = odyssey_train({"template", "--model", model, "--messages", bad.fileName()});
+    QCOMPARE(r.code, 1);
+    QVERIFY2(r.err.contains("bad.json:2:"), qPrintable(r.err));
+    QFile role(dir.filePath("role.json"));
+    QVERIFY(role.open(QIODevice::WriteOnly));
+    role.write(R"([{"role": "robot", "content": "hi"}])");
+    role.close();
+    r = odyssey_train({"template", "--model", model, "--messages", role.fileName()});
+    QCOMPARE(r.code, 1);
+    QVERIFY2(r.err.contains("messages[0].role") && r.err.contains("robot"), qPrintable(r.err));
+    r = odyssey_train({"template", "--model", model, "--messages", conv, "--template", "qwen2_5"});
+    QCOMPARE(r.code, 1);
+    QVERIFY2(r.err.contains("does not render"), qPrintable(r.err));
+    QCOMPARE(odyssey_train({"template", "--model", model}).code, 2);
   }
 };
 

@@ -203,9 +203,14 @@ void TstChatTemplate::qwen3Thinking() {
 
 void TstChatTemplate::refusals() {
   const ChatTemplate t(ChatTemplateKind::Qwen2_5);
+  // A tool result needs the model's own template (the built-in variant alone has none).
   auto r = t.render({{"tool", "{}", {}}});
   QVERIFY(!r.ok());
-  QVERIFY(format_all(r.diagnostics).find("messages[0].role: role 'tool' is not supported") != std::string::npos);
+  QVERIFY(format_all(r.diagnostics).find("messages: the conversation uses tools") != std::string::npos);
+  QVERIFY(format_all(r.diagnostics).find("built-in qwen2_5 template does not render") != std::string::npos);
+  r = t.render({{"robot", "hi", {}}});
+  QVERIFY(!r.ok());
+  QVERIFY(format_all(r.diagnostics).find("messages[0].role: role 'robot' is not supported") != std::string::npos);
   QVERIFY(!t.render({}).ok());
   r = t.render({{"user", "bad \xC3", {}}});
   QVERIFY(format_all(r.diagnostics).find("messages[0].content: invalid UTF-8 at byte offset 4") != std::string::npos);

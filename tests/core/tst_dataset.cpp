@@ -3,6 +3,7 @@
 // templates' loss masks (real tokenizers from tests/reference/make_tokenizer_fixtures.py, the
 // fixtures tst_tokenizer and tst_chat_template use), truncation, packing, padding-free rows
 // and the token cache (hits, misses, damaged files).
+#include <algorithm>
 #include <QtTest>
 
 #include <filesystem>
@@ -148,6 +149,7 @@ class TstDataset : public QObject {
   void jsonArray();
   void mixedFormats();
   void malformedRecords();
+  void toolConversations();
   void ratioThreshold();
   void badFiles();
   void sampling();
@@ -330,7 +332,7 @@ void TstDataset::malformedRecords() {
       {json({{"messages", json::array({msg("user", "u"), msg("assistant", " \n")})}}).dump(),
        "messages[1].content: the assistant's answer is empty"},
       {json({{"messages", json::array({msg("user", "u"), msg("tool", "{}")})}}).dump(),
-       "messages[1].role: found 'tool'; expected system, user or assistant"},
+       "messages[1].role: expected an assistant turn here, found a tool result"},
       {json({{"messages", json::array({msg("user", "u"), msg("system", "s"), msg("assistant", "a")})}}).dump(),
        "messages[1].role: a system turn is only allowed first"},
       {json({{"messages", json::array({{{"content", "u"}}, msg("assistant", "a")})}}).dump(),
@@ -369,7 +371,7 @@ void TstDataset::malformedRecords() {
   r = read_dataset_file(gp, o);
   QVERIFY2(r.ok(), format_all(r.diagnostics).c_str());
   QCOMPARE(r.value.report.samples, std::int64_t{1});
-  QVERIFY(contains(r.diagnostics, gp + ":1: warning: conversations[1].from: found 'bot'; expected human, user, gpt, assistant or system"));
+  QVERIFY(contains(r.diagnostics, gp + ":1: warning: conversations[1].from: found 'bot'; expected human, user, gpt, assistant, system, function_call or observation"));
   QVERIFY(contains(r.diagnostics, gp + ":2: warning: system: a system prompt is given twice"));
   QVERIFY(contains(r.diagnostics, gp + ":3: warning: conversations: expected an array of {from, value} turns, found string"));
   QVERIFY(contains(r.diagnostics, gp + ":5: warning: this record is in alpaca format, but the file is sharegpt"));
@@ -431,7 +433,7 @@ void TstDataset::badFiles() {
   fails(write("bad/blank.jsonl", "\n  \n\t\n"), "the file is empty");
   fails(write("bad/garbage.jsonl", "hello\nworld\n"), "every record is malformed (2 lines, none a JSON object)");
   fails(write("bad/unknown.jsonl", "{\"prompt\": \"p\", \"completion\": \"c\"}\n{\"prompt\": \"q\", \"completion\": \"d\"}\n"),
-        "unknown dataset format: the records have keys 'completion', 'prompt' (line 1); accepted formats: alpaca "
+        "unknown dataset format: the records have keys 'prompt', 'completion' (line 1); accepted formats: alpaca "
         "{instruction, input?, output, system?, history?}, sharegpt {conversations: [{from, value}], system?}, "
         "messages {messages: [{role, content}]}");
   fails(write("bad/novalid.jsonl", "{\"messages\": []}\n{\"messages\": [{\"role\": \"user\", \"content\": \"u\"}]}\n"),
@@ -1184,6 +1186,77 @@ void TstDataset::forgedCacheIdsAreRebuilt() {
   auto again = load_tokenized({"train.jsonl"}, lo, tok.value, tpl, to, co);  // rebuilt: a hit again
   QVERIFY(again.value.from_cache);
   QCOMPARE(again.value.samples, good.value.samples);
+}
+
+// Function calling in the three forms datasets carry it: transformers' messages (tool_calls,
+// role tool), ms-swift's agent roles (tool_call, tool_response; tools as a JSON string) and
+// LLaMA-Factory's sharegpt (function_call, observation). All three give the same conversation.
+void TstDataset::toolConversations() {
+  const std::string tools = R"([{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}])";
+  const std::string hf = R"({"tools": )" + tools + R"(, "messages": [{"role": "user", "content": "Time?"},
+    {"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": "get_time", "arguments": {"tz": "UTC", "a": 1}}}]},
+    {"role": "tool", "name": "get_time", "content": "13:05"}, {"role": "assistant", "content": "13:05."}]})";
+  std::string swift_tools = tools;
+  for (std::size_t k = 0; (k = swift_tools.find('"', k)) != std::string::npos; k += 2) swift_tools.insert(k, "\\");
+  const std::string swift = R"({"tools": ")" + swift_tools + R"(", "messages": [{"role": "user", "content": "Time?"},
+    {"role": "tool_call", "content": "{\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\", \"a\": 1}}"},
+    {"role": "tool_response", "content": "13:05"}, {"role": "assistant", "content": "13:05."}]})";
+  const std::string sharegpt = R"({"tools": )" + tools + R"(, "conversations": [{"from": "human", "value": "Time?"},
+    {"from": "function_call", "value": "{\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\", \"a\": 1}}"},
+    {"from": "observation", "value": "13:05"}, {"from": "gpt", "value": "13:05."}]})";
+  std::vector<Sample> got;
+  for (const auto& [name, line] : {std::pair{"hf", hf}, std::pair{"swift", swift}, std::pair{"sharegpt", sharegpt}}) {
+    std::string one_line = line;
+    std::replace(one_line.begin(), one_line.end(), '\n', ' ');
+    auto r = read_dataset_file(write(std::string("tools/") + name + ".jsonl", one_line + "\n"));
+    QVERIFY2(r.ok() && r.value.samples.size() == 1, (std::string(name) + ": " + format_all(r.diagnostics)).c_str());
+    got.push_back(r.value.samples[0]);
+  }
+  const Sample& s = got[0];
+  QCOMPARE(s.messages.size(), std::size_t{4});
+  QCOMPARE(s.messages[1].role, std::string("assistant"));
+  // Key order as written (tojson writes it so), the call wrapped in the function form.
+  QCOMPARE(s.messages[1].tool_calls,
+           std::string(R"([{"type":"function","function":{"name":"get_time","arguments":{"tz":"UTC","a":1}}}])"));
+  QCOMPARE(s.messages[1].content_form, ChatMessage::Form::Absent);
+  QCOMPARE(s.messages[2].role, std::string("tool"));
+  QCOMPARE(s.messages[2].name, std::string("get_time"));
+  QVERIFY(s.tools.find("\"name\":\"get_time\"") != std::string::npos);
+  for (std::size_t k = 1; k < got.size(); ++k) {
+    QCOMPARE(got[k].tools, s.tools);
+    QCOMPARE(got[k].messages.size(), s.messages.size());
+    QCOMPARE(got[k].messages[1].tool_calls, s.messages[1].tool_calls);
+    QCOMPARE(got[k].messages[2].role, std::string("tool"));
+    QCOMPARE(got[k].messages[2].content, std::string("13:05"));
+  }
+
+  // Order and shape errors name the record's key.
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": null, "tool_calls": [{"function": {"name": "f"}}]}, {"role": "assistant", "content": "a"}]})",
+       "messages[2].role: expected the result of the tool calls of messages[1] (a tool turn) here, found an assistant turn"},
+      {R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f"}}]}, {"role": "tool", "content": "r"}]})",
+       "messages[2].role: the conversation ends with a tool result"},
+      {R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": [{"function": {"arguments": {}}}]}]})",
+       "messages[1].tool_calls[0].function.name: expected the called function's name"},
+      {R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": {"name": "f"}}]})",
+       "messages[1].tool_calls: expected an array of tool calls, found object"},
+      {R"({"tools": "not json", "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]})",
+       "tools: is a string but not valid JSON"},
+      {R"({"messages": [{"role": "user", "content": "q"}, {"role": "tool_call", "content": "{broken"}]})",
+       "messages[1].content: a tool_call's content must be the JSON of the call"},
+  };
+  std::string file;
+  for (const auto& [line, _] : bad) file += line + "\n";
+  file += R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]})" "\n";
+  const std::string path = write("tools/bad.jsonl", file);
+  LoadOptions o;
+  o.max_bad_sample_ratio = 1.0;
+  auto r = read_dataset_file(path, o);
+  QVERIFY(r.ok());
+  QCOMPARE(r.value.samples.size(), std::size_t{1});
+  for (std::size_t k = 0; k < bad.size(); ++k)
+    QVERIFY2(contains(r.diagnostics, path + ":" + std::to_string(k + 1) + ": warning: " + bad[k].second),
+             format_all(r.diagnostics).c_str());
 }
 
 QTEST_APPLESS_MAIN(TstDataset)

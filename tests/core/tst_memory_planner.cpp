@@ -309,7 +309,11 @@ class TestMemoryPlanner : public QObject {
     planner_detail::Terms t = planner_detail::compute_terms(c, phi, o);
     const std::int64_t r = 16, h = 5120, q = 5120, kv = 1280, i = 17920;
     QCOMPARE(t.trainable, 40 * r * ((h + q + 2 * kv) + (q + h) + (h + 2 * i) + (i + h)));
-    QVERIFY(!t.fused);  // fused qkv/gate_up: the reference block
+    // Fused qkv/gate_up: the fused block (norms, projections, bf16 adapter inputs) around the
+    // reference MLP formula, which has no recomputation or offload tier.
+    QVERIFY(t.fused);
+    QVERIFY(!t.mlp_fused);
+    QCOMPARE(t.mlp_recompute_saved, std::int64_t{0});
     QCOMPARE(t.params, phi.parameter_count());
     c.target_modules = {"qkv_proj"};
     QCOMPARE(planner_detail::compute_terms(c, phi, o).trainable, 40 * r * (h + q + 2 * kv));
