@@ -27,7 +27,7 @@ AdvancedPage::AdvancedPage(ConfigForm* form, QWidget* parent) : QWidget(parent),
   auto* c1 = new QVBoxLayout;
   c1->addWidget(parallel_group());
   c1->addWidget(group(tr("Precision and devices"), {"torch_dtype", "seed", "device", "gpu_ids", "nproc_per_node", "nnodes"}));
-  c1->addWidget(group(tr("Model source"), {"model_revision"}));
+  c1->addWidget(group(tr("Model source"), {"model_revision", "template_file"}));
   auto* gpus = new QGroupBox(tr("GPUs on this machine"), content);
   gpus->setObjectName(QStringLiteral("gpuGroup"));
   auto* gv = new QVBoxLayout(gpus);

@@ -72,7 +72,7 @@ QString display_text(const TrainConfig& c, const FieldSpec& f) {
 const std::map<std::string_view, const char*>& labels() {
   static const std::map<std::string_view, const char*> m{
       {"description", "Description"}, {"template", "Chat template"}, {"system", "System prompt"},
-      {"torch_dtype", "Compute dtype"}, {"model_revision", "Hub revision"}, {"val_dataset", "Validation files"},
+      {"torch_dtype", "Compute dtype"}, {"model_revision", "Hub revision"}, {"template_file", "Chat template file"}, {"val_dataset", "Validation files"},
       {"split_dataset_ratio", "Validation split"}, {"max_length", "Max length (tokens)"},
       {"truncation_strategy", "Too-long samples"}, {"packing", "Packing"}, {"padding_free", "Padding-free"},
       {"max_bad_sample_ratio", "Tolerated bad samples"}, {"tuner_type", "Tuner"}, {"lora_rank", "LoRA rank"},

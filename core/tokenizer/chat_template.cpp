@@ -532,7 +532,11 @@ Result<ChatTemplate> chat_template_from_file(const std::string& path, const Toke
                                                             std::to_string(utf8::find_invalid(text.str()))));
     return r;
   }
-  return ChatTemplate::from_jinja(text.str(), path, chat_special_tokens(tokenizer));
+  Result<ChatTemplate> r2 = ChatTemplate::from_jinja(text.str(), path, chat_special_tokens(tokenizer));
+  // A file holding a template a built-in variant renders byte-identically takes that fast path
+  // too (tool conversations still go through the engine), as a model's own template does.
+  if (const auto kind = recognize_chat_template(text.str()); kind && r2.ok()) r2.value.kind_ = *kind;
+  return r2;
 }
 
 }  // namespace odyssey

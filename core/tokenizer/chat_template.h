@@ -111,6 +111,7 @@ class ChatTemplate {
   std::string jinja_digest_;
 
   friend Result<ChatTemplate> chat_template_for_model(const Tokenizer& tokenizer, std::string_view family);
+  friend Result<ChatTemplate> chat_template_from_file(const std::string& path, const Tokenizer& tokenizer);
   Result<RenderedChat> render_jinja(const std::vector<ChatMessage>& messages, const ChatOptions& options) const;
 };
 
@@ -128,7 +129,7 @@ std::optional<ChatTemplateKind> recognize_chat_template(std::string_view jinja);
 Result<ChatTemplate> chat_template_for_model(const Tokenizer& tokenizer, std::string_view family);
 
 // The config key `template_file`: a Jinja chat template file used in place of the model's,
-// given the tokenizer's special tokens. Unreadable files, invalid UTF-8 and syntax errors are
+// given the tokenizer's special tokens (a built-in variant's fast path where it recognizes it). Unreadable files, invalid UTF-8 and syntax errors are
 // errors naming the file (and line and column).
 Result<ChatTemplate> chat_template_from_file(const std::string& path, const Tokenizer& tokenizer);
 

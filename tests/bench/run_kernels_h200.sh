@@ -43,8 +43,9 @@
 #             docs/tokenizer.md's chat-template benchmark (CPU only): CT_N (default 100000) generated
 #             multi-turn conversations rendered with Qwen2.5's template and tokenized by transformers'
 #             apply_chat_template(tokenize=True) (tests/bench/chat_template_bench.py) and by Odyssey's data
-#             pipeline (odyssey-bench --chat-template: the Jinja engine on 1 thread and a run's default
-#             threads, the built-in fast path on 1 thread); chat-template.jsonl, ids digests compared
+#             pipeline (odyssey-bench --chat-template with the same template file: the built-in Qwen2.5
+#             renderer that recognizes it, on 1 thread and on a run's default threads); chat-template.jsonl,
+#             ids digests compared
 #   galore    Qwen2.5-7B-shaped full fine-tuning at 4K and 32K, every layer checkpointed: AdamW (pure
 #             bf16), GaLore and Q-GaLore rank 128 (the README's figures and docs/optimizers.md's table:
 #             run_optimizers_h200.sh one, writing galore.jsonl)
@@ -204,7 +205,6 @@ print(r[-1].get('peak_gib') or '')")
     python3 tests/bench/chat_template_bench.py make --n ${CT_N:-100000} --out $CONV
     $B --chat-template $CONV --tokenizer $TOKJ --template-file $TPL --threads 1 --out "$CJ" | cut -c1-300
     $B --chat-template $CONV --tokenizer $TOKJ --template-file $TPL --threads 0 --out "$CJ" | cut -c1-300
-    $B --chat-template $CONV --tokenizer $TOKJ --threads 1 --out "$CJ" | cut -c1-300
     python3 tests/bench/chat_template_bench.py time $CONV --tokenizer $TOKJ --template $TPL --out "$CJ" | cut -c1-300
     python3 -c "import json,sys
 rows=[json.loads(l) for l in open('$CJ')]

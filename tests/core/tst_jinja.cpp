@@ -775,10 +775,20 @@ void TstJinja::templateFile() {
   const std::string qwen = ODYSSEY_SOURCE_DIR "/tests/reference/chat_templates/Qwen--Qwen2.5-7B-Instruct.jinja";
   auto t = data::template_for("auto", tok.value, "qwen2", qwen);
   QVERIFY(t.ok());
-  QCOMPARE(t.value.kind(), ChatTemplateKind::Jinja);
+  // Qwen2.5's template is recognized: the built-in renderer is its fast path, the engine keeps
+  // the file for tool conversations (renders_tools).
+  QCOMPARE(t.value.kind(), ChatTemplateKind::Qwen2_5);
+  QVERIFY(t.value.renders_tools());
   const std::vector<ChatMessage> m = {{"user", "Hi", {}}, {"assistant", "Hello", {}}};
-  // The same text as Odyssey's byte-identical built-in Qwen2.5 renderer.
   QCOMPARE(t.value.render(m).value.text, ChatTemplate(ChatTemplateKind::Qwen2_5).render(m).value.text);
+  // A template no variant recognizes is rendered by the engine.
+  QTemporaryDir own;
+  const std::string plain = (own.path() + "/plain.jinja").toStdString();
+  std::ofstream(plain) << "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}";
+  auto e = data::template_for("auto", tok.value, "qwen2", plain);
+  QVERIFY(e.ok());
+  QCOMPARE(e.value.kind(), ChatTemplateKind::Jinja);
+  QCOMPARE(e.value.render(m).value.text, std::string("[user] Hi\n[assistant] Hello\n"));
   // template: must stay auto; a missing file and a syntax error name the file.
   auto clash = data::template_for("chatml", tok.value, "qwen2", qwen);
   QVERIFY(!clash.ok());
