@@ -37,8 +37,9 @@
 #   liger     issue 22's anchor: transformers + PEFT + Liger kernels (hf_bench.py --liger, every layer
 #             checkpointed; needs the liger-kernel wheel carried in .whl/, see ../shared/gpu/NOTES.md) for
 #             LIGER_SHAPES (default mistral-7b-v0.3 gemma-2-9b) at LIGER_SEQS (default 16384 32768), then
-#             odyssey-bench at the anchor's peak memory (--memory-gib, the planner choosing) and fast;
-#             liger-{hf,odyssey}.jsonl and liger-compare.md
+#             odyssey-bench at the anchor's peak memory (--memory-gib, the planner choosing; LIGER_BUDGET_FLAGS
+#             added, e.g. "--offload on") and fast (LIGER_FAST=0 skips it); liger-{hf,odyssey}.jsonl and
+#             liger-compare.md
 #   chat-template
 #             docs/tokenizer.md's chat-template benchmark (CPU only): CT_N (default 100000) generated
 #             multi-turn conversations rendered with Qwen2.5's template and tokenized by transformers'
@@ -191,10 +192,11 @@ rows=[json.loads(l) for l in open('$LH') if l.strip()]
 r=[x for x in rows if x['shape']=='$S' and x['seq']==$Q]
 print(r[-1].get('peak_gib') or '')")
         if [ -n "$peak" ]; then
-          $B --label "budget = liger peak" --checkpointing auto --memory-gib "$peak" --shape $S --mode lora --seq $Q $R \
-            --out "$LO" | cut -c1-400
+          $B --label "budget = liger peak${LIGER_BUDGET_FLAGS:+ ($LIGER_BUDGET_FLAGS)}" --checkpointing auto \
+            --memory-gib "$peak" ${LIGER_BUDGET_FLAGS:-} --shape $S --mode lora --seq $Q $R --out "$LO" | cut -c1-400
         fi
-        $B --label fast --checkpointing auto --shape $S --mode lora --seq $Q $R --out "$LO" | cut -c1-400
+        [ "${LIGER_FAST:-1}" = 0 ] ||
+          $B --label fast --checkpointing auto --shape $S --mode lora --seq $Q $R --out "$LO" | cut -c1-400
       done
     done
     python3 tests/bench/compare.py "$LH" "$LO" | tee "$OUT/liger-compare.md" ;;
