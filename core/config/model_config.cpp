@@ -88,7 +88,8 @@ std::vector<std::string> fused_kernel_gaps(const HfModelConfig& m) {
                   "): eager attention with an explicit mask");
   if (m.sliding_window > 0)
     out.push_back("sliding-window attention (sliding_window " + std::to_string(m.sliding_window) +
-                  "): SDPA with an explicit window mask");
+                  "): flash attention's local band on CUDA; SDPA with an explicit window mask where soft-capping, "
+                  "attn_impl eager or the CPU rule flash out");
   if (m.final_logit_softcapping > 0 || m.logits_scaling != 1.0)
     out.push_back("logit scaling/soft-capping (final_logit_softcapping, logits_scaling): the chunked reference loss "
                   "instead of the fused linear cross-entropy");

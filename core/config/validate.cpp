@@ -179,20 +179,19 @@ Diagnostics validate_config(const LoadedConfig& lc, const HfModelConfig* m) {
         ck.error("target_modules", "none of " + text::join(c.target_modules, ", ") + " is a module of " + m->architecture +
                                        "; its linear modules are " + text::join(own, ", ") + " (or all-linear)");
     }
-    // Ring and Ulysses attention compute plain causal attention; a window shorter than the
-    // sequences or soft-capped scores would be computed wrongly, so the combination is refused.
-    // Ulysses gathers whole rows per head and masks them as one process does; ring attention's
-    // blocks do not (yet) skip or mask by window or cap scores.
-    const std::string ring_fix = "use Ulysses only (ulysses_size = sequence_parallel_size, heads permitting) or 1";
-    if (p.ring > 1 && m->attn_logit_softcapping > 0)
-      ck.error("sequence_parallel_size", "found " + n(sp) + " with a ring degree of " + n(p.ring) +
-                                             "; ring attention does not cover " + m->architecture +
-                                             "'s attention-logit soft-capping (attn_logit_softcapping in config.json): " + ring_fix);
-    else if (p.ring > 1 && m->sliding_window > 0 && m->sliding_window < c.max_length)
-      ck.error("sequence_parallel_size", "found " + n(sp) + " with a ring degree of " + n(p.ring) +
-                                             "; ring attention does not cover sliding-window attention (" + m->architecture +
-                                             ", sliding_window " + n(m->sliding_window) + " in config.json, shorter than max_length " +
-                                             n(c.max_length) + "): " + ring_fix + ", or a max_length of at most the window");
+    // Windowed and soft-capped layers under ring attention take the reference ring (exact,
+    // dist/sequence_parallel.h, ring_attention): fp32 scores of one block at a time instead of
+    // the fused kernels, so say so where Ulysses alone could run them on fused kernels.
+    const bool capped = m->attn_logit_softcapping > 0;
+    const bool windowed = m->sliding_window > 0 && m->sliding_window < c.max_length;
+    if (p.ring > 1 && (capped || windowed))
+      ck.warning("sequence_parallel_size",
+                 "found " + n(sp) + " with a ring degree of " + n(p.ring) + "; " + m->architecture + "'s " +
+                     (capped ? "soft-capped (attn_logit_softcapping " + text::format_double(m->attn_logit_softcapping) + ")"
+                             : "sliding-window (sliding_window " + n(m->sliding_window) + ")") +
+                     " layers then run the reference ring attention (fp32 scores of one ring block of [heads, tokens / " +
+                     n(sp) + ", tokens / " + n(sp) + "] at a time) instead of the fused kernels; Ulysses alone " +
+                     "(ulysses_size = sequence_parallel_size, heads permitting) keeps them on the fused path");
     if (m->max_position_embeddings > 0 && c.max_length > m->max_position_embeddings)
       ck.warning("max_length", "found " + n(c.max_length) + ", beyond the model's max_position_embeddings " +
                                    n(m->max_position_embeddings) + "; quality past the trained length is not guaranteed");

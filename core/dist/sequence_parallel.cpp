@@ -133,10 +133,29 @@ torch::Tensor fold_heads(const torch::Tensor& g, std::int64_t groups) {
   return t.reshape({t.size(0), t.size(1) / groups, groups, t.size(2)}).sum(2);
 }
 
+// keep[i, j]: query i of rank qr sees key j of rank kr: same sample, not later, and with a
+// sliding window (window > 0) fewer than `window` positions behind (transformers' kv > q - w).
 torch::Tensor block_keep(const torch::Tensor& sample_ids, const torch::Tensor& positions, std::int64_t qr,
-                         std::int64_t kr) {
+                         std::int64_t kr, std::int64_t window) {
   const torch::Tensor qs = sample_ids[qr], ks = sample_ids[kr], qp = positions[qr], kp = positions[kr];
-  return qs.unsqueeze(1).eq(ks.unsqueeze(0)).logical_and(kp.unsqueeze(0).le(qp.unsqueeze(1)));
+  torch::Tensor keep = qs.unsqueeze(1).eq(ks.unsqueeze(0)).logical_and(kp.unsqueeze(0).le(qp.unsqueeze(1)));
+  if (window > 0) keep = keep.logical_and(kp.unsqueeze(0).gt(qp.unsqueeze(1) - window));
+  return keep;
+}
+
+// A block's scores [H, n, n] in fp32: q k^T * scale, soft-capped as Gemma-2's
+// (tanh(s / cap) * cap) when softcap > 0, -inf where not kept. *tanh_out gets tanh(s / cap) for
+// the backward's chain factor 1 - tanh^2.
+torch::Tensor block_scores(const torch::Tensor& qh, const torch::Tensor& kb, const torch::Tensor& keep, double scale,
+                           double softcap, torch::Tensor* tanh_out = nullptr) {
+  torch::Tensor scores = torch::matmul(qh, kb.transpose(1, 2)) * scale;  // [H, n, n]
+  if (softcap > 0) {
+    torch::Tensor t = torch::tanh(scores / softcap);
+    scores = t * softcap;
+    if (tanh_out) *tanh_out = std::move(t);
+  }
+  scores.masked_fill_(keep.logical_not().unsqueeze(0), -std::numeric_limits<double>::infinity());
+  return scores;
 }
 
 struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
@@ -145,25 +164,28 @@ struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
   // instead of running the ring again (the checkpoint's forward fills the stash).
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, const torch::Tensor& sample_ids, const torch::Tensor& positions,
-                               double scale, std::int64_t group, std::int64_t stash_ptr, bool from_stash) {
+                               double scale, std::int64_t window, double softcap, std::int64_t group,
+                               std::int64_t stash_ptr, bool from_stash) {
     auto* st = reinterpret_cast<model::AttentionStash*>(stash_ptr);
     torch::Tensor out, lse;  // fp32 [H, n, D] and [H, n]
     if (from_stash) {
       out = std::move(st->out);
       lse = std::move(st->lse);
     } else {
-      std::tie(out, lse) = run(q, k, v, sample_ids, positions, scale, reinterpret_cast<Group*>(group));
+      std::tie(out, lse) = run(q, k, v, sample_ids, positions, scale, window, softcap, reinterpret_cast<Group*>(group));
       if (st) st->out = out, st->lse = lse;
     }
     ctx->save_for_backward({q, k, v, sample_ids, positions, out, lse});
     ctx->saved_data["scale"] = scale;
+    ctx->saved_data["window"] = window;
+    ctx->saved_data["softcap"] = softcap;
     ctx->saved_data["group"] = group;
     return out.transpose(0, 1).to(q.scalar_type());
   }
 
   static std::pair<torch::Tensor, torch::Tensor> run(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                                      const torch::Tensor& sample_ids, const torch::Tensor& positions,
-                                                     double scale, Group* ring) {
+                                                     double scale, std::int64_t window, double softcap, Group* ring) {
     const int R = ring->size(), r = ring->rank();
     const std::int64_t hk = k.size(1), groups = q.size(1) / hk;
     const torch::Tensor qh = q.to(torch::kFloat32).transpose(0, 1);  // [H, n, D]
@@ -176,12 +198,12 @@ struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
       // asynchronously overlaps the two; the store transport does not).
       torch::Tensor next;
       if (s + 1 < R) next = ring->send_recv(kv, (r + 1) % R, (r - 1 + R) % R);
-      const torch::Tensor keep = block_keep(sample_ids, positions, r, src);
+      // A block wholly outside every query's sample, causal reach or window is skipped.
+      const torch::Tensor keep = block_keep(sample_ids, positions, r, src, window);
       if (keep.any().item<bool>()) {
         const torch::Tensor kb = heads_first(kv.narrow(1, 0, hk), groups);
         const torch::Tensor vb = heads_first(kv.narrow(1, hk, hk), groups);
-        torch::Tensor scores = torch::matmul(qh, kb.transpose(1, 2)) * scale;  // [H, n, n]
-        scores.masked_fill_(keep.logical_not().unsqueeze(0), -std::numeric_limits<double>::infinity());
+        const torch::Tensor scores = block_scores(qh, kb, keep, scale, softcap);
         const torch::Tensor blse = torch::logsumexp(scores, -1);  // [H, n], -inf where nothing is kept
         const torch::Tensor safe = torch::where(torch::isinf(blse), torch::zeros_like(blse), blse);
         const torch::Tensor ob = torch::matmul(torch::exp(scores - safe.unsqueeze(-1)), vb);
@@ -200,6 +222,8 @@ struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
     const torch::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &sample_ids = saved[3], &positions = saved[4];
     const torch::Tensor &out = saved[5], &lse = saved[6];
     const double scale = ctx->saved_data.at("scale").toDouble();
+    const std::int64_t window = ctx->saved_data.at("window").toInt();
+    const double softcap = ctx->saved_data.at("softcap").toDouble();
     Group* ring = group_of(ctx);
     const int R = ring->size(), r = ring->rank();
     const std::int64_t hk = k.size(1), groups = q.size(1) / hk;
@@ -213,16 +237,17 @@ struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
       const int src = (r - s + R) % R;
       torch::Tensor next;
       if (s + 1 < R) next = ring->send_recv(kv, (r + 1) % R, (r - 1 + R) % R);
-      const torch::Tensor keep = block_keep(sample_ids, positions, r, src);
+      const torch::Tensor keep = block_keep(sample_ids, positions, r, src, window);
       if (keep.any().item<bool>()) {
         const torch::Tensor kb = heads_first(kv.narrow(1, 0, hk), groups);
         const torch::Tensor vb = heads_first(kv.narrow(1, hk, hk), groups);
-        torch::Tensor scores = torch::matmul(qh, kb.transpose(1, 2)) * scale;
-        scores.masked_fill_(keep.logical_not().unsqueeze(0), -std::numeric_limits<double>::infinity());
+        torch::Tensor capped_tanh;
+        const torch::Tensor scores = block_scores(qh, kb, keep, scale, softcap, &capped_tanh);
         const torch::Tensor p = torch::exp(scores - lse.unsqueeze(-1));  // the final softmax, this block's columns
         const torch::Tensor dv = torch::matmul(p.transpose(1, 2), dout);
         const torch::Tensor dp = torch::matmul(dout, vb.transpose(1, 2));
-        const torch::Tensor ds = p * (dp - delta);
+        torch::Tensor ds = p * (dp - delta);  // d loss / d (capped) score
+        if (softcap > 0) ds = ds * (1 - capped_tanh * capped_tanh);  // d(cap tanh(s / cap)) / ds
         dq = dq + torch::matmul(ds, kb) * scale;
         const torch::Tensor dk = torch::matmul(ds.transpose(1, 2), qh) * scale;
         dkv = dkv + torch::cat({fold_heads(dk, groups), fold_heads(dv, groups)}, 1);
@@ -234,7 +259,8 @@ struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
     return {dq.transpose(0, 1).to(q.scalar_type()),
             dkv.narrow(1, 0, hk).to(k.scalar_type()),
             dkv.narrow(1, hk, hk).to(v.scalar_type()),
-            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -468,12 +494,12 @@ torch::Tensor ring_flash_attention(Group* ring, const torch::Tensor& q, const to
 
 torch::Tensor ring_attention(Group* ring, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              const torch::Tensor& sample_ids, const torch::Tensor& positions, double scale,
-                             model::AttentionStash* stash) {
+                             model::AttentionStash* stash, std::int64_t window, double softcap) {
   TORCH_CHECK(sample_ids.dim() == 2 && sample_ids.size(0) == ring->size() && sample_ids.size(1) == q.size(0),
               "ring_attention: sample ids must be [ring, n] = [", ring->size(), ", ", q.size(0), "], got ",
               sample_ids.sizes());
   TORCH_CHECK(q.size(1) % k.size(1) == 0, "ring_attention: ", q.size(1), " query heads over ", k.size(1), " KV heads");
-  return RingAttentionFn::apply(q, k, v, sample_ids, positions, scale, address(ring), address(stash),
+  return RingAttentionFn::apply(q, k, v, sample_ids, positions, scale, window, softcap, address(ring), address(stash),
                                 stash && stash->recomputing());
 }
 
@@ -491,10 +517,15 @@ class SpAttention final : public model::AttentionOverride {
   torch::Tensor attend_masked(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale,
                               std::int64_t window, double softcap, model::AttentionBackend prefer,
                               std::int64_t* ran) override {
-    TORCH_CHECK(ring_->size() == 1,
-                "ring attention does not compute sliding-window or soft-capped attention (validation refuses a ring "
-                "degree > 1 for such models; use Ulysses only: ulysses_size = sequence_parallel_size)");
     auto [qq, kk, vv] = gather(q, k, v);
+    if (ring_->size() > 1) {  // the reference ring masks each block by window and caps its scores
+      if (ran) *ran = -1;
+      return scatter(ring_attention(ring_, qq, kk, vv, sample_ids_, positions_, scale, nullptr, window, softcap),
+                     q.size(0), q.size(1), q.size(2));
+    }
+    if (window > 0 && model::window_on_flash(qq.device(), qq.scalar_type(), qq.size(2), softcap, prefer))
+      return scatter(model::varlen_causal_attention(qq, kk, vv, cu_, max_seqlen_, scale, ran, window), q.size(0),
+                     q.size(1), q.size(2));
     // The gathered row: samples (with their padding at their ends) by cu_, consecutive positions
     // within each, so the window is an index distance there.
     const std::int64_t total = qq.size(0);

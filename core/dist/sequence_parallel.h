@@ -93,8 +93,12 @@ RingSegments ring_segments(const torch::Tensor& shard_sample_ids);  // from one 
 torch::Tensor ring_flash_attention(Group* ring, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                    const RingSegments& segments, double scale, model::AttentionBackend prefer,
                                    std::int64_t* ran = nullptr, model::AttentionStash* stash = nullptr);
+// The reference ring (fp32 scores of one block at a time, any device and dtype). It also
+// computes the layers the fused ring does not: a sliding window (window > 0: keys fewer than
+// `window` positions behind the query; blocks wholly outside it are skipped) and Gemma-2's
+// attention-logit soft-capping (softcap > 0: tanh(s / cap) * cap before the softmax).
 torch::Tensor ring_attention(Group* ring, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              const torch::Tensor& sample_ids, const torch::Tensor& positions, double scale,
-                             model::AttentionStash* stash = nullptr);
+                             model::AttentionStash* stash = nullptr, std::int64_t window = 0, double softcap = 0.0);
 
 }  // namespace odyssey::dist

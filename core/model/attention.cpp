@@ -179,6 +179,13 @@ torch::Tensor pair_mask(const torch::Tensor& cu_q, const torch::Tensor& cu_k, st
 
 }  // namespace
 
+bool window_on_flash(const torch::Device& device, torch::ScalarType dtype, std::int64_t head_dim, double softcap,
+                     AttentionBackend prefer) {
+  const bool half = dtype == torch::kBFloat16 || dtype == torch::kFloat16;
+  return device.is_cuda() && half && head_dim <= 256 && softcap <= 0 && prefer != AttentionBackend::Efficient &&
+         prefer != AttentionBackend::Math;
+}
+
 bool LseAttention::fused_supported(const torch::Tensor& q) {
   const bool half = q.scalar_type() == torch::kBFloat16 || q.scalar_type() == torch::kFloat16;
   return q.is_cuda() && half && q.size(-1) <= 256;
@@ -322,17 +329,27 @@ torch::Tensor block_causal_mask(const torch::Tensor& cu_seqlens, std::int64_t to
 
 torch::Tensor varlen_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                       const torch::Tensor& cu_seqlens, std::int64_t max_seqlen, double scale,
-                                      std::int64_t* ran) {
+                                      std::int64_t* ran, std::int64_t window) {
   const std::int64_t t = q.size(0);
+  if (window >= max_seqlen) window = 0;  // a window at least the longest sample hides nothing
   if (LseAttention::fused_supported(q)) {
     const torch::Tensor cu = cu_seqlens.to(q.device(), torch::kInt32);
+    // Flash attention's local band: keys at most window_size_left rows behind the query, none
+    // after it; transformers' window keeps kv > q - window, so the band is window - 1. The
+    // autograd node of _flash_attention_forward hands the band to its backward.
+    std::optional<std::int64_t> left, right;
+    if (window > 0) {
+      left = window - 1;
+      right = 0;
+    }
     auto out = at::_flash_attention_forward(q, k, v, cu, cu, max_seqlen, max_seqlen, 0.0, /*is_causal=*/true,
-                                            /*return_debug_mask=*/false, scale);
+                                            /*return_debug_mask=*/false, scale, left, right);
     if (ran) *ran = static_cast<std::int64_t>(at::SDPBackend::flash_attention);
     return std::get<0>(out);
   }
-  // [T, H, D] -> [1, H, T, D] with the block-diagonal mask.
-  const torch::Tensor keep = block_causal_mask(cu_seqlens, t, q.device());
+  // [T, H, D] -> [1, H, T, D] with the block-diagonal mask (and the window's band).
+  torch::Tensor keep = block_causal_mask(cu_seqlens, t, q.device());
+  if (window > 0) keep = window_mask(keep, t, window, q.device());
   const torch::Tensor out = causal_attention(q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0),
                                              v.transpose(0, 1).unsqueeze(0), keep, scale, AttentionBackend::Auto, ran);
   return out.squeeze(0).transpose(0, 1);

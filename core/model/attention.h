@@ -62,9 +62,17 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
 // crosses a sample boundary. CUDA with bf16/fp16: varlen flash attention
 // (at::_flash_attention_forward, differentiable). Otherwise SDPA with a block-diagonal
 // causal mask [1, 1, T, T] (exact; meant for CPU lengths). Returns [T, Hq, D].
+// window > 0: a sliding window as transformers' (a key fewer than `window` rows behind its
+// query): flash attention's local band on CUDA (window_size_left = window - 1, no [T, T]
+// mask), the mask's band otherwise.
 torch::Tensor varlen_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                       const torch::Tensor& cu_seqlens, std::int64_t max_seqlen, double scale,
-                                      std::int64_t* ran);
+                                      std::int64_t* ran, std::int64_t window = 0);
+// Whether a layer with this sliding window runs on varlen_causal_attention's flash band: CUDA,
+// bf16/fp16, head dim <= 256, no soft-capping, and a backend preference the flash kernel
+// serves (not Efficient or Math, which take the explicit mask).
+bool window_on_flash(const torch::Device& device, torch::ScalarType dtype, std::int64_t head_dim, double softcap,
+                     AttentionBackend prefer);
 
 // Causal attention over a row that is one sequence: q [T, Hq, D], k and v [T, Hkv, D] (views
 // of the projections are fine). SDPA over [1, H, T, D] views, so cuDNN's attention can run

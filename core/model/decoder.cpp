@@ -166,6 +166,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext&
     torch::Tensor out;
     if (general && ctx.attention_override) {  // Ulysses: the gathered row, masked the same way
       out = ctx.attention_override->attend_masked(q, k, v, scale, windowed ? window : 0, softcap, ctx.attention, &ran);
+    } else if (windowed && window_on_flash(q.device(), q.scalar_type(), head_dim, softcap, ctx.attention)) {
+      out = varlen_causal_attention(q, k, v, ctx.cu_seqlens, ctx.max_seqlen, scale, &ran, window);  // flash's band
     } else if (general) {
       const torch::Tensor keep =
           windowed ? ctx.keep_window : block_causal_mask(ctx.cu_seqlens, s, q.device());
@@ -426,8 +428,6 @@ LayerContext CausalLMImpl::context(const torch::Tensor& input_ids, const torch::
     std::tie(ctx.cos_local, ctx.sin_local) = rope_cos_sin(inv_freq_for(*config_.rope_local, inv_freq_local_, pos), pos,
                                                           dtype, config_.rope_local->attention_factor);
   ctx.keep = causal_padding_mask(attention_mask, s);
-  if (config_.hf.sliding_window > 0)
-    ctx.keep_window = window_mask(ctx.keep, s, config_.hf.sliding_window, input_ids.device());
   ctx.attention = options_.attention;
   ctx.backend_ran = &backend_ran_;
   return ctx;
@@ -440,7 +440,9 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
               "attention_mask must have the shape of input_ids ", input_ids.sizes(), ", got ",
               attention_mask.sizes());
   torch::Tensor h = embed(input_ids);
-  const LayerContext ctx = context(input_ids, attention_mask, position_ids, h.scalar_type());
+  LayerContext ctx = context(input_ids, attention_mask, position_ids, h.scalar_type());
+  if (config_.hf.sliding_window > 0)
+    ctx.keep_window = window_mask(ctx.keep, input_ids.size(1), config_.hf.sliding_window, input_ids.device());
   return layers_and_norm(h, ctx);
 }
 
@@ -453,7 +455,12 @@ torch::Tensor CausalLMImpl::hidden_states_packed(const torch::Tensor& input_ids,
   torch::Tensor h = embed(input_ids);
   LayerContext ctx = context(input_ids, {}, position_ids, h.scalar_type());
   ctx.cu_seqlens = cu_seqlens.to(input_ids.device(), torch::kInt32);
-  if (config_.hf.sliding_window > 0)  // within each sample: rows of one sample are consecutive positions
+  // The [T, T] window mask (within each sample: its rows are consecutive positions), only where
+  // a layer takes it: not under sequence parallelism (the override masks the gathered row) nor
+  // where flash attention's band computes the window.
+  const bool flash_band = window_on_flash(input_ids.device(), h.scalar_type(), config_.hf.head_dim,
+                                          config_.hf.attn_logit_softcapping, options_.attention);
+  if (config_.hf.sliding_window > 0 && !attention && !flash_band)
     ctx.keep_window = window_mask(block_causal_mask(ctx.cu_seqlens, input_ids.size(1), input_ids.device()),
                                   input_ids.size(1), config_.hf.sliding_window, input_ids.device());
   ctx.max_seqlen = max_seqlen;

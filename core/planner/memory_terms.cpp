@@ -282,10 +282,19 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   // Probabilities fp32 + their cast, s² per head; in double, saturated (searches reach 2^26).
   const double sq =
       static_cast<double>(batch * (s.H / u) * (b + 4)) * static_cast<double>(seq) * static_cast<double>(seq);
-  // Soft-capped attention (Gemma-2) computes the eager formula whatever attn_impl says; a
-  // sliding window below the sequence length is an explicit [S, S] boolean mask per row.
-  const bool eager_formula = eager || m.attn_logit_softcapping > 0;
-  const i64 eager_sq = eager_formula ? static_cast<i64>(std::min(sq, 1e17)) : 0;
+  // Soft-capped attention (Gemma-2) computes the eager formula whatever attn_impl says. Under
+  // ring attention, soft-capped and windowed layers take the reference ring instead: fp32
+  // scores, probabilities and their gradient of one [H/u, S/ring, S/ring] block at a time
+  // (dist/sequence_parallel.h, ring_attention; about 16 B per score).
+  const bool capped = m.attn_logit_softcapping > 0;
+  const bool windowed = m.sliding_window > 0 && m.sliding_window < seq;
+  const bool ring_reference = p.ring > 1 && (capped || windowed);
+  const bool eager_formula = eager || capped;
+  const double ring_block = static_cast<double>(seq) / static_cast<double>(p.ring);
+  const double ring_sq = static_cast<double>(batch * (s.H / u) * 16) * ring_block * ring_block;
+  const i64 eager_sq = ring_reference  ? static_cast<i64>(std::min(ring_sq, 1e17))
+                       : eager_formula ? static_cast<i64>(std::min(sq, 1e17))
+                                       : 0;
 
   t.layer_full = per_token * T + eager_sq;
   t.layer_in = b * s.h * T;
@@ -320,7 +329,12 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
     t.mlp_offload_max = std::min<i64>(s.L, static_cast<i64>(layers));
   }
   t.misc = T * (3 * 8 + 2 * 4 * s.d);
-  if (m.sliding_window > 0 && m.sliding_window < seq)
+  // A sliding window below the sequence length on one process is an explicit [S, S] boolean
+  // mask per row, unless flash attention's band computes it (model/attention.h,
+  // window_on_flash: CUDA, 16-bit, head dim <= 256, no soft-capping, attn_impl not eager).
+  // Under sequence parallelism the gathered row's mask is built per layer call, and dropped.
+  const bool flash_band = t.cuda && b == 2 && s.d <= 256 && !capped && !eager;
+  if (windowed && !flash_band && sp == 1)
     t.misc += static_cast<i64>(std::min(static_cast<double>(batch) * static_cast<double>(seq) * static_cast<double>(seq), 1e17));
 
   // -- loss: final norm, then logits → cross-entropy, on this GPU's tokens

@@ -34,6 +34,11 @@
 #             Gemma-3-12B (families-check.txt: the MLP offload tier reported as not applying where the MLP has
 #             no fused form; offload compared against a repeat of the same step), and Phi-3.5-mini LoRA 16K fast
 #             (planned against measured peak; families-speed.jsonl)
+#   window    sliding-window layers on flash attention's local band: model_parity_gpu attention at the 7B
+#             shape's heads, 16K and 32K, window 4096 (the band checked against the explicit mask, then
+#             timed beside the mask path: window-attention.jsonl), model_parity_gpu parity over every
+#             family (padded, unpadded and packed rows against transformers bf16/fp32: model-parity.txt),
+#             odyssey-bench --check on Gemma-3-12B at 4K and its LoRA 16K fast row (window-*.jsonl)
 #   liger     issue 22's anchor: transformers + PEFT + Liger kernels (hf_bench.py --liger, every layer
 #             checkpointed; needs the liger-kernel wheel carried in .whl/, see ../shared/gpu/NOTES.md) for
 #             LIGER_SHAPES (default mistral-7b-v0.3 gemma-2-9b) at LIGER_SEQS (default 16384 32768), then
@@ -179,6 +184,21 @@ for p in "$@"; do
     grep -E '^== |"pass": false' "$OUT/families-check.txt" | cut -c1-300
     $B --label fast --checkpointing auto --shape phi-3.5-mini-instruct --mode lora --seq 16384 --steps 3 --warmup 2 \
       --out "$OUT/families-speed.jsonl" | cut -c1-400 ;;
+  window)
+    phase window
+    cmake --build build-gpu --target model_parity_gpu > "$OUT/build-window.log" 2>&1 ||
+      { grep -B2 -A12 -E "error|FAILED" "$OUT/build-window.log" | head -60; exit 1; }
+    for Q in 16384 32768; do
+      build-gpu/tests/gpu/model_parity_gpu attention --seq $Q --window 4096 --attention varlen-flash,window-mask
+    done > "$OUT/window-attention.jsonl" 2>&1
+    echo "window attention exit $?"; cut -c1-260 "$OUT/window-attention.jsonl"
+    build-gpu/tests/gpu/model_parity_gpu parity > "$OUT/model-parity.txt" 2>&1
+    echo "model_parity_gpu parity exit $?"; grep -E "^[a-z0-9_]+ \(|packed|FAIL|PASS" "$OUT/model-parity.txt" | tail -40
+    $B --check --shape gemma-3-12b-it --mode lora --seq 4096 --steps 1 --warmup 1 --out "$OUT/window-check.jsonl" \
+      > "$OUT/window-check.txt" 2>&1
+    echo "gemma-3 check exit $?"; grep -E '"pass": false|attention' "$OUT/window-check.txt" | cut -c1-300 | head -12
+    $B --label fast --checkpointing auto --shape gemma-3-12b-it --mode lora --seq 16384 --steps 3 --warmup 2 \
+      --out "$OUT/window-speed.jsonl" | cut -c1-400 ;;
   liger)
     phase liger
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site

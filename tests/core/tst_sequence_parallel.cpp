@@ -311,6 +311,12 @@ class TstSequenceParallel : public QObject {
     QTest::newRow("ring 4") << 4 << "u1r4q2kv1";
     QTest::newRow("Ulysses 2 x ring 2") << 4 << "u2r2q4kv2";
     QTest::newRow("Ulysses 2 x ring 2, KV 1 (replicated)") << 4 << "u2r2q4kv1";
+    // Ring blocks masked by the window (whole blocks outside it skipped) and soft-capped.
+    QTest::newRow("ring 2, sliding window 5") << 2 << "u1r2q4kv2w5";
+    QTest::newRow("ring 2, soft-capping 1.5") << 2 << "u1r2q4kv2c1.5";
+    QTest::newRow("ring 2, one sample + padding, window 9") << 2 << "u1r2q4kv2s1w9";
+    QTest::newRow("ring 4, window 5 + soft-capping, KV 1") << 4 << "u1r4q2kv1w5c1.5";
+    QTest::newRow("Ulysses 2 x ring 2, window 5 + soft-capping") << 4 << "u2r2q4kv2w5c1.5";
   }
   void attention() {
     QFETCH(int, ranks);

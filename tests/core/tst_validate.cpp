@@ -147,29 +147,37 @@ class TstValidate : public QObject {
     QVERIFY2(contains(e, "neither divide"), e.c_str());
   }
 
-  // Sequence parallelism computes plain causal attention: a window shorter than max_length or
-  // soft-capped attention is refused, naming config.json's key; a window at least max_length
-  // long hides nothing and passes.
-  void sequenceParallelRefusesWindowsAndSoftcapping() {
-    // Ulysses computes them (the gathered row, masked as one process); ring attention does not.
+  // Ring attention computes soft-capped and windowed layers with the reference ring
+  // (tst_sequence_parallel checks it against one process): valid, with a warning naming
+  // config.json's key and the fused alternative (Ulysses); a window at least max_length long
+  // hides nothing, Ulysses alone warns of nothing.
+  void ringWarnsOfTheReferencePathForWindowsAndSoftcapping() {
     auto shape = [](const char* id) { return load_located_model_config(locate_model(id, "")).value; };
+    auto warnings = [](const Diagnostics& d) {
+      std::string s;
+      for (const auto& x : d)
+        if (x.severity == Severity::Warning) s += x.format() + "\n";
+      return s;
+    };
     const std::string ring = "gpu_ids: [0,1]\nsequence_parallel_size: 2\nulysses_size: 1\npacking: true\n";
     const std::string ulysses = "gpu_ids: [0,1]\nsequence_parallel_size: 2\n";
     auto g2 = shape("google/gemma-2-9b");
-    auto e = errors(validate_config(parse(ring + "max_length: 4096\n"), &g2));
-    QVERIFY2(contains(e, "sequence_parallel_size") && contains(e, "ring degree of 2") &&
-                 contains(e, "attn_logit_softcapping"),
-             e.c_str());
-    e = errors(validate_config(parse(ulysses + "max_length: 4096\n"), &g2));
-    QVERIFY2(!contains(e, "softcapping"), e.c_str());
+    auto d = validate_config(parse(ring + "max_length: 4096\n"), &g2);
+    QVERIFY2(!contains(errors(d), "sequence_parallel_size"), errors(d).c_str());
+    QVERIFY2(contains(warnings(d), "sequence_parallel_size") && contains(warnings(d), "ring degree of 2") &&
+                 contains(warnings(d), "attn_logit_softcapping") && contains(warnings(d), "reference ring attention"),
+             warnings(d).c_str());
+    d = validate_config(parse(ulysses + "max_length: 4096\n"), &g2);
+    QVERIFY2(!contains(warnings(d) + errors(d), "softcapping"), (warnings(d) + errors(d)).c_str());
     auto mistral = shape("mistralai/Mistral-7B-v0.3");
     mistral.sliding_window = 4096;  // v0.1's window
-    e = errors(validate_config(parse(ring + "max_length: 32768\n"), &mistral));
-    QVERIFY2(contains(e, "sequence_parallel_size") && contains(e, "sliding_window 4096"), e.c_str());
-    e = errors(validate_config(parse(ring + "max_length: 4096\n"), &mistral));
-    QVERIFY2(!contains(e, "sliding"), e.c_str());
-    e = errors(validate_config(parse(ulysses + "max_length: 32768\n"), &mistral));
-    QVERIFY2(!contains(e, "sliding"), e.c_str());
+    d = validate_config(parse(ring + "max_length: 32768\n"), &mistral);
+    QVERIFY2(!contains(errors(d), "sequence_parallel_size"), errors(d).c_str());
+    QVERIFY2(contains(warnings(d), "sliding_window 4096") && contains(warnings(d), "Ulysses alone"), warnings(d).c_str());
+    d = validate_config(parse(ring + "max_length: 4096\n"), &mistral);
+    QVERIFY2(!contains(warnings(d) + errors(d), "sliding"), (warnings(d) + errors(d)).c_str());
+    d = validate_config(parse(ulysses + "max_length: 32768\n"), &mistral);
+    QVERIFY2(!contains(warnings(d) + errors(d), "sliding"), (warnings(d) + errors(d)).c_str());
   }
 
   // PEFT's rule: target_modules must name at least one module of the model (Phi-3 has qkv_proj

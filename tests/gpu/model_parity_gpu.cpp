@@ -16,8 +16,11 @@
 //   seconds per step, peak memory. Layers and the loss are recomputed in backward (see
 //   docs/model.md: without it the saved activations alone exceed an H200 at 32K).
 //
-// attention [--seq N] [--attention cudnn,flash,varlen-flash]  attention alone at the 7B shape's
-//   heads: milliseconds and achieved TFLOP/s, forward and forward + backward (one JSON line each).
+// attention [--seq N] [--attention cudnn,flash,varlen-flash,window-mask] [--window W]  attention
+//   alone at the 7B shape's heads: milliseconds, achieved TFLOP/s and peak memory, forward and
+//   forward + backward (one JSON line each). With --window: varlen-flash runs flash's local band
+//   (after checking it against the explicit mask, window_parity) and window-mask the explicit
+//   [T, T] mask path; the other backends are skipped.
 #include <ATen/DeviceAccelerator.h>
 #include <torch/torch.h>
 
@@ -103,6 +106,15 @@ bool parity_one(const std::string& dir, const std::string& name) {
   const auto nopad = lm->forward(get(R, "nopad.input_ids").to(cuda, torch::kInt64));
   std::printf("  unpadded batch: attention %s\n", lm->attention_backend_ran().c_str());
   ok &= check("unpadded logits", nopad, "nopad.logits");
+  // The unpadded rows packed into one padding-free row (the trainer's layout): varlen flash
+  // attention, and for windowed layers without soft-capping flash's local band.
+  const auto rows = get(R, "nopad.input_ids").to(cuda, torch::kInt64);
+  const std::int64_t n = rows.size(0), len = rows.size(1);
+  const auto pos = torch::arange(len, rows.options()).repeat({n}).view({1, n * len});
+  const auto cu = torch::arange(0, n * len + 1, len, torch::TensorOptions().dtype(torch::kInt32).device(cuda));
+  const auto packed = lm->logits(lm->hidden_states_packed(rows.reshape({1, n * len}), pos, cu, len));
+  std::printf("  packed row: attention %s\n", lm->attention_backend_ran().c_str());
+  ok &= check("packed-row logits", packed.reshape({n, len, -1}), "nopad.logits");
   return ok;
 }
 
@@ -118,7 +130,12 @@ int parity(std::string dir) {
     }
   }
   bool ok = true;
-  for (const char* n : {"qwen2", "qwen3", "llama3"}) ok &= parity_one(dir, n);
+  // Every model make_tiny_models.py writes: the base families and issue 22's (Mistral with a
+  // window, Llama with head_dim != hidden / heads, SmolLM, Granite, the RoPE kinds, Gemma-2,
+  // Phi-3, Gemma-3).
+  for (const char* n : {"qwen2", "qwen3", "llama3", "mistral", "llama_hd", "smollm", "granite", "rope_linear",
+                        "rope_dynamic", "rope_yarn", "rope_yarn_mscale", "rope_longrope", "gemma2", "phi3", "gemma3"})
+    ok &= parity_one(dir, n);
   std::printf("bf16 parity: %s\n", ok ? "PASS" : "FAIL");
   return ok ? 0 : 1;
 }
@@ -268,7 +285,55 @@ int bench(std::int64_t seq, std::int64_t layers, const std::vector<std::string>&
 // TFLOP/s. Causal attention FLOPs: forward 2·s²·d·H (half of 4·s²·d·H), backward 2.5x the
 // forward (its five matrix products against the forward's two), as flash-attention counts.
 // "varlen-flash" is the packed-row path ([T, H, D] with cu_seqlens) on the same sequence.
-int attention_bench(std::int64_t seq, const std::vector<std::string>& backends) {
+// The flash band against the explicit window mask on the first rows (at most 8,192: the fp32
+// reference's scores are [H, n, n]), window at most half of them: outputs and the gradients of
+// Q, K and V. Judged as the parity checks are: distance to the fp32 mask result at most twice
+// the bf16 mask path's (SDPA with the mask, the path windowed layers took before) plus 2^-8.
+bool window_parity(const torch::Tensor& q0, const torch::Tensor& k0, const torch::Tensor& v0, const torch::Tensor& g0,
+                   std::int64_t window) {
+  const std::int64_t n = std::min<std::int64_t>(q0.size(0), 8192), w = std::min(window, n / 2);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q0.size(2)));
+  const torch::Device dev = q0.device();
+  // Two samples (n/3 and the rest): the band must also stop at the sample boundary.
+  const torch::Tensor cu = torch::tensor({0, static_cast<int>(n / 3), static_cast<int>(n)},
+                                         torch::TensorOptions().dtype(torch::kInt32).device(dev));
+  const torch::Tensor keep = window_mask(block_causal_mask(cu, n, dev), n, w, dev);
+  const torch::Tensor g = g0.narrow(0, 0, n);
+  struct Result { torch::Tensor out, dq, dk, dv; };
+  auto run = [&](torch::ScalarType dt, bool band, AttentionBackend prefer) {
+    torch::Tensor q = q0.narrow(0, 0, n).to(dt).detach().requires_grad_(true),
+                  k = k0.narrow(0, 0, n).to(dt).detach().requires_grad_(true),
+                  v = v0.narrow(0, 0, n).to(dt).detach().requires_grad_(true);
+    torch::Tensor out = band ? varlen_causal_attention(q, k, v, cu, n - n / 3, scale, nullptr, w)
+                             : masked_attention(q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0),
+                                                v.transpose(0, 1).unsqueeze(0), keep, scale, 0.0, prefer, nullptr)
+                                   .squeeze(0)
+                                   .transpose(0, 1);
+    out.backward(g.to(dt));
+    return Result{out.detach().to(torch::kFloat32), q.grad().to(torch::kFloat32), k.grad().to(torch::kFloat32),
+                  v.grad().to(torch::kFloat32)};
+  };
+  const Result ref = run(torch::kFloat32, false, AttentionBackend::Math);
+  const Result mask = run(torch::kBFloat16, false, AttentionBackend::Auto);
+  const Result band = run(torch::kBFloat16, true, AttentionBackend::Auto);
+  auto d = [](const torch::Tensor& a, const torch::Tensor& b) {
+    return ((a - b).abs().max() / b.abs().max()).item<double>();
+  };
+  bool ok = true;
+  const char* names[] = {"out", "dq", "dk", "dv"};
+  const torch::Tensor Result::*fields[] = {&Result::out, &Result::dq, &Result::dk, &Result::dv};
+  for (int i = 0; i < 4; ++i) {
+    const double e_band = d(band.*fields[i], ref.*fields[i]), e_mask = d(mask.*fields[i], ref.*fields[i]);
+    const bool pass = e_band <= 2 * e_mask + std::ldexp(1.0, -8);
+    ok = ok && pass;
+    std::printf("{\"window_parity\": \"%s\", \"rows\": %lld, \"window\": %lld, \"band_vs_fp32\": %.3e, "
+                "\"mask_bf16_vs_fp32\": %.3e, \"ok\": %s}\n",
+                names[i], static_cast<long long>(n), static_cast<long long>(w), e_band, e_mask, pass ? "true" : "false");
+  }
+  return ok;
+}
+
+int attention_bench(std::int64_t seq, const std::vector<std::string>& backends, std::int64_t window) {
   const torch::Device cuda(torch::kCUDA, 0);
   const std::int64_t hq = 28, hkv = 4, d = 128;
   const auto opts = torch::TensorOptions().dtype(torch::kBFloat16).device(cuda);
@@ -283,23 +348,45 @@ int attention_bench(std::int64_t seq, const std::vector<std::string>& backends) 
     auto run = [&](bool backward) {
       torch::Tensor q = q0.detach().requires_grad_(backward), k = k0.detach().requires_grad_(backward),
                     v = v0.detach().requires_grad_(backward);
-      torch::Tensor out = b == "varlen-flash" ? varlen_causal_attention(q, k, v, cu, seq, scale, &ran)
-                                              : sequence_causal_attention(q, k, v, scale, backend_named(b), &ran);
+      torch::Tensor out;
+      if (b == "varlen-flash") {
+        out = varlen_causal_attention(q, k, v, cu, seq, scale, &ran, window);  // window > 0: flash's local band
+      } else if (b == "window-mask") {  // the explicit-mask path windowed layers took before the band
+        const torch::Tensor keep = window_mask(block_causal_mask(cu, seq, cuda), seq, window, cuda);
+        out = masked_attention(q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0),
+                               v.transpose(0, 1).unsqueeze(0), keep, scale, 0.0, AttentionBackend::Auto, &ran)
+                  .squeeze(0)
+                  .transpose(0, 1);
+      } else {
+        out = sequence_causal_attention(q, k, v, scale, backend_named(b), &ran);
+      }
       if (backward) out.backward(g);
     };
+    if (window > 0 && b != "varlen-flash" && b != "window-mask") continue;  // the others ignore the window
+    if (window > 0 && b == "varlen-flash" && !window_parity(q0, k0, v0, g, window)) return 1;
+    // With a window the useful work is the band's query-key pairs, w·T - w(w-1)/2, against the
+    // causal T²/2 that fwd_flops counts.
+    const double w = static_cast<double>(std::min(window, seq));
+    const double useful = window > 0 ? (w * static_cast<double>(seq) - w * (w - 1) / 2) /
+                                           (static_cast<double>(seq) * static_cast<double>(seq) / 2)
+                                     : 1.0;
     for (const bool backward : {false, true}) {
       run(backward);  // warm-up
       at::accelerator::synchronizeDevice(0);
+      const auto base = at::accelerator::getDeviceStats(0).allocated_bytes[0].current;
+      at::accelerator::resetPeakStats(0);
       const int iters = 5;
       const auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < iters; ++i) run(backward);
       at::accelerator::synchronizeDevice(0);
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
-      const double flops = backward ? 3.5 * fwd_flops : fwd_flops;
-      std::printf("{\"attention\": \"%s\", \"ran\": \"%s\", \"seq\": %lld, \"pass\": \"%s\", \"ms\": %.2f, "
-                  "\"tflops\": %.1f}\n",
+      const double peak = gib(at::accelerator::getDeviceStats(0).allocated_bytes[0].peak - base);
+      const double flops = (backward ? 3.5 * fwd_flops : fwd_flops) * useful;
+      std::printf("{\"attention\": \"%s\", \"ran\": \"%s\", \"seq\": %lld, \"window\": %lld, \"pass\": \"%s\", "
+                  "\"ms\": %.2f, \"tflops\": %.1f, \"peak_gib_over_inputs\": %.2f}\n",
                   b.c_str(), b == "varlen-flash" ? "flash (varlen)" : sdp_backend_name(ran).c_str(),
-                  static_cast<long long>(seq), backward ? "forward+backward" : "forward", s * 1e3, flops / s / 1e12);
+                  static_cast<long long>(seq), static_cast<long long>(window), backward ? "forward+backward" : "forward",
+                  s * 1e3, flops / s / 1e12, peak);
     }
   }
   return 0;
@@ -316,7 +403,7 @@ int main(int argc, char** argv) {
     }
     const std::vector<std::string> a(argv + 1, argv + argc);
     const std::string mode = a.empty() ? "all" : a[0];
-    std::int64_t seq = 32768, layers = 28;
+    std::int64_t seq = 32768, layers = 28, window = 0;
     std::string dir;
     std::vector<std::string> backends{"cudnn"};
     for (std::size_t i = 1; i < a.size(); ++i) {
@@ -331,12 +418,13 @@ int main(int argc, char** argv) {
         }
       }
       else if (a[i] == "--layers" && i + 1 < a.size()) layers = std::stoll(a[++i]);
+      else if (a[i] == "--window" && i + 1 < a.size()) window = std::stoll(a[++i]);
       else dir = a[i];
     }
     int rc = 0;
     if (mode == "parity" || mode == "all") rc |= parity(dir);
     if (mode == "bench" || mode == "all") rc |= bench(seq, layers, backends);
-    if (mode == "attention") rc |= attention_bench(seq, backends);
+    if (mode == "attention") rc |= attention_bench(seq, backends, window);
     return rc;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "model_parity_gpu: %s\n", e.what());
