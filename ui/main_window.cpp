@@ -5,6 +5,7 @@
 #include <QCloseEvent>
 #include <QDialog>
 #include <QDateTime>
+#include <QDesktopServices>
 #include <QDialogButtonBox>
 #include <QDir>
 #include <QDockWidget>
@@ -19,11 +20,16 @@
 #include <QMimeData>
 #include <QPlainTextEdit>
 #include <QPushButton>
+#include <QScreen>
+#include <QShowEvent>
+#include <QScrollArea>
 #include <QTabWidget>
+#include <QUrl>
 #include <QVBoxLayout>
 
 #include <signal.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -37,6 +43,7 @@
 #include "palette.h"
 #include "planner_gauge.h"
 #include "settings.h"
+#include "message_area.h"
 #include "run/status_file.h"
 #include "train_page.h"
 #ifdef ODYSSEY_HAVE_MONITOR
@@ -69,6 +76,18 @@ bool is_alive(const run::RunStatus& st) {
 
 }  // namespace
 
+namespace {
+
+QScrollArea* scrolled(QWidget* w) {
+  auto* area = new QScrollArea;
+  area->setWidget(w);
+  area->setWidgetResizable(true);
+  area->setFrameShape(QFrame::NoFrame);
+  return area;
+}
+
+}  // namespace
+
 MainWindow::MainWindow(std::unique_ptr<Settings> settings, QWidget* parent)
     : QMainWindow(parent), settings_(std::move(settings)), form_(new ConfigForm(this)) {
   setObjectName(QStringLiteral("mainWindow"));
@@ -76,27 +95,30 @@ MainWindow::MainWindow(std::unique_ptr<Settings> settings, QWidget* parent)
   auto* central = new QWidget(this);
   auto* v = new QVBoxLayout(central);
   v->setContentsMargins(6, 6, 6, 6);
-  banner_ = new QLabel(central);
+  banner_ = new MessageArea(central);
   banner_->setObjectName(QStringLiteral("presetBanner"));
-  banner_->setWordWrap(true);
-  banner_->setTextInteractionFlags(Qt::TextSelectableByMouse | Qt::LinksAccessibleByMouse);
   banner_->hide();
-  connect(banner_, &QLabel::linkActivated, banner_, &QLabel::hide);
   v->addWidget(banner_);
   tabs_ = new QTabWidget(central);
   train_ = new TrainPage(form_, settings_.get(), tabs_);
   advanced_ = new AdvancedPage(form_, tabs_);
-  tabs_->addTab(train_, tr("&Train"));
-  tabs_->addTab(advanced_, tr("&Advanced"));
+  // Pages and docks scroll where the screen is smaller than their layouts (1366×768, 1280×800
+  // at scale 2): the window's minimum size stays below the screen's.
+  tabs_->addTab(scrolled(train_), tr("&Train"));
+  tabs_->addTab(scrolled(advanced_), tr("&Advanced"));
 #ifdef ODYSSEY_HAVE_MONITOR
   monitor_ = new MonitorPage(tabs_);
-  tabs_->addTab(monitor_, tr("&Monitor"));
+  tabs_->addTab(scrolled(monitor_), tr("&Monitor"));
 #endif
   v->addWidget(tabs_, 1);
   auto* bottom = new QHBoxLayout;
   status_ = new QLabel(central);
   status_->setObjectName(QStringLiteral("statusSummary"));
   status_->setWordWrap(true);
+  // A first error naming a long path must not widen the window: the line takes the width it is
+  // given (the full text is its tooltip, every error is also at its field).
+  status_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  status_->setMinimumWidth(0);
   start_ = new QPushButton(tr("Start training"), central);
   start_->setObjectName(QStringLiteral("startButton"));
   start_->setEnabled(false);
@@ -108,12 +130,12 @@ MainWindow::MainWindow(std::unique_ptr<Settings> settings, QWidget* parent)
   bottom->addWidget(status_, 1);
   bottom->addWidget(start_);
   bottom->addWidget(stop_);
-  job_status_ = new QLabel(central);
+  job_status_ = new MessageArea(central);
   job_status_->setObjectName(QStringLiteral("jobStatus"));
-  job_status_->setWordWrap(true);
-  job_status_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   job_status_->hide();
   v->addWidget(job_status_);
+  for (MessageArea* a : {banner_, job_status_})
+    connect(a, &MessageArea::link_activated, this, [](const QUrl& url) { QDesktopServices::openUrl(url); });
   v->addLayout(bottom);
   connect(start_, &QPushButton::clicked, this, &MainWindow::start_job);
   connect(stop_, &QPushButton::clicked, this, &MainWindow::stop_job);
@@ -127,12 +149,12 @@ MainWindow::MainWindow(std::unique_ptr<Settings> settings, QWidget* parent)
   gauge_ = new PlannerGauge(form_, settings_.get(), this);
   auto* plan_dock = new QDockWidget(tr("Memory plan"), this);
   plan_dock->setObjectName(QStringLiteral("planDock"));
-  plan_dock->setWidget(gauge_);
+  plan_dock->setWidget(scrolled(gauge_));
   addDockWidget(Qt::RightDockWidgetArea, plan_dock);
   commands_ = new CommandPreview(form_, this);
   auto* cmd_dock = new QDockWidget(tr("Commands"), this);
   cmd_dock->setObjectName(QStringLiteral("commandDock"));
-  cmd_dock->setWidget(commands_);
+  cmd_dock->setWidget(scrolled(commands_));
   addDockWidget(Qt::RightDockWidgetArea, cmd_dock);
 
   // Detected GPUs set the planner's capacity (the smallest of those used).
@@ -152,9 +174,42 @@ MainWindow::MainWindow(std::unique_ptr<Settings> settings, QWidget* parent)
   QTimer::singleShot(0, this, [this] { update_output_root(true); });
   update_status();
   update_title();
-  resize(1500, 950);
-  if (!restoreGeometry(settings_->window_geometry())) resize(1500, 950);
   restoreState(settings_->window_state());
+  if (!restoreGeometry(settings_->window_geometry())) resize(first_run_size());
+  fit_to_screen();
+}
+
+QWidget* MainWindow::current_page() const {
+  auto* area = qobject_cast<QScrollArea*>(tabs_->currentWidget());
+  return area ? area->widget() : tabs_->currentWidget();
+}
+
+QSize MainWindow::first_run_size() const {
+  // 1500×950 where the screen has room, else most of what it has (a 1366×768 laptop, a
+  // 1600×1000 screen at scale 1.5, whose available size Qt gives in device-independent pixels).
+  const QScreen* s = screen() ? screen() : QGuiApplication::primaryScreen();
+  if (!s) return {1500, 950};
+  const QRect a = s->availableGeometry();
+  return {std::min(1500, a.width() * 92 / 100), std::min(950, a.height() * 92 / 100)};
+}
+
+void MainWindow::fit_to_screen() {
+  // A geometry saved on a larger screen (or before the window could grow past it) is clamped
+  // to this one's available area, and the window moved inside it.
+  const QScreen* s = screen() ? screen() : QGuiApplication::primaryScreen();
+  if (!s) return;
+  const QRect a = s->availableGeometry();
+  const QMargins frame(geometry().left() - frameGeometry().left(), geometry().top() - frameGeometry().top(),
+                       frameGeometry().right() - geometry().right(), frameGeometry().bottom() - geometry().bottom());
+  const QSize room(a.width() - frame.left() - frame.right(), a.height() - frame.top() - frame.bottom());
+  if (width() > room.width() || height() > room.height())
+    resize(std::min(width(), room.width()), std::min(height(), room.height()));
+  QRect f = frameGeometry();
+  if (!a.contains(f)) {
+    f.moveLeft(std::clamp(f.left(), a.left(), std::max(a.left(), a.right() - f.width() + 1)));
+    f.moveTop(std::clamp(f.top(), a.top(), std::max(a.top(), a.bottom() - f.height() + 1)));
+    move(f.topLeft());
+  }
 }
 
 MainWindow::~MainWindow() = default;
@@ -190,9 +245,7 @@ void MainWindow::fill_recent_menu() {
 
 void MainWindow::show_banner(const QString& html, bool error) {
   const QColor c = error ? error_color(palette()) : warning_color(palette());
-  banner_->setStyleSheet(QStringLiteral("QLabel#presetBanner{border:2px solid %1;border-radius:4px;padding:6px;}").arg(c.name()));
-  banner_->setText(html + QStringLiteral(" &nbsp; <a href='dismiss'>") + tr("Dismiss") + QStringLiteral("</a>"));
-  banner_->show();
+  banner_->set_message(html + QStringLiteral(" &nbsp; <a href='dismiss'>") + tr("Dismiss") + QStringLiteral("</a>"), {}, c);
 }
 
 bool MainWindow::open_preset(const QString& path) {
@@ -288,6 +341,12 @@ void MainWindow::dropEvent(QDropEvent* e) {
   if (handle_drop(e->mimeData())) e->acceptProposedAction();
 }
 
+void MainWindow::showEvent(QShowEvent* e) {
+  QMainWindow::showEvent(e);
+  // The frame's size is known once the window exists on the screen: fit again, frame included.
+  if (!e->spontaneous()) fit_to_screen();
+}
+
 void MainWindow::closeEvent(QCloseEvent* e) {
   settings_->set_window(saveGeometry(), saveState());
   e->accept();
@@ -307,7 +366,9 @@ void MainWindow::update_status() {
                          .arg(errors)
                          .arg(warnings)
                          .arg(first.toHtmlEscaped()));
+    status_->setToolTip(first);
   } else {
+    status_->setToolTip(QString());
     status_->setText(warnings > 0 ? tr("<span style='color:%1'>Valid</span>, %2 warning(s) — shown at their fields.")
                                         .arg(ok_color(p).name())
                                         .arg(warnings)
@@ -331,9 +392,7 @@ void MainWindow::update_buttons() {
 
 void MainWindow::set_job_message(const QString& html, bool error) {
   const QColor c = error ? error_color(palette()) : palette().color(QPalette::WindowText);
-  job_status_->setStyleSheet(QStringLiteral("QLabel#jobStatus{color:%1;}").arg(c.name()));
-  job_status_->setText(html);
-  job_status_->show();
+  job_status_->set_message(html, c);
 }
 
 void MainWindow::start_job() {
@@ -375,7 +434,7 @@ void MainWindow::poll_launch() {
     set_job_message(tr("Training in %1 (engine output: %2).").arg(dir.toHtmlEscaped(), launch_log_.toHtmlEscaped()), false);
 #ifdef ODYSSEY_HAVE_MONITOR
     monitor_->attachRunDirectory(dir);
-    tabs_->setCurrentWidget(monitor_);
+    tabs_->setCurrentWidget(monitor_->parentWidget()->parentWidget());  // its scroll area
 #endif
     poll_job();
     return;
@@ -390,7 +449,9 @@ void MainWindow::poll_launch() {
                                 .arg(kLaunchTimeoutMs / 1000);
   QStringList tail = last_lines(text, 12);
   if (rc && !tail.isEmpty()) tail.removeLast();  // the wrapper's exit line
-  set_job_message(head + tr(" Last lines of %1:").arg(launch_log_.toHtmlEscaped()) + QStringLiteral("<pre>") +
+  set_job_message(head + tr(" Last lines of <a href='%1'>%2</a> (click for the whole log):")
+                             .arg(QUrl::fromLocalFile(launch_log_).toString().toHtmlEscaped(), launch_log_.toHtmlEscaped()) +
+                      QStringLiteral("<pre>") +
                       tail.join(QLatin1Char('\n')).toHtmlEscaped() + QStringLiteral("</pre>"),
                   true);
   update_buttons();

@@ -26,6 +26,7 @@ class ConfigForm;
 class PlannerGauge;
 class Settings;
 class TrainPage;
+class MessageArea;
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
@@ -36,17 +37,21 @@ class MainWindow : public QMainWindow {
 
   ConfigForm* form() const { return form_; }
   QTabWidget* tabs() const { return tabs_; }
+  // The page shown (Train, Advanced or Monitor; the tabs hold them in scroll areas).
+  QWidget* current_page() const;
   TrainPage* train_page() const { return train_; }
   AdvancedPage* advanced_page() const { return advanced_; }
   PlannerGauge* gauge() const { return gauge_; }
   CommandPreview* commands() const { return commands_; }
-  QLabel* banner() const { return banner_; }
+  MessageArea* banner() const { return banner_; }
   QPushButton* start_button() const { return start_; }
   QPushButton* stop_button() const { return stop_; }
   // The Monitor page (nullptr when the window was built without it).
   MonitorPage* monitor() const { return monitor_; }
-  // The line under the pages that reports launches, stops and their failures.
-  QLabel* job_status() const { return job_status_; }
+  // The area under the pages that reports launches, stops and their failures (bounded and
+  // scrollable: a long error never grows the window).
+  MessageArea* job_status() const { return job_status_; }
+  QLabel* status_line() const { return status_; }
   // While a Start waits for the engine's `run directory:` line.
   bool launching() const { return launch_poll_.isActive(); }
   // The log of the last launch from this window ("" before the first).
@@ -66,9 +71,12 @@ class MainWindow : public QMainWindow {
   void dragEnterEvent(QDragEnterEvent* e) override;
   void dropEvent(QDropEvent* e) override;
   void closeEvent(QCloseEvent* e) override;
+  void showEvent(QShowEvent* e) override;
 
  private:
   void build_menus();
+  QSize first_run_size() const;
+  void fit_to_screen();
   void fill_recent_menu();
   void open_dialog();
   bool save();
@@ -83,8 +91,12 @@ class MainWindow : public QMainWindow {
   void poll_job();
   void update_output_root(bool reattach);
   void update_buttons();
+
+ public:
+  // Shows `html` in the job area (an error in the palette's error colour).
   void set_job_message(const QString& html, bool error);
 
+ private:
   std::unique_ptr<Settings> settings_;
   ConfigForm* form_;
   QTabWidget* tabs_;
@@ -92,11 +104,11 @@ class MainWindow : public QMainWindow {
   AdvancedPage* advanced_;
   PlannerGauge* gauge_;
   CommandPreview* commands_;
-  QLabel* banner_;
+  MessageArea* banner_;
   QLabel* status_;
   QPushButton* start_;
   QPushButton* stop_;
-  QLabel* job_status_;
+  MessageArea* job_status_;
   MonitorPage* monitor_ = nullptr;
   QMenu* recent_ = nullptr;
 

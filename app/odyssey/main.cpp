@@ -3,6 +3,7 @@
 // every page there and exits (docs/screenshots/ is made this way under Xvfb; `--live` trains
 // the quickstart meanwhile); `--dark` uses a dark palette.
 #include <QApplication>
+#include <QCoreApplication>
 #include <QCommandLineParser>
 #include <QDir>
 #include <QIcon>
@@ -10,6 +11,7 @@
 #include <QStyle>
 #include <QPainter>
 #include <QPainterPath>
+#include <cstdio>
 #include <memory>
 
 #include "config/preset_io.h"
@@ -76,30 +78,69 @@ QPalette dark_palette() {
   return p;
 }
 
+struct Cli {
+  QCommandLineParser parser;
+  QCommandLineOption shots{QStringLiteral("screenshot"), QStringLiteral("Save a PNG of every page to DIR and exit."),
+                           QStringLiteral("DIR")};
+  QCommandLineOption ini{QStringLiteral("settings"), QStringLiteral("Keep settings in this INI file instead of the user's."),
+                         QStringLiteral("FILE")};
+  QCommandLineOption live{QStringLiteral("live"),
+                          QStringLiteral("With --screenshot: train the quickstart with odyssey-train while its pages are taken.")};
+  QCommandLineOption dark{QStringLiteral("dark"), QStringLiteral("Use a dark palette (Fusion style) whatever the desktop's.")};
+  Cli() {
+    parser.setApplicationDescription(
+        QStringLiteral("Odyssey: configure, plan and launch long-context LLM fine-tuning.\n"
+                       "Without a display, train with odyssey-train run PRESET (docs/cli.md)."));
+    parser.addHelpOption();
+    parser.addVersionOption();
+    parser.addPositionalArgument(QStringLiteral("preset"), QStringLiteral("A preset (.yaml) to open."),
+                                 QStringLiteral("[preset]"));
+    parser.addOptions({shots, ini, live, dark});
+  }
+};
+
+void name_application() {
+  QCoreApplication::setOrganizationName(QStringLiteral("Odyssey"));
+  QCoreApplication::setApplicationName(QStringLiteral("odyssey"));
+  QCoreApplication::setApplicationVersion(QStringLiteral(ODYSSEY_VERSION));
+}
+
+// Whether Qt can open a window here: a platform chosen explicitly, an X11 or a Wayland display.
+bool has_display() {
+  return !qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM") || !qEnvironmentVariableIsEmpty("DISPLAY") ||
+         !qEnvironmentVariableIsEmpty("WAYLAND_DISPLAY");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  // --help, --version and bad options need no display: answered by a core application (Qt's
+  // GUI one aborts when it cannot reach a display).
+  bool answer_only = false;
+  for (int i = 1; i < argc; ++i) {
+    const QByteArray a(argv[i]);
+    answer_only = answer_only || a == "-h" || a == "--help" || a == "--help-all" || a == "-v" || a == "--version";
+  }
+  if (answer_only || !has_display()) {
+    QCoreApplication core(argc, argv);
+    name_application();
+    Cli cli;
+    cli.parser.process(core);  // prints help or version and exits; exits 1 on an unknown option
+    std::fprintf(stderr,
+                 "odyssey: no display (neither DISPLAY nor WAYLAND_DISPLAY is set). The window needs one: run it in "
+                 "a desktop session, under Xvfb (xvfb-run odyssey), or with QT_QPA_PLATFORM=offscreen for "
+                 "screenshots. To train without a window: odyssey-train run PRESET.\n");
+    return 2;
+  }
   QApplication app(argc, argv);
-  QApplication::setOrganizationName(QStringLiteral("Odyssey"));
-  QApplication::setApplicationName(QStringLiteral("odyssey"));
-  QApplication::setApplicationVersion(QStringLiteral(ODYSSEY_VERSION));
+  name_application();
   QApplication::setDesktopFileName(QStringLiteral("odyssey"));
   QIcon icon(QStringLiteral(":/icons/odyssey.svg"));
   QApplication::setWindowIcon(icon.pixmap(64).isNull() ? painted_icon() : icon);
 
-  QCommandLineParser cli;
-  cli.setApplicationDescription(QStringLiteral("Odyssey: configure, plan and launch long-context LLM fine-tuning."));
-  cli.addHelpOption();
-  cli.addVersionOption();
-  cli.addPositionalArgument(QStringLiteral("preset"), QStringLiteral("A preset (.yaml) to open."), QStringLiteral("[preset]"));
-  QCommandLineOption shots(QStringLiteral("screenshot"), QStringLiteral("Save a PNG of every page to DIR and exit."),
-                           QStringLiteral("DIR"));
-  QCommandLineOption ini(QStringLiteral("settings"), QStringLiteral("Keep settings in this INI file instead of the user's."),
-                         QStringLiteral("FILE"));
-  QCommandLineOption live(QStringLiteral("live"),
-                          QStringLiteral("With --screenshot: train the quickstart with odyssey-train while its pages are taken."));
-  QCommandLineOption dark(QStringLiteral("dark"), QStringLiteral("Use a dark palette (Fusion style) whatever the desktop's."));
-  cli.addOptions({shots, ini, live, dark});
+  Cli c;
+  QCommandLineParser& cli = c.parser;
+  const QCommandLineOption &shots = c.shots, &ini = c.ini, &live = c.live, &dark = c.dark;
   cli.process(app);
   if (cli.isSet(dark)) {
     QApplication::setStyle(QStringLiteral("Fusion"));

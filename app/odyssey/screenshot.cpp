@@ -15,6 +15,7 @@
 #include "dataset_model.h"
 #include "dataset_preview.h"
 #include "main_window.h"
+#include "message_area.h"
 #include "train_page.h"
 #ifdef ODYSSEY_HAVE_MONITOR
 #include "monitor/monitor_page.h"

@@ -24,6 +24,7 @@
 #include "config_form.h"
 #include "launch.h"
 #include "main_window.h"
+#include "message_area.h"
 #include "run/status_file.h"
 #include "settings.h"
 #ifdef ODYSSEY_HAVE_MONITOR
@@ -156,7 +157,7 @@ class TstLaunch : public QObject {
     QTRY_VERIFY2_WITH_TIMEOUT(!w_->monitor()->attachedRun().isEmpty(), qPrintable(text_of_job()), 60000);
     const QString run_dir = w_->monitor()->attachedRun();
     QVERIFY2(run_dir.startsWith(out + QLatin1Char('/')), qPrintable(run_dir));
-    QCOMPARE(w_->tabs()->currentWidget(), w_->monitor());
+    QCOMPARE(w_->current_page(), static_cast<QWidget*>(w_->monitor()));
     QVERIFY(!w_->start_button()->isEnabled());  // the job started here still runs
     // Detached: the engine runs in a session of its own (a Ctrl-C aimed at ours misses it).
     if (const auto st = status_of(run_dir); st && st->pid > 0) {

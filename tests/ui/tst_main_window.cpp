@@ -3,6 +3,10 @@
 #include <QDoubleSpinBox>
 #include <QLabel>
 #include <QMimeData>
+#include <QProcessEnvironment>
+#include <QGuiApplication>
+#include <QScreen>
+#include <QScrollBar>
 #include <QProcess>
 #include <QPushButton>
 #include <QSignalSpy>
@@ -17,6 +21,7 @@
 #include "config/validate.h"
 #include "config_form.h"
 #include "main_window.h"
+#include "message_area.h"
 #include "planner_gauge.h"
 #include "settings.h"
 
@@ -68,6 +73,86 @@ class TstMainWindow : public QObject {
     QVERIFY(!w_->start_button()->isEnabled());
     QVERIFY(w_->start_button()->toolTip().contains(QStringLiteral("red")));
   }
+
+  // Issue 23, findings 1 and 2: an engine error of one long unbreakable line (a path, a log
+  // line in <pre>) and a banner of many lines once made the window 2,548 px wide and 1,256 px
+  // tall. Now they wrap and scroll inside a bounded area; the window keeps its size.
+  void long_errors_never_grow_the_window() {
+    w_->resize(1100, 700);
+    w_->show();
+    QVERIFY(QTest::qWaitForWindowExposed(w_.get()));
+    const QSize before = w_->size();
+    const QString path = QStringLiteral("/nonexistent/") + QString(600, QLatin1Char('x')) + QStringLiteral("/Qwen2.5-7B");
+    QString lines;
+    for (int i = 0; i < 60; ++i) lines += QStringLiteral("error line %1: %2\n").arg(i).arg(path);
+    w_->set_job_message(QStringLiteral("<b>odyssey-train exited with status 2.</b><pre>") + lines.toHtmlEscaped() +
+                            QStringLiteral("</pre>"),
+                        true);
+    // The form's first error names the long path too (the status line beside Start).
+    w_->form()->set_text("model", ("\"" + path + "\"").toStdString());
+    QTest::qWait(50);
+    QCOMPARE(w_->size(), before);
+    QVERIFY(w_->job_status()->isVisible());
+    const int cap = w_->job_status()->fontMetrics().lineSpacing() * MessageArea::max_lines() + 40;
+    QVERIFY2(w_->job_status()->height() <= cap, qPrintable(QString::number(w_->job_status()->height())));
+    QVERIFY(w_->job_status()->verticalScrollBar()->maximum() > 0);  // the rest scrolls
+    QVERIFY(w_->start_button()->isVisible());
+    QVERIFY(w_->start_button()->geometry().right() <= w_->centralWidget()->width());
+    // The banner (a preset that failed to load) the same.
+    QVERIFY(!w_->open_preset(tmp_.filePath(QString(200, QLatin1Char('y')) + QStringLiteral(".yaml"))));
+    QTest::qWait(50);
+    QCOMPARE(w_->size(), before);
+  }
+
+  // Issue 23, finding 4: the window fits a 1366×768 laptop and 1280×800 at scale 2 (640×400
+  // device-independent pixels): pages and docks scroll; a geometry saved on a larger screen is
+  // clamped to this one on restore; the first-run size comes from the screen.
+  void fits_small_screens_and_clamps_saved_geometry() {
+    const QSize min = w_->minimumSizeHint().expandedTo(w_->minimumSize());
+    QVERIFY2(min.width() <= 640 && min.height() <= 400,
+             qPrintable(QStringLiteral("minimum %1x%2").arg(min.width()).arg(min.height())));
+    const QRect avail = QGuiApplication::primaryScreen()->availableGeometry();
+    QVERIFY2(w_->width() <= avail.width() && w_->height() <= avail.height(),
+             qPrintable(QStringLiteral("first run %1x%2 on %3x%4").arg(w_->width()).arg(w_->height()).arg(avail.width()).arg(avail.height())));
+    // A window saved at 2,548 × 1,256 on another screen.
+    w_->resize(2548, 1256);
+    w_->settings()->set_window(w_->saveGeometry(), w_->saveState());
+    w_.reset();
+    w_ = std::make_unique<MainWindow>(std::make_unique<Settings>(tmp_.filePath(QStringLiteral("s.ini"))));
+    w_->show();
+    QVERIFY(QTest::qWaitForWindowExposed(w_.get()));
+    QVERIFY2(w_->frameGeometry().width() <= avail.width() && w_->frameGeometry().height() <= avail.height(),
+             qPrintable(QStringLiteral("restored %1x%2 on %3x%4").arg(w_->frameGeometry().width())
+                            .arg(w_->frameGeometry().height()).arg(avail.width()).arg(avail.height())));
+    QVERIFY(avail.contains(w_->frameGeometry()));
+  }
+
+#ifdef ODYSSEY_GUI_BIN
+  // Issue 23, finding 10: --help and --version answer without a display; without one the
+  // window says how to get one instead of Qt's abort.
+  void help_and_version_need_no_display() {
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    for (const char* v : {"DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"}) env.remove(QString::fromLatin1(v));
+    auto run = [&](const QStringList& args, int* code) {
+      QProcess p;
+      p.setProcessEnvironment(env);
+      p.start(QStringLiteral(ODYSSEY_GUI_BIN), args);
+      if (!p.waitForFinished(30000)) return QByteArray("timeout");
+      *code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
+      return p.readAllStandardOutput() + p.readAllStandardError();
+    };
+    int code = -9;
+    QByteArray out = run({QStringLiteral("--help")}, &code);
+    QCOMPARE(code, 0);
+    QVERIFY2(out.contains("Usage:") && out.contains("--screenshot"), out.constData());
+    out = run({QStringLiteral("--version")}, &code);
+    QCOMPARE(code, 0);
+    QVERIFY2(out.contains(ODYSSEY_VERSION), out.constData());
+    out = run({}, &code);
+    QCOMPARE(code, 2);
+    QVERIFY2(out.contains("no display") && out.contains("odyssey-train run"), out.constData());
+  }
+#endif
 
   void invalid_preset_leaves_the_form_and_shows_file_line() {
     QVERIFY(w_->open_preset(preset_path("qwen2.5-7b-lora-32k-ulysses.yaml")));

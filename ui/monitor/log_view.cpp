@@ -6,6 +6,7 @@
 #include <QLineEdit>
 #include <QPlainTextEdit>
 #include <QScrollBar>
+#include <QTextCursor>
 #include <QVBoxLayout>
 
 namespace odyssey::ui {
@@ -47,9 +48,26 @@ void LogView::appendLines(const QStringList& lines) {
   // interrupted by new ones).
   QScrollBar* sb = text_->verticalScrollBar();
   const bool at_end = sb->value() >= sb->maximum() - 2;
+  // Appending moves the cursor to the end of the last line, and the view follows it to the
+  // right: every line would be cut at the left (issue 23, finding 5). The horizontal position
+  // stays where the reader had it (the start of the lines unless they scrolled).
+  const int h = text_->horizontalScrollBar()->value();
   text_->appendPlainText(shown.join(QLatin1Char('\n')));
+  park_cursor();
+  text_->horizontalScrollBar()->setValue(h);
   if (at_end) sb->setValue(sb->maximum());
 }
+
+void LogView::park_cursor() {
+  // The text cursor at the start of the last line: the view, which keeps the cursor visible
+  // (also when a hidden tab is first shown), then shows lines from their start.
+  QTextCursor c = text_->textCursor();
+  c.movePosition(QTextCursor::End);
+  c.movePosition(QTextCursor::StartOfBlock);
+  text_->setTextCursor(c);
+}
+
+int LogView::horizontalOffset() const { return text_->horizontalScrollBar()->value(); }
 
 void LogView::clear() {
   lines_.clear();
@@ -68,7 +86,9 @@ void LogView::rerender() {
   for (const QString& l : lines_)
     if (matches(l)) shown << l;
   text_->setPlainText(shown.join(QLatin1Char('\n')));
+  park_cursor();
   text_->verticalScrollBar()->setValue(text_->verticalScrollBar()->maximum());
+  text_->horizontalScrollBar()->setValue(0);
 }
 
 QString LogView::visibleText() const { return text_->toPlainText(); }

@@ -24,10 +24,13 @@ class LogView : public QWidget {
   void setFilter(const QString& text);
   QString visibleText() const;
   int lineCount() const { return static_cast<int>(lines_.size()); }
+  // The horizontal scroll position of the text (0: lines shown from their start).
+  int horizontalOffset() const;
 
  private:
   bool matches(const QString& line) const;
   void rerender();
+  void park_cursor();
 
   int max_lines_;
   std::deque<QString> lines_;

@@ -15,7 +15,10 @@
 #include <QTableView>
 #include <QVBoxLayout>
 
+#include <filesystem>
+
 #include "chart_panel.h"
+#include "run/run_dir.h"
 #include "compare_view.h"
 #include "log_view.h"
 #include "run_scanner.h"
@@ -219,16 +222,22 @@ void MonitorPage::setOutputRoot(const QString& root) {
 void MonitorPage::onScanned(quint64 generation, const std::vector<RunSummary>& runs, const QString& error) {
   if (generation != scan_generation_) return;  // a scan of the previous root
   runs_model_->setRuns(runs);
-  root_label_->setText(error.isEmpty() ? tr("Runs in %1 (%n run(s))", nullptr, static_cast<int>(runs.size())).arg(root_)
-                                       : error);
+  QString text = error;
+  if (text.isEmpty())
+    text = runs.empty() ? tr("No runs yet in %1: Start training creates the first, or open a run folder (Open run…).")
+                              .arg(root_)
+                        : tr("Runs in %1 (%n run(s))", nullptr, static_cast<int>(runs.size())).arg(root_);
+  root_label_->setText(notice_.isEmpty() ? text : notice_ + QStringLiteral("\n") + text);
 }
+
+QString MonitorPage::rootText() const { return root_label_->text(); }
 
 void MonitorPage::openRunDialog() {
   auto* dlg = new QFileDialog(this, tr("Open run directory"), root_);
   dlg->setFileMode(QFileDialog::Directory);
   dlg->setOption(QFileDialog::ShowDirsOnly);
   dlg->setAttribute(Qt::WA_DeleteOnClose);
-  connect(dlg, &QFileDialog::fileSelected, this, &MonitorPage::attachRunDirectory);
+  connect(dlg, &QFileDialog::fileSelected, this, &MonitorPage::openRunFolder);
   dlg->open();  // asynchronous: no nested event loop
 }
 
@@ -239,7 +248,23 @@ void MonitorPage::stopWatcher() {
   watcher_ = nullptr;
 }
 
+bool MonitorPage::openRunFolder(const QString& dir) {
+  // A folder the user picked that is not a run (no status.json, no events.jsonl) is not
+  // attached: the page would show state "unknown" on the previous run's axes (issue 23,
+  // finding 7). The launch path attaches a run directory before its first file exists and
+  // goes through attachRunDirectory directly.
+  if (!run::RunDir::looks_like_run(std::filesystem::path(dir.toStdString()))) {
+    notice_ = tr("%1 is not a run directory (it has neither status.json nor events.jsonl); still showing %2.")
+                  .arg(dir, attached_.isEmpty() ? tr("no run") : attached_);
+    root_label_->setText(notice_);
+    return false;
+  }
+  attachRunDirectory(dir);
+  return true;
+}
+
 void MonitorPage::attachRunDirectory(const QString& dir) {
+  notice_.clear();
   stopWatcher();
   attached_ = dir;
   ++watch_generation_;

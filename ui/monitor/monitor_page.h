@@ -42,6 +42,9 @@ class MonitorPage : public QWidget {
 
   void setOutputRoot(const QString& root);
   void attachRunDirectory(const QString& dir);
+  // A folder the user opened (Open run…): attached when it is a run, else refused with a
+  // notice above the runs list; returns whether it was attached.
+  bool openRunFolder(const QString& dir);
   void compareRuns(const QStringList& dirs);
   // The link's measured bus bandwidth (GB/s) drawn on the bandwidth chart; <= 0 hides it.
   void setLinkBandwidth(double gb_per_s);
@@ -60,6 +63,7 @@ class MonitorPage : public QWidget {
   QString progressText() const;
   QString bannerText() const;    // the failure banner, "" when hidden
   QString messagesText() const;  // diagnostics and notes, "" when none
+  QString rootText() const;      // above the runs list: the folder, "No runs yet", a folder that is not a run
   std::int64_t latestStep() const { return progress_ ? progress_->step : 0; }
   std::int64_t eventsRead() const { return events_read_; }
   bool caughtUp() const { return caught_up_; }
@@ -106,6 +110,7 @@ class MonitorPage : public QWidget {
   RunsModel* runs_model_ = nullptr;
   QTableView* runs_view_ = nullptr;
   QLabel* root_label_ = nullptr;
+  QString notice_;  // the last folder refused as not a run (shown above the runs list)
   QLabel* title_ = nullptr;
   QLabel* state_label_ = nullptr;
   QLabel* banner_ = nullptr;

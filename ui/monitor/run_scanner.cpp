@@ -120,7 +120,9 @@ void RunScanner::scan() {
   std::error_code ec;
   const double now = run::unix_now();
   fs::directory_iterator it(fs::path(root_.toStdString()), ec);
-  if (ec) {
+  if (ec == std::errc::no_such_file_or_directory) {
+    // No runs yet: the first Start creates the folder (not an error; issue 23, finding 7).
+  } else if (ec) {
     error = QStringLiteral("Cannot list %1: %2").arg(root_, QString::fromStdString(ec.message()));
   } else {
     for (; it != fs::directory_iterator(); it.increment(ec)) {

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "config_diff.h"
+#include "log_view.h"
 #include "run/run_dir.h"
 #include "run_fixture.h"
 #include "run_scanner.h"
@@ -23,6 +24,23 @@ class TstMonitorModels : public QObject {
   fs::path root() const { return fs::path(tmp_.path().toStdString()); }
 
  private slots:
+  // Issue 23, finding 5: the Log tab opened scrolled to the right, every line cut at the left.
+  // Lines appended while the view is hidden (another tab) or shown start at the left edge.
+  void logViewShowsLinesFromTheirStart() {
+    LogView log(nullptr, 100);
+    log.resize(320, 200);
+    QStringList lines;
+    for (int i = 0; i < 30; ++i) lines << QStringLiteral("[rank0] step %1/30 ").arg(i) + QString(300, QLatin1Char('='));
+    log.appendLines(lines.mid(0, 15));  // hidden, as the Log tab is until clicked
+    log.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&log));
+    QCOMPARE(log.horizontalOffset(), 0);
+    log.appendLines(lines.mid(15));
+    QCOMPARE(log.horizontalOffset(), 0);
+    log.setFilter(QStringLiteral("step 2"));
+    QCOMPARE(log.horizontalOffset(), 0);
+  }
+
   void bufferStaysBoundedAndKeepsExtremes() {
     SeriesBuffer b(1000);
     for (int i = 1; i <= 200000; ++i) {

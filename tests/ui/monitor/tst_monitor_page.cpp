@@ -168,6 +168,27 @@ class TstMonitorPage : public QObject {
     QVERIFY(page.isVisible());
   }
 
+  // Issue 23, finding 7: an output folder that does not exist yet is "No runs yet", not an
+  // error; a folder opened that is not a run is refused with a notice, the previous run stays.
+  void emptyStatesAndFoldersThatAreNotRuns() {
+    MonitorPage page;
+    page.setOutputRoot(tmp_.filePath("not-created-yet"));
+    QTRY_VERIFY_WITH_TIMEOUT(page.rootText().contains("No runs yet"), kWait);
+    QVERIFY2(!page.rootText().contains("Cannot list"), qPrintable(page.rootText()));
+    testing::FakeRun f;
+    f.steps = f.total_steps = 10;
+    const fs::path dir = testing::write_run(root(), "20250102-000009-done", f);
+    QVERIFY(page.openRunFolder(qs(dir)));
+    QTRY_COMPARE_WITH_TIMEOUT(page.latestStep(), std::int64_t(10), kWait);
+    QVERIFY(QDir().mkpath(tmp_.filePath("just-a-folder")));
+    QVERIFY(!page.openRunFolder(tmp_.filePath("just-a-folder")));
+    QVERIFY2(page.rootText().contains("is not a run directory"), qPrintable(page.rootText()));
+    QCOMPARE(page.attachedRun(), qs(dir));
+    QTest::qWait(300);
+    QCOMPARE(page.latestStep(), std::int64_t(10));
+    QVERIFY(page.stateText() != QStringLiteral("unknown"));
+  }
+
   void missingDirectoryIsReportedAtAttach() {
     MonitorPage page;
     page.attachRunDirectory(tmp_.filePath("no-such-run"));
