@@ -1,7 +1,10 @@
 #include "advanced_page.h"
 
+#include <algorithm>
+
 #include <QCheckBox>
 #include <QComboBox>
+#include <QEvent>
 #include <QFormLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
@@ -23,7 +26,13 @@ AdvancedPage::AdvancedPage(ConfigForm* form, QWidget* parent) : QWidget(parent),
   scroll->setWidgetResizable(true);
   scroll->setFrameShape(QFrame::NoFrame);
   auto* content = new QWidget(scroll);
-  auto* columns = new QHBoxLayout(content);
+  columns_ = new QHBoxLayout(content);
+  for (int i = 0; i < 3; ++i) {
+    auto* slot = new QVBoxLayout;
+    slot->addStretch(1);
+    columns_->addLayout(slot, 1);
+    slots_.push_back(slot);
+  }
   auto* c1 = new QVBoxLayout;
   c1->addWidget(parallel_group());
   c1->addWidget(group(tr("Precision and devices"), {"torch_dtype", "seed", "device", "gpu_ids", "nproc_per_node", "nnodes"}));
@@ -34,7 +43,6 @@ AdvancedPage::AdvancedPage(ConfigForm* form, QWidget* parent) : QWidget(parent),
   gpu_panel_ = new GpuPanel(form_, std::make_shared<GpuProbe>(), gpus);
   gv->addWidget(gpu_panel_);
   c1->addWidget(gpus);
-  c1->addStretch(1);
   auto* c2 = new QVBoxLayout;
   c2->addWidget(group(tr("Kernels and activations"), {"attn_impl", "fused_kernels", "packing", "padding_free",
                                                        "activation_checkpointing", "offload_activations",
@@ -42,24 +50,69 @@ AdvancedPage::AdvancedPage(ConfigForm* form, QWidget* parent) : QWidget(parent),
   c2->addWidget(group(tr("Optimizer memory"), {"zero_stage", "offload_optimizer", "use_galore", "galore_quantization",
                                                 "galore_rank", "galore_update_proj_gap", "galore_scale",
                                                 "galore_target_modules"}));
-  c2->addStretch(1);
   auto* c3 = new QVBoxLayout;
   c3->addWidget(group(tr("Optimizer and schedule"), {"lr_scheduler_type", "warmup_ratio", "warmup_steps", "weight_decay",
                                                       "max_grad_norm", "adam_beta1", "adam_beta2", "adam_epsilon"}));
   c3->addWidget(group(tr("Data handling"), {"truncation_strategy", "split_dataset_ratio", "max_bad_sample_ratio"}));
   c3->addWidget(group(tr("Logging and checkpoints"),
                       {"logging_steps", "eval_steps", "save_steps", "save_total_limit", "resume_from_checkpoint"}));
-  c3->addStretch(1);
-  columns->addLayout(c1, 1);
-  columns->addLayout(c2, 1);
-  columns->addLayout(c3, 1);
+  for (QVBoxLayout* c : {c1, c2, c3}) {
+    auto* w = new QWidget(content);
+    c->setContentsMargins(0, 0, 0, 0);
+    w->setLayout(c);
+    column_widgets_.push_back(w);
+  }
   scroll->setWidget(content);
+  // Three columns where the page is wide enough, else two or one (a 1366×768 laptop beside the
+  // docks): the columns follow the scroll area's visible width, not the content's.
+  viewport_ = scroll->viewport();
+  viewport_->installEventFilter(this);
+  reflow();
   auto* outer = new QVBoxLayout(this);
   outer->setContentsMargins(0, 0, 0, 0);
   outer->addWidget(scroll);
   connect(form_, &ConfigForm::changed, this, &AdvancedPage::update);
   connect(form_, &ConfigForm::model_changed, this, &AdvancedPage::update);
   update();
+}
+
+int AdvancedPage::column_count() const { return columns_count_; }
+
+bool AdvancedPage::eventFilter(QObject* watched, QEvent* event) {
+  if (watched == viewport_ && event->type() == QEvent::Resize) reflow();
+  return QWidget::eventFilter(watched, event);
+}
+
+// The slot (column of the page) that column widget i stands in with n columns: with two,
+// the third goes under the second (the first, with the GPU list, is the longest).
+static int slot_of(int i, int n) { return n == 2 && i == 2 ? 1 : i % n; }
+
+void AdvancedPage::reflow() {
+  const int spacing = columns_->spacing() > 0 ? columns_->spacing() : 6;
+  const QMargins m = columns_->contentsMargins();
+  const int room = viewport_->width() - m.left() - m.right();
+  // The most columns whose widest members, side by side, fit the visible width.
+  const int total = static_cast<int>(column_widgets_.size());
+  int n = total;
+  for (; n > 1; --n) {
+    std::vector<int> need(static_cast<std::size_t>(n), 0);
+    for (int i = 0; i < total; ++i) {
+      const auto c = static_cast<std::size_t>(slot_of(i, n));
+      need[c] = std::max(need[c], column_widgets_[static_cast<std::size_t>(i)]->minimumSizeHint().width());
+    }
+    int width = (n - 1) * spacing;
+    for (int w : need) width += w;
+    if (width <= room) break;
+  }
+  if (n == columns_count_) return;
+  columns_count_ = n;
+  for (QWidget* w : column_widgets_)
+    for (QVBoxLayout* slot : slots_) slot->removeWidget(w);
+  for (int i = 0; i < total; ++i) {
+    QVBoxLayout* slot = slots_[static_cast<std::size_t>(slot_of(i, n))];
+    slot->insertWidget(slot->count() - 1, column_widgets_[static_cast<std::size_t>(i)]);  // before the stretch
+  }
+  for (int c = 0; c < static_cast<int>(slots_.size()); ++c) columns_->setStretch(c, c < n ? 1 : 0);
 }
 
 QWidget* AdvancedPage::group(const QString& title, std::initializer_list<const char*> keys) {

@@ -6,7 +6,11 @@
 #pragma once
 
 #include <QWidget>
+
 #include <vector>
+
+class QHBoxLayout;
+class QVBoxLayout;
 
 class QCheckBox;
 class QComboBox;
@@ -30,7 +34,19 @@ class AdvancedPage : public QWidget {
   // The derived-length text for the form's config and model (also used by tests).
   static QString derived_text(const ConfigForm& form);
 
+  // How many columns the groups stand in now (3 where the page is wide enough, else 2 or 1).
+  int column_count() const;
+
+ protected:
+  bool eventFilter(QObject* watched, QEvent* event) override;
+
  private:
+  void reflow();
+  QHBoxLayout* columns_ = nullptr;
+  std::vector<QVBoxLayout*> slots_;  // the page's three columns; the groups' columns stand in them
+  std::vector<QWidget*> column_widgets_;
+  QWidget* viewport_ = nullptr;
+  int columns_count_ = 0;
   QWidget* parallel_group();
   QWidget* group(const QString& title, std::initializer_list<const char*> keys);
   void update();

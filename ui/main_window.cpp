@@ -19,9 +19,11 @@
 #include <QMessageBox>
 #include <QMimeData>
 #include <QPlainTextEdit>
+#include <QProcess>
 #include <QPushButton>
 #include <QScreen>
 #include <QShowEvent>
+#include <QStandardPaths>
 #include <QScrollArea>
 #include <QTabWidget>
 #include <QUrl>
@@ -36,6 +38,7 @@
 #include <optional>
 
 #include "advanced_page.h"
+#include "config/preset_io.h"
 #include "command_preview.h"
 #include "config_form.h"
 #include "gpu_panel.h"
@@ -105,7 +108,7 @@ MainWindow::MainWindow(std::unique_ptr<Settings> settings, QWidget* parent)
   // Pages and docks scroll where the screen is smaller than their layouts (1366×768, 1280×800
   // at scale 2): the window's minimum size stays below the screen's.
   tabs_->addTab(scrolled(train_), tr("&Train"));
-  tabs_->addTab(scrolled(advanced_), tr("&Advanced"));
+  tabs_->addTab(advanced_, tr("&Advanced"));  // scrolls and reflows its columns itself
 #ifdef ODYSSEY_HAVE_MONITOR
   monitor_ = new MonitorPage(tabs_);
   tabs_->addTab(scrolled(monitor_), tr("&Monitor"));
@@ -163,6 +166,7 @@ MainWindow::MainWindow(std::unique_ptr<Settings> settings, QWidget* parent)
   resizeDocks({plan_dock, cmd_dock}, {520, 380}, Qt::Vertical);
   build_menus();
   menuBar()->addMenu(tr("&View"))->addActions({plan_dock->toggleViewAction(), cmd_dock->toggleViewAction()});
+  build_help_menu();
   connect(form_, &ConfigForm::diagnostics_changed, this, &MainWindow::update_status);
   connect(form_, &ConfigForm::file_changed, this, &MainWindow::update_title);
   connect(form_, &ConfigForm::changed, this, [this] { update_output_root(true); });
@@ -181,7 +185,7 @@ MainWindow::MainWindow(std::unique_ptr<Settings> settings, QWidget* parent)
 
 QWidget* MainWindow::current_page() const {
   auto* area = qobject_cast<QScrollArea*>(tabs_->currentWidget());
-  return area ? area->widget() : tabs_->currentWidget();
+  return area ? area->widget() : tabs_->currentWidget();  // the Advanced page scrolls itself
 }
 
 QSize MainWindow::first_run_size() const {
@@ -227,7 +231,7 @@ void MainWindow::build_menus() {
   for (const QFileInfo& fi : dir.entryInfoList({QStringLiteral("*.yaml")}, QDir::Files, QDir::Name)) {
     QAction* a = bundled->addAction(fi.completeBaseName());
     a->setStatusTip(fi.absoluteFilePath());
-    connect(a, &QAction::triggered, this, [this, p = fi.absoluteFilePath()] { open_preset(p); });
+    connect(a, &QAction::triggered, this, [this, p = fi.absoluteFilePath()] { open_preset_interactive(p); });
   }
   if (bundled->isEmpty()) bundled->addAction(tr("(none found in %1)").arg(dir.path()))->setEnabled(false);
   file->addSeparator();
@@ -236,10 +240,73 @@ void MainWindow::build_menus() {
   file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
 }
 
+void MainWindow::build_help_menu() {
+  QMenu* help = menuBar()->addMenu(tr("&Help"));
+  help->addAction(tr("&Documentation"), this, [] {
+    // The docs beside the bundled presets (a source checkout or an installed share/odyssey).
+    const QString dir = QString::fromStdString(data_dir()) + QStringLiteral("/docs");
+    QDesktopServices::openUrl(QUrl::fromLocalFile(QDir(dir).exists() ? dir : QString::fromStdString(data_dir())));
+  });
+  help->addAction(tr("&About Odyssey"), this, &MainWindow::show_about);
+}
+
+QString MainWindow::about_text() const {
+  // The engine's own account of what it links (LibTorch, CUDA), asked of odyssey-train: the
+  // window links neither.
+  QString engine = tr("odyssey-train was not found (ODYSSEY_TRAIN_BIN names it).");
+  const QString bin = find_train_binary();
+  if (!bin.isEmpty()) {
+    QProcess p;
+    p.start(bin, {QStringLiteral("env")});
+    if (p.waitForFinished(5000) && p.exitCode() == 0)
+      engine = QString::fromUtf8(p.readAllStandardOutput()).trimmed().toHtmlEscaped().replace(QLatin1Char('\n'), QStringLiteral("<br>"));
+    else
+      engine = tr("%1 env did not answer.").arg(bin.toHtmlEscaped());
+  }
+  return tr("<h3>Odyssey %1</h3><p>A workbench for long-context LLM fine-tuning: configure, plan, launch and "
+            "monitor odyssey-train.</p><p>Qt %2 (built with %3)</p><p><b>Engine</b> (%4):<br>%5</p>")
+      .arg(QCoreApplication::applicationVersion().toHtmlEscaped(), QString::fromLatin1(qVersion()),
+           QStringLiteral(QT_VERSION_STR), bin.toHtmlEscaped(), engine);
+}
+
+void MainWindow::show_about() { QMessageBox::about(this, tr("About Odyssey"), about_text()); }
+
+bool MainWindow::maybe_save() {
+  if (!form_->modified()) return true;
+  const QString name = form_->file().isEmpty() ? tr("The untitled configuration") : QFileInfo(form_->file()).fileName();
+  const auto answer = QMessageBox::question(this, tr("Unsaved changes"),
+                                            tr("%1 has changes that are not saved. Save them first?").arg(name),
+                                            QMessageBox::Save | QMessageBox::Discard | QMessageBox::Cancel,
+                                            QMessageBox::Save);
+  if (answer == QMessageBox::Cancel) return false;
+  if (answer == QMessageBox::Save) return save();
+  return true;
+}
+
+bool MainWindow::open_preset_interactive(const QString& path) { return maybe_save() && open_preset(path); }
+
+bool MainWindow::reopen_last_preset() {
+  for (const QString& p : settings_->recent_presets())
+    if (QFileInfo(p).isFile()) return open_preset(p);
+  return false;
+}
+
+QString MainWindow::preset_save_dir() const {
+  // Not the bundled presets' folder (a checkout's presets/ or a read-only install): the user's
+  // own data folder, unless they saved elsewhere before.
+  const QString bundled = QDir(QString::fromStdString(data_dir()) + QStringLiteral("/presets")).absolutePath();
+  const QString last = settings_->last_dir(QStringLiteral("preset-save"));  // home when never saved
+  if (!last.isEmpty() && last != QDir::homePath() && QDir(last).exists()) return last;
+  const QString own = QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/presets");
+  QDir().mkpath(own);
+  const QString form_dir = form_->file().isEmpty() ? QString() : QFileInfo(form_->file()).absolutePath();
+  return !form_dir.isEmpty() && form_dir != bundled ? form_dir : own;
+}
+
 void MainWindow::fill_recent_menu() {
   recent_->clear();
   for (const QString& p : settings_->recent_presets())
-    connect(recent_->addAction(p), &QAction::triggered, this, [this, p] { open_preset(p); });
+    connect(recent_->addAction(p), &QAction::triggered, this, [this, p] { open_preset_interactive(p); });
   if (recent_->isEmpty()) recent_->addAction(tr("(none yet)"))->setEnabled(false);
 }
 
@@ -266,7 +333,7 @@ bool MainWindow::open_preset(const QString& path) {
 void MainWindow::open_dialog() {
   const QString p = QFileDialog::getOpenFileName(this, tr("Open preset"), settings_->last_dir(QStringLiteral("preset")),
                                                  tr("Odyssey presets (*.yaml *.yml)"));
-  if (!p.isEmpty()) open_preset(p);
+  if (!p.isEmpty()) open_preset_interactive(p);
 }
 
 bool MainWindow::save_preset_to(const QString& path) {
@@ -283,11 +350,10 @@ bool MainWindow::save_preset_to(const QString& path) {
 bool MainWindow::save() { return form_->file().isEmpty() ? save_as() : save_preset_to(form_->file()); }
 
 bool MainWindow::save_as() {
-  QString p = QFileDialog::getSaveFileName(this, tr("Save preset"), settings_->last_dir(QStringLiteral("preset")),
-                                           tr("Odyssey presets (*.yaml)"));
+  QString p = QFileDialog::getSaveFileName(this, tr("Save preset"), preset_save_dir(), tr("Odyssey presets (*.yaml)"));
   if (p.isEmpty()) return false;
   if (QFileInfo(p).suffix().isEmpty()) p += QStringLiteral(".yaml");
-  settings_->set_last_dir(QStringLiteral("preset"), QFileInfo(p).absolutePath());
+  settings_->set_last_dir(QStringLiteral("preset-save"), QFileInfo(p).absolutePath());
   return save_preset_to(p);
 }
 
@@ -330,7 +396,7 @@ bool MainWindow::acceptable_drop(const QMimeData* mime, QString* path) {
 
 bool MainWindow::handle_drop(const QMimeData* mime) {
   QString p;
-  return acceptable_drop(mime, &p) && open_preset(p);
+  return acceptable_drop(mime, &p) && open_preset_interactive(p);
 }
 
 void MainWindow::dragEnterEvent(QDragEnterEvent* e) {
@@ -348,6 +414,10 @@ void MainWindow::showEvent(QShowEvent* e) {
 }
 
 void MainWindow::closeEvent(QCloseEvent* e) {
+  if (!maybe_save()) {
+    e->ignore();
+    return;
+  }
   settings_->set_window(saveGeometry(), saveState());
   e->accept();
 }
@@ -379,11 +449,23 @@ void MainWindow::update_status() {
 
 void MainWindow::update_buttons() {
   const bool busy = launching() || !launched_run_.isEmpty();
-  start_->setEnabled(!form_->has_errors() && !busy);
+  // A job re-attached from this output folder (started from the command line, or before the
+  // window was reopened) still runs: a second one would train beside it in the same folder.
+  QString running_here;
+#ifdef ODYSSEY_HAVE_MONITOR
+  const QString attached = monitor_->attachedRun();
+  if (attached_alive_ && !attached.isEmpty() &&
+      QFileInfo(attached).absoluteDir().absolutePath() == QDir(resolved_output_dir(*form_)).absolutePath())
+    running_here = attached;
+#endif
+  start_->setEnabled(!form_->has_errors() && !busy && running_here.isEmpty());
   if (form_->has_errors())
     start_->setToolTip(tr("Fix the fields marked in red first."));
   else if (busy)
     start_->setToolTip(tr("The job started from this window is still starting or running: stop it, or wait for it to end."));
+  else if (!running_here.isEmpty())
+    start_->setToolTip(tr("A job is running in this output folder (%1): stop it, wait for it to end, or choose "
+                          "another output_dir.").arg(running_here));
   else
     start_->setToolTip(tr("Save this configuration under %1/.odyssey-launch/ and run odyssey-train with it in the "
                           "background (closing the window does not stop it); the Monitor follows the run.")

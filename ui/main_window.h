@@ -62,6 +62,16 @@ class MainWindow : public QMainWindow {
 
   // Load a preset; on failure the form is unchanged and the banner shows file:line.
   bool open_preset(const QString& path);
+  // As the File menu, the recent list and a drop do: asks to save unsaved changes first
+  // (Save / Discard / Cancel); false when cancelled or not loaded.
+  bool open_preset_interactive(const QString& path);
+  // The most recent preset that still exists (the one open when the window last closed).
+  bool reopen_last_preset();
+  // Where Save as… starts: the folder last saved to, else the form's preset's folder unless
+  // it is the bundled presets', else <AppDataLocation>/presets.
+  QString preset_save_dir() const;
+  // The About box's text: versions of Odyssey and Qt, and what odyssey-train env reports.
+  QString about_text() const;
   bool save_preset_to(const QString& path);
   // The drop handler: accepts one local .yaml/.yml file.
   static bool acceptable_drop(const QMimeData* mime, QString* path);
@@ -75,6 +85,9 @@ class MainWindow : public QMainWindow {
 
  private:
   void build_menus();
+  void build_help_menu();
+  void show_about();
+  bool maybe_save();
   QSize first_run_size() const;
   void fit_to_screen();
   void fill_recent_menu();

@@ -154,6 +154,7 @@ int main(int argc, char** argv) {
   auto* w = new odyssey::ui::MainWindow(std::make_unique<odyssey::ui::Settings>(settings_file));
   w->setAttribute(Qt::WA_DeleteOnClose);
   if (!cli.positionalArguments().isEmpty()) w->open_preset(cli.positionalArguments().first());
+  else if (!cli.isSet(shots)) w->reopen_last_preset();  // the preset open when the window last closed
   w->show();
   if (cli.isSet(shots)) {
     const QString presets = QString::fromStdString(odyssey::data_dir()) + QStringLiteral("/presets/");

@@ -180,7 +180,11 @@ void take_screenshots(ui::MainWindow* window, const QString& dir, const QStringL
   QDir().mkpath(dir);
   auto s = std::make_shared<Shots>(Shots{window, QDir(dir), presets});
   s->live = live;
-  window->resize(1600, 1000);
+  // ODYSSEY_SCREENSHOT_SIZE=WxH (e.g. 1366x768, a laptop) instead of 1600×1000.
+  QSize size(1600, 1000);
+  const QStringList wh = qEnvironmentVariable("ODYSSEY_SCREENSHOT_SIZE").split(QLatin1Char('x'));
+  if (wh.size() == 2 && wh[0].toInt() > 0 && wh[1].toInt() > 0) size = QSize(wh[0].toInt(), wh[1].toInt());
+  window->resize(size);
   QTimer::singleShot(300, window, [s] { step(s); });
 }
 

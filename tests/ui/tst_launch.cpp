@@ -65,8 +65,9 @@ void answer_next_box(QMessageBox::StandardButton button, bool* answered) {
       auto* box = qobject_cast<QMessageBox*>(w);
       if (!box || !box->isVisible() || !box->button(button)) continue;
       *answered = true;
-      box->button(button)->click();
+      timer->stop();  // deleteLater waits for the outer event loop; this box's loop must not see it again
       timer->deleteLater();
+      box->button(button)->click();
       return;
     }
   });
@@ -311,10 +312,17 @@ class TstLaunch : public QObject {
         60000);
     // A window opened afterwards on the same output folder attaches to it.
     w_ = window();
+    QVERIFY(w_->open_preset(quickstart()));
     QVERIFY(w_->form()->set_text("output_dir", yaml_quoted(out).toStdString()).empty());
     QTRY_COMPARE(w_->monitor()->attachedRun(), run_dir);
     QVERIFY(w_->job_status()->text().contains(run_dir));
     QTRY_VERIFY(w_->stop_button()->isEnabled());
+    // Issue 23, finding 9: Start stays disabled while that job runs in this output folder.
+    QTRY_VERIFY(!w_->form()->model_pending());
+    QVERIFY(!w_->form()->has_errors());
+    QVERIFY(!w_->start_button()->isEnabled());
+    QVERIFY2(w_->start_button()->toolTip().contains(QStringLiteral("running in this output folder")),
+             qPrintable(w_->start_button()->toolTip()));
     // It can stop it too; the engine exits 0.
     QTRY_VERIFY_WITH_TIMEOUT(w_->monitor()->latestStep() >= 1, 120000);
     w_->stop_button()->click();
@@ -322,6 +330,7 @@ class TstLaunch : public QObject {
     QCOMPARE(cli_.exitStatus(), QProcess::NormalExit);
     QCOMPARE(cli_.exitCode(), 0);
     QTRY_COMPARE(w_->monitor()->stateText(), QStringLiteral("stopped"));
+    QTRY_VERIFY(w_->start_button()->isEnabled());  // the folder is free again
 
     // Nothing alive: a fresh window attaches to nothing.
     w_ = window();

@@ -1,11 +1,17 @@
 // The window: presets (open, invalid, drop), the command preview against the real CLI,
 // and the memory planner gauge.
+#include <QApplication>
 #include <QDoubleSpinBox>
+#include <QFileInfo>
+#include <QMessageBox>
+#include <QStandardPaths>
+#include <QTimer>
 #include <QLabel>
 #include <QMimeData>
 #include <QProcessEnvironment>
 #include <QGuiApplication>
 #include <QScreen>
+#include <QScrollArea>
 #include <QScrollBar>
 #include <QProcess>
 #include <QPushButton>
@@ -19,6 +25,7 @@
 #include "command_preview.h"
 #include "config/swift_bridge.h"
 #include "config/validate.h"
+#include "advanced_page.h"
 #include "config_form.h"
 #include "main_window.h"
 #include "message_area.h"
@@ -46,6 +53,26 @@ QByteArray run_cli(const QStringList& args, int* exit_code) {
 }
 #endif
 
+// Answers the next message box that opens with `button`, from a timer that runs inside the
+// box's own event loop.
+void answer_next_box(QMessageBox::StandardButton button, bool* answered) {
+  *answered = false;
+  auto* timer = new QTimer(qApp);
+  timer->setInterval(20);
+  QObject::connect(timer, &QTimer::timeout, timer, [timer, button, answered] {
+    for (QWidget* w : QApplication::topLevelWidgets()) {
+      auto* box = qobject_cast<QMessageBox*>(w);
+      if (!box || !box->isVisible() || !box->button(button)) continue;
+      *answered = true;
+      timer->stop();  // deleteLater waits for the outer event loop; this box's loop must not see it again
+      timer->deleteLater();
+      box->button(button)->click();
+      return;
+    }
+  });
+  timer->start();
+}
+
 }  // namespace
 
 class TstMainWindow : public QObject {
@@ -54,6 +81,7 @@ class TstMainWindow : public QObject {
   std::unique_ptr<MainWindow> w_;
 
  private slots:
+  void initTestCase() { QStandardPaths::setTestModeEnabled(true); }
   void init() { w_ = std::make_unique<MainWindow>(std::make_unique<Settings>(tmp_.filePath(QStringLiteral("s.ini")))); }
   void cleanup() { w_.reset(); }
 
@@ -114,6 +142,26 @@ class TstMainWindow : public QObject {
     const QRect avail = QGuiApplication::primaryScreen()->availableGeometry();
     QVERIFY2(w_->width() <= avail.width() && w_->height() <= avail.height(),
              qPrintable(QStringLiteral("first run %1x%2 on %3x%4").arg(w_->width()).arg(w_->height()).arg(avail.width()).arg(avail.height())));
+    // The Advanced page's columns reflow instead of clipping the third behind a scroll bar:
+    // three where they fit, then two, then one (the page alone, at the widths it gets beside
+    // the docks; the offscreen screen is smaller than a laptop's).
+    {
+      AdvancedPage page(w_->form(), nullptr);
+      std::vector<int> counts;
+      for (const int width : {1500, 1000, 520}) {
+        page.resize(width, 700);
+        page.show();
+        QTest::qWait(30);
+        auto* area = page.findChild<QScrollArea*>();
+        QVERIFY(area);
+        counts.push_back(page.column_count());
+        QVERIFY2(area->horizontalScrollBar()->maximum() == 0,
+                 qPrintable(QStringLiteral("width %1: %2 columns, horizontal scroll to %3 (content minimum %4)")
+                                .arg(width).arg(page.column_count()).arg(area->horizontalScrollBar()->maximum())
+                                .arg(area->widget()->minimumSizeHint().width())));
+      }
+      QCOMPARE(counts, (std::vector<int>{3, 2, 1}));
+    }
     // A window saved at 2,548 × 1,256 on another screen.
     w_->resize(2548, 1256);
     w_->settings()->set_window(w_->saveGeometry(), w_->saveState());
@@ -153,6 +201,49 @@ class TstMainWindow : public QObject {
     QVERIFY2(out.contains("no display") && out.contains("odyssey-train run"), out.constData());
   }
 #endif
+
+  // Issue 23, finding 9: unsaved changes are asked about before another preset replaces them
+  // or the window closes; the last preset reopens; Save as… starts outside the bundled presets.
+  void unsaved_changes_last_preset_and_save_folder() {
+    QVERIFY(w_->open_preset(preset_path("quickstart.yaml")));
+    QTRY_VERIFY(!w_->form()->model_pending());
+    w_->form()->set_text("learning_rate", "3e-4");
+    QVERIFY(w_->form()->modified());
+    bool answered = false;
+    answer_next_box(QMessageBox::Cancel, &answered);
+    QVERIFY(!w_->open_preset_interactive(preset_path("qwen2.5-7b-lora-32k-ulysses.yaml")));
+    QVERIFY(answered);
+    QCOMPARE(QFileInfo(w_->form()->file()).fileName(), QStringLiteral("quickstart.yaml"));
+    w_->show();
+    answer_next_box(QMessageBox::Cancel, &answered);
+    QVERIFY(!w_->close());  // closing is cancelled too
+    QVERIFY(answered);
+    QVERIFY(w_->isVisible());
+    answer_next_box(QMessageBox::Discard, &answered);
+    const bool opened = w_->open_preset_interactive(preset_path("qwen2.5-7b-lora-32k-ulysses.yaml"));
+    QVERIFY2(opened, qPrintable(QStringLiteral("answered %1, banner %2").arg(answered).arg(w_->banner()->text())));
+    QVERIFY(answered);
+    QCOMPARE(QFileInfo(w_->form()->file()).fileName(), QStringLiteral("qwen2.5-7b-lora-32k-ulysses.yaml"));
+    // Save as… does not start in the bundled presets' folder.
+    const QString bundled = QFileInfo(preset_path("quickstart.yaml")).absolutePath();
+    QVERIFY2(w_->preset_save_dir() != bundled, qPrintable(w_->preset_save_dir()));
+    QVERIFY2(w_->preset_save_dir().endsWith(QStringLiteral("/presets")), qPrintable(w_->preset_save_dir()));
+    QVERIFY(w_->close());  // nothing modified: no question
+    // A new window (same settings) reopens the preset open last.
+    w_ = std::make_unique<MainWindow>(std::make_unique<Settings>(tmp_.filePath(QStringLiteral("s.ini"))));
+    QVERIFY(w_->reopen_last_preset());
+    QCOMPARE(QFileInfo(w_->form()->file()).fileName(), QStringLiteral("qwen2.5-7b-lora-32k-ulysses.yaml"));
+  }
+
+  void about_names_the_versions() {
+    const QString t = w_->about_text();
+    QVERIFY2(t.contains(QString::fromLatin1(qVersion())), qPrintable(t));
+#ifdef ODYSSEY_TRAIN_BIN
+    qputenv("ODYSSEY_TRAIN_BIN", ODYSSEY_TRAIN_BIN);
+    const QString with_engine = w_->about_text();
+    QVERIFY2(with_engine.contains(QStringLiteral("LibTorch")), qPrintable(with_engine));
+#endif
+  }
 
   void invalid_preset_leaves_the_form_and_shows_file_line() {
     QVERIFY(w_->open_preset(preset_path("qwen2.5-7b-lora-32k-ulysses.yaml")));
