@@ -6,6 +6,7 @@
 #include <QCoreApplication>
 #include <QCommandLineParser>
 #include <QDir>
+#include <QFileInfo>
 #include <QIcon>
 #include <QPalette>
 #include <QStyle>
@@ -80,7 +81,9 @@ QPalette dark_palette() {
 
 struct Cli {
   QCommandLineParser parser;
-  QCommandLineOption shots{QStringLiteral("screenshot"), QStringLiteral("Save a PNG of every page to DIR and exit."),
+  QCommandLineOption shots{QStringLiteral("screenshot"),
+                           QStringLiteral("Save a PNG of every page to DIR and exit (of the presets given, else of the "
+                                          "quickstart and the 7B Ulysses preset)."),
                            QStringLiteral("DIR")};
   QCommandLineOption ini{QStringLiteral("settings"), QStringLiteral("Keep settings in this INI file instead of the user's."),
                          QStringLiteral("FILE")};
@@ -157,11 +160,13 @@ int main(int argc, char** argv) {
   else if (!cli.isSet(shots)) w->reopen_last_preset();  // the preset open when the window last closed
   w->show();
   if (cli.isSet(shots)) {
+    // The presets given on the command line, else the quickstart and the 7B Ulysses preset.
     const QString presets = QString::fromStdString(odyssey::data_dir()) + QStringLiteral("/presets/");
-    odyssey::app::take_screenshots(w, cli.value(shots),
-                                   {presets + QStringLiteral("quickstart.yaml"),
-                                    presets + QStringLiteral("qwen2.5-7b-lora-32k-ulysses.yaml")},
-                                   cli.isSet(live));
+    QStringList shown = cli.positionalArguments();
+    for (QString& p : shown) p = QFileInfo(p).absoluteFilePath();
+    if (shown.isEmpty())
+      shown = {presets + QStringLiteral("quickstart.yaml"), presets + QStringLiteral("qwen2.5-7b-lora-32k-ulysses.yaml")};
+    odyssey::app::take_screenshots(w, cli.value(shots), shown, cli.isSet(live));
   }
   return QApplication::exec();
 }
