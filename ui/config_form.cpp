@@ -7,6 +7,7 @@
 #include "async.h"
 #include "config/swift_bridge.h"
 #include "config/validate.h"
+#include "data/dataset.h"
 
 namespace odyssey::ui {
 namespace fs = std::filesystem;
@@ -43,7 +44,10 @@ std::string rebase(const std::string& p, const std::string& from_dir, const std:
 
 }  // namespace
 
-ConfigForm::ConfigForm(QObject* parent) : QObject(parent) {
+ConfigForm::ConfigForm(QObject* parent) : QObject(parent), check_timer_(new QTimer(this)) {
+  check_timer_->setSingleShot(true);
+  check_timer_->setInterval(kCheckDelayMs);
+  connect(check_timer_, &QTimer::timeout, this, &ConfigForm::start_check);
   auto q = load_embedded_quickstart();
   if (q.ok()) current_ = q.value;  // the embedded default always parses (tested in core)
   baseline_ = current_.config;
@@ -228,14 +232,81 @@ void ConfigForm::apply_model_lookup(int generation, const ModelLookup& r) {
   emit model_changed();
 }
 
+namespace {
+bool same_check_input(const LoadedConfig& a, const LoadedConfig& b) {
+  return a.config == b.config && a.origin.base_dir == b.origin.base_dir;
+}
+}  // namespace
+
 void ConfigForm::revalidate() {
   Diagnostics all;
   for (const auto& [key, d] : edit_errors_) all.insert(all.end(), d.begin(), d.end());
-  all.insert(all.end(), model_diagnostics_.begin(), model_diagnostics_.end());
-  Diagnostics v = validate_config(current_, model());
-  all.insert(all.end(), v.begin(), v.end());
+  if (checked_ && same_check_input(*checked_, current_)) {
+    all.insert(all.end(), check_diagnostics_.begin(), check_diagnostics_.end());
+  } else {
+    all.insert(all.end(), model_diagnostics_.begin(), model_diagnostics_.end());
+    Diagnostics v = validate_config(current_, model());
+    all.insert(all.end(), v.begin(), v.end());
+    schedule_check();
+  }
   diagnostics_ = std::move(all);
   emit diagnostics_changed();
+}
+
+void ConfigForm::schedule_check() {
+  ++check_generation_;  // a check in flight saw other values: its result is dropped
+  check_timer_->start();
+  if (!check_pending_) {
+    check_pending_ = true;
+    emit files_check_changed();
+  }
+}
+
+void ConfigForm::recheck_files() {
+  checked_.reset();
+  revalidate();
+}
+
+void ConfigForm::start_check() {
+  const int gen = check_generation_;
+  run_off_gui_thread(
+      this,
+      [cfg = current_]() {
+        CheckedConfig r = check_config(cfg, true);
+        // Problems inside a file name that file, not a key: give them the key that names the
+        // file, so the window shows them at its field (the dataset table, the model picker).
+        std::vector<std::pair<std::string, std::string>> owners;  // file or folder, key
+        for (const auto* list : {&cfg.config.dataset, &cfg.config.val_dataset})
+          for (const auto& spec : *list) {
+            DatasetSpec ds;
+            if (parse_dataset_spec(spec, &ds, nullptr))
+              owners.emplace_back(data::resolve_dataset_path(ds.path, cfg.origin.base_dir),
+                                  list == &cfg.config.dataset ? "dataset" : "val_dataset");
+          }
+        if (!r.location.path.empty()) owners.emplace_back(r.location.path, "model");
+        for (auto& d : r.diagnostics) {
+          if (!d.key.empty() || d.file.empty()) continue;
+          std::error_code ec;
+          const fs::path f = fs::weakly_canonical(d.file, ec);
+          for (const auto& [owner, key] : owners) {
+            const fs::path o = fs::weakly_canonical(owner, ec);
+            const auto rel = f.lexically_relative(o);
+            if (f == o || (!rel.empty() && *rel.begin() != "..")) {
+              d.key = key;
+              break;
+            }
+          }
+        }
+        return r;
+      },
+      [this, gen](CheckedConfig r) {
+        if (gen != check_generation_) return;  // values changed since: another check follows
+        checked_ = std::move(r.loaded);
+        check_diagnostics_ = std::move(r.diagnostics);
+        check_pending_ = false;
+        revalidate();
+        emit files_check_changed();
+      });
 }
 
 }  // namespace odyssey::ui

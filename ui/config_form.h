@@ -8,6 +8,7 @@
 
 #include <QObject>
 #include <QString>
+#include <QTimer>
 #include <map>
 #include <optional>
 #include <string>
@@ -60,12 +61,24 @@ class ConfigForm : public QObject {
   // Why the model has no shape ("" when it has one or while looking).
   const QString& model_problem() const { return model_problem_; }
 
+  // The engine's own check (what `odyssey-train validate --check-files` and `run` run: the model
+  // located and its weights' headers and tokenizer read, the chat template compiled, every
+  // dataset parsed against max_bad_sample_ratio) runs off the GUI thread kCheckDelayMs after
+  // the last change. Until it ends the diagnostics are the quick ones (validate_config); then
+  // they are the engine's. Start is offered exactly when the engine's check passed.
+  static constexpr int kCheckDelayMs = 250;
+  bool files_pending() const { return check_pending_; }
+  bool ready_to_start() const { return !check_pending_ && !has_errors(); }
+  // Check again now (files may have changed on disk: the window calls it when it is activated).
+  void recheck_files();
+
  signals:
   void changed();              // a value changed (an edit or a load)
   void reloaded();             // the whole config was replaced: refill every field
   void diagnostics_changed();
   void model_changed();        // model lookup finished (or started)
   void file_changed();         // file path or modified state changed
+  void files_check_changed();  // the engine's check started or ended
 
  private:
   struct ModelLookup {
@@ -77,6 +90,8 @@ class ConfigForm : public QObject {
   void start_model_lookup();
   void apply_model_lookup(int generation, const ModelLookup& r);
   void revalidate();
+  void schedule_check();
+  void start_check();
 
   LoadedConfig current_;
   TrainConfig baseline_;
@@ -92,6 +107,11 @@ class ConfigForm : public QObject {
   std::string looked_up_model_;
   bool model_pending_ = false;
   int model_generation_ = 0;
+  QTimer* check_timer_ = nullptr;
+  int check_generation_ = 0;
+  bool check_pending_ = true;
+  std::optional<LoadedConfig> checked_;  // the values the last finished check saw
+  Diagnostics check_diagnostics_;        // and what it found
 };
 
 }  // namespace odyssey::ui

@@ -1,25 +1,9 @@
 #include "dataset_scan.h"
 
-#include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
+#include "data/dataset.h"
 
 namespace odyssey::ui {
 namespace {
-
-std::string format_of(const nlohmann::json& o) {
-  if (!o.is_object()) return "unknown";
-  if (o.contains("messages")) return "messages";
-  if (o.contains("conversations")) return "sharegpt";
-  if (o.contains("instruction") || (o.contains("input") && o.contains("output"))) return "alpaca";
-  if (o.contains("query") && o.contains("response")) return "query-response";
-  return "unknown";
-}
-
-void note_format(DatasetScan& s, const std::string& f) {
-  if (s.format.empty()) s.format = f;
-  else if (s.format != f) s.format = "mixed";
-}
 
 std::string thousands(std::int64_t v) {
   std::string d = std::to_string(v), out;
@@ -33,65 +17,37 @@ std::string thousands(std::int64_t v) {
 }  // namespace
 
 DatasetScan scan_dataset(const std::string& path, const std::atomic<bool>* cancel) {
-  namespace fs = std::filesystem;
   DatasetScan s;
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) {
-    s.error = fs::exists(path, ec) ? "not a file" : "no such file";
+  if (cancel && cancel->load()) {
+    s.error = "cancelled";
     return s;
   }
-  const auto size = static_cast<std::int64_t>(fs::file_size(path, ec));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    s.error = "cannot be read";
-    return s;
-  }
-  const std::string ext = fs::path(path).extension().string();
-  if (ext == ".json") {
-    if (size > kFullParseBytes) {
-      s.error = "a JSON array this large is not scanned; use JSONL";
-      return s;
+  // The engine's own reader, so the table counts what training will: a record it cannot
+  // convert (no assistant turn, an unknown role) is malformed here too. Every malformed record
+  // is counted, not judged: the configuration's max_bad_sample_ratio judges them in the
+  // engine's check, shown at the dataset field.
+  data::LoadOptions o;
+  o.max_bad_sample_ratio = 1.0;
+  o.max_listed = 1;
+  auto r = data::read_dataset_file(path, o);
+  const data::FileReport& rep = r.value.report;
+  s.format = rep.format.empty() ? "unknown" : rep.format;
+  s.lines = rep.lines;
+  s.samples = rep.samples;
+  s.broken = rep.malformed;
+  for (const auto& d : r.diagnostics)
+    if (d.line > 0) {
+      s.first_broken_line = d.line;
+      break;
     }
-    auto j = nlohmann::json::parse(in, nullptr, false);
-    if (j.is_discarded() || !j.is_array()) {
-      s.error = j.is_discarded() ? "not valid JSON" : "not a JSON array of samples";
-      return s;
-    }
-    for (const auto& o : j) {
-      if (o.is_object()) {
-        ++s.samples;
-        note_format(s, format_of(o));
-      } else {
-        ++s.broken;
+  if (!r.ok()) {
+    for (const auto& d : r.diagnostics)
+      if (d.severity == Severity::Error) {
+        s.error = d.message;
+        break;
       }
-    }
-    if (s.format.empty()) s.format = "unknown";
-    s.ok = true;
     return s;
   }
-  std::string line;
-  std::int64_t n = 0;
-  const bool parse_all = size <= kFullParseBytes;
-  while (std::getline(in, line)) {
-    ++n;
-    if ((n & 1023) == 0 && cancel && cancel->load()) {
-      s.error = "cancelled";
-      return s;
-    }
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    if (!parse_all && s.samples + s.broken >= 1000) {
-      ++s.samples;  // beyond the sampled head, a non-empty line counts as a sample
-      continue;
-    }
-    auto o = nlohmann::json::parse(line, nullptr, false);
-    if (o.is_discarded() || !o.is_object()) {
-      if (s.broken++ == 0) s.first_broken_line = n;
-      continue;
-    }
-    ++s.samples;
-    note_format(s, format_of(o));
-  }
-  if (s.format.empty()) s.format = "unknown";
   s.ok = true;
   return s;
 }
@@ -99,8 +55,10 @@ DatasetScan scan_dataset(const std::string& path, const std::atomic<bool>* cance
 std::string describe_scan(const DatasetScan& s) {
   if (!s.ok) return s.error;
   std::string out = s.format + ", " + thousands(s.samples) + (s.samples == 1 ? " sample" : " samples");
-  if (s.broken > 0)
-    out += "; " + thousands(s.broken) + " broken (first at line " + std::to_string(s.first_broken_line) + ")";
+  if (s.broken > 0) {
+    out += "; " + thousands(s.broken) + " of " + thousands(s.lines) + " records malformed";
+    if (s.first_broken_line > 0) out += " (first at line " + std::to_string(s.first_broken_line) + ")";
+  }
   return out;
 }
 

@@ -168,6 +168,11 @@ MainWindow::MainWindow(std::unique_ptr<Settings> settings, QWidget* parent)
   menuBar()->addMenu(tr("&View"))->addActions({plan_dock->toggleViewAction(), cmd_dock->toggleViewAction()});
   build_help_menu();
   connect(form_, &ConfigForm::diagnostics_changed, this, &MainWindow::update_status);
+  connect(form_, &ConfigForm::files_check_changed, this, &MainWindow::update_status);
+  // Back from an editor or a file manager: the files the configuration names may have changed.
+  connect(qApp, &QGuiApplication::applicationStateChanged, this, [this](Qt::ApplicationState st) {
+    if (st == Qt::ApplicationActive) form_->recheck_files();
+  });
   connect(form_, &ConfigForm::file_changed, this, &MainWindow::update_title);
   connect(form_, &ConfigForm::changed, this, [this] { update_output_root(true); });
 #ifdef ODYSSEY_HAVE_MONITOR
@@ -437,6 +442,9 @@ void MainWindow::update_status() {
                          .arg(warnings)
                          .arg(first.toHtmlEscaped()));
     status_->setToolTip(first);
+  } else if (form_->files_pending()) {
+    status_->setToolTip(QString());
+    status_->setText(tr("Checking the model and dataset files as odyssey-train will…"));
   } else {
     status_->setToolTip(QString());
     status_->setText(warnings > 0 ? tr("<span style='color:%1'>Valid</span>, %2 warning(s) — shown at their fields.")
@@ -458,7 +466,7 @@ void MainWindow::update_buttons() {
       QFileInfo(attached).absoluteDir().absolutePath() == QDir(resolved_output_dir(*form_)).absolutePath())
     running_here = attached;
 #endif
-  start_->setEnabled(!form_->has_errors() && !busy && running_here.isEmpty());
+  start_->setEnabled(form_->ready_to_start() && !busy && running_here.isEmpty());
   if (form_->has_errors())
     start_->setToolTip(tr("Fix the fields marked in red first."));
   else if (busy)
@@ -466,6 +474,8 @@ void MainWindow::update_buttons() {
   else if (!running_here.isEmpty())
     start_->setToolTip(tr("A job is running in this output folder (%1): stop it, wait for it to end, or choose "
                           "another output_dir.").arg(running_here));
+  else if (form_->files_pending())
+    start_->setToolTip(tr("Checking the model and dataset files as odyssey-train will before it starts…"));
   else
     start_->setToolTip(tr("Save this configuration under %1/.odyssey-launch/ and run odyssey-train with it in the "
                           "background (closing the window does not stop it); the Monitor follows the run.")
@@ -478,7 +488,7 @@ void MainWindow::set_job_message(const QString& html, bool error) {
 }
 
 void MainWindow::start_job() {
-  if (form_->has_errors() || launching() || !launched_run_.isEmpty()) return;
+  if (!form_->ready_to_start() || launching() || !launched_run_.isEmpty()) return;
   const QString bin = find_train_binary();
   if (bin.isEmpty()) {
     set_job_message(tr("<b>Not started:</b> odyssey-train was not found beside this program, in ../app or on PATH "

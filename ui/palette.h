@@ -4,6 +4,7 @@
 
 #include <QColor>
 #include <QPalette>
+#include <QString>
 
 namespace odyssey::ui {
 
@@ -13,5 +14,15 @@ inline QColor warning_color(const QPalette& p) { return is_dark(p) ? QColor(0xff
 // Background of trained (label) tokens in the dataset preview.
 inline QColor trained_color(const QPalette& p) { return is_dark(p) ? QColor(0x1b, 0x5e, 0x20) : QColor(0xc8, 0xe6, 0xc9); }
 inline QColor ok_color(const QPalette& p) { return is_dark(p) ? QColor(0x81, 0xc7, 0x84) : QColor(0x2e, 0x7d, 0x32); }
+// A boxed notice (a failed run's banner, a run's warnings) readable on either palette.
+inline QString notice_style(const QPalette& p, bool error) {
+  const char* light = error ? "background:#fdecea;color:#611a15;border:1px solid #e57373;"
+                            : "background:#fff8e1;color:#5d4200;border:1px solid #ffd54f;";
+  const char* dark = error ? "background:#3b1716;color:#ffcdd2;border:1px solid #e57373;"
+                           : "background:#33290a;color:#ffe082;border:1px solid #c49000;";
+  return QStringLiteral("QLabel{%1border-radius:4px;padding:%2px;}")
+      .arg(QLatin1String(is_dark(p) ? dark : light))
+      .arg(error ? 6 : 4);
+}
 
 }  // namespace odyssey::ui

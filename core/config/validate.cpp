@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <numeric>
 
 #include "common/regular_file.h"
@@ -14,6 +16,30 @@
 namespace odyssey {
 namespace fs = std::filesystem;
 namespace {
+
+// read_dataset_file's diagnostics for one file, kept while the file's size and modification
+// time stay the same: the window re-checks the whole configuration after each edit, and a
+// large dataset is read once, not once per keystroke.
+Diagnostics parsed_dataset_diagnostics(const std::string& path, double max_bad_sample_ratio) {
+  static std::mutex mutex;
+  static std::map<std::string, Diagnostics> cache;
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  const auto mtime = fs::last_write_time(path, ec).time_since_epoch().count();
+  const std::string id = path + '\n' + std::to_string(size) + '\n' + std::to_string(mtime) + '\n' +
+                         text::format_double(max_bad_sample_ratio);
+  {
+    std::lock_guard lock(mutex);
+    if (auto it = cache.find(id); !ec && it != cache.end()) return it->second;
+  }
+  data::LoadOptions o;
+  o.max_bad_sample_ratio = max_bad_sample_ratio;
+  auto r = data::read_dataset_file(path, o);
+  std::lock_guard lock(mutex);
+  if (cache.size() >= 64) cache.clear();
+  if (!ec) cache[id] = r.diagnostics;
+  return r.diagnostics;
+}
 
 class Checker {
  public:
@@ -49,6 +75,8 @@ std::string n(std::int64_t v) { return std::to_string(v); }
 bool path_exists(const std::string& p, const std::string& base, std::string* resolved) {
   std::error_code ec;
   fs::path fp(p);
+  if (p == "~" || text::starts_with(p, "~/"))  // as the dataset loader reads it
+    fp = data::resolve_dataset_path(p, base);
   std::vector<fs::path> tries;
   if (fp.is_absolute()) tries.push_back(fp);
   else {
@@ -285,7 +313,11 @@ CheckedConfig check_config(LoadedConfig cfg, bool check_files) {
         auto w = check_model_weights(*r.model, config_file, r.location.path);
         d.insert(d.end(), w.begin(), w.end());
         const std::string tok_file = (fs::path(r.location.path) / "tokenizer.json").string();
-        if (regular_file_problem(tok_file) != "no such file") {  // missing: the trainer says so
+        if (regular_file_problem(tok_file) == "no such file") {
+          ck.error("model", "found " + text::quoted(c.model) + ": " + r.location.path +
+                                " has no tokenizer.json; training reads the model's tokenizer from it (copy it from "
+                                "the model's hub repository)");
+        } else {
           auto tok = Tokenizer::load(tok_file);
           for (auto& x : tok.diagnostics)
             if (x.severity == Severity::Error) d.push_back(x);
@@ -352,6 +384,10 @@ CheckedConfig check_config(LoadedConfig cfg, bool check_files) {
       if (const std::string why = sample_request_problem(ds.samples, count.value); !why.empty())
         ck.error(key, "found " + text::quoted(spec) + ": " + why + " (" + resolved + " holds " +
                           std::to_string(count.value) + " records)");
+      // Every record parsed as `run` parses it: an unknown format, no valid sample, or more
+      // malformed records than max_bad_sample_ratio allows fail here, not after the model loads.
+      auto parsed = parsed_dataset_diagnostics(resolved, c.max_bad_sample_ratio);
+      d.insert(d.end(), parsed.begin(), parsed.end());
     }
   }
   auto v = validate_config(r.loaded, r.model ? &*r.model : nullptr);

@@ -202,15 +202,20 @@ class TstConfigForm : public QObject {
     QCOMPARE(form.config().sequence_parallel_size, std::int64_t{1});
   }
 
-  void dataset_scan_formats_and_broken_lines() {
+  void dataset_scan_counts_as_the_engine_reads() {
     const QString jl = tmp_.filePath(QStringLiteral("d.jsonl"));
-    write(jl, "{\"messages\": []}\n\n{\"messages\": []}\nnot json\n{\"messages\": []}\n");
+    const std::string rec = R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]})";
+    // A JSON object without a conversation is as malformed as a line that is not JSON: the
+    // engine skips both, so the table counts both (it once called this file 4 samples).
+    write(jl, (rec + "\n\n" + rec + "\nnot json\n{\"messages\": []}\n" + rec + "\n").c_str());
     auto s = scan_dataset(jl.toStdString());
     QVERIFY(s.ok);
     QCOMPARE(s.format, std::string("messages"));
+    QCOMPARE(s.lines, std::int64_t{5});
     QCOMPARE(s.samples, std::int64_t{3});
-    QCOMPARE(s.broken, std::int64_t{1});
+    QCOMPARE(s.broken, std::int64_t{2});
     QCOMPARE(s.first_broken_line, std::int64_t{4});
+    QCOMPARE(describe_scan(s), std::string("messages, 3 samples; 2 of 5 records malformed (first at line 4)"));
     const QString js = tmp_.filePath(QStringLiteral("a.json"));
     write(js, "[{\"instruction\": \"a\", \"output\": \"b\"}, {\"instruction\": \"c\", \"output\": \"d\"}]");
     s = scan_dataset(js.toStdString());
@@ -218,7 +223,14 @@ class TstConfigForm : public QObject {
     QCOMPARE(s.samples, std::int64_t{2});
     QVERIFY(!scan_dataset(tmp_.filePath(QStringLiteral("missing.jsonl")).toStdString()).ok);
     write(js, "[{\"instruction\": ");
-    QCOMPARE(scan_dataset(js.toStdString()).error, std::string("not valid JSON"));
+    s = scan_dataset(js.toStdString());
+    QVERIFY(!s.ok);
+    QVERIFY2(s.error.find("not a valid JSON array") != std::string::npos, s.error.c_str());
+    // Every record malformed: the engine's words, not a count of zero samples.
+    write(jl, "{broken\n{broken\n");
+    s = scan_dataset(jl.toStdString());
+    QVERIFY(!s.ok);
+    QVERIFY2(s.error.find("every record is malformed") != std::string::npos, s.error.c_str());
   }
 
   void dataset_model_passes_the_tester_and_edits_the_key() {
@@ -229,7 +241,7 @@ class TstConfigForm : public QObject {
     QTRY_COMPARE(model.pending_scans(), 0);
     QVERIFY(model.index(0, DatasetListModel::Contents).data().toString().contains(QStringLiteral("2,000 samples")));
     const QString extra = tmp_.filePath(QStringLiteral("extra.jsonl"));
-    write(extra, "{\"conversations\": []}\n");
+    write(extra, R"({"conversations": [{"from": "human", "value": "a"}, {"from": "gpt", "value": "b"}]})" "\n");
     model.add_files({extra});
     QCOMPARE(model.rowCount(), 2);
     QTRY_COMPARE(model.pending_scans(), 0);

@@ -194,15 +194,18 @@ class TstLaunch : public QObject {
     w_ = window();
     QVERIFY(w_->open_preset(quickstart()));
     QVERIFY(w_->form()->set_text("output_dir", yaml_quoted(tmp_.filePath(QStringLiteral("fail"))).toStdString()).empty());
-    // A dataset that does not exist: a warning in the window, an error for `run`.
-    QVERIFY(!has_errors(w_->form()->set_text("dataset", (QLatin1Char('[') + yaml_quoted(tmp_.filePath(QStringLiteral("missing.jsonl"))) + QLatin1Char(']')).toStdString())));
+    // The window checked a dataset that was there; it is removed before Start (from a shell,
+    // a sync tool): the engine's own check at `run` refuses, and the window shows why.
+    const QString data = tmp_.filePath(QStringLiteral("vanishing.jsonl"));
+    QVERIFY(QFile::copy(QStringLiteral(ODYSSEY_SOURCE_DIR "/resources/quickstart/data/val.jsonl"), data));
+    QVERIFY(!has_errors(w_->form()->set_text("dataset", (QLatin1Char('[') + yaml_quoted(data) + QLatin1Char(']')).toStdString())));
     QTRY_VERIFY(w_->start_button()->isEnabled());
+    QVERIFY(QFile::remove(data));
     w_->start_button()->click();
     QTRY_VERIFY_WITH_TIMEOUT(!w_->launching(), 60000);
     QVERIFY(w_->monitor()->attachedRun().isEmpty());
     QVERIFY2(text_of_job().contains(QStringLiteral("exited with status")), qPrintable(text_of_job()));
-    QVERIFY2(text_of_job().contains(QStringLiteral("missing.jsonl")), qPrintable(text_of_job()));
-    QVERIFY(w_->start_button()->isEnabled());
+    QVERIFY2(text_of_job().contains(QStringLiteral("vanishing.jsonl")), qPrintable(text_of_job()));
   }
 
   void stop_asks_the_job_to_stop() {

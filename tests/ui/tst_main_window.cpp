@@ -92,7 +92,11 @@ class TstMainWindow : public QObject {
     QVERIFY(w_->open_preset(preset_path("quickstart.yaml")));
     QTRY_VERIFY(!w_->form()->model_pending());
     QVERIFY(!w_->form()->has_errors());
-    QVERIFY(w_->start_button()->isEnabled());
+    // Start waits for the engine's own check of the files (off the GUI thread), then opens.
+    QVERIFY(w_->form()->files_pending());
+    QVERIFY(!w_->start_button()->isEnabled());
+    QVERIFY2(w_->start_button()->toolTip().contains(QStringLiteral("Checking")), qPrintable(w_->start_button()->toolTip()));
+    QTRY_VERIFY(w_->start_button()->isEnabled());
     QVERIFY2(w_->start_button()->toolTip().contains(QStringLiteral(".odyssey-launch")), qPrintable(w_->start_button()->toolTip()));
     QVERIFY(!w_->stop_button()->isEnabled());  // nothing runs
     // An error at a field disables Start.
@@ -100,6 +104,37 @@ class TstMainWindow : public QObject {
     QVERIFY(w_->form()->has_errors());
     QVERIFY(!w_->start_button()->isEnabled());
     QVERIFY(w_->start_button()->toolTip().contains(QStringLiteral("red")));
+    w_->form()->set_text("learning_rate", "0.002");
+    QTRY_VERIFY(w_->start_button()->isEnabled());
+    // A dataset that is not there: once the engine's check ends, an error at the dataset field
+    // (it was a warning that left Start open, and odyssey-train then refused the run).
+    QVERIFY(!has_errors(w_->form()->set_text("dataset", "[\"/nonexistent/train.jsonl\"]")));
+    QTRY_VERIFY(!w_->form()->files_pending());
+    QVERIFY(!w_->start_button()->isEnabled());
+    const Diagnostics at = w_->form()->diagnostics_for("dataset");
+    QVERIFY(!at.empty() && at.front().severity == Severity::Error);
+    QVERIFY2(at.front().message.find("no such file") != std::string::npos, at.front().message.c_str());
+    // A file the engine's reader refuses (every record malformed) names the file at the field.
+    const QString junk = tmp_.filePath(QStringLiteral("junk.jsonl"));
+    {
+      QFile f(junk);
+      QVERIFY(f.open(QIODevice::WriteOnly));
+      f.write("{broken\nnot json\n");
+    }
+    QVERIFY(!has_errors(w_->form()->set_text("dataset", ("[\"" + junk + "\"]").toStdString())));
+    QTRY_VERIFY(!w_->form()->files_pending());
+    QVERIFY(!w_->start_button()->isEnabled());
+    const Diagnostics in_file = w_->form()->diagnostics_for("dataset");
+    QVERIFY(!in_file.empty());
+    QCOMPARE(QString::fromStdString(in_file.front().file), junk);
+    // Fixed on disk behind the window's back, then the window is activated again: checked again.
+    {
+      QFile f(junk);
+      QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));
+      f.write(R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]})" "\n");
+    }
+    w_->form()->recheck_files();
+    QTRY_VERIFY(w_->start_button()->isEnabled());
   }
 
   // Issue 23, findings 1 and 2: an engine error of one long unbreakable line (a path, a log

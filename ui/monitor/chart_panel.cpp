@@ -2,6 +2,7 @@
 
 #include <QFile>
 #include <QFileDialog>
+#include <QEvent>
 #include <QMenu>
 #include <QTextStream>
 #include <QVBoxLayout>
@@ -10,6 +11,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+
+#include "../palette.h"
 
 namespace odyssey::ui {
 
@@ -43,33 +46,38 @@ ChartPanel::ChartPanel(const QString& title, const QString& y_label, QWidget* pa
   plot_->setPlottingHint(QCP::phFastPolylines, true);
   plot_->setNoAntialiasingOnDrag(true);
   plot_->plotLayout()->insertRow(0);
-  auto* t = new QCPTextElement(plot_, title, QFont(font().family(), font().pointSize() + 1, QFont::Bold));
-  plot_->plotLayout()->addElement(0, 0, t);
+  title_element_ = new QCPTextElement(plot_, title, QFont(font().family(), font().pointSize() + 1, QFont::Bold));
+  plot_->plotLayout()->addElement(0, 0, title_element_);
   plot_->xAxis->setLabel(tr("step"));
   plot_->yAxis->setLabel(y_label);
+  // The legend sits in a row of its own under the axes, its entries side by side: it never
+  // covers a curve (inside the axes it hid the latest points of the top right).
   plot_->legend->setVisible(true);
   plot_->legend->setFont(QFont(font().family(), std::max(7, font().pointSize() - 1)));
-  plot_->legend->setBrush(QColor(255, 255, 255, 200));
-  plot_->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+  plot_->axisRect()->insetLayout()->take(plot_->legend);
+  plot_->plotLayout()->addElement(2, 0, plot_->legend);
+  plot_->plotLayout()->setRowStretchFactor(2, 0.001);
+  plot_->legend->setFillOrder(QCPLayoutGrid::foColumnsFirst);
+  plot_->legend->setWrap(4);
+  plot_->legend->setMargins(QMargins(4, 0, 4, 2));
+  plot_->plotLayout()->setRowSpacing(0);
 
   empty_label_ = new QCPItemText(plot_);
   empty_label_->position->setType(QCPItemPosition::ptAxisRectRatio);
   empty_label_->position->setCoords(0.5, 0.5);
   empty_label_->setText(tr("waiting for the first step…"));
-  empty_label_->setColor(Qt::gray);
 
   hover_line_ = new QCPItemStraightLine(plot_);
-  hover_line_->setPen(QPen(QColor(0, 0, 0, 90), 1, Qt::DotLine));
   hover_line_->setVisible(false);
   hover_label_ = new QCPItemText(plot_);
   hover_label_->position->setType(QCPItemPosition::ptAxisRectRatio);
   hover_label_->position->setCoords(0.01, 0.02);
   hover_label_->setPositionAlignment(Qt::AlignLeft | Qt::AlignTop);
   hover_label_->setTextAlignment(Qt::AlignLeft);
-  hover_label_->setBrush(QColor(255, 255, 255, 220));
-  hover_label_->setPadding(QMargins(4, 2, 4, 2));
+  hover_label_->setPadding(QMargins(5, 3, 5, 3));
   hover_label_->setVisible(false);
 
+  applyPalette();
   connect(plot_, &QCustomPlot::mouseMove, this, &ChartPanel::onMouseMove);
   connect(plot_, &QCustomPlot::mousePress, this, [this] { follow_ = false; });
   connect(plot_, &QCustomPlot::mouseWheel, this, [this] { follow_ = false; });
@@ -82,12 +90,12 @@ ChartPanel::ChartPanel(const QString& title, const QString& y_label, QWidget* pa
 ChartPanel::Bound& ChartPanel::bind(const QString& name, const QString& label, QColor color, Style style) {
   QCPGraph* g = plot_->addGraph();
   g->setName(label);
-  g->setPen(penFor(color, style));
+  bound_.push_back(Bound{name, g, nullptr, {}, 0, color, style});
+  g->setPen(seriesPen(bound_.back()));
   if (style == Style::Dots) {
     g->setLineStyle(QCPGraph::lsLine);
-    g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, color, 6));
+    g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, g->pen().color(), 6));
   }
-  bound_.push_back(Bound{name, g, nullptr, {}, 0});
   return bound_.back();
 }
 
@@ -99,12 +107,72 @@ void ChartPanel::addFamily(const QString& prefix, const QString& label_prefix, S
   families_.push_back(Family{prefix, label_prefix, style});
 }
 
-QColor ChartPanel::colorFor(const QString& suffix) {
-  auto it = suffix_colors_.find(suffix);
-  if (it != suffix_colors_.end()) return it->second;
-  const QColor c = kPalette[suffix_colors_.size() % std::size(kPalette)];
-  suffix_colors_.emplace(suffix, c);
-  return c;
+QColor ChartPanel::familyColor(const QString& suffix) {
+  bool numeric = false;
+  const int n = suffix.toInt(&numeric);
+  if (numeric && n >= 0) return kPalette[n % std::size(kPalette)];
+  // Names hash to a colour (FNV-1a: the same in every process, unlike qHash's seeded one).
+  std::uint32_t h = 2166136261u;
+  for (const QChar c : suffix) h = (h ^ c.unicode()) * 16777619u;
+  return kPalette[h % std::size(kPalette)];
+}
+
+QPen ChartPanel::seriesPen(const Bound& b) const {
+  // On a dark background the light palette's colours are too deep: lift them.
+  const QColor c = is_dark(palette()) ? b.color.lighter(135) : b.color;
+  return penFor(c, b.style);
+}
+
+void ChartPanel::applyPalette() {
+  const QPalette& p = palette();
+  const QColor base = p.color(QPalette::Base), text = p.color(QPalette::Text);
+  QColor grid = p.color(QPalette::Mid);
+  grid.setAlpha(is_dark(p) ? 110 : 140);
+  QColor sub = grid;
+  sub.setAlpha(grid.alpha() / 2);
+  plot_->setBackground(base);
+  plot_->axisRect()->setBackground(base);
+  for (QCPAxis* a : {plot_->xAxis, plot_->yAxis, plot_->xAxis2, plot_->yAxis2}) {
+    a->setBasePen(QPen(text, 1));
+    a->setTickPen(QPen(text, 1));
+    a->setSubTickPen(QPen(text, 1));
+    a->setTickLabelColor(text);
+    a->setLabelColor(text);
+    a->grid()->setPen(QPen(grid, 1, Qt::DotLine));
+    a->grid()->setSubGridPen(QPen(sub, 1, Qt::DotLine));
+    a->grid()->setZeroLinePen(Qt::NoPen);
+  }
+  title_element_->setTextColor(text);
+  QColor legend_bg = base;
+  legend_bg.setAlpha(230);
+  plot_->legend->setBrush(legend_bg);
+  plot_->legend->setBorderPen(Qt::NoPen);
+  plot_->legend->setTextColor(text);
+  empty_label_->setColor(p.color(QPalette::PlaceholderText));
+  QColor line = text;
+  line.setAlpha(110);
+  hover_line_->setPen(QPen(line, 1, Qt::DotLine));
+  // The readout is a tooltip: the palette's tooltip colours, a border, opaque.
+  hover_label_->setBrush(p.color(QPalette::ToolTipBase));
+  hover_label_->setColor(p.color(QPalette::ToolTipText));
+  hover_label_->setPen(QPen(p.color(QPalette::Mid), 1));
+  if (ref_line_) {
+    ref_line_->setPen(QPen(p.color(QPalette::PlaceholderText), 1.5, Qt::DashDotLine));
+    ref_label_->setColor(p.color(QPalette::PlaceholderText));
+  }
+  for (Bound& b : bound_) {
+    if (!b.graph) continue;
+    QPen pen = seriesPen(b);
+    pen.setWidthF(b.graph->pen().widthF());  // a dense series keeps its thin pen
+    b.graph->setPen(pen);
+    if (b.style == Style::Dots) b.graph->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, pen.color(), 6));
+  }
+  plot_->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void ChartPanel::changeEvent(QEvent* e) {
+  QWidget::changeEvent(e);
+  if (e->type() == QEvent::PaletteChange || e->type() == QEvent::StyleChange) applyPalette();
 }
 
 void ChartPanel::setLogScale(bool on) {
@@ -122,10 +190,9 @@ void ChartPanel::setReferenceLine(double y, const QString& label) {
   ref_y_ = y;
   if (!ref_line_) {
     ref_line_ = new QCPItemStraightLine(plot_);
-    ref_line_->setPen(QPen(QColor(0x55, 0x55, 0x55), 1.5, Qt::DashDotLine));
     ref_label_ = new QCPItemText(plot_);
-    ref_label_->setPositionAlignment(Qt::AlignLeft | Qt::AlignBottom);  // the legend sits top right
-    ref_label_->setColor(QColor(0x55, 0x55, 0x55));
+    ref_label_->setPositionAlignment(Qt::AlignLeft | Qt::AlignBottom);
+    applyPalette();
   }
   ref_line_->setVisible(y > 0);
   ref_label_->setVisible(y > 0);
@@ -171,7 +238,7 @@ void ChartPanel::refresh(const SeriesStore& store) {
       const bool known = std::any_of(bound_.begin(), bound_.end(), [&](const Bound& b) { return b.series == it->first; });
       if (known) continue;
       const QString suffix = it->first.mid(f.prefix.size());
-      bind(it->first, f.label_prefix + suffix, colorFor(suffix), f.style);
+      bind(it->first, f.label_prefix + suffix, familyColor(suffix), f.style);
     }
   }
   for (Bound& b : bound_) {
@@ -282,22 +349,40 @@ QString markName(NonFinite k) {
 }  // namespace
 
 void ChartPanel::hoverAt(double key) {
-  QStringList lines;
-  double shown_key = key;
-  bool first = true;
-  const double tolerance = std::abs(plot_->xAxis->pixelToCoord(6) - plot_->xAxis->pixelToCoord(0));
+  // The step shown is the data point nearest the pointer over every series; another series
+  // is listed only with a point within a few pixels of it, and with that point's own step
+  // when it differs (an eval every 20 steps is never read off at step 9).
+  const double tolerance = std::max(std::abs(plot_->xAxis->pixelToCoord(6) - plot_->xAxis->pixelToCoord(0)), 0.5);
+  auto nearest = [](const QCPGraph* g, double at) {
+    auto it = g->data()->findBegin(at, true);
+    if (it == g->data()->constEnd()) return it;
+    auto next = it + 1;
+    if (next != g->data()->constEnd() && std::abs(next->key - at) < std::abs(it->key - at)) it = next;
+    return it;
+  };
+  double shown_key = key, best = std::numeric_limits<double>::infinity();
   for (const Bound& b : bound_) {
     if (!b.graph || b.graph->data()->isEmpty()) continue;
-    auto it = b.graph->data()->findBegin(key, true);
-    if (it != b.graph->data()->constEnd()) {
-      auto next = it + 1;
-      if (next != b.graph->data()->constEnd() && std::abs(next->key - key) < std::abs(it->key - key)) it = next;
-      if (first) shown_key = it->key, first = false;
-      lines << QStringLiteral("%1: %2").arg(b.graph->name(), QString::number(it->value, 'g', 5));
+    const auto it = nearest(b.graph, key);
+    if (it != b.graph->data()->constEnd() && std::abs(it->key - key) < best) best = std::abs(it->key - key), shown_key = it->key;
+  }
+  for (const Bound& b : bound_)
+    for (const auto& m : b.mark_points)
+      if (std::abs(m.x - key) < best) best = std::abs(m.x - key), shown_key = m.x;
+  QStringList lines;
+  for (const Bound& b : bound_) {
+    if (!b.graph) continue;
+    if (!b.graph->data()->isEmpty()) {
+      auto it = nearest(b.graph, shown_key);
+      if (it != b.graph->data()->constEnd() && std::abs(it->key - shown_key) <= tolerance) {
+        const QString value = QString::number(it->value, 'g', 5);
+        lines << (it->key == shown_key ? QStringLiteral("%1: %2").arg(b.graph->name(), value)
+                                       : tr("%1: %2 (step %3)").arg(b.graph->name(), value).arg(it->key));
+      }
     }
     for (const auto& m : b.mark_points)
-      if (std::abs(m.x - key) <= std::max(tolerance, 0.5))
-        lines << QStringLiteral("%1: %2 at step %3").arg(b.graph->name(), markName(m.kind)).arg(m.x);
+      if (std::abs(m.x - shown_key) <= tolerance)
+        lines << tr("%1: %2 at step %3").arg(b.graph->name(), markName(m.kind)).arg(m.x);
   }
   if (lines.isEmpty()) {
     hover_label_->setVisible(false);

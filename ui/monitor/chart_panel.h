@@ -11,7 +11,6 @@
 #include <QWidget>
 
 #include <cstdint>
-#include <map>
 #include <vector>
 
 #include "series_store.h"
@@ -19,6 +18,7 @@
 class QCustomPlot;
 class QCPGraph;
 class QCPItemText;
+class QCPTextElement;
 class QCPItemStraightLine;
 class QMouseEvent;
 
@@ -58,6 +58,12 @@ class ChartPanel : public QWidget {
   int markerCount(const QString& series) const;
   QString hoverText() const;
   void hoverAt(double key);  // what a mouse move over `key` shows
+  // The colour a family member gets: fixed by its name (rank N: the Nth colour; a collective:
+  // its own), so a series keeps its colour whatever order the series appear in.
+  static QColor familyColor(const QString& suffix);
+
+ protected:
+  void changeEvent(QEvent* e) override;
 
  private:
   struct Bound {
@@ -66,6 +72,8 @@ class ChartPanel : public QWidget {
     QPointer<QCPGraph> marks;  // created when the series has non-finite points
     std::vector<NonFiniteMark> mark_points;
     std::uint64_t version = 0;
+    QColor color;  // as declared; drawn lighter on a dark palette
+    Style style = Style::Line;
   };
   struct Family {
     QString prefix, label_prefix;
@@ -73,7 +81,9 @@ class ChartPanel : public QWidget {
   };
 
   Bound& bind(const QString& name, const QString& label, QColor color, Style style);
-  QColor colorFor(const QString& suffix);
+  // Background, axes, grid, title, legend, readout and series pens from the palette.
+  void applyPalette();
+  QPen seriesPen(const Bound& b) const;
   void updateRanges(const SeriesStore& store);
   void placeMarks();
   void onMouseMove(QMouseEvent* e);
@@ -88,11 +98,11 @@ class ChartPanel : public QWidget {
   double ref_y_ = 0;
   std::vector<Bound> bound_;
   std::vector<Family> families_;
-  std::map<QString, QColor> suffix_colors_;
   std::uint64_t epoch_ = 0;
   bool log_ = false;
   bool follow_ = true;
   QString title_;
+  QCPTextElement* title_element_ = nullptr;
 };
 
 }  // namespace odyssey::ui

@@ -2,9 +2,11 @@
 
 #include <QBrush>
 #include <QColor>
+#include <QGuiApplication>
 
 #include <optional>
 
+#include "../palette.h"
 #include "config/preset_io.h"
 #include "config/train_config.h"
 
@@ -42,7 +44,7 @@ QVariant ConfigDiffModel::headerData(int section, Qt::Orientation orientation, i
 QVariant ConfigDiffModel::data(const QModelIndex& index, int role) const {
   if (!checkIndex(index, CheckIndexOption::IndexIsValid | CheckIndexOption::ParentIsInvalid)) return {};
   const std::string& key = keys_[static_cast<std::size_t>(index.row())];
-  if (role == Qt::BackgroundRole && index.column() > 0 && differs(key)) return QBrush(QColor(255, 243, 205));
+  if (role == Qt::BackgroundRole && index.column() > 0 && differs(key)) return QBrush(is_dark(QGuiApplication::palette()) ? QColor(0x4a, 0x3b, 0x00) : QColor(255, 243, 205));
   if (role != Qt::DisplayRole && role != Qt::ToolTipRole) return {};
   if (index.column() == 0) return QString::fromStdString(key);
   const ConfigColumn& c = columns_[static_cast<std::size_t>(index.column() - 1)];

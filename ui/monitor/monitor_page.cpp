@@ -2,6 +2,7 @@
 
 #include <QCheckBox>
 #include <QDoubleSpinBox>
+#include <QEvent>
 #include <QFileDialog>
 #include <QGridLayout>
 #include <QHBoxLayout>
@@ -17,6 +18,7 @@
 
 #include <filesystem>
 
+#include "../palette.h"
 #include "chart_panel.h"
 #include "run/run_dir.h"
 #include "compare_view.h"
@@ -56,6 +58,18 @@ MonitorPage::MonitorPage(QWidget* parent) : QWidget(parent) {
   connect(&io_thread_, &QThread::finished, scanner_, &QObject::deleteLater);
   connect(scanner_, &RunScanner::scanned, this, &MonitorPage::onScanned, Qt::QueuedConnection);
   io_thread_.start();
+  applyPalette();
+}
+
+void MonitorPage::applyPalette() {
+  banner_->setStyleSheet(notice_style(palette(), true));
+  messages_label_->setStyleSheet(notice_style(palette(), false));
+  updateHeader();
+}
+
+void MonitorPage::changeEvent(QEvent* e) {
+  QWidget::changeEvent(e);
+  if (e->type() == QEvent::PaletteChange) applyPalette();
 }
 
 MonitorPage::~MonitorPage() {
@@ -121,15 +135,11 @@ void MonitorPage::buildUi() {
   banner_ = new QLabel(right);
   banner_->setWordWrap(true);
   banner_->setTextInteractionFlags(Qt::TextSelectableByMouse);
-  banner_->setStyleSheet(QStringLiteral("QLabel{background:#fdecea;color:#611a15;border:1px solid #e57373;"
-                                        "border-radius:4px;padding:6px;}"));
   banner_->hide();
   rl->addWidget(banner_);
   messages_label_ = new QLabel(right);
   messages_label_->setWordWrap(true);
   messages_label_->setTextInteractionFlags(Qt::TextSelectableByMouse);
-  messages_label_->setStyleSheet(QStringLiteral("QLabel{background:#fff8e1;color:#5d4200;border:1px solid #ffd54f;"
-                                                "border-radius:4px;padding:4px;}"));
   messages_label_->hide();
   rl->addWidget(messages_label_);
   auto* prog = new QHBoxLayout;

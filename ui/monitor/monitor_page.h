@@ -72,7 +72,11 @@ class MonitorPage : public QWidget {
  signals:
   void runAttached(const QString& dir);
 
+ protected:
+  void changeEvent(QEvent* e) override;
+
  private:
+  void applyPalette();  // notices and the state label follow the palette (light, dark)
   void buildUi();
   void onBatch(const odyssey::ui::WatchBatch& batch);
   void onScanned(quint64 generation, const std::vector<odyssey::ui::RunSummary>& runs, const QString& error);

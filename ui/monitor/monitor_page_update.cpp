@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 
+#include "../palette.h"
 #include "chart_panel.h"
 #include "log_view.h"
 #include "monitor_page.h"
@@ -136,8 +137,13 @@ void MonitorPage::updateHeader() {
   if (run_start_) {
     const auto& m = run_start_->mesh;
     QString detail = QString::fromStdString(run_start_->model.name);
-    if (m.world > 1) detail += tr("  ·  %1 GPUs (dp %2 × sp %3, ulysses %4 × ring %5)")
-                                   .arg(m.world).arg(m.dp).arg(m.sp).arg(m.ulysses).arg(m.ring);
+    // A parallel run on the CPU (Gloo) is processes, not GPUs.
+    const auto& devs = run_start_->devices;
+    const bool cpu = !devs.empty() && devs.front().name.rfind("CPU", 0) == 0;
+    if (m.world > 1)
+      detail += (cpu ? tr("  ·  %1 processes on the CPU (dp %2 × sp %3, ulysses %4 × ring %5)")
+                     : tr("  ·  %1 GPUs (dp %2 × sp %3, ulysses %4 × ring %5)"))
+                    .arg(m.world).arg(m.dp).arg(m.sp).arg(m.ulysses).arg(m.ring);
     // The optimizer and the state it holds per rank (run_start.optimizer, docs/optimizers.md).
     const auto& o = run_start_->optimizer;
     if (!o.name.empty()) {
@@ -160,9 +166,11 @@ void MonitorPage::updateHeader() {
   }
   title_->setText(title);
   const DisplayState s = state();
-  const QString color = is_failure(s) ? QStringLiteral("#c62828")
-                        : s == DisplayState::Running ? QStringLiteral("#1b7f3b")
-                                                     : QStringLiteral("#444");
+  const QPalette& pal = palette();
+  const QString color = (is_failure(s) ? error_color(pal)
+                         : s == DisplayState::Running ? ok_color(pal)
+                                                      : pal.color(QPalette::WindowText))
+                            .name();
   state_label_->setText(QStringLiteral("<b style='color:%1'>%2</b>").arg(color, stateText().toHtmlEscaped()));
 
   double frac = 0;

@@ -2,6 +2,9 @@
 
 #include <QBrush>
 #include <QColor>
+#include <QGuiApplication>
+
+#include "../palette.h"
 
 #include <cmath>
 
@@ -37,8 +40,9 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
     return tip;
   }
   if (role == Qt::ForegroundRole && index.column() == StateColumn) {
-    if (is_failure(r.state)) return QBrush(QColor(0xc6, 0x28, 0x28));
-    if (r.state == DisplayState::Running) return QBrush(QColor(0x1b, 0x7f, 0x3b));
+    const QPalette pal = QGuiApplication::palette();
+    if (is_failure(r.state)) return QBrush(error_color(pal));
+    if (r.state == DisplayState::Running) return QBrush(ok_color(pal));
     return {};
   }
   if (role == Qt::TextAlignmentRole && index.column() >= StepColumn)
