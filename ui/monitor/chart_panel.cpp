@@ -52,11 +52,10 @@ ChartPanel::ChartPanel(const QString& title, const QString& y_label, QWidget* pa
   plot_->yAxis->setLabel(y_label);
   // The legend sits in a row of its own under the axes, its entries side by side: it never
   // covers a curve (inside the axes it hid the latest points of the top right).
-  plot_->legend->setVisible(true);
   plot_->legend->setFont(QFont(font().family(), std::max(7, font().pointSize() - 1)));
   plot_->axisRect()->insetLayout()->take(plot_->legend);
-  plot_->plotLayout()->addElement(2, 0, plot_->legend);
-  plot_->plotLayout()->setRowStretchFactor(2, 0.001);
+  plot_->axisRect()->insetLayout()->simplify();
+  showLegend(false);
   plot_->legend->setFillOrder(QCPLayoutGrid::foColumnsFirst);
   plot_->legend->setWrap(4);
   plot_->legend->setMargins(QMargins(4, 0, 4, 2));
@@ -123,16 +122,15 @@ QPen ChartPanel::seriesPen(const Bound& b) const {
   return penFor(c, b.style);
 }
 
-void ChartPanel::applyPalette() {
-  const QPalette& p = palette();
+void style_plot(QCustomPlot* plot, const QPalette& p) {
   const QColor base = p.color(QPalette::Base), text = p.color(QPalette::Text);
   QColor grid = p.color(QPalette::Mid);
   grid.setAlpha(is_dark(p) ? 110 : 140);
   QColor sub = grid;
   sub.setAlpha(grid.alpha() / 2);
-  plot_->setBackground(base);
-  plot_->axisRect()->setBackground(base);
-  for (QCPAxis* a : {plot_->xAxis, plot_->yAxis, plot_->xAxis2, plot_->yAxis2}) {
+  plot->setBackground(base);
+  plot->axisRect()->setBackground(base);
+  for (QCPAxis* a : {plot->xAxis, plot->yAxis, plot->xAxis2, plot->yAxis2}) {
     a->setBasePen(QPen(text, 1));
     a->setTickPen(QPen(text, 1));
     a->setSubTickPen(QPen(text, 1));
@@ -142,14 +140,20 @@ void ChartPanel::applyPalette() {
     a->grid()->setSubGridPen(QPen(sub, 1, Qt::DotLine));
     a->grid()->setZeroLinePen(Qt::NoPen);
   }
-  title_element_->setTextColor(text);
   QColor legend_bg = base;
   legend_bg.setAlpha(230);
-  plot_->legend->setBrush(legend_bg);
-  plot_->legend->setBorderPen(Qt::NoPen);
-  plot_->legend->setTextColor(text);
+  plot->legend->setBrush(legend_bg);
+  plot->legend->setBorderPen(QPen(grid, 1));
+  plot->legend->setTextColor(text);
+}
+
+void ChartPanel::applyPalette() {
+  const QPalette& p = palette();
+  style_plot(plot_, p);
+  plot_->legend->setBorderPen(Qt::NoPen);  // a row of its own: no box
+  title_element_->setTextColor(p.color(QPalette::Text));
   empty_label_->setColor(p.color(QPalette::PlaceholderText));
-  QColor line = text;
+  QColor line = p.color(QPalette::Text);
   line.setAlpha(110);
   hover_line_->setPen(QPen(line, 1, Qt::DotLine));
   // The readout is a tooltip: the palette's tooltip colours, a border, opaque.
@@ -168,6 +172,20 @@ void ChartPanel::applyPalette() {
     if (b.style == Style::Dots) b.graph->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, pen.color(), 6));
   }
   plot_->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void ChartPanel::showLegend(bool on) {
+  // Out of the layout when hidden: a hidden element would still keep its row.
+  QCPLayoutGrid* grid = plot_->plotLayout();
+  const bool placed = grid->hasElement(2, 0) && grid->element(2, 0) == plot_->legend;
+  plot_->legend->setVisible(on);
+  if (on && !placed) {
+    grid->addElement(2, 0, plot_->legend);
+    grid->setRowStretchFactor(2, 0.001);
+  } else if (!on && placed) {
+    grid->take(plot_->legend);
+    grid->simplify();
+  }
 }
 
 void ChartPanel::changeEvent(QEvent* e) {
@@ -273,7 +291,7 @@ void ChartPanel::refresh(const SeriesStore& store) {
   // A legend of one line says nothing the title does not; marks always get explained.
   int legend_items = 0;
   for (const Bound& b : bound_) legend_items += (b.graph ? 1 : 0) + (b.marks ? 1 : 0);
-  plot_->legend->setVisible(legend_items > 1);
+  showLegend(legend_items > 1);
   if (follow_) updateRanges(store);
   placeMarks();
   plot_->replot();
@@ -461,6 +479,14 @@ int ChartPanel::pointCount(const QString& series) const {
     if (b.series == series && b.graph) return b.graph->data()->size();
   return -1;
 }
+
+QColor ChartPanel::seriesColor(const QString& series) const {
+  for (const Bound& b : bound_)
+    if (b.series == series && b.graph) return b.graph->pen().color();
+  return {};
+}
+
+QColor ChartPanel::hoverBackground() const { return hover_label_->brush().color(); }
 
 int ChartPanel::markerCount(const QString& series) const {
   for (const Bound& b : bound_)

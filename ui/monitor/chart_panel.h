@@ -24,6 +24,9 @@ class QMouseEvent;
 
 namespace odyssey::ui {
 
+// A QCustomPlot's background, axes, grid and legend in the palette's colours.
+void style_plot(QCustomPlot* plot, const QPalette& palette);
+
 class ChartPanel : public QWidget {
   Q_OBJECT
  public:
@@ -57,6 +60,9 @@ class ChartPanel : public QWidget {
   int pointCount(const QString& series) const;
   int markerCount(const QString& series) const;
   QString hoverText() const;
+  QColor seriesColor(const QString& series) const;  // its pen's colour; invalid when not drawn
+  // The readout's background (opaque) and whether its box sits inside the axes.
+  QColor hoverBackground() const;
   void hoverAt(double key);  // what a mouse move over `key` shows
   // The colour a family member gets: fixed by its name (rank N: the Nth colour; a collective:
   // its own), so a series keeps its colour whatever order the series appear in.
@@ -83,6 +89,7 @@ class ChartPanel : public QWidget {
   Bound& bind(const QString& name, const QString& label, QColor color, Style style);
   // Background, axes, grid, title, legend, readout and series pens from the palette.
   void applyPalette();
+  void showLegend(bool on);
   QPen seriesPen(const Bound& b) const;
   void updateRanges(const SeriesStore& store);
   void placeMarks();

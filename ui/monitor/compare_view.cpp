@@ -1,6 +1,7 @@
 #include "compare_view.h"
 
 #include <QCheckBox>
+#include <QEvent>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
@@ -15,6 +16,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "../palette.h"
+#include "chart_panel.h"
 #include "run/event_reader.h"
 #include "run/run_dir.h"
 
@@ -73,6 +76,7 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   auto* layout = new QVBoxLayout(this);
   auto* bar = new QHBoxLayout;
   note_ = new QLabel(tr("Select two or more runs in the list and press Compare."), this);
+  note_->setWordWrap(true);
   log_ = new QCheckBox(tr("Log scale"), this);
   only_diff_ = new QCheckBox(tr("Only differing keys"), this);
   only_diff_->setChecked(true);
@@ -87,6 +91,7 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   plot_->yAxis->setLabel(tr("loss (smoothed; faint: raw)"));
   plot_->legend->setVisible(true);
   plot_->setMinimumHeight(220);
+  style_plot(plot_, palette());
   table_ = new QTableView(split);
   diff_ = new ConfigDiffModel(this);
   table_->setModel(diff_);
@@ -107,6 +112,14 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
     plot_->rescaleAxes();
     plot_->replot();
   });
+}
+
+void CompareView::changeEvent(QEvent* e) {
+  QWidget::changeEvent(e);
+  if (e->type() == QEvent::PaletteChange) {
+    style_plot(plot_, palette());
+    plot_->replot(QCustomPlot::rpQueuedReplot);
+  }
 }
 
 CompareView::~CompareView() {
@@ -142,7 +155,8 @@ void CompareView::show_result(std::uint64_t generation, std::vector<CompareRun> 
   QStringList problems;
   for (std::size_t i = 0; i < runs_.size(); ++i) {
     const CompareRun& r = runs_[i];
-    const QColor c = kPalette[i % std::size(kPalette)];
+    QColor c = kPalette[i % std::size(kPalette)];
+    if (is_dark(palette())) c = c.lighter(135);
     QColor faint = c;
     faint.setAlpha(60);
     auto add = [&](const SeriesBuffer& b, const QPen& pen, const QString& name) {

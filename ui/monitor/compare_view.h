@@ -48,6 +48,9 @@ class CompareView : public QWidget {
  signals:
   void finished();
 
+ protected:
+  void changeEvent(QEvent* e) override;
+
  private:
   void show_result(std::uint64_t generation, std::vector<CompareRun> runs);
 

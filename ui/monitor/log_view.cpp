@@ -15,6 +15,9 @@ LogView::LogView(QWidget* parent, int max_lines) : QWidget(parent), max_lines_(m
   auto* layout = new QVBoxLayout(this);
   auto* bar = new QHBoxLayout;
   source_ = new QLabel(this);
+  // The log's path takes the room the filter leaves; it never widens the page (tooltip: whole).
+  source_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  source_->setMinimumWidth(80);
   filter_edit_ = new QLineEdit(this);
   filter_edit_->setPlaceholderText(tr("Filter (text, case-insensitive)"));
   filter_edit_->setClearButtonEnabled(true);
@@ -30,7 +33,10 @@ LogView::LogView(QWidget* parent, int max_lines) : QWidget(parent), max_lines_(m
   connect(filter_edit_, &QLineEdit::textChanged, this, &LogView::setFilter);
 }
 
-void LogView::setSource(const QString& text) { source_->setText(text); }
+void LogView::setSource(const QString& text) {
+  source_->setText(text);
+  source_->setToolTip(text);
+}
 
 bool LogView::matches(const QString& line) const {
   return filter_.isEmpty() || line.contains(filter_, Qt::CaseInsensitive);

@@ -11,12 +11,15 @@
 #include <QLabel>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QScrollBar>
 #include <QSplitter>
 #include <QTabWidget>
 #include <QTableView>
 #include <QVBoxLayout>
 
 #include <filesystem>
+#include <functional>
+#include <memory>
 
 #include "../palette.h"
 #include "chart_panel.h"
@@ -39,6 +42,19 @@ void registerTypes() {
   }();
   (void)once;
 }
+// Calls `f` after each resize of the object it filters.
+class ResizeHook : public QObject {
+ public:
+  ResizeHook(QObject* parent, std::function<void()> f) : QObject(parent), f_(std::move(f)) {}
+  bool eventFilter(QObject*, QEvent* e) override {
+    if (e->type() == QEvent::Resize) f_();
+    return false;
+  }
+
+ private:
+  std::function<void()> f_;
+};
+
 const QColor kBlue(0x1f, 0x77, 0xb4), kOrange(0xff, 0x7f, 0x0e), kGreen(0x2c, 0xa0, 0x2c), kPurple(0x94, 0x67, 0xbd);
 }  // namespace
 
@@ -95,8 +111,30 @@ void MonitorPage::buildUi() {
   runs_view_->setSelectionBehavior(QAbstractItemView::SelectRows);
   runs_view_->setSelectionMode(QAbstractItemView::ExtendedSelection);
   runs_view_->verticalHeader()->setVisible(false);
-  runs_view_->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
-  runs_view_->horizontalHeader()->setStretchLastSection(true);
+  // Every column in view: the figures at a width their usual text fits (a longer one, like
+  // "failed (stopped responding)", is elided; the row's tooltip says it whole), the run id
+  // takes the rest, elided in its middle (the date and the preset name stay).
+  runs_view_->setTextElideMode(Qt::ElideMiddle);
+  runs_view_->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  auto fit_runs_list = [this, left] {
+    QHeaderView* h = runs_view_->horizontalHeader();
+    h->setStretchLastSection(false);
+    h->setSectionResizeMode(QHeaderView::Fixed);
+    h->setSectionResizeMode(RunsModel::RunColumn, QHeaderView::Stretch);
+    const QFontMetrics cell = runs_view_->fontMetrics(), head = h->fontMetrics();
+    const QString usual[] = {QString(), QStringLiteral("completed"), QStringLiteral("1000/1000"),
+                             QStringLiteral("0.0000"), QStringLiteral("59m 59s"), QStringLiteral("59m 59s")};
+    int need = cell.horizontalAdvance(QStringLiteral("20261202-…start")) + 8;
+    for (int c = RunsModel::StateColumn; c < RunsModel::ColumnCount; ++c) {
+      const int w = std::max(head.horizontalAdvance(runs_model_->headerData(c, Qt::Horizontal).toString()) + 16,
+                             cell.horizontalAdvance(usual[c]) + 12);
+      h->resizeSection(c, w);
+      need += w;
+    }
+    need += runs_view_->verticalScrollBar()->sizeHint().width() + 2 * runs_view_->frameWidth() + 4;
+    left->setMinimumWidth(need);
+  };
+  fit_runs_list();
   auto* open = new QPushButton(tr("Open run directory…"), left);
   auto* cmp = new QPushButton(tr("Compare selected"), left);
   cmp->setToolTip(tr("Overlay the loss curves of the selected runs and diff their configs"));
@@ -148,6 +186,9 @@ void MonitorPage::buildUi() {
   progress_bar_->setValue(0);
   progress_bar_->setTextVisible(false);
   progress_label_ = new QLabel(right);
+  // Step, loss, elapsed and ETA take what the bar leaves; they never widen the page.
+  progress_label_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  progress_label_->setMinimumWidth(120);
   prog->addWidget(progress_bar_, 2);
   prog->addWidget(progress_label_, 3);
   rl->addLayout(prog);
@@ -169,7 +210,6 @@ void MonitorPage::buildUi() {
   tools->addWidget(new QLabel(tr("Link reference:"), charts));
   tools->addWidget(link_spin_);
   tools->addStretch(1);
-  tools->addWidget(new QLabel(tr("Drag to pan, wheel to zoom, double-click to follow, right-click to export"), charts));
   cl->addLayout(tools);
   auto* grid = new QGridLayout;
   loss_ = new ChartPanel(tr("Loss"), tr("loss"), charts);
@@ -187,8 +227,19 @@ void MonitorPage::buildUi() {
   vram_->addFamily(QStringLiteral("vram_reserved/"), tr("reserved "), ChartPanel::Style::Dashed);
   busbw_ = new ChartPanel(tr("Collective bus bandwidth"), tr("GB/s (nccl-tests busbw)"), charts);
   busbw_->addFamily(QStringLiteral("busbw/"), QString());
-  ChartPanel* order[] = {loss_, lr_, tokens_, grad_, vram_, busbw_};
-  for (int i = 0; i < 6; ++i) grid->addWidget(order[i], i / 2, i % 2);
+  // Two columns of charts where they fit, one below that (a laptop with the plan docked).
+  const QList<ChartPanel*> order{loss_, lr_, tokens_, grad_, vram_, busbw_};
+  for (ChartPanel* c : order)
+    c->setToolTip(tr("Drag to pan, wheel to zoom, double-click to follow the run again, right-click to export"));
+  auto reflow = [grid, order, charts, placed = std::make_shared<int>(0)] {
+    const int columns = charts->width() >= 2 * order.front()->minimumWidth() + 40 ? 2 : 1;
+    if (*placed == columns) return;
+    *placed = columns;
+    for (ChartPanel* c : order) grid->removeWidget(c);
+    for (int i = 0; i < order.size(); ++i) grid->addWidget(order[i], i / columns, i % columns);
+  };
+  charts->installEventFilter(new ResizeHook(charts, reflow));
+  reflow();
   cl->addLayout(grid, 1);
   tabs_->addTab(charts, tr("Charts"));
   log_ = new LogView(tabs_);
@@ -198,9 +249,9 @@ void MonitorPage::buildUi() {
   rl->addWidget(tabs_, 1);
   split->addWidget(left);
   split->addWidget(right);
-  split->setStretchFactor(0, 1);
-  split->setStretchFactor(1, 4);
-  split->setSizes({480, 1120});  // the runs list shows id, state and step without scrolling
+  split->setStretchFactor(0, 0);  // a wider window widens the charts
+  split->setStretchFactor(1, 1);
+  split->setSizes({std::max(left->minimumWidth(), 360), 1120});
 
   connect(log_scale_, &QCheckBox::toggled, loss_, &ChartPanel::setLogScale);
   connect(link_spin_, qOverload<double>(&QDoubleSpinBox::valueChanged), this, &MonitorPage::setLinkBandwidth);

@@ -180,6 +180,7 @@ void MonitorPage::updateHeader() {
   }
   progress_bar_->setValue(static_cast<int>(std::lround(std::clamp(frac, 0.0, 1.0) * 1000)));
   progress_label_->setText(progressText());
+  progress_label_->setToolTip(progressText());
 
   if (is_failure(s) || (run_end_ && run_end_->status != run::RunOutcome::Completed && run_end_->status != run::RunOutcome::Stopped)) {
     QString reason, where;

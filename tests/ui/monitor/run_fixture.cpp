@@ -77,7 +77,7 @@ fs::path write_run(const fs::path& root, const std::string& name, const FakeRun&
   start.run_id = name;
   start.hostname = "gpu-node-1";
   start.mesh.world = start.mesh.sp = start.mesh.ulysses = start.mesh.nproc_per_node = f.ranks;
-  for (int r = 0; r < f.ranks; ++r) start.devices.push_back({r, "NVIDIA H200", 150754820096});
+  for (int r = 0; r < f.ranks; ++r) start.devices.push_back({r, f.device, 150754820096});
   start.totals.total_steps = f.total_steps;
   start.model = {"Qwen2.5-7B-Instruct", 7615616512, 40370176};
   start.optimizer = f.optimizer;

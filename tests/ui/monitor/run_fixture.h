@@ -28,6 +28,7 @@ struct FakeRun {
   run::RunState final_state = run::RunState::Completed;
   std::string reason;                     // for failed/stopped
   int log_lines_per_step = 1;
+  std::string device = "NVIDIA H200";     // run_start's device name per rank ("CPU (…)" on the CPU)
 };
 
 // A step with plausible figures: a decreasing noisy loss, cosine lr, per-rank memory and

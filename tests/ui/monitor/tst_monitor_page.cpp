@@ -5,6 +5,11 @@
 #include <QtTest>
 #include <qcustomplot.h>
 
+#include <QHeaderView>
+#include <QLabel>
+#include <QTableView>
+#include <QRegularExpression>
+
 #include <cmath>
 #include <filesystem>
 
@@ -25,6 +30,54 @@ namespace fs = std::filesystem;
 namespace {
 QString qs(const fs::path& p) { return QString::fromStdString(p.string()); }
 constexpr int kWait = 10000;
+
+// WCAG's contrast ratio of two colours (1 to 21; body text wants 4.5).
+double contrast(const QColor& a, const QColor& b) {
+  auto lum = [](const QColor& c) {
+    auto lin = [](double v) { return v <= 0.03928 ? v / 12.92 : std::pow((v + 0.055) / 1.055, 2.4); };
+    return 0.2126 * lin(c.redF()) + 0.7152 * lin(c.greenF()) + 0.0722 * lin(c.blueF());
+  };
+  const double x = lum(a), y = lum(b);
+  return (std::max(x, y) + 0.05) / (std::min(x, y) + 0.05);
+}
+
+// A dark palette as a desktop's dark theme sets it.
+QPalette dark_palette() {
+  QPalette p;
+  p.setColor(QPalette::Window, QColor(0x35, 0x35, 0x35));
+  p.setColor(QPalette::WindowText, QColor(0xee, 0xee, 0xee));
+  p.setColor(QPalette::Base, QColor(0x23, 0x23, 0x23));
+  p.setColor(QPalette::AlternateBase, QColor(0x2c, 0x2c, 0x2c));
+  p.setColor(QPalette::Text, QColor(0xee, 0xee, 0xee));
+  p.setColor(QPalette::PlaceholderText, QColor(0x9a, 0x9a, 0x9a));
+  p.setColor(QPalette::Button, QColor(0x35, 0x35, 0x35));
+  p.setColor(QPalette::ButtonText, QColor(0xee, 0xee, 0xee));
+  p.setColor(QPalette::Mid, QColor(0x60, 0x60, 0x60));
+  p.setColor(QPalette::ToolTipBase, QColor(0x19, 0x19, 0x19));
+  p.setColor(QPalette::ToolTipText, QColor(0xee, 0xee, 0xee));
+  return p;
+}
+
+// The colour most pixels of the image have.
+QColor dominant(const QImage& img) {
+  QHash<QRgb, int> n;
+  for (int y = 0; y < img.height(); y += 3)
+    for (int x = 0; x < img.width(); x += 3) ++n[img.pixel(x, y)];
+  QRgb best = 0;
+  int most = -1;
+  for (auto it = n.cbegin(); it != n.cend(); ++it)
+    if (it.value() > most) most = it.value(), best = it.key();
+  return QColor(best);
+}
+
+// The colour of the state label's text (its HTML names it).
+QColor state_color(const MonitorPage& page) {
+  for (const QLabel* l : page.findChildren<QLabel*>()) {
+    const auto m = QRegularExpression(QStringLiteral("<b style='color:(#[0-9a-f]{6})'>")).match(l->text());
+    if (m.hasMatch()) return QColor(m.captured(1));
+  }
+  return {};
+}
 }  // namespace
 
 class TstMonitorPage : public QObject {
@@ -168,6 +221,103 @@ class TstMonitorPage : public QObject {
     QVERIFY(page.isVisible());
   }
 
+  // Issue 23, finding 6: under a dark palette the charts stayed white with dark text, their
+  // legends looked like empty boxes and the "completed" label was nearly invisible.
+  void chartsAndStateFollowTheDarkPalette() {
+    testing::FakeRun f;
+    f.steps = f.total_steps = 60;
+    f.eval_every = 20;
+    const fs::path dir = testing::write_run(root(), "20250102-000010-dark", f);
+    MonitorPage page;
+    page.setPalette(dark_palette());
+    page.resize(1200, 800);
+    page.attachRunDirectory(qs(dir));
+    QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->pointCount("loss"), 60, kWait);
+    QTRY_COMPARE_WITH_TIMEOUT(page.stateText(), QStringLiteral("completed"), kWait);
+    const QPalette pal = dark_palette();
+    for (const char* name : {"loss", "lr", "vram", "busbw"}) {
+      QCustomPlot* plot = page.chart(name)->plot();
+      const QImage img = plot->toPixmap(600, 400).toImage();
+      const QColor bg = dominant(img);
+      QVERIFY2(bg.lightness() < 60, qPrintable(QStringLiteral("%1: background %2").arg(name, bg.name())));
+      // Axis labels, tick labels, title and legend text read on it.
+      for (const QColor& c : {plot->xAxis->tickLabelColor(), plot->yAxis->labelColor(), plot->legend->textColor()})
+        QVERIFY2(contrast(c, bg) >= 4.5, qPrintable(QStringLiteral("%1: %2 on %3").arg(name, c.name(), bg.name())));
+      // And is drawn: light pixels where the text is.
+      int light = 0;
+      for (int y = 0; y < img.height(); ++y)
+        for (int x = 0; x < img.width(); ++x) light += QColor(img.pixel(x, y)).lightness() > 170;
+      QVERIFY2(light > 200, qPrintable(QStringLiteral("%1: %2 light pixels").arg(name).arg(light)));
+      // Every series is lifted off the dark background.
+      for (const QString& series : {QStringLiteral("loss_ema"), QStringLiteral("lr"), QStringLiteral("vram_peak/rank 0")}) {
+        const QColor c = page.chart(name)->seriesColor(series);
+        if (c.isValid()) QVERIFY2(contrast(c, bg) >= 3.0, qPrintable(series + QStringLiteral(": ") + c.name()));
+      }
+    }
+    QVERIFY2(contrast(state_color(page), pal.color(QPalette::Window)) >= 4.5, qPrintable(state_color(page).name()));
+    // A failed run's label too, and the palette followed when it changes back to light.
+    page.setPalette(QPalette(QColor(0xef, 0xef, 0xef)));
+    QVERIFY(dominant(page.chart("loss")->plot()->toPixmap(600, 400).toImage()).lightness() > 200);
+    f.final_state = run::RunState::Failed;
+    f.reason = "rank 0: CUDA out of memory";
+    const fs::path failed = testing::write_run(root(), "20250102-000011-dark-failed", f);
+    page.setPalette(dark_palette());
+    page.attachRunDirectory(qs(failed));
+    QTRY_COMPARE_WITH_TIMEOUT(page.stateText(), QStringLiteral("failed"), kWait);
+    QVERIFY2(contrast(state_color(page), pal.color(QPalette::Window)) >= 4.5, qPrintable(state_color(page).name()));
+  }
+
+  // Issue 23, finding 8: the readout showed "eval: 3.0574" at step 9 (the first eval is at
+  // step 20) on a transparent box; legends covered the latest points; colours of a family
+  // depended on the order its series appeared; a 2-process CPU run was "2 GPUs".
+  void readoutLegendsColoursAndDevices() {
+    testing::FakeRun f;
+    f.steps = f.total_steps = 60;
+    f.eval_every = 20;
+    f.device = "CPU (2 threads)";
+    const fs::path dir = testing::write_run(root(), "20250102-000012-hover", f);
+    MonitorPage page;
+    page.resize(1300, 850);
+    page.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&page));
+    page.attachRunDirectory(qs(dir));
+    QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->pointCount("eval_loss"), 3, kWait);
+    ChartPanel* loss = page.chart("loss");
+    loss->plot()->xAxis->setRange(1, 60);
+    loss->hoverAt(9);
+    QVERIFY2(loss->hoverText().startsWith(QStringLiteral("step 9\n")), qPrintable(loss->hoverText()));
+    QVERIFY2(!loss->hoverText().contains(QStringLiteral("eval")), qPrintable(loss->hoverText()));
+    loss->hoverAt(20.2);
+    QVERIFY2(loss->hoverText().startsWith(QStringLiteral("step 20\n")) && loss->hoverText().contains(QStringLiteral("eval: ")),
+             qPrintable(loss->hoverText()));
+    QCOMPARE(loss->hoverBackground().alpha(), 255);
+    // The legend has a row of its own under the axes.
+    loss->plot()->replot(QCustomPlot::rpImmediateRefresh);
+    QVERIFY(loss->plot()->legend->visible());
+    QVERIFY(!loss->plot()->legend->outerRect().intersects(loss->plot()->axisRect()->rect()));
+    QVERIFY(loss->plot()->legend->outerRect().top() >= loss->plot()->axisRect()->rect().bottom());
+    // A family's colours come from the names: the same whichever series came first.
+    ChartPanel a(QStringLiteral("a"), QString()), b(QStringLiteral("b"), QString());
+    a.addFamily(QStringLiteral("busbw/"), QString());
+    b.addFamily(QStringLiteral("busbw/"), QString());
+    SeriesStore first, second;
+    first.append(QStringLiteral("busbw/all_reduce/world"), {1}, {100});
+    a.refresh(first);
+    first.append(QStringLiteral("busbw/all_to_all/ulysses"), {1}, {200});
+    a.refresh(first);
+    second.append(QStringLiteral("busbw/all_to_all/ulysses"), {1}, {200});
+    b.refresh(second);
+    second.append(QStringLiteral("busbw/all_reduce/world"), {1}, {100});
+    b.refresh(second);
+    for (const QString& s : {QStringLiteral("busbw/all_reduce/world"), QStringLiteral("busbw/all_to_all/ulysses")})
+      QCOMPARE(a.seriesColor(s), b.seriesColor(s));
+    QVERIFY(a.seriesColor(QStringLiteral("busbw/all_reduce/world")) != a.seriesColor(QStringLiteral("busbw/all_to_all/ulysses")));
+    QCOMPARE(ChartPanel::familyColor(QStringLiteral("rank 1")), ChartPanel::familyColor(QStringLiteral("rank 1")));
+    // Two processes on the CPU.
+    QVERIFY2(page.titleText().contains(QStringLiteral("2 processes on the CPU")), qPrintable(page.titleText()));
+    QVERIFY(!page.titleText().contains(QStringLiteral("GPUs")));
+  }
+
   // Issue 23, finding 7: an output folder that does not exist yet is "No runs yet", not an
   // error; a folder opened that is not a run is refused with a notice, the previous run stays.
   void emptyStatesAndFoldersThatAreNotRuns() {
@@ -232,6 +382,22 @@ class TstMonitorPage : public QObject {
     QCOMPARE(diff->index(0, 0).data().toString(), QStringLiteral("learning_rate"));
     QCOMPARE(diff->headerData(2, Qt::Horizontal).toString(), QStringLiteral("20250103-000001-b"));
     QVERIFY(page.compareView()->plot()->graphCount() >= 4);
+    // Issue 23, finding 4: at 1366 px wide every column of the runs list is in view (Step,
+    // Loss and ETA were behind a horizontal scroll); the run id gives way, elided.
+    page.resize(1366 - 340, 700);  // the window at 1366 px less its docked plan
+    page.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&page));
+    QTableView* runs = nullptr;
+    for (QTableView* v : page.findChildren<QTableView*>())
+      if (v->model() == page.runsModel()) runs = v;
+    QVERIFY(runs);
+    QTRY_VERIFY(runs->isVisible());
+    for (int c = 0; c < page.runsModel()->columnCount(); ++c) {
+      const int right = runs->horizontalHeader()->sectionViewportPosition(c) + runs->horizontalHeader()->sectionSize(c);
+      QVERIFY2(right <= runs->viewport()->width(),
+               qPrintable(QStringLiteral("column %1 ends at %2 of %3").arg(c).arg(right).arg(runs->viewport()->width())));
+      QVERIFY(runs->horizontalHeader()->sectionSize(c) > 20);
+    }
   }
 
   void attachingAnotherRunDropsTheOld() {
