@@ -177,6 +177,8 @@ MainWindow::MainWindow(std::unique_ptr<Settings> settings, QWidget* parent)
   connect(form_, &ConfigForm::changed, this, [this] { update_output_root(true); });
 #ifdef ODYSSEY_HAVE_MONITOR
   connect(monitor_, &MonitorPage::runAttached, this, &MainWindow::poll_job);
+  connect(monitor_, &MonitorPage::loadRunRequested, this,
+          [this](const QString& dir, const QString& checkpoint) { load_run(dir, checkpoint); });
 #endif
   // After the caller has opened its preset: the Monitor follows the form's output folder and
   // picks up a job that is already running there.
@@ -332,6 +334,38 @@ bool MainWindow::open_preset(const QString& path) {
   settings_->set_last_dir(QStringLiteral("preset"), QFileInfo(path).absolutePath());
   if (!d.empty()) show_banner(tr("<b>Loaded with warnings:</b><br>") + diagnostics_html(d), false);
   else banner_->hide();
+  return true;
+}
+
+bool MainWindow::load_run(const QString& run_dir, const QString& checkpoint) {
+  if (!maybe_save()) return false;
+  const QString config = QDir(run_dir).filePath(QStringLiteral("config.yaml"));
+  auto r = load_preset_file(config.toStdString());
+  if (!r.ok()) {
+    show_banner(tr("<b>%1 was not loaded</b> — the form is unchanged:<br>").arg(config.toHtmlEscaped()) +
+                    diagnostics_html(r.diagnostics),
+                true);
+    return false;
+  }
+  // Untitled: Save asks where, so the run's own config.yaml is never overwritten.
+  form_->load(std::move(r.value), QString());
+  QString note = tr("<b>Loaded the configuration of %1</b> (its config.yaml) as an untitled preset.")
+                     .arg(QFileInfo(run_dir).fileName().toHtmlEscaped());
+  if (!checkpoint.isEmpty()) {
+    const QString quoted = QLatin1Char('"') + QString(checkpoint).replace(QLatin1Char('\\'), QStringLiteral("\\\\"))
+                                                  .replace(QLatin1Char('"'), QStringLiteral("\\\"")) + QLatin1Char('"');
+    const Diagnostics d = form_->set_text("resume_from_checkpoint", quoted.toStdString());
+    if (has_errors(d)) {
+      show_banner(note + QStringLiteral("<br>") + diagnostics_html(d), true);
+      return false;
+    }
+    note += tr(" Start training resumes it from %1 (weights, optimizer state, data order and step).")
+                .arg(QFileInfo(checkpoint).fileName().toHtmlEscaped());
+  } else {
+    note += tr(" Start training runs it again; Save as… keeps it as a preset.");
+  }
+  show_banner(note, false);
+  tabs_->setCurrentIndex(0);
   return true;
 }
 

@@ -58,6 +58,10 @@ class MainWindow : public QMainWindow {
   const QString& launch_log() const { return launch_log_; }
   // Attach the Monitor to the newest alive run under the form's output directory, if any.
   bool reattach_running();
+  // A past run as the start of a new one: its config.yaml fills the form as an untitled
+  // preset (after the unsaved-changes question), with resume_from_checkpoint set when a
+  // checkpoint is given. False when declined or the file does not load.
+  bool load_run(const QString& run_dir, const QString& checkpoint);
   Settings* settings() const { return settings_.get(); }
 
   // Load a preset; on failure the form is unchanged and the banner shows file:line.

@@ -5,6 +5,7 @@
 #include <QFile>
 #include <QApplication>
 #include <QLabel>
+#include <QMenu>
 #include <QMessageBox>
 #include <QProcess>
 #include <QPushButton>
@@ -27,6 +28,7 @@
 #include "message_area.h"
 #include "run/status_file.h"
 #include "settings.h"
+#include "train_page.h"
 #ifdef ODYSSEY_HAVE_MONITOR
 #include "monitor/monitor_page.h"
 #endif
@@ -187,6 +189,72 @@ class TstLaunch : public QObject {
     QCOMPARE(run_directory_from_log(log_text()), run_dir);
     // The line under the pages no longer says "Training in …".
     QVERIFY2(text_of_job().contains(QStringLiteral("The run in %1 ended: completed.").arg(run_dir)), qPrintable(text_of_job()));
+  }
+
+  // Issue 23, runs as history: a finished run's menu loads its configuration (untitled, so its
+  // config.yaml is never overwritten) and resumes it from one of its checkpoints; the resumed
+  // run starts from that checkpoint's step.
+  void a_past_run_loads_and_resumes() {
+    if (!skip_.isEmpty()) QSKIP(qPrintable(skip_));
+    const QString out = tmp_.filePath(QStringLiteral("history"));
+    w_ = window();
+    QVERIFY(w_->open_preset(quickstart()));
+    QVERIFY(w_->form()->set_text("max_steps", "4").empty());
+    QVERIFY(w_->form()->set_text("save_steps", "2").empty());
+    QVERIFY(w_->form()->set_text("save_total_limit", "0").empty());
+    QVERIFY(w_->form()->set_text("output_dir", yaml_quoted(out).toStdString()).empty());
+    QTRY_VERIFY2(w_->start_button()->isEnabled(), qPrintable(w_->start_button()->toolTip()));
+    w_->start_button()->click();
+    QTRY_VERIFY_WITH_TIMEOUT(!w_->monitor()->attachedRun().isEmpty(), 60000);
+    const QString first = w_->monitor()->attachedRun();
+    QTRY_COMPARE_WITH_TIMEOUT(w_->monitor()->stateText(), QStringLiteral("completed"), 120000);
+    QCOMPARE(MonitorPage::checkpointsOf(first),
+             (QStringList{first + QStringLiteral("/checkpoints/checkpoint-4"), first + QStringLiteral("/checkpoints/checkpoint-2")}));
+
+    // The menu of the run: its actions, and "Load this run's configuration".
+    bool answered = false;
+    answer_next_box(QMessageBox::Discard, &answered);  // the form has unsaved edits
+    std::unique_ptr<QMenu> menu(w_->monitor()->runMenu(first, nullptr));
+    QStringList texts;
+    QAction* load = nullptr;
+    QMenu* resume = nullptr;
+    for (QAction* a : menu->actions()) {
+      texts << a->text();
+      if (a->text() == QStringLiteral("Load this run's configuration")) load = a;
+      if (a->menu()) resume = a->menu();
+    }
+    QVERIFY2(load && resume && texts.contains(QStringLiteral("Open output folder")), qPrintable(texts.join(QLatin1Char('|'))));
+    load->trigger();
+    QVERIFY(answered);
+    QVERIFY(w_->form()->file().isEmpty());  // untitled
+    QCOMPARE(w_->form()->config().max_steps, std::int64_t{4});
+    QCOMPARE(w_->form()->config().save_steps, std::int64_t{2});
+    QVERIFY(w_->form()->config().resume_from_checkpoint.empty());
+    QCOMPARE(w_->current_page(), static_cast<QWidget*>(w_->train_page()));
+
+    // "Resume from checkpoint" › checkpoint-2, then Start: the new run resumes at step 2.
+    QStringList names;
+    QAction* from2 = nullptr;
+    for (QAction* a : resume->actions()) {
+      names << a->text();
+      if (a->text() == QStringLiteral("checkpoint-2")) from2 = a;
+    }
+    QCOMPARE(names, (QStringList{QStringLiteral("checkpoint-4"), QStringLiteral("checkpoint-2")}));
+    from2->trigger();  // unchanged form: no question
+    QCOMPARE(QString::fromStdString(w_->form()->config().resume_from_checkpoint),
+             first + QStringLiteral("/checkpoints/checkpoint-2"));
+    QTRY_VERIFY2(w_->start_button()->isEnabled(), qPrintable(w_->start_button()->toolTip()));
+    w_->start_button()->click();
+    QTRY_VERIFY_WITH_TIMEOUT(w_->monitor()->attachedRun() != first && !w_->monitor()->attachedRun().isEmpty(), 60000);
+    const QString second = w_->monitor()->attachedRun();
+    QTRY_COMPARE_WITH_TIMEOUT(w_->monitor()->stateText(), QStringLiteral("completed"), 120000);
+    QFile events(second + QStringLiteral("/events.jsonl"));
+    QVERIFY(events.open(QIODevice::ReadOnly));
+    const QString text = QString::fromUtf8(events.readAll());
+    QVERIFY2(text.contains(QStringLiteral("\"stage\":\"resume\"")) && text.contains(QStringLiteral("checkpoint-2")),
+             qPrintable(text.left(3000)));
+    QVERIFY2(!text.contains(QStringLiteral("\"step\":1,")), "the resumed run trained step 1 again");
+    QVERIFY(text.contains(QStringLiteral("\"step\":3,")));
   }
 
   void a_launch_that_fails_shows_the_log() {

@@ -1,6 +1,11 @@
 #include "monitor_page.h"
 
 #include <QCheckBox>
+#include <QDesktopServices>
+#include <QDir>
+#include <QFileInfo>
+#include <QMenu>
+#include <QUrl>
 #include <QDoubleSpinBox>
 #include <QEvent>
 #include <QFileDialog>
@@ -17,6 +22,8 @@
 #include <QTableView>
 #include <QVBoxLayout>
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -75,6 +82,45 @@ MonitorPage::MonitorPage(QWidget* parent) : QWidget(parent) {
   connect(scanner_, &RunScanner::scanned, this, &MonitorPage::onScanned, Qt::QueuedConnection);
   io_thread_.start();
   applyPalette();
+}
+
+QStringList MonitorPage::checkpointsOf(const QString& run_dir) {
+  std::vector<std::pair<long long, QString>> found;
+  const QDir dir(QString::fromStdString(run::RunDir(run_dir.toStdString()).checkpoints_dir().string()));
+  for (const QFileInfo& f : dir.entryInfoList(QDir::Dirs | QDir::NoDotAndDotDot)) {
+    bool ok = false;
+    const long long step = f.fileName().startsWith(QStringLiteral("checkpoint-"))
+                               ? f.fileName().mid(int(std::strlen("checkpoint-"))).toLongLong(&ok)
+                               : 0;
+    if (ok) found.emplace_back(step, f.absoluteFilePath());
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  QStringList out;
+  for (const auto& [step, path] : found) out << path;
+  return out;
+}
+
+QMenu* MonitorPage::runMenu(const QString& run_dir, QWidget* parent) {
+  auto* menu = new QMenu(parent);
+  const QString name = QFileInfo(run_dir).fileName();
+  menu->addAction(tr("Show on the Monitor"), this, [this, run_dir] { attachRunDirectory(run_dir); });
+  QAction* load = menu->addAction(tr("Load this run's configuration"), this,
+                                  [this, run_dir] { emit loadRunRequested(run_dir, QString()); });
+  const bool has_config = QFileInfo(QString::fromStdString(run::RunDir(run_dir.toStdString()).config().string())).isFile();
+  load->setEnabled(has_config);
+  load->setToolTip(has_config ? tr("Fill the form with the configuration %1 trained with (its config.yaml), as an "
+                                   "untitled preset.").arg(name)
+                              : tr("%1 has no config.yaml.").arg(name));
+  QMenu* resume = menu->addMenu(tr("Resume from checkpoint"));
+  const QStringList checkpoints = checkpointsOf(run_dir);
+  for (const QString& c : checkpoints)
+    resume->addAction(QFileInfo(c).fileName(), this, [this, run_dir, c] { emit loadRunRequested(run_dir, c); });
+  if (checkpoints.isEmpty()) resume->addAction(tr("(no checkpoints saved)"))->setEnabled(false);
+  resume->setEnabled(has_config);
+  menu->addSeparator();
+  menu->addAction(tr("Open output folder"), this,
+                  [run_dir] { QDesktopServices::openUrl(QUrl::fromLocalFile(run_dir)); });
+  return menu;
 }
 
 void MonitorPage::applyPalette() {
@@ -147,6 +193,14 @@ void MonitorPage::buildUi() {
   connect(open, &QPushButton::clicked, this, &MonitorPage::openRunDialog);
   connect(runs_view_, &QTableView::activated, this,
           [this](const QModelIndex& i) { attachRunDirectory(i.data(RunsModel::PathRole).toString()); });
+  runs_view_->setContextMenuPolicy(Qt::CustomContextMenu);
+  connect(runs_view_, &QWidget::customContextMenuRequested, this, [this](const QPoint& pos) {
+    const QModelIndex i = runs_view_->indexAt(pos);
+    if (!i.isValid()) return;
+    QMenu* menu = runMenu(i.data(RunsModel::PathRole).toString(), this);
+    menu->setAttribute(Qt::WA_DeleteOnClose);
+    menu->popup(runs_view_->viewport()->mapToGlobal(pos));
+  });
   connect(cmp, &QPushButton::clicked, this, [this] {
     QStringList dirs;
     for (const QModelIndex& i : runs_view_->selectionModel()->selectedRows())

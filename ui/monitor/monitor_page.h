@@ -25,6 +25,8 @@ class QCheckBox;
 class QDoubleSpinBox;
 class QPushButton;
 
+class QMenu;
+
 namespace odyssey::ui {
 
 class ChartPanel;
@@ -45,6 +47,12 @@ class MonitorPage : public QWidget {
   // A folder the user opened (Open run…): attached when it is a run, else refused with a
   // notice above the runs list; returns whether it was attached.
   bool openRunFolder(const QString& dir);
+
+  // A past run as history: its checkpoints (checkpoints/checkpoint-N, newest first) and the
+  // menu the runs list opens on it (attach, load its configuration, resume from a checkpoint,
+  // open its folder). The caller owns the menu.
+  static QStringList checkpointsOf(const QString& run_dir);
+  QMenu* runMenu(const QString& run_dir, QWidget* parent);
   void compareRuns(const QStringList& dirs);
   // The link's measured bus bandwidth (GB/s) drawn on the bandwidth chart; <= 0 hides it.
   void setLinkBandwidth(double gb_per_s);
@@ -71,6 +79,8 @@ class MonitorPage : public QWidget {
 
  signals:
   void runAttached(const QString& dir);
+  // "Load this run's configuration" (checkpoint empty) or "Resume from checkpoint".
+  void loadRunRequested(const QString& run_dir, const QString& checkpoint);
 
  protected:
   void changeEvent(QEvent* e) override;
