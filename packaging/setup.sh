@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # The README's two commands, on a fresh Debian 12 machine or an existing checkout:
 #
-#   bash packaging/setup.sh quickstart   install, build, run the embedded default job
+#   bash packaging/setup.sh quickstart   install, build, run the embedded default job (in the
+#                                        window when a display is available)
 #   bash packaging/setup.sh test         install, build (warnings as errors), run every test
 #
 # Both install what is missing first (packaging/install-deps.sh) and are safe to repeat.
-# Environment: ODYSSEY_VENV (LibTorch virtual environment), ODYSSEY_FUZZ_SECONDS (per
-# fuzzer in `test`, default 60; 0 skips fuzzing), ODYSSEY_JOBS (parallel compile jobs).
+# Environment: ODYSSEY_HEADLESS=1 (quickstart without the window), ODYSSEY_VENV (LibTorch
+# virtual environment), ODYSSEY_FUZZ_SECONDS (per fuzzer in `test`, default 60; 0 skips
+# fuzzing), ODYSSEY_JOBS (parallel compile jobs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 mode=${1:-}
 case "$mode" in
   quickstart|test) ;;
-  *) sed -n '2,10p' "$0"; exit 2 ;;
+  *) sed -n '2,11p' "$0"; exit 2 ;;
 esac
 shift || true
 
@@ -40,11 +42,28 @@ step() { printf '\n== %s\n' "$*"; }
 
 if [ "$mode" = quickstart ]; then
   mkdir -p build
-  step "building odyssey-train (release)"
   configure build/release -DCMAKE_BUILD_TYPE=Release -DODYSSEY_BUILD_TESTS=OFF
-  cmake --build build/release -j "$jobs" --target odyssey-train
+  targets=(odyssey-train)
+  # The window too, where this machine has what it needs (Qt 6 Widgets, QCustomPlot).
+  if cmake --build build/release --target help 2>/dev/null | grep -q '^odyssey:'; then targets+=(odyssey); fi
+  step "building ${targets[*]} (release)"
+  cmake --build build/release -j "$jobs" --target "${targets[@]}"
+  gui=build/release/app/odyssey
+  if [ $# -eq 0 ] && [ -x "$gui" ] && [ -z "${ODYSSEY_HEADLESS:-}" ] &&
+     { [ -n "${DISPLAY:-}" ] || [ -n "${WAYLAND_DISPLAY:-}" ]; }; then
+    step "odyssey --start   (the window trains the embedded quickstart and follows it on the Monitor)"
+    exec "$gui" --start
+  fi
   step "odyssey-train run   (the embedded quickstart preset)"
-  exec build/release/app/odyssey-train run "$@"
+  set +e
+  build/release/app/odyssey-train run "$@"
+  rc=$?
+  set -e
+  if [ -x "$gui" ]; then
+    printf '\nTo follow runs in the window (it needs a display): %s   (Monitor tab: the runs in ./output)\n' "$gui"
+    printf 'With a display, `bash packaging/setup.sh quickstart` opens it and trains there (ODYSSEY_HEADLESS=1: no window).\n'
+  fi
+  exit $rc
 fi
 
 # test: the same command CI runs (.ci/run).

@@ -35,6 +35,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <optional>
 
 #include "advanced_page.h"
@@ -335,6 +336,20 @@ bool MainWindow::open_preset(const QString& path) {
   if (!d.empty()) show_banner(tr("<b>Loaded with warnings:</b><br>") + diagnostics_html(d), false);
   else banner_->hide();
   return true;
+}
+
+void MainWindow::start_when_ready() {
+  auto attempt = [this] {
+    if (form_->files_pending()) return false;
+    if (start_->isEnabled()) start_job();
+    else show_banner(tr("<b>Not started:</b> %1").arg(start_->toolTip().toHtmlEscaped()), true);
+    return true;
+  };
+  if (attempt()) return;
+  auto connection = std::make_shared<QMetaObject::Connection>();
+  *connection = connect(form_, &ConfigForm::files_check_changed, this, [this, attempt, connection] {
+    if (attempt()) disconnect(*connection);
+  });
 }
 
 bool MainWindow::load_run(const QString& run_dir, const QString& checkpoint) {

@@ -62,6 +62,9 @@ class MainWindow : public QMainWindow {
   // preset (after the unsaved-changes question), with resume_from_checkpoint set when a
   // checkpoint is given. False when declined or the file does not load.
   bool load_run(const QString& run_dir, const QString& checkpoint);
+  // Press Start as soon as the engine's check of the current configuration has passed (the
+  // README's quickstart: `odyssey --start`); when it fails, say why instead.
+  void start_when_ready();
   Settings* settings() const { return settings_.get(); }
 
   // Load a preset; on failure the form is unchanged and the banner shows file:line.

@@ -1,7 +1,8 @@
 // odyssey: the workbench window. `odyssey [PRESET]` opens a preset; `--screenshot DIR`
 // shows the real window with the quickstart and the 7B Ulysses preset, saves a PNG of
 // every page there and exits (docs/screenshots/ is made this way under Xvfb; `--live` trains
-// the quickstart meanwhile); `--dark` uses a dark palette.
+// the quickstart meanwhile); `--dark` uses a dark palette; `--start` trains the preset (else the
+// embedded quickstart) once it is checked and follows it on the Monitor (setup.sh quickstart).
 #include <QApplication>
 #include <QCoreApplication>
 #include <QCommandLineParser>
@@ -90,6 +91,9 @@ struct Cli {
   QCommandLineOption live{QStringLiteral("live"),
                           QStringLiteral("With --screenshot: train the quickstart with odyssey-train while its pages are taken.")};
   QCommandLineOption dark{QStringLiteral("dark"), QStringLiteral("Use a dark palette (Fusion style) whatever the desktop's.")};
+  QCommandLineOption start{QStringLiteral("start"),
+                           QStringLiteral("Start training the preset given (else the embedded quickstart, not the last "
+                                          "preset) as soon as its files are checked, and follow it on the Monitor.")};
   Cli() {
     parser.setApplicationDescription(
         QStringLiteral("Odyssey: configure, plan and launch long-context LLM fine-tuning.\n"
@@ -98,7 +102,7 @@ struct Cli {
     parser.addVersionOption();
     parser.addPositionalArgument(QStringLiteral("preset"), QStringLiteral("A preset (.yaml) to open."),
                                  QStringLiteral("[preset]"));
-    parser.addOptions({shots, ini, live, dark});
+    parser.addOptions({shots, ini, live, dark, start});
   }
 };
 
@@ -143,7 +147,7 @@ int main(int argc, char** argv) {
 
   Cli c;
   QCommandLineParser& cli = c.parser;
-  const QCommandLineOption &shots = c.shots, &ini = c.ini, &live = c.live, &dark = c.dark;
+  const QCommandLineOption &shots = c.shots, &ini = c.ini, &live = c.live, &dark = c.dark, &start = c.start;
   cli.process(app);
   if (cli.isSet(dark)) {
     QApplication::setStyle(QStringLiteral("Fusion"));
@@ -157,8 +161,9 @@ int main(int argc, char** argv) {
   auto* w = new odyssey::ui::MainWindow(std::make_unique<odyssey::ui::Settings>(settings_file));
   w->setAttribute(Qt::WA_DeleteOnClose);
   if (!cli.positionalArguments().isEmpty()) w->open_preset(cli.positionalArguments().first());
-  else if (!cli.isSet(shots)) w->reopen_last_preset();  // the preset open when the window last closed
+  else if (!cli.isSet(shots) && !cli.isSet(start)) w->reopen_last_preset();  // the preset open when the window last closed
   w->show();
+  if (cli.isSet(start) && !cli.isSet(shots)) w->start_when_ready();
   if (cli.isSet(shots)) {
     // The presets given on the command line, else the quickstart and the 7B Ulysses preset.
     const QString presets = QString::fromStdString(odyssey::data_dir()) + QStringLiteral("/presets/");
