@@ -12,6 +12,7 @@
 #include <climits>
 #include <cmath>
 #include <map>
+#include <optional>
 
 #include "config_form.h"
 #include "palette.h"
@@ -98,6 +99,29 @@ const std::map<std::string_view, const char*>& labels() {
   return m;
 }
 
+// A spin box that lets a number outside its range be typed (QSpinBox drops the keystroke, so
+// 99999999999 silently became 9,999,999); the field then shows the engine's range error.
+class RangeSpinBox : public QSpinBox {
+ public:
+  using QSpinBox::QSpinBox;
+  QLineEdit* edit() const { return lineEdit(); }
+  int value_of(const QString& text) const { return valueFromText(text); }
+  // The typed integer when it lies outside the range.
+  std::optional<qlonglong> out_of_range(QString text) const {
+    text.remove(locale().groupSeparator());
+    bool ok = false;
+    const qlonglong v = text.trimmed().toLongLong(&ok);
+    if (!ok || (v >= minimum() && v <= maximum())) return std::nullopt;
+    return v;
+  }
+
+ protected:
+  QValidator::State validate(QString& input, int& pos) const override {
+    const QValidator::State st = QSpinBox::validate(input, pos);
+    return st == QValidator::Invalid && out_of_range(input) ? QValidator::Intermediate : st;
+  }
+};
+
 int spin_value(const QSpinBox& s, const QString& text) {
   if (!s.specialValueText().isEmpty() && text == s.specialValueText()) return s.minimum();
   bool ok = false;
@@ -148,12 +172,18 @@ void FieldRow::build() {
       break;
     }
     case Kind::Spin: {
-      auto* s = new QSpinBox(frame_);
+      auto* s = new RangeSpinBox(frame_);
       s->setRange(static_cast<int>(std::isinf(f.min) ? INT_MIN : f.min), static_cast<int>(std::isinf(f.max) ? INT_MAX : f.max));
       if (!f.special.empty()) s->setSpecialValueText(QString::fromUtf8(f.special.data(), static_cast<qsizetype>(f.special.size())));
       s->setGroupSeparatorShown(true);
       connect(s, &QSpinBox::valueChanged, this, [this, s](int v) {
         commit(v == s->minimum() && !s->specialValueText().isEmpty() ? s->specialValueText() : QString::number(v));
+      });
+      // Out of range: the form refuses it with the engine's words and keeps the last valid value
+      // (the field shows the error, Start waits) until a valid number is typed.
+      connect(s->edit(), &QLineEdit::textEdited, this, [this, s](const QString& t) {
+        if (const auto v = s->out_of_range(t)) commit(QString::number(*v));
+        else if (form_->has_edit_error(key_)) commit(QString::number(s->value_of(t)));  // the same value again
       });
       editor_ = s;
       break;

@@ -4,6 +4,7 @@
 #include <QComboBox>
 #include <QLabel>
 #include <QTemporaryDir>
+#include <QSpinBox>
 #include <QTest>
 #include <fstream>
 
@@ -200,6 +201,39 @@ class TstConfigForm : public QObject {
     QCOMPARE(form.config().ulysses_size, std::int64_t{0});
     adv.ulysses_switch()->setChecked(false);
     QCOMPARE(form.config().sequence_parallel_size, std::int64_t{1});
+  }
+
+  // Issue 23, finding 10: 99999999999 typed for max_length lost its last digits (the spin box
+  // dropped the keystrokes) and became 9,999,999 without a word. Now the digits stay and the
+  // field shows the engine's range.
+  void out_of_range_numbers_are_refused_not_clipped() {
+    ConfigForm form;
+    Settings settings(tmp_.filePath(QStringLiteral("range.ini")));
+    TrainPage train(&form, &settings, nullptr);
+    train.show();
+    FieldRow* r = row(&train, "max_length");
+    auto* spin = qobject_cast<QSpinBox*>(r->editor());
+    QVERIFY(spin);
+    spin->setFocus();
+    spin->selectAll();
+    QTest::keyClicks(spin, QStringLiteral("99999999999"));
+    QVERIFY2(spin->text().remove(spin->locale().groupSeparator()) == QStringLiteral("99999999999"), qPrintable(spin->text()));
+    QVERIFY(form.has_edit_error("max_length"));
+    QVERIFY(form.has_errors());
+    const Diagnostics d = form.diagnostics_for("max_length");
+    QVERIFY(!d.empty());
+    QVERIFY2(d.front().message.find("16777216") != std::string::npos, d.front().message.c_str());
+    // The config holds the last in-range number typed (the spin box tracks keystrokes), never
+    // more than the engine accepts; Start waits for the error to be fixed.
+    QCOMPARE(form.config().max_length, std::int64_t{9999999});
+    // A valid number clears it, also the same value as before.
+    spin->selectAll();
+    QTest::keyClicks(spin, QStringLiteral("9999999"));
+    QVERIFY(!form.has_edit_error("max_length"));
+    QCOMPARE(form.config().max_length, std::int64_t{9999999});
+    spin->selectAll();
+    QTest::keyClicks(spin, QStringLiteral("4096"));
+    QCOMPARE(form.config().max_length, std::int64_t{4096});
   }
 
   void dataset_scan_counts_as_the_engine_reads() {
