@@ -32,14 +32,25 @@ std::string text_of(const TrainConfig& c, std::string_view key) {
   return f ? field_value_text(c, *f) : std::string();
 }
 
-// `p` relative to `from_dir` made relative to `to_dir` when it exists there.
-std::string rebase(const std::string& p, const std::string& from_dir, const std::string& to_dir) {
-  if (p.empty() || fs::path(p).is_absolute() || from_dir.empty()) return p;
+// How a saved preset writes a local path, the same rule for the model, the datasets, the
+// template file and the checkpoint, however each was entered (typed relative, picked with
+// Browse… as absolute): relative to the preset's folder when the file lies under that folder
+// or its parent (a project's presets/ beside its data/), absolute otherwise. A path that does
+// not exist (a hub id, a file of another machine) is written as it is.
+std::string portable(const std::string& p, const std::string& from_dir, const std::string& to_dir) {
+  if (p.empty()) return p;
   std::error_code ec;
-  const fs::path abs = fs::weakly_canonical(fs::path(from_dir) / p, ec);
+  fs::path abs(p);
+  if (abs.is_relative()) abs = (from_dir.empty() ? fs::current_path(ec) : fs::path(from_dir)) / abs;
   if (ec || !fs::exists(abs, ec)) return p;
-  const fs::path rel = fs::proximate(abs, fs::weakly_canonical(to_dir, ec), ec);
-  return ec ? abs.string() : rel.generic_string();
+  abs = fs::weakly_canonical(abs, ec);
+  const fs::path to = fs::weakly_canonical(to_dir, ec);
+  if (ec) return p;
+  const fs::path rel = abs.lexically_relative(to);
+  int ups = 0;
+  for (const auto& part : rel) ups += part == "..";
+  const bool near = !rel.empty() && ups <= 1 && (ups == 0 || *rel.begin() == "..");
+  return near ? rel.generic_string() : abs.string();
 }
 
 }  // namespace
@@ -143,15 +154,15 @@ Diagnostics ConfigForm::save_file(const QString& path) {
   const std::string to_dir = QFileInfo(path).absolutePath().toStdString();
   TrainConfig c = current_.config;
   const std::string& from_dir = current_.origin.base_dir;
-  if (!from_dir.empty() && fs::path(from_dir) != fs::path(to_dir)) {
-    c.model = rebase(c.model, from_dir, to_dir);
-    for (auto* list : {&c.dataset, &c.val_dataset})
-      for (auto& spec : *list) {
-        DatasetSpec ds;
-        if (!parse_dataset_spec(spec, &ds, nullptr)) continue;
-        spec = rebase(ds.path, from_dir, to_dir) + (ds.samples > 0 ? "#" + std::to_string(ds.samples) : "");
-      }
-  }
+  c.model = portable(c.model, from_dir, to_dir);
+  for (auto* list : {&c.dataset, &c.val_dataset})
+    for (auto& spec : *list) {
+      DatasetSpec ds;
+      if (!parse_dataset_spec(spec, &ds, nullptr)) continue;
+      spec = portable(ds.path, from_dir, to_dir) + (ds.samples > 0 ? "#" + std::to_string(ds.samples) : "");
+    }
+  c.template_file = portable(c.template_file, from_dir, to_dir);
+  c.resume_from_checkpoint = portable(c.resume_from_checkpoint, from_dir, to_dir);
   Diagnostics d = save_preset_file(c, path.toStdString(), true);
   if (odyssey::has_errors(d)) return d;
   // Read it back: positions for diagnostics, and proof the file loads to the same config.

@@ -43,7 +43,9 @@ class ConfigForm : public QObject {
   Diagnostics import_swift(const QString& command_text);
   void load(LoadedConfig lc, const QString& file);
   // Writes the keys that differ from the defaults (a short preset, like the bundled
-  // ones). Relative model/dataset paths are rebased when the folder changes.
+  // ones). Every local path (model, datasets, template file, checkpoint) is written by one
+  // rule: relative to the preset's folder when it lies under that folder or its parent,
+  // absolute otherwise.
   Diagnostics save_file(const QString& path);
   // The text save_file writes.
   std::string preset_text() const { return save_preset_text(current_.config, true); }

@@ -138,6 +138,39 @@ class TstConfigForm : public QObject {
     QVERIFY2(r.ok(), format_all(r.diagnostics).c_str());
   }
 
+  // Issue 23, finding 9: saved into a folder, the dataset paths came out relative and the
+  // model (picked with Browse…) absolute. Now one rule for all: relative under the preset's
+  // folder or its parent, absolute elsewhere, however each was entered.
+  void saved_paths_follow_one_rule() {
+    QDir root(tmp_.filePath(QStringLiteral("project")));
+    QVERIFY(root.mkpath(QStringLiteral("presets")) && root.mkpath(QStringLiteral("data")));
+    const QString src = QStringLiteral(ODYSSEY_SOURCE_DIR "/resources/quickstart");
+    QVERIFY(QFile::copy(src + QStringLiteral("/data/train.jsonl"), root.filePath(QStringLiteral("data/train.jsonl"))));
+    QVERIFY(QFile::copy(src + QStringLiteral("/data/val.jsonl"), root.filePath(QStringLiteral("presets/val.jsonl"))));
+    ConfigForm form;
+    // The model picked with Browse… (absolute, outside the project), the data typed in both forms.
+    QVERIFY(form.set_text("model", (QLatin1Char('"') + src + QStringLiteral("/model\"")).toStdString()).empty());
+    QVERIFY(form.set_text("dataset", ("[\"" + root.filePath(QStringLiteral("data/train.jsonl")) + "#50\"]").toStdString()).empty());
+    QVERIFY(form.set_text("val_dataset", ("[\"" + root.filePath(QStringLiteral("presets/val.jsonl")) + "\"]").toStdString()).empty());
+    const QString out = root.filePath(QStringLiteral("presets/mine.yaml"));
+    QVERIFY(!has_errors(form.save_file(out)));
+    auto saved = load_preset_file(out.toStdString());
+    QVERIFY(saved.ok());
+    const TrainConfig& c = saved.value.config;
+    QCOMPARE(QString::fromStdString(c.model), QFileInfo(src + QStringLiteral("/model")).canonicalFilePath());  // elsewhere
+    QCOMPARE(c.dataset, std::vector<std::string>{"../data/train.jsonl#50"});                                 // beside
+    QCOMPARE(c.val_dataset, std::vector<std::string>{"val.jsonl"});                                           // inside
+    // Saved two folders down, both data files are beyond its parent: absolute.
+    QVERIFY(root.mkpath(QStringLiteral("presets/deep/er")));
+    QVERIFY(!has_errors(form.save_file(root.filePath(QStringLiteral("presets/deep/er/x.yaml")))));
+    auto deeper = load_preset_file(root.filePath(QStringLiteral("presets/deep/er/x.yaml")).toStdString());
+    QVERIFY(deeper.ok());
+    QCOMPARE(QString::fromStdString(deeper.value.config.dataset.front()),
+             QFileInfo(root.filePath(QStringLiteral("data/train.jsonl"))).canonicalFilePath() + QStringLiteral("#50"));
+    QCOMPARE(QString::fromStdString(deeper.value.config.val_dataset.front()),
+             QFileInfo(root.filePath(QStringLiteral("presets/val.jsonl"))).canonicalFilePath());
+  }
+
   void invalid_inputs_show_at_their_field() {
     ConfigForm form;
     Settings settings(tmp_.filePath(QStringLiteral("s.ini")));
