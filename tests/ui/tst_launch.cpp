@@ -23,6 +23,7 @@
 #include <memory>
 
 #include "config_form.h"
+#include "../support/message_box.h"
 #include "launch.h"
 #include "main_window.h"
 #include "message_area.h"
@@ -56,25 +57,7 @@ std::optional<run::RunStatus> status_of(const QString& run_dir) {
 
 QString yaml_quoted(const QString& s) { return QLatin1Char('"') + s + QLatin1Char('"'); }
 
-// Answers the next message box that opens (the Kill… confirmation) with `button`, from a
-// timer that runs inside the box's own event loop.
-void answer_next_box(QMessageBox::StandardButton button, bool* answered) {
-  *answered = false;
-  auto* timer = new QTimer(qApp);
-  timer->setInterval(20);
-  QObject::connect(timer, &QTimer::timeout, timer, [timer, button, answered] {
-    for (QWidget* w : QApplication::topLevelWidgets()) {
-      auto* box = qobject_cast<QMessageBox*>(w);
-      if (!box || !box->isVisible() || !box->button(button)) continue;
-      *answered = true;
-      timer->stop();  // deleteLater waits for the outer event loop; this box's loop must not see it again
-      timer->deleteLater();
-      box->button(button)->click();
-      return;
-    }
-  });
-  timer->start();
-}
+using testing::answer_next_box;
 
 bool process_exists(pid_t pid) { return ::kill(pid, 0) == 0 || errno != ESRCH; }
 

@@ -27,6 +27,7 @@
 #include "config/validate.h"
 #include "advanced_page.h"
 #include "config_form.h"
+#include "../support/message_box.h"
 #include "main_window.h"
 #include "message_area.h"
 #include "planner_gauge.h"
@@ -53,25 +54,7 @@ QByteArray run_cli(const QStringList& args, int* exit_code) {
 }
 #endif
 
-// Answers the next message box that opens with `button`, from a timer that runs inside the
-// box's own event loop.
-void answer_next_box(QMessageBox::StandardButton button, bool* answered) {
-  *answered = false;
-  auto* timer = new QTimer(qApp);
-  timer->setInterval(20);
-  QObject::connect(timer, &QTimer::timeout, timer, [timer, button, answered] {
-    for (QWidget* w : QApplication::topLevelWidgets()) {
-      auto* box = qobject_cast<QMessageBox*>(w);
-      if (!box || !box->isVisible() || !box->button(button)) continue;
-      *answered = true;
-      timer->stop();  // deleteLater waits for the outer event loop; this box's loop must not see it again
-      timer->deleteLater();
-      box->button(button)->click();
-      return;
-    }
-  });
-  timer->start();
-}
+using testing::answer_next_box;
 
 }  // namespace
 

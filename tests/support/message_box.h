@@ -1,0 +1,31 @@
+// Answering a modal QMessageBox from a test: a timer that runs inside the box's own event loop
+// finds the box and clicks `button`.
+#pragma once
+
+#include <QApplication>
+#include <QMessageBox>
+#include <QPushButton>
+#include <QTimer>
+
+namespace odyssey::testing {
+
+// Answers the next message box that opens with `button`; *answered says whether one did.
+inline void answer_next_box(QMessageBox::StandardButton button, bool* answered) {
+  *answered = false;
+  auto* timer = new QTimer(qApp);
+  timer->setInterval(20);
+  QObject::connect(timer, &QTimer::timeout, timer, [timer, button, answered] {
+    for (QWidget* w : QApplication::topLevelWidgets()) {
+      auto* box = qobject_cast<QMessageBox*>(w);
+      if (!box || !box->isVisible() || !box->button(button)) continue;
+      *answered = true;
+      timer->stop();  // deleteLater waits for the outer event loop; this box's loop must not see it again
+      timer->deleteLater();
+      box->button(button)->click();
+      return;
+    }
+  });
+  timer->start();
+}
+
+}  // namespace odyssey::testing
