@@ -255,6 +255,21 @@ class TstMonitorPage : public QObject {
       }
     }
     QVERIFY2(contrast(state_color(page), pal.color(QPalette::Window)) >= 4.5, qPrintable(state_color(page).name()));
+    // High contrast (white on black, and black on white): the chart takes the palette's own
+    // base and text, and follows each change at once.
+    for (const bool black : {true, false}) {
+      QPalette hc;
+      const QColor bg = black ? Qt::black : Qt::white, fg = black ? Qt::white : Qt::black;
+      for (auto role : {QPalette::Window, QPalette::Base, QPalette::Button, QPalette::ToolTipBase}) hc.setColor(role, bg);
+      for (auto role : {QPalette::WindowText, QPalette::Text, QPalette::ButtonText, QPalette::ToolTipText}) hc.setColor(role, fg);
+      hc.setColor(QPalette::Mid, Qt::gray);
+      page.setPalette(hc);
+      QCustomPlot* plot = page.chart("loss")->plot();
+      QCOMPARE(dominant(plot->toPixmap(600, 400).toImage()), bg);
+      QCOMPARE(plot->xAxis->tickLabelColor(), fg);
+      QCOMPARE(plot->legend->textColor(), fg);
+      QCOMPARE(state_color(page), fg);  // "completed" in the window's text colour
+    }
     // A failed run's label too, and the palette followed when it changes back to light.
     page.setPalette(QPalette(QColor(0xef, 0xef, 0xef)));
     QVERIFY(dominant(page.chart("loss")->plot()->toPixmap(600, 400).toImage()).lightness() > 200);
