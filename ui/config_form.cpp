@@ -258,7 +258,9 @@ void ConfigForm::revalidate() {
     all.insert(all.end(), model_diagnostics_.begin(), model_diagnostics_.end());
     Diagnostics v = validate_config(current_, model());
     all.insert(all.end(), v.begin(), v.end());
-    schedule_check();
+    // A new check only for new values: a revalidation for another reason (the model lookup
+    // ending) leaves the check of these values running.
+    if (!check_input_ || !same_check_input(*check_input_, current_)) schedule_check();
   }
   diagnostics_ = std::move(all);
   emit diagnostics_changed();
@@ -266,6 +268,7 @@ void ConfigForm::revalidate() {
 
 void ConfigForm::schedule_check() {
   ++check_generation_;  // a check in flight saw other values: its result is dropped
+  check_input_ = current_;
   check_timer_->start();
   if (!check_pending_) {
     check_pending_ = true;
@@ -275,6 +278,7 @@ void ConfigForm::schedule_check() {
 
 void ConfigForm::recheck_files() {
   checked_.reset();
+  check_input_.reset();
   revalidate();
 }
 
@@ -282,7 +286,7 @@ void ConfigForm::start_check() {
   const int gen = check_generation_;
   run_off_gui_thread(
       this,
-      [cfg = current_]() {
+      [cfg = *check_input_]() {
         CheckedConfig r = check_config(cfg, true);
         // Problems inside a file name that file, not a key: give them the key that names the
         // file, so the window shows them at its field (the dataset table, the model picker).
@@ -313,6 +317,7 @@ void ConfigForm::start_check() {
       [this, gen](CheckedConfig r) {
         if (gen != check_generation_) return;  // values changed since: another check follows
         checked_ = std::move(r.loaded);
+        check_input_.reset();
         check_diagnostics_ = std::move(r.diagnostics);
         check_pending_ = false;
         revalidate();

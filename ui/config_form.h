@@ -112,7 +112,8 @@ class ConfigForm : public QObject {
   QTimer* check_timer_ = nullptr;
   int check_generation_ = 0;
   bool check_pending_ = true;
-  std::optional<LoadedConfig> checked_;  // the values the last finished check saw
+  std::optional<LoadedConfig> check_input_;  // the values the scheduled or running check sees
+  std::optional<LoadedConfig> checked_;      // the values the last finished check saw
   Diagnostics check_diagnostics_;        // and what it found
 };
 
