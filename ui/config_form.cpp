@@ -236,7 +236,7 @@ void ConfigForm::apply_model_lookup(int generation, const ModelLookup& r) {
     d.severity = found ? Severity::Error : Severity::Warning;
     d.key = "model";
     d.message = found ? model_problem_.toStdString()
-                      : model_problem_.toStdString() + " The head checks and the memory plan need its config.json.";
+                      : tr("%1 The head checks and the memory plan need its config.json.").arg(model_problem_).toStdString();
     model_diagnostics_.push_back(d);
   }
   revalidate();

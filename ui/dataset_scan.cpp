@@ -1,5 +1,8 @@
 #include "dataset_scan.h"
 
+#include <QCoreApplication>
+#include <QString>
+
 #include "data/dataset.h"
 
 namespace odyssey::ui {
@@ -54,12 +57,16 @@ DatasetScan scan_dataset(const std::string& path, const std::atomic<bool>* cance
 
 std::string describe_scan(const DatasetScan& s) {
   if (!s.ok) return s.error;
-  std::string out = s.format + ", " + thousands(s.samples) + (s.samples == 1 ? " sample" : " samples");
+  auto q = [](const std::string& v) { return QString::fromStdString(v); };
+  QString out = (s.samples == 1 ? QCoreApplication::translate("DatasetScan", "%1, %2 sample")
+                                : QCoreApplication::translate("DatasetScan", "%1, %2 samples"))
+                    .arg(q(s.format), q(thousands(s.samples)));
   if (s.broken > 0) {
-    out += "; " + thousands(s.broken) + " of " + thousands(s.lines) + " records malformed";
-    if (s.first_broken_line > 0) out += " (first at line " + std::to_string(s.first_broken_line) + ")";
+    out += QCoreApplication::translate("DatasetScan", "; %1 of %2 records malformed").arg(q(thousands(s.broken)), q(thousands(s.lines)));
+    if (s.first_broken_line > 0)
+      out += QCoreApplication::translate("DatasetScan", " (first at line %1)").arg(s.first_broken_line);
   }
-  return out;
+  return out.toStdString();
 }
 
 }  // namespace odyssey::ui

@@ -1,6 +1,7 @@
 #include "field_row.h"
 
 #include <QCheckBox>
+#include <QCoreApplication>
 #include <QComboBox>
 #include <QFormLayout>
 #include <QFrame>
@@ -72,30 +73,30 @@ QString display_text(const TrainConfig& c, const FieldSpec& f) {
 
 const std::map<std::string_view, const char*>& labels() {
   static const std::map<std::string_view, const char*> m{
-      {"description", "Description"}, {"template", "Chat template"}, {"system", "System prompt"},
-      {"torch_dtype", "Compute dtype"}, {"model_revision", "Hub revision"}, {"template_file", "Chat template file"}, {"val_dataset", "Validation files"},
-      {"split_dataset_ratio", "Validation split"}, {"max_length", "Max length (tokens)"},
-      {"truncation_strategy", "Too-long samples"}, {"packing", "Packing"}, {"padding_free", "Padding-free"},
-      {"max_bad_sample_ratio", "Tolerated bad samples"}, {"tuner_type", "Tuner"}, {"lora_rank", "LoRA rank"},
-      {"lora_alpha", "LoRA alpha"}, {"lora_dropout", "LoRA dropout"}, {"use_rslora", "rsLoRA"},
-      {"target_modules", "LoRA targets"}, {"learning_rate", "Learning rate"},
-      {"lr_scheduler_type", "LR schedule"}, {"warmup_ratio", "Warmup ratio"}, {"warmup_steps", "Warmup steps"},
-      {"weight_decay", "Weight decay"}, {"max_grad_norm", "Max grad norm"}, {"adam_beta1", "Adam beta1"},
-      {"adam_beta2", "Adam beta2"}, {"adam_epsilon", "Adam epsilon"}, {"num_train_epochs", "Epochs"},
-      {"max_steps", "Max steps"}, {"per_device_train_batch_size", "Batch per GPU"},
-      {"gradient_accumulation_steps", "Grad accumulation"}, {"seed", "Seed"}, {"use_galore", "GaLore"},
-      {"galore_quantization", "Q-GaLore (int4 projections)"}, {"galore_rank", "GaLore rank"},
-      {"galore_update_proj_gap", "Projection update gap"}, {"galore_scale", "GaLore scale"},
-      {"galore_target_modules", "GaLore targets"}, {"zero_stage", "ZeRO stage"},
-      {"offload_optimizer", "Offload optimizer to CPU"}, {"attn_impl", "Attention kernel"},
-      {"fused_kernels", "Fused kernels"}, {"activation_checkpointing", "Activation checkpointing"},
-      {"offload_activations", "Offload activations to CPU"},
-      {"mlp_tile_tokens", "Tiled MLP (tokens per tile)"}, {"keep_attention", "Keep attention outputs"}, {"gpu_memory_budget_gib", "GPU memory budget (GiB)"}, {"sequence_parallel_size", "Sequence-parallel size"},
-      {"ulysses_size", "Ulysses degree"}, {"device", "Device"}, {"gpu_ids", "GPU ids"},
-      {"nproc_per_node", "Processes per node"}, {"nnodes", "Nodes"}, {"logging_steps", "Log every"},
-      {"eval_steps", "Evaluate every"}, {"save_steps", "Save every"}, {"save_total_limit", "Checkpoints kept"},
-      {"output_dir", "Output folder"}, {"model", "Model"}, {"dataset", "Training files"},
-      {"resume_from_checkpoint", "Resume from checkpoint"}};
+      {"description", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Description")}, {"template", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Chat template")}, {"system", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "System prompt")},
+      {"torch_dtype", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Compute dtype")}, {"model_revision", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Hub revision")}, {"template_file", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Chat template file")}, {"val_dataset", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Validation files")},
+      {"split_dataset_ratio", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Validation split")}, {"max_length", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Max length (tokens)")},
+      {"truncation_strategy", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Too-long samples")}, {"packing", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Packing")}, {"padding_free", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Padding-free")},
+      {"max_bad_sample_ratio", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Tolerated bad samples")}, {"tuner_type", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Tuner")}, {"lora_rank", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "LoRA rank")},
+      {"lora_alpha", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "LoRA alpha")}, {"lora_dropout", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "LoRA dropout")}, {"use_rslora", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "rsLoRA")},
+      {"target_modules", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "LoRA targets")}, {"learning_rate", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Learning rate")},
+      {"lr_scheduler_type", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "LR schedule")}, {"warmup_ratio", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Warmup ratio")}, {"warmup_steps", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Warmup steps")},
+      {"weight_decay", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Weight decay")}, {"max_grad_norm", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Max grad norm")}, {"adam_beta1", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Adam beta1")},
+      {"adam_beta2", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Adam beta2")}, {"adam_epsilon", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Adam epsilon")}, {"num_train_epochs", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Epochs")},
+      {"max_steps", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Max steps")}, {"per_device_train_batch_size", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Batch per GPU")},
+      {"gradient_accumulation_steps", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Grad accumulation")}, {"seed", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Seed")}, {"use_galore", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "GaLore")},
+      {"galore_quantization", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Q-GaLore (int4 projections)")}, {"galore_rank", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "GaLore rank")},
+      {"galore_update_proj_gap", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Projection update gap")}, {"galore_scale", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "GaLore scale")},
+      {"galore_target_modules", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "GaLore targets")}, {"zero_stage", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "ZeRO stage")},
+      {"offload_optimizer", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Offload optimizer to CPU")}, {"attn_impl", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Attention kernel")},
+      {"fused_kernels", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Fused kernels")}, {"activation_checkpointing", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Activation checkpointing")},
+      {"offload_activations", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Offload activations to CPU")},
+      {"mlp_tile_tokens", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Tiled MLP (tokens per tile)")}, {"keep_attention", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Keep attention outputs")}, {"gpu_memory_budget_gib", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "GPU memory budget (GiB)")}, {"sequence_parallel_size", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Sequence-parallel size")},
+      {"ulysses_size", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Ulysses degree")}, {"device", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Device")}, {"gpu_ids", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "GPU ids")},
+      {"nproc_per_node", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Processes per node")}, {"nnodes", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Nodes")}, {"logging_steps", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Log every")},
+      {"eval_steps", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Evaluate every")}, {"save_steps", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Save every")}, {"save_total_limit", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Checkpoints kept")},
+      {"output_dir", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Output folder")}, {"model", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Model")}, {"dataset", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Training files")},
+      {"resume_from_checkpoint", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Resume from checkpoint")}};
   return m;
 }
 
@@ -138,9 +139,11 @@ QString FieldRow::label_for(std::string_view key) {
 
 QString FieldRow::tooltip_for(const FieldSpec& f) {
   auto q = [](std::string_view s) { return QString::fromUtf8(s.data(), static_cast<qsizetype>(s.size())); };
-  QString t = q(f.help) + QStringLiteral("\n\nPreset key: ") + q(f.key);
-  t += f.swift_name.empty() ? QStringLiteral("\nms-swift: no equivalent (Odyssey only)")
-                            : QStringLiteral("\nms-swift: --") + q(f.swift_name);
+  // The help is the field table's (core, English like the CLI's); the key and the ms-swift
+  // flag are what a preset and a swift command spell.
+  QString t = q(f.help) + QStringLiteral("\n\n") + tr("Preset key: %1").arg(q(f.key));
+  t += QLatin1Char('\n') + (f.swift_name.empty() ? tr("ms-swift: no equivalent (Odyssey only)")
+                                                 : tr("ms-swift: %1").arg(QStringLiteral("--") + q(f.swift_name)));
   return t;
 }
 

@@ -1,5 +1,6 @@
 #include "gpu_probe.h"
 
+#include <QCoreApplication>
 #include <dlfcn.h>
 
 #include <utility>
@@ -67,8 +68,11 @@ bool GpuProbe::load(std::string* problem) {
   handle_ = dlopen(library_.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle_) {
     const char* why = dlerror();
-    *problem = library_ + " could not be loaded (the NVIDIA driver is not installed)" +
-               (why ? std::string(": ") + why : std::string());
+    *problem = (why ? QCoreApplication::translate("GpuProbe", "%1 could not be loaded (the NVIDIA driver is not installed): %2")
+                          .arg(QString::fromStdString(library_), QString::fromLocal8Bit(why))
+                    : QCoreApplication::translate("GpuProbe", "%1 could not be loaded (the NVIDIA driver is not installed)")
+                          .arg(QString::fromStdString(library_)))
+                   .toStdString();
     // glibc keeps the message in a per-thread buffer until the next dlerror call, which frees
     // it; without that call a probe thread still alive at exit shows as a leak under ASan.
     (void)dlerror();
@@ -86,12 +90,15 @@ bool GpuProbe::load(std::string* problem) {
   find(handle_, &a.driver, "nvmlSystemGetDriverVersion");
   find(handle_, &a.error, "nvmlErrorString");
   if (!ok) {
-    *problem = library_ + " lacks NVML functions the window needs (nvmlInit_v2, nvmlDeviceGetCount_v2, "
-                          "nvmlDeviceGetHandleByIndex_v2, nvmlDeviceGetName, nvmlDeviceGetMemoryInfo)";
+    *problem = QCoreApplication::translate("GpuProbe", "%1 lacks NVML functions the window needs (%2)")
+                   .arg(QString::fromStdString(library_),
+                        QStringLiteral("nvmlInit_v2, nvmlDeviceGetCount_v2, nvmlDeviceGetHandleByIndex_v2, "
+                                       "nvmlDeviceGetName, nvmlDeviceGetMemoryInfo"))
+                   .toStdString();
     return false;
   }
   if (const nvmlReturn_t r = a.init(); r != kNvmlSuccess) {
-    *problem = "NVML did not initialise: " + a.text(r);
+    *problem = QCoreApplication::translate("GpuProbe", "NVML did not initialise: %1").arg(QString::fromStdString(a.text(r))).toStdString();
     return false;
   }
   initialised_ = true;
@@ -117,7 +124,7 @@ GpuProbeResult GpuProbe::probe() {
   }
   unsigned int n = 0;
   if (const nvmlReturn_t r = a.count(&n); r != kNvmlSuccess) {
-    out.problem = "NVML could not count the GPUs: " + a.text(r);
+    out.problem = QCoreApplication::translate("GpuProbe", "NVML could not count the GPUs: %1").arg(QString::fromStdString(a.text(r))).toStdString();
     return out;
   }
   for (unsigned int i = 0; i < n; ++i) {
@@ -125,7 +132,7 @@ GpuProbeResult GpuProbe::probe() {
     GpuInfo g;
     g.index = static_cast<int>(i);
     if (const nvmlReturn_t r = a.handle(i, &dev); r != kNvmlSuccess) {
-      g.name = "(not accessible: " + a.text(r) + ")";
+      g.name = QCoreApplication::translate("GpuProbe", "(not accessible: %1)").arg(QString::fromStdString(a.text(r))).toStdString();
       out.gpus.push_back(g);
       continue;
     }

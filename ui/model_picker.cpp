@@ -123,7 +123,19 @@ void ModelPicker::show_model() {
   }
   settings_->add_recent_model(QString::fromStdString(form_->config().model));
   const ModelLocation& loc = form_->location();
-  QString where = QString::fromStdString(loc.describe());
+  // Where the model was found, as core's ModelLocation::describe() says it, in the window's words.
+  const QString path = QString::fromStdString(loc.path);
+  QString where;
+  switch (loc.source) {
+    case ModelLocation::Directory: where = tr("directory %1").arg(path); break;
+    case ModelLocation::HuggingFaceCache:
+      where = loc.revision.empty() ? tr("Hugging Face cache %1").arg(path)
+                                   : tr("Hugging Face cache %1 (revision %2)").arg(path, QString::fromStdString(loc.revision));
+      break;
+    case ModelLocation::ModelScopeCache: where = tr("ModelScope cache %1").arg(path); break;
+    case ModelLocation::BundledShape: where = tr("bundled shape only (weights not on this machine)"); break;
+    default: where = QString::fromStdString(loc.describe()); break;
+  }
   info_->setStyleSheet({});
   const QLocale l;
   info_->setText(

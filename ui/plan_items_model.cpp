@@ -5,6 +5,7 @@
 #include <QGuiApplication>
 #include <QPalette>
 #include <algorithm>
+#include <map>
 
 namespace odyssey::ui {
 
@@ -17,6 +18,20 @@ QColor group_color(const std::string& g) {
   if (g == "loss") return QColor(0x00, 0x97, 0xa7);
   if (g == "communication") return QColor(0x8d, 0x6e, 0x63);
   return QColor(0x78, 0x90, 0x9c);
+}
+
+QString group_name(const std::string& g) {
+  // The planner's group names (core/planner/memory_planner.h), as the table and the bar show them.
+  static const std::map<std::string, const char*> names{
+      {"runtime", QT_TRANSLATE_NOOP("odyssey::ui::PlanItemsModel", "runtime")},
+      {"model", QT_TRANSLATE_NOOP("odyssey::ui::PlanItemsModel", "model")},
+      {"gradients", QT_TRANSLATE_NOOP("odyssey::ui::PlanItemsModel", "gradients")},
+      {"optimizer", QT_TRANSLATE_NOOP("odyssey::ui::PlanItemsModel", "optimizer")},
+      {"activations", QT_TRANSLATE_NOOP("odyssey::ui::PlanItemsModel", "activations")},
+      {"loss", QT_TRANSLATE_NOOP("odyssey::ui::PlanItemsModel", "loss")},
+      {"communication", QT_TRANSLATE_NOOP("odyssey::ui::PlanItemsModel", "communication")}};
+  const auto it = names.find(g);
+  return it != names.end() ? PlanItemsModel::tr(it->second) : QString::fromStdString(g);
 }
 
 QString gib_text(std::int64_t bytes) {
@@ -51,7 +66,7 @@ QVariant PlanItemsModel::data(const QModelIndex& index, int role) const {
   switch (role) {
     case Qt::DisplayRole:
       if (index.column() == Item) return QString::fromStdString(it.name);
-      if (index.column() == Group) return QString::fromStdString(it.group);
+      if (index.column() == Group) return group_name(it.group);
       return gib_text(it.bytes);
     case Qt::ToolTipRole: {
       QString t = QString::fromStdString(it.detail);

@@ -29,5 +29,7 @@ class PlanItemsModel : public QAbstractTableModel {
 // The colour a plan group is drawn in (gauge segments and the table's swatches).
 QColor group_color(const std::string& group);
 QString gib_text(std::int64_t bytes);
+// A planner group ("activations") as the window shows it, translated.
+QString group_name(const std::string& group);
 
 }  // namespace odyssey::ui

@@ -64,14 +64,14 @@ class StackedBar : public QWidget {
     QFont f = font();
     f.setPointSizeF(f.pointSizeF() * 0.85);
     p.setFont(f);
-    const QString label = QObject::tr("capacity %1").arg(gib_text(capacity_));
+    const QString label = PlannerGauge::tr("capacity %1").arg(gib_text(capacity_));
     const int tw = QFontMetrics(f).horizontalAdvance(label);
     p.drawText(QPointF(std::clamp(cx - tw / 2.0, 0.0, width() - tw - 1.0), height() - 3.0), label);
   }
   bool event(QEvent* e) override {
     if (e->type() == QEvent::ToolTip) {
       QStringList lines;
-      for (const auto& [name, bytes] : groups_) lines << QStringLiteral("%1: %2").arg(QString::fromStdString(name), gib_text(bytes));
+      for (const auto& [name, bytes] : groups_) lines << QStringLiteral("%1: %2").arg(group_name(name), gib_text(bytes));
       QToolTip::showText(static_cast<QHelpEvent*>(e)->globalPos(), lines.join(QLatin1Char('\n')), this);
       return true;
     }

@@ -1,5 +1,6 @@
 #include "token_preview.h"
 
+#include <QCoreApplication>
 #include <QTemporaryDir>
 
 #include <algorithm>
@@ -76,9 +77,12 @@ Head read_head(const std::string& path, std::size_t max, const std::atomic<bool>
     const auto size = static_cast<std::int64_t>(fs::file_size(path, ec));
     if (size > kMaxPreviewArrayBytes) {
       h.data.diagnostics.push_back({Severity::Error, path, 0, 0, "",
-                                    "a JSON array of " + std::to_string(size >> 20) +
-                                        " MiB is not previewed (it would be read whole); JSON Lines files are read "
-                                        "from their first lines"});
+                                    QCoreApplication::translate("TokenPreview",
+                                                                "a JSON array of %1 MiB is not previewed (it would be "
+                                                                "read whole); JSON Lines files are read from their "
+                                                                "first lines")
+                                        .arg(size >> 20)
+                                        .toStdString()});
       return h;
     }
     h.data = data::read_dataset_file(path, lo);
@@ -111,7 +115,7 @@ Head read_head(const std::string& path, std::size_t max, const std::atomic<bool>
   }
   QTemporaryDir tmp;
   if (!tmp.isValid()) {
-    h.data.diagnostics.push_back({Severity::Error, path, 0, 0, "", "no temporary folder for the preview"});
+    h.data.diagnostics.push_back({Severity::Error, path, 0, 0, "", QCoreApplication::translate("TokenPreview", "no temporary folder for the preview").toStdString()});
     return h;
   }
   const std::string copy = tmp.filePath(QStringLiteral("head.jsonl")).toStdString();
@@ -119,7 +123,7 @@ Head read_head(const std::string& path, std::size_t max, const std::atomic<bool>
     std::ofstream out(copy, std::ios::binary);
     out << head;
     if (!out) {
-      h.data.diagnostics.push_back({Severity::Error, copy, 0, 0, "", "cannot be written"});
+      h.data.diagnostics.push_back({Severity::Error, copy, 0, 0, "", QCoreApplication::translate("TokenPreview", "cannot be written").toStdString()});
       return h;
     }
   }
@@ -154,7 +158,7 @@ std::vector<PreviewSegment> preview_segments(const Tokenizer& tokenizer, const s
 TokenPreview build_token_preview(const TokenPreviewRequest& r, const std::atomic<bool>* cancel) {
   TokenPreview p;
   if (r.model_dir.empty()) {
-    p.error = "no model directory with tokenizer.json is chosen";
+    p.error = QCoreApplication::translate("TokenPreview", "no model directory with tokenizer.json is chosen").toStdString();
     return p;
   }
   if (r.tokenizer.valid() && r.tokenizer_dir == r.model_dir) {
@@ -162,12 +166,12 @@ TokenPreview build_token_preview(const TokenPreviewRequest& r, const std::atomic
   } else {
     std::error_code ec;
     if (!fs::exists(fs::path(r.model_dir) / "tokenizer.json", ec)) {
-      p.error = r.model_dir + " has no tokenizer.json";
+      p.error = QCoreApplication::translate("TokenPreview", "%1 has no tokenizer.json").arg(QString::fromStdString(r.model_dir)).toStdString();
       return p;
     }
     auto tok = Tokenizer::load(r.model_dir);
     if (!tok.ok()) {
-      p.error = "the tokenizer could not be loaded: " + first_error(tok.diagnostics);
+      p.error = QCoreApplication::translate("TokenPreview", "the tokenizer could not be loaded: %1").arg(QString::fromStdString(first_error(tok.diagnostics))).toStdString();
       return p;
     }
     p.tokenizer = tok.value;
@@ -175,7 +179,7 @@ TokenPreview build_token_preview(const TokenPreviewRequest& r, const std::atomic
   p.tokenizer_dir = r.model_dir;
   auto tmpl = data::template_for(r.template_name, p.tokenizer, r.model_family, r.template_file);
   if (!tmpl.ok()) {
-    p.error = "chat template: " + first_error(tmpl.diagnostics);
+    p.error = QCoreApplication::translate("TokenPreview", "chat template: %1").arg(QString::fromStdString(first_error(tmpl.diagnostics))).toStdString();
     return p;
   }
   for (const auto& d : tmpl.diagnostics)

@@ -1,6 +1,7 @@
 #include "compare_view.h"
 
 #include <QCheckBox>
+#include <QCoreApplication>
 #include <QEvent>
 #include <QHBoxLayout>
 #include <QHeaderView>
@@ -43,7 +44,7 @@ std::vector<CompareRun> load_compare_runs(const QStringList& dirs, const std::at
       r.config = config_column(r.run_id, ss.str(), rd.config().string());
     } else {
       r.config.run_id = r.run_id;
-      r.config.error = QStringLiteral("no config.yaml");
+      r.config.error = QCoreApplication::translate("CompareView", "no config.yaml");
     }
     run::EventReaderOptions ro;
     ro.max_bytes_per_poll = std::size_t{8} << 20;

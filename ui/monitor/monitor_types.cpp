@@ -1,21 +1,23 @@
 #include "monitor_types.h"
 
+#include <QCoreApplication>
+
 #include <cmath>
 
 namespace odyssey::ui {
 
 QString display_state_name(DisplayState s) {
   switch (s) {
-    case DisplayState::Unknown: return QStringLiteral("unknown");
-    case DisplayState::Starting: return QStringLiteral("starting");
-    case DisplayState::Running: return QStringLiteral("running");
-    case DisplayState::Stopping: return QStringLiteral("stopping");
-    case DisplayState::Completed: return QStringLiteral("completed");
-    case DisplayState::Stopped: return QStringLiteral("stopped");
-    case DisplayState::Failed: return QStringLiteral("failed");
-    case DisplayState::Stale: return QStringLiteral("failed (stopped responding)");
+    case DisplayState::Unknown: return QCoreApplication::translate("DisplayState", "unknown");
+    case DisplayState::Starting: return QCoreApplication::translate("DisplayState", "starting");
+    case DisplayState::Running: return QCoreApplication::translate("DisplayState", "running");
+    case DisplayState::Stopping: return QCoreApplication::translate("DisplayState", "stopping");
+    case DisplayState::Completed: return QCoreApplication::translate("DisplayState", "completed");
+    case DisplayState::Stopped: return QCoreApplication::translate("DisplayState", "stopped");
+    case DisplayState::Failed: return QCoreApplication::translate("DisplayState", "failed");
+    case DisplayState::Stale: return QCoreApplication::translate("DisplayState", "failed (stopped responding)");
   }
-  return QStringLiteral("unknown");
+  return QCoreApplication::translate("DisplayState", "unknown");
 }
 
 bool is_failure(DisplayState s) { return s == DisplayState::Failed || s == DisplayState::Stale; }

@@ -1,5 +1,7 @@
 #include "run_scanner.h"
 
+#include <QCoreApplication>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -96,7 +98,7 @@ RunSummary summarize_run(const QString& dir, double now) {
     s.elapsed_s = t.last_elapsed;
   if (!active) s.eta_s = -1;
   if (s.state == DisplayState::Stale && s.reason.isEmpty())
-    s.reason = QStringLiteral("no heartbeat and no live process: the job stopped responding");
+    s.reason = QCoreApplication::translate("RunScanner", "no heartbeat and no live process: the job stopped responding");
   return s;
 }
 
@@ -123,7 +125,7 @@ void RunScanner::scan() {
   if (ec == std::errc::no_such_file_or_directory) {
     // No runs yet: the first Start creates the folder (not an error; issue 23, finding 7).
   } else if (ec) {
-    error = QStringLiteral("Cannot list %1: %2").arg(root_, QString::fromStdString(ec.message()));
+    error = QCoreApplication::translate("RunScanner", "Cannot list %1: %2").arg(root_, QString::fromStdString(ec.message()));
   } else {
     for (; it != fs::directory_iterator(); it.increment(ec)) {
       if (ec) break;

@@ -1,5 +1,7 @@
 #include "run_watcher.h"
 
+#include <QCoreApplication>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -65,10 +67,12 @@ void RunWatcher::poll() {
   if (missing != dir_missing_) {
     dir_missing_ = missing;
     b.dir_missing = missing;
-    b.messages << (missing ? QStringLiteral("The run directory %1 no longer exists (deleted, moved or unmounted); "
-                                            "showing what was read before.")
+    b.messages << (missing ? QCoreApplication::translate("RunWatcher",
+                                                         "The run directory %1 no longer exists (deleted, moved or "
+                                                         "unmounted); showing what was read before.")
                                  .arg(qs(dir_.root().string()))
-                           : QStringLiteral("The run directory %1 is back.").arg(qs(dir_.root().string())));
+                           : QCoreApplication::translate("RunWatcher", "The run directory %1 is back.")
+                                 .arg(qs(dir_.root().string())));
   }
 
   if (!missing) {
