@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything Odyssey needs to build and test on Debian 12, idempotently:
-# Debian packages (Qt 6, QCustomPlot, yaml-cpp, nlohmann-json, PCRE2, Xvfb, ccache,
-# clang for libFuzzer) and LibTorch from PyPI's torch wheel in a virtual environment.
+# Debian packages (Qt 6, its lupdate/lrelease and zh_CN catalogue, a CJK font, QCustomPlot,
+# yaml-cpp, nlohmann-json, PCRE2, Xvfb, ccache, clang for libFuzzer) and LibTorch from PyPI's
+# torch wheel in a virtual environment.
 #
 #   packaging/install-deps.sh [--no-torch]
 #
@@ -17,7 +18,7 @@ want_torch=1
 for a in "$@"; do
   case "$a" in
     --no-torch) want_torch=0 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "install-deps: unknown argument '$a' (expected --no-torch or --help)" >&2; exit 2 ;;
   esac
 done
@@ -34,6 +35,7 @@ venv=${ODYSSEY_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/odyssey/venv-torch-$torch_v
 debs=(
   build-essential cmake ninja-build ccache pkg-config git
   qt6-base-dev qt6-base-dev-tools libgl-dev
+  qt6-l10n-tools qt6-translations-l10n fonts-wqy-microhei
   libqcustomplot-dev libqcustomplot2.1-qt6
   libyaml-cpp-dev nlohmann-json3-dev libpcre2-dev
   xvfb xauth

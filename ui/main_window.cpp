@@ -1,6 +1,7 @@
 #include "main_window.h"
 
 #include <QAction>
+#include <QActionGroup>
 #include <QApplication>
 #include <QCloseEvent>
 #include <QDialog>
@@ -43,6 +44,7 @@
 #include "command_preview.h"
 #include "config_form.h"
 #include "gpu_panel.h"
+#include "language.h"
 #include "launch.h"
 #include "palette.h"
 #include "planner_gauge.h"
@@ -166,7 +168,10 @@ MainWindow::MainWindow(std::unique_ptr<Settings> settings, QWidget* parent)
   resizeDocks({plan_dock, cmd_dock}, {480, 480}, Qt::Horizontal);
   resizeDocks({plan_dock, cmd_dock}, {520, 380}, Qt::Vertical);
   build_menus();
-  menuBar()->addMenu(tr("&View"))->addActions({plan_dock->toggleViewAction(), cmd_dock->toggleViewAction()});
+  QMenu* view = menuBar()->addMenu(tr("&View"));
+  view->addActions({plan_dock->toggleViewAction(), cmd_dock->toggleViewAction()});
+  view->addSeparator();
+  build_language_menu(view->addMenu(tr("&Language")));
   build_help_menu();
   connect(form_, &ConfigForm::diagnostics_changed, this, &MainWindow::update_status);
   connect(form_, &ConfigForm::files_check_changed, this, &MainWindow::update_status);
@@ -275,6 +280,33 @@ QString MainWindow::about_text() const {
             "monitor odyssey-train.</p><p>Qt %2 (built with %3)</p><p><b>Engine</b> (%4):<br>%5</p>")
       .arg(QCoreApplication::applicationVersion().toHtmlEscaped(), QString::fromLatin1(qVersion()),
            QStringLiteral(QT_VERSION_STR), bin.toHtmlEscaped(), engine);
+}
+
+void MainWindow::build_language_menu(QMenu* menu) {
+  menu->setObjectName(QStringLiteral("languageMenu"));
+  auto* group = new QActionGroup(menu);
+  const QString saved = settings_->language();
+  auto add = [&](const QString& code, const QString& text) {
+    QAction* a = menu->addAction(text);
+    a->setCheckable(true);
+    a->setChecked(saved == code);
+    a->setData(code);
+    group->addAction(a);
+    connect(a, &QAction::triggered, this, [this, code] { choose_language(code); });
+  };
+  add(QString(), tr("System default (%1)").arg(native_language_name(resolve_language(QString()))));
+  // Each language in its own words, so that anyone finds theirs whatever the window shows.
+  for (const QString& code : available_languages()) add(code, native_language_name(code));
+}
+
+void MainWindow::choose_language(const QString& code) {
+  if (code == settings_->language()) return;
+  settings_->set_language(code);
+  const QString next = resolve_language(code);
+  if (next == shown_language_) return;
+  // The pages build their texts once; the choice applies from the next start.
+  QMessageBox::information(this, tr("Language"),
+                           tr("Odyssey will be shown in %1 the next time it starts.").arg(native_language_name(next)));
 }
 
 void MainWindow::show_about() { QMessageBox::about(this, tr("About Odyssey"), about_text()); }

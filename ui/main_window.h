@@ -66,6 +66,9 @@ class MainWindow : public QMainWindow {
   // README's quickstart: `odyssey --start`); when it fails, say why instead.
   void start_when_ready();
   Settings* settings() const { return settings_.get(); }
+  // The language the window's texts were translated to when it was built ("en", "zh_CN"); a
+  // choice made in View → Language applies from the next start.
+  void set_shown_language(const QString& code) { shown_language_ = code; }
 
   // Load a preset; on failure the form is unchanged and the banner shows file:line.
   bool open_preset(const QString& path);
@@ -93,6 +96,8 @@ class MainWindow : public QMainWindow {
  private:
   void build_menus();
   void build_help_menu();
+  void build_language_menu(QMenu* menu);
+  void choose_language(const QString& code);
   void show_about();
   bool maybe_save();
   QSize first_run_size() const;
@@ -131,6 +136,7 @@ class MainWindow : public QMainWindow {
   MessageArea* job_status_;
   MonitorPage* monitor_ = nullptr;
   QMenu* recent_ = nullptr;
+  QString shown_language_ = QStringLiteral("en");
 
   // The launch in flight: its log, when it began, where its run directory goes.
   QTimer launch_poll_;

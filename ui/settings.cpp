@@ -61,6 +61,10 @@ void Settings::set_window(const QByteArray& geometry, const QByteArray& state) {
   s_->setValue(QStringLiteral("window/state"), state);
 }
 
+QString Settings::language() const { return s_->value(QStringLiteral("ui/language")).toString(); }
+
+void Settings::set_language(const QString& code) { s_->setValue(QStringLiteral("ui/language"), code); }
+
 double Settings::gpu_memory_gib() const {
   const double h200 = static_cast<double>(planner::kH200MemoryBytes) / static_cast<double>(planner::kGiB);
   const double v = s_->value(QStringLiteral("planner/gpu_memory_gib"), h200).toDouble();

@@ -1,5 +1,5 @@
 // Settings: the one place that reads and writes QSettings (recent presets and models,
-// last folders, window geometry and dock layout, the planner's GPU capacity). Every other
+// last folders, window geometry and dock layout, the planner's GPU capacity, the language). Every other
 // class asks this one, so keys and defaults live in a single file.
 #pragma once
 
@@ -35,6 +35,11 @@ class Settings {
   QByteArray window_geometry() const;
   QByteArray window_state() const;
   void set_window(const QByteArray& geometry, const QByteArray& state);
+
+  // The window's language: "" follows the system locale, else "en" or "zh_CN" (View → Language;
+  // read at start-up).
+  QString language() const;
+  void set_language(const QString& code);
 
   // The planner's GPU memory per device in GiB (H200 until GPU detection lands).
   double gpu_memory_gib() const;

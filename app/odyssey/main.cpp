@@ -17,6 +17,7 @@
 #include <memory>
 
 #include "config/preset_io.h"
+#include "language.h"
 #include "main_window.h"
 #include "screenshot.h"
 #include "settings.h"
@@ -80,31 +81,63 @@ QPalette dark_palette() {
   return p;
 }
 
+QString tr_cli(const char* text) { return QCoreApplication::translate("odyssey", text); }
+
+// Built after the translators are installed: --help prints these in the chosen language.
 struct Cli {
   QCommandLineParser parser;
   QCommandLineOption shots{QStringLiteral("screenshot"),
-                           QStringLiteral("Save a PNG of every page to DIR and exit (of the presets given, else of the "
-                                          "quickstart and the 7B Ulysses preset)."),
+                           tr_cli(QT_TRANSLATE_NOOP("odyssey", "Save a PNG of every page to DIR and exit (of the presets given, "
+                                                               "else of the quickstart and the 7B Ulysses preset).")),
                            QStringLiteral("DIR")};
-  QCommandLineOption ini{QStringLiteral("settings"), QStringLiteral("Keep settings in this INI file instead of the user's."),
+  QCommandLineOption ini{QStringLiteral("settings"),
+                         tr_cli(QT_TRANSLATE_NOOP("odyssey", "Keep settings in this INI file instead of the user's.")),
                          QStringLiteral("FILE")};
   QCommandLineOption live{QStringLiteral("live"),
-                          QStringLiteral("With --screenshot: train the quickstart with odyssey-train while its pages are taken.")};
-  QCommandLineOption dark{QStringLiteral("dark"), QStringLiteral("Use a dark palette (Fusion style) whatever the desktop's.")};
+                          tr_cli(QT_TRANSLATE_NOOP("odyssey", "With --screenshot: train the quickstart with odyssey-train "
+                                                              "while its pages are taken."))};
+  QCommandLineOption dark{QStringLiteral("dark"),
+                          tr_cli(QT_TRANSLATE_NOOP("odyssey", "Use a dark palette (Fusion style) whatever the desktop's."))};
   QCommandLineOption start{QStringLiteral("start"),
-                           QStringLiteral("Start training the preset given (else the embedded quickstart, not the last "
-                                          "preset) as soon as its files are checked, and follow it on the Monitor.")};
+                           tr_cli(QT_TRANSLATE_NOOP("odyssey", "Start training the preset given (else the embedded "
+                                                               "quickstart, not the last preset) as soon as its files are "
+                                                               "checked, and follow it on the Monitor."))};
+  QCommandLineOption language{QStringLiteral("language"),
+                              tr_cli(QT_TRANSLATE_NOOP("odyssey", "Show the window in LANG (en, zh_CN or system) for this "
+                                                                  "run, whatever View → Language says.")),
+                              QStringLiteral("LANG")};
   Cli() {
     parser.setApplicationDescription(
-        QStringLiteral("Odyssey: configure, plan and launch long-context LLM fine-tuning.\n"
-                       "Without a display, train with odyssey-train run PRESET (docs/cli.md)."));
+        tr_cli(QT_TRANSLATE_NOOP("odyssey", "Odyssey: configure, plan and launch long-context LLM fine-tuning.\n"
+                                            "Without a display, train with odyssey-train run PRESET (docs/cli.md).")));
     parser.addHelpOption();
     parser.addVersionOption();
-    parser.addPositionalArgument(QStringLiteral("preset"), QStringLiteral("A preset (.yaml) to open."),
+    parser.addPositionalArgument(QStringLiteral("preset"), tr_cli(QT_TRANSLATE_NOOP("odyssey", "A preset (.yaml) to open.")),
                                  QStringLiteral("[preset]"));
-    parser.addOptions({shots, ini, live, dark, start});
+    parser.addOptions({shots, ini, live, dark, start, language});
   }
 };
+
+// --language LANG / --language=LANG, read before the parser exists (its help is translated).
+QString language_argument(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const QString a = QString::fromLocal8Bit(argv[i]);
+    if (a == QStringLiteral("--language") && i + 1 < argc) return QString::fromLocal8Bit(argv[i + 1]);
+    if (a.startsWith(QStringLiteral("--language="))) return a.mid(11);
+  }
+  return {};
+}
+
+// The language shown: --language, else the saved choice, else the system locale's.
+QString install_language(QCoreApplication* app, const QString& argument, const QString& saved) {
+  const QString code = odyssey::ui::resolve_language(argument.isEmpty() ? saved : argument);
+  QString error;
+  if (!odyssey::ui::install_translators(app, code, &error)) {
+    std::fprintf(stderr, "odyssey: %s; the window is shown in English.\n", qPrintable(error));
+    return QStringLiteral("en");
+  }
+  return code;
+}
 
 void name_application() {
   QCoreApplication::setOrganizationName(QStringLiteral("Odyssey"));
@@ -131,12 +164,15 @@ int main(int argc, char** argv) {
   if (answer_only || !has_display()) {
     QCoreApplication core(argc, argv);
     name_application();
+    install_language(&core, language_argument(argc, argv), QString());
     Cli cli;
     cli.parser.process(core);  // prints help or version and exits; exits 1 on an unknown option
-    std::fprintf(stderr,
-                 "odyssey: no display (neither DISPLAY nor WAYLAND_DISPLAY is set). The window needs one: run it in "
-                 "a desktop session, under Xvfb (xvfb-run odyssey), or with QT_QPA_PLATFORM=offscreen for "
-                 "screenshots. To train without a window: odyssey-train run PRESET.\n");
+    std::fprintf(stderr, "%s\n",
+                 qPrintable(tr_cli(QT_TRANSLATE_NOOP(
+                     "odyssey",
+                     "odyssey: no display (neither DISPLAY nor WAYLAND_DISPLAY is set). The window needs one: run it "
+                     "in a desktop session, under Xvfb (xvfb-run odyssey), or with QT_QPA_PLATFORM=offscreen for "
+                     "screenshots. To train without a window: odyssey-train run PRESET."))));
     return 2;
   }
   QApplication app(argc, argv);
@@ -147,7 +183,8 @@ int main(int argc, char** argv) {
 
   Cli c;
   QCommandLineParser& cli = c.parser;
-  const QCommandLineOption &shots = c.shots, &ini = c.ini, &live = c.live, &dark = c.dark, &start = c.start;
+  const QCommandLineOption &shots = c.shots, &ini = c.ini, &live = c.live, &dark = c.dark, &start = c.start,
+                           &language = c.language;
   cli.process(app);
   if (cli.isSet(dark)) {
     QApplication::setStyle(QStringLiteral("Fusion"));
@@ -158,7 +195,10 @@ int main(int argc, char** argv) {
   QString settings_file = cli.value(ini);
   if (cli.isSet(shots) && settings_file.isEmpty()) settings_file = QDir::temp().filePath(QStringLiteral("odyssey-screenshot.ini"));
   if (cli.isSet(shots)) QFile::remove(settings_file);
-  auto* w = new odyssey::ui::MainWindow(std::make_unique<odyssey::ui::Settings>(settings_file));
+  auto settings = std::make_unique<odyssey::ui::Settings>(settings_file);
+  const QString shown_language = install_language(&app, cli.value(language), settings->language());
+  auto* w = new odyssey::ui::MainWindow(std::move(settings));
+  w->set_shown_language(shown_language);
   w->setAttribute(Qt::WA_DeleteOnClose);
   if (!cli.positionalArguments().isEmpty()) w->open_preset(cli.positionalArguments().first());
   else if (!cli.isSet(shots) && !cli.isSet(start)) w->reopen_last_preset();  // the preset open when the window last closed
