@@ -193,6 +193,10 @@ Without a display, train with odyssey-train run PRESET (docs/cli.md).</source>
         <source>odyssey: no display (neither DISPLAY nor WAYLAND_DISPLAY is set). The window needs one: run it in a desktop session, under Xvfb (xvfb-run odyssey), or with QT_QPA_PLATFORM=offscreen for screenshots. To train without a window: odyssey-train run PRESET.</source>
         <translation>odyssey：没有显示器（DISPLAY 和 WAYLAND_DISPLAY 均未设置）。窗口需要显示器：请在桌面会话中运行，或在 Xvfb 下运行（xvfb-run odyssey），截图时可使用 QT_QPA_PLATFORM=offscreen。不用窗口训练：odyssey-train run PRESET。</translation>
     </message>
+    <message>
+        <source>Start training the preset given (else the embedded quickstart, not the last preset) as soon as its files are checked, and follow it on the Monitor.</source>
+        <translation>文件检查通过后立即开始训练给定的预设（未给定时为内置的 quickstart，而不是上次的预设），并在监控页跟踪它。</translation>
+    </message>
 </context>
 <context>
     <name>odyssey::ui::AdvancedPage</name>
@@ -1252,6 +1256,18 @@ ms-swift：--sequence_parallel_size N</translation>
         <source>untitled</source>
         <translation>未命名</translation>
     </message>
+    <message>
+        <source>&lt;b&gt;Loaded the configuration of %1&lt;/b&gt; (its config.yaml) as an untitled preset.</source>
+        <translation>&lt;b&gt;已将 %1 的配置&lt;/b&gt;（其 config.yaml）载入为未命名的预设。</translation>
+    </message>
+    <message>
+        <source> Start training resumes it from %1 (weights, optimizer state, data order and step).</source>
+        <translation> “开始训练”将从 %1 断点续训（权重、优化器状态、数据顺序和步数）。</translation>
+    </message>
+    <message>
+        <source> Start training runs it again; Save as… keeps it as a preset.</source>
+        <translation> “开始训练”会再次运行它；“预设另存为…”可将其保存为预设。</translation>
+    </message>
 </context>
 <context>
     <name>odyssey::ui::ModelPicker</name>
@@ -1581,6 +1597,34 @@ ms-swift：--sequence_parallel_size N</translation>
     <message>
         <source>&lt;b&gt;Run failed:&lt;/b&gt; %1</source>
         <translation>&lt;b&gt;运行失败：&lt;/b&gt;%1</translation>
+    </message>
+    <message>
+        <source>Show on the Monitor</source>
+        <translation>在监控页显示</translation>
+    </message>
+    <message>
+        <source>Load this run&apos;s configuration</source>
+        <translation>载入此运行的配置</translation>
+    </message>
+    <message>
+        <source>Fill the form with the configuration %1 trained with (its config.yaml), as an untitled preset.</source>
+        <translation>用 %1 训练时的配置（其 config.yaml）填充表单，作为未命名的预设。</translation>
+    </message>
+    <message>
+        <source>%1 has no config.yaml.</source>
+        <translation>%1 没有 config.yaml。</translation>
+    </message>
+    <message>
+        <source>Resume from checkpoint</source>
+        <translation>断点续训</translation>
+    </message>
+    <message>
+        <source>(no checkpoints saved)</source>
+        <translation>（没有已保存的检查点）</translation>
+    </message>
+    <message>
+        <source>Open output folder</source>
+        <translation>打开输出目录</translation>
     </message>
 </context>
 <context>
