@@ -6,13 +6,18 @@
 // (core, English by design) are recognised and left alone.
 #include <QAbstractButton>
 #include <QApplication>
+#include <QDialogButtonBox>
 #include <QDockWidget>
+#include <QFile>
 #include <QGroupBox>
 #include <QHeaderView>
 #include <QLabel>
 #include <QLineEdit>
 #include <QMenu>
 #include <QMenuBar>
+#include <QMessageBox>
+#include <QLibraryInfo>
+#include <QPushButton>
 #include <QRegularExpression>
 #include <QSet>
 #include <QTabBar>
@@ -20,6 +25,7 @@
 #include <QTemporaryDir>
 #include <QTest>
 #include <QTextDocumentFragment>
+#include <QTimer>
 #include <qcustomplot.h>
 
 #include <filesystem>
@@ -102,6 +108,25 @@ QString describe(const QObject* o) {
     if (chain.size() == 4) break;
   }
   return chain.join(QStringLiteral(" > "));
+}
+
+// Presses `button` on the next message box that opens (from inside its own event loop) and
+// keeps its text.
+void answer_next_box(QMessageBox::StandardButton button, QString* text) {
+  auto* timer = new QTimer(qApp);
+  timer->setInterval(20);
+  QObject::connect(timer, &QTimer::timeout, timer, [timer, button, text] {
+    for (QWidget* w : QApplication::topLevelWidgets()) {
+      auto* box = qobject_cast<QMessageBox*>(w);
+      if (!box || !box->isVisible() || !box->button(button)) continue;
+      *text = box->text();
+      timer->stop();
+      timer->deleteLater();
+      box->button(button)->click();
+      return;
+    }
+  });
+  timer->start();
 }
 
 }  // namespace
@@ -193,6 +218,45 @@ class TstWindowZhCn : public QObject {
     QCOMPARE(untranslated_words(QStringLiteral("GPU memory")), QStringList{QStringLiteral("memory")});
     QVERIFY(untranslated_words(QStringLiteral("system")).isEmpty());
     QCOMPARE(untranslated_words(QStringLiteral("System prompt")), (QStringList{QStringLiteral("System"), QStringLiteral("prompt")}));
+  }
+
+  // View → Language: the three choices in their own words, the saved one checked; a change is
+  // saved and announced for the next start, in the language shown now.
+  void language_menu_saves_the_choice() {
+    MainWindow w(std::make_unique<Settings>(tmp_.filePath(QStringLiteral("language.ini"))));
+    w.set_shown_language(QStringLiteral("zh_CN"));
+    auto* menu = w.findChild<QMenu*>(QStringLiteral("languageMenu"));
+    QVERIFY(menu);
+    const QList<QAction*> actions = menu->actions();
+    QCOMPARE(actions.size(), 3);
+    QVERIFY2(actions[0]->text().startsWith(QStringLiteral("跟随系统（")), qPrintable(actions[0]->text()));
+    QCOMPARE(actions[1]->text(), QStringLiteral("English"));
+    QCOMPARE(actions[2]->text(), QStringLiteral("简体中文"));
+    QVERIFY(actions[0]->isChecked());  // nothing saved yet: the system's
+
+    QString said;
+    answer_next_box(QMessageBox::Ok, &said);
+    actions[1]->trigger();
+    QTRY_VERIFY(!said.isEmpty());
+    QCOMPARE(said, QStringLiteral("Odyssey 下次启动时将以 English 显示。"));
+    QCOMPARE(w.settings()->language(), QStringLiteral("en"));
+    QVERIFY(actions[1]->isChecked() && !actions[0]->isChecked());
+
+    // Back to the language shown: saved, nothing to announce (no box is left open).
+    actions[2]->trigger();
+    QCOMPARE(w.settings()->language(), QStringLiteral("zh_CN"));
+    for (QWidget* top : QApplication::topLevelWidgets()) QVERIFY(!qobject_cast<QMessageBox*>(top) || !top->isVisible());
+    // A new window reads the saved choice.
+    MainWindow again(std::make_unique<Settings>(tmp_.filePath(QStringLiteral("language.ini"))));
+    QVERIFY(again.findChild<QMenu*>(QStringLiteral("languageMenu"))->actions()[2]->isChecked());
+  }
+
+  // Qt's own strings (standard buttons) come from Debian's qt6-translations-l10n.
+  void qt_buttons_are_chinese() {
+    if (!QFile::exists(QLibraryInfo::path(QLibraryInfo::TranslationsPath) + QStringLiteral("/qtbase_zh_CN.qm")))
+      QSKIP("qtbase_zh_CN.qm is not installed (Debian: qt6-translations-l10n); Qt's buttons stay English");
+    QDialogButtonBox box(QDialogButtonBox::Save | QDialogButtonBox::Cancel);
+    QCOMPARE(box.button(QDialogButtonBox::Cancel)->text(), QStringLiteral("取消"));
   }
 
   void every_shown_text_is_chinese() {
