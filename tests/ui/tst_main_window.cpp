@@ -199,6 +199,9 @@ class TstMainWindow : public QObject {
   void help_and_version_need_no_display() {
     QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
     for (const char* v : {"DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"}) env.remove(QString::fromLatin1(v));
+    // The answers follow the locale (docs/gui.md, "Languages"): these are the English ones.
+    for (const char* v : {"LC_ALL", "LC_MESSAGES", "LANGUAGE"}) env.remove(QString::fromLatin1(v));
+    env.insert(QStringLiteral("LANG"), QStringLiteral("C"));
     auto run = [&](const QStringList& args, int* code) {
       QProcess p;
       p.setProcessEnvironment(env);
