@@ -25,7 +25,6 @@
 #include <QTemporaryDir>
 #include <QTest>
 #include <QTextDocumentFragment>
-#include <QTimer>
 #include <qcustomplot.h>
 
 #include <filesystem>
@@ -38,6 +37,7 @@
 #include "main_window.h"
 #include "monitor/monitor_page.h"
 #include "run_fixture.h"
+#include "../support/message_box.h"
 #include "settings.h"
 #include "train_page.h"
 
@@ -108,25 +108,6 @@ QString describe(const QObject* o) {
     if (chain.size() == 4) break;
   }
   return chain.join(QStringLiteral(" > "));
-}
-
-// Presses `button` on the next message box that opens (from inside its own event loop) and
-// keeps its text.
-void answer_next_box(QMessageBox::StandardButton button, QString* text) {
-  auto* timer = new QTimer(qApp);
-  timer->setInterval(20);
-  QObject::connect(timer, &QTimer::timeout, timer, [timer, button, text] {
-    for (QWidget* w : QApplication::topLevelWidgets()) {
-      auto* box = qobject_cast<QMessageBox*>(w);
-      if (!box || !box->isVisible() || !box->button(button)) continue;
-      *text = box->text();
-      timer->stop();
-      timer->deleteLater();
-      box->button(button)->click();
-      return;
-    }
-  });
-  timer->start();
 }
 
 }  // namespace
@@ -235,9 +216,10 @@ class TstWindowZhCn : public QObject {
     QVERIFY(actions[0]->isChecked());  // nothing saved yet: the system's
 
     QString said;
-    answer_next_box(QMessageBox::Ok, &said);
+    bool answered = false;
+    testing::answer_next_box(QMessageBox::Ok, &answered, &said);
     actions[1]->trigger();
-    QTRY_VERIFY(!said.isEmpty());
+    QVERIFY(answered);
     QCOMPARE(said, QStringLiteral("Odyssey 下次启动时将以 English 显示。"));
     QCOMPARE(w.settings()->language(), QStringLiteral("en"));
     QVERIFY(actions[1]->isChecked() && !actions[0]->isChecked());
