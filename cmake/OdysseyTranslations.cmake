@@ -14,13 +14,23 @@ find_program(ODYSSEY_LRELEASE NAMES lrelease-qt6 lrelease HINTS ${_qt_tool_dirs}
              DOC "Qt 6 lrelease (Debian: qt6-l10n-tools)")
 find_program(ODYSSEY_LUPDATE NAMES lupdate-qt6 lupdate HINTS ${_qt_tool_dirs}
              DOC "Qt 6 lupdate (Debian: qt6-l10n-tools)")
+string(CONCAT _l10n_help "On Debian 12: apt-get install qt6-l10n-tools (packaging/install-deps.sh installs it), "
+    "or pass -DODYSSEY_LRELEASE=... -DODYSSEY_LUPDATE=..., or configure with -DODYSSEY_BUILD_GUI=OFF.")
 if(NOT ODYSSEY_LRELEASE OR NOT ODYSSEY_LUPDATE)
-  message(FATAL_ERROR
-    "Qt 6 lrelease/lupdate not found (looked in ${_qt_tool_dirs} and PATH): the window's "
-    "translations cannot be built. On Debian 12: apt-get install qt6-l10n-tools "
-    "(packaging/install-deps.sh installs it), or pass -DODYSSEY_LRELEASE=... -DODYSSEY_LUPDATE=..., "
-    "or configure with -DODYSSEY_BUILD_GUI=OFF.")
+  message(FATAL_ERROR "Qt 6 lrelease/lupdate not found (looked in ${_qt_tool_dirs} and PATH): the "
+                      "window's translations cannot be built. ${_l10n_help}")
 endif()
+# A PATH lupdate may be qtchooser's wrapper, which runs Qt 5's tools or none: ask each its version.
+foreach(_tool ODYSSEY_LRELEASE ODYSSEY_LUPDATE)
+  execute_process(COMMAND ${${_tool}} -version OUTPUT_VARIABLE _out ERROR_VARIABLE _out RESULT_VARIABLE _rc)
+  if(NOT _rc EQUAL 0 OR NOT _out MATCHES "version 6\\.")
+    string(STRIP "${_out}" _out)
+    set(_found "${${_tool}}")
+    unset(${_tool} CACHE)  # searched again at the next configure, once the package is installed
+    message(FATAL_ERROR "${_found} is not Qt 6's (it answered -version with: ${_out}); the window's "
+                        "translations need Qt 6's lrelease and lupdate. ${_l10n_help}")
+  endif()
+endforeach()
 message(STATUS "Qt Linguist tools: ${ODYSSEY_LRELEASE}, ${ODYSSEY_LUPDATE}")
 
 # odyssey_add_translations(<target> <ts files...>): compiles each .ts with lrelease and
