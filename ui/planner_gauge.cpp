@@ -18,6 +18,20 @@
 #include "settings.h"
 
 namespace odyssey::ui {
+namespace {
+
+// The planner's phase of the peak (core/planner/memory_planner.cpp), as the window says it.
+QString phase_name(const std::string& phase) {
+  static const std::map<std::string, const char*> names{
+      {"loss", QT_TRANSLATE_NOOP("odyssey::ui::PlannerGauge", "the loss")},
+      {"backward", QT_TRANSLATE_NOOP("odyssey::ui::PlannerGauge", "the backward pass")},
+      {"optimizer step", QT_TRANSLATE_NOOP("odyssey::ui::PlannerGauge", "the optimizer step")}};
+  const auto it = names.find(phase);
+  return it != names.end() ? PlannerGauge::tr(it->second) : QString::fromStdString(phase);
+}
+
+}  // namespace
+
 
 // One horizontal bar: a segment per plan group, a tick at the capacity.
 class StackedBar : public QWidget {
@@ -169,7 +183,7 @@ void PlannerGauge::recompute() {
                         "<b style='color:%1'>%5</b><br><small>peak during %6 · %7 tokens per GPU · %8 of %9 layers "
                         "recomputed</small>")
                          .arg(col.name(), gib_text(plan_->peak_bytes), where, gib_text(plan_->capacity_bytes),
-                              plan_->fits ? tr("— fits") : tr("— does not fit"), QString::fromStdString(plan_->peak_phase))
+                              plan_->fits ? tr("— fits") : tr("— does not fit"), phase_name(plan_->peak_phase))
                          .arg(QLocale().toString(static_cast<qlonglong>(plan_->tokens_per_gpu)))
                          .arg(plan_->checkpointed_layers)
                          .arg(plan_->total_layers));

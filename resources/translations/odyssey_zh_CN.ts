@@ -1704,7 +1704,7 @@ ms-swift：--sequence_parallel_size N</translation>
     </message>
     <message>
         <source>&lt;span style=&apos;font-size:large;color:%1&apos;&gt;&lt;b&gt;%2&lt;/b&gt;&lt;/span&gt; predicted peak %3 of %4 &lt;b style=&apos;color:%1&apos;&gt;%5&lt;/b&gt;&lt;br&gt;&lt;small&gt;peak during %6 · %7 tokens per GPU · %8 of %9 layers recomputed&lt;/small&gt;</source>
-        <translation>&lt;span style=&apos;font-size:large;color:%1&apos;&gt;&lt;b&gt;%2&lt;/b&gt;&lt;/span&gt; 预测峰值（%3），容量 %4 &lt;b style=&apos;color:%1&apos;&gt;%5&lt;/b&gt;&lt;br&gt;&lt;small&gt;峰值出现在 %6 · 每张 GPU %7 个 token · %9 层中重计算 %8 层&lt;/small&gt;</translation>
+        <translation>&lt;span style=&apos;font-size:large;color:%1&apos;&gt;&lt;b&gt;%2&lt;/b&gt;&lt;/span&gt; 预测峰值（%3），容量 %4 &lt;b style=&apos;color:%1&apos;&gt;%5&lt;/b&gt;&lt;br&gt;&lt;small&gt;峰值出现在%6阶段 · 每张 GPU %7 个 token · %9 层中重计算 %8 层&lt;/small&gt;</translation>
     </message>
     <message>
         <source>— fits</source>
@@ -1733,6 +1733,18 @@ ms-swift：--sequence_parallel_size N</translation>
     <message>
         <source>capacity %1</source>
         <translation>容量 %1</translation>
+    </message>
+    <message>
+        <source>the loss</source>
+        <translation>损失计算</translation>
+    </message>
+    <message>
+        <source>the backward pass</source>
+        <translation>反向传播</translation>
+    </message>
+    <message>
+        <source>the optimizer step</source>
+        <translation>优化器更新</translation>
     </message>
 </context>
 <context>
