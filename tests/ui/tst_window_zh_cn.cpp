@@ -1,6 +1,6 @@
 // The real window under the zh_CN catalogue: every text it shows on its pages, docks and
 // menus — labels, buttons, check boxes, group boxes, tabs, dock titles, table headers, chart
-// axes, menu titles and actions — is Chinese, or is made only of words that stay as they are
+// axes and series, menu titles and actions, tooltips — is Chinese, or is made only of words that stay as they are
 // (product and method names, acronyms, preset keys, paths, numbers and units). A text of
 // English words left untranslated fails, naming the widget and the text. Engine diagnostics
 // (core, English by design) are recognised and left alone.
@@ -147,6 +147,7 @@ class TstWindowZhCn : public QObject {
   void check_visible(QWidget* root) {
     for (QWidget* w : root->findChildren<QWidget*>()) {
       if (!w->isVisible()) continue;
+      check(w, QStringLiteral("tooltip"), w->toolTip());
       if (auto* l = qobject_cast<QLabel*>(w)) check(w, QStringLiteral("label"), l->text());
       else if (auto* b = qobject_cast<QAbstractButton*>(w)) check(w, QStringLiteral("button"), b->text());
       else if (auto* g = qobject_cast<QGroupBox*>(w)) check(w, QStringLiteral("group box"), g->title());
