@@ -304,9 +304,15 @@ void MainWindow::choose_language(const QString& code) {
   settings_->set_language(code);
   const QString next = resolve_language(code);
   if (next == shown_language_) return;
-  // The pages build their texts once; the choice applies from the next start.
-  QMessageBox::information(this, tr("Language"),
-                           tr("Odyssey will be shown in %1 the next time it starts.").arg(native_language_name(next)));
+  // The pages build their texts once; the choice applies from the next start, which the user
+  // may ask for now (main() restarts the program once this window has closed).
+  QMessageBox box(QMessageBox::Information, tr("Language"),
+                  tr("Odyssey will be shown in %1 the next time it starts.").arg(native_language_name(next)),
+                  QMessageBox::Ok | QMessageBox::Cancel, this);
+  box.button(QMessageBox::Ok)->setText(tr("Restart now"));
+  box.button(QMessageBox::Cancel)->setText(tr("Later"));
+  box.setDefaultButton(QMessageBox::Cancel);
+  if (box.exec() == QMessageBox::Ok) emit restart_requested();
 }
 
 void MainWindow::show_about() { QMessageBox::about(this, tr("About Odyssey"), about_text()); }

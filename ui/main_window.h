@@ -87,6 +87,10 @@ class MainWindow : public QMainWindow {
   static bool acceptable_drop(const QMimeData* mime, QString* path);
   bool handle_drop(const QMimeData* mime);
 
+ signals:
+  // View → Language, answered "Restart now": the program should restart in the chosen language.
+  void restart_requested();
+
  protected:
   void dragEnterEvent(QDragEnterEvent* e) override;
   void dropEvent(QDropEvent* e) override;

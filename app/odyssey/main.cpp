@@ -13,6 +13,7 @@
 #include <QStyle>
 #include <QPainter>
 #include <QPainterPath>
+#include <QProcess>
 #include <cstdio>
 #include <memory>
 
@@ -202,6 +203,17 @@ int main(int argc, char** argv) {
   w->setAttribute(Qt::WA_DeleteOnClose);
   if (!cli.positionalArguments().isEmpty()) w->open_preset(cli.positionalArguments().first());
   else if (!cli.isSet(shots) && !cli.isSet(start)) w->reopen_last_preset();  // the preset open when the window last closed
+  // View → Language's "Restart now": once the window has closed (unsaved changes asked about
+  // first), the program starts again with the same settings file and palette, and reopens the
+  // preset that was open; a job keeps running and is re-attached.
+  QObject::connect(w, &odyssey::ui::MainWindow::restart_requested, &app, [w, &cli, &ini, &dark] {
+    if (!w->close()) return;
+    QStringList args;
+    if (cli.isSet(ini)) args << QStringLiteral("--settings") << cli.value(ini);
+    if (cli.isSet(dark)) args << QStringLiteral("--dark");
+    if (!QProcess::startDetached(QCoreApplication::applicationFilePath(), args))
+      std::fprintf(stderr, "odyssey: could not start %s again\n", qPrintable(QCoreApplication::applicationFilePath()));
+  });
   w->show();
   if (cli.isSet(start) && !cli.isSet(shots)) w->start_when_ready();
   if (cli.isSet(shots)) {

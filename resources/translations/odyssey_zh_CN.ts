@@ -1268,6 +1268,14 @@ ms-swift：--sequence_parallel_size N</translation>
         <source> Start training runs it again; Save as… keeps it as a preset.</source>
         <translation> “开始训练”会再次运行它；“预设另存为…”可将其保存为预设。</translation>
     </message>
+    <message>
+        <source>Restart now</source>
+        <translation>立即重启</translation>
+    </message>
+    <message>
+        <source>Later</source>
+        <translation>稍后</translation>
+    </message>
 </context>
 <context>
     <name>odyssey::ui::ModelPicker</name>

@@ -20,6 +20,7 @@
 #include <QPushButton>
 #include <QRegularExpression>
 #include <QSet>
+#include <QSignalSpy>
 #include <QTabBar>
 #include <QTabWidget>
 #include <QTemporaryDir>
@@ -216,22 +217,31 @@ class TstWindowZhCn : public QObject {
     QCOMPARE(actions[2]->text(), QStringLiteral("简体中文"));
     QVERIFY(actions[0]->isChecked());  // nothing saved yet: the system's
 
+    QSignalSpy restart(&w, &MainWindow::restart_requested);
     QString said;
     bool answered = false;
-    testing::answer_next_box(QMessageBox::Ok, &answered, &said);
+    testing::answer_next_box(QMessageBox::Cancel, &answered, &said);  // "Later"
     actions[1]->trigger();
     QVERIFY(answered);
     QCOMPARE(said, QStringLiteral("Odyssey 下次启动时将以 English 显示。"));
     QCOMPARE(w.settings()->language(), QStringLiteral("en"));
     QVERIFY(actions[1]->isChecked() && !actions[0]->isChecked());
+    QCOMPARE(restart.count(), 0);
 
     // Back to the language shown: saved, nothing to announce (no box is left open).
     actions[2]->trigger();
     QCOMPARE(w.settings()->language(), QStringLiteral("zh_CN"));
     for (QWidget* top : QApplication::topLevelWidgets()) QVERIFY(!qobject_cast<QMessageBox*>(top) || !top->isVisible());
+
+    // "Restart now" asks main() to start the program again (app/odyssey/main.cpp).
+    testing::answer_next_box(QMessageBox::Ok, &answered, &said);
+    actions[1]->trigger();
+    QVERIFY(answered);
+    QCOMPARE(restart.count(), 1);
+    QCOMPARE(w.settings()->language(), QStringLiteral("en"));
     // A new window reads the saved choice.
     MainWindow again(std::make_unique<Settings>(tmp_.filePath(QStringLiteral("language.ini"))));
-    QVERIFY(again.findChild<QMenu*>(QStringLiteral("languageMenu"))->actions()[2]->isChecked());
+    QVERIFY(again.findChild<QMenu*>(QStringLiteral("languageMenu"))->actions()[1]->isChecked());
   }
 
   // Qt's own strings (standard buttons) come from Debian's qt6-translations-l10n.
