@@ -17,12 +17,18 @@ namespace odyssey {
 namespace fs = std::filesystem;
 namespace {
 
-// read_dataset_file's diagnostics for one file, kept while the file's size and modification
-// time stay the same: the window re-checks the whole configuration after each edit, and a
-// large dataset is read once, not once per keystroke.
-Diagnostics parsed_dataset_diagnostics(const std::string& path, double max_bad_sample_ratio) {
+// One dataset file as `run` reads it (read_dataset_file): its diagnostics and how many records
+// it holds, kept while the file's size and modification time stay the same: the window
+// re-checks the whole configuration after each edit, and a large dataset is read once, not
+// once per keystroke.
+struct ParsedDataset {
+  Diagnostics diagnostics;
+  std::int64_t records = 0;  // non-blank lines of a .jsonl, elements of a .json array
+};
+
+ParsedDataset parse_dataset(const std::string& path, double max_bad_sample_ratio) {
   static std::mutex mutex;
-  static std::map<std::string, Diagnostics> cache;
+  static std::map<std::string, ParsedDataset> cache;
   std::error_code ec;
   const auto size = fs::file_size(path, ec);
   const auto mtime = fs::last_write_time(path, ec).time_since_epoch().count();
@@ -35,10 +41,11 @@ Diagnostics parsed_dataset_diagnostics(const std::string& path, double max_bad_s
   data::LoadOptions o;
   o.max_bad_sample_ratio = max_bad_sample_ratio;
   auto r = data::read_dataset_file(path, o);
+  ParsedDataset out{std::move(r.diagnostics), r.value.report.lines};
   std::lock_guard lock(mutex);
   if (cache.size() >= 64) cache.clear();
-  if (!ec) cache[id] = r.diagnostics;
-  return r.diagnostics;
+  if (!ec) cache[id] = out;
+  return out;
 }
 
 class Checker {
@@ -377,17 +384,15 @@ CheckedConfig check_config(LoadedConfig cfg, bool check_files) {
         continue;
       }
       if (!check_files) continue;
-      // path#N against the records the file holds (counted, not converted).
-      auto count = data::count_dataset_records(resolved);
-      for (auto& x : count.diagnostics) d.push_back(x);
-      if (!count.ok()) continue;
-      if (const std::string why = sample_request_problem(ds.samples, count.value); !why.empty())
-        ck.error(key, "found " + text::quoted(spec) + ": " + why + " (" + resolved + " holds " +
-                          std::to_string(count.value) + " records)");
       // Every record parsed as `run` parses it: an unknown format, no valid sample, or more
       // malformed records than max_bad_sample_ratio allows fail here, not after the model loads.
-      auto parsed = parsed_dataset_diagnostics(resolved, c.max_bad_sample_ratio);
-      d.insert(d.end(), parsed.begin(), parsed.end());
+      const ParsedDataset parsed = parse_dataset(resolved, c.max_bad_sample_ratio);
+      d.insert(d.end(), parsed.diagnostics.begin(), parsed.diagnostics.end());
+      if (has_errors(parsed.diagnostics)) continue;
+      // path#N against the records the file holds.
+      if (const std::string why = sample_request_problem(ds.samples, parsed.records); !why.empty())
+        ck.error(key, "found " + text::quoted(spec) + ": " + why + " (" + resolved + " holds " +
+                          std::to_string(parsed.records) + " records)");
     }
   }
   auto v = validate_config(r.loaded, r.model ? &*r.model : nullptr);
