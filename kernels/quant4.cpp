@@ -1,0 +1,234 @@
+// bitsandbytes-layout 4-bit quantization (quant4.h) in ATen ops. Each step is the fp32
+// operation bitsandbytes 0.50's CPU path performs, in the same order, so the bytes and the
+// constants are bit-identical to its quantize_4bit (tests/kernels/tst_quant4.cpp).
+#include "kernels/quant4.h"
+
+#include <array>
+
+namespace odyssey::kernels {
+
+namespace {
+
+// NF4: the 16 values of the QLoRA paper's NormalFloat (normal quantiles with an exact zero,
+// normalized to [-1, 1]), as fp32.
+constexpr std::array<float, 16> kNf4 = {
+    -1.0f,
+    -0.6961928009986877f,
+    -0.5250730514526367f,
+    -0.39491748809814453f,
+    -0.28444138169288635f,
+    -0.18477343022823334f,
+    -0.09105003625154495f,
+    0.0f,
+    0.07958029955625534f,
+    0.16093020141124725f,
+    0.24611230194568634f,
+    0.33791524171829224f,
+    0.44070982933044434f,
+    0.5626170039176941f,
+    0.7229568362236023f,
+    1.0f,
+};
+
+// FP4 (e2m1, exponent bias 2), indexed by the code's bits: sign, then the 3 magnitude bits
+// whose values are 0, 0.0625, 8, 12, 4, 6, 2, 3; divided by the largest, 12.
+constexpr std::array<float, 8> kFp4Magnitude = {0.0f, 0.0625f, 8.0f, 12.0f, 4.0f, 6.0f, 2.0f, 3.0f};
+
+std::int64_t numel_of(const std::vector<std::int64_t>& shape) {
+  std::int64_t n = 1;
+  for (std::int64_t s : shape) n *= s;
+  return n;
+}
+
+}  // namespace
+
+const char* quant4_type_name(Quant4Type t) { return t == Quant4Type::NF4 ? "nf4" : "fp4"; }
+
+std::optional<Quant4Type> parse_quant4_type(const std::string& s) {
+  if (s == "nf4") return Quant4Type::NF4;
+  if (s == "fp4") return Quant4Type::FP4;
+  return std::nullopt;
+}
+
+bool valid_quant4_blocksize(std::int64_t b) {
+  return b >= 32 && b <= 4096 && (b & (b - 1)) == 0;
+}
+
+std::int64_t Quant4Weight::numel() const { return numel_of(shape); }
+
+std::int64_t Quant4Weight::blocks() const { return (numel() + blocksize - 1) / blocksize; }
+
+std::int64_t Quant4Weight::nbytes() const {
+  std::int64_t n = 0;
+  for (const torch::Tensor* t : {&packed, &code, &absmax, &nested_absmax, &nested_code})
+    if (t->defined()) n += t->numel() * static_cast<std::int64_t>(t->element_size());
+  return n;
+}
+
+c10::intrusive_ptr<Quant4Weight> Quant4Weight::to(const torch::Device& d) const {
+  auto q = c10::make_intrusive<Quant4Weight>(*this);
+  for (torch::Tensor* t : {&q->packed, &q->code, &q->absmax, &q->nested_absmax, &q->nested_code})
+    if (t->defined()) *t = t->to(d);
+  return q;
+}
+
+torch::Tensor quant4_code(Quant4Type t, const torch::Device& device) {
+  std::vector<float> v(16);
+  if (t == Quant4Type::NF4) {
+    std::copy(kNf4.begin(), kNf4.end(), v.begin());
+  } else {
+    for (int i = 0; i < 8; ++i) {
+      v[static_cast<std::size_t>(i)] = kFp4Magnitude[static_cast<std::size_t>(i)];
+      v[static_cast<std::size_t>(i + 8)] = -kFp4Magnitude[static_cast<std::size_t>(i)];
+    }
+    v[8] = 0.0f;  // the negative zero code holds +0, as bitsandbytes' table does (its dequantized zeros are +0)
+  }
+  torch::Tensor code = torch::tensor(v, torch::kFloat32);
+  code.div_(code.abs().max());  // bitsandbytes normalizes the table by its largest magnitude
+  return code.to(device);
+}
+
+torch::Tensor dynamic_map_signed(const torch::Device& device) {
+  // 7 exponent ranges 10^-6 … 10^0; range i holds 2^i linearly spaced fractions in (0.1, 1)
+  // (the means of 2^i + 1 fp32 linspace boundaries) scaled by 10^(i-6), with both signs;
+  // then 0 and 1: 2 × 127 + 2 = 256 values, sorted. The products are fp32, as in
+  // bitsandbytes' create_dynamic_map.
+  std::vector<torch::Tensor> parts;
+  for (int i = 0; i < 7; ++i) {
+    const torch::Tensor boundaries = torch::linspace(0.1, 1.0, (1 << i) + 1, torch::kFloat32);
+    const torch::Tensor means = (boundaries.narrow(0, 0, 1 << i) + boundaries.narrow(0, 1, 1 << i)) / 2.0;
+    const double scale = std::pow(10.0, i - 6);
+    parts.push_back(means * scale);
+    parts.push_back(means * (-scale));
+  }
+  parts.push_back(torch::tensor({0.0f, 1.0f}, torch::kFloat32));
+  torch::Tensor data = std::get<0>(torch::cat(parts).sort());
+  return data.to(device);
+}
+
+std::pair<torch::Tensor, torch::Tensor> quantize_blockwise_8bit(const torch::Tensor& x, const torch::Tensor& code,
+                                                                std::int64_t blocksize) {
+  TORCH_CHECK(blocksize > 0, "quantize_blockwise_8bit: blocksize must be positive");
+  TORCH_CHECK(code.dim() == 1 && code.size(0) >= 2, "quantize_blockwise_8bit: the code must be a vector");
+  const torch::Tensor a = x.reshape(-1).to(torch::kFloat32);
+  const std::int64_t n = a.numel();
+  const std::int64_t blocks = (n + blocksize - 1) / blocksize;
+  const std::int64_t padded = blocks * blocksize;
+  // Per block: the largest magnitude (padding with 0 changes no maximum), each value divided
+  // by it, then the nearest code value (a search for the code at or left of the value, then
+  // its right neighbour taken only when strictly closer).
+  const torch::Tensor blocked = torch::constant_pad_nd(a, {0, padded - n}, 0.0).view({blocks, blocksize});
+  const torch::Tensor absmax = blocked.abs().amax(1);
+  const torch::Tensor normed = (blocked / absmax.unsqueeze(1)).reshape(-1).narrow(0, 0, n);
+  const torch::Tensor c = code.to(a.device(), torch::kFloat32).contiguous();
+  const std::int64_t last = c.size(0) - 1;
+  torch::Tensor idx = (torch::searchsorted(c, normed, /*out_int32=*/false, /*right=*/true) - 1).clamp(0, last);
+  const torch::Tensor next = (idx + 1).clamp_max(last);
+  const torch::Tensor dl = (normed - c.index_select(0, idx)).abs();
+  const torch::Tensor dr = (normed - c.index_select(0, next)).abs();
+  idx = torch::where(dr < dl, next, idx);
+  idx = torch::where(torch::isnan(normed), torch::zeros_like(idx), idx);  // an all-zero block: 0/0
+  return {idx.to(torch::kUInt8).view(x.sizes()), absmax};
+}
+
+c10::intrusive_ptr<Quant4Weight> quantize_4bit(const torch::Tensor& w, Quant4Type type, std::int64_t blocksize,
+                                               bool double_quant) {
+  TORCH_CHECK(valid_quant4_blocksize(blocksize), "quantize_4bit: blocksize ", blocksize,
+              " is not one bitsandbytes uses (32, 64, ..., 4096)");
+  const auto st = w.scalar_type();
+  TORCH_CHECK(st == torch::kFloat32 || st == torch::kBFloat16 || st == torch::kHalf,
+              "quantize_4bit: the weight must be fp32, bf16 or fp16, got ", st);
+  TORCH_CHECK(w.numel() > 0, "quantize_4bit: empty weight");
+  torch::NoGradGuard no_grad;
+  const torch::Device dev = w.device();
+  const torch::Tensor a = w.detach().reshape(-1).to(torch::kFloat32);
+  const std::int64_t n = a.numel(), rem = n % blocksize, full = n - rem, full_blocks = full / blocksize;
+
+  // Full blocks: x · (1 / max(absmax, 1e-38)), clamped to [-1, 1]; the stored absmax is the
+  // unclamped maximum. A short last block: x / max(absmax, 1e-38), and that clamped maximum
+  // is what is stored. (bitsandbytes' two code paths, kept apart on purpose.)
+  std::vector<torch::Tensor> absmax_parts, scaled_parts;
+  if (full_blocks > 0) {
+    const torch::Tensor blocked = a.narrow(0, 0, full).view({full_blocks, blocksize});
+    const torch::Tensor am = std::get<0>(blocked.abs().max(1));
+    absmax_parts.push_back(am);
+    scaled_parts.push_back((blocked * torch::reciprocal(am.clamp_min(1e-38)).unsqueeze(1)).clamp(-1, 1).reshape(-1));
+  }
+  if (rem > 0) {
+    const torch::Tensor tail = a.narrow(0, full, rem);
+    const torch::Tensor am = tail.abs().max().clamp_min(1e-38);
+    absmax_parts.push_back(am.unsqueeze(0));
+    scaled_parts.push_back((tail / am).clamp(-1, 1));
+  }
+  torch::Tensor absmax = torch::cat(absmax_parts);
+  torch::Tensor scaled = torch::cat(scaled_parts);
+  if (scaled.numel() % 2) scaled = torch::constant_pad_nd(scaled, {0, 1}, 0.0);
+
+  // Nearest code: bucketize against the midpoints of the ascending values (a value on a
+  // midpoint goes to the lower one); FP4's codes are not in value order, so map back.
+  const torch::Tensor code = quant4_code(type, dev);
+  const torch::Tensor order = torch::argsort(code);
+  const torch::Tensor sorted = code.index_select(0, order);
+  const torch::Tensor bounds = (sorted.narrow(0, 0, 15) + sorted.narrow(0, 1, 15)) / 2;
+  torch::Tensor q = torch::bucketize(scaled, bounds, /*out_int32=*/false, /*right=*/false);
+  if (type != Quant4Type::NF4) q = order.index_select(0, q);
+  const torch::Tensor q8 = q.to(torch::kUInt8).view({-1, 2});
+  const torch::Tensor packed = torch::bitwise_or(torch::bitwise_left_shift(q8.select(1, 0), 4), q8.select(1, 1));
+
+  auto out = c10::make_intrusive<Quant4Weight>();
+  out->type = type;
+  out->blocksize = blocksize;
+  out->shape = w.sizes().vec();
+  out->dtype = st;
+  out->packed = packed.unsqueeze(1).contiguous();
+  out->code = code;
+  if (!double_quant) {
+    out->absmax = absmax;
+    return out;
+  }
+  // Double quantization: the absmax values less their mean, 8-bit on the dynamic map.
+  const torch::Tensor offset = absmax.mean();
+  auto [qabsmax, nested_absmax] = quantize_blockwise_8bit(absmax - offset, dynamic_map_signed(dev), 256);
+  out->nested = true;
+  out->nested_blocksize = 256;
+  out->absmax = qabsmax;
+  out->nested_absmax = nested_absmax;
+  out->nested_code = dynamic_map_signed(dev);
+  out->offset = offset.item<float>();
+  return out;
+}
+
+torch::Tensor quant4_absmax(const Quant4Weight& q) {
+  if (!q.nested) return q.absmax.to(torch::kFloat32);
+  const std::int64_t blocks = q.absmax.numel(), nb = q.nested_blocksize;
+  const torch::Tensor values = q.nested_code.to(torch::kFloat32).index_select(0, q.absmax.reshape(-1).to(torch::kLong));
+  const torch::Tensor scale = q.nested_absmax.to(torch::kFloat32).repeat_interleave(nb).narrow(0, 0, blocks);
+  return values * scale + q.offset;
+}
+
+torch::Tensor dequantize_4bit(const Quant4Weight& q, torch::ScalarType dtype) {
+  torch::NoGradGuard no_grad;
+  const std::int64_t n = q.numel();
+  const torch::Tensor bytes = q.packed.reshape(-1);
+  // High nibble first: element 2i in the high half of byte i.
+  const torch::Tensor nibbles =
+      torch::stack({torch::bitwise_right_shift(bytes, 4), torch::bitwise_and(bytes, 15)}, 1).reshape(-1).narrow(0, 0, n);
+  const torch::Tensor values = q.code.to(torch::kFloat32).index_select(0, nibbles.to(torch::kLong));
+  const torch::Tensor absmax = quant4_absmax(q);
+  const std::int64_t rem = n % q.blocksize, full = n - rem;
+  torch::Tensor out;
+  if (rem == 0) {
+    out = (values.view({-1, q.blocksize}) * absmax.unsqueeze(1)).reshape(-1);
+  } else {
+    std::vector<torch::Tensor> parts;
+    if (full > 0)
+      parts.push_back((values.narrow(0, 0, full).view({-1, q.blocksize}) *
+                       absmax.narrow(0, 0, full / q.blocksize).unsqueeze(1))
+                          .reshape(-1));
+    parts.push_back(values.narrow(0, full, rem) * absmax.narrow(0, full / q.blocksize, 1));
+    out = torch::cat(parts);
+  }
+  return out.view(q.shape).to(dtype);
+}
+
+}  // namespace odyssey::kernels
