@@ -190,9 +190,9 @@ class TstQuant4 : public QObject {
         QCOMPARE(q->packed.size(0), (x.numel() + 1) / 2);
         const torch::Tensor back = kernels::dequantize_4bit(*q, torch::kFloat32);
         QCOMPARE(back.sizes(), x.sizes());
-        // The widest NF4 gap is 0.28 of absmax, FP4's 0.33: half of it, plus the 8-bit
+        // The widest NF4 gap is 0.304 of absmax (-1 to -0.696), FP4's 0.333: half of it, plus the 8-bit
         // absmax's own error when double-quantized (a few percent of absmax at most).
-        const double tol = (t == kernels::Quant4Type::NF4 ? 0.139 : 0.167) + (dq ? 0.03 : 1e-6);
+        const double tol = (t == kernels::Quant4Type::NF4 ? 0.153 : 0.167) + (dq ? 0.03 : 1e-6);
         const torch::Tensor am = x.reshape(-1).narrow(0, 0, 2944).view({-1, 64}).abs().amax(1, true);
         const torch::Tensor err = (back - x).reshape(-1).narrow(0, 0, 2944).view({-1, 64}).abs() / am;
         QVERIFY2(err.max().item<double>() <= tol, qPrintable(QString::number(err.max().item<double>())));
