@@ -8,19 +8,35 @@
 #include <tuple>
 #include <vector>
 
+namespace odyssey::kernels {
+
+torch::Tensor LinearWeights::dense(torch::ScalarType dtype) const {
+  if (quant) return dequantize_4bit(*quant, dtype);
+  return weight.to(dtype);
+}
+
+}  // namespace odyssey::kernels
+
 namespace odyssey::kernels::detail {
 
 void check_linear(const LinearWeights& w, std::int64_t in, const char* what) {
-  TORCH_CHECK(w.weight.defined() && w.weight.dim() == 2 && w.weight.size(1) == in, what, ": the weight must be [out, ",
-              in, "], got ", w.weight.defined() ? w.weight.sizes() : torch::IntArrayRef{});
-  TORCH_CHECK(!w.bias.defined() || (w.bias.dim() == 1 && w.bias.size(0) == w.weight.size(0)), what,
-              ": the bias must be [", w.weight.size(0), "], got ", w.bias.sizes());
+  const std::int64_t out = w.out_features();
+  if (w.quant) {
+    TORCH_CHECK(!w.weight.defined(), what, ": a projection has a 16-bit or a 4-bit weight, not both");
+    TORCH_CHECK(w.quant->shape.size() == 2 && w.quant->shape[1] == in, what, ": the 4-bit weight must be [out, ", in,
+                "], got ", c10::IntArrayRef(w.quant->shape));
+  } else {
+    TORCH_CHECK(w.weight.defined() && w.weight.dim() == 2 && w.weight.size(1) == in, what,
+                ": the weight must be [out, ", in, "], got ", w.weight.defined() ? w.weight.sizes() : torch::IntArrayRef{});
+  }
+  TORCH_CHECK(!w.bias.defined() || (w.bias.dim() == 1 && w.bias.size(0) == out), what, ": the bias must be [", out,
+              "], got ", w.bias.sizes());
   TORCH_CHECK(w.lora_a.defined() == w.lora_b.defined(), what, ": lora_a and lora_b come together");
   if (w.lora_a.defined())
-    TORCH_CHECK(w.lora_a.dim() == 2 && w.lora_a.size(1) == in && w.lora_b.dim() == 2 &&
-                    w.lora_b.size(0) == w.weight.size(0) && w.lora_b.size(1) == w.lora_a.size(0),
-                what, ": the LoRA pair must be [r, ", in, "] and [", w.weight.size(0), ", r], got ", w.lora_a.sizes(),
-                " and ", w.lora_b.sizes());
+    TORCH_CHECK(w.lora_a.dim() == 2 && w.lora_a.size(1) == in && w.lora_b.dim() == 2 && w.lora_b.size(0) == out &&
+                    w.lora_b.size(1) == w.lora_a.size(0),
+                what, ": the LoRA pair must be [r, ", in, "] and [", out, ", r], got ", w.lora_a.sizes(), " and ",
+                w.lora_b.sizes());
 }
 
 torch::Tensor linear_forward(const torch::Tensor& x, const LinearWeights& w, torch::Tensor* lora_out) {
@@ -29,15 +45,17 @@ torch::Tensor linear_forward(const torch::Tensor& x, const LinearWeights& w, tor
   // q and k projections in place). _unsafe_view gives the shape without view tracking, as
   // at::matmul does.
   const torch::Tensor x2 = x.reshape({-1, x.size(-1)});
-  torch::Tensor y =
-      at::linear(x2, w.weight, w.bias.defined() ? std::optional<torch::Tensor>(w.bias) : std::nullopt);
+  // A 4-bit base is dequantized here and again in backward (linear_input_grad); the fused
+  // ops keep no copy of it.
+  torch::Tensor y = at::linear(x2, w.quant ? w.dense(x.scalar_type()) : w.weight,
+                               w.bias.defined() ? std::optional<torch::Tensor>(w.bias) : std::nullopt);
   if (w.lora_a.defined()) {
     const auto dt = x.scalar_type();
     *lora_out = at::linear(x2, w.lora_a.to(dt));
     y = y + at::linear(*lora_out, w.lora_b.to(dt)) * w.lora_scaling;
   }
   std::vector<std::int64_t> shape = x.sizes().vec();
-  shape.back() = w.weight.size(0);
+  shape.back() = w.out_features();
   return at::_unsafe_view(y, shape);
 }
 
@@ -46,12 +64,12 @@ LinearBackward linear_input_grad(const torch::Tensor& dy, const LinearWeights& w
   LinearBackward b;
   b.dy = dy;
   if (into.defined()) {
-    TORCH_CHECK(into.dim() == 2 && into.size(0) == dy.size(0) && into.size(1) == w.weight.size(1),
-                "linear_input_grad: the gradient to add to must be [", dy.size(0), ", ", w.weight.size(1), "], got ",
+    TORCH_CHECK(into.dim() == 2 && into.size(0) == dy.size(0) && into.size(1) == w.in_features(),
+                "linear_input_grad: the gradient to add to must be [", dy.size(0), ", ", w.in_features(), "], got ",
                 into.sizes());
-    b.input_grad = into.addmm_(dy, w.weight);
+    b.input_grad = into.addmm_(dy, w.quant ? w.dense(dy.scalar_type()) : w.weight);
   } else {
-    b.input_grad = at::mm(dy, w.weight);
+    b.input_grad = at::mm(dy, w.quant ? w.dense(dy.scalar_type()) : w.weight);
   }
   if (w.lora_a.defined()) {
     b.ds = dy * w.lora_scaling;
@@ -82,6 +100,7 @@ torch::Tensor ones_like_rows(std::int64_t n, const torch::Tensor& like) {
 LinearGrads linear_weight_grads(const LinearBackward& b, const torch::Tensor& x, const torch::Tensor& lora_out,
                                 const LinearWeights& w, bool want_weight, bool want_bias, bool want_a, bool want_b) {
   LinearGrads g;
+  TORCH_CHECK(!want_weight || !w.quant, "linear_weight_grads: a 4-bit base weight is frozen (QLoRA)");
   if (want_weight) g.weight = at::mm(b.dy.t(), x);
   // On the GPU in bf16/fp16 the bias's gradient (Σ over rows of dy) as a matrix-vector product:
   // cuBLAS reads the [N, out] gradient once at full bandwidth, where a column reduction kernel

@@ -9,13 +9,22 @@
 
 #include <torch/torch.h>
 
+#include "kernels/quant4.h"
+
 namespace odyssey::kernels {
 
-// weight [out, in]; bias [out] or undefined; lora_a [r, in] and lora_b [out, r], both or
+// weight [out, in], or, for a 4-bit base (QLoRA), weight undefined and `quant` holding it
+// (dequantized to the input's dtype for each product, one projection at a time, and never
+// given a gradient); bias [out] or undefined; lora_a [r, in] and lora_b [out, r], both or
 // neither, any float dtype (used in the input's dtype).
 struct LinearWeights {
   torch::Tensor weight, bias, lora_a, lora_b;
+  c10::intrusive_ptr<Quant4Weight> quant;
   double lora_scaling = 1.0;
+  std::int64_t out_features() const { return weight.defined() ? weight.size(0) : (quant ? quant->shape[0] : 0); }
+  std::int64_t in_features() const { return weight.defined() ? weight.size(1) : (quant ? quant->shape[1] : 0); }
+  // The base weight in `dtype`: `weight` cast, or `quant` dequantized.
+  torch::Tensor dense(torch::ScalarType dtype) const;
 };
 
 namespace detail {

@@ -232,3 +232,41 @@ torch::Tensor dequantize_4bit(const Quant4Weight& q, torch::ScalarType dtype) {
 }
 
 }  // namespace odyssey::kernels
+
+namespace odyssey::kernels {
+
+namespace {
+
+// y = x W^T with W dequantized for the product and again in backward; W is held by a
+// capsule, not saved as a tensor, so autograd keeps nothing of W's size (W frozen: no weight
+// gradient).
+struct Quant4Linear : torch::autograd::Function<Quant4Linear> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const c10::intrusive_ptr<Quant4Weight>& w) {
+    ctx->saved_data["w"] = c10::IValue::make_capsule(w);
+    return at::linear(x, dequantize_4bit(*w, x.scalar_type()));
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto w = c10::static_intrusive_pointer_cast<Quant4Weight>(ctx->saved_data["w"].toCapsule());
+    const torch::Tensor& dy = grads[0];
+    torch::Tensor dx;
+    if (ctx->needs_input_grad(0)) dx = at::matmul(dy, dequantize_4bit(*w, dy.scalar_type()));
+    return {dx, torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor quant4_linear(const torch::Tensor& x, const c10::intrusive_ptr<Quant4Weight>& w,
+                            const torch::Tensor& bias) {
+  TORCH_CHECK(w && w->shape.size() == 2, "quant4_linear: a 2-d 4-bit weight is needed");
+  TORCH_CHECK(x.size(-1) == w->shape[1], "quant4_linear: input of ", x.size(-1), " features for a weight [",
+              w->shape[0], ", ", w->shape[1], "]");
+  TORCH_CHECK(x.device() == w->device(), "quant4_linear: the input is on ", x.device(), ", the weight on ",
+              w->device());
+  torch::Tensor y = Quant4Linear::apply(x, w);
+  return bias.defined() ? y + bias : y;
+}
+
+}  // namespace odyssey::kernels

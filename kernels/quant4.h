@@ -70,6 +70,12 @@ torch::Tensor quant4_absmax(const Quant4Weight& q);
 // The weight in `dtype`, shape q.shape, on q's device.
 torch::Tensor dequantize_4bit(const Quant4Weight& q, torch::ScalarType dtype);
 
+// y = x W^T (+ bias) for the 4-bit W, W dequantized to x's dtype for the product and again
+// for the input's gradient in backward: nothing of W's size is kept between them. W gets no
+// gradient (a frozen QLoRA base); the bias gets one when it requires it.
+torch::Tensor quant4_linear(const torch::Tensor& x, const c10::intrusive_ptr<Quant4Weight>& w,
+                            const torch::Tensor& bias = torch::Tensor());
+
 // The 8-bit blockwise quantization the nested constants use, exposed for the tests: codes
 // (uint8, x's numel) and the fp32 absmax per block; nearest code of `code` (ascending) to
 // x / absmax, ties to the lower code.

@@ -217,6 +217,7 @@ std::pair<torch::Tensor, torch::Tensor> add_rms_norm(const torch::Tensor& x, con
 
 torch::Tensor rms_norm_linear(const torch::Tensor& n, const torch::Tensor& s, const torch::Tensor& norm_weight,
                               double eps, const LinearWeights& w, const c10::intrusive_ptr<NormShare>& share) {
+  TORCH_CHECK(!w.quant, "rms_norm_linear: a 4-bit base weight takes the unfused projection (LinearImpl::forward)");
   check_inputs(s, {}, norm_weight, eps);
   TORCH_CHECK(n.defined() && n.sizes() == s.sizes() && n.scalar_type() == s.scalar_type(),
               "rms_norm_linear: the norm output must have the input's shape ", s.sizes(), " and dtype ",

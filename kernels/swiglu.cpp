@@ -259,6 +259,7 @@ torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
 torch::Tensor swiglu_down(const torch::Tensor& gate, const torch::Tensor& up, const LinearWeights& down,
                           const std::shared_ptr<OffloadChain>& offload) {
   check_inputs(gate, up);
+  TORCH_CHECK(!down.quant, "swiglu_down: a 4-bit base weight takes the unfused projection (LinearImpl::forward)");
   detail::check_linear(down, gate.size(-1), "swiglu_down");
   return SwiGluDown::apply(gate, up, down.weight, detail::opt(down.bias), detail::opt(down.lora_a),
                            detail::opt(down.lora_b), down.lora_scaling, offload)[0];
@@ -270,6 +271,8 @@ namespace odyssey::kernels {
 
 torch::Tensor rms_norm_mlp(const torch::Tensor& n, const torch::Tensor& s, const torch::Tensor& norm_weight,
                            double eps, const LinearWeights& gate, const LinearWeights& up, const LinearWeights& down) {
+  TORCH_CHECK(!gate.quant && !up.quant && !down.quant,
+              "rms_norm_mlp: 4-bit base weights take the unfused projections (LinearImpl::forward)");
   TORCH_CHECK(s.defined() && s.dim() >= 1, "rms_norm_mlp: the norm input must be [..., H], got ",
               s.defined() ? s.sizes() : torch::IntArrayRef{});
   TORCH_CHECK(n.defined() && n.sizes() == s.sizes() && n.scalar_type() == s.scalar_type(),

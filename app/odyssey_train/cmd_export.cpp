@@ -118,6 +118,23 @@ int cmd_export(const Args& a) {
         return kFailure;
       }
     }
+    // A 4-bit (bitsandbytes) base is written dequantized: its config.json loses the
+    // quantization_config, or transformers would read the 16-bit tensors as 4-bit ones.
+    if (const fs::path cj = tmp / "config.json"; fs::exists(cj)) {
+      std::ifstream cin_(cj);
+      nlohmann::json j = nlohmann::json::parse(cin_, nullptr, false);
+      cin_.close();
+      if (j.is_object() && j.contains("quantization_config")) {
+        j.erase("quantization_config");
+        std::ofstream cout_(cj, std::ios::trunc);
+        cout_ << j.dump(2) << '\n';
+        if (!cout_) {
+          std::cerr << "odyssey-train export: " << cj.string() << ": cannot be written\n";
+          fs::remove_all(tmp, ec);
+          return kFailure;
+        }
+      }
+    }
     fs::rename(tmp, out, ec);
     if (ec) {
       std::cerr << "odyssey-train export: " << out << ": " << ec.message() << '\n';

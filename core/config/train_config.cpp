@@ -14,6 +14,8 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 constexpr std::array<SV, 6> kTemplates{"auto", "chatml", "qwen2_5", "qwen3", "llama3", "llama3_1"};
 constexpr std::array<SV, 4> kDtypes{"auto", "bfloat16", "float16", "float32"};
+constexpr std::array<SV, 1> kQuantMethods{"bnb"};
+constexpr std::array<SV, 2> kQuantTypes{"nf4", "fp4"};
 constexpr std::array<SV, 4> kTruncation{"delete", "left", "right", "raise"};
 constexpr std::array<SV, 2> kTuners{"lora", "full"};
 constexpr std::array<SV, 3> kSchedulers{"cosine", "linear", "constant"};
@@ -50,6 +52,22 @@ const std::array kFields = std::to_array<FieldSpec>({
     {"torch_dtype", "model", &TC::torch_dtype,
      "Compute dtype of weights and activations: auto = bfloat16 on GPU, float32 on CPU.",
      "torch_dtype", -kInf, kInf, kDtypes},
+    {"quant_bits", "model", &TC::quant_bits,
+     "Base weights: 0 keeps them 16-bit; 4 stores every decoder projection in 4 bits (QLoRA, "
+     "bitsandbytes' format; LoRA only). A bitsandbytes 4-bit checkpoint is read as it is.",
+     "quant_bits", 0, 8},
+    {"quant_method", "model", &TC::quant_method,
+     "How the base is quantized: bnb (bitsandbytes' NF4/FP4 layout).", "quant_method", -kInf, kInf,
+     kQuantMethods},
+    {"bnb_4bit_quant_type", "model", &TC::bnb_4bit_quant_type,
+     "4-bit code: nf4 (NormalFloat, the QLoRA default) or fp4.", "bnb_4bit_quant_type", -kInf, kInf,
+     kQuantTypes},
+    {"bnb_4bit_use_double_quant", "model", &TC::bnb_4bit_use_double_quant,
+     "Quantize the per-block scales again (8 bits in blocks of 256): about 0.37 bits less per weight.",
+     "bnb_4bit_use_double_quant"},
+    {"bnb_4bit_compute_dtype", "model", &TC::bnb_4bit_compute_dtype,
+     "dtype the 4-bit weights are dequantized to for each product: auto = torch_dtype (the only "
+     "one Odyssey computes in).", "bnb_4bit_compute_dtype", -kInf, kInf, kDtypes},
 
     // data
     {"dataset", "data", &TC::dataset,

@@ -26,6 +26,12 @@ struct TrainConfig {
   std::string template_file;            // a Jinja chat template used in place of the model's
   std::string system;                   // default system prompt
   std::string torch_dtype = "auto";     // auto|bfloat16|float16|float32
+  // 4-bit base weights (QLoRA, docs/qlora.md), under ms-swift's names
+  std::int64_t quant_bits = 0;          // 0: 16-bit base; 4: NF4/FP4 in bitsandbytes' layout
+  std::string quant_method = "bnb";     // bnb (bitsandbytes' format) only
+  std::string bnb_4bit_quant_type = "nf4";       // nf4|fp4
+  bool bnb_4bit_use_double_quant = true;
+  std::string bnb_4bit_compute_dtype = "auto";   // auto (= torch_dtype)|bfloat16|float16|float32
 
   // -- data
   std::vector<std::string> dataset;     // each "path" or "path#N" (N samples, seeded)

@@ -10,6 +10,7 @@
 #include "common/text.h"
 #include "data/dataset.h"
 #include "data/tokenize.h"
+#include "model/decoder_config.h"
 #include "model/weights_check.h"
 #include "tokenizer/tokenizer.h"
 
@@ -141,6 +142,24 @@ Diagnostics validate_config(const LoadedConfig& lc, const HfModelConfig* m) {
       ck.error("target_modules", "all-linear already names every projection; list either all-linear or modules");
   if (c.target_modules.empty() && lora)
     ck.error("target_modules", "empty; LoRA needs at least one module (or all-linear)");
+
+  // -- 4-bit base weights (QLoRA, docs/qlora.md)
+  if (c.quant_bits != 0 && c.quant_bits != 4)
+    ck.error("quant_bits", c.quant_bits == 8 ? "found 8: 8-bit bases are not supported; use 4 (QLoRA: NF4 or FP4) "
+                                               "or 0 (16-bit)"
+                                             : "found " + n(c.quant_bits) + "; expected 0 (16-bit base) or 4 (QLoRA)");
+  if (c.quant_bits == 4 && !lora)
+    ck.error("quant_bits", "a 4-bit base is frozen, so it needs tuner_type: lora (found full); full fine-tuning "
+                           "trains 16-bit weights (quant_bits: 0)");
+  if (c.quant_bits == 0) {
+    for (const char* k : {"quant_method", "bnb_4bit_quant_type", "bnb_4bit_use_double_quant", "bnb_4bit_compute_dtype"})
+      if (differs(k))
+        ck.error(k, "is a 4-bit setting but quant_bits is 0; set quant_bits: 4 or remove it");
+  }
+  if (c.bnb_4bit_compute_dtype != "auto" && c.torch_dtype != "auto" && c.bnb_4bit_compute_dtype != c.torch_dtype)
+    ck.error("bnb_4bit_compute_dtype", "found " + c.bnb_4bit_compute_dtype + " with torch_dtype " + c.torch_dtype +
+                                           "; Odyssey dequantizes the 4-bit weights to the run's dtype: leave it auto "
+                                           "or make the two equal");
 
   // -- optimizer memory
   if (c.offload_optimizer && c.zero_stage == 0)
@@ -319,6 +338,18 @@ CheckedConfig check_config(LoadedConfig cfg, bool check_files) {
         const std::string config_file = (fs::path(r.location.path) / "config.json").string();
         auto w = check_model_weights(*r.model, config_file, r.location.path);
         d.insert(d.end(), w.begin(), w.end());
+        // A quantized checkpoint: bitsandbytes 4-bit trains as QLoRA; other methods are refused
+        // as the loader refuses them.
+        std::string config_text, why;
+        if (read_regular_file(config_file, std::uint64_t{64} << 20, &config_text, &why)) {
+          auto q = parse_quantization_config(config_text, config_file);
+          d.insert(d.end(), q.diagnostics.begin(), q.diagnostics.end());
+          if (q.ok() && q.value.prequantized && !uses_lora(c))
+            ck.error("tuner_type", "found full with model " + text::quoted(c.model) +
+                                       ", a bitsandbytes 4-bit checkpoint (" + config_file +
+                                       ": quantization_config): its weights are frozen 4-bit codes; use tuner_type: "
+                                       "lora (QLoRA) or the model's 16-bit original");
+        }
         const std::string tok_file = (fs::path(r.location.path) / "tokenizer.json").string();
         if (regular_file_problem(tok_file) == "no such file") {
           ck.error("model", "found " + text::quoted(c.model) + ": " + r.location.path +

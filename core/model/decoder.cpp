@@ -11,14 +11,27 @@
 
 namespace odyssey::model {
 
-LinearImpl::LinearImpl(std::int64_t in, std::int64_t out, bool with_bias, const torch::TensorOptions& o)
-    : in_features(in), out_features(out) {
-  weight = register_parameter("weight", torch::empty({out, in}, o));
+LinearImpl::LinearImpl(std::int64_t in, std::int64_t out, bool with_bias, const torch::TensorOptions& o,
+                       bool quantized_)
+    : quantized(quantized_), dtype(o.dtype().toScalarType()), in_features(in), out_features(out) {
+  if (!quantized) weight = register_parameter("weight", torch::empty({out, in}, o));
   if (with_bias) bias = register_parameter("bias", torch::zeros({out}, o));
 }
 
+torch::Tensor LinearImpl::base_weight(torch::ScalarType dt) const {
+  if (!quantized) return weight.to(dt);
+  TORCH_CHECK(quant, "a 4-bit projection was used before its weight was loaded");
+  return kernels::dequantize_4bit(*quant, dt);
+}
+
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
-  torch::Tensor y = at::linear(x, weight, bias.defined() ? std::optional<torch::Tensor>(bias) : std::nullopt);
+  torch::Tensor y;
+  if (quantized) {
+    TORCH_CHECK(quant, "a 4-bit projection was used before its weight was loaded");
+    y = kernels::quant4_linear(x, quant, bias);
+  } else {
+    y = at::linear(x, weight, bias.defined() ? std::optional<torch::Tensor>(bias) : std::nullopt);
+  }
   if (!lora_A) return y;
   if (lora_in_input_dtype && x.scalar_type() != lora_A->weight.scalar_type()) {
     // Autocast's rule: the fp32 adapter weights are cast to the input's dtype for the two
@@ -43,6 +56,7 @@ torch::Tensor LinearImpl::forward_normed(const torch::Tensor& n, const NormSourc
 kernels::LinearWeights LinearImpl::fused_weights() const {
   kernels::LinearWeights w;
   w.weight = weight;
+  w.quant = quant;
   w.bias = bias;
   if (lora_A) {
     w.lora_a = lora_A->weight;
@@ -54,7 +68,8 @@ kernels::LinearWeights LinearImpl::fused_weights() const {
 
 void LinearImpl::add_lora(std::int64_t rank, double scaling, double dropout) {
   TORCH_CHECK(!lora_A, "LoRA already added");
-  const auto o = weight.options().dtype(torch::kFloat32);
+  const torch::Device device = quantized ? (quant ? quant->device() : torch::Device(torch::kCPU)) : weight.device();
+  const auto o = torch::TensorOptions().dtype(torch::kFloat32).device(device);
   lora_A = register_module("lora_A", std::make_shared<LinearImpl>(in_features, rank, false, o));
   lora_B = register_module("lora_B", std::make_shared<LinearImpl>(rank, out_features, false, o));
   torch::NoGradGuard no_grad;
@@ -65,13 +80,22 @@ void LinearImpl::add_lora(std::int64_t rank, double scaling, double dropout) {
 }
 
 void LinearImpl::merge_lora() {
-  if (!lora_A) return;
+  if (!lora_A && !quantized) return;
   {
     torch::NoGradGuard no_grad;
     const torch::Tensor delta =
-        torch::matmul(lora_B->weight.to(torch::kFloat32), lora_A->weight.to(torch::kFloat32)) * lora_scaling;
-    weight.copy_((weight.to(torch::kFloat32) + delta).to(weight.scalar_type()));
+        lora_A ? torch::matmul(lora_B->weight.to(torch::kFloat32), lora_A->weight.to(torch::kFloat32)) * lora_scaling
+               : torch::zeros({}, torch::kFloat32);
+    if (quantized) {
+      // PEFT's merge on a bitsandbytes base dequantizes it; the merged weight is 16-bit.
+      weight = register_parameter("weight", (base_weight(torch::kFloat32) + delta).to(dtype), false);
+      quantized = false;
+      quant.reset();
+    } else {
+      weight.copy_((weight.to(torch::kFloat32) + delta).to(weight.scalar_type()));
+    }
   }
+  if (!lora_A) return;
   unregister_module("lora_A");
   unregister_module("lora_B");
   lora_A = nullptr;
@@ -106,14 +130,17 @@ torch::Tensor EmbeddingImpl::forward(const torch::Tensor& ids) {
 AttentionImpl::AttentionImpl(const DecoderConfig& c, const torch::TensorOptions& o, std::int64_t layer)
     : heads(c.hf.num_attention_heads), kv_heads(c.hf.num_key_value_heads), head_dim(c.hf.head_dim) {
   const std::int64_t h = c.hf.hidden_size;
+  const std::string prefix = "model.layers." + std::to_string(layer) + ".self_attn.";
+  auto q = [&](const char* name) { return c.quant.quantizes(prefix + name); };
   if (c.hf.fused_qkv) {
-    qkv_proj = register_module("qkv_proj", Linear(h, (heads + 2 * kv_heads) * head_dim, c.qkv_bias, o));
+    qkv_proj = register_module("qkv_proj",
+                               Linear(h, (heads + 2 * kv_heads) * head_dim, c.qkv_bias, o, q("qkv_proj")));
   } else {
-    q_proj = register_module("q_proj", Linear(h, heads * head_dim, c.qkv_bias, o));
-    k_proj = register_module("k_proj", Linear(h, kv_heads * head_dim, c.qkv_bias, o));
-    v_proj = register_module("v_proj", Linear(h, kv_heads * head_dim, c.qkv_bias, o));
+    q_proj = register_module("q_proj", Linear(h, heads * head_dim, c.qkv_bias, o, q("q_proj")));
+    k_proj = register_module("k_proj", Linear(h, kv_heads * head_dim, c.qkv_bias, o, q("k_proj")));
+    v_proj = register_module("v_proj", Linear(h, kv_heads * head_dim, c.qkv_bias, o, q("v_proj")));
   }
-  o_proj = register_module("o_proj", Linear(heads * head_dim, h, c.o_bias, o));
+  o_proj = register_module("o_proj", Linear(heads * head_dim, h, c.o_bias, o, q("o_proj")));
   if (c.hf.qk_norm) {
     q_norm = register_module("q_norm", RMSNorm(head_dim, c.hf.rms_norm_eps, o, c.hf.norm_plus_one));
     k_norm = register_module("k_norm", RMSNorm(head_dim, c.hf.rms_norm_eps, o, c.hf.norm_plus_one));
@@ -200,16 +227,18 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext&
   return o_proj(out.transpose(1, 2).reshape({b, s, -1}).contiguous());
 }
 
-MlpImpl::MlpImpl(const DecoderConfig& c, const torch::TensorOptions& o) {
+MlpImpl::MlpImpl(const DecoderConfig& c, const torch::TensorOptions& o, std::int64_t layer) {
   const std::int64_t h = c.hf.hidden_size, i = c.hf.intermediate_size;
   gelu = c.hf.hidden_act == "gelu_pytorch_tanh";
+  const std::string prefix = "model.layers." + std::to_string(layer) + ".mlp.";
+  auto q = [&](const char* name) { return c.quant.quantizes(prefix + name); };
   if (c.hf.fused_qkv) {
-    gate_up_proj = register_module("gate_up_proj", Linear(h, 2 * i, c.mlp_bias, o));
+    gate_up_proj = register_module("gate_up_proj", Linear(h, 2 * i, c.mlp_bias, o, q("gate_up_proj")));
   } else {
-    gate_proj = register_module("gate_proj", Linear(h, i, c.mlp_bias, o));
-    up_proj = register_module("up_proj", Linear(h, i, c.mlp_bias, o));
+    gate_proj = register_module("gate_proj", Linear(h, i, c.mlp_bias, o, q("gate_proj")));
+    up_proj = register_module("up_proj", Linear(h, i, c.mlp_bias, o, q("up_proj")));
   }
-  down_proj = register_module("down_proj", Linear(i, h, c.mlp_bias, o));
+  down_proj = register_module("down_proj", Linear(i, h, c.mlp_bias, o, q("down_proj")));
 }
 
 torch::Tensor MlpImpl::compute(const torch::Tensor& x, const NormSource* src,
@@ -271,7 +300,7 @@ DecoderLayerImpl::DecoderLayerImpl(const DecoderConfig& c, const torch::TensorOp
   const std::int64_t hs = c.hf.hidden_size;
   const double eps = c.hf.rms_norm_eps;
   self_attn = register_module("self_attn", Attention(c, o, layer));
-  mlp = register_module("mlp", Mlp(c, o));
+  mlp = register_module("mlp", Mlp(c, o, layer));
   input_layernorm = register_module("input_layernorm", RMSNorm(hs, eps, o, p1));
   post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(hs, eps, o, p1));
   if (c.hf.sandwich_norms) {
@@ -328,6 +357,8 @@ DecoderBodyImpl::DecoderBodyImpl(const DecoderConfig& c, const torch::TensorOpti
 
 CausalLMImpl::CausalLMImpl(DecoderConfig config, DecoderOptions options)
     : config_(std::move(config)), options_(options) {
+  // A pre-quantized checkpoint keeps its own settings; otherwise the 4-bit base asked for.
+  if (!config_.quant.prequantized) config_.quant = options_.quant;
   const auto o = torch::TensorOptions().dtype(options_.dtype).device(options_.device);
   model = register_module("model", DecoderBody(config_, o));
   if (!config_.hf.tie_word_embeddings)

@@ -52,6 +52,10 @@ struct DecoderOptions {
   // CUDA tensors run the CUDA kernels; others the same fused math in ATen ops. Off: the
   // Hugging Face formulas op for op (the parity tests' reference path).
   bool fused_kernels = false;
+  // 4-bit base weights asked for (preset `quant_bits: 4`): the loader quantizes every
+  // projection QuantSettings::quantizes names as it reads it. A pre-quantized checkpoint's
+  // config.json settings take precedence (weights.h).
+  QuantSettings quant;
 };
 
 // Where a projection's input came from in the fused path: n = rms_norm(input) * weight. The
@@ -69,7 +73,8 @@ struct NormSource {
 // "lora_B" (weight [out, r]), y += scaling * B(A(dropout(x))).
 class LinearImpl : public torch::nn::Module {
  public:
-  LinearImpl(std::int64_t in, std::int64_t out, bool bias, const torch::TensorOptions& o);
+  // quantized: a 4-bit base (QLoRA): no "weight" parameter is created; the loader sets `quant`.
+  LinearImpl(std::int64_t in, std::int64_t out, bool bias, const torch::TensorOptions& o, bool quantized = false);
   torch::Tensor forward(const torch::Tensor& x);
   // forward(n) for n the output of `src`'s norm (null: plain forward). With the fused kernels
   // and no adapter dropout, n is not kept for backward (kernels::rms_norm_linear).
@@ -78,16 +83,26 @@ class LinearImpl : public torch::nn::Module {
   kernels::LinearWeights fused_weights() const;
   // Whether the fused projections (kernels::swiglu_down, rms_norm_linear) compute this layer
   // as forward() would: the fused path, and no adapter dropout (which needs its dropped copy).
-  bool fused_projection() const { return lora_in_input_dtype && (!lora_A || lora_dropout == 0.0); }
+  // A 4-bit base takes the unfused projection (kernels::quant4_linear).
+  bool fused_projection() const {
+    return lora_in_input_dtype && !quantized && (!lora_A || lora_dropout == 0.0);
+  }
 
   // Adds lora_A (Kaiming-uniform with a = sqrt(5), nn.Linear's and PEFT's default, from the
   // default generator) and lora_B (zeros), both fp32 on the weight's device. scaling = alpha / r, or alpha / sqrt(r) (rsLoRA).
   void add_lora(std::int64_t rank, double scaling, double dropout);
   bool has_lora() const { return lora_A != nullptr; }
-  // W += scaling * B A (in fp32, cast back), then the adapter is removed.
+  // W += scaling * B A (in fp32, cast back), then the adapter is removed. A 4-bit base is
+  // dequantized first (with or without an adapter) and becomes a 16-bit "weight" parameter in
+  // the model's dtype.
   void merge_lora();
+  // The base weight in `dtype`: the parameter cast, or the 4-bit weight dequantized.
+  torch::Tensor base_weight(torch::ScalarType dtype) const;
 
   torch::Tensor weight, bias;
+  bool quantized = false;
+  torch::ScalarType dtype = torch::kFloat32;  // the model's (the options it was built with)
+  c10::intrusive_ptr<kernels::Quant4Weight> quant;  // quantized: the 4-bit weight (set by the loader)
   std::shared_ptr<LinearImpl> lora_A, lora_B;
   double lora_scaling = 0.0;
   double lora_dropout = 0.0;
@@ -164,7 +179,7 @@ TORCH_MODULE(Attention);
 
 class MlpImpl : public torch::nn::Module {
  public:
-  MlpImpl(const DecoderConfig& c, const torch::TensorOptions& o);
+  MlpImpl(const DecoderConfig& c, const torch::TensorOptions& o, std::int64_t layer = 0);
   bool gelu = false;  // GeGLU with tanh-approximated GELU (gelu_pytorch_tanh): not fused
   Linear gate_up_proj{nullptr};  // Phi-3: gate and up in one projection (gate first)
   // With tile_tokens > 0 and more tokens than that (tiled MLP, docs/training.md): the tokens

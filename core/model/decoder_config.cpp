@@ -231,6 +231,9 @@ Result<DecoderConfig> parse_decoder_config(const std::string& json_text, const s
   if (rotary % 2 != 0 || rotary <= 0)
     r.diagnostics.push_back(derr(file, "partial_rotary_factor", "head_dim x partial_rotary_factor = " + std::to_string(rotary) +
                                                                     " must be a positive even number"));
+  Result<QuantSettings> q = parse_quantization_config(json_text, file);
+  r.diagnostics.insert(r.diagnostics.end(), q.diagnostics.begin(), q.diagnostics.end());
+  if (q.ok()) c.quant = q.value;
   return r;
 }
 

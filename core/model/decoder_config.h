@@ -40,8 +40,31 @@ struct RopeParams {
   std::vector<double> short_factor, long_factor;
 };
 
+// 4-bit base weights (QLoRA, docs/qlora.md) in bitsandbytes' layout: which projections hold
+// them and how. The decoder layers' projections are quantized; embeddings, norms and lm_head
+// stay 16-bit, as transformers + bitsandbytes leave them, and so does every module that
+// skip_modules names.
+struct QuantSettings {
+  int bits = 0;                    // 0: 16-bit base weights; 4
+  std::string type = "nf4";        // nf4 | fp4
+  bool double_quant = true;        // the absmax values quantized again (8-bit, blocks of 256)
+  std::int64_t blocksize = 64;
+  std::string compute_dtype;       // bnb_4bit_compute_dtype as written ("" when not given)
+  std::vector<std::string> skip_modules;  // llm_int8_skip_modules
+  bool prequantized = false;       // the checkpoint holds 4-bit tensors (config.json's quantization_config)
+  // Whether the module of this Hugging Face name ("model.layers.0.mlp.down_proj") is quantized:
+  // bits is 4 and no skip_modules entry names it or a module containing it ("mlp",
+  // "layers.0.mlp", "down_proj" or the full name; whole name components only).
+  bool quantizes(const std::string& module_name) const;
+};
+
+// config.json's `quantization_config` (absent: bits 0). bitsandbytes 4-bit is read;
+// 8-bit bitsandbytes and other methods (gptq, awq, fp8, ...) are errors naming the key.
+Result<QuantSettings> parse_quantization_config(const std::string& json_text, const std::string& file);
+
 struct DecoderConfig {
   HfModelConfig hf;
+  QuantSettings quant;    // the 4-bit base of this model (from config.json, or set by the loader)
   RopeParams rope;        // every layer's, or the full-attention layers' when rope_local is set
   std::optional<RopeParams> rope_local;  // Gemma-3: sliding-window layers (rope_local_base_freq)
   bool qkv_bias = false;  // Qwen2: always; Llama/Qwen3: attention_bias

@@ -5,7 +5,10 @@
 #include <sstream>
 #include <utility>
 
+#include <nlohmann/json.hpp>
+
 #include "common/text.h"
+#include "kernels/quant4.h"
 #include "model/weights_check.h"
 
 namespace odyssey::model {
@@ -33,6 +36,135 @@ Diagnostic derr(std::string file, std::string key, std::string msg) {
   return d;
 }
 
+// The projections that hold a 4-bit weight, by Hugging Face module name.
+std::map<std::string, LinearImpl*> quantized_linears(CausalLM& lm) {
+  std::map<std::string, LinearImpl*> out;
+  for (const auto& item : lm->named_modules("", false))
+    if (auto* l = dynamic_cast<LinearImpl*>(item.value().get()); l && l->quantized) out.emplace(item.key(), l);
+  return out;
+}
+
+// bitsandbytes' per-weight tensors beside "<module>.weight" (Params4bit's state dict).
+const char* const kQuantParts[] = {"absmax", "quant_map", "nested_absmax", "nested_quant_map",
+                                   "quant_state.bitsandbytes__nf4", "quant_state.bitsandbytes__fp4"};
+
+Result<torch::Tensor> load_stored(const SafetensorsCheckpoint& ckpt, const std::string& name) {
+  const std::string file = ckpt.file_of(name);
+  for (const auto& f : ckpt.files())
+    if (f->path() == file) return f->load_as_stored(name);
+  Result<torch::Tensor> r;
+  r.diagnostics.push_back(derr(ckpt.source(), name, "missing"));
+  return r;
+}
+
+// A pre-quantized weight "<module>.weight" and its quant state, as bitsandbytes saves them,
+// checked against the module's shape; every inconsistency names the tensor.
+Result<c10::intrusive_ptr<kernels::Quant4Weight>> read_prequantized(const SafetensorsCheckpoint& ckpt,
+                                                                     const std::string& module, const LinearImpl& lin,
+                                                                     const torch::Device& device) {
+  Result<c10::intrusive_ptr<kernels::Quant4Weight>> r;
+  const std::string w = module + ".weight";
+  auto fail = [&](const std::string& tensor, const std::string& msg) {
+    r.diagnostics.push_back(derr(ckpt.file_of(tensor).empty() ? ckpt.source() : ckpt.file_of(tensor), tensor, msg));
+  };
+  std::string state_name;
+  for (const char* t : {"nf4", "fp4"})
+    if (ckpt.info(w + ".quant_state.bitsandbytes__" + t)) state_name = w + ".quant_state.bitsandbytes__" + t;
+  if (state_name.empty()) {
+    fail(w + ".quant_state.bitsandbytes__nf4", "missing: a bitsandbytes 4-bit weight needs its packed quant state");
+    return r;
+  }
+  Result<torch::Tensor> st = load_stored(ckpt, state_name);
+  if (!st.ok()) {
+    r.diagnostics = st.diagnostics;
+    return r;
+  }
+  nlohmann::json js;
+  const torch::Tensor bytes = st.value.contiguous();
+  if (bytes.scalar_type() != torch::kUInt8) {
+    fail(state_name, "must be U8 (the quant state's JSON bytes)");
+    return r;
+  }
+  try {
+    js = nlohmann::json::parse(std::string(reinterpret_cast<const char*>(bytes.data_ptr<std::uint8_t>()),
+                                           static_cast<std::size_t>(bytes.numel())));
+  } catch (const std::exception& e) {
+    fail(state_name, std::string("not JSON: ") + e.what());
+    return r;
+  }
+  auto q = c10::make_intrusive<kernels::Quant4Weight>();
+  const auto type = kernels::parse_quant4_type(js.value("quant_type", std::string()));
+  if (!js.is_object() || !type) {
+    fail(state_name, "quant_type must be \"nf4\" or \"fp4\"");
+    return r;
+  }
+  if (state_name.substr(state_name.size() - 3) != kernels::quant4_type_name(*type))
+    fail(state_name, "says quant_type " + std::string(kernels::quant4_type_name(*type)) + " in a tensor named for " +
+                         state_name.substr(state_name.size() - 3));
+  q->type = *type;
+  if (!js.contains("blocksize") || !js["blocksize"].is_number_integer() ||
+      !kernels::valid_quant4_blocksize(js["blocksize"].get<std::int64_t>())) {
+    fail(state_name, "blocksize " + (js.contains("blocksize") ? js["blocksize"].dump() : std::string("missing")) +
+                         ": bitsandbytes uses 32, 64, ..., 4096");
+    return r;
+  }
+  q->blocksize = js["blocksize"].get<std::int64_t>();
+  const std::vector<std::int64_t> want{lin.out_features, lin.in_features};
+  std::vector<std::int64_t> shape;
+  bool shape_ok = js.contains("shape") && js["shape"].is_array();
+  if (shape_ok)
+    for (const auto& v : js["shape"]) {
+      if (!v.is_number_integer()) shape_ok = false;
+      else shape.push_back(v.get<std::int64_t>());
+    }
+  if (!shape_ok || shape != want) {
+    fail(state_name, "shape " + (shape_ok ? shape_text(shape) : js.contains("shape") ? js["shape"].dump() : "missing") +
+                         "; the model's config.json gives [" + std::to_string(want[0]) + ", " + std::to_string(want[1]) + "]");
+    return r;
+  }
+  q->shape = want;
+  const std::string dt = js.value("dtype", std::string("bfloat16"));
+  q->dtype = dt == "float32" ? torch::kFloat32 : dt == "float16" ? torch::kHalf : torch::kBFloat16;
+  const std::int64_t n = q->numel(), blocks = q->blocks();
+
+  auto tensor = [&](const std::string& name, torch::ScalarType want_type, std::int64_t numel) -> torch::Tensor {
+    Result<torch::Tensor> t = load_stored(ckpt, name);
+    if (!t.ok()) {
+      r.diagnostics.insert(r.diagnostics.end(), t.diagnostics.begin(), t.diagnostics.end());
+      return {};
+    }
+    if (t.value.scalar_type() != want_type || t.value.numel() != numel) {
+      fail(name, std::string("must be ") + (want_type == torch::kUInt8 ? "U8" : "F32") + " with " + std::to_string(numel) +
+                     " values for a [" + std::to_string(want[0]) + ", " + std::to_string(want[1]) + "] weight in blocks of " +
+                     std::to_string(q->blocksize) + "; the file has " + std::to_string(t.value.numel()));
+      return {};
+    }
+    return t.value.to(device);
+  };
+  q->packed = tensor(w, torch::kUInt8, (n + 1) / 2);
+  q->nested = js.contains("nested_blocksize") || ckpt.info(w + ".nested_absmax") != nullptr;
+  q->absmax = tensor(w + ".absmax", q->nested ? torch::kUInt8 : torch::kFloat32, blocks);
+  q->code = tensor(w + ".quant_map", torch::kFloat32, 16);
+  if (q->code.defined() &&
+      !torch::allclose(q->code.cpu(), kernels::quant4_code(q->type), /*rtol=*/0.0, /*atol=*/1e-6))
+    fail(w + ".quant_map", std::string("is not bitsandbytes' ") + kernels::quant4_type_name(q->type) + " table");
+  if (q->nested) {
+    if (!js.contains("nested_blocksize") || !js["nested_blocksize"].is_number_integer() ||
+        js["nested_blocksize"].get<std::int64_t>() <= 0 || !js.contains("nested_offset") ||
+        !js["nested_offset"].is_number()) {
+      fail(state_name, "a double-quantized weight needs nested_blocksize (a positive integer) and nested_offset");
+      return r;
+    }
+    q->nested_blocksize = js["nested_blocksize"].get<std::int64_t>();
+    q->offset = js["nested_offset"].get<float>();
+    q->nested_absmax = tensor(w + ".nested_absmax", torch::kFloat32, (blocks + q->nested_blocksize - 1) / q->nested_blocksize);
+    q->nested_code = tensor(w + ".nested_quant_map", torch::kFloat32, 256);
+  }
+  if (has_errors(r.diagnostics)) return r;
+  r.value = q;
+  return r;
+}
+
 std::string describe(const DecoderConfig& c) {
   return c.hf.architecture + " with " + std::to_string(c.hf.num_hidden_layers) + " layers as " + c.file +
          " describes it";
@@ -47,11 +179,38 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const 
   for (const auto& p : lm->named_parameters(true)) params.emplace(p.key(), p.value());
   const bool tied = cfg.hf.tie_word_embeddings;
   std::size_t extra = 0, missing = 0, bad = 0;
+  // 4-bit projections: "<module>.weight" is read (and quantized, unless the checkpoint is
+  // already 4-bit, when bitsandbytes' quant-state tensors come beside it).
+  const std::map<std::string, LinearImpl*> qlin = quantized_linears(lm);
+  const bool pre = cfg.quant.prequantized;
+  std::map<std::string, std::string> quant_part_of;  // "<module>.weight.absmax" -> module
+  for (const auto& [m, lin] : qlin)
+    for (const char* part : kQuantParts) quant_part_of.emplace(m + ".weight." + part, m);
 
   for (const std::string& name : ckpt.names()) {
     const SafetensorsTensorInfo* info = ckpt.info(name);
     const std::string file = ckpt.file_of(name);
     const c10::IntArrayRef file_shape(info->shape);
+    if (name.ends_with(".weight") && qlin.count(name.substr(0, name.size() - 7))) {
+      const LinearImpl* lin = qlin.at(name.substr(0, name.size() - 7));
+      if (pre) {
+        if (info->dtype != SafetensorsDtype::U8 && bad++ < kMaxListed)
+          errs.push_back(derr(file, name, std::string("dtype ") + dtype_name(info->dtype) + "; config.json (" + cfg.file +
+                                              ") declares a bitsandbytes 4-bit checkpoint, whose weights are U8"));
+      } else if (file_shape != c10::IntArrayRef{lin->out_features, lin->in_features} || !to_torch_dtype(info->dtype)) {
+        if (bad++ < kMaxListed)
+          errs.push_back(derr(file, name, "shape " + shape_text(file_shape) + " " + dtype_name(info->dtype) +
+                                              " in the file; a 16-bit [" + std::to_string(lin->out_features) + ", " +
+                                              std::to_string(lin->in_features) + "] weight is quantized on load"));
+      }
+      continue;
+    }
+    if (quant_part_of.count(name)) {
+      if (!pre && extra++ < kMaxListed)
+        errs.push_back(derr(file, name, "a bitsandbytes quant-state tensor, but config.json (" + cfg.file +
+                                            ") has no quantization_config with load_in_4bit"));
+      continue;
+    }
     auto it = params.find(name);
     if (it == params.end()) {
       if (name.ends_with("rotary_emb.inv_freq")) continue;
@@ -62,8 +221,13 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const 
                                               shape_text(emb.sizes())));
         continue;
       }
+      bool quant_part = false;
+      for (const char* part : kQuantParts) quant_part = quant_part || name.ends_with(std::string(".weight.") + part);
       if (extra++ < kMaxListed)
-        errs.push_back(derr(file, name, "unexpected tensor: not a parameter of " + describe(cfg)));
+        errs.push_back(derr(file, name, quant_part && !pre
+                                            ? "a bitsandbytes quant-state tensor, but config.json (" + cfg.file +
+                                                  ") has no quantization_config with load_in_4bit"
+                                            : "unexpected tensor: not a parameter of " + describe(cfg)));
       continue;
     }
     if (file_shape != it->second.sizes()) {
@@ -81,6 +245,24 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const 
     if (missing++ < kMaxListed)
       errs.push_back(derr(where, name, "missing: " + describe(cfg) + " needs it with shape " + shape_text(t.sizes())));
   }
+  for (const auto& [m, lin] : qlin) {
+    if (pre && ckpt.info(m + ".weight")) {  // bitsandbytes' quant state beside it
+      const std::string w = m + ".weight.";
+      std::vector<std::string> need{w + "absmax", w + "quant_map"};
+      if (!ckpt.info(w + "quant_state.bitsandbytes__nf4") && !ckpt.info(w + "quant_state.bitsandbytes__fp4"))
+        need.push_back(w + "quant_state.bitsandbytes__nf4");
+      if (ckpt.info(w + "nested_absmax") || ckpt.info(w + "nested_quant_map"))
+        for (const char* part : {"nested_absmax", "nested_quant_map"}) need.push_back(w + part);
+      for (const std::string& t : need)
+        if (!ckpt.info(t) && missing++ < kMaxListed)
+          errs.push_back(derr(where, t, "missing: a bitsandbytes 4-bit weight (" + m + ".weight) needs it beside it"));
+    }
+    if (ckpt.info(m + ".weight")) continue;
+    if (missing++ < kMaxListed)
+      errs.push_back(derr(where, m + ".weight", "missing: " + describe(cfg) + " needs it with shape [" +
+                                                   std::to_string(lin->out_features) + ", " +
+                                                   std::to_string(lin->in_features) + "]"));
+  }
   for (auto [n, what] : {std::pair{extra, "unexpected"}, std::pair{missing, "missing"}, std::pair{bad, "mismatched"}})
     if (n > kMaxListed)
       errs.push_back(derr(where, "", "... and " + std::to_string(n - kMaxListed) + " more " + what + " tensors"));
@@ -94,6 +276,25 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const 
       continue;
     }
     t.copy_(r.value);
+  }
+  // One projection at a time: read in the model's dtype on the model's device, quantize,
+  // drop the 16-bit copy; the peak is the 4-bit model plus one 16-bit weight.
+  const torch::Device device = lm->options().device;
+  const auto type = kernels::parse_quant4_type(cfg.quant.type);
+  for (auto& [m, lin] : qlin) {
+    if (pre) {
+      auto q = read_prequantized(ckpt, m, *lin, device);
+      errs.insert(errs.end(), q.diagnostics.begin(), q.diagnostics.end());
+      if (q.ok()) lin->quant = q.value;
+      continue;
+    }
+    Result<torch::Tensor> r = ckpt.load(m + ".weight", lin->dtype, device);
+    if (!r.ok()) {
+      errs.insert(errs.end(), r.diagnostics.begin(), r.diagnostics.end());
+      continue;
+    }
+    lin->quant = kernels::quantize_4bit(r.value, type.value_or(kernels::Quant4Type::NF4), cfg.quant.blocksize,
+                                        cfg.quant.double_quant);
   }
   return errs;
 }
@@ -128,6 +329,13 @@ Result<LoadedModel> load_causal_lm(const std::string& model_dir, const DecoderOp
 
 Result<std::vector<std::string>> save_weights(CausalLM& lm, const std::string& dir, std::uint64_t max_shard_bytes,
                                               bool copy_config) {
+  if (const auto q = quantized_linears(lm); !q.empty()) {
+    Result<std::vector<std::string>> r;
+    r.diagnostics.push_back(derr(dir, q.begin()->first + ".weight",
+                                 "the model has 4-bit base weights; merge the adapter into them first (export --merge "
+                                 "dequantizes), Odyssey does not write a 4-bit checkpoint here"));
+    return r;
+  }
   NamedTensors tensors;
   for (const auto& p : lm->named_parameters(true)) tensors.emplace_back(p.key(), p.value().detach());
   Result<std::vector<std::string>> r = save_sharded(dir, tensors, max_shard_bytes);

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <csignal>
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <mutex>
@@ -48,6 +49,28 @@
 
 namespace odyssey::train {
 namespace {
+
+// "4-bit base: 196 projections in NF4 with double quantization, 3.95 GiB (16-bit: 13.2 GiB)"
+// for a model whose projections hold 4-bit weights; "" otherwise.
+std::string quant4_summary(model::CausalLM& lm) {
+  std::int64_t n = 0, bytes = 0, numel = 0;
+  std::string type;
+  bool nested = false;
+  for (const auto& item : lm->named_modules("", false))
+    if (const auto* l = dynamic_cast<const model::LinearImpl*>(item.value().get()); l && l->quant) {
+      ++n;
+      bytes += l->quant->nbytes();
+      numel += l->quant->numel();
+      type = kernels::quant4_type_name(l->quant->type);
+      nested = l->quant->nested;
+    }
+  if (n == 0) return {};
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "4-bit base: %lld projections in %s%s, %.2f GiB (16-bit: %.2f GiB)",
+                static_cast<long long>(n), type == "nf4" ? "NF4" : "FP4", nested ? " with double quantization" : "",
+                static_cast<double>(bytes) / (1 << 30), static_cast<double>(numel) * 2 / (1 << 30));
+  return buf;
+}
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -185,7 +208,12 @@ torch::Dtype pick_dtype(const TrainConfig& c, const torch::Device& d) {
   if (c.torch_dtype == "float32") return torch::kFloat32;
   if (c.torch_dtype == "float16") return torch::kFloat16;
   if (c.torch_dtype == "bfloat16") return torch::kBFloat16;
-  return d.is_cuda() ? torch::kBFloat16 : torch::kFloat32;  // auto
+  // auto: a 4-bit base's compute dtype when given (the run computes in one dtype), else
+  // bfloat16 on a GPU and float32 on the CPU.
+  if (c.quant_bits == 4 && c.bnb_4bit_compute_dtype == "float32") return torch::kFloat32;
+  if (c.quant_bits == 4 && c.bnb_4bit_compute_dtype == "float16") return torch::kFloat16;
+  if (c.quant_bits == 4 && c.bnb_4bit_compute_dtype == "bfloat16") return torch::kBFloat16;
+  return d.is_cuda() ? torch::kBFloat16 : torch::kFloat32;
 }
 
 std::string dtype_name(torch::Dtype t) {
@@ -569,14 +597,22 @@ LoadedModel load_model(RunContext& run) {
   mo.dtype = m.dtype;
   mo.attention = attention_backend_for(c.attn_impl);
   mo.fused_kernels = c.fused_kernels;
+  mo.quant.bits = static_cast<int>(c.quant_bits);
+  mo.quant.type = c.bnb_4bit_quant_type;
+  mo.quant.double_quant = c.bnb_4bit_use_double_quant;
+  mo.quant.compute_dtype = c.bnb_4bit_compute_dtype;
   auto loaded = model::load_causal_lm(c.model, mo);
   if (!loaded.ok()) throw RunFailure{"the model could not be loaded:\n" + format_all(loaded.diagnostics)};
+  if (const std::string q = quant4_summary(loaded.value.lm); !q.empty()) run.out->log(q);
   if (c.fused_kernels)
     for (const std::string& op : fused_kernel_gaps(loaded.value.config.hf))
       run.out->log("fused kernels: " + loaded.value.config.hf.architecture + " falls back to the unfused path for " + op);
   m.lm = loaded.value.lm;
   m.hf = loaded.value.config.hf;
   for (const auto& p : m.lm->parameters(true)) m.params += p.numel();
+  for (const auto& item : m.lm->named_modules("", false))  // 4-bit weights are not parameters
+    if (const auto* l = dynamic_cast<const model::LinearImpl*>(item.value().get()); l && l->quant)
+      m.params += l->quant->numel();
   m.pad_token_id = loaded.value.config.pad_token_id.value_or(0);
   build_run_mesh(run, m);
   run.start.mesh.dp = run.mesh.dp;

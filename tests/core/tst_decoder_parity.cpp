@@ -103,7 +103,7 @@ class TstDecoderParity : public QObject {
   void parity() {
     QFETCH(QString, name);
     const std::string n = name.toStdString();
-    auto loaded = load_causal_lm(dir_ + "/" + n, DecoderOptions{torch::kFloat32, torch::kCPU, AttentionBackend::Auto});
+    auto loaded = load_causal_lm(dir_ + "/" + n, DecoderOptions{torch::kFloat32, torch::kCPU, AttentionBackend::Auto, false, {}});
     QVERIFY2(loaded.ok(), format_all(loaded.diagnostics).c_str());
     CausalLM lm = loaded.value.lm;
     auto r = SafetensorsCheckpoint::open(dir_ + "/" + n + ".reference.safetensors");
@@ -266,7 +266,7 @@ class TstDecoderParity : public QObject {
     QFETCH(QString, name);
     QFETCH(QString, attn);
     const std::string n = name.toStdString(), model_dir = dir_ + "/" + n;
-    auto loaded = load_causal_lm(model_dir, DecoderOptions{torch::kFloat32, torch::kCPU, AttentionBackend::Auto});
+    auto loaded = load_causal_lm(model_dir, DecoderOptions{torch::kFloat32, torch::kCPU, AttentionBackend::Auto, false, {}});
     QVERIFY2(loaded.ok(), format_all(loaded.diagnostics).c_str());
     CausalLM lm = loaded.value.lm;
     train::LoraSettings s;

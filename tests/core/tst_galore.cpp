@@ -138,7 +138,7 @@ class TstGaLore : public QObject {
 
   // The reference model with the reference's initial parameters.
   CausalLM model() {
-    auto loaded = load_causal_lm(ref_dir_ + "/model", DecoderOptions{torch::kFloat32, torch::kCPU, AttentionBackend::Auto});
+    auto loaded = load_causal_lm(ref_dir_ + "/model", DecoderOptions{torch::kFloat32, torch::kCPU, AttentionBackend::Auto, false, {}});
     if (!loaded.ok()) qFatal("%s", format_all(loaded.diagnostics).c_str());
     CausalLM lm = loaded.value.lm;
     torch::NoGradGuard no_grad;

@@ -337,6 +337,30 @@ class TestMemoryPlanner : public QObject {
     QCOMPARE(g2.parameter_count(), std::int64_t{9241705984});
   }
 
+  void fourBitBaseWeights() {
+    // QLoRA (docs/qlora.md): Qwen2.5-7B's 28 layers x 7 projections (6.53e9 values) at half a
+    // byte plus one 8-bit absmax per 64 (double quantization), the embeddings and lm_head
+    // (2 x 152064 x 3584) and the norms 16-bit, plus the largest projection's dequantization
+    // working set (3584 x 18944 values at 8 + 4 + 4 + 2 bytes).
+    const HfModelConfig m = qwen25_7b();
+    TrainConfig c = lora_7b(4096, true);
+    PlannerOptions o;
+    const auto t16 = planner_detail::compute_terms(c, m, o);
+    c.quant_bits = 4;
+    const auto t4 = planner_detail::compute_terms(c, m, o);
+    const std::int64_t proj = 28LL * (3584LL * 3584 * 2 + 3584LL * 512 * 2 + 3584LL * 18944 * 3);
+    const std::int64_t rest = m.parameter_count() - proj;
+    const std::int64_t expect = rest * 2 + proj / 2 + proj / 64 + 4 * ((proj + 64 * 256 - 1) / (64 * 256)) +
+                                3584LL * 18944 * 18;
+    QCOMPARE(t16.weights, m.parameter_count() * 2);
+    QCOMPARE(t4.weights, expect);
+    c.bnb_4bit_use_double_quant = false;  // an fp32 absmax per 64 values
+    QCOMPARE(planner_detail::compute_terms(c, m, o).weights, expect - proj / 64 - 4 * ((proj + 64 * 256 - 1) / (64 * 256)) + 4 * (proj / 64));
+    // The plan's peak falls by the difference.
+    c.bnb_4bit_use_double_quant = true;
+    QVERIFY(plan_memory(c, m).peak_bytes < plan_memory(lora_7b(4096, true), m).peak_bytes - 7'000'000'000LL);
+  }
+
   void tinyLoraByHand() {
     const MemoryPlan p = plan_memory(tiny_lora(), tiny());
     QCOMPARE(p.device, std::string("cuda"));

@@ -6,6 +6,7 @@
 // LibTorch before Qt: Qt's `slots` macro breaks LibTorch's headers (IValue::slots()).
 #include "kernels/quant4.h"
 #include "model/safetensors.h"
+#include "model/weights.h"
 // clang-format off
 #include <QProcess>
 #include <QtTest>
@@ -15,6 +16,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <map>
 
 #include <nlohmann/json.hpp>
@@ -197,6 +200,103 @@ class TstQuant4 : public QObject {
         const torch::Tensor err = (back - x).reshape(-1).narrow(0, 0, 2944).view({-1, 64}).abs() / am;
         QVERIFY2(err.max().item<double>() <= tol, qPrintable(QString::number(err.max().item<double>())));
       }
+  }
+
+  // A tiny Llama quantized and saved by transformers + bitsandbytes (the "-bnb-4bit" layout)
+  // loads as it is and computes transformers' logits; the same model in fp32 quantized by
+  // Odyssey on load computes them too.
+  void loadsBitsandbytesCheckpoints() {
+    need_oracle();
+    for (const char* variant : {"nf4 dq", "fp4 nodq"}) {
+      const QStringList parts = QString(variant).split(' ');
+      const fs::path dir = tmp_ / ("model-" + parts.join('-').toStdString());
+      QProcess p;
+      p.start(python_, {QString(ODYSSEY_SOURCE_DIR) + "/tests/reference/bnb_oracle.py", "model",
+                        QString::fromStdString(dir.string()), parts[0], parts[1]});
+      QVERIFY(p.waitForFinished(600000) && p.exitCode() == 0);
+      auto ref = SafetensorsFile::open((dir / "logits.safetensors").string());
+      QVERIFY(ref.ok());
+      const torch::Tensor ids = ref.value->load("input_ids", torch::kFloat32).value.to(torch::kLong);
+      const torch::Tensor want = ref.value->load("exact_logits", torch::kFloat32).value;
+      const double want_loss = ref.value->load("exact_loss", torch::kFloat32).value.item<double>();
+      const double hf_loss = ref.value->load("loss", torch::kFloat32).value.item<double>();
+      for (bool on_load : {false, true}) {
+        model::DecoderOptions o;
+        if (on_load) {
+          o.quant.bits = 4;
+          o.quant.type = parts[0].toStdString();
+          o.quant.double_quant = parts[1] == "dq";
+        }
+        auto m = model::load_causal_lm((dir / (on_load ? "model16" : "model4")).string(), o);
+        QVERIFY2(m.ok(), format_all(m.diagnostics).c_str());
+        int quantized = 0;
+        for (const auto& item : m.value.lm->named_modules("", false))
+          if (const auto* l = dynamic_cast<const model::LinearImpl*>(item.value().get()); l && l->quant) ++quantized;
+        QCOMPARE(quantized, 14);
+        QCOMPARE(m.value.lm->named_parameters().contains("model.layers.0.mlp.up_proj.weight"), false);
+        torch::NoGradGuard ng;
+        const torch::Tensor logits = m.value.lm->forward(ids);
+        const double rel = ((logits - want).abs().max() / want.abs().max()).item<double>();
+        const double loss = model::causal_lm_loss(logits, ids).item<double>();
+        std::printf("%s, %s: logits max rel diff %.3g from fp32 on bitsandbytes' dequantized weights; loss %.6f "
+                    "(that model %.6f, transformers + bitsandbytes %.6f)\n",
+                    variant, on_load ? "quantized on load" : "read pre-quantized", rel, loss, want_loss, hf_loss);
+        // Pre-quantized: the same dequantized weights, fp32 rounding only. On load: a few 8-bit
+        // absmax codes may differ (bitIdenticalToBitsandbytes), so the 1e-3. The loss of
+        // transformers' own forward (bitsandbytes' CPU kernel, not fp32) within the 1e-3.
+        QVERIFY2(rel <= (on_load ? 1e-3 : 1e-5), qPrintable(QString::number(rel)));
+        QVERIFY(std::fabs(loss - want_loss) <= (on_load ? 1e-3 : 1e-5));
+        QVERIFY(std::fabs(loss - hf_loss) <= 1e-3);
+      }
+    }
+  }
+
+  // Damaged 4-bit checkpoints: each an error naming the file and the tensor or key.
+  void damagedCheckpointsAreNamed() {
+    need_oracle();
+    const fs::path good = tmp_ / "model-nf4-dq" / "model4";
+    QVERIFY(fs::exists(good / "model.safetensors"));
+    auto edit = [&](const std::string& tag, const std::string& from, const std::string& to, const char* file) {
+      const fs::path dir = tmp_ / ("damaged-" + tag);
+      fs::remove_all(dir);
+      fs::copy(good, dir, fs::copy_options::recursive);
+      std::ifstream in(dir / file, std::ios::binary);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      std::string bytes = ss.str();
+      const auto at = bytes.find(from);
+      if (at == std::string::npos) qFatal("%s not in %s", from.c_str(), file);
+      bytes.replace(at, from.size(), to);
+      std::ofstream(dir / file, std::ios::binary | std::ios::trunc) << bytes;
+      return dir;
+    };
+    auto load_error = [](const fs::path& dir) {
+      auto m = model::load_causal_lm(dir.string(), model::DecoderOptions{});
+      return m.ok() ? std::string() : format_all(m.diagnostics);
+    };
+    // Same-length edits keep the safetensors header valid.
+    std::string e = load_error(edit("blocksize", "\"blocksize\": 64", "\"blocksize\": 48", "model.safetensors"));
+    QVERIFY2(e.find("quant_state.bitsandbytes__nf4: blocksize 48: bitsandbytes uses 32, 64, ..., 4096") != std::string::npos,
+             e.c_str());
+    e = load_error(edit("absmax", "model.layers.1.mlp.up_proj.weight.absmax", "model.layers.1.mlp.up_proj.weight.absmaz",
+                        "model.safetensors"));
+    QVERIFY2(e.find("model.layers.1.mlp.up_proj.weight.absmaz: unexpected tensor") != std::string::npos, e.c_str());
+    QVERIFY2(e.find("model.layers.1.mlp.up_proj.weight.absmax: missing: a bitsandbytes 4-bit weight") != std::string::npos,
+             e.c_str());
+    e = load_error(edit("shape", "\"shape\": [128, 64]", "\"shape\": [128, 32]", "model.safetensors"));
+    QVERIFY2(e.find("shape [128, 32]; the model's config.json gives [128, 64]") != std::string::npos, e.c_str());
+    // A 4-bit checkpoint whose config.json lost its quantization_config.
+    e = load_error(edit("noconfig", "\"quantization_config\"", "\"quantization_cfg_x__\"", "config.json"));
+    QVERIFY2(e.find("model.layers.0.mlp.down_proj.weight.absmax: a bitsandbytes quant-state tensor, but config.json") !=
+                 std::string::npos,
+             e.c_str());
+    // 8-bit bitsandbytes and other methods.
+    e = load_error(edit("8bit", "\"load_in_8bit\": false", "\"load_in_8bit\": true ", "config.json"));
+    QVERIFY2(e.find("quantization_config.load_in_8bit: 8-bit bitsandbytes checkpoints are not supported") !=
+                 std::string::npos,
+             e.c_str());
+    e = load_error(edit("gptq", "\"quant_method\": \"bitsandbytes\"", "\"quant_method\": \"gptq\"        ", "config.json"));
+    QVERIFY2(e.find("quantization_config.quant_method: 'gptq'") != std::string::npos, e.c_str());
   }
 
   void refusesWhatBitsandbytesRefuses() {

@@ -169,6 +169,7 @@ class TstSwiftBridge : public QObject {
   void deepspeedStages();
   void unsupportedListedOnce();
   void typoSuggestsArgument();
+  void qloraArgumentsMap();
   void badInput();
   void badInput_data();
   void wrongTypesNameTheArgument();
@@ -389,16 +390,36 @@ void TstSwiftBridge::deepspeedStages() {
 
 void TstSwiftBridge::unsupportedListedOnce() {
   auto r = import_swift_command(
-      "swift sft --model m --max_length 64 --quant_bits 4 --report_to wandb tensorboard --eval_strategy steps "
+      "swift sft --model m --max_length 64 --bnb_4bit_quant_storage uint8 --report_to wandb tensorboard --eval_strategy steps "
       "--frobnicate_widgets 3 --use_dora --template deepseek_r1");
   QVERIFY(r.ok());
   int n = 0;
   for (const auto& d : r.diagnostics) n += contains(d.message, "not supported by Odyssey") ? 1 : 0;
   QCOMPARE(n, 1);
   QVERIFY2(contains(warnings(r.diagnostics),
-                    "not imported: --quant_bits 4, --report_to wandb tensorboard, --eval_strategy steps, "
+                    "not imported: --bnb_4bit_quant_storage uint8, --report_to wandb tensorboard, --eval_strategy steps, "
                     "--frobnicate_widgets 3, --use_dora, --template deepseek_r1 (template stays auto)"),
            format_all(r.diagnostics).c_str());
+}
+
+void TstSwiftBridge::qloraArgumentsMap() {
+  // ms-swift's QLoRA arguments are Odyssey's keys (docs/qlora.md), both ways.
+  auto r = import_swift_command(
+      "swift sft --model m --max_length 64 --quant_bits 4 --quant_method bnb --bnb_4bit_quant_type fp4 "
+      "--bnb_4bit_use_double_quant false --bnb_4bit_compute_dtype bfloat16");
+  QVERIFY2(r.ok() && warnings(r.diagnostics).empty(), format_all(r.diagnostics).c_str());
+  QCOMPARE(r.value.config.quant_bits, std::int64_t{4});
+  QCOMPARE(r.value.config.quant_method, std::string("bnb"));
+  QCOMPARE(r.value.config.bnb_4bit_quant_type, std::string("fp4"));
+  QCOMPARE(r.value.config.bnb_4bit_use_double_quant, false);
+  QCOMPARE(r.value.config.bnb_4bit_compute_dtype, std::string("bfloat16"));
+  const std::string cmd = export_swift_command(r.value.config);
+  for (const char* a : {"--quant_bits 4", "--bnb_4bit_quant_type fp4", "--bnb_4bit_use_double_quant false",
+                        "--bnb_4bit_compute_dtype bfloat16"})
+    QVERIFY2(contains(cmd, a), cmd.c_str());
+  // Other quantization methods are named, not silently trained 16-bit.
+  auto hqq = import_swift_command("swift sft --model m --max_length 64 --quant_bits 4 --quant_method hqq");
+  QVERIFY2(!hqq.ok() && contains(format_all(hqq.diagnostics), "quant_method"), format_all(hqq.diagnostics).c_str());
 }
 
 void TstSwiftBridge::typoSuggestsArgument() {

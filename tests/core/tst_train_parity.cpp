@@ -79,6 +79,14 @@ struct Reference {
   }
 };
 
+// Tolerances of a training loop against its reference: losses, gradient norms and final
+// parameters, relative.
+struct Tolerance {
+  double loss = 1e-5, norm = 1e-5, param = 1e-5;
+};
+// QLoRA against PEFT + bitsandbytes on the CPU (see qloraMatchesPeftBitsandbytes).
+constexpr Tolerance kQlora{1e-3, 3e-3, 2e-2};
+
 }  // namespace
 
 class TstTrainParity : public QObject {
@@ -93,6 +101,7 @@ class TstTrainParity : public QObject {
     r.dir = tmp_.path().toStdString() + "/" + mode;
     QStringList args{QStringLiteral(ODYSSEY_SOURCE_DIR "/tests/reference/train_reference.py"), QString::fromStdString(r.dir)};
     if (mode == "rslora") args << "--mode" << "lora" << "--rslora";
+    else if (mode == "qlora") args << "--mode" << "lora" << "--quant" << "nf4" << "--steps" << "20";
     else args << "--mode" << QString::fromStdString(mode);
     const QByteArray err = run_python(args);
     if (!err.isEmpty()) qFatal("train_reference.py %s: %s", mode.c_str(), err.constData());
@@ -105,8 +114,18 @@ class TstTrainParity : public QObject {
   }
 
   // The reference model with the reference's initial trainable parameters, and the engine.
-  StepEngine engine(const Reference& R, bool lora) {
-    auto loaded = load_causal_lm(R.dir + "/model", DecoderOptions{torch::kFloat32, torch::kCPU, AttentionBackend::Auto});
+  // QLoRA references (hp "quant" set): the 4-bit model transformers + bitsandbytes saved
+  // (model4, read as it is), or, with quantize_on_load, the fp32 model quantized by Odyssey.
+  StepEngine engine(const Reference& R, bool lora, bool quantize_on_load = false) {
+    const std::string quant = R.hp.value("quant", std::string());
+    DecoderOptions o{torch::kFloat32, torch::kCPU, AttentionBackend::Auto, false, {}};
+    if (!quant.empty() && quantize_on_load) {
+      o.quant.bits = 4;
+      o.quant.type = quant;
+      o.quant.double_quant = R.hp.at("double_quant").get<bool>();
+    }
+    const std::string dir = R.dir + (!quant.empty() && !quantize_on_load ? "/model4" : "/model");
+    auto loaded = load_causal_lm(dir, o);
     if (!loaded.ok()) qFatal("%s", format_all(loaded.diagnostics).c_str());
     CausalLM lm = loaded.value.lm;
     if (lora) {
@@ -137,9 +156,16 @@ class TstTrainParity : public QObject {
     return out;
   }
 
-  void check_loop(const std::string& mode, bool lora, const std::function<void(CausalLM&)>& configure = {}) {
+  void check_loop(const std::string& mode, bool lora, const std::function<void(CausalLM&)>& configure = {},
+                  bool quantize_on_load = false, Tolerance tolerance = {}) {
     const Reference& R = reference(mode);
-    StepEngine e = engine(R, lora);
+    StepEngine e = engine(R, lora, quantize_on_load);
+    if (!R.hp.value("quant", std::string()).empty()) {  // the projections really are 4-bit
+      int quantized = 0;
+      for (const auto& item : e.model()->named_modules("", false))
+        if (const auto* l = dynamic_cast<const LinearImpl*>(item.value().get()); l && l->quant) ++quantized;
+      QCOMPARE(quantized, 14);  // 2 layers x q, k, v, o, gate, up, down
+    }
     if (configure) {
       CausalLM lm = e.model();
       configure(lm);
@@ -185,9 +211,9 @@ class TstTrainParity : public QObject {
           mode.c_str(), steps.size(), worst_loss, worst_norm, compared, worst_name.c_str(), worst.abs, worst.rel,
           zero_grad_abs);
     QVERIFY(compared > 0);
-    QVERIFY(worst_loss <= 1e-5);
-    QVERIFY(worst_norm <= 1e-5);
-    QVERIFY(worst.rel <= 1e-5);
+    QVERIFY(worst_loss <= tolerance.loss);
+    QVERIFY(worst_norm <= tolerance.norm);
+    QVERIFY(worst.rel <= tolerance.param);
     QVERIFY2(zero_grad_abs <= 1e-6, std::to_string(zero_grad_abs).c_str());
   }
 
@@ -203,6 +229,17 @@ class TstTrainParity : public QObject {
   void loraMatchesPeft() { check_loop("lora", true); }
   void rsloraMatchesPeft() { check_loop("rslora", true); }
   void fullMatchesTransformers() { check_loop("full", false); }
+  // QLoRA (docs/qlora.md): 20 steps of LoRA on the 4-bit model transformers + bitsandbytes
+  // saved, against PEFT on that model (NF4 with double quantization), then from the fp32 model
+  // quantized by Odyssey as it loads. (FP4 is checked in tst_quant4 against fp32 on
+  // bitsandbytes' dequantized weights: bitsandbytes' CPU FP4 kernel drifts further, 0.35 of
+  // one adapter after 20 steps with a loss within 3.5e-4.) The losses within the 1e-3.
+  // bitsandbytes 0.50 computes a 4-bit projection on the CPU with its own kernel on weights
+  // it repacks at load, not in fp32 (3e-3 of the logits; tst_quant4 shows Odyssey's forward
+  // equal to fp32 on bitsandbytes' dequantized weights, bit for bit): the gradient norms
+  // follow within 3e-3 and AdamW's normalised steps carry it to ~1e-2 of the adapters.
+  void qloraMatchesPeftBitsandbytes() { check_loop("qlora", true, {}, false, kQlora); }
+  void qloraQuantizedOnLoadMatchesPeftBitsandbytes() { check_loop("qlora", true, {}, true, kQlora); }
 
   // Tiled MLP (the MLP a few tokens at a time, each tile recomputed in backward) against the
   // same oracles: rows of 20+ tokens in tiles of 5 and 7, so every row has several tiles and a

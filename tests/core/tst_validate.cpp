@@ -221,6 +221,28 @@ class TstValidate : public QObject {
     QVERIFY(errors(validate_config(saved.value, nullptr)).empty());
   }
 
+  void fourBitBaseRules() {
+    // QLoRA (docs/qlora.md): 0 or 4 bits, LoRA only, 4-bit keys only with quant_bits 4, one dtype.
+    QVERIFY(errors(validate_config(parse("quant_bits: 4\n"), nullptr)).empty());
+    QVERIFY(errors(validate_config(parse("quant_bits: 4\nbnb_4bit_quant_type: fp4\nbnb_4bit_use_double_quant: false\n"
+                                         "bnb_4bit_compute_dtype: bfloat16\ntorch_dtype: bfloat16\n"), nullptr))
+                .empty());
+    auto e = errors(validate_config(parse("quant_bits: 4\ntuner_type: full\n"), nullptr));
+    QVERIFY2(contains(e, "quant_bits: a 4-bit base is frozen, so it needs tuner_type: lora"), e.c_str());
+    e = errors(validate_config(parse("quant_bits: 8\n"), nullptr));
+    QVERIFY2(contains(e, "8-bit bases are not supported"), e.c_str());
+    e = errors(validate_config(parse("quant_bits: 3\n"), nullptr));
+    QVERIFY2(contains(e, "expected 0 (16-bit base) or 4"), e.c_str());
+    e = errors(validate_config(parse("bnb_4bit_quant_type: fp4\n"), nullptr));
+    QVERIFY2(contains(e, "bnb_4bit_quant_type: is a 4-bit setting but quant_bits is 0"), e.c_str());
+    e = errors(validate_config(parse("quant_bits: 4\ntorch_dtype: float32\nbnb_4bit_compute_dtype: bfloat16\n"), nullptr));
+    QVERIFY2(contains(e, "bnb_4bit_compute_dtype: found bfloat16 with torch_dtype float32"), e.c_str());
+    auto hqq = load_preset_text("model: m\ndataset: [d.jsonl]\nquant_bits: 4\nquant_method: hqq\n", "v.yaml", "");
+    QVERIFY2(!hqq.ok() && contains(format_all(hqq.diagnostics), "v.yaml:4:") &&
+                 contains(format_all(hqq.diagnostics), "quant_method"),
+             format_all(hqq.diagnostics).c_str());
+  }
+
   void optimizerCombinations() {
     QVERIFY(contains(errors(validate_config(parse("use_galore: true\n"), nullptr)), "needs tuner_type: full"));
     QVERIFY(contains(errors(validate_config(parse("tuner_type: full\ngalore_rank: 8\n"), nullptr)), "use_galore is false"));

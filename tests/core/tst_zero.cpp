@@ -66,10 +66,10 @@ model::CausalLM tiny_model(torch::Dtype dtype = torch::kFloat32) {
       "tiny/config.json");
   if (!c.ok()) throw std::runtime_error(format_all(c.diagnostics));
   torch::manual_seed(5);
-  model::CausalLM lm(c.value, model::DecoderOptions{torch::kFloat32, torch::kCPU, model::AttentionBackend::Auto});
+  model::CausalLM lm(c.value, model::DecoderOptions{torch::kFloat32, torch::kCPU, model::AttentionBackend::Auto, false, {}});
   lm->initialize_random();
   if (dtype != torch::kFloat32) {
-    model::CausalLM cast(c.value, model::DecoderOptions{dtype, torch::kCPU, model::AttentionBackend::Auto});
+    model::CausalLM cast(c.value, model::DecoderOptions{dtype, torch::kCPU, model::AttentionBackend::Auto, false, {}});
     torch::NoGradGuard no_grad;
     auto from = lm->named_parameters(true);
     for (auto& p : cast->named_parameters(true)) p.value().copy_(from[p.key()]);

@@ -138,7 +138,7 @@ void set_tiers(CausalLM& lm) {
 bool run_case(const Case& c, const std::string& work, std::int64_t seq, std::int64_t steps, std::FILE* out) {
   const Reference R = make_reference(c, work, seq, steps);
   const torch::Device cuda(torch::kCUDA, 0);
-  DecoderOptions opts{torch::kBFloat16, cuda, AttentionBackend::CuDNN};
+  DecoderOptions opts{torch::kBFloat16, cuda, AttentionBackend::CuDNN, false, {}};
   opts.fused_kernels = true;
   auto loaded = load_causal_lm(R.dir + "/model", opts);
   if (!loaded.ok()) throw std::runtime_error(format_all(loaded.diagnostics));

@@ -66,7 +66,7 @@ bool report(const std::string& what, const Check& c) {
 
 bool parity_one(const std::string& dir, const std::string& name) {
   const torch::Device cuda(torch::kCUDA, 0);
-  auto loaded = load_causal_lm(dir + "/" + name, DecoderOptions{torch::kBFloat16, cuda, AttentionBackend::CuDNN});
+  auto loaded = load_causal_lm(dir + "/" + name, DecoderOptions{torch::kBFloat16, cuda, AttentionBackend::CuDNN, false, {}});
   if (!loaded.ok()) throw std::runtime_error(format_all(loaded.diagnostics));
   CausalLM lm = loaded.value.lm;
   auto rr = SafetensorsCheckpoint::open(dir + "/" + name + ".reference.safetensors");
@@ -188,7 +188,7 @@ int bench(std::int64_t seq, std::int64_t layers, const std::vector<std::string>&
   c.rope.theta = 1000000.0;
   c.qkv_bias = true;
   torch::manual_seed(0);
-  CausalLM lm(c, DecoderOptions{torch::kBFloat16, cuda, AttentionBackend::CuDNN});
+  CausalLM lm(c, DecoderOptions{torch::kBFloat16, cuda, AttentionBackend::CuDNN, false, {}});
   lm->initialize_random();
   std::int64_t params = 0;
   for (const auto& p : lm->parameters()) params += p.numel();

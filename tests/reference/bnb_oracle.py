@@ -2,6 +2,14 @@
 """bitsandbytes as the oracle of Odyssey's 4-bit quantization (tests/core/tst_quant4.cpp).
 
     bnb_oracle.py cases OUT.safetensors
+    bnb_oracle.py model OUT_DIR [nf4|fp4] [dq|nodq]
+
+`model`: a tiny random Llama (hidden 64, 2 layers, 4 heads, 2 KV heads, intermediate 128,
+vocab 256, fp32) saved to OUT_DIR/model16, loaded again by transformers with bitsandbytes
+(load_in_4bit, the type, double quantization or not, compute dtype float32) on the CPU and
+saved to OUT_DIR/model4; OUT_DIR/logits.safetensors holds `input_ids` (float32, 2 x 16), the
+4-bit model's `logits` and `loss` (labels = input_ids) as transformers computes them, and
+`exact_logits` / `exact_loss` of the fp32 model holding bitsandbytes' dequantized weights.
 
 Quantizes a fixed set of inputs (odd shapes, every blocksize bitsandbytes accepts, NF4 and
 FP4, double quantization on and off, fp32/bf16/fp16 inputs, blocks of zeros and a single
@@ -86,7 +94,51 @@ def make_input(c, k):
     return x.to(dtype)
 
 
+def tiny_model(out, quant_type, double_quant):
+    from transformers import BitsAndBytesConfig, LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=False, use_cache=False)
+    torch.manual_seed(0)
+    LlamaForCausalLM(cfg).float().save_pretrained(os.path.join(out, "model16"))
+    bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=quant_type, bnb_4bit_use_double_quant=double_quant,
+                             bnb_4bit_compute_dtype=torch.float32)
+    m = LlamaForCausalLM.from_pretrained(os.path.join(out, "model16"), quantization_config=bnb, device_map="cpu",
+                                         dtype=torch.float32, attn_implementation="sdpa")
+    m.save_pretrained(os.path.join(out, "model4"))
+    ids = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        o = m(input_ids=ids, labels=ids)
+    # The same model with every 4-bit weight dequantized by bitsandbytes from the saved file
+    # (QuantState.from_dict, dequantize_4bit) into an fp32 Llama: the exact fp32 computation.
+    # transformers' own forward differs from it by ~3e-3: bitsandbytes 0.50 repacks 4-bit
+    # weights loaded on the CPU for its CPU kernel, which does not compute in fp32.
+    from safetensors import safe_open
+    from bitsandbytes.functional import QuantState
+    exact = LlamaForCausalLM.from_pretrained(os.path.join(out, "model16"), dtype=torch.float32,
+                                             attn_implementation="sdpa")
+    f = safe_open(os.path.join(out, "model4", "model.safetensors"), "pt")
+    keys = set(f.keys())
+    params = dict(exact.named_parameters())
+    with torch.no_grad():
+        for name, p in params.items():
+            if f"{name}.absmax" not in keys:
+                p.copy_(f.get_tensor(name).float())
+                continue
+            qs = {k[len(name) + 1:]: f.get_tensor(k) for k in keys if k.startswith(name + ".")}
+            st = QuantState.from_dict(qs, device="cpu")
+            st.dtype = torch.float32
+            p.copy_(F.dequantize_4bit(f.get_tensor(name), st).reshape(p.shape))
+        e = exact(input_ids=ids, labels=ids)
+    save_file({"input_ids": ids.float(), "logits": o.logits.float().contiguous(), "loss": o.loss.reshape(1).float(),
+               "exact_logits": e.logits.float().contiguous(), "exact_loss": e.loss.reshape(1).float()},
+              os.path.join(out, "logits.safetensors"))
+    return 0
+
+
 def main():
+    if len(sys.argv) >= 3 and sys.argv[1] == "model":
+        return tiny_model(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "nf4",
+                          (sys.argv[4] if len(sys.argv) > 4 else "dq") == "dq")
     if len(sys.argv) != 3 or sys.argv[1] != "cases":
         print(__doc__, file=sys.stderr)
         return 2

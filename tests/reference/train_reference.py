@@ -2,7 +2,8 @@
 """Oracle for the training-loop parity test (tests/core/tst_train_parity.cpp): a few optimizer
 steps of a tiny random Qwen2 trained by the real libraries, on packed padding-free rows.
 
-    train_reference.py OUT_DIR --mode lora|full [--rslora] [--steps 6] [--accum 2]
+    train_reference.py OUT_DIR --mode lora|full [--rslora] [--quant nf4|fp4 [--no-double-quant]]
+                       [--steps 6] [--accum 2]
 
 What runs (CPU, float32, attn_implementation="sdpa"):
 
@@ -44,6 +45,13 @@ Writes OUT_DIR/reference.safetensors:
       or, for full, transformers' (model.layers.0.self_attn.q_proj.weight)
 and OUT_DIR/reference.json with every hyper-parameter and the names of the no-decay parameters.
 
+QLoRA (--quant, LoRA only): the saved fp32 model is loaded again by transformers with
+bitsandbytes 0.50 (BitsAndBytesConfig load_in_4bit, the given type, double quantization
+unless --no-double-quant, compute dtype float32) on the CPU, saved to OUT_DIR/model4 (the
+"-bnb-4bit" layout: packed uint8 weights and their quant state), and PEFT trains on that
+4-bit model. Every projection has a whole number of 64-value blocks per row (hidden 64,
+intermediate 128): bitsandbytes 0.50's AVX-512 CPU dequantizer misreads rows that do not.
+
 Pinned: transformers 5.17.0, peft 0.21.0, torch 2.11 (setup.sh installs them).
 """
 import argparse
@@ -71,6 +79,19 @@ def check_pins():
     if bad:
         print("train_reference.py: " + "; ".join(bad), file=sys.stderr)
         sys.exit(3)
+
+
+def quantize_model(out, quant, double_quant):
+    """The fp32 model of OUT/model quantized by transformers + bitsandbytes, saved to OUT/model4."""
+    os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
+    from transformers import BitsAndBytesConfig
+    bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=quant, bnb_4bit_use_double_quant=double_quant,
+                             bnb_4bit_compute_dtype=torch.float32)
+    m = Qwen2ForCausalLM.from_pretrained(os.path.join(out, "model"), quantization_config=bnb, device_map="cpu",
+                                         dtype=torch.float32, attn_implementation="sdpa")
+    m.save_pretrained(os.path.join(out, "model4"))
+    m.config.use_cache = False
+    return m
 
 
 def build_model(out):
@@ -210,6 +231,8 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--mode", choices=["lora", "full"], required=True)
     ap.add_argument("--rslora", action="store_true")
+    ap.add_argument("--quant", choices=["nf4", "fp4"], help="QLoRA: train LoRA on the model quantized to 4 bits")
+    ap.add_argument("--no-double-quant", action="store_true")
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--accum", type=int, default=2)
     args = ap.parse_args()
@@ -219,10 +242,14 @@ def main():
     torch.set_num_threads(1)
     if args.rslora and args.mode != "lora":
         ap.error("--rslora needs --mode lora")
+    if args.quant and args.mode != "lora":
+        ap.error("--quant needs --mode lora (a 4-bit base is frozen)")
     os.makedirs(args.out, exist_ok=True)
     lora = args.mode == "lora"
 
     model = build_model(args.out)
+    if args.quant:
+        model = quantize_model(args.out, args.quant, not args.no_double_quant)
     batches = make_batches(args.steps * args.accum)
     packed, packed_diff, crossed_diff = packed_rows_are_packed(model, batches)
     if not packed:
@@ -237,6 +264,7 @@ def main():
           "torch_threads": torch.get_num_threads(), "packed_rows": packed, "packed_max_abs_diff": packed_diff, "use_cache_true_max_abs_diff": crossed_diff,
           "loss": "sum over micro-batches of model(..., num_items_in_batch=n).loss; n = label tokens of the step",
           "seeds": {"model": 0, "data": 1, "lora": 2},
+          "quant": args.quant or "", "double_quant": bool(args.quant) and not args.no_double_quant,
           "versions": {"transformers": transformers.__version__, "torch": torch.__version__}}
     if lora:
         import peft
