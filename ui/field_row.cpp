@@ -74,7 +74,12 @@ QString display_text(const TrainConfig& c, const FieldSpec& f) {
 const std::map<std::string_view, const char*>& labels() {
   static const std::map<std::string_view, const char*> m{
       {"description", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Description")}, {"template", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Chat template")}, {"system", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "System prompt")},
-      {"torch_dtype", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Compute dtype")}, {"model_revision", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Hub revision")}, {"template_file", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Chat template file")}, {"val_dataset", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Validation files")},
+      {"torch_dtype", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Compute dtype")},
+      {"quant_bits", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Base weight bits")},
+      {"quant_method", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Quantization format")},
+      {"bnb_4bit_quant_type", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "4-bit type")},
+      {"bnb_4bit_use_double_quant", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Double quantization")},
+      {"bnb_4bit_compute_dtype", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "4-bit compute dtype")}, {"model_revision", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Hub revision")}, {"template_file", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Chat template file")}, {"val_dataset", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Validation files")},
       {"split_dataset_ratio", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Validation split")}, {"max_length", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Max length (tokens)")},
       {"truncation_strategy", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Too-long samples")}, {"packing", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Packing")}, {"padding_free", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Padding-free")},
       {"max_bad_sample_ratio", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Tolerated bad samples")}, {"tuner_type", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Tuner")}, {"lora_rank", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "LoRA rank")},

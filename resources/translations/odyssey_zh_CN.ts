@@ -292,6 +292,10 @@ ms-swift：--sequence_parallel_size N</translation>
         <source>Mesh: %1 processes cannot be split into groups of %2</source>
         <translation>进程网格：%1 个进程无法分成每组 %2 个</translation>
     </message>
+    <message>
+        <source>Base weights (QLoRA)</source>
+        <translation>基座权重（QLoRA）</translation>
+    </message>
 </context>
 <context>
     <name>odyssey::ui::ChartPanel</name>
@@ -849,6 +853,26 @@ ms-swift：--sequence_parallel_size N</translation>
     <message>
         <source>Warning: </source>
         <translation>警告：</translation>
+    </message>
+    <message>
+        <source>Base weight bits</source>
+        <translation>基座权重位数</translation>
+    </message>
+    <message>
+        <source>Quantization format</source>
+        <translation>量化格式</translation>
+    </message>
+    <message>
+        <source>4-bit type</source>
+        <translation>4 位量化类型</translation>
+    </message>
+    <message>
+        <source>Double quantization</source>
+        <translation>双重量化</translation>
+    </message>
+    <message>
+        <source>4-bit compute dtype</source>
+        <translation>4 位计算精度</translation>
     </message>
 </context>
 <context>
