@@ -2,8 +2,17 @@
 // operation bitsandbytes 0.50's CPU path performs, in the same order, so the bytes and the
 // constants are bit-identical to its quantize_4bit (tests/kernels/tst_quant4.cpp).
 #include "kernels/quant4.h"
+#include "kernels/dtype.h"
+#include "kernels/quant4_ref.h"
 
 #include <array>
+
+#ifdef ODYSSEY_HAVE_CUDA_KERNELS
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "kernels/quant4_launch.h"
+#endif
 
 namespace odyssey::kernels {
 
@@ -207,6 +216,33 @@ torch::Tensor quant4_absmax(const Quant4Weight& q) {
 }
 
 torch::Tensor dequantize_4bit(const Quant4Weight& q, torch::ScalarType dtype) {
+#ifdef ODYSSEY_HAVE_CUDA_KERNELS
+  if (q.packed.is_cuda() && (dtype == torch::kFloat32 || dtype == torch::kBFloat16 || dtype == torch::kHalf)) {
+    const c10::cuda::CUDAGuard guard(q.packed.device());
+    torch::Tensor out = torch::empty(q.shape, q.packed.options().dtype(dtype));
+    const torch::Tensor code = q.code.to(torch::kFloat32).contiguous();
+    const torch::Tensor packed = q.packed.contiguous();
+    torch::Tensor absmax = q.absmax.contiguous(), nested_absmax, nested_code;
+    if (q.nested) {
+      nested_absmax = q.nested_absmax.to(torch::kFloat32).contiguous();
+      nested_code = q.nested_code.to(torch::kFloat32).contiguous();
+    } else {
+      absmax = absmax.to(torch::kFloat32);
+    }
+    cuda::dequantize_4bit(packed.data_ptr<std::uint8_t>(), code.data_ptr<float>(),
+                          q.nested ? nullptr : absmax.data_ptr<float>(),
+                          q.nested ? absmax.data_ptr<std::uint8_t>() : nullptr,
+                          q.nested ? nested_code.data_ptr<float>() : nullptr,
+                          q.nested ? nested_absmax.data_ptr<float>() : nullptr, q.offset, q.nested_blocksize,
+                          q.numel(), q.blocksize, out.data_ptr(), dtype_code(dtype),
+                          at::cuda::getCurrentCUDAStream().stream());
+    return out;
+  }
+#endif
+  return dequantize_4bit_reference(q, dtype);
+}
+
+torch::Tensor dequantize_4bit_reference(const Quant4Weight& q, torch::ScalarType dtype) {
   torch::NoGradGuard no_grad;
   const std::int64_t n = q.numel();
   const torch::Tensor bytes = q.packed.reshape(-1);

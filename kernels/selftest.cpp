@@ -5,6 +5,8 @@
 #include <utility>
 
 #include "kernels/linear_ce.h"
+#include "kernels/quant4.h"
+#include "kernels/quant4_ref.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
@@ -305,6 +307,54 @@ Case linear_ce_case(const torch::Device& dev, std::int64_t tokens, std::int64_t 
 
 }  // namespace
 
+// A 4-bit projection y = x W^T (QLoRA, quant4.h): the op (the CUDA dequantizer on a GPU)
+// against the ATen dequantizer's product, forward and the input's gradient; exact: float64
+// on the fp32-dequantized weight.
+Case quant4_linear_case(const torch::Device& dev, std::int64_t rows, std::int64_t in, std::int64_t out,
+                        Quant4Type type, bool nested) {
+  const auto o = torch::TensorOptions().device(dev);
+  const auto q = quantize_4bit(torch::randn({out, in}, o) / std::sqrt(static_cast<double>(in)), type, 64, nested);
+  Case c;
+  c.kernel = std::string("quant4_linear ") + quant4_type_name(type) + (nested ? "+dq " : " ") + std::to_string(rows) +
+             "x" + std::to_string(in) + "->" + std::to_string(out);
+  c.output_names = {"y"};
+  c.input_names = {"x"};
+  c.inputs = {torch::randn({rows, in}, o)};
+  c.differentiable = {true};
+  c.cotangents = {torch::randn({rows, out}, o)};
+  c.fused = [q](const Tensors& x) { return Tensors{quant4_linear(x[0], q)}; };
+  c.reference = [q](const Tensors& x) {
+    return Tensors{at::linear(x[0], dequantize_4bit_reference(*q, x[0].scalar_type()))};
+  };
+  c.exact = [q](const Tensors& x) {
+    return Tensors{at::linear(x[0], dequantize_4bit_reference(*q, torch::kFloat32).to(torch::kFloat64))};
+  };
+  return c;
+}
+
+// The dequantized weight itself: the op's (CUDA kernel's) against the ATen dequantizer's,
+// which must be bit-identical in every dtype (bound 0).
+void check_dequantize(const torch::Device& dev, std::int64_t out, std::int64_t in, Quant4Type type, bool nested,
+                      const std::string& path, std::vector<SelftestRow>* rows) {
+  const auto q = quantize_4bit(torch::randn({out, in}, torch::TensorOptions().device(dev)), type, 64, nested);
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    const torch::Tensor got = dequantize_4bit(*q, dtype).to(torch::kFloat64);
+    const torch::Tensor want = dequantize_4bit_reference(*q, dtype).to(torch::kFloat64);
+    SelftestRow r;
+    r.kernel = std::string("dequantize_4bit ") + quant4_type_name(type) + (nested ? "+dq " : " ") +
+               std::to_string(out) + "x" + std::to_string(in);
+    r.dtype = dtype == torch::kBFloat16 ? "bf16" : "fp32";
+    r.tensor = "w";
+    r.path = path;
+    r.max_abs = (got - want).abs().max().item<double>();
+    r.rel = r.max_abs / std::max(want.abs().max().item<double>(), 1e-30);
+    r.ref_rel = 0;
+    r.bound = 0;
+    r.ok = r.max_abs == 0.0;
+    rows->push_back(std::move(r));
+  }
+}
+
 std::vector<SelftestRow> run_selftest(const torch::Device& device) {
   torch::manual_seed(1234);
   const bool gpu = device.is_cuda();
@@ -329,6 +379,8 @@ std::vector<SelftestRow> run_selftest(const torch::Device& device) {
     cases.push_back(linear_ce_case(device, 1024, 3584, 152064, 300, /*two_pass=*/true));
     cases.push_back(linear_ce_case(device, 515, 1024, 128256, 200));
     cases.push_back(linear_ce_case(device, 333, 768, 50257, 128));
+    cases.push_back(quant4_linear_case(device, 2048, 4096, 14336, Quant4Type::NF4, true));  // Llama-3-8B's up_proj
+    cases.push_back(quant4_linear_case(device, 333, 3584, 512, Quant4Type::FP4, false));
   } else {
     cases.push_back(rms_case(device, 37, 200));
     cases.push_back(swiglu_case(device, 29, 301));
@@ -337,10 +389,19 @@ std::vector<SelftestRow> run_selftest(const torch::Device& device) {
     cases.push_back(rms_norm_mlp_case(device, 29, 40, 64, 4));
     cases.push_back(rope_case(device, 61, 6, 2, 16));
     cases.push_back(linear_ce_case(device, 67, 48, 1003, 16));
+    cases.push_back(quant4_linear_case(device, 29, 64, 96, Quant4Type::NF4, true));
   }
   std::vector<SelftestRow> rows;
   for (const auto dtype : {torch::kFloat32, torch::kBFloat16})
     for (const auto& c : cases) check(c, dtype, path, &rows);
+  // 4-bit weights: odd sizes (a short last block, an odd count of values) and large ones.
+  if (gpu) {
+    check_dequantize(device, 14336, 4096, Quant4Type::NF4, true, path, &rows);
+    check_dequantize(device, 4097, 129, Quant4Type::FP4, false, path, &rows);
+    check_dequantize(device, 333, 77, Quant4Type::NF4, true, path, &rows);
+  } else {
+    check_dequantize(device, 33, 77, Quant4Type::NF4, true, path, &rows);
+  }
   return rows;
 }
 

@@ -10,7 +10,7 @@
 //                 [--steps 5] [--warmup 2] [--lora-r 16] [--lora-alpha 32]
 //                 [--checkpointing all|auto|none|N] [--fused on|off] [--offload on|off] [--mlp-tile auto|N]
 //                 [--keep-attention auto|all|none] [--mlp-recompute auto|N] [--mlp-offload auto|N]
-//                 [--attention cudnn|flash|auto] [--memory-gib G] [--profile FILE]
+//                 [--attention cudnn|flash|auto] [--memory-gib G] [--profile FILE] [--quant nf4|fp4]
 //                 [--device cuda|cpu] [--dtype bfloat16|float32]
 //                 [--layers K] [--vocab-override V] [--out FILE] [--check] [--label NAME]
 //                 [--ulysses U] [--dp D] [--a2a-bytes B1,B2,...]   (the last three under torchrun)
@@ -42,6 +42,9 @@
 // takes the layers after them); auto (the default): as many as the planner chooses under
 // --checkpointing auto with --offload on, none otherwise.
 //
+// --quant nf4|fp4 (LoRA only) gives the shape a 4-bit base (QLoRA, docs/qlora.md): every
+// decoder projection is drawn as the random initialization draws it, one at a time, and
+// quantized (double quantization), so the 16-bit model never exists.
 // --memory-gib G gives the planner G GiB per GPU instead of the device's memory, for the auto
 // choices (checkpointing, MLP tiling, kept attention): what fits a budget below the GPU's size.
 // --profile FILE runs one more step under LibTorch's Kineto profiler after the timed ones and
@@ -181,6 +184,7 @@ struct Options {
   std::vector<std::int64_t> a2a_bytes;  // --a2a-bytes: the all-to-all alone, back to back
   double memory_gib = 0;  // --memory-gib: the planner's memory per GPU (0 = the device's)
   std::string profile;    // --profile FILE: per-kernel device time of one extra step
+  std::string quant;      // --quant nf4|fp4: a 4-bit base (LoRA)
 };
 
 // The parallel context under torchrun; world 1 otherwise.
@@ -437,6 +441,10 @@ TrainConfig bench_config(const Options& o, const std::string& mode, std::int64_t
   c.use_galore = o.optimizer == "galore" || o.optimizer == "q-galore";
   c.galore_quantization = o.optimizer == "q-galore";
   c.galore_rank = o.galore_rank;
+  if (!o.quant.empty()) {
+    c.quant_bits = 4;
+    c.bnb_4bit_quant_type = o.quant;
+  }
   c.galore_update_proj_gap = o.galore_gap;
   c.zero_stage = o.optimizer == "zero1" ? 1 : o.optimizer.starts_with("zero2") ? 2 : 0;
   c.offload_optimizer = o.optimizer == "zero2-offload";
@@ -623,11 +631,28 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     mo.dtype = dtype;
     mo.attention = attention_of(o.attention);
     mo.fused_kernels = o.fused;
+    if (!o.quant.empty()) {
+      if (mode != "lora") throw std::invalid_argument("--quant needs --mode lora (a 4-bit base is frozen)");
+      mo.quant.bits = 4;
+      mo.quant.type = o.quant;
+      mo.quant.double_quant = true;
+      rec["quant"] = o.quant + " (double quantization)";
+    }
     torch::manual_seed(0);
     model::CausalLM lm(dc, mo);
     lm->initialize_random();
     std::int64_t total = 0;
     for (const auto& p : lm->parameters(true)) total += p.numel();
+    if (!o.quant.empty()) {
+      torch::NoGradGuard ng;
+      for (const auto& item : lm->named_modules("", false))
+        if (auto* l = dynamic_cast<model::LinearImpl*>(item.value().get()); l && l->quantized) {
+          const torch::Tensor w = torch::empty({l->out_features, l->in_features}, torch::TensorOptions().dtype(dtype).device(device))
+                                      .normal_(0.0, dc.initializer_range);
+          l->quant = kernels::quantize_4bit(w, *kernels::parse_quant4_type(o.quant), 64, true);
+          total += l->quant->numel();
+        }
+    }
     if (mode == "lora") {
       train::LoraSettings ls;
       ls.rank = o.lora_r;
@@ -907,6 +932,10 @@ int main(int argc, char** argv) {
       else if (a == "--galore-rank") o.galore_rank = std::stoll(next());
       else if (a == "--galore-gap") o.galore_gap = std::stoll(next());
       else if (a == "--memory-gib") o.memory_gib = std::stod(next());
+      else if (a == "--quant") {
+        o.quant = next();
+        if (o.quant != "nf4" && o.quant != "fp4") throw std::invalid_argument("--quant takes nf4 or fp4");
+      }
       else if (a == "--profile") o.profile = next();
       else if (a == "--a2a-bytes") {
         for (const auto& b : split(next())) o.a2a_bytes.push_back(std::stoll(b));

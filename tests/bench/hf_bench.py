@@ -305,6 +305,40 @@ def build_model(cfg_dict: dict, args, device):
     return model
 
 
+def bnb_version() -> str:
+    import importlib.metadata
+    return importlib.metadata.version("bitsandbytes")
+
+
+def quantize_bnb(model, args) -> None:
+    """QLoRA's base as transformers + bitsandbytes build it (load_in_4bit): every nn.Linear of
+    the decoder layers (not lm_head) becomes a bitsandbytes Linear4bit holding the same random
+    weight quantized (blocksize 64, double quantization), compute dtype = --dtype. The 16-bit
+    copy is freed layer by layer; the peak is reset before the measured steps anyway.
+    prepare_model_for_kbit_training is not applied (it casts the remaining weights to fp32,
+    which would only raise the anchor's memory)."""
+    import torch
+    import bitsandbytes as bnb
+
+    dtype = getattr(torch, args.dtype)
+    for layer in model.model.layers:
+        for parent in list(layer.modules()):
+            for name, child in list(parent.named_children()):
+                if not isinstance(child, torch.nn.Linear):
+                    continue
+                q = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=child.bias is not None,
+                                      compute_dtype=dtype, compress_statistics=True, quant_type=args.quant,
+                                      quant_storage=torch.uint8, device="meta")
+                q.weight = bnb.nn.Params4bit(child.weight.data, requires_grad=False, compress_statistics=True,
+                                             quant_type=args.quant, quant_storage=torch.uint8, blocksize=64)
+                q.weight = q.weight.to(child.weight.device)  # quantizes
+                if child.bias is not None:
+                    q.bias = torch.nn.Parameter(child.bias.data, requires_grad=False)
+                setattr(parent, name, q)
+                del child
+    torch.cuda.empty_cache()
+
+
 def run_config(cfg_dict: dict, shape: str, mode: str, seq: int, checkpointing: str, args, device,
                meta: dict) -> dict:
     import torch
@@ -321,9 +355,13 @@ def run_config(cfg_dict: dict, shape: str, mode: str, seq: int, checkpointing: s
     if mode == "lora":
         rec.update(lora_r=args.lora_r, lora_alpha=args.lora_alpha, lora_targets="all-linear (7)")
 
+    if args.quant:
+        rec.update(quant=f"{args.quant} (double quantization)", bitsandbytes=bnb_version())
     model = opt = ids = None
     try:
         model = build_model(cfg_dict, args, device)
+        if args.quant:
+            quantize_bnb(model, args)
         if checkpointing == "on":
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if mode == "lora":
@@ -478,6 +516,8 @@ def main(argv=None) -> int:
     ap.add_argument("--liger", action="store_true",
                     help="patch the model with Liger kernels first (ms-swift's --use_liger_kernel true: RoPE, "
                          "RMSNorm, SwiGLU/GeGLU, fused linear cross-entropy); needs liger-kernel importable")
+    ap.add_argument("--quant", choices=["nf4", "fp4"],
+                    help="QLoRA: the decoder layers' Linear modules as bitsandbytes 4-bit (needs bitsandbytes, --mode lora)")
     ap.add_argument("--peak-tflops", type=float, default=H200_PEAK_BF16_FLOPS / 1e12, help="for MFU")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", help="append JSON lines here")

@@ -45,6 +45,11 @@
 #             odyssey-bench at the anchor's peak memory (--memory-gib, the planner choosing; LIGER_BUDGET_FLAGS
 #             added, e.g. "--offload on") and fast (LIGER_FAST=0 skips it); liger-{hf,odyssey}.jsonl and
 #             liger-compare.md
+#   qlora     issue 24's anchors: transformers + PEFT + bitsandbytes QLoRA (hf_bench.py --quant nf4, every
+#             layer checkpointed), without and with Liger, for QLORA_SHAPES (default llama-3.1-8b) at QLORA_SEQS
+#             (default 16384); odyssey-bench --quant nf4 at each anchor's peak (--memory-gib, the planner choosing)
+#             and fast; needs the bitsandbytes and liger-kernel wheels in .whl/; qlora-{hf,odyssey}.jsonl,
+#             qlora-compare.md
 #   chat-template
 #             docs/tokenizer.md's chat-template benchmark (CPU only): CT_N (default 100000) generated
 #             multi-turn conversations rendered with Qwen2.5's template and tokenized by transformers'
@@ -220,6 +225,26 @@ print(r[-1].get('peak_gib') or '')")
       done
     done
     python3 tests/bench/compare.py "$LH" "$LO" | tee "$OUT/liger-compare.md" ;;
+  qlora)
+    phase qlora
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+    QH="$OUT/qlora-hf.jsonl" QO="$OUT/qlora-odyssey.jsonl" R="--steps 3 --warmup 2"
+    for S in ${QLORA_SHAPES:-llama-3.1-8b}; do
+      for Q in ${QLORA_SEQS:-16384}; do
+        for L in "" "--liger"; do
+          python3 tests/bench/hf_bench.py --device cuda --dtype bfloat16 --quant nf4 $L --shape $S --mode lora --seq $Q \
+            --checkpointing on $R --out "$QH" 2>&1 | grep -v '^{' | grep -v -i warn | tail -2
+          peak=$(python3 -c "import json
+rows=[json.loads(l) for l in open('$QH') if l.strip()]
+r=[x for x in rows if x['shape']=='$S' and x['seq']==$Q and bool(x.get('liger'))==bool('$L')]
+print(r[-1].get('peak_gib') or '' if r else '')")
+          [ -n "$peak" ] && $B --label "budget = hf+bnb${L:+ +liger} peak" --checkpointing auto --memory-gib "$peak" \
+            --quant nf4 --shape $S --mode lora --seq $Q $R --out "$QO" | cut -c1-400
+        done
+        $B --label fast --checkpointing auto --quant nf4 --shape $S --mode lora --seq $Q $R --out "$QO" | cut -c1-400
+      done
+    done
+    python3 tests/bench/compare.py "$QH" "$QO" | tee "$OUT/qlora-compare.md" ;;
   chat-template)
     phase chat-template
     CJ="$OUT/chat-template.jsonl" CONV=/tmp/odyssey-convs.jsonl
