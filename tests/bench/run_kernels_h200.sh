@@ -48,8 +48,9 @@
 #   qlora     issue 24's anchors: transformers + PEFT + bitsandbytes QLoRA (hf_bench.py --quant nf4, every
 #             layer checkpointed), without and with Liger, for QLORA_SHAPES (default llama-3.1-8b) at QLORA_SEQS
 #             (default 16384); odyssey-bench --quant nf4 at each anchor's peak (--memory-gib, the planner choosing)
-#             and fast; needs the bitsandbytes and liger-kernel wheels in .whl/; qlora-{hf,odyssey}.jsonl,
-#             qlora-compare.md
+#             and fast; needs the bitsandbytes and liger-kernel wheels in .whl/ (bitsandbytes' 43 MB wheel with
+#             only libbitsandbytes_cpu.so and _cuda130.so kept, `zip -d` of the others: 3.6 MB, so the carried tree
+#             stays under 64 MiB); qlora-{hf,odyssey}.jsonl, qlora-compare.md
 #   chat-template
 #             docs/tokenizer.md's chat-template benchmark (CPU only): CT_N (default 100000) generated
 #             multi-turn conversations rendered with Qwen2.5's template and tokenized by transformers'
