@@ -92,7 +92,13 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   // formula there (model::CausalLM::mlp_tier_gap), with the fused norms and projections around it.
   const bool block_fusable = !m.norm_plus_one && !m.sandwich_norms && m.residual_multiplier == 1.0;
   t.fused = c.fused_kernels && !t.hf && block_fusable;
-  t.mlp_fused = t.fused && m.hidden_act == "silu" && !m.fused_qkv;
+  // The SwiGLU kernel (saves gate and up) runs wherever the block is fused and the MLP is
+  // SwiGLU with separate gate and up. The MLP's tiers (rms_norm_mlp recomputation, swiglu_down
+  // and its offload) also need 16-bit projections: a 4-bit base (docs/qlora.md) takes the
+  // unfused projections, which keep the norm's output and the activation as the adapters' input.
+  const bool quant4 = c.quant_bits == 4;
+  const bool swiglu_kernel = t.fused && m.hidden_act == "silu" && !m.fused_qkv;
+  t.mlp_fused = swiglu_kernel && !quant4;
   t.layout = parallel_layout(c, s.Hkv);
   const ParallelLayout& p = t.layout;
   const i64 u = std::max<i64>(1, p.ulysses), sp = std::max<i64>(1, p.sp);
@@ -260,7 +266,7 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   // The fused engine's projections of a norm's output keep the norm's input (counted in
   // norm_bytes) and recompute the output in backward (kernels::rms_norm_linear); the reference
   // ops keep the output as the projections' shared input.
-  const bool norm_recomputed = t.fused;
+  const bool norm_recomputed = t.fused && !quant4;
   const bool qkv_input_kept =
       !norm_recomputed && (needs_shared(Q) || needs_shared(K) || needs_shared(V) || (m.fused_qkv && needs_shared(QKV)));
   const bool mlp_input_kept = !norm_recomputed && (needs_shared(Gate) || needs_shared(Up) || (m.fused_qkv && needs_shared(GateUp)));
@@ -287,7 +293,7 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   per_token += dropout_tok;
   mlp_tok += mlp_dropout_tok;
   per_token += b * (s.q + 2 * kv_eff) + b * s.q + 4 * s.H;  // q, k, v, output, fp32 LSE
-  mlp_tok += (t.mlp_fused ? 2 : 3) * b * s.i;              // gate, up (reference: act(gate) too)
+  mlp_tok += (swiglu_kernel ? 2 : 3) * b * s.i;            // gate, up (reference: act(gate) too)
   per_token += mlp_tok;
   t.per_token_layer = per_token;
   t.mlp_per_token = mlp_tok;
@@ -375,7 +381,7 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   // Fused: the activation's gradient, then d gate and d up, the activation recomputed into the
   // first buffer.
   t.bwd_mlp_h = (norm_recomputed ? 4 : 3) * b * s.h;  // + the recomputed norm output
-  t.bwd_mlp_i = (t.mlp_fused ? 3 : 4) * b * s.i - (act_kept ? b * s.i : 0);
+  t.bwd_mlp_i = (swiglu_kernel ? 3 : 4) * b * s.i - (act_kept ? b * s.i : 0);
   t.bwd_mlp = T * (t.bwd_mlp_h + t.bwd_mlp_i);
   t.bwd_attn = T * (b * ((norm_recomputed ? 4 : 3) * s.h + 2 * s.q + 2 * kv_eff) + 4 * s.q + 4 * s.H) + eager_sq;
   // A kept layer's attention backward calls cuDNN's kernel directly, which takes K and V with

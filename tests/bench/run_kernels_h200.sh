@@ -244,6 +244,11 @@ print(r[-1].get('peak_gib') or '' if r else '')")
         done
         $B --label fast --checkpointing auto --quant nf4 --shape $S --mode lora --seq $Q $R --out "$QO" | cut -c1-400
       done
+      # Long single steps under a card's budget (QLORA_LONG tokens, QLORA_BUDGET GiB, r32 as Unsloth's table).
+      for Q in ${QLORA_LONG:-}; do
+        $B --label "r32 at ${QLORA_BUDGET:-80} GiB" --checkpointing auto --offload on --memory-gib ${QLORA_BUDGET:-80} \
+          --lora-r 32 --lora-alpha 64 --quant nf4 --shape $S --mode lora --seq $Q --steps 1 --warmup 1 --out "$QO" | cut -c1-400
+      done
     done
     python3 tests/bench/compare.py "$QH" "$QO" | tee "$OUT/qlora-compare.md" ;;
   chat-template)
