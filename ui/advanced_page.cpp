@@ -124,6 +124,7 @@ QWidget* AdvancedPage::group(const QString& title, std::initializer_list<const c
   for (const char* k : keys) {
     FieldRow* r = add_field(f, form_, k);
     if (std::string_view(k).substr(0, 7) == "galore_") galore_rows_.push_back(r);
+    if (std::string_view(k).substr(0, 9) == "bnb_4bit_" || std::string_view(k) == "quant_method") quant_rows_.push_back(r);
     if (std::string_view(k) == "offload_optimizer") offload_row_ = r;
   }
   return g;
@@ -209,6 +210,7 @@ void AdvancedPage::update() {
   split_->setCurrentIndex(c.ulysses_size > 0 ? 1 : 0);
   ulysses_row_->set_available(sp_on && c.ulysses_size > 0);
   for (auto* r : galore_rows_) r->set_available(c.use_galore);
+  for (auto* r : quant_rows_) r->set_available(c.quant_bits == 4);
   if (offload_row_) offload_row_->set_available(c.zero_stage > 0 || c.offload_optimizer);
   derived_->setText(derived_text(*form_));
   updating_ = false;

@@ -58,6 +58,7 @@ class AdvancedPage : public QWidget {
   FieldRow* sp_row_ = nullptr;
   FieldRow* ulysses_row_ = nullptr;
   std::vector<FieldRow*> galore_rows_;
+  std::vector<FieldRow*> quant_rows_;  // the 4-bit settings: available with quant_bits 4
   FieldRow* offload_row_ = nullptr;
   GpuPanel* gpu_panel_ = nullptr;
   bool updating_ = false;

@@ -21,6 +21,8 @@ constexpr std::array<const char*, 5> kLoraKeys{"lora_rank", "lora_alpha", "lora_
                                                "target_modules"};
 constexpr std::array<const char*, 5> kGaloreKeys{"galore_quantization", "galore_rank", "galore_update_proj_gap",
                                                  "galore_scale", "galore_target_modules"};
+constexpr std::array<const char*, 4> kQuantKeys{"quant_method", "bnb_4bit_quant_type", "bnb_4bit_use_double_quant",
+                                                "bnb_4bit_compute_dtype"};
 
 const TrainConfig& defaults() {
   static const TrainConfig d;
@@ -98,6 +100,8 @@ void ConfigForm::stash_dependents(const std::string& key, const TrainConfig& bef
     move(kLoraKeys, uses_lora(current_.config));
   if (key == "use_galore" && before.use_galore != current_.config.use_galore)
     move(kGaloreKeys, current_.config.use_galore);
+  if (key == "quant_bits" && (before.quant_bits == 4) != (current_.config.quant_bits == 4))
+    move(kQuantKeys, current_.config.quant_bits == 4);
 }
 
 Diagnostics ConfigForm::set_text(const std::string& key, const std::string& yaml_value) {
