@@ -1,8 +1,10 @@
 // config.json's quantization_config and which modules a 4-bit base quantizes
 // (model/decoder_config.h). No LibTorch: `validate` reads it too.
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "model/decoder_config.h"
+#include "model/quant_state.h"
 
 namespace odyssey {
 
@@ -95,6 +97,84 @@ Result<QuantSettings> parse_quantization_config(const std::string& json_text, co
     }
   }
   if (has_errors(r.diagnostics)) r.value = QuantSettings();
+  return r;
+}
+
+std::int64_t QuantStateInfo::numel() const {
+  std::int64_t n = 1;
+  for (std::int64_t s : shape) n *= s;
+  return n;
+}
+
+Result<QuantStateInfo> parse_quant_state(std::string_view bytes, const std::string& file, const std::string& tensor) {
+  Result<QuantStateInfo> r;
+  auto fail = [&](std::string msg) { r.diagnostics.push_back(derr(file, tensor, std::move(msg))); };
+  json j;
+  try {
+    j = json::parse(bytes);
+  } catch (const std::exception& e) {
+    fail(std::string("not JSON (bitsandbytes stores the quant state's JSON bytes here): ") + e.what());
+    return r;
+  }
+  if (!j.is_object()) {
+    fail("must hold a JSON object (quant_type, blocksize, dtype, shape, ...)");
+    return r;
+  }
+  QuantStateInfo& q = r.value;
+  const auto type = j.find("quant_type");
+  if (type == j.end() || !type->is_string() || (*type != "nf4" && *type != "fp4")) {
+    fail("quant_type " + (type == j.end() ? std::string("missing") : type->dump()) + ": expected \"nf4\" or \"fp4\"");
+  } else {
+    q.quant_type = type->get<std::string>();
+    const std::string suffix = "bitsandbytes__" + q.quant_type;
+    if (tensor.size() < suffix.size() || tensor.compare(tensor.size() - suffix.size(), suffix.size(), suffix) != 0)
+      fail("says quant_type " + q.quant_type + " in a tensor whose name says otherwise");
+  }
+  const auto bs = j.find("blocksize");
+  if (bs == j.end() || !bs->is_number_integer() || bs->get<std::int64_t>() < 32 || bs->get<std::int64_t>() > 4096 ||
+      (bs->get<std::int64_t>() & (bs->get<std::int64_t>() - 1)) != 0)
+    fail("blocksize " + (bs == j.end() ? std::string("missing") : bs->dump()) + ": bitsandbytes uses 32, 64, ..., 4096");
+  else
+    q.blocksize = bs->get<std::int64_t>();
+  const auto shape = j.find("shape");
+  bool shape_ok = shape != j.end() && shape->is_array() && !shape->empty() && shape->size() <= 4;
+  double values = 1.0;
+  if (shape_ok)
+    for (const auto& v : *shape) {
+      if (!v.is_number_integer() || v.get<std::int64_t>() <= 0) {
+        shape_ok = false;
+        break;
+      }
+      q.shape.push_back(v.get<std::int64_t>());
+      values *= static_cast<double>(q.shape.back());
+    }
+  if (!shape_ok || values > 1099511627776.0) {
+    q.shape.clear();
+    fail("shape " + (shape == j.end() ? std::string("missing") : shape->dump()) +
+         ": expected 1 to 4 positive sizes (at most 2^40 values)");
+  }
+  const auto dt = j.find("dtype");
+  if (dt == j.end() || !dt->is_string() || (*dt != "float32" && *dt != "float16" && *dt != "bfloat16"))
+    fail("dtype " + (dt == j.end() ? std::string("missing") : dt->dump()) + ": expected float32, float16 or bfloat16");
+  else
+    q.dtype = dt->get<std::string>();
+  const bool has_nb = j.contains("nested_blocksize"), has_off = j.contains("nested_offset");
+  if (has_nb || has_off) {
+    q.nested = true;
+    const auto nb = j.find("nested_blocksize");
+    if (!has_nb || !nb->is_number_integer() || nb->get<std::int64_t>() <= 0 || nb->get<std::int64_t>() > (1 << 20))
+      fail("nested_blocksize " + (has_nb ? nb->dump() : std::string("missing")) +
+           ": a double-quantized weight needs a positive blocksize for its absmax values (bitsandbytes: 256)");
+    else
+      q.nested_blocksize = nb->get<std::int64_t>();
+    const auto off = j.find("nested_offset");
+    if (!has_off || !off->is_number() || !std::isfinite(off->get<double>()))
+      fail("nested_offset " + (has_off ? off->dump() : std::string("missing")) +
+           ": a double-quantized weight needs the finite mean its absmax values were centred on");
+    else
+      q.nested_offset = off->get<double>();
+  }
+  if (has_errors(r.diagnostics)) r.value = QuantStateInfo();
   return r;
 }
 

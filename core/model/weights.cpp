@@ -9,6 +9,7 @@
 
 #include "common/text.h"
 #include "kernels/quant4.h"
+#include "model/quant_state.h"
 #include "model/weights_check.h"
 
 namespace odyssey::model {
@@ -79,52 +80,30 @@ Result<c10::intrusive_ptr<kernels::Quant4Weight>> read_prequantized(const Safete
     r.diagnostics = st.diagnostics;
     return r;
   }
-  nlohmann::json js;
   const torch::Tensor bytes = st.value.contiguous();
   if (bytes.scalar_type() != torch::kUInt8) {
     fail(state_name, "must be U8 (the quant state's JSON bytes)");
     return r;
   }
-  try {
-    js = nlohmann::json::parse(std::string(reinterpret_cast<const char*>(bytes.data_ptr<std::uint8_t>()),
-                                           static_cast<std::size_t>(bytes.numel())));
-  } catch (const std::exception& e) {
-    fail(state_name, std::string("not JSON: ") + e.what());
+  const std::string_view text(reinterpret_cast<const char*>(bytes.data_ptr<std::uint8_t>()),
+                              static_cast<std::size_t>(bytes.numel()));
+  Result<QuantStateInfo> info = parse_quant_state(text, ckpt.file_of(state_name), state_name);
+  if (!info.ok()) {
+    r.diagnostics.insert(r.diagnostics.end(), info.diagnostics.begin(), info.diagnostics.end());
     return r;
   }
+  const QuantStateInfo& qs = info.value;
   auto q = c10::make_intrusive<kernels::Quant4Weight>();
-  const auto type = kernels::parse_quant4_type(js.value("quant_type", std::string()));
-  if (!js.is_object() || !type) {
-    fail(state_name, "quant_type must be \"nf4\" or \"fp4\"");
-    return r;
-  }
-  if (state_name.substr(state_name.size() - 3) != kernels::quant4_type_name(*type))
-    fail(state_name, "says quant_type " + std::string(kernels::quant4_type_name(*type)) + " in a tensor named for " +
-                         state_name.substr(state_name.size() - 3));
-  q->type = *type;
-  if (!js.contains("blocksize") || !js["blocksize"].is_number_integer() ||
-      !kernels::valid_quant4_blocksize(js["blocksize"].get<std::int64_t>())) {
-    fail(state_name, "blocksize " + (js.contains("blocksize") ? js["blocksize"].dump() : std::string("missing")) +
-                         ": bitsandbytes uses 32, 64, ..., 4096");
-    return r;
-  }
-  q->blocksize = js["blocksize"].get<std::int64_t>();
+  q->type = *kernels::parse_quant4_type(qs.quant_type);
+  q->blocksize = qs.blocksize;
   const std::vector<std::int64_t> want{lin.out_features, lin.in_features};
-  std::vector<std::int64_t> shape;
-  bool shape_ok = js.contains("shape") && js["shape"].is_array();
-  if (shape_ok)
-    for (const auto& v : js["shape"]) {
-      if (!v.is_number_integer()) shape_ok = false;
-      else shape.push_back(v.get<std::int64_t>());
-    }
-  if (!shape_ok || shape != want) {
-    fail(state_name, "shape " + (shape_ok ? shape_text(shape) : js.contains("shape") ? js["shape"].dump() : "missing") +
-                         "; the model's config.json gives [" + std::to_string(want[0]) + ", " + std::to_string(want[1]) + "]");
+  if (qs.shape != want) {
+    fail(state_name, "shape " + shape_text(qs.shape) + "; the model's config.json gives [" + std::to_string(want[0]) +
+                         ", " + std::to_string(want[1]) + "]");
     return r;
   }
   q->shape = want;
-  const std::string dt = js.value("dtype", std::string("bfloat16"));
-  q->dtype = dt == "float32" ? torch::kFloat32 : dt == "float16" ? torch::kHalf : torch::kBFloat16;
+  q->dtype = qs.dtype == "float32" ? torch::kFloat32 : qs.dtype == "float16" ? torch::kHalf : torch::kBFloat16;
   const std::int64_t n = q->numel(), blocks = q->blocks();
 
   auto tensor = [&](const std::string& name, torch::ScalarType want_type, std::int64_t numel) -> torch::Tensor {
@@ -142,21 +121,19 @@ Result<c10::intrusive_ptr<kernels::Quant4Weight>> read_prequantized(const Safete
     return t.value.to(device);
   };
   q->packed = tensor(w, torch::kUInt8, (n + 1) / 2);
-  q->nested = js.contains("nested_blocksize") || ckpt.info(w + ".nested_absmax") != nullptr;
+  q->nested = qs.nested || ckpt.info(w + ".nested_absmax") != nullptr;
   q->absmax = tensor(w + ".absmax", q->nested ? torch::kUInt8 : torch::kFloat32, blocks);
   q->code = tensor(w + ".quant_map", torch::kFloat32, 16);
   if (q->code.defined() &&
       !torch::allclose(q->code.cpu(), kernels::quant4_code(q->type), /*rtol=*/0.0, /*atol=*/1e-6))
     fail(w + ".quant_map", std::string("is not bitsandbytes' ") + kernels::quant4_type_name(q->type) + " table");
   if (q->nested) {
-    if (!js.contains("nested_blocksize") || !js["nested_blocksize"].is_number_integer() ||
-        js["nested_blocksize"].get<std::int64_t>() <= 0 || !js.contains("nested_offset") ||
-        !js["nested_offset"].is_number()) {
-      fail(state_name, "a double-quantized weight needs nested_blocksize (a positive integer) and nested_offset");
+    if (!qs.nested) {
+      fail(state_name, "has no nested_blocksize and nested_offset, but " + w + ".nested_absmax is beside it");
       return r;
     }
-    q->nested_blocksize = js["nested_blocksize"].get<std::int64_t>();
-    q->offset = js["nested_offset"].get<float>();
+    q->nested_blocksize = qs.nested_blocksize;
+    q->offset = static_cast<float>(qs.nested_offset);
     q->nested_absmax = tensor(w + ".nested_absmax", torch::kFloat32, (blocks + q->nested_blocksize - 1) / q->nested_blocksize);
     q->nested_code = tensor(w + ".nested_quant_map", torch::kFloat32, 256);
   }
