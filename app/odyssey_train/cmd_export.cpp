@@ -22,19 +22,24 @@ namespace odyssey::cli {
 
 CommandSpec export_spec() {
   return {"export",
-          "export CHECKPOINT --merge --output DIR [--base MODEL] [--dtype auto|float32|bfloat16|float16]",
+          "export CHECKPOINT --merge --output DIR [--base MODEL] [--dtype auto|float32|bfloat16|float16]\n"
+          "       [--quantize nf4|fp4 [--no-double-quant]]",
           "Merge a LoRA checkpoint into its base model and write an HF model directory.",
           "CHECKPOINT is a directory with adapter_config.json and adapter_model.safetensors (an\n"
           "Odyssey checkpoint or any PEFT LoRA adapter). The base model is --base, else the\n"
           "adapter's base_model_name_or_path. W' = W + (alpha / r) B A is computed in float32 and\n"
-          "stored in --dtype (auto: the base model's torch_dtype). DIR must not exist; it is\n"
-          "written under a temporary name and renamed when complete.\n\n"
+          "stored in --dtype (auto: the base model's torch_dtype). A 4-bit (bitsandbytes) base is\n"
+          "dequantized first. With --quantize the merged decoder projections are written as a\n"
+          "bitsandbytes 4-bit checkpoint transformers loads (docs/qlora.md), else 16-bit. DIR must\n"
+          "not exist; it is written under a temporary name and renamed when complete.\n\n"
           "Exit codes: 0 written, 1 a file could not be read or written (the message names it),\n"
           "2 bad arguments.",
           {{"merge", false, false, "", "merge the adapter into the base weights (required)"},
            {"output", true, false, "DIR", "the HF model directory to write"},
            {"base", true, false, "MODEL", "base model directory or hub id"},
-           {"dtype", true, false, "DTYPE", "auto (default), float32, bfloat16 or float16"}},
+           {"dtype", true, false, "DTYPE", "auto (default), float32, bfloat16 or float16"},
+           {"quantize", true, false, "TYPE", "nf4 or fp4: write the merged model in bitsandbytes' 4-bit format"},
+           {"no-double-quant", false, false, "", "with --quantize: keep the per-block absmax in fp32"}},
           1,
           1};
 }
@@ -55,6 +60,15 @@ int cmd_export(const Args& a) {
   if (dt != "auto" && dt != "float32" && dt != "bfloat16" && dt != "float16") {
     std::cerr << "odyssey-train export: --dtype: found " << text::quoted(dt)
               << ", expected auto, float32, bfloat16 or float16\n";
+    return kUsage;
+  }
+  const std::string quantize = a.value("quantize");
+  if (!quantize.empty() && quantize != "nf4" && quantize != "fp4") {
+    std::cerr << "odyssey-train export: --quantize: found " << text::quoted(quantize) << ", expected nf4 or fp4\n";
+    return kUsage;
+  }
+  if (quantize.empty() && a.has("no-double-quant")) {
+    std::cerr << "odyssey-train export: --no-double-quant goes with --quantize nf4|fp4\n";
     return kUsage;
   }
   if (fs::exists(out)) {
@@ -103,13 +117,21 @@ int cmd_export(const Args& a) {
       std::cerr << "odyssey-train export: " << tmp.string() << ": cannot be created: " << ec.message() << '\n';
       return kFailure;
     }
-    auto saved = model::save_weights(lm, tmp.string(), 5'000'000'000, false);
+    QuantSettings q;
+    if (!quantize.empty()) {
+      q.bits = 4;
+      q.type = quantize;
+      q.double_quant = !a.has("no-double-quant");
+    }
+    auto saved = quantize.empty() ? model::save_weights(lm, tmp.string(), 5'000'000'000, false)
+                                  : model::save_weights_4bit(lm, tmp.string(), q);
     if (!saved.ok()) {
       print_diagnostics(saved.diagnostics);
       fs::remove_all(tmp, ec);
       return kFailure;
     }
     for (const auto& f : train::model_side_files()) {
+      if (!quantize.empty() && f == "config.json") continue;  // save_weights_4bit wrote it
       const fs::path src = fs::path(loc.path) / f;
       if (fs::exists(src)) fs::copy_file(src, tmp / f, ec);
       if (ec) {
@@ -120,7 +142,7 @@ int cmd_export(const Args& a) {
     }
     // A 4-bit (bitsandbytes) base is written dequantized: its config.json loses the
     // quantization_config, or transformers would read the 16-bit tensors as 4-bit ones.
-    if (const fs::path cj = tmp / "config.json"; fs::exists(cj)) {
+    if (const fs::path cj = tmp / "config.json"; quantize.empty() && fs::exists(cj)) {
       std::ifstream cin_(cj);
       nlohmann::json j = nlohmann::json::parse(cin_, nullptr, false);
       cin_.close();

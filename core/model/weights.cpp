@@ -1,6 +1,8 @@
 #include "model/weights.h"
 
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <sstream>
 #include <utility>
@@ -323,6 +325,82 @@ Result<std::vector<std::string>> save_weights(CausalLM& lm, const std::string& d
     fs::copy_file(src, dst, fs::copy_options::overwrite_existing, ec);
     if (ec) r.diagnostics.push_back(derr(dst.string(), "", "cannot copy config.json from " + src.string() + ": " + ec.message()));
   }
+  return r;
+}
+
+Result<std::vector<std::string>> save_weights_4bit(CausalLM& lm, const std::string& dir, const QuantSettings& quant,
+                                                   std::uint64_t max_shard_bytes) {
+  Result<std::vector<std::string>> r;
+  const auto type = kernels::parse_quant4_type(quant.type);
+  if (quant.bits != 4 || !type || !kernels::valid_quant4_blocksize(quant.blocksize)) {
+    r.diagnostics.push_back(derr(dir, "quantize", "expected 4 bits, nf4 or fp4 and a bitsandbytes blocksize"));
+    return r;
+  }
+  if (const auto q = quantized_linears(lm); !q.empty()) {
+    r.diagnostics.push_back(derr(dir, q.begin()->first + ".weight",
+                                 "holds 4-bit weights already; merge (dequantize) before writing a new 4-bit checkpoint"));
+    return r;
+  }
+  const torch::ScalarType dtype = lm->options().dtype;
+  const char* dtype_text = dtype == torch::kFloat32 ? "float32" : dtype == torch::kHalf ? "float16" : "bfloat16";
+  std::map<std::string, const LinearImpl*> linears;  // the decoder layers' projections
+  for (const auto& item : lm->named_modules("", false))
+    if (const auto* l = dynamic_cast<const LinearImpl*>(item.value().get());
+        l && item.key().rfind("model.layers.", 0) == 0 && item.key().find(".lora_") == std::string::npos)
+      linears.emplace(item.key(), l);
+  NamedTensors tensors;
+  torch::NoGradGuard no_grad;
+  for (const auto& p : lm->named_parameters(true)) {
+    const std::string& name = p.key();
+    const std::string module = name.ends_with(".weight") ? name.substr(0, name.size() - 7) : std::string();
+    if (!linears.count(module) || !quant.quantizes(module)) {
+      tensors.emplace_back(name, p.value().detach());
+      continue;
+    }
+    const auto q = kernels::quantize_4bit(p.value().detach(), *type, quant.blocksize, quant.double_quant);
+    nlohmann::json state = {{"quant_type", quant.type},
+                            {"blocksize", quant.blocksize},
+                            {"dtype", dtype_text},
+                            {"shape", q->shape}};
+    tensors.emplace_back(name, q->packed.cpu());
+    tensors.emplace_back(name + ".absmax", q->absmax.cpu());
+    tensors.emplace_back(name + ".quant_map", q->code.cpu());
+    if (q->nested) {
+      state["nested_blocksize"] = q->nested_blocksize;
+      state["nested_dtype"] = "float32";
+      state["nested_offset"] = static_cast<double>(q->offset);
+      tensors.emplace_back(name + ".nested_absmax", q->nested_absmax.cpu());
+      tensors.emplace_back(name + ".nested_quant_map", q->nested_code.cpu());
+    }
+    const std::string bytes = state.dump();
+    torch::Tensor packed_state = torch::empty({static_cast<std::int64_t>(bytes.size())}, torch::kUInt8);
+    std::memcpy(packed_state.data_ptr<std::uint8_t>(), bytes.data(), bytes.size());
+    tensors.emplace_back(name + ".quant_state.bitsandbytes__" + quant.type, packed_state);
+  }
+  r = save_sharded(dir, tensors, max_shard_bytes);
+  if (!r.ok()) return r;
+  // config.json: the source's, with the quantization transformers will read.
+  const std::string src = lm->config().file;
+  std::ifstream in(src);
+  nlohmann::json cfg = nlohmann::json::parse(in, nullptr, false);
+  if (!cfg.is_object()) {
+    r.diagnostics.push_back(derr(src, "", "cannot be read as JSON to write the 4-bit checkpoint's config.json"));
+    return r;
+  }
+  cfg["quantization_config"] = {{"quant_method", "bitsandbytes"},
+                                {"load_in_4bit", true},
+                                {"load_in_8bit", false},
+                                {"bnb_4bit_quant_type", quant.type},
+                                {"bnb_4bit_use_double_quant", quant.double_quant},
+                                {"bnb_4bit_compute_dtype", dtype_text},
+                                {"bnb_4bit_quant_storage", "uint8"},
+                                {"llm_int8_skip_modules", quant.skip_modules.empty()
+                                                              ? nlohmann::json(nullptr)
+                                                              : nlohmann::json(quant.skip_modules)}};
+  const fs::path dst = fs::path(dir) / "config.json";
+  std::ofstream out(dst, std::ios::trunc);
+  out << cfg.dump(2) << '\n';
+  if (!out) r.diagnostics.push_back(derr(dst.string(), "", "cannot be written"));
   return r;
 }
 

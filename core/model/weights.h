@@ -38,4 +38,14 @@ Result<std::vector<std::string>> save_weights(CausalLM& lm, const std::string& d
                                               std::uint64_t max_shard_bytes = 5'000'000'000,
                                               bool copy_config = true);
 
+// The same as a bitsandbytes 4-bit checkpoint ("-bnb-4bit", docs/qlora.md): every decoder
+// projection `quant` quantizes is written as bitsandbytes saves a Linear4bit (packed uint8
+// weight, absmax, quant_map, the nested constants when double-quantized, the packed quant
+// state), the rest as save_weights writes it; config.json is the source's with a
+// quantization_config transformers reads (BitsAndBytesConfig: load_in_4bit, the type, double
+// quantization, compute dtype = the model's dtype). The projections must hold 16-bit weights
+// (a merged model); they are quantized one at a time.
+Result<std::vector<std::string>> save_weights_4bit(CausalLM& lm, const std::string& dir, const QuantSettings& quant,
+                                                   std::uint64_t max_shard_bytes = 5'000'000'000);
+
 }  // namespace odyssey::model
