@@ -126,6 +126,27 @@ QWidget* AdvancedPage::group(const QString& title, std::initializer_list<const c
     if (std::string_view(k).substr(0, 7) == "galore_") galore_rows_.push_back(r);
     if (std::string_view(k).substr(0, 9) == "bnb_4bit_" || std::string_view(k) == "quant_method") quant_rows_.push_back(r);
     if (std::string_view(k) == "offload_optimizer") offload_row_ = r;
+    if (std::string_view(k) == "gpu_memory_budget_gib") {
+      card_preset_ = new QComboBox(g);
+      card_preset_->setObjectName(QStringLiteral("cardPreset"));
+      // The card names are long: the box may be narrower than them (its list shows them whole),
+      // so the page keeps its columns at 1366 px.
+      card_preset_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+      card_preset_->setMinimumContentsLength(8);
+      card_preset_->addItem(tr("Choose a card…"), 0);
+      card_preset_->addItem(tr("24 GiB (RTX 4090, RTX 3090)"), 24);
+      card_preset_->addItem(tr("32 GiB (RTX 5090)"), 32);
+      card_preset_->addItem(tr("48 GiB (RTX 6000 Ada, A6000, L40S)"), 48);
+      card_preset_->addItem(tr("80 GiB (A100, H100 80 GB)"), 80);
+      card_preset_->setToolTip(tr("Sets the GPU memory budget to a card's memory: the planner then chooses "
+                                  "checkpointing, recomputation and offload to fit it, and a run caps its "
+                                  "allocator there, so a larger GPU trains as that card would."));
+      connect(card_preset_, &QComboBox::activated, this, [this](int i) {
+        const int gib = card_preset_->itemData(i).toInt();
+        if (gib > 0) form_->set_text("gpu_memory_budget_gib", std::to_string(gib));
+      });
+      f->addRow(tr("Card preset"), card_preset_);
+    }
   }
   return g;
 }
@@ -212,6 +233,10 @@ void AdvancedPage::update() {
   for (auto* r : galore_rows_) r->set_available(c.use_galore);
   for (auto* r : quant_rows_) r->set_available(c.quant_bits == 4);
   if (offload_row_) offload_row_->set_available(c.zero_stage > 0 || c.offload_optimizer);
+  if (card_preset_) {  // shows the card whose memory the budget is, else the prompt
+    const int at = card_preset_->findData(static_cast<int>(c.gpu_memory_budget_gib));
+    card_preset_->setCurrentIndex(at > 0 && c.gpu_memory_budget_gib > 0 ? at : 0);
+  }
   derived_->setText(derived_text(*form_));
   updating_ = false;
 }

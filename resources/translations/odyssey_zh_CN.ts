@@ -296,6 +296,34 @@ ms-swift：--sequence_parallel_size N</translation>
         <source>Base weights (QLoRA)</source>
         <translation>基座权重（QLoRA）</translation>
     </message>
+    <message>
+        <source>Choose a card…</source>
+        <translation>选择显卡…</translation>
+    </message>
+    <message>
+        <source>24 GiB (RTX 4090, RTX 3090)</source>
+        <translation>24 GiB（RTX 4090、RTX 3090）</translation>
+    </message>
+    <message>
+        <source>32 GiB (RTX 5090)</source>
+        <translation>32 GiB（RTX 5090）</translation>
+    </message>
+    <message>
+        <source>48 GiB (RTX 6000 Ada, A6000, L40S)</source>
+        <translation>48 GiB（RTX 6000 Ada、A6000、L40S）</translation>
+    </message>
+    <message>
+        <source>80 GiB (A100, H100 80 GB)</source>
+        <translation>80 GiB（A100、H100 80 GB）</translation>
+    </message>
+    <message>
+        <source>Sets the GPU memory budget to a card&apos;s memory: the planner then chooses checkpointing, recomputation and offload to fit it, and a run caps its allocator there, so a larger GPU trains as that card would.</source>
+        <translation>将显存预算设为所选显卡的显存：内存规划器据此选择梯度检查点、重计算与卸载以适配该预算，训练时显存分配器也以此为上限，因此在更大的 GPU 上训练的表现与该显卡相同。</translation>
+    </message>
+    <message>
+        <source>Card preset</source>
+        <translation>显卡预设</translation>
+    </message>
 </context>
 <context>
     <name>odyssey::ui::ChartPanel</name>

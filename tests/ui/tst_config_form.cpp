@@ -242,6 +242,25 @@ class TstConfigForm : public QObject {
     QVERIFY2(named, format_all(form.diagnostics()).c_str());
   }
 
+  void card_presets_set_the_memory_budget() {
+    ConfigForm form;
+    AdvancedPage adv(&form, nullptr);
+    auto* cards = adv.findChild<QComboBox*>(QStringLiteral("cardPreset"));
+    QVERIFY(cards);
+    QCOMPARE(cards->currentIndex(), 0);  // auto: no card
+    const int i48 = cards->findData(48);
+    QVERIFY(i48 > 0);
+    cards->setCurrentIndex(i48);
+    emit cards->activated(i48);
+    QCOMPARE(form.config().gpu_memory_budget_gib, std::int64_t{48});
+    QCOMPARE(row(&adv, "gpu_memory_budget_gib")->shown_text(), QStringLiteral("48"));
+    form.set_text("gpu_memory_budget_gib", "24");
+    QTRY_COMPARE(cards->currentData().toInt(), 24);
+    form.set_text("gpu_memory_budget_gib", "40");  // no card has 40 GiB
+    QTRY_COMPARE(cards->currentIndex(), 0);
+    for (int gib : {24, 32, 48, 80}) QVERIFY2(cards->findData(gib) > 0, qPrintable(QString::number(gib)));
+  }
+
   void ulysses_switch_and_derived_length() {
     ConfigForm form;
     AdvancedPage adv(&form, nullptr);
