@@ -10,6 +10,14 @@
 #include "planner/memory_terms.h"
 
 namespace odyssey {
+
+namespace {
+// What a 4-bit base (docs/qlora.md) does not get of the fused path: said by the plan and the run.
+constexpr const char* kQuant4FusedGap =
+    "fused kernels fall back for the 4-bit projections: norm-projection, SwiGLU-down, MLP recomputation and "
+    "MLP offload take 16-bit weights (the 4-bit projections dequantize for a cuBLAS product; the norms, RoPE "
+    "and the SwiGLU activation stay fused)";
+}  // namespace
 namespace {
 
 using i64 = std::int64_t;
@@ -112,7 +120,12 @@ void add_items(MemoryPlan& plan, const Terms& t, const Eval& e, const TrainConfi
 
   // model
   ib.add("weights", "model", t.weights,
-         millions(t.params) + " parameters × " + num(t.act_b) + " B (" + dtype + (t.lora ? ", frozen)" : ")"));
+         c.quant_bits == 4
+             ? millions(t.params) + " parameters: the decoder projections in 4 bits (" + c.bnb_4bit_quant_type +
+                   (c.bnb_4bit_use_double_quant ? ", double quantization" : "") +
+                   ") with the largest one's dequantization working set, the rest × " + num(t.act_b) + " B (" +
+                   dtype + ", frozen)"
+             : millions(t.params) + " parameters × " + num(t.act_b) + " B (" + dtype + (t.lora ? ", frozen)" : ")"));
   ib.add("LoRA adapters", "model", t.adapters,
          millions(t.trainable) + " parameters × 4 B (fp32, r=" + num(c.lora_rank) + ")");
 
@@ -328,6 +341,8 @@ MemoryPlan plan_memory(const TrainConfig& c, const HfModelConfig& m, const Plann
   }
   if (c.fused_kernels)
     for (const std::string& op : fused_kernel_gaps(m)) plan.notes.push_back("fused kernels fall back for " + op);
+  if (c.fused_kernels && c.quant_bits == 4)
+    plan.notes.push_back(kQuant4FusedGap);
   plan.mlp_tile_tokens = t.mlp_tile;
   const planner_detail::LayerChoice lc = planner_detail::choose_layers(t, pol, c.keep_attention);
   plan.checkpointed_layers = lc.checkpointed;

@@ -50,7 +50,7 @@
 namespace odyssey::train {
 namespace {
 
-// "4-bit base: 196 projections in NF4 with double quantization, 3.95 GiB (16-bit: 13.2 GiB)"
+// "4-bit base: 196 projections in NF4 with double quantization, 3.47 GiB (16-bit: 12.93 GiB)"
 // for a model whose projections hold 4-bit weights; "" otherwise.
 std::string quant4_summary(model::CausalLM& lm) {
   std::int64_t n = 0, bytes = 0, numel = 0;
@@ -65,11 +65,15 @@ std::string quant4_summary(model::CausalLM& lm) {
       nested = l->quant->nested;
     }
   if (n == 0) return {};
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "4-bit base: %lld projections in %s%s, %.2f GiB (16-bit: %.2f GiB)",
-                static_cast<long long>(n), type == "nf4" ? "NF4" : "FP4", nested ? " with double quantization" : "",
-                static_cast<double>(bytes) / (1 << 30), static_cast<double>(numel) * 2 / (1 << 30));
-  return buf;
+  auto size = [](double b) {
+    char s[32];
+    if (b >= double(1 << 30)) std::snprintf(s, sizeof s, "%.2f GiB", b / double(1 << 30));
+    else std::snprintf(s, sizeof s, "%.1f MiB", b / double(1 << 20));
+    return std::string(s);
+  };
+  return "4-bit base: " + std::to_string(n) + " projections in " + (type == "nf4" ? "NF4" : "FP4") +
+         (nested ? " with double quantization" : "") + ", " + size(static_cast<double>(bytes)) + " (16-bit: " +
+         size(static_cast<double>(numel) * 2) + ")";
 }
 
 namespace fs = std::filesystem;
@@ -603,7 +607,13 @@ LoadedModel load_model(RunContext& run) {
   mo.quant.compute_dtype = c.bnb_4bit_compute_dtype;
   auto loaded = model::load_causal_lm(c.model, mo);
   if (!loaded.ok()) throw RunFailure{"the model could not be loaded:\n" + format_all(loaded.diagnostics)};
-  if (const std::string q = quant4_summary(loaded.value.lm); !q.empty()) run.out->log(q);
+  if (const std::string q = quant4_summary(loaded.value.lm); !q.empty()) {
+    run.out->log(q);
+    if (c.fused_kernels)
+      run.out->log("fused kernels: the 4-bit projections take the unfused path (norm-projection, SwiGLU-down, MLP "
+                   "recomputation and offload need 16-bit weights); the norms, RoPE and the SwiGLU activation stay "
+                   "fused");
+  }
   if (c.fused_kernels)
     for (const std::string& op : fused_kernel_gaps(loaded.value.config.hf))
       run.out->log("fused kernels: " + loaded.value.config.hf.architecture + " falls back to the unfused path for " + op);

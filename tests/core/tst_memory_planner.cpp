@@ -358,7 +358,13 @@ class TestMemoryPlanner : public QObject {
     QCOMPARE(planner_detail::compute_terms(c, m, o).weights, expect - proj / 64 - 4 * ((proj + 64 * 256 - 1) / (64 * 256)) + 4 * (proj / 64));
     // The plan's peak falls by the difference.
     c.bnb_4bit_use_double_quant = true;
-    QVERIFY(plan_memory(c, m).peak_bytes < plan_memory(lora_7b(4096, true), m).peak_bytes - 7'000'000'000LL);
+    const MemoryPlan p4 = plan_memory(c, m);
+    QVERIFY(p4.peak_bytes < plan_memory(lora_7b(4096, true), m).peak_bytes - 7'000'000'000LL);
+    // The plan says which fused ops the 4-bit projections do without, and chooses no MLP tier.
+    bool said = false;
+    for (const auto& n : p4.notes) said = said || n.find("fused kernels fall back for the 4-bit projections") == 0;
+    QVERIFY(said);
+    QCOMPARE(planner_detail::compute_terms(c, m, o).mlp_fused, false);
   }
 
   void tinyLoraByHand() {
