@@ -50,7 +50,7 @@
 namespace odyssey::train {
 namespace {
 
-// "4-bit base: 196 projections in NF4 with double quantization, 3.47 GiB (16-bit: 12.93 GiB)"
+// "4-bit base: N projections in NF4 with double quantization, X GiB (16-bit: Y GiB)" (MiB below 1 GiB)
 // for a model whose projections hold 4-bit weights; "" otherwise.
 std::string quant4_summary(model::CausalLM& lm) {
   std::int64_t n = 0, bytes = 0, numel = 0;
