@@ -119,6 +119,10 @@ def hf_setting(r) -> str:
         s += ", outputs held"
     if r.get("sdpa_priority") not in (None, "default"):
         s += f", SDPA {r['sdpa_priority']} first"
+    if r.get("quant"):  # hf_bench.py --quant: bitsandbytes 4-bit (QLoRA)
+        s += f", bnb {str(r['quant']).split()[0]}"
+    if r.get("liger"):  # hf_bench.py --liger: a setting of its own, not a repeat of the plain line
+        s += ", Liger"
     return s
 
 

@@ -147,6 +147,18 @@ class CompareTest(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         self.assertIn("ckpt on, outputs held (28/28)", self.pair_rows(out)[0][10])
 
+    def test_liger_and_4bit_anchors_are_settings_of_their_own(self):
+        # hf_bench.py --quant nf4 with and without --liger: two HF lines of one shape and length,
+        # both listed; the fastest that ran pairs with the fast row.
+        lines = [hf(LEASE_A, tps=5494.0, peak=33.6, quant="nf4 (double quantization)"),
+                 hf(LEASE_A, tps=6161.0, peak=15.1, quant="nf4 (double quantization)", liger=True)]
+        rc, out, err = self.run_compare(self.write("hf.jsonl", lines),
+                                        self.write("ody.jsonl", [ody(LEASE_A, "fast", 11222.0, 75.1)]))
+        self.assertEqual(rc, 0, err)
+        self.assertIn("| ckpt on, bnb nf4 | 28/28 | 5,494 |", out)
+        self.assertIn("| ckpt on, bnb nf4, Liger | 28/28 | 6,161 |", out)
+        self.assertIn("ckpt on, bnb nf4, Liger (28/28)", self.pair_rows(out)[0][10])
+
     def test_every_hf_setting_oom(self):
         lines = [hf(LEASE_A, "on", oom=True), hf(LEASE_A, "off", oom=True)]
         rc, out, err = self.run_compare(self.write("hf.jsonl", lines),
