@@ -105,6 +105,7 @@
 #include "dist/sequence_parallel.h"
 #include "model/activation_checkpoint.h"
 #include "model/decoder.h"
+#include "model/weights.h"
 #include "engine/runtime_info.h"
 #include "planner/flops.h"
 #include "planner/memory_planner.h"
@@ -645,13 +646,12 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     for (const auto& p : lm->parameters(true)) total += p.numel();
     if (!o.quant.empty()) {
       torch::NoGradGuard ng;
-      for (const auto& item : lm->named_modules("", false))
-        if (auto* l = dynamic_cast<model::LinearImpl*>(item.value().get()); l && l->quantized) {
-          const torch::Tensor w = torch::empty({l->out_features, l->in_features}, torch::TensorOptions().dtype(dtype).device(device))
-                                      .normal_(0.0, dc.initializer_range);
-          l->quant = kernels::quantize_4bit(w, *kernels::parse_quant4_type(o.quant), 64, true);
-          total += l->quant->numel();
-        }
+      for (const auto& [name, l] : model::quantized_linears(lm)) {
+        const torch::Tensor w = torch::empty({l->out_features, l->in_features}, torch::TensorOptions().dtype(dtype).device(device))
+                                    .normal_(0.0, dc.initializer_range);
+        l->quant = kernels::quantize_4bit(w, *kernels::parse_quant4_type(o.quant), 64, true);
+        total += l->quant->numel();
+      }
     }
     if (mode == "lora") {
       train::LoraSettings ls;

@@ -39,14 +39,6 @@ Diagnostic derr(std::string file, std::string key, std::string msg) {
   return d;
 }
 
-// The projections that hold a 4-bit weight, by Hugging Face module name.
-std::map<std::string, LinearImpl*> quantized_linears(CausalLM& lm) {
-  std::map<std::string, LinearImpl*> out;
-  for (const auto& item : lm->named_modules("", false))
-    if (auto* l = dynamic_cast<LinearImpl*>(item.value().get()); l && l->quantized) out.emplace(item.key(), l);
-  return out;
-}
-
 // bitsandbytes' per-weight tensors beside "<module>.weight" (Params4bit's state dict).
 const char* const kQuantParts[] = {"absmax", "quant_map", "nested_absmax", "nested_quant_map",
                                    "quant_state.bitsandbytes__nf4", "quant_state.bitsandbytes__fp4"};
@@ -150,6 +142,13 @@ std::string describe(const DecoderConfig& c) {
 }
 
 }  // namespace
+
+std::map<std::string, LinearImpl*> quantized_linears(CausalLM& lm) {
+  std::map<std::string, LinearImpl*> out;
+  for (const auto& item : lm->named_modules("", false))
+    if (auto* l = dynamic_cast<LinearImpl*>(item.value().get()); l && l->quantized) out.emplace(item.key(), l);
+  return out;
+}
 
 Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const std::string& where) {
   Diagnostics errs;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,10 @@ struct LoadedModel {
   CausalLM lm{nullptr};
   DecoderConfig config;
 };
+
+// The projections that hold a 4-bit weight (QLoRA, docs/qlora.md), by Hugging Face module name
+// ("model.layers.3.mlp.down_proj"); before load_weights has filled them too.
+std::map<std::string, LinearImpl*> quantized_linears(CausalLM& lm);
 
 // Copy every parameter of `lm` from `ckpt` (converted to the parameter's dtype and device).
 // `where` names the checkpoint in messages about tensors it lacks. Nothing is copied when

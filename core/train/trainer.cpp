@@ -56,14 +56,13 @@ std::string quant4_summary(model::CausalLM& lm) {
   std::int64_t n = 0, bytes = 0, numel = 0;
   std::string type;
   bool nested = false;
-  for (const auto& item : lm->named_modules("", false))
-    if (const auto* l = dynamic_cast<const model::LinearImpl*>(item.value().get()); l && l->quant) {
-      ++n;
-      bytes += l->quant->nbytes();
-      numel += l->quant->numel();
-      type = kernels::quant4_type_name(l->quant->type);
-      nested = l->quant->nested;
-    }
+  for (const auto& [name, l] : model::quantized_linears(lm)) {
+    ++n;
+    bytes += l->quant->nbytes();
+    numel += l->quant->numel();
+    type = kernels::quant4_type_name(l->quant->type);
+    nested = l->quant->nested;
+  }
   if (n == 0) return {};
   auto size = [](double b) {
     char s[32];
@@ -620,9 +619,7 @@ LoadedModel load_model(RunContext& run) {
   m.lm = loaded.value.lm;
   m.hf = loaded.value.config.hf;
   for (const auto& p : m.lm->parameters(true)) m.params += p.numel();
-  for (const auto& item : m.lm->named_modules("", false))  // 4-bit weights are not parameters
-    if (const auto* l = dynamic_cast<const model::LinearImpl*>(item.value().get()); l && l->quant)
-      m.params += l->quant->numel();
+  for (const auto& [name, l] : model::quantized_linears(m.lm)) m.params += l->quant->numel();  // not parameters
   m.pad_token_id = loaded.value.config.pad_token_id.value_or(0);
   build_run_mesh(run, m);
   run.start.mesh.dp = run.mesh.dp;

@@ -229,10 +229,9 @@ class TstQuant4 : public QObject {
         }
         auto m = model::load_causal_lm((dir / (on_load ? "model16" : "model4")).string(), o);
         QVERIFY2(m.ok(), format_all(m.diagnostics).c_str());
-        int quantized = 0;
-        for (const auto& item : m.value.lm->named_modules("", false))
-          if (const auto* l = dynamic_cast<const model::LinearImpl*>(item.value().get()); l && l->quant) ++quantized;
-        QCOMPARE(quantized, 14);
+        const auto quantized = model::quantized_linears(m.value.lm);
+        QCOMPARE(quantized.size(), std::size_t{14});
+        for (const auto& [name, l] : quantized) QVERIFY2(l->quant, name.c_str());
         QCOMPARE(m.value.lm->named_parameters().contains("model.layers.0.mlp.up_proj.weight"), false);
         torch::NoGradGuard ng;
         const torch::Tensor logits = m.value.lm->forward(ids);

@@ -156,15 +156,56 @@ class TstTrainParity : public QObject {
     return out;
   }
 
+  // An adapter trained by Odyssey for the reference's steps, saved with `base` as its base, and
+  // the logits of 2 x 24 seeded ids computed by Odyssey and by PEFT (peft_oracle.py, which also
+  // checks that every adapter tensor loads as written) onto `base`.
+  struct PeftCheck {
+    torch::Tensor ids, logits;     // Odyssey's
+    std::string inputs;            // the ids as the oracle reads them
+    std::shared_ptr<const SafetensorsFile> peft;  // logits, merged_logits
+  };
+  PeftCheck adapter_in_peft(StepEngine& e, const Reference& R, const std::string& base, const std::string& tag) {
+    for (const auto& s : batches(R)) e.step(s);  // B is no longer zero
+    LoraSettings s;
+    s.rank = R.hp.at("r").get<std::int64_t>();
+    s.alpha = R.hp.at("alpha").get<double>();
+    s.target_modules = lora_module_names();
+    const std::string dir = tmp_.path().toStdString() + "/" + tag;
+    const std::string adapter = dir + "/adapter";
+    std::filesystem::create_directories(adapter);
+    const Diagnostics d = save_adapter(e.model(), s, base, adapter);
+    if (has_errors(d)) qFatal("%s", format_all(d).c_str());
+    PeftCheck c;
+    torch::manual_seed(3);
+    c.ids = torch::randint(3, 512, {2, 24}, torch::kInt64);
+    {
+      torch::NoGradGuard no_grad;
+      e.model()->eval();
+      c.logits = e.model()->forward(c.ids);
+    }
+    c.inputs = dir + "/peft_in.safetensors";
+    const std::string out = dir + "/peft_out.safetensors";
+    if (!save_safetensors(c.inputs, {{"input_ids", c.ids.to(torch::kFloat32)}}).ok())  // ids as float32 (exact)
+      qFatal("cannot write %s", c.inputs.c_str());
+    const QByteArray err = run_python({QStringLiteral(ODYSSEY_SOURCE_DIR "/tests/reference/peft_oracle.py"),
+                                       QString::fromStdString(base), QString::fromStdString(adapter),
+                                       QString::fromStdString(c.inputs), QString::fromStdString(out)});
+    if (!err.isEmpty()) qFatal("peft_oracle.py: %s", err.constData());
+    auto got = SafetensorsFile::open(out);
+    if (!got.ok()) qFatal("%s", format_all(got.diagnostics).c_str());
+    c.peft = got.value;
+    return c;
+  }
+
   void check_loop(const std::string& mode, bool lora, const std::function<void(CausalLM&)>& configure = {},
                   bool quantize_on_load = false, Tolerance tolerance = {}) {
     const Reference& R = reference(mode);
     StepEngine e = engine(R, lora, quantize_on_load);
     if (!R.hp.value("quant", std::string()).empty()) {  // the projections really are 4-bit
-      int quantized = 0;
-      for (const auto& item : e.model()->named_modules("", false))
-        if (const auto* l = dynamic_cast<const LinearImpl*>(item.value().get()); l && l->quant) ++quantized;
-      QCOMPARE(quantized, 14);  // 2 layers x q, k, v, o, gate, up, down
+      CausalLM lm = e.model();
+      const auto quantized = quantized_linears(lm);
+      QCOMPARE(quantized.size(), std::size_t{14});  // 2 layers x q, k, v, o, gate, up, down
+      for (const auto& [name, l] : quantized) QVERIFY2(l->quant, name.c_str());
     }
     if (configure) {
       CausalLM lm = e.model();
@@ -444,33 +485,12 @@ class TstTrainParity : public QObject {
     // (peft_oracle.py checks each).
     const Reference& R = reference("qlora");
     StepEngine e = engine(R, true);
-    for (const auto& s : batches(R)) e.step(s);
-    LoraSettings s;
-    s.rank = R.hp.at("r").get<std::int64_t>();
-    s.alpha = R.hp.at("alpha").get<double>();
-    s.target_modules = lora_module_names();
-    const std::string adapter = tmp_.path().toStdString() + "/qlora-adapter";
-    std::filesystem::create_directories(adapter);
-    const Diagnostics d = save_adapter(e.model(), s, R.dir + "/model4", adapter);
-    QVERIFY2(!has_errors(d), format_all(d).c_str());
-    torch::manual_seed(3);
-    const torch::Tensor ids = torch::randint(3, 512, {2, 24}, torch::kInt64);
-    torch::Tensor logits;
-    {
-      torch::NoGradGuard no_grad;
-      e.model()->eval();
-      logits = e.model()->forward(ids);
-    }
-    const std::string in = tmp_.path().toStdString() + "/qpeft_in.safetensors";
-    const std::string out = tmp_.path().toStdString() + "/qpeft_out.safetensors";
-    QVERIFY(save_safetensors(in, {{"input_ids", ids.to(torch::kFloat32)}}).ok());
-    const QByteArray err = run_python({QStringLiteral(ODYSSEY_SOURCE_DIR "/tests/reference/peft_oracle.py"),
-                                       QString::fromStdString(R.dir + "/model4"), QString::fromStdString(adapter),
-                                       QString::fromStdString(in), QString::fromStdString(out)});
-    QVERIFY2(err.isEmpty(), err.constData());
-    auto got = SafetensorsFile::open(out);
-    QVERIFY(got.ok());
-    const Err el = compare(logits, got.value->load("logits", torch::kFloat32).value);
+    const PeftCheck c = adapter_in_peft(e, R, R.dir + "/model4", "qlora");
+    const torch::Tensor& ids = c.ids;
+    const torch::Tensor& logits = c.logits;
+    const std::string& in = c.inputs;
+    const auto& got = c.peft;
+    const Err el = compare(logits, got->load("logits", torch::kFloat32).value);
     qInfo("QLoRA adapter in PEFT on the 4-bit model: logits max abs %.3g rel %.3g", el.abs, el.rel);
     QVERIFY(el.rel <= 1e-2);
 
@@ -513,35 +533,12 @@ class TstTrainParity : public QObject {
   void adapterLoadsInPeft() {
     const Reference& R = reference("lora");
     StepEngine e = engine(R, true);
-    for (const auto& s : batches(R)) e.step(s);  // B is no longer zero
-    LoraSettings s;
-    s.rank = R.hp.at("r").get<std::int64_t>();
-    s.alpha = R.hp.at("alpha").get<double>();
-    s.target_modules = lora_module_names();
-    const std::string adapter = tmp_.path().toStdString() + "/adapter";
-    std::filesystem::create_directories(adapter);
-    const Diagnostics d = save_adapter(e.model(), s, R.dir + "/model", adapter);
-    QVERIFY2(!has_errors(d), format_all(d).c_str());
-
-    torch::manual_seed(3);
-    const torch::Tensor ids = torch::randint(3, 512, {2, 24}, torch::kInt64);
-    torch::Tensor logits;
-    {
-      torch::NoGradGuard no_grad;
-      e.model()->eval();
-      logits = e.model()->forward(ids);
-    }
-    const std::string in = tmp_.path().toStdString() + "/peft_in.safetensors";
-    const std::string out = tmp_.path().toStdString() + "/peft_out.safetensors";
-    QVERIFY(save_safetensors(in, {{"input_ids", ids.to(torch::kFloat32)}}).ok());  // ids as float32 (exact)
-    const QByteArray err = run_python({QStringLiteral(ODYSSEY_SOURCE_DIR "/tests/reference/peft_oracle.py"),
-                                       QString::fromStdString(R.dir + "/model"), QString::fromStdString(adapter),
-                                       QString::fromStdString(in), QString::fromStdString(out)});
-    QVERIFY2(err.isEmpty(), err.constData());
-    auto got = SafetensorsFile::open(out);
-    QVERIFY(got.ok());
-    const Err el = compare(logits, got.value->load("logits", torch::kFloat32).value);
-    const Err em = compare(logits, got.value->load("merged_logits", torch::kFloat32).value);
+    const PeftCheck c = adapter_in_peft(e, R, R.dir + "/model", "lora");
+    const torch::Tensor& logits = c.logits;
+    const std::string& in = c.inputs;
+    const auto& got = c.peft;
+    const Err el = compare(logits, got->load("logits", torch::kFloat32).value);
+    const Err em = compare(logits, got->load("merged_logits", torch::kFloat32).value);
     qInfo("adapter in PEFT: logits max abs %.3g rel %.3g; PEFT merged: rel %.3g", el.abs, el.rel, em.rel);
     QVERIFY(el.rel <= 1e-4);
     QVERIFY(em.rel <= 1e-4);
@@ -553,6 +550,7 @@ class TstTrainParity : public QObject {
     std::filesystem::copy_file(R.dir + "/model/config.json", merged + "/config.json");
     auto saved = save_weights(e.model(), merged, 5'000'000'000, false);
     QVERIFY2(saved.ok(), format_all(saved.diagnostics).c_str());
+    const std::string out = tmp_.path().toStdString() + "/merged_out.safetensors";
     const QByteArray err2 = run_python({QStringLiteral(ODYSSEY_SOURCE_DIR "/tests/reference/peft_oracle.py"),
                                         QStringLiteral("--merged-dir"), QString::fromStdString(merged),
                                         QString::fromStdString(in), QString::fromStdString(out)});
