@@ -1,7 +1,10 @@
 // Internal to kernels/: how an autograd Function takes a LinearWeights (linear.h) apart.
 // The Function's inputs are the weight, then the bias, lora_a and lora_b as optionals
-// (absent ones get no autograd edge), then the LoRA scaling; these helpers rebuild the
-// projection in backward and say which of its gradients are wanted.
+// (absent ones get no autograd edge), then the LoRA scaling, then the 4-bit weight (null for a
+// 16-bit base; a 4-bit base passes an empty placeholder as its weight, so the edges keep their
+// places, and the quantized weight travels in the context as a capsule, never saved as a
+// tensor); these helpers rebuild the projection in backward and say which of its gradients are
+// wanted.
 #pragma once
 
 #include <torch/torch.h>
@@ -18,11 +21,19 @@ inline std::optional<torch::Tensor> opt(const torch::Tensor& t) {
   return t.defined() ? std::optional<torch::Tensor>(t) : std::nullopt;
 }
 
+// The tensor a Function takes as the projection's weight: the weight, or for a 4-bit base an
+// empty placeholder on the 4-bit weight's device (a frozen input: no gradient is asked for).
+inline torch::Tensor weight_arg(const LinearWeights& w) {
+  if (!w.quant) return w.weight;
+  return torch::empty({0}, torch::TensorOptions().dtype(torch::kFloat32).device(w.quant->device()));
+}
+
 inline LinearWeights weights_of(const torch::Tensor& weight, const std::optional<torch::Tensor>& bias,
                                 const std::optional<torch::Tensor>& lora_a, const std::optional<torch::Tensor>& lora_b,
-                                double scaling) {
+                                double scaling, const c10::intrusive_ptr<Quant4Weight>& quant) {
   LinearWeights w;
-  w.weight = weight;
+  if (quant) w.quant = quant;
+  else w.weight = weight;
   w.bias = bias.value_or(torch::Tensor());
   w.lora_a = lora_a.value_or(torch::Tensor());
   w.lora_b = lora_b.value_or(torch::Tensor());
@@ -37,13 +48,17 @@ inline void remember_linear(torch::autograd::AutogradContext* ctx, const LinearW
                             const std::string& key = "") {
   ctx->saved_data[key + "lora_scaling"] = w.lora_scaling;
   ctx->saved_data[key + "has_bias"] = w.bias.defined();
+  if (w.quant) ctx->saved_data[key + "quant"] = c10::IValue::make_capsule(w.quant);
 }
 
 inline LinearWeights saved_weights(torch::autograd::AutogradContext* ctx, const torch::Tensor& weight,
                                    const torch::Tensor& lora_a, const torch::Tensor& lora_b,
                                    const std::string& key = "") {
   LinearWeights w;
-  w.weight = weight;
+  if (const auto it = ctx->saved_data.find(key + "quant"); it != ctx->saved_data.end())
+    w.quant = c10::static_intrusive_pointer_cast<Quant4Weight>(it->second.toCapsule());
+  else
+    w.weight = weight;
   w.lora_a = lora_a;
   w.lora_b = lora_b;
   w.lora_scaling = ctx->saved_data[key + "lora_scaling"].toDouble();

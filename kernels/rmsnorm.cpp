@@ -150,8 +150,9 @@ struct RmsNormLinear : torch::autograd::Function<RmsNormLinear> {
                                const torch::Tensor& norm_weight, double eps, const torch::Tensor& weight,
                                const std::optional<torch::Tensor>& bias, const std::optional<torch::Tensor>& lora_a,
                                const std::optional<torch::Tensor>& lora_b, double scaling,
+                               const c10::intrusive_ptr<Quant4Weight>& quant,
                                const c10::intrusive_ptr<NormShare>& share) {
-    const LinearWeights w = detail::weights_of(weight, bias, lora_a, lora_b, scaling);
+    const LinearWeights w = detail::weights_of(weight, bias, lora_a, lora_b, scaling, quant);
     torch::Tensor a;
     const torch::Tensor y = detail::linear_forward(n, w, &a);
     ctx->save_for_backward({s, norm_weight, w.weight, w.lora_a, w.lora_b, a});
@@ -173,7 +174,7 @@ struct RmsNormLinear : torch::autograd::Function<RmsNormLinear> {
     // Edges: n, s, norm_weight (no gradient through these two), then the projection.
     const detail::LinearWants want = detail::linear_wants(ctx, /*first_edge=*/3, w);
     const std::int64_t hidden = s.size(-1);
-    const torch::Tensor dy = grads[0].reshape({-1, w.weight.size(0)});
+    const torch::Tensor dy = grads[0].reshape({-1, w.out_features()});
     detail::LinearBackward b;
     torch::Tensor n_grad;  // this node's gradient of n: its own, the share's sum, or none
     const bool need_n = want.weight || want.lora_a;
@@ -200,8 +201,8 @@ struct RmsNormLinear : torch::autograd::Function<RmsNormLinear> {
     if (n.defined()) n = n.reshape({-1, hidden});
     const detail::LinearGrads g = detail::weight_grads(b, n, saved[5], w, want);
     if (n_grad.defined()) n_grad = n_grad.view(s.sizes());
-    return {n_grad, torch::Tensor(), torch::Tensor(), torch::Tensor(), g.weight, g.bias, g.lora_a, g.lora_b,
-            torch::Tensor(), torch::Tensor()};
+    return {n_grad,   torch::Tensor(), torch::Tensor(), torch::Tensor(), g.weight,       g.bias,
+            g.lora_a, g.lora_b,        torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -217,14 +218,13 @@ std::pair<torch::Tensor, torch::Tensor> add_rms_norm(const torch::Tensor& x, con
 
 torch::Tensor rms_norm_linear(const torch::Tensor& n, const torch::Tensor& s, const torch::Tensor& norm_weight,
                               double eps, const LinearWeights& w, const c10::intrusive_ptr<NormShare>& share) {
-  TORCH_CHECK(!w.quant, "rms_norm_linear: a 4-bit base weight takes the unfused projection (LinearImpl::forward)");
   check_inputs(s, {}, norm_weight, eps);
   TORCH_CHECK(n.defined() && n.sizes() == s.sizes() && n.scalar_type() == s.scalar_type(),
               "rms_norm_linear: the norm output must have the input's shape ", s.sizes(), " and dtype ",
               s.scalar_type(), ", got ", n.defined() ? n.sizes() : torch::IntArrayRef{});
   detail::check_linear(w, s.size(-1), "rms_norm_linear");
-  return RmsNormLinear::apply(n, s.detach(), norm_weight.detach(), eps, w.weight, detail::opt(w.bias),
-                              detail::opt(w.lora_a), detail::opt(w.lora_b), w.lora_scaling, share)[0];
+  return RmsNormLinear::apply(n, s.detach(), norm_weight.detach(), eps, detail::weight_arg(w), detail::opt(w.bias),
+                              detail::opt(w.lora_a), detail::opt(w.lora_b), w.lora_scaling, w.quant, share)[0];
 }
 
 }  // namespace odyssey::kernels

@@ -120,7 +120,7 @@ DownBackward swiglu_down_backward(const torch::Tensor& dy, const torch::Tensor& 
                                   const LinearWeights& w, const torch::Tensor& lora_out,
                                   const detail::LinearWants& want) {
   DownBackward r;
-  detail::LinearBackward b = detail::linear_input_grad(dy.reshape({-1, w.weight.size(0)}), w, gate.scalar_type());
+  detail::LinearBackward b = detail::linear_input_grad(dy.reshape({-1, w.out_features()}), w, gate.scalar_type());
   std::tie(r.dgate, r.dup) = swiglu_backward(b.input_grad, gate, up, /*recompute=*/want.weight || want.lora_a);
   r.grads = detail::weight_grads(b, b.input_grad.view({-1, gate.size(-1)}), lora_out, w, want);
   return r;
@@ -140,8 +140,9 @@ struct SwiGluDown : torch::autograd::Function<SwiGluDown> {
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& gate, const torch::Tensor& up,
                                const torch::Tensor& weight, const std::optional<torch::Tensor>& bias,
                                const std::optional<torch::Tensor>& lora_a, const std::optional<torch::Tensor>& lora_b,
-                               double scaling, const std::shared_ptr<OffloadChain>& offload) {
-    const LinearWeights w = detail::weights_of(weight, bias, lora_a, lora_b, scaling);
+                               double scaling, const c10::intrusive_ptr<Quant4Weight>& quant,
+                               const std::shared_ptr<OffloadChain>& offload) {
+    const LinearWeights w = detail::weights_of(weight, bias, lora_a, lora_b, scaling, quant);
     torch::Tensor a;
     const torch::Tensor y = detail::linear_forward(swiglu_forward(gate, up), w, &a);
     if (offload) {
@@ -170,7 +171,7 @@ struct SwiGluDown : torch::autograd::Function<SwiGluDown> {
     const DownBackward r =
         swiglu_down_backward(grads[0], gate, up, w, saved[5], detail::linear_wants(ctx, /*first_edge=*/2, w));
     const detail::LinearGrads& g = r.grads;
-    return {r.dgate, r.dup, g.weight, g.bias, g.lora_a, g.lora_b, torch::Tensor(), torch::Tensor()};
+    return {r.dgate, r.dup, g.weight, g.bias, g.lora_a, g.lora_b, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -192,9 +193,12 @@ struct RmsNormMlp : torch::autograd::Function<RmsNormMlp> {
                                const std::optional<torch::Tensor>& ua, const std::optional<torch::Tensor>& ubb,
                                double us, const torch::Tensor& dw, const std::optional<torch::Tensor>& db,
                                const std::optional<torch::Tensor>& da, const std::optional<torch::Tensor>& dbb,
-                               double ds) {
-    const LinearWeights w[3] = {detail::weights_of(gw, gb, ga, gbb, gs), detail::weights_of(uw, ub, ua, ubb, us),
-                                detail::weights_of(dw, db, da, dbb, ds)};
+                               double ds,
+                               // the 4-bit weights (null for 16-bit bases)
+                               const c10::intrusive_ptr<Quant4Weight>& gq, const c10::intrusive_ptr<Quant4Weight>& uq,
+                               const c10::intrusive_ptr<Quant4Weight>& dq) {
+    const LinearWeights w[3] = {detail::weights_of(gw, gb, ga, gbb, gs, gq), detail::weights_of(uw, ub, ua, ubb, us, uq),
+                                detail::weights_of(dw, db, da, dbb, ds, dq)};
     torch::Tensor a[3];
     torch::Tensor act;
     {
@@ -227,7 +231,7 @@ struct RmsNormMlp : torch::autograd::Function<RmsNormMlp> {
     }
     w[0].bias = saved[14], w[1].bias = saved[15];
     const torch::Tensor n = add_rms_norm(s, {}, saved[1], ctx->saved_data["eps"].toDouble()).first.reshape({-1, hidden});
-    const std::int64_t inter = w[0].weight.size(0);
+    const std::int64_t inter = w[0].out_features();
     DownBackward down;
     {
       torch::Tensor unused;
@@ -245,6 +249,7 @@ struct RmsNormMlp : torch::autograd::Function<RmsNormMlp> {
     for (int k = 0; k < 3; ++k)
       for (const torch::Tensor& t : {g[k].weight, g[k].bias, g[k].lora_a, g[k].lora_b, torch::Tensor()})
         out.push_back(t);
+    for (int k = 0; k < 3; ++k) out.emplace_back();  // the 4-bit weights
     return out;
   }
 };
@@ -259,10 +264,9 @@ torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
 torch::Tensor swiglu_down(const torch::Tensor& gate, const torch::Tensor& up, const LinearWeights& down,
                           const std::shared_ptr<OffloadChain>& offload) {
   check_inputs(gate, up);
-  TORCH_CHECK(!down.quant, "swiglu_down: a 4-bit base weight takes the unfused projection (LinearImpl::forward)");
   detail::check_linear(down, gate.size(-1), "swiglu_down");
-  return SwiGluDown::apply(gate, up, down.weight, detail::opt(down.bias), detail::opt(down.lora_a),
-                           detail::opt(down.lora_b), down.lora_scaling, offload)[0];
+  return SwiGluDown::apply(gate, up, detail::weight_arg(down), detail::opt(down.bias), detail::opt(down.lora_a),
+                           detail::opt(down.lora_b), down.lora_scaling, down.quant, offload)[0];
 }
 
 }  // namespace odyssey::kernels
@@ -271,8 +275,6 @@ namespace odyssey::kernels {
 
 torch::Tensor rms_norm_mlp(const torch::Tensor& n, const torch::Tensor& s, const torch::Tensor& norm_weight,
                            double eps, const LinearWeights& gate, const LinearWeights& up, const LinearWeights& down) {
-  TORCH_CHECK(!gate.quant && !up.quant && !down.quant,
-              "rms_norm_mlp: 4-bit base weights take the unfused projections (LinearImpl::forward)");
   TORCH_CHECK(s.defined() && s.dim() >= 1, "rms_norm_mlp: the norm input must be [..., H], got ",
               s.defined() ? s.sizes() : torch::IntArrayRef{});
   TORCH_CHECK(n.defined() && n.sizes() == s.sizes() && n.scalar_type() == s.scalar_type(),
@@ -282,15 +284,16 @@ torch::Tensor rms_norm_mlp(const torch::Tensor& n, const torch::Tensor& s, const
               "rms_norm_mlp: the norm weight must be [", s.size(-1), "]");
   detail::check_linear(gate, s.size(-1), "rms_norm_mlp (gate)");
   detail::check_linear(up, s.size(-1), "rms_norm_mlp (up)");
-  TORCH_CHECK(gate.weight.size(0) == up.weight.size(0), "rms_norm_mlp: gate and up must have one width, got ",
-              gate.weight.size(0), " and ", up.weight.size(0));
-  detail::check_linear(down, gate.weight.size(0), "rms_norm_mlp (down)");
+  TORCH_CHECK(gate.out_features() == up.out_features(), "rms_norm_mlp: gate and up must have one width, got ",
+              gate.out_features(), " and ", up.out_features());
+  detail::check_linear(down, gate.out_features(), "rms_norm_mlp (down)");
   TORCH_CHECK(supported_dtype(s.scalar_type()), "rms_norm_mlp: float32, bfloat16 or float16, got ", s.scalar_type());
   using detail::opt;
-  return RmsNormMlp::apply(n, s.detach(), norm_weight.detach(), eps, gate.weight, opt(gate.bias), opt(gate.lora_a),
-                           opt(gate.lora_b), gate.lora_scaling, up.weight, opt(up.bias), opt(up.lora_a),
-                           opt(up.lora_b), up.lora_scaling, down.weight, opt(down.bias), opt(down.lora_a),
-                           opt(down.lora_b), down.lora_scaling)[0];
+  using detail::weight_arg;
+  return RmsNormMlp::apply(n, s.detach(), norm_weight.detach(), eps, weight_arg(gate), opt(gate.bias),
+                           opt(gate.lora_a), opt(gate.lora_b), gate.lora_scaling, weight_arg(up), opt(up.bias),
+                           opt(up.lora_a), opt(up.lora_b), up.lora_scaling, weight_arg(down), opt(down.bias),
+                           opt(down.lora_a), opt(down.lora_b), down.lora_scaling, gate.quant, up.quant, down.quant)[0];
 }
 
 }  // namespace odyssey::kernels

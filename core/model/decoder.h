@@ -83,10 +83,8 @@ class LinearImpl : public torch::nn::Module {
   kernels::LinearWeights fused_weights() const;
   // Whether the fused projections (kernels::swiglu_down, rms_norm_linear) compute this layer
   // as forward() would: the fused path, and no adapter dropout (which needs its dropped copy).
-  // A 4-bit base takes the unfused projection (kernels::quant4_linear).
-  bool fused_projection() const {
-    return lora_in_input_dtype && !quantized && (!lora_A || lora_dropout == 0.0);
-  }
+  // A 4-bit base takes them too: they dequantize its weight for each product (kernels/linear.h).
+  bool fused_projection() const { return lora_in_input_dtype && (!lora_A || lora_dropout == 0.0); }
 
   // Adds lora_A (Kaiming-uniform with a = sqrt(5), nn.Linear's and PEFT's default, from the
   // default generator) and lora_B (zeros), both fp32 on the weight's device. scaling = alpha / r, or alpha / sqrt(r) (rsLoRA).

@@ -12,13 +12,6 @@
 namespace odyssey {
 
 namespace {
-// What a 4-bit base (docs/qlora.md) does not get of the fused path: said by the plan and the run.
-constexpr const char* kQuant4FusedGap =
-    "fused kernels fall back for the 4-bit projections: norm-projection, SwiGLU-down, MLP recomputation and "
-    "MLP offload take 16-bit weights (the 4-bit projections dequantize for a cuBLAS product; the norms, RoPE "
-    "and the SwiGLU activation stay fused)";
-}  // namespace
-namespace {
 
 using i64 = std::int64_t;
 using planner_detail::Eval;
@@ -341,8 +334,6 @@ MemoryPlan plan_memory(const TrainConfig& c, const HfModelConfig& m, const Plann
   }
   if (c.fused_kernels)
     for (const std::string& op : fused_kernel_gaps(m)) plan.notes.push_back("fused kernels fall back for " + op);
-  if (c.fused_kernels && c.quant_bits == 4)
-    plan.notes.push_back(kQuant4FusedGap);
   plan.mlp_tile_tokens = t.mlp_tile;
   const planner_detail::LayerChoice lc = planner_detail::choose_layers(t, pol, c.keep_attention);
   plan.checkpointed_layers = lc.checkpointed;

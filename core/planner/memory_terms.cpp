@@ -93,12 +93,10 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   const bool block_fusable = !m.norm_plus_one && !m.sandwich_norms && m.residual_multiplier == 1.0;
   t.fused = c.fused_kernels && !t.hf && block_fusable;
   // The SwiGLU kernel (saves gate and up) runs wherever the block is fused and the MLP is
-  // SwiGLU with separate gate and up. The MLP's tiers (rms_norm_mlp recomputation, swiglu_down
-  // and its offload) also need 16-bit projections: a 4-bit base (docs/qlora.md) takes the
-  // unfused projections, which keep the norm's output and the activation as the adapters' input.
-  const bool quant4 = c.quant_bits == 4;
+  // SwiGLU with separate gate and up; so do the MLP's tiers (rms_norm_mlp recomputation,
+  // swiglu_down and its offload), on 16-bit and 4-bit bases alike (docs/qlora.md).
   const bool swiglu_kernel = t.fused && m.hidden_act == "silu" && !m.fused_qkv;
-  t.mlp_fused = swiglu_kernel && !quant4;
+  t.mlp_fused = swiglu_kernel;
   t.layout = parallel_layout(c, s.Hkv);
   const ParallelLayout& p = t.layout;
   const i64 u = std::max<i64>(1, p.ulysses), sp = std::max<i64>(1, p.sp);
@@ -266,7 +264,7 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   // The fused engine's projections of a norm's output keep the norm's input (counted in
   // norm_bytes) and recompute the output in backward (kernels::rms_norm_linear); the reference
   // ops keep the output as the projections' shared input.
-  const bool norm_recomputed = t.fused && !quant4;
+  const bool norm_recomputed = t.fused;
   const bool qkv_input_kept =
       !norm_recomputed && (needs_shared(Q) || needs_shared(K) || needs_shared(V) || (m.fused_qkv && needs_shared(QKV)));
   const bool mlp_input_kept = !norm_recomputed && (needs_shared(Gate) || needs_shared(Up) || (m.fused_qkv && needs_shared(GateUp)));

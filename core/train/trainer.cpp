@@ -606,13 +606,7 @@ LoadedModel load_model(RunContext& run) {
   mo.quant.compute_dtype = c.bnb_4bit_compute_dtype;
   auto loaded = model::load_causal_lm(c.model, mo);
   if (!loaded.ok()) throw RunFailure{"the model could not be loaded:\n" + format_all(loaded.diagnostics)};
-  if (const std::string q = quant4_summary(loaded.value.lm); !q.empty()) {
-    run.out->log(q);
-    if (c.fused_kernels)
-      run.out->log("fused kernels: the 4-bit projections take the unfused path (norm-projection, SwiGLU-down, MLP "
-                   "recomputation and offload need 16-bit weights); the norms, RoPE and the SwiGLU activation stay "
-                   "fused");
-  }
+  if (const std::string q = quant4_summary(loaded.value.lm); !q.empty()) run.out->log(q);
   if (c.fused_kernels)
     for (const std::string& op : fused_kernel_gaps(loaded.value.config.hf))
       run.out->log("fused kernels: " + loaded.value.config.hf.architecture + " falls back to the unfused path for " + op);

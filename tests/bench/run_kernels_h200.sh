@@ -51,6 +51,10 @@
 #             and fast; needs the bitsandbytes and liger-kernel wheels in .whl/ (bitsandbytes' 43 MB wheel with
 #             only libbitsandbytes_cpu.so and _cuda130.so kept, `zip -d` of the others: 3.6 MB, so the carried tree
 #             stays under 64 MiB); qlora-{hf,odyssey}.jsonl, qlora-compare.md
+#   qlora-parity
+#             fused_parity_gpu --case qwen2.5-1.5b:qlora (QLORA_PARITY_CASE): 20 QLoRA steps on the 4-bit
+#             base transformers + bitsandbytes saved, every memory tier, against HF + PEFT + bitsandbytes
+#             bf16 and fp32; needs the bitsandbytes wheel in .whl/; qlora-parity.{txt,jsonl}
 #   chat-template
 #             docs/tokenizer.md's chat-template benchmark (CPU only): CT_N (default 100000) generated
 #             multi-turn conversations rendered with Qwen2.5's template and tokenized by transformers'
@@ -172,6 +176,14 @@ for p in "$@"; do
     build-gpu/tests/gpu/fused_parity_gpu --work /tmp/odyssey-fused-parity --out "$OUT/fused-parity.jsonl" 2>&1 |
       grep -v -E "^\[(bf16|fp32)\]|it/s\]" > "$OUT/fused-parity.txt"
     echo "fused_parity_gpu exit ${PIPESTATUS[0]}"; grep -E "^qwen|  (per-token|loss curve|grad norm)|PASS|FAIL" "$OUT/fused-parity.txt" ;;
+  qlora-parity)
+    phase qlora-parity
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+    cmake --build build-gpu --target fused_parity_gpu > "$OUT/build-parity.log" 2>&1 ||
+      { grep -B2 -A12 -E "error|FAILED" "$OUT/build-parity.log" | head -60; exit 1; }
+    build-gpu/tests/gpu/fused_parity_gpu --case ${QLORA_PARITY_CASE:-qwen2.5-1.5b:qlora} --work /tmp/odyssey-qlora-parity \
+      --out "$OUT/qlora-parity.jsonl" 2>&1 | grep -v -E "^\[(bf16|fp32)\]|it/s\]" > "$OUT/qlora-parity.txt"
+    echo "fused_parity_gpu exit ${PIPESTATUS[0]}"; grep -E "^qwen|  (per-token|loss curve|grad norm|seconds)|PASS|FAIL" "$OUT/qlora-parity.txt" ;;
   heldout)
     phase heldout
     H="$OUT/heldout.jsonl" R="--steps 3 --warmup 2"

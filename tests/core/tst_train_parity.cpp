@@ -281,6 +281,20 @@ class TstTrainParity : public QObject {
   // follow within 3e-3 and AdamW's normalised steps carry it to ~1e-2 of the adapters.
   void qloraMatchesPeftBitsandbytes() { check_loop("qlora", true, {}, false, kQlora); }
   void qloraQuantizedOnLoadMatchesPeftBitsandbytes() { check_loop("qlora", true, {}, true, kQlora); }
+  // The same 20 steps through the fused ops with 4-bit weights (their ATen form on the CPU):
+  // every norm-projection recomputing its input, layer 0's MLP recomputed (rms_norm_mlp) and
+  // layer 1's through the offload chain (swiglu_down keeping gate and up), within the same
+  // tolerance as the unfused projections.
+  void qloraFusedTiersMatchPeftBitsandbytes() {
+    check_loop(
+        "qlora", true,
+        [](CausalLM& lm) {
+          lm->set_fused_kernels(true);
+          lm->set_mlp_recompute_layers({true, false});
+          lm->set_mlp_offload_layers({false, true}, 1);
+        },
+        false, kQlora);
+  }
 
   // Tiled MLP (the MLP a few tokens at a time, each tile recomputed in backward) against the
   // same oracles: rows of 20+ tokens in tiles of 5 and 7, so every row has several tiles and a

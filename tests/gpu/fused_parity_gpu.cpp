@@ -8,7 +8,10 @@
 // memory tiers all present in one model — layer 0 checkpointed keeping its attention output,
 // layer 1 checkpointed recomputing attention, then MLP recomputation, MLP offload to pinned host
 // memory and plain layers in turn — starts from the reference's initial trainable tensors and
-// trains on the same rows (varlen flash attention over the packed samples).
+// trains on the same rows (varlen flash attention over the packed samples). Mode qlora: LoRA on
+// the 4-bit (NF4, double-quantized) base transformers + bitsandbytes saved (OUT/model4), which
+// Odyssey loads as it is; the fused ops then dequantize each projection (kernels/linear.h) in
+// every tier above.
 //
 // Tolerance (docs/benchmarks.md, "Fused path against transformers"): bf16 keeps 8 significant
 // bits, unit roundoff u = 2^-8. Two correct bf16 programs that round at different points (other
@@ -23,7 +26,7 @@
 //
 //   fused_parity_gpu [--case shape:mode[:layers]]... [--seq N] [--steps N] [--work DIR] [--out F]
 //
-// Default cases: qwen2.5-0.5b:full, qwen2.5-1.5b:lora, qwen2.5-7b:lora (every layer).
+// Default cases: qwen2.5-0.5b:full, qwen2.5-1.5b:lora, qwen2.5-1.5b:qlora, qwen2.5-7b:lora (every layer).
 #include <torch/torch.h>
 
 #include <chrono>
@@ -140,10 +143,13 @@ bool run_case(const Case& c, const std::string& work, std::int64_t seq, std::int
   const torch::Device cuda(torch::kCUDA, 0);
   DecoderOptions opts{torch::kBFloat16, cuda, AttentionBackend::CuDNN, false, {}};
   opts.fused_kernels = true;
-  auto loaded = load_causal_lm(R.dir + "/model", opts);
+  const bool qlora = c.mode == "qlora";
+  auto loaded = load_causal_lm(R.dir + (qlora ? "/model4" : "/model"), opts);
   if (!loaded.ok()) throw std::runtime_error(format_all(loaded.diagnostics));
   CausalLM lm = loaded.value.lm;
-  const bool lora = c.mode == "lora";
+  if (qlora && quantized_linears(lm).size() != 7 * static_cast<std::size_t>(lm->config().hf.num_hidden_layers))
+    throw std::runtime_error("model4: the decoder projections were not all loaded 4-bit");
+  const bool lora = c.mode == "lora" || qlora;
   if (lora) {
     LoraSettings s;
     s.rank = R.hp.at("r").get<std::int64_t>();
@@ -265,7 +271,8 @@ int main(int argc, char** argv) {
         if (p == std::string::npos) throw std::runtime_error("--case " + v + ": expected shape:mode[:layers]");
         Case c{v.substr(0, p), v.substr(p + 1, q == std::string::npos ? q : q - p - 1), 0};
         if (q != std::string::npos) c.layers = std::stoll(v.substr(q + 1));
-        if (c.mode != "lora" && c.mode != "full") throw std::runtime_error("--case " + v + ": mode is lora or full");
+        if (c.mode != "lora" && c.mode != "full" && c.mode != "qlora")
+          throw std::runtime_error("--case " + v + ": mode is lora, full or qlora");
         cases.push_back(c);
       } else if (a[i] == "--seq" && has) seq = std::stoll(a[++i]);
       else if (a[i] == "--steps" && has) steps = std::stoll(a[++i]);
@@ -275,13 +282,18 @@ int main(int argc, char** argv) {
                                     "; usage: fused_parity_gpu [--case shape:mode[:layers]]... [--seq N] [--steps N] "
                                     "[--work DIR] [--out FILE]");
     }
-    if (cases.empty()) cases = {{"qwen2.5-0.5b", "full", 0}, {"qwen2.5-1.5b", "lora", 0}, {"qwen2.5-7b", "lora", 0}};
+    if (cases.empty())
+      cases = {{"qwen2.5-0.5b", "full", 0},
+               {"qwen2.5-1.5b", "lora", 0},
+               {"qwen2.5-1.5b", "qlora", 0},
+               {"qwen2.5-7b", "lora", 0}};
     std::FILE* out = out_path.empty() ? nullptr : std::fopen(out_path.c_str(), "a");
     if (!out_path.empty() && !out) throw std::runtime_error(out_path + ": cannot be opened for appending");
     bool ok = true;
     for (const Case& c : cases) {
       ok &= run_case(c, work, seq, steps, out);
       std::filesystem::remove_all(case_dir(c, work) + "/model");  // up to 15 GB a case
+      std::filesystem::remove_all(case_dir(c, work) + "/model4");
     }
     if (out) std::fclose(out);
     std::printf("fused path vs transformers: %s\n", ok ? "PASS" : "FAIL");

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/quant4.h"
 #include "kernels/rmsnorm.h"
 #include "tests/support/autograd_graph.h"
 #include "kernels/rope.h"
@@ -62,6 +63,14 @@ std::string error_of(const std::function<void()>& fn) {
     return e.what();
   }
   return {};
+}
+
+// A 4-bit (NF4, double-quantized) copy of the float64 weight w, and w replaced by what it
+// dequantizes to: the layers then compute with exactly the base the fused op dequantizes.
+c10::intrusive_ptr<Quant4Weight> quantize_in_place(Tensor& w) {
+  auto q = quantize_4bit(w.to(torch::kFloat32), Quant4Type::NF4, 64, /*double_quant=*/true);
+  w = dequantize_4bit(*q, torch::kFloat32).to(torch::kFloat64);
+  return q;
 }
 
 Tensor leaf(const Tensor& t, torch::ScalarType dtype, bool grad = true) {
@@ -328,14 +337,16 @@ class TstFusedOps : public QObject {
     QTest::newRow("full, bias") << "full";
     QTest::newRow("LoRA r4 on a frozen weight") << "lora";
     QTest::newRow("frozen, no adapter") << "frozen";
+    QTest::newRow("LoRA r4 on a 4-bit NF4 base") << "qlora";
   }
 
   void swiglu_down_vs_layers() {
     QFETCH(QString, mode);
-    const bool full = mode == "full", lora = mode == "lora";
+    const bool full = mode == "full", lora = mode == "lora" || mode == "qlora";
     const int64_t tokens = 37, inter = 48, out = 20, r = 4;
     const Tensor big0 = torch::randn({1, tokens, 2 * inter}, torch::kFloat64) * 2;
-    const Tensor w0 = torch::randn({out, inter}, torch::kFloat64) / std::sqrt(double(inter));
+    Tensor w0 = torch::randn({out, inter}, torch::kFloat64) / std::sqrt(double(inter));
+    const auto q = mode == "qlora" ? quantize_in_place(w0) : c10::intrusive_ptr<Quant4Weight>();
     const Tensor b0 = torch::randn({out}, torch::kFloat64);
     const Tensor a0 = torch::randn({r, inter}, torch::kFloat64) / std::sqrt(double(inter));
     const Tensor bb0 = torch::randn({out, r}, torch::kFloat64);  // nonzero so both adapters get gradients
@@ -354,7 +365,8 @@ class TstFusedOps : public QObject {
       Tensor y;
       if (fused) {
         LinearWeights down;
-        down.weight = w;
+        if (q) down.quant = q;
+        else down.weight = w;
         down.bias = b;
         down.lora_a = a;
         down.lora_b = bb;
@@ -400,11 +412,12 @@ class TstFusedOps : public QObject {
     QTest::addColumn<QString>("mode");
     QTest::newRow("full, biases") << "full";
     QTest::newRow("LoRA r4 on frozen weights") << "lora";
+    QTest::newRow("LoRA r4 on 4-bit NF4 bases") << "qlora";
   }
 
   void rms_norm_mlp_vs_layers() {
     QFETCH(QString, mode);
-    const bool full = mode == "full", lora = !full;
+    const bool full = mode == "full", lora = !full, quant = mode == "qlora";
     const int64_t tokens = 29, hidden = 24, inter = 40, r = 4;
     // Its own generator: the tests after it keep the random draws they were tuned with.
     at::Generator gen = at::detail::createCPUGenerator(20261201);
@@ -414,11 +427,13 @@ class TstFusedOps : public QObject {
     const Tensor nw0 = 1 + 0.1 * randn({hidden});
     const int64_t in[3] = {hidden, hidden, inter}, outs[3] = {inter, inter, hidden};
     std::vector<Tensor> w0, b0, a0, bb0;
+    std::vector<c10::intrusive_ptr<Quant4Weight>> q0(3);
     for (int p = 0; p < 3; ++p) {
       w0.push_back(randn({outs[p], in[p]}) / std::sqrt(double(in[p])));
       b0.push_back(randn({outs[p]}));
       a0.push_back(randn({r, in[p]}) / std::sqrt(double(in[p])));
       bb0.push_back(randn({outs[p], r}));
+      if (quant) q0[p] = quantize_in_place(w0[p]);
     }
     const Tensor gy = randn({1, tokens, hidden});
     const double scaling = 0.5;
@@ -440,7 +455,10 @@ class TstFusedOps : public QObject {
         if (lora) y = y + at::linear(at::linear(v, lw.lora_a.to(dtype)), lw.lora_b.to(dtype)) * scaling;
         return y;
       };
-      const Tensor y = fused ? rms_norm_mlp(n, sum, nw, kEps, w[0], w[1], w[2])
+      LinearWeights fw[3] = {w[0], w[1], w[2]};  // the fused op's: 4-bit bases in place of the weights
+      if (quant)
+        for (int p = 0; p < 3; ++p) fw[p].weight = Tensor(), fw[p].quant = q0[p];
+      const Tensor y = fused ? rms_norm_mlp(n, sum, nw, kEps, fw[0], fw[1], fw[2])
                              : layer(swiglu_reference(layer(n, w[0]), layer(n, w[1])), w[2]);
       // The norm's sum feeds the residual stream too (h + mlp(n) in the decoder).
       ((y.to(torch::kFloat64) * gy).sum() + (sum.to(torch::kFloat64) * x0).sum()).backward();
@@ -482,11 +500,12 @@ class TstFusedOps : public QObject {
     QTest::addColumn<QString>("mode");
     QTest::newRow("full, bias, residual, shared recomputation") << "full";
     QTest::newRow("LoRA r4 on frozen weights, no residual") << "lora";
+    QTest::newRow("LoRA r4 on 4-bit NF4 bases, shared recomputation") << "qlora";
   }
 
   void rms_norm_linear_vs_layers() {
     QFETCH(QString, mode);
-    const bool full = mode == "full", lora = mode == "lora";
+    const bool full = mode == "full", lora = mode == "lora" || mode == "qlora", quant = mode == "qlora";
     const int64_t tokens = 29, hidden = 40, out = 24, r = 4;
     // Its own generator: the tests after it keep the random draws they were tuned with.
     at::Generator gen = at::detail::createCPUGenerator(20261130);
@@ -495,12 +514,14 @@ class TstFusedOps : public QObject {
     const Tensor res0 = randn({1, tokens, hidden});
     const Tensor nw0 = 1.0 + 0.1 * randn({hidden});
     std::vector<Tensor> w0, b0, a0, bb0, gy;
+    std::vector<c10::intrusive_ptr<Quant4Weight>> q0(2);
     for (int p = 0; p < 2; ++p) {
       w0.push_back(randn({out, hidden}) / std::sqrt(double(hidden)));
       b0.push_back(randn({out}));
       a0.push_back(randn({r, hidden}) / std::sqrt(double(hidden)));
       bb0.push_back(randn({out, r}));
       gy.push_back(randn({1, tokens, out}));
+      if (quant) q0[p] = quantize_in_place(w0[p]);
     }
     const double scaling = 0.5;
     bool share_released = true;
@@ -508,7 +529,8 @@ class TstFusedOps : public QObject {
       const Tensor x = leaf(x0, dtype), res = full ? leaf(res0, dtype) : Tensor(), nw = leaf(nw0, dtype);
       const auto adt = dtype == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
       auto [n, sum] = fused ? add_rms_norm(x, res, nw, kEps) : add_rms_norm_reference(x, res, nw, kEps);
-      const auto share = fused && full ? c10::make_intrusive<NormShare>() : c10::intrusive_ptr<NormShare>();
+      const auto share =
+          fused && (full || quant) ? c10::make_intrusive<NormShare>() : c10::intrusive_ptr<NormShare>();
       std::vector<Tensor> leaves{x, nw};
       if (full) leaves.push_back(res);
       Tensor loss = torch::zeros({}, torch::kFloat64);
@@ -519,7 +541,9 @@ class TstFusedOps : public QObject {
         if (lora) w.lora_a = leaf(a0[p], adt), w.lora_b = leaf(bb0[p], adt), w.lora_scaling = scaling;
         Tensor y;
         if (fused) {
-          y = rms_norm_linear(n, sum, nw, kEps, w, share);
+          LinearWeights fw = w;
+          if (quant) fw.weight = Tensor(), fw.quant = q0[p];
+          y = rms_norm_linear(n, sum, nw, kEps, fw, share);
         } else {
           y = at::linear(n, w.weight, w.bias.defined() ? std::optional<Tensor>(w.bias) : std::nullopt);
           if (lora) y = y + at::linear(at::linear(n, w.lora_a.to(dtype)), w.lora_b.to(dtype)) * scaling;

@@ -3,7 +3,7 @@
 randomly initialised Qwen2.5 model trained on one CUDA GPU by transformers (+ PEFT for LoRA), in
 bf16 (the run being compared) and in fp32 (the yardstick both bf16 runs are measured against).
 
-    fused_parity_reference.py OUT_DIR --shape qwen2.5-1.5b --mode lora [--layers N]
+    fused_parity_reference.py OUT_DIR --shape qwen2.5-1.5b --mode lora|full|qlora [--layers N]
                               [--seq 4096] [--steps 20]
 
 What runs:
@@ -24,13 +24,21 @@ What runs:
              bf16 model after torch.manual_seed(2) (adapters in fp32, PEFT's autocast_adapter_dtype);
              the fp32 model gets the same initial adapter tensors. full: every parameter trains, in the
              model's dtype (pure bf16 AdamW in the bf16 run, as transformers does without amp).
+             qlora: lora on a 4-bit base. The bf16 model is loaded once by transformers + bitsandbytes
+             (BitsAndBytesConfig load_in_4bit, NF4, double quantization, compute dtype bf16: every
+             decoder projection a Linear4bit) and saved to OUT_DIR/model4, which both runs (and
+             Odyssey) load; the fp32 run loads it with dtype float32 and each Linear4bit's
+             compute_dtype set to float32 (bitsandbytes dequantizes to the stored bf16 and casts to
+             the input's dtype: both runs multiply by the same base, only the arithmetic differs).
+             prepare_model_for_kbit_training is not applied (it would move the bf16 run's norms and
+             embeddings to fp32).
   loop       train_reference.make_optimizer / train_steps: torch's fused AdamW (betas 0.9, 0.95,
              eps 1e-8, weight decay 0.1 except biases and norms), cosine schedule with 2 warmup steps,
              one row per step (accum 1), clip_grad_norm_(1.0); lr 2e-4 (lora) / 1e-4 (full: at 1e-5 most
              pure-bf16 updates round away and both bf16 runs barely move, which would make the curve
              blind to a broken update).
 
-Writes OUT_DIR/model (config.json, safetensors) and
+Writes OUT_DIR/model (config.json, safetensors; qlora: OUT_DIR/model4 too) and
   OUT_DIR/reference.safetensors  batch.<k>.{input_ids,labels,position_ids} (float32, exact),
                                  nll.bf16, nll.fp32 [T] (0 where the target is -100),
                                  init.<name> (the trainable parameters before step 1; LoRA names as
@@ -38,7 +46,7 @@ Writes OUT_DIR/model (config.json, safetensors) and
   OUT_DIR/reference.json         hyper-parameters, per-step losses / grad norms / lrs of both runs,
                                  seconds per run.
 
-Pinned: transformers 5.17.0, peft 0.21.0, torch 2.11.
+Pinned: transformers 5.17.0, peft 0.21.0, torch 2.11 (qlora: bitsandbytes 0.50.2).
 """
 import argparse
 import gc
@@ -110,20 +118,43 @@ def token_nll(model, row) -> torch.Tensor:
     return nll.cpu()
 
 
-def load(model_dir, dtype, device):
-    m = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, attn_implementation="sdpa")
+def load(model_dir, dtype, device, quantized=False):
+    if not quantized:
+        m = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, attn_implementation="sdpa")
+        m.config.use_cache = False
+        return m.to(device)
+    import bitsandbytes as bnb
+    m = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, attn_implementation="sdpa",
+                                                          device_map={"": device.index or 0})
     m.config.use_cache = False
-    return m.to(device)
+    linears = [mod for mod in m.modules() if isinstance(mod, bnb.nn.Linear4bit)]
+    assert linears, f"{model_dir}: no bitsandbytes Linear4bit was loaded"
+    for mod in linears:
+        mod.compute_dtype = dtype
+    return m
+
+
+def quantize_4bit(model_dir, out_dir, device):
+    """The bf16 model quantized by transformers + bitsandbytes (NF4, double quantization) on the
+    GPU and saved as a pre-quantized checkpoint."""
+    from transformers import BitsAndBytesConfig
+    q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                           bnb_4bit_compute_dtype=torch.bfloat16)
+    m = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, quantization_config=q,
+                                                          device_map={"": device.index or 0})
+    m.save_pretrained(out_dir)
+    del m
 
 
 def run(model_dir, dtype, device, rows, hp, lora_init, log):
     """Per-token loss of row 0, then the training loop. Returns (nll, losses, norms, lrs, init, seconds)."""
     from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
-    model = load(model_dir, dtype, device)
+    quantized = hp["mode"] == "qlora"
+    model = load(model_dir, dtype, device, quantized)
     nll = token_nll(model, rows[0])
     # Every layer recomputed in backward (the same arithmetic; the fp32 7B run fits an H200 this way).
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    lora = hp["mode"] == "lora"
+    lora = hp["mode"] in ("lora", "qlora")
     if lora:
         torch.manual_seed(2)
         model = get_peft_model(model, LoraConfig(r=hp["r"], lora_alpha=hp["alpha"], lora_dropout=0.0,
@@ -154,7 +185,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out")
     ap.add_argument("--shape", required=True, help="a resources/model-shapes name, e.g. qwen2.5-1.5b")
-    ap.add_argument("--mode", choices=["lora", "full"], required=True)
+    ap.add_argument("--mode", choices=["lora", "full", "qlora"], required=True)
     ap.add_argument("--layers", type=int, default=0, help="keep the first N layers (0: all)")
     ap.add_argument("--seq", type=int, default=4096, help="tokens per packed row")
     ap.add_argument("--steps", type=int, default=20)
@@ -181,8 +212,13 @@ def main():
     if device.type == "cuda":
         torch.cuda.empty_cache()
     print(f"built and saved {args.shape} ({cfg['num_hidden_layers']} layers) in {time.perf_counter() - t0:.1f} s")
+    if args.mode == "qlora":
+        quantize_4bit(model_dir, os.path.join(args.out, "model4"), device)
+        model_dir = os.path.join(args.out, "model4")
+        gc.collect()
+        torch.cuda.empty_cache()
 
-    lora = args.mode == "lora"
+    lora = args.mode in ("lora", "qlora")
     hp = {"mode": args.mode, "shape": args.shape, "layers": cfg["num_hidden_layers"], "seq": args.seq,
           "steps": args.steps, "accum": 1, "lr": 2e-4 if lora else 1e-4, "betas": [0.9, 0.95], "eps": 1e-8,
           "weight_decay": 0.1, "warmup_steps": 2, "schedule": "cosine", "max_norm": 1.0,
@@ -194,6 +230,9 @@ def main():
         import peft
         hp.update(r=16, alpha=32.0, rslora=False, target_modules=tr.TARGETS)
         hp["versions"]["peft"] = peft.__version__
+    if args.mode == "qlora":
+        hp.update(quant="nf4", double_quant=True, blocksize=64)
+        hp["versions"]["bitsandbytes"] = hf_bench.bnb_version()
     rows_cpu = make_rows(args.steps, args.seq, cfg["vocab_size"])
     rows = to_device(rows_cpu, device)
 
