@@ -47,6 +47,9 @@
 // quantized (double quantization), so the 16-bit model never exists.
 // --memory-gib G gives the planner G GiB per GPU instead of the device's memory, for the auto
 // choices (checkpointing, MLP tiling, kept attention): what fits a budget below the GPU's size.
+// The caching allocator is capped to it as gpu_memory_budget_gib caps a run's (G less the CUDA
+// context; the record's allocator_cap): a configuration that needs more runs out of memory as
+// it would on that card.
 // --profile FILE runs one more step under LibTorch's Kineto profiler after the timed ones and
 // appends to FILE one JSON line per GPU kernel name (calls, total ms, share of the kernels' time),
 // largest first: where a step's device time goes. Its first line also gives the step's idle
@@ -183,7 +186,8 @@ struct Options {
   std::string optimizer = "adamw";  // adamw|galore|q-galore|zero1|zero2|zero2-offload
   std::int64_t galore_rank = 128, galore_gap = 200;
   std::vector<std::int64_t> a2a_bytes;  // --a2a-bytes: the all-to-all alone, back to back
-  double memory_gib = 0;  // --memory-gib: the planner's memory per GPU (0 = the device's)
+  double memory_gib = 0;  // --memory-gib: the planner's memory per GPU (0 = the device's), the allocator capped to it
+  std::string allocator_cap;  // what capping the allocator to memory_gib did (cap_gpu_memory's line)
   std::string profile;    // --profile FILE: per-kernel device time of one extra step
   std::string quant;      // --quant nf4|fp4: a 4-bit base (LoRA)
 };
@@ -669,6 +673,7 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     if (o.memory_gib > 0) {
       po.gpu_memory_bytes = static_cast<std::int64_t>(o.memory_gib * double(1 << 30));
       rec["memory_budget_gib"] = o.memory_gib;
+      if (!o.allocator_cap.empty()) rec["allocator_cap"] = o.allocator_cap;
     }
     std::int64_t ckpt = 0;
     if (o.checkpointing == "all") ckpt = dc.hf.num_hidden_layers;
@@ -984,6 +989,11 @@ int main(int argc, char** argv) {
 #ifdef ODYSSEY_HAVE_CUDA_RUNTIME
   if (device.is_cuda()) c10::cuda::set_device(device.index());
 #endif
+  // --memory-gib is a card's budget: the allocator capped as gpu_memory_budget_gib caps a run's.
+  if (device.is_cuda() && o.memory_gib > 0) {
+    o.allocator_cap = cap_gpu_memory(o.memory_gib, device.index());
+    std::cerr << "odyssey-bench: " << o.allocator_cap << '\n';
+  }
   par.provenance = bench::machine_provenance(device);
   if (par.env.world > 1) par.store = dist::connect_store(par.env, std::chrono::milliseconds(std::chrono::minutes(5)));
   const torch::Dtype dtype = o.dtype == "float32" ? torch::kFloat32 : torch::kBFloat16;

@@ -1,15 +1,23 @@
 #include "engine/runtime_info.h"
 
 #include <torch/torch.h>
+#if __has_include(<cuda_runtime_api.h>)
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#define ODYSSEY_HAVE_CUDA_RUNTIME 1
+#endif
 
 #include <sched.h>
 
 #include <algorithm>
 #include <thread>
 
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 #include <string>
+
+#include "planner/memory_planner.h"
 
 namespace odyssey {
 
@@ -32,6 +40,31 @@ std::string configure_cuda_allocator() {
     if (const char* v = std::getenv(name); v && *v) return v;
   ::setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", 0);
   return "expandable_segments:True";
+}
+
+std::string cap_gpu_memory(double budget_gib, int device) {
+  if (budget_gib <= 0) return "";
+#ifdef ODYSSEY_HAVE_CUDA_RUNTIME
+  if (device < 0 || !torch::cuda::is_available()) return "";
+  const auto gib = [](double bytes, int digits) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.*f", digits, bytes / static_cast<double>(planner::kGiB));
+    return std::string(b);
+  };
+  const auto index = static_cast<c10::DeviceIndex>(device);
+  const auto total = static_cast<double>(at::cuda::getDeviceProperties(index)->totalGlobalMem);
+  const double budget = budget_gib * static_cast<double>(planner::kGiB);
+  if (budget >= total)
+    return "memory budget " + gib(budget, 2) + " GiB is not below the GPU's " + gib(total, 1) + " GiB: no cap";
+  const double pool = std::max(budget - static_cast<double>(planner::kCudaContextBytes), budget / 2);
+  (void)torch::empty({1}, torch::TensorOptions().device(torch::kCUDA, index));  // the allocator exists once used
+  c10::cuda::CUDACachingAllocator::setMemoryFraction(pool / total, index);
+  return "memory budget " + gib(budget, 2) + " GiB: the allocator holds at most " + gib(pool, 2) + " GiB of the GPU's " +
+         gib(total, 1) + " (the rest is the CUDA context)";
+#else
+  (void)device;
+  return "";
+#endif
 }
 
 }  // namespace odyssey

@@ -17,6 +17,14 @@ namespace odyssey {
 // PYTORCH_ALLOC_CONF. Call before the first CUDA allocation; returns the settings in effect.
 std::string configure_cuda_allocator();
 
+// A memory budget for one GPU (gpu_memory_budget_gib; odyssey-bench --memory-gib): the caching
+// allocator of CUDA device `device` may then hold at most the budget less what the planner
+// counts outside it (the CUDA context; at least half the budget), so the process stays within
+// the budget the planner planned for and a job that needs more fails as it would on that card.
+// Returns the line for the log: the cap set, or why none was (a budget not below the GPU's
+// memory); "" for no budget or no CUDA device.
+std::string cap_gpu_memory(double budget_gib, int device);
+
 }  // namespace odyssey
 
 namespace odyssey {

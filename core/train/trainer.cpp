@@ -159,27 +159,6 @@ std::int64_t device_memory_bytes(const torch::Device& d) {
   return 0;
 }
 
-// gpu_memory_budget_gib on a GPU: the caching allocator may hold the budget less what the
-// planner counts outside it (the CUDA context), so the process stays within the budget the
-// planner planned for. Returns the line for the log, "" without a budget.
-std::string apply_memory_budget(const TrainConfig& c, const torch::Device& d) {
-  if (c.gpu_memory_budget_gib <= 0 || !d.is_cuda()) return "";
-  const std::int64_t total = device_memory_bytes(d);
-  const std::int64_t budget = c.gpu_memory_budget_gib * planner::kGiB;
-  if (total <= 0 || budget >= total)
-    return "gpu_memory_budget_gib " + std::to_string(c.gpu_memory_budget_gib) + " is not below the GPU's " +
-           fixed(static_cast<double>(total) / static_cast<double>(planner::kGiB), 1) + " GiB: no cap";
-  const std::int64_t pool = std::max<std::int64_t>(budget - planner::kCudaContextBytes, budget / 2);
-#ifdef ODYSSEY_HAVE_CUDA_RUNTIME
-  (void)torch::empty({1}, torch::TensorOptions().device(d));  // the allocator exists once the device is used
-  c10::cuda::CUDACachingAllocator::setMemoryFraction(static_cast<double>(pool) / static_cast<double>(total),
-                                                     static_cast<c10::DeviceIndex>(d.index()));
-#endif
-  return "gpu_memory_budget_gib " + std::to_string(c.gpu_memory_budget_gib) + ": the allocator holds at most " +
-         fixed(static_cast<double>(pool) / static_cast<double>(planner::kGiB), 2) + " GiB of the GPU's " +
-         fixed(static_cast<double>(total) / static_cast<double>(planner::kGiB), 1) + " (the rest is the CUDA context)";
-}
-
 std::string device_name(const torch::Device& d) {
 #ifdef ODYSSEY_HAVE_CUDA_RUNTIME
   if (d.is_cuda()) return at::cuda::getDeviceProperties(d.index())->name;
@@ -588,7 +567,10 @@ LoadedModel load_model(RunContext& run) {
   const std::string alloc_conf = configure_cuda_allocator();
   m.device = pick_device(c, run.opt.env);
   run.probe.device = m.device;
-  if (const std::string budget = apply_memory_budget(c, m.device); !budget.empty()) run.out->log(budget);
+  if (const std::string budget = cap_gpu_memory(static_cast<double>(c.gpu_memory_budget_gib),
+                                                m.device.is_cuda() ? (m.device.has_index() ? m.device.index() : 0) : -1);
+      !budget.empty())
+    run.out->log("gpu_memory_budget_gib: " + budget);
   m.dtype = pick_dtype(c, m.device);
   torch::manual_seed(static_cast<std::uint64_t>(c.seed));
   if (m.device.is_cuda()) torch::cuda::manual_seed_all(static_cast<std::uint64_t>(c.seed));
