@@ -57,8 +57,14 @@ i64 planned_peak(const Terms& t, const CheckpointPolicy& pol) {
 }
 
 // The job's terms with the MLP tiled as configured: mlp_tile_tokens N > 0 tiles at N; auto (0)
-// tiles at planner::kMlpTileTokens on GPUs only when the untiled job does not fit and tiling
-// lowers the peak (the engine follows the plan: core/train/trainer.cpp).
+// tiles on GPUs only when the untiled job does not fit: at planner::kMlpTileTokens, or, when
+// that does not fit either, at the largest of its halves (down to kMlpTileTokensMin)
+// that fits, else the one with the lowest peak, and only if tiling lowers it (the engine
+// follows the plan: core/train/trainer.cpp).
+// The smallest tile auto tries: GEMMs of 2K rows on a 4K-8K-wide model still keep the tensor
+// cores mostly busy, and below it the tile's gate/up are no longer what bounds the peak.
+constexpr i64 kMlpTileTokensMin = 2048;
+
 Terms terms_of(const TrainConfig& c, const HfModelConfig& m, const PlannerOptions& o, const CheckpointPolicy& pol) {
   Terms t = planner_detail::compute_terms(c, m, o);
   if (!t.valid) return t;
@@ -69,9 +75,17 @@ Terms terms_of(const TrainConfig& c, const HfModelConfig& m, const PlannerOption
   if (!t.cuda) return t;
   const i64 untiled = planned_peak(t, pol);
   if (untiled <= t.capacity) return t;
-  Terms tiled = t;
-  planner_detail::tile_mlp(tiled, planner::kMlpTileTokens);
-  return tiled.mlp_tile > 0 && planned_peak(tiled, pol) < untiled ? tiled : t;
+  Terms best = t;
+  i64 best_peak = untiled;
+  for (i64 tile = planner::kMlpTileTokens; tile >= kMlpTileTokensMin; tile /= 2) {
+    Terms tiled = t;
+    planner_detail::tile_mlp(tiled, tile);
+    if (tiled.mlp_tile == 0) continue;  // the job has no more tokens than one tile
+    const i64 peak = planned_peak(tiled, pol);
+    if (peak < best_peak) best = tiled, best_peak = peak;
+    if (peak <= t.capacity) break;
+  }
+  return best;
 }
 
 bool plan_fits(const TrainConfig& c, const HfModelConfig& m, const PlannerOptions& o,

@@ -129,9 +129,10 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   if (c.quant_bits == 4) {
     // A 4-bit base (docs/qlora.md): every decoder projection at half a byte a value plus its
     // constants (an 8-bit absmax per 64 values and an fp32 one per 256 of those, or an fp32
-    // absmax per 64). The dequantization working set of the largest projection (the
-    // reference dequantizer's int64 codes, fp32 values and scaled fp32 weight, then its copy
-    // in the compute dtype) exists while any projection computes, so it is counted here.
+    // absmax per 64). The dequantization working set of the largest projection exists while
+    // any projection computes, so it is counted here: on a GPU the dequantized weight in the
+    // compute dtype (quant4.cu writes it directly); elsewhere the reference dequantizer's
+    // int64 codes, fp32 values and scaled fp32 weight, then that copy.
     i64 per_layer_q = 0, largest = 0;
     for (std::size_t k = 0; k < kModules; ++k) {
       per_layer_q += s.in[k] * s.out[k];
@@ -139,7 +140,7 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
     }
     const i64 qn = per_layer_q * s.L;
     const i64 consts = c.bnb_4bit_use_double_quant ? ceil_div(qn, 64) + 4 * ceil_div(qn, 64 * 256) : 4 * ceil_div(qn, 64);
-    t.weights = (P - qn) * b + ceil_div(qn, 2) + consts + largest * (8 + 4 + 4 + b);
+    t.weights = (P - qn) * b + ceil_div(qn, 2) + consts + largest * (t.cuda ? b : 8 + 4 + 4 + b);
   }
   // ZeRO shards over every rank (dp × sp), as DeepSpeed-Ulysses does (docs/optimizers.md).
   const i64 shards = std::max<i64>(1, p.world_size);

@@ -169,6 +169,9 @@ Replanned replan_bench_line(const nlohmann::json& j) {
   if (mode == "lora") c.lora_rank = j.at("lora_r").get<std::int64_t>(), c.lora_alpha = j.at("lora_alpha").get<double>();
   c.lora_dropout = 0.0;
   c.target_modules = {"all-linear"};
+  // odyssey-bench --quant: "nf4 (double quantization)", a 4-bit base in its only form.
+  if (const std::string q = j.value("quant", std::string()); !q.empty())
+    c.quant_bits = 4, c.bnb_4bit_quant_type = q.substr(0, q.find(' ')), c.bnb_4bit_use_double_quant = true;
   c.max_length = j.at("seq").get<std::int64_t>();
   c.per_device_train_batch_size = j.value("batch", std::int64_t{1});
   c.torch_dtype = j.at("dtype").get<std::string>();
@@ -231,6 +234,7 @@ Replanned replan_bench_line(const nlohmann::json& j) {
     << " (" << opt << (c.offload_optimizer ? " offload" : "") << "; " << ckpt << " of " << m.num_hidden_layers
     << " checkpointed" << (c.offload_activations ? " + offload" : "") << ", " << kept << " kept, MLP " << mlp
     << " recomputed " << offl << " offloaded" << (tile > 0 ? ", tile " + std::to_string(tile) : std::string())
+    << (c.quant_bits == 4 ? ", 4-bit " + c.bnb_4bit_quant_type : std::string())
     << (c.fused_kernels ? "" : ", reference ops") << ")";
   r.label = l.str();
   return r;
@@ -341,7 +345,8 @@ class TestMemoryPlanner : public QObject {
     // QLoRA (docs/qlora.md): Qwen2.5-7B's 28 layers x 7 projections (6.53e9 values) at half a
     // byte plus one 8-bit absmax per 64 (double quantization), the embeddings and lm_head
     // (2 x 152064 x 3584) and the norms 16-bit, plus the largest projection's dequantization
-    // working set (3584 x 18944 values at 8 + 4 + 4 + 2 bytes).
+    // working set: on a GPU its bf16 copy (3584 x 18944 x 2 bytes; quant4.cu writes it
+    // directly), on the CPU the reference dequantizer's 8 + 4 + 4 + 2 bytes a value.
     const HfModelConfig m = qwen25_7b();
     TrainConfig c = lora_7b(4096, true);
     PlannerOptions o;
@@ -351,7 +356,7 @@ class TestMemoryPlanner : public QObject {
     const std::int64_t proj = 28LL * (3584LL * 3584 * 2 + 3584LL * 512 * 2 + 3584LL * 18944 * 3);
     const std::int64_t rest = m.parameter_count() - proj;
     const std::int64_t expect = rest * 2 + proj / 2 + proj / 64 + 4 * ((proj + 64 * 256 - 1) / (64 * 256)) +
-                                3584LL * 18944 * 18;
+                                3584LL * 18944 * 2;
     QCOMPARE(t16.weights, m.parameter_count() * 2);
     QCOMPARE(t4.weights, expect);
     c.bnb_4bit_use_double_quant = false;  // an fp32 absmax per 64 values
