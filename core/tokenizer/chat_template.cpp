@@ -495,6 +495,9 @@ Result<ChatTemplate> chat_template_for_model(const Tokenizer& tokenizer, std::st
   if (name.size() < 6 || name.compare(name.size() - 6, 6, ".jinja") != 0) name += "[chat_template]";
   Result<ChatTemplate> engine = ChatTemplate::from_jinja(jinja, name, chat_special_tokens(tokenizer));
   const auto kind = recognize_chat_template(jinja);
+  // A "tool_use" template that does not parse is an error whichever way the default renders:
+  // conversations with tools would otherwise take the default template without a word.
+  std::vector<Diagnostic> tool_use_errors;
   if (engine.ok() && !tokenizer.tool_use_chat_template().empty()) {
     try {
       engine.value.tool_use_ = std::make_shared<const jinja::Template>(tokenizer.tool_use_chat_template(),
@@ -506,14 +509,18 @@ Result<ChatTemplate> chat_template_for_model(const Tokenizer& tokenizer, std::st
     } catch (const jinja::Error& e) {
       Diagnostic d = e.diagnostic();
       d.key = "chat_template";
-      engine.diagnostics.push_back(std::move(d));
+      tool_use_errors.push_back(std::move(d));
     }
   }
-  if (!kind) return engine;
+  if (!kind) {
+    engine.diagnostics.insert(engine.diagnostics.end(), tool_use_errors.begin(), tool_use_errors.end());
+    return engine;
+  }
   // A built-in variant renders it byte-identically and faster; conversations with tools still
   // go through the engine, which the fast path keeps when the template parses.
   r.value = engine.ok() ? std::move(engine.value) : ChatTemplate(*kind, tokenizer.bos_token());
   r.value.kind_ = *kind;
+  r.diagnostics = std::move(tool_use_errors);
   return r;
 }
 

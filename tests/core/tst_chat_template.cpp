@@ -85,6 +85,7 @@ class TstChatTemplate : public QObject {
   void spanRule();
   void qwen3Thinking();
   void refusals();
+  void brokenToolUseTemplateIsAnError();
 };
 
 void TstChatTemplate::parity() {
@@ -214,6 +215,42 @@ void TstChatTemplate::refusals() {
   QVERIFY(!t.render({}).ok());
   r = t.render({{"user", "bad \xC3", {}}});
   QVERIFY(format_all(r.diagnostics).find("messages[0].content: invalid UTF-8 at byte offset 4") != std::string::npos);
+}
+
+// tokenizer_config.json's named templates: a "tool_use" template that does not parse is an
+// error at load, also for a model whose default template Odyssey renders with a built-in
+// variant (Qwen2.5's here); before, the error was dropped there and conversations with tools
+// silently took the default template.
+void TstChatTemplate::brokenToolUseTemplateIsAnError() {
+  need_fixtures();
+  QTemporaryDir tmp;
+  QVERIFY(tmp.isValid());
+  const std::string src = (dir_ + "/qwen2_5/").toStdString(), dst = tmp.path().toStdString() + "/";
+  QVERIFY(QFile::copy(QString::fromStdString(src + "tokenizer.json"), QString::fromStdString(dst + "tokenizer.json")));
+  std::ifstream cfg_in(src + "tokenizer_config.json"), tpl_in(src + "chat_template.jinja");
+  json cfg = json::parse(cfg_in);
+  const std::string def((std::istreambuf_iterator<char>(tpl_in)), std::istreambuf_iterator<char>());
+  auto write = [&](const std::string& tool_use) {
+    cfg["chat_template"] = json::array({{{"name", "default"}, {"template", def}}, {{"name", "tool_use"}, {"template", tool_use}}});
+    std::ofstream(dst + "tokenizer_config.json") << cfg.dump();
+    auto tok = Tokenizer::load(dst);
+    if (!tok.ok()) qFatal("%s", format_all(tok.diagnostics).c_str());
+    return chat_template_for_model(tok.value, "");
+  };
+  // Parsable: the built-in variant renders the default template, the engine keeps tool_use.
+  auto good = write("{{ 'tools: ' ~ tools | length }}{% for m in messages %}{{ m.content }}{% endfor %}");
+  QVERIFY2(good.ok(), format_all(good.diagnostics).c_str());
+  QCOMPARE(good.value.kind(), ChatTemplateKind::Qwen2_5);
+  ChatOptions o;
+  o.tools = R"([{"type": "function", "function": {"name": "f"}}])";
+  const auto with_tools = good.value.render({{"user", "hi", {}}}, o);
+  QVERIFY2(with_tools.ok(), format_all(with_tools.diagnostics).c_str());
+  QCOMPARE(with_tools.value.text, std::string("tools: 1hi"));
+  // Broken: an error naming the tool_use template and where in it.
+  auto bad = write("{% for m in messages %}{{ m.content }}");
+  QVERIFY(!bad.ok());
+  const std::string e = format_all(bad.diagnostics);
+  QVERIFY2(e.find("[tool_use]") != std::string::npos && e.find("chat_template") != std::string::npos, e.c_str());
 }
 
 QTEST_APPLESS_MAIN(TstChatTemplate)
