@@ -223,6 +223,7 @@ struct MemoryPolicy {
   std::int64_t mlp_offload_lead = 1;
   std::int64_t mlp_tile = 0;
   std::string why;
+  std::string over_capacity;  // the plan's warning when even its leanest choice does not fit ("" when it fits)
 };
 
 MemoryPolicy memory_policy(const TrainConfig& c, const HfModelConfig& m, const torch::Device& device) {
@@ -240,6 +241,13 @@ MemoryPolicy memory_policy(const TrainConfig& c, const HfModelConfig& m, const t
     if (!plan->refused.empty()) throw RunFailure{"the memory planner refused the job: " + plan->refused};
   }
   MemoryPolicy mp;
+  if (plan && !plan->fits)
+    mp.over_capacity = "the memory plan does not fit: predicted peak " + gib(plan->peak_bytes) + " against " +
+                       gib(plan->capacity_bytes) +
+                       (c.gpu_memory_budget_gib > 0 ? " (gpu_memory_budget_gib " + std::to_string(c.gpu_memory_budget_gib) + ")"
+                                                    : std::string()) +
+                       "; the run goes ahead with the leanest choice and may run out of memory (`odyssey-train plan` "
+                       "lists the terms and the largest max_length that fits)";
   mp.mlp_tile = c.mlp_tile_tokens > 0 ? c.mlp_tile_tokens : plan ? plan->mlp_tile_tokens : 0;
   mp.checkpoint.assign(n, false);
   switch (policy.kind) {
@@ -663,6 +671,7 @@ void apply_tuner_and_memory(RunContext& run, LoadedModel& m, Training& t) {
   t.contents.base_model = c.model;
   const MemoryPolicy memory = memory_policy(c, m.hf, m.device);
   t.sched.why_memory = memory.why;
+  if (!memory.over_capacity.empty()) run.out->log(memory.over_capacity);
   run.ckpt_layers = memory.checkpoint;
   m.lm->set_checkpoint_layers(run.ckpt_layers);
   m.lm->set_keep_attention_layers(memory.keep_attention);
