@@ -11,7 +11,7 @@
 #                  (default: ${XDG_CACHE_HOME:-$HOME/.cache}/odyssey/venv-torch-2.11.0)
 #   ODYSSEY_TORCH  torch version to install (default 2.11.0, the GPU machines' version)
 # The same environment gets the pinned reference libraries (transformers, PEFT, bitsandbytes,
-# tokenizers, safetensors) that the parity tests use as oracles.
+# tokenizers, safetensors, tensorboard) that the parity tests use as oracles.
 set -euo pipefail
 
 want_torch=1
@@ -24,8 +24,10 @@ for a in "$@"; do
 done
 
 torch_version=${ODYSSEY_TORCH:-2.11.0}
-# The reference libraries the parity tests compare against (the GPU machines' versions).
-py_reference=(transformers==5.17.0 peft==0.21.0 tokenizers==0.23.3 safetensors==0.8.0 numpy==2.4.6 bitsandbytes==0.50.2)
+# The reference libraries the parity tests compare against (the GPU machines' versions), and
+# tensorboard, whose own reader checks the event files runs write (tests/reference/tensorboard_oracle.py).
+py_reference=(transformers==5.17.0 peft==0.21.0 tokenizers==0.23.3 safetensors==0.8.0 numpy==2.4.6 bitsandbytes==0.50.2
+              tensorboard==2.21.0)
 # galore-torch's GaLore AdamW is the GaLore oracle (tests/reference/galore_reference.py). It is
 # installed without its declared bitsandbytes dependency: only its 8-bit optimizers need that,
 # and the oracle loads the AdamW module alone.

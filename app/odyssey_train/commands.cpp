@@ -415,6 +415,7 @@ const std::vector<Command>& commands() {
     t.push_back({template_spec(), cmd_template});
     t.push_back({export_spec(), cmd_export});
     t.push_back({score_spec(), cmd_score});
+    t.push_back({tensorboard_spec(), cmd_tensorboard});
     t.push_back({selftest_spec(), cmd_selftest});
     t.push_back({{"env", "env", "Print the build and runtime environment (LibTorch, CUDA devices).", "", {}, 0, 0},
                  cmd_env});

@@ -20,6 +20,7 @@ int cmd_tokenize(const Args& a);       // cmd_tokenize.cpp
 int cmd_template(const Args& a);       // cmd_template.cpp
 int cmd_export(const Args& a);         // cmd_export.cpp
 int cmd_selftest(const Args& a);       // cmd_selftest.cpp
+int cmd_tensorboard(const Args& a);    // cmd_tensorboard.cpp
 
 struct Command {
   CommandSpec spec;
@@ -36,5 +37,6 @@ CommandSpec tokenize_spec();
 CommandSpec template_spec();
 CommandSpec export_spec();
 CommandSpec selftest_spec();
+CommandSpec tensorboard_spec();
 
 }  // namespace odyssey::cli

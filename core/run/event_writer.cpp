@@ -8,6 +8,9 @@
 #include <cstring>
 #include <utility>
 
+#include "run/run_dir.h"
+#include "run/tensorboard.h"
+
 namespace odyssey::run {
 
 namespace {
@@ -114,51 +117,58 @@ Result<LineAppender> LineAppender::open(const std::filesystem::path& file) {
   return r;
 }
 
-Diagnostics LineAppender::append(std::string_view text, bool sync) {
+Diagnostics append_whole(const std::string& path, std::string_view bytes, bool sync) {
   Diagnostics diags;
-  if (!mu_) {
-    Diagnostic d;
-    d.file = path_;
-    d.message = "is not open";
-    diags.push_back(std::move(d));
-    return diags;
-  }
-  std::lock_guard<std::mutex> lock(*mu_);
-  const int fd = open_for_append(path_, false, diags);
+  const int fd = open_for_append(path, false, diags);
   if (fd < 0) return diags;
-  // Where the line begins: appends are serialised here, and nobody else appends while the
+  // Where the record begins: the caller serialises appends, and nobody else appends while the
   // run owns the file, so a failed append can be cut back to exactly this size.
   struct stat st {};
   const bool sized = ::fstat(fd, &st) == 0;
   int err = 0;
-  if (!write_all(fd, text.data(), text.size(), err)) {
-    diags.push_back(io_error(path_, "cannot append " + std::to_string(text.size()) + " bytes", err));
+  if (!write_all(fd, bytes.data(), bytes.size(), err)) {
+    diags.push_back(io_error(path, "cannot append " + std::to_string(bytes.size()) + " bytes", err));
     struct stat now {};
     if (::fstat(fd, &now) == 0 && sized && now.st_size > st.st_size) {
-      // A short write left part of the line: cut it off, or say that it stays.
+      // A short write left part of the record: cut it off, or say that it stays.
       if (::ftruncate(fd, st.st_size) != 0)
-        diags.push_back(io_error(path_, "cannot cut the half-written line back to " + std::to_string(st.st_size) +
-                                            " bytes; the file ends in half a line",
+        diags.push_back(io_error(path, "cannot cut the half-written record back to " + std::to_string(st.st_size) +
+                                           " bytes; the file ends in half a record",
                                  errno));
     }
     ::close(fd);
     return diags;
   }
-  if (sync && ::fsync(fd) != 0) diags.push_back(io_error(path_, "cannot sync", errno));
-  if (::close(fd) != 0 && diags.empty()) diags.push_back(io_error(path_, "cannot close", errno));
+  if (sync && ::fsync(fd) != 0) diags.push_back(io_error(path, "cannot sync", errno));
+  if (::close(fd) != 0 && diags.empty()) diags.push_back(io_error(path, "cannot close", errno));
   return diags;
+}
+
+Diagnostics LineAppender::append(std::string_view text, bool sync) {
+  if (!mu_) {
+    Diagnostic d;
+    d.file = path_;
+    d.message = "is not open";
+    return {d};
+  }
+  std::lock_guard<std::mutex> lock(*mu_);
+  return append_whole(path_, text, sync);
 }
 
 EventWriter::~EventWriter() { close(); }
 
 EventWriter::EventWriter(EventWriter&& other) noexcept
-    : out_(std::move(other.out_)), options_(other.options_), start_(other.start_) {}
+    : out_(std::move(other.out_)),
+      options_(other.options_),
+      start_(other.start_),
+      tensorboard_(std::move(other.tensorboard_)) {}
 
 EventWriter& EventWriter::operator=(EventWriter&& other) noexcept {
   if (this != &other) {
     out_ = std::move(other.out_);
     options_ = other.options_;
     start_ = other.start_;
+    tensorboard_ = std::move(other.tensorboard_);
   }
   return *this;
 }
@@ -174,6 +184,10 @@ Result<EventWriter> EventWriter::open(const std::filesystem::path& file, EventWr
   r.value.out_ = std::move(opened.value);
   r.value.options_ = options;
   r.value.start_ = std::chrono::steady_clock::now();
+  if (options.tensorboard) {
+    const RunDir dir(file.parent_path());
+    r.value.tensorboard_ = std::make_unique<TensorBoardSink>(dir.root(), dir.tensorboard_dir());
+  }
   return r;
 }
 
@@ -189,9 +203,35 @@ Diagnostics EventWriter::write(Event e) {
   line += '\n';
   const bool durable =
       std::holds_alternative<CheckpointEvent>(e) || std::holds_alternative<RunEndEvent>(e);
-  return out_.append(line, durable && options_.sync_durable_events);
+  Diagnostics d = out_.append(line, durable && options_.sync_durable_events);
+  if (!d.empty() || !tensorboard_) return d;
+  // TensorBoard is a view of this file: its failure is a warning here, never the run's end.
+  if (Diagnostics tb = tensorboard_->add(e); !tb.empty()) {
+    const std::int64_t step = std::visit(
+        [](const auto& x) -> std::int64_t {
+          if constexpr (requires { x.step; }) return x.step;
+          return -1;
+        },
+        e);
+    return warn_tensorboard_failed(tb, step);
+  }
+  return d;
 }
 
-void EventWriter::close() { out_.close(); }
+Diagnostics EventWriter::warn_tensorboard_failed(const Diagnostics& why, std::int64_t step) {
+  std::string reason = format_all(why);
+  while (!reason.empty() && reason.back() == '\n') reason.pop_back();
+  WarningEvent w;
+  w.code = "tensorboard_write_failed";
+  w.message = "TensorBoard output stopped (events.jsonl goes on): " + reason;
+  w.step = step;
+  stamp(w, start_);
+  return out_.append(encode_event(w) + "\n", false);
+}
+
+void EventWriter::close() {
+  out_.close();
+  tensorboard_.reset();
+}
 
 }  // namespace odyssey::run

@@ -1,6 +1,7 @@
 // EventWriter: appends events to a run's events.jsonl (docs/run-contract.md). Rank 0 owns
 // it for the whole run; the launcher opens one only to append a run_end for a rank 0 that
-// died without writing its own.
+// died without writing its own. Each event it appends also goes to the run's TensorBoard
+// files (core/run/tensorboard.h), a view whose failure never fails the run.
 #pragma once
 
 #include <chrono>
@@ -14,6 +15,13 @@
 #include "run/event_schema.h"
 
 namespace odyssey::run {
+
+// Appends `bytes` to the existing regular file `path` with one write(2): the path is opened
+// again (O_APPEND, not created) and closed, each result checked; a failed or short write is
+// truncated back to where the bytes began. Callers serialise their appends to one file (the
+// cut-back relies on it). LineAppender's lines and TensorBoard's records are both appended
+// this way. Returns no diagnostics on success.
+Diagnostics append_whole(const std::string& path, std::string_view bytes, bool sync);
 
 // Appends whole lines to a file named by its path, for the run directory's append-only files
 // (events.jsonl, logs/rank-N.log). Every append opens the path again (O_APPEND, never
@@ -51,7 +59,12 @@ struct EventWriterOptions {
   // are not synced: the page cache already shows them to readers, and a sync per step
   // would cost a disk flush per step.
   bool sync_durable_events = true;
+  // Also feed every event to TensorBoard, in the run directory's tensorboard/ (the events
+  // file's directory is taken to be the run directory; core/run/tensorboard.h).
+  bool tensorboard = true;
 };
+
+class TensorBoardSink;
 
 class EventWriter {
  public:
@@ -81,15 +94,21 @@ class EventWriter {
   // to readers when write returns. A failed append is truncated back (no half line is left)
   // and reported. When the event's `time` is 0 the writer stamps `time` (unix seconds) and
   // `elapsed_s` (monotonic). Safe to call from several threads.
+  // With options.tensorboard the event then goes to TensorBoard too. A TensorBoard failure
+  // never fails the write: it is reported once, as a warning event (code
+  // "tensorboard_write_failed") in this file, and TensorBoard output stops.
   // Returns no diagnostics on success.
   Diagnostics write(Event e);
 
   void close();
 
  private:
+  Diagnostics warn_tensorboard_failed(const Diagnostics& why, std::int64_t step);
+
   LineAppender out_;
   EventWriterOptions options_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::unique_ptr<TensorBoardSink> tensorboard_;  // null without options.tensorboard
 };
 
 }  // namespace odyssey::run

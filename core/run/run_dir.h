@@ -34,6 +34,8 @@ class RunDir {
   std::filesystem::path rank_log(int rank) const;  // logs/rank-<N>.log
   std::filesystem::path launcher_log() const { return logs_dir() / "launcher.log"; }
   std::filesystem::path checkpoints_dir() const { return root_ / "checkpoints"; }
+  // TensorBoard event files (core/run/tensorboard.h, docs/tensorboard.md).
+  std::filesystem::path tensorboard_dir() const { return root_ / "tensorboard"; }
   std::filesystem::path checkpoint(std::int64_t step) const;  // checkpoints/checkpoint-<step>
 
   // Steps of the checkpoints present, ascending (names that do not parse are left out).
