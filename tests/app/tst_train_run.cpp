@@ -248,6 +248,23 @@ class TstTrainRun : public QObject {
     const Run again = odyssey_train({"run", "--set", "output_dir=" + tmp.filePath("out2"), "--set", "max_steps=1"});
     QCOMPARE(again.code, 0);
     QVERIFY2(again.out.contains("from the cache"), qPrintable(again.out.left(3000)));
+    // TensorBoard (docs/tensorboard.md; tst_tensorboard reads the records with TensorBoard's
+    // own reader): the run wrote its event file as it trained; the converter refuses to draw
+    // the run twice there, and with --out writes the same records (the same bytes but for the
+    // file_version record's time) from events.jsonl.
+    const QStringList live = QDir(dir + "/tensorboard").entryList({"events.out.tfevents.*"}, QDir::Files);
+    QCOMPARE(live.size(), 1);
+    const Run twice = odyssey_train({"tensorboard", dir});
+    QCOMPARE(twice.code, 1);
+    QVERIFY2(twice.err.contains("TensorBoard events are already here"), qPrintable(twice.err));
+    const Run conv = odyssey_train({"tensorboard", dir, "--out", tmp.filePath("tb")});
+    QVERIFY2(conv.code == 0, qPrintable(conv.err));
+    const QStringList made = QDir(tmp.filePath("tb")).entryList({"events.out.tfevents.*"}, QDir::Files);
+    QCOMPARE(made.size(), 1);
+    const QByteArray a = bytes(dir + "/tensorboard/" + live.front()), b = bytes(tmp.filePath("tb/") + made.front());
+    QVERIFY(a.size() > 100 * 64);  // 100 steps of scalars, 5 evals, the config
+    QCOMPARE(a.size(), b.size());
+    QCOMPARE(a.mid(40), b.mid(40));  // after the first frame (12 + 24-byte Event + 4)
   }
 
   // A hub id trains exactly like a directory (issue 22): the quickstart model laid out in a
