@@ -982,6 +982,11 @@ int main(int argc, char** argv) {
     std::cerr << "odyssey-bench: " << env_error << '\n';
     return 2;
   }
+  if (o.optimizer.starts_with("zero") && par.env.world < 2) {  // as validate refuses zero_stage on one process
+    std::cerr << "odyssey-bench: --optimizer " << o.optimizer
+              << ": ZeRO shards over processes; run under torchrun with 2 or more (this is 1)\n";
+    return 2;
+  }
   if (par.env.local_world > 1)  // ranks of one host share its cores (ZeRO offload's CPU update)
     torch::set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / par.env.local_world));
   const torch::Device device = o.device == "cuda" ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(par.env.local_rank))
