@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <regex>
 #include <set>
@@ -341,13 +342,27 @@ std::uint64_t SafetensorsCheckpoint::tensor_bytes() const {
 
 namespace {
 
+// The mode a new file gets from open(2) with 0666: what the process umask leaves. Read from
+// /proc/self/status ("Umask:", Linux 4.7+) rather than by setting and restoring the umask,
+// which would race with other threads creating files; 022 when neither says.
+mode_t new_file_mode() {
+  std::ifstream status("/proc/self/status");
+  std::string key, value;
+  while (status >> key >> value)
+    if (key == "Umask:") return static_cast<mode_t>(0666 & ~std::stoul(value, nullptr, 8));
+  return 0644;
+}
+
 // A file written under a temporary name beside `path` and renamed over it on commit();
 // abandoned (unlinked) otherwise, so that readers see the old file or the whole new one.
+// mkstemp creates it 0600; it gets the mode a plainly created file would (0644 under the
+// usual umask 022), so checkpoints and exports are readable as the other files beside them.
 class AtomicFile {
  public:
   explicit AtomicFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp-XXXXXX") {
     fd_ = ::mkstemp(tmp_.data());
     if (fd_ < 0) fail("cannot create " + tmp_);
+    else if (::fchmod(fd_, new_file_mode()) != 0) fail("cannot set the mode of " + tmp_);
   }
   AtomicFile(const AtomicFile&) = delete;
   ~AtomicFile() {

@@ -283,6 +283,18 @@ class TstSafetensors : public QObject {
                                                                       "destination has [5, 4]"}));
     for (const auto& e : fs::directory_iterator(tmp_))
       QVERIFY2(e.path().string().find(".tmp-") == std::string::npos, "a temporary file was left behind");
+    // The mode a plainly created file gets (not mkstemp's 0600): 0644 under umask 022, 0600
+    // under 077, as transformers' own files (issue 25).
+    for (const mode_t mask : {mode_t{022}, mode_t{077}, mode_t{002}}) {
+      const mode_t before = ::umask(mask);
+      const fs::path m = tmp_ / "mode.safetensors";
+      const bool saved = save_safetensors(m.string(), mine).ok();
+      ::umask(before);
+      QVERIFY(saved);
+      struct stat st {};
+      QCOMPARE(::stat(m.c_str(), &st), 0);
+      QCOMPARE(st.st_mode & 0777, 0666 & ~mask);
+    }
     // A later single-shard save replaces the shards and index of an earlier sharded one.
     const fs::path dir = tmp_ / "resave";
     QCOMPARE(save_sharded(dir.string(), mine, 40).value.size(), std::size_t(4));
