@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything Odyssey needs to build and test on Debian 12, idempotently:
 # Debian packages (Qt 6, its lupdate/lrelease and zh_CN catalogue, a CJK font, QCustomPlot,
-# yaml-cpp, nlohmann-json, PCRE2, Xvfb, ccache, clang for libFuzzer) and LibTorch from PyPI's
+# yaml-cpp, nlohmann-json, PCRE2, Xvfb, ccache, clang for libFuzzer, the Debian package's
+# tools: help2man, patchelf, debootstrap, appstream) and LibTorch from PyPI's
 # torch wheel in a virtual environment.
 #
 #   packaging/install-deps.sh [--no-torch]
@@ -18,7 +19,7 @@ want_torch=1
 for a in "$@"; do
   case "$a" in
     --no-torch) want_torch=0 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "install-deps: unknown argument '$a' (expected --no-torch or --help)" >&2; exit 2 ;;
   esac
 done
@@ -43,6 +44,7 @@ debs=(
   xvfb xauth
   clang libclang-rt-14-dev
   python3 python3-venv python3-pip
+  help2man patchelf debootstrap appstream desktop-file-utils libxml2-utils
 )
 
 sudo_cmd=()

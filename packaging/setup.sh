@@ -4,18 +4,20 @@
 #   bash packaging/setup.sh quickstart   install, build, run the embedded default job (in the
 #                                        window when a display is available)
 #   bash packaging/setup.sh test         install, build (warnings as errors), run every test
+#   bash packaging/setup.sh package      build the Debian package (build/package/dist/*.deb)
 #
-# Both install what is missing first (packaging/install-deps.sh) and are safe to repeat.
+# All install what is missing first (packaging/install-deps.sh) and are safe to repeat.
 # Environment: ODYSSEY_HEADLESS=1 (quickstart without the window), ODYSSEY_VENV (LibTorch
 # virtual environment), ODYSSEY_FUZZ_SECONDS (per fuzzer in `test`, default 60; 0 skips
-# fuzzing), ODYSSEY_JOBS (parallel compile jobs).
+# fuzzing), ODYSSEY_JOBS (parallel compile jobs), ODYSSEY_PACKAGE_TEST (0 skips the package
+# install test in `test`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 mode=${1:-}
 case "$mode" in
-  quickstart|test) ;;
-  *) sed -n '2,11p' "$0"; exit 2 ;;
+  quickstart|test|package) ;;
+  *) sed -n '2,13p' "$0"; exit 2 ;;
 esac
 shift || true
 
@@ -66,6 +68,32 @@ if [ "$mode" = quickstart ]; then
   exit $rc
 fi
 
+# The Debian package: a Release build of the two programs (LibTorch bundled beside them,
+# packaging/CMakeLists.txt), made by CPack. `install` builds only what it installs.
+build_package() {
+  mkdir -p build
+  configure build/package -DCMAKE_BUILD_TYPE=Release -DODYSSEY_BUILD_TESTS=OFF -DCMAKE_SKIP_INSTALL_ALL_DEPENDENCY=ON
+  local targets=(odyssey-train)
+  if cmake --build build/package --target help 2>/dev/null | grep -q '^odyssey:'; then targets+=(odyssey); fi
+  if cmake --build build/package --target help 2>/dev/null | grep -q '^odyssey_man_pages:'; then targets+=(odyssey_man_pages); fi
+  step "building ${targets[*]} (release, for the package)"
+  cmake --build build/package -j "$jobs" --target "${targets[@]}"
+  step "cpack -G DEB"
+  rm -rf build/package/dist
+  (cd build/package && cpack -G DEB -B "$root/build/package/dist" >cpack.log 2>&1) || {
+    tail -30 build/package/cpack.log; echo "setup: cpack failed (build/package/cpack.log)" >&2; exit 1; }
+  rm -rf build/package/dist/_CPack_Packages
+  ls -l build/package/dist/*.deb
+}
+
+if [ "$mode" = package ]; then
+  build_package
+  printf '
+Install it with: sudo apt install ./%s
+' "$(ls build/package/dist/*.deb)"
+  exit 0
+fi
+
 # test: the same command CI runs (.ci/run).
 start=$(date +%s)
 mkdir -p build
@@ -109,5 +137,16 @@ if [ "$fuzz_seconds" != 0 ]; then
     rm -rf "$work"
   done
 fi
+if [ "${ODYSSEY_PACKAGE_TEST:-1}" != 0 ]; then
+  step "the Debian package: build it, install it into a fresh Debian 12 root, run it, purge it"
+  build_package
+  as_root=()
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "setup: the package test needs root (chroot); run as root, or ODYSSEY_PACKAGE_TEST=0 to skip it" >&2; exit 1; }
+    as_root=(sudo)
+  fi
+  "${as_root[@]}" bash packaging/test-package.sh build/package/dist/*.deb
+fi
+
 echo
 echo "setup: all tests passed in $(( $(date +%s) - start )) s"
