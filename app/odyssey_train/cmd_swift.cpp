@@ -112,7 +112,9 @@ int cmd_import_swift(const Args& a) {
   std::string name;
   auto textv = read_source(a, &name);
   if (!textv) return kFailure;
-  auto r = looks_like_config(name, *textv) ? import_swift_yaml(*textv, name) : import_swift_command(*textv);
+  auto r = looks_like_config(name, *textv)
+               ? import_swift_yaml(*textv, name)
+               : import_swift_command(*textv, a.has("command") || name == "-" ? std::string() : name);
   print_diagnostics(r.diagnostics);
   if (!r.ok()) {
     std::cerr << "odyssey-train: " << name << " was not imported (errors above)\n";

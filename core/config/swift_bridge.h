@@ -24,8 +24,11 @@ inline constexpr std::string_view kSwiftCommandFile = "swift command";
 // exported earlier in the script), backslash continuations, comments, `--key value`,
 // `--key=value`, multi-value arguments and bare boolean flags. `swift pt`, `swift rlhf`,
 // `swift infer` and other subcommands are errors. Diagnostics carry the script's line when
-// the text spans several lines.
-Result<LoadedConfig> import_swift_command(std::string_view text);
+// the text spans several lines. `swift sft x.yaml …` and `--config x.yaml` read the file's
+// arguments first (relative paths: the current directory, else beside `script_file`), the
+// command line's over them, with the script's environment. Diagnostics name `script_file`
+// when given, else kSwiftCommandFile.
+Result<LoadedConfig> import_swift_command(std::string_view text, const std::string& script_file = {});
 
 // Parse an ms-swift YAML (or JSON) config file's text: keys are argument names, with an
 // optional ENV mapping. Diagnostics carry `file` and the key's line.

@@ -42,6 +42,14 @@ class Importer {
   }
   void error(int line, const std::string& key, std::string msg) { add(Severity::Error, line, key, std::move(msg)); }
   void note(std::string msg) { notes_.push_back(std::move(msg)); }
+  // Diagnostics and origins name `file` (lines when with_lines) until the next call: a
+  // script's `swift sft x.yaml` reads the YAML's keys under the YAML's name.
+  std::pair<std::string, bool> source(std::string file, bool with_lines) {
+    auto before = std::make_pair(std::move(file_), lines_);
+    file_ = std::move(file);
+    lines_ = with_lines;
+    return before;
+  }
 
  private:
   void add(Severity s, int line, const std::string& key, std::string msg) {
@@ -51,16 +59,23 @@ class Importer {
   bool set(const std::string& key, const std::string& yaml, int line, const std::string& from);
   bool set_values(const FieldSpec& f, const Arg& a, std::vector<std::string> values);
   void deepspeed(const Arg& a);
+  bool cannot_honour(const Arg& a, const std::string& name);
 
   std::string file_;
   bool lines_;
   LoadedConfig out_;
   Diagnostics d_;
   std::vector<std::string> unsupported_, needs_shell_, launcher_, notes_;
+  std::vector<std::string> not_honoured_;  // arguments that would train something else: errors
+  int deepspeed_line_ = 0;
   std::map<std::string, int> seen_;
   std::optional<std::int64_t> nproc_env_;
   std::string celoss_;
   bool hf_constant_ = false;
 };
+
+// Feeds an ms-swift YAML config's keys (and its ENV mapping) into `im`; false after a
+// structural error (reported).
+bool feed_swift_yaml(Importer& im, std::string_view yaml);
 
 }  // namespace odyssey::swift_detail

@@ -63,6 +63,70 @@ constexpr SV kKnownSwiftArgs =
     "val_dataset_shuffle vera_d_initial vera_dropout vera_projection_prng_key vera_rank "
     "vit_gradient_checkpointing vit_lr zero_hpz_partition_size eval_batch_size";
 
+// ms-swift arguments that change what is trained or how the loss is computed, with the
+// values that mean "off" (ms-swift's defaults). Any other value is an import error: Odyssey
+// would train something else than the command asks for (docs/swift-bridge.md).
+struct NotHonoured { SV name; SV off; SV why; };
+constexpr NotHonoured kNotHonoured[] = {
+    {"use_dora", "false", "DoRA (weight-decomposed LoRA) is not implemented"},
+    {"loss_scale", "default", "Odyssey trains every assistant turn (ms-swift's 'default'); other loss scales are not implemented"},
+    {"lora_bias", "none", "LoRA bias terms are not trained by Odyssey"},
+    {"lora_dtype", "", "Odyssey keeps LoRA weights in its own precision"},
+    {"init_weights", "true", "Odyssey initialises LoRA as PEFT's default (Kaiming A, zero B); PiSSA/OLoRA/LoftQ/Gaussian are not implemented"},
+    {"modules_to_save", "", "extra fully trained modules beside LoRA are not implemented"},
+    {"freeze_parameters", "", "partial freezing is not implemented"},
+    {"freeze_parameters_regex", "", "partial freezing is not implemented"},
+    {"freeze_parameters_ratio", "0", "partial freezing is not implemented"},
+    {"trainable_parameters", "", "partial freezing is not implemented"},
+    {"trainable_parameters_regex", "", "partial freezing is not implemented"},
+    {"target_regex", "", "LoRA targets are chosen by module name (target_modules)"},
+    {"target_parameters", "", "LoRA on raw parameters is not implemented"},
+    {"freeze_llm", "false", "Odyssey trains the language model"},
+    {"neftune_noise_alpha", "0", "NEFTune embedding noise is not implemented"},
+    {"loss_type", "", "Odyssey trains with the token-mean cross-entropy"},
+    {"enable_dft_loss", "false", "DFT loss is not implemented"},
+    {"enable_channel_loss", "false", "per-channel loss is not implemented"},
+    {"optim", "adamw_torch", "Odyssey's optimizer is AdamW (or GaLore AdamW with use_galore)"},
+    {"optimizer", "", "ms-swift's plugin optimizers are not implemented"},
+    {"lorap_lr_ratio", "", "LoRA+ learning-rate ratios are not implemented"},
+    {"lisa_activated_layers", "0", "LISA layer sampling is not implemented"},
+    {"rope_scaling", "", "RoPE scaling comes from the model's config.json"},
+    {"new_special_tokens", "", "adding tokens to the vocabulary is not implemented"},
+    {"task_type", "causal_lm", "Odyssey trains causal language models"},
+    {"resume_only_model", "false", "Odyssey resumes the optimizer and data position with the weights"},
+    {"lr_scheduler_kwargs", "", "Odyssey's schedules take no extra arguments"},
+};
+
+bool means_off(std::vector<std::string> values, SV off) {
+  if (values.empty()) return off != "false";  // a bare flag turns a boolean on; a bare list is empty
+  for (const auto& v0 : values) {
+    std::string v = text::trim(v0);
+    std::transform(v.begin(), v.end(), v.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+    const bool off_value = v == "none" || v.empty() || v == "[]" || v == "{}" || v == off ||
+                           (off == "false" && (v == "0" || v == "no")) || (off == "true" && (v == "1" || v == "yes")) ||
+                           (off == "0" && (v == "0.0" || v == "0.")) ||
+                           (off == "adamw_torch" && (v == "adamw_torch_fused" || v == "adamw_hf"));
+    if (!off_value) return false;
+  }
+  return true;
+}
+
+// HF/ms-swift learning-rate schedules: Odyssey's name for each, or why it has none.
+struct Schedule { SV swift, odyssey, why; };
+constexpr Schedule kSchedules[] = {
+    {"linear", "linear", ""},
+    {"cosine", "cosine", ""},
+    {"constant", "constant", ""},
+    {"constant_with_warmup", "constant", ""},
+    {"cosine_with_restarts", "cosine", ""},  // one cycle (no lr_scheduler_kwargs) is the cosine
+    {"polynomial", "", "it decays to lr_end (1e-7 by default) with a power; Odyssey's linear decays to 0"},
+    {"cosine_with_min_lr", "", "Odyssey's cosine decays to 0 and has no minimum learning rate"},
+    {"cosine_warmup_with_min_lr", "", "Odyssey's cosine decays to 0 and has no minimum learning rate"},
+    {"warmup_stable_decay", "", "a warmup-stable-decay schedule is not implemented"},
+    {"inverse_sqrt", "", "an inverse-square-root schedule is not implemented"},
+    {"reduce_lr_on_plateau", "", "Odyssey's schedules do not depend on the eval loss"},
+};
+
 // Older spellings (ms-swift 2.x and 3.x) of arguments that map.
 struct Alias { SV swift, key; };
 constexpr Alias kAliases[] = {
@@ -168,14 +232,37 @@ void Importer::deepspeed(const Arg& a) {
       {"zero0", {0, false}}, {"zero1", {1, false}}, {"zero2", {2, false}},
       {"zero2_offload", {2, true}}, {"zero3", {2, false}}, {"zero3_offload", {2, true}}};
   auto it = known.find(v);
-  if (it == known.end()) return unsupported_.push_back(show_arg(a) + where(a.line) + " (a DeepSpeed config file)");
+  if (it == known.end())
+    return not_honoured_.push_back(show_arg(a) + where(a.line) +
+                                   " (a DeepSpeed config file: Odyssey cannot tell its stage; use --deepspeed zero2, "
+                                   "zero2_offload, zero1 or zero0)");
+  if (text::starts_with(v, "zero3"))
+    return not_honoured_.push_back(
+        show_arg(a) + where(a.line) + " (ZeRO-3 shards the parameters, which Odyssey does not; --deepspeed " +
+        (it->second.second ? "zero2_offload" : "zero2") +
+        " shards optimizer states and gradients and keeps the whole model on every GPU)");
+  deepspeed_line_ = a.line;
   set("zero_stage", std::to_string(it->second.first), a.line, "--deepspeed");
   set("offload_optimizer", it->second.second ? "true" : "false", a.line, "--deepspeed");
-  if (text::starts_with(v, "zero3"))
-    add(Severity::Warning, a.line, "zero_stage",
-        "--deepspeed " + v + ": ZeRO-3 (parameter sharding) is not supported by Odyssey; imported as zero_stage 2" +
-            (it->second.second ? " with offload_optimizer" : std::string()) +
-            ", which shards optimizer states and gradients but keeps the whole model on every GPU");
+}
+
+bool Importer::cannot_honour(const Arg& a, const std::string& name) {
+  for (const auto& n : kNotHonoured)
+    if (n.name == name) {
+      if (!means_off(a.values, n.off)) not_honoured_.push_back(show_arg(a) + where(a.line) + " (" + std::string(n.why) + ")");
+      return true;
+    }
+  if (name == "lr_scheduler_type" && a.values.size() == 1) {
+    for (const auto& sch : kSchedules)
+      if (sch.swift == a.values[0]) {
+        if (!sch.odyssey.empty()) return false;  // maps (below)
+        not_honoured_.push_back(show_arg(a) + where(a.line) + " (" + std::string(sch.why) +
+                                "; Odyssey runs linear, cosine, cosine_with_restarts (one cycle), constant and "
+                                "constant_with_warmup)");
+        return true;
+      }
+  }
+  return false;
 }
 
 void Importer::arg(const Arg& a) {
@@ -196,6 +283,7 @@ void Importer::arg(const Arg& a) {
   auto one = [&]() -> std::string { return v.size() == 1 ? v[0] : std::string(); };
 
   if (name == "deepspeed") return deepspeed(a);
+  if (cannot_honour(a, name)) return;
   if (name == "tuner_type" && v.size() == 1 && one() != "lora" && one() != "full")
     return error(a.line, "tuner_type", "--" + a.name + " " + text::quoted(one()) +
                                            ": Odyssey trains lora or full; ms-swift's other tuners are not supported");
@@ -220,6 +308,11 @@ void Importer::arg(const Arg& a) {
     v = {"auto"};
   }
   if (name == "lr_scheduler_type" && x == "constant_with_warmup") v = {"constant"};
+  if (name == "lr_scheduler_type" && x == "cosine_with_restarts") {
+    v = {"cosine"};
+    notes_.push_back("--lr_scheduler_type cosine_with_restarts imported as cosine: with one cycle (no "
+                     "lr_scheduler_kwargs) they are the same schedule");
+  }
   if (name == "target_modules" || name == "galore_target_modules")
     for (auto& m : v)
       if (m == "ALL" || m == "all") m = "all-linear";
@@ -263,6 +356,17 @@ Result<LoadedConfig> Importer::finish() {
     notes_.push_back("no NPROC_PER_NODE: ms-swift runs one process that spreads the model over the listed GPUs; "
                      "imported as nproc_per_node 1 (set it to auto for data parallelism)");
   }
+  if (deepspeed_line_ && c.zero_stage > 0 &&
+      std::max<std::int64_t>(1, c.nnodes) * resolved_nproc_per_node(c) == 1) {
+    // DeepSpeed on one process has nothing to shard over: ms-swift runs it as plain training.
+    notes_.push_back("--deepspeed" + where(deepspeed_line_) + " with one process: nothing to shard over, imported as "
+                     "zero_stage 0" +
+                     (c.offload_optimizer ? std::string(" without optimizer offload (Odyssey offloads the optimizer "
+                                                        "only with ZeRO over several processes)")
+                                          : std::string()));
+    c.zero_stage = 0;
+    c.offload_optimizer = false;
+  }
   if (!given("learning_rate") && c.tuner_type == "full") {
     c.learning_rate = 1e-5;
     defaults.push_back("learning_rate 1e-05 (full tuning)");
@@ -305,6 +409,10 @@ Result<LoadedConfig> Importer::finish() {
                                       text::join(needs_shell_, ", "));
   if (!unsupported_.empty())
     add(Severity::Warning, 0, "", "not supported by Odyssey, not imported: " + text::join(unsupported_, ", "));
+  if (!not_honoured_.empty())
+    add(Severity::Error, 0, "",
+        "ms-swift arguments whose meaning Odyssey cannot honour (the run would train something else than the command "
+        "asks for): " + text::join(not_honoured_, "; ") + ". Remove them, or change them to what Odyssey does, and import again");
   Result<LoadedConfig> r;
   r.value = std::move(out_);
   r.diagnostics = std::move(d_);
@@ -324,9 +432,16 @@ TrainConfig swift_import_baseline() {
 
 Result<LoadedConfig> import_swift_yaml(std::string_view yaml, const std::string& file) {
   swift_detail::Importer im(file, true);
+  if (!swift_detail::feed_swift_yaml(im, yaml)) return im.abort();
+  auto r = im.finish();
+  r.value.origin.file = file;
+  return r;
+}
+
+bool swift_detail::feed_swift_yaml(Importer& im, std::string_view yaml) {
   auto fail = [&](int line, std::string msg) {
     im.error(line, "", std::move(msg));
-    return im.abort();
+    return false;
   };
   if (static_cast<std::int64_t>(yaml.size()) > kMaxPresetBytes)
     return fail(0, "the file is " + std::to_string(yaml.size()) + " bytes; an ms-swift config is at most " +
@@ -381,9 +496,7 @@ Result<LoadedConfig> import_swift_yaml(std::string_view yaml, const std::string&
     a.shown = a.values;
     im.arg(a);
   }
-  auto r = im.finish();
-  r.value.origin.file = file;
-  return r;
+  return true;
 }
 
 }  // namespace odyssey

@@ -4,7 +4,10 @@
 #include "config/swift_bridge.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <set>
 #include <string>
 #include <utility>
@@ -25,7 +28,7 @@ using swift_detail::Importer;
 // word as needing a shell, and show as the original text in messages.
 class ScriptReader {
  public:
-  explicit ScriptReader(Importer& im) : im_(im) {}
+  ScriptReader(Importer& im, std::string script_file) : im_(im), script_file_(std::move(script_file)) {}
   bool read(std::string_view text);  // false when an error was reported
 
  private:
@@ -39,9 +42,11 @@ class ScriptReader {
   void command(std::vector<Word> words);
   void simple(std::vector<Word> w);
   bool swift_args(const std::vector<Word>& w);
+  bool config_file(const Word& w);
   void apply_env(const Env& e) { im_.env(e.name, e.value, restore(e.value), e.line, e.value.find('\x01') != std::string::npos); }
 
   Importer& im_;
+  std::string script_file_;  // where the script was read from (its folder resolves config files); may be empty
   std::map<std::string, std::string> vars_;
   std::vector<std::string> marks_;
   std::vector<Env> exported_, prefix_;
@@ -286,9 +291,51 @@ void ScriptReader::simple(std::vector<Word> w) {
   }
 }
 
+// The config file a `swift sft` command names: found as ms-swift would (relative to the
+// directory the script runs in, taken as the current one), else beside the script; its keys
+// are read under its own name, before the command line's arguments.
+bool ScriptReader::config_file(const Word& w) {
+  namespace fs = std::filesystem;
+  const std::string name = restore(w.text);
+  if (w.text.find('\x01') != std::string::npos) {
+    im_.error(w.line, "", "the config file " + text::quoted(name) + " needs a shell to name; write its path");
+    return false;
+  }
+  std::vector<fs::path> tried{fs::path(w.text)};
+  if (fs::path(w.text).is_relative() && !script_file_.empty())
+    tried.push_back(fs::path(script_file_).parent_path() / w.text);
+  std::error_code ec;
+  for (const auto& p : tried) {
+    if (!fs::is_regular_file(p, ec)) continue;
+    const auto size = fs::file_size(p, ec);
+    if (ec || static_cast<std::int64_t>(size) > kMaxPresetBytes) {
+      im_.error(w.line, "", p.string() + ": " + (ec ? "cannot be read" : "larger than " + std::to_string(kMaxPresetBytes) + " bytes"));
+      return false;
+    }
+    std::ifstream in(p, std::ios::binary);
+    std::stringstream buf;
+    buf << in.rdbuf();
+    if (!in) {
+      im_.error(w.line, "", p.string() + ": cannot be read");
+      return false;
+    }
+    auto before = im_.source(p.string(), true);
+    const bool ok = swift_detail::feed_swift_yaml(im_, buf.str());
+    im_.source(std::move(before.first), before.second);
+    if (ok) im_.note("arguments read from " + p.string() + " (line " + std::to_string(w.line) + "), then the command line's");
+    return ok;
+  }
+  std::string where;
+  for (const auto& p : tried) where += (where.empty() ? "" : " or ") + fs::absolute(p, ec).string();
+  im_.error(w.line, "", "the command reads its arguments from " + text::quoted(name) + ", which is not a file (looked for " +
+                            where + ")");
+  return false;
+}
+
 bool ScriptReader::swift_args(const std::vector<Word>& w) {
   std::vector<Arg> args;
   std::vector<std::string> redirects;
+  bool config_seen = false;
   for (std::size_t k = 0; k < w.size(); ++k) {
     const std::string& t = w[k].text;
     const auto digits = t.find_first_not_of("0123456789");
@@ -297,6 +344,22 @@ bool ScriptReader::swift_args(const std::vector<Word>& w) {
       const bool bare = t.find_first_not_of("0123456789<>&") == std::string::npos && t.back() != '&' &&
                         t.find(">&") == std::string::npos;
       if (bare && k + 1 < w.size()) redirects.push_back(w[++k].text);
+      continue;
+    }
+    if ((t == "--config" || text::starts_with(t, "--config=")) && args.empty() && !config_seen) {
+      // ms-swift's --config FILE: the file's arguments first, the command line's over them.
+      Word file = w[k];
+      if (t == "--config") {
+        if (k + 1 == w.size()) {
+          im_.error(w[k].line, "", "--config needs a file name");
+          return false;
+        }
+        file = w[++k];
+      } else {
+        file.text = t.substr(9);
+      }
+      if (!config_file(file)) return false;
+      config_seen = true;
       continue;
     }
     if (text::starts_with(t, "--") && t.size() > 2) {
@@ -311,9 +374,12 @@ bool ScriptReader::swift_args(const std::vector<Word>& w) {
       args.back().values.push_back(t);
     } else {
       const bool config = t.ends_with(".yaml") || t.ends_with(".yml") || t.ends_with(".json");
-      im_.error(w[k].line, "", config ? "this command reads its arguments from " + text::quoted(t) +
-                                            "; import that file instead (odyssey-train import-swift " + text::shell_quote(t) + ")"
-                                      : "unexpected word " + text::quoted(t) + "; expected --argument value");
+      if (config && !config_seen) {  // `swift sft x.yaml [--more args]`, as ms-swift reads it
+        if (!config_file(w[k])) return false;
+        config_seen = true;
+        continue;
+      }
+      im_.error(w[k].line, "", "unexpected word " + text::quoted(restore(t)) + "; expected --argument value");
       return false;
     }
   }
@@ -330,14 +396,14 @@ bool ScriptReader::swift_args(const std::vector<Word>& w) {
 
 }  // namespace
 
-Result<LoadedConfig> import_swift_command(std::string_view text) {
+Result<LoadedConfig> import_swift_command(std::string_view text, const std::string& script_file) {
   int lines = 0;
   for (std::size_t b = 0; b < text.size();) {
     const auto e = std::min(text.find('\n', b), text.size());
     lines += text::trim(text.substr(b, e - b)).empty() ? 0 : 1;
     b = e + 1;
   }
-  Importer im(std::string(kSwiftCommandFile), lines > 1);
+  Importer im(script_file.empty() ? std::string(kSwiftCommandFile) : script_file, lines > 1);
   if (static_cast<std::int64_t>(text.size()) > kMaxPresetBytes) {
     im.error(0, "", "the text is " + std::to_string(text.size()) + " bytes; a command is at most " +
                         std::to_string(kMaxPresetBytes));
@@ -345,7 +411,7 @@ Result<LoadedConfig> import_swift_command(std::string_view text) {
     im.error(0, "", "a control character (\\x00-\\x02): this is not a shell command; expected text");
   } else if (lines == 0) {
     im.error(0, "", "the command is empty; expected 'swift sft --model M --dataset D …'");
-  } else if (ScriptReader(im).read(text)) {
+  } else if (ScriptReader(im, script_file).read(text)) {
     return im.finish();
   }
   return im.abort();

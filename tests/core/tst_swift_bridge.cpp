@@ -100,6 +100,10 @@ TrainConfig random_config(std::mt19937_64& rng) {
   const auto n = static_cast<std::int64_t>(rng() % 9);
   c.nproc_per_node = c.gpu_ids.empty() || n != static_cast<std::int64_t>(c.gpu_ids.size()) ? n : 0;
   c.nnodes = static_cast<std::int64_t>(1 + rng() % 3);
+  if (c.nnodes * resolved_nproc_per_node(c) == 1) {  // ZeRO needs ranks to shard over (validate says so)
+    c.zero_stage = 0;
+    c.offload_optimizer = false;
+  }
   c.logging_steps = static_cast<std::int64_t>(1 + rng() % 100);
   c.eval_steps = static_cast<std::int64_t>(rng() % 1000);
   c.save_steps = static_cast<std::int64_t>(1 + rng() % 1000);
@@ -168,6 +172,11 @@ class TstSwiftBridge : public QObject {
   void argumentForms_data();
   void deepspeedStages();
   void unsupportedListedOnce();
+  void notHonouredAreErrors();
+  void notHonouredAreErrors_data();
+  void offValuesPass();
+  void schedulesMapOrFail();
+  void configFileInScript();
   void typoSuggestsArgument();
   void qloraArgumentsMap();
   void badInput();
@@ -299,7 +308,10 @@ void TstSwiftBridge::yamlConfig() {
   QCOMPARE(c.dataset, (std::vector<std::string>{"data/zh.jsonl#500", "data/en.jsonl#500", "data/self.jsonl"}));
   QCOMPARE(c.learning_rate, 1e-4);
   QCOMPARE(c.lora_rank, 16);
-  QCOMPARE(c.zero_stage, 2);
+  QCOMPARE(c.zero_stage, 0);  // deepspeed: zero2 on one process: nothing to shard over
+  QVERIFY2(contains(format_all(r.diagnostics), "--deepspeed (line 26) with one process: nothing to shard over, "
+                                               "imported as zero_stage 0"),
+           format_all(r.diagnostics).c_str());
   QCOMPARE(c.gradient_accumulation_steps, 8);
   QCOMPARE(c.num_train_epochs, 2.0);
   QCOMPARE(c.system, std::string("You are a helpful assistant."));
@@ -374,32 +386,146 @@ void TstSwiftBridge::argumentForms() {
 }
 
 void TstSwiftBridge::deepspeedStages() {
-  struct Case { const char* value; std::int64_t stage; bool offload; bool warns; };
-  for (Case k : {Case{"zero0", 0, false, false}, Case{"zero1", 1, false, false}, Case{"zero2", 2, false, false},
-                 Case{"zero2_offload", 2, true, false}, Case{"zero3", 2, false, true},
-                 Case{"zero3_offload", 2, true, true}}) {
-    auto r = import_swift_command(std::string("swift sft --max_length 64 --deepspeed ") + k.value);
+  struct Case { const char* value; std::int64_t stage; bool offload; };
+  for (Case k : {Case{"zero0", 0, false}, Case{"zero1", 1, false}, Case{"zero2", 2, false},
+                 Case{"zero2_offload", 2, true}}) {
+    auto r = import_swift_command(std::string("NPROC_PER_NODE=2 swift sft --max_length 64 --deepspeed ") + k.value);
     QVERIFY2(r.ok(), format_all(r.diagnostics).c_str());
     QCOMPARE(r.value.config.zero_stage, k.stage);
     QCOMPARE(r.value.config.offload_optimizer, k.offload);
-    QCOMPARE(contains(warnings(r.diagnostics), "ZeRO-3 (parameter sharding) is not supported"), k.warns);
+    // One process: DeepSpeed has nothing to shard over; ms-swift trains, and so does the import.
+    auto one = import_swift_command(std::string("swift sft --max_length 64 --deepspeed ") + k.value);
+    QVERIFY2(one.ok(), format_all(one.diagnostics).c_str());
+    QCOMPARE(one.value.config.zero_stage, 0);
+    QCOMPARE(one.value.config.offload_optimizer, false);
+    QCOMPARE(contains(format_all(one.diagnostics), "with one process: nothing to shard over"), k.stage > 0);
+  }
+  // ZeRO-3 shards parameters, which Odyssey does not: an error naming the stage to use instead.
+  for (const char* v : {"zero3", "zero3_offload"}) {
+    auto r = import_swift_command(std::string("NPROC_PER_NODE=2 swift sft --max_length 64 --deepspeed ") + v);
+    QVERIFY(!r.ok());
+    QVERIFY2(contains(errors(r.diagnostics), std::string("--deepspeed ") + v + " (ZeRO-3 shards the parameters"),
+             format_all(r.diagnostics).c_str());
+    QVERIFY(contains(errors(r.diagnostics), std::string_view(v) == "zero3" ? "--deepspeed zero2 shards" : "--deepspeed zero2_offload shards"));
   }
   auto json = import_swift_command("swift sft --max_length 64 --deepspeed ds.json");
-  QVERIFY(contains(warnings(json.diagnostics), "--deepspeed ds.json (a DeepSpeed config file)"));
+  QVERIFY(!json.ok());
+  QVERIFY2(contains(errors(json.diagnostics), "--deepspeed ds.json (a DeepSpeed config file: Odyssey cannot tell its stage"),
+           format_all(json.diagnostics).c_str());
 }
 
 void TstSwiftBridge::unsupportedListedOnce() {
   auto r = import_swift_command(
       "swift sft --model m --max_length 64 --bnb_4bit_quant_storage uint8 --report_to wandb tensorboard --eval_strategy steps "
-      "--frobnicate_widgets 3 --use_dora --template deepseek_r1");
+      "--frobnicate_widgets 3 --template deepseek_r1");
   QVERIFY(r.ok());
   int n = 0;
   for (const auto& d : r.diagnostics) n += contains(d.message, "not supported by Odyssey") ? 1 : 0;
   QCOMPARE(n, 1);
   QVERIFY2(contains(warnings(r.diagnostics),
                     "not imported: --bnb_4bit_quant_storage uint8, --report_to wandb tensorboard, --eval_strategy steps, "
-                    "--frobnicate_widgets 3, --use_dora, --template deepseek_r1 (template stays auto)"),
+                    "--frobnicate_widgets 3, --template deepseek_r1 (template stays auto)"),
            format_all(r.diagnostics).c_str());
+}
+
+void TstSwiftBridge::notHonouredAreErrors_data() {
+  QTest::addColumn<QString>("args");
+  QTest::addColumn<QString>("listed");
+  QTest::newRow("dora") << "--use_dora true" << "--use_dora true (DoRA";
+  QTest::newRow("dora flag") << "--use_dora" << "--use_dora (DoRA";
+  QTest::newRow("loss_scale") << "--loss_scale last_round" << "--loss_scale last_round (Odyssey trains every assistant turn";
+  QTest::newRow("pissa") << "--init_weights pissa" << "--init_weights pissa (Odyssey initialises LoRA";
+  QTest::newRow("modules_to_save") << "--modules_to_save embed_tokens lm_head"
+                                   << "--modules_to_save embed_tokens lm_head (extra fully trained modules";
+  QTest::newRow("optim") << "--optim adamw_bnb_8bit" << "--optim adamw_bnb_8bit (Odyssey's optimizer is AdamW";
+  QTest::newRow("neftune") << "--neftune_noise_alpha 5" << "--neftune_noise_alpha 5 (NEFTune";
+  QTest::newRow("freeze ratio") << "--freeze_parameters_ratio 0.5" << "--freeze_parameters_ratio 0.5 (partial freezing";
+  QTest::newRow("seq_cls") << "--task_type seq_cls" << "--task_type seq_cls (Odyssey trains causal language models)";
+  QTest::newRow("scheduler") << "--lr_scheduler_type cosine_with_min_lr"
+                             << "--lr_scheduler_type cosine_with_min_lr (Odyssey's cosine decays to 0";
+  QTest::newRow("wsd") << "--lr_scheduler_type warmup_stable_decay" << "(a warmup-stable-decay schedule is not implemented";
+  QTest::newRow("kwargs") << "--lr_scheduler_kwargs '{\"min_lr_rate\": 0.1}'" << "--lr_scheduler_kwargs";
+}
+
+// Arguments that would make Odyssey train something else are errors (exit 3) listing each
+// with why, all in one message; the rest of the command still reports its own problems.
+void TstSwiftBridge::notHonouredAreErrors() {
+  QFETCH(QString, args);
+  QFETCH(QString, listed);
+  auto r = import_swift_command("swift sft --model m --max_length 64 " + args.toStdString());
+  QVERIFY(!r.ok());
+  QVERIFY2(contains(errors(r.diagnostics), "ms-swift arguments whose meaning Odyssey cannot honour"),
+           format_all(r.diagnostics).c_str());
+  QVERIFY2(contains(errors(r.diagnostics), listed.toStdString()), format_all(r.diagnostics).c_str());
+  // Two at once: one error naming both, in the order given.
+  auto two = import_swift_command("swift sft --max_length 64 --use_dora true " + args.toStdString());
+  int n = 0;
+  for (const auto& d : two.diagnostics) n += d.severity == Severity::Error ? 1 : 0;
+  if (!args.startsWith("--use_dora")) {
+    QCOMPARE(n, 1);
+    QVERIFY(contains(errors(two.diagnostics), "--use_dora true (DoRA"));
+    QVERIFY(contains(errors(two.diagnostics), listed.toStdString()));
+  }
+}
+
+// ms-swift's defaults (the values that mean "off") import without a word.
+void TstSwiftBridge::offValuesPass() {
+  auto r = import_swift_command(
+      "swift sft --model m --max_length 64 --use_dora false --loss_scale default --init_weights true --lora_bias none "
+      "--optim adamw_torch_fused --neftune_noise_alpha 0 --freeze_parameters_ratio 0.0 --task_type causal_lm "
+      "--modules_to_save --lr_scheduler_kwargs None --resume_only_model False");
+  QVERIFY2(r.ok(), format_all(r.diagnostics).c_str());
+  QVERIFY2(warnings(r.diagnostics).find("not imported") == std::string::npos, format_all(r.diagnostics).c_str());
+}
+
+void TstSwiftBridge::schedulesMapOrFail() {
+  struct Case { const char* swift; const char* odyssey; };
+  for (Case k : {Case{"linear", "linear"}, Case{"cosine", "cosine"}, Case{"constant", "constant"},
+                 Case{"constant_with_warmup", "constant"}, Case{"cosine_with_restarts", "cosine"}}) {
+    auto r = import_swift_command(std::string("swift sft --max_length 64 --lr_scheduler_type ") + k.swift);
+    QVERIFY2(r.ok(), format_all(r.diagnostics).c_str());
+    QCOMPARE(r.value.config.lr_scheduler_type, std::string(k.odyssey));
+  }
+  // Every other schedule transformers knows is an error naming it.
+  for (const char* v : {"polynomial", "cosine_with_min_lr", "cosine_warmup_with_min_lr", "warmup_stable_decay",
+                        "inverse_sqrt", "reduce_lr_on_plateau"}) {
+    auto r = import_swift_command(std::string("swift sft --max_length 64 --lr_scheduler_type ") + v);
+    QVERIFY(!r.ok());
+    QVERIFY2(contains(errors(r.diagnostics), std::string("--lr_scheduler_type ") + v + " ("), format_all(r.diagnostics).c_str());
+    QVERIFY(contains(errors(r.diagnostics), "Odyssey runs linear, cosine, cosine_with_restarts (one cycle), constant"));
+  }
+}
+
+// `swift sft x.yaml` (and --config x.yaml) in a script: the file's arguments, the command
+// line's over them, the script's environment; the file found beside the script too.
+void TstSwiftBridge::configFileInScript() {
+  QTemporaryDir dir;
+  QVERIFY(dir.isValid());
+  const std::string d = dir.path().toStdString();
+  std::ofstream(d + "/sft.yaml") << "model: m\nmax_length: 4096\nlora_rank: 16\ndeepspeed: zero2\nlearning_rate: 2e-4\n";
+  const std::string script = "#!/bin/bash\nexport CUDA_VISIBLE_DEVICES=0,1\nNPROC_PER_NODE=2 swift sft sft.yaml --lora_rank 32\n";
+  std::ofstream(d + "/train.sh") << script;
+  auto r = import_swift_command(script, d + "/train.sh");  // the current directory lacks sft.yaml: beside the script
+  QVERIFY2(r.ok(), format_all(r.diagnostics).c_str());
+  const TrainConfig& c = r.value.config;
+  QCOMPARE(c.max_length, 4096);
+  QCOMPARE(c.lora_rank, 32);          // the command line over the file
+  QCOMPARE(c.learning_rate, 2e-4);
+  QCOMPARE(c.zero_stage, 2);          // two processes from the script's environment
+  QCOMPARE(c.gpu_ids, (std::vector<std::int64_t>{0, 1}));
+  QCOMPARE(r.value.origin.keys.at("max_length").file, d + "/sft.yaml");
+  QCOMPARE(r.value.origin.keys.at("max_length").line, 2);
+  QCOMPARE(r.value.origin.keys.at("lora_rank").file, d + "/train.sh");
+  QVERIFY(contains(format_all(r.diagnostics), "arguments read from " + d + "/sft.yaml (line 3)"));
+  // --config FILE is the same; errors in the file name the file and its line.
+  std::ofstream(d + "/bad.yaml") << "model: m\nmax_length: 64\nlora_rank: many\n";
+  auto bad = import_swift_command("swift sft --config " + d + "/bad.yaml --max_length 128", d + "/train.sh");
+  QVERIFY(!bad.ok());
+  QVERIFY2(contains(errors(bad.diagnostics), d + "/bad.yaml:3: error: lora_rank"), format_all(bad.diagnostics).c_str());
+  auto cfg = import_swift_command("swift sft --config=" + d + "/sft.yaml --max_length 128");
+  QVERIFY2(cfg.ok(), format_all(cfg.diagnostics).c_str());
+  QCOMPARE(cfg.value.config.max_length, 128);
+  QCOMPARE(cfg.value.config.zero_stage, 0);  // one process here
 }
 
 void TstSwiftBridge::qloraArgumentsMap() {
@@ -443,7 +569,10 @@ void TstSwiftBridge::badInput_data() {
   QTest::newRow("megatron") << "megatron sft --model m" << "Megatron-SWIFT ('megatron sft') is not supported";
   QTest::newRow("two sft") << "swift sft --model a\nswift sft --model b\n"
                            << "swift command:2: error: a second 'swift sft' command (the first is on line 1)";
-  QTest::newRow("yaml arg") << "swift sft examples/sft.yaml" << "import that file instead";
+  QTest::newRow("yaml arg") << "swift sft examples/no-such.yaml"
+                            << "the command reads its arguments from 'examples/no-such.yaml', which is not a file";
+  QTest::newRow("config arg") << "swift sft --config" << "--config needs a file name";
+  QTest::newRow("yaml by shell") << "swift sft $(pick).yaml" << "needs a shell to name; write its path";
   QTest::newRow("stray word") << "swift sft oops --model m" << "unexpected word 'oops'";
   QTest::newRow("adalora") << "swift sft --train_type adalora" << "Odyssey trains lora or full";
   QTest::newRow("two values") << "swift sft --lora_rank 8 16" << "--lora_rank takes one value, found 2";
