@@ -6,6 +6,8 @@
 #include <mutex>
 #include <numeric>
 
+#include <nlohmann/json.hpp>
+
 #include "common/regular_file.h"
 #include "common/text.h"
 #include "data/dataset.h"
@@ -395,6 +397,37 @@ CheckedConfig check_config(LoadedConfig cfg, bool check_files) {
       else ck.warning("template_file", msg);
     } else if (const std::string why = regular_file_problem(resolved); !why.empty()) {
       ck.error("template_file", "found " + text::quoted(c.template_file) + ": " + why + "; expected a Jinja file");
+    }
+  }
+  if (!c.resume_from_checkpoint.empty()) {
+    // What `run` would find there, knowable without loading anything: a checkpoint of Odyssey
+    // (odyssey_state.json; trainer_state.json with micro_batches before it), not a Hugging
+    // Face Trainer's (trainer_state.json alone, transformers' schema).
+    std::string dir;
+    if (!path_exists(c.resume_from_checkpoint, o.base_dir, &dir)) {
+      const std::string msg = "found " + text::quoted(c.resume_from_checkpoint) + ": no such directory (" +
+                              where_relative(o.base_dir) + ")";
+      if (check_files) ck.error("resume_from_checkpoint", msg);
+      else ck.warning("resume_from_checkpoint", msg);
+    } else if (std::error_code ec; !fs::is_directory(dir, ec)) {
+      ck.error("resume_from_checkpoint", "found " + text::quoted(c.resume_from_checkpoint) +
+                                             ": not a directory; expected a checkpoint directory (checkpoints/checkpoint-<step>)");
+    } else if (!fs::exists(fs::path(dir) / "odyssey_state.json", ec)) {
+      const std::string state = (fs::path(dir) / "trainer_state.json").string();
+      std::string text, why;
+      nlohmann::json j;
+      if (read_regular_file(state, std::uint64_t{64} << 20, &text, &why)) j = nlohmann::json::parse(text, nullptr, false);
+      if (j.is_object() && j.contains("global_step") && !j.contains("micro_batches")) {
+        ck.error("resume_from_checkpoint",
+                 state + " is a Hugging Face Trainer checkpoint's state (no odyssey_state.json): Odyssey resumes only "
+                         "its own checkpoints, whose optimizer state, data position and random state it wrote; to train on "
+                         "from these weights, set model: to a merged model directory (odyssey-train export " + dir +
+                         " --merge --output DIR for an adapter)");
+      } else if (!j.is_object()) {
+        ck.error("resume_from_checkpoint", "found " + text::quoted(c.resume_from_checkpoint) +
+                                               ": no odyssey_state.json (nor an older Odyssey trainer_state.json) in " + dir +
+                                               "; expected a checkpoint directory of Odyssey (checkpoints/checkpoint-<step>)");
+      }
     }
   }
   for (const auto* list : {&c.dataset, &c.val_dataset}) {

@@ -73,14 +73,14 @@ bool rename_no_replace(const fs::path& from, const fs::path& to, std::error_code
   return false;
 }
 
-// The file list of trainer_state.json: every regular file of `dir` but trainer_state.json,
-// sorted by name, with its size and checksum.
+// The file list of odyssey_state.json: every regular file of `dir` but itself, sorted by
+// name, with its size and checksum.
 Result<std::vector<SavedFile>> list_files(const fs::path& dir) {
   Result<std::vector<SavedFile>> r;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (!e.is_regular_file() || name == "trainer_state.json") continue;
+    if (!e.is_regular_file() || name == kOdysseyStateFile) continue;
     std::string error;
     const auto sum = file_checksum64(e.path(), &error);
     if (!sum) {
@@ -182,14 +182,57 @@ Result<std::int64_t> save_checkpoint(const fs::path& final_dir, StepEngine& engi
                        {"base_lr", engine.options().schedule.base_lr},
                        {"warmup_steps", engine.options().schedule.warmup_steps},
                        {"total_steps", engine.options().schedule.total_steps}};
+  // transformers' TrainerState, so HF tools (and TrainerState.load_from_json) read the
+  // checkpoint's progress and log history.
+  {
+    const HfTrainerInfo& hf = state.hf;
+    nlohmann::ordered_json h;
+    h["best_global_step"] = nullptr;
+    h["best_metric"] = nullptr;
+    h["best_model_checkpoint"] = nullptr;
+    h["epoch"] = hf.epoch;
+    h["eval_steps"] = hf.eval_steps;
+    h["global_step"] = state.step;
+    h["is_hyper_param_search"] = false;
+    h["is_local_process_zero"] = true;
+    h["is_world_process_zero"] = true;
+    nlohmann::ordered_json log = nlohmann::ordered_json::array();
+    for (const auto& e : hf.log_history) {
+      nlohmann::ordered_json x;
+      x["epoch"] = e.epoch;
+      if (e.eval) {
+        x["eval_loss"] = e.loss;
+      } else {
+        x["grad_norm"] = e.grad_norm;
+        x["learning_rate"] = e.learning_rate;
+        x["loss"] = e.loss;
+        x["num_input_tokens_seen"] = e.num_input_tokens_seen;
+      }
+      x["step"] = e.step;
+      log.push_back(std::move(x));
+    }
+    h["log_history"] = std::move(log);
+    h["logging_steps"] = hf.logging_steps;
+    h["max_steps"] = state.total_steps;
+    h["num_input_tokens_seen"] = state.tokens_total;
+    h["num_train_epochs"] = hf.num_train_epochs;
+    h["save_steps"] = hf.save_steps;
+    h["stateful_callbacks"] = nlohmann::ordered_json::object();
+    h["total_flos"] = 0.0;
+    h["train_batch_size"] = hf.train_batch_size;
+    h["trial_name"] = nullptr;
+    h["trial_params"] = nullptr;
+    if (!write_text(tmp / "trainer_state.json", dump_json(h, 2) + "\n"))
+      return fail({err((tmp / "trainer_state.json").string(), "cannot be written (disk full?)")});
+  }
   // Sizes and checksums of every other file, checked at resume (validate_resume_source).
   auto files = list_files(tmp);
   if (!files.ok()) return fail(files.diagnostics);
   nlohmann::ordered_json listed = nlohmann::ordered_json::object();
   for (const auto& f : files.value) listed[f.name] = {{"bytes", f.bytes}, {"checksum64", f.checksum64}};
   j["files"] = std::move(listed);
-  if (!write_text(tmp / "trainer_state.json", dump_json(j, 2) + "\n"))
-    return fail({err((tmp / "trainer_state.json").string(), "cannot be written (disk full?)")});
+  if (!write_text(tmp / kOdysseyStateFile, dump_json(j, 2) + "\n"))
+    return fail({err((tmp / kOdysseyStateFile).string(), "cannot be written (disk full?)")});
   std::int64_t bytes = 0;
   for (const auto& e : fs::directory_iterator(tmp, ec)) {
     if (!e.is_regular_file()) continue;
@@ -231,13 +274,49 @@ Result<std::int64_t> save_optimizer_shard(const fs::path& file, StepEngine& engi
   return r;
 }
 
+namespace {
+
+// trainer_state.json's log_history where the file is transformers' TrainerState (entries
+// without a step or with other keys than Odyssey writes are kept as far as they map).
+void read_hf_log_history(const fs::path& file, HfTrainerInfo& hf) {
+  std::string text, why;
+  if (!read_regular_file(file.string(), std::uint64_t{64} << 20, &text, &why)) return;
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("global_step")) return;
+  const auto log = j.find("log_history");
+  if (log == j.end() || !log->is_array()) return;
+  auto num = [](const nlohmann::json& o, const char* k) {
+    const auto it = o.find(k);
+    return it != o.end() && it->is_number() ? it->get<double>() : 0.0;
+  };
+  for (const auto& x : *log) {
+    if (!x.is_object() || !x.contains("step") || !x["step"].is_number_integer()) continue;
+    HfLogEntry e;
+    e.step = x["step"].get<std::int64_t>();
+    e.epoch = num(x, "epoch");
+    e.eval = x.contains("eval_loss");
+    if (!e.eval && !x.contains("loss")) continue;  // a train summary (train_runtime …): HF writes it at the end
+    e.loss = num(x, e.eval ? "eval_loss" : "loss");
+    e.learning_rate = num(x, "learning_rate");
+    e.grad_norm = num(x, "grad_norm");
+    e.num_input_tokens_seen = static_cast<std::int64_t>(num(x, "num_input_tokens_seen"));
+    hf.log_history.push_back(e);
+  }
+}
+
+}  // namespace
+
 Result<TrainerState> read_trainer_state(const fs::path& dir) {
   Result<TrainerState> r;
-  const fs::path file = dir / "trainer_state.json";
+  // Odyssey's state: odyssey_state.json; before it, the same content as trainer_state.json.
+  std::error_code ec;
+  const bool own = fs::exists(dir / kOdysseyStateFile, ec);
+  const fs::path file = dir / (own ? kOdysseyStateFile : "trainer_state.json");
   std::string text, why;
   if (!read_regular_file(file.string(), std::uint64_t{64} << 20, &text, &why)) {
-    r.diagnostics.push_back(err(file.string(), "cannot be read (" + why + "); is " + dir.string() +
-                                                   " a checkpoint directory (checkpoints/checkpoint-<step>)?"));
+    r.diagnostics.push_back(err((dir / kOdysseyStateFile).string(),
+                                "cannot be read (" + why + "); is " + dir.string() +
+                                    " a checkpoint directory of Odyssey (checkpoints/checkpoint-<step>)?"));
     return r;
   }
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
@@ -245,6 +324,15 @@ Result<TrainerState> read_trainer_state(const fs::path& dir) {
     r.diagnostics.push_back(err(file.string(), "is not a JSON object"));
     return r;
   }
+  if (!own && j.contains("global_step") && !j.contains("micro_batches")) {
+    r.diagnostics.push_back(err(file.string(),
+                                "is a Hugging Face Trainer checkpoint's state (no " + std::string(kOdysseyStateFile) +
+                                    "): Odyssey resumes only its own checkpoints, whose optimizer state, data position "
+                                    "and random state it wrote; to train on from these weights, set model: to a merged "
+                                    "model directory (odyssey-train export " + dir.string() + " --merge --output DIR for an adapter)"));
+    return r;
+  }
+  if (own) read_hf_log_history(dir / "trainer_state.json", r.value.hf);
   auto get = [&](const char* key, auto& field) {
     auto it = j.find(key);
     if (it == j.end()) {
@@ -345,7 +433,9 @@ std::optional<std::string> file_checksum64(const fs::path& file, std::string* er
 Diagnostics validate_resume_source(const fs::path& dir, const TrainerState& s, std::int64_t total_steps,
                                    std::int64_t accumulation) {
   Diagnostics d;
-  const std::string state_file = (dir / "trainer_state.json").string();
+  std::error_code own_ec;
+  const std::string state_file =
+      (dir / (fs::exists(dir / kOdysseyStateFile, own_ec) ? kOdysseyStateFile : "trainer_state.json")).string();
   const std::string name = dir.filename().string();
   if (name.find(".tmp-") != std::string::npos || name.starts_with(".")) {
     d.push_back(err(dir.string(), "is the temporary directory of a checkpoint save that did not finish (it is renamed "
@@ -383,13 +473,13 @@ Diagnostics validate_resume_source(const fs::path& dir, const TrainerState& s, s
     const auto st = fs::symlink_status(p, ec);
     if (!fs::is_regular_file(st)) {
       d.push_back(err(p.string(), std::string(fs::exists(st) ? "is not a regular file" : "is missing") +
-                                      "; trainer_state.json lists it with " + std::to_string(f.bytes) + " bytes",
+                                      "; " + fs::path(state_file).filename().string() + " lists it with " + std::to_string(f.bytes) + " bytes",
                       "files." + f.name));
       continue;
     }
     const auto size = static_cast<std::int64_t>(fs::file_size(p, ec));
     if (size != f.bytes) {
-      d.push_back(err(p.string(), "has " + std::to_string(size) + " bytes; trainer_state.json expects " +
+      d.push_back(err(p.string(), "has " + std::to_string(size) + " bytes; " + fs::path(state_file).filename().string() + " expects " +
                                       std::to_string(f.bytes) + " (truncated or replaced since the save?)",
                       "files." + f.name + ".bytes"));
       continue;
@@ -399,7 +489,7 @@ Diagnostics validate_resume_source(const fs::path& dir, const TrainerState& s, s
     if (!sum)
       d.push_back(err(p.string(), "cannot be read: " + error, "files." + f.name));
     else if (*sum != f.checksum64)
-      d.push_back(err(p.string(), "has checksum64 " + *sum + "; trainer_state.json expects " + f.checksum64 +
+      d.push_back(err(p.string(), "has checksum64 " + *sum + "; " + fs::path(state_file).filename().string() + " expects " + f.checksum64 +
                                       " (the file changed since the save)",
                       "files." + f.name + ".checksum64"));
   }

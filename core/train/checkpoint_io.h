@@ -16,7 +16,7 @@
 
 namespace odyssey::train {
 
-// A file of a checkpoint as saved: trainer_state.json lists every other file with its size
+// A file of a checkpoint as saved: odyssey_state.json lists every other file with its size
 // and checksum, and resume refuses a checkpoint whose files differ.
 struct SavedFile {
   std::string name;        // relative to the checkpoint directory
@@ -24,7 +24,29 @@ struct SavedFile {
   std::string checksum64;  // file_checksum64 as 16 hex digits
 };
 
+// One entry of transformers' TrainerState.log_history: a logged training step (loss,
+// learning_rate, grad_norm) or an evaluation (eval_loss).
+struct HfLogEntry {
+  std::int64_t step = 0;
+  double epoch = 0;
+  bool eval = false;
+  double loss = 0;           // eval_loss when eval
+  double learning_rate = 0;  // training entries only
+  double grad_norm = 0;
+  std::int64_t num_input_tokens_seen = 0;
+};
+
+// What trainer_state.json records besides the step, in transformers' TrainerState schema.
+struct HfTrainerInfo {
+  double epoch = 0;
+  std::int64_t logging_steps = 0, eval_steps = 0, save_steps = 0, train_batch_size = 0;
+  double num_train_epochs = 0;
+  std::vector<HfLogEntry> log_history;
+};
+
 // Where training stands; everything resume needs besides weights and optimizer state.
+// Saved as odyssey_state.json (Odyssey's manifest); trainer_state.json beside it is
+// transformers' TrainerState (TrainerState.load_from_json reads it), written from `hf`.
 struct TrainerState {
   std::int64_t step = 0;           // completed optimizer steps
   std::int64_t total_steps = 0;
@@ -40,7 +62,12 @@ struct TrainerState {
   // file list, has_file_list false).
   std::vector<SavedFile> files;
   bool has_file_list = false;
+  HfTrainerInfo hf;  // read back from trainer_state.json where it is transformers' (log_history)
 };
+
+// Odyssey's own state file of a checkpoint (before 0.1's HF-compatible trainer_state.json,
+// Odyssey wrote this content under the name trainer_state.json; both are read).
+inline constexpr const char* kOdysseyStateFile = "odyssey_state.json";
 
 struct CheckpointContents {
   std::optional<LoraSettings> lora;  // adapter files; none: full model directory
@@ -64,7 +91,8 @@ Result<std::int64_t> save_optimizer_shard(const std::filesystem::path& file, Ste
 Result<std::int64_t> save_checkpoint(const std::filesystem::path& final_dir, StepEngine& engine,
                                      const CheckpointContents& what, const TrainerState& state);
 
-// trainer_state.json of a checkpoint directory.
+// odyssey_state.json of a checkpoint directory (or an older Odyssey checkpoint's
+// trainer_state.json), with trainer_state.json's log_history where it is transformers'.
 Result<TrainerState> read_trainer_state(const std::filesystem::path& dir);
 
 // What resume checks before it loads anything from `dir` (errors name the file, the key and

@@ -746,6 +746,12 @@ Training build_optimizer(RunContext& run, LoadedModel& m, const Data& data) {
   t.state.tuner_type = c.tuner_type;
   t.state.data_fingerprint = data.fingerprint;
   t.state.items_per_epoch = t.sched.items;
+  t.state.hf.logging_steps = c.logging_steps;
+  t.state.hf.eval_steps = c.eval_steps > 0 ? c.eval_steps : c.save_steps;
+  t.state.hf.save_steps = c.save_steps;
+  t.state.hf.train_batch_size = t.sched.batch;
+  t.state.hf.num_train_epochs =
+      static_cast<double>(run.total_steps) / static_cast<double>(std::max<std::int64_t>(1, t.sched.steps_per_epoch));
 
   run::RunStartEvent& rs = run.start;
   rs.totals.samples = static_cast<std::int64_t>(data.train.size());
@@ -809,6 +815,8 @@ void resume(RunContext& run, const Data& data, Training& t) {
   run.step = p.step;
   t.micro = p.micro_batches;
   t.state.tokens_total = p.tokens_total;
+  for (const HfLogEntry& e : p.hf.log_history)  // the history up to the checkpoint, as HF's Trainer keeps it
+    if (e.step <= p.step) t.state.hf.log_history.push_back(e);
   run.out->log("resumed at step " + std::to_string(run.step) + " of " + std::to_string(run.total_steps));
 }
 
@@ -852,6 +860,7 @@ void save(RunContext& run, Training& t, std::int64_t at_step) {
   run.progress();
   t.state.step = at_step;
   t.state.elapsed_s = std::chrono::duration<double>(Clock::now() - run.t0).count();
+  t.state.hf.epoch = static_cast<double>(t.micro) / static_cast<double>(t.sched.micro_per_epoch);
   auto saved = save_checkpoint(run.dir.checkpoint(at_step), *t.engine, with, t.state);
   if (!saved.ok())
     throw RunFailure{"checkpoint-" + std::to_string(at_step) + " could not be written: " + text::trim(format_all(saved.diagnostics)) +
@@ -938,6 +947,12 @@ void evaluate(RunContext& run, Training& t, const Data& data, const std::vector<
   e.samples = static_cast<std::int64_t>(data.val.size());
   e.duration_s = std::chrono::duration<double>(Clock::now() - te).count();
   run.out->event(e);
+  HfLogEntry h;
+  h.step = run.step;
+  h.epoch = static_cast<double>(t.micro) / static_cast<double>(t.sched.micro_per_epoch);
+  h.eval = true;
+  h.loss = loss;
+  t.state.hf.log_history.push_back(h);
   run.out->log("eval step " + std::to_string(run.step) + ": loss " + fixed(loss, 4) + " over " +
                std::to_string(targets) + " tokens");
 }
@@ -990,7 +1005,7 @@ std::vector<run::RankMemory> gather_memory(const RunContext& run, const torch::D
 }
 
 // The step event and log line of a finished step.
-void report_step(RunContext& run, const Training& t, const StepResult& r, double dt, double avg_step_s,
+void report_step(RunContext& run, Training& t, const StepResult& r, double dt, double avg_step_s,
                  const torch::Device& device, std::vector<run::CollectiveStat> collectives, double comm_s) {
   run::StepEvent e;
   e.step = run.step;
@@ -1008,6 +1023,14 @@ void report_step(RunContext& run, const Training& t, const StepResult& r, double
   e.collectives = std::move(collectives);
   e.comm_wait_s = comm_s;
   run.out->event(e);
+  HfLogEntry h;
+  h.step = run.step;
+  h.epoch = e.epoch;
+  h.loss = r.loss;
+  h.learning_rate = r.lr;
+  h.grad_norm = r.grad_norm;
+  h.num_input_tokens_seen = t.state.tokens_total;
+  t.state.hf.log_history.push_back(h);
   run.out->log("step " + std::to_string(run.step) + "/" + std::to_string(run.total_steps) + "  loss " + fixed(r.loss, 4) +
                "  lr " + fixed(r.lr * 1e6, 2) + "e-6  grad_norm " + fixed(r.grad_norm, 3) + "  " +
                std::to_string(static_cast<std::int64_t>(e.tokens_per_s)) + " tok/s  " + fixed(dt * 1000, 0) + " ms");
