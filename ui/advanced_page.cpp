@@ -36,7 +36,7 @@ AdvancedPage::AdvancedPage(ConfigForm* form, QWidget* parent) : QWidget(parent),
   auto* c1 = new QVBoxLayout;
   c1->addWidget(parallel_group());
   c1->addWidget(group(tr("Precision and devices"), {"torch_dtype", "seed", "device", "gpu_ids", "nproc_per_node", "nnodes"}));
-  c1->addWidget(group(tr("Model source"), {"model_revision", "template_file"}));
+  c1->addWidget(group(tr("Model source"), {"model_revision", "template_file", "adapters"}));
   auto* gpus = new QGroupBox(tr("GPUs on this machine"), content);
   gpus->setObjectName(QStringLiteral("gpuGroup"));
   auto* gv = new QVBoxLayout(gpus);
@@ -57,7 +57,8 @@ AdvancedPage::AdvancedPage(ConfigForm* form, QWidget* parent) : QWidget(parent),
                                                       "max_grad_norm", "adam_beta1", "adam_beta2", "adam_epsilon"}));
   c3->addWidget(group(tr("Data handling"), {"truncation_strategy", "split_dataset_ratio", "max_bad_sample_ratio"}));
   c3->addWidget(group(tr("Logging and checkpoints"),
-                      {"logging_steps", "eval_steps", "save_steps", "save_total_limit", "resume_from_checkpoint"}));
+                      {"logging_steps", "report_to", "eval_steps", "save_steps", "save_total_limit",
+                       "resume_from_checkpoint"}));
   for (QVBoxLayout* c : {c1, c2, c3}) {
     auto* w = new QWidget(content);
     c->setContentsMargins(0, 0, 0, 0);

@@ -101,7 +101,9 @@ const std::map<std::string_view, const char*>& labels() {
       {"nproc_per_node", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Processes per node")}, {"nnodes", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Nodes")}, {"logging_steps", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Log every")},
       {"eval_steps", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Evaluate every")}, {"save_steps", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Save every")}, {"save_total_limit", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Checkpoints kept")},
       {"output_dir", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Output folder")}, {"model", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Model")}, {"dataset", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Training files")},
-      {"resume_from_checkpoint", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Resume from checkpoint")}};
+      {"resume_from_checkpoint", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Resume from checkpoint")},
+      {"adapters", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Start from adapter")},
+      {"report_to", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Report to")}};
   return m;
 }
 

@@ -82,10 +82,21 @@ std::string export_swift_command(const TrainConfig& c) {
       else if (c.zero_stage == 1) emit("deepspeed", {"zero1"});
       if (c.offload_optimizer && c.zero_stage < 2) odyssey_only(*find_field("offload_optimizer"));
     } else if (key == "attn_impl") {
-      if (c.attn_impl == "cudnn") emit(f.swift_name, {"sdpa"}), odyssey_only(f);
-      else if (differs) emit(f.swift_name, {c.attn_impl});
+      // ms-swift's packing and padding-free need flash attention (it refuses them otherwise);
+      // Odyssey's auto picks its flash kernel on a GPU too.
+      if (c.packing || c.padding_free) {
+        emit(f.swift_name, {"flash_attn"});
+        if (c.attn_impl != "auto" && c.attn_impl != "flash_attn") odyssey_only(f);
+      } else if (c.attn_impl == "cudnn") {
+        emit(f.swift_name, {"sdpa"}), odyssey_only(f);
+      } else if (differs) {
+        emit(f.swift_name, {c.attn_impl});
+      }
     } else if (key == "fused_kernels") {
-      emit(f.swift_name, raw_values(c, f));
+      // Liger's kernels are Odyssey's fused ones on a GPU; Liger (Triton) has no CPU path, and
+      // without the argument both sides fuse what they can (import's default).
+      if (!c.fused_kernels) emit(f.swift_name, {"false"});
+      else if (c.device != "cpu") emit(f.swift_name, {"true"});
     } else if (key == "activation_checkpointing") {
       CheckpointPolicy p;
       parse_checkpoint_policy(c.activation_checkpointing, &p);

@@ -307,6 +307,17 @@ void Importer::arg(const Arg& a) {
     notes_.push_back("--template " + x + " imported as auto: Odyssey picks the template from the model family");
     v = {"auto"};
   }
+  if (name == "report_to") {  // a reporting target changes nothing trained: keep what Odyssey writes, list the rest
+    std::vector<std::string> kept, other;
+    for (const auto& r : v) {
+      if (r == "tensorboard" || r == "all") kept.push_back("tensorboard");
+      else if (r == "none" || r == "None") continue;
+      else other.push_back(r);
+    }
+    if (!other.empty())
+      unsupported_.push_back("--report_to " + text::join(other, " ") + where(a.line) + " (Odyssey reports to tensorboard)");
+    v = kept.empty() ? std::vector<std::string>{"none"} : std::vector<std::string>{"tensorboard"};
+  }
   if (name == "lr_scheduler_type" && x == "constant_with_warmup") v = {"constant"};
   if (name == "lr_scheduler_type" && x == "cosine_with_restarts") {
     v = {"cosine"};
@@ -366,6 +377,11 @@ Result<LoadedConfig> Importer::finish() {
                                           : std::string()));
     c.zero_stage = 0;
     c.offload_optimizer = false;
+  }
+  if (c.device == "cpu" && c.attn_impl == "flash_attn") {
+    // ms-swift's packing and padding-free insist on flash_attn; there is no flash kernel on the CPU.
+    c.attn_impl = "auto";
+    notes_.push_back("--attn_impl flash_attn with every GPU hidden: imported as attn_impl auto (no flash kernel on the CPU)");
   }
   if (!given("learning_rate") && c.tuner_type == "full") {
     c.learning_rate = 1e-5;

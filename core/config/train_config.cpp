@@ -21,6 +21,7 @@ constexpr std::array<SV, 2> kTuners{"lora", "full"};
 constexpr std::array<SV, 3> kSchedulers{"cosine", "linear", "constant"};
 constexpr std::array<SV, 5> kAttn{"auto", "flash_attn", "cudnn", "sdpa", "eager"};
 constexpr std::array<SV, 3> kKeepAttention{"auto", "all", "none"};
+constexpr std::array<SV, 2> kReportTo{"tensorboard", "none"};
 constexpr std::array<SV, 3> kDevices{"auto", "cuda", "cpu"};
 // Module names as PEFT matches them; Phi-3's fused qkv_proj and gate_up_proj are whole modules.
 constexpr std::array<SV, 10> kModules{"all-linear", "q_proj",  "k_proj",    "v_proj",   "o_proj",
@@ -110,6 +111,9 @@ const std::array kFields = std::to_array<FieldSpec>({
      "Linear layers that get adapters: all-linear, or any of q_proj k_proj v_proj o_proj "
      "gate_proj up_proj down_proj (Phi-3: qkv_proj o_proj gate_up_proj down_proj).", "target_modules", -kInf, kInf,
      kModules},
+    {"adapters", "tuner", &TC::adapters,
+     "A PEFT LoRA adapter directory to start training from (its rank, alpha and targets must "
+     "match the tuner settings); empty starts a new adapter.", "adapters"},
 
     // optim
     {"learning_rate", "optim", &TC::learning_rate, "Peak learning rate.", "learning_rate",
@@ -208,6 +212,9 @@ const std::array kFields = std::to_array<FieldSpec>({
     // output
     {"logging_steps", "output", &TC::logging_steps, "Write a step event every N steps.",
      "logging_steps", 1, 1e9},
+    {"report_to", "output", &TC::report_to,
+     "Where metrics go besides events.jsonl: tensorboard (event files in the run's tensorboard/) "
+     "or none.", "report_to", -kInf, kInf, kReportTo},
     {"eval_steps", "output", &TC::eval_steps,
      "Evaluate every N steps; auto evaluates when a checkpoint is saved.", "eval_steps", 0, 1e9,
      {}, "auto"},

@@ -50,6 +50,7 @@ struct TrainConfig {
   double lora_dropout = 0.05;
   bool use_rslora = false;
   std::vector<std::string> target_modules = {"all-linear"};
+  std::vector<std::string> adapters;    // a PEFT LoRA adapter directory to start from (ms-swift --adapters)
 
   // -- optimisation
   double learning_rate = 1e-4;
@@ -96,6 +97,7 @@ struct TrainConfig {
 
   // -- logging and output
   std::int64_t logging_steps = 5;
+  std::vector<std::string> report_to = {"tensorboard"};  // tensorboard | none (ms-swift's name)
   std::int64_t eval_steps = 0;          // 0 = evaluate at save_steps
   std::int64_t save_steps = 500;
   std::int64_t save_total_limit = 2;

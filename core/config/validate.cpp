@@ -5,6 +5,8 @@
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <optional>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -144,6 +146,19 @@ Diagnostics validate_config(const LoadedConfig& lc, const HfModelConfig* m) {
       ck.error("target_modules", "all-linear already names every projection; list either all-linear or modules");
   if (c.target_modules.empty() && lora)
     ck.error("target_modules", "empty; LoRA needs at least one module (or all-linear)");
+  if (!c.adapters.empty()) {
+    if (c.adapters.size() > 1)
+      ck.error("adapters", "found " + n(static_cast<std::int64_t>(c.adapters.size())) +
+                               " adapters; Odyssey starts from one (merge the others into the base first: "
+                               "odyssey-train export ADAPTER --merge --output DIR, then model: DIR)");
+    if (!lora) ck.error("adapters", "an adapter continues LoRA training, so it needs tuner_type: lora (found full)");
+    if (!c.resume_from_checkpoint.empty())
+      ck.error("adapters", "given with resume_from_checkpoint, whose checkpoint holds the adapter that resumes; "
+                           "give one of the two");
+  }
+  if (c.report_to.size() > 1 && std::count(c.report_to.begin(), c.report_to.end(), "none") > 0)
+    ck.error("report_to", "none means no reports besides events.jsonl, so it stands alone; found " +
+                              text::join(c.report_to, ", "));
 
   // -- 4-bit base weights (QLoRA, docs/qlora.md)
   if (c.quant_bits != 0 && c.quant_bits != 4)
@@ -430,6 +445,50 @@ CheckedConfig check_config(LoadedConfig cfg, bool check_files) {
       }
     }
   }
+  // The adapter to start from: a PEFT LoRA directory whose shape is this preset's.
+  for (const auto& adapter : c.adapters) {
+    std::string dir;
+    if (!path_exists(adapter, o.base_dir, &dir)) {
+      const std::string msg = "found " + text::quoted(adapter) + ": no such directory (" + where_relative(o.base_dir) + ")";
+      if (check_files) ck.error("adapters", msg);
+      else ck.warning("adapters", msg);
+      continue;
+    }
+    const std::string cfg_file = (fs::path(dir) / "adapter_config.json").string();
+    std::string text, why;
+    if (!read_regular_file(cfg_file, std::uint64_t{1} << 20, &text, &why)) {
+      ck.error("adapters", cfg_file + " cannot be read (" + why + "); expected a PEFT adapter directory "
+                           "(adapter_config.json, adapter_model.safetensors)");
+      continue;
+    }
+    const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    if (!j.is_object()) {
+      ck.error("adapters", cfg_file + " is not a JSON object");
+      continue;
+    }
+    auto num = [&](const char* k) -> std::optional<double> {
+      const auto it = j.find(k);
+      return it != j.end() && it->is_number() ? std::optional<double>(it->get<double>()) : std::nullopt;
+    };
+    if (const auto t = j.find("peft_type"); t != j.end() && t->is_string() && t->get<std::string>() != "LORA")
+      ck.error("adapters", cfg_file + ": peft_type is " + t->get<std::string>() + "; Odyssey continues LoRA adapters");
+    if (const auto dora = j.find("use_dora"); dora != j.end() && dora->is_boolean() && dora->get<bool>())
+      ck.error("adapters", cfg_file + ": use_dora is true; DoRA adapters are not supported");
+    std::vector<std::string> differ;
+    if (const auto rank = num("r"); rank && *rank != static_cast<double>(c.lora_rank))
+      differ.push_back("lora_rank: " + n(static_cast<std::int64_t>(*rank)) + " (the preset has " + n(c.lora_rank) + ")");
+    if (const auto a = num("lora_alpha"); a && *a != c.lora_alpha)
+      differ.push_back("lora_alpha: " + (std::ostringstream() << *a).str() + " (the preset has " +
+                       (std::ostringstream() << c.lora_alpha).str() + ")");
+    if (const auto rs = j.find("use_rslora"); rs != j.end() && rs->is_boolean() && rs->get<bool>() != c.use_rslora)
+      differ.push_back(std::string("use_rslora: ") + (rs->get<bool>() ? "true" : "false"));
+    if (!differ.empty())
+      ck.error("adapters", cfg_file + " was trained with other LoRA settings; set " + text::join(differ, ", ") +
+                               " to continue it (target_modules are checked against the model when the run starts)");
+    if (std::error_code ec; !fs::is_regular_file(fs::path(dir) / "adapter_model.safetensors", ec))
+      ck.error("adapters", (fs::path(dir) / "adapter_model.safetensors").string() + ": no such file; expected the "
+                           "adapter's weights beside adapter_config.json");
+  }
   for (const auto* list : {&c.dataset, &c.val_dataset}) {
     const std::string key = list == &c.dataset ? "dataset" : "val_dataset";
     for (const auto& spec : *list) {
@@ -484,6 +543,10 @@ TrainConfig resolve_paths(const LoadedConfig& lc, const ModelLocation& loc) {
   for (auto* path : {&c.resume_from_checkpoint, &c.template_file}) {
     std::string abs;
     if (!path->empty() && path_exists(*path, lc.origin.base_dir, &abs)) *path = abs;
+  }
+  for (auto& path : c.adapters) {
+    std::string abs;
+    if (path_exists(path, lc.origin.base_dir, &abs)) path = abs;
   }
   return c;
 }

@@ -22,7 +22,7 @@ void stamp(run::Event& e, RunOutputs::Clock::time_point t0) {
 }  // namespace
 
 RunOutputs::RunOutputs(const run::RunDir& dir, int rank, bool main_rank, const run::RunStatus& initial,
-                       Clock::time_point t0)
+                       Clock::time_point t0, bool tensorboard)
     : t0_(t0), main_rank_(main_rank), status_(initial) {
   auto opened_log = run::LineAppender::open(dir.rank_log(rank));
   if (opened_log.ok())
@@ -30,7 +30,9 @@ RunOutputs::RunOutputs(const run::RunDir& dir, int rank, bool main_rank, const r
   else
     record(opened_log.diagnostics, "log");
   if (!main_rank_) return;
-  auto opened_events = run::EventWriter::open(dir.events());
+  run::EventWriterOptions options;
+  options.tensorboard = tensorboard;
+  auto opened_events = run::EventWriter::open(dir.events(), options);
   if (opened_events.ok()) {
     events_.emplace(std::move(opened_events.value));
     events_->set_start(t0);

@@ -31,7 +31,9 @@ class RunOutputs {
   // Opens the rank's log, and on the main rank events.jsonl and status.json (written once
   // with `initial`, then refreshed by the heartbeat thread). A file that cannot be opened is
   // a recorded failure like any later write.
-  RunOutputs(const run::RunDir& dir, int rank, bool main_rank, const run::RunStatus& initial, Clock::time_point t0);
+  // tensorboard: rank 0's events also go to the run's tensorboard/ (report_to: tensorboard).
+  RunOutputs(const run::RunDir& dir, int rank, bool main_rank, const run::RunStatus& initial, Clock::time_point t0,
+             bool tensorboard = true);
   ~RunOutputs();
   RunOutputs(const RunOutputs&) = delete;
   RunOutputs& operator=(const RunOutputs&) = delete;

@@ -530,7 +530,9 @@ void open_run_directory(RunContext& run) {
   st.started_at = run::unix_now();
   st.heartbeat = st.started_at;
   // status.json is rank 0's; the launcher writes it last when a rank fails.
-  run.out = std::make_unique<RunOutputs>(run.dir, env.rank, run.main_rank, st, run.t0);
+  const auto& reports = run.c.report_to;
+  run.out = std::make_unique<RunOutputs>(run.dir, env.rank, run.main_rank, st, run.t0,
+                                         std::find(reports.begin(), reports.end(), "tensorboard") != reports.end());
   run.start.run_id = run.dir.run_id();
   run.start.odyssey_version = ODYSSEY_VERSION;
   run.start.config_path = "config.yaml";
@@ -651,6 +653,33 @@ Data load_data(RunContext& run, const LoadedModel& m) {
   return data;
 }
 
+// adapters: a PEFT LoRA adapter to start from (ms-swift's --adapters): its settings must be
+// this run's (validate compares rank and alpha; the targets are compared here, where the
+// model's modules are known), then its weights replace the fresh initialisation.
+void load_start_adapter(RunContext& run, LoadedModel& m, const LoraSettings& ls) {
+  const std::string& dir = run.c.adapters.front();
+  auto theirs = read_adapter_config(dir);
+  if (!theirs.ok()) throw RunFailure{"adapters: " + format_all(theirs.diagnostics)};
+  const LoraSettings& a = theirs.value;
+  // The targets that exist in this model ("all-linear" also names other families' modules).
+  const std::vector<std::string> present = linear_module_names(m.hf);
+  auto in_model = [&](std::vector<std::string> v) {
+    std::erase_if(v, [&](const std::string& x) { return std::find(present.begin(), present.end(), x) == present.end(); });
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  const std::vector<std::string> ours_t = in_model(ls.target_modules), theirs_t = in_model(a.target_modules);
+  if (a.rank != ls.rank || a.alpha != ls.alpha || a.rslora != ls.rslora || ours_t != theirs_t)
+    throw RunFailure{"adapters: " + dir + "/adapter_config.json was trained with r " + std::to_string(a.rank) +
+                     ", lora_alpha " + fixed(a.alpha, 2) + ", use_rslora " + (a.rslora ? "true" : "false") +
+                     ", target_modules " + text::join(theirs_t, " ") + "; this run has r " + std::to_string(ls.rank) +
+                     ", lora_alpha " + fixed(ls.alpha, 2) + ", use_rslora " + (ls.rslora ? "true" : "false") +
+                     ", target_modules " + text::join(ours_t, " ") + "; set the same to continue it"};
+  auto d = load_adapter_weights(m.lm, dir);
+  if (has_errors(d)) throw RunFailure{"adapters: " + format_all(d)};
+  run.out->log("adapter weights loaded from " + dir + " (training continues them)");
+}
+
 // The tuner (LoRA adapters) and the memory policy (checkpointed layers, offload, tiling).
 void apply_tuner_and_memory(RunContext& run, LoadedModel& m, Training& t) {
   const TrainConfig& c = run.c;
@@ -667,6 +696,7 @@ void apply_tuner_and_memory(RunContext& run, LoadedModel& m, Training& t) {
       throw RunFailure{"target_modules: none of " + text::join(c.target_modules, ", ") + " is a module of " +
                        m.hf.architecture + " (its linear modules: " + text::join(linear_module_names(m.hf), ", ") + ")"};
     t.contents.lora = ls;
+    if (!c.adapters.empty()) load_start_adapter(run, m, ls);
   }
   t.contents.base_model = c.model;
   const MemoryPolicy memory = memory_policy(c, m.hf, m.device);

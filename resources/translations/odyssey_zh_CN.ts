@@ -902,6 +902,14 @@ ms-swift：--sequence_parallel_size N</translation>
         <source>4-bit compute dtype</source>
         <translation>4 位计算精度</translation>
     </message>
+    <message>
+        <source>Start from adapter</source>
+        <translation>从适配器继续训练</translation>
+    </message>
+    <message>
+        <source>Report to</source>
+        <translation>指标上报到</translation>
+    </message>
 </context>
 <context>
     <name>odyssey::ui::GpuListModel</name>

@@ -782,6 +782,38 @@ class TstTrainRun : public QObject {
     QVERIFY2((r.out + r.err).contains("a Hugging Face Trainer checkpoint"), qPrintable(r.out + r.err));
   }
 
+  // adapters: (ms-swift's --adapters) starts a new run from an existing PEFT adapter: with a
+  // learning rate of 1e-30 (no fp32 weight moves) the new run's checkpoint holds exactly the adapter it started from, and
+  // its first step's loss is the trained adapter's, below the fresh one's on the same batch.
+  // An adapter of another rank is refused by validate, naming both settings. report_to: [none]
+  // writes no TensorBoard files.
+  void adaptersStartFromAnExistingAdapter() {
+    QTemporaryDir a;
+    const Run first = odyssey_train({"run", lora_preset(a)});
+    QVERIFY2(first.code == 0, qPrintable(first.err + first.out.right(2000)));
+    const QString from = run_dir(a.filePath("out")) + "/checkpoints/checkpoint-6";
+    QTemporaryDir b;
+    const Run cont = odyssey_train({"run", lora_preset(b, "adapters: [" + from + "]\nreport_to: [none]\n"), "--set",
+                                    "learning_rate=1e-30", "--set", "max_steps=1", "--set", "save_steps=1", "--set", "warmup_steps=0"});
+    QVERIFY2(cont.code == 0, qPrintable(cont.err + cont.out.right(2000)));
+    QVERIFY2(cont.out.contains("adapter weights loaded from " + from), qPrintable(cont.out.right(2000)));
+    const QString dir = run_dir(b.filePath("out"));
+    QCOMPARE(bytes(dir + "/checkpoints/checkpoint-1/adapter_model.safetensors"), bytes(from + "/adapter_model.safetensors"));
+    const double fresh = events(run_dir(a.filePath("out")), "step").front().value("loss").toDouble();
+    const double continued = events(dir, "step").front().value("loss").toDouble();
+    QVERIFY2(continued < fresh - 0.1, qPrintable(QString("first-step loss %1 from the adapter, %2 fresh").arg(continued).arg(fresh)));
+    QVERIFY(QDir(dir + "/tensorboard").entryList({"events.out.tfevents.*"}, QDir::Files).isEmpty());
+    QVERIFY(!QDir(run_dir(a.filePath("out")) + "/tensorboard").entryList({"events.out.tfevents.*"}, QDir::Files).isEmpty());
+
+    QTemporaryDir c;
+    const QString other = lora_preset(c, "adapters: [" + from + "]\n");
+    const Run v = odyssey_train({"validate", other, "--set", "lora_rank=8"});
+    QCOMPARE(v.code, 3);
+    QVERIFY2((v.out + v.err).contains("adapter_config.json was trained with other LoRA settings; set lora_rank: 4 "
+                                      "(the preset has 8)"),
+             qPrintable(v.out + v.err));
+  }
+
   // Resume checks the checkpoint before loading it: an unfinished `.tmp-` save, a step outside
   // the schedule, a file truncated or changed since the save are refused naming the file, the
   // key and what was expected. Before: all four trained (1e15 printed "-999999999999990 steps

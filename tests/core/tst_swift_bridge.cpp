@@ -177,6 +177,7 @@ class TstSwiftBridge : public QObject {
   void offValuesPass();
   void schedulesMapOrFail();
   void configFileInScript();
+  void adaptersAndReportTo();
   void typoSuggestsArgument();
   void qloraArgumentsMap();
   void badInput();
@@ -423,7 +424,7 @@ void TstSwiftBridge::unsupportedListedOnce() {
   for (const auto& d : r.diagnostics) n += contains(d.message, "not supported by Odyssey") ? 1 : 0;
   QCOMPARE(n, 1);
   QVERIFY2(contains(warnings(r.diagnostics),
-                    "not imported: --bnb_4bit_quant_storage uint8, --report_to wandb tensorboard, --eval_strategy steps, "
+                    "not imported: --bnb_4bit_quant_storage uint8, --report_to wandb (Odyssey reports to tensorboard), --eval_strategy steps, "
                     "--frobnicate_widgets 3, --template deepseek_r1 (template stays auto)"),
            format_all(r.diagnostics).c_str());
 }
@@ -526,6 +527,24 @@ void TstSwiftBridge::configFileInScript() {
   QVERIFY2(cfg.ok(), format_all(cfg.diagnostics).c_str());
   QCOMPARE(cfg.value.config.max_length, 128);
   QCOMPARE(cfg.value.config.zero_stage, 0);  // one process here
+}
+
+// --adapters and --report_to are Odyssey keys of the same names; reporting targets Odyssey
+// does not write are listed as not imported (they change nothing trained).
+void TstSwiftBridge::adaptersAndReportTo() {
+  auto r = import_swift_command("swift sft --max_length 64 --adapters out/checkpoint-100 --report_to none");
+  QVERIFY2(r.ok(), format_all(r.diagnostics).c_str());
+  QCOMPARE(r.value.config.adapters, std::vector<std::string>{"out/checkpoint-100"});
+  QCOMPARE(r.value.config.report_to, std::vector<std::string>{"none"});
+  QVERIFY(contains(export_swift_command(r.value.config), "--report_to none"));
+  QVERIFY(contains(export_swift_command(r.value.config), "--adapters out/checkpoint-100"));
+  auto w = import_swift_command("swift sft --max_length 64 --report_to wandb swanlab");
+  QVERIFY2(w.ok(), format_all(w.diagnostics).c_str());
+  QCOMPARE(w.value.config.report_to, std::vector<std::string>{"none"});
+  QVERIFY(contains(warnings(w.diagnostics), "--report_to wandb swanlab (Odyssey reports to tensorboard)"));
+  auto all = import_swift_command("swift sft --max_length 64 --report_to all");
+  QCOMPARE(all.value.config.report_to, std::vector<std::string>{"tensorboard"});
+  QVERIFY(!contains(export_swift_command(all.value.config), "--report_to"));  // ms-swift's default
 }
 
 void TstSwiftBridge::qloraArgumentsMap() {
@@ -687,7 +706,8 @@ void TstSwiftBridge::exportQuickstart() {
   const std::string cmd = export_swift_command(q.value.config);
   for (const char* s : {"CUDA_VISIBLE_DEVICES='' \\\nswift sft \\\n    --model ../resources/quickstart/model",
                         "--template chatml", "--max_steps 100", "--use_liger_kernel false",
-                        "--gradient_checkpointing false", "--tuner_type full", "--packing true", "--eval_steps 20"})
+                        "--gradient_checkpointing false", "--tuner_type full", "--packing true", "--eval_steps 20",
+                        "--attn_impl flash_attn"})
     QVERIFY2(contains(cmd, s), (std::string(s) + " not in:\n" + cmd).c_str());
   auto back = import_swift_command(cmd);
   QVERIFY2(back.ok() && warnings(back.diagnostics).empty(), format_all(back.diagnostics).c_str());
@@ -700,14 +720,20 @@ void TstSwiftBridge::roundTripRandom() {
   for (int i = 0; i < 400; ++i) {
     const TrainConfig c = random_config(rng);
     const std::string cmd = export_swift_command(c);
+    // ms-swift packs only with flash attention: packing or padding-free export --attn_impl
+    // flash_attn (on the CPU it imports back as auto); any other attention is the
+    // export's Odyssey-only comment.
+    TrainConfig want = c;
+    if (c.packing || c.padding_free) want.attn_impl = "flash_attn";
+    if (c.device == "cpu" && want.attn_impl == "flash_attn") want.attn_impl = "auto";
     auto r = import_swift_command(cmd);
     QVERIFY2(r.ok() && warnings(r.diagnostics).empty(), (cmd + format_all(r.diagnostics)).c_str());
-    if (preset(r.value.config) != preset(c)) qWarning("%s", cmd.c_str());
-    QCOMPARE(preset(r.value.config), preset(c));
+    if (preset(r.value.config) != preset(want)) qWarning("%s", cmd.c_str());
+    QCOMPARE(preset(r.value.config), preset(want));
     // The same arguments as an ms-swift YAML config.
     auto y = import_swift_yaml(to_yaml(cmd), "rt.yaml");
     QVERIFY2(y.ok() && warnings(y.diagnostics).empty(), (to_yaml(cmd) + format_all(y.diagnostics)).c_str());
-    QCOMPARE(preset(y.value.config), preset(c));
+    QCOMPARE(preset(y.value.config), preset(want));
   }
 }
 
