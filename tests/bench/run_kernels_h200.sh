@@ -55,6 +55,9 @@
 #             fused_parity_gpu --case qwen2.5-1.5b:qlora (QLORA_PARITY_CASE): 20 QLoRA steps on the 4-bit
 #             base transformers + bitsandbytes saved, every memory tier, against HF + PEFT + bitsandbytes
 #             bf16 and fp32; needs the bitsandbytes wheel in .whl/; qlora-parity.{txt,jsonl}
+#   installed `cmake --install` of the GPU build (LibTorch and its CUDA libraries bundled beside the
+#             program, packaging/bundle-runtime.cmake; patchelf from .gpu-deps) run from the installed tree
+#             with an empty environment: env, selftest, the quickstart on the GPU (installed.txt)
 #   chat-template
 #             docs/tokenizer.md's chat-template benchmark (CPU only): CT_N (default 100000) generated
 #             multi-turn conversations rendered with Qwen2.5's template and tokenized by transformers'
@@ -90,6 +93,26 @@ for p in "$@"; do
     cmake --build build-gpu --target odyssey-train odyssey-bench > "$OUT/build.log" 2>&1 ||
       { grep -B2 -A12 -E "error|FAILED" "$OUT/build.log" | head -80; exit 1; }
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpus.csv" ;;
+  installed)
+    phase installed
+    cmake build-gpu -DODYSSEY_PATCHELF="$PWD/.gpu-deps/usr/bin/patchelf" > "$OUT/cmake-install.log" 2>&1 ||
+      { tail -30 "$OUT/cmake-install.log"; exit 1; }
+    rm -rf /tmp/odyssey-inst /tmp/inst-run && mkdir -p /tmp/inst-run
+    cmake --install build-gpu --prefix /tmp/odyssey-inst > "$OUT/install.log" 2>&1 || { tail -30 "$OUT/install.log"; exit 1; }
+    I=/tmp/odyssey-inst/bin/odyssey-train
+    clean=(env -i PATH=/usr/bin:/bin HOME=/tmp/inst-run LANG=C.UTF-8)
+    {
+      grep -E "bundling|several places" "$OUT/install.log"
+      echo "installed tree: $(du -sh /tmp/odyssey-inst | cut -f1), $(ls /tmp/odyssey-inst/lib/odyssey | wc -l) bundled libraries"
+      echo "RUNPATH: $(readelf -d $I | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p')"
+      echo "libraries from outside the installed tree and /lib, /usr/lib:"
+      "${clean[@]}" ldd $I | grep -v -E "/tmp/odyssey-inst/|=> /lib/|=> /usr/lib/|linux-vdso|ld-linux" || echo "  none"
+      cd /tmp/inst-run
+      "${clean[@]}" $I env
+      "${clean[@]}" $I selftest | tail -25
+      "${clean[@]}" $I run --set device=cuda --set torch_dtype=bfloat16 --name installed-gpu 2>&1 | tail -4
+      cd - > /dev/null
+    } 2>&1 | tee "$OUT/installed.txt" ;;
   selftest)
     phase selftest
     $T selftest | tee "$OUT/selftest.txt" | tail -60
