@@ -73,6 +73,19 @@ foreach(name IN LISTS conflict_FILENAMES)
 endforeach()
 list(REMOVE_DUPLICATES bundle)
 
+# One file per name: a library the programs link comes first and wins over a sibling of the
+# same name from another folder (wheels such as nvidia-nccl-cu13 ship their own copies).
+set(names "")
+set(unique "")
+foreach(lib IN LISTS bundle)
+  get_filename_component(name "${lib}" NAME)
+  if(NOT name IN_LIST names)
+    list(APPEND names "${name}")
+    list(APPEND unique "${lib}")
+  endif()
+endforeach()
+set(bundle ${unique})
+
 file(MAKE_DIRECTORY "${ODYSSEY_BUNDLE_DEST}")
 list(LENGTH bundle count)
 message(STATUS "odyssey install: bundling ${count} libraries into ${ODYSSEY_BUNDLE_DEST}")
