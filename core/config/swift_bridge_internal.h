@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,6 +45,9 @@ class Importer {
   void note(std::string msg) { notes_.push_back(std::move(msg)); }
   // Diagnostics and origins name `file` (lines when with_lines) until the next call: a
   // script's `swift sft x.yaml` reads the YAML's keys under the YAML's name.
+  // While on, an ENV entry for a variable already set (by the script) is ignored with a
+  // note: ms-swift lets the script's environment win over a config file's ENV.
+  void env_defers(bool on) { env_defers_ = on; }
   std::pair<std::string, bool> source(std::string file, bool with_lines) {
     auto before = std::make_pair(std::move(file_), lines_);
     file_ = std::move(file);
@@ -68,6 +72,8 @@ class Importer {
   std::vector<std::string> unsupported_, needs_shell_, launcher_, notes_;
   std::vector<std::string> not_honoured_;  // arguments that would train something else: errors
   int deepspeed_line_ = 0;
+  std::set<std::string> env_names_;
+  bool env_defers_ = false;
   std::map<std::string, int> seen_;
   std::optional<std::int64_t> nproc_env_;
   std::string celoss_;

@@ -204,6 +204,10 @@ bool Importer::set_values(const FieldSpec& f, const Arg& a, std::vector<std::str
 void Importer::env(const std::string& name, const std::string& value, const std::string& shown, int line,
                    bool needs_shell) {
   const std::string item = name + "=" + (is_secret(name) ? std::string("<hidden>") : text::shell_quote(shown)) + where(line);
+  if (env_defers_ && env_names_.count(name))
+    return notes_.push_back(item + " in " + file_ + "'s ENV not imported: the script sets " + name +
+                            ", which ms-swift keeps over the config file's");
+  env_names_.insert(name);
   if (needs_shell) return needs_shell_.push_back(item);
   if (name == "NPROC_PER_NODE") {
     if (set("nproc_per_node", yq(value), line, name)) nproc_env_ = out_.config.nproc_per_node;

@@ -320,7 +320,9 @@ bool ScriptReader::config_file(const Word& w) {
       return false;
     }
     auto before = im_.source(p.string(), true);
+    im_.env_defers(true);
     const bool ok = swift_detail::feed_swift_yaml(im_, buf.str());
+    im_.env_defers(false);
     im_.source(std::move(before.first), before.second);
     if (ok) im_.note("arguments read from " + p.string() + " (line " + std::to_string(w.line) + "), then the command line's");
     return ok;

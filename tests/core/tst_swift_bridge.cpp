@@ -503,7 +503,8 @@ void TstSwiftBridge::configFileInScript() {
   QTemporaryDir dir;
   QVERIFY(dir.isValid());
   const std::string d = dir.path().toStdString();
-  std::ofstream(d + "/sft.yaml") << "model: m\nmax_length: 4096\nlora_rank: 16\ndeepspeed: zero2\nlearning_rate: 2e-4\n";
+  std::ofstream(d + "/sft.yaml") << "model: m\nmax_length: 4096\nlora_rank: 16\ndeepspeed: zero2\nlearning_rate: 2e-4\n"
+                                    "ENV:\n  NPROC_PER_NODE: 4\n";
   const std::string script = "#!/bin/bash\nexport CUDA_VISIBLE_DEVICES=0,1\nNPROC_PER_NODE=2 swift sft sft.yaml --lora_rank 32\n";
   std::ofstream(d + "/train.sh") << script;
   auto r = import_swift_command(script, d + "/train.sh");  // the current directory lacks sft.yaml: beside the script
@@ -513,6 +514,9 @@ void TstSwiftBridge::configFileInScript() {
   QCOMPARE(c.lora_rank, 32);          // the command line over the file
   QCOMPARE(c.learning_rate, 2e-4);
   QCOMPARE(c.zero_stage, 2);          // two processes from the script's environment
+  QCOMPARE(c.nproc_per_node, 0);      // the script's NPROC_PER_NODE=2 (one per listed GPU) over the file's ENV 4
+  QVERIFY2(contains(format_all(r.diagnostics), "NPROC_PER_NODE=4 (line 7) in " + d + "/sft.yaml's ENV not imported: the script sets NPROC_PER_NODE"),
+           format_all(r.diagnostics).c_str());
   QCOMPARE(c.gpu_ids, (std::vector<std::int64_t>{0, 1}));
   QCOMPARE(r.value.origin.keys.at("max_length").file, d + "/sft.yaml");
   QCOMPARE(r.value.origin.keys.at("max_length").line, 2);
@@ -526,7 +530,8 @@ void TstSwiftBridge::configFileInScript() {
   auto cfg = import_swift_command("swift sft --config=" + d + "/sft.yaml --max_length 128");
   QVERIFY2(cfg.ok(), format_all(cfg.diagnostics).c_str());
   QCOMPARE(cfg.value.config.max_length, 128);
-  QCOMPARE(cfg.value.config.zero_stage, 0);  // one process here
+  QCOMPARE(cfg.value.config.nproc_per_node, 4);  // the file's ENV, which nothing overrides here
+  QCOMPARE(cfg.value.config.zero_stage, 2);
 }
 
 // --adapters and --report_to are Odyssey keys of the same names; reporting targets Odyssey
