@@ -14,6 +14,8 @@ endfunction()
 # The Python with the pinned reference libraries (transformers, tokenizers, PEFT) that
 # parity tests run to produce oracle data; setup.sh passes the LibTorch venv's python.
 set(ODYSSEY_PYTHON "" CACHE FILEPATH "Python with transformers/tokenizers for parity tests")
+# The Python with ms-swift 4.6 (packaging/install-deps.sh's venv-swift): tests/reference/swift_corpus.py.
+set(ODYSSEY_SWIFT_PYTHON "" CACHE FILEPATH "Python with ms-swift for the ms-swift bridge's corpus test")
 
 # odyssey_add_test(NAME <name> SOURCES <files...> [LIBS <targets...>] [LABELS <labels...>]
 #                  [TIMEOUT <s>])

@@ -12,14 +12,15 @@
 #                  (default: ${XDG_CACHE_HOME:-$HOME/.cache}/odyssey/venv-torch-2.11.0)
 #   ODYSSEY_TORCH  torch version to install (default 2.11.0, the GPU machines' version)
 # The same environment gets the pinned reference libraries (transformers, PEFT, bitsandbytes,
-# tokenizers, safetensors, tensorboard) that the parity tests use as oracles.
+# tokenizers, safetensors, tensorboard) that the parity tests use as oracles; ms-swift 4.6.0
+# (the bridge's oracle) gets one layered over it (ODYSSEY_SWIFT_VENV, default venv-swift-4.6.0).
 set -euo pipefail
 
 want_torch=1
 for a in "$@"; do
   case "$a" in
     --no-torch) want_torch=0 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "install-deps: unknown argument '$a' (expected --no-torch or --help)" >&2; exit 2 ;;
   esac
 done
@@ -34,6 +35,8 @@ py_reference=(transformers==5.17.0 peft==0.21.0 tokenizers==0.23.3 safetensors==
 # and the oracle loads the AdamW module alone.
 py_reference_nodeps=(galore-torch==1.0)
 venv=${ODYSSEY_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/odyssey/venv-torch-$torch_version}
+swift_version=4.6.0
+swift_venv=${ODYSSEY_SWIFT_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/odyssey/venv-swift-$swift_version}
 
 debs=(
   build-essential cmake ninja-build ccache pkg-config git
@@ -95,4 +98,20 @@ PY
     "$venv/bin/python" -m pip install -q --no-deps "${py_reference_nodeps[@]}"
   fi
   "$venv/bin/python" -W ignore -c "import torch; print('install-deps: LibTorch', torch.__version__, 'at', torch.utils.cmake_prefix_path)"
+
+  # ms-swift, whose own argument parser checks the ms-swift bridge (tests/reference/swift_corpus.py).
+  # It pins peft<0.21, so it gets a virtual environment of its own layered over the reference one
+  # (a .pth file adds the reference site-packages after its own): torch and transformers are
+  # shared, peft 0.20 shadows 0.21 there only.
+  if "$swift_venv/bin/python" -c "import sys; from importlib.metadata import version; sys.exit(0 if version('ms-swift') == '$swift_version' else 1)" 2>/dev/null; then
+    echo "install-deps: ms-swift $swift_version present in $swift_venv"
+  else
+    echo "install-deps: installing ms-swift==$swift_version into $swift_venv (layered over $venv)"
+    base=$("$venv/bin/python" -c 'import sys; print(sys._base_executable)')
+    "$base" -m venv "$swift_venv"
+    ref_site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    swift_site=$("$swift_venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    echo "$ref_site" > "$swift_site/zz_odyssey_reference.pth"
+    "$swift_venv/bin/python" -m pip install -q "ms-swift==$swift_version"
+  fi
 fi

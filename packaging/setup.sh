@@ -34,9 +34,11 @@ export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-5G}
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root}
 export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 
+swift_venv=${ODYSSEY_SWIFT_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/odyssey/venv-swift-4.6.0}
 configure() {  # configure <build dir> <extra cmake args...>
   local dir=$1; shift
-  cmake -S . -B "$dir" -G Ninja -DCMAKE_PREFIX_PATH="$torch_prefix" -DODYSSEY_PYTHON="$venv/bin/python" "$@" >"$dir.configure.log" 2>&1 || {
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_PREFIX_PATH="$torch_prefix" -DODYSSEY_PYTHON="$venv/bin/python" \
+    -DODYSSEY_SWIFT_PYTHON="$([ -x "$swift_venv/bin/python" ] && echo "$swift_venv/bin/python")" "$@" >"$dir.configure.log" 2>&1 || {
     cat "$dir.configure.log"; echo "setup: configuring $dir failed" >&2; exit 1; }
 }
 

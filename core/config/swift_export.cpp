@@ -116,7 +116,8 @@ std::string export_swift_command(const TrainConfig& c) {
       if (c.nnodes > 1) env.push_back("NNODES=" + std::to_string(c.nnodes));
     } else if (f.swift_name.empty()) {  // offload_optimizer is written with zero_stage above
       if (key != "offload_optimizer" && field_value_text(c, f) != field_value_text(defaults, f)) odyssey_only(f);
-    } else if (differs || always.count(key) || (lora && (key == "lora_rank" || key == "target_modules"))) {
+    } else if (differs || always.count(key) || (lora && (key == "lora_rank" || key == "target_modules")) ||
+               (key == "quant_method" && c.quant_bits == 4)) {  // ms-swift has no default method
       emit(f.swift_name, raw_values(c, f));
     }
   }

@@ -39,6 +39,7 @@ class ScriptReader {
   Scan scan(SV s);
   std::size_t expand(SV s, std::size_t i, bool in_dq, std::string& out);
   std::string restore(const std::string& s) const;
+  std::optional<long long> arithmetic(const std::string& body) const;
   void command(std::vector<Word> words);
   void simple(std::vector<Word> w);
   bool swift_args(const std::vector<Word>& w);
@@ -99,6 +100,17 @@ std::size_t ScriptReader::expand(SV s, std::size_t i, bool in_dq, std::string& o
       depth += s[j] == '(' ? 1 : s[j] == ')' ? -1 : 0;
       if (depth == 0) break;
     }
+    if (j < n) {
+      // Integer arithmetic the examples use for per-GPU settings, `$(expr 16 / $nproc)` and
+      // `$(( 16 / nproc ))`, over numbers and the script's own variables; anything else
+      // (other commands, unknown variables, division by zero) needs a shell.
+      const std::string inner(s.substr(i + 2, j - i - 2));
+      const std::string t(text::trim(inner));
+      std::optional<long long> v;
+      if (t.size() >= 2 && t.front() == '(' && t.back() == ')') v = arithmetic(t.substr(1, t.size() - 2));
+      else if (t.starts_with("expr ")) v = arithmetic(t.substr(5));
+      if (v) return insert(std::to_string(*v), j);
+    }
     return mark(std::min(j, n - 1));
   }
   std::size_t end = i + 1;
@@ -116,6 +128,58 @@ std::size_t ScriptReader::expand(SV s, std::size_t i, bool in_dq, std::string& o
   auto it = vars_.find(name);
   if (it != vars_.end() && is_name(name)) return insert(it->second, end);
   return mark(end);
+}
+
+std::optional<long long> ScriptReader::arithmetic(const std::string& body) const {
+  // Tokens: integers, $name / ${name} / name (the script's integer variables), + - * / %
+  // (expr's \* too); * / % bind tighter than + -; integer division truncates, as in bash.
+  std::vector<std::string> tok;
+  for (std::size_t k = 0; k < body.size();) {
+    const char ch = body[k];
+    if (std::isspace(static_cast<unsigned char>(ch))) { ++k; continue; }
+    if (ch == '\\' && k + 1 < body.size() && body[k + 1] == '*') { tok.push_back("*"); k += 2; continue; }
+    if (std::string("+-*/%").find(ch) != std::string::npos) { tok.push_back(std::string(1, ch)); ++k; continue; }
+    std::size_t e = k;
+    while (e < body.size() && (std::isalnum(static_cast<unsigned char>(body[e])) || std::string("_${}").find(body[e]) != std::string::npos)) ++e;
+    if (e == k) return std::nullopt;
+    tok.push_back(body.substr(k, e - k));
+    k = e;
+  }
+  auto value = [&](std::string t) -> std::optional<long long> {
+    if (t.starts_with("${") && t.ends_with("}")) t = t.substr(2, t.size() - 3);
+    else if (t.starts_with("$")) t = t.substr(1);
+    if (!t.empty() && std::all_of(t.begin(), t.end(), [](unsigned char d) { return std::isdigit(d); }))
+      return t.size() > 15 ? std::nullopt : std::optional<long long>(std::stoll(t));
+    if (!is_name(t)) return std::nullopt;
+    const auto it = vars_.find(t);
+    if (it == vars_.end()) return std::nullopt;
+    const std::string& x = it->second;
+    if (x.empty() || x.size() > 15 || !std::all_of(x.begin(), x.end(), [](unsigned char d) { return std::isdigit(d); }))
+      return std::nullopt;
+    return std::stoll(x);
+  };
+  if (tok.empty() || tok.size() % 2 == 0) return std::nullopt;
+  long long sum = 0, term = 0;
+  char add = '+';
+  for (std::size_t k = 0; k < tok.size(); k += 2) {
+    auto x = value(tok[k]);
+    if (!x) return std::nullopt;
+    long long f = *x;
+    while (k + 2 < tok.size() && (tok[k + 1] == "*" || tok[k + 1] == "/" || tok[k + 1] == "%")) {
+      auto y = value(tok[k + 2]);
+      if (!y || ((tok[k + 1] != "*") && *y == 0)) return std::nullopt;
+      f = tok[k + 1] == "*" ? f * *y : tok[k + 1] == "/" ? f / *y : f % *y;
+      if (f > 1'000'000'000'000'000LL || f < -1'000'000'000'000'000LL) return std::nullopt;
+      k += 2;
+    }
+    term = f;
+    sum = add == '+' ? sum + term : sum - term;
+    if (k + 1 < tok.size()) {
+      if (tok[k + 1] != "+" && tok[k + 1] != "-") return std::nullopt;
+      add = tok[k + 1][0];
+    }
+  }
+  return sum;
 }
 
 ScriptReader::Scan ScriptReader::scan(SV s) {

@@ -270,12 +270,22 @@ void TstSwiftBridge::scriptVariablesAndCommandSubstitution() {
   QCOMPARE(c.lora_rank, 16);
   QCOMPARE(c.zero_stage, 2);
   QVERIFY(!c.offload_optimizer);
-  QCOMPARE(c.gradient_accumulation_steps, 8);  // ms-swift's own rule, since $(expr …) is not run
+  QCOMPARE(c.gradient_accumulation_steps, 16);  // $(expr 32 / $gpus), integer arithmetic as bash computes it
   const std::string w = warnings(r.diagnostics);
-  QVERIFY2(contains(w, "values that need a shell to compute (Odyssey runs nothing), not imported: "
-                       "--gradient_accumulation_steps '$(expr 32 / $gpus)' (line 14)"),
-           w.c_str());
+  QVERIFY2(!contains(w, "need a shell"), w.c_str());
   QVERIFY2(contains(w, "--model_author odyssey (line 17)"), w.c_str());
+  // expr and $(( )) over numbers and the script's variables are computed; other commands,
+  // unknown variables and division by zero are not (nothing is run).
+  auto arith = import_swift_command(
+      "n=4\nswift sft --max_length 64 --lora_rank $((n * 4)) --seed $(expr $n \\* 3 + 1) --save_steps $(( (8) ))"
+      " --gradient_accumulation_steps $(nproc) --logging_steps $((8 / 0)) --eval_steps $(expr $HOME + 1)");
+  QVERIFY2(arith.ok(), format_all(arith.diagnostics).c_str());
+  QCOMPARE(arith.value.config.lora_rank, 16);
+  QCOMPARE(arith.value.config.seed, 13);
+  const std::string aw = warnings(arith.diagnostics);
+  for (const char* shell : {"--gradient_accumulation_steps '$(nproc)'", "--logging_steps '$((8 / 0))'",
+                            "--eval_steps '$(expr $HOME + 1)'", "--save_steps '$(( (8) ))'"})
+    QVERIFY2(contains(aw, shell), (std::string(shell) + " not in " + aw).c_str());
   // An unknown variable is not looked up in the environment.
   auto env = import_swift_command("swift sft --model $HOME/m --max_length 64");
   QVERIFY2(contains(warnings(env.diagnostics), "--model '$HOME/m'"), format_all(env.diagnostics).c_str());
