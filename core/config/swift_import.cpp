@@ -69,7 +69,9 @@ constexpr SV kKnownSwiftArgs =
 struct NotHonoured { SV name; SV off; SV why; };
 constexpr NotHonoured kNotHonoured[] = {
     {"use_dora", "false", "DoRA (weight-decomposed LoRA) is not implemented"},
-    {"loss_scale", "default", "Odyssey trains every assistant turn (ms-swift's 'default'); other loss scales are not implemented"},
+    {"loss_scale", "default", "Odyssey trains every assistant turn (ms-swift's 'default', with its ignore_empty_think "
+                              "for thinking templates); other loss scales are not implemented"},
+    {"disable_ignore_empty_think", "false", "Odyssey never trains an empty think block, as ms-swift's default"},
     {"lora_bias", "none", "LoRA bias terms are not trained by Odyssey"},
     {"lora_dtype", "", "Odyssey keeps LoRA weights in its own precision"},
     {"init_weights", "true", "Odyssey initialises LoRA as PEFT's default (Kaiming A, zero B); PiSSA/OLoRA/LoftQ/Gaussian are not implemented"},
@@ -105,7 +107,8 @@ bool means_off(std::vector<std::string> values, SV off) {
     const bool off_value = v == "none" || v.empty() || v == "[]" || v == "{}" || v == off ||
                            (off == "false" && (v == "0" || v == "no")) || (off == "true" && (v == "1" || v == "yes")) ||
                            (off == "0" && (v == "0.0" || v == "0.")) ||
-                           (off == "adamw_torch" && (v == "adamw_torch_fused" || v == "adamw_hf"));
+                           (off == "adamw_torch" && (v == "adamw_torch_fused" || v == "adamw_hf")) ||
+                           (off == "default" && (v == "ignore_empty_think" || v == "default+ignore_empty_think"));
     if (!off_value) return false;
   }
   return true;

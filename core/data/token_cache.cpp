@@ -121,6 +121,7 @@ Result<std::string> token_cache_key(const TokenCacheKeyInputs& in) {
   field(h, static_cast<std::uint64_t>(in.tokenize.max_length));
   field(h, truncation_name(in.tokenize.truncation));
   field(h, in.tokenize.train_on_all ? "all" : "assistant");
+  field(h, in.tokenize.ignore_empty_think ? "ignore_empty_think" : "train_empty_think");
   field(h, in.tokenize.chat.date_string);
   r.value = Sha256::hex(h.digest());
   return r;

@@ -1,6 +1,8 @@
 #include "data/tokenize.h"
 
 #include <algorithm>
+#include <optional>
+#include <span>
 #include <atomic>
 #include <limits>
 #include <thread>
@@ -142,8 +144,27 @@ Result<TokenizedSample> tokenize_sample(const Sample& sample, const Tokenizer& t
     r.value.labels = r.value.ids;
   } else {
     r.value.labels.assign(r.value.ids.size(), kIgnoreIndex);
-    for (const auto& [b, e] : enc.value.assistant_spans)
-      for (std::size_t i = b; i < e && i < r.value.ids.size(); ++i) r.value.labels[i] = r.value.ids[i];
+    const auto open = options.ignore_empty_think ? tokenizer.token_to_id("<think>") : std::nullopt;
+    const auto close = options.ignore_empty_think ? tokenizer.token_to_id("</think>") : std::nullopt;
+    const auto& ids = r.value.ids;
+    auto blank = [&](std::size_t i) {  // a token that decodes to whitespace only
+      const std::string t = tokenizer.decode(std::span<const std::int32_t>(&ids[i], 1));
+      return !t.empty() && t.find_first_not_of(" \t\r\n") == std::string::npos;
+    };
+    for (const auto& [b, e0] : enc.value.assistant_spans) {
+      const std::size_t e = std::min(e0, ids.size());
+      std::size_t from = b;
+      if (open && close && b < e && ids[b] == *open) {
+        std::size_t k = b + 1;
+        while (k < e && blank(k)) ++k;
+        if (k < e && ids[k] == *close) {
+          ++k;
+          while (k < e && blank(k)) ++k;
+          from = k;  // the empty think block and the whitespace after it stay untrained
+        }
+      }
+      for (std::size_t i = from; i < e; ++i) r.value.labels[i] = ids[i];
+    }
   }
   return r;
 }

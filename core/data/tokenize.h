@@ -37,6 +37,11 @@ struct TokenizeOptions {
   Truncation truncation = Truncation::Delete;
   std::string system;           // used for samples without a system turn ("" = the template's default)
   bool train_on_all = false;    // labels = ids everywhere (not only the assistant spans)
+  // ms-swift's default for thinking templates (its ignore_empty_think loss scale): an
+  // assistant reply that opens with an empty think block (<think>, whitespace, </think>,
+  // whitespace) is not trained on those tokens, so a model is not taught to skip thinking.
+  // Applies where the tokenizer has both <think> and </think> tokens.
+  bool ignore_empty_think = true;
   ChatOptions chat;             // the template's options (Llama-3.1's date_string)
   int threads = 0;              // 0 = up to 8, at most one per hardware thread
   // Asked between blocks of 32 samples: true stops tokenizing, and tokenize_samples returns

@@ -652,8 +652,23 @@ void TstDataset::labels() {
   QCOMPARE(qwen3->decode(runs[1]), std::string("Goodbye.<|im_end|>"));
   auto q3 = template_for("qwen3", *qwen3, "");
   QVERIFY(q3.ok());
+  // Qwen3 renders the last reply with an empty think block; as ms-swift does by default
+  // (ignore_empty_think) that block is not trained, the reply after it is.
   auto r3 = tokenize_samples(samples, *qwen3, q3.value, TokenizeOptions{});
-  QCOMPARE(qwen3->decode(label_runs(r3.value.samples[0])[1]), std::string("<think>\n\n</think>\n\nGoodbye.<|im_end|>"));
+  const auto runs3 = label_runs(r3.value.samples[0]);
+  QCOMPARE(qwen3->decode(runs3[1]), std::string("Goodbye.<|im_end|>"));
+  const std::string whole = qwen3->decode(r3.value.samples[0].ids);
+  QVERIFY2(whole.find("<|im_start|>assistant\n<think>\n\n</think>\n\nGoodbye.") != std::string::npos, whole.c_str());
+  TokenizeOptions keep;
+  keep.ignore_empty_think = false;
+  auto k3 = tokenize_samples(samples, *qwen3, q3.value, keep);
+  QCOMPARE(qwen3->decode(label_runs(k3.value.samples[0])[1]), std::string("<think>\n\n</think>\n\nGoodbye.<|im_end|>"));
+  // A reply that thinks keeps its think block trained.
+  const std::vector<Sample> thinking = {
+      {{{"user", "2+2?", {}}, {"assistant", "<think>\nadd them\n</think>\n\n4", {}}}, "f:3"}};
+  auto t3 = tokenize_samples(thinking, *qwen3, q3.value, TokenizeOptions{});
+  QVERIFY2(t3.ok(), format_all(t3.diagnostics).c_str());
+  QCOMPARE(qwen3->decode(label_runs(t3.value.samples[0]).back()), std::string("<think>\nadd them\n</think>\n\n4<|im_end|>"));
   const std::string text = qwen3->decode(r.value.samples[1].ids);
   QVERIFY(text.starts_with("<|im_start|>user\n"));  // no default system prompt
 }

@@ -452,6 +452,8 @@ void TstSwiftBridge::notHonouredAreErrors_data() {
   QTest::newRow("neftune") << "--neftune_noise_alpha 5" << "--neftune_noise_alpha 5 (NEFTune";
   QTest::newRow("freeze ratio") << "--freeze_parameters_ratio 0.5" << "--freeze_parameters_ratio 0.5 (partial freezing";
   QTest::newRow("seq_cls") << "--task_type seq_cls" << "--task_type seq_cls (Odyssey trains causal language models)";
+  QTest::newRow("train empty think") << "--disable_ignore_empty_think true"
+                                     << "--disable_ignore_empty_think true (Odyssey never trains an empty think block";
   QTest::newRow("scheduler") << "--lr_scheduler_type cosine_with_min_lr"
                              << "--lr_scheduler_type cosine_with_min_lr (Odyssey's cosine decays to 0";
   QTest::newRow("wsd") << "--lr_scheduler_type warmup_stable_decay" << "(a warmup-stable-decay schedule is not implemented";
@@ -484,7 +486,13 @@ void TstSwiftBridge::offValuesPass() {
   auto r = import_swift_command(
       "swift sft --model m --max_length 64 --use_dora false --loss_scale default --init_weights true --lora_bias none "
       "--optim adamw_torch_fused --neftune_noise_alpha 0 --freeze_parameters_ratio 0.0 --task_type causal_lm "
-      "--modules_to_save --lr_scheduler_kwargs None --resume_only_model False");
+      "--modules_to_save --lr_scheduler_kwargs None --resume_only_model False --disable_ignore_empty_think false");
+  QVERIFY2(r.ok(), format_all(r.diagnostics).c_str());
+  // Odyssey leaves an empty think block untrained, as ms-swift's ignore_empty_think does.
+  for (const char* v : {"ignore_empty_think", "default+ignore_empty_think"}) {
+    auto t = import_swift_command(std::string("swift sft --max_length 64 --loss_scale ") + v);
+    QVERIFY2(t.ok(), format_all(t.diagnostics).c_str());
+  }
   QVERIFY2(r.ok(), format_all(r.diagnostics).c_str());
   QVERIFY2(warnings(r.diagnostics).find("not imported") == std::string::npos, format_all(r.diagnostics).c_str());
 }
