@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/regular_file.h"
+#include "config/hf_checkpoint.h"
 #include "common/text.h"
 #include "data/dataset.h"
 #include "data/tokenize.h"
@@ -432,12 +433,8 @@ CheckedConfig check_config(LoadedConfig cfg, bool check_files) {
       std::string text, why;
       nlohmann::json j;
       if (read_regular_file(state, std::uint64_t{64} << 20, &text, &why)) j = nlohmann::json::parse(text, nullptr, false);
-      if (j.is_object() && j.contains("global_step") && !j.contains("micro_batches")) {
-        ck.error("resume_from_checkpoint",
-                 state + " is a Hugging Face Trainer checkpoint's state (no odyssey_state.json): Odyssey resumes only "
-                         "its own checkpoints, whose optimizer state, data position and random state it wrote; to train on "
-                         "from these weights, set model: to a merged model directory (odyssey-train export " + dir +
-                         " --merge --output DIR for an adapter)");
+      if (const auto hf = hf_trainer_checkpoint_problem(j, dir)) {
+        ck.error("resume_from_checkpoint", state + " " + *hf);
       } else if (!j.is_object()) {
         ck.error("resume_from_checkpoint", "found " + text::quoted(c.resume_from_checkpoint) +
                                                ": no odyssey_state.json (nor an older Odyssey trainer_state.json) in " + dir +
@@ -522,6 +519,14 @@ CheckedConfig check_config(LoadedConfig cfg, bool check_files) {
   r.diagnostics = std::move(d);
   r.diagnostics.insert(r.diagnostics.end(), v.begin(), v.end());
   return r;
+}
+
+std::optional<std::string> hf_trainer_checkpoint_problem(const nlohmann::json& state, const std::string& dir) {
+  if (!state.is_object() || !state.contains("global_step") || state.contains("micro_batches")) return std::nullopt;
+  return "is a Hugging Face Trainer checkpoint's state (no odyssey_state.json): Odyssey resumes only its own "
+         "checkpoints, whose optimizer state, data position and random state it wrote; to train on from these "
+         "weights, set model: to a merged model directory (odyssey-train export " + dir +
+         " --merge --output DIR for an adapter)";
 }
 
 TrainConfig resolve_paths(const LoadedConfig& lc, const ModelLocation& loc) {

@@ -17,6 +17,7 @@
 
 #include "common/json_dump.h"
 #include "common/regular_file.h"
+#include "config/hf_checkpoint.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
 
@@ -324,12 +325,8 @@ Result<TrainerState> read_trainer_state(const fs::path& dir) {
     r.diagnostics.push_back(err(file.string(), "is not a JSON object"));
     return r;
   }
-  if (!own && j.contains("global_step") && !j.contains("micro_batches")) {
-    r.diagnostics.push_back(err(file.string(),
-                                "is a Hugging Face Trainer checkpoint's state (no " + std::string(kOdysseyStateFile) +
-                                    "): Odyssey resumes only its own checkpoints, whose optimizer state, data position "
-                                    "and random state it wrote; to train on from these weights, set model: to a merged "
-                                    "model directory (odyssey-train export " + dir.string() + " --merge --output DIR for an adapter)"));
+  if (const auto hf = own ? std::nullopt : hf_trainer_checkpoint_problem(j, dir.string())) {
+    r.diagnostics.push_back(err(file.string(), *hf));
     return r;
   }
   if (own) read_hf_log_history(dir / "trainer_state.json", r.value.hf);
