@@ -151,6 +151,7 @@ AttentionImpl::AttentionImpl(const DecoderConfig& c, const torch::TensorOptions&
   sliding = c.hf.sliding_layer(layer);
   window = sliding ? c.hf.sliding_window : 0;
   local_rope = sliding && c.rope_local.has_value();
+  layer_index = layer;
 }
 
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> AttentionImpl::project(const torch::Tensor& x,
@@ -168,6 +169,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> AttentionImpl::project(c
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext& ctx, const NormSource* src) {
+  if (ctx.cache) return forward_cached(x, ctx, src);
   const std::int64_t b = x.size(0), s = x.size(1);
   const torch::Tensor& cos = local_rope ? ctx.cos_local : ctx.cos;
   const torch::Tensor& sin = local_rope ? ctx.sin_local : ctx.sin;

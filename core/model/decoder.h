@@ -133,6 +133,20 @@ class EmbeddingImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Embedding);
 
+// The keys and values of the tokens seen so far, for generation (model/generate.h): per layer
+// [B, Hkv, capacity, head_dim] in the model's dtype and on its device, RoPE applied. Slot j of
+// row b holds a real token when key_mask[b, j] (prompts of different lengths are left-padded:
+// their padding slots are false and no query attends to them). Every layer keeps all slots,
+// sliding-window layers too (their attention reads only the window).
+struct KvCache {
+  std::vector<torch::Tensor> k, v;
+  torch::Tensor key_mask;   // [B, capacity] bool
+  std::int64_t length = 0;  // slots filled (the same for every row)
+  bool padded = false;      // some filled slot is padding
+  std::int64_t batch() const { return key_mask.size(0); }
+  std::int64_t capacity() const { return key_mask.size(1); }
+};
+
 // What every layer of one forward shares.
 
 struct LayerContext {
@@ -151,6 +165,12 @@ struct LayerContext {
   // This layer's MLP keeps gate and up in this chain between forward and backward (the MLP
   // offload tier, CausalLMImpl::set_mlp_offload_layers), else null.
   std::shared_ptr<kernels::OffloadChain> mlp_offload;
+  // Incremental forward (CausalLMImpl::hidden_states_cached): the new tokens' keys and values go
+  // to slots cache_start.. of the cache and attention reads slots 0 .. cache_start + S - 1. keep
+  // and keep_window are then [B, 1, S, cache_start + S] (undefined keep: no padding, and either
+  // cache_start = 0, plain causal, or S = 1, every slot).
+  KvCache* cache = nullptr;
+  std::int64_t cache_start = 0;
 };
 
 class AttentionImpl : public torch::nn::Module {
@@ -168,8 +188,10 @@ class AttentionImpl : public torch::nn::Module {
   std::int64_t window = 0;   // its size (HfModelConfig::sliding_window) when sliding
   bool local_rope = false;   // this layer rotates with LayerContext::cos_local (Gemma-3)
   bool fused = false;
+  std::int64_t layer_index = 0;  // its slot in KvCache::k / v
 
  private:
+  torch::Tensor forward_cached(const torch::Tensor& x, const LayerContext& ctx, const NormSource* src);
   // q, k, v [B, S, H, D] (k, v with KV heads) from x.
   std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> project(const torch::Tensor& x, const NormSource* src);
 };
@@ -257,6 +279,16 @@ class CausalLMImpl : public torch::nn::Module {
   // Logits [B, S, vocab] in the model's dtype (logits() of hidden_states).
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {},
                         const torch::Tensor& position_ids = {});
+
+  // A cache for `batch` rows of up to `capacity` tokens (KvCache), zero-filled, empty.
+  KvCache allocate_cache(std::int64_t batch, std::int64_t capacity) const;
+  // Incremental forward for generation: input_ids [B, S] at position_ids [B, S] (attention_mask
+  // [B, S]: 1 = token, 0 = left padding; undefined: all tokens) are appended to `cache` (at
+  // slots cache.length ..) and each attends to the real slots up to its own (and within its
+  // layer's window). Returns their final hidden states [B, S, hidden]; the logits of a full
+  // forward over the same tokens are logits() of them. Runs without autograd.
+  torch::Tensor hidden_states_cached(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
+                                     const torch::Tensor& attention_mask, KvCache& cache);
 
   // Final hidden states [1, T, hidden] of a padding-free row of several samples:
   // position_ids [1, T] restart at 0 per sample, cu_seqlens int32 [n+1] are the sample

@@ -12,6 +12,7 @@
 
 #include "common/json_dump.h"
 #include "common/regular_file.h"
+#include "common/text.h"
 #include "model/safetensors.h"
 
 namespace odyssey::train {
@@ -60,6 +61,15 @@ const std::vector<std::string>& lora_module_names() {
   return names;
 }
 
+bool LoraSettings::targets(const std::string& name, const std::string& leaf_name) const {
+  if (target_paths.empty())
+    return std::find(target_modules.begin(), target_modules.end(), leaf_name) != target_modules.end();
+  // PEFT's rule for a list: the module's name is an entry or ends with "." + the entry.
+  return std::any_of(target_paths.begin(), target_paths.end(), [&](const std::string& e) {
+    return name == e || (name.size() > e.size() && name.ends_with(e) && name[name.size() - e.size() - 1] == '.');
+  });
+}
+
 double LoraSettings::scaling() const {
   return rslora ? alpha / std::sqrt(static_cast<double>(rank)) : alpha / static_cast<double>(rank);
 }
@@ -73,6 +83,8 @@ Result<std::vector<std::string>> resolve_target_modules(const std::vector<std::s
       chosen.insert(all.begin(), all.end());
     } else if (std::find(all.begin(), all.end(), t) != all.end()) {
       chosen.insert(t);
+    } else if (t.find('.') != std::string::npos && std::find(all.begin(), all.end(), leaf(t)) != all.end()) {
+      chosen.insert(leaf(t));  // a module path ("model.layers.0.self_attn.q_proj"): target_paths
     } else {
       std::string accepted = "all-linear";
       for (const auto& n : all) accepted += ", " + n;
@@ -92,7 +104,7 @@ std::int64_t apply_lora(model::CausalLM& lm, const LoraSettings& s) {
   std::int64_t trainable = 0;
   const double scaling = s.scaling();
   for (auto& [name, lin] : linears(lm)) {
-    if (std::find(s.target_modules.begin(), s.target_modules.end(), leaf(name)) == s.target_modules.end()) continue;
+    if (!s.targets(name, leaf(name))) continue;
     lin->add_lora(s.rank, scaling, s.dropout);
     trainable += lin->lora_A->weight.numel() + lin->lora_B->weight.numel();
   }
@@ -101,6 +113,35 @@ std::int64_t apply_lora(model::CausalLM& lm, const LoraSettings& s) {
 
 void merge_lora(model::CausalLM& lm) {
   for (auto& [name, lin] : linears(lm)) lin->merge_lora();
+}
+
+void remove_lora(model::CausalLM& lm) {
+  for (auto& [name, lin] : linears(lm)) {
+    if (!lin->has_lora()) continue;
+    lin->unregister_module("lora_A");
+    lin->unregister_module("lora_B");
+    lin->lora_A = nullptr;
+    lin->lora_B = nullptr;
+  }
+}
+
+Diagnostics attach_adapter(model::CausalLM& lm, const std::string& dir) {
+  remove_lora(lm);
+  auto settings = read_adapter_config(dir);
+  if (!settings.ok()) return settings.diagnostics;
+  if (apply_lora(lm, settings.value) == 0) {
+    std::vector<std::string> have;
+    for (auto& [name, lin] : linears(lm)) have.push_back(leaf(name));
+    std::sort(have.begin(), have.end());
+    have.erase(std::unique(have.begin(), have.end()), have.end());
+    return {error((fs::path(dir) / "adapter_config.json").string(), "target_modules",
+                  "none of " + text::join(settings.value.target_modules, ", ") +
+                      " is a module of this model (its linear modules: " + text::join(have, ", ") +
+                      "): the adapter was trained on another base")};
+  }
+  Diagnostics d = load_adapter_weights(lm, dir);
+  if (has_errors(d)) remove_lora(lm);
+  return d;
 }
 
 Diagnostics save_adapter(model::CausalLM& lm, const LoraSettings& s, const std::string& base_model,
@@ -199,6 +240,8 @@ Result<LoraSettings> read_adapter_config(const std::string& dir) {
   for (auto& dd : resolved.diagnostics) dd.file = file;
   r.diagnostics.insert(r.diagnostics.end(), resolved.diagnostics.begin(), resolved.diagnostics.end());
   r.value.target_modules = resolved.value;
+  if (std::any_of(targets.begin(), targets.end(), [](const std::string& t) { return t.find('.') != std::string::npos; }))
+    r.value.target_paths = targets;
   if (r.value.rank < 1) r.diagnostics.push_back(error(file, "r", "must be at least 1"));
   return r;
 }

@@ -22,6 +22,13 @@ struct LoraSettings {
   double dropout = 0.0;
   bool rslora = false;
   std::vector<std::string> target_modules;  // resolved: subset of lora_module_names()
+  // An adapter whose adapter_config.json names module paths ("model.layers.0.self_attn.q_proj",
+  // as PEFT writes all-linear's resolution): its entries as written, matched as PEFT matches
+  // them (the name, or a name ending in "." + the entry). Empty: target_modules' names in every
+  // layer.
+  std::vector<std::string> target_paths;
+  // Whether the module `name` (leaf `leaf_name`, "q_proj") gets an adapter.
+  bool targets(const std::string& name, const std::string& leaf_name) const;
   double scaling() const;
 };
 
@@ -36,6 +43,16 @@ std::int64_t apply_lora(model::CausalLM& lm, const LoraSettings& s);
 
 // Merges every adapter into its base weight and removes it (`export --merge`).
 void merge_lora(model::CausalLM& lm);
+
+// Removes every adapter without merging it: the base model again (switching adapters at
+// inference, docs/inference.md).
+void remove_lora(model::CausalLM& lm);
+
+// A PEFT adapter directory on a loaded base, for inference: its adapter_config.json applied
+// (apply_lora) and its weights loaded. Any adapter already there is removed first. Errors
+// name the file and what does not match: a target module this model lacks, a tensor missing
+// or of another shape (an adapter trained on another base). On errors no adapter is left.
+Diagnostics attach_adapter(model::CausalLM& lm, const std::string& dir);
 
 // PEFT files: adapter_config.json and adapter_model.safetensors with tensor names
 // "base_model.model.<name>" (fp32). base_model_name_or_path is written as given.

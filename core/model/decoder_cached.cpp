@@ -1,0 +1,119 @@
+// The decoder's incremental forward for generation (decoder.h: KvCache, hidden_states_cached):
+// the same layers as a full forward, with each attention appending its new keys and values
+// to the cache and attending over the cache's slots. Masks are built once per call, in slot
+// indices, as transformers builds them over its cache positions (causal, key padding, and the
+// sliding window counted in slots).
+#include "model/decoder.h"
+#include "model/rope.h"
+
+namespace odyssey::model {
+
+namespace {
+
+// Attention of every query over every key (decode steps without padding: the one new query
+// may see the whole cache). GQA by enable_gqa, as causal_attention's unmasked path.
+torch::Tensor attend_all(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale,
+                         std::int64_t* ran) {
+  const bool gqa = q.size(1) != k.size(1);
+  if (ran) *ran = at::_fused_sdp_choice(q, k, v, std::nullopt, 0.0, false, scale, gqa);
+  return at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, false, scale, gqa);
+}
+
+}  // namespace
+
+torch::Tensor AttentionImpl::forward_cached(const torch::Tensor& x, const LayerContext& ctx, const NormSource* src) {
+  const std::int64_t b = x.size(0), s = x.size(1);
+  KvCache& cache = *ctx.cache;
+  const std::int64_t start = ctx.cache_start, len = start + s;
+  const torch::Tensor& cos = local_rope ? ctx.cos_local : ctx.cos;
+  const torch::Tensor& sin = local_rope ? ctx.sin_local : ctx.sin;
+  auto [q, k, v] = project(x, src);
+  if (q_norm) {
+    q = q_norm(q);
+    k = k_norm(k);
+  }
+  q = apply_rope(q.transpose(1, 2), cos, sin);  // [B, H, S, D]
+  k = apply_rope(k.transpose(1, 2), cos, sin);
+  torch::Tensor& ck = cache.k[static_cast<std::size_t>(layer_index)];
+  torch::Tensor& cv = cache.v[static_cast<std::size_t>(layer_index)];
+  ck.narrow(2, start, s).copy_(k);
+  cv.narrow(2, start, s).copy_(v.transpose(1, 2));
+  const torch::Tensor keys = ck.narrow(2, 0, len), values = cv.narrow(2, 0, len);
+  // A window hides a key from some query once the last query is `window` slots past the first.
+  const bool windowed = sliding && len - 1 >= window;
+  std::int64_t ran = -1;
+  torch::Tensor out;
+  if (softcap > 0 || windowed) {
+    out = masked_attention(q, keys, values, windowed ? ctx.keep_window : ctx.keep, scale, softcap, ctx.attention, &ran);
+  } else if (ctx.keep.defined()) {
+    out = causal_attention(q, keys, values, ctx.keep, scale, ctx.attention, &ran);
+  } else if (start == 0) {
+    out = causal_attention(q, keys, values, {}, scale, ctx.attention, &ran);  // a prompt without padding
+  } else {
+    TORCH_CHECK(s == 1, "hidden_states_cached: an unmasked step past the prompt must be one token, got ", s);
+    out = attend_all(q, keys, values, scale, &ran);
+  }
+  if (ctx.backend_ran) ctx.backend_ran->store(ran);
+  return o_proj(out.transpose(1, 2).reshape({b, s, -1}));
+}
+
+KvCache CausalLMImpl::allocate_cache(std::int64_t batch, std::int64_t capacity) const {
+  TORCH_CHECK(batch > 0 && capacity > 0, "allocate_cache: batch and capacity must be positive, got ", batch, " and ",
+              capacity);
+  const auto o = torch::TensorOptions().dtype(options_.dtype).device(options_.device);
+  KvCache c;
+  for (std::int64_t i = 0; i < config_.hf.num_hidden_layers; ++i) {
+    c.k.push_back(torch::zeros({batch, config_.hf.num_key_value_heads, capacity, config_.hf.head_dim}, o));
+    c.v.push_back(torch::zeros({batch, config_.hf.num_key_value_heads, capacity, config_.hf.head_dim}, o));
+  }
+  c.key_mask = torch::zeros({batch, capacity}, torch::TensorOptions().dtype(torch::kBool).device(options_.device));
+  return c;
+}
+
+torch::Tensor CausalLMImpl::hidden_states_cached(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
+                                                 const torch::Tensor& attention_mask, KvCache& cache) {
+  torch::NoGradGuard no_grad;
+  TORCH_CHECK(input_ids.dim() == 2, "input_ids must be [batch, seq], got ", input_ids.sizes());
+  TORCH_CHECK(position_ids.sizes() == input_ids.sizes(), "position_ids must be ", input_ids.sizes(), ", got ",
+              position_ids.sizes());
+  TORCH_CHECK(!attention_mask.defined() || attention_mask.sizes() == input_ids.sizes(),
+              "attention_mask must be ", input_ids.sizes(), ", got ", attention_mask.sizes());
+  TORCH_CHECK(static_cast<std::int64_t>(cache.k.size()) == config_.hf.num_hidden_layers &&
+                  input_ids.size(0) == cache.batch(),
+              "hidden_states_cached: the cache is for ", cache.batch(), " rows of ", cache.k.size(),
+              " layers; got ", input_ids.size(0), " rows for ", config_.hf.num_hidden_layers, " layers");
+  const std::int64_t s = input_ids.size(1), start = cache.length, len = start + s;
+  TORCH_CHECK(len <= cache.capacity(), "hidden_states_cached: ", len, " tokens exceed the cache's ", cache.capacity());
+  const torch::Device dev = input_ids.device();
+  torch::Tensor slots = cache.key_mask.narrow(1, start, s);
+  if (attention_mask.defined()) {
+    slots.copy_(attention_mask.to(torch::kBool));
+    if (!cache.padded) cache.padded = !slots.all().item<bool>();
+  } else {
+    slots.fill_(true);
+  }
+  cache.length = len;
+
+  torch::Tensor h = embed(input_ids);
+  LayerContext ctx = context(input_ids, {}, position_ids, h.scalar_type());
+  ctx.cache = &cache;
+  ctx.cache_start = start;
+  // keep [B, 1, S, len]: causal in slots and the key a real token; only where the fast paths
+  // (no padding: square causal for a first chunk, every slot for one new token) do not apply,
+  // or where the eager soft-capped formula needs an explicit mask.
+  const auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(dev);
+  const torch::Tensor q_slot = (torch::arange(s, i64) + start).view({s, 1});
+  const torch::Tensor k_slot = torch::arange(len, i64).view({1, len});
+  const torch::Tensor causal = k_slot.le(q_slot).view({1, 1, s, len});
+  const bool softcapped = config_.hf.attn_logit_softcapping > 0;
+  if (cache.padded || (start > 0 && s > 1) || softcapped)
+    ctx.keep = causal.logical_and(cache.key_mask.narrow(1, 0, len).view({cache.batch(), 1, 1, len}));
+  const std::int64_t window = config_.hf.sliding_window;
+  if (window > 0 && len - 1 >= window) {
+    const torch::Tensor in_window = k_slot.gt(q_slot - window).view({1, 1, s, len});
+    ctx.keep_window = (ctx.keep.defined() ? ctx.keep : causal).logical_and(in_window);
+  }
+  return layers_and_norm(h, ctx);
+}
+
+}  // namespace odyssey::model
