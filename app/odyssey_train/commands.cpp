@@ -415,6 +415,8 @@ const std::vector<Command>& commands() {
     t.push_back({template_spec(), cmd_template});
     t.push_back({export_spec(), cmd_export});
     t.push_back({score_spec(), cmd_score});
+    t.push_back({generate_spec(), cmd_generate});
+    t.push_back({chat_spec(), cmd_chat});
     t.push_back({tensorboard_spec(), cmd_tensorboard});
     t.push_back({selftest_spec(), cmd_selftest});
     t.push_back({{"env", "env", "Print the build and runtime environment (LibTorch, CUDA devices).", "", {}, 0, 0},

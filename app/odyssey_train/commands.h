@@ -21,6 +21,8 @@ int cmd_template(const Args& a);       // cmd_template.cpp
 int cmd_export(const Args& a);         // cmd_export.cpp
 int cmd_selftest(const Args& a);       // cmd_selftest.cpp
 int cmd_tensorboard(const Args& a);    // cmd_tensorboard.cpp
+int cmd_generate(const Args& a);       // cmd_generate.cpp
+int cmd_chat(const Args& a);           // cmd_chat.cpp
 
 struct Command {
   CommandSpec spec;
@@ -38,5 +40,7 @@ CommandSpec template_spec();
 CommandSpec export_spec();
 CommandSpec selftest_spec();
 CommandSpec tensorboard_spec();
+CommandSpec generate_spec();
+CommandSpec chat_spec();
 
 }  // namespace odyssey::cli

@@ -5,7 +5,10 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <algorithm>
+#include <cstddef>
 #include <string>
+#include <string_view>
 
 namespace odyssey {
 
@@ -14,5 +17,30 @@ template <typename Json>
 std::string dump_json(const Json& j, int indent = -1) {
   return j.dump(indent, ' ', false, Json::error_handler_t::replace);
 }
+
+// The deepest nesting of arrays and objects in JSON text (brackets inside strings not counted;
+// the text need not be valid). nlohmann's parser and destructor recurse per level, so a line
+// of 200,000 '[' overflows the stack: input from outside is checked against a limit first.
+inline std::size_t json_nesting_depth(std::string_view text) {
+  std::size_t depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+// Nesting deeper than this is refused where outside JSON is parsed (requests, records).
+inline constexpr std::size_t kMaxJsonDepth = 256;
 
 }  // namespace odyssey

@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "common/regular_file.h"
+#include "common/json_dump.h"
 #include "common/text.h"
 #include "config/train_config.h"
 #include "tokenizer/utf8.h"
@@ -586,6 +587,11 @@ void read_lines(std::istream& in, FileReader& r, const std::string& path, Diagno
       std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned>(static_cast<unsigned char>(line[badbyte])));
       r.bad(w, "", std::string("invalid UTF-8 (byte ") + hex + "); the file must be UTF-8",
             static_cast<std::int64_t>(badbyte) + 1);
+      continue;
+    }
+    if (const std::size_t depth = json_nesting_depth(line); depth > kMaxJsonDepth) {
+      r.bad(w, "", "nested " + std::to_string(depth) + " levels deep; at most " + std::to_string(kMaxJsonDepth) +
+                       " are accepted", 0);
       continue;
     }
     json j;

@@ -339,6 +339,9 @@ void TstDataset::malformedRecords() {
        "messages[0].role: missing; expected a string"},
       {"{\"messages\": [{\"role\": \"user\", \"content\": \"bad \xFF byte\"}, {\"role\": \"assistant\", \"content\": \"a\"}]}",
        ":50:48: warning: invalid UTF-8 (byte 0xFF); the file must be UTF-8"},
+      // Deep nesting would overflow the JSON parser's stack: refused before it parses.
+      {"{\"messages\": " + std::string(100000, '[') + std::string(100000, ']') + "}",
+       ":51: warning: nested 100001 levels deep; at most 256 are accepted"},
   };
   for (const auto& [line, what] : bad) text += line + "\n";
   const std::string path = write("malformed.jsonl", text);
@@ -347,10 +350,10 @@ void TstDataset::malformedRecords() {
   o.max_listed = 20;
   auto r = read_dataset_file(path, o);
   QVERIFY2(r.ok(), format_all(r.diagnostics).c_str());
-  QCOMPARE(r.value.report.lines, std::int64_t{50});
+  QCOMPARE(r.value.report.lines, std::int64_t{51});
   QCOMPARE(r.value.report.samples, std::int64_t{40});
-  QCOMPARE(r.value.report.malformed, std::int64_t{10});
-  QVERIFY(contains(r.diagnostics, path + ": warning: skipped 10 malformed of 50 records (within max_bad_sample_ratio 0.25)"));
+  QCOMPARE(r.value.report.malformed, std::int64_t{11});
+  QVERIFY(contains(r.diagnostics, path + ": warning: skipped 11 malformed of 51 records (within max_bad_sample_ratio 0.25)"));
   for (std::size_t k = 0; k < bad.size(); ++k) {
     const std::string where = path + ":" + std::to_string(41 + k) + ":";
     QVERIFY2(contains(r.diagnostics, bad[k].second), (bad[k].second + "\n" + format_all(r.diagnostics)).c_str());

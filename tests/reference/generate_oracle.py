@@ -3,6 +3,7 @@
 generation engine (tests/core/tst_generate.cpp, core/model/generate.h).
 
     generate_oracle.py MODELS_DIR NAME[,NAME...] OUT.json [--new-tokens 64]
+    generate_oracle.py --prompts MODEL_DIR PROMPTS.jsonl OUT.jsonl [--new-tokens N]
 
 MODELS_DIR holds the tiny random models of make_tiny_models.py. For each NAME, in fp32 on the
 CPU, a batch of three prompts of different lengths (5, 12 and 9 random ids; transformers pads
@@ -18,6 +19,13 @@ OUT.json: {NAME: {"prompts": [[ids]...], "new_tokens": N, "greedy": [[ids]...],
 "eos": ID, "greedy_eos": [[ids]...], "min_margin": [...]}, "qwen2_lora": {...}}, where
 min_margin per row is the smallest gap between the two best logits over the steps (how near
 a tie the greedy choice came; a mismatch at a gap of ~1e-6 would be rounding, not a bug).
+
+--prompts: what `odyssey-train generate --model MODEL_DIR --prompts PROMPTS.jsonl` must print,
+line by line: {"prompt": text} is tokenizer(text) (special tokens added), {"messages": [...]} is
+apply_chat_template(messages, add_generation_prompt=True) (a last assistant turn taken off),
+each continued alone by generate(do_sample=False) with generation_config.json's end-of-sequence
+ids; OUT.jsonl lines {"ids": new ids up to and including the first end-of-sequence id,
+"text": tokenizer.decode(ids, skip_special_tokens=True)}.
 
 Pinned: transformers 5.17.0, peft 0.21.0, torch 2.11.
 """
@@ -74,7 +82,46 @@ def oracle(load, rows, new_tokens):
             "min_margin": margins}
 
 
+def prompts_oracle(model_dir, prompts_file, out_file, new_tokens):
+    from transformers import AutoTokenizer, GenerationConfig
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa").eval()
+    eos = GenerationConfig.from_pretrained(model_dir).eos_token_id
+    eos = [eos] if isinstance(eos, int) else list(eos or [])
+    with open(prompts_file, encoding="utf-8") as f, open(out_file, "w", encoding="utf-8") as out:
+        for line in f:
+            if not line.strip():
+                continue
+            j = json.loads(line)
+            if "prompt" in j:
+                ids = tok(j["prompt"])["input_ids"]
+            else:
+                msgs = j["messages"]
+                if msgs[-1]["role"] == "assistant":
+                    msgs = msgs[:-1]
+                ids = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=False)
+            x = torch.tensor([ids])
+            with torch.no_grad():
+                seq = model.generate(input_ids=x, attention_mask=torch.ones_like(x), do_sample=False,
+                                     max_new_tokens=new_tokens, eos_token_id=eos, pad_token_id=eos[0] if eos else 0,
+                                     top_k=None, top_p=None, temperature=None)
+            new = seq[0, len(ids):].tolist()
+            for i, t in enumerate(new):
+                if t in eos:
+                    new = new[:i + 1]
+                    break
+            out.write(json.dumps({"ids": new, "text": tok.decode(new, skip_special_tokens=True)}, ensure_ascii=False)
+                      + "\n")
+    return 0
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--prompts":
+        ap = argparse.ArgumentParser()
+        ap.add_argument("--prompts", nargs=3, metavar=("MODEL_DIR", "PROMPTS", "OUT"))
+        ap.add_argument("--new-tokens", type=int, default=32)
+        a = ap.parse_args()
+        return prompts_oracle(*a.prompts, a.new_tokens)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("models_dir")
     ap.add_argument("names")
