@@ -198,6 +198,7 @@ nlohmann::ordered_json done_event(const nlohmann::json& id, const model::Generat
   j["new_tokens"] = g.ids.size();
   j["tokens_per_s"] = g.seconds > 0 ? static_cast<double>(g.ids.size()) / g.seconds : 0.0;
   j["time_to_first_token_s"] = g.first_token_seconds;
+  j["seconds"] = g.seconds;
   return j;
 }
 

@@ -33,10 +33,11 @@ CommandSpec generate_spec() {
           "tokens added as tokenizer(text) adds them) or {\"messages\": [...]} (optionally \"tools\"): rendered\n"
           "through the chat template with the assistant's generation prompt. A conversation that ends with an\n"
           "assistant turn (a dataset record) is prompted without it and the turn is echoed as \"reference\".\n"
+          "{\"prompt_ids\": [ids]} gives the token ids themselves.\n"
           "An \"id\" is echoed; other fields are ignored. Blank lines are skipped.\n\n"
           "One line per prompt, in order:\n"
           "  {\"index\": I, \"text\": ..., \"ids\": [new token ids], \"finish_reason\": \"stop\"|\"length\",\n"
-          "   \"prompt_tokens\": N, \"new_tokens\": N, \"tokens_per_s\": X, \"time_to_first_token_s\": X}\n"
+          "   \"prompt_tokens\": N, \"new_tokens\": N, \"tokens_per_s\": X, \"time_to_first_token_s\": X, \"seconds\": X}\n"
           "(\"stop\": the stop string met; \"id\", \"reference\" when given). finish_reason \"stop\": an end-of-\n"
           "sequence token (generation_config.json's eos_token_id; kept as the last id) or a stop string (the\n"
           "text ends just before it); \"length\": --max-new-tokens or the model's positions. tokens_per_s is\n"
@@ -167,6 +168,7 @@ int cmd_generate(const Args& a) {
         j["new_tokens"] = g.ids.size();
         j["tokens_per_s"] = g.seconds > 0 ? static_cast<double>(g.ids.size()) / g.seconds : 0.0;
         j["time_to_first_token_s"] = g.first_token_seconds;
+        j["seconds"] = g.seconds;
         if (!q.reference.empty()) j["reference"] = q.reference;
         *out << dump_json(j) << '\n' << std::flush;
         new_tokens += static_cast<std::int64_t>(g.ids.size());

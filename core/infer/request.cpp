@@ -1,6 +1,8 @@
 #include "infer/request.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <set>
 
@@ -74,7 +76,7 @@ Result<Request> parse_request(std::string_view line, RequestKind kind, const mod
   q.options = defaults;
   if (auto it = j.find("id"); it != j.end()) q.id = *it;
   if (kind == RequestKind::Protocol) {
-    static const std::set<std::string> known{"id",          "type",        "prompt",  "messages",           "tools",
+    static const std::set<std::string> known{"id",          "type",        "prompt",  "prompt_ids", "messages",           "tools",
                                              "adapter",     "enable_thinking", "max_new_tokens", "temperature",
                                              "top_k",       "top_p",       "min_p",   "repetition_penalty", "seed",
                                              "stop",        "ignore_eos"};
@@ -124,12 +126,24 @@ Result<Request> parse_request(std::string_view line, RequestKind kind, const mod
       r.diagnostics.push_back(std::move(d));
     }
   }
-  const bool has_prompt = j.contains("prompt"), has_messages = j.contains("messages");
-  if (has_prompt == has_messages) {
-    p.fail(has_prompt ? "prompt" : "",
-           has_prompt ? "and \"messages\" are both given; give one" : "expected \"prompt\" (raw text) or \"messages\"");
+  const int given = int(j.contains("prompt")) + int(j.contains("messages")) + int(j.contains("prompt_ids"));
+  if (given != 1) {
+    p.fail("", given ? "give one of \"prompt\", \"prompt_ids\" and \"messages\", not several"
+                     : "expected \"prompt\" (raw text), \"prompt_ids\" (token ids) or \"messages\"");
     return r;
   }
+  if (auto it = j.find("prompt_ids"); it != j.end()) {
+    const bool ids = it->is_array() && !it->empty() && std::all_of(it->begin(), it->end(), [](const json& v) {
+      return v.is_number_integer() && v.get<std::int64_t>() >= 0 && v.get<std::int64_t>() <= INT32_MAX;
+    });
+    if (!ids) {
+      p.fail("prompt_ids", "expected a non-empty list of token ids, " + p.found(*it));
+      return r;
+    }
+    for (const auto& v : *it) q.prompt.ids.push_back(static_cast<std::int32_t>(v.get<std::int64_t>()));
+    return r;
+  }
+  const bool has_prompt = j.contains("prompt");
   if (has_prompt) {
     if (!j["prompt"].is_string()) {
       p.fail("prompt", "expected a string (raw text, no chat template), " + p.found(j["prompt"]));

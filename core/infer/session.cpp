@@ -88,6 +88,10 @@ Result<std::unique_ptr<Session>> Session::open(const SessionOptions& o) {
 
 Result<std::vector<std::int32_t>> Session::encode(const Prompt& p, std::optional<bool> enable_thinking) const {
   Result<std::vector<std::int32_t>> r;
+  if (!p.ids.empty()) {
+    r.value = p.ids;
+    return r;
+  }
   if (p.text) {
     auto ids = tok_.encode(*p.text, /*add_special_tokens=*/true);
     r.diagnostics = ids.diagnostics;

@@ -26,10 +26,11 @@ struct SessionOptions {
   std::string template_file;          // a Jinja chat template in place of the model's
 };
 
-// What one prompt is: raw text (tokenized with the tokenizer's special tokens, as
+// What one prompt is: token ids as given, raw text (tokenized with the tokenizer's special tokens, as
 // tokenizer(text) adds them) or a conversation (rendered through the chat template with the
 // assistant's generation prompt).
 struct Prompt {
+  std::vector<std::int32_t> ids;   // token ids given as they are ("prompt_ids"), when not empty
   std::optional<std::string> text;
   std::vector<ChatMessage> messages;
   std::string tools;  // conversations: the JSON array of tool schemas ("" = none)

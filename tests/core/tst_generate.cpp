@@ -102,14 +102,22 @@ class TstGenerate : public QObject {
     QTest::addColumn<QString>("name");
     for (const char* n : kFamilies) QTest::newRow(n) << QString::fromLatin1(n);
     QTest::newRow("qwen2 + PEFT LoRA adapter") << QStringLiteral("qwen2_lora");
+    // The fused path (what a CUDA session runs: add_rms_norm pairs, rms_norm_linear, swiglu_down)
+    // in its ATen form on the CPU.
+    QTest::newRow("qwen2, fused kernels") << QStringLiteral("qwen2+fused");
+    QTest::newRow("llama3, fused kernels") << QStringLiteral("llama3+fused");
+    QTest::newRow("qwen2 + PEFT LoRA adapter, fused kernels") << QStringLiteral("qwen2_lora+fused");
   }
 
   // Token-identical to generate(do_sample=False), for every row of a left-padded batch.
   void greedy_parity() {
     QFETCH(QString, name);
-    const std::string n = name.toStdString();
+    std::string n = name.toStdString();
+    const bool fused = n.ends_with("+fused");
+    if (fused) n.resize(n.size() - 6);
     const nlohmann::json& o = oracle_.at(n);
     CausalLM lm = load(n == "qwen2_lora" ? "qwen2" : n);
+    lm->set_fused_kernels(fused);
     if (o.contains("adapter")) {
       const Diagnostics d = train::attach_adapter(lm, o["adapter"].get<std::string>());
       QVERIFY2(!has_errors(d), format_all(d).c_str());
