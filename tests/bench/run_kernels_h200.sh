@@ -65,6 +65,12 @@
 #             pipeline (odyssey-bench --chat-template with the same template file: the built-in Qwen2.5
 #             renderer that recognizes it, on 1 thread and on a run's default threads); chat-template.jsonl,
 #             ids digests compared
+#   generate  issue 26's generation rows (docs/benchmarks.md, "Generation"): tests/bench/generate_parity_gpu.py
+#             (odyssey-train generate on CUDA in fp32 against transformers' greedy continuations of the tiny
+#             models of every family: generate-parity.txt), then tests/bench/generate_bench.py (Qwen2.5-7B-shaped
+#             random bf16 model: transformers generate with a static cache against odyssey-train generate, decode
+#             tokens/s at batch 1 and 16 (prompt 1,024, 256 new) and time to first token at 32,000 prompt tokens;
+#             generate.jsonl, generate-compare.md)
 #   galore    Qwen2.5-7B-shaped full fine-tuning at 4K and 32K, every layer checkpointed: AdamW (pure
 #             bf16), GaLore and Q-GaLore rank 128 (the README's figures and docs/optimizers.md's table:
 #             run_optimizers_h200.sh one, writing galore.jsonl)
@@ -297,6 +303,11 @@ print(r[-1].get('peak_gib') or '' if r else '')")
     python3 -c "import json,sys
 rows=[json.loads(l) for l in open('$CJ')]
 print('ids digests equal:', len({r['ids_sha256'] for r in rows}) == 1)" ;;
+  generate)
+    phase generate
+    python3 tests/bench/generate_parity_gpu.py --odyssey-train $T --out "$OUT/generate-parity.txt"
+    python3 tests/bench/generate_bench.py --odyssey-train $T --out "$OUT" --shape ${GEN_SHAPE:-qwen2.5-7b} 2>&1 |
+      grep -v -E "Loading weights|Writing model" | tail -30 ;;
   galore)
     phase galore
     for opt in galore q-galore adamw; do
