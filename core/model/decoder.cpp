@@ -384,9 +384,16 @@ torch::Tensor CausalLMImpl::logits(const torch::Tensor& hidden) const {
 
 torch::Tensor CausalLMImpl::embed(const torch::Tensor& input_ids) {
   torch::Tensor h = model->embed_tokens(input_ids);
-  if (config_.hf.embed_scale_sqrt_hidden)  // torch.tensor(hidden**0.5) cast to the weight's dtype
-    h = h * torch::tensor(std::sqrt(static_cast<double>(config_.hf.hidden_size)), torch::kFloat32)
-                .to(h.device(), h.scalar_type());
+  if (config_.hf.embed_scale_sqrt_hidden) {  // torch.tensor(hidden**0.5, dtype=h.dtype): the root rounded to h's dtype
+    // The rounded value as a scalar (exact in that dtype): the same product as by a 0-d tensor,
+    // without a host-to-device copy (which a CUDA graph capture of a decode step cannot hold).
+    const auto root = static_cast<float>(std::sqrt(static_cast<double>(config_.hf.hidden_size)));
+    double rounded = root;
+    if (h.scalar_type() == torch::kBFloat16) rounded = static_cast<float>(c10::BFloat16(root));
+    if (h.scalar_type() == torch::kHalf) rounded = static_cast<float>(c10::Half(root));
+    if (h.scalar_type() == torch::kDouble) rounded = std::sqrt(static_cast<double>(config_.hf.hidden_size));
+    h = h * rounded;
+  }
   if (config_.hf.embedding_multiplier != 1.0) h = h * config_.hf.embedding_multiplier;
   return h;
 }

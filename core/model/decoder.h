@@ -171,6 +171,10 @@ struct LayerContext {
   // cache_start = 0, plain causal, or S = 1, every slot).
   KvCache* cache = nullptr;
   std::int64_t cache_start = 0;
+  // A static decode step (CausalLMImpl::decode_step): the one new token goes to the slot this
+  // int64 [1] tensor holds, and attention reads every slot of the cache through keep (and
+  // keep_window) [B, 1, 1, capacity]: the same shapes and addresses at every step.
+  torch::Tensor cache_slot;
 };
 
 class AttentionImpl : public torch::nn::Module {
@@ -289,6 +293,17 @@ class CausalLMImpl : public torch::nn::Module {
   // forward over the same tokens are logits() of them. Runs without autograd.
   torch::Tensor hidden_states_cached(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
                                      const torch::Tensor& attention_mask, KvCache& cache);
+
+  // One decode step whose shapes and tensor addresses do not change from step to step, so it
+  // can be captured once in a CUDA graph and replayed (model/generate.h): input_ids and
+  // position_ids [B, 1], `slot` an int64 [1] tensor on the device holding the cache slot of this
+  // token (cache.length is not read or moved; the caller tracks it). Attention reads the whole
+  // cache through its key_mask (slots not yet written are false). Not for RoPE kinds whose
+  // frequencies depend on the length (dynamic, longrope): rope_depends_on_length.
+  torch::Tensor decode_step(const torch::Tensor& input_ids, const torch::Tensor& position_ids, const torch::Tensor& slot,
+                            KvCache& cache);
+  // Whether decode_step applies to this model (RoPE frequencies fixed).
+  bool static_decode_supported() const;
 
   // Final hidden states [1, T, hidden] of a padding-free row of several samples:
   // position_ids [1, T] restart at 0 per sample, cu_seqlens int32 [n+1] are the sample

@@ -19,6 +19,29 @@ torch::Tensor attend_all(const torch::Tensor& q, const torch::Tensor& k, const t
   return at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, false, scale, gqa);
 }
 
+// Attention of one new query per row over the cache: q [B, Hq, 1, D], k and v [B, Hkv, L, D],
+// keep [B, 1, 1, L] bool or undefined (every slot). The query heads that share a KV head are
+// laid out as that head's query rows ([B, Hkv, Hq / Hkv, D]), so no KV head is repeated: one
+// attention over the cache as it is. Soft-capping: transformers' eager formula (masked_attention)
+// on the same layout.
+torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& keep, double scale, double softcap, std::int64_t* ran) {
+  const std::int64_t b = q.size(0), hq = q.size(1), hkv = k.size(1), d = q.size(3);
+  const torch::Tensor qg = q.reshape({b, hkv, hq / hkv, d});
+  torch::Tensor out;
+  if (softcap > 0) {
+    const torch::Tensor all =
+        keep.defined() ? keep : torch::ones({1, 1, 1, k.size(2)}, torch::TensorOptions().dtype(torch::kBool).device(k.device()));
+    out = masked_attention(qg, k, v, all, scale, softcap, AttentionBackend::Math, ran);
+  } else {
+    std::optional<torch::Tensor> mask;
+    if (keep.defined()) mask = keep;
+    if (ran) *ran = at::_fused_sdp_choice(qg, k, v, mask, 0.0, false, scale, false);
+    out = at::scaled_dot_product_attention(qg, k, v, mask, 0.0, false, scale, false);
+  }
+  return out.reshape({b, hq, 1, d});
+}
+
 }  // namespace
 
 torch::Tensor AttentionImpl::forward_cached(const torch::Tensor& x, const LayerContext& ctx, const NormSource* src) {
@@ -36,14 +59,23 @@ torch::Tensor AttentionImpl::forward_cached(const torch::Tensor& x, const LayerC
   k = apply_rope(k.transpose(1, 2), cos, sin);
   torch::Tensor& ck = cache.k[static_cast<std::size_t>(layer_index)];
   torch::Tensor& cv = cache.v[static_cast<std::size_t>(layer_index)];
+  std::int64_t ran = -1;
+  if (ctx.cache_slot.defined()) {  // static decode step: the slot is a tensor, attention reads the whole cache
+    ck.index_copy_(2, ctx.cache_slot, k);
+    cv.index_copy_(2, ctx.cache_slot, v.transpose(1, 2));
+    const torch::Tensor out = decode_attention(q, ck, cv, sliding ? ctx.keep_window : ctx.keep, scale, softcap, &ran);
+    if (ctx.backend_ran) ctx.backend_ran->store(ran);
+    return o_proj(out.transpose(1, 2).reshape({b, s, -1}));
+  }
   ck.narrow(2, start, s).copy_(k);
   cv.narrow(2, start, s).copy_(v.transpose(1, 2));
   const torch::Tensor keys = ck.narrow(2, 0, len), values = cv.narrow(2, 0, len);
   // A window hides a key from some query once the last query is `window` slots past the first.
   const bool windowed = sliding && len - 1 >= window;
-  std::int64_t ran = -1;
   torch::Tensor out;
-  if (softcap > 0 || windowed) {
+  if (s == 1) {  // a decode step: the query heads of a KV head as its rows, no repeated KV heads
+    out = decode_attention(q, keys, values, windowed ? ctx.keep_window : ctx.keep, scale, softcap, &ran);
+  } else if (softcap > 0 || windowed) {
     out = masked_attention(q, keys, values, windowed ? ctx.keep_window : ctx.keep, scale, softcap, ctx.attention, &ran);
   } else if (ctx.keep.defined()) {
     out = causal_attention(q, keys, values, ctx.keep, scale, ctx.attention, &ran);
@@ -112,6 +144,33 @@ torch::Tensor CausalLMImpl::hidden_states_cached(const torch::Tensor& input_ids,
   if (window > 0 && len - 1 >= window) {
     const torch::Tensor in_window = k_slot.gt(q_slot - window).view({1, 1, s, len});
     ctx.keep_window = (ctx.keep.defined() ? ctx.keep : causal).logical_and(in_window);
+  }
+  return layers_and_norm(h, ctx);
+}
+
+bool CausalLMImpl::static_decode_supported() const {
+  return !rope_depends_on_length(config_.rope) && !(config_.rope_local && rope_depends_on_length(*config_.rope_local));
+}
+
+torch::Tensor CausalLMImpl::decode_step(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
+                                        const torch::Tensor& slot, KvCache& cache) {
+  torch::NoGradGuard no_grad;
+  TORCH_CHECK(static_decode_supported(), "decode_step: RoPE ", config_.rope.type,
+              " depends on the length; use hidden_states_cached");
+  TORCH_CHECK(input_ids.dim() == 2 && input_ids.size(1) == 1 && input_ids.size(0) == cache.batch() &&
+                  position_ids.sizes() == input_ids.sizes(),
+              "decode_step: input_ids and position_ids must be [", cache.batch(), ", 1], got ", input_ids.sizes(),
+              " and ", position_ids.sizes());
+  const std::int64_t b = cache.batch(), cap = cache.capacity();
+  cache.key_mask.index_fill_(1, slot, true);
+  torch::Tensor h = embed(input_ids);
+  LayerContext ctx = context(input_ids, {}, position_ids, h.scalar_type());
+  ctx.cache = &cache;
+  ctx.cache_slot = slot;
+  ctx.keep = cache.key_mask.view({b, 1, 1, cap});
+  if (config_.hf.sliding_window > 0) {  // a key at most window - 1 slots behind this one
+    const torch::Tensor k_slot = torch::arange(cap, slot.options()).view({1, 1, 1, cap});
+    ctx.keep_window = ctx.keep.logical_and(k_slot.gt(slot.view({1, 1, 1, 1}) - config_.hf.sliding_window));
   }
   return layers_and_norm(h, ctx);
 }

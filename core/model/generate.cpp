@@ -12,6 +12,10 @@
 #include "common/text.h"
 #include "tokenizer/tokenizer.h"
 
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
 namespace odyssey::model {
 
 namespace {
@@ -70,6 +74,50 @@ torch::Tensor choose(torch::Tensor logits, const std::vector<std::vector<std::in
 
 // Whether `text` ends in the middle of a UTF-8 character (the decoder then shows U+FFFD).
 bool incomplete_utf8(const std::string& text) { return text.ends_with("\xEF\xBF\xBD"); }
+
+// Decode steps through CausalLMImpl::decode_step: the inputs in fixed device buffers, and on
+// CUDA the step captured in a graph on its second use (the first runs eagerly and warms the
+// kernels up) and replayed from then on: one launch per step instead of a thousand.
+class StaticDecoder {
+ public:
+  StaticDecoder(CausalLM& lm, KvCache& cache, bool graph) : lm_(lm), cache_(cache), graph_(graph) {
+    const auto o = torch::TensorOptions().dtype(torch::kInt64).device(lm->options().device);
+    ids_ = torch::zeros({cache.batch(), 1}, o);
+    pos_ = torch::zeros({cache.batch(), 1}, o);
+    slot_ = torch::zeros({1}, o);
+  }
+  // Logits [B, V] of the tokens `next` at positions `pos` written to cache slot `slot`.
+  torch::Tensor step(const std::vector<std::int64_t>& next, const std::vector<std::int64_t>& pos, std::int64_t slot) {
+    const auto b = static_cast<std::int64_t>(next.size());
+    ids_.copy_(torch::tensor(next, torch::kInt64).view({b, 1}), /*non_blocking=*/false);
+    pos_.copy_(torch::tensor(pos, torch::kInt64).view({b, 1}), false);
+    slot_.fill_(slot);
+    if (!graph_) return run();
+    if (steps_++ == 0) return run();  // warm-up: lazy initialisations happen outside the capture
+    if (!captured_) {
+      graph_obj_ = std::make_unique<at::cuda::CUDAGraph>();
+      graph_obj_->capture_begin();
+      logits_ = run();
+      graph_obj_->capture_end();
+      captured_ = true;
+    }
+    graph_obj_->replay();
+    return logits_;
+  }
+
+ private:
+  torch::Tensor run() {
+    const torch::Tensor h = lm_->decode_step(ids_, pos_, slot_, cache_);
+    return lm_->logits(h.select(1, 0)).to(torch::kFloat32);
+  }
+  CausalLM& lm_;
+  KvCache& cache_;
+  bool graph_;
+  torch::Tensor ids_, pos_, slot_, logits_;
+  std::unique_ptr<at::cuda::CUDAGraph> graph_obj_;
+  bool captured_ = false;
+  std::int64_t steps_ = 0;
+};
 
 struct Row {
   std::vector<std::int32_t> seen;  // prompt + new tokens (repetition penalty)
@@ -151,8 +199,21 @@ Result<std::vector<GenerationResult>> generate(CausalLM& lm, const std::vector<s
   auto tensor = [&](const std::vector<std::int64_t>& v, std::int64_t cols) {
     return torch::tensor(v, torch::kInt64).view({batch, cols}).to(dev);
   };
-  KvCache cache = lm->allocate_cache(batch, longest + steps);
+  // A side stream on CUDA: graphs are captured on a stream other than the default one.
+  std::optional<c10::cuda::CUDAStreamGuard> on_stream;
+  if (dev.is_cuda())
+    on_stream.emplace(c10::cuda::getStreamFromPool(false, dev.has_index() ? dev.index() : c10::cuda::current_device()));
+  const bool static_steps = lm->static_decode_supported() &&
+                            (o.decode == GenerationOptions::Decode::Static ||
+                             (o.decode == GenerationOptions::Decode::Auto && dev.is_cuda()));
+  // Static steps attend over the whole cache: its length rounded up to 64 slots (aligned rows
+  // for the attention kernels; the extra slots stay masked).
+  const std::int64_t capacity = static_steps ? (longest + steps + 63) / 64 * 64 : longest + steps;
+  KvCache cache = lm->allocate_cache(batch, capacity);
+  std::optional<StaticDecoder> decoder;
+  if (static_steps) decoder.emplace(lm, cache, dev.is_cuda());
   torch::Tensor hidden = lm->hidden_states_cached(tensor(ids, longest), tensor(pos, longest), tensor(mask, longest), cache);
+  torch::Tensor logits = lm->logits(hidden.narrow(1, hidden.size(1) - 1, 1).squeeze(1)).to(torch::kFloat32);
   at::Generator gen = at::globalContext().defaultGenerator(dev).clone();
   gen.set_current_seed(o.sampling.seed);
 
@@ -164,7 +225,6 @@ Result<std::vector<GenerationResult>> generate(CausalLM& lm, const std::vector<s
 
   std::size_t active = prompts.size();
   for (std::int64_t step = 0; step < steps && active > 0; ++step) {
-    const torch::Tensor logits = lm->logits(hidden.narrow(1, hidden.size(1) - 1, 1).squeeze(1)).to(torch::kFloat32);
     const torch::Tensor chosen = choose(logits, [&] {
       std::vector<std::vector<std::int32_t>> seen;
       if (o.sampling.repetition_penalty != 1.0)
@@ -236,7 +296,12 @@ Result<std::vector<GenerationResult>> generate(CausalLM& lm, const std::vector<s
       next[b] = r.value[b].ids.back();
       npos[b] = next_pos[b]++;
     }
-    hidden = lm->hidden_states_cached(tensor(next, 1), tensor(npos, 1), {}, cache);
+    if (decoder) {
+      logits = decoder->step(next, npos, longest + step);
+    } else {
+      hidden = lm->hidden_states_cached(tensor(next, 1), tensor(npos, 1), {}, cache);
+      logits = lm->logits(hidden.select(1, 0)).to(torch::kFloat32);
+    }
   }
   if (tokenizer && !track_text)
     for (GenerationResult& res : r.value) res.text = tokenizer->decode(res.ids, o.skip_special_tokens);

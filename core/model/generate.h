@@ -49,6 +49,11 @@ struct GenerationOptions {
   // than this is an error; generation stops at it with finish_reason "length".
   std::int64_t max_positions = 0;
   bool skip_special_tokens = true;    // in `text`
+  // How decode steps run. Auto: on CUDA, the static step (CausalLMImpl::decode_step) captured
+  // once in a CUDA graph and replayed (where the model's RoPE allows it; else eager); on the CPU,
+  // eager. Eager: hidden_states_cached per step. Static: decode_step per step, with a graph on
+  // CUDA (the CPU runs the same step without one; tests use it).
+  enum class Decode { Auto, Eager, Static } decode = Decode::Auto;
 };
 
 struct GenerationResult {

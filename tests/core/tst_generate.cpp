@@ -107,12 +107,19 @@ class TstGenerate : public QObject {
     QTest::newRow("qwen2, fused kernels") << QStringLiteral("qwen2+fused");
     QTest::newRow("llama3, fused kernels") << QStringLiteral("llama3+fused");
     QTest::newRow("qwen2 + PEFT LoRA adapter, fused kernels") << QStringLiteral("qwen2_lora+fused");
+    // Static decode steps (what CUDA graphs replay: the slot as a tensor, attention over the
+    // whole cache through its mask), on the CPU without a graph.
+    for (const char* n : {"qwen2", "llama3", "llama_hd", "mistral", "gemma2", "gemma3", "granite", "rope_yarn"})
+      QTest::newRow((std::string(n) + ", static decode steps").c_str()) << QString::fromLatin1(n) + "+static";
+    QTest::newRow("qwen2 + PEFT LoRA adapter, fused kernels, static decode steps") << QStringLiteral("qwen2_lora+fused+static");
   }
 
   // Token-identical to generate(do_sample=False), for every row of a left-padded batch.
   void greedy_parity() {
     QFETCH(QString, name);
     std::string n = name.toStdString();
+    const bool static_steps = n.ends_with("+static");
+    if (static_steps) n.resize(n.size() - 7);
     const bool fused = n.ends_with("+fused");
     if (fused) n.resize(n.size() - 6);
     const nlohmann::json& o = oracle_.at(n);
@@ -124,6 +131,8 @@ class TstGenerate : public QObject {
     }
     GenerationOptions opts;
     opts.max_new_tokens = o["new_tokens"].get<std::int64_t>();
+    opts.decode = static_steps ? GenerationOptions::Decode::Static : GenerationOptions::Decode::Eager;
+    QVERIFY(!static_steps || lm->static_decode_supported());
     for (const char* which : {"greedy", "greedy_eos"}) {
       opts.eos_ids.clear();
       if (std::string(which) == "greedy_eos") opts.eos_ids = {o["eos"].get<std::int32_t>()};
