@@ -3,6 +3,7 @@
 // to the cache and attending over the cache's slots. Masks are built once per call, in slot
 // indices, as transformers builds them over its cache positions (causal, key padding, and the
 // sliding window counted in slots).
+#include "kernels/rope.h"
 #include "model/decoder.h"
 #include "model/rope.h"
 
@@ -55,8 +56,15 @@ torch::Tensor AttentionImpl::forward_cached(const torch::Tensor& x, const LayerC
     q = q_norm(q);
     k = k_norm(k);
   }
-  q = apply_rope(q.transpose(1, 2), cos, sin);  // [B, H, S, D]
-  k = apply_rope(k.transpose(1, 2), cos, sin);
+  if (fused && cos.size(-1) == head_dim) {  // the fused rotation in place over the B x S tokens (kernels/rope.h)
+    auto [qr, kr] = kernels::apply_rope_(q.reshape({b * s, -1, head_dim}), k.reshape({b * s, -1, head_dim}),
+                                         cos.reshape({b * s, -1}), sin.reshape({b * s, -1}));
+    q = qr.view({b, s, -1, head_dim}).transpose(1, 2);  // [B, H, S, D]
+    k = kr.view({b, s, -1, head_dim}).transpose(1, 2);
+  } else {
+    q = apply_rope(q.transpose(1, 2), cos, sin);  // [B, H, S, D]
+    k = apply_rope(k.transpose(1, 2), cos, sin);
+  }
   torch::Tensor& ck = cache.k[static_cast<std::size_t>(layer_index)];
   torch::Tensor& cv = cache.v[static_cast<std::size_t>(layer_index)];
   std::int64_t ran = -1;

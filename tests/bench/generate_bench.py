@@ -65,11 +65,16 @@ def build_model(shape, model_dir, seed):
     return model
 
 
-def hf_rows(model, prompts, args):
+def hf_rows(model, prompts, args, cache="static"):
+    """cache "static": generate() with a static cache, which transformers 5.17 compiles
+    (torch.compile of the decode step); "dynamic": its default DynamicCache, eager (what
+    `swift infer --infer_backend pt` runs)."""
     import torch
     rows = []
-    kw = dict(do_sample=False, top_k=None, top_p=None, temperature=None, pad_token_id=0, eos_token_id=None,
-              cache_implementation="static")
+    engine = "transformers" if cache == "static" else "transformers-dynamic"
+    kw = dict(do_sample=False, top_k=None, top_p=None, temperature=None, pad_token_id=0, eos_token_id=None)
+    if cache == "static":
+        kw["cache_implementation"] = "static"
 
     def timed(ids, new):
         torch.cuda.synchronize()
@@ -92,14 +97,16 @@ def hf_rows(model, prompts, args):
                 totals.append(tn)
                 outs = out[:, ids.shape[1]:].tolist()
         best = min(range(2), key=lambda i: totals[i] - firsts[i])
-        rows.append({"engine": "transformers", "row": f"batch {batch}", "batch": batch, "prompt_tokens": ids.shape[1],
+        rows.append({"engine": engine, "row": f"batch {batch}", "batch": batch, "prompt_tokens": ids.shape[1],
                      "new_tokens": args.new_tokens, "time_to_first_token_s": firsts[best], "seconds": totals[best],
                      "decode_tokens_per_s": batch * (args.new_tokens - 1) / (totals[best] - firsts[best]),
                      "peak_gib": torch.cuda.max_memory_allocated() / 2**30, "greedy": outs[0] if batch == 1 else None})
+    if cache != "static":
+        return rows
     ids = torch.tensor(prompts["long"][:1], device="cuda")
     torch.cuda.reset_peak_memory_stats()
     t = [timed(ids, 1)[0] for _ in range(3)][1:]
-    rows.append({"engine": "transformers", "row": f"ttft {ids.shape[1]}", "batch": 1, "prompt_tokens": ids.shape[1],
+    rows.append({"engine": engine, "row": f"ttft {ids.shape[1]}", "batch": 1, "prompt_tokens": ids.shape[1],
                  "new_tokens": 1, "time_to_first_token_s": min(t), "peak_gib": torch.cuda.max_memory_allocated() / 2**30})
     return rows
 
@@ -160,6 +167,7 @@ def main():
     model = build_model(args.shape, args.model_dir, args.seed)
     print(f"model {args.shape} written to {args.model_dir} in {time.perf_counter() - t:.0f} s")
     hf = hf_rows(model, prompts, args)
+    dyn = hf_rows(model, prompts, args, cache="dynamic")
     del model
     torch.cuda.empty_cache()
     od = odyssey_rows(prompts, args, args.model_dir)
@@ -168,7 +176,7 @@ def main():
             "torch": torch.__version__, "transformers": __import__("transformers").__version__,
             "date": time.strftime("%Y-%m-%dT%H:%M:%S")}
     with open(Path(args.out) / "generate.jsonl", "a") as f:
-        for r in hf + od:
+        for r in hf + dyn + od:
             f.write(json.dumps({**meta, **{k: v for k, v in r.items() if k != "greedy"}}) + "\n")
     agree = 0
     for a, b in zip(hf[0]["greedy"], od[0]["greedy"]):
@@ -176,14 +184,20 @@ def main():
             break
         agree += 1
     lines = [f"# Generation, {args.shape} bf16, {meta['gpu']}, commit {commit} ({meta['date']})", "",
-             "| row | transformers | Odyssey | ratio |", "|---|---|---|---|"]
-    for h, o in zip(hf, od):
+             "| row | transformers, static cache (compiled) | transformers, dynamic cache | Odyssey | "
+             "Odyssey / static | Odyssey / dynamic |", "|---|---|---|---|---|---|"]
+    for i, (h, o) in enumerate(zip(hf, od)):
+        d = dyn[i] if i < len(dyn) else None
         if "decode_tokens_per_s" in h:
             lines.append(f"| {h['row']}, prompt {h['prompt_tokens']}, {h['new_tokens']} new: decode tokens/s | "
-                         f"{h['decode_tokens_per_s']:.1f} | {o['decode_tokens_per_s']:.1f} | "
-                         f"{o['decode_tokens_per_s'] / h['decode_tokens_per_s']:.2f}x |")
-        lines.append(f"| {h['row']}: time to first token, s | {h['time_to_first_token_s']:.3f} | "
-                     f"{o['time_to_first_token_s']:.3f} | {h['time_to_first_token_s'] / o['time_to_first_token_s']:.2f}x |")
+                         f"{h['decode_tokens_per_s']:.1f} | {d['decode_tokens_per_s']:.1f} | {o['decode_tokens_per_s']:.1f} | "
+                         f"{o['decode_tokens_per_s'] / h['decode_tokens_per_s']:.2f}x | "
+                         f"{o['decode_tokens_per_s'] / d['decode_tokens_per_s']:.2f}x |")
+        dt = f"{d['time_to_first_token_s']:.3f}" if d else "–"
+        dr = f"{d['time_to_first_token_s'] / o['time_to_first_token_s']:.2f}x" if d else "–"
+        lines.append(f"| {h['row']}: time to first token, s (lower is better; ratio: theirs / ours) | "
+                     f"{h['time_to_first_token_s']:.3f} | {dt} | {o['time_to_first_token_s']:.3f} | "
+                     f"{h['time_to_first_token_s'] / o['time_to_first_token_s']:.2f}x | {dr} |")
     lines += ["", f"Batch-1 greedy tokens identical before the engines part: {agree} of {args.new_tokens} "
               "(random bf16 weights: nearly flat logits)."]
     (Path(args.out) / "generate-compare.md").write_text("\n".join(lines) + "\n")
