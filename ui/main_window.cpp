@@ -40,6 +40,7 @@
 #include <optional>
 
 #include "advanced_page.h"
+#include "chat/chat_page.h"
 #include "config/preset_io.h"
 #include "command_preview.h"
 #include "config_form.h"
@@ -116,6 +117,18 @@ MainWindow::MainWindow(std::unique_ptr<Settings> settings, QWidget* parent)
   monitor_ = new MonitorPage(tabs_);
   tabs_->addTab(scrolled(monitor_), tr("&Monitor"));
 #endif
+  chat_ = new ChatPage(tabs_);
+  tabs_->addTab(chat_, tr("C&hat"));  // its panes take the height; no scroll area
+  connect(tabs_, &QTabWidget::currentChanged, this, [this] {
+    if (tabs_->currentWidget() != chat_) return;
+    // The Train page's model and output directory, unless the page was given others.
+    chat_->set_runs_root(resolved_output_dir(*form_));
+    if (chat_->model().isEmpty()) {
+      const ModelLocation& loc = form_->location();
+      const bool found = loc.source != ModelLocation::NotFound && loc.source != ModelLocation::BundledShape;
+      chat_->set_model(found ? QString::fromStdString(loc.path) : QString::fromStdString(form_->config().model));
+    }
+  });
   v->addWidget(tabs_, 1);
   auto* bottom = new QHBoxLayout;
   status_ = new QLabel(central);

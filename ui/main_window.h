@@ -21,6 +21,7 @@ namespace odyssey::ui {
 
 class AdvancedPage;
 class MonitorPage;
+class ChatPage;
 class CommandPreview;
 class ConfigForm;
 class PlannerGauge;
@@ -48,6 +49,8 @@ class MainWindow : public QMainWindow {
   QPushButton* stop_button() const { return stop_; }
   // The Monitor page (nullptr when the window was built without it).
   MonitorPage* monitor() const { return monitor_; }
+  // The Chat page (docs/inference.md): the form's model and its runs' checkpoints.
+  ChatPage* chat_page() const { return chat_; }
   // The area under the pages that reports launches, stops and their failures (bounded and
   // scrollable: a long error never grows the window).
   MessageArea* job_status() const { return job_status_; }
@@ -139,6 +142,7 @@ class MainWindow : public QMainWindow {
   QPushButton* stop_;
   MessageArea* job_status_;
   MonitorPage* monitor_ = nullptr;
+  ChatPage* chat_ = nullptr;
   QMenu* recent_ = nullptr;
   QString shown_language_ = QStringLiteral("en");
 
