@@ -118,9 +118,10 @@ MainWindow::MainWindow(std::unique_ptr<Settings> settings, QWidget* parent)
   tabs_->addTab(scrolled(monitor_), tr("&Monitor"));
 #endif
   chat_ = new ChatPage(tabs_);
-  tabs_->addTab(chat_, tr("C&hat"));  // its panes take the height; no scroll area
-  connect(tabs_, &QTabWidget::currentChanged, this, [this] {
-    if (tabs_->currentWidget() != chat_) return;
+  QScrollArea* chat_area = scrolled(chat_);
+  tabs_->addTab(chat_area, tr("C&hat"));
+  connect(tabs_, &QTabWidget::currentChanged, this, [this, chat_area] {
+    if (tabs_->currentWidget() != chat_area) return;
     // The Train page's model and output directory, unless the page was given others.
     chat_->set_runs_root(resolved_output_dir(*form_));
     if (chat_->model().isEmpty()) {

@@ -381,6 +381,201 @@ ms-swift：--sequence_parallel_size N</translation>
     </message>
 </context>
 <context>
+    <name>odyssey::ui::ChatPage</name>
+    <message>
+        <source>no chat template</source>
+        <translation>无对话模板</translation>
+    </message>
+    <message>
+        <source>Ready: %1 (%2, %3, template %4)</source>
+        <translation>就绪：%1（%2，%3，模板 %4）</translation>
+    </message>
+    <message>
+        <source>Engine stopped.</source>
+        <translation>引擎已停止。</translation>
+    </message>
+    <message>
+        <source>Engine not running.</source>
+        <translation>引擎未运行。</translation>
+    </message>
+    <message>
+        <source>the engine ended during the answer</source>
+        <translation>引擎在回答过程中退出</translation>
+    </message>
+    <message>
+        <source>Restart the engine</source>
+        <translation>重启引擎</translation>
+    </message>
+    <message>
+        <source>Model:</source>
+        <translation>模型：</translation>
+    </message>
+    <message>
+        <source>a model directory or a hub id in the cache (the Train page&apos;s model by default)</source>
+        <translation>模型目录或缓存中的 Hub ID（默认为训练页的模型）</translation>
+    </message>
+    <message>
+        <source>Browse…</source>
+        <translation>浏览…</translation>
+    </message>
+    <message>
+        <source>Load</source>
+        <translation>加载</translation>
+    </message>
+    <message>
+        <source>Start the engine with this model (it also starts on the first message).</source>
+        <translation>用此模型启动引擎（发送第一条消息时也会自动启动）。</translation>
+    </message>
+    <message>
+        <source>Side by side</source>
+        <translation>并排对比</translation>
+    </message>
+    <message>
+        <source>Send each message to both panes: compare the base model with a checkpoint, or two checkpoints.</source>
+        <translation>每条消息同时发往两个窗格：对比基座模型与某个检查点，或对比两个检查点。</translation>
+    </message>
+    <message>
+        <source>Left:</source>
+        <translation>左：</translation>
+    </message>
+    <message>
+        <source>Right:</source>
+        <translation>右：</translation>
+    </message>
+    <message>
+        <source>A LoRA adapter (a directory with adapter_config.json)</source>
+        <translation>LoRA 适配器（含 adapter_config.json 的目录）</translation>
+    </message>
+    <message>
+        <source>System prompt:</source>
+        <translation>系统提示词：</translation>
+    </message>
+    <message>
+        <source>Max new tokens</source>
+        <translation>最大新 token 数</translation>
+    </message>
+    <message>
+        <source>0: greedy (the most likely token every time)</source>
+        <translation>0：贪心解码（每次取概率最高的 token）</translation>
+    </message>
+    <message>
+        <source>Temperature</source>
+        <translation>温度</translation>
+    </message>
+    <message>
+        <source>Top-p</source>
+        <translation>Top-p 采样</translation>
+    </message>
+    <message>
+        <source>off</source>
+        <translation>关闭</translation>
+    </message>
+    <message>
+        <source>Top-k</source>
+        <translation>Top-k 采样</translation>
+    </message>
+    <message>
+        <source>Seed</source>
+        <translation>随机种子</translation>
+    </message>
+    <message>
+        <source>Message (Ctrl+Enter sends)</source>
+        <translation>消息（Ctrl+Enter 发送）</translation>
+    </message>
+    <message>
+        <source>Send</source>
+        <translation>发送</translation>
+    </message>
+    <message>
+        <source>Stop</source>
+        <translation>停止</translation>
+    </message>
+    <message>
+        <source>Regenerate</source>
+        <translation>重新生成</translation>
+    </message>
+    <message>
+        <source>Clear</source>
+        <translation>清空</translation>
+    </message>
+    <message>
+        <source>Save…</source>
+        <translation>保存…</translation>
+    </message>
+    <message>
+        <source>Save the conversations as JSON Lines in the messages format (one line per pane).</source>
+        <translation>将对话保存为 messages 格式的 JSON Lines（每个窗格一行）。</translation>
+    </message>
+    <message>
+        <source>A model directory</source>
+        <translation>模型目录</translation>
+    </message>
+    <message>
+        <source>Save the conversations</source>
+        <translation>保存对话</translation>
+    </message>
+    <message>
+        <source>JSON Lines (*.jsonl)</source>
+        <translation>JSON Lines (*.jsonl)</translation>
+    </message>
+    <message>
+        <source>Model changed: the engine restarts with the next message.</source>
+        <translation>模型已更改：引擎将在下一条消息时重启。</translation>
+    </message>
+    <message>
+        <source>Base model (no adapter)</source>
+        <translation>基座模型（无适配器）</translation>
+    </message>
+    <message>
+        <source>Other adapter…</source>
+        <translation>其他适配器…</translation>
+    </message>
+    <message>
+        <source>odyssey-train was not found (beside this program, in $ODYSSEY_TRAIN_BIN or on PATH).</source>
+        <translation>未找到 odyssey-train（本程序旁、$ODYSSEY_TRAIN_BIN 或 PATH 中均没有）。</translation>
+    </message>
+    <message>
+        <source>Choose a model first.</source>
+        <translation>请先选择模型。</translation>
+    </message>
+    <message>
+        <source>Loading %1…</source>
+        <translation>正在加载 %1…</translation>
+    </message>
+    <message>
+        <source>You</source>
+        <translation>你</translation>
+    </message>
+    <message>
+        <source>Model</source>
+        <translation>模型</translation>
+    </message>
+    <message>
+        <source>Generating…</source>
+        <translation>生成中…</translation>
+    </message>
+    <message>
+        <source>%1 tokens, %2 tokens/s, first token after %3 s%4</source>
+        <translation>%1 个 token，%2 token/秒，首个 token 用时 %3 秒%4</translation>
+    </message>
+    <message>
+        <source> — stopped</source>
+        <translation> —— 已停止</translation>
+    </message>
+    <message>
+        <source> — cut at the token limit</source>
+        <translation> —— 达到 token 上限被截断</translation>
+    </message>
+    <message>
+        <source>No answer: %1</source>
+        <translation>没有回答：%1</translation>
+    </message>
+    <message>
+        <source>%1: cannot be written (%2)</source>
+        <translation>%1：无法写入（%2）</translation>
+    </message>
+</context>
+<context>
     <name>odyssey::ui::CommandPreview</name>
     <message>
         <source>Copy</source>
@@ -610,6 +805,21 @@ ms-swift：--sequence_parallel_size N</translation>
     <message>
         <source>max_length %1</source>
         <translation>max_length %1</translation>
+    </message>
+</context>
+<context>
+    <name>odyssey::ui::EngineClient</name>
+    <message>
+        <source>The engine could not be started: %1</source>
+        <translation>无法启动引擎：%1</translation>
+    </message>
+    <message>
+        <source>The engine stopped unexpectedly (killed or crashed).</source>
+        <translation>引擎意外停止（被终止或崩溃）。</translation>
+    </message>
+    <message>
+        <source>The engine ended with exit code %1.</source>
+        <translation>引擎已退出，退出码 %1。</translation>
     </message>
 </context>
 <context>
@@ -1335,6 +1545,10 @@ ms-swift：--sequence_parallel_size N</translation>
     <message>
         <source>Later</source>
         <translation>稍后</translation>
+    </message>
+    <message>
+        <source>C&amp;hat</source>
+        <translation>对话(&amp;H)</translation>
     </message>
 </context>
 <context>

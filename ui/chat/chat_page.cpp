@@ -162,11 +162,13 @@ void ChatPage::build() {
   grid->setRowStretch(1, 1);
   v->addLayout(grid, 1);
 
-  auto* settings = new QHBoxLayout;
-  settings->addWidget(new QLabel(tr("System prompt:"), this));
+  auto* system_row = new QHBoxLayout;
+  system_row->addWidget(new QLabel(tr("System prompt:"), this));
   system_ = new QLineEdit(this);
   system_->setObjectName(QStringLiteral("chatSystem"));
-  settings->addWidget(system_, 2);
+  system_row->addWidget(system_, 1);
+  v->addLayout(system_row);
+  auto* settings = new QHBoxLayout;
   auto spin = [&](const QString& label, QWidget* w) {
     settings->addWidget(new QLabel(label, this));
     settings->addWidget(w);
@@ -199,6 +201,7 @@ void ChatPage::build() {
   seed_->setObjectName(QStringLiteral("chatSeed"));
   seed_->setRange(0, 1'000'000);
   spin(tr("Seed"), seed_);
+  settings->addStretch(1);
   v->addLayout(settings);
 
   auto* bottom = new QHBoxLayout;
