@@ -41,6 +41,8 @@
 
 #include "advanced_page.h"
 #include "chat/chat_page.h"
+#include "chat/evaluate_page.h"
+#include "chat/export_page.h"
 #include "config/preset_io.h"
 #include "command_preview.h"
 #include "config_form.h"
@@ -117,18 +119,33 @@ MainWindow::MainWindow(std::unique_ptr<Settings> settings, QWidget* parent)
   monitor_ = new MonitorPage(tabs_);
   tabs_->addTab(scrolled(monitor_), tr("&Monitor"));
 #endif
+  // The pages that use a run's results (docs/inference.md): Chat, Evaluate, Export.
   chat_ = new ChatPage(tabs_);
+  evaluate_ = new EvaluatePage(tabs_);
+  export_ = new ExportPage(tabs_);
   QScrollArea* chat_area = scrolled(chat_);
+  QScrollArea* evaluate_area = scrolled(evaluate_);
+  QScrollArea* export_area = scrolled(export_);
   tabs_->addTab(chat_area, tr("C&hat"));
-  connect(tabs_, &QTabWidget::currentChanged, this, [this, chat_area] {
-    if (tabs_->currentWidget() != chat_area) return;
-    // The Train page's model and output directory, unless the page was given others.
-    chat_->set_runs_root(resolved_output_dir(*form_));
-    if (chat_->model().isEmpty()) {
-      const ModelLocation& loc = form_->location();
-      const bool found = loc.source != ModelLocation::NotFound && loc.source != ModelLocation::BundledShape;
-      chat_->set_model(found ? QString::fromStdString(loc.path) : QString::fromStdString(form_->config().model));
-    }
+  tabs_->addTab(evaluate_area, tr("&Evaluate"));
+  tabs_->addTab(export_area, tr("E&xport"));
+  connect(tabs_, &QTabWidget::currentChanged, this, [this, chat_area, evaluate_area, export_area] {
+    const QWidget* w = tabs_->currentWidget();
+    if (w != chat_area && w != evaluate_area && w != export_area) return;
+    // The Train page's model and output directory, unless a page was given others.
+    const QString root = resolved_output_dir(*form_);
+    const ModelLocation& loc = form_->location();
+    const bool found = loc.source != ModelLocation::NotFound && loc.source != ModelLocation::BundledShape;
+    const QString model = found ? QString::fromStdString(loc.path) : QString::fromStdString(form_->config().model);
+    chat_->set_runs_root(root);
+    evaluate_->set_runs_root(root);
+    export_->set_runs_root(root);
+    if (chat_->model().isEmpty()) chat_->set_model(model);
+    if (evaluate_->model().isEmpty()) evaluate_->set_model(model);
+  });
+  connect(export_, &ExportPage::open_in_chat, this, [this, chat_area](const QString& dir) {
+    chat_->set_model(dir);
+    tabs_->setCurrentWidget(chat_area);
   });
   v->addWidget(tabs_, 1);
   auto* bottom = new QHBoxLayout;

@@ -22,6 +22,8 @@ namespace odyssey::ui {
 class AdvancedPage;
 class MonitorPage;
 class ChatPage;
+class EvaluatePage;
+class ExportPage;
 class CommandPreview;
 class ConfigForm;
 class PlannerGauge;
@@ -51,6 +53,8 @@ class MainWindow : public QMainWindow {
   MonitorPage* monitor() const { return monitor_; }
   // The Chat page (docs/inference.md): the form's model and its runs' checkpoints.
   ChatPage* chat_page() const { return chat_; }
+  EvaluatePage* evaluate_page() const { return evaluate_; }
+  ExportPage* export_page() const { return export_; }
   // The area under the pages that reports launches, stops and their failures (bounded and
   // scrollable: a long error never grows the window).
   MessageArea* job_status() const { return job_status_; }
@@ -143,6 +147,8 @@ class MainWindow : public QMainWindow {
   MessageArea* job_status_;
   MonitorPage* monitor_ = nullptr;
   ChatPage* chat_ = nullptr;
+  EvaluatePage* evaluate_ = nullptr;
+  ExportPage* export_ = nullptr;
   QMenu* recent_ = nullptr;
   QString shown_language_ = QStringLiteral("en");
 

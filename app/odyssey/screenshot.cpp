@@ -81,9 +81,9 @@ void grab_pages(std::shared_ptr<Shots> s, int tab) {
   }
   tabs->setCurrentIndex(tab);
   QTimer::singleShot(200, s->w, [s, tab, stem] {
-    // The page's English name whatever language the tabs show (train, advanced, monitor, chat).
-    static const char* const names[] = {"train", "advanced", "monitor", "chat"};
-    const QString name = tab < 4 ? QString::fromLatin1(names[tab]) : QString::number(tab);
+    // The page's English name whatever language the tabs show (train, advanced, monitor, chat, evaluate, export).
+    static const char* const names[] = {"train", "advanced", "monitor", "chat", "evaluate", "export"};
+    const QString name = tab < 6 ? QString::fromLatin1(names[tab]) : QString::number(tab);
     save(*s, stem + QLatin1Char('-') + name);
     grab_pages(s, tab + 1);
   });

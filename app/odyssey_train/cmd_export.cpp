@@ -31,7 +31,8 @@ CommandSpec export_spec() {
           "stored in --dtype (auto: the base model's torch_dtype). A 4-bit (bitsandbytes) base is\n"
           "dequantized first. With --quantize the merged decoder projections are written as a\n"
           "bitsandbytes 4-bit checkpoint transformers loads (docs/qlora.md), else 16-bit. DIR must\n"
-          "not exist; it is written under a temporary name and renamed when complete.\n\n"
+          "not exist; it is written under a temporary name and renamed when complete. Standard output\n"
+          "shows the stages as \"progress K/4: ...\" lines, then one summary line.\n\n"
           "Exit codes: 0 written, 1 a file could not be read or written (the message names it),\n"
           "2 bad arguments.",
           {{"merge", false, false, "", "merge the adapter into the base weights (required)"},
@@ -96,7 +97,10 @@ int cmd_export(const Args& a) {
               << "; give --base DIR (a model directory with weights)\n";
     return kFailure;
   }
+  // Progress for the window's Export page: "progress K/4: what" lines on standard output.
+  auto progress = [](int k, const std::string& what) { std::cout << "progress " << k << "/4: " << what << '\n' << std::flush; };
   try {
+    progress(1, "loading the base model " + loc.path);
     auto cfg = load_located_model_config(loc);
     model::DecoderOptions o;
     const std::string want = dt == "auto" ? cfg.value.torch_dtype : dt;
@@ -105,11 +109,13 @@ int cmd_export(const Args& a) {
     print_diagnostics(m.diagnostics);
     if (!m.ok()) return kFailure;
     model::CausalLM lm = m.value.lm;
+    progress(2, "merging the adapter " + ckpt);
     train::apply_lora(lm, settings.value);
     auto d = train::load_adapter_weights(lm, ckpt);
     print_diagnostics(d);
     if (has_errors(d)) return kFailure;
     train::merge_lora(lm);
+    progress(3, "writing " + out);
     const fs::path tmp = fs::path(out).parent_path() / (fs::path(out).filename().string() + ".tmp-" + std::to_string(::getpid()));
     std::error_code ec;
     fs::create_directories(tmp, ec);
@@ -162,6 +168,7 @@ int cmd_export(const Args& a) {
       std::cerr << "odyssey-train export: " << out << ": " << ec.message() << '\n';
       return kFailure;
     }
+    progress(4, "done");
     std::cout << "merged " << ckpt << " (r " << settings.value.rank << ", alpha " << settings.value.alpha << ") into "
               << loc.path << " -> " << out << " (" << saved.value.size() << " weight file"
               << (saved.value.size() == 1 ? "" : "s") << ")\n";

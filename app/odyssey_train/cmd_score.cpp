@@ -16,14 +16,15 @@
 #include "model/score.h"
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
+#include "train/lora.h"
 #endif
 
 namespace odyssey::cli {
 
 CommandSpec score_spec() {
   return {"score",
-          "score --model DIR --data FILE.jsonl [--device auto|cpu|cuda] [--dtype auto|float32|bfloat16]\n"
-          "      [--no-special-tokens]",
+          "score --model DIR [--adapter A] --data FILE.jsonl [--device auto|cpu|cuda]\n"
+          "      [--dtype auto|float32|bfloat16] [--no-special-tokens]",
           "Print each sample's mean next-token loss under a model (JSON lines).",
           "Reads FILE.jsonl, one {\"text\": \"...\"} object a line (raw text, no chat template),\n"
           "tokenizes each text with the model's tokenizer (special tokens added as transformers'\n"
@@ -34,11 +35,13 @@ CommandSpec score_spec() {
           "2 tokens has \"loss\": null. A last line gives the token-weighted total:\n"
           "  {\"total\": {\"samples\": S, \"targets\": T, \"loss\": SUM / T, \"device\": ..., ...}}\n\n"
           "--model takes a directory with config.json, safetensors weights and tokenizer.json, or\n"
-          "a hub id found in the Hugging Face or ModelScope cache. Defaults: CUDA in bfloat16 when\n"
+          "a hub id found in the Hugging Face or ModelScope cache; --adapter a PEFT LoRA adapter (a run's\n"
+          "checkpoint) applied unmerged on it. Defaults: CUDA in bfloat16 when\n"
           "a GPU is visible, else the CPU in float32.\n\n"
           "Exit codes: 0 scored, 1 the model, tokenizer or data could not be read (the message\n"
           "names the file, line and tensor), 2 bad arguments.",
           {{"model", true, false, "DIR", "model directory or hub id"},
+           {"adapter", true, false, "DIR", "a PEFT LoRA adapter to score with (unmerged)"},
            {"data", true, false, "FILE", "JSON lines with a \"text\" field"},
            {"device", true, false, "DEVICE", "auto (default), cpu or cuda"},
            {"dtype", true, false, "DTYPE", "auto (default), float32 or bfloat16"},
@@ -124,6 +127,11 @@ int cmd_score(const Args& a) {
     print_diagnostics(m.diagnostics);
     if (!m.ok()) return kFailure;
     model::CausalLM lm = m.value.lm;
+    if (a.has("adapter")) {
+      const Diagnostics d = train::attach_adapter(lm, a.value("adapter"));
+      print_diagnostics(d);
+      if (has_errors(d)) return kFailure;
+    }
     const bool special = !a.has("no-special-tokens");
     std::int64_t targets = 0;
     double sum = 0;
@@ -154,6 +162,7 @@ int cmd_score(const Args& a) {
              {"device", cuda ? "cuda" : "cpu"},
              {"dtype", opts.dtype == torch::kBFloat16 ? "bfloat16" : "float32"},
              {"attention_backend", lm->attention_backend_ran()}};
+    if (a.has("adapter")) total["adapter"] = a.value("adapter");
     std::cout << dump_json(oj{{"total", total}}) << '\n';
     return kOk;
   } catch (const std::exception& e) {

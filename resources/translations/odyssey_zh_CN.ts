@@ -105,6 +105,13 @@
     </message>
 </context>
 <context>
+    <name>QObject</name>
+    <message>
+        <source>Browse…</source>
+        <translation>浏览…</translation>
+    </message>
+</context>
+<context>
     <name>RunScanner</name>
     <message>
         <source>no heartbeat and no live process: the job stopped responding</source>
@@ -820,6 +827,256 @@ ms-swift：--sequence_parallel_size N</translation>
     <message>
         <source>The engine ended with exit code %1.</source>
         <translation>引擎已退出，退出码 %1。</translation>
+    </message>
+</context>
+<context>
+    <name>odyssey::ui::EvaluatePage</name>
+    <message>
+        <source>the base model (the Train page&apos;s model by default)</source>
+        <translation>基座模型（默认为训练页的模型）</translation>
+    </message>
+    <message>
+        <source>Base model:</source>
+        <translation>基座模型：</translation>
+    </message>
+    <message>
+        <source>Run:</source>
+        <translation>运行：</translation>
+    </message>
+    <message>
+        <source>Loss and perplexity</source>
+        <translation>损失与困惑度</translation>
+    </message>
+    <message>
+        <source>Text file:</source>
+        <translation>文本文件：</translation>
+    </message>
+    <message>
+        <source>JSON Lines, one {&quot;text&quot;: ...} a line (held-out text)</source>
+        <translation>JSON Lines，每行一个 {&quot;text&quot;: ...}（留出的文本）</translation>
+    </message>
+    <message>
+        <source>Score the base and every checkpoint</source>
+        <translation>评估基座模型和每个检查点</translation>
+    </message>
+    <message>
+        <source>Model</source>
+        <translation>模型</translation>
+    </message>
+    <message>
+        <source>Step</source>
+        <translation>步数</translation>
+    </message>
+    <message>
+        <source>Loss</source>
+        <translation>损失</translation>
+    </message>
+    <message>
+        <source>Perplexity</source>
+        <translation>困惑度</translation>
+    </message>
+    <message>
+        <source>Generate</source>
+        <translation>生成</translation>
+    </message>
+    <message>
+        <source>Prompts file:</source>
+        <translation>提示文件：</translation>
+    </message>
+    <message>
+        <source>JSON Lines: {&quot;prompt&quot;: ...} or {&quot;messages&quot;: [...]} (a last assistant turn is the reference)</source>
+        <translation>JSON Lines：{&quot;prompt&quot;: ...} 或 {&quot;messages&quot;: [...]}（最后一个助手回复作为参考答案）</translation>
+    </message>
+    <message>
+        <source>Max new tokens</source>
+        <translation>最大新 token 数</translation>
+    </message>
+    <message>
+        <source>With:</source>
+        <translation>使用：</translation>
+    </message>
+    <message>
+        <source>Prompt</source>
+        <translation>提示</translation>
+    </message>
+    <message>
+        <source>Reference</source>
+        <translation>参考答案</translation>
+    </message>
+    <message>
+        <source>Output</source>
+        <translation>输出</translation>
+    </message>
+    <message>
+        <source>Cancel</source>
+        <translation>取消</translation>
+    </message>
+    <message>
+        <source>Base model (no adapter)</source>
+        <translation>基座模型（无适配器）</translation>
+    </message>
+    <message>
+        <source>odyssey-train could not be started: %1</source>
+        <translation>无法启动 odyssey-train：%1</translation>
+    </message>
+    <message>
+        <source>Choose the base model and a text file first.</source>
+        <translation>请先选择基座模型和文本文件。</translation>
+    </message>
+    <message>
+        <source>Base model</source>
+        <translation>基座模型</translation>
+    </message>
+    <message>
+        <source>Choose the base model and a prompts file first.</source>
+        <translation>请先选择基座模型和提示文件。</translation>
+    </message>
+    <message>
+        <source>Done.</source>
+        <translation>完成。</translation>
+    </message>
+    <message>
+        <source>odyssey-train was not found (beside this program, in $ODYSSEY_TRAIN_BIN or on PATH).</source>
+        <translation>未找到 odyssey-train（本程序旁、$ODYSSEY_TRAIN_BIN 或 PATH 中均没有）。</translation>
+    </message>
+    <message>
+        <source>Scoring with %1…</source>
+        <translation>正在用 %1 评估…</translation>
+    </message>
+    <message>
+        <source>Generating with %1…</source>
+        <translation>正在用 %1 生成…</translation>
+    </message>
+    <message>
+        <source>Cancelled.</source>
+        <translation>已取消。</translation>
+    </message>
+    <message>
+        <source>%1 failed (exit code %2):</source>
+        <translation>%1 失败（退出码 %2）：</translation>
+    </message>
+    <message>
+        <source>step</source>
+        <translation>步</translation>
+    </message>
+    <message>
+        <source>loss</source>
+        <translation>损失</translation>
+    </message>
+    <message>
+        <source>checkpoints</source>
+        <translation>检查点</translation>
+    </message>
+    <message>
+        <source>base model</source>
+        <translation>基座模型</translation>
+    </message>
+</context>
+<context>
+    <name>odyssey::ui::ExportPage</name>
+    <message>
+        <source>Checkpoint (LoRA adapter):</source>
+        <translation>检查点（LoRA 适配器）：</translation>
+    </message>
+    <message>
+        <source>the adapter&apos;s base_model_name_or_path</source>
+        <translation>适配器的 base_model_name_or_path</translation>
+    </message>
+    <message>
+        <source>Base model:</source>
+        <translation>基座模型：</translation>
+    </message>
+    <message>
+        <source>a new directory (default: the checkpoint&apos;s path + -merged)</source>
+        <translation>新目录（默认：检查点路径加 -merged）</translation>
+    </message>
+    <message>
+        <source>Browse…</source>
+        <translation>浏览…</translation>
+    </message>
+    <message>
+        <source>Output directory:</source>
+        <translation>输出目录：</translation>
+    </message>
+    <message>
+        <source>As the base model (auto)</source>
+        <translation>与基座模型相同（auto）</translation>
+    </message>
+    <message>
+        <source>Weights:</source>
+        <translation>权重：</translation>
+    </message>
+    <message>
+        <source>16-bit (or as chosen above)</source>
+        <translation>16 位（或按上面所选）</translation>
+    </message>
+    <message>
+        <source>4-bit NF4 (bitsandbytes)</source>
+        <translation>4 位 NF4（bitsandbytes）</translation>
+    </message>
+    <message>
+        <source>4-bit FP4 (bitsandbytes)</source>
+        <translation>4 位 FP4（bitsandbytes）</translation>
+    </message>
+    <message>
+        <source>Quantization:</source>
+        <translation>量化：</translation>
+    </message>
+    <message>
+        <source>Export merged model</source>
+        <translation>导出合并后的模型</translation>
+    </message>
+    <message>
+        <source>Cancel</source>
+        <translation>取消</translation>
+    </message>
+    <message>
+        <source>Open in Chat</source>
+        <translation>在对话页打开</translation>
+    </message>
+    <message>
+        <source>The merged model&apos;s directory (must not exist)</source>
+        <translation>合并模型的目录（不能已存在）</translation>
+    </message>
+    <message>
+        <source>A LoRA adapter (a directory with adapter_config.json)</source>
+        <translation>LoRA 适配器（含 adapter_config.json 的目录）</translation>
+    </message>
+    <message>
+        <source>odyssey-train could not be started: %1</source>
+        <translation>无法启动 odyssey-train：%1</translation>
+    </message>
+    <message>
+        <source>Other adapter…</source>
+        <translation>其他适配器…</translation>
+    </message>
+    <message>
+        <source>Choose a checkpoint (a directory with adapter_config.json).</source>
+        <translation>请选择检查点（含 adapter_config.json 的目录）。</translation>
+    </message>
+    <message>
+        <source>odyssey-train was not found (beside this program, in $ODYSSEY_TRAIN_BIN or on PATH).</source>
+        <translation>未找到 odyssey-train（本程序旁、$ODYSSEY_TRAIN_BIN 或 PATH 中均没有）。</translation>
+    </message>
+    <message>
+        <source>Starting…</source>
+        <translation>正在启动…</translation>
+    </message>
+    <message>
+        <source>Written %1: %2 in %3 files.</source>
+        <translation>已写入 %1：%2，共 %3 个文件。</translation>
+    </message>
+    <message>
+        <source>Done.</source>
+        <translation>完成。</translation>
+    </message>
+    <message>
+        <source>Cancelled; nothing was written.</source>
+        <translation>已取消；未写入任何内容。</translation>
+    </message>
+    <message>
+        <source>The export failed (exit code %1):</source>
+        <translation>导出失败（退出码 %1）：</translation>
     </message>
 </context>
 <context>
@@ -1549,6 +1806,14 @@ ms-swift：--sequence_parallel_size N</translation>
     <message>
         <source>C&amp;hat</source>
         <translation>对话(&amp;H)</translation>
+    </message>
+    <message>
+        <source>&amp;Evaluate</source>
+        <translation>评估(&amp;E)</translation>
+    </message>
+    <message>
+        <source>E&amp;xport</source>
+        <translation>导出(&amp;X)</translation>
     </message>
 </context>
 <context>

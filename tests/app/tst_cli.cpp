@@ -59,7 +59,7 @@ class TstCli : public QObject {
 
   void everyCommandHasHelp() {
     for (const char* c : {"run", "validate", "show", "plan", "import-swift", "export-swift", "tokenize", "template",
-                          "score", "export", "env", "tensorboard"}) {
+                          "score", "generate", "chat", "export", "env", "tensorboard"}) {
       auto r = odyssey_train({c, "--help"});
       QCOMPARE(r.code, 0);
       QVERIFY2(r.out.contains(QString("usage: odyssey-train ") + c), qPrintable(r.out));

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "model/generate.h"
+#include "model/score.h"
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
 #include "train/lora.h"
@@ -345,6 +346,22 @@ class TstGenerate : public QObject {
     QVERIFY(has_errors(d));
     QVERIFY2(format_all(d).find("adapter_model.safetensors") != std::string::npos, format_all(d).c_str());
     for (auto& p : lm->named_parameters()) QVERIFY(p.key().find("lora_") == std::string::npos);
+  }
+
+  // score with an adapter (score --adapter, the Evaluate page) equals PEFT's loss.
+  void score_through_an_adapter() {
+    CausalLM lm = load("qwen2");
+    const nlohmann::json& o = oracle_["qwen2_lora"];
+    const Diagnostics d = train::attach_adapter(lm, o["adapter"].get<std::string>());
+    QVERIFY2(!has_errors(d), format_all(d).c_str());
+    const auto prompts = rows(o["prompts"]);
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      const double got = score_tokens(lm, prompts[i]).mean(), want = o["loss"][i].get<double>();
+      QVERIFY2(std::abs(got - want) <= 1e-5 * std::abs(want), (std::to_string(got) + " vs PEFT " + std::to_string(want)).c_str());
+    }
+    // Removed again, the base's loss differs (the adapter's B matrices are not zero).
+    train::remove_lora(lm);
+    QVERIFY(std::abs(score_tokens(lm, prompts[0]).mean() - o["loss"][0].get<double>()) > 1e-3);
   }
 
   void eos_ids_from_the_model_directory() {

@@ -16,7 +16,8 @@ matrices random so the adapter changes the output), saved under MODELS_DIR/qwen2
 the batch continued through PeftModel.
 
 OUT.json: {NAME: {"prompts": [[ids]...], "new_tokens": N, "greedy": [[ids]...],
-"eos": ID, "greedy_eos": [[ids]...], "min_margin": [...]}, "qwen2_lora": {...}}, where
+"eos": ID, "greedy_eos": [[ids]...], "min_margin": [...]}, "qwen2_lora": {..., "loss": [per prompt]}},
+where "loss" is PEFT's model(ids, labels=ids).loss of each prompt through the adapter, and
 min_margin per row is the smallest gap between the two best logits over the steps (how near
 a tie the greedy choice came; a mismatch at a gap of ~1e-6 would be rounding, not a bug).
 
@@ -160,6 +161,11 @@ def main():
             adapter_dir = os.path.join(args.models_dir, "qwen2_lora")
             peft_model.save_pretrained(adapter_dir)
             result["qwen2_lora"] = oracle(lambda: PeftModel.from_pretrained(load(), adapter_dir).eval(), rows, n)
+            # The mean next-token loss of each prompt through the adapter (score --adapter).
+            peft_loaded = PeftModel.from_pretrained(load(), adapter_dir).eval()
+            with torch.no_grad():
+                result["qwen2_lora"]["loss"] = [
+                    float(peft_loaded(input_ids=torch.tensor([r]), labels=torch.tensor([r])).loss) for r in rows]
             result["qwen2_lora"]["adapter"] = adapter_dir
             print(f"qwen2_lora: min margin {min(result['qwen2_lora']['min_margin']):.2e}")
     with open(args.out, "w") as f:

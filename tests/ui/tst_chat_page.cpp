@@ -4,7 +4,11 @@
 // dying. The page: side by side (both panes on the base with one seed: the same answer), Regenerate,
 // the saved conversations a dataset the loader accepts, the engine killed mid-answer (the page
 // says so, keeps its state and answers again after a restart). With ODYSSEY_SCREENSHOT_DIR set,
-// the page is saved as chat-side-by-side.png (docs/screenshots).
+// the page is saved as chat-side-by-side.png (docs/screenshots). The Export and Evaluate pages
+// on a real two-step LoRA run of the quickstart (odyssey-train run, CPU): the merged directory
+// written with its size and offered to the Chat page, an export into an existing directory refused,
+// a cancelled export leaving nothing behind; loss and perplexity of the base and each checkpoint
+// (score --adapter), generated outputs beside the references.
 #include <QComboBox>
 #include <QDoubleSpinBox>
 #include <QJsonArray>
@@ -16,8 +20,15 @@
 
 #include <csignal>
 
+#include <QProcess>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QTableWidget>
+
 #include "chat/chat_page.h"
 #include "chat/engine_client.h"
+#include "chat/evaluate_page.h"
+#include "chat/export_page.h"
 #include "data/dataset.h"
 #include "message_area.h"
 
@@ -32,6 +43,15 @@ const QString kBin = QStringLiteral(ODYSSEY_TRAIN_BIN);
 class TstChatPage : public QObject {
   Q_OBJECT
   QTemporaryDir tmp_;
+
+  // The checkpoints of the LoRA run, highest step first.
+  QStringList list_ckpts() const {
+    QStringList v;
+    for (const QFileInfo& run : QDir(tmp_.filePath("out")).entryInfoList(QDir::Dirs | QDir::NoDotAndDotDot))
+      for (const QFileInfo& c : QDir(run.absoluteFilePath() + "/checkpoints").entryInfoList({"checkpoint-*"}, QDir::Dirs, QDir::Name | QDir::Reversed))
+        v << c.absoluteFilePath();
+    return v;
+  }
 
  private Q_SLOTS:
   void initTestCase() {
@@ -125,6 +145,110 @@ class TstChatPage : public QObject {
     page.send(QStringLiteral("Hello again."));
     QTRY_VERIFY_WITH_TIMEOUT(answered.size() == before + 1, 120000);
     QVERIFY(page.transcript(0).contains("Hello again."));
+  }
+
+  // A two-step LoRA run of the quickstart with a checkpoint at each step.
+  void lora_run() {
+    QProcess p;
+    p.setProcessChannelMode(QProcess::MergedChannels);
+    p.start(kBin, {"run", "--set", "output_dir=" + tmp_.filePath("out"), "--set", "tuner_type=lora", "--set", "max_steps=2",
+                   "--set", "save_steps=1", "--set", "eval_steps=0", "--set", "learning_rate=0.05", "--name", "lora2"});
+    QVERIFY(p.waitForFinished(300000));
+    QVERIFY2(p.exitCode() == 0, p.readAll().right(3000).constData());
+    QCOMPARE(list_ckpts().size(), 2);
+  }
+
+  void export_page() {
+    ExportPage page;
+    page.resize(900, 420);
+    page.set_runs_root(tmp_.filePath("out"));
+    page.show();
+    const QString ck = list_ckpts().front();
+    page.set_checkpoint(ck);
+    const QString out = tmp_.filePath("merged");
+    page.set_output(out);
+    QSignalSpy finished(&page, &ExportPage::finished), open(&page, &ExportPage::open_in_chat);
+    page.start_export();
+    QVERIFY(finished.wait(300000));
+    QVERIFY2(finished.front().at(0).toBool(), qPrintable(page.error_text()));
+    QVERIFY(QFileInfo::exists(out + "/config.json") && QFileInfo::exists(out + "/model.safetensors"));
+    QVERIFY2(page.result_text().contains(out) && page.result_text().contains("files"), qPrintable(page.result_text()));
+    auto* bar = page.findChild<QProgressBar*>("exportProgress");
+    QCOMPARE(bar->value(), bar->maximum());
+    if (!qEnvironmentVariableIsEmpty("ODYSSEY_SCREENSHOT_DIR"))
+      QVERIFY(page.grab().save(qEnvironmentVariable("ODYSSEY_SCREENSHOT_DIR") + "/export.png"));
+    page.findChild<QPushButton*>("exportOpenInChat")->click();
+    QCOMPARE(open.size(), 1);
+    QCOMPARE(open.front().at(0).toString(), out);
+    // The same directory again: refused by the engine, said on the page, the first export intact.
+    finished.clear();
+    page.start_export();
+    QVERIFY(finished.wait(300000));
+    QVERIFY(!finished.front().at(0).toBool());
+    QVERIFY2(page.error_text().contains("already exists"), qPrintable(page.error_text()));
+    QVERIFY(QFileInfo::exists(out + "/model.safetensors"));
+    // Cancelled at once: nothing written, no temporary directory left.
+    finished.clear();
+    page.set_output(tmp_.filePath("merged2"));
+    page.start_export();
+    page.cancel();
+    QVERIFY(finished.size() == 1 || finished.wait(30000));
+    QVERIFY(!finished.front().at(0).toBool());
+    QVERIFY(!QFileInfo::exists(tmp_.filePath("merged2")));
+    QCOMPARE(QDir(tmp_.path()).entryList({"merged2.tmp-*"}, QDir::Dirs).size(), 0);
+  }
+
+  void evaluate_page() {
+    QFile texts(tmp_.filePath("held-out.jsonl"));
+    QVERIFY(texts.open(QIODevice::WriteOnly));
+    texts.write("{\"text\": \"What is 2 + 3? 5\"}\n{\"text\": \"Reverse the word cat: tac\"}\n");
+    texts.close();
+    QFile prompts(tmp_.filePath("prompts.jsonl"));
+    QVERIFY(prompts.open(QIODevice::WriteOnly));
+    prompts.write("{\"messages\": [{\"role\": \"user\", \"content\": \"What is 2 + 3?\"}, {\"role\": \"assistant\", \"content\": \"5\"}]}\n"
+                  "{\"prompt\": \"Reverse the word cat:\"}\n");
+    prompts.close();
+    EvaluatePage page;
+    page.resize(1100, 760);
+    page.set_runs_root(tmp_.filePath("out"));
+    page.set_model(kModel);
+    page.set_score_file(texts.fileName());
+    page.show();
+    QSignalSpy finished(&page, &EvaluatePage::finished);
+    page.score_all();
+    QVERIFY(finished.wait(300000));
+    QVERIFY2(page.error_text().isEmpty(), qPrintable(page.error_text()));
+    QTableWidget* t = page.score_table();
+    QCOMPARE(t->rowCount(), 3);  // the base, checkpoint-1, checkpoint-2
+    QCOMPARE(t->item(0, 1)->text(), QStringLiteral("–"));
+    QCOMPARE(t->item(1, 1)->text(), QStringLiteral("1"));
+    QCOMPARE(t->item(2, 1)->text(), QStringLiteral("2"));
+    for (int r = 0; r < 3; ++r) {
+      const double loss = t->item(r, 2)->text().toDouble(), ppl = t->item(r, 3)->text().toDouble();
+      QVERIFY(loss > 0 && std::isfinite(loss));
+      QVERIFY(std::abs(ppl - std::exp(loss)) <= 1e-3 * ppl + 1e-3);
+    }
+    // Step 1 ran at learning rate 0 (warmup from 0): checkpoint-2 is the first that differs from the base.
+    QVERIFY(t->item(2, 2)->text() != t->item(0, 2)->text());
+    finished.clear();
+    page.set_prompts_file(prompts.fileName());
+    page.findChild<QSpinBox*>("evaluateMaxNewTokens")->setValue(8);
+    page.generate();
+    QVERIFY(finished.wait(300000));
+    QVERIFY2(page.error_text().isEmpty(), qPrintable(page.error_text()));
+    QTableWidget* g = page.generate_table();
+    QCOMPARE(g->rowCount(), 2);
+    QCOMPARE(g->item(0, 0)->text(), QStringLiteral("What is 2 + 3?"));
+    QCOMPARE(g->item(0, 1)->text(), QStringLiteral("5"));
+    QCOMPARE(g->item(1, 0)->text(), QStringLiteral("Reverse the word cat:"));
+    if (!qEnvironmentVariableIsEmpty("ODYSSEY_SCREENSHOT_DIR"))
+      QVERIFY(page.grab().save(qEnvironmentVariable("ODYSSEY_SCREENSHOT_DIR") + "/evaluate.png"));
+    // A file that is not there: the engine's message on the page.
+    finished.clear();
+    page.set_score_file(tmp_.filePath("missing.jsonl"));
+    page.score_all();
+    QVERIFY(finished.wait(300000));
+    QVERIFY2(page.error_text().contains("missing.jsonl"), qPrintable(page.error_text()));
   }
 
   void checkpoints_offered_as_adapters() {

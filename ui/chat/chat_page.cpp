@@ -24,6 +24,7 @@
 
 #include <algorithm>
 
+#include "chat/checkpoints.h"
 #include "chat/engine_client.h"
 #include "launch.h"
 #include "message_area.h"
@@ -284,21 +285,8 @@ void ChatPage::set_runs_root(const QString& root) {
 }
 
 void ChatPage::refresh_adapters() {
-  // Checkpoints of every run under the root, newest run first: <run>/checkpoints/checkpoint-N.
   QList<QPair<QString, QString>> found;  // (label, dir)
-  if (!runs_root_.isEmpty()) {
-    QFileInfoList runs = QDir(runs_root_).entryInfoList(QDir::Dirs | QDir::NoDotAndDotDot, QDir::Time);
-    for (const QFileInfo& run : runs) {
-      QDir ck(run.absoluteFilePath() + QStringLiteral("/checkpoints"));
-      QStringList names = ck.entryList({QStringLiteral("checkpoint-*")}, QDir::Dirs);
-      std::sort(names.begin(), names.end(), [](const QString& a, const QString& b) {
-        return a.section(QLatin1Char('-'), 1).toLongLong() > b.section(QLatin1Char('-'), 1).toLongLong();
-      });
-      for (const QString& n : names)
-        if (QFileInfo::exists(ck.filePath(n) + QStringLiteral("/adapter_config.json")))
-          found.append({run.fileName() + QStringLiteral(" / ") + n, ck.filePath(n)});
-    }
-  }
+  for (const CheckpointEntry& c : list_checkpoints(runs_root_)) found.append({c.label(), c.dir});
   for (auto& p : panes_) {
     const QString keep = p.adapter->currentData().toString();
     QStringList extra;  // adapters picked with Browse… stay
