@@ -237,6 +237,19 @@ class TstInferCli : public QObject {
     QCOMPARE(ev.back()["finish_reason"].toString(), QStringLiteral("cancelled"));
   }
 
+  // The terminal chat with its input piped: an answer per message, /system, /reset, /exit.
+  void terminal_chat() {
+    const Ran r = run({"chat", "--model", kModel, "--device", "cpu", "--max-new-tokens", "6", "--temperature", "0"},
+                      "What is 2 + 3?\n/system Be brief.\nAnd 4 + 4?\n/reset\nHi\n/exit\nnever read\n");
+    QVERIFY2(r.code == 0, (r.err + r.out).constData());
+    QVERIFY2(r.err.contains("Chatting with") && r.err.contains("template jinja"), r.err.constData());
+    QVERIFY2(r.err.contains("(system prompt set)") && r.err.contains("(conversation cleared)"), r.err.constData());
+    QCOMPARE(r.out.count("\n> "), 6);  // a prompt before each line read, up to /exit
+    // Without input left the program ends at the end of its input, exit 0.
+    const Ran eof = run({"chat", "--model", kModel, "--device", "cpu", "--max-new-tokens", "2"}, "Hi\n");
+    QCOMPARE(eof.code, 0);
+  }
+
   // A model without a chat template: the terminal chat refuses to start; the protocol still
   // serves raw prompts and answers conversations with an error.
   void model_without_template() {
