@@ -35,28 +35,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def build_model(shape, model_dir, seed):
-    import torch
-    import transformers
-    from transformers.initialization import no_init_weights
-
-    d = dict(hf_bench.load_shape(shape))
-    model_type = d.pop("model_type")
-    d.pop("architectures", None)
-    d.pop("torch_dtype", None)
-    config = transformers.AutoConfig.for_model(model_type, **d)
-    with torch.device("cuda"), no_init_weights():
-        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16, attn_implementation="sdpa")
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    with torch.no_grad():
-        for mod in model.modules():
-            if isinstance(mod, (torch.nn.Linear, torch.nn.Embedding)):
-                mod.weight.normal_(0.0, 0.02, generator=gen)
-                if getattr(mod, "bias", None) is not None:
-                    mod.bias.zero_()
-            elif "RMSNorm" in type(mod).__name__ and getattr(mod, "weight", None) is not None:
-                mod.weight.fill_(1.0)
-    if config.tie_word_embeddings:
-        model.tie_weights()
+    """hf_bench.py's random model of the shape in bf16 on the GPU, saved with the quickstart's
+    tokenizer beside it."""
+    from types import SimpleNamespace
+    model = hf_bench.build_model(hf_bench.load_shape(shape), SimpleNamespace(dtype="bfloat16", seed=seed), "cuda",
+                                 use_cache=True)
     model.generation_config.eos_token_id = None
     model.save_pretrained(model_dir, max_shard_size="5GB")
     quick = REPO / "resources" / "quickstart" / "model"

@@ -271,7 +271,9 @@ def sdpa_priority(name: str):
     return sdpa_kernel([first] + [b for b in order.values() if b != first], set_priority=True)
 
 
-def build_model(cfg_dict: dict, args, device):
+def build_model(cfg_dict: dict, args, device, use_cache: bool = False):
+    """The shape as transformers builds it (args.dtype, args.seed), randomly initialised; with
+    use_cache for generation (tests/bench/generate_bench.py), without for training steps."""
     import torch
     import transformers
     from transformers.initialization import no_init_weights
@@ -280,7 +282,7 @@ def build_model(cfg_dict: dict, args, device):
     model_type = d.pop("model_type")
     d.pop("architectures", None)
     d.pop("torch_dtype", None)
-    d["use_cache"] = False
+    d["use_cache"] = use_cache
     config = transformers.AutoConfig.for_model(model_type, **d)
     dtype = getattr(torch, args.dtype)
     # Build on the device, skipping torch's and HF's initialisers (slow for 7B on a CPU), then
