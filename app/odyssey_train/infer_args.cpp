@@ -14,6 +14,7 @@ std::vector<OptionSpec> inference_options() {
           {"dtype", true, false, "DTYPE", "auto (default: bfloat16 on CUDA, float32 on the CPU), float32 or bfloat16"},
           {"template", true, false, "NAME", "chat template: auto (default), chatml, qwen2_5, qwen3, llama3, llama3_1"},
           {"template-file", true, false, "F", "a Jinja chat template to use in place of the model's"},
+          {"quant", true, false, "TYPE", "nf4 or fp4: quantize the base to 4 bits on load (bitsandbytes' layout)"},
           {"enable-thinking", true, false, "BOOL", "templates that read enable_thinking (Qwen3): true or false"},
           {"max-new-tokens", true, false, "N", "new tokens at most per prompt (default 256)"},
           {"temperature", true, false, "T", "0 (default): greedy; > 0: sample at this temperature"},
@@ -35,6 +36,7 @@ infer::SessionOptions session_options(const Args& a) {
   s.dtype = a.value("dtype", "auto");
   s.template_name = a.value("template", "auto");
   s.template_file = a.value("template-file");
+  s.quant = a.value("quant");
   return s;
 }
 

@@ -27,6 +27,8 @@ Result<std::unique_ptr<Session>> Session::open(const SessionOptions& o) {
     r.diagnostics.push_back(error("device", "found " + text::quoted(o.device) + ", expected auto, cpu or cuda"));
   if (o.dtype != "auto" && o.dtype != "float32" && o.dtype != "bfloat16")
     r.diagnostics.push_back(error("dtype", "found " + text::quoted(o.dtype) + ", expected auto, float32 or bfloat16"));
+  if (!o.quant.empty() && o.quant != "nf4" && o.quant != "fp4")
+    r.diagnostics.push_back(error("quant", "found " + text::quoted(o.quant) + ", expected nf4 or fp4"));
   if (!r.ok()) return r;
   const ModelLocation loc = locate_model(o.model, "");
   if (loc.source == ModelLocation::NotFound || loc.source == ModelLocation::BundledShape) {
@@ -52,6 +54,10 @@ Result<std::unique_ptr<Session>> Session::open(const SessionOptions& o) {
   opts.dtype = o.dtype == "float32" ? torch::kFloat32 : o.dtype == "bfloat16" ? torch::kBFloat16
                                     : (cuda ? torch::kBFloat16 : torch::kFloat32);
   opts.fused_kernels = cuda;  // the fused ops on the GPU; the reference formulas on the CPU
+  if (!o.quant.empty()) {
+    opts.quant.bits = 4;
+    opts.quant.type = o.quant;
+  }
   auto m = model::load_causal_lm(loc.path, opts);
   r.diagnostics.insert(r.diagnostics.end(), m.diagnostics.begin(), m.diagnostics.end());
   if (!m.ok()) return r;

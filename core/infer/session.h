@@ -24,6 +24,8 @@ struct SessionOptions {
   std::string dtype = "auto";         // auto | float32 | bfloat16
   std::string template_name = "auto"; // as the preset key `template`
   std::string template_file;          // a Jinja chat template in place of the model's
+  std::string quant;                  // "" (the checkpoint's weights), nf4 or fp4: quantize the base on load
+                                      // (QLoRA's 4-bit base, docs/qlora.md; a pre-quantized checkpoint keeps its own)
 };
 
 // What one prompt is: token ids as given, raw text (tokenized with the tokenizer's special tokens, as

@@ -113,6 +113,31 @@ class TstInferCli : public QObject {
     }
   }
 
+  // --quant nf4: the base quantized on load equals transformers + bitsandbytes load_in_4bit.
+  void generate_4bit_matches_bitsandbytes() {
+    if (QStringLiteral(ODYSSEY_PYTHON).isEmpty()) QSKIP("ODYSSEY_PYTHON is empty: no transformers to compare with");
+    const QString prompts = write("prompts4.jsonl", "{\"prompt\": \"The quick brown fox\"}\n"
+                                                    "{\"messages\": [{\"role\": \"user\", \"content\": \"What is 2 + 3?\"}]}\n");
+    QProcess py;
+    py.setProcessChannelMode(QProcess::MergedChannels);
+    py.start(QStringLiteral(ODYSSEY_PYTHON), {src("tests/reference/generate_oracle.py"), "--prompts", kModel, prompts,
+                                              tmp_.filePath("oracle4.jsonl"), "--new-tokens", "16", "--load-in-4bit", "nf4"});
+    QVERIFY(py.waitForFinished(300000));
+    QVERIFY2(py.exitCode() == 0, py.readAll().right(3000).constData());
+    QFile of(tmp_.filePath("oracle4.jsonl"));
+    QVERIFY(of.open(QIODevice::ReadOnly));
+    const QList<QJsonObject> want = json_lines(of.readAll());
+    const Ran r = run({"generate", "--model", kModel, "--prompts", prompts, "--max-new-tokens", "16", "--quant", "nf4",
+                       "--device", "cpu"});
+    QVERIFY2(r.code == 0, r.err.constData());
+    const QList<QJsonObject> got = json_lines(r.out);
+    QCOMPARE(got.size(), want.size());
+    for (int i = 0; i < got.size(); ++i) QCOMPARE(got[i]["ids"].toArray(), want[i]["ids"].toArray());
+    const Ran bad = run({"generate", "--model", kModel, "--prompts", prompts, "--quant", "int3"});
+    QCOMPARE(bad.code, 1);
+    QVERIFY2(bad.err.contains("quant: found 'int3', expected nf4 or fp4"), bad.err.constData());
+  }
+
   // Bad prompt files: every bad line named before the model loads; an empty file; flags.
   void generate_bad_input() {
     const QString bad = write("bad.jsonl", "{\"prompt\": 3}\nnot json\n{\"messages\": []}\n{}\n{\"prompt\": \"ok\"}\n");

@@ -364,6 +364,44 @@ class TstGenerate : public QObject {
     QVERIFY(std::abs(score_tokens(lm, prompts[0]).mean() - o["loss"][0].get<double>()) > 1e-3);
   }
 
+  // A 4-bit base quantized on load (NF4, double quantization) continues as the model holding
+  // bitsandbytes' quantized-and-dequantized weights does (generate_oracle.py --prompts
+  // --load-in-4bit, fp32), and not as the 16-bit model does. The tiny Qwen2's down_proj is
+  // [64, 96]: blocks of 64 cross its rows.
+  void greedy_4bit_matches_bitsandbytes() {
+    const auto prompts = rows(oracle_["qwen2"]["prompts"]);
+    std::ofstream(dir_ + "/prompts4.jsonl") << [&] {
+      std::string s;
+      for (const auto& p : prompts) s += nlohmann::json{{"prompt_ids", p}}.dump() + "\n";
+      return s;
+    }();
+    run_script({QStringLiteral(ODYSSEY_SOURCE_DIR "/tests/reference/generate_oracle.py"), QStringLiteral("--prompts"),
+                QString::fromStdString(dir_ + "/qwen2"), QString::fromStdString(dir_ + "/prompts4.jsonl"),
+                QString::fromStdString(dir_ + "/oracle4.jsonl"), QStringLiteral("--new-tokens"), QStringLiteral("32"),
+                QStringLiteral("--load-in-4bit"), QStringLiteral("nf4")});
+    std::vector<std::vector<std::int32_t>> want;
+    std::ifstream in(dir_ + "/oracle4.jsonl");
+    for (std::string line; std::getline(in, line);) want.push_back(nlohmann::json::parse(line)["ids"]);
+    QCOMPARE(want.size(), prompts.size());
+    DecoderOptions o{torch::kFloat32, torch::kCPU, AttentionBackend::Auto, false, {}};
+    o.quant.bits = 4;
+    o.quant.type = "nf4";
+    auto m = load_causal_lm(dir_ + "/qwen2", o);
+    QVERIFY2(m.ok(), format_all(m.diagnostics).c_str());
+    GenerationOptions g;
+    g.max_new_tokens = 32;
+    auto r = generate(m.value.lm, prompts, g, nullptr);
+    QVERIFY(r.ok());
+    const auto full = rows(oracle_["qwen2"]["greedy"]);
+    bool differs = false;
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      QVERIFY2(r.value[i].ids == want[i], ("row " + std::to_string(i) + ": odyssey " + show(r.value[i].ids) +
+                                           "\n bitsandbytes " + show(want[i])).c_str());
+      differs |= want[i] != std::vector<std::int32_t>(full[i].begin(), full[i].begin() + 32);
+    }
+    QVERIFY2(differs, "the 4-bit continuations equal the 16-bit ones: the test would not see a missing quantization");
+  }
+
   void eos_ids_from_the_model_directory() {
     auto tok = Tokenizer::load(dir_ + "/qwen2");
     QVERIFY(tok.ok());

@@ -22,11 +22,13 @@ min_margin per row is the smallest gap between the two best logits over the step
 a tie the greedy choice came; a mismatch at a gap of ~1e-6 would be rounding, not a bug).
 
 --prompts: what `odyssey-train generate --model MODEL_DIR --prompts PROMPTS.jsonl` must print,
-line by line: {"prompt": text} is tokenizer(text) (special tokens added), {"messages": [...]} is
+line by line: {"prompt_ids": ids} as given, {"prompt": text} is tokenizer(text) (special tokens added), {"messages": [...]} is
 apply_chat_template(messages, add_generation_prompt=True) (a last assistant turn taken off),
 each continued alone by generate(do_sample=False) with generation_config.json's end-of-sequence
 ids; OUT.jsonl lines {"ids": new ids up to and including the first end-of-sequence id,
-"text": tokenizer.decode(ids, skip_special_tokens=True)}.
+"text": tokenizer.decode(ids, skip_special_tokens=True)}. --load-in-4bit nf4|fp4: every decoder projection
+holds bitsandbytes' quantized-then-dequantized weight (blocks of 64 over the flattened weight, double
+quantization) and computes in fp32, as a 4-bit base with an fp32 compute dtype does.
 
 Pinned: transformers 5.17.0, peft 0.21.0, torch 2.11.
 """
@@ -83,10 +85,24 @@ def oracle(load, rows, new_tokens):
             "min_margin": margins}
 
 
-def prompts_oracle(model_dir, prompts_file, out_file, new_tokens):
+def prompts_oracle(model_dir, prompts_file, out_file, new_tokens, load_in_4bit=None):
     from transformers import AutoTokenizer, GenerationConfig
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa").eval()
+    if load_in_4bit:
+        # Every decoder projection quantized and dequantized by bitsandbytes (blocks of 64 over the
+        # flattened weight, double quantization), computing in fp32: what load_in_4bit holds and
+        # multiplies with an fp32 compute dtype. Not through transformers' load_in_4bit on the CPU:
+        # bitsandbytes 0.50.2's CPU quantize_4bit of a 2-d weight whose rows are not a multiple of 64
+        # long is wrong (a [64, 96] down_proj came back with a max error of 0.42 where the flattened
+        # weight gives 0.08), and its CPU 4-bit matmul fails on some shapes.
+        import bitsandbytes.functional as bnbf
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if ".layers." in name and name.endswith("proj.weight"):
+                    q, st = bnbf.quantize_4bit(p.data.reshape(-1), blocksize=64, compress_statistics=True,
+                                               quant_type=load_in_4bit)
+                    p.copy_(bnbf.dequantize_4bit(q, st).reshape(p.shape))
     eos = GenerationConfig.from_pretrained(model_dir).eos_token_id
     eos = [eos] if isinstance(eos, int) else list(eos or [])
     with open(prompts_file, encoding="utf-8") as f, open(out_file, "w", encoding="utf-8") as out:
@@ -94,7 +110,9 @@ def prompts_oracle(model_dir, prompts_file, out_file, new_tokens):
             if not line.strip():
                 continue
             j = json.loads(line)
-            if "prompt" in j:
+            if "prompt_ids" in j:
+                ids = j["prompt_ids"]
+            elif "prompt" in j:
                 ids = tok(j["prompt"])["input_ids"]
             else:
                 msgs = j["messages"]
@@ -121,8 +139,9 @@ def main():
         ap = argparse.ArgumentParser()
         ap.add_argument("--prompts", nargs=3, metavar=("MODEL_DIR", "PROMPTS", "OUT"))
         ap.add_argument("--new-tokens", type=int, default=32)
+        ap.add_argument("--load-in-4bit", choices=["nf4", "fp4"])
         a = ap.parse_args()
-        return prompts_oracle(*a.prompts, a.new_tokens)
+        return prompts_oracle(*a.prompts, a.new_tokens, a.load_in_4bit)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("models_dir")
     ap.add_argument("names")
