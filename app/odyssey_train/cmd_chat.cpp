@@ -3,6 +3,7 @@
 // events a line on standard output. A reader thread takes the input so that a "cancel" can stop
 // the generation running; every input that cannot be used gets an error event, never a crash.
 #include <csignal>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -87,10 +88,12 @@ class Inbox {
   void start() {
     reader_ = std::thread([this] { read(); });
   }
-  // The next line (blocking); an eof item at the end.
+  // The next line (blocking); an eof item at the end of the input or after SIGINT/SIGTERM (the
+  // signal may reach this thread rather than the reader: the wait wakes to look).
   Item pop() {
     std::unique_lock lock(m_);
-    cv_.wait(lock, [&] { return !q_.empty(); });
+    while (!cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return !q_.empty(); }))
+      if (g_interrupted.load()) return {{}, 0, false, true};
     Item it = std::move(q_.front());
     if (!it.eof) q_.pop_front();  // the end stays for the next pop
     return it;

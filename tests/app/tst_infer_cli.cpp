@@ -260,6 +260,22 @@ class TstInferCli : public QObject {
     QCOMPARE(p.exitCode(), 0);
     ev = json_lines(out);
     QCOMPARE(ev.back()["finish_reason"].toString(), QStringLiteral("cancelled"));
+
+    // SIGINT while idle (waiting for a request, the input still open): the process ends, exit 0.
+    QProcess idle;
+    idle.start(QStringLiteral(ODYSSEY_TRAIN_BIN), {"chat", "--model", kModel, "--json", "--device", "cpu"});
+    QVERIFY(idle.waitForStarted());
+    QByteArray seen;
+    t.restart();
+    while (!seen.contains("\"event\":\"ready\"") && t.elapsed() < 60000) {
+      idle.waitForReadyRead(1000);
+      seen += idle.readAllStandardOutput();
+    }
+    QVERIFY2(seen.contains("\"event\":\"ready\""), seen.constData());
+    ::kill(static_cast<pid_t>(idle.processId()), SIGINT);
+    QVERIFY(idle.waitForFinished(10000));
+    QCOMPARE(idle.exitStatus(), QProcess::NormalExit);
+    QCOMPARE(idle.exitCode(), 0);
   }
 
   // The terminal chat with its input piped: an answer per message, /system, /reset, /exit.
