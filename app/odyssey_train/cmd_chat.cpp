@@ -194,14 +194,8 @@ void emit_error(const nlohmann::json& id, int line, const std::string& message) 
 }
 
 nlohmann::ordered_json done_event(const nlohmann::json& id, const model::GenerationResult& g) {
-  nlohmann::ordered_json j{{"event", "done"}, {"id", id}, {"text", g.text}, {"ids", g.ids},
-                           {"finish_reason", g.finish_reason}};
-  if (!g.stop_string.empty()) j["stop"] = g.stop_string;
-  j["prompt_tokens"] = g.prompt_tokens;
-  j["new_tokens"] = g.ids.size();
-  j["tokens_per_s"] = g.seconds > 0 ? static_cast<double>(g.ids.size()) / g.seconds : 0.0;
-  j["time_to_first_token_s"] = g.first_token_seconds;
-  j["seconds"] = g.seconds;
+  nlohmann::ordered_json j{{"event", "done"}, {"id", id}};
+  append_result(j, g);
   return j;
 }
 
@@ -249,15 +243,13 @@ int serve(infer::Session& s, const model::GenerationOptions& defaults, std::opti
         emit_error(id, item.number, format_all(ids.diagnostics));
         continue;
       }
-      std::atomic<bool> cancel{false};
       auto r = model::generate(
           s.lm(), {ids.value}, q.options, &s.tokenizer(),
           [&](std::size_t, std::int32_t token, const std::string& delta) {
             emit({{"event", "token"}, {"id", id}, {"token", token}, {"text", delta}});
             if (inbox.take_cancel(id, &shutdown) || g_interrupted.load()) return false;
             return true;
-          },
-          &cancel);
+          });
       if (!r.ok()) {
         emit_error(id, item.number, format_all(r.diagnostics));
         continue;

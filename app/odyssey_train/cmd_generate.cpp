@@ -160,15 +160,7 @@ int cmd_generate(const Args& a) {
         nlohmann::ordered_json j;
         j["index"] = first + k;
         if (!q.id.is_null()) j["id"] = q.id;
-        j["text"] = g.text;
-        j["ids"] = g.ids;
-        j["finish_reason"] = g.finish_reason;
-        if (!g.stop_string.empty()) j["stop"] = g.stop_string;
-        j["prompt_tokens"] = g.prompt_tokens;
-        j["new_tokens"] = g.ids.size();
-        j["tokens_per_s"] = g.seconds > 0 ? static_cast<double>(g.ids.size()) / g.seconds : 0.0;
-        j["time_to_first_token_s"] = g.first_token_seconds;
-        j["seconds"] = g.seconds;
+        append_result(j, g);
         if (!q.reference.empty()) j["reference"] = q.reference;
         *out << dump_json(j) << '\n' << std::flush;
         new_tokens += static_cast<std::int64_t>(g.ids.size());

@@ -92,6 +92,17 @@ bool thinking_flag(const Args& a, const std::string& command, std::optional<bool
   *out = v == "true";
   return true;
 }
+void append_result(nlohmann::ordered_json& j, const model::GenerationResult& g) {
+  j["text"] = g.text;
+  j["ids"] = g.ids;
+  j["finish_reason"] = g.finish_reason;
+  if (!g.stop_string.empty()) j["stop"] = g.stop_string;
+  j["prompt_tokens"] = g.prompt_tokens;
+  j["new_tokens"] = g.ids.size();
+  j["tokens_per_s"] = g.seconds > 0 ? static_cast<double>(g.ids.size()) / g.seconds : 0.0;
+  j["time_to_first_token_s"] = g.first_token_seconds;
+  j["seconds"] = g.seconds;
+}
 #endif
 
 }  // namespace odyssey::cli

@@ -28,6 +28,12 @@ Diagnostic error(const std::string& key, const std::string& message, const std::
   return d;
 }
 
+struct Row {
+  std::vector<std::int32_t> seen;  // prompt + new tokens (repetition penalty)
+  std::size_t streamed = 0;        // bytes of `text` handed to the callback
+  bool done = false;
+};
+
 // transformers' RepetitionPenaltyLogitsProcessor on one row: every token seen so far (prompt
 // and new tokens) gets its logit divided by the penalty when positive, multiplied when not.
 void penalize(torch::Tensor row, const std::vector<std::int32_t>& seen, double penalty) {
@@ -40,10 +46,10 @@ void penalize(torch::Tensor row, const std::vector<std::int32_t>& seen, double p
 
 // The next token of every row from logits [B, V] (fp32), transformers' processors in
 // generate()'s order: repetition penalty, temperature, top-k, top-p, min-p.
-torch::Tensor choose(torch::Tensor logits, const std::vector<std::vector<std::int32_t>>& seen,
-                     const SamplingOptions& o, at::Generator& gen) {
+torch::Tensor choose(torch::Tensor logits, const std::vector<Row>& rows, const SamplingOptions& o, at::Generator& gen) {
   if (o.repetition_penalty != 1.0)
-    for (std::int64_t b = 0; b < logits.size(0); ++b) penalize(logits[b], seen[static_cast<std::size_t>(b)], o.repetition_penalty);
+    for (std::int64_t b = 0; b < logits.size(0); ++b)
+      penalize(logits[b], rows[static_cast<std::size_t>(b)].seen, o.repetition_penalty);
   if (o.greedy()) return logits.argmax(-1);
   logits = logits / o.temperature;
   const double neg_inf = -std::numeric_limits<double>::infinity();
@@ -117,12 +123,6 @@ class StaticDecoder {
   std::unique_ptr<at::cuda::CUDAGraph> graph_obj_;
   bool captured_ = false;
   std::int64_t steps_ = 0;
-};
-
-struct Row {
-  std::vector<std::int32_t> seen;  // prompt + new tokens (repetition penalty)
-  std::size_t streamed = 0;        // bytes of `text` handed to the callback
-  bool done = false;
 };
 
 }  // namespace
@@ -225,14 +225,7 @@ Result<std::vector<GenerationResult>> generate(CausalLM& lm, const std::vector<s
 
   std::size_t active = prompts.size();
   for (std::int64_t step = 0; step < steps && active > 0; ++step) {
-    const torch::Tensor chosen = choose(logits, [&] {
-      std::vector<std::vector<std::int32_t>> seen;
-      if (o.sampling.repetition_penalty != 1.0)
-        for (const Row& row : rows) seen.push_back(row.seen);
-      else
-        seen.resize(rows.size());
-      return seen;
-    }(), o.sampling, gen).to(torch::kCPU);
+    const torch::Tensor chosen = choose(logits, rows, o.sampling, gen).to(torch::kCPU);
     const double now = since_start();
     bool cancelled = cancel && cancel->load();
     for (std::size_t b = 0; b < prompts.size(); ++b) {

@@ -140,6 +140,8 @@ class TstChatPage : public QObject {
     auto* banner = page.findChild<MessageArea*>("chatBanner");
     QVERIFY(banner->isVisible());
     QVERIFY(banner->text().contains("restart"));
+    if (!qEnvironmentVariableIsEmpty("ODYSSEY_SCREENSHOT_DIR"))
+      QVERIFY(page.grab().save(qEnvironmentVariable("ODYSSEY_SCREENSHOT_DIR") + "/chat-engine-lost.png"));
     page.findChild<QSpinBox*>("chatMaxNewTokens")->setValue(8);
     const qsizetype before = answered.size();
     page.send(QStringLiteral("Hello again."));

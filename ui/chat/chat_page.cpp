@@ -3,7 +3,6 @@
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDir>
-#include <QDirIterator>
 #include <QDoubleSpinBox>
 #include <QFile>
 #include <QFileDialog>
