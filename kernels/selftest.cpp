@@ -1,9 +1,12 @@
 #include "kernels/selftest.h"
 
+#include "kernels/grouped_gemm.h"
+
 #include <cmath>
 #include <functional>
 #include <utility>
 
+#include "kernels/grouped_gemm.h"
 #include "kernels/linear_ce.h"
 #include "kernels/quant4.h"
 #include "kernels/quant4_ref.h"
@@ -131,6 +134,31 @@ Case swiglu_case(const torch::Device& dev, std::int64_t rows, std::int64_t inter
   c.fused = [](const Tensors& in) { return Tensors{swiglu(in[0], in[1])}; };
   c.reference = [](const Tensors& in) { return Tensors{swiglu_reference(in[0], in[1])}; };
   c.exact = [](const Tensors& in) { return Tensors{in[0] * torch::sigmoid(in[0]) * in[1]}; };
+  return c;
+}
+
+// Grouped GEMM (grouped_gemm.h): rows split over `experts` groups of random sizes (some
+// empty), against the per-expert loop; the ends are not differentiable.
+Case grouped_case(const torch::Device& dev, std::int64_t rows, std::int64_t experts, std::int64_t width_in, std::int64_t out) {
+  Case c;
+  c.kernel = "grouped_linear " + std::to_string(experts) + "x" + std::to_string(out) + "x" + std::to_string(width_in) + " on " +
+             std::to_string(rows) + " rows";
+  c.output_names = {"y"};
+  c.input_names = {"x", "w", "ends"};
+  const auto o = torch::TensorOptions().device(dev);
+  // Skewed group sizes, a quarter of the experts empty (routers are rarely balanced).
+  torch::Tensor weights = torch::rand({experts}).pow(3) * (torch::rand({experts}) > 0.25).to(torch::kFloat32);
+  weights[0] = 1.0;
+  torch::Tensor counts = (weights / weights.sum() * static_cast<double>(rows)).floor().to(torch::kInt64);
+  counts[0] += rows - counts.sum().item<std::int64_t>();
+  c.inputs = {torch::randn({rows, width_in}, o),
+              torch::randn({experts, out, width_in}, o) * std::pow(static_cast<double>(width_in), -0.5),
+              counts.cumsum(0).to(torch::kInt32).to(dev)};
+  c.differentiable = {true, true, false};
+  c.cotangents = {torch::randn({rows, out}, o)};
+  c.fused = [](const Tensors& in) { return Tensors{grouped_linear(in[0], in[1], in[2])}; };
+  c.reference = [](const Tensors& in) { return Tensors{grouped_linear_reference(in[0], in[1], in[2])}; };
+  c.exact = c.reference;  // in float64
   return c;
 }
 
@@ -381,6 +409,10 @@ std::vector<SelftestRow> run_selftest(const torch::Device& device) {
     cases.push_back(linear_ce_case(device, 333, 768, 50257, 128));
     cases.push_back(quant4_linear_case(device, 2048, 4096, 14336, Quant4Type::NF4, true));  // Llama-3-8B's up_proj
     cases.push_back(quant4_linear_case(device, 333, 3584, 512, Quant4Type::FP4, false));
+    // Qwen3-30B-A3B's experts (128, hidden 2048, 768 wide): gate_up and down on 4096 tokens x top 8.
+    cases.push_back(grouped_case(device, 32768, 128, 2048, 1536));
+    cases.push_back(grouped_case(device, 32768, 128, 768, 2048));
+    cases.push_back(grouped_case(device, 1000, 7, 64, 40));  // odd row counts per expert
   } else {
     cases.push_back(rms_case(device, 37, 200));
     cases.push_back(swiglu_case(device, 29, 301));
@@ -390,6 +422,7 @@ std::vector<SelftestRow> run_selftest(const torch::Device& device) {
     cases.push_back(rope_case(device, 61, 6, 2, 16));
     cases.push_back(linear_ce_case(device, 67, 48, 1003, 16));
     cases.push_back(quant4_linear_case(device, 29, 64, 96, Quant4Type::NF4, true));
+    cases.push_back(grouped_case(device, 61, 7, 48, 40));
   }
   std::vector<SelftestRow> rows;
   for (const auto dtype : {torch::kFloat32, torch::kBFloat16})
