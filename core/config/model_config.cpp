@@ -1,5 +1,6 @@
 #include "config/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -37,6 +38,9 @@ constexpr ArchInfo kArchs[] = {
     {"Gemma2ForCausalLM", "gemma2", "gemma2"},
     {"Gemma3ForCausalLM", "gemma3_text", "gemma3"},
     {"Phi3ForCausalLM", "phi3", "phi3"},
+    {"Qwen3MoeForCausalLM", "qwen3_moe", "qwen3_moe"},  // mixture of experts (docs/moe.md)
+    {"Qwen2MoeForCausalLM", "qwen2_moe", "qwen2_moe"},
+    {"MixtralForCausalLM", "mixtral", "mixtral"},
 };
 
 Diagnostic derr(const std::string& file, const std::string& key, std::string msg) {
@@ -57,7 +61,120 @@ std::string read_text(const fs::path& p, bool* ok, std::string* why = nullptr) {
   return out;
 }
 
+// The mixture-of-experts keys of Qwen3MoeConfig, Qwen2MoeConfig and MixtralConfig (their
+// defaults when absent), checked against each other.
+void parse_moe(const json& j, const std::string& file, HfModelConfig* m, Diagnostics* diags) {
+  const std::string& fam = m->family;
+  const bool mixtral = fam == "mixtral";
+  auto found = [](const json& v) { return "found " + text::excerpt(dump_json(v)); };
+  auto int_key = [&](const char* key, std::int64_t* out, std::int64_t min, std::int64_t max) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return false;
+    if (!it->is_number_integer() || it->get<std::int64_t>() < min || it->get<std::int64_t>() > max) {
+      diags->push_back(derr(file, key, found(*it) + ", expected an integer from " + std::to_string(min) + " to " +
+                                           std::to_string(max)));
+      return true;  // present (and wrong): not looked for under another name
+    }
+    *out = it->get<std::int64_t>();
+    return true;
+  };
+  auto bool_key = [&](const char* key, bool* out) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return;
+    if (!it->is_boolean()) diags->push_back(derr(file, key, found(*it) + ", expected true or false"));
+    else *out = it->get<bool>();
+  };
+  // The class defaults: Qwen3MoeConfig 128 experts, top 8, 768 wide; Qwen2MoeConfig 60, 4,
+  // 1408 and a 5632-wide shared expert; MixtralConfig 8 experts, top 2.
+  m->num_experts = mixtral ? 8 : fam == "qwen3_moe" ? 128 : 60;
+  m->num_experts_per_tok = mixtral ? 2 : fam == "qwen3_moe" ? 8 : 4;
+  // The experts' count is num_experts (Qwen) or num_local_experts (Mixtral; transformers 5.17
+  // writes Qwen3-MoE's under that name too).
+  const char* count_key = mixtral ? "num_local_experts" : "num_experts";
+  if (!int_key(count_key, &m->num_experts, mixtral ? 1 : 0, kMaxExperts)) {
+    const char* other = mixtral ? "num_experts" : "num_local_experts";
+    if (int_key(other, &m->num_experts, mixtral ? 1 : 0, kMaxExperts)) count_key = other;
+  }
+  m->num_experts_key = count_key;
+  int_key("num_experts_per_tok", &m->num_experts_per_tok, 1, kMaxExperts);
+  if (m->num_experts > 0 && m->num_experts_per_tok > m->num_experts)
+    diags->push_back(derr(file, "num_experts_per_tok",
+                          std::to_string(m->num_experts_per_tok) + " experts per token, but the model has " +
+                              std::to_string(m->num_experts) + " (" + count_key + "); top-k cannot exceed it"));
+  if (mixtral) {
+    m->moe_intermediate_size = m->intermediate_size;
+    m->norm_topk_prob = true;
+    if (auto it = j.find("router_jitter_noise"); it != j.end() && !it->is_null()) {
+      if (!it->is_number() || it->get<double>() < 0 || it->get<double>() >= 1)
+        diags->push_back(derr(file, "router_jitter_noise", found(*it) + ", expected a number in [0, 1)"));
+      else
+        m->router_jitter_noise = it->get<double>();
+    }
+  } else {
+    m->moe_intermediate_size = fam == "qwen3_moe" ? 768 : 1408;
+    int_key("moe_intermediate_size", &m->moe_intermediate_size, 1, kMaxIntermediateSize);
+    if (fam == "qwen2_moe") {
+      m->shared_expert_intermediate_size = 5632;
+      int_key("shared_expert_intermediate_size", &m->shared_expert_intermediate_size, 1, kMaxIntermediateSize);
+    }
+    bool_key("norm_topk_prob", &m->norm_topk_prob);
+    int_key("decoder_sparse_step", &m->decoder_sparse_step, 1, kMaxHiddenLayers);
+    if (auto it = j.find("mlp_only_layers"); it != j.end() && !it->is_null()) {
+      if (!it->is_array()) diags->push_back(derr(file, "mlp_only_layers", found(*it) + ", expected a list of layer indices"));
+      for (const auto& v : it->is_array() ? *it : json::array()) {
+        if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() >= m->num_hidden_layers) {
+          diags->push_back(derr(file, "mlp_only_layers", found(v) + ", expected layer indices from 0 to " +
+                                                            std::to_string(m->num_hidden_layers - 1)));
+          break;
+        }
+        m->mlp_only_layers.push_back(v.get<std::int64_t>());
+      }
+    }
+  }
+  if (auto it = j.find("router_aux_loss_coef"); it != j.end() && !it->is_null()) {
+    if (!it->is_number() || it->get<double>() < 0)
+      diags->push_back(derr(file, "router_aux_loss_coef", found(*it) + ", expected a number >= 0"));
+    else
+      m->router_aux_loss_coef = it->get<double>();
+  }
+  bool_key("output_router_logits", &m->output_router_logits);
+}
+
 }  // namespace
+
+bool HfModelConfig::moe_layer(std::int64_t i) const {
+  if (num_experts <= 0 || decoder_sparse_step <= 0 || (i + 1) % decoder_sparse_step != 0) return false;
+  return std::find(mlp_only_layers.begin(), mlp_only_layers.end(), i) == mlp_only_layers.end();
+}
+
+std::int64_t HfModelConfig::moe_layer_count() const {
+  std::int64_t n = 0;
+  for (std::int64_t i = 0; i < num_hidden_layers; ++i) n += moe_layer(i) ? 1 : 0;
+  return n;
+}
+
+std::int64_t HfModelConfig::mlp_parameters(std::int64_t layer) const {
+  if (!moe_layer(layer)) return 3 * hidden_size * intermediate_size + (mlp_bias ? 2 * intermediate_size + hidden_size : 0);
+  std::int64_t p = num_experts * 3 * hidden_size * moe_intermediate_size + num_experts * hidden_size;  // experts, router
+  if (shared_expert_intermediate_size > 0) p += 3 * hidden_size * shared_expert_intermediate_size + hidden_size;
+  return p;
+}
+
+double HfModelConfig::activated_mlp_parameters() const {
+  if (num_hidden_layers <= 0) return 0.0;
+  double sum = 0.0;
+  const auto h = static_cast<double>(hidden_size);
+  for (std::int64_t i = 0; i < num_hidden_layers; ++i) {
+    if (!moe_layer(i)) {
+      sum += 3.0 * h * static_cast<double>(intermediate_size);
+      continue;
+    }
+    sum += 3.0 * h * static_cast<double>(num_experts_per_tok * moe_intermediate_size) +
+           h * static_cast<double>(num_experts);  // the k experts, the router
+    if (shared_expert_intermediate_size > 0) sum += 3.0 * h * static_cast<double>(shared_expert_intermediate_size) + h;
+  }
+  return sum / static_cast<double>(num_hidden_layers);
+}
 
 std::int64_t HfModelConfig::block_linear_parameters() const {
   const std::int64_t hd = head_dim;  // fused qkv_proj / gate_up_proj (Phi-3) hold the same numbers
@@ -70,12 +187,13 @@ std::int64_t HfModelConfig::block_linear_parameters() const {
 
 std::int64_t HfModelConfig::parameter_count() const {
   const std::int64_t hd = head_dim;
-  std::int64_t block = block_linear_parameters() + norms_per_block() * hidden_size;  // RMSNorms
+  // Attention, norms and biases; the MLP per layer (dense or experts).
+  std::int64_t block = block_linear_parameters() - 3 * hidden_size * intermediate_size + norms_per_block() * hidden_size;
   if (attention_bias) block += (num_attention_heads + 2 * num_key_value_heads) * hd;
-  if (attention_bias && family != "qwen2") block += hidden_size;  // o_proj's bias
-  if (mlp_bias) block += 2 * intermediate_size + hidden_size;
+  if (attention_bias && family != "qwen2" && family != "qwen2_moe") block += hidden_size;  // o_proj's bias
   if (qk_norm) block += 2 * hd;
   std::int64_t total = num_hidden_layers * block + vocab_size * hidden_size + hidden_size;
+  for (std::int64_t i = 0; i < num_hidden_layers; ++i) total += mlp_parameters(i);
   if (!tie_word_embeddings) total += vocab_size * hidden_size;
   return total;
 }
@@ -104,6 +222,8 @@ std::vector<std::string> fused_kernel_gaps(const HfModelConfig& m) {
 
 std::vector<std::string> linear_module_names(const HfModelConfig& m) {
   if (m.fused_qkv) return {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"};
+  // MoE: the dense layers' MLP and Qwen2-MoE's shared expert have these; the experts are
+  // parameters ([experts, out, in]), not Linear modules (docs/moe.md, "LoRA").
   return {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
 }
 
@@ -196,6 +316,7 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
   }
   const std::string& fam = m.family;
   const bool gemma = fam == "gemma2" || fam == "gemma3";
+  const bool qwen_moe = fam == "qwen3_moe" || fam == "qwen2_moe";
 
   get_int("hidden_size", &m.hidden_size, true, kMaxHiddenSize);
   get_int("intermediate_size", &m.intermediate_size, true, kMaxIntermediateSize);
@@ -212,7 +333,7 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
   if (auto rp = j.find("rope_parameters"); rp != j.end() && rp->is_object() && !j.contains("rope_theta")) {
     if (auto t = rp->find("rope_theta"); t != rp->end() && t->is_number()) m.rope_theta = t->get<double>();
   }
-  if (fam == "phi3") m.rms_norm_eps = 1e-5;  // Phi3Config's default
+  if (fam == "phi3" || fam == "mixtral") m.rms_norm_eps = 1e-5;  // Phi3Config's, MixtralConfig's default
   get_num("rms_norm_eps", &m.rms_norm_eps);
   m.tie_word_embeddings = gemma;  // the config classes' defaults: Gemma ties, the others do not
   get_bool("tie_word_embeddings", &m.tie_word_embeddings);
@@ -247,10 +368,11 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
   // Bias: Qwen2 hard-codes q/k/v bias; Mistral, Gemma and Phi-3 have none on the MLP, Mistral
   // and Phi-3 none in attention; Llama, Granite and Gemma read attention_bias (Llama, Granite
   // also mlp_bias).
-  m.attention_bias = fam == "qwen2";
-  if (fam != "mistral" && fam != "phi3") get_bool("attention_bias", &m.attention_bias);
+  m.attention_bias = fam == "qwen2" || fam == "qwen2_moe";
+  if (fam == "qwen2_moe") get_bool("qkv_bias", &m.attention_bias);  // Qwen2MoeConfig: q/k/v only
+  else if (fam != "mistral" && fam != "phi3" && fam != "mixtral") get_bool("attention_bias", &m.attention_bias);
   if (fam == "llama3" || fam == "granite") get_bool("mlp_bias", &m.mlp_bias);
-  m.qk_norm = fam == "qwen3" || fam == "gemma3";
+  m.qk_norm = fam == "qwen3" || fam == "gemma3" || fam == "qwen3_moe";
   // A number that may be null (null: off); absent: the family's default.
   auto get_optional = [&](const char* key, double* out, double absent) {
     auto it = j.find(key);
@@ -309,10 +431,10 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
   // Sliding-window attention: Mistral and Phi-3 on every layer where sliding_window is set,
   // Gemma on the layers layer_types names (default: Gemma-2 every other layer from the first,
   // Gemma-3 five of every six). Qwen2's use_sliding_window stays refused.
-  const bool windowed = fam == "mistral" || fam == "phi3" || gemma;
+  const bool windowed = fam == "mistral" || fam == "phi3" || fam == "mixtral" || gemma;
   if (windowed) {
     double w = 0;
-    get_optional("sliding_window", &w, fam == "phi3" ? 0.0 : 4096.0);
+    get_optional("sliding_window", &w, fam == "phi3" || fam == "mixtral" ? 0.0 : 4096.0);
     if (w != std::floor(w) || w > static_cast<double>(kMaxPositionEmbeddings))
       r.diagnostics.push_back(derr(file, "sliding_window", "expected a positive integer or null"));
     else
@@ -320,7 +442,8 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
   } else if (auto it = j.find("use_sliding_window"); it != j.end() && it->is_boolean() && it->get<bool>()) {
     r.diagnostics.push_back(derr(file, "use_sliding_window",
                                  "true; Odyssey applies sliding windows to " + text::join(std::vector<std::string>{
-                                     "MistralForCausalLM", "Phi3ForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM"}, ", ") +
+                                     "MistralForCausalLM", "MixtralForCausalLM", "Phi3ForCausalLM", "Gemma2ForCausalLM",
+                                     "Gemma3ForCausalLM"}, ", ") +
                                      " only; this architecture's decoder attends to the full context"));
   }
   if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
@@ -354,6 +477,7 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
     for (std::int64_t i = 0; i < m.num_hidden_layers; ++i) m.layer_sliding.push_back((i + 1) % pattern != 0);
   }
   if (m.sliding_window <= 0) m.layer_sliding.clear();  // null window: sliding layers attend fully
+  if (qwen_moe || fam == "mixtral") parse_moe(j, file, &m, &r.diagnostics);
   return r;
 }
 

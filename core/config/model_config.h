@@ -51,6 +51,33 @@ struct HfModelConfig {
   std::vector<bool> layer_sliding;      // per layer: the window applies (empty: every layer when set)
   double partial_rotary_factor = 1.0;   // fraction of head_dim that RoPE rotates (Phi-3)
 
+  // ---- mixture of experts (Qwen3-MoE, Qwen2-MoE, Mixtral; docs/moe.md) ----
+  std::int64_t num_experts = 0;             // routed experts per MoE layer; 0: every MLP dense
+  std::string num_experts_key = "num_experts";  // the config.json key it came from (num_local_experts)
+  std::int64_t num_experts_per_tok = 0;     // top-k
+  std::int64_t moe_intermediate_size = 0;   // one expert's width (Mixtral: intermediate_size)
+  std::int64_t shared_expert_intermediate_size = 0;  // Qwen2-MoE's shared expert (sigmoid-gated); 0: none
+  bool norm_topk_prob = false;              // the k probabilities renormalized to sum 1 (Mixtral: always)
+  std::int64_t decoder_sparse_step = 1;     // layer i is MoE when (i + 1) % step == 0 ...
+  std::vector<std::int64_t> mlp_only_layers;  // ... and i is not listed here
+  double router_aux_loss_coef = 0.001;      // the load-balancing loss's weight when output_router_logits
+  bool output_router_logits = false;        // transformers adds the load-balancing loss to the loss
+  double router_jitter_noise = 0.0;         // Mixtral: the MoE input times U(1 - j, 1 + j) in training
+  // Whether layer i's MLP is a mixture of experts.
+  bool moe_layer(std::int64_t i) const;
+  std::int64_t moe_layer_count() const;
+  bool is_moe() const { return num_experts > 0; }
+  // PEFT 0.21 on transformers 5 reads the MLP names of LoRA's target_modules (gate_proj,
+  // up_proj, down_proj) on this model as transformers 4's per-expert modules: gate_proj + up_proj
+  // become the experts' gate_up_proj at twice the rank and alpha, down_proj their down_proj
+  // (peft/utils/transformers_weight_conversion.py; measured for Qwen3-MoE, not for Qwen2-MoE or
+  // Mixtral). Odyssey gives the names the same meaning (train/lora.cpp, the planner).
+  bool mlp_names_mean_experts() const { return family == "qwen3_moe" && is_moe(); }
+  // Parameters one token runs through in the MLPs, averaged over the layers (top-k experts,
+  // the shared expert and its gate, the router; dense layers' MLP): the "activated" MLP of
+  // MoE models, for FLOPs and MFU. Dense models: 3 x hidden x intermediate.
+  double activated_mlp_parameters() const;
+
   // Whether layer i attends through the sliding window.
   bool sliding_layer(std::int64_t i) const {
     if (sliding_window <= 0) return false;
@@ -62,8 +89,10 @@ struct HfModelConfig {
 
   // Parameter count of the model as configured (embeddings, blocks, norms, lm_head).
   std::int64_t parameter_count() const;
-  // Parameters of the seven linear projections of one block.
+  // Parameters of the seven linear projections of one dense block.
   std::int64_t block_linear_parameters() const;
+  // Parameters of the MLP of layer i (dense, or every expert, the router and the shared expert).
+  std::int64_t mlp_parameters(std::int64_t layer) const;
 };
 
 // Upper bounds on config.json's sizes, checked before anything uses them: a config.json
@@ -78,6 +107,7 @@ inline constexpr std::int64_t kMaxVocabSize = 1 << 24;
 inline constexpr std::int64_t kMaxAttentionHeads = 1 << 12;
 inline constexpr std::int64_t kMaxHeadDim = 1 << 12;
 inline constexpr std::int64_t kMaxPositionEmbeddings = std::int64_t{1} << 30;
+inline constexpr std::int64_t kMaxExperts = 1 << 12;  // Qwen3-235B-A22B: 128; DeepSeek-V3: 256
 
 // The ops of this model that the fused kernels (kernels/, fused_kernels: true) do not cover,
 // one phrase each ("attention-logit soft-capping (attn_logit_softcapping 50)", ...): the engine

@@ -229,10 +229,11 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext&
   return o_proj(out.transpose(1, 2).reshape({b, s, -1}).contiguous());
 }
 
-MlpImpl::MlpImpl(const DecoderConfig& c, const torch::TensorOptions& o, std::int64_t layer) {
-  const std::int64_t h = c.hf.hidden_size, i = c.hf.intermediate_size;
+MlpImpl::MlpImpl(const DecoderConfig& c, const torch::TensorOptions& o, std::int64_t layer, std::int64_t intermediate,
+                 const std::string& module_name) {
+  const std::int64_t h = c.hf.hidden_size, i = intermediate > 0 ? intermediate : c.hf.intermediate_size;
   gelu = c.hf.hidden_act == "gelu_pytorch_tanh";
-  const std::string prefix = "model.layers." + std::to_string(layer) + ".mlp.";
+  const std::string prefix = module_name.empty() ? "model.layers." + std::to_string(layer) + ".mlp." : module_name;
   auto q = [&](const char* name) { return c.quant.quantizes(prefix + name); };
   if (c.hf.fused_qkv) {
     gate_up_proj = register_module("gate_up_proj", Linear(h, 2 * i, c.mlp_bias, o, q("gate_up_proj")));
@@ -302,7 +303,8 @@ DecoderLayerImpl::DecoderLayerImpl(const DecoderConfig& c, const torch::TensorOp
   const std::int64_t hs = c.hf.hidden_size;
   const double eps = c.hf.rms_norm_eps;
   self_attn = register_module("self_attn", Attention(c, o, layer));
-  mlp = register_module("mlp", Mlp(c, o, layer));
+  if (c.hf.moe_layer(layer)) moe = register_module("mlp", Moe(c, o, layer));
+  else mlp = register_module("mlp", Mlp(c, o, layer));
   input_layernorm = register_module("input_layernorm", RMSNorm(hs, eps, o, p1));
   post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(hs, eps, o, p1));
   if (c.hf.sandwich_norms) {
@@ -313,6 +315,12 @@ DecoderLayerImpl::DecoderLayerImpl(const DecoderConfig& c, const torch::TensorOp
   fusable = !c.hf.sandwich_norms && !p1 && residual_multiplier == 1.0;
 }
 
+torch::Tensor DecoderLayerImpl::feed_forward(const torch::Tensor& x, const LayerContext& ctx, const NormSource* src,
+                                             const std::shared_ptr<kernels::OffloadChain>& offload) {
+  if (moe) return moe(x, ctx.router_stats);
+  return mlp(x, src, offload);
+}
+
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const LayerContext& ctx) {
   if (fused && fusable) {
     const auto [h, m] = forward_split(x, {}, ctx);
@@ -320,14 +328,14 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const LayerConte
   }
   if (pre_feedforward_layernorm) {  // Gemma: norm the branch's output before the residual add
     torch::Tensor h = x + post_attention_layernorm(self_attn(input_layernorm(x), ctx));
-    return h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h)));
+    return h + post_feedforward_layernorm(feed_forward(pre_feedforward_layernorm(h), ctx));
   }
   if (residual_multiplier != 1.0) {  // Granite
     torch::Tensor h = x + self_attn(input_layernorm(x), ctx) * residual_multiplier;
-    return h + mlp(post_attention_layernorm(h)) * residual_multiplier;
+    return h + feed_forward(post_attention_layernorm(h), ctx) * residual_multiplier;
   }
   torch::Tensor h = x + self_attn(input_layernorm(x), ctx);
-  return h + mlp(post_attention_layernorm(h));
+  return h + feed_forward(post_attention_layernorm(h), ctx);
 }
 
 std::pair<torch::Tensor, torch::Tensor> DecoderLayerImpl::forward_split(const torch::Tensor& x,
@@ -344,7 +352,7 @@ std::pair<torch::Tensor, torch::Tensor> DecoderLayerImpl::forward_split(const to
                                            post_attention_layernorm->eps);
   NormSource post;
   post.input = h, post.weight = post_attention_layernorm->weight, post.eps = post_attention_layernorm->eps;
-  return {h, mlp(normed, &post, ctx.mlp_offload)};
+  return {h, feed_forward(normed, ctx, &post, ctx.mlp_offload)};
 }
 
 DecoderBodyImpl::DecoderBodyImpl(const DecoderConfig& c, const torch::TensorOptions& o) {
@@ -411,6 +419,7 @@ void CausalLMImpl::set_fused_kernels(bool on) {
     if (auto* n = dynamic_cast<RMSNormImpl*>(m.get())) n->fused = on;
     if (auto* a = dynamic_cast<AttentionImpl*>(m.get())) a->fused = on;
     if (auto* p = dynamic_cast<MlpImpl*>(m.get())) p->fused = on;
+    if (auto* e = dynamic_cast<ExpertsImpl*>(m.get())) e->fused = on;
     if (auto* l = dynamic_cast<DecoderLayerImpl*>(m.get())) l->fused = on && l->fusable;
     if (auto* l = dynamic_cast<LinearImpl*>(m.get())) l->lora_in_input_dtype = on;
   }
@@ -422,7 +431,8 @@ torch::Tensor CausalLMImpl::lm_head_weight() const {
 
 void CausalLMImpl::set_mlp_tile_tokens(std::int64_t tokens) {
   mlp_tile_tokens_ = std::max<std::int64_t>(0, tokens);
-  for (auto& layer : model->layer_list) layer->mlp->tile_tokens = mlp_tile_tokens_;
+  for (auto& layer : model->layer_list)
+    if (layer->mlp) layer->mlp->tile_tokens = mlp_tile_tokens_;  // MoE layers: their experts see few tokens each
 }
 
 void CausalLMImpl::set_mlp_offload_layers(const std::vector<bool>& layers, std::int64_t lead) {
@@ -439,6 +449,9 @@ void CausalLMImpl::set_mlp_offload_layers(const std::vector<bool>& layers, std::
 std::string CausalLMImpl::mlp_tier_gap() const {
   if (!options_.fused_kernels) return "the fused kernels are off (fused_kernels: false)";
   const DecoderLayer& layer = model->layer_list.front();
+  if (config_.hf.is_moe())
+    return "a mixture-of-experts model: its expert MLPs keep their activations (the MLP tiers are the dense SwiGLU "
+           "MLP's)";
   if (!layer->fusable) return "this family's block is not a fused one (sandwich or (1 + w) norms, or a residual multiplier)";
   if (layer->mlp->gate_up_proj) return "this family's MLP has one gate_up_proj (Phi-3), not separate gate and up";
   if (layer->mlp->gelu) return "this family's MLP is GeGLU (tanh GELU), not SwiGLU";
@@ -452,7 +465,7 @@ void CausalLMImpl::set_mlp_recompute_layers(const std::vector<bool>& layers) {
   TORCH_CHECK(!any || mlp_tier_gap().empty(), "set_mlp_recompute_layers: MLP recomputation does not apply: ",
               mlp_tier_gap());
   for (std::size_t i = 0; i < model->layer_list.size(); ++i)
-    model->layer_list[i]->mlp->recompute = i < layers.size() && layers[i];
+    if (model->layer_list[i]->mlp) model->layer_list[i]->mlp->recompute = i < layers.size() && layers[i];
 }
 
 LayerContext CausalLMImpl::context(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
@@ -481,6 +494,7 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
               attention_mask.sizes());
   torch::Tensor h = embed(input_ids);
   LayerContext ctx = context(input_ids, attention_mask, position_ids, h.scalar_type());
+  start_router_stats(ctx, attention_mask, input_ids.numel());
   if (config_.hf.sliding_window > 0)
     ctx.keep_window = window_mask(ctx.keep, input_ids.size(1), config_.hf.sliding_window, input_ids.device());
   return layers_and_norm(h, ctx);
@@ -494,6 +508,7 @@ torch::Tensor CausalLMImpl::hidden_states_packed(const torch::Tensor& input_ids,
               position_ids.sizes());
   torch::Tensor h = embed(input_ids);
   LayerContext ctx = context(input_ids, {}, position_ids, h.scalar_type());
+  start_router_stats(ctx, {}, input_ids.numel());
   ctx.cu_seqlens = cu_seqlens.to(input_ids.device(), torch::kInt32);
   // The [T, T] window mask (within each sample: its rows are consecutive positions), only where
   // a layer takes it: not under sequence parallelism (the override masks the gathered row) nor
@@ -506,6 +521,16 @@ torch::Tensor CausalLMImpl::hidden_states_packed(const torch::Tensor& input_ids,
   ctx.max_seqlen = max_seqlen;
   ctx.attention_override = std::move(attention);
   return layers_and_norm(h, ctx);
+}
+
+void CausalLMImpl::start_router_stats(LayerContext& ctx, const torch::Tensor& attention_mask, std::int64_t rows) {
+  router_stats_.reset();
+  if (!router_aux_loss_ || !config_.hf.is_moe()) return;
+  router_stats_ = c10::make_intrusive<RouterStats>();
+  router_stats_->num_experts = config_.hf.num_experts;
+  router_stats_->top_k = config_.hf.num_experts_per_tok;
+  if (attention_mask.defined()) router_stats_->row_weight = attention_mask.reshape({rows}).to(torch::kFloat32);
+  ctx.router_stats = router_stats_;
 }
 
 torch::Tensor CausalLMImpl::layers_and_norm(torch::Tensor h, const LayerContext& ctx) {
@@ -527,7 +552,8 @@ torch::Tensor CausalLMImpl::layers_and_norm(torch::Tensor h, const LayerContext&
   for (std::size_t i = 0; i < n; ++i) {
     DecoderLayer layer = model->layer_list[i];
     const bool ckpt = recording && flagged(checkpoint_layers_, i);
-    const bool mlp_off = !ckpt && recording && flagged(mlp_offload_layers_, i) && !layer->mlp->recompute;
+    const bool mlp_off = !ckpt && recording && flagged(mlp_offload_layers_, i) && layer->mlp &&
+                         !layer->mlp->recompute;
     if (ckpt) {
       h = output();
       if (!h.requires_grad()) h = h.detach().requires_grad_(true);  // frozen embeddings (LoRA)

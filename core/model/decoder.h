@@ -13,6 +13,10 @@
 //   model.layers.N.self_attn.{q,k}_norm.weight              (Qwen3, Gemma-3)
 //   model.layers.N.mlp.{gate,up,down}_proj.{weight,bias}    (bias: Llama's mlp_bias)
 //   model.layers.N.mlp.gate_up_proj.weight                  (Phi-3, instead of gate/up)
+//   model.layers.N.mlp.gate.weight                          (MoE layers: the router, [E, hidden])
+//   model.layers.N.mlp.experts.{gate_up_proj,down_proj}     (MoE: [E, 2 x I, hidden], [E, hidden, I])
+//   model.layers.N.mlp.shared_expert.{gate,up,down}_proj.weight, mlp.shared_expert_gate.weight
+//                                                           (Qwen2-MoE)
 //   model.norm.weight
 //   lm_head.weight                                          (absent when tied)
 //
@@ -39,6 +43,7 @@
 #include "kernels/rmsnorm.h"
 #include "model/attention.h"
 #include "model/decoder_config.h"
+#include "model/moe.h"
 
 namespace odyssey::model {
 
@@ -165,6 +170,9 @@ struct LayerContext {
   // This layer's MLP keeps gate and up in this chain between forward and backward (the MLP
   // offload tier, CausalLMImpl::set_mlp_offload_layers), else null.
   std::shared_ptr<kernels::OffloadChain> mlp_offload;
+  // The MoE layers record their routing here when the load-balancing loss is computed
+  // (CausalLMImpl::set_router_aux_loss), else null.
+  c10::intrusive_ptr<RouterStats> router_stats;
   // Incremental forward (CausalLMImpl::hidden_states_cached): the new tokens' keys and values go
   // to slots cache_start.. of the cache and attention reads slots 0 .. cache_start + S - 1. keep
   // and keep_window are then [B, 1, S, cache_start + S] (undefined keep: no padding, and either
@@ -203,7 +211,10 @@ TORCH_MODULE(Attention);
 
 class MlpImpl : public torch::nn::Module {
  public:
-  MlpImpl(const DecoderConfig& c, const torch::TensorOptions& o, std::int64_t layer = 0);
+  // intermediate: the width (-1: intermediate_size); prefix: the module's Hugging Face name
+  // ("": model.layers.<layer>.mlp), for which projections are 4-bit.
+  MlpImpl(const DecoderConfig& c, const torch::TensorOptions& o, std::int64_t layer = 0, std::int64_t intermediate = -1,
+          const std::string& prefix = {});
   bool gelu = false;  // GeGLU with tanh-approximated GELU (gelu_pytorch_tanh): not fused
   Linear gate_up_proj{nullptr};  // Phi-3: gate and up in one projection (gate first)
   // With tile_tokens > 0 and more tokens than that (tiled MLP, docs/training.md): the tokens
@@ -228,6 +239,73 @@ class MlpImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Mlp);
 
+// A mixture-of-experts MLP (docs/moe.md): the router ("gate", weight [E, hidden]) picks the
+// top-k experts of each token from softmax(x Wᵀ) in fp32 (renormalized when norm_topk_prob);
+// the tokens are sorted by expert and every expert's SwiGLU runs as two grouped GEMMs
+// (kernels/grouped_gemm.h) on the stacked weights "experts.gate_up_proj" [E, 2I, hidden]
+// (gate rows first) and "experts.down_proj" [E, hidden, I], transformers 5's layout; the
+// outputs go back to their tokens weighted by the routing probabilities. No token is ever
+// dropped (no capacity factor). Qwen2-MoE adds a shared expert gated by
+// sigmoid(shared_expert_gate(x)).
+class RouterImpl : public torch::nn::Module {
+ public:
+  RouterImpl(std::int64_t experts, std::int64_t hidden, const torch::TensorOptions& o);
+  torch::Tensor weight;
+};
+TORCH_MODULE(Router);
+
+// LoRA on one stacked expert parameter [E, out, in] in PEFT's representation (its
+// ParamWrapper for `target_parameters`, PEFT 0.21): lora_A [r·E, in] holds expert e's A in
+// rows e·r .. e·r + r - 1; lora_B [out, r·E] holds expert e's B in columns e, e + E, e + 2E, ...
+// (PEFT reshapes it to [out, r, E]); W_e += scaling · B_e A_e. fp32 like the other adapters.
+class ExpertLoraImpl : public torch::nn::Module {
+ public:
+  ExpertLoraImpl(std::int64_t experts, std::int64_t out, std::int64_t in, std::int64_t rank, double scaling,
+                 const torch::Device& device);
+  // A as [E, r, in] and scale · B as [E, out, r] in `dtype` (differentiable).
+  torch::Tensor a3(torch::ScalarType dtype) const;
+  torch::Tensor b3(torch::ScalarType dtype, double scale = 1.0) const;
+  torch::Tensor lora_A, lora_B;
+  std::int64_t experts = 0, rank = 0;
+  double scaling = 0.0;
+};
+TORCH_MODULE(ExpertLora);
+
+class ExpertsImpl : public torch::nn::Module {
+ public:
+  ExpertsImpl(std::int64_t experts, std::int64_t hidden, std::int64_t intermediate, const torch::TensorOptions& o);
+  // x [T, hidden] sorted by expert, ends int32 [E] (kernels::grouped_linear): [T, hidden].
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& ends);
+  torch::Tensor gate_up_proj, down_proj;
+  bool fused = false;  // the fused SwiGLU kernel between the two GEMMs; adapters in the activations' dtype
+  // LoRA on "gate_up_proj" or "down_proj" (PEFT's target_parameters), Kaiming-uniform A and zero
+  // B as PEFT initializes them; sub-modules "gate_up_proj_lora" / "down_proj_lora".
+  void add_lora(const std::string& parameter, std::int64_t rank, double scaling);
+  void merge_lora();   // W_e += scaling · B_e A_e (in fp32), adapters removed
+  void remove_lora();  // adapters removed, not merged
+  ExpertLora gate_up_lora{nullptr}, down_lora{nullptr};
+
+ private:
+  torch::Tensor project(const torch::Tensor& x, const torch::Tensor& w, const ExpertLora& lora, const torch::Tensor& ends);
+};
+TORCH_MODULE(Experts);
+
+class MoeImpl : public torch::nn::Module {
+ public:
+  MoeImpl(const DecoderConfig& c, const torch::TensorOptions& o, std::int64_t layer);
+  // x [..., hidden]; stats: record the routing for the load-balancing loss (null: not).
+  torch::Tensor forward(const torch::Tensor& x, const c10::intrusive_ptr<RouterStats>& stats = {});
+  Router gate{nullptr};
+  Experts experts{nullptr};
+  Mlp shared_expert{nullptr};   // Qwen2-MoE, else null
+  Linear shared_expert_gate{nullptr};
+  std::int64_t num_experts = 0, top_k = 0, layer_index = 0;
+  bool norm_topk_prob = false;
+  bool weights_in_fp32 = false;  // Mixtral keeps the routing weights in fp32 (Qwen: the activations' dtype)
+  double jitter = 0.0;           // Mixtral's router_jitter_noise (training only)
+};
+TORCH_MODULE(Moe);
+
 class DecoderLayerImpl : public torch::nn::Module {
  public:
   DecoderLayerImpl(const DecoderConfig& c, const torch::TensorOptions& o, std::int64_t layer = 0);
@@ -239,7 +317,8 @@ class DecoderLayerImpl : public torch::nn::Module {
   std::pair<torch::Tensor, torch::Tensor> forward_split(const torch::Tensor& x, const torch::Tensor& residual,
                                                         const LayerContext& ctx);
   Attention self_attn{nullptr};
-  Mlp mlp{nullptr};
+  Mlp mlp{nullptr};  // a dense layer's MLP, else null
+  Moe moe{nullptr};  // a mixture-of-experts layer's (registered as "mlp" too), else null
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   // Sandwich norms (Gemma): post_attention_layernorm normalizes the attention output before
   // the residual add, these two the MLP's input and output.
@@ -249,6 +328,11 @@ class DecoderLayerImpl : public torch::nn::Module {
   // Whether the fused layer (add_rms_norm pairs) computes this family's block: not with
   // sandwich norms, (1 + w) norms or a residual multiplier.
   bool fusable = true;
+
+ private:
+  // The MLP (dense or MoE) of x; src and offload: the dense fused path's (MlpImpl::forward).
+  torch::Tensor feed_forward(const torch::Tensor& x, const LayerContext& ctx, const NormSource* src = nullptr,
+                             const std::shared_ptr<kernels::OffloadChain>& offload = nullptr);
 };
 TORCH_MODULE(DecoderLayer);
 
@@ -347,6 +431,15 @@ class CausalLMImpl : public torch::nn::Module {
   void set_keep_attention_layers(std::vector<bool> layers) { keep_attention_layers_ = std::move(layers); }
   const std::vector<bool>& keep_attention_layers() const { return keep_attention_layers_; }
 
+  // The load-balancing loss of MoE models (moe.h, docs/moe.md). On: every forward records the
+  // routing of its MoE layers in a new RouterStats, router_stats(); its aux_loss() is
+  // transformers' aux_loss (padding excluded), and a grad_scale set on it before backward
+  // trains the routers with grad_scale · aux (transformers: router_aux_loss_coef). Off (the
+  // default), or a dense model: nothing is recorded and router_stats() is null.
+  void set_router_aux_loss(bool on) { router_aux_loss_ = on; }
+  bool router_aux_loss() const { return router_aux_loss_; }
+  const c10::intrusive_ptr<RouterStats>& router_stats() const { return router_stats_; }
+
   // Switches every module between the fused ops and the reference formulas (see
   // DecoderOptions::fused_kernels); adapters added later follow the setting.
   void set_fused_kernels(bool on);
@@ -385,6 +478,10 @@ class CausalLMImpl : public torch::nn::Module {
   std::vector<bool> mlp_offload_layers_;
   std::int64_t mlp_offload_lead_ = 1;
   std::vector<bool> keep_attention_layers_;
+  bool router_aux_loss_ = false;
+  c10::intrusive_ptr<RouterStats> router_stats_;
+  // A new RouterStats for this forward's rows (row_weight from attention_mask), when recording.
+  void start_router_stats(LayerContext& ctx, const torch::Tensor& attention_mask, std::int64_t rows);
   DecoderConfig config_;
   DecoderOptions options_;
   torch::Tensor inv_freq_;  // fp32, not a parameter (HF: non-persistent buffer)

@@ -205,6 +205,8 @@ Result<DecoderConfig> parse_decoder_config(const std::string& json_text, const s
   const std::string& fam = c.hf.family;
   if (fam == "qwen2") {
     c.qkv_bias = true;  // Qwen2Attention hard-codes bias=True on q/k/v, none on o_proj
+  } else if (fam == "qwen2_moe") {
+    c.qkv_bias = c.hf.attention_bias;  // Qwen2MoeConfig.qkv_bias; none on o_proj
   } else {
     c.qkv_bias = c.o_bias = c.hf.attention_bias;  // false for Mistral and Phi-3 (model_config.cpp)
   }

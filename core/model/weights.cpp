@@ -136,6 +136,32 @@ Result<c10::intrusive_ptr<kernels::Quant4Weight>> read_prequantized(const Safete
   return r;
 }
 
+}  // namespace
+
+std::map<std::string, ExpertPiece> expert_pieces(CausalLM& lm) {
+  std::map<std::string, ExpertPiece> out;
+  const bool mixtral = lm->config().hf.family == "mixtral";
+  const auto& layers = lm->model->layer_list;
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    if (!layers[l]->moe) continue;
+    const std::string m = "model.layers." + std::to_string(l) + ".mlp.";
+    const std::string hub = "model.layers." + std::to_string(l) + (mixtral ? ".block_sparse_moe." : ".mlp.");
+    const Experts& ex = layers[l]->moe->experts;
+    const std::int64_t e_count = ex->gate_up_proj.size(0), i = ex->down_proj.size(2), h = ex->down_proj.size(1);
+    if (mixtral) out.emplace(hub + "gate.weight", ExpertPiece{m + "gate.weight", -1, 0, e_count, {e_count, h}});
+    for (std::int64_t e = 0; e < e_count; ++e) {
+      const std::string x = hub + "experts." + std::to_string(e) + ".";
+      // Mixtral's w1 is the gate, w3 the up projection, w2 the down projection.
+      out.emplace(x + (mixtral ? "w1.weight" : "gate_proj.weight"), ExpertPiece{m + "experts.gate_up_proj", e, 0, i, {i, h}});
+      out.emplace(x + (mixtral ? "w3.weight" : "up_proj.weight"), ExpertPiece{m + "experts.gate_up_proj", e, i, i, {i, h}});
+      out.emplace(x + (mixtral ? "w2.weight" : "down_proj.weight"), ExpertPiece{m + "experts.down_proj", e, 0, h, {h, i}});
+    }
+  }
+  return out;
+}
+
+namespace {
+
 std::string describe(const DecoderConfig& c) {
   return c.hf.architecture + " with " + std::to_string(c.hf.num_hidden_layers) + " layers as " + c.file +
          " describes it";
@@ -162,6 +188,7 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const 
   const std::map<std::string, LinearImpl*> qlin = quantized_linears(lm);
   const bool pre = cfg.quant.prequantized;
   std::map<std::string, std::string> quant_part_of;  // "<module>.weight.absmax" -> module
+  const std::map<std::string, ExpertPiece> pieces = expert_pieces(lm);
   for (const auto& [m, lin] : qlin)
     for (const char* part : kQuantParts) quant_part_of.emplace(m + ".weight." + part, m);
 
@@ -190,6 +217,22 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const 
       continue;
     }
     auto it = params.find(name);
+    if (auto pc = pieces.find(name); it == params.end() && pc != pieces.end()) {
+      const ExpertPiece& piece = pc->second;
+      if (ckpt.info(piece.param)) {  // both layouts of one parameter
+        if (extra++ < kMaxListed)
+          errs.push_back(derr(file, name, "per-expert tensor beside the stacked " + piece.param + "; a checkpoint holds one layout"));
+      } else if (file_shape != c10::IntArrayRef(piece.shape)) {
+        if (bad++ < kMaxListed)
+          errs.push_back(derr(file, name, "shape " + shape_text(file_shape) + " in the file, config.json (" + cfg.file +
+                                              ") gives " + shape_text(piece.shape)));
+      } else if (!to_torch_dtype(info->dtype)) {
+        if (bad++ < kMaxListed)
+          errs.push_back(derr(file, name, std::string("dtype ") + dtype_name(info->dtype) + "; Odyssey loads " +
+                                              supported_dtypes_text() + " weights"));
+      }
+      continue;
+    }
     if (it == params.end()) {
       if (name.ends_with("rotary_emb.inv_freq")) continue;
       if (tied && name == "lm_head.weight") {
@@ -220,8 +263,25 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const 
   }
   for (const auto& [name, t] : params) {
     if (ckpt.info(name)) continue;
+    // A stacked expert parameter: its per-expert tensors (the layout checkpoints ship), each
+    // named when missing; none of them at all: the parameter is named with its first piece.
+    std::vector<std::string> absent;
+    std::size_t of = 0;
+    for (const auto& [pname, piece] : pieces)
+      if (piece.param == name) {
+        ++of;
+        if (!ckpt.info(pname)) absent.push_back(pname);
+      }
+    if (of > 0 && absent.size() < of) {
+      for (const std::string& a : absent)
+        if (missing++ < kMaxListed)
+          errs.push_back(derr(where, a, "missing: " + describe(cfg) + " (" + std::to_string(cfg.hf.num_experts) +
+                                            " experts) needs every expert's tensor"));
+      continue;
+    }
     if (missing++ < kMaxListed)
-      errs.push_back(derr(where, name, "missing: " + describe(cfg) + " needs it with shape " + shape_text(t.sizes())));
+      errs.push_back(derr(where, name, "missing: " + describe(cfg) + " needs it with shape " + shape_text(t.sizes()) +
+                                           (of > 0 ? " (or per expert, as " + absent.front() + " ...)" : std::string())));
   }
   for (const auto& [m, lin] : qlin) {
     if (pre && ckpt.info(m + ".weight")) {  // bitsandbytes' quant state beside it
@@ -248,12 +308,23 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const 
 
   torch::NoGradGuard no_grad;
   for (auto& [name, t] : params) {
+    if (!ckpt.info(name)) continue;  // filled from its per-expert tensors below
     Result<torch::Tensor> r = ckpt.load(name, t.scalar_type(), t.device());
     if (!r.ok()) {
       errs.insert(errs.end(), r.diagnostics.begin(), r.diagnostics.end());
       continue;
     }
     t.copy_(r.value);
+  }
+  for (const auto& [pname, piece] : pieces) {
+    if (!ckpt.info(pname)) continue;
+    torch::Tensor t = params.at(piece.param);
+    Result<torch::Tensor> r = ckpt.load(pname, t.scalar_type(), t.device());
+    if (!r.ok()) {
+      errs.insert(errs.end(), r.diagnostics.begin(), r.diagnostics.end());
+      continue;
+    }
+    (piece.expert < 0 ? t : t[piece.expert]).narrow(0, piece.row0, piece.rows).copy_(r.value);
   }
   // One projection at a time: read in the model's dtype on the model's device, quantize,
   // drop the 16-bit copy; the peak is the 4-bit model plus one 16-bit weight.
@@ -305,6 +376,24 @@ Result<LoadedModel> load_causal_lm(const std::string& model_dir, const DecoderOp
   return r;
 }
 
+NamedTensors hub_layout_tensors(CausalLM& lm) {
+  const std::map<std::string, ExpertPiece> pieces = expert_pieces(lm);
+  std::map<std::string, std::vector<std::pair<std::string, const ExpertPiece*>>> of_param;
+  for (const auto& [name, piece] : pieces) of_param[piece.param].emplace_back(name, &piece);
+  NamedTensors tensors;
+  for (const auto& p : lm->named_parameters(true)) {
+    const torch::Tensor t = p.value().detach();
+    auto it = of_param.find(p.key());
+    if (it == of_param.end()) {
+      tensors.emplace_back(p.key(), t);
+      continue;
+    }
+    for (const auto& [name, piece] : it->second)
+      tensors.emplace_back(name, (piece->expert < 0 ? t : t[piece->expert]).narrow(0, piece->row0, piece->rows).contiguous());
+  }
+  return tensors;
+}
+
 Result<std::vector<std::string>> save_weights(CausalLM& lm, const std::string& dir, std::uint64_t max_shard_bytes,
                                               bool copy_config) {
   if (const auto q = quantized_linears(lm); !q.empty()) {
@@ -314,8 +403,7 @@ Result<std::vector<std::string>> save_weights(CausalLM& lm, const std::string& d
                                  "dequantizes), Odyssey does not write a 4-bit checkpoint here"));
     return r;
   }
-  NamedTensors tensors;
-  for (const auto& p : lm->named_parameters(true)) tensors.emplace_back(p.key(), p.value().detach());
+  NamedTensors tensors = hub_layout_tensors(lm);
   Result<std::vector<std::string>> r = save_sharded(dir, tensors, max_shard_bytes);
   if (!r.ok() || !copy_config) return r;
   std::error_code ec;

@@ -27,7 +27,26 @@ struct LoadedModel {
 // ("model.layers.3.mlp.down_proj"); before load_weights has filled them too.
 std::map<std::string, LinearImpl*> quantized_linears(CausalLM& lm);
 
-// Copy every parameter of `lm` from `ckpt` (converted to the parameter's dtype and device).
+// Mixture-of-experts checkpoints store each expert's projections as separate tensors
+// (Qwen-MoE: model.layers.N.mlp.experts.E.{gate,up,down}_proj.weight; Mixtral:
+// model.layers.N.block_sparse_moe.experts.E.w1/w3/w2.weight and block_sparse_moe.gate.weight),
+// which transformers 5 stacks into mlp.experts.gate_up_proj / down_proj. One such tensor is
+// rows row0 .. row0 + rows of expert `expert` of the stacked parameter `param` (expert -1: the
+// whole parameter, renamed).
+struct ExpertPiece {
+  std::string param;
+  std::int64_t expert = -1, row0 = 0, rows = 0;
+  std::vector<std::int64_t> shape;  // the tensor's shape in the checkpoint
+};
+// The per-expert checkpoint names of this model, each with its piece. Empty for dense models.
+std::map<std::string, ExpertPiece> expert_pieces(CausalLM& lm);
+// The parameters under the names checkpoints ship: expert parameters split per expert
+// (expert_pieces), the rest as named_parameters() (what transformers 5.17's save_pretrained
+// writes).
+NamedTensors hub_layout_tensors(CausalLM& lm);
+
+// Copy every parameter of `lm` from `ckpt` (converted to the parameter's dtype and device;
+// stacked expert parameters from either layout).
 // `where` names the checkpoint in messages about tensors it lacks. Nothing is copied when
 // there are errors.
 Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const std::string& where);

@@ -38,6 +38,36 @@ class TstModelConfig : public QObject {
   }
   void cleanup() { fs::remove_all(tmp_); }
 
+  // The MoE shapes: the published totals (Qwen3-30B-A3B 30.5B with 3.3B activated,
+  // Qwen3-235B-A22B 235B with 22B activated, Qwen2-57B-A14B 57.4B with 14B activated) to the
+  // rounding of the model cards, and which layers are MoE.
+  void moeShapes() {
+    struct Want {
+      const char* id;
+      double total, activated;  // billions, as published
+    };
+    for (const Want& w : {Want{"Qwen/Qwen3-30B-A3B", 30.5, 3.3}, Want{"Qwen/Qwen3-235B-A22B", 235.0, 22.0},
+                          Want{"Qwen/Qwen2-57B-A14B", 57.4, 14.0}, Want{"mistralai/Mixtral-8x7B-v0.1", 46.7, 12.9}}) {
+      const HfModelConfig m = shape(w.id);
+      QVERIFY2(m.is_moe(), w.id);
+      QCOMPARE(m.moe_layer_count(), m.num_hidden_layers);
+      const double total = static_cast<double>(m.parameter_count()) / 1e9;
+      // Activated: the dense model of the same shape with the activated MLP (embeddings once:
+      // the published figures count the input embedding and lm_head both).
+      const double activated =
+          (static_cast<double>(m.parameter_count()) -
+           static_cast<double>(m.num_hidden_layers) * (static_cast<double>(m.mlp_parameters(0)) - m.activated_mlp_parameters())) / 1e9;
+      qInfo("%s: %.2fB parameters, %.2fB activated", w.id, total, activated);
+      QVERIFY2(std::abs(total - w.total) / w.total < 0.01, w.id);
+      QVERIFY2(std::abs(activated - w.activated) / w.activated < 0.05, w.id);
+    }
+    const HfModelConfig q2 = shape("Qwen/Qwen2-57B-A14B");
+    QCOMPARE(q2.shared_expert_intermediate_size, std::int64_t{20480});
+    QVERIFY(q2.attention_bias);
+    QVERIFY(shape("Qwen/Qwen3-30B-A3B").norm_topk_prob);
+    QCOMPARE(shape("mistralai/Mixtral-8x7B-v0.1").moe_intermediate_size, std::int64_t{14336});
+  }
+
   void publishedParameterCounts() {
     // Hugging Face model cards: Qwen2.5-7B 7.61B, Qwen2.5-0.5B 0.49B; exact counts from the
     // safetensors index "total_size" / 2 bytes (bf16).
@@ -57,7 +87,9 @@ class TstModelConfig : public QObject {
         {"meta-llama/Llama-3.1-8B", 8030261248},          {"meta-llama/Llama-3.1-70B", 70553706496},
         {"meta-llama/Llama-3.3-70B-Instruct", 70553706496}, {"Qwen/Qwen2.5-32B", 32763876352},
         {"Qwen/Qwen2.5-72B", 72706203648},                {"deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", 7615616512},
-        {"google/gemma-3-12b-it", 11766034176},           {"google/gemma-3-27b-it", 27009346304}};
+        {"google/gemma-3-12b-it", 11766034176},           {"google/gemma-3-27b-it", 27009346304},
+        // Mixture of experts: every expert counts (Mixtral-8x7B's safetensors total / 2 bytes).
+        {"mistralai/Mixtral-8x7B-v0.1", 46702792704}};
     for (const auto& [id, count] : want) QCOMPARE(shape(id).parameter_count(), count);
     auto g2 = shape("google/gemma-2-9b");
     QCOMPARE(QString::fromStdString(g2.family), QString("gemma2"));

@@ -1,0 +1,229 @@
+// Mixture-of-experts layers (decoder.h: RouterImpl, ExpertsImpl, MoeImpl) and the
+// load-balancing loss's bookkeeping (moe.h). docs/moe.md.
+#include "model/moe.h"
+
+#include <cmath>
+
+#include "kernels/grouped_gemm.h"
+#include "kernels/swiglu.h"
+#include "model/decoder.h"
+
+namespace odyssey::model {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Identity on the router probabilities whose backward adds the load-balancing loss's gradient.
+struct RouterAuxGrad : public torch::autograd::Function<RouterAuxGrad> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& probs, const c10::intrusive_ptr<RouterStats>& stats) {
+    ctx->saved_data["stats"] = c10::IValue::make_capsule(stats);
+    return probs.clone();
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto stats = c10::static_intrusive_pointer_cast<RouterStats>(ctx->saved_data["stats"].toCapsule());
+    torch::Tensor g = grads[0];
+    if (stats->grad_scale != 0.0) g = g.defined() ? g + stats->probs_grad(g) : stats->probs_grad(g);
+    return {g, torch::Tensor()};
+  }
+};
+
+// y = x[index] where every row of x appears `copies` times in index, and back[j] is where
+// row j / copies's (j % copies)-th copy went. Backward gathers instead of scattering:
+// dx[n] = Σ_c dy[back[n · copies + c]] (a gather and a sum over copies, in fp32 inside the
+// reduction), where index_select's own backward is an atomic index_add (11 % of a
+// Qwen3-30B-A3B LoRA step on an H200 when measured, and nondeterministic in bf16).
+struct GatherRows : public torch::autograd::Function<GatherRows> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& index,
+                               const torch::Tensor& back, std::int64_t copies) {
+    ctx->save_for_backward({back});
+    ctx->saved_data["copies"] = copies;
+    ctx->saved_data["rows"] = x.size(0);
+    return x.index_select(0, index);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const torch::Tensor back = ctx->get_saved_variables()[0];
+    const std::int64_t copies = ctx->saved_data["copies"].toInt(), rows = ctx->saved_data["rows"].toInt();
+    const torch::Tensor g = grads[0].index_select(0, back);
+    const torch::Tensor dx = copies == 1 ? g : g.view({rows, copies, g.size(1)}).sum(1);
+    return {dx, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+void RouterStats::record(std::int64_t layer, const torch::Tensor& top_index, const torch::Tensor& probs) {
+  torch::NoGradGuard no_grad;
+  const std::int64_t n = probs.size(0);
+  torch::Tensor counts, sums;
+  if (row_weight.defined()) {
+    const torch::Tensor w = row_weight.to(probs.device(), torch::kFloat32);
+    counts = torch::zeros({num_experts}, probs.options().dtype(torch::kFloat32))
+                 .scatter_add_(0, top_index.reshape({-1}), w.repeat_interleave(top_k));
+    sums = (probs.to(torch::kFloat32) * w.unsqueeze(-1)).sum(0);
+  } else {
+    counts = torch::bincount(top_index.reshape({-1}), {}, num_experts).to(torch::kFloat32);
+    sums = probs.to(torch::kFloat32).sum(0);
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  // A recomputation (activation checkpointing) records the same layer again: replace its share.
+  if (auto it = counts_.find(layer); it != counts_.end()) count_total_ = count_total_ - it->second;
+  count_total_ = count_total_.defined() ? count_total_ + counts : counts.clone();
+  counts_[layer] = counts;
+  prob_sums_[layer] = sums;
+  rows_ = row_weight.defined() ? row_weight.sum().item<double>() : static_cast<double>(n);
+}
+
+torch::Tensor RouterStats::aux_loss() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (counts_.empty()) return torch::zeros({}, torch::kFloat32);
+  const torch::Tensor& c = count_total_;
+  torch::Tensor p = torch::zeros_like(c);
+  for (const auto& [layer, t] : prob_sums_) p = p + t;
+  const double r = static_cast<double>(counts_.size()) * rows_;
+  if (r <= 0) return torch::zeros({}, c.options());
+  return (c / r * (p / r)).sum() * static_cast<double>(num_experts);
+}
+
+torch::Tensor RouterStats::probs_grad(const torch::Tensor& like) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!count_total_.defined()) return torch::zeros_like(like);
+  const torch::Tensor c = count_total_.to(like.options());
+  const double r = static_cast<double>(counts_.size()) * rows_;
+  if (r <= 0) return torch::zeros_like(like);
+  // d/dp_re of E · Σ_e (C_e / R)(Σ_r w_r p_re / R) = E · C_e · w_r / R².
+  torch::Tensor g = (c * (grad_scale * static_cast<double>(num_experts) / (r * r))).unsqueeze(0).expand_as(like);
+  if (row_weight.defined()) g = g * row_weight.to(like.options()).unsqueeze(-1);
+  return g;
+}
+
+torch::Tensor route_through_stats(const torch::Tensor& probs, const torch::Tensor& top_index, std::int64_t layer,
+                                  const c10::intrusive_ptr<RouterStats>& stats) {
+  stats->record(layer, top_index, probs);
+  if (!probs.requires_grad()) return probs;
+  return RouterAuxGrad::apply(probs, stats);
+}
+
+RouterImpl::RouterImpl(std::int64_t experts, std::int64_t hidden, const torch::TensorOptions& o) {
+  weight = register_parameter("weight", torch::empty({experts, hidden}, o));
+}
+
+ExpertsImpl::ExpertsImpl(std::int64_t experts, std::int64_t hidden, std::int64_t intermediate,
+                         const torch::TensorOptions& o) {
+  gate_up_proj = register_parameter("gate_up_proj", torch::empty({experts, 2 * intermediate, hidden}, o));
+  down_proj = register_parameter("down_proj", torch::empty({experts, hidden, intermediate}, o));
+}
+
+ExpertLoraImpl::ExpertLoraImpl(std::int64_t e, std::int64_t out, std::int64_t in, std::int64_t r, double s,
+                               const torch::Device& device)
+    : experts(e), rank(r), scaling(s) {
+  const auto o = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  lora_A = register_parameter("lora_A", torch::empty({r * e, in}, o));
+  lora_B = register_parameter("lora_B", torch::zeros({out, r * e}, o));
+  torch::NoGradGuard no_grad;
+  torch::nn::init::kaiming_uniform_(lora_A, std::sqrt(5.0));  // nn.Linear's default, as PEFT leaves it
+}
+
+torch::Tensor ExpertLoraImpl::a3(torch::ScalarType dtype) const {
+  return lora_A.to(dtype).view({experts, rank, lora_A.size(1)});
+}
+
+torch::Tensor ExpertLoraImpl::b3(torch::ScalarType dtype, double scale) const {
+  const torch::Tensor b = scale == 1.0 ? lora_B : lora_B * scale;
+  return b.to(dtype).view({lora_B.size(0), rank, experts}).permute({2, 0, 1}).contiguous();
+}
+
+void ExpertsImpl::add_lora(const std::string& parameter, std::int64_t rank, double scaling) {
+  const bool gu = parameter == "gate_up_proj";
+  TORCH_CHECK(gu || parameter == "down_proj", "expert LoRA targets gate_up_proj or down_proj, not ", parameter);
+  const torch::Tensor& w = gu ? gate_up_proj : down_proj;
+  ExpertLora& slot = gu ? gate_up_lora : down_lora;
+  TORCH_CHECK(!slot, "LoRA already added to ", parameter);
+  slot = register_module(parameter + "_lora", ExpertLora(w.size(0), w.size(1), w.size(2), rank, scaling, w.device()));
+}
+
+void ExpertsImpl::merge_lora() {
+  torch::NoGradGuard no_grad;
+  for (auto [w, lora] : {std::pair{&gate_up_proj, &gate_up_lora}, std::pair{&down_proj, &down_lora}}) {
+    if (!*lora) continue;
+    const ExpertLora& l = *lora;
+    const torch::Tensor delta = torch::bmm(l->b3(torch::kFloat32, l->scaling), l->a3(torch::kFloat32));
+    w->copy_((w->to(torch::kFloat32) + delta).to(w->scalar_type()));
+  }
+  remove_lora();
+}
+
+void ExpertsImpl::remove_lora() {
+  for (auto [name, lora] : {std::pair{"gate_up_proj_lora", &gate_up_lora}, std::pair{"down_proj_lora", &down_lora}}) {
+    if (!*lora) continue;
+    unregister_module(name);
+    *lora = nullptr;
+  }
+}
+
+torch::Tensor ExpertsImpl::project(const torch::Tensor& x, const torch::Tensor& w, const ExpertLora& lora,
+                                   const torch::Tensor& ends) {
+  torch::Tensor y = kernels::grouped_linear(x, w, ends);
+  if (!lora) return y;
+  // x · A_eᵀ · B_eᵀ per expert: two more grouped GEMMs through the rank. The fused path computes
+  // them in the activations' dtype (autocast's rule, as LinearImpl); otherwise in fp32.
+  const torch::ScalarType dt = fused ? x.scalar_type() : torch::kFloat32;
+  const torch::Tensor xa = kernels::grouped_linear(x.to(dt), lora->a3(dt), ends);
+  // The scaling rides in B's per-expert copy (r·E·out values), not on the [T, out] product.
+  return y + kernels::grouped_linear(xa, lora->b3(dt, lora->scaling), ends).to(y.scalar_type());
+}
+
+torch::Tensor ExpertsImpl::forward(const torch::Tensor& x, const torch::Tensor& ends) {
+  const torch::Tensor gu = project(x, gate_up_proj, gate_up_lora, ends);
+  const std::int64_t i = down_proj.size(2);
+  const torch::Tensor gate = gu.narrow(-1, 0, i), up = gu.narrow(-1, i, i);
+  const torch::Tensor act = fused ? kernels::swiglu(gate, up) : torch::silu(gate) * up;
+  return project(act, down_proj, down_lora, ends);
+}
+
+MoeImpl::MoeImpl(const DecoderConfig& c, const torch::TensorOptions& o, std::int64_t layer)
+    : num_experts(c.hf.num_experts), top_k(c.hf.num_experts_per_tok), layer_index(layer),
+      norm_topk_prob(c.hf.norm_topk_prob), weights_in_fp32(c.hf.family == "mixtral"), jitter(c.hf.router_jitter_noise) {
+  const std::int64_t h = c.hf.hidden_size;
+  const std::string prefix = "model.layers." + std::to_string(layer) + ".mlp.";
+  gate = register_module("gate", Router(num_experts, h, o));
+  experts = register_module("experts", Experts(num_experts, h, c.hf.moe_intermediate_size, o));
+  if (c.hf.shared_expert_intermediate_size > 0) {
+    shared_expert = register_module(
+        "shared_expert", Mlp(c, o, layer, c.hf.shared_expert_intermediate_size, prefix + "shared_expert."));
+    shared_expert_gate = register_module(
+        "shared_expert_gate", Linear(h, 1, false, o, c.quant.quantizes(prefix + "shared_expert_gate")));
+  }
+}
+
+torch::Tensor MoeImpl::forward(const torch::Tensor& x, const c10::intrusive_ptr<RouterStats>& stats) {
+  const std::int64_t h = x.size(-1);
+  torch::Tensor flat = x.reshape({-1, h});
+  if (jitter > 0 && is_training())  // MixtralSparseMoeBlock: router and experts see the jittered input
+    flat = flat * torch::empty_like(flat).uniform_(1.0 - jitter, 1.0 + jitter);
+  const std::int64_t n = flat.size(0);
+  const torch::Tensor logits = at::linear(flat, gate->weight);
+  torch::Tensor probs = torch::softmax(logits, -1, torch::kFloat32);
+  const torch::Tensor top_index = std::get<1>(probs.detach().topk(top_k, -1));  // [N, k], most probable first
+  if (stats) probs = route_through_stats(probs, top_index, layer_index, stats);
+  torch::Tensor top_p = probs.gather(-1, top_index);
+  if (norm_topk_prob) top_p = top_p / top_p.sum(-1, true);
+  if (!weights_in_fp32) top_p = top_p.to(logits.scalar_type());
+
+  // Sort the N·k (token, expert) pairs by expert; pair j is token j / k's (j % k)-th choice.
+  const torch::Tensor choice = top_index.reshape({-1});
+  const torch::Tensor order = std::get<1>(choice.sort(std::optional<bool>(true), /*dim=*/0, /*descending=*/false));
+  const torch::Tensor token = order.div(top_k, "floor");
+  const torch::Tensor ends = torch::bincount(choice, {}, num_experts).cumsum(0).to(torch::kInt32);
+  // inverse[j]: where pair j (token j / k's (j % k)-th choice) sits in the sorted order.
+  const torch::Tensor inverse = torch::empty_like(order).scatter_(0, order, torch::arange(order.size(0), order.options()));
+  const torch::Tensor out = experts(GatherRows::apply(flat, token, inverse, top_k), ends);  // [N·k, h], sorted
+  // Back to (token, choice) order, weighted, summed over the k choices.
+  torch::Tensor y = (GatherRows::apply(out, inverse, order, 1).view({n, top_k, h}) * top_p.unsqueeze(-1)).sum(1)
+                        .to(x.scalar_type());
+  if (shared_expert) y = y + torch::sigmoid(shared_expert_gate(flat)) * shared_expert(flat);
+  return y.view(x.sizes());
+}
+
+}  // namespace odyssey::model
