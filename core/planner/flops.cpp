@@ -19,6 +19,10 @@ Widths widths_of(const HfModelConfig& m) {
   const std::int64_t kv_heads = m.num_key_value_heads > 0 ? m.num_key_value_heads : heads;
   w.h = static_cast<double>(std::max<std::int64_t>(m.hidden_size, 0));
   w.i = static_cast<double>(std::max<std::int64_t>(m.intermediate_size, 0));
+  // Mixture of experts: the MLP a token runs through (its k experts, the shared expert, the
+  // router), as the width of a dense SwiGLU MLP of the same multiply-adds: FLOPs and MFU count
+  // activated parameters.
+  if (m.is_moe() && w.h > 0) w.i = m.activated_mlp_parameters() / (3.0 * w.h);
   w.d = static_cast<double>(std::max<std::int64_t>(d, 0));
   w.heads = static_cast<double>(heads);
   w.q = w.heads * w.d;

@@ -7,7 +7,7 @@
 //
 // Notation: T tokens in the step (Σ s_i over the samples of a row, or batch × S), s_i the
 // length of sample i (attention never crosses samples: padding-free rows and packing with
-// per-sample masks), h hidden, i intermediate, L layers, H query heads, H_kv KV heads, d
+// per-sample masks), h hidden, i intermediate (MoE: the activated width, activated_mlp_parameters / 3h), L layers, H query heads, H_kv KV heads, d
 // head_dim (hidden / H when config.json gives none), q = H·d, kv = H_kv·d, V vocab, r LoRA
 // rank. One multiply-add = 2 FLOPs.
 //

@@ -39,6 +39,9 @@ Shape shape_of(const HfModelConfig& m) {
   Shape s{};
   s.h = m.hidden_size;
   s.i = m.intermediate_size;
+  // Mixture of experts: a token's MLP activations are those of its k experts (and the shared
+  // expert), the width of a dense MLP of the same size per token (docs/moe.md, "Memory").
+  if (m.is_moe() && m.hidden_size > 0) s.i = static_cast<i64>(m.activated_mlp_parameters() / (3.0 * static_cast<double>(m.hidden_size)));
   s.L = m.num_hidden_layers;
   s.H = m.num_attention_heads;
   s.Hkv = m.num_key_value_heads > 0 ? m.num_key_value_heads : m.num_attention_heads;
@@ -50,6 +53,12 @@ Shape shape_of(const HfModelConfig& m) {
   const i64 out[kModules] = {s.q, s.kv, s.kv, s.h, s.i, s.i, s.h, 0, 0};
   std::copy(in, in + kModules, s.in);
   std::copy(out, out + kModules, s.out);
+  if (m.is_moe()) {  // LoRA's MLP targets: the shared expert's projections only (the experts are not Linear modules)
+    const i64 se = m.shared_expert_intermediate_size;
+    s.in[Gate] = s.in[Up] = se > 0 ? s.h : 0;
+    s.out[Gate] = s.out[Up] = s.in[Down] = se;
+    s.out[Down] = se > 0 ? s.h : 0;
+  }
   if (m.fused_qkv) {  // Phi-3: one projection each, as PEFT targets them
     for (Module k : {Q, K, V, Gate, Up}) s.in[k] = s.out[k] = 0;
     s.in[QKV] = s.h;
@@ -95,7 +104,8 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   // The SwiGLU kernel (saves gate and up) runs wherever the block is fused and the MLP is
   // SwiGLU with separate gate and up; so do the MLP's tiers (rms_norm_mlp recomputation,
   // swiglu_down and its offload), on 16-bit and 4-bit bases alike (docs/qlora.md).
-  const bool swiglu_kernel = t.fused && m.hidden_act == "silu" && !m.fused_qkv;
+  // MoE models: the experts' SwiGLU runs between two grouped GEMMs (no MLP tiers there).
+  const bool swiglu_kernel = t.fused && m.hidden_act == "silu" && !m.fused_qkv && !m.is_moe();
   t.mlp_fused = swiglu_kernel;
   t.layout = parallel_layout(c, s.Hkv);
   const ParallelLayout& p = t.layout;
@@ -154,6 +164,16 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
     for (std::size_t k = 0; k < kModules; ++k)
       if (lmask & (1u << k)) per_block += r * (s.in[k] + s.out[k]);
     t.trainable = per_block * s.L;
+    // The MLP names mean the experts (HfModelConfig::mlp_names_mean_experts): gate_proj +
+    // up_proj adapt the stacked gate_up_proj at rank 2r, down_proj the stacked down_proj at r;
+    // per expert, lora_A [rank, in] and lora_B [out, rank] (docs/moe.md, "LoRA").
+    if (m.mlp_names_mean_experts()) {
+      const i64 e = m.num_experts, im = m.moe_intermediate_size;
+      i64 per_moe_layer = 0;
+      if ((lmask & (1u << Gate)) && (lmask & (1u << Up))) per_moe_layer += 2 * r * e * (s.h + 2 * im);
+      if (lmask & (1u << Down)) per_moe_layer += r * e * (im + s.h);
+      t.trainable += per_moe_layer * m.moe_layer_count();
+    }
     t.adapters = 4 * t.trainable;
     t.grads_layers = 4 * t.trainable;
     t.adam = 8 * t.trainable;
@@ -293,6 +313,8 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   mlp_tok += mlp_dropout_tok;
   per_token += b * (s.q + 2 * kv_eff) + b * s.q + 4 * s.H;  // q, k, v, output, fp32 LSE
   mlp_tok += (swiglu_kernel ? 2 : 3) * b * s.i;            // gate, up (reference: act(gate) too)
+  if (m.is_moe())  // the token's k permuted copies and expert outputs, fp32 router probabilities, the sort's indices
+    mlp_tok += 2 * m.num_experts_per_tok * b * s.h + 2 * 4 * m.num_experts + 3 * 8 * m.num_experts_per_tok;
   per_token += mlp_tok;
   t.per_token_layer = per_token;
   t.mlp_per_token = mlp_tok;

@@ -44,14 +44,44 @@ std::vector<std::pair<std::string, Linear>> linears(model::CausalLM& lm) {
     for (const auto& [n, lin] : {std::pair<const char*, Linear>{"q_proj", at->q_proj}, {"k_proj", at->k_proj},
                                  {"v_proj", at->v_proj}, {"o_proj", at->o_proj}, {"qkv_proj", at->qkv_proj}})
       if (lin) out.emplace_back(a + n, lin);
-    for (const auto& [n, lin] : {std::pair<const char*, Linear>{"gate_proj", mlp->gate_proj}, {"up_proj", mlp->up_proj},
-                                 {"down_proj", mlp->down_proj}, {"gate_up_proj", mlp->gate_up_proj}})
-      if (lin) out.emplace_back(m + n, lin);
+    // A MoE layer: the shared expert's projections (Qwen2-MoE) are Linear modules, as in PEFT;
+    // the experts are stacked parameters and the router is not a Linear (transformers 5.17).
+    const bool moe = !mlp;
+    const model::Mlp& dense = moe ? layers[i]->moe->shared_expert : mlp;
+    if (!dense) continue;
+    const std::string d = moe ? m + "shared_expert." : m;
+    for (const auto& [n, lin] : {std::pair<const char*, Linear>{"gate_proj", dense->gate_proj}, {"up_proj", dense->up_proj},
+                                 {"down_proj", dense->down_proj}, {"gate_up_proj", dense->gate_up_proj}})
+      if (lin) out.emplace_back(d + n, lin);
   }
   return out;
 }
 
 std::string leaf(const std::string& name) { return name.substr(name.rfind('.') + 1); }
+
+// Every MoE layer's stacked experts by HF module name ("model.layers.3.mlp.experts").
+std::vector<std::pair<std::string, model::Experts>> expert_modules(model::CausalLM& lm) {
+  std::vector<std::pair<std::string, model::Experts>> out;
+  const auto& layers = lm->model->layer_list;
+  for (std::size_t i = 0; i < layers.size(); ++i)
+    if (layers[i]->moe) out.emplace_back("model.layers." + std::to_string(i) + ".mlp.experts", layers[i]->moe->experts);
+  return out;
+}
+
+// HfModelConfig::mlp_names_mean_experts: PEFT's reading of the MLP names on Qwen3-MoE, applied
+// here so that an adapter means in PEFT what it means in Odyssey; the dense MLPs of such a model
+// (mlp_only_layers) get no adapter by name.
+bool mlp_names_mean_experts(const model::CausalLM& lm) { return lm->config().hf.mlp_names_mean_experts(); }
+
+// PEFT's adapter tensor names of one experts module: with both parameters adapted the first
+// one registered (gate_up_proj) is wrapped first and becomes the inner "base_layer"
+// (BaseTuner._inject_parameters, PEFT 0.21); one adapted parameter: the module's own names.
+std::vector<std::pair<std::string, model::ExpertLora>> expert_adapters(const std::string& module, const model::Experts& e) {
+  std::vector<std::pair<std::string, model::ExpertLora>> out;
+  if (e->gate_up_lora) out.emplace_back(module + (e->down_lora ? ".base_layer" : ""), e->gate_up_lora);
+  if (e->down_lora) out.emplace_back(module, e->down_lora);
+  return out;
+}
 
 }  // namespace
 
@@ -66,6 +96,12 @@ bool LoraSettings::targets(const std::string& name, const std::string& leaf_name
     return std::find(target_modules.begin(), target_modules.end(), leaf_name) != target_modules.end();
   // PEFT's rule for a list: the module's name is an entry or ends with "." + the entry.
   return std::any_of(target_paths.begin(), target_paths.end(), [&](const std::string& e) {
+    return name == e || (name.size() > e.size() && name.ends_with(e) && name[name.size() - e.size() - 1] == '.');
+  });
+}
+
+bool LoraSettings::targets_parameter(const std::string& name) const {
+  return std::any_of(target_parameters.begin(), target_parameters.end(), [&](const std::string& e) {
     return name == e || (name.size() > e.size() && name.ends_with(e) && name[name.size() - e.size() - 1] == '.');
   });
 }
@@ -103,16 +139,36 @@ std::int64_t apply_lora(model::CausalLM& lm, const LoraSettings& s) {
   for (auto& p : lm->parameters(true)) p.set_requires_grad(false);
   std::int64_t trainable = 0;
   const double scaling = s.scaling();
+  const bool experts_by_name = mlp_names_mean_experts(lm);
+  auto mlp_leaf = [](const std::string& l) { return l == "gate_proj" || l == "up_proj" || l == "down_proj"; };
   for (auto& [name, lin] : linears(lm)) {
     if (!s.targets(name, leaf(name))) continue;
+    if (experts_by_name && mlp_leaf(leaf(name))) continue;  // PEFT reads these as the experts
     lin->add_lora(s.rank, scaling, s.dropout);
     trainable += lin->lora_A->weight.numel() + lin->lora_B->weight.numel();
   }
+  auto named = [&](const std::string& module, const char* l) {
+    return experts_by_name && s.targets(module + "." + l, l);
+  };
+  for (auto& [name, e] : expert_modules(lm))
+    for (const char* param : {"gate_up_proj", "down_proj"}) {
+      const bool gate_up = std::string(param) == "gate_up_proj";
+      // By name (PEFT's conversion): gate_up_proj needs both gate_proj and up_proj, at twice the rank and alpha.
+      const bool fused_by_name = gate_up && named(name, "gate_proj") && named(name, "up_proj");
+      const bool by_name = gate_up ? fused_by_name : named(name, "down_proj");
+      if (!by_name && !s.targets_parameter(name + "." + param)) continue;
+      const std::int64_t rank = fused_by_name ? 2 * s.rank : s.rank;
+      const double alpha = fused_by_name ? 2 * s.alpha : s.alpha;
+      e->add_lora(param, rank, s.rslora ? alpha / std::sqrt(static_cast<double>(rank)) : alpha / static_cast<double>(rank));
+      const model::ExpertLora& l = std::string(param) == "gate_up_proj" ? e->gate_up_lora : e->down_lora;
+      trainable += l->lora_A.numel() + l->lora_B.numel();
+    }
   return trainable;
 }
 
 void merge_lora(model::CausalLM& lm) {
   for (auto& [name, lin] : linears(lm)) lin->merge_lora();
+  for (auto& [name, e] : expert_modules(lm)) e->merge_lora();
 }
 
 void remove_lora(model::CausalLM& lm) {
@@ -123,6 +179,7 @@ void remove_lora(model::CausalLM& lm) {
     lin->lora_A = nullptr;
     lin->lora_B = nullptr;
   }
+  for (auto& [name, e] : expert_modules(lm)) e->remove_lora();
 }
 
 Diagnostics attach_adapter(model::CausalLM& lm, const std::string& dir) {
@@ -144,14 +201,31 @@ Diagnostics attach_adapter(model::CausalLM& lm, const std::string& dir) {
   return d;
 }
 
+std::vector<std::pair<std::string, torch::Tensor>> adapter_tensors(model::CausalLM& lm) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (auto& [name, lin] : linears(lm)) {
+    if (!lin->has_lora()) continue;
+    out.emplace_back(name + ".lora_A.weight", lin->lora_A->weight);
+    out.emplace_back(name + ".lora_B.weight", lin->lora_B->weight);
+  }
+  for (auto& [module, e] : expert_modules(lm))
+    for (auto& [name, l] : expert_adapters(module, e)) {
+      out.emplace_back(name + ".lora_A.weight", l->lora_A);
+      out.emplace_back(name + ".lora_B.weight", l->lora_B);
+    }
+  return out;
+}
+
 Diagnostics save_adapter(model::CausalLM& lm, const LoraSettings& s, const std::string& base_model,
                          const std::string& dir) {
   Diagnostics d;
   NamedTensors tensors;
-  for (auto& [name, lin] : linears(lm)) {
-    if (!lin->has_lora()) continue;
-    tensors.emplace_back(kPrefix + name + ".lora_A.weight", lin->lora_A->weight.detach().to(torch::kCPU, torch::kFloat32));
-    tensors.emplace_back(kPrefix + name + ".lora_B.weight", lin->lora_B->weight.detach().to(torch::kCPU, torch::kFloat32));
+  for (auto& [name, t] : adapter_tensors(lm))
+    tensors.emplace_back(kPrefix + name, t.detach().to(torch::kCPU, torch::kFloat32));
+  std::set<std::string> expert_params;  // adapted, as target_parameters entries
+  for (auto& [module, e] : expert_modules(lm)) {
+    if (e->gate_up_lora) expert_params.insert("mlp.experts.gate_up_proj");
+    if (e->down_lora) expert_params.insert("mlp.experts.down_proj");
   }
   const std::string weights = (fs::path(dir) / "adapter_model.safetensors").string();
   auto saved = save_safetensors(weights, tensors, {{"format", "pt"}});
@@ -176,7 +250,16 @@ Diagnostics save_adapter(model::CausalLM& lm, const LoraSettings& s, const std::
         present.push_back(n);
         break;
       }
+  // Qwen3-MoE: the MLP names that mean the experts (mlp_names_mean_experts) stay listed, so PEFT
+  // gives gate_up_proj the same doubled rank.
+  if (mlp_names_mean_experts(lm) && !expert_params.empty())
+    for (const auto& n : s.target_modules)
+      if ((n == "gate_proj" || n == "up_proj" || n == "down_proj") &&
+          std::find(present.begin(), present.end(), n) == present.end())
+        present.push_back(n);
   c["target_modules"] = present;
+  if (!expert_params.empty())
+    c["target_parameters"] = std::vector<std::string>(expert_params.begin(), expert_params.end());
   c["task_type"] = "CAUSAL_LM";
   c["use_dora"] = false;
   c["use_rslora"] = s.rslora;
@@ -227,19 +310,41 @@ Result<LoraSettings> read_adapter_config(const std::string& dir) {
   for (const char* key : {"rank_pattern", "alpha_pattern"})
     if (auto it = j.find(key); it != j.end() && it->is_object() && !it->empty())
       r.diagnostics.push_back(error(file, key, "per-module ranks or alphas are not supported"));
+  // target_parameters (PEFT: LoRA on MoE experts' stacked parameters).
+  if (auto it = j.find("target_parameters"); it != j.end() && !it->is_null()) {
+    if (!it->is_array()) r.diagnostics.push_back(error(file, "target_parameters", "expected a list of parameter names"));
+    for (const auto& t : it->is_array() ? *it : nlohmann::json::array()) {
+      const std::string name = t.is_string() ? t.get<std::string>() : std::string();
+      if (name.ends_with("experts.gate_up_proj") || name.ends_with("experts.down_proj") || name == "gate_up_proj" ||
+          name == "down_proj")
+        r.value.target_parameters.push_back(name);
+      else
+        r.diagnostics.push_back(error(file, "target_parameters",
+                                      "'" + (t.is_string() ? name : dump_json(t)) +
+                                          "' is not a parameter Odyssey adapts; expected mlp.experts.gate_up_proj or "
+                                          "mlp.experts.down_proj (MoE experts)"));
+    }
+    if (!r.value.target_parameters.empty() && r.value.dropout > 0)
+      r.diagnostics.push_back(error(file, "lora_dropout", "must be 0 with target_parameters (PEFT refuses it too)"));
+  }
   std::vector<std::string> targets;
+  bool targets_listed = true;
   if (auto it = j.find("target_modules"); it != j.end() && it->is_array()) {
     for (const auto& t : *it)
       if (t.is_string()) targets.push_back(t.get<std::string>());
   } else if (it != j.end() && it->is_string()) {
     targets.push_back(it->get<std::string>());
-  } else {
+  } else if (r.value.target_parameters.empty()) {
     r.diagnostics.push_back(error(file, "target_modules", "missing; expected a list of module names"));
+  } else {
+    targets_listed = false;  // expert parameters only
   }
-  auto resolved = resolve_target_modules(targets);
-  for (auto& dd : resolved.diagnostics) dd.file = file;
-  r.diagnostics.insert(r.diagnostics.end(), resolved.diagnostics.begin(), resolved.diagnostics.end());
-  r.value.target_modules = resolved.value;
+  if (targets_listed && !(targets.empty() && !r.value.target_parameters.empty())) {
+    auto resolved = resolve_target_modules(targets);
+    for (auto& dd : resolved.diagnostics) dd.file = file;
+    r.diagnostics.insert(r.diagnostics.end(), resolved.diagnostics.begin(), resolved.diagnostics.end());
+    r.value.target_modules = resolved.value;
+  }
   if (std::any_of(targets.begin(), targets.end(), [](const std::string& t) { return t.find('.') != std::string::npos; }))
     r.value.target_paths = targets;
   if (r.value.rank < 1) r.diagnostics.push_back(error(file, "r", "must be at least 1"));
@@ -255,11 +360,7 @@ Diagnostics load_adapter_weights(model::CausalLM& lm, const std::string& dir) {
   std::set<std::string> unused;
   for (const auto& n : st.names()) unused.insert(n);
   std::vector<std::pair<std::string, torch::Tensor>> targets;
-  for (auto& [name, lin] : linears(lm)) {
-    if (!lin->has_lora()) continue;
-    targets.emplace_back(kPrefix + name + ".lora_A.weight", lin->lora_A->weight);
-    targets.emplace_back(kPrefix + name + ".lora_B.weight", lin->lora_B->weight);
-  }
+  for (auto& [name, t] : adapter_tensors(lm)) targets.emplace_back(kPrefix + name, t);
   for (auto& [name, t] : targets) {
     // PEFT also writes names with the adapter name ("...lora_A.default.weight") in some paths.
     std::string found = name;

@@ -27,6 +27,13 @@ struct LoraSettings {
   // them (the name, or a name ending in "." + the entry). Empty: target_modules' names in every
   // layer.
   std::vector<std::string> target_paths;
+  // PEFT's target_parameters: stacked MoE expert parameters ("mlp.experts.gate_up_proj",
+  // "mlp.experts.down_proj", or any suffix of "model.layers.N.mlp.experts.<name>" as PEFT
+  // matches them), each adapted per expert (model::ExpertLora; docs/moe.md). Adapter dropout
+  // must be 0 with them (PEFT refuses it too).
+  std::vector<std::string> target_parameters;
+  // Whether the stacked parameter `name` ("model.layers.0.mlp.experts.down_proj") gets an adapter.
+  bool targets_parameter(const std::string& name) const;
   // Whether the module `name` (leaf `leaf_name`, "q_proj") gets an adapter.
   bool targets(const std::string& name, const std::string& leaf_name) const;
   double scaling() const;
@@ -53,6 +60,11 @@ void remove_lora(model::CausalLM& lm);
 // name the file and what does not match: a target module this model lacks, a tensor missing
 // or of another shape (an adapter trained on another base). On errors no adapter is left.
 Diagnostics attach_adapter(model::CausalLM& lm, const std::string& dir);
+
+// Every adapter tensor of `lm` under the name PEFT saves it with, less "base_model.model."
+// ("model.layers.0.self_attn.q_proj.lora_A.weight"; MoE experts:
+// "model.layers.0.mlp.experts.base_layer.lora_A.weight" and the like), in a stable order.
+std::vector<std::pair<std::string, torch::Tensor>> adapter_tensors(model::CausalLM& lm);
 
 // PEFT files: adapter_config.json and adapter_model.safetensors with tensor names
 // "base_model.model.<name>" (fp32). base_model_name_or_path is written as given.

@@ -49,15 +49,28 @@ StepResult StepEngine::step(const std::vector<PackedRow>& micro_batches) {
   const double denom = static_cast<double>(std::max<std::int64_t>(1, r.target_tokens));
   // The loss sum stays on the device until every micro-batch's backward is queued: reading it
   // after each forward would drain the GPU's queue before each backward.
-  torch::Tensor total;
+  torch::Tensor total, aux_total;
   optimizer_->begin_step();
+  // MoE: each micro-batch's loss gains coef · aux (as transformers' does); with several ranks
+  // (whose gradients are summed) each rank's share is 1 / ranks. In the total it is scaled by
+  // denom, which the reported loss divides by.
+  const bool aux = options_.router_aux_loss_coef > 0 && lm_->config().hf.is_moe();
+  const double ranks = world_ ? static_cast<double>(std::max(1, world_->size())) : 1.0;
+  lm_->set_router_aux_loss(aux);
   for (std::size_t i = 0; i < micro_batches.size(); ++i) {
     const torch::Tensor sum = row_loss_sum(lm_, micro_batches[i]);
-    const torch::Tensor s64 = sum.detach().to(torch::kFloat64);
+    torch::Tensor s64 = sum.detach().to(torch::kFloat64);
+    if (const auto& stats = lm_->router_stats(); aux && stats && !stats->empty()) {
+      stats->grad_scale = options_.router_aux_loss_coef / ranks;
+      const torch::Tensor a = stats->aux_loss().to(s64.device(), torch::kFloat64);
+      aux_total = aux_total.defined() ? aux_total + a : a;
+      s64 = s64 + a * (options_.router_aux_loss_coef * denom / ranks);
+    }
     total = total.defined() ? total + s64 : s64;
     if (sum.requires_grad()) (sum / denom).backward();
     optimizer_->end_micro_batch(i + 1 == micro_batches.size());
   }
+  if (aux_total.defined()) r.aux_loss = aux_total.item<double>() / static_cast<double>(micro_batches.size());
   if (!total.defined())  // no micro-batch: a zero sum (the ranks still meet in the all-reduce)
     total = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(lm_->lm_head_weight().device()));
   if (world_ && world_->size() > 1) {

@@ -52,10 +52,16 @@ struct StepOptions {
   double max_grad_norm = 1.0;  // <= 0: no clipping
   GaLoreOptions galore;
   ZeroOptions zero;
+  // MoE models: transformers' load-balancing loss times this coefficient joins each
+  // micro-batch's loss (its ForCausalLM adds router_aux_loss_coef · aux_loss when
+  // output_router_logits); 0: not computed. StepOptions built by the trainer take config.json's
+  // (docs/moe.md). Over several ranks each rank's own statistic counts, averaged over the ranks.
+  double router_aux_loss_coef = 0.0;
 };
 
 struct StepResult {
-  double loss = 0;        // summed token loss / target tokens of the whole step
+  double loss = 0;        // summed token loss / target tokens of the whole step (+ the MoE aux loss)
+  double aux_loss = 0;    // MoE: this rank's load-balancing loss, averaged over its micro-batches (0: none)
   double grad_norm = 0;   // before clipping
   double lr = 0;          // used by this step
   std::int64_t tokens = 0;          // input tokens of the step

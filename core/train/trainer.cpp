@@ -709,6 +709,8 @@ void apply_tuner_and_memory(RunContext& run, LoadedModel& m, Training& t) {
   m.lm->set_mlp_offload_layers(memory.mlp_offload, memory.mlp_offload_lead);
   m.lm->set_offload_checkpoints(c.offload_activations);
   m.lm->set_mlp_tile_tokens(memory.mlp_tile);
+  // MoE: transformers' load-balancing loss when config.json asks for it (docs/moe.md).
+  t.sched.so.router_aux_loss_coef = m.hf.is_moe() && m.hf.output_router_logits ? m.hf.router_aux_loss_coef : 0.0;
 }
 
 // Steps per epoch and in all, and the optimizer's and schedule's options.

@@ -22,6 +22,18 @@ namespace {
 QString src(const char* rel) { return QStringLiteral(ODYSSEY_SOURCE_DIR "/") + QString::fromLatin1(rel); }
 const QString kModel = src("resources/quickstart/model");
 
+// Reads p's stdout until it contains `needle` or `ms` milliseconds pass; returns what was read.
+QByteArray read_until(QProcess& p, const char* needle, qint64 ms) {
+  QByteArray out;
+  QElapsedTimer t;
+  t.start();
+  while (!out.contains(needle) && t.elapsed() < ms) {
+    p.waitForReadyRead(1000);
+    out += p.readAllStandardOutput();
+  }
+  return out;
+}
+
 QList<QJsonObject> json_lines(const QByteArray& out) {
   QList<QJsonObject> v;
   for (const QByteArray& l : out.split('\n')) {
@@ -245,13 +257,7 @@ class TstInferCli : public QObject {
     p.start(QStringLiteral(ODYSSEY_TRAIN_BIN), {"chat", "--model", kModel, "--json", "--device", "cpu"});
     QVERIFY(p.waitForStarted());
     p.write(req);  // the input stays open
-    QByteArray out;
-    QElapsedTimer t;
-    t.start();
-    while (!out.contains("\"event\":\"token\"") && t.elapsed() < 60000) {
-      p.waitForReadyRead(1000);
-      out += p.readAllStandardOutput();
-    }
+    QByteArray out = read_until(p, "\"event\":\"token\"", 60000);
     QVERIFY2(out.contains("\"event\":\"token\""), out.constData());
     ::kill(static_cast<pid_t>(p.processId()), SIGINT);
     QVERIFY(p.waitForFinished(60000));
@@ -265,12 +271,7 @@ class TstInferCli : public QObject {
     QProcess idle;
     idle.start(QStringLiteral(ODYSSEY_TRAIN_BIN), {"chat", "--model", kModel, "--json", "--device", "cpu"});
     QVERIFY(idle.waitForStarted());
-    QByteArray seen;
-    t.restart();
-    while (!seen.contains("\"event\":\"ready\"") && t.elapsed() < 60000) {
-      idle.waitForReadyRead(1000);
-      seen += idle.readAllStandardOutput();
-    }
+    const QByteArray seen = read_until(idle, "\"event\":\"ready\"", 60000);
     QVERIFY2(seen.contains("\"event\":\"ready\""), seen.constData());
     ::kill(static_cast<pid_t>(idle.processId()), SIGINT);
     QVERIFY(idle.waitForFinished(10000));

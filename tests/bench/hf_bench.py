@@ -298,6 +298,11 @@ def build_model(cfg_dict: dict, args, device, use_cache: bool = False):
                     mod.bias.zero_()
             elif "RMSNorm" in type(mod).__name__ and getattr(mod, "weight", None) is not None:
                 mod.weight.fill_(1.0)
+        # Mixture of experts (transformers 5): the routers and the stacked expert weights are
+        # parameters of modules that are not nn.Linear; HF's _init_weights draws them N(0, 0.02) too.
+        for name, p in model.named_parameters():
+            if name.endswith(("experts.gate_up_proj", "experts.down_proj", "mlp.gate.weight")):
+                p.normal_(0.0, 0.02, generator=gen)
     # Built under no_init_weights, lm_head is not tied to the embedding even when the config says
     # so (transformers 5.17): tie it, or the model carries a second vocab x hidden matrix that the
     # real model (and Odyssey) does not have: 136M more trainable parameters on Qwen2.5-0.5B.
@@ -362,6 +367,8 @@ def run_config(cfg_dict: dict, shape: str, mode: str, seq: int, checkpointing: s
     model = opt = ids = None
     try:
         model = build_model(cfg_dict, args, device)
+        if getattr(model.config, "num_experts", None) or getattr(model.config, "num_local_experts", None):
+            rec["experts_implementation"] = model.config._experts_implementation  # grouped_mm unless unavailable
         if args.quant:
             quantize_bnb(model, args)
         if checkpointing == "on":

@@ -39,6 +39,8 @@
 #             timed beside the mask path: window-attention.jsonl), model_parity_gpu parity over every
 #             family (padded, unpadded and packed rows against transformers bf16/fp32: model-parity.txt),
 #             odyssey-bench --check on Gemma-3-12B at 4K and its LoRA 16K fast row (window-*.jsonl)
+#   moe       issue 27's rows: the grouped GEMM's selftest rows, transformers + PEFT on the Qwen3-30B-A3B shape (LoRA,
+#             MOE_SEQS, default 16384) and odyssey-bench at its peak and fast (moe-{hf,odyssey}.jsonl, moe-compare.md)
 #   liger     issue 22's anchor: transformers + PEFT + Liger kernels (hf_bench.py --liger, every layer
 #             checkpointed; needs the liger-kernel wheel carried in .whl/, see ../shared/gpu/NOTES.md) for
 #             LIGER_SHAPES (default mistral-7b-v0.3 gemma-2-9b) at LIGER_SEQS (default 16384 32768), then
@@ -246,6 +248,28 @@ for p in "$@"; do
     echo "gemma-3 check exit $?"; grep -E '"pass": false|attention' "$OUT/window-check.txt" | cut -c1-300 | head -12
     $B --label fast --checkpointing auto --shape gemma-3-12b-it --mode lora --seq 16384 --steps 3 --warmup 2 \
       --out "$OUT/window-speed.jsonl" | cut -c1-400 ;;
+  moe)
+    # issue 27's rows (docs/moe.md, docs/benchmarks.md "Mixture of experts"): the grouped GEMM's selftest rows,
+    # then transformers + PEFT (transformers 5.17's grouped_mm experts, every layer checkpointed) on the
+    # Qwen3-30B-A3B shape, LoRA at MOE_SEQS (default 16384), and odyssey-bench at the anchor's peak and fast;
+    # moe-{hf,odyssey}.jsonl, moe-compare.md. MOE_LIGER=1 adds the Liger anchor (needs .whl/).
+    phase moe
+    $T selftest | grep -E "grouped_linear|checks passed" | tee "$OUT/moe-selftest.txt"
+    MH="$OUT/moe-hf.jsonl" MO="$OUT/moe-odyssey.jsonl" R="--steps ${MOE_STEPS:-3} --warmup 2" S=${MOE_SHAPE:-qwen3-30b-a3b}
+    [ "${MOE_LIGER:-0}" = 1 ] && python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl &&
+      export PYTHONPATH=/tmp/site
+    for Q in ${MOE_SEQS:-16384}; do
+      python3 tests/bench/hf_bench.py --device cuda --dtype bfloat16 ${MOE_LIGER:+$([ "$MOE_LIGER" = 1 ] && echo --liger)} \
+        --shape $S --mode lora --seq $Q --checkpointing on $R --out "$MH" 2>&1 | grep -v '^{' | grep -v -i warn | tail -2
+      peak=$(python3 -c "import json
+rows=[json.loads(l) for l in open('$MH') if l.strip()]
+r=[x for x in rows if x['shape']=='$S' and x['seq']==$Q]
+print(r[-1].get('peak_gib') or '' if r else '')")
+      [ -n "$peak" ] && $B --label "budget = hf peak" --checkpointing auto --memory-gib "$peak" --shape $S --mode lora \
+        --seq $Q $R --out "$MO" | cut -c1-400
+      $B --label fast --checkpointing auto --shape $S --mode lora --seq $Q $R --out "$MO" | cut -c1-400
+    done
+    python3 tests/bench/compare.py "$MH" "$MO" | tee "$OUT/moe-compare.md" ;;
   liger)
     phase liger
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site

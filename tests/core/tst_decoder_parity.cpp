@@ -98,6 +98,10 @@ class TstDecoderParity : public QObject {
     QTest::newRow("gemma2 (sandwich norms, soft-capping, GeGLU, alternating window)") << "gemma2";
     QTest::newRow("phi3 (fused qkv/gate_up, partial rotary, longrope, window 7)") << "phi3";
     QTest::newRow("gemma3 (qk norm, local/global RoPE, window on 2 of 3)") << "gemma3";
+    QTest::newRow("qwen3_moe (5 experts, top 2, norm_topk_prob, mlp_only_layers, aux loss)") << "qwen3_moe";
+    QTest::newRow("qwen3_moe (9 experts, top 8, decoder_sparse_step 2, tied, aux loss)") << "qwen3_moe_top8";
+    QTest::newRow("qwen2_moe (3 experts, top 1, shared expert, qkv bias, aux loss)") << "qwen2_moe";
+    QTest::newRow("mixtral (7 experts, top 2, aux loss)") << "mixtral";
   }
 
   void parity() {
@@ -114,9 +118,25 @@ class TstDecoderParity : public QObject {
     const torch::Tensor labels = ref(R, "labels").to(torch::kInt64);
 
     lm->zero_grad();
+    // MoE models with output_router_logits: transformers' loss adds router_aux_loss_coef times the
+    // load-balancing loss, whose gradient reaches the routers through the recorded statistics.
+    const HfModelConfig& hf = lm->config().hf;
+    const bool aux = hf.is_moe() && hf.output_router_logits;
+    lm->set_router_aux_loss(aux);
     const torch::Tensor logits = lm->forward(ids, mask);
-    const torch::Tensor loss = causal_lm_loss(logits, labels);
+    torch::Tensor loss = causal_lm_loss(logits, labels);
+    if (aux) {
+      const auto stats = lm->router_stats();
+      QVERIFY(stats && !stats->empty());
+      const torch::Tensor a = stats->aux_loss();
+      const Err ea = compare(a.reshape({1}), ref(R, "aux_loss"));
+      qInfo("%s: aux loss %.8f vs %.8f (rel %.3g)", n.c_str(), a.item<double>(), ref(R, "aux_loss").item<double>(), ea.rel);
+      QVERIFY(ea.rel <= kTolerance);
+      stats->grad_scale = hf.router_aux_loss_coef;
+      loss = loss + hf.router_aux_loss_coef * a;
+    }
     loss.backward();
+    lm->set_router_aux_loss(false);
     const Err el = compare(logits.detach(), ref(R, "logits"));
     const Err ell = compare(loss.detach().reshape({1}), ref(R, "loss"));
     qInfo("%s: padded logits max abs %.3g rel %.3g; loss %.8f vs %.8f (abs %.3g rel %.3g); attention backend %s",
@@ -206,6 +226,36 @@ class TstDecoderParity : public QObject {
                                   << QStringList{"config.json", "architectures", "MambaForCausalLM", "Qwen2ForCausalLM",
                                                  "MistralForCausalLM", "Gemma2ForCausalLM", "Phi3ForCausalLM"};
     QTest::newRow("shard truncated") << "bad_truncated" << QStringList{"model-00006-of-00006.safetensors", "truncated"};
+    QTest::newRow("MoE: an expert's tensor removed")
+        << "bad_moe_missing_expert"
+        << QStringList{"model.layers.0.mlp.experts.3.up_proj.weight", "missing", "5 experts", "model.safetensors"};
+    QTest::newRow("MoE: router of 4 rows for 5 experts")
+        << "bad_moe_router" << QStringList{"config.json", "[5, 64]", "model.layers.2.mlp.gate.weight", "[4, 64]"};
+    QTest::newRow("MoE: top-k above the expert count")
+        << "bad_moe_topk" << QStringList{"config.json", "num_experts_per_tok", "6 experts per token", "5"};
+  }
+
+  // The same MoE model stored in transformers 5's stacked layout (mlp.experts.gate_up_proj)
+  // instead of one tensor per expert loads to the same parameters, and save_weights writes the
+  // per-expert layout back, as transformers 5.17's save_pretrained does.
+  void moeLayouts() {
+    auto a = load_causal_lm(dir_ + "/qwen3_moe", DecoderOptions{});
+    auto b = load_causal_lm(dir_ + "/qwen3_moe_stacked", DecoderOptions{});
+    QVERIFY2(a.ok(), format_all(a.diagnostics).c_str());
+    QVERIFY2(b.ok(), format_all(b.diagnostics).c_str());
+    auto pb = b.value.lm->named_parameters(true);
+    for (const auto& p : a.value.lm->named_parameters(true)) QVERIFY2(torch::equal(p.value(), pb[p.key()]), p.key().c_str());
+    const std::string out = dir_ + "/qwen3_moe_saved";
+    auto saved = save_weights(b.value.lm, out);
+    QVERIFY2(saved.ok(), format_all(saved.diagnostics).c_str());
+    auto ck = SafetensorsCheckpoint::open(out);
+    QVERIFY(ck.ok());
+    auto orig = SafetensorsCheckpoint::open(dir_ + "/qwen3_moe");
+    QVERIFY(orig.ok());
+    QCOMPARE(std::set<std::string>(ck.value.names().begin(), ck.value.names().end()),
+             std::set<std::string>(orig.value.names().begin(), orig.value.names().end()));
+    const std::string e = "model.layers.2.mlp.experts.4.down_proj.weight";
+    QVERIFY(torch::equal(ref(ck.value, e), ref(orig.value, e)));
   }
 
   void badInput() {
@@ -255,16 +305,24 @@ class TstDecoderParity : public QObject {
   void adapterLoadsInPeft_data() {
     QTest::addColumn<QString>("name");
     QTest::addColumn<QString>("attn");
-    QTest::newRow("mistral") << "mistral" << "sdpa";
-    QTest::newRow("granite") << "granite" << "sdpa";
-    QTest::newRow("gemma2") << "gemma2" << "eager";
-    QTest::newRow("phi3") << "phi3" << "sdpa";
-    QTest::newRow("gemma3") << "gemma3" << "sdpa";
+    QTest::addColumn<QStringList>("experts");  // PEFT target_parameters (MoE)
+    QTest::newRow("mistral") << "mistral" << "sdpa" << QStringList{};
+    QTest::newRow("granite") << "granite" << "sdpa" << QStringList{};
+    QTest::newRow("gemma2") << "gemma2" << "eager" << QStringList{};
+    QTest::newRow("phi3") << "phi3" << "sdpa" << QStringList{};
+    QTest::newRow("gemma3") << "gemma3" << "sdpa" << QStringList{};
+    // MoE: LoRA on the stacked experts too (PEFT's ParamWrapper), both parameters (nested) or one.
+    QTest::newRow("qwen3_moe experts") << "qwen3_moe" << "sdpa"
+                                       << QStringList{"mlp.experts.gate_up_proj", "mlp.experts.down_proj"};
+    QTest::newRow("qwen2_moe experts + shared expert") << "qwen2_moe" << "sdpa"
+                                                       << QStringList{"mlp.experts.gate_up_proj", "mlp.experts.down_proj"};
+    QTest::newRow("mixtral down_proj only") << "mixtral" << "sdpa" << QStringList{"experts.down_proj"};
   }
 
   void adapterLoadsInPeft() {
     QFETCH(QString, name);
     QFETCH(QString, attn);
+    QFETCH(QStringList, experts);
     const std::string n = name.toStdString(), model_dir = dir_ + "/" + n;
     auto loaded = load_causal_lm(model_dir, DecoderOptions{torch::kFloat32, torch::kCPU, AttentionBackend::Auto, false, {}});
     QVERIFY2(loaded.ok(), format_all(loaded.diagnostics).c_str());
@@ -273,12 +331,13 @@ class TstDecoderParity : public QObject {
     s.rank = 4;
     s.alpha = 8;
     s.target_modules = train::lora_module_names();  // all-linear
+    for (const QString& e : experts) s.target_parameters.push_back(e.toStdString());
     torch::manual_seed(5);
     QVERIFY(train::apply_lora(lm, s) > 0);
     {
       torch::NoGradGuard no_grad;
       for (auto& p : lm->named_parameters(true))
-        if (p.key().ends_with("lora_B.weight")) p.value().normal_(0.0, 0.05);
+        if (p.key().ends_with("lora_B.weight") || p.key().ends_with("lora.lora_B")) p.value().normal_(0.0, 0.05);
     }
     const torch::Tensor ids = torch::randint(1, 512, {2, 16}, torch::kInt64);
     torch::Tensor logits;
@@ -314,6 +373,19 @@ class TstDecoderParity : public QObject {
           n.c_str(), cfg["target_modules"].dump().c_str(), el.abs, el.rel, em.abs, em.rel);
     QVERIFY(el.rel <= kTolerance);
     QVERIFY(em.rel <= kTolerance);
+    if (!experts.isEmpty()) {
+      QVERIFY(cfg.contains("target_parameters"));
+      // And back into Odyssey: the adapter on a fresh base gives the same logits.
+      auto fresh = load_causal_lm(model_dir, DecoderOptions{torch::kFloat32, torch::kCPU, AttentionBackend::Auto, false, {}});
+      QVERIFY(fresh.ok());
+      const Diagnostics ad = train::attach_adapter(fresh.value.lm, base + "/adapter");
+      QVERIFY2(!has_errors(ad), format_all(ad).c_str());
+      torch::NoGradGuard no_grad;
+      fresh.value.lm->eval();
+      const Err er = compare(fresh.value.lm->forward(ids), logits);
+      qInfo("%s: the adapter attached again in Odyssey: logits max abs %.3g", n.c_str(), er.abs);
+      QVERIFY(er.rel <= 1e-6);
+    }
 
     train::merge_lora(lm);
     const std::string merged = base + "/merged";

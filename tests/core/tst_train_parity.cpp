@@ -102,6 +102,8 @@ class TstTrainParity : public QObject {
     QStringList args{QStringLiteral(ODYSSEY_SOURCE_DIR "/tests/reference/train_reference.py"), QString::fromStdString(r.dir)};
     if (mode == "rslora") args << "--mode" << "lora" << "--rslora";
     else if (mode == "qlora") args << "--mode" << "lora" << "--quant" << "nf4" << "--steps" << "20";
+    else if (mode == "moe-lora") args << "--mode" << "lora" << "--arch" << "qwen3_moe";
+    else if (mode == "moe-full") args << "--mode" << "full" << "--arch" << "qwen3_moe";
     else args << "--mode" << QString::fromStdString(mode);
     const QByteArray err = run_python(args);
     if (!err.isEmpty()) qFatal("train_reference.py %s: %s", mode.c_str(), err.constData());
@@ -138,11 +140,18 @@ class TstTrainParity : public QObject {
     }
     const std::string prefix = lora ? "init.base_model.model." : "init.";
     torch::NoGradGuard no_grad;
-    for (auto& p : lm->named_parameters(true)) {
-      if (!p.value().requires_grad()) continue;
-      p.value().copy_(R.get(prefix + p.key()).to(torch::kFloat32));
-    }
+    for (auto& [name, t] : trainable(lm, lora)) t.copy_(R.get(prefix + name).to(torch::kFloat32));
     return StepEngine(lm, odyssey::test::reference_step_options(R.hp));
+  }
+
+  // The trainable tensors under the names the reference saved them with (PEFT's for adapters:
+  // MoE experts' adapters are named after PEFT's parameter wrappers).
+  static std::vector<std::pair<std::string, torch::Tensor>> trainable(CausalLM& lm, bool lora) {
+    if (lora) return adapter_tensors(lm);
+    std::vector<std::pair<std::string, torch::Tensor>> out;
+    for (auto& p : lm->named_parameters(true))
+      if (p.value().requires_grad()) out.emplace_back(p.key(), p.value());
+    return out;
   }
 
   std::vector<std::vector<PackedRow>> batches(const Reference& R) {
@@ -230,21 +239,21 @@ class TstTrainParity : public QObject {
     const std::string prefix = lora ? "final.base_model.model." : "final.";
     int compared = 0;
     double zero_grad_abs = 0;
-    for (auto& p : e.model()->named_parameters(true)) {
-      if (!p.value().requires_grad()) continue;
-      const Err er = compare(p.value(), R.get(prefix + p.key()));
+    CausalLM trained = e.model();
+    for (auto& [name, t] : trainable(trained, lora)) {
+      const Err er = compare(t, R.get(prefix + name));
       ++compared;
       // k_proj.bias has zero true gradient (it adds q·b to every score of a query, which the
       // softmax cancels): what it receives is rounding noise, which AdamW normalises to
       // lr-sized steps, so a summation order other than HF's (the tiled MLP) moves it by
       // noise. It is held to an absolute bound instead of a relative one.
-      if (p.key().find("k_proj.bias") != std::string::npos) {
+      if (name.find("k_proj.bias") != std::string::npos) {
         zero_grad_abs = std::max(zero_grad_abs, er.abs);
         continue;
       }
       if (er.rel >= worst.rel) {
         worst = er;
-        worst_name = p.key();
+        worst_name = name;
       }
     }
     qInfo("%s: %zu steps; worst loss rel error %.3g, grad norm rel error %.3g; %d trainable tensors, worst final "
@@ -270,6 +279,11 @@ class TstTrainParity : public QObject {
   void loraMatchesPeft() { check_loop("lora", true); }
   void rsloraMatchesPeft() { check_loop("rslora", true); }
   void fullMatchesTransformers() { check_loop("full", false); }
+  // Qwen3-MoE (docs/moe.md): transformers' loss with router_aux_loss_coef x the load-balancing
+  // loss per micro-batch; LoRA on attention and, as PEFT reads all-linear's MLP names on this
+  // family, on the experts (gate_up_proj at twice the rank); full fine-tuning trains the routers.
+  void moeLoraMatchesPeft() { check_loop("moe-lora", true); }
+  void moeFullMatchesTransformers() { check_loop("moe-full", false); }
   // QLoRA (docs/qlora.md): 20 steps of LoRA on the 4-bit model transformers + bitsandbytes
   // saved, against PEFT on that model (NF4 with double quantization), then from the fp32 model
   // quantized by Odyssey as it loads. (FP4 is checked in tst_quant4 against fp32 on

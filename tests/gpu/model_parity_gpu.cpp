@@ -76,9 +76,19 @@ bool parity_one(const std::string& dir, const std::string& name) {
   const auto mask = get(R, "attention_mask").to(cuda, torch::kInt64);
   const auto labels = get(R, "labels").to(cuda, torch::kInt64);
   lm->zero_grad();
+  // MoE models with output_router_logits: the load-balancing loss joins the loss (moe.h).
+  const HfModelConfig& hf_config = lm->config().hf;
+  const bool aux = hf_config.is_moe() && hf_config.output_router_logits;
+  lm->set_router_aux_loss(aux);
   const auto logits = lm->forward(ids, mask);
-  const auto loss = causal_lm_loss(logits, labels);
+  auto loss = causal_lm_loss(logits, labels);
+  if (aux) {
+    const auto stats = lm->router_stats();
+    stats->grad_scale = hf_config.router_aux_loss_coef;
+    loss = loss + hf_config.router_aux_loss_coef * stats->aux_loss().to(loss.device());
+  }
   loss.backward();
+  lm->set_router_aux_loss(false);
   const std::string padded_backend = lm->attention_backend_ran();
   bool ok = true;
   std::printf("%s (bf16, padded batch: attention %s)\n", name.c_str(), padded_backend.c_str());
@@ -132,9 +142,10 @@ int parity(std::string dir) {
   bool ok = true;
   // Every model make_tiny_models.py writes: the base families and issue 22's (Mistral with a
   // window, Llama with head_dim != hidden / heads, SmolLM, Granite, the RoPE kinds, Gemma-2,
-  // Phi-3, Gemma-3).
+  // Phi-3, Gemma-3) and issue 27's mixture-of-experts models.
   for (const char* n : {"qwen2", "qwen3", "llama3", "mistral", "llama_hd", "smollm", "granite", "rope_linear",
-                        "rope_dynamic", "rope_yarn", "rope_yarn_mscale", "rope_longrope", "gemma2", "phi3", "gemma3"})
+                        "rope_dynamic", "rope_yarn", "rope_yarn_mscale", "rope_longrope", "gemma2", "phi3", "gemma3",
+                        "qwen3_moe", "qwen3_moe_top8", "qwen2_moe", "mixtral"})
     ok &= parity_one(dir, n);
   std::printf("bf16 parity: %s\n", ok ? "PASS" : "FAIL");
   return ok ? 0 : 1;

@@ -35,7 +35,9 @@ from safetensors.torch import load_file, save_file
 import transformers
 from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, GraniteConfig,
                           GraniteForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
-                          Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+                          MixtralConfig, MixtralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+                          Qwen2MoeConfig, Qwen2MoeForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig,
+                          Qwen3MoeForCausalLM)
 
 PINNED = "5.17.0"
 VOCAB = 512
@@ -92,6 +94,31 @@ def family_models():
                           rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1000000.0},
                                            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
                           pad_token_id=0), None),
+    ] + moe_models()
+
+
+# Mixture-of-experts models (issue 27, docs/moe.md): odd expert counts, top-k 1, 2 and 8, the
+# shared expert on and off, dense layers among MoE ones (mlp_only_layers, decoder_sparse_step),
+# norm_topk_prob both ways; output_router_logits on, so the loss includes the load-balancing
+# loss (a large router_aux_loss_coef makes its gradient visible). Saved as transformers 5.17
+# saves them: one tensor per expert.
+def moe_models():
+    return [
+        ("qwen3_moe", 71, Qwen3MoeForCausalLM,
+         Qwen3MoeConfig(**{**COMMON, "num_hidden_layers": 3}, head_dim=24, num_experts=5, num_experts_per_tok=2,
+                        moe_intermediate_size=40, norm_topk_prob=True, mlp_only_layers=[1], output_router_logits=True,
+                        router_aux_loss_coef=0.5, tie_word_embeddings=False), None),
+        ("qwen3_moe_top8", 72, Qwen3MoeForCausalLM,
+         Qwen3MoeConfig(**COMMON, num_experts=9, num_experts_per_tok=8, moe_intermediate_size=24, norm_topk_prob=False,
+                        decoder_sparse_step=2, output_router_logits=True, router_aux_loss_coef=0.3,
+                        tie_word_embeddings=True), None),
+        ("qwen2_moe", 73, Qwen2MoeForCausalLM,
+         Qwen2MoeConfig(**COMMON, num_experts=3, num_experts_per_tok=1, moe_intermediate_size=40,
+                        shared_expert_intermediate_size=56, output_router_logits=True, router_aux_loss_coef=0.5,
+                        tie_word_embeddings=False), None),
+        ("mixtral", 74, MixtralForCausalLM,
+         MixtralConfig(**COMMON, num_local_experts=7, num_experts_per_tok=2, output_router_logits=True, eos_token_id=2,
+                       router_aux_loss_coef=0.5, tie_word_embeddings=False), None),
     ]
 
 
@@ -140,6 +167,8 @@ def run(model, ids, mask, labels, nopad, device):
     out = model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device))
     out.loss.backward()
     t = {"logits": out.logits.detach().float().cpu().contiguous(), "loss": out.loss.detach().float().cpu().reshape(1)}
+    if getattr(out, "aux_loss", None) is not None:  # MoE: the load-balancing loss (already in out.loss)
+        t["aux_loss"] = out.aux_loss.detach().float().cpu().reshape(1)
     for name, p in model.named_parameters():
         t["grad." + name] = p.grad.detach().float().cpu().contiguous()
     with torch.no_grad():
@@ -173,6 +202,25 @@ def write_bad(out, good_single, good_sharded):
     cfg = json.load(open(os.path.join(d, "config.json")))
     cfg["architectures"] = ["MambaForCausalLM"]
     json.dump(cfg, open(os.path.join(d, "config.json"), "w"), indent=2)
+    moe = os.path.join(out, "qwen3_moe")
+    if os.path.isdir(moe):  # MoE checkpoints (issue 27): an expert missing, a router of the wrong shape, top-k > experts
+        msd = load_file(os.path.join(moe, st))
+        d = copy(moe, "bad_moe_missing_expert")
+        save_file({k: v for k, v in msd.items() if k != "model.layers.0.mlp.experts.3.up_proj.weight"},
+                  os.path.join(d, st), metadata={"format": "pt"})
+        d = copy(moe, "bad_moe_router")
+        router = "model.layers.2.mlp.gate.weight"
+        save_file({**msd, router: msd[router][:4].contiguous()}, os.path.join(d, st), metadata={"format": "pt"})
+        d = copy(moe, "bad_moe_topk")
+        cfg = json.load(open(os.path.join(d, "config.json")))
+        cfg["num_experts_per_tok"] = 6
+        json.dump(cfg, open(os.path.join(d, "config.json"), "w"), indent=2)
+        # transformers 5's stacked layout (experts.gate_up_proj / down_proj), as the model's own
+        # parameters name them: the same model, the other layout on disk.
+        d = copy(moe, "qwen3_moe_stacked")
+        m = Qwen3MoeForCausalLM.from_pretrained(moe, dtype=torch.float32)
+        save_file({k: v.detach().contiguous() for k, v in m.state_dict().items()}, os.path.join(d, st),
+                  metadata={"format": "pt"})
     d = copy(good_sharded, "bad_truncated")
     shard = sorted(f for f in os.listdir(d) if f.startswith("model-") and f.endswith(".safetensors"))[-1]
     p = os.path.join(d, shard)

@@ -14,7 +14,7 @@ soft-capped attention needs --attn eager).
 Adapter mode: PeftModel.from_pretrained(model, ADAPTER_DIR). Writes `logits` (float32
 [B, S, vocab]) and `merged_logits`, the logits after merge_and_unload() (equal up to rounding).
 Fails (exit 1, a message on stderr) when PEFT warns about anything while loading the adapter
-(warnings are errors there), when a tensor of adapter_model.safetensors is not one PEFT's model
+(warnings are errors there, but for one false alarm of PEFT's Qwen3-MoE conversion, load_adapter), when a tensor of adapter_model.safetensors is not one PEFT's model
 has or one PEFT's model has is missing from the file (PEFT itself ignores unexpected keys), or
 when a loaded tensor differs from the file's. The base model must load without missing or
 unexpected weights too.
@@ -99,6 +99,12 @@ def load_adapter(base, adapter_dir):
     from peft import PeftModel, get_peft_model_state_dict
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # "Found missing adapter keys ..." and the like
+        # One known false alarm: PEFT's own v4-to-v5 MoE conversion (Qwen3-MoE: gate_proj + up_proj in
+        # target_modules become the experts' gate_up_proj at twice the rank) adds rank_pattern /
+        # alpha_pattern keys for that parameter and then warns they matched no *module*, although the
+        # parameter wrapper does take the doubled rank (the shape check below proves every tensor).
+        warnings.filterwarnings("ignore", message=r"The following (rank|alpha)_pattern keys did not match any "
+                                r"targeted module and were ignored: \['\.\*\\\\\.gate_up_proj'\]")
         try:
             model = PeftModel.from_pretrained(base, adapter_dir, is_trainable=False)
         except Warning as w:

@@ -94,7 +94,22 @@ def quantize_model(out, quant, double_quant):
     return m
 
 
-def build_model(out):
+def build_model(out, arch="qwen2"):
+    if arch == "qwen3_moe":
+        # Mixture of experts (docs/moe.md): 5 experts, top 2, the load-balancing loss in the loss.
+        from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+        cfg = Qwen3MoeConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+                             num_experts=5, num_experts_per_tok=2, norm_topk_prob=True, output_router_logits=True,
+                             router_aux_loss_coef=0.3, num_hidden_layers=2, num_attention_heads=4,
+                             num_key_value_heads=2, head_dim=16, max_position_embeddings=256, rope_theta=10000.0,
+                             rms_norm_eps=1e-6, tie_word_embeddings=True, use_cache=False)
+        torch.manual_seed(0)
+        m = Qwen3MoeForCausalLM(cfg).float()
+        m.save_pretrained(os.path.join(out, "model"))
+        m = Qwen3MoeForCausalLM.from_pretrained(os.path.join(out, "model"), dtype=torch.float32,
+                                                attn_implementation="sdpa")
+        m.config.use_cache = False
+        return m
     cfg = Qwen2Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                       rope_theta=10000.0, rms_norm_eps=1e-6, tie_word_embeddings=True, use_cache=False)
@@ -233,6 +248,8 @@ def main():
     ap.add_argument("--rslora", action="store_true")
     ap.add_argument("--quant", choices=["nf4", "fp4"], help="QLoRA: train LoRA on the model quantized to 4 bits")
     ap.add_argument("--no-double-quant", action="store_true")
+    ap.add_argument("--arch", choices=["qwen2", "qwen3_moe"], default="qwen2",
+                    help="the tiny model: Qwen2, or a Qwen3-MoE whose loss includes the load-balancing loss")
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--accum", type=int, default=2)
     args = ap.parse_args()
@@ -247,7 +264,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     lora = args.mode == "lora"
 
-    model = build_model(args.out)
+    model = build_model(args.out, args.arch)
     if args.quant:
         model = quantize_model(args.out, args.quant, not args.no_double_quant)
     batches = make_batches(args.steps * args.accum)
@@ -265,7 +282,9 @@ def main():
           "loss": "sum over micro-batches of model(..., num_items_in_batch=n).loss; n = label tokens of the step",
           "seeds": {"model": 0, "data": 1, "lora": 2},
           "quant": args.quant or "", "double_quant": bool(args.quant) and not args.no_double_quant,
-          "versions": {"transformers": transformers.__version__, "torch": torch.__version__}}
+          "versions": {"transformers": transformers.__version__, "torch": torch.__version__}, "arch": args.arch}
+    if args.arch == "qwen3_moe":
+        hp["router_aux_loss_coef"] = model.config.router_aux_loss_coef
     if lora:
         import peft
         from peft import LoraConfig, get_peft_model

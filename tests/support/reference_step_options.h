@@ -21,6 +21,7 @@ inline train::StepOptions reference_step_options(const nlohmann::json& hp) {
   o.schedule.warmup_steps = hp.at("warmup_steps").get<std::int64_t>();
   o.schedule.total_steps = hp.at("steps").get<std::int64_t>();
   o.max_grad_norm = hp.at("max_norm").get<double>();
+  o.router_aux_loss_coef = hp.value("router_aux_loss_coef", 0.0);  // MoE references (train_reference.py --arch)
   return o;
 }
 

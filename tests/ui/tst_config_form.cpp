@@ -120,7 +120,8 @@ class TstConfigForm : public QObject {
       QVERIFY(again.ok());
       QCOMPARE(again.value.config, direct.value.config);
     }
-    QCOMPARE(row(&adv, "sequence_parallel_size")->shown_text(), QStringLiteral("2"));  // last: 7b-lora-32k-ulysses
+    QVERIFY(!has_errors(form.load_file(preset_path("qwen2.5-7b-lora-32k-ulysses.yaml"))));
+    QCOMPARE(row(&adv, "sequence_parallel_size")->shown_text(), QStringLiteral("2"));
     QCOMPARE(row(&adv, "gpu_ids")->shown_text(), QStringLiteral("0, 1"));
     QCOMPARE(row(&train, "lora_rank")->shown_text(), QStringLiteral("16"));
   }
