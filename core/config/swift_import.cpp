@@ -53,11 +53,11 @@ constexpr SV kKnownSwiftArgs =
     "packing_length packing_num_proc packing_strategy padding_side per_device_eval_batch_size "
     "predict_with_generate preserve_thinking problem_type push_to_hub "
     "reft_args reft_intervention_type reft_layers reft_rank remove_unused_columns report_to "
-    "response_prefix resume_from_checkpoint resume_only_model rope_scaling router_aux_loss_coef "
+    "response_prefix resume_from_checkpoint resume_only_model rope_scaling "
     "run_name safe_serialization save_on_each_node save_only_model save_strategy "
     "shuffle_buffer_size stopping_strategy streaming strict swanlab_exp_name swanlab_mode "
     "swanlab_notification_method swanlab_project swanlab_secret swanlab_token swanlab_webhook_url "
-    "swanlab_workspace target_parameters target_regex task_type temperature template_backend "
+    "swanlab_workspace target_regex task_type temperature template_backend "
     "tf32 torch_compile train_dataloader_shuffle trainable_parameters trainable_parameters_regex "
     "tuner_backend use_chat_template use_dora use_flash_ckpt use_hf use_logits_to_keep "
     "val_dataset_shuffle vera_d_initial vera_dropout vera_projection_prng_key vera_rank "
@@ -82,7 +82,6 @@ constexpr NotHonoured kNotHonoured[] = {
     {"trainable_parameters", "", "partial freezing is not implemented"},
     {"trainable_parameters_regex", "", "partial freezing is not implemented"},
     {"target_regex", "", "LoRA targets are chosen by module name (target_modules)"},
-    {"target_parameters", "", "LoRA on raw parameters is not implemented"},
     {"freeze_llm", "false", "Odyssey trains the language model"},
     {"neftune_noise_alpha", "0", "NEFTune embedding noise is not implemented"},
     {"loss_type", "", "Odyssey trains with the token-mean cross-entropy"},

@@ -111,6 +111,18 @@ const std::array kFields = std::to_array<FieldSpec>({
      "Linear layers that get adapters: all-linear, or any of q_proj k_proj v_proj o_proj "
      "gate_proj up_proj down_proj (Phi-3: qkv_proj o_proj gate_up_proj down_proj).", "target_modules", -kInf, kInf,
      kModules},
+    {"target_parameters", "tuner", &TC::target_parameters,
+     "Mixture-of-experts models: stacked expert parameters that get one LoRA adapter per expert "
+     "(PEFT's target_parameters), e.g. mlp.experts.gate_up_proj mlp.experts.down_proj. Qwen3-MoE's "
+     "gate_proj, up_proj and down_proj in target_modules already mean its experts.",
+     "target_parameters"},
+    {"router_aux_loss_coef", "tuner", &TC::router_aux_loss_coef,
+     "Mixture-of-experts models: weight of the router load-balancing loss added to the loss; "
+     "0 = as the model's config.json says (its output_router_logits and coefficient).",
+     "router_aux_loss_coef", 0.0, 1000.0},
+    {"freeze_router", "tuner", &TC::freeze_router,
+     "Mixture-of-experts full fine-tuning: the routers (mlp.gate) stay as they are. LoRA never "
+     "trains them.", ""},
     {"adapters", "tuner", &TC::adapters,
      "A PEFT LoRA adapter directory to start training from (its rank, alpha and targets must "
      "match the tuner settings); empty starts a new adapter.", "adapters"},
@@ -201,6 +213,10 @@ const std::array kFields = std::to_array<FieldSpec>({
     {"ulysses_size", "parallel", &TC::ulysses_size,
      "Ulysses degree within sequence_parallel_size; auto = gcd(KV heads, "
      "sequence_parallel_size), the remainder is ring attention.", "", 0, 4096, {}, "auto"},
+    {"expert_parallel_size", "parallel", &TC::expert_parallel_size,
+     "Mixture-of-experts models: consecutive ranks of a sequence-parallel group that split the "
+     "experts, each holding num_experts / expert_parallel_size of them; tokens travel to their "
+     "experts by all-to-all. Divides sequence_parallel_size and num_experts.", "", 1, 4096},
     {"device", "parallel", &TC::device,
      "auto trains on the GPUs when there are any, else on the CPU.", "", -kInf, kInf, kDevices},
     {"gpu_ids", "parallel", &TC::gpu_ids,
@@ -264,6 +280,7 @@ ParallelLayout parallel_layout(const TrainConfig& c, std::int64_t kv_heads) {
   else p.ulysses = p.sp;
   p.ring = p.ulysses > 0 && p.sp % p.ulysses == 0 ? p.sp / p.ulysses : 1;
   p.dp = p.world_size % p.sp == 0 ? p.world_size / p.sp : 1;
+  p.ep = std::max<std::int64_t>(1, c.expert_parallel_size);
   return p;
 }
 

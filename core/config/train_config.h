@@ -50,6 +50,13 @@ struct TrainConfig {
   double lora_dropout = 0.05;
   bool use_rslora = false;
   std::vector<std::string> target_modules = {"all-linear"};
+  // Mixture-of-experts models (docs/moe.md): stacked expert parameters with per-expert LoRA
+  // (PEFT's target_parameters), the load-balancing loss's weight (> 0 turns it on; 0 = as
+  // config.json's output_router_logits says, ms-swift's rule) and frozen routers in full
+  // fine-tuning.
+  std::vector<std::string> target_parameters;
+  double router_aux_loss_coef = 0.0;
+  bool freeze_router = false;
   std::vector<std::string> adapters;    // a PEFT LoRA adapter directory to start from (ms-swift --adapters)
 
   // -- optimisation
@@ -90,6 +97,7 @@ struct TrainConfig {
   // -- parallelism and devices
   std::int64_t sequence_parallel_size = 1;
   std::int64_t ulysses_size = 0;        // 0 = auto: gcd(num_key_value_heads, sequence_parallel_size)
+  std::int64_t expert_parallel_size = 1;  // MoE: ranks of a sequence-parallel group that split the experts
   std::string device = "auto";          // auto|cuda|cpu
   std::vector<std::int64_t> gpu_ids;    // empty = every visible GPU (or CPU when none)
   std::int64_t nproc_per_node = 0;      // 0 = auto: len(gpu_ids), or 1
@@ -141,6 +149,9 @@ struct ParallelLayout {
   std::int64_t sp = 1;             // sequence-parallel degree = ulysses × ring
   std::int64_t ulysses = 1;
   std::int64_t ring = 1;
+  // Expert parallelism of MoE layers (docs/moe.md): each block of `ep` consecutive ranks of a
+  // sequence-parallel group splits the experts; ep divides sp.
+  std::int64_t ep = 1;
 };
 
 // Resolved process count per node: nproc_per_node, else len(gpu_ids), else 1.

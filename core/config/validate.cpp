@@ -130,7 +130,7 @@ Diagnostics validate_config(const LoadedConfig& lc, const HfModelConfig* m) {
   };
   const bool lora = uses_lora(c);
   if (!lora) {
-    for (const char* k : {"lora_rank", "lora_alpha", "lora_dropout", "use_rslora", "target_modules"})
+    for (const char* k : {"lora_rank", "lora_alpha", "lora_dropout", "use_rslora", "target_modules", "target_parameters"})
       if (differs(k))
         ck.error(k, "is a LoRA setting but tuner_type is full; remove it or set tuner_type: lora");
   }
@@ -231,6 +231,47 @@ Diagnostics validate_config(const LoadedConfig& lc, const HfModelConfig* m) {
   if (c.ulysses_size > sp)
     ck.error("ulysses_size", "found " + n(c.ulysses_size) + ", larger than sequence_parallel_size " + n(sp));
   const ParallelLayout p = parallel_layout(c, m ? m->num_key_value_heads : 0);
+  // -- mixture of experts (docs/moe.md)
+  if (!c.target_parameters.empty()) {
+    if (uses_lora(c) && c.lora_dropout > 0)
+      ck.error("target_parameters", "found with lora_dropout " + text::format_double(c.lora_dropout) +
+                                        "; adapters on parameters take no dropout (PEFT refuses it too): set lora_dropout: 0");
+    for (const auto& t : c.target_parameters)
+      if (!t.ends_with("gate_up_proj") && !t.ends_with("down_proj"))
+        ck.error("target_parameters", "found " + text::quoted(t) +
+                                          ", expected a stacked expert parameter: mlp.experts.gate_up_proj or "
+                                          "mlp.experts.down_proj (or a longer suffix of model.layers.N.mlp.experts.<name>)");
+    if (m && !m->is_moe())
+      ck.error("target_parameters", "found, but " + m->architecture +
+                                        " has no mixture-of-experts layers; its linear layers take target_modules");
+  }
+  if (m && !m->is_moe() && c.router_aux_loss_coef > 0)
+    ck.warning("router_aux_loss_coef", "found " + text::format_double(c.router_aux_loss_coef) + ", but " + m->architecture +
+                                           " has no routers; it changes nothing");
+  if (c.freeze_router && c.tuner_type == "lora")
+    ck.warning("freeze_router", "found with tuner_type lora, which never trains the routers; it changes nothing");
+  else if (c.freeze_router && m && !m->is_moe())
+    ck.warning("freeze_router", "found, but " + m->architecture + " has no routers; it changes nothing");
+
+  const std::int64_t ep = c.expert_parallel_size;
+  if (ep > 1) {
+    if (sp % ep != 0)
+      ck.error("expert_parallel_size", "found " + n(ep) + ", which does not divide sequence_parallel_size " + n(sp) +
+                                           " (the experts are split within a sequence-parallel group)");
+    if (c.zero_stage > 0 || c.use_galore)
+      ck.error("expert_parallel_size", std::string("found ") + n(ep) + " with " +
+                                           (c.zero_stage > 0 ? "zero_stage " + n(c.zero_stage) : std::string("use_galore")) +
+                                           "; expert parallelism runs with plain AdamW for now (zero_stage 0, use_galore false)");
+    if (!c.resume_from_checkpoint.empty())
+      ck.error("expert_parallel_size", "found " + n(ep) + " with resume_from_checkpoint; resuming a run whose experts are "
+                                           "split over ranks is not supported yet");
+    if (m && !m->is_moe())
+      ck.error("expert_parallel_size", "found " + n(ep) + ", but " + m->architecture +
+                                           " has no mixture-of-experts layers; use 1");
+    else if (m && m->num_experts % ep != 0)
+      ck.error("expert_parallel_size", "found " + n(ep) + ", which does not divide the model's " + n(m->num_experts) +
+                                           " experts (num_experts)");
+  }
   if (m) {
     if (m->num_attention_heads % p.ulysses != 0)
       ck.error(c.ulysses_size > 0 ? "ulysses_size" : "sequence_parallel_size",

@@ -87,6 +87,23 @@ torch::Tensor Group::all_to_all(const torch::Tensor& x) {
   return timed(Op::AllToAll, nbytes(x), [&] { return do_all_to_all(x.contiguous()); });
 }
 
+torch::Tensor Group::all_to_all_v(const torch::Tensor& x, const std::vector<std::int64_t>& send_rows,
+                                  const std::vector<std::int64_t>& recv_rows) {
+  TORCH_CHECK(x.dim() >= 1, "all_to_all_v: a tensor of rows, got a scalar");
+  TORCH_CHECK(static_cast<int>(send_rows.size()) == size_ && static_cast<int>(recv_rows.size()) == size_,
+              "all_to_all_v: ", size_, " send and receive counts expected, got ", send_rows.size(), " and ",
+              recv_rows.size());
+  std::int64_t total = 0;
+  for (std::int64_t n : send_rows) {
+    TORCH_CHECK(n >= 0, "all_to_all_v: a negative row count");
+    total += n;
+  }
+  TORCH_CHECK(total == x.size(0), "all_to_all_v: the send counts add up to ", total, " rows, x has ", x.size(0));
+  for (std::int64_t n : recv_rows) TORCH_CHECK(n >= 0, "all_to_all_v: a negative row count");
+  if (size_ == 1) return x;
+  return timed(Op::AllToAll, nbytes(x), [&] { return do_all_to_all_v(x.contiguous(), send_rows, recv_rows); });
+}
+
 torch::Tensor Group::all_gather(const torch::Tensor& x) {
   if (size_ == 1) return x;
   return timed(Op::AllGather, nbytes(x) * size_, [&] { return do_all_gather(x.contiguous()); });
@@ -214,6 +231,18 @@ class StoreGroup final : public Group {
     const std::vector<torch::Tensor> got = exchange(split(src), "all_to_all");
     return torch::cat(got).to(x.device());
   }
+  torch::Tensor do_all_to_all_v(const torch::Tensor& x, const std::vector<std::int64_t>& send_rows,
+                                const std::vector<std::int64_t>& recv_rows) override {
+    const torch::Tensor src = x.to(torch::kCPU);
+    std::vector<torch::Tensor> parts, like;
+    for (const auto& p : src.split_with_sizes(send_rows, 0)) parts.push_back(p.contiguous());
+    std::vector<std::int64_t> shape = src.sizes().vec();
+    for (std::int64_t n : recv_rows) {
+      shape[0] = n;
+      like.push_back(torch::empty(shape, src.options()));
+    }
+    return torch::cat(exchange(parts, "all_to_all_v", &like)).to(x.device());
+  }
   torch::Tensor do_all_gather(const torch::Tensor& x) override {
     const torch::Tensor src = x.to(torch::kCPU).contiguous();
     return torch::cat(exchange(std::vector<torch::Tensor>(static_cast<std::size_t>(size()), src), "all_gather"))
@@ -304,8 +333,10 @@ class StoreGroup final : public Group {
     }
   }
 
-  // Chunk j goes to rank j; returns the chunks received from each rank (own chunk copied).
-  std::vector<torch::Tensor> exchange(const std::vector<torch::Tensor>& to_each, const char* what) {
+  // Chunk j goes to rank j; returns the chunks received from each rank (own chunk copied),
+  // each shaped as what this rank sends to it unless `from_each` gives the shapes.
+  std::vector<torch::Tensor> exchange(const std::vector<torch::Tensor>& to_each, const char* what,
+                                      const std::vector<torch::Tensor>* from_each = nullptr) {
     const std::uint64_t seq = seq_++;
     for (int j = 0; j < size(); ++j)
       if (j != rank()) send(seq, j, to_each[static_cast<std::size_t>(j)]);
@@ -316,7 +347,7 @@ class StoreGroup final : public Group {
         got[static_cast<std::size_t>(j)] = mine.clone();
         continue;
       }
-      torch::Tensor t = torch::empty_like(to_each[static_cast<std::size_t>(j)]);
+      torch::Tensor t = torch::empty_like((from_each ? *from_each : to_each)[static_cast<std::size_t>(j)]);
       receive(seq, j, t, what);
       got[static_cast<std::size_t>(j)] = t;
     }
@@ -339,6 +370,10 @@ class SingleGroup final : public Group {
  protected:
   void do_all_reduce(torch::Tensor&) override {}
   torch::Tensor do_all_to_all(const torch::Tensor& x) override { return x; }
+  torch::Tensor do_all_to_all_v(const torch::Tensor& x, const std::vector<std::int64_t>&,
+                                const std::vector<std::int64_t>&) override {
+    return x;
+  }
   torch::Tensor do_all_gather(const torch::Tensor& x) override { return x; }
   torch::Tensor do_reduce_scatter(const torch::Tensor& x) override { return x; }
   torch::Tensor do_send_recv(const torch::Tensor& x, int, int) override { return x; }

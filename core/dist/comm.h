@@ -76,6 +76,12 @@ class Group {
   // x [size * n, ...]: slice j goes to rank j; returns [size * n, ...] whose slice j came
   // from rank j.
   torch::Tensor all_to_all(const torch::Tensor& x);
+  // The same with uneven slices (expert parallelism's token dispatch, docs/moe.md): the first
+  // send_rows[j] rows of x (after the earlier slices) go to rank j; returns the recv_rows[j]
+  // rows from each rank j, in rank order. Every rank's send_rows[j] must equal rank j's
+  // recv_rows[rank()]; the caller exchanges the counts first.
+  torch::Tensor all_to_all_v(const torch::Tensor& x, const std::vector<std::int64_t>& send_rows,
+                             const std::vector<std::int64_t>& recv_rows);
   // x [n, ...] -> [size * n, ...], slice j from rank j.
   torch::Tensor all_gather(const torch::Tensor& x);
   // x [size * n, ...] -> [n, ...]: the sum over ranks of their slice `rank()`.
@@ -96,6 +102,8 @@ class Group {
  protected:
   virtual void do_all_reduce(torch::Tensor& t) = 0;
   virtual torch::Tensor do_all_to_all(const torch::Tensor& x) = 0;
+  virtual torch::Tensor do_all_to_all_v(const torch::Tensor& x, const std::vector<std::int64_t>& send_rows,
+                                        const std::vector<std::int64_t>& recv_rows) = 0;
   virtual torch::Tensor do_all_gather(const torch::Tensor& x) = 0;
   virtual torch::Tensor do_reduce_scatter(const torch::Tensor& x) = 0;
   virtual torch::Tensor do_send_recv(const torch::Tensor& x, int to, int from) = 0;

@@ -50,6 +50,16 @@ class NcclGroup final : public Group {
     pg_->alltoall_base(out, in, even, even)->wait();
     return out;
   }
+  torch::Tensor do_all_to_all_v(const torch::Tensor& x, const std::vector<std::int64_t>& send_rows,
+                                const std::vector<std::int64_t>& recv_rows) override {
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape[0] = 0;
+    for (std::int64_t n : recv_rows) shape[0] += n;
+    at::Tensor in = x, out = torch::empty(shape, x.options());
+    std::vector<int64_t> out_splits(recv_rows.begin(), recv_rows.end()), in_splits(send_rows.begin(), send_rows.end());
+    pg_->alltoall_base(out, in, out_splits, in_splits)->wait();
+    return out;
+  }
   torch::Tensor do_all_gather(const torch::Tensor& x) override {
     std::vector<int64_t> shape = x.sizes().vec();
     shape[0] *= size();

@@ -2,6 +2,7 @@
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <stdexcept>
@@ -83,6 +84,7 @@ Mesh single_process_mesh() {
   m.dp_group = make_group(Transport::Store, "dp", "dp", {}, 0, 1, cpu, {});
   m.ulysses_group = make_group(Transport::Store, "ulysses", "ulysses", {}, 0, 1, cpu, {});
   m.ring_group = make_group(Transport::Store, "ring", "ring", {}, 0, 1, cpu, {});
+  m.sp_group = m.ep_group = m.expert_dp_group = m.ulysses_group;
   return m;
 }
 
@@ -100,6 +102,10 @@ Mesh build_mesh(const DistEnv& env, const ParallelLayout& layout, Transport tran
                              std::to_string(m.sp) + " = ulysses " + std::to_string(m.ulysses) + " x ring " +
                              std::to_string(m.ring));
   m.dp = m.world / m.sp;
+  m.ep = static_cast<int>(layout.ep);
+  if (m.ep < 1 || m.sp % m.ep != 0)
+    throw std::runtime_error("the mesh does not fit: expert_parallel_size " + std::to_string(m.ep) +
+                             " must divide sequence_parallel_size " + std::to_string(m.sp));
   m.dp_rank = m.rank / m.sp;
   m.sp_rank = m.rank % m.sp;
   m.ring_rank = m.sp_rank / m.ulysses;
@@ -111,6 +117,26 @@ Mesh build_mesh(const DistEnv& env, const ParallelLayout& layout, Transport tran
   m.ulysses_group =
       make_group(transport, "ulysses", "odyssey/ulysses/dp" + d + "/ring" + r, store, m.ulysses_rank, m.ulysses, device, timeout);
   m.ring_group = make_group(transport, "ring", "odyssey/ring/dp" + d + "/u" + u, store, m.ring_rank, m.ring, device, timeout);
+  // Groups that would repeat one already made are that one (an NCCL communicator each costs
+  // memory on every GPU).
+  m.sp_group = m.ring == 1 ? m.ulysses_group
+               : m.ulysses == 1 ? m.ring_group
+                                : make_group(transport, "sp", "odyssey/sp/dp" + d, store, m.sp_rank, m.sp, device, timeout);
+  m.ep_rank = m.sp_rank % m.ep;
+  const int block = m.sp_rank / m.ep;  // which block of the sp group
+  if (m.ep == m.sp)
+    m.ep_group = m.sp_group;
+  else if (m.ep == m.ulysses && m.ring > 1)
+    m.ep_group = m.ulysses_group;  // consecutive sp ranks of one ring rank
+  else
+    m.ep_group = make_group(transport, "ep", "odyssey/ep/dp" + d + "/b" + std::to_string(block), store, m.ep_rank,
+                            m.ep, device, timeout);
+  const int replicas = m.world / m.ep;
+  if (m.ep == 1)
+    m.expert_dp_group = m.world_group;
+  else
+    m.expert_dp_group = make_group(transport, "expert_dp", "odyssey/expert_dp/e" + std::to_string(m.ep_rank), store,
+                                   m.rank / m.ep, replicas, device, timeout);
   return m;
 }
 
@@ -118,8 +144,10 @@ std::vector<run::CollectiveStat> Mesh::take_stats(double* total_seconds, std::ve
   std::vector<run::CollectiveStat> out;
   if (transfer_seconds) transfer_seconds->clear();
   double total = 0;
-  for (const auto& g : {world_group, dp_group, ulysses_group, ring_group}) {
-    if (!g || g->size() == 1) continue;
+  std::vector<std::shared_ptr<Group>> groups;
+  for (const auto& g : {world_group, dp_group, ulysses_group, ring_group, sp_group, ep_group, expert_dp_group})
+    if (g && g->size() > 1 && std::find(groups.begin(), groups.end(), g) == groups.end()) groups.push_back(g);
+  for (const auto& g : groups) {
     const auto st = g->stats();
     if (transfer_seconds) {
       // Same calls on every rank of the group (collectives), so the same number of times.

@@ -46,9 +46,16 @@ c10::intrusive_ptr<c10d::Store> connect_store(const DistEnv& env, std::chrono::m
 
 struct Mesh {
   int rank = 0, world = 1;
-  int dp = 1, sp = 1, ulysses = 1, ring = 1;
-  int dp_rank = 0, sp_rank = 0, ulysses_rank = 0, ring_rank = 0;
+  int dp = 1, sp = 1, ulysses = 1, ring = 1, ep = 1;
+  int dp_rank = 0, sp_rank = 0, ulysses_rank = 0, ring_rank = 0, ep_rank = 0;
   std::shared_ptr<Group> world_group, dp_group, ulysses_group, ring_group;
+  // The sp ranks of one row (the Ulysses or ring group itself when the other degree is 1).
+  std::shared_ptr<Group> sp_group;
+  // Expert parallelism (docs/moe.md): ep_group is a block of ep consecutive ranks of the
+  // sequence-parallel group, which split the experts (ep_rank holds the ep_rank-th share);
+  // expert_dp_group holds the world / ep ranks with the same share, over which the experts'
+  // gradients are summed. Both are size 1 without expert parallelism / with ep = world.
+  std::shared_ptr<Group> ep_group, expert_dp_group;
 
   bool distributed() const { return world > 1; }
   // Per collective kind and group, since the last call: the run contract's CollectiveStat,

@@ -510,9 +510,12 @@ namespace {
 class SpAttention final : public model::AttentionOverride {
  public:
   SpAttention(Group* ulysses, Group* ring, torch::Tensor cu, std::int64_t max_seqlen, bool one_sequence,
-              torch::Tensor sample_ids, torch::Tensor positions, RingSegments segments)
+              torch::Tensor sample_ids, torch::Tensor positions, RingSegments segments, torch::Tensor token_weight)
       : ulysses_(ulysses), ring_(ring), cu_(std::move(cu)), max_seqlen_(max_seqlen), one_sequence_(one_sequence),
-        sample_ids_(std::move(sample_ids)), positions_(std::move(positions)), segments_(std::move(segments)) {}
+        sample_ids_(std::move(sample_ids)), positions_(std::move(positions)), segments_(std::move(segments)),
+        token_weight_(std::move(token_weight)) {}
+
+  torch::Tensor token_weight() const override { return token_weight_; }
 
   torch::Tensor attend_masked(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale,
                               std::int64_t window, double softcap, model::AttentionBackend prefer,
@@ -605,6 +608,7 @@ class SpAttention final : public model::AttentionOverride {
   bool one_sequence_;
   torch::Tensor sample_ids_, positions_;
   RingSegments segments_;  // ring > 1: the zigzag segments of this rank's ring shard
+  torch::Tensor token_weight_;  // fp32 [T]: 1 a token of the row, 0 padding
 };
 
 std::vector<std::int64_t> to_vector(const torch::Tensor& t) {
@@ -634,12 +638,14 @@ train::PackedRow shard_row(const train::PackedRow& row, Group* ulysses, Group* r
   const auto& order = L.shard_order[static_cast<std::size_t>(ring->rank())];
   const auto m = static_cast<std::int64_t>(order.size()) / u;
   std::vector<std::int64_t> local_ids, local_targets, local_pos;
+  std::vector<float> weight;
   std::int64_t real = 0;
   for (std::int64_t i = ulysses->rank() * m; i < (ulysses->rank() + 1) * m; ++i) {
     const std::int64_t p = order[static_cast<std::size_t>(i)];
     const std::int64_t src = L.source[static_cast<std::size_t>(p)];
     local_ids.push_back(src >= 0 ? ids[static_cast<std::size_t>(src)] : pad_token_id);
     real += src >= 0;
+    weight.push_back(src >= 0 ? 1.0f : 0.0f);
     local_targets.push_back(target_at(src));
     local_pos.push_back(L.position[static_cast<std::size_t>(p)]);
   }
@@ -675,7 +681,8 @@ train::PackedRow shard_row(const train::PackedRow& row, Group* ulysses, Group* r
   }
   out.attention = std::make_shared<SpAttention>(ulysses, ring, cu_gathered, L.max_seqlen,
                                                 /*one_sequence=*/rr == 1 && cu.size() == 2, sample_ids, positions,
-                                                std::move(segments));
+                                                std::move(segments),
+                                                torch::tensor(torch::ArrayRef<float>(weight), torch::kFloat32).to(device));
   return out;
 }
 

@@ -45,6 +45,9 @@ class AttentionOverride {
   virtual torch::Tensor attend_masked(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                       double scale, std::int64_t window, double softcap, AttentionBackend prefer,
                                       std::int64_t* ran) = 0;
+  // The shard's tokens as the row's statistics count them: fp32 [T], 1 for a token of the row,
+  // 0 for padding the shard added (MoE routing statistics); undefined: every token counts.
+  virtual torch::Tensor token_weight() const { return {}; }
 };
 
 // "cudnn", "flash", "efficient", "math" (ATen's SDPBackend values), "unknown" otherwise.

@@ -508,7 +508,7 @@ torch::Tensor CausalLMImpl::hidden_states_packed(const torch::Tensor& input_ids,
               position_ids.sizes());
   torch::Tensor h = embed(input_ids);
   LayerContext ctx = context(input_ids, {}, position_ids, h.scalar_type());
-  start_router_stats(ctx, {}, input_ids.numel());
+  start_router_stats(ctx, attention ? attention->token_weight() : torch::Tensor(), input_ids.numel());
   ctx.cu_seqlens = cu_seqlens.to(input_ids.device(), torch::kInt32);
   // The [T, T] window mask (within each sample: its rows are consecutive positions), only where
   // a layer takes it: not under sequence parallelism (the override masks the gathered row) nor
@@ -530,7 +530,37 @@ void CausalLMImpl::start_router_stats(LayerContext& ctx, const torch::Tensor& at
   router_stats_->num_experts = config_.hf.num_experts;
   router_stats_->top_k = config_.hf.num_experts_per_tok;
   if (attention_mask.defined()) router_stats_->row_weight = attention_mask.reshape({rows}).to(torch::kFloat32);
+  router_stats_->sum_over_row = router_stats_sum_;
+  router_stats_->row_ranks = router_stats_ranks_;
   ctx.router_stats = router_stats_;
+}
+
+void CausalLMImpl::split_experts(const std::shared_ptr<ExpertGroup>& group) {
+  TORCH_CHECK(group, "split_experts: no group");
+  const std::int64_t e = config_.hf.num_experts, p = group->size();
+  TORCH_CHECK(config_.hf.is_moe(), "expert parallelism needs a mixture-of-experts model");
+  TORCH_CHECK(p >= 1 && e % p == 0, "expert parallelism: ", e, " experts do not split over ", p,
+              " ranks (expert_parallel_size must divide num_experts)");
+  for (auto& layer : model->layer_list) {
+    Moe& moe = layer->moe;
+    if (!moe) continue;
+    TORCH_CHECK(!moe->ep, "split_experts: the experts are split already");
+    if (p == 1) continue;
+    moe->experts->keep_experts(group->rank() * (e / p), e / p);
+    moe->ep = group;
+  }
+}
+
+void CausalLMImpl::set_experts_whole(bool whole, bool adapters_only) {
+  for (auto& layer : model->layer_list) {
+    Moe& moe = layer->moe;
+    if (!moe || !moe->ep) continue;
+    const std::int64_t share = moe->num_experts / moe->ep->size();
+    if (whole)
+      moe->experts->gather_experts(*moe->ep, adapters_only);
+    else
+      moe->experts->keep_experts(moe->ep->rank() * share, share, adapters_only);
+  }
 }
 
 torch::Tensor CausalLMImpl::layers_and_norm(torch::Tensor h, const LayerContext& ctx) {

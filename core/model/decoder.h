@@ -33,6 +33,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -275,6 +277,7 @@ class ExpertsImpl : public torch::nn::Module {
  public:
   ExpertsImpl(std::int64_t experts, std::int64_t hidden, std::int64_t intermediate, const torch::TensorOptions& o);
   // x [T, hidden] sorted by expert, ends int32 [E] (kernels::grouped_linear): [T, hidden].
+  // Under expert parallelism E is this rank's share of the experts (keep_experts).
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& ends);
   torch::Tensor gate_up_proj, down_proj;
   bool fused = false;  // the fused SwiGLU kernel between the two GEMMs; adapters in the activations' dtype
@@ -283,6 +286,12 @@ class ExpertsImpl : public torch::nn::Module {
   void add_lora(const std::string& parameter, std::int64_t rank, double scaling);
   void merge_lora();   // W_e += scaling · B_e A_e (in fp32), adapters removed
   void remove_lora();  // adapters removed, not merged
+  // Keeps experts first .. first + count - 1 (weights and adapters; adapters only when
+  // `adapters_only`), the rest freed: a rank's share under expert parallelism.
+  void keep_experts(std::int64_t first, std::int64_t count, bool adapters_only = false);
+  // The inverse for saving: every rank's share gathered over `group` (a collective), whole
+  // again; adapters only when `adapters_only`.
+  void gather_experts(ExpertGroup& group, bool adapters_only);
   ExpertLora gate_up_lora{nullptr}, down_lora{nullptr};
 
  private:
@@ -303,6 +312,14 @@ class MoeImpl : public torch::nn::Module {
   bool norm_topk_prob = false;
   bool weights_in_fp32 = false;  // Mixtral keeps the routing weights in fp32 (Qwen: the activations' dtype)
   double jitter = 0.0;           // Mixtral's router_jitter_noise (training only)
+  // Expert parallelism (docs/moe.md): this rank holds experts ep->rank() · E / ep->size() ...
+  // only; the sorted rows travel to their experts' ranks and back. Null: all experts here.
+  // Set through CausalLMImpl::split_experts.
+  std::shared_ptr<ExpertGroup> ep;
+
+ private:
+  // Expert parallelism: the experts on rows sorted by (global) expert, `counts` per expert.
+  torch::Tensor run_experts(const torch::Tensor& sorted, const torch::Tensor& counts);
 };
 TORCH_MODULE(Moe);
 
@@ -439,6 +456,22 @@ class CausalLMImpl : public torch::nn::Module {
   void set_router_aux_loss(bool on) { router_aux_loss_ = on; }
   bool router_aux_loss() const { return router_aux_loss_; }
   const c10::intrusive_ptr<RouterStats>& router_stats() const { return router_stats_; }
+  // Sequence parallelism: sums a [2E + 1] statistic over the ranks of one row
+  // (RouterStats::sum_over_row) of `ranks` ranks, so the aux loss is the whole row's. Empty:
+  // this rank's rows.
+  void set_router_stats_sum(std::function<void(torch::Tensor&)> sum, int ranks) {
+    router_stats_sum_ = std::move(sum);
+    router_stats_ranks_ = router_stats_sum_ ? ranks : 1;
+  }
+  // Expert parallelism (docs/moe.md): every MoE layer keeps its share of the experts
+  // (group->rank() · E / size ...; weights and expert adapters, taken from the whole set this
+  // model holds now) and routes rows to the other shares through `group`. E must divide by the
+  // group's size. Once per model, before the optimizer takes the parameters.
+  void split_experts(const std::shared_ptr<ExpertGroup>& group);
+  // Expert parallelism, for saving: true gathers every rank's share (a collective over the
+  // group; only the expert adapters when `adapters_only`, what a LoRA checkpoint writes), false
+  // keeps this rank's share again (local). Between the two the model must not run.
+  void set_experts_whole(bool whole, bool adapters_only);
 
   // Switches every module between the fused ops and the reference formulas (see
   // DecoderOptions::fused_kernels); adapters added later follow the setting.
@@ -480,6 +513,8 @@ class CausalLMImpl : public torch::nn::Module {
   std::vector<bool> keep_attention_layers_;
   bool router_aux_loss_ = false;
   c10::intrusive_ptr<RouterStats> router_stats_;
+  std::function<void(torch::Tensor&)> router_stats_sum_;
+  int router_stats_ranks_ = 1;
   // A new RouterStats for this forward's rows (row_weight from attention_mask), when recording.
   void start_router_stats(LayerContext& ctx, const torch::Tensor& attention_mask, std::int64_t rows);
   DecoderConfig config_;

@@ -66,13 +66,21 @@ void RouterStats::record(std::int64_t layer, const torch::Tensor& top_index, con
     counts = torch::bincount(top_index.reshape({-1}), {}, num_experts).to(torch::kFloat32);
     sums = probs.to(torch::kFloat32).sum(0);
   }
+  double rows = row_weight.defined() ? row_weight.sum().item<double>() : static_cast<double>(n);
+  if (sum_over_row) {  // the whole row's statistic: one all-reduce of 2E + 1 numbers per layer
+    torch::Tensor all = torch::cat({counts, sums, torch::full({1}, rows, counts.options())});
+    sum_over_row(all);
+    counts = all.narrow(0, 0, num_experts);
+    sums = all.narrow(0, num_experts, num_experts);
+    rows = all[2 * num_experts].item<double>();
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   // A recomputation (activation checkpointing) records the same layer again: replace its share.
   if (auto it = counts_.find(layer); it != counts_.end()) count_total_ = count_total_ - it->second;
   count_total_ = count_total_.defined() ? count_total_ + counts : counts.clone();
   counts_[layer] = counts;
   prob_sums_[layer] = sums;
-  rows_ = row_weight.defined() ? row_weight.sum().item<double>() : static_cast<double>(n);
+  rows_ = rows;
 }
 
 torch::Tensor RouterStats::aux_loss() const {
@@ -141,6 +149,43 @@ void ExpertsImpl::add_lora(const std::string& parameter, std::int64_t rank, doub
   ExpertLora& slot = gu ? gate_up_lora : down_lora;
   TORCH_CHECK(!slot, "LoRA already added to ", parameter);
   slot = register_module(parameter + "_lora", ExpertLora(w.size(0), w.size(1), w.size(2), rank, scaling, w.device()));
+}
+
+void ExpertsImpl::keep_experts(std::int64_t first, std::int64_t count, bool adapters_only) {
+  torch::NoGradGuard no_grad;
+  if (!adapters_only) {
+    TORCH_CHECK(first >= 0 && count > 0 && first + count <= gate_up_proj.size(0), "keep_experts: experts ", first,
+                "..", first + count - 1, " of ", gate_up_proj.size(0));
+    for (torch::Tensor* w : {&gate_up_proj, &down_proj}) w->set_data(w->narrow(0, first, count).clone());
+  }
+  for (ExpertLora* lora : {&gate_up_lora, &down_lora}) {
+    if (!*lora) continue;
+    ExpertLoraImpl& l = **lora;
+    const std::int64_t r = l.rank, e = l.experts;
+    TORCH_CHECK(first >= 0 && count > 0 && first + count <= e, "keep_experts: experts ", first, "..", first + count - 1,
+                " of the adapter's ", e);
+    // A: expert-major rows [E·r, in]; B: expert-minor columns [out, r·E] (PEFT's layout).
+    l.lora_A.set_data(l.lora_A.narrow(0, first * r, count * r).clone());
+    l.lora_B.set_data(l.lora_B.view({l.lora_B.size(0), r, e}).narrow(2, first, count).reshape({-1, r * count}).clone());
+    l.experts = count;
+  }
+}
+
+void ExpertsImpl::gather_experts(ExpertGroup& group, bool adapters_only) {
+  torch::NoGradGuard no_grad;
+  const std::int64_t p = group.size();
+  if (!adapters_only)
+    for (torch::Tensor* w : {&gate_up_proj, &down_proj}) w->set_data(group.gather(w->contiguous()));
+  for (ExpertLora* lora : {&gate_up_lora, &down_lora}) {
+    if (!*lora) continue;
+    ExpertLoraImpl& l = **lora;
+    const std::int64_t r = l.rank, e = l.experts, out = l.lora_B.size(0);
+    l.lora_A.set_data(group.gather(l.lora_A.contiguous()));
+    // B [out, r·e] per rank: gathered as [p·out, r, e], the experts put back in the last place.
+    const torch::Tensor b = group.gather(l.lora_B.contiguous()).view({p, out, r, e});
+    l.lora_B.set_data(b.permute({1, 2, 0, 3}).reshape({out, r * p * e}).contiguous());
+    l.experts = e * p;
+  }
 }
 
 void ExpertsImpl::merge_lora() {
@@ -215,15 +260,60 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x, const c10::intrusive_ptr<
   const torch::Tensor choice = top_index.reshape({-1});
   const torch::Tensor order = std::get<1>(choice.sort(std::optional<bool>(true), /*dim=*/0, /*descending=*/false));
   const torch::Tensor token = order.div(top_k, "floor");
-  const torch::Tensor ends = torch::bincount(choice, {}, num_experts).cumsum(0).to(torch::kInt32);
+  const torch::Tensor ends = ep ? torch::Tensor() : torch::bincount(choice, {}, num_experts).cumsum(0).to(torch::kInt32);
   // inverse[j]: where pair j (token j / k's (j % k)-th choice) sits in the sorted order.
   const torch::Tensor inverse = torch::empty_like(order).scatter_(0, order, torch::arange(order.size(0), order.options()));
-  const torch::Tensor out = experts(GatherRows::apply(flat, token, inverse, top_k), ends);  // [N·k, h], sorted
+  const torch::Tensor sorted = GatherRows::apply(flat, token, inverse, top_k);
+  const torch::Tensor out = ep ? run_experts(sorted, torch::bincount(choice, {}, num_experts))
+                               : experts(sorted, ends);  // [N·k, h], sorted
   // Back to (token, choice) order, weighted, summed over the k choices.
   torch::Tensor y = (GatherRows::apply(out, inverse, order, 1).view({n, top_k, h}) * top_p.unsqueeze(-1)).sum(1)
                         .to(x.scalar_type());
   if (shared_expert) y = y + torch::sigmoid(shared_expert_gate(flat)) * shared_expert(flat);
   return y.view(x.sizes());
+}
+
+torch::Tensor MoeImpl::run_experts(const torch::Tensor& sorted, const torch::Tensor& counts) {
+  // 1. How many rows go to each rank (its experts' counts) and how many come from each, per
+  //    local expert: one small exchange (the host needs the sizes for the row exchange).
+  const int p = ep->size();
+  const std::int64_t local = num_experts / p;
+  const torch::Tensor mine = counts.to(torch::kCPU, torch::kInt64).view({p, local}).contiguous();
+  const torch::Tensor got = ep->exchange_counts(mine).to(torch::kCPU, torch::kInt64).contiguous();  // [p, local]
+  std::vector<std::int64_t> send(static_cast<std::size_t>(p)), recv(static_cast<std::size_t>(p));
+  const auto* m = mine.data_ptr<std::int64_t>();
+  const auto* g = got.data_ptr<std::int64_t>();
+  for (int j = 0; j < p; ++j)
+    for (std::int64_t e = 0; e < local; ++e) {
+      send[static_cast<std::size_t>(j)] += m[j * local + e];
+      recv[static_cast<std::size_t>(j)] += g[j * local + e];
+    }
+  // 2. The rows to their experts' ranks: they arrive grouped by source rank, each group sorted
+  //    by local expert; regroup them by expert (source ranks in order within an expert).
+  const torch::Tensor arrived = ep->exchange_rows(sorted, send, recv);
+  std::vector<std::int64_t> start(static_cast<std::size_t>(p) * static_cast<std::size_t>(local));
+  std::int64_t at = 0;
+  for (int j = 0; j < p; ++j)
+    for (std::int64_t e = 0; e < local; ++e) {
+      start[static_cast<std::size_t>(j * local + e)] = at;
+      at += g[j * local + e];
+    }
+  std::vector<std::int64_t> by_expert, local_ends;
+  by_expert.reserve(static_cast<std::size_t>(at));
+  for (std::int64_t e = 0; e < local; ++e) {
+    for (int j = 0; j < p; ++j) {
+      const std::int64_t s0 = start[static_cast<std::size_t>(j * local + e)];
+      for (std::int64_t i = 0; i < g[j * local + e]; ++i) by_expert.push_back(s0 + i);
+    }
+    local_ends.push_back(static_cast<std::int64_t>(by_expert.size()));
+  }
+  const auto dev = sorted.device();
+  const torch::Tensor order = torch::tensor(torch::ArrayRef<std::int64_t>(by_expert), torch::kInt64).to(dev);
+  const torch::Tensor inverse = torch::empty_like(order).scatter_(0, order, torch::arange(order.size(0), order.options()));
+  const torch::Tensor ends = torch::tensor(torch::ArrayRef<std::int64_t>(local_ends), torch::kInt64).to(dev, torch::kInt32);
+  // 3. This rank's experts, then the outputs back in arrival order and home to their ranks.
+  const torch::Tensor out = experts(GatherRows::apply(arrived, order, inverse, 1), ends);
+  return ep->exchange_rows(GatherRows::apply(out, inverse, order, 1), recv, send);
 }
 
 }  // namespace odyssey::model

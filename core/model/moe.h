@@ -19,8 +19,11 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <vector>
 
 namespace odyssey::model {
 
@@ -29,6 +32,12 @@ struct RouterStats : torch::CustomClassHolder {
   torch::Tensor row_weight;  // [N] fp32 (1 token, 0 padding) of the flattened rows, or undefined: all 1
   // d(loss)/d(aux): what backward multiplies dAux/dp by; 0: the aux loss is not trained.
   double grad_scale = 0.0;
+  // Under sequence parallelism a row's tokens are spread over ranks: this sums each layer's
+  // counts, probability sums and row weight over them (in place, [2E + 1] fp32) so that every
+  // rank's statistic, loss and dAux/dp are those of the whole row. Unset: this rank's rows are
+  // the row.
+  std::function<void(torch::Tensor&)> sum_over_row;
+  int row_ranks = 1;  // the ranks sum_over_row sums over
 
   // A MoE layer's forward: its top-k choices [N, k] and probabilities [N, E] (fp32).
   void record(std::int64_t layer, const torch::Tensor& top_index, const torch::Tensor& probs);
@@ -45,6 +54,25 @@ struct RouterStats : torch::CustomClassHolder {
   // backward reads C without summing every layer again.
   torch::Tensor count_total_;
   double rows_ = 0.0;                                         // Σ w_r of one layer
+};
+
+// The ranks that split a MoE model's experts (expert parallelism, docs/moe.md), as the layers
+// see them; dist/expert_parallel.h implements it over a process group. Rank j holds experts
+// j·E/size .. (j + 1)·E/size - 1.
+class ExpertGroup {
+ public:
+  virtual ~ExpertGroup() = default;
+  virtual int size() const = 0;
+  virtual int rank() const = 0;
+  // counts int64 [size, n] on the host, row j for rank j: returns [size, n], row j from rank j.
+  virtual torch::Tensor exchange_counts(const torch::Tensor& counts) = 0;
+  // Differentiable: the first send[0] rows of `rows` go to rank 0, the next send[1] to rank 1,
+  // ...; returns the recv[j] rows from each rank j in rank order. Backward sends the gradient
+  // back the same way reversed.
+  virtual torch::Tensor exchange_rows(const torch::Tensor& rows, const std::vector<std::int64_t>& send,
+                                      const std::vector<std::int64_t>& recv) = 0;
+  // Every rank's `share` [n, ...] concatenated in rank order: [size · n, ...] (not differentiable).
+  virtual torch::Tensor gather(const torch::Tensor& share) = 0;
 };
 
 // probs unchanged; in backward, its gradient plus stats->probs_grad(). Recording happens here

@@ -410,6 +410,7 @@ std::int64_t smallest_sequence_parallel_size(const TrainConfig& c, const HfModel
   for (i64 sp = 1; sp <= max_world; ++sp) {
     cc.sequence_parallel_size = sp;
     cc.ulysses_size = c.ulysses_size > 0 && sp % c.ulysses_size == 0 ? c.ulysses_size : 0;
+    cc.expert_parallel_size = sp % c.expert_parallel_size == 0 ? c.expert_parallel_size : 1;  // it divides sp
     if (world % sp == 0 && world >= sp) {
       cc.nnodes = c.nnodes, cc.nproc_per_node = c.nproc_per_node, cc.gpu_ids = c.gpu_ids;
     } else {

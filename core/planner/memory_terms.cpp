@@ -131,10 +131,14 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   }
 
   // -- parameters, gradients, optimizer
-  const i64 P = m.parameter_count();
+  // Expert parallelism: this rank holds 1 / ep of every MoE layer's experts (docs/moe.md);
+  // its weights, gradients and optimizer state count only those.
+  const i64 ep = m.is_moe() && m.num_experts % std::max<i64>(1, p.ep) == 0 ? std::max<i64>(1, p.ep) : 1;
+  const i64 experts_all = m.is_moe() ? 3 * m.num_experts * s.h * m.moe_intermediate_size * m.moe_layer_count() : 0;
+  const i64 P = m.parameter_count() - (experts_all - experts_all / ep);
   const i64 embed = s.V * s.h, head = m.tie_word_embeddings ? 0 : s.V * s.h;
   const i64 per_layer = (P - embed - head - s.h) / s.L;
-  t.params = P;
+  t.params = P;  // this rank's
   t.weights = P * b;
   if (c.quant_bits == 4) {
     // A 4-bit base (docs/qlora.md): every decoder projection at half a byte a value plus its
@@ -172,7 +176,7 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
       i64 per_moe_layer = 0;
       if ((lmask & (1u << Gate)) && (lmask & (1u << Up))) per_moe_layer += 2 * r * e * (s.h + 2 * im);
       if (lmask & (1u << Down)) per_moe_layer += r * e * (im + s.h);
-      t.trainable += per_moe_layer * m.moe_layer_count();
+      t.trainable += per_moe_layer / ep * m.moe_layer_count();
     }
     t.adapters = 4 * t.trainable;
     t.grads_layers = 4 * t.trainable;

@@ -15,7 +15,10 @@ std::vector<torch::Tensor> Optimizer::param_tensors() const {
 
 void Optimizer::reduce_gradients(dist::Group& world) { all_reduce_gradients(param_tensors(), world); }
 
-double Optimizer::clip_grad_norm(double max_norm) { return train::clip_grad_norm(param_tensors(), max_norm); }
+double Optimizer::clip_grad_norm(double max_norm) {
+  const torch::Tensor total = clip_grad_norm_tensor(param_tensors(), max_norm, &sharded_);
+  return total.defined() ? total.item<double>() : 0.0;
+}
 
 torch::Tensor Optimizer::clip_and_step(double max_norm, double lr, const torch::Tensor& loss) {
   if (!std::isfinite(loss.to(torch::kCPU, torch::kFloat64).item<double>()))
@@ -80,7 +83,7 @@ void AdamW::step(double lr) { update(lr, std::nullopt); }
 
 torch::Tensor AdamW::clip_and_step(double max_norm, double lr, const torch::Tensor& loss) {
   torch::NoGradGuard no_grad;
-  const torch::Tensor norm = train::clip_grad_norm_tensor(param_tensors(), max_norm);
+  const torch::Tensor norm = train::clip_grad_norm_tensor(param_tensors(), max_norm, &sharded_);
   if (!norm.defined()) return torch::zeros({}, torch::kFloat32);  // no gradient: nothing to update
   const torch::Tensor finite = torch::isfinite(norm).logical_and(torch::isfinite(loss.to(norm.device()).reshape({})));
   update(lr, finite.logical_not().to(torch::kFloat32));
@@ -193,14 +196,38 @@ double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm)
   return total.defined() ? total.item<double>() : 0.0;
 }
 
-torch::Tensor clip_grad_norm_tensor(const std::vector<torch::Tensor>& params, double max_norm) {
+namespace {
+
+// Σ ‖g‖² over `grads` in fp32 (0 when none) on `device`.
+torch::Tensor squared_norm(const std::vector<torch::Tensor>& grads, const torch::Device& device) {
+  if (grads.empty()) return torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
+  return torch::stack(at::_foreach_norm(grads, 2)).to(torch::kFloat32).pow(2).sum();
+}
+
+}  // namespace
+
+torch::Tensor clip_grad_norm_tensor(const std::vector<torch::Tensor>& params, double max_norm,
+                                    const ShardedParams* sharded) {
   torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> grads;
-  for (const auto& p : params)
-    if (p.grad().defined()) grads.push_back(p.grad());
-  if (grads.empty()) return {};
-  const std::vector<torch::Tensor> norms = at::_foreach_norm(grads, 2);
-  const torch::Tensor total = torch::linalg_vector_norm(torch::stack(norms), 2);
+  const bool split = sharded && sharded->active();
+  std::vector<torch::Tensor> grads, shares;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (!params[i].grad().defined()) continue;
+    const bool share = split && i < sharded->sharded.size() && sharded->sharded[i];
+    (share ? shares : grads).push_back(params[i].grad());
+  }
+  torch::Tensor total;
+  if (split) {  // every rank of the group takes part, gradients or not
+    const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
+    torch::Tensor others = squared_norm(shares, device).reshape({1}).to(sharded->group->device());
+    sharded->group->all_reduce(others);
+    total = (squared_norm(grads, device) + others.to(device)[0]).sqrt();
+    grads.insert(grads.end(), shares.begin(), shares.end());
+    if (grads.empty()) return {};
+  } else {
+    if (grads.empty()) return {};
+    total = torch::linalg_vector_norm(torch::stack(at::_foreach_norm(grads, 2)), 2);
+  }
   if (max_norm > 0) {
     const torch::Tensor coef = torch::clamp(max_norm / (total + 1e-6), std::nullopt, 1.0);
     at::_foreach_mul_(grads, coef);

@@ -36,6 +36,15 @@ struct NamedParam {
 
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
+// Expert parallelism (docs/moe.md): which parameters (in the optimizer's order) each rank of
+// `group` holds a different share of, the experts. The gradient norm is then the norm of the
+// whole model's gradient: the squares of those shares summed over the group.
+struct ShardedParams {
+  std::vector<bool> sharded;
+  dist::Group* group = nullptr;
+  bool active() const { return group != nullptr && group->size() > 1; }
+};
+
 // What the step engine needs of an optimizer (docs/optimizers.md). One step:
 //   begin_step(); for each micro-batch { backward; end_micro_batch(last) };
 //   reduce_gradients(world) when data- or sequence-parallel; norm = clip_grad_norm(max);
@@ -76,12 +85,15 @@ class Optimizer {
   // True when state() is this rank's shard only (ZeRO): checkpoints keep one file per rank.
   virtual bool sharded_state() const { return false; }
   const std::vector<NamedParam>& params() const { return params_; }
+  // Expert parallelism: the parameters whose gradient norm adds the other ranks' shares.
+  void set_sharded_params(ShardedParams s) { sharded_ = std::move(s); }
 
  protected:
   explicit Optimizer(std::vector<NamedParam> params) : params_(std::move(params)) {}
   // The parameters' tensors, in params_ order.
   std::vector<torch::Tensor> param_tensors() const;
   std::vector<NamedParam> params_;
+  ShardedParams sharded_;
 };
 
 // Bucketed in-place all-reduce (sum) of the gradients of `params` over `world`; parameters
@@ -134,6 +146,9 @@ std::int64_t warmup_steps_for(std::int64_t warmup_steps, double warmup_ratio, st
 double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
 // The same without reading the norm on the host: a 0-d fp32 tensor on the gradients' device
 // (undefined when no parameter has a gradient).
-torch::Tensor clip_grad_norm_tensor(const std::vector<torch::Tensor>& params, double max_norm);
+// With `sharded` active, the squares of its parameters' gradients are summed over its group
+// first (a collective: every rank of the group must call).
+torch::Tensor clip_grad_norm_tensor(const std::vector<torch::Tensor>& params, double max_norm,
+                                    const ShardedParams* sharded = nullptr);
 
 }  // namespace odyssey::train

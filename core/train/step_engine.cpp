@@ -23,6 +23,22 @@ void StepEngine::set_world(dist::Group* world) {
   world_ = world;
 }
 
+void StepEngine::set_expert_parallel(dist::Group* ep, dist::Group* expert_dp) {
+  if (options_.zero.stage > 0 || options_.galore.enabled)
+    throw std::invalid_argument("expert parallelism runs with plain AdamW (no ZeRO, no GaLore)");
+  expert_dp_ = expert_dp;
+  replicated_.clear();
+  experts_.clear();
+  ShardedParams sharded;
+  sharded.group = ep;
+  for (const auto& p : optimizer_->params()) {
+    const bool expert = p.name.find(".mlp.experts.") != std::string::npos;
+    (expert ? experts_ : replicated_).push_back(p.param);
+    sharded.sharded.push_back(expert);
+  }
+  optimizer_->set_sharded_params(std::move(sharded));
+}
+
 std::int64_t StepEngine::trainable_params() const {
   std::int64_t n = 0;
   for (const auto& t : trainable_) n += t.numel();
@@ -51,9 +67,11 @@ StepResult StepEngine::step(const std::vector<PackedRow>& micro_batches) {
   // after each forward would drain the GPU's queue before each backward.
   torch::Tensor total, aux_total;
   optimizer_->begin_step();
-  // MoE: each micro-batch's loss gains coef · aux (as transformers' does); with several ranks
-  // (whose gradients are summed) each rank's share is 1 / ranks. In the total it is scaled by
-  // denom, which the reported loss divides by.
+  // MoE: each micro-batch's loss gains coef · aux (as transformers' does). Gradients are summed
+  // over the ranks: a rank's own statistic counts 1 / ranks; a row's statistic summed over its
+  // row_ranks sequence-parallel ranks (each adding its tokens' part of dAux/dp) row_ranks /
+  // ranks. In the total (summed over every rank) it is scaled by denom, which the reported loss
+  // divides by.
   const bool aux = options_.router_aux_loss_coef > 0 && lm_->config().hf.is_moe();
   const double ranks = world_ ? static_cast<double>(std::max(1, world_->size())) : 1.0;
   lm_->set_router_aux_loss(aux);
@@ -61,7 +79,7 @@ StepResult StepEngine::step(const std::vector<PackedRow>& micro_batches) {
     const torch::Tensor sum = row_loss_sum(lm_, micro_batches[i]);
     torch::Tensor s64 = sum.detach().to(torch::kFloat64);
     if (const auto& stats = lm_->router_stats(); aux && stats && !stats->empty()) {
-      stats->grad_scale = options_.router_aux_loss_coef / ranks;
+      stats->grad_scale = options_.router_aux_loss_coef * static_cast<double>(stats->row_ranks) / ranks;
       const torch::Tensor a = stats->aux_loss().to(s64.device(), torch::kFloat64);
       aux_total = aux_total.defined() ? aux_total + a : a;
       s64 = s64 + a * (options_.router_aux_loss_coef * denom / ranks);
@@ -76,7 +94,12 @@ StepResult StepEngine::step(const std::vector<PackedRow>& micro_batches) {
   if (world_ && world_->size() > 1) {
     total = total.reshape({1}).to(lm_->lm_head_weight().device());
     world_->all_reduce(total);
-    optimizer_->reduce_gradients(*world_);
+    if (expert_dp_) {
+      all_reduce_gradients(replicated_, *world_);
+      all_reduce_gradients(experts_, *expert_dp_);
+    } else {
+      optimizer_->reduce_gradients(*world_);
+    }
   }
   r.lr = options_.schedule.lr(step_);
   // Clipping, the finiteness check and the update are queued behind backward; the step's

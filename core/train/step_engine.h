@@ -55,13 +55,14 @@ struct StepOptions {
   // MoE models: transformers' load-balancing loss times this coefficient joins each
   // micro-batch's loss (its ForCausalLM adds router_aux_loss_coef · aux_loss when
   // output_router_logits); 0: not computed. StepOptions built by the trainer take config.json's
-  // (docs/moe.md). Over several ranks each rank's own statistic counts, averaged over the ranks.
+  // (docs/moe.md). Over several ranks the statistic is each row's (summed over its
+  // sequence-parallel ranks), averaged over the data-parallel ranks.
   double router_aux_loss_coef = 0.0;
 };
 
 struct StepResult {
   double loss = 0;        // summed token loss / target tokens of the whole step (+ the MoE aux loss)
-  double aux_loss = 0;    // MoE: this rank's load-balancing loss, averaged over its micro-batches (0: none)
+  double aux_loss = 0;    // MoE: this rank's rows' load-balancing loss, averaged over its micro-batches (0: none)
   double grad_norm = 0;   // before clipping
   double lr = 0;          // used by this step
   std::int64_t tokens = 0;          // input tokens of the step
@@ -100,6 +101,12 @@ class StepEngine {
   // takes the group in the constructor instead (it shards or projects over it).
   void set_world(dist::Group* world);
 
+  // Expert parallelism (docs/moe.md; after CausalLMImpl::split_experts): the experts'
+  // gradients (parameters under ".mlp.experts.") are summed over `expert_dp` (the ranks with the
+  // same share) instead of the world group, and the gradient norm adds the other shares' over
+  // `ep`. Plain AdamW only.
+  void set_expert_parallel(dist::Group* ep, dist::Group* expert_dp);
+
   std::int64_t completed_steps() const { return step_; }
   void set_completed_steps(std::int64_t s) { step_ = s; }
   model::CausalLM& model() { return lm_; }
@@ -114,6 +121,8 @@ class StepEngine {
   std::unique_ptr<Optimizer> optimizer_;
   std::int64_t step_ = 0;
   dist::Group* world_ = nullptr;
+  dist::Group* expert_dp_ = nullptr;  // expert parallelism: see set_expert_parallel
+  std::vector<torch::Tensor> replicated_, experts_;
 };
 
 }  // namespace odyssey::train

@@ -29,6 +29,7 @@
 #include "data/packing.h"
 #include "data/token_cache.h"
 #include "data/tokenize.h"
+#include "dist/expert_parallel.h"
 #include "dist/mesh.h"
 #include "dist/sequence_parallel.h"
 #include "engine/runtime_info.h"
@@ -565,7 +566,8 @@ void build_run_mesh(RunContext& run, const LoadedModel& m) {
   if (!run.opt.store) throw RunFailure{"a parallel run needs the rendezvous store (started without a launcher?)"};
   run.mesh = dist::build_mesh(env, layout, transport, run.opt.store, m.device, run.opt.comm_timeout);
   run.out->log("mesh: " + std::to_string(run.mesh.world) + " ranks = dp " + std::to_string(run.mesh.dp) +
-               " x ulysses " + std::to_string(run.mesh.ulysses) + " x ring " + std::to_string(run.mesh.ring) + " over " +
+               " x ulysses " + std::to_string(run.mesh.ulysses) + " x ring " + std::to_string(run.mesh.ring) +
+               (run.mesh.ep > 1 ? " (experts split over " + std::to_string(run.mesh.ep) + ")" : std::string()) + " over " +
                (m.device.is_cuda() ? "NCCL" : "the store transport (CPU)") + "; this is rank " +
                std::to_string(run.mesh.rank) + " on " + m.device.str());
 }
@@ -692,6 +694,7 @@ void apply_tuner_and_memory(RunContext& run, LoadedModel& m, Training& t) {
     ls.dropout = c.lora_dropout;
     ls.rslora = c.use_rslora;
     ls.target_modules = targets.value;
+    ls.target_parameters = c.target_parameters;
     if (apply_lora(m.lm, ls) == 0)  // PEFT's rule: at least one targeted module must exist
       throw RunFailure{"target_modules: none of " + text::join(c.target_modules, ", ") + " is a module of " +
                        m.hf.architecture + " (its linear modules: " + text::join(linear_module_names(m.hf), ", ") + ")"};
@@ -709,8 +712,36 @@ void apply_tuner_and_memory(RunContext& run, LoadedModel& m, Training& t) {
   m.lm->set_mlp_offload_layers(memory.mlp_offload, memory.mlp_offload_lead);
   m.lm->set_offload_checkpoints(c.offload_activations);
   m.lm->set_mlp_tile_tokens(memory.mlp_tile);
-  // MoE: transformers' load-balancing loss when config.json asks for it (docs/moe.md).
-  t.sched.so.router_aux_loss_coef = m.hf.is_moe() && m.hf.output_router_logits ? m.hf.router_aux_loss_coef : 0.0;
+  // MoE: transformers' load-balancing loss when config.json asks for it (docs/moe.md); under
+  // sequence parallelism its statistic is the whole row's; expert parallelism keeps this
+  // rank's share of the experts (after the adapters exist, before the optimizer takes them).
+  // router_aux_loss_coef > 0 turns it on with that weight (ms-swift's rule).
+  t.sched.so.router_aux_loss_coef = !m.hf.is_moe()              ? 0.0
+                                    : c.router_aux_loss_coef > 0 ? c.router_aux_loss_coef
+                                    : m.hf.output_router_logits  ? m.hf.router_aux_loss_coef
+                                                                 : 0.0;
+  if (c.freeze_router && c.tuner_type == "full" && m.hf.is_moe()) {
+    std::int64_t frozen = 0;
+    for (auto& p : m.lm->named_parameters(true))
+      if (p.key().find(".mlp.gate.") != std::string::npos) {
+        p.value().set_requires_grad(false);
+        ++frozen;
+      }
+    run.out->log("freeze_router: " + std::to_string(frozen) + " routers frozen");
+  }
+  if (m.hf.is_moe() && run.mesh.sp > 1)
+    m.lm->set_router_stats_sum(dist::row_statistics_sum(run.mesh.sp_group.get()), run.mesh.sp);
+  if (run.mesh.ep > 1) {
+    try {
+      m.lm->split_experts(dist::expert_group(run.mesh.ep_group.get()));
+    } catch (const c10::Error& e) {
+      throw RunFailure{std::string("expert_parallel_size: ") + e.what_without_backtrace()};
+    }
+    const std::int64_t share = m.hf.num_experts / run.mesh.ep;
+    run.out->log("experts: " + std::to_string(share) + " of " + std::to_string(m.hf.num_experts) +
+                 " per MoE layer on this rank (" + std::to_string(run.mesh.ep_rank * share) + " .. " +
+                 std::to_string((run.mesh.ep_rank + 1) * share - 1) + ")");
+  }
 }
 
 // Steps per epoch and in all, and the optimizer's and schedule's options.
@@ -770,6 +801,7 @@ Training build_optimizer(RunContext& run, LoadedModel& m, const Data& data) {
   check_offload_memory(run, m);
   try {
     t.engine.emplace(m.lm, t.sched.so, run.mesh.distributed() ? run.mesh.world_group.get() : nullptr);
+    if (run.mesh.ep > 1) t.engine->set_expert_parallel(run.mesh.ep_group.get(), run.mesh.expert_dp_group.get());
   } catch (const std::invalid_argument& e) {
     throw RunFailure{std::string("optimizer: ") + e.what()};
   }
@@ -882,9 +914,23 @@ std::vector<fs::path> save_optimizer_shards(RunContext& run, Training& t, std::i
 void save(RunContext& run, Training& t, std::int64_t at_step) {
   const auto ts = Clock::now();
   CheckpointContents with = t.contents;
-  if (t.engine->optimizer().sharded_state()) {
+  // Expert parallelism: each rank's optimizer state holds its own experts' (one file per rank,
+  // as ZeRO's), and the experts join rank 0's model for the save (a collective gather of what
+  // the checkpoint writes: the expert adapters, or the whole experts of a full fine-tune), each
+  // rank back to its share afterwards, also when the save fails.
+  if (t.engine->optimizer().sharded_state() || run.mesh.ep > 1) {
     with.optimizer_shards = save_optimizer_shards(run, t, at_step);
   }
+  struct WholeExperts {
+    model::CausalLM lm;
+    bool on, adapters_only;
+    WholeExperts(model::CausalLM m, bool o, bool a) : lm(std::move(m)), on(o), adapters_only(a) {
+      if (on) lm->set_experts_whole(true, adapters_only);
+    }
+    ~WholeExperts() {
+      if (on) lm->set_experts_whole(false, adapters_only);
+    }
+  } whole(t.engine->model(), run.mesh.ep > 1, t.contents.lora.has_value());
   if (!run.main_rank) {  // the weights are the same on every rank; rank 0 writes them
     t.last_saved = at_step;
     return;

@@ -4,6 +4,10 @@
 //   - Ulysses 2, ring 2, Ulysses 2 x ring 2, Ulysses 4 with KV heads replicated (the model
 //     has 2), data parallel 2, and dp 2 x Ulysses 2: every step's loss and gradient norm,
 //     the eval loss and the final adapter equal the single process's within 1e-5;
+//   - a tiny Qwen3-MoE (the quickstart's tokenizer, random weights, the load-balancing loss on)
+//     with LoRA on attention and on the experts, its experts split over 2 ranks (Ulysses 2) and
+//     over 4 (Ulysses 2 x ring 2), and over 2 within Ulysses 4: the same, and the saved adapter
+//     is whole (docs/moe.md);
 //   - a rank killed with SIGKILL stops every rank within 10 s, status.json names the rank;
 //   - SIGTERM to the launcher stops all ranks after a checkpoint, exit 0;
 //   - a port in use and heads no split can serve are clear errors with nothing left running;
@@ -19,7 +23,9 @@
 //     ODYSSEY_STORE_SECRET is a usage error; under torchrun the ranks say the store is
 //     unauthenticated unless the secret is exported.
 // LibTorch before Qt: Qt's keyword macros (slots, signals) clash with its headers.
+#include "model/decoder.h"
 #include "model/safetensors.h"
+#include "model/weights.h"
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -442,6 +448,36 @@ class TstParallelRun : public QObject {
     QVERIFY2(adapter < 1e-5, qPrintable(what + ": adapter"));
   }
 
+  // A tiny Qwen3-MoE (the quickstart's tokenizer, random weights, the load-balancing loss on
+  // in its config.json), written once.
+  QString tiny_moe() {
+    const QString dir = tmp_.filePath("tiny-moe");
+    if (QFileInfo::exists(dir + "/model.safetensors")) return dir;
+    if (!QDir().mkpath(dir)) qFatal("cannot make %s", qPrintable(dir));
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"})
+      if (!QFile::copy(src("resources/quickstart/model/") + f, dir + "/" + f)) qFatal("cannot copy %s", f);
+    const std::string config =
+        R"({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 64,
+            "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "head_dim": 16, "vocab_size": 1024, "max_position_embeddings": 2048, "rms_norm_eps": 1e-6,
+            "initializer_range": 0.05, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+            "norm_topk_prob": true, "output_router_logits": true, "router_aux_loss_coef": 0.1,
+            "bos_token_id": 1021, "eos_token_id": 1023, "tie_word_embeddings": false, "dtype": "float32"})";
+    {
+      QFile f(dir + "/config.json");
+      if (!f.open(QIODevice::WriteOnly)) qFatal("cannot write config.json");
+      f.write(QByteArray::fromStdString(config));
+    }
+    auto cfg = odyssey::parse_decoder_config(config, (dir + "/config.json").toStdString());
+    if (!cfg.ok()) qFatal("%s", odyssey::format_all(cfg.diagnostics).c_str());
+    torch::manual_seed(3);
+    odyssey::model::CausalLM lm(cfg.value, odyssey::model::DecoderOptions{});
+    lm->initialize_random();
+    const auto saved = odyssey::model::save_weights(lm, dir.toStdString(), 5'000'000'000, /*copy_config=*/false);
+    if (!saved.ok()) qFatal("%s", odyssey::format_all(saved.diagnostics).c_str());
+    return dir;
+  }
+
  private Q_SLOTS:
   void cleanupTestCase() {
     if (hosts_.ok) hosts_.down();
@@ -659,6 +695,69 @@ class TstParallelRun : public QObject {
     QVERIFY2(proc.exitCode() == 0, qPrintable(QString::fromUtf8(proc.readAllStandardError()).right(3000)));
     const Outcome o = outcome_of(only_run(tmp_.filePath("out-torchrun")));
     compare("torchrun --nproc-per-node 2, Ulysses 2", o, single_);
+  }
+
+  // Expert parallelism (docs/moe.md): a MoE model whose experts are split over the ranks of
+  // the sequence-parallel group trains exactly like one process holding all of them.
+  void moeExpertParallel() {
+    const QString dir = tiny_moe();
+    const QString base = "model: " + dir + "\nper_device_train_batch_size: 2\n";
+    const Outcome one = train(tmp_, "moe-single", base);
+    const Outcome ep2 = train(tmp_, "moe-ep2", base + "nproc_per_node: 2\nsequence_parallel_size: 2\nexpert_parallel_size: 2\n");
+    const QJsonObject mesh = events(ep2.dir, "run_start").front().value("mesh").toObject();
+    QCOMPARE(mesh.value("world").toInt(), 2);
+    compare("MoE, experts over 2 (Ulysses 2)", ep2, one);
+    compare("MoE, experts over 4 (Ulysses 2 x ring 2)",
+            train(tmp_, "moe-ep4", base + "nproc_per_node: 4\nsequence_parallel_size: 4\nexpert_parallel_size: 4\n"), one);
+    compare("MoE, experts over 2 within Ulysses 4",
+            train(tmp_, "moe-u4ep2",
+                  base + "nproc_per_node: 4\nsequence_parallel_size: 4\nulysses_size: 4\nexpert_parallel_size: 2\n"),
+            one);
+    // The checkpoint's adapter holds every expert: the adapter of 4 experts, as one process saves it.
+    const auto a = odyssey::SafetensorsFile::open((ep2.dir + "/checkpoints/checkpoint-3/adapter_model.safetensors").toStdString());
+    QVERIFY(a.ok());
+    bool expert_adapter = false;
+    for (const auto& n : a.value->names()) expert_adapter = expert_adapter || n.find("mlp.experts") != std::string::npos;
+    QVERIFY2(expert_adapter, "no expert adapter in the checkpoint");
+    // Each rank wrote its optimizer state (its own experts').
+    for (const char* f : {"optimizer-rank-00000-of-00002.safetensors", "optimizer-rank-00001-of-00002.safetensors"})
+      QVERIFY2(QFileInfo::exists(ep2.dir + "/checkpoints/checkpoint-3/" + f), f);
+  }
+
+  // The MoE preset keys (docs/moe.md) on one process: router_aux_loss_coef replaces config.json's
+  // 0.1 (the first step's loss grows by Δcoef · aux: the same aux for every coefficient, so
+  // the two differences are in the coefficients' ratio), and freeze_router leaves the routers
+  // of a full fine-tune as they were while the experts train.
+  void moeRouterKeys() {
+    const QString base =
+        "model: " + tiny_moe() + "\nper_device_train_batch_size: 2\nmax_steps: 1\nwarmup_steps: 0\neval_steps: 1\n";
+    const double l01 = train(tmp_, "moe-coef-config", base).loss.front();
+    const double l05 = train(tmp_, "moe-coef-0.5", base + "router_aux_loss_coef: 0.5\n").loss.front();
+    const double l10 = train(tmp_, "moe-coef-1", base + "router_aux_loss_coef: 1.0\n").loss.front();
+    qInfo("first-step loss with router_aux_loss_coef 0.1 (config.json) / 0.5 / 1.0: %.6f %.6f %.6f", l01, l05, l10);
+    QVERIFY(l05 - l01 > 0.1);  // aux >= 1 for top-2 of 4 experts (2 when balanced)
+    QVERIFY2(std::abs((l10 - l05) / (l05 - l01) - 0.5 / 0.4) < 1e-4, "the loss is not linear in the coefficient");
+
+    const QString full = base + "tuner_type: full\nlora_rank: 8\nlora_alpha: 32\nlora_dropout: 0.05\nlearning_rate: 0.001\n"
+                                "adam_epsilon: 1e-8\n";
+    const Outcome frozen = train(tmp_, "moe-freeze", full + "freeze_router: true\n");
+    const Outcome trained = train(tmp_, "moe-router", full);
+    auto tensor = [](const QString& file, const std::string& name) {
+      const auto f = odyssey::SafetensorsFile::open(file.toStdString());
+      if (!f.ok()) qFatal("cannot open %s", qPrintable(file));
+      const auto t = f.value->load(name, torch::kFloat32, torch::kCPU);
+      if (!t.ok()) qFatal("%s lacks %s", qPrintable(file), name.c_str());
+      return t.value;
+    };
+    const QString start = tiny_moe() + "/model.safetensors";
+    const QString after_frozen = frozen.dir + "/checkpoints/checkpoint-1/model.safetensors";
+    const QString after_trained = trained.dir + "/checkpoints/checkpoint-1/model.safetensors";
+    for (const char* router : {"model.layers.0.mlp.gate.weight", "model.layers.1.mlp.gate.weight"}) {
+      QVERIFY2(tensor(after_frozen, router).equal(tensor(start, router)), router);
+      QVERIFY2(!tensor(after_trained, router).equal(tensor(start, router)), router);
+    }
+    const std::string expert = "model.layers.0.mlp.experts.1.up_proj.weight";
+    QVERIFY(!tensor(after_frozen, expert).equal(tensor(start, expert)));
   }
 
   void dataParallel2() {

@@ -373,6 +373,33 @@ class TestMemoryPlanner : public QObject {
     QCOMPARE(t4.per_token_layer, t16.per_token_layer);
   }
 
+  // Expert parallelism (docs/moe.md): each rank holds 1 / ep of the experts, so Qwen3-30B-A3B's
+  // 48 MoE layers x 128 experts x 3 x 2048 x 768 expert values drop to a quarter at ep 4, and
+  // the expert adapters (gate_up at rank 2r: 2r (2048 + 2 x 768), down at r: r (768 + 2048) per
+  // expert) with them; the rest (attention, routers, embeddings) stays whole.
+  void expertParallelHoldsAShare() {
+    auto loc = locate_model("Qwen/Qwen3-30B-A3B", "");
+    auto r = load_located_model_config(loc);
+    QVERIFY2(r.ok(), format_all(r.diagnostics).c_str());
+    const HfModelConfig& m = r.value;
+    TrainConfig c = lora_7b(4096, true);
+    c.model = "Qwen/Qwen3-30B-A3B";
+    c.nproc_per_node = 4;
+    c.sequence_parallel_size = 4;
+    PlannerOptions o;
+    const auto whole = planner_detail::compute_terms(c, m, o);
+    c.expert_parallel_size = 4;
+    const auto share = planner_detail::compute_terms(c, m, o);
+    const std::int64_t experts = 48LL * 128 * 3 * 2048 * 768;
+    QCOMPARE(whole.weights - share.weights, (experts - experts / 4) * 2);
+    const std::int64_t rank = c.lora_rank;
+    const std::int64_t adapters = 48LL * 128 * (2 * rank * (2048 + 2 * 768) + rank * (768 + 2048));
+    QCOMPARE(whole.trainable - share.trainable, adapters - adapters / 4);
+    TrainConfig unsplit = c;
+    unsplit.expert_parallel_size = 1;
+    QVERIFY(plan_memory(c, m).peak_bytes < plan_memory(unsplit, m).peak_bytes - 35LL * 1024 * 1024 * 1024);
+  }
+
   void tinyLoraByHand() {
     const MemoryPlan p = plan_memory(tiny_lora(), tiny());
     QCOMPARE(p.device, std::string("cuda"));

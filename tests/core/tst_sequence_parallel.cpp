@@ -7,14 +7,21 @@
 //     fewer than the Ulysses degree; outputs and the gradients of Q, K and V within 1e-5 (fp32), and
 //     exactly zero gradient on padding (padded keys are masked);
 //   - the layout: every token on exactly one rank, zigzag chunks, padding multiples;
+//   - a tiny Qwen3-MoE model under sequence parallelism and expert parallelism (docs/moe.md)
+//     against the same model in one process over the whole row: the loss, the load-balancing
+//     aux loss and every gradient within 1e-5 (fp32; full fine-tuning and LoRA on the experts),
+//     experts split over 2 and 4 ranks and over blocks of a larger sequence-parallel group;
 // and a rank that dies makes the launcher stop the other and report the rank.
 #include "dist/comm.h"
+#include "dist/expert_parallel.h"
 #include "dist/launcher.h"
 #include "dist/mesh.h"
 #include "dist/sequence_parallel.h"
 #include "model/attention.h"
+#include "model/decoder.h"
 #include "run/run_lock.h"
 #include "train/batch.h"
+#include "train/lora.h"
 
 #include <QtTest>
 
@@ -53,8 +60,9 @@ Case parse_case(const std::string& s) {
   return c;
 }
 
-dist::Mesh worker_mesh(const dist::DistEnv& env, int ulysses, int ring) {
+dist::Mesh worker_mesh(const dist::DistEnv& env, int ulysses, int ring, int ep = 1) {
   ParallelLayout layout;
+  layout.ep = ep;
   layout.world_size = env.world;
   layout.sp = ulysses * ring;
   layout.ulysses = ulysses;
@@ -160,6 +168,22 @@ int collectives_worker(const dist::DistEnv& env) {
   torch::Tensor x = torch::arange(n, torch::kFloat32) + 100.0f * static_cast<float>(r);
   torch::Tensor y = g.all_to_all(x.view({n, 1}));
   expect(y.view({n}).equal(torch::arange(n, torch::kFloat32) * 100.0f + static_cast<float>(r)), "all_to_all");
+  // all_to_all_v: rank r sends r + j + 1 rows (rank j has nothing for rank j when j is 0), each row
+  // [r, j]; from rank j it gets j + r + 1 rows [j, r].
+  {
+    std::vector<std::int64_t> send, recv;
+    std::vector<torch::Tensor> rows;
+    for (int j = 0; j < n; ++j) {
+      send.push_back(j == 0 && r == 0 ? 0 : r + j + 1);
+      recv.push_back(j == 0 && r == 0 ? 0 : j + r + 1);
+      rows.push_back(torch::tensor({static_cast<float>(r), static_cast<float>(j)}).repeat({send.back(), 1}));
+    }
+    const torch::Tensor got = g.all_to_all_v(torch::cat(rows), send, recv);
+    std::vector<torch::Tensor> want;
+    for (int j = 0; j < n; ++j)
+      want.push_back(torch::tensor({static_cast<float>(j), static_cast<float>(r)}).repeat({recv[static_cast<std::size_t>(j)], 1}));
+    expect(got.equal(torch::cat(want)), "all_to_all_v");
+  }
   torch::Tensor gathered = g.all_gather(torch::full({2}, static_cast<std::int64_t>(r), torch::kInt64));
   expect(gathered.equal(torch::arange(n, torch::kInt64).repeat_interleave(2)), "all_gather");
   torch::Tensor rs = g.reduce_scatter(torch::arange(2 * n, torch::kFloat64));
@@ -170,7 +194,10 @@ int collectives_worker(const dist::DistEnv& env) {
   const auto st = g.stats();
   expect(st[static_cast<int>(dist::Op::AllReduce)].calls == 1 && st[static_cast<int>(dist::Op::AllReduce)].bytes == 40,
          "all_reduce counters");
-  expect(st[static_cast<int>(dist::Op::AllToAll)].bytes == 4 * n, "all_to_all counters");
+  std::int64_t sent_rows = 0;
+  for (int j = 0; j < n; ++j) sent_rows += j == 0 && r == 0 ? 0 : r + j + 1;
+  expect(st[static_cast<int>(dist::Op::AllToAll)].calls == 2 && st[static_cast<int>(dist::Op::AllToAll)].bytes == 4 * n + 8 * sent_rows,
+         "all_to_all counters");
   expect(st[static_cast<int>(dist::Op::Barrier)].calls == 1, "barrier counter");
   // A rank that calls first waits inside the collective for the last one: take_stats's
   // transfer time (per call, the least over the ranks) leaves that wait out.
@@ -191,6 +218,139 @@ int collectives_worker(const dist::DistEnv& env) {
   return ok ? 0 : 1;
 }
 
+// ---- MoE under sequence and expert parallelism ----------------------------------------------
+
+struct MoeCase {
+  int ulysses = 1, ring = 1, ep = 1, top_k = 2;
+  bool lora = false;  // "...l": LoRA on attention and on the experts (target_parameters), base frozen
+};
+
+MoeCase parse_moe_case(const std::string& s) {
+  MoeCase c;
+  std::sscanf(s.c_str(), "moe-u%dr%de%dk%d", &c.ulysses, &c.ring, &c.ep, &c.top_k);
+  c.lora = s.back() == 'l';
+  return c;
+}
+
+constexpr double kAuxCoef = 0.5;
+
+// Eight experts of a two-layer Qwen3-MoE (the second layer dense: mlp_only_layers), built
+// from the same seed on every rank.
+model::CausalLM tiny_moe(const MoeCase& c) {
+  const std::string config =
+      R"({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 32,
+          "intermediate_size": 40, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "head_dim": 8, "vocab_size": 50, "max_position_embeddings": 256, "rms_norm_eps": 1e-6,
+          "initializer_range": 0.2, "num_experts": 8, "num_experts_per_tok": )" +
+      std::to_string(c.top_k) + R"(, "moe_intermediate_size": 24, "norm_topk_prob": )" +
+      // Top-1 renormalized is a weight of exactly 1 whose gradient is rounding noise: not normalized there.
+      (c.top_k == 1 ? "false" : "true") + R"(, "mlp_only_layers": [1],
+          "output_router_logits": true, "router_aux_loss_coef": 0.5, "tie_word_embeddings": false})";
+  auto cfg = parse_decoder_config(config, "tiny-moe/config.json");
+  if (!cfg.ok()) throw std::runtime_error(format_all(cfg.diagnostics));
+  torch::manual_seed(11);
+  model::CausalLM lm(cfg.value, model::DecoderOptions{});
+  lm->initialize_random();
+  if (c.lora) {
+    train::LoraSettings s;
+    s.rank = 2;
+    s.alpha = 4;
+    s.target_modules = {"q_proj", "v_proj"};
+    s.target_parameters = {"mlp.experts.gate_up_proj", "mlp.experts.down_proj"};
+    train::apply_lora(lm, s);
+    torch::NoGradGuard no_grad;
+    for (auto& p : lm->named_parameters())  // B starts at zero: give it values, or A's gradient is 0
+      if (p.key().find("lora_B") != std::string::npos) p.value().normal_(0.0, 0.3);
+  }
+  lm->set_router_aux_loss(true);
+  return lm;
+}
+
+int moe_worker(const dist::DistEnv& env, const MoeCase& c) {
+  dist::Mesh mesh = worker_mesh(env, c.ulysses, c.ring, c.ep);
+  const std::vector<std::int64_t> lengths{7, 13, 1, 22, 6};  // 49 tokens: every split pads
+  torch::manual_seed(5);
+  std::vector<std::int32_t> ids, labels, pos;
+  for (auto n : lengths)
+    for (std::int64_t i = 0; i < n; ++i) {
+      ids.push_back(static_cast<std::int32_t>(torch::randint(1, 50, {1}).item<std::int64_t>()));
+      labels.push_back(i == 0 ? -100 : ids.back());
+      pos.push_back(static_cast<std::int32_t>(i));
+    }
+  const train::PackedRow whole = train::make_packed_row(ids, labels, pos);
+
+  // One process over the whole row: cross-entropy sum + coef · aux (the aux gradient through
+  // the router probabilities, RouterStats::grad_scale).
+  model::CausalLM ref = tiny_moe(c);
+  const torch::Tensor ref_ce = train::row_loss_sum(ref, whole);
+  ref->router_stats()->grad_scale = kAuxCoef;
+  const double ref_aux = ref->router_stats()->aux_loss().item<double>();
+  ref_ce.backward();
+
+  // This rank: its shard of the row, its share of the experts.
+  model::CausalLM lm = tiny_moe(c);
+  lm->set_router_stats_sum(dist::row_statistics_sum(mesh.sp_group.get()), mesh.sp);
+  lm->split_experts(dist::expert_group(mesh.ep_group.get()));
+  const train::PackedRow shard = dist::shard_row(whole, mesh.ulysses_group.get(), mesh.ring_group.get(), 0);
+  const torch::Tensor ce = train::row_loss_sum(lm, shard);
+  // The statistic is the whole row's on every rank; each rank's backward adds the aux
+  // gradient of its own tokens, so the sum over ranks is the row's.
+  lm->router_stats()->grad_scale = kAuxCoef;
+  const double aux = lm->router_stats()->aux_loss().item<double>();
+  ce.backward();
+  torch::Tensor ce_sum = ce.detach().reshape({1}).clone();
+  mesh.sp_group->all_reduce(ce_sum);
+
+  auto rel = [](const torch::Tensor& got, const torch::Tensor& want) {
+    return (got - want).abs().max().item<double>() / std::max(1e-12, want.abs().max().item<double>());
+  };
+  const std::int64_t e = 8, local = e / c.ep, first = mesh.ep_rank * local;
+  double worst = 0;
+  std::string worst_name;
+  std::int64_t compared = 0;
+  const auto want = ref->named_parameters();
+  for (auto& p : lm->named_parameters()) {
+    if (!p.value().requires_grad()) continue;
+    const std::string& name = p.key();
+    torch::Tensor g = p.value().grad().defined() ? p.value().grad().clone() : torch::zeros_like(p.value());
+    const bool expert = name.find(".mlp.experts.") != std::string::npos;
+    // Replicated parameters: the ranks' shares of the row add up; a share of the experts: the
+    // ranks holding the same share add up (the other expert-parallel blocks of the group).
+    (expert ? mesh.expert_dp_group : mesh.sp_group)->all_reduce(g);
+    torch::Tensor r = want[name].grad();
+    if (!r.defined()) r = torch::zeros_like(want[name]);
+    if (expert && c.ep > 1) {
+      // This rank's experts in the whole model's tensors: base [E, out, in]; LoRA A [E·r, in]
+      // expert-major; LoRA B [out, r·E] with the expert index fastest (PEFT's layout).
+      if (name.find("lora_A") != std::string::npos) {
+        const std::int64_t rank = r.size(0) / e;
+        r = r.narrow(0, first * rank, local * rank);
+      } else if (name.find("lora_B") != std::string::npos) {
+        const std::int64_t rank = r.size(1) / e;
+        r = r.view({r.size(0), rank, e}).narrow(2, first, local).reshape({r.size(0), rank * local});
+      } else {
+        r = r.narrow(0, first, local);
+      }
+    }
+    if (g.sizes() != r.sizes()) throw std::runtime_error(name + ": gradient shape differs from the whole model's");
+    const double err = rel(g, r);
+    if (err > worst || worst_name.empty()) {
+      worst = err;
+      worst_name = name;
+    }
+    ++compared;
+  }
+  const double e_ce = std::abs(ce_sum.item<double>() - ref_ce.item<double>()) / std::abs(ref_ce.item<double>());
+  const double e_aux = std::abs(aux - ref_aux) / std::abs(ref_aux);
+  std::printf("{\"rank\": %d, \"case\": \"ulysses %d x ring %d, experts over %d, top-%d%s\", \"local_tokens\": %ld, "
+              "\"loss\": %.3g, \"aux\": %.3g, \"aux_value\": %.6f, \"gradients\": %ld, \"worst_gradient\": %.3g, "
+              "\"worst_name\": \"%s\"}\n",
+              env.rank, c.ulysses, c.ring, c.ep, c.top_k, c.lora ? ", LoRA" : "", static_cast<long>(shard.tokens()), e_ce,
+              e_aux, aux, static_cast<long>(compared), worst, worst_name.c_str());
+  std::fflush(stdout);
+  return e_ce < 1e-5 && e_aux < 1e-5 && worst < 1e-5 && compared > 0 ? 0 : 1;
+}
+
 int die_worker(const dist::DistEnv& env) {
   dist::Mesh mesh = worker_mesh(env, env.world, 1);
   if (env.rank == 1) std::_Exit(3);  // gone before the collective
@@ -209,6 +369,7 @@ int worker_main(const std::string& what) {
   try {
     if (what == "collectives") return collectives_worker(env);
     if (what == "die") return die_worker(env);
+    if (what.rfind("moe-", 0) == 0) return moe_worker(env, parse_moe_case(what));
     return attention_worker(env, parse_case(what));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: %s\n", env.rank, e.what());
@@ -319,6 +480,25 @@ class TstSequenceParallel : public QObject {
     QTest::newRow("Ulysses 2 x ring 2, window 5 + soft-capping") << 4 << "u2r2q4kv2w5c1.5";
   }
   void attention() {
+    QFETCH(int, ranks);
+    QFETCH(QString, spec);
+    const Launched l = launch_ranks(ranks, spec);
+    QCOMPARE(l.code, 0);
+  }
+
+  void moeParallel_data() {
+    QTest::addColumn<int>("ranks");
+    QTest::addColumn<QString>("spec");
+    QTest::newRow("Ulysses 2, experts not split (the row's aux statistic)") << 2 << "moe-u2r1e1k2";
+    QTest::newRow("Ulysses 2, experts over 2") << 2 << "moe-u2r1e2k2";
+    QTest::newRow("ring 2, experts over 2, top-1") << 2 << "moe-u1r2e2k1";
+    QTest::newRow("Ulysses 2, experts over 2, top-8 (all), LoRA") << 2 << "moe-u2r1e2k8l";
+    QTest::newRow("Ulysses 4, experts over 4, LoRA") << 4 << "moe-u4r1e4k2l";
+    QTest::newRow("Ulysses 2 x ring 2, experts over 4") << 4 << "moe-u2r2e4k2";
+    QTest::newRow("Ulysses 4, experts over 2 (two blocks hold each share), top-1") << 4 << "moe-u4r1e2k1";
+    QTest::newRow("Ulysses 2 x ring 2, experts over the Ulysses pairs, LoRA") << 4 << "moe-u2r2e2k2l";
+  }
+  void moeParallel() {
     QFETCH(int, ranks);
     QFETCH(QString, spec);
     const Launched l = launch_ranks(ranks, spec);

@@ -9,6 +9,7 @@
 #include <QElapsedTimer>
 #include <QTemporaryDir>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -190,6 +191,39 @@ class TstValidate : public QObject {
     QVERIFY2(!contains(e, "target_modules"), e.c_str());
     e = errors(validate_config(parse("target_modules: [all-linear]\n"), &phi));
     QVERIFY2(!contains(e, "target_modules"), e.c_str());
+  }
+
+  // Mixture-of-experts keys (docs/moe.md) against a MoE shape and a dense one.
+  void moeKeys() {
+    auto moe = load_located_model_config(locate_model("Qwen/Qwen3-30B-A3B", "")).value;
+    auto dense = qwen7b();
+    const std::string lora0 = "lora_dropout: 0\n";
+    QVERIFY(errors(validate_config(parse(lora0 + "target_parameters: [mlp.experts.gate_up_proj, down_proj]\n"), &moe)).empty());
+    auto e = errors(validate_config(parse("target_parameters: [mlp.experts.down_proj]\n"), &moe));  // dropout 0.05
+    QVERIFY2(contains(e, "target_parameters") && contains(e, "lora_dropout: 0"), e.c_str());
+    e = errors(validate_config(parse(lora0 + "target_parameters: [mlp.gate.weight]\n"), &moe));
+    QVERIFY2(contains(e, "'mlp.gate.weight'") || contains(e, "mlp.gate.weight"), e.c_str());
+    QVERIFY2(contains(e, "expected a stacked expert parameter"), e.c_str());
+    e = errors(validate_config(parse(lora0 + "target_parameters: [mlp.experts.down_proj]\n"), &dense));
+    QVERIFY2(contains(e, "Qwen2ForCausalLM has no mixture-of-experts layers"), e.c_str());
+    e = errors(validate_config(parse("tuner_type: full\ntarget_parameters: [mlp.experts.down_proj]\n"), &moe));
+    QVERIFY2(contains(e, "target_parameters: is a LoRA setting"), e.c_str());
+    // Expert parallelism: divides sp and the experts, MoE only, plain AdamW, no resume.
+    const std::string sp4 = "nproc_per_node: 4\nsequence_parallel_size: 4\nmax_length: 4096\n";
+    QVERIFY(errors(validate_config(parse(sp4 + "expert_parallel_size: 4\n"), &moe)).empty());
+    e = errors(validate_config(parse(sp4 + "expert_parallel_size: 3\n"), &moe));
+    QVERIFY2(contains(e, "expert_parallel_size") && contains(e, "does not divide sequence_parallel_size 4"), e.c_str());
+    e = errors(validate_config(parse(sp4 + "expert_parallel_size: 4\n"), &dense));
+    QVERIFY2(contains(e, "has no mixture-of-experts layers; use 1"), e.c_str());
+    e = errors(validate_config(parse(sp4 + "expert_parallel_size: 2\nzero_stage: 2\n"), &moe));
+    QVERIFY2(contains(e, "plain AdamW"), e.c_str());
+    auto mixtral = load_located_model_config(locate_model("mistralai/Mixtral-8x7B-v0.1", "")).value;
+    e = errors(validate_config(parse("nproc_per_node: 16\nsequence_parallel_size: 16\nmax_length: 4096\nexpert_parallel_size: 16\n"), &mixtral));
+    QVERIFY2(contains(e, "does not divide the model's 8 experts"), e.c_str());
+    // Router keys on a dense model change nothing: said, not refused.
+    auto d = validate_config(parse("router_aux_loss_coef: 0.01\n"), &dense);
+    QVERIFY(errors(d).empty());
+    QVERIFY(std::any_of(d.begin(), d.end(), [](const Diagnostic& x) { return x.format().find("no routers") != std::string::npos; }));
   }
 
   void explicitUlyssesMustDivide() {
