@@ -52,6 +52,7 @@ AdvancedPage::AdvancedPage(ConfigForm* form, QWidget* parent) : QWidget(parent),
   c2->addWidget(group(tr("Optimizer memory"), {"zero_stage", "offload_optimizer", "use_galore", "galore_quantization",
                                                 "galore_rank", "galore_update_proj_gap", "galore_scale",
                                                 "galore_target_modules"}));
+  c2->addWidget(group(tr("Mixture of experts"), {"target_parameters", "router_aux_loss_coef", "freeze_router"}));
   auto* c3 = new QVBoxLayout;
   c3->addWidget(group(tr("Optimizer and schedule"), {"lr_scheduler_type", "warmup_ratio", "warmup_steps", "weight_decay",
                                                       "max_grad_norm", "adam_beta1", "adam_beta2", "adam_epsilon"}));
@@ -169,6 +170,7 @@ QWidget* AdvancedPage::parallel_group() {
       form_->set_text("sequence_parallel_size", "2");
     } else if (!on) {
       form_->set_text("ulysses_size", "auto");
+      form_->set_text("expert_parallel_size", "1");
       form_->set_text("sequence_parallel_size", "1");
     }
   });
@@ -189,6 +191,7 @@ QWidget* AdvancedPage::parallel_group() {
     }
   });
   ulysses_row_ = add_field(f, form_, "ulysses_size");
+  ep_row_ = add_field(f, form_, "expert_parallel_size");
   add_field(f, form_, "max_length");
   derived_ = new QLabel(g);
   derived_->setObjectName(QStringLiteral("derivedLength"));
@@ -231,6 +234,8 @@ void AdvancedPage::update() {
   split_->setEnabled(sp_on);
   split_->setCurrentIndex(c.ulysses_size > 0 ? 1 : 0);
   ulysses_row_->set_available(sp_on && c.ulysses_size > 0);
+  const HfModelConfig* m = form_->model();
+  ep_row_->set_available(sp_on && (!m || m->is_moe()));  // unknown model: it may be a MoE one
   for (auto* r : galore_rows_) r->set_available(c.use_galore);
   for (auto* r : quant_rows_) r->set_available(c.quant_bits == 4);
   if (offload_row_) offload_row_->set_available(c.zero_stage > 0 || c.offload_optimizer);

@@ -57,6 +57,7 @@ class AdvancedPage : public QWidget {
   QLabel* derived_ = nullptr;
   FieldRow* sp_row_ = nullptr;
   FieldRow* ulysses_row_ = nullptr;
+  FieldRow* ep_row_ = nullptr;  // expert_parallel_size: MoE models under sequence parallelism
   std::vector<FieldRow*> galore_rows_;
   std::vector<FieldRow*> quant_rows_;  // the 4-bit settings: available with quant_bits 4
   FieldRow* offload_row_ = nullptr;

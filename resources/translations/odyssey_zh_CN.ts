@@ -304,6 +304,10 @@ ms-swift：--sequence_parallel_size N</translation>
         <translation>基座权重（QLoRA）</translation>
     </message>
     <message>
+        <source>Mixture of experts</source>
+        <translation>混合专家（MoE）</translation>
+    </message>
+    <message>
         <source>Choose a card…</source>
         <translation>选择显卡…</translation>
     </message>
@@ -1280,6 +1284,22 @@ ms-swift：--sequence_parallel_size N</translation>
     <message>
         <source>Ulysses degree</source>
         <translation>Ulysses 并行度</translation>
+    </message>
+    <message>
+        <source>Expert parallel degree</source>
+        <translation>专家并行度</translation>
+    </message>
+    <message>
+        <source>Expert LoRA parameters</source>
+        <translation>专家 LoRA 参数</translation>
+    </message>
+    <message>
+        <source>Router balance loss weight</source>
+        <translation>路由负载均衡损失权重</translation>
+    </message>
+    <message>
+        <source>Freeze routers</source>
+        <translation>冻结路由器</translation>
     </message>
     <message>
         <source>Device</source>
