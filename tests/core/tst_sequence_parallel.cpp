@@ -168,14 +168,14 @@ int collectives_worker(const dist::DistEnv& env) {
   torch::Tensor x = torch::arange(n, torch::kFloat32) + 100.0f * static_cast<float>(r);
   torch::Tensor y = g.all_to_all(x.view({n, 1}));
   expect(y.view({n}).equal(torch::arange(n, torch::kFloat32) * 100.0f + static_cast<float>(r)), "all_to_all");
-  // all_to_all_v: rank r sends r + j + 1 rows (rank j has nothing for rank j when j is 0), each row
-  // [r, j]; from rank j it gets j + r + 1 rows [j, r].
+  // all_to_all_v: rank r sends r + j + 1 rows [r, j] to rank j, except none to the next rank
+  // (empty messages travel too); from rank j it gets j + r + 1 rows [j, r], none from the previous.
   {
     std::vector<std::int64_t> send, recv;
     std::vector<torch::Tensor> rows;
     for (int j = 0; j < n; ++j) {
-      send.push_back(j == 0 && r == 0 ? 0 : r + j + 1);
-      recv.push_back(j == 0 && r == 0 ? 0 : j + r + 1);
+      send.push_back(j == (r + 1) % n ? 0 : r + j + 1);
+      recv.push_back(r == (j + 1) % n ? 0 : j + r + 1);
       rows.push_back(torch::tensor({static_cast<float>(r), static_cast<float>(j)}).repeat({send.back(), 1}));
     }
     const torch::Tensor got = g.all_to_all_v(torch::cat(rows), send, recv);
@@ -195,7 +195,7 @@ int collectives_worker(const dist::DistEnv& env) {
   expect(st[static_cast<int>(dist::Op::AllReduce)].calls == 1 && st[static_cast<int>(dist::Op::AllReduce)].bytes == 40,
          "all_reduce counters");
   std::int64_t sent_rows = 0;
-  for (int j = 0; j < n; ++j) sent_rows += j == 0 && r == 0 ? 0 : r + j + 1;
+  for (int j = 0; j < n; ++j) sent_rows += j == (r + 1) % n ? 0 : r + j + 1;
   expect(st[static_cast<int>(dist::Op::AllToAll)].calls == 2 && st[static_cast<int>(dist::Op::AllToAll)].bytes == 4 * n + 8 * sent_rows,
          "all_to_all counters");
   expect(st[static_cast<int>(dist::Op::Barrier)].calls == 1, "barrier counter");

@@ -412,6 +412,10 @@ class NoCommGroup final : public dist::Group {
   [[noreturn]] static void refuse() { throw std::logic_error("NoCommGroup: no communication in this test"); }
   void do_all_reduce(torch::Tensor&) override { refuse(); }
   torch::Tensor do_all_to_all(const torch::Tensor&) override { refuse(); }
+  torch::Tensor do_all_to_all_v(const torch::Tensor&, const std::vector<std::int64_t>&,
+                                const std::vector<std::int64_t>&) override {
+    refuse();
+  }
   torch::Tensor do_all_gather(const torch::Tensor&) override { refuse(); }
   torch::Tensor do_reduce_scatter(const torch::Tensor&) override { refuse(); }
   torch::Tensor do_send_recv(const torch::Tensor&, int, int) override { refuse(); }
