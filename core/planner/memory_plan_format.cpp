@@ -38,7 +38,8 @@ std::string format_plan_table(const MemoryPlan& p) {
   const ParallelLayout& l = p.layout;
   out += "Memory plan per " + std::string(p.device == "cuda" ? "GPU" : "process") + " (" + p.device + "): " +
          std::to_string(l.world_size) + " process(es) = dp " + std::to_string(l.dp) + " x sp " + std::to_string(l.sp) +
-         " (ulysses " + std::to_string(l.ulysses) + " x ring " + std::to_string(l.ring) + "), " +
+         " (ulysses " + std::to_string(l.ulysses) + " x ring " + std::to_string(l.ring) +
+         (l.ep > 1 ? ", experts split over " + std::to_string(l.ep) : std::string()) + "), " +
          std::to_string(p.tokens_per_gpu) + " tokens per " + (p.device == "cuda" ? "GPU" : "process") +
          " per micro-step\n\n";
   out += "  " + pad("group", 14) + pad("item", 34) + "        size  detail\n";
