@@ -260,12 +260,12 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x, const c10::intrusive_ptr<
   const torch::Tensor choice = top_index.reshape({-1});
   const torch::Tensor order = std::get<1>(choice.sort(std::optional<bool>(true), /*dim=*/0, /*descending=*/false));
   const torch::Tensor token = order.div(top_k, "floor");
-  const torch::Tensor ends = ep ? torch::Tensor() : torch::bincount(choice, {}, num_experts).cumsum(0).to(torch::kInt32);
+  const torch::Tensor counts = torch::bincount(choice, {}, num_experts);  // rows per expert
   // inverse[j]: where pair j (token j / k's (j % k)-th choice) sits in the sorted order.
   const torch::Tensor inverse = torch::empty_like(order).scatter_(0, order, torch::arange(order.size(0), order.options()));
   const torch::Tensor sorted = GatherRows::apply(flat, token, inverse, top_k);
-  const torch::Tensor out = ep ? run_experts(sorted, torch::bincount(choice, {}, num_experts))
-                               : experts(sorted, ends);  // [N·k, h], sorted
+  const torch::Tensor out = ep ? run_experts(sorted, counts)
+                               : experts(sorted, counts.cumsum(0).to(torch::kInt32));  // [N·k, h], sorted
   // Back to (token, choice) order, weighted, summed over the k choices.
   torch::Tensor y = (GatherRows::apply(out, inverse, order, 1).view({n, top_k, h}) * top_p.unsqueeze(-1)).sum(1)
                         .to(x.scalar_type());
