@@ -109,6 +109,7 @@
 #include "model/activation_checkpoint.h"
 #include "model/decoder.h"
 #include "model/weights.h"
+#include "train/memory_policy.h"
 #include "engine/runtime_info.h"
 #include "planner/flops.h"
 #include "planner/memory_planner.h"
@@ -664,7 +665,6 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
       ls.target_modules = train::lora_module_names();
       train::apply_lora(lm, ls);
     }
-    const auto n = static_cast<std::size_t>(dc.hf.num_hidden_layers);
     // The planner's view of this job: which layers auto recomputes, and the predicted peak
     // for the layers actually recomputed.
     TrainConfig tc = bench_config(o, mode, seq, par.mesh.world);
@@ -675,54 +675,25 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
       rec["memory_budget_gib"] = o.memory_gib;
       if (!o.allocator_cap.empty()) rec["allocator_cap"] = o.allocator_cap;
     }
-    std::int64_t ckpt = 0;
-    if (o.checkpointing == "all") ckpt = dc.hf.num_hidden_layers;
-    else if (o.checkpointing == "auto") ckpt = plan_memory(tc, hf, po).checkpointed_layers;
-    else if (o.checkpointing != "none") ckpt = std::min<std::int64_t>(std::stoll(o.checkpointing), dc.hf.num_hidden_layers);
-    std::vector<bool> layers(n, false);
-    for (std::size_t i = 0; i < n; ++i) layers[i] = static_cast<std::int64_t>(i) < ckpt;
-    lm->set_checkpoint_layers(layers);
-    lm->set_offload_checkpoints(o.offload);
-    // auto: the plan as chosen (its MLP recomputation too); a count: the plan of those layers.
-    if (o.checkpointing != "auto")
-      tc.activation_checkpointing = ckpt == 0 ? "none" : ckpt == dc.hf.num_hidden_layers ? "all" : "auto";
-    const MemoryPlan plan = plan_memory(tc, hf, po);
-    lm->set_mlp_tile_tokens(plan.mlp_tile_tokens);  // as configured, or the planner's choice for auto
-    rec["mlp_tile_tokens"] = plan.mlp_tile_tokens;
-    // Kept attention outputs: every checkpointed layer (all), or the last ones the plan keeps.
-    std::vector<bool> keep(n, false);
-    std::int64_t kept = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      keep[i] = layers[i] && (o.keep_attention == "all" ||
-                              (o.keep_attention == "auto" && keeps_attention(plan, static_cast<std::int64_t>(i))));
-      kept += keep[i] ? 1 : 0;
-    }
-    lm->set_keep_attention_layers(keep);
-    rec["attention_kept_layers"] = kept;
-    // MLP offload and recomputation on layers that are not checkpointed: the plan's (auto), or
-    // the first N offloaded and the next M recomputing.
-    std::vector<bool> mlp(n, false), off(n, false);
-    std::int64_t mlps = 0, offs = 0;
-    const std::int64_t mlp_n = o.mlp_recompute == "auto" ? -1 : std::stoll(o.mlp_recompute);
-    const std::int64_t off_n = o.mlp_offload == "auto" ? -1 : std::stoll(o.mlp_offload);
-    for (std::size_t i = 0, free_seen = 0; i < n; ++i) {
-      if (layers[i]) continue;
-      const auto layer = static_cast<std::int64_t>(i), seen = static_cast<std::int64_t>(free_seen++);
-      off[i] = off_n < 0 ? o.checkpointing == "auto" && offloads_mlp(plan, layer) : seen < off_n;
-      mlp[i] = !off[i] && (mlp_n < 0 ? o.checkpointing == "auto" && recomputes_mlp(plan, layer)
-                                     : seen - (off_n < 0 ? plan.mlp_offloaded_layers : off_n) < mlp_n);
-      offs += off[i] ? 1 : 0;
-      mlps += mlp[i] ? 1 : 0;
-    }
-    lm->set_mlp_recompute_layers(mlp);
-    lm->set_mlp_offload_layers(off, planner::mlp_offload_lead(offs));
-    rec["mlp_recomputed_layers"] = mlps;
-    rec["mlp_offloaded_layers"] = offs;
+    // The trainer's memory policy (train/memory_policy.h) for this job, with the counts the
+    // flags fix: --checkpointing N, --mlp-offload N, --mlp-recompute N.
+    train::LayerCounts fixed;
+    if (o.checkpointing == "all") fixed.checkpoint_first = dc.hf.num_hidden_layers;
+    else if (o.checkpointing == "none") fixed.checkpoint_first = 0;
+    else if (o.checkpointing != "auto") fixed.checkpoint_first = std::stoll(o.checkpointing);
+    if (o.mlp_offload != "auto") fixed.mlp_offload_first = std::stoll(o.mlp_offload);
+    if (o.mlp_recompute != "auto") fixed.mlp_recompute_first = std::stoll(o.mlp_recompute);
+    const train::MemoryPolicy policy = train::memory_policy(tc, hf, po, fixed);
+    train::apply_memory_policy(lm, policy);
+    rec["mlp_tile_tokens"] = policy.mlp_tile;
+    rec["attention_kept_layers"] = policy.count(policy.keep_attention);
+    rec["mlp_recomputed_layers"] = policy.count(policy.mlp_recompute);
+    rec["mlp_offloaded_layers"] = policy.count(policy.mlp_offload);
     rec["checkpointing"] = o.checkpointing;
-    rec["checkpointed_layers"] = ckpt;
-    // An explicit N (or MLP count) the planner would not choose: no prediction.
-    if (plan.checkpointed_layers == ckpt && plan.mlp_recomputed_layers == mlps && plan.mlp_offloaded_layers == offs)
-      rec["planned_peak_gib"] = sig(static_cast<double>(plan.allocated_bytes()) / double(1 << 30), 4);
+    rec["checkpointed_layers"] = policy.count(policy.checkpoint);
+    // A count the planner would not choose: no prediction.
+    if (policy.plan_matches())
+      rec["planned_peak_gib"] = sig(static_cast<double>(policy.plan->allocated_bytes()) / double(1 << 30), 4);
     train::StepOptions so;
     so.adamw.lr = 1e-5;
     so.schedule.type = "constant";
@@ -792,7 +763,7 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     planner::FlopsOptions fo;
     fo.lora = mode == "lora";
     fo.lora_rank = o.lora_r;
-    fo.checkpointed_layers = ckpt;
+    fo.checkpointed_layers = policy.count(policy.checkpoint);
     fo.lm_head_recomputed = !o.fused && seq * dc.hf.vocab_size > (std::int64_t{1} << 26);  // FLCE: never
     const planner::StepFlops f = planner::training_step_flops(hf, seq, fo);
     rec["attention_backend_ran"] = lm->attention_backend_ran();
@@ -838,9 +809,8 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
       rec["optimizer_state_gib"] = sig(static_cast<double>(opt.state_bytes()) / double(1 << 30), 4);
       rec["optimizer_host_gib"] = sig(static_cast<double>(opt.host_state_bytes()) / double(1 << 30), 4);
       rec["optimizer_bytes_per_param"] = sig(static_cast<double>(opt.state_bytes()) / per, 4);
-      const MemoryPlan planned = plan_memory(tc, hf, po);
       std::int64_t theory = 0;
-      for (const auto& it : planned.items)
+      for (const auto& it : policy.plan ? policy.plan->items : std::vector<MemoryItem>{})
         if (it.group == "optimizer" && it.at_peak) theory += it.bytes;
       rec["planned_optimizer_gib"] = sig(static_cast<double>(theory) / double(1 << 30), 4);
     }
@@ -864,6 +834,8 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
       engine.step(rows);
       sync(device);
     });
+  } catch (const train::MemoryPolicyRefused& e) {
+    rec["error"] = e.what();
   } catch (const c10::OutOfMemoryError& e) {
     rec["oom"] = true;
     std::string m = e.what_without_backtrace();

@@ -41,6 +41,7 @@
 #include "train/batch.h"
 #include "train/checkpoint_io.h"
 #include "train/lora.h"
+#include "train/memory_policy.h"
 #include "train/run_outputs.h"
 #include "train/step_engine.h"
 
@@ -212,101 +213,6 @@ model::AttentionBackend attention_backend_for(const std::string& impl) {
   if (impl == "sdpa") return model::AttentionBackend::Auto;
   if (impl == "eager") return model::AttentionBackend::Math;
   return model::AttentionBackend::CuDNN;
-}
-
-// The memory policy of a run (docs/training.md: activation checkpointing, tiled MLP, kept
-// attention): as configured, or the memory planner's choice for auto on a GPU.
-struct MemoryPolicy {
-  std::vector<bool> checkpoint;      // layers recomputed in backward
-  std::vector<bool> keep_attention;  // checkpointed layers keeping their attention output
-  std::vector<bool> mlp_recompute;   // layers not checkpointed whose MLP recomputes gate and up
-  std::vector<bool> mlp_offload;     // layers not checkpointed whose MLP keeps gate and up on the host
-  std::int64_t mlp_offload_lead = 1;
-  std::int64_t mlp_tile = 0;
-  std::string why;
-  std::string over_capacity;  // the plan's warning when even its leanest choice does not fit ("" when it fits)
-};
-
-MemoryPolicy memory_policy(const TrainConfig& c, const HfModelConfig& m, const torch::Device& device) {
-  const auto n = static_cast<std::size_t>(m.num_hidden_layers);
-  CheckpointPolicy policy;
-  parse_checkpoint_policy(c.activation_checkpointing, &policy);
-  std::optional<MemoryPlan> plan;
-  if (device.is_cuda() &&
-      (policy.kind == CheckpointPolicy::Auto || c.mlp_tile_tokens == 0 || c.keep_attention == "auto")) {
-    PlannerOptions po;
-    po.gpu_memory_bytes = device_memory_bytes(device);
-    plan = plan_memory(c, m, po);
-    // A job a thousandfold beyond this GPU gets no plan, only the reason: the run fails
-    // with it instead of reading layer tables that were never built.
-    if (!plan->refused.empty()) throw RunFailure{"the memory planner refused the job: " + plan->refused};
-  }
-  MemoryPolicy mp;
-  if (plan && !plan->fits)
-    mp.over_capacity = "the memory plan does not fit: predicted peak " + gib(plan->peak_bytes) + " against " +
-                       gib(plan->capacity_bytes) +
-                       (c.gpu_memory_budget_gib > 0 ? " (gpu_memory_budget_gib " + std::to_string(c.gpu_memory_budget_gib) + ")"
-                                                    : std::string()) +
-                       "; the run goes ahead with the leanest choice and may run out of memory (`odyssey-train plan` "
-                       "lists the terms and the largest max_length that fits)";
-  mp.mlp_tile = c.mlp_tile_tokens > 0 ? c.mlp_tile_tokens : plan ? plan->mlp_tile_tokens : 0;
-  mp.checkpoint.assign(n, false);
-  switch (policy.kind) {
-    case CheckpointPolicy::None: mp.why = "none (activation_checkpointing: none)"; break;
-    case CheckpointPolicy::All:
-      mp.checkpoint.assign(n, true);
-      mp.why = "every layer (activation_checkpointing: all)";
-      break;
-    case CheckpointPolicy::EveryK:
-      for (std::size_t i = 0; i < n; i += static_cast<std::size_t>(policy.every)) mp.checkpoint[i] = true;
-      mp.why = "every " + std::to_string(policy.every) + "-th layer (activation_checkpointing: every:" + std::to_string(policy.every) + ")";
-      break;
-    case CheckpointPolicy::Auto:
-      if (!plan) {
-        mp.why = "none (auto on the CPU: memory is not the limit)";
-        break;
-      }
-      for (std::size_t i = 0; i < n; ++i) mp.checkpoint[i] = checkpoints_layer(*plan, static_cast<std::int64_t>(i));
-      mp.why = std::to_string(plan->checkpointed_layers) + " of " + std::to_string(n) +
-               " layers (auto: the memory planner's choice for this GPU, predicted peak " +
-               gib(plan->peak_bytes) + ")";
-      break;
-  }
-  // Kept attention: every checkpointed layer (all), none, or the last ones the plan keeps
-  // (auto; the plan's checkpointed layers are the engine's when both are auto, and otherwise
-  // the plan was made for the configured policy).
-  mp.keep_attention.assign(n, false);
-  std::int64_t kept = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const bool keep = c.keep_attention == "all" ? mp.checkpoint[i]
-                      : c.keep_attention == "auto" && plan ? keeps_attention(*plan, static_cast<std::int64_t>(i))
-                                                           : false;
-    mp.keep_attention[i] = keep && mp.checkpoint[i];
-    kept += mp.keep_attention[i] ? 1 : 0;
-  }
-  if (kept > 0) mp.why += "; " + std::to_string(kept) + " of them keep their attention output";
-  // MLP offload and recomputation: the planner's choice under auto (the plan's layers are the
-  // engine's then).
-  mp.mlp_recompute.assign(n, false);
-  mp.mlp_offload.assign(n, false);
-  std::int64_t mlps = 0, offloaded = 0;
-  if (policy.kind == CheckpointPolicy::Auto && plan) {
-    for (std::size_t i = 0; i < n; ++i) {
-      const auto layer = static_cast<std::int64_t>(i);
-      mp.mlp_recompute[i] = !mp.checkpoint[i] && recomputes_mlp(*plan, layer);
-      mp.mlp_offload[i] = !mp.checkpoint[i] && offloads_mlp(*plan, layer);
-      mlps += mp.mlp_recompute[i] ? 1 : 0;
-      offloaded += mp.mlp_offload[i] ? 1 : 0;
-    }
-    mp.mlp_offload_lead = planner::mlp_offload_lead(offloaded);
-  }
-  if (offloaded > 0)
-    mp.why += "; " + std::to_string(offloaded) +
-              " other layers keep their MLP's gate and up in pinned host memory until backward (offload_activations)";
-  if (mlps > 0)
-    mp.why += "; " + std::to_string(mlps) + " other layers recompute their MLP's gate and up in backward";
-  if (mp.mlp_tile > 0) mp.why += "; tiled MLP, " + std::to_string(mp.mlp_tile) + " tokens per tile";
-  return mp;
 }
 
 struct Data {
@@ -702,16 +608,21 @@ void apply_tuner_and_memory(RunContext& run, LoadedModel& m, Training& t) {
     if (!c.adapters.empty()) load_start_adapter(run, m, ls);
   }
   t.contents.base_model = c.model;
-  const MemoryPolicy memory = memory_policy(c, m.hf, m.device);
+  std::optional<PlannerOptions> gpu;
+  if (m.device.is_cuda()) {
+    gpu.emplace();
+    gpu->gpu_memory_bytes = device_memory_bytes(m.device);
+  }
+  MemoryPolicy memory;
+  try {
+    memory = memory_policy(c, m.hf, gpu);
+  } catch (const MemoryPolicyRefused& e) {
+    throw RunFailure{e.what()};
+  }
   t.sched.why_memory = memory.why;
   if (!memory.over_capacity.empty()) run.out->log(memory.over_capacity);
   run.ckpt_layers = memory.checkpoint;
-  m.lm->set_checkpoint_layers(run.ckpt_layers);
-  m.lm->set_keep_attention_layers(memory.keep_attention);
-  m.lm->set_mlp_recompute_layers(memory.mlp_recompute);
-  m.lm->set_mlp_offload_layers(memory.mlp_offload, memory.mlp_offload_lead);
-  m.lm->set_offload_checkpoints(c.offload_activations);
-  m.lm->set_mlp_tile_tokens(memory.mlp_tile);
+  apply_memory_policy(m.lm, memory);
   // MoE: transformers' load-balancing loss when config.json asks for it (docs/moe.md); under
   // sequence parallelism its statistic is the whole row's; expert parallelism keeps this
   // rank's share of the experts (after the adapters exist, before the optimizer takes them).

@@ -1,0 +1,141 @@
+#include "train/memory_policy.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace odyssey::train {
+namespace {
+
+std::string gib(std::int64_t bytes) {
+  char b[48];
+  std::snprintf(b, sizeof b, "%.2f GiB", static_cast<double>(bytes) / static_cast<double>(planner::kGiB));
+  return b;
+}
+
+// The checkpointing the plan is made for: a fixed count of layers is none, all, or what auto
+// would choose (the plan then predicts another policy, and plan_matches() says so).
+TrainConfig planned_config(const TrainConfig& c, std::int64_t layers, const LayerCounts& fixed) {
+  TrainConfig pc = c;
+  if (fixed.checkpoint_first >= 0)
+    pc.activation_checkpointing = fixed.checkpoint_first == 0 ? "none" : fixed.checkpoint_first >= layers ? "all" : "auto";
+  return pc;
+}
+
+}  // namespace
+
+std::int64_t MemoryPolicy::count(const std::vector<bool>& layers) const {
+  return static_cast<std::int64_t>(std::count(layers.begin(), layers.end(), true));
+}
+
+bool MemoryPolicy::plan_matches() const {
+  return plan && plan->refused.empty() && plan->checkpointed_layers == count(checkpoint) &&
+         plan->mlp_recomputed_layers == count(mlp_recompute) && plan->mlp_offloaded_layers == count(mlp_offload);
+}
+
+MemoryPolicy memory_policy(const TrainConfig& c, const HfModelConfig& m, const std::optional<PlannerOptions>& gpu,
+                           const LayerCounts& fixed) {
+  const auto n = static_cast<std::size_t>(m.num_hidden_layers);
+  const auto layers = static_cast<std::int64_t>(n);
+  CheckpointPolicy policy;
+  parse_checkpoint_policy(c.activation_checkpointing, &policy);
+  const bool auto_checkpoint = policy.kind == CheckpointPolicy::Auto && fixed.checkpoint_first < 0;
+  // The plan decides where the configuration says auto (checkpointing, the MLP tile, kept
+  // attention); a job it refuses outright cannot run, and its tables were never built.
+  const bool plan_decides = auto_checkpoint || c.mlp_tile_tokens == 0 || c.keep_attention == "auto";
+  MemoryPolicy mp;
+  if (gpu) {
+    mp.plan = plan_memory(planned_config(c, layers, fixed), m, *gpu);
+    if (!mp.plan->refused.empty()) {
+      if (plan_decides) throw MemoryPolicyRefused("the memory planner refused the job: " + mp.plan->refused);
+      mp.plan.reset();
+    }
+  }
+  const MemoryPlan* plan = mp.plan ? &*mp.plan : nullptr;
+  if (plan && plan_decides && !plan->fits)
+    mp.over_capacity = "the memory plan does not fit: predicted peak " + gib(plan->peak_bytes) + " against " +
+                       gib(plan->capacity_bytes) +
+                       (c.gpu_memory_budget_gib > 0 ? " (gpu_memory_budget_gib " + std::to_string(c.gpu_memory_budget_gib) + ")"
+                                                    : std::string()) +
+                       "; the run goes ahead with the leanest choice and may run out of memory (`odyssey-train plan` "
+                       "lists the terms and the largest max_length that fits)";
+  mp.mlp_tile = c.mlp_tile_tokens > 0 ? c.mlp_tile_tokens : plan ? plan->mlp_tile_tokens : 0;
+  mp.offload_checkpoints = c.offload_activations;
+  mp.checkpoint.assign(n, false);
+  if (fixed.checkpoint_first >= 0) {
+    const std::int64_t k = std::min(fixed.checkpoint_first, layers);
+    for (std::int64_t i = 0; i < k; ++i) mp.checkpoint[static_cast<std::size_t>(i)] = true;
+    mp.why = "the first " + std::to_string(k) + " of " + std::to_string(n) + " layers (a fixed count)";
+  } else {
+    switch (policy.kind) {
+      case CheckpointPolicy::None: mp.why = "none (activation_checkpointing: none)"; break;
+      case CheckpointPolicy::All:
+        mp.checkpoint.assign(n, true);
+        mp.why = "every layer (activation_checkpointing: all)";
+        break;
+      case CheckpointPolicy::EveryK:
+        for (std::size_t i = 0; i < n; i += static_cast<std::size_t>(policy.every)) mp.checkpoint[i] = true;
+        mp.why = "every " + std::to_string(policy.every) + "-th layer (activation_checkpointing: every:" +
+                 std::to_string(policy.every) + ")";
+        break;
+      case CheckpointPolicy::Auto:
+        if (!plan) {
+          mp.why = "none (auto on the CPU: memory is not the limit)";
+          break;
+        }
+        for (std::size_t i = 0; i < n; ++i) mp.checkpoint[i] = checkpoints_layer(*plan, static_cast<std::int64_t>(i));
+        mp.why = std::to_string(plan->checkpointed_layers) + " of " + std::to_string(n) +
+                 " layers (auto: the memory planner's choice for this GPU, predicted peak " + gib(plan->peak_bytes) + ")";
+        break;
+    }
+  }
+  // Kept attention: every checkpointed layer (all), none, or the last ones the plan keeps
+  // (auto; the plan's checkpointed layers are the engine's when both are auto, and otherwise
+  // the plan was made for the configured policy).
+  mp.keep_attention.assign(n, false);
+  for (std::size_t i = 0; i < n; ++i) {
+    const bool keep = c.keep_attention == "all"                 ? true
+                      : c.keep_attention == "auto" && plan != nullptr ? keeps_attention(*plan, static_cast<std::int64_t>(i))
+                                                                : false;
+    mp.keep_attention[i] = keep && mp.checkpoint[i];
+  }
+  if (const auto kept = mp.count(mp.keep_attention); kept > 0)
+    mp.why += "; " + std::to_string(kept) + " of them keep their attention output";
+  // MLP offload, then recomputation, on the layers that are not checkpointed: the plan's
+  // choice when it chose the checkpointed layers too, or fixed counts (the first N offloaded,
+  // the next M recomputing).
+  const bool plan_mlp = plan != nullptr && auto_checkpoint;
+  const std::int64_t offload_base =
+      fixed.mlp_offload_first >= 0 ? fixed.mlp_offload_first : plan_mlp ? plan->mlp_offloaded_layers : 0;
+  mp.mlp_recompute.assign(n, false);
+  mp.mlp_offload.assign(n, false);
+  std::int64_t seen = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (mp.checkpoint[i]) continue;
+    const auto layer = static_cast<std::int64_t>(i);
+    mp.mlp_offload[i] = fixed.mlp_offload_first >= 0 ? seen < fixed.mlp_offload_first : plan_mlp && offloads_mlp(*plan, layer);
+    mp.mlp_recompute[i] = !mp.mlp_offload[i] && (fixed.mlp_recompute_first >= 0
+                                                     ? seen - offload_base < fixed.mlp_recompute_first
+                                                     : plan_mlp && recomputes_mlp(*plan, layer));
+    ++seen;
+  }
+  const std::int64_t offloaded = mp.count(mp.mlp_offload), recomputed = mp.count(mp.mlp_recompute);
+  mp.mlp_offload_lead = planner::mlp_offload_lead(offloaded);
+  if (offloaded > 0)
+    mp.why += "; " + std::to_string(offloaded) +
+              " other layers keep their MLP's gate and up in pinned host memory until backward (offload_activations)";
+  if (recomputed > 0)
+    mp.why += "; " + std::to_string(recomputed) + " other layers recompute their MLP's gate and up in backward";
+  if (mp.mlp_tile > 0) mp.why += "; tiled MLP, " + std::to_string(mp.mlp_tile) + " tokens per tile";
+  return mp;
+}
+
+void apply_memory_policy(model::CausalLM& lm, const MemoryPolicy& p) {
+  lm->set_checkpoint_layers(p.checkpoint);
+  lm->set_keep_attention_layers(p.keep_attention);
+  lm->set_mlp_recompute_layers(p.mlp_recompute);
+  lm->set_mlp_offload_layers(p.mlp_offload, p.mlp_offload_lead);
+  lm->set_offload_checkpoints(p.offload_checkpoints);
+  lm->set_mlp_tile_tokens(p.mlp_tile);
+}
+
+}  // namespace odyssey::train

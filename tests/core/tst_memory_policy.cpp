@@ -1,0 +1,171 @@
+// The one memory policy (core/train/memory_policy.h) that the trainer and odyssey-bench both
+// run: the planner's choices taken layer by layer where the configuration says auto, fixed
+// counts where odyssey-bench's flags give them, and nothing planned on the CPU. The planner
+// itself is tested in tst_memory_planner; here, that the policy reads it as the engine must
+// (checkpointed layers first, kept attention only on checkpointed layers, MLP tiers only on
+// the others, offloaded before recomputing) and that the model receives exactly those sets.
+#include "config/model_config.h"
+#include "config/train_config.h"
+#include "model/decoder.h"
+#include "train/memory_policy.h"
+
+#include <QTest>  // after LibTorch's headers: Qt's `slots` keyword is a macro
+
+using namespace odyssey;
+
+namespace {
+
+constexpr std::int64_t kGiB = planner::kGiB;
+
+HfModelConfig qwen25_7b() {  // resources/model-shapes/qwen2.5-7b.json's sizes
+  HfModelConfig m;
+  m.hidden_size = 3584, m.intermediate_size = 18944, m.num_hidden_layers = 28;
+  m.num_attention_heads = 28, m.num_key_value_heads = 4, m.head_dim = 128, m.vocab_size = 152064;
+  m.attention_bias = true;
+  return m;
+}
+
+TrainConfig lora_32k() {
+  TrainConfig c;
+  c.tuner_type = "lora", c.lora_rank = 16, c.target_modules = {"all-linear"};
+  c.torch_dtype = "bfloat16", c.device = "cuda", c.max_length = 32768, c.padding_free = true;
+  c.activation_checkpointing = "auto", c.keep_attention = "auto", c.offload_activations = true;
+  return c;
+}
+
+PlannerOptions gpu_of(std::int64_t gib) {
+  PlannerOptions o;
+  o.gpu_memory_bytes = gib * kGiB;
+  return o;
+}
+
+std::int64_t first_false(const std::vector<bool>& v) {
+  for (std::size_t i = 0; i < v.size(); ++i)
+    if (!v[i]) return static_cast<std::int64_t>(i);
+  return static_cast<std::int64_t>(v.size());
+}
+
+}  // namespace
+
+class TestMemoryPolicy : public QObject {
+  Q_OBJECT
+ private slots:
+  // Under budgets from tight to roomy, auto takes the plan's counts, layer by layer as the
+  // engine reads them: the first layers checkpointed, attention kept on some of those only,
+  // the MLP tiers on the others (offloaded ones first), and the plan predicts what runs.
+  void autoFollowsThePlan_data() {
+    QTest::addColumn<int>("gib");
+    for (int g : {24, 30, 36, 48, 64, 141}) QTest::newRow(qPrintable(QString::number(g) + " GiB")) << g;
+  }
+  void autoFollowsThePlan() {
+    QFETCH(int, gib);
+    const HfModelConfig m = qwen25_7b();
+    const TrainConfig c = lora_32k();
+    const train::MemoryPolicy p = train::memory_policy(c, m, gpu_of(gib));
+    QVERIFY(p.plan);
+    const MemoryPlan direct = plan_memory(c, m, gpu_of(gib));
+    QCOMPARE(p.plan->peak_bytes, direct.peak_bytes);
+    QVERIFY(p.plan_matches());
+    const std::int64_t ck = p.count(p.checkpoint);
+    QCOMPARE(ck, direct.checkpointed_layers);
+    QCOMPARE(first_false(p.checkpoint), ck);  // the first ck layers
+    QCOMPARE(p.count(p.keep_attention), direct.attention_kept_layers);
+    QCOMPARE(p.count(p.mlp_offload), direct.mlp_offloaded_layers);
+    QCOMPARE(p.count(p.mlp_recompute), direct.mlp_recomputed_layers);
+    for (std::size_t i = 0; i < p.checkpoint.size(); ++i) {
+      if (p.keep_attention[i]) QVERIFY(p.checkpoint[i]);
+      if (p.mlp_offload[i] || p.mlp_recompute[i]) QVERIFY(!p.checkpoint[i]);
+      QVERIFY(!(p.mlp_offload[i] && p.mlp_recompute[i]));
+      if (p.mlp_recompute[i])  // offloaded layers come before recomputing ones
+        for (std::size_t j = i + 1; j < p.checkpoint.size(); ++j) QVERIFY(!p.mlp_offload[j]);
+    }
+    QCOMPARE(p.mlp_offload_lead, planner::mlp_offload_lead(direct.mlp_offloaded_layers));
+    QCOMPARE(p.mlp_tile, direct.mlp_tile_tokens);
+    QVERIFY(p.offload_checkpoints);
+    QCOMPARE(p.over_capacity.empty(), direct.fits);
+    QVERIFY2(p.why.find(std::to_string(ck) + " of 28 layers (auto") == 0, p.why.c_str());
+  }
+
+  // odyssey-bench's --checkpointing N / --mlp-offload N / --mlp-recompute N: exactly those
+  // layers, whatever the plan would choose; the plan predicts it only when its counts agree.
+  void fixedCounts() {
+    const HfModelConfig m = qwen25_7b();
+    TrainConfig c = lora_32k();
+    train::LayerCounts f;
+    f.checkpoint_first = 10, f.mlp_offload_first = 3, f.mlp_recompute_first = 5;
+    const train::MemoryPolicy p = train::memory_policy(c, m, gpu_of(141), f);
+    for (std::size_t i = 0; i < 28; ++i) {
+      QCOMPARE(bool(p.checkpoint[i]), i < 10);
+      QCOMPARE(bool(p.mlp_offload[i]), i >= 10 && i < 13);
+      QCOMPARE(bool(p.mlp_recompute[i]), i >= 13 && i < 18);
+    }
+    QCOMPARE(p.mlp_offload_lead, std::int64_t{4});
+    QVERIFY(!p.plan_matches());  // a roomy H200 plan checkpoints nothing
+    // All layers, attention kept on all, nothing on the MLP: the plan for "all" predicts it.
+    c.keep_attention = "all";
+    f = {};
+    f.checkpoint_first = 28;
+    const train::MemoryPolicy all = train::memory_policy(c, m, gpu_of(141), f);
+    QCOMPARE(all.count(all.checkpoint), std::int64_t{28});
+    QCOMPARE(all.count(all.keep_attention), std::int64_t{28});
+    QCOMPARE(all.count(all.mlp_offload) + all.count(all.mlp_recompute), std::int64_t{0});
+    QCOMPARE(all.plan->checkpointed_layers, std::int64_t{28});
+    // More layers than the model has: all of them.
+    f.checkpoint_first = 100;
+    const train::MemoryPolicy more = train::memory_policy(c, m, gpu_of(141), f);
+    QCOMPARE(more.count(more.checkpoint), std::int64_t{28});
+  }
+
+  // The configured policies: every:K, all with keep_attention none, none; on the CPU nothing
+  // is planned and auto checkpoints nothing.
+  void configuredPolicies() {
+    const HfModelConfig m = qwen25_7b();
+    TrainConfig c = lora_32k();
+    c.activation_checkpointing = "every:3";
+    const train::MemoryPolicy every = train::memory_policy(c, m, gpu_of(141));
+    for (std::size_t i = 0; i < 28; ++i) QCOMPARE(bool(every.checkpoint[i]), i % 3 == 0);
+    QCOMPARE(every.count(every.mlp_offload) + every.count(every.mlp_recompute), std::int64_t{0});
+    c.activation_checkpointing = "all", c.keep_attention = "none";
+    const train::MemoryPolicy all = train::memory_policy(c, m, gpu_of(141));
+    QCOMPARE(all.count(all.checkpoint), std::int64_t{28});
+    QCOMPARE(all.count(all.keep_attention), std::int64_t{0});
+    c.activation_checkpointing = "auto", c.device = "cpu";
+    const train::MemoryPolicy cpu = train::memory_policy(c, m, std::nullopt);
+    QVERIFY(!cpu.plan);
+    QCOMPARE(cpu.count(cpu.checkpoint), std::int64_t{0});
+    QVERIFY2(cpu.why.find("CPU") != std::string::npos, cpu.why.c_str());
+  }
+
+  // A job the planner refuses outright: an error when the plan decides, no plan (and no
+  // error) when every choice is given.
+  void refusedJob() {
+    HfModelConfig m = qwen25_7b();
+    m.num_hidden_layers = 28000000;
+    TrainConfig c = lora_32k();
+    QVERIFY_THROWS_EXCEPTION(train::MemoryPolicyRefused, train::memory_policy(c, m, gpu_of(80)));
+    c.activation_checkpointing = "all", c.keep_attention = "none", c.mlp_tile_tokens = 4096;
+    const train::MemoryPolicy p = train::memory_policy(c, m, gpu_of(80));
+    QVERIFY(!p.plan);
+    QCOMPARE(p.mlp_tile, std::int64_t{4096});
+  }
+
+  // apply_memory_policy hands the model exactly the policy's layer sets.
+  void appliedToTheModel() {
+    DecoderConfig dc;
+    dc.hf.hidden_size = 32, dc.hf.intermediate_size = 64, dc.hf.num_hidden_layers = 4;
+    dc.hf.num_attention_heads = 4, dc.hf.num_key_value_heads = 2, dc.hf.head_dim = 8, dc.hf.vocab_size = 64;
+    model::CausalLM lm(dc, model::DecoderOptions{});
+    TrainConfig c = lora_32k();
+    train::LayerCounts f;
+    f.checkpoint_first = 2;
+    c.keep_attention = "all", c.mlp_tile_tokens = 512;
+    const train::MemoryPolicy p = train::memory_policy(c, dc.hf, gpu_of(141), f);
+    train::apply_memory_policy(lm, p);
+    QCOMPARE(lm->checkpoint_layers(), (std::vector<bool>{true, true, false, false}));
+    QCOMPARE(lm->keep_attention_layers(), (std::vector<bool>{true, true, false, false}));
+    QCOMPARE(lm->mlp_tile_tokens(), std::int64_t{512});
+  }
+};
+
+QTEST_APPLESS_MAIN(TestMemoryPolicy)
+#include "tst_memory_policy.moc"
