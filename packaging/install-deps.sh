@@ -27,8 +27,10 @@ done
 
 torch_version=${ODYSSEY_TORCH:-2.11.0}
 # The reference libraries the parity tests compare against (the GPU machines' versions), and
-# tensorboard, whose own reader checks the event files runs write (tests/reference/tensorboard_oracle.py).
+# tensorboard, whose own reader checks the event files runs write (tests/reference/tensorboard_oracle.py),
+# and matplotlib, with which tests/bench/compare.py draws the speed-memory frontier.
 py_reference=(transformers==5.17.0 peft==0.21.0 tokenizers==0.23.3 safetensors==0.8.0 numpy==2.4.6 bitsandbytes==0.50.2
+              matplotlib==3.11.2
               tensorboard==2.21.0)
 # galore-torch's GaLore AdamW is the GaLore oracle (tests/reference/galore_reference.py). It is
 # installed without its declared bitsandbytes dependency: only its 8-bit optimizers need that,

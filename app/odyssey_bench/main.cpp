@@ -16,6 +16,15 @@
 //                 [--ulysses U] [--dp D] [--a2a-bytes B1,B2,...]   (the last three under torchrun)
 //                 [--optimizer adamw|galore|q-galore|zero1|zero2|zero2-offload]
 //                 [--galore-rank R] [--galore-gap T]
+//                 [--frontier K] [--frontier-at G1,G2,...]
+//
+// --frontier K sweeps memory budgets instead of running one configuration (docs/benchmarks.md,
+// "The speed-memory frontier"): K budgets from 2% above the leanest plan's predicted peak to the
+// device's whole memory, plus the --frontier-at budgets (an anchor's measured peak), each run as
+// --memory-gib G --checkpointing auto (the planner choosing for that budget, the allocator capped
+// to it). Each line carries "frontier": true, frontier_budget_gib and the label
+// "frontier @ G GiB" (--label NAME: "NAME @ G GiB"); tests/bench/compare.py draws the frontier
+// (--frontier-plot DIR) and reads a row's figure off it at each HF line's peak.
 //
 // --optimizer picks the step engine's optimizer (docs/optimizers.md; zero* under torchrun):
 // the record carries its state bytes per trainable parameter and the planner's figure.
@@ -191,6 +200,8 @@ struct Options {
   std::string allocator_cap;  // what capping the allocator to memory_gib did (cap_gpu_memory's line)
   std::string profile;    // --profile FILE: per-kernel device time of one extra step
   std::string quant;      // --quant nf4|fp4: a 4-bit base (LoRA)
+  int frontier = 0;                  // --frontier K: K budgets from the leanest plan to the device's memory
+  std::vector<double> frontier_at;   // --frontier-at G1,G2: more budgets (an anchor's peak)
 };
 
 // The parallel context under torchrun; world 1 otherwise.
@@ -602,6 +613,34 @@ bool check_loss_rows(const torch::Device& device, torch::Dtype dtype, std::int64
 }
 #endif
 
+// The budgets (GiB per GPU) of --frontier K: K - 1 evenly spaced from the leanest plan's
+// predicted peak (2% above it, rounded up to 0.1 GiB) towards the peak of the plan for the
+// whole device, then the device's whole memory (unlimited), and the --frontier-at budgets;
+// ascending, budgets within 0.05 GiB of a smaller one dropped. Empty when the planner refuses
+// the job.
+std::vector<double> frontier_budgets(const Options& o, const HfModelConfig& hf, const std::string& mode,
+                                     std::int64_t seq, int world, double device_gib) {
+  TrainConfig tc = bench_config(o, mode, seq, world);
+  tc.activation_checkpointing = "auto";
+  PlannerOptions tight, whole;
+  tight.gpu_memory_bytes = planner::kGiB;  // nothing fits: the plan is the leanest choice
+  whole.gpu_memory_bytes = static_cast<std::int64_t>(device_gib * double(planner::kGiB));
+  const MemoryPlan lean = plan_memory(tc, hf, tight), fast = plan_memory(tc, hf, whole);
+  if (!lean.refused.empty() || !fast.refused.empty()) return {};
+  const double lo = std::ceil(static_cast<double>(lean.peak_bytes) * 1.02 / double(planner::kGiB) * 10) / 10;
+  const double hi = std::max(lo, static_cast<double>(fast.peak_bytes) / double(planner::kGiB));
+  std::vector<double> b;
+  const int k = std::max(1, o.frontier);
+  for (int i = 0; i + 1 < k; ++i) b.push_back(std::round((lo + (hi - lo) * i / (k - 1)) * 10) / 10);
+  b.push_back(device_gib);
+  b.insert(b.end(), o.frontier_at.begin(), o.frontier_at.end());
+  std::sort(b.begin(), b.end());
+  std::vector<double> kept;
+  for (double g : b)
+    if (g > 0 && (kept.empty() || g - kept.back() >= 0.05)) kept.push_back(g);
+  return kept;
+}
+
 nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const HfModelConfig& hf,
                                const DecoderConfig& dc, const std::string& mode, std::int64_t seq,
                                const torch::Device& device, torch::Dtype dtype, Parallel& par) {
@@ -914,6 +953,13 @@ int main(int argc, char** argv) {
         if (o.quant != "nf4" && o.quant != "fp4") throw std::invalid_argument("--quant takes nf4 or fp4");
       }
       else if (a == "--profile") o.profile = next();
+      else if (a == "--frontier") {
+        o.frontier = std::stoi(next());
+        if (o.frontier < 1) throw std::invalid_argument("--frontier");
+      }
+      else if (a == "--frontier-at") {
+        for (const auto& g : split(next())) o.frontier_at.push_back(std::stod(g));
+      }
       else if (a == "--a2a-bytes") {
         for (const auto& b : split(next())) o.a2a_bytes.push_back(std::stoll(b));
       }
@@ -1051,6 +1097,36 @@ int main(int argc, char** argv) {
     }
     for (const auto& mode : o.modes)
       for (const auto seq : o.seqs) {
+        if (o.frontier > 0) {
+          // The frontier: one row per budget, each with the allocator capped to it and the
+          // planner choosing for it (--checkpointing auto), as a run with gpu_memory_budget_gib.
+#ifdef ODYSSEY_HAVE_CUDA_RUNTIME
+          const double device_gib = device.is_cuda() ? static_cast<double>(at::cuda::getDeviceProperties(device.index())->totalGlobalMem) /
+                                                           double(planner::kGiB)
+                                                     : static_cast<double>(planner::kH200MemoryBytes) / double(planner::kGiB);
+#else
+          const double device_gib = static_cast<double>(planner::kH200MemoryBytes) / double(planner::kGiB);
+#endif
+          const auto budgets = frontier_budgets(o, hf.value, mode, seq, par.mesh.world, device_gib);
+          if (budgets.empty()) std::cerr << "odyssey-bench: the planner refuses " << shape << " " << mode << " " << seq << '\n';
+          for (const double g : budgets) {
+            Options p = o;
+            p.checkpointing = "auto";
+            p.memory_gib = g;
+            char name[64];
+            std::snprintf(name, sizeof name, " @ %.1f GiB", g);
+            p.label = (o.label.empty() ? std::string("frontier") : o.label) + name;
+            if (device.is_cuda()) p.allocator_cap = cap_gpu_memory(g, device.index());
+            auto rec = run_one(p, shape, hf.value, dc.value, mode, seq, device, dtype, par);
+            rec["frontier"] = true;
+            rec["frontier_budget_gib"] = g;
+            rec["frontier_device"] = g >= device_gib;  // the device's whole memory: no cap
+            if (par.env.rank != 0) continue;
+            std::cout << dump_json(rec) << '\n' << std::flush;
+            if (out) out << dump_json(rec) << '\n' << std::flush;
+          }
+          continue;
+        }
         const auto rec = run_one(o, shape, hf.value, dc.value, mode, seq, device, dtype, par);
         if (par.env.rank != 0) continue;
         std::cout << dump_json(rec) << '\n' << std::flush;

@@ -54,10 +54,12 @@ std::string cap_gpu_memory(double budget_gib, int device) {
   const auto index = static_cast<c10::DeviceIndex>(device);
   const auto total = static_cast<double>(at::cuda::getDeviceProperties(index)->totalGlobalMem);
   const double budget = budget_gib * static_cast<double>(planner::kGiB);
-  if (budget >= total)
-    return "memory budget " + gib(budget, 2) + " GiB is not below the GPU's " + gib(total, 1) + " GiB: no cap";
-  const double pool = std::max(budget - static_cast<double>(planner::kCudaContextBytes), budget / 2);
   (void)torch::empty({1}, torch::TensorOptions().device(torch::kCUDA, index));  // the allocator exists once used
+  if (budget >= total) {
+    c10::cuda::CUDACachingAllocator::setMemoryFraction(1.0, index);  // a process may lift an earlier cap
+    return "memory budget " + gib(budget, 2) + " GiB is not below the GPU's " + gib(total, 1) + " GiB: no cap";
+  }
+  const double pool = std::max(budget - static_cast<double>(planner::kCudaContextBytes), budget / 2);
   c10::cuda::CUDACachingAllocator::setMemoryFraction(pool / total, index);
   return "memory budget " + gib(budget, 2) + " GiB: the allocator holds at most " + gib(pool, 2) + " GiB of the GPU's " +
          gib(total, 1) + " (the rest is the CUDA context)";

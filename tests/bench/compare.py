@@ -28,6 +28,13 @@ has no other, and say so. Speed-up = Odyssey tokens/s ÷ HF tokens/s; memory rat
 peak GiB ÷ HF peak GiB (below 1: Odyssey needs less). Differences in the settings the two
 sides ran with (LoRA rank, dtype, device, layers, vocabulary, batch) are listed under the
 table. Exit status: 0, 1 no benchmark lines, 2 bad input, 3 mixed-lease pairs refused.
+
+Frontier lines (odyssey-bench --frontier: "frontier": true, label "frontier @ G GiB") also get a
+table per sweep (each budget's policy, tokens/s, peak, the planner's prediction and error, and
+which points are on the frontier), then every HF line of the same lease read against the
+frontier at its peak: the fastest point whose measured peak is at most the HF line's (the
+figure of docs/benchmarks.md's frontier rows). --frontier-plot DIR draws each sweep as a PNG
+(matplotlib): tokens/s against peak, the frontier as a step line, the HF lines as points.
 """
 
 from __future__ import annotations
@@ -334,11 +341,148 @@ def tables(ody, hf, leases, allow_mixed: bool):
     return "\n".join(out), refused
 
 
+def frontier_groups(ody):
+    """odyssey-bench --frontier lines by (lease ident, shape, mode, seq, sweep label), by budget."""
+    groups = {}
+    for (lid, shape, mode, seq, label), r in ody.items():
+        if r.get("frontier"):
+            groups.setdefault((lid, shape, mode, seq, label.rsplit(" @ ", 1)[0]), []).append(r)
+    return {k: sorted(v, key=lambda r: float(r.get("frontier_budget_gib") or 0)) for k, v in sorted(groups.items())}
+
+
+def pareto(points):
+    """The points that ran and that no other beats on both counts (less peak memory and more
+    tokens/s), by peak."""
+    ran = sorted((r for r in points if num(r, "tokens_per_s") is not None and num(r, "peak_gib") is not None),
+                 key=lambda r: (num(r, "peak_gib"), -num(r, "tokens_per_s")))
+    front, best = [], None
+    for r in ran:
+        if best is None or num(r, "tokens_per_s") > best:
+            front.append(r)
+            best = num(r, "tokens_per_s")
+    return front
+
+
+def read_off(points, cap):
+    """The frontier's figure at `cap` GiB: the fastest point that ran with a measured peak at
+    most `cap` (None when every point needed more)."""
+    return fastest([r for r in points if num(r, "peak_gib") is not None and num(r, "peak_gib") <= cap])
+
+
+def frontier_tables(ody, hf):
+    """Markdown: each frontier's points, then each HF line's tokens/s against the frontier read
+    at that line's peak (same lease, shape, mode and seq). "" without frontier lines."""
+    groups = frontier_groups(ody)
+    if not groups:
+        return ""
+    out = ["\nSpeed-memory frontier (odyssey-bench --frontier; each point is one budget, the planner choosing "
+           "and the allocator capped to it; * on the frontier: no other point has both less peak and more "
+           "tokens/s):\n"]
+    reads = ["| lease | shape | mode | seq | HF setting | HF tokens/s | HF peak GiB | Odyssey at ≤ that peak "
+             "(read off the frontier) | speed-up |", "|---|---|---|---|---|---:|---:|---|---:|"]
+    for (lid, shape, mode, seq, sweep), pts in groups.items():
+        lease = pts[0]["_lease"]
+        front = {id(r) for r in pareto(pts)}
+        out.append(f"{shape} {mode} {seq_label(seq)} ({sweep}, lease {lease.name}):\n")
+        rows = ["| budget GiB | recomputed layers | tokens/s | peak GiB | planned GiB (error) | |",
+                "|---:|---|---:|---:|---:|---|"]
+        for r in pts:
+            planned = "—"
+            if num(r, "planned_peak_gib") is not None and num(r, "planner_error") is not None:
+                planned = f"{num(r, 'planned_peak_gib'):.1f} ({100 * num(r, 'planner_error'):+.1f}%)"
+            budget = f"{float(r.get('frontier_budget_gib') or 0):.1f}" + (" (whole GPU)" if r.get("frontier_device") else "")
+            peak = cell(r, "peak_gib", gib)
+            if r.get("oom") and num({"v": r.get("peak_gib_at_oom")}, "v") is not None:
+                peak = f"OOM (at {r['peak_gib_at_oom']:.1f})"
+            elif r.get("error") and not r.get("oom"):
+                peak = "error: " + str(r["error"])[:80]
+            rows.append("| " + " | ".join([budget, ody_recomputed(r), cell(r, "tokens_per_s", tok), peak, planned,
+                                           "*" if id(r) in front else ""]) + " |")
+        out.append("\n".join(rows) + "\n")
+        anchors = [h for (hl, hs, hm, hq, _), h in sorted(hf.items(), key=lambda kv: kv[0][4])
+                   if (hs, hm, hq) == (shape, mode, seq) and h["_lease"].same(lease)]
+        for h in anchors:
+            cap = num(h, "peak_gib")
+            if cap is None:
+                continue
+            o = read_off(pts, cap)
+            at = "— (every point needed more)" if o is None else (
+                f"{cell(o, 'tokens_per_s', tok)}/s at {cell(o, 'peak_gib', gib)} GiB "
+                f"(budget {float(o.get('frontier_budget_gib') or 0):.1f})")
+            reads.append("| " + " | ".join([lease.name, shape, mode, seq_label(seq), hf_setting(h),
+                                            cell(h, "tokens_per_s", tok), cell(h, "peak_gib", gib), at,
+                                            ratio(num(o, "tokens_per_s"), num(h, "tokens_per_s"))]) + " |")
+    if len(reads) > 2:
+        out.append("Each HF line against the frontier at its peak (the row's figure):\n")
+        out.append("\n".join(reads))
+    return "\n".join(out)
+
+
+def plot_frontiers(ody, hf, outdir):
+    """One PNG per frontier in `outdir` (tokens/s against measured peak; the frontier as a step
+    line, every point that ran, the HF lines of the same lease as marked points). Returns the
+    paths written."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise SystemExit("compare.py: --frontier-plot needs matplotlib (packaging/install-deps.sh installs it "
+                         "into the reference environment)") from None
+    os.makedirs(outdir, exist_ok=True)
+    written = []
+    markers = "s^Dvph*"
+    for (lid, shape, mode, seq, sweep), pts in frontier_groups(ody).items():
+        lease = pts[0]["_lease"]
+        fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
+        ran = [r for r in pts if num(r, "tokens_per_s") is not None and num(r, "peak_gib") is not None]
+        ax.scatter([num(r, "peak_gib") for r in ran], [num(r, "tokens_per_s") for r in ran], color="#1f77b4",
+                   zorder=3, label="Odyssey, one budget each")
+        front = pareto(pts)
+        if front:
+            xs = [num(r, "peak_gib") for r in front]
+            ys = [num(r, "tokens_per_s") for r in front]
+            ax.step(xs, ys, where="post", color="#1f77b4", zorder=2, label="Odyssey frontier")
+        failed = [r for r in pts if r not in ran]
+        anchors = [h for (hl, hs, hm, hq, _), h in sorted(hf.items(), key=lambda kv: kv[0][4])
+                   if (hs, hm, hq) == (shape, mode, seq) and h["_lease"].same(lease)
+                   and num(h, "tokens_per_s") is not None and num(h, "peak_gib") is not None]
+        for i, h in enumerate(anchors):
+            ax.scatter([num(h, "peak_gib")], [num(h, "tokens_per_s")], marker=markers[i % len(markers)], s=60,
+                       color=f"C{i + 1}", zorder=4, label=f"transformers + PEFT, {hf_setting(h)}")
+            o = read_off(pts, num(h, "peak_gib"))
+            if o is not None:
+                ax.annotate(f"{num(o, 'tokens_per_s') / num(h, 'tokens_per_s'):.2f}×",
+                            (num(h, "peak_gib"), num(o, "tokens_per_s")), textcoords="offset points",
+                            xytext=(4, 4), fontsize=8, color=f"C{i + 1}")
+                ax.plot([num(h, "peak_gib")] * 2, [num(h, "tokens_per_s"), num(o, "tokens_per_s")], ":",
+                        color=f"C{i + 1}", zorder=1)
+        title = f"{shape} {mode} {seq_label(seq)} ({lease.name})"
+        if failed:
+            title += f"; {len(failed)} budget(s) ran out of memory"
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("peak GPU memory, GiB (torch max allocated)")
+        ax.set_ylabel("tokens/s")
+        ax.set_xlim(left=0)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+        fig.tight_layout()
+        name = f"frontier-{shape}-{mode}-{seq_label(seq)}" + (f"-{sweep}" if sweep != "frontier" else "")
+        path = os.path.join(outdir, "".join(c if c.isalnum() or c in ".-_" else "_" for c in name) + ".png")
+        fig.savefig(path)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="+", help="JSON-lines files from hf_bench.py and odyssey-bench")
     ap.add_argument("--allow-mixed-leases", action="store_true",
                     help="pair Odyssey and HF lines of different or unknown leases (labelled mixed)")
+    ap.add_argument("--frontier-plot", metavar="DIR",
+                    help="draw each speed-memory frontier (odyssey-bench --frontier) as a PNG in DIR")
     args = ap.parse_args(argv)
     ody, hf, leases = read(args.files)
     if not ody and not hf:
@@ -346,6 +490,12 @@ def main(argv=None) -> int:
         return 1
     text, refused = tables(ody, hf, leases, args.allow_mixed_leases)
     print(text)
+    front = frontier_tables(ody, hf)
+    if front:
+        print(front)
+    if args.frontier_plot:
+        for path in plot_frontiers(ody, hf, args.frontier_plot):
+            print(f"compare.py: wrote {path}", file=sys.stderr)
     if refused:
         old = any(not le.key for le in leases)
         print(f"compare.py: refused {len(refused)} pair(s) across leases: their HF lines were measured in another "

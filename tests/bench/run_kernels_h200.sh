@@ -47,6 +47,10 @@
 #             odyssey-bench at the anchor's peak memory (--memory-gib, the planner choosing; LIGER_BUDGET_FLAGS
 #             added, e.g. "--offload on") and fast (LIGER_FAST=0 skips it); liger-{hf,odyssey}.jsonl and
 #             liger-compare.md
+#   frontier  issue 28's speed-memory frontier: per FRONTIER_ROWS row (shape:mode:seq; default 1.5B LoRA 24K, 0.5B
+#             full 32K, 7B LoRA 24K and 32K) the HF + PEFT + Liger anchor (FRONTIER_PLAIN=1: plain HF too), then
+#             odyssey-bench --frontier FRONTIER_POINTS (default 5) --offload on with the anchor's peak as a budget;
+#             frontier-{hf,odyssey}.jsonl, frontier-compare.md; needs the liger-kernel wheel in .whl/
 #   qlora     issue 24's anchors: transformers + PEFT + bitsandbytes QLoRA (hf_bench.py --quant nf4, every
 #             layer checkpointed), without and with Liger, for QLORA_SHAPES (default llama-3.1-8b) at QLORA_SEQS
 #             (default 16384); odyssey-bench --quant nf4 at each anchor's peak (--memory-gib, the planner choosing)
@@ -291,6 +295,31 @@ print(r[-1].get('peak_gib') or '')")
       done
     done
     python3 tests/bench/compare.py "$LH" "$LO" | tee "$OUT/liger-compare.md" ;;
+  frontier)
+    # issue 28: the speed-memory frontier against transformers + PEFT + Liger. Per row of
+    # FRONTIER_ROWS (shape:mode:seq), the Liger anchor (hf_bench.py --liger, every layer
+    # checkpointed; FRONTIER_PLAIN=1 adds plain HF), then odyssey-bench --frontier
+    # FRONTIER_POINTS (default 5) with offload on and the anchor's peak as one more budget;
+    # frontier-{hf,odyssey}.jsonl, frontier-compare.md (compare.py --frontier-plot draws the PNGs
+    # where matplotlib is). Needs the liger-kernel wheel in .whl/.
+    phase frontier
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+    FH="$OUT/frontier-hf.jsonl" FO="$OUT/frontier-odyssey.jsonl"
+    for row in ${FRONTIER_ROWS:-qwen2.5-1.5b:lora:24576 qwen2.5-0.5b:full:32768 qwen2.5-7b:lora:24576 qwen2.5-7b:lora:32768}; do
+      IFS=: read -r S M Q <<< "$row"
+      for L in --liger $([ "${FRONTIER_PLAIN:-0}" = 1 ] && echo plain); do
+        python3 tests/bench/hf_bench.py --device cuda --dtype bfloat16 $([ "$L" = --liger ] && echo --liger) --shape $S \
+          --mode $M --seq $Q --checkpointing on --steps 3 --warmup 2 --out "$FH" 2>&1 | grep -v '^{' | grep -v -i warn | tail -2
+      done
+      peak=$(python3 -c "import json
+rows=[json.loads(l) for l in open('$FH') if l.strip()]
+r=[x for x in rows if x['shape']=='$S' and x['mode']=='$M' and x['seq']==$Q and x.get('liger') and x.get('peak_gib')]
+print(r[-1]['peak_gib'] if r else '')")
+      $B --frontier ${FRONTIER_POINTS:-5} ${peak:+--frontier-at $peak} --offload on --shape $S --mode $M --seq $Q \
+        --steps ${FRONTIER_STEPS:-2} --warmup 1 --out "$FO" | cut -c1-300
+    done
+    python3 tests/bench/compare.py "$FH" "$FO" $(python3 -c "import matplotlib" 2>/dev/null && echo --frontier-plot "$OUT") |
+      tee "$OUT/frontier-compare.md" ;;
   qlora)
     phase qlora
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site

@@ -168,6 +168,60 @@ class CompareTest(unittest.TestCase):
         self.assertEqual(row[10], "every HF setting OOM")
         self.assertEqual(row[11], "—")
 
+    def frontier(self, lease, points, seq=32768):
+        """odyssey-bench --frontier lines: (budget, tokens/s or None for an OOM, peak, planned)."""
+        out = []
+        for budget, tps, peak, planned in points:
+            r = ody(lease, f"frontier @ {budget:.1f} GiB", tps, peak, seq=seq, frontier=True,
+                    frontier_budget_gib=budget, frontier_device=budget > 139, memory_budget_gib=budget,
+                    planned_peak_gib=planned, planner_error=(planned - peak) / peak if peak else 0.0)
+            if tps is None:
+                for k in ("tokens_per_s", "peak_gib", "planned_peak_gib", "planner_error"):
+                    r.pop(k)
+                r.update(oom=True, error="CUDA out of memory", peak_gib_at_oom=budget - 0.5)
+            out.append(r)
+        return out
+
+    def test_frontier_read_at_each_anchors_peak(self):
+        # Budgets 24 (OOM), 28, 32, 36 and the whole GPU; the 36 GiB point is slower than the
+        # 32 GiB one (it is not on the frontier). Liger's line peaks at 32.3 GiB: the frontier's
+        # figure there is the 32 GiB point (peak 31.0), not the 36 GiB one (peak 33.9 > 32.3).
+        pts = self.frontier(LEASE_A, [(24.0, None, 0, 0), (28.0, 6000.0, 27.1, 26.5), (32.0, 7900.0, 31.0, 30.2),
+                                      (36.0, 7800.0, 33.9, 34.0), (139.8, 10200.0, 110.0, 104.0)])
+        anchors = [hf(LEASE_A, tps=5875.0, peak=32.3, liger=True), hf(LEASE_A, tps=5373.0, peak=86.3),
+                   hf(LEASE_A, tps=5000.0, peak=20.0, checkpointing="on", sdpa_priority="math")]
+        plots = Path(self.tmp.name) / "plots"
+        rc, out, err = self.run_compare(self.write("hf.jsonl", anchors), self.write("ody.jsonl", pts),
+                                        "--frontier-plot", str(plots))
+        self.assertEqual(rc, 0, err)
+        table = out.split("Speed-memory frontier", 1)[1]
+        self.assertRegex(table, r"\| 24.0 \| 0/28 \| OOM \| OOM \(at 23.5\) \| — \|")
+        self.assertRegex(table, r"\| 32.0 \| 0/28 \| 7,900 \| 31.0 \| 30.2 \(-2.6%\) \| \* \|")
+        self.assertRegex(table, r"\| 36.0 \| 0/28 \| 7,800 \| 33.9 \| 34.0 \(\+0.3%\) \|  \|")
+        self.assertRegex(table, r"\| 139.8 \(whole GPU\) \| 0/28 \| 10,200 \| 110.0 \|")
+        reads = table.split("against the frontier at its peak", 1)[1]
+        self.assertIn("| ckpt on, Liger | 5,875 | 32.3 | 7,900/s at 31.0 GiB (budget 32.0) | 1.34× |", reads)
+        self.assertIn("| ckpt on | 5,373 | 86.3 | 7,900/s at 31.0 GiB (budget 32.0) | 1.47× |", reads)
+        self.assertIn("| 20.0 | — (every point needed more) | — |", reads)
+        # The frontier points are rows of the main table too, each with its own label.
+        labels = {row[4] for row in self.pair_rows(out)}
+        self.assertTrue({"frontier @ 28.0 GiB", "frontier @ 139.8 GiB"} <= labels, labels)
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            self.skipTest("matplotlib is not installed (packaging/install-deps.sh installs it)")
+        png = plots / "frontier-qwen2.5-7b-lora-32K.png"
+        self.assertTrue(png.is_file(), err)
+        self.assertEqual(png.read_bytes()[:8], b"\x89PNG\r\n\x1a\n")
+        self.assertGreater(png.stat().st_size, 10000)
+
+    def test_pareto_drops_dominated_points(self):
+        pts = self.frontier(LEASE_A, [(28.0, 6000.0, 27.1, 27.0), (30.0, 5900.0, 28.0, 28.0),
+                                      (32.0, 7900.0, 31.0, 31.0)])
+        self.assertEqual([r["frontier_budget_gib"] for r in compare.pareto(pts)], [28.0, 32.0])
+        self.assertIsNone(compare.read_off(pts, 27.0))
+        self.assertEqual(compare.read_off(pts, 30.0)["frontier_budget_gib"], 28.0)
+
     def test_bad_input(self):
         rc, out, err = self.run_compare(str(Path(self.tmp.name) / "missing.jsonl"))
         self.assertIn("cannot read", str(rc) + err)
