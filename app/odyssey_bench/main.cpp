@@ -20,7 +20,8 @@
 //
 // --frontier K sweeps memory budgets instead of running one configuration (docs/benchmarks.md,
 // "The speed-memory frontier"): K budgets from 2% above the leanest plan's predicted peak to the
-// device's whole memory, plus the --frontier-at budgets (an anchor's measured peak), each run as
+// device's whole memory, plus a budget per --frontier-at G (an anchor's measured allocated peak;
+// the budget adds what the plan counts outside the allocator, the CUDA context), each run as
 // --memory-gib G --checkpointing auto (the planner choosing for that budget, the allocator capped
 // to it). Each line carries "frontier": true, frontier_budget_gib and the label
 // "frontier @ G GiB" (--label NAME: "NAME @ G GiB"); tests/bench/compare.py draws the frontier
@@ -201,7 +202,7 @@ struct Options {
   std::string profile;    // --profile FILE: per-kernel device time of one extra step
   std::string quant;      // --quant nf4|fp4: a 4-bit base (LoRA)
   int frontier = 0;                  // --frontier K: K budgets from the leanest plan to the device's memory
-  std::vector<double> frontier_at;   // --frontier-at G1,G2: more budgets (an anchor's peak)
+  std::vector<double> frontier_at;   // --frontier-at G1,G2: allocated peaks to budget for (an anchor's)
 };
 
 // The parallel context under torchrun; world 1 otherwise.
@@ -615,7 +616,8 @@ bool check_loss_rows(const torch::Device& device, torch::Dtype dtype, std::int64
 
 // The budgets (GiB per GPU) of --frontier K: K - 1 evenly spaced from the leanest plan's
 // predicted peak (2% above it, rounded up to 0.1 GiB) towards the peak of the plan for the
-// whole device, then the device's whole memory (unlimited), and the --frontier-at budgets;
+// whole device, then the device's whole memory (unlimited), and one budget per --frontier-at
+// peak (that allocated peak plus what the plan counts outside the allocator);
 // ascending, budgets within 0.05 GiB of a smaller one dropped. Empty when the planner refuses
 // the job.
 std::vector<double> frontier_budgets(const Options& o, const HfModelConfig& hf, const std::string& mode,
@@ -633,7 +635,11 @@ std::vector<double> frontier_budgets(const Options& o, const HfModelConfig& hf, 
   const int k = std::max(1, o.frontier);
   for (int i = 0; i + 1 < k; ++i) b.push_back(std::round((lo + (hi - lo) * i / (k - 1)) * 10) / 10);
   b.push_back(device_gib);
-  b.insert(b.end(), o.frontier_at.begin(), o.frontier_at.end());
+  // --frontier-at names an allocated peak (an anchor's torch.cuda.max_memory_allocated); the
+  // budget is a card's memory, which also holds what the plan counts outside the allocator
+  // (the CUDA context, NCCL, fragmentation): that much more.
+  const double outside = static_cast<double>(fast.peak_bytes - fast.allocated_bytes()) / double(planner::kGiB);
+  for (const double g : o.frontier_at) b.push_back(std::floor((g + outside) * 10) / 10);
   std::sort(b.begin(), b.end());
   std::vector<double> kept;
   for (double g : b)
