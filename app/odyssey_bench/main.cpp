@@ -507,8 +507,20 @@ bool check_fused_and_offload(const DecoderConfig& base, const torch::Device& dev
   const Grads repeat = loss_and_grads(lm, row);
   const double noise = worst_grad(repeat, fused).first;
   lm->set_offload_checkpoints(true);
+  const std::int64_t before_off = model::offloaded_bytes_total();
   const Grads off = loss_and_grads(lm, row);
+  const std::int64_t off_bytes = model::offloaded_bytes_total() - before_off;
   lm->set_offload_checkpoints(false);
+  // Kept attention outputs parked on the host under offload (AttentionStash::park): the same
+  // bits as kept on the device, and more bytes moved than the inputs alone.
+  lm->set_keep_attention_layers({true, true});
+  const Grads kept_att = loss_and_grads(lm, row);
+  lm->set_offload_checkpoints(true);
+  const std::int64_t before_parked = model::offloaded_bytes_total();
+  const Grads parked_att = loss_and_grads(lm, row);
+  const std::int64_t parked_bytes = model::offloaded_bytes_total() - before_parked;
+  lm->set_offload_checkpoints(false);
+  lm->set_keep_attention_layers({});
   // The MLP offload tier on layers that are not checkpointed: the same bits as keeping gate
   // and up on the device.
   // A family whose MLP has no offload tier (Gemma, Phi-3) is reported as such, not run.
@@ -553,7 +565,17 @@ bool check_fused_and_offload(const DecoderConfig& base, const torch::Device& dev
               static_cast<long long>(mlp_bytes), static_cast<long long>(mlp_expected), off_mlp.loss, kept_mlp.loss, wm,
               wm_name.c_str(), noise, ok_mlp ? "true" : "false",
               bench::provenance_members(bench::machine_provenance(device)).c_str());
-  return ok_fused && ok_off && ok_mlp;
+  const auto [wk, wk_name] = worst_grad(parked_att, kept_att);
+  const bool ok_parked = wk <= noise && (noise > 0.0 || parked_att.loss == kept_att.loss) &&
+                         (!device.is_cuda() || parked_bytes > off_bytes);
+  std::printf("{\"check\": \"kept attention parked on the host vs kept on the device\", \"device\": \"%s\", "
+              "\"host_copy_bytes\": %lld, \"inputs_only_bytes\": %lld, \"loss_parked\": %.6f, \"loss_kept\": %.6f, "
+              "\"worst_grad_abs_diff_rel\": %.3g, \"worst_grad\": \"%s\", \"repeat_grad_abs_diff_rel\": %.3g, "
+              "\"pass\": %s, %s}\n",
+              device.str().c_str(), static_cast<long long>(parked_bytes), static_cast<long long>(off_bytes),
+              parked_att.loss, kept_att.loss, wk, wk_name.c_str(), noise, ok_parked ? "true" : "false",
+              bench::provenance_members(bench::machine_provenance(device)).c_str());
+  return ok_fused && ok_off && ok_mlp && ok_parked;
 }
 
 #if defined(ODYSSEY_HAVE_CUDA_KERNELS) && defined(ODYSSEY_HAVE_CUDA_RUNTIME)
@@ -663,6 +685,9 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
   if (!o.label.empty()) rec["label"] = o.label;
   rec["fused"] = o.fused;
   rec["offload_activations"] = o.offload;
+  // The engine parks kept attention outputs on the host under offload (how the planner tests
+  // re-plan this line; lines without the key kept them on the GPU).
+  rec["kept_attention_on_host"] = o.offload;
   rec["attention"] = o.attention;
   rec["optimizer"] = "AdamW (fused)";
   rec["steps"] = o.steps;

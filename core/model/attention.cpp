@@ -388,8 +388,26 @@ struct StashedAttentionFn : public torch::autograd::Function<StashedAttentionFn>
 
 }  // namespace
 
-bool AttentionStash::recomputing() const {
+void AttentionStash::park(const std::shared_ptr<kernels::OffloadChain>& host) {
+  if (!host || !out.defined() || !lse.defined()) return;
+  host_ = host;
+  slot_ = host->push(out);
+  host->push(lse);
+  out = torch::Tensor();
+  lse = torch::Tensor();
+}
+
+bool AttentionStash::recomputing() {
   if (!torch::GradMode::is_enabled()) return false;
+  if (host_) {
+    out = host_->take(slot_);
+    lse = host_->take(slot_ + 1);
+    if (slot_ >= 2) {  // the stash of the next layer backward recomputes
+      host_->prefetch(slot_ - 2);
+      host_->prefetch(slot_ - 1);
+    }
+    host_.reset();
+  }
   TORCH_CHECK(out.defined(), "kept attention: the layer's recomputation found no kept output (was its forward run "
                              "without recording, as a checkpoint does?)");
   return true;

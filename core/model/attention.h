@@ -14,7 +14,10 @@
 
 #include <torch/torch.h>
 
+#include "kernels/offload.h"
+
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -144,8 +147,18 @@ struct AttentionStash {
   std::vector<torch::Tensor> kernel_tensors;
   std::vector<std::int64_t> kernel_ints;
   // Whether this call is the layer's recomputation (grad mode on), which takes what was kept,
-  // rather than the checkpoint's forward, which keeps it. Fails when nothing was kept.
-  bool recomputing() const;
+  // rather than the checkpoint's forward, which keeps it. Fails when nothing was kept. A
+  // parked output is taken back from the host first.
+  bool recomputing();
+  // offload_activations: once the layer's forward has filled the stash, out and lse wait in
+  // pinned host memory (`host`, one chain per forward, entries in forward order) instead of on
+  // the GPU; the recomputation takes them back and starts bringing the stash below it (the
+  // next one backward reaches). On the CPU the chain only holds them.
+  void park(const std::shared_ptr<kernels::OffloadChain>& host);
+
+ private:
+  std::shared_ptr<kernels::OffloadChain> host_;
+  std::size_t slot_ = 0;  // out at slot_, lse at slot_ + 1
 };
 
 // Causal attention of a layer that keeps its output, over a padding-free row (q [T, Hq, D],

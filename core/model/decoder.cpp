@@ -566,6 +566,9 @@ void CausalLMImpl::set_experts_whole(bool whole, bool adapters_only) {
 torch::Tensor CausalLMImpl::layers_and_norm(torch::Tensor h, const LayerContext& ctx) {
   const bool recording = torch::GradMode::is_enabled();
   const auto offload = recording && offload_checkpoints_ && h.is_cuda() ? make_offload_chain() : nullptr;
+  // Kept attention outputs go to the host too under offload_activations (AttentionStash::park;
+  // on the CPU the chain only holds them, so CPU tests run the same path).
+  std::shared_ptr<kernels::OffloadChain> kept_host;  // made with the first kept layer
   const std::size_t n = model->layer_list.size();
   auto flagged = [](const std::vector<bool>& v, std::size_t i) { return i < v.size() && v[i]; };
   // The MLP offload tier: offloaded layers' gate/up entries, to prefetch when backward reaches
@@ -591,6 +594,10 @@ torch::Tensor CausalLMImpl::layers_and_norm(torch::Tensor h, const LayerContext&
       if (flagged(keep_attention_layers_, i) && ctx.cu_seqlens.defined())
         lctx.stash = std::make_shared<AttentionStash>();
       h = checkpointed([layer, lctx](const torch::Tensor& x) mutable { return layer(x, lctx); }, h, offload);
+      if (lctx.stash && offload_checkpoints_) {
+        if (!kept_host) kept_host = make_offload_chain();
+        lctx.stash->park(kept_host);
+      }
     } else {
       LayerContext offloading;  // ctx with this layer's MLP chain, for an offloaded layer only
       if (mlp_off) {

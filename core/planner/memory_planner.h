@@ -87,6 +87,10 @@ struct PlannerOptions {
   double reserve_fraction = 0.0;       // share of the capacity kept out of the plan (0..0.9)
   std::string auto_device = "cuda";    // how device: auto is planned: cuda or cpu
   PlannerReference reference = PlannerReference::Odyssey;
+  // offload_activations parks kept attention outputs in pinned host memory (AttentionStash::park,
+  // since 2026-12-03). false plans the engine before that, which kept them on the GPU: how
+  // benchmark lines measured then are re-planned (their records lack kept_attention_on_host).
+  bool kept_attention_on_host = true;
 };
 
 struct MemoryItem {

@@ -346,6 +346,7 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   t.layer_in = b * s.h * T;
   t.recompute_extra = t.fused ? 0 : t.layer_in;
   t.offload_acts = c.offload_activations && t.cuda;
+  t.kept_on_host = t.offload_acts && o.kept_attention_on_host;
   // A kept attention output (the layer's own O and fp32 log-sum-exp, alive from forward to the
   // layer's backward). The engine keeps it on padding-free rows, also under sequence
   // parallelism (Ulysses: each rank its heads of the gathered row; ring: its queries' merged
@@ -462,13 +463,16 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_
   for (bool k : keeps) n_kept += k ? 1 : 0;
   e.kept_layers = n_kept;
   auto inputs_on_gpu = [&](i64 n) { return t.offload_acts ? std::min<i64>(n, 2) * t.layer_in : n * t.layer_in; };
+  // Kept attention outputs wait on the host too under offload (AttentionStash::park): at most
+  // two on the GPU (the one being copied, the one prefetched).
+  auto kept_on_gpu = [&](i64 n) { return (t.kept_on_host ? std::min<i64>(n, 2) : n) * t.attn_kept; };
   i64 n_ckpt = 0;
   for (i64 j = 0; j < L; ++j) n_ckpt += is_ckpt(j) ? 1 : 0;
   e.stored_inputs = inputs_on_gpu(n_ckpt);
   e.stored_full = (L - n_ckpt) * t.layer_full - e.mlp_layers * t.mlp_recompute_saved -
                   e.offload_layers * t.mlp_offload_saved;
   e.host_acts = (n_ckpt - (t.offload_acts ? std::min<i64>(n_ckpt, 2) : n_ckpt)) * t.layer_in +
-                e.offload_layers * t.mlp_offload_host;
+                e.offload_layers * t.mlp_offload_host + (n_kept * t.attn_kept - kept_on_gpu(n_kept));
 
   // GaLore's rank-r gradients grow as backward goes down the layers, like the gradients.
   const i64 fixed_static = t.weights + t.adapters + t.master + t.adam + t.galore_proj + t.galore_states;
@@ -497,10 +501,12 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_
     const i64 off_away = j - lead > 0 ? off_below[static_cast<std::size_t>(j - lead)] : 0;
     const i64 acts_full = full_below * t.layer_full - mlp_below * t.mlp_recompute_saved - off_away * t.mlp_offload_saved;
     const i64 cur = c ? t.layer_full + t.recompute_extra : t.layer_full;
-    const i64 live = acts_in + acts_full + cur + grads + kept_below * t.attn_kept;
+    // Kept outputs below j: on the GPU, or (offload) only the one prefetched for the next layer.
+    const i64 kept_live = (t.kept_on_host ? std::min<i64>(kept_below, 1) : kept_below) * t.attn_kept;
+    const i64 live = acts_in + acts_full + cur + grads + kept_live;
     if (live > best) {
       best = live;
-      e.bwd_kept = kept_below * t.attn_kept;
+      e.bwd_kept = kept_live;
       e.bwd_inputs = acts_in + (c ? t.recompute_extra : 0);
       e.bwd_full = acts_full + (c ? 0 : t.layer_full);
       e.bwd_recompute = c ? t.layer_full : 0;
@@ -509,7 +515,7 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_
     }
   }
   const i64 ws = std::max(t.bwd_mlp, (n_kept > 0 ? t.bwd_attn_kept : t.bwd_attn) + t.a2a + t.ring) + t.layer_grads_tmp;
-  e.stored_kept = n_kept * t.attn_kept;
+  e.stored_kept = kept_on_gpu(n_kept);
   e.phase_bytes[0] = fixed_static + (t.grads_persistent ? grads_all + t.galore_accum : 0) + t.misc + e.stored_inputs +
                      e.stored_full + e.stored_kept + t.loss;
   e.phase_bytes[1] = fixed_static + t.misc + best + ws + t.grad_buckets;

@@ -55,6 +55,7 @@ struct Terms {
   std::int64_t recompute_extra = 0;  // what the checkpoint still holds while its layer recomputes
   std::int64_t dropout_per_layer = 0;
   bool offload_acts = false;
+  bool kept_on_host = false;  // offload_acts with PlannerOptions::kept_attention_on_host: kept outputs parked
   std::int64_t misc = 0;             // token ids, labels, positions, rotary tables
   // the MLP's share, for the tiled MLP (tile_mlp)
   std::int64_t mlp_per_token = 0;     // what the MLP saves per token (part of per_token_layer)

@@ -201,6 +201,9 @@ Replanned replan_bench_line(const nlohmann::json& j) {
     return r;
   }
   PlannerOptions o;
+  // Lines measured before offload_activations parked kept attention outputs on the host lack
+  // the key: the engine kept them on the GPU then.
+  o.kept_attention_on_host = j.value("kept_attention_on_host", false);
   if (j.contains("memory_budget_gib"))
     o.gpu_memory_bytes = static_cast<std::int64_t>(j.at("memory_budget_gib").get<double>() * double(kGiB));
   planner_detail::Terms t = planner_detail::compute_terms(c, m, o);
@@ -752,7 +755,10 @@ class TestMemoryPlanner : public QObject {
     const HfModelConfig m = qwen25_7b();
     TrainConfig c = lora_7b(524288, true);
     c.offload_activations = true;
-    planner_detail::Terms t = planner_detail::compute_terms(c, m, PlannerOptions{});
+    // Measured before offload_activations parked kept attention outputs on the host.
+    PlannerOptions then;
+    then.kept_attention_on_host = false;
+    planner_detail::Terms t = planner_detail::compute_terms(c, m, then);
     planner_detail::tile_mlp(t, 16384);
     const planner_detail::Eval e = planner_detail::evaluate(t, 28, 0, 17);
     const double predicted = static_cast<double>(e.phase_bytes[e.phase]) / static_cast<double>(1LL << 30);
@@ -760,16 +766,18 @@ class TestMemoryPlanner : public QObject {
     QVERIFY(std::abs(predicted - 134.4) / 134.4 <= 0.10);
     // keep_attention auto now stops earlier on the same GPU.
     c.keep_attention = "auto";
-    const MemoryPlan p = plan_memory(c, m);
+    const MemoryPlan p = plan_memory(c, m, then);
     QVERIFY(p.attention_kept_layers < 17);
     QCOMPARE(p.mlp_tile_tokens, std::int64_t{16384});
+    // Parked on the host, every checkpointed layer keeps its output.
+    QCOMPARE(plan_memory(c, m).attention_kept_layers, std::int64_t{28});
     // 128K, same settings, measured the same day with no layer and with all 28 layers keeping
     // their attention output: 47.07 and 70.93 GiB.
     TrainConfig k128 = lora_7b(131072, true);
     k128.offload_activations = true;
     for (const auto& [keep, gib] : {std::pair<const char*, double>{"none", 47.07}, {"all", 70.93}}) {
       k128.keep_attention = keep;
-      const MemoryPlan q = plan_memory(k128, m);
+      const MemoryPlan q = plan_memory(k128, m, then);
       const double planned = static_cast<double>(q.allocated_bytes()) / static_cast<double>(1LL << 30);
       qInfo("calibration, 128K keep_attention %s: predicted %.2f GiB, measured %.2f GiB", keep, planned, gib);
       QVERIFY(std::abs(planned - gib) / gib <= 0.10);
@@ -784,16 +792,29 @@ class TestMemoryPlanner : public QObject {
     const HfModelConfig m = qwen25_7b();
     TrainConfig c = lora_7b(131072, true);
     c.offload_activations = true;
-    const MemoryPlan none = plan_memory(c, m);
+    // With the outputs on the GPU (the engine before they were parked on the host; also what
+    // keeping costs without offload_activations).
+    PlannerOptions on_gpu;
+    on_gpu.kept_attention_on_host = false;
+    const MemoryPlan none = plan_memory(c, m, on_gpu);
     QCOMPARE(none.attention_kept_layers, std::int64_t{0});
     c.keep_attention = "all";
-    const MemoryPlan all = plan_memory(c, m);
+    const MemoryPlan all = plan_memory(c, m, on_gpu);
     QCOMPARE(all.attention_kept_layers, std::int64_t{28});
     const std::int64_t each = 131072LL * (3584 * 2 + 28 * 4);
     QCOMPARE(item(all, "kept attention outputs"), 27 * each);  // at the backward peak: the layers below the top
+    // Parked on the host: only the one prefetched for the next recomputation is on the GPU at
+    // the backward peak, the rest is pinned host memory, and the peak falls by the difference.
+    const MemoryPlan parked = plan_memory(c, m);
+    QCOMPARE(parked.attention_kept_layers, std::int64_t{28});
+    QCOMPARE(item(parked, "kept attention outputs"), each);
+    // (The backward peak may move to another layer, so the saving is between 25 and 26 outputs.)
+    QVERIFY(parked.allocated_bytes() <= all.allocated_bytes() - 25 * each);
+    QVERIFY(parked.allocated_bytes() >= all.allocated_bytes() - 26 * each);
+    QVERIFY(parked.host_bytes >= all.host_bytes + 26 * each);
     c.keep_attention = "auto";
-    QCOMPARE(plan_memory(c, m).attention_kept_layers, std::int64_t{28});  // an H200 holds them all at 128K
-    PlannerOptions gpu80;
+    QCOMPARE(plan_memory(c, m, on_gpu).attention_kept_layers, std::int64_t{28});  // an H200 holds them all at 128K
+    PlannerOptions gpu80 = on_gpu;
     gpu80.gpu_memory_bytes = 80LL << 30;
     const MemoryPlan automatic = plan_memory(c, m, gpu80);
     QVERIFY(automatic.attention_kept_layers > 0 && automatic.attention_kept_layers < 28);
@@ -807,6 +828,10 @@ class TestMemoryPlanner : public QObject {
     QVERIFY(!keeps_attention(automatic, 0));
     QVERIFY(!keeps_attention(automatic, 27 - automatic.attention_kept_layers));
     QVERIFY(keeps_attention(automatic, 28 - automatic.attention_kept_layers));
+    // Parked, the same 80 GiB GPU keeps every checkpointed layer's output.
+    PlannerOptions parked80;
+    parked80.gpu_memory_bytes = 80LL << 30;
+    QCOMPARE(plan_memory(c, m, parked80).attention_kept_layers, std::int64_t{28});
     // Sequence parallelism keeps (Ulysses: each rank its heads of the gathered row; ring: its
     // queries' merged output; the same bytes per rank); the CPU's auto keeps none.
     TrainConfig sp = c;

@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "model/attention.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
 #include "train/batch.h"
@@ -333,6 +334,36 @@ class TstTrainParity : public QObject {
       lm->set_keep_attention_layers(std::vector<bool>(n, true));
       lm->set_mlp_tile_tokens(6);
     });
+  }
+  // Kept attention parked on the host (offload_activations: AttentionStash::park; on the CPU
+  // the chain holds the tensors, so the same slots, takes and prefetches run): the same oracles.
+  void loraKeptAttentionParkedMatchesPeft() {
+    check_loop("lora", true, [](CausalLM& lm) {
+      const auto n = static_cast<std::size_t>(lm->config().hf.num_hidden_layers);
+      lm->set_checkpoint_layers(std::vector<bool>(n, true));
+      lm->set_keep_attention_layers(std::vector<bool>(n, true));
+      lm->set_offload_checkpoints(true);
+    });
+  }
+  // The stash itself: parked, it holds nothing; the forward's call (no grad mode) takes
+  // nothing; the recomputation takes back exactly what was parked.
+  void attentionStashParksAndReturns() {
+    model::AttentionStash st;
+    st.out = torch::randn({6, 2, 4});
+    st.lse = torch::randn({2, 6});
+    const torch::Tensor out = st.out.clone(), lse = st.lse.clone();
+    const auto chain = kernels::make_offload_chain();
+    st.park(chain);
+    QVERIFY(!st.out.defined() && !st.lse.defined());
+    QCOMPARE(chain->size(), std::size_t{2});
+    {
+      torch::NoGradGuard forward;
+      QVERIFY(!st.recomputing());
+      QVERIFY(!st.out.defined());
+    }
+    torch::AutoGradMode recompute(true);
+    QVERIFY(st.recomputing());
+    QVERIFY(torch::equal(st.out, out) && torch::equal(st.lse, lse));
   }
   void fullKeptAttentionMatchesTransformers() {
     check_loop("full", false, [](CausalLM& lm) {
