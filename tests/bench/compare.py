@@ -432,7 +432,9 @@ def plot_frontiers(ody, hf, outdir):
     os.makedirs(outdir, exist_ok=True)
     written = []
     markers = "s^Dvph*"
-    for (lid, shape, mode, seq, sweep), pts in frontier_groups(ody).items():
+    groups = frontier_groups(ody)
+    rows = [(shape, mode, seq, sweep) for (_, shape, mode, seq, sweep) in groups]
+    for (lid, shape, mode, seq, sweep), pts in groups.items():
         lease = pts[0]["_lease"]
         fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
         ran = [r for r in pts if num(r, "tokens_per_s") is not None and num(r, "peak_gib") is not None]
@@ -457,7 +459,8 @@ def plot_frontiers(ody, hf, outdir):
                             xytext=(4, 4), fontsize=8, color=f"C{i + 1}")
                 ax.plot([num(h, "peak_gib")] * 2, [num(h, "tokens_per_s"), num(o, "tokens_per_s")], ":",
                         color=f"C{i + 1}", zorder=1)
-        title = f"{shape} {mode} {seq_label(seq)} ({lease.name})"
+        commit = str(pts[0].get("commit") or "")[:7]
+        title = f"{shape} {mode} {seq_label(seq)} (lease {lease.name}" + (f", commit {commit})" if commit else ")")
         if failed:
             title += f"; {len(failed)} budget(s) ran out of memory"
         ax.set_title(title, fontsize=10)
@@ -469,6 +472,8 @@ def plot_frontiers(ody, hf, outdir):
         ax.legend(fontsize=7, loc="lower right")
         fig.tight_layout()
         name = f"frontier-{shape}-{mode}-{seq_label(seq)}" + (f"-{sweep}" if sweep != "frontier" else "")
+        if rows.count((shape, mode, seq, sweep)) > 1:  # the same sweep in several leases: one file each
+            name += f"-{lease.name}"
         path = os.path.join(outdir, "".join(c if c.isalnum() or c in ".-_" else "_" for c in name) + ".png")
         fig.savefig(path)
         plt.close(fig)
