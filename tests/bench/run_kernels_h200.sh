@@ -30,7 +30,7 @@
 #             Every performance change runs it (docs/benchmarks.md, "The fused path against transformers")
 #   heldout   the memory planner's held-out rows (docs/memory-planner.md): shapes never used to fit
 #             its constants, planned against measured peak (heldout.jsonl)
-#   families  issue 22's families: odyssey-bench --check at 4K for Mistral-7B, Phi-3.5-mini, Gemma-2-9B and
+#   families  issue 22's families: the step checks (tests/gpu/step_checks) for Mistral-7B, Phi-3.5-mini, Gemma-2-9B and
 #             Gemma-3-12B (families-check.txt: the MLP offload tier reported as not applying where the MLP has
 #             no fused form; offload compared against a repeat of the same step), and Phi-3.5-mini LoRA 16K fast
 #             (planned against measured peak; families-speed.jsonl)
@@ -38,7 +38,7 @@
 #             shape's heads, 16K and 32K, window 4096 (the band checked against the explicit mask, then
 #             timed beside the mask path: window-attention.jsonl), model_parity_gpu parity over every
 #             family (padded, unpadded and packed rows against transformers bf16/fp32: model-parity.txt),
-#             odyssey-bench --check on Gemma-3-12B at 4K and its LoRA 16K fast row (window-*.jsonl)
+#             the step checks on Gemma-3-12B and its LoRA 16K fast row (window-*.jsonl)
 #   moe       issue 27's rows: the grouped GEMM's selftest rows, transformers + PEFT on the Qwen3-30B-A3B shape (LoRA,
 #             MOE_SEQS, default 16384) and odyssey-bench at its peak and fast (moe-{hf,odyssey}.jsonl, moe-compare.md)
 #   liger     issue 22's anchor: transformers + PEFT + Liger kernels (hf_bench.py --liger, every layer
@@ -89,6 +89,7 @@ set -u
 OUT=${OUT:-$PWD/bench-out}
 mkdir -p "$OUT"
 B=build-gpu/app/odyssey-bench
+C=build-gpu/tests/gpu/step_checks  # the step checks that were odyssey-bench --check
 T=build-gpu/app/odyssey-train
 phase() { echo "== $1 $(date +%T)"; }
 for p in "$@"; do
@@ -102,7 +103,7 @@ for p in "$@"; do
       -DODYSSEY_DEPS_PREFIX="$PWD/.gpu-deps" -DODYSSEY_BUILD_GUI=OFF -DODYSSEY_BUILD_TESTS=OFF \
       -DODYSSEY_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
       -DCMAKE_CXX_FLAGS="-isystem $NCCL/include" > "$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
-    cmake --build build-gpu --target odyssey-train odyssey-bench > "$OUT/build.log" 2>&1 ||
+    cmake --build build-gpu --target odyssey-train odyssey-bench step_checks > "$OUT/build.log" 2>&1 ||
       { grep -B2 -A12 -E "error|FAILED" "$OUT/build.log" | head -80; exit 1; }
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpus.csv" ;;
   installed)
@@ -131,7 +132,7 @@ for p in "$@"; do
     $T selftest --json > "$OUT/selftest.jsonl" 2>/dev/null ;;
   odyssey-7b)
     phase odyssey-7b
-    $B --check --shape qwen2.5-7b --mode lora --seq 4096 --steps 1 --warmup 1 --out "$OUT/check.jsonl" | tail -2
+    $C --shape qwen2.5-7b | tee -a "$OUT/check.jsonl" | cut -c1-300
     $B --label fast --checkpointing auto --shape qwen2.5-7b --mode lora --seq 32768,16384,4096 --steps 3 --warmup 2 \
       --out "$OUT/odyssey.jsonl" | cut -c1-600
     $B --label lean --checkpointing all --offload on --keep-attention none --shape qwen2.5-7b --mode lora --seq 32768 --steps 3 --warmup 2 \
@@ -232,7 +233,7 @@ for p in "$@"; do
     phase families
     for S in mistral-7b-v0.3 phi-3.5-mini-instruct gemma-2-9b gemma-3-12b-it; do
       echo "== check $S"
-      $B --check --shape $S --mode lora --seq 4096 --steps 1 --warmup 1 --out "$OUT/families-check.jsonl" | cut -c1-700
+      $C --shape $S | tee -a "$OUT/families-check.jsonl" | cut -c1-700
     done > "$OUT/families-check.txt" 2>&1
     grep -E '^== |"pass": false' "$OUT/families-check.txt" | cut -c1-300
     $B --label fast --checkpointing auto --shape phi-3.5-mini-instruct --mode lora --seq 16384 --steps 3 --warmup 2 \
@@ -247,9 +248,8 @@ for p in "$@"; do
     echo "window attention exit $?"; cut -c1-260 "$OUT/window-attention.jsonl"
     build-gpu/tests/gpu/model_parity_gpu parity > "$OUT/model-parity.txt" 2>&1
     echo "model_parity_gpu parity exit $?"; grep -E "^[a-z0-9_]+ \(|packed|FAIL|PASS" "$OUT/model-parity.txt" | tail -40
-    $B --check --shape gemma-3-12b-it --mode lora --seq 4096 --steps 1 --warmup 1 --out "$OUT/window-check.jsonl" \
-      > "$OUT/window-check.txt" 2>&1
-    echo "gemma-3 check exit $?"; grep -E '"pass": false|attention' "$OUT/window-check.txt" | cut -c1-300 | head -12
+    $C --shape gemma-3-12b-it 2>&1 | tee "$OUT/window-check.jsonl" > "$OUT/window-check.txt"
+    echo "gemma-3 check exit ${PIPESTATUS[0]}"; grep -E '"pass": false|attention' "$OUT/window-check.txt" | cut -c1-300 | head -12
     $B --label fast --checkpointing auto --shape gemma-3-12b-it --mode lora --seq 16384 --steps 3 --warmup 2 \
       --out "$OUT/window-speed.jsonl" | cut -c1-400 ;;
   moe)

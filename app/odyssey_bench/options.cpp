@@ -1,0 +1,147 @@
+#include "bench.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+namespace odyssey::bench {
+
+// The run's job as a TrainConfig, for the memory planner.
+TrainConfig bench_config(const Options& o, const std::string& mode, std::int64_t seq, int world) {
+  TrainConfig c;
+  c.tuner_type = mode;
+  c.lora_rank = o.lora_r;
+  c.lora_alpha = o.lora_alpha;
+  c.lora_dropout = 0.0;
+  c.target_modules = {"all-linear"};
+  c.max_length = seq;
+  c.per_device_train_batch_size = 1;
+  c.torch_dtype = o.dtype;
+  c.device = o.device;
+  c.fused_kernels = o.fused;
+  c.attn_impl = o.attention == "flash" ? "flash_attn" : o.attention == "auto" ? "sdpa" : "cudnn";
+  c.activation_checkpointing = o.checkpointing == "auto" || o.checkpointing == "all" || o.checkpointing == "none"
+                                   ? o.checkpointing
+                                   : "auto";
+  c.padding_free = true;
+  c.offload_activations = o.offload;
+  c.mlp_tile_tokens = o.mlp_tile;
+  c.keep_attention = o.keep_attention;
+  c.sequence_parallel_size = world / std::max(1, o.dp);
+  c.nproc_per_node = world;
+  c.ulysses_size = o.ulysses;
+  c.use_galore = o.optimizer == "galore" || o.optimizer == "q-galore";
+  c.galore_quantization = o.optimizer == "q-galore";
+  c.galore_rank = o.galore_rank;
+  if (!o.quant.empty()) {
+    c.quant_bits = 4;
+    c.bnb_4bit_quant_type = o.quant;
+  }
+  c.galore_update_proj_gap = o.galore_gap;
+  c.zero_stage = o.optimizer == "zero1" ? 1 : o.optimizer.starts_with("zero2") ? 2 : 0;
+  c.offload_optimizer = o.optimizer == "zero2-offload";
+  return c;
+}
+
+// Reads the command line into `o`: -1 when it is good, else the exit code (2: bad arguments).
+int parse_options(int argc, char** argv, Options& o) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::cerr << "odyssey-bench: " << a << " needs a value\n";
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    try {
+      if (a == "--shape") o.shapes = split(next());
+      else if (a == "--seq") {
+        o.seqs.clear();
+        for (const auto& s : split(next())) o.seqs.push_back(std::stoll(s));
+      } else if (a == "--mode") o.modes = split(next());
+      else if (a == "--steps") o.steps = std::stoi(next());
+      else if (a == "--warmup") o.warmup = std::stoi(next());
+      else if (a == "--lora-r") o.lora_r = std::stoll(next());
+      else if (a == "--lora-alpha") o.lora_alpha = std::stod(next());
+      else if (a == "--checkpointing") o.checkpointing = next();
+      else if (a == "--fused") o.fused = next() != "off";
+      else if (a == "--offload") o.offload = next() != "off";
+      else if (a == "--attention") o.attention = next();
+      else if (a == "--label") o.label = next();
+      else if (a == "--device") o.device = next();
+      else if (a == "--dtype") o.dtype = next();
+      else if (a == "--layers") o.layers = std::stoll(next());
+      else if (a == "--vocab-override") o.vocab_override = std::stoll(next());
+      else if (a == "--out") o.out = next();
+      else if (a == "--check") {
+        std::cerr << "odyssey-bench: --check moved to the tests: tests/gpu/step_checks.cpp (ctest step_checks_cpu and, "
+                     "label gpu, step_checks_gpu; build-gpu/tests/gpu/step_checks --shape S on a GPU machine)\n";
+        return 2;
+      }
+      else if (a == "--ulysses") o.ulysses = std::stoi(next());
+      else if (a == "--dp") o.dp = std::stoi(next());
+      else if (a == "--keep-attention") o.keep_attention = next();
+      else if (a == "--mlp-recompute") {
+        o.mlp_recompute = next();
+        if (o.mlp_recompute != "auto") (void)std::stoll(o.mlp_recompute);  // "not a number" below
+      }
+      else if (a == "--mlp-offload") {
+        o.mlp_offload = next();
+        if (o.mlp_offload != "auto") (void)std::stoll(o.mlp_offload);
+      }
+      else if (a == "--mlp-tile") {
+        const std::string v = next();
+        o.mlp_tile = v == "auto" ? 0 : std::stoll(v);
+      }
+      else if (a == "--optimizer") o.optimizer = next();
+      else if (a == "--galore-rank") o.galore_rank = std::stoll(next());
+      else if (a == "--galore-gap") o.galore_gap = std::stoll(next());
+      else if (a == "--memory-gib") o.memory_gib = std::stod(next());
+      else if (a == "--quant") {
+        o.quant = next();
+        if (o.quant != "nf4" && o.quant != "fp4") throw std::invalid_argument("--quant takes nf4 or fp4");
+      }
+      else if (a == "--profile") o.profile = next();
+      else if (a == "--frontier") {
+        o.frontier = std::stoi(next());
+        if (o.frontier < 1) throw std::invalid_argument("--frontier");
+      }
+      else if (a == "--frontier-at") {
+        for (const auto& g : split(next())) o.frontier_at.push_back(std::stod(g));
+      }
+      else if (a == "--a2a-bytes") {
+        for (const auto& b : split(next())) o.a2a_bytes.push_back(std::stoll(b));
+      }
+      else {
+        std::cerr << "odyssey-bench: unknown argument " << a << " (see the comment at the top of app/odyssey_bench/main.cpp)\n";
+        return 2;
+      }
+    } catch (const std::exception&) {
+      std::cerr << "odyssey-bench: " << a << ": not a number\n";
+      return 2;
+    }
+  }
+  const bool count = !o.checkpointing.empty() &&
+                     std::all_of(o.checkpointing.begin(), o.checkpointing.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+  if (o.checkpointing != "all" && o.checkpointing != "none" && o.checkpointing != "auto" && !count) {
+    std::cerr << "odyssey-bench: --checkpointing: expected all, none, auto or a number of layers\n";
+    return 2;
+  }
+  for (const auto& [flag, v] : {std::pair<const char*, const std::string&>{"--mlp-recompute", o.mlp_recompute},
+                                 std::pair<const char*, const std::string&>{"--mlp-offload", o.mlp_offload}})
+    if (v != "auto" && (v.empty() || !std::all_of(v.begin(), v.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))) {
+      std::cerr << "odyssey-bench: " << flag << ": expected auto or a number of layers\n";
+      return 2;
+    }
+  if (o.attention != "cudnn" && o.attention != "flash" && o.attention != "auto") {
+    std::cerr << "odyssey-bench: --attention: expected cudnn, flash or auto\n";
+    return 2;
+  }
+  return -1;
+}
+
+}  // namespace odyssey::bench
