@@ -141,6 +141,10 @@ int parse_options(int argc, char** argv, Options& o) {
     std::cerr << "odyssey-bench: --attention: expected cudnn, flash or auto\n";
     return 2;
   }
+  if (!o.quant.empty() && std::any_of(o.modes.begin(), o.modes.end(), [](const std::string& m) { return m != "lora"; })) {
+    std::cerr << "odyssey-bench: --quant needs --mode lora (a 4-bit base is frozen)\n";
+    return 2;
+  }
   return -1;
 }
 

@@ -68,9 +68,12 @@ std::vector<double> frontier_budgets(const Options& o, const HfModelConfig& hf, 
   return kept;
 }
 
-nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const HfModelConfig& hf,
-                               const DecoderConfig& dc, const std::string& mode, std::int64_t seq,
-                               const torch::Device& device, torch::Dtype dtype, Parallel& par) {
+namespace {
+
+// What a row is (its keys before anything runs; time: when this configuration starts).
+nlohmann::ordered_json row_header(const Options& o, const std::string& shape, const DecoderConfig& dc,
+                                  const std::string& mode, std::int64_t seq, const torch::Device& device,
+                                  const Parallel& par) {
   nlohmann::ordered_json rec;
   rec["impl"] = "odyssey";
   rec["shape"] = shape;
@@ -100,40 +103,60 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     rec["lora_alpha"] = o.lora_alpha;
     rec["lora_targets"] = "all-linear (7)";
   }
+  return rec;
+}
+
+// The row's model: random weights of the shape (a 4-bit base drawn one projection at a time
+// under --quant), LoRA on every projection for mode lora. *total counts every parameter.
+model::CausalLM build_model(const Options& o, const DecoderConfig& dc, const std::string& mode,
+                            const torch::Device& device, torch::Dtype dtype, nlohmann::ordered_json& rec,
+                            std::int64_t* total_out) {
+  model::DecoderOptions mo;
+  mo.device = device;
+  mo.dtype = dtype;
+  mo.attention = attention_of(o.attention);
+  mo.fused_kernels = o.fused;
+  if (!o.quant.empty()) {
+    if (mode != "lora") throw std::invalid_argument("--quant needs --mode lora (a 4-bit base is frozen)");
+    mo.quant.bits = 4;
+    mo.quant.type = o.quant;
+    mo.quant.double_quant = true;
+    rec["quant"] = o.quant + " (double quantization)";
+  }
+  torch::manual_seed(0);
+  model::CausalLM lm(dc, mo);
+  lm->initialize_random();
+  std::int64_t total = 0;
+  for (const auto& p : lm->parameters(true)) total += p.numel();
+  if (!o.quant.empty()) {
+    torch::NoGradGuard ng;
+    for (const auto& [name, l] : model::quantized_linears(lm)) {
+      const torch::Tensor w = torch::empty({l->out_features, l->in_features}, torch::TensorOptions().dtype(dtype).device(device))
+                                  .normal_(0.0, dc.initializer_range);
+      l->quant = kernels::quantize_4bit(w, *kernels::parse_quant4_type(o.quant), 64, true);
+      total += l->quant->numel();
+    }
+  }
+  if (mode == "lora") {
+    train::LoraSettings ls;
+    ls.rank = o.lora_r;
+    ls.alpha = o.lora_alpha;
+    ls.target_modules = train::lora_module_names();
+    train::apply_lora(lm, ls);
+  }
+  *total_out = total;
+  return lm;
+}
+
+}  // namespace
+
+nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const HfModelConfig& hf,
+                               const DecoderConfig& dc, const std::string& mode, std::int64_t seq,
+                               const torch::Device& device, torch::Dtype dtype, Parallel& par) {
+  nlohmann::ordered_json rec = row_header(o, shape, dc, mode, seq, device, par);
   try {
-    model::DecoderOptions mo;
-    mo.device = device;
-    mo.dtype = dtype;
-    mo.attention = attention_of(o.attention);
-    mo.fused_kernels = o.fused;
-    if (!o.quant.empty()) {
-      if (mode != "lora") throw std::invalid_argument("--quant needs --mode lora (a 4-bit base is frozen)");
-      mo.quant.bits = 4;
-      mo.quant.type = o.quant;
-      mo.quant.double_quant = true;
-      rec["quant"] = o.quant + " (double quantization)";
-    }
-    torch::manual_seed(0);
-    model::CausalLM lm(dc, mo);
-    lm->initialize_random();
     std::int64_t total = 0;
-    for (const auto& p : lm->parameters(true)) total += p.numel();
-    if (!o.quant.empty()) {
-      torch::NoGradGuard ng;
-      for (const auto& [name, l] : model::quantized_linears(lm)) {
-        const torch::Tensor w = torch::empty({l->out_features, l->in_features}, torch::TensorOptions().dtype(dtype).device(device))
-                                    .normal_(0.0, dc.initializer_range);
-        l->quant = kernels::quantize_4bit(w, *kernels::parse_quant4_type(o.quant), 64, true);
-        total += l->quant->numel();
-      }
-    }
-    if (mode == "lora") {
-      train::LoraSettings ls;
-      ls.rank = o.lora_r;
-      ls.alpha = o.lora_alpha;
-      ls.target_modules = train::lora_module_names();
-      train::apply_lora(lm, ls);
-    }
+    model::CausalLM lm = build_model(o, dc, mode, device, dtype, rec, &total);
     // The planner's view of this job: which layers auto recomputes, and the predicted peak
     // for the layers actually recomputed.
     TrainConfig tc = bench_config(o, mode, seq, par.mesh.world);
