@@ -9,6 +9,9 @@
 #include "model/decoder.h"
 #include "train/memory_policy.h"
 
+#include <fstream>
+#include <sstream>
+
 #include <QTest>  // after LibTorch's headers: Qt's `slots` keyword is a macro
 
 using namespace odyssey;
@@ -17,12 +20,14 @@ namespace {
 
 constexpr std::int64_t kGiB = planner::kGiB;
 
-HfModelConfig qwen25_7b() {  // resources/model-shapes/qwen2.5-7b.json's sizes
-  HfModelConfig m;
-  m.hidden_size = 3584, m.intermediate_size = 18944, m.num_hidden_layers = 28;
-  m.num_attention_heads = 28, m.num_key_value_heads = 4, m.head_dim = 128, m.vocab_size = 152064;
-  m.attention_bias = true;
-  return m;
+HfModelConfig qwen25_7b() {  // the bundled shape (resources/model-shapes)
+  const std::string file = std::string(ODYSSEY_SOURCE_DIR) + "/resources/model-shapes/Qwen--Qwen2.5-7B.json";
+  std::ifstream in(file);
+  std::stringstream text;
+  text << in.rdbuf();
+  auto m = parse_model_config(text.str(), file);
+  if (!m.ok()) qFatal("%s", format_all(m.diagnostics).c_str());
+  return m.value;
 }
 
 TrainConfig lora_32k() {

@@ -78,17 +78,28 @@ std::pair<double, std::string> worst_grad(const Grads& a, const Grads& b) {
   return {worst, name};
 }
 
-// The packed (varlen) loss and gradients equal those of each sample alone.
-bool check_packing(const DecoderConfig& base, const torch::Device& device, torch::Dtype dtype) {
+// The checks' model: the shape's first two layers, random weights drawn after seeding.
+DecoderConfig two_layers(const DecoderConfig& base) {
   DecoderConfig c = base;
   c.hf.num_hidden_layers = 2;
+  return c;
+}
+model::CausalLM random_model(const DecoderConfig& c, const torch::Device& device, torch::Dtype dtype, std::uint64_t seed,
+                             model::AttentionBackend attention) {
   model::DecoderOptions o;
   o.device = device;
   o.dtype = dtype;
-  o.attention = model::AttentionBackend::Auto;
-  torch::manual_seed(1);
+  o.attention = attention;
+  torch::manual_seed(seed);
   model::CausalLM lm(c, o);
   lm->initialize_random();
+  return lm;
+}
+
+// The packed (varlen) loss and gradients equal those of each sample alone.
+bool check_packing(const DecoderConfig& base, const torch::Device& device, torch::Dtype dtype) {
+  const DecoderConfig c = two_layers(base);
+  model::CausalLM lm = random_model(c, device, dtype, 1, model::AttentionBackend::Auto);
   const std::vector<std::int64_t> lens{300, 17, 700};
   std::vector<torch::Tensor> ids, pos, labels;
   for (auto n : lens) {
@@ -133,14 +144,8 @@ bool check_packing(const DecoderConfig& base, const torch::Device& device, torch
 // gradients must be bit-identical. Fused vs reference: bf16 rounding differs op by op, so
 // the tolerances of check_packing apply.
 bool check_fused_and_offload(const DecoderConfig& base, const torch::Device& device, torch::Dtype dtype) {
-  DecoderConfig c = base;
-  c.hf.num_hidden_layers = 2;
-  model::DecoderOptions o;
-  o.device = device;
-  o.dtype = dtype;
-  torch::manual_seed(2);
-  model::CausalLM lm(c, o);
-  lm->initialize_random();
+  const DecoderConfig c = two_layers(base);
+  model::CausalLM lm = random_model(c, device, dtype, 2, model::DecoderOptions{}.attention);
   train::LoraSettings ls;
   ls.rank = 8;
   ls.alpha = 16;
