@@ -672,6 +672,22 @@ class TestMemoryPlanner : public QObject {
   // Held out: lines odyssey-bench measured on one H200 on shapes that no calibration row uses
   // (docs/memory-planner.md, "Calibration and held-out"), each re-planned from its own settings
   // and within ±10% of its measured peak. At least three measured lines over two shapes.
+  // Every point of the speed-memory frontiers measured on 2026-12-03 (docs/benchmarks.md, "The
+  // speed-memory frontier"): each budget's policy re-planned from its line (the budget, the
+  // layers it checkpointed, kept, recomputed and offloaded, kept outputs parked or not) is
+  // within ±10% of the measured peak, from the leanest budget to the whole GPU.
+  void frontierLinesArePredicted() {
+    int points = 0;
+    for (const char* name : {"small", "7b-24k", "7b-32k", "parked"}) {
+      const QString file = QStringLiteral(ODYSSEY_SOURCE_DIR) + "/docs/bench-results/2026-12-03-h200-frontier-" + name +
+                           "-odyssey.jsonl";
+      const std::vector<Replanned> rows = check_bench_lines(file, "frontier");
+      if (QTest::currentTestFailed()) return;
+      points += static_cast<int>(rows.size());
+    }
+    QCOMPARE(points, 38);  // 12 + 6 + 7 + 13 lines
+  }
+
   void heldOutLinesArePredicted() {
     const QString file = QStringLiteral(ODYSSEY_SOURCE_DIR) + "/docs/bench-results/2026-12-02-h200-planner-heldout.jsonl";
     QVERIFY2(QFile::exists(file), qPrintable(file + " is missing: the planner's held-out validation has no data "
