@@ -111,6 +111,19 @@ std::string where_relative(const std::string& base) {
 
 }  // namespace
 
+std::string ulysses_heads_problem(std::int64_t q_heads, std::int64_t kv_heads, std::int64_t ulysses) {
+  const auto n = [](std::int64_t v) { return std::to_string(v); };
+  if (ulysses <= 1) return "";
+  std::string why;
+  if (q_heads % ulysses != 0)
+    why = "the Ulysses degree " + n(ulysses) + " does not divide the model's " + n(q_heads) +
+          " attention heads; choose a degree that divides it and let ring attention take the rest";
+  if (kv_heads % ulysses != 0 && ulysses % kv_heads != 0)
+    why += (why.empty() ? "the Ulysses degree " + n(ulysses) + " and" : std::string("; also, it and")) + " the model's " +
+           n(kv_heads) + " KV heads neither divide one another; KV heads can be split or replicated only when one divides the other";
+  return why;
+}
+
 Diagnostics validate_config(const LoadedConfig& lc, const HfModelConfig* m) {
   Diagnostics out;
   Checker ck(lc, &out);
@@ -273,16 +286,11 @@ Diagnostics validate_config(const LoadedConfig& lc, const HfModelConfig* m) {
                                            " experts (num_experts)");
   }
   if (m) {
-    if (m->num_attention_heads % p.ulysses != 0)
+    if (const std::string why = ulysses_heads_problem(m->num_attention_heads, m->num_key_value_heads, p.ulysses);
+        !why.empty())
       ck.error(c.ulysses_size > 0 ? "ulysses_size" : "sequence_parallel_size",
-               "the Ulysses degree " + n(p.ulysses) + " does not divide the model's " + n(m->num_attention_heads) +
-                   " attention heads; choose a degree that divides it and let ring attention take the rest");
-    const std::int64_t kv = m->num_key_value_heads;
-    if (kv % p.ulysses != 0 && p.ulysses % kv != 0)
-      ck.error(c.ulysses_size > 0 ? "ulysses_size" : "sequence_parallel_size",
-               "the Ulysses degree " + n(p.ulysses) + " and the model's " + n(kv) +
-                   " KV heads neither divide one another; KV heads can be split or replicated only when one divides the other (auto uses gcd = " +
-                   n(std::gcd(kv, sp)) + ")");
+               why + " (ulysses_size 0, auto, uses gcd(KV heads, sequence_parallel_size) = " +
+                   n(std::gcd(m->num_key_value_heads, sp)) + ")");
     if (c.tuner_type == "lora") {  // PEFT's rule: at least one targeted module must exist in the model
       const std::vector<std::string> own = linear_module_names(*m);
       bool any = false;

@@ -3,7 +3,9 @@
 // attention's needs, LoRA-only and full-only settings, devices and process counts.
 #pragma once
 
+#include <cstdint>
 #include <optional>
+#include <string>
 
 #include "common/diagnostic.h"
 #include "config/model_config.h"
@@ -18,6 +20,12 @@ struct CheckedConfig {
   Diagnostics diagnostics;
   bool ok() const { return !has_errors(diagnostics); }
 };
+
+// The Ulysses rule on a model's heads: "" when the degree `ulysses` can split them (the query
+// heads divide by it; the KV heads divide by it, or it by them: split or replicated), else why
+// not (both reasons when both fail). validate_config reports it against the key that set the degree; the trainer refuses
+// the mesh with it (dist::heads_fit_ulysses).
+std::string ulysses_heads_problem(std::int64_t q_heads, std::int64_t kv_heads, std::int64_t ulysses);
 
 // Checks that need only the config and the model's shape (never the disk beyond
 // config.json). `model` may be empty when the model cannot be found.

@@ -4,6 +4,7 @@
 #include <tuple>
 #include <stdexcept>
 
+#include "config/validate.h"
 #include "model/attention.h"
 
 namespace odyssey::dist {
@@ -64,22 +65,9 @@ SpLayout plan_sp_layout(const std::vector<std::int32_t>& cu, std::int64_t tokens
 }
 
 bool heads_fit_ulysses(std::int64_t q_heads, std::int64_t kv_heads, int ulysses, std::string* why) {
-  if (ulysses <= 1) return true;
-  if (q_heads % ulysses != 0) {
-    if (why)
-      *why = "the " + std::to_string(q_heads) + " attention heads do not divide by the Ulysses degree " +
-             std::to_string(ulysses) + "; choose ulysses_size dividing " + std::to_string(q_heads) +
-             " and put the rest of sequence_parallel_size on the ring";
-    return false;
-  }
-  if (kv_heads % ulysses != 0 && ulysses % kv_heads != 0) {
-    if (why)
-      *why = "the " + std::to_string(kv_heads) + " KV heads can neither be split over nor replicated to the Ulysses degree " +
-             std::to_string(ulysses) + "; use ulysses_size 0 (auto: gcd of KV heads and sequence_parallel_size) or a divisor or multiple of " +
-             std::to_string(kv_heads);
-    return false;
-  }
-  return true;
+  const std::string problem = ulysses_heads_problem(q_heads, kv_heads, ulysses);  // validate's rule
+  if (!problem.empty() && why) *why = problem;
+  return problem.empty();
 }
 
 // ---- the Ulysses all-to-all --------------------------------------------------------------------
