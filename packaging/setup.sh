@@ -43,13 +43,22 @@ configure() {  # configure <build dir> <extra cmake args...>
 }
 
 step() { printf '\n== %s\n' "$*"; }
+# has_target <build dir> <target>: whether the configured tree offers the target. The list is
+# read whole first: under pipefail, `cmake --build … --target help | grep -q` fails whenever grep
+# exits before cmake has written the rest (cmake then dies of SIGPIPE): a race, which left the
+# window out of one CI run's package build (its install then found no bin/odyssey).
+has_target() {
+  local help
+  help=$(cmake --build "$1" --target help 2>/dev/null || true)
+  grep -q "^$2:" <<<"$help"
+}
 
 if [ "$mode" = quickstart ]; then
   mkdir -p build
   configure build/release -DCMAKE_BUILD_TYPE=Release -DODYSSEY_BUILD_TESTS=OFF
   targets=(odyssey-train)
   # The window too, where this machine has what it needs (Qt 6 Widgets, QCustomPlot).
-  if cmake --build build/release --target help 2>/dev/null | grep -q '^odyssey:'; then targets+=(odyssey); fi
+  if has_target build/release odyssey; then targets+=(odyssey); fi
   step "building ${targets[*]} (release)"
   cmake --build build/release -j "$jobs" --target "${targets[@]}"
   gui=build/release/app/odyssey
@@ -76,8 +85,8 @@ build_package() {
   mkdir -p build
   configure build/package -DCMAKE_BUILD_TYPE=Release -DODYSSEY_BUILD_TESTS=OFF -DCMAKE_SKIP_INSTALL_ALL_DEPENDENCY=ON
   local targets=(odyssey-train)
-  if cmake --build build/package --target help 2>/dev/null | grep -q '^odyssey:'; then targets+=(odyssey); fi
-  if cmake --build build/package --target help 2>/dev/null | grep -q '^odyssey_man_pages:'; then targets+=(odyssey_man_pages); fi
+  if has_target build/package odyssey; then targets+=(odyssey); fi
+  if has_target build/package odyssey_man_pages; then targets+=(odyssey_man_pages); fi
   step "building ${targets[*]} (release, for the package)"
   cmake --build build/package -j "$jobs" --target "${targets[@]}"
   step "cpack -G DEB"
