@@ -226,13 +226,8 @@ int main(int argc, char** argv) {
         if (o.frontier > 0) {
           // The frontier: one row per budget, each with the allocator capped to it and the
           // planner choosing for it (--checkpointing auto), as a run with gpu_memory_budget_gib.
-#ifdef ODYSSEY_HAVE_CUDA_RUNTIME
-          const double device_gib = device.is_cuda() ? static_cast<double>(at::cuda::getDeviceProperties(device.index())->totalGlobalMem) /
-                                                           double(planner::kGiB)
-                                                     : static_cast<double>(planner::kH200MemoryBytes) / double(planner::kGiB);
-#else
-          const double device_gib = static_cast<double>(planner::kH200MemoryBytes) / double(planner::kGiB);
-#endif
+          const std::int64_t total = gpu_memory_bytes(device.is_cuda() ? device.index() : -1);
+          const double device_gib = static_cast<double>(total > 0 ? total : planner::kH200MemoryBytes) / double(planner::kGiB);
           const auto budgets = frontier_budgets(o, hf.value, mode, seq, par.mesh.world, device_gib);
           if (budgets.empty()) std::cerr << "odyssey-bench: the planner refuses " << shape << " " << mode << " " << seq << '\n';
           for (const double g : budgets) {

@@ -12,6 +12,7 @@
 #include <numeric>
 
 #include "dist/sequence_parallel.h"
+#include "engine/runtime_info.h"
 #include "kernels/quant4.h"
 #include "model/activation_checkpoint.h"
 #include "model/weights.h"
@@ -161,7 +162,7 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     // for the layers actually recomputed.
     TrainConfig tc = bench_config(o, mode, seq, par.mesh.world);
     PlannerOptions po;
-    if (device.is_cuda()) po.gpu_memory_bytes = static_cast<std::int64_t>(at::cuda::getDeviceProperties(device.index())->totalGlobalMem);
+    po.gpu_memory_bytes = gpu_memory_bytes(device.is_cuda() ? device.index() : -1);  // 0 on the CPU: an H200
     if (o.memory_gib > 0) {
       po.gpu_memory_bytes = static_cast<std::int64_t>(o.memory_gib * double(1 << 30));
       rec["memory_budget_gib"] = o.memory_gib;

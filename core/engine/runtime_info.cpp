@@ -42,6 +42,16 @@ std::string configure_cuda_allocator() {
   return "expandable_segments:True";
 }
 
+std::int64_t gpu_memory_bytes(int device) {
+#ifdef ODYSSEY_HAVE_CUDA_RUNTIME
+  if (device >= 0 && torch::cuda::is_available())
+    return static_cast<std::int64_t>(at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(device))->totalGlobalMem);
+#else
+  (void)device;
+#endif
+  return 0;
+}
+
 std::string cap_gpu_memory(double budget_gib, int device) {
   if (budget_gib <= 0) return "";
 #ifdef ODYSSEY_HAVE_CUDA_RUNTIME
@@ -52,7 +62,7 @@ std::string cap_gpu_memory(double budget_gib, int device) {
     return std::string(b);
   };
   const auto index = static_cast<c10::DeviceIndex>(device);
-  const auto total = static_cast<double>(at::cuda::getDeviceProperties(index)->totalGlobalMem);
+  const auto total = static_cast<double>(gpu_memory_bytes(device));
   const double budget = budget_gib * static_cast<double>(planner::kGiB);
   (void)torch::empty({1}, torch::TensorOptions().device(torch::kCUDA, index));  // the allocator exists once used
   if (budget >= total) {

@@ -1,6 +1,7 @@
 // What LibTorch and which devices the engine sees (for `odyssey-train env` and run_start).
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace odyssey {
@@ -24,6 +25,10 @@ std::string configure_cuda_allocator();
 // Returns the line for the log: the cap set, or why none was (a budget not below the GPU's
 // memory); "" for no budget or no CUDA device.
 std::string cap_gpu_memory(double budget_gib, int device);
+
+// Total memory of CUDA device `device` in bytes; 0 for -1, no CUDA device or a build without
+// the CUDA runtime (the planner then assumes an H200).
+std::int64_t gpu_memory_bytes(int device);
 
 }  // namespace odyssey
 

@@ -151,16 +151,6 @@ struct MemoryProbe {
   }
 };
 
-// Total memory of a CUDA device (0 when unknown: the planner then assumes an H200).
-std::int64_t device_memory_bytes(const torch::Device& d) {
-#ifdef ODYSSEY_HAVE_CUDA_RUNTIME
-  if (d.is_cuda()) return static_cast<std::int64_t>(at::cuda::getDeviceProperties(d.index())->totalGlobalMem);
-#else
-  (void)d;
-#endif
-  return 0;
-}
-
 std::string device_name(const torch::Device& d) {
 #ifdef ODYSSEY_HAVE_CUDA_RUNTIME
   if (d.is_cuda()) return at::cuda::getDeviceProperties(d.index())->name;
@@ -524,7 +514,7 @@ LoadedModel load_model(RunContext& run) {
   run::DeviceInfo di;
   if (m.device.is_cuda()) {
     di.name = device_name(m.device);
-    di.memory_bytes = device_memory_bytes(m.device);
+    di.memory_bytes = gpu_memory_bytes(m.device.index());
   } else {
     di.name = "CPU (" + std::to_string(std::thread::hardware_concurrency()) + " threads)";
     di.memory_bytes = host_memory_bytes();
@@ -611,7 +601,7 @@ void apply_tuner_and_memory(RunContext& run, LoadedModel& m, Training& t) {
   std::optional<PlannerOptions> gpu;
   if (m.device.is_cuda()) {
     gpu.emplace();
-    gpu->gpu_memory_bytes = device_memory_bytes(m.device);
+    gpu->gpu_memory_bytes = gpu_memory_bytes(m.device.index());
   }
   MemoryPolicy memory;
   try {

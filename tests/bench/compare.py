@@ -369,6 +369,14 @@ def read_off(points, cap):
     return fastest([r for r in points if num(r, "peak_gib") is not None and num(r, "peak_gib") <= cap])
 
 
+def anchors_of(hf, shape, mode, seq, lease):
+    """The HF lines of one frontier's (shape, mode, seq) and lease that ran (tokens/s and peak
+    known), by setting."""
+    return [h for (_, hs, hm, hq, _), h in sorted(hf.items(), key=lambda kv: kv[0][4])
+            if (hs, hm, hq) == (shape, mode, seq) and h["_lease"].same(lease)
+            and num(h, "tokens_per_s") is not None and num(h, "peak_gib") is not None]
+
+
 def frontier_tables(ody, hf):
     """Markdown: each frontier's points, then each HF line's tokens/s against the frontier read
     at that line's peak (same lease, shape, mode and seq). "" without frontier lines."""
@@ -399,12 +407,8 @@ def frontier_tables(ody, hf):
             rows.append("| " + " | ".join([budget, ody_recomputed(r), cell(r, "tokens_per_s", tok), peak, planned,
                                            "*" if id(r) in front else ""]) + " |")
         out.append("\n".join(rows) + "\n")
-        anchors = [h for (hl, hs, hm, hq, _), h in sorted(hf.items(), key=lambda kv: kv[0][4])
-                   if (hs, hm, hq) == (shape, mode, seq) and h["_lease"].same(lease)]
-        for h in anchors:
+        for h in anchors_of(hf, shape, mode, seq, lease):
             cap = num(h, "peak_gib")
-            if cap is None:
-                continue
             o = read_off(pts, cap)
             at = "— (every point needed more)" if o is None else (
                 f"{cell(o, 'tokens_per_s', tok)}/s at {cell(o, 'peak_gib', gib)} GiB "
@@ -446,10 +450,7 @@ def plot_frontiers(ody, hf, outdir):
             ys = [num(r, "tokens_per_s") for r in front]
             ax.step(xs, ys, where="post", color="#1f77b4", zorder=2, label="Odyssey frontier")
         failed = [r for r in pts if r not in ran]
-        anchors = [h for (hl, hs, hm, hq, _), h in sorted(hf.items(), key=lambda kv: kv[0][4])
-                   if (hs, hm, hq) == (shape, mode, seq) and h["_lease"].same(lease)
-                   and num(h, "tokens_per_s") is not None and num(h, "peak_gib") is not None]
-        for i, h in enumerate(anchors):
+        for i, h in enumerate(anchors_of(hf, shape, mode, seq, lease)):
             ax.scatter([num(h, "peak_gib")], [num(h, "tokens_per_s")], marker=markers[i % len(markers)], s=60,
                        color=f"C{i + 1}", zorder=4, label=f"transformers + PEFT, {hf_setting(h)}")
             o = read_off(pts, num(h, "peak_gib"))
