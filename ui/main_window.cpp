@@ -27,14 +27,11 @@
 #include <QStandardPaths>
 #include <QScrollArea>
 #include <QTabWidget>
+#include <QTimer>
 #include <QUrl>
 #include <QVBoxLayout>
 
-#include <signal.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -48,6 +45,7 @@
 #include "config_form.h"
 #include "gpu_panel.h"
 #include "language.h"
+#include "job_controller.h"
 #include "launch.h"
 #include "palette.h"
 #include "planner_gauge.h"
@@ -66,21 +64,6 @@ QString diagnostics_html(const Diagnostics& ds) {
   QStringList lines;
   for (const auto& d : ds) lines << QString::fromStdString(d.format()).toHtmlEscaped();
   return lines.join(QStringLiteral("<br>"));
-}
-
-// How long a Start waits for the engine's `run directory:` line (it checks the model and
-// every dataset file first).
-constexpr qint64 kLaunchTimeoutMs = 180'000;
-
-std::optional<run::RunStatus> read_status(const QString& run_dir) {
-  if (run_dir.isEmpty()) return std::nullopt;
-  auto st = run::StatusFile(std::filesystem::path(run_dir.toStdString()) / "status.json").read();
-  if (!st.ok()) return std::nullopt;
-  return st.value;
-}
-
-bool is_alive(const run::RunStatus& st) {
-  return !run::is_terminal(st.state) && run::liveness(st, run::unix_now()) == run::Liveness::Alive;
 }
 
 }  // namespace
@@ -176,11 +159,15 @@ MainWindow::MainWindow(std::unique_ptr<Settings> settings, QWidget* parent)
   v->addLayout(bottom);
   connect(start_, &QPushButton::clicked, this, &MainWindow::start_job);
   connect(stop_, &QPushButton::clicked, this, &MainWindow::stop_job);
-  launch_poll_.setInterval(200);
-  connect(&launch_poll_, &QTimer::timeout, this, &MainWindow::poll_launch);
-  job_poll_.setInterval(1000);
-  connect(&job_poll_, &QTimer::timeout, this, &MainWindow::poll_job);
-  job_poll_.start();
+  jobs_ = new JobController(this);
+  connect(jobs_, &JobController::message, this, &MainWindow::set_job_message);
+  connect(jobs_, &JobController::changed, this, &MainWindow::update_job_controls);
+#ifdef ODYSSEY_HAVE_MONITOR
+  connect(jobs_, &JobController::runStarted, this, [this](const QString& dir) {
+    monitor_->attachRunDirectory(dir);
+    tabs_->setCurrentWidget(monitor_->parentWidget()->parentWidget());  // its scroll area
+  });
+#endif
   setCentralWidget(central);
 
   gauge_ = new PlannerGauge(form_, settings_.get(), this);
@@ -213,7 +200,7 @@ MainWindow::MainWindow(std::unique_ptr<Settings> settings, QWidget* parent)
   connect(form_, &ConfigForm::file_changed, this, &MainWindow::update_title);
   connect(form_, &ConfigForm::changed, this, [this] { update_output_root(true); });
 #ifdef ODYSSEY_HAVE_MONITOR
-  connect(monitor_, &MonitorPage::runAttached, this, &MainWindow::poll_job);
+  connect(monitor_, &MonitorPage::runAttached, jobs_, &JobController::follow);
   connect(monitor_, &MonitorPage::loadRunRequested, this,
           [this](const QString& dir, const QString& checkpoint) { load_run(dir, checkpoint); });
 #endif
@@ -574,13 +561,13 @@ void MainWindow::update_status() {
 }
 
 void MainWindow::update_buttons() {
-  const bool busy = launching() || !launched_run_.isEmpty();
+  const bool busy = jobs_->launching() || !jobs_->launchedRun().isEmpty();
   // A job re-attached from this output folder (started from the command line, or before the
   // window was reopened) still runs: a second one would train beside it in the same folder.
   QString running_here;
 #ifdef ODYSSEY_HAVE_MONITOR
   const QString attached = monitor_->attachedRun();
-  if (attached_alive_ && !attached.isEmpty() &&
+  if (jobs_->followedAlive() && !attached.isEmpty() &&
       QFileInfo(attached).absoluteDir().absolutePath() == QDir(resolved_output_dir(*form_)).absolutePath())
     running_here = attached;
 #endif
@@ -606,7 +593,7 @@ void MainWindow::set_job_message(const QString& html, bool error) {
 }
 
 void MainWindow::start_job() {
-  if (!form_->ready_to_start() || launching() || !launched_run_.isEmpty()) return;
+  if (!form_->ready_to_start() || jobs_->launching() || !jobs_->launchedRun().isEmpty()) return;
   const QString bin = find_train_binary();
   if (bin.isEmpty()) {
     set_job_message(tr("<b>Not started:</b> odyssey-train was not found beside this program, in ../app or on PATH "
@@ -616,147 +603,42 @@ void MainWindow::start_job() {
   }
   QString error;
   const auto staged = stage_launch(*form_, &error);
-  qint64 pid = 0;
-  if (staged) pid = start_detached_train(bin, *staged, &error);
-  if (pid == 0) {
+  if (!staged) {
     set_job_message(tr("<b>Not started:</b> %1").arg(error.toHtmlEscaped()), true);
     return;
   }
-  launch_log_ = staged->log;
-  launch_output_dir_ = staged->output_dir;
-  launch_started_ms_ = QDateTime::currentMSecsSinceEpoch();
-  set_job_message(tr("Starting <tt>odyssey-train run %1</tt> … (output in %2)")
-                      .arg(staged->preset.toHtmlEscaped(), staged->log.toHtmlEscaped()),
-                  false);
-  launch_poll_.start();
-  update_buttons();
+  jobs_->start(bin, *staged);
 }
 
-void MainWindow::poll_launch() {
-  QFile f(launch_log_);
-  const QString text = f.open(QIODevice::ReadOnly) ? QString::fromUtf8(f.readAll()) : QString();
-  QString dir = run_directory_from_log(text);
-  if (!dir.isEmpty()) {
-    launch_poll_.stop();
-    dir = QDir(launch_output_dir_).absoluteFilePath(dir);
-    launched_run_ = dir;
-    term_sent_for_.clear();
-    set_job_message(tr("Training in %1 (engine output: %2).").arg(dir.toHtmlEscaped(), launch_log_.toHtmlEscaped()), false);
-#ifdef ODYSSEY_HAVE_MONITOR
-    monitor_->attachRunDirectory(dir);
-    tabs_->setCurrentWidget(monitor_->parentWidget()->parentWidget());  // its scroll area
-#endif
-    poll_job();
-    return;
-  }
-  const auto rc = exit_status_from_log(text);
-  const bool timed_out = QDateTime::currentMSecsSinceEpoch() - launch_started_ms_ > kLaunchTimeoutMs;
-  if (!rc && !timed_out) return;
-  launch_poll_.stop();
-  const QString head = rc ? tr("<b>odyssey-train exited with status %1 before it started a run.</b>").arg(*rc)
-                          : tr("<b>odyssey-train printed no run directory in %1 s</b>; it may still be checking the "
-                               "configuration.")
-                                .arg(kLaunchTimeoutMs / 1000);
-  QStringList tail = last_lines(text, 12);
-  if (rc && !tail.isEmpty()) tail.removeLast();  // the wrapper's exit line
-  set_job_message(head + tr(" Last lines of <a href='%1'>%2</a> (click for the whole log):")
-                             .arg(QUrl::fromLocalFile(launch_log_).toString().toHtmlEscaped(), launch_log_.toHtmlEscaped()) +
-                      QStringLiteral("<pre>") +
-                      tail.join(QLatin1Char('\n')).toHtmlEscaped() + QStringLiteral("</pre>"),
-                  true);
-  update_buttons();
-}
-
-void MainWindow::poll_job() {
-#ifdef ODYSSEY_HAVE_MONITOR
-  const QString dir = monitor_->attachedRun();
-#else
-  const QString dir;
-#endif
-  const auto st = read_status(dir);
-  attached_alive_ = st && is_alive(*st);
-  const bool kill_next = attached_alive_ && (st->state == run::RunState::Stopping || term_sent_for_ == dir);
-  stop_->setEnabled(attached_alive_);
+void MainWindow::update_job_controls() {
+  const bool alive = jobs_->followedAlive();
+  const bool kill_next = jobs_->killNext();
+  stop_->setEnabled(alive);
   stop_->setText(kill_next ? tr("Kill…") : tr("Stop"));
-  if (!attached_alive_)
+  if (!alive)
     stop_->setToolTip(tr("No running job is attached to the Monitor."));
   else if (kill_next)
     stop_->setToolTip(tr("The job is stopping (it finishes the step and saves a checkpoint). Kill ends it at once "
                          "with SIGKILL, without a final checkpoint."));
   else
     stop_->setToolTip(tr("Ask the job (pid %1 on %2) to stop: it finishes the step, saves a checkpoint and exits.")
-                          .arg(st->pid)
-                          .arg(QString::fromStdString(st->hostname)));
-  if (!launched_run_.isEmpty()) {
-    const auto own = launched_run_ == dir ? st : read_status(launched_run_);
-    // Without a status.json (not written yet, or unreadable) only the wrapper's exit line says
-    // the job is over; the log is read only then, since it grows by a line per step.
-    const auto exited = [this] {
-      QFile f(launch_log_);
-      return f.open(QIODevice::ReadOnly) && exit_status_from_log(QString::fromUtf8(f.readAll())).has_value();
-    };
-    if (own ? !is_alive(*own) : exited()) {
-      // The "Training in …" line would go on claiming a job that is over.
-      QString how = tr("its process is gone");
-      if (killed_run_ == launched_run_) {
-        how = tr("killed (SIGKILL), without a final checkpoint");
-      } else if (own && run::is_terminal(own->state)) {
-        const std::string_view state = run::to_string(own->state);
-        how = QString::fromUtf8(state.data(), static_cast<qsizetype>(state.size()));
-      }
-      set_job_message(tr("The run in %1 ended: %2.").arg(launched_run_.toHtmlEscaped(), how), false);
-      launched_run_.clear();
-    }
-  }
+                          .arg(jobs_->followedPid())
+                          .arg(jobs_->followedHost()));
   update_buttons();
 }
 
 void MainWindow::stop_job() {
-#ifdef ODYSSEY_HAVE_MONITOR
-  const QString dir = monitor_->attachedRun();
-#else
-  const QString dir;
-#endif
-  const auto st = read_status(dir);
-  if (!st || !is_alive(*st)) {
-    set_job_message(tr("The attached run is not running any more."), false);
-    poll_job();
-    return;
-  }
-  if (st->hostname != run::this_hostname() || st->pid <= 0) {
-    set_job_message(tr("<b>Not stopped:</b> the job runs on host %1 (this is %2); stop it there.")
-                        .arg(QString::fromStdString(st->hostname).toHtmlEscaped(),
-                             QString::fromStdString(run::this_hostname()).toHtmlEscaped()),
-                    true);
-    return;
-  }
-  const auto pid = static_cast<pid_t>(st->pid);
-  const bool kill_next = st->state == run::RunState::Stopping || term_sent_for_ == dir;
-  if (kill_next) {
+  jobs_->poll();  // decide Stop or Kill on the status as it is now
+  const bool kill = jobs_->killNext();
+  if (kill) {
     const auto answer = QMessageBox::question(
         this, tr("Kill the job?"),
         tr("Kill odyssey-train (pid %1) now with SIGKILL? The step in progress is lost and no final checkpoint is "
            "written; the last saved checkpoint stays.")
-            .arg(st->pid));
+            .arg(jobs_->followedPid()));
     if (answer != QMessageBox::Yes) return;
-    if (::kill(pid, SIGKILL) != 0)
-      set_job_message(tr("<b>Kill failed:</b> pid %1: %2").arg(st->pid).arg(QString::fromLocal8Bit(std::strerror(errno))), true);
-    else {
-      killed_run_ = dir;
-      set_job_message(tr("Killed pid %1 (SIGKILL).").arg(st->pid), false);
-    }
-  } else {
-    if (::kill(pid, SIGTERM) != 0) {
-      set_job_message(tr("<b>Stop failed:</b> pid %1: %2").arg(st->pid).arg(QString::fromLocal8Bit(std::strerror(errno))), true);
-    } else {
-      term_sent_for_ = dir;
-      set_job_message(tr("Asked pid %1 to stop (SIGTERM): it finishes the step, saves a checkpoint and exits. "
-                         "Click Kill… to end it at once.")
-                          .arg(st->pid),
-                      false);
-    }
   }
-  poll_job();
+  jobs_->stop(kill);
 }
 
 void MainWindow::update_output_root(bool reattach) {
@@ -764,7 +646,7 @@ void MainWindow::update_output_root(bool reattach) {
   const QString root = resolved_output_dir(*form_);
   if (root == monitor_->outputRoot()) return;
   monitor_->setOutputRoot(root);
-  if (reattach && monitor_->attachedRun().isEmpty() && !launching()) reattach_running();
+  if (reattach && monitor_->attachedRun().isEmpty() && !jobs_->launching()) reattach_running();
 #else
   (void)reattach;
 #endif
@@ -777,7 +659,6 @@ bool MainWindow::reattach_running() {
   if (dir.isEmpty()) return false;
   monitor_->attachRunDirectory(dir);
   set_job_message(tr("The Monitor follows %1, which is still running.").arg(dir.toHtmlEscaped()), false);
-  poll_job();
   return true;
 #else
   return false;

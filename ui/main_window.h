@@ -1,15 +1,17 @@
 // MainWindow: the shell around the pages — tabs (Train, Advanced, Monitor when built), the
 // memory plan and command docks, the File menu (presets: open, save, recent, bundled,
 // import a swift command), drag-and-drop of a .yaml, a banner for load failures and a
-// status line that says whether the job can start, and the job controls: Start (stage the
-// form as a preset, run odyssey-train detached, attach the Monitor to its run directory),
-// Stop/Kill (signals to status.json's pid) and re-attaching to a job that already runs.
-// Pages own their logic.
+// status line that says whether the job can start, and the job's buttons: Start (stage the
+// form as a preset and hand it to the JobController, which runs odyssey-train detached; the
+// Monitor then attaches its run directory), Stop/Kill (the controller signals status.json's
+// pid; a kill is confirmed here) and re-attaching to a job that already runs. Pages own their
+// logic; the job's processes, polls and signals live in JobController.
 #pragma once
 
 #include <QMainWindow>
-#include <QTimer>
 #include <memory>
+
+#include "job_controller.h"
 
 class QLabel;
 class QMenu;
@@ -59,10 +61,12 @@ class MainWindow : public QMainWindow {
   // scrollable: a long error never grows the window).
   MessageArea* job_status() const { return job_status_; }
   QLabel* status_line() const { return status_; }
+  // The job started and followed from this window: launch, liveness, Stop/Kill.
+  JobController* jobs() const { return jobs_; }
   // While a Start waits for the engine's `run directory:` line.
-  bool launching() const { return launch_poll_.isActive(); }
+  bool launching() const { return jobs_->launching(); }
   // The log of the last launch from this window ("" before the first).
-  const QString& launch_log() const { return launch_log_; }
+  const QString& launch_log() const { return jobs_->launchLog(); }
   // Attach the Monitor to the newest alive run under the form's output directory, if any.
   bool reattach_running();
   // A past run as the start of a new one: its config.yaml fills the form as an untitled
@@ -122,9 +126,9 @@ class MainWindow : public QMainWindow {
   void update_status();
   void update_title();
   void start_job();
-  void poll_launch();
   void stop_job();
-  void poll_job();
+  // Stop/Kill and Start as the job controller last saw the followed run.
+  void update_job_controls();
   void update_output_root(bool reattach);
   void update_buttons();
 
@@ -152,19 +156,7 @@ class MainWindow : public QMainWindow {
   QMenu* recent_ = nullptr;
   QString shown_language_ = QStringLiteral("en");
 
-  // The launch in flight: its log, when it began, where its run directory goes.
-  QTimer launch_poll_;
-  QString launch_log_;
-  QString launch_output_dir_;
-  qint64 launch_started_ms_ = 0;
-  // The run started from this window until it ends (Start stays disabled meanwhile).
-  QString launched_run_;
-  // The run that was sent SIGTERM (the next click offers Kill).
-  QString term_sent_for_;
-  // The run this window sent SIGKILL (its end is reported as killed).
-  QString killed_run_;
-  bool attached_alive_ = false;
-  QTimer job_poll_;
+  JobController* jobs_;
 };
 
 }  // namespace odyssey::ui

@@ -1487,6 +1487,73 @@ ms-swift：--sequence_parallel_size N</translation>
     </message>
 </context>
 <context>
+    <name>odyssey::ui::JobController</name>
+    <message>
+        <source>&lt;b&gt;Not started:&lt;/b&gt; the job started from this window is still starting or running.</source>
+        <translation>&lt;b&gt;未启动：&lt;/b&gt;从本窗口启动的任务仍在启动或运行中。</translation>
+    </message>
+    <message>
+        <source>&lt;b&gt;Not started:&lt;/b&gt; %1</source>
+        <translation>&lt;b&gt;未启动：&lt;/b&gt;%1</translation>
+    </message>
+    <message>
+        <source>Starting &lt;tt&gt;odyssey-train run %1&lt;/tt&gt; … (output in %2)</source>
+        <translation>正在启动 &lt;tt&gt;odyssey-train run %1&lt;/tt&gt; …（输出写入 %2）</translation>
+    </message>
+    <message>
+        <source>Training in %1 (engine output: %2).</source>
+        <translation>正在 %1 中训练（引擎输出：%2）。</translation>
+    </message>
+    <message>
+        <source>&lt;b&gt;odyssey-train exited with status %1 before it started a run.&lt;/b&gt;</source>
+        <translation>&lt;b&gt;odyssey-train 在开始运行之前退出，状态码 %1。&lt;/b&gt;</translation>
+    </message>
+    <message>
+        <source>&lt;b&gt;odyssey-train printed no run directory in %1 s&lt;/b&gt;; it may still be checking the configuration.</source>
+        <translation>&lt;b&gt;odyssey-train 在 %1 秒内没有输出运行目录&lt;/b&gt;；它可能仍在检查配置。</translation>
+    </message>
+    <message>
+        <source> Last lines of &lt;a href=&apos;%1&apos;&gt;%2&lt;/a&gt; (click for the whole log):</source>
+        <translation> &lt;a href=&apos;%1&apos;&gt;%2&lt;/a&gt; 的最后几行（点击查看完整日志）：</translation>
+    </message>
+    <message>
+        <source>its process is gone</source>
+        <translation>其进程已不存在</translation>
+    </message>
+    <message>
+        <source>killed (SIGKILL), without a final checkpoint</source>
+        <translation>已强制结束（SIGKILL），没有最终检查点</translation>
+    </message>
+    <message>
+        <source>The run in %1 ended: %2.</source>
+        <translation>%1 中的运行已结束：%2。</translation>
+    </message>
+    <message>
+        <source>The attached run is not running any more.</source>
+        <translation>关联的运行已不在运行。</translation>
+    </message>
+    <message>
+        <source>&lt;b&gt;Not stopped:&lt;/b&gt; the job runs on host %1 (this is %2); stop it there.</source>
+        <translation>&lt;b&gt;未停止：&lt;/b&gt;任务运行在主机 %1 上（本机是 %2）；请在那台主机上停止它。</translation>
+    </message>
+    <message>
+        <source>&lt;b&gt;Kill failed:&lt;/b&gt; pid %1: %2</source>
+        <translation>&lt;b&gt;强制结束失败：&lt;/b&gt;pid %1：%2</translation>
+    </message>
+    <message>
+        <source>&lt;b&gt;Stop failed:&lt;/b&gt; pid %1: %2</source>
+        <translation>&lt;b&gt;停止失败：&lt;/b&gt;pid %1：%2</translation>
+    </message>
+    <message>
+        <source>Killed pid %1 (SIGKILL).</source>
+        <translation>已强制结束 pid %1（SIGKILL）。</translation>
+    </message>
+    <message>
+        <source>Asked pid %1 to stop (SIGTERM): it finishes the step, saves a checkpoint and exits. Click Kill… to end it at once.</source>
+        <translation>已请求 pid %1 停止（SIGTERM）：它会完成当前步、保存检查点后退出。点击“强制结束…”可立即结束。</translation>
+    </message>
+</context>
+<context>
     <name>odyssey::ui::LogView</name>
     <message>
         <source>Filter (text, case-insensitive)</source>
@@ -1720,26 +1787,6 @@ ms-swift：--sequence_parallel_size N</translation>
         <translation>&lt;b&gt;未启动：&lt;/b&gt;%1</translation>
     </message>
     <message>
-        <source>Starting &lt;tt&gt;odyssey-train run %1&lt;/tt&gt; … (output in %2)</source>
-        <translation>正在启动 &lt;tt&gt;odyssey-train run %1&lt;/tt&gt; …（输出写入 %2）</translation>
-    </message>
-    <message>
-        <source>Training in %1 (engine output: %2).</source>
-        <translation>正在 %1 中训练（引擎输出：%2）。</translation>
-    </message>
-    <message>
-        <source>&lt;b&gt;odyssey-train exited with status %1 before it started a run.&lt;/b&gt;</source>
-        <translation>&lt;b&gt;odyssey-train 在开始运行之前退出，状态码 %1。&lt;/b&gt;</translation>
-    </message>
-    <message>
-        <source>&lt;b&gt;odyssey-train printed no run directory in %1 s&lt;/b&gt;; it may still be checking the configuration.</source>
-        <translation>&lt;b&gt;odyssey-train 在 %1 秒内没有输出运行目录&lt;/b&gt;；它可能仍在检查配置。</translation>
-    </message>
-    <message>
-        <source> Last lines of &lt;a href=&apos;%1&apos;&gt;%2&lt;/a&gt; (click for the whole log):</source>
-        <translation> &lt;a href=&apos;%1&apos;&gt;%2&lt;/a&gt; 的最后几行（点击查看完整日志）：</translation>
-    </message>
-    <message>
         <source>Kill…</source>
         <translation>强制结束…</translation>
     </message>
@@ -1752,48 +1799,12 @@ ms-swift：--sequence_parallel_size N</translation>
         <translation>请求任务（%2 上的 pid %1）停止：它会完成当前步、保存检查点后退出。</translation>
     </message>
     <message>
-        <source>its process is gone</source>
-        <translation>其进程已不存在</translation>
-    </message>
-    <message>
-        <source>killed (SIGKILL), without a final checkpoint</source>
-        <translation>已强制结束（SIGKILL），没有最终检查点</translation>
-    </message>
-    <message>
-        <source>The run in %1 ended: %2.</source>
-        <translation>%1 中的运行已结束：%2。</translation>
-    </message>
-    <message>
-        <source>The attached run is not running any more.</source>
-        <translation>关联的运行已不在运行。</translation>
-    </message>
-    <message>
-        <source>&lt;b&gt;Not stopped:&lt;/b&gt; the job runs on host %1 (this is %2); stop it there.</source>
-        <translation>&lt;b&gt;未停止：&lt;/b&gt;任务运行在主机 %1 上（本机是 %2）；请在那台主机上停止它。</translation>
-    </message>
-    <message>
         <source>Kill the job?</source>
         <translation>强制结束任务？</translation>
     </message>
     <message>
         <source>Kill odyssey-train (pid %1) now with SIGKILL? The step in progress is lost and no final checkpoint is written; the last saved checkpoint stays.</source>
         <translation>现在用 SIGKILL 强制结束 odyssey-train（pid %1）吗？正在进行的这一步会丢失，也不会写入最终检查点；上一次保存的检查点会保留。</translation>
-    </message>
-    <message>
-        <source>&lt;b&gt;Kill failed:&lt;/b&gt; pid %1: %2</source>
-        <translation>&lt;b&gt;强制结束失败：&lt;/b&gt;pid %1：%2</translation>
-    </message>
-    <message>
-        <source>Killed pid %1 (SIGKILL).</source>
-        <translation>已强制结束 pid %1（SIGKILL）。</translation>
-    </message>
-    <message>
-        <source>&lt;b&gt;Stop failed:&lt;/b&gt; pid %1: %2</source>
-        <translation>&lt;b&gt;停止失败：&lt;/b&gt;pid %1：%2</translation>
-    </message>
-    <message>
-        <source>Asked pid %1 to stop (SIGTERM): it finishes the step, saves a checkpoint and exits. Click Kill… to end it at once.</source>
-        <translation>已请求 pid %1 停止（SIGTERM）：它会完成当前步、保存检查点后退出。点击“强制结束…”可立即结束。</translation>
     </message>
     <message>
         <source>The Monitor follows %1, which is still running.</source>

@@ -1,0 +1,90 @@
+// The job the window starts and follows, kept out of the window (docs/gui.md, "Job control"):
+// the detached launch of a staged preset, its log read as it grows until the engine prints its
+// run directory (or exits), the run the Monitor follows and whether it is alive, and Stop
+// (SIGTERM) / Kill (SIGKILL) sent to the pid in that run's status.json. It says what happens in
+// HTML messages and `changed`; the window owns the buttons, the confirmation and the Monitor.
+#pragma once
+
+#include <QObject>
+#include <QString>
+#include <QStringDecoder>
+#include <QTimer>
+
+#include "launch.h"
+
+namespace odyssey::ui {
+
+class JobController : public QObject {
+  Q_OBJECT
+
+ public:
+  explicit JobController(QObject* parent = nullptr);
+
+  // How long a launch waits for the engine's `run directory:` line (it checks the model and
+  // every dataset file first) before it is reported as silent.
+  static constexpr qint64 kLaunchTimeoutMs = 180'000;
+
+  // Starts `bin run <preset>` for a staged launch, detached (closing the window does not stop
+  // it), and polls its log. False, with an error message, when it could not start or a job
+  // started here is still starting or running.
+  bool start(const QString& bin, const StagedLaunch& launch);
+  // While a start waits for the engine's `run directory:` line.
+  bool launching() const { return launch_poll_.isActive(); }
+  // The run started here, from its `run directory:` line until it ends ("" otherwise).
+  const QString& launchedRun() const { return launched_run_; }
+  // The log of the last launch ("" before the first) and how many of its bytes were read: the
+  // log is read from where the last poll stopped, never again from its start.
+  const QString& launchLog() const { return launch_log_; }
+  qint64 logBytesRead() const { return log_read_; }
+
+  // The run directory to watch (the one the Monitor shows; "" for none); checked now and each
+  // second after.
+  void follow(const QString& run_dir);
+  const QString& followed() const { return followed_; }
+  // What the followed run's status.json says, as of the last check.
+  bool followedAlive() const { return alive_; }
+  qint64 followedPid() const { return pid_; }
+  const QString& followedHost() const { return host_; }
+  // The next Stop is a Kill: the run already stops (it said so, or was sent SIGTERM from here).
+  bool killNext() const { return alive_ && kill_next_; }
+
+  // Asks the followed run to stop (SIGTERM: it finishes the step, saves a checkpoint and
+  // exits) or, with `kill`, ends it at once (SIGKILL; the caller offers it when killNext() and
+  // confirms it first). False (with a message) when the run is gone, runs on another host or
+  // the signal failed.
+  bool stop(bool kill);
+  // Re-reads the followed run's status and the launched run's end now.
+  void poll();
+
+ signals:
+  // What happened, for the job area under the pages (`error`: show in the error colour).
+  void message(const QString& html, bool error);
+  // The launched engine printed its run directory (absolute).
+  void runStarted(const QString& run_dir);
+  // launching(), launchedRun(), followedAlive() or killNext() may have changed.
+  void changed();
+
+ private:
+  void poll_launch();
+  // Appends what the launch log gained since the last read to log_tail_ (its last 64 KiB).
+  void read_log_growth();
+
+  QTimer launch_poll_;
+  QTimer job_poll_;
+  QString launch_log_;
+  QString launch_output_dir_;
+  qint64 launch_started_ms_ = 0;
+  qint64 log_read_ = 0;
+  QString log_tail_;
+  QStringDecoder decoder_{QStringDecoder::Utf8};  // keeps a UTF-8 sequence split between reads
+  QString launched_run_;
+  QString followed_;
+  bool alive_ = false;
+  bool kill_next_ = false;
+  qint64 pid_ = 0;
+  QString host_;
+  QString term_sent_for_;  // the run sent SIGTERM from here (the next Stop offers Kill)
+  QString killed_run_;     // the run sent SIGKILL from here (its end is reported as killed)
+};
+
+}  // namespace odyssey::ui
