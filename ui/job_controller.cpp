@@ -95,7 +95,7 @@ void JobController::poll_launch() {
     launched_run_ = dir;
     term_sent_for_.clear();
     emit message(tr("Training in %1 (engine output: %2).").arg(dir.toHtmlEscaped(), launch_log_.toHtmlEscaped()), false);
-    emit runStarted(dir);
+    emit run_started(dir);
     poll();
     return;
   }
@@ -109,10 +109,11 @@ void JobController::poll_launch() {
                                 .arg(kLaunchTimeoutMs / 1000);
   QStringList tail = last_lines(log_tail_, 12);
   if (rc && !tail.isEmpty()) tail.removeLast();  // the wrapper's exit line
-  emit message(head + tr(" Last lines of <a href='%1'>%2</a> (click for the whole log):")
-                          .arg(QUrl::fromLocalFile(launch_log_).toString().toHtmlEscaped(), launch_log_.toHtmlEscaped()) +
-                   QStringLiteral("<pre>") + tail.join(QLatin1Char('\n')).toHtmlEscaped() + QStringLiteral("</pre>"),
-               true);
+  const QString html = head + tr(" Last lines of <a href='%1'>%2</a> (click for the whole log):")
+                                  .arg(QUrl::fromLocalFile(launch_log_).toString().toHtmlEscaped(), launch_log_.toHtmlEscaped()) +
+                       QStringLiteral("<pre>") + tail.join(QLatin1Char('\n')).toHtmlEscaped() + QStringLiteral("</pre>");
+  emit message(html, true);
+  emit launch_failed(html);
   emit changed();
 }
 
@@ -147,8 +148,10 @@ void JobController::poll() {
         const std::string_view state = run::to_string(own->state);
         how = QString::fromUtf8(state.data(), static_cast<qsizetype>(state.size()));
       }
-      emit message(tr("The run in %1 ended: %2.").arg(launched_run_.toHtmlEscaped(), how), false);
+      const QString ended = launched_run_;
       launched_run_.clear();
+      emit message(tr("The run in %1 ended: %2.").arg(ended.toHtmlEscaped(), how), false);
+      emit run_ended(ended, how);
     }
   }
   emit changed();

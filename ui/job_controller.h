@@ -31,25 +31,25 @@ class JobController : public QObject {
   // While a start waits for the engine's `run directory:` line.
   bool launching() const { return launch_poll_.isActive(); }
   // The run started here, from its `run directory:` line until it ends ("" otherwise).
-  const QString& launchedRun() const { return launched_run_; }
+  const QString& launched_run() const { return launched_run_; }
   // The log of the last launch ("" before the first) and how many of its bytes were read: the
   // log is read from where the last poll stopped, never again from its start.
-  const QString& launchLog() const { return launch_log_; }
-  qint64 logBytesRead() const { return log_read_; }
+  const QString& launch_log() const { return launch_log_; }
+  qint64 log_bytes_read() const { return log_read_; }
 
   // The run directory to watch (the one the Monitor shows; "" for none); checked now and each
   // second after.
   void follow(const QString& run_dir);
   const QString& followed() const { return followed_; }
   // What the followed run's status.json says, as of the last check.
-  bool followedAlive() const { return alive_; }
-  qint64 followedPid() const { return pid_; }
-  const QString& followedHost() const { return host_; }
+  bool followed_alive() const { return alive_; }
+  qint64 followed_pid() const { return pid_; }
+  const QString& followed_host() const { return host_; }
   // The next Stop is a Kill: the run already stops (it said so, or was sent SIGTERM from here).
-  bool killNext() const { return alive_ && kill_next_; }
+  bool kill_next() const { return alive_ && kill_next_; }
 
   // Asks the followed run to stop (SIGTERM: it finishes the step, saves a checkpoint and
-  // exits) or, with `kill`, ends it at once (SIGKILL; the caller offers it when killNext() and
+  // exits) or, with `kill`, ends it at once (SIGKILL; the caller offers it when kill_next() and
   // confirms it first). False (with a message) when the run is gone, runs on another host or
   // the signal failed.
   bool stop(bool kill);
@@ -60,8 +60,14 @@ class JobController : public QObject {
   // What happened, for the job area under the pages (`error`: show in the error colour).
   void message(const QString& html, bool error);
   // The launched engine printed its run directory (absolute).
-  void runStarted(const QString& run_dir);
-  // launching(), launchedRun(), followedAlive() or killNext() may have changed.
+  void run_started(const QString& run_dir);
+  // The launch ended without a run: the engine exited first, or printed no run directory in
+  // time (`html` also went out as an error message, with the log's last lines).
+  void launch_failed(const QString& html);
+  // The run started here is over: `how` is its terminal state ("completed", "stopped",
+  // "failed"), "killed (SIGKILL)…" or that its process is gone.
+  void run_ended(const QString& run_dir, const QString& how);
+  // launching(), launched_run(), followed_alive() or kill_next() may have changed.
   void changed();
 
  private:

@@ -163,8 +163,8 @@ MainWindow::MainWindow(std::unique_ptr<Settings> settings, QWidget* parent)
   connect(jobs_, &JobController::message, this, &MainWindow::set_job_message);
   connect(jobs_, &JobController::changed, this, &MainWindow::update_job_controls);
 #ifdef ODYSSEY_HAVE_MONITOR
-  connect(jobs_, &JobController::runStarted, this, [this](const QString& dir) {
-    monitor_->attachRunDirectory(dir);
+  connect(jobs_, &JobController::run_started, this, [this](const QString& dir) {
+    monitor_->attach_run_directory(dir);
     tabs_->setCurrentWidget(monitor_->parentWidget()->parentWidget());  // its scroll area
   });
 #endif
@@ -200,8 +200,8 @@ MainWindow::MainWindow(std::unique_ptr<Settings> settings, QWidget* parent)
   connect(form_, &ConfigForm::file_changed, this, &MainWindow::update_title);
   connect(form_, &ConfigForm::changed, this, [this] { update_output_root(true); });
 #ifdef ODYSSEY_HAVE_MONITOR
-  connect(monitor_, &MonitorPage::runAttached, jobs_, &JobController::follow);
-  connect(monitor_, &MonitorPage::loadRunRequested, this,
+  connect(monitor_, &MonitorPage::run_attached, jobs_, &JobController::follow);
+  connect(monitor_, &MonitorPage::load_run_requested, this,
           [this](const QString& dir, const QString& checkpoint) { load_run(dir, checkpoint); });
 #endif
   // After the caller has opened its preset: the Monitor follows the form's output folder and
@@ -561,13 +561,13 @@ void MainWindow::update_status() {
 }
 
 void MainWindow::update_buttons() {
-  const bool busy = jobs_->launching() || !jobs_->launchedRun().isEmpty();
+  const bool busy = jobs_->launching() || !jobs_->launched_run().isEmpty();
   // A job re-attached from this output folder (started from the command line, or before the
   // window was reopened) still runs: a second one would train beside it in the same folder.
   QString running_here;
 #ifdef ODYSSEY_HAVE_MONITOR
-  const QString attached = monitor_->attachedRun();
-  if (jobs_->followedAlive() && !attached.isEmpty() &&
+  const QString attached = monitor_->attached_run();
+  if (jobs_->followed_alive() && !attached.isEmpty() &&
       QFileInfo(attached).absoluteDir().absolutePath() == QDir(resolved_output_dir(*form_)).absolutePath())
     running_here = attached;
 #endif
@@ -593,7 +593,7 @@ void MainWindow::set_job_message(const QString& html, bool error) {
 }
 
 void MainWindow::start_job() {
-  if (!form_->ready_to_start() || jobs_->launching() || !jobs_->launchedRun().isEmpty()) return;
+  if (!form_->ready_to_start() || jobs_->launching() || !jobs_->launched_run().isEmpty()) return;
   const QString bin = find_train_binary();
   if (bin.isEmpty()) {
     set_job_message(tr("<b>Not started:</b> odyssey-train was not found beside this program, in ../app or on PATH "
@@ -611,8 +611,8 @@ void MainWindow::start_job() {
 }
 
 void MainWindow::update_job_controls() {
-  const bool alive = jobs_->followedAlive();
-  const bool kill_next = jobs_->killNext();
+  const bool alive = jobs_->followed_alive();
+  const bool kill_next = jobs_->kill_next();
   stop_->setEnabled(alive);
   stop_->setText(kill_next ? tr("Kill…") : tr("Stop"));
   if (!alive)
@@ -622,20 +622,20 @@ void MainWindow::update_job_controls() {
                          "with SIGKILL, without a final checkpoint."));
   else
     stop_->setToolTip(tr("Ask the job (pid %1 on %2) to stop: it finishes the step, saves a checkpoint and exits.")
-                          .arg(jobs_->followedPid())
-                          .arg(jobs_->followedHost()));
+                          .arg(jobs_->followed_pid())
+                          .arg(jobs_->followed_host()));
   update_buttons();
 }
 
 void MainWindow::stop_job() {
   jobs_->poll();  // decide Stop or Kill on the status as it is now
-  const bool kill = jobs_->killNext();
+  const bool kill = jobs_->kill_next();
   if (kill) {
     const auto answer = QMessageBox::question(
         this, tr("Kill the job?"),
         tr("Kill odyssey-train (pid %1) now with SIGKILL? The step in progress is lost and no final checkpoint is "
            "written; the last saved checkpoint stays.")
-            .arg(jobs_->followedPid()));
+            .arg(jobs_->followed_pid()));
     if (answer != QMessageBox::Yes) return;
   }
   jobs_->stop(kill);
@@ -644,9 +644,9 @@ void MainWindow::stop_job() {
 void MainWindow::update_output_root(bool reattach) {
 #ifdef ODYSSEY_HAVE_MONITOR
   const QString root = resolved_output_dir(*form_);
-  if (root == monitor_->outputRoot()) return;
-  monitor_->setOutputRoot(root);
-  if (reattach && monitor_->attachedRun().isEmpty() && !jobs_->launching()) reattach_running();
+  if (root == monitor_->output_root()) return;
+  monitor_->set_output_root(root);
+  if (reattach && monitor_->attached_run().isEmpty() && !jobs_->launching()) reattach_running();
 #else
   (void)reattach;
 #endif
@@ -657,7 +657,7 @@ bool MainWindow::reattach_running() {
 #ifdef ODYSSEY_HAVE_MONITOR
   const QString dir = newest_alive_run(resolved_output_dir(*form_));
   if (dir.isEmpty()) return false;
-  monitor_->attachRunDirectory(dir);
+  monitor_->attach_run_directory(dir);
   set_job_message(tr("The Monitor follows %1, which is still running.").arg(dir.toHtmlEscaped()), false);
   return true;
 #else

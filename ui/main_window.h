@@ -66,7 +66,7 @@ class MainWindow : public QMainWindow {
   // While a Start waits for the engine's `run directory:` line.
   bool launching() const { return jobs_->launching(); }
   // The log of the last launch from this window ("" before the first).
-  const QString& launch_log() const { return jobs_->launchLog(); }
+  const QString& launch_log() const { return jobs_->launch_log(); }
   // Attach the Monitor to the newest alive run under the form's output directory, if any.
   bool reattach_running();
   // A past run as the start of a new one: its config.yaml fills the form as an untitled

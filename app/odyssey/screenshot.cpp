@@ -107,8 +107,8 @@ void wait_run_end(std::shared_ptr<Shots> s) {
     QTimer::singleShot(250, s->w, [s] { wait_run_end(s); });
     return;
   }
-  std::printf("live run: %s at step %lld\n", qPrintable(s->w->monitor()->stateText()),
-              static_cast<long long>(s->w->monitor()->latestStep()));
+  std::printf("live run: %s at step %lld\n", qPrintable(s->w->monitor()->state_text()),
+              static_cast<long long>(s->w->monitor()->latest_step()));
   s->live = false;
   ++s->preset;
   step(s);
@@ -118,13 +118,13 @@ void wait_run_end(std::shared_ptr<Shots> s) {
 // kLiveSteps steps; if the engine cannot train here, fall back to still pages.
 void wait_live(std::shared_ptr<Shots> s) {
   ui::MonitorPage* m = s->w->monitor();
-  if (!m->attachedRun().isEmpty() && m->latestStep() >= kLiveSteps) {
-    std::printf("live run: %s at step %lld\n", qPrintable(m->attachedRun()), static_cast<long long>(m->latestStep()));
+  if (!m->attached_run().isEmpty() && m->latest_step() >= kLiveSteps) {
+    std::printf("live run: %s at step %lld\n", qPrintable(m->attached_run()), static_cast<long long>(m->latest_step()));
     s->waited_ms = 0;
     grab_pages(s, 0);
     return;
   }
-  if ((!s->w->launching() && m->attachedRun().isEmpty()) || s->waited_ms > 180000) {
+  if ((!s->w->launching() && m->attached_run().isEmpty()) || s->waited_ms > 180000) {
     std::fprintf(stderr, "odyssey: no live run for the screenshots: %s\n", qPrintable(s->w->job_status()->text()));
     s->live = false;
     s->waited_ms = 0;

@@ -61,7 +61,7 @@ class TstChatPage : public QObject {
 
   void engine_client() {
     EngineClient c;
-    QSignalSpy ready(&c, &EngineClient::readyChanged), tokens(&c, &EngineClient::token), done(&c, &EngineClient::done),
+    QSignalSpy ready(&c, &EngineClient::ready_changed), tokens(&c, &EngineClient::token), done(&c, &EngineClient::done),
         failed(&c, &EngineClient::failed), exited(&c, &EngineClient::exited);
     c.start(kBin, kModel, {QStringLiteral("--device"), QStringLiteral("cpu")});
     QVERIFY(ready.wait(60000));

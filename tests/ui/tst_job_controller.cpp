@@ -76,9 +76,10 @@ class TstJobController : public QObject {
   void a_run_starts_is_followed_stopped_and_ends() {
     if (!skip_.isEmpty()) QSKIP(qPrintable(skip_));
     JobController jobs;
-    QSignalSpy started(&jobs, &JobController::runStarted);
+    QSignalSpy started(&jobs, &JobController::run_started);
     QSignalSpy said(&jobs, &JobController::message);
     QSignalSpy changed(&jobs, &JobController::changed);
+    QSignalSpy ended(&jobs, &JobController::run_ended);
     const auto launch = staged(QStringLiteral("stop"), QStringLiteral("100000"));
     QVERIFY(launch);
     QVERIFY(jobs.start(bin_, *launch));
@@ -95,23 +96,26 @@ class TstJobController : public QObject {
     QVERIFY(QDir::isAbsolutePath(dir));
     QVERIFY(QFileInfo(dir + QStringLiteral("/status.json")).isFile() || QFileInfo(dir).isDir());
     QVERIFY(!jobs.launching());
-    QCOMPARE(jobs.launchedRun(), dir);
+    QCOMPARE(jobs.launched_run(), dir);
     // The log was read as it grew: no more than the file holds.
-    QVERIFY(jobs.logBytesRead() > 0 && jobs.logBytesRead() <= QFileInfo(jobs.launchLog()).size());
+    QVERIFY(jobs.log_bytes_read() > 0 && jobs.log_bytes_read() <= QFileInfo(jobs.launch_log()).size());
 
     jobs.follow(dir);
-    QTRY_VERIFY_WITH_TIMEOUT(jobs.followedAlive(), 60000);
-    QVERIFY(jobs.followedPid() > 0);
-    QCOMPARE(jobs.followedHost(), QString::fromStdString(run::this_hostname()));
-    QVERIFY(!jobs.killNext());
+    QTRY_VERIFY_WITH_TIMEOUT(jobs.followed_alive(), 60000);
+    QVERIFY(jobs.followed_pid() > 0);
+    QCOMPARE(jobs.followed_host(), QString::fromStdString(run::this_hostname()));
+    QVERIFY(!jobs.kill_next());
     QVERIFY(jobs.stop(false));
     QVERIFY(said.last().at(0).toString().contains(QStringLiteral("SIGTERM")));
-    QVERIFY(jobs.killNext());  // until it has stopped, the next Stop is a Kill
-    QTRY_VERIFY_WITH_TIMEOUT(jobs.launchedRun().isEmpty(), 120000);
+    QVERIFY(jobs.kill_next());  // until it has stopped, the next Stop is a Kill
+    QTRY_VERIFY_WITH_TIMEOUT(jobs.launched_run().isEmpty(), 120000);
     QVERIFY2(said.last().at(0).toString().contains(QStringLiteral("The run in %1 ended: stopped").arg(dir)),
              qPrintable(messages(said)));
-    QVERIFY(!jobs.followedAlive());
-    QVERIFY(!jobs.killNext());
+    QCOMPARE(ended.count(), 1);
+    QCOMPARE(ended.first().at(0).toString(), dir);
+    QCOMPARE(ended.first().at(1).toString(), QStringLiteral("stopped"));
+    QVERIFY(!jobs.followed_alive());
+    QVERIFY(!jobs.kill_next());
     auto st = run::StatusFile(std::filesystem::path(dir.toStdString()) / "status.json").read();
     QVERIFY(st.ok());
     QCOMPARE(st.value.state, run::RunState::Stopped);
@@ -131,16 +135,19 @@ class TstJobController : public QObject {
     QVERIFY(QFile::remove(data));  // gone before the engine reads it
     JobController jobs;
     QSignalSpy said(&jobs, &JobController::message);
-    QSignalSpy started(&jobs, &JobController::runStarted);
+    QSignalSpy started(&jobs, &JobController::run_started);
+    QSignalSpy failed(&jobs, &JobController::launch_failed);
     QVERIFY(jobs.start(bin_, *launch));
     QTRY_VERIFY_WITH_TIMEOUT(!jobs.launching(), 60000);
     QCOMPARE(started.count(), 0);
-    QVERIFY(jobs.launchedRun().isEmpty());
+    QCOMPARE(failed.count(), 1);
+    QCOMPARE(failed.first().at(0).toString(), said.last().at(0).toString());
+    QVERIFY(jobs.launched_run().isEmpty());
     const QString last = said.last().at(0).toString();
     QVERIFY(said.last().at(1).toBool());
     QVERIFY2(last.contains(QStringLiteral("exited with status")), qPrintable(last));
     QVERIFY2(last.contains(QStringLiteral("vanishing.jsonl")), qPrintable(last));
-    QCOMPARE(jobs.logBytesRead(), QFileInfo(jobs.launchLog()).size());
+    QCOMPARE(jobs.log_bytes_read(), QFileInfo(jobs.launch_log()).size());
   }
 
   // The launch log is read in pieces as it grows; a character split between two reads is
@@ -164,7 +171,7 @@ class TstJobController : public QObject {
     JobController jobs;
     QSignalSpy said(&jobs, &JobController::message);
     QVERIFY(jobs.start(script, launch));
-    QTRY_VERIFY_WITH_TIMEOUT(jobs.logBytesRead() > 0, 5000);
+    QTRY_VERIFY_WITH_TIMEOUT(jobs.log_bytes_read() > 0, 5000);
     QTRY_VERIFY_WITH_TIMEOUT(!jobs.launching(), 10000);
     const QString last = said.last().at(0).toString();
     QVERIFY2(last.contains(QStringLiteral("exited with status 3")), qPrintable(last));

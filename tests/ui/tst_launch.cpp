@@ -140,8 +140,8 @@ class TstLaunch : public QObject {
     w_->start_button()->click();
     QVERIFY2(w_->launching(), qPrintable(text_of_job()));
     QVERIFY(!w_->start_button()->isEnabled());
-    QTRY_VERIFY2_WITH_TIMEOUT(!w_->monitor()->attachedRun().isEmpty(), qPrintable(text_of_job()), 60000);
-    const QString run_dir = w_->monitor()->attachedRun();
+    QTRY_VERIFY2_WITH_TIMEOUT(!w_->monitor()->attached_run().isEmpty(), qPrintable(text_of_job()), 60000);
+    const QString run_dir = w_->monitor()->attached_run();
     QVERIFY2(run_dir.startsWith(out + QLatin1Char('/')), qPrintable(run_dir));
     QCOMPARE(w_->current_page(), static_cast<QWidget*>(w_->monitor()));
     QVERIFY(!w_->start_button()->isEnabled());  // the job started here still runs
@@ -154,8 +154,8 @@ class TstLaunch : public QObject {
     QVERIFY(w_->launch_log().startsWith(out + QStringLiteral("/.odyssey-launch/")));
     const QStringList staged = QDir(out + QStringLiteral("/.odyssey-launch")).entryList({QStringLiteral("*.yaml")});
     QCOMPARE(staged.size(), 1);
-    QTRY_COMPARE_WITH_TIMEOUT(w_->monitor()->stateText(), QStringLiteral("completed"), 120000);
-    QTRY_COMPARE(w_->monitor()->latestStep(), std::int64_t{5});
+    QTRY_COMPARE_WITH_TIMEOUT(w_->monitor()->state_text(), QStringLiteral("completed"), 120000);
+    QTRY_COMPARE(w_->monitor()->latest_step(), std::int64_t{5});
     const auto st = status_of(run_dir);
     QVERIFY(st);
     QCOMPARE(st->step, std::int64_t{5});
@@ -189,8 +189,8 @@ class TstLaunch : public QObject {
     QVERIFY(w_->form()->files_pending());
     w_->start_when_ready();
     QVERIFY(!w_->launching());  // not before the check
-    QTRY_VERIFY_WITH_TIMEOUT(!w_->monitor()->attachedRun().isEmpty(), 60000);
-    QTRY_COMPARE_WITH_TIMEOUT(w_->monitor()->stateText(), QStringLiteral("completed"), 120000);
+    QTRY_VERIFY_WITH_TIMEOUT(!w_->monitor()->attached_run().isEmpty(), 60000);
+    QTRY_COMPARE_WITH_TIMEOUT(w_->monitor()->state_text(), QStringLiteral("completed"), 120000);
     QCOMPARE(w_->current_page(), static_cast<QWidget*>(w_->monitor()));
     // A configuration the engine refuses is not started; the line under the pages says why.
     QVERIFY(!has_errors(w_->form()->set_text("dataset", (QLatin1Char('[') + yaml_quoted(tmp_.filePath(QStringLiteral("none.jsonl"))) + QLatin1Char(']')).toStdString())));
@@ -211,16 +211,16 @@ class TstLaunch : public QObject {
     QVERIFY(w_->form()->set_text("output_dir", yaml_quoted(out).toStdString()).empty());
     QTRY_VERIFY2(w_->start_button()->isEnabled(), qPrintable(w_->start_button()->toolTip()));
     w_->start_button()->click();
-    QTRY_VERIFY_WITH_TIMEOUT(!w_->monitor()->attachedRun().isEmpty(), 60000);
-    const QString first = w_->monitor()->attachedRun();
-    QTRY_COMPARE_WITH_TIMEOUT(w_->monitor()->stateText(), QStringLiteral("completed"), 120000);
-    QCOMPARE(MonitorPage::checkpointsOf(first),
+    QTRY_VERIFY_WITH_TIMEOUT(!w_->monitor()->attached_run().isEmpty(), 60000);
+    const QString first = w_->monitor()->attached_run();
+    QTRY_COMPARE_WITH_TIMEOUT(w_->monitor()->state_text(), QStringLiteral("completed"), 120000);
+    QCOMPARE(MonitorPage::checkpoints_of(first),
              (QStringList{first + QStringLiteral("/checkpoints/checkpoint-4"), first + QStringLiteral("/checkpoints/checkpoint-2")}));
 
     // The menu of the run: its actions, and "Load this run's configuration".
     bool answered = false;
     answer_next_box(QMessageBox::Discard, &answered);  // the form has unsaved edits
-    std::unique_ptr<QMenu> menu(w_->monitor()->runMenu(first, nullptr));
+    std::unique_ptr<QMenu> menu(w_->monitor()->run_menu(first, nullptr));
     QStringList texts;
     QAction* load = nullptr;
     QMenu* resume = nullptr;
@@ -251,9 +251,9 @@ class TstLaunch : public QObject {
              first + QStringLiteral("/checkpoints/checkpoint-2"));
     QTRY_VERIFY2(w_->start_button()->isEnabled(), qPrintable(w_->start_button()->toolTip()));
     w_->start_button()->click();
-    QTRY_VERIFY_WITH_TIMEOUT(w_->monitor()->attachedRun() != first && !w_->monitor()->attachedRun().isEmpty(), 60000);
-    const QString second = w_->monitor()->attachedRun();
-    QTRY_COMPARE_WITH_TIMEOUT(w_->monitor()->stateText(), QStringLiteral("completed"), 120000);
+    QTRY_VERIFY_WITH_TIMEOUT(w_->monitor()->attached_run() != first && !w_->monitor()->attached_run().isEmpty(), 60000);
+    const QString second = w_->monitor()->attached_run();
+    QTRY_COMPARE_WITH_TIMEOUT(w_->monitor()->state_text(), QStringLiteral("completed"), 120000);
     QFile events(second + QStringLiteral("/events.jsonl"));
     QVERIFY(events.open(QIODevice::ReadOnly));
     const QString text = QString::fromUtf8(events.readAll());
@@ -277,7 +277,7 @@ class TstLaunch : public QObject {
     QVERIFY(QFile::remove(data));
     w_->start_button()->click();
     QTRY_VERIFY_WITH_TIMEOUT(!w_->launching(), 60000);
-    QVERIFY(w_->monitor()->attachedRun().isEmpty());
+    QVERIFY(w_->monitor()->attached_run().isEmpty());
     QVERIFY2(text_of_job().contains(QStringLiteral("exited with status")), qPrintable(text_of_job()));
     QVERIFY2(text_of_job().contains(QStringLiteral("vanishing.jsonl")), qPrintable(text_of_job()));
   }
@@ -292,16 +292,16 @@ class TstLaunch : public QObject {
     QTRY_VERIFY(w_->start_button()->isEnabled());
     QVERIFY(!w_->stop_button()->isEnabled());
     w_->start_button()->click();
-    QTRY_VERIFY2_WITH_TIMEOUT(!w_->monitor()->attachedRun().isEmpty(), qPrintable(text_of_job()), 60000);
-    const QString run_dir = w_->monitor()->attachedRun();
-    QTRY_VERIFY_WITH_TIMEOUT(w_->monitor()->latestStep() >= 1, 120000);
+    QTRY_VERIFY2_WITH_TIMEOUT(!w_->monitor()->attached_run().isEmpty(), qPrintable(text_of_job()), 60000);
+    const QString run_dir = w_->monitor()->attached_run();
+    QTRY_VERIFY_WITH_TIMEOUT(w_->monitor()->latest_step() >= 1, 120000);
     QTRY_VERIFY(w_->stop_button()->isEnabled());
     QCOMPARE(w_->stop_button()->text(), QStringLiteral("Stop"));
     w_->stop_button()->click();
     QVERIFY2(text_of_job().contains(QStringLiteral("SIGTERM")), qPrintable(text_of_job()));
     // Until it has stopped, the next click would kill.
     QCOMPARE(w_->stop_button()->text(), QStringLiteral("Kill…"));
-    QTRY_COMPARE_WITH_TIMEOUT(w_->monitor()->stateText(), QStringLiteral("stopped"), 120000);
+    QTRY_COMPARE_WITH_TIMEOUT(w_->monitor()->state_text(), QStringLiteral("stopped"), 120000);
     const auto st = status_of(run_dir);
     QVERIFY(st);
     QCOMPARE(st->state, run::RunState::Stopped);
@@ -320,9 +320,9 @@ class TstLaunch : public QObject {
     QVERIFY(w_->form()->set_text("output_dir", yaml_quoted(out).toStdString()).empty());
     QTRY_VERIFY(w_->start_button()->isEnabled());
     w_->start_button()->click();
-    QTRY_VERIFY2_WITH_TIMEOUT(!w_->monitor()->attachedRun().isEmpty(), qPrintable(text_of_job()), 60000);
-    const QString run_dir = w_->monitor()->attachedRun();
-    QTRY_VERIFY_WITH_TIMEOUT(w_->monitor()->latestStep() >= 1, 120000);
+    QTRY_VERIFY2_WITH_TIMEOUT(!w_->monitor()->attached_run().isEmpty(), qPrintable(text_of_job()), 60000);
+    const QString run_dir = w_->monitor()->attached_run();
+    QTRY_VERIFY_WITH_TIMEOUT(w_->monitor()->latest_step() >= 1, 120000);
     QTRY_VERIFY(w_->stop_button()->isEnabled());
     const auto before = status_of(run_dir);
     QVERIFY(before && before->pid > 0);
@@ -365,7 +365,7 @@ class TstLaunch : public QObject {
     const auto st = status_of(run_dir);
     QVERIFY(st);
     QVERIFY(!run::is_terminal(st->state));
-    QTRY_COMPARE_WITH_TIMEOUT(w_->monitor()->stateText(), QStringLiteral("failed (stopped responding)"), 30000);
+    QTRY_COMPARE_WITH_TIMEOUT(w_->monitor()->state_text(), QStringLiteral("failed (stopped responding)"), 30000);
     QTRY_VERIFY(!w_->stop_button()->isEnabled());
     QCOMPARE(w_->stop_button()->text(), QStringLiteral("Stop"));
     QTRY_VERIFY(w_->start_button()->isEnabled());
@@ -391,7 +391,7 @@ class TstLaunch : public QObject {
     w_ = window();
     QVERIFY(w_->open_preset(quickstart()));
     QVERIFY(w_->form()->set_text("output_dir", yaml_quoted(out).toStdString()).empty());
-    QTRY_COMPARE(w_->monitor()->attachedRun(), run_dir);
+    QTRY_COMPARE(w_->monitor()->attached_run(), run_dir);
     QVERIFY(w_->job_status()->text().contains(run_dir));
     QTRY_VERIFY(w_->stop_button()->isEnabled());
     // Issue 23, finding 9: Start stays disabled while that job runs in this output folder.
@@ -401,19 +401,19 @@ class TstLaunch : public QObject {
     QVERIFY2(w_->start_button()->toolTip().contains(QStringLiteral("running in this output folder")),
              qPrintable(w_->start_button()->toolTip()));
     // It can stop it too; the engine exits 0.
-    QTRY_VERIFY_WITH_TIMEOUT(w_->monitor()->latestStep() >= 1, 120000);
+    QTRY_VERIFY_WITH_TIMEOUT(w_->monitor()->latest_step() >= 1, 120000);
     w_->stop_button()->click();
     QTRY_COMPARE_WITH_TIMEOUT(cli_.state(), QProcess::NotRunning, 120000);
     QCOMPARE(cli_.exitStatus(), QProcess::NormalExit);
     QCOMPARE(cli_.exitCode(), 0);
-    QTRY_COMPARE(w_->monitor()->stateText(), QStringLiteral("stopped"));
+    QTRY_COMPARE(w_->monitor()->state_text(), QStringLiteral("stopped"));
     QTRY_VERIFY(w_->start_button()->isEnabled());  // the folder is free again
 
     // Nothing alive: a fresh window attaches to nothing.
     w_ = window();
     QVERIFY(w_->form()->set_text("output_dir", yaml_quoted(out).toStdString()).empty());
     QTest::qWait(200);
-    QVERIFY(w_->monitor()->attachedRun().isEmpty());
+    QVERIFY(w_->monitor()->attached_run().isEmpty());
     QVERIFY(!w_->reattach_running());
   }
 #endif

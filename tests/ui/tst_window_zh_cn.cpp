@@ -286,8 +286,8 @@ class TstWindowZhCn : public QObject {
     testing::write_run(root, "20261202-110000-quickstart", failed);
     core_messages_.insert(QStringLiteral("CUDA out of memory"));
     w.form()->set_text("output_dir", "\"" + root.string() + "\"");
-    w.monitor()->attachRunDirectory(QString::fromStdString(finished_run.string()));
-    QTRY_VERIFY_WITH_TIMEOUT(w.monitor()->latestStep() == 60, 20000);
+    w.monitor()->attach_run_directory(QString::fromStdString(finished_run.string()));
+    QTRY_VERIFY_WITH_TIMEOUT(w.monitor()->latest_step() == 60, 20000);
     check_pages(w);
     QVERIFY2(findings_.isEmpty(), qPrintable(QStringLiteral("%1 English text(s) shown untranslated:\n").arg(findings_.size()) +
                                              findings_.join(QLatin1Char('\n'))));

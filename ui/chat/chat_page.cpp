@@ -42,7 +42,7 @@ QString html(const QString& s) { return s.toHtmlEscaped().replace(QLatin1Char('\
 ChatPage::ChatPage(QWidget* parent) : QWidget(parent), engine_(new EngineClient(this)) {
   setObjectName(QStringLiteral("chatPage"));
   build();
-  connect(engine_, &EngineClient::readyChanged, this, [this](const QJsonObject& info) {
+  connect(engine_, &EngineClient::ready_changed, this, [this](const QJsonObject& info) {
     const QString tmpl = info.value(QStringLiteral("template")).isNull() ? tr("no chat template")
                                                                           : info.value(QStringLiteral("template")).toString();
     engine_status_->setText(tr("Ready: %1 (%2, %3, template %4)")

@@ -89,7 +89,7 @@ void EngineClient::read_stdout() {
     if (kind == QLatin1String("ready")) {
       ready_ = true;
       info_ = e;
-      Q_EMIT readyChanged(e);
+      Q_EMIT ready_changed(e);
     } else if (kind == QLatin1String("token")) {
       Q_EMIT token(e.value(QStringLiteral("id")), e.value(QStringLiteral("text")).toString());
     } else if (kind == QLatin1String("done")) {

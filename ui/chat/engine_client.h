@@ -37,7 +37,7 @@ class EngineClient : public QObject {
   QString stderr_tail() const;
 
  Q_SIGNALS:
-  void readyChanged(const QJsonObject& info);              // the engine loaded its model
+  void ready_changed(const QJsonObject& info);              // the engine loaded its model
   void token(const QJsonValue& id, const QString& text);   // a piece of an answer
   void done(const QJsonValue& id, const QJsonObject& result);
   void failed(const QJsonValue& id, const QString& message);  // an error event

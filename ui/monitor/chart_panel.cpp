@@ -55,7 +55,7 @@ ChartPanel::ChartPanel(const QString& title, const QString& y_label, QWidget* pa
   plot_->legend->setFont(QFont(font().family(), std::max(7, font().pointSize() - 1)));
   plot_->axisRect()->insetLayout()->take(plot_->legend);
   plot_->axisRect()->insetLayout()->simplify();
-  showLegend(false);
+  show_legend(false);
   plot_->legend->setFillOrder(QCPLayoutGrid::foColumnsFirst);
   plot_->legend->setWrap(4);
   plot_->legend->setMargins(QMargins(4, 0, 4, 2));
@@ -76,21 +76,21 @@ ChartPanel::ChartPanel(const QString& title, const QString& y_label, QWidget* pa
   hover_label_->setPadding(QMargins(5, 3, 5, 3));
   hover_label_->setVisible(false);
 
-  applyPalette();
-  connect(plot_, &QCustomPlot::mouseMove, this, &ChartPanel::onMouseMove);
+  apply_palette();
+  connect(plot_, &QCustomPlot::mouseMove, this, &ChartPanel::on_mouse_move);
   connect(plot_, &QCustomPlot::mousePress, this, [this] { follow_ = false; });
   connect(plot_, &QCustomPlot::mouseWheel, this, [this] { follow_ = false; });
-  connect(plot_, &QCustomPlot::mouseDoubleClick, this, [this] { resetView(); });
-  connect(plot_->yAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), this, [this] { placeMarks(); });
+  connect(plot_, &QCustomPlot::mouseDoubleClick, this, [this] { reset_view(); });
+  connect(plot_->yAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), this, [this] { place_marks(); });
   plot_->setContextMenuPolicy(Qt::CustomContextMenu);
-  connect(plot_, &QWidget::customContextMenuRequested, this, &ChartPanel::showContextMenu);
+  connect(plot_, &QWidget::customContextMenuRequested, this, &ChartPanel::show_context_menu);
 }
 
 ChartPanel::Bound& ChartPanel::bind(const QString& name, const QString& label, QColor color, Style style) {
   QCPGraph* g = plot_->addGraph();
   g->setName(label);
   bound_.push_back(Bound{name, g, nullptr, {}, 0, color, style});
-  g->setPen(seriesPen(bound_.back()));
+  g->setPen(series_pen(bound_.back()));
   if (style == Style::Dots) {
     g->setLineStyle(QCPGraph::lsLine);
     g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, g->pen().color(), 6));
@@ -98,15 +98,15 @@ ChartPanel::Bound& ChartPanel::bind(const QString& name, const QString& label, Q
   return bound_.back();
 }
 
-void ChartPanel::addSeries(const QString& name, const QString& label, QColor color, Style style) {
+void ChartPanel::add_series(const QString& name, const QString& label, QColor color, Style style) {
   bind(name, label, color, style);
 }
 
-void ChartPanel::addFamily(const QString& prefix, const QString& label_prefix, Style style) {
+void ChartPanel::add_family(const QString& prefix, const QString& label_prefix, Style style) {
   families_.push_back(Family{prefix, label_prefix, style});
 }
 
-QColor ChartPanel::familyColor(const QString& suffix) {
+QColor ChartPanel::family_color(const QString& suffix) {
   bool numeric = false;
   const int n = suffix.toInt(&numeric);
   if (numeric && n >= 0) return kPalette[n % std::size(kPalette)];
@@ -116,7 +116,7 @@ QColor ChartPanel::familyColor(const QString& suffix) {
   return kPalette[h % std::size(kPalette)];
 }
 
-QPen ChartPanel::seriesPen(const Bound& b) const {
+QPen ChartPanel::series_pen(const Bound& b) const {
   // On a dark background the light palette's colours are too deep: lift them.
   const QColor c = is_dark(palette()) ? b.color.lighter(135) : b.color;
   return penFor(c, b.style);
@@ -147,7 +147,7 @@ void style_plot(QCustomPlot* plot, const QPalette& p) {
   plot->legend->setTextColor(text);
 }
 
-void ChartPanel::applyPalette() {
+void ChartPanel::apply_palette() {
   const QPalette& p = palette();
   style_plot(plot_, p);
   plot_->legend->setBorderPen(Qt::NoPen);  // a row of its own: no box
@@ -166,7 +166,7 @@ void ChartPanel::applyPalette() {
   }
   for (Bound& b : bound_) {
     if (!b.graph) continue;
-    QPen pen = seriesPen(b);
+    QPen pen = series_pen(b);
     pen.setWidthF(b.graph->pen().widthF());  // a dense series keeps its thin pen
     b.graph->setPen(pen);
     if (b.style == Style::Dots) b.graph->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, pen.color(), 6));
@@ -174,7 +174,7 @@ void ChartPanel::applyPalette() {
   plot_->replot(QCustomPlot::rpQueuedReplot);
 }
 
-void ChartPanel::showLegend(bool on) {
+void ChartPanel::show_legend(bool on) {
   // Out of the layout when hidden: a hidden element would still keep its row.
   QCPLayoutGrid* grid = plot_->plotLayout();
   const bool placed = grid->hasElement(2, 0) && grid->element(2, 0) == plot_->legend;
@@ -190,10 +190,10 @@ void ChartPanel::showLegend(bool on) {
 
 void ChartPanel::changeEvent(QEvent* e) {
   QWidget::changeEvent(e);
-  if (e->type() == QEvent::PaletteChange || e->type() == QEvent::StyleChange) applyPalette();
+  if (e->type() == QEvent::PaletteChange || e->type() == QEvent::StyleChange) apply_palette();
 }
 
-void ChartPanel::setLogScale(bool on) {
+void ChartPanel::set_log_scale(bool on) {
   log_ = on;
   plot_->yAxis->setScaleType(on ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
   if (on)
@@ -204,13 +204,13 @@ void ChartPanel::setLogScale(bool on) {
   plot_->replot();
 }
 
-void ChartPanel::setReferenceLine(double y, const QString& label) {
+void ChartPanel::set_reference_line(double y, const QString& label) {
   ref_y_ = y;
   if (!ref_line_) {
     ref_line_ = new QCPItemStraightLine(plot_);
     ref_label_ = new QCPItemText(plot_);
     ref_label_->setPositionAlignment(Qt::AlignLeft | Qt::AlignBottom);
-    applyPalette();
+    apply_palette();
   }
   ref_line_->setVisible(y > 0);
   ref_label_->setVisible(y > 0);
@@ -223,7 +223,7 @@ void ChartPanel::setReferenceLine(double y, const QString& label) {
   plot_->replot();
 }
 
-void ChartPanel::setEmptyText(const QString& text) {
+void ChartPanel::set_empty_text(const QString& text) {
   if (empty_label_->text() == text) return;
   empty_label_->setText(text);
   plot_->replot(QCustomPlot::rpQueuedReplot);
@@ -256,7 +256,7 @@ void ChartPanel::refresh(const SeriesStore& store) {
       const bool known = std::any_of(bound_.begin(), bound_.end(), [&](const Bound& b) { return b.series == it->first; });
       if (known) continue;
       const QString suffix = it->first.mid(f.prefix.size());
-      bind(it->first, f.label_prefix + suffix, familyColor(suffix), f.style);
+      bind(it->first, f.label_prefix + suffix, family_color(suffix), f.style);
     }
   }
   for (Bound& b : bound_) {
@@ -291,13 +291,13 @@ void ChartPanel::refresh(const SeriesStore& store) {
   // A legend of one line says nothing the title does not; marks always get explained.
   int legend_items = 0;
   for (const Bound& b : bound_) legend_items += (b.graph ? 1 : 0) + (b.marks ? 1 : 0);
-  showLegend(legend_items > 1);
-  if (follow_) updateRanges(store);
-  placeMarks();
+  show_legend(legend_items > 1);
+  if (follow_) update_ranges(store);
+  place_marks();
   plot_->replot();
 }
 
-void ChartPanel::updateRanges(const SeriesStore& store) {
+void ChartPanel::update_ranges(const SeriesStore& store) {
   double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
   for (const Bound& b : bound_) {
     const SeriesStore::Entry* e = store.find(b.series);
@@ -327,7 +327,7 @@ void ChartPanel::updateRanges(const SeriesStore& store) {
   }
 }
 
-void ChartPanel::placeMarks() {
+void ChartPanel::place_marks() {
   // Marks sit just inside the visible edge whatever the zoom, so they stay in view:
   // NaN and +inf at the top, -inf at the bottom.
   const QCPRange r = plot_->yAxis->range();
@@ -347,11 +347,11 @@ void ChartPanel::placeMarks() {
   }
 }
 
-void ChartPanel::resetView() {
+void ChartPanel::reset_view() {
   follow_ = true;
   for (Bound& b : bound_) b.version = 0;  // force a full refresh at the next tick
   plot_->rescaleAxes();
-  placeMarks();
+  place_marks();
   plot_->replot();
 }
 
@@ -366,7 +366,7 @@ QString markName(NonFinite k) {
 }
 }  // namespace
 
-void ChartPanel::hoverAt(double key) {
+void ChartPanel::hover_at(double key) {
   // The step shown is the data point nearest the pointer over every series; another series
   // is listed only with a point within a few pixels of it, and with that point's own step
   // when it differs (an eval every 20 steps is never read off at step 9).
@@ -416,23 +416,23 @@ void ChartPanel::hoverAt(double key) {
   plot_->replot(QCustomPlot::rpQueuedReplot);
 }
 
-QString ChartPanel::hoverText() const { return hover_label_->visible() ? hover_label_->text() : QString(); }
+QString ChartPanel::hover_text() const { return hover_label_->visible() ? hover_label_->text() : QString(); }
 
-void ChartPanel::onMouseMove(QMouseEvent* e) {
+void ChartPanel::on_mouse_move(QMouseEvent* e) {
   if (!plot_->axisRect()->rect().contains(e->pos())) {
     hover_label_->setVisible(false);
     hover_line_->setVisible(false);
     plot_->replot(QCustomPlot::rpQueuedReplot);
     return;
   }
-  hoverAt(plot_->xAxis->pixelToCoord(e->pos().x()));
+  hover_at(plot_->xAxis->pixelToCoord(e->pos().x()));
 }
 
-void ChartPanel::showContextMenu(const QPoint& pos) {
+void ChartPanel::show_context_menu(const QPoint& pos) {
   auto* menu = new QMenu(this);
   menu->setAttribute(Qt::WA_DeleteOnClose);
-  menu->addAction(tr("Reset view"), this, [this] { resetView(); });
-  QAction* log = menu->addAction(tr("Logarithmic scale"), this, [this](bool on) { setLogScale(on); });
+  menu->addAction(tr("Reset view"), this, [this] { reset_view(); });
+  QAction* log = menu->addAction(tr("Logarithmic scale"), this, [this](bool on) { set_log_scale(on); });
   log->setCheckable(true);
   log->setChecked(log_);
   menu->addSeparator();
@@ -444,16 +444,16 @@ void ChartPanel::showContextMenu(const QPoint& pos) {
     connect(dlg, &QFileDialog::fileSelected, this, save);
     dlg->open();  // asynchronous: no nested event loop
   };
-  menu->addAction(tr("Export PNG…"), this, [this, ask] { ask(tr("PNG image (*.png)"), "png", [this](const QString& f) { exportPng(f); }); });
-  menu->addAction(tr("Export CSV…"), this, [this, ask] { ask(tr("CSV (*.csv)"), "csv", [this](const QString& f) { exportCsv(f); }); });
+  menu->addAction(tr("Export PNG…"), this, [this, ask] { ask(tr("PNG image (*.png)"), "png", [this](const QString& f) { export_png(f); }); });
+  menu->addAction(tr("Export CSV…"), this, [this, ask] { ask(tr("CSV (*.csv)"), "csv", [this](const QString& f) { export_csv(f); }); });
   menu->popup(plot_->mapToGlobal(pos));
 }
 
-bool ChartPanel::exportPng(const QString& path, int width, int height) {
+bool ChartPanel::export_png(const QString& path, int width, int height) {
   return plot_->savePng(path, width, height);
 }
 
-bool ChartPanel::exportCsv(const QString& path) const {
+bool ChartPanel::export_csv(const QString& path) const {
   QFile f(path);
   if (!f.open(QIODevice::WriteOnly | QIODevice::Truncate | QIODevice::Text)) return false;
   QTextStream out(&f);
@@ -480,15 +480,15 @@ int ChartPanel::pointCount(const QString& series) const {
   return -1;
 }
 
-QColor ChartPanel::seriesColor(const QString& series) const {
+QColor ChartPanel::series_color(const QString& series) const {
   for (const Bound& b : bound_)
     if (b.series == series && b.graph) return b.graph->pen().color();
   return {};
 }
 
-QColor ChartPanel::hoverBackground() const { return hover_label_->brush().color(); }
+QColor ChartPanel::hover_background() const { return hover_label_->brush().color(); }
 
-int ChartPanel::markerCount(const QString& series) const {
+int ChartPanel::marker_count(const QString& series) const {
   for (const Bound& b : bound_)
     if (b.series == series) return b.marks ? b.marks->data()->size() : 0;
   return -1;

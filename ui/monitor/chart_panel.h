@@ -36,37 +36,37 @@ class ChartPanel : public QWidget {
   ChartPanel(const QString& title, const QString& y_label, QWidget* parent = nullptr);
 
   // A graph of the series `name` (legend: `label`).
-  void addSeries(const QString& name, const QString& label, QColor color, Style style = Style::Line);
+  void add_series(const QString& name, const QString& label, QColor color, Style style = Style::Line);
   // A graph for every series whose name starts with `prefix`; its legend is
   // `label_prefix` + the rest of the name. Series sharing that rest share a colour.
-  void addFamily(const QString& prefix, const QString& label_prefix, Style style = Style::Line);
+  void add_family(const QString& prefix, const QString& label_prefix, Style style = Style::Line);
 
-  void setLogScale(bool on);
-  bool logScale() const { return log_; }
+  void set_log_scale(bool on);
+  bool log_scale() const { return log_; }
   // A horizontal reference line (e.g. the link's measured bandwidth); <= 0 hides it.
-  void setReferenceLine(double y, const QString& label);
-  void setEmptyText(const QString& text);
+  void set_reference_line(double y, const QString& label);
+  void set_empty_text(const QString& text);
 
   // Brings the graphs up to date with `store` (only changed series are copied) and
   // replots when anything changed.
   void refresh(const SeriesStore& store);
-  void resetView();
+  void reset_view();
 
-  bool exportPng(const QString& path, int width = 1200, int height = 700);
-  bool exportCsv(const QString& path) const;
+  bool export_png(const QString& path, int width = 1200, int height = 700);
+  bool export_csv(const QString& path) const;
 
   QCustomPlot* plot() const { return plot_; }
   // Test hooks: points drawn for `series` and non-finite markers shown for it.
   int pointCount(const QString& series) const;
-  int markerCount(const QString& series) const;
-  QString hoverText() const;
-  QColor seriesColor(const QString& series) const;  // its pen's colour; invalid when not drawn
+  int marker_count(const QString& series) const;
+  QString hover_text() const;
+  QColor series_color(const QString& series) const;  // its pen's colour; invalid when not drawn
   // The readout's background (opaque) and whether its box sits inside the axes.
-  QColor hoverBackground() const;
-  void hoverAt(double key);  // what a mouse move over `key` shows
+  QColor hover_background() const;
+  void hover_at(double key);  // what a mouse move over `key` shows
   // The colour a family member gets: fixed by its name (rank N: the Nth colour; a collective:
   // its own), so a series keeps its colour whatever order the series appear in.
-  static QColor familyColor(const QString& suffix);
+  static QColor family_color(const QString& suffix);
 
  protected:
   void changeEvent(QEvent* e) override;
@@ -88,13 +88,13 @@ class ChartPanel : public QWidget {
 
   Bound& bind(const QString& name, const QString& label, QColor color, Style style);
   // Background, axes, grid, title, legend, readout and series pens from the palette.
-  void applyPalette();
-  void showLegend(bool on);
-  QPen seriesPen(const Bound& b) const;
-  void updateRanges(const SeriesStore& store);
-  void placeMarks();
-  void onMouseMove(QMouseEvent* e);
-  void showContextMenu(const QPoint& pos);
+  void apply_palette();
+  void show_legend(bool on);
+  QPen series_pen(const Bound& b) const;
+  void update_ranges(const SeriesStore& store);
+  void place_marks();
+  void on_mouse_move(QMouseEvent* e);
+  void show_context_menu(const QPoint& pos);
 
   QCustomPlot* plot_ = nullptr;
   QCPItemText* empty_label_ = nullptr;

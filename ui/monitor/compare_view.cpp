@@ -103,7 +103,7 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   split->setStretchFactor(0, 3);
   split->setStretchFactor(1, 2);
   layout->addWidget(split);
-  connect(only_diff_, &QCheckBox::toggled, diff_, &ConfigDiffModel::setOnlyDifferences);
+  connect(only_diff_, &QCheckBox::toggled, diff_, &ConfigDiffModel::set_only_differences);
   connect(log_, &QCheckBox::toggled, this, [this](bool on) {
     plot_->yAxis->setScaleType(on ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
     if (on)

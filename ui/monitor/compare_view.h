@@ -40,9 +40,9 @@ class CompareView : public QWidget {
   ~CompareView() override;
 
   void compare(const QStringList& dirs);
-  ConfigDiffModel* diffModel() const { return diff_; }
+  ConfigDiffModel* diff_model() const { return diff_; }
   QCustomPlot* plot() const { return plot_; }
-  int runCount() const { return static_cast<int>(runs_.size()); }
+  int run_count() const { return static_cast<int>(runs_.size()); }
   bool busy() const { return pending_ != 0; }
 
  signals:

@@ -83,7 +83,7 @@ void ConfigDiffModel::setColumns(std::vector<ConfigColumn> columns) {
   endResetModel();
 }
 
-void ConfigDiffModel::setOnlyDifferences(bool on) {
+void ConfigDiffModel::set_only_differences(bool on) {
   beginResetModel();
   only_diff_ = on;
   rebuild();

@@ -32,7 +32,7 @@ class ConfigDiffModel : public QAbstractTableModel {
   QVariant headerData(int section, Qt::Orientation orientation, int role = Qt::DisplayRole) const override;
 
   void setColumns(std::vector<ConfigColumn> columns);
-  void setOnlyDifferences(bool on);
+  void set_only_differences(bool on);
   const std::vector<std::string>& keys() const { return keys_; }
 
  private:

@@ -42,7 +42,7 @@ bool LogView::matches(const QString& line) const {
   return filter_.isEmpty() || line.contains(filter_, Qt::CaseInsensitive);
 }
 
-void LogView::appendLines(const QStringList& lines) {
+void LogView::append_lines(const QStringList& lines) {
   if (lines.isEmpty()) return;
   for (const QString& l : lines) lines_.push_back(l);
   while (static_cast<int>(lines_.size()) > max_lines_) lines_.pop_front();
@@ -97,6 +97,6 @@ void LogView::rerender() {
   text_->horizontalScrollBar()->setValue(0);
 }
 
-QString LogView::visibleText() const { return text_->toPlainText(); }
+QString LogView::visible_text() const { return text_->toPlainText(); }
 
 }  // namespace odyssey::ui

@@ -18,11 +18,11 @@ class LogView : public QWidget {
  public:
   explicit LogView(QWidget* parent = nullptr, int max_lines = 5000);
 
-  void appendLines(const QStringList& lines);
+  void append_lines(const QStringList& lines);
   void clear();
   void setSource(const QString& text);  // e.g. "logs/rank-0.log"
   void setFilter(const QString& text);
-  QString visibleText() const;
+  QString visible_text() const;
   int lineCount() const { return static_cast<int>(lines_.size()); }
   // The horizontal scroll position of the text (0: lines shown from their start).
   int horizontalOffset() const;

@@ -67,7 +67,7 @@ const QColor kBlue(0x1f, 0x77, 0xb4), kOrange(0xff, 0x7f, 0x0e), kGreen(0x2c, 0x
 
 MonitorPage::MonitorPage(QWidget* parent) : QWidget(parent) {
   registerTypes();
-  buildUi();
+  build_ui();
   redraw_timer_.setSingleShot(true);
   redraw_timer_.setInterval(40);
   connect(&redraw_timer_, &QTimer::timeout, this, &MonitorPage::redraw);
@@ -79,12 +79,12 @@ MonitorPage::MonitorPage(QWidget* parent) : QWidget(parent) {
   // Objects living on the io thread are deleted there, when it finishes (their timers
   // belong to that thread).
   connect(&io_thread_, &QThread::finished, scanner_, &QObject::deleteLater);
-  connect(scanner_, &RunScanner::scanned, this, &MonitorPage::onScanned, Qt::QueuedConnection);
+  connect(scanner_, &RunScanner::scanned, this, &MonitorPage::on_scanned, Qt::QueuedConnection);
   io_thread_.start();
-  applyPalette();
+  apply_palette();
 }
 
-QStringList MonitorPage::checkpointsOf(const QString& run_dir) {
+QStringList MonitorPage::checkpoints_of(const QString& run_dir) {
   std::vector<std::pair<long long, QString>> found;
   const QDir dir(QString::fromStdString(run::RunDir(run_dir.toStdString()).checkpoints_dir().string()));
   for (const QFileInfo& f : dir.entryInfoList(QDir::Dirs | QDir::NoDotAndDotDot)) {
@@ -100,21 +100,21 @@ QStringList MonitorPage::checkpointsOf(const QString& run_dir) {
   return out;
 }
 
-QMenu* MonitorPage::runMenu(const QString& run_dir, QWidget* parent) {
+QMenu* MonitorPage::run_menu(const QString& run_dir, QWidget* parent) {
   auto* menu = new QMenu(parent);
   const QString name = QFileInfo(run_dir).fileName();
-  menu->addAction(tr("Show on the Monitor"), this, [this, run_dir] { attachRunDirectory(run_dir); });
+  menu->addAction(tr("Show on the Monitor"), this, [this, run_dir] { attach_run_directory(run_dir); });
   QAction* load = menu->addAction(tr("Load this run's configuration"), this,
-                                  [this, run_dir] { emit loadRunRequested(run_dir, QString()); });
+                                  [this, run_dir] { emit load_run_requested(run_dir, QString()); });
   const bool has_config = QFileInfo(QString::fromStdString(run::RunDir(run_dir.toStdString()).config().string())).isFile();
   load->setEnabled(has_config);
   load->setToolTip(has_config ? tr("Fill the form with the configuration %1 trained with (its config.yaml), as an "
                                    "untitled preset.").arg(name)
                               : tr("%1 has no config.yaml.").arg(name));
   QMenu* resume = menu->addMenu(tr("Resume from checkpoint"));
-  const QStringList checkpoints = checkpointsOf(run_dir);
+  const QStringList checkpoints = checkpoints_of(run_dir);
   for (const QString& c : checkpoints)
-    resume->addAction(QFileInfo(c).fileName(), this, [this, run_dir, c] { emit loadRunRequested(run_dir, c); });
+    resume->addAction(QFileInfo(c).fileName(), this, [this, run_dir, c] { emit load_run_requested(run_dir, c); });
   if (checkpoints.isEmpty()) resume->addAction(tr("(no checkpoints saved)"))->setEnabled(false);
   resume->setEnabled(has_config);
   menu->addSeparator();
@@ -123,15 +123,15 @@ QMenu* MonitorPage::runMenu(const QString& run_dir, QWidget* parent) {
   return menu;
 }
 
-void MonitorPage::applyPalette() {
+void MonitorPage::apply_palette() {
   banner_->setStyleSheet(notice_style(palette(), true));
   messages_label_->setStyleSheet(notice_style(palette(), false));
-  updateHeader();
+  update_header();
 }
 
 void MonitorPage::changeEvent(QEvent* e) {
   QWidget::changeEvent(e);
-  if (e->type() == QEvent::PaletteChange) applyPalette();
+  if (e->type() == QEvent::PaletteChange) apply_palette();
 }
 
 MonitorPage::~MonitorPage() {
@@ -140,7 +140,7 @@ MonitorPage::~MonitorPage() {
   io_thread_.wait();  // at teardown only: the io thread finishes its current poll
 }
 
-void MonitorPage::buildUi() {
+void MonitorPage::build_ui() {
   auto* outer = new QVBoxLayout(this);
   auto* split = new QSplitter(Qt::Horizontal, this);
   outer->addWidget(split);
@@ -190,14 +190,14 @@ void MonitorPage::buildUi() {
   ll->addWidget(root_label_);
   ll->addWidget(runs_view_, 1);
   ll->addLayout(buttons);
-  connect(open, &QPushButton::clicked, this, &MonitorPage::openRunDialog);
+  connect(open, &QPushButton::clicked, this, &MonitorPage::open_run_dialog);
   connect(runs_view_, &QTableView::activated, this,
-          [this](const QModelIndex& i) { attachRunDirectory(i.data(RunsModel::PathRole).toString()); });
+          [this](const QModelIndex& i) { attach_run_directory(i.data(RunsModel::PathRole).toString()); });
   runs_view_->setContextMenuPolicy(Qt::CustomContextMenu);
   connect(runs_view_, &QWidget::customContextMenuRequested, this, [this](const QPoint& pos) {
     const QModelIndex i = runs_view_->indexAt(pos);
     if (!i.isValid()) return;
-    QMenu* menu = runMenu(i.data(RunsModel::PathRole).toString(), this);
+    QMenu* menu = run_menu(i.data(RunsModel::PathRole).toString(), this);
     menu->setAttribute(Qt::WA_DeleteOnClose);
     menu->popup(runs_view_->viewport()->mapToGlobal(pos));
   });
@@ -205,7 +205,7 @@ void MonitorPage::buildUi() {
     QStringList dirs;
     for (const QModelIndex& i : runs_view_->selectionModel()->selectedRows())
       dirs << i.data(RunsModel::PathRole).toString();
-    if (!dirs.isEmpty()) compareRuns(dirs);
+    if (!dirs.isEmpty()) compare_runs(dirs);
   });
 
   // Right: the attached run.
@@ -267,20 +267,20 @@ void MonitorPage::buildUi() {
   cl->addLayout(tools);
   auto* grid = new QGridLayout;
   loss_ = new ChartPanel(tr("Loss"), tr("loss"), charts);
-  loss_->addSeries(QStringLiteral("loss"), tr("train (raw)"), kBlue, ChartPanel::Style::Thin);
-  loss_->addSeries(QStringLiteral("loss_ema"), tr("train (EMA 0.9)"), kBlue, ChartPanel::Style::Emphasis);
-  loss_->addSeries(QStringLiteral("eval_loss"), tr("eval"), kOrange, ChartPanel::Style::Dots);
+  loss_->add_series(QStringLiteral("loss"), tr("train (raw)"), kBlue, ChartPanel::Style::Thin);
+  loss_->add_series(QStringLiteral("loss_ema"), tr("train (EMA 0.9)"), kBlue, ChartPanel::Style::Emphasis);
+  loss_->add_series(QStringLiteral("eval_loss"), tr("eval"), kOrange, ChartPanel::Style::Dots);
   lr_ = new ChartPanel(tr("Learning rate"), tr("lr"), charts);
-  lr_->addSeries(QStringLiteral("lr"), tr("lr"), kGreen);
+  lr_->add_series(QStringLiteral("lr"), tr("lr"), kGreen);
   tokens_ = new ChartPanel(tr("Throughput"), tr("tokens/s (all ranks)"), charts);
-  tokens_->addSeries(QStringLiteral("tokens_per_s"), tr("tokens/s"), kPurple);
+  tokens_->add_series(QStringLiteral("tokens_per_s"), tr("tokens/s"), kPurple);
   grad_ = new ChartPanel(tr("Gradient norm (before clipping)"), tr("norm"), charts);
-  grad_->addSeries(QStringLiteral("grad_norm"), tr("grad norm"), kOrange);
+  grad_->add_series(QStringLiteral("grad_norm"), tr("grad norm"), kOrange);
   vram_ = new ChartPanel(tr("GPU memory per rank"), tr("GiB"), charts);
-  vram_->addFamily(QStringLiteral("vram_peak/"), tr("peak "));
-  vram_->addFamily(QStringLiteral("vram_reserved/"), tr("reserved "), ChartPanel::Style::Dashed);
+  vram_->add_family(QStringLiteral("vram_peak/"), tr("peak "));
+  vram_->add_family(QStringLiteral("vram_reserved/"), tr("reserved "), ChartPanel::Style::Dashed);
   busbw_ = new ChartPanel(tr("Collective bus bandwidth"), tr("GB/s (nccl-tests busbw)"), charts);
-  busbw_->addFamily(QStringLiteral("busbw/"), QString());
+  busbw_->add_family(QStringLiteral("busbw/"), QString());
   // Two columns of charts where they fit, one below that (a laptop with the plan docked).
   const QList<ChartPanel*> order{loss_, lr_, tokens_, grad_, vram_, busbw_};
   for (ChartPanel* c : order)
@@ -307,8 +307,8 @@ void MonitorPage::buildUi() {
   split->setStretchFactor(1, 1);
   split->setSizes({std::max(left->minimumWidth(), 360), 1120});
 
-  connect(log_scale_, &QCheckBox::toggled, loss_, &ChartPanel::setLogScale);
-  connect(link_spin_, qOverload<double>(&QDoubleSpinBox::valueChanged), this, &MonitorPage::setLinkBandwidth);
+  connect(log_scale_, &QCheckBox::toggled, loss_, &ChartPanel::set_log_scale);
+  connect(link_spin_, qOverload<double>(&QDoubleSpinBox::valueChanged), this, &MonitorPage::set_link_bandwidth);
 }
 
 ChartPanel* MonitorPage::chart(const QString& id) const {
@@ -321,22 +321,22 @@ ChartPanel* MonitorPage::chart(const QString& id) const {
   return nullptr;
 }
 
-void MonitorPage::setLinkBandwidth(double gb_per_s) {
+void MonitorPage::set_link_bandwidth(double gb_per_s) {
   link_gbps_ = gb_per_s;
   if (link_spin_->value() != gb_per_s) link_spin_->setValue(gb_per_s);
-  busbw_->setReferenceLine(gb_per_s, tr("link measured %1 GB/s").arg(gb_per_s, 0, 'f', 0));
+  busbw_->set_reference_line(gb_per_s, tr("link measured %1 GB/s").arg(gb_per_s, 0, 'f', 0));
 }
 
-void MonitorPage::setOutputRoot(const QString& root) {
+void MonitorPage::set_output_root(const QString& root) {
   root_ = root;
   root_label_->setText(tr("Runs in %1").arg(root));
   const quint64 gen = ++scan_generation_;
-  QMetaObject::invokeMethod(scanner_, [s = scanner_, root, gen] { s->setRoot(root, gen); }, Qt::QueuedConnection);
+  QMetaObject::invokeMethod(scanner_, [s = scanner_, root, gen] { s->set_root(root, gen); }, Qt::QueuedConnection);
 }
 
-void MonitorPage::onScanned(quint64 generation, const std::vector<RunSummary>& runs, const QString& error) {
+void MonitorPage::on_scanned(quint64 generation, const std::vector<RunSummary>& runs, const QString& error) {
   if (generation != scan_generation_) return;  // a scan of the previous root
-  runs_model_->setRuns(runs);
+  runs_model_->set_runs(runs);
   QString text = error;
   if (text.isEmpty())
     text = runs.empty() ? tr("No runs yet in %1: Start training creates the first, or open a run folder (Open run…).")
@@ -345,42 +345,42 @@ void MonitorPage::onScanned(quint64 generation, const std::vector<RunSummary>& r
   root_label_->setText(notice_.isEmpty() ? text : notice_ + QStringLiteral("\n") + text);
 }
 
-QString MonitorPage::rootText() const { return root_label_->text(); }
+QString MonitorPage::root_text() const { return root_label_->text(); }
 
-void MonitorPage::openRunDialog() {
+void MonitorPage::open_run_dialog() {
   auto* dlg = new QFileDialog(this, tr("Open run directory"), root_);
   dlg->setFileMode(QFileDialog::Directory);
   dlg->setOption(QFileDialog::ShowDirsOnly);
   dlg->setAttribute(Qt::WA_DeleteOnClose);
-  connect(dlg, &QFileDialog::fileSelected, this, &MonitorPage::openRunFolder);
+  connect(dlg, &QFileDialog::fileSelected, this, &MonitorPage::open_run_folder);
   dlg->open();  // asynchronous: no nested event loop
 }
 
-void MonitorPage::stopWatcher() {
+void MonitorPage::stop_watcher() {
   if (!watcher_) return;
   watcher_->cancel();
   watcher_->deleteLater();  // deleted on the io thread, between two of its events
   watcher_ = nullptr;
 }
 
-bool MonitorPage::openRunFolder(const QString& dir) {
+bool MonitorPage::open_run_folder(const QString& dir) {
   // A folder the user picked that is not a run (no status.json, no events.jsonl) is not
   // attached: the page would show state "unknown" on the previous run's axes (issue 23,
   // finding 7). The launch path attaches a run directory before its first file exists and
-  // goes through attachRunDirectory directly.
+  // goes through attach_run_directory directly.
   if (!run::RunDir::looks_like_run(std::filesystem::path(dir.toStdString()))) {
     notice_ = tr("%1 is not a run directory (it has neither status.json nor events.jsonl); still showing %2.")
                   .arg(dir, attached_.isEmpty() ? tr("no run") : attached_);
     root_label_->setText(notice_);
     return false;
   }
-  attachRunDirectory(dir);
+  attach_run_directory(dir);
   return true;
 }
 
-void MonitorPage::attachRunDirectory(const QString& dir) {
+void MonitorPage::attach_run_directory(const QString& dir) {
   notice_.clear();
-  stopWatcher();
+  stop_watcher();
   attached_ = dir;
   ++watch_generation_;
   store_.clear();
@@ -400,17 +400,17 @@ void MonitorPage::attachRunDirectory(const QString& dir) {
   watcher_ = new RunWatcher(dir, watch_generation_);
   watcher_->moveToThread(&io_thread_);
   connect(&io_thread_, &QThread::finished, watcher_, &QObject::deleteLater);
-  connect(watcher_, &RunWatcher::batchReady, this, &MonitorPage::onBatch, Qt::QueuedConnection);
+  connect(watcher_, &RunWatcher::batch_ready, this, &MonitorPage::on_batch, Qt::QueuedConnection);
   QMetaObject::invokeMethod(watcher_, &RunWatcher::start, Qt::QueuedConnection);
-  updateHeader();
+  update_header();
   redraw_timer_.start();
   tabs_->setCurrentIndex(0);
-  const int row = runs_model_->rowOfPath(dir);
+  const int row = runs_model_->row_of_path(dir);
   if (row >= 0) runs_view_->selectRow(row);
-  emit runAttached(dir);
+  emit run_attached(dir);
 }
 
-void MonitorPage::compareRuns(const QStringList& dirs) {
+void MonitorPage::compare_runs(const QStringList& dirs) {
   compare_->compare(dirs);
   tabs_->setCurrentWidget(compare_);
 }

@@ -42,59 +42,59 @@ class MonitorPage : public QWidget {
   explicit MonitorPage(QWidget* parent = nullptr);
   ~MonitorPage() override;
 
-  void setOutputRoot(const QString& root);
-  void attachRunDirectory(const QString& dir);
+  void set_output_root(const QString& root);
+  void attach_run_directory(const QString& dir);
   // A folder the user opened (Open run…): attached when it is a run, else refused with a
   // notice above the runs list; returns whether it was attached.
-  bool openRunFolder(const QString& dir);
+  bool open_run_folder(const QString& dir);
 
   // A past run as history: its checkpoints (checkpoints/checkpoint-N, newest first) and the
   // menu the runs list opens on it (attach, load its configuration, resume from a checkpoint,
   // open its folder). The caller owns the menu.
-  static QStringList checkpointsOf(const QString& run_dir);
-  QMenu* runMenu(const QString& run_dir, QWidget* parent);
-  void compareRuns(const QStringList& dirs);
+  static QStringList checkpoints_of(const QString& run_dir);
+  QMenu* run_menu(const QString& run_dir, QWidget* parent);
+  void compare_runs(const QStringList& dirs);
   // The link's measured bus bandwidth (GB/s) drawn on the bandwidth chart; <= 0 hides it.
-  void setLinkBandwidth(double gb_per_s);
+  void set_link_bandwidth(double gb_per_s);
 
   // Read-outs (tests, screenshots and the main window's status bar).
-  QString outputRoot() const { return root_; }
-  QString attachedRun() const { return attached_; }
-  RunsModel* runsModel() const { return runs_model_; }
+  QString output_root() const { return root_; }
+  QString attached_run() const { return attached_; }
+  RunsModel* runs_model() const { return runs_model_; }
   ChartPanel* chart(const QString& id) const;  // loss, lr, tokens, grad, vram, busbw
-  CompareView* compareView() const { return compare_; }
-  LogView* logView() const { return log_; }
+  CompareView* compare_view() const { return compare_; }
+  LogView* log_view() const { return log_; }
   const SeriesStore& series() const { return store_; }
   DisplayState state() const;
-  QString titleText() const;     // run id, model, mesh and optimizer
-  QString stateText() const;
+  QString title_text() const;     // run id, model, mesh and optimizer
+  QString state_text() const;
   QString progressText() const;
-  QString bannerText() const;    // the failure banner, "" when hidden
-  QString messagesText() const;  // diagnostics and notes, "" when none
-  QString rootText() const;      // above the runs list: the folder, "No runs yet", a folder that is not a run
-  std::int64_t latestStep() const { return progress_ ? progress_->step : 0; }
-  std::int64_t eventsRead() const { return events_read_; }
-  bool caughtUp() const { return caught_up_; }
-  int batchesReceived() const { return batches_; }
+  QString banner_text() const;    // the failure banner, "" when hidden
+  QString messages_text() const;  // diagnostics and notes, "" when none
+  QString root_text() const;      // above the runs list: the folder, "No runs yet", a folder that is not a run
+  std::int64_t latest_step() const { return progress_ ? progress_->step : 0; }
+  std::int64_t events_read() const { return events_read_; }
+  bool caught_up() const { return caught_up_; }
+  int batches_received() const { return batches_; }
 
  signals:
-  void runAttached(const QString& dir);
+  void run_attached(const QString& dir);
   // "Load this run's configuration" (checkpoint empty) or "Resume from checkpoint".
-  void loadRunRequested(const QString& run_dir, const QString& checkpoint);
+  void load_run_requested(const QString& run_dir, const QString& checkpoint);
 
  protected:
   void changeEvent(QEvent* e) override;
 
  private:
-  void applyPalette();  // notices and the state label follow the palette (light, dark)
-  void buildUi();
-  void onBatch(const odyssey::ui::WatchBatch& batch);
-  void onScanned(quint64 generation, const std::vector<odyssey::ui::RunSummary>& runs, const QString& error);
+  void apply_palette();  // notices and the state label follow the palette (light, dark)
+  void build_ui();
+  void on_batch(const odyssey::ui::WatchBatch& batch);
+  void on_scanned(quint64 generation, const std::vector<odyssey::ui::RunSummary>& runs, const QString& error);
   void redraw();
-  void updateHeader();
-  void addMessages(const QStringList& lines);
-  void openRunDialog();
-  void stopWatcher();
+  void update_header();
+  void add_messages(const QStringList& lines);
+  void open_run_dialog();
+  void stop_watcher();
 
   QString root_;
   QString attached_;

@@ -21,7 +21,7 @@ constexpr int kShownMessages = 6;
 constexpr qint64 kRedrawBudgetMs = 15;
 }  // namespace
 
-void MonitorPage::onBatch(const WatchBatch& b) {
+void MonitorPage::on_batch(const WatchBatch& b) {
   if (b.generation != watch_generation_) return;  // from a run attached before: stale
   QElapsedTimer t;
   t.start();
@@ -30,7 +30,7 @@ void MonitorPage::onBatch(const WatchBatch& b) {
     store_.clear();
     progress_.reset();
     run_end_.reset();
-    addMessages({tr("events.jsonl was replaced or truncated: the charts restart from its first line.")});
+    add_messages({tr("events.jsonl was replaced or truncated: the charts restart from its first line.")});
   }
   for (const SeriesChunk& c : b.series) store_.append(c.name, c.x, c.y);
   if (b.run_start) run_start_ = b.run_start;
@@ -42,8 +42,8 @@ void MonitorPage::onBatch(const WatchBatch& b) {
     liveness_ = b.liveness;
   }
   if (b.dir_missing) dir_missing_ = *b.dir_missing;
-  addMessages(b.messages);
-  log_->appendLines(b.log_lines);
+  add_messages(b.messages);
+  log_->append_lines(b.log_lines);
   events_read_ = b.events_read;
   bytes_read_ = b.bytes_read;
   bytes_total_ = b.bytes_total;
@@ -75,14 +75,14 @@ void MonitorPage::redraw() {
     }
   }
   // Once steps arrive, an empty chart is empty for good reason, not "waiting".
-  vram_->setEmptyText(progress_ ? tr("no GPU memory recorded: this run trains on the CPU") : tr("waiting for the first step…"));
-  busbw_->setEmptyText(progress_ ? tr("no collectives recorded: a single-process run") : tr("waiting for the first step…"));
-  updateHeader();
+  vram_->set_empty_text(progress_ ? tr("no GPU memory recorded: this run trains on the CPU") : tr("waiting for the first step…"));
+  busbw_->set_empty_text(progress_ ? tr("no collectives recorded: a single-process run") : tr("waiting for the first step…"));
+  update_header();
   if (!finished) redraw_timer_.start();
   if (qEnvironmentVariableIsSet("ODYSSEY_MONITOR_TRACE")) qInfo("redraw %lld ms", static_cast<long long>(t.elapsed()));
 }
 
-void MonitorPage::addMessages(const QStringList& lines) {
+void MonitorPage::add_messages(const QStringList& lines) {
   if (lines.isEmpty()) return;
   message_count_ += static_cast<int>(lines.size());
   messages_ << lines;
@@ -103,7 +103,7 @@ DisplayState MonitorPage::state() const {
   return s;
 }
 
-QString MonitorPage::stateText() const { return display_state_name(state()); }
+QString MonitorPage::state_text() const { return display_state_name(state()); }
 
 QString MonitorPage::progressText() const {
   QStringList parts;
@@ -126,12 +126,12 @@ QString MonitorPage::progressText() const {
   return parts.join(QStringLiteral("  ·  "));
 }
 
-QString MonitorPage::bannerText() const { return banner_->isHidden() ? QString() : banner_->text(); }
-QString MonitorPage::titleText() const { return title_->text(); }
+QString MonitorPage::banner_text() const { return banner_->isHidden() ? QString() : banner_->text(); }
+QString MonitorPage::title_text() const { return title_->text(); }
 
-QString MonitorPage::messagesText() const { return messages_label_->isHidden() ? QString() : messages_label_->text(); }
+QString MonitorPage::messages_text() const { return messages_label_->isHidden() ? QString() : messages_label_->text(); }
 
-void MonitorPage::updateHeader() {
+void MonitorPage::update_header() {
   if (attached_.isEmpty()) return;
   QString title = run_start_ ? QString::fromStdString(run_start_->run_id) : attached_.section(QLatin1Char('/'), -1);
   if (run_start_) {
@@ -171,7 +171,7 @@ void MonitorPage::updateHeader() {
                          : s == DisplayState::Running ? ok_color(pal)
                                                       : pal.color(QPalette::WindowText))
                             .name();
-  state_label_->setText(QStringLiteral("<b style='color:%1'>%2</b>").arg(color, stateText().toHtmlEscaped()));
+  state_label_->setText(QStringLiteral("<b style='color:%1'>%2</b>").arg(color, state_text().toHtmlEscaped()));
 
   double frac = 0;
   if (progress_) {

@@ -109,7 +109,7 @@ void RunScanner::start() {
   timer_->start();
 }
 
-void RunScanner::setRoot(const QString& root, quint64 generation) {
+void RunScanner::set_root(const QString& root, quint64 generation) {
   root_ = root;
   generation_ = generation;
   scan();

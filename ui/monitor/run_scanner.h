@@ -26,7 +26,7 @@ class RunScanner : public QObject {
  public slots:
   void start();  // on the worker thread
   // A new root (generation numbers let the GUI drop results of the previous root).
-  void setRoot(const QString& root, quint64 generation);
+  void set_root(const QString& root, quint64 generation);
   void scan();
 
  signals:

@@ -115,7 +115,7 @@ void RunWatcher::poll() {
                      !b.restarted && !b.progress;
   if (empty || cancelled_.load()) return;
   ++in_flight_;
-  emit batchReady(b);
+  emit batch_ready(b);
   // Pipeline one more slice while the GUI digests this one.
   if (more_pending_ && in_flight_ < kMaxInFlight) QTimer::singleShot(0, this, &RunWatcher::poll);
 }

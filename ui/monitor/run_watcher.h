@@ -47,7 +47,7 @@ class RunWatcher : public QObject {
   void acknowledge();  // the GUI consumed a batch
 
  signals:
-  void batchReady(const odyssey::ui::WatchBatch& batch);
+  void batch_ready(const odyssey::ui::WatchBatch& batch);
 
  private:
   void poll();

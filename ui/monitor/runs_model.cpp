@@ -63,7 +63,7 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
   }
 }
 
-void RunsModel::setRuns(std::vector<RunSummary> runs) {
+void RunsModel::set_runs(std::vector<RunSummary> runs) {
   bool same_rows = runs.size() == runs_.size();
   for (std::size_t i = 0; same_rows && i < runs.size(); ++i) same_rows = runs[i].path == runs_[i].path;
   if (!same_rows) {
@@ -80,7 +80,7 @@ void RunsModel::setRuns(std::vector<RunSummary> runs) {
   }
 }
 
-int RunsModel::rowOfPath(const QString& path) const {
+int RunsModel::row_of_path(const QString& path) const {
   for (std::size_t i = 0; i < runs_.size(); ++i)
     if (runs_[i].path == path) return static_cast<int>(i);
   return -1;

@@ -25,9 +25,9 @@ class RunsModel : public QAbstractTableModel {
 
   // Replaces the rows. When the same runs are listed in the same order only changed rows
   // are signalled, so selection and scroll position survive the periodic rescan.
-  void setRuns(std::vector<RunSummary> runs);
+  void set_runs(std::vector<RunSummary> runs);
   const std::vector<RunSummary>& runs() const { return runs_; }
-  int rowOfPath(const QString& path) const;
+  int row_of_path(const QString& path) const;
 
  private:
   std::vector<RunSummary> runs_;

@@ -75,15 +75,15 @@ class TstMonitorIngest : public QObject {
     clock.start();
     since_tick.start();
     ticker.start();
-    page.attachRunDirectory(QString::fromStdString(dir.string()));
-    QTRY_VERIFY_WITH_TIMEOUT(page.latestStep() == steps && page.caughtUp(), 300000);
+    page.attach_run_directory(QString::fromStdString(dir.string()));
+    QTRY_VERIFY_WITH_TIMEOUT(page.latest_step() == steps && page.caught_up(), 300000);
     const double seconds = static_cast<double>(clock.elapsed()) / 1000.0;
     QTest::qWait(200);  // the last redraw
     ticker.stop();
     const double rss_after = testing::current_rss_mib();
     const double peak = testing::peak_rss_mib();
-    qInfo("ingested %lld events (%d steps) in %.1f s in %d batches", static_cast<long long>(page.eventsRead()), steps,
-          seconds, page.batchesReceived());
+    qInfo("ingested %lld events (%d steps) in %.1f s in %d batches", static_cast<long long>(page.events_read()), steps,
+          seconds, page.batches_received());
     qInfo("GUI thread longest stall: %lld ms (goal < 50 ms)", static_cast<long long>(longest_gap));
     qInfo("RSS before %.0f MiB, after %.0f MiB, peak %.0f MiB", rss_before, rss_after, peak);
     const SeriesStore::Entry* loss = page.series().find("loss");
@@ -112,8 +112,8 @@ class TstMonitorIngest : public QObject {
     page.resize(1600, 1000);
     page.show();
     QVERIFY(QTest::qWaitForWindowExposed(&page));
-    page.attachRunDirectory(QString::fromStdString(dir.string()));
-    QTRY_COMPARE_WITH_TIMEOUT(page.latestStep(), std::int64_t(1), 10000);
+    page.attach_run_directory(QString::fromStdString(dir.string()));
+    QTRY_COMPARE_WITH_TIMEOUT(page.latest_step(), std::int64_t(1), 10000);
 
     std::atomic<bool> done{false};
     std::thread writer([&] {
@@ -140,14 +140,14 @@ class TstMonitorIngest : public QObject {
     since_tick.start();
     clock.start();
     ticker.start();
-    while (!done || page.latestStep() < f.total_steps) {
+    while (!done || page.latest_step() < f.total_steps) {
       QTest::qWait(20);
       if (clock.elapsed() > 120000) break;
     }
     QTest::qWait(300);  // the last redraw
     ticker.stop();
     writer.join();
-    QCOMPARE(page.latestStep(), std::int64_t(f.total_steps));
+    QCOMPARE(page.latest_step(), std::int64_t(f.total_steps));
     QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->pointCount("loss"), f.total_steps, 10000);
     std::sort(gaps.begin(), gaps.end());
     const qint64 longest = gaps.empty() ? 0 : gaps.back();

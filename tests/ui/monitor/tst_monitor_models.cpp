@@ -31,11 +31,11 @@ class TstMonitorModels : public QObject {
     log.resize(320, 200);
     QStringList lines;
     for (int i = 0; i < 30; ++i) lines << QStringLiteral("[rank0] step %1/30 ").arg(i) + QString(300, QLatin1Char('='));
-    log.appendLines(lines.mid(0, 15));  // hidden, as the Log tab is until clicked
+    log.append_lines(lines.mid(0, 15));  // hidden, as the Log tab is until clicked
     log.show();
     QVERIFY(QTest::qWaitForWindowExposed(&log));
     QCOMPARE(log.horizontalOffset(), 0);
-    log.appendLines(lines.mid(15));
+    log.append_lines(lines.mid(15));
     QCOMPARE(log.horizontalOffset(), 0);
     log.setFilter(QStringLiteral("step 2"));
     QCOMPARE(log.horizontalOffset(), 0);
@@ -89,7 +89,7 @@ class TstMonitorModels : public QObject {
     std::vector<RunSummary> runs;
     for (const char* n : {"20250101-000003-c", "20250101-000002-b", "20250101-000001-a"})
       runs.push_back(summarize_run(QString::fromStdString((root() / n).string()), run::unix_now()));
-    m.setRuns(runs);
+    m.set_runs(runs);
     QCOMPARE(m.rowCount(), 3);
     QCOMPARE(m.index(0, RunsModel::StateColumn).data().toString(), QStringLiteral("running"));
     QCOMPARE(m.index(0, RunsModel::StepColumn).data().toString(), QStringLiteral("20/40"));
@@ -101,11 +101,11 @@ class TstMonitorModels : public QObject {
     // Same rows again: values change in place, no reset.
     QSignalSpy reset(&m, &QAbstractItemModel::modelReset);
     runs[0].step = 21;
-    m.setRuns(runs);
+    m.set_runs(runs);
     QCOMPARE(reset.count(), 0);
     QCOMPARE(m.index(0, RunsModel::StepColumn).data().toString(), QStringLiteral("21/40"));
     runs.pop_back();
-    m.setRuns(runs);
+    m.set_runs(runs);
     QCOMPARE(m.rowCount(), 2);
   }
 
@@ -138,7 +138,7 @@ class TstMonitorModels : public QObject {
     for (int r = 0; r < m.rowCount(); ++r) keys << m.index(r, 0).data().toString();
     QVERIFY(keys.contains("learning_rate"));
     QVERIFY(keys.contains("sequence_parallel_size"));
-    m.setOnlyDifferences(false);
+    m.set_only_differences(false);
     QVERIFY(m.rowCount() > 20);
     std::vector<ConfigColumn> bad{config_column("x", "learning_rate: [oops", "x.yaml")};
     QVERIFY(!bad[0].error.isEmpty());

@@ -65,30 +65,30 @@ class TstMonitorScreenshots : public QObject {
 
     MonitorPage page;
     page.resize(1600, 1000);
-    page.setLinkBandwidth(281);
-    page.setOutputRoot(QString::fromStdString(root.string()));
+    page.set_link_bandwidth(281);
+    page.set_output_root(QString::fromStdString(root.string()));
     page.show();
     QVERIFY(QTest::qWaitForWindowExposed(&page));
-    QTRY_COMPARE_WITH_TIMEOUT(page.runsModel()->rowCount(), 3, 10000);
+    QTRY_COMPARE_WITH_TIMEOUT(page.runs_model()->rowCount(), 3, 10000);
 
-    page.attachRunDirectory(QString::fromStdString(d_live.string()));
-    QTRY_VERIFY_WITH_TIMEOUT(page.latestStep() == 500 && page.caughtUp(), 20000);
+    page.attach_run_directory(QString::fromStdString(d_live.string()));
+    QTRY_VERIFY_WITH_TIMEOUT(page.latest_step() == 500 && page.caught_up(), 20000);
     save(page, "monitor-live.png");
-    QVERIFY(page.chart("loss")->exportPng(QDir(out_).filePath("monitor-loss-chart.png"), 900, 500));
+    QVERIFY(page.chart("loss")->export_png(QDir(out_).filePath("monitor-loss-chart.png"), 900, 500));
 
-    page.chart("loss")->setLogScale(true);
-    page.logView()->setFilter(QString());
+    page.chart("loss")->set_log_scale(true);
+    page.log_view()->setFilter(QString());
     page.findChild<QTabWidget*>()->setCurrentIndex(1);
     save(page, "monitor-log.png");
     page.findChild<QTabWidget*>()->setCurrentIndex(0);
-    page.chart("loss")->setLogScale(false);
+    page.chart("loss")->set_log_scale(false);
 
-    page.attachRunDirectory(QString::fromStdString(d_failed.string()));
-    QTRY_VERIFY_WITH_TIMEOUT(!page.bannerText().isEmpty(), 20000);
+    page.attach_run_directory(QString::fromStdString(d_failed.string()));
+    QTRY_VERIFY_WITH_TIMEOUT(!page.banner_text().isEmpty(), 20000);
     save(page, "monitor-failed.png");
 
-    page.compareRuns({QString::fromStdString(d_done.string()), QString::fromStdString(d_live.string())});
-    QTRY_COMPARE_WITH_TIMEOUT(page.compareView()->runCount(), 2, 20000);
+    page.compare_runs({QString::fromStdString(d_done.string()), QString::fromStdString(d_live.string())});
+    QTRY_COMPARE_WITH_TIMEOUT(page.compare_view()->run_count(), 2, 20000);
     save(page, "monitor-compare.png");
   }
 };
