@@ -4,6 +4,13 @@
 // grid-stride; the 16 code values sit in shared memory. The per-block scale is looked up per
 // byte (a 64-value block shares it over 32 threads, served from L1). Memory-bound: n/2 bytes
 // read, n values written as pairs (a 2 x dtype store).
+//
+// Tolerance: none. `odyssey-train selftest` requires the dequantized weight to equal the ATen
+// dequantizer's (kernels/quant4.cpp's reference path) bit for bit in fp32 and bf16: a code lookup
+// and one multiply by the block's scale round the same way on both. The 4-bit linear built on it is
+// held to 2 × the reference product's error plus one unit roundoff.
+// Source of the format: bitsandbytes' blockwise 4-bit quantization (NF4 code table of Dettmers et
+// al. 2023, "QLoRA"; FP4 e2m1; double quantization of the absmax in blocks of 256).
 #include "kernels/cuda_common.cuh"
 #include "kernels/quant4_launch.h"
 

@@ -6,6 +6,8 @@
 #include "kernels/dtype.h"
 #include "kernels/linear_autograd.h"
 
+#include <tuple>
+
 #ifdef ODYSSEY_HAVE_CUDA_KERNELS
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -72,10 +74,8 @@ struct AddRmsNorm : torch::autograd::Function<AddRmsNorm> {
     } else
 #endif
     {
-      sum = rc.defined() ? xc + rc : xc;
-      const torch::Tensor s = sum.to(torch::kFloat32);
-      rstd = torch::rsqrt(s.pow(2).mean(-1) + eps);
-      y = wc * (s * rstd.unsqueeze(-1)).to(dtype);
+      std::tie(y, sum) = add_rms_norm_reference(xc, rc, wc, eps);
+      rstd = rms_inverse(sum.to(torch::kFloat32), eps).squeeze(-1);
     }
     ctx->save_for_backward({sum, rstd, wc});
     ctx->saved_data["has_residual"] = residual.defined();

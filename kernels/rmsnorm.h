@@ -56,8 +56,15 @@ torch::Tensor rms_norm_linear(const torch::Tensor& n, const torch::Tensor& s, co
                               double eps, const LinearWeights& w,
                               const c10::intrusive_ptr<NormShare>& share = c10::intrusive_ptr<NormShare>());
 
-// The reference: HF's formula in plain ATen ops, differentiated by autograd.
+// The reference, and the formula's one home: HF's residual add and RMSNorm in plain ATen ops,
+// differentiated by autograd. The statistic is taken in fp32 (float64 for a float64 input: the
+// selftest's exact run), y = weight * (h * rms_inverse(h)) rounded to the input dtype, or with
+// `plus_one` (Gemma) (h * (1 + weight)) rounded once at the end. Returns {y, x + residual}.
 std::pair<torch::Tensor, torch::Tensor> add_rms_norm_reference(const torch::Tensor& x, const torch::Tensor& residual,
-                                                               const torch::Tensor& weight, double eps);
+                                                               const torch::Tensor& weight, double eps,
+                                                               bool plus_one = false);
+// 1 / sqrt(mean(h²) + eps) over the last dimension, kept as a size-1 dimension: the norm's
+// statistic (the CPU path of add_rms_norm saves it for its backward).
+torch::Tensor rms_inverse(const torch::Tensor& h, double eps);
 
 }  // namespace odyssey::kernels

@@ -6,6 +6,14 @@
 // feature pairs), flattened and walked grid-stride; N pairs per unit with 128-bit accesses
 // when head_dim / 2, the strides and the pointers allow it (N = 1 otherwise). cos/sin rows
 // are re-read per head from L1/L2 (they are [tokens, head_dim], a small fraction of q and k).
+//
+// Tolerance: `odyssey-train selftest` (kernels/selftest.cpp) evaluates this kernel, its reference
+// (kernels/rope_ref.cpp) in the same dtype and the reference on float64 inputs; every output and
+// gradient must be within 2 × the reference's own error plus one unit roundoff of the dtype (2^-8
+// bf16, 2^-24 fp32) of the float64 result. The bound is derived from the reference's rounding on
+// each shape, not chosen.
+// Source of the formula: Hugging Face's apply_rotary_pos_emb with rotate_half, q · cos +
+// rotate_half(q) · sin (Su et al. 2021, RoFormer).
 #include "kernels/rope_launch.h"
 #include "kernels/cuda_common.cuh"
 

@@ -5,6 +5,14 @@
 // cols, a row stride or a pointer is not 16-byte aligned), walking the tiles grid-stride, so
 // there is one 64-bit division per tile, not per element. gate and up keep their own row
 // strides (e.g. the two halves of one [T, 2I] projection).
+//
+// Tolerance: `odyssey-train selftest` (kernels/selftest.cpp) evaluates this kernel, its reference
+// (kernels/swiglu_ref.cpp) in the same dtype and the reference on float64 inputs; every output and
+// gradient must be within 2 × the reference's own error plus one unit roundoff of the dtype (2^-8
+// bf16, 2^-24 fp32) of the float64 result. The bound is derived from the reference's rounding on
+// each shape, not chosen.
+// Source of the formula: the MLP activation of Hugging Face's LlamaMLP / Qwen2MLP, silu(gate) · up
+// (Shazeer 2020, "GLU Variants Improve Transformer").
 #include "kernels/swiglu_launch.h"
 #include "kernels/cuda_common.cuh"
 

@@ -109,12 +109,7 @@ RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps_, const torch::TensorOptio
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   if (fused && !plus_one) return kernels::rms_norm(x, weight, eps);
-  const auto in_dtype = x.scalar_type();
-  torch::Tensor h = x.to(torch::kFloat32);
-  const torch::Tensor variance = h.pow(2).mean(-1, true);
-  h = h * torch::rsqrt(variance + eps);
-  if (plus_one) return (h * (1.0 + weight.to(torch::kFloat32))).to(in_dtype);  // Gemma: (x * w).to(dtype)
-  return weight * h.to(in_dtype);
+  return kernels::add_rms_norm_reference(x, torch::Tensor(), weight, eps, plus_one).first;
 }
 
 EmbeddingImpl::EmbeddingImpl(std::int64_t vocab, std::int64_t dim, std::optional<std::int64_t> pad,
