@@ -1,0 +1,262 @@
+// The fused SwiGLU ops (kernels/swiglu.h: swiglu, swiglu_down, rms_norm_mlp) against the references (the Hugging Face formulas differentiated by autograd) on
+// the CPU: there the fused ops run the same hand-written forward/backward math as the CUDA
+// kernels, in ATen ops (the CUDA code itself is checked on a GPU by `odyssey-train selftest`).
+// Error measure and tolerances: tests/support/kernel_checks.h.
+#define QT_NO_KEYWORDS
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <QtTest>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kernels/quant4.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/swiglu.h"
+#include "tests/support/autograd_graph.h"
+#include "tests/support/kernel_checks.h"
+
+using namespace odyssey::kernels;
+using namespace odyssey::testing::kernel_checks;
+using torch::Tensor;
+
+class TstSwiglu : public QObject {
+  Q_OBJECT
+
+ private Q_SLOTS:
+  void initTestCase() { torch::manual_seed(1234); }
+
+  // ---------------------------------------------------------------------------------------
+  void swiglu_vs_reference_data() {
+    QTest::addColumn<QString>("shape");
+    QTest::newRow("single row I=37") << "1,37";
+    QTest::newRow("129x100") << "129,100";
+    QTest::newRow("[3,5,24]") << "3,5,24";
+  }
+
+  // gate and up are the two halves of one projection output [..., 2I] (strided views).
+  void swiglu_vs_reference() {
+    QFETCH(QString, shape);
+    std::vector<int64_t> sizes;
+    for (const QString& p : shape.split(',')) sizes.push_back(p.toLongLong());
+    const int64_t inter = sizes.back();
+    std::vector<int64_t> big_sizes = sizes;
+    big_sizes.back() = 2 * inter;
+    const Tensor big0 = torch::randn(big_sizes, torch::kFloat64) * 3;
+    const Tensor gy = torch::randn(sizes, torch::kFloat64);
+    struct Run {
+      Tensor y, dbig;
+    };
+    auto run = [&](bool fused, torch::ScalarType dtype) {
+      const Tensor big = leaf(big0, dtype);
+      const Tensor gate = big.narrow(-1, 0, inter), up = big.narrow(-1, inter, inter);
+      const Tensor y = fused ? swiglu(gate, up) : swiglu_reference(gate, up);
+      (y.to(torch::kFloat64) * gy).sum().backward();
+      return Run{y.detach(), big.grad()};
+    };
+    const Run f64 = run(false, torch::kFloat64);
+    const Run f32 = run(true, torch::kFloat32), r32 = run(false, torch::kFloat32);
+    QVERIFY2(torch::equal(f32.y, r32.y), "fp32 y differs from the fp32 reference (must be bit-identical)");
+    QVERIFY2(rel(f32.y, f64.y) < kF32, qPrintable(QString("fp32 y rel %1").arg(rel(f32.y, f64.y))));
+    QVERIFY2(rel(f32.dbig, f64.dbig) < kF32, qPrintable(QString("fp32 grad rel %1").arg(rel(f32.dbig, f64.dbig))));
+    const Run fb = run(true, torch::kBFloat16), rb = run(false, torch::kBFloat16);
+    QVERIFY2(torch::equal(fb.y, rb.y), "bf16 y differs from the bf16 reference (must be bit-identical)");
+    for (int64_t half = 0; half < 2; ++half) {
+      const Tensor got = fb.dbig.narrow(-1, half * inter, inter), ref = rb.dbig.narrow(-1, half * inter, inter);
+      const Tensor truth = f64.dbig.narrow(-1, half * inter, inter);
+      const double e = rel(got, ref);
+      QVERIFY2(e <= kBf16, qPrintable(QString("bf16 %1 rel %2").arg(half ? "dup" : "dgate").arg(e)));
+      QVERIFY2(rel(got, truth) <= rel(ref, truth) + kBf16Slack,
+               qPrintable(QString("bf16 %1 error %2 vs reference %3")
+                              .arg(half ? "dup" : "dgate")
+                              .arg(rel(got, truth))
+                              .arg(rel(ref, truth))));
+    }
+  }
+
+  void swiglu_errors() {
+    const Tensor g = torch::randn({4, 6});
+    auto has = [](const std::string& msg, const char* needle) { return msg.find(needle) != std::string::npos; };
+    std::string e = error_of([&] { swiglu(g, torch::randn({4, 5})); });
+    QVERIFY2(has(e, "differs from up shape"), e.c_str());
+    e = error_of([&] { swiglu(g, g.to(torch::kBFloat16)); });
+    QVERIFY2(has(e, "up dtype"), e.c_str());
+    e = error_of([&] { swiglu(torch::randn({6, 4}).t(), g); });
+    QVERIFY2(has(e, "last dimension must be contiguous"), e.c_str());
+    e = error_of([&] { swiglu(g.to(torch::kInt32), g.to(torch::kInt32)); });
+    QVERIFY2(has(e, "must be float32, bfloat16 or float16"), e.c_str());
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // swiglu_down (the MLP's SwiGLU + down projection, activation recomputed in backward)
+  // against the layers it replaces: swiglu_reference, then the down projection as
+  // core/model/decoder.cpp's LinearImpl computes it (base weight + bias, LoRA adapters in fp32
+  // cast to the activation's dtype, scaled), differentiated by autograd. Every input's
+  // gradient: gate and up, the down weight and bias when trained (full fine-tuning), the
+  // adapters when the weight is frozen (LoRA), none of the weights (the activation is then not
+  // recomputed at all).
+  void swiglu_down_vs_layers_data() {
+    QTest::addColumn<QString>("mode");
+    QTest::newRow("full, bias") << "full";
+    QTest::newRow("LoRA r4 on a frozen weight") << "lora";
+    QTest::newRow("frozen, no adapter") << "frozen";
+    QTest::newRow("LoRA r4 on a 4-bit NF4 base") << "qlora";
+  }
+
+  void swiglu_down_vs_layers() {
+    QFETCH(QString, mode);
+    const bool full = mode == "full", lora = mode == "lora" || mode == "qlora";
+    const int64_t tokens = 37, inter = 48, out = 20, r = 4;
+    const Tensor big0 = torch::randn({1, tokens, 2 * inter}, torch::kFloat64) * 2;
+    Tensor w0 = torch::randn({out, inter}, torch::kFloat64) / std::sqrt(double(inter));
+    const auto q = mode == "qlora" ? quantize_in_place(w0) : c10::intrusive_ptr<Quant4Weight>();
+    const Tensor b0 = torch::randn({out}, torch::kFloat64);
+    const Tensor a0 = torch::randn({r, inter}, torch::kFloat64) / std::sqrt(double(inter));
+    const Tensor bb0 = torch::randn({out, r}, torch::kFloat64);  // nonzero so both adapters get gradients
+    const Tensor gy = torch::randn({1, tokens, out}, torch::kFloat64);
+    const double scaling = 2.0;
+    struct Run {
+      Tensor y, dbig, dw, db, da, dbb;
+    };
+    auto run = [&](bool fused, torch::ScalarType dtype) {
+      const Tensor big = leaf(big0, dtype);
+      const Tensor w = leaf(w0, dtype, full), b = full ? leaf(b0, dtype) : Tensor();
+      // Adapters are fp32 (float64 for the truth), as LinearImpl keeps them.
+      const auto adt = dtype == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+      const Tensor a = lora ? leaf(a0, adt) : Tensor(), bb = lora ? leaf(bb0, adt) : Tensor();
+      const Tensor gate = big.narrow(-1, 0, inter), up = big.narrow(-1, inter, inter);
+      Tensor y;
+      if (fused) {
+        LinearWeights down;
+        if (q) down.quant = q;
+        else down.weight = w;
+        down.bias = b;
+        down.lora_a = a;
+        down.lora_b = bb;
+        down.lora_scaling = scaling;
+        y = swiglu_down(gate, up, down);
+      } else {
+        const Tensor act = swiglu_reference(gate, up);
+        y = at::linear(act, w, b.defined() ? std::optional<Tensor>(b) : std::nullopt);
+        if (lora) y = y + at::linear(at::linear(act, a.to(dtype)), bb.to(dtype)) * scaling;
+      }
+      (y.to(torch::kFloat64) * gy).sum().backward();
+      auto grad = [](const Tensor& t) { return t.defined() ? t.grad() : Tensor(); };
+      return Run{y.detach(), big.grad(), grad(w), grad(b), grad(a), grad(bb)};
+    };
+    const Run truth = run(false, torch::kFloat64);
+    const std::vector<std::string> names = {"y", "d gate|up", "d weight", "d bias", "d lora_a", "d lora_b"};
+    auto fields = [](const Run& x) { return std::vector<Tensor>{x.y, x.dbig, x.dw, x.db, x.da, x.dbb}; };
+    for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+      expect_like_layers(fields(run(true, dtype)), fields(run(false, dtype)), fields(truth), dtype, names);
+      if (QTest::currentTestFailed()) return;
+    }
+  }
+
+  void swiglu_down_errors() {
+    const Tensor g = torch::randn({4, 6});
+    LinearWeights down;
+    down.weight = torch::randn({3, 5});
+    std::string e = error_of([&] { swiglu_down(g, g, down); });
+    QVERIFY2(e.find("swiglu_down: the weight must be [out, 6]") != std::string::npos, e.c_str());
+    down.weight = torch::randn({3, 6});
+    down.lora_a = torch::randn({2, 6});
+    e = error_of([&] { swiglu_down(g, g, down); });
+    QVERIFY2(e.find("come together") != std::string::npos, e.c_str());
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // rms_norm_mlp (the whole MLP of a norm's output, keeping none of its intermediates) inside
+  // the graph the decoder builds: add_rms_norm(x, residual) then the MLP of its output, against
+  // the layers (add_rms_norm_reference, three projections as LinearImpl computes them,
+  // swiglu_reference), differentiated by autograd. Every gradient: x, the residual, the norm
+  // weight, and each projection's weight and bias (full) or adapters (LoRA on frozen weights).
+  void rms_norm_mlp_vs_layers_data() {
+    QTest::addColumn<QString>("mode");
+    QTest::newRow("full, biases") << "full";
+    QTest::newRow("LoRA r4 on frozen weights") << "lora";
+    QTest::newRow("LoRA r4 on 4-bit NF4 bases") << "qlora";
+  }
+
+  void rms_norm_mlp_vs_layers() {
+    QFETCH(QString, mode);
+    const bool full = mode == "full", lora = !full, quant = mode == "qlora";
+    const int64_t tokens = 29, hidden = 24, inter = 40, r = 4;
+    // Its own generator: the tests after it keep the random draws they were tuned with.
+    at::Generator gen = at::detail::createCPUGenerator(20261201);
+    auto randn = [&](std::vector<int64_t> sizes) { return torch::randn(sizes, gen, torch::kFloat64); };
+    const Tensor x0 = randn({1, tokens, hidden});
+    const Tensor res0 = randn({1, tokens, hidden});
+    const Tensor nw0 = 1 + 0.1 * randn({hidden});
+    const int64_t in[3] = {hidden, hidden, inter}, outs[3] = {inter, inter, hidden};
+    std::vector<Tensor> w0, b0, a0, bb0;
+    std::vector<c10::intrusive_ptr<Quant4Weight>> q0(3);
+    for (int p = 0; p < 3; ++p) {
+      w0.push_back(randn({outs[p], in[p]}) / std::sqrt(double(in[p])));
+      b0.push_back(randn({outs[p]}));
+      a0.push_back(randn({r, in[p]}) / std::sqrt(double(in[p])));
+      bb0.push_back(randn({outs[p], r}));
+      if (quant) q0[p] = quantize_in_place(w0[p]);
+    }
+    const Tensor gy = randn({1, tokens, hidden});
+    const double scaling = 0.5;
+    auto run = [&](bool fused, torch::ScalarType dtype) {
+      const Tensor x = leaf(x0, dtype), res = leaf(res0, dtype), nw = leaf(nw0, dtype);
+      const auto adt = dtype == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+      auto [n, sum] = fused ? add_rms_norm(x, res, nw, kEps) : add_rms_norm_reference(x, res, nw, kEps);
+      std::vector<Tensor> leaves{x, res, nw};
+      LinearWeights w[3];
+      for (int p = 0; p < 3; ++p) {
+        w[p].weight = leaf(w0[p], dtype, full);
+        w[p].bias = full ? leaf(b0[p], dtype) : Tensor();
+        if (lora) w[p].lora_a = leaf(a0[p], adt), w[p].lora_b = leaf(bb0[p], adt), w[p].lora_scaling = scaling;
+        for (const Tensor& t : {w[p].weight, w[p].bias, w[p].lora_a, w[p].lora_b})
+          if (t.defined() && t.requires_grad()) leaves.push_back(t);
+      }
+      auto layer = [&](const Tensor& v, const LinearWeights& lw) {
+        Tensor y = at::linear(v, lw.weight, lw.bias.defined() ? std::optional<Tensor>(lw.bias) : std::nullopt);
+        if (lora) y = y + at::linear(at::linear(v, lw.lora_a.to(dtype)), lw.lora_b.to(dtype)) * scaling;
+        return y;
+      };
+      LinearWeights fw[3] = {w[0], w[1], w[2]};  // the fused op's: 4-bit bases in place of the weights
+      if (quant)
+        for (int p = 0; p < 3; ++p) fw[p].weight = Tensor(), fw[p].quant = q0[p];
+      const Tensor y = fused ? rms_norm_mlp(n, sum, nw, kEps, fw[0], fw[1], fw[2])
+                             : layer(swiglu_reference(layer(n, w[0]), layer(n, w[1])), w[2]);
+      // The norm's sum feeds the residual stream too (h + mlp(n) in the decoder).
+      ((y.to(torch::kFloat64) * gy).sum() + (sum.to(torch::kFloat64) * x0).sum()).backward();
+      std::vector<Tensor> g{y.detach()};
+      for (const Tensor& t : leaves) g.push_back(t.grad());
+      return g;
+    };
+    const auto truth = run(false, torch::kFloat64);
+    for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+      expect_like_layers(run(true, dtype), run(false, dtype), truth, dtype);  // y, then each leaf's gradient
+      if (QTest::currentTestFailed()) return;
+    }
+  }
+
+  void rms_norm_mlp_errors() {
+    const Tensor s = torch::randn({5, 8}), nw = torch::ones({8});
+    LinearWeights g, u, d;
+    g.weight = torch::randn({6, 8});
+    u.weight = torch::randn({7, 8});
+    d.weight = torch::randn({8, 6});
+    std::string e = error_of([&] { rms_norm_mlp(torch::randn({5, 7}), s, nw, kEps, g, u, d); });
+    QVERIFY2(e.find("the norm output must have the input's shape") != std::string::npos, e.c_str());
+    e = error_of([&] { rms_norm_mlp(torch::randn({5, 8}), s, nw, kEps, g, u, d); });
+    QVERIFY2(e.find("gate and up must have one width, got 6 and 7") != std::string::npos, e.c_str());
+    u.weight = torch::randn({6, 8});
+    d.weight = torch::randn({8, 5});
+    e = error_of([&] { rms_norm_mlp(torch::randn({5, 8}), s, nw, kEps, g, u, d); });
+    QVERIFY2(e.find("rms_norm_mlp (down): the weight must be [out, 6]") != std::string::npos, e.c_str());
+  }
+
+};
+
+QTEST_GUILESS_MAIN(TstSwiglu)
+#include "tst_swiglu.moc"
