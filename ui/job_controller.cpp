@@ -3,6 +3,7 @@
 #include <QDateTime>
 #include <QDir>
 #include <QFile>
+#include <QMetaObject>
 #include <QUrl>
 
 #include <signal.h>
@@ -34,12 +35,48 @@ bool is_alive(const run::RunStatus& st) {
 
 }  // namespace
 
-JobController::JobController(QObject* parent) : QObject(parent) {
+void LaunchLogReader::open(const QString& path, quint64 generation) {
+  path_ = path;
+  generation_ = generation;
+  offset_ = 0;
+  decoder_ = QStringDecoder(QStringDecoder::Utf8);
+}
+
+void LaunchLogReader::read() {
+  QString text;
+  bool restarted = false;
+  QFile f(path_);
+  if (!path_.isEmpty() && f.open(QIODevice::ReadOnly)) {
+    if (f.size() < offset_) {
+      offset_ = 0;
+      decoder_ = QStringDecoder(QStringDecoder::Utf8);
+      restarted = true;
+    }
+    if (f.size() > offset_ && f.seek(offset_)) {
+      const QByteArray grown_bytes = f.readAll();
+      offset_ += grown_bytes.size();
+      text = decoder_.decode(grown_bytes);
+    }
+  }
+  emit grown(text, offset_, generation_, restarted);  // also when empty: the read is over
+}
+
+JobController::JobController(QObject* parent) : QObject(parent), reader_(new LaunchLogReader) {
   launch_poll_.setInterval(200);
   connect(&launch_poll_, &QTimer::timeout, this, &JobController::poll_launch);
   job_poll_.setInterval(1000);
   connect(&job_poll_, &QTimer::timeout, this, &JobController::poll);
   job_poll_.start();
+  io_.setObjectName(QStringLiteral("job-io"));
+  reader_->moveToThread(&io_);
+  connect(&io_, &QThread::finished, reader_, &QObject::deleteLater);
+  connect(reader_, &LaunchLogReader::grown, this, &JobController::on_log_grown, Qt::QueuedConnection);
+  io_.start();
+}
+
+JobController::~JobController() {
+  io_.quit();
+  io_.wait();  // a read in progress finishes; the reader is deleted on its thread
 }
 
 bool JobController::start(const QString& bin, const StagedLaunch& launch) {
@@ -57,7 +94,10 @@ bool JobController::start(const QString& bin, const StagedLaunch& launch) {
   launch_started_ms_ = QDateTime::currentMSecsSinceEpoch();
   log_read_ = 0;
   log_tail_.clear();
-  decoder_ = QStringDecoder(QStringDecoder::Utf8);
+  read_pending_ = false;
+  const quint64 generation = ++log_generation_;
+  const QString path = launch.log;
+  QMetaObject::invokeMethod(reader_, [r = reader_, path, generation] { r->open(path, generation); }, Qt::QueuedConnection);
   emit message(tr("Starting <tt>odyssey-train run %1</tt> … (output in %2)")
                    .arg(launch.preset.toHtmlEscaped(), launch.log.toHtmlEscaped()),
                false);
@@ -66,28 +106,33 @@ bool JobController::start(const QString& bin, const StagedLaunch& launch) {
   return true;
 }
 
-void JobController::read_log_growth() {
-  QFile f(launch_log_);
-  if (!f.open(QIODevice::ReadOnly)) return;
-  if (f.size() < log_read_) {  // replaced or truncated: read it again from its start
-    log_read_ = 0;
-    log_tail_.clear();
-    decoder_ = QStringDecoder(QStringDecoder::Utf8);
-  }
-  if (f.size() == log_read_ || !f.seek(log_read_)) return;
-  const QByteArray grown = f.readAll();
-  log_read_ += grown.size();
-  log_tail_ += decoder_.decode(grown);
+void JobController::request_log_read() {
+  if (read_pending_) return;
+  read_pending_ = true;
+  QMetaObject::invokeMethod(reader_, &LaunchLogReader::read, Qt::QueuedConnection);
+}
+
+void JobController::on_log_grown(const QString& text, qint64 bytes_read, quint64 generation, bool restarted) {
+  if (generation != log_generation_) return;  // an earlier launch's log
+  read_pending_ = false;
+  if (restarted) log_tail_.clear();
+  log_read_ = bytes_read;
+  log_tail_ += text;
   if (log_tail_.size() > kLogTailChars) {
     // Cut at a line start so that no half line is parsed; the run directory line, when
-    // complete, was seen by the poll that read it.
+    // complete, was seen by the check that followed the read that brought it.
     const qsizetype nl = log_tail_.indexOf(QLatin1Char('\n'), log_tail_.size() - kLogTailChars);
     log_tail_ = nl < 0 ? log_tail_.right(kLogTailChars) : log_tail_.mid(nl + 1);
   }
+  if (launching()) check_launch();
 }
 
 void JobController::poll_launch() {
-  read_log_growth();
+  request_log_read();
+  check_launch();  // the timeout, while a read is slow
+}
+
+void JobController::check_launch() {
   QString dir = run_directory_from_log(log_tail_);
   if (!dir.isEmpty()) {
     launch_poll_.stop();
@@ -136,7 +181,7 @@ void JobController::poll() {
     if (own) {
       over = !is_alive(*own);
     } else {
-      read_log_growth();
+      request_log_read();  // answered before the next poll
       over = exit_status_from_log(log_tail_).has_value();
     }
     if (over) {

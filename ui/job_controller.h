@@ -8,17 +8,41 @@
 #include <QObject>
 #include <QString>
 #include <QStringDecoder>
+#include <QThread>
 #include <QTimer>
 
 #include "launch.h"
 
 namespace odyssey::ui {
 
+// Reads a launch log as it grows, on JobController's I/O thread: each read() sends what was
+// appended since the last one (decoded; a UTF-8 sequence split between reads is kept for the
+// next) with the log's generation, so a read of an earlier launch's log is recognised.
+class LaunchLogReader : public QObject {
+  Q_OBJECT
+
+ public:
+  void open(const QString& path, quint64 generation);  // from the start of the file
+  void read();
+
+ signals:
+  // `restarted`: the file was shorter than what had been read (replaced or truncated), so
+  // `text` is read from its start again.
+  void grown(const QString& text, qint64 bytes_read, quint64 generation, bool restarted);
+
+ private:
+  QString path_;
+  quint64 generation_ = 0;
+  qint64 offset_ = 0;
+  QStringDecoder decoder_{QStringDecoder::Utf8};
+};
+
 class JobController : public QObject {
   Q_OBJECT
 
  public:
   explicit JobController(QObject* parent = nullptr);
+  ~JobController() override;
 
   // How long a launch waits for the engine's `run directory:` line (it checks the model and
   // every dataset file first) before it is reported as silent.
@@ -33,9 +57,11 @@ class JobController : public QObject {
   // The run started here, from its `run directory:` line until it ends ("" otherwise).
   const QString& launched_run() const { return launched_run_; }
   // The log of the last launch ("" before the first) and how many of its bytes were read: the
-  // log is read from where the last poll stopped, never again from its start.
+  // log is read on an I/O thread from where the last read stopped, never again from its start.
   const QString& launch_log() const { return launch_log_; }
   qint64 log_bytes_read() const { return log_read_; }
+  // The thread the launch log is read on (its own, not the caller's).
+  const QThread* log_thread() const { return &io_; }
 
   // The run directory to watch (the one the Monitor shows; "" for none); checked now and each
   // second after.
@@ -72,17 +98,24 @@ class JobController : public QObject {
 
  private:
   void poll_launch();
-  // Appends what the launch log gained since the last read to log_tail_ (its last 64 KiB).
-  void read_log_growth();
+  // Asks the I/O thread for what the launch log gained (answered by on_log_grown).
+  void request_log_read();
+  // Appends the log's growth to log_tail_ (its last 64 KiB); while launching, looks for the
+  // run directory or the exit line in it.
+  void on_log_grown(const QString& text, qint64 bytes_read, quint64 generation, bool restarted);
+  void check_launch();
 
   QTimer launch_poll_;
   QTimer job_poll_;
+  QThread io_;
+  LaunchLogReader* reader_;
+  quint64 log_generation_ = 0;
+  bool read_pending_ = false;
   QString launch_log_;
   QString launch_output_dir_;
   qint64 launch_started_ms_ = 0;
   qint64 log_read_ = 0;
   QString log_tail_;
-  QStringDecoder decoder_{QStringDecoder::Utf8};  // keeps a UTF-8 sequence split between reads
   QString launched_run_;
   QString followed_;
   bool alive_ = false;

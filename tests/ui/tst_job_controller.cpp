@@ -9,6 +9,7 @@
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QTest>
+#include <QThread>
 
 #include <signal.h>
 
@@ -84,6 +85,7 @@ class TstJobController : public QObject {
     QVERIFY(launch);
     QVERIFY(jobs.start(bin_, *launch));
     QVERIFY(jobs.launching());
+    QVERIFY(jobs.log_thread() != QThread::currentThread() && jobs.log_thread()->isRunning());
     QVERIFY(changed.count() >= 1);
     QVERIFY(messages(said).contains(QStringLiteral("Starting")));
     // A second Start while the first is starting is refused, and says why.
