@@ -474,7 +474,7 @@ bool ChartPanel::export_csv(const QString& path) const {
   return out.status() == QTextStream::Ok;
 }
 
-int ChartPanel::pointCount(const QString& series) const {
+int ChartPanel::point_count(const QString& series) const {
   for (const Bound& b : bound_)
     if (b.series == series && b.graph) return b.graph->data()->size();
   return -1;

@@ -57,7 +57,7 @@ class ChartPanel : public QWidget {
 
   QCustomPlot* plot() const { return plot_; }
   // Test hooks: points drawn for `series` and non-finite markers shown for it.
-  int pointCount(const QString& series) const;
+  int point_count(const QString& series) const;
   int marker_count(const QString& series) const;
   QString hover_text() const;
   QColor series_color(const QString& series) const;  // its pen's colour; invalid when not drawn

@@ -178,7 +178,7 @@ void CompareView::show_result(std::uint64_t generation, std::vector<CompareRun> 
     if (!r.problems.isEmpty()) problems << tr("%1: %2").arg(r.run_id, r.problems.first());
     cols.push_back(r.config);
   }
-  diff_->setColumns(std::move(cols));
+  diff_->set_columns(std::move(cols));
   plot_->rescaleAxes();
   plot_->replot();
   note_->setText(problems.isEmpty() ? tr("%n run(s) compared.", nullptr, static_cast<int>(runs_.size()))

@@ -76,7 +76,7 @@ void ConfigDiffModel::rebuild() {
   }
 }
 
-void ConfigDiffModel::setColumns(std::vector<ConfigColumn> columns) {
+void ConfigDiffModel::set_columns(std::vector<ConfigColumn> columns) {
   beginResetModel();
   columns_ = std::move(columns);
   rebuild();

@@ -31,7 +31,7 @@ class ConfigDiffModel : public QAbstractTableModel {
   QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
   QVariant headerData(int section, Qt::Orientation orientation, int role = Qt::DisplayRole) const override;
 
-  void setColumns(std::vector<ConfigColumn> columns);
+  void set_columns(std::vector<ConfigColumn> columns);
   void set_only_differences(bool on);
   const std::vector<std::string>& keys() const { return keys_; }
 

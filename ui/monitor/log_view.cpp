@@ -30,10 +30,10 @@ LogView::LogView(QWidget* parent, int max_lines) : QWidget(parent), max_lines_(m
   text_->setMaximumBlockCount(max_lines_);  // the widget itself stays bounded too
   text_->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
   layout->addWidget(text_);
-  connect(filter_edit_, &QLineEdit::textChanged, this, &LogView::setFilter);
+  connect(filter_edit_, &QLineEdit::textChanged, this, &LogView::set_filter);
 }
 
-void LogView::setSource(const QString& text) {
+void LogView::set_source(const QString& text) {
   source_->setText(text);
   source_->setToolTip(text);
 }
@@ -73,14 +73,14 @@ void LogView::park_cursor() {
   text_->setTextCursor(c);
 }
 
-int LogView::horizontalOffset() const { return text_->horizontalScrollBar()->value(); }
+int LogView::horizontal_offset() const { return text_->horizontalScrollBar()->value(); }
 
 void LogView::clear() {
   lines_.clear();
   text_->clear();
 }
 
-void LogView::setFilter(const QString& text) {
+void LogView::set_filter(const QString& text) {
   if (text == filter_) return;
   filter_ = text;
   if (filter_edit_->text() != text) filter_edit_->setText(text);

@@ -20,12 +20,12 @@ class LogView : public QWidget {
 
   void append_lines(const QStringList& lines);
   void clear();
-  void setSource(const QString& text);  // e.g. "logs/rank-0.log"
-  void setFilter(const QString& text);
+  void set_source(const QString& text);  // e.g. "logs/rank-0.log"
+  void set_filter(const QString& text);
   QString visible_text() const;
-  int lineCount() const { return static_cast<int>(lines_.size()); }
+  int line_count() const { return static_cast<int>(lines_.size()); }
   // The horizontal scroll position of the text (0: lines shown from their start).
-  int horizontalOffset() const;
+  int horizontal_offset() const;
 
  private:
   bool matches(const QString& line) const;

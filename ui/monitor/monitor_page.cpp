@@ -396,7 +396,7 @@ void MonitorPage::attach_run_directory(const QString& dir) {
   events_read_ = bytes_read_ = bytes_total_ = 0;
   batches_ = 0;
   log_->clear();
-  log_->setSource(tr("%1/logs/rank-0.log").arg(dir));
+  log_->set_source(tr("%1/logs/rank-0.log").arg(dir));
   watcher_ = new RunWatcher(dir, watch_generation_);
   watcher_->moveToThread(&io_thread_);
   connect(&io_thread_, &QThread::finished, watcher_, &QObject::deleteLater);

@@ -68,7 +68,7 @@ class MonitorPage : public QWidget {
   DisplayState state() const;
   QString title_text() const;     // run id, model, mesh and optimizer
   QString state_text() const;
-  QString progressText() const;
+  QString progress_text() const;
   QString banner_text() const;    // the failure banner, "" when hidden
   QString messages_text() const;  // diagnostics and notes, "" when none
   QString root_text() const;      // above the runs list: the folder, "No runs yet", a folder that is not a run

@@ -105,7 +105,7 @@ DisplayState MonitorPage::state() const {
 
 QString MonitorPage::state_text() const { return display_state_name(state()); }
 
-QString MonitorPage::progressText() const {
+QString MonitorPage::progress_text() const {
   QStringList parts;
   if (!caught_up_ && bytes_total_ > 0)
     parts << tr("reading events.jsonl %1%").arg(100.0 * static_cast<double>(bytes_read_) /
@@ -179,8 +179,8 @@ void MonitorPage::update_header() {
     if (total > 0) frac = static_cast<double>(progress_->step) / static_cast<double>(total);
   }
   progress_bar_->setValue(static_cast<int>(std::lround(std::clamp(frac, 0.0, 1.0) * 1000)));
-  progress_label_->setText(progressText());
-  progress_label_->setToolTip(progressText());
+  progress_label_->setText(progress_text());
+  progress_label_->setToolTip(progress_text());
 
   if (is_failure(s) || (run_end_ && run_end_->status != run::RunOutcome::Completed && run_end_->status != run::RunOutcome::Stopped)) {
     QString reason, where;

@@ -148,7 +148,7 @@ class TstMonitorIngest : public QObject {
     ticker.stop();
     writer.join();
     QCOMPARE(page.latest_step(), std::int64_t(f.total_steps));
-    QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->pointCount("loss"), f.total_steps, 10000);
+    QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->point_count("loss"), f.total_steps, 10000);
     std::sort(gaps.begin(), gaps.end());
     const qint64 longest = gaps.empty() ? 0 : gaps.back();
     const qint64 p99 = gaps.empty() ? 0 : gaps[gaps.size() * 99 / 100];

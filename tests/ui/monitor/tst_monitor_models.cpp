@@ -34,11 +34,11 @@ class TstMonitorModels : public QObject {
     log.append_lines(lines.mid(0, 15));  // hidden, as the Log tab is until clicked
     log.show();
     QVERIFY(QTest::qWaitForWindowExposed(&log));
-    QCOMPARE(log.horizontalOffset(), 0);
+    QCOMPARE(log.horizontal_offset(), 0);
     log.append_lines(lines.mid(15));
-    QCOMPARE(log.horizontalOffset(), 0);
-    log.setFilter(QStringLiteral("step 2"));
-    QCOMPARE(log.horizontalOffset(), 0);
+    QCOMPARE(log.horizontal_offset(), 0);
+    log.set_filter(QStringLiteral("step 2"));
+    QCOMPARE(log.horizontal_offset(), 0);
   }
 
   void bufferStaysBoundedAndKeepsExtremes() {
@@ -131,7 +131,7 @@ class TstMonitorModels : public QObject {
     const std::string b = "model: Qwen/Qwen2.5-7B\nlearning_rate: 0.0002\nmax_length: 32768\nsequence_parallel_size: 2\n";
     std::vector<ConfigColumn> cols{config_column("a", a, "a.yaml"), config_column("b", b, "b.yaml")};
     QVERIFY2(cols[0].error.isEmpty(), qPrintable(cols[0].error));
-    m.setColumns(cols);
+    m.set_columns(cols);
     QCOMPARE(m.columnCount(), 3);
     QCOMPARE(m.rowCount(), 2);  // learning_rate and sequence_parallel_size
     QStringList keys;
@@ -142,7 +142,7 @@ class TstMonitorModels : public QObject {
     QVERIFY(m.rowCount() > 20);
     std::vector<ConfigColumn> bad{config_column("x", "learning_rate: [oops", "x.yaml")};
     QVERIFY(!bad[0].error.isEmpty());
-    m.setColumns(bad);
+    m.set_columns(bad);
     QCOMPARE(m.index(0, 1).data().toString(), QStringLiteral("(unreadable config)"));
   }
 };

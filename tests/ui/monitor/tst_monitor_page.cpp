@@ -96,19 +96,19 @@ class TstMonitorPage : public QObject {
     MonitorPage page;
     page.attach_run_directory(qs(dir));
     QTRY_COMPARE_WITH_TIMEOUT(page.latest_step(), std::int64_t(120), kWait);
-    QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->pointCount("loss"), 119, kWait);  // 120 minus the NaN
+    QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->point_count("loss"), 119, kWait);  // 120 minus the NaN
     QCOMPARE(page.chart("loss")->marker_count("loss"), 1);
     QCOMPARE(page.series().find("loss")->buffer.marks().front().x, 37.0);
-    QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->pointCount("loss_ema"), 119, kWait);
-    QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->pointCount("eval_loss"), 2, kWait);
-    QTRY_COMPARE_WITH_TIMEOUT(page.chart("lr")->pointCount("lr"), 120, kWait);
-    QTRY_COMPARE_WITH_TIMEOUT(page.chart("vram")->pointCount("vram_peak/rank 1"), 120, kWait);
-    QTRY_COMPARE_WITH_TIMEOUT(page.chart("vram")->pointCount("vram_reserved/rank 0"), 120, kWait);
-    QTRY_COMPARE_WITH_TIMEOUT(page.chart("busbw")->pointCount("busbw/all_to_all/ulysses"), 120, kWait);
-    QTRY_COMPARE_WITH_TIMEOUT(page.chart("busbw")->pointCount("busbw/all_reduce/world"), 120, kWait);
+    QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->point_count("loss_ema"), 119, kWait);
+    QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->point_count("eval_loss"), 2, kWait);
+    QTRY_COMPARE_WITH_TIMEOUT(page.chart("lr")->point_count("lr"), 120, kWait);
+    QTRY_COMPARE_WITH_TIMEOUT(page.chart("vram")->point_count("vram_peak/rank 1"), 120, kWait);
+    QTRY_COMPARE_WITH_TIMEOUT(page.chart("vram")->point_count("vram_reserved/rank 0"), 120, kWait);
+    QTRY_COMPARE_WITH_TIMEOUT(page.chart("busbw")->point_count("busbw/all_to_all/ulysses"), 120, kWait);
+    QTRY_COMPARE_WITH_TIMEOUT(page.chart("busbw")->point_count("busbw/all_reduce/world"), 120, kWait);
     QCOMPARE(page.state_text(), QStringLiteral("completed"));
-    QVERIFY2(page.progressText().contains("step 120 / 120"), qPrintable(page.progressText()));
-    QVERIFY(!page.progressText().contains("ETA"));  // finished: no ETA
+    QVERIFY2(page.progress_text().contains("step 120 / 120"), qPrintable(page.progress_text()));
+    QVERIFY(!page.progress_text().contains("ETA"));  // finished: no ETA
     QVERIFY(page.banner_text().isEmpty());
     QTRY_VERIFY_WITH_TIMEOUT(page.log_view()->visible_text().contains("step 120/120"), kWait);
     QVERIFY(page.log_view()->visible_text().contains("checkpoint saved at step 60"));
@@ -151,7 +151,7 @@ class TstMonitorPage : public QObject {
     page.attach_run_directory(qs(dir));
     QTRY_COMPARE_WITH_TIMEOUT(page.latest_step(), std::int64_t(10), kWait);
     QCOMPARE(page.state_text(), QStringLiteral("running"));
-    QVERIFY(page.progressText().contains("ETA"));
+    QVERIFY(page.progress_text().contains("ETA"));
     std::mt19937 rng(5);
     const std::string line = run::encode_event(testing::make_step(11, f, rng)) + "\n";
     const fs::path events = run::RunDir(dir).events();
@@ -161,10 +161,10 @@ class TstMonitorPage : public QObject {
     QVERIFY(page.messages_text().isEmpty());
     testing::append_raw(events, line.substr(40));
     QTRY_COMPARE_WITH_TIMEOUT(page.latest_step(), std::int64_t(11), kWait);
-    QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->pointCount("loss"), 11, kWait);
+    QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->point_count("loss"), 11, kWait);
     testing::append_raw(run::RunDir(dir).rank_log(0), "[rank0] a new log line\n");
     QTRY_VERIFY_WITH_TIMEOUT(page.log_view()->visible_text().contains("a new log line"), kWait);
-    page.log_view()->setFilter("new log");
+    page.log_view()->set_filter("new log");
     QCOMPARE(page.log_view()->visible_text(), QStringLiteral("[rank0] a new log line"));
   }
 
@@ -184,7 +184,7 @@ class TstMonitorPage : public QObject {
     QTRY_COMPARE_WITH_TIMEOUT(page.latest_step(), std::int64_t(7), kWait);
     QTRY_VERIFY_WITH_TIMEOUT(page.messages_text().contains("events.jsonl:"), kWait);
     QVERIFY2(page.messages_text().contains(":9:"), qPrintable(page.messages_text()));  // line numbers
-    QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->pointCount("loss"), 6, kWait);  // charts redraw on a timer
+    QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->point_count("loss"), 6, kWait);  // charts redraw on a timer
   }
 
   void truncatedFileRestartsTheCharts() {
@@ -194,14 +194,14 @@ class TstMonitorPage : public QObject {
     const fs::path dir = testing::write_run(root(), "20250102-000003-trunc", f);
     MonitorPage page;
     page.attach_run_directory(qs(dir));
-    QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->pointCount("loss"), 30, kWait);
+    QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->point_count("loss"), 30, kWait);
     // Replace the events file by a shorter one (another run written over it).
     testing::FakeRun g = f;
     g.steps = 8;
     g.seed = 9;
     fs::remove_all(dir);
     testing::write_run(root(), "20250102-000003-trunc", g);
-    QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->pointCount("loss"), 8, kWait);
+    QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->point_count("loss"), 8, kWait);
     QVERIFY(page.messages_text().contains("restart"));
   }
 
@@ -216,7 +216,7 @@ class TstMonitorPage : public QObject {
     QTRY_COMPARE_WITH_TIMEOUT(page.latest_step(), std::int64_t(12), kWait);
     fs::remove_all(dir);
     QTRY_VERIFY_WITH_TIMEOUT(page.messages_text().contains("no longer exists"), kWait);
-    QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->pointCount("loss"), 12, kWait);  // what was read stays shown
+    QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->point_count("loss"), 12, kWait);  // what was read stays shown
     QTest::qWait(400);  // and the page keeps running
     QVERIFY(page.isVisible());
   }
@@ -232,7 +232,7 @@ class TstMonitorPage : public QObject {
     page.setPalette(dark_palette());
     page.resize(1200, 800);
     page.attach_run_directory(qs(dir));
-    QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->pointCount("loss"), 60, kWait);
+    QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->point_count("loss"), 60, kWait);
     QTRY_COMPARE_WITH_TIMEOUT(page.state_text(), QStringLiteral("completed"), kWait);
     const QPalette pal = dark_palette();
     for (const char* name : {"loss", "lr", "vram", "busbw"}) {
@@ -296,7 +296,7 @@ class TstMonitorPage : public QObject {
     page.show();
     QVERIFY(QTest::qWaitForWindowExposed(&page));
     page.attach_run_directory(qs(dir));
-    QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->pointCount("eval_loss"), 3, kWait);
+    QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->point_count("eval_loss"), 3, kWait);
     ChartPanel* loss = page.chart("loss");
     loss->plot()->xAxis->setRange(1, 60);
     loss->hover_at(9);
@@ -427,7 +427,7 @@ class TstMonitorPage : public QObject {
     page.attach_run_directory(qs(db));
     QTRY_COMPARE_WITH_TIMEOUT(page.latest_step(), std::int64_t(20), kWait);
     QTest::qWait(300);
-    QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->pointCount("loss"), 20, kWait);
+    QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->point_count("loss"), 20, kWait);
   }
 };
 

@@ -77,7 +77,7 @@ class TstMonitorScreenshots : public QObject {
     QVERIFY(page.chart("loss")->export_png(QDir(out_).filePath("monitor-loss-chart.png"), 900, 500));
 
     page.chart("loss")->set_log_scale(true);
-    page.log_view()->setFilter(QString());
+    page.log_view()->set_filter(QString());
     page.findChild<QTabWidget*>()->setCurrentIndex(1);
     save(page, "monitor-log.png");
     page.findChild<QTabWidget*>()->setCurrentIndex(0);
