@@ -27,7 +27,8 @@ void check_linear(const LinearWeights& w, std::int64_t in, const char* what) {
                 "], got ", c10::IntArrayRef(w.quant->shape));
   } else {
     TORCH_CHECK(w.weight.defined() && w.weight.dim() == 2 && w.weight.size(1) == in, what,
-                ": the weight must be [out, ", in, "], got ", w.weight.defined() ? w.weight.sizes() : torch::IntArrayRef{});
+                ": the weight must be [out, ", in, "], got ",
+                w.weight.defined() ? w.weight.sizes() : torch::IntArrayRef{});
   }
   TORCH_CHECK(!w.bias.defined() || (w.bias.dim() == 1 && w.bias.size(0) == out), what, ": the bias must be [", out,
               "], got ", w.bias.sizes());
@@ -89,8 +90,8 @@ torch::Tensor ones_like_rows(std::int64_t n, const torch::Tensor& like) {
   static std::mutex mutex;
   static auto* cache = new std::map<std::tuple<int, int, int>, torch::Tensor>();
   const std::lock_guard<std::mutex> lock(mutex);
-  torch::Tensor& t = (*cache)[{static_cast<int>(like.device().type()), like.device().index(),
-                               static_cast<int>(like.scalar_type())}];
+  torch::Tensor& t =
+      (*cache)[{static_cast<int>(like.device().type()), like.device().index(), static_cast<int>(like.scalar_type())}];
   if (!t.defined() || t.size(0) < n) t = at::ones({n}, like.options());
   return t.narrow(0, 0, n);
 }
@@ -108,8 +109,7 @@ LinearGrads linear_weight_grads(const LinearBackward& b, const torch::Tensor& x,
   // fp32 accumulation either way, then one rounding. In fp32 the reduction's tree order is more
   // accurate than the product's (selftest: 4.3e-7 against 1.3e-7 over 2048 rows), so it stays.
   const bool half = b.dy.scalar_type() == torch::kBFloat16 || b.dy.scalar_type() == torch::kHalf;
-  if (want_bias)
-    g.bias = b.dy.is_cuda() && half ? at::mv(b.dy.t(), ones_like_rows(b.dy.size(0), b.dy)) : b.dy.sum(0);
+  if (want_bias) g.bias = b.dy.is_cuda() && half ? at::mv(b.dy.t(), ones_like_rows(b.dy.size(0), b.dy)) : b.dy.sum(0);
   if (w.lora_a.defined()) {
     if (want_a) g.lora_a = at::mm(b.da.t(), x).to(w.lora_a.scalar_type());
     if (want_b) g.lora_b = at::mm(b.ds.t(), lora_out.reshape({-1, lora_out.size(-1)})).to(w.lora_b.scalar_type());

@@ -57,8 +57,7 @@ inline LinearWeights saved_weights(torch::autograd::AutogradContext* ctx, const 
   LinearWeights w;
   if (const auto it = ctx->saved_data.find(key + "quant"); it != ctx->saved_data.end())
     w.quant = c10::static_intrusive_pointer_cast<Quant4Weight>(it->second.toCapsule());
-  else
-    w.weight = weight;
+  else w.weight = weight;
   w.lora_a = lora_a;
   w.lora_b = lora_b;
   w.lora_scaling = ctx->saved_data[key + "lora_scaling"].toDouble();

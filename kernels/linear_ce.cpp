@@ -82,9 +82,8 @@ Plan make_plan(const Tensor& targets, std::int64_t vocab, const LinearCeOptions&
   const std::int64_t chunks = (t + plan.chunk - 1) / plan.chunk;
   const Tensor counted = targets.ne(options.ignore_index);
   const Tensor bad = counted.logical_and(targets.lt(0).logical_or(targets.ge(vocab)));
-  const Tensor per_chunk = at::constant_pad_nd(counted.to(torch::kInt64), {0, chunks * plan.chunk - t})
-                               .view({chunks, plan.chunk})
-                               .sum(1);
+  const Tensor per_chunk =
+      at::constant_pad_nd(counted.to(torch::kInt64), {0, chunks * plan.chunk - t}).view({chunks, plan.chunk}).sum(1);
   const Tensor host = at::cat({bad.sum().view({1}), per_chunk}).to(torch::kCPU).contiguous();
   const auto* h = host.data_ptr<std::int64_t>();
   if (h[0] > 0) {
@@ -107,18 +106,18 @@ void row_step(Tensor& logits, const Tensor& targets, Tensor& loss, std::int64_t 
   if (logits.is_cuda()) {
     const c10::cuda::CUDAGuard guard(logits.device());
     const auto dt = logits.scalar_type();
-    const int code = dt == torch::kFloat32 ? launch::kLinearCeF32
+    const int code = dt == torch::kFloat32    ? launch::kLinearCeF32
                      : dt == torch::kBFloat16 ? launch::kLinearCeBf16
                                               : launch::kLinearCeF16;
-    const char* err = launch::linear_ce_rows(logits.data_ptr(), targets.data_ptr<std::int64_t>(), loss.data_ptr<float>(),
-                                             logits.size(0), logits.size(1), ignore_index, code, write_grad,
-                                             at::cuda::getCurrentCUDAStream(logits.device().index()).stream(),
-                                             two_pass ? launch::kLinearCeTwoPass : launch::kLinearCeAuto);
+    const char* err = launch::linear_ce_rows(
+        logits.data_ptr(), targets.data_ptr<std::int64_t>(), loss.data_ptr<float>(), logits.size(0), logits.size(1),
+        ignore_index, code, write_grad, at::cuda::getCurrentCUDAStream(logits.device().index()).stream(),
+        two_pass ? launch::kLinearCeTwoPass : launch::kLinearCeAuto);
     TORCH_CHECK(err == nullptr, "linear_cross_entropy: CUDA row kernel: ", err);
     return;
   }
 #endif
-  static_cast<void>(two_pass);  // one ATen path
+  static_cast<void>(two_pass);                  // one ATen path
   const Tensor x = logits.to(torch::kFloat32);  // no copy for fp32
   const Tensor counted = targets.ne(ignore_index);
   const Tensor safe = at::where(counted, targets, at::zeros({}, targets.options())).unsqueeze(1);
@@ -165,8 +164,8 @@ bool gemm_into_fp32(Tensor& dweight, const Tensor& g, const Tensor& h) {
       gemm(handle, CUBLAS_OP_N, CUBLAS_OP_T, static_cast<int>(hid), static_cast<int>(vocab), static_cast<int>(n), &one,
            h.data_ptr(), in, static_cast<int>(h.stride(0)), g.data_ptr(), in, static_cast<int>(vocab), &one,
            dweight.data_ptr(), CUDA_R_32F, static_cast<int>(hid), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-  TORCH_CHECK(st == CUBLAS_STATUS_SUCCESS, "linear_cross_entropy: cublasGemmEx for the lm_head gradient failed (status ",
-              static_cast<int>(st), ")");
+  TORCH_CHECK(st == CUBLAS_STATUS_SUCCESS,
+              "linear_cross_entropy: cublasGemmEx for the lm_head gradient failed (status ", static_cast<int>(st), ")");
   return true;
 }
 #endif
@@ -181,8 +180,8 @@ void accumulate_dweight(Tensor& dweight, const Tensor& g, const Tensor& h, std::
   if (g.is_cuda() && gemm_into_fp32(dweight, g, h)) return;
 #endif
   if (g.is_cuda()) {
-    // Fallback when cuBLAS's GemmEx cannot be found. 16-bit operands, fp32 product: aten::mm.dtype (the tensor cores, fp32 output; CUDA
-    // only). torch 2.11's addmm.dtype wants its addend in the operands' dtype, so it cannot
+    // Fallback when cuBLAS's GemmEx cannot be found. 16-bit operands, fp32 product: aten::mm.dtype (the tensor cores,
+    // fp32 output; CUDA only). torch 2.11's addmm.dtype wants its addend in the operands' dtype, so it cannot
     // accumulate into fp32 in place: the product goes through an fp32 temporary, one
     // vocabulary slice of at most `slice_elements` at a time, and is added to dweight.
     // Cost (H200, T 8192, H 3584, V 152064, bf16, default chunk 441 rows): forward +
@@ -205,9 +204,9 @@ void accumulate_dweight(Tensor& dweight, const Tensor& g, const Tensor& h, std::
 }
 
 struct Result {
-  Tensor loss;      // fp32 scalar
-  Tensor dhidden;   // [T, H] in hidden's dtype, when need_hidden
-  Tensor dweight;   // [V, H] fp32, when need_weight
+  Tensor loss;     // fp32 scalar
+  Tensor dhidden;  // [T, H] in hidden's dtype, when need_hidden
+  Tensor dweight;  // [V, H] fp32, when need_weight
 };
 
 Result run(const Tensor& hidden, const Tensor& weight, const Tensor& targets_in, const LinearCeOptions& options,
@@ -256,8 +255,8 @@ Tensor scaled(const Tensor& src, const Tensor& g, torch::ScalarType dtype) {
     return out;
   }
   const std::int64_t rows = src.size(0);
-  const std::int64_t step =
-      std::clamp<std::int64_t>(kSliceElements / std::max<std::int64_t>(1, src.size(1)), 1, std::max<std::int64_t>(1, rows));
+  const std::int64_t step = std::clamp<std::int64_t>(kSliceElements / std::max<std::int64_t>(1, src.size(1)), 1,
+                                                     std::max<std::int64_t>(1, rows));
   for (std::int64_t r0 = 0; r0 < rows; r0 += step) {
     const std::int64_t n = std::min(step, rows - r0);
     const Tensor s = src.narrow(0, r0, n);

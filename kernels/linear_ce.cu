@@ -221,9 +221,7 @@ __device__ __forceinline__ float ex2(float x) {
 constexpr float kLog2e = 1.4426950408889634f;
 
 // Word j (0..3) of a pack; j is a constant once the callers' loops are unrolled.
-__device__ __forceinline__ unsigned& word(uint4& r, int j) {
-  return j == 0 ? r.x : j == 1 ? r.y : j == 2 ? r.z : r.w;
-}
+__device__ __forceinline__ unsigned& word(uint4& r, int j) { return j == 0 ? r.x : j == 1 ? r.y : j == 2 ? r.z : r.w; }
 __device__ __forceinline__ unsigned word(const uint4& r, int j) {
   return j == 0 ? r.x : j == 1 ? r.y : j == 2 ? r.z : r.w;
 }
@@ -281,9 +279,8 @@ constexpr int kClusterThreads = 512;
 
 template <class T, int K>
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kClusterThreads, K <= 5 ? 3 : 2)
-    linear_ce_cluster_kernel(T* __restrict__ logits, const std::int64_t* __restrict__ targets,
-                             float* __restrict__ loss, std::int64_t rows, std::int64_t vocab,
-                             std::int64_t ignore_index) {
+    linear_ce_cluster_kernel(T* __restrict__ logits, const std::int64_t* __restrict__ targets, float* __restrict__ loss,
+                             std::int64_t rows, std::int64_t vocab, std::int64_t ignore_index) {
   namespace cg = cooperative_groups;
   const cg::cluster_group cluster = cg::this_cluster();
   __shared__ Stat shared[32];
@@ -394,16 +391,16 @@ void launch(void* logits, const std::int64_t* targets, float* loss, std::int64_t
     const std::int64_t clusters = rows < kMaxGrid / kCluster ? rows : kMaxGrid / kCluster;
     const auto grid = static_cast<unsigned>(clusters * kCluster);
     if (k == 5)
-      linear_ce_cluster_kernel<T, 5><<<grid, kClusterThreads, 0, stream>>>(static_cast<T*>(logits), targets, loss, rows,
-                                                                          vocab, ignore_index);
+      linear_ce_cluster_kernel<T, 5>
+          <<<grid, kClusterThreads, 0, stream>>>(static_cast<T*>(logits), targets, loss, rows, vocab, ignore_index);
     else
-      linear_ce_cluster_kernel<T, 8><<<grid, kClusterThreads, 0, stream>>>(static_cast<T*>(logits), targets, loss, rows,
-                                                                          vocab, ignore_index);
+      linear_ce_cluster_kernel<T, 8>
+          <<<grid, kClusterThreads, 0, stream>>>(static_cast<T*>(logits), targets, loss, rows, vocab, ignore_index);
     return;
   }
   const auto grid = static_cast<unsigned>(rows < kMaxGrid ? rows : kMaxGrid);
-  linear_ce_rows_kernel<T><<<grid, kThreads, 0, stream>>>(static_cast<T*>(logits), targets, loss, rows, vocab,
-                                                          ignore_index, write_grad);
+  linear_ce_rows_kernel<T>
+      <<<grid, kThreads, 0, stream>>>(static_cast<T*>(logits), targets, loss, rows, vocab, ignore_index, write_grad);
 }
 
 }  // namespace
@@ -417,17 +414,12 @@ const char* linear_ce_rows(void* logits, const std::int64_t* targets, float* los
   if (variant != kLinearCeAuto && variant != kLinearCeTwoPass) return "linear_ce_rows: unknown kernel variant";
   const auto s = static_cast<cudaStream_t>(stream);
   switch (dtype) {
-    case kLinearCeF32:
-      launch<float>(logits, targets, loss, rows, vocab, ignore_index, write_grad, variant, s);
-      break;
+    case kLinearCeF32: launch<float>(logits, targets, loss, rows, vocab, ignore_index, write_grad, variant, s); break;
     case kLinearCeBf16:
       launch<__nv_bfloat16>(logits, targets, loss, rows, vocab, ignore_index, write_grad, variant, s);
       break;
-    case kLinearCeF16:
-      launch<__half>(logits, targets, loss, rows, vocab, ignore_index, write_grad, variant, s);
-      break;
-    default:
-      return "linear_ce_rows: unsupported dtype code (0 f32, 1 bf16, 2 f16)";
+    case kLinearCeF16: launch<__half>(logits, targets, loss, rows, vocab, ignore_index, write_grad, variant, s); break;
+    default: return "linear_ce_rows: unsupported dtype code (0 f32, 1 bf16, 2 f16)";
   }
   const cudaError_t err = cudaGetLastError();
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);

@@ -59,9 +59,7 @@ std::optional<Quant4Type> parse_quant4_type(const std::string& s) {
   return std::nullopt;
 }
 
-bool valid_quant4_blocksize(std::int64_t b) {
-  return b >= 32 && b <= 4096 && (b & (b - 1)) == 0;
-}
+bool valid_quant4_blocksize(std::int64_t b) { return b >= 32 && b <= 4096 && (b & (b - 1)) == 0; }
 
 std::int64_t Quant4Weight::numel() const { return numel_of(shape); }
 
@@ -229,13 +227,11 @@ torch::Tensor dequantize_4bit(const Quant4Weight& q, torch::ScalarType dtype) {
     } else {
       absmax = absmax.to(torch::kFloat32);
     }
-    cuda::dequantize_4bit(packed.data_ptr<std::uint8_t>(), code.data_ptr<float>(),
-                          q.nested ? nullptr : absmax.data_ptr<float>(),
-                          q.nested ? absmax.data_ptr<std::uint8_t>() : nullptr,
-                          q.nested ? nested_code.data_ptr<float>() : nullptr,
-                          q.nested ? nested_absmax.data_ptr<float>() : nullptr, q.offset, q.nested_blocksize,
-                          q.numel(), q.blocksize, out.data_ptr(), dtype_code(dtype),
-                          at::cuda::getCurrentCUDAStream().stream());
+    cuda::dequantize_4bit(
+        packed.data_ptr<std::uint8_t>(), code.data_ptr<float>(), q.nested ? nullptr : absmax.data_ptr<float>(),
+        q.nested ? absmax.data_ptr<std::uint8_t>() : nullptr, q.nested ? nested_code.data_ptr<float>() : nullptr,
+        q.nested ? nested_absmax.data_ptr<float>() : nullptr, q.offset, q.nested_blocksize, q.numel(), q.blocksize,
+        out.data_ptr(), dtype_code(dtype), at::cuda::getCurrentCUDAStream().stream());
     return out;
   }
 #endif
@@ -247,8 +243,9 @@ torch::Tensor dequantize_4bit_reference(const Quant4Weight& q, torch::ScalarType
   const std::int64_t n = q.numel();
   const torch::Tensor bytes = q.packed.reshape(-1);
   // High nibble first: element 2i in the high half of byte i.
-  const torch::Tensor nibbles =
-      torch::stack({torch::bitwise_right_shift(bytes, 4), torch::bitwise_and(bytes, 15)}, 1).reshape(-1).narrow(0, 0, n);
+  const torch::Tensor nibbles = torch::stack({torch::bitwise_right_shift(bytes, 4), torch::bitwise_and(bytes, 15)}, 1)
+                                    .reshape(-1)
+                                    .narrow(0, 0, n);
   const torch::Tensor values = q.code.to(torch::kFloat32).index_select(0, nibbles.to(torch::kLong));
   const torch::Tensor absmax = quant4_absmax(q);
   const std::int64_t rem = n % q.blocksize, full = n - rem;
@@ -258,9 +255,9 @@ torch::Tensor dequantize_4bit_reference(const Quant4Weight& q, torch::ScalarType
   } else {
     std::vector<torch::Tensor> parts;
     if (full > 0)
-      parts.push_back((values.narrow(0, 0, full).view({-1, q.blocksize}) *
-                       absmax.narrow(0, 0, full / q.blocksize).unsqueeze(1))
-                          .reshape(-1));
+      parts.push_back(
+          (values.narrow(0, 0, full).view({-1, q.blocksize}) * absmax.narrow(0, 0, full / q.blocksize).unsqueeze(1))
+              .reshape(-1));
     parts.push_back(values.narrow(0, full, rem) * absmax.narrow(0, full / q.blocksize, 1));
     out = torch::cat(parts);
   }

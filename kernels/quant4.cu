@@ -77,17 +77,17 @@ void launch(const std::uint8_t* packed, const float* code, const float* absmax_f
 }  // namespace
 
 void dequantize_4bit(const std::uint8_t* packed, const float* code, const float* absmax_f32,
-                     const std::uint8_t* absmax_q8, const float* nested_code, const float* nested_absmax,
-                     float offset, std::int64_t nested_blocksize, std::int64_t n, std::int64_t blocksize, void* out,
-                     int dtype, void* stream) {
+                     const std::uint8_t* absmax_q8, const float* nested_code, const float* nested_absmax, float offset,
+                     std::int64_t nested_blocksize, std::int64_t n, std::int64_t blocksize, void* out, int dtype,
+                     void* stream) {
   if (n <= 0) return;
   const auto s = static_cast<cudaStream_t>(stream);
   if (dtype == 0)
     launch<float>(packed, code, absmax_f32, absmax_q8, nested_code, nested_absmax, offset, nested_blocksize, n,
                   blocksize, out, s);
   else if (dtype == 1)
-    launch<__nv_bfloat16>(packed, code, absmax_f32, absmax_q8, nested_code, nested_absmax, offset, nested_blocksize,
-                          n, blocksize, out, s);
+    launch<__nv_bfloat16>(packed, code, absmax_f32, absmax_q8, nested_code, nested_absmax, offset, nested_blocksize, n,
+                          blocksize, out, s);
   else
     launch<__half>(packed, code, absmax_f32, absmax_q8, nested_code, nested_absmax, offset, nested_blocksize, n,
                    blocksize, out, s);

@@ -28,28 +28,28 @@ namespace odyssey::kernels {
 
 enum class Quant4Type { NF4, FP4 };
 
-const char* quant4_type_name(Quant4Type t);                        // "nf4", "fp4"
+const char* quant4_type_name(Quant4Type t);                         // "nf4", "fp4"
 std::optional<Quant4Type> parse_quant4_type(const std::string& s);  // "nf4"/"fp4", else none
 bool valid_quant4_blocksize(std::int64_t blocksize);                // bitsandbytes' sizes
 
 struct Quant4Weight : torch::CustomClassHolder {
   Quant4Type type = Quant4Type::NF4;
   std::int64_t blocksize = 64;
-  std::vector<std::int64_t> shape;  // the weight's, [out, in] for a projection
+  std::vector<std::int64_t> shape;             // the weight's, [out, in] for a projection
   torch::ScalarType dtype = torch::kBFloat16;  // what it was quantized from (bitsandbytes' "dtype")
-  torch::Tensor packed;             // uint8 [(numel + 1) / 2, 1]
-  torch::Tensor code;               // fp32 [16]: the value of each 4-bit code ("quant_map")
-  torch::Tensor absmax;             // fp32 [blocks], or uint8 [blocks] when nested
+  torch::Tensor packed;                        // uint8 [(numel + 1) / 2, 1]
+  torch::Tensor code;                          // fp32 [16]: the value of each 4-bit code ("quant_map")
+  torch::Tensor absmax;                        // fp32 [blocks], or uint8 [blocks] when nested
   // Double quantization (nested): absmax = nested_code[absmax] * nested_absmax[block / 256] + offset.
   bool nested = false;
   std::int64_t nested_blocksize = 256;
-  torch::Tensor nested_absmax;      // fp32 [ceil(blocks / nested_blocksize)]
-  torch::Tensor nested_code;        // fp32 [256]
+  torch::Tensor nested_absmax;  // fp32 [ceil(blocks / nested_blocksize)]
+  torch::Tensor nested_code;    // fp32 [256]
   float offset = 0.0f;
 
   std::int64_t numel() const;
-  std::int64_t blocks() const;      // ceil(numel / blocksize)
-  std::int64_t nbytes() const;      // packed + constants, what the weight costs in memory
+  std::int64_t blocks() const;  // ceil(numel / blocksize)
+  std::int64_t nbytes() const;  // packed + constants, what the weight costs in memory
   torch::Device device() const { return packed.device(); }
   // Every tensor moved to `d` (a copy of the metadata).
   c10::intrusive_ptr<Quant4Weight> to(const torch::Device& d) const;

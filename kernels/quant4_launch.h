@@ -12,8 +12,8 @@ namespace odyssey::kernels::cuda {
 // absmax_f32 is null (double quantization), nested_code[absmax_q8[b]] * nested_absmax[b /
 // nested_blocksize] + offset, all in fp32 (bitsandbytes' order of operations).
 void dequantize_4bit(const std::uint8_t* packed, const float* code, const float* absmax_f32,
-                     const std::uint8_t* absmax_q8, const float* nested_code, const float* nested_absmax,
-                     float offset, std::int64_t nested_blocksize, std::int64_t n, std::int64_t blocksize, void* out,
-                     int dtype, void* stream);
+                     const std::uint8_t* absmax_q8, const float* nested_code, const float* nested_absmax, float offset,
+                     std::int64_t nested_blocksize, std::int64_t n, std::int64_t blocksize, void* out, int dtype,
+                     void* stream);
 
 }  // namespace odyssey::kernels::cuda

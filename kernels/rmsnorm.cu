@@ -33,7 +33,6 @@ namespace {
 
 constexpr int kCache = 4;
 
-
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -79,8 +78,8 @@ __device__ __forceinline__ Vec<T, N> load_sum_squares(const T* __restrict__ x, c
 template <typename T, int N>
 __global__ void __launch_bounds__(512)
     add_rms_norm_fwd_kernel(const T* __restrict__ x, const T* __restrict__ res, const T* __restrict__ w,
-                                        T* __restrict__ y, T* sum, float* __restrict__ rstd, std::int64_t rows,
-                                        int hidden, int tpr, float eps) {
+                            T* __restrict__ y, T* sum, float* __restrict__ rstd, std::int64_t rows, int hidden, int tpr,
+                            float eps) {
   using V = Vec<T, N>;
   __shared__ float red[32];
   const int nvec = hidden / N;
@@ -143,10 +142,10 @@ __global__ void __launch_bounds__(512)
 // group, stored as [N][nvec] so consecutive threads hit consecutive banks), written to
 // partial[blockIdx.x] at the end.
 template <typename T, int N>
-__global__ void __launch_bounds__(512) add_rms_norm_bwd_kernel(const T* __restrict__ dy, const T* __restrict__ sum,
-                                        const float* __restrict__ rstd, const T* __restrict__ w,
-                                        const T* __restrict__ dsum_out, T* __restrict__ dsum,
-                                        float* __restrict__ partial, std::int64_t rows, int hidden, int tpr) {
+__global__ void __launch_bounds__(512)
+    add_rms_norm_bwd_kernel(const T* __restrict__ dy, const T* __restrict__ sum, const float* __restrict__ rstd,
+                            const T* __restrict__ w, const T* __restrict__ dsum_out, T* __restrict__ dsum,
+                            float* __restrict__ partial, std::int64_t rows, int hidden, int tpr) {
   using V = Vec<T, N>;
   extern __shared__ float acc_all[];
   __shared__ float red[32];
@@ -266,7 +265,6 @@ __global__ void rms_norm_dw_reduce_kernel(const float* __restrict__ partial, std
   }
 }
 
-
 int sm_count() {
   int dev = 0;
   check(cudaGetDevice(&dev), "add_rms_norm: cudaGetDevice");
@@ -304,9 +302,9 @@ void fwd_typed(const void* x, const void* res, const void* w, void* y, void* sum
   const Config c = config(rows, hidden / N);
   const std::int64_t max_blocks = static_cast<std::int64_t>(sm_count()) * (2048 / c.block);
   const int grid = static_cast<int>(std::min(c.row_blocks, max_blocks));
-  add_rms_norm_fwd_kernel<T, N><<<grid, c.block, 0, stream>>>(
-      static_cast<const T*>(x), static_cast<const T*>(res), static_cast<const T*>(w), static_cast<T*>(y),
-      static_cast<T*>(sum), rstd, rows, hidden, c.tpr, eps);
+  add_rms_norm_fwd_kernel<T, N><<<grid, c.block, 0, stream>>>(static_cast<const T*>(x), static_cast<const T*>(res),
+                                                              static_cast<const T*>(w), static_cast<T*>(y),
+                                                              static_cast<T*>(sum), rstd, rows, hidden, c.tpr, eps);
   check(cudaGetLastError(), "add_rms_norm_fwd_kernel launch");
 }
 
@@ -337,8 +335,7 @@ void bwd_typed(const void* dy, const void* sum, const float* rstd, const void* w
   }
   kernel<<<static_cast<int>(grid), c.block, smem, stream>>>(
       static_cast<const T*>(dy), static_cast<const T*>(sum), rstd, static_cast<const T*>(w),
-      static_cast<const T*>(dsum_out), static_cast<T*>(dsum), dw != nullptr ? workspace : nullptr, rows, hidden,
-      c.tpr);
+      static_cast<const T*>(dsum_out), static_cast<T*>(dsum), dw != nullptr ? workspace : nullptr, rows, hidden, c.tpr);
   check(cudaGetLastError(), "add_rms_norm_bwd_kernel launch");
   if (dw != nullptr) {
     const dim3 block(32, 16);
@@ -354,10 +351,8 @@ void fwd_dispatch(const void* x, const void* res, const void* w, void* y, void* 
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
   const bool vec = hidden % kVec == 0 && aligned16(x) && aligned16(res) && aligned16(w) && aligned16(y) &&
                    (res == nullptr || aligned16(sum));
-  if (vec)
-    fwd_typed<T, kVec>(x, res, w, y, sum, rstd, rows, hidden, eps, stream);
-  else
-    fwd_typed<T, 1>(x, res, w, y, sum, rstd, rows, hidden, eps, stream);
+  if (vec) fwd_typed<T, kVec>(x, res, w, y, sum, rstd, rows, hidden, eps, stream);
+  else fwd_typed<T, 1>(x, res, w, y, sum, rstd, rows, hidden, eps, stream);
 }
 
 template <typename T>
@@ -365,12 +360,10 @@ void bwd_dispatch(const void* dy, const void* sum, const float* rstd, const void
                   void* dw, float* workspace, std::int64_t workspace_rows, std::int64_t rows, int hidden,
                   cudaStream_t stream) {
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
-  const bool vec = hidden % kVec == 0 && aligned16(dy) && aligned16(sum) && aligned16(w) && aligned16(dsum_out) &&
-                   aligned16(dsum);
-  if (vec)
-    bwd_typed<T, kVec>(dy, sum, rstd, w, dsum_out, dsum, dw, workspace, workspace_rows, rows, hidden, stream);
-  else
-    bwd_typed<T, 1>(dy, sum, rstd, w, dsum_out, dsum, dw, workspace, workspace_rows, rows, hidden, stream);
+  const bool vec =
+      hidden % kVec == 0 && aligned16(dy) && aligned16(sum) && aligned16(w) && aligned16(dsum_out) && aligned16(dsum);
+  if (vec) bwd_typed<T, kVec>(dy, sum, rstd, w, dsum_out, dsum, dw, workspace, workspace_rows, rows, hidden, stream);
+  else bwd_typed<T, 1>(dy, sum, rstd, w, dsum_out, dsum, dw, workspace, workspace_rows, rows, hidden, stream);
 }
 
 int checked_hidden(std::int64_t hidden, const char* what) {

@@ -39,10 +39,10 @@ inline torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weigh
 // through them (as q/k/v and gate/up do: all reach the loss).
 struct NormShare : torch::CustomClassHolder {
   std::mutex mutex;
-  torch::Tensor output;  // the recomputed norm output, while some projection's backward is pending
-  int pending = 0;       // projections whose backward has not run yet
-  int projections = 0;   // projections made with this share (forward calls)
-  int summed = 0;        // of those, how many have added their gradient in the current backward
+  torch::Tensor output;      // the recomputed norm output, while some projection's backward is pending
+  int pending = 0;           // projections whose backward has not run yet
+  int projections = 0;       // projections made with this share (forward calls)
+  int summed = 0;            // of those, how many have added their gradient in the current backward
   torch::Tensor input_grad;  // the sum so far of their gradients of the norm output
 };
 

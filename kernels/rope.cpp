@@ -25,8 +25,7 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-void check_inputs(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& cos,
-                  const torch::Tensor& sin) {
+void check_inputs(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& cos, const torch::Tensor& sin) {
   TORCH_CHECK(q.defined() && k.defined() && cos.defined() && sin.defined(),
               "apply_rope_: q, k, cos and sin must be defined");
   TORCH_CHECK(q.dim() == 3, "apply_rope_: q must be [T, Hq, D], got ", q.sizes());
@@ -35,8 +34,8 @@ void check_inputs(const torch::Tensor& q, const torch::Tensor& k, const torch::T
   TORCH_CHECK(d > 0 && d % 2 == 0, "apply_rope_: head_dim must be even and > 0, got ", d);
   TORCH_CHECK(k.size(0) == t && k.size(2) == d, "apply_rope_: k ", k.sizes(), " does not match q ", q.sizes(),
               " in tokens and head_dim");
-  TORCH_CHECK(cos.dim() == 2 && cos.size(0) == t && cos.size(1) == d, "apply_rope_: cos must be [T, D] = [", t, ", ",
-              d, "], got ", cos.sizes());
+  TORCH_CHECK(cos.dim() == 2 && cos.size(0) == t && cos.size(1) == d, "apply_rope_: cos must be [T, D] = [", t, ", ", d,
+              "], got ", cos.sizes());
   TORCH_CHECK(sin.sizes() == cos.sizes(), "apply_rope_: sin must be [T, D] = [", t, ", ", d, "], got ", sin.sizes());
   TORCH_CHECK(supported_dtype(q.scalar_type()), "apply_rope_: q must be float32, bfloat16 or float16, got ",
               q.scalar_type());

@@ -29,13 +29,12 @@
 namespace odyssey::kernels::cuda {
 namespace {
 
-
 template <typename T, int N, bool kInverse>
-__global__ void rope_kernel(T* q, std::int64_t qst, std::int64_t qsh, int hq, T* k, std::int64_t kst,
-                            std::int64_t ksh, int hk, const T* __restrict__ cos, const T* __restrict__ sin,
-                            std::int64_t tokens, int half, T* q_out) {
+__global__ void rope_kernel(T* q, std::int64_t qst, std::int64_t qsh, int hq, T* k, std::int64_t kst, std::int64_t ksh,
+                            int hk, const T* __restrict__ cos, const T* __restrict__ sin, std::int64_t tokens, int half,
+                            T* q_out) {
   using V = Vec<T, N>;
-  const int pv = half / N;                           // units per head
+  const int pv = half / N;                                             // units per head
   const std::int64_t units = static_cast<std::int64_t>(hq + hk) * pv;  // per token
   const std::int64_t total = tokens * units;
   for (std::int64_t idx = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
@@ -44,8 +43,8 @@ __global__ void rope_kernel(T* q, std::int64_t qst, std::int64_t qsh, int hq, T*
     const int u = static_cast<int>(idx - t * units);
     const int h = u / pv;
     const int c = (u - h * pv) * N;
-    const std::int64_t off = h < hq ? t * qst + static_cast<std::int64_t>(h) * qsh
-                                    : t * kst + static_cast<std::int64_t>(h - hq) * ksh;
+    const std::int64_t off =
+        h < hq ? t * qst + static_cast<std::int64_t>(h) * qsh : t * kst + static_cast<std::int64_t>(h - hq) * ksh;
     const T* x = h < hq ? q + off : k + off;
     T* y = h < hq ? (q_out != nullptr ? q_out : q) + off : k + off;
     const T* ct = cos + t * 2 * half;
@@ -79,7 +78,6 @@ __global__ void rope_kernel(T* q, std::int64_t qst, std::int64_t qsh, int hq, T*
   }
 }
 
-
 bool aligned16(const void* p) { return p == nullptr || (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
 
 template <typename T, int N>
@@ -99,9 +97,11 @@ void launch(void* q, std::int64_t qst, std::int64_t qsh, int hq, void* k, std::i
   const auto* cp = static_cast<const T*>(cos);
   const auto* sp = static_cast<const T*>(sin);
   if (inverse)
-    rope_kernel<T, N, true><<<grid, kThreads, 0, stream>>>(qp, qst, qsh, hq, kp, kst, ksh, hk, cp, sp, tokens, half, op);
+    rope_kernel<T, N, true>
+        <<<grid, kThreads, 0, stream>>>(qp, qst, qsh, hq, kp, kst, ksh, hk, cp, sp, tokens, half, op);
   else
-    rope_kernel<T, N, false><<<grid, kThreads, 0, stream>>>(qp, qst, qsh, hq, kp, kst, ksh, hk, cp, sp, tokens, half, op);
+    rope_kernel<T, N, false>
+        <<<grid, kThreads, 0, stream>>>(qp, qst, qsh, hq, kp, kst, ksh, hk, cp, sp, tokens, half, op);
   check(cudaGetLastError(), inverse ? "rope_kernel (inverse) launch" : "rope_kernel launch");
 }
 
@@ -111,12 +111,10 @@ void dispatch(void* q, std::int64_t qst, std::int64_t qsh, int hq, void* k, std:
               void* q_out) {
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
   const bool vec = half % kVec == 0 && qst % kVec == 0 && qsh % kVec == 0 && aligned16(q) && aligned16(q_out) &&
-                   aligned16(cos) &&
-                   aligned16(sin) && (hk == 0 || (kst % kVec == 0 && ksh % kVec == 0 && aligned16(k)));
-  if (vec)
-    launch<T, kVec>(q, qst, qsh, hq, k, kst, ksh, hk, cos, sin, tokens, half, inverse, stream, q_out);
-  else
-    launch<T, 1>(q, qst, qsh, hq, k, kst, ksh, hk, cos, sin, tokens, half, inverse, stream, q_out);
+                   aligned16(cos) && aligned16(sin) &&
+                   (hk == 0 || (kst % kVec == 0 && ksh % kVec == 0 && aligned16(k)));
+  if (vec) launch<T, kVec>(q, qst, qsh, hq, k, kst, ksh, hk, cos, sin, tokens, half, inverse, stream, q_out);
+  else launch<T, 1>(q, qst, qsh, hq, k, kst, ksh, hk, cos, sin, tokens, half, inverse, stream, q_out);
 }
 
 }  // namespace
@@ -126,8 +124,7 @@ void rope_apply(void* q, std::int64_t q_stride_t, std::int64_t q_stride_h, std::
                 std::int64_t tokens, std::int64_t head_dim, bool inverse, int dtype, void* stream, void* q_out) {
   if (head_dim < 2 || head_dim % 2 != 0 || head_dim > 65536)
     throw std::runtime_error("rope_kernel: head_dim " + std::to_string(head_dim) + " must be even and in [2, 65536]");
-  if (hq < 0 || hk < 0 || hq + hk > (1 << 20))
-    throw std::runtime_error("rope_kernel: head counts out of range");
+  if (hq < 0 || hk < 0 || hq + hk > (1 << 20)) throw std::runtime_error("rope_kernel: head counts out of range");
   if (hk > 0 && k == nullptr) throw std::runtime_error("rope_kernel: k is null but hk > 0");
   if (tokens <= 0 || hq + hk == 0) return;
   const int half = static_cast<int>(head_dim / 2);

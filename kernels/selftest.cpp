@@ -25,9 +25,9 @@ struct Case {
   std::string kernel;
   std::vector<std::string> output_names;  // then "d" + input name for each differentiable input
   std::vector<std::string> input_names;
-  Tensors inputs;                          // in the working dtype (the exact run upcasts them)
+  Tensors inputs;  // in the working dtype (the exact run upcasts them)
   std::vector<bool> differentiable;
-  Tensors cotangents;                      // one per output, in the working dtype
+  Tensors cotangents;  // one per output, in the working dtype
   Fn fused, reference, exact;
 };
 
@@ -95,8 +95,7 @@ Case rms_case(const torch::Device& dev, std::int64_t rows, std::int64_t hidden) 
   c.output_names = {"y", "sum"};
   c.input_names = {"x", "residual", "weight"};
   const auto o = torch::TensorOptions().device(dev);
-  c.inputs = {torch::randn({rows, hidden}, o), torch::randn({rows, hidden}, o),
-              1.0 + 0.1 * torch::randn({hidden}, o)};
+  c.inputs = {torch::randn({rows, hidden}, o), torch::randn({rows, hidden}, o), 1.0 + 0.1 * torch::randn({hidden}, o)};
   c.differentiable = {true, true, true};
   c.cotangents = {torch::randn({rows, hidden}, o), torch::randn({rows, hidden}, o)};
   c.fused = [eps](const Tensors& in) {
@@ -128,10 +127,11 @@ Case swiglu_case(const torch::Device& dev, std::int64_t rows, std::int64_t inter
 
 // Grouped GEMM (grouped_gemm.h): rows split over `experts` groups of random sizes (some
 // empty), against the per-expert loop; the ends are not differentiable.
-Case grouped_case(const torch::Device& dev, std::int64_t rows, std::int64_t experts, std::int64_t width_in, std::int64_t out) {
+Case grouped_case(const torch::Device& dev, std::int64_t rows, std::int64_t experts, std::int64_t width_in,
+                  std::int64_t out) {
   Case c;
-  c.kernel = "grouped_linear " + std::to_string(experts) + "x" + std::to_string(out) + "x" + std::to_string(width_in) + " on " +
-             std::to_string(rows) + " rows";
+  c.kernel = "grouped_linear " + std::to_string(experts) + "x" + std::to_string(out) + "x" + std::to_string(width_in) +
+             " on " + std::to_string(rows) + " rows";
   c.output_names = {"y"};
   c.input_names = {"x", "w", "ends"};
   const auto o = torch::TensorOptions().device(dev);
@@ -173,8 +173,7 @@ LinearWeights projection_weights(const Tensors& in, std::size_t first) {
 
 // The projection as plain layers (the reference and the exact runs).
 torch::Tensor projection_layers(const torch::Tensor& x, const Tensors& in, std::size_t first) {
-  return at::linear(x, in[first], in[first + 1]) +
-         at::linear(at::linear(x, in[first + 2]), in[first + 3]) * kScaling;
+  return at::linear(x, in[first], in[first + 1]) + at::linear(at::linear(x, in[first + 2]), in[first + 3]) * kScaling;
 }
 
 Case projection_case(const std::string& name, Tensors inputs, std::vector<std::string> input_names,
@@ -248,7 +247,8 @@ Case rms_norm_mlp_case(const torch::Device& dev, std::int64_t rows, std::int64_t
   };
   c.reference = [eps](const Tensors& in) {
     const torch::Tensor n = add_rms_norm_reference(in[0], {}, in[1], eps).first;
-    return Tensors{projection_layers(swiglu_reference(projection_layers(n, in, 2), projection_layers(n, in, 6)), in, 10)};
+    return Tensors{
+        projection_layers(swiglu_reference(projection_layers(n, in, 2), projection_layers(n, in, 6)), in, 10)};
   };
   c.exact = c.reference;  // in float64
   return c;
@@ -263,8 +263,8 @@ Case rope_case(const torch::Device& dev, std::int64_t tokens, std::int64_t hq, s
   const auto o = torch::TensorOptions().device(dev);
   // A packed row: positions restart at 0 for each of three samples.
   const std::int64_t a = tokens / 2, b = tokens / 3;
-  const torch::Tensor pos = torch::cat({torch::arange(a, o), torch::arange(b, o), torch::arange(tokens - a - b, o)})
-                                .to(torch::kFloat64);
+  const torch::Tensor pos =
+      torch::cat({torch::arange(a, o), torch::arange(b, o), torch::arange(tokens - a - b, o)}).to(torch::kFloat64);
   const torch::Tensor inv = torch::pow(1e6, -torch::arange(0, d, 2, o.dtype(torch::kFloat64)) / static_cast<double>(d));
   const torch::Tensor ang = torch::outer(pos, inv);
   const torch::Tensor emb = torch::cat({ang, ang}, -1);
@@ -314,8 +314,8 @@ Case linear_ce_case(const torch::Device& dev, std::int64_t tokens, std::int64_t 
 // A 4-bit projection y = x W^T (QLoRA, quant4.h): the op (the CUDA dequantizer on a GPU)
 // against the ATen dequantizer's product, forward and the input's gradient; exact: float64
 // on the fp32-dequantized weight.
-Case quant4_linear_case(const torch::Device& dev, std::int64_t rows, std::int64_t in, std::int64_t out,
-                        Quant4Type type, bool nested) {
+Case quant4_linear_case(const torch::Device& dev, std::int64_t rows, std::int64_t in, std::int64_t out, Quant4Type type,
+                        bool nested) {
   const auto o = torch::TensorOptions().device(dev);
   const auto q = quantize_4bit(torch::randn({out, in}, o) / std::sqrt(static_cast<double>(in)), type, 64, nested);
   Case c;
@@ -368,7 +368,7 @@ std::vector<SelftestRow> run_selftest(const torch::Device& device) {
   std::vector<Case> cases;
   if (gpu) {
     cases.push_back(rms_case(device, 4096, 3584));
-    cases.push_back(rms_case(device, 333, 128));  // Qwen3's per-head q/k norm width, odd row count
+    cases.push_back(rms_case(device, 333, 128));   // Qwen3's per-head q/k norm width, odd row count
     cases.push_back(rms_case(device, 2049, 896));  // Qwen2.5-0.5B's width: a warp per row
     cases.push_back(swiglu_case(device, 2048, 18944));
     cases.push_back(swiglu_down_case(device, 1024, 18944, 3584, 16));

@@ -18,15 +18,15 @@
 namespace odyssey::kernels {
 
 struct SelftestRow {
-  std::string kernel;   // the op and its shape: "add_rms_norm 4096x3584", "swiglu 2048x18944", ...
-  std::string dtype;    // "fp32", "bf16"
-  std::string tensor;   // "y", "sum", "dx", "dweight", "loss", ...
-  double max_abs = 0;   // max |fused - exact|
-  double rel = 0;       // max |fused - exact| / max |exact|
-  double ref_rel = 0;   // the reference implementation's own error in this dtype
-  double bound = 0;     // 2 * ref_rel + u
+  std::string kernel;  // the op and its shape: "add_rms_norm 4096x3584", "swiglu 2048x18944", ...
+  std::string dtype;   // "fp32", "bf16"
+  std::string tensor;  // "y", "sum", "dx", "dweight", "loss", ...
+  double max_abs = 0;  // max |fused - exact|
+  double rel = 0;      // max |fused - exact| / max |exact|
+  double ref_rel = 0;  // the reference implementation's own error in this dtype
+  double bound = 0;    // 2 * ref_rel + u
   bool ok = false;
-  std::string path;     // "cuda" or "aten" (the fused op's CPU path)
+  std::string path;  // "cuda" or "aten" (the fused op's CPU path)
 };
 
 // Runs every check on `device` (CUDA: the CUDA kernels; CPU: the fused ops' ATen path,

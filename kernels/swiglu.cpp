@@ -197,7 +197,8 @@ struct RmsNormMlp : torch::autograd::Function<RmsNormMlp> {
                                // the 4-bit weights (null for 16-bit bases)
                                const c10::intrusive_ptr<Quant4Weight>& gq, const c10::intrusive_ptr<Quant4Weight>& uq,
                                const c10::intrusive_ptr<Quant4Weight>& dq) {
-    const LinearWeights w[3] = {detail::weights_of(gw, gb, ga, gbb, gs, gq), detail::weights_of(uw, ub, ua, ubb, us, uq),
+    const LinearWeights w[3] = {detail::weights_of(gw, gb, ga, gbb, gs, gq),
+                                detail::weights_of(uw, ub, ua, ubb, us, uq),
                                 detail::weights_of(dw, db, da, dbb, ds, dq)};
     torch::Tensor a[3];
     torch::Tensor act;
@@ -230,7 +231,8 @@ struct RmsNormMlp : torch::autograd::Function<RmsNormMlp> {
       edge += detail::linear_edges(ctx, w[k], kKeys[k]);
     }
     w[0].bias = saved[14], w[1].bias = saved[15];
-    const torch::Tensor n = add_rms_norm(s, {}, saved[1], ctx->saved_data["eps"].toDouble()).first.reshape({-1, hidden});
+    const torch::Tensor n =
+        add_rms_norm(s, {}, saved[1], ctx->saved_data["eps"].toDouble()).first.reshape({-1, hidden});
     const std::int64_t inter = w[0].out_features();
     DownBackward down;
     {
@@ -273,13 +275,13 @@ torch::Tensor swiglu_down(const torch::Tensor& gate, const torch::Tensor& up, co
 
 namespace odyssey::kernels {
 
-torch::Tensor rms_norm_mlp(const torch::Tensor& n, const torch::Tensor& s, const torch::Tensor& norm_weight,
-                           double eps, const LinearWeights& gate, const LinearWeights& up, const LinearWeights& down) {
+torch::Tensor rms_norm_mlp(const torch::Tensor& n, const torch::Tensor& s, const torch::Tensor& norm_weight, double eps,
+                           const LinearWeights& gate, const LinearWeights& up, const LinearWeights& down) {
   TORCH_CHECK(s.defined() && s.dim() >= 1, "rms_norm_mlp: the norm input must be [..., H], got ",
               s.defined() ? s.sizes() : torch::IntArrayRef{});
   TORCH_CHECK(n.defined() && n.sizes() == s.sizes() && n.scalar_type() == s.scalar_type(),
-              "rms_norm_mlp: the norm output must have the input's shape ", s.sizes(), " and dtype ",
-              s.scalar_type(), ", got ", n.defined() ? n.sizes() : torch::IntArrayRef{});
+              "rms_norm_mlp: the norm output must have the input's shape ", s.sizes(), " and dtype ", s.scalar_type(),
+              ", got ", n.defined() ? n.sizes() : torch::IntArrayRef{});
   TORCH_CHECK(norm_weight.defined() && norm_weight.dim() == 1 && norm_weight.size(0) == s.size(-1),
               "rms_norm_mlp: the norm weight must be [", s.size(-1), "]");
   detail::check_linear(gate, s.size(-1), "rms_norm_mlp (gate)");
@@ -290,10 +292,10 @@ torch::Tensor rms_norm_mlp(const torch::Tensor& n, const torch::Tensor& s, const
   TORCH_CHECK(supported_dtype(s.scalar_type()), "rms_norm_mlp: float32, bfloat16 or float16, got ", s.scalar_type());
   using detail::opt;
   using detail::weight_arg;
-  return RmsNormMlp::apply(n, s.detach(), norm_weight.detach(), eps, weight_arg(gate), opt(gate.bias),
-                           opt(gate.lora_a), opt(gate.lora_b), gate.lora_scaling, weight_arg(up), opt(up.bias),
-                           opt(up.lora_a), opt(up.lora_b), up.lora_scaling, weight_arg(down), opt(down.bias),
-                           opt(down.lora_a), opt(down.lora_b), down.lora_scaling, gate.quant, up.quant, down.quant)[0];
+  return RmsNormMlp::apply(n, s.detach(), norm_weight.detach(), eps, weight_arg(gate), opt(gate.bias), opt(gate.lora_a),
+                           opt(gate.lora_b), gate.lora_scaling, weight_arg(up), opt(up.bias), opt(up.lora_a),
+                           opt(up.lora_b), up.lora_scaling, weight_arg(down), opt(down.bias), opt(down.lora_a),
+                           opt(down.lora_b), down.lora_scaling, gate.quant, up.quant, down.quant)[0];
 }
 
 }  // namespace odyssey::kernels

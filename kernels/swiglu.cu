@@ -1,10 +1,10 @@
 // SwiGLU CUDA kernels (swiglu.h, swiglu_launch.h). No LibTorch here.
 //
 // Elementwise over [rows, cols]: a block of `threads` (whole warps: the row's width in
-// vectors up to 1024, else 256) covers one tile of threads * N consecutive columns of one row (N elements per 128-bit access, 1 when
-// cols, a row stride or a pointer is not 16-byte aligned), walking the tiles grid-stride, so
-// there is one 64-bit division per tile, not per element. gate and up keep their own row
-// strides (e.g. the two halves of one [T, 2I] projection).
+// vectors up to 1024, else 256) covers one tile of threads * N consecutive columns of one row (N elements per 128-bit
+// access, 1 when cols, a row stride or a pointer is not 16-byte aligned), walking the tiles grid-stride, so there is
+// one 64-bit division per tile, not per element. gate and up keep their own row strides (e.g. the two halves of one [T,
+// 2I] projection).
 //
 // Tolerance: `odyssey-train selftest` (kernels/selftest.cpp) evaluates this kernel, its reference
 // (kernels/swiglu_ref.cpp) in the same dtype and the reference on float64 inputs; every output and
@@ -27,7 +27,6 @@
 
 namespace odyssey::kernels::cuda {
 namespace {
-
 
 // As ATen's CUDA silu: x / (1 + exp(-x)) in fp32 (IEEE division, precise expf).
 __device__ __forceinline__ float silu(float g) { return __fdiv_rn(g, __fadd_rn(1.f, expf(-g))); }
@@ -62,10 +61,9 @@ __global__ void swiglu_fwd_kernel(const T* __restrict__ gate, std::int64_t gs, c
 // activation a backward recomputes instead of keeping); y may be dy itself (each element is
 // read before it is overwritten, by the same thread), so neither carries __restrict__.
 template <typename T, int N>
-__global__ void swiglu_bwd_kernel(const T* dy, const T* __restrict__ gate, std::int64_t gs,
-                                  const T* __restrict__ up, std::int64_t us, T* __restrict__ dgate,
-                                  T* __restrict__ dup, T* y, std::int64_t rows, std::int64_t cols,
-                                  std::int64_t tiles_per_row) {
+__global__ void swiglu_bwd_kernel(const T* dy, const T* __restrict__ gate, std::int64_t gs, const T* __restrict__ up,
+                                  std::int64_t us, T* __restrict__ dgate, T* __restrict__ dup, T* y, std::int64_t rows,
+                                  std::int64_t cols, std::int64_t tiles_per_row) {
   using V = Vec<T, N>;
   const std::int64_t tiles = rows * tiles_per_row;
   for (std::int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -94,7 +92,6 @@ __global__ void swiglu_bwd_kernel(const T* dy, const T* __restrict__ gate, std::
     }
   }
 }
-
 
 bool aligned16(const void* p) { return p == nullptr || (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
 
@@ -127,8 +124,8 @@ template <typename T>
 void fwd_typed(const void* gate, std::int64_t gs, const void* up, std::int64_t us, void* y, std::int64_t rows,
                std::int64_t cols, cudaStream_t stream) {
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
-  const bool vec = cols % kVec == 0 && gs % kVec == 0 && us % kVec == 0 && aligned16(gate) && aligned16(up) &&
-                   aligned16(y);
+  const bool vec =
+      cols % kVec == 0 && gs % kVec == 0 && us % kVec == 0 && aligned16(gate) && aligned16(up) && aligned16(y);
   const auto* g = static_cast<const T*>(gate);
   const auto* u = static_cast<const T*>(up);
   auto* o = static_cast<T*>(y);
@@ -156,12 +153,11 @@ void bwd_typed(const void* dy, const void* gate, std::int64_t gs, const void* up
   auto* o = static_cast<T*>(y);
   if (vec) {
     const Launch l = plan(rows, cols, kVec, "swiglu_bwd_kernel");
-    swiglu_bwd_kernel<T, kVec><<<l.grid, l.threads, 0, stream>>>(d, g, gs, u, us, dg, du, o, rows, cols,
-                                                                 l.tiles_per_row);
+    swiglu_bwd_kernel<T, kVec>
+        <<<l.grid, l.threads, 0, stream>>>(d, g, gs, u, us, dg, du, o, rows, cols, l.tiles_per_row);
   } else {
     const Launch l = plan(rows, cols, 1, "swiglu_bwd_kernel");
-    swiglu_bwd_kernel<T, 1><<<l.grid, l.threads, 0, stream>>>(d, g, gs, u, us, dg, du, o, rows, cols,
-                                                             l.tiles_per_row);
+    swiglu_bwd_kernel<T, 1><<<l.grid, l.threads, 0, stream>>>(d, g, gs, u, us, dg, du, o, rows, cols, l.tiles_per_row);
   }
   check(cudaGetLastError(), "swiglu_bwd_kernel launch");
 }
@@ -187,8 +183,7 @@ void swiglu_bwd(const void* dy, const void* gate, std::int64_t gate_row_stride, 
   const auto s = static_cast<cudaStream_t>(stream);
   switch (dtype) {
     case 0: return bwd_typed<float>(dy, gate, gate_row_stride, up, up_row_stride, dgate, dup, y, rows, cols, s);
-    case 1:
-      return bwd_typed<__nv_bfloat16>(dy, gate, gate_row_stride, up, up_row_stride, dgate, dup, y, rows, cols, s);
+    case 1: return bwd_typed<__nv_bfloat16>(dy, gate, gate_row_stride, up, up_row_stride, dgate, dup, y, rows, cols, s);
     case 2: return bwd_typed<__half>(dy, gate, gate_row_stride, up, up_row_stride, dgate, dup, y, rows, cols, s);
     default: throw std::runtime_error("swiglu_bwd_kernel: unsupported dtype code " + std::to_string(dtype));
   }

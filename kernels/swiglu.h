@@ -35,8 +35,8 @@ torch::Tensor swiglu_down(const torch::Tensor& gate, const torch::Tensor& up, co
 // GEMMs; the memory planner uses it on as many layers as a budget needs, a cheaper way to
 // memory than recomputing whole layers. Differentiable in n and every projection tensor (s and
 // norm_weight get no gradient here: the norm's own backward gives theirs).
-torch::Tensor rms_norm_mlp(const torch::Tensor& n, const torch::Tensor& s, const torch::Tensor& norm_weight,
-                           double eps, const LinearWeights& gate, const LinearWeights& up, const LinearWeights& down);
+torch::Tensor rms_norm_mlp(const torch::Tensor& n, const torch::Tensor& s, const torch::Tensor& norm_weight, double eps,
+                           const LinearWeights& gate, const LinearWeights& up, const LinearWeights& down);
 
 // The reference: at::silu(gate) * up, differentiated by autograd.
 torch::Tensor swiglu_reference(const torch::Tensor& gate, const torch::Tensor& up);

@@ -47,7 +47,7 @@ debs=(
   libqcustomplot-dev libqcustomplot2.1-qt6
   libyaml-cpp-dev nlohmann-json3-dev libpcre2-dev
   xvfb xauth
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev clang-format-14
   python3 python3-venv python3-pip
   help2man patchelf debootstrap appstream desktop-file-utils libxml2-utils
 )

@@ -108,6 +108,8 @@ fi
 # test: the same command CI runs (.ci/run).
 start=$(date +%s)
 mkdir -p build
+step "format: every C++/CUDA file as .clang-format says (clang-format 14)"
+bash packaging/check-format.sh
 step "build + unit tests (Debug, warnings as errors, LibTorch when installed)"
 configure build/ci -DCMAKE_BUILD_TYPE=Debug -DODYSSEY_WERROR=ON
 cmake --build build/ci -j "$jobs"

@@ -35,7 +35,8 @@ AdvancedPage::AdvancedPage(ConfigForm* form, QWidget* parent) : QWidget(parent),
   }
   auto* c1 = new QVBoxLayout;
   c1->addWidget(parallel_group());
-  c1->addWidget(group(tr("Precision and devices"), {"torch_dtype", "seed", "device", "gpu_ids", "nproc_per_node", "nnodes"}));
+  c1->addWidget(
+      group(tr("Precision and devices"), {"torch_dtype", "seed", "device", "gpu_ids", "nproc_per_node", "nnodes"}));
   c1->addWidget(group(tr("Model source"), {"model_revision", "template_file", "adapters"}));
   auto* gpus = new QGroupBox(tr("GPUs on this machine"), content);
   gpus->setObjectName(QStringLiteral("gpuGroup"));
@@ -44,22 +45,22 @@ AdvancedPage::AdvancedPage(ConfigForm* form, QWidget* parent) : QWidget(parent),
   gv->addWidget(gpu_panel_);
   c1->addWidget(gpus);
   auto* c2 = new QVBoxLayout;
-  c2->addWidget(group(tr("Kernels and activations"), {"attn_impl", "fused_kernels", "packing", "padding_free",
-                                                       "activation_checkpointing", "offload_activations",
-                                                       "mlp_tile_tokens", "keep_attention", "gpu_memory_budget_gib"}));
+  c2->addWidget(group(tr("Kernels and activations"),
+                      {"attn_impl", "fused_kernels", "packing", "padding_free", "activation_checkpointing",
+                       "offload_activations", "mlp_tile_tokens", "keep_attention", "gpu_memory_budget_gib"}));
   c2->addWidget(group(tr("Base weights (QLoRA)"), {"quant_bits", "bnb_4bit_quant_type", "bnb_4bit_use_double_quant",
-                                                    "bnb_4bit_compute_dtype", "quant_method"}));
-  c2->addWidget(group(tr("Optimizer memory"), {"zero_stage", "offload_optimizer", "use_galore", "galore_quantization",
-                                                "galore_rank", "galore_update_proj_gap", "galore_scale",
-                                                "galore_target_modules"}));
+                                                   "bnb_4bit_compute_dtype", "quant_method"}));
+  c2->addWidget(group(tr("Optimizer memory"),
+                      {"zero_stage", "offload_optimizer", "use_galore", "galore_quantization", "galore_rank",
+                       "galore_update_proj_gap", "galore_scale", "galore_target_modules"}));
   c2->addWidget(group(tr("Mixture of experts"), {"target_parameters", "router_aux_loss_coef", "freeze_router"}));
   auto* c3 = new QVBoxLayout;
-  c3->addWidget(group(tr("Optimizer and schedule"), {"lr_scheduler_type", "warmup_ratio", "warmup_steps", "weight_decay",
-                                                      "max_grad_norm", "adam_beta1", "adam_beta2", "adam_epsilon"}));
+  c3->addWidget(
+      group(tr("Optimizer and schedule"), {"lr_scheduler_type", "warmup_ratio", "warmup_steps", "weight_decay",
+                                           "max_grad_norm", "adam_beta1", "adam_beta2", "adam_epsilon"}));
   c3->addWidget(group(tr("Data handling"), {"truncation_strategy", "split_dataset_ratio", "max_bad_sample_ratio"}));
-  c3->addWidget(group(tr("Logging and checkpoints"),
-                      {"logging_steps", "report_to", "eval_steps", "save_steps", "save_total_limit",
-                       "resume_from_checkpoint"}));
+  c3->addWidget(group(tr("Logging and checkpoints"), {"logging_steps", "report_to", "eval_steps", "save_steps",
+                                                      "save_total_limit", "resume_from_checkpoint"}));
   for (QVBoxLayout* c : {c1, c2, c3}) {
     auto* w = new QWidget(content);
     c->setContentsMargins(0, 0, 0, 0);
@@ -126,7 +127,8 @@ QWidget* AdvancedPage::group(const QString& title, std::initializer_list<const c
   for (const char* k : keys) {
     FieldRow* r = add_field(f, form_, k);
     if (std::string_view(k).substr(0, 7) == "galore_") galore_rows_.push_back(r);
-    if (std::string_view(k).substr(0, 9) == "bnb_4bit_" || std::string_view(k) == "quant_method") quant_rows_.push_back(r);
+    if (std::string_view(k).substr(0, 9) == "bnb_4bit_" || std::string_view(k) == "quant_method")
+      quant_rows_.push_back(r);
     if (std::string_view(k) == "offload_optimizer") offload_row_ = r;
     if (std::string_view(k) == "gpu_memory_budget_gib") {
       card_preset_ = new QComboBox(g);
@@ -140,9 +142,10 @@ QWidget* AdvancedPage::group(const QString& title, std::initializer_list<const c
       card_preset_->addItem(tr("32 GiB (RTX 5090)"), 32);
       card_preset_->addItem(tr("48 GiB (RTX 6000 Ada, A6000, L40S)"), 48);
       card_preset_->addItem(tr("80 GiB (A100, H100 80 GB)"), 80);
-      card_preset_->setToolTip(tr("Sets the GPU memory budget to a card's memory: the planner then chooses "
-                                  "checkpointing, recomputation and offload to fit it, and a run caps its "
-                                  "allocator there, so a larger GPU trains as that card would."));
+      card_preset_->setToolTip(
+          tr("Sets the GPU memory budget to a card's memory: the planner then chooses "
+             "checkpointing, recomputation and offload to fit it, and a run caps its "
+             "allocator there, so a larger GPU trains as that card would."));
       connect(card_preset_, &QComboBox::activated, this, [this](int i) {
         const int gib = card_preset_->itemData(i).toInt();
         if (gib > 0) form_->set_text("gpu_memory_budget_gib", std::to_string(gib));
@@ -159,8 +162,9 @@ QWidget* AdvancedPage::parallel_group() {
   f->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
   enable_sp_ = new QCheckBox(tr("Enable Ulysses sequence parallelism"), g);
   enable_sp_->setObjectName(QStringLiteral("enableUlysses"));
-  enable_sp_->setToolTip(tr("Split every sequence across several GPUs: DeepSpeed-Ulysses all-to-all over attention heads, "
-                            "ring attention for what the heads cannot split.\n\nms-swift: --sequence_parallel_size N"));
+  enable_sp_->setToolTip(
+      tr("Split every sequence across several GPUs: DeepSpeed-Ulysses all-to-all over attention heads, "
+         "ring attention for what the heads cannot split.\n\nms-swift: --sequence_parallel_size N"));
   f->addRow(enable_sp_);
   connect(enable_sp_, &QCheckBox::toggled, this, [this](bool on) {
     if (updating_) return;
@@ -220,8 +224,7 @@ QString AdvancedPage::derived_text(const ConfigForm& form) {
   if (sp > 1) lines << tr("Packed sequences are padded to a multiple of %1.").arg(sequence_pad_multiple(p));
   if (p.world_size % p.sp == 0)
     lines << tr("Mesh: %1 processes = %2 data-parallel × %3 sequence-parallel").arg(p.world_size).arg(p.dp).arg(p.sp);
-  else
-    lines << tr("Mesh: %1 processes cannot be split into groups of %2").arg(p.world_size).arg(p.sp);
+  else lines << tr("Mesh: %1 processes cannot be split into groups of %2").arg(p.world_size).arg(p.sp);
   return lines.join(QStringLiteral("<br>"));
 }
 

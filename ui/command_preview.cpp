@@ -31,7 +31,8 @@ QStringList odyssey_train_arguments(const ConfigForm& form, const QString& comma
   }
   for (const auto& f : train_config_fields()) {
     const std::string v = field_value_text(c, f);
-    if (v != field_value_text(base, f)) args << QStringLiteral("--set") << QString::fromStdString(std::string(f.key) + "=" + v);
+    if (v != field_value_text(base, f))
+      args << QStringLiteral("--set") << QString::fromStdString(std::string(f.key) + "=" + v);
   }
   return args;
 }
@@ -72,13 +73,15 @@ CommandPreview::CommandPreview(ConfigForm* form, QWidget* parent) : QWidget(pare
     g->setRowStretch(row + 1, stretch);
     return edit;
   };
-  odyssey_ = make(tr("<b>odyssey-train</b>"),
-                  tr("The preset plus one --set per value changed in the window; runs the same job from a terminal."), 0, 1);
+  odyssey_ =
+      make(tr("<b>odyssey-train</b>"),
+           tr("The preset plus one --set per value changed in the window; runs the same job from a terminal."), 0, 1);
   odyssey_->setObjectName(QStringLiteral("odysseyCommand"));
-  swift_ = make(tr("<b>ms-swift</b> (swift sft)"),
-                tr("The equivalent ms-swift command, as 'odyssey-train export-swift' prints it. Settings ms-swift cannot "
-                   "express are listed in a trailing comment."),
-                2, 2);
+  swift_ =
+      make(tr("<b>ms-swift</b> (swift sft)"),
+           tr("The equivalent ms-swift command, as 'odyssey-train export-swift' prints it. Settings ms-swift cannot "
+              "express are listed in a trailing comment."),
+           2, 2);
   swift_->setObjectName(QStringLiteral("swiftCommand"));
   connect(form_, &ConfigForm::changed, this, &CommandPreview::refresh);
   connect(form_, &ConfigForm::model_changed, this, &CommandPreview::refresh);

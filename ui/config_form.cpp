@@ -78,8 +78,7 @@ void ConfigForm::mark_set(const std::string& key) {
     current_.origin.keys.erase(key);  // at its default: as if not written (saving leaves it out)
   else if (b != baseline_origin_.keys.end() && now == text_of(baseline_, key))
     current_.origin.keys[key] = b->second;  // back to the file's value: the file's line again
-  else
-    current_.origin.keys[key] = SourcePos{};
+  else current_.origin.keys[key] = SourcePos{};
 }
 
 void ConfigForm::stash_dependents(const std::string& key, const TrainConfig& before) {
@@ -222,9 +221,9 @@ void ConfigForm::apply_model_lookup(int generation, const ModelLookup& r) {
   } else if (r.location.source == ModelLocation::NotFound) {
     model_problem_ = tr("No directory with config.json at \"%1\" (relative paths resolve against %2), and no such "
                         "id in the Hugging Face or ModelScope cache.")
-                         .arg(QString::fromStdString(m),
-                              current_.origin.base_dir.empty() ? tr("the current directory")
-                                                               : QString::fromStdString(current_.origin.base_dir));
+                         .arg(QString::fromStdString(m), current_.origin.base_dir.empty()
+                                                             ? tr("the current directory")
+                                                             : QString::fromStdString(current_.origin.base_dir));
   } else if (!r.config.ok()) {
     model_problem_ = QString::fromStdString(format_all(r.config.diagnostics));
   } else {
@@ -239,8 +238,9 @@ void ConfigForm::apply_model_lookup(int generation, const ModelLookup& r) {
     const bool found = r.location.source != ModelLocation::NotFound;
     d.severity = found ? Severity::Error : Severity::Warning;
     d.key = "model";
-    d.message = found ? model_problem_.toStdString()
-                      : tr("%1 The head checks and the memory plan need its config.json.").arg(model_problem_).toStdString();
+    d.message =
+        found ? model_problem_.toStdString()
+              : tr("%1 The head checks and the memory plan need its config.json.").arg(model_problem_).toStdString();
     model_diagnostics_.push_back(d);
   }
   revalidate();

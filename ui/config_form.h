@@ -75,8 +75,8 @@ class ConfigForm : public QObject {
   void recheck_files();
 
  signals:
-  void changed();              // a value changed (an edit or a load)
-  void reloaded();             // the whole config was replaced: refill every field
+  void changed();   // a value changed (an edit or a load)
+  void reloaded();  // the whole config was replaced: refill every field
   void diagnostics_changed();
   void model_changed();        // model lookup finished (or started)
   void file_changed();         // file path or modified state changed
@@ -114,7 +114,7 @@ class ConfigForm : public QObject {
   bool check_pending_ = true;
   std::optional<LoadedConfig> check_input_;  // the values the scheduled or running check sees
   std::optional<LoadedConfig> checked_;      // the values the last finished check saw
-  Diagnostics check_diagnostics_;        // and what it found
+  Diagnostics check_diagnostics_;            // and what it found
 };
 
 }  // namespace odyssey::ui

@@ -45,13 +45,17 @@ QVariant DatasetListModel::data(const QModelIndex& index, int role) const {
   auto scan = scans_.find(path);
   switch (index.column()) {
     case File:
-      if (role == Qt::DisplayRole) return QFileInfo(QString::fromStdString(r.valid ? r.parsed.path : r.spec)).fileName();
+      if (role == Qt::DisplayRole)
+        return QFileInfo(QString::fromStdString(r.valid ? r.parsed.path : r.spec)).fileName();
       if (role == Qt::ToolTipRole || role == Qt::EditRole) return QString::fromStdString(r.spec);
       break;
     case Samples:
-      if (role == Qt::DisplayRole) return r.valid && r.parsed.samples > 0 ? QStringLiteral("#%1").arg(r.parsed.samples) : tr("all");
-      if (role == Qt::EditRole) return r.valid && r.parsed.samples > 0 ? QVariant(QString::number(r.parsed.samples)) : QVariant(QString());
-      if (role == Qt::ToolTipRole) return tr("Samples drawn from this file with the seed (path#N); empty = every sample.");
+      if (role == Qt::DisplayRole)
+        return r.valid && r.parsed.samples > 0 ? QStringLiteral("#%1").arg(r.parsed.samples) : tr("all");
+      if (role == Qt::EditRole)
+        return r.valid && r.parsed.samples > 0 ? QVariant(QString::number(r.parsed.samples)) : QVariant(QString());
+      if (role == Qt::ToolTipRole)
+        return tr("Samples drawn from this file with the seed (path#N); empty = every sample.");
       break;
     case Contents:
       if (role == Qt::DisplayRole || role == Qt::ToolTipRole) {

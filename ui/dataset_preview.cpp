@@ -55,9 +55,10 @@ DatasetPreview::DatasetPreview(ConfigForm* form, DatasetListModel* datasets, QWi
   auto* split = new QSplitter(Qt::Horizontal, this);
   text_ = new QTextBrowser(split);
   text_->setObjectName(QStringLiteral("previewText"));
-  text_->setToolTip(tr("The first samples of the file as the chat template renders them. Highlighted: the tokens the "
-                       "loss trains on (the assistant's answers and their end-of-turn tokens); the rest is context "
-                       "(label -100)."));
+  text_->setToolTip(
+      tr("The first samples of the file as the chat template renders them. Highlighted: the tokens the "
+         "loss trains on (the assistant's answers and their end-of-turn tokens); the rest is context "
+         "(label -100)."));
   text_->setMinimumHeight(220);
   split->addWidget(text_);
   auto* right = new QWidget(split);
@@ -206,9 +207,7 @@ void DatasetPreview::show_result(TokenPreview p) {
   if (!result_.error.empty()) {
     const std::string error = result_.error;
     const std::string key = requested_key_;
-    show_message(tr("No preview of %1: %2").arg(file_name(shown_path_),
-                                                 QString::fromStdString(error)),
-                 true);
+    show_message(tr("No preview of %1: %2").arg(file_name(shown_path_), QString::fromStdString(error)), true);
     requested_key_ = key;  // the same inputs give the same error: not retried until one changes
     return;
   }
@@ -237,9 +236,10 @@ void DatasetPreview::render_samples() {
     if (!first) cur.insertBlock();
     first = false;
     // "train.jsonl:17": the folder is the dataset list's.
-    cur.insertText(tr("%1 · %2 tokens, %3 trained")
-                       .arg(QFileInfo(QString::fromStdString(s.origin)).fileName(), number(s.tokens), number(s.trained_tokens)),
-                   header);
+    cur.insertText(
+        tr("%1 · %2 tokens, %3 trained")
+            .arg(QFileInfo(QString::fromStdString(s.origin)).fileName(), number(s.tokens), number(s.trained_tokens)),
+        header);
     cur.insertBlock();
     for (const auto& seg : s.segments) cur.insertText(QString::fromStdString(seg.text), seg.trained ? trained : plain);
     cur.insertBlock();
@@ -253,9 +253,10 @@ void DatasetPreview::render_histogram() {
   histogram_ = length_histogram(result_.lengths, c.max_length);
   const LengthHistogram& h = histogram_;
   const auto n = static_cast<std::int64_t>(result_.lengths.size());
-  QString which = result_.file_has_more
-                      ? tr("the first %1 samples of the file").arg(number(static_cast<std::int64_t>(kMaxPreviewSamples)))
-                      : tr("every sample of the file");
+  QString which =
+      result_.file_has_more
+          ? tr("the first %1 samples of the file").arg(number(static_cast<std::int64_t>(kMaxPreviewSamples)))
+          : tr("every sample of the file");
   QString text = tr("<b>%1</b> samples (%2): median %3, 95th percentile %4, longest %5 tokens.")
                      .arg(number(n), which, number(h.median), number(h.p95), number(h.longest));
   QString over = tr("%1 longer than max_length %2").arg(number(h.over_max), number(c.max_length));
@@ -268,7 +269,8 @@ void DatasetPreview::render_histogram() {
   }
   text += QStringLiteral(" ") + over + QLatin1Char('.');
   if (result_.malformed > 0) text += tr(" %1 malformed records skipped.").arg(number(result_.malformed));
-  if (result_.without_labels > 0) text += tr(" %1 samples have nothing to train on.").arg(number(result_.without_labels));
+  if (result_.without_labels > 0)
+    text += tr(" %1 samples have nothing to train on.").arg(number(result_.without_labels));
   stats_->setText(text);
 #ifdef ODYSSEY_HAVE_QCUSTOMPLOT
   const QPalette& p = palette();

@@ -62,7 +62,8 @@ std::string describe_scan(const DatasetScan& s) {
                                 : QCoreApplication::translate("DatasetScan", "%1, %2 samples"))
                     .arg(q(s.format), q(thousands(s.samples)));
   if (s.broken > 0) {
-    out += QCoreApplication::translate("DatasetScan", "; %1 of %2 records malformed").arg(q(thousands(s.broken)), q(thousands(s.lines)));
+    out += QCoreApplication::translate("DatasetScan", "; %1 of %2 records malformed")
+               .arg(q(thousands(s.broken)), q(thousands(s.lines)));
     if (s.first_broken_line > 0)
       out += QCoreApplication::translate("DatasetScan", " (first at line %1)").arg(s.first_broken_line);
   }

@@ -12,12 +12,12 @@ namespace odyssey::ui {
 
 struct DatasetScan {
   bool ok = false;
-  std::string format;          // messages, sharegpt, alpaca, unknown
-  std::int64_t lines = 0;      // records: non-blank lines, or elements of the JSON array
-  std::int64_t samples = 0;    // records training can use
-  std::int64_t broken = 0;     // malformed records (not JSON, or no conversation in them)
+  std::string format;        // messages, sharegpt, alpaca, unknown
+  std::int64_t lines = 0;    // records: non-blank lines, or elements of the JSON array
+  std::int64_t samples = 0;  // records training can use
+  std::int64_t broken = 0;   // malformed records (not JSON, or no conversation in them)
   std::int64_t first_broken_line = 0;
-  std::string error;           // why the file cannot be used (the engine's words)
+  std::string error;  // why the file cannot be used (the engine's words)
 };
 
 // Scan `path` (.jsonl one object a line, .json an array of objects). `cancel` is polled.

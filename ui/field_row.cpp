@@ -41,8 +41,14 @@ std::string yaml_quote(const QString& s) {
   std::string out = "\"";
   for (char ch : s.toStdString()) {
     if (ch == '"' || ch == '\\') out += '\\';
-    if (ch == '\n') { out += "\\n"; continue; }
-    if (ch == '\t') { out += "\\t"; continue; }
+    if (ch == '\n') {
+      out += "\\n";
+      continue;
+    }
+    if (ch == '\t') {
+      out += "\\t";
+      continue;
+    }
     out += ch;
   }
   return out + "\"";
@@ -73,38 +79,76 @@ QString display_text(const TrainConfig& c, const FieldSpec& f) {
 
 const std::map<std::string_view, const char*>& labels() {
   static const std::map<std::string_view, const char*> m{
-      {"description", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Description")}, {"template", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Chat template")}, {"system", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "System prompt")},
+      {"description", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Description")},
+      {"template", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Chat template")},
+      {"system", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "System prompt")},
       {"torch_dtype", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Compute dtype")},
       {"quant_bits", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Base weight bits")},
       {"quant_method", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Quantization format")},
       {"bnb_4bit_quant_type", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "4-bit type")},
       {"bnb_4bit_use_double_quant", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Double quantization")},
-      {"bnb_4bit_compute_dtype", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "4-bit compute dtype")}, {"model_revision", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Hub revision")}, {"template_file", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Chat template file")}, {"val_dataset", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Validation files")},
-      {"split_dataset_ratio", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Validation split")}, {"max_length", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Max length (tokens)")},
-      {"truncation_strategy", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Too-long samples")}, {"packing", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Packing")}, {"padding_free", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Padding-free")},
-      {"max_bad_sample_ratio", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Tolerated bad samples")}, {"tuner_type", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Tuner")}, {"lora_rank", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "LoRA rank")},
-      {"lora_alpha", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "LoRA alpha")}, {"lora_dropout", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "LoRA dropout")}, {"use_rslora", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "rsLoRA")},
+      {"bnb_4bit_compute_dtype", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "4-bit compute dtype")},
+      {"model_revision", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Hub revision")},
+      {"template_file", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Chat template file")},
+      {"val_dataset", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Validation files")},
+      {"split_dataset_ratio", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Validation split")},
+      {"max_length", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Max length (tokens)")},
+      {"truncation_strategy", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Too-long samples")},
+      {"packing", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Packing")},
+      {"padding_free", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Padding-free")},
+      {"max_bad_sample_ratio", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Tolerated bad samples")},
+      {"tuner_type", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Tuner")},
+      {"lora_rank", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "LoRA rank")},
+      {"lora_alpha", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "LoRA alpha")},
+      {"lora_dropout", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "LoRA dropout")},
+      {"use_rslora", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "rsLoRA")},
       {"target_modules", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "LoRA targets")},
       {"target_parameters", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Expert LoRA parameters")},
       {"router_aux_loss_coef", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Router balance loss weight")},
-      {"freeze_router", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Freeze routers")}, {"learning_rate", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Learning rate")},
-      {"lr_scheduler_type", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "LR schedule")}, {"warmup_ratio", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Warmup ratio")}, {"warmup_steps", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Warmup steps")},
-      {"weight_decay", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Weight decay")}, {"max_grad_norm", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Max grad norm")}, {"adam_beta1", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Adam beta1")},
-      {"adam_beta2", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Adam beta2")}, {"adam_epsilon", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Adam epsilon")}, {"num_train_epochs", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Epochs")},
-      {"max_steps", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Max steps")}, {"per_device_train_batch_size", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Batch per GPU")},
-      {"gradient_accumulation_steps", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Grad accumulation")}, {"seed", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Seed")}, {"use_galore", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "GaLore")},
-      {"galore_quantization", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Q-GaLore (int4 projections)")}, {"galore_rank", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "GaLore rank")},
-      {"galore_update_proj_gap", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Projection update gap")}, {"galore_scale", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "GaLore scale")},
-      {"galore_target_modules", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "GaLore targets")}, {"zero_stage", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "ZeRO stage")},
-      {"offload_optimizer", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Offload optimizer to CPU")}, {"attn_impl", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Attention kernel")},
-      {"fused_kernels", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Fused kernels")}, {"activation_checkpointing", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Activation checkpointing")},
+      {"freeze_router", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Freeze routers")},
+      {"learning_rate", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Learning rate")},
+      {"lr_scheduler_type", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "LR schedule")},
+      {"warmup_ratio", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Warmup ratio")},
+      {"warmup_steps", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Warmup steps")},
+      {"weight_decay", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Weight decay")},
+      {"max_grad_norm", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Max grad norm")},
+      {"adam_beta1", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Adam beta1")},
+      {"adam_beta2", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Adam beta2")},
+      {"adam_epsilon", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Adam epsilon")},
+      {"num_train_epochs", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Epochs")},
+      {"max_steps", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Max steps")},
+      {"per_device_train_batch_size", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Batch per GPU")},
+      {"gradient_accumulation_steps", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Grad accumulation")},
+      {"seed", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Seed")},
+      {"use_galore", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "GaLore")},
+      {"galore_quantization", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Q-GaLore (int4 projections)")},
+      {"galore_rank", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "GaLore rank")},
+      {"galore_update_proj_gap", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Projection update gap")},
+      {"galore_scale", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "GaLore scale")},
+      {"galore_target_modules", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "GaLore targets")},
+      {"zero_stage", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "ZeRO stage")},
+      {"offload_optimizer", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Offload optimizer to CPU")},
+      {"attn_impl", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Attention kernel")},
+      {"fused_kernels", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Fused kernels")},
+      {"activation_checkpointing", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Activation checkpointing")},
       {"offload_activations", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Offload activations to CPU")},
-      {"mlp_tile_tokens", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Tiled MLP (tokens per tile)")}, {"keep_attention", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Keep attention outputs")}, {"gpu_memory_budget_gib", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "GPU memory budget (GiB)")}, {"sequence_parallel_size", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Sequence-parallel size")},
+      {"mlp_tile_tokens", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Tiled MLP (tokens per tile)")},
+      {"keep_attention", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Keep attention outputs")},
+      {"gpu_memory_budget_gib", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "GPU memory budget (GiB)")},
+      {"sequence_parallel_size", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Sequence-parallel size")},
       {"ulysses_size", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Ulysses degree")},
-      {"expert_parallel_size", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Expert parallel degree")}, {"device", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Device")}, {"gpu_ids", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "GPU ids")},
-      {"nproc_per_node", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Processes per node")}, {"nnodes", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Nodes")}, {"logging_steps", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Log every")},
-      {"eval_steps", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Evaluate every")}, {"save_steps", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Save every")}, {"save_total_limit", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Checkpoints kept")},
-      {"output_dir", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Output folder")}, {"model", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Model")}, {"dataset", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Training files")},
+      {"expert_parallel_size", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Expert parallel degree")},
+      {"device", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Device")},
+      {"gpu_ids", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "GPU ids")},
+      {"nproc_per_node", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Processes per node")},
+      {"nnodes", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Nodes")},
+      {"logging_steps", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Log every")},
+      {"eval_steps", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Evaluate every")},
+      {"save_steps", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Save every")},
+      {"save_total_limit", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Checkpoints kept")},
+      {"output_dir", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Output folder")},
+      {"model", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Model")},
+      {"dataset", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Training files")},
       {"resume_from_checkpoint", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Resume from checkpoint")},
       {"adapters", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Start from adapter")},
       {"report_to", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Report to")}};
@@ -181,14 +225,17 @@ void FieldRow::build() {
   switch (kind_of(f)) {
     case Kind::Check: {
       auto* c = new QCheckBox(frame_);
-      connect(c, &QCheckBox::toggled, this, [this](bool on) { commit(on ? QStringLiteral("true") : QStringLiteral("false")); });
+      connect(c, &QCheckBox::toggled, this,
+              [this](bool on) { commit(on ? QStringLiteral("true") : QStringLiteral("false")); });
       editor_ = c;
       break;
     }
     case Kind::Spin: {
       auto* s = new RangeSpinBox(frame_);
-      s->setRange(static_cast<int>(std::isinf(f.min) ? INT_MIN : f.min), static_cast<int>(std::isinf(f.max) ? INT_MAX : f.max));
-      if (!f.special.empty()) s->setSpecialValueText(QString::fromUtf8(f.special.data(), static_cast<qsizetype>(f.special.size())));
+      s->setRange(static_cast<int>(std::isinf(f.min) ? INT_MIN : f.min),
+                  static_cast<int>(std::isinf(f.max) ? INT_MAX : f.max));
+      if (!f.special.empty())
+        s->setSpecialValueText(QString::fromUtf8(f.special.data(), static_cast<qsizetype>(f.special.size())));
       s->setGroupSeparatorShown(true);
       connect(s, &QSpinBox::valueChanged, this, [this, s](int v) {
         commit(v == s->minimum() && !s->specialValueText().isEmpty() ? s->specialValueText() : QString::number(v));
@@ -265,7 +312,8 @@ void FieldRow::commit(const QString& text) {
 void FieldRow::set_shown_text(const QString& text) {
   if (auto* c = qobject_cast<QCheckBox*>(editor_)) c->setChecked(text == QStringLiteral("true"));
   else if (auto* s = qobject_cast<QSpinBox*>(editor_)) s->setValue(spin_value(*s, text));
-  else if (auto* cb = qobject_cast<QComboBox*>(editor_)) cb->isEditable() ? cb->setEditText(text) : cb->setCurrentText(text);
+  else if (auto* cb = qobject_cast<QComboBox*>(editor_))
+    cb->isEditable() ? cb->setEditText(text) : cb->setCurrentText(text);
   else if (auto* e = qobject_cast<QLineEdit*>(editor_)) {
     e->setText(text);
     commit(text);  // setText emits no textEdited
@@ -273,9 +321,11 @@ void FieldRow::set_shown_text(const QString& text) {
 }
 
 QString FieldRow::shown_text() const {
-  if (auto* c = qobject_cast<QCheckBox*>(editor_)) return c->isChecked() ? QStringLiteral("true") : QStringLiteral("false");
+  if (auto* c = qobject_cast<QCheckBox*>(editor_))
+    return c->isChecked() ? QStringLiteral("true") : QStringLiteral("false");
   if (auto* s = qobject_cast<QSpinBox*>(editor_))
-    return s->value() == s->minimum() && !s->specialValueText().isEmpty() ? s->specialValueText() : QString::number(s->value());
+    return s->value() == s->minimum() && !s->specialValueText().isEmpty() ? s->specialValueText()
+                                                                          : QString::number(s->value());
   if (auto* cb = qobject_cast<QComboBox*>(editor_)) return cb->currentText();
   if (auto* e = qobject_cast<QLineEdit*>(editor_)) return e->text();
   return {};
@@ -314,13 +364,16 @@ void FieldRow::show_diagnostics() {
   state_ = !errors.isEmpty() ? 2 : !warnings.isEmpty() ? 1 : 0;
   const QStringList& shown = state_ == 2 ? errors : warnings;
   const QColor color = state_ == 2 ? error_color(palette()) : warning_color(palette());
-  frame_->setStyleSheet(state_ == 0 ? QStringLiteral("QFrame#fieldFrame{border:2px solid transparent;border-radius:3px;}")
-                                    : QStringLiteral("QFrame#fieldFrame{border:2px solid %1;border-radius:3px;}").arg(color.name()));
+  frame_->setStyleSheet(
+      state_ == 0 ? QStringLiteral("QFrame#fieldFrame{border:2px solid transparent;border-radius:3px;}")
+                  : QStringLiteral("QFrame#fieldFrame{border:2px solid %1;border-radius:3px;}").arg(color.name()));
   problem_->setText(shown.join(QLatin1Char('\n')));
   problem_->setStyleSheet(QStringLiteral("color:%1;").arg(color.name()));
   problem_->setVisible(state_ != 0);
   QString tip = tooltip_for(*spec_);
-  if (state_ != 0) tip = (state_ == 2 ? tr("Error: ") : tr("Warning: ")) + shown.join(QLatin1Char('\n')) + QStringLiteral("\n\n") + tip;
+  if (state_ != 0)
+    tip =
+        (state_ == 2 ? tr("Error: ") : tr("Warning: ")) + shown.join(QLatin1Char('\n')) + QStringLiteral("\n\n") + tip;
   editor_->setToolTip(tip);
   editor_->setEnabled(available_ || state_ == 2);
 }

@@ -30,7 +30,7 @@ class FieldRow : public QWidget {
   void show_problem_only();
   // What the row shows now, for tests and screenshots.
   QString shown_text() const;
-  QString problem_text() const;   // "" when the field has no error or warning
+  QString problem_text() const;  // "" when the field has no error or warning
   bool shows_error() const { return state_ == 2; }
 
   // The field table's help, its YAML key and ms-swift's name for it.

@@ -19,7 +19,9 @@ GpuListModel::GpuListModel(ConfigForm* form, QObject* parent) : QAbstractTableMo
   connect(form_, &ConfigForm::changed, this, &GpuListModel::config_changed);
 }
 
-int GpuListModel::rowCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : static_cast<int>(gpus_.size()); }
+int GpuListModel::rowCount(const QModelIndex& parent) const {
+  return parent.isValid() ? 0 : static_cast<int>(gpus_.size());
+}
 
 int GpuListModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : ColumnCount; }
 

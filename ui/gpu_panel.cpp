@@ -46,12 +46,13 @@ void GpuPanel::probe_now() {
   if (probing_ || !probe_) return;  // a hung driver call must not pile up requests
   probing_ = true;
   auto probe = probe_;
-  run_off_gui_thread(this, [probe]() { return probe->probe(); },
-                     [this](GpuProbeResult r) {
-                       probing_ = false;
-                       ++probes_done_;
-                       set_probe_result(r);
-                     });
+  run_off_gui_thread(
+      this, [probe]() { return probe->probe(); },
+      [this](GpuProbeResult r) {
+        probing_ = false;
+        ++probes_done_;
+        set_probe_result(r);
+      });
 }
 
 void GpuPanel::set_probe_result(const GpuProbeResult& r) {
@@ -87,7 +88,8 @@ void GpuPanel::update_status() {
                        .arg(why.toHtmlEscaped());
     if (c.device == "cuda")
       text += QStringLiteral("<br><span style='color:%1'>%2</span>")
-                  .arg(error_color(p).name(), tr("device is cuda: a run started here will fail; set device to auto or cpu."));
+                  .arg(error_color(p).name(),
+                       tr("device is cuda: a run started here will fail; set device to auto or cpu."));
     status_->setText(text);
   } else {
     QStringList missing;
@@ -95,16 +97,18 @@ void GpuPanel::update_status() {
       const bool found = std::any_of(gpus.begin(), gpus.end(), [id](const GpuInfo& g) { return g.index == id; });
       if (!found) missing << QString::number(id);
     }
-    QString text = c.device == "cpu"
-                       ? tr("%n NVIDIA GPU(s); device is cpu, so none is used.", "", static_cast<int>(gpus.size()))
-                       : (c.gpu_ids.empty() ? tr("%n NVIDIA GPU(s); training uses every one (gpu_ids empty).", "",
-                                                  static_cast<int>(gpus.size()))
-                                            : tr("%n NVIDIA GPU(s); training uses the checked ones.", "",
-                                                  static_cast<int>(gpus.size())));
+    QString text =
+        c.device == "cpu"
+            ? tr("%n NVIDIA GPU(s); device is cpu, so none is used.", "", static_cast<int>(gpus.size()))
+            : (c.gpu_ids.empty()
+                   ? tr("%n NVIDIA GPU(s); training uses every one (gpu_ids empty).", "", static_cast<int>(gpus.size()))
+                   : tr("%n NVIDIA GPU(s); training uses the checked ones.", "", static_cast<int>(gpus.size())));
     if (!last_.driver.empty()) text += tr(" Driver %1.").arg(QString::fromStdString(last_.driver).toHtmlEscaped());
     if (!missing.isEmpty())
-      text += QStringLiteral("<br><span style='color:%1'>%2</span>")
-                  .arg(error_color(p).name(), tr("gpu_ids lists %1, which this machine does not have.").arg(missing.join(QStringLiteral(", "))));
+      text +=
+          QStringLiteral("<br><span style='color:%1'>%2</span>")
+              .arg(error_color(p).name(),
+                   tr("gpu_ids lists %1, which this machine does not have.").arg(missing.join(QStringLiteral(", "))));
     status_->setText(text);
   }
   const double cap = c.device == "cpu" ? 0 : capacity_gib();

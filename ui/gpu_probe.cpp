@@ -68,11 +68,13 @@ bool GpuProbe::load(std::string* problem) {
   handle_ = dlopen(library_.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle_) {
     const char* why = dlerror();
-    *problem = (why ? QCoreApplication::translate("GpuProbe", "%1 could not be loaded (the NVIDIA driver is not installed): %2")
-                          .arg(QString::fromStdString(library_), QString::fromLocal8Bit(why))
-                    : QCoreApplication::translate("GpuProbe", "%1 could not be loaded (the NVIDIA driver is not installed)")
-                          .arg(QString::fromStdString(library_)))
-                   .toStdString();
+    *problem =
+        (why ? QCoreApplication::translate("GpuProbe",
+                                           "%1 could not be loaded (the NVIDIA driver is not installed): %2")
+                   .arg(QString::fromStdString(library_), QString::fromLocal8Bit(why))
+             : QCoreApplication::translate("GpuProbe", "%1 could not be loaded (the NVIDIA driver is not installed)")
+                   .arg(QString::fromStdString(library_)))
+            .toStdString();
     // glibc keeps the message in a per-thread buffer until the next dlerror call, which frees
     // it; without that call a probe thread still alive at exit shows as a leak under ASan.
     (void)dlerror();
@@ -98,7 +100,9 @@ bool GpuProbe::load(std::string* problem) {
     return false;
   }
   if (const nvmlReturn_t r = a.init(); r != kNvmlSuccess) {
-    *problem = QCoreApplication::translate("GpuProbe", "NVML did not initialise: %1").arg(QString::fromStdString(a.text(r))).toStdString();
+    *problem = QCoreApplication::translate("GpuProbe", "NVML did not initialise: %1")
+                   .arg(QString::fromStdString(a.text(r)))
+                   .toStdString();
     return false;
   }
   initialised_ = true;
@@ -124,7 +128,9 @@ GpuProbeResult GpuProbe::probe() {
   }
   unsigned int n = 0;
   if (const nvmlReturn_t r = a.count(&n); r != kNvmlSuccess) {
-    out.problem = QCoreApplication::translate("GpuProbe", "NVML could not count the GPUs: %1").arg(QString::fromStdString(a.text(r))).toStdString();
+    out.problem = QCoreApplication::translate("GpuProbe", "NVML could not count the GPUs: %1")
+                      .arg(QString::fromStdString(a.text(r)))
+                      .toStdString();
     return out;
   }
   for (unsigned int i = 0; i < n; ++i) {
@@ -132,7 +138,9 @@ GpuProbeResult GpuProbe::probe() {
     GpuInfo g;
     g.index = static_cast<int>(i);
     if (const nvmlReturn_t r = a.handle(i, &dev); r != kNvmlSuccess) {
-      g.name = QCoreApplication::translate("GpuProbe", "(not accessible: %1)").arg(QString::fromStdString(a.text(r))).toStdString();
+      g.name = QCoreApplication::translate("GpuProbe", "(not accessible: %1)")
+                   .arg(QString::fromStdString(a.text(r)))
+                   .toStdString();
       out.gpus.push_back(g);
       continue;
     }

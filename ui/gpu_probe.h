@@ -14,8 +14,8 @@
 namespace odyssey::ui {
 
 struct GpuInfo {
-  int index = 0;                  // NVML's index: nvidia-smi's numbering (PCI bus order)
-  std::string name;               // "NVIDIA H200"
+  int index = 0;     // NVML's index: nvidia-smi's numbering (PCI bus order)
+  std::string name;  // "NVIDIA H200"
   std::string uuid;
   std::int64_t memory_total = 0;  // bytes
   std::int64_t memory_used = 0;   // bytes
@@ -24,9 +24,9 @@ struct GpuInfo {
 };
 
 struct GpuProbeResult {
-  bool nvml = false;        // NVML was loaded and initialised
-  std::string problem;      // why there is no GPU list: no library, init failed ("" when nvml)
-  std::string driver;       // the driver's version, when NVML reports it
+  bool nvml = false;    // NVML was loaded and initialised
+  std::string problem;  // why there is no GPU list: no library, init failed ("" when nvml)
+  std::string driver;   // the driver's version, when NVML reports it
   std::vector<GpuInfo> gpus;
 };
 

@@ -97,7 +97,8 @@ bool JobController::start(const QString& bin, const StagedLaunch& launch) {
   read_pending_ = false;
   const quint64 generation = ++log_generation_;
   const QString path = launch.log;
-  QMetaObject::invokeMethod(reader_, [r = reader_, path, generation] { r->open(path, generation); }, Qt::QueuedConnection);
+  QMetaObject::invokeMethod(
+      reader_, [r = reader_, path, generation] { r->open(path, generation); }, Qt::QueuedConnection);
   emit message(tr("Starting <tt>odyssey-train run %1</tt> … (output in %2)")
                    .arg(launch.preset.toHtmlEscaped(), launch.log.toHtmlEscaped()),
                false);
@@ -139,7 +140,8 @@ void JobController::check_launch() {
     dir = QDir(launch_output_dir_).absoluteFilePath(dir);
     launched_run_ = dir;
     term_sent_for_.clear();
-    emit message(tr("Training in %1 (engine output: %2).").arg(dir.toHtmlEscaped(), launch_log_.toHtmlEscaped()), false);
+    emit message(tr("Training in %1 (engine output: %2).").arg(dir.toHtmlEscaped(), launch_log_.toHtmlEscaped()),
+                 false);
     emit run_started(dir);
     poll();
     return;
@@ -154,9 +156,11 @@ void JobController::check_launch() {
                                 .arg(kLaunchTimeoutMs / 1000);
   QStringList tail = last_lines(log_tail_, 12);
   if (rc && !tail.isEmpty()) tail.removeLast();  // the wrapper's exit line
-  const QString html = head + tr(" Last lines of <a href='%1'>%2</a> (click for the whole log):")
-                                  .arg(QUrl::fromLocalFile(launch_log_).toString().toHtmlEscaped(), launch_log_.toHtmlEscaped()) +
-                       QStringLiteral("<pre>") + tail.join(QLatin1Char('\n')).toHtmlEscaped() + QStringLiteral("</pre>");
+  const QString html =
+      head +
+      tr(" Last lines of <a href='%1'>%2</a> (click for the whole log):")
+          .arg(QUrl::fromLocalFile(launch_log_).toString().toHtmlEscaped(), launch_log_.toHtmlEscaped()) +
+      QStringLiteral("<pre>") + tail.join(QLatin1Char('\n')).toHtmlEscaped() + QStringLiteral("</pre>");
   emit message(html, true);
   emit launch_failed(html);
   emit changed();
@@ -219,8 +223,9 @@ bool JobController::stop(bool kill) {
   const bool sent = ::kill(static_cast<pid_t>(st->pid), kill ? SIGKILL : SIGTERM) == 0;
   if (!sent) {
     const QString why = QString::fromLocal8Bit(std::strerror(errno)).toHtmlEscaped();
-    emit message((kill ? tr("<b>Kill failed:</b> pid %1: %2") : tr("<b>Stop failed:</b> pid %1: %2")).arg(st->pid).arg(why),
-                 true);
+    emit message(
+        (kill ? tr("<b>Kill failed:</b> pid %1: %2") : tr("<b>Stop failed:</b> pid %1: %2")).arg(st->pid).arg(why),
+        true);
   } else if (kill) {
     killed_run_ = followed_;
     emit message(tr("Killed pid %1 (SIGKILL).").arg(st->pid), false);

@@ -43,7 +43,8 @@ bool install_translators(QCoreApplication* app, const QString& code, QString* er
   auto* own = new QTranslator(app);
   if (!own->load(catalogue_path(code))) {
     delete own;
-    if (error) *error = QStringLiteral("the %1 translation is missing from this build (%2)").arg(code, catalogue_path(code));
+    if (error)
+      *error = QStringLiteral("the %1 translation is missing from this build (%2)").arg(code, catalogue_path(code));
     return false;
   }
   QCoreApplication::installTranslator(own);

@@ -33,8 +33,9 @@ QString find_train_binary() {
   const QString env = qEnvironmentVariable("ODYSSEY_TRAIN_BIN");
   if (!env.isEmpty()) return QFileInfo(env).isExecutable() ? QFileInfo(env).absoluteFilePath() : QString();
   const QString here = QCoreApplication::applicationDirPath();
-  for (const QString& candidate : {here + QStringLiteral("/odyssey-train"), here + QStringLiteral("/../app/odyssey-train"),
-                                   here + QStringLiteral("/../../app/odyssey-train")}) {
+  for (const QString& candidate :
+       {here + QStringLiteral("/odyssey-train"), here + QStringLiteral("/../app/odyssey-train"),
+        here + QStringLiteral("/../../app/odyssey-train")}) {
     const QFileInfo fi(candidate);
     if (fi.isFile() && fi.isExecutable()) return fi.canonicalFilePath();
   }
@@ -59,8 +60,8 @@ std::optional<StagedLaunch> stage_launch(const ConfigForm& form, QString* error)
     *error = QCoreApplication::translate("Launch", "cannot create %1").arg(staging);
     return std::nullopt;
   }
-  const QString stem = QDateTime::currentDateTimeUtc().toString(QStringLiteral("yyyyMMdd-HHmmss-zzz")) +
-                       QLatin1Char('-') + s.name;
+  const QString stem =
+      QDateTime::currentDateTimeUtc().toString(QStringLiteral("yyyyMMdd-HHmmss-zzz")) + QLatin1Char('-') + s.name;
   s.preset = staging + QLatin1Char('/') + stem + QStringLiteral(".yaml");
   s.log = staging + QLatin1Char('/') + stem + QStringLiteral(".log");
 
@@ -68,8 +69,8 @@ std::optional<StagedLaunch> stage_launch(const ConfigForm& form, QString* error)
   TrainConfig c = resolve_paths(lc, locate_model(lc.config.model, lc.origin.base_dir, lc.config.model_revision));
   c.output_dir = s.output_dir.toStdString();
   QSaveFile f(s.preset);
-  const std::string text = "# Staged by the odyssey window for `odyssey-train run`; paths are absolute.\n" +
-                           save_preset_text(c, true);
+  const std::string text =
+      "# Staged by the odyssey window for `odyssey-train run`; paths are absolute.\n" + save_preset_text(c, true);
   if (!f.open(QIODevice::WriteOnly) || f.write(text.data(), static_cast<qint64>(text.size())) < 0 || !f.commit()) {
     *error = QCoreApplication::translate("Launch", "cannot write %1: %2").arg(s.preset, f.errorString());
     return std::nullopt;
@@ -81,7 +82,8 @@ qint64 start_detached_train(const QString& bin, const StagedLaunch& launch, QStr
   QProcess p;
   p.setProgram(QStringLiteral("/bin/sh"));
   // $0 is the engine; the trailing line records its exit status for the window.
-  p.setArguments({QStringLiteral("-c"), QStringLiteral("\"$0\" \"$@\"; echo \"") + kExitPrefix + QStringLiteral("$?]\""), bin,
+  p.setArguments({QStringLiteral("-c"),
+                  QStringLiteral("\"$0\" \"$@\"; echo \"") + kExitPrefix + QStringLiteral("$?]\""), bin,
                   QStringLiteral("run"), launch.preset, QStringLiteral("--name"), launch.name});
   p.setWorkingDirectory(launch.output_dir);
   p.setStandardInputFile(QProcess::nullDevice());

@@ -266,7 +266,8 @@ void MainWindow::build_menus() {
   }
   if (bundled->isEmpty()) bundled->addAction(tr("(none found in %1)").arg(dir.path()))->setEnabled(false);
   file->addSeparator();
-  file->addAction(tr("&Import swift command…"), QKeySequence(Qt::CTRL | Qt::Key_I), this, &MainWindow::import_swift_dialog);
+  file->addAction(tr("&Import swift command…"), QKeySequence(Qt::CTRL | Qt::Key_I), this,
+                  &MainWindow::import_swift_dialog);
   file->addSeparator();
   file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
 }
@@ -290,9 +291,11 @@ QString MainWindow::about_text() const {
     QProcess p;
     p.start(bin, {QStringLiteral("env")});
     if (p.waitForFinished(5000) && p.exitCode() == 0)
-      engine = QString::fromUtf8(p.readAllStandardOutput()).trimmed().toHtmlEscaped().replace(QLatin1Char('\n'), QStringLiteral("<br>"));
-    else
-      engine = tr("%1 env did not answer.").arg(bin.toHtmlEscaped());
+      engine = QString::fromUtf8(p.readAllStandardOutput())
+                   .trimmed()
+                   .toHtmlEscaped()
+                   .replace(QLatin1Char('\n'), QStringLiteral("<br>"));
+    else engine = tr("%1 env did not answer.").arg(bin.toHtmlEscaped());
   }
   return tr("<h3>Odyssey %1</h3><p>A workbench for long-context LLM fine-tuning: configure, plan, launch and "
             "monitor odyssey-train.</p><p>Qt %2 (built with %3)</p><p><b>Engine</b> (%4):<br>%5</p>")
@@ -338,10 +341,9 @@ void MainWindow::show_about() { QMessageBox::about(this, tr("About Odyssey"), ab
 bool MainWindow::maybe_save() {
   if (!form_->modified()) return true;
   const QString name = form_->file().isEmpty() ? tr("The untitled configuration") : QFileInfo(form_->file()).fileName();
-  const auto answer = QMessageBox::question(this, tr("Unsaved changes"),
-                                            tr("%1 has changes that are not saved. Save them first?").arg(name),
-                                            QMessageBox::Save | QMessageBox::Discard | QMessageBox::Cancel,
-                                            QMessageBox::Save);
+  const auto answer = QMessageBox::question(
+      this, tr("Unsaved changes"), tr("%1 has changes that are not saved. Save them first?").arg(name),
+      QMessageBox::Save | QMessageBox::Discard | QMessageBox::Cancel, QMessageBox::Save);
   if (answer == QMessageBox::Cancel) return false;
   if (answer == QMessageBox::Save) return save();
   return true;
@@ -376,15 +378,17 @@ void MainWindow::fill_recent_menu() {
 
 void MainWindow::show_banner(const QString& html, bool error) {
   const QColor c = error ? error_color(palette()) : warning_color(palette());
-  banner_->set_message(html + QStringLiteral(" &nbsp; <a href='dismiss'>") + tr("Dismiss") + QStringLiteral("</a>"), {}, c);
+  banner_->set_message(html + QStringLiteral(" &nbsp; <a href='dismiss'>") + tr("Dismiss") + QStringLiteral("</a>"), {},
+                       c);
 }
 
 bool MainWindow::open_preset(const QString& path) {
   const Diagnostics d = form_->load_file(path);
   if (has_errors(d)) {
-    show_banner(tr("<b>%1 was not loaded</b> — the form is unchanged:<br>").arg(QFileInfo(path).fileName().toHtmlEscaped()) +
-                    diagnostics_html(d),
-                true);
+    show_banner(
+        tr("<b>%1 was not loaded</b> — the form is unchanged:<br>").arg(QFileInfo(path).fileName().toHtmlEscaped()) +
+            diagnostics_html(d),
+        true);
     return false;
   }
   settings_->add_recent_preset(QFileInfo(path).absoluteFilePath());
@@ -423,8 +427,11 @@ bool MainWindow::load_run(const QString& run_dir, const QString& checkpoint) {
   QString note = tr("<b>Loaded the configuration of %1</b> (its config.yaml) as an untitled preset.")
                      .arg(QFileInfo(run_dir).fileName().toHtmlEscaped());
   if (!checkpoint.isEmpty()) {
-    const QString quoted = QLatin1Char('"') + QString(checkpoint).replace(QLatin1Char('\\'), QStringLiteral("\\\\"))
-                                                  .replace(QLatin1Char('"'), QStringLiteral("\\\"")) + QLatin1Char('"');
+    const QString quoted = QLatin1Char('"') +
+                           QString(checkpoint)
+                               .replace(QLatin1Char('\\'), QStringLiteral("\\\\"))
+                               .replace(QLatin1Char('"'), QStringLiteral("\\\"")) +
+                           QLatin1Char('"');
     const Diagnostics d = form_->set_text("resume_from_checkpoint", quoted.toStdString());
     if (has_errors(d)) {
       show_banner(note + QStringLiteral("<br>") + diagnostics_html(d), true);
@@ -473,7 +480,8 @@ void MainWindow::import_swift_dialog() {
   dlg->setWindowTitle(tr("Import a swift sft command"));
   auto* v = new QVBoxLayout(dlg);
   v->addWidget(new QLabel(tr("Paste a <tt>swift sft</tt> command (with its environment prefix and \\ continuations). "
-                             "Nothing is run."), dlg));
+                             "Nothing is run."),
+                          dlg));
   auto* text = new QPlainTextEdit(dlg);
   text->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
   v->addWidget(text);
@@ -483,7 +491,8 @@ void MainWindow::import_swift_dialog() {
   connect(buttons, &QDialogButtonBox::accepted, dlg, [this, dlg, text] {
     const Diagnostics d = form_->import_swift(text->toPlainText());
     if (has_errors(d)) {
-      show_banner(tr("<b>The swift command was not imported</b> — the form is unchanged:<br>") + diagnostics_html(d), true);
+      show_banner(tr("<b>The swift command was not imported</b> — the form is unchanged:<br>") + diagnostics_html(d),
+                  true);
     } else {
       if (d.empty()) banner_->hide();
       else show_banner(tr("<b>Imported with warnings:</b><br>") + diagnostics_html(d), false);
@@ -541,11 +550,12 @@ void MainWindow::update_status() {
   }
   const QPalette& p = palette();
   if (errors > 0) {
-    status_->setText(tr("<span style='color:%1'><b>%2 error(s)</b></span>, %3 warning(s) — marked at their fields. First: %4")
-                         .arg(error_color(p).name())
-                         .arg(errors)
-                         .arg(warnings)
-                         .arg(first.toHtmlEscaped()));
+    status_->setText(
+        tr("<span style='color:%1'><b>%2 error(s)</b></span>, %3 warning(s) — marked at their fields. First: %4")
+            .arg(error_color(p).name())
+            .arg(errors)
+            .arg(warnings)
+            .arg(first.toHtmlEscaped()));
     status_->setToolTip(first);
   } else if (form_->files_pending()) {
     status_->setToolTip(QString());
@@ -572,13 +582,14 @@ void MainWindow::update_buttons() {
     running_here = attached;
 #endif
   start_->setEnabled(form_->ready_to_start() && !busy && running_here.isEmpty());
-  if (form_->has_errors())
-    start_->setToolTip(tr("Fix the fields marked in red first."));
+  if (form_->has_errors()) start_->setToolTip(tr("Fix the fields marked in red first."));
   else if (busy)
-    start_->setToolTip(tr("The job started from this window is still starting or running: stop it, or wait for it to end."));
+    start_->setToolTip(
+        tr("The job started from this window is still starting or running: stop it, or wait for it to end."));
   else if (!running_here.isEmpty())
     start_->setToolTip(tr("A job is running in this output folder (%1): stop it, wait for it to end, or choose "
-                          "another output_dir.").arg(running_here));
+                          "another output_dir.")
+                           .arg(running_here));
   else if (form_->files_pending())
     start_->setToolTip(tr("Checking the model and dataset files as odyssey-train will before it starts…"));
   else
@@ -615,11 +626,11 @@ void MainWindow::update_job_controls() {
   const bool kill_next = jobs_->kill_next();
   stop_->setEnabled(alive);
   stop_->setText(kill_next ? tr("Kill…") : tr("Stop"));
-  if (!alive)
-    stop_->setToolTip(tr("No running job is attached to the Monitor."));
+  if (!alive) stop_->setToolTip(tr("No running job is attached to the Monitor."));
   else if (kill_next)
-    stop_->setToolTip(tr("The job is stopping (it finishes the step and saves a checkpoint). Kill ends it at once "
-                         "with SIGKILL, without a final checkpoint."));
+    stop_->setToolTip(
+        tr("The job is stopping (it finishes the step and saves a checkpoint). Kill ends it at once "
+           "with SIGKILL, without a final checkpoint."));
   else
     stop_->setToolTip(tr("Ask the job (pid %1 on %2) to stop: it finishes the step, saves a checkpoint and exits.")
                           .arg(jobs_->followed_pid())

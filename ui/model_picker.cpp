@@ -54,7 +54,8 @@ ModelPicker::ModelPicker(ConfigForm* form, Settings* settings, QWidget* parent)
 
   connect(form_, &ConfigForm::model_changed, this, &ModelPicker::show_model);
   show_model();
-  run_off_gui_thread(this, [] { return scan_cached(); }, [this](std::vector<Cached> m) { fill_cached(m); });
+  run_off_gui_thread(
+      this, [] { return scan_cached(); }, [this](std::vector<Cached> m) { fill_cached(m); });
 }
 
 std::vector<ModelPicker::Cached> ModelPicker::scan_cached() {
@@ -67,7 +68,8 @@ std::vector<ModelPicker::Cached> ModelPicker::scan_cached() {
     const auto cfg = load_model_config(dir);
     c.supported = cfg.ok();
     if (cfg.ok()) {
-      c.label = tr("%1 — %2 · %3").arg(q, QString::fromStdString(cfg.value.family), format_parameters(cfg.value.parameter_count()));
+      c.label = tr("%1 — %2 · %3")
+                    .arg(q, QString::fromStdString(cfg.value.family), format_parameters(cfg.value.parameter_count()));
       c.tooltip = QString::fromStdString(dir);
     } else {
       // The first error says what is missing (an architecture not supported lists those that are).
@@ -102,7 +104,8 @@ void ModelPicker::fill_cached(const std::vector<Cached>& models) {
 }
 
 void ModelPicker::browse() {
-  const QString dir = QFileDialog::getExistingDirectory(this, tr("Model directory"), settings_->last_dir(QStringLiteral("model")));
+  const QString dir =
+      QFileDialog::getExistingDirectory(this, tr("Model directory"), settings_->last_dir(QStringLiteral("model")));
   if (dir.isEmpty()) return;
   settings_->set_last_dir(QStringLiteral("model"), dir);
   row_->set_shown_text(dir);
@@ -129,8 +132,9 @@ void ModelPicker::show_model() {
   switch (loc.source) {
     case ModelLocation::Directory: where = tr("directory %1").arg(path); break;
     case ModelLocation::HuggingFaceCache:
-      where = loc.revision.empty() ? tr("Hugging Face cache %1").arg(path)
-                                   : tr("Hugging Face cache %1 (revision %2)").arg(path, QString::fromStdString(loc.revision));
+      where = loc.revision.empty()
+                  ? tr("Hugging Face cache %1").arg(path)
+                  : tr("Hugging Face cache %1 (revision %2)").arg(path, QString::fromStdString(loc.revision));
       break;
     case ModelLocation::ModelScopeCache: where = tr("ModelScope cache %1").arg(path); break;
     case ModelLocation::BundledShape: where = tr("bundled shape only (weights not on this machine)"); break;
@@ -139,7 +143,8 @@ void ModelPicker::show_model() {
   info_->setStyleSheet({});
   const QLocale l;
   info_->setText(
-      tr("<b>%1</b> · %2 parameters · %3 layers · %4 heads · %5 KV heads · head dim %6 · max positions %7<br><small>%8</small>")
+      tr("<b>%1</b> · %2 parameters · %3 layers · %4 heads · %5 KV heads · head dim %6 · max positions "
+         "%7<br><small>%8</small>")
           .arg(QString::fromStdString(m->architecture).toHtmlEscaped(), format_parameters(m->parameter_count()))
           .arg(m->num_hidden_layers)
           .arg(m->num_attention_heads)

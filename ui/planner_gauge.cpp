@@ -32,7 +32,6 @@ QString phase_name(const std::string& phase) {
 
 }  // namespace
 
-
 // One horizontal bar: a segment per plan group, a tick at the capacity.
 class StackedBar : public QWidget {
  public:
@@ -85,7 +84,8 @@ class StackedBar : public QWidget {
   bool event(QEvent* e) override {
     if (e->type() == QEvent::ToolTip) {
       QStringList lines;
-      for (const auto& [name, bytes] : groups_) lines << QStringLiteral("%1: %2").arg(group_name(name), gib_text(bytes));
+      for (const auto& [name, bytes] : groups_)
+        lines << QStringLiteral("%1: %2").arg(group_name(name), gib_text(bytes));
       QToolTip::showText(static_cast<QHelpEvent*>(e)->globalPos(), lines.join(QLatin1Char('\n')), this);
       return true;
     }
@@ -120,8 +120,9 @@ PlannerGauge::PlannerGauge(ConfigForm* form, Settings* settings, QWidget* parent
   capacity_->setDecimals(1);
   capacity_->setSuffix(QStringLiteral(" GiB"));
   capacity_->setValue(settings_->gpu_memory_gib());
-  capacity_->setToolTip(tr("Memory of each GPU as CUDA reports it (an H200: 139.8 GiB). When NVIDIA GPUs are detected (Advanced, GPUs) "
-                          "this follows the smallest one used; you can still edit it."));
+  capacity_->setToolTip(
+      tr("Memory of each GPU as CUDA reports it (an H200: 139.8 GiB). When NVIDIA GPUs are detected (Advanced, GPUs) "
+         "this follows the smallest one used; you can still edit it."));
   connect(capacity_, &QDoubleSpinBox::valueChanged, this, [this](double gib) {
     settings_->set_gpu_memory_gib(gib);
     recompute();
@@ -188,13 +189,16 @@ void PlannerGauge::recompute() {
                          .arg(plan_->checkpointed_layers)
                          .arg(plan_->total_layers));
   const QLocale l;
-  QString a = largest_ > 0 ? tr("Largest max_length that fits: <b>%1</b> tokens").arg(l.toString(static_cast<qlonglong>(largest_)))
-                           : tr("Largest max_length that fits: <b>none</b> (even the shortest does not)");
+  QString a =
+      largest_ > 0
+          ? tr("Largest max_length that fits: <b>%1</b> tokens").arg(l.toString(static_cast<qlonglong>(largest_)))
+          : tr("Largest max_length that fits: <b>none</b> (even the shortest does not)");
   a += QStringLiteral("<br>");
   a += smallest_sp_ > 0 ? tr("Smallest sequence-parallel size that fits: <b>%1</b>").arg(smallest_sp_)
                         : tr("Smallest sequence-parallel size that fits: <b>none up to %1 GPUs</b>")
                               .arg(std::max<std::int64_t>(8, lay.world_size));
-  for (const auto& n : plan_->notes) a += QStringLiteral("<br><small>") + QString::fromStdString(n).toHtmlEscaped() + QStringLiteral("</small>");
+  for (const auto& n : plan_->notes)
+    a += QStringLiteral("<br><small>") + QString::fromStdString(n).toHtmlEscaped() + QStringLiteral("</small>");
   answers_->setText(a);
 }
 

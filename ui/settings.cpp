@@ -48,13 +48,9 @@ void Settings::set_last_dir(const QString& purpose, const QString& dir) {
   s_->setValue(QStringLiteral("dirs/") + purpose, dir);
 }
 
-QByteArray Settings::window_geometry() const {
-  return s_->value(QStringLiteral("window/geometry")).toByteArray();
-}
+QByteArray Settings::window_geometry() const { return s_->value(QStringLiteral("window/geometry")).toByteArray(); }
 
-QByteArray Settings::window_state() const {
-  return s_->value(QStringLiteral("window/state")).toByteArray();
-}
+QByteArray Settings::window_state() const { return s_->value(QStringLiteral("window/state")).toByteArray(); }
 
 void Settings::set_window(const QByteArray& geometry, const QByteArray& state) {
   s_->setValue(QStringLiteral("window/geometry"), geometry);

@@ -19,7 +19,8 @@ namespace fs = std::filesystem;
 
 void replace_all(std::string& s, const std::string& from, const std::string& to) {
   if (from.empty()) return;
-  for (std::size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
+  for (std::size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
+    s.replace(at, from.size(), to);
 }
 
 // The first error of `d`, formatted; `tmp`, when given, is replaced by `real` (the head copy).
@@ -45,8 +46,7 @@ bool is_json_array(std::ifstream& in) {
     in.seekg(0);
   }
   char c = 0;
-  while (in.get(c) && (c == ' ' || c == '\t' || c == '\r' || c == '\n')) {
-  }
+  while (in.get(c) && (c == ' ' || c == '\t' || c == '\r' || c == '\n')) {}
   const bool array = in && c == '[';
   in.clear();
   in.seekg(0);
@@ -115,7 +115,9 @@ Head read_head(const std::string& path, std::size_t max, const std::atomic<bool>
   }
   QTemporaryDir tmp;
   if (!tmp.isValid()) {
-    h.data.diagnostics.push_back({Severity::Error, path, 0, 0, "", QCoreApplication::translate("TokenPreview", "no temporary folder for the preview").toStdString()});
+    h.data.diagnostics.push_back(
+        {Severity::Error, path, 0, 0, "",
+         QCoreApplication::translate("TokenPreview", "no temporary folder for the preview").toStdString()});
     return h;
   }
   const std::string copy = tmp.filePath(QStringLiteral("head.jsonl")).toStdString();
@@ -123,7 +125,8 @@ Head read_head(const std::string& path, std::size_t max, const std::atomic<bool>
     std::ofstream out(copy, std::ios::binary);
     out << head;
     if (!out) {
-      h.data.diagnostics.push_back({Severity::Error, copy, 0, 0, "", QCoreApplication::translate("TokenPreview", "cannot be written").toStdString()});
+      h.data.diagnostics.push_back({Severity::Error, copy, 0, 0, "",
+                                    QCoreApplication::translate("TokenPreview", "cannot be written").toStdString()});
       return h;
     }
   }
@@ -158,7 +161,8 @@ std::vector<PreviewSegment> preview_segments(const Tokenizer& tokenizer, const s
 TokenPreview build_token_preview(const TokenPreviewRequest& r, const std::atomic<bool>* cancel) {
   TokenPreview p;
   if (r.model_dir.empty()) {
-    p.error = QCoreApplication::translate("TokenPreview", "no model directory with tokenizer.json is chosen").toStdString();
+    p.error =
+        QCoreApplication::translate("TokenPreview", "no model directory with tokenizer.json is chosen").toStdString();
     return p;
   }
   if (r.tokenizer.valid() && r.tokenizer_dir == r.model_dir) {
@@ -166,12 +170,16 @@ TokenPreview build_token_preview(const TokenPreviewRequest& r, const std::atomic
   } else {
     std::error_code ec;
     if (!fs::exists(fs::path(r.model_dir) / "tokenizer.json", ec)) {
-      p.error = QCoreApplication::translate("TokenPreview", "%1 has no tokenizer.json").arg(QString::fromStdString(r.model_dir)).toStdString();
+      p.error = QCoreApplication::translate("TokenPreview", "%1 has no tokenizer.json")
+                    .arg(QString::fromStdString(r.model_dir))
+                    .toStdString();
       return p;
     }
     auto tok = Tokenizer::load(r.model_dir);
     if (!tok.ok()) {
-      p.error = QCoreApplication::translate("TokenPreview", "the tokenizer could not be loaded: %1").arg(QString::fromStdString(first_error(tok.diagnostics))).toStdString();
+      p.error = QCoreApplication::translate("TokenPreview", "the tokenizer could not be loaded: %1")
+                    .arg(QString::fromStdString(first_error(tok.diagnostics)))
+                    .toStdString();
       return p;
     }
     p.tokenizer = tok.value;
@@ -179,7 +187,9 @@ TokenPreview build_token_preview(const TokenPreviewRequest& r, const std::atomic
   p.tokenizer_dir = r.model_dir;
   auto tmpl = data::template_for(r.template_name, p.tokenizer, r.model_family, r.template_file);
   if (!tmpl.ok()) {
-    p.error = QCoreApplication::translate("TokenPreview", "chat template: %1").arg(QString::fromStdString(first_error(tmpl.diagnostics))).toStdString();
+    p.error = QCoreApplication::translate("TokenPreview", "chat template: %1")
+                  .arg(QString::fromStdString(first_error(tmpl.diagnostics)))
+                  .toStdString();
     return p;
   }
   for (const auto& d : tmpl.diagnostics)

@@ -54,9 +54,9 @@ struct PreviewSample {
 };
 
 struct TokenPreview {
-  std::string error;             // why there is no preview ("" = ok)
+  std::string error;               // why there is no preview ("" = ok)
   std::vector<std::string> notes;  // warnings worth showing (template choice, malformed records)
-  Tokenizer tokenizer;           // the tokenizer used, to reuse for the next request
+  Tokenizer tokenizer;             // the tokenizer used, to reuse for the next request
   std::string tokenizer_dir;
   std::string template_name;
   std::vector<PreviewSample> samples;  // the first `shown` tokenized samples

@@ -127,7 +127,8 @@ QWidget* TrainPage::training_group() {
   auto* out_row = new FieldRow(form_, "output_dir", out);
   auto* browse = new QPushButton(tr("Browse…"), out);
   connect(browse, &QPushButton::clicked, this, [this, out_row] {
-    const QString d = QFileDialog::getExistingDirectory(this, tr("Output folder"), settings_->last_dir(QStringLiteral("output")));
+    const QString d =
+        QFileDialog::getExistingDirectory(this, tr("Output folder"), settings_->last_dir(QStringLiteral("output")));
     if (d.isEmpty()) return;
     settings_->set_last_dir(QStringLiteral("output"), d);
     out_row->set_shown_text(d);
@@ -153,8 +154,9 @@ QWidget* TrainPage::preview_group() {
 }
 
 void TrainPage::add_datasets() {
-  const QStringList files = QFileDialog::getOpenFileNames(this, tr("Training files"), settings_->last_dir(QStringLiteral("dataset")),
-                                                          tr("JSON Lines or JSON (*.jsonl *.json);;All files (*)"));
+  const QStringList files =
+      QFileDialog::getOpenFileNames(this, tr("Training files"), settings_->last_dir(QStringLiteral("dataset")),
+                                    tr("JSON Lines or JSON (*.jsonl *.json);;All files (*)"));
   if (files.isEmpty()) return;
   settings_->set_last_dir(QStringLiteral("dataset"), QFileInfo(files.first()).absolutePath());
   datasets_->add_files(files);

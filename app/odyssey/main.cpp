@@ -88,32 +88,39 @@ QString tr_cli(const char* text) { return QCoreApplication::translate("odyssey",
 struct Cli {
   QCommandLineParser parser;
   QCommandLineOption shots{QStringLiteral("screenshot"),
-                           tr_cli(QT_TRANSLATE_NOOP("odyssey", "Save a PNG of every page to DIR and exit (of the presets given, "
-                                                               "else of the quickstart and the 7B Ulysses preset).")),
+                           tr_cli(QT_TRANSLATE_NOOP("odyssey",
+                                                    "Save a PNG of every page to DIR and exit (of the presets given, "
+                                                    "else of the quickstart and the 7B Ulysses preset).")),
                            QStringLiteral("DIR")};
   QCommandLineOption ini{QStringLiteral("settings"),
                          tr_cli(QT_TRANSLATE_NOOP("odyssey", "Keep settings in this INI file instead of the user's.")),
                          QStringLiteral("FILE")};
   QCommandLineOption live{QStringLiteral("live"),
-                          tr_cli(QT_TRANSLATE_NOOP("odyssey", "With --screenshot: train the quickstart with odyssey-train "
-                                                              "while its pages are taken."))};
-  QCommandLineOption dark{QStringLiteral("dark"),
-                          tr_cli(QT_TRANSLATE_NOOP("odyssey", "Use a dark palette (Fusion style) whatever the desktop's."))};
+                          tr_cli(QT_TRANSLATE_NOOP("odyssey",
+                                                   "With --screenshot: train the quickstart with odyssey-train "
+                                                   "while its pages are taken."))};
+  QCommandLineOption dark{
+      QStringLiteral("dark"),
+      tr_cli(QT_TRANSLATE_NOOP("odyssey", "Use a dark palette (Fusion style) whatever the desktop's."))};
   QCommandLineOption start{QStringLiteral("start"),
-                           tr_cli(QT_TRANSLATE_NOOP("odyssey", "Start training the preset given (else the embedded "
-                                                               "quickstart, not the last preset) as soon as its files are "
-                                                               "checked, and follow it on the Monitor."))};
+                           tr_cli(QT_TRANSLATE_NOOP("odyssey",
+                                                    "Start training the preset given (else the embedded "
+                                                    "quickstart, not the last preset) as soon as its files are "
+                                                    "checked, and follow it on the Monitor."))};
   QCommandLineOption language{QStringLiteral("language"),
-                              tr_cli(QT_TRANSLATE_NOOP("odyssey", "Show the window in LANG (en, zh_CN or system) for this "
-                                                                  "run, whatever View → Language says.")),
+                              tr_cli(QT_TRANSLATE_NOOP("odyssey",
+                                                       "Show the window in LANG (en, zh_CN or system) for this "
+                                                       "run, whatever View → Language says.")),
                               QStringLiteral("LANG")};
   Cli() {
     parser.setApplicationDescription(
-        tr_cli(QT_TRANSLATE_NOOP("odyssey", "Odyssey: configure, plan and launch long-context LLM fine-tuning.\n"
-                                            "Without a display, train with odyssey-train run PRESET (docs/cli.md).")));
+        tr_cli(QT_TRANSLATE_NOOP("odyssey",
+                                 "Odyssey: configure, plan and launch long-context LLM fine-tuning.\n"
+                                 "Without a display, train with odyssey-train run PRESET (docs/cli.md).")));
     parser.addHelpOption();
     parser.addVersionOption();
-    parser.addPositionalArgument(QStringLiteral("preset"), tr_cli(QT_TRANSLATE_NOOP("odyssey", "A preset (.yaml) to open.")),
+    parser.addPositionalArgument(QStringLiteral("preset"),
+                                 tr_cli(QT_TRANSLATE_NOOP("odyssey", "A preset (.yaml) to open.")),
                                  QStringLiteral("[preset]"));
     parser.addOptions({shots, ini, live, dark, start, language});
   }
@@ -194,7 +201,8 @@ int main(int argc, char** argv) {
 
   // Screenshots never touch the user's settings.
   QString settings_file = cli.value(ini);
-  if (cli.isSet(shots) && settings_file.isEmpty()) settings_file = QDir::temp().filePath(QStringLiteral("odyssey-screenshot.ini"));
+  if (cli.isSet(shots) && settings_file.isEmpty())
+    settings_file = QDir::temp().filePath(QStringLiteral("odyssey-screenshot.ini"));
   if (cli.isSet(shots)) QFile::remove(settings_file);
   auto settings = std::make_unique<odyssey::ui::Settings>(settings_file);
   const QString shown_language = install_language(&app, cli.value(language), settings->language());
@@ -202,7 +210,8 @@ int main(int argc, char** argv) {
   w->set_shown_language(shown_language);
   w->setAttribute(Qt::WA_DeleteOnClose);
   if (!cli.positionalArguments().isEmpty()) w->open_preset(cli.positionalArguments().first());
-  else if (!cli.isSet(shots) && !cli.isSet(start)) w->reopen_last_preset();  // the preset open when the window last closed
+  else if (!cli.isSet(shots) && !cli.isSet(start))
+    w->reopen_last_preset();  // the preset open when the window last closed
   // View → Language's "Restart now": once the window has closed (unsaved changes asked about
   // first), the program starts again with the same settings file and palette, and reopens the
   // preset that was open; a job keeps running and is re-attached.
@@ -222,7 +231,8 @@ int main(int argc, char** argv) {
     QStringList shown = cli.positionalArguments();
     for (QString& p : shown) p = QFileInfo(p).absoluteFilePath();
     if (shown.isEmpty())
-      shown = {presets + QStringLiteral("quickstart.yaml"), presets + QStringLiteral("qwen2.5-7b-lora-32k-ulysses.yaml")};
+      shown = {presets + QStringLiteral("quickstart.yaml"),
+               presets + QStringLiteral("qwen2.5-7b-lora-32k-ulysses.yaml")};
     odyssey::app::take_screenshots(w, cli.value(shots), shown, cli.isSet(live));
   }
   return QApplication::exec();

@@ -38,8 +38,8 @@ struct Shots {
 constexpr std::int64_t kLiveSteps = 40;
 
 bool idle(const ui::MainWindow* w) {
-  return !w->form()->model_pending() && !w->form()->files_pending() && w->train_page()->datasets()->pending_scans() == 0 &&
-         !w->train_page()->preview()->busy();
+  return !w->form()->model_pending() && !w->form()->files_pending() &&
+         w->train_page()->datasets()->pending_scans() == 0 && !w->train_page()->preview()->busy();
 }
 
 void save(Shots& s, const QString& name) {

@@ -41,21 +41,21 @@ struct Options {
   std::string device = "cuda", dtype = "bfloat16";
   std::int64_t layers = 0, vocab_override = 0;
   std::string out;
-  int ulysses = 0;  // 0 = gcd(KV heads, world / dp)
-  int dp = 1;       // data-parallel groups (under torchrun); each sequence-parallel group takes one row
+  int ulysses = 0;            // 0 = gcd(KV heads, world / dp)
+  int dp = 1;                 // data-parallel groups (under torchrun); each sequence-parallel group takes one row
   std::int64_t mlp_tile = 0;  // --mlp-tile: 0 = auto (the planner's choice), N = N tokens per tile
   std::string keep_attention = "auto";  // --keep-attention auto|all|none
   std::string mlp_recompute = "auto";   // --mlp-recompute auto|N
   std::string mlp_offload = "auto";     // --mlp-offload auto|N
-  std::string optimizer = "adamw";  // adamw|galore|q-galore|zero1|zero2|zero2-offload
+  std::string optimizer = "adamw";      // adamw|galore|q-galore|zero1|zero2|zero2-offload
   std::int64_t galore_rank = 128, galore_gap = 200;
   std::vector<std::int64_t> a2a_bytes;  // --a2a-bytes: the all-to-all alone, back to back
   double memory_gib = 0;  // --memory-gib: the planner's memory per GPU (0 = the device's), the allocator capped to it
-  std::string allocator_cap;  // what capping the allocator to memory_gib did (cap_gpu_memory's line)
-  std::string profile;    // --profile FILE: per-kernel device time of one extra step
-  std::string quant;      // --quant nf4|fp4: a 4-bit base (LoRA)
-  int frontier = 0;                  // --frontier K: K budgets from the leanest plan to the device's memory
-  std::vector<double> frontier_at;   // --frontier-at G1,G2: allocated peaks to budget for (an anchor's)
+  std::string allocator_cap;        // what capping the allocator to memory_gib did (cap_gpu_memory's line)
+  std::string profile;              // --profile FILE: per-kernel device time of one extra step
+  std::string quant;                // --quant nf4|fp4: a 4-bit base (LoRA)
+  int frontier = 0;                 // --frontier K: K budgets from the leanest plan to the device's memory
+  std::vector<double> frontier_at;  // --frontier-at G1,G2: allocated peaks to budget for (an anchor's)
 };
 
 // The parallel context under torchrun; world 1 otherwise.
@@ -74,7 +74,8 @@ model::AttentionBackend attention_of(const std::string& a);  // --attention
 void sync(const torch::Device& d);
 
 // One step under the Kineto profiler, appended to `path` (profile.cpp).
-void profile_step(const std::string& path, const nlohmann::ordered_json& rec, bool write, const std::function<void()>& step);
+void profile_step(const std::string& path, const nlohmann::ordered_json& rec, bool write,
+                  const std::function<void()>& step);
 
 // The budgets of --frontier (row.cpp).
 std::vector<double> frontier_budgets(const Options& o, const HfModelConfig& hf, const std::string& mode,

@@ -34,11 +34,11 @@
 // odyssey-bench ...`) every rank takes one GPU and the row is split by sequence parallelism
 // over all ranks (Ulysses = gcd(KV heads, world) unless --ulysses U; the rest is ring), as the
 // engine does it; with --dp D the ranks form D data-parallel groups of world / D, each on its
-// own row of --seq tokens (gradients summed over all ranks, as the engine does); rank 0 prints the record with the global tokens/s, every rank's peak
-// memory, the collectives of a step and the share of the step spent in them. Each blocking
-// collective also carries transfer_ms: its calls timed on the rank that took least per call,
-// i.e. without the time a rank that called first spent waiting for the other (the figure to
-// hold against nccl-tests-style back-to-back calls).
+// own row of --seq tokens (gradients summed over all ranks, as the engine does); rank 0 prints the record with the
+// global tokens/s, every rank's peak memory, the collectives of a step and the share of the step spent in them. Each
+// blocking collective also carries transfer_ms: its calls timed on the rank that took least per call, i.e. without the
+// time a rank that called first spent waiting for the other (the figure to hold against nccl-tests-style back-to-back
+// calls).
 //
 // --mlp-tile N runs every MLP N tokens at a time (tiled MLP, each tile recomputed in backward);
 // auto (the default) tiles when the planner says the job needs it, as the engine does.
@@ -141,8 +141,9 @@ int main(int argc, char** argv) {
   }
   if (par.env.local_world > 1)  // ranks of one host share its cores (ZeRO offload's CPU update)
     torch::set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / par.env.local_world));
-  const torch::Device device = o.device == "cuda" ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(par.env.local_rank))
-                                                  : torch::Device(torch::kCPU);
+  const torch::Device device = o.device == "cuda"
+                                   ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(par.env.local_rank))
+                                   : torch::Device(torch::kCPU);
 #ifdef ODYSSEY_HAVE_CUDA_RUNTIME
   if (device.is_cuda()) c10::cuda::set_device(device.index());
 #endif
@@ -193,7 +194,8 @@ int main(int argc, char** argv) {
       dist::Group& g = *par.mesh.world_group;
       for (const std::int64_t bytes : o.a2a_bytes) {
         const std::int64_t elems = bytes / 2 / g.size() * g.size();
-        const torch::Tensor x = torch::randn({g.size(), elems / g.size()}, torch::TensorOptions().dtype(torch::kBFloat16).device(device));
+        const torch::Tensor x =
+            torch::randn({g.size(), elems / g.size()}, torch::TensorOptions().dtype(torch::kBFloat16).device(device));
         for (int i = 0; i < 5; ++i) (void)g.all_to_all(x);
         sync(device);
         g.barrier();
@@ -227,9 +229,11 @@ int main(int argc, char** argv) {
           // The frontier: one row per budget, each with the allocator capped to it and the
           // planner choosing for it (--checkpointing auto), as a run with gpu_memory_budget_gib.
           const std::int64_t total = gpu_memory_bytes(device.is_cuda() ? device.index() : -1);
-          const double device_gib = static_cast<double>(total > 0 ? total : planner::kH200MemoryBytes) / double(planner::kGiB);
+          const double device_gib =
+              static_cast<double>(total > 0 ? total : planner::kH200MemoryBytes) / double(planner::kGiB);
           const auto budgets = frontier_budgets(o, hf.value, mode, seq, par.mesh.world, device_gib);
-          if (budgets.empty()) std::cerr << "odyssey-bench: the planner refuses " << shape << " " << mode << " " << seq << '\n';
+          if (budgets.empty())
+            std::cerr << "odyssey-bench: the planner refuses " << shape << " " << mode << " " << seq << '\n';
           for (const double g : budgets) {
             Options p = o;
             p.checkpointing = "auto";

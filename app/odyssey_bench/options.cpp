@@ -23,9 +23,8 @@ TrainConfig bench_config(const Options& o, const std::string& mode, std::int64_t
   c.device = o.device;
   c.fused_kernels = o.fused;
   c.attn_impl = o.attention == "flash" ? "flash_attn" : o.attention == "auto" ? "sdpa" : "cudnn";
-  c.activation_checkpointing = o.checkpointing == "auto" || o.checkpointing == "all" || o.checkpointing == "none"
-                                   ? o.checkpointing
-                                   : "auto";
+  c.activation_checkpointing =
+      o.checkpointing == "auto" || o.checkpointing == "all" || o.checkpointing == "none" ? o.checkpointing : "auto";
   c.padding_free = true;
   c.offload_activations = o.offload;
   c.mlp_tile_tokens = o.mlp_tile;
@@ -81,43 +80,36 @@ int parse_options(int argc, char** argv, Options& o) {
         std::cerr << "odyssey-bench: --check moved to the tests: tests/gpu/step_checks.cpp (ctest step_checks_cpu and, "
                      "label gpu, step_checks_gpu; build-gpu/tests/gpu/step_checks --shape S on a GPU machine)\n";
         return 2;
-      }
-      else if (a == "--ulysses") o.ulysses = std::stoi(next());
+      } else if (a == "--ulysses") o.ulysses = std::stoi(next());
       else if (a == "--dp") o.dp = std::stoi(next());
       else if (a == "--keep-attention") o.keep_attention = next();
       else if (a == "--mlp-recompute") {
         o.mlp_recompute = next();
         if (o.mlp_recompute != "auto") (void)std::stoll(o.mlp_recompute);  // "not a number" below
-      }
-      else if (a == "--mlp-offload") {
+      } else if (a == "--mlp-offload") {
         o.mlp_offload = next();
         if (o.mlp_offload != "auto") (void)std::stoll(o.mlp_offload);
-      }
-      else if (a == "--mlp-tile") {
+      } else if (a == "--mlp-tile") {
         const std::string v = next();
         o.mlp_tile = v == "auto" ? 0 : std::stoll(v);
-      }
-      else if (a == "--optimizer") o.optimizer = next();
+      } else if (a == "--optimizer") o.optimizer = next();
       else if (a == "--galore-rank") o.galore_rank = std::stoll(next());
       else if (a == "--galore-gap") o.galore_gap = std::stoll(next());
       else if (a == "--memory-gib") o.memory_gib = std::stod(next());
       else if (a == "--quant") {
         o.quant = next();
         if (o.quant != "nf4" && o.quant != "fp4") throw std::invalid_argument("--quant takes nf4 or fp4");
-      }
-      else if (a == "--profile") o.profile = next();
+      } else if (a == "--profile") o.profile = next();
       else if (a == "--frontier") {
         o.frontier = std::stoi(next());
         if (o.frontier < 1) throw std::invalid_argument("--frontier");
-      }
-      else if (a == "--frontier-at") {
+      } else if (a == "--frontier-at") {
         for (const auto& g : split(next())) o.frontier_at.push_back(std::stod(g));
-      }
-      else if (a == "--a2a-bytes") {
+      } else if (a == "--a2a-bytes") {
         for (const auto& b : split(next())) o.a2a_bytes.push_back(std::stoll(b));
-      }
-      else {
-        std::cerr << "odyssey-bench: unknown argument " << a << " (see the comment at the top of app/odyssey_bench/main.cpp)\n";
+      } else {
+        std::cerr << "odyssey-bench: unknown argument " << a
+                  << " (see the comment at the top of app/odyssey_bench/main.cpp)\n";
         return 2;
       }
     } catch (const std::exception&) {
@@ -125,15 +117,16 @@ int parse_options(int argc, char** argv, Options& o) {
       return 2;
     }
   }
-  const bool count = !o.checkpointing.empty() &&
-                     std::all_of(o.checkpointing.begin(), o.checkpointing.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+  const bool count = !o.checkpointing.empty() && std::all_of(o.checkpointing.begin(), o.checkpointing.end(),
+                                                             [](char ch) { return ch >= '0' && ch <= '9'; });
   if (o.checkpointing != "all" && o.checkpointing != "none" && o.checkpointing != "auto" && !count) {
     std::cerr << "odyssey-bench: --checkpointing: expected all, none, auto or a number of layers\n";
     return 2;
   }
   for (const auto& [flag, v] : {std::pair<const char*, const std::string&>{"--mlp-recompute", o.mlp_recompute},
-                                 std::pair<const char*, const std::string&>{"--mlp-offload", o.mlp_offload}})
-    if (v != "auto" && (v.empty() || !std::all_of(v.begin(), v.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))) {
+                                std::pair<const char*, const std::string&>{"--mlp-offload", o.mlp_offload}})
+    if (v != "auto" &&
+        (v.empty() || !std::all_of(v.begin(), v.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))) {
       std::cerr << "odyssey-bench: " << flag << ": expected auto or a number of layers\n";
       return 2;
     }
@@ -141,7 +134,8 @@ int parse_options(int argc, char** argv, Options& o) {
     std::cerr << "odyssey-bench: --attention: expected cudnn, flash or auto\n";
     return 2;
   }
-  if (!o.quant.empty() && std::any_of(o.modes.begin(), o.modes.end(), [](const std::string& m) { return m != "lora"; })) {
+  if (!o.quant.empty() &&
+      std::any_of(o.modes.begin(), o.modes.end(), [](const std::string& m) { return m != "lora"; })) {
     std::cerr << "odyssey-bench: --quant needs --mode lora (a 4-bit base is frozen)\n";
     return 2;
   }

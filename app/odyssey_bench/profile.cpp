@@ -15,7 +15,8 @@ namespace odyssey::bench {
 // One step under the Kineto profiler (GPU activity only); appends to `path` one line per kernel
 // name with its calls and device time, largest first, under the record's keys. Every rank
 // takes the step (the collectives need all of them); `write` says whether this one writes.
-void profile_step(const std::string& path, const nlohmann::ordered_json& rec, bool write, const std::function<void()>& step) {
+void profile_step(const std::string& path, const nlohmann::ordered_json& rec, bool write,
+                  const std::function<void()>& step) {
   namespace kp = torch::autograd::profiler;
   using torch::profiler::impl::ActivityType;
   // CPU ops too (with their inputs' shapes): which op launched the small copies and adds.
@@ -85,11 +86,11 @@ void profile_step(const std::string& path, const nlohmann::ordered_json& rec, bo
     cpu.push_back({e.startNs(), e.endNs(), e.startThreadId(), e.name(), shape});
   }
   std::sort(cpu.begin(), cpu.end(), [](const CpuOp& a, const CpuOp& b) { return a.start < b.start; });
-  const std::set<std::string> helpers{"aten::copy_",  "aten::to",          "aten::_to_copy", "aten::contiguous",
-                                      "aten::clone",  "aten::reshape",     "aten::add",      "aten::add_",
-                                      "aten::fill_",  "aten::zero_",       "aten::zeros",    "aten::sum",
-                                      "aten::empty",  "aten::empty_like",  "aten::view",     "aten::_unsafe_view",
-                                      "aten::copy",   "aten::expand",      "aten::as_strided"};
+  const std::set<std::string> helpers{"aten::copy_", "aten::to",         "aten::_to_copy",  "aten::contiguous",
+                                      "aten::clone", "aten::reshape",    "aten::add",       "aten::add_",
+                                      "aten::fill_", "aten::zero_",      "aten::zeros",     "aten::sum",
+                                      "aten::empty", "aten::empty_like", "aten::view",      "aten::_unsafe_view",
+                                      "aten::copy",  "aten::expand",     "aten::as_strided"};
   const std::set<std::string> counted{"aten::copy_", "aten::add", "aten::add_", "aten::fill_", "aten::sum"};
   std::map<std::string, std::int64_t> callers;
   for (std::size_t i = 0; i < cpu.size(); ++i) {

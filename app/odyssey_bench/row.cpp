@@ -132,8 +132,9 @@ model::CausalLM build_model(const Options& o, const DecoderConfig& dc, const std
   if (!o.quant.empty()) {
     torch::NoGradGuard ng;
     for (const auto& [name, l] : model::quantized_linears(lm)) {
-      const torch::Tensor w = torch::empty({l->out_features, l->in_features}, torch::TensorOptions().dtype(dtype).device(device))
-                                  .normal_(0.0, dc.initializer_range);
+      const torch::Tensor w =
+          torch::empty({l->out_features, l->in_features}, torch::TensorOptions().dtype(dtype).device(device))
+              .normal_(0.0, dc.initializer_range);
       l->quant = kernels::quantize_4bit(w, *kernels::parse_quant4_type(o.quant), 64, true);
       total += l->quant->numel();
     }
@@ -203,7 +204,8 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     // One row per data-parallel group (the same draws on every rank; a group takes its own).
     const torch::Tensor ids =
         torch::randint(0, dc.hf.vocab_size, {mesh.dp, seq}, torch::kInt64).narrow(0, mesh.dp_rank, 1);
-    train::PackedRow whole = train::make_packed_row(ids, ids, torch::arange(seq, torch::kInt64).view({1, -1})).to(device);
+    train::PackedRow whole =
+        train::make_packed_row(ids, ids, torch::arange(seq, torch::kInt64).view({1, -1})).to(device);
     if (mesh.sp > 1) whole = dist::shard_row(whole, mesh.ulysses_group.get(), mesh.ring_group.get(), 0);
     if (mesh.distributed()) {
       rec["world"] = mesh.world;
@@ -223,8 +225,10 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     rec["warmup_step_ms"] = warm_ms;  // the first includes GaLore's SVDs
     sync(device);
     if (device.is_cuda())  // the warmup's peak: with GaLore, a step that refreshes the projections
-      rec["warmup_peak_gib"] = sig(static_cast<double>(at::accelerator::getDeviceStats(device.index()).allocated_bytes[0].peak) /
-                                       double(1 << 30), 4);
+      rec["warmup_peak_gib"] =
+          sig(static_cast<double>(at::accelerator::getDeviceStats(device.index()).allocated_bytes[0].peak) /
+                  double(1 << 30),
+              4);
     if (device.is_cuda()) at::accelerator::resetPeakStats(device.index());
     std::vector<double> times;
     double loss = 0;
@@ -247,8 +251,9 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
       comm_s += c;
     }
     // Bytes a timed step moved to and from pinned host memory (both directions).
-    rec["host_copies_gib_per_step"] = sig(static_cast<double>(model::offloaded_bytes_total() - offloaded_before) /
-                                              std::max(1, o.steps) / double(1 << 30), 4);
+    rec["host_copies_gib_per_step"] = sig(
+        static_cast<double>(model::offloaded_bytes_total() - offloaded_before) / std::max(1, o.steps) / double(1 << 30),
+        4);
     double mean = 0;
     for (double t : times) mean += t / static_cast<double>(times.size());
     std::vector<double> sorted = times;
@@ -266,8 +271,12 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
       nlohmann::ordered_json cj = nlohmann::ordered_json::array();
       for (std::size_t i = 0; i < coll.size(); ++i) {
         const auto& c = coll[i];
-        nlohmann::ordered_json j{{"op", c.op}, {"group", c.group}, {"calls", c.calls}, {"bytes", c.bytes},
-                                 {"time_ms", sig(c.time_s * 1e3, 4)}, {"bus_gb_per_s", sig(c.bus_bandwidth_gb_per_s, 4)},
+        nlohmann::ordered_json j{{"op", c.op},
+                                 {"group", c.group},
+                                 {"calls", c.calls},
+                                 {"bytes", c.bytes},
+                                 {"time_ms", sig(c.time_s * 1e3, 4)},
+                                 {"bus_gb_per_s", sig(c.bus_bandwidth_gb_per_s, 4)},
                                  {"bytes_per_call", c.calls ? c.bytes / c.calls : 0}};
         // The same calls timed on the rank that took least per call: the transfer without the
         // wait for the later rank (Mesh::take_stats); bus bandwidth scaled from time_ms's.
@@ -316,17 +325,20 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
         rec["planner_error"] = sig((planned - measured) / measured, 3);
       }
       if (mesh.distributed()) {
-        torch::Tensor peaks = torch::tensor({static_cast<double>(s.allocated_bytes[0].peak)}, torch::kFloat64).to(device);
+        torch::Tensor peaks =
+            torch::tensor({static_cast<double>(s.allocated_bytes[0].peak)}, torch::kFloat64).to(device);
         peaks = mesh.world_group->all_gather(peaks).cpu();
         nlohmann::ordered_json pj = nlohmann::ordered_json::array();
-        for (std::int64_t r = 0; r < peaks.size(0); ++r) pj.push_back(sig(peaks[r].item<double>() / double(1 << 30), 4));
+        for (std::int64_t r = 0; r < peaks.size(0); ++r)
+          pj.push_back(sig(peaks[r].item<double>() / double(1 << 30), 4));
         rec["peak_gib_per_rank"] = pj;
       }
     }
-    if (!o.profile.empty()) profile_step(o.profile, rec, mesh.rank == 0, [&] {
-      engine.step(rows);
-      sync(device);
-    });
+    if (!o.profile.empty())
+      profile_step(o.profile, rec, mesh.rank == 0, [&] {
+        engine.step(rows);
+        sync(device);
+      });
   } catch (const train::MemoryPolicyRefused& e) {
     rec["error"] = e.what();
   } catch (const c10::OutOfMemoryError& e) {
@@ -335,7 +347,9 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     rec["error"] = m.substr(0, std::min<std::size_t>(m.find('\n'), 300));
     if (device.is_cuda())
       rec["peak_gib_at_oom"] =
-          sig(static_cast<double>(at::accelerator::getDeviceStats(device.index()).allocated_bytes[0].peak) / double(1 << 30), 4);
+          sig(static_cast<double>(at::accelerator::getDeviceStats(device.index()).allocated_bytes[0].peak) /
+                  double(1 << 30),
+              4);
   }
   if (device.is_cuda()) at::accelerator::emptyCache();
   return rec;

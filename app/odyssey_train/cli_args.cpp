@@ -16,8 +16,7 @@ std::vector<std::string> Args::values(const std::string& name) const {
   return it == options.end() ? std::vector<std::string>{} : it->second;
 }
 
-std::optional<Args> parse_args(const CommandSpec& spec, const std::vector<std::string>& argv,
-                               std::string* error) {
+std::optional<Args> parse_args(const CommandSpec& spec, const std::vector<std::string>& argv, std::string* error) {
   Args a;
   a.command = spec.name;
   bool only_positional = false;
@@ -76,9 +75,8 @@ std::optional<Args> parse_args(const CommandSpec& spec, const std::vector<std::s
     return std::nullopt;
   }
   if (spec.max_positional >= 0 && np > spec.max_positional) {
-    *error = "'" + spec.name + "' takes at most " + std::to_string(spec.max_positional) +
-             " argument(s), found " + text::quoted(a.positional[static_cast<std::size_t>(spec.max_positional)]) +
-             ": " + spec.synopsis;
+    *error = "'" + spec.name + "' takes at most " + std::to_string(spec.max_positional) + " argument(s), found " +
+             text::quoted(a.positional[static_cast<std::size_t>(spec.max_positional)]) + ": " + spec.synopsis;
     return std::nullopt;
   }
   return a;
@@ -97,8 +95,9 @@ std::string command_help(const CommandSpec& spec) {
     }
   }
   out += "  --help                    show this help\n";
-  out += "\nexit codes: 0 ok, 1 failure, 2 usage error, 3 invalid configuration, 4 does not fit "
-         "(plan --require-fit); see docs/cli.md\n";
+  out +=
+      "\nexit codes: 0 ok, 1 failure, 2 usage error, 3 invalid configuration, 4 does not fit "
+      "(plan --require-fit); see docs/cli.md\n";
   return out;
 }
 
@@ -107,8 +106,7 @@ void print_diagnostics(const Diagnostics& d) {
 }
 
 std::optional<LoadedConfig> load_config_arg(const Args& a, std::size_t idx) {
-  Result<LoadedConfig> r = idx < a.positional.size() ? load_preset_file(a.positional[idx])
-                                                     : load_embedded_quickstart();
+  Result<LoadedConfig> r = idx < a.positional.size() ? load_preset_file(a.positional[idx]) : load_embedded_quickstart();
   if (r.ok()) {
     auto d = apply_overrides(r.value, a.values("set"));
     r.diagnostics.insert(r.diagnostics.end(), d.begin(), d.end());

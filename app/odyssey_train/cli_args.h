@@ -22,7 +22,7 @@ enum ExitCode : int {
 };
 
 struct OptionSpec {
-  std::string name;        // without dashes: "set", "json"
+  std::string name;  // without dashes: "set", "json"
   bool takes_value = false;
   bool repeatable = false;
   std::string value_name;  // for help: "KEY=VALUE"
@@ -31,9 +31,9 @@ struct OptionSpec {
 
 struct CommandSpec {
   std::string name;
-  std::string synopsis;    // "validate [PRESET...] [--set KEY=VALUE]..."
-  std::string summary;     // one line
-  std::string description; // paragraphs for --help
+  std::string synopsis;     // "validate [PRESET...] [--set KEY=VALUE]..."
+  std::string summary;      // one line
+  std::string description;  // paragraphs for --help
   std::vector<OptionSpec> options;
   int min_positional = 0;
   int max_positional = 0;  // -1 = any
@@ -49,8 +49,7 @@ struct Args {
 };
 
 // Parse argv after the command word. On error returns nullopt and fills `error`.
-std::optional<Args> parse_args(const CommandSpec& spec, const std::vector<std::string>& argv,
-                               std::string* error);
+std::optional<Args> parse_args(const CommandSpec& spec, const std::vector<std::string>& argv, std::string* error);
 
 std::string command_help(const CommandSpec& spec);
 

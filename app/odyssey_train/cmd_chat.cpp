@@ -109,8 +109,8 @@ class Inbox {
       nlohmann::json j;
       if (!it->eof && !it->oversize && json_nesting_depth(it->line) <= kMaxJsonDepth)
         j = nlohmann::json::parse(it->line, nullptr, /*allow_exceptions=*/false);
-      const auto type = j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>()
-                                                                                      : std::string();
+      const auto type =
+          j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : std::string();
       if (type == "shutdown") *shutdown = true;
       if (type == "cancel" && (!j.contains("id") || j["id"] == id)) {
         cancel = true;
@@ -243,13 +243,12 @@ int serve(infer::Session& s, const model::GenerationOptions& defaults, std::opti
         emit_error(id, item.number, format_all(ids.diagnostics));
         continue;
       }
-      auto r = model::generate(
-          s.lm(), {ids.value}, q.options, &s.tokenizer(),
-          [&](std::size_t, std::int32_t token, const std::string& delta) {
-            emit({{"event", "token"}, {"id", id}, {"token", token}, {"text", delta}});
-            if (inbox.take_cancel(id, &shutdown) || g_interrupted.load()) return false;
-            return true;
-          });
+      auto r = model::generate(s.lm(), {ids.value}, q.options, &s.tokenizer(),
+                               [&](std::size_t, std::int32_t token, const std::string& delta) {
+                                 emit({{"event", "token"}, {"id", id}, {"token", token}, {"text", delta}});
+                                 if (inbox.take_cancel(id, &shutdown) || g_interrupted.load()) return false;
+                                 return true;
+                               });
       if (!r.ok()) {
         emit_error(id, item.number, format_all(r.diagnostics));
         continue;
@@ -295,8 +294,9 @@ int terminal(infer::Session& s, const model::GenerationOptions& options, std::op
     if (t.empty()) continue;
     if (t == "/exit" || t == "/quit") return kOk;
     if (t == "/reset") {
-      messages.erase(std::remove_if(messages.begin(), messages.end(), [](const ChatMessage& m) { return m.role != "system"; }),
-                     messages.end());
+      messages.erase(
+          std::remove_if(messages.begin(), messages.end(), [](const ChatMessage& m) { return m.role != "system"; }),
+          messages.end());
       std::cerr << "(conversation cleared)\n";
       continue;
     }

@@ -98,7 +98,9 @@ int cmd_export(const Args& a) {
     return kFailure;
   }
   // Progress for the window's Export page: "progress K/4: what" lines on standard output.
-  auto progress = [](int k, const std::string& what) { std::cout << "progress " << k << "/4: " << what << '\n' << std::flush; };
+  auto progress = [](int k, const std::string& what) {
+    std::cout << "progress " << k << "/4: " << what << '\n' << std::flush;
+  };
   try {
     progress(1, "loading the base model " + loc.path);
     auto cfg = load_located_model_config(loc);
@@ -116,7 +118,8 @@ int cmd_export(const Args& a) {
     if (has_errors(d)) return kFailure;
     train::merge_lora(lm);
     progress(3, "writing " + out);
-    const fs::path tmp = fs::path(out).parent_path() / (fs::path(out).filename().string() + ".tmp-" + std::to_string(::getpid()));
+    const fs::path tmp =
+        fs::path(out).parent_path() / (fs::path(out).filename().string() + ".tmp-" + std::to_string(::getpid()));
     std::error_code ec;
     fs::create_directories(tmp, ec);
     if (ec) {

@@ -22,32 +22,34 @@ namespace odyssey::cli {
 CommandSpec generate_spec() {
   std::vector<OptionSpec> options = inference_options();
   options.insert(options.begin() + 2, {"prompts", true, false, "F.jsonl", "the prompts, one JSON object a line"});
-  options.insert(options.begin() + 3, {"out", true, false, "R.jsonl", "where the results go (default: standard output)"});
+  options.insert(options.begin() + 3,
+                 {"out", true, false, "R.jsonl", "where the results go (default: standard output)"});
   options.push_back({"batch-size", true, false, "N", "prompts generated together (default 8)"});
-  return {"generate",
-          "generate --model M [--adapter A] --prompts F.jsonl [--out R.jsonl] [--max-new-tokens N]\n"
-          "         [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R] [--seed N]\n"
-          "         [--stop TEXT]... [--ignore-eos] [--batch-size N]",
-          "Continue a file of prompts with a model (and a LoRA adapter): one JSON line per prompt.",
-          "Each line of F.jsonl is {\"prompt\": \"...\"} (raw text: no chat template, the tokenizer's special\n"
-          "tokens added as tokenizer(text) adds them) or {\"messages\": [...]} (optionally \"tools\"): rendered\n"
-          "through the chat template with the assistant's generation prompt. A conversation that ends with an\n"
-          "assistant turn (a dataset record) is prompted without it and the turn is echoed as \"reference\".\n"
-          "{\"prompt_ids\": [ids]} gives the token ids themselves.\n"
-          "An \"id\" is echoed; other fields are ignored. Blank lines are skipped.\n\n"
-          "One line per prompt, in order:\n"
-          "  {\"index\": I, \"text\": ..., \"ids\": [new token ids], \"finish_reason\": \"stop\"|\"length\",\n"
-          "   \"prompt_tokens\": N, \"new_tokens\": N, \"tokens_per_s\": X, \"time_to_first_token_s\": X, \"seconds\": X}\n"
-          "(\"stop\": the stop string met; \"id\", \"reference\" when given). finish_reason \"stop\": an end-of-\n"
-          "sequence token (generation_config.json's eos_token_id; kept as the last id) or a stop string (the\n"
-          "text ends just before it); \"length\": --max-new-tokens or the model's positions. tokens_per_s is\n"
-          "the prompt's new tokens over the time from its batch's start (prefill included) to its last token.\n"
-          "Greedy by default (--temperature 0); the results equal transformers' generate(do_sample=False).\n\n"
-          "Exit codes: 0 done, 1 the model, adapter or prompts could not be used (every bad line is named,\n"
-          "before the model loads), 2 usage.",
-          options,
-          0,
-          0};
+  return {
+      "generate",
+      "generate --model M [--adapter A] --prompts F.jsonl [--out R.jsonl] [--max-new-tokens N]\n"
+      "         [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R] [--seed N]\n"
+      "         [--stop TEXT]... [--ignore-eos] [--batch-size N]",
+      "Continue a file of prompts with a model (and a LoRA adapter): one JSON line per prompt.",
+      "Each line of F.jsonl is {\"prompt\": \"...\"} (raw text: no chat template, the tokenizer's special\n"
+      "tokens added as tokenizer(text) adds them) or {\"messages\": [...]} (optionally \"tools\"): rendered\n"
+      "through the chat template with the assistant's generation prompt. A conversation that ends with an\n"
+      "assistant turn (a dataset record) is prompted without it and the turn is echoed as \"reference\".\n"
+      "{\"prompt_ids\": [ids]} gives the token ids themselves.\n"
+      "An \"id\" is echoed; other fields are ignored. Blank lines are skipped.\n\n"
+      "One line per prompt, in order:\n"
+      "  {\"index\": I, \"text\": ..., \"ids\": [new token ids], \"finish_reason\": \"stop\"|\"length\",\n"
+      "   \"prompt_tokens\": N, \"new_tokens\": N, \"tokens_per_s\": X, \"time_to_first_token_s\": X, \"seconds\": X}\n"
+      "(\"stop\": the stop string met; \"id\", \"reference\" when given). finish_reason \"stop\": an end-of-\n"
+      "sequence token (generation_config.json's eos_token_id; kept as the last id) or a stop string (the\n"
+      "text ends just before it); \"length\": --max-new-tokens or the model's positions. tokens_per_s is\n"
+      "the prompt's new tokens over the time from its batch's start (prefill included) to its last token.\n"
+      "Greedy by default (--temperature 0); the results equal transformers' generate(do_sample=False).\n\n"
+      "Exit codes: 0 done, 1 the model, adapter or prompts could not be used (every bad line is named,\n"
+      "before the model loads), 2 usage.",
+      options,
+      0,
+      0};
 }
 
 #ifndef ODYSSEY_HAVE_TORCH
@@ -101,7 +103,8 @@ int cmd_generate(const Args& a) {
     return kFailure;
   }
   if (requests.empty()) {
-    std::cerr << path << ": error: no prompts (expected one {\"prompt\": ...} or {\"messages\": [...]} object a line)\n";
+    std::cerr << path
+              << ": error: no prompts (expected one {\"prompt\": ...} or {\"messages\": [...]} object a line)\n";
     return kFailure;
   }
 
@@ -114,7 +117,7 @@ int cmd_generate(const Args& a) {
   flags.max_positions = options.max_positions;
   options = flags;
 
-  std::vector<std::vector<std::int32_t>> ids(requests.size());
+  std::vector<std::vector<std::int32_t> > ids(requests.size());
   for (std::size_t i = 0; i < requests.size(); ++i) {
     auto enc = s.encode(requests[i].prompt, thinking);
     for (auto& d : enc.diagnostics)
@@ -142,8 +145,8 @@ int cmd_generate(const Args& a) {
   try {
     for (std::size_t first = 0; first < requests.size(); first += batch_size) {
       const std::size_t n = std::min(batch_size, requests.size() - first);
-      const std::vector<std::vector<std::int32_t>> batch(ids.begin() + static_cast<std::ptrdiff_t>(first),
-                                                         ids.begin() + static_cast<std::ptrdiff_t>(first + n));
+      const std::vector<std::vector<std::int32_t> > batch(ids.begin() + static_cast<std::ptrdiff_t>(first),
+                                                          ids.begin() + static_cast<std::ptrdiff_t>(first + n));
       auto r = model::generate(s.lm(), batch, options, &s.tokenizer());
       if (!r.ok()) {
         for (auto& d : r.diagnostics)
@@ -172,9 +175,10 @@ int cmd_generate(const Args& a) {
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::cerr << "odyssey-train generate: " << requests.size() << " prompts, " << new_tokens << " new tokens in "
-            << text::format_double(secs) << " s (" << text::format_double(secs > 0 ? static_cast<double>(new_tokens) / secs : 0.0)
-            << " tokens/s) on " << s.device() << " in " << s.dtype()
-            << (s.adapter().empty() ? std::string() : ", adapter " + s.adapter()) << '\n';
+            << text::format_double(secs) << " s ("
+            << text::format_double(secs > 0 ? static_cast<double>(new_tokens) / secs : 0.0) << " tokens/s) on "
+            << s.device() << " in " << s.dtype() << (s.adapter().empty() ? std::string() : ", adapter " + s.adapter())
+            << '\n';
   return kOk;
 }
 #endif

@@ -81,8 +81,8 @@ int cmd_plan(const Args& a) {
     j["config_valid"] = cc.ok();
     std::cout << dump_json(j, 2) << '\n';
   } else {
-    std::cout << "model: " << cc.location.describe() << " (" << m.architecture << ", "
-              << m.parameter_count() << " parameters, " << m.num_hidden_layers << " layers)\n";
+    std::cout << "model: " << cc.location.describe() << " (" << m.architecture << ", " << m.parameter_count()
+              << " parameters, " << m.num_hidden_layers << " layers)\n";
     std::cout << format_plan_table(plan) << '\n';
     std::cout << "largest max_length that fits: "
               << (largest > 0 ? std::to_string(largest) + " (a multiple of " + std::to_string(mult) + ")"
@@ -91,8 +91,8 @@ int cmd_plan(const Args& a) {
                       ? ", beyond the model's max_position_embeddings " + std::to_string(m.max_position_embeddings)
                       : std::string())
               << '\n';
-    std::cout << "smallest sequence_parallel_size that fits on " << world << " process(es): "
-              << (smallest_sp > 0 ? std::to_string(smallest_sp) : std::string("none")) << '\n';
+    std::cout << "smallest sequence_parallel_size that fits on " << world
+              << " process(es): " << (smallest_sp > 0 ? std::to_string(smallest_sp) : std::string("none")) << '\n';
   }
   if (!cc.ok()) {
     std::cerr << "odyssey-train plan: the configuration has errors (above); the plan is for the values as given\n";

@@ -99,8 +99,7 @@ int cmd_score(const Args& a) {
     return kUsage;
   }
   if (dt != "auto" && dt != "float32" && dt != "bfloat16") {
-    std::cerr << "odyssey-train score: --dtype: found " << text::quoted(dt)
-              << ", expected auto, float32 or bfloat16\n";
+    std::cerr << "odyssey-train score: --dtype: found " << text::quoted(dt) << ", expected auto, float32 or bfloat16\n";
     return kUsage;
   }
   std::vector<std::string> texts;
@@ -116,8 +115,9 @@ int cmd_score(const Args& a) {
     const bool cuda = dev == "cuda" || (dev == "auto" && torch::cuda::is_available());
     model::DecoderOptions opts;
     opts.device = cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
-    opts.dtype = dt == "float32" ? torch::kFloat32 : dt == "bfloat16" ? torch::kBFloat16
-                                                   : (cuda ? torch::kBFloat16 : torch::kFloat32);
+    opts.dtype = dt == "float32"    ? torch::kFloat32
+                 : dt == "bfloat16" ? torch::kBFloat16
+                                    : (cuda ? torch::kBFloat16 : torch::kFloat32);
     Result<Tokenizer> tok = Tokenizer::load(loc.path);
     if (!tok.ok()) {
       print_diagnostics(tok.diagnostics);
@@ -136,7 +136,7 @@ int cmd_score(const Args& a) {
     std::int64_t targets = 0;
     double sum = 0;
     for (std::size_t i = 0; i < texts.size(); ++i) {
-      Result<std::vector<std::int32_t>> ids = tok.value.encode(texts[i], special);
+      Result<std::vector<std::int32_t> > ids = tok.value.encode(texts[i], special);
       if (!ids.ok()) {
         std::cerr << a.value("data") << ": sample " << i << ":\n";
         print_diagnostics(ids.diagnostics);

@@ -60,14 +60,20 @@ int cmd_selftest(const Args& a) {
   const bool json = a.has("json");
   int failed = 0;
   if (!json)
-    std::printf("%-40s %-5s %-9s %-5s %12s %12s %12s %12s  %s\n", "kernel", "dtype", "tensor", "path", "max abs",
-                "rel", "ref rel", "bound", "result");
+    std::printf("%-40s %-5s %-9s %-5s %12s %12s %12s %12s  %s\n", "kernel", "dtype", "tensor", "path", "max abs", "rel",
+                "ref rel", "bound", "result");
   for (const auto& r : rows) {
     failed += r.ok ? 0 : 1;
     if (json) {
-      std::cout << dump_json(nlohmann::json{{"kernel", r.kernel}, {"dtype", r.dtype}, {"tensor", r.tensor}, {"path", r.path},
-                                  {"max_abs", r.max_abs}, {"rel", r.rel}, {"ref_rel", r.ref_rel}, {"bound", r.bound},
-                                  {"ok", r.ok}})
+      std::cout << dump_json(nlohmann::json{{"kernel", r.kernel},
+                                            {"dtype", r.dtype},
+                                            {"tensor", r.tensor},
+                                            {"path", r.path},
+                                            {"max_abs", r.max_abs},
+                                            {"rel", r.rel},
+                                            {"ref_rel", r.ref_rel},
+                                            {"bound", r.bound},
+                                            {"ok", r.ok}})
                 << '\n';
     } else {
       std::printf("%-40s %-5s %-9s %-5s %12.3e %12.3e %12.3e %12.3e  %s\n", r.kernel.c_str(), r.dtype.c_str(),

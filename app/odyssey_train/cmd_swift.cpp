@@ -60,8 +60,8 @@ bool looks_like_config(const std::string& name, const std::string& text) {
     const auto colon = t.find(':');
     if (colon == std::string::npos || colon == 0) return false;
     const std::string key = t.substr(0, colon);
-    const bool name_like = key.find_first_not_of(
-                               "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") == std::string::npos;
+    const bool name_like =
+        key.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") == std::string::npos;
     return name_like && (colon + 1 == t.size() || t[colon + 1] == ' ');
   }
   return false;
@@ -121,8 +121,8 @@ int cmd_import_swift(const Args& a) {
     return kInvalidConfig;
   }
   if (r.value.config.description.empty())
-    r.value.config.description = a.has("command") ? std::string("Imported from an ms-swift command")
-                                                  : "Imported from ms-swift: " + name;
+    r.value.config.description =
+        a.has("command") ? std::string("Imported from an ms-swift command") : "Imported from ms-swift: " + name;
   auto cc = check_config(r.value, false);
   print_diagnostics(cc.diagnostics);
   if (out.empty()) {
@@ -145,7 +145,8 @@ int cmd_import_swift(const Args& a) {
 int cmd_export_swift(const Args& a) {
   auto lc = load_config_arg(a);
   if (!lc) return kInvalidConfig;
-  std::cout << export_swift_command(resolve_paths(*lc, locate_model(lc->config.model, lc->origin.base_dir, lc->config.model_revision)));
+  std::cout << export_swift_command(
+      resolve_paths(*lc, locate_model(lc->config.model, lc->origin.base_dir, lc->config.model_revision)));
   return kOk;
 }
 

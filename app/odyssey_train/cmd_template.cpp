@@ -93,7 +93,8 @@ int cmd_template(const Args& a) {
   if (a.has("enable-thinking")) {
     const std::string v = a.value("enable-thinking");
     if (v != "true" && v != "false") {
-      std::cerr << "odyssey-train template: --enable-thinking: found " << text::quoted(v) << ", expected true or false\n";
+      std::cerr << "odyssey-train template: --enable-thinking: found " << text::quoted(v)
+                << ", expected true or false\n";
       return kUsage;
     }
     options.enable_thinking = v == "true";

@@ -28,7 +28,6 @@
 
 namespace odyssey::cli {
 
-
 namespace {
 
 const OptionSpec kSet{"set", true, true, "KEY=VALUE", "override a setting (value in YAML syntax)"};
@@ -153,12 +152,12 @@ bool write_config_once(const run::RunDir& dir, const TrainConfig& resolved, cons
 // it touches the directory, so a refused directory gets not even a rank log.
 struct RunDirVerdict {
   std::string dir;
-  int refused_code = 0;  // kOk: go on
+  int refused_code = 0;                // kOk: go on
   std::optional<run::RunClaim> claim;  // rank 0's ownership, held for the run's life
 };
 
-RunDirVerdict decide_run_dir(const Args& a, const CheckedConfig& cc, const TrainConfig& resolved, const dist::DistEnv& env,
-                             c10d::Store& store, pid_t launcher_pid) {
+RunDirVerdict decide_run_dir(const Args& a, const CheckedConfig& cc, const TrainConfig& resolved,
+                             const dist::DistEnv& env, c10d::Store& store, pid_t launcher_pid) {
   // One key per torchrun restart: an elastic restart must not read the last attempt's verdict.
   const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
   const std::string key = std::string("odyssey/run_dir/") + (restart ? restart : "0");
@@ -181,7 +180,8 @@ RunDirVerdict decide_run_dir(const Args& a, const CheckedConfig& cc, const Train
   std::string error;
   if (v.dir.empty()) {
     std::string name = a.value("name");
-    if (name.empty()) name = cc.loaded.origin.file.empty() ? "run" : std::filesystem::path(cc.loaded.origin.file).stem().string();
+    if (name.empty())
+      name = cc.loaded.origin.file.empty() ? "run" : std::filesystem::path(cc.loaded.origin.file).stem().string();
     auto rd = run::create_run_dir(resolved.output_dir, name);
     if (rd.ok()) v.dir = rd.value.root().string();
     else error = format_all(rd.diagnostics);
@@ -239,8 +239,8 @@ int run_rank(const Args& a, const CheckedConfig& cc, const TrainConfig& resolved
   try {
     v = decide_run_dir(a, cc, resolved, env, *to.store, static_cast<pid_t>(to.launcher_pid));
   } catch (const c10::Error& e) {
-    std::cerr << "odyssey-train run: rank " << env.rank << ": no word from rank 0 about the run directory: "
-              << e.what_without_backtrace() << '\n';
+    std::cerr << "odyssey-train run: rank " << env.rank
+              << ": no word from rank 0 about the run directory: " << e.what_without_backtrace() << '\n';
     return kFailure;
   }
   if (v.refused_code != kOk) return v.refused_code;
@@ -333,8 +333,9 @@ int cmd_run(const Args& a) {
     lo.nproc = nproc;
     lo.nnodes = nnodes;
     lo.node_rank = node_rank;
-    lo.master_addr = a.value("master-addr").empty() ? (std::getenv("MASTER_ADDR") ? std::getenv("MASTER_ADDR") : "127.0.0.1")
-                                                    : a.value("master-addr");
+    lo.master_addr = a.value("master-addr").empty()
+                         ? (std::getenv("MASTER_ADDR") ? std::getenv("MASTER_ADDR") : "127.0.0.1")
+                         : a.value("master-addr");
     lo.master_port = int_option(a, "master-port", nullptr, nnodes > 1 ? 29500 : 0);
     lo.use_gpus = resolved.device != "cpu" && torch::cuda::is_available();
     for (auto id : resolved.gpu_ids) lo.gpu_ids.push_back(static_cast<long>(id));
@@ -349,7 +350,8 @@ int cmd_run(const Args& a) {
   // The trainer's log goes to stdout; a failure also goes to stderr, as every failure does.
   const auto st = run::StatusFile(rd.value.status()).read();
   std::cerr << "odyssey-train run: the run failed"
-            << (st.ok() && !st.value.reason.empty() ? ": " + run::cut_line(text::trim(st.value.reason), 2000) : std::string())
+            << (st.ok() && !st.value.reason.empty() ? ": " + run::cut_line(text::trim(st.value.reason), 2000)
+                                                    : std::string())
             << " (" << rd.value.status().string() << ")\n";
   return kFailure;
 #endif
@@ -369,7 +371,8 @@ int cmd_env(const Args&) {
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = [] {
     std::vector<Command> t;
-    t.push_back({{"run", "run [PRESET] [--set KEY=VALUE]...",
+    t.push_back({{"run",
+                  "run [PRESET] [--set KEY=VALUE]...",
                   "Train from a preset (the embedded quickstart when none is given).",
                   "Loads the preset, applies --set overrides, checks every setting and that the model\n"
                   "and datasets exist, prints the resolved configuration, creates a run directory\n"
@@ -387,26 +390,32 @@ const std::vector<Command>& commands() {
                    {"node-rank", true, false, "K", "this machine's index below nnodes (default: SLURM_NODEID, or 0)"},
                    {"master-addr", true, false, "HOST", "node 0's address (default: MASTER_ADDR, or loopback)"},
                    {"master-port", true, false, "PORT", "the rendezvous port (default: a free one; 29500 multi-node)"},
-                   {"run-dir", true, false, "DIR", "a parallel run's rank: the run directory to write to (refused when it holds another run)"}},
-                  0, 1},
+                   {"run-dir", true, false, "DIR",
+                    "a parallel run's rank: the run directory to write to (refused when it holds another run)"}},
+                  0,
+                  1},
                  cmd_run});
-    t.push_back({{"validate", "validate [PRESET...] [--set KEY=VALUE]... [--check-files] [--strict]",
+    t.push_back({{"validate",
+                  "validate [PRESET...] [--set KEY=VALUE]... [--check-files] [--strict]",
                   "Check presets: syntax, types, ranges, unknown keys and cross-field rules.",
                   "Without --check-files a model or dataset missing on this machine is a warning\n"
                   "(presets travel between machines); with it, an error, as for 'run'.",
                   {kSet,
                    {"check-files", false, false, "", "require the model and dataset files to exist"},
                    {"strict", false, false, "", "treat warnings as errors"}},
-                  0, -1},
+                  0,
+                  -1},
                  cmd_validate});
-    t.push_back({{"show", "show [PRESET] [--set KEY=VALUE]... [--only-changed] | show --keys",
+    t.push_back({{"show",
+                  "show [PRESET] [--set KEY=VALUE]... [--only-changed] | show --keys",
                   "Print the resolved configuration as YAML (paths made absolute, mesh derived).",
                   "",
                   {kSet,
                    {"only-changed", false, false, "", "print only settings that differ from the defaults"},
                    {"keys", false, false, "", "list every key with its default, ms-swift name and meaning"},
                    {"markdown", false, false, "", "with --keys: as the Markdown tables of docs/config.md"}},
-                  0, 1},
+                  0,
+                  1},
                  cmd_show});
     t.push_back({plan_spec(), cmd_plan});
     t.push_back({import_swift_spec(), cmd_import_swift});
@@ -419,8 +428,8 @@ const std::vector<Command>& commands() {
     t.push_back({chat_spec(), cmd_chat});
     t.push_back({tensorboard_spec(), cmd_tensorboard});
     t.push_back({selftest_spec(), cmd_selftest});
-    t.push_back({{"env", "env", "Print the build and runtime environment (LibTorch, CUDA devices).", "", {}, 0, 0},
-                 cmd_env});
+    t.push_back(
+        {{"env", "env", "Print the build and runtime environment (LibTorch, CUDA devices).", "", {}, 0, 0}, cmd_env});
     return t;
   }();
   return table;

@@ -12,17 +12,17 @@ int cmd_run(const Args& a);
 int cmd_validate(const Args& a);
 int cmd_show(const Args& a);
 int cmd_env(const Args& a);
-int cmd_plan(const Args& a);           // cmd_plan.cpp
-int cmd_import_swift(const Args& a);   // cmd_swift.cpp
-int cmd_export_swift(const Args& a);   // cmd_swift.cpp
-int cmd_score(const Args& a);          // cmd_score.cpp
-int cmd_tokenize(const Args& a);       // cmd_tokenize.cpp
-int cmd_template(const Args& a);       // cmd_template.cpp
-int cmd_export(const Args& a);         // cmd_export.cpp
-int cmd_selftest(const Args& a);       // cmd_selftest.cpp
-int cmd_tensorboard(const Args& a);    // cmd_tensorboard.cpp
-int cmd_generate(const Args& a);       // cmd_generate.cpp
-int cmd_chat(const Args& a);           // cmd_chat.cpp
+int cmd_plan(const Args& a);          // cmd_plan.cpp
+int cmd_import_swift(const Args& a);  // cmd_swift.cpp
+int cmd_export_swift(const Args& a);  // cmd_swift.cpp
+int cmd_score(const Args& a);         // cmd_score.cpp
+int cmd_tokenize(const Args& a);      // cmd_tokenize.cpp
+int cmd_template(const Args& a);      // cmd_template.cpp
+int cmd_export(const Args& a);        // cmd_export.cpp
+int cmd_selftest(const Args& a);      // cmd_selftest.cpp
+int cmd_tensorboard(const Args& a);   // cmd_tensorboard.cpp
+int cmd_generate(const Args& a);      // cmd_generate.cpp
+int cmd_chat(const Args& a);          // cmd_chat.cpp
 
 struct Command {
   CommandSpec spec;

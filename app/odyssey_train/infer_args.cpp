@@ -70,12 +70,14 @@ bool apply_sampling_flags(const Args& a, const std::string& command, model::Gene
   if (a.has("ignore-eos")) o->ignore_eos = true;
   if (!ok) return false;
   for (const auto& d : model::check_generation_options(*o)) {
-    std::cerr << "odyssey-train " << command << ": --" << [&] {
-      std::string k = d.key;
-      for (char& c : k)
-        if (c == '_') c = '-';
-      return k;
-    }() << ": " << d.message << '\n';
+    std::cerr << "odyssey-train " << command << ": --" <<
+        [&] {
+          std::string k = d.key;
+          for (char& c : k)
+            if (c == '_') c = '-';
+          return k;
+        }() << ": "
+              << d.message << '\n';
     ok = false;
   }
   return ok;

@@ -35,8 +35,7 @@ std::string Diagnostic::format() const {
 }
 
 bool has_errors(const Diagnostics& d) {
-  return std::any_of(d.begin(), d.end(),
-                     [](const Diagnostic& x) { return x.severity == Severity::Error; });
+  return std::any_of(d.begin(), d.end(), [](const Diagnostic& x) { return x.severity == Severity::Error; });
 }
 
 std::string format_all(const Diagnostics& d) {

@@ -11,10 +11,10 @@ enum class Severity { Error, Warning, Note };
 
 struct Diagnostic {
   Severity severity = Severity::Error;
-  std::string file;   // the file, "--set", "command line" or "" when not from a file
-  int line = 0;       // 1-based; 0 = no line (a default value, a derived quantity)
-  int column = 0;     // 1-based; 0 = unknown
-  std::string key;    // the config key concerned, "" when none
+  std::string file;  // the file, "--set", "command line" or "" when not from a file
+  int line = 0;      // 1-based; 0 = no line (a default value, a derived quantity)
+  int column = 0;    // 1-based; 0 = unknown
+  std::string key;   // the config key concerned, "" when none
   std::string message;
 
   // "file:line:col: error: key: message" with the parts that are known.

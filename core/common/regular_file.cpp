@@ -66,7 +66,8 @@ bool read_regular_file(const std::string& path, std::uint64_t max_bytes, std::st
   struct stat st {};
   if (::fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_size) > max_bytes) {
     ::close(fd);
-    if (why) *why = "is " + std::to_string(st.st_size) + " bytes, more than the " + std::to_string(max_bytes) + " allowed";
+    if (why)
+      *why = "is " + std::to_string(st.st_size) + " bytes, more than the " + std::to_string(max_bytes) + " allowed";
     return false;
   }
   out->clear();

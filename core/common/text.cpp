@@ -31,8 +31,7 @@ std::optional<std::string> closest(std::string_view word, const std::vector<std:
     std::size_t d = edit_distance(word, c);
     // A candidate that contains the word (or the reverse) is a strong hint too:
     // "rank" -> "lora_rank".
-    if (d > 2 && word.size() >= 4 &&
-        (c.find(word) != std::string::npos || word.find(c) != std::string_view::npos))
+    if (d > 2 && word.size() >= 4 && (c.find(word) != std::string::npos || word.find(c) != std::string_view::npos))
       d = 2;
     if (d < best_d) {
       best_d = d;
@@ -107,7 +106,8 @@ std::optional<std::vector<std::string>> shell_split(std::string_view line, std::
     }
     if (q == Double) {
       if (c == '"') q = None;
-      else if (c == '\\' && i + 1 < line.size() && std::string_view("\"\\$`\n").find(line[i + 1]) != std::string_view::npos) {
+      else if (c == '\\' && i + 1 < line.size() &&
+               std::string_view("\"\\$`\n").find(line[i + 1]) != std::string_view::npos) {
         if (line[i + 1] != '\n') cur += line[i + 1];
         ++i;
       } else cur += c;
@@ -115,16 +115,30 @@ std::optional<std::vector<std::string>> shell_split(std::string_view line, std::
     }
     if (c == '\\') {
       if (i + 1 < line.size()) {
-        if (line[i + 1] != '\n' && line[i + 1] != '\r') { cur += line[i + 1]; have = true; }
-        else if (line[i + 1] == '\r' && i + 2 < line.size() && line[i + 2] == '\n') ++i;
+        if (line[i + 1] != '\n' && line[i + 1] != '\r') {
+          cur += line[i + 1];
+          have = true;
+        } else if (line[i + 1] == '\r' && i + 2 < line.size() && line[i + 2] == '\n') ++i;
         ++i;
       }
       continue;
     }
-    if (c == '\'') { q = Single; have = true; continue; }
-    if (c == '"') { q = Double; have = true; continue; }
+    if (c == '\'') {
+      q = Single;
+      have = true;
+      continue;
+    }
+    if (c == '"') {
+      q = Double;
+      have = true;
+      continue;
+    }
     if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
-      if (have) { words.push_back(cur); cur.clear(); have = false; }
+      if (have) {
+        words.push_back(cur);
+        cur.clear();
+        have = false;
+      }
       continue;
     }
     if (c == '#' && !have) {  // comment to end of line

@@ -71,8 +71,8 @@ void parse_moe(const json& j, const std::string& file, HfModelConfig* m, Diagnos
     auto it = j.find(key);
     if (it == j.end() || it->is_null()) return false;
     if (!it->is_number_integer() || it->get<std::int64_t>() < min || it->get<std::int64_t>() > max) {
-      diags->push_back(derr(file, key, found(*it) + ", expected an integer from " + std::to_string(min) + " to " +
-                                           std::to_string(max)));
+      diags->push_back(derr(
+          file, key, found(*it) + ", expected an integer from " + std::to_string(min) + " to " + std::to_string(max)));
       return true;  // present (and wrong): not looked for under another name
     }
     *out = it->get<std::int64_t>();
@@ -107,8 +107,7 @@ void parse_moe(const json& j, const std::string& file, HfModelConfig* m, Diagnos
     if (auto it = j.find("router_jitter_noise"); it != j.end() && !it->is_null()) {
       if (!it->is_number() || it->get<double>() < 0 || it->get<double>() >= 1)
         diags->push_back(derr(file, "router_jitter_noise", found(*it) + ", expected a number in [0, 1)"));
-      else
-        m->router_jitter_noise = it->get<double>();
+      else m->router_jitter_noise = it->get<double>();
     }
   } else {
     m->moe_intermediate_size = fam == "qwen3_moe" ? 768 : 1408;
@@ -120,11 +119,13 @@ void parse_moe(const json& j, const std::string& file, HfModelConfig* m, Diagnos
     bool_key("norm_topk_prob", &m->norm_topk_prob);
     int_key("decoder_sparse_step", &m->decoder_sparse_step, 1, kMaxHiddenLayers);
     if (auto it = j.find("mlp_only_layers"); it != j.end() && !it->is_null()) {
-      if (!it->is_array()) diags->push_back(derr(file, "mlp_only_layers", found(*it) + ", expected a list of layer indices"));
+      if (!it->is_array())
+        diags->push_back(derr(file, "mlp_only_layers", found(*it) + ", expected a list of layer indices"));
       for (const auto& v : it->is_array() ? *it : json::array()) {
         if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() >= m->num_hidden_layers) {
-          diags->push_back(derr(file, "mlp_only_layers", found(v) + ", expected layer indices from 0 to " +
-                                                            std::to_string(m->num_hidden_layers - 1)));
+          diags->push_back(
+              derr(file, "mlp_only_layers",
+                   found(v) + ", expected layer indices from 0 to " + std::to_string(m->num_hidden_layers - 1)));
           break;
         }
         m->mlp_only_layers.push_back(v.get<std::int64_t>());
@@ -134,8 +135,7 @@ void parse_moe(const json& j, const std::string& file, HfModelConfig* m, Diagnos
   if (auto it = j.find("router_aux_loss_coef"); it != j.end() && !it->is_null()) {
     if (!it->is_number() || it->get<double>() < 0)
       diags->push_back(derr(file, "router_aux_loss_coef", found(*it) + ", expected a number >= 0"));
-    else
-      m->router_aux_loss_coef = it->get<double>();
+    else m->router_aux_loss_coef = it->get<double>();
   }
   bool_key("output_router_logits", &m->output_router_logits);
 }
@@ -154,8 +154,10 @@ std::int64_t HfModelConfig::moe_layer_count() const {
 }
 
 std::int64_t HfModelConfig::mlp_parameters(std::int64_t layer) const {
-  if (!moe_layer(layer)) return 3 * hidden_size * intermediate_size + (mlp_bias ? 2 * intermediate_size + hidden_size : 0);
-  std::int64_t p = num_experts * 3 * hidden_size * moe_intermediate_size + num_experts * hidden_size;  // experts, router
+  if (!moe_layer(layer))
+    return 3 * hidden_size * intermediate_size + (mlp_bias ? 2 * intermediate_size + hidden_size : 0);
+  std::int64_t p =
+      num_experts * 3 * hidden_size * moe_intermediate_size + num_experts * hidden_size;  // experts, router
   if (shared_expert_intermediate_size > 0) p += 3 * hidden_size * shared_expert_intermediate_size + hidden_size;
   return p;
 }
@@ -188,7 +190,8 @@ std::int64_t HfModelConfig::block_linear_parameters() const {
 std::int64_t HfModelConfig::parameter_count() const {
   const std::int64_t hd = head_dim;
   // Attention, norms and biases; the MLP per layer (dense or experts).
-  std::int64_t block = block_linear_parameters() - 3 * hidden_size * intermediate_size + norms_per_block() * hidden_size;
+  std::int64_t block =
+      block_linear_parameters() - 3 * hidden_size * intermediate_size + norms_per_block() * hidden_size;
   if (attention_bias) block += (num_attention_heads + 2 * num_key_value_heads) * hd;
   if (attention_bias && family != "qwen2" && family != "qwen2_moe") block += hidden_size;  // o_proj's bias
   if (qk_norm) block += 2 * hd;
@@ -209,14 +212,16 @@ std::vector<std::string> fused_kernel_gaps(const HfModelConfig& m) {
                   "): flash attention's local band on CUDA; SDPA with an explicit window mask where soft-capping, "
                   "attn_impl eager or the CPU rule flash out");
   if (m.final_logit_softcapping > 0 || m.logits_scaling != 1.0)
-    out.push_back("logit scaling/soft-capping (final_logit_softcapping, logits_scaling): the chunked reference loss "
-                  "instead of the fused linear cross-entropy");
+    out.push_back(
+        "logit scaling/soft-capping (final_logit_softcapping, logits_scaling): the chunked reference loss "
+        "instead of the fused linear cross-entropy");
   if (m.norm_plus_one) out.push_back("(1 + w) RMSNorm: the reference norm");
   if (m.sandwich_norms) out.push_back("sandwich norms (pre/post feed-forward): the unfused decoder layer");
   if (m.residual_multiplier != 1.0) out.push_back("residual_multiplier: the unfused decoder layer");
   if (m.hidden_act != "silu") out.push_back("GeGLU (" + m.hidden_act + "): the reference MLP");
   if (m.fused_qkv) out.push_back("fused qkv_proj / gate_up_proj: the reference projections and MLP");
-  if (m.partial_rotary_factor < 1.0) out.push_back("partial rotary (partial_rotary_factor " + num(m.partial_rotary_factor) + "): the reference RoPE");
+  if (m.partial_rotary_factor < 1.0)
+    out.push_back("partial rotary (partial_rotary_factor " + num(m.partial_rotary_factor) + "): the reference RoPE");
   return out;
 }
 
@@ -257,14 +262,17 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
       if (required) r.diagnostics.push_back(derr(file, key, "missing; expected a positive integer"));
       return;
     }
-    if (!it->is_number_integer() || (it->is_number_unsigned() ? it->get<std::uint64_t>() == 0 : it->get<std::int64_t>() <= 0)) {
+    if (!it->is_number_integer() ||
+        (it->is_number_unsigned() ? it->get<std::uint64_t>() == 0 : it->get<std::int64_t>() <= 0)) {
       r.diagnostics.push_back(derr(file, key, found(*it) + ", expected a positive integer"));
       return;
     }
-    if (it->is_number_unsigned() ? it->get<std::uint64_t>() > static_cast<std::uint64_t>(max) : it->get<std::int64_t>() > max) {
-      r.diagnostics.push_back(derr(file, key, found(*it) + ", more than the " + std::to_string(max) +
-                                                  " Odyssey accepts (far beyond any released model; a config.json this "
-                                                  "size describes no weights that a machine holds)"));
+    if (it->is_number_unsigned() ? it->get<std::uint64_t>() > static_cast<std::uint64_t>(max)
+                                 : it->get<std::int64_t>() > max) {
+      r.diagnostics.push_back(derr(file, key,
+                                   found(*it) + ", more than the " + std::to_string(max) +
+                                       " Odyssey accepts (far beyond any released model; a config.json this "
+                                       "size describes no weights that a machine holds)"));
       return;
     }
     *out = it->get<std::int64_t>();
@@ -352,8 +360,9 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
     m.head_dim = m.hidden_size / m.num_attention_heads;
   }
   if (m.head_dim > kMaxHeadDim) {
-    r.diagnostics.push_back(derr(file, "head_dim", std::to_string(m.head_dim) + " (hidden_size / num_attention_heads) is more than the " +
-                                                       std::to_string(kMaxHeadDim) + " Odyssey accepts"));
+    r.diagnostics.push_back(derr(file, "head_dim",
+                                 std::to_string(m.head_dim) + " (hidden_size / num_attention_heads) is more than the " +
+                                     std::to_string(kMaxHeadDim) + " Odyssey accepts"));
     return r;
   }
   if (m.num_attention_heads % m.num_key_value_heads != 0) {
@@ -395,10 +404,10 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
   m.hidden_act = gemma ? "gelu_pytorch_tanh" : "silu";
   if (auto it = j.find(act_key); it != j.end() && !it->is_null()) {
     if (!it->is_string() || (it->get<std::string>() != "silu" && it->get<std::string>() != "gelu_pytorch_tanh"))
-      r.diagnostics.push_back(derr(file, act_key, found(*it) + "; Odyssey's MLP computes \"silu\" (SwiGLU) and "
-                                                               "\"gelu_pytorch_tanh\" (GeGLU)"));
-    else
-      m.hidden_act = it->get<std::string>();
+      r.diagnostics.push_back(derr(file, act_key,
+                                   found(*it) + "; Odyssey's MLP computes \"silu\" (SwiGLU) and "
+                                                "\"gelu_pytorch_tanh\" (GeGLU)"));
+    else m.hidden_act = it->get<std::string>();
   }
   if (gemma) {
     m.norm_plus_one = m.sandwich_norms = m.embed_scale_sqrt_hidden = true;
@@ -416,7 +425,8 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
     get_num("attention_multiplier", &attn);
     get_num("logits_scaling", &m.logits_scaling);
     m.attention_scale = attn;
-    if (m.logits_scaling == 0) r.diagnostics.push_back(derr(file, "logits_scaling", "must not be 0 (logits are divided by it)"));
+    if (m.logits_scaling == 0)
+      r.diagnostics.push_back(derr(file, "logits_scaling", "must not be 0 (logits are divided by it)"));
   }
   if (fam == "phi3") {
     m.fused_qkv = true;
@@ -437,14 +447,15 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
     get_optional("sliding_window", &w, fam == "phi3" || fam == "mixtral" ? 0.0 : 4096.0);
     if (w != std::floor(w) || w > static_cast<double>(kMaxPositionEmbeddings))
       r.diagnostics.push_back(derr(file, "sliding_window", "expected a positive integer or null"));
-    else
-      m.sliding_window = static_cast<std::int64_t>(w);
+    else m.sliding_window = static_cast<std::int64_t>(w);
   } else if (auto it = j.find("use_sliding_window"); it != j.end() && it->is_boolean() && it->get<bool>()) {
-    r.diagnostics.push_back(derr(file, "use_sliding_window",
-                                 "true; Odyssey applies sliding windows to " + text::join(std::vector<std::string>{
-                                     "MistralForCausalLM", "MixtralForCausalLM", "Phi3ForCausalLM", "Gemma2ForCausalLM",
-                                     "Gemma3ForCausalLM"}, ", ") +
-                                     " only; this architecture's decoder attends to the full context"));
+    r.diagnostics.push_back(
+        derr(file, "use_sliding_window",
+             "true; Odyssey applies sliding windows to " +
+                 text::join(std::vector<std::string>{"MistralForCausalLM", "MixtralForCausalLM", "Phi3ForCausalLM",
+                                                     "Gemma2ForCausalLM", "Gemma3ForCausalLM"},
+                            ", ") +
+                 " only; this architecture's decoder attends to the full context"));
   }
   if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
     std::vector<bool> parsed;
@@ -458,17 +469,19 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
         any_sliding = any_sliding || sliding;
         continue;
       }
-      r.diagnostics.push_back(derr(file, "layer_types", "found " + text::excerpt(dump_json(t)) +
-                                                            (gemma ? "; Odyssey supports \"full_attention\" and \"sliding_attention\""
-                                                                   : "; Odyssey supports \"full_attention\" layers for " + m.architecture)));
+      r.diagnostics.push_back(derr(file, "layer_types",
+                                   "found " + text::excerpt(dump_json(t)) +
+                                       (gemma ? "; Odyssey supports \"full_attention\" and \"sliding_attention\""
+                                              : "; Odyssey supports \"full_attention\" layers for " + m.architecture)));
       ok = false;
       break;
     }
     // Which layers slide matters only when some do (a list of full layers of another length,
     // e.g. a config.json edited to fewer layers, says nothing more).
     if (ok && any_sliding && static_cast<std::int64_t>(parsed.size()) != m.num_hidden_layers)
-      r.diagnostics.push_back(derr(file, "layer_types", std::to_string(parsed.size()) + " entries for num_hidden_layers " +
-                                                            std::to_string(m.num_hidden_layers)));
+      r.diagnostics.push_back(derr(
+          file, "layer_types",
+          std::to_string(parsed.size()) + " entries for num_hidden_layers " + std::to_string(m.num_hidden_layers)));
     else if (ok && gemma)
       m.layer_sliding = any_sliding ? parsed : std::vector<bool>(static_cast<std::size_t>(m.num_hidden_layers), false);
   } else if (gemma) {
@@ -488,7 +501,8 @@ Result<HfModelConfig> load_model_config(const std::string& model_dir) {
   std::string t = read_text(p, &ok, &why);
   if (!ok) {
     Result<HfModelConfig> r;
-    r.diagnostics.push_back(derr(p.string(), "", "cannot be read (" + why + "); a Hugging Face model directory holds config.json"));
+    r.diagnostics.push_back(
+        derr(p.string(), "", "cannot be read (" + why + "); a Hugging Face model directory holds config.json"));
     return r;
   }
   return parse_model_config(t, p.string());

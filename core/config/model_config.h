@@ -15,54 +15,54 @@ namespace odyssey {
 // The decoder is one model with switches; a family is a mapping from config.json to them
 // (docs/model.md, "Adding a family"). Every switch's default is the Llama block.
 struct HfModelConfig {
-  std::string architecture;        // e.g. Qwen2ForCausalLM
-  std::string model_type;          // qwen2, qwen3, llama, mistral, granite, gemma2, gemma3_text, phi3
-  std::string family;              // qwen2, qwen3, llama3, mistral, granite, gemma2, gemma3, phi3
+  std::string architecture;  // e.g. Qwen2ForCausalLM
+  std::string model_type;    // qwen2, qwen3, llama, mistral, granite, gemma2, gemma3_text, phi3
+  std::string family;        // qwen2, qwen3, llama3, mistral, granite, gemma2, gemma3, phi3
   std::int64_t hidden_size = 0;
   std::int64_t intermediate_size = 0;
   std::int64_t num_hidden_layers = 0;
   std::int64_t num_attention_heads = 0;
   std::int64_t num_key_value_heads = 0;
-  std::int64_t head_dim = 0;       // explicit in Qwen3, else hidden_size / heads
+  std::int64_t head_dim = 0;  // explicit in Qwen3, else hidden_size / heads
   std::int64_t vocab_size = 0;
   std::int64_t max_position_embeddings = 0;
   double rope_theta = 10000.0;
   double rms_norm_eps = 1e-6;
   bool tie_word_embeddings = false;
-  bool attention_bias = false;     // q/k/v bias (Qwen2)
-  bool qk_norm = false;            // q/k RMSNorm (Qwen3, Gemma-3)
-  bool mlp_bias = false;           // gate/up/down bias (Llama's mlp_bias)
-  std::string torch_dtype;         // as stored on disk
+  bool attention_bias = false;  // q/k/v bias (Qwen2)
+  bool qk_norm = false;         // q/k RMSNorm (Qwen3, Gemma-3)
+  bool mlp_bias = false;        // gate/up/down bias (Llama's mlp_bias)
+  std::string torch_dtype;      // as stored on disk
 
   // ---- switches of the other families (defaults: the Llama block) ----
-  std::string hidden_act = "silu";      // MLP activation: silu (SwiGLU) or gelu_pytorch_tanh (GeGLU)
-  bool norm_plus_one = false;           // RMSNorm scales by (1 + w), in fp32 before the cast (Gemma)
-  bool sandwich_norms = false;          // post-attention and pre/post-feedforward norms (Gemma-2/3)
-  bool embed_scale_sqrt_hidden = false; // embeddings times sqrt(hidden) in their dtype (Gemma)
-  bool fused_qkv = false;               // one qkv_proj and one gate_up_proj (Phi-3)
-  double embedding_multiplier = 1.0;    // Granite
-  double residual_multiplier = 1.0;     // Granite: residual + branch * m
-  double attention_scale = 0.0;         // softmax scale; 0: head_dim^-0.5 (Granite's attention_multiplier,
-                                        // Gemma's query_pre_attn_scalar^-0.5)
-  double logits_scaling = 1.0;          // Granite: logits / logits_scaling
-  double attn_logit_softcapping = 0.0;  // Gemma-2: tanh(s / c) * c on attention scores; 0: off
-  double final_logit_softcapping = 0.0; // Gemma-2: the same on the logits; 0: off
-  std::int64_t sliding_window = 0;      // keys at most sliding_window - 1 behind the query; 0: none
-  std::vector<bool> layer_sliding;      // per layer: the window applies (empty: every layer when set)
-  double partial_rotary_factor = 1.0;   // fraction of head_dim that RoPE rotates (Phi-3)
+  std::string hidden_act = "silu";       // MLP activation: silu (SwiGLU) or gelu_pytorch_tanh (GeGLU)
+  bool norm_plus_one = false;            // RMSNorm scales by (1 + w), in fp32 before the cast (Gemma)
+  bool sandwich_norms = false;           // post-attention and pre/post-feedforward norms (Gemma-2/3)
+  bool embed_scale_sqrt_hidden = false;  // embeddings times sqrt(hidden) in their dtype (Gemma)
+  bool fused_qkv = false;                // one qkv_proj and one gate_up_proj (Phi-3)
+  double embedding_multiplier = 1.0;     // Granite
+  double residual_multiplier = 1.0;      // Granite: residual + branch * m
+  double attention_scale = 0.0;          // softmax scale; 0: head_dim^-0.5 (Granite's attention_multiplier,
+                                         // Gemma's query_pre_attn_scalar^-0.5)
+  double logits_scaling = 1.0;           // Granite: logits / logits_scaling
+  double attn_logit_softcapping = 0.0;   // Gemma-2: tanh(s / c) * c on attention scores; 0: off
+  double final_logit_softcapping = 0.0;  // Gemma-2: the same on the logits; 0: off
+  std::int64_t sliding_window = 0;       // keys at most sliding_window - 1 behind the query; 0: none
+  std::vector<bool> layer_sliding;       // per layer: the window applies (empty: every layer when set)
+  double partial_rotary_factor = 1.0;    // fraction of head_dim that RoPE rotates (Phi-3)
 
   // ---- mixture of experts (Qwen3-MoE, Qwen2-MoE, Mixtral; docs/moe.md) ----
-  std::int64_t num_experts = 0;             // routed experts per MoE layer; 0: every MLP dense
-  std::string num_experts_key = "num_experts";  // the config.json key it came from (num_local_experts)
-  std::int64_t num_experts_per_tok = 0;     // top-k
-  std::int64_t moe_intermediate_size = 0;   // one expert's width (Mixtral: intermediate_size)
+  std::int64_t num_experts = 0;                      // routed experts per MoE layer; 0: every MLP dense
+  std::string num_experts_key = "num_experts";       // the config.json key it came from (num_local_experts)
+  std::int64_t num_experts_per_tok = 0;              // top-k
+  std::int64_t moe_intermediate_size = 0;            // one expert's width (Mixtral: intermediate_size)
   std::int64_t shared_expert_intermediate_size = 0;  // Qwen2-MoE's shared expert (sigmoid-gated); 0: none
-  bool norm_topk_prob = false;              // the k probabilities renormalized to sum 1 (Mixtral: always)
-  std::int64_t decoder_sparse_step = 1;     // layer i is MoE when (i + 1) % step == 0 ...
-  std::vector<std::int64_t> mlp_only_layers;  // ... and i is not listed here
-  double router_aux_loss_coef = 0.001;      // the load-balancing loss's weight when output_router_logits
-  bool output_router_logits = false;        // transformers adds the load-balancing loss to the loss
-  double router_jitter_noise = 0.0;         // Mixtral: the MoE input times U(1 - j, 1 + j) in training
+  bool norm_topk_prob = false;                       // the k probabilities renormalized to sum 1 (Mixtral: always)
+  std::int64_t decoder_sparse_step = 1;              // layer i is MoE when (i + 1) % step == 0 ...
+  std::vector<std::int64_t> mlp_only_layers;         // ... and i is not listed here
+  double router_aux_loss_coef = 0.001;               // the load-balancing loss's weight when output_router_logits
+  bool output_router_logits = false;                 // transformers adds the load-balancing loss to the loss
+  double router_jitter_noise = 0.0;                  // Mixtral: the MoE input times U(1 - j, 1 + j) in training
   // Whether layer i's MLP is a mixture of experts.
   bool moe_layer(std::int64_t i) const;
   std::int64_t moe_layer_count() const;

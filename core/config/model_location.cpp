@@ -93,9 +93,8 @@ std::string join(const std::vector<std::string>& v) {
 }
 
 bool is_hex(std::string_view s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-  });
+  return !s.empty() &&
+         std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
 // Why a snapshot directory that exists cannot be used; empty when config.json is there.
@@ -103,8 +102,7 @@ std::string snapshot_problem(const fs::path& snap) {
   if (has_config(snap)) return {};
   std::error_code ec;
   const fs::path c = snap / "config.json";
-  if (fs::is_symlink(c, ec))
-    return c.string() + " is a link to a blob that is missing (an interrupted download?)";
+  if (fs::is_symlink(c, ec)) return c.string() + " is a link to a blob that is missing (an interrupted download?)";
   return snap.string() + " holds no config.json (an interrupted or partial download?)";
 }
 
@@ -127,7 +125,8 @@ Found hf_find(const std::string& id, const std::string& want_in) {
   std::string commit = want.find("..") == std::string::npos ? read_small(root / "refs" / want, &ok) : std::string();
   if (ok && !commit.empty()) {
     if (!is_dir(snaps / commit)) {
-      f.problem = (root / "refs" / want).string() + " names commit " + commit + ", which has no snapshot in " + snaps.string();
+      f.problem =
+          (root / "refs" / want).string() + " names commit " + commit + ", which has no snapshot in " + snaps.string();
       return f;
     }
   } else if (is_hex(want) && want.size() >= 7) {

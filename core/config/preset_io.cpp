@@ -110,8 +110,7 @@ std::string describe_node(const YAML::Node& n) {
 }
 
 // Scalars of a list field: a YAML sequence, a single scalar, or (for gpu_ids) "0,1,3".
-bool list_items(const YAML::Node& v, std::vector<std::pair<std::string, YAML::Node>>* out,
-                bool split_commas) {
+bool list_items(const YAML::Node& v, std::vector<std::pair<std::string, YAML::Node>>* out, bool split_commas) {
   if (v.IsNull()) return true;
   if (v.IsScalar()) {
     if (split_commas && v.Scalar().find(',') != std::string::npos) {
@@ -134,15 +133,14 @@ bool list_items(const YAML::Node& v, std::vector<std::pair<std::string, YAML::No
 Diagnostics check_number(const FieldSpec& f, double v, const std::string& found, const SourcePos& at) {
   Diagnostics d;
   if (v < f.min || v > f.max)
-    d.push_back(err(at, f.key, "found " + found + ", expected " + kind_word(f.member) + " " +
-                                   range_text(f)));
+    d.push_back(err(at, f.key, "found " + found + ", expected " + kind_word(f.member) + " " + range_text(f)));
   return d;
 }
 
 // Values as parsed, after YAML's escapes: "\0" and "\ud800" in a double-quoted value
 // give a NUL byte and an unpaired surrogate, which no byte check of the text can see.
-void check_scalars(const YAML::Node& n, const std::string& key, const std::string& file, Diagnostics& d,
-                   int depth = 0, std::size_t* visits = nullptr) {
+void check_scalars(const YAML::Node& n, const std::string& key, const std::string& file, Diagnostics& d, int depth = 0,
+                   std::size_t* visits = nullptr) {
   // An alias can make a node its own descendant (&a [*a, *a]); the text's nesting is bounded
   // to 32 by precheck, so a deeper walk is such a cycle (assign() refuses it anyway), and a
   // preset's values are never more than a few thousand nodes.
@@ -227,9 +225,10 @@ Diagnostics assign(TrainConfig& c, const FieldSpec& f, const YAML::Node& v, cons
             if (f.key == "activation_checkpointing") {
               if (auto b = text::parse_bool(s)) s = *b ? "all" : "none";
               if (!parse_checkpoint_policy(s, nullptr))
-                return d.push_back(err(at, f.key, "found " + found +
-                                                      ", expected auto, all, none or every:K "
-                                                      "with K a positive integer")),
+                return d.push_back(err(at, f.key,
+                                       "found " + found +
+                                           ", expected auto, all, none or every:K "
+                                           "with K a positive integer")),
                        void();
             }
             if (!f.choices.empty()) {
@@ -252,8 +251,7 @@ Diagnostics assign(TrainConfig& c, const FieldSpec& f, const YAML::Node& v, cons
             if (f.key == "dataset" || f.key == "val_dataset") {
               std::string why;
               if (!parse_dataset_spec(s, nullptr, &why)) {
-                d.push_back(err(ip, f.key, "found " + text::quoted(s) + ": " + why +
-                                               "; expected 'path' or 'path#N'"));
+                d.push_back(err(ip, f.key, "found " + text::quoted(s) + ": " + why + "; expected 'path' or 'path#N'"));
                 continue;
               }
             }
@@ -263,9 +261,9 @@ Diagnostics assign(TrainConfig& c, const FieldSpec& f, const YAML::Node& v, cons
               if (!okc) {
                 std::vector<std::string> cands(f.choices.begin(), f.choices.end());
                 auto near = text::closest(s, cands);
-                d.push_back(err(ip, f.key, "found " + text::quoted(s) + ", expected items from: " +
-                                               choices_text(f) +
-                                               (near ? "; did you mean '" + *near + "'?" : "")));
+                d.push_back(err(ip, f.key,
+                                "found " + text::quoted(s) + ", expected items from: " + choices_text(f) +
+                                    (near ? "; did you mean '" + *near + "'?" : "")));
                 continue;
               }
             }
@@ -280,8 +278,8 @@ Diagnostics assign(TrainConfig& c, const FieldSpec& f, const YAML::Node& v, cons
           for (auto& [s, node] : items) {
             auto i = text::parse_int(s);
             if (!i || static_cast<double>(*i) < f.min || static_cast<double>(*i) > f.max) {
-              d.push_back(err(pos_of(node, file), f.key,
-                              "found " + text::quoted(s) + ", expected integers " + range_text(f)));
+              d.push_back(
+                  err(pos_of(node, file), f.key, "found " + text::quoted(s) + ", expected integers " + range_text(f)));
               continue;
             }
             out.push_back(*i);
@@ -299,12 +297,16 @@ Diagnostics assign(TrainConfig& c, const FieldSpec& f, const YAML::Node& v, cons
 std::string top_key_at(std::string_view y, std::size_t at) {
   std::size_t end = std::min(at, y.size());
   for (;;) {
-    const std::size_t begin = end == 0 ? 0 : y.rfind('\n', end - 1) == std::string_view::npos ? 0 : y.rfind('\n', end - 1) + 1;
+    const std::size_t begin = end == 0                                           ? 0
+                              : y.rfind('\n', end - 1) == std::string_view::npos ? 0
+                                                                                 : y.rfind('\n', end - 1) + 1;
     const std::string_view line = y.substr(begin, y.find('\n', begin) - begin);
     const std::size_t colon = line.find(':');
-    if (!line.empty() && std::string_view(" \t#-").find(line[0]) == std::string_view::npos && colon != std::string_view::npos) {
+    if (!line.empty() && std::string_view(" \t#-").find(line[0]) == std::string_view::npos &&
+        colon != std::string_view::npos) {
       std::string k = text::trim(line.substr(0, colon));
-      if (k.size() >= 2 && (k.front() == '"' || k.front() == '\'') && k.back() == k.front()) k = k.substr(1, k.size() - 2);
+      if (k.size() >= 2 && (k.front() == '"' || k.front() == '\'') && k.back() == k.front())
+        k = k.substr(1, k.size() - 2);
       return k.size() <= 64 ? k : std::string();
     }
     if (begin == 0) return {};
@@ -364,9 +366,9 @@ Diagnostics precheck(std::string_view y, const std::string& file) {
   Diagnostics d;
   SourcePos at{file, 0, 0};
   if (static_cast<std::int64_t>(y.size()) > kMaxPresetBytes) {
-    d.push_back(err(at, "", "the file is " + std::to_string(y.size()) +
-                                " bytes; a preset is at most " + std::to_string(kMaxPresetBytes) +
-                                " bytes of YAML settings"));
+    d.push_back(err(at, "",
+                    "the file is " + std::to_string(y.size()) + " bytes; a preset is at most " +
+                        std::to_string(kMaxPresetBytes) + " bytes of YAML settings"));
     return d;
   }
   if (auto bytes = check_bytes(y, file); !bytes.empty()) return bytes;
@@ -376,7 +378,7 @@ Diagnostics precheck(std::string_view y, const std::string& file) {
   std::optional<std::size_t> block_indent;  // inside a block scalar's value lines
   bool line_start = true;
   int dashes = 0;
-  char prev_sig = '\n';  // last non-blank character on this line
+  char prev_sig = '\n';   // last non-blank character on this line
   bool in_props = false;  // inside an anchor, alias or tag
   for (std::size_t i = 0; i < y.size(); ++i) {
     const unsigned char ch = static_cast<unsigned char>(y[i]);
@@ -394,7 +396,8 @@ Diagnostics precheck(std::string_view y, const std::string& file) {
       if (block_indent) {
         for (;;) {  // skip the value lines: blank, or indented beyond the header's line
           const std::size_t nl = y.find('\n', line_begin);
-          const std::string_view l = y.substr(line_begin, nl == std::string_view::npos ? std::string_view::npos : nl - line_begin);
+          const std::string_view l =
+              y.substr(line_begin, nl == std::string_view::npos ? std::string_view::npos : nl - line_begin);
           if (!text::trim(l).empty() && indent_of(y, line_begin) <= *block_indent) break;
           if (nl == std::string_view::npos) return d;
           line_begin = nl + 1;
@@ -417,15 +420,16 @@ Diagnostics precheck(std::string_view y, const std::string& file) {
     // yaml-cpp 0.7 loops forever on a stray flow indicator where a block value starts
     // (",0=" was found by the fuzzer); such text is invalid YAML anyway.
     if (ch < 0x20 && ch != '\t' && ch != '\r') {
-      d.push_back(err({file, line, col}, "", "a control character (byte " + std::to_string(ch) +
-                                                 "); YAML text may not contain them"));
+      d.push_back(err({file, line, col}, "",
+                      "a control character (byte " + std::to_string(ch) + "); YAML text may not contain them"));
       return d;
     }
     if (scalar_start && (ch == '&' || ch == '*' || ch == '!')) in_props = true;
     else if (ch == ' ' || ch == '\t') in_props = false;
     if (flow_depth == 0 && ((scalar_start && (ch == ',' || ch == ']' || ch == '}')) || (in_props && ch == ','))) {
-      d.push_back(err({file, line, col}, "", std::string("a stray '") + static_cast<char>(ch) +
-                                                 "' outside a [ ] or { } list; quote the value"));
+      d.push_back(
+          err({file, line, col}, "",
+              std::string("a stray '") + static_cast<char>(ch) + "' outside a [ ] or { } list; quote the value"));
       return d;
     }
     if (ch != ' ' && ch != '\t') prev_sig = static_cast<char>(ch);
@@ -446,8 +450,8 @@ Diagnostics precheck(std::string_view y, const std::string& file) {
         // yaml-cpp reads such a value to the end of the text: every later key would become
         // part of it and silently keep its default.
         d.push_back(err(opened, top_key_at(y, open_at),
-                        std::string("unterminated ") + (q == '"' ? "double" : "single") +
-                            "-quoted value: no closing " + q + " before the end of the file; close the quote"));
+                        std::string("unterminated ") + (q == '"' ? "double" : "single") + "-quoted value: no closing " +
+                            q + " before the end of the file; close the quote"));
         return d;
       }
       line_start = false;
@@ -455,17 +459,19 @@ Diagnostics precheck(std::string_view y, const std::string& file) {
     }
     if (ch == '[' || ch == '{') {
       if (++flow_depth > 32) {
-        d.push_back(err({file, line, col}, "", "nesting deeper than 32 levels; a preset holds "
-                                               "scalars and short lists"));
+        d.push_back(err({file, line, col}, "",
+                        "nesting deeper than 32 levels; a preset holds "
+                        "scalars and short lists"));
         return d;
       }
     } else if (ch == ']' || ch == '}') {
       if (flow_depth > 0) --flow_depth;
     }
-    if (line_start && (ch == '-' || ch == '?' ) && i + 1 < y.size() && (y[i + 1] == ' ')) {
+    if (line_start && (ch == '-' || ch == '?') && i + 1 < y.size() && (y[i + 1] == ' ')) {
       if (++dashes > 32) {
-        d.push_back(err({file, line, col}, "", "nesting deeper than 32 levels; a preset holds "
-                                               "scalars and short lists"));
+        d.push_back(err({file, line, col}, "",
+                        "nesting deeper than 32 levels; a preset holds "
+                        "scalars and short lists"));
         return d;
       }
       continue;
@@ -487,10 +493,9 @@ std::string read_file(const std::string& path, Diagnostics* d) {
   }
   const auto size = fs::file_size(path, ec);
   if (!ec && static_cast<std::int64_t>(size) > kMaxPresetBytes) {
-    d->push_back(err({path, 0, 0}, "", "the file is " + std::to_string(size) +
-                                           " bytes; a preset is at most " +
-                                           std::to_string(kMaxPresetBytes) +
-                                           " bytes of YAML settings"));
+    d->push_back(err({path, 0, 0}, "",
+                     "the file is " + std::to_string(size) + " bytes; a preset is at most " +
+                         std::to_string(kMaxPresetBytes) + " bytes of YAML settings"));
     return {};
   }
   std::ifstream in(path, std::ios::binary);
@@ -538,15 +543,13 @@ DocumentStarts document_starts(std::string_view yaml) {
   std::istringstream in{std::string(yaml)};
   YAML::Parser parser(in);
   DocumentCounter counter;
-  while (counter.starts.count < 3 && parser.HandleNextDocument(counter)) {
-  }
+  while (counter.starts.count < 3 && parser.HandleNextDocument(counter)) {}
   return counter.starts;
 }
 
 }  // namespace
 
-Result<LoadedConfig> load_preset_text(std::string_view yaml, const std::string& file,
-                                      const std::string& base_dir) {
+Result<LoadedConfig> load_preset_text(std::string_view yaml, const std::string& file, const std::string& base_dir) {
   Result<LoadedConfig> r;
   r.value.origin.file = file;
   r.value.origin.base_dir = base_dir;
@@ -554,8 +557,9 @@ Result<LoadedConfig> load_preset_text(std::string_view yaml, const std::string& 
   if (!r.ok()) return r;
 
   if (text::trim(yaml).empty()) {
-    r.diagnostics.push_back(err({file, 0, 0}, "", "the preset is empty; expected a mapping of "
-                                                  "settings such as 'model:' and 'dataset:'"));
+    r.diagnostics.push_back(err({file, 0, 0}, "",
+                                "the preset is empty; expected a mapping of "
+                                "settings such as 'model:' and 'dataset:'"));
     return r;
   }
   YAML::Node root;
@@ -571,27 +575,28 @@ Result<LoadedConfig> load_preset_text(std::string_view yaml, const std::string& 
                                     "invalid YAML: nothing from here on parses (a stray ',' or other flow "
                                     "indicator outside [ ] or { }?)"));
       } else {
-        r.diagnostics.push_back(err({file, m.line + 1, m.column + 1}, "",
-                                    "a second YAML document; a preset is exactly one document"));
+        r.diagnostics.push_back(
+            err({file, m.line + 1, m.column + 1}, "", "a second YAML document; a preset is exactly one document"));
       }
       return r;
     }
     if (starts.count == 1) root = YAML::Load(std::string(yaml));
   } catch (const YAML::Exception& e) {
-    SourcePos at{file, e.mark.is_null() ? 0 : e.mark.line + 1,
-                 e.mark.is_null() ? 0 : e.mark.column + 1};
+    SourcePos at{file, e.mark.is_null() ? 0 : e.mark.line + 1, e.mark.is_null() ? 0 : e.mark.column + 1};
     r.diagnostics.push_back(err(at, "", "invalid YAML: " + e.msg));
     return r;
   }
   if (!root.IsDefined() || root.IsNull()) {
-    r.diagnostics.push_back(err({file, 0, 0}, "", "the preset has no settings; expected a mapping "
-                                                  "of settings such as 'model:' and 'dataset:'"));
+    r.diagnostics.push_back(err({file, 0, 0}, "",
+                                "the preset has no settings; expected a mapping "
+                                "of settings such as 'model:' and 'dataset:'"));
     return r;
   }
   if (!root.IsMap()) {
-    r.diagnostics.push_back(err(pos_of(root, file), "", "found " + describe_node(root) +
-                                                            " at the top level; expected a mapping "
-                                                            "of settings (key: value lines)"));
+    r.diagnostics.push_back(err(pos_of(root, file), "",
+                                "found " + describe_node(root) +
+                                    " at the top level; expected a mapping "
+                                    "of settings (key: value lines)"));
     return r;
   }
 
@@ -624,8 +629,8 @@ Result<LoadedConfig> load_preset_text(std::string_view yaml, const std::string& 
     }
     if (!seen.insert(key).second) {
       const auto& first = r.value.origin.keys[key];
-      r.diagnostics.push_back(err(kpos, key, "set twice (first on line " + std::to_string(first.line) +
-                                                 "); a key may appear once"));
+      r.diagnostics.push_back(
+          err(kpos, key, "set twice (first on line " + std::to_string(first.line) + "); a key may appear once"));
       continue;
     }
     r.value.origin.keys[key] = pos_of(kv.second.IsNull() ? kv.first : kv.second, file);

@@ -37,8 +37,7 @@ constexpr std::int64_t kMaxPresetBytes = 1 << 20;
 
 // Parse YAML text. `file` names it in diagnostics; `base_dir` is where relative paths in
 // it resolve (normally the file's directory).
-Result<LoadedConfig> load_preset_text(std::string_view yaml, const std::string& file,
-                                      const std::string& base_dir);
+Result<LoadedConfig> load_preset_text(std::string_view yaml, const std::string& file, const std::string& base_dir);
 Result<LoadedConfig> load_preset_file(const std::string& path);
 
 // Apply "key=value" overrides (value parsed as a YAML scalar or flow list).

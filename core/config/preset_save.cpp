@@ -89,8 +89,9 @@ std::string field_value_text(const TrainConfig& c, const FieldSpec& f) {
 
 std::string save_preset_text(const TrainConfig& c, bool only_changed) {
   static const TrainConfig defaults;
-  std::string out = "# Odyssey preset (odyssey-train validate FILE checks it; keys are documented\n"
-                    "# in docs/config.md and by 'odyssey-train show --keys').\n";
+  std::string out =
+      "# Odyssey preset (odyssey-train validate FILE checks it; keys are documented\n"
+      "# in docs/config.md and by 'odyssey-train show --keys').\n";
   for (auto group : field_groups()) {
     bool header = false;
     for (const auto& f : train_config_fields()) {

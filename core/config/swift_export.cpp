@@ -54,8 +54,14 @@ std::string export_swift_command(const TrainConfig& c) {
     args.push_back(std::move(a));
   };
   auto odyssey_only = [&](const FieldSpec& f) { only.push_back(std::string(f.key) + "=" + field_value_text(c, f)); };
-  static const std::set<SV> always{"model", "tuner_type", "max_length", "learning_rate", "num_train_epochs",
-                                   "per_device_train_batch_size", "gradient_accumulation_steps", "output_dir"};
+  static const std::set<SV> always{"model",
+                                   "tuner_type",
+                                   "max_length",
+                                   "learning_rate",
+                                   "num_train_epochs",
+                                   "per_device_train_batch_size",
+                                   "gradient_accumulation_steps",
+                                   "output_dir"};
   const bool lora = uses_lora(c);
   for (const auto& f : train_config_fields()) {
     const SV key = f.key;

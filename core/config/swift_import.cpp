@@ -66,15 +66,21 @@ constexpr SV kKnownSwiftArgs =
 // ms-swift arguments that change what is trained or how the loss is computed, with the
 // values that mean "off" (ms-swift's defaults). Any other value is an import error: Odyssey
 // would train something else than the command asks for (docs/swift-bridge.md).
-struct NotHonoured { SV name; SV off; SV why; };
+struct NotHonoured {
+  SV name;
+  SV off;
+  SV why;
+};
 constexpr NotHonoured kNotHonoured[] = {
     {"use_dora", "false", "DoRA (weight-decomposed LoRA) is not implemented"},
-    {"loss_scale", "default", "Odyssey trains every assistant turn (ms-swift's 'default', with its ignore_empty_think "
-                              "for thinking templates); other loss scales are not implemented"},
+    {"loss_scale", "default",
+     "Odyssey trains every assistant turn (ms-swift's 'default', with its ignore_empty_think "
+     "for thinking templates); other loss scales are not implemented"},
     {"disable_ignore_empty_think", "false", "Odyssey never trains an empty think block, as ms-swift's default"},
     {"lora_bias", "none", "LoRA bias terms are not trained by Odyssey"},
     {"lora_dtype", "", "Odyssey keeps LoRA weights in its own precision"},
-    {"init_weights", "true", "Odyssey initialises LoRA as PEFT's default (Kaiming A, zero B); PiSSA/OLoRA/LoftQ/Gaussian are not implemented"},
+    {"init_weights", "true",
+     "Odyssey initialises LoRA as PEFT's default (Kaiming A, zero B); PiSSA/OLoRA/LoftQ/Gaussian are not implemented"},
     {"modules_to_save", "", "extra fully trained modules beside LoRA are not implemented"},
     {"freeze_parameters", "", "partial freezing is not implemented"},
     {"freeze_parameters_regex", "", "partial freezing is not implemented"},
@@ -114,7 +120,9 @@ bool means_off(std::vector<std::string> values, SV off) {
 }
 
 // HF/ms-swift learning-rate schedules: Odyssey's name for each, or why it has none.
-struct Schedule { SV swift, odyssey, why; };
+struct Schedule {
+  SV swift, odyssey, why;
+};
 constexpr Schedule kSchedules[] = {
     {"linear", "linear", ""},
     {"cosine", "cosine", ""},
@@ -130,13 +138,20 @@ constexpr Schedule kSchedules[] = {
 };
 
 // Older spellings (ms-swift 2.x and 3.x) of arguments that map.
-struct Alias { SV swift, key; };
+struct Alias {
+  SV swift, key;
+};
 constexpr Alias kAliases[] = {
-    {"train_type", "tuner_type"},      {"sft_type", "tuner_type"},
-    {"model_id_or_path", "model"},     {"custom_train_dataset_path", "dataset"},
-    {"custom_val_dataset_path", "val_dataset"}, {"dtype", "torch_dtype"},
-    {"batch_size", "per_device_train_batch_size"}, {"lora_target_modules", "target_modules"},
-    {"lora_dropout_p", "lora_dropout"}, {"use_flash_attn", "attn_impl"},
+    {"train_type", "tuner_type"},
+    {"sft_type", "tuner_type"},
+    {"model_id_or_path", "model"},
+    {"custom_train_dataset_path", "dataset"},
+    {"custom_val_dataset_path", "val_dataset"},
+    {"dtype", "torch_dtype"},
+    {"batch_size", "per_device_train_batch_size"},
+    {"lora_target_modules", "target_modules"},
+    {"lora_dropout_p", "lora_dropout"},
+    {"use_flash_attn", "attn_impl"},
 };
 constexpr SV kSpecialArgs[] = {"deepspeed"};
 
@@ -196,8 +211,9 @@ bool Importer::set_values(const FieldSpec& f, const Arg& a, std::vector<std::str
   }
   if (values.empty() && kind == 0) values.push_back("true");  // a bare flag
   if (values.size() != 1) {
-    error(a.line, key, from + " takes one value, found " +
-                           (values.empty() ? std::string("none") : std::to_string(values.size()) + ": " + show_arg(a)));
+    error(a.line, key,
+          from + " takes one value, found " +
+              (values.empty() ? std::string("none") : std::to_string(values.size()) + ": " + show_arg(a)));
     return false;
   }
   return set(key, yq(values[0]), a.line, from);
@@ -205,7 +221,8 @@ bool Importer::set_values(const FieldSpec& f, const Arg& a, std::vector<std::str
 
 void Importer::env(const std::string& name, const std::string& value, const std::string& shown, int line,
                    bool needs_shell) {
-  const std::string item = name + "=" + (is_secret(name) ? std::string("<hidden>") : text::shell_quote(shown)) + where(line);
+  const std::string item =
+      name + "=" + (is_secret(name) ? std::string("<hidden>") : text::shell_quote(shown)) + where(line);
   if (env_defers_ && env_names_.count(name))
     return notes_.push_back(item + " in " + file_ + "'s ENV not imported: the script sets " + name +
                             ", which ms-swift keeps over the config file's");
@@ -234,19 +251,19 @@ void Importer::env(const std::string& name, const std::string& value, const std:
 
 void Importer::deepspeed(const Arg& a) {
   const std::string v = a.values.size() == 1 ? a.values[0] : std::string();
-  const std::map<std::string, std::pair<int, bool>> known{
-      {"zero0", {0, false}}, {"zero1", {1, false}}, {"zero2", {2, false}},
-      {"zero2_offload", {2, true}}, {"zero3", {2, false}}, {"zero3_offload", {2, true}}};
+  const std::map<std::string, std::pair<int, bool>> known{{"zero0", {0, false}}, {"zero1", {1, false}},
+                                                          {"zero2", {2, false}}, {"zero2_offload", {2, true}},
+                                                          {"zero3", {2, false}}, {"zero3_offload", {2, true}}};
   auto it = known.find(v);
   if (it == known.end())
     return not_honoured_.push_back(show_arg(a) + where(a.line) +
                                    " (a DeepSpeed config file: Odyssey cannot tell its stage; use --deepspeed zero2, "
                                    "zero2_offload, zero1 or zero0)");
   if (text::starts_with(v, "zero3"))
-    return not_honoured_.push_back(
-        show_arg(a) + where(a.line) + " (ZeRO-3 shards the parameters, which Odyssey does not; --deepspeed " +
-        (it->second.second ? "zero2_offload" : "zero2") +
-        " shards optimizer states and gradients and keeps the whole model on every GPU)");
+    return not_honoured_.push_back(show_arg(a) + where(a.line) +
+                                   " (ZeRO-3 shards the parameters, which Odyssey does not; --deepspeed " +
+                                   (it->second.second ? "zero2_offload" : "zero2") +
+                                   " shards optimizer states and gradients and keeps the whole model on every GPU)");
   deepspeed_line_ = a.line;
   set("zero_stage", std::to_string(it->second.first), a.line, "--deepspeed");
   set("offload_optimizer", it->second.second ? "true" : "false", a.line, "--deepspeed");
@@ -255,7 +272,8 @@ void Importer::deepspeed(const Arg& a) {
 bool Importer::cannot_honour(const Arg& a, const std::string& name) {
   for (const auto& n : kNotHonoured)
     if (n.name == name) {
-      if (!means_off(a.values, n.off)) not_honoured_.push_back(show_arg(a) + where(a.line) + " (" + std::string(n.why) + ")");
+      if (!means_off(a.values, n.off))
+        not_honoured_.push_back(show_arg(a) + where(a.line) + " (" + std::string(n.why) + ")");
       return true;
     }
   if (name == "lr_scheduler_type" && a.values.size() == 1) {
@@ -273,11 +291,11 @@ bool Importer::cannot_honour(const Arg& a, const std::string& name) {
 
 void Importer::arg(const Arg& a) {
   if (auto [it, fresh] = seen_.emplace(a.name, a.line); !fresh)
-    add(Severity::Warning, a.line, "", "--" + a.name + " is given twice" +
-                                           (lines_ ? " (lines " + std::to_string(it->second) + " and " +
-                                                         std::to_string(a.line) + ")"
-                                                   : std::string()) +
-                                           "; the last value counts, as in ms-swift");
+    add(Severity::Warning, a.line, "",
+        "--" + a.name + " is given twice" +
+            (lines_ ? " (lines " + std::to_string(it->second) + " and " + std::to_string(a.line) + ")"
+                    : std::string()) +
+            "; the last value counts, as in ms-swift");
   if (a.needs_shell) return needs_shell_.push_back(show_arg(a) + where(a.line));
   std::string name = a.name;
   for (const auto& al : kAliases)
@@ -291,8 +309,9 @@ void Importer::arg(const Arg& a) {
   if (name == "deepspeed") return deepspeed(a);
   if (cannot_honour(a, name)) return;
   if (name == "tuner_type" && v.size() == 1 && one() != "lora" && one() != "full")
-    return error(a.line, "tuner_type", "--" + a.name + " " + text::quoted(one()) +
-                                           ": Odyssey trains lora or full; ms-swift's other tuners are not supported");
+    return error(a.line, "tuner_type",
+                 "--" + a.name + " " + text::quoted(one()) +
+                     ": Odyssey trains lora or full; ms-swift's other tuners are not supported");
   if (a.name == "use_flash_attn") {  // ms-swift 2.x
     auto b = text::parse_bool(one());
     if (b && !*b) return;
@@ -321,14 +340,16 @@ void Importer::arg(const Arg& a) {
       else other.push_back(r);
     }
     if (!other.empty())
-      unsupported_.push_back("--report_to " + text::join(other, " ") + where(a.line) + " (Odyssey reports to tensorboard)");
+      unsupported_.push_back("--report_to " + text::join(other, " ") + where(a.line) +
+                             " (Odyssey reports to tensorboard)");
     v = kept.empty() ? std::vector<std::string>{"none"} : std::vector<std::string>{"tensorboard"};
   }
   if (name == "lr_scheduler_type" && x == "constant_with_warmup") v = {"constant"};
   if (name == "lr_scheduler_type" && x == "cosine_with_restarts") {
     v = {"cosine"};
-    notes_.push_back("--lr_scheduler_type cosine_with_restarts imported as cosine: with one cycle (no "
-                     "lr_scheduler_kwargs) they are the same schedule");
+    notes_.push_back(
+        "--lr_scheduler_type cosine_with_restarts imported as cosine: with one cycle (no "
+        "lr_scheduler_kwargs) they are the same schedule");
   }
   if (name == "target_modules" || name == "galore_target_modules")
     for (auto& m : v)
@@ -340,8 +361,9 @@ void Importer::arg(const Arg& a) {
       else r += x[i];
     }
     if (x.ends_with(".txt"))
-      add(Severity::Warning, a.line, "system", "--system " + text::quoted(x) +
-                                                   " names a file that ms-swift would read; Odyssey imports the text as written");
+      add(Severity::Warning, a.line, "system",
+          "--system " + text::quoted(x) +
+              " names a file that ms-swift would read; Odyssey imports the text as written");
     v = {r};
   }
   if (const FieldSpec* f = field_by_swift_name(name)) {
@@ -356,7 +378,8 @@ void Importer::arg(const Arg& a) {
   const std::string all = " " + std::string(kKnownSwiftArgs) + " ";
   if (all.find(" " + name + " ") == std::string::npos)
     if (auto near = text::closest(name, known)) {
-      add(Severity::Warning, a.line, "", show_arg(a) + ": unknown ms-swift argument, not imported; did you mean --" + *near + "?");
+      add(Severity::Warning, a.line, "",
+          show_arg(a) + ": unknown ms-swift argument, not imported; did you mean --" + *near + "?");
       return;
     }
   unsupported_.push_back(show_arg(a) + where(a.line));
@@ -370,13 +393,14 @@ Result<LoadedConfig> Importer::finish() {
     c.nproc_per_node = 0;  // auto: one process per listed GPU, the same thing
   if (!nproc_env_ && c.gpu_ids.size() > 1) {
     c.nproc_per_node = 1;
-    notes_.push_back("no NPROC_PER_NODE: ms-swift runs one process that spreads the model over the listed GPUs; "
-                     "imported as nproc_per_node 1 (set it to auto for data parallelism)");
+    notes_.push_back(
+        "no NPROC_PER_NODE: ms-swift runs one process that spreads the model over the listed GPUs; "
+        "imported as nproc_per_node 1 (set it to auto for data parallelism)");
   }
-  if (deepspeed_line_ && c.zero_stage > 0 &&
-      std::max<std::int64_t>(1, c.nnodes) * resolved_nproc_per_node(c) == 1) {
+  if (deepspeed_line_ && c.zero_stage > 0 && std::max<std::int64_t>(1, c.nnodes) * resolved_nproc_per_node(c) == 1) {
     // DeepSpeed on one process has nothing to shard over: ms-swift runs it as plain training.
-    notes_.push_back("--deepspeed" + where(deepspeed_line_) + " with one process: nothing to shard over, imported as "
+    notes_.push_back("--deepspeed" + where(deepspeed_line_) +
+                     " with one process: nothing to shard over, imported as "
                      "zero_stage 0" +
                      (c.offload_optimizer ? std::string(" without optimizer offload (Odyssey offloads the optimizer "
                                                         "only with ZeRO over several processes)")
@@ -387,7 +411,8 @@ Result<LoadedConfig> Importer::finish() {
   if (c.device == "cpu" && c.attn_impl == "flash_attn") {
     // ms-swift's packing and padding-free insist on flash_attn; there is no flash kernel on the CPU.
     c.attn_impl = "auto";
-    notes_.push_back("--attn_impl flash_attn with every GPU hidden: imported as attn_impl auto (no flash kernel on the CPU)");
+    notes_.push_back(
+        "--attn_impl flash_attn with every GPU hidden: imported as attn_impl auto (no flash kernel on the CPU)");
   }
   if (!given("learning_rate") && c.tuner_type == "full") {
     c.learning_rate = 1e-5;
@@ -409,32 +434,36 @@ Result<LoadedConfig> Importer::finish() {
   if (hf_constant_ && (c.warmup_ratio > 0 || c.warmup_steps > 0)) {
     c.warmup_ratio = 0;
     c.warmup_steps = 0;
-    notes_.push_back("--lr_scheduler_type constant ignores warmup in ms-swift (transformers); imported with no "
-                     "warmup (use constant_with_warmup for a warmup)");
+    notes_.push_back(
+        "--lr_scheduler_type constant ignores warmup in ms-swift (transformers); imported with no "
+        "warmup (use constant_with_warmup for a warmup)");
   }
   if (!given("max_length"))
     add(Severity::Warning, 0, "max_length",
         "not set: ms-swift would use the model's maximum length; Odyssey uses " + std::to_string(c.max_length) +
             " (set max_length)");
   if (!celoss_.empty()) {
-    if (c.fused_kernels) notes_.push_back(celoss_ + " not imported: Odyssey's fused_kernels compute the loss in chunks");
+    if (c.fused_kernels)
+      notes_.push_back(celoss_ + " not imported: Odyssey's fused_kernels compute the loss in chunks");
     else unsupported_.push_back(celoss_ + " (chunked loss comes with fused_kernels)");
   }
   if (!defaults.empty())
     add(Severity::Note, 0, "", "ms-swift's defaults for what the command leaves out: " + text::join(defaults, ", "));
   for (const auto& n : notes_) add(Severity::Note, 0, "", n);
   if (!launcher_.empty())
-    add(Severity::Note, 0, "", "launcher-only settings, not imported (Odyssey's launcher sets them on each machine): " +
-                                   text::join(launcher_, ", "));
+    add(Severity::Note, 0, "",
+        "launcher-only settings, not imported (Odyssey's launcher sets them on each machine): " +
+            text::join(launcher_, ", "));
   if (!needs_shell_.empty())
-    add(Severity::Warning, 0, "", "values that need a shell to compute (Odyssey runs nothing), not imported: " +
-                                      text::join(needs_shell_, ", "));
+    add(Severity::Warning, 0, "",
+        "values that need a shell to compute (Odyssey runs nothing), not imported: " + text::join(needs_shell_, ", "));
   if (!unsupported_.empty())
     add(Severity::Warning, 0, "", "not supported by Odyssey, not imported: " + text::join(unsupported_, ", "));
   if (!not_honoured_.empty())
     add(Severity::Error, 0, "",
         "ms-swift arguments whose meaning Odyssey cannot honour (the run would train something else than the command "
-        "asks for): " + text::join(not_honoured_, "; ") + ". Remove them, or change them to what Odyssey does, and import again");
+        "asks for): " +
+            text::join(not_honoured_, "; ") + ". Remove them, or change them to what Odyssey does, and import again");
   Result<LoadedConfig> r;
   r.value = std::move(out_);
   r.diagnostics = std::move(d_);
@@ -445,8 +474,8 @@ Result<LoadedConfig> Importer::finish() {
 
 TrainConfig swift_import_baseline() {
   TrainConfig c;
-  c.num_train_epochs = 3.0;   // ms-swift (transformers) default
-  c.save_total_limit = 0;     // None: keep every checkpoint
+  c.num_train_epochs = 3.0;  // ms-swift (transformers) default
+  c.save_total_limit = 0;    // None: keep every checkpoint
   return c;
 }
 

@@ -32,9 +32,18 @@ class ScriptReader {
   bool read(std::string_view text);  // false when an error was reported
 
  private:
-  struct Word { std::string text; int line = 0; };
-  struct Env { std::string name, value; int line; };
-  struct Scan { std::string out; bool cont = false, open = false; };
+  struct Word {
+    std::string text;
+    int line = 0;
+  };
+  struct Env {
+    std::string name, value;
+    int line;
+  };
+  struct Scan {
+    std::string out;
+    bool cont = false, open = false;
+  };
 
   Scan scan(SV s);
   std::size_t expand(SV s, std::size_t i, bool in_dq, std::string& out);
@@ -44,7 +53,9 @@ class ScriptReader {
   void simple(std::vector<Word> w);
   bool swift_args(const std::vector<Word>& w);
   bool config_file(const Word& w);
-  void apply_env(const Env& e) { im_.env(e.name, e.value, restore(e.value), e.line, e.value.find('\x01') != std::string::npos); }
+  void apply_env(const Env& e) {
+    im_.env(e.name, e.value, restore(e.value), e.line, e.value.find('\x01') != std::string::npos);
+  }
 
   Importer& im_;
   std::string script_file_;  // where the script was read from (its folder resolves config files); may be empty
@@ -136,11 +147,24 @@ std::optional<long long> ScriptReader::arithmetic(const std::string& body) const
   std::vector<std::string> tok;
   for (std::size_t k = 0; k < body.size();) {
     const char ch = body[k];
-    if (std::isspace(static_cast<unsigned char>(ch))) { ++k; continue; }
-    if (ch == '\\' && k + 1 < body.size() && body[k + 1] == '*') { tok.push_back("*"); k += 2; continue; }
-    if (std::string("+-*/%").find(ch) != std::string::npos) { tok.push_back(std::string(1, ch)); ++k; continue; }
+    if (std::isspace(static_cast<unsigned char>(ch))) {
+      ++k;
+      continue;
+    }
+    if (ch == '\\' && k + 1 < body.size() && body[k + 1] == '*') {
+      tok.push_back("*");
+      k += 2;
+      continue;
+    }
+    if (std::string("+-*/%").find(ch) != std::string::npos) {
+      tok.push_back(std::string(1, ch));
+      ++k;
+      continue;
+    }
     std::size_t e = k;
-    while (e < body.size() && (std::isalnum(static_cast<unsigned char>(body[e])) || std::string("_${}").find(body[e]) != std::string::npos)) ++e;
+    while (e < body.size() && (std::isalnum(static_cast<unsigned char>(body[e])) ||
+                               std::string("_${}").find(body[e]) != std::string::npos))
+      ++e;
     if (e == k) return std::nullopt;
     tok.push_back(body.substr(k, e - k));
     k = e;
@@ -273,9 +297,10 @@ bool ScriptReader::read(std::string_view text) {
   if (!cur.empty()) command(std::move(cur));  // a continuation on the last line
   if (failed_) return false;
   if (sft_line_ == 0) {
-    im_.error(0, "", other_swift_.empty() ? "no 'swift sft' command found; expected a line such as "
-                                            "'swift sft --model M --dataset D'"
-                                          : other_swift_.front());
+    im_.error(0, "",
+              other_swift_.empty() ? "no 'swift sft' command found; expected a line such as "
+                                     "'swift sft --model M --dataset D'"
+                                   : other_swift_.front());
     return false;
   }
   if (!other_swift_.empty()) im_.note("other swift commands ignored: " + text::join(other_swift_, "; "));
@@ -309,8 +334,9 @@ void ScriptReader::simple(std::vector<Word> w) {
     if (eq != SV::npos) assigns.push_back({w[i].text.substr(0, eq), w[i].text.substr(eq + 1), w[i].line});
     else if (w[i].text != "nohup" && w[i].text != "env" && w[i].text != "time" && w[i].text != "exec") break;
   }
-  static const std::set<std::string> launcher{"NPROC_PER_NODE", "CUDA_VISIBLE_DEVICES", "NNODES", "NODE_RANK",
-                                              "MASTER_ADDR", "MASTER_PORT", "CELOSS_PARALLEL_SIZE"};
+  static const std::set<std::string> launcher{"NPROC_PER_NODE",      "CUDA_VISIBLE_DEVICES", "NNODES",
+                                              "NODE_RANK",           "MASTER_ADDR",          "MASTER_PORT",
+                                              "CELOSS_PARALLEL_SIZE"};
   if (i == w.size()) {  // NAME=VALUE ... alone: shell variables (launcher ones taken as exported)
     for (auto& a : assigns) {
       vars_[a.name] = a.value;
@@ -328,15 +354,17 @@ void ScriptReader::simple(std::vector<Word> w) {
         exported_.push_back(e);
       }
   } else if (cmd == "megatron") {
-    im_.error(w[0].line, "", "Megatron-SWIFT ('megatron " + (i + 1 < w.size() ? w[i + 1].text : "") +
-                                 "') is not supported; Odyssey imports 'swift sft' commands");
+    im_.error(w[0].line, "",
+              "Megatron-SWIFT ('megatron " + (i + 1 < w.size() ? w[i + 1].text : "") +
+                  "') is not supported; Odyssey imports 'swift sft' commands");
     failed_ = true;
   } else if (cmd != "swift") {
     ignored_.push_back(where);
   } else if (i + 1 < w.size() && w[i + 1].text == "sft") {
     if (sft_line_ != 0) {
-      im_.error(w[0].line, "", "a second 'swift sft' command (the first is on line " + std::to_string(sft_line_) +
-                                   "); import one command at a time");
+      im_.error(w[0].line, "",
+                "a second 'swift sft' command (the first is on line " + std::to_string(sft_line_) +
+                    "); import one command at a time");
       failed_ = true;
       return;
     }
@@ -373,7 +401,9 @@ bool ScriptReader::config_file(const Word& w) {
     if (!fs::is_regular_file(p, ec)) continue;
     const auto size = fs::file_size(p, ec);
     if (ec || static_cast<std::int64_t>(size) > kMaxPresetBytes) {
-      im_.error(w.line, "", p.string() + ": " + (ec ? "cannot be read" : "larger than " + std::to_string(kMaxPresetBytes) + " bytes"));
+      im_.error(
+          w.line, "",
+          p.string() + ": " + (ec ? "cannot be read" : "larger than " + std::to_string(kMaxPresetBytes) + " bytes"));
       return false;
     }
     std::ifstream in(p, std::ios::binary);
@@ -388,13 +418,15 @@ bool ScriptReader::config_file(const Word& w) {
     const bool ok = swift_detail::feed_swift_yaml(im_, buf.str());
     im_.env_defers(false);
     im_.source(std::move(before.first), before.second);
-    if (ok) im_.note("arguments read from " + p.string() + " (line " + std::to_string(w.line) + "), then the command line's");
+    if (ok)
+      im_.note("arguments read from " + p.string() + " (line " + std::to_string(w.line) + "), then the command line's");
     return ok;
   }
   std::string where;
   for (const auto& p : tried) where += (where.empty() ? "" : " or ") + fs::absolute(p, ec).string();
-  im_.error(w.line, "", "the command reads its arguments from " + text::quoted(name) + ", which is not a file (looked for " +
-                            where + ")");
+  im_.error(w.line, "",
+            "the command reads its arguments from " + text::quoted(name) + ", which is not a file (looked for " +
+                where + ")");
   return false;
 }
 
@@ -471,8 +503,9 @@ Result<LoadedConfig> import_swift_command(std::string_view text, const std::stri
   }
   Importer im(script_file.empty() ? std::string(kSwiftCommandFile) : script_file, lines > 1);
   if (static_cast<std::int64_t>(text.size()) > kMaxPresetBytes) {
-    im.error(0, "", "the text is " + std::to_string(text.size()) + " bytes; a command is at most " +
-                        std::to_string(kMaxPresetBytes));
+    im.error(0, "",
+             "the text is " + std::to_string(text.size()) + " bytes; a command is at most " +
+                 std::to_string(kMaxPresetBytes));
   } else if (text.find_first_of(std::string_view("\0\x01\x02", 3)) != std::string_view::npos) {
     im.error(0, "", "a control character (\\x00-\\x02): this is not a shell command; expected text");
   } else if (lines == 0) {

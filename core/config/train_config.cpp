@@ -26,91 +26,85 @@ constexpr std::array<SV, 3> kDevices{"auto", "cuda", "cpu"};
 // Module names as PEFT matches them; Phi-3's fused qkv_proj and gate_up_proj are whole modules.
 constexpr std::array<SV, 10> kModules{"all-linear", "q_proj",  "k_proj",    "v_proj",   "o_proj",
                                       "gate_proj",  "up_proj", "down_proj", "qkv_proj", "gate_up_proj"};
-constexpr std::array<SV, 8> kGroups{"preset", "model", "data", "tuner",
-                                    "optim",  "memory", "parallel", "output"};
+constexpr std::array<SV, 8> kGroups{"preset", "model", "data", "tuner", "optim", "memory", "parallel", "output"};
 
 const std::array kFields = std::to_array<FieldSpec>({
-    {"description", "preset", &TC::description,
-     "Free text shown beside the preset in the GUI's preset list.", ""},
+    {"description", "preset", &TC::description, "Free text shown beside the preset in the GUI's preset list.", ""},
 
     // model
     {"model", "model", &TC::model,
      "Local Hugging Face model directory (config.json, safetensors, tokenizer.json), or a "
      "hub id already present in the Hugging Face or ModelScope cache (org/name, or "
-     "org/name@revision).", "model"},
+     "org/name@revision).",
+     "model"},
     {"model_revision", "model", &TC::model_revision,
      "For a hub id: the branch, tag or commit hash (7+ characters) of the Hugging Face cache's "
-     "snapshot to train; empty means main. A run records the commit it used here.", "model_revision"},
+     "snapshot to train; empty means main. A run records the commit it used here.",
+     "model_revision"},
     {"template", "model", &TC::template_name,
      "Chat template: auto renders the model's own chat_template through the Jinja engine (its "
      "family's built-in one when it has none); chatml, qwen2_5, qwen3, llama3, llama3_1 force a built-in renderer.",
      "template", -kInf, kInf, kTemplates},
     {"template_file", "model", &TC::template_file,
      "A Jinja chat template file rendered in place of the model's own (needs template: auto); "
-     "empty uses the model's.", ""},
-    {"system", "model", &TC::system,
-     "Default system prompt added to samples that carry none.", "system"},
+     "empty uses the model's.",
+     ""},
+    {"system", "model", &TC::system, "Default system prompt added to samples that carry none.", "system"},
     {"torch_dtype", "model", &TC::torch_dtype,
-     "Compute dtype of weights and activations: auto = bfloat16 on GPU, float32 on CPU.",
-     "torch_dtype", -kInf, kInf, kDtypes},
+     "Compute dtype of weights and activations: auto = bfloat16 on GPU, float32 on CPU.", "torch_dtype", -kInf, kInf,
+     kDtypes},
     {"quant_bits", "model", &TC::quant_bits,
      "Base weights: 0 keeps them 16-bit; 4 stores every decoder projection in 4 bits (QLoRA, "
      "bitsandbytes' format; LoRA only). A bitsandbytes 4-bit checkpoint is read as it is.",
      "quant_bits", 0, 8},
-    {"quant_method", "model", &TC::quant_method,
-     "How the base is quantized: bnb (bitsandbytes' NF4/FP4 layout).", "quant_method", -kInf, kInf,
-     kQuantMethods},
+    {"quant_method", "model", &TC::quant_method, "How the base is quantized: bnb (bitsandbytes' NF4/FP4 layout).",
+     "quant_method", -kInf, kInf, kQuantMethods},
     {"bnb_4bit_quant_type", "model", &TC::bnb_4bit_quant_type,
-     "4-bit code: nf4 (NormalFloat, the QLoRA default) or fp4.", "bnb_4bit_quant_type", -kInf, kInf,
-     kQuantTypes},
+     "4-bit code: nf4 (NormalFloat, the QLoRA default) or fp4.", "bnb_4bit_quant_type", -kInf, kInf, kQuantTypes},
     {"bnb_4bit_use_double_quant", "model", &TC::bnb_4bit_use_double_quant,
      "Quantize the per-block scales again (8 bits in blocks of 256): about 0.37 bits less per weight.",
      "bnb_4bit_use_double_quant"},
     {"bnb_4bit_compute_dtype", "model", &TC::bnb_4bit_compute_dtype,
      "dtype the 4-bit weights are dequantized to for each product: auto = torch_dtype (the only "
-     "one Odyssey computes in).", "bnb_4bit_compute_dtype", -kInf, kInf, kDtypes},
+     "one Odyssey computes in).",
+     "bnb_4bit_compute_dtype", -kInf, kInf, kDtypes},
 
     // data
     {"dataset", "data", &TC::dataset,
      "Training files (JSON/JSONL in alpaca, sharegpt or messages format); 'path#N' takes N "
-     "samples chosen with the seed.", "dataset"},
-    {"val_dataset", "data", &TC::val_dataset,
-     "Validation files, same forms as dataset.", "val_dataset"},
+     "samples chosen with the seed.",
+     "dataset"},
+    {"val_dataset", "data", &TC::val_dataset, "Validation files, same forms as dataset.", "val_dataset"},
     {"split_dataset_ratio", "data", &TC::split_dataset_ratio,
-     "Share of the training data held out for validation when val_dataset is empty.",
-     "split_dataset_ratio", 0.0, 0.5},
+     "Share of the training data held out for validation when val_dataset is empty.", "split_dataset_ratio", 0.0, 0.5},
     {"max_length", "data", &TC::max_length,
      "Longest tokenized sample (and packed bin) in tokens; with sequence parallelism each GPU "
-     "holds max_length / sequence_parallel_size of it.", "max_length", 16, 16777216},
+     "holds max_length / sequence_parallel_size of it.",
+     "max_length", 16, 16777216},
     {"truncation_strategy", "data", &TC::truncation_strategy,
      "What to do with samples longer than max_length: delete them, cut tokens from the "
-     "left or the right (the count is reported), or raise: fail naming the first one.", "truncation_strategy", -kInf, kInf, kTruncation},
-    {"packing", "data", &TC::packing,
-     "Pack several samples into each max_length bin; attention never crosses samples.",
+     "left or the right (the count is reported), or raise: fail naming the first one.",
+     "truncation_strategy", -kInf, kInf, kTruncation},
+    {"packing", "data", &TC::packing, "Pack several samples into each max_length bin; attention never crosses samples.",
      "packing"},
     {"padding_free", "data", &TC::padding_free,
-     "Concatenate a batch's samples without padding (variable-length attention).",
-     "padding_free"},
+     "Concatenate a batch's samples without padding (variable-length attention).", "padding_free"},
     {"max_bad_sample_ratio", "data", &TC::max_bad_sample_ratio,
-     "Largest share of malformed samples tolerated; more fails the run with the list.", "",
-     0.0, 1.0},
+     "Largest share of malformed samples tolerated; more fails the run with the list.", "", 0.0, 1.0},
 
     // tuner
     {"tuner_type", "tuner", &TC::tuner_type,
-     "lora trains low-rank adapters on frozen weights; full trains every weight.",
-     "tuner_type", -kInf, kInf, kTuners},
+     "lora trains low-rank adapters on frozen weights; full trains every weight.", "tuner_type", -kInf, kInf, kTuners},
     {"lora_rank", "tuner", &TC::lora_rank, "LoRA rank r of each adapter.", "lora_rank", 1, 4096},
     {"lora_alpha", "tuner", &TC::lora_alpha,
-     "LoRA scaling numerator: the update is scaled by alpha / r (alpha / sqrt(r) with rsLoRA).",
-     "lora_alpha", 0.0, 1e6},
-    {"lora_dropout", "tuner", &TC::lora_dropout, "Dropout on the LoRA input.", "lora_dropout",
-     0.0, 0.99},
-    {"use_rslora", "tuner", &TC::use_rslora,
-     "Rank-stabilised LoRA: scale by alpha / sqrt(r).", "use_rslora"},
+     "LoRA scaling numerator: the update is scaled by alpha / r (alpha / sqrt(r) with rsLoRA).", "lora_alpha", 0.0,
+     1e6},
+    {"lora_dropout", "tuner", &TC::lora_dropout, "Dropout on the LoRA input.", "lora_dropout", 0.0, 0.99},
+    {"use_rslora", "tuner", &TC::use_rslora, "Rank-stabilised LoRA: scale by alpha / sqrt(r).", "use_rslora"},
     {"target_modules", "tuner", &TC::target_modules,
      "Linear layers that get adapters: all-linear, or any of q_proj k_proj v_proj o_proj "
-     "gate_proj up_proj down_proj (Phi-3: qkv_proj o_proj gate_up_proj down_proj).", "target_modules", -kInf, kInf,
-     kModules},
+     "gate_proj up_proj down_proj (Phi-3: qkv_proj o_proj gate_up_proj down_proj).",
+     "target_modules", -kInf, kInf, kModules},
     {"target_parameters", "tuner", &TC::target_parameters,
      "Mixture-of-experts models: stacked expert parameters that get one LoRA adapter per expert "
      "(PEFT's target_parameters), e.g. mlp.experts.gate_up_proj mlp.experts.down_proj. Qwen3-MoE's "
@@ -122,127 +116,168 @@ const std::array kFields = std::to_array<FieldSpec>({
      "router_aux_loss_coef", 0.0, 1000.0},
     {"freeze_router", "tuner", &TC::freeze_router,
      "Mixture-of-experts full fine-tuning: the routers (mlp.gate) stay as they are. LoRA never "
-     "trains them.", ""},
+     "trains them.",
+     ""},
     {"adapters", "tuner", &TC::adapters,
      "A PEFT LoRA adapter directory to start training from (its rank, alpha and targets must "
-     "match the tuner settings); empty starts a new adapter.", "adapters"},
+     "match the tuner settings); empty starts a new adapter.",
+     "adapters"},
 
     // optim
-    {"learning_rate", "optim", &TC::learning_rate, "Peak learning rate.", "learning_rate",
-     0.0, 10.0},
-    {"lr_scheduler_type", "optim", &TC::lr_scheduler_type,
-     "Learning-rate schedule after warmup.", "lr_scheduler_type", -kInf, kInf, kSchedulers},
+    {"learning_rate", "optim", &TC::learning_rate, "Peak learning rate.", "learning_rate", 0.0, 10.0},
+    {"lr_scheduler_type", "optim", &TC::lr_scheduler_type, "Learning-rate schedule after warmup.", "lr_scheduler_type",
+     -kInf, kInf, kSchedulers},
     {"warmup_ratio", "optim", &TC::warmup_ratio,
-     "Share of the total steps spent warming the learning rate up linearly.", "warmup_ratio",
-     0.0, 1.0},
-    {"warmup_steps", "optim", &TC::warmup_steps,
-     "Warmup steps; when > 0 it takes precedence over warmup_ratio.", "warmup_steps", 0, 1e9},
-    {"weight_decay", "optim", &TC::weight_decay, "AdamW decoupled weight decay.",
-     "weight_decay", 0.0, 10.0},
-    {"max_grad_norm", "optim", &TC::max_grad_norm,
-     "Clip the global gradient norm to this value (0 = no clipping).", "max_grad_norm", 0.0, 1e6},
+     "Share of the total steps spent warming the learning rate up linearly.", "warmup_ratio", 0.0, 1.0},
+    {"warmup_steps", "optim", &TC::warmup_steps, "Warmup steps; when > 0 it takes precedence over warmup_ratio.",
+     "warmup_steps", 0, 1e9},
+    {"weight_decay", "optim", &TC::weight_decay, "AdamW decoupled weight decay.", "weight_decay", 0.0, 10.0},
+    {"max_grad_norm", "optim", &TC::max_grad_norm, "Clip the global gradient norm to this value (0 = no clipping).",
+     "max_grad_norm", 0.0, 1e6},
     {"adam_beta1", "optim", &TC::adam_beta1, "AdamW beta1.", "adam_beta1", 0.0, 0.9999999},
     {"adam_beta2", "optim", &TC::adam_beta2, "AdamW beta2.", "adam_beta2", 0.0, 0.9999999},
     {"adam_epsilon", "optim", &TC::adam_epsilon, "AdamW epsilon.", "adam_epsilon", 0.0, 1.0},
     {"num_train_epochs", "optim", &TC::num_train_epochs,
-     "Passes over the training data (ignored when max_steps is set).", "num_train_epochs",
-     0.0, 1e6},
-    {"max_steps", "optim", &TC::max_steps,
-     "Optimizer steps to run; 'none' runs num_train_epochs.", "max_steps", -1, 1e12, {}, "none"},
+     "Passes over the training data (ignored when max_steps is set).", "num_train_epochs", 0.0, 1e6},
+    {"max_steps",
+     "optim",
+     &TC::max_steps,
+     "Optimizer steps to run; 'none' runs num_train_epochs.",
+     "max_steps",
+     -1,
+     1e12,
+     {},
+     "none"},
     {"per_device_train_batch_size", "optim", &TC::per_device_train_batch_size,
      "Sequences (or packed bins) per GPU per micro-step.", "per_device_train_batch_size", 1, 4096},
     {"gradient_accumulation_steps", "optim", &TC::gradient_accumulation_steps,
      "Micro-steps accumulated into one optimizer step.", "gradient_accumulation_steps", 1, 1e6},
-    {"seed", "optim", &TC::seed, "Seed for sampling, shuffling, dropout and initialisation.",
-     "seed", 0, 4294967295.0},
+    {"seed", "optim", &TC::seed, "Seed for sampling, shuffling, dropout and initialisation.", "seed", 0, 4294967295.0},
 
     // memory: optimizer state, activations, kernels
     {"use_galore", "memory", &TC::use_galore,
      "GaLore: project gradients of 2-D weights to a low rank and run Adam there (full "
-     "fine-tuning only).", "use_galore"},
+     "fine-tuning only).",
+     "use_galore"},
     {"galore_quantization", "memory", &TC::galore_quantization,
-     "Q-GaLore: int4 projections and 8-bit optimizer states (needs use_galore).",
-     "galore_quantization"},
-    {"galore_rank", "memory", &TC::galore_rank, "Rank of GaLore's gradient projection.",
-     "galore_rank", 1, 65536},
+     "Q-GaLore: int4 projections and 8-bit optimizer states (needs use_galore).", "galore_quantization"},
+    {"galore_rank", "memory", &TC::galore_rank, "Rank of GaLore's gradient projection.", "galore_rank", 1, 65536},
     {"galore_update_proj_gap", "memory", &TC::galore_update_proj_gap,
-     "Steps between recomputing GaLore's projection (an SVD of the gradient).",
-     "galore_update_proj_gap", 1, 1e9},
-    {"galore_scale", "memory", &TC::galore_scale, "Scale applied to GaLore's projected-back update.",
-     "galore_scale", 0.0, 1e3},
+     "Steps between recomputing GaLore's projection (an SVD of the gradient).", "galore_update_proj_gap", 1, 1e9},
+    {"galore_scale", "memory", &TC::galore_scale, "Scale applied to GaLore's projected-back update.", "galore_scale",
+     0.0, 1e3},
     {"galore_target_modules", "memory", &TC::galore_target_modules,
-     "Weights optimised with GaLore; the rest use AdamW.", "galore_target_modules", -kInf, kInf,
-     kModules},
+     "Weights optimised with GaLore; the rest use AdamW.", "galore_target_modules", -kInf, kInf, kModules},
     {"zero_stage", "memory", &TC::zero_stage,
      "ZeRO stage over every rank (data x sequence parallel, as DeepSpeed-Ulysses): 0 off, 1 "
      "fp32 master weights and optimizer states sharded, 2 also gradients (ms-swift: "
-     "--deepspeed zero2).", "", 0, 2},
+     "--deepspeed zero2).",
+     "", 0, 2},
     {"offload_optimizer", "memory", &TC::offload_optimizer,
      "Keep optimizer states and the update on the CPU (pinned, overlapped with compute); "
-     "needs zero_stage >= 1 (ms-swift: --deepspeed zero2_offload).", ""},
+     "needs zero_stage >= 1 (ms-swift: --deepspeed zero2_offload).",
+     ""},
     {"attn_impl", "memory", &TC::attn_impl,
      "Attention kernel: auto chooses the fastest available (cuDNN or flash on H200, varlen "
-     "flash for packed batches), eager is the slow reference.", "attn_impl", -kInf, kInf, kAttn},
+     "flash for packed batches), eager is the slow reference.",
+     "attn_impl", -kInf, kInf, kAttn},
     {"fused_kernels", "memory", &TC::fused_kernels,
      "Odyssey's fused CUDA kernels: RMSNorm+residual, RoPE, SwiGLU and chunked linear "
-     "cross-entropy (ms-swift: --use_liger_kernel).", "use_liger_kernel"},
+     "cross-entropy (ms-swift: --use_liger_kernel).",
+     "use_liger_kernel"},
     {"activation_checkpointing", "memory", &TC::activation_checkpointing,
      "Recompute activations in backward: auto (as many layers as the memory budget needs), "
-     "all, none, or every:K (every K-th layer).", "gradient_checkpointing"},
+     "all, none, or every:K (every K-th layer).",
+     "gradient_checkpointing"},
     {"offload_activations", "memory", &TC::offload_activations,
      "Move checkpointed activations to pinned CPU memory, overlapped with compute.", ""},
-    {"mlp_tile_tokens", "memory", &TC::mlp_tile_tokens,
+    {"mlp_tile_tokens",
+     "memory",
+     &TC::mlp_tile_tokens,
      "Tiled MLP: run each layer's MLP this many tokens at a time, recomputing each tile in "
      "backward, so its intermediate activations never exist for the whole sequence; auto "
-     "tiles only when the memory planner needs it for the job to fit.", "", 0, 1e9, {}, "auto"},
+     "tiles only when the memory planner needs it for the job to fit.",
+     "",
+     0,
+     1e9,
+     {},
+     "auto"},
     {"keep_attention", "memory", &TC::keep_attention,
      "Checkpointed layers keep their attention output (and its log-sum-exp) for backward, so "
      "recomputing the layer skips the attention forward: all, none, or auto (as many layers as "
      "the memory budget allows, on GPUs; with activation_checkpointing auto the two are chosen "
      "together). Padding-free rows, also under Ulysses and ring attention.",
      "", -kInf, kInf, kKeepAttention},
-    {"gpu_memory_budget_gib", "memory", &TC::gpu_memory_budget_gib,
+    {"gpu_memory_budget_gib",
+     "memory",
+     &TC::gpu_memory_budget_gib,
      "GiB of each GPU the run may use: the memory planner's auto choices fit this budget and "
      "the CUDA allocator refuses to go past it (out of memory); auto = the GPU's whole memory.",
-     "", 1, 1e6, {}, "auto"},
+     "",
+     1,
+     1e6,
+     {},
+     "auto"},
 
     // parallel
     {"sequence_parallel_size", "parallel", &TC::sequence_parallel_size,
      "GPUs that share one sequence: Ulysses all-to-all over heads, ring attention for the "
-     "rest.", "sequence_parallel_size", 1, 4096},
-    {"ulysses_size", "parallel", &TC::ulysses_size,
+     "rest.",
+     "sequence_parallel_size", 1, 4096},
+    {"ulysses_size",
+     "parallel",
+     &TC::ulysses_size,
      "Ulysses degree within sequence_parallel_size; auto = gcd(KV heads, "
-     "sequence_parallel_size), the remainder is ring attention.", "", 0, 4096, {}, "auto"},
+     "sequence_parallel_size), the remainder is ring attention.",
+     "",
+     0,
+     4096,
+     {},
+     "auto"},
     {"expert_parallel_size", "parallel", &TC::expert_parallel_size,
      "Mixture-of-experts models: consecutive ranks of a sequence-parallel group that split the "
      "experts, each holding num_experts / expert_parallel_size of them; tokens travel to their "
-     "experts by all-to-all. Divides sequence_parallel_size and num_experts.", "", 1, 4096},
-    {"device", "parallel", &TC::device,
-     "auto trains on the GPUs when there are any, else on the CPU.", "", -kInf, kInf, kDevices},
-    {"gpu_ids", "parallel", &TC::gpu_ids,
-     "GPUs to use, as CUDA_VISIBLE_DEVICES numbers them; empty = all visible.", "", 0, 1023},
-    {"nproc_per_node", "parallel", &TC::nproc_per_node,
-     "Processes (GPUs) per machine; auto = number of gpu_ids, or 1.", "", 0, 1024, {}, "auto"},
+     "experts by all-to-all. Divides sequence_parallel_size and num_experts.",
+     "", 1, 4096},
+    {"device", "parallel", &TC::device, "auto trains on the GPUs when there are any, else on the CPU.", "", -kInf, kInf,
+     kDevices},
+    {"gpu_ids", "parallel", &TC::gpu_ids, "GPUs to use, as CUDA_VISIBLE_DEVICES numbers them; empty = all visible.", "",
+     0, 1023},
+    {"nproc_per_node",
+     "parallel",
+     &TC::nproc_per_node,
+     "Processes (GPUs) per machine; auto = number of gpu_ids, or 1.",
+     "",
+     0,
+     1024,
+     {},
+     "auto"},
     {"nnodes", "parallel", &TC::nnodes, "Machines taking part.", "", 1, 4096},
 
     // output
-    {"logging_steps", "output", &TC::logging_steps, "Write a step event every N steps.",
-     "logging_steps", 1, 1e9},
+    {"logging_steps", "output", &TC::logging_steps, "Write a step event every N steps.", "logging_steps", 1, 1e9},
     {"report_to", "output", &TC::report_to,
      "Where metrics go besides events.jsonl: tensorboard (event files in the run's tensorboard/) "
-     "or none.", "report_to", -kInf, kInf, kReportTo},
-    {"eval_steps", "output", &TC::eval_steps,
-     "Evaluate every N steps; auto evaluates when a checkpoint is saved.", "eval_steps", 0, 1e9,
-     {}, "auto"},
-    {"save_steps", "output", &TC::save_steps, "Save a checkpoint every N steps.", "save_steps",
-     1, 1e9},
-    {"save_total_limit", "output", &TC::save_total_limit,
-     "Checkpoints kept; older ones are deleted (0 keeps all).", "save_total_limit", 0, 1e6},
-    {"output_dir", "output", &TC::output_dir,
-     "Where run directories are created (relative to the current directory).", "output_dir"},
+     "or none.",
+     "report_to", -kInf, kInf, kReportTo},
+    {"eval_steps",
+     "output",
+     &TC::eval_steps,
+     "Evaluate every N steps; auto evaluates when a checkpoint is saved.",
+     "eval_steps",
+     0,
+     1e9,
+     {},
+     "auto"},
+    {"save_steps", "output", &TC::save_steps, "Save a checkpoint every N steps.", "save_steps", 1, 1e9},
+    {"save_total_limit", "output", &TC::save_total_limit, "Checkpoints kept; older ones are deleted (0 keeps all).",
+     "save_total_limit", 0, 1e6},
+    {"output_dir", "output", &TC::output_dir, "Where run directories are created (relative to the current directory).",
+     "output_dir"},
     {"resume_from_checkpoint", "output", &TC::resume_from_checkpoint,
      "A checkpoint directory to continue from (model or adapter, optimizer, schedule, data "
-     "position); the run writes a new run directory.", "resume_from_checkpoint"},
+     "position); the run writes a new run directory.",
+     "resume_from_checkpoint"},
 });
 
 std::int64_t gcd64(std::int64_t a, std::int64_t b) { return std::gcd(a, b); }
@@ -284,9 +319,7 @@ ParallelLayout parallel_layout(const TrainConfig& c, std::int64_t kv_heads) {
   return p;
 }
 
-std::int64_t sequence_pad_multiple(const ParallelLayout& p) {
-  return p.ring > 1 ? p.ulysses * 2 * p.ring : p.sp;
-}
+std::int64_t sequence_pad_multiple(const ParallelLayout& p) { return p.ring > 1 ? p.ulysses * 2 * p.ring : p.sp; }
 
 bool parse_checkpoint_policy(std::string_view s, CheckpointPolicy* out) {
   CheckpointPolicy p;
@@ -313,8 +346,7 @@ bool parse_dataset_spec(std::string_view s, DatasetSpec* out, std::string* error
     auto n = text::parse_int(s.substr(hash + 1));
     if (!n || *n < 1) {
       if (error)
-        *error = "the part after '#' must be a positive sample count, found " +
-                 text::quoted(s.substr(hash + 1));
+        *error = "the part after '#' must be a positive sample count, found " + text::quoted(s.substr(hash + 1));
       return false;
     }
     if (*n > kMaxDatasetSamples) {

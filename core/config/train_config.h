@@ -20,31 +20,31 @@ struct TrainConfig {
   std::string description;
 
   // -- model
-  std::string model;                    // HF directory, or a hub id found in the HF/ModelScope caches
-  std::string model_revision;           // hub id: branch, tag or commit in the HF cache (empty: main)
-  std::string template_name = "auto";   // key "template": auto|chatml|llama3
-  std::string template_file;            // a Jinja chat template used in place of the model's
-  std::string system;                   // default system prompt
-  std::string torch_dtype = "auto";     // auto|bfloat16|float16|float32
+  std::string model;                   // HF directory, or a hub id found in the HF/ModelScope caches
+  std::string model_revision;          // hub id: branch, tag or commit in the HF cache (empty: main)
+  std::string template_name = "auto";  // key "template": auto|chatml|llama3
+  std::string template_file;           // a Jinja chat template used in place of the model's
+  std::string system;                  // default system prompt
+  std::string torch_dtype = "auto";    // auto|bfloat16|float16|float32
   // 4-bit base weights (QLoRA, docs/qlora.md), under ms-swift's names
-  std::int64_t quant_bits = 0;          // 0: 16-bit base; 4: NF4/FP4 in bitsandbytes' layout
-  std::string quant_method = "bnb";     // bnb (bitsandbytes' format) only
-  std::string bnb_4bit_quant_type = "nf4";       // nf4|fp4
+  std::int64_t quant_bits = 0;              // 0: 16-bit base; 4: NF4/FP4 in bitsandbytes' layout
+  std::string quant_method = "bnb";         // bnb (bitsandbytes' format) only
+  std::string bnb_4bit_quant_type = "nf4";  // nf4|fp4
   bool bnb_4bit_use_double_quant = true;
-  std::string bnb_4bit_compute_dtype = "auto";   // auto (= torch_dtype)|bfloat16|float16|float32
+  std::string bnb_4bit_compute_dtype = "auto";  // auto (= torch_dtype)|bfloat16|float16|float32
 
   // -- data
-  std::vector<std::string> dataset;     // each "path" or "path#N" (N samples, seeded)
+  std::vector<std::string> dataset;  // each "path" or "path#N" (N samples, seeded)
   std::vector<std::string> val_dataset;
   double split_dataset_ratio = 0.0;
   std::int64_t max_length = 2048;
   std::string truncation_strategy = "delete";  // delete|left|right|raise
   bool packing = false;
   bool padding_free = false;
-  double max_bad_sample_ratio = 0.01;   // share of malformed samples tolerated before failing
+  double max_bad_sample_ratio = 0.01;  // share of malformed samples tolerated before failing
 
   // -- tuner
-  std::string tuner_type = "lora";      // lora|full
+  std::string tuner_type = "lora";  // lora|full
   std::int64_t lora_rank = 8;
   double lora_alpha = 32.0;
   double lora_dropout = 0.05;
@@ -57,7 +57,7 @@ struct TrainConfig {
   std::vector<std::string> target_parameters;
   double router_aux_loss_coef = 0.0;
   bool freeze_router = false;
-  std::vector<std::string> adapters;    // a PEFT LoRA adapter directory to start from (ms-swift --adapters)
+  std::vector<std::string> adapters;  // a PEFT LoRA adapter directory to start from (ms-swift --adapters)
 
   // -- optimisation
   double learning_rate = 1e-4;
@@ -70,47 +70,47 @@ struct TrainConfig {
   double adam_beta2 = 0.95;
   double adam_epsilon = 1e-8;
   double num_train_epochs = 1.0;
-  std::int64_t max_steps = -1;          // -1: run num_train_epochs
+  std::int64_t max_steps = -1;  // -1: run num_train_epochs
   std::int64_t per_device_train_batch_size = 1;
   std::int64_t gradient_accumulation_steps = 1;
   std::int64_t seed = 42;
 
   // -- optimizer memory
   bool use_galore = false;
-  bool galore_quantization = false;     // Q-GaLore
+  bool galore_quantization = false;  // Q-GaLore
   std::int64_t galore_rank = 128;
   std::int64_t galore_update_proj_gap = 200;
   double galore_scale = 0.25;
   std::vector<std::string> galore_target_modules = {"all-linear"};
-  std::int64_t zero_stage = 0;          // 0|1|2
+  std::int64_t zero_stage = 0;  // 0|1|2
   bool offload_optimizer = false;
 
   // -- kernels and memory policy
-  std::string attn_impl = "auto";       // auto|flash_attn|cudnn|sdpa|eager
+  std::string attn_impl = "auto";  // auto|flash_attn|cudnn|sdpa|eager
   bool fused_kernels = true;
   std::string activation_checkpointing = "auto";  // auto|all|none|every:K
   bool offload_activations = false;
-  std::int64_t mlp_tile_tokens = 0;     // 0 = auto: tiled MLP only when the job needs it to fit
-  std::string keep_attention = "auto";  // auto|all|none: checkpointed layers keep their attention output
+  std::int64_t mlp_tile_tokens = 0;        // 0 = auto: tiled MLP only when the job needs it to fit
+  std::string keep_attention = "auto";     // auto|all|none: checkpointed layers keep their attention output
   std::int64_t gpu_memory_budget_gib = 0;  // 0 = auto: the GPU's memory; else a cap per GPU (planner and allocator)
 
   // -- parallelism and devices
   std::int64_t sequence_parallel_size = 1;
-  std::int64_t ulysses_size = 0;        // 0 = auto: gcd(num_key_value_heads, sequence_parallel_size)
+  std::int64_t ulysses_size = 0;          // 0 = auto: gcd(num_key_value_heads, sequence_parallel_size)
   std::int64_t expert_parallel_size = 1;  // MoE: ranks of a sequence-parallel group that split the experts
-  std::string device = "auto";          // auto|cuda|cpu
-  std::vector<std::int64_t> gpu_ids;    // empty = every visible GPU (or CPU when none)
-  std::int64_t nproc_per_node = 0;      // 0 = auto: len(gpu_ids), or 1
+  std::string device = "auto";            // auto|cuda|cpu
+  std::vector<std::int64_t> gpu_ids;      // empty = every visible GPU (or CPU when none)
+  std::int64_t nproc_per_node = 0;        // 0 = auto: len(gpu_ids), or 1
   std::int64_t nnodes = 1;
 
   // -- logging and output
   std::int64_t logging_steps = 5;
   std::vector<std::string> report_to = {"tensorboard"};  // tensorboard | none (ms-swift's name)
-  std::int64_t eval_steps = 0;          // 0 = evaluate at save_steps
+  std::int64_t eval_steps = 0;                           // 0 = evaluate at save_steps
   std::int64_t save_steps = 500;
   std::int64_t save_total_limit = 2;
   std::string output_dir = "output";
-  std::string resume_from_checkpoint;   // checkpoint directory to continue from
+  std::string resume_from_checkpoint;  // checkpoint directory to continue from
 
   bool operator==(const TrainConfig&) const = default;
 };
@@ -118,20 +118,19 @@ struct TrainConfig {
 // ---- the field table ------------------------------------------------------------------
 
 using FieldMember =
-    std::variant<bool TrainConfig::*, std::int64_t TrainConfig::*, double TrainConfig::*,
-                 std::string TrainConfig::*, std::vector<std::string> TrainConfig::*,
-                 std::vector<std::int64_t> TrainConfig::*>;
+    std::variant<bool TrainConfig::*, std::int64_t TrainConfig::*, double TrainConfig::*, std::string TrainConfig::*,
+                 std::vector<std::string> TrainConfig::*, std::vector<std::int64_t> TrainConfig::*>;
 
 struct FieldSpec {
   std::string_view key;
-  std::string_view group;          // model, data, tuner, optim, memory, kernels, parallel, output
+  std::string_view group;  // model, data, tuner, optim, memory, kernels, parallel, output
   FieldMember member;
-  std::string_view help;           // one sentence for tooltips and --help
-  std::string_view swift_name;     // ms-swift's argument, "" when ms-swift has none
+  std::string_view help;        // one sentence for tooltips and --help
+  std::string_view swift_name;  // ms-swift's argument, "" when ms-swift has none
   double min = -std::numeric_limits<double>::infinity();
   double max = std::numeric_limits<double>::infinity();
   std::span<const std::string_view> choices = {};  // for enumerated strings
-  std::string_view special = {};   // a number written as a word: "auto" for 0, "none" for -1
+  std::string_view special = {};                   // a number written as a word: "auto" for 0, "none" for -1
 };
 
 std::span<const FieldSpec> train_config_fields();
@@ -144,9 +143,9 @@ std::span<const std::string_view> field_groups();
 // ---- derived quantities every consumer agrees on ----------------------------------------
 
 struct ParallelLayout {
-  std::int64_t world_size = 1;     // nnodes × nproc_per_node
-  std::int64_t dp = 1;             // data-parallel degree
-  std::int64_t sp = 1;             // sequence-parallel degree = ulysses × ring
+  std::int64_t world_size = 1;  // nnodes × nproc_per_node
+  std::int64_t dp = 1;          // data-parallel degree
+  std::int64_t sp = 1;          // sequence-parallel degree = ulysses × ring
   std::int64_t ulysses = 1;
   std::int64_t ring = 1;
   // Expert parallelism of MoE layers (docs/moe.md): each block of `ep` consecutive ranks of a

@@ -119,8 +119,9 @@ std::string ulysses_heads_problem(std::int64_t q_heads, std::int64_t kv_heads, s
     why = "the Ulysses degree " + n(ulysses) + " does not divide the model's " + n(q_heads) +
           " attention heads; choose a degree that divides it and let ring attention take the rest";
   if (kv_heads % ulysses != 0 && ulysses % kv_heads != 0)
-    why += (why.empty() ? "the Ulysses degree " + n(ulysses) + " and" : std::string("; also, it and")) + " the model's " +
-           n(kv_heads) + " KV heads neither divide one another; KV heads can be split or replicated only when one divides the other";
+    why += (why.empty() ? "the Ulysses degree " + n(ulysses) + " and" : std::string("; also, it and")) +
+           " the model's " + n(kv_heads) +
+           " KV heads neither divide one another; KV heads can be split or replicated only when one divides the other";
   return why;
 }
 
@@ -143,17 +144,16 @@ Diagnostics validate_config(const LoadedConfig& lc, const HfModelConfig* m) {
   };
   const bool lora = uses_lora(c);
   if (!lora) {
-    for (const char* k : {"lora_rank", "lora_alpha", "lora_dropout", "use_rslora", "target_modules", "target_parameters"})
-      if (differs(k))
-        ck.error(k, "is a LoRA setting but tuner_type is full; remove it or set tuner_type: lora");
+    for (const char* k :
+         {"lora_rank", "lora_alpha", "lora_dropout", "use_rslora", "target_modules", "target_parameters"})
+      if (differs(k)) ck.error(k, "is a LoRA setting but tuner_type is full; remove it or set tuner_type: lora");
   }
   if (c.use_galore && lora)
     ck.error("use_galore", "GaLore projects full-weight gradients; it needs tuner_type: full (found lora)");
   if (!c.use_galore) {
-    for (const char* k : {"galore_quantization", "galore_rank", "galore_update_proj_gap", "galore_scale",
-                          "galore_target_modules"})
-      if (differs(k))
-        ck.error(k, "is a GaLore setting but use_galore is false; set use_galore: true or remove it");
+    for (const char* k :
+         {"galore_quantization", "galore_rank", "galore_update_proj_gap", "galore_scale", "galore_target_modules"})
+      if (differs(k)) ck.error(k, "is a GaLore setting but use_galore is false; set use_galore: true or remove it");
   }
   for (const auto& t : c.target_modules)
     if (t == "all-linear" && c.target_modules.size() > 1)
@@ -167,12 +167,13 @@ Diagnostics validate_config(const LoadedConfig& lc, const HfModelConfig* m) {
                                "odyssey-train export ADAPTER --merge --output DIR, then model: DIR)");
     if (!lora) ck.error("adapters", "an adapter continues LoRA training, so it needs tuner_type: lora (found full)");
     if (!c.resume_from_checkpoint.empty())
-      ck.error("adapters", "given with resume_from_checkpoint, whose checkpoint holds the adapter that resumes; "
-                           "give one of the two");
+      ck.error("adapters",
+               "given with resume_from_checkpoint, whose checkpoint holds the adapter that resumes; "
+               "give one of the two");
   }
   if (c.report_to.size() > 1 && std::count(c.report_to.begin(), c.report_to.end(), "none") > 0)
-    ck.error("report_to", "none means no reports besides events.jsonl, so it stands alone; found " +
-                              text::join(c.report_to, ", "));
+    ck.error("report_to",
+             "none means no reports besides events.jsonl, so it stands alone; found " + text::join(c.report_to, ", "));
 
   // -- 4-bit base weights (QLoRA, docs/qlora.md)
   if (c.quant_bits != 0 && c.quant_bits != 4)
@@ -180,12 +181,12 @@ Diagnostics validate_config(const LoadedConfig& lc, const HfModelConfig* m) {
                                                "or 0 (16-bit)"
                                              : "found " + n(c.quant_bits) + "; expected 0 (16-bit base) or 4 (QLoRA)");
   if (c.quant_bits == 4 && !lora)
-    ck.error("quant_bits", "a 4-bit base is frozen, so it needs tuner_type: lora (found full); full fine-tuning "
-                           "trains 16-bit weights (quant_bits: 0)");
+    ck.error("quant_bits",
+             "a 4-bit base is frozen, so it needs tuner_type: lora (found full); full fine-tuning "
+             "trains 16-bit weights (quant_bits: 0)");
   if (c.quant_bits == 0) {
     for (const char* k : {"quant_method", "bnb_4bit_quant_type", "bnb_4bit_use_double_quant", "bnb_4bit_compute_dtype"})
-      if (differs(k))
-        ck.error(k, "is a 4-bit setting but quant_bits is 0; set quant_bits: 4 or remove it");
+      if (differs(k)) ck.error(k, "is a 4-bit setting but quant_bits is 0; set quant_bits: 4 or remove it");
   }
   if (c.bnb_4bit_compute_dtype != "auto" && c.torch_dtype != "auto" && c.bnb_4bit_compute_dtype != c.torch_dtype)
     ck.error("bnb_4bit_compute_dtype", "found " + c.bnb_4bit_compute_dtype + " with torch_dtype " + c.torch_dtype +
@@ -211,7 +212,8 @@ Diagnostics validate_config(const LoadedConfig& lc, const HfModelConfig* m) {
   if (!c.val_dataset.empty() && c.split_dataset_ratio > 0)
     ck.warning("split_dataset_ratio", "val_dataset is given, so no training data is held out");
   if (lc.origin.is_set("eval_steps") && c.eval_steps > 0 && c.val_dataset.empty() && c.split_dataset_ratio <= 0)
-    ck.warning("eval_steps", "there is no validation data (val_dataset or split_dataset_ratio), so nothing is evaluated");
+    ck.warning("eval_steps",
+               "there is no validation data (val_dataset or split_dataset_ratio), so nothing is evaluated");
 
   // -- devices and processes
   const std::int64_t nproc = resolved_nproc_per_node(c);
@@ -219,7 +221,8 @@ Diagnostics validate_config(const LoadedConfig& lc, const HfModelConfig* m) {
     if (!c.gpu_ids.empty()) ck.error("gpu_ids", "device is cpu; GPU ids apply only to cuda");
     if (c.attn_impl == "flash_attn" || c.attn_impl == "cudnn")
       ck.error("attn_impl", "found " + c.attn_impl + " with device cpu; on CPU use auto, sdpa or eager");
-    if (c.torch_dtype == "float16") ck.error("torch_dtype", "float16 training on CPU is not supported; use float32 or bfloat16");
+    if (c.torch_dtype == "float16")
+      ck.error("torch_dtype", "float16 training on CPU is not supported; use float32 or bfloat16");
     if (c.offload_optimizer) ck.error("offload_optimizer", "device is cpu; there is nothing to offload to");
     if (c.offload_activations) ck.error("offload_activations", "device is cpu; there is nothing to offload to");
   }
@@ -229,7 +232,8 @@ Diagnostics validate_config(const LoadedConfig& lc, const HfModelConfig* m) {
     if (std::adjacent_find(ids.begin(), ids.end()) != ids.end())
       ck.error("gpu_ids", "a GPU id is listed twice; each GPU runs one process");
     if (c.nproc_per_node > 0 && c.nproc_per_node != static_cast<std::int64_t>(c.gpu_ids.size()))
-      ck.error("nproc_per_node", "found " + n(c.nproc_per_node) + " but gpu_ids lists " + n(static_cast<std::int64_t>(c.gpu_ids.size())) +
+      ck.error("nproc_per_node", "found " + n(c.nproc_per_node) + " but gpu_ids lists " +
+                                     n(static_cast<std::int64_t>(c.gpu_ids.size())) +
                                      " GPUs; one process runs per listed GPU (use auto)");
   }
 
@@ -238,7 +242,8 @@ Diagnostics validate_config(const LoadedConfig& lc, const HfModelConfig* m) {
   const std::int64_t world = c.nnodes * nproc;
   if (world % sp != 0)
     ck.error("sequence_parallel_size", "found " + n(sp) + " with " + n(world) +
-                                           " processes; the process count must be a multiple of it (data parallel = processes / sequence_parallel_size)");
+                                           " processes; the process count must be a multiple of it (data parallel = "
+                                           "processes / sequence_parallel_size)");
   if (c.ulysses_size > 0 && sp % c.ulysses_size != 0)
     ck.error("ulysses_size", "found " + n(c.ulysses_size) + ", which does not divide sequence_parallel_size " + n(sp));
   if (c.ulysses_size > sp)
@@ -247,20 +252,22 @@ Diagnostics validate_config(const LoadedConfig& lc, const HfModelConfig* m) {
   // -- mixture of experts (docs/moe.md)
   if (!c.target_parameters.empty()) {
     if (uses_lora(c) && c.lora_dropout > 0)
-      ck.error("target_parameters", "found with lora_dropout " + text::format_double(c.lora_dropout) +
-                                        "; adapters on parameters take no dropout (PEFT refuses it too): set lora_dropout: 0");
+      ck.error("target_parameters",
+               "found with lora_dropout " + text::format_double(c.lora_dropout) +
+                   "; adapters on parameters take no dropout (PEFT refuses it too): set lora_dropout: 0");
     for (const auto& t : c.target_parameters)
       if (!t.ends_with("gate_up_proj") && !t.ends_with("down_proj"))
-        ck.error("target_parameters", "found " + text::quoted(t) +
-                                          ", expected a stacked expert parameter: mlp.experts.gate_up_proj or "
-                                          "mlp.experts.down_proj (or a longer suffix of model.layers.N.mlp.experts.<name>)");
+        ck.error("target_parameters",
+                 "found " + text::quoted(t) +
+                     ", expected a stacked expert parameter: mlp.experts.gate_up_proj or "
+                     "mlp.experts.down_proj (or a longer suffix of model.layers.N.mlp.experts.<name>)");
     if (m && !m->is_moe())
       ck.error("target_parameters", "found, but " + m->architecture +
                                         " has no mixture-of-experts layers; its linear layers take target_modules");
   }
   if (m && !m->is_moe() && c.router_aux_loss_coef > 0)
-    ck.warning("router_aux_loss_coef", "found " + text::format_double(c.router_aux_loss_coef) + ", but " + m->architecture +
-                                           " has no routers; it changes nothing");
+    ck.warning("router_aux_loss_coef", "found " + text::format_double(c.router_aux_loss_coef) + ", but " +
+                                           m->architecture + " has no routers; it changes nothing");
   if (c.freeze_router && c.tuner_type == "lora")
     ck.warning("freeze_router", "found with tuner_type lora, which never trains the routers; it changes nothing");
   else if (c.freeze_router && m && !m->is_moe())
@@ -272,15 +279,17 @@ Diagnostics validate_config(const LoadedConfig& lc, const HfModelConfig* m) {
       ck.error("expert_parallel_size", "found " + n(ep) + ", which does not divide sequence_parallel_size " + n(sp) +
                                            " (the experts are split within a sequence-parallel group)");
     if (c.zero_stage > 0 || c.use_galore)
-      ck.error("expert_parallel_size", std::string("found ") + n(ep) + " with " +
-                                           (c.zero_stage > 0 ? "zero_stage " + n(c.zero_stage) : std::string("use_galore")) +
-                                           "; expert parallelism runs with plain AdamW for now (zero_stage 0, use_galore false)");
+      ck.error("expert_parallel_size",
+               std::string("found ") + n(ep) + " with " +
+                   (c.zero_stage > 0 ? "zero_stage " + n(c.zero_stage) : std::string("use_galore")) +
+                   "; expert parallelism runs with plain AdamW for now (zero_stage 0, use_galore false)");
     if (!c.resume_from_checkpoint.empty())
-      ck.error("expert_parallel_size", "found " + n(ep) + " with resume_from_checkpoint; resuming a run whose experts are "
+      ck.error("expert_parallel_size", "found " + n(ep) +
+                                           " with resume_from_checkpoint; resuming a run whose experts are "
                                            "split over ranks is not supported yet");
     if (m && !m->is_moe())
-      ck.error("expert_parallel_size", "found " + n(ep) + ", but " + m->architecture +
-                                           " has no mixture-of-experts layers; use 1");
+      ck.error("expert_parallel_size",
+               "found " + n(ep) + ", but " + m->architecture + " has no mixture-of-experts layers; use 1");
     else if (m && m->num_experts % ep != 0)
       ck.error("expert_parallel_size", "found " + n(ep) + ", which does not divide the model's " + n(m->num_experts) +
                                            " experts (num_experts)");
@@ -297,8 +306,9 @@ Diagnostics validate_config(const LoadedConfig& lc, const HfModelConfig* m) {
       for (const auto& t : c.target_modules)
         any = any || t == "all-linear" || t == "all_linear" || std::find(own.begin(), own.end(), t) != own.end();
       if (!any && !c.target_modules.empty())
-        ck.error("target_modules", "none of " + text::join(c.target_modules, ", ") + " is a module of " + m->architecture +
-                                       "; its linear modules are " + text::join(own, ", ") + " (or all-linear)");
+        ck.error("target_modules", "none of " + text::join(c.target_modules, ", ") + " is a module of " +
+                                       m->architecture + "; its linear modules are " + text::join(own, ", ") +
+                                       " (or all-linear)");
     }
     // Windowed and soft-capped layers under ring attention take the reference ring (exact,
     // dist/sequence_parallel.h, ring_attention): fp32 scores of one block at a time instead of
@@ -306,16 +316,18 @@ Diagnostics validate_config(const LoadedConfig& lc, const HfModelConfig* m) {
     const bool capped = m->attn_logit_softcapping > 0;
     const bool windowed = m->sliding_window > 0 && m->sliding_window < c.max_length;
     if (p.ring > 1 && (capped || windowed))
-      ck.warning("sequence_parallel_size",
-                 "found " + n(sp) + " with a ring degree of " + n(p.ring) + "; " + m->architecture + "'s " +
-                     (capped ? "soft-capped (attn_logit_softcapping " + text::format_double(m->attn_logit_softcapping) + ")"
-                             : "sliding-window (sliding_window " + n(m->sliding_window) + ")") +
-                     " layers then run the reference ring attention (fp32 scores of one ring block of [heads, tokens / " +
-                     n(sp) + ", tokens / " + n(sp) + "] at a time) instead of the fused kernels; Ulysses alone " +
-                     "(ulysses_size = sequence_parallel_size, heads permitting) keeps them on the fused path");
+      ck.warning(
+          "sequence_parallel_size",
+          "found " + n(sp) + " with a ring degree of " + n(p.ring) + "; " + m->architecture + "'s " +
+              (capped ? "soft-capped (attn_logit_softcapping " + text::format_double(m->attn_logit_softcapping) + ")"
+                      : "sliding-window (sliding_window " + n(m->sliding_window) + ")") +
+              " layers then run the reference ring attention (fp32 scores of one ring block of [heads, tokens / " +
+              n(sp) + ", tokens / " + n(sp) + "] at a time) instead of the fused kernels; Ulysses alone " +
+              "(ulysses_size = sequence_parallel_size, heads permitting) keeps them on the fused path");
     if (m->max_position_embeddings > 0 && c.max_length > m->max_position_embeddings)
       ck.warning("max_length", "found " + n(c.max_length) + ", beyond the model's max_position_embeddings " +
-                                   n(m->max_position_embeddings) + "; quality past the trained length is not guaranteed");
+                                   n(m->max_position_embeddings) +
+                                   "; quality past the trained length is not guaranteed");
   }
   if (p.ring > 1) {
     if (!c.packing && !c.padding_free)
@@ -329,28 +341,30 @@ Diagnostics validate_config(const LoadedConfig& lc, const HfModelConfig* m) {
     const std::int64_t mult = sequence_pad_multiple(p);
     if (c.max_length % mult != 0) {
       const std::int64_t lo = c.max_length / mult * mult, hi = lo + mult;
-      ck.error("max_length", "found " + n(c.max_length) + ", not a multiple of " + n(mult) +
-                                 (p.ring > 1 ? " (Ulysses " + n(p.ulysses) + " x 2 zigzag chunks x ring " + n(p.ring) + ")"
-                                             : " (sequence_parallel_size)") +
-                                 "; every packed sequence is split evenly across GPUs: use " +
-                                 (lo > 0 ? n(lo) + " or " : "") + n(hi));
+      ck.error("max_length",
+               "found " + n(c.max_length) + ", not a multiple of " + n(mult) +
+                   (p.ring > 1 ? " (Ulysses " + n(p.ulysses) + " x 2 zigzag chunks x ring " + n(p.ring) + ")"
+                               : " (sequence_parallel_size)") +
+                   "; every packed sequence is split evenly across GPUs: use " + (lo > 0 ? n(lo) + " or " : "") +
+                   n(hi));
     }
-    if (c.device == "cpu" && c.attn_impl == "flash_attn")
-      ck.error("attn_impl", "flash_attn needs CUDA");
+    if (c.device == "cpu" && c.attn_impl == "flash_attn") ck.error("attn_impl", "flash_attn needs CUDA");
   }
   // ZeRO shards over every rank (dp × sp), as DeepSpeed-Ulysses does: one process has no one
   // to share its optimizer state with.
   if (c.zero_stage > 0 && world == 1)
-    ck.error("zero_stage", "found " + n(c.zero_stage) + " with one process; ZeRO shards optimizer state over the "
-                           "data- and sequence-parallel ranks (nproc_per_node x nnodes = 1 here): use more GPUs "
-                           "or zero_stage: 0");
+    ck.error("zero_stage", "found " + n(c.zero_stage) +
+                               " with one process; ZeRO shards optimizer state over the "
+                               "data- and sequence-parallel ranks (nproc_per_node x nnodes = 1 here): use more GPUs "
+                               "or zero_stage: 0");
   if (c.use_galore && m && m->hidden_size > 0) {
     // The projection's rank cannot exceed the smaller side of any weight it targets.
-    const std::int64_t h = m->hidden_size, hd = m->head_dim > 0 ? m->head_dim : h / std::max<std::int64_t>(1, m->num_attention_heads);
+    const std::int64_t h = m->hidden_size,
+                       hd = m->head_dim > 0 ? m->head_dim : h / std::max<std::int64_t>(1, m->num_attention_heads);
     const std::vector<std::pair<std::string, std::int64_t>> sides{
-        {"q_proj", std::min(h, m->num_attention_heads * hd)},   {"k_proj", std::min(h, m->num_key_value_heads * hd)},
-        {"v_proj", std::min(h, m->num_key_value_heads * hd)},   {"o_proj", std::min(h, m->num_attention_heads * hd)},
-        {"gate_proj", std::min(h, m->intermediate_size)},       {"up_proj", std::min(h, m->intermediate_size)},
+        {"q_proj", std::min(h, m->num_attention_heads * hd)}, {"k_proj", std::min(h, m->num_key_value_heads * hd)},
+        {"v_proj", std::min(h, m->num_key_value_heads * hd)}, {"o_proj", std::min(h, m->num_attention_heads * hd)},
+        {"gate_proj", std::min(h, m->intermediate_size)},     {"up_proj", std::min(h, m->intermediate_size)},
         {"down_proj", std::min(h, m->intermediate_size)}};
     const bool all = std::find(c.galore_target_modules.begin(), c.galore_target_modules.end(), "all-linear") !=
                      c.galore_target_modules.end();
@@ -359,8 +373,8 @@ Diagnostics validate_config(const LoadedConfig& lc, const HfModelConfig* m) {
                                        c.galore_target_modules.end();
       if (targeted && side > 0 && c.galore_rank > side) {
         ck.error("galore_rank", "found " + n(c.galore_rank) + ", larger than the smaller side of the model's " + mod +
-                                    " weights (" + n(side) + "); use at most " + n(side) +
-                                    " or leave " + mod + " out of galore_target_modules");
+                                    " weights (" + n(side) + "); use at most " + n(side) + " or leave " + mod +
+                                    " out of galore_target_modules");
         break;
       }
     }
@@ -378,20 +392,22 @@ CheckedConfig check_config(LoadedConfig cfg, bool check_files) {
   if (!c.model.empty()) {
     r.location = locate_model(c.model, o.base_dir, c.model_revision);
     if (r.location.source == ModelLocation::NotFound) {
-      const std::string msg =
-          !r.location.problem.empty()
-              ? "found " + text::quoted(c.model) + ": " + r.location.problem
-              : "found " + text::quoted(c.model) + ": no directory with config.json there (" + where_relative(o.base_dir) +
-                    "), and not in the Hugging Face cache (" + hf_hub_cache_dir().string() + ") or the ModelScope cache (" +
-                    modelscope_cache_dir().string() + ")";
+      const std::string msg = !r.location.problem.empty()
+                                  ? "found " + text::quoted(c.model) + ": " + r.location.problem
+                                  : "found " + text::quoted(c.model) + ": no directory with config.json there (" +
+                                        where_relative(o.base_dir) + "), and not in the Hugging Face cache (" +
+                                        hf_hub_cache_dir().string() + ") or the ModelScope cache (" +
+                                        modelscope_cache_dir().string() + ")";
       if (check_files) ck.error("model", msg);
       else ck.warning("model", msg + "; head and memory checks were skipped");
     } else {
       if (!c.model_revision.empty() && r.location.source == ModelLocation::Directory) {
         // A run's config.yaml records the snapshot it trained and its commit: that pair agrees.
         const fs::path dir(r.location.path);
-        if (dir.parent_path().filename() != "snapshots" || !text::starts_with(dir.filename().string(), c.model_revision))
-          ck.error("model_revision", "found " + text::quoted(c.model_revision) + " with model " + text::quoted(c.model) +
+        if (dir.parent_path().filename() != "snapshots" ||
+            !text::starts_with(dir.filename().string(), c.model_revision))
+          ck.error("model_revision", "found " + text::quoted(c.model_revision) + " with model " +
+                                         text::quoted(c.model) +
                                          ", a directory; a revision selects a snapshot of a hub id (org/name) in the "
                                          "Hugging Face cache: drop it, or give the hub id");
       }
@@ -442,11 +458,13 @@ CheckedConfig check_config(LoadedConfig cfg, bool check_files) {
         }
       }
       if (r.location.source == ModelLocation::BundledShape) {
-        const std::string msg = "found " + text::quoted(c.model) +
-                                " in neither the Hugging Face nor the ModelScope cache; checked against Odyssey's bundled shape of it";
+        const std::string msg =
+            "found " + text::quoted(c.model) +
+            " in neither the Hugging Face nor the ModelScope cache; checked against Odyssey's bundled shape of it";
         if (check_files) ck.error("model", msg + ", but training needs the weights on disk");
-        else d.push_back({Severity::Note, o.keys.count("model") ? o.keys.at("model").file : o.file,
-                          o.keys.count("model") ? o.keys.at("model").line : 0, 0, "model", msg});
+        else
+          d.push_back({Severity::Note, o.keys.count("model") ? o.keys.at("model").file : o.file,
+                       o.keys.count("model") ? o.keys.at("model").line : 0, 0, "model", msg});
       }
     }
   }
@@ -475,19 +493,22 @@ CheckedConfig check_config(LoadedConfig cfg, bool check_files) {
       if (check_files) ck.error("resume_from_checkpoint", msg);
       else ck.warning("resume_from_checkpoint", msg);
     } else if (std::error_code ec; !fs::is_directory(dir, ec)) {
-      ck.error("resume_from_checkpoint", "found " + text::quoted(c.resume_from_checkpoint) +
-                                             ": not a directory; expected a checkpoint directory (checkpoints/checkpoint-<step>)");
+      ck.error("resume_from_checkpoint",
+               "found " + text::quoted(c.resume_from_checkpoint) +
+                   ": not a directory; expected a checkpoint directory (checkpoints/checkpoint-<step>)");
     } else if (!fs::exists(fs::path(dir) / "odyssey_state.json", ec)) {
       const std::string state = (fs::path(dir) / "trainer_state.json").string();
       std::string text, why;
       nlohmann::json j;
-      if (read_regular_file(state, std::uint64_t{64} << 20, &text, &why)) j = nlohmann::json::parse(text, nullptr, false);
+      if (read_regular_file(state, std::uint64_t{64} << 20, &text, &why))
+        j = nlohmann::json::parse(text, nullptr, false);
       if (const auto hf = hf_trainer_checkpoint_problem(j, dir)) {
         ck.error("resume_from_checkpoint", state + " " + *hf);
       } else if (!j.is_object()) {
-        ck.error("resume_from_checkpoint", "found " + text::quoted(c.resume_from_checkpoint) +
-                                               ": no odyssey_state.json (nor an older Odyssey trainer_state.json) in " + dir +
-                                               "; expected a checkpoint directory of Odyssey (checkpoints/checkpoint-<step>)");
+        ck.error("resume_from_checkpoint",
+                 "found " + text::quoted(c.resume_from_checkpoint) +
+                     ": no odyssey_state.json (nor an older Odyssey trainer_state.json) in " + dir +
+                     "; expected a checkpoint directory of Odyssey (checkpoints/checkpoint-<step>)");
       }
     }
   }
@@ -495,7 +516,8 @@ CheckedConfig check_config(LoadedConfig cfg, bool check_files) {
   for (const auto& adapter : c.adapters) {
     std::string dir;
     if (!path_exists(adapter, o.base_dir, &dir)) {
-      const std::string msg = "found " + text::quoted(adapter) + ": no such directory (" + where_relative(o.base_dir) + ")";
+      const std::string msg =
+          "found " + text::quoted(adapter) + ": no such directory (" + where_relative(o.base_dir) + ")";
       if (check_files) ck.error("adapters", msg);
       else ck.warning("adapters", msg);
       continue;
@@ -503,8 +525,9 @@ CheckedConfig check_config(LoadedConfig cfg, bool check_files) {
     const std::string cfg_file = (fs::path(dir) / "adapter_config.json").string();
     std::string text, why;
     if (!read_regular_file(cfg_file, std::uint64_t{1} << 20, &text, &why)) {
-      ck.error("adapters", cfg_file + " cannot be read (" + why + "); expected a PEFT adapter directory "
-                           "(adapter_config.json, adapter_model.safetensors)");
+      ck.error("adapters", cfg_file + " cannot be read (" + why +
+                               "); expected a PEFT adapter directory "
+                               "(adapter_config.json, adapter_model.safetensors)");
       continue;
     }
     const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
@@ -522,7 +545,8 @@ CheckedConfig check_config(LoadedConfig cfg, bool check_files) {
       ck.error("adapters", cfg_file + ": use_dora is true; DoRA adapters are not supported");
     std::vector<std::string> differ;
     if (const auto rank = num("r"); rank && *rank != static_cast<double>(c.lora_rank))
-      differ.push_back("lora_rank: " + n(static_cast<std::int64_t>(*rank)) + " (the preset has " + n(c.lora_rank) + ")");
+      differ.push_back("lora_rank: " + n(static_cast<std::int64_t>(*rank)) + " (the preset has " + n(c.lora_rank) +
+                       ")");
     if (const auto a = num("lora_alpha"); a && *a != c.lora_alpha)
       differ.push_back("lora_alpha: " + (std::ostringstream() << *a).str() + " (the preset has " +
                        (std::ostringstream() << c.lora_alpha).str() + ")");
@@ -532,8 +556,9 @@ CheckedConfig check_config(LoadedConfig cfg, bool check_files) {
       ck.error("adapters", cfg_file + " was trained with other LoRA settings; set " + text::join(differ, ", ") +
                                " to continue it (target_modules are checked against the model when the run starts)");
     if (std::error_code ec; !fs::is_regular_file(fs::path(dir) / "adapter_model.safetensors", ec))
-      ck.error("adapters", (fs::path(dir) / "adapter_model.safetensors").string() + ": no such file; expected the "
-                           "adapter's weights beside adapter_config.json");
+      ck.error("adapters", (fs::path(dir) / "adapter_model.safetensors").string() +
+                               ": no such file; expected the "
+                               "adapter's weights beside adapter_config.json");
   }
   for (const auto* list : {&c.dataset, &c.val_dataset}) {
     const std::string key = list == &c.dataset ? "dataset" : "val_dataset";
@@ -542,7 +567,8 @@ CheckedConfig check_config(LoadedConfig cfg, bool check_files) {
       if (!parse_dataset_spec(spec, &ds, nullptr)) continue;  // reported at load
       std::string resolved;
       if (!path_exists(ds.path, o.base_dir, &resolved)) {
-        const std::string msg = "found " + text::quoted(ds.path) + ": no such file (" + where_relative(o.base_dir) + ")";
+        const std::string msg =
+            "found " + text::quoted(ds.path) + ": no such file (" + where_relative(o.base_dir) + ")";
         if (check_files) ck.error(key, msg);
         else ck.warning(key, msg);
         continue;
@@ -574,8 +600,8 @@ std::optional<std::string> hf_trainer_checkpoint_problem(const nlohmann::json& s
   if (!state.is_object() || !state.contains("global_step") || state.contains("micro_batches")) return std::nullopt;
   return "is a Hugging Face Trainer checkpoint's state (no odyssey_state.json): Odyssey resumes only its own "
          "checkpoints, whose optimizer state, data position and random state it wrote; to train on from these "
-         "weights, set model: to a merged model directory (odyssey-train export " + dir +
-         " --merge --output DIR for an adapter)";
+         "weights, set model: to a merged model directory (odyssey-train export " +
+         dir + " --merge --output DIR for an adapter)";
 }
 
 TrainConfig resolve_paths(const LoadedConfig& lc, const ModelLocation& loc) {

@@ -16,15 +16,15 @@ namespace odyssey {
 struct CheckedConfig {
   LoadedConfig loaded;
   ModelLocation location;
-  std::optional<HfModelConfig> model;   // when the model (or its bundled shape) was found
+  std::optional<HfModelConfig> model;  // when the model (or its bundled shape) was found
   Diagnostics diagnostics;
   bool ok() const { return !has_errors(diagnostics); }
 };
 
 // The Ulysses rule on a model's heads: "" when the degree `ulysses` can split them (the query
 // heads divide by it; the KV heads divide by it, or it by them: split or replicated), else why
-// not (both reasons when both fail). validate_config reports it against the key that set the degree; the trainer refuses
-// the mesh with it (dist::heads_fit_ulysses).
+// not (both reasons when both fail). validate_config reports it against the key that set the degree; the trainer
+// refuses the mesh with it (dist::heads_fit_ulysses).
 std::string ulysses_heads_problem(std::int64_t q_heads, std::int64_t kv_heads, std::int64_t ulysses);
 
 // Checks that need only the config and the model's shape (never the disk beyond

@@ -162,8 +162,9 @@ bool check_turns(const std::vector<ChatMessage>& m, const std::string& list, con
     switch (want) {
       case Want::User:
         if (r != "user") {
-          e = {at, "expected a user turn here, " + found(r) + " (after an optional system turn, turns alternate user, "
-                   "assistant, starting with user; tool results follow the assistant turn that calls the tools)"};
+          e = {at, "expected a user turn here, " + found(r) +
+                       " (after an optional system turn, turns alternate user, "
+                       "assistant, starting with user; tool results follow the assistant turn that calls the tools)"};
           return false;
         }
         want = Want::Assistant;
@@ -185,7 +186,8 @@ bool check_turns(const std::vector<ChatMessage>& m, const std::string& list, con
         break;
       case Want::ToolResult:
         if (r != "tool") {
-          e = {at, "expected the result of the tool calls of " + list + idx(caller) + " (a tool turn) here, " + found(r)};
+          e = {at,
+               "expected the result of the tool calls of " + list + idx(caller) + " (a tool turn) here, " + found(r)};
           return false;
         }
         want = Want::ToolResultOrAssistant;
@@ -194,9 +196,9 @@ bool check_turns(const std::vector<ChatMessage>& m, const std::string& list, con
     }
   }
   if (m.back().role != "assistant") {
-    e = {list + idx(m.size() - 1) + role, m.back().role == "tool"
-                                              ? "the conversation ends with a tool result; it must end with the assistant's answer"
-                                              : "the conversation ends with a user turn; it must end with the assistant's answer"};
+    e = {list + idx(m.size() - 1) + role,
+         m.back().role == "tool" ? "the conversation ends with a tool result; it must end with the assistant's answer"
+                                 : "the conversation ends with a user turn; it must end with the assistant's answer"};
     return false;
   }
   return true;
@@ -207,7 +209,8 @@ bool check_turns(const std::vector<ChatMessage>& m, const std::string& list, con
 // wrapped into it.
 bool tool_call(const json& c, const std::string& at, json& out, RecordError& e) {
   if (!c.is_object()) {
-    e = {at, std::string("expected a tool call object {\"function\": {\"name\", \"arguments\"}}, found ") + c.type_name()};
+    e = {at,
+         std::string("expected a tool call object {\"function\": {\"name\", \"arguments\"}}, found ") + c.type_name()};
     return false;
   }
   const json* fn = &c;
@@ -225,7 +228,8 @@ bool tool_call(const json& c, const std::string& at, json& out, RecordError& e) 
     return false;
   }
   if (fn->contains("arguments") && !(*fn)["arguments"].is_object() && !(*fn)["arguments"].is_string()) {
-    e = {where + ".arguments", std::string("expected an object or a JSON string, found ") + (*fn)["arguments"].type_name()};
+    e = {where + ".arguments",
+         std::string("expected an object or a JSON string, found ") + (*fn)["arguments"].type_name()};
     return false;
   }
   if (fn == &c) {
@@ -509,8 +513,8 @@ class FileReader {
                              ", none a JSON object); expected one JSON object per line or a JSON array of objects"));
       } else if (!any_shaped_) {
         d.push_back(diag(Severity::Error, path_,
-                         "unknown dataset format: the records have " + first_keys_ + "; accepted formats: " +
-                             std::string(kAccepted)));
+                         "unknown dataset format: the records have " + first_keys_ +
+                             "; accepted formats: " + std::string(kAccepted)));
       } else {
         d.push_back(diag(Severity::Error, path_,
                          "no valid samples: all " + std::to_string(report.lines) + " records are malformed"));
@@ -522,8 +526,7 @@ class FileReader {
     if (report.malformed > 0 && share > o_.max_bad_sample_ratio) {
       d.push_back(diag(Severity::Error, path_,
                        std::to_string(report.malformed) + " of " + std::to_string(report.lines) + " records (" +
-                           percent(share) +
-                           "%) are malformed, more than max_bad_sample_ratio " +
+                           percent(share) + "%) are malformed, more than max_bad_sample_ratio " +
                            text::format_double(o_.max_bad_sample_ratio) + " allows; the first ones:"));
       listed(Severity::Error);
       return;
@@ -590,8 +593,10 @@ void read_lines(std::istream& in, FileReader& r, const std::string& path, Diagno
       continue;
     }
     if (const std::size_t depth = json_nesting_depth(line); depth > kMaxJsonDepth) {
-      r.bad(w, "", "nested " + std::to_string(depth) + " levels deep; at most " + std::to_string(kMaxJsonDepth) +
-                       " are accepted", 0);
+      r.bad(w, "",
+            "nested " + std::to_string(depth) + " levels deep; at most " + std::to_string(kMaxJsonDepth) +
+                " are accepted",
+            0);
       continue;
     }
     json j;
@@ -608,7 +613,9 @@ void read_lines(std::istream& in, FileReader& r, const std::string& path, Diagno
     }
     r.record(j, w);
   }
-  if (in.bad()) d.push_back(diag(Severity::Error, path, "read failed after line " + std::to_string(n) + ": " + std::strerror(errno)));
+  if (in.bad())
+    d.push_back(
+        diag(Severity::Error, path, "read failed after line " + std::to_string(n) + ": " + std::strerror(errno)));
 }
 
 bool read_array(std::istream& in, FileReader& r, const std::string& path, Diagnostics& d) {
@@ -693,7 +700,8 @@ Result<FileData> read_dataset_file(const std::string& path, const LoadOptions& o
   if (fs::is_directory(st)) return fail("is a directory; expected a .jsonl or .json file");
   if (!fs::is_regular_file(st)) return fail(regular_file_problem(path) + "; expected a .jsonl or .json file");
   std::string ext = fs::path(path).extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   if (ext != ".jsonl" && ext != ".json")
     return fail("unsupported file type " + text::quoted(ext.empty() ? std::string("(none)") : ext) +
                 "; Odyssey reads .jsonl (one JSON object per line) and .json (a JSON array of objects)");
@@ -796,7 +804,8 @@ Result<std::int64_t> count_dataset_records(const std::string& path) {
     }
     r.value = lines + (blank ? 0 : 1);
   }
-  if (in.bad()) r.diagnostics.push_back(diag(Severity::Error, path, std::string("read failed: ") + std::strerror(errno)));
+  if (in.bad())
+    r.diagnostics.push_back(diag(Severity::Error, path, std::string("read failed: ") + std::strerror(errno)));
   return r;
 }
 
@@ -835,11 +844,12 @@ Result<LoadedDatasets> load_datasets(const std::vector<std::string>& specs, cons
     const auto picked = sample_indices(samples.size(), ds.samples, mix_seed(options.seed, k));
     if (ds.samples > static_cast<std::int64_t>(samples.size())) {
       const auto n = static_cast<std::int64_t>(samples.size());
-      r.diagnostics.push_back(diag(
-          Severity::Warning, path,
-          "#" + std::to_string(ds.samples) + " asks for more samples than the file's " + std::to_string(n) +
-              ": each sample is used " + std::to_string(ds.samples / n) + " time(s)" +
-              (ds.samples % n ? " and " + std::to_string(ds.samples % n) + " more are drawn at random" : std::string())));
+      r.diagnostics.push_back(
+          diag(Severity::Warning, path,
+               "#" + std::to_string(ds.samples) + " asks for more samples than the file's " + std::to_string(n) +
+                   ": each sample is used " + std::to_string(ds.samples / n) + " time(s)" +
+                   (ds.samples % n ? " and " + std::to_string(ds.samples % n) + " more are drawn at random"
+                                   : std::string())));
       for (std::size_t i : picked) r.value.samples.push_back(samples[i]);
     } else {
       for (std::size_t i : picked) r.value.samples.push_back(std::move(samples[i]));
@@ -865,7 +875,8 @@ std::uint64_t splitmix64(std::uint64_t& state) {
 
 // Uniform in [0, bound) without modulo bias (rejection of the incomplete last block).
 std::uint64_t bounded(std::uint64_t& state, std::uint64_t bound) {
-  const std::uint64_t limit = std::numeric_limits<std::uint64_t>::max() - std::numeric_limits<std::uint64_t>::max() % bound;
+  const std::uint64_t limit =
+      std::numeric_limits<std::uint64_t>::max() - std::numeric_limits<std::uint64_t>::max() % bound;
   std::uint64_t x;
   do x = splitmix64(state);
   while (x >= limit);
@@ -911,13 +922,15 @@ Result<std::vector<bool>> validation_mask(std::size_t n, double ratio, std::uint
   Result<std::vector<bool>> r;
   r.value.assign(n, false);
   if (!(ratio > 0.0)) {
-    if (std::isnan(ratio)) r.diagnostics.push_back(diag(Severity::Error, "", "must be a number in [0, 1)", "split_dataset_ratio"));
+    if (std::isnan(ratio))
+      r.diagnostics.push_back(diag(Severity::Error, "", "must be a number in [0, 1)", "split_dataset_ratio"));
     return r;
   }
   if (ratio >= 1.0) {
-    r.diagnostics.push_back(diag(Severity::Error, "", "found " + text::format_double(ratio) +
-                                                          "; expected a share below 1 (some data must remain for training)",
-                                 "split_dataset_ratio"));
+    r.diagnostics.push_back(
+        diag(Severity::Error, "",
+             "found " + text::format_double(ratio) + "; expected a share below 1 (some data must remain for training)",
+             "split_dataset_ratio"));
     return r;
   }
   if (n < 2) {

@@ -29,30 +29,30 @@ std::string_view format_name(DatasetFormat f);  // alpaca, sharegpt, messages
 // tool), then the assistant again. An answer without tool calls is not blank.
 struct Sample {
   std::vector<ChatMessage> messages;
-  std::string origin;  // "path:line" (JSON Lines) or "path:[index]" (JSON array, 0-based)
+  std::string origin;      // "path:line" (JSON Lines) or "path:[index]" (JSON array, 0-based)
   std::string tools = {};  // the JSON array of tool schemas offered ("" = none)
 };
 bool same_sample(const Sample& a, const Sample& b);  // every message field, tools and origin
 
 // What one dataset argument gave.
 struct FileReport {
-  std::string spec;              // as given: "data/train.jsonl#500"
-  std::string path;              // the file read (relative paths resolved against base_dir)
-  std::string format;            // alpaca | sharegpt | messages; "" when none was detected
-  std::int64_t lines = 0;        // records read: non-blank lines, or elements of the array
-  std::int64_t samples = 0;      // valid records
-  std::int64_t malformed = 0;    // records skipped (reported with file:line)
-  std::int64_t requested = -1;   // the N of path#N; -1 = every sample
-  std::int64_t selected = 0;     // samples this argument contributes
+  std::string spec;             // as given: "data/train.jsonl#500"
+  std::string path;             // the file read (relative paths resolved against base_dir)
+  std::string format;           // alpaca | sharegpt | messages; "" when none was detected
+  std::int64_t lines = 0;       // records read: non-blank lines, or elements of the array
+  std::int64_t samples = 0;     // valid records
+  std::int64_t malformed = 0;   // records skipped (reported with file:line)
+  std::int64_t requested = -1;  // the N of path#N; -1 = every sample
+  std::int64_t selected = 0;    // samples this argument contributes
 };
 // "path: messages, 1000 lines, 998 samples, 2 malformed, 500 selected (#500)"
 std::string summary(const FileReport& r);
 
 struct LoadOptions {
-  std::string base_dir;               // relative paths are resolved against it ("" = working directory)
-  double max_bad_sample_ratio = 0.01; // a file with a larger share of malformed records fails
-  std::uint64_t seed = 42;            // #N sampling
-  std::size_t max_listed = 10;        // malformed records listed (as diagnostics) per file
+  std::string base_dir;                // relative paths are resolved against it ("" = working directory)
+  double max_bad_sample_ratio = 0.01;  // a file with a larger share of malformed records fails
+  std::uint64_t seed = 42;             // #N sampling
+  std::size_t max_listed = 10;         // malformed records listed (as diagnostics) per file
 };
 
 struct FileData {
@@ -79,8 +79,8 @@ Result<std::int64_t> count_dataset_records(const std::string& path);
 Result<Sample> parse_conversation(std::string_view json_text, const std::string& file);
 
 struct LoadedDatasets {
-  std::vector<Sample> samples;     // concatenated in the order of the arguments
-  std::vector<FileReport> files;   // one per argument
+  std::vector<Sample> samples;    // concatenated in the order of the arguments
+  std::vector<FileReport> files;  // one per argument
 };
 
 // Each spec is "path" or "path#N". Every file is read (so every problem is reported at once);
@@ -117,7 +117,8 @@ Result<Split<T>> split_validation(std::vector<T> items, double ratio, std::uint6
   auto mask = validation_mask(items.size(), ratio, seed);
   r.diagnostics = std::move(mask.diagnostics);
   if (!r.ok()) return r;
-  for (std::size_t i = 0; i < items.size(); ++i) (mask.value[i] ? r.value.val : r.value.train).push_back(std::move(items[i]));
+  for (std::size_t i = 0; i < items.size(); ++i)
+    (mask.value[i] ? r.value.val : r.value.train).push_back(std::move(items[i]));
   return r;
 }
 

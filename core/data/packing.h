@@ -26,8 +26,8 @@ struct PackingReport {
   std::int64_t tokens = 0;
   double efficiency = 0.0;  // tokens / (bins * max_length); 0 without bins
 };
-PackingReport packing_report(std::span<const std::int32_t> lengths,
-                             const std::vector<std::vector<std::size_t>>& bins, std::int64_t max_length);
+PackingReport packing_report(std::span<const std::int32_t> lengths, const std::vector<std::vector<std::size_t>>& bins,
+                             std::int64_t max_length);
 
 // One padding-free row.
 struct Row {

@@ -170,7 +170,9 @@ void to_le(std::vector<std::int32_t>& v) {
 }
 
 json diag_json(const Diagnostic& d) {
-  return {{"severity", d.severity == Severity::Error ? "error" : d.severity == Severity::Warning ? "warning" : "note"},
+  return {{"severity", d.severity == Severity::Error     ? "error"
+                       : d.severity == Severity::Warning ? "warning"
+                                                         : "note"},
           {"file", d.file},
           {"line", d.line},
           {"column", d.column},
@@ -488,7 +490,8 @@ Result<PreparedDataset> load_tokenized(const std::vector<std::string>& specs, co
         return r;
       }
     } else if (!tokenizer.file().empty() && !fs::is_regular_file(tokenizer.file())) {
-      r.diagnostics.push_back(diag(Severity::Note, tokenizer.file(), "not a file on disk; tokenized data is not cached"));
+      r.diagnostics.push_back(
+          diag(Severity::Note, tokenizer.file(), "not a file on disk; tokenized data is not cached"));
     }
   }
   auto loaded = load_datasets(specs, load);

@@ -37,10 +37,10 @@ struct TokenCacheKeyInputs {
   std::string base_dir;            // relative paths are resolved against it
   std::uint64_t seed = 42;
   double max_bad_sample_ratio = 0.01;
-  std::string tokenizer_file;      // tokenizer.json (hashed by content)
-  std::string bos_token;           // Llama templates write it
-  std::string template_name;       // the resolved template (qwen2_5, qwen3, llama3, llama3_1)
-  TokenizeOptions tokenize;        // system, max_length, truncation, train_on_all, chat.date_string
+  std::string tokenizer_file;  // tokenizer.json (hashed by content)
+  std::string bos_token;       // Llama templates write it
+  std::string template_name;   // the resolved template (qwen2_5, qwen3, llama3, llama3_1)
+  TokenizeOptions tokenize;    // system, max_length, truncation, train_on_all, chat.date_string
 };
 // 64 hex digits. Errors: a spec that does not parse, a dataset or tokenizer file that cannot
 // be read (the caller then loads without the cache; the loader reports the file properly).

@@ -178,8 +178,9 @@ Result<TokenizedDataset> tokenize_samples(const std::vector<Sample>& samples, co
   rep.truncation = std::string(truncation_name(options.truncation));
   rep.samples_in = static_cast<std::int64_t>(samples.size());
   if (options.max_length < 1 || options.max_length > std::numeric_limits<std::int32_t>::max()) {
-    r.diagnostics.push_back(diag(Severity::Error, "", "found " + std::to_string(options.max_length) +
-                                                          "; expected a positive token count", "max_length"));
+    r.diagnostics.push_back(diag(Severity::Error, "",
+                                 "found " + std::to_string(options.max_length) + "; expected a positive token count",
+                                 "max_length"));
     return r;
   }
   if (!tokenizer.valid()) {
@@ -226,8 +227,8 @@ Result<TokenizedDataset> tokenize_samples(const std::vector<Sample>& samples, co
   if (cancelled.load()) {
     r.diagnostics.push_back(diag(Severity::Error, "",
                                  "tokenization was cancelled (a stop was requested) after " +
-                                     std::to_string(std::min(samples.size(), std::min(next.load(), blocks) * kBlock)) + " of " +
-                                     std::to_string(samples.size()) + " samples"));
+                                     std::to_string(std::min(samples.size(), std::min(next.load(), blocks) * kBlock)) +
+                                     " of " + std::to_string(samples.size()) + " samples"));
     return r;
   }
   // Merge in input order: every count and choice below is independent of the thread count.
@@ -253,26 +254,27 @@ Result<TokenizedDataset> tokenize_samples(const std::vector<Sample>& samples, co
     }
     ++rep.kept;
     rep.total_tokens += static_cast<std::int64_t>(s.sample.ids.size());
-    rep.label_tokens += std::count_if(s.sample.labels.begin(), s.sample.labels.end(),
-                                      [](std::int32_t l) { return l != kIgnoreIndex; });
+    rep.label_tokens +=
+        std::count_if(s.sample.labels.begin(), s.sample.labels.end(), [](std::int32_t l) { return l != kIgnoreIndex; });
     rep.lengths.push_back(static_cast<std::int32_t>(s.sample.ids.size()));
     r.value.samples.push_back(std::move(s.sample));
   }
   if (failed > 10)
-    r.diagnostics.push_back(diag(Severity::Note, "", "... and " + std::to_string(failed - 10) + " more samples failed"));
+    r.diagnostics.push_back(
+        diag(Severity::Note, "", "... and " + std::to_string(failed - 10) + " more samples failed"));
   if (first_too_long) {
     const std::string what = first_too_long->sample.origin + " has " + std::to_string(first_too_long->length) +
                              " tokens, more than max_length " + std::to_string(options.max_length);
     if (options.truncation == Truncation::Raise) {
-      r.diagnostics.push_back(diag(Severity::Error, "",
-                                   what + " (truncation_strategy raise; " + std::to_string(rep.dropped_too_long) +
-                                       " sample(s) are too long)",
-                                   "truncation_strategy"));
+      r.diagnostics.push_back(diag(
+          Severity::Error, "",
+          what + " (truncation_strategy raise; " + std::to_string(rep.dropped_too_long) + " sample(s) are too long)",
+          "truncation_strategy"));
     } else {
       r.diagnostics.push_back(diag(Severity::Warning, "",
                                    "dropped " + count(rep.dropped_too_long, "sample") + " longer than max_length " +
-                                       std::to_string(options.max_length) + " (truncation_strategy delete); the first: " +
-                                       what,
+                                       std::to_string(options.max_length) +
+                                       " (truncation_strategy delete); the first: " + what,
                                    "max_length"));
     }
   }
@@ -317,10 +319,10 @@ Result<ChatTemplate> template_for(const std::string& template_name, const Tokeni
     else if (template_name == "llama3") kind = ChatTemplateKind::Llama3;
     else if (template_name == "llama3_1") kind = ChatTemplateKind::Llama3_1;
     if (!kind) {
-      r.diagnostics.push_back(diag(Severity::Error, "",
-                                   "found " + text::quoted(template_name) +
-                                       "; expected auto, chatml, qwen2_5, qwen3, llama3 or llama3_1",
-                                   "template"));
+      r.diagnostics.push_back(
+          diag(Severity::Error, "",
+               "found " + text::quoted(template_name) + "; expected auto, chatml, qwen2_5, qwen3, llama3 or llama3_1",
+               "template"));
       return r;
     }
     r.value = ChatTemplate(*kind, bos);
@@ -328,9 +330,8 @@ Result<ChatTemplate> template_for(const std::string& template_name, const Tokeni
       const auto own = recognize_chat_template(tokenizer.chat_template_source());
       if (own && *own != *kind)
         r.diagnostics.push_back(diag(Severity::Warning, tokenizer.chat_template_file(),
-                                     "the model's own chat template is " +
-                                         std::string(ChatTemplate(*own).name()) + "; training with " +
-                                         std::string(r.value.name()) + " as configured",
+                                     "the model's own chat template is " + std::string(ChatTemplate(*own).name()) +
+                                         "; training with " + std::string(r.value.name()) + " as configured",
                                      "template"));
     }
   }

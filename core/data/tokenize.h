@@ -35,15 +35,15 @@ std::string_view truncation_name(Truncation t);
 struct TokenizeOptions {
   std::int64_t max_length = 2048;
   Truncation truncation = Truncation::Delete;
-  std::string system;           // used for samples without a system turn ("" = the template's default)
-  bool train_on_all = false;    // labels = ids everywhere (not only the assistant spans)
+  std::string system;         // used for samples without a system turn ("" = the template's default)
+  bool train_on_all = false;  // labels = ids everywhere (not only the assistant spans)
   // ms-swift's default for thinking templates (its ignore_empty_think loss scale): an
   // assistant reply that opens with an empty think block (<think>, whitespace, </think>,
   // whitespace) is not trained on those tokens, so a model is not taught to skip thinking.
   // Applies where the tokenizer has both <think> and </think> tokens.
   bool ignore_empty_think = true;
-  ChatOptions chat;             // the template's options (Llama-3.1's date_string)
-  int threads = 0;              // 0 = up to 8, at most one per hardware thread
+  ChatOptions chat;  // the template's options (Llama-3.1's date_string)
+  int threads = 0;   // 0 = up to 8, at most one per hardware thread
   // Asked between blocks of 32 samples: true stops tokenizing, and tokenize_samples returns
   // an error saying it was cancelled (the trainer passes its stop request, so SIGTERM during
   // tokenization ends a run within a block's time, not after the whole dataset).

@@ -208,8 +208,8 @@ class Watchdog {
 
 class StoreGroup final : public Group {
  public:
-  StoreGroup(const std::string& name, const std::string& prefix, const c10::intrusive_ptr<c10d::Store>& store,
-             int rank, int size, std::chrono::milliseconds timeout)
+  StoreGroup(const std::string& name, const std::string& prefix, const c10::intrusive_ptr<c10d::Store>& store, int rank,
+             int size, std::chrono::milliseconds timeout)
       : Group(name, rank, size),
         store_(c10::make_intrusive<c10d::PrefixStore>(prefix, store)),
         prefix_(prefix),
@@ -221,7 +221,8 @@ class StoreGroup final : public Group {
  protected:
   void do_all_reduce(torch::Tensor& t) override {
     const torch::Tensor src = t.detach().to(torch::kCPU).contiguous();
-    const std::vector<torch::Tensor> got = exchange(std::vector<torch::Tensor>(static_cast<std::size_t>(size()), src), "all_reduce");
+    const std::vector<torch::Tensor> got =
+        exchange(std::vector<torch::Tensor>(static_cast<std::size_t>(size()), src), "all_reduce");
     torch::Tensor sum = got[0].clone();
     for (int j = 1; j < size(); ++j) sum.add_(got[static_cast<std::size_t>(j)]);
     t.copy_(sum);
@@ -358,8 +359,8 @@ class StoreGroup final : public Group {
   std::string prefix_;
   std::string run_id_;
   std::chrono::milliseconds timeout_;
-  std::uint64_t seq_ = 0;                          // the group's collectives: part of each key
-  std::vector<std::uint64_t> sent_, received_;     // messages per peer, each way: in each header
+  std::uint64_t seq_ = 0;                       // the group's collectives: part of each key
+  std::vector<std::uint64_t> sent_, received_;  // messages per peer, each way: in each header
   torch::Tensor local_;
 };
 

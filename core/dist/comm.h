@@ -31,7 +31,6 @@
 #include <string>
 #include <vector>
 
-
 namespace odyssey::dist {
 
 enum class Op { AllReduce = 0, AllToAll, AllGather, ReduceScatter, SendRecv, Barrier };
@@ -45,8 +44,8 @@ double bus_factor(Op op, int n);
 struct OpStats {
   std::int64_t calls = 0;
   std::int64_t bytes = 0;
-  double seconds = 0;          // the collectives' own time (bandwidth = bytes / seconds)
-  double exposed_seconds = 0;  // of it, what compute waited for (all of it unless overlapped)
+  double seconds = 0;                // the collectives' own time (bandwidth = bytes / seconds)
+  double exposed_seconds = 0;        // of it, what compute waited for (all of it unless overlapped)
   std::vector<double> call_seconds;  // each blocking call's time, in call order (overlapped ones are not here)
 };
 

@@ -22,12 +22,12 @@ namespace {
 
 class NcclGroup final : public Group {
  public:
-  NcclGroup(const std::string& name, const std::string& prefix, const c10::intrusive_ptr<c10d::Store>& store,
-            int rank, int size, const torch::Device& device)
+  NcclGroup(const std::string& name, const std::string& prefix, const c10::intrusive_ptr<c10d::Store>& store, int rank,
+            int size, const torch::Device& device)
       : Group(name, rank, size), device_(device) {
     auto opts = c10d::ProcessGroupNCCL::Options::create();
-    pg_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(c10::make_intrusive<c10d::PrefixStore>(prefix, store), rank,
-                                                      size, opts);
+    pg_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(c10::make_intrusive<c10d::PrefixStore>(prefix, store), rank, size,
+                                                      opts);
     // Binding the device lets NCCL create the communicator eagerly and on the right GPU.
     pg_->setBoundDeviceId(device_);
   }
@@ -35,8 +35,7 @@ class NcclGroup final : public Group {
   ~NcclGroup() override {
     try {
       pg_->shutdown();
-    } catch (...) {
-    }
+    } catch (...) {}
   }
 
  protected:
@@ -197,8 +196,9 @@ bool nccl_available() { return false; }
 
 std::shared_ptr<Group> make_nccl_group(const std::string&, const std::string&, const c10::intrusive_ptr<c10d::Store>&,
                                        int, int, const torch::Device&) {
-  throw std::runtime_error("this build of odyssey-train has no NCCL (LibTorch without c10d NCCL): "
-                           "multi-GPU runs need the CUDA build of LibTorch");
+  throw std::runtime_error(
+      "this build of odyssey-train has no NCCL (LibTorch without c10d NCCL): "
+      "multi-GPU runs need the CUDA build of LibTorch");
 }
 
 #endif

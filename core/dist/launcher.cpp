@@ -249,9 +249,11 @@ class Supervisor {
     std::cout << "launcher: " << o_.nproc << " rank(s) on this node, world " << world << ", store " << master << ":"
               << port << (cvd.empty() ? std::string() : ", CUDA_VISIBLE_DEVICES=" + join(cvd)) << '\n';
     if (o_.nnodes > 1)
-      std::cout << "launcher: the rendezvous store " << (o_.node_rank == 0 ? "listens on the network at " : "is reached over the network at ")
-                << master << ":" << port << "; every request to it is authenticated with " << kStoreSecretVariable
-                << ", which each node's launcher hands to its ranks from the job's environment (the same value on every node)\n";
+      std::cout << "launcher: the rendezvous store "
+                << (o_.node_rank == 0 ? "listens on the network at " : "is reached over the network at ") << master
+                << ":" << port << "; every request to it is authenticated with " << kStoreSecretVariable
+                << ", which each node's launcher hands to its ranks from the job's environment (the same value on "
+                   "every node)\n";
     std::cout << std::flush;
     return supervise();
   }
@@ -299,7 +301,10 @@ class Supervisor {
     for (long id : ids) {
       if (id < 0 || id >= static_cast<long>(visible.size())) {
         *error = "gpu_ids: GPU " + std::to_string(id) + " does not exist; " + std::to_string(visible.size()) +
-                 " GPU(s) are visible" + (std::getenv("CUDA_VISIBLE_DEVICES") ? " (CUDA_VISIBLE_DEVICES=" + std::string(std::getenv("CUDA_VISIBLE_DEVICES")) + ")" : std::string());
+                 " GPU(s) are visible" +
+                 (std::getenv("CUDA_VISIBLE_DEVICES")
+                      ? " (CUDA_VISIBLE_DEVICES=" + std::string(std::getenv("CUDA_VISIBLE_DEVICES")) + ")"
+                      : std::string());
         return false;
       }
       out->push_back(visible[static_cast<std::size_t>(id)]);
@@ -451,15 +456,18 @@ class Supervisor {
       if (sigs >= 1 && forwarded == 0) {
         forwarded = 1;
         stop_at = Clock::now();
-        std::cout << "launcher: stop requested; the ranks finish their step and rank 0 saves a checkpoint\n" << std::flush;
+        std::cout << "launcher: stop requested; the ranks finish their step and rank 0 saves a checkpoint\n"
+                  << std::flush;
         for (auto& r : ranks_)
           if (r.running) ::kill(r.pid, SIGTERM);
       }
-      const bool timed_out = forwarded && std::chrono::duration<double>(Clock::now() - stop_at).count() > o_.stop_timeout_s;
+      const bool timed_out =
+          forwarded && std::chrono::duration<double>(Clock::now() - stop_at).count() > o_.stop_timeout_s;
       if (sigs >= 2 || timed_out) {
         const std::string why = sigs >= 2 ? "killed on a second stop request"
                                           : "killed: the ranks did not stop within " +
-                                                std::to_string(static_cast<int>(o_.stop_timeout_s)) + " s of the stop request";
+                                                std::to_string(static_cast<int>(o_.stop_timeout_s)) +
+                                                " s of the stop request";
         std::cerr << "odyssey-train: " << why << '\n';
         kill_all(SIGKILL);
         reap_all(10);
@@ -518,9 +526,9 @@ class Supervisor {
     // Read again: the log may have grown while the others were stopped.
     const std::vector<std::string> lines = failure_lines_of(*root);
     const std::string own = own_reason(run::read_last_lines(dir_.rank_log(root->global), 200));
-    const std::string why = "rank " + std::to_string(root->global) + " exited abnormally (" + describe_status(root->status) +
-                            ")" + (own.empty() ? std::string() : ": " + run::cut_line(own, 400)) +
-                            "; every other rank was stopped";
+    const std::string why =
+        "rank " + std::to_string(root->global) + " exited abnormally (" + describe_status(root->status) + ")" +
+        (own.empty() ? std::string() : ": " + run::cut_line(own, 400)) + "; every other rank was stopped";
     std::cerr << "odyssey-train: " << why << " (in " << static_cast<int>(took * 1000) << " ms); its last lines:\n";
     for (const auto& l : lines) std::cerr << "  [rank " << root->global << "] " << l << '\n';
     const int code = exit_code_of(root->status);

@@ -30,12 +30,12 @@ struct LaunchOptions {
   int nnodes = 1;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;                 // 0 = a free port (single node only)
-  std::vector<long> gpu_ids;           // ordinals as the launcher sees them; empty = CPU or all
+  int master_port = 0;        // 0 = a free port (single node only)
+  std::vector<long> gpu_ids;  // ordinals as the launcher sees them; empty = CPU or all
   bool use_gpus = false;
-  std::filesystem::path run_dir;       // status.json, events.jsonl, logs/ live here
-  double stop_timeout_s = 300;         // after the first SIGTERM
-  double rank_exit_grace_s = 10;       // after a rank fails: the others are killed within this
+  std::filesystem::path run_dir;  // status.json, events.jsonl, logs/ live here
+  double stop_timeout_s = 300;    // after the first SIGTERM
+  double rank_exit_grace_s = 10;  // after a rank fails: the others are killed within this
 };
 
 // Runs the ranks to the end; returns the launcher's exit code (0 when every rank exited 0).

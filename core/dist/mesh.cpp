@@ -49,9 +49,11 @@ DistEnv read_dist_env(std::string* error) {
   e.store_hosted = truthy(std::getenv("TORCHELASTIC_USE_AGENT_STORE"));
   if (error && error->empty()) {
     if (e.world < 1) *error = "WORLD_SIZE must be at least 1";
-    else if (e.rank >= e.world) *error = "RANK " + std::to_string(e.rank) + " is not below WORLD_SIZE " + std::to_string(e.world);
+    else if (e.rank >= e.world)
+      *error = "RANK " + std::to_string(e.rank) + " is not below WORLD_SIZE " + std::to_string(e.world);
     else if (e.local_rank >= e.local_world)
-      *error = "LOCAL_RANK " + std::to_string(e.local_rank) + " is not below LOCAL_WORLD_SIZE " + std::to_string(e.local_world);
+      *error = "LOCAL_RANK " + std::to_string(e.local_rank) + " is not below LOCAL_WORLD_SIZE " +
+               std::to_string(e.local_world);
     else if (e.master_port < 1 || e.master_port > 65535)
       *error = "MASTER_PORT " + std::to_string(e.master_port) + " is not a TCP port";
   }
@@ -114,26 +116,25 @@ Mesh build_mesh(const DistEnv& env, const ParallelLayout& layout, Transport tran
   const std::string r = std::to_string(m.ring_rank), u = std::to_string(m.ulysses_rank);
   m.world_group = make_group(transport, "world", "odyssey/world", store, m.rank, m.world, device, timeout);
   m.dp_group = make_group(transport, "dp", "odyssey/dp/sp" + s, store, m.dp_rank, m.dp, device, timeout);
-  m.ulysses_group =
-      make_group(transport, "ulysses", "odyssey/ulysses/dp" + d + "/ring" + r, store, m.ulysses_rank, m.ulysses, device, timeout);
-  m.ring_group = make_group(transport, "ring", "odyssey/ring/dp" + d + "/u" + u, store, m.ring_rank, m.ring, device, timeout);
+  m.ulysses_group = make_group(transport, "ulysses", "odyssey/ulysses/dp" + d + "/ring" + r, store, m.ulysses_rank,
+                               m.ulysses, device, timeout);
+  m.ring_group =
+      make_group(transport, "ring", "odyssey/ring/dp" + d + "/u" + u, store, m.ring_rank, m.ring, device, timeout);
   // Groups that would repeat one already made are that one (an NCCL communicator each costs
   // memory on every GPU).
   m.sp_group = m.ring == 1 ? m.ulysses_group
-               : m.ulysses == 1 ? m.ring_group
-                                : make_group(transport, "sp", "odyssey/sp/dp" + d, store, m.sp_rank, m.sp, device, timeout);
+               : m.ulysses == 1
+                   ? m.ring_group
+                   : make_group(transport, "sp", "odyssey/sp/dp" + d, store, m.sp_rank, m.sp, device, timeout);
   m.ep_rank = m.sp_rank % m.ep;
   const int block = m.sp_rank / m.ep;  // which block of the sp group
-  if (m.ep == m.sp)
-    m.ep_group = m.sp_group;
-  else if (m.ep == m.ulysses && m.ring > 1)
-    m.ep_group = m.ulysses_group;  // consecutive sp ranks of one ring rank
+  if (m.ep == m.sp) m.ep_group = m.sp_group;
+  else if (m.ep == m.ulysses && m.ring > 1) m.ep_group = m.ulysses_group;  // consecutive sp ranks of one ring rank
   else
-    m.ep_group = make_group(transport, "ep", "odyssey/ep/dp" + d + "/b" + std::to_string(block), store, m.ep_rank,
-                            m.ep, device, timeout);
+    m.ep_group = make_group(transport, "ep", "odyssey/ep/dp" + d + "/b" + std::to_string(block), store, m.ep_rank, m.ep,
+                            device, timeout);
   const int replicas = m.world / m.ep;
-  if (m.ep == 1)
-    m.expert_dp_group = m.world_group;
+  if (m.ep == 1) m.expert_dp_group = m.world_group;
   else
     m.expert_dp_group = make_group(transport, "expert_dp", "odyssey/expert_dp/e" + std::to_string(m.ep_rank), store,
                                    m.rank / m.ep, replicas, device, timeout);
@@ -175,7 +176,8 @@ std::vector<run::CollectiveStat> Mesh::take_stats(double* total_seconds, std::ve
       c.bytes = o.bytes;
       c.time_s = o.seconds;
       c.bus_bandwidth_gb_per_s =
-          o.seconds > 0 ? static_cast<double>(o.bytes) / o.seconds * bus_factor(static_cast<Op>(i), g->size()) / 1e9 : 0;
+          o.seconds > 0 ? static_cast<double>(o.bytes) / o.seconds * bus_factor(static_cast<Op>(i), g->size()) / 1e9
+                        : 0;
       total += o.exposed_seconds;  // overlapped send/recv counts only what compute waited for
       out.push_back(std::move(c));
     }

@@ -18,7 +18,6 @@
 #include "dist/comm.h"
 #include "run/event_schema.h"
 
-
 namespace odyssey::dist {
 
 // torchrun's variables: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,

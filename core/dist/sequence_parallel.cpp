@@ -80,9 +80,7 @@ std::int64_t address(const T* p) {
   return static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(p));
 }
 
-Group* group_of(const AutogradContext* ctx) {
-  return reinterpret_cast<Group*>(ctx->saved_data.at("group").toInt());
-}
+Group* group_of(const AutogradContext* ctx) { return reinterpret_cast<Group*>(ctx->saved_data.at("group").toInt()); }
 
 struct AllToAllFn : public torch::autograd::Function<AllToAllFn> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, std::int64_t group) {
@@ -171,9 +169,10 @@ struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
     return out.transpose(0, 1).to(q.scalar_type());
   }
 
-  static std::pair<torch::Tensor, torch::Tensor> run(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                                     const torch::Tensor& sample_ids, const torch::Tensor& positions,
-                                                     double scale, std::int64_t window, double softcap, Group* ring) {
+  static std::pair<torch::Tensor, torch::Tensor> run(const torch::Tensor& q, const torch::Tensor& k,
+                                                     const torch::Tensor& v, const torch::Tensor& sample_ids,
+                                                     const torch::Tensor& positions, double scale, std::int64_t window,
+                                                     double softcap, Group* ring) {
     const int R = ring->size(), r = ring->rank();
     const std::int64_t hk = k.size(1), groups = q.size(1) / hk;
     const torch::Tensor qh = q.to(torch::kFloat32).transpose(0, 1);  // [H, n, D]
@@ -217,7 +216,7 @@ struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
     const std::int64_t hk = k.size(1), groups = q.size(1) / hk;
     const torch::Tensor qh = q.to(torch::kFloat32).transpose(0, 1);
     const torch::Tensor dout = grads[0].to(torch::kFloat32).transpose(0, 1);  // [H, n, D]
-    const torch::Tensor delta = (dout * out).sum(-1, true);                  // [H, n, 1]
+    const torch::Tensor delta = (dout * out).sum(-1, true);                   // [H, n, 1]
     torch::Tensor dq = torch::zeros_like(qh);
     torch::Tensor kv = torch::cat({k, v}, 1).contiguous();
     torch::Tensor dkv = torch::zeros(kv.sizes(), kv.options().dtype(torch::kFloat32));
@@ -234,7 +233,7 @@ struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
         const torch::Tensor p = torch::exp(scores - lse.unsqueeze(-1));  // the final softmax, this block's columns
         const torch::Tensor dv = torch::matmul(p.transpose(1, 2), dout);
         const torch::Tensor dp = torch::matmul(dout, vb.transpose(1, 2));
-        torch::Tensor ds = p * (dp - delta);  // d loss / d (capped) score
+        torch::Tensor ds = p * (dp - delta);                         // d loss / d (capped) score
         if (softcap > 0) ds = ds * (1 - capped_tanh * capped_tanh);  // d(cap tanh(s / cap)) / ds
         dq = dq + torch::matmul(ds, kb) * scale;
         const torch::Tensor dk = torch::matmul(ds.transpose(1, 2), qh) * scale;
@@ -247,8 +246,14 @@ struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
     return {dq.transpose(0, 1).to(q.scalar_type()),
             dkv.narrow(1, 0, hk).to(k.scalar_type()),
             dkv.narrow(1, hk, hk).to(v.scalar_type()),
-            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
-            torch::Tensor(), torch::Tensor()};
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor()};
   }
 };
 
@@ -262,9 +267,11 @@ struct ZigzagRows {
   struct Rows {
     torch::Tensor index;  // int64 row indices; undefined = rows [offset, offset + count)
     std::int64_t offset = 0, count = 0;
-    torch::Tensor cu;     // int32 [samples + 1]
+    torch::Tensor cu;  // int32 [samples + 1]
     std::int64_t max = 0;
-    torch::Tensor take(const torch::Tensor& x) const { return index.defined() ? x.index_select(0, index) : x.narrow(0, offset, count); }
+    torch::Tensor take(const torch::Tensor& x) const {
+      return index.defined() ? x.index_select(0, index) : x.narrow(0, offset, count);
+    }
     // x[rows] += y (rows of x along dim `dim`)
     void add(torch::Tensor& x, const torch::Tensor& y, int dim = 0) const {
       if (index.defined()) x.index_add_(dim, index, y.to(x.scalar_type()));
@@ -331,7 +338,8 @@ struct RingFlashFn : public torch::autograd::Function<RingFlashFn> {
       done.kernel_tensors = std::move(st->kernel_tensors);
       done.kernel_ints = std::move(st->kernel_ints);
     } else {
-      done = run(q, k, v, scale, reinterpret_cast<Group*>(group), *reinterpret_cast<const ZigzagRows*>(rows_ptr), cudnn);
+      done =
+          run(q, k, v, scale, reinterpret_cast<Group*>(group), *reinterpret_cast<const ZigzagRows*>(rows_ptr), cudnn);
       if (st) *st = done;
     }
     std::vector<torch::Tensor> keep{q, k, v, done.out, done.lse};
@@ -352,7 +360,8 @@ struct RingFlashFn : public torch::autograd::Function<RingFlashFn> {
     const std::int64_t hk = k.size(1);
     // cuDNN's SDPA when the shard is one sample (1.7x flash on an H200, docs/benchmarks.md);
     // its blocks are then plain rectangles.
-    model::LseAttention kernel(cudnn ? model::LseAttention::Kind::CuDNN : model::LseAttention::Kind::Flash, q.size(1), hk);
+    model::LseAttention kernel(cudnn ? model::LseAttention::Kind::CuDNN : model::LseAttention::Kind::Flash, q.size(1),
+                               hk);
     torch::Tensor out, lse;  // fp32 [n, H, D] and [H, n]
     torch::Tensor kv = torch::cat({k, v}, 1);
     for (int s = 0; s < R; ++s) {
@@ -401,8 +410,8 @@ struct RingFlashFn : public torch::autograd::Function<RingFlashFn> {
     const ZigzagRows& z = *reinterpret_cast<const ZigzagRows*>(ctx->saved_data.at("rows").toInt());
     const int R = ring->size(), r = ring->rank();
     const std::int64_t hk = k.size(1);
-    const model::LseAttention kernel = model::LseAttention::restore(
-        {saved.begin() + 5, saved.end()}, ctx->saved_data.at("kernel").toIntVector());
+    const model::LseAttention kernel =
+        model::LseAttention::restore({saved.begin() + 5, saved.end()}, ctx->saved_data.at("kernel").toIntVector());
     const torch::Tensor dout = grads[0].contiguous();
     torch::Tensor dq = torch::zeros(q.sizes(), q.options().dtype(torch::kFloat32));
     torch::Tensor kv = torch::cat({k, v}, 1);
@@ -428,8 +437,15 @@ struct RingFlashFn : public torch::autograd::Function<RingFlashFn> {
       if (next) kv = next->wait();
     }
     const torch::Tensor dkv = dkv_in->wait();
-    return {dq.to(q.scalar_type()), dkv.narrow(1, 0, hk).to(k.scalar_type()), dkv.narrow(1, hk, hk).to(v.scalar_type()),
-            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {dq.to(q.scalar_type()),
+            dkv.narrow(1, 0, hk).to(k.scalar_type()),
+            dkv.narrow(1, hk, hk).to(v.scalar_type()),
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor()};
   }
 };
 
@@ -466,9 +482,10 @@ RingSegments ring_segments(const torch::Tensor& shard_sample_ids) {
 torch::Tensor ring_flash_attention(Group* ring, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                    const RingSegments& segments, double scale, model::AttentionBackend prefer,
                                    std::int64_t* ran, model::AttentionStash* stash) {
-  TORCH_CHECK(model::LseAttention::fused_supported(q), "ring flash attention needs CUDA bf16/fp16 with head dim <= 256");
-  TORCH_CHECK(segments.tokens() == q.size(0), "ring attention: segments cover ", segments.tokens(), " tokens, the shard has ",
-              q.size(0));
+  TORCH_CHECK(model::LseAttention::fused_supported(q),
+              "ring flash attention needs CUDA bf16/fp16 with head dim <= 256");
+  TORCH_CHECK(segments.tokens() == q.size(0), "ring attention: segments cover ", segments.tokens(),
+              " tokens, the shard has ", q.size(0));
   TORCH_CHECK(q.size(1) % k.size(1) == 0, "ring_attention: ", q.size(1), " query heads over ", k.size(1), " KV heads");
   TORCH_CHECK(segments.rows && segments.rows->all.cu.device() == q.device(), "ring attention: segments made for ",
               segments.rows ? segments.rows->all.cu.device().str() : std::string("no device"), ", the shard is on ",
@@ -499,8 +516,14 @@ class SpAttention final : public model::AttentionOverride {
  public:
   SpAttention(Group* ulysses, Group* ring, torch::Tensor cu, std::int64_t max_seqlen, bool one_sequence,
               torch::Tensor sample_ids, torch::Tensor positions, RingSegments segments, torch::Tensor token_weight)
-      : ulysses_(ulysses), ring_(ring), cu_(std::move(cu)), max_seqlen_(max_seqlen), one_sequence_(one_sequence),
-        sample_ids_(std::move(sample_ids)), positions_(std::move(positions)), segments_(std::move(segments)),
+      : ulysses_(ulysses),
+        ring_(ring),
+        cu_(std::move(cu)),
+        max_seqlen_(max_seqlen),
+        one_sequence_(one_sequence),
+        sample_ids_(std::move(sample_ids)),
+        positions_(std::move(positions)),
+        segments_(std::move(segments)),
         token_weight_(std::move(token_weight)) {}
 
   torch::Tensor token_weight() const override { return token_weight_; }
@@ -522,16 +545,17 @@ class SpAttention final : public model::AttentionOverride {
     const std::int64_t total = qq.size(0);
     torch::Tensor keep = model::block_causal_mask(cu_, total, qq.device());
     if (window > 0) keep = model::window_mask(keep, total, window, qq.device());
-    const torch::Tensor out = model::masked_attention(qq.transpose(0, 1).unsqueeze(0), kk.transpose(0, 1).unsqueeze(0),
-                                                      vv.transpose(0, 1).unsqueeze(0), keep, scale, softcap, prefer, ran)
-                                  .squeeze(0)
-                                  .transpose(0, 1);
+    const torch::Tensor out =
+        model::masked_attention(qq.transpose(0, 1).unsqueeze(0), kk.transpose(0, 1).unsqueeze(0),
+                                vv.transpose(0, 1).unsqueeze(0), keep, scale, softcap, prefer, ran)
+            .squeeze(0)
+            .transpose(0, 1);
     return scatter(out, q.size(0), q.size(1), q.size(2));
   }
 
   // Ulysses: this rank's tokens of all heads -> all tokens of this rank's heads (identity at u = 1).
   std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> gather(const torch::Tensor& q, const torch::Tensor& k,
-                                                                  const torch::Tensor& v) {
+                                                                 const torch::Tensor& v) {
     const int u = ulysses_->size();
     const std::int64_t n = q.size(0), hq = q.size(1), d = q.size(2);
     torch::Tensor qq = q, kk = k, vv = v;
@@ -544,9 +568,10 @@ class SpAttention final : public model::AttentionOverride {
       }
       const std::int64_t qh = hq / u, kh = kk.size(1) / u;
       // Rank dimension outermost: [n, H, D] -> [u, n, H/u, D], Q, K and V in one message.
-      torch::Tensor packed = torch::cat({qq.reshape({n, u, qh, d}), kk.reshape({n, u, kh, d}), vv.reshape({n, u, kh, d})}, 2)
-                                 .transpose(0, 1)
-                                 .contiguous();
+      torch::Tensor packed =
+          torch::cat({qq.reshape({n, u, qh, d}), kk.reshape({n, u, kh, d}), vv.reshape({n, u, kh, d})}, 2)
+              .transpose(0, 1)
+              .contiguous();
       packed = all_to_all_autograd(ulysses_, packed).reshape({u * n, qh + 2 * kh, d});
       qq = packed.narrow(1, 0, qh).contiguous();
       kk = packed.narrow(1, qh, kh).contiguous();
@@ -595,7 +620,7 @@ class SpAttention final : public model::AttentionOverride {
   std::int64_t max_seqlen_;
   bool one_sequence_;
   torch::Tensor sample_ids_, positions_;
-  RingSegments segments_;  // ring > 1: the zigzag segments of this rank's ring shard
+  RingSegments segments_;       // ring > 1: the zigzag segments of this rank's ring shard
   torch::Tensor token_weight_;  // fp32 [T]: 1 a token of the row, 0 padding
 };
 
@@ -621,7 +646,9 @@ train::PackedRow shard_row(const train::PackedRow& row, Group* ulysses, Group* r
 
   // Targets shifted once over the whole row (pitfall: a per-shard shift loses a target at
   // every shard boundary).
-  auto target_at = [&](std::int64_t src) { return src >= 0 && src + 1 < t ? labels[static_cast<std::size_t>(src + 1)] : -100; };
+  auto target_at = [&](std::int64_t src) {
+    return src >= 0 && src + 1 < t ? labels[static_cast<std::size_t>(src + 1)] : -100;
+  };
 
   const auto& order = L.shard_order[static_cast<std::size_t>(ring->rank())];
   const auto m = static_cast<std::int64_t>(order.size()) / u;
@@ -667,10 +694,10 @@ train::PackedRow shard_row(const train::PackedRow& row, Group* ulysses, Group* r
     segments = ring_segments(std::move(half), device);
     positions = long_tensor(p, device).view({rr, n});
   }
-  out.attention = std::make_shared<SpAttention>(ulysses, ring, cu_gathered, L.max_seqlen,
-                                                /*one_sequence=*/rr == 1 && cu.size() == 2, sample_ids, positions,
-                                                std::move(segments),
-                                                torch::tensor(torch::ArrayRef<float>(weight), torch::kFloat32).to(device));
+  out.attention = std::make_shared<SpAttention>(
+      ulysses, ring, cu_gathered, L.max_seqlen,
+      /*one_sequence=*/rr == 1 && cu.size() == 2, sample_ids, positions, std::move(segments),
+      torch::tensor(torch::ArrayRef<float>(weight), torch::kFloat32).to(device));
   return out;
 }
 

@@ -39,11 +39,11 @@ namespace odyssey::dist {
 
 struct SpLayout {
   int ulysses = 1, ring = 1;
-  std::int64_t tokens = 0;          // of the row before padding
-  std::int64_t padded = 0;          // after padding
-  std::vector<std::int64_t> source;  // per padded position: index in the row, -1 = padding
-  std::vector<std::int64_t> sample;  // per padded position: sample index (padding sample last)
-  std::vector<std::int64_t> position;  // per padded position: position within its sample
+  std::int64_t tokens = 0;               // of the row before padding
+  std::int64_t padded = 0;               // after padding
+  std::vector<std::int64_t> source;      // per padded position: index in the row, -1 = padding
+  std::vector<std::int64_t> sample;      // per padded position: sample index (padding sample last)
+  std::vector<std::int64_t> position;    // per padded position: position within its sample
   std::vector<std::int32_t> cu_seqlens;  // samples of the padded row (padding sample included)
   std::int64_t max_seqlen = 0;
   // shard_order[r]: padded positions held by ring shard r, in order.
@@ -72,9 +72,9 @@ torch::Tensor all_to_all_autograd(Group* group, const torch::Tensor& x);
 // from the per-token sample ids of one shard; the same on every rank.
 struct ZigzagRows;  // the segments' row indices on the device (sequence_parallel.cpp)
 struct RingSegments {
-  std::vector<std::int64_t> half;           // c_s per sample, in shard order
-  std::shared_ptr<const ZigzagRows> rows;   // made by ring_segments on the shard's device
-  std::int64_t tokens() const;              // 2 · sum c_s
+  std::vector<std::int64_t> half;          // c_s per sample, in shard order
+  std::shared_ptr<const ZigzagRows> rows;  // made by ring_segments on the shard's device
+  std::int64_t tokens() const;             // 2 · sum c_s
 };
 RingSegments ring_segments(std::vector<std::int64_t> half, const torch::Device& device);
 RingSegments ring_segments(const torch::Tensor& shard_sample_ids);  // from one shard's [n] sample ids

@@ -38,8 +38,9 @@ std::string generate_store_secret() { return random_hex(32); }
 
 std::string store_secret_problem(const std::string& secret) {
   if (secret.size() < kMinStoreSecretLength)
-    return std::string(kStoreSecretVariable) + " holds " + std::to_string(secret.size()) + " character(s); it needs at least " +
-           std::to_string(kMinStoreSecretLength) + " (e.g. 64 hex digits: python3 -c 'import secrets; print(secrets.token_hex(32))')";
+    return std::string(kStoreSecretVariable) + " holds " + std::to_string(secret.size()) +
+           " character(s); it needs at least " + std::to_string(kMinStoreSecretLength) +
+           " (e.g. 64 hex digits: python3 -c 'import secrets; print(secrets.token_hex(32))')";
   return {};
 }
 
@@ -47,7 +48,9 @@ std::string multi_node_secret_problem() {
   const char* s = std::getenv(kStoreSecretVariable);
   const std::string how =
       "a job on several nodes needs the same random secret on every node, exported in the job's environment: "
-      "export " + std::string(kStoreSecretVariable) + "=$(python3 -c 'import secrets; print(secrets.token_hex(32))') "
+      "export " +
+      std::string(kStoreSecretVariable) +
+      "=$(python3 -c 'import secrets; print(secrets.token_hex(32))') "
       "once, before srun/the per-node commands (Slurm and torchrun pass the environment on); the rendezvous store "
       "listens on the network and authenticates every request with it";
   if (!s || !*s) return std::string(kStoreSecretVariable) + " is not set: " + how;
@@ -88,7 +91,8 @@ std::vector<std::uint8_t> AuthStore::seal(const std::string& key, const std::vec
 std::vector<std::uint8_t> AuthStore::open(const std::string& key, const std::vector<std::uint8_t>& stored) const {
   const std::string head = "rendezvous store: message for key " + quoted(key) + " failed authentication: ";
   if (stored.size() < kTagBytes)
-    throw StoreAuthError(head + std::to_string(stored.size()) + " byte(s), shorter than the " + std::to_string(kTagBytes) +
+    throw StoreAuthError(head + std::to_string(stored.size()) + " byte(s), shorter than the " +
+                         std::to_string(kTagBytes) +
                          "-byte tag every message carries: written by a process without this run's secret");
   const std::size_t n = stored.size() - kTagBytes;
   const Digest want = tag(key, stored.data(), n);
@@ -193,13 +197,15 @@ c10::intrusive_ptr<c10d::Store> authenticate_store(c10::intrusive_ptr<c10d::Stor
   if (!secret || !*secret) {
     // torchrun's agent store (or a store started by hand) with no secret exported: as
     // unauthenticated as torchrun's own, and said so once.
-    std::cout << "rank " << rank << ": the rendezvous store at " << where << " is unauthenticated (" << kStoreSecretVariable
-              << " is not set, as under torchrun's agent store): any process that reaches it can read and write its keys; "
-              << "export the same " << kStoreSecretVariable << " on every node to authenticate it\n"
-              << std::flush;
+    std::cout
+        << "rank " << rank << ": the rendezvous store at " << where << " is unauthenticated (" << kStoreSecretVariable
+        << " is not set, as under torchrun's agent store): any process that reaches it can read and write its keys; "
+        << "export the same " << kStoreSecretVariable << " on every node to authenticate it\n"
+        << std::flush;
     return tcp;
   }
-  if (const std::string p = store_secret_problem(secret); !p.empty()) throw std::runtime_error("rank " + std::to_string(rank) + ": " + p);
+  if (const std::string p = store_secret_problem(secret); !p.empty())
+    throw std::runtime_error("rank " + std::to_string(rank) + ": " + p);
   auto auth = c10::make_intrusive<AuthStore>(std::move(tcp), secret, "");
   // One key per (elastic) attempt: torchrun's agent keeps its store across restarts.
   std::string key = "odyssey/run_id";
@@ -216,10 +222,10 @@ c10::intrusive_ptr<c10d::Store> authenticate_store(c10::intrusive_ptr<c10d::Stor
     try {
       auth->wait({key}, timeout);
     } catch (const c10::Error& e) {
-      throw std::runtime_error("rank " + std::to_string(rank) + ": rank 0 did not publish the run id in the rendezvous store at " +
-                               where + " within " + std::to_string(timeout.count() / 1000) +
-                               " s (is every node started with the same " + kStoreSecretVariable +
-                               "?): " + e.what_without_backtrace());
+      throw std::runtime_error("rank " + std::to_string(rank) +
+                               ": rank 0 did not publish the run id in the rendezvous store at " + where + " within " +
+                               std::to_string(timeout.count() / 1000) + " s (is every node started with the same " +
+                               kStoreSecretVariable + "?): " + e.what_without_backtrace());
     }
     const std::vector<std::uint8_t> v = auth->get(key);
     id.assign(v.begin(), v.end());

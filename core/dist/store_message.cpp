@@ -45,7 +45,9 @@ class Reader {
   }
   std::string text(const char* field) {
     const std::uint64_t n = uint(4);
-    if (n > kMaxText) fail(std::string("its ") + field + " is " + std::to_string(n) + " bytes long (at most " + std::to_string(kMaxText) + ")");
+    if (n > kMaxText)
+      fail(std::string("its ") + field + " is " + std::to_string(n) + " bytes long (at most " +
+           std::to_string(kMaxText) + ")");
     need(n);
     std::string s(reinterpret_cast<const char*>(m_.data() + at_), n);
     at_ += n;
@@ -57,7 +59,8 @@ class Reader {
  private:
   void need(std::size_t n) const {
     if (m_.size() - at_ < n)
-      fail("it is " + std::to_string(m_.size()) + " byte(s), cut off inside its header (not a message of this transport)");
+      fail("it is " + std::to_string(m_.size()) +
+           " byte(s), cut off inside its header (not a message of this transport)");
   }
   const std::vector<std::uint8_t>& m_;
   std::string context_;
@@ -91,7 +94,8 @@ std::vector<std::uint8_t> pack_message(const MessageHeader& h, const torch::Tens
   return out;
 }
 
-void unpack_message(const std::vector<std::uint8_t>& msg, const MessageHeader& want, torch::Tensor& out, const char* what) {
+void unpack_message(const std::vector<std::uint8_t>& msg, const MessageHeader& want, torch::Tensor& out,
+                    const char* what) {
   Reader r(msg, std::string("store transport: the message from rank ") + std::to_string(want.src) + " to rank " +
                     std::to_string(want.dst) + " on group " + printable(want.group) + " (" + what + " #" +
                     std::to_string(want.seq) + ") is refused: ");
@@ -115,11 +119,14 @@ void unpack_message(const std::vector<std::uint8_t>& msg, const MessageHeader& w
   const auto dtype_code = static_cast<std::int8_t>(r.uint(1));
   if (dtype_code != static_cast<std::int8_t>(want.dtype)) {
     const bool known = dtype_code >= 0 && dtype_code < static_cast<std::int8_t>(c10::ScalarType::NumOptions);
-    mismatch("dtype", known ? std::string(c10::toString(static_cast<c10::ScalarType>(dtype_code))) : "code " + std::to_string(dtype_code),
+    mismatch("dtype",
+             known ? std::string(c10::toString(static_cast<c10::ScalarType>(dtype_code)))
+                   : "code " + std::to_string(dtype_code),
              c10::toString(want.dtype));
   }
   const std::uint64_t ndim = r.uint(4);
-  if (ndim > kMaxDims) r.fail("its shape has " + std::to_string(ndim) + " dimensions (at most " + std::to_string(kMaxDims) + ")");
+  if (ndim > kMaxDims)
+    r.fail("its shape has " + std::to_string(ndim) + " dimensions (at most " + std::to_string(kMaxDims) + ")");
   std::vector<std::int64_t> shape;
   for (std::uint64_t i = 0; i < ndim; ++i) shape.push_back(static_cast<std::int64_t>(r.uint(8)));
   if (shape != want.shape) mismatch("shape", shape_text(shape), shape_text(want.shape));
@@ -127,9 +134,11 @@ void unpack_message(const std::vector<std::uint8_t>& msg, const MessageHeader& w
   if (bytes != want.bytes) mismatch("byte count", std::to_string(bytes), std::to_string(want.bytes));
   const std::size_t payload = msg.size() - r.at();
   if (payload != want.bytes)
-    mismatch("payload of", std::to_string(payload) + " byte(s)", std::to_string(want.bytes) + " (the header's byte count)");
+    mismatch("payload of", std::to_string(payload) + " byte(s)",
+             std::to_string(want.bytes) + " (the header's byte count)");
   const auto out_bytes = static_cast<std::uint64_t>(out.numel()) * static_cast<std::uint64_t>(out.element_size());
-  TORCH_CHECK(out.is_contiguous() && out_bytes == want.bytes, "store transport: the receive buffer does not match the expected message");
+  TORCH_CHECK(out.is_contiguous() && out_bytes == want.bytes,
+              "store transport: the receive buffer does not match the expected message");
   if (payload > 0) std::memcpy(out.data_ptr(), msg.data() + r.at(), payload);
 }
 

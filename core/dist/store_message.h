@@ -33,6 +33,7 @@ std::vector<std::uint8_t> pack_message(const MessageHeader& h, const torch::Tens
 // Checks `msg` against `want` (what `out` is: dtype, shape, bytes) and copies its payload into
 // `out`; throws std::runtime_error naming the field, what was expected and what came.
 // `what` names the collective for the message.
-void unpack_message(const std::vector<std::uint8_t>& msg, const MessageHeader& want, torch::Tensor& out, const char* what);
+void unpack_message(const std::vector<std::uint8_t>& msg, const MessageHeader& want, torch::Tensor& out,
+                    const char* what);
 
 }  // namespace odyssey::dist

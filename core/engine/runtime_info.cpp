@@ -45,7 +45,8 @@ std::string configure_cuda_allocator() {
 std::int64_t gpu_memory_bytes(int device) {
 #ifdef ODYSSEY_HAVE_CUDA_RUNTIME
   if (device >= 0 && torch::cuda::is_available())
-    return static_cast<std::int64_t>(at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(device))->totalGlobalMem);
+    return static_cast<std::int64_t>(
+        at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(device))->totalGlobalMem);
 #else
   (void)device;
 #endif
@@ -71,8 +72,8 @@ std::string cap_gpu_memory(double budget_gib, int device) {
   }
   const double pool = std::max(budget - static_cast<double>(planner::kCudaContextBytes), budget / 2);
   c10::cuda::CUDACachingAllocator::setMemoryFraction(pool / total, index);
-  return "memory budget " + gib(budget, 2) + " GiB: the allocator holds at most " + gib(pool, 2) + " GiB of the GPU's " +
-         gib(total, 1) + " (the rest is the CUDA context)";
+  return "memory budget " + gib(budget, 2) + " GiB: the allocator holds at most " + gib(pool, 2) +
+         " GiB of the GPU's " + gib(total, 1) + " (the rest is the CUDA context)";
 #else
   (void)device;
   return "";

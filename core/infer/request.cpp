@@ -26,7 +26,9 @@ struct Parser {
     d.message = message;
     out.push_back(std::move(d));
   }
-  std::string found(const json& v) { return "found " + text::excerpt(v.dump(-1, ' ', false, json::error_handler_t::replace), 80); }
+  std::string found(const json& v) {
+    return "found " + text::excerpt(v.dump(-1, ' ', false, json::error_handler_t::replace), 80);
+  }
 
   void number(const json& j, const char* key, double* dst) {
     auto it = j.find(key);
@@ -76,10 +78,11 @@ Result<Request> parse_request(std::string_view line, RequestKind kind, const mod
   q.options = defaults;
   if (auto it = j.find("id"); it != j.end()) q.id = *it;
   if (kind == RequestKind::Protocol) {
-    static const std::set<std::string> known{"id",          "type",        "prompt",  "prompt_ids", "messages",           "tools",
-                                             "adapter",     "enable_thinking", "max_new_tokens", "temperature",
-                                             "top_k",       "top_p",       "min_p",   "repetition_penalty", "seed",
-                                             "stop",        "ignore_eos"};
+    static const std::set<std::string> known{
+        "id",    "type",      "prompt",          "prompt_ids",         "messages",
+        "tools", "adapter",   "enable_thinking", "max_new_tokens",     "temperature",
+        "top_k", "top_p",     "min_p",           "repetition_penalty", "seed",
+        "stop",  "ignore_eos"};
     for (const auto& [key, value] : j.items())
       if (!known.count(key)) {
         std::vector<std::string> names(known.begin(), known.end());
@@ -134,8 +137,8 @@ Result<Request> parse_request(std::string_view line, RequestKind kind, const mod
   }
   if (auto it = j.find("prompt_ids"); it != j.end()) {
     const bool ids = it->is_array() && !it->empty() && std::all_of(it->begin(), it->end(), [](const json& v) {
-      return v.is_number_integer() && v.get<std::int64_t>() >= 0 && v.get<std::int64_t>() <= INT32_MAX;
-    });
+                       return v.is_number_integer() && v.get<std::int64_t>() >= 0 && v.get<std::int64_t>() <= INT32_MAX;
+                     });
     if (!ids) {
       p.fail("prompt_ids", "expected a non-empty list of token ids, " + p.found(*it));
       return r;

@@ -17,9 +17,9 @@ namespace odyssey::infer {
 
 struct Request {
   enum class Type { Generate, Cancel, Shutdown } type = Type::Generate;
-  nlohmann::json id;        // echoed in every event of the request (null when not given)
+  nlohmann::json id;  // echoed in every event of the request (null when not given)
   Prompt prompt;
-  std::string reference;    // generate: a conversation's last assistant turn, taken off the prompt
+  std::string reference;               // generate: a conversation's last assistant turn, taken off the prompt
   std::optional<std::string> adapter;  // chat: absent = unchanged, "" (or null) = the base alone
   std::optional<bool> enable_thinking;
   model::GenerationOptions options;  // the defaults given to the parser, with the request's fields

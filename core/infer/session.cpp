@@ -51,8 +51,9 @@ Result<std::unique_ptr<Session>> Session::open(const SessionOptions& o) {
   }
   model::DecoderOptions opts;
   opts.device = cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
-  opts.dtype = o.dtype == "float32" ? torch::kFloat32 : o.dtype == "bfloat16" ? torch::kBFloat16
-                                    : (cuda ? torch::kBFloat16 : torch::kFloat32);
+  opts.dtype = o.dtype == "float32"    ? torch::kFloat32
+               : o.dtype == "bfloat16" ? torch::kBFloat16
+                                       : (cuda ? torch::kBFloat16 : torch::kFloat32);
   opts.fused_kernels = cuda;  // the fused ops on the GPU; the reference formulas on the CPU
   if (!o.quant.empty()) {
     opts.quant.bits = 4;
@@ -72,9 +73,9 @@ Result<std::unique_ptr<Session>> Session::open(const SessionOptions& o) {
   if (!eos.ok()) return r;
   s->eos_ids_ = eos.value;
 
-  auto tmpl = data::template_for(o.template_name, s->tok_, hf.family,
-                                 o.template_file.empty() ? std::string()
-                                                         : std::filesystem::absolute(o.template_file).string());
+  auto tmpl =
+      data::template_for(o.template_name, s->tok_, hf.family,
+                         o.template_file.empty() ? std::string() : std::filesystem::absolute(o.template_file).string());
   if (tmpl.ok()) {
     s->template_ = std::move(tmpl.value);
     for (const auto& d : tmpl.diagnostics)
@@ -108,7 +109,8 @@ Result<std::vector<std::int32_t>> Session::encode(const Prompt& p, std::optional
     r.diagnostics.push_back(error("messages", "the model " + model_path_ +
                                                   " has no chat template Odyssey can use, so a conversation cannot be "
                                                   "rendered (give a raw \"prompt\", or a template with --template or "
-                                                  "--template-file): " + template_error_));
+                                                  "--template-file): " +
+                                                  template_error_));
     return r;
   }
   if (p.messages.empty()) {

@@ -18,21 +18,21 @@
 namespace odyssey::infer {
 
 struct SessionOptions {
-  std::string model;                  // a model directory or a cached hub id
-  std::string adapter;                // a PEFT adapter directory ("" = none)
-  std::string device = "auto";        // auto | cpu | cuda
-  std::string dtype = "auto";         // auto | float32 | bfloat16
-  std::string template_name = "auto"; // as the preset key `template`
-  std::string template_file;          // a Jinja chat template in place of the model's
-  std::string quant;                  // "" (the checkpoint's weights), nf4 or fp4: quantize the base on load
-                                      // (QLoRA's 4-bit base, docs/qlora.md; a pre-quantized checkpoint keeps its own)
+  std::string model;                   // a model directory or a cached hub id
+  std::string adapter;                 // a PEFT adapter directory ("" = none)
+  std::string device = "auto";         // auto | cpu | cuda
+  std::string dtype = "auto";          // auto | float32 | bfloat16
+  std::string template_name = "auto";  // as the preset key `template`
+  std::string template_file;           // a Jinja chat template in place of the model's
+  std::string quant;                   // "" (the checkpoint's weights), nf4 or fp4: quantize the base on load
+                                       // (QLoRA's 4-bit base, docs/qlora.md; a pre-quantized checkpoint keeps its own)
 };
 
 // What one prompt is: token ids as given, raw text (tokenized with the tokenizer's special tokens, as
 // tokenizer(text) adds them) or a conversation (rendered through the chat template with the
 // assistant's generation prompt).
 struct Prompt {
-  std::vector<std::int32_t> ids;   // token ids given as they are ("prompt_ids"), when not empty
+  std::vector<std::int32_t> ids;  // token ids given as they are ("prompt_ids"), when not empty
   std::optional<std::string> text;
   std::vector<ChatMessage> messages;
   std::string tools;  // conversations: the JSON array of tool schemas ("" = none)
@@ -45,7 +45,8 @@ class Session {
 
   // The token ids of a prompt. A conversation needs a chat template (an error says the model
   // has none and how to give one). `enable_thinking`: passed to templates that read it.
-  Result<std::vector<std::int32_t>> encode(const Prompt& prompt, std::optional<bool> enable_thinking = std::nullopt) const;
+  Result<std::vector<std::int32_t>> encode(const Prompt& prompt,
+                                           std::optional<bool> enable_thinking = std::nullopt) const;
 
   // Switches to another adapter ("" = the base alone) without reloading the base. On errors the
   // session has no adapter.

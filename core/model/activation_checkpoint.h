@@ -26,8 +26,8 @@ namespace odyssey::model {
 // ahead of its recomputation, so at most two checkpointed inputs are on the GPU at a time and
 // the copies overlap compute. CPU tensors: no effect.
 using kernels::make_offload_chain;
-using kernels::offloaded_bytes_total;
 using kernels::OffloadChain;
+using kernels::offloaded_bytes_total;
 
 torch::Tensor checkpointed(std::function<torch::Tensor(const torch::Tensor&)> fn, const torch::Tensor& input,
                            const std::shared_ptr<OffloadChain>& offload = nullptr);

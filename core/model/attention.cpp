@@ -95,8 +95,8 @@ void put_first(AttentionBackend prefer) {
     case AttentionBackend::Math: first = at::SDPBackend::math; break;
   }
   std::vector<std::int64_t> order{static_cast<std::int64_t>(first)};
-  for (at::SDPBackend b : {at::SDPBackend::flash_attention, at::SDPBackend::efficient_attention,
-                           at::SDPBackend::math, at::SDPBackend::cudnn_attention, at::SDPBackend::overrideable})
+  for (at::SDPBackend b : {at::SDPBackend::flash_attention, at::SDPBackend::efficient_attention, at::SDPBackend::math,
+                           at::SDPBackend::cudnn_attention, at::SDPBackend::overrideable})
     if (b != first) order.push_back(static_cast<std::int64_t>(b));
   at::globalContext().setSDPPriorityOrder(order);
 }
@@ -115,8 +115,7 @@ bool is_preferred(std::int64_t choice, AttentionBackend prefer) {
 }  // namespace
 
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               const torch::Tensor& keep, double scale, AttentionBackend prefer,
-                               std::int64_t* ran) {
+                               const torch::Tensor& keep, double scale, AttentionBackend prefer, std::int64_t* ran) {
   const std::int64_t groups = q.size(1) / k.size(1);
   const bool masked = keep.defined();
   std::optional<torch::Tensor> mask;
@@ -163,7 +162,8 @@ torch::Tensor pair_mask(const torch::Tensor& cu_q, const torch::Tensor& cu_k, st
   const torch::Tensor cq = cu_q.to(torch::kCPU, torch::kInt64), ck = cu_k.to(torch::kCPU, torch::kInt64);
   const std::int64_t n = cq.numel() - 1;
   TORCH_CHECK(n >= 1 && ck.numel() == n + 1 && cq[n].item<std::int64_t>() == nq && ck[n].item<std::int64_t>() == nk,
-              "attention: sample boundaries must cover ", nq, " query and ", nk, " key rows in the same number of samples");
+              "attention: sample boundaries must cover ", nq, " query and ", nk,
+              " key rows in the same number of samples");
   auto segment = [&](const torch::Tensor& cu, std::int64_t rows) {
     const torch::Tensor len = cu.narrow(0, 1, n) - cu.narrow(0, 0, n);
     const torch::Tensor seg = torch::repeat_interleave(torch::arange(n, torch::kInt64), len);
@@ -227,7 +227,8 @@ std::pair<torch::Tensor, torch::Tensor> LseAttention::forward(const torch::Tenso
                                                      /*return_debug_mask=*/false, scale);
     const torch::Tensor lse = std::get<1>(r);
     TORCH_CHECK(lse.numel() == hq_ * nq && lse.dim() >= 3 && lse.size(0) == 1 && lse.size(1) == hq_,
-                "attention: cuDNN returned a log-sum-exp of shape ", lse.sizes(), " for ", hq_, " heads x ", nq, " rows");
+                "attention: cuDNN returned a log-sum-exp of shape ", lse.sizes(), " for ", hq_, " heads x ", nq,
+                " rows");
     lse_shape_ = lse.sizes().vec();
     aux_a_ = std::get<6>(r);
     aux_b_ = std::get<7>(r);
@@ -249,7 +250,8 @@ std::pair<torch::Tensor, torch::Tensor> LseAttention::forward(const torch::Tenso
     return {std::get<0>(r), lse[0].narrow(1, 0, nq)};
   }
   const torch::Tensor qh = q.to(torch::kFloat32).transpose(0, 1);
-  const torch::Tensor kh = repeat(k).to(torch::kFloat32).transpose(0, 1), vh = repeat(v).to(torch::kFloat32).transpose(0, 1);
+  const torch::Tensor kh = repeat(k).to(torch::kFloat32).transpose(0, 1),
+                      vh = repeat(v).to(torch::kFloat32).transpose(0, 1);
   torch::Tensor scores = torch::matmul(qh, kh.transpose(1, 2)) * scale;  // [H, nq, nk]
   scores.masked_fill_(pair_mask(cu_q, cu_k, nq, k.size(0), causal, q.device()).logical_not().unsqueeze(0),
                       -std::numeric_limits<double>::infinity());
@@ -268,8 +270,8 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> LseAttention::backward(
     shape[2] = q.size(0);  // the kernel's own shape, with these rows
     auto g = at::_scaled_dot_product_cudnn_attention_backward(
         heads_first(dout), heads_first(q), heads_first(repeat(k)), heads_first(repeat(v)), heads_first(out),
-        lse.contiguous().view(shape), aux_a_, aux_b_, torch::Tensor(), aux_c_, aux_d_, q.size(0), k.size(0), 0.0, causal,
-        scale);
+        lse.contiguous().view(shape), aux_a_, aux_b_, torch::Tensor(), aux_c_, aux_d_, q.size(0), k.size(0), 0.0,
+        causal, scale);
     return {rows_first(std::get<0>(g)), fold(rows_first(std::get<1>(g))), fold(rows_first(std::get<2>(g)))};
   }
   if (kind_ == Kind::Flash) {
@@ -281,7 +283,8 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> LseAttention::backward(
   }
   // d scores = p (dp - rowsum(dout · out)), with p = exp(scores - lse) the final softmax.
   const torch::Tensor qh = q.to(torch::kFloat32).transpose(0, 1);
-  const torch::Tensor kh = repeat(k).to(torch::kFloat32).transpose(0, 1), vh = repeat(v).to(torch::kFloat32).transpose(0, 1);
+  const torch::Tensor kh = repeat(k).to(torch::kFloat32).transpose(0, 1),
+                      vh = repeat(v).to(torch::kFloat32).transpose(0, 1);
   const torch::Tensor doh = dout.to(torch::kFloat32).transpose(0, 1), oh = out.to(torch::kFloat32).transpose(0, 1);
   torch::Tensor scores = torch::matmul(qh, kh.transpose(1, 2)) * scale;
   scores.masked_fill_(pair_mask(cu_q, cu_k, q.size(0), k.size(0), causal, q.device()).logical_not().unsqueeze(0),
@@ -318,8 +321,7 @@ torch::Tensor block_causal_mask(const torch::Tensor& cu_seqlens, std::int64_t to
   const std::int64_t n = cu.numel() - 1;
   TORCH_CHECK(n >= 1 && cu[n].item<std::int64_t>() == total, "cu_seqlens must end at the row length ", total);
   const torch::Tensor lengths = cu.narrow(0, 1, n) - cu.narrow(0, 0, n);
-  const torch::Tensor segment =
-      torch::repeat_interleave(torch::arange(n, torch::kInt64), lengths).to(device);
+  const torch::Tensor segment = torch::repeat_interleave(torch::arange(n, torch::kInt64), lengths).to(device);
   const auto opts = torch::TensorOptions().dtype(torch::kInt64).device(device);
   const torch::Tensor idx = torch::arange(total, opts);
   const torch::Tensor keep =
@@ -376,13 +378,19 @@ struct StashedAttentionFn : public torch::autograd::Function<StashedAttentionFn>
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const LseAttention kernel = LseAttention::restore({saved.begin() + 6, saved.end()},
-                                                      ctx->saved_data.at("kernel").toIntVector());
+    const LseAttention kernel =
+        LseAttention::restore({saved.begin() + 6, saved.end()}, ctx->saved_data.at("kernel").toIntVector());
     const std::int64_t max = ctx->saved_data.at("max").toInt();
-    auto [dq, dk, dv] = kernel.backward(grads[0].contiguous(), saved[0], saved[1], saved[2], saved[3], saved[4], saved[5],
-                                        saved[5], max, max, /*causal=*/true, ctx->saved_data.at("scale").toDouble());
-    return {dq.to(saved[0].scalar_type()), dk.to(saved[1].scalar_type()), dv.to(saved[2].scalar_type()),
-            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    auto [dq, dk, dv] =
+        kernel.backward(grads[0].contiguous(), saved[0], saved[1], saved[2], saved[3], saved[4], saved[5], saved[5],
+                        max, max, /*causal=*/true, ctx->saved_data.at("scale").toDouble());
+    return {dq.to(saved[0].scalar_type()),
+            dk.to(saved[1].scalar_type()),
+            dv.to(saved[2].scalar_type()),
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor()};
   }
 };
 
@@ -408,8 +416,9 @@ bool AttentionStash::recomputing() {
     }
     host_.reset();
   }
-  TORCH_CHECK(out.defined(), "kept attention: the layer's recomputation found no kept output (was its forward run "
-                             "without recording, as a checkpoint does?)");
+  TORCH_CHECK(out.defined(),
+              "kept attention: the layer's recomputation found no kept output (was its forward run "
+              "without recording, as a checkpoint does?)");
   return true;
 }
 

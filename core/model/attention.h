@@ -60,8 +60,7 @@ const char* attention_backend_name(AttentionBackend b);
 // q [B, Hq, S, D], k and v [B, Hkv, S, D]; keep [B, 1, S, S] bool (true = attend) or
 // undefined for plain causal attention. Writes the SDPBackend that ran to *ran when given.
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               const torch::Tensor& keep, double scale, AttentionBackend prefer,
-                               std::int64_t* ran);
+                               const torch::Tensor& keep, double scale, AttentionBackend prefer, std::int64_t* ran);
 
 // Causal attention over a padding-free row of several samples: q [T, Hq, D], k and v
 // [T, Hkv, D], cu_seqlens int32 [n+1] (sample i is rows cu[i]..cu[i+1]); attention never
@@ -111,16 +110,19 @@ class LseAttention {
   Kind kind() const { return kind_; }
 
   // out [nq, Hq, D] in q's dtype, lse [Hq, nq] fp32.
-  std::pair<torch::Tensor, torch::Tensor> forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                                  const torch::Tensor& cu_q, const torch::Tensor& cu_k,
-                                                  std::int64_t max_q, std::int64_t max_k, bool causal, double scale);
+  std::pair<torch::Tensor, torch::Tensor> forward(const torch::Tensor& q, const torch::Tensor& k,
+                                                  const torch::Tensor& v, const torch::Tensor& cu_q,
+                                                  const torch::Tensor& cu_k, std::int64_t max_q, std::int64_t max_k,
+                                                  bool causal, double scale);
   // dq [nq, Hq, D], dk and dv [nk, Hkv, D]: in the kernel's dtype (fp32 for Math; dK/dV of
   // heads repeated for cuDNN are summed in fp32); `out` and `lse` are the final ones of these
   // queries (when attention was split, the merged ones: then these are this part's terms).
-  std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> backward(
-      const torch::Tensor& dout, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-      const torch::Tensor& out, const torch::Tensor& lse, const torch::Tensor& cu_q, const torch::Tensor& cu_k,
-      std::int64_t max_q, std::int64_t max_k, bool causal, double scale) const;
+  std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> backward(const torch::Tensor& dout, const torch::Tensor& q,
+                                                                   const torch::Tensor& k, const torch::Tensor& v,
+                                                                   const torch::Tensor& out, const torch::Tensor& lse,
+                                                                   const torch::Tensor& cu_q, const torch::Tensor& cu_k,
+                                                                   std::int64_t max_q, std::int64_t max_k, bool causal,
+                                                                   double scale) const;
 
   // What the kernel's forward hands its backward (random-number state, sequence tensors),
   // and shapes, as tensors and integers an autograd context can save.
@@ -187,8 +189,8 @@ torch::Tensor window_mask(const torch::Tensor& keep, std::int64_t seq_len, std::
 // k and v [B, Hkv, S, D]. Without soft-capping: SDPA with the mask (causal_attention). With
 // softcap > 0: transformers' eager_attention_forward of Gemma-2, op for op: scores = q k^T *
 // scale, tanh(scores / softcap) * softcap, plus the dtype's lowest value where masked (as HF
-// adds it; the masked scores' gradient passes through), softmax in fp32 cast back to q's dtype, times v. Memory: the [B, Hq, S, S] scores
-// (meant for the lengths the eager formula serves; the fused kernels do not cover soft-capping).
+// adds it; the masked scores' gradient passes through), softmax in fp32 cast back to q's dtype, times v. Memory: the
+// [B, Hq, S, S] scores (meant for the lengths the eager formula serves; the fused kernels do not cover soft-capping).
 torch::Tensor masked_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                const torch::Tensor& keep, double scale, double softcap, AttentionBackend prefer,
                                std::int64_t* ran);

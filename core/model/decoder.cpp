@@ -128,8 +128,7 @@ AttentionImpl::AttentionImpl(const DecoderConfig& c, const torch::TensorOptions&
   const std::string prefix = "model.layers." + std::to_string(layer) + ".self_attn.";
   auto q = [&](const char* name) { return c.quant.quantizes(prefix + name); };
   if (c.hf.fused_qkv) {
-    qkv_proj = register_module("qkv_proj",
-                               Linear(h, (heads + 2 * kv_heads) * head_dim, c.qkv_bias, o, q("qkv_proj")));
+    qkv_proj = register_module("qkv_proj", Linear(h, (heads + 2 * kv_heads) * head_dim, c.qkv_bias, o, q("qkv_proj")));
   } else {
     q_proj = register_module("q_proj", Linear(h, heads * head_dim, c.qkv_bias, o, q("q_proj")));
     k_proj = register_module("k_proj", Linear(h, kv_heads * head_dim, c.qkv_bias, o, q("k_proj")));
@@ -193,8 +192,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext&
     } else if (windowed && window_on_flash(q.device(), q.scalar_type(), head_dim, softcap, ctx.attention)) {
       out = varlen_causal_attention(q, k, v, ctx.cu_seqlens, ctx.max_seqlen, scale, &ran, window);  // flash's band
     } else if (general) {
-      const torch::Tensor keep =
-          windowed ? ctx.keep_window : block_causal_mask(ctx.cu_seqlens, s, q.device());
+      const torch::Tensor keep = windowed ? ctx.keep_window : block_causal_mask(ctx.cu_seqlens, s, q.device());
       out = masked_attention(q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0),
                              v.transpose(0, 1).unsqueeze(0), keep, scale, softcap, ctx.attention, &ran)
                 .squeeze(0)
@@ -202,8 +200,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext&
     } else if (ctx.attention_override) {
       out = ctx.attention_override->attend(q, k, v, scale, ctx.attention, &ran, ctx.stash.get());
     } else if (ctx.stash) {
-      out = kept_causal_attention(q, k, v, ctx.cu_seqlens, ctx.max_seqlen, ctx.max_seqlen == s, ctx.attention, *ctx.stash,
-                                  scale, &ran);
+      out = kept_causal_attention(q, k, v, ctx.cu_seqlens, ctx.max_seqlen, ctx.max_seqlen == s, ctx.attention,
+                                  *ctx.stash, scale, &ran);
     } else if (ctx.max_seqlen == s && q.is_cuda() && ctx.attention != AttentionBackend::Flash) {
       out = sequence_causal_attention(q, k, v, scale, ctx.attention, &ran);  // one sample: cuDNN can run
     } else {
@@ -343,8 +341,8 @@ std::pair<torch::Tensor, torch::Tensor> DecoderLayerImpl::forward_split(const to
   const auto [n, s] = kernels::add_rms_norm(x, residual, input_layernorm->weight, input_layernorm->eps);
   NormSource in;
   in.input = s, in.weight = input_layernorm->weight, in.eps = input_layernorm->eps;
-  auto [normed, h] = kernels::add_rms_norm(self_attn(n, ctx, &in), s, post_attention_layernorm->weight,
-                                           post_attention_layernorm->eps);
+  auto [normed, h] =
+      kernels::add_rms_norm(self_attn(n, ctx, &in), s, post_attention_layernorm->weight, post_attention_layernorm->eps);
   NormSource post;
   post.input = h, post.weight = post_attention_layernorm->weight, post.eps = post_attention_layernorm->eps;
   return {h, feed_forward(normed, ctx, &post, ctx.mlp_offload)};
@@ -376,7 +374,7 @@ CausalLMImpl::CausalLMImpl(DecoderConfig config, DecoderOptions options)
 }
 
 torch::Tensor LogitTransform::apply(torch::Tensor logits) const {
-  if (divide != 1.0) logits = logits / divide;  // Granite: logits / logits_scaling
+  if (divide != 1.0) logits = logits / divide;                        // Granite: logits / logits_scaling
   if (softcap > 0) logits = torch::tanh(logits / softcap) * softcap;  // Gemma-2
   return logits;
 }
@@ -420,9 +418,7 @@ void CausalLMImpl::set_fused_kernels(bool on) {
   }
 }
 
-torch::Tensor CausalLMImpl::lm_head_weight() const {
-  return lm_head ? lm_head->weight : model->embed_tokens->weight;
-}
+torch::Tensor CausalLMImpl::lm_head_weight() const { return lm_head ? lm_head->weight : model->embed_tokens->weight; }
 
 void CausalLMImpl::set_mlp_tile_tokens(std::int64_t tokens) {
   mlp_tile_tokens_ = std::max<std::int64_t>(0, tokens);
@@ -431,12 +427,12 @@ void CausalLMImpl::set_mlp_tile_tokens(std::int64_t tokens) {
 }
 
 void CausalLMImpl::set_mlp_offload_layers(const std::vector<bool>& layers, std::int64_t lead) {
-  TORCH_CHECK(layers.empty() || layers.size() == model->layer_list.size(), "set_mlp_offload_layers: ",
-              model->layer_list.size(), " layers or none, got ", layers.size());
+  TORCH_CHECK(layers.empty() || layers.size() == model->layer_list.size(),
+              "set_mlp_offload_layers: ", model->layer_list.size(), " layers or none, got ", layers.size());
   TORCH_CHECK(lead >= 1, "set_mlp_offload_layers: the prefetch lead must be at least 1 layer, got ", lead);
   const bool any = std::find(layers.begin(), layers.end(), true) != layers.end();
-  TORCH_CHECK(!any || mlp_tier_gap().empty(), "set_mlp_offload_layers: the MLP offload tier does not apply: ",
-              mlp_tier_gap());
+  TORCH_CHECK(!any || mlp_tier_gap().empty(),
+              "set_mlp_offload_layers: the MLP offload tier does not apply: ", mlp_tier_gap());
   mlp_offload_layers_ = layers;
   mlp_offload_lead_ = lead;
 }
@@ -447,18 +443,19 @@ std::string CausalLMImpl::mlp_tier_gap() const {
   if (config_.hf.is_moe())
     return "a mixture-of-experts model: its expert MLPs keep their activations (the MLP tiers are the dense SwiGLU "
            "MLP's)";
-  if (!layer->fusable) return "this family's block is not a fused one (sandwich or (1 + w) norms, or a residual multiplier)";
+  if (!layer->fusable)
+    return "this family's block is not a fused one (sandwich or (1 + w) norms, or a residual multiplier)";
   if (layer->mlp->gate_up_proj) return "this family's MLP has one gate_up_proj (Phi-3), not separate gate and up";
   if (layer->mlp->gelu) return "this family's MLP is GeGLU (tanh GELU), not SwiGLU";
   return {};
 }
 
 void CausalLMImpl::set_mlp_recompute_layers(const std::vector<bool>& layers) {
-  TORCH_CHECK(layers.empty() || layers.size() == model->layer_list.size(), "set_mlp_recompute_layers: ",
-              layers.size(), " flags for ", model->layer_list.size(), " layers");
+  TORCH_CHECK(layers.empty() || layers.size() == model->layer_list.size(), "set_mlp_recompute_layers: ", layers.size(),
+              " flags for ", model->layer_list.size(), " layers");
   const bool any = std::find(layers.begin(), layers.end(), true) != layers.end();
-  TORCH_CHECK(!any || mlp_tier_gap().empty(), "set_mlp_recompute_layers: MLP recomputation does not apply: ",
-              mlp_tier_gap());
+  TORCH_CHECK(!any || mlp_tier_gap().empty(),
+              "set_mlp_recompute_layers: MLP recomputation does not apply: ", mlp_tier_gap());
   for (std::size_t i = 0; i < model->layer_list.size(); ++i)
     if (model->layer_list[i]->mlp) model->layer_list[i]->mlp->recompute = i < layers.size() && layers[i];
 }
@@ -470,8 +467,8 @@ LayerContext CausalLMImpl::context(const torch::Tensor& input_ids, const torch::
   if (!pos.defined())  // HF: arange(S)[None], whatever the mask says
     pos = torch::arange(s, torch::TensorOptions().dtype(torch::kInt64).device(input_ids.device())).unsqueeze(0);
   LayerContext ctx;
-  std::tie(ctx.cos, ctx.sin) = rope_cos_sin(inv_freq_for(config_.rope, inv_freq_, pos), pos, dtype,
-                                            config_.rope.attention_factor);
+  std::tie(ctx.cos, ctx.sin) =
+      rope_cos_sin(inv_freq_for(config_.rope, inv_freq_, pos), pos, dtype, config_.rope.attention_factor);
   if (config_.rope_local)
     std::tie(ctx.cos_local, ctx.sin_local) = rope_cos_sin(inv_freq_for(*config_.rope_local, inv_freq_local_, pos), pos,
                                                           dtype, config_.rope_local->attention_factor);
@@ -485,8 +482,7 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
                                           const torch::Tensor& position_ids) {
   TORCH_CHECK(input_ids.dim() == 2, "input_ids must be [batch, seq], got ", input_ids.sizes());
   TORCH_CHECK(!attention_mask.defined() || attention_mask.sizes() == input_ids.sizes(),
-              "attention_mask must have the shape of input_ids ", input_ids.sizes(), ", got ",
-              attention_mask.sizes());
+              "attention_mask must have the shape of input_ids ", input_ids.sizes(), ", got ", attention_mask.sizes());
   torch::Tensor h = embed(input_ids);
   LayerContext ctx = context(input_ids, attention_mask, position_ids, h.scalar_type());
   start_router_stats(ctx, attention_mask, input_ids.numel());
@@ -551,10 +547,8 @@ void CausalLMImpl::set_experts_whole(bool whole, bool adapters_only) {
     Moe& moe = layer->moe;
     if (!moe || !moe->ep) continue;
     const std::int64_t share = moe->num_experts / moe->ep->size();
-    if (whole)
-      moe->experts->gather_experts(*moe->ep, adapters_only);
-    else
-      moe->experts->keep_experts(moe->ep->rank() * share, share, adapters_only);
+    if (whole) moe->experts->gather_experts(*moe->ep, adapters_only);
+    else moe->experts->keep_experts(moe->ep->rank() * share, share, adapters_only);
   }
 }
 
@@ -580,8 +574,7 @@ torch::Tensor CausalLMImpl::layers_and_norm(torch::Tensor h, const LayerContext&
   for (std::size_t i = 0; i < n; ++i) {
     DecoderLayer layer = model->layer_list[i];
     const bool ckpt = recording && flagged(checkpoint_layers_, i);
-    const bool mlp_off = !ckpt && recording && flagged(mlp_offload_layers_, i) && layer->mlp &&
-                         !layer->mlp->recompute;
+    const bool mlp_off = !ckpt && recording && flagged(mlp_offload_layers_, i) && layer->mlp && !layer->mlp->recompute;
     if (ckpt) {
       h = output();
       if (!h.requires_grad()) h = h.detach().requires_grad_(true);  // frozen embeddings (LoRA)

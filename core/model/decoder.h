@@ -94,7 +94,8 @@ class LinearImpl : public torch::nn::Module {
   bool fused_projection() const { return lora_in_input_dtype && (!lora_A || lora_dropout == 0.0); }
 
   // Adds lora_A (Kaiming-uniform with a = sqrt(5), nn.Linear's and PEFT's default, from the
-  // default generator) and lora_B (zeros), both fp32 on the weight's device. scaling = alpha / r, or alpha / sqrt(r) (rsLoRA).
+  // default generator) and lora_B (zeros), both fp32 on the weight's device. scaling = alpha / r, or alpha / sqrt(r)
+  // (rsLoRA).
   void add_lora(std::int64_t rank, double scaling, double dropout);
   bool has_lora() const { return lora_A != nullptr; }
   // W += scaling * B A (in fp32, cast back), then the adapter is removed. A 4-bit base is
@@ -106,7 +107,7 @@ class LinearImpl : public torch::nn::Module {
 
   torch::Tensor weight, bias;
   bool quantized = false;
-  torch::ScalarType dtype = torch::kFloat32;  // the model's (the options it was built with)
+  torch::ScalarType dtype = torch::kFloat32;        // the model's (the options it was built with)
   c10::intrusive_ptr<kernels::Quant4Weight> quant;  // quantized: the 4-bit weight (set by the loader)
   std::shared_ptr<LinearImpl> lora_A, lora_B;
   double lora_scaling = 0.0;
@@ -157,14 +158,14 @@ struct KvCache {
 // What every layer of one forward shares.
 
 struct LayerContext {
-  torch::Tensor cos, sin;  // [P, S, rotary_dim] in the activations' dtype
+  torch::Tensor cos, sin;              // [P, S, rotary_dim] in the activations' dtype
   torch::Tensor cos_local, sin_local;  // sliding-window layers' own RoPE (Gemma-3), else undefined
-  torch::Tensor keep;      // [B, 1, S, S] bool, or undefined (plain causal)
+  torch::Tensor keep;                  // [B, 1, S, S] bool, or undefined (plain causal)
   // Sliding-window layers: keep AND key at most window - 1 behind the query ([B or 1, 1, S, S];
   // padding-free rows: within the sample). Undefined when no layer has a window.
   torch::Tensor keep_window;
-  torch::Tensor cu_seqlens;      // padding-free row (B = 1): sample boundaries, int32 [n+1]
-  std::int64_t max_seqlen = 0;   // longest sample of the row
+  torch::Tensor cu_seqlens;                               // padding-free row (B = 1): sample boundaries, int32 [n+1]
+  std::int64_t max_seqlen = 0;                            // longest sample of the row
   std::shared_ptr<AttentionOverride> attention_override;  // sequence parallelism, else null
   AttentionBackend attention = AttentionBackend::CuDNN;
   std::atomic<std::int64_t>* backend_ran = nullptr;
@@ -197,10 +198,10 @@ class AttentionImpl : public torch::nn::Module {
   RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3, Gemma-3
   std::int64_t heads, kv_heads, head_dim;
   double scale;
-  double softcap = 0.0;      // attn_logit_softcapping (Gemma-2), 0: off
-  bool sliding = false;      // this layer attends through the sliding window
-  std::int64_t window = 0;   // its size (HfModelConfig::sliding_window) when sliding
-  bool local_rope = false;   // this layer rotates with LayerContext::cos_local (Gemma-3)
+  double softcap = 0.0;     // attn_logit_softcapping (Gemma-2), 0: off
+  bool sliding = false;     // this layer attends through the sliding window
+  std::int64_t window = 0;  // its size (HfModelConfig::sliding_window) when sliding
+  bool local_rope = false;  // this layer rotates with LayerContext::cos_local (Gemma-3)
   bool fused = false;
   std::int64_t layer_index = 0;  // its slot in KvCache::k / v
 
@@ -217,7 +218,7 @@ class MlpImpl : public torch::nn::Module {
   // ("": model.layers.<layer>.mlp), for which projections are 4-bit.
   MlpImpl(const DecoderConfig& c, const torch::TensorOptions& o, std::int64_t layer = 0, std::int64_t intermediate = -1,
           const std::string& prefix = {});
-  bool gelu = false;  // GeGLU with tanh-approximated GELU (gelu_pytorch_tanh): not fused
+  bool gelu = false;             // GeGLU with tanh-approximated GELU (gelu_pytorch_tanh): not fused
   Linear gate_up_proj{nullptr};  // Phi-3: gate and up in one projection (gate first)
   // With tile_tokens > 0 and more tokens than that (tiled MLP, docs/training.md): the tokens
   // run through the MLP a tile at a time; under autograd each tile is checkpointed, so its
@@ -295,7 +296,8 @@ class ExpertsImpl : public torch::nn::Module {
   ExpertLora gate_up_lora{nullptr}, down_lora{nullptr};
 
  private:
-  torch::Tensor project(const torch::Tensor& x, const torch::Tensor& w, const ExpertLora& lora, const torch::Tensor& ends);
+  torch::Tensor project(const torch::Tensor& x, const torch::Tensor& w, const ExpertLora& lora,
+                        const torch::Tensor& ends);
 };
 TORCH_MODULE(Experts);
 
@@ -306,7 +308,7 @@ class MoeImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const c10::intrusive_ptr<RouterStats>& stats = {});
   Router gate{nullptr};
   Experts experts{nullptr};
-  Mlp shared_expert{nullptr};   // Qwen2-MoE, else null
+  Mlp shared_expert{nullptr};  // Qwen2-MoE, else null
   Linear shared_expert_gate{nullptr};
   std::int64_t num_experts = 0, top_k = 0, layer_index = 0;
   bool norm_topk_prob = false;
@@ -341,7 +343,7 @@ class DecoderLayerImpl : public torch::nn::Module {
   // the residual add, these two the MLP's input and output.
   RMSNorm pre_feedforward_layernorm{nullptr}, post_feedforward_layernorm{nullptr};
   double residual_multiplier = 1.0;  // Granite: residual + branch * m
-  bool fused = false;  // the residual add fused into post_attention_layernorm
+  bool fused = false;                // the residual add fused into post_attention_layernorm
   // Whether the fused layer (add_rms_norm pairs) computes this family's block: not with
   // sandwich norms, (1 + w) norms or a residual multiplier.
   bool fusable = true;
@@ -401,8 +403,8 @@ class CausalLMImpl : public torch::nn::Module {
   // token (cache.length is not read or moved; the caller tracks it). Attention reads the whole
   // cache through its key_mask (slots not yet written are false). Not for RoPE kinds whose
   // frequencies depend on the length (dynamic, longrope): rope_depends_on_length.
-  torch::Tensor decode_step(const torch::Tensor& input_ids, const torch::Tensor& position_ids, const torch::Tensor& slot,
-                            KvCache& cache);
+  torch::Tensor decode_step(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
+                            const torch::Tensor& slot, KvCache& cache);
   // Whether decode_step applies to this model (RoPE frequencies fixed).
   bool static_decode_supported() const;
 
@@ -519,11 +521,12 @@ class CausalLMImpl : public torch::nn::Module {
   void start_router_stats(LayerContext& ctx, const torch::Tensor& attention_mask, std::int64_t rows);
   DecoderConfig config_;
   DecoderOptions options_;
-  torch::Tensor inv_freq_;  // fp32, not a parameter (HF: non-persistent buffer)
+  torch::Tensor inv_freq_;        // fp32, not a parameter (HF: non-persistent buffer)
   torch::Tensor inv_freq_local_;  // Gemma-3's sliding layers, else undefined
   LogitTransform logit_transform_;
   // The inverse frequencies for these positions (dynamic and longrope RoPE depend on the length).
-  torch::Tensor inv_freq_for(const RopeParams& rope, const torch::Tensor& fixed, const torch::Tensor& position_ids) const;
+  torch::Tensor inv_freq_for(const RopeParams& rope, const torch::Tensor& fixed,
+                             const torch::Tensor& position_ids) const;
   std::atomic<std::int64_t> backend_ran_{-1};
 };
 TORCH_MODULE(CausalLM);

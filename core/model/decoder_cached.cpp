@@ -32,7 +32,9 @@ torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, c
   torch::Tensor out;
   if (softcap > 0) {
     const torch::Tensor all =
-        keep.defined() ? keep : torch::ones({1, 1, 1, k.size(2)}, torch::TensorOptions().dtype(torch::kBool).device(k.device()));
+        keep.defined()
+            ? keep
+            : torch::ones({1, 1, 1, k.size(2)}, torch::TensorOptions().dtype(torch::kBool).device(k.device()));
     out = masked_attention(qg, k, v, all, scale, softcap, AttentionBackend::Math, ran);
   } else {
     std::optional<torch::Tensor> mask;
@@ -116,12 +118,12 @@ torch::Tensor CausalLMImpl::hidden_states_cached(const torch::Tensor& input_ids,
   TORCH_CHECK(input_ids.dim() == 2, "input_ids must be [batch, seq], got ", input_ids.sizes());
   TORCH_CHECK(position_ids.sizes() == input_ids.sizes(), "position_ids must be ", input_ids.sizes(), ", got ",
               position_ids.sizes());
-  TORCH_CHECK(!attention_mask.defined() || attention_mask.sizes() == input_ids.sizes(),
-              "attention_mask must be ", input_ids.sizes(), ", got ", attention_mask.sizes());
-  TORCH_CHECK(static_cast<std::int64_t>(cache.k.size()) == config_.hf.num_hidden_layers &&
-                  input_ids.size(0) == cache.batch(),
-              "hidden_states_cached: the cache is for ", cache.batch(), " rows of ", cache.k.size(),
-              " layers; got ", input_ids.size(0), " rows for ", config_.hf.num_hidden_layers, " layers");
+  TORCH_CHECK(!attention_mask.defined() || attention_mask.sizes() == input_ids.sizes(), "attention_mask must be ",
+              input_ids.sizes(), ", got ", attention_mask.sizes());
+  TORCH_CHECK(
+      static_cast<std::int64_t>(cache.k.size()) == config_.hf.num_hidden_layers && input_ids.size(0) == cache.batch(),
+      "hidden_states_cached: the cache is for ", cache.batch(), " rows of ", cache.k.size(), " layers; got ",
+      input_ids.size(0), " rows for ", config_.hf.num_hidden_layers, " layers");
   const std::int64_t s = input_ids.size(1), start = cache.length, len = start + s;
   TORCH_CHECK(len <= cache.capacity(), "hidden_states_cached: ", len, " tokens exceed the cache's ", cache.capacity());
   const torch::Device dev = input_ids.device();

@@ -26,8 +26,8 @@ Diagnostic derr(const std::string& file, const std::string& key, std::string msg
 }
 
 // A number under `key` of `obj`; a diagnostic when present but not a number.
-bool read_number(const json& obj, const char* key, const std::string& where, const std::string& file,
-                 double* out, Diagnostics* diags) {
+bool read_number(const json& obj, const char* key, const std::string& where, const std::string& file, double* out,
+                 Diagnostics* diags) {
   auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) return false;
   if (!it->is_number()) {
@@ -58,8 +58,9 @@ void parse_rope_object(const json& j, const json* p, const std::string& where, c
   if (type == "su" || (type == "yarn" && c.hf.family == "phi3")) type = "longrope";  // Phi3Config's mapping
   if (auto it = p->find("partial_rotary_factor");
       c.hf.family != "phi3" && it != p->end() && it->is_number() && it->get<double>() != 1.0)
-    diags->push_back(derr(file, where + "partial_rotary_factor",
-                          "found " + text::excerpt(dump_json(*it)) + "; Odyssey rotates part of the head for Phi3ForCausalLM only"));
+    diags->push_back(
+        derr(file, where + "partial_rotary_factor",
+             "found " + text::excerpt(dump_json(*it)) + "; Odyssey rotates part of the head for Phi3ForCausalLM only"));
   if (type == "default") return;
   const std::string kinds = supported_rope_types();
   if (type != "linear" && type != "dynamic" && type != "yarn" && type != "longrope" && type != "llama3") {
@@ -97,8 +98,7 @@ void parse_rope_object(const json& j, const json* p, const std::string& where, c
     if (!read_number(*p, "factor", where, file, &r->factor, diags)) {
       if (r->original_max_position_embeddings <= 0 || mpe <= 0)
         diags->push_back(derr(file, where + "factor", "missing, and max_position_embeddings does not give it"));
-      else
-        r->factor = mpe / static_cast<double>(r->original_max_position_embeddings);
+      else r->factor = mpe / static_cast<double>(r->original_max_position_embeddings);
     }
     double af = 0;
     const bool has_af = read_number(*p, "attention_factor", where, file, &af, diags);
@@ -117,8 +117,8 @@ void parse_rope_object(const json& j, const json* p, const std::string& where, c
       if (has_af) r->attention_factor = af;
       else if (r->factor <= 1.0) r->attention_factor = 1.0;
       else
-        r->attention_factor = std::sqrt(1 + std::log(r->factor) /
-                                                std::log(static_cast<double>(r->original_max_position_embeddings)));
+        r->attention_factor =
+            std::sqrt(1 + std::log(r->factor) / std::log(static_cast<double>(r->original_max_position_embeddings)));
       for (auto [key, out] : {std::pair{"short_factor", &r->short_factor}, std::pair{"long_factor", &r->long_factor}}) {
         auto it = p->find(key);
         if (it == p->end() || !it->is_array()) {
@@ -219,20 +219,23 @@ Result<DecoderConfig> parse_decoder_config(const std::string& json_text, const s
   if (auto it = j.find("initializer_range"); it != j.end() && it->is_number()) init = it->get<double>();
   c.initializer_range = init;
   parse_rope(j, &c, &r.diagnostics);
-  const std::int64_t rotary = static_cast<std::int64_t>(static_cast<double>(c.hf.head_dim) * c.hf.partial_rotary_factor);
+  const std::int64_t rotary =
+      static_cast<std::int64_t>(static_cast<double>(c.hf.head_dim) * c.hf.partial_rotary_factor);
   for (RopeParams* rp : {&c.rope, c.rope_local ? &*c.rope_local : nullptr}) {
     if (!rp) continue;
     rp->partial_rotary_factor = c.hf.partial_rotary_factor;
     if (rp->type == "longrope")
       for (const auto* f : {&rp->short_factor, &rp->long_factor})
         if (!f->empty() && static_cast<std::int64_t>(f->size()) != rotary / 2)
-          r.diagnostics.push_back(derr(file, f == &rp->short_factor ? "rope_scaling.short_factor" : "rope_scaling.long_factor",
-                                       std::to_string(f->size()) + " values; head_dim x partial_rotary_factor / 2 = " +
-                                           std::to_string(rotary / 2) + " needed"));
+          r.diagnostics.push_back(
+              derr(file, f == &rp->short_factor ? "rope_scaling.short_factor" : "rope_scaling.long_factor",
+                   std::to_string(f->size()) +
+                       " values; head_dim x partial_rotary_factor / 2 = " + std::to_string(rotary / 2) + " needed"));
   }
   if (rotary % 2 != 0 || rotary <= 0)
-    r.diagnostics.push_back(derr(file, "partial_rotary_factor", "head_dim x partial_rotary_factor = " + std::to_string(rotary) +
-                                                                    " must be a positive even number"));
+    r.diagnostics.push_back(
+        derr(file, "partial_rotary_factor",
+             "head_dim x partial_rotary_factor = " + std::to_string(rotary) + " must be a positive even number"));
   Result<QuantSettings> q = parse_quantization_config(json_text, file);
   r.diagnostics.insert(r.diagnostics.end(), q.diagnostics.begin(), q.diagnostics.end());
   if (q.ok()) c.quant = q.value;
@@ -244,7 +247,8 @@ Result<DecoderConfig> load_decoder_config(const std::string& model_dir) {
   std::string text, why;
   if (!read_regular_file(p.string(), std::uint64_t{64} << 20, &text, &why)) {  // never blocks on a FIFO
     Result<DecoderConfig> r;
-    r.diagnostics.push_back(derr(p.string(), "", "cannot be read (" + why + "); a Hugging Face model directory holds config.json"));
+    r.diagnostics.push_back(
+        derr(p.string(), "", "cannot be read (" + why + "); a Hugging Face model directory holds config.json"));
     return r;
   }
   return parse_decoder_config(text, p.string());

@@ -25,7 +25,7 @@ struct RopeParams {
   std::string type = "default";
   double theta = 10000.0;
   double partial_rotary_factor = 1.0;  // RoPE rotates the first int(head_dim x this) channels (Phi-3)
-  double factor = 1.0;          // linear, dynamic, yarn, llama3, longrope
+  double factor = 1.0;                 // linear, dynamic, yarn, llama3, longrope
   // llama3 (_compute_llama3_parameters).
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
@@ -45,13 +45,13 @@ struct RopeParams {
 // stay 16-bit, as transformers + bitsandbytes leave them, and so does every module that
 // skip_modules names.
 struct QuantSettings {
-  int bits = 0;                    // 0: 16-bit base weights; 4
-  std::string type = "nf4";        // nf4 | fp4
-  bool double_quant = true;        // the absmax values quantized again (8-bit, blocks of 256)
+  int bits = 0;              // 0: 16-bit base weights; 4
+  std::string type = "nf4";  // nf4 | fp4
+  bool double_quant = true;  // the absmax values quantized again (8-bit, blocks of 256)
   std::int64_t blocksize = 64;
-  std::string compute_dtype;       // bnb_4bit_compute_dtype as written ("" when not given)
+  std::string compute_dtype;              // bnb_4bit_compute_dtype as written ("" when not given)
   std::vector<std::string> skip_modules;  // llm_int8_skip_modules
-  bool prequantized = false;       // the checkpoint holds 4-bit tensors (config.json's quantization_config)
+  bool prequantized = false;              // the checkpoint holds 4-bit tensors (config.json's quantization_config)
   // Whether the module of this Hugging Face name ("model.layers.0.mlp.down_proj") is quantized:
   // bits is 4 and no skip_modules entry names it or a module containing it ("mlp",
   // "layers.0.mlp", "down_proj" or the full name; whole name components only).
@@ -64,15 +64,15 @@ Result<QuantSettings> parse_quantization_config(const std::string& json_text, co
 
 struct DecoderConfig {
   HfModelConfig hf;
-  QuantSettings quant;    // the 4-bit base of this model (from config.json, or set by the loader)
-  RopeParams rope;        // every layer's, or the full-attention layers' when rope_local is set
-  std::optional<RopeParams> rope_local;  // Gemma-3: sliding-window layers (rope_local_base_freq)
-  bool qkv_bias = false;  // Qwen2: always; Llama/Qwen3: attention_bias
-  bool o_bias = false;    // Llama/Qwen3: attention_bias; Qwen2: never
-  bool mlp_bias = false;  // Llama: mlp_bias
+  QuantSettings quant;                       // the 4-bit base of this model (from config.json, or set by the loader)
+  RopeParams rope;                           // every layer's, or the full-attention layers' when rope_local is set
+  std::optional<RopeParams> rope_local;      // Gemma-3: sliding-window layers (rope_local_base_freq)
+  bool qkv_bias = false;                     // Qwen2: always; Llama/Qwen3: attention_bias
+  bool o_bias = false;                       // Llama/Qwen3: attention_bias; Qwen2: never
+  bool mlp_bias = false;                     // Llama: mlp_bias
   std::optional<std::int64_t> pad_token_id;  // nn.Embedding's padding_idx (no gradient)
   double initializer_range = 0.02;
-  std::string file;       // config.json it came from, for messages
+  std::string file;  // config.json it came from, for messages
 };
 
 // The RoPE kinds parse_decoder_config accepts, for messages.

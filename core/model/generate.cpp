@@ -130,17 +130,19 @@ class StaticDecoder {
 Diagnostics check_generation_options(const GenerationOptions& o) {
   Diagnostics d;
   const SamplingOptions& s = o.sampling;
-  if (o.max_new_tokens < 1) d.push_back(error("max_new_tokens", "expected at least 1, found " + std::to_string(o.max_new_tokens)));
+  if (o.max_new_tokens < 1)
+    d.push_back(error("max_new_tokens", "expected at least 1, found " + std::to_string(o.max_new_tokens)));
   if (!(s.temperature >= 0.0) || !std::isfinite(s.temperature))
-    d.push_back(error("temperature", "expected a number >= 0 (0: greedy), found " + text::format_double(s.temperature)));
+    d.push_back(
+        error("temperature", "expected a number >= 0 (0: greedy), found " + text::format_double(s.temperature)));
   if (s.top_k < 0) d.push_back(error("top_k", "expected 0 (off) or more, found " + std::to_string(s.top_k)));
   if (!(s.top_p > 0.0 && s.top_p <= 1.0))
     d.push_back(error("top_p", "expected a number in (0, 1], found " + text::format_double(s.top_p)));
   if (!(s.min_p >= 0.0 && s.min_p <= 1.0))
     d.push_back(error("min_p", "expected a number in [0, 1], found " + text::format_double(s.min_p)));
   if (!(s.repetition_penalty > 0.0) || !std::isfinite(s.repetition_penalty))
-    d.push_back(error("repetition_penalty", "expected a number > 0 (1: off), found " +
-                                                text::format_double(s.repetition_penalty)));
+    d.push_back(error("repetition_penalty",
+                      "expected a number > 0 (1: off), found " + text::format_double(s.repetition_penalty)));
   for (const std::string& stop : o.stop)
     if (stop.empty()) d.push_back(error("stop", "a stop string is empty"));
   return d;
@@ -151,7 +153,8 @@ Result<std::vector<GenerationResult>> generate(CausalLM& lm, const std::vector<s
                                                const TokenCallback& on_token, const std::atomic<bool>* cancel) {
   Result<std::vector<GenerationResult>> r;
   r.diagnostics = check_generation_options(o);
-  if (!o.stop.empty() && tokenizer == nullptr) r.diagnostics.push_back(error("stop", "stop strings need the tokenizer"));
+  if (!o.stop.empty() && tokenizer == nullptr)
+    r.diagnostics.push_back(error("stop", "stop strings need the tokenizer"));
   const std::int64_t vocab = lm->config().hf.vocab_size;
   std::int64_t longest = 0;
   for (std::size_t i = 0; i < prompts.size(); ++i) {
@@ -165,8 +168,10 @@ Result<std::vector<GenerationResult>> generate(CausalLM& lm, const std::vector<s
         break;
       }
     if (o.max_positions > 0 && static_cast<std::int64_t>(p.size()) >= o.max_positions)
-      r.diagnostics.push_back(error(where, std::to_string(p.size()) + " tokens leave no room for a new one: the model "
-                                               "takes " + std::to_string(o.max_positions) +
+      r.diagnostics.push_back(error(where, std::to_string(p.size()) +
+                                               " tokens leave no room for a new one: the model "
+                                               "takes " +
+                                               std::to_string(o.max_positions) +
                                                " positions (max_position_embeddings)"));
     longest = std::max<std::int64_t>(longest, static_cast<std::int64_t>(p.size()));
   }
@@ -203,16 +208,17 @@ Result<std::vector<GenerationResult>> generate(CausalLM& lm, const std::vector<s
   std::optional<c10::cuda::CUDAStreamGuard> on_stream;
   if (dev.is_cuda())
     on_stream.emplace(c10::cuda::getStreamFromPool(false, dev.has_index() ? dev.index() : c10::cuda::current_device()));
-  const bool static_steps = lm->static_decode_supported() &&
-                            (o.decode == GenerationOptions::Decode::Static ||
-                             (o.decode == GenerationOptions::Decode::Auto && dev.is_cuda()));
+  const bool static_steps =
+      lm->static_decode_supported() &&
+      (o.decode == GenerationOptions::Decode::Static || (o.decode == GenerationOptions::Decode::Auto && dev.is_cuda()));
   // Static steps attend over the whole cache: its length rounded up to 64 slots (aligned rows
   // for the attention kernels; the extra slots stay masked).
   const std::int64_t capacity = static_steps ? (longest + steps + 63) / 64 * 64 : longest + steps;
   KvCache cache = lm->allocate_cache(batch, capacity);
   std::optional<StaticDecoder> decoder;
   if (static_steps) decoder.emplace(lm, cache, dev.is_cuda());
-  torch::Tensor hidden = lm->hidden_states_cached(tensor(ids, longest), tensor(pos, longest), tensor(mask, longest), cache);
+  torch::Tensor hidden =
+      lm->hidden_states_cached(tensor(ids, longest), tensor(pos, longest), tensor(mask, longest), cache);
   torch::Tensor logits = lm->logits(hidden.narrow(1, hidden.size(1) - 1, 1).squeeze(1)).to(torch::kFloat32);
   at::Generator gen = at::globalContext().defaultGenerator(dev).clone();
   gen.set_current_seed(o.sampling.seed);
@@ -256,7 +262,8 @@ Result<std::vector<GenerationResult>> generate(CausalLM& lm, const std::vector<s
         }
         // Streamed: what can no longer change (a possible stop string's start is held back).
         std::size_t ready = res.text.size();
-        if (res.finish_reason.empty() && longest_stop > 1) ready = ready > longest_stop - 1 ? ready - (longest_stop - 1) : 0;
+        if (res.finish_reason.empty() && longest_stop > 1)
+          ready = ready > longest_stop - 1 ? ready - (longest_stop - 1) : 0;
         if (res.finish_reason.empty() && incomplete_utf8(res.text)) ready = std::min(ready, res.text.size() - 3);
         if (ready > row.streamed) {
           delta = res.text.substr(row.streamed, ready - row.streamed);
@@ -318,15 +325,15 @@ Result<std::vector<std::int32_t>> generation_eos_ids(const std::string& model_di
     const nlohmann::json& v = j["eos_token_id"];
     auto add = [&](const nlohmann::json& x) {
       if (!x.is_number_integer() || x.get<std::int64_t>() < 0) {
-        r.diagnostics.push_back(error("eos_token_id", "expected a token id or a list of them, found " + x.dump(), file));
+        r.diagnostics.push_back(
+            error("eos_token_id", "expected a token id or a list of them, found " + x.dump(), file));
         return;
       }
       r.value.push_back(static_cast<std::int32_t>(x.get<std::int64_t>()));
     };
     if (v.is_array())
       for (const auto& x : v) add(x);
-    else
-      add(v);
+    else add(v);
     return r;
   }
   if (tokenizer)

@@ -44,11 +44,11 @@ struct GenerationOptions {
   SamplingOptions sampling;
   std::vector<std::int32_t> eos_ids;  // generation_config.json's eos_token_id (generation_eos_ids)
   bool ignore_eos = false;
-  std::vector<std::string> stop;      // stop strings (needs a tokenizer)
+  std::vector<std::string> stop;  // stop strings (needs a tokenizer)
   // The longest sequence (prompt + new tokens) the model takes; 0: no limit. A prompt longer
   // than this is an error; generation stops at it with finish_reason "length".
   std::int64_t max_positions = 0;
-  bool skip_special_tokens = true;    // in `text`
+  bool skip_special_tokens = true;  // in `text`
   // How decode steps run. Auto: on CUDA, the static step (CausalLMImpl::decode_step) captured
   // once in a CUDA graph and replayed (where the model's RoPE allows it; else eager); on the CPU,
   // eager. Eager: hidden_states_cached per step. Static: decode_step per step, with a graph on
@@ -62,10 +62,10 @@ struct GenerationResult {
   // "stop" (an end-of-sequence id or a stop string), "length" (max_new_tokens or the model's
   // positions), "cancelled".
   std::string finish_reason;
-  std::string stop_string;              // the stop string met, if any
+  std::string stop_string;  // the stop string met, if any
   std::int64_t prompt_tokens = 0;
-  double first_token_seconds = 0.0;     // from the start of the batch to this row's first token
-  double seconds = 0.0;                 // from the start of the batch to this row's last token
+  double first_token_seconds = 0.0;  // from the start of the batch to this row's first token
+  double seconds = 0.0;              // from the start of the batch to this row's last token
 };
 
 // Called for each new token of each row, in order, with the text it adds (possibly empty while a

@@ -17,7 +17,8 @@ using torch::autograd::variable_list;
 
 // Identity on the router probabilities whose backward adds the load-balancing loss's gradient.
 struct RouterAuxGrad : public torch::autograd::Function<RouterAuxGrad> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& probs, const c10::intrusive_ptr<RouterStats>& stats) {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& probs,
+                               const c10::intrusive_ptr<RouterStats>& stats) {
     ctx->saved_data["stats"] = c10::IValue::make_capsule(stats);
     return probs.clone();
   }
@@ -154,8 +155,8 @@ void ExpertsImpl::add_lora(const std::string& parameter, std::int64_t rank, doub
 void ExpertsImpl::keep_experts(std::int64_t first, std::int64_t count, bool adapters_only) {
   torch::NoGradGuard no_grad;
   if (!adapters_only) {
-    TORCH_CHECK(first >= 0 && count > 0 && first + count <= gate_up_proj.size(0), "keep_experts: experts ", first,
-                "..", first + count - 1, " of ", gate_up_proj.size(0));
+    TORCH_CHECK(first >= 0 && count > 0 && first + count <= gate_up_proj.size(0), "keep_experts: experts ", first, "..",
+                first + count - 1, " of ", gate_up_proj.size(0));
     for (torch::Tensor* w : {&gate_up_proj, &down_proj}) w->set_data(w->narrow(0, first, count).clone());
   }
   for (ExpertLora* lora : {&gate_up_lora, &down_lora}) {
@@ -228,17 +229,21 @@ torch::Tensor ExpertsImpl::forward(const torch::Tensor& x, const torch::Tensor& 
 }
 
 MoeImpl::MoeImpl(const DecoderConfig& c, const torch::TensorOptions& o, std::int64_t layer)
-    : num_experts(c.hf.num_experts), top_k(c.hf.num_experts_per_tok), layer_index(layer),
-      norm_topk_prob(c.hf.norm_topk_prob), weights_in_fp32(c.hf.family == "mixtral"), jitter(c.hf.router_jitter_noise) {
+    : num_experts(c.hf.num_experts),
+      top_k(c.hf.num_experts_per_tok),
+      layer_index(layer),
+      norm_topk_prob(c.hf.norm_topk_prob),
+      weights_in_fp32(c.hf.family == "mixtral"),
+      jitter(c.hf.router_jitter_noise) {
   const std::int64_t h = c.hf.hidden_size;
   const std::string prefix = "model.layers." + std::to_string(layer) + ".mlp.";
   gate = register_module("gate", Router(num_experts, h, o));
   experts = register_module("experts", Experts(num_experts, h, c.hf.moe_intermediate_size, o));
   if (c.hf.shared_expert_intermediate_size > 0) {
-    shared_expert = register_module(
-        "shared_expert", Mlp(c, o, layer, c.hf.shared_expert_intermediate_size, prefix + "shared_expert."));
-    shared_expert_gate = register_module(
-        "shared_expert_gate", Linear(h, 1, false, o, c.quant.quantizes(prefix + "shared_expert_gate")));
+    shared_expert = register_module("shared_expert",
+                                    Mlp(c, o, layer, c.hf.shared_expert_intermediate_size, prefix + "shared_expert."));
+    shared_expert_gate =
+        register_module("shared_expert_gate", Linear(h, 1, false, o, c.quant.quantizes(prefix + "shared_expert_gate")));
   }
 }
 
@@ -262,13 +267,14 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x, const c10::intrusive_ptr<
   const torch::Tensor token = order.div(top_k, "floor");
   const torch::Tensor counts = torch::bincount(choice, {}, num_experts);  // rows per expert
   // inverse[j]: where pair j (token j / k's (j % k)-th choice) sits in the sorted order.
-  const torch::Tensor inverse = torch::empty_like(order).scatter_(0, order, torch::arange(order.size(0), order.options()));
+  const torch::Tensor inverse =
+      torch::empty_like(order).scatter_(0, order, torch::arange(order.size(0), order.options()));
   const torch::Tensor sorted = GatherRows::apply(flat, token, inverse, top_k);
-  const torch::Tensor out = ep ? run_experts(sorted, counts)
-                               : experts(sorted, counts.cumsum(0).to(torch::kInt32));  // [N·k, h], sorted
+  const torch::Tensor out =
+      ep ? run_experts(sorted, counts) : experts(sorted, counts.cumsum(0).to(torch::kInt32));  // [N·k, h], sorted
   // Back to (token, choice) order, weighted, summed over the k choices.
-  torch::Tensor y = (GatherRows::apply(out, inverse, order, 1).view({n, top_k, h}) * top_p.unsqueeze(-1)).sum(1)
-                        .to(x.scalar_type());
+  torch::Tensor y =
+      (GatherRows::apply(out, inverse, order, 1).view({n, top_k, h}) * top_p.unsqueeze(-1)).sum(1).to(x.scalar_type());
   if (shared_expert) y = y + torch::sigmoid(shared_expert_gate(flat)) * shared_expert(flat);
   return y.view(x.sizes());
 }
@@ -309,8 +315,10 @@ torch::Tensor MoeImpl::run_experts(const torch::Tensor& sorted, const torch::Ten
   }
   const auto dev = sorted.device();
   const torch::Tensor order = torch::tensor(torch::ArrayRef<std::int64_t>(by_expert), torch::kInt64).to(dev);
-  const torch::Tensor inverse = torch::empty_like(order).scatter_(0, order, torch::arange(order.size(0), order.options()));
-  const torch::Tensor ends = torch::tensor(torch::ArrayRef<std::int64_t>(local_ends), torch::kInt64).to(dev, torch::kInt32);
+  const torch::Tensor inverse =
+      torch::empty_like(order).scatter_(0, order, torch::arange(order.size(0), order.options()));
+  const torch::Tensor ends =
+      torch::tensor(torch::ArrayRef<std::int64_t>(local_ends), torch::kInt64).to(dev, torch::kInt32);
   // 3. This rank's experts, then the outputs back in arrival order and home to their ranks.
   const torch::Tensor out = experts(GatherRows::apply(arrived, order, inverse, 1), ends);
   return ep->exchange_rows(GatherRows::apply(out, inverse, order, 1), recv, send);

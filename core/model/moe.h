@@ -53,7 +53,7 @@ struct RouterStats : torch::CustomClassHolder {
   // Σ of counts_ kept as they are recorded (whole numbers in fp32: exact), so each layer's
   // backward reads C without summing every layer again.
   torch::Tensor count_total_;
-  double rows_ = 0.0;                                         // Σ w_r of one layer
+  double rows_ = 0.0;  // Σ w_r of one layer
 };
 
 // The ranks that split a MoE model's experts (expert parallelism, docs/moe.md), as the layers

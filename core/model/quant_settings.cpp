@@ -51,8 +51,9 @@ Result<QuantSettings> parse_quantization_config(const std::string& json_text, co
   const std::string method = q.value("quant_method", std::string("bitsandbytes"));
   if (method != "bitsandbytes") {
     r.diagnostics.push_back(derr(file, base + ".quant_method",
-                                 "'" + method + "': Odyssey reads bitsandbytes 4-bit checkpoints (NF4/FP4); load the "
-                                 "16-bit model and set quant_bits: 4 to quantize it on load"));
+                                 "'" + method +
+                                     "': Odyssey reads bitsandbytes 4-bit checkpoints (NF4/FP4); load the "
+                                     "16-bit model and set quant_bits: 4 to quantize it on load"));
     return r;
   }
   auto flag = [&](const char* key) {
@@ -75,21 +76,23 @@ Result<QuantSettings> parse_quantization_config(const std::string& json_text, co
   s.prequantized = true;
   if (const auto t = q.find("bnb_4bit_quant_type"); t != q.end()) {
     if (!t->is_string() || (t->get<std::string>() != "nf4" && t->get<std::string>() != "fp4"))
-      r.diagnostics.push_back(derr(file, base + ".bnb_4bit_quant_type", "'" + t->dump() + "': expected \"nf4\" or \"fp4\""));
-    else
-      s.type = t->get<std::string>();
+      r.diagnostics.push_back(
+          derr(file, base + ".bnb_4bit_quant_type", "'" + t->dump() + "': expected \"nf4\" or \"fp4\""));
+    else s.type = t->get<std::string>();
   } else {
     s.type = "fp4";  // BitsAndBytesConfig's default
   }
   s.double_quant = flag("bnb_4bit_use_double_quant");
-  if (const auto d = q.find("bnb_4bit_compute_dtype"); d != q.end() && d->is_string()) s.compute_dtype = d->get<std::string>();
+  if (const auto d = q.find("bnb_4bit_compute_dtype"); d != q.end() && d->is_string())
+    s.compute_dtype = d->get<std::string>();
   if (const auto m = q.find("llm_int8_skip_modules"); m != q.end() && !m->is_null()) {
     if (!m->is_array()) {
       r.diagnostics.push_back(derr(file, base + ".llm_int8_skip_modules", "must be a list of module names"));
     } else {
       for (const auto& e : *m) {
         if (!e.is_string()) {
-          r.diagnostics.push_back(derr(file, base + ".llm_int8_skip_modules", "entry " + e.dump() + " is not a module name"));
+          r.diagnostics.push_back(
+              derr(file, base + ".llm_int8_skip_modules", "entry " + e.dump() + " is not a module name"));
           continue;
         }
         s.skip_modules.push_back(e.get<std::string>());
@@ -133,9 +136,9 @@ Result<QuantStateInfo> parse_quant_state(std::string_view bytes, const std::stri
   const auto bs = j.find("blocksize");
   if (bs == j.end() || !bs->is_number_integer() || bs->get<std::int64_t>() < 32 || bs->get<std::int64_t>() > 4096 ||
       (bs->get<std::int64_t>() & (bs->get<std::int64_t>() - 1)) != 0)
-    fail("blocksize " + (bs == j.end() ? std::string("missing") : bs->dump()) + ": bitsandbytes uses 32, 64, ..., 4096");
-  else
-    q.blocksize = bs->get<std::int64_t>();
+    fail("blocksize " + (bs == j.end() ? std::string("missing") : bs->dump()) +
+         ": bitsandbytes uses 32, 64, ..., 4096");
+  else q.blocksize = bs->get<std::int64_t>();
   const auto shape = j.find("shape");
   bool shape_ok = shape != j.end() && shape->is_array() && !shape->empty() && shape->size() <= 4;
   double values = 1.0;
@@ -156,8 +159,7 @@ Result<QuantStateInfo> parse_quant_state(std::string_view bytes, const std::stri
   const auto dt = j.find("dtype");
   if (dt == j.end() || !dt->is_string() || (*dt != "float32" && *dt != "float16" && *dt != "bfloat16"))
     fail("dtype " + (dt == j.end() ? std::string("missing") : dt->dump()) + ": expected float32, float16 or bfloat16");
-  else
-    q.dtype = dt->get<std::string>();
+  else q.dtype = dt->get<std::string>();
   const bool has_nb = j.contains("nested_blocksize"), has_off = j.contains("nested_offset");
   if (has_nb || has_off) {
     q.nested = true;
@@ -165,14 +167,12 @@ Result<QuantStateInfo> parse_quant_state(std::string_view bytes, const std::stri
     if (!has_nb || !nb->is_number_integer() || nb->get<std::int64_t>() <= 0 || nb->get<std::int64_t>() > (1 << 20))
       fail("nested_blocksize " + (has_nb ? nb->dump() : std::string("missing")) +
            ": a double-quantized weight needs a positive blocksize for its absmax values (bitsandbytes: 256)");
-    else
-      q.nested_blocksize = nb->get<std::int64_t>();
+    else q.nested_blocksize = nb->get<std::int64_t>();
     const auto off = j.find("nested_offset");
     if (!has_off || !off->is_number() || !std::isfinite(off->get<double>()))
       fail("nested_offset " + (has_off ? off->dump() : std::string("missing")) +
            ": a double-quantized weight needs the finite mean its absmax values were centred on");
-    else
-      q.nested_offset = off->get<double>();
+    else q.nested_offset = off->get<double>();
   }
   if (has_errors(r.diagnostics)) r.value = QuantStateInfo();
   return r;

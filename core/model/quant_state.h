@@ -15,11 +15,11 @@
 namespace odyssey {
 
 struct QuantStateInfo {
-  std::string quant_type;            // nf4 | fp4
-  std::int64_t blocksize = 64;       // 32, 64, ..., 4096
-  std::vector<std::int64_t> shape;   // 1 to 4 positive sizes, at most 2^40 values in all
-  std::string dtype;                 // float32 | float16 | bfloat16: what was quantized
-  bool nested = false;               // double quantization
+  std::string quant_type;             // nf4 | fp4
+  std::int64_t blocksize = 64;        // 32, 64, ..., 4096
+  std::vector<std::int64_t> shape;    // 1 to 4 positive sizes, at most 2^40 values in all
+  std::string dtype;                  // float32 | float16 | bfloat16: what was quantized
+  bool nested = false;                // double quantization
   std::int64_t nested_blocksize = 0;  // positive when nested
   double nested_offset = 0.0;         // finite when nested
   std::int64_t numel() const;

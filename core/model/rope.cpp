@@ -82,8 +82,7 @@ torch::Tensor rope_inv_freq(const RopeParams& rope, std::int64_t head_dim, std::
   return inv_freq;
 }
 
-std::pair<torch::Tensor, torch::Tensor> rope_cos_sin(const torch::Tensor& inv_freq,
-                                                     const torch::Tensor& position_ids,
+std::pair<torch::Tensor, torch::Tensor> rope_cos_sin(const torch::Tensor& inv_freq, const torch::Tensor& position_ids,
                                                      torch::ScalarType dtype, double attention_factor) {
   const std::int64_t p = position_ids.size(0);
   // [P, D/2, 1] @ [P, 1, S] in fp32, as the HF rotary module (autocast disabled there).

@@ -31,8 +31,7 @@ bool rope_depends_on_length(const RopeParams& rope);
 
 // cos and sin, each [P, S, rotary_dim] in `dtype`, for position_ids [P, S] (P = 1 or batch),
 // multiplied by attention_factor.
-std::pair<torch::Tensor, torch::Tensor> rope_cos_sin(const torch::Tensor& inv_freq,
-                                                     const torch::Tensor& position_ids,
+std::pair<torch::Tensor, torch::Tensor> rope_cos_sin(const torch::Tensor& inv_freq, const torch::Tensor& position_ids,
                                                      torch::ScalarType dtype, double attention_factor = 1.0);
 
 // x [B, H, S, D] rotated by cos/sin [P, S, R] (broadcast over heads and, when P = 1, batch);

@@ -134,19 +134,17 @@ const char* SafetensorsFile::data_of(const SafetensorsTensorInfo& t) const {
 }
 
 Result<const SafetensorsTensorInfo*> SafetensorsFile::loadable(std::string_view name,
-                                                                std::optional<torch::Dtype> target) const {
+                                                               std::optional<torch::Dtype> target) const {
   Result<const SafetensorsTensorInfo*> r;
   const auto* t = info(name);
-  if (t == nullptr)
-    r.diagnostics.push_back(error(std::string(name), "no tensor of this name in the file"));
+  if (t == nullptr) r.diagnostics.push_back(error(std::string(name), "no tensor of this name in the file"));
   else if (!to_torch_dtype(t->dtype))
     r.diagnostics.push_back(error(t->name, std::string("dtype ") + dtype_name(t->dtype) +
                                                " is not supported; Odyssey loads " + supported_dtypes_text()));
   else if (target && !c10::isFloatingType(*target))
-    r.diagnostics.push_back(error(t->name, "cannot load into " + dtype_text(*target) +
-                                               ": the target dtype must be a floating-point type"));
-  else
-    r.value = t;
+    r.diagnostics.push_back(
+        error(t->name, "cannot load into " + dtype_text(*target) + ": the target dtype must be a floating-point type"));
+  else r.value = t;
   return r;
 }
 
@@ -162,8 +160,8 @@ Result<torch::Tensor> SafetensorsFile::view(std::string_view name) const {
     return {copy, {}};
   }
   // from_blob wants a mutable pointer; the pages are read-only (see the header comment).
-  return {torch::from_blob(const_cast<char*>(p), info.shape, [keep = map_](void*) mutable { keep.reset(); },
-                           options),
+  return {torch::from_blob(
+              const_cast<char*>(p), info.shape, [keep = map_](void*) mutable { keep.reset(); }, options),
           {}};
 }
 
@@ -185,8 +183,9 @@ Result<torch::Tensor> SafetensorsFile::load_as_stored(std::string_view name) con
   if (t == nullptr) return {torch::Tensor(), {error(std::string(name), "no tensor of this name in the file")}};
   const auto dtype = state_dtype(t->dtype);
   if (!dtype)
-    return {torch::Tensor(), {error(t->name, std::string("dtype ") + dtype_name(t->dtype) +
-                                                 " is not an optimizer-state dtype (BF16, F16, F32, I64, I32, U8)")}};
+    return {torch::Tensor(),
+            {error(t->name, std::string("dtype ") + dtype_name(t->dtype) +
+                                " is not an optimizer-state dtype (BF16, F16, F32, I64, I32, U8)")}};
   torch::Tensor out = torch::empty(t->shape, torch::TensorOptions().dtype(*dtype));
   std::memcpy(out.data_ptr(), data_of(*t), t->nbytes());
   return {out, {}};
@@ -236,9 +235,8 @@ void SafetensorsFile::fill(const SafetensorsTensorInfo& info, torch::Tensor& dst
     }
     torch::Tensor part = flat.narrow(0, at, n);
     if (dst.is_cpu() || src_dtype == dst.scalar_type())
-      part.copy_(src);  // CPU: converts in place; to a device: one copy of the file's bytes
-    else
-      part.copy_(src.to(dst.device()));  // to the device in the file's dtype, converted there
+      part.copy_(src);                      // CPU: converts in place; to a device: one copy of the file's bytes
+    else part.copy_(src.to(dst.device()));  // to the device in the file's dtype, converted there
     advise(p, n * itemsize, MADV_DONTNEED);
   }
 }
@@ -276,19 +274,20 @@ Result<SafetensorsCheckpoint> SafetensorsCheckpoint::open(const std::string& pat
         if (it->second != shard) continue;  // reported below, from the index's side
       }
       if (!ck.where_.emplace(t.name, i).second)
-        diags.push_back(make_error(file.path(), t.name, "the tensor is also in " + ck.files_[ck.where_[t.name]]->path()));
+        diags.push_back(
+            make_error(file.path(), t.name, "the tensor is also in " + ck.files_[ck.where_[t.name]]->path()));
     }
   }
   if (index) {
     for (const auto& [name, shard] : index->weight_map) {
       if (ck.where_.count(name)) continue;
-      diags.push_back(make_error(index_path, name, "the index puts the tensor in '" + shard +
-                                                       "', which does not contain it"));
+      diags.push_back(
+          make_error(index_path, name, "the index puts the tensor in '" + shard + "', which does not contain it"));
     }
     if (index->total_size && r.ok() && *index->total_size != ck.tensor_bytes())
-      diags.push_back({Severity::Warning, index_path, 0, 0, "metadata.total_size",
-                       std::to_string(*index->total_size) + " bytes, but the tensors hold " +
-                           std::to_string(ck.tensor_bytes())});
+      diags.push_back(
+          {Severity::Warning, index_path, 0, 0, "metadata.total_size",
+           std::to_string(*index->total_size) + " bytes, but the tensors hold " + std::to_string(ck.tensor_bytes())});
   }
   if (!r.ok()) return r;
   ck.names_.reserve(ck.where_.size());
@@ -405,11 +404,11 @@ Diagnostics check_tensors(const NamedTensors& tensors, const std::string& file) 
   Diagnostics d;
   std::set<std::string> seen;
   for (const auto& [name, t] : tensors) {
-    if (!t.defined())
-      d.push_back(make_error(file, name, "the tensor is undefined"));
+    if (!t.defined()) d.push_back(make_error(file, name, "the tensor is undefined"));
     else if (!from_torch_dtype(t.scalar_type()) || !state_dtype(*from_torch_dtype(t.scalar_type())))
-      d.push_back(make_error(file, name, "dtype " + dtype_text(t.scalar_type()) + " cannot be written; Odyssey writes " +
-                                             supported_dtypes_text() + " (and I64, I32, U8 for optimizer state)"));
+      d.push_back(make_error(file, name,
+                             "dtype " + dtype_text(t.scalar_type()) + " cannot be written; Odyssey writes " +
+                                 supported_dtypes_text() + " (and I64, I32, U8 for optimizer state)"));
     if (name == "__metadata__") d.push_back(make_error(file, name, "the name is reserved for the file's metadata"));
     if (!seen.insert(name).second) d.push_back(make_error(file, name, "the name is given twice"));
   }
@@ -513,8 +512,8 @@ Result<std::vector<std::string>> save_sharded(const std::string& dir, const Name
     for (const auto& [t, _] : shards[static_cast<std::size_t>(i)]) weight_map.emplace(t, name);
   }
   if (count > 1) {
-    const nlohmann::ordered_json index = {
-        {"metadata", {{"total_parameters", parameters}, {"total_size", total}}}, {"weight_map", weight_map}};
+    const nlohmann::ordered_json index = {{"metadata", {{"total_parameters", parameters}, {"total_size", total}}},
+                                          {"weight_map", weight_map}};
     const std::string text = dump_json(index, 2) + "\n";
     AtomicFile out(index_path);
     out.write(text.data(), text.size());
@@ -530,7 +529,8 @@ Result<std::vector<std::string>> save_sharded(const std::string& dir, const Name
   const std::set<std::string> keep(r.value.begin(), r.value.end());
   for (const auto& e : fs::directory_iterator(d, ec)) {
     const std::string f = e.path().filename().string();
-    const bool weights = f == "model.safetensors" || f == "model.safetensors.index.json" || std::regex_match(f, shard_re);
+    const bool weights =
+        f == "model.safetensors" || f == "model.safetensors.index.json" || std::regex_match(f, shard_re);
     if (weights && !keep.count(f)) fs::remove(e.path(), ec);
   }
   return r;

@@ -35,14 +35,28 @@ struct DtypeRow {
 // Names and bit sizes from the reference's Dtype enum (tensor.rs, Dtype::bitsize).
 using S = SafetensorsDtype;
 constexpr std::array<DtypeRow, 22> kDtypes{{
-    {S::BOOL, "BOOL", 8},         {S::U8, "U8", 8},           {S::I8, "I8", 8},
-    {S::F8_E5M2, "F8_E5M2", 8},   {S::F8_E4M3, "F8_E4M3", 8}, {S::F8_E8M0, "F8_E8M0", 8},
-    {S::F8_E4M3FNUZ, "F8_E4M3FNUZ", 8}, {S::F8_E5M2FNUZ, "F8_E5M2FNUZ", 8},
-    {S::I16, "I16", 16},          {S::U16, "U16", 16},        {S::F16, "F16", 16},
-    {S::BF16, "BF16", 16},        {S::I32, "I32", 32},        {S::U32, "U32", 32},
-    {S::F32, "F32", 32},          {S::C64, "C64", 64},        {S::F64, "F64", 64},
-    {S::I64, "I64", 64},          {S::U64, "U64", 64},        {S::F4, "F4", 4},
-    {S::F6_E2M3, "F6_E2M3", 6},   {S::F6_E3M2, "F6_E3M2", 6},
+    {S::BOOL, "BOOL", 8},
+    {S::U8, "U8", 8},
+    {S::I8, "I8", 8},
+    {S::F8_E5M2, "F8_E5M2", 8},
+    {S::F8_E4M3, "F8_E4M3", 8},
+    {S::F8_E8M0, "F8_E8M0", 8},
+    {S::F8_E4M3FNUZ, "F8_E4M3FNUZ", 8},
+    {S::F8_E5M2FNUZ, "F8_E5M2FNUZ", 8},
+    {S::I16, "I16", 16},
+    {S::U16, "U16", 16},
+    {S::F16, "F16", 16},
+    {S::BF16, "BF16", 16},
+    {S::I32, "I32", 32},
+    {S::U32, "U32", 32},
+    {S::F32, "F32", 32},
+    {S::C64, "C64", 64},
+    {S::F64, "F64", 64},
+    {S::I64, "I64", 64},
+    {S::U64, "U64", 64},
+    {S::F4, "F4", 4},
+    {S::F6_E2M3, "F6_E2M3", 6},
+    {S::F6_E3M2, "F6_E3M2", 6},
 }};
 
 const DtypeRow& row(SafetensorsDtype d) {
@@ -140,15 +154,17 @@ std::string not_a_count(const json& v) {
 bool parse_entry(const std::string& name, const json& v, SafetensorsTensorInfo& t, Reporter& rep) {
   t.name = name;
   if (!v.is_object()) {
-    rep.error(name, "entry is " + json_type(v) +
-                        ", expected an object with dtype, shape and data_offsets");
+    rep.error(name, "entry is " + json_type(v) + ", expected an object with dtype, shape and data_offsets");
     return false;
   }
   const auto dt = v.find("dtype"), sh = v.find("shape"), off = v.find("data_offsets");
   bool ok = true;
   if (dt == v.end() || sh == v.end() || off == v.end()) {
     rep.error(name, std::string("entry has no \"") +
-                        (dt == v.end() ? "dtype" : sh == v.end() ? "shape" : "data_offsets") + "\"");
+                        (dt == v.end()   ? "dtype"
+                         : sh == v.end() ? "shape"
+                                         : "data_offsets") +
+                        "\"");
     return false;
   }
   if (!dt->is_string()) {
@@ -212,9 +228,9 @@ bool parse_entry(const std::string& name, const json& v, SafetensorsTensorInfo& 
   }
   if (too_big || bits / 8 != t.nbytes()) {
     const std::string need = too_big ? std::string("more than 2^64 / 8") : std::to_string(bits / 8);
-    rep.error(name, std::string("dtype ") + dtype_name(t.dtype) + " with shape " + shape_string(t.shape) +
-                        " needs " + need + " bytes, but data_offsets " + span_text(t.begin, t.end) +
-                        " span " + std::to_string(t.nbytes()));
+    rep.error(name, std::string("dtype ") + dtype_name(t.dtype) + " with shape " + shape_string(t.shape) + " needs " +
+                        need + " bytes, but data_offsets " + span_text(t.begin, t.end) + " span " +
+                        std::to_string(t.nbytes()));
     return false;
   }
   return true;
@@ -247,8 +263,8 @@ void check_layout(SafetensorsHeader& h, std::uint64_t data_size, Reporter& rep) 
   const SafetensorsTensorInfo* prev = nullptr;
   for (const auto& t : ts) {
     if (t.begin < expected) {
-      rep.error(t.name, "data_offsets " + span_text(t.begin, t.end) + " overlap tensor '" + prev->name +
-                            "' at " + span_text(prev->begin, prev->end));
+      rep.error(t.name, "data_offsets " + span_text(t.begin, t.end) + " overlap tensor '" + prev->name + "' at " +
+                            span_text(prev->begin, prev->end));
     } else if (t.begin > expected) {
       rep.error(t.name, "data_offsets " + span_text(t.begin, t.end) + " leave a hole of " +
                             std::to_string(t.begin - expected) + " bytes before this tensor" +
@@ -266,11 +282,12 @@ void check_layout(SafetensorsHeader& h, std::uint64_t data_size, Reporter& rep) 
   if (expected > data_size) {
     const auto first = std::find_if(ts.begin(), ts.end(), [&](const auto& t) { return t.end > data_size; });
     const auto more = static_cast<std::size_t>(ts.end() - first) - 1;
-    rep.error(first->name, "data_offsets " + span_text(first->begin, first->end) +
-                               " run past the end of the data section (" + std::to_string(data_size) +
-                               " bytes): the file is " + std::to_string(file_size) + " bytes but its header needs " +
-                               std::to_string(h.data_start() + expected) + "; the file is truncated" +
-                               (more ? " (" + std::to_string(more) + " later tensors are also cut off)" : std::string()));
+    rep.error(first->name,
+              "data_offsets " + span_text(first->begin, first->end) + " run past the end of the data section (" +
+                  std::to_string(data_size) + " bytes): the file is " + std::to_string(file_size) +
+                  " bytes but its header needs " + std::to_string(h.data_start() + expected) +
+                  "; the file is truncated" +
+                  (more ? " (" + std::to_string(more) + " later tensors are also cut off)" : std::string()));
   } else if (expected < data_size) {
     rep.error("", std::to_string(data_size - expected) +
                       " bytes after the last tensor are not part of any tensor; the format requires the "
@@ -428,8 +445,7 @@ Result<SafetensorsIndex> parse_safetensors_index(std::string_view json_text, con
     return r;
   }
   for (const auto& d : inner_dups)
-    if (d.rfind("weight_map/", 0) == 0)
-      rep.error(d.substr(11), "the tensor is mapped more than once in weight_map");
+    if (d.rfind("weight_map/", 0) == 0) rep.error(d.substr(11), "the tensor is mapped more than once in weight_map");
   const auto wm = j.find("weight_map");
   if (wm == j.end() || !wm->is_object()) {
     rep.error("weight_map", wm == j.end() ? "missing; expected an object mapping tensor names to shard files"
@@ -443,7 +459,8 @@ Result<SafetensorsIndex> parse_safetensors_index(std::string_view json_text, con
       continue;
     }
     const auto& shard = v.get_ref<const std::string&>();
-    if (shard.empty() || shard == "." || shard == ".." || shard.find_first_of(std::string("/\\\0", 3)) != std::string::npos) {
+    if (shard.empty() || shard == "." || shard == ".." ||
+        shard.find_first_of(std::string("/\\\0", 3)) != std::string::npos) {
       rep.error(name, "shard " + in_quotes(shard) + " is not a plain file name in the checkpoint directory");
       continue;
     }
@@ -454,12 +471,10 @@ Result<SafetensorsIndex> parse_safetensors_index(std::string_view json_text, con
   r.value.shards.assign(shards.begin(), shards.end());
   if (const auto md = j.find("metadata"); md != j.end() && md->is_object()) {
     if (const auto ts = md->find("total_size"); ts != md->end()) {
-      if (ts->is_number_unsigned())
-        r.value.total_size = ts->get<std::uint64_t>();
+      if (ts->is_number_unsigned()) r.value.total_size = ts->get<std::uint64_t>();
       else if (ts->is_number_float() && ts->get<double>() >= 0 && ts->get<double>() < 1.8e19)
         r.value.total_size = static_cast<std::uint64_t>(ts->get<double>());
-      else
-        rep.warning("metadata.total_size", "is " + json_type(*ts) + ", ignored");
+      else rep.warning("metadata.total_size", "is " + json_type(*ts) + ", ignored");
     }
   }
   return r;
@@ -500,15 +515,17 @@ Result<SafetensorsFiles> find_safetensors_files(const std::string& path) {
       std::string example;
       for (const auto& [name, s] : out.index->weight_map)
         if (s == shard && count++ == 0) example = name;
-      error(out.source, example, "shard '" + shard + "' is missing from " + path + "; the index puts " +
-                                     std::to_string(count) + " tensors in it (this one among them)");
+      error(out.source, example,
+            "shard '" + shard + "' is missing from " + path + "; the index puts " + std::to_string(count) +
+                " tensors in it (this one among them)");
     }
   } else {
     const bool bin = fs::exists(dir / "pytorch_model.bin", ec) || fs::exists(dir / "pytorch_model.bin.index.json", ec);
-    error(path, "", std::string("no model.safetensors or model.safetensors.index.json") +
-                        (bin ? "; only PyTorch .bin weights are present, which Odyssey does not read (convert "
-                               "them to safetensors)"
-                             : ""));
+    error(path, "",
+          std::string("no model.safetensors or model.safetensors.index.json") +
+              (bin ? "; only PyTorch .bin weights are present, which Odyssey does not read (convert "
+                     "them to safetensors)"
+                   : ""));
   }
   return r;
 }

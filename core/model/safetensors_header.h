@@ -23,8 +23,28 @@ namespace odyssey {
 // Every dtype name the reference implementation knows, so that a file holding one Odyssey
 // does not load is refused by that name rather than as "unknown".
 enum class SafetensorsDtype {
-  BOOL, U8, I8, F8_E5M2, F8_E4M3, F8_E8M0, F8_E4M3FNUZ, F8_E5M2FNUZ, I16, U16, F16, BF16,
-  I32, U32, F32, C64, F64, I64, U64, F4, F6_E2M3, F6_E3M2
+  BOOL,
+  U8,
+  I8,
+  F8_E5M2,
+  F8_E4M3,
+  F8_E8M0,
+  F8_E4M3FNUZ,
+  F8_E5M2FNUZ,
+  I16,
+  U16,
+  F16,
+  BF16,
+  I32,
+  U32,
+  F32,
+  C64,
+  F64,
+  I64,
+  U64,
+  F4,
+  F6_E2M3,
+  F6_E3M2
 };
 
 const char* dtype_name(SafetensorsDtype d);
@@ -43,15 +63,15 @@ struct SafetensorsTensorInfo {
   std::vector<std::int64_t> shape;  // empty: a 0-d tensor (one element)
   std::uint64_t begin = 0;          // data_offsets, relative to the data section
   std::uint64_t end = 0;
-  std::int64_t numel() const;       // validated not to overflow
+  std::int64_t numel() const;  // validated not to overflow
   std::uint64_t nbytes() const { return end - begin; }
 };
 
 struct SafetensorsHeader {
-  std::uint64_t header_length = 0;  // N, the JSON bytes (padding included)
-  std::uint64_t data_length = 0;    // bytes of the data section (end of the last tensor)
-  std::vector<SafetensorsTensorInfo> tensors;    // in file order (by data offset)
-  std::map<std::string, std::string> metadata;   // "__metadata__"
+  std::uint64_t header_length = 0;              // N, the JSON bytes (padding included)
+  std::uint64_t data_length = 0;                // bytes of the data section (end of the last tensor)
+  std::vector<SafetensorsTensorInfo> tensors;   // in file order (by data offset)
+  std::map<std::string, std::string> metadata;  // "__metadata__"
   std::uint64_t data_start() const { return 8 + header_length; }
   const SafetensorsTensorInfo* find(std::string_view name) const;
   std::unordered_map<std::string, std::size_t> index;  // name -> position in tensors

@@ -40,8 +40,12 @@ Diagnostic derr(std::string file, std::string key, std::string msg) {
 }
 
 // bitsandbytes' per-weight tensors beside "<module>.weight" (Params4bit's state dict).
-const char* const kQuantParts[] = {"absmax", "quant_map", "nested_absmax", "nested_quant_map",
-                                   "quant_state.bitsandbytes__nf4", "quant_state.bitsandbytes__fp4"};
+const char* const kQuantParts[] = {"absmax",
+                                   "quant_map",
+                                   "nested_absmax",
+                                   "nested_quant_map",
+                                   "quant_state.bitsandbytes__nf4",
+                                   "quant_state.bitsandbytes__fp4"};
 
 Result<torch::Tensor> load_stored(const SafetensorsCheckpoint& ckpt, const std::string& name) {
   const std::string file = ckpt.file_of(name);
@@ -55,8 +59,8 @@ Result<torch::Tensor> load_stored(const SafetensorsCheckpoint& ckpt, const std::
 // A pre-quantized weight "<module>.weight" and its quant state, as bitsandbytes saves them,
 // checked against the module's shape; every inconsistency names the tensor.
 Result<c10::intrusive_ptr<kernels::Quant4Weight>> read_prequantized(const SafetensorsCheckpoint& ckpt,
-                                                                     const std::string& module, const LinearImpl& lin,
-                                                                     const torch::Device& device) {
+                                                                    const std::string& module, const LinearImpl& lin,
+                                                                    const torch::Device& device) {
   Result<c10::intrusive_ptr<kernels::Quant4Weight>> r;
   const std::string w = module + ".weight";
   auto fail = [&](const std::string& tensor, const std::string& msg) {
@@ -107,9 +111,10 @@ Result<c10::intrusive_ptr<kernels::Quant4Weight>> read_prequantized(const Safete
       return {};
     }
     if (t.value.scalar_type() != want_type || t.value.numel() != numel) {
-      fail(name, std::string("must be ") + (want_type == torch::kUInt8 ? "U8" : "F32") + " with " + std::to_string(numel) +
-                     " values for a [" + std::to_string(want[0]) + ", " + std::to_string(want[1]) + "] weight in blocks of " +
-                     std::to_string(q->blocksize) + "; the file has " + std::to_string(t.value.numel()));
+      fail(name, std::string("must be ") + (want_type == torch::kUInt8 ? "U8" : "F32") + " with " +
+                     std::to_string(numel) + " values for a [" + std::to_string(want[0]) + ", " +
+                     std::to_string(want[1]) + "] weight in blocks of " + std::to_string(q->blocksize) +
+                     "; the file has " + std::to_string(t.value.numel()));
       return {};
     }
     return t.value.to(device);
@@ -118,8 +123,7 @@ Result<c10::intrusive_ptr<kernels::Quant4Weight>> read_prequantized(const Safete
   q->nested = qs.nested || ckpt.info(w + ".nested_absmax") != nullptr;
   q->absmax = tensor(w + ".absmax", q->nested ? torch::kUInt8 : torch::kFloat32, blocks);
   q->code = tensor(w + ".quant_map", torch::kFloat32, 16);
-  if (q->code.defined() &&
-      !torch::allclose(q->code.cpu(), kernels::quant4_code(q->type), /*rtol=*/0.0, /*atol=*/1e-6))
+  if (q->code.defined() && !torch::allclose(q->code.cpu(), kernels::quant4_code(q->type), /*rtol=*/0.0, /*atol=*/1e-6))
     fail(w + ".quant_map", std::string("is not bitsandbytes' ") + kernels::quant4_type_name(q->type) + " table");
   if (q->nested) {
     if (!qs.nested) {
@@ -128,7 +132,8 @@ Result<c10::intrusive_ptr<kernels::Quant4Weight>> read_prequantized(const Safete
     }
     q->nested_blocksize = qs.nested_blocksize;
     q->offset = static_cast<float>(qs.nested_offset);
-    q->nested_absmax = tensor(w + ".nested_absmax", torch::kFloat32, (blocks + q->nested_blocksize - 1) / q->nested_blocksize);
+    q->nested_absmax =
+        tensor(w + ".nested_absmax", torch::kFloat32, (blocks + q->nested_blocksize - 1) / q->nested_blocksize);
     q->nested_code = tensor(w + ".nested_quant_map", torch::kFloat32, 256);
   }
   if (has_errors(r.diagnostics)) return r;
@@ -152,9 +157,12 @@ std::map<std::string, ExpertPiece> expert_pieces(CausalLM& lm) {
     for (std::int64_t e = 0; e < e_count; ++e) {
       const std::string x = hub + "experts." + std::to_string(e) + ".";
       // Mixtral's w1 is the gate, w3 the up projection, w2 the down projection.
-      out.emplace(x + (mixtral ? "w1.weight" : "gate_proj.weight"), ExpertPiece{m + "experts.gate_up_proj", e, 0, i, {i, h}});
-      out.emplace(x + (mixtral ? "w3.weight" : "up_proj.weight"), ExpertPiece{m + "experts.gate_up_proj", e, i, i, {i, h}});
-      out.emplace(x + (mixtral ? "w2.weight" : "down_proj.weight"), ExpertPiece{m + "experts.down_proj", e, 0, h, {h, i}});
+      out.emplace(x + (mixtral ? "w1.weight" : "gate_proj.weight"),
+                  ExpertPiece{m + "experts.gate_up_proj", e, 0, i, {i, h}});
+      out.emplace(x + (mixtral ? "w3.weight" : "up_proj.weight"),
+                  ExpertPiece{m + "experts.gate_up_proj", e, i, i, {i, h}});
+      out.emplace(x + (mixtral ? "w2.weight" : "down_proj.weight"),
+                  ExpertPiece{m + "experts.down_proj", e, 0, h, {h, i}});
     }
   }
   return out;
@@ -200,20 +208,23 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const 
       const LinearImpl* lin = qlin.at(name.substr(0, name.size() - 7));
       if (pre) {
         if (info->dtype != SafetensorsDtype::U8 && bad++ < kMaxListed)
-          errs.push_back(derr(file, name, std::string("dtype ") + dtype_name(info->dtype) + "; config.json (" + cfg.file +
-                                              ") declares a bitsandbytes 4-bit checkpoint, whose weights are U8"));
+          errs.push_back(derr(file, name,
+                              std::string("dtype ") + dtype_name(info->dtype) + "; config.json (" + cfg.file +
+                                  ") declares a bitsandbytes 4-bit checkpoint, whose weights are U8"));
       } else if (file_shape != c10::IntArrayRef{lin->out_features, lin->in_features} || !to_torch_dtype(info->dtype)) {
         if (bad++ < kMaxListed)
-          errs.push_back(derr(file, name, "shape " + shape_text(file_shape) + " " + dtype_name(info->dtype) +
-                                              " in the file; a 16-bit [" + std::to_string(lin->out_features) + ", " +
-                                              std::to_string(lin->in_features) + "] weight is quantized on load"));
+          errs.push_back(derr(file, name,
+                              "shape " + shape_text(file_shape) + " " + dtype_name(info->dtype) +
+                                  " in the file; a 16-bit [" + std::to_string(lin->out_features) + ", " +
+                                  std::to_string(lin->in_features) + "] weight is quantized on load"));
       }
       continue;
     }
     if (quant_part_of.count(name)) {
       if (!pre && extra++ < kMaxListed)
-        errs.push_back(derr(file, name, "a bitsandbytes quant-state tensor, but config.json (" + cfg.file +
-                                            ") has no quantization_config with load_in_4bit"));
+        errs.push_back(derr(file, name,
+                            "a bitsandbytes quant-state tensor, but config.json (" + cfg.file +
+                                ") has no quantization_config with load_in_4bit"));
       continue;
     }
     auto it = params.find(name);
@@ -221,15 +232,18 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const 
       const ExpertPiece& piece = pc->second;
       if (ckpt.info(piece.param)) {  // both layouts of one parameter
         if (extra++ < kMaxListed)
-          errs.push_back(derr(file, name, "per-expert tensor beside the stacked " + piece.param + "; a checkpoint holds one layout"));
+          errs.push_back(derr(
+              file, name, "per-expert tensor beside the stacked " + piece.param + "; a checkpoint holds one layout"));
       } else if (file_shape != c10::IntArrayRef(piece.shape)) {
         if (bad++ < kMaxListed)
-          errs.push_back(derr(file, name, "shape " + shape_text(file_shape) + " in the file, config.json (" + cfg.file +
-                                              ") gives " + shape_text(piece.shape)));
+          errs.push_back(derr(file, name,
+                              "shape " + shape_text(file_shape) + " in the file, config.json (" + cfg.file +
+                                  ") gives " + shape_text(piece.shape)));
       } else if (!to_torch_dtype(info->dtype)) {
         if (bad++ < kMaxListed)
-          errs.push_back(derr(file, name, std::string("dtype ") + dtype_name(info->dtype) + "; Odyssey loads " +
-                                              supported_dtypes_text() + " weights"));
+          errs.push_back(derr(file, name,
+                              std::string("dtype ") + dtype_name(info->dtype) + "; Odyssey loads " +
+                                  supported_dtypes_text() + " weights"));
       }
       continue;
     }
@@ -238,27 +252,30 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const 
       if (tied && name == "lm_head.weight") {
         const torch::Tensor& emb = lm->model->embed_tokens->weight;
         if (file_shape != emb.sizes())
-          errs.push_back(derr(file, name, "shape " + shape_text(file_shape) + " in the file; the tied embedding is " +
-                                              shape_text(emb.sizes())));
+          errs.push_back(derr(
+              file, name,
+              "shape " + shape_text(file_shape) + " in the file; the tied embedding is " + shape_text(emb.sizes())));
         continue;
       }
       bool quant_part = false;
       for (const char* part : kQuantParts) quant_part = quant_part || name.ends_with(std::string(".weight.") + part);
       if (extra++ < kMaxListed)
-        errs.push_back(derr(file, name, quant_part && !pre
-                                            ? "a bitsandbytes quant-state tensor, but config.json (" + cfg.file +
-                                                  ") has no quantization_config with load_in_4bit"
-                                            : "unexpected tensor: not a parameter of " + describe(cfg)));
+        errs.push_back(derr(file, name,
+                            quant_part && !pre ? "a bitsandbytes quant-state tensor, but config.json (" + cfg.file +
+                                                     ") has no quantization_config with load_in_4bit"
+                                               : "unexpected tensor: not a parameter of " + describe(cfg)));
       continue;
     }
     if (file_shape != it->second.sizes()) {
       if (bad++ < kMaxListed)
-        errs.push_back(derr(file, name, "shape " + shape_text(file_shape) + " in the file, config.json (" + cfg.file +
-                                            ") gives " + shape_text(it->second.sizes())));
+        errs.push_back(derr(file, name,
+                            "shape " + shape_text(file_shape) + " in the file, config.json (" + cfg.file + ") gives " +
+                                shape_text(it->second.sizes())));
     } else if (!to_torch_dtype(info->dtype)) {
       if (bad++ < kMaxListed)
-        errs.push_back(derr(file, name, std::string("dtype ") + dtype_name(info->dtype) + "; Odyssey loads " +
-                                            supported_dtypes_text() + " weights"));
+        errs.push_back(derr(file, name,
+                            std::string("dtype ") + dtype_name(info->dtype) + "; Odyssey loads " +
+                                supported_dtypes_text() + " weights"));
     }
   }
   for (const auto& [name, t] : params) {
@@ -275,13 +292,15 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const 
     if (of > 0 && absent.size() < of) {
       for (const std::string& a : absent)
         if (missing++ < kMaxListed)
-          errs.push_back(derr(where, a, "missing: " + describe(cfg) + " (" + std::to_string(cfg.hf.num_experts) +
-                                            " experts) needs every expert's tensor"));
+          errs.push_back(derr(where, a,
+                              "missing: " + describe(cfg) + " (" + std::to_string(cfg.hf.num_experts) +
+                                  " experts) needs every expert's tensor"));
       continue;
     }
     if (missing++ < kMaxListed)
-      errs.push_back(derr(where, name, "missing: " + describe(cfg) + " needs it with shape " + shape_text(t.sizes()) +
-                                           (of > 0 ? " (or per expert, as " + absent.front() + " ...)" : std::string())));
+      errs.push_back(derr(where, name,
+                          "missing: " + describe(cfg) + " needs it with shape " + shape_text(t.sizes()) +
+                              (of > 0 ? " (or per expert, as " + absent.front() + " ...)" : std::string())));
   }
   for (const auto& [m, lin] : qlin) {
     if (pre && ckpt.info(m + ".weight")) {  // bitsandbytes' quant state beside it
@@ -297,9 +316,9 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const 
     }
     if (ckpt.info(m + ".weight")) continue;
     if (missing++ < kMaxListed)
-      errs.push_back(derr(where, m + ".weight", "missing: " + describe(cfg) + " needs it with shape [" +
-                                                   std::to_string(lin->out_features) + ", " +
-                                                   std::to_string(lin->in_features) + "]"));
+      errs.push_back(derr(where, m + ".weight",
+                          "missing: " + describe(cfg) + " needs it with shape [" + std::to_string(lin->out_features) +
+                              ", " + std::to_string(lin->in_features) + "]"));
   }
   for (auto [n, what] : {std::pair{extra, "unexpected"}, std::pair{missing, "missing"}, std::pair{bad, "mismatched"}})
     if (n > kMaxListed)
@@ -367,9 +386,8 @@ Result<LoadedModel> load_causal_lm(const std::string& model_dir, const DecoderOp
   std::error_code ec;
   const fs::path dir(model_dir);
   const fs::path index = dir / "model.safetensors.index.json";
-  const std::string where = fs::is_directory(dir, ec)
-                                ? (fs::exists(index, ec) ? index : dir / "model.safetensors").string()
-                                : model_dir;
+  const std::string where =
+      fs::is_directory(dir, ec) ? (fs::exists(index, ec) ? index : dir / "model.safetensors").string() : model_dir;
   Diagnostics d = load_weights(r.value.lm, ckpt.value, where);
   r.diagnostics.insert(r.diagnostics.end(), d.begin(), d.end());
   if (has_errors(d)) r.value.lm = CausalLM(nullptr);
@@ -389,7 +407,8 @@ NamedTensors hub_layout_tensors(CausalLM& lm) {
       continue;
     }
     for (const auto& [name, piece] : it->second)
-      tensors.emplace_back(name, (piece->expert < 0 ? t : t[piece->expert]).narrow(0, piece->row0, piece->rows).contiguous());
+      tensors.emplace_back(name,
+                           (piece->expert < 0 ? t : t[piece->expert]).narrow(0, piece->row0, piece->rows).contiguous());
   }
   return tensors;
 }
@@ -410,7 +429,9 @@ Result<std::vector<std::string>> save_weights(CausalLM& lm, const std::string& d
   const fs::path src(lm->config().file), dst = fs::path(dir) / "config.json";
   if (!src.empty() && !fs::equivalent(src, dst, ec)) {
     fs::copy_file(src, dst, fs::copy_options::overwrite_existing, ec);
-    if (ec) r.diagnostics.push_back(derr(dst.string(), "", "cannot copy config.json from " + src.string() + ": " + ec.message()));
+    if (ec)
+      r.diagnostics.push_back(
+          derr(dst.string(), "", "cannot copy config.json from " + src.string() + ": " + ec.message()));
   }
   return r;
 }
@@ -424,8 +445,9 @@ Result<std::vector<std::string>> save_weights_4bit(CausalLM& lm, const std::stri
     return r;
   }
   if (const auto q = quantized_linears(lm); !q.empty()) {
-    r.diagnostics.push_back(derr(dir, q.begin()->first + ".weight",
-                                 "holds 4-bit weights already; merge (dequantize) before writing a new 4-bit checkpoint"));
+    r.diagnostics.push_back(
+        derr(dir, q.begin()->first + ".weight",
+             "holds 4-bit weights already; merge (dequantize) before writing a new 4-bit checkpoint"));
     return r;
   }
   const torch::ScalarType dtype = lm->options().dtype;
@@ -445,10 +467,8 @@ Result<std::vector<std::string>> save_weights_4bit(CausalLM& lm, const std::stri
       continue;
     }
     const auto q = kernels::quantize_4bit(p.value().detach(), *type, quant.blocksize, quant.double_quant);
-    nlohmann::json state = {{"quant_type", quant.type},
-                            {"blocksize", quant.blocksize},
-                            {"dtype", dtype_text},
-                            {"shape", q->shape}};
+    nlohmann::json state = {
+        {"quant_type", quant.type}, {"blocksize", quant.blocksize}, {"dtype", dtype_text}, {"shape", q->shape}};
     tensors.emplace_back(name, q->packed.cpu());
     tensors.emplace_back(name + ".absmax", q->absmax.cpu());
     tensors.emplace_back(name + ".quant_map", q->code.cpu());
@@ -474,16 +494,16 @@ Result<std::vector<std::string>> save_weights_4bit(CausalLM& lm, const std::stri
     r.diagnostics.push_back(derr(src, "", "cannot be read as JSON to write the 4-bit checkpoint's config.json"));
     return r;
   }
-  cfg["quantization_config"] = {{"quant_method", "bitsandbytes"},
-                                {"load_in_4bit", true},
-                                {"load_in_8bit", false},
-                                {"bnb_4bit_quant_type", quant.type},
-                                {"bnb_4bit_use_double_quant", quant.double_quant},
-                                {"bnb_4bit_compute_dtype", dtype_text},
-                                {"bnb_4bit_quant_storage", "uint8"},
-                                {"llm_int8_skip_modules", quant.skip_modules.empty()
-                                                              ? nlohmann::json(nullptr)
-                                                              : nlohmann::json(quant.skip_modules)}};
+  cfg["quantization_config"] = {
+      {"quant_method", "bitsandbytes"},
+      {"load_in_4bit", true},
+      {"load_in_8bit", false},
+      {"bnb_4bit_quant_type", quant.type},
+      {"bnb_4bit_use_double_quant", quant.double_quant},
+      {"bnb_4bit_compute_dtype", dtype_text},
+      {"bnb_4bit_quant_storage", "uint8"},
+      {"llm_int8_skip_modules",
+       quant.skip_modules.empty() ? nlohmann::json(nullptr) : nlohmann::json(quant.skip_modules)}};
   const fs::path dst = fs::path(dir) / "config.json";
   std::ofstream out(dst, std::ios::trunc);
   out << cfg.dump(2) << '\n';

@@ -59,8 +59,7 @@ Result<LoadedModel> load_causal_lm(const std::string& model_dir, const DecoderOp
 // model.safetensors, or shards of at most max_shard_bytes with an index. With
 // copy_config, config.json of the model's source directory is copied beside them.
 Result<std::vector<std::string>> save_weights(CausalLM& lm, const std::string& dir,
-                                              std::uint64_t max_shard_bytes = 5'000'000'000,
-                                              bool copy_config = true);
+                                              std::uint64_t max_shard_bytes = 5'000'000'000, bool copy_config = true);
 
 // The same as a bitsandbytes 4-bit checkpoint ("-bnb-4bit", docs/qlora.md): every decoder
 // projection `quant` quantizes is written as bitsandbytes saves a Linear4bit (packed uint8

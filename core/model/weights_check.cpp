@@ -112,11 +112,13 @@ Diagnostics check_config_against_weights(const HfModelConfig& m, const std::stri
       ck.dim(count_key, m.num_experts, router, 0, " experts (the router's rows)");
       ck.dim("hidden_size", m.hidden_size, router, 1, "");
     }
-    ck.dim(width_key, m.moe_intermediate_size, hub + (mixtral ? "experts.0.w1.weight" : "experts.0.gate_proj.weight"), 0, "");
+    ck.dim(width_key, m.moe_intermediate_size, hub + (mixtral ? "experts.0.w1.weight" : "experts.0.gate_proj.weight"),
+           0, "");
     ck.dim(count_key, m.num_experts, p + "experts.gate_up_proj", 0, " experts");
     ck.dim(width_key, 2 * m.moe_intermediate_size, p + "experts.gate_up_proj", 1, " x 2 (gate and up) rows");
     if (m.shared_expert_intermediate_size > 0)
-      ck.dim("shared_expert_intermediate_size", m.shared_expert_intermediate_size, p + "shared_expert.gate_proj.weight", 0, "");
+      ck.dim("shared_expert_intermediate_size", m.shared_expert_intermediate_size, p + "shared_expert.gate_proj.weight",
+             0, "");
     break;
   }
   // One message per key is enough: the first disagreement says what is wrong.

@@ -33,9 +33,7 @@ Widths widths_of(const HfModelConfig& m) {
 }
 
 // Multiply-adds per token of one block's seven projections.
-double block_linear_macs(const Widths& w) {
-  return w.h * w.q + 2.0 * w.h * w.kv + w.q * w.h + 3.0 * w.h * w.i;
-}
+double block_linear_macs(const Widths& w) { return w.h * w.q + 2.0 * w.h * w.kv + w.q * w.h + 3.0 * w.h * w.i; }
 
 // Multiply-adds per token of one block's LoRA adapters: r·(in + out) per target.
 double block_lora_macs(const Widths& w, const FlopsOptions& o) {
@@ -81,11 +79,12 @@ StepFlops padding_free_step_flops(const HfModelConfig& m, const std::vector<std:
   f.layer_forward = layer_linear + layer_lora + layer_attention;
 
   const double frozen_or_trained = o.lora ? 1.0 : 2.0;  // input grads only, or input + weight
-  f.backward = frozen_or_trained * (f.linear_forward + f.lm_head_forward) + 2.0 * f.lora_forward +
-               2.0 * f.attention_forward;
+  f.backward =
+      frozen_or_trained * (f.linear_forward + f.lm_head_forward) + 2.0 * f.lora_forward + 2.0 * f.attention_forward;
   f.model = f.forward + f.backward;
 
-  const std::int64_t ckpt = std::clamp<std::int64_t>(o.checkpointed_layers, 0, std::max<std::int64_t>(m.num_hidden_layers, 0));
+  const std::int64_t ckpt =
+      std::clamp<std::int64_t>(o.checkpointed_layers, 0, std::max<std::int64_t>(m.num_hidden_layers, 0));
   f.recompute = static_cast<double>(ckpt) * f.layer_forward + (o.lm_head_recomputed ? f.lm_head_forward : 0.0);
   f.hardware = f.model + f.recompute;
   return f;

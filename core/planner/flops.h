@@ -7,9 +7,9 @@
 //
 // Notation: T tokens in the step (Σ s_i over the samples of a row, or batch × S), s_i the
 // length of sample i (attention never crosses samples: padding-free rows and packing with
-// per-sample masks), h hidden, i intermediate (MoE: the activated width, activated_mlp_parameters / 3h), L layers, H query heads, H_kv KV heads, d
-// head_dim (hidden / H when config.json gives none), q = H·d, kv = H_kv·d, V vocab, r LoRA
-// rank. One multiply-add = 2 FLOPs.
+// per-sample masks), h hidden, i intermediate (MoE: the activated width, activated_mlp_parameters / 3h), L layers, H
+// query heads, H_kv KV heads, d head_dim (hidden / H when config.json gives none), q = H·d, kv = H_kv·d, V vocab, r
+// LoRA rank. One multiply-add = 2 FLOPs.
 //
 // Forward, counted:
 //   projections   F_lin  = 2·T·L·(h·q + 2·h·kv + q·h + 3·h·i)        q,k,v (GQA widths), o,
@@ -69,7 +69,7 @@ struct LoraTargets {
 };
 
 struct FlopsOptions {
-  bool lora = false;                  // false: full fine-tuning (every weight trains)
+  bool lora = false;  // false: full fine-tuning (every weight trains)
   std::int64_t lora_rank = 8;
   LoraTargets lora_targets;
   std::int64_t checkpointed_layers = 0;  // layers recomputed in backward (0..L); hardware only
@@ -77,34 +77,31 @@ struct FlopsOptions {
 };
 
 struct StepFlops {
-  std::int64_t tokens = 0;         // T
-  double attention_pairs = 0;      // Σ s_i²/2: causal query–key pairs per head per layer
+  std::int64_t tokens = 0;     // T
+  double attention_pairs = 0;  // Σ s_i²/2: causal query–key pairs per head per layer
   // Forward pieces (FLOPs of the whole step, all layers)
-  double linear_forward = 0;       // F_lin: the seven projections of every layer
-  double lm_head_forward = 0;      // F_head
-  double lora_forward = 0;         // F_lora
-  double attention_forward = 0;    // F_att
-  double forward = 0;              // sum of the four
-  double backward = 0;             // B (see the header comment)
-  double model = 0;                // forward + backward: MFU's numerator
-  double recompute = 0;            // extra forward from checkpointing (and the loss)
-  double hardware = 0;             // model + recompute
-  double layer_forward = 0;        // forward of one layer (linear + LoRA + attention)
+  double linear_forward = 0;     // F_lin: the seven projections of every layer
+  double lm_head_forward = 0;    // F_head
+  double lora_forward = 0;       // F_lora
+  double attention_forward = 0;  // F_att
+  double forward = 0;            // sum of the four
+  double backward = 0;           // B (see the header comment)
+  double model = 0;              // forward + backward: MFU's numerator
+  double recompute = 0;          // extra forward from checkpointing (and the loss)
+  double hardware = 0;           // model + recompute
+  double layer_forward = 0;      // forward of one layer (linear + LoRA + attention)
 };
 
 // One sequence of seq_len tokens (batch 1; for batch B of equal rows, pass B·S via
 // padding_free_step_flops with B lengths).
-StepFlops training_step_flops(const HfModelConfig& m, std::int64_t seq_len,
-                              const FlopsOptions& o = {});
+StepFlops training_step_flops(const HfModelConfig& m, std::int64_t seq_len, const FlopsOptions& o = {});
 
 // A padding-free row (or a batch) of several samples: linear terms on Σ s_i tokens, the
 // attention term per sample (Σ s_i²). Non-positive lengths are ignored.
-StepFlops padding_free_step_flops(const HfModelConfig& m,
-                                  const std::vector<std::int64_t>& sample_lengths,
+StepFlops padding_free_step_flops(const HfModelConfig& m, const std::vector<std::int64_t>& sample_lengths,
                                   const FlopsOptions& o = {});
 
 // flops_per_step / (step_seconds × peak); 0 when step_seconds or peak is not positive.
-double model_flops_utilization(double flops_per_step, double step_seconds,
-                               double peak_flops = kH200PeakBf16Flops);
+double model_flops_utilization(double flops_per_step, double step_seconds, double peak_flops = kH200PeakBf16Flops);
 
 }  // namespace odyssey::planner

@@ -15,8 +15,7 @@ std::string size(std::int64_t bytes) {
     std::snprintf(buf, sizeof buf, "%8.2f GiB", b / static_cast<double>(planner::kGiB));
   else if (b >= 0.1 * static_cast<double>(planner::kMiB))
     std::snprintf(buf, sizeof buf, "%8.1f MiB", b / static_cast<double>(planner::kMiB));
-  else
-    std::snprintf(buf, sizeof buf, "%8.1f KiB", b / 1024.0);
+  else std::snprintf(buf, sizeof buf, "%8.1f KiB", b / 1024.0);
   return buf;
 }
 
@@ -36,9 +35,9 @@ std::string row(const MemoryItem& it) {
 std::string format_plan_table(const MemoryPlan& p) {
   std::string out;
   const ParallelLayout& l = p.layout;
-  out += "Memory plan per " + std::string(p.device == "cuda" ? "GPU" : "process") + " (" + p.device + "): " +
-         std::to_string(l.world_size) + " process(es) = dp " + std::to_string(l.dp) + " x sp " + std::to_string(l.sp) +
-         " (ulysses " + std::to_string(l.ulysses) + " x ring " + std::to_string(l.ring) +
+  out += "Memory plan per " + std::string(p.device == "cuda" ? "GPU" : "process") + " (" + p.device +
+         "): " + std::to_string(l.world_size) + " process(es) = dp " + std::to_string(l.dp) + " x sp " +
+         std::to_string(l.sp) + " (ulysses " + std::to_string(l.ulysses) + " x ring " + std::to_string(l.ring) +
          (l.ep > 1 ? ", experts split over " + std::to_string(l.ep) : std::string()) + "), " +
          std::to_string(p.tokens_per_gpu) + " tokens per " + (p.device == "cuda" ? "GPU" : "process") +
          " per micro-step\n\n";
@@ -70,29 +69,29 @@ std::string format_plan_table(const MemoryPlan& p) {
 nlohmann::json plan_to_json(const MemoryPlan& p) {
   nlohmann::json items = nlohmann::json::array();
   for (const auto& it : p.items)
-    items.push_back({{"name", it.name}, {"group", it.group}, {"bytes", it.bytes}, {"detail", it.detail},
-                     {"at_peak", it.at_peak}});
+    items.push_back(
+        {{"name", it.name}, {"group", it.group}, {"bytes", it.bytes}, {"detail", it.detail}, {"at_peak", it.at_peak}});
   const ParallelLayout& l = p.layout;
-  return {{"device", p.device},
-          {"fits", p.fits},
-          {"peak_bytes", p.peak_bytes},
-          {"capacity_bytes", p.capacity_bytes},
-          {"allocated_bytes", p.allocated_bytes()},
-          {"peak_phase", p.peak_phase},
-          {"checkpointed_layers", p.checkpointed_layers},
-          {"total_layers", p.total_layers},
-          {"checkpoint_every", p.checkpoint_every},
-          {"mlp_tile_tokens", p.mlp_tile_tokens},
-          {"attention_kept_layers", p.attention_kept_layers},
-          {"mlp_recomputed_layers", p.mlp_recomputed_layers},
-          {"mlp_offloaded_layers", p.mlp_offloaded_layers},
-          {"tokens_per_gpu", p.tokens_per_gpu},
-          {"host_bytes", p.host_bytes},
-          {"layout",
-           {{"world_size", l.world_size}, {"dp", l.dp}, {"sp", l.sp}, {"ulysses", l.ulysses}, {"ring", l.ring}}},
-          {"items", items},
-          {"notes", p.notes},
-          {"refused", p.refused}};
+  return {
+      {"device", p.device},
+      {"fits", p.fits},
+      {"peak_bytes", p.peak_bytes},
+      {"capacity_bytes", p.capacity_bytes},
+      {"allocated_bytes", p.allocated_bytes()},
+      {"peak_phase", p.peak_phase},
+      {"checkpointed_layers", p.checkpointed_layers},
+      {"total_layers", p.total_layers},
+      {"checkpoint_every", p.checkpoint_every},
+      {"mlp_tile_tokens", p.mlp_tile_tokens},
+      {"attention_kept_layers", p.attention_kept_layers},
+      {"mlp_recomputed_layers", p.mlp_recomputed_layers},
+      {"mlp_offloaded_layers", p.mlp_offloaded_layers},
+      {"tokens_per_gpu", p.tokens_per_gpu},
+      {"host_bytes", p.host_bytes},
+      {"layout", {{"world_size", l.world_size}, {"dp", l.dp}, {"sp", l.sp}, {"ulysses", l.ulysses}, {"ring", l.ring}}},
+      {"items", items},
+      {"notes", p.notes},
+      {"refused", p.refused}};
 }
 
 }  // namespace odyssey

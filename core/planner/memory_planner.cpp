@@ -25,8 +25,7 @@ std::string gib(i64 bytes) {
     std::snprintf(buf, sizeof buf, "%.2f GiB", b / static_cast<double>(planner::kGiB));
   else if (b >= 0.1 * static_cast<double>(planner::kMiB))
     std::snprintf(buf, sizeof buf, "%.1f MiB", b / static_cast<double>(planner::kMiB));
-  else
-    std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
+  else std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
   return buf;
 }
 std::string millions(i64 n) {
@@ -88,8 +87,7 @@ Terms terms_of(const TrainConfig& c, const HfModelConfig& m, const PlannerOption
   return best;
 }
 
-bool plan_fits(const TrainConfig& c, const HfModelConfig& m, const PlannerOptions& o,
-               const CheckpointPolicy& pol) {
+bool plan_fits(const TrainConfig& c, const HfModelConfig& m, const PlannerOptions& o, const CheckpointPolicy& pol) {
   if (!out_of_reach(c, m, o).empty()) return false;
   const Terms t = terms_of(c, m, o, pol);
   if (!t.valid) return false;
@@ -130,8 +128,8 @@ void add_items(MemoryPlan& plan, const Terms& t, const Eval& e, const TrainConfi
          c.quant_bits == 4
              ? millions(t.params) + " parameters: the decoder projections in 4 bits (" + c.bnb_4bit_quant_type +
                    (c.bnb_4bit_use_double_quant ? ", double quantization" : "") +
-                   ") with the largest one's dequantization working set, the rest × " + num(t.act_b) + " B (" +
-                   dtype + ", frozen)"
+                   ") with the largest one's dequantization working set, the rest × " + num(t.act_b) + " B (" + dtype +
+                   ", frozen)"
              : millions(t.params) + " parameters × " + num(t.act_b) + " B (" + dtype + (t.lora ? ", frozen)" : ")"));
   ib.add("LoRA adapters", "model", t.adapters,
          millions(t.trainable) + " parameters × 4 B (fp32, r=" + num(c.lora_rank) + ")");
@@ -144,15 +142,15 @@ void add_items(MemoryPlan& plan, const Terms& t, const Eval& e, const TrainConfi
                               (c.zero_stage >= 2 && dp > 1 ? ", ZeRO-2 shard of " + num(dp) : "") +
                               (t.galore_per_layer ? ", except GaLore-targeted weights (projected per layer)" : "");
   ib.add("gradients", "gradients", grads_now,
-         gdetail + (grads_now < grads_all
-                        ? " (" + gib(grads_now) + " of " + gib(grads_all) + " exist at this moment)"
-                        : std::string()));
+         gdetail + (grads_now < grads_all ? " (" + gib(grads_now) + " of " + gib(grads_all) + " exist at this moment)"
+                                          : std::string()));
   if (grads_now < grads_all) ib.add("gradients", "gradients", grads_all, gdetail + " (all, after backward)", false);
   const i64 galore_now = ph == 0 ? (t.grads_persistent ? t.galore_accum : 0) : ph == 1 ? e.bwd_galore : t.galore_accum;
   const std::string galore_detail =
       "fp32 r × max(in, out) per targeted matrix, held from backward to the update" +
-      (c.gradient_accumulation_steps > 1 ? " and accumulated over " + num(c.gradient_accumulation_steps) + " micro-steps"
-                                         : std::string());
+      (c.gradient_accumulation_steps > 1
+           ? " and accumulated over " + num(c.gradient_accumulation_steps) + " micro-steps"
+           : std::string());
   ib.add("GaLore projected gradients", "gradients", galore_now,
          galore_detail + (galore_now < t.galore_accum ? " (" + gib(galore_now) + " at this moment)" : std::string()));
   if (galore_now < t.galore_accum)
@@ -164,12 +162,11 @@ void add_items(MemoryPlan& plan, const Terms& t, const Eval& e, const TrainConfi
   ib.add("AdamW states", "optimizer", t.adam,
          std::string(pure_grads ? "m, v in the parameter dtype" : "m, v fp32 (8 B per parameter)") + shard);
   ib.add("GaLore projections", "optimizer", t.galore_proj,
-         std::string(c.galore_quantization ? "int4" : "fp32") + " r × min(in, out) per targeted matrix, r=" +
-             num(c.galore_rank));
+         std::string(c.galore_quantization ? "int4" : "fp32") +
+             " r × min(in, out) per targeted matrix, r=" + num(c.galore_rank));
   ib.add("GaLore states", "optimizer", t.galore_states,
          std::string(c.galore_quantization ? "8-bit blockwise" : "fp32") + " m, v of r × max(in, out)");
-  ib.add("optimizer step temporaries", "optimizer", t.step_tmp,
-         "foreach AdamW: a copy of the second moments", ph == 2);
+  ib.add("optimizer step temporaries", "optimizer", t.step_tmp, "foreach AdamW: a copy of the second moments", ph == 2);
 
   // activations
   const bool acts_at_peak = ph != 2;
@@ -208,8 +205,9 @@ void add_items(MemoryPlan& plan, const Terms& t, const Eval& e, const TrainConfi
          attn_side ? (e.kept_layers > 0 && t.bwd_attn_kept > t.bwd_attn
                           ? "attention backward from a kept output: dq/dk/dv, K/V repeated to the query heads"
                           : "attention backward: dq/dk/dv, fp32 dq accumulator")
-         : t.mlp_tile > 0 ? "MLP backward of one " + num(t.mlp_tile) + "-token tile: its gate, up, act and their gradients"
-                          : std::string("MLP backward: gradients of gate, up, act"),
+         : t.mlp_tile > 0
+             ? "MLP backward of one " + num(t.mlp_tile) + "-token tile: its gate, up, act and their gradients"
+             : std::string("MLP backward: gradients of gate, up, act"),
          ph == 1);
   ib.add("Ulysses all-to-all staging", "communication", t.a2a,
          "permuted send copy + receive buffer of q/k/v (and their gradients)", ph == 1 && attn_side);
@@ -224,10 +222,10 @@ void add_items(MemoryPlan& plan, const Terms& t, const Eval& e, const TrainConfi
   ib.add("loss working set", "loss", t.loss,
          t.fused ? "fused linear cross-entropy: " + num(t.loss_chunk) + "-token chunk of logits (fp32 + " + dtype +
                        "), gradient of the hidden states, final norm"
-                 : t.hf ? std::string("full logits: fp32 log-softmax, its gradient and the logits' gradient "
-                                      "(12 B per logit) + the model output's logits held through backward, final norm")
-                        : "reference ops: " + num(t.loss_chunk) +
-                              "-token chunks of logits recomputed in backward (12 B per logit of one chunk), final norm",
+         : t.hf ? std::string("full logits: fp32 log-softmax, its gradient and the logits' gradient "
+                              "(12 B per logit) + the model output's logits held through backward, final norm")
+                : "reference ops: " + num(t.loss_chunk) +
+                      "-token chunks of logits recomputed in backward (12 B per logit of one chunk), final norm",
          ph == 0);
 }
 
@@ -239,8 +237,8 @@ void add_notes(MemoryPlan& plan, const Terms& t, const TrainConfig& c, const Pla
                 (o.auto_device == "cpu" ? "" : " (the engine uses the CPU when it finds no GPU)"));
   if (!t.cuda)
     n.push_back("capacity is the host's RAM (" +
-                gib(o.host_memory_bytes > 0 ? o.host_memory_bytes : host_memory_bytes()) +
-                ") shared by " + num(t.procs_per_node) + " process(es)");
+                gib(o.host_memory_bytes > 0 ? o.host_memory_bytes : host_memory_bytes()) + ") shared by " +
+                num(t.procs_per_node) + " process(es)");
   if (t.cuda && c.gpu_memory_budget_gib > 0)
     n.push_back("capacity: gpu_memory_budget_gib " + num(c.gpu_memory_budget_gib) + " caps the GPU at " +
                 gib(plan.capacity_bytes));
@@ -269,12 +267,16 @@ void add_notes(MemoryPlan& plan, const Terms& t, const TrainConfig& c, const Pla
     n.push_back("keep_attention " + c.keep_attention + ": " + num(plan.attention_kept_layers) + " of " +
                 num(plan.checkpointed_layers) + " checkpointed layers keep their attention output");
   if (plan.mlp_recomputed_layers > 0)
-    n.push_back("MLP recomputation: " + num(plan.mlp_recomputed_layers) + " layers that are not checkpointed keep none of "
-                "their MLP's intermediates (" + gib(t.mlp_recompute_saved) +
+    n.push_back("MLP recomputation: " + num(plan.mlp_recomputed_layers) +
+                " layers that are not checkpointed keep none of "
+                "their MLP's intermediates (" +
+                gib(t.mlp_recompute_saved) +
                 " each), recomputing gate and up in backward: two projections instead of a whole layer");
   if (plan.mlp_offloaded_layers > 0)
-    n.push_back("MLP offload: " + num(plan.mlp_offloaded_layers) + " layers that are not checkpointed keep their MLP's "
-                "gate and up (" + gib(t.mlp_offload_saved) + " each) in pinned host memory from forward until backward is " +
+    n.push_back("MLP offload: " + num(plan.mlp_offloaded_layers) +
+                " layers that are not checkpointed keep their MLP's "
+                "gate and up (" +
+                gib(t.mlp_offload_saved) + " each) in pinned host memory from forward until backward is " +
                 num(planner::mlp_offload_lead(plan.mlp_offloaded_layers)) + " layers above them; at most " +
                 num(t.mlp_offload_max) + " layers, what the host link moves in one forward");
   if (t.mlp_tile > 0)

@@ -95,31 +95,33 @@ struct PlannerOptions {
 
 struct MemoryItem {
   std::string name;
-  std::string group;     // runtime, model, gradients, optimizer, activations, loss, communication
+  std::string group;  // runtime, model, gradients, optimizer, activations, loss, communication
   std::int64_t bytes = 0;
-  std::string detail;    // how the figure is made, for tooltips and the CLI table
-  bool at_peak = true;   // false: a working set of another phase, not live at the peak
+  std::string detail;   // how the figure is made, for tooltips and the CLI table
+  bool at_peak = true;  // false: a working set of another phase, not live at the peak
 };
 
 struct MemoryPlan {
-  std::vector<MemoryItem> items;        // at_peak items sum to peak_bytes
+  std::vector<MemoryItem> items;  // at_peak items sum to peak_bytes
   std::int64_t peak_bytes = 0;
-  std::int64_t capacity_bytes = 0;      // device memory (or host RAM per process) less the reserve
+  std::int64_t capacity_bytes = 0;  // device memory (or host RAM per process) less the reserve
   bool fits = false;
   std::int64_t checkpointed_layers = 0;
   std::int64_t total_layers = 0;
-  std::int64_t checkpoint_every = 0;    // 0: the first checkpointed_layers layers; K: 0, K, 2K, …
-  std::int64_t mlp_tile_tokens = 0;     // tiled MLP: tokens per tile (0 = untiled)
+  std::int64_t checkpoint_every = 0;       // 0: the first checkpointed_layers layers; K: 0, K, 2K, …
+  std::int64_t mlp_tile_tokens = 0;        // tiled MLP: tokens per tile (0 = untiled)
   std::int64_t attention_kept_layers = 0;  // checkpointed layers keeping their attention output (the last ones)
-  std::int64_t mlp_recomputed_layers = 0;  // layers not checkpointed whose MLP recomputes gate and up (after the offloaded ones)
-  std::int64_t mlp_offloaded_layers = 0;   // layers not checkpointed whose MLP keeps gate and up on the host (the first ones)
-  std::string peak_phase;               // loss, backward, optimizer step
+  std::int64_t mlp_recomputed_layers =
+      0;  // layers not checkpointed whose MLP recomputes gate and up (after the offloaded ones)
+  std::int64_t mlp_offloaded_layers =
+      0;                   // layers not checkpointed whose MLP keeps gate and up on the host (the first ones)
+  std::string peak_phase;  // loss, backward, optimizer step
   ParallelLayout layout;
-  std::int64_t tokens_per_gpu = 0;      // batch × max_length / sequence_parallel_size
-  std::string device;                   // cuda|cpu
-  std::int64_t host_bytes = 0;          // per process on the host: offloaded states, activations
+  std::int64_t tokens_per_gpu = 0;  // batch × max_length / sequence_parallel_size
+  std::string device;               // cuda|cpu
+  std::int64_t host_bytes = 0;      // per process on the host: offloaded states, activations
   std::vector<std::string> notes;
-  std::string refused;                  // why no plan was built (out_of_reach); "" when planned
+  std::string refused;  // why no plan was built (out_of_reach); "" when planned
 
   // The peak without the runtime group (context, NCCL, fragmentation): what
   // torch.cuda.max_memory_allocated() reports for the same job.
@@ -136,15 +138,14 @@ std::string out_of_reach(const TrainConfig& c, const HfModelConfig& m, const Pla
 
 // Largest max_length (a multiple of the sequence-parallel padding multiple) whose plan fits,
 // with activation_checkpointing as configured (auto: the best number of layers); 0 if none.
-std::int64_t largest_max_length(const TrainConfig& c, const HfModelConfig& m,
-                                const PlannerOptions& o = {});
+std::int64_t largest_max_length(const TrainConfig& c, const HfModelConfig& m, const PlannerOptions& o = {});
 
 // Smallest sequence_parallel_size ≤ max_world that validate_config would accept for this
 // model (Ulysses degree divides the heads, ring needs packing and flash, max_length a
 // multiple of the padding) and whose plan fits; 0 if none. The process count is kept when it
 // is a multiple of the candidate, else it becomes the candidate (one data-parallel group).
-std::int64_t smallest_sequence_parallel_size(const TrainConfig& c, const HfModelConfig& m,
-                                             const PlannerOptions& o, std::int64_t max_world);
+std::int64_t smallest_sequence_parallel_size(const TrainConfig& c, const HfModelConfig& m, const PlannerOptions& o,
+                                             std::int64_t max_world);
 
 // Whether the engine recomputes `layer` (0-based) under this plan. auto and all checkpoint the
 // first layers: backward reaches them last, so their recomputation never coincides with the

@@ -17,8 +17,8 @@ i64 ceil_div(i64 a, i64 b) { return b <= 1 ? a : (a + b - 1) / b; }
 // The projections of a block, in the order of TrainConfig's module names. A model has either
 // q/k/v and gate/up or (Phi-3) the fused qkv_proj and gate_up_proj; the others have no size.
 enum Module { Q, K, V, O, Gate, Up, Down, QKV, GateUp, kModules };
-constexpr std::array<const char*, kModules> kModuleNames = {"q_proj",    "k_proj",  "v_proj",   "o_proj",      "gate_proj",
-                                                            "up_proj",   "down_proj", "qkv_proj", "gate_up_proj"};
+constexpr std::array<const char*, kModules> kModuleNames = {
+    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "qkv_proj", "gate_up_proj"};
 
 unsigned module_mask(const std::vector<std::string>& names) {
   unsigned mask = 0;
@@ -41,7 +41,8 @@ Shape shape_of(const HfModelConfig& m) {
   s.i = m.intermediate_size;
   // Mixture of experts: a token's MLP activations are those of its k experts (and the shared
   // expert), the width of a dense MLP of the same size per token (docs/moe.md, "Memory").
-  if (m.is_moe() && m.hidden_size > 0) s.i = static_cast<i64>(m.activated_mlp_parameters() / (3.0 * static_cast<double>(m.hidden_size)));
+  if (m.is_moe() && m.hidden_size > 0)
+    s.i = static_cast<i64>(m.activated_mlp_parameters() / (3.0 * static_cast<double>(m.hidden_size)));
   s.L = m.num_hidden_layers;
   s.H = m.num_attention_heads;
   s.Hkv = m.num_key_value_heads > 0 ? m.num_key_value_heads : m.num_attention_heads;
@@ -153,7 +154,8 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
       largest = std::max(largest, s.in[k] * s.out[k]);
     }
     const i64 qn = per_layer_q * s.L;
-    const i64 consts = c.bnb_4bit_use_double_quant ? ceil_div(qn, 64) + 4 * ceil_div(qn, 64 * 256) : 4 * ceil_div(qn, 64);
+    const i64 consts =
+        c.bnb_4bit_use_double_quant ? ceil_div(qn, 64) + 4 * ceil_div(qn, 64 * 256) : 4 * ceil_div(qn, 64);
     t.weights = (P - qn) * b + ceil_div(qn, 2) + consts + largest * (t.cuda ? b : 8 + 4 + 4 + b);
   }
   // ZeRO shards over every rank (dp × sp), as DeepSpeed-Ulysses does (docs/optimizers.md).
@@ -204,7 +206,7 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
         const i64 states = 2 * rk * big, proj = rk * small;
         t.galore_accum += 4 * rk * big * s.L;
         if (c.galore_quantization) {
-          t.galore_states += (states + 4 * ceil_div(states, kQuantBlock)) * s.L;  // int8 + absmax
+          t.galore_states += (states + 4 * ceil_div(states, kQuantBlock)) * s.L;         // int8 + absmax
           t.galore_proj += (ceil_div(proj, 2) + 8 * ceil_div(proj, kQuantBlock)) * s.L;  // int4 + lo, scale
         } else {
           t.galore_states += 4 * states * s.L;
@@ -282,7 +284,7 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
     return !own_copy;
   };
   i64 per_token = m.norms_per_block() * norm_bytes(s.h, b, t.fused, full);  // 4 with sandwich norms
-  i64 mlp_tok = 0;  // the MLP's share of per_token
+  i64 mlp_tok = 0;                                                          // the MLP's share of per_token
   if (m.qk_norm)
     per_token += t.fused ? b * (s.q + s.kv) + 4 * (s.H + s.Hkv)
                          : 4 * (s.q + s.kv) + 4 * (s.H + s.Hkv) + (full ? b * (s.q + s.kv) : 0);
@@ -292,7 +294,8 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   const bool norm_recomputed = t.fused;
   const bool qkv_input_kept =
       !norm_recomputed && (needs_shared(Q) || needs_shared(K) || needs_shared(V) || (m.fused_qkv && needs_shared(QKV)));
-  const bool mlp_input_kept = !norm_recomputed && (needs_shared(Gate) || needs_shared(Up) || (m.fused_qkv && needs_shared(GateUp)));
+  const bool mlp_input_kept =
+      !norm_recomputed && (needs_shared(Gate) || needs_shared(Up) || (m.fused_qkv && needs_shared(GateUp)));
   if (qkv_input_kept) per_token += b * s.h;
   if (needs_shared(O) && (u > 1 || t.hf)) per_token += b * s.q;  // else flash's saved output
   if (mlp_input_kept) mlp_tok += b * s.h;
@@ -311,12 +314,12 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
       const i64 copy_b = fp32_inputs ? 4 : b;
       if (dropout > 0.0) (in_mlp ? mlp_dropout_tok : dropout_tok) += (copy_b + 1) * s.in[k];  // dropped copy + mask
       else if (fp32_inputs) into += 4 * s.in[k];
-      into += r * (fp32_inputs ? 4 : b);                     // lora_A output
+      into += r * (fp32_inputs ? 4 : b);  // lora_A output
     }
   per_token += dropout_tok;
   mlp_tok += mlp_dropout_tok;
   per_token += b * (s.q + 2 * kv_eff) + b * s.q + 4 * s.H;  // q, k, v, output, fp32 LSE
-  mlp_tok += (swiglu_kernel ? 2 : 3) * b * s.i;            // gate, up (reference: act(gate) too)
+  mlp_tok += (swiglu_kernel ? 2 : 3) * b * s.i;             // gate, up (reference: act(gate) too)
   if (m.is_moe())  // the token's k permuted copies and expert outputs, fp32 router probabilities, the sort's indices
     mlp_tok += 2 * m.num_experts_per_tok * b * s.h + 2 * 4 * m.num_experts + 3 * 8 * m.num_experts_per_tok;
   per_token += mlp_tok;
@@ -360,11 +363,10 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   }
   // Recompute costs (planner/flops.h's conventions; LoRA's small matrices left out). A GPU's
   // attention covers its tokens' queries against the whole sequence (sp = ulysses · ring).
-  t.recompute_linear_flops = 2.0 * static_cast<double>(T) *
-                             static_cast<double>(s.h * s.q + 2 * s.h * s.kv + s.q * s.h + 3 * s.h * s.i);
-  t.recompute_attention_flops =
-      2.0 * static_cast<double>(s.d * s.H) * static_cast<double>(batch) * static_cast<double>(seq) * static_cast<double>(seq) /
-      static_cast<double>(sp);
+  t.recompute_linear_flops =
+      2.0 * static_cast<double>(T) * static_cast<double>(s.h * s.q + 2 * s.h * s.kv + s.q * s.h + 3 * s.h * s.i);
+  t.recompute_attention_flops = 2.0 * static_cast<double>(s.d * s.H) * static_cast<double>(batch) *
+                                static_cast<double>(seq) * static_cast<double>(seq) / static_cast<double>(sp);
   // The MLP offload tier: the bytes rms_norm_mlp would not keep, kept on the host instead, on
   // as many layers as the host link moves in one forward's compute time.
   if (t.mlp_recompute_saved > 0 && t.offload_acts) {
@@ -382,14 +384,14 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   // Under sequence parallelism the gathered row's mask is built per layer call, and dropped.
   const bool flash_band = t.cuda && b == 2 && s.d <= 256 && !capped && !eager;
   if (windowed && !flash_band && sp == 1)
-    t.misc += static_cast<i64>(std::min(static_cast<double>(batch) * static_cast<double>(seq) * static_cast<double>(seq), 1e17));
+    t.misc += static_cast<i64>(
+        std::min(static_cast<double>(batch) * static_cast<double>(seq) * static_cast<double>(seq), 1e17));
 
   // -- loss: final norm, then logits → cross-entropy, on this GPU's tokens
   const i64 final_norm = norm_bytes(s.h, b, t.fused, full) * T;
   if (t.fused) {
     t.loss_chunk = std::min(T, kFusedLossChunkTokens);
-    t.loss = final_norm + t.loss_chunk * s.V * (4 + b) + T * s.h * b +
-             (full && c.zero_stage >= 2 ? 4 * s.V * s.h : 0);
+    t.loss = final_norm + t.loss_chunk * s.V * (4 + b) + T * s.h * b + (full && c.zero_stage >= 2 ? 4 * s.V * s.h : 0);
   } else if (t.hf) {
     // fp32 log-softmax output + its gradient + the gradient of the logits (12 B/logit); HF
     // also keeps the model output's logits alive through backward.
@@ -454,7 +456,8 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_
   const i64 lead = planner::mlp_offload_lead(e.offload_layers);
   std::vector<i64> off_below(static_cast<std::size_t>(L) + 1, 0);  // offloaded layers below x
   for (i64 x = 0; x < L; ++x)
-    off_below[static_cast<std::size_t>(x) + 1] = off_below[static_cast<std::size_t>(x)] + (mlp_off[static_cast<std::size_t>(x)] ? 1 : 0);
+    off_below[static_cast<std::size_t>(x) + 1] =
+        off_below[static_cast<std::size_t>(x)] + (mlp_off[static_cast<std::size_t>(x)] ? 1 : 0);
   // The last `kept` checkpointed layers keep their attention output.
   std::vector<bool> keeps(static_cast<std::size_t>(L), false);
   for (i64 j = L - 1, left = t.attn_kept > 0 ? kept : 0; j >= 0 && left > 0; --j)
@@ -469,8 +472,8 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_
   i64 n_ckpt = 0;
   for (i64 j = 0; j < L; ++j) n_ckpt += is_ckpt(j) ? 1 : 0;
   e.stored_inputs = inputs_on_gpu(n_ckpt);
-  e.stored_full = (L - n_ckpt) * t.layer_full - e.mlp_layers * t.mlp_recompute_saved -
-                  e.offload_layers * t.mlp_offload_saved;
+  e.stored_full =
+      (L - n_ckpt) * t.layer_full - e.mlp_layers * t.mlp_recompute_saved - e.offload_layers * t.mlp_offload_saved;
   e.host_acts = (n_ckpt - (t.offload_acts ? std::min<i64>(n_ckpt, 2) : n_ckpt)) * t.layer_in +
                 e.offload_layers * t.mlp_offload_host + (n_kept * t.attn_kept - kept_on_gpu(n_kept));
 
@@ -490,8 +493,8 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_
     // Layer j's own kept output is the recomputed layer's attention output (in layer_full).
     if (keeps[static_cast<std::size_t>(j)]) --kept_below;
     const i64 galore = t.grads_persistent ? t.galore_accum : t.galore_accum * (L - 1 - j) / L;
-    const i64 grads = (t.grads_persistent ? grads_all : t.grads_other - t.grads_embed + t.grads_layers * (L - 1 - j) / L) +
-                      galore;
+    const i64 grads =
+        (t.grads_persistent ? grads_all : t.grads_other - t.grads_embed + t.grads_layers * (L - 1 - j) / L) + galore;
     // With offload, the input below that is on the GPU is the one prefetched for the next
     // recomputation (the current layer's own input is among its activations).
     const i64 acts_in = t.offload_acts ? std::min<i64>(ck_below, 1) * t.layer_in : ck_below * t.layer_in;
@@ -499,7 +502,8 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_
     // trigger (layer i + lead, or the last layer) on; the others are still on the host.
     // (i + lead < j, as the trigger of an i < j is never the last layer then.)
     const i64 off_away = j - lead > 0 ? off_below[static_cast<std::size_t>(j - lead)] : 0;
-    const i64 acts_full = full_below * t.layer_full - mlp_below * t.mlp_recompute_saved - off_away * t.mlp_offload_saved;
+    const i64 acts_full =
+        full_below * t.layer_full - mlp_below * t.mlp_recompute_saved - off_away * t.mlp_offload_saved;
     const i64 cur = c ? t.layer_full + t.recompute_extra : t.layer_full;
     // Kept outputs below j: on the GPU, or (offload) only the one prefetched for the next layer.
     const i64 kept_live = (t.kept_on_host ? std::min<i64>(kept_below, 1) : kept_below) * t.attn_kept;
@@ -578,14 +582,14 @@ LayerChoice choose_layers(const Terms& t, const CheckpointPolicy& p, const std::
   const bool can_mlp = t.mlp_recompute_saved > 0;
   const i64 off_max = t.mlp_offload_saved > 0 ? t.mlp_offload_max : 0;
   if (!can_keep && !can_mlp && off_max == 0) return c;
-  if (c.checkpointed == 0) return c;  // nothing recomputed
+  if (c.checkpointed == 0) return c;                                  // nothing recomputed
   if (evaluate(t, c.checkpointed, 0, 0).peak > t.capacity) return c;  // does not fit at all: reported as is
   const i64 L = t.layers;
   // Kept attention is for speed: auto keeps within the margin below capacity (memory_planner.h).
   const auto line = static_cast<i64>((1.0 - planner::kKeptAttentionMargin) * static_cast<double>(t.capacity));
   // The fewest-layers plan is the one to beat where it fits as chosen (keep all may not).
   double best = evaluate(t, c.checkpointed, 0, c.kept).peak <= t.capacity ? recompute_flops(t, c.checkpointed, c.kept)
-                                                                           : std::numeric_limits<double>::infinity();
+                                                                          : std::numeric_limits<double>::infinity();
   // The smallest v in [0, hi] with fits(v), given fits(hi); bisection (the peak falls with v).
   auto fewest = [](i64 hi, const auto& fits) {
     i64 lo = -1;

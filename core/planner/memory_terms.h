@@ -15,15 +15,15 @@ namespace odyssey::planner_detail {
 struct Terms {
   bool valid = false;
   bool cuda = true;
-  bool hf = false;        // PlannerReference::HfPeft
+  bool hf = false;  // PlannerReference::HfPeft
   bool lora = true;
   bool fused = true;      // fused kernels in effect (CUDA, Odyssey, fused_kernels: true)
   bool mlp_fused = true;  // the MLP's SwiGLU kernels too (not Phi-3's gate_up_proj, not GeGLU)
   std::int64_t layers = 0;
   std::int64_t capacity = 0;
-  std::int64_t act_b = 2;     // bytes of an activation / weight element
+  std::int64_t act_b = 2;  // bytes of an activation / weight element
   ParallelLayout layout;
-  std::int64_t tokens = 0;    // per GPU per micro-step
+  std::int64_t tokens = 0;  // per GPU per micro-step
   std::int64_t procs_per_node = 1;
 
   // outside the caching allocator
@@ -37,13 +37,13 @@ struct Terms {
   std::int64_t adam = 0;
   std::int64_t galore_proj = 0;
   std::int64_t galore_states = 0;
-  std::int64_t galore_accum = 0;     // rank-r accumulated gradients (gradient accumulation)
+  std::int64_t galore_accum = 0;    // rank-r accumulated gradients (gradient accumulation)
   std::int64_t host_optimizer = 0;  // offloaded states (and ZeRO-2 gradient shard)
 
   // gradients: created in backward unless accumulated across micro-steps
-  std::int64_t grads_layers = 0;   // all blocks together
-  std::int64_t grads_other = 0;    // embeddings, lm_head, final norm
-  std::int64_t grads_embed = 0;    // the part of grads_other an untied embedding adds, at the end of backward
+  std::int64_t grads_layers = 0;  // all blocks together
+  std::int64_t grads_other = 0;   // embeddings, lm_head, final norm
+  std::int64_t grads_embed = 0;   // the part of grads_other an untied embedding adds, at the end of backward
   bool grads_persistent = false;
   std::int64_t grads_unsharded = 0;
   std::int64_t grad_buckets = 0;
@@ -56,18 +56,19 @@ struct Terms {
   std::int64_t dropout_per_layer = 0;
   bool offload_acts = false;
   bool kept_on_host = false;  // offload_acts with PlannerOptions::kept_attention_on_host: kept outputs parked
-  std::int64_t misc = 0;             // token ids, labels, positions, rotary tables
+  std::int64_t misc = 0;      // token ids, labels, positions, rotary tables
   // the MLP's share, for the tiled MLP (tile_mlp)
-  std::int64_t mlp_per_token = 0;     // what the MLP saves per token (part of per_token_layer)
-  std::int64_t mlp_input_extra = 0;   // the MLP input per token, kept whole by the tiles when the MLP did not save it
-  std::int64_t bwd_mlp_h = 0, bwd_mlp_i = 0;  // MLP backward working set per token: hidden-sized and intermediate-sized parts
-  std::int64_t mlp_tile = 0;          // tokens per tile; 0 = untiled
-  std::int64_t attn_kept = 0;         // one layer's kept attention output + log-sum-exp (keep_attention); 0 = n/a
+  std::int64_t mlp_per_token = 0;    // what the MLP saves per token (part of per_token_layer)
+  std::int64_t mlp_input_extra = 0;  // the MLP input per token, kept whole by the tiles when the MLP did not save it
+  std::int64_t bwd_mlp_h = 0,
+               bwd_mlp_i = 0;  // MLP backward working set per token: hidden-sized and intermediate-sized parts
+  std::int64_t mlp_tile = 0;   // tokens per tile; 0 = untiled
+  std::int64_t attn_kept = 0;  // one layer's kept attention output + log-sum-exp (keep_attention); 0 = n/a
   // What a layer that is not checkpointed stops storing when its MLP recomputes its
   // intermediates in backward (kernels::rms_norm_mlp: gate and up); 0 = n/a (unfused, LoRA
   // dropout, tiled MLP).
   std::int64_t mlp_recompute_saved = 0;
-  double recompute_mlp_flops = 0;     // its cost: the gate and up projections, forward FLOPs
+  double recompute_mlp_flops = 0;  // its cost: the gate and up projections, forward FLOPs
   // The same bytes kept in pinned host memory instead (offload_activations, fused swiglu_down
   // path): 0 = n/a. mlp_offload_host: their pinned blocks (the host allocator rounds each of
   // gate and up to a power of two); mlp_offload_max: the most layers the host link moves in
@@ -104,18 +105,18 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
 void tile_mlp(Terms& t, std::int64_t tile);
 
 struct Eval {
-  std::int64_t peak = 0;            // with fragmentation and runtime
-  int phase = 0;                    // 0 loss, 1 backward, 2 optimizer step
+  std::int64_t peak = 0;                    // with fragmentation and runtime
+  int phase = 0;                            // 0 loss, 1 backward, 2 optimizer step
   std::int64_t phase_bytes[3] = {0, 0, 0};  // allocator bytes of each phase
-  std::int64_t fragmentation = 0;   // at the peak phase
+  std::int64_t fragmentation = 0;           // at the peak phase
   // activations at the loss phase (end of forward) and at the backward peak
   std::int64_t stored_inputs = 0, stored_full = 0;
   std::int64_t bwd_inputs = 0, bwd_full = 0, bwd_recompute = 0, bwd_grads = 0;
   std::int64_t bwd_galore = 0;  // GaLore rank-r gradients of the layers above the peak
   std::int64_t host_acts = 0;
   std::int64_t kept_layers = 0, stored_kept = 0, bwd_kept = 0;  // kept attention outputs
-  std::int64_t mlp_layers = 0;  // layers whose MLP recomputes its intermediates
-  std::int64_t offload_layers = 0;  // layers whose MLP keeps gate and up on the host
+  std::int64_t mlp_layers = 0;                                  // layers whose MLP recomputes its intermediates
+  std::int64_t offload_layers = 0;                              // layers whose MLP keeps gate and up on the host
 };
 
 // checkpointed layers: every == 0 → layers [0, ckpt); every == K → layers 0, K, 2K, ….

@@ -148,11 +148,9 @@ void read_body(FieldReader& r, RunEndEvent& e) {
   std::string status;
   r.required("status", status);
   if (r.has("status")) {
-    if (auto o = parse_run_outcome(status))
-      e.status = *o;
+    if (auto o = parse_run_outcome(status)) e.status = *o;
     else if (r.has_string("status"))
-      r.error("status", "unknown run status " + text::quoted(status) +
-                            "; allowed: completed, failed, stopped, killed");
+      r.error("status", "unknown run status " + text::quoted(status) + "; allowed: completed, failed, stopped, killed");
   }
   r.optional("reason", e.reason);
   r.optional("exit_code", e.exit_code);
@@ -187,8 +185,8 @@ DecodedLine decode(std::string_view line, const std::string& file, int line_no) 
     return out;
   }
   if (!j.is_object()) {
-    out.diagnostics.push_back(line_error(
-        file, line_no, std::string("not a JSON object (got ") + j.type_name() + "); line skipped"));
+    out.diagnostics.push_back(
+        line_error(file, line_no, std::string("not a JSON object (got ") + j.type_name() + "); line skipped"));
     return out;
   }
   FieldReader r(j, "", file, line_no, out.diagnostics);
@@ -207,13 +205,13 @@ DecodedLine decode(std::string_view line, const std::string& file, int line_no) 
   if (out.major != kSchemaMajor) {
     out.refused = true;
     const std::string ours = std::to_string(kSchemaMajor) + ".x";
-    out.diagnostics.push_back(line_error(
-        file, line_no,
-        out.major > kSchemaMajor
-            ? "schema version " + std::to_string(out.major) + ".x is newer than this Odyssey understands (" +
-                  ours + "); update Odyssey to read this run"
-            : "schema version " + std::to_string(out.major) + ".x is older than this Odyssey reads (" +
-                  ours + "); open the run with the Odyssey that wrote it"));
+    out.diagnostics.push_back(
+        line_error(file, line_no,
+                   out.major > kSchemaMajor
+                       ? "schema version " + std::to_string(out.major) + ".x is newer than this Odyssey understands (" +
+                             ours + "); update Odyssey to read this run"
+                       : "schema version " + std::to_string(out.major) + ".x is older than this Odyssey reads (" +
+                             ours + "); open the run with the Odyssey that wrote it"));
     return out;
   }
 

@@ -60,8 +60,8 @@ PollResult EventReader::poll() {
     if (f.fd < 0) {
       const int err = errno;
       if (err != ENOENT && err != last_open_errno_)  // say it once, not every poll
-        out.diagnostics.push_back(make(Severity::Error, path_, 0,
-                                       std::string("cannot open events file: ") + std::strerror(err)));
+        out.diagnostics.push_back(
+            make(Severity::Error, path_, 0, std::string("cannot open events file: ") + std::strerror(err)));
       last_open_errno_ = err;
       return out;
     }
@@ -69,8 +69,8 @@ PollResult EventReader::poll() {
     out.file_exists = true;
     struct stat st {};
     if (::fstat(f.fd, &st) != 0) {
-      out.diagnostics.push_back(make(Severity::Error, path_, 0,
-                                     std::string("cannot stat events file: ") + std::strerror(errno)));
+      out.diagnostics.push_back(
+          make(Severity::Error, path_, 0, std::string("cannot stat events file: ") + std::strerror(errno)));
       return out;
     }
     const auto dev = static_cast<std::uint64_t>(st.st_dev);
@@ -89,8 +89,8 @@ PollResult EventReader::poll() {
     if (!refused_) read_file(f.fd, size, out);
   } catch (const std::exception& e) {
     // Only allocation failure can get here; the monitor must survive it.
-    out.diagnostics.push_back(make(Severity::Error, path_, line_no_,
-                                   std::string("reading events failed: ") + e.what()));
+    out.diagnostics.push_back(
+        make(Severity::Error, path_, line_no_, std::string("reading events failed: ") + e.what()));
   }
   return out;
 }
@@ -117,8 +117,8 @@ void EventReader::read_file(int fd, std::int64_t size, PollResult& out) {
     const ssize_t n = ::pread(fd, buf_.data(), want, static_cast<off_t>(offset_));
     if (n < 0) {
       if (errno == EINTR) continue;
-      out.diagnostics.push_back(make(Severity::Error, path_, 0,
-                                     std::string("cannot read events file: ") + std::strerror(errno)));
+      out.diagnostics.push_back(
+          make(Severity::Error, path_, 0, std::string("cannot read events file: ") + std::strerror(errno)));
       return;
     }
     if (n == 0) return;  // truncated under us; the next poll notices
@@ -175,18 +175,16 @@ void EventReader::consume_line(std::string_view line, PollResult& out) {
   if (d.refused) {
     refused_ = true;
     for (auto& x : d.diagnostics) out.diagnostics.push_back(std::move(x));
-    out.diagnostics.push_back(make(Severity::Note, path_, line_no_,
-                                   "the rest of the file is not read"));
+    out.diagnostics.push_back(make(Severity::Note, path_, line_no_, "the rest of the file is not read"));
     return;
   }
   if (d.event) {
     if (d.minor > kSchemaMinor && !noted_newer_minor_) {
       noted_newer_minor_ = true;
-      out.diagnostics.push_back(make(
-          Severity::Note, path_, line_no_,
-          "written by a newer Odyssey (schema " + std::to_string(d.major) + "." +
-              std::to_string(d.minor) + "); what it added since " + std::string(kSchemaVersion) +
-              " is ignored"));
+      out.diagnostics.push_back(make(Severity::Note, path_, line_no_,
+                                     "written by a newer Odyssey (schema " + std::to_string(d.major) + "." +
+                                         std::to_string(d.minor) + "); what it added since " +
+                                         std::string(kSchemaVersion) + " is ignored"));
     }
     out.events.push_back(EventRecord{line_no_, std::move(*d.event)});
     return;
@@ -199,16 +197,15 @@ void EventReader::report_problem(Diagnostics&& diags, PollResult& out) {
   if (problems_ <= options_.max_reported_problems) {
     for (auto& x : diags) out.diagnostics.push_back(std::move(x));
   } else if (problems_ == options_.max_reported_problems + 1) {
-    out.diagnostics.push_back(make(Severity::Note, path_, line_no_,
-                                   "more malformed lines follow; they are skipped without a report"));
+    out.diagnostics.push_back(
+        make(Severity::Note, path_, line_no_, "more malformed lines follow; they are skipped without a report"));
   }
 }
 
 void EventReader::report_too_long(int line_no, PollResult& out) {
   Diagnostics d;
   d.push_back(make(Severity::Error, path_, line_no,
-                   "line is longer than " + std::to_string(options_.max_line_bytes) +
-                       " bytes; line skipped"));
+                   "line is longer than " + std::to_string(options_.max_line_bytes) + " bytes; line skipped"));
   report_problem(std::move(d), out);
 }
 

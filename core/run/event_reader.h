@@ -74,8 +74,8 @@ class EventReader {
   EventReaderOptions options_;
   std::int64_t offset_ = 0;
   int line_no_ = 0;
-  std::string buf_;       // read buffer
-  std::string partial_;   // the unfinished last line
+  std::string buf_;        // read buffer
+  std::string partial_;    // the unfinished last line
   bool skipping_ = false;  // inside an overlong line, discarding to its '\n'
   bool refused_ = false;
   bool noted_newer_minor_ = false;

@@ -31,9 +31,12 @@ void put_fields(OrderedJson& j, const RunStartEvent& e) {
   j["odyssey_version"] = e.odyssey_version;
   j["config_path"] = e.config_path;
   j["hostname"] = e.hostname;
-  j["mesh"] = {{"world", e.mesh.world},     {"dp", e.mesh.dp},
-               {"sp", e.mesh.sp},           {"ulysses", e.mesh.ulysses},
-               {"ring", e.mesh.ring},       {"nnodes", e.mesh.nnodes},
+  j["mesh"] = {{"world", e.mesh.world},
+               {"dp", e.mesh.dp},
+               {"sp", e.mesh.sp},
+               {"ulysses", e.mesh.ulysses},
+               {"ring", e.mesh.ring},
+               {"nnodes", e.mesh.nnodes},
                {"nproc_per_node", e.mesh.nproc_per_node}};
   OrderedJson devices = OrderedJson::array();
   for (const auto& d : e.devices)
@@ -43,9 +46,7 @@ void put_fields(OrderedJson& j, const RunStartEvent& e) {
                  {"tokens", e.totals.tokens},
                  {"total_steps", e.totals.total_steps},
                  {"epochs", number(e.totals.epochs)}};
-  j["model"] = {{"name", e.model.name},
-                {"params", e.model.params},
-                {"trainable_params", e.model.trainable_params}};
+  j["model"] = {{"name", e.model.name}, {"params", e.model.params}, {"trainable_params", e.model.trainable_params}};
   if (!e.optimizer.name.empty())
     j["optimizer"] = {{"name", e.optimizer.name},
                       {"state_bytes", e.optimizer.state_bytes},
@@ -130,10 +131,8 @@ std::string_view event_type_name(const Event& e) {
   return std::visit(
       [](const auto& x) -> std::string_view {
         using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, UnknownEvent>)
-          return x.type;
-        else
-          return type_name_of<T>();
+        if constexpr (std::is_same_v<T, UnknownEvent>) return x.type;
+        else return type_name_of<T>();
       },
       e);
 }
@@ -166,8 +165,7 @@ double bus_bandwidth_factor(std::string_view op, int group_size) {
   if (group_size <= 1) return op == collective_op::kBarrier ? 0.0 : 1.0;
   const double n = group_size;
   if (op == collective_op::kAllReduce) return 2.0 * (n - 1) / n;
-  if (op == collective_op::kAllGather || op == collective_op::kReduceScatter ||
-      op == collective_op::kAllToAll)
+  if (op == collective_op::kAllGather || op == collective_op::kReduceScatter || op == collective_op::kAllToAll)
     return (n - 1) / n;
   if (op == collective_op::kBarrier) return 0.0;  // moves no payload
   return 1.0;
@@ -203,8 +201,7 @@ std::optional<std::pair<int, int>> parse_schema_version(std::string_view v) {
     return r.ec == std::errc() && r.ptr == s.data() + s.size();
   };
   int major = 0, minor = 0;
-  if (!parse_part(v.substr(0, dot), major) || !parse_part(v.substr(dot + 1), minor))
-    return std::nullopt;
+  if (!parse_part(v.substr(0, dot), major) || !parse_part(v.substr(dot + 1), minor)) return std::nullopt;
   return std::pair{major, minor};
 }
 

@@ -88,10 +88,10 @@ struct ModelSummary {
 
 // The optimizer and the memory its state takes on each rank (docs/optimizers.md).
 struct OptimizerSummary {
-  std::string name;                  // adamw, galore_adamw, q_galore_adamw8bit, zero1_adamw, zero2_adamw
-  std::int64_t state_bytes = 0;      // per rank, on the device: moments, master weights, projections
-  std::int64_t host_state_bytes = 0; // per rank, in host memory (ZeRO offload)
-  int sharded_over = 1;              // ranks the state is split across (ZeRO: world)
+  std::string name;                   // adamw, galore_adamw, q_galore_adamw8bit, zero1_adamw, zero2_adamw
+  std::int64_t state_bytes = 0;       // per rank, on the device: moments, master weights, projections
+  std::int64_t host_state_bytes = 0;  // per rank, in host memory (ZeRO offload)
+  int sharded_over = 1;               // ranks the state is split across (ZeRO: world)
 };
 
 struct RunStartEvent {
@@ -146,7 +146,7 @@ struct StepEvent {
   double epoch = 0;  // fractional progress, 1.5 = half way through the second epoch
   double loss = 0;   // may be NaN or ±inf: a monitor must show it
   double lr = 0;
-  double grad_norm = 0;  // before clipping
+  double grad_norm = 0;           // before clipping
   std::int64_t tokens = 0;        // tokens of this step, all ranks
   std::int64_t tokens_total = 0;  // tokens since the run started
   double tokens_per_s = 0;
@@ -193,8 +193,8 @@ struct RunEndEvent {
   double time = 0;
   double elapsed_s = 0;
   RunOutcome status = RunOutcome::Completed;
-  std::string reason;  // human-readable, empty when completed
-  int exit_code = 0;   // the engine's documented exit code; 128+N for signal N
+  std::string reason;     // human-readable, empty when completed
+  int exit_code = 0;      // the engine's documented exit code; 128+N for signal N
   std::int64_t step = 0;  // last finished step
   int failed_rank = -1;
 };
@@ -208,8 +208,8 @@ struct UnknownEvent {
   std::string raw;
 };
 
-using Event = std::variant<RunStartEvent, StageEvent, StepEvent, EvalEvent, CheckpointEvent,
-                           WarningEvent, RunEndEvent, UnknownEvent>;
+using Event = std::variant<RunStartEvent, StageEvent, StepEvent, EvalEvent, CheckpointEvent, WarningEvent, RunEndEvent,
+                           UnknownEvent>;
 
 std::string_view event_type_name(const Event& e);
 double event_time(const Event& e);

@@ -132,8 +132,9 @@ Diagnostics append_whole(const std::string& path, std::string_view bytes, bool s
     if (::fstat(fd, &now) == 0 && sized && now.st_size > st.st_size) {
       // A short write left part of the record: cut it off, or say that it stays.
       if (::ftruncate(fd, st.st_size) != 0)
-        diags.push_back(io_error(path, "cannot cut the half-written record back to " + std::to_string(st.st_size) +
-                                           " bytes; the file ends in half a record",
+        diags.push_back(io_error(path,
+                                 "cannot cut the half-written record back to " + std::to_string(st.st_size) +
+                                     " bytes; the file ends in half a record",
                                  errno));
     }
     ::close(fd);
@@ -201,8 +202,7 @@ Diagnostics EventWriter::write(Event e) {
   std::visit([this](auto& x) { stamp(x, start_); }, e);
   std::string line = encode_event(e);
   line += '\n';
-  const bool durable =
-      std::holds_alternative<CheckpointEvent>(e) || std::holds_alternative<RunEndEvent>(e);
+  const bool durable = std::holds_alternative<CheckpointEvent>(e) || std::holds_alternative<RunEndEvent>(e);
   Diagnostics d = out_.append(line, durable && options_.sync_durable_events);
   if (!d.empty() || !tensorboard_) return d;
   // TensorBoard is a view of this file: its failure is a warning here, never the run's end.

@@ -78,8 +78,7 @@ class EventWriter {
   // Opens `file` for appending, creating it (0644) if needed. If the file is not empty and
   // its last byte is not '\n' (a writer died mid-line), a '\n' is written first so that
   // the next event starts a line of its own instead of gluing onto the broken one.
-  static Result<EventWriter> open(const std::filesystem::path& file,
-                                  EventWriterOptions options = EventWriterOptions{});
+  static Result<EventWriter> open(const std::filesystem::path& file, EventWriterOptions options = EventWriterOptions{});
 
   bool is_open() const { return out_.is_open(); }
   const std::string& path() const { return out_.path(); }

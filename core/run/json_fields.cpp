@@ -16,13 +16,9 @@ OrderedJson number(double v) {
   return v;
 }
 
-std::string dump_line(const OrderedJson& j) {
-  return dump_json(j);
-}
+std::string dump_line(const OrderedJson& j) { return dump_json(j); }
 
-std::string dump_pretty(const OrderedJson& j) {
-  return dump_json(j, 2);
-}
+std::string dump_pretty(const OrderedJson& j) { return dump_json(j, 2); }
 
 bool convert(const json& v, std::int64_t& out) {
   if (v.is_number_unsigned()) {
@@ -69,8 +65,7 @@ bool convert(const json& v, double& out) {
       return true;
     }
     if (s == "Infinity" || s == "-Infinity") {
-      out = s[0] == '-' ? -std::numeric_limits<double>::infinity()
-                        : std::numeric_limits<double>::infinity();
+      out = s[0] == '-' ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
       return true;
     }
   }
@@ -126,24 +121,18 @@ bool convert(const json& v, std::map<std::string, double>& out) {
 
 const char* expected_kind(const int&) { return "an integer"; }
 const char* expected_kind(const std::int64_t&) { return "an integer"; }
-const char* expected_kind(const double&) {
-  return "a number (or \"NaN\", \"Infinity\", \"-Infinity\")";
-}
+const char* expected_kind(const double&) { return "a number (or \"NaN\", \"Infinity\", \"-Infinity\")"; }
 const char* expected_kind(const bool&) { return "true or false"; }
 const char* expected_kind(const std::string&) { return "a string"; }
 const char* expected_kind(const std::vector<std::string>&) { return "a list of strings"; }
 const char* expected_kind(const std::optional<int>&) { return "an integer or null"; }
-const char* expected_kind(const std::map<std::string, double>&) {
-  return "an object of numbers";
-}
+const char* expected_kind(const std::map<std::string, double>&) { return "an object of numbers"; }
 
-FieldReader::FieldReader(const json& object, std::string path, const std::string& file, int line,
-                         Diagnostics& out)
+FieldReader::FieldReader(const json& object, std::string path, const std::string& file, int line, Diagnostics& out)
     : object_(object), path_(std::move(path)), file_(file), line_(line), out_(out) {}
 
 FieldReader FieldReader::child(const json& object, std::string name) const {
-  return FieldReader(object, path_.empty() ? std::move(name) : path_ + "." + name, file_, line_,
-                     out_);
+  return FieldReader(object, path_.empty() ? std::move(name) : path_ + "." + name, file_, line_, out_);
 }
 
 std::string FieldReader::key_path(std::string_view key) const {
@@ -160,9 +149,7 @@ void FieldReader::error(std::string_view key, std::string message) {
   out_.push_back(std::move(d));
 }
 
-bool FieldReader::has(std::string_view key) const {
-  return object_.is_object() && object_.contains(std::string(key));
-}
+bool FieldReader::has(std::string_view key) const { return object_.is_object() && object_.contains(std::string(key)); }
 
 bool FieldReader::has_string(std::string_view key) const {
   if (!object_.is_object()) return false;

@@ -52,8 +52,7 @@ const char* expected_kind(const std::map<std::string, double>&);
 // ("memory[1].vram_peak_bytes") and the file and line it came from.
 class FieldReader {
  public:
-  FieldReader(const nlohmann::json& object, std::string path, const std::string& file, int line,
-              Diagnostics& out);
+  FieldReader(const nlohmann::json& object, std::string path, const std::string& file, int line, Diagnostics& out);
 
   // A missing required field is an error; a missing optional one leaves `out` as it was
   // (its default), which is how a newer reader reads fields an older writer did not have.

@@ -18,9 +18,7 @@ namespace odyssey::run {
 
 namespace fs = std::filesystem;
 
-fs::path RunDir::rank_log(int rank) const {
-  return logs_dir() / ("rank-" + std::to_string(rank) + ".log");
-}
+fs::path RunDir::rank_log(int rank) const { return logs_dir() / ("rank-" + std::to_string(rank) + ".log"); }
 
 fs::path RunDir::checkpoint(std::int64_t step) const {
   return checkpoints_dir() / ("checkpoint-" + std::to_string(step));
@@ -32,8 +30,7 @@ std::vector<std::int64_t> RunDir::checkpoint_steps() const {
   for (fs::directory_iterator it(checkpoints_dir(), ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     if (!text::starts_with(name, "checkpoint-") || !it->is_directory(ec)) continue;
-    if (auto s = text::parse_int(std::string_view(name).substr(11)); s && *s >= 0)
-      steps.push_back(*s);
+    if (auto s = text::parse_int(std::string_view(name).substr(11)); s && *s >= 0) steps.push_back(*s);
   }
   std::sort(steps.begin(), steps.end());
   return steps;
@@ -95,8 +92,7 @@ Result<RunDir> create_run_dir(const fs::path& output_dir, std::string_view name,
     }
     RunDir run(dir);
     for (const fs::path& sub : {run.logs_dir(), run.checkpoints_dir()}) {
-      if (::mkdir(sub.c_str(), 0755) != 0)
-        return fail(sub, std::string("cannot create: ") + std::strerror(errno));
+      if (::mkdir(sub.c_str(), 0755) != 0) return fail(sub, std::string("cannot create: ") + std::strerror(errno));
     }
     r.value = run;
     return r;
@@ -148,9 +144,8 @@ std::string cut_line(std::string_view line, std::size_t max_bytes) {
 namespace {
 
 bool contains_ci(std::string_view s, std::string_view word) {
-  return std::search(s.begin(), s.end(), word.begin(), word.end(), [](char a, char b) {
-           return std::tolower(static_cast<unsigned char>(a)) == b;
-         }) != s.end();
+  return std::search(s.begin(), s.end(), word.begin(), word.end(),
+                     [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) == b; }) != s.end();
 }
 
 // c10d's glog-style warnings ("[W1201 12:00:00.123 socket.cpp:…] [c10d] …"): a rank whose

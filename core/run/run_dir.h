@@ -63,13 +63,13 @@ Result<RunDir> create_run_dir(const std::filesystem::path& output_dir, std::stri
 // file is large; everything a supervisor needs at the end is near the end). Lines that do
 // not decode are skipped, as a monitor skips them.
 struct EventsTail {
-  std::uintmax_t bytes = 0;               // the file's size; 0 when missing or empty
-  std::optional<StepEvent> last_step;     // the last step event in the tail
+  std::uintmax_t bytes = 0;                 // the file's size; 0 when missing or empty
+  std::optional<StepEvent> last_step;       // the last step event in the tail
   std::optional<RunEndEvent> last_run_end;  // the last run_end in the tail
-  bool ends_with_run_end = false;         // the tail's last event is a run_end
-  double last_time = 0;                   // `time` and `elapsed_s` of the tail's last event
+  bool ends_with_run_end = false;           // the tail's last event is a run_end
+  double last_time = 0;                     // `time` and `elapsed_s` of the tail's last event
   double last_elapsed_s = 0;
-  int events = 0;                         // events decoded in the tail
+  int events = 0;  // events decoded in the tail
 };
 EventsTail read_events_tail(const std::filesystem::path& events, std::size_t max_bytes = std::size_t{4} << 20);
 

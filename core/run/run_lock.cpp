@@ -142,8 +142,9 @@ std::string lock_or_owner(const RunDir& dir, int fd, pid_t launcher_pid, RunClai
   const bool parent_holds = launcher_pid > 0 && owner && owner->pid == launcher_pid && ::getppid() == launcher_pid &&
                             owner->hostname == this_hostname();
   if (!parent_holds)
-    return "another live process owns it (" + (owner ? owner_text(*owner) : std::string("its lock file names no owner yet")) +
-           " holds " + dir.lock_file().filename().string() + ")";
+    return "another live process owns it (" +
+           (owner ? owner_text(*owner) : std::string("its lock file names no owner yet")) + " holds " +
+           dir.lock_file().filename().string() + ")";
   claim.inherited = true;
   return {};
 }

@@ -55,15 +55,13 @@ std::string_view to_string(RunState s) {
 }
 
 std::optional<RunState> parse_run_state(std::string_view s) {
-  for (auto x : {RunState::Starting, RunState::Running, RunState::Stopping, RunState::Completed,
-                 RunState::Failed, RunState::Stopped})
+  for (auto x : {RunState::Starting, RunState::Running, RunState::Stopping, RunState::Completed, RunState::Failed,
+                 RunState::Stopped})
     if (to_string(x) == s) return x;
   return std::nullopt;
 }
 
-bool is_terminal(RunState s) {
-  return s == RunState::Completed || s == RunState::Failed || s == RunState::Stopped;
-}
+bool is_terminal(RunState s) { return s == RunState::Completed || s == RunState::Failed || s == RunState::Stopped; }
 
 std::string encode_status(const RunStatus& s) {
   OrderedJson j = OrderedJson::object();
@@ -102,20 +100,18 @@ Result<RunStatus> decode_status(std::string_view text, const std::string& file) 
       return r;
     }
     if (ver->first != kSchemaMajor) {
-      r.diagnostics.push_back(error(
-          file, "schema version " + std::to_string(ver->first) + ".x is " +
-                    (ver->first > kSchemaMajor ? "newer than this Odyssey understands ("
-                                               : "older than this Odyssey reads (") +
-                    std::to_string(kSchemaMajor) + ".x)" +
-                    (ver->first > kSchemaMajor ? "; update Odyssey" : "")));
+      r.diagnostics.push_back(error(file, "schema version " + std::to_string(ver->first) + ".x is " +
+                                              (ver->first > kSchemaMajor ? "newer than this Odyssey understands ("
+                                                                         : "older than this Odyssey reads (") +
+                                              std::to_string(kSchemaMajor) + ".x)" +
+                                              (ver->first > kSchemaMajor ? "; update Odyssey" : "")));
       return r;
     }
     RunStatus& s = r.value;
     std::string state;
     f.required("state", state);
     if (f.has_string("state")) {
-      if (auto st = parse_run_state(state))
-        s.state = *st;
+      if (auto st = parse_run_state(state)) s.state = *st;
       else
         f.error("state", "unknown state " + text::quoted(state) +
                              "; allowed: starting, running, stopping, completed, failed, stopped");
@@ -145,8 +141,8 @@ Diagnostics StatusFile::write(const RunStatus& status) const {
   // rename its own complete file.
   static std::atomic<unsigned> counter{0};
   const std::string final_name = path_.string();
-  const std::string tmp = final_name + ".tmp." + std::to_string(::getpid()) + "." +
-                          std::to_string(counter.fetch_add(1));
+  const std::string tmp =
+      final_name + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
     diags.push_back(error(tmp, std::string("cannot create: ") + std::strerror(errno)));

@@ -39,7 +39,7 @@ struct RunStatus {
   std::int64_t total_steps = 0;
   std::string reason;  // why it failed or stopped
   int failed_rank = -1;
-  std::optional<int> exit_code;  // set once the job has exited
+  std::optional<int> exit_code;               // set once the job has exited
   std::vector<std::string> last_error_lines;  // tail of the failing rank's log
 };
 

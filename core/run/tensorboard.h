@@ -109,6 +109,6 @@ class TensorBoardSink {
 // its events.jsonl is missing, a line does not decode (file:line and why), there is no step
 // event, or out_dir already holds tfevents files. Returns the file written.
 Result<std::filesystem::path> convert_events_to_tensorboard(const std::filesystem::path& run_dir,
-                                                             std::filesystem::path out_dir = {});
+                                                            std::filesystem::path out_dir = {});
 
 }  // namespace odyssey::run

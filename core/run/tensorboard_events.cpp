@@ -175,7 +175,7 @@ Diagnostics refusal_reasons(const Diagnostics& read) {
 }  // namespace
 
 Result<std::filesystem::path> convert_events_to_tensorboard(const std::filesystem::path& run_dir,
-                                                             std::filesystem::path out_dir) {
+                                                            std::filesystem::path out_dir) {
   Result<std::filesystem::path> r;
   std::error_code ec;
   if (!std::filesystem::is_directory(run_dir, ec)) {
@@ -193,8 +193,9 @@ Result<std::filesystem::path> convert_events_to_tensorboard(const std::filesyste
   r.diagnostics = refusal_reasons(read.diagnostics);
   if (!r.ok()) return r;
   if (reader.has_partial_line()) {
-    Diagnostic d = converter_error(dir.events(), "the last line has no end (the run stopped while writing it); "
-                                                 "converted without it");
+    Diagnostic d = converter_error(dir.events(),
+                                   "the last line has no end (the run stopped while writing it); "
+                                   "converted without it");
     d.severity = Severity::Warning;
     d.line = reader.lines_read() + 1;
     r.diagnostics.push_back(std::move(d));
@@ -214,12 +215,12 @@ Result<std::filesystem::path> convert_events_to_tensorboard(const std::filesyste
   if (std::filesystem::is_directory(out_dir, ec))
     for (const auto& entry : std::filesystem::directory_iterator(out_dir, ec))
       if (entry.path().filename().string().find("tfevents") != std::string::npos) {
-        r.diagnostics.push_back(converter_error(
-            entry.path(), "TensorBoard events are already here; remove them to convert the run again"));
+        r.diagnostics.push_back(
+            converter_error(entry.path(), "TensorBoard events are already here; remove them to convert the run again"));
         return r;
       }
-  auto writer = TensorBoardWriter::open(out_dir, records.front().wall_time > 0 ? records.front().wall_time
-                                                                              : unix_now());
+  auto writer =
+      TensorBoardWriter::open(out_dir, records.front().wall_time > 0 ? records.front().wall_time : unix_now());
   if (!writer.ok()) {
     r.diagnostics.insert(r.diagnostics.end(), writer.diagnostics.begin(), writer.diagnostics.end());
     return r;

@@ -150,7 +150,8 @@ void BpeModel::encode(std::string_view word, std::vector<std::int32_t>* ids,
   const std::size_t first = ids->size();
   if (cache && cache->find(word, h, ids)) {
     if (lengths)
-      for (std::size_t i = first; i < ids->size(); ++i) lengths->push_back(byte_length[static_cast<std::size_t>((*ids)[i])]);
+      for (std::size_t i = first; i < ids->size(); ++i)
+        lengths->push_back(byte_length[static_cast<std::size_t>((*ids)[i])]);
     return;
   }
   std::vector<std::uint32_t> lens;

@@ -245,12 +245,13 @@ Result<RenderedChat> ChatTemplate::render_jinja(const std::vector<ChatMessage>& 
   // apply_chat_template's choice among named templates: "tool_use" when tools are given.
   const jinja::Template& tmpl = !options.tools.empty() && tool_use_ ? *tool_use_ : *jinja_;
   // The messages as apply_chat_template receives them; tool calls and tools are parsed once.
-  auto parse_json_array = [&](const std::string& text, const std::string& key) -> std::optional<nlohmann::ordered_json> {
+  auto parse_json_array = [&](const std::string& text,
+                              const std::string& key) -> std::optional<nlohmann::ordered_json> {
     auto j = nlohmann::ordered_json::parse(text, nullptr, false);
     if (j.is_discarded() || !j.is_array()) {
-      r.diagnostics.push_back(chat_error(key, j.is_discarded() ? "is not valid JSON; expected a JSON array"
-                                                               : std::string("expected a JSON array, found ") +
-                                                                     j.type_name()));
+      r.diagnostics.push_back(chat_error(key, j.is_discarded()
+                                                  ? "is not valid JSON; expected a JSON array"
+                                                  : std::string("expected a JSON array, found ") + j.type_name()));
       return std::nullopt;
     }
     return j;
@@ -326,16 +327,17 @@ Result<RenderedChat> ChatTemplate::render(const std::vector<ChatMessage>& messag
     r.diagnostics.push_back(chat_error("messages", "a conversation needs at least one message"));
     return r;
   }
-  const bool uses_tools =
-      !options.tools.empty() || std::any_of(messages.begin(), messages.end(), [](const ChatMessage& m) { return m.uses_tools(); });
+  const bool uses_tools = !options.tools.empty() || std::any_of(messages.begin(), messages.end(),
+                                                                [](const ChatMessage& m) { return m.uses_tools(); });
   // A built-in variant renders system, user and assistant text; conversations with tools go
   // through the model's own template, which the fast path keeps for them.
   if (uses_tools && kind_ != ChatTemplateKind::Jinja && !jinja_) {
-    r.diagnostics.push_back(chat_error(
-        options.tools.empty() ? "messages" : "tools",
-        "the conversation uses tools (tool calls, tool results or a tools list), which Odyssey's built-in " +
-            std::string(name()) + " template does not render; use template: auto with a model whose own chat "
-            "template renders tools, or template_file: with such a template"));
+    r.diagnostics.push_back(
+        chat_error(options.tools.empty() ? "messages" : "tools",
+                   "the conversation uses tools (tool calls, tool results or a tools list), which Odyssey's built-in " +
+                       std::string(name()) +
+                       " template does not render; use template: auto with a model whose own chat "
+                       "template renders tools, or template_file: with such a template"));
     return r;
   }
   const bool engine = kind_ == ChatTemplateKind::Jinja || uses_tools;
@@ -346,9 +348,9 @@ Result<RenderedChat> ChatTemplate::render(const std::vector<ChatMessage>& messag
                                          "role " + text::quoted(role) + " is not supported; Odyssey's " +
                                              std::string(name()) + " template renders system, user and assistant"));
     if (utf8::find_invalid(messages[i].content) != utf8::npos)
-      r.diagnostics.push_back(chat_error("messages[" + std::to_string(i) + "].content",
-                                         "invalid UTF-8 at byte offset " +
-                                             std::to_string(utf8::find_invalid(messages[i].content))));
+      r.diagnostics.push_back(
+          chat_error("messages[" + std::to_string(i) + "].content",
+                     "invalid UTF-8 at byte offset " + std::to_string(utf8::find_invalid(messages[i].content))));
   }
   if (has_errors(r.diagnostics)) return r;
   if (engine) return render_jinja(messages, options);
@@ -410,8 +412,8 @@ Result<ChatTemplate> chat_template_for_family(std::string_view family) {
   } else if (family == "llama3") {
     r.value = ChatTemplate(ChatTemplateKind::Llama3_1);
   } else {
-    r.diagnostics.push_back(
-        chat_error("family", "no chat template for model family " + text::quoted(family) + "; known: qwen2, qwen3, llama3"));
+    r.diagnostics.push_back(chat_error(
+        "family", "no chat template for model family " + text::quoted(family) + "; known: qwen2, qwen3, llama3"));
   }
   return r;
 }
@@ -435,17 +437,13 @@ std::optional<ChatTemplateKind> recognize_chat_template(std::string_view j) {
         "{%- set content = message.content.split('</think>')[-1].lstrip('\\n') %}",
         "{%- set reasoning_content = message.content.split('</think>')[0].rstrip('\\n').split('<think>')[-1]."
         "lstrip('\\n') %}",
-        "{%- if loop.index0 > ns.last_query_index %}",
-        "{%- if loop.last or (not loop.last and reasoning_content) %}",
+        "{%- if loop.index0 > ns.last_query_index %}", "{%- if loop.last or (not loop.last and reasoning_content) %}",
         "{{- '<|im_start|>' + message.role + '\\n<think>\\n' + reasoning_content.strip('\\n') + "
         "'\\n</think>\\n\\n' + content.lstrip('\\n') }}",
-        "{{- '<|im_start|>' + message.role + '\\n' + content }}",
-        "{{- '<think>\\n\\n</think>\\n\\n' }}"}},
+        "{{- '<|im_start|>' + message.role + '\\n' + content }}", "{{- '<think>\\n\\n</think>\\n\\n' }}"}},
       {ChatTemplateKind::Llama3_1,
-       {"{%- set date_string = \"26 Jul 2024\" %}",
-        "{%- set system_message = messages[0]['content']|trim %}",
-        "{{- \"Cutting Knowledge Date: December 2023\\n\" }}",
-        "{{- \"Today Date: \" + date_string + \"\\n\\n\" }}",
+       {"{%- set date_string = \"26 Jul 2024\" %}", "{%- set system_message = messages[0]['content']|trim %}",
+        "{{- \"Cutting Knowledge Date: December 2023\\n\" }}", "{{- \"Today Date: \" + date_string + \"\\n\\n\" }}",
         "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + "
         "'<|eot_id|>' }}"}},
       {ChatTemplateKind::Llama3,
@@ -529,14 +527,15 @@ Result<ChatTemplate> chat_template_from_file(const std::string& path, const Toke
   std::ifstream in(path, std::ios::binary);
   std::error_code ec;
   if (!in || std::filesystem::is_directory(path, ec)) {
-    r.diagnostics.push_back(chat_error("template_file", path + ": cannot be read; expected a Jinja chat template file"));
+    r.diagnostics.push_back(
+        chat_error("template_file", path + ": cannot be read; expected a Jinja chat template file"));
     return r;
   }
   std::ostringstream text;
   text << in.rdbuf();
   if (utf8::find_invalid(text.str()) != utf8::npos) {
-    r.diagnostics.push_back(chat_error("template_file", path + ": invalid UTF-8 at byte offset " +
-                                                            std::to_string(utf8::find_invalid(text.str()))));
+    r.diagnostics.push_back(chat_error(
+        "template_file", path + ": invalid UTF-8 at byte offset " + std::to_string(utf8::find_invalid(text.str()))));
     return r;
   }
   Result<ChatTemplate> r2 = ChatTemplate::from_jinja(text.str(), path, chat_special_tokens(tokenizer));

@@ -27,7 +27,7 @@ struct ChatMessage {
   ChatMessage(std::string r, std::string c, std::optional<std::string> reasoning = std::nullopt)
       : role(std::move(r)), content(std::move(c)), reasoning_content(std::move(reasoning)) {}
 
-  std::string role;     // system, user, assistant, or tool (a tool's result)
+  std::string role;  // system, user, assistant, or tool (a tool's result)
   std::string content;
   std::optional<std::string> reasoning_content;  // Qwen3: rendered in <think> (else split off content)
   // Function calling, in the form transformers' apply_chat_template takes (docs/datasets.md):
@@ -53,9 +53,9 @@ enum class ChatTemplateKind {
 
 struct ChatOptions {
   bool add_generation_prompt = false;
-  std::optional<bool> enable_thinking;    // Qwen3: false adds the empty think block to the prompt
+  std::optional<bool> enable_thinking;      // Qwen3: false adds the empty think block to the prompt
   std::string date_string = "26 Jul 2024";  // Llama-3.1: the template's default (built-in variant only)
-  std::string now;  // Jinja: what strftime_now() sees, "YYYY-MM-DDTHH:MM:SS"; "" = the local time
+  std::string now;    // Jinja: what strftime_now() sees, "YYYY-MM-DDTHH:MM:SS"; "" = the local time
   std::string tools;  // the JSON array of tool (function) schemas offered; "" = none (tools=None)
 };
 
@@ -129,8 +129,8 @@ std::optional<ChatTemplateKind> recognize_chat_template(std::string_view jinja);
 Result<ChatTemplate> chat_template_for_model(const Tokenizer& tokenizer, std::string_view family);
 
 // The config key `template_file`: a Jinja chat template file used in place of the model's,
-// given the tokenizer's special tokens (a built-in variant's fast path where it recognizes it). Unreadable files, invalid UTF-8 and syntax errors are
-// errors naming the file (and line and column).
+// given the tokenizer's special tokens (a built-in variant's fast path where it recognizes it). Unreadable files,
+// invalid UTF-8 and syntax errors are errors naming the file (and line and column).
 Result<ChatTemplate> chat_template_from_file(const std::string& path, const Tokenizer& tokenizer);
 
 }  // namespace odyssey

@@ -169,16 +169,34 @@ std::vector<Token> lex(std::string_view source, const std::string& name);
 
 // ---- syntax tree --------------------------------------------------------------------------
 enum class EK : std::uint8_t {
-  Literal, Name, List, Tuple, Dict, Attr, Item, Slice, Call, Filter, Test,
-  Neg, Pos, Not, Binary, Compare, And, Or, Cond, Concat
+  Literal,
+  Name,
+  List,
+  Tuple,
+  Dict,
+  Attr,
+  Item,
+  Slice,
+  Call,
+  Filter,
+  Test,
+  Neg,
+  Pos,
+  Not,
+  Binary,
+  Compare,
+  And,
+  Or,
+  Cond,
+  Concat
 };
 
 struct Expr {
   EK k;
   int line = 0, col = 0;
-  Value lit;                    // Literal
-  std::string name;             // Name, Attr (attribute), Filter/Test name, Binary op
-  std::vector<ExprP> args;      // children / positional arguments (Filter/Test: args[0] is the subject)
+  Value lit;                // Literal
+  std::string name;         // Name, Attr (attribute), Filter/Test name, Binary op
+  std::vector<ExprP> args;  // children / positional arguments (Filter/Test: args[0] is the subject)
   std::vector<std::pair<std::string, ExprP>> kwargs;
   std::vector<std::string> ops;  // Compare: one op per operand after the first
   bool negated = false;          // Test: `is not`
@@ -187,19 +205,31 @@ struct Expr {
 };
 
 enum class SK : std::uint8_t {
-  Text, Output, If, For, Set, SetBlock, Macro, CallBlock, FilterBlock, Generation, Break, Continue, With
+  Text,
+  Output,
+  If,
+  For,
+  Set,
+  SetBlock,
+  Macro,
+  CallBlock,
+  FilterBlock,
+  Generation,
+  Break,
+  Continue,
+  With
 };
 
 struct Stmt {
   SK k;
   int line = 0, col = 0;
-  std::string text;            // Text
-  ExprP expr;                  // Output, Set value, For iterable, FilterBlock filter chain (subject is a Name "")
-  ExprP target;                // Set/For/SetBlock target (Name, Tuple of Names or Attr on a Name)
-  ExprP cond;                  // For filter
+  std::string text;  // Text
+  ExprP expr;        // Output, Set value, For iterable, FilterBlock filter chain (subject is a Name "")
+  ExprP target;      // Set/For/SetBlock target (Name, Tuple of Names or Attr on a Name)
+  ExprP cond;        // For filter
   std::vector<std::pair<ExprP, Body>> branches;  // If: (condition, body); else has a null condition
-  Body body;                   // For, SetBlock, Macro, FilterBlock, Generation, With
-  Body else_body;              // For
+  Body body;                                     // For, SetBlock, Macro, FilterBlock, Generation, With
+  Body else_body;                                // For
   // Macro
   std::string name;
   std::vector<std::string> params;
@@ -220,11 +250,11 @@ std::unique_ptr<Program> parse(std::vector<Token> tokens, const std::string& nam
 
 // ---- values (jinja_value.cpp) ------------------------------------------------------------
 bool truthy(const Value& v);
-std::string py_str(const Value& v);   // str(); throws std::runtime_error for unprintable values
+std::string py_str(const Value& v);  // str(); throws std::runtime_error for unprintable values
 std::string py_repr(const Value& v);
 std::string float_repr(double d);
-std::string type_name(const Value& v);          // Python's type name: 'str', 'NoneType', 'dict'...
-std::string object_type_repr(const Value& v);   // jinja2's: "None", "dict object"
+std::string type_name(const Value& v);         // Python's type name: 'str', 'NoneType', 'dict'...
+std::string object_type_repr(const Value& v);  // jinja2's: "None", "dict object"
 bool py_equal(const Value& a, const Value& b);
 Value from_json(const nlohmann::ordered_json& j, int depth = 0);
 

@@ -21,7 +21,8 @@ std::size_t decode_at(std::string_view s, std::size_t i, char32_t* out) {
   }
   std::size_t n = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
   char32_t cp = c & (n == 2 ? 0x1F : n == 3 ? 0x0F : 0x07);
-  for (std::size_t k = 1; k < n && i + k < s.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+  for (std::size_t k = 1; k < n && i + k < s.size(); ++k)
+    cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
   *out = cp;
   return n;
 }
@@ -261,8 +262,8 @@ class Lexer {
     push(block ? Tok::BlockBegin : Tok::VarBegin, tag);
     std::vector<char> balance;
     for (;;) {
-      if (p >= src_.size()) fail(tag, std::string("unexpected end of template: the ") + (block ? "{%" : "{{") +
-                                          " tag is not closed");
+      if (p >= src_.size())
+        fail(tag, std::string("unexpected end of template: the ") + (block ? "{%" : "{{") + " tag is not closed");
       if (balance.empty()) {
         std::size_t end = 0;
         if (block) {
@@ -509,7 +510,8 @@ std::vector<Token> lex(std::string_view source, const std::string& name) {
         ++col;
       }
     }
-    throw Error(ErrorKind::Syntax, name, line, col, "the template is not valid UTF-8 (byte offset " + std::to_string(bad) + ")");
+    throw Error(ErrorKind::Syntax, name, line, col,
+                "the template is not valid UTF-8 (byte offset " + std::to_string(bad) + ")");
   }
   // Newlines normalized to \n, one trailing newline dropped (keep_trailing_newline=False).
   std::string src;

@@ -13,17 +13,21 @@ namespace {
 // an error at parse time (outside if-blocks, as jinja2 does), a known one the engine lacks is an
 // error when it runs.
 const std::set<std::string> kJinjaFilters = {
-    "abs", "attr", "batch", "capitalize", "center", "count", "d", "default", "dictsort", "e", "escape",
-    "filesizeformat", "first", "float", "forceescape", "format", "groupby", "indent", "int", "items", "join",
-    "last", "length", "list", "lower", "map", "max", "min", "pprint", "random", "reject", "rejectattr",
-    "replace", "reverse", "round", "safe", "select", "selectattr", "slice", "sort", "string", "striptags",
-    "sum", "title", "tojson", "trim", "truncate", "unique", "upper", "urlencode", "urlize", "wordcount",
-    "wordwrap", "xmlattr"};
+    "abs",    "attr",       "batch",       "capitalize", "center",   "count",
+    "d",      "default",    "dictsort",    "e",          "escape",   "filesizeformat",
+    "first",  "float",      "forceescape", "format",     "groupby",  "indent",
+    "int",    "items",      "join",        "last",       "length",   "list",
+    "lower",  "map",        "max",         "min",        "pprint",   "random",
+    "reject", "rejectattr", "replace",     "reverse",    "round",    "safe",
+    "select", "selectattr", "slice",       "sort",       "string",   "striptags",
+    "sum",    "title",      "tojson",      "trim",       "truncate", "unique",
+    "upper",  "urlencode",  "urlize",      "wordcount",  "wordwrap", "xmlattr"};
 const std::set<std::string> kJinjaTests = {
-    "boolean", "callable", "defined", "divisibleby", "eq", "equalto", "==", "escaped", "even", "false",
-    "filter", "float", "ge", ">=", "gt", "greaterthan", ">", "in", "integer", "iterable", "le", "<=",
-    "lower", "lt", "lessthan", "<", "mapping", "ne", "!=", "none", "number", "odd", "sameas", "sequence",
-    "string", "test", "true", "undefined", "upper"};
+    "boolean",  "callable", "defined", "divisibleby", "eq",   "equalto",   "==",     "escaped",
+    "even",     "false",    "filter",  "float",       "ge",   ">=",        "gt",     "greaterthan",
+    ">",        "in",       "integer", "iterable",    "le",   "<=",        "lower",  "lt",
+    "lessthan", "<",        "mapping", "ne",          "!=",   "none",      "number", "odd",
+    "sameas",   "sequence", "string",  "test",        "true", "undefined", "upper"};
 
 constexpr int kMaxDepth = 200;
 
@@ -41,8 +45,10 @@ void mark_const_slices(Expr& e) {
 bool is_const(const Expr& e) {
   switch (e.k) {
     case EK::Literal: return true;
-    case EK::Name: case EK::Call: return false;
-    case EK::Filter: case EK::Test:
+    case EK::Name:
+    case EK::Call: return false;
+    case EK::Filter:
+    case EK::Test:
       if (!e.kwargs.empty()) return false;
       [[fallthrough]];
     default:
@@ -473,10 +479,8 @@ class Parser {
           (cur().t == Tok::Name && extra_end.count(cur().v)))
         break;
       items.push_back(parse_expression(with_condexpr));
-      if (is_op(","))
-        is_tuple = true;
-      else
-        break;
+      if (is_op(",")) is_tuple = true;
+      else break;
     }
     if (!is_tuple) {
       if (items.empty()) fail(at, "Expected an expression, got " + describe(cur()));
@@ -546,8 +550,8 @@ class Parser {
     ExprP cmp;
     while (true) {
       std::string op;
-      if (cur().t == Tok::Op &&
-          (cur().v == "==" || cur().v == "!=" || cur().v == "<" || cur().v == "<=" || cur().v == ">" || cur().v == ">=")) {
+      if (cur().t == Tok::Op && (cur().v == "==" || cur().v == "!=" || cur().v == "<" || cur().v == "<=" ||
+                                 cur().v == ">" || cur().v == ">=")) {
         op = next().v;
       } else if (is_name("in")) {
         next();
@@ -806,7 +810,8 @@ class Parser {
         if (is_op(")")) break;
       }
       first = false;
-      if (is_op("*") || is_op("**")) fail(cur(), "*args and **kwargs in calls are not supported by Odyssey's Jinja engine");
+      if (is_op("*") || is_op("**"))
+        fail(cur(), "*args and **kwargs in calls are not supported by Odyssey's Jinja engine");
       if (cur().t == Tok::Name && look().t == Tok::Op && look().v == "=") {
         std::string key = next().v;
         next();

@@ -158,7 +158,9 @@ std::int64_t py_len(const Value& v) {
   }
 }
 
-double as_double(const Value& v) { return v.k == K::Float ? v.f : v.k == K::Bool ? (v.b ? 1.0 : 0.0) : static_cast<double>(v.i); }
+double as_double(const Value& v) {
+  return v.k == K::Float ? v.f : v.k == K::Bool ? (v.b ? 1.0 : 0.0) : static_cast<double>(v.i);
+}
 std::int64_t as_i64(const Value& v) { return v.k == K::Bool ? (v.b ? 1 : 0) : v.i; }
 
 // Python ordering (<) for numbers, strings and sequences; anything else is a TypeError.
@@ -197,7 +199,10 @@ bool unhashable(const Value& v) {
   if (v.k == K::Dict) return true;
   if (v.k != K::List) return false;
   switch (v.list->kind) {
-    case SeqKind::List: case SeqKind::DictItems: case SeqKind::DictKeys: case SeqKind::DictValues: return true;
+    case SeqKind::List:
+    case SeqKind::DictItems:
+    case SeqKind::DictKeys:
+    case SeqKind::DictValues: return true;
     case SeqKind::Tuple: return std::any_of(v.list->items.begin(), v.list->items.end(), unhashable);
     default: return false;
   }
@@ -206,8 +211,7 @@ bool unhashable(const Value& v) {
 bool py_contains(const Value& container, const Value& item) {
   switch (container.k) {
     case K::String:
-      if (item.k != K::String)
-        type_error("'in <string>' requires string as left operand, not " + type_name(item));
+      if (item.k != K::String) type_error("'in <string>' requires string as left operand, not " + type_name(item));
       return container.s.find(item.s) != std::string::npos;
     case K::List:
       for (const auto& x : container.list->items)
@@ -464,12 +468,13 @@ struct Interp {
 
 namespace {
 const std::set<std::string> kStrMethods = {
-    "strip", "lstrip", "rstrip", "split", "rsplit", "startswith", "endswith", "title", "upper", "lower",
-    "replace", "capitalize", "format", "join", "find", "rfind", "count", "index", "isdigit", "isalpha",
-    "isalnum", "isspace", "islower", "isupper", "splitlines", "removeprefix", "removesuffix", "zfill",
-    "swapcase", "partition", "rpartition", "center", "ljust", "rjust", "casefold", "expandtabs",
-    "isnumeric", "isdecimal", "istitle", "isidentifier", "isprintable", "isascii", "encode", "format_map",
-    "maketrans", "translate", "rindex"};
+    "strip",      "lstrip",     "rstrip",     "split",      "rsplit",       "startswith",   "endswith",
+    "title",      "upper",      "lower",      "replace",    "capitalize",   "format",       "join",
+    "find",       "rfind",      "count",      "index",      "isdigit",      "isalpha",      "isalnum",
+    "isspace",    "islower",    "isupper",    "splitlines", "removeprefix", "removesuffix", "zfill",
+    "swapcase",   "partition",  "rpartition", "center",     "ljust",        "rjust",        "casefold",
+    "expandtabs", "isnumeric",  "isdecimal",  "istitle",    "isidentifier", "isprintable",  "isascii",
+    "encode",     "format_map", "maketrans",  "translate",  "rindex"};
 const std::set<std::string> kDictMethods = {"items", "keys", "values", "get", "copy"};
 const std::set<std::string> kDictUnsafe = {"update", "pop", "popitem", "setdefault", "clear"};
 const std::set<std::string> kListMethods = {"index", "count", "copy"};
@@ -484,8 +489,8 @@ Value Interp::getattr(const Value& obj, const std::string& name) {
                                 [self, name](Interp& in, CallArgs& a) { return in.call_method(self, name, a); });
   };
   auto unsafe = [&]() {
-    Value u = Value::undefined("access to attribute " + quote(name) + " of " + quote(type_name(obj)) +
-                               " object is unsafe.");
+    Value u =
+        Value::undefined("access to attribute " + quote(name) + " of " + quote(type_name(obj)) + " object is unsafe.");
     u.unsafe = true;
     return u;
   };
@@ -521,8 +526,10 @@ Value Interp::getattr(const Value& obj, const std::string& name) {
       if (name == "length") return Value::integer(n);
       if (name == "depth") return Value::integer(1);
       if (name == "depth0") return Value::integer(0);
-      if (name == "previtem") return i > 0 ? L.items[static_cast<std::size_t>(i - 1)] : Value::undefined("there is no previous item");
-      if (name == "nextitem") return i + 1 < n ? L.items[static_cast<std::size_t>(i + 1)] : Value::undefined("there is no next item");
+      if (name == "previtem")
+        return i > 0 ? L.items[static_cast<std::size_t>(i - 1)] : Value::undefined("there is no previous item");
+      if (name == "nextitem")
+        return i + 1 < n ? L.items[static_cast<std::size_t>(i + 1)] : Value::undefined("there is no next item");
       if (name == "cycle") {
         std::shared_ptr<LoopData> lp = obj.loop;
         return Value::make_callable("loop.cycle", [lp](Interp&, CallArgs& a) {
@@ -614,8 +621,8 @@ Value Interp::slice(const Value& obj, const Value& a, const Value& b, const Valu
     take(static_cast<std::int64_t>(u.size()), [&](std::size_t i) { r.push_back(u[i]); });
     return Value::string(from_u32(r));
   }
-  if (obj.k == K::List && (obj.list->kind == SeqKind::List || obj.list->kind == SeqKind::Tuple ||
-                           obj.list->kind == SeqKind::Range)) {
+  if (obj.k == K::List &&
+      (obj.list->kind == SeqKind::List || obj.list->kind == SeqKind::Tuple || obj.list->kind == SeqKind::Range)) {
     std::vector<Value> r;
     std::int64_t first = -1, count = 0;
     take(static_cast<std::int64_t>(obj.list->items.size()), [&](std::size_t i) {
@@ -671,7 +678,8 @@ std::vector<std::string> py_split(const std::string& s, const Value* sep, std::i
     }
     const auto m = static_cast<std::size_t>(maxsplit);
     if (!from_right) {
-      for (std::size_t k = 0; k < m; ++k) out.push_back(from_u32(std::u32string_view(u).substr(words[k].first, words[k].second - words[k].first)));
+      for (std::size_t k = 0; k < m; ++k)
+        out.push_back(from_u32(std::u32string_view(u).substr(words[k].first, words[k].second - words[k].first)));
       std::size_t rest = words[m].first;
       std::size_t end = u.size();
       while (end > rest && py_isspace(u[end - 1])) --end;
@@ -747,8 +755,9 @@ std::string py_replace(const std::string& s, const std::string& old, const std::
 
 bool is_alpha_cp(char32_t c) {
   if (c < 0x80) return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-  return !py_isspace(c) && !(c >= 0x2000 && c <= 0x2BFF) && !(c >= 0x3000 && c <= 0x303F) && !(c >= 0xFF00 && c <= 0xFF20) &&
-         !(c >= 0x80 && c <= 0xBF) && c != 0xD7 && c != 0xF7 && !(c >= 0x1F000 && c <= 0x1FAFF);
+  return !py_isspace(c) && !(c >= 0x2000 && c <= 0x2BFF) && !(c >= 0x3000 && c <= 0x303F) &&
+         !(c >= 0xFF00 && c <= 0xFF20) && !(c >= 0x80 && c <= 0xBF) && c != 0xD7 && c != 0xF7 &&
+         !(c >= 0x1F000 && c <= 0x1FAFF);
 }
 
 // str.title(): a cased character after an uncased one starts a word.
@@ -776,7 +785,10 @@ std::string py_capitalize(const std::string& s) {
 
 bool match_prefix(const std::string& s, const Value& arg, bool suffix, const char* fname) {
   auto one = [&](const Value& p) {
-    const std::string& x = p.k == K::String ? p.s : (type_error(std::string(fname) + " first arg must be str or a tuple of str, not " + type_name(p)), p.s);
+    const std::string& x =
+        p.k == K::String
+            ? p.s
+            : (type_error(std::string(fname) + " first arg must be str or a tuple of str, not " + type_name(p)), p.s);
     if (x.size() > s.size()) return false;
     return suffix ? s.compare(s.size() - x.size(), x.size(), x) == 0 : s.compare(0, x.size(), x) == 0;
   };
@@ -818,7 +830,8 @@ Value Interp::call_method(const Value& self, const std::string& name, CallArgs& 
     if (name == "replace") {
       auto b = bind(a, {"old", "new", "count"}, fname, 2);
       const std::int64_t c = b.has(2) ? as_int_arg(*b.get(2), "count") : -1;
-      std::string r = py_replace(s, as_str_arg(*b.get(0), "replace() arg 1"), as_str_arg(*b.get(1), "replace() arg 2"), c);
+      std::string r =
+          py_replace(s, as_str_arg(*b.get(0), "replace() arg 1"), as_str_arg(*b.get(1), "replace() arg 2"), c);
       check_size(r.size());
       return Value::string(std::move(r));
     }
@@ -855,7 +868,8 @@ Value Interp::call_method(const Value& self, const std::string& name, CallArgs& 
       auto b = bind(a, {"affix"}, fname, 1);
       const std::string& x = as_str_arg(*b.get(0), fname + " arg");
       if (name == "removeprefix" && s.compare(0, x.size(), x) == 0) return Value::string(s.substr(x.size()));
-      if (name == "removesuffix" && x.size() <= s.size() && !x.empty() && s.compare(s.size() - x.size(), x.size(), x) == 0)
+      if (name == "removesuffix" && x.size() <= s.size() && !x.empty() &&
+          s.compare(s.size() - x.size(), x.size(), x) == 0)
         return Value::string(s.substr(0, s.size() - x.size()));
       return self;
     }
@@ -886,9 +900,16 @@ Value Interp::call_method(const Value& self, const std::string& name, CallArgs& 
         bool ok;
         if (name == "isspace") ok = py_isspace(c);
         else if (name == "isdigit") ok = c >= '0' && c <= '9';
-        else if (name == "isalpha") ok = c < 0x80 ? is_alpha_cp(c) : (rt("str." + name + "() on non-ASCII text is not supported by Odyssey's Jinja engine"), false);
-        else ok = c < 0x80 ? (is_alpha_cp(c) || (c >= '0' && c <= '9')) : (rt("str." + name + "() on non-ASCII text is not supported by Odyssey's Jinja engine"), false);
-        if (c >= 0x80 && name == "isdigit") rt("str.isdigit() on non-ASCII text is not supported by Odyssey's Jinja engine");
+        else if (name == "isalpha")
+          ok = c < 0x80
+                   ? is_alpha_cp(c)
+                   : (rt("str." + name + "() on non-ASCII text is not supported by Odyssey's Jinja engine"), false);
+        else
+          ok = c < 0x80
+                   ? (is_alpha_cp(c) || (c >= '0' && c <= '9'))
+                   : (rt("str." + name + "() on non-ASCII text is not supported by Odyssey's Jinja engine"), false);
+        if (c >= 0x80 && name == "isdigit")
+          rt("str.isdigit() on non-ASCII text is not supported by Odyssey's Jinja engine");
         if (!ok) return Value::boolean(false);
       }
       return Value::boolean(true);
@@ -943,12 +964,9 @@ Value Interp::call_method(const Value& self, const std::string& name, CallArgs& 
       std::vector<Value> out;
       out.reserve(d.items.size());
       for (const auto& kv : d.items) {
-        if (name == "items")
-          out.push_back(Value::make_list({Value::string(kv.first), kv.second}, SeqKind::Tuple));
-        else if (name == "keys")
-          out.push_back(Value::string(kv.first));
-        else
-          out.push_back(kv.second);
+        if (name == "items") out.push_back(Value::make_list({Value::string(kv.first), kv.second}, SeqKind::Tuple));
+        else if (name == "keys") out.push_back(Value::string(kv.first));
+        else out.push_back(kv.second);
       }
       return Value::make_list(std::move(out), name == "items"  ? SeqKind::DictItems
                                               : name == "keys" ? SeqKind::DictKeys
@@ -1133,7 +1151,8 @@ Value Interp::binary(const std::string& op, const Value& a, const Value& b) {
       }
     }
   }
-  if (op == "%" && a.k == K::String) rt("printf-style string formatting ('%') is not supported by Odyssey's Jinja engine");
+  if (op == "%" && a.k == K::String)
+    rt("printf-style string formatting ('%') is not supported by Odyssey's Jinja engine");
   if (!a.is_number() || !b.is_number()) return unsupported();
   const bool fl = a.k == K::Float || b.k == K::Float;
   if (op == "/") {
@@ -1152,7 +1171,8 @@ Value Interp::binary(const std::string& op, const Value& a, const Value& b) {
       case '/':
       case '%': {
         // CPython's float divmod
-        if (y == 0) rt(op == "%" ? "ZeroDivisionError: float modulo" : "ZeroDivisionError: float floor division by zero");
+        if (y == 0)
+          rt(op == "%" ? "ZeroDivisionError: float modulo" : "ZeroDivisionError: float floor division by zero");
         double m = std::fmod(x, y);
         double div = (x - m) / y;
         if (m != 0) {
@@ -1195,7 +1215,9 @@ Value Interp::binary(const std::string& op, const Value& a, const Value& b) {
         if (x == 0) return Value::integer(y == 0 ? 1 : 0);
         return Value::integer(v);
       }
-      return Value::integer(checked(static_cast<long double>(x) * y, static_cast<std::int64_t>(static_cast<std::uint64_t>(x) * static_cast<std::uint64_t>(y))));
+      return Value::integer(
+          checked(static_cast<long double>(x) * y,
+                  static_cast<std::int64_t>(static_cast<std::uint64_t>(x) * static_cast<std::uint64_t>(y))));
     }
     case '/': {
       if (y == 0) rt("ZeroDivisionError: integer division or modulo by zero");
@@ -1274,7 +1296,8 @@ Value Interp::eval_inner(const Expr& e) {
         if (e.k == EK::Neg && x == INT64_MIN) rt("OverflowError: integer result out of range");
         return Value::integer(e.k == EK::Neg ? -x : x);
       }
-      type_error(std::string("bad operand type for unary ") + (e.k == EK::Neg ? "-" : "+") + ": '" + type_name(v) + "'");
+      type_error(std::string("bad operand type for unary ") + (e.k == EK::Neg ? "-" : "+") + ": '" + type_name(v) +
+                 "'");
     }
     case EK::Not: return Value::boolean(!truthy(eval(*e.args[0])));
     case EK::And: {
@@ -1452,7 +1475,9 @@ Value Interp::filter(const std::string& name, const Value& v, CallArgs& a, bool 
       const Value& ind = *b.get(1);
       o.indent_set = true;
       if (ind.k == K::String) o.indent = ind.s;
-      else o.indent = std::string(static_cast<std::size_t>(std::clamp<std::int64_t>(as_int_arg(ind, "indent"), 0, 4096)), ' ');
+      else
+        o.indent =
+            std::string(static_cast<std::size_t>(std::clamp<std::int64_t>(as_int_arg(ind, "indent"), 0, 4096)), ' ');
       o.item_sep = ",";
     }
     if (b.has(2) && !b.get(2)->is_none()) {
@@ -1522,7 +1547,8 @@ Value Interp::filter(const std::string& name, const Value& v, CallArgs& a, bool 
     if (v.is_undefined()) return make_generator({});
     if (v.k != K::Dict) type_error("Can only get item pairs from a mapping.");
     std::vector<Value> out;
-    for (const auto& kv : v.dict->items) out.push_back(Value::make_list({Value::string(kv.first), kv.second}, SeqKind::Tuple));
+    for (const auto& kv : v.dict->items)
+      out.push_back(Value::make_list({Value::string(kv.first), kv.second}, SeqKind::Tuple));
     return make_generator(std::move(out));
   }
   if (name == "dictsort") {
@@ -1533,7 +1559,8 @@ Value Interp::filter(const std::string& name, const Value& v, CallArgs& a, bool 
     if (by != "key" && by != "value") rt("FilterArgumentError: You can only sort by either \"key\" or \"value\"");
     const bool rev = b.has(2) && truthy(*b.get(2));
     std::vector<Value> out;
-    for (const auto& kv : v.dict->items) out.push_back(Value::make_list({Value::string(kv.first), kv.second}, SeqKind::Tuple));
+    for (const auto& kv : v.dict->items)
+      out.push_back(Value::make_list({Value::string(kv.first), kv.second}, SeqKind::Tuple));
     const std::size_t pos = by == "key" ? 0 : 1;
     std::stable_sort(out.begin(), out.end(), [&](const Value& x, const Value& y) {
       const int c = sort_compare(x.list->items[pos], y.list->items[pos], cs);
@@ -1622,8 +1649,8 @@ Value Interp::filter(const std::string& name, const Value& v, CallArgs& a, bool 
     std::vector<Value> items = iterate(v);
     std::reverse(items.begin(), items.end());
     // reversed(): an iterator, except for a generator, which jinja2 turns into a list
-    return Value::make_list(std::move(items), v.k == K::List && v.list->kind == SeqKind::Generator ? SeqKind::List
-                                                                                                 : SeqKind::ReverseIter);
+    return Value::make_list(
+        std::move(items), v.k == K::List && v.list->kind == SeqKind::Generator ? SeqKind::List : SeqKind::ReverseIter);
   }
   if (name == "sort") {
     auto b = bind(a, {"reverse", "case_sensitive", "attribute"}, fname);
@@ -1728,14 +1755,16 @@ Value Interp::filter(const std::string& name, const Value& v, CallArgs& a, bool 
       bool w;
       if (c < 0x80) {
         w = std::isalnum(static_cast<int>(c)) || c == '_';
-      } else if (py_isspace(c) || (c >= 0x80 && c <= 0xBF && c != 0xAA && c != 0xB2 && c != 0xB3 && c != 0xB5 &&
-                                   c != 0xB9 && c != 0xBA && c != 0xBC && c != 0xBD && c != 0xBE) ||
+      } else if (py_isspace(c) ||
+                 (c >= 0x80 && c <= 0xBF && c != 0xAA && c != 0xB2 && c != 0xB3 && c != 0xB5 && c != 0xB9 &&
+                  c != 0xBA && c != 0xBC && c != 0xBD && c != 0xBE) ||
                  c == 0xD7 || c == 0xF7 || (c >= 0x2000 && c <= 0x206F) || (c >= 0x3000 && c <= 0x303F) ||
                  (c >= 0xFF00 && c <= 0xFF0F) || (c >= 0x1F000 && c <= 0x1FAFF) || (c >= 0x2190 && c <= 0x2BFF)) {
         w = false;
       } else if ((c >= 0xAA && c <= 0x24F) || (c >= 0x370 && c <= 0x3FF && c != 0x37E && c != 0x387) ||
-                 (c >= 0x400 && c <= 0x481) || (c >= 0x48A && c <= 0x52F) || (c >= 0x3040 && c <= 0x30FF && c != 0x30FB) ||
-                 (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0xAC00 && c <= 0xD7A3)) {
+                 (c >= 0x400 && c <= 0x481) || (c >= 0x48A && c <= 0x52F) ||
+                 (c >= 0x3040 && c <= 0x30FF && c != 0x30FB) || (c >= 0x4E00 && c <= 0x9FFF) ||
+                 (c >= 0xAC00 && c <= 0xD7A3)) {
         w = true;
       } else {
         rt("wordcount on this text is not supported by Odyssey's Jinja engine (Unicode word characters)");
@@ -1752,7 +1781,8 @@ Value Interp::filter(const std::string& name, const Value& v, CallArgs& a, bool 
   if (name == "sum") {
     auto b = bind(a, {"attribute", "start"}, fname);
     Value acc = b.has(1) ? *b.get(1) : Value::integer(0);
-    for (const auto& x : iterate(v)) acc = binary("+", acc, b.has(0) && !b.get(0)->is_none() ? attr_path(*this, x, *b.get(0)) : x);
+    for (const auto& x : iterate(v))
+      acc = binary("+", acc, b.has(0) && !b.get(0)->is_none() ? attr_path(*this, x, *b.get(0)) : x);
     return acc;
   }
   if (name == "min" || name == "max") {
@@ -1777,12 +1807,13 @@ Value Interp::filter(const std::string& name, const Value& v, CallArgs& a, bool 
     if (w <= n) return Value::string(s);
     const std::int64_t pad = w - n;
     const std::int64_t left = pad / 2 + (pad & w & 1);
-    return Value::string(std::string(static_cast<std::size_t>(left), ' ') + s + std::string(static_cast<std::size_t>(pad - left), ' '));
+    return Value::string(std::string(static_cast<std::size_t>(left), ' ') + s +
+                         std::string(static_cast<std::size_t>(pad - left), ' '));
   }
   // A jinja2 filter the engine does not implement, or (inside an if) one jinja2 lacks too.
-  static const std::set<std::string> known = {"batch", "e", "escape", "filesizeformat", "forceescape", "format",
-                                              "groupby", "pprint", "random", "slice", "striptags", "truncate",
-                                              "urlencode", "urlize", "wordwrap", "xmlattr"};
+  static const std::set<std::string> known = {
+      "batch",  "e",     "escape",    "filesizeformat", "forceescape", "format", "groupby",  "pprint",
+      "random", "slice", "striptags", "truncate",       "urlencode",   "urlize", "wordwrap", "xmlattr"};
   if (known.count(name)) rt("the filter '" + name + "' is not supported by Odyssey's Jinja engine");
   (void)soft;
   rt("No filter named '" + name + "' found.");
@@ -1810,7 +1841,8 @@ bool Interp::test(const std::string& name, const Value& v, CallArgs& a) {
     noargs();
     return v.k == K::String || v.k == K::Dict || v.is_undefined() ||
            (v.k == K::List && v.list->kind != SeqKind::Generator && v.list->kind != SeqKind::ReverseIter &&
-            v.list->kind != SeqKind::DictItems && v.list->kind != SeqKind::DictKeys && v.list->kind != SeqKind::DictValues);
+            v.list->kind != SeqKind::DictItems && v.list->kind != SeqKind::DictKeys &&
+            v.list->kind != SeqKind::DictValues);
   }
   if (name == "iterable") return noargs(), v.k == K::String || v.k == K::List || v.k == K::Dict || v.is_undefined();
   if (name == "escaped") return noargs(), false;
@@ -1831,16 +1863,29 @@ bool Interp::test(const std::string& name, const Value& v, CallArgs& a) {
     const int c = py_compare(v, arg("other"), op);
     return c;
   };
-  if (name == "lt" || name == "lessthan" || name == "<") { const int c = cmp("<"); return c != 2 && c < 0; }
-  if (name == "le" || name == "<=") { const int c = cmp("<="); return c != 2 && c <= 0; }
-  if (name == "gt" || name == "greaterthan" || name == ">") { const int c = cmp(">"); return c != 2 && c > 0; }
-  if (name == "ge" || name == ">=") { const int c = cmp(">="); return c != 2 && c >= 0; }
+  if (name == "lt" || name == "lessthan" || name == "<") {
+    const int c = cmp("<");
+    return c != 2 && c < 0;
+  }
+  if (name == "le" || name == "<=") {
+    const int c = cmp("<=");
+    return c != 2 && c <= 0;
+  }
+  if (name == "gt" || name == "greaterthan" || name == ">") {
+    const int c = cmp(">");
+    return c != 2 && c > 0;
+  }
+  if (name == "ge" || name == ">=") {
+    const int c = cmp(">=");
+    return c != 2 && c >= 0;
+  }
   if (name == "in") return py_contains(arg("seq"), v);
   if (name == "sameas") {
     const Value& o = arg("other");
     if (v.k != o.k) return false;
     switch (v.k) {
-      case K::None: case K::Undefined: return v.k == K::None;
+      case K::None:
+      case K::Undefined: return v.k == K::None;
       case K::Bool: return v.b == o.b;
       case K::Int: return v.i == o.i && v.i >= -5 && v.i <= 256;
       case K::List: return v.list == o.list;
@@ -1876,7 +1921,9 @@ void Interp::assign(const Expr& target, const Value& v) {
   if (target.k == EK::Tuple) {
     std::vector<Value> items = iterate(v);
     if (items.size() != target.args.size())
-      rt(std::string("ValueError: ") + (items.size() > target.args.size() ? "too many values to unpack (expected " : "not enough values to unpack (expected ") +
+      rt(std::string("ValueError: ") +
+         (items.size() > target.args.size() ? "too many values to unpack (expected "
+                                            : "not enough values to unpack (expected ") +
          std::to_string(target.args.size()) + ", got " + std::to_string(items.size()) + ")");
     for (std::size_t i = 0; i < items.size(); ++i) assign(*target.args[i], items[i]);
     return;
@@ -1888,10 +1935,13 @@ void Interp::assign(const Expr& target, const Value& v) {
     std::function<bool(const Value&)> has_ns = [&](const Value& x) {
       if (x.k == K::Namespace || x.k == K::Callable || x.k == K::Loop) return true;
       if (x.k == K::List) return std::any_of(x.list->items.begin(), x.list->items.end(), has_ns);
-      if (x.k == K::Dict) return std::any_of(x.dict->items.begin(), x.dict->items.end(), [&](const auto& kv) { return has_ns(kv.second); });
+      if (x.k == K::Dict)
+        return std::any_of(x.dict->items.begin(), x.dict->items.end(),
+                           [&](const auto& kv) { return has_ns(kv.second); });
       return false;
     };
-    if (has_ns(v)) rt("storing a namespace, function or loop in a namespace is not supported by Odyssey's Jinja engine");
+    if (has_ns(v))
+      rt("storing a namespace, function or loop in a namespace is not supported by Odyssey's Jinja engine");
     obj.ns->set(target.name, v);
     return;
   }
@@ -1980,21 +2030,21 @@ Flow Interp::exec_stmt(const Stmt& s, std::string& out) {
         std::weak_ptr<Scope> where = scope;
         const Stmt* blk = &s;
         a.kw.emplace_back("caller", Value::make_callable("caller", [where, blk](Interp& in, CallArgs& ca) -> Value {
-          ScopeP parent = where.lock();
-          if (!parent) rt("caller() outlived its block");
-          if (!ca.pos.empty() || !ca.kw.empty())
-            rt("caller() with arguments is not supported by Odyssey's Jinja engine");
-          auto frame = std::make_shared<Scope>();
-          frame->parent = parent;
-          ScopeP saved = in.scope;
-          in.scope = frame;
-          struct Restore {
-            Interp* in;
-            ScopeP s;
-            ~Restore() { in->scope = std::move(s); }
-          } restore{&in, saved};
-          return Value::string(in.capture(blk->body));
-        }));
+                            ScopeP parent = where.lock();
+                            if (!parent) rt("caller() outlived its block");
+                            if (!ca.pos.empty() || !ca.kw.empty())
+                              rt("caller() with arguments is not supported by Odyssey's Jinja engine");
+                            auto frame = std::make_shared<Scope>();
+                            frame->parent = parent;
+                            ScopeP saved = in.scope;
+                            in.scope = frame;
+                            struct Restore {
+                              Interp* in;
+                              ScopeP s;
+                              ~Restore() { in->scope = std::move(s); }
+                            } restore{&in, saved};
+                            return Value::string(in.capture(blk->body));
+                          }));
         const Value r = call(f, a);
         emit(out, py_str(r));
         return Flow::Normal;
@@ -2042,77 +2092,79 @@ Flow Interp::exec_stmt(const Stmt& s, std::string& out) {
 namespace {
 void add_globals(Scope& g) {
   g.set("range", Value::make_callable("range", [](Interp&, CallArgs& a) -> Value {
-    if (!a.kw.empty()) type_error("range() takes no keyword arguments");
-    if (a.pos.empty() || a.pos.size() > 3) type_error("range expected 1 to 3 arguments");
-    std::int64_t start = 0, stop, step = 1;
-    if (a.pos.size() == 1) {
-      stop = as_int_arg(a.pos[0], "range() argument");
-    } else {
-      start = as_int_arg(a.pos[0], "range() argument");
-      stop = as_int_arg(a.pos[1], "range() argument");
-      if (a.pos.size() == 3) step = as_int_arg(a.pos[2], "range() argument");
-    }
-    if (step == 0) rt("ValueError: range() arg 3 must not be zero");
-    const long double count = step > 0 ? (static_cast<long double>(stop) - start + step - 1) / step
-                                       : (static_cast<long double>(start) - stop - step - 1) / -step;
-    if (count > 100000) rt("OverflowError: Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
-    std::vector<Value> items;
-    for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step) items.push_back(Value::integer(i));
-    Value r = Value::make_list(std::move(items), SeqKind::Range);
-    auto* d = const_cast<ListData*>(r.list.get());
-    d->range_start = start;
-    d->range_stop = stop;
-    d->range_step = step;
-    return r;
-  }));
+          if (!a.kw.empty()) type_error("range() takes no keyword arguments");
+          if (a.pos.empty() || a.pos.size() > 3) type_error("range expected 1 to 3 arguments");
+          std::int64_t start = 0, stop, step = 1;
+          if (a.pos.size() == 1) {
+            stop = as_int_arg(a.pos[0], "range() argument");
+          } else {
+            start = as_int_arg(a.pos[0], "range() argument");
+            stop = as_int_arg(a.pos[1], "range() argument");
+            if (a.pos.size() == 3) step = as_int_arg(a.pos[2], "range() argument");
+          }
+          if (step == 0) rt("ValueError: range() arg 3 must not be zero");
+          const long double count = step > 0 ? (static_cast<long double>(stop) - start + step - 1) / step
+                                             : (static_cast<long double>(start) - stop - step - 1) / -step;
+          if (count > 100000)
+            rt("OverflowError: Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+          std::vector<Value> items;
+          for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step) items.push_back(Value::integer(i));
+          Value r = Value::make_list(std::move(items), SeqKind::Range);
+          auto* d = const_cast<ListData*>(r.list.get());
+          d->range_start = start;
+          d->range_stop = stop;
+          d->range_step = step;
+          return r;
+        }));
   g.set("namespace", Value::make_callable("namespace", [](Interp&, CallArgs& a) -> Value {
-    Value v;
-    v.k = K::Namespace;
-    v.ns = std::make_shared<DictData>();
-    for (const auto& p : a.pos) {
-      if (p.k != K::Dict) type_error("namespace() positional arguments must be mappings");
-      for (const auto& kv : p.dict->items) v.ns->set(kv.first, kv.second);
-    }
-    for (const auto& kv : a.kw) {
-      if (kv.second.k == K::Namespace || kv.second.k == K::Callable || kv.second.k == K::Loop)
-        rt("storing a namespace, function or loop in a namespace is not supported by Odyssey's Jinja engine");
-      v.ns->set(kv.first, kv.second);
-    }
-    return v;
-  }));
+          Value v;
+          v.k = K::Namespace;
+          v.ns = std::make_shared<DictData>();
+          for (const auto& p : a.pos) {
+            if (p.k != K::Dict) type_error("namespace() positional arguments must be mappings");
+            for (const auto& kv : p.dict->items) v.ns->set(kv.first, kv.second);
+          }
+          for (const auto& kv : a.kw) {
+            if (kv.second.k == K::Namespace || kv.second.k == K::Callable || kv.second.k == K::Loop)
+              rt("storing a namespace, function or loop in a namespace is not supported by Odyssey's Jinja engine");
+            v.ns->set(kv.first, kv.second);
+          }
+          return v;
+        }));
   g.set("dict", Value::make_callable("dict", [](Interp&, CallArgs& a) -> Value {
-    DictData d;
-    for (const auto& p : a.pos) {
-      if (p.k != K::Dict) rt("dict() with a non-mapping positional argument is not supported by Odyssey's Jinja engine");
-      for (const auto& kv : p.dict->items) d.set(kv.first, kv.second);
-    }
-    for (const auto& kv : a.kw) d.set(kv.first, kv.second);
-    return Value::make_dict(std::move(d));
-  }));
+          DictData d;
+          for (const auto& p : a.pos) {
+            if (p.k != K::Dict)
+              rt("dict() with a non-mapping positional argument is not supported by Odyssey's Jinja engine");
+            for (const auto& kv : p.dict->items) d.set(kv.first, kv.second);
+          }
+          for (const auto& kv : a.kw) d.set(kv.first, kv.second);
+          return Value::make_dict(std::move(d));
+        }));
   g.set("raise_exception", Value::make_callable("raise_exception", [](Interp& in, CallArgs& a) -> Value {
-    std::string msg = a.pos.empty() ? std::string() : py_str(a.pos[0]);
-    throw Error(ErrorKind::Raised, in.prog.name, a.line, a.col, msg);
-  }));
+          std::string msg = a.pos.empty() ? std::string() : py_str(a.pos[0]);
+          throw Error(ErrorKind::Raised, in.prog.name, a.line, a.col, msg);
+        }));
   g.set("strftime_now", Value::make_callable("strftime_now", [](Interp& in, CallArgs& a) -> Value {
-    auto b = bind(a, {"format"}, "strftime_now", 1);
-    const std::string& fmt = as_str_arg(*b.get(0), "strftime_now() format");
-    if (fmt.size() > 256) rt("strftime_now(): format too long");
-    for (std::size_t i = 0; i + 1 < fmt.size(); ++i) {
-      if (fmt[i] != '%') continue;
-      const char c = fmt[++i];
-      if (!std::strchr("aAbBcdHIjmMpSUwWxXyYZz%eFTDRnt", c) || c == '\0')
-        rt(std::string("strftime_now(): the directive %") + c + " is not supported by Odyssey's Jinja engine");
-    }
-    char buf[2048];
-    const std::size_t n = std::strftime(buf, sizeof buf, fmt.c_str(), &in.now);
-    if (n == 0 && !fmt.empty()) rt("strftime_now(): the result is empty or too long");
-    return Value::string(std::string(buf, n));
-  }));
+          auto b = bind(a, {"format"}, "strftime_now", 1);
+          const std::string& fmt = as_str_arg(*b.get(0), "strftime_now() format");
+          if (fmt.size() > 256) rt("strftime_now(): format too long");
+          for (std::size_t i = 0; i + 1 < fmt.size(); ++i) {
+            if (fmt[i] != '%') continue;
+            const char c = fmt[++i];
+            if (!std::strchr("aAbBcdHIjmMpSUwWxXyYZz%eFTDRnt", c) || c == '\0')
+              rt(std::string("strftime_now(): the directive %") + c + " is not supported by Odyssey's Jinja engine");
+          }
+          char buf[2048];
+          const std::size_t n = std::strftime(buf, sizeof buf, fmt.c_str(), &in.now);
+          if (n == 0 && !fmt.empty()) rt("strftime_now(): the result is empty or too long");
+          return Value::string(std::string(buf, n));
+        }));
   for (const char* n : {"lipsum", "cycler", "joiner"}) {
     const std::string name = n;
     g.set(name, Value::make_callable(name, [name](Interp&, CallArgs&) -> Value {
-      rt("the global '" + name + "' is not supported by Odyssey's Jinja engine");
-    }));
+            rt("the global '" + name + "' is not supported by Odyssey's Jinja engine");
+          }));
   }
 }
 }  // namespace

@@ -35,7 +35,8 @@ std::u32string to_u32(std::string_view s) {
     const auto c = static_cast<unsigned char>(s[i]);
     std::size_t n = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
     char32_t cp = n == 1 ? c : c & (n == 2 ? 0x1F : n == 3 ? 0x0F : 0x07);
-    for (std::size_t k = 1; k < n && i + k < s.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+    for (std::size_t k = 1; k < n && i + k < s.size(); ++k)
+      cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
     out.push_back(cp);
     i += n;
   }
@@ -260,12 +261,9 @@ std::string repr_string(const std::string& s) {
       out += "\\t";
     } else if (!py_printable(c)) {
       char b[16];
-      if (c < 0x100)
-        std::snprintf(b, sizeof b, "\\x%02x", static_cast<unsigned>(c));
-      else if (c < 0x10000)
-        std::snprintf(b, sizeof b, "\\u%04x", static_cast<unsigned>(c));
-      else
-        std::snprintf(b, sizeof b, "\\U%08x", static_cast<unsigned>(c));
+      if (c < 0x100) std::snprintf(b, sizeof b, "\\x%02x", static_cast<unsigned>(c));
+      else if (c < 0x10000) std::snprintf(b, sizeof b, "\\u%04x", static_cast<unsigned>(c));
+      else std::snprintf(b, sizeof b, "\\U%08x", static_cast<unsigned>(c));
       out += b;
     } else {
       append_utf8(out, c);
@@ -284,10 +282,22 @@ void repr_into(std::string& out, const Value& v, int depth) {
       const char* open = "[";
       const char* close = "]";
       switch (L.kind) {
-        case SeqKind::Tuple: open = "("; close = ")"; break;
-        case SeqKind::DictItems: open = "dict_items(["; close = "])"; break;
-        case SeqKind::DictKeys: open = "dict_keys(["; close = "])"; break;
-        case SeqKind::DictValues: open = "dict_values(["; close = "])"; break;
+        case SeqKind::Tuple:
+          open = "(";
+          close = ")";
+          break;
+        case SeqKind::DictItems:
+          open = "dict_items([";
+          close = "])";
+          break;
+        case SeqKind::DictKeys:
+          open = "dict_keys([";
+          close = "])";
+          break;
+        case SeqKind::DictValues:
+          open = "dict_values([";
+          close = "])";
+          break;
         case SeqKind::Range:
           out += "range(" + std::to_string(L.range_start) + ", " + std::to_string(L.range_stop) +
                  (L.range_step != 1 ? ", " + std::to_string(L.range_step) : std::string()) + ")";
@@ -433,7 +443,8 @@ Value from_json(const nlohmann::ordered_json& j, int depth) {
     case J::number_unsigned: {
       const auto u = j.get<std::uint64_t>();
       if (u > static_cast<std::uint64_t>(INT64_MAX))
-        throw std::runtime_error("integer " + std::to_string(u) + " is out of range (the engine's integers are 64-bit)");
+        throw std::runtime_error("integer " + std::to_string(u) +
+                                 " is out of range (the engine's integers are 64-bit)");
       return Value::integer(static_cast<std::int64_t>(u));
     }
     case J::number_float: return Value::number(j.get<double>());

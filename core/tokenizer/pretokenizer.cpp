@@ -59,11 +59,20 @@ std::string translate_oniguruma(std::string_view p) {
       bool negated = false;
       switch (e) {
         case 's': cls = kSpaceClass; break;
-        case 'S': cls = kSpaceClass; negated = true; break;
+        case 'S':
+          cls = kSpaceClass;
+          negated = true;
+          break;
         case 'w': cls = kWordClass; break;
-        case 'W': cls = kWordClass; negated = true; break;
+        case 'W':
+          cls = kWordClass;
+          negated = true;
+          break;
         case 'h': cls = kHexClass; break;
-        case 'H': cls = kHexClass; negated = true; break;
+        case 'H':
+          cls = kHexClass;
+          negated = true;
+          break;
         default: break;
       }
       if (e == 'u' && i + 6 <= p.size() &&
@@ -206,8 +215,7 @@ namespace {
 // (begin, end) splits of a piece from its regex matches for the merging behaviors, as
 // NormalizedString::split makes them; empty splits are dropped by the caller.
 std::vector<std::pair<std::size_t, std::size_t>> merge_splits(
-    std::size_t n, const std::vector<std::pair<std::size_t, std::size_t>>& found, bool invert,
-    SplitBehavior behavior) {
+    std::size_t n, const std::vector<std::pair<std::size_t, std::size_t>>& found, bool invert, SplitBehavior behavior) {
   struct M {
     std::size_t b, e;
     bool match;

@@ -64,7 +64,7 @@ struct PreTokenizerStep {
   std::shared_ptr<const Regex> regex;  // Split's pattern, or GPT-2's for ByteLevel with use_regex
   SplitBehavior behavior = SplitBehavior::Isolated;
   bool invert = false;
-  bool add_prefix_space = false;       // ByteLevel
+  bool add_prefix_space = false;  // ByteLevel
 };
 
 class PreTokenizer {

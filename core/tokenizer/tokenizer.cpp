@@ -210,7 +210,8 @@ Diagnostics TokenizerImpl::encode(std::string_view text, bool add_special, Encod
             if (!offs) return;
             std::size_t x = 0;
             for (const std::uint32_t len : lens) {
-              offs->emplace_back(map_begin(s.b + piece.segment_offset(x)), map_end(s.b + piece.segment_offset(x + len)));
+              offs->emplace_back(map_begin(s.b + piece.segment_offset(x)),
+                                 map_end(s.b + piece.segment_offset(x + len)));
               x += len;
             }
           },
@@ -268,8 +269,7 @@ void TokenizerImpl::finish() {
   for (std::size_t id = 0; id < n; ++id) {
     const auto i = static_cast<std::int32_t>(id);
     const bool is_added = added_by_id.count(i) != 0;
-    if (!is_added && (id >= bpe.tokens.size() || (bpe.tokens[id].empty() && !model_vocab.count(""))))
-      continue;
+    if (!is_added && (id >= bpe.tokens.size() || (bpe.tokens[id].empty() && !model_vocab.count("")))) continue;
     known[id] = 1;
     const std::string tokstr = token_text(i);
     special_text[id] = specials.count(tokstr) ? 1 : 0;
@@ -412,10 +412,11 @@ Diagnostics Tokenizer::check_vocab(std::int64_t model_vocab_size, const std::str
     if (!t.known[static_cast<std::size_t>(id)]) continue;
     const auto added = t.added_by_id.find(i);
     if (added != t.added_by_id.end())
-      report("added_tokens", std::string(t.added[added->second].special ? "special token " : "added token ") +
-                                 text::quoted(t.added[added->second].content), id);
-    else
-      report("model.vocab", "token " + text::quoted(t.token_text(i)), id);
+      report("added_tokens",
+             std::string(t.added[added->second].special ? "special token " : "added token ") +
+                 text::quoted(t.added[added->second].content),
+             id);
+    else report("model.vocab", "token " + text::quoted(t.token_text(i)), id);
   }
   for (const PostTemplate& p : t.post)
     for (const std::int32_t id : p.items)

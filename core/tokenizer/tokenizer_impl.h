@@ -28,8 +28,7 @@ class TokenTrie {
  public:
   void add(std::string_view s, std::int32_t value);
   bool empty() const { return terminal_.size() <= 1; }
-  bool find(std::string_view text, std::size_t from, std::size_t* begin, std::size_t* end,
-            std::int32_t* value) const;
+  bool find(std::string_view text, std::size_t from, std::size_t* begin, std::size_t* end, std::int32_t* value) const;
 
  private:
   std::unordered_map<std::uint64_t, std::int32_t> edges_;  // (node << 8 | byte) -> node

@@ -20,8 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-Diagnostic derr(const std::string& file, const std::string& key, std::string msg,
-                Severity sev = Severity::Error) {
+Diagnostic derr(const std::string& file, const std::string& key, std::string msg, Severity sev = Severity::Error) {
   Diagnostic d;
   d.severity = sev;
   d.file = file;
@@ -96,7 +95,8 @@ struct Loader {
 
   void load(const json& j) {
     if (j.contains("version") && j["version"] != "1.0")
-      error("version", "unknown tokenizer.json version " + text::excerpt(dump_json(j["version"])) + "; expected \"1.0\"");
+      error("version",
+            "unknown tokenizer.json version " + text::excerpt(dump_json(j["version"])) + "; expected \"1.0\"");
     if (!j.contains("model")) {
       error("model", "missing: a tokenizer.json has a \"model\" (here: the BPE vocabulary and merges)");
       return;
@@ -105,13 +105,11 @@ struct Loader {
     normalizer(j.value("normalizer", json()), "normalizer");
     if (!j.contains("pre_tokenizer") || j["pre_tokenizer"].is_null())
       error("pre_tokenizer", "missing: byte-level BPE needs a ByteLevel pre-tokenizer");
-    else
-      pre_tokenizer(j["pre_tokenizer"], "pre_tokenizer");
+    else pre_tokenizer(j["pre_tokenizer"], "pre_tokenizer");
     if (!has_errors(diags) && !t.pre.has_byte_level())
       error("pre_tokenizer", "has no ByteLevel step: Odyssey reads byte-level BPE tokenizers only");
     const json dec = j.value("decoder", json());
-    if (dec.is_null())
-      t.byte_level_decoder = false;
+    if (dec.is_null()) t.byte_level_decoder = false;
     else if (type_of(dec) != "ByteLevel")
       unsupported("decoder.type", "decoder " + text::quoted(type_of(dec)), "ByteLevel or null");
     post_processor(j.value("post_processor", json()), "post_processor");
@@ -126,7 +124,8 @@ struct Loader {
       return unsupported("model.type", "model type " + text::quoted(type), "byte-level BPE models: type BPE");
     if (!m.contains("vocab") || !m["vocab"].is_object()) return error("model.vocab", "expected an object token -> id");
     if (!m.contains("merges") || !m["merges"].is_array()) return error("model.merges", "expected a list of merges");
-    if (m.contains("dropout") && !m["dropout"].is_null() && m["dropout"].is_number() && m["dropout"].get<double>() != 0.0)
+    if (m.contains("dropout") && !m["dropout"].is_null() && m["dropout"].is_number() &&
+        m["dropout"].get<double>() != 0.0)
       unsupported("model.dropout", "BPE dropout (random encodings)", "deterministic BPE: dropout null");
     for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"})
       if (m.contains(k) && m[k].is_string() && !m[k].get<std::string>().empty())
@@ -202,7 +201,7 @@ struct Loader {
     if (missing > 0 && t.bpe.unk_id < 0)
       diags.push_back(derr(file, "model.vocab",
                            std::to_string(missing) + " of the 256 bytes have no token and there is no unk_token: "
-                           "text containing them loses those bytes (as in HF tokenizers)",
+                                                     "text containing them loses those bytes (as in HF tokenizers)",
                            Severity::Warning));
     t.model_vocab = std::move(vocab);
   }
@@ -328,9 +327,10 @@ struct Loader {
       }
       AddedToken tk;
       tk.content = j["content"].get<std::string>();
-      const std::int64_t id = j["id"].is_number_unsigned() && j["id"].get<std::uint64_t>() > static_cast<std::uint64_t>(kMaxTokenIds)
-                                  ? kMaxTokenIds
-                                  : j["id"].get<std::int64_t>();
+      const std::int64_t id =
+          j["id"].is_number_unsigned() && j["id"].get<std::uint64_t>() > static_cast<std::uint64_t>(kMaxTokenIds)
+              ? kMaxTokenIds
+              : j["id"].get<std::int64_t>();
       if (id >= kMaxTokenIds) {
         error(key + ".id", text::quoted(tk.content) + " has id " + text::excerpt(dump_json(j["id"])) +
                                "; token ids go from 0 to " + std::to_string(kMaxTokenIds - 1));
@@ -389,9 +389,10 @@ Result<TokenizerImpl> TokenizerImpl::parse(std::string_view json_text, const std
   for (AddedToken& a : t.added) {
     // HF keeps the model's id for an added token that is already in the vocabulary.
     if (const auto it = t.model_vocab.find(a.content); it != t.model_vocab.end() && it->second != a.id) {
-      r.diagnostics.push_back(derr(file, "added_tokens", text::quoted(a.content) + " has id " + std::to_string(a.id) +
-                                                             " but the vocabulary gives it " +
-                                                             std::to_string(it->second) + "; using the latter",
+      r.diagnostics.push_back(derr(file, "added_tokens",
+                                   text::quoted(a.content) + " has id " + std::to_string(a.id) +
+                                       " but the vocabulary gives it " + std::to_string(it->second) +
+                                       "; using the latter",
                                    Severity::Warning));
       a.id = it->second;
     }
@@ -425,14 +426,14 @@ void TokenizerImpl::read_config(const std::string& dir, Diagnostics* diags) {
 }
 
 void TokenizerImpl::read_special_tokens(const nlohmann::json& j, const std::string& config_file) {
-  for (const auto& [key, target] : {std::pair{"bos_token", &bos_token}, std::pair{"eos_token", &eos_token},
-                                    std::pair{"pad_token", &pad_token}})
+  for (const auto& [key, target] :
+       {std::pair{"bos_token", &bos_token}, std::pair{"eos_token", &eos_token}, std::pair{"pad_token", &pad_token}})
     if (j.contains(key)) *target = token_content(j[key]);
   if (!j.contains("chat_template")) return;
   const json& ct = j["chat_template"];
   if (ct.is_string()) {
     chat_template = ct.get<std::string>();
-  } else if (ct.is_array()) {  // named templates: "default", and "tool_use" for conversations with tools
+  } else if (ct.is_array()) {   // named templates: "default", and "tool_use" for conversations with tools
     for (const json& e : ct) {  // each {"name": string, "template": string}; else "unexpected value"
       const std::string name = e.at("name").get<std::string>();
       if (name == "default") chat_template = e.at("template").get<std::string>();

@@ -31,8 +31,8 @@ struct Tables {
 
 std::uint64_t pair_key(char32_t a, char32_t b) { return (std::uint64_t{a} << 21) | b; }
 
-void append_full(const Tables& t, const std::unordered_map<char32_t, std::pair<char32_t, char32_t>>& pairs,
-                 char32_t c, Decomposition* d) {
+void append_full(const Tables& t, const std::unordered_map<char32_t, std::pair<char32_t, char32_t>>& pairs, char32_t c,
+                 Decomposition* d) {
   if (const auto it = pairs.find(c); it != pairs.end()) {
     append_full(t, pairs, it->second.first, d);
     append_full(t, pairs, it->second.second, d);
@@ -147,8 +147,8 @@ std::string normalize_segment(const Tables& t, std::string_view seg) {
 bool nfc(std::string_view s, std::string* out, std::vector<std::uint32_t>* origin) {
   const Tables& t = tables();
   bool changed = false;
-  std::size_t copied = 0;     // input consumed into *out
-  std::size_t safe = 0;       // start of the last safe (unflagged) character
+  std::size_t copied = 0;  // input consumed into *out
+  std::size_t safe = 0;    // start of the last safe (unflagged) character
   std::size_t i = 0;
   auto copy_through = [&](std::size_t end) {
     for (std::size_t k = copied; k < end; ++k) {

@@ -17,9 +17,7 @@ inline constexpr std::size_t npos = static_cast<std::size_t>(-1);
 std::size_t find_invalid(std::string_view s);
 
 // Length of the sequence starting with lead byte `b` (1 for ASCII and stray bytes).
-inline std::size_t sequence_length(unsigned char b) {
-  return b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
-}
+inline std::size_t sequence_length(unsigned char b) { return b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4; }
 
 // Decode the code point at s[i] of valid UTF-8 and advance i past it.
 inline char32_t decode(std::string_view s, std::size_t& i) {

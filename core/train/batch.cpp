@@ -60,7 +60,8 @@ PackedRow make_packed_row(const std::vector<std::int32_t>& input_ids, const std:
   return finish(std::move(r), std::move(cu_seqlens));
 }
 
-PackedRow make_packed_row(const torch::Tensor& input_ids, const torch::Tensor& labels, const torch::Tensor& position_ids) {
+PackedRow make_packed_row(const torch::Tensor& input_ids, const torch::Tensor& labels,
+                          const torch::Tensor& position_ids) {
   PackedRow r;
   r.input_ids = input_ids.to(torch::kInt64).view({1, -1});
   r.labels = labels.to(torch::kInt64).view({1, -1});
@@ -72,8 +73,8 @@ torch::Tensor row_loss_sum(model::CausalLM& lm, const PackedRow& row, std::int64
   const torch::Tensor h =
       lm->hidden_states_packed(row.input_ids, row.position_ids, row.cu_seqlens, row.max_seqlen, row.attention)[0];
   const std::int64_t t = h.size(0);
-  const torch::Tensor targets = row.targets.defined() ? row.targets[0]
-                                                      : torch::constant_pad_nd(row.labels[0], {0, 1}, -100).narrow(0, 1, t);
+  const torch::Tensor targets =
+      row.targets.defined() ? row.targets[0] : torch::constant_pad_nd(row.labels[0], {0, 1}, -100).narrow(0, 1, t);
   const torch::Tensor w = lm->lm_head_weight();
   const model::LogitTransform transform = lm->logit_transform();
   // The fused loss computes plain lm_head logits: a family that scales or caps them (Granite,
@@ -100,8 +101,9 @@ torch::Tensor row_loss_sum(model::CausalLM& lm, const PackedRow& row, std::int64
     const torch::Tensor tc = targets.narrow(0, i, n);
     if (tc.ne(-100).sum().item<std::int64_t>() == 0) continue;
     const torch::Tensor hc = h.narrow(0, i, n);
-    total = total + (recording ? model::checkpointed([chunk_loss, tc](const torch::Tensor& x) { return chunk_loss(x, tc); }, hc)
-                               : chunk_loss(hc, tc));
+    total = total +
+            (recording ? model::checkpointed([chunk_loss, tc](const torch::Tensor& x) { return chunk_loss(x, tc); }, hc)
+                       : chunk_loss(hc, tc));
   }
   return total;
 }

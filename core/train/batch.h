@@ -35,7 +35,8 @@ struct PackedRow {
 PackedRow make_packed_row(const std::vector<std::int32_t>& input_ids, const std::vector<std::int32_t>& labels,
                           const std::vector<std::int32_t>& position_ids, std::vector<std::int32_t> cu_seqlens = {});
 // The same from [1, T] tensors (the parity test's reference batches).
-PackedRow make_packed_row(const torch::Tensor& input_ids, const torch::Tensor& labels, const torch::Tensor& position_ids);
+PackedRow make_packed_row(const torch::Tensor& input_ids, const torch::Tensor& labels,
+                          const torch::Tensor& position_ids);
 
 // Summed token cross-entropy (fp32 scalar) of a row: hidden states of the row, logits
 // lm_head(h) a chunk of tokens at a time. Under autograd, chunks are checkpointed when the

@@ -107,9 +107,14 @@ std::optional<torch::Tensor> read_bytes(const fs::path& file) {
 }  // namespace
 
 const std::vector<std::string>& model_side_files() {
-  static const std::vector<std::string> files{"config.json", "generation_config.json", "tokenizer.json",
-                                              "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
-                                              "merges.txt", "chat_template.jinja"};
+  static const std::vector<std::string> files{"config.json",
+                                              "generation_config.json",
+                                              "tokenizer.json",
+                                              "tokenizer_config.json",
+                                              "special_tokens_map.json",
+                                              "vocab.json",
+                                              "merges.txt",
+                                              "chat_template.jinja"};
   return files;
 }
 
@@ -121,8 +126,9 @@ Result<std::int64_t> save_checkpoint(const fs::path& final_dir, StepEngine& engi
   if (fs::exists(fs::symlink_status(final_dir, ec))) {
     // One run saves a step once; a second writer of this run directory (or a reused one)
     // would otherwise destroy a checkpoint someone may rely on.
-    r.diagnostics.push_back(err(final_dir.string(), "already exists; a checkpoint is never replaced (is another run "
-                                                    "writing this run directory?)"));
+    r.diagnostics.push_back(err(final_dir.string(),
+                                "already exists; a checkpoint is never replaced (is another run "
+                                "writing this run directory?)"));
     for (const auto& shard : what.optimizer_shards) fs::remove(shard, ec);
     return r;
   }
@@ -166,7 +172,8 @@ Result<std::int64_t> save_checkpoint(const fs::path& final_dir, StepEngine& engi
     }
   }
   if (!write_bytes(tmp / "rng_cpu.bin", at::detail::getDefaultCPUGenerator().get_state()) ||
-      (device.is_cuda() && !write_bytes(tmp / "rng_cuda.bin", at::globalContext().defaultGenerator(device).get_state())))
+      (device.is_cuda() &&
+       !write_bytes(tmp / "rng_cuda.bin", at::globalContext().defaultGenerator(device).get_state())))
     return fail({err((tmp / "rng_cpu.bin").string(), "cannot be written (disk full?)")});
   nlohmann::ordered_json j;
   j["step"] = state.step;
@@ -242,10 +249,11 @@ Result<std::int64_t> save_checkpoint(const fs::path& final_dir, StepEngine& engi
   }
   sync_path(tmp, true);
   if (!rename_no_replace(tmp, final_dir, ec))
-    return fail({err(final_dir.string(), ec == std::errc::file_exists || ec == std::errc::directory_not_empty
-                                             ? std::string("already exists; a checkpoint is never replaced (is another run "
-                                                           "writing this run directory?)")
-                                             : "cannot rename the finished checkpoint into place: " + ec.message())});
+    return fail(
+        {err(final_dir.string(), ec == std::errc::file_exists || ec == std::errc::directory_not_empty
+                                     ? std::string("already exists; a checkpoint is never replaced (is another run "
+                                                   "writing this run directory?)")
+                                     : "cannot rename the finished checkpoint into place: " + ec.message())});
   sync_path(final_dir.parent_path(), true);
   r.value = bytes;
   return r;
@@ -366,8 +374,8 @@ Result<TrainerState> read_trainer_state(const fs::path& dir) {
       const auto sum = entry.is_object() ? entry.find("checksum64") : entry.end();
       if (!entry.is_object() || bytes == entry.end() || !bytes->is_number_integer() || sum == entry.end() ||
           !sum->is_string()) {
-        r.diagnostics.push_back(err(file.string(), "expected {\"bytes\": <integer>, \"checksum64\": <16 hex digits>}",
-                                    "files." + name));
+        r.diagnostics.push_back(
+            err(file.string(), "expected {\"bytes\": <integer>, \"checksum64\": <16 hex digits>}", "files." + name));
         continue;
       }
       f.bytes = bytes->get<std::int64_t>();
@@ -435,27 +443,33 @@ Diagnostics validate_resume_source(const fs::path& dir, const TrainerState& s, s
       (dir / (fs::exists(dir / kOdysseyStateFile, own_ec) ? kOdysseyStateFile : "trainer_state.json")).string();
   const std::string name = dir.filename().string();
   if (name.find(".tmp-") != std::string::npos || name.starts_with(".")) {
-    d.push_back(err(dir.string(), "is the temporary directory of a checkpoint save that did not finish (it is renamed "
-                                  "to checkpoint-<step> only when complete); resume from a checkpoint-<step> directory",
+    d.push_back(err(dir.string(),
+                    "is the temporary directory of a checkpoint save that did not finish (it is renamed "
+                    "to checkpoint-<step> only when complete); resume from a checkpoint-<step> directory",
                     "resume_from_checkpoint"));
     return d;
   }
   if (s.step < 0 || s.step > total_steps)
-    d.push_back(err(state_file, "found " + std::to_string(s.step) + "; expected a completed step count from 0 to " +
-                                    std::to_string(total_steps) + " (this run's total steps)",
+    d.push_back(err(state_file,
+                    "found " + std::to_string(s.step) + "; expected a completed step count from 0 to " +
+                        std::to_string(total_steps) + " (this run's total steps)",
                     "step"));
   // Every step consumes gradient_accumulation_steps micro-batches, so the data position
   // follows from the step (overflow-safe: step is bounded above when this is reached).
   else if (s.micro_batches != s.step * accumulation)
-    d.push_back(err(state_file, "found " + std::to_string(s.micro_batches) + "; expected " +
-                                    std::to_string(s.step * accumulation) + " (step " + std::to_string(s.step) +
-                                    " x gradient_accumulation_steps " + std::to_string(accumulation) + ")",
+    d.push_back(err(state_file,
+                    "found " + std::to_string(s.micro_batches) + "; expected " + std::to_string(s.step * accumulation) +
+                        " (step " + std::to_string(s.step) + " x gradient_accumulation_steps " +
+                        std::to_string(accumulation) + ")",
                     "micro_batches"));
   if (s.tokens_total < 0)
-    d.push_back(err(state_file, "found " + std::to_string(s.tokens_total) + "; expected a token count >= 0", "tokens_total"));
+    d.push_back(
+        err(state_file, "found " + std::to_string(s.tokens_total) + "; expected a token count >= 0", "tokens_total"));
   if (!s.has_file_list) {
-    Diagnostic w = err(state_file, "has no file list (a checkpoint of an older Odyssey): its files' sizes and checksums "
-                                   "are not verified", "files");
+    Diagnostic w = err(state_file,
+                       "has no file list (a checkpoint of an older Odyssey): its files' sizes and checksums "
+                       "are not verified",
+                       "files");
     w.severity = Severity::Warning;
     d.push_back(std::move(w));
     return d;
@@ -469,25 +483,28 @@ Diagnostics validate_resume_source(const fs::path& dir, const TrainerState& s, s
     }
     const auto st = fs::symlink_status(p, ec);
     if (!fs::is_regular_file(st)) {
-      d.push_back(err(p.string(), std::string(fs::exists(st) ? "is not a regular file" : "is missing") +
-                                      "; " + fs::path(state_file).filename().string() + " lists it with " + std::to_string(f.bytes) + " bytes",
+      d.push_back(err(p.string(),
+                      std::string(fs::exists(st) ? "is not a regular file" : "is missing") + "; " +
+                          fs::path(state_file).filename().string() + " lists it with " + std::to_string(f.bytes) +
+                          " bytes",
                       "files." + f.name));
       continue;
     }
     const auto size = static_cast<std::int64_t>(fs::file_size(p, ec));
     if (size != f.bytes) {
-      d.push_back(err(p.string(), "has " + std::to_string(size) + " bytes; " + fs::path(state_file).filename().string() + " expects " +
-                                      std::to_string(f.bytes) + " (truncated or replaced since the save?)",
+      d.push_back(err(p.string(),
+                      "has " + std::to_string(size) + " bytes; " + fs::path(state_file).filename().string() +
+                          " expects " + std::to_string(f.bytes) + " (truncated or replaced since the save?)",
                       "files." + f.name + ".bytes"));
       continue;
     }
     std::string error;
     const auto sum = file_checksum64(p, &error);
-    if (!sum)
-      d.push_back(err(p.string(), "cannot be read: " + error, "files." + f.name));
+    if (!sum) d.push_back(err(p.string(), "cannot be read: " + error, "files." + f.name));
     else if (*sum != f.checksum64)
-      d.push_back(err(p.string(), "has checksum64 " + *sum + "; " + fs::path(state_file).filename().string() + " expects " + f.checksum64 +
-                                      " (the file changed since the save)",
+      d.push_back(err(p.string(),
+                      "has checksum64 " + *sum + "; " + fs::path(state_file).filename().string() + " expects " +
+                          f.checksum64 + " (the file changed since the save)",
                       "files." + f.name + ".checksum64"));
   }
   return d;
@@ -511,7 +528,8 @@ Diagnostics load_checkpoint(const fs::path& dir, StepEngine& engine, const Check
   // the run's, not one rank's, and the launcher reports whichever rank exits first (rank 0,
   // which writes status.json and run_end before its last line, is often not that one).
   bool all_shards = sharded;
-  for (int r = 0; sharded && r < what.world; ++r) all_shards = all_shards && fs::exists(dir / optimizer_shard_name(r, what.world));
+  for (int r = 0; sharded && r < what.world; ++r)
+    all_shards = all_shards && fs::exists(dir / optimizer_shard_name(r, what.world));
   if (sharded && !all_shards) {
     std::vector<std::string> found;
     for (const auto& e : fs::directory_iterator(dir, ec))
@@ -531,7 +549,8 @@ Diagnostics load_checkpoint(const fs::path& dir, StepEngine& engine, const Check
     for (const auto& e : fs::directory_iterator(dir, ec))
       if (e.path().filename().string().starts_with("optimizer-rank-"))
         return {err(opt_file, "is missing: the checkpoint holds sharded ZeRO optimizer state (" +
-                                  e.path().filename().string() + "); resume with the zero_stage and process count it was "
+                                  e.path().filename().string() +
+                                  "); resume with the zero_stage and process count it was "
                                   "saved with")};
   }
   auto opt = SafetensorsFile::open(opt_file);
@@ -557,8 +576,8 @@ Diagnostics load_checkpoint(const fs::path& dir, StepEngine& engine, const Check
       }
     }
   } catch (const c10::Error& e) {
-    return {err((dir / "rng_cpu.bin").string(), std::string("is not a generator state of this LibTorch: ") +
-                                                     e.what_without_backtrace())};
+    return {err((dir / "rng_cpu.bin").string(),
+                std::string("is not a generator state of this LibTorch: ") + e.what_without_backtrace())};
   }
   return d;
 }

@@ -19,7 +19,7 @@ namespace odyssey::train {
 // A file of a checkpoint as saved: odyssey_state.json lists every other file with its size
 // and checksum, and resume refuses a checkpoint whose files differ.
 struct SavedFile {
-  std::string name;        // relative to the checkpoint directory
+  std::string name;  // relative to the checkpoint directory
   std::int64_t bytes = 0;
   std::string checksum64;  // file_checksum64 as 16 hex digits
 };
@@ -48,14 +48,14 @@ struct HfTrainerInfo {
 // Saved as odyssey_state.json (Odyssey's manifest); trainer_state.json beside it is
 // transformers' TrainerState (TrainerState.load_from_json reads it), written from `hf`.
 struct TrainerState {
-  std::int64_t step = 0;           // completed optimizer steps
+  std::int64_t step = 0;  // completed optimizer steps
   std::int64_t total_steps = 0;
   std::int64_t micro_batches = 0;  // consumed since the start (the data position)
   std::int64_t tokens_total = 0;
   double elapsed_s = 0;
   std::int64_t seed = 0;
-  std::string tuner_type;          // lora|full
-  std::string data_fingerprint;    // the tokenized data's key: resume refuses other data
+  std::string tuner_type;        // lora|full
+  std::string data_fingerprint;  // the tokenized data's key: resume refuses other data
   std::int64_t items_per_epoch = 0;
   double last_loss = 0;
   // Read back only: the checkpoint's files (empty in checkpoints of Odyssey before 1.0's
@@ -100,8 +100,8 @@ Result<TrainerState> read_trainer_state(const std::filesystem::path& dir);
 // 0..total_steps and `micro_batches` = step x gradient_accumulation_steps; every file of the
 // file list present with its size and checksum. A checkpoint without a file list (older
 // Odyssey) gets a warning that its files are not verified.
-Diagnostics validate_resume_source(const std::filesystem::path& dir, const TrainerState& state, std::int64_t total_steps,
-                                   std::int64_t accumulation);
+Diagnostics validate_resume_source(const std::filesystem::path& dir, const TrainerState& state,
+                                   std::int64_t total_steps, std::int64_t accumulation);
 
 // A 64-bit checksum of a file's bytes (16 hex digits), at memory speed. It tells a truncated,
 // corrupted or swapped file from the one saved; it is no defence against a forger, who could

@@ -42,7 +42,10 @@ bool galore_targets(const std::string& hf_name, const torch::Tensor& param, cons
 
 GaLoreProjector::GaLoreProjector(std::vector<std::int64_t> shape, std::int64_t rank, bool quantized, int bits,
                                  std::int64_t group, std::int64_t exact_svd_max_side)
-    : shape_(std::move(shape)), quantized_(quantized), bits_(bits), group_(group),
+    : shape_(std::move(shape)),
+      quantized_(quantized),
+      bits_(bits),
+      group_(group),
       exact_svd_max_side_(exact_svd_max_side) {
   if (shape_.size() != 2) throw std::invalid_argument("GaLore projects 2-D weights only");
   side_ = shape_[0] >= shape_[1] ? Side::Right : Side::Left;
@@ -50,7 +53,8 @@ GaLoreProjector::GaLoreProjector(std::vector<std::int64_t> shape, std::int64_t r
 }
 
 std::vector<std::int64_t> GaLoreProjector::low_shape() const {
-  return side_ == Side::Right ? std::vector<std::int64_t>{shape_[0], rank_} : std::vector<std::int64_t>{rank_, shape_[1]};
+  return side_ == Side::Right ? std::vector<std::int64_t>{shape_[0], rank_}
+                              : std::vector<std::int64_t>{rank_, shape_[1]};
 }
 
 // The top-k singular vectors of a [m, n] by randomized subspace iteration (Halko, Martinsson
@@ -79,8 +83,7 @@ std::optional<double> GaLoreProjector::refresh(const torch::Tensor& grad, std::u
   torch::Tensor U, S, Vh;
   if (std::min(shape_[0], shape_[1]) <= exact_svd_max_side_)
     std::tie(U, S, Vh) = torch::linalg_svd(g, /*full_matrices=*/false);
-  else
-    std::tie(U, S, Vh) = randomized_svd(g, rank_, seed);
+  else std::tie(U, S, Vh) = randomized_svd(g, rank_, seed);
   // Right: P = Vh[:r] [r, n]; Left: P = U[:, :r] [m, r] (the smaller side stays orthogonal).
   // Row-major copies: a view would keep the whole factor alive (3584 x 3584 floats for a
   // Qwen2.5-7B MLP weight), and LAPACK's factors are column-major, which a plain clone keeps;
@@ -148,8 +151,9 @@ Diagnostics GaLoreProjector::load_state(const NamedTensors& named, const std::st
       return {};
     }
     if (numel >= 0 && it->second.numel() != numel) {
-      d.push_back(state_error(file, key, "has " + std::to_string(it->second.numel()) + " elements, expected " +
-                                             std::to_string(numel) + " (another galore_rank or model?)"));
+      d.push_back(state_error(file, key,
+                              "has " + std::to_string(it->second.numel()) + " elements, expected " +
+                                  std::to_string(numel) + " (another galore_rank or model?)"));
       return {};
     }
     return it->second.to(device, dtype);
@@ -160,14 +164,14 @@ Diagnostics GaLoreProjector::load_state(const NamedTensors& named, const std::st
     const bool other = by.count((quantized_ ? "galore.proj." : "galore.proj_codes.") + name) > 0;
     if (other)
       d.push_back(state_error(file, (quantized_ ? "galore.proj." : "galore.proj_codes.") + name,
-                              std::string("was saved by ") + (quantized_ ? "GaLore" : "Q-GaLore") +
-                                  "; this run uses " + (quantized_ ? "Q-GaLore" : "GaLore") +
+                              std::string("was saved by ") + (quantized_ ? "GaLore" : "Q-GaLore") + "; this run uses " +
+                                  (quantized_ ? "Q-GaLore" : "GaLore") +
                                   " (galore_quantization must match to resume)"));
     return d;
   }
   const std::int64_t pn = rank_ * (side_ == Side::Right ? shape_[1] : shape_[0]);
-  const std::vector<std::int64_t> pshape = side_ == Side::Right ? std::vector<std::int64_t>{rank_, shape_[1]}
-                                                                 : std::vector<std::int64_t>{shape_[0], rank_};
+  const std::vector<std::int64_t> pshape =
+      side_ == Side::Right ? std::vector<std::int64_t>{rank_, shape_[1]} : std::vector<std::int64_t>{shape_[0], rank_};
   const std::int64_t vn = side_ == Side::Right ? shape_[1] : shape_[0];
   torch::Tensor first = get("galore.first_vector." + name, vn, torch::kFloat32);
   if (quantized_) {
@@ -192,7 +196,6 @@ Diagnostics GaLoreProjector::load_state(const NamedTensors& named, const std::st
   return d;
 }
 
-
 // ---------------------------------------------------------------- optimizer
 
 GaLoreAdamW::GaLoreAdamW(std::vector<NamedParam> params, AdamWOptions adamw, GaLoreOptions galore, dist::Group* world)
@@ -211,14 +214,24 @@ GaLoreAdamW::GaLoreAdamW(std::vector<NamedParam> params, AdamWOptions adamw, GaL
     }
     const auto shape = p.param.sizes();
     if (galore_.rank > std::min(shape[0], shape[1]))
-      throw std::invalid_argument("galore_rank " + std::to_string(galore_.rank) + " is larger than the smaller side of " +
-                                  p.name + " [" + std::to_string(shape[0]) + ", " + std::to_string(shape[1]) +
-                                  "]; use at most " + std::to_string(std::min(shape[0], shape[1])) +
-                                  " or leave that module out of galore_target_modules");
-    Target t{p.name, p.param, p.decay,
+      throw std::invalid_argument(
+          "galore_rank " + std::to_string(galore_.rank) + " is larger than the smaller side of " + p.name + " [" +
+          std::to_string(shape[0]) + ", " + std::to_string(shape[1]) + "]; use at most " +
+          std::to_string(std::min(shape[0], shape[1])) + " or leave that module out of galore_target_modules");
+    Target t{p.name,
+             p.param,
+             p.decay,
              GaLoreProjector(p.param.sizes().vec(), galore_.rank, galore_.quantized, galore_.proj_bits,
                              galore_.proj_group_size, galore_.exact_svd_max_side),
-             0, galore_.update_proj_gap, {}, {}, {}, {}, {}, std::nullopt, std::nullopt};
+             0,
+             galore_.update_proj_gap,
+             {},
+             {},
+             {},
+             {},
+             {},
+             std::nullopt,
+             std::nullopt};
     t.gap = galore_.update_proj_gap;
     const auto low = t.projector.low_shape();
     const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(p.param.device());
@@ -405,8 +418,9 @@ Diagnostics GaLoreAdamW::load_state(const NamedTensors& named, const std::string
       return {};
     }
     if (numel >= 0 && it->second.numel() != numel) {
-      d.push_back(state_error(file, key, "has " + std::to_string(it->second.numel()) + " elements, expected " +
-                                             std::to_string(numel) + " (another galore_rank or model?)"));
+      d.push_back(state_error(file, key,
+                              "has " + std::to_string(it->second.numel()) + " elements, expected " +
+                                  std::to_string(numel) + " (another galore_rank or model?)"));
       return {};
     }
     return it->second;
@@ -417,7 +431,8 @@ Diagnostics GaLoreAdamW::load_state(const NamedTensors& named, const std::string
     if (galore_.quantized) {
       const std::int64_t blocks = (n + galore_.state_block - 1) / galore_.state_block;
       torch::Tensor mc = get("galore.exp_avg_codes." + t.name, n), ma = get("galore.exp_avg_absmax." + t.name, blocks);
-      torch::Tensor vc = get("galore.exp_avg_sq_codes." + t.name, n), va = get("galore.exp_avg_sq_absmax." + t.name, blocks);
+      torch::Tensor vc = get("galore.exp_avg_sq_codes." + t.name, n),
+                    va = get("galore.exp_avg_sq_absmax." + t.name, blocks);
       if (mc.defined() && ma.defined() && vc.defined() && va.defined()) {
         t.qm->codes.copy_(mc.to(torch::kUInt8).reshape({-1}));
         t.qm->absmax.copy_(ma.to(torch::kFloat32).reshape({-1}));

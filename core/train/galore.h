@@ -64,7 +64,7 @@ class GaLoreProjector {
   // matrix). Returns the cosine similarity of the new first singular vector with the previous
   // one (none on the first refresh).
   std::optional<double> refresh(const torch::Tensor& grad, std::uint64_t seed = 0);
-  torch::Tensor project(const torch::Tensor& grad) const;    // fp32 [low_shape]
+  torch::Tensor project(const torch::Tensor& grad) const;      // fp32 [low_shape]
   torch::Tensor project_back(const torch::Tensor& low) const;  // fp32 [m, n], unscaled
   torch::Tensor matrix() const;                                // fp32 P (dequantized)
   std::int64_t nbytes() const;
@@ -82,9 +82,9 @@ class GaLoreProjector {
   std::int64_t group_;
   std::int64_t exact_svd_max_side_;
   bool ready_ = false;
-  torch::Tensor p_;            // fp32 when not quantized
-  GroupQuantized q_;           // quantized
-  torch::Tensor first_vector_; // fp32, for the lazy rule
+  torch::Tensor p_;             // fp32 when not quantized
+  GroupQuantized q_;            // quantized
+  torch::Tensor first_vector_;  // fp32, for the lazy rule
 };
 
 class GaLoreAdamW : public Optimizer {
@@ -118,21 +118,21 @@ class GaLoreAdamW : public Optimizer {
     torch::Tensor param;
     bool decay = true;
     GaLoreProjector projector;
-    std::int64_t steps = 0;   // completed updates of this weight
-    std::int64_t gap = 200;   // update_proj_gap, grown by the lazy rule
-    std::deque<double> queue; // Q-GaLore: recent cosine similarities
-    torch::Tensor acc;        // fp32 rank-r gradient of this step, this rank's part
-    torch::Tensor acc_global; // fp32 rank-r gradient already summed over the world
-    torch::Tensor m, v;       // fp32 moments (GaLore)
+    std::int64_t steps = 0;                // completed updates of this weight
+    std::int64_t gap = 200;                // update_proj_gap, grown by the lazy rule
+    std::deque<double> queue;              // Q-GaLore: recent cosine similarities
+    torch::Tensor acc;                     // fp32 rank-r gradient of this step, this rank's part
+    torch::Tensor acc_global;              // fp32 rank-r gradient already summed over the world
+    torch::Tensor m, v;                    // fp32 moments (GaLore)
     std::optional<BlockQuantized> qm, qv;  // 8-bit moments (Q-GaLore)
   };
   GaLoreOptions galore_;
   AdamWOptions adamw_;
   dist::Group* world_ = nullptr;
   std::vector<Target> targets_;
-  std::unique_ptr<AdamW> rest_;          // every other trainable parameter
+  std::unique_ptr<AdamW> rest_;  // every other trainable parameter
   std::vector<torch::Tensor> rest_params_;
-  std::int64_t micro_ = 0;               // micro-batches done in this step
+  std::int64_t micro_ = 0;  // micro-batches done in this step
   std::int64_t svd_count_ = 0;
 };
 

@@ -41,8 +41,11 @@ std::vector<std::pair<std::string, Linear>> linears(model::CausalLM& lm) {
     const auto& at = layers[i]->self_attn;
     const auto& mlp = layers[i]->mlp;
     // Phi-3 has qkv_proj and gate_up_proj instead of q/k/v and gate/up (null here).
-    for (const auto& [n, lin] : {std::pair<const char*, Linear>{"q_proj", at->q_proj}, {"k_proj", at->k_proj},
-                                 {"v_proj", at->v_proj}, {"o_proj", at->o_proj}, {"qkv_proj", at->qkv_proj}})
+    for (const auto& [n, lin] : {std::pair<const char*, Linear>{"q_proj", at->q_proj},
+                                 {"k_proj", at->k_proj},
+                                 {"v_proj", at->v_proj},
+                                 {"o_proj", at->o_proj},
+                                 {"qkv_proj", at->qkv_proj}})
       if (lin) out.emplace_back(a + n, lin);
     // A MoE layer: the shared expert's projections (Qwen2-MoE) are Linear modules, as in PEFT;
     // the experts are stacked parameters and the router is not a Linear (transformers 5.17).
@@ -50,8 +53,10 @@ std::vector<std::pair<std::string, Linear>> linears(model::CausalLM& lm) {
     const model::Mlp& dense = moe ? layers[i]->moe->shared_expert : mlp;
     if (!dense) continue;
     const std::string d = moe ? m + "shared_expert." : m;
-    for (const auto& [n, lin] : {std::pair<const char*, Linear>{"gate_proj", dense->gate_proj}, {"up_proj", dense->up_proj},
-                                 {"down_proj", dense->down_proj}, {"gate_up_proj", dense->gate_up_proj}})
+    for (const auto& [n, lin] : {std::pair<const char*, Linear>{"gate_proj", dense->gate_proj},
+                                 {"up_proj", dense->up_proj},
+                                 {"down_proj", dense->down_proj},
+                                 {"gate_up_proj", dense->gate_up_proj}})
       if (lin) out.emplace_back(d + n, lin);
   }
   return out;
@@ -76,7 +81,8 @@ bool mlp_names_mean_experts(const model::CausalLM& lm) { return lm->config().hf.
 // PEFT's adapter tensor names of one experts module: with both parameters adapted the first
 // one registered (gate_up_proj) is wrapped first and becomes the inner "base_layer"
 // (BaseTuner._inject_parameters, PEFT 0.21); one adapted parameter: the module's own names.
-std::vector<std::pair<std::string, model::ExpertLora>> expert_adapters(const std::string& module, const model::Experts& e) {
+std::vector<std::pair<std::string, model::ExpertLora>> expert_adapters(const std::string& module,
+                                                                       const model::Experts& e) {
   std::vector<std::pair<std::string, model::ExpertLora>> out;
   if (e->gate_up_lora) out.emplace_back(module + (e->down_lora ? ".base_layer" : ""), e->gate_up_lora);
   if (e->down_lora) out.emplace_back(module, e->down_lora);
@@ -159,7 +165,8 @@ std::int64_t apply_lora(model::CausalLM& lm, const LoraSettings& s) {
       if (!by_name && !s.targets_parameter(name + "." + param)) continue;
       const std::int64_t rank = fused_by_name ? 2 * s.rank : s.rank;
       const double alpha = fused_by_name ? 2 * s.alpha : s.alpha;
-      e->add_lora(param, rank, s.rslora ? alpha / std::sqrt(static_cast<double>(rank)) : alpha / static_cast<double>(rank));
+      e->add_lora(param, rank,
+                  s.rslora ? alpha / std::sqrt(static_cast<double>(rank)) : alpha / static_cast<double>(rank));
       const model::ExpertLora& l = std::string(param) == "gate_up_proj" ? e->gate_up_lora : e->down_lora;
       trainable += l->lora_A.numel() + l->lora_B.numel();
     }
@@ -276,7 +283,8 @@ Result<LoraSettings> read_adapter_config(const std::string& dir) {
   const std::string file = (fs::path(dir) / "adapter_config.json").string();
   std::string text, why;
   if (!read_regular_file(file, std::uint64_t{16} << 20, &text, &why)) {
-    r.diagnostics.push_back(error(file, "", "cannot be read (" + why + "); a PEFT adapter directory has adapter_config.json"));
+    r.diagnostics.push_back(
+        error(file, "", "cannot be read (" + why + "); a PEFT adapter directory has adapter_config.json"));
     return r;
   }
   nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
@@ -294,7 +302,8 @@ Result<LoraSettings> read_adapter_config(const std::string& dir) {
   };
   using V = nlohmann::json::value_t;
   if (auto* p = need("peft_type", V::string, V::string); p && *p != "LORA")
-    r.diagnostics.push_back(error(file, "peft_type", "is " + p->get<std::string>() + "; only LORA adapters are supported"));
+    r.diagnostics.push_back(
+        error(file, "peft_type", "is " + p->get<std::string>() + "; only LORA adapters are supported"));
   if (auto* p = need("r", V::number_unsigned, V::number_integer)) r.value.rank = p->get<std::int64_t>();
   if (auto* p = need("lora_alpha", V::number_float, V::number_unsigned)) r.value.alpha = p->get<double>();
   if (auto it = j.find("lora_alpha"); it != j.end() && it->is_number_integer()) r.value.alpha = it->get<double>();
@@ -312,7 +321,8 @@ Result<LoraSettings> read_adapter_config(const std::string& dir) {
       r.diagnostics.push_back(error(file, key, "per-module ranks or alphas are not supported"));
   // target_parameters (PEFT: LoRA on MoE experts' stacked parameters).
   if (auto it = j.find("target_parameters"); it != j.end() && !it->is_null()) {
-    if (!it->is_array()) r.diagnostics.push_back(error(file, "target_parameters", "expected a list of parameter names"));
+    if (!it->is_array())
+      r.diagnostics.push_back(error(file, "target_parameters", "expected a list of parameter names"));
     for (const auto& t : it->is_array() ? *it : nlohmann::json::array()) {
       const std::string name = t.is_string() ? t.get<std::string>() : std::string();
       if (name.ends_with("experts.gate_up_proj") || name.ends_with("experts.down_proj") || name == "gate_up_proj" ||
@@ -345,7 +355,8 @@ Result<LoraSettings> read_adapter_config(const std::string& dir) {
     r.diagnostics.insert(r.diagnostics.end(), resolved.diagnostics.begin(), resolved.diagnostics.end());
     r.value.target_modules = resolved.value;
   }
-  if (std::any_of(targets.begin(), targets.end(), [](const std::string& t) { return t.find('.') != std::string::npos; }))
+  if (std::any_of(targets.begin(), targets.end(),
+                  [](const std::string& t) { return t.find('.') != std::string::npos; }))
     r.value.target_paths = targets;
   if (r.value.rank < 1) r.diagnostics.push_back(error(file, "r", "must be at least 1"));
   return r;

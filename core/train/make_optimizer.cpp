@@ -21,11 +21,12 @@ std::unique_ptr<Optimizer> make_optimizer(std::vector<NamedParam> params, const 
                                           dist::Group* world) {
   if (options.galore.enabled && options.zero.stage > 0)
     throw std::invalid_argument("GaLore and ZeRO sharding cannot be combined");
-  if (options.galore.enabled) return std::make_unique<GaLoreAdamW>(std::move(params), options.adamw, options.galore, world);
+  if (options.galore.enabled)
+    return std::make_unique<GaLoreAdamW>(std::move(params), options.adamw, options.galore, world);
   if (options.zero.stage == 1 || options.zero.stage == 2) {
-    if (!world || world->size() < 2)
-      throw std::invalid_argument("ZeRO needs more than one process to shard over");
-    return std::make_unique<ZeroAdamW>(std::move(params), options.adamw, *world, options.zero.stage, options.zero.offload);
+    if (!world || world->size() < 2) throw std::invalid_argument("ZeRO needs more than one process to shard over");
+    return std::make_unique<ZeroAdamW>(std::move(params), options.adamw, *world, options.zero.stage,
+                                       options.zero.offload);
   }
   if (options.zero.stage != 0) throw std::invalid_argument("zero_stage must be 0, 1 or 2");
   return std::make_unique<AdamW>(std::move(params), options.adamw);

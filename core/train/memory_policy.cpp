@@ -17,7 +17,9 @@ std::string gib(std::int64_t bytes) {
 TrainConfig planned_config(const TrainConfig& c, std::int64_t layers, const LayerCounts& fixed) {
   TrainConfig pc = c;
   if (fixed.checkpoint_first >= 0)
-    pc.activation_checkpointing = fixed.checkpoint_first == 0 ? "none" : fixed.checkpoint_first >= layers ? "all" : "auto";
+    pc.activation_checkpointing = fixed.checkpoint_first == 0        ? "none"
+                                  : fixed.checkpoint_first >= layers ? "all"
+                                                                     : "auto";
   return pc;
 }
 
@@ -52,12 +54,13 @@ MemoryPolicy memory_policy(const TrainConfig& c, const HfModelConfig& m, const s
   }
   const MemoryPlan* plan = mp.plan ? &*mp.plan : nullptr;
   if (plan && plan_decides && !plan->fits)
-    mp.over_capacity = "the memory plan does not fit: predicted peak " + gib(plan->peak_bytes) + " against " +
-                       gib(plan->capacity_bytes) +
-                       (c.gpu_memory_budget_gib > 0 ? " (gpu_memory_budget_gib " + std::to_string(c.gpu_memory_budget_gib) + ")"
-                                                    : std::string()) +
-                       "; the run goes ahead with the leanest choice and may run out of memory (`odyssey-train plan` "
-                       "lists the terms and the largest max_length that fits)";
+    mp.over_capacity =
+        "the memory plan does not fit: predicted peak " + gib(plan->peak_bytes) + " against " +
+        gib(plan->capacity_bytes) +
+        (c.gpu_memory_budget_gib > 0 ? " (gpu_memory_budget_gib " + std::to_string(c.gpu_memory_budget_gib) + ")"
+                                     : std::string()) +
+        "; the run goes ahead with the leanest choice and may run out of memory (`odyssey-train plan` "
+        "lists the terms and the largest max_length that fits)";
   mp.mlp_tile = c.mlp_tile_tokens > 0 ? c.mlp_tile_tokens : plan ? plan->mlp_tile_tokens : 0;
   mp.offload_checkpoints = c.offload_activations;
   mp.checkpoint.assign(n, false);
@@ -74,8 +77,8 @@ MemoryPolicy memory_policy(const TrainConfig& c, const HfModelConfig& m, const s
         break;
       case CheckpointPolicy::EveryK:
         for (std::size_t i = 0; i < n; i += static_cast<std::size_t>(policy.every)) mp.checkpoint[i] = true;
-        mp.why = "every " + std::to_string(policy.every) + "-th layer (activation_checkpointing: every:" +
-                 std::to_string(policy.every) + ")";
+        mp.why = "every " + std::to_string(policy.every) +
+                 "-th layer (activation_checkpointing: every:" + std::to_string(policy.every) + ")";
         break;
       case CheckpointPolicy::Auto:
         if (!plan) {
@@ -84,7 +87,8 @@ MemoryPolicy memory_policy(const TrainConfig& c, const HfModelConfig& m, const s
         }
         for (std::size_t i = 0; i < n; ++i) mp.checkpoint[i] = checkpoints_layer(*plan, static_cast<std::int64_t>(i));
         mp.why = std::to_string(plan->checkpointed_layers) + " of " + std::to_string(n) +
-                 " layers (auto: the memory planner's choice for this GPU, predicted peak " + gib(plan->peak_bytes) + ")";
+                 " layers (auto: the memory planner's choice for this GPU, predicted peak " + gib(plan->peak_bytes) +
+                 ")";
         break;
     }
   }
@@ -93,9 +97,10 @@ MemoryPolicy memory_policy(const TrainConfig& c, const HfModelConfig& m, const s
   // the plan was made for the configured policy).
   mp.keep_attention.assign(n, false);
   for (std::size_t i = 0; i < n; ++i) {
-    const bool keep = c.keep_attention == "all"                 ? true
-                      : c.keep_attention == "auto" && plan != nullptr ? keeps_attention(*plan, static_cast<std::int64_t>(i))
-                                                                : false;
+    const bool keep = c.keep_attention == "all" ? true
+                      : c.keep_attention == "auto" && plan != nullptr
+                          ? keeps_attention(*plan, static_cast<std::int64_t>(i))
+                          : false;
     mp.keep_attention[i] = keep && mp.checkpoint[i];
   }
   if (const auto kept = mp.count(mp.keep_attention); kept > 0)
@@ -104,18 +109,20 @@ MemoryPolicy memory_policy(const TrainConfig& c, const HfModelConfig& m, const s
   // choice when it chose the checkpointed layers too, or fixed counts (the first N offloaded,
   // the next M recomputing).
   const bool plan_mlp = plan != nullptr && auto_checkpoint;
-  const std::int64_t offload_base =
-      fixed.mlp_offload_first >= 0 ? fixed.mlp_offload_first : plan_mlp ? plan->mlp_offloaded_layers : 0;
+  const std::int64_t offload_base = fixed.mlp_offload_first >= 0 ? fixed.mlp_offload_first
+                                    : plan_mlp                   ? plan->mlp_offloaded_layers
+                                                                 : 0;
   mp.mlp_recompute.assign(n, false);
   mp.mlp_offload.assign(n, false);
   std::int64_t seen = 0;
   for (std::size_t i = 0; i < n; ++i) {
     if (mp.checkpoint[i]) continue;
     const auto layer = static_cast<std::int64_t>(i);
-    mp.mlp_offload[i] = fixed.mlp_offload_first >= 0 ? seen < fixed.mlp_offload_first : plan_mlp && offloads_mlp(*plan, layer);
-    mp.mlp_recompute[i] = !mp.mlp_offload[i] && (fixed.mlp_recompute_first >= 0
-                                                     ? seen - offload_base < fixed.mlp_recompute_first
-                                                     : plan_mlp && recomputes_mlp(*plan, layer));
+    mp.mlp_offload[i] =
+        fixed.mlp_offload_first >= 0 ? seen < fixed.mlp_offload_first : plan_mlp && offloads_mlp(*plan, layer);
+    mp.mlp_recompute[i] =
+        !mp.mlp_offload[i] && (fixed.mlp_recompute_first >= 0 ? seen - offload_base < fixed.mlp_recompute_first
+                                                              : plan_mlp && recomputes_mlp(*plan, layer));
     ++seen;
   }
   const std::int64_t offloaded = mp.count(mp.mlp_offload), recomputed = mp.count(mp.mlp_recompute);

@@ -69,8 +69,7 @@ void all_reduce_gradients(const std::vector<torch::Tensor>& params, dist::Group&
   all_reduce_bucketed(grads, world);
 }
 
-AdamW::AdamW(std::vector<NamedParam> params, AdamWOptions options)
-    : Optimizer(std::move(params)), options_(options) {
+AdamW::AdamW(std::vector<NamedParam> params, AdamWOptions options) : Optimizer(std::move(params)), options_(options) {
   for (const auto& p : params_) {
     torch::NoGradGuard no_grad;
     exp_avg_.push_back(torch::zeros_like(p.param, torch::MemoryFormat::Preserve));
@@ -108,7 +107,8 @@ void AdamW::update(double lr, const std::optional<torch::Tensor>& skip) {
       v.push_back(exp_avg_sq_[i]);
       st.push_back(steps_[i]);
     }
-    std::optional<torch::Tensor> found_inf;  // the counts advance by 1 − skip; the kernel returns at once when skip is 1
+    std::optional<torch::Tensor>
+        found_inf;  // the counts advance by 1 − skip; the kernel returns at once when skip is 1
     if (skip) {
       found_inf = skip->to(ps.front().device());
       at::_foreach_add_(st, std::vector<torch::Tensor>(st.size(), 1.0 - *found_inf));
@@ -141,15 +141,17 @@ Diagnostics AdamW::load_state(const NamedTensors& named, const std::string& file
       return {};
     }
     if (it->second.numel() != like.numel()) {
-      d.push_back({Severity::Error, file, 0, 0, key, "has " + std::to_string(it->second.numel()) +
-                                                          " elements, the parameter has " + std::to_string(like.numel())});
+      d.push_back({Severity::Error, file, 0, 0, key,
+                   "has " + std::to_string(it->second.numel()) + " elements, the parameter has " +
+                       std::to_string(like.numel())});
       return {};
     }
     return it->second;
   };
   std::vector<std::array<torch::Tensor, 3>> found;
   for (std::size_t i = 0; i < params_.size(); ++i)
-    found.push_back({find("exp_avg." + params_[i].name, exp_avg_[i]), find("exp_avg_sq." + params_[i].name, exp_avg_sq_[i]),
+    found.push_back({find("exp_avg." + params_[i].name, exp_avg_[i]),
+                     find("exp_avg_sq." + params_[i].name, exp_avg_sq_[i]),
                      find("step." + params_[i].name, steps_[i])});
   if (has_errors(d)) return d;
   torch::NoGradGuard no_grad;
@@ -180,8 +182,7 @@ double Schedule::lr(std::int64_t step) const {
   if (step < warmup_steps) return base_lr * s / std::max(1.0, w);
   if (type == "constant") return base_lr;
   const double rest = std::max(1.0, static_cast<double>(total_steps - warmup_steps));
-  if (type == "linear")
-    return base_lr * std::max(0.0, static_cast<double>(total_steps - step) / rest);
+  if (type == "linear") return base_lr * std::max(0.0, static_cast<double>(total_steps - step) / rest);
   const double progress = (s - w) / rest;  // cosine, num_cycles = 0.5
   return base_lr * std::max(0.0, 0.5 * (1.0 + std::cos(std::numbers::pi * 0.5 * 2.0 * progress)));
 }

@@ -22,9 +22,9 @@
 namespace odyssey::train {
 
 struct GroupQuantized {
-  torch::Tensor codes;   // uint8; bits 4: two codes per byte (low nibble first)
-  torch::Tensor lo;      // fp32 [groups]
-  torch::Tensor scale;   // fp32 [groups]
+  torch::Tensor codes;  // uint8; bits 4: two codes per byte (low nibble first)
+  torch::Tensor lo;     // fp32 [groups]
+  torch::Tensor scale;  // fp32 [groups]
   std::vector<std::int64_t> shape;
   int bits = 4;
   std::int64_t group = 256;

@@ -25,10 +25,8 @@ RunOutputs::RunOutputs(const run::RunDir& dir, int rank, bool main_rank, const r
                        Clock::time_point t0, bool tensorboard)
     : t0_(t0), main_rank_(main_rank), status_(initial) {
   auto opened_log = run::LineAppender::open(dir.rank_log(rank));
-  if (opened_log.ok())
-    log_.emplace(std::move(opened_log.value));
-  else
-    record(opened_log.diagnostics, "log");
+  if (opened_log.ok()) log_.emplace(std::move(opened_log.value));
+  else record(opened_log.diagnostics, "log");
   if (!main_rank_) return;
   run::EventWriterOptions options;
   options.tensorboard = tensorboard;

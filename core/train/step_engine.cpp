@@ -54,8 +54,8 @@ StepResult StepEngine::step(const std::vector<PackedRow>& micro_batches) {
     r.samples += mb.samples;
   }
   if (world_ && world_->size() > 1) {
-    torch::Tensor counts = torch::tensor({r.target_tokens, r.tokens, r.samples}, torch::kInt64)
-                               .to(lm_->lm_head_weight().device());
+    torch::Tensor counts =
+        torch::tensor({r.target_tokens, r.tokens, r.samples}, torch::kInt64).to(lm_->lm_head_weight().device());
     world_->all_reduce(counts);
     counts = counts.cpu();
     r.target_tokens = counts[0].item<std::int64_t>();
@@ -124,8 +124,8 @@ std::pair<double, std::int64_t> StepEngine::evaluate(const std::vector<PackedRow
     targets += row.target_tokens();
   }
   if (world_ && world_->size() > 1) {
-    torch::Tensor t = torch::tensor({total, static_cast<double>(targets)}, torch::kFloat64)
-                          .to(lm_->lm_head_weight().device());
+    torch::Tensor t =
+        torch::tensor({total, static_cast<double>(targets)}, torch::kFloat64).to(lm_->lm_head_weight().device());
     world_->all_reduce(t);
     t = t.cpu();
     total = t[0].item<double>();

@@ -22,17 +22,17 @@ namespace odyssey::train {
 // GaLore / Q-GaLore (docs/optimizers.md). Defaults: Q-GaLore's (ms-swift's galore_* keys).
 struct GaLoreOptions {
   bool enabled = false;
-  bool quantized = false;                  // Q-GaLore
+  bool quantized = false;  // Q-GaLore
   std::int64_t rank = 128;
   std::int64_t update_proj_gap = 200;
   double scale = 0.25;
   std::vector<std::string> target_modules = {"all-linear"};  // q_proj ... down_proj, or all-linear
-  int proj_bits = 4;                       // Q-GaLore: projection matrices in int4 ...
-  std::int64_t proj_group_size = 256;      // ... with one scale and zero point per 256 values
-  double cos_threshold = 0.4;              // lazy subspace rule: when the mean cosine similarity of
-  double gamma_proj = 2.0;                 // the last queue_size successive projections reaches the
-  std::int64_t queue_size = 5;             // threshold, update_proj_gap *= gamma_proj
-  std::int64_t state_block = 256;          // Q-GaLore: 8-bit Adam states, one absmax per block
+  int proj_bits = 4;                                         // Q-GaLore: projection matrices in int4 ...
+  std::int64_t proj_group_size = 256;                        // ... with one scale and zero point per 256 values
+  double cos_threshold = 0.4;                                // lazy subspace rule: when the mean cosine similarity of
+  double gamma_proj = 2.0;                                   // the last queue_size successive projections reaches the
+  std::int64_t queue_size = 5;                               // threshold, update_proj_gap *= gamma_proj
+  std::int64_t state_block = 256;                            // Q-GaLore: 8-bit Adam states, one absmax per block
   // The projection's SVD is exact for weights whose smaller side is at most this, randomized
   // (subspace iteration, 2 power iterations, oversampling 8) above it.
   std::int64_t exact_svd_max_side = 1024;
@@ -61,12 +61,12 @@ struct StepOptions {
 };
 
 struct StepResult {
-  double loss = 0;        // summed token loss / target tokens of the whole step (+ the MoE aux loss)
-  double aux_loss = 0;    // MoE: this rank's rows' load-balancing loss, averaged over its micro-batches (0: none)
-  double grad_norm = 0;   // before clipping
-  double lr = 0;          // used by this step
-  std::int64_t tokens = 0;          // input tokens of the step
-  std::int64_t target_tokens = 0;   // tokens with a label
+  double loss = 0;          // summed token loss / target tokens of the whole step (+ the MoE aux loss)
+  double aux_loss = 0;      // MoE: this rank's rows' load-balancing loss, averaged over its micro-batches (0: none)
+  double grad_norm = 0;     // before clipping
+  double lr = 0;            // used by this step
+  std::int64_t tokens = 0;  // input tokens of the step
+  std::int64_t target_tokens = 0;  // tokens with a label
   std::int64_t samples = 0;
 };
 

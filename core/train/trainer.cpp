@@ -73,8 +73,8 @@ std::string quant4_summary(model::CausalLM& lm) {
     return std::string(s);
   };
   return "4-bit base: " + std::to_string(n) + " projections in " + (type == "nf4" ? "NF4" : "FP4") +
-         (nested ? " with double quantization" : "") + ", " + size(static_cast<double>(bytes)) + " (16-bit: " +
-         size(static_cast<double>(numel) * 2) + ")";
+         (nested ? " with double quantization" : "") + ", " + size(static_cast<double>(bytes)) +
+         " (16-bit: " + size(static_cast<double>(numel) * 2) + ")";
 }
 
 namespace fs = std::filesystem;
@@ -121,7 +121,9 @@ std::int64_t available_host_bytes() {
   return 0;
 }
 
-std::string gib(std::int64_t bytes) { return fixed(static_cast<double>(bytes) / double(std::int64_t{1} << 30), 2) + " GiB"; }
+std::string gib(std::int64_t bytes) {
+  return fixed(static_cast<double>(bytes) / double(std::int64_t{1} << 30), 2) + " GiB";
+}
 
 // Memory of this process's device: CUDA allocator statistics, or the process RSS on the CPU.
 struct MemoryProbe {
@@ -174,7 +176,8 @@ torch::Device pick_device(const TrainConfig& c, const dist::DistEnv& env) {
   const std::int64_t index = c.gpu_ids.empty() ? 0 : c.gpu_ids.front();
   if (index >= static_cast<std::int64_t>(torch::cuda::device_count()))
     throw RunFailure{"gpu_ids: GPU " + std::to_string(index) + " is not visible (" +
-                     std::to_string(torch::cuda::device_count()) + " CUDA device(s); CUDA_VISIBLE_DEVICES narrows them)"};
+                     std::to_string(torch::cuda::device_count()) +
+                     " CUDA device(s); CUDA_VISIBLE_DEVICES narrows them)"};
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
 }
 
@@ -279,7 +282,7 @@ Data prepare_data(const TrainConfig& c, const Tokenizer& tok, const ChatTemplate
     all = std::move(split.value.train);
     d.val = std::move(split.value.val);
     out.log("validation split: " + std::to_string(d.val.size()) + " samples held out (split_dataset_ratio " +
-             fixed(c.split_dataset_ratio, 3) + ")");
+            fixed(c.split_dataset_ratio, 3) + ")");
   }
   d.train = std::move(all);
   if (d.train.empty()) throw RunFailure{"no training sample is left after tokenization (see the report above)"};
@@ -292,7 +295,7 @@ Data prepare_data(const TrainConfig& c, const Tokenizer& tok, const ChatTemplate
     d.items = data::pack_bins(lengths, c.max_length);
     const auto pr = data::packing_report(lengths, d.items, c.max_length);
     out.log("packing: " + std::to_string(pr.samples) + " samples into " + std::to_string(pr.bins) + " bins of " +
-             std::to_string(c.max_length) + " tokens, " + fixed(100.0 * pr.efficiency, 1) + "% full");
+            std::to_string(c.max_length) + " tokens, " + fixed(100.0 * pr.efficiency, 1) + "% full");
   } else {
     for (std::size_t i = 0; i < d.train.size(); ++i) d.items.push_back({i});
   }
@@ -463,8 +466,8 @@ void build_run_mesh(RunContext& run, const LoadedModel& m) {
   run.mesh = dist::build_mesh(env, layout, transport, run.opt.store, m.device, run.opt.comm_timeout);
   run.out->log("mesh: " + std::to_string(run.mesh.world) + " ranks = dp " + std::to_string(run.mesh.dp) +
                " x ulysses " + std::to_string(run.mesh.ulysses) + " x ring " + std::to_string(run.mesh.ring) +
-               (run.mesh.ep > 1 ? " (experts split over " + std::to_string(run.mesh.ep) + ")" : std::string()) + " over " +
-               (m.device.is_cuda() ? "NCCL" : "the store transport (CPU)") + "; this is rank " +
+               (run.mesh.ep > 1 ? " (experts split over " + std::to_string(run.mesh.ep) + ")" : std::string()) +
+               " over " + (m.device.is_cuda() ? "NCCL" : "the store transport (CPU)") + "; this is rank " +
                std::to_string(run.mesh.rank) + " on " + m.device.str());
 }
 
@@ -475,8 +478,9 @@ LoadedModel load_model(RunContext& run) {
   const std::string alloc_conf = configure_cuda_allocator();
   m.device = pick_device(c, run.opt.env);
   run.probe.device = m.device;
-  if (const std::string budget = cap_gpu_memory(static_cast<double>(c.gpu_memory_budget_gib),
-                                                m.device.is_cuda() ? (m.device.has_index() ? m.device.index() : 0) : -1);
+  if (const std::string budget =
+          cap_gpu_memory(static_cast<double>(c.gpu_memory_budget_gib),
+                         m.device.is_cuda() ? (m.device.has_index() ? m.device.index() : 0) : -1);
       !budget.empty())
     run.out->log("gpu_memory_budget_gib: " + budget);
   m.dtype = pick_dtype(c, m.device);
@@ -499,7 +503,8 @@ LoadedModel load_model(RunContext& run) {
   if (const std::string q = quant4_summary(loaded.value.lm); !q.empty()) run.out->log(q);
   if (c.fused_kernels)
     for (const std::string& op : fused_kernel_gaps(loaded.value.config.hf))
-      run.out->log("fused kernels: " + loaded.value.config.hf.architecture + " falls back to the unfused path for " + op);
+      run.out->log("fused kernels: " + loaded.value.config.hf.architecture + " falls back to the unfused path for " +
+                   op);
   m.lm = loaded.value.lm;
   m.hf = loaded.value.config.hf;
   for (const auto& p : m.lm->parameters(true)) m.params += p.numel();
@@ -562,7 +567,8 @@ void load_start_adapter(RunContext& run, LoadedModel& m, const LoraSettings& ls)
   // The targets that exist in this model ("all-linear" also names other families' modules).
   const std::vector<std::string> present = linear_module_names(m.hf);
   auto in_model = [&](std::vector<std::string> v) {
-    std::erase_if(v, [&](const std::string& x) { return std::find(present.begin(), present.end(), x) == present.end(); });
+    std::erase_if(v,
+                  [&](const std::string& x) { return std::find(present.begin(), present.end(), x) == present.end(); });
     std::sort(v.begin(), v.end());
     return v;
   };
@@ -593,7 +599,8 @@ void apply_tuner_and_memory(RunContext& run, LoadedModel& m, Training& t) {
     ls.target_parameters = c.target_parameters;
     if (apply_lora(m.lm, ls) == 0)  // PEFT's rule: at least one targeted module must exist
       throw RunFailure{"target_modules: none of " + text::join(c.target_modules, ", ") + " is a module of " +
-                       m.hf.architecture + " (its linear modules: " + text::join(linear_module_names(m.hf), ", ") + ")"};
+                       m.hf.architecture + " (its linear modules: " + text::join(linear_module_names(m.hf), ", ") +
+                       ")"};
     t.contents.lora = ls;
     if (!c.adapters.empty()) load_start_adapter(run, m, ls);
   }
@@ -617,7 +624,7 @@ void apply_tuner_and_memory(RunContext& run, LoadedModel& m, Training& t) {
   // sequence parallelism its statistic is the whole row's; expert parallelism keeps this
   // rank's share of the experts (after the adapters exist, before the optimizer takes them).
   // router_aux_loss_coef > 0 turns it on with that weight (ms-swift's rule).
-  t.sched.so.router_aux_loss_coef = !m.hf.is_moe()              ? 0.0
+  t.sched.so.router_aux_loss_coef = !m.hf.is_moe()               ? 0.0
                                     : c.router_aux_loss_coef > 0 ? c.router_aux_loss_coef
                                     : m.hf.output_router_logits  ? m.hf.router_aux_loss_coef
                                                                  : 0.0;
@@ -661,9 +668,11 @@ Schedule plan_schedule(RunContext& run, const Data& data, Schedule s) {
       mesh.dp > 1 ? s.items / s.global_batch : (s.items + s.global_batch - 1) / s.global_batch;
   s.steps_per_epoch = std::max<std::int64_t>(1, micro_per_epoch_all / s.accum);
   s.micro_per_epoch = s.steps_per_epoch * s.accum;
-  run.total_steps = c.max_steps > 0 ? c.max_steps
-                                    : std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(
-                                                                    c.num_train_epochs * static_cast<double>(s.steps_per_epoch))));
+  run.total_steps =
+      c.max_steps > 0
+          ? c.max_steps
+          : std::max<std::int64_t>(
+                1, static_cast<std::int64_t>(std::ceil(c.num_train_epochs * static_cast<double>(s.steps_per_epoch))));
   s.so.adamw = {c.learning_rate, c.adam_beta1, c.adam_beta2, c.adam_epsilon, c.weight_decay};
   s.so.schedule.type = c.lr_scheduler_type;
   s.so.schedule.base_lr = c.learning_rate;
@@ -764,7 +773,8 @@ void resume(RunContext& run, const Data& data, Training& t) {
                      ", this run has " + now + "; resume needs the same setting"};
   };
   if (p.tuner_type != c.tuner_type) mismatch("tuner_type", p.tuner_type, c.tuner_type);
-  if (p.data_fingerprint != data.fingerprint) mismatch("data (tokenized cache key)", p.data_fingerprint, data.fingerprint);
+  if (p.data_fingerprint != data.fingerprint)
+    mismatch("data (tokenized cache key)", p.data_fingerprint, data.fingerprint);
   if (p.seed != c.seed) mismatch("seed", std::to_string(p.seed), std::to_string(c.seed));
   if (p.total_steps != run.total_steps)
     mismatch("total steps", std::to_string(p.total_steps), std::to_string(run.total_steps));
@@ -802,7 +812,9 @@ std::vector<fs::path> save_optimizer_shards(RunContext& run, Training& t, std::i
     fs::remove(shard_path(run.mesh.rank), ignore);
     throw RunFailure{"checkpoint-" + std::to_string(at_step) + " could not be written: " + std::to_string(failures) +
                      " rank(s) could not write their optimizer shard" +
-                     (mine.ok() ? std::string() : " (rank " + std::to_string(run.mesh.rank) + ": " + format_all(mine.diagnostics) + ")") +
+                     (mine.ok()
+                          ? std::string()
+                          : " (rank " + std::to_string(run.mesh.rank) + ": " + format_all(mine.diagnostics) + ")") +
                      (t.last_saved ? "; checkpoint-" + std::to_string(*t.last_saved) + " is intact" : std::string())};
   }
   std::vector<fs::path> shards;
@@ -842,7 +854,8 @@ void save(RunContext& run, Training& t, std::int64_t at_step) {
   t.state.hf.epoch = static_cast<double>(t.micro) / static_cast<double>(t.sched.micro_per_epoch);
   auto saved = save_checkpoint(run.dir.checkpoint(at_step), *t.engine, with, t.state);
   if (!saved.ok())
-    throw RunFailure{"checkpoint-" + std::to_string(at_step) + " could not be written: " + text::trim(format_all(saved.diagnostics)) +
+    throw RunFailure{"checkpoint-" + std::to_string(at_step) +
+                     " could not be written: " + text::trim(format_all(saved.diagnostics)) +
                      (t.last_saved ? "; checkpoint-" + std::to_string(*t.last_saved) + " is intact"
                                    : std::string("; no earlier checkpoint exists"))};
   run::CheckpointEvent e;
@@ -855,7 +868,8 @@ void save(RunContext& run, Training& t, std::int64_t at_step) {
   run.out->log("saved " + e.path + " (" + fixed(static_cast<double>(saved.value) / 1e6, 1) + " MB in " +
                fixed(e.duration_s, 2) + " s)");
   for (const auto& p : rotate_checkpoints(run.dir.checkpoints_dir(), run.c.save_total_limit))
-    run.out->log("removed " + p.filename().string() + " (save_total_limit " + std::to_string(run.c.save_total_limit) + ")");
+    run.out->log("removed " + p.filename().string() + " (save_total_limit " + std::to_string(run.c.save_total_limit) +
+                 ")");
 }
 
 // The rows the train loop and evaluation feed the engine: a whole row of this rank's dp
@@ -889,8 +903,8 @@ class Feeder {
   PackedRow micro_batch(std::int64_t m) {
     const std::int64_t epoch = m / s_.micro_per_epoch, k = m % s_.micro_per_epoch;
     if (epoch != perm_epoch_) {
-      perm_ = data::seeded_permutation(
-          data_.items.size(), data::mix_seed(static_cast<std::uint64_t>(run_.c.seed), 1000 + static_cast<std::uint64_t>(epoch)));
+      perm_ = data::seeded_permutation(data_.items.size(), data::mix_seed(static_cast<std::uint64_t>(run_.c.seed),
+                                                                          1000 + static_cast<std::uint64_t>(epoch)));
       perm_epoch_ = epoch;
     }
     std::vector<const data::TokenizedSample*> ptrs;
@@ -946,7 +960,8 @@ std::vector<run::RankMemory> gather_memory(const RunContext& run, const torch::D
     return all;
   }
   torch::Tensor m =
-      torch::tensor({mine.vram_allocated_bytes, mine.vram_peak_bytes, mine.vram_reserved_bytes}, torch::kInt64).to(device);
+      torch::tensor({mine.vram_allocated_bytes, mine.vram_peak_bytes, mine.vram_reserved_bytes}, torch::kInt64)
+          .to(device);
   m = run.mesh.world_group->all_gather(m).cpu().view({run.mesh.world, 3});
   for (int rk = 0; rk < run.mesh.world; ++rk) {
     run::RankMemory rm;
@@ -975,8 +990,8 @@ std::vector<run::RankMemory> gather_memory(const RunContext& run, const torch::D
   w.step = run.step + 1;
   const bool loss_bad = !std::isfinite(r.loss);
   const double bad = loss_bad ? r.loss : r.grad_norm;
-  w.message = std::string(loss_bad ? "the loss" : "the gradient norm") + " is " + (std::isnan(bad) ? "NaN" : "infinite") +
-              " at step " + std::to_string(run.step + 1);
+  w.message = std::string(loss_bad ? "the loss" : "the gradient norm") + " is " +
+              (std::isnan(bad) ? "NaN" : "infinite") + " at step " + std::to_string(run.step + 1);
   run.out->event(w);
   throw RunFailure{w.message + "; the update was not applied. Lower learning_rate (now " + fixed(c.learning_rate, 8) +
                    "), keep max_grad_norm > 0 (now " + fixed(c.max_grad_norm, 3) +
@@ -1010,8 +1025,8 @@ void report_step(RunContext& run, Training& t, const StepResult& r, double dt, d
   h.grad_norm = r.grad_norm;
   h.num_input_tokens_seen = t.state.tokens_total;
   t.state.hf.log_history.push_back(h);
-  run.out->log("step " + std::to_string(run.step) + "/" + std::to_string(run.total_steps) + "  loss " + fixed(r.loss, 4) +
-               "  lr " + fixed(r.lr * 1e6, 2) + "e-6  grad_norm " + fixed(r.grad_norm, 3) + "  " +
+  run.out->log("step " + std::to_string(run.step) + "/" + std::to_string(run.total_steps) + "  loss " +
+               fixed(r.loss, 4) + "  lr " + fixed(r.lr * 1e6, 2) + "e-6  grad_norm " + fixed(r.grad_norm, 3) + "  " +
                std::to_string(static_cast<std::int64_t>(e.tokens_per_s)) + " tok/s  " + fixed(dt * 1000, 0) + " ms");
 }
 
@@ -1068,10 +1083,11 @@ int final_save(RunContext& run, Training& t, const Data& data, const std::vector
     run.progress(run::RunState::Stopping);
     if (run.step > 0 && t.last_saved != run.step) save(run, t, run.step);
     run.check_outputs();
-    return run.finish(run::RunState::Stopped, 0,
-                      "stopped on request after step " + std::to_string(run.step) +
-                          (run.step > 0 ? "; resume with resume_from_checkpoint: " + run.dir.checkpoint(run.step).string()
-                                        : std::string()));
+    return run.finish(
+        run::RunState::Stopped, 0,
+        "stopped on request after step " + std::to_string(run.step) +
+            (run.step > 0 ? "; resume with resume_from_checkpoint: " + run.dir.checkpoint(run.step).string()
+                          : std::string()));
   }
   evaluate(run, t, data, val_rows);
   run.stage("save", "final checkpoint of step " + std::to_string(run.step));
@@ -1115,8 +1131,9 @@ int run_training(const TrainConfig& c, const run::RunDir& dir, const TrainerOpti
     return run.finish(run::RunState::Failed, 1, f.reason);
   } catch (const StopBeforeTraining& s) {
     return run.finish(run::RunState::Stopped, 0,
-                      "stopped on request while " + s.stage + ", before the first step; nothing was trained, so there "
-                      "is no checkpoint to resume from");
+                      "stopped on request while " + s.stage +
+                          ", before the first step; nothing was trained, so there "
+                          "is no checkpoint to resume from");
   } catch (const c10::OutOfMemoryError& e) {
     const run::RankMemory m = run.probe.read();
     std::string first = e.what_without_backtrace();
@@ -1129,7 +1146,8 @@ int run_training(const TrainConfig& c, const run::RunDir& dir, const TrainerOpti
     std::string msg = e.what_without_backtrace();
     return run.finish(run::RunState::Failed, 1, "LibTorch error at step " + std::to_string(run.step + 1) + ": " + msg);
   } catch (const std::exception& e) {
-    return run.finish(run::RunState::Failed, 1, std::string("error at step ") + std::to_string(run.step + 1) + ": " + e.what());
+    return run.finish(run::RunState::Failed, 1,
+                      std::string("error at step ") + std::to_string(run.step + 1) + ": " + e.what());
   }
 }
 

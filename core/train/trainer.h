@@ -19,16 +19,16 @@
 namespace odyssey::train {
 
 struct TrainerOptions {
-  std::string token_cache_dir;   // "" = the default cache; "off" disables it
+  std::string token_cache_dir;  // "" = the default cache; "off" disables it
   bool install_signal_handlers = true;
-  std::string preset_base_dir;   // relative dataset paths resolve against it
-  std::string launched_by;       // e.g. "odyssey-train run"
+  std::string preset_base_dir;  // relative dataset paths resolve against it
+  std::string launched_by;      // e.g. "odyssey-train run"
   // Parallel runs (docs/parallel.md): this rank, the rendezvous store, and how long a rank
   // waits for a peer before failing. Rank 0 writes events and status.json.
   dist::DistEnv env;
   c10::intrusive_ptr<c10d::Store> store;
   std::chrono::milliseconds comm_timeout{std::chrono::minutes(10)};
-  int launcher_pid = 0;          // status.json's launcher_pid (0 = no launcher)
+  int launcher_pid = 0;  // status.json's launcher_pid (0 = no launcher)
 };
 
 // `config` has absolute paths (validate.h resolve_paths); `dir` exists and holds

@@ -99,16 +99,15 @@ struct ZeroAdamW::Offload {
   }
 };
 
-ZeroAdamW::ZeroAdamW(std::vector<NamedParam> params, AdamWOptions options, dist::Group& world, int stage,
-                     bool offload, std::int64_t bucket_elements)
+ZeroAdamW::ZeroAdamW(std::vector<NamedParam> params, AdamWOptions options, dist::Group& world, int stage, bool offload,
+                     std::int64_t bucket_elements)
     : Optimizer(std::move(params)),
       options_(options),
       world_(world),
       stage_(stage),
       offload_(offload),
       bucket_elements_(bucket_elements) {
-  if (stage != 1 && stage != 2)
-    throw std::invalid_argument("ZeRO stage must be 1 or 2, got " + std::to_string(stage));
+  if (stage != 1 && stage != 2) throw std::invalid_argument("ZeRO stage must be 1 or 2, got " + std::to_string(stage));
   if (bucket_elements < 1) throw std::invalid_argument("ZeRO bucket_elements must be positive");
   if (world.size() < 1) throw std::invalid_argument("ZeRO needs a process group");
   if (!params_.empty()) device_ = params_.front().param.device();
@@ -166,8 +165,7 @@ ZeroAdamW::ZeroAdamW(std::vector<NamedParam> params, AdamWOptions options, dist:
       if (!b.segments.empty() && b.segments.back().decay == decay &&
           b.segments.back().offset + b.segments.back().length == a - lo)
         b.segments.back().length += z - a;
-      else
-        b.segments.push_back({a - lo, z - a, decay});
+      else b.segments.push_back({a - lo, z - a, decay});
     }
   }
 
@@ -216,8 +214,7 @@ ZeroAdamW::~ZeroAdamW() {
       if (mine && mine->owner == this) hook.reset();
     }
     if (off_) off_->wait_all();
-  } catch (...) {
-  }
+  } catch (...) {}
 }
 
 torch::Tensor ZeroAdamW::slice_of(const torch::Tensor& flat, std::size_t b) const {
@@ -470,20 +467,17 @@ void ZeroAdamW::step(double lr) {
 // ---- checkpoints ------------------------------------------------------------------------
 
 torch::Tensor ZeroAdamW::layout() const {
-  std::vector<std::int64_t> v{kLayoutVersion,
-                              world_.size(),
-                              world_.rank(),
-                              stage_,
-                              total_elements_,
-                              static_cast<std::int64_t>(buckets_.size()),
-                              bucket_elements_,
-                              digest_};
+  std::vector<std::int64_t> v{kLayoutVersion,   world_.size(),   world_.rank(),
+                              stage_,           total_elements_, static_cast<std::int64_t>(buckets_.size()),
+                              bucket_elements_, digest_};
   for (const auto& b : buckets_) v.push_back(b.padded);
   return torch::tensor(v, torch::kInt64);
 }
 
 NamedTensors ZeroAdamW::state() const {
-  auto host = [](const torch::Tensor& t) { return t.device().is_cpu() ? t.detach().clone() : t.detach().to(torch::kCPU); };
+  auto host = [](const torch::Tensor& t) {
+    return t.device().is_cpu() ? t.detach().clone() : t.detach().to(torch::kCPU);
+  };
   const std::string r = ".rank" + std::to_string(world_.rank());
   return {{"zero.master" + r, host(master_)},
           {"zero.exp_avg" + r, host(exp_avg_)},
@@ -520,13 +514,12 @@ Diagnostics ZeroAdamW::load_state(const NamedTensors& named, const std::string& 
   } else if (g(2) != w(2)) {
     error("zero.layout", "is rank " + std::to_string(g(2)) + "'s state, expected rank " + std::to_string(w(2)) + "'s");
   } else if (g(4) != w(4) || g(7) != w(7)) {
-    error("zero.layout", "was written for other trainable parameters (" + std::to_string(g(4)) +
-                             " elements, digest " + std::to_string(g(7)) + "), expected " + std::to_string(w(4)) +
-                             " elements, digest " + std::to_string(w(7)));
+    error("zero.layout", "was written for other trainable parameters (" + std::to_string(g(4)) + " elements, digest " +
+                             std::to_string(g(7)) + "), expected " + std::to_string(w(4)) + " elements, digest " +
+                             std::to_string(w(7)));
   } else if (!got.equal(same_stage)) {
-    error("zero.layout", "was written with buckets of " + std::to_string(g(6)) + " elements (" +
-                             std::to_string(g(5)) + " buckets), expected " + std::to_string(w(6)) + " (" +
-                             std::to_string(w(5)) + " buckets)");
+    error("zero.layout", "was written with buckets of " + std::to_string(g(6)) + " elements (" + std::to_string(g(5)) +
+                             " buckets), expected " + std::to_string(w(6)) + " (" + std::to_string(w(5)) + " buckets)");
   }
   if (has_errors(d)) return d;
   const std::string r = ".rank" + std::to_string(world_.rank());

@@ -183,9 +183,9 @@ class ZeroAdamW : public Optimizer {
   std::vector<Bucket> buckets_;
   std::vector<std::vector<std::pair<std::size_t, std::size_t>>> members_;  // param -> (bucket, entry)
   std::int64_t total_elements_ = 0, shard_total_ = 0, digest_ = 0;
-  torch::Tensor master_, exp_avg_, exp_avg_sq_;         // fp32 [shard_total_], on state_device_
-  torch::Tensor grad_;                                  // fp32 [shard_total_], on device_
-  torch::Tensor step_;                                  // fp32 scalar
+  torch::Tensor master_, exp_avg_, exp_avg_sq_;  // fp32 [shard_total_], on state_device_
+  torch::Tensor grad_;                           // fp32 [shard_total_], on device_
+  torch::Tensor step_;                           // fp32 scalar
   // Stage 2 bookkeeping.
   bool in_step_ = false;
   bool reduced_ = false;  // gradients reduced since the last zero_grad

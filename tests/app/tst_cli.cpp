@@ -242,8 +242,9 @@ class TstCli : public QObject {
     QVERIFY2(r.code == 0, qPrintable(r.err + r.out));
     const QJsonObject j = QJsonDocument::fromJson(r.out.toUtf8()).object();
     const QString text = j["text"].toString();
-    QVERIFY2(text.contains("<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\": \"Europe/Paris\"}}\n</tool_call>"),
-             qPrintable(text));
+    QVERIFY2(
+        text.contains("<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\": \"Europe/Paris\"}}\n</tool_call>"),
+        qPrintable(text));
     QVERIFY2(text.contains("<tool_response>\n13:05\n</tool_response>"), qPrintable(text));
     QVERIFY(text.contains("\"name\": \"get_time\""));  // the tools list in the system turn
     const auto ids = j["ids"].toArray(), trained = j["trained"].toArray();
@@ -266,7 +267,8 @@ class TstCli : public QObject {
     // The listing form marks the same tokens.
     r = odyssey_train({"template", "--model", model, "--messages", conv, "--template-file", tmpl});
     QVERIFY2(r.code == 0, qPrintable(r.err));
-    QVERIFY2(r.out.contains(QString("%1 tokens, %2 trained (*)").arg(ids.size()).arg(n_trained)), qPrintable(r.out.left(3000)));
+    QVERIFY2(r.out.contains(QString("%1 tokens, %2 trained (*)").arg(ids.size()).arg(n_trained)),
+             qPrintable(r.out.left(3000)));
 
     // Errors: broken JSON (file, line, column), an unknown role, a built-in template without tools.
     QFile bad(dir.filePath("bad.json"));

@@ -61,7 +61,8 @@ Ran run(const QStringList& args, const QByteArray& input = {}, int timeout_ms = 
     p.kill();
     p.waitForFinished();
   }
-  return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -2, p.readAllStandardOutput(), p.readAllStandardError()};
+  return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -2, p.readAllStandardOutput(),
+          p.readAllStandardError()};
 }
 
 }  // namespace
@@ -90,7 +91,8 @@ class TstInferCli : public QObject {
         "\n"
         "{\"id\": \"m1\", \"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", "
         "\"content\": \"hello there, na\xc3\xafve caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac\"}]}\n"
-        "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"ref answer\"}]}\n"
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"ref "
+        "answer\"}]}\n"
         "{\"prompt\": \"Once upon a time, in a land far away, there lived a\"}\n");
     QProcess py;
     py.setProcessChannelMode(QProcess::MergedChannels);
@@ -128,12 +130,14 @@ class TstInferCli : public QObject {
   // --quant nf4: the base quantized on load equals transformers + bitsandbytes load_in_4bit.
   void generate_4bit_matches_bitsandbytes() {
     if (QStringLiteral(ODYSSEY_PYTHON).isEmpty()) QSKIP("ODYSSEY_PYTHON is empty: no transformers to compare with");
-    const QString prompts = write("prompts4.jsonl", "{\"prompt\": \"The quick brown fox\"}\n"
-                                                    "{\"messages\": [{\"role\": \"user\", \"content\": \"What is 2 + 3?\"}]}\n");
+    const QString prompts = write("prompts4.jsonl",
+                                  "{\"prompt\": \"The quick brown fox\"}\n"
+                                  "{\"messages\": [{\"role\": \"user\", \"content\": \"What is 2 + 3?\"}]}\n");
     QProcess py;
     py.setProcessChannelMode(QProcess::MergedChannels);
-    py.start(QStringLiteral(ODYSSEY_PYTHON), {src("tests/reference/generate_oracle.py"), "--prompts", kModel, prompts,
-                                              tmp_.filePath("oracle4.jsonl"), "--new-tokens", "16", "--load-in-4bit", "nf4"});
+    py.start(QStringLiteral(ODYSSEY_PYTHON),
+             {src("tests/reference/generate_oracle.py"), "--prompts", kModel, prompts, tmp_.filePath("oracle4.jsonl"),
+              "--new-tokens", "16", "--load-in-4bit", "nf4"});
     QVERIFY(py.waitForFinished(300000));
     QVERIFY2(py.exitCode() == 0, py.readAll().right(3000).constData());
     QFile of(tmp_.filePath("oracle4.jsonl"));
@@ -178,8 +182,9 @@ class TstInferCli : public QObject {
     QCOMPARE(r.code, 1);
     QVERIFY2(r.err.contains("long.jsonl:1: error: prompt:") && r.err.contains("2048 positions"), r.err.constData());
     // A stop string that never occurs runs to --max-new-tokens; seeded sampling repeats itself.
-    const QStringList sample{"generate", "--model", kModel, "--prompts", ok, "--max-new-tokens", "16",
-                             "--temperature", "0.9", "--top-k", "50", "--seed", "3", "--stop", "never-ever"};
+    const QStringList sample{"generate", "--model",       kModel,      "--prompts", ok,   "--max-new-tokens",
+                             "16",       "--temperature", "0.9",       "--top-k",   "50", "--seed",
+                             "3",        "--stop",        "never-ever"};
     const Ran a = run(sample), b = run(sample);
     QCOMPARE(a.code, 0);
     QCOMPARE(json_lines(a.out)[0]["ids"], json_lines(b.out)[0]["ids"]);
@@ -204,11 +209,13 @@ class TstInferCli : public QObject {
     add("{\"id\": 7, \"prompt\": \"bad \xff\xfe utf-8\", \"max_new_tokens\": 2}", "error");
     add(QByteArray(200000, '[') + QByteArray(200000, ']'), "error");
     add("{\"id\": 8, \"prompt\": \"" + QByteArray(17 << 20, 'a') + "\"}", "error");  // over 16 MiB
-    add("{\"type\": \"cancel\", \"id\": 99}", "error");  // nothing running
+    add("{\"type\": \"cancel\", \"id\": 99}", "error");                              // nothing running
     add("{\"id\": 9, \"prompt\": \"x\", \"max_new_tokens\": 3, \"adapter\": null}", "done");
     // Seeded random mutations of a valid request: whatever they become, one event each.
     QRandomGenerator rng(20261203);
-    const QByteArray valid = "{\"id\": 10, \"messages\": [{\"role\": \"user\", \"content\": \"hello\"}], \"max_new_tokens\": 2, \"temperature\": 0.5}";
+    const QByteArray valid =
+        "{\"id\": 10, \"messages\": [{\"role\": \"user\", \"content\": \"hello\"}], \"max_new_tokens\": 2, "
+        "\"temperature\": 0.5}";
     for (int i = 0; i < 60; ++i) {
       QByteArray m = valid;
       for (int k = 0; k < 1 + static_cast<int>(rng.bounded(4)); ++k)
@@ -229,8 +236,10 @@ class TstInferCli : public QObject {
     QCOMPARE(answers.size(), expect.size());
     for (int i = 0; i < expect.size(); ++i) {
       if (expect[i] == "either") continue;
-      QVERIFY2(answers[i]["event"].toString().toLatin1() == expect[i],
-               qPrintable(QStringLiteral("request %1: %2").arg(i + 1).arg(QString::fromUtf8(QJsonDocument(answers[i]).toJson()))));
+      QVERIFY2(
+          answers[i]["event"].toString().toLatin1() == expect[i],
+          qPrintable(
+              QStringLiteral("request %1: %2").arg(i + 1).arg(QString::fromUtf8(QJsonDocument(answers[i]).toJson()))));
     }
     QVERIFY(answers[2]["message"].toString().contains("did you mean 'temperature'"));
     QVERIFY(answers[10]["message"].toString().contains("16 MiB"));
@@ -311,8 +320,9 @@ class TstInferCli : public QObject {
     Ran r = run({"chat", "--model", dir, "--template", "llama3"}, "hi\n");
     QCOMPARE(r.code, 1);
     QVERIFY2(r.err.contains("no chat template"), r.err.constData());
-    r = run({"chat", "--model", dir, "--template", "llama3", "--json"},
-            "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n{\"prompt\": \"hi\", \"max_new_tokens\": 2}\n");
+    r = run(
+        {"chat", "--model", dir, "--template", "llama3", "--json"},
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n{\"prompt\": \"hi\", \"max_new_tokens\": 2}\n");
     QCOMPARE(r.code, 0);
     const QList<QJsonObject> ev = json_lines(r.out);
     QVERIFY(ev.front()["template"].isNull());

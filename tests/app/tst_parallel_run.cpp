@@ -119,8 +119,12 @@ QString preset(const QTemporaryDir& tmp, const QString& name, const QString& ext
                        "\n"
                        "template: chatml\n"
                        "system: \"You answer with the result only.\"\n"
-                       "dataset: [" + src("resources/quickstart/data/train.jsonl") + "#200]\n"
-                       "val_dataset: [" + src("resources/quickstart/data/val.jsonl") + "#8]\n"
+                       "dataset: [" +
+                       src("resources/quickstart/data/train.jsonl") +
+                       "#200]\n"
+                       "val_dataset: [" +
+                       src("resources/quickstart/data/val.jsonl") +
+                       "#8]\n"
                        "max_length: 128\n"
                        "packing: true\n"
                        "tuner_type: lora\nlora_rank: 4\nlora_alpha: 8\nlora_dropout: 0.0\n"
@@ -138,7 +142,8 @@ QString preset(const QTemporaryDir& tmp, const QString& name, const QString& ext
                        "logging_steps: 1\n"
                        "eval_steps: 3\n"
                        "save_steps: 100\n"
-                       "output_dir: " + tmp.filePath("out-" + name) + "\n";
+                       "output_dir: " +
+                       tmp.filePath("out-" + name) + "\n";
   // `extra` overrides keys of the base (a key twice is a YAML error).
   QStringList lines = text.split('\n');
   for (const QString& e : extra.split('\n', Qt::SkipEmptyParts)) {
@@ -174,7 +179,9 @@ Outcome outcome_of(const QString& dir) {
 
 Outcome train(const QTemporaryDir& tmp, const QString& name, const QString& extra) {
   const Run r = odyssey_train({"run", preset(tmp, name, extra), "--name", name});
-  if (r.code != 0) qFatal("%s failed (%d):\n%s\n%s", qPrintable(name), r.code, qPrintable(r.out.right(3000)), qPrintable(r.err.right(3000)));
+  if (r.code != 0)
+    qFatal("%s failed (%d):\n%s\n%s", qPrintable(name), r.code, qPrintable(r.out.right(3000)),
+           qPrintable(r.err.right(3000)));
   Outcome o = outcome_of(only_run(tmp.filePath("out-" + name)));
   o.seconds = r.seconds;
   return o;
@@ -189,8 +196,10 @@ QString run_with_steps(const QString& output, qsizetype steps) {
 // Largest over the adapters' tensors of max |a - b| / max |b| (per tensor: lora_B starts at
 // zero and stays small, so it is not measured against lora_A's scale).
 double adapter_difference(const QString& a_dir, const QString& b_dir) {
-  const auto a = odyssey::SafetensorsFile::open((a_dir + "/checkpoints/checkpoint-3/adapter_model.safetensors").toStdString());
-  const auto b = odyssey::SafetensorsFile::open((b_dir + "/checkpoints/checkpoint-3/adapter_model.safetensors").toStdString());
+  const auto a =
+      odyssey::SafetensorsFile::open((a_dir + "/checkpoints/checkpoint-3/adapter_model.safetensors").toStdString());
+  const auto b =
+      odyssey::SafetensorsFile::open((b_dir + "/checkpoints/checkpoint-3/adapter_model.safetensors").toStdString());
   if (!a.ok() || !b.ok()) qFatal("adapter missing in %s or %s", qPrintable(a_dir), qPrintable(b_dir));
   if (a.value->names() != b.value->names()) qFatal("the adapters hold different tensors");
   double worst = 0;
@@ -388,11 +397,12 @@ struct TwoHosts {
       return;
     }
     ok = ip({"netns", "add", a}, &why) && ip({"netns", "add", b}, &why) &&
-         ip({"link", "add", va, "type", "veth", "peer", "name", vb}, &why) && ip({"link", "set", va, "netns", a}, &why) &&
-         ip({"link", "set", vb, "netns", b}, &why) && ip({"-n", a, "addr", "add", addr0 + "/24", "dev", va}, &why) &&
-         ip({"-n", b, "addr", "add", "10.77." + n + ".2/24", "dev", vb}, &why) && ip({"-n", a, "link", "set", va, "up"}, &why) &&
-         ip({"-n", b, "link", "set", vb, "up"}, &why) && ip({"-n", a, "link", "set", "lo", "up"}, &why) &&
-         ip({"-n", b, "link", "set", "lo", "up"}, &why);
+         ip({"link", "add", va, "type", "veth", "peer", "name", vb}, &why) &&
+         ip({"link", "set", va, "netns", a}, &why) && ip({"link", "set", vb, "netns", b}, &why) &&
+         ip({"-n", a, "addr", "add", addr0 + "/24", "dev", va}, &why) &&
+         ip({"-n", b, "addr", "add", "10.77." + n + ".2/24", "dev", vb}, &why) &&
+         ip({"-n", a, "link", "set", va, "up"}, &why) && ip({"-n", b, "link", "set", vb, "up"}, &why) &&
+         ip({"-n", a, "link", "set", "lo", "up"}, &why) && ip({"-n", b, "link", "set", "lo", "up"}, &why);
   }
   void down() {
     ip({"netns", "del", a});
@@ -404,8 +414,9 @@ struct TwoHosts {
     env.insert("ODYSSEY_COMM_TIMEOUT_S", "10");
     env.insert("ODYSSEY_STORE_SECRET", kJobSecret);  // the job's, the same on both nodes
     p.setProcessEnvironment(env);
-    p.start("ip", {"netns", "exec", ns, QStringLiteral(ODYSSEY_TRAIN_BIN), "run", preset, "--node-rank", QString::number(node),
-                   "--master-addr", addr0, "--master-port", QString::number(port), "--set", "output_dir=" + output});
+    p.start("ip", {"netns", "exec", ns, QStringLiteral(ODYSSEY_TRAIN_BIN), "run", preset, "--node-rank",
+                   QString::number(node), "--master-addr", addr0, "--master-port", QString::number(port), "--set",
+                   "output_dir=" + output});
   }
 };
 
@@ -440,8 +451,10 @@ class TstParallelRun : public QObject {
     }
     const double eval = rel(got.eval_loss, want.eval_loss);
     const double adapter = adapter_difference(got.dir, want.dir);
-    qInfo("%s: %lld steps, worst rel. error: loss %.2e, grad norm %.2e, eval loss %.2e, final adapter tensors %.2e (%.1f s)",
-          qPrintable(what), static_cast<long long>(want.loss.size()), worst_loss, worst_norm, eval, adapter, got.seconds);
+    qInfo(
+        "%s: %lld steps, worst rel. error: loss %.2e, grad norm %.2e, eval loss %.2e, final adapter tensors %.2e (%.1f "
+        "s)",
+        qPrintable(what), static_cast<long long>(want.loss.size()), worst_loss, worst_norm, eval, adapter, got.seconds);
     QVERIFY2(worst_loss < 1e-5, qPrintable(what + ": loss"));
     QVERIFY2(worst_norm < 1e-5, qPrintable(what + ": grad norm"));
     QVERIFY2(eval < 1e-5, qPrintable(what + ": eval loss"));
@@ -489,11 +502,13 @@ class TstParallelRun : public QObject {
     single_ = train(tmp_, "single", "per_device_train_batch_size: 2\n");
     single_b2_ = train(tmp_, "single-b4", "per_device_train_batch_size: 4\n");
     QCOMPARE(static_cast<int>(single_.loss.size()), 3);
-    qInfo("single process: losses %.6f %.6f %.6f (%.1f s)", single_.loss[0], single_.loss[1], single_.loss[2], single_.seconds);
+    qInfo("single process: losses %.6f %.6f %.6f (%.1f s)", single_.loss[0], single_.loss[1], single_.loss[2],
+          single_.seconds);
   }
 
   void ulysses2() {
-    const Outcome o = train(tmp_, "u2", "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\n");
+    const Outcome o =
+        train(tmp_, "u2", "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\n");
     QCOMPARE(events(o.dir, "run_start").front().value("mesh").toObject().value("ulysses").toInt(), 2);
     compare("Ulysses 2", o, single_);
     // Communication is reported per step and collective kind.
@@ -512,9 +527,12 @@ class TstParallelRun : public QObject {
   void keepsAttention_data() {
     QTest::addColumn<QString>("name");
     QTest::addColumn<QString>("layout");
-    QTest::newRow("Ulysses 2") << "u2-kept" << "nproc_per_node: 2\nsequence_parallel_size: 2\n";
-    QTest::newRow("ring 2") << "r2-kept" << "nproc_per_node: 2\nsequence_parallel_size: 2\nulysses_size: 1\n";
-    QTest::newRow("Ulysses 2 x ring 2") << "u2r2-kept" << "nproc_per_node: 4\nsequence_parallel_size: 4\n";
+    QTest::newRow("Ulysses 2") << "u2-kept"
+                               << "nproc_per_node: 2\nsequence_parallel_size: 2\n";
+    QTest::newRow("ring 2") << "r2-kept"
+                            << "nproc_per_node: 2\nsequence_parallel_size: 2\nulysses_size: 1\n";
+    QTest::newRow("Ulysses 2 x ring 2") << "u2r2-kept"
+                                        << "nproc_per_node: 4\nsequence_parallel_size: 4\n";
   }
   void keepsAttention() {
     QFETCH(QString, name);
@@ -528,7 +546,8 @@ class TstParallelRun : public QObject {
     if (name != "r2-kept") return;
     // The ring's recomputations did not run its forward pass: fewer K/V exchanges per step
     // than the same run recomputing attention.
-    const Outcome plain = train(tmp_, "r2-recompute", "per_device_train_batch_size: 2\n" + layout + "keep_attention: none\n");
+    const Outcome plain =
+        train(tmp_, "r2-recompute", "per_device_train_batch_size: 2\n" + layout + "keep_attention: none\n");
     auto exchanges = [](const QString& dir) {
       double calls = 0;
       for (const auto& c : events(dir, "step").back().value("collectives").toArray())
@@ -546,8 +565,10 @@ class TstParallelRun : public QObject {
   void storeAttackChangesNothing() {
     QProcess p;
     p.setProgram(QStringLiteral(ODYSSEY_TRAIN_BIN));
-    p.setArguments({"run", preset(tmp_, "attacked", "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\n"),
-                    "--name", "attacked"});
+    p.setArguments(
+        {"run",
+         preset(tmp_, "attacked", "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\n"),
+         "--name", "attacked"});
     p.start();
     QVERIFY(p.waitForStarted());
     // The launcher prints "launcher: ..., store 127.0.0.1:PORT" once the ranks are started.
@@ -587,9 +608,11 @@ class TstParallelRun : public QObject {
     attacker.join();
     out += p.readAllStandardOutput();
     const QString err = QString::fromUtf8(p.readAllStandardError());
-    qInfo("store attacker: %d round(s), up to %lld keys seen, %d gets (%d found a value), %d sets, %d deletes; ended by: %s",
-          a.rounds, static_cast<long long>(a.most_keys), a.gets, a.read, a.sets, a.deletes,
-          a.stopped_by.empty() ? "the run's end" : a.stopped_by.c_str());
+    qInfo(
+        "store attacker: %d round(s), up to %lld keys seen, %d gets (%d found a value), %d sets, %d deletes; ended by: "
+        "%s",
+        a.rounds, static_cast<long long>(a.most_keys), a.gets, a.read, a.sets, a.deletes,
+        a.stopped_by.empty() ? "the run's end" : a.stopped_by.c_str());
     QVERIFY(finished);
     QVERIFY2(a.sets > 0, "the attacker wrote nothing while the run was going");
     QVERIFY2(p.exitCode() == 0, qPrintable(QString("the attacked run failed (exit %1):\n").arg(p.exitCode()) +
@@ -619,12 +642,15 @@ class TstParallelRun : public QObject {
     env.remove("ODYSSEY_STORE_SECRET");
     p.setProcessEnvironment(env);
     p.start(QStringLiteral(ODYSSEY_TRAIN_BIN),
-            {"run", preset(t, "nosecret", "per_device_train_batch_size: 2\nnnodes: 2\nnproc_per_node: 1\nsequence_parallel_size: 2\n"),
+            {"run",
+             preset(t, "nosecret",
+                    "per_device_train_batch_size: 2\nnnodes: 2\nnproc_per_node: 1\nsequence_parallel_size: 2\n"),
              "--node-rank", "0", "--master-addr", "127.0.0.1", "--master-port", "29739"});
     QVERIFY(p.waitForFinished(120000));
     const QString err = QString::fromUtf8(p.readAllStandardError());
     QCOMPARE(p.exitCode(), 2);
-    QVERIFY2(err.contains("ODYSSEY_STORE_SECRET is not set") && err.contains("export ODYSSEY_STORE_SECRET="), qPrintable(err));
+    QVERIFY2(err.contains("ODYSSEY_STORE_SECRET is not set") && err.contains("export ODYSSEY_STORE_SECRET="),
+             qPrintable(err));
     QVERIFY(QDir(t.filePath("out-nosecret")).entryList(QDir::Dirs | QDir::NoDotAndDotDot).isEmpty());
     env.insert("ODYSSEY_STORE_SECRET", "too-short");
     p.setProcessEnvironment(env);
@@ -647,7 +673,8 @@ class TstParallelRun : public QObject {
     const QString torchrun = QFileInfo(QStringLiteral(ODYSSEY_PYTHON)).dir().filePath("torchrun");
     if (!QFileInfo::exists(torchrun)) QSKIP("no torchrun beside ODYSSEY_PYTHON");
     const QString name = with_secret ? "torchrun-secret" : "torchrun-plain";
-    const QString p = preset(tmp_, name, "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\n");
+    const QString p =
+        preset(tmp_, name, "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\n");
     QProcess proc;
     QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
     env.remove("ODYSSEY_STORE_SECRET");
@@ -663,14 +690,15 @@ class TstParallelRun : public QObject {
   }
 
   void ring2() {
-    const Outcome o =
-        train(tmp_, "r2", "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\nulysses_size: 1\n");
+    const Outcome o = train(
+        tmp_, "r2", "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\nulysses_size: 1\n");
     QCOMPARE(events(o.dir, "run_start").front().value("mesh").toObject().value("ring").toInt(), 2);
     compare("ring 2 (zigzag)", o, single_);
   }
 
   void hybridUlysses2Ring2() {
-    const Outcome o = train(tmp_, "u2r2", "per_device_train_batch_size: 2\nnproc_per_node: 4\nsequence_parallel_size: 4\n");
+    const Outcome o =
+        train(tmp_, "u2r2", "per_device_train_batch_size: 2\nnproc_per_node: 4\nsequence_parallel_size: 4\n");
     const QJsonObject mesh = events(o.dir, "run_start").front().value("mesh").toObject();
     QCOMPARE(mesh.value("ulysses").toInt(), 2);  // auto: gcd(2 KV heads, 4)
     QCOMPARE(mesh.value("ring").toInt(), 2);
@@ -678,8 +706,8 @@ class TstParallelRun : public QObject {
   }
 
   void ulysses4ReplicatesKvHeads() {
-    const Outcome o = train(tmp_, "u4",
-                            "per_device_train_batch_size: 2\nnproc_per_node: 4\nsequence_parallel_size: 4\nulysses_size: 4\n");
+    const Outcome o = train(
+        tmp_, "u4", "per_device_train_batch_size: 2\nnproc_per_node: 4\nsequence_parallel_size: 4\nulysses_size: 4\n");
     QCOMPARE(events(o.dir, "run_start").front().value("mesh").toObject().value("ulysses").toInt(), 4);
     compare("Ulysses 4, 2 KV heads replicated", o, single_);
   }
@@ -688,7 +716,8 @@ class TstParallelRun : public QObject {
     // The engine unchanged under PyTorch's own launcher (its agent hosts the store).
     const QString torchrun = QFileInfo(QStringLiteral(ODYSSEY_PYTHON)).dir().filePath("torchrun");
     if (!QFileInfo::exists(torchrun)) QSKIP("no torchrun beside ODYSSEY_PYTHON");
-    const QString p = preset(tmp_, "torchrun", "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\n");
+    const QString p =
+        preset(tmp_, "torchrun", "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\n");
     QProcess proc;
     proc.start(torchrun, {"--no-python", "--nproc-per-node", "2", QStringLiteral(ODYSSEY_TRAIN_BIN), "run", p});
     QVERIFY(proc.waitForFinished(300000));
@@ -703,21 +732,25 @@ class TstParallelRun : public QObject {
     const QString dir = tiny_moe();
     const QString base = "model: " + dir + "\nper_device_train_batch_size: 2\n";
     const Outcome one = train(tmp_, "moe-single", base);
-    const Outcome ep2 = train(tmp_, "moe-ep2", base + "nproc_per_node: 2\nsequence_parallel_size: 2\nexpert_parallel_size: 2\n");
+    const Outcome ep2 =
+        train(tmp_, "moe-ep2", base + "nproc_per_node: 2\nsequence_parallel_size: 2\nexpert_parallel_size: 2\n");
     const QJsonObject mesh = events(ep2.dir, "run_start").front().value("mesh").toObject();
     QCOMPARE(mesh.value("world").toInt(), 2);
     compare("MoE, experts over 2 (Ulysses 2)", ep2, one);
     compare("MoE, experts over 4 (Ulysses 2 x ring 2)",
-            train(tmp_, "moe-ep4", base + "nproc_per_node: 4\nsequence_parallel_size: 4\nexpert_parallel_size: 4\n"), one);
+            train(tmp_, "moe-ep4", base + "nproc_per_node: 4\nsequence_parallel_size: 4\nexpert_parallel_size: 4\n"),
+            one);
     compare("MoE, experts over 2 within Ulysses 4",
             train(tmp_, "moe-u4ep2",
                   base + "nproc_per_node: 4\nsequence_parallel_size: 4\nulysses_size: 4\nexpert_parallel_size: 2\n"),
             one);
     // The checkpoint's adapter holds every expert: the adapter of 4 experts, as one process saves it.
-    const auto a = odyssey::SafetensorsFile::open((ep2.dir + "/checkpoints/checkpoint-3/adapter_model.safetensors").toStdString());
+    const auto a =
+        odyssey::SafetensorsFile::open((ep2.dir + "/checkpoints/checkpoint-3/adapter_model.safetensors").toStdString());
     QVERIFY(a.ok());
     bool expert_adapter = false;
-    for (const auto& n : a.value->names()) expert_adapter = expert_adapter || n.find("mlp.experts") != std::string::npos;
+    for (const auto& n : a.value->names())
+      expert_adapter = expert_adapter || n.find("mlp.experts") != std::string::npos;
     QVERIFY2(expert_adapter, "no expert adapter in the checkpoint");
     // Each rank wrote its optimizer state (its own experts').
     for (const char* f : {"optimizer-rank-00000-of-00002.safetensors", "optimizer-rank-00001-of-00002.safetensors"})
@@ -738,8 +771,9 @@ class TstParallelRun : public QObject {
     QVERIFY(l05 - l01 > 0.1);  // aux >= 1 for top-2 of 4 experts (2 when balanced)
     QVERIFY2(std::abs((l10 - l05) / (l05 - l01) - 0.5 / 0.4) < 1e-4, "the loss is not linear in the coefficient");
 
-    const QString full = base + "tuner_type: full\nlora_rank: 8\nlora_alpha: 32\nlora_dropout: 0.05\nlearning_rate: 0.001\n"
-                                "adam_epsilon: 1e-8\n";
+    const QString full = base +
+                         "tuner_type: full\nlora_rank: 8\nlora_alpha: 32\nlora_dropout: 0.05\nlearning_rate: 0.001\n"
+                         "adam_epsilon: 1e-8\n";
     const Outcome frozen = train(tmp_, "moe-freeze", full + "freeze_router: true\n");
     const Outcome trained = train(tmp_, "moe-router", full);
     auto tensor = [](const QString& file, const std::string& name) {
@@ -766,7 +800,8 @@ class TstParallelRun : public QObject {
   }
 
   void dp2TimesUlysses2() {
-    const Outcome o = train(tmp_, "dp2u2", "per_device_train_batch_size: 2\nnproc_per_node: 4\nsequence_parallel_size: 2\n");
+    const Outcome o =
+        train(tmp_, "dp2u2", "per_device_train_batch_size: 2\nnproc_per_node: 4\nsequence_parallel_size: 2\n");
     const QJsonObject mesh = events(o.dir, "run_start").front().value("mesh").toObject();
     QCOMPARE(mesh.value("dp").toInt(), 2);
     compare("dp 2 x Ulysses 2 (global batch 4)", o, single_b2_);
@@ -776,8 +811,9 @@ class TstParallelRun : public QObject {
   // DeepSpeed-Ulysses does) equals one process; its checkpoint holds one optimizer file per
   // rank, and a run resumed from it equals the uninterrupted run.
   void zero2OverUlysses2() {
-    const QString z = "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\nzero_stage: 2\n"
-                      "save_steps: 2\n";
+    const QString z =
+        "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\nzero_stage: 2\n"
+        "save_steps: 2\n";
     const Outcome o = train(tmp_, "z2u2", z);
     const QJsonObject opt = events(o.dir, "run_start").front().value("optimizer").toObject();
     QCOMPARE(opt.value("name").toString(), QStringLiteral("zero2_adamw"));
@@ -794,11 +830,14 @@ class TstParallelRun : public QObject {
     qInfo("ZeRO-2 resumed from step 2: step 3 loss identical, final adapter max rel diff %.2e", d);
     QCOMPARE(d, 0.0);
     // Another process count cannot read the per-rank state.
-    const Run bad = odyssey_train({"run", preset(tmp_, "z2-other", "per_device_train_batch_size: 2\nnproc_per_node: 4\n"
-                                                                   "sequence_parallel_size: 4\nzero_stage: 2\n"
-                                                                   "resume_from_checkpoint: " + ck2 + "\n")});
+    const Run bad = odyssey_train({"run", preset(tmp_, "z2-other",
+                                                 "per_device_train_batch_size: 2\nnproc_per_node: 4\n"
+                                                 "sequence_parallel_size: 4\nzero_stage: 2\n"
+                                                 "resume_from_checkpoint: " +
+                                                     ck2 + "\n")});
     QCOMPARE(bad.code, 1);
-    QVERIFY2((bad.out + bad.err).contains("optimizer-rank-00000-of-00004"), qPrintable(bad.out.right(2000) + bad.err.right(1000)));
+    QVERIFY2((bad.out + bad.err).contains("optimizer-rank-00000-of-00004"),
+             qPrintable(bad.out.right(2000) + bad.err.right(1000)));
     // Every rank finds the mismatch; the launcher reports whichever exits first and kills the
     // rest. Rank 0 writes run_end and status.json (both fsynced) before its last line, so on a
     // loaded disk it is killed before saying anything, and each rank used to name only its own
@@ -806,9 +845,11 @@ class TstParallelRun : public QObject {
     // hand around a store this test hosts, no rank is killed and none loses the store: all
     // four must give the same reason, naming every file the run needs and those the
     // checkpoint has.
-    const HandRanks h = hand_launch({"run", preset(tmp_, "z2-other-hand", "per_device_train_batch_size: 2\nnproc_per_node: 4\n"
-                                                                         "sequence_parallel_size: 4\nzero_stage: 2\n"
-                                                                         "resume_from_checkpoint: " + ck2 + "\n")},
+    const HandRanks h = hand_launch({"run", preset(tmp_, "z2-other-hand",
+                                                   "per_device_train_batch_size: 2\nnproc_per_node: 4\n"
+                                                   "sequence_parallel_size: 4\nzero_stage: 2\n"
+                                                   "resume_from_checkpoint: " +
+                                                       ck2 + "\n")},
                                     4, true);
     const QString hand_dir = only_run(tmp_.filePath("out-z2-other-hand"));
     QVERIFY(!hand_dir.isEmpty());
@@ -823,8 +864,8 @@ class TstParallelRun : public QObject {
     }
     qInfo("4 ranks resuming a 2-rank ZeRO checkpoint, each says: %s", qPrintable(reasons[0]));
     for (int rank = 1; rank < 4; ++rank) QCOMPARE(reasons[rank], reasons[0]);
-    for (const char* f : {"optimizer-rank-00000-of-00004", "optimizer-rank-00003-of-00004", "optimizer-rank-00000-of-00002",
-                          "optimizer-rank-00001-of-00002"})
+    for (const char* f : {"optimizer-rank-00000-of-00004", "optimizer-rank-00003-of-00004",
+                          "optimizer-rank-00000-of-00002", "optimizer-rank-00001-of-00002"})
       QVERIFY2(reasons[0].contains(f), f);
   }
 
@@ -834,9 +875,10 @@ class TstParallelRun : public QObject {
   // first projection only, whose sign does not matter, see docs/optimizers.md.)
   void galoreOverUlysses2() {
     // The base preset's LoRA keys set back to their defaults (a LoRA setting with tuner_type full is an error).
-    const QString g = "tuner_type: full\nlora_rank: 8\nlora_alpha: 32\nlora_dropout: 0.05\n"
-                      "use_galore: true\ngalore_rank: 8\ngalore_update_proj_gap: 2\n"
-                      "per_device_train_batch_size: 2\nadam_epsilon: 1e-8\nlearning_rate: 0.001\n";
+    const QString g =
+        "tuner_type: full\nlora_rank: 8\nlora_alpha: 32\nlora_dropout: 0.05\n"
+        "use_galore: true\ngalore_rank: 8\ngalore_update_proj_gap: 2\n"
+        "per_device_train_batch_size: 2\nadam_epsilon: 1e-8\nlearning_rate: 0.001\n";
     const Outcome one = train(tmp_, "galore1", g);
     const Outcome two = train(tmp_, "galore-u2", g + "nproc_per_node: 2\nsequence_parallel_size: 2\n");
     QCOMPARE(events(two.dir, "run_start").front().value("optimizer").toObject().value("name").toString(),
@@ -863,8 +905,11 @@ class TstParallelRun : public QObject {
     QTemporaryDir t;
     QProcess p;
     p.setProgram(QStringLiteral(ODYSSEY_TRAIN_BIN));
-    p.setArguments({"run", preset(t, "kill", "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\nmax_steps: 500\n"),
-                    "--name", "kill"});
+    p.setArguments(
+        {"run",
+         preset(t, "kill",
+                "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\nmax_steps: 500\n"),
+         "--name", "kill"});
     p.start();
     QVERIFY(p.waitForStarted());
     QString dir;
@@ -892,8 +937,11 @@ class TstParallelRun : public QObject {
     QTemporaryDir t;
     QProcess p;
     p.setProgram(QStringLiteral(ODYSSEY_TRAIN_BIN));
-    p.setArguments({"run", preset(t, "stop", "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\nmax_steps: 500\n"),
-                    "--name", "stop"});
+    p.setArguments(
+        {"run",
+         preset(t, "stop",
+                "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\nmax_steps: 500\n"),
+         "--name", "stop"});
     p.start();
     QVERIFY(p.waitForStarted());
     QString dir;
@@ -903,7 +951,8 @@ class TstParallelRun : public QObject {
     timer.start();
     ::kill(static_cast<pid_t>(p.processId()), SIGTERM);
     QVERIFY(p.waitForFinished(60000));
-    qInfo("SIGTERM to the launcher: all ranks stopped, exit %d after %.2f s", p.exitCode(), static_cast<double>(timer.elapsed()) / 1000.0);
+    qInfo("SIGTERM to the launcher: all ranks stopped, exit %d after %.2f s", p.exitCode(),
+          static_cast<double>(timer.elapsed()) / 1000.0);
     QCOMPARE(p.exitCode(), 0);
     for (pid_t r : ranks) QVERIFY(!alive(r));
     const QJsonObject st = status(dir);
@@ -916,7 +965,9 @@ class TstParallelRun : public QObject {
   void twoNodesEqualOneProcess() {
     if (!hosts_.ok) QSKIP(qPrintable("two network namespaces: " + hosts_.why));
     Pair p;
-    start_pair(p, preset(tmp_, "nodes", "per_device_train_batch_size: 2\nnnodes: 2\nnproc_per_node: 1\nsequence_parallel_size: 2\n"),
+    start_pair(p,
+               preset(tmp_, "nodes",
+                      "per_device_train_batch_size: 2\nnnodes: 2\nnproc_per_node: 1\nsequence_parallel_size: 2\n"),
                "nodes", 29731);
     QVERIFY(p.n0.waitForFinished(300000) && p.n1.waitForFinished(60000));
     QVERIFY2(p.n0.exitCode() == 0 && p.n1.exitCode() == 0,
@@ -930,7 +981,10 @@ class TstParallelRun : public QObject {
   void twoNodesCutLinkStopsBoth() {
     if (!hosts_.ok) QSKIP(qPrintable("two network namespaces: " + hosts_.why));
     Pair p;
-    start_pair(p, preset(tmp_, "cut", "per_device_train_batch_size: 2\nnnodes: 2\nnproc_per_node: 1\nsequence_parallel_size: 2\nmax_steps: 5000\n"),
+    start_pair(p,
+               preset(tmp_, "cut",
+                      "per_device_train_batch_size: 2\nnnodes: 2\nnproc_per_node: 1\nsequence_parallel_size: "
+                      "2\nmax_steps: 5000\n"),
                "cut", 29732);
     QString dir;
     QTRY_VERIFY_WITH_TIMEOUT(!(dir = run_with_steps(p.out0, 1)).isEmpty(), 120000);
@@ -952,7 +1006,10 @@ class TstParallelRun : public QObject {
   void twoNodesKillOneSideStopsBoth() {
     if (!hosts_.ok) QSKIP(qPrintable("two network namespaces: " + hosts_.why));
     Pair p;
-    start_pair(p, preset(tmp_, "side", "per_device_train_batch_size: 2\nnnodes: 2\nnproc_per_node: 1\nsequence_parallel_size: 2\nmax_steps: 5000\n"),
+    start_pair(p,
+               preset(tmp_, "side",
+                      "per_device_train_batch_size: 2\nnnodes: 2\nnproc_per_node: 1\nsequence_parallel_size: "
+                      "2\nmax_steps: 5000\n"),
                "side", 29733);
     QString dir;
     QTRY_VERIFY_WITH_TIMEOUT(!(dir = run_with_steps(p.out0, 1)).isEmpty(), 120000);
@@ -961,7 +1018,8 @@ class TstParallelRun : public QObject {
     t.start();
     ::kill(static_cast<pid_t>(p.n1.processId()), SIGKILL);  // node 1's launcher; its rank follows it
     QVERIFY2(p.n0.waitForFinished(90000), "node 0 kept running after node 1 was killed");
-    qInfo("node 1 killed: node 0 exited %d after %.1f s (peer timeout 10 s)", p.n0.exitCode(), static_cast<double>(t.elapsed()) / 1000.0);
+    qInfo("node 1 killed: node 0 exited %d after %.1f s (peer timeout 10 s)", p.n0.exitCode(),
+          static_cast<double>(t.elapsed()) / 1000.0);
     QCOMPARE(p.n0.exitCode(), 1);
     for (pid_t r : ranks1) QTRY_VERIFY_WITH_TIMEOUT(!alive(r), 5000);
     const QJsonObject st = status(dir);
@@ -974,7 +1032,8 @@ class TstParallelRun : public QObject {
   // replaced, a second run_start appended. Now: refused before a byte is written, exit 2.
   void finishedRunDirIsRefused() {
     QTemporaryDir t;
-    const QString p = preset(t, "done", "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\n");
+    const QString p =
+        preset(t, "done", "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\n");
     const Run first = odyssey_train({"run", p, "--name", "done"});
     QVERIFY2(first.code == 0, qPrintable(first.err.right(2000)));
     const QString dir = only_run(t.filePath("out-done"));
@@ -989,7 +1048,8 @@ class TstParallelRun : public QObject {
           qPrintable(h.r[0].err.trimmed().right(600)));
     QCOMPARE(h.r[0].code, 2);
     QCOMPARE(h.r[1].code, 2);
-    QVERIFY2(h.r[0].err.contains(dir) && h.r[0].err.contains("ended there (status.json: completed at step 3)"), qPrintable(h.r[0].err));
+    QVERIFY2(h.r[0].err.contains(dir) && h.r[0].err.contains("ended there (status.json: completed at step 3)"),
+             qPrintable(h.r[0].err));
     QVERIFY2(h.r[1].err.contains("rank 0 refused the run directory"), qPrintable(h.r[1].err));
     QCOMPARE(bytes(dir + "/events.jsonl"), events_before);
     QCOMPARE(bytes(dir + "/status.json"), status_before);
@@ -1002,7 +1062,8 @@ class TstParallelRun : public QObject {
   // the live owner (the launcher's pid); the running run goes on undisturbed.
   void liveRunDirIsRefused() {
     QTemporaryDir t;
-    const QString p = preset(t, "live", "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\nmax_steps: 500\n");
+    const QString p = preset(
+        t, "live", "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\nmax_steps: 500\n");
     QProcess launcher;
     launcher.start(QStringLiteral(ODYSSEY_TRAIN_BIN), {"run", p, "--name", "live"});
     QVERIFY(launcher.waitForStarted());
@@ -1035,9 +1096,12 @@ class TstParallelRun : public QObject {
     QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
     env.insert("ODYSSEY_COMM_TIMEOUT_S", "5");
     launcher.setProcessEnvironment(env);
-    launcher.start(QStringLiteral(ODYSSEY_TRAIN_BIN),
-                   {"run", preset(t, "stall", "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\nmax_steps: 500\n"),
-                    "--name", "stall"});
+    launcher.start(
+        QStringLiteral(ODYSSEY_TRAIN_BIN),
+        {"run",
+         preset(t, "stall",
+                "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\nmax_steps: 500\n"),
+         "--name", "stall"});
     QVERIFY(launcher.waitForStarted());
     QString dir;
     QTRY_VERIFY_WITH_TIMEOUT(!(dir = run_with_steps(t.filePath("out-stall"), 3)).isEmpty(), 180000);
@@ -1060,8 +1124,9 @@ class TstParallelRun : public QObject {
           st.value("failed_rank").toInt(), qPrintable(st.value("reason").toString()));
     qInfo("last_error_lines:\n  %s", qPrintable(lines.join("\n  ")));
     if (!ends.isEmpty())
-      qInfo("run_end: step %d, elapsed_s %.6f (last step event: step %d at elapsed_s %.3f)", ends.back().value("step").toInt(),
-            ends.back().value("elapsed_s").toDouble(), last.value("step").toInt(), last.value("elapsed_s").toDouble());
+      qInfo("run_end: step %d, elapsed_s %.6f (last step event: step %d at elapsed_s %.3f)",
+            ends.back().value("step").toInt(), ends.back().value("elapsed_s").toDouble(), last.value("step").toInt(),
+            last.value("elapsed_s").toDouble());
     for (pid_t r : ranks) QTRY_VERIFY_WITH_TIMEOUT(!alive(r), 5000);
     QCOMPARE(launcher.exitCode(), 1);
     QCOMPARE(st.value("state").toString(), QString("failed"));
@@ -1089,8 +1154,8 @@ class TstParallelRun : public QObject {
     socklen_t len = sizeof sa;
     ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
     QTemporaryDir t;
-    const Run r = odyssey_train({"run", preset(t, "port", "per_device_train_batch_size: 2\nnproc_per_node: 2\n"), "--master-port",
-                                 QString::number(ntohs(sa.sin_port))});
+    const Run r = odyssey_train({"run", preset(t, "port", "per_device_train_batch_size: 2\nnproc_per_node: 2\n"),
+                                 "--master-port", QString::number(ntohs(sa.sin_port))});
     ::close(fd);
     QCOMPARE(r.code, 1);
     QVERIFY2(r.err.contains("in use"), qPrintable(r.err));
@@ -1112,7 +1177,8 @@ class TstParallelRun : public QObject {
     const int port = ntohs(sa.sin_port);
     ::close(fd);  // the port is now free and nobody listens on it
     QTemporaryDir t;
-    const QString p = preset(t, "nomaster", "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\n");
+    const QString p =
+        preset(t, "nomaster", "per_device_train_batch_size: 2\nnproc_per_node: 2\nsequence_parallel_size: 2\n");
     QProcess proc;
     QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
     env.insert("RANK", "1");
@@ -1129,17 +1195,23 @@ class TstParallelRun : public QObject {
     QVERIFY(proc.waitForFinished(120000));
     const QString err = QString::fromUtf8(proc.readAllStandardError());
     QCOMPARE(proc.exitCode(), 1);
-    QVERIFY2(err.contains("could not reach the rendezvous store at 127.0.0.1:" + QString::number(port)), qPrintable(err));
+    QVERIFY2(err.contains("could not reach the rendezvous store at 127.0.0.1:" + QString::number(port)),
+             qPrintable(err));
     QVERIFY2(timer.elapsed() < 60000, qPrintable(QString("took %1 ms").arg(timer.elapsed())));
-    QVERIFY(QDir(t.filePath("out-nomaster")).entryList(QDir::Dirs | QDir::NoDotAndDotDot).isEmpty());  // rank 0 makes the run dir
+    QVERIFY(QDir(t.filePath("out-nomaster"))
+                .entryList(QDir::Dirs | QDir::NoDotAndDotDot)
+                .isEmpty());  // rank 0 makes the run dir
   }
 
   void headsNoSplitServesAreRefused() {
     QTemporaryDir t;
     // 4 attention heads cannot be split over 3 Ulysses ranks.
-    const Run r = odyssey_train({"run", preset(t, "heads", "max_length: 129\nnproc_per_node: 3\nsequence_parallel_size: 3\nulysses_size: 3\n")});
+    const Run r = odyssey_train(
+        {"run",
+         preset(t, "heads", "max_length: 129\nnproc_per_node: 3\nsequence_parallel_size: 3\nulysses_size: 3\n")});
     QCOMPARE(r.code, 3);
-    QVERIFY2(r.err.contains("does not divide the model's 4 attention heads") || r.out.contains("does not divide the model's 4 attention heads"),
+    QVERIFY2(r.err.contains("does not divide the model's 4 attention heads") ||
+                 r.out.contains("does not divide the model's 4 attention heads"),
              qPrintable(r.err + r.out));
     QVERIFY(QDir(t.filePath("out-heads")).entryList(QDir::Dirs | QDir::NoDotAndDotDot).isEmpty());
   }

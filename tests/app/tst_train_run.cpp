@@ -57,7 +57,8 @@ Run odyssey_train(const QStringList& args, int timeout_ms = 240000) {
 // The one run directory under `output`.
 QString run_dir(const QString& output) {
   const QStringList runs = QDir(output).entryList(QDir::Dirs | QDir::NoDotAndDotDot);
-  if (runs.size() != 1) qFatal("expected one run directory in %s, found %lld", qPrintable(output), static_cast<long long>(runs.size()));
+  if (runs.size() != 1)
+    qFatal("expected one run directory in %s, found %lld", qPrintable(output), static_cast<long long>(runs.size()));
   return output + "/" + runs.front();
 }
 
@@ -90,28 +91,31 @@ QString lora_preset(const QTemporaryDir& tmp, const QString& extra = {}, bool fu
   const QString p = tmp.filePath("lora.yaml");
   QFile f(p);
   if (!f.open(QIODevice::WriteOnly)) qFatal("cannot write %s", qPrintable(p));
-  const QString text = "model: " + src("resources/quickstart/model") +
-                       "\n"
-                       "template: chatml\n"
-                       "system: \"You answer with the result only.\"\n"
-                       "dataset: [" + src("resources/quickstart/data/train.jsonl") + "#400]\n"
-                       "split_dataset_ratio: 0.05\n"
-                       "max_length: 128\n"
-                       "packing: true\n"
-                       + QString(full ? "tuner_type: full\n"
-                                      : "tuner_type: lora\nlora_rank: 4\nlora_alpha: 8\nlora_dropout: 0.1\n") +
-                       "learning_rate: 0.005\n"
-                       "warmup_steps: 1\n"
-                       "max_steps: 6\n"
-                       "per_device_train_batch_size: 2\n"
-                       "gradient_accumulation_steps: 2\n"
-                       "activation_checkpointing: every:2\n"
-                       "device: cpu\n"
-                       "torch_dtype: float32\n"
-                       "logging_steps: 1\n"
-                       "save_steps: 3\n"
-                       "save_total_limit: 0\n"
-                       "output_dir: " + tmp.filePath("out") + "\n" + extra;
+  const QString text =
+      "model: " + src("resources/quickstart/model") +
+      "\n"
+      "template: chatml\n"
+      "system: \"You answer with the result only.\"\n"
+      "dataset: [" +
+      src("resources/quickstart/data/train.jsonl") +
+      "#400]\n"
+      "split_dataset_ratio: 0.05\n"
+      "max_length: 128\n"
+      "packing: true\n" +
+      QString(full ? "tuner_type: full\n" : "tuner_type: lora\nlora_rank: 4\nlora_alpha: 8\nlora_dropout: 0.1\n") +
+      "learning_rate: 0.005\n"
+      "warmup_steps: 1\n"
+      "max_steps: 6\n"
+      "per_device_train_batch_size: 2\n"
+      "gradient_accumulation_steps: 2\n"
+      "activation_checkpointing: every:2\n"
+      "device: cpu\n"
+      "torch_dtype: float32\n"
+      "logging_steps: 1\n"
+      "save_steps: 3\n"
+      "save_total_limit: 0\n"
+      "output_dir: " +
+      tmp.filePath("out") + "\n" + extra;
   f.write(text.toUtf8());
   return p;
 }
@@ -225,9 +229,10 @@ class TstTrainRun : public QObject {
     const double first = steps.front().value("loss").toDouble();
     double last10 = 0;
     for (int i = 90; i < 100; ++i) last10 += steps[i].value("loss").toDouble() / 10;
-    qInfo("quickstart: 100 steps in %.1f s (process wall time); loss %.4f at step 1, %.4f at step 100, mean of "
-          "the last 10 steps %.4f",
-          r.seconds, first, steps.back().value("loss").toDouble(), last10);
+    qInfo(
+        "quickstart: 100 steps in %.1f s (process wall time); loss %.4f at step 1, %.4f at step 100, mean of "
+        "the last 10 steps %.4f",
+        r.seconds, first, steps.back().value("loss").toDouble(), last10);
     QVERIFY(first > 6.5);           // ln(1024) = 6.93: a random model
     QVERIFY(last10 < first - 3.0);  // clearly falling
     const auto evals = events(dir, "eval");
@@ -313,7 +318,8 @@ class TstTrainRun : public QObject {
     const QString dir = run_dir(tmp.filePath("out"));
     QCOMPARE(events(dir, "step").size(), 2);
     const QByteArray config = bytes(dir + "/config.yaml");
-    QVERIFY2(config.contains("# model Odyssey/Quickstart-0.5@v1: Hugging Face cache " + snap.toUtf8()), config.constData());
+    QVERIFY2(config.contains("# model Odyssey/Quickstart-0.5@v1: Hugging Face cache " + snap.toUtf8()),
+             config.constData());
     QVERIFY2(config.contains("\nmodel: " + snap.toUtf8() + "\n"), config.constData());
     QVERIFY2(config.contains("\nmodel_revision: " + commit.toUtf8() + "\n"), config.constData());
     const Run again = odyssey_train({"validate", "--check-files", dir + "/config.yaml"});
@@ -349,8 +355,8 @@ class TstTrainRun : public QObject {
     QStringList fixtures;
     for (const char* d : {"presets", "tests/fuzz/corpus/fuzz_preset_loader"})
       for (const QString& f : QDir(src(d)).entryList({"*.yaml"}, QDir::Files)) fixtures << src(d) + "/" + f;
-    const QString quick = QString::fromUtf8(bytes(src("presets/quickstart.yaml")))
-                              .replace("../resources/", src("resources/") + "/");
+    const QString quick =
+        QString::fromUtf8(bytes(src("presets/quickstart.yaml"))).replace("../resources/", src("resources/") + "/");
     for (const char* tmpl : {"auto", "chatml", "qwen2_5", "qwen3", "llama3", "llama3_1"})
       for (const char* tuner : {"full", "lora"}) {
         QString t = quick;
@@ -397,7 +403,7 @@ class TstTrainRun : public QObject {
     QCOMPARE(sb.size(), 3);
     for (int i = 0; i < 3; ++i) {
       QCOMPARE(sb[i].value("step").toInt(), 4 + i);
-      QCOMPARE(sb[i].value("loss").toDouble(), sa[3 + i].value("loss").toDouble());      // bit-identical
+      QCOMPARE(sb[i].value("loss").toDouble(), sa[3 + i].value("loss").toDouble());  // bit-identical
       QCOMPARE(sb[i].value("grad_norm").toDouble(), sa[3 + i].value("grad_norm").toDouble());
     }
     QCOMPARE(bytes(db + "/checkpoints/checkpoint-6/adapter_model.safetensors"),
@@ -434,24 +440,28 @@ class TstTrainRun : public QObject {
     QVERIFY2(whole.code == 0, qPrintable(whole.err + whole.out.right(2000)));
     const QString da = run_dir(a.filePath("out"));
     const QJsonObject opt = events(da, "run_start").front().value("optimizer").toObject();
-    QCOMPARE(opt.value("name").toString(), quantized ? QStringLiteral("q_galore_adamw8bit") : QStringLiteral("galore_adamw"));
+    QCOMPARE(opt.value("name").toString(),
+             quantized ? QStringLiteral("q_galore_adamw8bit") : QStringLiteral("galore_adamw"));
     QVERIFY(opt.value("state_bytes").toDouble() > 0);
     const auto sa = events(da, "step");
     QCOMPARE(sa.size(), 6);
     QVERIFY(sa.back().value("loss").toDouble() < sa.front().value("loss").toDouble());
     const QString ckpt3 = da + "/checkpoints/checkpoint-3";
-    const Run resumed = odyssey_train({"run", lora_preset(b, galore + "resume_from_checkpoint: " + ckpt3 + "\n", true)});
+    const Run resumed =
+        odyssey_train({"run", lora_preset(b, galore + "resume_from_checkpoint: " + ckpt3 + "\n", true)});
     QVERIFY2(resumed.code == 0, qPrintable(resumed.err + resumed.out.right(2000)));
     const QString db = run_dir(b.filePath("out"));
     const auto sb = events(db, "step");
     QCOMPARE(sb.size(), 3);
     for (int i = 0; i < 3; ++i) QCOMPARE(sb[i].value("loss").toDouble(), sa[3 + i].value("loss").toDouble());
-    QCOMPARE(bytes(db + "/checkpoints/checkpoint-6/model.safetensors"), bytes(da + "/checkpoints/checkpoint-6/model.safetensors"));
+    QCOMPARE(bytes(db + "/checkpoints/checkpoint-6/model.safetensors"),
+             bytes(da + "/checkpoints/checkpoint-6/model.safetensors"));
     QCOMPARE(bytes(db + "/checkpoints/checkpoint-6/optimizer.safetensors"),
              bytes(da + "/checkpoints/checkpoint-6/optimizer.safetensors"));
-    qInfo("%s: losses %.4f -> %.4f over 6 steps; resumed from step 3, steps 4-6 and the step-6 weights and optimizer "
-          "state are identical",
-          quantized ? "Q-GaLore" : "GaLore", sa.front().value("loss").toDouble(), sa.back().value("loss").toDouble());
+    qInfo(
+        "%s: losses %.4f -> %.4f over 6 steps; resumed from step 3, steps 4-6 and the step-6 weights and optimizer "
+        "state are identical",
+        quantized ? "Q-GaLore" : "GaLore", sa.front().value("loss").toDouble(), sa.back().value("loss").toDouble());
   }
 
   void galoreRankTooLargeFailsBeforeTraining() {
@@ -505,8 +515,8 @@ class TstTrainRun : public QObject {
   void nanLossFails() {
     QTemporaryDir tmp;
     // Full fine-tuning at learning rate 10 without clipping overflows within a few steps.
-    const Run r = odyssey_train(
-        {"run", lora_preset(tmp, {}, true), "--set", "learning_rate=10", "--set", "max_grad_norm=0", "--set", "max_steps=60"});
+    const Run r = odyssey_train({"run", lora_preset(tmp, {}, true), "--set", "learning_rate=10", "--set",
+                                 "max_grad_norm=0", "--set", "max_steps=60"});
     QCOMPARE(r.code, 1);
     const QString dir = run_dir(tmp.filePath("out"));
     const QJsonObject st = status(dir);
@@ -542,7 +552,7 @@ class TstTrainRun : public QObject {
     // Data that passes the file check but leaves nothing once tokenized (every sample longer
     // than max_length, dropped): the run starts, then fails.
     const Run r = odyssey_train({"run", lora_preset(tmp), "--set", "max_length=16", "--set", "packing=false", "--set",
-                                "truncation_strategy=delete"});
+                                 "truncation_strategy=delete"});
     qInfo("failed run: exit %d; stderr: %s", r.code, qPrintable(r.err.trimmed().right(400)));
     QCOMPARE(r.code, 1);
     const QString reason = status(run_dir(tmp.filePath("out"))).value("reason").toString();
@@ -579,15 +589,19 @@ class TstTrainRun : public QObject {
   // once to stderr. Before: the writers kept writing into the renamed file (or ignored the
   // error) and the run ended "completed", exit 0.
   void replacedRunFileFailsTheRun_data() {
-    QTest::addColumn<QStringList>("files");       // relative to the run directory
-    QTest::addColumn<QString>("replacement");     // "dir" or a symlink target
-    QTest::addColumn<QString>("named");           // what the reason names (a pattern)
-    QTest::newRow("events.jsonl -> /dev/full") << QStringList{"events.jsonl"} << "/dev/full" << "events.jsonl";
-    QTest::newRow("events.jsonl -> directory") << QStringList{"events.jsonl"} << "dir" << "events.jsonl";
-    QTest::newRow("status.json -> directory") << QStringList{"status.json"} << "dir" << "status.json";
-    QTest::newRow("rank-0.log -> /dev/full") << QStringList{"logs/rank-0.log"} << "/dev/full" << "rank-0.log";
-    QTest::newRow("events and status -> directories")
-        << QStringList{"events.jsonl", "status.json"} << "dir" << "events.jsonl|status.json";  // whichever fails first
+    QTest::addColumn<QStringList>("files");    // relative to the run directory
+    QTest::addColumn<QString>("replacement");  // "dir" or a symlink target
+    QTest::addColumn<QString>("named");        // what the reason names (a pattern)
+    QTest::newRow("events.jsonl -> /dev/full") << QStringList{"events.jsonl"} << "/dev/full"
+                                               << "events.jsonl";
+    QTest::newRow("events.jsonl -> directory") << QStringList{"events.jsonl"} << "dir"
+                                               << "events.jsonl";
+    QTest::newRow("status.json -> directory") << QStringList{"status.json"} << "dir"
+                                              << "status.json";
+    QTest::newRow("rank-0.log -> /dev/full") << QStringList{"logs/rank-0.log"} << "/dev/full"
+                                             << "rank-0.log";
+    QTest::newRow("events and status -> directories") << QStringList{"events.jsonl", "status.json"} << "dir"
+                                                      << "events.jsonl|status.json";  // whichever fails first
   }
   void replacedRunFileFailsTheRun() {
     QFETCH(QStringList, files);
@@ -595,7 +609,8 @@ class TstTrainRun : public QObject {
     QFETCH(QString, named);
     QTemporaryDir tmp;
     LiveRun run;
-    run.start({"run", lora_preset(tmp), "--set", "max_steps=100000", "--set", "save_steps=100000"}, tmp.filePath("out"));
+    run.start({"run", lora_preset(tmp), "--set", "max_steps=100000", "--set", "save_steps=100000"},
+              tmp.filePath("out"));
     const QString dir = run.dir();
     QVERIFY(!dir.isEmpty());
     QVERIFY(run.wait_for_step(dir, 3));
@@ -650,7 +665,8 @@ class TstTrainRun : public QObject {
   void fileSizeLimitLeavesNoHalfLine() {
     QTemporaryDir tmp;
     LiveRun run;
-    run.start({"run", lora_preset(tmp), "--set", "max_steps=100000", "--set", "save_steps=100000"}, tmp.filePath("out"));
+    run.start({"run", lora_preset(tmp), "--set", "max_steps=100000", "--set", "save_steps=100000"},
+              tmp.filePath("out"));
     const QString dir = run.dir();
     QVERIFY(!dir.isEmpty());
     QVERIFY(run.wait_for_step(dir, 3));
@@ -753,8 +769,8 @@ class TstTrainRun : public QObject {
     QCOMPARE(ei, evals.size());
     // Resumed from checkpoint-3: the new run's checkpoint-6 holds the whole history again.
     QTemporaryDir b;
-    const Run resumed = odyssey_train(
-        {"run", lora_preset(b, "resume_from_checkpoint: " + dir + "/checkpoints/checkpoint-3\n")});
+    const Run resumed =
+        odyssey_train({"run", lora_preset(b, "resume_from_checkpoint: " + dir + "/checkpoints/checkpoint-3\n")});
     QVERIFY2(resumed.code == 0, qPrintable(resumed.err + resumed.out.right(2000)));
     const QJsonObject again = oracle(run_dir(b.filePath("out")) + "/checkpoints/checkpoint-6");
     QCOMPARE(again.value("global_step").toInt(), 6);
@@ -768,8 +784,9 @@ class TstTrainRun : public QObject {
     QVERIFY(QDir().mkpath(theirs));
     for (const char* f : {"adapter_config.json", "adapter_model.safetensors"})
       QFile::copy(dir + "/checkpoints/checkpoint-6/" + f, theirs + "/" + f);
-    write_file(theirs + "/trainer_state.json",
-               R"({"best_metric": null, "epoch": 1.0, "global_step": 500, "log_history": [{"epoch": 0.5, "loss": 1.2, "step": 250}],
+    write_file(
+        theirs + "/trainer_state.json",
+        R"({"best_metric": null, "epoch": 1.0, "global_step": 500, "log_history": [{"epoch": 0.5, "loss": 1.2, "step": 250}],
                    "logging_steps": 10, "max_steps": 500, "save_steps": 500, "train_batch_size": 4})");
     const QString preset = lora_preset(b, "resume_from_checkpoint: " + theirs + "\n");
     const Run v = odyssey_train({"validate", preset});
@@ -783,10 +800,9 @@ class TstTrainRun : public QObject {
   }
 
   // adapters: (ms-swift's --adapters) starts a new run from an existing PEFT adapter: with a
-  // learning rate of 1e-30 (no fp32 weight moves) the new run's checkpoint holds exactly the adapter it started from, and
-  // its first step's loss is the trained adapter's, below the fresh one's on the same batch.
-  // An adapter of another rank is refused by validate, naming both settings. report_to: [none]
-  // writes no TensorBoard files.
+  // learning rate of 1e-30 (no fp32 weight moves) the new run's checkpoint holds exactly the adapter it started from,
+  // and its first step's loss is the trained adapter's, below the fresh one's on the same batch. An adapter of another
+  // rank is refused by validate, naming both settings. report_to: [none] writes no TensorBoard files.
   void adaptersStartFromAnExistingAdapter() {
     QTemporaryDir a;
     const Run first = odyssey_train({"run", lora_preset(a)});
@@ -794,23 +810,28 @@ class TstTrainRun : public QObject {
     const QString from = run_dir(a.filePath("out")) + "/checkpoints/checkpoint-6";
     QTemporaryDir b;
     const Run cont = odyssey_train({"run", lora_preset(b, "adapters: [" + from + "]\nreport_to: [none]\n"), "--set",
-                                    "learning_rate=1e-30", "--set", "max_steps=1", "--set", "save_steps=1", "--set", "warmup_steps=0"});
+                                    "learning_rate=1e-30", "--set", "max_steps=1", "--set", "save_steps=1", "--set",
+                                    "warmup_steps=0"});
     QVERIFY2(cont.code == 0, qPrintable(cont.err + cont.out.right(2000)));
     QVERIFY2(cont.out.contains("adapter weights loaded from " + from), qPrintable(cont.out.right(2000)));
     const QString dir = run_dir(b.filePath("out"));
-    QCOMPARE(bytes(dir + "/checkpoints/checkpoint-1/adapter_model.safetensors"), bytes(from + "/adapter_model.safetensors"));
+    QCOMPARE(bytes(dir + "/checkpoints/checkpoint-1/adapter_model.safetensors"),
+             bytes(from + "/adapter_model.safetensors"));
     const double fresh = events(run_dir(a.filePath("out")), "step").front().value("loss").toDouble();
     const double continued = events(dir, "step").front().value("loss").toDouble();
-    QVERIFY2(continued < fresh - 0.1, qPrintable(QString("first-step loss %1 from the adapter, %2 fresh").arg(continued).arg(fresh)));
+    QVERIFY2(continued < fresh - 0.1,
+             qPrintable(QString("first-step loss %1 from the adapter, %2 fresh").arg(continued).arg(fresh)));
     QVERIFY(QDir(dir + "/tensorboard").entryList({"events.out.tfevents.*"}, QDir::Files).isEmpty());
-    QVERIFY(!QDir(run_dir(a.filePath("out")) + "/tensorboard").entryList({"events.out.tfevents.*"}, QDir::Files).isEmpty());
+    QVERIFY(
+        !QDir(run_dir(a.filePath("out")) + "/tensorboard").entryList({"events.out.tfevents.*"}, QDir::Files).isEmpty());
 
     QTemporaryDir c;
     const QString other = lora_preset(c, "adapters: [" + from + "]\n");
     const Run v = odyssey_train({"validate", other, "--set", "lora_rank=8"});
     QCOMPARE(v.code, 3);
-    QVERIFY2((v.out + v.err).contains("adapter_config.json was trained with other LoRA settings; set lora_rank: 4 "
-                                      "(the preset has 8)"),
+    QVERIFY2((v.out + v.err)
+                 .contains("adapter_config.json was trained with other LoRA settings; set lora_rank: 4 "
+                           "(the preset has 8)"),
              qPrintable(v.out + v.err));
   }
 
@@ -850,7 +871,8 @@ class TstTrainRun : public QObject {
     QByteArray adapter = bytes(flipped + "/adapter_model.safetensors");
     adapter[adapter.size() - 5] = static_cast<char>(adapter[adapter.size() - 5] ^ 0x40);
     write_file(flipped + "/adapter_model.safetensors", adapter);
-    cases.append({"byte changed", flipped, {"adapter_model.safetensors", "files.adapter_model.safetensors.checksum64"}});
+    cases.append(
+        {"byte changed", flipped, {"adapter_model.safetensors", "files.adapter_model.safetensors.checksum64"}});
     // 4. The optimizer state cut short.
     const QString cut = base + "/cut/checkpoint-3";
     copy_dir(ckpt3, cut);
@@ -864,7 +886,8 @@ class TstTrainRun : public QObject {
       qInfo("resume from %s: exit %d; %s", qPrintable(k.name), r.code,
             qPrintable(all.mid(all.indexOf("failed: "), 400).trimmed()));
       QCOMPARE(r.code, 1);
-      for (const QString& e : k.expected) QVERIFY2(all.contains(e), qPrintable(k.name + ": no " + e + " in\n" + all.right(2000)));
+      for (const QString& e : k.expected)
+        QVERIFY2(all.contains(e), qPrintable(k.name + ": no " + e + " in\n" + all.right(2000)));
       QVERIFY(events(run_dir(b.filePath("out")), "step").isEmpty());
     }
   }

@@ -67,8 +67,9 @@ class TstChatTemplate : public QObject {
 
   void need_fixtures() {
     if (QStringLiteral(ODYSSEY_PYTHON).isEmpty())
-      QSKIP("ODYSSEY_PYTHON is empty: configure with -DODYSSEY_PYTHON=<python with the pinned transformers and "
-            "tokenizers> to run the parity tests against Hugging Face");
+      QSKIP(
+          "ODYSSEY_PYTHON is empty: configure with -DODYSSEY_PYTHON=<python with the pinned transformers and "
+          "tokenizers> to run the parity tests against Hugging Face");
     if (dir_.isEmpty()) {
       QString error;
       dir_ = fixtures(&error);
@@ -231,7 +232,8 @@ void TstChatTemplate::brokenToolUseTemplateIsAnError() {
   json cfg = json::parse(cfg_in);
   const std::string def((std::istreambuf_iterator<char>(tpl_in)), std::istreambuf_iterator<char>());
   auto write = [&](const std::string& tool_use) {
-    cfg["chat_template"] = json::array({{{"name", "default"}, {"template", def}}, {{"name", "tool_use"}, {"template", tool_use}}});
+    cfg["chat_template"] =
+        json::array({{{"name", "default"}, {"template", def}}, {{"name", "tool_use"}, {"template", tool_use}}});
     std::ofstream(dst + "tokenizer_config.json") << cfg.dump();
     auto tok = Tokenizer::load(dst);
     if (!tok.ok()) qFatal("%s", format_all(tok.diagnostics).c_str());

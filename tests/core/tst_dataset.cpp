@@ -66,7 +66,8 @@ bool contains(const Diagnostics& d, const std::string& needle) {
 }
 
 std::size_t count_of(const Diagnostics& d, Severity s) {
-  return static_cast<std::size_t>(std::count_if(d.begin(), d.end(), [&](const Diagnostic& x) { return x.severity == s; }));
+  return static_cast<std::size_t>(
+      std::count_if(d.begin(), d.end(), [&](const Diagnostic& x) { return x.severity == s; }));
 }
 
 json msg(const char* role, const char* content) { return {{"role", role}, {"content", content}}; }
@@ -78,7 +79,8 @@ std::string alpaca(const std::string& instruction, const std::string& output, co
 }
 
 std::string messages_line(const std::string& user, const std::string& answer) {
-  json j = {{"messages", json::array({{{"role", "user"}, {"content", user}}, {{"role", "assistant"}, {"content", answer}}})}};
+  json j = {
+      {"messages", json::array({{{"role", "user"}, {"content", user}}, {{"role", "assistant"}, {"content", answer}}})}};
   return j.dump() + "\n";
 }
 
@@ -208,11 +210,13 @@ void TstDataset::formats() {
   // ShareGPT: human/user, gpt/assistant, a system key or a first system turn; UTF-8 kept.
   std::string g;
   g += json({{"system", "Be brief."},
-             {"conversations", json::array({turn("human", "Hi \xE4\xBD\xA0\xE5\xA5\xBD"), turn("gpt", "Hello \xF0\x9F\x98\x80"),
-                                            turn("user", "Bye"), turn("assistant", "Bye!")})}})
+             {"conversations",
+              json::array({turn("human", "Hi \xE4\xBD\xA0\xE5\xA5\xBD"), turn("gpt", "Hello \xF0\x9F\x98\x80"),
+                           turn("user", "Bye"), turn("assistant", "Bye!")})}})
            .dump() +
        "\r\n";  // CRLF
-  g += json({{"conversations", json::array({turn("system", "S"), turn("human", "U"), turn("gpt", "A")})}}).dump() + "\n";
+  g +=
+      json({{"conversations", json::array({turn("system", "S"), turn("human", "U"), turn("gpt", "A")})}}).dump() + "\n";
   const std::string gp = write("fmt/sharegpt.jsonl", g);
   r = read_dataset_file(gp);
   QVERIFY2(r.ok(), format_all(r.diagnostics).c_str());
@@ -231,8 +235,8 @@ void TstDataset::formats() {
 
   // messages (OpenAI style), with a system message; a UTF-8 BOM is ignored.
   std::string mm = "\xEF\xBB\xBF";
-  mm += json({{"messages", json::array({msg("system", "S"), msg("user", "U1"), msg("assistant", "A1"), msg("user", "U2"),
-                                        msg("assistant", "A2")})}})
+  mm += json({{"messages", json::array({msg("system", "S"), msg("user", "U1"), msg("assistant", "A1"),
+                                        msg("user", "U2"), msg("assistant", "A2")})}})
             .dump() +
         "\n";
   json withReasoning = {{"messages", json::array({msg("user", "U"), msg("assistant", "A")})}};
@@ -262,8 +266,7 @@ void TstDataset::jsonArray() {
   arr.push_back({{"messages", json::array({msg("user", "U0"), msg("assistant", "A0")})}});
   arr.push_back({{"messages", json::array({msg("user", "U1"), msg("assistant", "A1")})}});
   arr.push_back({{"messages", json::array({msg("assistant", "A"), msg("user", "U")})}});  // bad order
-  for (int i = 0; i < 97; ++i)
-    arr.push_back({{"messages", json::array({msg("user", "U"), msg("assistant", "A")})}});
+  for (int i = 0; i < 97; ++i) arr.push_back({{"messages", json::array({msg("user", "U"), msg("assistant", "A")})}});
   const std::string path = write("arr/data.json", arr.dump(2));
   LoadOptions o;
   o.max_bad_sample_ratio = 0.05;
@@ -281,7 +284,8 @@ void TstDataset::jsonArray() {
   const std::string broken = write("arr/broken.json", "[\n  {\"messages\": []},\n  {\"messages\" []}\n]\n");
   r = read_dataset_file(broken);
   QVERIFY(!r.ok());
-  QVERIFY2(contains(r.diagnostics, broken + ":3:15: error: not a valid JSON array: syntax error"), format_all(r.diagnostics).c_str());
+  QVERIFY2(contains(r.diagnostics, broken + ":3:15: error: not a valid JSON array: syntax error"),
+           format_all(r.diagnostics).c_str());
   const std::string empty = write("arr/empty.json", " [ ] ");
   r = read_dataset_file(empty);
   QVERIFY(!r.ok());
@@ -302,7 +306,8 @@ void TstDataset::mixedFormats() {
   QVERIFY(!r.ok());
   QCOMPARE(r.value.report.format, std::string("alpaca"));
   QCOMPARE(r.value.report.malformed, std::int64_t{2});
-  QVERIFY2(contains(r.diagnostics, path + ": error: 2 of 4 records (50%) are malformed, more than max_bad_sample_ratio 0.01"),
+  QVERIFY2(contains(r.diagnostics,
+                    path + ": error: 2 of 4 records (50%) are malformed, more than max_bad_sample_ratio 0.01"),
            format_all(r.diagnostics).c_str());
   QVERIFY(contains(r.diagnostics, path + ":3: error: this record is in sharegpt format, but the file is alpaca "
                                          "(detected from line 1); a file holds one format"));
@@ -314,7 +319,8 @@ void TstDataset::mixedFormats() {
   r = read_dataset_file(later, o);
   QVERIFY2(r.ok(), format_all(r.diagnostics).c_str());
   QCOMPARE(r.value.report.format, std::string("alpaca"));
-  QVERIFY(contains(r.diagnostics, later + ":1: warning: messages: expected an array of {role, content} messages, found number"));
+  QVERIFY(contains(r.diagnostics,
+                   later + ":1: warning: messages: expected an array of {role, content} messages, found number"));
 }
 
 void TstDataset::malformedRecords() {
@@ -337,7 +343,8 @@ void TstDataset::malformedRecords() {
        "messages[1].role: a system turn is only allowed first"},
       {json({{"messages", json::array({{{"content", "u"}}, msg("assistant", "a")})}}).dump(),
        "messages[0].role: missing; expected a string"},
-      {"{\"messages\": [{\"role\": \"user\", \"content\": \"bad \xFF byte\"}, {\"role\": \"assistant\", \"content\": \"a\"}]}",
+      {"{\"messages\": [{\"role\": \"user\", \"content\": \"bad \xFF byte\"}, {\"role\": \"assistant\", \"content\": "
+       "\"a\"}]}",
        ":50:48: warning: invalid UTF-8 (byte 0xFF); the file must be UTF-8"},
       // Deep nesting would overflow the JSON parser's stack: refused before it parses.
       {"{\"messages\": " + std::string(100000, '[') + std::string(100000, ']') + "}",
@@ -353,7 +360,8 @@ void TstDataset::malformedRecords() {
   QCOMPARE(r.value.report.lines, std::int64_t{51});
   QCOMPARE(r.value.report.samples, std::int64_t{40});
   QCOMPARE(r.value.report.malformed, std::int64_t{11});
-  QVERIFY(contains(r.diagnostics, path + ": warning: skipped 11 malformed of 51 records (within max_bad_sample_ratio 0.25)"));
+  QVERIFY(contains(r.diagnostics,
+                   path + ": warning: skipped 11 malformed of 51 records (within max_bad_sample_ratio 0.25)"));
   for (std::size_t k = 0; k < bad.size(); ++k) {
     const std::string where = path + ":" + std::to_string(41 + k) + ":";
     QVERIFY2(contains(r.diagnostics, bad[k].second), (bad[k].second + "\n" + format_all(r.diagnostics)).c_str());
@@ -364,7 +372,10 @@ void TstDataset::malformedRecords() {
   // Other formats' checks.
   std::string g;
   g += json({{"conversations", json::array({turn("human", "x"), turn("bot", "y")})}}).dump() + "\n";
-  g += json({{"system", "s"}, {"conversations", json::array({turn("system", "x"), turn("human", "y"), turn("gpt", "z")})}}).dump() + "\n";
+  g += json({{"system", "s"},
+             {"conversations", json::array({turn("system", "x"), turn("human", "y"), turn("gpt", "z")})}})
+           .dump() +
+       "\n";
   g += json({{"conversations", "text"}}).dump() + "\n";
   g += json({{"conversations", json::array({turn("human", "x"), turn("gpt", "y")})}}).dump() + "\n";
   g += alpaca("only", "") + json({{"instruction", 3}, {"output", "x"}}).dump() + "\n" +
@@ -374,9 +385,11 @@ void TstDataset::malformedRecords() {
   r = read_dataset_file(gp, o);
   QVERIFY2(r.ok(), format_all(r.diagnostics).c_str());
   QCOMPARE(r.value.report.samples, std::int64_t{1});
-  QVERIFY(contains(r.diagnostics, gp + ":1: warning: conversations[1].from: found 'bot'; expected human, user, gpt, assistant, system, function_call or observation"));
+  QVERIFY(contains(r.diagnostics, gp + ":1: warning: conversations[1].from: found 'bot'; expected human, user, gpt, "
+                                       "assistant, system, function_call or observation"));
   QVERIFY(contains(r.diagnostics, gp + ":2: warning: system: a system prompt is given twice"));
-  QVERIFY(contains(r.diagnostics, gp + ":3: warning: conversations: expected an array of {from, value} turns, found string"));
+  QVERIFY(contains(r.diagnostics,
+                   gp + ":3: warning: conversations: expected an array of {from, value} turns, found string"));
   QVERIFY(contains(r.diagnostics, gp + ":5: warning: this record is in alpaca format, but the file is sharegpt"));
   // As alpaca files, the same records say what alpaca expects.
   const std::string ap = write("malformed_alpaca.jsonl", alpaca("ok", "fine") + alpaca("only", "") +
@@ -404,7 +417,8 @@ void TstDataset::ratioThreshold() {
   QVERIFY(!r.ok());
   QVERIFY(r.value.samples.empty());
   QCOMPARE(r.value.report.malformed, std::int64_t{1});
-  QVERIFY2(contains(r.diagnostics, path + ": error: 1 of 10 records (10%) are malformed, more than max_bad_sample_ratio 0.05 allows"),
+  QVERIFY2(contains(r.diagnostics,
+                    path + ": error: 1 of 10 records (10%) are malformed, more than max_bad_sample_ratio 0.05 allows"),
            format_all(r.diagnostics).c_str());
   QVERIFY(contains(r.diagnostics, path + ":10:2: error: not valid JSON"));
 
@@ -435,7 +449,8 @@ void TstDataset::badFiles() {
   fails(write("bad/empty.jsonl", ""), "the file is empty");
   fails(write("bad/blank.jsonl", "\n  \n\t\n"), "the file is empty");
   fails(write("bad/garbage.jsonl", "hello\nworld\n"), "every record is malformed (2 lines, none a JSON object)");
-  fails(write("bad/unknown.jsonl", "{\"prompt\": \"p\", \"completion\": \"c\"}\n{\"prompt\": \"q\", \"completion\": \"d\"}\n"),
+  fails(write("bad/unknown.jsonl",
+              "{\"prompt\": \"p\", \"completion\": \"c\"}\n{\"prompt\": \"q\", \"completion\": \"d\"}\n"),
         "unknown dataset format: the records have keys 'prompt', 'completion' (line 1); accepted formats: alpaca "
         "{instruction, input?, output, system?, history?}, sharegpt {conversations: [{from, value}], system?}, "
         "messages {messages: [{role, content}]}");
@@ -444,7 +459,8 @@ void TstDataset::badFiles() {
   {
     auto r = read_dataset_file(base + "/novalid.jsonl");
     QVERIFY(contains(r.diagnostics, base + "/novalid.jsonl:1: error: messages: is empty"));
-    QVERIFY(contains(r.diagnostics, base + "/novalid.jsonl:2: error: messages[0].role: the conversation ends with a user turn"));
+    QVERIFY(contains(r.diagnostics,
+                     base + "/novalid.jsonl:2: error: messages[0].role: the conversation ends with a user turn"));
   }
   // Unreadable (only when the permission takes effect: not as root).
   const std::string locked = write("bad/locked.jsonl", messages_line("u", "a"));
@@ -458,14 +474,16 @@ void TstDataset::badFiles() {
   QVERIFY(r.value.samples.empty());
   QCOMPARE(r.value.files.size(), std::size_t{4});
   QVERIFY(contains(r.diagnostics, base + "/missing.jsonl: error: no such file"));
-  QVERIFY(contains(r.diagnostics, "error: dataset: 'good.jsonl#0': the part after '#' must be a positive sample count"));
+  QVERIFY(
+      contains(r.diagnostics, "error: dataset: 'good.jsonl#0': the part after '#' must be a positive sample count"));
   QVERIFY(contains(r.diagnostics, "'good.jsonl#x'"));
   QVERIFY(!load_datasets({}).ok());
 
   // Garbage never crashes the reader: random bytes, JSON fragments, deep nesting.
   std::mt19937 rng(3);
-  const std::vector<std::string> pieces = {"{", "}", "[", "]", "\"", ":", ",", "messages", "role", "content", "user",
-                                           "assistant", "null", "1e999", "\\u0000", "\\ud800", "\xC3", "\n", " "};
+  const std::vector<std::string> pieces = {"{",        "}",       "[",       "]",    "\"",        ":",    ",",
+                                           "messages", "role",    "content", "user", "assistant", "null", "1e999",
+                                           "\\u0000",  "\\ud800", "\xC3",    "\n",   " "};
   std::string junk;
   for (int line = 0; line < 300; ++line) {
     for (int k = 0, n = static_cast<int>(rng() % 30); k < n; ++k) {
@@ -508,8 +526,9 @@ void TstDataset::sampling() {
   QCOMPARE(r.value.samples.size(), std::size_t{45});
   QCOMPARE(r.value.files[0].selected, std::int64_t{45});
   QCOMPARE(r.value.files[0].requested, std::int64_t{45});
-  QVERIFY(contains(r.diagnostics, "warning: #45 asks for more samples than the file's 20: each sample is used 2 time(s) "
-                                  "and 5 more are drawn at random"));
+  QVERIFY(contains(r.diagnostics,
+                   "warning: #45 asks for more samples than the file's 20: each sample is used 2 time(s) "
+                   "and 5 more are drawn at random"));
   std::map<std::string, int> uses;
   for (std::size_t i = 0; i < r.value.samples.size(); ++i) {
     if (i < 40) QCOMPARE(r.value.samples[i].messages[0].content, "q" + std::to_string(i % 20));
@@ -533,8 +552,10 @@ void TstDataset::sampling() {
 void TstDataset::mixing() {
   const std::string a = write("mix/a.jsonl", messages_line("a0", "x") + messages_line("a1", "x"));
   const std::string b = write("mix/b.json", json::array({{{"instruction", "b0"}, {"output", "y"}}}).dump());
-  const std::string c = write("mix/c.jsonl", json({{"conversations", json::array({turn("human", "c0"), turn("gpt", "z")})}}).dump());
-  auto r = load_datasets({"b.json", a, "c.jsonl", "a.jsonl#1"}, LoadOptions{tmp_.path().toStdString() + "/mix", 0.01, 3, 10});
+  const std::string c =
+      write("mix/c.jsonl", json({{"conversations", json::array({turn("human", "c0"), turn("gpt", "z")})}}).dump());
+  auto r = load_datasets({"b.json", a, "c.jsonl", "a.jsonl#1"},
+                         LoadOptions{tmp_.path().toStdString() + "/mix", 0.01, 3, 10});
   QVERIFY2(r.ok(), format_all(r.diagnostics).c_str());
   std::vector<std::string> users;
   for (const auto& s : r.value.samples) users.push_back(s.messages[0].content);
@@ -553,14 +574,17 @@ void TstDataset::mixing() {
   QCOMPARE(r.value.files[3].samples, std::int64_t{2});
   QCOMPARE(r.value.samples[0].origin, b + ":[0]");
   QCOMPARE(r.value.samples[3].origin, c + ":1");
-  auto again = load_datasets({"b.json", a, "c.jsonl", "a.jsonl#1"}, LoadOptions{tmp_.path().toStdString() + "/mix", 0.01, 3, 10});
+  auto again = load_datasets({"b.json", a, "c.jsonl", "a.jsonl#1"},
+                             LoadOptions{tmp_.path().toStdString() + "/mix", 0.01, 3, 10});
   QCOMPARE(again.value.samples.size(), r.value.samples.size());
-  for (std::size_t i = 0; i < r.value.samples.size(); ++i) QVERIFY(same_sample(again.value.samples[i], r.value.samples[i]));
+  for (std::size_t i = 0; i < r.value.samples.size(); ++i)
+    QVERIFY(same_sample(again.value.samples[i], r.value.samples[i]));
   QVERIFY(!same_sample(r.value.samples[0], r.value.samples[1]));
 }
 
 void TstDataset::split() {
-  const std::vector<std::pair<std::size_t, double>> cases = {{10, 0.1}, {10, 0.3}, {2, 0.01}, {2, 0.9}, {1000, 0.05}, {7, 0.5}};
+  const std::vector<std::pair<std::size_t, double>> cases = {{10, 0.1}, {10, 0.3},    {2, 0.01},
+                                                             {2, 0.9},  {1000, 0.05}, {7, 0.5}};
   const std::vector<std::size_t> want = {1, 3, 1, 1, 50, 4};
   for (std::size_t k = 0; k < cases.size(); ++k) {
     std::vector<int> items(cases[k].first);
@@ -595,9 +619,13 @@ void TstDataset::labels() {
   const Tokenizer* qwen = tokenizer("qwen2_5");
   const Tokenizer* llama = tokenizer("llama3");
   const Tokenizer* qwen3 = tokenizer("qwen3");
-  if (!qwen || !llama || !qwen3) QSKIP("needs ODYSSEY_PYTHON with the pinned transformers/tokenizers for the tokenizer fixtures");
+  if (!qwen || !llama || !qwen3)
+    QSKIP("needs ODYSSEY_PYTHON with the pinned transformers/tokenizers for the tokenizer fixtures");
   const std::vector<Sample> samples = {
-      {{{"system", "Be brief.", {}}, {"user", "Hi", {}}, {"assistant", "Hello there!", {}}, {"user", "Bye", {}},
+      {{{"system", "Be brief.", {}},
+        {"user", "Hi", {}},
+        {"assistant", "Hello there!", {}},
+        {"user", "Bye", {}},
         {"assistant", "Goodbye.", {}}},
        "f:1"},
       {{{"user", "What is 2 + 2?", {}}, {"assistant", "4", {}}}, "f:2"},
@@ -622,11 +650,12 @@ void TstDataset::labels() {
     QCOMPARE(c.tok->decode(runs[0]), "Hello there!" + c.end);
     QCOMPARE(c.tok->decode(runs[1]), "Goodbye." + c.end);
     // Not shifted: the token before the first label closes the assistant header.
-    const auto first = static_cast<std::size_t>(std::find_if(s0.labels.begin(), s0.labels.end(), [](std::int32_t l) {
-                                                  return l != kIgnoreIndex;
-                                                }) - s0.labels.begin());
+    const auto first = static_cast<std::size_t>(
+        std::find_if(s0.labels.begin(), s0.labels.end(), [](std::int32_t l) { return l != kIgnoreIndex; }) -
+        s0.labels.begin());
     const std::string before = c.tok->decode(std::span<const std::int32_t>(s0.ids.data(), first));
-    QVERIFY2(before.ends_with(c.end == "<|im_end|>" ? "<|im_start|>assistant\n" : "<|start_header_id|>assistant<|end_header_id|>\n\n"),
+    QVERIFY2(before.ends_with(c.end == "<|im_end|>" ? "<|im_start|>assistant\n"
+                                                    : "<|start_header_id|>assistant<|end_header_id|>\n\n"),
              before.c_str());
     QCOMPARE(c.tok->decode(label_runs(r.value.samples[1])[0]), "4" + c.end);
     const auto& rep = r.value.report;
@@ -635,7 +664,8 @@ void TstDataset::labels() {
     QCOMPARE(rep.lengths.size(), std::size_t{2});
     QCOMPARE(rep.lengths[0], static_cast<std::int32_t>(s0.ids.size()));
     QCOMPARE(rep.total_tokens, static_cast<std::int64_t>(s0.ids.size() + r.value.samples[1].ids.size()));
-    QCOMPARE(rep.label_tokens, static_cast<std::int64_t>(runs[0].size() + runs[1].size() + label_runs(r.value.samples[1])[0].size()));
+    QCOMPARE(rep.label_tokens,
+             static_cast<std::int64_t>(runs[0].size() + runs[1].size() + label_runs(r.value.samples[1])[0].size()));
     QVERIFY(summary(rep).find("2 samples (") != std::string::npos);
     // train_on_all: every token is a label.
     TokenizeOptions all;
@@ -671,7 +701,8 @@ void TstDataset::labels() {
       {{{"user", "2+2?", {}}, {"assistant", "<think>\nadd them\n</think>\n\n4", {}}}, "f:3"}};
   auto t3 = tokenize_samples(thinking, *qwen3, q3.value, TokenizeOptions{});
   QVERIFY2(t3.ok(), format_all(t3.diagnostics).c_str());
-  QCOMPARE(qwen3->decode(label_runs(t3.value.samples[0]).back()), std::string("<think>\nadd them\n</think>\n\n4<|im_end|>"));
+  QCOMPARE(qwen3->decode(label_runs(t3.value.samples[0]).back()),
+           std::string("<think>\nadd them\n</think>\n\n4<|im_end|>"));
   const std::string text = qwen3->decode(r.value.samples[1].ids);
   QVERIFY(text.starts_with("<|im_start|>user\n"));  // no default system prompt
 }
@@ -684,11 +715,13 @@ void TstDataset::defaultSystem() {
                                        {{{"system", "Own.", {}}, {"user", "u", {}}, {"assistant", "a", {}}}, "f:2"}};
   TokenizeOptions o;
   auto plain = tokenize_samples(samples, *qwen, tpl, o);
-  QVERIFY(qwen->decode(plain.value.samples[0].ids).starts_with("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud."));
+  QVERIFY(qwen->decode(plain.value.samples[0].ids)
+              .starts_with("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud."));
   o.system = "Answer briefly.";
   auto with = tokenize_samples(samples, *qwen, tpl, o);
   QVERIFY(with.ok());
-  QVERIFY(qwen->decode(with.value.samples[0].ids).starts_with("<|im_start|>system\nAnswer briefly.<|im_end|>\n<|im_start|>user\nu"));
+  QVERIFY(qwen->decode(with.value.samples[0].ids)
+              .starts_with("<|im_start|>system\nAnswer briefly.<|im_end|>\n<|im_start|>user\nu"));
   QVERIFY(qwen->decode(with.value.samples[1].ids).starts_with("<|im_start|>system\nOwn.<|im_end|>"));
 }
 
@@ -699,9 +732,9 @@ void TstDataset::truncation() {
   std::string long_text;
   for (int i = 0; i < 150; ++i) long_text += "word" + std::to_string(i) + " ";
   const std::vector<Sample> samples = {
-      {{{"user", "Hi", {}}, {"assistant", "Hello", {}}}, "f:1"},           // short
-      {{{"user", long_text, {}}, {"assistant", "Done.", {}}}, "f:2"},      // long question
-      {{{"user", "Q", {}}, {"assistant", long_text, {}}}, "f:3"},          // long answer
+      {{{"user", "Hi", {}}, {"assistant", "Hello", {}}}, "f:1"},       // short
+      {{{"user", long_text, {}}, {"assistant", "Done.", {}}}, "f:2"},  // long question
+      {{{"user", "Q", {}}, {"assistant", long_text, {}}}, "f:3"},      // long answer
   };
   TokenizeOptions o;
   std::vector<TokenizedSample> full;
@@ -718,8 +751,8 @@ void TstDataset::truncation() {
   QCOMPARE(r.value.report.dropped_too_long, std::int64_t{2});
   QCOMPARE(r.value.report.truncated, std::int64_t{0});
   QCOMPARE(r.value.samples[0], full[0]);
-  QVERIFY(contains(r.diagnostics, "warning: max_length: dropped 2 samples longer than max_length " + std::to_string(max) +
-                                      " (truncation_strategy delete); the first: f:2 has " +
+  QVERIFY(contains(r.diagnostics, "warning: max_length: dropped 2 samples longer than max_length " +
+                                      std::to_string(max) + " (truncation_strategy delete); the first: f:2 has " +
                                       std::to_string(full[1].ids.size()) + " tokens"));
 
   o.truncation = Truncation::Left;
@@ -733,8 +766,9 @@ void TstDataset::truncation() {
     QVERIFY(std::equal(s.ids.begin(), s.ids.end(), full[k].ids.end() - max));
     QVERIFY(std::equal(s.labels.begin(), s.labels.end(), full[k].labels.end() - max));
   }
-  QCOMPARE(r.value.report.lengths, (std::vector<std::int32_t>{static_cast<std::int32_t>(full[0].ids.size()),
-                                                              static_cast<std::int32_t>(max), static_cast<std::int32_t>(max)}));
+  QCOMPARE(r.value.report.lengths,
+           (std::vector<std::int32_t>{static_cast<std::int32_t>(full[0].ids.size()), static_cast<std::int32_t>(max),
+                                      static_cast<std::int32_t>(max)}));
 
   o.truncation = Truncation::Right;
   r = tokenize_samples(samples, *qwen, tpl, o);
@@ -744,8 +778,9 @@ void TstDataset::truncation() {
   QCOMPARE(r.value.report.dropped_no_labels, std::int64_t{1});  // the long question leaves no answer token
   QCOMPARE(r.value.samples[1].origin, std::string("f:3"));
   QVERIFY(std::equal(r.value.samples[1].ids.begin(), r.value.samples[1].ids.end(), full[2].ids.begin()));
-  QVERIFY(contains(r.diagnostics, "dropped 1 sample with no token to train on (no assistant token left after right "
-                                  "truncation); the first: f:2"));
+  QVERIFY(contains(r.diagnostics,
+                   "dropped 1 sample with no token to train on (no assistant token left after right "
+                   "truncation); the first: f:2"));
 
   o.truncation = Truncation::Raise;
   r = tokenize_samples(samples, *qwen, tpl, o);
@@ -776,18 +811,21 @@ void TstDataset::templates() {
   QCOMPARE(template_for("llama3_1", *l31, "").value.kind(), ChatTemplateKind::Llama3_1);
   auto r = template_for("mistral", *qwen, "");
   QVERIFY(!r.ok());
-  QVERIFY(contains(r.diagnostics, "error: template: found 'mistral'; expected auto, chatml, qwen2_5, qwen3, llama3 or llama3_1"));
+  QVERIFY(contains(r.diagnostics,
+                   "error: template: found 'mistral'; expected auto, chatml, qwen2_5, qwen3, llama3 or llama3_1"));
   // A template whose special tokens the tokenizer lacks is refused (they would be split into pieces).
   r = template_for("chatml", *gpt2, "");
   QVERIFY(!r.ok());
-  QVERIFY(contains(r.diagnostics, "tokenizer.json: error: template: the chatml template needs the token '<|im_start|>'"));
+  QVERIFY(
+      contains(r.diagnostics, "tokenizer.json: error: template: the chatml template needs the token '<|im_start|>'"));
   r = template_for("llama3", *qwen, "");
   QVERIFY(!r.ok());
   QVERIFY(contains(r.diagnostics, "needs the token '<|start_header_id|>'"));
   // An explicit template other than the model's own works, with a warning.
   r = template_for("llama3", *l31, "");
   QVERIFY(r.ok());
-  QVERIFY(contains(r.diagnostics, "warning: template: the model's own chat template is llama3_1; training with llama3"));
+  QVERIFY(
+      contains(r.diagnostics, "warning: template: the model's own chat template is llama3_1; training with llama3"));
   QVERIFY(!template_for("auto", *gpt2, "gpt2").ok());
 }
 
@@ -1033,7 +1071,8 @@ void TstDataset::damagedCache() {
   write_bytes(file, bytes.substr(0, bytes.size() - 40));
   r = load_tokenized({"train.jsonl"}, lo, *qwen, tpl, to, co);
   QVERIFY(!r.value.from_cache);
-  QVERIFY2(contains(r.diagnostics, file + ": warning: token cache ignored and rebuilt:"), format_all(r.diagnostics).c_str());
+  QVERIFY2(contains(r.diagnostics, file + ": warning: token cache ignored and rebuilt:"),
+           format_all(r.diagnostics).c_str());
   QCOMPARE(r.value.samples, good.value.samples);
   // Foreign files.
   write_bytes(file, std::string(500, 'x'));
@@ -1113,7 +1152,8 @@ void TstDataset::sampleCountBounds() {
   auto n = count_dataset_records(path);
   QVERIFY(n.ok());
   QCOMPARE(n.value, std::int64_t(20));
-  const std::string arr = write("bounds/train.json", "[{\"instruction\": \"a\", \"output\": [1, {\"x\": []}]}, 2, \"s\", null]");
+  const std::string arr =
+      write("bounds/train.json", "[{\"instruction\": \"a\", \"output\": [1, {\"x\": []}]}, 2, \"s\", null]");
   n = count_dataset_records(arr);
   QVERIFY2(n.ok(), format_all(n.diagnostics).c_str());
   QCOMPARE(n.value, std::int64_t(4));
@@ -1138,7 +1178,8 @@ void TstDataset::fifoDatasetIsRefused() {
   };
   auto [t1, r] = within([&] { return read_dataset_file(path); });
   QVERIFY(t1);
-  QVERIFY2(contains(r.diagnostics, path + ": error: is a FIFO (named pipe), not a regular file"), format_all(r.diagnostics).c_str());
+  QVERIFY2(contains(r.diagnostics, path + ": error: is a FIFO (named pipe), not a regular file"),
+           format_all(r.diagnostics).c_str());
   auto [t2, n] = within([&] { return count_dataset_records(path); });
   QVERIFY(t2);
   QVERIFY(!n.ok());
@@ -1177,7 +1218,8 @@ void TstDataset::forgedCacheIdsAreRebuilt() {
     return v;
   };
   auto put32 = [&](std::size_t at, std::int32_t v) {
-    for (int k = 0; k < 4; ++k) b[at + static_cast<std::size_t>(k)] = static_cast<char>((static_cast<std::uint32_t>(v) >> (8 * k)) & 0xFF);
+    for (int k = 0; k < 4; ++k)
+      b[at + static_cast<std::size_t>(k)] = static_cast<char>((static_cast<std::uint32_t>(v) >> (8 * k)) & 0xFF);
   };
   const std::size_t header = 8 + 4 + 64 + 8 + 8 + 8;
   const std::size_t meta = u32(header - 8);  // meta_size (low 32 bits suffice here)
@@ -1210,7 +1252,8 @@ void TstDataset::forgedCacheIdsAreRebuilt() {
 // role tool), ms-swift's agent roles (tool_call, tool_response; tools as a JSON string) and
 // LLaMA-Factory's sharegpt (function_call, observation). All three give the same conversation.
 void TstDataset::toolConversations() {
-  const std::string tools = R"([{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}])";
+  const std::string tools =
+      R"([{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}])";
   const std::string hf = R"({"tools": )" + tools + R"(, "messages": [{"role": "user", "content": "Time?"},
     {"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": "get_time", "arguments": {"tz": "UTC", "a": 1}}}]},
     {"role": "tool", "name": "get_time", "content": "13:05"}, {"role": "assistant", "content": "13:05."}]})";
@@ -1251,7 +1294,8 @@ void TstDataset::toolConversations() {
   // Order and shape errors name the record's key.
   const std::vector<std::pair<std::string, std::string>> bad = {
       {R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": null, "tool_calls": [{"function": {"name": "f"}}]}, {"role": "assistant", "content": "a"}]})",
-       "messages[2].role: expected the result of the tool calls of messages[1] (a tool turn) here, found an assistant turn"},
+       "messages[2].role: expected the result of the tool calls of messages[1] (a tool turn) here, found an assistant "
+       "turn"},
       {R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f"}}]}, {"role": "tool", "content": "r"}]})",
        "messages[2].role: the conversation ends with a tool result"},
       {R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": [{"function": {"arguments": {}}}]}]})",
@@ -1265,7 +1309,8 @@ void TstDataset::toolConversations() {
   };
   std::string file;
   for (const auto& [line, _] : bad) file += line + "\n";
-  file += R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]})" "\n";
+  file += R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]})"
+          "\n";
   const std::string path = write("tools/bad.jsonl", file);
   LoadOptions o;
   o.max_bad_sample_ratio = 1.0;

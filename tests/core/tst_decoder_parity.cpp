@@ -68,8 +68,9 @@ class TstDecoderParity : public QObject {
   void initTestCase() {
     const QString python = QStringLiteral(ODYSSEY_PYTHON);
     if (python.isEmpty())
-      QSKIP("ODYSSEY_PYTHON is empty: configure with -DODYSSEY_PYTHON=<python with transformers 5.17.0, torch, "
-            "safetensors> (setup.sh does) to run the parity tests");
+      QSKIP(
+          "ODYSSEY_PYTHON is empty: configure with -DODYSSEY_PYTHON=<python with transformers 5.17.0, torch, "
+          "safetensors> (setup.sh does) to run the parity tests");
     QVERIFY(tmp_.isValid());
     dir_ = tmp_.path().toStdString();
     QProcess p;
@@ -107,7 +108,8 @@ class TstDecoderParity : public QObject {
   void parity() {
     QFETCH(QString, name);
     const std::string n = name.toStdString();
-    auto loaded = load_causal_lm(dir_ + "/" + n, DecoderOptions{torch::kFloat32, torch::kCPU, AttentionBackend::Auto, false, {}});
+    auto loaded =
+        load_causal_lm(dir_ + "/" + n, DecoderOptions{torch::kFloat32, torch::kCPU, AttentionBackend::Auto, false, {}});
     QVERIFY2(loaded.ok(), format_all(loaded.diagnostics).c_str());
     CausalLM lm = loaded.value.lm;
     auto r = SafetensorsCheckpoint::open(dir_ + "/" + n + ".reference.safetensors");
@@ -130,7 +132,8 @@ class TstDecoderParity : public QObject {
       QVERIFY(stats && !stats->empty());
       const torch::Tensor a = stats->aux_loss();
       const Err ea = compare(a.reshape({1}), ref(R, "aux_loss"));
-      qInfo("%s: aux loss %.8f vs %.8f (rel %.3g)", n.c_str(), a.item<double>(), ref(R, "aux_loss").item<double>(), ea.rel);
+      qInfo("%s: aux loss %.8f vs %.8f (rel %.3g)", n.c_str(), a.item<double>(), ref(R, "aux_loss").item<double>(),
+            ea.rel);
       QVERIFY(ea.rel <= kTolerance);
       stats->grad_scale = hf.router_aux_loss_coef;
       loss = loss + hf.router_aux_loss_coef * a;
@@ -155,7 +158,8 @@ class TstDecoderParity : public QObject {
       have.insert(p.key());
       QVERIFY2(p.value().grad().defined(), p.key().c_str());
       const Err e = compare(p.value().grad(), ref(R, "grad." + p.key()));
-      if (e.rel > kTolerance) qWarning("%s: gradient of %s: max abs %.3g rel %.3g", n.c_str(), p.key().c_str(), e.abs, e.rel);
+      if (e.rel > kTolerance)
+        qWarning("%s: gradient of %s: max abs %.3g rel %.3g", n.c_str(), p.key().c_str(), e.abs, e.rel);
       if (e.rel >= worst.rel) {
         worst = e;
         worst_name = p.key();
@@ -206,7 +210,8 @@ class TstDecoderParity : public QObject {
       auto b = load_causal_lm(out, DecoderOptions{});
       QVERIFY2(b.ok(), format_all(b.diagnostics).c_str());
       auto pb = b.value.lm->named_parameters(true);
-      for (const auto& p : a.value.lm->named_parameters(true)) QVERIFY2(torch::equal(p.value(), pb[p.key()]), p.key().c_str());
+      for (const auto& p : a.value.lm->named_parameters(true))
+        QVERIFY2(torch::equal(p.value(), pb[p.key()]), p.key().c_str());
       auto ck = SafetensorsCheckpoint::open(out);
       QVERIFY(ck.ok());
       QCOMPARE(ck.value.info("lm_head.weight") != nullptr, n == "llama3");  // tied: not written
@@ -219,12 +224,15 @@ class TstDecoderParity : public QObject {
     const QString up = QStringLiteral("model.layers.0.mlp.up_proj.weight");
     QTest::newRow("tensor removed") << "bad_missing" << QStringList{up, "model.safetensors", "missing", "[96, 64]"};
     QTest::newRow("tensor added") << "bad_extra"
-                                  << QStringList{"model.layers.0.mlp.extra_proj.weight", "model.safetensors", "unexpected"};
-    QTest::newRow("shape changed") << "bad_shape" << QStringList{up, "model.safetensors", "[97, 64]", "[96, 64]", "config.json"};
+                                  << QStringList{"model.layers.0.mlp.extra_proj.weight", "model.safetensors",
+                                                 "unexpected"};
+    QTest::newRow("shape changed") << "bad_shape"
+                                   << QStringList{up, "model.safetensors", "[97, 64]", "[96, 64]", "config.json"};
     QTest::newRow("dtype I64") << "bad_dtype" << QStringList{up, "model.safetensors", "I64"};
     QTest::newRow("architecture") << "bad_arch"
-                                  << QStringList{"config.json", "architectures", "MambaForCausalLM", "Qwen2ForCausalLM",
-                                                 "MistralForCausalLM", "Gemma2ForCausalLM", "Phi3ForCausalLM"};
+                                  << QStringList{"config.json",      "architectures",      "MambaForCausalLM",
+                                                 "Qwen2ForCausalLM", "MistralForCausalLM", "Gemma2ForCausalLM",
+                                                 "Phi3ForCausalLM"};
     QTest::newRow("shard truncated") << "bad_truncated" << QStringList{"model-00006-of-00006.safetensors", "truncated"};
     QTest::newRow("MoE: an expert's tensor removed")
         << "bad_moe_missing_expert"
@@ -244,7 +252,8 @@ class TstDecoderParity : public QObject {
     QVERIFY2(a.ok(), format_all(a.diagnostics).c_str());
     QVERIFY2(b.ok(), format_all(b.diagnostics).c_str());
     auto pb = b.value.lm->named_parameters(true);
-    for (const auto& p : a.value.lm->named_parameters(true)) QVERIFY2(torch::equal(p.value(), pb[p.key()]), p.key().c_str());
+    for (const auto& p : a.value.lm->named_parameters(true))
+      QVERIFY2(torch::equal(p.value(), pb[p.key()]), p.key().c_str());
     const std::string out = dir_ + "/qwen3_moe_saved";
     auto saved = save_weights(b.value.lm, out);
     QVERIFY2(saved.ok(), format_all(saved.diagnostics).c_str());
@@ -306,17 +315,24 @@ class TstDecoderParity : public QObject {
     QTest::addColumn<QString>("name");
     QTest::addColumn<QString>("attn");
     QTest::addColumn<QStringList>("experts");  // PEFT target_parameters (MoE)
-    QTest::newRow("mistral") << "mistral" << "sdpa" << QStringList{};
-    QTest::newRow("granite") << "granite" << "sdpa" << QStringList{};
-    QTest::newRow("gemma2") << "gemma2" << "eager" << QStringList{};
-    QTest::newRow("phi3") << "phi3" << "sdpa" << QStringList{};
-    QTest::newRow("gemma3") << "gemma3" << "sdpa" << QStringList{};
+    QTest::newRow("mistral") << "mistral"
+                             << "sdpa" << QStringList{};
+    QTest::newRow("granite") << "granite"
+                             << "sdpa" << QStringList{};
+    QTest::newRow("gemma2") << "gemma2"
+                            << "eager" << QStringList{};
+    QTest::newRow("phi3") << "phi3"
+                          << "sdpa" << QStringList{};
+    QTest::newRow("gemma3") << "gemma3"
+                            << "sdpa" << QStringList{};
     // MoE: LoRA on the stacked experts too (PEFT's ParamWrapper), both parameters (nested) or one.
-    QTest::newRow("qwen3_moe experts") << "qwen3_moe" << "sdpa"
-                                       << QStringList{"mlp.experts.gate_up_proj", "mlp.experts.down_proj"};
-    QTest::newRow("qwen2_moe experts + shared expert") << "qwen2_moe" << "sdpa"
-                                                       << QStringList{"mlp.experts.gate_up_proj", "mlp.experts.down_proj"};
-    QTest::newRow("mixtral down_proj only") << "mixtral" << "sdpa" << QStringList{"experts.down_proj"};
+    QTest::newRow("qwen3_moe experts") << "qwen3_moe"
+                                       << "sdpa" << QStringList{"mlp.experts.gate_up_proj", "mlp.experts.down_proj"};
+    QTest::newRow("qwen2_moe experts + shared expert")
+        << "qwen2_moe"
+        << "sdpa" << QStringList{"mlp.experts.gate_up_proj", "mlp.experts.down_proj"};
+    QTest::newRow("mixtral down_proj only") << "mixtral"
+                                            << "sdpa" << QStringList{"experts.down_proj"};
   }
 
   void adapterLoadsInPeft() {
@@ -324,7 +340,8 @@ class TstDecoderParity : public QObject {
     QFETCH(QString, attn);
     QFETCH(QStringList, experts);
     const std::string n = name.toStdString(), model_dir = dir_ + "/" + n;
-    auto loaded = load_causal_lm(model_dir, DecoderOptions{torch::kFloat32, torch::kCPU, AttentionBackend::Auto, false, {}});
+    auto loaded =
+        load_causal_lm(model_dir, DecoderOptions{torch::kFloat32, torch::kCPU, AttentionBackend::Auto, false, {}});
     QVERIFY2(loaded.ok(), format_all(loaded.diagnostics).c_str());
     CausalLM lm = loaded.value.lm;
     train::LoraSettings s;
@@ -361,8 +378,9 @@ class TstDecoderParity : public QObject {
       return p.exitStatus() == QProcess::NormalExit && p.exitCode() == 0 ? QByteArray() : "FAILED: " + o;
     };
     const QString oracle = QStringLiteral(ODYSSEY_SOURCE_DIR "/tests/reference/peft_oracle.py");
-    QByteArray err = python({oracle, "--attn", attn, QString::fromStdString(model_dir), QString::fromStdString(base + "/adapter"),
-                             QString::fromStdString(in), QString::fromStdString(out)});
+    QByteArray err =
+        python({oracle, "--attn", attn, QString::fromStdString(model_dir), QString::fromStdString(base + "/adapter"),
+                QString::fromStdString(in), QString::fromStdString(out)});
     QVERIFY2(err.isEmpty(), err.constData());
     auto got = SafetensorsFile::open(out);
     QVERIFY(got.ok());
@@ -376,7 +394,8 @@ class TstDecoderParity : public QObject {
     if (!experts.isEmpty()) {
       QVERIFY(cfg.contains("target_parameters"));
       // And back into Odyssey: the adapter on a fresh base gives the same logits.
-      auto fresh = load_causal_lm(model_dir, DecoderOptions{torch::kFloat32, torch::kCPU, AttentionBackend::Auto, false, {}});
+      auto fresh =
+          load_causal_lm(model_dir, DecoderOptions{torch::kFloat32, torch::kCPU, AttentionBackend::Auto, false, {}});
       QVERIFY(fresh.ok());
       const Diagnostics ad = train::attach_adapter(fresh.value.lm, base + "/adapter");
       QVERIFY2(!has_errors(ad), format_all(ad).c_str());
@@ -428,8 +447,8 @@ class TstDecoderParity : public QObject {
     QVERIFY(!y.ok());
     const std::string ey = format_all(y.diagnostics);
     QVERIFY2(contains(ey, "config.json") && contains(ey, "rope_scaling.rope_type") && contains(ey, "proportional") &&
-                 contains(ey, "linear") && contains(ey, "dynamic") && contains(ey, "yarn") && contains(ey, "longrope") &&
-                 contains(ey, "llama3"),
+                 contains(ey, "linear") && contains(ey, "dynamic") && contains(ey, "yarn") &&
+                 contains(ey, "longrope") && contains(ey, "llama3"),
              ey.c_str());
     // Bundled shapes in their hub forms: Gemma-3 (4.x: rope_local_base_freq for the sliding
     // layers, rope_scaling linear x8 for the full ones) and Phi-3.5-mini (longrope, 48 factors,

@@ -143,8 +143,8 @@ class TstEventLog : public QObject {
     int n = 0;
     while (std::getline(a, la) && std::getline(b, lb)) {
       ++n;
-      QVERIFY2(la == lb, qPrintable(QString("golden.jsonl line %1 differs:\n want %2\n got  %3")
-                                       .arg(n).arg(q(la)).arg(q(lb))));
+      QVERIFY2(la == lb,
+               qPrintable(QString("golden.jsonl line %1 differs:\n want %2\n got  %3").arg(n).arg(q(la)).arg(q(lb))));
     }
     QCOMPARE(q(got), q(want));  // also catches a missing golden file and a line count change
   }
@@ -379,7 +379,7 @@ class TstEventLog : public QObject {
     QVERIFY(w.value.write(StageEvent{0, 0, "load_model", "before the limit"}).empty());
     const std::string before = slurp(path);
     void (*old_handler)(int) = std::signal(SIGXFSZ, SIG_IGN);  // EFBIG instead of the signal
-    rlimit old {};
+    rlimit old{};
     QVERIFY(::getrlimit(RLIMIT_FSIZE, &old) == 0);
     rlimit lim = old;
     lim.rlim_cur = before.size() + 10;

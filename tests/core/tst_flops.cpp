@@ -128,8 +128,7 @@ class TestFlops : public QObject {
       const StepFlops l = training_step_flops(m, s, lora);
       QCOMPARE(l.attention_forward, a.attention_forward);
       QCOMPARE(a.backward - 2.0 * (a.linear_forward + a.lm_head_forward), 2.0 * a.attention_forward);
-      QCOMPARE(l.backward - (l.linear_forward + l.lm_head_forward) - 2.0 * l.lora_forward,
-               2.0 * l.attention_forward);
+      QCOMPARE(l.backward - (l.linear_forward + l.lm_head_forward) - 2.0 * l.lora_forward, 2.0 * l.attention_forward);
     }
     // Attention's share of the model FLOPs of full tuning: ~0.7% at 512, ~32% at 32K on 7B.
     const StepFlops s512 = training_step_flops(m, 512), s32k = training_step_flops(m, 32768);

@@ -138,7 +138,8 @@ class TstGaLore : public QObject {
 
   // The reference model with the reference's initial parameters.
   CausalLM model() {
-    auto loaded = load_causal_lm(ref_dir_ + "/model", DecoderOptions{torch::kFloat32, torch::kCPU, AttentionBackend::Auto, false, {}});
+    auto loaded = load_causal_lm(ref_dir_ + "/model",
+                                 DecoderOptions{torch::kFloat32, torch::kCPU, AttentionBackend::Auto, false, {}});
     if (!loaded.ok()) qFatal("%s", format_all(loaded.diagnostics).c_str());
     CausalLM lm = loaded.value.lm;
     torch::NoGradGuard no_grad;
@@ -180,8 +181,8 @@ class TstGaLore : public QObject {
       QCOMPARE(p.rank(), std::min(shape[0], shape[1]));
       p.refresh(g);
       const double e = rel_err(p.project_back(p.project(g)), g);
-      qInfo("P Pt G vs G, %ldx%ld (%s side): max rel err %.3g", static_cast<long>(shape[0]), static_cast<long>(shape[1]),
-            p.side() == GaLoreProjector::Side::Right ? "right" : "left", e);
+      qInfo("P Pt G vs G, %ldx%ld (%s side): max rel err %.3g", static_cast<long>(shape[0]),
+            static_cast<long>(shape[1]), p.side() == GaLoreProjector::Side::Right ? "right" : "left", e);
       QVERIFY(e < 1e-5);
     }
   }
@@ -201,10 +202,11 @@ class TstGaLore : public QObject {
     const double kept_fast = (fast.project(g).norm() / g.norm()).item<double>();
     // The cosines of the principal angles between the two subspaces: singular values of P1 P2ᵀ.
     const torch::Tensor cosines = torch::linalg_svdvals(torch::matmul(exact.matrix(), fast.matrix().t()));
-    qInfo("randomized vs exact SVD, %ldx%ld rank %ld: share of ||G|| kept %.5f vs %.5f; smallest principal-angle "
-          "cosine %.4f, mean %.4f",
-          static_cast<long>(m), static_cast<long>(n), static_cast<long>(r), kept_fast, kept,
-          cosines.min().item<double>(), cosines.mean().item<double>());
+    qInfo(
+        "randomized vs exact SVD, %ldx%ld rank %ld: share of ||G|| kept %.5f vs %.5f; smallest principal-angle "
+        "cosine %.4f, mean %.4f",
+        static_cast<long>(m), static_cast<long>(n), static_cast<long>(r), kept_fast, kept, cosines.min().item<double>(),
+        cosines.mean().item<double>());
     QVERIFY(kept_fast >= 0.999 * kept);
     // The same seed gives the same projection (every rank, and after a resume).
     GaLoreProjector again({m, n}, r, false, 4, 256, 256);
@@ -226,9 +228,10 @@ class TstGaLore : public QObject {
     torch::Tensor bound = q.scale.repeat_interleave(256).narrow(0, 0, n) / 2;
     const double worst = (err / bound).max().item<double>();
     const double frob = ((pq - p).norm() / p.norm()).item<double>();
-    qInfo("int4 projection 512x64, %ld groups of 256: worst error / bound (s/2) = %.4f; "
-          "relative Frobenius error %.4f; %ld bytes vs %ld fp32",
-          static_cast<long>(groups), worst, frob, static_cast<long>(q.nbytes()), static_cast<long>(p.nbytes()));
+    qInfo(
+        "int4 projection 512x64, %ld groups of 256: worst error / bound (s/2) = %.4f; "
+        "relative Frobenius error %.4f; %ld bytes vs %ld fp32",
+        static_cast<long>(groups), worst, frob, static_cast<long>(q.nbytes()), static_cast<long>(p.nbytes()));
     QVERIFY(worst <= 1.0 + 1e-4);
     QCOMPARE(pq.sizes(), p.sizes());
     // The quantized projection still projects: the captured share of G's energy is close.
@@ -253,11 +256,11 @@ class TstGaLore : public QObject {
       const torch::Tensor norm = v.abs() / absmax;
       const torch::Tensor err = (back - v).abs();
       // Normal range: half a mantissa step (2^-4 relative); below it: half the subnormal step.
-      const torch::Tensor allowed = torch::where(norm >= smallest_normal, v.abs() * (1.0 / 16),
-                                                 absmax * (smallest_normal / 8) / 2) * (1 + 1e-5);
+      const torch::Tensor allowed =
+          torch::where(norm >= smallest_normal, v.abs() * (1.0 / 16), absmax * (smallest_normal / 8) / 2) * (1 + 1e-5);
       const double worst = (err / allowed).max().item<double>();
-      qInfo("8-bit %s moments: worst error / allowed = %.4f; %ld bytes for %ld values", is_signed ? "signed" : "unsigned",
-            worst, static_cast<long>(q.nbytes()), static_cast<long>(v.numel()));
+      qInfo("8-bit %s moments: worst error / allowed = %.4f; %ld bytes for %ld values",
+            is_signed ? "signed" : "unsigned", worst, static_cast<long>(q.nbytes()), static_cast<long>(v.numel()));
       QVERIFY(worst <= 1.0);
       QCOMPARE(book.numel(), std::int64_t{256});
       QVERIFY(std::get<0>(book.sort()).equal(book));
@@ -315,10 +318,11 @@ class TstGaLore : public QObject {
       const torch::Tensor dots = right ? (mine * theirs).sum(1) : (mine * theirs).sum(0);
       worst_proj = std::max(worst_proj, (dots.abs() - 1).abs().max().item<double>());
     }
-    qInfo("GaLore vs galore-torch over %ld steps (rank %ld, gap %ld, %ld SVDs): loss max rel %.3g, "
-          "final weights max rel %.3g (%s), projections |<p_i, q_i>| - 1 max %.3g",
-          static_cast<long>(steps), static_cast<long>(o.galore.rank), static_cast<long>(o.galore.update_proj_gap),
-          static_cast<long>(opt->svd_count()), worst_loss, worst_param, worst_name.c_str(), worst_proj);
+    qInfo(
+        "GaLore vs galore-torch over %ld steps (rank %ld, gap %ld, %ld SVDs): loss max rel %.3g, "
+        "final weights max rel %.3g (%s), projections |<p_i, q_i>| - 1 max %.3g",
+        static_cast<long>(steps), static_cast<long>(o.galore.rank), static_cast<long>(o.galore.update_proj_gap),
+        static_cast<long>(opt->svd_count()), worst_loss, worst_param, worst_name.c_str(), worst_proj);
     // With one projection the runs agree to rounding. Refreshing every 2 steps takes 42 SVDs of
     // gradients whose rank-8 cut falls between close singular values: the two libraries'
     // subspaces then differ by up to ~3e-3 on some CPUs (2.7e-3 measured on this project's CI
@@ -384,8 +388,8 @@ class TstGaLore : public QObject {
         gaps.push_back(opt->update_proj_gap(name));
       }
       // Threshold -1: refreshes at steps 0, 1 (queue 1), 2 (queue full: gap 2), 4 (gap 4), 8 (gap 8).
-      const std::vector<std::int64_t> want = threshold < 0 ? std::vector<std::int64_t>{1, 1, 2, 2, 4, 4, 4, 4, 8}
-                                                           : std::vector<std::int64_t>(9, 1);
+      const std::vector<std::int64_t> want =
+          threshold < 0 ? std::vector<std::int64_t>{1, 1, 2, 2, 4, 4, 4, 4, 8} : std::vector<std::int64_t>(9, 1);
       QCOMPARE(gaps, want);
       qInfo("cos_threshold %.0f: %ld SVDs in 9 steps per weight", threshold,
             static_cast<long>(opt->svd_count() / static_cast<std::int64_t>(opt->targeted_count())));
@@ -417,7 +421,8 @@ class TstGaLore : public QObject {
       double worst = 0;
       auto pa = a->named_parameters(true);
       for (auto& p : c->named_parameters(true)) worst = std::max(worst, rel_err(p.value(), pa[p.key()]));
-      qInfo("%s: resumed after 3 of 6 steps vs uninterrupted: max rel diff %.3g", quantized ? "Q-GaLore" : "GaLore", worst);
+      qInfo("%s: resumed after 3 of 6 steps vs uninterrupted: max rel diff %.3g", quantized ? "Q-GaLore" : "GaLore",
+            worst);
       QCOMPARE(worst, 0.0);
 
       // A state of the other kind is refused, naming the key.

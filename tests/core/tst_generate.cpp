@@ -28,7 +28,9 @@ using namespace odyssey::model;
 
 namespace {
 
-std::vector<std::vector<std::int32_t>> rows(const nlohmann::json& j) { return j.get<std::vector<std::vector<std::int32_t>>>(); }
+std::vector<std::vector<std::int32_t>> rows(const nlohmann::json& j) {
+  return j.get<std::vector<std::vector<std::int32_t>>>();
+}
 
 std::string show(const std::vector<std::int32_t>& v) {
   std::string s;
@@ -36,8 +38,8 @@ std::string show(const std::vector<std::int32_t>& v) {
   return s;
 }
 
-const char* kFamilies[] = {"qwen2",  "qwen3",  "llama3", "mistral", "llama_hd",     "smollm",       "granite",
-                           "gemma2", "phi3",   "gemma3", "rope_dynamic", "rope_yarn", "rope_longrope"};
+const char* kFamilies[] = {"qwen2",  "qwen3", "llama3", "mistral",      "llama_hd",  "smollm",       "granite",
+                           "gemma2", "phi3",  "gemma3", "rope_dynamic", "rope_yarn", "rope_longrope"};
 
 }  // namespace
 
@@ -48,7 +50,8 @@ class TstGenerate : public QObject {
   nlohmann::json oracle_;
 
   CausalLM load(const std::string& name) {
-    auto m = load_causal_lm(dir_ + "/" + name, DecoderOptions{torch::kFloat32, torch::kCPU, AttentionBackend::Auto, false, {}});
+    auto m = load_causal_lm(dir_ + "/" + name,
+                            DecoderOptions{torch::kFloat32, torch::kCPU, AttentionBackend::Auto, false, {}});
     if (!m.ok()) qFatal("%s", format_all(m.diagnostics).c_str());
     return m.value.lm;
   }
@@ -72,7 +75,8 @@ class TstGenerate : public QObject {
     std::int64_t at = 0;
     for (int c = 0; c < chunks; ++c) {
       const std::int64_t n = c + 1 == chunks ? prompt_len - at : prompt_len / chunks;
-      const torch::Tensor h = lm->hidden_states_cached(ids.narrow(1, at, n), pos.narrow(1, at, n), mask.narrow(1, at, n), cache);
+      const torch::Tensor h =
+          lm->hidden_states_cached(ids.narrow(1, at, n), pos.narrow(1, at, n), mask.narrow(1, at, n), cache);
       for (std::int64_t j = 0; j < n; ++j) out.push_back(lm->logits(h.select(1, j)));
       at += n;
     }
@@ -86,11 +90,13 @@ class TstGenerate : public QObject {
  private Q_SLOTS:
   void initTestCase() {
     if (QStringLiteral(ODYSSEY_PYTHON).isEmpty())
-      QSKIP("ODYSSEY_PYTHON is empty: configure with -DODYSSEY_PYTHON=<python with transformers 5.17.0 and peft> "
-            "(setup.sh does) to run the generation oracle");
+      QSKIP(
+          "ODYSSEY_PYTHON is empty: configure with -DODYSSEY_PYTHON=<python with transformers 5.17.0 and peft> "
+          "(setup.sh does) to run the generation oracle");
     QVERIFY(tmp_.isValid());
     dir_ = tmp_.path().toStdString();
-    run_script({QStringLiteral(ODYSSEY_SOURCE_DIR "/tests/reference/make_tiny_models.py"), tmp_.path(), QStringLiteral("--bad")});
+    run_script({QStringLiteral(ODYSSEY_SOURCE_DIR "/tests/reference/make_tiny_models.py"), tmp_.path(),
+                QStringLiteral("--bad")});
     QStringList names;
     for (const char* n : kFamilies) names << QString::fromLatin1(n);
     run_script({QStringLiteral(ODYSSEY_SOURCE_DIR "/tests/reference/generate_oracle.py"), tmp_.path(),
@@ -112,7 +118,8 @@ class TstGenerate : public QObject {
     // whole cache through its mask), on the CPU without a graph.
     for (const char* n : {"qwen2", "llama3", "llama_hd", "mistral", "gemma2", "gemma3", "granite", "rope_yarn"})
       QTest::newRow((std::string(n) + ", static decode steps").c_str()) << QString::fromLatin1(n) + "+static";
-    QTest::newRow("qwen2 + PEFT LoRA adapter, fused kernels, static decode steps") << QStringLiteral("qwen2_lora+fused+static");
+    QTest::newRow("qwen2 + PEFT LoRA adapter, fused kernels, static decode steps")
+        << QStringLiteral("qwen2_lora+fused+static");
   }
 
   // Token-identical to generate(do_sample=False), for every row of a left-padded batch.
@@ -146,7 +153,8 @@ class TstGenerate : public QObject {
                                 std::to_string(o["min_margin"][b].get<double>()) + ")";
         QVERIFY2(r.value[b].ids == want[b], msg.c_str());
         const bool hit_eos = !opts.eos_ids.empty() && want[b].back() == opts.eos_ids[0];
-        QCOMPARE(QString::fromStdString(r.value[b].finish_reason), hit_eos ? QStringLiteral("stop") : QStringLiteral("length"));
+        QCOMPARE(QString::fromStdString(r.value[b].finish_reason),
+                 hit_eos ? QStringLiteral("stop") : QStringLiteral("length"));
       }
     }
   }
@@ -181,10 +189,12 @@ class TstGenerate : public QObject {
     std::int64_t longest = 0;
     for (const auto& p : prompts) longest = std::max<std::int64_t>(longest, static_cast<std::int64_t>(p.size()));
     const std::int64_t extra = 20, b = static_cast<std::int64_t>(prompts.size()), len = longest + extra;
-    torch::Tensor ids = torch::zeros({b, len}, torch::kInt64), mask = torch::zeros_like(ids), pos = torch::zeros_like(ids);
+    torch::Tensor ids = torch::zeros({b, len}, torch::kInt64), mask = torch::zeros_like(ids),
+                  pos = torch::zeros_like(ids);
     for (std::int64_t r = 0; r < b; ++r) {
       std::vector<std::int32_t> all = prompts[static_cast<std::size_t>(r)];
-      all.insert(all.end(), cont[static_cast<std::size_t>(r)].begin(), cont[static_cast<std::size_t>(r)].begin() + extra);
+      all.insert(all.end(), cont[static_cast<std::size_t>(r)].begin(),
+                 cont[static_cast<std::size_t>(r)].begin() + extra);
       const std::int64_t pad = len - static_cast<std::int64_t>(all.size());
       for (std::size_t j = 0; j < all.size(); ++j) {
         ids[r][pad + static_cast<std::int64_t>(j)] = all[j];
@@ -204,8 +214,8 @@ class TstGenerate : public QObject {
       for (std::int64_t r = 0; r < b; ++r) {
         if (mask[r][j].item<std::int64_t>() == 0) continue;  // padding slots: no logits to compare
         const torch::Tensor want = full[r][j];
-        const double err = (steps[static_cast<std::size_t>(j)][r] - want).abs().max().item<double>() /
-                           want.abs().max().item<double>();
+        const double err =
+            (steps[static_cast<std::size_t>(j)][r] - want).abs().max().item<double>() / want.abs().max().item<double>();
         worst = std::max(worst, err);
       }
     }
@@ -319,9 +329,11 @@ class TstGenerate : public QObject {
     o.max_positions = 256;
     auto empty = generate(lm, {{1, 2}, {}}, o, nullptr);
     QVERIFY(!empty.ok());
-    QVERIFY2(format_all(empty.diagnostics).find("prompt 1: is empty") != std::string::npos, format_all(empty.diagnostics).c_str());
+    QVERIFY2(format_all(empty.diagnostics).find("prompt 1: is empty") != std::string::npos,
+             format_all(empty.diagnostics).c_str());
     auto outside = generate(lm, {{1, 512}}, o, nullptr);
-    QVERIFY(format_all(outside.diagnostics).find("token id 512 is outside the model's vocabulary (512)") != std::string::npos);
+    QVERIFY(format_all(outside.diagnostics).find("token id 512 is outside the model's vocabulary (512)") !=
+            std::string::npos);
     auto longp = generate(lm, {std::vector<std::int32_t>(256, 3)}, o, nullptr);
     QVERIFY2(format_all(longp.diagnostics).find("256 tokens leave no room") != std::string::npos,
              format_all(longp.diagnostics).c_str());
@@ -357,7 +369,8 @@ class TstGenerate : public QObject {
     const auto prompts = rows(o["prompts"]);
     for (std::size_t i = 0; i < prompts.size(); ++i) {
       const double got = score_tokens(lm, prompts[i]).mean(), want = o["loss"][i].get<double>();
-      QVERIFY2(std::abs(got - want) <= 1e-5 * std::abs(want), (std::to_string(got) + " vs PEFT " + std::to_string(want)).c_str());
+      QVERIFY2(std::abs(got - want) <= 1e-5 * std::abs(want),
+               (std::to_string(got) + " vs PEFT " + std::to_string(want)).c_str());
     }
     // Removed again, the base's loss differs (the adapter's B matrices are not zero).
     train::remove_lora(lm);
@@ -395,8 +408,9 @@ class TstGenerate : public QObject {
     const auto full = rows(oracle_["qwen2"]["greedy"]);
     bool differs = false;
     for (std::size_t i = 0; i < prompts.size(); ++i) {
-      QVERIFY2(r.value[i].ids == want[i], ("row " + std::to_string(i) + ": odyssey " + show(r.value[i].ids) +
-                                           "\n bitsandbytes " + show(want[i])).c_str());
+      QVERIFY2(r.value[i].ids == want[i],
+               ("row " + std::to_string(i) + ": odyssey " + show(r.value[i].ids) + "\n bitsandbytes " + show(want[i]))
+                   .c_str());
       differs |= want[i] != std::vector<std::int32_t>(full[i].begin(), full[i].begin() + 32);
     }
     QVERIFY2(differs, "the 4-bit continuations equal the 16-bit ones: the test would not see a missing quantization");

@@ -111,7 +111,9 @@ void TstJinja::constructs_data() {
   };
   // literals and Python str()
   row("bool", "{{ true }} {{ False }} {{ none }} {{ None }}", "{}", "True False None None");
-  row("numbers", "{{ 1 }} {{ 1.0 }} {{ 10/4 }} {{ 7//2 }} {{ -7//2 }} {{ -7 % 3 }} {{ 2**10 }} {{ 1e20 }} {{ 0.0001 }} {{ 1.5e-5 }}",
+  row("numbers",
+      "{{ 1 }} {{ 1.0 }} {{ 10/4 }} {{ 7//2 }} {{ -7//2 }} {{ -7 % 3 }} {{ 2**10 }} {{ 1e20 }} {{ 0.0001 }} {{ 1.5e-5 "
+      "}}",
       "{}", "1 1.0 2.5 3 -4 2 1024 1e+20 0.0001 1.5e-05");
   row("repr", "{{ ['a', 1, none, true, 1.5] }} {{ {'a': 'it\\'s', 'b': [1]} }} {{ (1,) }} {{ () }}", "{}",
       "['a', 1, None, True, 1.5] {'a': \"it's\", 'b': [1]} (1,) ()");
@@ -129,8 +131,9 @@ void TstJinja::constructs_data() {
   row("dict methods", "{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}{{ d.keys()|list }}{{ d.values()|list }}",
       R"({"d": {"b": 1, "a": 2}})", "b=1;a=2;['b', 'a'][1, 2]");
   // operators
-  row("comparisons", "{{ 1 < 2 < 3 }} {{ 'a' in 'cat' }} {{ 2 not in [1] }} {{ 1 == 1.0 }} {{ true == 1 }} {{ 'a' != 'b' }}",
-      "{}", "True True True True True True");
+  row("comparisons",
+      "{{ 1 < 2 < 3 }} {{ 'a' in 'cat' }} {{ 2 not in [1] }} {{ 1 == 1.0 }} {{ true == 1 }} {{ 'a' != 'b' }}", "{}",
+      "True True True True True True");
   row("and or", "{{ 0 or 'x' }} {{ 'a' and 'b' }} {{ not none }} {{ [] or {} }}", "{}", "x b True {}");
   row("inline if", "{{ 'y' if x else 'n' }}{{ 'z' if false }}", R"({"x": 1})", "y");
   row("filters precedence", "{{ -1|abs }} {{ 'ab' ~ 'cd'|upper }}", "{}", "1 abCD");
@@ -138,20 +141,25 @@ void TstJinja::constructs_data() {
   // statements
   row("if elif else", "{% if x == 1 %}one{% elif x == 2 %}two{% else %}many{% endif %}", R"({"x": 2})", "two");
   row("for loop vars",
-      "{% for x in l %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ loop.first }}{{ loop.last }}{{ loop.length }}|{% endfor %}",
+      "{% for x in l %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ loop.first }}{{ loop.last }}{{ "
+      "loop.length }}|{% endfor %}",
       R"({"l": ["a", "b"]})", "102TrueFalse2|211FalseTrue2|");
   row("previtem nextitem", "{% for x in l %}{{ loop.previtem }}<{{ x }}>{{ loop.nextitem }};{% endfor %}",
       R"({"l": [1, 2, 3]})", "<1>2;1<2>3;2<3>;");
   row("for else", "{% for x in [] %}x{% else %}empty{% endfor %}", "{}", "empty");
   row("for filter", "{% for x in l if x > 1 %}{{ x }}{{ loop.length }}{% endfor %}", R"({"l": [1, 2, 3]})", "2232");
-  row("break continue", "{% for x in range(10) %}{% if x == 1 %}{% continue %}{% endif %}{% if x == 4 %}{% break %}{% endif %}{{ x }}{% endfor %}",
+  row("break continue",
+      "{% for x in range(10) %}{% if x == 1 %}{% continue %}{% endif %}{% if x == 4 %}{% break %}{% endif %}{{ x }}{% "
+      "endfor %}",
       "{}", "023");
   row("set scoping", "{% set x = 1 %}{% for i in [1] %}{% set x = 2 %}{{ x }}{% endfor %}{{ x }}", "{}", "21");
-  row("namespace", "{% set ns = namespace(n=0, s='') %}{% for i in [1, 2] %}{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}",
-      "{}", "3");
+  row("namespace",
+      "{% set ns = namespace(n=0, s='') %}{% for i in [1, 2] %}{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}", "{}",
+      "3");
   row("block set", "{% set x %}a{{ 1 }}b{% endset %}[{{ x }}]", "{}", "[a1b]");
   row("tuple set", "{% set a, b = 1, 2 %}{{ a }}{{ b }}", "{}", "12");
-  row("macro", "{% macro m(a, b='d') %}{{ a }}-{{ b }}{% endmacro %}{{ m(1) }} {{ m(1, b=2) }} {{ m() }}", "{}", "1-d 1-2 -d");
+  row("macro", "{% macro m(a, b='d') %}{{ a }}-{{ b }}{% endmacro %}{{ m(1) }} {{ m(1, b=2) }} {{ m() }}", "{}",
+      "1-d 1-2 -d");
   row("macro sees later globals", "{% macro m() %}{{ y }}{% endmacro %}{% set y = 3 %}{{ m() }}", "{}", "3");
   row("filter block", "{% filter upper %}abc{% endfilter %}", "{}", "ABC");
   row("raw", "{% raw %}{{ x }}{% endraw %}", "{}", "{{ x }}");
@@ -162,44 +170,58 @@ void TstJinja::constructs_data() {
       "[a B][ab][AB][a]");
   row("tojson", "{{ d|tojson }} {{ d|tojson(indent=2) }} {{ 'é\"'|tojson }} {{ [1.0, none, true]|tojson }}",
       R"({"d": {"a": [1, {"b": "c"}]}})",
-      "{\"a\": [1, {\"b\": \"c\"}]} {\n  \"a\": [\n    1,\n    {\n      \"b\": \"c\"\n    }\n  ]\n} \"é\\\"\" [1.0, null, true]");
-  row("tojson sort separators", "{{ {'b': 1, 'a': 2}|tojson(sort_keys=true, separators=(',', ':')) }}", "{}", "{\"a\":2,\"b\":1}");
+      "{\"a\": [1, {\"b\": \"c\"}]} {\n  \"a\": [\n    1,\n    {\n      \"b\": \"c\"\n    }\n  ]\n} \"é\\\"\" [1.0, "
+      "null, true]");
+  row("tojson sort separators", "{{ {'b': 1, 'a': 2}|tojson(sort_keys=true, separators=(',', ':')) }}", "{}",
+      "{\"a\":2,\"b\":1}");
   row("length join first last", "{{ l|length }} {{ l|join(', ') }} {{ l|first }} {{ l|last }} {{ 'héllo'|length }}",
       R"({"l": ["a", "b"]})", "2 a, b a b 5");
   row("default", "{{ x|default('d') }} {{ ''|default('e', true) }} {{ 0|d(1) }}", "{}", "d e 0");
-  row("items dictsort", "{% for k, v in d|items %}{{ k }}{{ v }}{% endfor %} {{ d|dictsort }}", R"({"d": {"b": 1, "a": 2}})",
-      "b1a2 [('a', 2), ('b', 1)]");
-  row("selectattr map", "{{ l|selectattr('r', 'equalto', 'u')|map(attribute='c')|list }} {{ l|rejectattr('r', 'equalto', 'u')|list|length }}",
+  row("items dictsort", "{% for k, v in d|items %}{{ k }}{{ v }}{% endfor %} {{ d|dictsort }}",
+      R"({"d": {"b": 1, "a": 2}})", "b1a2 [('a', 2), ('b', 1)]");
+  row("selectattr map",
+      "{{ l|selectattr('r', 'equalto', 'u')|map(attribute='c')|list }} {{ l|rejectattr('r', 'equalto', "
+      "'u')|list|length }}",
       R"({"l": [{"r": "u", "c": 1}, {"r": "a", "c": 2}, {"r": "u", "c": 3}]})", "[1, 3] 1");
-  row("select reject", "{{ [1, 2, 3, 4]|select('odd')|list }} {{ ['a', 'b']|reject('equalto', 'a')|list }}", "{}", "[1, 3] ['b']");
+  row("select reject", "{{ [1, 2, 3, 4]|select('odd')|list }} {{ ['a', 'b']|reject('equalto', 'a')|list }}", "{}",
+      "[1, 3] ['b']");
   row("map filter", "{{ ['a', 'b']|map('upper')|join }}", "{}", "AB");
-  row("string int float round", "{{ 1|string }} {{ '42'|int }} {{ 'x'|int }} {{ '1.5'|float }} {{ 2.675|round(2) }} {{ 2.5|round }}",
-      "{}", "1 42 0 1.5 2.67 2.0");
-  row("replace capitalize title", "{{ 'aaa'|replace('a', 'b', 2) }} {{ 'hELLO'|capitalize }} {{ 'hello world-x'|title }}", "{}",
+  row("string int float round",
+      "{{ 1|string }} {{ '42'|int }} {{ 'x'|int }} {{ '1.5'|float }} {{ 2.675|round(2) }} {{ 2.5|round }}", "{}",
+      "1 42 0 1.5 2.67 2.0");
+  row("replace capitalize title",
+      "{{ 'aaa'|replace('a', 'b', 2) }} {{ 'hELLO'|capitalize }} {{ 'hello world-x'|title }}", "{}",
       "bba Hello Hello World-X");
   row("unique reverse sort", "{{ ['a', 'A', 'b']|unique|list }} {{ [1, 2]|reverse|list }} {{ [3, 1, 2]|sort }}", "{}",
       "['a', 'b'] [2, 1] [1, 2, 3]");
   row("indent", "{{ 'a\\nb\\n\\nc'|indent(2) }}|{{ 'a\\nb'|indent(2, first=true) }}", "{}", "a\n  b\n\n  c|  a\n  b");
   row("wordcount abs sum", "{{ 'a b  c'|wordcount }} {{ -2|abs }} {{ [1, 2]|sum }}", "{}", "3 2 3");
   // tests
-  row("tests", "{{ x is defined }}{{ y is undefined }}{{ none is none }}{{ 's' is string }}{{ {} is mapping }}{{ [] is sequence }}"
-               "{{ 1 is number }}{{ 1 is integer }}{{ 1.0 is float }}{{ true is boolean }}{{ 3 is odd }}{{ 4 is even }}"
-               "{{ 6 is divisibleby 3 }}{{ 'a' is in 'abc' }}{{ 1 is eq 1 }}{{ false is false }}{{ 'A' is upper }}",
+  row("tests",
+      "{{ x is defined }}{{ y is undefined }}{{ none is none }}{{ 's' is string }}{{ {} is mapping }}{{ [] is sequence "
+      "}}"
+      "{{ 1 is number }}{{ 1 is integer }}{{ 1.0 is float }}{{ true is boolean }}{{ 3 is odd }}{{ 4 is even }}"
+      "{{ 6 is divisibleby 3 }}{{ 'a' is in 'abc' }}{{ 1 is eq 1 }}{{ false is false }}{{ 'A' is upper }}",
       R"({"x": 1})", "TrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrue");
   row("is not", "{{ x is not none }} {{ x is not string }}", R"({"x": 1})", "True True");
   // methods
-  row("str methods", "{{ ' a '.strip() }}|{{ 'xax'.lstrip('x') }}|{{ 'a,b'.split(',') }}|{{ 'a b'.split() }}|{{ 'ab'.startswith('a') }}"
-                     "|{{ 'ab'.endswith(('x', 'b')) }}|{{ 'ab cd'.title() }}|{{ 'a'.upper() }}|{{ 'aXa'.replace('a', 'b') }}",
+  row("str methods",
+      "{{ ' a '.strip() }}|{{ 'xax'.lstrip('x') }}|{{ 'a,b'.split(',') }}|{{ 'a b'.split() }}|{{ 'ab'.startswith('a') "
+      "}}"
+      "|{{ 'ab'.endswith(('x', 'b')) }}|{{ 'ab cd'.title() }}|{{ 'a'.upper() }}|{{ 'aXa'.replace('a', 'b') }}",
       "{}", "a|ax|['a', 'b']|['a', 'b']|True|True|Ab Cd|A|bXb");
   row("split maxsplit", "{{ 'a b c'.split(' ', 1) }} {{ 'a/b/c'.rsplit('/', 1) }}", "{}", "['a', 'b c'] ['a/b', 'c']");
   row("format", "{{ '{} and {}'.format(1, 'x') }}", "{}", "1 and x");
   row("strftime_now", "{{ strftime_now('%d %b %Y') }}", "{}", "15 Jan 2026");
   row("none tools", "{{ tools is none }}", R"({"tools": null})", "True");
   // jinja2 quirks the differential test found
-  row("for else after break", "{% for x in [1, 2] %}{{ x }}{% break %}{% else %}E{% endfor %}|{% for x in [1, 2] %}{{ x }}{% else %}E{% endfor %}",
+  row("for else after break",
+      "{% for x in [1, 2] %}{{ x }}{% break %}{% else %}E{% endfor %}|{% for x in [1, 2] %}{{ x }}{% else %}E{% endfor "
+      "%}",
       "{}", "1E|12");
   row("constant slice folds", "[{{ (([1, 2])[0])[:1] }}]", "{}", "[]");
-  row("range object", "{{ range(3) }} {{ range(1, 10, 2)[1:3] }} {{ range(3)|list }}", "{}", "range(0, 3) range(3, 7, 2) [0, 1, 2]");
+  row("range object", "{{ range(3) }} {{ range(1, 10, 2)[1:3] }} {{ range(3)|list }}", "{}",
+      "range(0, 3) range(3, 7, 2) [0, 1, 2]");
   row("float divmod", "{{ 1 % -1.0 }} {{ -1.25 // 5 }} {{ 7.5 % 2 }}", "{}", "-0.0 -1.0 1.5");
   row("undefined is callable", "{{ x is callable }} {{ x is iterable }} {{ x is sequence }}", "{}", "True True True");
   row("generator truthiness", "{{ ([]|select) is sequence }} {{ 'y' if []|select else 'n' }}", "{}", "False y");
@@ -261,19 +283,25 @@ void TstJinja::errors_data() {
   row("unknown filter", "{{ x|frobnicate }}", K::Syntax, 1, 6, "No filter named 'frobnicate'.");
   row("unknown test", "{{ x is frob }}", K::Syntax, 1, 9, "No test named 'frob'.");
   row("unknown tag", "{% frob %}", K::Syntax, 1, 4, "Encountered unknown tag 'frob'.");
-  row("unclosed if", "{% if x %}\nabc", K::Syntax, 2, 4, "unexpected end of template: expected 'elif' or 'else' or 'endif'");
+  row("unclosed if", "{% if x %}\nabc", K::Syntax, 2, 4,
+      "unexpected end of template: expected 'elif' or 'else' or 'endif'");
   row("unclosed tag", "ab {{ x ", K::Syntax, 1, 4, "unexpected end of template: the {{ tag is not closed");
   row("bad token", "{{ x $ y }}", K::Syntax, 1, 6, "unexpected char '$'");
   row("unbalanced", "{{ (x }}", K::Syntax, 1, 7, "unexpected '}', expected ')'");
-  row("loop over none", "{% for x in none %}{% endfor %}", K::Runtime, 1, 4, "TypeError: 'NoneType' object is not iterable");
+  row("loop over none", "{% for x in none %}{% endfor %}", K::Runtime, 1, 4,
+      "TypeError: 'NoneType' object is not iterable");
   row("loop over int", "{% for x in 3 %}{% endfor %}", K::Runtime, 1, 4, "TypeError: 'int' object is not iterable");
-  row("str plus list", "{{ 'a' + [1] }}", K::Runtime, 1, 8, "TypeError: can only concatenate str (not \"list\") to str");
+  row("str plus list", "{{ 'a' + [1] }}", K::Runtime, 1, 8,
+      "TypeError: can only concatenate str (not \"list\") to str");
   row("undefined attribute", "{{ m.content.strip() }}", K::Runtime, 1, 4, "UndefinedError: 'm' is undefined");
   row("missing key call", "{{ m.content.strip() }}", K::Runtime, 1, 4, "");
-  row("unsupported filter", "{{ 'x'|urlize }}", K::Runtime, 1, 8, "the filter 'urlize' is not supported by Odyssey's Jinja engine");
-  row("unsafe append", "{% set l = [] %}{{ l.append(1) }}", K::Runtime, 1, 20, "SecurityError: access to attribute 'append' of 'list' object is unsafe.");
+  row("unsupported filter", "{{ 'x'|urlize }}", K::Runtime, 1, 8,
+      "the filter 'urlize' is not supported by Odyssey's Jinja engine");
+  row("unsafe append", "{% set l = [] %}{{ l.append(1) }}", K::Runtime, 1, 20,
+      "SecurityError: access to attribute 'append' of 'list' object is unsafe.");
   row("break outside loop", "{% break %}", K::Syntax, 1, 4, "'break' outside of a loop");
-  row("include", "{% include 'x' %}", K::Syntax, 1, 4, "the 'include' tag is not supported by Odyssey's Jinja engine (chat templates are one file)");
+  row("include", "{% include 'x' %}", K::Syntax, 1, 4,
+      "the 'include' tag is not supported by Odyssey's Jinja engine (chat templates are one file)");
   row("invalid utf8", "a\xff", K::Syntax, 1, 2, "the template is not valid UTF-8 (byte offset 1)");
   row("division by zero", "{{ 1 // 0 }}", K::Runtime, 1, 6, "ZeroDivisionError: integer division or modulo by zero");
 }
@@ -313,9 +341,11 @@ void TstJinja::errors() {
 
 void TstJinja::generationRanges() {
   const std::string tpl =
-      "{% for m in messages %}<{{ m.role }}>{% if m.role == 'assistant' %}{% generation %}{{ m.content }}!{% endgeneration %}"
+      "{% for m in messages %}<{{ m.role }}>{% if m.role == 'assistant' %}{% generation %}{{ m.content }}!{% "
+      "endgeneration %}"
       "{% else %}{{ m.content }}{% endif %}\n{% endfor %}";
-  const auto ctx = ordered_json::parse(R"({"messages": [{"role": "user", "content": "hé"}, {"role": "assistant", "content": "yö"}]})");
+  const auto ctx = ordered_json::parse(
+      R"({"messages": [{"role": "user", "content": "hé"}, {"role": "assistant", "content": "yö"}]})");
   jj::Template t(tpl, "g.jinja");
   QVERIFY(t.has_generation_blocks());
   const auto r = t.render(ctx);
@@ -343,9 +373,11 @@ void TstJinja::limits() {
   };
   QVERIFY(fails("{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}", "nest"));
   QVERIFY(fails("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "work limit"));
-  QVERIFY(fails("{% set ns = namespace(s='xx') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}", "limit"));
+  QVERIFY(fails("{% set ns = namespace(s='xx') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+                "limit"));
   QVERIFY(fails("{{ range(1000000) }}", "Range too big"));
-  QVERIFY(fails("{% set ns = namespace(x=[]) %}{% for i in range(1000) %}{% set ns.x = [ns.x] %}{% endfor %}", "nested"));
+  QVERIFY(
+      fails("{% set ns = namespace(x=[]) %}{% for i in range(1000) %}{% set ns.x = [ns.x] %}{% endfor %}", "nested"));
   QVERIFY(fails("{% set ns = namespace() %}{% set ns.a = ns %}", "namespace"));
   QVERIFY(fails("{{ " + std::string(300, '(') + "1" + std::string(300, ')') + " }}", "nested too deeply"));
 }
@@ -353,8 +385,9 @@ void TstJinja::limits() {
 // ---- the corpus against transformers ----------------------------------------------------
 void TstJinja::corpus() {
   if (!python_has_transformers())
-    QSKIP("ODYSSEY_PYTHON is empty or lacks jinja2/transformers: configure with -DODYSSEY_PYTHON=<python with the "
-          "pinned transformers> to compare the engine with apply_chat_template");
+    QSKIP(
+        "ODYSSEY_PYTHON is empty or lacks jinja2/transformers: configure with -DODYSSEY_PYTHON=<python with the "
+        "pinned transformers> to compare the engine with apply_chat_template");
   const QString root = QStringLiteral(ODYSSEY_SOURCE_DIR "/tests/reference");
   const QString corpus_dir = root + "/chat_templates";
   QByteArray key = QByteArray::fromStdString(read_file(root + "/chat_template_oracle.py"));
@@ -362,8 +395,8 @@ void TstJinja::corpus() {
   for (const QString& f : QDir(corpus_dir + "/conversations").entryList({"*.json"}, QDir::Files, QDir::Name))
     key += QByteArray::fromStdString(read_file(corpus_dir + "/conversations/" + f));
   QString error;
-  const QString jsonl = run_oracle("corpus", {root + "/chat_template_oracle.py", "--all", "--no-tokenizer-check", "--now", kNow},
-                                   key, &error);
+  const QString jsonl = run_oracle(
+      "corpus", {root + "/chat_template_oracle.py", "--all", "--no-tokenizer-check", "--now", kNow}, key, &error);
   QVERIFY2(!jsonl.isEmpty(), qPrintable(error));
 
   std::map<std::string, ordered_json> fixtures;
@@ -386,7 +419,8 @@ void TstJinja::corpus() {
     ++row.fixtures;
     ++total;
     if (!fixtures.count(fx)) {
-      fixtures[fx] = ordered_json::parse(read_file(corpus_dir + "/conversations/" + QString::fromStdString(fx) + ".json"));
+      fixtures[fx] =
+          ordered_json::parse(read_file(corpus_dir + "/conversations/" + QString::fromStdString(fx) + ".json"));
     }
     const ordered_json& fixture = fixtures[fx];
     std::string parse_error;
@@ -426,7 +460,8 @@ void TstJinja::corpus() {
       bool same = r.text == rec["text"].get<std::string>();
       if (same && !rec["assistant_spans_utf8"].is_null()) {
         std::vector<std::pair<std::size_t, std::size_t>> want;
-        for (const auto& s : rec["assistant_spans_utf8"]) want.emplace_back(s[0].get<std::size_t>(), s[1].get<std::size_t>());
+        for (const auto& s : rec["assistant_spans_utf8"])
+          want.emplace_back(s[0].get<std::size_t>(), s[1].get<std::size_t>());
         same = want == r.generation_ranges;
         ++spans_checked;
         if (!same) row.notes.push_back(fx + ": generation spans differ");
@@ -435,7 +470,8 @@ void TstJinja::corpus() {
         std::size_t k = 0;
         while (k < want.size() && k < r.text.size() && want[k] == r.text[k]) ++k;
         row.notes.push_back(fx + ": text differs at byte " + std::to_string(k) + ": oracle «" +
-                            want.substr(k >= 20 ? k - 20 : 0, 60) + "» engine «" + r.text.substr(k >= 20 ? k - 20 : 0, 60) + "»");
+                            want.substr(k >= 20 ? k - 20 : 0, 60) + "» engine «" +
+                            r.text.substr(k >= 20 ? k - 20 : 0, 60) + "»");
       }
       if (same) ++row.identical;
       else ++row.mismatched;
@@ -447,11 +483,13 @@ void TstJinja::corpus() {
       }
       const bool raised = rec["error"]["raised_by_template"].get<bool>();
       if (raised) {
-        if (e.kind() == jj::ErrorKind::Raised && e.message() == rec["error"]["message"].get<std::string>() && e.line() > 0) {
+        if (e.kind() == jj::ErrorKind::Raised && e.message() == rec["error"]["message"].get<std::string>() &&
+            e.line() > 0) {
           ++row.raised_ok;
         } else {
           ++row.mismatched;
-          row.notes.push_back(fx + ": oracle raised «" + rec["error"]["message"].get<std::string>() + "», engine: " + e.what());
+          row.notes.push_back(fx + ": oracle raised «" + rec["error"]["message"].get<std::string>() +
+                              "», engine: " + e.what());
         }
       } else if (e.kind() == jj::ErrorKind::Runtime && e.line() > 0) {
         ++row.errors_ok;
@@ -463,21 +501,23 @@ void TstJinja::corpus() {
   }
   QVERIFY2(total > 0, "the oracle wrote no records");
   int sum_id = 0, sum_raised = 0, sum_err = 0, sum_mis = 0, sum_rendered = 0;
-  std::string table = "| template | fixtures | rendered by transformers | identical | raised as the oracle | "
-                      "runtime error as the oracle | mismatched |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+  std::string table =
+      "| template | fixtures | rendered by transformers | identical | raised as the oracle | "
+      "runtime error as the oracle | mismatched |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n";
   for (const auto& tf : order) {
     const Row& r = rows[tf];
     table += "| " + tf + " | " + std::to_string(r.fixtures) + " | " + std::to_string(r.rendered) + " | " +
-             std::to_string(r.identical) + " | " + std::to_string(r.raised_ok) + "/" + std::to_string(r.raised) + " | " +
-             std::to_string(r.errors_ok) + " | " + std::to_string(r.mismatched) + " |\n";
+             std::to_string(r.identical) + " | " + std::to_string(r.raised_ok) + "/" + std::to_string(r.raised) +
+             " | " + std::to_string(r.errors_ok) + " | " + std::to_string(r.mismatched) + " |\n";
     sum_id += r.identical;
     sum_raised += r.raised_ok;
     sum_err += r.errors_ok;
     sum_mis += r.mismatched;
     sum_rendered += r.rendered;
   }
-  table += "| **total** | " + std::to_string(total) + " | " + std::to_string(sum_rendered) + " | " + std::to_string(sum_id) +
-           " | " + std::to_string(sum_raised) + " | " + std::to_string(sum_err) + " | " + std::to_string(sum_mis) + " |\n";
+  table += "| **total** | " + std::to_string(total) + " | " + std::to_string(sum_rendered) + " | " +
+           std::to_string(sum_id) + " | " + std::to_string(sum_raised) + " | " + std::to_string(sum_err) + " | " +
+           std::to_string(sum_mis) + " |\n";
   std::printf("%s\n{%% generation %%} spans compared: %d renders\n", table.c_str(), spans_checked);
   {
     std::ofstream md((QStringLiteral(ODYSSEY_TEST_BINARY_DIR) + "/jinja-oracle/corpus_table.md").toStdString());
@@ -531,7 +571,8 @@ void TstJinja::differential() {
                     err.empty() ? ("«" + got + "»").c_str() : err.c_str());
     }
   }
-  std::printf("differential: %d cases (%d rendered by jinja2, %d raised), %d mismatches\n", n, rendered, errors, mismatches);
+  std::printf("differential: %d cases (%d rendered by jinja2, %d raised), %d mismatches\n", n, rendered, errors,
+              mismatches);
   QVERIFY(n >= 1000);
   QCOMPARE(mismatches, 0);
 }
@@ -551,7 +592,8 @@ std::vector<std::pair<std::string, std::string>> special_tokens_of(const std::st
 }
 
 Result<ChatTemplate> corpus_template(const std::string& file) {
-  return ChatTemplate::from_jinja(read_file(kCorpus + "/" + QString::fromStdString(file)), file, special_tokens_of(file));
+  return ChatTemplate::from_jinja(read_file(kCorpus + "/" + QString::fromStdString(file)), file,
+                                  special_tokens_of(file));
 }
 }  // namespace
 
@@ -600,7 +642,9 @@ void TstJinja::chatTemplateFastPathsAreIdentical() {
       if (!b.ok() && format_all(b.diagnostics).find("rendering prefixes") != std::string::npos) {
         // Qwen3 renders an earlier assistant turn differently once a user follows: no prefix
         // masks (the built-in variant is what trains it); the text is still compared.
-        ordered_json ctx = {{"messages", fx["messages"]}, {"tools", nullptr}, {"documents", nullptr},
+        ordered_json ctx = {{"messages", fx["messages"]},
+                            {"tools", nullptr},
+                            {"documents", nullptr},
                             {"add_generation_prompt", o.add_generation_prompt}};
         for (const auto& [k, v] : special_tokens_of(file)) ctx[k] = v;
         if (o.enable_thinking) ctx["enable_thinking"] = *o.enable_thinking;
@@ -609,11 +653,12 @@ void TstJinja::chatTemplateFastPathsAreIdentical() {
         b.diagnostics.clear();
         b.value.text = jj::Template(source, file).render(ctx, ro).text;
       }
-      QVERIFY2(a.ok() == b.ok(), qPrintable(QString(file) + " " + f + ": " + QString::fromStdString(format_all(b.diagnostics))));
+      QVERIFY2(a.ok() == b.ok(),
+               qPrintable(QString(file) + " " + f + ": " + QString::fromStdString(format_all(b.diagnostics))));
       if (!a.ok()) continue;
-      QVERIFY2(a.value.text == b.value.text, qPrintable(QString(file) + " x " + f + ":\n" +
-                                                          QString::fromStdString(a.value.text) + "\n---\n" +
-                                                          QString::fromStdString(b.value.text)));
+      QVERIFY2(a.value.text == b.value.text,
+               qPrintable(QString(file) + " x " + f + ":\n" + QString::fromStdString(a.value.text) + "\n---\n" +
+                          QString::fromStdString(b.value.text)));
       ++compared;
     }
   }
@@ -622,8 +667,11 @@ void TstJinja::chatTemplateFastPathsAreIdentical() {
 }
 
 void TstJinja::chatTemplateMasks() {
-  const std::vector<ChatMessage> conv = {{"system", "Be brief.", {}}, {"user", "Hi", {}}, {"assistant", "Hello!", {}},
-                                         {"user", "Again", {}}, {"assistant", "Sure.", {}}};
+  const std::vector<ChatMessage> conv = {{"system", "Be brief.", {}},
+                                         {"user", "Hi", {}},
+                                         {"assistant", "Hello!", {}},
+                                         {"user", "Again", {}},
+                                         {"assistant", "Sure.", {}}};
   auto spans_text = [](const RenderedChat& r) {
     std::vector<std::string> out;
     for (const auto& [b, e] : r.assistant_ranges) out.push_back(r.text.substr(b, e - b));
@@ -648,8 +696,10 @@ void TstJinja::chatTemplateMasks() {
     // Gemma raises on a system message: the template's own message, located.
     const auto bad = t.value.render(conv);
     QVERIFY(!bad.ok());
-    QVERIFY2(format_all(bad.diagnostics).find("System role not supported") != std::string::npos, format_all(bad.diagnostics).c_str());
-    QVERIFY2(format_all(bad.diagnostics).find("google--gemma-2-2b-it.jinja:1:") != std::string::npos, format_all(bad.diagnostics).c_str());
+    QVERIFY2(format_all(bad.diagnostics).find("System role not supported") != std::string::npos,
+             format_all(bad.diagnostics).c_str());
+    QVERIFY2(format_all(bad.diagnostics).find("google--gemma-2-2b-it.jinja:1:") != std::string::npos,
+             format_all(bad.diagnostics).c_str());
   }
   // {% generation %}: the template's own spans (SmolLM3).
   {
@@ -684,18 +734,17 @@ void TstJinja::chatTemplateMasks() {
   }
   // A syntax error is located in the template.
   {
-    const auto t = ChatTemplate::from_jinja("{% for m in messages %}\n{{ m.content | nope }}{% endfor %}", "x/tokenizer_config.json[chat_template]", {});
+    const auto t = ChatTemplate::from_jinja("{% for m in messages %}\n{{ m.content | nope }}{% endfor %}",
+                                            "x/tokenizer_config.json[chat_template]", {});
     QVERIFY(!t.ok());
     QVERIFY2(format_all(t.diagnostics).find("x/tokenizer_config.json[chat_template]:2:16") != std::string::npos,
              format_all(t.diagnostics).c_str());
   }
 }
 
-
 // ---- the data pipeline's samples against apply_chat_template(tokenize=True) ---------------
 void TstJinja::trainingSamples() {
-  if (!python_has_transformers())
-    QSKIP("ODYSSEY_PYTHON is empty or lacks jinja2/transformers (see corpus())");
+  if (!python_has_transformers()) QSKIP("ODYSSEY_PYTHON is empty or lacks jinja2/transformers (see corpus())");
   const QString root = QStringLiteral(ODYSSEY_SOURCE_DIR "/tests/reference");
   const QString corpus_dir = root + "/chat_templates";
   QByteArray key = QByteArray::fromStdString(read_file(root + "/tool_chat_oracle.py"));
@@ -722,7 +771,8 @@ void TstJinja::trainingSamples() {
     const std::string where = tfile + " x " + fx;
     ++rows;
     // The fixture as a dataset record (messages format), read by the dataset loader.
-    const ordered_json fixture = ordered_json::parse(read_file(corpus_dir + "/conversations/" + QString::fromStdString(fx) + ".json"));
+    const ordered_json fixture =
+        ordered_json::parse(read_file(corpus_dir + "/conversations/" + QString::fromStdString(fx) + ".json"));
     ordered_json record = {{"messages", fixture["messages"]}};
     if (fixture.contains("tools")) record["tools"] = fixture["tools"];
     const std::string data_file = (tmp.path() + "/" + QString::fromStdString(fx) + ".jsonl").toStdString();
@@ -742,8 +792,9 @@ void TstJinja::trainingSamples() {
     QVERIFY2(tmpl.ok(), where.c_str());
     auto got = data::tokenize_sample(sample, tok.value, tmpl.value, options);
     if (!rec["ok"].get<bool>()) {
-      if (got.ok()) problems.push_back(where + ": transformers fails (" + rec.value("error", std::string("prefix mismatch")) +
-                                       "), the pipeline tokenized it");
+      if (got.ok())
+        problems.push_back(where + ": transformers fails (" + rec.value("error", std::string("prefix mismatch")) +
+                           "), the pipeline tokenized it");
       else ++refused_alike;
       continue;
     }
@@ -756,14 +807,16 @@ void TstJinja::trainingSamples() {
     std::vector<int> mask;
     for (std::int32_t l : got.value.labels) mask.push_back(l != data::kIgnoreIndex ? 1 : 0);
     if (got.value.ids != ids) problems.push_back(where + ": ids differ");
-    else if (mask != trained) problems.push_back(where + ": trained mask differs (" + rec["mask_source"].get<std::string>() + ")");
+    else if (mask != trained)
+      problems.push_back(where + ": trained mask differs (" + rec["mask_source"].get<std::string>() + ")");
     else ++same;
   }
   std::string all;
   for (const auto& p : problems) all += p + "\n";
-  qInfo("training samples: %d template x fixture rows (%d with tools): %d identical ids and masks, %d refused as "
-        "transformers refuses them, %zu problems",
-        rows, tool_rows, same, refused_alike, problems.size());
+  qInfo(
+      "training samples: %d template x fixture rows (%d with tools): %d identical ids and masks, %d refused as "
+      "transformers refuses them, %zu problems",
+      rows, tool_rows, same, refused_alike, problems.size());
   QVERIFY2(rows >= 200, "the oracle wrote too few rows");
   QVERIFY2(problems.empty(), all.c_str());
 }

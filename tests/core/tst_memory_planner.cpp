@@ -134,9 +134,9 @@ Replanned replan_bench_line(const nlohmann::json& j) {
     r.error = "not an odyssey-bench record (impl is not \"odyssey\")";
     return r;
   }
-  for (const char* k : {"shape", "mode", "seq", "layers", "vocab", "dtype", "fused", "offload_activations", "attention",
-                        "optimizer", "checkpointed_layers", "attention_kept_layers", "mlp_recomputed_layers",
-                        "mlp_tile_tokens"})
+  for (const char* k :
+       {"shape", "mode", "seq", "layers", "vocab", "dtype", "fused", "offload_activations", "attention", "optimizer",
+        "checkpointed_layers", "attention_kept_layers", "mlp_recomputed_layers", "mlp_tile_tokens"})
     need(k);
   if (!r.error.empty()) {
     r.error = "missing " + r.error;
@@ -213,7 +213,8 @@ Replanned replan_bench_line(const nlohmann::json& j) {
   }
   const std::int64_t tile = j.at("mlp_tile_tokens").get<std::int64_t>();
   if (tile > 0) planner_detail::tile_mlp(t, tile);
-  const std::int64_t ckpt = j.at("checkpointed_layers").get<std::int64_t>(), kept = j.at("attention_kept_layers").get<std::int64_t>(),
+  const std::int64_t ckpt = j.at("checkpointed_layers").get<std::int64_t>(),
+                     kept = j.at("attention_kept_layers").get<std::int64_t>(),
                      mlp = j.at("mlp_recomputed_layers").get<std::int64_t>(),
                      offl = j.value("mlp_offloaded_layers", std::int64_t{0});
   const planner_detail::Eval e = planner_detail::evaluate(t, ckpt, 0, kept, mlp, offl);
@@ -228,8 +229,7 @@ Replanned replan_bench_line(const nlohmann::json& j) {
   // The planner plans one GPU; every rank's peak must be within it, so the largest counts.
   if (j.contains("peak_gib_per_rank"))
     for (const auto& g : j.at("peak_gib_per_rank")) r.measured = std::max(r.measured, g.get<double>());
-  else if (j.contains("peak_gib"))
-    r.measured = j.at("peak_gib").get<double>();
+  else if (j.contains("peak_gib")) r.measured = j.at("peak_gib").get<double>();
   r.oom = j.value("oom", false);
   if (r.measured <= 0 && !r.oom) r.error = "no measured peak (peak_gib) and no OOM";
   std::ostringstream l;
@@ -265,7 +265,8 @@ std::vector<Replanned> check_bench_lines(const QString& file, const char* kind) 
     }
     const Replanned r = replan_bench_line(j);
     if (!r.error.empty()) {
-      QTest::qFail(qPrintable(where + ": cannot be re-planned: " + QString::fromStdString(r.error)), __FILE__, __LINE__);
+      QTest::qFail(qPrintable(where + ": cannot be re-planned: " + QString::fromStdString(r.error)), __FILE__,
+                   __LINE__);
       return out;
     }
     out.push_back(r);
@@ -273,7 +274,8 @@ std::vector<Replanned> check_bench_lines(const QString& file, const char* kind) 
       qInfo("%s %s: out of memory; planned %.2f GiB with runtime and fragmentation against %.2f", kind, r.label.c_str(),
             r.peak_total, r.capacity);
       if (r.peak_total * (1 + kEngineTolerance) < r.capacity) {
-        QTest::qFail(qPrintable(where + ": ran out of memory where the plan fits with 10% to spare"), __FILE__, __LINE__);
+        QTest::qFail(qPrintable(where + ": ran out of memory where the plan fits with 10% to spare"), __FILE__,
+                     __LINE__);
         return out;
       }
       continue;
@@ -330,7 +332,8 @@ class TestMemoryPlanner : public QObject {
     const MemoryPlan p = plan_memory(lora_7b(4096, true), g2);
     bool softcap_note = false, norm_note = false;
     for (const auto& n : p.notes) {
-      softcap_note = softcap_note || n.find("fused kernels fall back for attention-logit soft-capping") != std::string::npos;
+      softcap_note =
+          softcap_note || n.find("fused kernels fall back for attention-logit soft-capping") != std::string::npos;
       norm_note = norm_note || n.find("(1 + w) RMSNorm") != std::string::npos;
     }
     QVERIFY(softcap_note && norm_note);
@@ -339,7 +342,7 @@ class TestMemoryPlanner : public QObject {
     plain.attn_logit_softcapping = 0;
     const auto tg = planner_detail::compute_terms(lora_7b(4096, true), g2, o);
     const auto tp = planner_detail::compute_terms(lora_7b(4096, true), plain, o);
-    QVERIFY(tg.per_token_layer > tp.per_token_layer);       // two more norms
+    QVERIFY(tg.per_token_layer > tp.per_token_layer);             // two more norms
     QVERIFY(tg.layer_full - tg.per_token_layer * tg.tokens > 0);  // eager's s² scores
     QCOMPARE(g2.parameter_count(), std::int64_t{9241705984});
   }
@@ -358,12 +361,13 @@ class TestMemoryPlanner : public QObject {
     const auto t4 = planner_detail::compute_terms(c, m, o);
     const std::int64_t proj = 28LL * (3584LL * 3584 * 2 + 3584LL * 512 * 2 + 3584LL * 18944 * 3);
     const std::int64_t rest = m.parameter_count() - proj;
-    const std::int64_t expect = rest * 2 + proj / 2 + proj / 64 + 4 * ((proj + 64 * 256 - 1) / (64 * 256)) +
-                                3584LL * 18944 * 2;
+    const std::int64_t expect =
+        rest * 2 + proj / 2 + proj / 64 + 4 * ((proj + 64 * 256 - 1) / (64 * 256)) + 3584LL * 18944 * 2;
     QCOMPARE(t16.weights, m.parameter_count() * 2);
     QCOMPARE(t4.weights, expect);
     c.bnb_4bit_use_double_quant = false;  // an fp32 absmax per 64 values
-    QCOMPARE(planner_detail::compute_terms(c, m, o).weights, expect - proj / 64 - 4 * ((proj + 64 * 256 - 1) / (64 * 256)) + 4 * (proj / 64));
+    QCOMPARE(planner_detail::compute_terms(c, m, o).weights,
+             expect - proj / 64 - 4 * ((proj + 64 * 256 - 1) / (64 * 256)) + 4 * (proj / 64));
     // The plan's peak falls by the difference.
     c.bnb_4bit_use_double_quant = true;
     const MemoryPlan p4 = plan_memory(c, m);
@@ -556,25 +560,43 @@ class TestMemoryPlanner : public QObject {
     // The rows without checkpointing (and auto, which recomputes nothing at 32K) were measured
     // after kernels::swiglu_down and rms_norm_linear (docs/benchmarks.md, "activations
     // recomputed in the fused projections"); so were the lean rows at 32K.
-    QTest::newRow("calibration: 7B lora 4K none") << false << "lora" << qint64{4096} << "none" << false << true << 26.78 << "adamw";
-    QTest::newRow("calibration: 7B lora 16K none") << false << "lora" << qint64{16384} << "none" << false << true << 62.32 << "adamw";
-    QTest::newRow("calibration: 7B lora 32K auto") << false << "lora" << qint64{32768} << "auto" << false << true << 109.9 << "adamw";
-    QTest::newRow("calibration: 7B lora 32K all+offload") << false << "lora" << qint64{32768} << "all" << true << true << 22.68 << "adamw";
-    QTest::newRow("calibration: 7B lora 32K all, reference ops") << false << "lora" << qint64{32768} << "all" << false << false << 34.76 << "adamw";
-    QTest::newRow("calibration: 7B lora 128K all+offload") << false << "lora" << qint64{131072} << "all" << true << true << 47.07 << "adamw";
-    QTest::newRow("calibration: 7B lora 256K all+offload") << false << "lora" << qint64{262144} << "all" << true << true << 79.3 << "adamw";
-    QTest::newRow("calibration: 0.5B full 16K none") << true << "full" << qint64{16384} << "none" << false << true << 13.96 << "adamw";
-    QTest::newRow("calibration: 0.5B full 32K none") << true << "full" << qint64{32768} << "none" << false << true << 24.01 << "adamw";
-    QTest::newRow("calibration: 0.5B full 32K all+offload") << true << "full" << qint64{32768} << "all" << true << true << 5.591 << "adamw";
-    QTest::newRow("calibration: 0.5B lora 16K none") << true << "lora" << qint64{16384} << "none" << false << true << 11.79 << "adamw";
-    QTest::newRow("calibration: 0.5B lora 32K none") << true << "lora" << qint64{32768} << "none" << false << true << 22.18 << "adamw";
+    QTest::newRow("calibration: 7B lora 4K none")
+        << false << "lora" << qint64{4096} << "none" << false << true << 26.78 << "adamw";
+    QTest::newRow("calibration: 7B lora 16K none")
+        << false << "lora" << qint64{16384} << "none" << false << true << 62.32 << "adamw";
+    QTest::newRow("calibration: 7B lora 32K auto")
+        << false << "lora" << qint64{32768} << "auto" << false << true << 109.9 << "adamw";
+    QTest::newRow("calibration: 7B lora 32K all+offload")
+        << false << "lora" << qint64{32768} << "all" << true << true << 22.68 << "adamw";
+    QTest::newRow("calibration: 7B lora 32K all, reference ops")
+        << false << "lora" << qint64{32768} << "all" << false << false << 34.76 << "adamw";
+    QTest::newRow("calibration: 7B lora 128K all+offload")
+        << false << "lora" << qint64{131072} << "all" << true << true << 47.07 << "adamw";
+    QTest::newRow("calibration: 7B lora 256K all+offload")
+        << false << "lora" << qint64{262144} << "all" << true << true << 79.3 << "adamw";
+    QTest::newRow("calibration: 0.5B full 16K none")
+        << true << "full" << qint64{16384} << "none" << false << true << 13.96 << "adamw";
+    QTest::newRow("calibration: 0.5B full 32K none")
+        << true << "full" << qint64{32768} << "none" << false << true << 24.01 << "adamw";
+    QTest::newRow("calibration: 0.5B full 32K all+offload")
+        << true << "full" << qint64{32768} << "all" << true << true << 5.591 << "adamw";
+    QTest::newRow("calibration: 0.5B lora 16K none")
+        << true << "lora" << qint64{16384} << "none" << false << true << 11.79 << "adamw";
+    QTest::newRow("calibration: 0.5B lora 32K none")
+        << true << "lora" << qint64{32768} << "none" << false << true << 22.18 << "adamw";
     // Full fine-tuning of the 7B shape, every layer checkpointed (docs/optimizers.md, "Measured").
-    QTest::newRow("calibration: 7B full 4K all, AdamW") << false << "full" << qint64{4096} << "all" << false << true << 56.9 << "adamw";
-    QTest::newRow("calibration: 7B full 32K all, AdamW") << false << "full" << qint64{32768} << "all" << false << true << 63.1 << "adamw";
-    QTest::newRow("calibration: 7B full 4K all, GaLore") << false << "full" << qint64{4096} << "all" << false << true << 24.38 << "galore";
-    QTest::newRow("calibration: 7B full 32K all, GaLore") << false << "full" << qint64{32768} << "all" << false << true << 35.01 << "galore";
-    QTest::newRow("calibration: 7B full 4K all, Q-GaLore") << false << "full" << qint64{4096} << "all" << false << true << 22.74 << "q-galore";
-    QTest::newRow("calibration: 7B full 32K all, Q-GaLore") << false << "full" << qint64{32768} << "all" << false << true << 33.37 << "q-galore";
+    QTest::newRow("calibration: 7B full 4K all, AdamW")
+        << false << "full" << qint64{4096} << "all" << false << true << 56.9 << "adamw";
+    QTest::newRow("calibration: 7B full 32K all, AdamW")
+        << false << "full" << qint64{32768} << "all" << false << true << 63.1 << "adamw";
+    QTest::newRow("calibration: 7B full 4K all, GaLore")
+        << false << "full" << qint64{4096} << "all" << false << true << 24.38 << "galore";
+    QTest::newRow("calibration: 7B full 32K all, GaLore")
+        << false << "full" << qint64{32768} << "all" << false << true << 35.01 << "galore";
+    QTest::newRow("calibration: 7B full 4K all, Q-GaLore")
+        << false << "full" << qint64{4096} << "all" << false << true << 22.74 << "q-galore";
+    QTest::newRow("calibration: 7B full 32K all, Q-GaLore")
+        << false << "full" << qint64{32768} << "all" << false << true << 33.37 << "q-galore";
   }
   void matchesMeasuredEnginePeaks() {
     QFETCH(bool, small);
@@ -630,8 +652,8 @@ class TestMemoryPlanner : public QObject {
     c.galore_rank = 128;
     const MemoryPlan p = plan_memory(c, m);
     const double predicted = static_cast<double>(p.allocated_bytes()) / static_cast<double>(kGiB);
-    qDebug("calibration, 14B %s: predicted %.2f GiB, measured %.2f GiB (%+.1f%%)", qPrintable(optimizer), predicted, gib,
-           100.0 * (predicted - gib) / gib);
+    qDebug("calibration, 14B %s: predicted %.2f GiB, measured %.2f GiB (%+.1f%%)", qPrintable(optimizer), predicted,
+           gib, 100.0 * (predicted - gib) / gib);
     QVERIFY(std::abs(predicted - gib) / gib <= 0.10);
   }
 
@@ -642,7 +664,8 @@ class TestMemoryPlanner : public QObject {
   void calibrationLinesReplan() {
     for (const char* f : {"docs/bench-results/2026-12-01-h200-late-lease-b-odyssey.jsonl",
                           "docs/bench-results/2026-12-01-h200-mlp-offload-odyssey.jsonl"}) {
-      const std::vector<Replanned> rows = check_bench_lines(QStringLiteral(ODYSSEY_SOURCE_DIR) + "/" + f, "calibration");
+      const std::vector<Replanned> rows =
+          check_bench_lines(QStringLiteral(ODYSSEY_SOURCE_DIR) + "/" + f, "calibration");
       if (QTest::currentTestFailed()) return;
       QVERIFY2(!rows.empty(), f);
       for (const Replanned& r : rows) QVERIFY(kCalibrationShapes.contains(QString::fromStdString(r.shape).toLower()));
@@ -689,7 +712,8 @@ class TestMemoryPlanner : public QObject {
   }
 
   void heldOutLinesArePredicted() {
-    const QString file = QStringLiteral(ODYSSEY_SOURCE_DIR) + "/docs/bench-results/2026-12-02-h200-planner-heldout.jsonl";
+    const QString file =
+        QStringLiteral(ODYSSEY_SOURCE_DIR) + "/docs/bench-results/2026-12-02-h200-planner-heldout.jsonl";
     QVERIFY2(QFile::exists(file), qPrintable(file + " is missing: the planner's held-out validation has no data "
                                                     "(docs/memory-planner.md says how it is measured)"));
     const std::vector<Replanned> rows = check_bench_lines(file, "held out");
@@ -699,7 +723,8 @@ class TestMemoryPlanner : public QObject {
     for (const Replanned& r : rows) {
       const QString shape = QString::fromStdString(r.shape).toLower();
       QVERIFY2(!kCalibrationShapes.contains(shape),
-               qPrintable(shape + " is a calibration shape; a held-out line must use another (" + QString::fromStdString(r.label) + ")"));
+               qPrintable(shape + " is a calibration shape; a held-out line must use another (" +
+                          QString::fromStdString(r.label) + ")"));
       shapes.insert(shape);
       measured += r.oom ? 0 : 1;
     }
@@ -763,10 +788,10 @@ class TestMemoryPlanner : public QObject {
   }
 
   // Calibration: 7B LoRA, one step at 524,288 tokens on one H200 (docs/benchmarks.md, issue
-  // 7's longest step; bwd_attn_kept was fitted to it): every layer checkpointed with its input offloaded, the MLP in 16,384-token tiles,
-  // and the last 17 layers keeping their attention output (what keep_attention auto chose at
-  // run time): 134.4 GiB measured. The run-time plan said 119.7 GiB (-10.9%): it did not yet
-  // count the kept layer's attention backward (K/V repeated to the query heads for cuDNN).
+  // 7's longest step; bwd_attn_kept was fitted to it): every layer checkpointed with its input offloaded, the MLP in
+  // 16,384-token tiles, and the last 17 layers keeping their attention output (what keep_attention auto chose at run
+  // time): 134.4 GiB measured. The run-time plan said 119.7 GiB (-10.9%): it did not yet count the kept layer's
+  // attention backward (K/V repeated to the query heads for cuDNN).
   void matchesMeasured512k() {
     const HfModelConfig m = qwen25_7b();
     TrainConfig c = lora_7b(524288, true);
@@ -778,7 +803,8 @@ class TestMemoryPlanner : public QObject {
     planner_detail::tile_mlp(t, 16384);
     const planner_detail::Eval e = planner_detail::evaluate(t, 28, 0, 17);
     const double predicted = static_cast<double>(e.phase_bytes[e.phase]) / static_cast<double>(1LL << 30);
-    qInfo("calibration, 512K: predicted %.2f GiB, measured 134.4 GiB (%+.1f%%)", predicted, (predicted / 134.4 - 1) * 100);
+    qInfo("calibration, 512K: predicted %.2f GiB, measured 134.4 GiB (%+.1f%%)", predicted,
+          (predicted / 134.4 - 1) * 100);
     QVERIFY(std::abs(predicted - 134.4) / 134.4 <= 0.10);
     // keep_attention auto now stops earlier on the same GPU.
     c.keep_attention = "auto";
@@ -910,8 +936,8 @@ class TestMemoryPlanner : public QObject {
       const planner_detail::Eval e = planner_detail::evaluate(t, r.layers, 0, r.kept);
       const double predicted = static_cast<double>(e.phase_bytes[e.phase]) / double(kGiB);
       const double gib = r.gib;
-      qInfo("calibration, %lld checkpointed, %lld keeping: predicted %.2f GiB, measured %.2f", static_cast<long long>(r.layers),
-            static_cast<long long>(r.kept), predicted, gib);
+      qInfo("calibration, %lld checkpointed, %lld keeping: predicted %.2f GiB, measured %.2f",
+            static_cast<long long>(r.layers), static_cast<long long>(r.kept), predicted, gib);
       QVERIFY(std::abs(predicted - gib) / gib <= 0.10);
     }
     // The engine's plan (MLP recomputation possible): no plan that fits recomputes fewer FLOPs,
@@ -928,20 +954,21 @@ class TestMemoryPlanner : public QObject {
           if (planner_detail::evaluate(t, n, 0, k, mlp).peak <= (k > 0 ? line : t.capacity))
             QVERIFY2(planner_detail::recompute_flops(t, n, k, mlp) >= best,
                      qPrintable(QString("%1 layers, %2 keeping, %3 MLPs recompute less").arg(n).arg(k).arg(mlp)));
-    qInfo("0.5B full 32K, 20 GiB: %lld checkpointed, %lld keeping, %lld MLPs (%.2f GiB, %.1f TFLOP); layers only: "
-          "%lld/%lld (%.1f TFLOP); fewest: %lld (%.1f TFLOP)",
-          static_cast<long long>(plan.checkpointed_layers), static_cast<long long>(plan.attention_kept_layers),
-          static_cast<long long>(plan.mlp_recomputed_layers), static_cast<double>(plan.allocated_bytes()) / double(kGiB),
-          best / 1e12, static_cast<long long>(joint.checkpointed), static_cast<long long>(joint.kept), chosen / 1e12,
-          static_cast<long long>(fewest.checkpointed), planner_detail::recompute_flops(t, fewest.checkpointed, 0) / 1e12);
+    qInfo(
+        "0.5B full 32K, 20 GiB: %lld checkpointed, %lld keeping, %lld MLPs (%.2f GiB, %.1f TFLOP); layers only: "
+        "%lld/%lld (%.1f TFLOP); fewest: %lld (%.1f TFLOP)",
+        static_cast<long long>(plan.checkpointed_layers), static_cast<long long>(plan.attention_kept_layers),
+        static_cast<long long>(plan.mlp_recomputed_layers), static_cast<double>(plan.allocated_bytes()) / double(kGiB),
+        best / 1e12, static_cast<long long>(joint.checkpointed), static_cast<long long>(joint.kept), chosen / 1e12,
+        static_cast<long long>(fewest.checkpointed), planner_detail::recompute_flops(t, fewest.checkpointed, 0) / 1e12);
     // keep_attention all under auto: every checkpointed layer keeps, and no plan of that kind
     // that fits recomputes less.
     c.keep_attention = "all";
     const MemoryPlan all = plan_memory(c, m, o);
     QVERIFY(all.fits);
     QCOMPARE(all.attention_kept_layers, all.checkpointed_layers);
-    const double all_flops = planner_detail::recompute_flops(t, all.checkpointed_layers, all.checkpointed_layers,
-                                                             all.mlp_recomputed_layers);
+    const double all_flops =
+        planner_detail::recompute_flops(t, all.checkpointed_layers, all.checkpointed_layers, all.mlp_recomputed_layers);
     for (std::int64_t n = 0; n <= 24; ++n)
       for (std::int64_t mlp = 0; mlp <= 24 - n; ++mlp)
         if (planner_detail::evaluate(t, n, 0, n, mlp).peak <= t.capacity)
@@ -962,7 +989,7 @@ class TestMemoryPlanner : public QObject {
     QVERIFY(std::any_of(budget.notes.begin(), budget.notes.end(),
                         [](const std::string& s) { return s.find("gpu_memory_budget_gib 20") != std::string::npos; }));
     QCOMPARE(plan_memory(c, m, o).capacity_bytes, 20 * kGiB);  // a 20 GiB GPU and a 20 GiB budget
-    c.gpu_memory_budget_gib = 4096;  // above the GPU: the GPU's memory
+    c.gpu_memory_budget_gib = 4096;                            // above the GPU: the GPU's memory
     QCOMPARE(plan_memory(c, m).capacity_bytes, roomy.capacity_bytes);
     c.gpu_memory_budget_gib = 1;  // too small for the weights and states: does not fit, says so
     const MemoryPlan tiny = plan_memory(c, m);
@@ -1009,8 +1036,12 @@ class TestMemoryPlanner : public QObject {
     for (const auto& [mlps, gib] : {std::pair<std::int64_t, double>{6, 20.44}, {5, 21.04}}) {
       const planner_detail::Eval e = planner_detail::evaluate(t, 0, 0, 0, mlps);
       const double predicted = static_cast<double>(e.phase_bytes[e.phase]) / double(kGiB);
-      qInfo("calibration, %lld MLP layers: predicted %.2f GiB (%s phase), measured %.2f", static_cast<long long>(mlps), predicted,
-            e.phase == 0 ? "loss" : e.phase == 1 ? "backward" : "optimizer", gib);
+      qInfo("calibration, %lld MLP layers: predicted %.2f GiB (%s phase), measured %.2f", static_cast<long long>(mlps),
+            predicted,
+            e.phase == 0   ? "loss"
+            : e.phase == 1 ? "backward"
+                           : "optimizer",
+            gib);
       QVERIFY(std::abs(predicted - gib) / gib <= 0.10);
     }
     // Not with LoRA dropout (the dropped copies are needed) nor with the reference ops.
@@ -1051,10 +1082,11 @@ class TestMemoryPlanner : public QObject {
     QVERIFY(p.host_bytes >= p.mlp_offloaded_layers * t.mlp_offload_host);
     // The cap: what kHostLinkBytesPerSecond moves in the layers' forward time at
     // kOffloadLayerFlopsPerSecond.
-    const double window = 24 * (t.recompute_linear_flops + t.recompute_attention_flops) / planner::kOffloadLayerFlopsPerSecond;
+    const double window =
+        24 * (t.recompute_linear_flops + t.recompute_attention_flops) / planner::kOffloadLayerFlopsPerSecond;
     QCOMPARE(t.mlp_offload_max,
              std::min<std::int64_t>(24, static_cast<std::int64_t>(planner::kHostLinkBytesPerSecond * window /
-                                                                   static_cast<double>(t.mlp_offload_saved))));
+                                                                  static_cast<double>(t.mlp_offload_saved))));
     QVERIFY(p.mlp_offloaded_layers <= t.mlp_offload_max);
     // The fewest: one layer less does not fit.
     QVERIFY(planner_detail::evaluate(t, 0, 0, 0, 0, p.mlp_offloaded_layers - 1).peak > p.capacity_bytes);
@@ -1077,7 +1109,8 @@ class TestMemoryPlanner : public QObject {
       const planner_detail::Eval e = planner_detail::evaluate(t, 0, 0, 0, 0, offl);
       QCOMPARE(e.offload_layers, offl);
       const double predicted = static_cast<double>(e.phase_bytes[e.phase]) / double(kGiB);
-      qInfo("calibration, %lld offloaded MLP layers: predicted %.2f GiB, measured %.2f", static_cast<long long>(offl), predicted, gib);
+      qInfo("calibration, %lld offloaded MLP layers: predicted %.2f GiB, measured %.2f", static_cast<long long>(offl),
+            predicted, gib);
       QVERIFY(std::abs(predicted - gib) / gib <= 0.10);
     }
     // Backward: an offloaded layer's pair is back from layer i + lead on. With every layer
@@ -1229,8 +1262,8 @@ class TestMemoryPlanner : public QObject {
     timer.restart();
     for (int k = 0; k < n; ++k) sink += smallest_sequence_parallel_size(c, m, {}, 8);
     const double sp_us = double(timer.nsecsElapsed()) / 1e3 / n;
-    qDebug("plan_memory %.1f us, largest_max_length %.1f us, smallest_sequence_parallel_size %.1f us (%lld)",
-           plan_us, largest_us, sp_us, static_cast<long long>(sink % 7));
+    qDebug("plan_memory %.1f us, largest_max_length %.1f us, smallest_sequence_parallel_size %.1f us (%lld)", plan_us,
+           largest_us, sp_us, static_cast<long long>(sink % 7));
   }
 
   // Issue 21 item 3: `plan` on a config.json with 10^9 layers grew past 4 GB building
@@ -1253,8 +1286,10 @@ class TestMemoryPlanner : public QObject {
     QVERIFY(plan_to_json(p).at("refused").get<std::string>() == p.refused);
     // At the parser's bounds every size multiplies without overflow: refused, not wrapped.
     HfModelConfig top;
-    top.hidden_size = kMaxHiddenSize, top.intermediate_size = kMaxIntermediateSize, top.num_hidden_layers = kMaxHiddenLayers;
-    top.num_attention_heads = kMaxAttentionHeads, top.num_key_value_heads = kMaxAttentionHeads, top.head_dim = kMaxHeadDim;
+    top.hidden_size = kMaxHiddenSize, top.intermediate_size = kMaxIntermediateSize,
+    top.num_hidden_layers = kMaxHiddenLayers;
+    top.num_attention_heads = kMaxAttentionHeads, top.num_key_value_heads = kMaxAttentionHeads,
+    top.head_dim = kMaxHeadDim;
     top.vocab_size = kMaxVocabSize;
     c.max_length = 16777216, c.per_device_train_batch_size = 4096;
     QVERIFY(!plan_memory(c, top).refused.empty());

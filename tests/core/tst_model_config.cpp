@@ -54,9 +54,10 @@ class TstModelConfig : public QObject {
       const double total = static_cast<double>(m.parameter_count()) / 1e9;
       // Activated: the dense model of the same shape with the activated MLP (embeddings once:
       // the published figures count the input embedding and lm_head both).
-      const double activated =
-          (static_cast<double>(m.parameter_count()) -
-           static_cast<double>(m.num_hidden_layers) * (static_cast<double>(m.mlp_parameters(0)) - m.activated_mlp_parameters())) / 1e9;
+      const double activated = (static_cast<double>(m.parameter_count()) -
+                                static_cast<double>(m.num_hidden_layers) *
+                                    (static_cast<double>(m.mlp_parameters(0)) - m.activated_mlp_parameters())) /
+                               1e9;
       qInfo("%s: %.2fB parameters, %.2fB activated", w.id, total, activated);
       QVERIFY2(std::abs(total - w.total) / w.total < 0.01, w.id);
       QVERIFY2(std::abs(activated - w.activated) / w.activated < 0.05, w.id);
@@ -81,13 +82,20 @@ class TstModelConfig : public QObject {
   // model alone (the published totals add the SigLIP vision tower and projector, ~0.42B).
   void addedShapesParameterCounts() {
     const std::pair<const char*, std::int64_t> want[] = {
-        {"mistralai/Mistral-7B-v0.3", 7248023552},        {"mistralai/Mistral-Nemo-Base-2407", 12247782400},
-        {"google/gemma-2-9b", 9241705984},                {"google/gemma-2-27b", 27227128320},
-        {"microsoft/Phi-3.5-mini-instruct", 3821079552},  {"microsoft/phi-4", 14659507200},
-        {"meta-llama/Llama-3.1-8B", 8030261248},          {"meta-llama/Llama-3.1-70B", 70553706496},
-        {"meta-llama/Llama-3.3-70B-Instruct", 70553706496}, {"Qwen/Qwen2.5-32B", 32763876352},
-        {"Qwen/Qwen2.5-72B", 72706203648},                {"deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", 7615616512},
-        {"google/gemma-3-12b-it", 11766034176},           {"google/gemma-3-27b-it", 27009346304},
+        {"mistralai/Mistral-7B-v0.3", 7248023552},
+        {"mistralai/Mistral-Nemo-Base-2407", 12247782400},
+        {"google/gemma-2-9b", 9241705984},
+        {"google/gemma-2-27b", 27227128320},
+        {"microsoft/Phi-3.5-mini-instruct", 3821079552},
+        {"microsoft/phi-4", 14659507200},
+        {"meta-llama/Llama-3.1-8B", 8030261248},
+        {"meta-llama/Llama-3.1-70B", 70553706496},
+        {"meta-llama/Llama-3.3-70B-Instruct", 70553706496},
+        {"Qwen/Qwen2.5-32B", 32763876352},
+        {"Qwen/Qwen2.5-72B", 72706203648},
+        {"deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", 7615616512},
+        {"google/gemma-3-12b-it", 11766034176},
+        {"google/gemma-3-27b-it", 27009346304},
         // Mixture of experts: every expert counts (Mixtral-8x7B's safetensors total / 2 bytes).
         {"mistralai/Mixtral-8x7B-v0.1", 46702792704}};
     for (const auto& [id, count] : want) QCOMPARE(shape(id).parameter_count(), count);
@@ -105,7 +113,7 @@ class TstModelConfig : public QObject {
     QCOMPARE(sliding, 52);  // five of every six of 62 layers
     QVERIFY(g3.qk_norm && !g3.sliding_layer(5));
     auto nemo = shape("mistralai/Mistral-Nemo-Base-2407");
-    QCOMPARE(nemo.head_dim, std::int64_t{128});  // not hidden / heads = 160
+    QCOMPARE(nemo.head_dim, std::int64_t{128});      // not hidden / heads = 160
     QCOMPARE(nemo.sliding_window, std::int64_t{0});  // null: none
     auto phi = shape("microsoft/phi-4");
     QVERIFY(phi.fused_qkv);
@@ -131,8 +139,9 @@ class TstModelConfig : public QObject {
     QVERIFY(!r.ok());
     const std::string e = format_all(r.diagnostics);
     QVERIFY2(contains(e, "x/config.json") && contains(e, "architectures") && contains(e, "MambaForCausalLM") &&
-                 contains(e, "Qwen2ForCausalLM") && contains(e, "LlamaForCausalLM") && contains(e, "MistralForCausalLM") &&
-                 contains(e, "Gemma2ForCausalLM") && contains(e, "Gemma3ForCausalLM") && contains(e, "Phi3ForCausalLM") &&
+                 contains(e, "Qwen2ForCausalLM") && contains(e, "LlamaForCausalLM") &&
+                 contains(e, "MistralForCausalLM") && contains(e, "Gemma2ForCausalLM") &&
+                 contains(e, "Gemma3ForCausalLM") && contains(e, "Phi3ForCausalLM") &&
                  contains(e, "GraniteForCausalLM"),
              e.c_str());
     // No architectures list: the model_type names the family, or the error names that key.
@@ -214,8 +223,9 @@ class TstModelConfig : public QObject {
     QVERIFY(with("2", "512").ok());
     auto r = with("1000000000", "512");
     QVERIFY(!r.ok());
-    QVERIFY2(contains(format_all(r.diagnostics), "m/config.json: error: num_hidden_layers: found 1000000000, more than the " +
-                                                     std::to_string(kMaxHiddenLayers)),
+    QVERIFY2(contains(format_all(r.diagnostics),
+                      "m/config.json: error: num_hidden_layers: found 1000000000, more than the " +
+                          std::to_string(kMaxHiddenLayers)),
              format_all(r.diagnostics).c_str());
     r = with("2", "1099511627776");
     QVERIFY2(contains(format_all(r.diagnostics), "error: vocab_size: found 1099511627776, more than the 16777216"),

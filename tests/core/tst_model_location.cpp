@@ -94,7 +94,7 @@ class TstModelLocation : public QObject {
     QCOMPARE(rev, std::string("v1.0"));
     QVERIFY(!split_hub_revision("Qwen/Qwen2.5-7B", &id, &rev));
     QCOMPARE(id, std::string("Qwen/Qwen2.5-7B"));
-    QVERIFY(!split_hub_revision("/abs/dir@x", &id, &rev));     // a directory named with @
+    QVERIFY(!split_hub_revision("/abs/dir@x", &id, &rev));  // a directory named with @
     QVERIFY(!split_hub_revision("a/b/c@x", &id, &rev));
     QVERIFY(!split_hub_revision("Org/Name@", &id, &rev));
   }
@@ -109,7 +109,8 @@ class TstModelLocation : public QObject {
     write(repo / "refs" / "pr" / "7", "cccc3333eeee5555");
     QCOMPARE(locate_model("Org/Tiny", "").revision, std::string("aaaa1111bbbb2222"));
     QCOMPARE(locate_model("Org/Tiny@v2", "").revision, std::string("cccc3333dddd4444"));
-    QCOMPARE(locate_model("Org/Tiny", "", "refs/pr/7").source, ModelLocation::NotFound);  // refs are named without refs/
+    QCOMPARE(locate_model("Org/Tiny", "", "refs/pr/7").source,
+             ModelLocation::NotFound);  // refs are named without refs/
     QCOMPARE(locate_model("Org/Tiny", "", "pr/7").revision, std::string("cccc3333eeee5555"));
     QCOMPARE(locate_model("Org/Tiny@cccc3333dddd4444", "").revision, std::string("cccc3333dddd4444"));
     QCOMPARE(locate_model("Org/Tiny@aaaa111", "").revision, std::string("aaaa1111bbbb2222"));
@@ -133,7 +134,8 @@ class TstModelLocation : public QObject {
     write(repo / "refs" / "main", "ffff9999");
     const ModelLocation loc = locate_model("Org/Tiny", "");
     QCOMPARE(loc.source, ModelLocation::NotFound);
-    QVERIFY2(contains(loc.problem, "names commit ffff9999") && contains(loc.problem, "no snapshot"), loc.problem.c_str());
+    QVERIFY2(contains(loc.problem, "names commit ffff9999") && contains(loc.problem, "no snapshot"),
+             loc.problem.c_str());
   }
 
   // snapshot_download(revision=<commit>) writes no refs/main: the one snapshot is the model;

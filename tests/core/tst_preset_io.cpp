@@ -36,10 +36,11 @@ TrainConfig random_config(std::mt19937_64& rng) {
     std::advance(it, static_cast<long>(rng() % v.size()));
     return std::string(*it);
   };
-  const std::vector<std::string> weird{"plain", "null", "true", "123", "1e5", "a: b", "# not a comment",
-                                       " leading", "trailing ", "multi\nline", "quote\"s", "it's",
-                                       "$(rm -rf ~)", "数据集", "", "-dash", "[x]", "{y}", "tab\tbed",
-                                       "back\\slash", "~", "a #b", "yes", "\x01ctl"};
+  const std::vector<std::string> weird{
+      "plain",           "null",        "true",      "123",         "1e5",      "a: b",
+      "# not a comment", " leading",    "trailing ", "multi\nline", "quote\"s", "it's",
+      "$(rm -rf ~)",     "数据集",      "",          "-dash",       "[x]",      "{y}",
+      "tab\tbed",        "back\\slash", "~",         "a #b",        "yes",      "\x01ctl"};
   auto w = [&] { return weird[rng() % weird.size()]; };
   std::uniform_real_distribution<double> u(0, 1);
   c.description = w();
@@ -135,8 +136,8 @@ class TstPresetIo : public QObject {
     auto r = load("model: m\nlora_rank: abc\n");
     QVERIFY(!r.ok());
     const std::string e = first_error(r);
-    QVERIFY2(contains(e, "p.yaml:2:") && contains(e, "lora_rank") && contains(e, "'abc'") &&
-                 contains(e, "integer") && contains(e, "4096"),
+    QVERIFY2(contains(e, "p.yaml:2:") && contains(e, "lora_rank") && contains(e, "'abc'") && contains(e, "integer") &&
+                 contains(e, "4096"),
              e.c_str());
   }
 
@@ -344,8 +345,10 @@ class TstPresetIo : public QObject {
     const std::string e = first_error(r);
     QVERIFY2(contains(e, path + ":2:9: error: system: unterminated double-quoted value"), e.c_str());
     // Single quotes, a flow list, and a --set value the same way.
-    QVERIFY(contains(first_error(load("system: 'it''s\nlearning_rate: 0.5\n")), "p.yaml:1:9: error: system: unterminated single-quoted"));
-    QVERIFY(contains(first_error(load("dataset: [\"a.jsonl, b.jsonl]\nlearning_rate: 0.5\n")), "dataset: unterminated double-quoted"));
+    QVERIFY(contains(first_error(load("system: 'it''s\nlearning_rate: 0.5\n")),
+                     "p.yaml:1:9: error: system: unterminated single-quoted"));
+    QVERIFY(contains(first_error(load("dataset: [\"a.jsonl, b.jsonl]\nlearning_rate: 0.5\n")),
+                     "dataset: unterminated double-quoted"));
     LoadedConfig lc;
     auto d = apply_overrides(lc, {"system=\"abc"});
     QVERIFY2(has_errors(d) && contains(format_all(d), "unterminated"), format_all(d).c_str());
@@ -377,10 +380,12 @@ class TstPresetIo : public QObject {
     r = load_preset_file(path);
     QVERIFY2(contains(first_error(r), path + ":1:11: error: system: a NUL byte"), first_error(r).c_str());
     // Escapes: "\0" is a NUL (yaml-cpp itself refuses "\ud800"); "\xff" is U+00FF (valid).
-    QVERIFY2(contains(first_error(load("system: \"a\\0b\"\n")), "p.yaml:1:9: error: system: the value holds a NUL byte"),
-             first_error(load("system: \"a\\0b\"\n")).c_str());
+    QVERIFY2(
+        contains(first_error(load("system: \"a\\0b\"\n")), "p.yaml:1:9: error: system: the value holds a NUL byte"),
+        first_error(load("system: \"a\\0b\"\n")).c_str());
     QVERIFY(contains(first_error(load("model: \"m\\ud800\"\n")), "p.yaml:1:16: error: invalid YAML: invalid unicode"));
-    QVERIFY(contains(first_error(load("dataset: [\"ok.jsonl\", \"b\\0.jsonl\"]\n")), "error: dataset: the value holds a NUL"));
+    QVERIFY(contains(first_error(load("dataset: [\"ok.jsonl\", \"b\\0.jsonl\"]\n")),
+                     "error: dataset: the value holds a NUL"));
     auto fine = load("system: \"caf\\xe9 \\xff\"\n");
     QVERIFY2(fine.ok(), first_error(fine).c_str());
     LoadedConfig lc;

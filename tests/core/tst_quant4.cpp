@@ -71,8 +71,8 @@ class TstQuant4 : public QObject {
     if (python_.isEmpty()) return;
     const std::string out = (tmp_ / "cases.safetensors").string();
     QProcess p;
-    p.start(python_, {QString(ODYSSEY_SOURCE_DIR) + "/tests/reference/bnb_oracle.py", "cases",
-                      QString::fromStdString(out)});
+    p.start(python_,
+            {QString(ODYSSEY_SOURCE_DIR) + "/tests/reference/bnb_oracle.py", "cases", QString::fromStdString(out)});
     if (!p.waitForFinished(600000) || p.exitStatus() != QProcess::NormalExit || p.exitCode() != 0) {
       oracle_error_ = "bnb_oracle.py failed (is bitsandbytes installed? packaging/install-deps.sh installs it):\n" +
                       QString::fromUtf8(p.readAllStandardError());
@@ -176,9 +176,10 @@ class TstQuant4 : public QObject {
     }
     std::printf("\n| type | cases | bit-identical (packed, absmax, nested, offset, dequantized) |\n|---|---:|---:|\n");
     for (const auto& [k, v] : table) std::printf("| %s | %d | %d |\n", k.c_str(), v.second, v.first);
-    std::printf("8-bit absmax codes (double quantization): %lld of %lld differ from bitsandbytes' CPU quantizer, "
-                "each where ours is the nearer code\n",
-                static_cast<long long>(nested_diff), static_cast<long long>(nested_total));
+    std::printf(
+        "8-bit absmax codes (double quantization): %lld of %lld differ from bitsandbytes' CPU quantizer, "
+        "each where ours is the nearer code\n",
+        static_cast<long long>(nested_diff), static_cast<long long>(nested_total));
     QVERIFY(rows >= 40);
     QVERIFY2(failures.isEmpty(), qPrintable(failures.join('\n')));
   }
@@ -237,9 +238,10 @@ class TstQuant4 : public QObject {
         const torch::Tensor logits = m.value.lm->forward(ids);
         const double rel = ((logits - want).abs().max() / want.abs().max()).item<double>();
         const double loss = model::causal_lm_loss(logits, ids).item<double>();
-        std::printf("%s, %s: logits max rel diff %.3g from fp32 on bitsandbytes' dequantized weights; loss %.6f "
-                    "(that model %.6f, transformers + bitsandbytes %.6f)\n",
-                    variant, on_load ? "quantized on load" : "read pre-quantized", rel, loss, want_loss, hf_loss);
+        std::printf(
+            "%s, %s: logits max rel diff %.3g from fp32 on bitsandbytes' dequantized weights; loss %.6f "
+            "(that model %.6f, transformers + bitsandbytes %.6f)\n",
+            variant, on_load ? "quantized on load" : "read pre-quantized", rel, loss, want_loss, hf_loss);
         // Pre-quantized: the same dequantized weights, fp32 rounding only. On load: a few 8-bit
         // absmax codes may differ (bitIdenticalToBitsandbytes), so the 1e-3. The loss of
         // transformers' own forward (bitsandbytes' CPU kernel, not fp32) within the 1e-3.
@@ -275,13 +277,15 @@ class TstQuant4 : public QObject {
     };
     // Same-length edits keep the safetensors header valid.
     std::string e = load_error(edit("blocksize", "\"blocksize\": 64", "\"blocksize\": 48", "model.safetensors"));
-    QVERIFY2(e.find("quant_state.bitsandbytes__nf4: blocksize 48: bitsandbytes uses 32, 64, ..., 4096") != std::string::npos,
-             e.c_str());
-    e = load_error(edit("absmax", "model.layers.1.mlp.up_proj.weight.absmax", "model.layers.1.mlp.up_proj.weight.absmaz",
-                        "model.safetensors"));
+    QVERIFY2(
+        e.find("quant_state.bitsandbytes__nf4: blocksize 48: bitsandbytes uses 32, 64, ..., 4096") != std::string::npos,
+        e.c_str());
+    e = load_error(edit("absmax", "model.layers.1.mlp.up_proj.weight.absmax",
+                        "model.layers.1.mlp.up_proj.weight.absmaz", "model.safetensors"));
     QVERIFY2(e.find("model.layers.1.mlp.up_proj.weight.absmaz: unexpected tensor") != std::string::npos, e.c_str());
-    QVERIFY2(e.find("model.layers.1.mlp.up_proj.weight.absmax: missing: a bitsandbytes 4-bit weight") != std::string::npos,
-             e.c_str());
+    QVERIFY2(
+        e.find("model.layers.1.mlp.up_proj.weight.absmax: missing: a bitsandbytes 4-bit weight") != std::string::npos,
+        e.c_str());
     e = load_error(edit("shape", "\"shape\": [128, 64]", "\"shape\": [128, 32]", "model.safetensors"));
     QVERIFY2(e.find("shape [128, 32]; the model's config.json gives [128, 64]") != std::string::npos, e.c_str());
     // A 4-bit checkpoint whose config.json lost its quantization_config.
@@ -294,7 +298,8 @@ class TstQuant4 : public QObject {
     QVERIFY2(e.find("quantization_config.load_in_8bit: 8-bit bitsandbytes checkpoints are not supported") !=
                  std::string::npos,
              e.c_str());
-    e = load_error(edit("gptq", "\"quant_method\": \"bitsandbytes\"", "\"quant_method\": \"gptq\"        ", "config.json"));
+    e = load_error(
+        edit("gptq", "\"quant_method\": \"bitsandbytes\"", "\"quant_method\": \"gptq\"        ", "config.json"));
     QVERIFY2(e.find("quantization_config.quant_method: 'gptq'") != std::string::npos, e.c_str());
   }
 

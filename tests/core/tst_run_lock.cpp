@@ -64,9 +64,7 @@ bool has_open(pid_t pid, const fs::path& file) {
   return false;
 }
 
-void write_text(const fs::path& p, const std::string& text) {
-  std::ofstream(p, std::ios::binary) << text;
-}
+void write_text(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
 
 }  // namespace
 
@@ -97,8 +95,9 @@ class TstRunLock : public QObject {
     QVERIFY(!second.ok);
     qInfo("second owner: %s", second.message.c_str());
     QVERIFY2(second.message.find(dir.root().string()) != std::string::npos, second.message.c_str());
-    QVERIFY2(second.message.find("another live process owns it (pid " + std::to_string(::getpid())) != std::string::npos,
-             second.message.c_str());
+    QVERIFY2(
+        second.message.find("another live process owns it (pid " + std::to_string(::getpid())) != std::string::npos,
+        second.message.c_str());
 
     first.value.lock.release();
     QVERIFY(claim_in_child(dir).ok);  // nothing was written: the directory holds no run yet
@@ -201,12 +200,18 @@ class TstRunLock : public QObject {
   void earlierRunsAreRefused_data() {
     QTest::addColumn<QString>("what");
     QTest::addColumn<QString>("expected");
-    QTest::newRow("completed status") << "status-completed" << "status.json: completed at step 10";
-    QTest::newRow("running status, owner gone") << "status-running" << "its owner is gone without finishing it";
-    QTest::newRow("run_end event") << "events-end" << "events.jsonl: run_end completed at step 10";
-    QTest::newRow("events without run_end") << "events-open" << "(last step 3) whose owner is gone without a run_end";
-    QTest::newRow("a checkpoint") << "checkpoint" << "checkpoints/ holds 1 checkpoint(s) of an earlier run (the last checkpoint-10)";
-    QTest::newRow("a file") << "file" << "it exists and is not a directory";
+    QTest::newRow("completed status") << "status-completed"
+                                      << "status.json: completed at step 10";
+    QTest::newRow("running status, owner gone") << "status-running"
+                                                << "its owner is gone without finishing it";
+    QTest::newRow("run_end event") << "events-end"
+                                   << "events.jsonl: run_end completed at step 10";
+    QTest::newRow("events without run_end") << "events-open"
+                                            << "(last step 3) whose owner is gone without a run_end";
+    QTest::newRow("a checkpoint") << "checkpoint"
+                                  << "checkpoints/ holds 1 checkpoint(s) of an earlier run (the last checkpoint-10)";
+    QTest::newRow("a file") << "file"
+                            << "it exists and is not a directory";
   }
   void earlierRunsAreRefused() {
     QFETCH(QString, what);
@@ -290,8 +295,7 @@ class TstRunLock : public QObject {
   void failureLinesKeepTheReason() {
     // What rank 1 of a run whose rank 0 stalled said: its log, and c10d's warnings on stderr.
     const std::vector<std::string> log = {
-        "[load_model] model loaded",
-        "step 3/500  loss 6.9",
+        "[load_model] model loaded", "step 3/500  loss 6.9",
         "failed: error at step 4: all_to_all on the ulysses group: rank 1 got nothing from rank 0 within 5 s"};
     std::vector<std::string> out;
     for (int i = 0; i < 30; ++i)

@@ -51,8 +51,9 @@ bool contains_all(const std::string& text, std::initializer_list<const char*> pa
 // and a program that links it before libstdc++ gets that copy, whose remove_all crashes
 // (reproduced with a five-line program against torch 2.11's libtorch.so).
 void remove_tree(const fs::path& p) {
-  ::nftw(p.c_str(), [](const char* f, const struct stat*, int, struct FTW*) { return ::remove(f); }, 16,
-         FTW_DEPTH | FTW_PHYS);
+  ::nftw(
+      p.c_str(), [](const char* f, const struct stat*, int, struct FTW*) { return ::remove(f); }, 16,
+      FTW_DEPTH | FTW_PHYS);
 }
 
 std::vector<std::int64_t> to_shape(const json& j) { return j.get<std::vector<std::int64_t>>(); }
@@ -116,8 +117,9 @@ class TstSafetensors : public QObject {
 
   void need_oracle() {
     if (python_.isEmpty())
-      QSKIP("ODYSSEY_PYTHON is empty: configure with -DODYSSEY_PYTHON=<a Python with torch, safetensors and "
-            "transformers> to compare with the reference library");
+      QSKIP(
+          "ODYSSEY_PYTHON is empty: configure with -DODYSSEY_PYTHON=<a Python with torch, safetensors and "
+          "transformers> to compare with the reference library");
     QVERIFY2(!ref_.is_null(), qPrintable(oracle_error_));
   }
 
@@ -125,8 +127,10 @@ class TstSafetensors : public QObject {
   fs::path own_sharded() {
     const fs::path dir = tmp_ / "own-sharded";
     if (!fs::exists(dir)) {
-      const NamedTensors t = {{"layers.0.a", torch::randn({32})}, {"layers.0.b", torch::randn({32})},
-                              {"layers.1.c", torch::randn({64})}, {"layers.2.d", torch::randn({64}).to(torch::kBFloat16)}};
+      const NamedTensors t = {{"layers.0.a", torch::randn({32})},
+                              {"layers.0.b", torch::randn({32})},
+                              {"layers.1.c", torch::randn({64})},
+                              {"layers.2.d", torch::randn({64}).to(torch::kBFloat16)}};
       const auto r = save_sharded(dir.string(), t, 300);
       if (!r.ok()) qFatal("%s", format_all(r.diagnostics).c_str());
     }
@@ -148,8 +152,7 @@ class TstSafetensors : public QObject {
     torch::manual_seed(7);
     python_ = QString(ODYSSEY_PYTHON);
     if (!python_.isEmpty() && !QFileInfo::exists(python_)) python_.clear();
-    if (!python_.isEmpty() && !oracle({"write", QString::fromStdString((tmp_ / "ref").string())}, ref_))
-      ref_ = json();
+    if (!python_.isEmpty() && !oracle({"write", QString::fromStdString((tmp_ / "ref").string())}, ref_)) ref_ = json();
   }
   void cleanupTestCase() { remove_tree(tmp_); }
 
@@ -241,7 +244,8 @@ class TstSafetensors : public QObject {
 
     json got;
     QVERIFY2(oracle({"check", QString::fromStdString(ours.string()),
-                     QString::fromStdString((tmp_ / "ref" / "sharded").string())}, got),
+                     QString::fromStdString((tmp_ / "ref" / "sharded").string())},
+                    got),
              qPrintable(oracle_error_));
     const auto& single = got["files"]["single.safetensors"];
     QCOMPARE(single["metadata"], json({{"format", "pt"}, {"producer", "odyssey"}}));
@@ -279,8 +283,8 @@ class TstSafetensors : public QObject {
     QVERIFY(f.value->load_into("f", param).empty());
     QVERIFY(torch::equal(param.detach(), mine[1].second.to(torch::kBFloat16)));
     torch::Tensor wrong = torch::zeros({5, 4});
-    QVERIFY(contains_all(format_all(f.value->load_into("f", wrong)), {"own.safetensors", "f", "shape [4, 5] in the file",
-                                                                      "destination has [5, 4]"}));
+    QVERIFY(contains_all(format_all(f.value->load_into("f", wrong)),
+                         {"own.safetensors", "f", "shape [4, 5] in the file", "destination has [5, 4]"}));
     for (const auto& e : fs::directory_iterator(tmp_))
       QVERIFY2(e.path().string().find(".tmp-") == std::string::npos, "a temporary file was left behind");
     // The mode a plainly created file gets (not mkstemp's 0600): 0644 under umask 022, 0600
@@ -318,7 +322,8 @@ class TstSafetensors : public QObject {
     QVERIFY(f.ok());
     QVERIFY(f.value->load_as_stored("ids").value.equal(ids));
     QVERIFY(f.value->load_as_stored("codes").value.equal(codes));
-    QVERIFY(contains_all(format_all(f.value->load("ids", torch::kFloat32).diagnostics), {"ids", "I64", "not supported"}));
+    QVERIFY(
+        contains_all(format_all(f.value->load("ids", torch::kFloat32).diagnostics), {"ids", "I64", "not supported"}));
     QVERIFY(contains_all(err({{"a", torch::zeros({1})}, {"a", torch::zeros({1})}}), {"a", "given twice"}));
     QVERIFY(contains_all(err({{"__metadata__", torch::zeros({1})}}), {"reserved"}));
     QVERIFY(!fs::exists(p));
@@ -342,13 +347,15 @@ class TstSafetensors : public QObject {
     std::string e = open_err(d);
     QVERIFY2(contains_all(e, {"model-00002-of-00003.safetensors: error: layers.1.c: data_offsets [0, 256) run past "
                               "the end of the data section (246 bytes): the file is 358 bytes but its header "
-                              "needs 368; the file is truncated"}), e.c_str());
+                              "needs 368; the file is truncated"}),
+             e.c_str());
 
     d = damaged("missing");
     fs::remove(d / "model-00003-of-00003.safetensors");
     e = open_err(d);
-    QVERIFY2(contains_all(e, {"model.safetensors.index.json", "model-00003-of-00003.safetensors", "is missing",
-                              "layers.2.d"}), e.c_str());
+    QVERIFY2(contains_all(
+                 e, {"model.safetensors.index.json", "model-00003-of-00003.safetensors", "is missing", "layers.2.d"}),
+             e.c_str());
 
     auto edit_index = [&](const char* tag, auto&& edit) {
       const fs::path dir = damaged(tag);
@@ -401,8 +408,8 @@ class TstSafetensors : public QObject {
       const auto t = f.value->view("big").value.to(torch::kFloat);  // whole mapping touched, then converted
       naive = static_cast<double>(proc_status_kb("VmHWM:") - before_naive);
     }
-    qInfo("peak RSS growth: load %.1f MB (%.2fx of the %.0f MB output); view().to() %.1f MB (%.2fx)",
-          growth / 1e6, growth / out_bytes, out_bytes / 1e6, naive / 1e6, naive / out_bytes);
+    qInfo("peak RSS growth: load %.1f MB (%.2fx of the %.0f MB output); view().to() %.1f MB (%.2fx)", growth / 1e6,
+          growth / out_bytes, out_bytes / 1e6, naive / 1e6, naive / out_bytes);
     QVERIFY2(growth < 1.2 * out_bytes, "load() used more than 1.2x the output size");
     QVERIFY2(naive > growth + 0.3 * out_bytes, "the measurement does not see the mapped file's pages");
   }
@@ -420,7 +427,8 @@ class TstSafetensors : public QObject {
     write_json(m / "config.json", cfg);
     auto r = model::load_causal_lm(m.string(), model::DecoderOptions{});
     QVERIFY(!r.ok() && !r.value.lm);
-    const std::string want = (m / "config.json").string() + ": error: num_hidden_layers: found 24, but the weights hold 4 layers";
+    const std::string want =
+        (m / "config.json").string() + ": error: num_hidden_layers: found 24, but the weights hold 4 layers";
     QVERIFY2(format_all(r.diagnostics).find(want) != std::string::npos, format_all(r.diagnostics).c_str());
 
     const std::string fifo = (m / "model.safetensors").string();

@@ -76,12 +76,12 @@ class TstSafetensorsHeader : public QObject {
 
   void validMixed() {
     // Entries listed out of offset order, a 0-d tensor, an empty tensor, metadata.
-    const std::string h = q(
-        "{'__metadata__':{'format':'pt','note':'x'},"
-        "'w':{'dtype':'BF16','shape':[2,3],'data_offsets':[4,16]},"
-        "'scalar':{'dtype':'F32','shape':[],'data_offsets':[0,4]},"
-        "'empty':{'dtype':'F16','shape':[0,7],'data_offsets':[16,16]},"
-        "'h':{'dtype':'F16','shape':[1],'data_offsets':[16,18],'extra':'ignored'}}");
+    const std::string h =
+        q("{'__metadata__':{'format':'pt','note':'x'},"
+          "'w':{'dtype':'BF16','shape':[2,3],'data_offsets':[4,16]},"
+          "'scalar':{'dtype':'F32','shape':[],'data_offsets':[0,4]},"
+          "'empty':{'dtype':'F16','shape':[0,7],'data_offsets':[16,16]},"
+          "'h':{'dtype':'F16','shape':[1],'data_offsets':[16,18],'extra':'ignored'}}");
     const auto r = parse(file_of(h, 18));
     QVERIFY2(r.ok(), all(r.diagnostics).c_str());
     const auto& ts = r.value.tensors;
@@ -117,12 +117,11 @@ class TstSafetensorsHeader : public QObject {
     QTest::addColumn<QString>("tensor");
     QTest::addColumn<QString>("fragment");
     auto row = [](const char* tag, const std::string& b, const char* tensor, const char* frag) {
-      QTest::newRow(tag) << QByteArray(b.data(), static_cast<qsizetype>(b.size())) << QString(tensor)
-                         << QString(frag);
+      QTest::newRow(tag) << QByteArray(b.data(), static_cast<qsizetype>(b.size())) << QString(tensor) << QString(frag);
     };
     auto f32 = [](const char* name, int b, int e) {
-      return "'" + std::string(name) + "':{'dtype':'F32','shape':[2],'data_offsets':[" + std::to_string(b) +
-             "," + std::to_string(e) + "]}";
+      return "'" + std::string(name) + "':{'dtype':'F32','shape':[2],'data_offsets':[" + std::to_string(b) + "," +
+             std::to_string(e) + "]}";
     };
     row("short file", std::string("\x08\x00\x00", 3), "", "too short for the 8-byte header length");
     row("length over limit", le64(100'000'001) + "{}", "", "over the format's limit");
@@ -148,28 +147,26 @@ class TstSafetensorsHeader : public QObject {
         "floating-point number");
     row("dim over int64", file_of(q("{'a':{'dtype':'U8','shape':[18446744073709551615],'data_offsets':[0,8]}}"), 8),
         "a", "larger than 2^63 - 1");
-    row("dim beyond uint64", file_of(q("{'a':{'dtype':'U8','shape':[99999999999999999999999],'data_offsets':[0,8]}}"), 8),
-        "a", "floating-point number");
+    row("dim beyond uint64",
+        file_of(q("{'a':{'dtype':'U8','shape':[99999999999999999999999],'data_offsets':[0,8]}}"), 8), "a",
+        "floating-point number");
     row("numel overflow", file_of(q("{'a':{'dtype':'U8','shape':[4294967296,4294967296],'data_offsets':[0,8]}}"), 8),
         "a", "more than 2^63 - 1 elements");
     row("bytes overflow", file_of(q("{'a':{'dtype':'F64','shape':[2305843009213693952,2],'data_offsets':[0,8]}}"), 8),
         "a", "needs more than");
     row("partial bytes", file_of(q("{'a':{'dtype':'F4','shape':[3],'data_offsets':[0,2]}}"), 2), "a",
         "whole number of bytes");
-    row("offsets one", file_of(q("{'a':{'dtype':'F32','shape':[2],'data_offsets':[0]}}"), 8), "a",
-        "[begin, end]");
+    row("offsets one", file_of(q("{'a':{'dtype':'F32','shape':[2],'data_offsets':[0]}}"), 8), "a", "[begin, end]");
     row("offsets negative", file_of(q("{'a':{'dtype':'F32','shape':[2],'data_offsets':[-8,0]}}"), 8), "a",
         "begin is negative");
     row("offsets reversed", file_of(q("{'a':{'dtype':'F32','shape':[0],'data_offsets':[8,0]}}"), 8), "a",
         "end before they begin");
     row("span mismatch", file_of(q("{'a':{'dtype':'BF16','shape':[2,3],'data_offsets':[0,10]}}"), 10), "a",
         "dtype BF16 with shape [2, 3] needs 12 bytes, but data_offsets [0, 10) span 10");
-    row("truncated", file_of(q("{" + f32("a", 0, 8) + "," + f32("b", 8, 16) + "}"), 12), "b",
-        "the file is truncated");
+    row("truncated", file_of(q("{" + f32("a", 0, 8) + "," + f32("b", 8, 16) + "}"), 12), "b", "the file is truncated");
     row("overlap", file_of(q("{" + f32("a", 0, 8) + "," + f32("b", 4, 12) + "}"), 12), "b",
         "overlap tensor 'a' at [0, 8)");
-    row("same span", file_of(q("{" + f32("a", 0, 8) + "," + f32("b", 0, 8) + "}"), 8), "b",
-        "overlap tensor 'a'");
+    row("same span", file_of(q("{" + f32("a", 0, 8) + "," + f32("b", 0, 8) + "}"), 8), "b", "overlap tensor 'a'");
     row("hole", file_of(q("{" + f32("a", 0, 8) + "," + f32("b", 16, 24) + "}"), 24), "b",
         "hole of 8 bytes before this tensor (after 'a')");
     row("hole at start", file_of(q("{" + f32("a", 8, 16) + "}"), 16), "a", "(at the start)");
@@ -177,12 +174,10 @@ class TstSafetensorsHeader : public QObject {
         "4 bytes after the last tensor are not part of any tensor");
     row("duplicate name", file_of(q("{" + f32("a", 0, 8) + "," + f32("a", 8, 16) + "}"), 16), "a",
         "appears more than once");
-    row("duplicate field",
-        file_of(q("{'a':{'dtype':'F32','dtype':'F16','shape':[2],'data_offsets':[0,8]}}"), 8), "a/dtype",
-        "appears more than once in this entry");
+    row("duplicate field", file_of(q("{'a':{'dtype':'F32','dtype':'F16','shape':[2],'data_offsets':[0,8]}}"), 8),
+        "a/dtype", "appears more than once in this entry");
     row("metadata not object", file_of(q("{'__metadata__':[1]}"), 0), "__metadata__", "expected an object");
-    row("metadata value", file_of(q("{'__metadata__':{'k':1}}"), 0), "__metadata__",
-        "value of \"k\" is an integer");
+    row("metadata value", file_of(q("{'__metadata__':{'k':1}}"), 0), "__metadata__", "value of \"k\" is an integer");
   }
 
   void errors() {
@@ -194,11 +189,11 @@ class TstSafetensorsHeader : public QObject {
     bool found = false;
     for (const auto& d : r.diagnostics) {
       QCOMPARE(QString::fromStdString(d.file), QString::fromStdString(kFile));
-      if (QString::fromStdString(d.key) == tensor && QString::fromStdString(d.message).contains(fragment))
-        found = true;
+      if (QString::fromStdString(d.key) == tensor && QString::fromStdString(d.message).contains(fragment)) found = true;
     }
-    QVERIFY2(found, ("expected [" + tensor + "] " + fragment + "\ngot:\n" +
-                     QString::fromStdString(all(r.diagnostics))).toUtf8().constData());
+    QVERIFY2(found, ("expected [" + tensor + "] " + fragment + "\ngot:\n" + QString::fromStdString(all(r.diagnostics)))
+                        .toUtf8()
+                        .constData());
   }
 
   void headerBytesShorterThanClaimed() {
@@ -239,10 +234,10 @@ class TstSafetensorsHeader : public QObject {
   }
 
   void index() {
-    const std::string ok = q(
-        "{'metadata':{'total_size':24,'total_parameters':6},'weight_map':{"
-        "'b':'model-00002-of-00002.safetensors','a':'model-00001-of-00002.safetensors',"
-        "'c':'model-00002-of-00002.safetensors'}}");
+    const std::string ok =
+        q("{'metadata':{'total_size':24,'total_parameters':6},'weight_map':{"
+          "'b':'model-00002-of-00002.safetensors','a':'model-00001-of-00002.safetensors',"
+          "'c':'model-00002-of-00002.safetensors'}}");
     const auto r = parse_safetensors_index(ok, "model.safetensors.index.json");
     QVERIFY2(r.ok(), all(r.diagnostics).c_str());
     QCOMPARE(r.value.weight_map.size(), std::size_t(3));

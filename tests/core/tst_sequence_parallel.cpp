@@ -74,8 +74,9 @@ dist::Mesh worker_mesh(const dist::DistEnv& env, int ulysses, int ring, int ep =
 
 int attention_worker(const dist::DistEnv& env, const Case& c) {
   dist::Mesh mesh = worker_mesh(env, c.ulysses, c.ring);
-  const std::vector<std::int64_t> lengths =
-      c.one_sample ? std::vector<std::int64_t>{49} : std::vector<std::int64_t>{7, 13, 1, 22, 6};  // 49: every split pads
+  const std::vector<std::int64_t> lengths = c.one_sample
+                                                ? std::vector<std::int64_t>{49}
+                                                : std::vector<std::int64_t>{7, 13, 1, 22, 6};  // 49: every split pads
   std::int64_t t = 0;
   std::vector<std::int32_t> ids, pos;
   for (auto n : lengths)
@@ -92,15 +93,16 @@ int attention_worker(const dist::DistEnv& env, const Case& c) {
 
   // One process over the whole row.
   const train::PackedRow whole = train::make_packed_row(ids, std::vector<std::int32_t>(ids.size(), 0), pos);
-  torch::Tensor qr = q.clone().requires_grad_(true), kr = k.clone().requires_grad_(true), vr = v.clone().requires_grad_(true);
+  torch::Tensor qr = q.clone().requires_grad_(true), kr = k.clone().requires_grad_(true),
+                vr = v.clone().requires_grad_(true);
   const bool masked = c.window > 0 || c.softcap > 0;
   torch::Tensor ref;
   if (masked) {  // the single-process path of the decoder for windowed / soft-capped layers
     torch::Tensor keep = model::block_causal_mask(whole.cu_seqlens, t, torch::kCPU);
     if (c.window > 0) keep = model::window_mask(keep, t, c.window, torch::kCPU);
     ref = model::masked_attention(qr.transpose(0, 1).unsqueeze(0), kr.transpose(0, 1).unsqueeze(0),
-                                  vr.transpose(0, 1).unsqueeze(0), keep, scale, c.softcap, model::AttentionBackend::Auto,
-                                  nullptr)
+                                  vr.transpose(0, 1).unsqueeze(0), keep, scale, c.softcap,
+                                  model::AttentionBackend::Auto, nullptr)
               .squeeze(0)
               .transpose(0, 1);
   } else {
@@ -120,7 +122,8 @@ int attention_worker(const dist::DistEnv& env, const Case& c) {
   };
   torch::Tensor ql = local(q), kl = local(k), vl = local(v);
   const torch::Tensor out =
-      masked ? shard.attention->attend_masked(ql, kl, vl, scale, c.window, c.softcap, model::AttentionBackend::Auto, nullptr)
+      masked ? shard.attention->attend_masked(ql, kl, vl, scale, c.window, c.softcap, model::AttentionBackend::Auto,
+                                              nullptr)
              : shard.attention->attend(ql, kl, vl, scale, model::AttentionBackend::Auto, nullptr, nullptr);
   (out * torch::where(valid.view({n, 1, 1}), w.index_select(0, safe), torch::zeros({})).detach()).sum().backward();
 
@@ -131,22 +134,23 @@ int attention_worker(const dist::DistEnv& env, const Case& c) {
   const double e_out = err(out, ref), e_q = err(ql.grad(), qr.grad()), e_k = err(kl.grad(), kr.grad()),
                e_v = err(vl.grad(), vr.grad());
   const torch::Tensor pad = valid.logical_not();
-  const double pad_grad = pad.any().item<bool>()
-                              ? std::max({ql.grad().index({pad}).abs().max().item<double>(),
-                                          kl.grad().index({pad}).abs().max().item<double>(),
-                                          vl.grad().index({pad}).abs().max().item<double>()})
-                              : 0.0;
+  const double pad_grad = pad.any().item<bool>() ? std::max({ql.grad().index({pad}).abs().max().item<double>(),
+                                                             kl.grad().index({pad}).abs().max().item<double>(),
+                                                             vl.grad().index({pad}).abs().max().item<double>()})
+                                                 : 0.0;
   // Every real token is on exactly one rank of the sp group.
   torch::Tensor count = torch::zeros({t}, torch::kFloat64);
   count.index_add_(0, safe.index({valid}), torch::ones({valid.sum().item<std::int64_t>()}, torch::kFloat64));
   mesh.world_group->all_reduce(count);
   const bool covered = count.eq(1.0).all().item<bool>();
-  std::printf("{\"rank\": %d, \"case\": \"ulysses %d x ring %d, %ld q heads, %ld kv heads%s, window %ld, softcap %g\", \"local_tokens\": %ld, "
-              "\"padding\": %ld, \"out\": %.3g, \"dq\": %.3g, \"dk\": %.3g, \"dv\": %.3g, \"padding_grad\": %.3g, "
-              "\"covered\": %s}\n",
-              env.rank, c.ulysses, c.ring, static_cast<long>(c.q_heads), static_cast<long>(c.kv_heads),
-              c.one_sample ? ", one sample" : "", static_cast<long>(c.window), c.softcap, static_cast<long>(n), static_cast<long>(pad.sum().item<std::int64_t>()), e_out, e_q, e_k, e_v, pad_grad,
-              covered ? "true" : "false");
+  std::printf(
+      "{\"rank\": %d, \"case\": \"ulysses %d x ring %d, %ld q heads, %ld kv heads%s, window %ld, softcap %g\", "
+      "\"local_tokens\": %ld, "
+      "\"padding\": %ld, \"out\": %.3g, \"dq\": %.3g, \"dk\": %.3g, \"dv\": %.3g, \"padding_grad\": %.3g, "
+      "\"covered\": %s}\n",
+      env.rank, c.ulysses, c.ring, static_cast<long>(c.q_heads), static_cast<long>(c.kv_heads),
+      c.one_sample ? ", one sample" : "", static_cast<long>(c.window), c.softcap, static_cast<long>(n),
+      static_cast<long>(pad.sum().item<std::int64_t>()), e_out, e_q, e_k, e_v, pad_grad, covered ? "true" : "false");
   std::fflush(stdout);
   const bool ok = e_out < 1e-5 && e_q < 1e-5 && e_k < 1e-5 && e_v < 1e-5 && pad_grad == 0.0 && covered;
   return ok ? 0 : 1;
@@ -181,7 +185,8 @@ int collectives_worker(const dist::DistEnv& env) {
     const torch::Tensor got = g.all_to_all_v(torch::cat(rows), send, recv);
     std::vector<torch::Tensor> want;
     for (int j = 0; j < n; ++j)
-      want.push_back(torch::tensor({static_cast<float>(j), static_cast<float>(r)}).repeat({recv[static_cast<std::size_t>(j)], 1}));
+      want.push_back(
+          torch::tensor({static_cast<float>(j), static_cast<float>(r)}).repeat({recv[static_cast<std::size_t>(j)], 1}));
     expect(got.equal(torch::cat(want)), "all_to_all_v");
   }
   torch::Tensor gathered = g.all_gather(torch::full({2}, static_cast<std::int64_t>(r), torch::kInt64));
@@ -196,7 +201,8 @@ int collectives_worker(const dist::DistEnv& env) {
          "all_reduce counters");
   std::int64_t sent_rows = 0;
   for (int j = 0; j < n; ++j) sent_rows += j == (r + 1) % n ? 0 : r + j + 1;
-  expect(st[static_cast<int>(dist::Op::AllToAll)].calls == 2 && st[static_cast<int>(dist::Op::AllToAll)].bytes == 4 * n + 8 * sent_rows,
+  expect(st[static_cast<int>(dist::Op::AllToAll)].calls == 2 &&
+             st[static_cast<int>(dist::Op::AllToAll)].bytes == 4 * n + 8 * sent_rows,
          "all_to_all counters");
   expect(st[static_cast<int>(dist::Op::Barrier)].calls == 1, "barrier counter");
   // A rank that calls first waits inside the collective for the last one: take_stats's
@@ -342,11 +348,12 @@ int moe_worker(const dist::DistEnv& env, const MoeCase& c) {
   }
   const double e_ce = std::abs(ce_sum.item<double>() - ref_ce.item<double>()) / std::abs(ref_ce.item<double>());
   const double e_aux = std::abs(aux - ref_aux) / std::abs(ref_aux);
-  std::printf("{\"rank\": %d, \"case\": \"ulysses %d x ring %d, experts over %d, top-%d%s\", \"local_tokens\": %ld, "
-              "\"loss\": %.3g, \"aux\": %.3g, \"aux_value\": %.6f, \"gradients\": %ld, \"worst_gradient\": %.3g, "
-              "\"worst_name\": \"%s\"}\n",
-              env.rank, c.ulysses, c.ring, c.ep, c.top_k, c.lora ? ", LoRA" : "", static_cast<long>(shard.tokens()), e_ce,
-              e_aux, aux, static_cast<long>(compared), worst, worst_name.c_str());
+  std::printf(
+      "{\"rank\": %d, \"case\": \"ulysses %d x ring %d, experts over %d, top-%d%s\", \"local_tokens\": %ld, "
+      "\"loss\": %.3g, \"aux\": %.3g, \"aux_value\": %.6f, \"gradients\": %ld, \"worst_gradient\": %.3g, "
+      "\"worst_name\": \"%s\"}\n",
+      env.rank, c.ulysses, c.ring, c.ep, c.top_k, c.lora ? ", LoRA" : "", static_cast<long>(shard.tokens()), e_ce,
+      e_aux, aux, static_cast<long>(compared), worst, worst_name.c_str());
   std::fflush(stdout);
   return e_ce < 1e-5 && e_aux < 1e-5 && worst < 1e-5 && compared > 0 ? 0 : 1;
 }

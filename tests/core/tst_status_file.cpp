@@ -102,8 +102,9 @@ class TstStatusFile : public QObject {
     QCOMPARE(r.value.pid, std::int64_t(7));
     r = decode_status("{\"v\":\"2.0\",\"state\":\"running\"}", "status.json");
     QVERIFY(!r.ok());
-    QVERIFY2(format_all(r.diagnostics).find("status.json: error: schema version 2.x is newer than this "
-                                            "Odyssey understands (1.x); update Odyssey") != std::string::npos,
+    QVERIFY2(format_all(r.diagnostics)
+                     .find("status.json: error: schema version 2.x is newer than this "
+                           "Odyssey understands (1.x); update Odyssey") != std::string::npos,
              format_all(r.diagnostics).c_str());
     r = decode_status("{\"v\":\"1.0\",\"state\":\"dancing\"}", "status.json");
     QVERIFY(!r.ok());

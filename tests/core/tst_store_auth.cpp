@@ -46,7 +46,8 @@ std::string bytes_hex(const std::string& s) {
 std::string bytes_hex(const std::vector<std::uint8_t>& v) { return dist::to_hex(v.data(), v.size()); }
 std::string unhex(const std::string& h) {
   std::string s;
-  for (std::size_t i = 0; i + 1 < h.size(); i += 2) s.push_back(static_cast<char>(std::stoi(h.substr(i, 2), nullptr, 16)));
+  for (std::size_t i = 0; i + 1 < h.size(); i += 2)
+    s.push_back(static_cast<char>(std::stoi(h.substr(i, 2), nullptr, 16)));
   return s;
 }
 std::vector<std::uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
@@ -62,11 +63,12 @@ std::string error_of(F&& f) {
   return {};
 }
 
-#define VERIFY_ERROR(expr, needle)                                                                   \
-  do {                                                                                               \
-    const std::string e_ = error_of([&] { (void)(expr); });                                          \
-    QVERIFY2(!e_.empty(), "no error: " #expr);                                                       \
-    QVERIFY2(e_.find(needle) != std::string::npos, qPrintable(QString::fromStdString("\"" + std::string(needle) + "\" not in: " + e_))); \
+#define VERIFY_ERROR(expr, needle)                                                                 \
+  do {                                                                                             \
+    const std::string e_ = error_of([&] { (void)(expr); });                                        \
+    QVERIFY2(!e_.empty(), "no error: " #expr);                                                     \
+    QVERIFY2(e_.find(needle) != std::string::npos,                                                 \
+             qPrintable(QString::fromStdString("\"" + std::string(needle) + "\" not in: " + e_))); \
   } while (0)
 
 // Runs the Python oracle on a request; empty when no Python is configured.
@@ -113,7 +115,8 @@ class TstStoreAuth : public QObject {
     const std::vector<V> vectors = {
         {std::string(20, '\x0b'), "Hi There", "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"},
         {"Jefe", "what do ya want for nothing?", "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"},
-        {std::string(20, '\xaa'), std::string(50, '\xdd'), "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe"},
+        {std::string(20, '\xaa'), std::string(50, '\xdd'),
+         "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe"},
         {unhex("0102030405060708090a0b0c0d0e0f10111213141516171819"), std::string(50, '\xcd'),
          "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b"},
         {std::string(20, '\x0c'), "Test With Truncation", "a3b6167473100ee06e0c796c2955552b"},
@@ -154,7 +157,8 @@ class TstStoreAuth : public QObject {
     QCOMPARE(want.size(), static_cast<qsizetype>(inputs.size()));
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       const auto& [k, m] = inputs[i];
-      QCOMPARE(QString::fromStdString(dist::to_hex(dist::hmac_sha256(k, m))), want[static_cast<qsizetype>(i)].toString());
+      QCOMPARE(QString::fromStdString(dist::to_hex(dist::hmac_sha256(k, m))),
+               want[static_cast<qsizetype>(i)].toString());
       dist::HmacSha256 h(k);
       std::size_t at = 0;
       while (at < m.size()) {
@@ -176,8 +180,10 @@ class TstStoreAuth : public QObject {
                                {kOther, "run-2", "k", ""}};
     QJsonArray req;
     for (const auto& c : cs)
-      req.append(QJsonObject{{"secret", QString::fromStdString(c.secret)}, {"run_id", QString::fromStdString(c.run_id)},
-                             {"key", QString::fromStdString(c.key)}, {"value_hex", QString::fromStdString(bytes_hex(c.value))}});
+      req.append(QJsonObject{{"secret", QString::fromStdString(c.secret)},
+                             {"run_id", QString::fromStdString(c.run_id)},
+                             {"key", QString::fromStdString(c.key)},
+                             {"value_hex", QString::fromStdString(bytes_hex(c.value))}});
     const QJsonObject out = oracle(QJsonObject{{"store", req}});
     if (out.isEmpty()) QSKIP("no ODYSSEY_PYTHON for the oracle");
     const auto srv = server();
@@ -185,7 +191,8 @@ class TstStoreAuth : public QObject {
       AuthStore a(srv, cs[i].secret, cs[i].run_id);
       const QJsonObject w = out.value("store").toArray()[static_cast<qsizetype>(i)].toObject();
       QCOMPARE(QString::fromStdString(a.name_of(cs[i].key)), w.value("name").toString());
-      QCOMPARE(QString::fromStdString(bytes_hex(a.seal(cs[i].key, bytes(cs[i].value)))), w.value("sealed_hex").toString());
+      QCOMPARE(QString::fromStdString(bytes_hex(a.seal(cs[i].key, bytes(cs[i].value)))),
+               w.value("sealed_hex").toString());
     }
   }
 
@@ -216,7 +223,7 @@ class TstStoreAuth : public QObject {
     auto b = c10::make_intrusive<AuthStore>(client(srv), kSecret, "run-a");  // another rank
     a->set("x", bytes("hello"));
     QCOMPARE(b->get("x"), bytes("hello"));
-    QVERIFY(!raw->check({"x"}));                // the server never sees the logical name
+    QVERIFY(!raw->check({"x"}));  // the server never sees the logical name
     QVERIFY(raw->check({a->name_of("x")}));
     QCOMPARE(raw->get(a->name_of("x")).size(), std::size_t{5 + AuthStore::kTagBytes});
     QVERIFY(b->check({"x"}));
@@ -292,7 +299,8 @@ class TstStoreAuth : public QObject {
     };
     dist::MessageHeader m = want;
     m.seq = 3;
-    QVERIFY(refused(m, t).find("sequence number 3 came, 4 expected (a replayed or reordered message)") != std::string::npos);
+    QVERIFY(refused(m, t).find("sequence number 3 came, 4 expected (a replayed or reordered message)") !=
+            std::string::npos);
     m = want;
     m.src = 2;
     QVERIFY(refused(m, t).find("sender rank 2 came, 0 expected") != std::string::npos);
@@ -315,11 +323,16 @@ class TstStoreAuth : public QObject {
     QVERIFY2(e.find("byte count 44 came, 48 expected") != std::string::npos, e.c_str());
     std::vector<std::uint8_t> msg = dist::pack_message(want, t);
     msg.resize(10);
-    QVERIFY(error_of([&] { dist::unpack_message(msg, want, out, "all_reduce"); }).find("cut off inside its header") != std::string::npos);
+    QVERIFY(error_of([&] { dist::unpack_message(msg, want, out, "all_reduce"); }).find("cut off inside its header") !=
+            std::string::npos);
     msg = dist::pack_message(want, t);
     msg.pop_back();
-    QVERIFY(error_of([&] { dist::unpack_message(msg, want, out, "all_reduce"); }).find("payload of 47 byte(s) came, 48") != std::string::npos);
-    QVERIFY(error_of([&] { dist::unpack_message({0x41}, want, out, "all_reduce"); }).find("cut off inside its header") != std::string::npos);
+    QVERIFY(error_of([&] {
+              dist::unpack_message(msg, want, out, "all_reduce");
+            }).find("payload of 47 byte(s) came, 48") != std::string::npos);
+    QVERIFY(error_of([&] {
+              dist::unpack_message({0x41}, want, out, "all_reduce");
+            }).find("cut off inside its header") != std::string::npos);
   }
 
   // End to end through a real store group (rank 1 of 2; the test plays rank 0 with the secret):
@@ -349,7 +362,8 @@ class TstStoreAuth : public QObject {
     peer->set("odyssey/world/1:0>1", first);
     torch::Tensor b = x.clone();
     const std::string e = error_of([&] { g->all_reduce(b); });
-    QVERIFY2(e.find("sequence number 0 came, 1 expected (a replayed or reordered message)") != std::string::npos, e.c_str());
+    QVERIFY2(e.find("sequence number 0 came, 1 expected (a replayed or reordered message)") != std::string::npos,
+             e.c_str());
     QVERIFY(torch::equal(b, x));  // nothing was used
     // A right-sized forgery under the derived name of the third collective's key.
     const auto raw = client(srv);
@@ -359,7 +373,9 @@ class TstStoreAuth : public QObject {
              forger.seal("odyssey/world/2:0>1", dist::pack_message(dist::describe(h, from0), from0)));
     torch::Tensor c = x.clone();
     const std::string f = error_of([&] { g->all_reduce(c); });
-    QVERIFY2(f.find("failed authentication") != std::string::npos && f.find("receiving from rank 0") != std::string::npos, f.c_str());
+    QVERIFY2(
+        f.find("failed authentication") != std::string::npos && f.find("receiving from rank 0") != std::string::npos,
+        f.c_str());
     QVERIFY(torch::equal(c, x));
   }
 
@@ -368,7 +384,9 @@ class TstStoreAuth : public QObject {
     ::setenv(dist::kStoreSecretVariable, kSecret.c_str(), 1);
     c10::intrusive_ptr<c10d::Store> s0, s1;
     std::string e0, e1;
-    std::thread r1([&] { e1 = error_of([&] { s1 = dist::authenticate_store(client(srv), 1, "test", std::chrono::seconds(10)); }); });
+    std::thread r1([&] {
+      e1 = error_of([&] { s1 = dist::authenticate_store(client(srv), 1, "test", std::chrono::seconds(10)); });
+    });
     e0 = error_of([&] { s0 = dist::authenticate_store(client(srv), 0, "test", std::chrono::seconds(10)); });
     r1.join();
     QVERIFY2(e0.empty() && e1.empty(), (e0 + e1).c_str());
@@ -376,12 +394,14 @@ class TstStoreAuth : public QObject {
     QCOMPARE(id.size(), std::size_t{32});
     QCOMPARE(dist::store_run_id(s1), id);
     // Rank 0 started again on the same store and secret: refused, not a second run id.
-    QVERIFY(error_of([&] { dist::authenticate_store(client(srv), 0, "test", std::chrono::seconds(10)); })
-                .find("already holds a run id") != std::string::npos);
+    QVERIFY(error_of([&] {
+              dist::authenticate_store(client(srv), 0, "test", std::chrono::seconds(10));
+            }).find("already holds a run id") != std::string::npos);
     // A rank with another secret never finds rank 0's run id.
     ::setenv(dist::kStoreSecretVariable, kOther.c_str(), 1);
-    QVERIFY(error_of([&] { dist::authenticate_store(client(srv), 1, "test", std::chrono::milliseconds(500)); })
-                .find("did not publish the run id") != std::string::npos);
+    QVERIFY(error_of([&] {
+              dist::authenticate_store(client(srv), 1, "test", std::chrono::milliseconds(500));
+            }).find("did not publish the run id") != std::string::npos);
     // Without a secret: the store itself, unauthenticated.
     ::unsetenv(dist::kStoreSecretVariable);
     const auto plain = client(srv);

@@ -43,9 +43,22 @@ TrainConfig random_config(std::mt19937_64& rng) {
   std::uniform_real_distribution<double> u(0, 1);
   auto pick = [&](std::vector<std::string> v) { return v[rng() % v.size()]; };
   auto coin = [&] { return rng() % 2 == 0; };
-  const std::vector<std::string> weird{"plain",  "Qwen/Qwen2.5-7B-Instruct", "dir with space/m", "$(touch x)",
-                                       "it's",   "-dash",  "数据集", "#hash", "a=b", "~/home", "`id`", "",
-                                       "tab\tbed", "back\\slash", "multi\nline", "--looks-like-an-arg"};
+  const std::vector<std::string> weird{"plain",
+                                       "Qwen/Qwen2.5-7B-Instruct",
+                                       "dir with space/m",
+                                       "$(touch x)",
+                                       "it's",
+                                       "-dash",
+                                       "数据集",
+                                       "#hash",
+                                       "a=b",
+                                       "~/home",
+                                       "`id`",
+                                       "",
+                                       "tab\tbed",
+                                       "back\\slash",
+                                       "multi\nline",
+                                       "--looks-like-an-arg"};
   TrainConfig c;
   c.model = pick(weird);
   c.template_name = pick({"auto", "chatml", "llama3"});
@@ -202,7 +215,7 @@ void TstSwiftBridge::anchorsExample() {
   QCOMPARE(c.max_length, 65536);
   QCOMPARE(c.tuner_type, std::string("lora"));
   QCOMPARE(c.nproc_per_node, 8);
-  QCOMPARE(c.num_train_epochs, 3.0);  // ms-swift's default, said in a note
+  QCOMPARE(c.num_train_epochs, 3.0);           // ms-swift's default, said in a note
   QCOMPARE(c.gradient_accumulation_steps, 2);  // ceil(16 / 1 / 8)
   const std::string all = format_all(r.diagnostics);
   QVERIFY2(contains(all, "note: CELOSS_PARALLEL_SIZE=2048 not imported: Odyssey's fused_kernels"), all.c_str());
@@ -230,8 +243,9 @@ void TstSwiftBridge::sequenceParallelScript() {
   QVERIFY(c.padding_free);  // the last argument, before a dangling backslash
   QCOMPARE(r.value.origin.keys.at("sequence_parallel_size").line, 18);
   const std::string w = warnings(r.diagnostics);
-  QVERIFY2(contains(w, "swift command: warning: not supported by Odyssey, not imported: --streaming false (line 8), "
-                       "--save_only_model true (line 13), --use_logits_to_keep false (line 20)"),
+  QVERIFY2(contains(w,
+                    "swift command: warning: not supported by Odyssey, not imported: --streaming false (line 8), "
+                    "--save_only_model true (line 13), --use_logits_to_keep false (line 20)"),
            w.c_str());
   QVERIFY(contains(format_all(r.diagnostics), "CELOSS_PARALLEL_SIZE=2048 (line 3) not imported"));
 }
@@ -305,8 +319,9 @@ void TstSwiftBridge::multiNodeLauncherEnv() {
   QVERIFY(c.zero_stage == 2 && c.offload_optimizer);
   QCOMPARE(c.gradient_accumulation_steps, 2);  // ceil(16 / 1 / (2 x 4))
   const std::string notes = of(r.diagnostics, Severity::Note);
-  QVERIFY2(contains(notes, "launcher-only settings, not imported (Odyssey's launcher sets them on each machine): "
-                           "NODE_RANK=0 (line 3), MASTER_ADDR=10.0.0.1 (line 4), MASTER_PORT=29600 (line 5)"),
+  QVERIFY2(contains(notes,
+                    "launcher-only settings, not imported (Odyssey's launcher sets them on each machine): "
+                    "NODE_RANK=0 (line 3), MASTER_ADDR=10.0.0.1 (line 4), MASTER_PORT=29600 (line 5)"),
            notes.c_str());
   QVERIFY(contains(notes, "learning_rate 1e-05 (full tuning), gradient_accumulation_steps 2"));
   QVERIFY(contains(export_swift_command(c), "NNODES=2 \\\n"));
@@ -320,23 +335,27 @@ void TstSwiftBridge::yamlConfig() {
   QCOMPARE(c.learning_rate, 1e-4);
   QCOMPARE(c.lora_rank, 16);
   QCOMPARE(c.zero_stage, 0);  // deepspeed: zero2 on one process: nothing to shard over
-  QVERIFY2(contains(format_all(r.diagnostics), "--deepspeed (line 26) with one process: nothing to shard over, "
-                                               "imported as zero_stage 0"),
+  QVERIFY2(contains(format_all(r.diagnostics),
+                    "--deepspeed (line 26) with one process: nothing to shard over, "
+                    "imported as zero_stage 0"),
            format_all(r.diagnostics).c_str());
   QCOMPARE(c.gradient_accumulation_steps, 8);
   QCOMPARE(c.num_train_epochs, 2.0);
   QCOMPARE(c.system, std::string("You are a helpful assistant."));
   QCOMPARE(r.value.origin.keys.at("dataset").line, 12);
   QCOMPARE(r.value.origin.file, std::string("sft.yaml"));
-  QVERIFY2(contains(warnings(r.diagnostics), "sft.yaml: warning: not supported by Odyssey, not imported: "
-                                             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (line 3), "
-                                             "--model_name odyssey-bot (line 18), --dataloader_num_workers 4 (line 25)"),
+  QVERIFY2(contains(warnings(r.diagnostics),
+                    "sft.yaml: warning: not supported by Odyssey, not imported: "
+                    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (line 3), "
+                    "--model_name odyssey-bot (line 18), --dataloader_num_workers 4 (line 25)"),
            format_all(r.diagnostics).c_str());
   auto json = import_swift_yaml(R"({"model": "m", "max_length": 64, "dataset": ["a.jsonl", "b.jsonl#9"]})", "c.json");
   QVERIFY2(json.ok(), format_all(json.diagnostics).c_str());
   QCOMPARE(json.value.config.dataset, (std::vector<std::string>{"a.jsonl", "b.jsonl#9"}));
-  auto env = import_swift_yaml("ENV:\n  NPROC_PER_NODE: 4\n  MAX_PIXELS: '1003520'\nmodel: m\nmax_length: 128\n"
-                               "eval_steps: null\ntrain_type: full\n", "e.yaml");
+  auto env = import_swift_yaml(
+      "ENV:\n  NPROC_PER_NODE: 4\n  MAX_PIXELS: '1003520'\nmodel: m\nmax_length: 128\n"
+      "eval_steps: null\ntrain_type: full\n",
+      "e.yaml");
   QVERIFY2(env.ok(), format_all(env.diagnostics).c_str());
   QCOMPARE(env.value.config.nproc_per_node, 4);
   QCOMPARE(env.value.config.eval_steps, 0);
@@ -351,7 +370,8 @@ void TstSwiftBridge::yamlErrorsHaveLines() {
   QVERIFY2(contains(e, "bad.yaml:3: error: lora_rank: found 'abc', expected an integer from 1 to 4096"), e.c_str());
   QVERIFY2(contains(e, "bad.yaml:4: error: packing: found 'maybe', expected true or false"), e.c_str());
   auto syntax = import_swift_yaml("model: [unclosed\n", "s.yaml");
-  QVERIFY2(contains(errors(syntax.diagnostics), "s.yaml:2: error: invalid YAML"), format_all(syntax.diagnostics).c_str());
+  QVERIFY2(contains(errors(syntax.diagnostics), "s.yaml:2: error: invalid YAML"),
+           format_all(syntax.diagnostics).c_str());
   QVERIFY(contains(errors(import_swift_yaml("- a\n- b\n", "l.yaml").diagnostics), "expected a mapping"));
   QVERIFY(contains(errors(import_swift_yaml("", "e.yaml").diagnostics), "empty"));
 }
@@ -360,29 +380,72 @@ void TstSwiftBridge::argumentForms_data() {
   QTest::addColumn<QString>("args");
   QTest::addColumn<QString>("key");
   QTest::addColumn<QString>("expected");
-  QTest::newRow("equals") << "--lora_rank=16" << "lora_rank" << "16";
-  QTest::newRow("dashes") << "--lora-rank 16" << "lora_rank" << "16";
-  QTest::newRow("bare bool") << "--packing" << "packing" << "true";
-  QTest::newRow("bool False") << "--packing False" << "packing" << "false";
-  QTest::newRow("multi dataset") << "--dataset a b#100 c" << "dataset" << "[a, b#100, c]";
-  QTest::newRow("multi modules") << "--target_modules q_proj v_proj" << "target_modules" << "[q_proj, v_proj]";
-  QTest::newRow("ALL modules") << "--lora_target_modules ALL" << "target_modules" << "[all-linear]";
-  QTest::newRow("ckpt false") << "--gradient_checkpointing false" << "activation_checkpointing" << "none";
-  QTest::newRow("ckpt true") << "--gradient_checkpointing true" << "activation_checkpointing" << "all";
-  QTest::newRow("fa2") << "--attn_impl flash_attention_2" << "attn_impl" << "flash_attn";
-  QTest::newRow("fa3") << "--attn_impl flash_attention_3" << "attn_impl" << "flash_attn";
-  QTest::newRow("old flash") << "--use_flash_attn true" << "attn_impl" << "flash_attn";
-  QTest::newRow("liger") << "--use_liger_kernel false" << "fused_kernels" << "false";
-  QTest::newRow("fp16") << "--torch_dtype fp16" << "torch_dtype" << "float16";
-  QTest::newRow("qwen template") << "--template qwen2_5" << "template" << "auto";
-  QTest::newRow("system newline") << "--system 'a\\nb'" << "system" << "\"a\\nb\"";
-  QTest::newRow("warmup sched") << "--lr_scheduler_type constant_with_warmup" << "lr_scheduler_type" << "constant";
-  QTest::newRow("const drops warmup") << "--lr_scheduler_type constant --warmup_ratio 0.1" << "warmup_ratio" << "0.0";
-  QTest::newRow("None is default") << "--eval_steps None" << "eval_steps" << "auto";
-  QTest::newRow("max_steps -1") << "--max_steps -1" << "max_steps" << "none";
-  QTest::newRow("last wins") << "--lora_rank 4 --lora_rank 32" << "lora_rank" << "32";
+  QTest::newRow("equals") << "--lora_rank=16"
+                          << "lora_rank"
+                          << "16";
+  QTest::newRow("dashes") << "--lora-rank 16"
+                          << "lora_rank"
+                          << "16";
+  QTest::newRow("bare bool") << "--packing"
+                             << "packing"
+                             << "true";
+  QTest::newRow("bool False") << "--packing False"
+                              << "packing"
+                              << "false";
+  QTest::newRow("multi dataset") << "--dataset a b#100 c"
+                                 << "dataset"
+                                 << "[a, b#100, c]";
+  QTest::newRow("multi modules") << "--target_modules q_proj v_proj"
+                                 << "target_modules"
+                                 << "[q_proj, v_proj]";
+  QTest::newRow("ALL modules") << "--lora_target_modules ALL"
+                               << "target_modules"
+                               << "[all-linear]";
+  QTest::newRow("ckpt false") << "--gradient_checkpointing false"
+                              << "activation_checkpointing"
+                              << "none";
+  QTest::newRow("ckpt true") << "--gradient_checkpointing true"
+                             << "activation_checkpointing"
+                             << "all";
+  QTest::newRow("fa2") << "--attn_impl flash_attention_2"
+                       << "attn_impl"
+                       << "flash_attn";
+  QTest::newRow("fa3") << "--attn_impl flash_attention_3"
+                       << "attn_impl"
+                       << "flash_attn";
+  QTest::newRow("old flash") << "--use_flash_attn true"
+                             << "attn_impl"
+                             << "flash_attn";
+  QTest::newRow("liger") << "--use_liger_kernel false"
+                         << "fused_kernels"
+                         << "false";
+  QTest::newRow("fp16") << "--torch_dtype fp16"
+                        << "torch_dtype"
+                        << "float16";
+  QTest::newRow("qwen template") << "--template qwen2_5"
+                                 << "template"
+                                 << "auto";
+  QTest::newRow("system newline") << "--system 'a\\nb'"
+                                  << "system"
+                                  << "\"a\\nb\"";
+  QTest::newRow("warmup sched") << "--lr_scheduler_type constant_with_warmup"
+                                << "lr_scheduler_type"
+                                << "constant";
+  QTest::newRow("const drops warmup") << "--lr_scheduler_type constant --warmup_ratio 0.1"
+                                      << "warmup_ratio"
+                                      << "0.0";
+  QTest::newRow("None is default") << "--eval_steps None"
+                                   << "eval_steps"
+                                   << "auto";
+  QTest::newRow("max_steps -1") << "--max_steps -1"
+                                << "max_steps"
+                                << "none";
+  QTest::newRow("last wins") << "--lora_rank 4 --lora_rank 32"
+                             << "lora_rank"
+                             << "32";
   QTest::newRow("last sched wins") << "--lr_scheduler_type constant --lr_scheduler_type cosine --warmup_ratio 0.1"
-                                   << "warmup_ratio" << "0.1";
+                                   << "warmup_ratio"
+                                   << "0.1";
 }
 
 void TstSwiftBridge::argumentForms() {
@@ -397,9 +460,13 @@ void TstSwiftBridge::argumentForms() {
 }
 
 void TstSwiftBridge::deepspeedStages() {
-  struct Case { const char* value; std::int64_t stage; bool offload; };
-  for (Case k : {Case{"zero0", 0, false}, Case{"zero1", 1, false}, Case{"zero2", 2, false},
-                 Case{"zero2_offload", 2, true}}) {
+  struct Case {
+    const char* value;
+    std::int64_t stage;
+    bool offload;
+  };
+  for (Case k :
+       {Case{"zero0", 0, false}, Case{"zero1", 1, false}, Case{"zero2", 2, false}, Case{"zero2_offload", 2, true}}) {
     auto r = import_swift_command(std::string("NPROC_PER_NODE=2 swift sft --max_length 64 --deepspeed ") + k.value);
     QVERIFY2(r.ok(), format_all(r.diagnostics).c_str());
     QCOMPARE(r.value.config.zero_stage, k.stage);
@@ -417,24 +484,28 @@ void TstSwiftBridge::deepspeedStages() {
     QVERIFY(!r.ok());
     QVERIFY2(contains(errors(r.diagnostics), std::string("--deepspeed ") + v + " (ZeRO-3 shards the parameters"),
              format_all(r.diagnostics).c_str());
-    QVERIFY(contains(errors(r.diagnostics), std::string_view(v) == "zero3" ? "--deepspeed zero2 shards" : "--deepspeed zero2_offload shards"));
+    QVERIFY(contains(errors(r.diagnostics),
+                     std::string_view(v) == "zero3" ? "--deepspeed zero2 shards" : "--deepspeed zero2_offload shards"));
   }
   auto json = import_swift_command("swift sft --max_length 64 --deepspeed ds.json");
   QVERIFY(!json.ok());
-  QVERIFY2(contains(errors(json.diagnostics), "--deepspeed ds.json (a DeepSpeed config file: Odyssey cannot tell its stage"),
-           format_all(json.diagnostics).c_str());
+  QVERIFY2(
+      contains(errors(json.diagnostics), "--deepspeed ds.json (a DeepSpeed config file: Odyssey cannot tell its stage"),
+      format_all(json.diagnostics).c_str());
 }
 
 void TstSwiftBridge::unsupportedListedOnce() {
   auto r = import_swift_command(
-      "swift sft --model m --max_length 64 --bnb_4bit_quant_storage uint8 --report_to wandb tensorboard --eval_strategy steps "
+      "swift sft --model m --max_length 64 --bnb_4bit_quant_storage uint8 --report_to wandb tensorboard "
+      "--eval_strategy steps "
       "--frobnicate_widgets 3 --template deepseek_r1");
   QVERIFY(r.ok());
   int n = 0;
   for (const auto& d : r.diagnostics) n += contains(d.message, "not supported by Odyssey") ? 1 : 0;
   QCOMPARE(n, 1);
   QVERIFY2(contains(warnings(r.diagnostics),
-                    "not imported: --bnb_4bit_quant_storage uint8, --report_to wandb (Odyssey reports to tensorboard), --eval_strategy steps, "
+                    "not imported: --bnb_4bit_quant_storage uint8, --report_to wandb (Odyssey reports to tensorboard), "
+                    "--eval_strategy steps, "
                     "--frobnicate_widgets 3, --template deepseek_r1 (template stays auto)"),
            format_all(r.diagnostics).c_str());
 }
@@ -442,22 +513,32 @@ void TstSwiftBridge::unsupportedListedOnce() {
 void TstSwiftBridge::notHonouredAreErrors_data() {
   QTest::addColumn<QString>("args");
   QTest::addColumn<QString>("listed");
-  QTest::newRow("dora") << "--use_dora true" << "--use_dora true (DoRA";
-  QTest::newRow("dora flag") << "--use_dora" << "--use_dora (DoRA";
-  QTest::newRow("loss_scale") << "--loss_scale last_round" << "--loss_scale last_round (Odyssey trains every assistant turn";
-  QTest::newRow("pissa") << "--init_weights pissa" << "--init_weights pissa (Odyssey initialises LoRA";
+  QTest::newRow("dora") << "--use_dora true"
+                        << "--use_dora true (DoRA";
+  QTest::newRow("dora flag") << "--use_dora"
+                             << "--use_dora (DoRA";
+  QTest::newRow("loss_scale") << "--loss_scale last_round"
+                              << "--loss_scale last_round (Odyssey trains every assistant turn";
+  QTest::newRow("pissa") << "--init_weights pissa"
+                         << "--init_weights pissa (Odyssey initialises LoRA";
   QTest::newRow("modules_to_save") << "--modules_to_save embed_tokens lm_head"
                                    << "--modules_to_save embed_tokens lm_head (extra fully trained modules";
-  QTest::newRow("optim") << "--optim adamw_bnb_8bit" << "--optim adamw_bnb_8bit (Odyssey's optimizer is AdamW";
-  QTest::newRow("neftune") << "--neftune_noise_alpha 5" << "--neftune_noise_alpha 5 (NEFTune";
-  QTest::newRow("freeze ratio") << "--freeze_parameters_ratio 0.5" << "--freeze_parameters_ratio 0.5 (partial freezing";
-  QTest::newRow("seq_cls") << "--task_type seq_cls" << "--task_type seq_cls (Odyssey trains causal language models)";
+  QTest::newRow("optim") << "--optim adamw_bnb_8bit"
+                         << "--optim adamw_bnb_8bit (Odyssey's optimizer is AdamW";
+  QTest::newRow("neftune") << "--neftune_noise_alpha 5"
+                           << "--neftune_noise_alpha 5 (NEFTune";
+  QTest::newRow("freeze ratio") << "--freeze_parameters_ratio 0.5"
+                                << "--freeze_parameters_ratio 0.5 (partial freezing";
+  QTest::newRow("seq_cls") << "--task_type seq_cls"
+                           << "--task_type seq_cls (Odyssey trains causal language models)";
   QTest::newRow("train empty think") << "--disable_ignore_empty_think true"
                                      << "--disable_ignore_empty_think true (Odyssey never trains an empty think block";
   QTest::newRow("scheduler") << "--lr_scheduler_type cosine_with_min_lr"
                              << "--lr_scheduler_type cosine_with_min_lr (Odyssey's cosine decays to 0";
-  QTest::newRow("wsd") << "--lr_scheduler_type warmup_stable_decay" << "(a warmup-stable-decay schedule is not implemented";
-  QTest::newRow("kwargs") << "--lr_scheduler_kwargs '{\"min_lr_rate\": 0.1}'" << "--lr_scheduler_kwargs";
+  QTest::newRow("wsd") << "--lr_scheduler_type warmup_stable_decay"
+                       << "(a warmup-stable-decay schedule is not implemented";
+  QTest::newRow("kwargs") << "--lr_scheduler_kwargs '{\"min_lr_rate\": 0.1}'"
+                          << "--lr_scheduler_kwargs";
 }
 
 // Arguments that would make Odyssey train something else are errors (exit 3) listing each
@@ -498,7 +579,10 @@ void TstSwiftBridge::offValuesPass() {
 }
 
 void TstSwiftBridge::schedulesMapOrFail() {
-  struct Case { const char* swift; const char* odyssey; };
+  struct Case {
+    const char* swift;
+    const char* odyssey;
+  };
   for (Case k : {Case{"linear", "linear"}, Case{"cosine", "cosine"}, Case{"constant", "constant"},
                  Case{"constant_with_warmup", "constant"}, Case{"cosine_with_restarts", "cosine"}}) {
     auto r = import_swift_command(std::string("swift sft --max_length 64 --lr_scheduler_type ") + k.swift);
@@ -510,7 +594,8 @@ void TstSwiftBridge::schedulesMapOrFail() {
                         "inverse_sqrt", "reduce_lr_on_plateau"}) {
     auto r = import_swift_command(std::string("swift sft --max_length 64 --lr_scheduler_type ") + v);
     QVERIFY(!r.ok());
-    QVERIFY2(contains(errors(r.diagnostics), std::string("--lr_scheduler_type ") + v + " ("), format_all(r.diagnostics).c_str());
+    QVERIFY2(contains(errors(r.diagnostics), std::string("--lr_scheduler_type ") + v + " ("),
+             format_all(r.diagnostics).c_str());
     QVERIFY(contains(errors(r.diagnostics), "Odyssey runs linear, cosine, cosine_with_restarts (one cycle), constant"));
   }
 }
@@ -523,17 +608,19 @@ void TstSwiftBridge::configFileInScript() {
   const std::string d = dir.path().toStdString();
   std::ofstream(d + "/sft.yaml") << "model: m\nmax_length: 4096\nlora_rank: 16\ndeepspeed: zero2\nlearning_rate: 2e-4\n"
                                     "ENV:\n  NPROC_PER_NODE: 4\n";
-  const std::string script = "#!/bin/bash\nexport CUDA_VISIBLE_DEVICES=0,1\nNPROC_PER_NODE=2 swift sft sft.yaml --lora_rank 32\n";
+  const std::string script =
+      "#!/bin/bash\nexport CUDA_VISIBLE_DEVICES=0,1\nNPROC_PER_NODE=2 swift sft sft.yaml --lora_rank 32\n";
   std::ofstream(d + "/train.sh") << script;
   auto r = import_swift_command(script, d + "/train.sh");  // the current directory lacks sft.yaml: beside the script
   QVERIFY2(r.ok(), format_all(r.diagnostics).c_str());
   const TrainConfig& c = r.value.config;
   QCOMPARE(c.max_length, 4096);
-  QCOMPARE(c.lora_rank, 32);          // the command line over the file
+  QCOMPARE(c.lora_rank, 32);  // the command line over the file
   QCOMPARE(c.learning_rate, 2e-4);
-  QCOMPARE(c.zero_stage, 2);          // two processes from the script's environment
-  QCOMPARE(c.nproc_per_node, 0);      // the script's NPROC_PER_NODE=2 (one per listed GPU) over the file's ENV 4
-  QVERIFY2(contains(format_all(r.diagnostics), "NPROC_PER_NODE=4 (line 7) in " + d + "/sft.yaml's ENV not imported: the script sets NPROC_PER_NODE"),
+  QCOMPARE(c.zero_stage, 2);      // two processes from the script's environment
+  QCOMPARE(c.nproc_per_node, 0);  // the script's NPROC_PER_NODE=2 (one per listed GPU) over the file's ENV 4
+  QVERIFY2(contains(format_all(r.diagnostics), "NPROC_PER_NODE=4 (line 7) in " + d +
+                                                   "/sft.yaml's ENV not imported: the script sets NPROC_PER_NODE"),
            format_all(r.diagnostics).c_str());
   QCOMPARE(c.gpu_ids, (std::vector<std::int64_t>{0, 1}));
   QCOMPARE(r.value.origin.keys.at("max_length").file, d + "/sft.yaml");
@@ -593,7 +680,8 @@ void TstSwiftBridge::qloraArgumentsMap() {
 void TstSwiftBridge::typoSuggestsArgument() {
   auto r = import_swift_command("swift sft --max_length 64 --lora_rnak 16 --per_device_eval_batch_size 2");
   const std::string w = warnings(r.diagnostics);
-  QVERIFY2(contains(w, "--lora_rnak 16: unknown ms-swift argument, not imported; did you mean --lora_rank?"), w.c_str());
+  QVERIFY2(contains(w, "--lora_rnak 16: unknown ms-swift argument, not imported; did you mean --lora_rank?"),
+           w.c_str());
   QVERIFY2(!contains(w, "did you mean --per_device_train_batch_size"), w.c_str());  // a real ms-swift argument
   QCOMPARE(r.value.config.lora_rank, 8);
 }
@@ -601,27 +689,42 @@ void TstSwiftBridge::typoSuggestsArgument() {
 void TstSwiftBridge::badInput_data() {
   QTest::addColumn<QString>("text");
   QTest::addColumn<QString>("message");
-  QTest::newRow("empty") << "" << "swift command: error: the command is empty";
-  QTest::newRow("comments only") << "# nothing\n\n# here\n" << "no 'swift sft' command found";
+  QTest::newRow("empty") << ""
+                         << "swift command: error: the command is empty";
+  QTest::newRow("comments only") << "# nothing\n\n# here\n"
+                                 << "no 'swift sft' command found";
   QTest::newRow("unterminated") << "swift sft \\\n  --system 'oops \\\n  --model m\n"
                                 << "swift command:2: error: unterminated single quote";
-  QTest::newRow("infer") << "swift infer --model m" << "'swift infer' on line 1 is not a training command";
-  QTest::newRow("rlhf") << "swift rlhf --rlhf_type dpo" << "'swift rlhf' on line 1 is preference or RL training";
-  QTest::newRow("pt") << "swift pt --model m" << "change it to 'swift sft'";
-  QTest::newRow("megatron") << "megatron sft --model m" << "Megatron-SWIFT ('megatron sft') is not supported";
+  QTest::newRow("infer") << "swift infer --model m"
+                         << "'swift infer' on line 1 is not a training command";
+  QTest::newRow("rlhf") << "swift rlhf --rlhf_type dpo"
+                        << "'swift rlhf' on line 1 is preference or RL training";
+  QTest::newRow("pt") << "swift pt --model m"
+                      << "change it to 'swift sft'";
+  QTest::newRow("megatron") << "megatron sft --model m"
+                            << "Megatron-SWIFT ('megatron sft') is not supported";
   QTest::newRow("two sft") << "swift sft --model a\nswift sft --model b\n"
                            << "swift command:2: error: a second 'swift sft' command (the first is on line 1)";
   QTest::newRow("yaml arg") << "swift sft examples/no-such.yaml"
                             << "the command reads its arguments from 'examples/no-such.yaml', which is not a file";
-  QTest::newRow("config arg") << "swift sft --config" << "--config needs a file name";
-  QTest::newRow("yaml by shell") << "swift sft $(pick).yaml" << "needs a shell to name; write its path";
-  QTest::newRow("stray word") << "swift sft oops --model m" << "unexpected word 'oops'";
-  QTest::newRow("adalora") << "swift sft --train_type adalora" << "Odyssey trains lora or full";
-  QTest::newRow("two values") << "swift sft --lora_rank 8 16" << "--lora_rank takes one value, found 2";
-  QTest::newRow("two systems") << "swift sft --system a b" << "--system takes one value, found 2: --system a b";
-  QTest::newRow("no value") << "swift sft --model" << "--model takes one value, found none";
-  QTest::newRow("NUL") << QString("swift sft --model a") + QChar(0) + "b" << "a control character";
-  QTest::newRow("gpu uuid") << "CUDA_VISIBLE_DEVICES=GPU-1a2b swift sft" << "from CUDA_VISIBLE_DEVICES: found 'GPU-1a2b'";
+  QTest::newRow("config arg") << "swift sft --config"
+                              << "--config needs a file name";
+  QTest::newRow("yaml by shell") << "swift sft $(pick).yaml"
+                                 << "needs a shell to name; write its path";
+  QTest::newRow("stray word") << "swift sft oops --model m"
+                              << "unexpected word 'oops'";
+  QTest::newRow("adalora") << "swift sft --train_type adalora"
+                           << "Odyssey trains lora or full";
+  QTest::newRow("two values") << "swift sft --lora_rank 8 16"
+                              << "--lora_rank takes one value, found 2";
+  QTest::newRow("two systems") << "swift sft --system a b"
+                               << "--system takes one value, found 2: --system a b";
+  QTest::newRow("no value") << "swift sft --model"
+                            << "--model takes one value, found none";
+  QTest::newRow("NUL") << QString("swift sft --model a") + QChar(0) + "b"
+                       << "a control character";
+  QTest::newRow("gpu uuid") << "CUDA_VISIBLE_DEVICES=GPU-1a2b swift sft"
+                            << "from CUDA_VISIBLE_DEVICES: found 'GPU-1a2b'";
 }
 
 void TstSwiftBridge::badInput() {
@@ -639,8 +742,9 @@ void TstSwiftBridge::wrongTypesNameTheArgument() {
   const std::string e = errors(r.diagnostics);
   QVERIFY2(contains(e, "swift command:2: error: max_length: found 'abc', expected an integer from 16 to 16777216"),
            e.c_str());
-  QVERIFY2(contains(e, "swift command:3: error: lora_rank: found '1.5', expected an integer from 1 to 4096; write a "
-                       "whole number"),
+  QVERIFY2(contains(e,
+                    "swift command:3: error: lora_rank: found '1.5', expected an integer from 1 to 4096; write a "
+                    "whole number"),
            e.c_str());
   QVERIFY2(contains(e, "swift command:5: error: learning_rate: found '-1', expected a number from 0.0 to 10.0"),
            e.c_str());
@@ -713,9 +817,10 @@ void TstSwiftBridge::exportListsOdysseyOnly() {
   c.lora_alpha = 16.5;
   c.device = "cuda";
   const std::string cmd = export_swift_command(c);
-  QVERIFY2(contains(cmd, "\n# Odyssey-only settings not expressible in swift: description=demo, max_bad_sample_ratio=0.2, "
-                         "lora_alpha=16.5, attn_impl=cudnn, activation_checkpointing=\"every:2\", "
-                         "offload_activations=true, ulysses_size=2, device=cuda\n"),
+  QVERIFY2(contains(cmd,
+                    "\n# Odyssey-only settings not expressible in swift: description=demo, max_bad_sample_ratio=0.2, "
+                    "lora_alpha=16.5, attn_impl=cudnn, activation_checkpointing=\"every:2\", "
+                    "offload_activations=true, ulysses_size=2, device=cuda\n"),
            cmd.c_str());
   QVERIFY(contains(cmd, "--attn_impl sdpa") && contains(cmd, "--gradient_checkpointing true"));
   QVERIFY(!contains(cmd, "--lora_alpha"));
@@ -727,10 +832,10 @@ void TstSwiftBridge::exportQuickstart() {
   auto q = load_embedded_quickstart();
   QVERIFY(q.ok());
   const std::string cmd = export_swift_command(q.value.config);
-  for (const char* s : {"CUDA_VISIBLE_DEVICES='' \\\nswift sft \\\n    --model ../resources/quickstart/model",
-                        "--template chatml", "--max_steps 100", "--use_liger_kernel false",
-                        "--gradient_checkpointing false", "--tuner_type full", "--packing true", "--eval_steps 20",
-                        "--attn_impl flash_attn"})
+  for (const char* s :
+       {"CUDA_VISIBLE_DEVICES='' \\\nswift sft \\\n    --model ../resources/quickstart/model", "--template chatml",
+        "--max_steps 100", "--use_liger_kernel false", "--gradient_checkpointing false", "--tuner_type full",
+        "--packing true", "--eval_steps 20", "--attn_impl flash_attn"})
     QVERIFY2(contains(cmd, s), (std::string(s) + " not in:\n" + cmd).c_str());
   auto back = import_swift_command(cmd);
   QVERIFY2(back.ok() && warnings(back.diagnostics).empty(), format_all(back.diagnostics).c_str());

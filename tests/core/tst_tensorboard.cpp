@@ -187,9 +187,10 @@ class TstTensorBoard : public QObject {
   json oracle(const fs::path& logdir) {
     const QString python = QStringLiteral(ODYSSEY_PYTHON);
     if (python.isEmpty())
-      QTest::qSkip("ODYSSEY_PYTHON is empty: configure with -DODYSSEY_PYTHON=<the reference venv's python, which "
-                   "packaging/install-deps.sh gives tensorboard>",
-                   __FILE__, __LINE__);
+      QTest::qSkip(
+          "ODYSSEY_PYTHON is empty: configure with -DODYSSEY_PYTHON=<the reference venv's python, which "
+          "packaging/install-deps.sh gives tensorboard>",
+          __FILE__, __LINE__);
     if (python.isEmpty()) return {};
     QProcess p;
     p.start(python, {QStringLiteral(ODYSSEY_SOURCE_DIR "/tests/reference/tensorboard_oracle.py"),
@@ -305,9 +306,13 @@ class TstTensorBoard : public QObject {
     const std::int64_t big = std::int64_t{1} << 40;
     const std::vector<TbRecord> records = {
         {1700000001.25, 0, {{"a/zero", 0.0f}, {"a/tiny", 1e-38f}, {"b", -3.5f}}, {}},
-        {1700000002.0, 1, {{"a/zero", kFNaN}, {"a/tiny", kFInf}, {"b", -kFInf}},
+        {1700000002.0,
+         1,
+         {{"a/zero", kFNaN}, {"a/tiny", kFInf}, {"b", -kFInf}},
          {{"notes", "**bold** \xe4\xbd\xa0\xe5\xa5\xbd"}}},
-        {1700000003.0, big, {{"a/zero", kFMax}, {"a/tiny", -0.0f}, {"b", 16777215.0f}},
+        {1700000003.0,
+         big,
+         {{"a/zero", kFMax}, {"a/tiny", -0.0f}, {"b", 16777215.0f}},
          {{"notes", std::string(5000, 'x')}}},
         {0, -7, {{"b", 1.0f}}, {}},
     };
@@ -325,8 +330,8 @@ class TstTensorBoard : public QObject {
     Expected x;
     x.scalars["a/zero"] = {{0, 0.0f, 1700000001.25}, {1, kFNaN, 1700000002.0}, {big, kFMax, 1700000003.0}};
     x.scalars["a/tiny"] = {{0, 1e-38f, 1700000001.25}, {1, kFInf, 1700000002.0}, {big, -0.0f, 1700000003.0}};
-    x.scalars["b"] = {{0, -3.5f, 1700000001.25}, {1, -kFInf, 1700000002.0}, {big, 16777215.0f, 1700000003.0},
-                      {-7, 1.0f, 0.0}};
+    x.scalars["b"] = {
+        {0, -3.5f, 1700000001.25}, {1, -kFInf, 1700000002.0}, {big, 16777215.0f, 1700000003.0}, {-7, 1.0f, 0.0}};
     x.scalars["c"] = {{9, 2.0f, 1700000004.0}};
     x.texts["notes"] = {{1, "**bold** \xe4\xbd\xa0\xe5\xa5\xbd"}, {big, std::string(5000, 'x')}};
     check_expected(o, x);
@@ -412,7 +417,7 @@ class TstTensorBoard : public QObject {
     QVERIFY(w.value.write({1700000001, 1, {{"x", 1.0f}}, {}}).empty());
     const std::string before = slurp(w.value.path());
     void (*old_handler)(int) = std::signal(SIGXFSZ, SIG_IGN);
-    rlimit old {};
+    rlimit old{};
     QVERIFY(::getrlimit(RLIMIT_FSIZE, &old) == 0);
     rlimit lim = old;
     lim.rlim_cur = before.size() + 10;
@@ -477,9 +482,9 @@ class TstTensorBoard : public QObject {
     warn = std::get_if<WarningEvent>(&p.events[2].event);
     QVERIFY(warn != nullptr);
     QCOMPARE(warn->step, std::int64_t{2});
-    QVERIFY2(warn->message.find(file.string() + ": error: cannot open for appending: Is a directory") !=
-                 std::string::npos,
-             warn->message.c_str());
+    QVERIFY2(
+        warn->message.find(file.string() + ": error: cannot open for appending: Is a directory") != std::string::npos,
+        warn->message.c_str());
     QVERIFY(std::holds_alternative<StepEvent>(p.events[3].event));
   }
 
@@ -525,7 +530,8 @@ class TstTensorBoard : public QObject {
     const fs::path bad = write_run("bad-line", false);
     const std::string good = slurp(RunDir(bad).events());
     put(RunDir(bad).events(),
-        good + "{\"v\":\"1.0\",\"type\":\"step\",\"time\":1,\"elapsed_s\":0,\"step\":\"four\",\"loss\":1}\n" + "garbage\n");
+        good + "{\"v\":\"1.0\",\"type\":\"step\",\"time\":1,\"elapsed_s\":0,\"step\":\"four\",\"loss\":1}\n" +
+            "garbage\n");
     r = convert_events_to_tensorboard(bad);
     QVERIFY(!r.ok());
     QCOMPARE(r.diagnostics.size(), std::size_t{2});

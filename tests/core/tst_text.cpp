@@ -20,7 +20,7 @@ class TstText : public QObject {
     QVERIFY2(e.find("... (3000000 bytes in all)") != std::string::npos, e.c_str());
     QCOMPARE(text::excerpt("short"), std::string("short"));
     std::string accents;
-    for (int i = 0; i < 150; ++i) accents += "\xc3\xa9";  // é, 2 bytes each
+    for (int i = 0; i < 150; ++i) accents += "\xc3\xa9";   // é, 2 bytes each
     const std::string cut = text::excerpt("a" + accents);  // byte 200 is the second byte of an é
     QCOMPARE(cut.find("..."), std::size_t(199));
     QVERIFY(text::clean_utf8(cut.substr(0, cut.find("..."))));
@@ -38,10 +38,10 @@ class TstText : public QObject {
     QCOMPARE(why, std::string("a NUL byte"));
     QVERIFY(!text::clean_utf8("/models/m\xff", &at, &why));
     QCOMPARE(at, std::size_t(9));
-    QVERIFY(!text::clean_utf8("\xc0\xaf", &at));        // overlong '/'
-    QVERIFY(!text::clean_utf8("\xed\xa0\x80", &at));    // a UTF-16 surrogate
+    QVERIFY(!text::clean_utf8("\xc0\xaf", &at));          // overlong '/'
+    QVERIFY(!text::clean_utf8("\xed\xa0\x80", &at));      // a UTF-16 surrogate
     QVERIFY(!text::clean_utf8("\xf4\x90\x80\x80", &at));  // beyond U+10FFFF
-    QVERIFY(!text::clean_utf8("\xe2\x82", &at));        // cut short
+    QVERIFY(!text::clean_utf8("\xe2\x82", &at));          // cut short
   }
   void editDistance() {
     QCOMPARE(text::edit_distance("", ""), std::size_t(0));
@@ -79,22 +79,25 @@ class TstText : public QObject {
     QVERIFY(!text::parse_bool("maybe"));
   }
   void shellQuoteSplitRoundTrip() {
-    const std::vector<std::string> words{"plain", "with space", "it's", "$(rm -rf ~)", "a\"b", "", "tab\there",
-                                         "back\\slash", "data.jsonl#100", "#hash", "*glob?", "new\nline"};
+    const std::vector<std::string> words{"plain",          "with space", "it's",      "$(rm -rf ~)",
+                                         "a\"b",           "",           "tab\there", "back\\slash",
+                                         "data.jsonl#100", "#hash",      "*glob?",    "new\nline"};
     std::string line;
     for (const auto& w : words) line += text::shell_quote(w) + " ";
     std::string err;
     auto back = text::shell_split(line, &err);
     QVERIFY2(back.has_value(), err.c_str());
     QCOMPARE(back->size(), words.size());
-    for (std::size_t i = 0; i < words.size(); ++i) QCOMPARE(QString::fromStdString((*back)[i]), QString::fromStdString(words[i]));
+    for (std::size_t i = 0; i < words.size(); ++i)
+      QCOMPARE(QString::fromStdString((*back)[i]), QString::fromStdString(words[i]));
     QCOMPARE(QString::fromStdString(text::shell_quote("data.jsonl#100")), QString("data.jsonl#100"));
     QCOMPARE(QString::fromStdString(text::shell_quote("$(x)")), QString("'$(x)'"));
     QCOMPARE(QString::fromStdString(text::shell_quote("#x")), QString("'#x'"));
   }
   void shellSplitContinuationsAndErrors() {
     std::string err;
-    auto w = text::shell_split("swift sft \\\n  --model 'Qwen/Qwen2.5-7B' \\\n  --dataset \"a b.jsonl\"  # comment\n", &err);
+    auto w =
+        text::shell_split("swift sft \\\n  --model 'Qwen/Qwen2.5-7B' \\\n  --dataset \"a b.jsonl\"  # comment\n", &err);
     QVERIFY(w.has_value());
     QCOMPARE(int(w->size()), 6);
     QCOMPARE(QString::fromStdString((*w)[5]), QString("a b.jsonl"));

@@ -74,8 +74,8 @@ std::string show(const std::string& s) {
 std::string first_difference(const std::vector<std::int32_t>& got, const std::vector<std::int32_t>& want) {
   std::size_t i = 0;
   while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
-  return "first difference at token " + std::to_string(i) + " (got " + std::to_string(got.size()) +
-         " tokens, want " + std::to_string(want.size()) + ")";
+  return "first difference at token " + std::to_string(i) + " (got " + std::to_string(got.size()) + " tokens, want " +
+         std::to_string(want.size()) + ")";
 }
 
 // A minimal byte-level tokenizer.json: the 256 byte tokens, "ab" from one merge.
@@ -103,9 +103,7 @@ json minimal_tokenizer() {
   return j;
 }
 
-bool mentions(const Diagnostics& d, const std::string& what) {
-  return format_all(d).find(what) != std::string::npos;
-}
+bool mentions(const Diagnostics& d, const std::string& what) { return format_all(d).find(what) != std::string::npos; }
 
 }  // namespace
 
@@ -116,8 +114,9 @@ class TstTokenizer : public QObject {
 
   void need_fixtures() {
     if (QStringLiteral(ODYSSEY_PYTHON).isEmpty())
-      QSKIP("ODYSSEY_PYTHON is empty: configure with -DODYSSEY_PYTHON=<python with the pinned transformers and "
-            "tokenizers> to run the parity tests against Hugging Face");
+      QSKIP(
+          "ODYSSEY_PYTHON is empty: configure with -DODYSSEY_PYTHON=<python with the pinned transformers and "
+          "tokenizers> to run the parity tests against Hugging Face");
     if (dir_.isEmpty()) {
       QString error;
       dir_ = fixtures(&error);
@@ -161,7 +160,8 @@ void TstTokenizer::encodeParity() {
         const auto want = ids_of(c[special ? "ids_special" : "ids"]);
         if (got.value != want)
           QFAIL((name + (special ? " (add_special_tokens)" : "") + ": " + first_difference(got.value, want) +
-                 " for text '" + show(text) + "'").c_str());
+                 " for text '" + show(text) + "'")
+                    .c_str());
         ++compared;
       }
       QCOMPARE(t.decode(ids_of(c["ids"]), false), c["decode"].get<std::string>());
@@ -236,13 +236,15 @@ void TstTokenizer::threadsAgree() {
 void TstTokenizer::realModel() {
   const QByteArray model = qgetenv("ODYSSEY_TOKENIZER_MODEL");
   if (model.isEmpty() || QStringLiteral(ODYSSEY_PYTHON).isEmpty())
-    QSKIP("set ODYSSEY_TOKENIZER_MODEL to a model directory (e.g. Qwen2.5-7B-Instruct) to compare with its "
-          "real tokenizer");
+    QSKIP(
+        "set ODYSSEY_TOKENIZER_MODEL to a model directory (e.g. Qwen2.5-7B-Instruct) to compare with its "
+        "real tokenizer");
   QTemporaryDir tmp;
   QProcess p;
   p.setProcessChannelMode(QProcess::MergedChannels);
-  p.start(QStringLiteral(ODYSSEY_PYTHON), {QStringLiteral(ODYSSEY_SOURCE_DIR "/tests/reference/make_tokenizer_fixtures.py"),
-                                           "--real", QString::fromLocal8Bit(model), tmp.path()});
+  p.start(QStringLiteral(ODYSSEY_PYTHON),
+          {QStringLiteral(ODYSSEY_SOURCE_DIR "/tests/reference/make_tokenizer_fixtures.py"), "--real",
+           QString::fromLocal8Bit(model), tmp.path()});
   QVERIFY(p.waitForFinished(600000));
   QVERIFY2(p.exitCode() == 0, p.readAll().constData());
   const json e = read_json(tmp.path() + "/expected.json");
@@ -314,8 +316,9 @@ void TstTokenizer::corruptFiles() {
   j = minimal_tokenizer();
   j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "_"}};
   r = write_and_load("metaspace", j.dump());
-  QVERIFY2(mentions(r.diagnostics, "metaspace/tokenizer.json: error: pre_tokenizer.type: pre_tokenizer 'Metaspace' is "
-                                   "not supported"),
+  QVERIFY2(mentions(r.diagnostics,
+                    "metaspace/tokenizer.json: error: pre_tokenizer.type: pre_tokenizer 'Metaspace' is "
+                    "not supported"),
            format_all(r.diagnostics).c_str());
   j = minimal_tokenizer();
   j["model"]["type"] = "Unigram";
@@ -353,7 +356,8 @@ void TstTokenizer::corruptFiles() {
   r = Tokenizer::load(d + "/does-not-exist");
   QVERIFY2(mentions(r.diagnostics, "does-not-exist: error: does not exist"), format_all(r.diagnostics).c_str());
   fs::create_directories(d + "/empty-dir");
-  QVERIFY(mentions(Tokenizer::load(d + "/empty-dir").diagnostics, "empty-dir/tokenizer.json: error: no tokenizer.json"));
+  QVERIFY(
+      mentions(Tokenizer::load(d + "/empty-dir").diagnostics, "empty-dir/tokenizer.json: error: no tokenizer.json"));
   QVERIFY(!Tokenizer::from_json("", "empty.json").ok());
   QVERIFY(!Tokenizer::from_json("[1,2]", "array.json").ok());
 }
@@ -364,8 +368,12 @@ void TstTokenizer::invalidUtf8() {
     std::string text;
     std::size_t offset;
   };
-  const Case cases[] = {{"abc\xC3\x28", 3},        {"ok\n\xFF", 3},       {"\xED\xA0\x80 surrogate", 0},
-                        {"\xC0\xAF overlong", 0}, {"x\xF4\x90\x80\x80", 1}, {"trunc\xE2\x82", 5},
+  const Case cases[] = {{"abc\xC3\x28", 3},
+                        {"ok\n\xFF", 3},
+                        {"\xED\xA0\x80 surrogate", 0},
+                        {"\xC0\xAF overlong", 0},
+                        {"x\xF4\x90\x80\x80", 1},
+                        {"trunc\xE2\x82", 5},
                         {"\x80", 0}};
   for (const Case& c : cases) {
     auto r = t.encode(c.text);
@@ -483,8 +491,9 @@ void TstTokenizer::benchmark() {
           static_cast<double>(bytes) / 1e6 / best);
     QProcess p;
     p.setProcessChannelMode(QProcess::MergedChannels);
-    p.start(QStringLiteral(ODYSSEY_PYTHON), {QStringLiteral(ODYSSEY_SOURCE_DIR "/tests/reference/make_tokenizer_fixtures.py"),
-                                             "--bench", dir_ + "/" + name + "/tokenizer.json", docs_file});
+    p.start(QStringLiteral(ODYSSEY_PYTHON),
+            {QStringLiteral(ODYSSEY_SOURCE_DIR "/tests/reference/make_tokenizer_fixtures.py"), "--bench",
+             dir_ + "/" + name + "/tokenizer.json", docs_file});
     QVERIFY(p.waitForFinished(600000));
     qInfo("%s (%s)", p.readAll().trimmed().constData(), name);
   }

@@ -100,11 +100,29 @@ class TstTrainParity : public QObject {
     if (it != refs_.end()) return it->second;
     Reference r;
     r.dir = tmp_.path().toStdString() + "/" + mode;
-    QStringList args{QStringLiteral(ODYSSEY_SOURCE_DIR "/tests/reference/train_reference.py"), QString::fromStdString(r.dir)};
-    if (mode == "rslora") args << "--mode" << "lora" << "--rslora";
-    else if (mode == "qlora") args << "--mode" << "lora" << "--quant" << "nf4" << "--steps" << "20";
-    else if (mode == "moe-lora") args << "--mode" << "lora" << "--arch" << "qwen3_moe";
-    else if (mode == "moe-full") args << "--mode" << "full" << "--arch" << "qwen3_moe";
+    QStringList args{QStringLiteral(ODYSSEY_SOURCE_DIR "/tests/reference/train_reference.py"),
+                     QString::fromStdString(r.dir)};
+    if (mode == "rslora")
+      args << "--mode"
+           << "lora"
+           << "--rslora";
+    else if (mode == "qlora")
+      args << "--mode"
+           << "lora"
+           << "--quant"
+           << "nf4"
+           << "--steps"
+           << "20";
+    else if (mode == "moe-lora")
+      args << "--mode"
+           << "lora"
+           << "--arch"
+           << "qwen3_moe";
+    else if (mode == "moe-full")
+      args << "--mode"
+           << "full"
+           << "--arch"
+           << "qwen3_moe";
     else args << "--mode" << QString::fromStdString(mode);
     const QByteArray err = run_python(args);
     if (!err.isEmpty()) qFatal("train_reference.py %s: %s", mode.c_str(), err.constData());
@@ -170,8 +188,8 @@ class TstTrainParity : public QObject {
   // the logits of 2 x 24 seeded ids computed by Odyssey and by PEFT (peft_oracle.py, which also
   // checks that every adapter tensor loads as written) onto `base`.
   struct PeftCheck {
-    torch::Tensor ids, logits;     // Odyssey's
-    std::string inputs;            // the ids as the oracle reads them
+    torch::Tensor ids, logits;                    // Odyssey's
+    std::string inputs;                           // the ids as the oracle reads them
     std::shared_ptr<const SafetensorsFile> peft;  // logits, merged_logits
   };
   PeftCheck adapter_in_peft(StepEngine& e, const Reference& R, const std::string& base, const std::string& tag) {
@@ -197,9 +215,9 @@ class TstTrainParity : public QObject {
     const std::string out = dir + "/peft_out.safetensors";
     if (!save_safetensors(c.inputs, {{"input_ids", c.ids.to(torch::kFloat32)}}).ok())  // ids as float32 (exact)
       qFatal("cannot write %s", c.inputs.c_str());
-    const QByteArray err = run_python({QStringLiteral(ODYSSEY_SOURCE_DIR "/tests/reference/peft_oracle.py"),
-                                       QString::fromStdString(base), QString::fromStdString(adapter),
-                                       QString::fromStdString(c.inputs), QString::fromStdString(out)});
+    const QByteArray err =
+        run_python({QStringLiteral(ODYSSEY_SOURCE_DIR "/tests/reference/peft_oracle.py"), QString::fromStdString(base),
+                    QString::fromStdString(adapter), QString::fromStdString(c.inputs), QString::fromStdString(out)});
     if (!err.isEmpty()) qFatal("peft_oracle.py: %s", err.constData());
     auto got = SafetensorsFile::open(out);
     if (!got.ok()) qFatal("%s", format_all(got.diagnostics).c_str());
@@ -257,10 +275,11 @@ class TstTrainParity : public QObject {
         worst_name = name;
       }
     }
-    qInfo("%s: %zu steps; worst loss rel error %.3g, grad norm rel error %.3g; %d trainable tensors, worst final "
-          "parameter %s: max abs %.3g, rel %.3g; k_proj.bias max abs %.3g",
-          mode.c_str(), steps.size(), worst_loss, worst_norm, compared, worst_name.c_str(), worst.abs, worst.rel,
-          zero_grad_abs);
+    qInfo(
+        "%s: %zu steps; worst loss rel error %.3g, grad norm rel error %.3g; %d trainable tensors, worst final "
+        "parameter %s: max abs %.3g, rel %.3g; k_proj.bias max abs %.3g",
+        mode.c_str(), steps.size(), worst_loss, worst_norm, compared, worst_name.c_str(), worst.abs, worst.rel,
+        zero_grad_abs);
     QVERIFY(compared > 0);
     QVERIFY(worst_loss <= tolerance.loss);
     QVERIFY(worst_norm <= tolerance.norm);
@@ -271,8 +290,9 @@ class TstTrainParity : public QObject {
  private Q_SLOTS:
   void initTestCase() {
     if (python().isEmpty())
-      QSKIP("ODYSSEY_PYTHON is empty: configure with -DODYSSEY_PYTHON=<python with transformers, peft, torch> "
-            "(setup.sh does) to run the training parity tests");
+      QSKIP(
+          "ODYSSEY_PYTHON is empty: configure with -DODYSSEY_PYTHON=<python with transformers, peft, torch> "
+          "(setup.sh does) to run the training parity tests");
     QVERIFY(tmp_.isValid());
     torch::manual_seed(0);
   }
@@ -382,7 +402,8 @@ class TstTrainParity : public QObject {
   void loraMlpRecomputeMatchesPeft() {
     check_loop("lora", true, [](CausalLM& lm) {
       lm->set_fused_kernels(true);
-      lm->set_mlp_recompute_layers(std::vector<bool>(static_cast<std::size_t>(lm->config().hf.num_hidden_layers), true));
+      lm->set_mlp_recompute_layers(
+          std::vector<bool>(static_cast<std::size_t>(lm->config().hf.num_hidden_layers), true));
     });
   }
   void fullMlpRecomputeMatchesTransformers() {
@@ -459,7 +480,8 @@ class TstTrainParity : public QObject {
   void loraMlpOffloadMatchesPeft() {
     check_loop("lora", true, [](CausalLM& lm) {
       lm->set_fused_kernels(true);
-      lm->set_mlp_offload_layers(std::vector<bool>(static_cast<std::size_t>(lm->config().hf.num_hidden_layers), true), 1);
+      lm->set_mlp_offload_layers(std::vector<bool>(static_cast<std::size_t>(lm->config().hf.num_hidden_layers), true),
+                                 1);
     });
   }
   void fullMlpOffloadMatchesTransformers() {
@@ -527,7 +549,8 @@ class TstTrainParity : public QObject {
     const auto steps = batches(R);
     StepEngine plain = engine(R, true);
     StepEngine ckpt = engine(R, true);
-    ckpt.model()->set_checkpoint_layers(std::vector<bool>(static_cast<std::size_t>(ckpt.model()->config().hf.num_hidden_layers), true));
+    ckpt.model()->set_checkpoint_layers(
+        std::vector<bool>(static_cast<std::size_t>(ckpt.model()->config().hf.num_hidden_layers), true));
     for (const auto& s : steps) {
       const StepResult a = plain.step(s), b = ckpt.step(s);
       QCOMPARE(b.loss, a.loss);

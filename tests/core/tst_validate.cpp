@@ -68,7 +68,8 @@ void edit_json(const std::string& file, const std::function<void(json&)>& f) {
 LoadedConfig preset_for(const std::string& model, const std::string& dataset) {
   // chatml: the quickstart model's template (its tokenizer_config.json's is not one of the
   // built-in renderers, which validate refuses under "auto" as run does).
-  auto r = load_preset_text("model: '" + model + "'\ndataset: ['" + dataset + "']\ndevice: cpu\ntemplate: chatml\n", "t.yaml", "");
+  auto r = load_preset_text("model: '" + model + "'\ndataset: ['" + dataset + "']\ndevice: cpu\ntemplate: chatml\n",
+                            "t.yaml", "");
   if (!r.ok()) qFatal("%s", format_all(r.diagnostics).c_str());
   return r.value;
 }
@@ -124,7 +125,8 @@ class TstValidate : public QObject {
     auto e = errors(validate_config(parse("nproc_per_node: 8\nsequence_parallel_size: 8\nmax_length: 65536\n"), &m));
     QVERIFY2(contains(e, "v.yaml:4:") && contains(e, "ring attention needs packing"), e.c_str());
     e = errors(validate_config(
-        parse("nproc_per_node: 8\nsequence_parallel_size: 8\npacking: true\nattn_impl: sdpa\nmax_length: 65536\n"), &m));
+        parse("nproc_per_node: 8\nsequence_parallel_size: 8\npacking: true\nattn_impl: sdpa\nmax_length: 65536\n"),
+        &m));
     QVERIFY2(contains(e, "attn_impl") && contains(e, "flash"), e.c_str());
   }
 
@@ -132,19 +134,22 @@ class TstValidate : public QObject {
     auto m = qwen7b();
     auto e = errors(validate_config(parse("gpu_ids: [0,1]\nsequence_parallel_size: 2\nmax_length: 32769\n"), &m));
     QVERIFY2(contains(e, "v.yaml:5:") && contains(e, "max_length") && contains(e, "use 32768 or 32770"), e.c_str());
-    e = errors(validate_config(
-        parse("nproc_per_node: 8\nsequence_parallel_size: 8\npacking: true\nmax_length: 65544\n"), &m));
+    e = errors(
+        validate_config(parse("nproc_per_node: 8\nsequence_parallel_size: 8\npacking: true\nmax_length: 65544\n"), &m));
     QVERIFY2(contains(e, "not a multiple of 16") && contains(e, "zigzag"), e.c_str());
   }
 
   void headsAgainstUlyssesDegree() {
     auto m = qwen7b();
-    auto e = errors(validate_config(parse("nproc_per_node: 8\nsequence_parallel_size: 8\nulysses_size: 8\nmax_length: 65536\n"), &m));
+    auto e = errors(validate_config(
+        parse("nproc_per_node: 8\nsequence_parallel_size: 8\nulysses_size: 8\nmax_length: 65536\n"), &m));
     QVERIFY2(contains(e, "ulysses_size") && contains(e, "28 attention heads"), e.c_str());
     auto small = qwen05b();  // 14 heads, 2 KV heads: KV replication is fine, heads are not
-    e = errors(validate_config(parse("nproc_per_node: 4\nsequence_parallel_size: 4\nulysses_size: 4\nmax_length: 4096\n"), &small));
+    e = errors(validate_config(
+        parse("nproc_per_node: 4\nsequence_parallel_size: 4\nulysses_size: 4\nmax_length: 4096\n"), &small));
     QVERIFY2(contains(e, "does not divide the model's 14 attention heads"), e.c_str());
-    e = errors(validate_config(parse("nproc_per_node: 6\nsequence_parallel_size: 6\nulysses_size: 3\npacking: true\nmax_length: 6144\n"), &m));
+    e = errors(validate_config(
+        parse("nproc_per_node: 6\nsequence_parallel_size: 6\nulysses_size: 3\npacking: true\nmax_length: 6144\n"), &m));
     QVERIFY2(contains(e, "neither divide"), e.c_str());
   }
 
@@ -174,7 +179,8 @@ class TstValidate : public QObject {
     mistral.sliding_window = 4096;  // v0.1's window
     d = validate_config(parse(ring + "max_length: 32768\n"), &mistral);
     QVERIFY2(!contains(errors(d), "sequence_parallel_size"), errors(d).c_str());
-    QVERIFY2(contains(warnings(d), "sliding_window 4096") && contains(warnings(d), "Ulysses alone"), warnings(d).c_str());
+    QVERIFY2(contains(warnings(d), "sliding_window 4096") && contains(warnings(d), "Ulysses alone"),
+             warnings(d).c_str());
     d = validate_config(parse(ring + "max_length: 4096\n"), &mistral);
     QVERIFY2(!contains(warnings(d) + errors(d), "sliding"), (warnings(d) + errors(d)).c_str());
     d = validate_config(parse(ulysses + "max_length: 32768\n"), &mistral);
@@ -198,7 +204,8 @@ class TstValidate : public QObject {
     auto moe = load_located_model_config(locate_model("Qwen/Qwen3-30B-A3B", "")).value;
     auto dense = qwen7b();
     const std::string lora0 = "lora_dropout: 0\n";
-    QVERIFY(errors(validate_config(parse(lora0 + "target_parameters: [mlp.experts.gate_up_proj, down_proj]\n"), &moe)).empty());
+    QVERIFY(errors(validate_config(parse(lora0 + "target_parameters: [mlp.experts.gate_up_proj, down_proj]\n"), &moe))
+                .empty());
     auto e = errors(validate_config(parse("target_parameters: [mlp.experts.down_proj]\n"), &moe));  // dropout 0.05
     QVERIFY2(contains(e, "target_parameters") && contains(e, "lora_dropout: 0"), e.c_str());
     e = errors(validate_config(parse(lora0 + "target_parameters: [mlp.gate.weight]\n"), &moe));
@@ -218,17 +225,21 @@ class TstValidate : public QObject {
     e = errors(validate_config(parse(sp4 + "expert_parallel_size: 2\nzero_stage: 2\n"), &moe));
     QVERIFY2(contains(e, "plain AdamW"), e.c_str());
     auto mixtral = load_located_model_config(locate_model("mistralai/Mixtral-8x7B-v0.1", "")).value;
-    e = errors(validate_config(parse("nproc_per_node: 16\nsequence_parallel_size: 16\nmax_length: 4096\nexpert_parallel_size: 16\n"), &mixtral));
+    e = errors(validate_config(
+        parse("nproc_per_node: 16\nsequence_parallel_size: 16\nmax_length: 4096\nexpert_parallel_size: 16\n"),
+        &mixtral));
     QVERIFY2(contains(e, "does not divide the model's 8 experts"), e.c_str());
     // Router keys on a dense model change nothing: said, not refused.
     auto d = validate_config(parse("router_aux_loss_coef: 0.01\n"), &dense);
     QVERIFY(errors(d).empty());
-    QVERIFY(std::any_of(d.begin(), d.end(), [](const Diagnostic& x) { return x.format().find("no routers") != std::string::npos; }));
+    QVERIFY(std::any_of(d.begin(), d.end(),
+                        [](const Diagnostic& x) { return x.format().find("no routers") != std::string::npos; }));
   }
 
   void explicitUlyssesMustDivide() {
     auto m = qwen7b();
-    auto e = errors(validate_config(parse("nproc_per_node: 4\nsequence_parallel_size: 4\nulysses_size: 3\nmax_length: 4096\n"), &m));
+    auto e = errors(validate_config(
+        parse("nproc_per_node: 4\nsequence_parallel_size: 4\nulysses_size: 3\nmax_length: 4096\n"), &m));
     QVERIFY2(contains(e, "does not divide sequence_parallel_size 4"), e.c_str());
   }
 
@@ -246,7 +257,9 @@ class TstValidate : public QObject {
     QVERIFY2(contains(e, "v.yaml:4:") && contains(e, "lora_rank: is a LoRA setting"), e.c_str());
     // defaults of LoRA fields are fine with full, also when written out (a complete saved preset)
     QVERIFY(errors(validate_config(parse("tuner_type: full\n"), nullptr)).empty());
-    QVERIFY(errors(validate_config(parse("tuner_type: full\nlora_rank: 8\nuse_galore: false\ngalore_rank: 128\n"), nullptr)).empty());
+    QVERIFY(
+        errors(validate_config(parse("tuner_type: full\nlora_rank: 8\nuse_galore: false\ngalore_rank: 128\n"), nullptr))
+            .empty());
     TrainConfig full;
     full.tuner_type = "full";
     full.model = "m";
@@ -259,7 +272,8 @@ class TstValidate : public QObject {
     // QLoRA (docs/qlora.md): 0 or 4 bits, LoRA only, 4-bit keys only with quant_bits 4, one dtype.
     QVERIFY(errors(validate_config(parse("quant_bits: 4\n"), nullptr)).empty());
     QVERIFY(errors(validate_config(parse("quant_bits: 4\nbnb_4bit_quant_type: fp4\nbnb_4bit_use_double_quant: false\n"
-                                         "bnb_4bit_compute_dtype: bfloat16\ntorch_dtype: bfloat16\n"), nullptr))
+                                         "bnb_4bit_compute_dtype: bfloat16\ntorch_dtype: bfloat16\n"),
+                                   nullptr))
                 .empty());
     auto e = errors(validate_config(parse("quant_bits: 4\ntuner_type: full\n"), nullptr));
     QVERIFY2(contains(e, "quant_bits: a 4-bit base is frozen, so it needs tuner_type: lora"), e.c_str());
@@ -269,7 +283,8 @@ class TstValidate : public QObject {
     QVERIFY2(contains(e, "expected 0 (16-bit base) or 4"), e.c_str());
     e = errors(validate_config(parse("bnb_4bit_quant_type: fp4\n"), nullptr));
     QVERIFY2(contains(e, "bnb_4bit_quant_type: is a 4-bit setting but quant_bits is 0"), e.c_str());
-    e = errors(validate_config(parse("quant_bits: 4\ntorch_dtype: float32\nbnb_4bit_compute_dtype: bfloat16\n"), nullptr));
+    e = errors(
+        validate_config(parse("quant_bits: 4\ntorch_dtype: float32\nbnb_4bit_compute_dtype: bfloat16\n"), nullptr));
     QVERIFY2(contains(e, "bnb_4bit_compute_dtype: found bfloat16 with torch_dtype float32"), e.c_str());
     auto hqq = load_preset_text("model: m\ndataset: [d.jsonl]\nquant_bits: 4\nquant_method: hqq\n", "v.yaml", "");
     QVERIFY2(!hqq.ok() && contains(format_all(hqq.diagnostics), "v.yaml:4:") &&
@@ -279,9 +294,11 @@ class TstValidate : public QObject {
 
   void optimizerCombinations() {
     QVERIFY(contains(errors(validate_config(parse("use_galore: true\n"), nullptr)), "needs tuner_type: full"));
-    QVERIFY(contains(errors(validate_config(parse("tuner_type: full\ngalore_rank: 8\n"), nullptr)), "use_galore is false"));
+    QVERIFY(
+        contains(errors(validate_config(parse("tuner_type: full\ngalore_rank: 8\n"), nullptr)), "use_galore is false"));
     QVERIFY(contains(errors(validate_config(parse("offload_optimizer: true\n"), nullptr)), "zero_stage: 1 or 2"));
-    QVERIFY(contains(errors(validate_config(parse("tuner_type: full\nuse_galore: true\nzero_stage: 2\nnproc_per_node: 2\n"), nullptr)),
+    QVERIFY(contains(errors(validate_config(
+                         parse("tuner_type: full\nuse_galore: true\nzero_stage: 2\nnproc_per_node: 2\n"), nullptr)),
                      "GaLore"));
   }
 
@@ -340,8 +357,10 @@ class TstValidate : public QObject {
              errors(r.diagnostics).c_str());
     edit_json(cfg, [](json& j) { j["num_hidden_layers"] = 24; });
     r = check_config(preset_for(m, kQuickstartData), true);
-    QVERIFY2(contains(errors(r.diagnostics), cfg + ": error: num_hidden_layers: found 24, but the weights hold 4 layers "
-                                                   "(model.layers.0 to model.layers.3, in " + m + "/model.safetensors)"),
+    QVERIFY2(contains(errors(r.diagnostics), cfg +
+                                                 ": error: num_hidden_layers: found 24, but the weights hold 4 layers "
+                                                 "(model.layers.0 to model.layers.3, in " +
+                                                 m + "/model.safetensors)"),
              errors(r.diagnostics).c_str());
     // Without --check-files the weights are not read (presets are shared between machines).
     QVERIFY(check_config(preset_for(m, kQuickstartData), false).ok());
@@ -353,7 +372,8 @@ class TstValidate : public QObject {
     r = check_config(preset_for(m, kQuickstartData), true);
     const std::string e = errors(r.diagnostics);
     QVERIFY2(contains(e, cfg + ": error: vocab_size: found 4096, but the weights say 1024: model.embed_tokens.weight "
-                               "has shape [1024, 128]"), e.c_str());
+                               "has shape [1024, 128]"),
+             e.c_str());
     QVERIFY2(contains(e, cfg + ": error: intermediate_size: found 999, but the weights say 352"), e.c_str());
   }
 
@@ -395,8 +415,10 @@ class TstValidate : public QObject {
     const std::string m = copy_model(dir, "m");
     edit_json(m + "/tokenizer.json", [](json& j) { j["added_tokens"][2]["id"] = 5000; });  // <|im_end|>
     auto r = check_config(preset_for(m, kQuickstartData), true);
-    QVERIFY2(contains(errors(r.diagnostics), m + "/tokenizer.json: error: added_tokens: special token '<|im_end|>' has "
-                                                 "id 5000, beyond the model's vocab_size 1024 (" + m + "/config.json)"),
+    QVERIFY2(contains(errors(r.diagnostics), m +
+                                                 "/tokenizer.json: error: added_tokens: special token '<|im_end|>' has "
+                                                 "id 5000, beyond the model's vocab_size 1024 (" +
+                                                 m + "/config.json)"),
              errors(r.diagnostics).c_str());
     auto tok = Tokenizer::load(m);
     QVERIFY(tok.ok());
@@ -406,7 +428,8 @@ class TstValidate : public QObject {
     // took gigabytes).
     edit_json(m + "/tokenizer.json", [](json& j) { j["added_tokens"][2]["id"] = 2147483647; });
     tok = Tokenizer::load(m);
-    QVERIFY2(contains(format_all(tok.diagnostics), "added_tokens[2].id: '<|im_end|>' has id 2147483647; token ids go from 0 to 16777215"),
+    QVERIFY2(contains(format_all(tok.diagnostics),
+                      "added_tokens[2].id: '<|im_end|>' has id 2147483647; token ids go from 0 to 16777215"),
              format_all(tok.diagnostics).c_str());
   }
 
@@ -415,12 +438,14 @@ class TstValidate : public QObject {
   // validate --check-files.
   void sampleCountsAreBounded() {
     auto big = load_preset_text("model: m\ndataset: [train.jsonl#1000000000000]\n", "n.yaml", "");
-    QVERIFY2(contains(format_all(big.diagnostics), "n.yaml:2:11: error: dataset: found 'train.jsonl#1000000000000': "
-                                                   "#1000000000000 asks for more than 10000000 samples"),
+    QVERIFY2(contains(format_all(big.diagnostics),
+                      "n.yaml:2:11: error: dataset: found 'train.jsonl#1000000000000': "
+                      "#1000000000000 asks for more than 10000000 samples"),
              format_all(big.diagnostics).c_str());
     auto r = check_config(preset_for(kQuickstartModel, kQuickstartData + "#2000000"), true);
-    QVERIFY2(contains(errors(r.diagnostics), "dataset: found '" + kQuickstartData + "#2000000': #2000000 would use each of "
-                                             "the file's 2000 records more than 100 times; ask for at most 200000"),
+    QVERIFY2(contains(errors(r.diagnostics), "dataset: found '" + kQuickstartData +
+                                                 "#2000000': #2000000 would use each of "
+                                                 "the file's 2000 records more than 100 times; ask for at most 200000"),
              errors(r.diagnostics).c_str());
     QVERIFY(check_config(preset_for(kQuickstartModel, kQuickstartData + "#200000"), true).ok());
     QVERIFY(check_config(preset_for(kQuickstartModel, kQuickstartData + "#2000000"), false).ok());  // not read

@@ -66,7 +66,8 @@ model::CausalLM tiny_model(torch::Dtype dtype = torch::kFloat32) {
       "tiny/config.json");
   if (!c.ok()) throw std::runtime_error(format_all(c.diagnostics));
   torch::manual_seed(5);
-  model::CausalLM lm(c.value, model::DecoderOptions{torch::kFloat32, torch::kCPU, model::AttentionBackend::Auto, false, {}});
+  model::CausalLM lm(c.value,
+                     model::DecoderOptions{torch::kFloat32, torch::kCPU, model::AttentionBackend::Auto, false, {}});
   lm->initialize_random();
   if (dtype != torch::kFloat32) {
     model::CausalLM cast(c.value, model::DecoderOptions{dtype, torch::kCPU, model::AttentionBackend::Auto, false, {}});
@@ -227,10 +228,11 @@ int train_worker(const dist::DistEnv& env) {
       norm_err = std::max(norm_err, std::abs(norms[i] - ref_norms[i]) / ref_norms[i]);
     const bool good = worst <= tolerance && norm_err < 1e-5 && grads_left == 0;
     if (env.rank == 0)
-      std::printf("{\"world\": %d, \"case\": \"%s\", \"buckets\": %zu, \"grad_norms\": %s, \"norm_rel_err\": %.3g, "
-                  "\"grads_left\": %d, \"max_abs_diff\": %.3g, \"rank0_worst\": \"%s\", \"ok\": %s}\n",
-                  env.world, name.c_str(), buckets, json_list(norms).c_str(), norm_err, grads_left, worst,
-                  diff.where.c_str(), good ? "true" : "false");
+      std::printf(
+          "{\"world\": %d, \"case\": \"%s\", \"buckets\": %zu, \"grad_norms\": %s, \"norm_rel_err\": %.3g, "
+          "\"grads_left\": %d, \"max_abs_diff\": %.3g, \"rank0_worst\": \"%s\", \"ok\": %s}\n",
+          env.world, name.c_str(), buckets, json_list(norms).c_str(), norm_err, grads_left, worst, diff.where.c_str(),
+          good ? "true" : "false");
     if (!good)
       std::fprintf(stderr, "rank %d: %s: max abs diff %.3g (%s), norm rel err %.3g, %d gradients left\n", env.rank,
                    name.c_str(), diff.max, diff.where.c_str(), norm_err, grads_left);
@@ -253,8 +255,7 @@ int train_worker(const dist::DistEnv& env) {
   }
 
   // Small buckets, driven here.
-  for (const auto& [stage, offload] :
-       std::vector<std::pair<int, bool>>{{2, false}, {2, true}, {1, false}, {1, true}}) {
+  for (const auto& [stage, offload] : std::vector<std::pair<int, bool>>{{2, false}, {2, true}, {1, false}, {1, true}}) {
     model::CausalLM lm = tiny_model();
     train::ZeroAdamW z(trainable(lm), opts.adamw, world, stage, offload, kSmallBucket);
     std::vector<double> norms;
@@ -291,9 +292,10 @@ int train_worker(const dist::DistEnv& env) {
     const double vs_fp32 = group_max(world, max_diff(got[0], ref).max),
                  offload_diff = group_max(world, max_diff(got[0], got[1]).max);
     if (env.rank == 0)
-      std::printf("{\"world\": %d, \"case\": \"zero2_adamw bf16 (1000-element buckets)\", \"max_abs_diff_vs_fp32\": "
-                  "%.3g, \"offload_vs_no_offload\": %.3g}\n",
-                  env.world, vs_fp32, offload_diff);
+      std::printf(
+          "{\"world\": %d, \"case\": \"zero2_adamw bf16 (1000-element buckets)\", \"max_abs_diff_vs_fp32\": "
+          "%.3g, \"offload_vs_no_offload\": %.3g}\n",
+          env.world, vs_fp32, offload_diff);
     ok = ok && vs_fp32 < 2e-2 && offload_diff == 0.0;
   }
   std::fflush(stdout);
@@ -320,9 +322,9 @@ int resume_worker(const dist::DistEnv& env) {
     auto first = std::make_unique<train::StepEngine>(tiny_model(), opts, &world);
     for (int s = 0; s < 2; ++s) first->step(batches[static_cast<std::size_t>(s)]);
     // Through a safetensors file, as checkpoints keep it (the layout is int64).
-    const std::string file = (std::filesystem::temp_directory_path() /
-                              ("tst_zero." + std::to_string(::getpid()) + ".optimizer.safetensors"))
-                                 .string();
+    const std::string file =
+        (std::filesystem::temp_directory_path() / ("tst_zero." + std::to_string(::getpid()) + ".optimizer.safetensors"))
+            .string();
     Diagnostics d = save_safetensors(file, first->optimizer().state()).diagnostics;
     train::NamedTensors loaded;
     auto opened = SafetensorsFile::open(file);
@@ -347,8 +349,9 @@ int resume_worker(const dist::DistEnv& env) {
     for (int s = 2; s < kSteps; ++s) second.step(batches[static_cast<std::size_t>(s)]);
     const double diff = group_max(world, max_diff(snapshot(second.model()), straight).max);
     if (env.rank == 0)
-      std::printf("{\"world\": %d, \"case\": \"%s%s: 2 steps, save, load, 2 steps vs 4 steps\", \"max_abs_diff\": %.3g}\n",
-                  env.world, second.optimizer().name().c_str(), offload ? " offload" : "", diff);
+      std::printf(
+          "{\"world\": %d, \"case\": \"%s%s: 2 steps, save, load, 2 steps vs 4 steps\", \"max_abs_diff\": %.3g}\n",
+          env.world, second.optimizer().name().c_str(), offload ? " offload" : "", diff);
     ok = ok && diff == 0.0;
   }
   std::fflush(stdout);
@@ -399,7 +402,8 @@ Launched launch_ranks(int n, const QString& what) {
   l.code = dist::launch(o);
   l.seconds = static_cast<double>(t.elapsed()) / 1000.0;
   QFile f(dir.filePath("status.json"));
-  if (f.open(QIODevice::ReadOnly)) l.status_reason = QJsonDocument::fromJson(f.readAll()).object().value("reason").toString();
+  if (f.open(QIODevice::ReadOnly))
+    l.status_reason = QJsonDocument::fromJson(f.readAll()).object().value("reason").toString();
   return l;
 }
 
@@ -422,9 +426,7 @@ class NoCommGroup final : public dist::Group {
   void do_barrier() override { refuse(); }
 };
 
-bool contains(const Diagnostics& d, const std::string& what) {
-  return format_all(d).find(what) != std::string::npos;
-}
+bool contains(const Diagnostics& d, const std::string& what) { return format_all(d).find(what) != std::string::npos; }
 
 }  // namespace
 

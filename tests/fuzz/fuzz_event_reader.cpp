@@ -22,8 +22,7 @@ using namespace odyssey::run;
 namespace {
 
 [[noreturn]] void fail(const char* what, std::string_view detail) {
-  std::fprintf(stderr, "fuzz_event_reader: %s: %.*s\n", what, static_cast<int>(detail.size()),
-               detail.data());
+  std::fprintf(stderr, "fuzz_event_reader: %s: %.*s\n", what, static_cast<int>(detail.size()), detail.data());
   std::abort();
 }
 

@@ -27,8 +27,7 @@ namespace {
 }
 
 bool same(const SafetensorsHeader& a, const SafetensorsHeader& b) {
-  if (a.tensors.size() != b.tensors.size() || a.metadata != b.metadata || a.data_length != b.data_length)
-    return false;
+  if (a.tensors.size() != b.tensors.size() || a.metadata != b.metadata || a.data_length != b.data_length) return false;
   for (std::size_t i = 0; i < a.tensors.size(); ++i) {
     const auto& x = a.tensors[i];
     const auto& y = b.tensors[i];
@@ -62,8 +61,7 @@ void check_accepted(const SafetensorsHeader& h, std::string_view bytes) {
   std::string header = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::strict);
   while (header.size() % 8 != 0) header += ' ';
   std::string file(8, '\0');
-  for (int i = 0; i < 8; ++i)
-    file[static_cast<std::size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  for (int i = 0; i < 8; ++i) file[static_cast<std::size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
   file += header;
   file.append(static_cast<std::size_t>(h.data_length), '\0');
   const auto again = parse_safetensors_header(file, file.size(), "fuzz");

@@ -199,7 +199,8 @@ bool run_case(const Case& c, const std::string& work, std::int64_t seq, std::int
     const StepResult s = e.step({rows[static_cast<std::size_t>(k)]});
     losses.push_back(s.loss);
     norms.push_back(s.grad_norm);
-    lr_ok &= std::abs(s.lr - lrs[static_cast<std::size_t>(k)]) <= 1e-12 * std::max(1.0, lrs[static_cast<std::size_t>(k)]);
+    lr_ok &=
+        std::abs(s.lr - lrs[static_cast<std::size_t>(k)]) <= 1e-12 * std::max(1.0, lrs[static_cast<std::size_t>(k)]);
   }
   torch::cuda::synchronize();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -231,15 +232,19 @@ bool run_case(const Case& c, const std::string& work, std::int64_t seq, std::int
     j["steps"] = steps;
     j["samples_per_row"] = R.hp.at("samples_per_row");
     auto put = [&](const char* key, const Distances& d) {
-      j[key] = {{"odyssey_fp32", d.odyssey_fp32}, {"hf_fp32", d.hf_fp32}, {"bound", 2.0 * d.hf_fp32 + kUnitRoundoff},
-                {"odyssey_hf", d.odyssey_hf}, {"ok", d.ok()}};
+      j[key] = {{"odyssey_fp32", d.odyssey_fp32},
+                {"hf_fp32", d.hf_fp32},
+                {"bound", 2.0 * d.hf_fp32 + kUnitRoundoff},
+                {"odyssey_hf", d.odyssey_hf},
+                {"ok", d.ok()}};
     };
     put("per_token_loss", tok);
     put("loss_curve", loss);
     put("grad_norm_curve", norm);
     j["lr_equal"] = lr_ok;
     j["losses"] = {{"odyssey", losses}, {"hf_bf16", R.hp.at("losses_bf16")}, {"hf_fp32", R.hp.at("losses_fp32")}};
-    j["grad_norms"] = {{"odyssey", norms}, {"hf_bf16", R.hp.at("grad_norms_bf16")}, {"hf_fp32", R.hp.at("grad_norms_fp32")}};
+    j["grad_norms"] = {
+        {"odyssey", norms}, {"hf_bf16", R.hp.at("grad_norms_bf16")}, {"hf_fp32", R.hp.at("grad_norms_fp32")}};
     j["seconds"] = {{"odyssey", seconds}, {"hf_bf16", R.hp.at("seconds_bf16")}, {"hf_fp32", R.hp.at("seconds_fp32")}};
     j["gpu"] = R.hp.at("gpu");
     j["pass"] = ok;
@@ -278,9 +283,10 @@ int main(int argc, char** argv) {
       else if (a[i] == "--steps" && has) steps = std::stoll(a[++i]);
       else if (a[i] == "--work" && has) work = a[++i];
       else if (a[i] == "--out" && has) out_path = a[++i];
-      else throw std::runtime_error("unknown argument " + a[i] +
-                                    "; usage: fused_parity_gpu [--case shape:mode[:layers]]... [--seq N] [--steps N] "
-                                    "[--work DIR] [--out FILE]");
+      else
+        throw std::runtime_error("unknown argument " + a[i] +
+                                 "; usage: fused_parity_gpu [--case shape:mode[:layers]]... [--seq N] [--steps N] "
+                                 "[--work DIR] [--out FILE]");
     }
     if (cases.empty())
       cases = {{"qwen2.5-0.5b", "full", 0},

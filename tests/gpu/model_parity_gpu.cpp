@@ -66,7 +66,8 @@ bool report(const std::string& what, const Check& c) {
 
 bool parity_one(const std::string& dir, const std::string& name) {
   const torch::Device cuda(torch::kCUDA, 0);
-  auto loaded = load_causal_lm(dir + "/" + name, DecoderOptions{torch::kBFloat16, cuda, AttentionBackend::CuDNN, false, {}});
+  auto loaded =
+      load_causal_lm(dir + "/" + name, DecoderOptions{torch::kBFloat16, cuda, AttentionBackend::CuDNN, false, {}});
   if (!loaded.ok()) throw std::runtime_error(format_all(loaded.diagnostics));
   CausalLM lm = loaded.value.lm;
   auto rr = SafetensorsCheckpoint::open(dir + "/" + name + ".reference.safetensors");
@@ -203,7 +204,8 @@ int bench(std::int64_t seq, std::int64_t layers, const std::vector<std::string>&
   lm->initialize_random();
   std::int64_t params = 0;
   for (const auto& p : lm->parameters()) params += p.numel();
-  const auto ids = torch::randint(0, c.hf.vocab_size, {1, seq}, torch::TensorOptions().dtype(torch::kInt64).device(cuda));
+  const auto ids =
+      torch::randint(0, c.hf.vocab_size, {1, seq}, torch::TensorOptions().dtype(torch::kInt64).device(cuda));
   const torch::Tensor inv_freq = rope_inv_freq(c.rope, c.hf.head_dim);
   std::printf("Qwen2.5-7B shape: %lld layers, %.3f B parameters (all trainable), bf16, seq %lld\n",
               static_cast<long long>(layers), static_cast<double>(params) / 1e9, static_cast<long long>(seq));
@@ -214,7 +216,8 @@ int bench(std::int64_t seq, std::int64_t layers, const std::vector<std::string>&
     const auto before = at::accelerator::getDeviceStats(0).allocated_bytes[0].current;
     torch::Tensor h = lm->model->embed_tokens(ids).detach().requires_grad_(true);
     LayerContext ctx;
-    std::tie(ctx.cos, ctx.sin) = rope_cos_sin(inv_freq, torch::arange(seq, ids.options()).unsqueeze(0), torch::kBFloat16);
+    std::tie(ctx.cos, ctx.sin) =
+        rope_cos_sin(inv_freq, torch::arange(seq, ids.options()).unsqueeze(0), torch::kBFloat16);
     ctx.attention = AttentionBackend::CuDNN;
     torch::Tensor y = lm->model->layer_list[0](h, ctx);
     at::accelerator::synchronizeDevice(0);
@@ -228,7 +231,8 @@ int bench(std::int64_t seq, std::int64_t layers, const std::vector<std::string>&
   AttentionBackend prefer = AttentionBackend::CuDNN;
   auto step = [&]() {
     LayerContext ctx;
-    std::tie(ctx.cos, ctx.sin) = rope_cos_sin(inv_freq, torch::arange(seq, ids.options()).unsqueeze(0), torch::kBFloat16);
+    std::tie(ctx.cos, ctx.sin) =
+        rope_cos_sin(inv_freq, torch::arange(seq, ids.options()).unsqueeze(0), torch::kBFloat16);
     ctx.attention = prefer;
     ctx.backend_ran = &ran;
     std::vector<Recompute::Fn> fns;
@@ -310,7 +314,9 @@ bool window_parity(const torch::Tensor& q0, const torch::Tensor& k0, const torch
                                          torch::TensorOptions().dtype(torch::kInt32).device(dev));
   const torch::Tensor keep = window_mask(block_causal_mask(cu, n, dev), n, w, dev);
   const torch::Tensor g = g0.narrow(0, 0, n);
-  struct Result { torch::Tensor out, dq, dk, dv; };
+  struct Result {
+    torch::Tensor out, dq, dk, dv;
+  };
   auto run = [&](torch::ScalarType dt, bool band, AttentionBackend prefer) {
     torch::Tensor q = q0.narrow(0, 0, n).to(dt).detach().requires_grad_(true),
                   k = k0.narrow(0, 0, n).to(dt).detach().requires_grad_(true),
@@ -337,9 +343,10 @@ bool window_parity(const torch::Tensor& q0, const torch::Tensor& k0, const torch
     const double e_band = d(band.*fields[i], ref.*fields[i]), e_mask = d(mask.*fields[i], ref.*fields[i]);
     const bool pass = e_band <= 2 * e_mask + std::ldexp(1.0, -8);
     ok = ok && pass;
-    std::printf("{\"window_parity\": \"%s\", \"rows\": %lld, \"window\": %lld, \"band_vs_fp32\": %.3e, "
-                "\"mask_bf16_vs_fp32\": %.3e, \"ok\": %s}\n",
-                names[i], static_cast<long long>(n), static_cast<long long>(w), e_band, e_mask, pass ? "true" : "false");
+    std::printf(
+        "{\"window_parity\": \"%s\", \"rows\": %lld, \"window\": %lld, \"band_vs_fp32\": %.3e, "
+        "\"mask_bf16_vs_fp32\": %.3e, \"ok\": %s}\n",
+        names[i], static_cast<long long>(n), static_cast<long long>(w), e_band, e_mask, pass ? "true" : "false");
   }
   return ok;
 }
@@ -351,7 +358,8 @@ int attention_bench(std::int64_t seq, const std::vector<std::string>& backends, 
   torch::manual_seed(0);
   const torch::Tensor q0 = torch::randn({seq, hq, d}, opts), k0 = torch::randn({seq, hkv, d}, opts),
                       v0 = torch::randn({seq, hkv, d}, opts), g = torch::randn({seq, hq, d}, opts);
-  const torch::Tensor cu = torch::tensor({0, static_cast<int>(seq)}, torch::TensorOptions().dtype(torch::kInt32).device(cuda));
+  const torch::Tensor cu =
+      torch::tensor({0, static_cast<int>(seq)}, torch::TensorOptions().dtype(torch::kInt32).device(cuda));
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   const double fwd_flops = 2.0 * static_cast<double>(seq) * static_cast<double>(seq) * static_cast<double>(d * hq);
   for (const std::string& b : backends) {
@@ -393,11 +401,12 @@ int attention_bench(std::int64_t seq, const std::vector<std::string>& backends, 
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
       const double peak = gib(at::accelerator::getDeviceStats(0).allocated_bytes[0].peak - base);
       const double flops = (backward ? 3.5 * fwd_flops : fwd_flops) * useful;
-      std::printf("{\"attention\": \"%s\", \"ran\": \"%s\", \"seq\": %lld, \"window\": %lld, \"pass\": \"%s\", "
-                  "\"ms\": %.2f, \"tflops\": %.1f, \"peak_gib_over_inputs\": %.2f}\n",
-                  b.c_str(), b == "varlen-flash" ? "flash (varlen)" : sdp_backend_name(ran).c_str(),
-                  static_cast<long long>(seq), static_cast<long long>(window), backward ? "forward+backward" : "forward",
-                  s * 1e3, flops / s / 1e12, peak);
+      std::printf(
+          "{\"attention\": \"%s\", \"ran\": \"%s\", \"seq\": %lld, \"window\": %lld, \"pass\": \"%s\", "
+          "\"ms\": %.2f, \"tflops\": %.1f, \"peak_gib_over_inputs\": %.2f}\n",
+          b.c_str(), b == "varlen-flash" ? "flash (varlen)" : sdp_backend_name(ran).c_str(),
+          static_cast<long long>(seq), static_cast<long long>(window), backward ? "forward+backward" : "forward",
+          s * 1e3, flops / s / 1e12, peak);
     }
   }
   return 0;
@@ -427,8 +436,7 @@ int main(int argc, char** argv) {
           backends.push_back(v.substr(p, q == std::string::npos ? q : q - p));
           p = q == std::string::npos ? q : q + 1;
         }
-      }
-      else if (a[i] == "--layers" && i + 1 < a.size()) layers = std::stoll(a[++i]);
+      } else if (a[i] == "--layers" && i + 1 < a.size()) layers = std::stoll(a[++i]);
       else if (a[i] == "--window" && i + 1 < a.size()) window = std::stoll(a[++i]);
       else dir = a[i];
     }

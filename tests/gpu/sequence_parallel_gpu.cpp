@@ -8,9 +8,9 @@
 // head dim 128), shards it with the engine's shard_row and runs the engine's sequence-
 // parallel attention (the paths the trainer takes on GPUs: ring attention on cuDNN blocks for
 // one sample and varlen flash blocks otherwise, with overlapped K/V rotation; Ulysses with
-// cuDNN SDPA for one sample, varlen flash for packed samples). The oracle is the same attention in fp32 over the whole row on one GPU
-// (SDPA with a block-diagonal causal mask); one GPU's own bf16 varlen flash attention, also
-// over the whole row, gives the bf16 rounding floor. The tolerance is docs/model.md's:
+// cuDNN SDPA for one sample, varlen flash for packed samples). The oracle is the same attention in fp32 over the whole
+// row on one GPU (SDPA with a block-diagonal causal mask); one GPU's own bf16 varlen flash attention, also over the
+// whole row, gives the bf16 rounding floor. The tolerance is docs/model.md's:
 //   rel(sp_bf16, fp32) <= 2 * rel(one_gpu_bf16, fp32) + 2^-8
 // for the output and the gradients of Q, K and V, with rel(a, b) = max|a - b| / max|b| over
 // real tokens; padding gets exactly zero gradient. One JSON line per case and rank; exit 0
@@ -88,7 +88,8 @@ bool run_case(const Case& c, const dist::Mesh& mesh, const torch::Device& device
                       v = torch::randn({t, hkv, d}, f32), w = torch::randn({t, hq, d}, f32);
   const torch::Tensor qb = q.to(torch::kBFloat16), kb = k.to(torch::kBFloat16), vb = v.to(torch::kBFloat16);
   // The oracle sees the bf16-rounded inputs in fp32, so only the attention's rounding differs.
-  const Grads ref = whole_row(qb.to(torch::kFloat32), kb.to(torch::kFloat32), vb.to(torch::kFloat32), w, row_dev, scale);
+  const Grads ref =
+      whole_row(qb.to(torch::kFloat32), kb.to(torch::kFloat32), vb.to(torch::kFloat32), w, row_dev, scale);
   const Grads one = whole_row(qb, kb, vb, w, row_dev, scale);
 
   const train::PackedRow shard = dist::shard_row(row_dev, mesh.ulysses_group.get(), mesh.ring_group.get(), -1);
@@ -121,19 +122,19 @@ bool run_case(const Case& c, const dist::Mesh& mesh, const torch::Device& device
   const double fl[4] = {floor_of(one.out, ref.out), floor_of(one.dq, ref.dq), floor_of(one.dk, ref.dk),
                         floor_of(one.dv, ref.dv)};
   const torch::Tensor pad = valid.logical_not();
-  const double pad_grad = pad.any().item<bool>()
-                              ? std::max({ql.grad().index({pad}).abs().max().item<double>(),
-                                          kl.grad().index({pad}).abs().max().item<double>(),
-                                          vl.grad().index({pad}).abs().max().item<double>()})
-                              : 0.0;
+  const double pad_grad = pad.any().item<bool>() ? std::max({ql.grad().index({pad}).abs().max().item<double>(),
+                                                             kl.grad().index({pad}).abs().max().item<double>(),
+                                                             vl.grad().index({pad}).abs().max().item<double>()})
+                                                 : 0.0;
   bool ok = pad_grad == 0.0;
   for (int i = 0; i < 4; ++i) ok = ok && e[i] <= 2 * fl[i] + 1.0 / 256;
-  std::printf("{\"rank\": %d, \"case\": \"%s\", \"ulysses\": %d, \"ring\": %d, \"tokens\": %ld, \"local_tokens\": %ld, "
-              "\"backend\": \"%s\", \"out\": [%.3g, %.3g], \"dq\": [%.3g, %.3g], \"dk\": [%.3g, %.3g], "
-              "\"dv\": [%.3g, %.3g], \"padding_grad\": %.3g, \"seconds\": %.3f, \"ok\": %s}\n",
-              rank, c.name, c.ulysses, c.ring, static_cast<long>(t), static_cast<long>(n),
-              ran < 0 ? "reference" : model::sdp_backend_name(ran).c_str(), e[0], fl[0], e[1], fl[1], e[2], fl[2],
-              e[3], fl[3], pad_grad, seconds, ok ? "true" : "false");
+  std::printf(
+      "{\"rank\": %d, \"case\": \"%s\", \"ulysses\": %d, \"ring\": %d, \"tokens\": %ld, \"local_tokens\": %ld, "
+      "\"backend\": \"%s\", \"out\": [%.3g, %.3g], \"dq\": [%.3g, %.3g], \"dk\": [%.3g, %.3g], "
+      "\"dv\": [%.3g, %.3g], \"padding_grad\": %.3g, \"seconds\": %.3f, \"ok\": %s}\n",
+      rank, c.name, c.ulysses, c.ring, static_cast<long>(t), static_cast<long>(n),
+      ran < 0 ? "reference" : model::sdp_backend_name(ran).c_str(), e[0], fl[0], e[1], fl[1], e[2], fl[2], e[3], fl[3],
+      pad_grad, seconds, ok ? "true" : "false");
   std::fflush(stdout);
   return ok;
 }

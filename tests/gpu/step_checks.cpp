@@ -84,8 +84,8 @@ DecoderConfig two_layers(const DecoderConfig& base) {
   c.hf.num_hidden_layers = 2;
   return c;
 }
-model::CausalLM random_model(const DecoderConfig& c, const torch::Device& device, torch::Dtype dtype, std::uint64_t seed,
-                             model::AttentionBackend attention) {
+model::CausalLM random_model(const DecoderConfig& c, const torch::Device& device, torch::Dtype dtype,
+                             std::uint64_t seed, model::AttentionBackend attention) {
   model::DecoderOptions o;
   o.device = device;
   o.dtype = dtype;
@@ -129,12 +129,13 @@ bool check_packing(const DecoderConfig& base, const torch::Device& device, torch
   const double rel = std::abs(lp - la) / std::abs(la);
   const bool half = dtype != torch::kFloat32;
   const double tol_loss = half ? 2e-2 : 1e-5, tol_grad = half ? 5e-2 : 1e-4;
-  std::printf("{\"check\": \"packed row (3 samples, varlen attention) vs each sample alone (SDPA)\", \"device\": \"%s\", "
-              "\"dtype\": \"%s\", \"loss_packed\": %.6f, \"loss_alone\": %.6f, \"loss_rel_err\": %.3g, "
-              "\"worst_grad_rel_err\": %.3g, \"worst_grad\": \"%s\", \"attention_backend\": \"%s\", \"pass\": %s, %s}\n",
-              device.str().c_str(), half ? "bfloat16" : "float32", lp, la, rel, worst, worst_name.c_str(),
-              lm->attention_backend_ran().c_str(), rel <= tol_loss && worst <= tol_grad ? "true" : "false",
-              bench::provenance_members(bench::machine_provenance(device)).c_str());
+  std::printf(
+      "{\"check\": \"packed row (3 samples, varlen attention) vs each sample alone (SDPA)\", \"device\": \"%s\", "
+      "\"dtype\": \"%s\", \"loss_packed\": %.6f, \"loss_alone\": %.6f, \"loss_rel_err\": %.3g, "
+      "\"worst_grad_rel_err\": %.3g, \"worst_grad\": \"%s\", \"attention_backend\": \"%s\", \"pass\": %s, %s}\n",
+      device.str().c_str(), half ? "bfloat16" : "float32", lp, la, rel, worst, worst_name.c_str(),
+      lm->attention_backend_ran().c_str(), rel <= tol_loss && worst <= tol_grad ? "true" : "false",
+      bench::provenance_members(bench::machine_provenance(device)).c_str());
   return rel <= tol_loss && worst <= tol_grad;
 }
 
@@ -204,40 +205,43 @@ bool check_fused_and_offload(const DecoderConfig& base, const torch::Device& dev
   const bool ok_off = wo <= noise && (noise > 0.0 || off.loss == fused.loss);
   const auto [wm, wm_name] = worst_grad(off_mlp, kept_mlp);
   // Two layers' gate and up, there and back (4 · I elements per token each way).
-  const std::int64_t mlp_expected = !mlp_gap.empty() || !device.is_cuda()
-                                        ? 0
-                                        : 2 * 2 * 2 * n * c.hf.intermediate_size *
-                                              static_cast<std::int64_t>(torch::elementSize(dtype));
+  const std::int64_t mlp_expected =
+      !mlp_gap.empty() || !device.is_cuda()
+          ? 0
+          : 2 * 2 * 2 * n * c.hf.intermediate_size * static_cast<std::int64_t>(torch::elementSize(dtype));
   const bool ok_mlp = wm <= noise && (noise > 0.0 || off_mlp.loss == kept_mlp.loss) && mlp_bytes == mlp_expected;
-  std::printf("{\"check\": \"fused kernels vs reference ops (2 layers, LoRA, checkpointed)\", \"device\": \"%s\", "
-              "\"loss_fused\": %.6f, \"loss_reference\": %.6f, \"loss_rel_err\": %.3g, \"worst_grad_rel_err\": %.3g, "
-              "\"worst_grad\": \"%s\", \"pass\": %s, %s}\n",
-              device.str().c_str(), fused.loss, ref.loss, rel, wf, wf_name.c_str(), ok_fused ? "true" : "false",
-              bench::provenance_members(bench::machine_provenance(device)).c_str());
-  std::printf("{\"check\": \"checkpoint offload vs inputs kept on the device\", \"device\": \"%s\", "
-              "\"offloaded_bytes\": %lld, \"loss_offload\": %.6f, \"loss_kept\": %.6f, \"worst_grad_abs_diff_rel\": %.3g, "
-              "\"worst_grad\": \"%s\", \"repeat_grad_abs_diff_rel\": %.3g, \"pass\": %s, %s}\n",
-              device.str().c_str(), static_cast<long long>(kernels::offloaded_bytes_total()), off.loss, fused.loss, wo,
-              wo_name.c_str(), noise, ok_off ? "true" : "false",
-              bench::provenance_members(bench::machine_provenance(device)).c_str());
-  std::printf("{\"check\": \"MLP offload (gate and up on the host) vs kept on the device\", \"device\": \"%s\", "
-              "\"applies\": %s, \"why_not\": \"%s\", \"host_copy_bytes\": %lld, \"expected_bytes\": %lld, "
-              "\"loss_offload\": %.6f, \"loss_kept\": %.6f, \"worst_grad_abs_diff_rel\": %.3g, \"worst_grad\": \"%s\", "
-              "\"repeat_grad_abs_diff_rel\": %.3g, \"pass\": %s, %s}\n",
-              device.str().c_str(), mlp_gap.empty() ? "true" : "false", mlp_gap.c_str(),
-              static_cast<long long>(mlp_bytes), static_cast<long long>(mlp_expected), off_mlp.loss, kept_mlp.loss, wm,
-              wm_name.c_str(), noise, ok_mlp ? "true" : "false",
-              bench::provenance_members(bench::machine_provenance(device)).c_str());
+  std::printf(
+      "{\"check\": \"fused kernels vs reference ops (2 layers, LoRA, checkpointed)\", \"device\": \"%s\", "
+      "\"loss_fused\": %.6f, \"loss_reference\": %.6f, \"loss_rel_err\": %.3g, \"worst_grad_rel_err\": %.3g, "
+      "\"worst_grad\": \"%s\", \"pass\": %s, %s}\n",
+      device.str().c_str(), fused.loss, ref.loss, rel, wf, wf_name.c_str(), ok_fused ? "true" : "false",
+      bench::provenance_members(bench::machine_provenance(device)).c_str());
+  std::printf(
+      "{\"check\": \"checkpoint offload vs inputs kept on the device\", \"device\": \"%s\", "
+      "\"offloaded_bytes\": %lld, \"loss_offload\": %.6f, \"loss_kept\": %.6f, \"worst_grad_abs_diff_rel\": %.3g, "
+      "\"worst_grad\": \"%s\", \"repeat_grad_abs_diff_rel\": %.3g, \"pass\": %s, %s}\n",
+      device.str().c_str(), static_cast<long long>(kernels::offloaded_bytes_total()), off.loss, fused.loss, wo,
+      wo_name.c_str(), noise, ok_off ? "true" : "false",
+      bench::provenance_members(bench::machine_provenance(device)).c_str());
+  std::printf(
+      "{\"check\": \"MLP offload (gate and up on the host) vs kept on the device\", \"device\": \"%s\", "
+      "\"applies\": %s, \"why_not\": \"%s\", \"host_copy_bytes\": %lld, \"expected_bytes\": %lld, "
+      "\"loss_offload\": %.6f, \"loss_kept\": %.6f, \"worst_grad_abs_diff_rel\": %.3g, \"worst_grad\": \"%s\", "
+      "\"repeat_grad_abs_diff_rel\": %.3g, \"pass\": %s, %s}\n",
+      device.str().c_str(), mlp_gap.empty() ? "true" : "false", mlp_gap.c_str(), static_cast<long long>(mlp_bytes),
+      static_cast<long long>(mlp_expected), off_mlp.loss, kept_mlp.loss, wm, wm_name.c_str(), noise,
+      ok_mlp ? "true" : "false", bench::provenance_members(bench::machine_provenance(device)).c_str());
   const auto [wk, wk_name] = worst_grad(parked_att, kept_att);
   const bool ok_parked = wk <= noise && (noise > 0.0 || parked_att.loss == kept_att.loss) &&
                          (!device.is_cuda() || parked_bytes > off_bytes);
-  std::printf("{\"check\": \"kept attention parked on the host vs kept on the device\", \"device\": \"%s\", "
-              "\"host_copy_bytes\": %lld, \"inputs_only_bytes\": %lld, \"loss_parked\": %.6f, \"loss_kept\": %.6f, "
-              "\"worst_grad_abs_diff_rel\": %.3g, \"worst_grad\": \"%s\", \"repeat_grad_abs_diff_rel\": %.3g, "
-              "\"pass\": %s, %s}\n",
-              device.str().c_str(), static_cast<long long>(parked_bytes), static_cast<long long>(off_bytes),
-              parked_att.loss, kept_att.loss, wk, wk_name.c_str(), noise, ok_parked ? "true" : "false",
-              bench::provenance_members(bench::machine_provenance(device)).c_str());
+  std::printf(
+      "{\"check\": \"kept attention parked on the host vs kept on the device\", \"device\": \"%s\", "
+      "\"host_copy_bytes\": %lld, \"inputs_only_bytes\": %lld, \"loss_parked\": %.6f, \"loss_kept\": %.6f, "
+      "\"worst_grad_abs_diff_rel\": %.3g, \"worst_grad\": \"%s\", \"repeat_grad_abs_diff_rel\": %.3g, "
+      "\"pass\": %s, %s}\n",
+      device.str().c_str(), static_cast<long long>(parked_bytes), static_cast<long long>(off_bytes), parked_att.loss,
+      kept_att.loss, wk, wk_name.c_str(), noise, ok_parked ? "true" : "false",
+      bench::provenance_members(bench::machine_provenance(device)).c_str());
   return ok_fused && ok_off && ok_mlp && ok_parked;
 }
 
@@ -252,7 +256,7 @@ bool check_loss_rows(const torch::Device& device, torch::Dtype dtype, std::int64
   const torch::Tensor logits = (3.0 * torch::randn({rows, vocab}, o)).to(dtype);
   torch::Tensor targets = torch::randint(0, vocab, {rows}, o.dtype(torch::kInt64));
   targets.narrow(0, 0, rows / 8).fill_(-100);
-  const int code = dtype == torch::kFloat32 ? kernels::launch::kLinearCeF32
+  const int code = dtype == torch::kFloat32    ? kernels::launch::kLinearCeF32
                    : dtype == torch::kBFloat16 ? kernels::launch::kLinearCeBf16
                                                : kernels::launch::kLinearCeF16;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(device.index()).stream();
@@ -265,9 +269,9 @@ bool check_loss_rows(const torch::Device& device, torch::Dtype dtype, std::int64
     r.grad = logits.clone();
     r.loss = torch::empty({rows}, o.dtype(torch::kFloat32));
     auto once = [&](torch::Tensor& g) {
-      const char* err = kernels::launch::linear_ce_rows(g.data_ptr(), targets.data_ptr<std::int64_t>(),
-                                                        r.loss.data_ptr<float>(), rows, vocab, -100, code, true,
-                                                        stream, variant);
+      const char* err =
+          kernels::launch::linear_ce_rows(g.data_ptr(), targets.data_ptr<std::int64_t>(), r.loss.data_ptr<float>(),
+                                          rows, vocab, -100, code, true, stream, variant);
       if (err != nullptr) throw std::runtime_error(std::string("linear_ce_rows: ") + err);
     };
     once(r.grad);
@@ -288,13 +292,14 @@ bool check_loss_rows(const torch::Device& device, torch::Dtype dtype, std::int64
   const auto differing = diff.gt(0).sum().item<std::int64_t>();
   const double ulp = dtype == torch::kBFloat16 ? 1.0 / 128 : dtype == torch::kHalf ? 1.0 / 1024 : 1e-6;
   const bool ok = loss_rel <= 1e-5 && grad_diff <= ulp;
-  std::printf("{\"check\": \"fused loss row kernels: one-read cluster vs two-pass\", \"device\": \"%s\", "
-              "\"dtype\": \"%s\", \"rows\": %lld, \"vocab\": %lld, \"cluster_ms\": %.4f, \"two_pass_ms\": %.4f, "
-              "\"loss_max_rel_diff\": %.3g, \"grad_max_abs_diff\": %.3g, \"grad_elements_differing\": %lld, "
-              "\"pass\": %s, %s}\n",
-              device.str().c_str(), c10::toString(dtype), static_cast<long long>(rows), static_cast<long long>(vocab),
-              cluster.ms, two.ms, loss_rel, grad_diff, static_cast<long long>(differing), ok ? "true" : "false",
-              bench::provenance_members(bench::machine_provenance(device)).c_str());
+  std::printf(
+      "{\"check\": \"fused loss row kernels: one-read cluster vs two-pass\", \"device\": \"%s\", "
+      "\"dtype\": \"%s\", \"rows\": %lld, \"vocab\": %lld, \"cluster_ms\": %.4f, \"two_pass_ms\": %.4f, "
+      "\"loss_max_rel_diff\": %.3g, \"grad_max_abs_diff\": %.3g, \"grad_elements_differing\": %lld, "
+      "\"pass\": %s, %s}\n",
+      device.str().c_str(), c10::toString(dtype), static_cast<long long>(rows), static_cast<long long>(vocab),
+      cluster.ms, two.ms, loss_rel, grad_diff, static_cast<long long>(differing), ok ? "true" : "false",
+      bench::provenance_members(bench::machine_provenance(device)).c_str());
   return ok;
 }
 #endif

@@ -16,7 +16,8 @@ struct Run {
   torch::Tensor y, dx, dw;
 };
 
-Run run(bool grouped, const torch::Tensor& x0, const torch::Tensor& w0, const torch::Tensor& ends, const torch::Tensor& dy) {
+Run run(bool grouped, const torch::Tensor& x0, const torch::Tensor& w0, const torch::Tensor& ends,
+        const torch::Tensor& dy) {
   torch::Tensor x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
   torch::Tensor y = grouped ? grouped_linear(x, w, ends) : grouped_linear_reference(x, w, ends);
   y.backward(dy);
@@ -58,7 +59,8 @@ class TstGroupedGemm : public QObject {
     std::int64_t start = 0;
     for (std::int64_t g = 0; g < e; ++g) {
       const std::int64_t n = ends[static_cast<std::size_t>(g)] - start;
-      if (n > 0) QVERIFY(torch::allclose(b.y.narrow(0, start, n), torch::matmul(x.narrow(0, start, n), w[g].t()), 1e-5, 1e-5));
+      if (n > 0)
+        QVERIFY(torch::allclose(b.y.narrow(0, start, n), torch::matmul(x.narrow(0, start, n), w[g].t()), 1e-5, 1e-5));
       start += n;
     }
   }

@@ -94,9 +94,7 @@ Grads fused(const Inputs& in, torch::ScalarType dtype, const LinearCeOptions& o,
 Grads oracle(const Inputs& in, std::int64_t ignore_index = -100, bool hidden_trains = true, bool weight_trains = true,
              double scale = 1.0) {
   return run(
-      [&](const Tensor& h, const Tensor& w) {
-        return linear_cross_entropy_reference(h, w, in.targets, ignore_index);
-      },
+      [&](const Tensor& h, const Tensor& w) { return linear_cross_entropy_reference(h, w, in.targets, ignore_index); },
       in, torch::kFloat64, hidden_trains, weight_trains, scale);
 }
 
@@ -132,8 +130,7 @@ class TrackingAllocator final : public c10::Allocator {
     const auto now = live_.fetch_add(static_cast<std::int64_t>(n)) + static_cast<std::int64_t>(n);
     if (armed_.load()) {
       std::int64_t peak = peak_.load();
-      while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
-      }
+      while (now > peak && !peak_.compare_exchange_weak(peak, now)) {}
       const std::lock_guard<std::mutex> lock(mutex_);
       sizes_.push_back(n);
     }
@@ -214,9 +211,9 @@ class TstLinearCe : public QObject {
     const Inputs in = make_inputs(t, h, v, torch::kFloat32, 1, {2, 5, 6, 7});
     const Grads want = oracle(in);
     const Grads got = fused(in, torch::kFloat32, chunked(chunk));
-    const Grads ref = run(
-        [&](const Tensor& hh, const Tensor& ww) { return linear_cross_entropy_reference(hh, ww, in.targets); }, in,
-        torch::kFloat32);
+    const Grads ref =
+        run([&](const Tensor& hh, const Tensor& ww) { return linear_cross_entropy_reference(hh, ww, in.targets); }, in,
+            torch::kFloat32);
     qInfo("reference in fp32: loss %.3g  dhidden %.3g  dweight %.3g", rel_err(ref.loss, want.loss),
           rel_err(ref.dhidden, want.dhidden), rel_err(ref.dweight, want.dweight));
     QCOMPARE(got.loss.scalar_type(), torch::kFloat32);
@@ -300,12 +297,15 @@ class TstLinearCe : public QObject {
     QTest::addColumn<qint64>("chunk");
     QTest::addColumn<double>("u");
     const int bf16 = static_cast<int>(torch::kBFloat16), f16 = static_cast<int>(torch::kFloat16);
-    QTest::newRow("bf16, chunk 5") << bf16 << qint64{24} << qint64{32} << qint64{300} << qint64{5} << std::ldexp(1.0, -8);
-    QTest::newRow("bf16, chunk 1") << bf16 << qint64{6} << qint64{32} << qint64{300} << qint64{1} << std::ldexp(1.0, -8);
+    QTest::newRow("bf16, chunk 5") << bf16 << qint64{24} << qint64{32} << qint64{300} << qint64{5}
+                                   << std::ldexp(1.0, -8);
+    QTest::newRow("bf16, chunk 1") << bf16 << qint64{6} << qint64{32} << qint64{300} << qint64{1}
+                                   << std::ldexp(1.0, -8);
     // V·H = 4.5M > 2^22: backward scales dweight in two fp32 slices.
-    QTest::newRow("bf16, V·H over one backward slice") << bf16 << qint64{8} << qint64{1100} << qint64{4096} << qint64{3}
-                                                     << std::ldexp(1.0, -8);
-    QTest::newRow("f16, chunk 5") << f16 << qint64{24} << qint64{32} << qint64{300} << qint64{5} << std::ldexp(1.0, -11);
+    QTest::newRow("bf16, V·H over one backward slice")
+        << bf16 << qint64{8} << qint64{1100} << qint64{4096} << qint64{3} << std::ldexp(1.0, -8);
+    QTest::newRow("f16, chunk 5") << f16 << qint64{24} << qint64{32} << qint64{300} << qint64{5}
+                                  << std::ldexp(1.0, -11);
   }
   void low_precision() {
     QFETCH(int, dtype);
@@ -319,9 +319,9 @@ class TstLinearCe : public QObject {
     const Inputs in = make_inputs(t, h, v, dt, 6, {1});
     const Grads want = oracle(in, -100, true, true, scale);
     const Grads got = fused(in, dt, chunked(chunk), true, true, scale);
-    const Grads ref = run(
-        [&](const Tensor& hh, const Tensor& ww) { return linear_cross_entropy_reference(hh, ww, in.targets); }, in, dt,
-        true, true, scale);
+    const Grads ref =
+        run([&](const Tensor& hh, const Tensor& ww) { return linear_cross_entropy_reference(hh, ww, in.targets); }, in,
+            dt, true, true, scale);
     QCOMPARE(got.dhidden.scalar_type(), dt);
     QCOMPARE(got.dweight.scalar_type(), dt);
     const double el = rel_err(got.loss, want.loss), eh = rel_err(got.dhidden, want.dhidden),
@@ -469,8 +469,7 @@ class TstLinearCe : public QObject {
       const std::int64_t peak = tracker.peak_above_base();
       // chunk logits + softmax + a temporary of that size; dweight, its scaled copy and the
       // leaf's .grad; the same three of dhidden; 64 KiB of small tensors.
-      const auto bound =
-          static_cast<std::int64_t>(3 * bytes(chunk * v) + 3 * bytes(v * h) + 3 * bytes(t * h) + 65536);
+      const auto bound = static_cast<std::int64_t>(3 * bytes(chunk * v) + 3 * bytes(v * h) + 3 * bytes(t * h) + 65536);
       qInfo("fused: largest allocation %zu B, live peak %lld B (bound %lld B, [T, V] = %zu B)", tracker.largest(),
             static_cast<long long>(peak), static_cast<long long>(bound), bytes(t * v));
       QVERIFY(bound < static_cast<std::int64_t>(bytes(t * v)));

@@ -1,7 +1,7 @@
-// The fused RMSNorm ops (kernels/rmsnorm.h: add_rms_norm, rms_norm_linear) against the references (the Hugging Face formulas differentiated by autograd) on
-// the CPU: there the fused ops run the same hand-written forward/backward math as the CUDA
-// kernels, in ATen ops (the CUDA code itself is checked on a GPU by `odyssey-train selftest`).
-// Error measure and tolerances: tests/support/kernel_checks.h.
+// The fused RMSNorm ops (kernels/rmsnorm.h: add_rms_norm, rms_norm_linear) against the references (the Hugging Face
+// formulas differentiated by autograd) on the CPU: there the fused ops run the same hand-written forward/backward math
+// as the CUDA kernels, in ATen ops (the CUDA code itself is checked on a GPU by `odyssey-train selftest`). Error
+// measure and tolerances: tests/support/kernel_checks.h.
 #define QT_NO_KEYWORDS
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -191,8 +191,7 @@ class TstRmsNorm : public QObject {
       const Tensor x = leaf(x0, dtype), res = full ? leaf(res0, dtype) : Tensor(), nw = leaf(nw0, dtype);
       const auto adt = dtype == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
       auto [n, sum] = fused ? add_rms_norm(x, res, nw, kEps) : add_rms_norm_reference(x, res, nw, kEps);
-      const auto share =
-          fused && (full || quant) ? c10::make_intrusive<NormShare>() : c10::intrusive_ptr<NormShare>();
+      const auto share = fused && (full || quant) ? c10::make_intrusive<NormShare>() : c10::intrusive_ptr<NormShare>();
       std::vector<Tensor> leaves{x, nw};
       if (full) leaves.push_back(res);
       Tensor loss = torch::zeros({}, torch::kFloat64);
@@ -251,10 +250,8 @@ class TstRmsNorm : public QObject {
     const Tensor cos = cos64.to(torch::kFloat32), sin = sin64.to(torch::kFloat32);
     auto rotated = [&](bool fused) {
       const Tensor n = fused ? rms_norm(s, nw, kEps) : add_rms_norm_reference(s, {}, nw, kEps).first;
-      Tensor q = fused ? rms_norm_linear(n, s, nw, kEps, w)
-                       : at::linear(n, w.weight, std::optional<Tensor>(w.bias));
-      Tensor k = fused ? rms_norm_linear(n, s, nw, kEps, w)
-                       : at::linear(n, w.weight, std::optional<Tensor>(w.bias));
+      Tensor q = fused ? rms_norm_linear(n, s, nw, kEps, w) : at::linear(n, w.weight, std::optional<Tensor>(w.bias));
+      Tensor k = fused ? rms_norm_linear(n, s, nw, kEps, w) : at::linear(n, w.weight, std::optional<Tensor>(w.bias));
       return fused ? apply_rope_(q.view({t, heads, d}), k.view({t, heads, d}), cos, sin)
                    : apply_rope_reference(q.view({t, heads, d}), k.view({t, heads, d}), cos, sin);
     };
@@ -317,7 +314,6 @@ class TstRmsNorm : public QObject {
     e = error_of([&] { rms_norm_linear(torch::randn({5, 8}), s, nw, kEps, w); });
     QVERIFY2(e.find("rms_norm_linear: the weight must be [out, 8]") != std::string::npos, e.c_str());
   }
-
 };
 
 QTEST_GUILESS_MAIN(TstRmsNorm)

@@ -1,7 +1,7 @@
-// The in-place RoPE (kernels/rope.h: apply_rope_) against the references (the Hugging Face formulas differentiated by autograd) on
-// the CPU: there the fused ops run the same hand-written forward/backward math as the CUDA
-// kernels, in ATen ops (the CUDA code itself is checked on a GPU by `odyssey-train selftest`).
-// Error measure and tolerances: tests/support/kernel_checks.h.
+// The in-place RoPE (kernels/rope.h: apply_rope_) against the references (the Hugging Face formulas differentiated by
+// autograd) on the CPU: there the fused ops run the same hand-written forward/backward math as the CUDA kernels, in
+// ATen ops (the CUDA code itself is checked on a GPU by `odyssey-train selftest`). Error measure and tolerances:
+// tests/support/kernel_checks.h.
 #define QT_NO_KEYWORDS
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -100,8 +100,8 @@ class TstRope : public QObject {
     const RopeRun f32 = run_rope(true, x, wq, wk, hq, hk, c, s, gq, gk, torch::kFloat32);
     const RopeRun r32 = run_rope(false, x, wq, wk, hq, hk, c, s, gq, gk, torch::kFloat32);
     QVERIFY2(torch::equal(f32.q, r32.q) && torch::equal(f32.k, r32.k), "fp32 forward not bit-identical to HF");
-    for (const auto& [got, want, what] : {std::tuple{f32.dx, f64.dx, "dx"}, std::tuple{f32.dwq, f64.dwq, "dWq"},
-                                          std::tuple{f32.dwk, f64.dwk, "dWk"}}) {
+    for (const auto& [got, want, what] :
+         {std::tuple{f32.dx, f64.dx, "dx"}, std::tuple{f32.dwq, f64.dwq, "dWq"}, std::tuple{f32.dwk, f64.dwk, "dWk"}}) {
       QVERIFY2(got.defined(), what);
       QVERIFY2(rel(got, want) < kF32, qPrintable(QString("fp32 %1 rel %2").arg(what).arg(rel(got, want))));
     }
@@ -112,9 +112,9 @@ class TstRope : public QObject {
          {std::tuple{fb.dx, rb.dx, f64.dx, "dx"}, std::tuple{fb.dwq, rb.dwq, f64.dwq, "dWq"},
           std::tuple{fb.dwk, rb.dwk, f64.dwk, "dWk"}}) {
       QVERIFY2(rel(got, want) <= kBf16, qPrintable(QString("bf16 %1 rel %2").arg(what).arg(rel(got, want))));
-      QVERIFY2(rel(got, truth) <= rel(want, truth) + kBf16Slack,
-               qPrintable(
-                   QString("bf16 %1 error %2 vs reference %3").arg(what).arg(rel(got, truth)).arg(rel(want, truth))));
+      QVERIFY2(
+          rel(got, truth) <= rel(want, truth) + kBf16Slack,
+          qPrintable(QString("bf16 %1 error %2 vs reference %3").arg(what).arg(rel(got, truth)).arg(rel(want, truth))));
     }
     if (packed) {
       // Each packed row rotates as if alone: positions 0 leave q unchanged (cos 1, sin 0) and
@@ -153,8 +153,7 @@ class TstRope : public QObject {
     const auto truth = run(false, torch::kFloat64);
     const auto got = run(true, torch::kFloat32);
     QVERIFY2(rel(got.first, truth.first) < kF32, qPrintable(QString("dx rel %1").arg(rel(got.first, truth.first))));
-    QVERIFY2(rel(got.second, truth.second) < kF32,
-             qPrintable(QString("dW rel %1").arg(rel(got.second, truth.second))));
+    QVERIFY2(rel(got.second, truth.second) < kF32, qPrintable(QString("dW rel %1").arg(rel(got.second, truth.second))));
   }
 
   // The engine may give one gradient tensor to several nodes (here AddBackward hands dz to

@@ -1,7 +1,7 @@
-// The fused SwiGLU ops (kernels/swiglu.h: swiglu, swiglu_down, rms_norm_mlp) against the references (the Hugging Face formulas differentiated by autograd) on
-// the CPU: there the fused ops run the same hand-written forward/backward math as the CUDA
-// kernels, in ATen ops (the CUDA code itself is checked on a GPU by `odyssey-train selftest`).
-// Error measure and tolerances: tests/support/kernel_checks.h.
+// The fused SwiGLU ops (kernels/swiglu.h: swiglu, swiglu_down, rms_norm_mlp) against the references (the Hugging Face
+// formulas differentiated by autograd) on the CPU: there the fused ops run the same hand-written forward/backward math
+// as the CUDA kernels, in ATen ops (the CUDA code itself is checked on a GPU by `odyssey-train selftest`). Error
+// measure and tolerances: tests/support/kernel_checks.h.
 #define QT_NO_KEYWORDS
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -70,11 +70,10 @@ class TstSwiglu : public QObject {
       const Tensor truth = f64.dbig.narrow(-1, half * inter, inter);
       const double e = rel(got, ref);
       QVERIFY2(e <= kBf16, qPrintable(QString("bf16 %1 rel %2").arg(half ? "dup" : "dgate").arg(e)));
-      QVERIFY2(rel(got, truth) <= rel(ref, truth) + kBf16Slack,
-               qPrintable(QString("bf16 %1 error %2 vs reference %3")
-                              .arg(half ? "dup" : "dgate")
-                              .arg(rel(got, truth))
-                              .arg(rel(ref, truth))));
+      QVERIFY2(rel(got, truth) <= rel(ref, truth) + kBf16Slack, qPrintable(QString("bf16 %1 error %2 vs reference %3")
+                                                                               .arg(half ? "dup" : "dgate")
+                                                                               .arg(rel(got, truth))
+                                                                               .arg(rel(ref, truth))));
     }
   }
 
@@ -255,7 +254,6 @@ class TstSwiglu : public QObject {
     e = error_of([&] { rms_norm_mlp(torch::randn({5, 8}), s, nw, kEps, g, u, d); });
     QVERIFY2(e.find("rms_norm_mlp (down): the weight must be [out, 6]") != std::string::npos, e.c_str());
   }
-
 };
 
 QTEST_GUILESS_MAIN(TstSwiglu)

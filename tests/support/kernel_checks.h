@@ -75,8 +75,9 @@ inline Tensor leaf(const Tensor& t, torch::ScalarType dtype, bool grad = true) {
 // dtype, both measured from the float64 truth: fp32 within kF32, bf16 no further than twice
 // the layers' own error plus 2^-9. `names` label the entries (their index when empty). QTest
 // failures return from here: callers check QTest::currentTestFailed().
-inline void expect_like_layers(const std::vector<Tensor>& f, const std::vector<Tensor>& ref, const std::vector<Tensor>& truth,
-                        torch::ScalarType dtype, const std::vector<std::string>& names = {}) {
+inline void expect_like_layers(const std::vector<Tensor>& f, const std::vector<Tensor>& ref,
+                               const std::vector<Tensor>& truth, torch::ScalarType dtype,
+                               const std::vector<std::string>& names = {}) {
   QCOMPARE(f.size(), truth.size());
   for (std::size_t i = 0; i < truth.size(); ++i) {
     const QString name = i < names.size() ? QString::fromStdString(names[i]) : QString::number(i);

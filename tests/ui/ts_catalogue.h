@@ -50,7 +50,8 @@ inline std::vector<TsMessage> read_ts(const QString& path, QString* error) {
           if (m.numerus) {
             while (!(x.isEndElement() && x.name() == QStringLiteral("translation")) && !x.atEnd()) {
               x.readNext();
-              if (x.isStartElement() && x.name() == QStringLiteral("numerusform")) m.translations << x.readElementText();
+              if (x.isStartElement() && x.name() == QStringLiteral("numerusform"))
+                m.translations << x.readElementText();
             }
           } else {
             m.translations << x.readElementText();

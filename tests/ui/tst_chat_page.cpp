@@ -48,7 +48,8 @@ class TstChatPage : public QObject {
   QStringList list_ckpts() const {
     QStringList v;
     for (const QFileInfo& run : QDir(tmp_.filePath("out")).entryInfoList(QDir::Dirs | QDir::NoDotAndDotDot))
-      for (const QFileInfo& c : QDir(run.absoluteFilePath() + "/checkpoints").entryInfoList({"checkpoint-*"}, QDir::Dirs, QDir::Name | QDir::Reversed))
+      for (const QFileInfo& c : QDir(run.absoluteFilePath() + "/checkpoints")
+                                    .entryInfoList({"checkpoint-*"}, QDir::Dirs, QDir::Name | QDir::Reversed))
         v << c.absoluteFilePath();
     return v;
   }
@@ -153,8 +154,9 @@ class TstChatPage : public QObject {
   void lora_run() {
     QProcess p;
     p.setProcessChannelMode(QProcess::MergedChannels);
-    p.start(kBin, {"run", "--set", "output_dir=" + tmp_.filePath("out"), "--set", "tuner_type=lora", "--set", "max_steps=2",
-                   "--set", "save_steps=1", "--set", "eval_steps=0", "--set", "learning_rate=0.05", "--name", "lora2"});
+    p.start(kBin,
+            {"run", "--set", "output_dir=" + tmp_.filePath("out"), "--set", "tuner_type=lora", "--set", "max_steps=2",
+             "--set", "save_steps=1", "--set", "eval_steps=0", "--set", "learning_rate=0.05", "--name", "lora2"});
     QVERIFY(p.waitForFinished(300000));
     QVERIFY2(p.exitCode() == 0, p.readAll().right(3000).constData());
     QCOMPARE(list_ckpts().size(), 2);
@@ -207,8 +209,10 @@ class TstChatPage : public QObject {
     texts.close();
     QFile prompts(tmp_.filePath("prompts.jsonl"));
     QVERIFY(prompts.open(QIODevice::WriteOnly));
-    prompts.write("{\"messages\": [{\"role\": \"user\", \"content\": \"What is 2 + 3?\"}, {\"role\": \"assistant\", \"content\": \"5\"}]}\n"
-                  "{\"prompt\": \"Reverse the word cat:\"}\n");
+    prompts.write(
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"What is 2 + 3?\"}, {\"role\": \"assistant\", \"content\": "
+        "\"5\"}]}\n"
+        "{\"prompt\": \"Reverse the word cat:\"}\n");
     prompts.close();
     EvaluatePage page;
     page.resize(1100, 760);
@@ -256,7 +260,8 @@ class TstChatPage : public QObject {
   void checkpoints_offered_as_adapters() {
     // <root>/<run>/checkpoints/checkpoint-N with adapter_config.json: listed, newest step first.
     QDir root(tmp_.filePath("runs"));
-    for (const char* ck : {"r1/checkpoints/checkpoint-10", "r1/checkpoints/checkpoint-20", "r1/checkpoints/checkpoint-5"}) {
+    for (const char* ck :
+         {"r1/checkpoints/checkpoint-10", "r1/checkpoints/checkpoint-20", "r1/checkpoints/checkpoint-5"}) {
       QVERIFY(root.mkpath(ck));
       QFile f(root.filePath(QString::fromLatin1(ck) + "/adapter_config.json"));
       QVERIFY(f.open(QIODevice::WriteOnly));

@@ -111,7 +111,8 @@ class TstConfigForm : public QObject {
         r->set_shown_text(r->shown_text());
         QVERIFY2(form.config() == direct.value.config, (n.toStdString() + ": " + r->key()).c_str());
       }
-      QCOMPARE(QString::fromStdString(form.preset_text()), QString::fromStdString(save_preset_text(direct.value.config, true)));
+      QCOMPARE(QString::fromStdString(form.preset_text()),
+               QString::fromStdString(save_preset_text(direct.value.config, true)));
       // Saved beside the original (same folder, so relative paths stay), it loads back equal.
       const QString copy = QFileInfo(path).absolutePath() + QStringLiteral("/.tst-roundtrip-") + n;
       QVERIFY(!has_errors(form.save_file(copy)));
@@ -151,16 +152,21 @@ class TstConfigForm : public QObject {
     ConfigForm form;
     // The model picked with Browse… (absolute, outside the project), the data typed in both forms.
     QVERIFY(form.set_text("model", (QLatin1Char('"') + src + QStringLiteral("/model\"")).toStdString()).empty());
-    QVERIFY(form.set_text("dataset", ("[\"" + root.filePath(QStringLiteral("data/train.jsonl")) + "#50\"]").toStdString()).empty());
-    QVERIFY(form.set_text("val_dataset", ("[\"" + root.filePath(QStringLiteral("presets/val.jsonl")) + "\"]").toStdString()).empty());
+    QVERIFY(
+        form.set_text("dataset", ("[\"" + root.filePath(QStringLiteral("data/train.jsonl")) + "#50\"]").toStdString())
+            .empty());
+    QVERIFY(
+        form.set_text("val_dataset", ("[\"" + root.filePath(QStringLiteral("presets/val.jsonl")) + "\"]").toStdString())
+            .empty());
     const QString out = root.filePath(QStringLiteral("presets/mine.yaml"));
     QVERIFY(!has_errors(form.save_file(out)));
     auto saved = load_preset_file(out.toStdString());
     QVERIFY(saved.ok());
     const TrainConfig& c = saved.value.config;
-    QCOMPARE(QString::fromStdString(c.model), QFileInfo(src + QStringLiteral("/model")).canonicalFilePath());  // elsewhere
-    QCOMPARE(c.dataset, std::vector<std::string>{"../data/train.jsonl#50"});                                 // beside
-    QCOMPARE(c.val_dataset, std::vector<std::string>{"val.jsonl"});                                           // inside
+    QCOMPARE(QString::fromStdString(c.model),
+             QFileInfo(src + QStringLiteral("/model")).canonicalFilePath());  // elsewhere
+    QCOMPARE(c.dataset, std::vector<std::string>{"../data/train.jsonl#50"});  // beside
+    QCOMPARE(c.val_dataset, std::vector<std::string>{"val.jsonl"});           // inside
     // Saved two folders down, both data files are beyond its parent: absolute.
     QVERIFY(root.mkpath(QStringLiteral("presets/deep/er")));
     QVERIFY(!has_errors(form.save_file(root.filePath(QStringLiteral("presets/deep/er/x.yaml")))));
@@ -273,7 +279,8 @@ class TstConfigForm : public QObject {
     QVERIFY(adv.derived()->text().contains(QStringLiteral("128")));  // 256 ÷ 2
     const std::int64_t kv = form.model()->num_key_value_heads;
     const auto p = parallel_layout(form.config(), kv);
-    QVERIFY(adv.derived()->text().contains(QStringLiteral("Ulysses <b>%1</b> × ring <b>%2</b>").arg(p.ulysses).arg(p.ring)));
+    QVERIFY(adv.derived()->text().contains(
+        QStringLiteral("Ulysses <b>%1</b> × ring <b>%2</b>").arg(p.ulysses).arg(p.ring)));
     adv.split_mode()->setCurrentIndex(1);
     QCOMPARE(form.config().ulysses_size, p.ulysses);
     adv.split_mode()->setCurrentIndex(0);
@@ -296,7 +303,8 @@ class TstConfigForm : public QObject {
     spin->setFocus();
     spin->selectAll();
     QTest::keyClicks(spin, QStringLiteral("99999999999"));
-    QVERIFY2(spin->text().remove(spin->locale().groupSeparator()) == QStringLiteral("99999999999"), qPrintable(spin->text()));
+    QVERIFY2(spin->text().remove(spin->locale().groupSeparator()) == QStringLiteral("99999999999"),
+             qPrintable(spin->text()));
     QVERIFY(form.has_edit_error("max_length"));
     QVERIFY(form.has_errors());
     const Diagnostics d = form.diagnostics_for("max_length");
@@ -317,7 +325,8 @@ class TstConfigForm : public QObject {
 
   void dataset_scan_counts_as_the_engine_reads() {
     const QString jl = tmp_.filePath(QStringLiteral("d.jsonl"));
-    const std::string rec = R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]})";
+    const std::string rec =
+        R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]})";
     // A JSON object without a conversation is as malformed as a line that is not JSON: the
     // engine skips both, so the table counts both (it once called this file 4 samples).
     write(jl, (rec + "\n\n" + rec + "\nnot json\n{\"messages\": []}\n" + rec + "\n").c_str());
@@ -354,11 +363,13 @@ class TstConfigForm : public QObject {
     QTRY_COMPARE(model.pending_scans(), 0);
     QVERIFY(model.index(0, DatasetListModel::Contents).data().toString().contains(QStringLiteral("2,000 samples")));
     const QString extra = tmp_.filePath(QStringLiteral("extra.jsonl"));
-    write(extra, R"({"conversations": [{"from": "human", "value": "a"}, {"from": "gpt", "value": "b"}]})" "\n");
+    write(extra, R"({"conversations": [{"from": "human", "value": "a"}, {"from": "gpt", "value": "b"}]})"
+                 "\n");
     model.add_files({extra});
     QCOMPARE(model.rowCount(), 2);
     QTRY_COMPARE(model.pending_scans(), 0);
-    QVERIFY(model.index(1, DatasetListModel::Contents).data().toString().startsWith(QStringLiteral("sharegpt, 1 sample")));
+    QVERIFY(
+        model.index(1, DatasetListModel::Contents).data().toString().startsWith(QStringLiteral("sharegpt, 1 sample")));
     QVERIFY(model.setData(model.index(1, DatasetListModel::Samples), QStringLiteral("#100")));
     QCOMPARE(form.config().dataset.back(), extra.toStdString() + "#100");
     QCOMPARE(model.index(1, DatasetListModel::Samples).data().toString(), QStringLiteral("#100"));

@@ -105,7 +105,8 @@ class TstDatasetPreview : public QObject {
     {
       std::ofstream out(big, std::ios::binary);
       out << "\n";
-      for (int i = 0; i < 30000; ++i) out << (i == 3 ? std::string("{\"messages\": [broken") : lines[i % lines.size()]) << "\n";
+      for (int i = 0; i < 30000; ++i)
+        out << (i == 3 ? std::string("{\"messages\": [broken") : lines[i % lines.size()]) << "\n";
     }
     QElapsedTimer t;
     t.start();
@@ -117,7 +118,8 @@ class TstDatasetPreview : public QObject {
     QCOMPARE(p.lengths.size(), kMaxPreviewSamples - 1);
     QCOMPARE(p.samples[0].origin, big + ":2");
     QCOMPARE(p.samples[3].origin, big + ":6");  // line 5 is the broken record
-    qInfo("preview of the first %zu records of 30,000: %lld ms", kMaxPreviewSamples, static_cast<long long>(t.elapsed()));
+    qInfo("preview of the first %zu records of 30,000: %lld ms", kMaxPreviewSamples,
+          static_cast<long long>(t.elapsed()));
   }
 
   void a_json_array_file_is_previewed() {
@@ -176,12 +178,14 @@ class TstDatasetPreview : public QObject {
     QCOMPARE(QFileInfo(QString::fromStdString(preview.dataset_path())).fileName(), QStringLiteral("train.jsonl"));
     const QString body = preview.text()->toPlainText();
     QVERIFY2(body.contains(QStringLiteral("How many letters are in tiger?")), qPrintable(body));
-    QVERIFY2(body.startsWith(QStringLiteral("train.jsonl:1 · %1 tokens, ").arg(preview.result().lengths[0])), qPrintable(body));
+    QVERIFY2(body.startsWith(QStringLiteral("train.jsonl:1 · %1 tokens, ").arg(preview.result().lengths[0])),
+             qPrintable(body));
     // The trained tokens are the highlighted ones: the first answer ("5") and its end of turn.
     const QString marked = text_with_background(preview.text()->document(), trained_color(preview.palette()));
     QVERIFY2(marked.contains(QStringLiteral("5<|im_end|>")), qPrintable(marked));
     QVERIFY(!marked.contains(QStringLiteral("tiger")));
-    QVERIFY2(preview.stats()->text().contains(QStringLiteral("every sample of the file")), qPrintable(preview.stats()->text()));
+    QVERIFY2(preview.stats()->text().contains(QStringLiteral("every sample of the file")),
+             qPrintable(preview.stats()->text()));
     QCOMPARE(preview.histogram().over_max, std::int64_t{0});
     QVERIFY(preview.stats()->text().contains(QStringLiteral("0 longer than max_length 256")));
 #ifdef ODYSSEY_HAVE_QCUSTOMPLOT
@@ -194,13 +198,15 @@ class TstDatasetPreview : public QObject {
     // A max_length shorter than some samples: counted, and what delete does with them said.
     const std::int32_t median = preview.histogram().median;
     QVERIFY(form.set_text("max_length", std::to_string(median)).empty());
-    QTRY_COMPARE(preview.histogram().over_max,
-                 static_cast<std::int64_t>(std::count_if(preview.result().lengths.begin(), preview.result().lengths.end(),
-                                                         [median](std::int32_t l) { return l > median; })));
+    QTRY_COMPARE(preview.histogram().over_max, static_cast<std::int64_t>(std::count_if(
+                                                   preview.result().lengths.begin(), preview.result().lengths.end(),
+                                                   [median](std::int32_t l) { return l > median; })));
     QVERIFY(preview.histogram().over_max > 0);
-    QVERIFY2(preview.stats()->text().contains(QStringLiteral("dropped from training")), qPrintable(preview.stats()->text()));
+    QVERIFY2(preview.stats()->text().contains(QStringLiteral("dropped from training")),
+             qPrintable(preview.stats()->text()));
 #ifdef ODYSSEY_HAVE_QCUSTOMPLOT
-    QCOMPARE(qobject_cast<QCPItemStraightLine*>(preview.plot()->item(0))->point1->coords().x(), static_cast<double>(median));
+    QCOMPARE(qobject_cast<QCPItemStraightLine*>(preview.plot()->item(0))->point1->coords().x(),
+             static_cast<double>(median));
 #endif
   }
 
@@ -211,7 +217,8 @@ class TstDatasetPreview : public QObject {
     QTRY_VERIFY_WITH_TIMEOUT(!preview.result().samples.empty(), 30000);
     // A directory with config.json but no tokenizer.json.
     QDir(tmp_.path()).mkpath(QStringLiteral("shape-only"));
-    QFile::copy(QString::fromStdString(kModel + "/config.json"), tmp_.filePath(QStringLiteral("shape-only/config.json")));
+    QFile::copy(QString::fromStdString(kModel + "/config.json"),
+                tmp_.filePath(QStringLiteral("shape-only/config.json")));
     QVERIFY(!has_errors(form.set_text("model", '"' + tmp_.filePath(QStringLiteral("shape-only")).toStdString() + '"')));
     QTRY_VERIFY_WITH_TIMEOUT(preview.status()->text().contains(QStringLiteral("has no tokenizer.json")), 30000);
     QVERIFY(preview.result().samples.empty());
@@ -219,8 +226,8 @@ class TstDatasetPreview : public QObject {
     QVERIFY(!preview.text()->isVisibleTo(&preview));  // no empty pane under the message
     // A model that is not on this machine at all.
     QVERIFY(!has_errors(form.set_text("model", '"' + tmp_.filePath(QStringLiteral("gone")).toStdString() + '"')));
-    QTRY_VERIFY_WITH_TIMEOUT(preview.status()->text().contains(QStringLiteral("choose a model directory with tokenizer.json")),
-                             30000);
+    QTRY_VERIFY_WITH_TIMEOUT(
+        preview.status()->text().contains(QStringLiteral("choose a model directory with tokenizer.json")), 30000);
     // No training file.
     QVERIFY(!has_errors(form.set_text("model", '"' + kModel + '"')));
     QVERIFY(!has_errors(form.set_text("dataset", "[]")));

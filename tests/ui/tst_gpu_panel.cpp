@@ -57,8 +57,9 @@ class TstGpuPanel : public QObject {
     const GpuProbeResult r = probe.probe();
     QVERIFY(!r.nvml);
     QVERIFY(r.gpus.empty());
-    QVERIFY2(QString::fromStdString(r.problem).contains(QStringLiteral("libodyssey-no-such-nvml.so.1 could not be loaded")),
-             r.problem.c_str());
+    QVERIFY2(
+        QString::fromStdString(r.problem).contains(QStringLiteral("libodyssey-no-such-nvml.so.1 could not be loaded")),
+        r.problem.c_str());
     // Remembered: the second probe says the same without trying again.
     QCOMPARE(probe.probe().problem, r.problem);
 
@@ -80,8 +81,9 @@ class TstGpuPanel : public QObject {
     ConfigForm form;
     AdvancedPage page(&form, nullptr);  // the real probe, as the window builds it
     QTRY_COMPARE(page.gpu_panel()->probes_done(), 1);
-    QVERIFY2(page.gpu_panel()->status()->text().contains(QStringLiteral("No NVIDIA GPU found: training runs on the CPU")),
-             qPrintable(page.gpu_panel()->status()->text()));
+    QVERIFY2(
+        page.gpu_panel()->status()->text().contains(QStringLiteral("No NVIDIA GPU found: training runs on the CPU")),
+        qPrintable(page.gpu_panel()->status()->text()));
     QVERIFY(page.gpu_panel()->status()->text().contains(QStringLiteral("libnvidia-ml.so.1")));
   }
 
@@ -164,7 +166,8 @@ class TstGpuPanel : public QObject {
     MainWindow w(std::make_unique<Settings>(tmp_.filePath(QStringLiteral("s.ini"))));
     GpuPanel* panel = w.advanced_page()->gpu_panel();
     QTRY_VERIFY(panel->probes_done() >= 1);
-    if (!panel->model()->gpus().empty()) QSKIP("this machine has GPUs: the probe's list would replace the injected one");
+    if (!panel->model()->gpus().empty())
+      QSKIP("this machine has GPUs: the probe's list would replace the injected one");
     QVERIFY(w.form()->set_text("device", "auto").empty());
     panel->set_probe_result(two_gpus());
     QCOMPARE(w.gauge()->capacity()->value(), 80.0);

@@ -95,7 +95,8 @@ class TstLaunch : public QObject {
       return;
     }
     if (p.readAllStandardOutput().contains("LibTorch: not linked")) {
-      skip_ = QStringLiteral("%1 was built without LibTorch and cannot train; set ODYSSEY_TRAIN_BIN to one that can").arg(bin);
+      skip_ = QStringLiteral("%1 was built without LibTorch and cannot train; set ODYSSEY_TRAIN_BIN to one that can")
+                  .arg(bin);
       return;
     }
     qputenv("ODYSSEY_TRAIN_BIN", bin.toLocal8Bit());
@@ -124,7 +125,8 @@ class TstLaunch : public QObject {
     QCOMPARE(run_directory_from_log(QStringLiteral("config\nrun directory: /o/x\nstep 1\n")), QStringLiteral("/o/x"));
     QCOMPARE(run_directory_from_log(QStringLiteral("run directory: /o/y\n")), QStringLiteral("/o/y"));
     QVERIFY(!exit_status_from_log(QStringLiteral("run directory: /o/y\n")).has_value());
-    QCOMPARE(exit_status_from_log(QStringLiteral("error\n[odyssey-train exited with status 2]\n")), std::optional<int>(2));
+    QCOMPARE(exit_status_from_log(QStringLiteral("error\n[odyssey-train exited with status 2]\n")),
+             std::optional<int>(2));
     QCOMPARE(last_lines(QStringLiteral("a\nb\n\nc\n"), 2), (QStringList{QStringLiteral("b"), QStringLiteral("c")}));
   }
 
@@ -171,7 +173,8 @@ class TstLaunch : public QObject {
     QTRY_COMPARE(exit_status_from_log(log_text()), std::optional<int>(0));
     QCOMPARE(run_directory_from_log(log_text()), run_dir);
     // The line under the pages no longer says "Training in …".
-    QVERIFY2(text_of_job().contains(QStringLiteral("The run in %1 ended: completed.").arg(run_dir)), qPrintable(text_of_job()));
+    QVERIFY2(text_of_job().contains(QStringLiteral("The run in %1 ended: completed.").arg(run_dir)),
+             qPrintable(text_of_job()));
   }
 
   // Issue 23, runs as history: a finished run's menu loads its configuration (untitled, so its
@@ -193,7 +196,9 @@ class TstLaunch : public QObject {
     QTRY_COMPARE_WITH_TIMEOUT(w_->monitor()->state_text(), QStringLiteral("completed"), 120000);
     QCOMPARE(w_->current_page(), static_cast<QWidget*>(w_->monitor()));
     // A configuration the engine refuses is not started; the line under the pages says why.
-    QVERIFY(!has_errors(w_->form()->set_text("dataset", (QLatin1Char('[') + yaml_quoted(tmp_.filePath(QStringLiteral("none.jsonl"))) + QLatin1Char(']')).toStdString())));
+    QVERIFY(!has_errors(w_->form()->set_text(
+        "dataset", (QLatin1Char('[') + yaml_quoted(tmp_.filePath(QStringLiteral("none.jsonl"))) + QLatin1Char(']'))
+                       .toStdString())));
     w_->start_when_ready();
     QTRY_VERIFY(w_->banner()->text().contains(QStringLiteral("Not started")));
     QVERIFY2(w_->banner()->text().contains(QStringLiteral("red")), qPrintable(w_->banner()->text()));
@@ -214,8 +219,8 @@ class TstLaunch : public QObject {
     QTRY_VERIFY_WITH_TIMEOUT(!w_->monitor()->attached_run().isEmpty(), 60000);
     const QString first = w_->monitor()->attached_run();
     QTRY_COMPARE_WITH_TIMEOUT(w_->monitor()->state_text(), QStringLiteral("completed"), 120000);
-    QCOMPARE(MonitorPage::checkpoints_of(first),
-             (QStringList{first + QStringLiteral("/checkpoints/checkpoint-4"), first + QStringLiteral("/checkpoints/checkpoint-2")}));
+    QCOMPARE(MonitorPage::checkpoints_of(first), (QStringList{first + QStringLiteral("/checkpoints/checkpoint-4"),
+                                                              first + QStringLiteral("/checkpoints/checkpoint-2")}));
 
     // The menu of the run: its actions, and "Load this run's configuration".
     bool answered = false;
@@ -229,7 +234,8 @@ class TstLaunch : public QObject {
       if (a->text() == QStringLiteral("Load this run's configuration")) load = a;
       if (a->menu()) resume = a->menu();
     }
-    QVERIFY2(load && resume && texts.contains(QStringLiteral("Open output folder")), qPrintable(texts.join(QLatin1Char('|'))));
+    QVERIFY2(load && resume && texts.contains(QStringLiteral("Open output folder")),
+             qPrintable(texts.join(QLatin1Char('|'))));
     load->trigger();
     QVERIFY(answered);
     QVERIFY(w_->form()->file().isEmpty());  // untitled
@@ -267,12 +273,14 @@ class TstLaunch : public QObject {
     if (!skip_.isEmpty()) QSKIP(qPrintable(skip_));
     w_ = window();
     QVERIFY(w_->open_preset(quickstart()));
-    QVERIFY(w_->form()->set_text("output_dir", yaml_quoted(tmp_.filePath(QStringLiteral("fail"))).toStdString()).empty());
+    QVERIFY(
+        w_->form()->set_text("output_dir", yaml_quoted(tmp_.filePath(QStringLiteral("fail"))).toStdString()).empty());
     // The window checked a dataset that was there; it is removed before Start (from a shell,
     // a sync tool): the engine's own check at `run` refuses, and the window shows why.
     const QString data = tmp_.filePath(QStringLiteral("vanishing.jsonl"));
     QVERIFY(QFile::copy(QStringLiteral(ODYSSEY_SOURCE_DIR "/resources/quickstart/data/val.jsonl"), data));
-    QVERIFY(!has_errors(w_->form()->set_text("dataset", (QLatin1Char('[') + yaml_quoted(data) + QLatin1Char(']')).toStdString())));
+    QVERIFY(!has_errors(
+        w_->form()->set_text("dataset", (QLatin1Char('[') + yaml_quoted(data) + QLatin1Char(']')).toStdString())));
     QTRY_VERIFY(w_->start_button()->isEnabled());
     QVERIFY(QFile::remove(data));
     w_->start_button()->click();
@@ -369,7 +377,8 @@ class TstLaunch : public QObject {
     QTRY_VERIFY(!w_->stop_button()->isEnabled());
     QCOMPARE(w_->stop_button()->text(), QStringLiteral("Stop"));
     QTRY_VERIFY(w_->start_button()->isEnabled());
-    QVERIFY2(text_of_job().contains(QStringLiteral("The run in %1 ended: killed (SIGKILL)").arg(run_dir)), qPrintable(text_of_job()));
+    QVERIFY2(text_of_job().contains(QStringLiteral("The run in %1 ended: killed (SIGKILL)").arg(run_dir)),
+             qPrintable(text_of_job()));
   }
 
   void a_new_window_reattaches_to_a_running_job() {

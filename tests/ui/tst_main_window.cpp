@@ -78,9 +78,11 @@ class TstMainWindow : public QObject {
     // Start waits for the engine's own check of the files (off the GUI thread), then opens.
     QVERIFY(w_->form()->files_pending());
     QVERIFY(!w_->start_button()->isEnabled());
-    QVERIFY2(w_->start_button()->toolTip().contains(QStringLiteral("Checking")), qPrintable(w_->start_button()->toolTip()));
+    QVERIFY2(w_->start_button()->toolTip().contains(QStringLiteral("Checking")),
+             qPrintable(w_->start_button()->toolTip()));
     QTRY_VERIFY(w_->start_button()->isEnabled());
-    QVERIFY2(w_->start_button()->toolTip().contains(QStringLiteral(".odyssey-launch")), qPrintable(w_->start_button()->toolTip()));
+    QVERIFY2(w_->start_button()->toolTip().contains(QStringLiteral(".odyssey-launch")),
+             qPrintable(w_->start_button()->toolTip()));
     QVERIFY(!w_->stop_button()->isEnabled());  // nothing runs
     // An error at a field disables Start.
     w_->form()->set_text("learning_rate", "-1");
@@ -114,7 +116,8 @@ class TstMainWindow : public QObject {
     {
       QFile f(junk);
       QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));
-      f.write(R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]})" "\n");
+      f.write(R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]})"
+              "\n");
     }
     w_->form()->recheck_files();
     QTRY_VERIFY(w_->start_button()->isEnabled());
@@ -128,7 +131,8 @@ class TstMainWindow : public QObject {
     w_->show();
     QVERIFY(QTest::qWaitForWindowExposed(w_.get()));
     const QSize before = w_->size();
-    const QString path = QStringLiteral("/nonexistent/") + QString(600, QLatin1Char('x')) + QStringLiteral("/Qwen2.5-7B");
+    const QString path =
+        QStringLiteral("/nonexistent/") + QString(600, QLatin1Char('x')) + QStringLiteral("/Qwen2.5-7B");
     QString lines;
     for (int i = 0; i < 60; ++i) lines += QStringLiteral("error line %1: %2\n").arg(i).arg(path);
     w_->set_job_message(QStringLiteral("<b>odyssey-train exited with status 2.</b><pre>") + lines.toHtmlEscaped() +
@@ -159,7 +163,11 @@ class TstMainWindow : public QObject {
              qPrintable(QStringLiteral("minimum %1x%2").arg(min.width()).arg(min.height())));
     const QRect avail = QGuiApplication::primaryScreen()->availableGeometry();
     QVERIFY2(w_->width() <= avail.width() && w_->height() <= avail.height(),
-             qPrintable(QStringLiteral("first run %1x%2 on %3x%4").arg(w_->width()).arg(w_->height()).arg(avail.width()).arg(avail.height())));
+             qPrintable(QStringLiteral("first run %1x%2 on %3x%4")
+                            .arg(w_->width())
+                            .arg(w_->height())
+                            .arg(avail.width())
+                            .arg(avail.height())));
     // The Advanced page's columns reflow instead of clipping the third behind a scroll bar:
     // three where they fit, then two, then one (the page alone, at the widths it gets beside
     // the docks; the offscreen screen is smaller than a laptop's).
@@ -175,7 +183,9 @@ class TstMainWindow : public QObject {
         counts.push_back(page.column_count());
         QVERIFY2(area->horizontalScrollBar()->maximum() == 0,
                  qPrintable(QStringLiteral("width %1: %2 columns, horizontal scroll to %3 (content minimum %4)")
-                                .arg(width).arg(page.column_count()).arg(area->horizontalScrollBar()->maximum())
+                                .arg(width)
+                                .arg(page.column_count())
+                                .arg(area->horizontalScrollBar()->maximum())
                                 .arg(area->widget()->minimumSizeHint().width())));
       }
       QCOMPARE(counts, (std::vector<int>{3, 2, 1}));
@@ -188,8 +198,11 @@ class TstMainWindow : public QObject {
     w_->show();
     QVERIFY(QTest::qWaitForWindowExposed(w_.get()));
     QVERIFY2(w_->frameGeometry().width() <= avail.width() && w_->frameGeometry().height() <= avail.height(),
-             qPrintable(QStringLiteral("restored %1x%2 on %3x%4").arg(w_->frameGeometry().width())
-                            .arg(w_->frameGeometry().height()).arg(avail.width()).arg(avail.height())));
+             qPrintable(QStringLiteral("restored %1x%2 on %3x%4")
+                            .arg(w_->frameGeometry().width())
+                            .arg(w_->frameGeometry().height())
+                            .arg(avail.width())
+                            .arg(avail.height())));
     QVERIFY(avail.contains(w_->frameGeometry()));
   }
 
@@ -297,7 +310,8 @@ class TstMainWindow : public QObject {
     text.setUrls({QUrl::fromLocalFile(tmp_.filePath(QStringLiteral("notes.txt")))});
     QVERIFY(!MainWindow::acceptable_drop(&text, nullptr));
     QMimeData two;
-    two.setUrls({QUrl::fromLocalFile(preset_path("quickstart.yaml")), QUrl::fromLocalFile(preset_path("quickstart.yaml"))});
+    two.setUrls(
+        {QUrl::fromLocalFile(preset_path("quickstart.yaml")), QUrl::fromLocalFile(preset_path("quickstart.yaml"))});
     QVERIFY(!w_->handle_drop(&two));
   }
 
@@ -306,7 +320,8 @@ class TstMainWindow : public QObject {
     QTRY_VERIFY(!w_->form()->model_pending());
     w_->form()->set_text("max_length", "65536");
     const auto& lc = w_->form()->loaded();
-    const std::string expect = export_swift_command(resolve_paths(lc, locate_model(lc.config.model, lc.origin.base_dir)));
+    const std::string expect =
+        export_swift_command(resolve_paths(lc, locate_model(lc.config.model, lc.origin.base_dir)));
     QCOMPARE(w_->commands()->swift_text(), QString::fromStdString(expect));
     QVERIFY(w_->commands()->odyssey_text().contains(QStringLiteral("--set max_length=65536")));
   }
@@ -316,7 +331,8 @@ class TstMainWindow : public QObject {
     QVERIFY(w_->open_preset(preset_path("qwen2.5-7b-lora-32k-ulysses.yaml")));
     w_->form()->set_text("lora_rank", "64");
     w_->form()->set_text("output_dir", "\"my runs/x\"");
-    const QString saved = QFileInfo(preset_path("quickstart.yaml")).absolutePath() + QStringLiteral("/.tst-cli-preview.yaml");
+    const QString saved =
+        QFileInfo(preset_path("quickstart.yaml")).absolutePath() + QStringLiteral("/.tst-cli-preview.yaml");
     QVERIFY(w_->save_preset_to(saved));
     QTRY_VERIFY(!w_->form()->model_pending());
     int rc = -1;

@@ -82,9 +82,9 @@ class TstTranslations : public QObject {
         }
         if (placeholders(t) != placeholders(m.source))
           problems << QStringLiteral("%1: placeholders %2 in the translation \"%3\", %4 in the source")
-                          .arg(m.where(), placeholders(t).join(QLatin1Char(',')), t, placeholders(m.source).join(QLatin1Char(',')));
-        if (tags(t) != tags(m.source))
-          problems << QStringLiteral("%1: HTML tags differ in \"%2\"").arg(m.where(), t);
+                          .arg(m.where(), placeholders(t).join(QLatin1Char(',')), t,
+                               placeholders(m.source).join(QLatin1Char(',')));
+        if (tags(t) != tags(m.source)) problems << QStringLiteral("%1: HTML tags differ in \"%2\"").arg(m.where(), t);
         if (accelerators(t) != accelerators(m.source))
           problems << QStringLiteral("%1: %2 accelerator(s) (&) in \"%3\", %4 in the source")
                           .arg(m.where())
@@ -105,7 +105,8 @@ class TstTranslations : public QObject {
     const auto messages = read_ts(kTs, &error);
     QVERIFY2(error.isEmpty(), qPrintable(error));
     QTranslator t;
-    QVERIFY2(t.load(ui::catalogue_path(QStringLiteral("zh_CN"))), qPrintable(ui::catalogue_path(QStringLiteral("zh_CN"))));
+    QVERIFY2(t.load(ui::catalogue_path(QStringLiteral("zh_CN"))),
+             qPrintable(ui::catalogue_path(QStringLiteral("zh_CN"))));
     QStringList problems;
     for (const TsMessage& m : messages) {
       if (m.translations.isEmpty()) continue;
@@ -128,10 +129,10 @@ class TstTranslations : public QObject {
     p.setWorkingDirectory(QStringLiteral(ODYSSEY_SOURCE_DIR));
     p.setProcessChannelMode(QProcess::MergedChannels);
     p.start(QStringLiteral(ODYSSEY_LUPDATE),
-            {QStringLiteral("ui"), QStringLiteral("app/odyssey"), QStringLiteral("-extensions"), QStringLiteral("cpp,h"),
-             QStringLiteral("-no-obsolete"), QStringLiteral("-locations"), QStringLiteral("none"),
-             QStringLiteral("-source-language"), QStringLiteral("en"), QStringLiteral("-target-language"),
-             QStringLiteral("zh_CN"), QStringLiteral("-ts"), fresh});
+            {QStringLiteral("ui"), QStringLiteral("app/odyssey"), QStringLiteral("-extensions"),
+             QStringLiteral("cpp,h"), QStringLiteral("-no-obsolete"), QStringLiteral("-locations"),
+             QStringLiteral("none"), QStringLiteral("-source-language"), QStringLiteral("en"),
+             QStringLiteral("-target-language"), QStringLiteral("zh_CN"), QStringLiteral("-ts"), fresh});
     QVERIFY2(p.waitForFinished(120000), "lupdate did not finish in 120 s");
     const QString log = QString::fromLocal8Bit(p.readAll());
     QVERIFY2(p.exitStatus() == QProcess::NormalExit && p.exitCode() == 0,
@@ -140,7 +141,8 @@ class TstTranslations : public QObject {
     QString error;
     const auto found = read_ts(fresh, &error);
     QVERIFY2(error.isEmpty(), qPrintable(error));
-    QVERIFY2(found.size() > 300, qPrintable(QStringLiteral("lupdate found only %1 messages:\n%2").arg(found.size()).arg(log)));
+    QVERIFY2(found.size() > 300,
+             qPrintable(QStringLiteral("lupdate found only %1 messages:\n%2").arg(found.size()).arg(log)));
     const auto committed = read_ts(kTs, &error);
     QVERIFY2(error.isEmpty(), qPrintable(error));
     std::map<QString, const TsMessage*> by_key;
@@ -157,12 +159,13 @@ class TstTranslations : public QObject {
     }
     for (const TsMessage& m : committed)
       if (!in_sources.contains(m.key())) stale << m.where();
-    QVERIFY2(untranslated.isEmpty(),
-             qPrintable(QStringLiteral("%1 source string(s) without a finished zh_CN translation in %2 (run the lupdate "
-                                       "command of docs/gui.md, then translate them):\n")
-                            .arg(untranslated.size())
-                            .arg(kTs) +
-                        untranslated.join(QLatin1Char('\n'))));
+    QVERIFY2(
+        untranslated.isEmpty(),
+        qPrintable(QStringLiteral("%1 source string(s) without a finished zh_CN translation in %2 (run the lupdate "
+                                  "command of docs/gui.md, then translate them):\n")
+                       .arg(untranslated.size())
+                       .arg(kTs) +
+                   untranslated.join(QLatin1Char('\n'))));
     QVERIFY2(stale.isEmpty(), qPrintable(QStringLiteral("%1 message(s) in %2 that no source has any more (run lupdate "
                                                         "with -no-obsolete):\n")
                                              .arg(stale.size())
@@ -190,13 +193,20 @@ class TstTranslations : public QObject {
     QTest::addColumn<QString>("language_var");
     QTest::addColumn<QStringList>("args");
     QTest::addColumn<bool>("chinese");
-    QTest::newRow("LANG=zh_CN") << "zh_CN.UTF-8" << "" << QStringList{} << true;
-    QTest::newRow("LANG=zh_SG") << "zh_SG.UTF-8" << "" << QStringList{} << true;
-    QTest::newRow("LANG=en_US") << "en_US.UTF-8" << "" << QStringList{} << false;
-    QTest::newRow("LANG=C") << "C" << "" << QStringList{} << false;
-    QTest::newRow("LANGUAGE=zh_CN") << "en_US.UTF-8" << "zh_CN:en" << QStringList{} << true;
-    QTest::newRow("--language en") << "zh_CN.UTF-8" << "" << QStringList{QStringLiteral("--language"), QStringLiteral("en")} << false;
-    QTest::newRow("--language=zh_CN") << "en_US.UTF-8" << "" << QStringList{QStringLiteral("--language=zh_CN")} << true;
+    QTest::newRow("LANG=zh_CN") << "zh_CN.UTF-8"
+                                << "" << QStringList{} << true;
+    QTest::newRow("LANG=zh_SG") << "zh_SG.UTF-8"
+                                << "" << QStringList{} << true;
+    QTest::newRow("LANG=en_US") << "en_US.UTF-8"
+                                << "" << QStringList{} << false;
+    QTest::newRow("LANG=C") << "C"
+                            << "" << QStringList{} << false;
+    QTest::newRow("LANGUAGE=zh_CN") << "en_US.UTF-8"
+                                    << "zh_CN:en" << QStringList{} << true;
+    QTest::newRow("--language en") << "zh_CN.UTF-8"
+                                   << "" << QStringList{QStringLiteral("--language"), QStringLiteral("en")} << false;
+    QTest::newRow("--language=zh_CN") << "en_US.UTF-8"
+                                      << "" << QStringList{QStringLiteral("--language=zh_CN")} << true;
   }
 
   void program_follows_the_system_locale() {

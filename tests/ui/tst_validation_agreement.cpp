@@ -67,7 +67,8 @@ struct Fixture {
   QString model_copy() {
     const QString m = path(QStringLiteral("model"));
     QDir().mkpath(m);
-    for (const QString& f : QDir(kModel).entryList(QDir::Files)) QFile::copy(kModel + QLatin1Char('/') + f, m + QLatin1Char('/') + f);
+    for (const QString& f : QDir(kModel).entryList(QDir::Files))
+      QFile::copy(kModel + QLatin1Char('/') + f, m + QLatin1Char('/') + f);
     keys[QStringLiteral("model")] = quoted(m);
     return m;
   }
@@ -89,7 +90,8 @@ std::vector<Case> cases() {
   const QString m = QStringLiteral("model"), ds = QStringLiteral("dataset"), val = QStringLiteral("val_dataset");
   return {
       {"the quickstart as it is", true, [](F&) {}},
-      {"model: no such directory", false, [m](F& f) { f.keys[m] = quoted(f.path(QStringLiteral("nonexistent/Qwen2.5-7B"))); }},
+      {"model: no such directory", false,
+       [m](F& f) { f.keys[m] = quoted(f.path(QStringLiteral("nonexistent/Qwen2.5-7B"))); }},
       {"model: an empty directory", false,
        [m](F& f) {
          QDir().mkpath(f.path(QStringLiteral("empty")));
@@ -198,7 +200,8 @@ std::vector<Case> cases() {
        }},
       {"template: an unknown name", false, [](F& f) { f.keys[QStringLiteral("template")] = QStringLiteral("llama9"); }},
       {"learning_rate: negative", false, [](F& f) { f.keys[QStringLiteral("learning_rate")] = QStringLiteral("-1"); }},
-      {"lora_rank with a full fine-tune", false, [](F& f) { f.keys[QStringLiteral("lora_rank")] = QStringLiteral("16"); }},
+      {"lora_rank with a full fine-tune", false,
+       [](F& f) { f.keys[QStringLiteral("lora_rank")] = QStringLiteral("16"); }},
       {"sequence_parallel_size 3: ring without packing", false,
        [](F& f) {
          f.keys[QStringLiteral("sequence_parallel_size")] = QStringLiteral("3");
@@ -266,7 +269,8 @@ class TstValidationAgreement : public QObject {
       if (QTest::currentTestFailed()) return;
       QByteArray text = f.raw;
       if (text.isEmpty())
-        for (auto it = f.keys.cbegin(); it != f.keys.cend(); ++it) text += (it.key() + QStringLiteral(": ") + it.value() + QLatin1Char('\n')).toUtf8();
+        for (auto it = f.keys.cbegin(); it != f.keys.cend(); ++it)
+          text += (it.key() + QStringLiteral(": ") + it.value() + QLatin1Char('\n')).toUtf8();
       const QString preset = f.path(QStringLiteral("preset.yaml"));
       write(preset, text);
 
@@ -290,7 +294,8 @@ class TstValidationAgreement : public QObject {
       auto word = [](bool ok) { return ok ? QStringLiteral("accept") : QStringLiteral("refuse"); };
       table << QStringLiteral("| %1 | %2 | %3 | %4 | %5 |")
                    .arg(QString::fromLatin1(c.name), word(c.accept), word(engine), word(window),
-                        first_error.replace(tmp_.path(), QStringLiteral("…")).replace(QLatin1Char('|'), QLatin1Char('/')));
+                        first_error.replace(tmp_.path(), QStringLiteral("…"))
+                            .replace(QLatin1Char('|'), QLatin1Char('/')));
       if (engine != window) {
         ++disagreements;
         qWarning("%s: engine %s, window %s; engine said: %s; window: %s", c.name, qPrintable(word(engine)),
@@ -298,8 +303,8 @@ class TstValidationAgreement : public QObject {
       }
       if (engine != c.accept) {
         ++surprises;
-        qWarning("%s: expected %s, the engine said %s: %s", c.name, qPrintable(word(c.accept)), qPrintable(word(engine)),
-                 qPrintable(first_error));
+        qWarning("%s: expected %s, the engine said %s: %s", c.name, qPrintable(word(c.accept)),
+                 qPrintable(word(engine)), qPrintable(first_error));
       }
     }
     qInfo().noquote() << "\n" << table.join(QLatin1Char('\n'));

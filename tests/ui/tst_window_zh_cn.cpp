@@ -52,12 +52,68 @@ namespace {
 const QSet<QString>& kept_words() {
   static const QSet<QString> words = [] {
     QSet<QString> s;
-    for (const char* w :
-         {"lora", "rslora", "galore", "q-galore", "zero", "ulysses", "nccl", "gpu", "gpus", "cpu", "json", "jsonl", "yaml",
-          "ms-swift", "swift", "sft", "odyssey-train", "odyssey", "qt", "nvidia", "nvml", "hugging", "face", "modelscope",
-          "hub", "adam", "alpha", "dropout", "epsilon", "mlp", "kv", "ema", "nan", "inf", "dp", "sp", "ring", "rank",
-          "png", "csv", "sigkill", "sigterm", "pid", "gcd", "gib", "mib", "gb", "english", "token", "tokens", "busbw",
-          "nccl-tests", "deepspeed-ulysses", "all-to-all", "id", "ids", "chatml", "full", "bf16", "fp32", "auto", "none"})
+    for (const char* w : {"lora",
+                          "rslora",
+                          "galore",
+                          "q-galore",
+                          "zero",
+                          "ulysses",
+                          "nccl",
+                          "gpu",
+                          "gpus",
+                          "cpu",
+                          "json",
+                          "jsonl",
+                          "yaml",
+                          "ms-swift",
+                          "swift",
+                          "sft",
+                          "odyssey-train",
+                          "odyssey",
+                          "qt",
+                          "nvidia",
+                          "nvml",
+                          "hugging",
+                          "face",
+                          "modelscope",
+                          "hub",
+                          "adam",
+                          "alpha",
+                          "dropout",
+                          "epsilon",
+                          "mlp",
+                          "kv",
+                          "ema",
+                          "nan",
+                          "inf",
+                          "dp",
+                          "sp",
+                          "ring",
+                          "rank",
+                          "png",
+                          "csv",
+                          "sigkill",
+                          "sigterm",
+                          "pid",
+                          "gcd",
+                          "gib",
+                          "mib",
+                          "gb",
+                          "english",
+                          "token",
+                          "tokens",
+                          "busbw",
+                          "nccl-tests",
+                          "deepspeed-ulysses",
+                          "all-to-all",
+                          "id",
+                          "ids",
+                          "chatml",
+                          "full",
+                          "bf16",
+                          "fp32",
+                          "auto",
+                          "none"})
       s.insert(QString::fromLatin1(w));
     return s;
   }();
@@ -68,7 +124,8 @@ const QSet<QString>& kept_words() {
 const QSet<QString>& preset_keys() {
   static const QSet<QString> keys = [] {
     QSet<QString> s;
-    for (const FieldSpec& f : train_config_fields()) s.insert(QString::fromUtf8(f.key.data(), static_cast<qsizetype>(f.key.size())));
+    for (const FieldSpec& f : train_config_fields())
+      s.insert(QString::fromUtf8(f.key.data(), static_cast<qsizetype>(f.key.size())));
     return s;
   }();
   return keys;
@@ -127,7 +184,8 @@ class TstWindowZhCn : public QObject {
       if (!m.isEmpty() && text.contains(m)) return;  // an engine diagnostic, English by design
     const QStringList bad = untranslated_words(text);
     if (bad.isEmpty()) return;
-    const QString line = QStringLiteral("%1 [%2]: \"%3\" (English: %4)").arg(describe(where), what, text, bad.join(QLatin1Char(' ')));
+    const QString line =
+        QStringLiteral("%1 [%2]: \"%3\" (English: %4)").arg(describe(where), what, text, bad.join(QLatin1Char(' ')));
     if (!reported_.contains(line)) {
       reported_.insert(line);
       findings_ << line;
@@ -159,9 +217,11 @@ class TstWindowZhCn : public QObject {
       } else if (auto* h = qobject_cast<QHeaderView*>(w)) {
         if (!h->model() || h->orientation() != Qt::Horizontal) continue;
         for (int c = 0; c < h->model()->columnCount(); ++c)
-          if (!h->isSectionHidden(c)) check(w, QStringLiteral("header"), h->model()->headerData(c, Qt::Horizontal).toString());
+          if (!h->isSectionHidden(c))
+            check(w, QStringLiteral("header"), h->model()->headerData(c, Qt::Horizontal).toString());
       } else if (auto* p = qobject_cast<QCustomPlot*>(w)) {
-        for (QCPAxis* a : p->axisRect() ? p->axisRect()->axes() : QList<QCPAxis*>{}) check(w, QStringLiteral("axis"), a->label());
+        for (QCPAxis* a : p->axisRect() ? p->axisRect()->axes() : QList<QCPAxis*>{})
+          check(w, QStringLiteral("axis"), a->label());
         for (int i = 0; i < p->plottableCount(); ++i) check(w, QStringLiteral("series"), p->plottable(i)->name());
       }
     }
@@ -193,14 +253,16 @@ class TstWindowZhCn : public QObject {
 
   // The checker itself: English words are caught, kept words, keys and paths are not.
   void checker_sees_english() {
-    QCOMPARE(untranslated_words(QStringLiteral("Start training")), (QStringList{QStringLiteral("Start"), QStringLiteral("training")}));
+    QCOMPARE(untranslated_words(QStringLiteral("Start training")),
+             (QStringList{QStringLiteral("Start"), QStringLiteral("training")}));
     QVERIFY(untranslated_words(QStringLiteral("开始训练")).isEmpty());
     QVERIFY(untranslated_words(QStringLiteral("LoRA alpha")).isEmpty());
     QVERIFY(untranslated_words(QStringLiteral("max_length 256")).isEmpty());
     QVERIFY(untranslated_words(QStringLiteral("../resources/quickstart/model")).isEmpty());
     QCOMPARE(untranslated_words(QStringLiteral("GPU memory")), QStringList{QStringLiteral("memory")});
     QVERIFY(untranslated_words(QStringLiteral("system")).isEmpty());
-    QCOMPARE(untranslated_words(QStringLiteral("System prompt")), (QStringList{QStringLiteral("System"), QStringLiteral("prompt")}));
+    QCOMPARE(untranslated_words(QStringLiteral("System prompt")),
+             (QStringList{QStringLiteral("System"), QStringLiteral("prompt")}));
   }
 
   // View → Language: the three choices in their own words, the saved one checked; a change is
@@ -289,8 +351,9 @@ class TstWindowZhCn : public QObject {
     w.monitor()->attach_run_directory(QString::fromStdString(finished_run.string()));
     QTRY_VERIFY_WITH_TIMEOUT(w.monitor()->latest_step() == 60, 20000);
     check_pages(w);
-    QVERIFY2(findings_.isEmpty(), qPrintable(QStringLiteral("%1 English text(s) shown untranslated:\n").arg(findings_.size()) +
-                                             findings_.join(QLatin1Char('\n'))));
+    QVERIFY2(findings_.isEmpty(),
+             qPrintable(QStringLiteral("%1 English text(s) shown untranslated:\n").arg(findings_.size()) +
+                        findings_.join(QLatin1Char('\n'))));
   }
 };
 

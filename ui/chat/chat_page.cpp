@@ -43,8 +43,9 @@ ChatPage::ChatPage(QWidget* parent) : QWidget(parent), engine_(new EngineClient(
   setObjectName(QStringLiteral("chatPage"));
   build();
   connect(engine_, &EngineClient::ready_changed, this, [this](const QJsonObject& info) {
-    const QString tmpl = info.value(QStringLiteral("template")).isNull() ? tr("no chat template")
-                                                                          : info.value(QStringLiteral("template")).toString();
+    const QString tmpl = info.value(QStringLiteral("template")).isNull()
+                             ? tr("no chat template")
+                             : info.value(QStringLiteral("template")).toString();
     engine_status_->setText(tr("Ready: %1 (%2, %3, template %4)")
                                 .arg(QFileInfo(info.value(QStringLiteral("model")).toString()).fileName(),
                                      info.value(QStringLiteral("device")).toString(),
@@ -129,7 +130,8 @@ void ChatPage::build() {
   auto* grid = new QGridLayout;
   compare_ = new QCheckBox(tr("Side by side"), this);
   compare_->setObjectName(QStringLiteral("chatCompare"));
-  compare_->setToolTip(tr("Send each message to both panes: compare the base model with a checkpoint, or two checkpoints."));
+  compare_->setToolTip(
+      tr("Send each message to both panes: compare the base model with a checkpoint, or two checkpoints."));
   for (int i = 0; i < 2; ++i) {
     Pane& p = panes_[static_cast<std::size_t>(i)];
     auto* head = new QHBoxLayout;
@@ -151,8 +153,8 @@ void ChatPage::build() {
     connect(p.adapter, &QComboBox::activated, this, [this, i](int index) {
       QComboBox* box = panes_[static_cast<std::size_t>(i)].adapter;
       if (box->itemData(index).toString() != kBrowse) return;
-      const QString dir = QFileDialog::getExistingDirectory(this, tr("A LoRA adapter (a directory with adapter_config.json)"),
-                                                            runs_root_);
+      const QString dir = QFileDialog::getExistingDirectory(
+          this, tr("A LoRA adapter (a directory with adapter_config.json)"), runs_root_);
       if (dir.isEmpty()) box->setCurrentIndex(0);
       else set_adapter(i, dir);
     });
@@ -244,8 +246,8 @@ void ChatPage::build() {
   connect(regenerate_, &QPushButton::clicked, this, &ChatPage::regenerate);
   connect(clear_, &QPushButton::clicked, this, &ChatPage::clear);
   connect(save_, &QPushButton::clicked, this, [this] {
-    const QString path = QFileDialog::getSaveFileName(this, tr("Save the conversations"), runs_root_,
-                                                      tr("JSON Lines (*.jsonl)"));
+    const QString path =
+        QFileDialog::getSaveFileName(this, tr("Save the conversations"), runs_root_, tr("JSON Lines (*.jsonl)"));
     if (path.isEmpty()) return;
     QString error;
     if (!save_conversations(path, &error)) {
@@ -267,7 +269,8 @@ void ChatPage::build() {
 
 void ChatPage::set_model(const QString& model) {
   const QString m = model.trimmed();
-  const bool changed = m != model_edit_->text().trimmed() || (engine_->running() && m != engine_->info().value(QStringLiteral("model")).toString());
+  const bool changed = m != model_edit_->text().trimmed() ||
+                       (engine_->running() && m != engine_->info().value(QStringLiteral("model")).toString());
   model_edit_->setText(m);
   if (changed && engine_->running()) {
     engine_->stop();
@@ -349,8 +352,8 @@ QJsonObject ChatPage::request_for(int pane) const {
   const Pane& p = panes_.at(static_cast<std::size_t>(pane));
   QJsonArray messages;
   if (!system_->text().trimmed().isEmpty())
-    messages.append(QJsonObject{{QStringLiteral("role"), QStringLiteral("system")},
-                                {QStringLiteral("content"), system_->text()}});
+    messages.append(
+        QJsonObject{{QStringLiteral("role"), QStringLiteral("system")}, {QStringLiteral("content"), system_->text()}});
   for (const auto& m : p.messages) messages.append(m);
   QJsonObject r{{QStringLiteral("messages"), messages},
                 {QStringLiteral("max_new_tokens"), max_new_->value()},
@@ -368,8 +371,7 @@ int ChatPage::pane_of(const QJsonValue& id) const { return id.toInt(-1) == curre
 void ChatPage::append_turn(int pane, const QString& role, const QString& text) {
   QTextBrowser* v = panes_.at(static_cast<std::size_t>(pane)).view;
   const QString who = role == QLatin1String("user") ? tr("You") : tr("Model");
-  const QColor accent = role == QLatin1String("user") ? palette().color(QPalette::Highlight)
-                                                       : ok_color(palette());
+  const QColor accent = role == QLatin1String("user") ? palette().color(QPalette::Highlight) : ok_color(palette());
   QTextCursor c(v->document());
   c.movePosition(QTextCursor::End);
   QTextBlockFormat spaced;
@@ -416,7 +418,8 @@ void ChatPage::finish_answer(int pane, const QJsonObject& result, const QString&
   Pane& p = panes_.at(static_cast<std::size_t>(pane));
   if (error.isEmpty()) {
     const QString text = result.value(QStringLiteral("text")).toString();
-    p.messages.append(QJsonObject{{QStringLiteral("role"), QStringLiteral("assistant")}, {QStringLiteral("content"), text}});
+    p.messages.append(
+        QJsonObject{{QStringLiteral("role"), QStringLiteral("assistant")}, {QStringLiteral("content"), text}});
     const QString reason = result.value(QStringLiteral("finish_reason")).toString();
     p.stats->setText(tr("%1 tokens, %2 tokens/s, first token after %3 s%4")
                          .arg(result.value(QStringLiteral("new_tokens")).toInt())
@@ -451,7 +454,8 @@ void ChatPage::regenerate() {
   const int panes = compare_->isChecked() ? 2 : 1;
   for (int i = 0; i < panes; ++i) {
     Pane& p = panes_[static_cast<std::size_t>(i)];
-    if (!p.messages.isEmpty() && p.messages.last().toObject().value(QStringLiteral("role")) == QLatin1String("assistant"))
+    if (!p.messages.isEmpty() &&
+        p.messages.last().toObject().value(QStringLiteral("role")) == QLatin1String("assistant"))
       p.messages.removeLast();
     if (!p.messages.isEmpty()) {
       last = p.messages.last().toObject().value(QStringLiteral("content")).toString();

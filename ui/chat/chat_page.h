@@ -62,7 +62,7 @@ class ChatPage : public QWidget {
   EngineClient* engine() const { return engine_; }
 
  Q_SIGNALS:
-  void answered(int pane);       // an answer finished (done or failed)
+  void answered(int pane);  // an answer finished (done or failed)
   void engine_ready();
   void engine_lost(const QString& message);
 

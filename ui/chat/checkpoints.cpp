@@ -19,7 +19,8 @@ QList<CheckpointEntry> list_checkpoints(const QString& root) {
       if (!ok || !QFileInfo::exists(ck.filePath(n) + QStringLiteral("/adapter_config.json"))) continue;
       mine.append({run.fileName(), ck.absoluteFilePath(n), step});
     }
-    std::sort(mine.begin(), mine.end(), [](const CheckpointEntry& a, const CheckpointEntry& b) { return a.step > b.step; });
+    std::sort(mine.begin(), mine.end(),
+              [](const CheckpointEntry& a, const CheckpointEntry& b) { return a.step > b.step; });
     out += mine;
   }
   return out;

@@ -9,8 +9,8 @@
 namespace odyssey::ui {
 
 struct CheckpointEntry {
-  QString run;    // the run directory's name
-  QString dir;    // the checkpoint directory (absolute)
+  QString run;  // the run directory's name
+  QString dir;  // the checkpoint directory (absolute)
   qint64 step = -1;
   QString label() const { return run + QStringLiteral(" / checkpoint-") + QString::number(step); }
 };

@@ -37,8 +37,8 @@ class EngineClient : public QObject {
   QString stderr_tail() const;
 
  Q_SIGNALS:
-  void ready_changed(const QJsonObject& info);              // the engine loaded its model
-  void token(const QJsonValue& id, const QString& text);   // a piece of an answer
+  void ready_changed(const QJsonObject& info);            // the engine loaded its model
+  void token(const QJsonValue& id, const QString& text);  // a piece of an answer
   void done(const QJsonValue& id, const QJsonObject& result);
   void failed(const QJsonValue& id, const QString& message);  // an error event
   // The engine ended. `expected`: stop() asked for it; otherwise it died (crash, kill, a model
@@ -49,8 +49,8 @@ class EngineClient : public QObject {
   void read_stdout();
   void on_finished(int code, QProcess::ExitStatus status);
   QProcess process_;
-  QByteArray pending_;     // a partial line
-  QByteArray stderr_;      // the last few KiB
+  QByteArray pending_;  // a partial line
+  QByteArray stderr_;   // the last few KiB
   QJsonObject info_;
   bool ready_ = false;
   bool stopping_ = false;

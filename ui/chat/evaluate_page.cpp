@@ -42,7 +42,8 @@ QLineEdit* file_row(QWidget* parent, QFormLayout* form, const QString& label, co
   row->addWidget(browse);
   form->addRow(label, row);
   QObject::connect(browse, &QPushButton::clicked, parent, [parent, edit] {
-    const QString f = QFileDialog::getOpenFileName(parent, QString(), edit->text(), QStringLiteral("JSON Lines (*.jsonl *.json)"));
+    const QString f =
+        QFileDialog::getOpenFileName(parent, QString(), edit->text(), QStringLiteral("JSON Lines (*.jsonl *.json)"));
     if (!f.isEmpty()) edit->setText(f);
   });
   return edit;
@@ -101,9 +102,10 @@ EvaluatePage::EvaluatePage(QWidget* parent) : QWidget(parent) {
   auto* gen_box = new QGroupBox(tr("Generate"), this);
   auto* gv = new QVBoxLayout(gen_box);
   auto* gf = new QFormLayout;
-  prompts_file_ = file_row(this, gf, tr("Prompts file:"),
-                           tr("JSON Lines: {\"prompt\": ...} or {\"messages\": [...]} (a last assistant turn is the reference)"),
-                           QStringLiteral("evaluatePromptsFile"));
+  prompts_file_ =
+      file_row(this, gf, tr("Prompts file:"),
+               tr("JSON Lines: {\"prompt\": ...} or {\"messages\": [...]} (a last assistant turn is the reference)"),
+               QStringLiteral("evaluatePromptsFile"));
   auto* opts = new QHBoxLayout;
   gen_adapter_ = new QComboBox(this);
   gen_adapter_->setObjectName(QStringLiteral("evaluateGenerateAdapter"));
@@ -161,7 +163,8 @@ EvaluatePage::EvaluatePage(QWidget* parent) : QWidget(parent) {
   connect(&process_, &QProcess::readyReadStandardError, this, [this] { stderr_ += process_.readAllStandardError(); });
   connect(&process_, &QProcess::finished, this, &EvaluatePage::on_finished);
   connect(&process_, &QProcess::errorOccurred, this, [this](QProcess::ProcessError e) {
-    if (e == QProcess::FailedToStart) fail(tr("odyssey-train could not be started: %1").arg(process_.errorString().toHtmlEscaped()));
+    if (e == QProcess::FailedToStart)
+      fail(tr("odyssey-train could not be started: %1").arg(process_.errorString().toHtmlEscaped()));
   });
   refresh();
 }
@@ -253,8 +256,9 @@ void EvaluatePage::generate() {
     }
   }
   outputs_->setRowCount(0);
-  QStringList args{QStringLiteral("generate"), QStringLiteral("--model"), model(), QStringLiteral("--prompts"), file,
-                   QStringLiteral("--max-new-tokens"), QString::number(max_new_->value())};
+  QStringList args{
+      QStringLiteral("generate"),         QStringLiteral("--model"),         model(), QStringLiteral("--prompts"), file,
+      QStringLiteral("--max-new-tokens"), QString::number(max_new_->value())};
   const QString adapter = gen_adapter_->currentData().toString();
   if (!adapter.isEmpty()) args << QStringLiteral("--adapter") << adapter;
   jobs_.push_back({Job::Generate, gen_adapter_->currentText(), -1, args});
@@ -276,7 +280,8 @@ void EvaluatePage::next_job() {
     return;
   }
   const QString bin = find_train_binary();
-  if (bin.isEmpty()) return fail(tr("odyssey-train was not found (beside this program, in $ODYSSEY_TRAIN_BIN or on PATH)."));
+  if (bin.isEmpty())
+    return fail(tr("odyssey-train was not found (beside this program, in $ODYSSEY_TRAIN_BIN or on PATH)."));
   current_ = jobs_.front();
   jobs_.pop_front();
   stdout_.clear();
@@ -373,7 +378,8 @@ void EvaluatePage::plot() {
     b->setName(tr("base model"));
   }
   chart_->xAxis->setRange(std::min(0.0, x0), std::max(x1, 1.0) * 1.05);
-  if (std::isfinite(lo)) chart_->yAxis->setRange(lo - 0.05 * std::max(hi - lo, 0.1), hi + 0.05 * std::max(hi - lo, 0.1));
+  if (std::isfinite(lo))
+    chart_->yAxis->setRange(lo - 0.05 * std::max(hi - lo, 0.1), hi + 0.05 * std::max(hi - lo, 0.1));
   chart_->legend->setVisible(chart_->graphCount() > 0);
   chart_->legend->setBrush(bg);
   chart_->legend->setTextColor(fg);

@@ -108,13 +108,14 @@ ExportPage::ExportPage(QWidget* parent) : QWidget(parent) {
   cancel_->setEnabled(false);
   open_->setEnabled(false);
   connect(browse, &QPushButton::clicked, this, [this] {
-    const QString d = QFileDialog::getSaveFileName(this, tr("The merged model's directory (must not exist)"), runs_root_);
+    const QString d =
+        QFileDialog::getSaveFileName(this, tr("The merged model's directory (must not exist)"), runs_root_);
     if (!d.isEmpty()) out_->setText(d);
   });
   connect(checkpoint_, &QComboBox::activated, this, [this](int i) {
     if (checkpoint_->itemData(i).toString() != kOther) return;
-    const QString d = QFileDialog::getExistingDirectory(this, tr("A LoRA adapter (a directory with adapter_config.json)"),
-                                                        runs_root_);
+    const QString d = QFileDialog::getExistingDirectory(
+        this, tr("A LoRA adapter (a directory with adapter_config.json)"), runs_root_);
     if (d.isEmpty()) checkpoint_->setCurrentIndex(0);
     else set_checkpoint(d);
   });
@@ -196,12 +197,15 @@ void ExportPage::start_export() {
     error_->show();
     return;
   }
-  output_ = out_->text().trimmed().isEmpty() ? QDir::cleanPath(ckpt) + QStringLiteral("-merged")
-                                             : QDir::cleanPath(QDir::current().absoluteFilePath(out_->text().trimmed()));
-  QStringList args{QStringLiteral("export"), ckpt, QStringLiteral("--merge"), QStringLiteral("--output"), output_,
-                   QStringLiteral("--dtype"), dtype_->currentData().toString()};
+  output_ = out_->text().trimmed().isEmpty()
+                ? QDir::cleanPath(ckpt) + QStringLiteral("-merged")
+                : QDir::cleanPath(QDir::current().absoluteFilePath(out_->text().trimmed()));
+  QStringList args{QStringLiteral("export"),        ckpt,    QStringLiteral("--merge"),
+                   QStringLiteral("--output"),      output_, QStringLiteral("--dtype"),
+                   dtype_->currentData().toString()};
   if (!base_->text().trimmed().isEmpty()) args << QStringLiteral("--base") << base_->text().trimmed();
-  if (!quant_->currentData().toString().isEmpty()) args << QStringLiteral("--quantize") << quant_->currentData().toString();
+  if (!quant_->currentData().toString().isEmpty())
+    args << QStringLiteral("--quantize") << quant_->currentData().toString();
   stdout_.clear();
   stderr_.clear();
   cancelled_ = false;
@@ -225,7 +229,8 @@ void ExportPage::cancel() {
 
 void ExportPage::read_output() {
   stdout_ += process_.readAllStandardOutput();
-  static const QRegularExpression re(QStringLiteral("^progress (\\d+)/(\\d+): (.*)$"), QRegularExpression::MultilineOption);
+  static const QRegularExpression re(QStringLiteral("^progress (\\d+)/(\\d+): (.*)$"),
+                                     QRegularExpression::MultilineOption);
   auto it = re.globalMatch(QString::fromUtf8(stdout_));
   while (it.hasNext()) {
     const auto m = it.next();
@@ -250,10 +255,11 @@ void ExportPage::on_finished(int code, QProcess::ExitStatus status) {
   } else {
     progress_->setValue(0);
     stage_->clear();
-    const QString why = cancelled_ ? tr("Cancelled; nothing was written.")
-                                   : tr("The export failed (exit code %1):").arg(status == QProcess::NormalExit ? code : -1) +
-                                         QStringLiteral("<pre>") + QString::fromUtf8(stderr_).toHtmlEscaped() +
-                                         QStringLiteral("</pre>");
+    const QString why = cancelled_
+                            ? tr("Cancelled; nothing was written.")
+                            : tr("The export failed (exit code %1):").arg(status == QProcess::NormalExit ? code : -1) +
+                                  QStringLiteral("<pre>") + QString::fromUtf8(stderr_).toHtmlEscaped() +
+                                  QStringLiteral("</pre>");
     error_->set_message(why, error_color(palette()));
     error_->show();
   }

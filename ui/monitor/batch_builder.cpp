@@ -42,9 +42,8 @@ void BatchBuilder::point(const QString& name, double x, double y) {
 
 void BatchBuilder::add_step(const run::StepEvent& s) {
   const auto x = static_cast<double>(s.step);
-  static const QString kLoss = QStringLiteral("loss"), kEma = QStringLiteral("loss_ema"),
-                       kLr = QStringLiteral("lr"), kGrad = QStringLiteral("grad_norm"),
-                       kTps = QStringLiteral("tokens_per_s");
+  static const QString kLoss = QStringLiteral("loss"), kEma = QStringLiteral("loss_ema"), kLr = QStringLiteral("lr"),
+                       kGrad = QStringLiteral("grad_norm"), kTps = QStringLiteral("tokens_per_s");
   point(kLoss, x, s.loss);
   if (std::isfinite(s.loss)) {
     // A NaN step is shown as a mark on the raw series; it must not poison the smoothed

@@ -20,7 +20,7 @@ class BatchBuilder {
   // first steps are not pulled towards 0.
   explicit BatchBuilder(double smoothing = 0.9) : smoothing_(smoothing) {}
 
-  void reset();  // the events file restarted
+  void reset();                   // the events file restarted
   void begin(WatchBatch* batch);  // subsequent add()s fill `batch`
   void add(const run::Event& e);
 
@@ -33,7 +33,7 @@ class BatchBuilder {
   double ema_ = 0;
   double ema_norm_ = 0;  // 1 - smoothing^n, the debiasing denominator
   WatchBatch* batch_ = nullptr;
-  QHash<QString, std::size_t> index_;  // series name -> position in batch_->series
+  QHash<QString, std::size_t> index_;     // series name -> position in batch_->series
   std::map<std::string, QString> names_;  // interned names of per-rank/collective series
 };
 

@@ -33,8 +33,7 @@ QPen penFor(QColor c, ChartPanel::Style s) {
 }
 }  // namespace
 
-ChartPanel::ChartPanel(const QString& title, const QString& y_label, QWidget* parent)
-    : QWidget(parent), title_(title) {
+ChartPanel::ChartPanel(const QString& title, const QString& y_label, QWidget* parent) : QWidget(parent), title_(title) {
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(0, 0, 0, 0);
   plot_ = new QCustomPlot(this);
@@ -196,10 +195,8 @@ void ChartPanel::changeEvent(QEvent* e) {
 void ChartPanel::set_log_scale(bool on) {
   log_ = on;
   plot_->yAxis->setScaleType(on ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
-  if (on)
-    plot_->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
-  else
-    plot_->yAxis->setTicker(QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
+  if (on) plot_->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
+  else plot_->yAxis->setTicker(QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
   follow_ = true;
   plot_->replot();
 }
@@ -253,7 +250,8 @@ void ChartPanel::refresh(const SeriesStore& store) {
   }
   for (const Family& f : families_) {
     for (auto it = store.all().lower_bound(f.prefix); it != store.all().end() && it->first.startsWith(f.prefix); ++it) {
-      const bool known = std::any_of(bound_.begin(), bound_.end(), [&](const Bound& b) { return b.series == it->first; });
+      const bool known =
+          std::any_of(bound_.begin(), bound_.end(), [&](const Bound& b) { return b.series == it->first; });
       if (known) continue;
       const QString suffix = it->first.mid(f.prefix.size());
       bind(it->first, f.label_prefix + suffix, family_color(suffix), f.style);
@@ -382,7 +380,8 @@ void ChartPanel::hover_at(double key) {
   for (const Bound& b : bound_) {
     if (!b.graph || b.graph->data()->isEmpty()) continue;
     const auto it = nearest(b.graph, key);
-    if (it != b.graph->data()->constEnd() && std::abs(it->key - key) < best) best = std::abs(it->key - key), shown_key = it->key;
+    if (it != b.graph->data()->constEnd() && std::abs(it->key - key) < best)
+      best = std::abs(it->key - key), shown_key = it->key;
   }
   for (const Bound& b : bound_)
     for (const auto& m : b.mark_points)
@@ -444,14 +443,14 @@ void ChartPanel::show_context_menu(const QPoint& pos) {
     connect(dlg, &QFileDialog::fileSelected, this, save);
     dlg->open();  // asynchronous: no nested event loop
   };
-  menu->addAction(tr("Export PNG…"), this, [this, ask] { ask(tr("PNG image (*.png)"), "png", [this](const QString& f) { export_png(f); }); });
-  menu->addAction(tr("Export CSV…"), this, [this, ask] { ask(tr("CSV (*.csv)"), "csv", [this](const QString& f) { export_csv(f); }); });
+  menu->addAction(tr("Export PNG…"), this,
+                  [this, ask] { ask(tr("PNG image (*.png)"), "png", [this](const QString& f) { export_png(f); }); });
+  menu->addAction(tr("Export CSV…"), this,
+                  [this, ask] { ask(tr("CSV (*.csv)"), "csv", [this](const QString& f) { export_csv(f); }); });
   menu->popup(plot_->mapToGlobal(pos));
 }
 
-bool ChartPanel::export_png(const QString& path, int width, int height) {
-  return plot_->savePng(path, width, height);
-}
+bool ChartPanel::export_png(const QString& path, int width, int height) { return plot_->savePng(path, width, height); }
 
 bool ChartPanel::export_csv(const QString& path) const {
   QFile f(path);

@@ -44,7 +44,8 @@ QVariant ConfigDiffModel::headerData(int section, Qt::Orientation orientation, i
 QVariant ConfigDiffModel::data(const QModelIndex& index, int role) const {
   if (!checkIndex(index, CheckIndexOption::IndexIsValid | CheckIndexOption::ParentIsInvalid)) return {};
   const std::string& key = keys_[static_cast<std::size_t>(index.row())];
-  if (role == Qt::BackgroundRole && index.column() > 0 && differs(key)) return QBrush(is_dark(QGuiApplication::palette()) ? QColor(0x4a, 0x3b, 0x00) : QColor(255, 243, 205));
+  if (role == Qt::BackgroundRole && index.column() > 0 && differs(key))
+    return QBrush(is_dark(QGuiApplication::palette()) ? QColor(0x4a, 0x3b, 0x00) : QColor(255, 243, 205));
   if (role != Qt::DisplayRole && role != Qt::ToolTipRole) return {};
   if (index.column() == 0) return QString::fromStdString(key);
   const ConfigColumn& c = columns_[static_cast<std::size_t>(index.column() - 1)];
@@ -59,10 +60,8 @@ bool ConfigDiffModel::differs(const std::string& key) const {
     auto it = columns_[i].values.find(key);
     std::optional<std::string> v;
     if (it != columns_[i].values.end()) v = it->second;
-    if (i == 0)
-      first = std::move(v);
-    else if (v != first)
-      return true;
+    if (i == 0) first = std::move(v);
+    else if (v != first) return true;
   }
   return false;
 }

@@ -106,10 +106,12 @@ QMenu* MonitorPage::run_menu(const QString& run_dir, QWidget* parent) {
   menu->addAction(tr("Show on the Monitor"), this, [this, run_dir] { attach_run_directory(run_dir); });
   QAction* load = menu->addAction(tr("Load this run's configuration"), this,
                                   [this, run_dir] { emit load_run_requested(run_dir, QString()); });
-  const bool has_config = QFileInfo(QString::fromStdString(run::RunDir(run_dir.toStdString()).config().string())).isFile();
+  const bool has_config =
+      QFileInfo(QString::fromStdString(run::RunDir(run_dir.toStdString()).config().string())).isFile();
   load->setEnabled(has_config);
   load->setToolTip(has_config ? tr("Fill the form with the configuration %1 trained with (its config.yaml), as an "
-                                   "untitled preset.").arg(name)
+                                   "untitled preset.")
+                                    .arg(name)
                               : tr("%1 has no config.yaml.").arg(name));
   QMenu* resume = menu->addMenu(tr("Resume from checkpoint"));
   const QStringList checkpoints = checkpoints_of(run_dir);
@@ -168,8 +170,12 @@ void MonitorPage::build_ui() {
     h->setSectionResizeMode(QHeaderView::Fixed);
     h->setSectionResizeMode(RunsModel::RunColumn, QHeaderView::Stretch);
     const QFontMetrics cell = runs_view_->fontMetrics(), head = h->fontMetrics();
-    const QString usual[] = {QString(), QStringLiteral("completed"), QStringLiteral("1000/1000"),
-                             QStringLiteral("0.0000"), QStringLiteral("59m 59s"), QStringLiteral("59m 59s")};
+    const QString usual[] = {QString(),
+                             QStringLiteral("completed"),
+                             QStringLiteral("1000/1000"),
+                             QStringLiteral("0.0000"),
+                             QStringLiteral("59m 59s"),
+                             QStringLiteral("59m 59s")};
     int need = cell.horizontalAdvance(QStringLiteral("20261202-…start")) + 8;
     for (int c = RunsModel::StateColumn; c < RunsModel::ColumnCount; ++c) {
       const int w = std::max(head.horizontalAdvance(runs_model_->headerData(c, Qt::Horizontal).toString()) + 16,
@@ -257,8 +263,9 @@ void MonitorPage::build_ui() {
   link_spin_->setDecimals(0);
   link_spin_->setSuffix(tr(" GB/s"));
   link_spin_->setSpecialValueText(tr("off"));
-  link_spin_->setToolTip(tr("The link's measured bus bandwidth, drawn as a reference line "
-                            "(two H200 over NVLink: all-to-all about 240-330 GB/s)"));
+  link_spin_->setToolTip(
+      tr("The link's measured bus bandwidth, drawn as a reference line "
+         "(two H200 over NVLink: all-to-all about 240-330 GB/s)"));
   tools->addWidget(log_scale_);
   tools->addSpacing(16);
   tools->addWidget(new QLabel(tr("Link reference:"), charts));
@@ -331,7 +338,8 @@ void MonitorPage::set_output_root(const QString& root) {
   root_ = root;
   root_label_->setText(tr("Runs in %1").arg(root));
   const quint64 gen = ++scan_generation_;
-  QMetaObject::invokeMethod(scanner_, [s = scanner_, root, gen] { s->set_root(root, gen); }, Qt::QueuedConnection);
+  QMetaObject::invokeMethod(
+      scanner_, [s = scanner_, root, gen] { s->set_root(root, gen); }, Qt::QueuedConnection);
 }
 
 void MonitorPage::on_scanned(quint64 generation, const std::vector<RunSummary>& runs, const QString& error) {
@@ -339,9 +347,9 @@ void MonitorPage::on_scanned(quint64 generation, const std::vector<RunSummary>& 
   runs_model_->set_runs(runs);
   QString text = error;
   if (text.isEmpty())
-    text = runs.empty() ? tr("No runs yet in %1: Start training creates the first, or open a run folder (Open run…).")
-                              .arg(root_)
-                        : tr("Runs in %1 (%n run(s))", nullptr, static_cast<int>(runs.size())).arg(root_);
+    text = runs.empty()
+               ? tr("No runs yet in %1: Start training creates the first, or open a run folder (Open run…).").arg(root_)
+               : tr("Runs in %1 (%n run(s))", nullptr, static_cast<int>(runs.size())).arg(root_);
   root_label_->setText(notice_.isEmpty() ? text : notice_ + QStringLiteral("\n") + text);
 }
 

@@ -66,7 +66,7 @@ class MonitorPage : public QWidget {
   LogView* log_view() const { return log_; }
   const SeriesStore& series() const { return store_; }
   DisplayState state() const;
-  QString title_text() const;     // run id, model, mesh and optimizer
+  QString title_text() const;  // run id, model, mesh and optimizer
   QString state_text() const;
   QString progress_text() const;
   QString banner_text() const;    // the failure banner, "" when hidden
@@ -100,9 +100,9 @@ class MonitorPage : public QWidget {
   QString attached_;
   quint64 scan_generation_ = 0;
   std::uint64_t watch_generation_ = 0;
-  QThread io_thread_;                 // runs the scanner and the watcher
-  RunScanner* scanner_ = nullptr;     // lives on io_thread_ (no parent across threads)
-  RunWatcher* watcher_ = nullptr;     // lives on io_thread_
+  QThread io_thread_;              // runs the scanner and the watcher
+  RunScanner* scanner_ = nullptr;  // lives on io_thread_ (no parent across threads)
+  RunWatcher* watcher_ = nullptr;  // lives on io_thread_
   QTimer redraw_timer_;
   SeriesStore store_;
 

@@ -75,8 +75,10 @@ void MonitorPage::redraw() {
     }
   }
   // Once steps arrive, an empty chart is empty for good reason, not "waiting".
-  vram_->set_empty_text(progress_ ? tr("no GPU memory recorded: this run trains on the CPU") : tr("waiting for the first step…"));
-  busbw_->set_empty_text(progress_ ? tr("no collectives recorded: a single-process run") : tr("waiting for the first step…"));
+  vram_->set_empty_text(progress_ ? tr("no GPU memory recorded: this run trains on the CPU")
+                                  : tr("waiting for the first step…"));
+  busbw_->set_empty_text(progress_ ? tr("no collectives recorded: a single-process run")
+                                   : tr("waiting for the first step…"));
   update_header();
   if (!finished) redraw_timer_.start();
   if (qEnvironmentVariableIsSet("ODYSSEY_MONITOR_TRACE")) qInfo("redraw %lld ms", static_cast<long long>(t.elapsed()));
@@ -108,16 +110,17 @@ QString MonitorPage::state_text() const { return display_state_name(state()); }
 QString MonitorPage::progress_text() const {
   QStringList parts;
   if (!caught_up_ && bytes_total_ > 0)
-    parts << tr("reading events.jsonl %1%").arg(100.0 * static_cast<double>(bytes_read_) /
-                                                    static_cast<double>(bytes_total_), 0, 'f', 0);
+    parts << tr("reading events.jsonl %1%")
+                 .arg(100.0 * static_cast<double>(bytes_read_) / static_cast<double>(bytes_total_), 0, 'f', 0);
   if (progress_) {
     const auto total = progress_->total_steps > 0 ? progress_->total_steps : (status_ ? status_->total_steps : 0);
     parts << (total > 0 ? tr("step %1 / %2").arg(progress_->step).arg(total) : tr("step %1").arg(progress_->step));
     parts << tr("loss %1").arg(std::isfinite(progress_->loss) ? QString::number(progress_->loss, 'f', 4)
-                                                               : QString::number(progress_->loss));
+                                                              : QString::number(progress_->loss));
     parts << tr("elapsed %1").arg(format_duration(progress_->elapsed_s));
     const DisplayState s = state();
-    if (s == DisplayState::Running || s == DisplayState::Starting) parts << tr("ETA %1").arg(format_duration(progress_->eta_s));
+    if (s == DisplayState::Running || s == DisplayState::Starting)
+      parts << tr("ETA %1").arg(format_duration(progress_->eta_s));
   } else if (!stage_.isEmpty()) {
     parts << stage_;
   } else if (!attached_.isEmpty()) {
@@ -143,7 +146,11 @@ void MonitorPage::update_header() {
     if (m.world > 1)
       detail += (cpu ? tr("  ·  %1 processes on the CPU (dp %2 × sp %3, ulysses %4 × ring %5)")
                      : tr("  ·  %1 GPUs (dp %2 × sp %3, ulysses %4 × ring %5)"))
-                    .arg(m.world).arg(m.dp).arg(m.sp).arg(m.ulysses).arg(m.ring);
+                    .arg(m.world)
+                    .arg(m.dp)
+                    .arg(m.sp)
+                    .arg(m.ulysses)
+                    .arg(m.ring);
     // The optimizer and the state it holds per rank (run_start.optimizer, docs/optimizers.md).
     const auto& o = run_start_->optimizer;
     if (!o.name.empty()) {
@@ -154,12 +161,13 @@ void MonitorPage::update_header() {
                                                         {"zero2_adamw", QStringLiteral("ZeRO-2")}};
       const auto it = names.find(o.name);
       const double gib = 1024.0 * 1024.0 * 1024.0;
-      detail += tr("  ·  %1, %2 GiB optimizer state%3")
-                    .arg(it != names.end() ? it->second : QString::fromStdString(o.name))
-                    .arg(static_cast<double>(o.state_bytes) / gib, 0, 'f', 1)
-                    .arg(o.host_state_bytes > 0
-                             ? tr(" + %1 GiB in host memory").arg(static_cast<double>(o.host_state_bytes) / gib, 0, 'f', 1)
-                             : QString());
+      detail +=
+          tr("  ·  %1, %2 GiB optimizer state%3")
+              .arg(it != names.end() ? it->second : QString::fromStdString(o.name))
+              .arg(static_cast<double>(o.state_bytes) / gib, 0, 'f', 1)
+              .arg(o.host_state_bytes > 0
+                       ? tr(" + %1 GiB in host memory").arg(static_cast<double>(o.host_state_bytes) / gib, 0, 'f', 1)
+                       : QString());
       if (o.sharded_over > 1) detail += tr(" per rank");
     }
     if (!detail.trimmed().isEmpty()) title += QStringLiteral("  —  ") + detail;
@@ -167,7 +175,7 @@ void MonitorPage::update_header() {
   title_->setText(title);
   const DisplayState s = state();
   const QPalette& pal = palette();
-  const QString color = (is_failure(s) ? error_color(pal)
+  const QString color = (is_failure(s)                ? error_color(pal)
                          : s == DisplayState::Running ? ok_color(pal)
                                                       : pal.color(QPalette::WindowText))
                             .name();
@@ -182,13 +190,15 @@ void MonitorPage::update_header() {
   progress_label_->setText(progress_text());
   progress_label_->setToolTip(progress_text());
 
-  if (is_failure(s) || (run_end_ && run_end_->status != run::RunOutcome::Completed && run_end_->status != run::RunOutcome::Stopped)) {
+  if (is_failure(s) ||
+      (run_end_ && run_end_->status != run::RunOutcome::Completed && run_end_->status != run::RunOutcome::Stopped)) {
     QString reason, where;
     QStringList tail;
     if (status_) {
       reason = QString::fromStdString(status_->reason);
       if (status_->failed_rank >= 0) where += tr("rank %1").arg(status_->failed_rank);
-      if (status_->exit_code) where += (where.isEmpty() ? QString() : tr(", ")) + tr("exit code %1").arg(*status_->exit_code);
+      if (status_->exit_code)
+        where += (where.isEmpty() ? QString() : tr(", ")) + tr("exit code %1").arg(*status_->exit_code);
       for (const auto& l : status_->last_error_lines) tail << QString::fromStdString(l);
     }
     if (reason.isEmpty() && run_end_) reason = QString::fromStdString(run_end_->reason);
@@ -198,7 +208,8 @@ void MonitorPage::update_header() {
     QString html = tr("<b>Run failed:</b> %1").arg(reason.toHtmlEscaped());
     if (!where.isEmpty()) html += QStringLiteral(" (%1)").arg(where.toHtmlEscaped());
     if (!tail.isEmpty())
-      html += QStringLiteral("<pre style='margin:4px 0 0 0'>%1</pre>").arg(tail.join(QLatin1Char('\n')).toHtmlEscaped());
+      html +=
+          QStringLiteral("<pre style='margin:4px 0 0 0'>%1</pre>").arg(tail.join(QLatin1Char('\n')).toHtmlEscaped());
     banner_->setText(html);
     banner_->setVisible(true);
   } else {

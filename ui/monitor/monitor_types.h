@@ -51,18 +51,18 @@ struct WatchBatch {
   std::optional<run::RunStartEvent> run_start;
   std::optional<run::RunEndEvent> run_end;
   std::optional<StepProgress> progress;
-  QString stage;                 // latest stage event, "" when none arrived
+  QString stage;  // latest stage event, "" when none arrived
   bool status_changed = false;
   std::optional<run::RunStatus> status;  // valid when status_changed
   run::Liveness liveness = run::Liveness::Alive;
-  QStringList messages;          // reader diagnostics, status.json problems, watcher notes
-  QStringList log_lines;         // new lines of logs/rank-0.log
-  std::optional<bool> dir_missing;  // set when the run directory vanished or came back
+  QStringList messages;                // reader diagnostics, status.json problems, watcher notes
+  QStringList log_lines;               // new lines of logs/rank-0.log
+  std::optional<bool> dir_missing;     // set when the run directory vanished or came back
   std::optional<QString> config_yaml;  // config.yaml, once
-  std::int64_t events_read = 0;  // events parsed so far (all batches of this attach)
-  std::int64_t bytes_read = 0;   // offset into events.jsonl
-  std::int64_t bytes_total = 0;  // its size at this poll
-  bool caught_up = true;         // nothing more to read right now
+  std::int64_t events_read = 0;        // events parsed so far (all batches of this attach)
+  std::int64_t bytes_read = 0;         // offset into events.jsonl
+  std::int64_t bytes_total = 0;        // its size at this poll
+  bool caught_up = true;               // nothing more to read right now
 };
 
 // One row of the runs list.

@@ -90,15 +90,14 @@ RunSummary summarize_run(const QString& dir, double now) {
   }
   if (t.run_end && !t.run_end->reason.empty() && s.reason.isEmpty())
     s.reason = QString::fromStdString(t.run_end->reason);
-  const bool active = s.state == DisplayState::Running || s.state == DisplayState::Starting ||
-                      s.state == DisplayState::Stopping;
-  if (active && status && status->started_at > 0)
-    s.elapsed_s = now - status->started_at;
-  else
-    s.elapsed_s = t.last_elapsed;
+  const bool active =
+      s.state == DisplayState::Running || s.state == DisplayState::Starting || s.state == DisplayState::Stopping;
+  if (active && status && status->started_at > 0) s.elapsed_s = now - status->started_at;
+  else s.elapsed_s = t.last_elapsed;
   if (!active) s.eta_s = -1;
   if (s.state == DisplayState::Stale && s.reason.isEmpty())
-    s.reason = QCoreApplication::translate("RunScanner", "no heartbeat and no live process: the job stopped responding");
+    s.reason =
+        QCoreApplication::translate("RunScanner", "no heartbeat and no live process: the job stopped responding");
   return s;
 }
 
@@ -125,7 +124,8 @@ void RunScanner::scan() {
   if (ec == std::errc::no_such_file_or_directory) {
     // No runs yet: the first Start creates the folder (not an error; issue 23, finding 7).
   } else if (ec) {
-    error = QCoreApplication::translate("RunScanner", "Cannot list %1: %2").arg(root_, QString::fromStdString(ec.message()));
+    error = QCoreApplication::translate("RunScanner", "Cannot list %1: %2")
+                .arg(root_, QString::fromStdString(ec.message()));
   } else {
     for (; it != fs::directory_iterator(); it.increment(ec)) {
       if (ec) break;

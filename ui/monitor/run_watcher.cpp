@@ -107,7 +107,7 @@ void RunWatcher::poll() {
   }
   b.events_read = events_total_;
   b.bytes_read = reader_->offset();
-  struct stat st{};
+  struct stat st {};
   b.bytes_total = ::stat(reader_->path().c_str(), &st) == 0 ? static_cast<std::int64_t>(st.st_size) : 0;
 
   const bool empty = b.series.empty() && !b.run_start && !b.run_end && b.stage.isEmpty() && !b.status_changed &&
@@ -146,7 +146,7 @@ void RunWatcher::poll_status(WatchBatch& b) {
 
 void RunWatcher::poll_log(WatchBatch& b) {
   const fs::path log = dir_.rank_log(0);
-  struct stat st{};
+  struct stat st {};
   if (::stat(log.c_str(), &st) != 0) return;
   const auto size = static_cast<std::int64_t>(st.st_size);
   bool drop_first = false;

@@ -43,12 +43,12 @@ run::StepEvent make_step(int step, const FakeRun& f, std::mt19937& rng) {
   }
   run::CollectiveStat a2a{"all_to_all", "ulysses", f.ranks, 112, 112LL * 64 << 20, 0, 0};
   a2a.time_s = 112 * 0.000135 * (1 + 0.05 * std::abs(noise(rng)));
-  a2a.bus_bandwidth_gb_per_s = static_cast<double>(a2a.bytes) / a2a.time_s *
-                               run::bus_bandwidth_factor(a2a.op, a2a.group_size) / 1e9;
+  a2a.bus_bandwidth_gb_per_s =
+      static_cast<double>(a2a.bytes) / a2a.time_s * run::bus_bandwidth_factor(a2a.op, a2a.group_size) / 1e9;
   run::CollectiveStat ar{"all_reduce", "world", f.ranks, 4, 4LL * 256 << 20, 0, 0};
   ar.time_s = 4 * 0.0018 * (1 + 0.05 * std::abs(noise(rng)));
-  ar.bus_bandwidth_gb_per_s = static_cast<double>(ar.bytes) / ar.time_s *
-                              run::bus_bandwidth_factor(ar.op, ar.group_size) / 1e9;
+  ar.bus_bandwidth_gb_per_s =
+      static_cast<double>(ar.bytes) / ar.time_s * run::bus_bandwidth_factor(ar.op, ar.group_size) / 1e9;
   s.collectives = {a2a, ar};
   return s;
 }
@@ -88,8 +88,8 @@ fs::path write_run(const fs::path& root, const std::string& name, const FakeRun&
   for (int step = 1; step <= f.steps; ++step) {
     run::StepEvent s = make_step(step, f, rng);
     for (int i = 0; i < f.log_lines_per_step; ++i)
-      log << "[rank0] step " << step << "/" << f.total_steps << " loss " << s.loss << " lr " << s.lr
-          << " tok/s " << static_cast<long>(s.tokens_per_s) << "\n";
+      log << "[rank0] step " << step << "/" << f.total_steps << " loss " << s.loss << " lr " << s.lr << " tok/s "
+          << static_cast<long>(s.tokens_per_s) << "\n";
     w.value.write(s);
     if (f.eval_every > 0 && step % f.eval_every == 0)
       w.value.write(run::EvalEvent{s.time + 1, s.elapsed_s + 1, step, s.loss + 0.08, 1 << 20, 64, 12.0, {}});

@@ -20,15 +20,15 @@ struct FakeRun {
   int total_steps = 500;
   int eval_every = 100;
   int checkpoint_every = 250;
-  int nan_step = -1;          // a step whose loss is NaN (-1: none)
+  int nan_step = -1;  // a step whose loss is NaN (-1: none)
   double learning_rate = 2e-4;
   std::uint32_t seed = 1;
-  bool write_run_end = true;  // and a terminal status.json
+  bool write_run_end = true;        // and a terminal status.json
   run::OptimizerSummary optimizer;  // written into run_start when its name is set
   run::RunState final_state = run::RunState::Completed;
-  std::string reason;                     // for failed/stopped
+  std::string reason;  // for failed/stopped
   int log_lines_per_step = 1;
-  std::string device = "NVIDIA H200";     // run_start's device name per rank ("CPU (…)" on the CPU)
+  std::string device = "NVIDIA H200";  // run_start's device name per rank ("CPU (…)" on the CPU)
 };
 
 // A step with plausible figures: a decreasing noisy loss, cosine lr, per-rank memory and

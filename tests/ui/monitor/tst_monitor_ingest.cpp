@@ -69,9 +69,7 @@ class TstMonitorIngest : public QObject {
     qint64 longest_gap = 0;
     QTimer ticker;
     ticker.setInterval(5);
-    connect(&ticker, &QTimer::timeout, this, [&] {
-      longest_gap = std::max(longest_gap, since_tick.restart());
-    });
+    connect(&ticker, &QTimer::timeout, this, [&] { longest_gap = std::max(longest_gap, since_tick.restart()); });
     clock.start();
     since_tick.start();
     ticker.start();
@@ -126,9 +124,12 @@ class TstMonitorIngest : public QObject {
         const run::StepEvent e = testing::make_step(step, f, rng);
         std::string lines = run::encode_event(e) + "\n";
         if (step % f.eval_every == 0)
-          lines += run::encode_event(run::EvalEvent{e.time + 1, e.elapsed_s + 1, step, e.loss + 0.08, 1 << 20, 64, 12.0, {}}) + "\n";
+          lines += run::encode_event(
+                       run::EvalEvent{e.time + 1, e.elapsed_s + 1, step, e.loss + 0.08, 1 << 20, 64, 12.0, {}}) +
+                   "\n";
         testing::append_raw(rd.events(), lines);
-        testing::append_raw(rd.rank_log(0), "[rank0] step " + std::to_string(step) + "/" + std::to_string(f.total_steps) + "\n");
+        testing::append_raw(rd.rank_log(0),
+                            "[rank0] step " + std::to_string(step) + "/" + std::to_string(f.total_steps) + "\n");
       }
       done = true;
     });
@@ -152,10 +153,11 @@ class TstMonitorIngest : public QObject {
     std::sort(gaps.begin(), gaps.end());
     const qint64 longest = gaps.empty() ? 0 : gaps.back();
     const qint64 p99 = gaps.empty() ? 0 : gaps[gaps.size() * 99 / 100];
-    qInfo("followed %d steps at one per 50 ms (2 ranks) in %.1f s; GUI thread longest stall: %lld ms, 99th "
-          "percentile gap %lld ms (goal < 50 ms)",
-          f.total_steps - 1, static_cast<double>(clock.elapsed()) / 1000.0, static_cast<long long>(longest),
-          static_cast<long long>(p99));
+    qInfo(
+        "followed %d steps at one per 50 ms (2 ranks) in %.1f s; GUI thread longest stall: %lld ms, 99th "
+        "percentile gap %lld ms (goal < 50 ms)",
+        f.total_steps - 1, static_cast<double>(clock.elapsed()) / 1000.0, static_cast<long long>(longest),
+        static_cast<long long>(p99));
   }
 };
 

@@ -128,7 +128,8 @@ class TstMonitorModels : public QObject {
     ConfigDiffModel m;
     QAbstractItemModelTester tester(&m, QAbstractItemModelTester::FailureReportingMode::QtTest);
     const std::string a = "model: Qwen/Qwen2.5-7B\nlearning_rate: 1e-4\nmax_length: 32768\n";
-    const std::string b = "model: Qwen/Qwen2.5-7B\nlearning_rate: 0.0002\nmax_length: 32768\nsequence_parallel_size: 2\n";
+    const std::string b =
+        "model: Qwen/Qwen2.5-7B\nlearning_rate: 0.0002\nmax_length: 32768\nsequence_parallel_size: 2\n";
     std::vector<ConfigColumn> cols{config_column("a", a, "a.yaml"), config_column("b", b, "b.yaml")};
     QVERIFY2(cols[0].error.isEmpty(), qPrintable(cols[0].error));
     m.set_columns(cols);

@@ -184,7 +184,7 @@ class TstMonitorPage : public QObject {
     QTRY_COMPARE_WITH_TIMEOUT(page.latest_step(), std::int64_t(7), kWait);
     QTRY_VERIFY_WITH_TIMEOUT(page.messages_text().contains("events.jsonl:"), kWait);
     QVERIFY2(page.messages_text().contains(":9:"), qPrintable(page.messages_text()));  // line numbers
-    QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->point_count("loss"), 6, kWait);  // charts redraw on a timer
+    QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->point_count("loss"), 6, kWait);      // charts redraw on a timer
   }
 
   void truncatedFileRestartsTheCharts() {
@@ -217,7 +217,7 @@ class TstMonitorPage : public QObject {
     fs::remove_all(dir);
     QTRY_VERIFY_WITH_TIMEOUT(page.messages_text().contains("no longer exists"), kWait);
     QTRY_COMPARE_WITH_TIMEOUT(page.chart("loss")->point_count("loss"), 12, kWait);  // what was read stays shown
-    QTest::qWait(400);  // and the page keeps running
+    QTest::qWait(400);                                                              // and the page keeps running
     QVERIFY(page.isVisible());
   }
 
@@ -249,7 +249,8 @@ class TstMonitorPage : public QObject {
         for (int x = 0; x < img.width(); ++x) light += QColor(img.pixel(x, y)).lightness() > 170;
       QVERIFY2(light > 200, qPrintable(QStringLiteral("%1: %2 light pixels").arg(name).arg(light)));
       // Every series is lifted off the dark background.
-      for (const QString& series : {QStringLiteral("loss_ema"), QStringLiteral("lr"), QStringLiteral("vram_peak/rank 0")}) {
+      for (const QString& series :
+           {QStringLiteral("loss_ema"), QStringLiteral("lr"), QStringLiteral("vram_peak/rank 0")}) {
         const QColor c = page.chart(name)->series_color(series);
         if (c.isValid()) QVERIFY2(contrast(c, bg) >= 3.0, qPrintable(series + QStringLiteral(": ") + c.name()));
       }
@@ -260,8 +261,10 @@ class TstMonitorPage : public QObject {
     for (const bool black : {true, false}) {
       QPalette hc;
       const QColor bg = black ? Qt::black : Qt::white, fg = black ? Qt::white : Qt::black;
-      for (auto role : {QPalette::Window, QPalette::Base, QPalette::Button, QPalette::ToolTipBase}) hc.setColor(role, bg);
-      for (auto role : {QPalette::WindowText, QPalette::Text, QPalette::ButtonText, QPalette::ToolTipText}) hc.setColor(role, fg);
+      for (auto role : {QPalette::Window, QPalette::Base, QPalette::Button, QPalette::ToolTipBase})
+        hc.setColor(role, bg);
+      for (auto role : {QPalette::WindowText, QPalette::Text, QPalette::ButtonText, QPalette::ToolTipText})
+        hc.setColor(role, fg);
       hc.setColor(QPalette::Mid, Qt::gray);
       page.setPalette(hc);
       QCustomPlot* plot = page.chart("loss")->plot();
@@ -303,7 +306,8 @@ class TstMonitorPage : public QObject {
     QVERIFY2(loss->hover_text().startsWith(QStringLiteral("step 9\n")), qPrintable(loss->hover_text()));
     QVERIFY2(!loss->hover_text().contains(QStringLiteral("eval")), qPrintable(loss->hover_text()));
     loss->hover_at(20.2);
-    QVERIFY2(loss->hover_text().startsWith(QStringLiteral("step 20\n")) && loss->hover_text().contains(QStringLiteral("eval: ")),
+    QVERIFY2(loss->hover_text().startsWith(QStringLiteral("step 20\n")) &&
+                 loss->hover_text().contains(QStringLiteral("eval: ")),
              qPrintable(loss->hover_text()));
     QCOMPARE(loss->hover_background().alpha(), 255);
     // The legend has a row of its own under the axes.
@@ -326,7 +330,8 @@ class TstMonitorPage : public QObject {
     b.refresh(second);
     for (const QString& s : {QStringLiteral("busbw/all_reduce/world"), QStringLiteral("busbw/all_to_all/ulysses")})
       QCOMPARE(a.series_color(s), b.series_color(s));
-    QVERIFY(a.series_color(QStringLiteral("busbw/all_reduce/world")) != a.series_color(QStringLiteral("busbw/all_to_all/ulysses")));
+    QVERIFY(a.series_color(QStringLiteral("busbw/all_reduce/world")) !=
+            a.series_color(QStringLiteral("busbw/all_to_all/ulysses")));
     QCOMPARE(ChartPanel::family_color(QStringLiteral("rank 1")), ChartPanel::family_color(QStringLiteral("rank 1")));
     // Two processes on the CPU.
     QVERIFY2(page.title_text().contains(QStringLiteral("2 processes on the CPU")), qPrintable(page.title_text()));
@@ -409,8 +414,9 @@ class TstMonitorPage : public QObject {
     QTRY_VERIFY(runs->isVisible());
     for (int c = 0; c < page.runs_model()->columnCount(); ++c) {
       const int right = runs->horizontalHeader()->sectionViewportPosition(c) + runs->horizontalHeader()->sectionSize(c);
-      QVERIFY2(right <= runs->viewport()->width(),
-               qPrintable(QStringLiteral("column %1 ends at %2 of %3").arg(c).arg(right).arg(runs->viewport()->width())));
+      QVERIFY2(
+          right <= runs->viewport()->width(),
+          qPrintable(QStringLiteral("column %1 ends at %2 of %3").arg(c).arg(right).arg(runs->viewport()->width())));
       QVERIFY(runs->horizontalHeader()->sectionSize(c) > 20);
     }
   }
