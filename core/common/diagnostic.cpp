@@ -1,6 +1,7 @@
 #include "common/diagnostic.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "common/text.h"
 
@@ -11,6 +12,25 @@ namespace {
 // lines over 1 MiB, and a message quoting a whole malformed input line would be one.
 constexpr std::size_t kMaxDiagnosticMessageBytes = 4096;
 }  // namespace
+
+Diagnostic error_at(std::string file, std::string key, std::string message) {
+  return diagnostic_at(Severity::Error, std::move(file), std::move(key), std::move(message));
+}
+
+Diagnostic diagnostic_at(Severity severity, std::string file, std::string key, std::string message, std::int64_t line,
+                         std::int64_t column) {
+  auto clamp = [](std::int64_t v) {
+    return static_cast<int>(std::clamp<std::int64_t>(v, 0, std::numeric_limits<int>::max()));
+  };
+  Diagnostic d;
+  d.severity = severity;
+  d.file = std::move(file);
+  d.line = clamp(line);
+  d.column = clamp(column);
+  d.key = std::move(key);
+  d.message = std::move(message);
+  return d;
+}
 
 std::string Diagnostic::format() const {
   std::string out;

@@ -2,6 +2,7 @@
 // where the problem is (file, line, key), what was found and what is allowed.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,13 @@ struct Diagnostic {
 };
 
 using Diagnostics = std::vector<Diagnostic>;
+
+// The one factory for diagnostics: an error at `file` and `key` (either may be empty: a value
+// from the command line has no file, a whole-file problem no key) ...
+Diagnostic error_at(std::string file, std::string key, std::string message);
+// ... or any severity with a position; a line or column past int's range is clamped to it.
+Diagnostic diagnostic_at(Severity severity, std::string file, std::string key, std::string message,
+                         std::int64_t line = 0, std::int64_t column = 0);
 
 bool has_errors(const Diagnostics& d);
 std::string format_all(const Diagnostics& d);

@@ -13,6 +13,7 @@
 #include "common/json_dump.h"
 #include "common/regular_file.h"
 #include "common/text.h"
+#include "config/model_family.h"
 
 namespace odyssey {
 
@@ -23,33 +24,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-// Adding a family: a row here (architecture, model_type, family), then its switches in
-// apply_family_switches below (docs/model.md, "Adding a family").
-struct ArchInfo {
-  std::string_view architecture, model_type, family;
-};
-constexpr ArchInfo kArchs[] = {
-    {"Qwen2ForCausalLM", "qwen2", "qwen2"},
-    {"Qwen3ForCausalLM", "qwen3", "qwen3"},
-    {"LlamaForCausalLM", "llama", "llama3"},  // Llama-2/3, SmolLM
-    {"MistralForCausalLM", "mistral", "mistral"},
-    {"GraniteForCausalLM", "granite", "granite"},
-    {"Gemma2ForCausalLM", "gemma2", "gemma2"},
-    {"Gemma3ForCausalLM", "gemma3_text", "gemma3"},
-    {"Phi3ForCausalLM", "phi3", "phi3"},
-    {"Qwen3MoeForCausalLM", "qwen3_moe", "qwen3_moe"},  // mixture of experts (docs/moe.md)
-    {"Qwen2MoeForCausalLM", "qwen2_moe", "qwen2_moe"},
-    {"MixtralForCausalLM", "mixtral", "mixtral"},
-};
-
-Diagnostic derr(const std::string& file, const std::string& key, std::string msg) {
-  Diagnostic d;
-  d.file = file;
-  d.key = key;
-  d.message = std::move(msg);
-  return d;
-}
 
 // config.json, refs/main: small files, read only when regular (a FIFO would block).
 constexpr std::uint64_t kMaxSmallFileBytes = 64 << 20;
@@ -64,14 +38,14 @@ std::string read_text(const fs::path& p, bool* ok, std::string* why = nullptr) {
 // The mixture-of-experts keys of Qwen3MoeConfig, Qwen2MoeConfig and MixtralConfig (their
 // defaults when absent), checked against each other.
 void parse_moe(const json& j, const std::string& file, HfModelConfig* m, Diagnostics* diags) {
-  const std::string& fam = m->family;
-  const bool mixtral = fam == "mixtral";
+  const ModelFamily& f = m->family_row();
+  const bool mixtral = f.moe == MoeKind::Mixtral;
   auto found = [](const json& v) { return "found " + text::excerpt(dump_json(v)); };
   auto int_key = [&](const char* key, std::int64_t* out, std::int64_t min, std::int64_t max) {
     auto it = j.find(key);
     if (it == j.end() || it->is_null()) return false;
     if (!it->is_number_integer() || it->get<std::int64_t>() < min || it->get<std::int64_t>() > max) {
-      diags->push_back(derr(
+      diags->push_back(error_at(
           file, key, found(*it) + ", expected an integer from " + std::to_string(min) + " to " + std::to_string(max)));
       return true;  // present (and wrong): not looked for under another name
     }
@@ -81,13 +55,13 @@ void parse_moe(const json& j, const std::string& file, HfModelConfig* m, Diagnos
   auto bool_key = [&](const char* key, bool* out) {
     auto it = j.find(key);
     if (it == j.end() || it->is_null()) return;
-    if (!it->is_boolean()) diags->push_back(derr(file, key, found(*it) + ", expected true or false"));
+    if (!it->is_boolean()) diags->push_back(error_at(file, key, found(*it) + ", expected true or false"));
     else *out = it->get<bool>();
   };
   // The class defaults: Qwen3MoeConfig 128 experts, top 8, 768 wide; Qwen2MoeConfig 60, 4,
   // 1408 and a 5632-wide shared expert; MixtralConfig 8 experts, top 2.
-  m->num_experts = mixtral ? 8 : fam == "qwen3_moe" ? 128 : 60;
-  m->num_experts_per_tok = mixtral ? 2 : fam == "qwen3_moe" ? 8 : 4;
+  m->num_experts = f.num_experts;
+  m->num_experts_per_tok = f.num_experts_per_tok;
   // The experts' count is num_experts (Qwen) or num_local_experts (Mixtral; transformers 5.17
   // writes Qwen3-MoE's under that name too).
   const char* count_key = mixtral ? "num_local_experts" : "num_experts";
@@ -98,34 +72,34 @@ void parse_moe(const json& j, const std::string& file, HfModelConfig* m, Diagnos
   m->num_experts_key = count_key;
   int_key("num_experts_per_tok", &m->num_experts_per_tok, 1, kMaxExperts);
   if (m->num_experts > 0 && m->num_experts_per_tok > m->num_experts)
-    diags->push_back(derr(file, "num_experts_per_tok",
-                          std::to_string(m->num_experts_per_tok) + " experts per token, but the model has " +
-                              std::to_string(m->num_experts) + " (" + count_key + "); top-k cannot exceed it"));
+    diags->push_back(error_at(file, "num_experts_per_tok",
+                              std::to_string(m->num_experts_per_tok) + " experts per token, but the model has " +
+                                  std::to_string(m->num_experts) + " (" + count_key + "); top-k cannot exceed it"));
   if (mixtral) {
     m->moe_intermediate_size = m->intermediate_size;
     m->norm_topk_prob = true;
     if (auto it = j.find("router_jitter_noise"); it != j.end() && !it->is_null()) {
       if (!it->is_number() || it->get<double>() < 0 || it->get<double>() >= 1)
-        diags->push_back(derr(file, "router_jitter_noise", found(*it) + ", expected a number in [0, 1)"));
+        diags->push_back(error_at(file, "router_jitter_noise", found(*it) + ", expected a number in [0, 1)"));
       else m->router_jitter_noise = it->get<double>();
     }
   } else {
-    m->moe_intermediate_size = fam == "qwen3_moe" ? 768 : 1408;
+    m->moe_intermediate_size = f.moe_intermediate_size;
     int_key("moe_intermediate_size", &m->moe_intermediate_size, 1, kMaxIntermediateSize);
-    if (fam == "qwen2_moe") {
-      m->shared_expert_intermediate_size = 5632;
+    if (f.shared_expert_intermediate_size > 0) {
+      m->shared_expert_intermediate_size = f.shared_expert_intermediate_size;
       int_key("shared_expert_intermediate_size", &m->shared_expert_intermediate_size, 1, kMaxIntermediateSize);
     }
     bool_key("norm_topk_prob", &m->norm_topk_prob);
     int_key("decoder_sparse_step", &m->decoder_sparse_step, 1, kMaxHiddenLayers);
     if (auto it = j.find("mlp_only_layers"); it != j.end() && !it->is_null()) {
       if (!it->is_array())
-        diags->push_back(derr(file, "mlp_only_layers", found(*it) + ", expected a list of layer indices"));
+        diags->push_back(error_at(file, "mlp_only_layers", found(*it) + ", expected a list of layer indices"));
       for (const auto& v : it->is_array() ? *it : json::array()) {
         if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() >= m->num_hidden_layers) {
           diags->push_back(
-              derr(file, "mlp_only_layers",
-                   found(v) + ", expected layer indices from 0 to " + std::to_string(m->num_hidden_layers - 1)));
+              error_at(file, "mlp_only_layers",
+                       found(v) + ", expected layer indices from 0 to " + std::to_string(m->num_hidden_layers - 1)));
           break;
         }
         m->mlp_only_layers.push_back(v.get<std::int64_t>());
@@ -134,7 +108,7 @@ void parse_moe(const json& j, const std::string& file, HfModelConfig* m, Diagnos
   }
   if (auto it = j.find("router_aux_loss_coef"); it != j.end() && !it->is_null()) {
     if (!it->is_number() || it->get<double>() < 0)
-      diags->push_back(derr(file, "router_aux_loss_coef", found(*it) + ", expected a number >= 0"));
+      diags->push_back(error_at(file, "router_aux_loss_coef", found(*it) + ", expected a number >= 0"));
     else m->router_aux_loss_coef = it->get<double>();
   }
   bool_key("output_router_logits", &m->output_router_logits);
@@ -192,8 +166,8 @@ std::int64_t HfModelConfig::parameter_count() const {
   // Attention, norms and biases; the MLP per layer (dense or experts).
   std::int64_t block =
       block_linear_parameters() - 3 * hidden_size * intermediate_size + norms_per_block() * hidden_size;
-  if (attention_bias) block += (num_attention_heads + 2 * num_key_value_heads) * hd;
-  if (attention_bias && family != "qwen2" && family != "qwen2_moe") block += hidden_size;  // o_proj's bias
+  if (qkv_bias) block += (num_attention_heads + 2 * num_key_value_heads) * hd;
+  if (o_bias) block += hidden_size;
   if (qk_norm) block += 2 * hd;
   std::int64_t total = num_hidden_layers * block + vocab_size * hidden_size + hidden_size;
   for (std::int64_t i = 0; i < num_hidden_layers; ++i) total += mlp_parameters(i);
@@ -235,7 +209,7 @@ std::vector<std::string> linear_module_names(const HfModelConfig& m) {
 const std::vector<std::string>& supported_architectures() {
   static const std::vector<std::string> v = [] {
     std::vector<std::string> out;
-    for (const auto& a : kArchs) out.emplace_back(a.architecture);
+    for (const ModelFamily& f : model_families()) out.emplace_back(f.architecture);
     return out;
   }();
   return v;
@@ -247,11 +221,11 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
   try {
     j = json::parse(json_text);
   } catch (const json::parse_error& e) {
-    r.diagnostics.push_back(derr(file, "", "invalid JSON: " + text::excerpt(e.what())));
+    r.diagnostics.push_back(error_at(file, "", "invalid JSON: " + text::excerpt(e.what())));
     return r;
   }
   if (!j.is_object()) {
-    r.diagnostics.push_back(derr(file, "", "expected a JSON object at the top level"));
+    r.diagnostics.push_back(error_at(file, "", "expected a JSON object at the top level"));
     return r;
   }
   HfModelConfig& m = r.value;
@@ -259,20 +233,20 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
   auto get_int = [&](const char* key, std::int64_t* out, bool required, std::int64_t max) {
     auto it = j.find(key);
     if (it == j.end() || it->is_null()) {
-      if (required) r.diagnostics.push_back(derr(file, key, "missing; expected a positive integer"));
+      if (required) r.diagnostics.push_back(error_at(file, key, "missing; expected a positive integer"));
       return;
     }
     if (!it->is_number_integer() ||
         (it->is_number_unsigned() ? it->get<std::uint64_t>() == 0 : it->get<std::int64_t>() <= 0)) {
-      r.diagnostics.push_back(derr(file, key, found(*it) + ", expected a positive integer"));
+      r.diagnostics.push_back(error_at(file, key, found(*it) + ", expected a positive integer"));
       return;
     }
     if (it->is_number_unsigned() ? it->get<std::uint64_t>() > static_cast<std::uint64_t>(max)
                                  : it->get<std::int64_t>() > max) {
-      r.diagnostics.push_back(derr(file, key,
-                                   found(*it) + ", more than the " + std::to_string(max) +
-                                       " Odyssey accepts (far beyond any released model; a config.json this "
-                                       "size describes no weights that a machine holds)"));
+      r.diagnostics.push_back(error_at(file, key,
+                                       found(*it) + ", more than the " + std::to_string(max) +
+                                           " Odyssey accepts (far beyond any released model; a config.json this "
+                                           "size describes no weights that a machine holds)"));
       return;
     }
     *out = it->get<std::int64_t>();
@@ -281,7 +255,7 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
     auto it = j.find(key);
     if (it == j.end() || it->is_null()) return;
     if (!it->is_number()) {
-      r.diagnostics.push_back(derr(file, key, found(*it) + ", expected a number"));
+      r.diagnostics.push_back(error_at(file, key, found(*it) + ", expected a number"));
       return;
     }
     *out = it->get<double>();
@@ -290,7 +264,7 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
     auto it = j.find(key);
     if (it == j.end() || it->is_null()) return;
     if (!it->is_boolean()) {
-      r.diagnostics.push_back(derr(file, key, found(*it) + ", expected true or false"));
+      r.diagnostics.push_back(error_at(file, key, found(*it) + ", expected true or false"));
       return;
     }
     *out = it->get<bool>();
@@ -300,20 +274,17 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
   if (arch != j.end() && arch->is_array() && !arch->empty() && (*arch)[0].is_string())
     m.architecture = (*arch)[0].get<std::string>();
   if (auto mt = j.find("model_type"); mt != j.end() && mt->is_string()) m.model_type = mt->get<std::string>();
-  for (const auto& a : kArchs)
-    if (m.architecture == a.architecture) m.family = std::string(a.family);
   // No architectures list (some hand-written configs): the model_type names the family.
-  if (m.family.empty() && m.architecture.empty())
-    for (const auto& a : kArchs)
-      if (m.model_type == a.model_type) {
-        m.family = std::string(a.family);
-        m.architecture = std::string(a.architecture);
-      }
-  if (m.family.empty()) {
+  const ModelFamily* row =
+      m.architecture.empty() ? family_by_model_type(m.model_type) : family_by_architecture(m.architecture);
+  if (row) {
+    m.family = std::string(row->id);
+    m.architecture = std::string(row->architecture);
+  } else {
     std::vector<std::string> types;
-    for (const auto& a : kArchs) types.emplace_back(a.model_type);
+    for (const ModelFamily& f : model_families()) types.emplace_back(f.model_type);
     const bool by_type = m.architecture.empty();
-    r.diagnostics.push_back(derr(
+    r.diagnostics.push_back(error_at(
         file, by_type ? "model_type" : "architectures",
         "found " +
             (by_type ? (m.model_type.empty() ? std::string("none (and no architectures)") : text::quoted(m.model_type))
@@ -322,9 +293,8 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
             text::join(types, ", ") + ")"));
     return r;
   }
-  const std::string& fam = m.family;
-  const bool gemma = fam == "gemma2" || fam == "gemma3";
-  const bool qwen_moe = fam == "qwen3_moe" || fam == "qwen2_moe";
+  const ModelFamily& f = *row;
+  const bool gemma = f.gemma_block;
 
   get_int("hidden_size", &m.hidden_size, true, kMaxHiddenSize);
   get_int("intermediate_size", &m.intermediate_size, true, kMaxIntermediateSize);
@@ -333,17 +303,18 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
   get_int("vocab_size", &m.vocab_size, true, kMaxVocabSize);
   m.num_key_value_heads = 0;
   get_int("num_key_value_heads", &m.num_key_value_heads, false, kMaxAttentionHeads);
-  if (gemma) m.head_dim = 256;  // Gemma2Config / Gemma3TextConfig's default
+  m.head_dim = f.head_dim;
   get_int("head_dim", &m.head_dim, false, kMaxHeadDim);
   get_int("max_position_embeddings", &m.max_position_embeddings, false, kMaxPositionEmbeddings);
+  m.rope_theta = f.rope_theta;
   get_num("rope_theta", &m.rope_theta);
   // transformers 5 writes rope settings into "rope_parameters" instead of the top level.
   if (auto rp = j.find("rope_parameters"); rp != j.end() && rp->is_object() && !j.contains("rope_theta")) {
     if (auto t = rp->find("rope_theta"); t != rp->end() && t->is_number()) m.rope_theta = t->get<double>();
   }
-  if (fam == "phi3" || fam == "mixtral") m.rms_norm_eps = 1e-5;  // Phi3Config's, MixtralConfig's default
+  m.rms_norm_eps = f.rms_norm_eps;
   get_num("rms_norm_eps", &m.rms_norm_eps);
-  m.tie_word_embeddings = gemma;  // the config classes' defaults: Gemma ties, the others do not
+  m.tie_word_embeddings = f.tie_word_embeddings;
   get_bool("tie_word_embeddings", &m.tie_word_embeddings);
   if (auto dt = j.find("torch_dtype"); dt != j.end() && dt->is_string()) m.torch_dtype = dt->get<std::string>();
   else if (auto dt2 = j.find("dtype"); dt2 != j.end() && dt2->is_string()) m.torch_dtype = dt2->get<std::string>();
@@ -352,36 +323,43 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
   if (m.num_key_value_heads == 0) m.num_key_value_heads = m.num_attention_heads;
   if (m.head_dim == 0) {
     if (m.hidden_size % m.num_attention_heads != 0) {
-      r.diagnostics.push_back(derr(file, "hidden_size",
-                                   std::to_string(m.hidden_size) + " is not divisible by num_attention_heads " +
-                                       std::to_string(m.num_attention_heads) + " and head_dim is not given"));
+      r.diagnostics.push_back(error_at(file, "hidden_size",
+                                       std::to_string(m.hidden_size) + " is not divisible by num_attention_heads " +
+                                           std::to_string(m.num_attention_heads) + " and head_dim is not given"));
       return r;
     }
     m.head_dim = m.hidden_size / m.num_attention_heads;
   }
   if (m.head_dim > kMaxHeadDim) {
-    r.diagnostics.push_back(derr(file, "head_dim",
-                                 std::to_string(m.head_dim) + " (hidden_size / num_attention_heads) is more than the " +
-                                     std::to_string(kMaxHeadDim) + " Odyssey accepts"));
+    r.diagnostics.push_back(error_at(file, "head_dim",
+                                     std::to_string(m.head_dim) +
+                                         " (hidden_size / num_attention_heads) is more than the " +
+                                         std::to_string(kMaxHeadDim) + " Odyssey accepts"));
     return r;
   }
   if (m.num_attention_heads % m.num_key_value_heads != 0) {
-    r.diagnostics.push_back(derr(file, "num_key_value_heads",
-                                 "num_attention_heads " + std::to_string(m.num_attention_heads) +
-                                     " is not a multiple of num_key_value_heads " +
-                                     std::to_string(m.num_key_value_heads)));
+    r.diagnostics.push_back(error_at(file, "num_key_value_heads",
+                                     "num_attention_heads " + std::to_string(m.num_attention_heads) +
+                                         " is not a multiple of num_key_value_heads " +
+                                         std::to_string(m.num_key_value_heads)));
     return r;
   }
 
-  // ---- the family's switches (defaults as the transformers 5.17 config class has them) ----
-  // Bias: Qwen2 hard-codes q/k/v bias; Mistral, Gemma and Phi-3 have none on the MLP, Mistral
-  // and Phi-3 none in attention; Llama, Granite and Gemma read attention_bias (Llama, Granite
-  // also mlp_bias).
-  m.attention_bias = fam == "qwen2" || fam == "qwen2_moe";
-  if (fam == "qwen2_moe") get_bool("qkv_bias", &m.attention_bias);  // Qwen2MoeConfig: q/k/v only
-  else if (fam != "mistral" && fam != "phi3" && fam != "mixtral") get_bool("attention_bias", &m.attention_bias);
-  if (fam == "llama3" || fam == "granite") get_bool("mlp_bias", &m.mlp_bias);
-  m.qk_norm = fam == "qwen3" || fam == "gemma3" || fam == "qwen3_moe";
+  // ---- the family's switches (the row's defaults, config/model_family.cpp) ----
+  switch (f.attention_bias) {
+    case AttentionBias::None: break;
+    case AttentionBias::QkvAlways: m.qkv_bias = true; break;
+    case AttentionBias::QkvFromKey:
+      m.qkv_bias = true;
+      get_bool("qkv_bias", &m.qkv_bias);
+      break;
+    case AttentionBias::AllFromKey:
+      get_bool("attention_bias", &m.qkv_bias);
+      m.o_bias = m.qkv_bias;
+      break;
+  }
+  if (f.mlp_bias_key) get_bool("mlp_bias", &m.mlp_bias);
+  m.qk_norm = f.qk_norm;
   // A number that may be null (null: off); absent: the family's default.
   auto get_optional = [&](const char* key, double* out, double absent) {
     auto it = j.find(key);
@@ -394,31 +372,31 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
       return;
     }
     if (!it->is_number() || it->get<double>() <= 0) {
-      r.diagnostics.push_back(derr(file, key, found(*it) + ", expected a positive number or null"));
+      r.diagnostics.push_back(error_at(file, key, found(*it) + ", expected a positive number or null"));
       return;
     }
     *out = it->get<double>();
   };
 
   const char* act_key = gemma ? "hidden_activation" : "hidden_act";
-  m.hidden_act = gemma ? "gelu_pytorch_tanh" : "silu";
+  m.hidden_act = std::string(f.activation);
   if (auto it = j.find(act_key); it != j.end() && !it->is_null()) {
     if (!it->is_string() || (it->get<std::string>() != "silu" && it->get<std::string>() != "gelu_pytorch_tanh"))
-      r.diagnostics.push_back(derr(file, act_key,
-                                   found(*it) + "; Odyssey's MLP computes \"silu\" (SwiGLU) and "
-                                                "\"gelu_pytorch_tanh\" (GeGLU)"));
+      r.diagnostics.push_back(error_at(file, act_key,
+                                       found(*it) + "; Odyssey's MLP computes \"silu\" (SwiGLU) and "
+                                                    "\"gelu_pytorch_tanh\" (GeGLU)"));
     else m.hidden_act = it->get<std::string>();
   }
   if (gemma) {
     m.norm_plus_one = m.sandwich_norms = m.embed_scale_sqrt_hidden = true;
     double qpas = 256.0;
     get_num("query_pre_attn_scalar", &qpas);
-    if (qpas <= 0) r.diagnostics.push_back(derr(file, "query_pre_attn_scalar", "must be positive"));
+    if (qpas <= 0) r.diagnostics.push_back(error_at(file, "query_pre_attn_scalar", "must be positive"));
     else m.attention_scale = 1.0 / std::sqrt(qpas);
-    get_optional("attn_logit_softcapping", &m.attn_logit_softcapping, fam == "gemma2" ? 50.0 : 0.0);
-    get_optional("final_logit_softcapping", &m.final_logit_softcapping, fam == "gemma2" ? 30.0 : 0.0);
+    get_optional("attn_logit_softcapping", &m.attn_logit_softcapping, f.attn_logit_softcapping);
+    get_optional("final_logit_softcapping", &m.final_logit_softcapping, f.final_logit_softcapping);
   }
-  if (fam == "granite") {
+  if (f.granite_multipliers) {
     double attn = 1.0;
     get_num("embedding_multiplier", &m.embedding_multiplier);
     get_num("residual_multiplier", &m.residual_multiplier);
@@ -426,41 +404,39 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
     get_num("logits_scaling", &m.logits_scaling);
     m.attention_scale = attn;
     if (m.logits_scaling == 0)
-      r.diagnostics.push_back(derr(file, "logits_scaling", "must not be 0 (logits are divided by it)"));
+      r.diagnostics.push_back(error_at(file, "logits_scaling", "must not be 0 (logits are divided by it)"));
   }
-  if (fam == "phi3") {
+  if (f.fused_projections) {
     m.fused_qkv = true;
     get_num("partial_rotary_factor", &m.partial_rotary_factor);
     if (auto rp = j.find("rope_parameters"); rp != j.end() && rp->is_object())
-      if (auto f = rp->find("partial_rotary_factor"); f != rp->end() && f->is_number())
-        m.partial_rotary_factor = f->get<double>();
+      if (auto prf = rp->find("partial_rotary_factor"); prf != rp->end() && prf->is_number())
+        m.partial_rotary_factor = prf->get<double>();
   }
   if (m.partial_rotary_factor <= 0 || m.partial_rotary_factor > 1)
-    r.diagnostics.push_back(derr(file, "partial_rotary_factor", "must be in (0, 1]"));
+    r.diagnostics.push_back(error_at(file, "partial_rotary_factor", "must be in (0, 1]"));
 
   // Sliding-window attention: Mistral and Phi-3 on every layer where sliding_window is set,
   // Gemma on the layers layer_types names (default: Gemma-2 every other layer from the first,
   // Gemma-3 five of every six). Qwen2's use_sliding_window stays refused.
-  const bool windowed = fam == "mistral" || fam == "phi3" || fam == "mixtral" || gemma;
-  if (windowed) {
+  if (f.sliding) {
     double w = 0;
-    get_optional("sliding_window", &w, fam == "phi3" || fam == "mixtral" ? 0.0 : 4096.0);
+    get_optional("sliding_window", &w, f.sliding_window);
     if (w != std::floor(w) || w > static_cast<double>(kMaxPositionEmbeddings))
-      r.diagnostics.push_back(derr(file, "sliding_window", "expected a positive integer or null"));
+      r.diagnostics.push_back(error_at(file, "sliding_window", "expected a positive integer or null"));
     else m.sliding_window = static_cast<std::int64_t>(w);
   } else if (auto it = j.find("use_sliding_window"); it != j.end() && it->is_boolean() && it->get<bool>()) {
-    r.diagnostics.push_back(
-        derr(file, "use_sliding_window",
-             "true; Odyssey applies sliding windows to " +
-                 text::join(std::vector<std::string>{"MistralForCausalLM", "MixtralForCausalLM", "Phi3ForCausalLM",
-                                                     "Gemma2ForCausalLM", "Gemma3ForCausalLM"},
-                            ", ") +
-                 " only; this architecture's decoder attends to the full context"));
+    std::vector<std::string> windowed;
+    for (const ModelFamily& g : model_families())
+      if (g.sliding) windowed.emplace_back(g.architecture);
+    r.diagnostics.push_back(error_at(file, "use_sliding_window",
+                                     "true; Odyssey applies sliding windows to " + text::join(windowed, ", ") +
+                                         " only; this architecture's decoder attends to the full context"));
   }
   if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
     std::vector<bool> parsed;
     bool ok = it->is_array(), any_sliding = false;
-    if (!ok) r.diagnostics.push_back(derr(file, "layer_types", found(*it) + ", expected a list of layer types"));
+    if (!ok) r.diagnostics.push_back(error_at(file, "layer_types", found(*it) + ", expected a list of layer types"));
     for (const auto& t : ok ? *it : json::array()) {
       const bool full = t.is_string() && t.get<std::string>() == "full_attention";
       const bool sliding = t.is_string() && t.get<std::string>() == "sliding_attention";
@@ -469,28 +445,30 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
         any_sliding = any_sliding || sliding;
         continue;
       }
-      r.diagnostics.push_back(derr(file, "layer_types",
-                                   "found " + text::excerpt(dump_json(t)) +
-                                       (gemma ? "; Odyssey supports \"full_attention\" and \"sliding_attention\""
-                                              : "; Odyssey supports \"full_attention\" layers for " + m.architecture)));
+      r.diagnostics.push_back(
+          error_at(file, "layer_types",
+                   "found " + text::excerpt(dump_json(t)) +
+                       (gemma ? "; Odyssey supports \"full_attention\" and \"sliding_attention\""
+                              : "; Odyssey supports \"full_attention\" layers for " + m.architecture)));
       ok = false;
       break;
     }
     // Which layers slide matters only when some do (a list of full layers of another length,
     // e.g. a config.json edited to fewer layers, says nothing more).
     if (ok && any_sliding && static_cast<std::int64_t>(parsed.size()) != m.num_hidden_layers)
-      r.diagnostics.push_back(derr(
+      r.diagnostics.push_back(error_at(
           file, "layer_types",
           std::to_string(parsed.size()) + " entries for num_hidden_layers " + std::to_string(m.num_hidden_layers)));
     else if (ok && gemma)
       m.layer_sliding = any_sliding ? parsed : std::vector<bool>(static_cast<std::size_t>(m.num_hidden_layers), false);
   } else if (gemma) {
-    std::int64_t pattern = fam == "gemma2" ? 2 : 6;
-    if (fam == "gemma3") get_int("sliding_window_pattern", &pattern, false, kMaxHiddenLayers);
+    std::int64_t pattern = f.sliding_period;
+    if (!f.sliding_period_key.empty())
+      get_int(std::string(f.sliding_period_key).c_str(), &pattern, false, kMaxHiddenLayers);
     for (std::int64_t i = 0; i < m.num_hidden_layers; ++i) m.layer_sliding.push_back((i + 1) % pattern != 0);
   }
   if (m.sliding_window <= 0) m.layer_sliding.clear();  // null window: sliding layers attend fully
-  if (qwen_moe || fam == "mixtral") parse_moe(j, file, &m, &r.diagnostics);
+  if (f.is_moe()) parse_moe(j, file, &m, &r.diagnostics);
   return r;
 }
 
@@ -502,7 +480,7 @@ Result<HfModelConfig> load_model_config(const std::string& model_dir) {
   if (!ok) {
     Result<HfModelConfig> r;
     r.diagnostics.push_back(
-        derr(p.string(), "", "cannot be read (" + why + "); a Hugging Face model directory holds config.json"));
+        error_at(p.string(), "", "cannot be read (" + why + "); a Hugging Face model directory holds config.json"));
     return r;
   }
   return parse_model_config(t, p.string());

@@ -9,15 +9,17 @@
 #include <vector>
 
 #include "common/diagnostic.h"
+#include "config/model_family.h"
 
 namespace odyssey {
 
-// The decoder is one model with switches; a family is a mapping from config.json to them
-// (docs/model.md, "Adding a family"). Every switch's default is the Llama block.
+// The decoder is one model with switches; a family is a row of the family table
+// (config/model_family.h) mapping config.json to them (docs/adding-a-model.md). Every switch's
+// default is the Llama block.
 struct HfModelConfig {
   std::string architecture;  // e.g. Qwen2ForCausalLM
   std::string model_type;    // qwen2, qwen3, llama, mistral, granite, gemma2, gemma3_text, phi3
-  std::string family;        // qwen2, qwen3, llama3, mistral, granite, gemma2, gemma3, phi3
+  std::string family;        // the family table's id: qwen2, qwen3, llama3, mistral, gemma2, ...
   std::int64_t hidden_size = 0;
   std::int64_t intermediate_size = 0;
   std::int64_t num_hidden_layers = 0;
@@ -29,10 +31,11 @@ struct HfModelConfig {
   double rope_theta = 10000.0;
   double rms_norm_eps = 1e-6;
   bool tie_word_embeddings = false;
-  bool attention_bias = false;  // q/k/v bias (Qwen2)
-  bool qk_norm = false;         // q/k RMSNorm (Qwen3, Gemma-3)
-  bool mlp_bias = false;        // gate/up/down bias (Llama's mlp_bias)
-  std::string torch_dtype;      // as stored on disk
+  bool qkv_bias = false;    // q/k/v bias (Qwen2 always; Llama, Qwen3: attention_bias)
+  bool o_bias = false;      // o_proj bias (attention_bias where the family reads it; Qwen2 never)
+  bool qk_norm = false;     // q/k RMSNorm (Qwen3, Gemma-3)
+  bool mlp_bias = false;    // gate/up/down bias (Llama's mlp_bias)
+  std::string torch_dtype;  // as stored on disk
 
   // ---- switches of the other families (defaults: the Llama block) ----
   std::string hidden_act = "silu";       // MLP activation: silu (SwiGLU) or gelu_pytorch_tanh (GeGLU)
@@ -72,7 +75,9 @@ struct HfModelConfig {
   // become the experts' gate_up_proj at twice the rank and alpha, down_proj their down_proj
   // (peft/utils/transformers_weight_conversion.py; measured for Qwen3-MoE, not for Qwen2-MoE or
   // Mixtral). Odyssey gives the names the same meaning (train/lora.cpp, the planner).
-  bool mlp_names_mean_experts() const { return family == "qwen3_moe" && is_moe(); }
+  bool mlp_names_mean_experts() const { return family_row().moe == MoeKind::Qwen3Moe && is_moe(); }
+  // The family table's row of `family` (the Llama switches for a configuration built by hand).
+  const ModelFamily& family_row() const { return family_or_default(family); }
   // Parameters one token runs through in the MLPs, averaged over the layers (top-k experts,
   // the shared expert and its gate, the router; dense layers' MLP): the "activated" MLP of
   // MoE models, for FLOPs and MFU. Dense models: 3 x hidden x intermediate.

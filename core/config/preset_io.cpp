@@ -81,14 +81,7 @@ std::string choices_text(const FieldSpec& f) {
 }
 
 Diagnostic err(const SourcePos& at, std::string_view key, std::string msg) {
-  Diagnostic d;
-  d.severity = Severity::Error;
-  d.file = at.file;
-  d.line = at.line;
-  d.column = at.column;
-  d.key = std::string(key);
-  d.message = std::move(msg);
-  return d;
+  return diagnostic_at(Severity::Error, at.file, std::string(key), std::move(msg), at.line, at.column);
 }
 
 SourcePos pos_of(const YAML::Node& n, const std::string& file) {

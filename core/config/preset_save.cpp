@@ -13,13 +13,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-Diagnostic save_error(const std::string& path, std::string msg) {
-  Diagnostic d;
-  d.file = path;
-  d.message = std::move(msg);
-  return d;
-}
-
 bool plain_safe(const std::string& s) {
   if (s.empty()) return false;
   const unsigned char c0 = static_cast<unsigned char>(s[0]);
@@ -118,14 +111,14 @@ Diagnostics save_preset_file(const TrainConfig& c, const std::string& path, bool
     if (!out) {
       std::error_code ec;
       fs::remove(tmp, ec);
-      return {save_error(path, "cannot write the preset (disk full or no permission)")};
+      return {error_at(path, {}, "cannot write the preset (disk full or no permission)")};
     }
   }
   std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) {
     fs::remove(tmp, ec);
-    return {save_error(path, "cannot replace the file: " + ec.message())};
+    return {error_at(path, {}, "cannot replace the file: " + ec.message())};
   }
   return {};
 }

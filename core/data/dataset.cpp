@@ -31,22 +31,6 @@ constexpr std::string_view kAccepted =
     "alpaca {instruction, input?, output, system?, history?}, sharegpt {conversations: [{from, value}], system?}, "
     "messages {messages: [{role, content}]}";
 
-int clamp_line(std::int64_t line) {
-  return static_cast<int>(std::min<std::int64_t>(line, std::numeric_limits<int>::max()));
-}
-
-Diagnostic diag(Severity s, std::string file, std::string message, std::string key = {}, std::int64_t line = 0,
-                std::int64_t column = 0) {
-  Diagnostic d;
-  d.severity = s;
-  d.file = std::move(file);
-  d.line = clamp_line(line);
-  d.column = clamp_line(column);
-  d.key = std::move(key);
-  d.message = std::move(message);
-  return d;
-}
-
 bool is_blank(std::string_view s) {
   std::size_t i = 0;
   while (i < s.size()) {
@@ -449,7 +433,7 @@ class FileReader {
     if (listed_.size() >= o_.max_listed) return;
     std::string k = key;
     if (w.index >= 0) k = "[" + std::to_string(w.index) + "]" + (key.empty() ? "" : "." + key);
-    listed_.push_back(diag(Severity::Warning, path_, message, std::move(k), w.line, column));
+    listed_.push_back(diagnostic_at(Severity::Warning, path_, std::move(k), message, w.line, column));
   }
 
   void record(const json& j, const Where& w) {
@@ -495,47 +479,50 @@ class FileReader {
         d.push_back(x);
       }
       if (report.malformed > static_cast<std::int64_t>(listed_.size()))
-        d.push_back(diag(Severity::Note, path_,
-                         "... and " + std::to_string(report.malformed - static_cast<std::int64_t>(listed_.size())) +
-                             " more malformed records"));
+        d.push_back(diagnostic_at(Severity::Note, path_, {},
+                                  "... and " +
+                                      std::to_string(report.malformed - static_cast<std::int64_t>(listed_.size())) +
+                                      " more malformed records"));
     };
     const std::string records = array ? "elements" : "lines";
     if (report.lines == 0) {
-      d.push_back(diag(Severity::Error, path_,
-                       array ? "the JSON array is empty; expected training records"
-                             : "the file is empty (blank lines only); expected one JSON object per line"));
+      d.push_back(diagnostic_at(Severity::Error, path_, {},
+                                array ? "the JSON array is empty; expected training records"
+                                      : "the file is empty (blank lines only); expected one JSON object per line"));
       return;
     }
     if (report.samples == 0) {
       if (!any_object_) {
-        d.push_back(diag(Severity::Error, path_,
-                         "every record is malformed (" + std::to_string(report.lines) + " " + records +
-                             ", none a JSON object); expected one JSON object per line or a JSON array of objects"));
+        d.push_back(
+            diagnostic_at(Severity::Error, path_, {},
+                          "every record is malformed (" + std::to_string(report.lines) + " " + records +
+                              ", none a JSON object); expected one JSON object per line or a JSON array of objects"));
       } else if (!any_shaped_) {
-        d.push_back(diag(Severity::Error, path_,
-                         "unknown dataset format: the records have " + first_keys_ +
-                             "; accepted formats: " + std::string(kAccepted)));
+        d.push_back(diagnostic_at(Severity::Error, path_, {},
+                                  "unknown dataset format: the records have " + first_keys_ +
+                                      "; accepted formats: " + std::string(kAccepted)));
       } else {
-        d.push_back(diag(Severity::Error, path_,
-                         "no valid samples: all " + std::to_string(report.lines) + " records are malformed"));
+        d.push_back(diagnostic_at(Severity::Error, path_, {},
+                                  "no valid samples: all " + std::to_string(report.lines) + " records are malformed"));
       }
       listed(Severity::Error);
       return;
     }
     const double share = static_cast<double>(report.malformed) / static_cast<double>(report.lines);
     if (report.malformed > 0 && share > o_.max_bad_sample_ratio) {
-      d.push_back(diag(Severity::Error, path_,
-                       std::to_string(report.malformed) + " of " + std::to_string(report.lines) + " records (" +
-                           percent(share) + "%) are malformed, more than max_bad_sample_ratio " +
-                           text::format_double(o_.max_bad_sample_ratio) + " allows; the first ones:"));
+      d.push_back(diagnostic_at(Severity::Error, path_, {},
+                                std::to_string(report.malformed) + " of " + std::to_string(report.lines) +
+                                    " records (" + percent(share) +
+                                    "%) are malformed, more than max_bad_sample_ratio " +
+                                    text::format_double(o_.max_bad_sample_ratio) + " allows; the first ones:"));
       listed(Severity::Error);
       return;
     }
     if (report.malformed > 0) {
-      d.push_back(diag(Severity::Warning, path_,
-                       "skipped " + std::to_string(report.malformed) + " malformed of " + std::to_string(report.lines) +
-                           " records (within max_bad_sample_ratio " + text::format_double(o_.max_bad_sample_ratio) +
-                           "):"));
+      d.push_back(diagnostic_at(Severity::Warning, path_, {},
+                                "skipped " + std::to_string(report.malformed) + " malformed of " +
+                                    std::to_string(report.lines) + " records (within max_bad_sample_ratio " +
+                                    text::format_double(o_.max_bad_sample_ratio) + "):"));
       listed(Severity::Warning);
     }
   }
@@ -614,8 +601,8 @@ void read_lines(std::istream& in, FileReader& r, const std::string& path, Diagno
     r.record(j, w);
   }
   if (in.bad())
-    d.push_back(
-        diag(Severity::Error, path, "read failed after line " + std::to_string(n) + ": " + std::strerror(errno)));
+    d.push_back(diagnostic_at(Severity::Error, path, {},
+                              "read failed after line " + std::to_string(n) + ": " + std::strerror(errno)));
 }
 
 bool read_array(std::istream& in, FileReader& r, const std::string& path, Diagnostics& d) {
@@ -635,10 +622,10 @@ bool read_array(std::istream& in, FileReader& r, const std::string& path, Diagno
   } catch (const json::parse_error& e) {
     std::int64_t line = 0, col = 0;
     const std::string msg = clean_parse_error(e.what(), &line, &col);
-    d.push_back(diag(Severity::Error, path, "not a valid JSON array: " + msg, "", line, col));
+    d.push_back(diagnostic_at(Severity::Error, path, "", "not a valid JSON array: " + msg, line, col));
     return false;
   } catch (const std::exception& e) {
-    d.push_back(diag(Severity::Error, path, "cannot be read as a JSON array: " + text::excerpt(e.what())));
+    d.push_back(diagnostic_at(Severity::Error, path, {}, "cannot be read as a JSON array: " + text::excerpt(e.what())));
     return false;
   }
   return true;
@@ -690,7 +677,7 @@ Result<FileData> read_dataset_file(const std::string& path, const LoadOptions& o
   r.value.report.path = path;
   r.value.report.spec = path;
   auto fail = [&](std::string msg) {
-    r.diagnostics.push_back(diag(Severity::Error, path, std::move(msg)));
+    r.diagnostics.push_back(diagnostic_at(Severity::Error, path, {}, std::move(msg)));
     return r;
   };
   std::error_code ec;
@@ -768,7 +755,7 @@ Result<std::int64_t> count_dataset_records(const std::string& path) {
   Result<std::int64_t> r;
   RegularFileStream in(path);
   if (!in.is_open()) {
-    r.diagnostics.push_back(diag(Severity::Error, path, in.error() + "; expected a .jsonl or .json file"));
+    r.diagnostics.push_back(diagnostic_at(Severity::Error, path, {}, in.error() + "; expected a .jsonl or .json file"));
     return r;
   }
   const auto first = first_significant(in);
@@ -781,7 +768,7 @@ Result<std::int64_t> count_dataset_records(const std::string& path) {
     if (!c.error.empty()) {
       std::int64_t line = 0, col = 0;
       const std::string msg = clean_parse_error(c.error, &line, &col);
-      r.diagnostics.push_back(diag(Severity::Error, path, "not a valid JSON array: " + msg, "", line, col));
+      r.diagnostics.push_back(diagnostic_at(Severity::Error, path, "", "not a valid JSON array: " + msg, line, col));
       return r;
     }
     r.value = c.elements;
@@ -805,7 +792,8 @@ Result<std::int64_t> count_dataset_records(const std::string& path) {
     r.value = lines + (blank ? 0 : 1);
   }
   if (in.bad())
-    r.diagnostics.push_back(diag(Severity::Error, path, std::string("read failed: ") + std::strerror(errno)));
+    r.diagnostics.push_back(
+        diagnostic_at(Severity::Error, path, {}, std::string("read failed: ") + std::strerror(errno)));
   return r;
 }
 
@@ -818,7 +806,7 @@ Result<LoadedDatasets> load_datasets(const std::vector<std::string>& specs, cons
     FileReport report;
     report.spec = spec;
     if (!parse_dataset_spec(spec, &ds, &error)) {
-      r.diagnostics.push_back(diag(Severity::Error, "", text::quoted(spec) + ": " + error, "dataset"));
+      r.diagnostics.push_back(diagnostic_at(Severity::Error, "", "dataset", text::quoted(spec) + ": " + error));
       r.value.files.push_back(report);
       continue;
     }
@@ -836,7 +824,7 @@ Result<LoadedDatasets> load_datasets(const std::vector<std::string>& specs, cons
     auto& samples = file.value.samples;
     if (const std::string why = sample_request_problem(ds.samples, static_cast<std::int64_t>(samples.size()));
         !why.empty()) {
-      r.diagnostics.push_back(diag(Severity::Error, path, text::quoted(spec) + ": " + why, "dataset"));
+      r.diagnostics.push_back(diagnostic_at(Severity::Error, path, "dataset", text::quoted(spec) + ": " + why));
       report.selected = 0;
       r.value.files.push_back(report);
       continue;
@@ -845,11 +833,11 @@ Result<LoadedDatasets> load_datasets(const std::vector<std::string>& specs, cons
     if (ds.samples > static_cast<std::int64_t>(samples.size())) {
       const auto n = static_cast<std::int64_t>(samples.size());
       r.diagnostics.push_back(
-          diag(Severity::Warning, path,
-               "#" + std::to_string(ds.samples) + " asks for more samples than the file's " + std::to_string(n) +
-                   ": each sample is used " + std::to_string(ds.samples / n) + " time(s)" +
-                   (ds.samples % n ? " and " + std::to_string(ds.samples % n) + " more are drawn at random"
-                                   : std::string())));
+          diagnostic_at(Severity::Warning, path, {},
+                        "#" + std::to_string(ds.samples) + " asks for more samples than the file's " +
+                            std::to_string(n) + ": each sample is used " + std::to_string(ds.samples / n) + " time(s)" +
+                            (ds.samples % n ? " and " + std::to_string(ds.samples % n) + " more are drawn at random"
+                                            : std::string())));
       for (std::size_t i : picked) r.value.samples.push_back(samples[i]);
     } else {
       for (std::size_t i : picked) r.value.samples.push_back(std::move(samples[i]));
@@ -857,7 +845,7 @@ Result<LoadedDatasets> load_datasets(const std::vector<std::string>& specs, cons
     report.selected = static_cast<std::int64_t>(picked.size());
     r.value.files.push_back(report);
   }
-  if (specs.empty()) r.diagnostics.push_back(diag(Severity::Error, "", "no dataset given", "dataset"));
+  if (specs.empty()) r.diagnostics.push_back(diagnostic_at(Severity::Error, "", "dataset", "no dataset given"));
   if (!r.ok()) r.value.samples.clear();
   return r;
 }
@@ -923,21 +911,19 @@ Result<std::vector<bool>> validation_mask(std::size_t n, double ratio, std::uint
   r.value.assign(n, false);
   if (!(ratio > 0.0)) {
     if (std::isnan(ratio))
-      r.diagnostics.push_back(diag(Severity::Error, "", "must be a number in [0, 1)", "split_dataset_ratio"));
+      r.diagnostics.push_back(diagnostic_at(Severity::Error, "", "split_dataset_ratio", "must be a number in [0, 1)"));
     return r;
   }
   if (ratio >= 1.0) {
-    r.diagnostics.push_back(
-        diag(Severity::Error, "",
-             "found " + text::format_double(ratio) + "; expected a share below 1 (some data must remain for training)",
-             "split_dataset_ratio"));
+    r.diagnostics.push_back(diagnostic_at(
+        Severity::Error, "", "split_dataset_ratio",
+        "found " + text::format_double(ratio) + "; expected a share below 1 (some data must remain for training)"));
     return r;
   }
   if (n < 2) {
-    r.diagnostics.push_back(diag(Severity::Error, "",
-                                 "cannot hold out a validation share of " + std::to_string(n) +
-                                     " sample(s): at least 2 are needed (one to train, one to validate)",
-                                 "split_dataset_ratio"));
+    r.diagnostics.push_back(diagnostic_at(Severity::Error, "", "split_dataset_ratio",
+                                          "cannot hold out a validation share of " + std::to_string(n) +
+                                              " sample(s): at least 2 are needed (one to train, one to validate)"));
     return r;
   }
   // ceil, forgiving the rounding of products such as 0.3 * 10 = 3.0000000000000004
@@ -956,25 +942,27 @@ Result<Sample> parse_conversation(std::string_view json_text, const std::string&
   } catch (const json::parse_error& e) {
     std::int64_t line = 0, col = 0;
     const std::string msg = clean_parse_error(e.what(), &line, &col);
-    r.diagnostics.push_back(diag(Severity::Error, file, "not valid JSON: " + msg, "", line, col));
+    r.diagnostics.push_back(diagnostic_at(Severity::Error, file, "", "not valid JSON: " + msg, line, col));
     return r;
   }
   if (j.is_array()) j = json{{"messages", std::move(j)}};
   if (!j.is_object() || !j.contains("messages")) {
-    r.diagnostics.push_back(diag(Severity::Error, file,
-                                 std::string("expected a JSON array of {role, content} messages or an object with "
-                                             "\"messages\" (and \"tools\"), found ") +
-                                     (j.is_object() ? "an object without \"messages\"" : j.type_name())));
+    r.diagnostics.push_back(
+        diagnostic_at(Severity::Error, file, {},
+                      std::string("expected a JSON array of {role, content} messages or an object with "
+                                  "\"messages\" (and \"tools\"), found ") +
+                          (j.is_object() ? "an object without \"messages\"" : j.type_name())));
     return r;
   }
   RecordError e;
   if (!tools_member(j, r.value.tools, e) || !to_messages(j, r.value.messages, e, false)) {
-    r.diagnostics.push_back(diag(Severity::Error, file, e.message, e.key));
+    r.diagnostics.push_back(diagnostic_at(Severity::Error, file, e.key, e.message));
     r.value = {};
     return r;
   }
   if (r.value.messages.empty())
-    r.diagnostics.push_back(diag(Severity::Error, file, "is empty; expected at least one message", "messages"));
+    r.diagnostics.push_back(
+        diagnostic_at(Severity::Error, file, "messages", "is empty; expected at least one message"));
   r.value.origin = file;
   return r;
 }

@@ -58,14 +58,6 @@ constexpr char kMagic[8] = {'O', 'D', 'Y', 'T', 'O', 'K', 'N', '\x1a'};
 constexpr std::size_t kKeyChars = 64;
 constexpr std::size_t kHeaderSize = 8 + 4 + kKeyChars + 8 + 8 + 8;  // magic, version, key, samples, tokens, meta
 
-Diagnostic diag(Severity s, std::string file, std::string message) {
-  Diagnostic d;
-  d.severity = s;
-  d.file = std::move(file);
-  d.message = std::move(message);
-  return d;
-}
-
 // Length-prefixed fields, so no two different inputs hash the same byte string.
 void field(Sha256& h, std::string_view s) {
   const std::uint64_t n = s.size();
@@ -88,18 +80,18 @@ Result<std::string> token_cache_key(const TokenCacheKeyInputs& in) {
     DatasetSpec ds;
     std::string error;
     if (!parse_dataset_spec(spec, &ds, &error)) {
-      r.diagnostics.push_back(diag(Severity::Error, "", text::quoted(spec) + ": " + error));
+      r.diagnostics.push_back(diagnostic_at(Severity::Error, "", {}, text::quoted(spec) + ": " + error));
       return r;
     }
     const std::string path = resolve_dataset_path(ds.path, in.base_dir);
     std::error_code ec;
     if (!fs::is_regular_file(path, ec)) {
-      r.diagnostics.push_back(diag(Severity::Error, path, "not a readable file"));
+      r.diagnostics.push_back(diagnostic_at(Severity::Error, path, {}, "not a readable file"));
       return r;
     }
     const auto digest = sha256_file(path, &error);
     if (!digest) {
-      r.diagnostics.push_back(diag(Severity::Error, "", error));
+      r.diagnostics.push_back(diagnostic_at(Severity::Error, "", {}, error));
       return r;
     }
     field(h, spec);
@@ -111,7 +103,7 @@ Result<std::string> token_cache_key(const TokenCacheKeyInputs& in) {
   std::string error;
   const auto tok = sha256_file(in.tokenizer_file, &error);
   if (!tok) {
-    r.diagnostics.push_back(diag(Severity::Error, "", error.empty() ? "no tokenizer file" : error));
+    r.diagnostics.push_back(diagnostic_at(Severity::Error, "", {}, error.empty() ? "no tokenizer file" : error));
     return r;
   }
   h.update(tok->data(), tok->size());
@@ -285,7 +277,7 @@ Result<std::optional<TokenCacheContents>> read_token_cache(const std::string& fi
   std::error_code ec;
   if (!fs::exists(file, ec)) return r;
   auto corrupt = [&](const std::string& why) {
-    r.diagnostics.push_back(diag(Severity::Warning, file, "token cache ignored and rebuilt: " + why));
+    r.diagnostics.push_back(diagnostic_at(Severity::Warning, file, {}, "token cache ignored and rebuilt: " + why));
     r.value.reset();
     return r;
   };
@@ -360,7 +352,7 @@ Result<std::optional<TokenCacheContents>> read_token_cache(const std::string& fi
 Diagnostics write_token_cache(const std::string& file, const std::string& key, const TokenCacheContents& c) {
   Diagnostics d;
   auto fail = [&](const std::string& why) {
-    d.push_back(diag(Severity::Warning, file, "token cache not written: " + why));
+    d.push_back(diagnostic_at(Severity::Warning, file, {}, "token cache not written: " + why));
     return d;
   };
   if (key.size() != kKeyChars) return fail("bad key");
@@ -412,7 +404,7 @@ Diagnostics write_token_cache(const std::string& file, const std::string& key, c
     if (ok) ok = std::fwrite(digest.data(), 1, digest.size(), f) == digest.size();
   } catch (const std::exception& e) {
     ok = false;
-    d.push_back(diag(Severity::Warning, file, std::string("token cache not written: ") + e.what()));
+    d.push_back(diagnostic_at(Severity::Warning, file, {}, std::string("token cache not written: ") + e.what()));
   }
   if (ok) ok = std::fflush(f) == 0;
 #ifdef ODYSSEY_HAVE_UNISTD
@@ -473,14 +465,15 @@ Result<PreparedDataset> load_tokenized(const std::vector<std::string>& specs, co
         // with ids beyond the vocabulary failed every run at step 1 ("index out of range in
         // self") until --no-token-cache. Such an entry is discarded and rebuilt.
         if (std::string why = ids_outside_vocabulary(hit.value->samples, tokenizer.vocab_size()); !why.empty()) {
-          r.diagnostics.push_back(diag(Severity::Warning, file, "token cache ignored and rebuilt: " + why));
+          r.diagnostics.push_back(
+              diagnostic_at(Severity::Warning, file, {}, "token cache ignored and rebuilt: " + why));
           hit.value.reset();
         }
       }
       if (hit.value) {
         auto& c = *hit.value;
         r.diagnostics.insert(r.diagnostics.end(), c.notes.begin(), c.notes.end());
-        r.diagnostics.push_back(diag(Severity::Note, file, "tokenized data read from the cache"));
+        r.diagnostics.push_back(diagnostic_at(Severity::Note, file, {}, "tokenized data read from the cache"));
         r.value.samples = std::move(c.samples);
         r.value.files = std::move(c.files);
         r.value.report = std::move(c.report);
@@ -491,7 +484,7 @@ Result<PreparedDataset> load_tokenized(const std::vector<std::string>& specs, co
       }
     } else if (!tokenizer.file().empty() && !fs::is_regular_file(tokenizer.file())) {
       r.diagnostics.push_back(
-          diag(Severity::Note, tokenizer.file(), "not a file on disk; tokenized data is not cached"));
+          diagnostic_at(Severity::Note, tokenizer.file(), {}, "not a file on disk; tokenized data is not cached"));
     }
   }
   auto loaded = load_datasets(specs, load);

@@ -13,15 +13,6 @@ namespace odyssey::data {
 
 namespace {
 
-Diagnostic diag(Severity s, std::string file, std::string message, std::string key = {}) {
-  Diagnostic d;
-  d.severity = s;
-  d.file = std::move(file);
-  d.key = std::move(key);
-  d.message = std::move(message);
-  return d;
-}
-
 enum class Fate : std::uint8_t { Kept, Truncated, TooLong, NoLabels, Failed };
 
 struct Slot {
@@ -136,7 +127,8 @@ Result<TokenizedSample> tokenize_sample(const Sample& sample, const Tokenizer& t
       d.file = sample.origin;
       r.diagnostics.push_back(std::move(d));
     }
-    if (r.diagnostics.empty()) r.diagnostics.push_back(diag(Severity::Error, sample.origin, "cannot be tokenized"));
+    if (r.diagnostics.empty())
+      r.diagnostics.push_back(diagnostic_at(Severity::Error, sample.origin, {}, "cannot be tokenized"));
     return r;
   }
   r.value.ids = std::move(enc.value.ids);
@@ -178,13 +170,13 @@ Result<TokenizedDataset> tokenize_samples(const std::vector<Sample>& samples, co
   rep.truncation = std::string(truncation_name(options.truncation));
   rep.samples_in = static_cast<std::int64_t>(samples.size());
   if (options.max_length < 1 || options.max_length > std::numeric_limits<std::int32_t>::max()) {
-    r.diagnostics.push_back(diag(Severity::Error, "",
-                                 "found " + std::to_string(options.max_length) + "; expected a positive token count",
-                                 "max_length"));
+    r.diagnostics.push_back(
+        diagnostic_at(Severity::Error, "", "max_length",
+                      "found " + std::to_string(options.max_length) + "; expected a positive token count"));
     return r;
   }
   if (!tokenizer.valid()) {
-    r.diagnostics.push_back(diag(Severity::Error, "", "no tokenizer loaded", "model"));
+    r.diagnostics.push_back(diagnostic_at(Severity::Error, "", "model", "no tokenizer loaded"));
     return r;
   }
 
@@ -225,10 +217,11 @@ Result<TokenizedDataset> tokenize_samples(const std::vector<Sample>& samples, co
   }
 
   if (cancelled.load()) {
-    r.diagnostics.push_back(diag(Severity::Error, "",
-                                 "tokenization was cancelled (a stop was requested) after " +
-                                     std::to_string(std::min(samples.size(), std::min(next.load(), blocks) * kBlock)) +
-                                     " of " + std::to_string(samples.size()) + " samples"));
+    r.diagnostics.push_back(
+        diagnostic_at(Severity::Error, "", {},
+                      "tokenization was cancelled (a stop was requested) after " +
+                          std::to_string(std::min(samples.size(), std::min(next.load(), blocks) * kBlock)) + " of " +
+                          std::to_string(samples.size()) + " samples"));
     return r;
   }
   // Merge in input order: every count and choice below is independent of the thread count.
@@ -261,32 +254,29 @@ Result<TokenizedDataset> tokenize_samples(const std::vector<Sample>& samples, co
   }
   if (failed > 10)
     r.diagnostics.push_back(
-        diag(Severity::Note, "", "... and " + std::to_string(failed - 10) + " more samples failed"));
+        diagnostic_at(Severity::Note, "", {}, "... and " + std::to_string(failed - 10) + " more samples failed"));
   if (first_too_long) {
     const std::string what = first_too_long->sample.origin + " has " + std::to_string(first_too_long->length) +
                              " tokens, more than max_length " + std::to_string(options.max_length);
     if (options.truncation == Truncation::Raise) {
-      r.diagnostics.push_back(diag(
-          Severity::Error, "",
-          what + " (truncation_strategy raise; " + std::to_string(rep.dropped_too_long) + " sample(s) are too long)",
-          "truncation_strategy"));
+      r.diagnostics.push_back(diagnostic_at(
+          Severity::Error, "", "truncation_strategy",
+          what + " (truncation_strategy raise; " + std::to_string(rep.dropped_too_long) + " sample(s) are too long)"));
     } else {
-      r.diagnostics.push_back(diag(Severity::Warning, "",
-                                   "dropped " + count(rep.dropped_too_long, "sample") + " longer than max_length " +
-                                       std::to_string(options.max_length) +
-                                       " (truncation_strategy delete); the first: " + what,
-                                   "max_length"));
+      r.diagnostics.push_back(diagnostic_at(Severity::Warning, "", "max_length",
+                                            "dropped " + count(rep.dropped_too_long, "sample") +
+                                                " longer than max_length " + std::to_string(options.max_length) +
+                                                " (truncation_strategy delete); the first: " + what));
     }
   }
   if (first_no_labels)
-    r.diagnostics.push_back(diag(Severity::Warning, "",
-                                 "dropped " + count(rep.dropped_no_labels, "sample") +
-                                     " with no token to train on (no assistant token left" +
-                                     (options.truncation == Truncation::Right ? " after right truncation" : "") +
-                                     "); the first: " + first_no_labels->sample.origin,
-                                 "truncation_strategy"));
+    r.diagnostics.push_back(diagnostic_at(
+        Severity::Warning, "", "truncation_strategy",
+        "dropped " + count(rep.dropped_no_labels, "sample") + " with no token to train on (no assistant token left" +
+            (options.truncation == Truncation::Right ? " after right truncation" : "") +
+            "); the first: " + first_no_labels->sample.origin));
   if (!has_errors(r.diagnostics) && rep.samples_in > 0 && rep.kept == 0)
-    r.diagnostics.push_back(diag(Severity::Error, "", "no sample is left to train on after tokenization"));
+    r.diagnostics.push_back(diagnostic_at(Severity::Error, "", {}, "no sample is left to train on after tokenization"));
   if (!r.ok()) {
     r.value.samples.clear();
   }
@@ -299,11 +289,11 @@ Result<ChatTemplate> template_for(const std::string& template_name, const Tokeni
   const std::string bos = tokenizer.valid() ? tokenizer.bos_token() : std::string();
   if (!template_file.empty()) {
     if (template_name != "auto") {
-      r.diagnostics.push_back(diag(Severity::Error, "",
-                                   "found " + text::quoted(template_name) +
-                                       " with template_file set; a template file replaces the model's template, so "
-                                       "template must be auto",
-                                   "template"));
+      r.diagnostics.push_back(
+          diagnostic_at(Severity::Error, "", "template",
+                        "found " + text::quoted(template_name) +
+                            " with template_file set; a template file replaces the model's template, so "
+                            "template must be auto"));
       return r;
     }
     r = chat_template_from_file(template_file, tokenizer);
@@ -312,31 +302,25 @@ Result<ChatTemplate> template_for(const std::string& template_name, const Tokeni
     r = chat_template_for_model(tokenizer, model_family);
     if (!r.ok()) return r;
   } else {
-    std::optional<ChatTemplateKind> kind;
-    if (template_name == "qwen2_5") kind = ChatTemplateKind::Qwen2_5;
-    else if (template_name == "qwen3") kind = ChatTemplateKind::Qwen3;
-    else if (template_name == "chatml") kind = ChatTemplateKind::ChatML;
-    else if (template_name == "llama3") kind = ChatTemplateKind::Llama3;
-    else if (template_name == "llama3_1") kind = ChatTemplateKind::Llama3_1;
+    const std::optional<ChatTemplateKind> kind = chat_template_kind_named(template_name);
     if (!kind) {
-      r.diagnostics.push_back(
-          diag(Severity::Error, "",
-               "found " + text::quoted(template_name) + "; expected auto, chatml, qwen2_5, qwen3, llama3 or llama3_1",
-               "template"));
+      r.diagnostics.push_back(diagnostic_at(
+          Severity::Error, "", "template",
+          "found " + text::quoted(template_name) + "; expected auto, chatml, qwen2_5, qwen3, llama3 or llama3_1"));
       return r;
     }
     r.value = ChatTemplate(*kind, bos);
     if (tokenizer.valid()) {
       const auto own = recognize_chat_template(tokenizer.chat_template_source());
       if (own && *own != *kind)
-        r.diagnostics.push_back(diag(Severity::Warning, tokenizer.chat_template_file(),
-                                     "the model's own chat template is " + std::string(ChatTemplate(*own).name()) +
-                                         "; training with " + std::string(r.value.name()) + " as configured",
-                                     "template"));
+        r.diagnostics.push_back(diagnostic_at(Severity::Warning, tokenizer.chat_template_file(), "template",
+                                              "the model's own chat template is " +
+                                                  std::string(ChatTemplate(*own).name()) + "; training with " +
+                                                  std::string(r.value.name()) + " as configured"));
     }
   }
   if (!tokenizer.valid()) {
-    r.diagnostics.push_back(diag(Severity::Error, "", "no tokenizer loaded", "model"));
+    r.diagnostics.push_back(diagnostic_at(Severity::Error, "", "model", "no tokenizer loaded"));
     return r;
   }
   std::vector<std::string> needed;
@@ -353,10 +337,9 @@ Result<ChatTemplate> template_for(const std::string& template_name, const Tokeni
   }
   for (const auto& t : needed)
     if (!tokenizer.token_to_id(t))
-      r.diagnostics.push_back(diag(Severity::Error, tokenizer.file(),
-                                   "the " + std::string(r.value.name()) + " template needs the token " +
-                                       text::quoted(t) + ", which this tokenizer does not have",
-                                   "template"));
+      r.diagnostics.push_back(diagnostic_at(Severity::Error, tokenizer.file(), "template",
+                                            "the " + std::string(r.value.name()) + " template needs the token " +
+                                                text::quoted(t) + ", which this tokenizer does not have"));
   return r;
 }
 

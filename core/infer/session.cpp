@@ -10,31 +10,24 @@
 
 namespace odyssey::infer {
 
-namespace {
-
-Diagnostic error(const std::string& key, const std::string& message) {
-  Diagnostic d;
-  d.key = key;
-  d.message = message;
-  return d;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 Result<std::unique_ptr<Session>> Session::open(const SessionOptions& o) {
   Result<std::unique_ptr<Session>> r;
   if (o.device != "auto" && o.device != "cpu" && o.device != "cuda")
-    r.diagnostics.push_back(error("device", "found " + text::quoted(o.device) + ", expected auto, cpu or cuda"));
+    r.diagnostics.push_back(error_at({}, "device", "found " + text::quoted(o.device) + ", expected auto, cpu or cuda"));
   if (o.dtype != "auto" && o.dtype != "float32" && o.dtype != "bfloat16")
-    r.diagnostics.push_back(error("dtype", "found " + text::quoted(o.dtype) + ", expected auto, float32 or bfloat16"));
+    r.diagnostics.push_back(
+        error_at({}, "dtype", "found " + text::quoted(o.dtype) + ", expected auto, float32 or bfloat16"));
   if (!o.quant.empty() && o.quant != "nf4" && o.quant != "fp4")
-    r.diagnostics.push_back(error("quant", "found " + text::quoted(o.quant) + ", expected nf4 or fp4"));
+    r.diagnostics.push_back(error_at({}, "quant", "found " + text::quoted(o.quant) + ", expected nf4 or fp4"));
   if (!r.ok()) return r;
   const ModelLocation loc = locate_model(o.model, "");
   if (loc.source == ModelLocation::NotFound || loc.source == ModelLocation::BundledShape) {
-    r.diagnostics.push_back(error("model", text::quoted(o.model) + ": " + loc.describe() +
-                                               "; give a directory with config.json, safetensors weights and "
-                                               "tokenizer.json, or a hub id in the Hugging Face or ModelScope cache"));
+    r.diagnostics.push_back(error_at({}, "model",
+                                     text::quoted(o.model) + ": " + loc.describe() +
+                                         "; give a directory with config.json, safetensors weights and "
+                                         "tokenizer.json, or a hub id in the Hugging Face or ModelScope cache"));
     return r;
   }
   std::unique_ptr<Session> s(new Session());
@@ -46,7 +39,7 @@ Result<std::unique_ptr<Session>> Session::open(const SessionOptions& o) {
 
   const bool cuda = o.device == "cuda" || (o.device == "auto" && torch::cuda::is_available());
   if (cuda && !torch::cuda::is_available()) {
-    r.diagnostics.push_back(error("device", "cuda was asked for and no CUDA device is visible"));
+    r.diagnostics.push_back(error_at({}, "device", "cuda was asked for and no CUDA device is visible"));
     return r;
   }
   model::DecoderOptions opts;
@@ -106,15 +99,16 @@ Result<std::vector<std::int32_t>> Session::encode(const Prompt& p, std::optional
     return r;
   }
   if (!template_) {
-    r.diagnostics.push_back(error("messages", "the model " + model_path_ +
-                                                  " has no chat template Odyssey can use, so a conversation cannot be "
-                                                  "rendered (give a raw \"prompt\", or a template with --template or "
-                                                  "--template-file): " +
-                                                  template_error_));
+    r.diagnostics.push_back(error_at({}, "messages",
+                                     "the model " + model_path_ +
+                                         " has no chat template Odyssey can use, so a conversation cannot be "
+                                         "rendered (give a raw \"prompt\", or a template with --template or "
+                                         "--template-file): " +
+                                         template_error_));
     return r;
   }
   if (p.messages.empty()) {
-    r.diagnostics.push_back(error("messages", "is empty: a conversation needs at least one message"));
+    r.diagnostics.push_back(error_at({}, "messages", "is empty: a conversation needs at least one message"));
     return r;
   }
   ChatOptions opts;

@@ -128,13 +128,14 @@ AttentionImpl::AttentionImpl(const DecoderConfig& c, const torch::TensorOptions&
   const std::string prefix = "model.layers." + std::to_string(layer) + ".self_attn.";
   auto q = [&](const char* name) { return c.quant.quantizes(prefix + name); };
   if (c.hf.fused_qkv) {
-    qkv_proj = register_module("qkv_proj", Linear(h, (heads + 2 * kv_heads) * head_dim, c.qkv_bias, o, q("qkv_proj")));
+    qkv_proj =
+        register_module("qkv_proj", Linear(h, (heads + 2 * kv_heads) * head_dim, c.hf.qkv_bias, o, q("qkv_proj")));
   } else {
-    q_proj = register_module("q_proj", Linear(h, heads * head_dim, c.qkv_bias, o, q("q_proj")));
-    k_proj = register_module("k_proj", Linear(h, kv_heads * head_dim, c.qkv_bias, o, q("k_proj")));
-    v_proj = register_module("v_proj", Linear(h, kv_heads * head_dim, c.qkv_bias, o, q("v_proj")));
+    q_proj = register_module("q_proj", Linear(h, heads * head_dim, c.hf.qkv_bias, o, q("q_proj")));
+    k_proj = register_module("k_proj", Linear(h, kv_heads * head_dim, c.hf.qkv_bias, o, q("k_proj")));
+    v_proj = register_module("v_proj", Linear(h, kv_heads * head_dim, c.hf.qkv_bias, o, q("v_proj")));
   }
-  o_proj = register_module("o_proj", Linear(heads * head_dim, h, c.o_bias, o, q("o_proj")));
+  o_proj = register_module("o_proj", Linear(heads * head_dim, h, c.hf.o_bias, o, q("o_proj")));
   if (c.hf.qk_norm) {
     q_norm = register_module("q_norm", RMSNorm(head_dim, c.hf.rms_norm_eps, o, c.hf.norm_plus_one));
     k_norm = register_module("k_norm", RMSNorm(head_dim, c.hf.rms_norm_eps, o, c.hf.norm_plus_one));
@@ -229,12 +230,12 @@ MlpImpl::MlpImpl(const DecoderConfig& c, const torch::TensorOptions& o, std::int
   const std::string prefix = module_name.empty() ? "model.layers." + std::to_string(layer) + ".mlp." : module_name;
   auto q = [&](const char* name) { return c.quant.quantizes(prefix + name); };
   if (c.hf.fused_qkv) {
-    gate_up_proj = register_module("gate_up_proj", Linear(h, 2 * i, c.mlp_bias, o, q("gate_up_proj")));
+    gate_up_proj = register_module("gate_up_proj", Linear(h, 2 * i, c.hf.mlp_bias, o, q("gate_up_proj")));
   } else {
-    gate_proj = register_module("gate_proj", Linear(h, i, c.mlp_bias, o, q("gate_proj")));
-    up_proj = register_module("up_proj", Linear(h, i, c.mlp_bias, o, q("up_proj")));
+    gate_proj = register_module("gate_proj", Linear(h, i, c.hf.mlp_bias, o, q("gate_proj")));
+    up_proj = register_module("up_proj", Linear(h, i, c.hf.mlp_bias, o, q("up_proj")));
   }
-  down_proj = register_module("down_proj", Linear(i, h, c.mlp_bias, o, q("down_proj")));
+  down_proj = register_module("down_proj", Linear(i, h, c.hf.mlp_bias, o, q("down_proj")));
 }
 
 torch::Tensor MlpImpl::compute(const torch::Tensor& x, const NormSource* src,

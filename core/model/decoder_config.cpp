@@ -17,21 +17,13 @@ namespace {
 
 using nlohmann::json;
 
-Diagnostic derr(const std::string& file, const std::string& key, std::string msg) {
-  Diagnostic d;
-  d.file = file;
-  d.key = key;
-  d.message = std::move(msg);
-  return d;
-}
-
 // A number under `key` of `obj`; a diagnostic when present but not a number.
 bool read_number(const json& obj, const char* key, const std::string& where, const std::string& file, double* out,
                  Diagnostics* diags) {
   auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) return false;
   if (!it->is_number()) {
-    diags->push_back(derr(file, where + key, "found " + text::excerpt(dump_json(*it)) + ", expected a number"));
+    diags->push_back(error_at(file, where + key, "found " + text::excerpt(dump_json(*it)) + ", expected a number"));
     return false;
   }
   *out = it->get<double>();
@@ -55,22 +47,24 @@ void parse_rope_object(const json& j, const json* p, const std::string& where, c
       break;
     }
   }
-  if (type == "su" || (type == "yarn" && c.hf.family == "phi3")) type = "longrope";  // Phi3Config's mapping
+  const bool phi3 = c.hf.family_row().fused_projections;  // Phi3Config: partial rotary, "yarn" means longrope
+  if (type == "su" || (type == "yarn" && phi3)) type = "longrope";
   if (auto it = p->find("partial_rotary_factor");
-      c.hf.family != "phi3" && it != p->end() && it->is_number() && it->get<double>() != 1.0)
-    diags->push_back(
-        derr(file, where + "partial_rotary_factor",
-             "found " + text::excerpt(dump_json(*it)) + "; Odyssey rotates part of the head for Phi3ForCausalLM only"));
+      !phi3 && it != p->end() && it->is_number() && it->get<double>() != 1.0)
+    diags->push_back(error_at(
+        file, where + "partial_rotary_factor",
+        "found " + text::excerpt(dump_json(*it)) + "; Odyssey rotates part of the head for Phi3ForCausalLM only"));
   if (type == "default") return;
   const std::string kinds = supported_rope_types();
   if (type != "linear" && type != "dynamic" && type != "yarn" && type != "longrope" && type != "llama3") {
-    diags->push_back(derr(file, where + "rope_type", "found " + text::quoted(type) + "; Odyssey implements " + kinds));
+    diags->push_back(
+        error_at(file, where + "rope_type", "found " + text::quoted(type) + "; Odyssey implements " + kinds));
     return;
   }
   r->type = type;
   auto need = [&](const char* key, double* out) {
     if (!read_number(*p, key, where, file, out, diags))
-      diags->push_back(derr(file, where + key, "missing; rope_type " + type + " needs it"));
+      diags->push_back(error_at(file, where + key, "missing; rope_type " + type + " needs it"));
   };
   // As standardize_rope_params: a top-level original_max_position_embeddings wins (Phi-3),
   // else the one in the RoPE object, else max_position_embeddings.
@@ -80,24 +74,25 @@ void parse_rope_object(const json& j, const json* p, const std::string& where, c
   r->original_max_position_embeddings = static_cast<std::int64_t>(omax);
   const bool needs_omax = type == "llama3" || type == "yarn" || type == "longrope";
   if (needs_omax && r->original_max_position_embeddings <= 0)
-    diags->push_back(derr(file, where + "original_max_position_embeddings",
-                          "missing or not positive; rope_type " + type + " needs it"));
+    diags->push_back(error_at(file, where + "original_max_position_embeddings",
+                              "missing or not positive; rope_type " + type + " needs it"));
   if (type == "linear" || type == "dynamic" || type == "llama3") need("factor", &r->factor);
   if (type == "dynamic" && r->max_position_embeddings <= 0)
-    diags->push_back(derr(file, "max_position_embeddings", "missing; rope_type dynamic scales past it"));
+    diags->push_back(error_at(file, "max_position_embeddings", "missing; rope_type dynamic scales past it"));
   if (type == "llama3") {
     need("low_freq_factor", &r->low_freq_factor);
     need("high_freq_factor", &r->high_freq_factor);
     if (r->high_freq_factor <= r->low_freq_factor)
-      diags->push_back(derr(file, where + "high_freq_factor",
-                            "must be greater than low_freq_factor (" + text::format_double(r->low_freq_factor) + ")"));
+      diags->push_back(
+          error_at(file, where + "high_freq_factor",
+                   "must be greater than low_freq_factor (" + text::format_double(r->low_freq_factor) + ")"));
   }
   const double mpe = static_cast<double>(c.hf.max_position_embeddings);
   if (type == "yarn" || type == "longrope") {
     // factor absent: max_position_embeddings / original (both _compute_yarn/_longrope_parameters).
     if (!read_number(*p, "factor", where, file, &r->factor, diags)) {
       if (r->original_max_position_embeddings <= 0 || mpe <= 0)
-        diags->push_back(derr(file, where + "factor", "missing, and max_position_embeddings does not give it"));
+        diags->push_back(error_at(file, where + "factor", "missing, and max_position_embeddings does not give it"));
       else r->factor = mpe / static_cast<double>(r->original_max_position_embeddings);
     }
     double af = 0;
@@ -122,12 +117,13 @@ void parse_rope_object(const json& j, const json* p, const std::string& where, c
       for (auto [key, out] : {std::pair{"short_factor", &r->short_factor}, std::pair{"long_factor", &r->long_factor}}) {
         auto it = p->find(key);
         if (it == p->end() || !it->is_array()) {
-          diags->push_back(derr(file, where + key, "missing or not a list; rope_type longrope needs it"));
+          diags->push_back(error_at(file, where + key, "missing or not a list; rope_type longrope needs it"));
           continue;
         }
         for (const auto& v : *it) {
           if (!v.is_number()) {
-            diags->push_back(derr(file, where + key, "found " + text::excerpt(dump_json(v)) + ", expected numbers"));
+            diags->push_back(
+                error_at(file, where + key, "found " + text::excerpt(dump_json(v)) + ", expected numbers"));
             break;
           }
           out->push_back(v.get<double>());
@@ -140,11 +136,12 @@ void parse_rope_object(const json& j, const json* p, const std::string& where, c
 void parse_rope(const json& j, DecoderConfig* c, Diagnostics* diags) {
   const std::string& file = c->file;
   RopeParams& r = c->rope;
-  if (c->hf.family == "gemma3") r.theta = 1'000'000.0;  // Gemma3TextConfig.default_theta
+  const ModelFamily& f = c->hf.family_row();
+  r.theta = f.rope_theta;
   read_number(j, "rope_theta", "", file, &r.theta, diags);
   // Gemma-3: transformers 5 writes {"full_attention": {...}, "sliding_attention": {...}}; 4.x
   // checkpoints have rope_theta / rope_scaling for the full layers and rope_local_base_freq.
-  if (c->hf.family == "gemma3") {
+  if (f.local_rope) {
     RopeParams local;
     local.theta = 10'000.0;
     read_number(j, "rope_local_base_freq", "", file, &local.theta, diags);
@@ -154,7 +151,7 @@ void parse_rope(const json& j, DecoderConfig* c, Diagnostics* diags) {
         auto it = rp->find(lt);
         if (it == rp->end() || it->is_null()) continue;
         if (!it->is_object()) {
-          diags->push_back(derr(file, std::string("rope_parameters.") + lt, "expected an object"));
+          diags->push_back(error_at(file, std::string("rope_parameters.") + lt, "expected an object"));
           continue;
         }
         parse_rope_object(j, &*it, std::string("rope_parameters.") + lt + ".", *c,
@@ -178,7 +175,7 @@ void parse_rope(const json& j, DecoderConfig* c, Diagnostics* diags) {
       break;
     }
     if (it != j.end() && !it->is_null()) {
-      diags->push_back(derr(file, key, "found " + text::excerpt(dump_json(*it)) + ", expected an object"));
+      diags->push_back(error_at(file, key, "found " + text::excerpt(dump_json(*it)) + ", expected an object"));
       return;
     }
   }
@@ -202,15 +199,6 @@ Result<DecoderConfig> parse_decoder_config(const std::string& json_text, const s
   c.file = file;
   const json j = json::parse(json_text);  // parse_model_config has checked it parses
 
-  const std::string& fam = c.hf.family;
-  if (fam == "qwen2") {
-    c.qkv_bias = true;  // Qwen2Attention hard-codes bias=True on q/k/v, none on o_proj
-  } else if (fam == "qwen2_moe") {
-    c.qkv_bias = c.hf.attention_bias;  // Qwen2MoeConfig.qkv_bias; none on o_proj
-  } else {
-    c.qkv_bias = c.o_bias = c.hf.attention_bias;  // false for Mistral and Phi-3 (model_config.cpp)
-  }
-  c.mlp_bias = c.hf.mlp_bias;
   if (auto it = j.find("pad_token_id"); it != j.end() && it->is_number_integer()) {
     const auto v = it->get<std::int64_t>();
     if (v >= 0 && v < c.hf.vocab_size) c.pad_token_id = v;
@@ -227,15 +215,15 @@ Result<DecoderConfig> parse_decoder_config(const std::string& json_text, const s
     if (rp->type == "longrope")
       for (const auto* f : {&rp->short_factor, &rp->long_factor})
         if (!f->empty() && static_cast<std::int64_t>(f->size()) != rotary / 2)
-          r.diagnostics.push_back(
-              derr(file, f == &rp->short_factor ? "rope_scaling.short_factor" : "rope_scaling.long_factor",
-                   std::to_string(f->size()) +
-                       " values; head_dim x partial_rotary_factor / 2 = " + std::to_string(rotary / 2) + " needed"));
+          r.diagnostics.push_back(error_at(
+              file, f == &rp->short_factor ? "rope_scaling.short_factor" : "rope_scaling.long_factor",
+              std::to_string(f->size()) +
+                  " values; head_dim x partial_rotary_factor / 2 = " + std::to_string(rotary / 2) + " needed"));
   }
   if (rotary % 2 != 0 || rotary <= 0)
     r.diagnostics.push_back(
-        derr(file, "partial_rotary_factor",
-             "head_dim x partial_rotary_factor = " + std::to_string(rotary) + " must be a positive even number"));
+        error_at(file, "partial_rotary_factor",
+                 "head_dim x partial_rotary_factor = " + std::to_string(rotary) + " must be a positive even number"));
   Result<QuantSettings> q = parse_quantization_config(json_text, file);
   r.diagnostics.insert(r.diagnostics.end(), q.diagnostics.begin(), q.diagnostics.end());
   if (q.ok()) c.quant = q.value;
@@ -248,7 +236,7 @@ Result<DecoderConfig> load_decoder_config(const std::string& model_dir) {
   if (!read_regular_file(p.string(), std::uint64_t{64} << 20, &text, &why)) {  // never blocks on a FIFO
     Result<DecoderConfig> r;
     r.diagnostics.push_back(
-        derr(p.string(), "", "cannot be read (" + why + "); a Hugging Face model directory holds config.json"));
+        error_at(p.string(), "", "cannot be read (" + why + "); a Hugging Face model directory holds config.json"));
     return r;
   }
   return parse_decoder_config(text, p.string());

@@ -64,12 +64,10 @@ Result<QuantSettings> parse_quantization_config(const std::string& json_text, co
 
 struct DecoderConfig {
   HfModelConfig hf;
-  QuantSettings quant;                       // the 4-bit base of this model (from config.json, or set by the loader)
-  RopeParams rope;                           // every layer's, or the full-attention layers' when rope_local is set
-  std::optional<RopeParams> rope_local;      // Gemma-3: sliding-window layers (rope_local_base_freq)
-  bool qkv_bias = false;                     // Qwen2: always; Llama/Qwen3: attention_bias
-  bool o_bias = false;                       // Llama/Qwen3: attention_bias; Qwen2: never
-  bool mlp_bias = false;                     // Llama: mlp_bias
+  QuantSettings quant;                   // the 4-bit base of this model (from config.json, or set by the loader)
+  RopeParams rope;                       // every layer's, or the full-attention layers' when rope_local is set
+  std::optional<RopeParams> rope_local;  // Gemma-3: sliding-window layers (rope_local_base_freq)
+
   std::optional<std::int64_t> pad_token_id;  // nn.Embedding's padding_idx (no gradient)
   double initializer_range = 0.02;
   std::string file;  // config.json it came from, for messages

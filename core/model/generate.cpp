@@ -20,14 +20,6 @@ namespace odyssey::model {
 
 namespace {
 
-Diagnostic error(const std::string& key, const std::string& message, const std::string& file = {}) {
-  Diagnostic d;
-  d.file = file;
-  d.key = key;
-  d.message = message;
-  return d;
-}
-
 struct Row {
   std::vector<std::int32_t> seen;  // prompt + new tokens (repetition penalty)
   std::size_t streamed = 0;        // bytes of `text` handed to the callback
@@ -131,20 +123,20 @@ Diagnostics check_generation_options(const GenerationOptions& o) {
   Diagnostics d;
   const SamplingOptions& s = o.sampling;
   if (o.max_new_tokens < 1)
-    d.push_back(error("max_new_tokens", "expected at least 1, found " + std::to_string(o.max_new_tokens)));
+    d.push_back(error_at({}, "max_new_tokens", "expected at least 1, found " + std::to_string(o.max_new_tokens)));
   if (!(s.temperature >= 0.0) || !std::isfinite(s.temperature))
     d.push_back(
-        error("temperature", "expected a number >= 0 (0: greedy), found " + text::format_double(s.temperature)));
-  if (s.top_k < 0) d.push_back(error("top_k", "expected 0 (off) or more, found " + std::to_string(s.top_k)));
+        error_at({}, "temperature", "expected a number >= 0 (0: greedy), found " + text::format_double(s.temperature)));
+  if (s.top_k < 0) d.push_back(error_at({}, "top_k", "expected 0 (off) or more, found " + std::to_string(s.top_k)));
   if (!(s.top_p > 0.0 && s.top_p <= 1.0))
-    d.push_back(error("top_p", "expected a number in (0, 1], found " + text::format_double(s.top_p)));
+    d.push_back(error_at({}, "top_p", "expected a number in (0, 1], found " + text::format_double(s.top_p)));
   if (!(s.min_p >= 0.0 && s.min_p <= 1.0))
-    d.push_back(error("min_p", "expected a number in [0, 1], found " + text::format_double(s.min_p)));
+    d.push_back(error_at({}, "min_p", "expected a number in [0, 1], found " + text::format_double(s.min_p)));
   if (!(s.repetition_penalty > 0.0) || !std::isfinite(s.repetition_penalty))
-    d.push_back(error("repetition_penalty",
-                      "expected a number > 0 (1: off), found " + text::format_double(s.repetition_penalty)));
+    d.push_back(error_at({}, "repetition_penalty",
+                         "expected a number > 0 (1: off), found " + text::format_double(s.repetition_penalty)));
   for (const std::string& stop : o.stop)
-    if (stop.empty()) d.push_back(error("stop", "a stop string is empty"));
+    if (stop.empty()) d.push_back(error_at({}, "stop", "a stop string is empty"));
   return d;
 }
 
@@ -154,25 +146,26 @@ Result<std::vector<GenerationResult>> generate(CausalLM& lm, const std::vector<s
   Result<std::vector<GenerationResult>> r;
   r.diagnostics = check_generation_options(o);
   if (!o.stop.empty() && tokenizer == nullptr)
-    r.diagnostics.push_back(error("stop", "stop strings need the tokenizer"));
+    r.diagnostics.push_back(error_at({}, "stop", "stop strings need the tokenizer"));
   const std::int64_t vocab = lm->config().hf.vocab_size;
   std::int64_t longest = 0;
   for (std::size_t i = 0; i < prompts.size(); ++i) {
     const auto& p = prompts[i];
     const std::string where = "prompt " + std::to_string(i);
-    if (p.empty()) r.diagnostics.push_back(error(where, "is empty: a prompt needs at least one token"));
+    if (p.empty()) r.diagnostics.push_back(error_at({}, where, "is empty: a prompt needs at least one token"));
     for (std::int32_t id : p)
       if (id < 0 || id >= vocab) {
-        r.diagnostics.push_back(error(where, "token id " + std::to_string(id) + " is outside the model's vocabulary (" +
-                                                 std::to_string(vocab) + ")"));
+        r.diagnostics.push_back(error_at(
+            {}, where,
+            "token id " + std::to_string(id) + " is outside the model's vocabulary (" + std::to_string(vocab) + ")"));
         break;
       }
     if (o.max_positions > 0 && static_cast<std::int64_t>(p.size()) >= o.max_positions)
-      r.diagnostics.push_back(error(where, std::to_string(p.size()) +
-                                               " tokens leave no room for a new one: the model "
-                                               "takes " +
-                                               std::to_string(o.max_positions) +
-                                               " positions (max_position_embeddings)"));
+      r.diagnostics.push_back(error_at({}, where,
+                                       std::to_string(p.size()) +
+                                           " tokens leave no room for a new one: the model "
+                                           "takes " +
+                                           std::to_string(o.max_positions) + " positions (max_position_embeddings)"));
     longest = std::max<std::int64_t>(longest, static_cast<std::int64_t>(p.size()));
   }
   if (!r.ok() || prompts.empty()) return r;
@@ -318,7 +311,7 @@ Result<std::vector<std::int32_t>> generation_eos_ids(const std::string& model_di
     try {
       j = nlohmann::json::parse(in);
     } catch (const nlohmann::json::parse_error& e) {
-      r.diagnostics.push_back(error("", std::string("invalid JSON: ") + e.what(), file));
+      r.diagnostics.push_back(error_at(file, "", std::string("invalid JSON: ") + e.what()));
       return r;
     }
     if (!j.is_object() || !j.contains("eos_token_id") || j["eos_token_id"].is_null()) continue;
@@ -326,7 +319,7 @@ Result<std::vector<std::int32_t>> generation_eos_ids(const std::string& model_di
     auto add = [&](const nlohmann::json& x) {
       if (!x.is_number_integer() || x.get<std::int64_t>() < 0) {
         r.diagnostics.push_back(
-            error("eos_token_id", "expected a token id or a list of them, found " + x.dump(), file));
+            error_at(file, "eos_token_id", "expected a token id or a list of them, found " + x.dump()));
         return;
       }
       r.value.push_back(static_cast<std::int32_t>(x.get<std::int64_t>()));

@@ -233,7 +233,7 @@ MoeImpl::MoeImpl(const DecoderConfig& c, const torch::TensorOptions& o, std::int
       top_k(c.hf.num_experts_per_tok),
       layer_index(layer),
       norm_topk_prob(c.hf.norm_topk_prob),
-      weights_in_fp32(c.hf.family == "mixtral"),
+      weights_in_fp32(c.hf.family_row().router_weights_fp32()),
       jitter(c.hf.router_jitter_noise) {
   const std::int64_t h = c.hf.hidden_size;
   const std::string prefix = "model.layers." + std::to_string(layer) + ".mlp.";

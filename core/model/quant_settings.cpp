@@ -12,14 +12,6 @@ namespace {
 
 using json = nlohmann::json;
 
-Diagnostic derr(const std::string& file, const std::string& key, std::string msg) {
-  Diagnostic d;
-  d.file = file;
-  d.key = key;
-  d.message = std::move(msg);
-  return d;
-}
-
 }  // namespace
 
 bool QuantSettings::quantizes(const std::string& name) const {
@@ -44,16 +36,16 @@ Result<QuantSettings> parse_quantization_config(const std::string& json_text, co
   if (it == j.end() || it->is_null()) return r;
   const std::string base = "quantization_config";
   if (!it->is_object()) {
-    r.diagnostics.push_back(derr(file, base, "must be an object (transformers' BitsAndBytesConfig.to_dict())"));
+    r.diagnostics.push_back(error_at(file, base, "must be an object (transformers' BitsAndBytesConfig.to_dict())"));
     return r;
   }
   const json& q = *it;
   const std::string method = q.value("quant_method", std::string("bitsandbytes"));
   if (method != "bitsandbytes") {
-    r.diagnostics.push_back(derr(file, base + ".quant_method",
-                                 "'" + method +
-                                     "': Odyssey reads bitsandbytes 4-bit checkpoints (NF4/FP4); load the "
-                                     "16-bit model and set quant_bits: 4 to quantize it on load"));
+    r.diagnostics.push_back(error_at(file, base + ".quant_method",
+                                     "'" + method +
+                                         "': Odyssey reads bitsandbytes 4-bit checkpoints (NF4/FP4); load the "
+                                         "16-bit model and set quant_bits: 4 to quantize it on load"));
     return r;
   }
   auto flag = [&](const char* key) {
@@ -61,14 +53,15 @@ Result<QuantSettings> parse_quantization_config(const std::string& json_text, co
     return f != q.end() && f->is_boolean() && f->get<bool>();
   };
   if (flag("load_in_8bit")) {
-    r.diagnostics.push_back(derr(file, base + ".load_in_8bit",
-                                 "8-bit bitsandbytes checkpoints are not supported; Odyssey trains 4-bit bases "
-                                 "(load_in_4bit) or 16-bit ones"));
+    r.diagnostics.push_back(error_at(file, base + ".load_in_8bit",
+                                     "8-bit bitsandbytes checkpoints are not supported; Odyssey trains 4-bit bases "
+                                     "(load_in_4bit) or 16-bit ones"));
     return r;
   }
   if (!flag("load_in_4bit")) {
-    r.diagnostics.push_back(derr(file, base + ".load_in_4bit",
-                                 "neither load_in_4bit nor load_in_8bit is true; a bitsandbytes checkpoint sets one"));
+    r.diagnostics.push_back(
+        error_at(file, base + ".load_in_4bit",
+                 "neither load_in_4bit nor load_in_8bit is true; a bitsandbytes checkpoint sets one"));
     return r;
   }
   QuantSettings& s = r.value;
@@ -77,7 +70,7 @@ Result<QuantSettings> parse_quantization_config(const std::string& json_text, co
   if (const auto t = q.find("bnb_4bit_quant_type"); t != q.end()) {
     if (!t->is_string() || (t->get<std::string>() != "nf4" && t->get<std::string>() != "fp4"))
       r.diagnostics.push_back(
-          derr(file, base + ".bnb_4bit_quant_type", "'" + t->dump() + "': expected \"nf4\" or \"fp4\""));
+          error_at(file, base + ".bnb_4bit_quant_type", "'" + t->dump() + "': expected \"nf4\" or \"fp4\""));
     else s.type = t->get<std::string>();
   } else {
     s.type = "fp4";  // BitsAndBytesConfig's default
@@ -87,12 +80,12 @@ Result<QuantSettings> parse_quantization_config(const std::string& json_text, co
     s.compute_dtype = d->get<std::string>();
   if (const auto m = q.find("llm_int8_skip_modules"); m != q.end() && !m->is_null()) {
     if (!m->is_array()) {
-      r.diagnostics.push_back(derr(file, base + ".llm_int8_skip_modules", "must be a list of module names"));
+      r.diagnostics.push_back(error_at(file, base + ".llm_int8_skip_modules", "must be a list of module names"));
     } else {
       for (const auto& e : *m) {
         if (!e.is_string()) {
           r.diagnostics.push_back(
-              derr(file, base + ".llm_int8_skip_modules", "entry " + e.dump() + " is not a module name"));
+              error_at(file, base + ".llm_int8_skip_modules", "entry " + e.dump() + " is not a module name"));
           continue;
         }
         s.skip_modules.push_back(e.get<std::string>());
@@ -111,7 +104,7 @@ std::int64_t QuantStateInfo::numel() const {
 
 Result<QuantStateInfo> parse_quant_state(std::string_view bytes, const std::string& file, const std::string& tensor) {
   Result<QuantStateInfo> r;
-  auto fail = [&](std::string msg) { r.diagnostics.push_back(derr(file, tensor, std::move(msg))); };
+  auto fail = [&](std::string msg) { r.diagnostics.push_back(error_at(file, tensor, std::move(msg))); };
   json j;
   try {
     j = json::parse(bytes);

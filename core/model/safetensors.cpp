@@ -32,10 +32,6 @@ namespace {
 // source pages on the CPU, a staging buffer on the GPU) independently of the tensor size.
 constexpr std::int64_t kChunkBytes = 16 << 20;
 
-Diagnostic make_error(const std::string& file, const std::string& key, std::string message) {
-  return {Severity::Error, file, 0, 0, key, std::move(message)};
-}
-
 std::string errno_text() { return std::strerror(errno); }
 
 std::string dtype_text(torch::Dtype d) {
@@ -94,7 +90,7 @@ Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open(const std::
   struct stat st {};
   if (fd < 0 || ::fstat(fd, &st) != 0) {
     if (fd >= 0) why = errno_text(), ::close(fd);
-    r.diagnostics.push_back(make_error(path, "", "cannot open the weights file: " + why));
+    r.diagnostics.push_back(error_at(path, "", "cannot open the weights file: " + why));
     return r;
   }
   auto map = std::make_shared<Mapping>();
@@ -102,7 +98,7 @@ Result<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::open(const std::
   if (map->size > 0) {
     void* p = ::mmap(nullptr, map->size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
-      r.diagnostics.push_back(make_error(path, "", "cannot map the file: " + errno_text()));
+      r.diagnostics.push_back(error_at(path, "", "cannot map the file: " + errno_text()));
       ::close(fd);
       return r;
     }
@@ -126,7 +122,7 @@ std::vector<std::string> SafetensorsFile::names() const {
 }
 
 Diagnostic SafetensorsFile::error(const std::string& tensor, std::string message) const {
-  return make_error(path_, tensor, std::move(message));
+  return error_at(path_, tensor, std::move(message));
 }
 
 const char* SafetensorsFile::data_of(const SafetensorsTensorInfo& t) const {
@@ -268,21 +264,20 @@ Result<SafetensorsCheckpoint> SafetensorsCheckpoint::open(const std::string& pat
       if (index) {
         const auto it = index->weight_map.find(t.name);
         if (it == index->weight_map.end()) {
-          diags.push_back(make_error(file.path(), t.name, "the tensor is in this shard but not in " + index_path));
+          diags.push_back(error_at(file.path(), t.name, "the tensor is in this shard but not in " + index_path));
           continue;
         }
         if (it->second != shard) continue;  // reported below, from the index's side
       }
       if (!ck.where_.emplace(t.name, i).second)
-        diags.push_back(
-            make_error(file.path(), t.name, "the tensor is also in " + ck.files_[ck.where_[t.name]]->path()));
+        diags.push_back(error_at(file.path(), t.name, "the tensor is also in " + ck.files_[ck.where_[t.name]]->path()));
     }
   }
   if (index) {
     for (const auto& [name, shard] : index->weight_map) {
       if (ck.where_.count(name)) continue;
       diags.push_back(
-          make_error(index_path, name, "the index puts the tensor in '" + shard + "', which does not contain it"));
+          error_at(index_path, name, "the index puts the tensor in '" + shard + "', which does not contain it"));
     }
     if (index->total_size && r.ok() && *index->total_size != ck.tensor_bytes())
       diags.push_back(
@@ -302,7 +297,7 @@ const SafetensorsFile* SafetensorsCheckpoint::holder(std::string_view name) cons
 }
 
 Diagnostic SafetensorsCheckpoint::missing(std::string_view name) const {
-  return make_error(path_, std::string(name), "no tensor of this name in the checkpoint");
+  return error_at(path_, std::string(name), "no tensor of this name in the checkpoint");
 }
 
 const SafetensorsTensorInfo* SafetensorsCheckpoint::info(std::string_view name) const {
@@ -404,13 +399,13 @@ Diagnostics check_tensors(const NamedTensors& tensors, const std::string& file) 
   Diagnostics d;
   std::set<std::string> seen;
   for (const auto& [name, t] : tensors) {
-    if (!t.defined()) d.push_back(make_error(file, name, "the tensor is undefined"));
+    if (!t.defined()) d.push_back(error_at(file, name, "the tensor is undefined"));
     else if (!from_torch_dtype(t.scalar_type()) || !state_dtype(*from_torch_dtype(t.scalar_type())))
-      d.push_back(make_error(file, name,
-                             "dtype " + dtype_text(t.scalar_type()) + " cannot be written; Odyssey writes " +
-                                 supported_dtypes_text() + " (and I64, I32, U8 for optimizer state)"));
-    if (name == "__metadata__") d.push_back(make_error(file, name, "the name is reserved for the file's metadata"));
-    if (!seen.insert(name).second) d.push_back(make_error(file, name, "the name is given twice"));
+      d.push_back(error_at(file, name,
+                           "dtype " + dtype_text(t.scalar_type()) + " cannot be written; Odyssey writes " +
+                               supported_dtypes_text() + " (and I64, I32, U8 for optimizer state)"));
+    if (name == "__metadata__") d.push_back(error_at(file, name, "the name is reserved for the file's metadata"));
+    if (!seen.insert(name).second) d.push_back(error_at(file, name, "the name is given twice"));
   }
   return d;
 }
@@ -448,7 +443,7 @@ Result<std::uint64_t> save_safetensors(const std::string& path, const NamedTenso
   std::string text = dump_json(header);
   text.resize((text.size() + 7) / 8 * 8, ' ');  // the reference pads the header to 8 bytes
   if (text.size() > kMaxSafetensorsHeaderBytes) {
-    r.diagnostics.push_back(make_error(path, "", "the header would be over the format's limit"));
+    r.diagnostics.push_back(error_at(path, "", "the header would be over the format's limit"));
     return r;
   }
   AtomicFile out(path);
@@ -467,7 +462,7 @@ Result<std::uint64_t> save_safetensors(const std::string& path, const NamedTenso
   }
   out.commit();
   if (!out.ok()) {
-    r.diagnostics.push_back(make_error(path, "", out.error()));
+    r.diagnostics.push_back(error_at(path, "", out.error()));
     return r;
   }
   r.value = 8 + text.size() + offset;
@@ -483,7 +478,7 @@ Result<std::vector<std::string>> save_sharded(const std::string& dir, const Name
   r.diagnostics = check_tensors(tensors, dir);
   std::error_code ec;
   fs::create_directories(d, ec);
-  if (ec) r.diagnostics.push_back(make_error(dir, "", "cannot create the directory: " + ec.message()));
+  if (ec) r.diagnostics.push_back(error_at(dir, "", "cannot create the directory: " + ec.message()));
   if (!r.ok()) return r;
   // Fill shards in order, as huggingface_hub's split_torch_state_dict_into_shards does.
   std::vector<NamedTensors> shards;
@@ -519,7 +514,7 @@ Result<std::vector<std::string>> save_sharded(const std::string& dir, const Name
     out.write(text.data(), text.size());
     out.commit();
     if (!out.ok()) {
-      r.diagnostics.push_back(make_error(index_path, "", out.error()));
+      r.diagnostics.push_back(error_at(index_path, "", out.error()));
       return r;
     }
     r.value.push_back("model.safetensors.index.json");

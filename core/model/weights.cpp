@@ -31,14 +31,6 @@ std::string shape_text(c10::IntArrayRef s) {
   return o.str();
 }
 
-Diagnostic derr(std::string file, std::string key, std::string msg) {
-  Diagnostic d;
-  d.file = std::move(file);
-  d.key = std::move(key);
-  d.message = std::move(msg);
-  return d;
-}
-
 // bitsandbytes' per-weight tensors beside "<module>.weight" (Params4bit's state dict).
 const char* const kQuantParts[] = {"absmax",
                                    "quant_map",
@@ -52,7 +44,7 @@ Result<torch::Tensor> load_stored(const SafetensorsCheckpoint& ckpt, const std::
   for (const auto& f : ckpt.files())
     if (f->path() == file) return f->load_as_stored(name);
   Result<torch::Tensor> r;
-  r.diagnostics.push_back(derr(ckpt.source(), name, "missing"));
+  r.diagnostics.push_back(error_at(ckpt.source(), name, "missing"));
   return r;
 }
 
@@ -64,7 +56,7 @@ Result<c10::intrusive_ptr<kernels::Quant4Weight>> read_prequantized(const Safete
   Result<c10::intrusive_ptr<kernels::Quant4Weight>> r;
   const std::string w = module + ".weight";
   auto fail = [&](const std::string& tensor, const std::string& msg) {
-    r.diagnostics.push_back(derr(ckpt.file_of(tensor).empty() ? ckpt.source() : ckpt.file_of(tensor), tensor, msg));
+    r.diagnostics.push_back(error_at(ckpt.file_of(tensor).empty() ? ckpt.source() : ckpt.file_of(tensor), tensor, msg));
   };
   std::string state_name;
   for (const char* t : {"nf4", "fp4"})
@@ -145,24 +137,23 @@ Result<c10::intrusive_ptr<kernels::Quant4Weight>> read_prequantized(const Safete
 
 std::map<std::string, ExpertPiece> expert_pieces(CausalLM& lm) {
   std::map<std::string, ExpertPiece> out;
-  const bool mixtral = lm->config().hf.family == "mixtral";
+  const ModelFamily& f = lm->config().hf.family_row();
+  const bool mixtral = f.moe == MoeKind::Mixtral;  // its router sits under block_sparse_moe too
   const auto& layers = lm->model->layer_list;
   for (std::size_t l = 0; l < layers.size(); ++l) {
     if (!layers[l]->moe) continue;
     const std::string m = "model.layers." + std::to_string(l) + ".mlp.";
-    const std::string hub = "model.layers." + std::to_string(l) + (mixtral ? ".block_sparse_moe." : ".mlp.");
+    const std::string hub = "model.layers." + std::to_string(l) + "." + std::string(f.moe_module()) + ".";
     const Experts& ex = layers[l]->moe->experts;
     const std::int64_t e_count = ex->gate_up_proj.size(0), i = ex->down_proj.size(2), h = ex->down_proj.size(1);
     if (mixtral) out.emplace(hub + "gate.weight", ExpertPiece{m + "gate.weight", -1, 0, e_count, {e_count, h}});
     for (std::int64_t e = 0; e < e_count; ++e) {
       const std::string x = hub + "experts." + std::to_string(e) + ".";
       // Mixtral's w1 is the gate, w3 the up projection, w2 the down projection.
-      out.emplace(x + (mixtral ? "w1.weight" : "gate_proj.weight"),
+      out.emplace(x + std::string(f.expert_gate()) + ".weight",
                   ExpertPiece{m + "experts.gate_up_proj", e, 0, i, {i, h}});
-      out.emplace(x + (mixtral ? "w3.weight" : "up_proj.weight"),
-                  ExpertPiece{m + "experts.gate_up_proj", e, i, i, {i, h}});
-      out.emplace(x + (mixtral ? "w2.weight" : "down_proj.weight"),
-                  ExpertPiece{m + "experts.down_proj", e, 0, h, {h, i}});
+      out.emplace(x + std::string(f.expert_up()) + ".weight", ExpertPiece{m + "experts.gate_up_proj", e, i, i, {i, h}});
+      out.emplace(x + std::string(f.expert_down()) + ".weight", ExpertPiece{m + "experts.down_proj", e, 0, h, {h, i}});
     }
   }
   return out;
@@ -208,23 +199,23 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const 
       const LinearImpl* lin = qlin.at(name.substr(0, name.size() - 7));
       if (pre) {
         if (info->dtype != SafetensorsDtype::U8 && bad++ < kMaxListed)
-          errs.push_back(derr(file, name,
-                              std::string("dtype ") + dtype_name(info->dtype) + "; config.json (" + cfg.file +
-                                  ") declares a bitsandbytes 4-bit checkpoint, whose weights are U8"));
+          errs.push_back(error_at(file, name,
+                                  std::string("dtype ") + dtype_name(info->dtype) + "; config.json (" + cfg.file +
+                                      ") declares a bitsandbytes 4-bit checkpoint, whose weights are U8"));
       } else if (file_shape != c10::IntArrayRef{lin->out_features, lin->in_features} || !to_torch_dtype(info->dtype)) {
         if (bad++ < kMaxListed)
-          errs.push_back(derr(file, name,
-                              "shape " + shape_text(file_shape) + " " + dtype_name(info->dtype) +
-                                  " in the file; a 16-bit [" + std::to_string(lin->out_features) + ", " +
-                                  std::to_string(lin->in_features) + "] weight is quantized on load"));
+          errs.push_back(error_at(file, name,
+                                  "shape " + shape_text(file_shape) + " " + dtype_name(info->dtype) +
+                                      " in the file; a 16-bit [" + std::to_string(lin->out_features) + ", " +
+                                      std::to_string(lin->in_features) + "] weight is quantized on load"));
       }
       continue;
     }
     if (quant_part_of.count(name)) {
       if (!pre && extra++ < kMaxListed)
-        errs.push_back(derr(file, name,
-                            "a bitsandbytes quant-state tensor, but config.json (" + cfg.file +
-                                ") has no quantization_config with load_in_4bit"));
+        errs.push_back(error_at(file, name,
+                                "a bitsandbytes quant-state tensor, but config.json (" + cfg.file +
+                                    ") has no quantization_config with load_in_4bit"));
       continue;
     }
     auto it = params.find(name);
@@ -232,18 +223,18 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const 
       const ExpertPiece& piece = pc->second;
       if (ckpt.info(piece.param)) {  // both layouts of one parameter
         if (extra++ < kMaxListed)
-          errs.push_back(derr(
+          errs.push_back(error_at(
               file, name, "per-expert tensor beside the stacked " + piece.param + "; a checkpoint holds one layout"));
       } else if (file_shape != c10::IntArrayRef(piece.shape)) {
         if (bad++ < kMaxListed)
-          errs.push_back(derr(file, name,
-                              "shape " + shape_text(file_shape) + " in the file, config.json (" + cfg.file +
-                                  ") gives " + shape_text(piece.shape)));
+          errs.push_back(error_at(file, name,
+                                  "shape " + shape_text(file_shape) + " in the file, config.json (" + cfg.file +
+                                      ") gives " + shape_text(piece.shape)));
       } else if (!to_torch_dtype(info->dtype)) {
         if (bad++ < kMaxListed)
-          errs.push_back(derr(file, name,
-                              std::string("dtype ") + dtype_name(info->dtype) + "; Odyssey loads " +
-                                  supported_dtypes_text() + " weights"));
+          errs.push_back(error_at(file, name,
+                                  std::string("dtype ") + dtype_name(info->dtype) + "; Odyssey loads " +
+                                      supported_dtypes_text() + " weights"));
       }
       continue;
     }
@@ -252,7 +243,7 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const 
       if (tied && name == "lm_head.weight") {
         const torch::Tensor& emb = lm->model->embed_tokens->weight;
         if (file_shape != emb.sizes())
-          errs.push_back(derr(
+          errs.push_back(error_at(
               file, name,
               "shape " + shape_text(file_shape) + " in the file; the tied embedding is " + shape_text(emb.sizes())));
         continue;
@@ -260,22 +251,22 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const 
       bool quant_part = false;
       for (const char* part : kQuantParts) quant_part = quant_part || name.ends_with(std::string(".weight.") + part);
       if (extra++ < kMaxListed)
-        errs.push_back(derr(file, name,
-                            quant_part && !pre ? "a bitsandbytes quant-state tensor, but config.json (" + cfg.file +
-                                                     ") has no quantization_config with load_in_4bit"
-                                               : "unexpected tensor: not a parameter of " + describe(cfg)));
+        errs.push_back(error_at(file, name,
+                                quant_part && !pre ? "a bitsandbytes quant-state tensor, but config.json (" + cfg.file +
+                                                         ") has no quantization_config with load_in_4bit"
+                                                   : "unexpected tensor: not a parameter of " + describe(cfg)));
       continue;
     }
     if (file_shape != it->second.sizes()) {
       if (bad++ < kMaxListed)
-        errs.push_back(derr(file, name,
-                            "shape " + shape_text(file_shape) + " in the file, config.json (" + cfg.file + ") gives " +
-                                shape_text(it->second.sizes())));
+        errs.push_back(error_at(file, name,
+                                "shape " + shape_text(file_shape) + " in the file, config.json (" + cfg.file +
+                                    ") gives " + shape_text(it->second.sizes())));
     } else if (!to_torch_dtype(info->dtype)) {
       if (bad++ < kMaxListed)
-        errs.push_back(derr(file, name,
-                            std::string("dtype ") + dtype_name(info->dtype) + "; Odyssey loads " +
-                                supported_dtypes_text() + " weights"));
+        errs.push_back(error_at(file, name,
+                                std::string("dtype ") + dtype_name(info->dtype) + "; Odyssey loads " +
+                                    supported_dtypes_text() + " weights"));
     }
   }
   for (const auto& [name, t] : params) {
@@ -292,15 +283,15 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const 
     if (of > 0 && absent.size() < of) {
       for (const std::string& a : absent)
         if (missing++ < kMaxListed)
-          errs.push_back(derr(where, a,
-                              "missing: " + describe(cfg) + " (" + std::to_string(cfg.hf.num_experts) +
-                                  " experts) needs every expert's tensor"));
+          errs.push_back(error_at(where, a,
+                                  "missing: " + describe(cfg) + " (" + std::to_string(cfg.hf.num_experts) +
+                                      " experts) needs every expert's tensor"));
       continue;
     }
     if (missing++ < kMaxListed)
-      errs.push_back(derr(where, name,
-                          "missing: " + describe(cfg) + " needs it with shape " + shape_text(t.sizes()) +
-                              (of > 0 ? " (or per expert, as " + absent.front() + " ...)" : std::string())));
+      errs.push_back(error_at(where, name,
+                              "missing: " + describe(cfg) + " needs it with shape " + shape_text(t.sizes()) +
+                                  (of > 0 ? " (or per expert, as " + absent.front() + " ...)" : std::string())));
   }
   for (const auto& [m, lin] : qlin) {
     if (pre && ckpt.info(m + ".weight")) {  // bitsandbytes' quant state beside it
@@ -312,17 +303,18 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const 
         for (const char* part : {"nested_absmax", "nested_quant_map"}) need.push_back(w + part);
       for (const std::string& t : need)
         if (!ckpt.info(t) && missing++ < kMaxListed)
-          errs.push_back(derr(where, t, "missing: a bitsandbytes 4-bit weight (" + m + ".weight) needs it beside it"));
+          errs.push_back(
+              error_at(where, t, "missing: a bitsandbytes 4-bit weight (" + m + ".weight) needs it beside it"));
     }
     if (ckpt.info(m + ".weight")) continue;
     if (missing++ < kMaxListed)
-      errs.push_back(derr(where, m + ".weight",
-                          "missing: " + describe(cfg) + " needs it with shape [" + std::to_string(lin->out_features) +
-                              ", " + std::to_string(lin->in_features) + "]"));
+      errs.push_back(error_at(where, m + ".weight",
+                              "missing: " + describe(cfg) + " needs it with shape [" +
+                                  std::to_string(lin->out_features) + ", " + std::to_string(lin->in_features) + "]"));
   }
   for (auto [n, what] : {std::pair{extra, "unexpected"}, std::pair{missing, "missing"}, std::pair{bad, "mismatched"}})
     if (n > kMaxListed)
-      errs.push_back(derr(where, "", "... and " + std::to_string(n - kMaxListed) + " more " + what + " tensors"));
+      errs.push_back(error_at(where, "", "... and " + std::to_string(n - kMaxListed) + " more " + what + " tensors"));
   if (has_errors(errs)) return errs;
 
   torch::NoGradGuard no_grad;
@@ -417,9 +409,10 @@ Result<std::vector<std::string>> save_weights(CausalLM& lm, const std::string& d
                                               bool copy_config) {
   if (const auto q = quantized_linears(lm); !q.empty()) {
     Result<std::vector<std::string>> r;
-    r.diagnostics.push_back(derr(dir, q.begin()->first + ".weight",
-                                 "the model has 4-bit base weights; merge the adapter into them first (export --merge "
-                                 "dequantizes), Odyssey does not write a 4-bit checkpoint here"));
+    r.diagnostics.push_back(
+        error_at(dir, q.begin()->first + ".weight",
+                 "the model has 4-bit base weights; merge the adapter into them first (export --merge "
+                 "dequantizes), Odyssey does not write a 4-bit checkpoint here"));
     return r;
   }
   NamedTensors tensors = hub_layout_tensors(lm);
@@ -431,7 +424,7 @@ Result<std::vector<std::string>> save_weights(CausalLM& lm, const std::string& d
     fs::copy_file(src, dst, fs::copy_options::overwrite_existing, ec);
     if (ec)
       r.diagnostics.push_back(
-          derr(dst.string(), "", "cannot copy config.json from " + src.string() + ": " + ec.message()));
+          error_at(dst.string(), "", "cannot copy config.json from " + src.string() + ": " + ec.message()));
   }
   return r;
 }
@@ -441,13 +434,13 @@ Result<std::vector<std::string>> save_weights_4bit(CausalLM& lm, const std::stri
   Result<std::vector<std::string>> r;
   const auto type = kernels::parse_quant4_type(quant.type);
   if (quant.bits != 4 || !type || !kernels::valid_quant4_blocksize(quant.blocksize)) {
-    r.diagnostics.push_back(derr(dir, "quantize", "expected 4 bits, nf4 or fp4 and a bitsandbytes blocksize"));
+    r.diagnostics.push_back(error_at(dir, "quantize", "expected 4 bits, nf4 or fp4 and a bitsandbytes blocksize"));
     return r;
   }
   if (const auto q = quantized_linears(lm); !q.empty()) {
     r.diagnostics.push_back(
-        derr(dir, q.begin()->first + ".weight",
-             "holds 4-bit weights already; merge (dequantize) before writing a new 4-bit checkpoint"));
+        error_at(dir, q.begin()->first + ".weight",
+                 "holds 4-bit weights already; merge (dequantize) before writing a new 4-bit checkpoint"));
     return r;
   }
   const torch::ScalarType dtype = lm->options().dtype;
@@ -491,7 +484,7 @@ Result<std::vector<std::string>> save_weights_4bit(CausalLM& lm, const std::stri
   std::ifstream in(src);
   nlohmann::json cfg = nlohmann::json::parse(in, nullptr, false);
   if (!cfg.is_object()) {
-    r.diagnostics.push_back(derr(src, "", "cannot be read as JSON to write the 4-bit checkpoint's config.json"));
+    r.diagnostics.push_back(error_at(src, "", "cannot be read as JSON to write the 4-bit checkpoint's config.json"));
     return r;
   }
   cfg["quantization_config"] = {
@@ -507,7 +500,7 @@ Result<std::vector<std::string>> save_weights_4bit(CausalLM& lm, const std::stri
   const fs::path dst = fs::path(dir) / "config.json";
   std::ofstream out(dst, std::ios::trunc);
   out << cfg.dump(2) << '\n';
-  if (!out) r.diagnostics.push_back(derr(dst.string(), "", "cannot be written"));
+  if (!out) r.diagnostics.push_back(error_at(dst.string(), "", "cannot be written"));
   return r;
 }
 

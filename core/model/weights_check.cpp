@@ -103,17 +103,16 @@ Diagnostics check_config_against_weights(const HfModelConfig& m, const std::stri
   // the expert width (Qwen/Mixtral per-expert tensors, or transformers 5's stacked ones).
   for (std::int64_t l = 0; l < m.num_hidden_layers && m.is_moe(); ++l) {
     if (!m.moe_layer(l)) continue;
-    const bool mixtral = m.family == "mixtral";
+    const ModelFamily& f = m.family_row();
     const std::string& count_key = m.num_experts_key;
-    const std::string width_key = mixtral ? "intermediate_size" : "moe_intermediate_size";
+    const std::string width_key(f.expert_width_key());
     const std::string p = "model.layers." + std::to_string(l) + ".mlp.";
-    const std::string hub = "model.layers." + std::to_string(l) + (mixtral ? ".block_sparse_moe." : ".mlp.");
+    const std::string hub = "model.layers." + std::to_string(l) + "." + std::string(f.moe_module()) + ".";
     for (const std::string& router : {p + "gate.weight", hub + "gate.weight"}) {
       ck.dim(count_key, m.num_experts, router, 0, " experts (the router's rows)");
       ck.dim("hidden_size", m.hidden_size, router, 1, "");
     }
-    ck.dim(width_key, m.moe_intermediate_size, hub + (mixtral ? "experts.0.w1.weight" : "experts.0.gate_proj.weight"),
-           0, "");
+    ck.dim(width_key, m.moe_intermediate_size, hub + "experts.0." + std::string(f.expert_gate()) + ".weight", 0, "");
     ck.dim(count_key, m.num_experts, p + "experts.gate_up_proj", 0, " experts");
     ck.dim(width_key, 2 * m.moe_intermediate_size, p + "experts.gate_up_proj", 1, " x 2 (gate and up) rows");
     if (m.shared_expert_intermediate_size > 0)

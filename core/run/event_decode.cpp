@@ -169,24 +169,17 @@ std::optional<Event> read_event(FieldReader& r, Diagnostics& diags) {
   return Event{std::move(e)};
 }
 
-Diagnostic line_error(const std::string& file, int line_no, std::string message) {
-  Diagnostic d;
-  d.file = file;
-  d.line = line_no;
-  d.message = std::move(message);
-  return d;
-}
-
 DecodedLine decode(std::string_view line, const std::string& file, int line_no) {
   DecodedLine out;
   const json j = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
-    out.diagnostics.push_back(line_error(file, line_no, "not valid JSON; line skipped"));
+    out.diagnostics.push_back(diagnostic_at(Severity::Error, file, {}, "not valid JSON; line skipped", line_no));
     return out;
   }
   if (!j.is_object()) {
-    out.diagnostics.push_back(
-        line_error(file, line_no, std::string("not a JSON object (got ") + j.type_name() + "); line skipped"));
+    out.diagnostics.push_back(diagnostic_at(Severity::Error, file, {},
+                                            std::string("not a JSON object (got ") + j.type_name() + "); line skipped",
+                                            line_no));
     return out;
   }
   FieldReader r(j, "", file, line_no, out.diagnostics);
@@ -205,13 +198,14 @@ DecodedLine decode(std::string_view line, const std::string& file, int line_no) 
   if (out.major != kSchemaMajor) {
     out.refused = true;
     const std::string ours = std::to_string(kSchemaMajor) + ".x";
-    out.diagnostics.push_back(
-        line_error(file, line_no,
-                   out.major > kSchemaMajor
-                       ? "schema version " + std::to_string(out.major) + ".x is newer than this Odyssey understands (" +
-                             ours + "); update Odyssey to read this run"
-                       : "schema version " + std::to_string(out.major) + ".x is older than this Odyssey reads (" +
-                             ours + "); open the run with the Odyssey that wrote it"));
+    out.diagnostics.push_back(diagnostic_at(
+        Severity::Error, file, {},
+        out.major > kSchemaMajor
+            ? "schema version " + std::to_string(out.major) + ".x is newer than this Odyssey understands (" + ours +
+                  "); update Odyssey to read this run"
+            : "schema version " + std::to_string(out.major) + ".x is older than this Odyssey reads (" + ours +
+                  "); open the run with the Odyssey that wrote it",
+        line_no));
     return out;
   }
 
@@ -237,7 +231,7 @@ DecodedLine decode(std::string_view line, const std::string& file, int line_no) 
     if (!has_errors(d)) out.event = Event{std::move(u)};
   }
   if (!out.event && has_errors(d)) {
-    Diagnostic note = line_error(file, line_no, "line skipped");
+    Diagnostic note = diagnostic_at(Severity::Error, file, {}, "line skipped", line_no);
     note.severity = Severity::Note;
     d.push_back(std::move(note));
   }
@@ -255,7 +249,8 @@ DecodedLine decode_event_line(std::string_view line, const std::string& file, in
     // Unreachable by design (nothing above throws on bad input), but a reader that crashes
     // the monitor over one line is worse than one that reports it.
     DecodedLine out;
-    out.diagnostics.push_back(line_error(file, line_no, std::string("cannot decode line: ") + e.what()));
+    out.diagnostics.push_back(
+        diagnostic_at(Severity::Error, file, {}, std::string("cannot decode line: ") + e.what(), line_no));
     return out;
   }
 }

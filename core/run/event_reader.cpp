@@ -16,15 +16,6 @@ namespace {
 constexpr std::size_t kHeadBytes = 256;
 constexpr std::size_t kChunkBytes = 64 * 1024;
 
-Diagnostic make(Severity s, const std::string& file, int line, std::string message) {
-  Diagnostic d;
-  d.severity = s;
-  d.file = file;
-  d.line = line;
-  d.message = std::move(message);
-  return d;
-}
-
 // Closes the descriptor on every return path.
 struct Fd {
   int fd;
@@ -60,8 +51,8 @@ PollResult EventReader::poll() {
     if (f.fd < 0) {
       const int err = errno;
       if (err != ENOENT && err != last_open_errno_)  // say it once, not every poll
-        out.diagnostics.push_back(
-            make(Severity::Error, path_, 0, std::string("cannot open events file: ") + std::strerror(err)));
+        out.diagnostics.push_back(diagnostic_at(Severity::Error, path_, {},
+                                                std::string("cannot open events file: ") + std::strerror(err), 0));
       last_open_errno_ = err;
       return out;
     }
@@ -69,8 +60,8 @@ PollResult EventReader::poll() {
     out.file_exists = true;
     struct stat st {};
     if (::fstat(f.fd, &st) != 0) {
-      out.diagnostics.push_back(
-          make(Severity::Error, path_, 0, std::string("cannot stat events file: ") + std::strerror(errno)));
+      out.diagnostics.push_back(diagnostic_at(Severity::Error, path_, {},
+                                              std::string("cannot stat events file: ") + std::strerror(errno), 0));
       return out;
     }
     const auto dev = static_cast<std::uint64_t>(st.st_dev);
@@ -79,9 +70,10 @@ PollResult EventReader::poll() {
     if (have_identity_ && (dev != dev_ || ino != ino_ || size < offset_ || !same_head(f.fd))) {
       reset();
       out.restarted = true;
-      out.diagnostics.push_back(make(Severity::Warning, path_, 0,
-                                     "the events file was truncated or replaced; reading it again "
-                                     "from the start"));
+      out.diagnostics.push_back(diagnostic_at(Severity::Warning, path_, {},
+                                              "the events file was truncated or replaced; reading it again "
+                                              "from the start",
+                                              0));
     }
     have_identity_ = true;
     dev_ = dev;
@@ -90,7 +82,7 @@ PollResult EventReader::poll() {
   } catch (const std::exception& e) {
     // Only allocation failure can get here; the monitor must survive it.
     out.diagnostics.push_back(
-        make(Severity::Error, path_, line_no_, std::string("reading events failed: ") + e.what()));
+        diagnostic_at(Severity::Error, path_, {}, std::string("reading events failed: ") + e.what(), line_no_));
   }
   return out;
 }
@@ -117,8 +109,8 @@ void EventReader::read_file(int fd, std::int64_t size, PollResult& out) {
     const ssize_t n = ::pread(fd, buf_.data(), want, static_cast<off_t>(offset_));
     if (n < 0) {
       if (errno == EINTR) continue;
-      out.diagnostics.push_back(
-          make(Severity::Error, path_, 0, std::string("cannot read events file: ") + std::strerror(errno)));
+      out.diagnostics.push_back(diagnostic_at(Severity::Error, path_, {},
+                                              std::string("cannot read events file: ") + std::strerror(errno), 0));
       return;
     }
     if (n == 0) return;  // truncated under us; the next poll notices
@@ -175,16 +167,17 @@ void EventReader::consume_line(std::string_view line, PollResult& out) {
   if (d.refused) {
     refused_ = true;
     for (auto& x : d.diagnostics) out.diagnostics.push_back(std::move(x));
-    out.diagnostics.push_back(make(Severity::Note, path_, line_no_, "the rest of the file is not read"));
+    out.diagnostics.push_back(diagnostic_at(Severity::Note, path_, {}, "the rest of the file is not read", line_no_));
     return;
   }
   if (d.event) {
     if (d.minor > kSchemaMinor && !noted_newer_minor_) {
       noted_newer_minor_ = true;
-      out.diagnostics.push_back(make(Severity::Note, path_, line_no_,
-                                     "written by a newer Odyssey (schema " + std::to_string(d.major) + "." +
-                                         std::to_string(d.minor) + "); what it added since " +
-                                         std::string(kSchemaVersion) + " is ignored"));
+      out.diagnostics.push_back(diagnostic_at(Severity::Note, path_, {},
+                                              "written by a newer Odyssey (schema " + std::to_string(d.major) + "." +
+                                                  std::to_string(d.minor) + "); what it added since " +
+                                                  std::string(kSchemaVersion) + " is ignored",
+                                              line_no_));
     }
     out.events.push_back(EventRecord{line_no_, std::move(*d.event)});
     return;
@@ -197,15 +190,16 @@ void EventReader::report_problem(Diagnostics&& diags, PollResult& out) {
   if (problems_ <= options_.max_reported_problems) {
     for (auto& x : diags) out.diagnostics.push_back(std::move(x));
   } else if (problems_ == options_.max_reported_problems + 1) {
-    out.diagnostics.push_back(
-        make(Severity::Note, path_, line_no_, "more malformed lines follow; they are skipped without a report"));
+    out.diagnostics.push_back(diagnostic_at(
+        Severity::Note, path_, {}, "more malformed lines follow; they are skipped without a report", line_no_));
   }
 }
 
 void EventReader::report_too_long(int line_no, PollResult& out) {
   Diagnostics d;
-  d.push_back(make(Severity::Error, path_, line_no,
-                   "line is longer than " + std::to_string(options_.max_line_bytes) + " bytes; line skipped"));
+  d.push_back(diagnostic_at(Severity::Error, path_, {},
+                            "line is longer than " + std::to_string(options_.max_line_bytes) + " bytes; line skipped",
+                            line_no));
   report_problem(std::move(d), out);
 }
 

@@ -22,13 +22,6 @@ struct RunLockAccess {
 
 namespace {
 
-Diagnostic refusal(const fs::path& where, std::string message) {
-  Diagnostic d;
-  d.file = where.string();
-  d.message = std::move(message);
-  return d;
-}
-
 std::string owner_text(const RunLockOwner& o) {
   return "pid " + std::to_string(o.pid) + (o.hostname.empty() ? std::string() : " on " + o.hostname);
 }
@@ -156,9 +149,10 @@ Result<RunClaim> claim_run_dir(const RunDir& dir, pid_t launcher_pid) {
   const fs::path& root = dir.root();
   auto refuse = [&](std::string why) {
     r.value = RunClaim{};
-    r.diagnostics.push_back(refusal(root, "run directory refused: " + why +
-                                              "; a run directory belongs to one run (docs/run-contract.md): "
-                                              "start a new run, or resume with resume_from_checkpoint"));
+    r.diagnostics.push_back(error_at(root.string(), {},
+                                     "run directory refused: " + why +
+                                         "; a run directory belongs to one run (docs/run-contract.md): "
+                                         "start a new run, or resume with resume_from_checkpoint"));
     return std::move(r);
   };
   std::error_code ec;

@@ -24,13 +24,6 @@ using nlohmann::json;
 
 namespace {
 
-Diagnostic error(const std::string& file, std::string message) {
-  Diagnostic d;
-  d.file = file;
-  d.message = std::move(message);
-  return d;
-}
-
 // status.json is a page of text; anything far larger is not one.
 constexpr std::uintmax_t kMaxStatusBytes = 4u << 20;
 
@@ -87,7 +80,7 @@ Result<RunStatus> decode_status(std::string_view text, const std::string& file) 
   try {
     const json j = json::parse(text.begin(), text.end(), nullptr, false);
     if (j.is_discarded() || !j.is_object()) {
-      r.diagnostics.push_back(error(file, "not a JSON object"));
+      r.diagnostics.push_back(error_at(file, {}, "not a JSON object"));
       return r;
     }
     detail::FieldReader f(j, "", file, 0, r.diagnostics);
@@ -100,11 +93,12 @@ Result<RunStatus> decode_status(std::string_view text, const std::string& file) 
       return r;
     }
     if (ver->first != kSchemaMajor) {
-      r.diagnostics.push_back(error(file, "schema version " + std::to_string(ver->first) + ".x is " +
-                                              (ver->first > kSchemaMajor ? "newer than this Odyssey understands ("
-                                                                         : "older than this Odyssey reads (") +
-                                              std::to_string(kSchemaMajor) + ".x)" +
-                                              (ver->first > kSchemaMajor ? "; update Odyssey" : "")));
+      r.diagnostics.push_back(error_at(file, {},
+                                       "schema version " + std::to_string(ver->first) + ".x is " +
+                                           (ver->first > kSchemaMajor ? "newer than this Odyssey understands ("
+                                                                      : "older than this Odyssey reads (") +
+                                           std::to_string(kSchemaMajor) + ".x)" +
+                                           (ver->first > kSchemaMajor ? "; update Odyssey" : "")));
       return r;
     }
     RunStatus& s = r.value;
@@ -129,7 +123,7 @@ Result<RunStatus> decode_status(std::string_view text, const std::string& file) 
     f.optional("exit_code", s.exit_code);
     f.optional("last_error_lines", s.last_error_lines);
   } catch (const std::exception& e) {
-    r.diagnostics.push_back(error(file, std::string("cannot decode: ") + e.what()));
+    r.diagnostics.push_back(error_at(file, {}, std::string("cannot decode: ") + e.what()));
   }
   return r;
 }
@@ -145,7 +139,7 @@ Diagnostics StatusFile::write(const RunStatus& status) const {
       final_name + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
-    diags.push_back(error(tmp, std::string("cannot create: ") + std::strerror(errno)));
+    diags.push_back(error_at(tmp, {}, std::string("cannot create: ") + std::strerror(errno)));
     return diags;
   }
   std::size_t done = 0;
@@ -154,22 +148,22 @@ Diagnostics StatusFile::write(const RunStatus& status) const {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      diags.push_back(error(tmp, std::string("cannot write: ") + std::strerror(errno)));
+      diags.push_back(error_at(tmp, {}, std::string("cannot write: ") + std::strerror(errno)));
       ok = false;
       break;
     }
     done += static_cast<std::size_t>(n);
   }
   if (ok && is_terminal(status.state) && ::fsync(fd) != 0) {
-    diags.push_back(error(tmp, std::string("cannot sync: ") + std::strerror(errno)));
+    diags.push_back(error_at(tmp, {}, std::string("cannot sync: ") + std::strerror(errno)));
     ok = false;
   }
   if (::close(fd) != 0 && ok) {
-    diags.push_back(error(tmp, std::string("cannot close: ") + std::strerror(errno)));
+    diags.push_back(error_at(tmp, {}, std::string("cannot close: ") + std::strerror(errno)));
     ok = false;
   }
   if (ok && ::rename(tmp.c_str(), final_name.c_str()) != 0) {
-    diags.push_back(error(final_name, std::string("cannot replace: ") + std::strerror(errno)));
+    diags.push_back(error_at(final_name, {}, std::string("cannot replace: ") + std::strerror(errno)));
     ok = false;
   }
   if (!ok) ::unlink(tmp.c_str());
@@ -182,12 +176,13 @@ Result<RunStatus> StatusFile::read() const {
   const auto size = std::filesystem::file_size(path_, ec);
   if (ec) {
     Result<RunStatus> r;
-    r.diagnostics.push_back(error(name, "cannot read: " + ec.message()));
+    r.diagnostics.push_back(error_at(name, {}, "cannot read: " + ec.message()));
     return r;
   }
   if (size > kMaxStatusBytes) {
     Result<RunStatus> r;
-    r.diagnostics.push_back(error(name, "is " + std::to_string(size) + " bytes; a status file is a few hundred"));
+    r.diagnostics.push_back(
+        error_at(name, {}, "is " + std::to_string(size) + " bytes; a status file is a few hundred"));
     return r;
   }
   std::ifstream in(path_, std::ios::binary);
@@ -195,7 +190,7 @@ Result<RunStatus> StatusFile::read() const {
   ss << in.rdbuf();
   if (!in) {
     Result<RunStatus> r;
-    r.diagnostics.push_back(error(name, "cannot read"));
+    r.diagnostics.push_back(error_at(name, {}, "cannot read"));
     return r;
   }
   return decode_status(ss.str(), name);

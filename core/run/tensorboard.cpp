@@ -111,13 +111,6 @@ void put_le(std::string& out, std::uint64_t v, int n) {
   for (int i = 0; i < n; ++i) out += static_cast<char>((v >> (8 * i)) & 0xff);
 }
 
-Diagnostic error_at(const std::string& file, std::string message) {
-  Diagnostic d;
-  d.file = file;
-  d.message = std::move(message);
-  return d;
-}
-
 // The host part of the file name: TensorBoard's writers put the hostname there; a '/' would
 // make it a path.
 std::string host_for_name() {
@@ -178,8 +171,9 @@ Result<TensorBoardWriter> TensorBoardWriter::open(const std::filesystem::path& d
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec || !std::filesystem::is_directory(dir)) {
-    r.diagnostics.push_back(error_at(dir.string(), "cannot create the TensorBoard directory" +
-                                                       (ec ? ": " + ec.message() : std::string(": not a directory"))));
+    r.diagnostics.push_back(error_at(
+        dir.string(), {},
+        "cannot create the TensorBoard directory" + (ec ? ": " + ec.message() : std::string(": not a directory"))));
     return r;
   }
   const std::string stem = "events.out.tfevents." + std::to_string(static_cast<std::int64_t>(wall_time)) + "." +
@@ -191,7 +185,7 @@ Result<TensorBoardWriter> TensorBoardWriter::open(const std::filesystem::path& d
     const int fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0 && errno == EEXIST) continue;
     if (fd < 0) {
-      r.diagnostics.push_back(error_at(name, std::string("cannot create: ") + std::strerror(errno)));
+      r.diagnostics.push_back(error_at(name, {}, std::string("cannot create: ") + std::strerror(errno)));
       return r;
     }
     ::close(fd);
@@ -205,12 +199,13 @@ Result<TensorBoardWriter> TensorBoardWriter::open(const std::filesystem::path& d
     r.value.mu_ = std::make_unique<std::mutex>();
     return r;
   }
-  r.diagnostics.push_back(error_at(dir.string(), "cannot create a TensorBoard file: " + stem + "0 to 999 all exist"));
+  r.diagnostics.push_back(
+      error_at(dir.string(), {}, "cannot create a TensorBoard file: " + stem + "0 to 999 all exist"));
   return r;
 }
 
 Diagnostics TensorBoardWriter::write(const TbRecord& r) {
-  if (!mu_) return {error_at(path_, "TensorBoard file is not open")};
+  if (!mu_) return {error_at(path_, {}, "TensorBoard file is not open")};
   const std::string frame = tfrecord(encode_summary_event(r));
   std::lock_guard<std::mutex> lock(*mu_);
   return append_whole(path_, frame, false);

@@ -148,13 +148,6 @@ Diagnostics TensorBoardSink::add(const Event& e) {
 
 namespace {
 
-Diagnostic converter_error(const std::filesystem::path& file, std::string message) {
-  Diagnostic d;
-  d.file = file.string();
-  d.message = std::move(message);
-  return d;
-}
-
 // The reader's diagnostics worded for a converter, which refuses a file instead of skipping
 // lines: "line skipped" notes go, and a line that is not JSON says what a line must be.
 Diagnostics refusal_reasons(const Diagnostics& read) {
@@ -179,13 +172,13 @@ Result<std::filesystem::path> convert_events_to_tensorboard(const std::filesyste
   Result<std::filesystem::path> r;
   std::error_code ec;
   if (!std::filesystem::is_directory(run_dir, ec)) {
-    r.diagnostics.push_back(converter_error(
-        run_dir, std::filesystem::exists(run_dir, ec) ? "is not a directory" : "no such run directory"));
+    r.diagnostics.push_back(error_at(
+        run_dir.string(), {}, std::filesystem::exists(run_dir, ec) ? "is not a directory" : "no such run directory"));
     return r;
   }
   const RunDir dir(run_dir);
   if (!std::filesystem::exists(dir.events(), ec)) {
-    r.diagnostics.push_back(converter_error(dir.events(), "not found: a run directory holds events.jsonl"));
+    r.diagnostics.push_back(error_at(dir.events().string(), {}, "not found: a run directory holds events.jsonl"));
     return r;
   }
   EventReader reader(dir.events());
@@ -193,9 +186,9 @@ Result<std::filesystem::path> convert_events_to_tensorboard(const std::filesyste
   r.diagnostics = refusal_reasons(read.diagnostics);
   if (!r.ok()) return r;
   if (reader.has_partial_line()) {
-    Diagnostic d = converter_error(dir.events(),
-                                   "the last line has no end (the run stopped while writing it); "
-                                   "converted without it");
+    Diagnostic d = error_at(dir.events().string(), {},
+                            "the last line has no end (the run stopped while writing it); "
+                            "converted without it");
     d.severity = Severity::Warning;
     d.line = reader.lines_read() + 1;
     r.diagnostics.push_back(std::move(d));
@@ -207,16 +200,16 @@ Result<std::filesystem::path> convert_events_to_tensorboard(const std::filesyste
     if (auto rec = tensorboard_record(er.event, run_dir)) records.push_back(std::move(*rec));
   }
   if (!any_step) {
-    r.diagnostics.push_back(converter_error(
-        dir.events(), "has no step events (the run never finished a training step): nothing to convert"));
+    r.diagnostics.push_back(error_at(
+        dir.events().string(), {}, "has no step events (the run never finished a training step): nothing to convert"));
     return r;
   }
   if (out_dir.empty()) out_dir = dir.tensorboard_dir();
   if (std::filesystem::is_directory(out_dir, ec))
     for (const auto& entry : std::filesystem::directory_iterator(out_dir, ec))
       if (entry.path().filename().string().find("tfevents") != std::string::npos) {
-        r.diagnostics.push_back(
-            converter_error(entry.path(), "TensorBoard events are already here; remove them to convert the run again"));
+        r.diagnostics.push_back(error_at(entry.path().string(), {},
+                                         "TensorBoard events are already here; remove them to convert the run again"));
         return r;
       }
   auto writer =

@@ -12,6 +12,7 @@
 
 #include "common/sha256.h"
 #include "common/text.h"
+#include "config/model_family.h"
 #include "tokenizer/jinja.h"
 #include "tokenizer/utf8.h"
 
@@ -164,13 +165,6 @@ void render_llama3_1(const std::vector<ChatMessage>& m, const ChatOptions& o, st
   if (o.add_generation_prompt) out.add("<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
-Diagnostic chat_error(std::string key, std::string msg) {
-  Diagnostic d;
-  d.key = std::move(key);
-  d.message = std::move(msg);
-  return d;
-}
-
 }  // namespace
 
 std::vector<std::uint8_t> ChatEncoding::assistant_mask() const {
@@ -249,9 +243,10 @@ Result<RenderedChat> ChatTemplate::render_jinja(const std::vector<ChatMessage>& 
                               const std::string& key) -> std::optional<nlohmann::ordered_json> {
     auto j = nlohmann::ordered_json::parse(text, nullptr, false);
     if (j.is_discarded() || !j.is_array()) {
-      r.diagnostics.push_back(chat_error(key, j.is_discarded()
-                                                  ? "is not valid JSON; expected a JSON array"
-                                                  : std::string("expected a JSON array, found ") + j.type_name()));
+      r.diagnostics.push_back(error_at({}, key,
+                                       j.is_discarded()
+                                           ? "is not valid JSON; expected a JSON array"
+                                           : std::string("expected a JSON array, found ") + j.type_name()));
       return std::nullopt;
     }
     return j;
@@ -304,11 +299,12 @@ Result<RenderedChat> ChatTemplate::render_jinja(const std::vector<ChatMessage>& 
       const std::string upto = tmpl.render(context(i + 1, false), ro).text;
       const std::string where = "messages[" + std::to_string(i) + "]";
       if (upto.compare(0, before.size(), before) != 0 || r.value.text.compare(0, upto.size(), upto) != 0) {
-        r.diagnostics.push_back(chat_error(
-            where, "the template " + tmpl.name() +
-                       " renders this assistant message differently once the conversation continues (or its "
-                       "generation prompt is not where the message starts), so the trained tokens cannot be found "
-                       "by rendering prefixes; a template with {% generation %} blocks marks them explicitly"));
+        r.diagnostics.push_back(
+            error_at({}, where,
+                     "the template " + tmpl.name() +
+                         " renders this assistant message differently once the conversation continues (or its "
+                         "generation prompt is not where the message starts), so the trained tokens cannot be found "
+                         "by rendering prefixes; a template with {% generation %} blocks marks them explicitly"));
         return r;
       }
       if (upto.size() > before.size()) r.value.assistant_ranges.emplace_back(before.size(), upto.size());
@@ -324,7 +320,7 @@ Result<RenderedChat> ChatTemplate::render_jinja(const std::vector<ChatMessage>& 
 Result<RenderedChat> ChatTemplate::render(const std::vector<ChatMessage>& messages, const ChatOptions& options) const {
   Result<RenderedChat> r;
   if (messages.empty()) {
-    r.diagnostics.push_back(chat_error("messages", "a conversation needs at least one message"));
+    r.diagnostics.push_back(error_at({}, "messages", "a conversation needs at least one message"));
     return r;
   }
   const bool uses_tools = !options.tools.empty() || std::any_of(messages.begin(), messages.end(),
@@ -333,24 +329,24 @@ Result<RenderedChat> ChatTemplate::render(const std::vector<ChatMessage>& messag
   // through the model's own template, which the fast path keeps for them.
   if (uses_tools && kind_ != ChatTemplateKind::Jinja && !jinja_) {
     r.diagnostics.push_back(
-        chat_error(options.tools.empty() ? "messages" : "tools",
-                   "the conversation uses tools (tool calls, tool results or a tools list), which Odyssey's built-in " +
-                       std::string(name()) +
-                       " template does not render; use template: auto with a model whose own chat "
-                       "template renders tools, or template_file: with such a template"));
+        error_at({}, options.tools.empty() ? "messages" : "tools",
+                 "the conversation uses tools (tool calls, tool results or a tools list), which Odyssey's built-in " +
+                     std::string(name()) +
+                     " template does not render; use template: auto with a model whose own chat "
+                     "template renders tools, or template_file: with such a template"));
     return r;
   }
   const bool engine = kind_ == ChatTemplateKind::Jinja || uses_tools;
   for (std::size_t i = 0; i < messages.size(); ++i) {
     const std::string& role = messages[i].role;
     if (!engine && role != "system" && role != "user" && role != "assistant")
-      r.diagnostics.push_back(chat_error("messages[" + std::to_string(i) + "].role",
-                                         "role " + text::quoted(role) + " is not supported; Odyssey's " +
-                                             std::string(name()) + " template renders system, user and assistant"));
+      r.diagnostics.push_back(error_at({}, "messages[" + std::to_string(i) + "].role",
+                                       "role " + text::quoted(role) + " is not supported; Odyssey's " +
+                                           std::string(name()) + " template renders system, user and assistant"));
     if (utf8::find_invalid(messages[i].content) != utf8::npos)
       r.diagnostics.push_back(
-          chat_error("messages[" + std::to_string(i) + "].content",
-                     "invalid UTF-8 at byte offset " + std::to_string(utf8::find_invalid(messages[i].content))));
+          error_at({}, "messages[" + std::to_string(i) + "].content",
+                   "invalid UTF-8 at byte offset " + std::to_string(utf8::find_invalid(messages[i].content))));
   }
   if (has_errors(r.diagnostics)) return r;
   if (engine) return render_jinja(messages, options);
@@ -394,7 +390,7 @@ Result<ChatEncoding> ChatTemplate::encode(const Tokenizer& tokenizer, const std:
     while (last > b && (static_cast<unsigned char>(text[last]) & 0xC0) == 0x80) --last;
     const auto first_tok = token_at(b), last_tok = token_at(last);
     if (!first_tok || !last_tok) {
-      r.diagnostics.push_back(chat_error("messages", "an assistant turn maps to no tokens"));
+      r.diagnostics.push_back(error_at({}, "messages", "an assistant turn maps to no tokens"));
       return r;
     }
     r.value.assistant_spans.emplace_back(*first_tok, *last_tok + 1);
@@ -403,18 +399,28 @@ Result<ChatEncoding> ChatTemplate::encode(const Tokenizer& tokenizer, const std:
   return r;
 }
 
+std::optional<ChatTemplateKind> chat_template_kind_named(std::string_view name) {
+  for (ChatTemplateKind k : {ChatTemplateKind::Qwen2_5, ChatTemplateKind::Qwen3, ChatTemplateKind::Llama3,
+                             ChatTemplateKind::Llama3_1, ChatTemplateKind::ChatML})
+    if (ChatTemplate(k).name() == name) return k;
+  return std::nullopt;
+}
+
 Result<ChatTemplate> chat_template_for_family(std::string_view family) {
   Result<ChatTemplate> r;
-  if (family == "qwen2") {
-    r.value = ChatTemplate(ChatTemplateKind::Qwen2_5);
-  } else if (family == "qwen3") {
-    r.value = ChatTemplate(ChatTemplateKind::Qwen3);
-  } else if (family == "llama3") {
-    r.value = ChatTemplate(ChatTemplateKind::Llama3_1);
-  } else {
-    r.diagnostics.push_back(chat_error(
-        "family", "no chat template for model family " + text::quoted(family) + "; known: qwen2, qwen3, llama3"));
+  const ModelFamily* f = family_by_id(family);
+  if (f && !f->builtin_template.empty()) {
+    if (auto k = chat_template_kind_named(f->builtin_template)) {
+      r.value = ChatTemplate(*k);
+      return r;
+    }
   }
+  std::vector<std::string> known;
+  for (const ModelFamily& g : model_families())
+    if (!g.builtin_template.empty()) known.emplace_back(g.id);
+  r.diagnostics.push_back(error_at({}, "family",
+                                   "no built-in chat template for model family " + text::quoted(family) +
+                                       "; built in for: " + text::join(known, ", ")));
   return r;
 }
 
@@ -528,14 +534,15 @@ Result<ChatTemplate> chat_template_from_file(const std::string& path, const Toke
   std::error_code ec;
   if (!in || std::filesystem::is_directory(path, ec)) {
     r.diagnostics.push_back(
-        chat_error("template_file", path + ": cannot be read; expected a Jinja chat template file"));
+        error_at({}, "template_file", path + ": cannot be read; expected a Jinja chat template file"));
     return r;
   }
   std::ostringstream text;
   text << in.rdbuf();
   if (utf8::find_invalid(text.str()) != utf8::npos) {
-    r.diagnostics.push_back(chat_error(
-        "template_file", path + ": invalid UTF-8 at byte offset " + std::to_string(utf8::find_invalid(text.str()))));
+    r.diagnostics.push_back(
+        error_at({}, "template_file",
+                 path + ": invalid UTF-8 at byte offset " + std::to_string(utf8::find_invalid(text.str()))));
     return r;
   }
   Result<ChatTemplate> r2 = ChatTemplate::from_jinja(text.str(), path, chat_special_tokens(tokenizer));

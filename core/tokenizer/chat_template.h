@@ -115,9 +115,13 @@ class ChatTemplate {
   Result<RenderedChat> render_jinja(const std::vector<ChatMessage>& messages, const ChatOptions& options) const;
 };
 
-// The template of a model family (HfModelConfig::family): qwen2 -> Qwen2.5's, qwen3 -> Qwen3's,
-// llama3 -> Llama-3.1's. Unknown families are an error naming the known ones.
+// The built-in template of a model family (HfModelConfig::family), as the family table's
+// builtin_template names it (qwen2 -> Qwen2.5's, qwen3 -> Qwen3's, llama3 -> Llama-3.1's). A
+// family without one is an error naming those that have one.
 Result<ChatTemplate> chat_template_for_family(std::string_view family);
+// The built-in renderer called `name` (ChatTemplate::name(): qwen2_5, qwen3, llama3, llama3_1,
+// chatml); nullopt for any other name.
+std::optional<ChatTemplateKind> chat_template_kind_named(std::string_view name);
 
 // Which native template a Jinja chat_template is (by its distinguishing text), or nullopt.
 std::optional<ChatTemplateKind> recognize_chat_template(std::string_view jinja);

@@ -20,15 +20,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-Diagnostic derr(const std::string& file, const std::string& key, std::string msg, Severity sev = Severity::Error) {
-  Diagnostic d;
-  d.severity = sev;
-  d.file = file;
-  d.key = key;
-  d.message = std::move(msg);
-  return d;
-}
-
 // line:column of byte `offset` in `text`, for JSON syntax errors.
 void locate(std::string_view text, std::size_t offset, Diagnostic* d) {
   offset = std::min(offset, text.size());
@@ -48,7 +39,7 @@ bool parse_json(std::string_view text, const std::string& file, json* out, Diagn
     *out = json::parse(text.begin(), text.end());
     return true;
   } catch (const json::parse_error& e) {
-    Diagnostic d = derr(file, "", "not valid JSON: " + text::excerpt(e.what()));
+    Diagnostic d = error_at(file, "", "not valid JSON: " + text::excerpt(e.what()));
     locate(text, e.byte > 0 ? e.byte - 1 : 0, &d);
     diags->push_back(std::move(d));
     return false;
@@ -72,11 +63,11 @@ struct Loader {
   int errors = 0;
 
   void error(const std::string& key, std::string msg) {
-    if (++errors <= kMaxErrors) diags.push_back(derr(file, key, std::move(msg)));
+    if (++errors <= kMaxErrors) diags.push_back(error_at(file, key, std::move(msg)));
   }
   void count_suppressed() {
     if (errors > kMaxErrors)
-      diags.push_back(derr(file, "", "... and " + std::to_string(errors - kMaxErrors) + " more errors"));
+      diags.push_back(error_at(file, "", "... and " + std::to_string(errors - kMaxErrors) + " more errors"));
   }
   void unsupported(const std::string& key, const std::string& what, const std::string& allowed) {
     error(key, what + " is not supported (Odyssey reads " + allowed + ")");
@@ -199,10 +190,10 @@ struct Loader {
     int missing = 0;
     for (std::size_t b = 0; b < 256; ++b) missing += t.bpe.byte_id[b] < 0 ? 1 : 0;
     if (missing > 0 && t.bpe.unk_id < 0)
-      diags.push_back(derr(file, "model.vocab",
-                           std::to_string(missing) + " of the 256 bytes have no token and there is no unk_token: "
-                                                     "text containing them loses those bytes (as in HF tokenizers)",
-                           Severity::Warning));
+      diags.push_back(diagnostic_at(Severity::Warning, file, "model.vocab",
+                                    std::to_string(missing) +
+                                        " of the 256 bytes have no token and there is no unk_token: "
+                                        "text containing them loses those bytes (as in HF tokenizers)"));
     t.model_vocab = std::move(vocab);
   }
 
@@ -376,24 +367,23 @@ Result<TokenizerImpl> TokenizerImpl::parse(std::string_view json_text, const std
   json j;
   if (!parse_json(json_text, file, &j, &r.diagnostics)) return r;
   if (!j.is_object()) {
-    r.diagnostics.push_back(derr(file, "", "expected a JSON object (a tokenizer.json)"));
+    r.diagnostics.push_back(error_at(file, "", "expected a JSON object (a tokenizer.json)"));
     return r;
   }
   Loader l{file, t, r.diagnostics};
   try {
     l.load(j);
   } catch (const json::exception& e) {  // a value of the wrong JSON type somewhere unchecked
-    r.diagnostics.push_back(derr(file, "", "unexpected value: " + text::excerpt(e.what())));
+    r.diagnostics.push_back(error_at(file, "", "unexpected value: " + text::excerpt(e.what())));
   }
   if (has_errors(r.diagnostics)) return r;
   for (AddedToken& a : t.added) {
     // HF keeps the model's id for an added token that is already in the vocabulary.
     if (const auto it = t.model_vocab.find(a.content); it != t.model_vocab.end() && it->second != a.id) {
-      r.diagnostics.push_back(derr(file, "added_tokens",
-                                   text::quoted(a.content) + " has id " + std::to_string(a.id) +
-                                       " but the vocabulary gives it " + std::to_string(it->second) +
-                                       "; using the latter",
-                                   Severity::Warning));
+      r.diagnostics.push_back(diagnostic_at(Severity::Warning, file, "added_tokens",
+                                            text::quoted(a.content) + " has id " + std::to_string(a.id) +
+                                                " but the vocabulary gives it " + std::to_string(it->second) +
+                                                "; using the latter"));
       a.id = it->second;
     }
     a.pattern = a.normalized && t.nfc ? unicode::nfc(a.content) : a.content;
@@ -414,7 +404,7 @@ void TokenizerImpl::read_config(const std::string& dir, Diagnostics* diags) {
     try {
       read_special_tokens(j, p.string());
     } catch (const json::exception& e) {
-      diags->push_back(derr(p.string(), "", "unexpected value: " + text::excerpt(e.what())));
+      diags->push_back(error_at(p.string(), "", "unexpected value: " + text::excerpt(e.what())));
     }
   }
   const fs::path jinja = d / "chat_template.jinja";  // transformers >= 4.43 saves it here

@@ -26,14 +26,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-Diagnostic err(const std::string& file, std::string message, const std::string& key = {}) {
-  Diagnostic d;
-  d.file = file;
-  d.key = key;
-  d.message = std::move(message);
-  return d;
-}
-
 bool sync_path(const fs::path& p, bool directory) {
   const int fd = ::open(p.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
   if (fd < 0) return false;
@@ -85,12 +77,12 @@ Result<std::vector<SavedFile>> list_files(const fs::path& dir) {
     std::string error;
     const auto sum = file_checksum64(e.path(), &error);
     if (!sum) {
-      r.diagnostics.push_back(err(e.path().string(), "cannot be read back for its checksum: " + error));
+      r.diagnostics.push_back(error_at(e.path().string(), {}, "cannot be read back for its checksum: " + error));
       return r;
     }
     r.value.push_back({name, static_cast<std::int64_t>(e.file_size()), *sum});
   }
-  if (ec) r.diagnostics.push_back(err(dir.string(), "cannot be listed: " + ec.message()));
+  if (ec) r.diagnostics.push_back(error_at(dir.string(), {}, "cannot be listed: " + ec.message()));
   std::sort(r.value.begin(), r.value.end(), [](const SavedFile& a, const SavedFile& b) { return a.name < b.name; });
   return r;
 }
@@ -126,16 +118,16 @@ Result<std::int64_t> save_checkpoint(const fs::path& final_dir, StepEngine& engi
   if (fs::exists(fs::symlink_status(final_dir, ec))) {
     // One run saves a step once; a second writer of this run directory (or a reused one)
     // would otherwise destroy a checkpoint someone may rely on.
-    r.diagnostics.push_back(err(final_dir.string(),
-                                "already exists; a checkpoint is never replaced (is another run "
-                                "writing this run directory?)"));
+    r.diagnostics.push_back(error_at(final_dir.string(), {},
+                                     "already exists; a checkpoint is never replaced (is another run "
+                                     "writing this run directory?)"));
     for (const auto& shard : what.optimizer_shards) fs::remove(shard, ec);
     return r;
   }
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp, ec);
   if (ec) {
-    r.diagnostics.push_back(err(tmp.string(), "cannot create the checkpoint directory: " + ec.message()));
+    r.diagnostics.push_back(error_at(tmp.string(), {}, "cannot create the checkpoint directory: " + ec.message()));
     return r;
   }
   auto fail = [&](Diagnostics d) {
@@ -156,7 +148,7 @@ Result<std::int64_t> save_checkpoint(const fs::path& final_dir, StepEngine& engi
       const fs::path src = fs::path(what.base_model) / f;
       if (!fs::exists(src)) continue;
       fs::copy_file(src, tmp / f, fs::copy_options::overwrite_existing, ec);
-      if (ec) return fail({err((tmp / f).string(), "cannot be written: " + ec.message())});
+      if (ec) return fail({error_at((tmp / f).string(), {}, "cannot be written: " + ec.message())});
     }
   }
   if (what.optimizer_shards.empty()) {
@@ -168,13 +160,13 @@ Result<std::int64_t> save_checkpoint(const fs::path& final_dir, StepEngine& engi
       const std::string name = shard.filename().string();
       const auto at = name.find("optimizer-rank-");
       fs::rename(shard, tmp / (at == std::string::npos ? name : name.substr(at)), ec);
-      if (ec) return fail({err(shard.string(), "cannot be moved into the checkpoint: " + ec.message())});
+      if (ec) return fail({error_at(shard.string(), {}, "cannot be moved into the checkpoint: " + ec.message())});
     }
   }
   if (!write_bytes(tmp / "rng_cpu.bin", at::detail::getDefaultCPUGenerator().get_state()) ||
       (device.is_cuda() &&
        !write_bytes(tmp / "rng_cuda.bin", at::globalContext().defaultGenerator(device).get_state())))
-    return fail({err((tmp / "rng_cpu.bin").string(), "cannot be written (disk full?)")});
+    return fail({error_at((tmp / "rng_cpu.bin").string(), {}, "cannot be written (disk full?)")});
   nlohmann::ordered_json j;
   j["step"] = state.step;
   j["total_steps"] = state.total_steps;
@@ -231,7 +223,7 @@ Result<std::int64_t> save_checkpoint(const fs::path& final_dir, StepEngine& engi
     h["trial_name"] = nullptr;
     h["trial_params"] = nullptr;
     if (!write_text(tmp / "trainer_state.json", dump_json(h, 2) + "\n"))
-      return fail({err((tmp / "trainer_state.json").string(), "cannot be written (disk full?)")});
+      return fail({error_at((tmp / "trainer_state.json").string(), {}, "cannot be written (disk full?)")});
   }
   // Sizes and checksums of every other file, checked at resume (validate_resume_source).
   auto files = list_files(tmp);
@@ -240,20 +232,20 @@ Result<std::int64_t> save_checkpoint(const fs::path& final_dir, StepEngine& engi
   for (const auto& f : files.value) listed[f.name] = {{"bytes", f.bytes}, {"checksum64", f.checksum64}};
   j["files"] = std::move(listed);
   if (!write_text(tmp / kOdysseyStateFile, dump_json(j, 2) + "\n"))
-    return fail({err((tmp / kOdysseyStateFile).string(), "cannot be written (disk full?)")});
+    return fail({error_at((tmp / kOdysseyStateFile).string(), {}, "cannot be written (disk full?)")});
   std::int64_t bytes = 0;
   for (const auto& e : fs::directory_iterator(tmp, ec)) {
     if (!e.is_regular_file()) continue;
     bytes += static_cast<std::int64_t>(e.file_size());
-    if (!sync_path(e.path(), false)) return fail({err(e.path().string(), "cannot be synced to disk")});
+    if (!sync_path(e.path(), false)) return fail({error_at(e.path().string(), {}, "cannot be synced to disk")});
   }
   sync_path(tmp, true);
   if (!rename_no_replace(tmp, final_dir, ec))
-    return fail(
-        {err(final_dir.string(), ec == std::errc::file_exists || ec == std::errc::directory_not_empty
-                                     ? std::string("already exists; a checkpoint is never replaced (is another run "
-                                                   "writing this run directory?)")
-                                     : "cannot rename the finished checkpoint into place: " + ec.message())});
+    return fail({error_at(final_dir.string(), {},
+                          ec == std::errc::file_exists || ec == std::errc::directory_not_empty
+                              ? std::string("already exists; a checkpoint is never replaced (is another run "
+                                            "writing this run directory?)")
+                              : "cannot rename the finished checkpoint into place: " + ec.message())});
   sync_path(final_dir.parent_path(), true);
   r.value = bytes;
   return r;
@@ -275,7 +267,7 @@ Result<std::int64_t> save_optimizer_shard(const fs::path& file, StepEngine& engi
     return r;
   }
   if (!sync_path(file, false)) {
-    r.diagnostics.push_back(err(file.string(), "cannot be synced to disk"));
+    r.diagnostics.push_back(error_at(file.string(), {}, "cannot be synced to disk"));
     return r;
   }
   std::error_code ec;
@@ -323,31 +315,31 @@ Result<TrainerState> read_trainer_state(const fs::path& dir) {
   const fs::path file = dir / (own ? kOdysseyStateFile : "trainer_state.json");
   std::string text, why;
   if (!read_regular_file(file.string(), std::uint64_t{64} << 20, &text, &why)) {
-    r.diagnostics.push_back(err((dir / kOdysseyStateFile).string(),
-                                "cannot be read (" + why + "); is " + dir.string() +
-                                    " a checkpoint directory of Odyssey (checkpoints/checkpoint-<step>)?"));
+    r.diagnostics.push_back(error_at((dir / kOdysseyStateFile).string(), {},
+                                     "cannot be read (" + why + "); is " + dir.string() +
+                                         " a checkpoint directory of Odyssey (checkpoints/checkpoint-<step>)?"));
     return r;
   }
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
-    r.diagnostics.push_back(err(file.string(), "is not a JSON object"));
+    r.diagnostics.push_back(error_at(file.string(), {}, "is not a JSON object"));
     return r;
   }
   if (const auto hf = own ? std::nullopt : hf_trainer_checkpoint_problem(j, dir.string())) {
-    r.diagnostics.push_back(err(file.string(), *hf));
+    r.diagnostics.push_back(error_at(file.string(), {}, *hf));
     return r;
   }
   if (own) read_hf_log_history(dir / "trainer_state.json", r.value.hf);
   auto get = [&](const char* key, auto& field) {
     auto it = j.find(key);
     if (it == j.end()) {
-      r.diagnostics.push_back(err(file.string(), "missing", key));
+      r.diagnostics.push_back(error_at(file.string(), key, "missing"));
       return;
     }
     try {
       it->get_to(field);
     } catch (const nlohmann::json::exception&) {
-      r.diagnostics.push_back(err(file.string(), "has the wrong type", key));
+      r.diagnostics.push_back(error_at(file.string(), key, "has the wrong type"));
     }
   };
   TrainerState& s = r.value;
@@ -364,7 +356,7 @@ Result<TrainerState> read_trainer_state(const fs::path& dir) {
   if (auto files = j.find("files"); files != j.end()) {
     s.has_file_list = true;
     if (!files->is_object()) {
-      r.diagnostics.push_back(err(file.string(), "is not an object of file name -> {bytes, checksum64}", "files"));
+      r.diagnostics.push_back(error_at(file.string(), "files", "is not an object of file name -> {bytes, checksum64}"));
       return r;
     }
     for (const auto& [name, entry] : files->items()) {
@@ -374,8 +366,8 @@ Result<TrainerState> read_trainer_state(const fs::path& dir) {
       const auto sum = entry.is_object() ? entry.find("checksum64") : entry.end();
       if (!entry.is_object() || bytes == entry.end() || !bytes->is_number_integer() || sum == entry.end() ||
           !sum->is_string()) {
-        r.diagnostics.push_back(
-            err(file.string(), "expected {\"bytes\": <integer>, \"checksum64\": <16 hex digits>}", "files." + name));
+        r.diagnostics.push_back(error_at(file.string(), "files." + name,
+                                         "expected {\"bytes\": <integer>, \"checksum64\": <16 hex digits>}"));
         continue;
       }
       f.bytes = bytes->get<std::int64_t>();
@@ -443,33 +435,29 @@ Diagnostics validate_resume_source(const fs::path& dir, const TrainerState& s, s
       (dir / (fs::exists(dir / kOdysseyStateFile, own_ec) ? kOdysseyStateFile : "trainer_state.json")).string();
   const std::string name = dir.filename().string();
   if (name.find(".tmp-") != std::string::npos || name.starts_with(".")) {
-    d.push_back(err(dir.string(),
-                    "is the temporary directory of a checkpoint save that did not finish (it is renamed "
-                    "to checkpoint-<step> only when complete); resume from a checkpoint-<step> directory",
-                    "resume_from_checkpoint"));
+    d.push_back(error_at(dir.string(), "resume_from_checkpoint",
+                         "is the temporary directory of a checkpoint save that did not finish (it is renamed "
+                         "to checkpoint-<step> only when complete); resume from a checkpoint-<step> directory"));
     return d;
   }
   if (s.step < 0 || s.step > total_steps)
-    d.push_back(err(state_file,
-                    "found " + std::to_string(s.step) + "; expected a completed step count from 0 to " +
-                        std::to_string(total_steps) + " (this run's total steps)",
-                    "step"));
+    d.push_back(error_at(state_file, "step",
+                         "found " + std::to_string(s.step) + "; expected a completed step count from 0 to " +
+                             std::to_string(total_steps) + " (this run's total steps)"));
   // Every step consumes gradient_accumulation_steps micro-batches, so the data position
   // follows from the step (overflow-safe: step is bounded above when this is reached).
   else if (s.micro_batches != s.step * accumulation)
-    d.push_back(err(state_file,
-                    "found " + std::to_string(s.micro_batches) + "; expected " + std::to_string(s.step * accumulation) +
-                        " (step " + std::to_string(s.step) + " x gradient_accumulation_steps " +
-                        std::to_string(accumulation) + ")",
-                    "micro_batches"));
+    d.push_back(error_at(state_file, "micro_batches",
+                         "found " + std::to_string(s.micro_batches) + "; expected " +
+                             std::to_string(s.step * accumulation) + " (step " + std::to_string(s.step) +
+                             " x gradient_accumulation_steps " + std::to_string(accumulation) + ")"));
   if (s.tokens_total < 0)
-    d.push_back(
-        err(state_file, "found " + std::to_string(s.tokens_total) + "; expected a token count >= 0", "tokens_total"));
+    d.push_back(error_at(state_file, "tokens_total",
+                         "found " + std::to_string(s.tokens_total) + "; expected a token count >= 0"));
   if (!s.has_file_list) {
-    Diagnostic w = err(state_file,
-                       "has no file list (a checkpoint of an older Odyssey): its files' sizes and checksums "
-                       "are not verified",
-                       "files");
+    Diagnostic w = error_at(state_file, "files",
+                            "has no file list (a checkpoint of an older Odyssey): its files' sizes and checksums "
+                            "are not verified");
     w.severity = Severity::Warning;
     d.push_back(std::move(w));
     return d;
@@ -478,34 +466,31 @@ Diagnostics validate_resume_source(const fs::path& dir, const TrainerState& s, s
     const fs::path p = dir / f.name;
     std::error_code ec;
     if (f.name.empty() || f.name.find('/') != std::string::npos || f.name == "." || f.name == "..") {
-      d.push_back(err(state_file, "names " + f.name + "; expected a file name inside the checkpoint", "files"));
+      d.push_back(error_at(state_file, "files", "names " + f.name + "; expected a file name inside the checkpoint"));
       continue;
     }
     const auto st = fs::symlink_status(p, ec);
     if (!fs::is_regular_file(st)) {
-      d.push_back(err(p.string(),
-                      std::string(fs::exists(st) ? "is not a regular file" : "is missing") + "; " +
-                          fs::path(state_file).filename().string() + " lists it with " + std::to_string(f.bytes) +
-                          " bytes",
-                      "files." + f.name));
+      d.push_back(error_at(p.string(), "files." + f.name,
+                           std::string(fs::exists(st) ? "is not a regular file" : "is missing") + "; " +
+                               fs::path(state_file).filename().string() + " lists it with " + std::to_string(f.bytes) +
+                               " bytes"));
       continue;
     }
     const auto size = static_cast<std::int64_t>(fs::file_size(p, ec));
     if (size != f.bytes) {
-      d.push_back(err(p.string(),
-                      "has " + std::to_string(size) + " bytes; " + fs::path(state_file).filename().string() +
-                          " expects " + std::to_string(f.bytes) + " (truncated or replaced since the save?)",
-                      "files." + f.name + ".bytes"));
+      d.push_back(error_at(p.string(), "files." + f.name + ".bytes",
+                           "has " + std::to_string(size) + " bytes; " + fs::path(state_file).filename().string() +
+                               " expects " + std::to_string(f.bytes) + " (truncated or replaced since the save?)"));
       continue;
     }
     std::string error;
     const auto sum = file_checksum64(p, &error);
-    if (!sum) d.push_back(err(p.string(), "cannot be read: " + error, "files." + f.name));
+    if (!sum) d.push_back(error_at(p.string(), "files." + f.name, "cannot be read: " + error));
     else if (*sum != f.checksum64)
-      d.push_back(err(p.string(),
-                      "has checksum64 " + *sum + "; " + fs::path(state_file).filename().string() + " expects " +
-                          f.checksum64 + " (the file changed since the save)",
-                      "files." + f.name + ".checksum64"));
+      d.push_back(error_at(p.string(), "files." + f.name + ".checksum64",
+                           "has checksum64 " + *sum + "; " + fs::path(state_file).filename().string() + " expects " +
+                               f.checksum64 + " (the file changed since the save)"));
   }
   return d;
 }
@@ -540,18 +525,20 @@ Diagnostics load_checkpoint(const fs::path& dir, StepEngine& engine, const Check
     const std::string needs = what.world == 1 ? optimizer_shard_name(0, 1)
                                               : optimizer_shard_name(0, what.world) + " to " +
                                                     optimizer_shard_name(what.world - 1, what.world);
-    return {err(dir.string(), "this run shards its optimizer state over " + std::to_string(what.world) +
-                                  " ranks and needs one file per rank, " + needs + "; the checkpoint has " +
-                                  (has.empty() ? std::string("none") : has) +
-                                  " (resume with the number of processes it was saved with)")};
+    return {error_at(dir.string(), {},
+                     "this run shards its optimizer state over " + std::to_string(what.world) +
+                         " ranks and needs one file per rank, " + needs + "; the checkpoint has " +
+                         (has.empty() ? std::string("none") : has) +
+                         " (resume with the number of processes it was saved with)")};
   }
   if (!sharded && !fs::exists(opt_file)) {
     for (const auto& e : fs::directory_iterator(dir, ec))
       if (e.path().filename().string().starts_with("optimizer-rank-"))
-        return {err(opt_file, "is missing: the checkpoint holds sharded ZeRO optimizer state (" +
-                                  e.path().filename().string() +
-                                  "); resume with the zero_stage and process count it was "
-                                  "saved with")};
+        return {error_at(opt_file, {},
+                         "is missing: the checkpoint holds sharded ZeRO optimizer state (" +
+                             e.path().filename().string() +
+                             "); resume with the zero_stage and process count it was "
+                             "saved with")};
   }
   auto opt = SafetensorsFile::open(opt_file);
   if (!opt.ok()) return opt.diagnostics;
@@ -564,7 +551,7 @@ Diagnostics load_checkpoint(const fs::path& dir, StepEngine& engine, const Check
   d = engine.optimizer().load_state(named, opt_file);
   if (has_errors(d)) return d;
   const auto cpu = read_bytes(dir / "rng_cpu.bin");
-  if (!cpu) return {err((dir / "rng_cpu.bin").string(), "cannot be read")};
+  if (!cpu) return {error_at((dir / "rng_cpu.bin").string(), {}, "cannot be read")};
   at::Generator cpu_gen = at::detail::getDefaultCPUGenerator();
   try {
     cpu_gen.set_state(*cpu);
@@ -576,8 +563,8 @@ Diagnostics load_checkpoint(const fs::path& dir, StepEngine& engine, const Check
       }
     }
   } catch (const c10::Error& e) {
-    return {err((dir / "rng_cpu.bin").string(),
-                std::string("is not a generator state of this LibTorch: ") + e.what_without_backtrace())};
+    return {error_at((dir / "rng_cpu.bin").string(), {},
+                     std::string("is not a generator state of this LibTorch: ") + e.what_without_backtrace())};
   }
   return d;
 }

@@ -15,10 +15,6 @@
 namespace odyssey::train {
 namespace {
 
-Diagnostic state_error(const std::string& file, const std::string& key, const std::string& what) {
-  return {Severity::Error, file, 0, 0, key, what};
-}
-
 struct GaLoreHook : torch::autograd::PostAccumulateGradHook {
   GaLoreHook(GaLoreAdamW* o, std::size_t i) : opt(o), index(i) {}
   void operator()(const torch::autograd::Variable& /*param*/) override { opt->on_gradient(index); }
@@ -147,13 +143,13 @@ Diagnostics GaLoreProjector::load_state(const NamedTensors& named, const std::st
   auto get = [&](const std::string& key, std::int64_t numel, torch::Dtype dtype) -> torch::Tensor {
     auto it = by.find(key);
     if (it == by.end()) {
-      d.push_back(state_error(file, key, "missing from the optimizer state (a GaLore projection)"));
+      d.push_back(error_at(file, key, "missing from the optimizer state (a GaLore projection)"));
       return {};
     }
     if (numel >= 0 && it->second.numel() != numel) {
-      d.push_back(state_error(file, key,
-                              "has " + std::to_string(it->second.numel()) + " elements, expected " +
-                                  std::to_string(numel) + " (another galore_rank or model?)"));
+      d.push_back(error_at(file, key,
+                           "has " + std::to_string(it->second.numel()) + " elements, expected " +
+                               std::to_string(numel) + " (another galore_rank or model?)"));
       return {};
     }
     return it->second.to(device, dtype);
@@ -163,10 +159,9 @@ Diagnostics GaLoreProjector::load_state(const NamedTensors& named, const std::st
     // A weight that never had a gradient has no projection yet; anything else is a mismatch.
     const bool other = by.count((quantized_ ? "galore.proj." : "galore.proj_codes.") + name) > 0;
     if (other)
-      d.push_back(state_error(file, (quantized_ ? "galore.proj." : "galore.proj_codes.") + name,
-                              std::string("was saved by ") + (quantized_ ? "GaLore" : "Q-GaLore") + "; this run uses " +
-                                  (quantized_ ? "Q-GaLore" : "GaLore") +
-                                  " (galore_quantization must match to resume)"));
+      d.push_back(error_at(file, (quantized_ ? "galore.proj." : "galore.proj_codes.") + name,
+                           std::string("was saved by ") + (quantized_ ? "GaLore" : "Q-GaLore") + "; this run uses " +
+                               (quantized_ ? "Q-GaLore" : "GaLore") + " (galore_quantization must match to resume)"));
     return d;
   }
   const std::int64_t pn = rank_ * (side_ == Side::Right ? shape_[1] : shape_[0]);
@@ -414,13 +409,13 @@ Diagnostics GaLoreAdamW::load_state(const NamedTensors& named, const std::string
   auto get = [&](const std::string& key, std::int64_t numel) -> torch::Tensor {
     auto it = by.find(key);
     if (it == by.end()) {
-      d.push_back(state_error(file, key, "missing from the optimizer state (GaLore)"));
+      d.push_back(error_at(file, key, "missing from the optimizer state (GaLore)"));
       return {};
     }
     if (numel >= 0 && it->second.numel() != numel) {
-      d.push_back(state_error(file, key,
-                              "has " + std::to_string(it->second.numel()) + " elements, expected " +
-                                  std::to_string(numel) + " (another galore_rank or model?)"));
+      d.push_back(error_at(file, key,
+                           "has " + std::to_string(it->second.numel()) + " elements, expected " +
+                               std::to_string(numel) + " (another galore_rank or model?)"));
       return {};
     }
     return it->second;

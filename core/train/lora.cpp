@@ -23,14 +23,6 @@ using model::Linear;
 
 constexpr const char* kPrefix = "base_model.model.";
 
-Diagnostic error(const std::string& file, const std::string& key, std::string message) {
-  Diagnostic d;
-  d.file = file;
-  d.key = key;
-  d.message = std::move(message);
-  return d;
-}
-
 // Every targetable Linear by HF module name ("model.layers.3.mlp.down_proj").
 std::vector<std::pair<std::string, Linear>> linears(model::CausalLM& lm) {
   std::vector<std::pair<std::string, Linear>> out;
@@ -131,11 +123,11 @@ Result<std::vector<std::string>> resolve_target_modules(const std::vector<std::s
       std::string accepted = "all-linear";
       for (const auto& n : all) accepted += ", " + n;
       r.diagnostics.push_back(
-          error("", "target_modules", "'" + t + "' is not a module LoRA can target; expected one of: " + accepted));
+          error_at("", "target_modules", "'" + t + "' is not a module LoRA can target; expected one of: " + accepted));
     }
   }
   if (requested.empty())
-    r.diagnostics.push_back(error("", "target_modules", "is empty; name at least one module (or all-linear)"));
+    r.diagnostics.push_back(error_at("", "target_modules", "is empty; name at least one module (or all-linear)"));
   for (const auto& n : all)
     if (chosen.count(n)) r.value.push_back(n);
   return r;
@@ -198,10 +190,10 @@ Diagnostics attach_adapter(model::CausalLM& lm, const std::string& dir) {
     for (auto& [name, lin] : linears(lm)) have.push_back(leaf(name));
     std::sort(have.begin(), have.end());
     have.erase(std::unique(have.begin(), have.end()), have.end());
-    return {error((fs::path(dir) / "adapter_config.json").string(), "target_modules",
-                  "none of " + text::join(settings.value.target_modules, ", ") +
-                      " is a module of this model (its linear modules: " + text::join(have, ", ") +
-                      "): the adapter was trained on another base")};
+    return {error_at((fs::path(dir) / "adapter_config.json").string(), "target_modules",
+                     "none of " + text::join(settings.value.target_modules, ", ") +
+                         " is a module of this model (its linear modules: " + text::join(have, ", ") +
+                         "): the adapter was trained on another base")};
   }
   Diagnostics d = load_adapter_weights(lm, dir);
   if (has_errors(d)) remove_lora(lm);
@@ -274,7 +266,7 @@ Diagnostics save_adapter(model::CausalLM& lm, const LoraSettings& s, const std::
   std::ofstream out(file, std::ios::binary | std::ios::trunc);
   out << dump_json(c, 2) << "\n";
   out.flush();
-  if (!out) d.push_back(error(file, "", "could not be written (disk full or not writable?)"));
+  if (!out) d.push_back(error_at(file, "", "could not be written (disk full or not writable?)"));
   return d;
 }
 
@@ -284,18 +276,18 @@ Result<LoraSettings> read_adapter_config(const std::string& dir) {
   std::string text, why;
   if (!read_regular_file(file, std::uint64_t{16} << 20, &text, &why)) {
     r.diagnostics.push_back(
-        error(file, "", "cannot be read (" + why + "); a PEFT adapter directory has adapter_config.json"));
+        error_at(file, "", "cannot be read (" + why + "); a PEFT adapter directory has adapter_config.json"));
     return r;
   }
   nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
-    r.diagnostics.push_back(error(file, "", "is not a JSON object"));
+    r.diagnostics.push_back(error_at(file, "", "is not a JSON object"));
     return r;
   }
   auto need = [&](const char* key, nlohmann::json::value_t t1, nlohmann::json::value_t t2) -> const nlohmann::json* {
     auto it = j.find(key);
     if (it == j.end() || (it->type() != t1 && it->type() != t2)) {
-      r.diagnostics.push_back(error(file, key, "missing or of the wrong type"));
+      r.diagnostics.push_back(error_at(file, key, "missing or of the wrong type"));
       return nullptr;
     }
     return &*it;
@@ -303,39 +295,40 @@ Result<LoraSettings> read_adapter_config(const std::string& dir) {
   using V = nlohmann::json::value_t;
   if (auto* p = need("peft_type", V::string, V::string); p && *p != "LORA")
     r.diagnostics.push_back(
-        error(file, "peft_type", "is " + p->get<std::string>() + "; only LORA adapters are supported"));
+        error_at(file, "peft_type", "is " + p->get<std::string>() + "; only LORA adapters are supported"));
   if (auto* p = need("r", V::number_unsigned, V::number_integer)) r.value.rank = p->get<std::int64_t>();
   if (auto* p = need("lora_alpha", V::number_float, V::number_unsigned)) r.value.alpha = p->get<double>();
   if (auto it = j.find("lora_alpha"); it != j.end() && it->is_number_integer()) r.value.alpha = it->get<double>();
   if (auto it = j.find("lora_dropout"); it != j.end() && it->is_number()) r.value.dropout = it->get<double>();
   if (auto it = j.find("use_rslora"); it != j.end() && it->is_boolean()) r.value.rslora = it->get<bool>();
   if (auto it = j.find("use_dora"); it != j.end() && it->is_boolean() && it->get<bool>())
-    r.diagnostics.push_back(error(file, "use_dora", "DoRA adapters are not supported"));
+    r.diagnostics.push_back(error_at(file, "use_dora", "DoRA adapters are not supported"));
   if (auto it = j.find("bias"); it != j.end() && it->is_string() && *it != "none")
-    r.diagnostics.push_back(error(file, "bias", "must be \"none\"; adapters that train biases are not supported"));
+    r.diagnostics.push_back(error_at(file, "bias", "must be \"none\"; adapters that train biases are not supported"));
   for (const char* key : {"modules_to_save", "layers_to_transform"})
     if (auto it = j.find(key); it != j.end() && !it->is_null() && !(it->is_array() && it->empty()))
-      r.diagnostics.push_back(error(file, key, "is set; Odyssey applies adapters to whole layers only"));
+      r.diagnostics.push_back(error_at(file, key, "is set; Odyssey applies adapters to whole layers only"));
   for (const char* key : {"rank_pattern", "alpha_pattern"})
     if (auto it = j.find(key); it != j.end() && it->is_object() && !it->empty())
-      r.diagnostics.push_back(error(file, key, "per-module ranks or alphas are not supported"));
+      r.diagnostics.push_back(error_at(file, key, "per-module ranks or alphas are not supported"));
   // target_parameters (PEFT: LoRA on MoE experts' stacked parameters).
   if (auto it = j.find("target_parameters"); it != j.end() && !it->is_null()) {
     if (!it->is_array())
-      r.diagnostics.push_back(error(file, "target_parameters", "expected a list of parameter names"));
+      r.diagnostics.push_back(error_at(file, "target_parameters", "expected a list of parameter names"));
     for (const auto& t : it->is_array() ? *it : nlohmann::json::array()) {
       const std::string name = t.is_string() ? t.get<std::string>() : std::string();
       if (name.ends_with("experts.gate_up_proj") || name.ends_with("experts.down_proj") || name == "gate_up_proj" ||
           name == "down_proj")
         r.value.target_parameters.push_back(name);
       else
-        r.diagnostics.push_back(error(file, "target_parameters",
-                                      "'" + (t.is_string() ? name : dump_json(t)) +
-                                          "' is not a parameter Odyssey adapts; expected mlp.experts.gate_up_proj or "
-                                          "mlp.experts.down_proj (MoE experts)"));
+        r.diagnostics.push_back(
+            error_at(file, "target_parameters",
+                     "'" + (t.is_string() ? name : dump_json(t)) +
+                         "' is not a parameter Odyssey adapts; expected mlp.experts.gate_up_proj or "
+                         "mlp.experts.down_proj (MoE experts)"));
     }
     if (!r.value.target_parameters.empty() && r.value.dropout > 0)
-      r.diagnostics.push_back(error(file, "lora_dropout", "must be 0 with target_parameters (PEFT refuses it too)"));
+      r.diagnostics.push_back(error_at(file, "lora_dropout", "must be 0 with target_parameters (PEFT refuses it too)"));
   }
   std::vector<std::string> targets;
   bool targets_listed = true;
@@ -345,7 +338,7 @@ Result<LoraSettings> read_adapter_config(const std::string& dir) {
   } else if (it != j.end() && it->is_string()) {
     targets.push_back(it->get<std::string>());
   } else if (r.value.target_parameters.empty()) {
-    r.diagnostics.push_back(error(file, "target_modules", "missing; expected a list of module names"));
+    r.diagnostics.push_back(error_at(file, "target_modules", "missing; expected a list of module names"));
   } else {
     targets_listed = false;  // expert parameters only
   }
@@ -358,7 +351,7 @@ Result<LoraSettings> read_adapter_config(const std::string& dir) {
   if (std::any_of(targets.begin(), targets.end(),
                   [](const std::string& t) { return t.find('.') != std::string::npos; }))
     r.value.target_paths = targets;
-  if (r.value.rank < 1) r.diagnostics.push_back(error(file, "r", "must be at least 1"));
+  if (r.value.rank < 1) r.diagnostics.push_back(error_at(file, "r", "must be at least 1"));
   return r;
 }
 
@@ -380,7 +373,7 @@ Diagnostics load_adapter_weights(model::CausalLM& lm, const std::string& dir) {
       if (unused.count(alt)) found = alt;
     }
     if (!unused.count(found)) {
-      d.push_back(error(file, name, "missing from the adapter (adapter_config.json targets this module)"));
+      d.push_back(error_at(file, name, "missing from the adapter (adapter_config.json targets this module)"));
       continue;
     }
     unused.erase(found);
@@ -389,10 +382,10 @@ Diagnostics load_adapter_weights(model::CausalLM& lm, const std::string& dir) {
     if (shape != t.sizes().vec()) {
       std::ostringstream m;
       m << "has shape " << torch::IntArrayRef(shape) << ", the model expects " << t.sizes();
-      d.push_back(error(file, found, m.str()));
+      d.push_back(error_at(file, found, m.str()));
     }
   }
-  for (const auto& n : unused) d.push_back(error(file, n, "is not an adapter tensor of this model"));
+  for (const auto& n : unused) d.push_back(error_at(file, n, "is not an adapter tensor of this model"));
   if (has_errors(d)) return d;
   torch::NoGradGuard no_grad;
   for (auto& [name, t] : targets) {

@@ -153,7 +153,7 @@ void TstChatTemplate::families() {
   QCOMPARE(chat_template_for_family("llama3").value.kind(), ChatTemplateKind::Llama3_1);
   auto r = chat_template_for_family("mistral");
   QVERIFY(!r.ok());
-  QVERIFY(format_all(r.diagnostics).find("known: qwen2, qwen3, llama3") != std::string::npos);
+  QVERIFY(format_all(r.diagnostics).find("built in for: qwen2, qwen3, llama3") != std::string::npos);
   QVERIFY(!recognize_chat_template("{{ messages }}").has_value());
   // Fingerprints are not enough: a ChatML template that is not Qwen2.5's is refused.
   QVERIFY(!recognize_chat_template("<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful "

@@ -27,7 +27,7 @@ HfModelConfig qwen25_7b() {
   HfModelConfig m;
   m.hidden_size = 3584, m.intermediate_size = 18944, m.num_hidden_layers = 28;
   m.num_attention_heads = 28, m.num_key_value_heads = 4, m.head_dim = 128, m.vocab_size = 152064;
-  m.attention_bias = true;
+  m.qkv_bias = true;
   return m;
 }
 

@@ -43,7 +43,7 @@ HfModelConfig qwen25_7b() {
   HfModelConfig m;
   m.hidden_size = 3584, m.intermediate_size = 18944, m.num_hidden_layers = 28;
   m.num_attention_heads = 28, m.num_key_value_heads = 4, m.head_dim = 128, m.vocab_size = 152064;
-  m.attention_bias = true;
+  m.qkv_bias = true;
   return m;
 }
 
@@ -51,7 +51,7 @@ HfModelConfig qwen25_05b() {
   HfModelConfig m;
   m.hidden_size = 896, m.intermediate_size = 4864, m.num_hidden_layers = 24;
   m.num_attention_heads = 14, m.num_key_value_heads = 2, m.head_dim = 64, m.vocab_size = 151936;
-  m.attention_bias = true, m.tie_word_embeddings = true;
+  m.qkv_bias = true, m.tie_word_embeddings = true;
   return m;
 }
 
@@ -640,7 +640,7 @@ class TestMemoryPlanner : public QObject {
     HfModelConfig m;
     m.hidden_size = 5120, m.intermediate_size = 13824, m.num_hidden_layers = 48;
     m.num_attention_heads = 40, m.num_key_value_heads = 8, m.head_dim = 128, m.vocab_size = 152064;
-    m.attention_bias = true, m.tie_word_embeddings = false;
+    m.qkv_bias = true, m.tie_word_embeddings = false;
     TrainConfig c = lora_7b(32768, true);
     c.tuner_type = "full";
     c.torch_dtype = "bfloat16";

@@ -5,8 +5,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "config/model_config.h"
+#include "tokenizer/chat_template.h"
 
 using namespace odyssey;
 namespace fs = std::filesystem;
@@ -64,7 +66,7 @@ class TstModelConfig : public QObject {
     }
     const HfModelConfig q2 = shape("Qwen/Qwen2-57B-A14B");
     QCOMPARE(q2.shared_expert_intermediate_size, std::int64_t{20480});
-    QVERIFY(q2.attention_bias);
+    QVERIFY(q2.qkv_bias);
     QVERIFY(shape("Qwen/Qwen3-30B-A3B").norm_topk_prob);
     QCOMPARE(shape("mistralai/Mixtral-8x7B-v0.1").moe_intermediate_size, std::int64_t{14336});
   }
@@ -126,12 +128,116 @@ class TstModelConfig : public QObject {
     auto q3 = shape("Qwen/Qwen3-8B");
     QCOMPARE(QString::fromStdString(q3.family), QString("qwen3"));
     QVERIFY(q3.qk_norm);
-    QVERIFY(!q3.attention_bias);
+    QVERIFY(!q3.qkv_bias && !q3.o_bias);
     QCOMPARE(q3.head_dim, std::int64_t(128));
     auto q2 = shape("Qwen/Qwen2.5-7B");
-    QVERIFY(q2.attention_bias);
+    QVERIFY(q2.qkv_bias);
+    QVERIFY(!q2.o_bias);  // Qwen2Attention: bias on q/k/v only
     QCOMPARE(q2.head_dim, std::int64_t(128));
     QCOMPARE(q2.num_key_value_heads, std::int64_t(4));
+  }
+
+  // The family table (config/model_family.cpp) against transformers: for each row, a config.json
+  // with only the sizes set, read by Odyssey and by transformers 5.17 (the config class fills in
+  // its defaults, the modeling file builds the layers: tests/reference/family_defaults_oracle.py).
+  // Every default and every switch that shapes the weights must agree.
+  void familyTableAgreesWithTransformers() {
+    const QString python = QStringLiteral(ODYSSEY_PYTHON);
+    if (python.isEmpty())
+      QSKIP("ODYSSEY_PYTHON is empty: configure with the reference venv's python (packaging/install-deps.sh)");
+    QStringList args{QStringLiteral(ODYSSEY_SOURCE_DIR "/tests/reference/family_defaults_oracle.py")};
+    std::vector<std::pair<const ModelFamily*, std::string>> files;
+    for (const ModelFamily& f : model_families()) {
+      // vocab 32064: Phi3Config's default pad_token_id 32000 must fall inside the embedding.
+      const std::string file = (tmp_ / std::string(f.id) / "config.json").string();
+      write(file, R"({"architectures":[")" + std::string(f.architecture) + R"("],"model_type":")" +
+                      std::string(f.model_type) +
+                      R"(","hidden_size":64,"intermediate_size":128,"num_hidden_layers":6,"num_attention_heads":4,)"
+                      R"("vocab_size":32064})");
+      files.emplace_back(&f, file);
+      args << QString::fromStdString(file);
+    }
+    QProcess p;
+    p.start(python, args);
+    QVERIFY2(p.waitForFinished(600000) && p.exitStatus() == QProcess::NormalExit && p.exitCode() == 0,
+             p.readAllStandardError().constData());
+    const auto oracle = nlohmann::json::parse(p.readAllStandardOutput().toStdString());
+    for (const auto& [f, file] : files) {
+      const std::string id(f->id);
+      auto r = load_model_config(fs::path(file).parent_path().string());
+      QVERIFY2(r.ok(), format_all(r.diagnostics).c_str());
+      const HfModelConfig& m = r.value;
+      const auto& o = oracle.at(file);
+      QCOMPARE(m.family, id);
+      auto same = [&](const char* what, auto ours, auto theirs) {
+        if (ours != theirs)
+          QTest::qFail(qPrintable(QString("%1: %2 is %3 in Odyssey, %4 in transformers")
+                                      .arg(QString::fromStdString(id), what, QVariant::fromValue(ours).toString(),
+                                           QVariant::fromValue(theirs).toString())),
+                       __FILE__, __LINE__);
+        return ours == theirs;
+      };
+      bool ok =
+          same("head_dim", m.head_dim, o.at("head_dim").get<std::int64_t>()) &&
+          same("rms_norm_eps", m.rms_norm_eps, o.at("rms_norm_eps").get<double>()) &&
+          same("tie_word_embeddings", m.tie_word_embeddings, o.at("tie_word_embeddings").get<bool>()) &&
+          same("rope_theta", m.rope_theta, o.at("rope_theta").get<double>()) &&
+          same("qkv_bias", m.qkv_bias, o.at("qkv_bias").get<bool>()) &&
+          same("o_bias", m.o_bias, o.at("o_bias").get<bool>()) &&
+          same("qk_norm", m.qk_norm, o.at("qk_norm").get<bool>()) &&
+          same("activation", QString::fromStdString(m.hidden_act),
+               QString::fromStdString(o.at("activation").get<std::string>())) &&
+          same("sliding_window", m.sliding_window, o.at("sliding_window").get<std::int64_t>()) &&
+          same("attn_logit_softcapping", m.attn_logit_softcapping, o.at("attn_logit_softcapping").get<double>()) &&
+          same("final_logit_softcapping", m.final_logit_softcapping, o.at("final_logit_softcapping").get<double>()) &&
+          same("num_experts", m.num_experts, o.at("num_experts").get<std::int64_t>());
+      if (!ok) return;
+      for (std::int64_t i = 0; i < m.num_hidden_layers; ++i)
+        if (!same("a layer's sliding window", m.sliding_layer(i),
+                  o.at("sliding_layers").at(static_cast<std::size_t>(i)).get<bool>()))
+          return;
+      if (m.is_moe()) {
+        if (!same("num_experts_per_tok", m.num_experts_per_tok, o.at("num_experts_per_tok").get<std::int64_t>()) ||
+            !same("moe_intermediate_size", m.moe_intermediate_size,
+                  o.at("moe_intermediate_size").get<std::int64_t>()) ||
+            !same("shared_expert_intermediate_size", m.shared_expert_intermediate_size,
+                  o.at("shared_expert_intermediate_size").get<std::int64_t>()))
+          return;
+      }
+      // The built-in template a family without a chat_template gets under `template: auto`.
+      auto t = chat_template_for_family(id);
+      QCOMPARE(t.ok(), !f->builtin_template.empty());
+      if (t.ok()) QCOMPARE(std::string(t.value.name()), std::string(f->builtin_template));
+    }
+    // Each id, architecture and model_type names one row.
+    for (const ModelFamily& f : model_families()) {
+      QCOMPARE(family_by_id(f.id), &f);
+      QCOMPARE(family_by_architecture(f.architecture), &f);
+      QCOMPARE(family_by_model_type(f.model_type), &f);
+    }
+  }
+
+  // Which key a family reads for the bias: Qwen2's q/k/v bias is in its attention module, so a
+  // config.json's attention_bias changes nothing there; Llama's applies to q/k/v and o_proj;
+  // Mistral's config class has no such key.
+  void biasKeysFollowTheFamily() {
+    auto parse = [](const std::string& arch, const std::string& extra) {
+      auto r = parse_model_config(R"({"architectures":[")" + arch +
+                                      R"("],"hidden_size":64,"intermediate_size":96,"num_hidden_layers":2,)"
+                                      R"("num_attention_heads":4,"vocab_size":32)" +
+                                      extra + "}",
+                                  "c/config.json");
+      if (!r.ok()) qFatal("%s", format_all(r.diagnostics).c_str());
+      return r.value;
+    };
+    const HfModelConfig q2 = parse("Qwen2ForCausalLM", R"(,"attention_bias":false)");
+    QVERIFY(q2.qkv_bias && !q2.o_bias);
+    const HfModelConfig ll = parse("LlamaForCausalLM", R"(,"attention_bias":true,"mlp_bias":true)");
+    QVERIFY(ll.qkv_bias && ll.o_bias && ll.mlp_bias);
+    const HfModelConfig mi = parse("MistralForCausalLM", R"(,"attention_bias":true,"mlp_bias":true)");
+    QVERIFY(!mi.qkv_bias && !mi.o_bias && !mi.mlp_bias);
+    const HfModelConfig q2m = parse("Qwen2MoeForCausalLM", R"(,"qkv_bias":false)");
+    QVERIFY(!q2m.qkv_bias && !q2m.o_bias);
   }
 
   void unsupportedArchitectureListsSupported() {

@@ -2,8 +2,10 @@
 #include <QtTest>
 
 #include <cmath>
+#include <limits>
 #include <random>
 
+#include "common/diagnostic.h"
 #include "common/text.h"
 
 using namespace odyssey;
@@ -103,6 +105,20 @@ class TstText : public QObject {
     QCOMPARE(QString::fromStdString((*w)[5]), QString("a b.jsonl"));
     QVERIFY(!text::shell_split("swift sft --model 'unterminated", &err));
     QVERIFY(err.find("single quote") != std::string::npos);
+  }
+
+  // The one diagnostic factory (common/diagnostic.h): what it names, in format()'s order; a
+  // line or column past int's range (a 3-billion-line JSONL file) is clamped, not wrapped.
+  void diagnosticFactory() {
+    const Diagnostic e = error_at("data/train.jsonl", "messages", "expected a list");
+    QCOMPARE(e.format(), std::string("data/train.jsonl: error: messages: expected a list"));
+    QCOMPARE(error_at({}, {}, "no file").format(), std::string("error: no file"));
+    const Diagnostic w = diagnostic_at(Severity::Warning, "f.jsonl", "text", "long", 12, 3);
+    QCOMPARE(w.format(), std::string("f.jsonl:12:3: warning: text: long"));
+    const Diagnostic far = diagnostic_at(Severity::Note, "f.jsonl", {}, "far", std::int64_t{3} << 30, -5);
+    QCOMPARE(far.line, std::numeric_limits<int>::max());
+    QCOMPARE(far.column, 0);
+    QCOMPARE(far.format(), "f.jsonl:" + std::to_string(std::numeric_limits<int>::max()) + ": note: far");
   }
 };
 

@@ -198,7 +198,7 @@ int bench(std::int64_t seq, std::int64_t layers, const std::vector<std::string>&
   c.hf.rms_norm_eps = 1e-6;
   c.hf.tie_word_embeddings = false;
   c.rope.theta = 1000000.0;
-  c.qkv_bias = true;
+  c.hf.qkv_bias = true;
   torch::manual_seed(0);
   CausalLM lm(c, DecoderOptions{torch::kBFloat16, cuda, AttentionBackend::CuDNN, false, {}});
   lm->initialize_random();

@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""What transformers makes of a minimal config.json of each family: the oracle of Odyssey's
+family table (core/config/model_family.cpp; tests/core/tst_model_config.cpp, familyTable).
+
+Usage: family_defaults_oracle.py CONFIG_JSON...   (each a config.json path)
+Prints one JSON object: config path -> the defaults the config class fills in and the layout the
+modeling file builds from it (bias on q/k/v and o_proj, q/k norms, tied embeddings, the layers
+that slide, experts), read from an instantiated model, not from the config class's source.
+"""
+import json
+import sys
+import warnings
+
+warnings.filterwarnings("ignore")
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
+
+transformers.logging.set_verbosity_error()
+
+
+def describe(path):
+    c = AutoConfig.from_pretrained(path)
+    with torch.device("meta"):
+        m = AutoModelForCausalLM.from_config(c)
+    layer = m.model.layers[0]
+    attn = layer.self_attn
+    q = getattr(attn, "q_proj", None) or getattr(attn, "qkv_proj")
+    rp = getattr(c, "rope_parameters", None) or {}
+    full = rp.get("full_attention", rp)  # Gemma-3: per layer type
+    # The window each layer's attention applies: Gemma's modules hold theirs (None on full
+    # layers); Mistral's, Phi-3's and Mixtral's pass config.sliding_window on every forward.
+    windows = [(l.self_attn.sliding_window if hasattr(l.self_attn, "sliding_window")
+                else getattr(c, "sliding_window", None)) or 0 for l in m.model.layers]
+    mlp = layer.mlp
+    experts = getattr(mlp, "experts", None)
+    out = {
+        "head_dim": attn.head_dim,
+        "rms_norm_eps": c.rms_norm_eps,
+        "tie_word_embeddings": m.lm_head.weight is m.model.embed_tokens.weight,
+        "rope_theta": full.get("rope_theta"),
+        "qkv_bias": q.bias is not None,
+        "o_bias": attn.o_proj.bias is not None,
+        "qk_norm": hasattr(attn, "q_norm"),
+        "activation": getattr(c, "hidden_activation", None) or c.hidden_act,
+        "sliding_window": max(windows),
+        "sliding_layers": [w > 0 for w in windows],
+        "attn_logit_softcapping": getattr(c, "attn_logit_softcapping", None) or 0.0,
+        "final_logit_softcapping": getattr(c, "final_logit_softcapping", None) or 0.0,
+        "num_experts": 0,
+    }
+    if experts is not None:
+        gate_up = getattr(experts, "gate_up_proj", None)
+        out["num_experts"] = int(gate_up.shape[0]) if gate_up is not None else len(experts)
+        out["num_experts_per_tok"] = c.num_experts_per_tok
+        out["moe_intermediate_size"] = int(gate_up.shape[1] // 2) if gate_up is not None else None
+        shared = getattr(mlp, "shared_expert", None)
+        out["shared_expert_intermediate_size"] = shared.gate_proj.out_features if shared is not None else 0
+    return out
+
+
+print(json.dumps({p: describe(p) for p in sys.argv[1:]}))
