@@ -158,7 +158,7 @@ torch::Tensor rows_first(const torch::Tensor& x) { return x.squeeze(0).transpose
 
 // keep[i, j]: query row i may see key row j (same sample pair; causal top-left aligned).
 torch::Tensor pair_mask(const torch::Tensor& cu_q, const torch::Tensor& cu_k, std::int64_t nq, std::int64_t nk,
-                        bool causal, const torch::Device& device) {
+                        bool causal, const torch::Device& device, std::int64_t window = 0) {
   const torch::Tensor cq = cu_q.to(torch::kCPU, torch::kInt64), ck = cu_k.to(torch::kCPU, torch::kInt64);
   const std::int64_t n = cq.numel() - 1;
   TORCH_CHECK(n >= 1 && ck.numel() == n + 1 && cq[n].item<std::int64_t>() == nq && ck[n].item<std::int64_t>() == nk,
@@ -174,6 +174,7 @@ torch::Tensor pair_mask(const torch::Tensor& cu_q, const torch::Tensor& cu_k, st
   const auto [sk, lk] = segment(ck, nk);
   torch::Tensor keep = sq.view({nq, 1}).eq(sk.view({1, nk}));
   if (causal) keep = keep.logical_and(lk.view({1, nk}).le(lq.view({nq, 1})));
+  if (window > 0) keep = keep.logical_and(lk.view({1, nk}).gt(lq.view({nq, 1}) - window));
   return keep;
 }
 
@@ -191,9 +192,10 @@ bool LseAttention::fused_supported(const torch::Tensor& q) {
   return q.is_cuda() && half && q.size(-1) <= 256;
 }
 
-LseAttention::Kind LseAttention::choose(const torch::Tensor& q, bool one_sample, AttentionBackend prefer) {
+LseAttention::Kind LseAttention::choose(const torch::Tensor& q, bool one_sample, AttentionBackend prefer,
+                                        std::int64_t window) {
   if (!fused_supported(q)) return Kind::Math;
-  return one_sample && prefer != AttentionBackend::Flash ? Kind::CuDNN : Kind::Flash;
+  return one_sample && window <= 0 && prefer != AttentionBackend::Flash ? Kind::CuDNN : Kind::Flash;
 }
 
 std::int64_t LseAttention::sdp_backend(Kind kind) {
@@ -237,8 +239,9 @@ std::pair<torch::Tensor, torch::Tensor> LseAttention::forward(const torch::Tenso
     return {rows_first(std::get<0>(r)), lse.reshape({hq_, nq}).to(torch::kFloat32)};
   }
   if (kind_ == Kind::Flash) {
+    // A window is flash's local band: window - 1 keys behind the query (kv > q - window).
     auto r = at::_flash_attention_forward(q, k, v, cu_q.to(torch::kInt32), cu_k.to(torch::kInt32), max_q, max_k, 0.0,
-                                          causal, /*return_debug_mask=*/false, scale);
+                                          causal, /*return_debug_mask=*/false, scale, band_left(), band_right());
     const torch::Tensor lse = std::get<1>(r);
     aux_a_ = std::get<2>(r);
     aux_b_ = std::get<3>(r);
@@ -253,7 +256,7 @@ std::pair<torch::Tensor, torch::Tensor> LseAttention::forward(const torch::Tenso
   const torch::Tensor kh = repeat(k).to(torch::kFloat32).transpose(0, 1),
                       vh = repeat(v).to(torch::kFloat32).transpose(0, 1);
   torch::Tensor scores = torch::matmul(qh, kh.transpose(1, 2)) * scale;  // [H, nq, nk]
-  scores.masked_fill_(pair_mask(cu_q, cu_k, nq, k.size(0), causal, q.device()).logical_not().unsqueeze(0),
+  scores.masked_fill_(pair_mask(cu_q, cu_k, nq, k.size(0), causal, q.device(), window_).logical_not().unsqueeze(0),
                       -std::numeric_limits<double>::infinity());
   torch::Tensor lse = torch::logsumexp(scores, -1);
   const torch::Tensor safe = torch::where(torch::isinf(lse), torch::zeros_like(lse), lse);
@@ -278,7 +281,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> LseAttention::backward(
     torch::Tensor l = lse.contiguous();
     if (lse_3d_) l = l.unsqueeze(0);
     auto g = at::_flash_attention_backward(dout, q, k, v, out, l, cu_q.to(torch::kInt32), cu_k.to(torch::kInt32), max_q,
-                                           max_k, 0.0, causal, aux_a_, aux_b_, scale);
+                                           max_k, 0.0, causal, aux_a_, aux_b_, scale, band_left(), band_right());
     return {std::get<0>(g), std::get<1>(g), std::get<2>(g)};
   }
   // d scores = p (dp - rowsum(dout · out)), with p = exp(scores - lse) the final softmax.
@@ -287,8 +290,9 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> LseAttention::backward(
                       vh = repeat(v).to(torch::kFloat32).transpose(0, 1);
   const torch::Tensor doh = dout.to(torch::kFloat32).transpose(0, 1), oh = out.to(torch::kFloat32).transpose(0, 1);
   torch::Tensor scores = torch::matmul(qh, kh.transpose(1, 2)) * scale;
-  scores.masked_fill_(pair_mask(cu_q, cu_k, q.size(0), k.size(0), causal, q.device()).logical_not().unsqueeze(0),
-                      -std::numeric_limits<double>::infinity());
+  scores.masked_fill_(
+      pair_mask(cu_q, cu_k, q.size(0), k.size(0), causal, q.device(), window_).logical_not().unsqueeze(0),
+      -std::numeric_limits<double>::infinity());
   const torch::Tensor p = torch::exp(scores - lse.unsqueeze(-1));
   const torch::Tensor delta = (doh * oh).sum(-1, true);
   const torch::Tensor ds = p * (torch::matmul(doh, vh.transpose(1, 2)) - delta);
@@ -299,16 +303,16 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> LseAttention::backward(
 }
 
 std::vector<std::int64_t> LseAttention::saved_ints() const {
-  std::vector<std::int64_t> v{static_cast<std::int64_t>(kind_), hq_, hkv_, lse_3d_ ? 1 : 0};
+  std::vector<std::int64_t> v{static_cast<std::int64_t>(kind_), hq_, hkv_, lse_3d_ ? 1 : 0, window_};
   v.insert(v.end(), lse_shape_.begin(), lse_shape_.end());
   return v;
 }
 
 LseAttention LseAttention::restore(const std::vector<torch::Tensor>& tensors, const std::vector<std::int64_t>& ints) {
-  TORCH_CHECK(tensors.size() == 4 && ints.size() >= 4, "LseAttention::restore: not a saved state");
-  LseAttention a(static_cast<Kind>(ints[0]), ints[1], ints[2]);
+  TORCH_CHECK(tensors.size() == 4 && ints.size() >= 5, "LseAttention::restore: not a saved state");
+  LseAttention a(static_cast<Kind>(ints[0]), ints[1], ints[2], ints[4]);
   a.lse_3d_ = ints[3] != 0;
-  a.lse_shape_.assign(ints.begin() + 4, ints.end());
+  a.lse_shape_.assign(ints.begin() + 5, ints.end());
   a.aux_a_ = tensors[0];
   a.aux_b_ = tensors[1];
   a.aux_c_ = tensors[2];
@@ -424,9 +428,10 @@ bool AttentionStash::recomputing() {
 
 torch::Tensor kept_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                     const torch::Tensor& cu_seqlens, std::int64_t max_seqlen, bool one_sample,
-                                    AttentionBackend prefer, AttentionStash& st, double scale, std::int64_t* ran) {
+                                    AttentionBackend prefer, AttentionStash& st, double scale, std::int64_t* ran,
+                                    std::int64_t window) {
   if (!st.recomputing()) {
-    LseAttention kernel(LseAttention::choose(q, one_sample, prefer), q.size(1), k.size(1));
+    LseAttention kernel(LseAttention::choose(q, one_sample, prefer, window), q.size(1), k.size(1), window);
     auto [out, lse] = kernel.forward(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, true, scale);
     st.out = out;
     st.lse = lse;

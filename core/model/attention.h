@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -100,13 +101,17 @@ class LseAttention {
   enum class Kind { CuDNN, Flash, Math };
   // The kernel for these inputs: Math off CUDA or outside flash's dtypes/head dims; CuDNN for
   // one sample unless Flash is preferred; else Flash.
-  static Kind choose(const torch::Tensor& q, bool one_sample, AttentionBackend prefer);
+  static Kind choose(const torch::Tensor& q, bool one_sample, AttentionBackend prefer, std::int64_t window = 0);
   // Whether the fused kernels take q (CUDA, bf16/fp16, head dim <= 256); Math otherwise.
   static bool fused_supported(const torch::Tensor& q);
   // The at::SDPBackend value reported for a kind (attention_backend_ran).
   static std::int64_t sdp_backend(Kind kind);
 
-  LseAttention(Kind kind, std::int64_t q_heads, std::int64_t kv_heads) : kind_(kind), hq_(q_heads), hkv_(kv_heads) {}
+  // `window` > 0: a sliding window as transformers has it (key j seen from query i when
+  // i - window < j <= i, positions within the sample): flash's local band, or the Math kernel's
+  // mask; cuDNN has no band, so choose() never picks it for a window. Causal attention only.
+  LseAttention(Kind kind, std::int64_t q_heads, std::int64_t kv_heads, std::int64_t window = 0)
+      : kind_(kind), hq_(q_heads), hkv_(kv_heads), window_(window) {}
   Kind kind() const { return kind_; }
 
   // out [nq, Hq, D] in q's dtype, lse [Hq, nq] fp32.
@@ -133,8 +138,14 @@ class LseAttention {
  private:
   torch::Tensor repeat(const torch::Tensor& x) const;
   torch::Tensor fold(const torch::Tensor& g) const;
+  // Flash's band for the window: window - 1 keys behind the query, none after; none without one.
+  std::optional<std::int64_t> band_left() const {
+    return window_ > 0 ? std::optional<std::int64_t>(window_ - 1) : std::nullopt;
+  }
+  std::optional<std::int64_t> band_right() const { return window_ > 0 ? std::optional<std::int64_t>(0) : std::nullopt; }
   Kind kind_;
   std::int64_t hq_, hkv_;
+  std::int64_t window_ = 0;
   torch::Tensor aux_a_, aux_b_, aux_c_, aux_d_;
   std::vector<std::int64_t> lse_shape_;  // the kernel's own log-sum-exp shape (cuDNN)
   bool lse_3d_ = false;                  // flash returned [1, H, >= nq]
@@ -169,9 +180,11 @@ struct AttentionStash {
 // grad mode (the recomputation) it returns the kept output through a node whose backward is
 // the attention backward from it. `one_sample`: the row is one sample, perhaps followed by
 // padding that no real query sees, so causal attention over the whole row is exact (cuDNN).
+// `window` > 0: the layer's sliding window (LseAttention), on flash's band or the Math mask.
 torch::Tensor kept_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                     const torch::Tensor& cu_seqlens, std::int64_t max_seqlen, bool one_sample,
-                                    AttentionBackend prefer, AttentionStash& stash, double scale, std::int64_t* ran);
+                                    AttentionBackend prefer, AttentionStash& stash, double scale, std::int64_t* ran,
+                                    std::int64_t window = 0);
 
 // The block-diagonal causal mask of a row: keep[0, 0, i, j] = same sample and j <= i.
 torch::Tensor block_causal_mask(const torch::Tensor& cu_seqlens, std::int64_t total, const torch::Device& device);

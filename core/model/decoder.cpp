@@ -188,7 +188,17 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext&
     }
     std::int64_t ran = -1;
     torch::Tensor out;
-    if (general && ctx.attention_override) {  // Ulysses: the gathered row, masked the same way
+    // A kept output (keep_attention) through the attention's own kernel: plain causal, or a
+    // window on flash's band (CUDA) or the explicit-softmax kernel's mask (CPU); soft-capped
+    // scores and a window flash cannot take go through the general path, which keeps nothing
+    // (the memory policy keeps no such layer: attention_keepable).
+    const bool keep_here =
+        ctx.stash && !ctx.attention_override && softcap <= 0 &&
+        (!windowed || !q.is_cuda() || window_on_flash(q.device(), q.scalar_type(), head_dim, softcap, ctx.attention));
+    if (keep_here) {
+      out = kept_causal_attention(q, k, v, ctx.cu_seqlens, ctx.max_seqlen, ctx.max_seqlen == s, ctx.attention,
+                                  *ctx.stash, scale, &ran, windowed ? window : 0);
+    } else if (general && ctx.attention_override) {  // Ulysses: the gathered row, masked the same way
       out = ctx.attention_override->attend_masked(q, k, v, scale, windowed ? window : 0, softcap, ctx.attention, &ran);
     } else if (windowed && window_on_flash(q.device(), q.scalar_type(), head_dim, softcap, ctx.attention)) {
       out = varlen_causal_attention(q, k, v, ctx.cu_seqlens, ctx.max_seqlen, scale, &ran, window);  // flash's band
@@ -200,9 +210,6 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext&
                 .transpose(0, 1);
     } else if (ctx.attention_override) {
       out = ctx.attention_override->attend(q, k, v, scale, ctx.attention, &ran, ctx.stash.get());
-    } else if (ctx.stash) {
-      out = kept_causal_attention(q, k, v, ctx.cu_seqlens, ctx.max_seqlen, ctx.max_seqlen == s, ctx.attention,
-                                  *ctx.stash, scale, &ran);
     } else if (ctx.max_seqlen == s && q.is_cuda() && ctx.attention != AttentionBackend::Flash) {
       out = sequence_causal_attention(q, k, v, scale, ctx.attention, &ran);  // one sample: cuDNN can run
     } else {

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "planner/kept_attention.h"
 #include "planner/memory_terms.h"
 
 namespace odyssey {
@@ -426,6 +427,14 @@ std::int64_t smallest_sequence_parallel_size(const TrainConfig& c, const HfModel
     if (plan_fits(cc, m, o, pol)) return sp;
   }
   return 0;
+}
+
+bool attention_keepable(const TrainConfig& c, const HfModelConfig& m, bool cuda) {
+  if (m.attn_logit_softcapping > 0) return false;
+  const bool windowed = m.sliding_window > 0 && m.sliding_window < c.max_length;
+  if (!windowed) return true;
+  const bool half = c.torch_dtype == "bfloat16" || c.torch_dtype == "float16" || (c.torch_dtype == "auto" && cuda);
+  return c.sequence_parallel_size <= 1 && c.attn_impl != "eager" && (!cuda || (half && m.head_dim <= 256));
 }
 
 bool keeps_attention(const MemoryPlan& p, std::int64_t layer) {

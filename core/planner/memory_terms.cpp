@@ -6,6 +6,8 @@
 #include <vector>
 #include <array>
 
+#include "planner/kept_attention.h"
+
 namespace odyssey::planner_detail {
 namespace {
 
@@ -354,7 +356,7 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   // layer's backward). The engine keeps it on padding-free rows, also under sequence
   // parallelism (Ulysses: each rank its heads of the gathered row; ring: its queries' merged
   // output; the same bytes).
-  t.attn_kept = T * (b * s.q + 4 * s.H);
+  t.attn_kept = attention_keepable(c, m, t.cuda) ? T * (b * s.q + 4 * s.H) : 0;
   // kernels::rms_norm_mlp keeps neither gate nor up (the fused path without LoRA dropout,
   // which needs the dropped copy): backward recomputes both from the norm's input.
   if (t.mlp_fused && dropout == 0.0) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "planner/kept_attention.h"
+
 namespace odyssey::train {
 namespace {
 
@@ -96,7 +98,8 @@ MemoryPolicy memory_policy(const TrainConfig& c, const HfModelConfig& m, const s
   // (auto; the plan's checkpointed layers are the engine's when both are auto, and otherwise
   // the plan was made for the configured policy).
   mp.keep_attention.assign(n, false);
-  for (std::size_t i = 0; i < n; ++i) {
+  const bool keepable = attention_keepable(c, m, gpu.has_value());
+  for (std::size_t i = 0; keepable && i < n; ++i) {
     const bool keep = c.keep_attention == "all" ? true
                       : c.keep_attention == "auto" && plan != nullptr
                           ? keeps_attention(*plan, static_cast<std::int64_t>(i))

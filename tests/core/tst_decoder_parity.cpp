@@ -196,6 +196,39 @@ class TstDecoderParity : public QObject {
     qInfo("%s: fused path, packed row logits max abs %.3g rel %.3g; falls back for: %s", n.c_str(), ef.abs, ef.rel,
           text::join(fused_kernel_gaps(lm->config().hf), "; ").c_str());
     QVERIFY(ef.rel <= kTolerance);
+
+    // Kept attention (keep_attention) on the training row: every layer checkpointed and keeping
+    // its attention output, so each recomputation runs the attention backward from what its
+    // forward kept (a sliding window through the CPU kernel's mask); loss and every gradient
+    // against transformers' on the same two samples. Soft-capped layers (Gemma-2) keep nothing
+    // and recompute. MoE rows add the load-balancing loss; the padded check above covers them.
+    if (!hf.is_moe()) {
+      torch::AutoGradMode grad_mode(true);
+      const auto layers = static_cast<std::size_t>(hf.num_hidden_layers);
+      lm->set_checkpoint_layers(std::vector<bool>(layers, true));
+      lm->set_keep_attention_layers(std::vector<bool>(layers, true));
+      lm->zero_grad();
+      const torch::Tensor kept = lm->logits(lm->hidden_states_packed(np.reshape({1, -1}), pos, cu, len));
+      const torch::Tensor kept_loss = causal_lm_loss(kept.view({np.size(0), len, -1}), np);
+      kept_loss.backward();
+      lm->set_checkpoint_layers({});
+      lm->set_keep_attention_layers({});
+      const Err ek = compare(kept_loss.detach().reshape({1}), ref(R, "nopad.loss"));
+      Err kw;
+      std::string kw_name;
+      for (const auto& p : lm->named_parameters(true)) {
+        QVERIFY2(p.value().grad().defined(), p.key().c_str());
+        const Err e = compare(p.value().grad(), ref(R, "nopad.grad." + p.key()));
+        if (e.rel >= kw.rel) {
+          kw = e;
+          kw_name = p.key();
+        }
+      }
+      qInfo("%s: kept attention, packed row loss rel %.3g, worst gradient %s max abs %.3g rel %.3g", n.c_str(), ek.rel,
+            kw_name.c_str(), kw.abs, kw.rel);
+      QVERIFY(ek.rel <= kTolerance);
+      QVERIFY(kw.rel <= kTolerance);
+    }
   }
 
   // Saved under HF names, sharded, then loaded again: the same parameters bit for bit.

@@ -21,6 +21,7 @@
 
 #include "config/model_config.h"
 #include "planner/memory_planner.h"
+#include "planner/kept_attention.h"
 #include "planner/memory_terms.h"
 
 using namespace odyssey;
@@ -824,6 +825,43 @@ class TestMemoryPlanner : public QObject {
       qInfo("calibration, 128K keep_attention %s: predicted %.2f GiB, measured %.2f GiB", keep, planned, gib);
       QVERIFY(std::abs(planned - gib) / gib <= 0.10);
     }
+  }
+
+  // The planner counts kept attention only where the engine's kept path runs
+  // (attention_keepable; model::AttentionImpl::forward makes the same choice): not for
+  // soft-capped scores (Gemma-2), nor for a sliding window under sequence parallelism or eager
+  // attention; a window on flash's band keeps (Gemma-3), and a window no shorter than the rows
+  // is no window.
+  void keepAttentionOnlyWhereTheEngineCan() {
+    auto shape = [](const char* id) {
+      auto r = load_located_model_config(locate_model(id, ""));
+      if (!r.ok()) qFatal("%s", format_all(r.diagnostics).c_str());
+      return r.value;
+    };
+    const HfModelConfig g2 = shape("google/gemma-2-9b"), g3 = shape("google/gemma-3-12b-it");  // windows 4096, 1024
+    TrainConfig c = lora_7b(16384, true);
+    c.keep_attention = "all";
+    c.torch_dtype = "bfloat16";
+    c.device = "cuda";
+    QVERIFY(!attention_keepable(c, g2, true));
+    QCOMPARE(plan_memory(c, g2).attention_kept_layers, std::int64_t{0});
+    QVERIFY(attention_keepable(c, g3, true));
+    QCOMPARE(plan_memory(c, g3).attention_kept_layers, g3.num_hidden_layers);
+    TrainConfig sp = c;
+    sp.sequence_parallel_size = 2;
+    QVERIFY(!attention_keepable(sp, g3, true));
+    QCOMPARE(plan_memory(sp, g3).attention_kept_layers, std::int64_t{0});
+    QVERIFY(attention_keepable(sp, qwen25_7b(), true));  // no window: the kept path takes SP rows
+    TrainConfig eager = c;
+    eager.attn_impl = "eager";
+    QVERIFY(!attention_keepable(eager, g3, true));
+    TrainConfig fp32 = c;
+    fp32.torch_dtype = "float32";
+    QVERIFY(!attention_keepable(fp32, g3, true));  // flash's band is 16-bit only
+    QVERIFY(attention_keepable(fp32, g3, false));  // the CPU kernel's mask takes any dtype
+    TrainConfig short_rows = sp;
+    short_rows.max_length = 1024;  // the window covers every row: plain causal attention
+    QVERIFY(attention_keepable(short_rows, g3, true));
   }
 
   // keep_attention: all keeps every checkpointed layer's output, none none, auto as many of

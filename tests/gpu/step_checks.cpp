@@ -4,7 +4,8 @@
 //     packed path must not let attention cross samples;
 //   - the fused kernels against the reference ops (LoRA on every projection, checkpointed);
 //     checkpoint offload, the MLP offload tier and kept attention parked on the host against
-//     keeping on the device: bit for bit (offload moves bytes, not arithmetic);
+//     keeping on the device: bit for bit where the kernels are deterministic (offload moves
+//     bytes, not arithmetic), else within twice what three runs of the same step vary by;
 //   - on a GPU with Odyssey's kernels, the fused loss's two row kernels (one-read cluster,
 //     two-pass) on one chunk of logits: the same loss and gradient, and each one's time.
 // One JSON line per check with where and when it ran (the provenance of odyssey-bench's lines).
@@ -22,6 +23,7 @@
 #define ODYSSEY_HAVE_CUDA_RUNTIME 1
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -165,11 +167,17 @@ bool check_fused_and_offload(const DecoderConfig& base, const torch::Device& dev
   const Grads ref = loss_and_grads(lm, row);
   lm->set_fused_kernels(true);
   const Grads fused = loss_and_grads(lm, row);
-  // The same step again: what the arithmetic itself varies from run to run (0 where every kernel
-  // is deterministic; SDPA's backward with an explicit window mask is not). Offload moves bytes,
-  // so its gradients may differ from keeping by no more than this.
+  // The same step twice more: what the arithmetic itself varies from run to run (0 where every
+  // kernel is deterministic; flash's backward accumulates dQ with atomics, and SDPA's backward
+  // with an explicit window mask is not deterministic either). One repeat is a thin bound: on
+  // Gemma-3-12B's two layers a third run differed from the first by 0.00588 where the repeat had
+  // differed by 0.00585. So `noise` is the largest difference among three runs of the step, and a
+  // run that only moves bytes (offload, parking) may differ from keeping by twice that.
   const Grads repeat = loss_and_grads(lm, row);
-  const double noise = worst_grad(repeat, fused).first;
+  const Grads repeat2 = loss_and_grads(lm, row);
+  const double noise =
+      std::max({worst_grad(repeat, fused).first, worst_grad(repeat2, fused).first, worst_grad(repeat2, repeat).first});
+  const double bound = 2.0 * noise;
   lm->set_offload_checkpoints(true);
   const std::int64_t before_off = kernels::offloaded_bytes_total();
   const Grads off = loss_and_grads(lm, row);
@@ -202,14 +210,14 @@ bool check_fused_and_offload(const DecoderConfig& base, const torch::Device& dev
   const bool half = dtype != torch::kFloat32;
   const double tol_loss = half ? 2e-2 : 1e-5, tol_grad = half ? 5e-2 : 1e-4;
   const bool ok_fused = rel <= tol_loss && wf <= tol_grad;
-  const bool ok_off = wo <= noise && (noise > 0.0 || off.loss == fused.loss);
+  const bool ok_off = wo <= bound && (noise > 0.0 || off.loss == fused.loss);
   const auto [wm, wm_name] = worst_grad(off_mlp, kept_mlp);
   // Two layers' gate and up, there and back (4 · I elements per token each way).
   const std::int64_t mlp_expected =
       !mlp_gap.empty() || !device.is_cuda()
           ? 0
           : 2 * 2 * 2 * n * c.hf.intermediate_size * static_cast<std::int64_t>(torch::elementSize(dtype));
-  const bool ok_mlp = wm <= noise && (noise > 0.0 || off_mlp.loss == kept_mlp.loss) && mlp_bytes == mlp_expected;
+  const bool ok_mlp = wm <= bound && (noise > 0.0 || off_mlp.loss == kept_mlp.loss) && mlp_bytes == mlp_expected;
   std::printf(
       "{\"check\": \"fused kernels vs reference ops (2 layers, LoRA, checkpointed)\", \"device\": \"%s\", "
       "\"loss_fused\": %.6f, \"loss_reference\": %.6f, \"loss_rel_err\": %.3g, \"worst_grad_rel_err\": %.3g, "
@@ -232,16 +240,21 @@ bool check_fused_and_offload(const DecoderConfig& base, const torch::Device& dev
       static_cast<long long>(mlp_expected), off_mlp.loss, kept_mlp.loss, wm, wm_name.c_str(), noise,
       ok_mlp ? "true" : "false", bench::provenance_members(bench::machine_provenance(device)).c_str());
   const auto [wk, wk_name] = worst_grad(parked_att, kept_att);
-  const bool ok_parked = wk <= noise && (noise > 0.0 || parked_att.loss == kept_att.loss) &&
-                         (!device.is_cuda() || parked_bytes > off_bytes);
+  // Soft-capped attention (Gemma-2) keeps nothing (planner::attention_keepable): reported as
+  // not applying, as the MLP tier is. Kept against recomputed (fused) is reported beside:
+  // the same kernels with and without the stash.
+  const bool keep_applies = c.hf.attn_logit_softcapping <= 0;
+  const auto [wr, wr_name] = worst_grad(kept_att, fused);
+  const bool ok_parked = !keep_applies || (wk <= bound && (noise > 0.0 || parked_att.loss == kept_att.loss) &&
+                                           (!device.is_cuda() || parked_bytes > off_bytes));
   std::printf(
       "{\"check\": \"kept attention parked on the host vs kept on the device\", \"device\": \"%s\", "
-      "\"host_copy_bytes\": %lld, \"inputs_only_bytes\": %lld, \"loss_parked\": %.6f, \"loss_kept\": %.6f, "
-      "\"worst_grad_abs_diff_rel\": %.3g, \"worst_grad\": \"%s\", \"repeat_grad_abs_diff_rel\": %.3g, "
-      "\"pass\": %s, %s}\n",
-      device.str().c_str(), static_cast<long long>(parked_bytes), static_cast<long long>(off_bytes), parked_att.loss,
-      kept_att.loss, wk, wk_name.c_str(), noise, ok_parked ? "true" : "false",
-      bench::provenance_members(bench::machine_provenance(device)).c_str());
+      "\"applies\": %s, \"host_copy_bytes\": %lld, \"inputs_only_bytes\": %lld, \"loss_parked\": %.6f, "
+      "\"loss_kept\": %.6f, \"loss_recomputed\": %.6f, \"worst_grad_abs_diff_rel\": %.3g, \"worst_grad\": \"%s\", "
+      "\"kept_vs_recomputed_grad_rel\": %.3g, \"repeat_grad_abs_diff_rel\": %.3g, \"pass\": %s, %s}\n",
+      device.str().c_str(), keep_applies ? "true" : "false", static_cast<long long>(parked_bytes),
+      static_cast<long long>(off_bytes), parked_att.loss, kept_att.loss, fused.loss, wk, wk_name.c_str(), wr, noise,
+      ok_parked ? "true" : "false", bench::provenance_members(bench::machine_provenance(device)).c_str());
   return ok_fused && ok_off && ok_mlp && ok_parked;
 }
 

@@ -173,6 +173,14 @@ def run(model, ids, mask, labels, nopad, device):
         t["grad." + name] = p.grad.detach().float().cpu().contiguous()
     with torch.no_grad():
         t["nopad.logits"] = model(input_ids=nopad.to(device)).logits.float().cpu().contiguous()
+    # The unpadded batch trained on: its loss and gradients (the oracle of the padding-free
+    # training row, e.g. with kept attention).
+    model.zero_grad(set_to_none=True)
+    out = model(input_ids=nopad.to(device), labels=nopad.to(device))
+    out.loss.backward()
+    t["nopad.loss"] = out.loss.detach().float().cpu().reshape(1)
+    for name, p in model.named_parameters():
+        t["nopad.grad." + name] = p.grad.detach().float().cpu().contiguous()
     return t
 
 
