@@ -180,10 +180,11 @@ std::vector<std::string> fused_kernel_gaps(const HfModelConfig& m) {
   auto num = [](double v) { return text::format_double(v); };
   if (m.attn_logit_softcapping > 0)
     out.push_back("attention-logit soft-capping (attn_logit_softcapping " + num(m.attn_logit_softcapping) +
-                  "): eager attention with an explicit mask");
+                  "): tiled exact attention (GEMMs per tile of query rows, no [T, T] scores kept) instead of "
+                  "flash attention");
   if (m.sliding_window > 0)
     out.push_back("sliding-window attention (sliding_window " + std::to_string(m.sliding_window) +
-                  "): flash attention's local band on CUDA; SDPA with an explicit window mask where soft-capping, "
+                  "): flash attention's local band on CUDA; tiled exact attention where soft-capping, "
                   "attn_impl eager or the CPU rule flash out");
   if (m.final_logit_softcapping > 0 || m.logits_scaling != 1.0)
     out.push_back(

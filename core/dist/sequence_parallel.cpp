@@ -1,11 +1,14 @@
 #include "dist/sequence_parallel.h"
 
+#include <ATen/SDPBackend.h>
+
 #include <numeric>
 #include <tuple>
 #include <stdexcept>
 
 #include "config/validate.h"
 #include "model/attention.h"
+#include "model/tiled_attention.h"
 
 namespace odyssey::dist {
 
@@ -541,16 +544,10 @@ class SpAttention final : public model::AttentionOverride {
       return scatter(model::varlen_causal_attention(qq, kk, vv, cu_, max_seqlen_, scale, ran, window), q.size(0),
                      q.size(1), q.size(2));
     // The gathered row: samples (with their padding at their ends) by cu_, consecutive positions
-    // within each, so the window is an index distance there.
-    const std::int64_t total = qq.size(0);
-    torch::Tensor keep = model::block_causal_mask(cu_, total, qq.device());
-    if (window > 0) keep = model::window_mask(keep, total, window, qq.device());
-    const torch::Tensor out =
-        model::masked_attention(qq.transpose(0, 1).unsqueeze(0), kk.transpose(0, 1).unsqueeze(0),
-                                vv.transpose(0, 1).unsqueeze(0), keep, scale, softcap, prefer, ran)
-            .squeeze(0)
-            .transpose(0, 1);
-    return scatter(out, q.size(0), q.size(1), q.size(2));
+    // within each, so the window is an index distance there; tiles of exact attention.
+    if (ran) *ran = static_cast<std::int64_t>(at::SDPBackend::math);
+    return scatter(model::tiled_causal_attention(qq, kk, vv, cu_, scale, window, softcap), q.size(0), q.size(1),
+                   q.size(2));
   }
 
   // Ulysses: this rank's tokens of all heads -> all tokens of this rank's heads (identity at u = 1).

@@ -1,5 +1,7 @@
 #include "model/decoder.h"
 
+#include <ATen/SDPBackend.h>
+
 #include <cmath>
 #include <utility>
 
@@ -8,6 +10,7 @@
 #include "kernels/swiglu.h"
 #include "model/activation_checkpoint.h"
 #include "model/rope.h"
+#include "model/tiled_attention.h"
 
 namespace odyssey::model {
 
@@ -168,8 +171,10 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext&
   const std::int64_t b = x.size(0), s = x.size(1);
   const torch::Tensor& cos = local_rope ? ctx.cos_local : ctx.cos;
   const torch::Tensor& sin = local_rope ? ctx.sin_local : ctx.sin;
-  // Soft-capping or a window shorter than the row's longest sequence: attention through an
-  // explicit mask (attention.h, masked_attention). A window at least that long hides nothing.
+  // Soft-capping or a window shorter than the row's longest sequence: flash attention's band
+  // where it serves, else tiled exact attention on padding-free rows (tiled_attention.h) and an
+  // explicit mask on padded batches (attention.h, masked_attention). A window at least that
+  // long hides nothing.
   const bool windowed = sliding && (ctx.cu_seqlens.defined() ? ctx.max_seqlen : s) > window;
   const bool general = softcap > 0 || windowed;
   const bool rope_fusable = cos.size(-1) == head_dim;  // kernels::apply_rope_ rotates whole heads
@@ -202,12 +207,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext&
       out = ctx.attention_override->attend_masked(q, k, v, scale, windowed ? window : 0, softcap, ctx.attention, &ran);
     } else if (windowed && window_on_flash(q.device(), q.scalar_type(), head_dim, softcap, ctx.attention)) {
       out = varlen_causal_attention(q, k, v, ctx.cu_seqlens, ctx.max_seqlen, scale, &ran, window);  // flash's band
-    } else if (general) {
-      const torch::Tensor keep = windowed ? ctx.keep_window : block_causal_mask(ctx.cu_seqlens, s, q.device());
-      out = masked_attention(q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0),
-                             v.transpose(0, 1).unsqueeze(0), keep, scale, softcap, ctx.attention, &ran)
-                .squeeze(0)
-                .transpose(0, 1);
+    } else if (general) {  // soft-capping, or a window flash cannot take: tiles of exact attention
+      out = tiled_causal_attention(q, k, v, ctx.cu_seqlens, scale, windowed ? window : 0, softcap);
+      ran = static_cast<std::int64_t>(at::SDPBackend::math);
     } else if (ctx.attention_override) {
       out = ctx.attention_override->attend(q, k, v, scale, ctx.attention, &ran, ctx.stash.get());
     } else if (ctx.max_seqlen == s && q.is_cuda() && ctx.attention != AttentionBackend::Flash) {
@@ -509,14 +511,6 @@ torch::Tensor CausalLMImpl::hidden_states_packed(const torch::Tensor& input_ids,
   LayerContext ctx = context(input_ids, {}, position_ids, h.scalar_type());
   start_router_stats(ctx, attention ? attention->token_weight() : torch::Tensor(), input_ids.numel());
   ctx.cu_seqlens = cu_seqlens.to(input_ids.device(), torch::kInt32);
-  // The [T, T] window mask (within each sample: its rows are consecutive positions), only where
-  // a layer takes it: not under sequence parallelism (the override masks the gathered row) nor
-  // where flash attention's band computes the window.
-  const bool flash_band = window_on_flash(input_ids.device(), h.scalar_type(), config_.hf.head_dim,
-                                          config_.hf.attn_logit_softcapping, options_.attention);
-  if (config_.hf.sliding_window > 0 && !attention && !flash_band)
-    ctx.keep_window = window_mask(block_causal_mask(ctx.cu_seqlens, input_ids.size(1), input_ids.device()),
-                                  input_ids.size(1), config_.hf.sliding_window, input_ids.device());
   ctx.max_seqlen = max_seqlen;
   ctx.attention_override = std::move(attention);
   return layers_and_norm(h, ctx);

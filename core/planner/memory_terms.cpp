@@ -6,6 +6,7 @@
 #include <vector>
 #include <array>
 
+#include "model/attention_tiles.h"
 #include "planner/kept_attention.h"
 
 namespace odyssey::planner_detail {
@@ -333,19 +334,30 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   // Probabilities fp32 + their cast, s² per head; in double, saturated (searches reach 2^26).
   const double sq =
       static_cast<double>(batch * (s.H / u) * (b + 4)) * static_cast<double>(seq) * static_cast<double>(seq);
-  // Soft-capped attention (Gemma-2) computes the eager formula whatever attn_impl says. Under
-  // ring attention, soft-capped and windowed layers take the reference ring instead: fp32
-  // scores, probabilities and their gradient of one [H/u, S/ring, S/ring] block at a time
+  // Under ring attention, soft-capped and windowed layers take the reference ring: fp32 scores,
+  // probabilities and their gradient of one [H/u, S/ring, S/ring] block at a time
   // (dist/sequence_parallel.h, ring_attention; about 16 B per score).
   const bool capped = m.attn_logit_softcapping > 0;
   const bool windowed = m.sliding_window > 0 && m.sliding_window < seq;
   const bool ring_reference = p.ring > 1 && (capped || windowed);
-  const bool eager_formula = eager || capped;
+  // Elsewhere the engine computes soft-capped layers, and windowed ones flash attention's band
+  // cannot take (model/attention.h, window_on_flash: CUDA, 16-bit, head dim <= 256, no
+  // soft-capping, attn_impl not eager), in tiles of exact attention (model/tiled_attention.h):
+  // nothing of s² is saved; a layer's backward holds a few tiles of fp32 scores and fp32 dK/dV
+  // sums over the row (the gathered row's, for this GPU's heads, under Ulysses). HF computes
+  // soft-capping by its eager formula; eager attention keeps s² where layers are not capped.
+  const bool flash_band = t.cuda && b == 2 && s.d <= 256 && !capped && !eager;
+  const bool tiled = !t.hf && !ring_reference && (capped || (windowed && !flash_band));
+  const bool eager_formula = (eager && !capped) || (capped && t.hf);
   const double ring_block = static_cast<double>(seq) / static_cast<double>(p.ring);
   const double ring_sq = static_cast<double>(batch * (s.H / u) * 16) * ring_block * ring_block;
   const i64 eager_sq = ring_reference  ? static_cast<i64>(std::min(ring_sq, 1e17))
                        : eager_formula ? static_cast<i64>(std::min(sq, 1e17))
                                        : 0;
+  const i64 tiled_working =
+      tiled ? model::kTiledBackwardBlocks * model::tiled_attention_block_bytes(seq, seq, std::max<i64>(1, s.H / u)) +
+                  2 * 4 * kv_heads_gpu * s.d * seq
+            : 0;
 
   t.layer_full = per_token * T + eager_sq;
   t.layer_in = b * s.h * T;
@@ -380,12 +392,9 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
     t.mlp_offload_max = std::min<i64>(s.L, static_cast<i64>(layers));
   }
   t.misc = T * (3 * 8 + 2 * 4 * s.d);
-  // A sliding window below the sequence length on one process is an explicit [S, S] boolean
-  // mask per row, unless flash attention's band computes it (model/attention.h,
-  // window_on_flash: CUDA, 16-bit, head dim <= 256, no soft-capping, attn_impl not eager).
-  // Under sequence parallelism the gathered row's mask is built per layer call, and dropped.
-  const bool flash_band = t.cuda && b == 2 && s.d <= 256 && !capped && !eager;
-  if (windowed && !flash_band && sp == 1)
+  // A sliding window below the sequence length is an explicit [S, S] boolean mask per row in
+  // HF's model unless flash attention's band computes it (the engine's band or tiles need none).
+  if (windowed && t.hf && !flash_band && sp == 1)
     t.misc += static_cast<i64>(
         std::min(static_cast<double>(batch) * static_cast<double>(seq) * static_cast<double>(seq), 1e17));
 
@@ -413,7 +422,8 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   t.bwd_mlp_h = (norm_recomputed ? 4 : 3) * b * s.h;  // + the recomputed norm output
   t.bwd_mlp_i = (swiglu_kernel ? 3 : 4) * b * s.i - (act_kept ? b * s.i : 0);
   t.bwd_mlp = T * (t.bwd_mlp_h + t.bwd_mlp_i);
-  t.bwd_attn = T * (b * ((norm_recomputed ? 4 : 3) * s.h + 2 * s.q + 2 * kv_eff) + 4 * s.q + 4 * s.H) + eager_sq;
+  t.bwd_attn =
+      T * (b * ((norm_recomputed ? 4 : 3) * s.h + 2 * s.q + 2 * kv_eff) + 4 * s.q + 4 * s.H) + eager_sq + tiled_working;
   // A kept layer's attention backward calls cuDNN's kernel directly, which takes K and V with
   // the query heads' count: K/V repeated, their gradients in that shape, then summed per KV
   // head in fp32 (model/attention.cpp, LseAttention).

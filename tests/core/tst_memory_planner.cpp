@@ -305,7 +305,7 @@ class TestMemoryPlanner : public QObject {
   // The families of issue 22: Phi-3's fused projections take LoRA as PEFT puts it (one adapter
   // on qkv_proj, one on gate_up_proj), blocks the fused kernels do not cover are planned
   // unfused and named in the plan's notes, sandwich norms save two norms more per layer, and
-  // soft-capped attention keeps eager's scores.
+  // soft-capped attention keeps no s² (tiles) where HF keeps its eager scores.
   void familiesKnownToThePlanner() {
     auto shape = [](const char* id) {
       auto r = load_located_model_config(locate_model(id, ""));
@@ -334,7 +334,8 @@ class TestMemoryPlanner : public QObject {
     bool softcap_note = false, norm_note = false;
     for (const auto& n : p.notes) {
       softcap_note =
-          softcap_note || n.find("fused kernels fall back for attention-logit soft-capping") != std::string::npos;
+          softcap_note || (n.find("fused kernels fall back for attention-logit soft-capping") != std::string::npos &&
+                           n.find("tiled exact attention") != std::string::npos);
       norm_note = norm_note || n.find("(1 + w) RMSNorm") != std::string::npos;
     }
     QVERIFY(softcap_note && norm_note);
@@ -343,8 +344,16 @@ class TestMemoryPlanner : public QObject {
     plain.attn_logit_softcapping = 0;
     const auto tg = planner_detail::compute_terms(lora_7b(4096, true), g2, o);
     const auto tp = planner_detail::compute_terms(lora_7b(4096, true), plain, o);
-    QVERIFY(tg.per_token_layer > tp.per_token_layer);             // two more norms
-    QVERIFY(tg.layer_full - tg.per_token_layer * tg.tokens > 0);  // eager's s² scores
+    QVERIFY(tg.per_token_layer > tp.per_token_layer);  // two more norms
+    // Tiled attention (model/tiled_attention.h) keeps nothing of s²; its backward holds five
+    // tiles of fp32 scores (16 heads x 1,472 rows x up to 4096 keys, 368 MiB: the most rows
+    // within 512 MiB, a multiple of 64) and fp32 dK/dV sums over the row (8 KV heads of 256).
+    QCOMPARE(tg.layer_full, tg.per_token_layer * tg.tokens);
+    QCOMPARE(tg.bwd_attn - tp.bwd_attn, std::int64_t{5} * 4 * 16 * 1472 * 4096 + 2 * 4 * 8 * 256 * 4096);
+    PlannerOptions hf = o;
+    hf.reference = PlannerReference::HfPeft;
+    const auto th = planner_detail::compute_terms(lora_7b(4096, true), g2, hf);
+    QVERIFY(th.layer_full - th.per_token_layer * th.tokens > 0);  // HF: the eager formula's s² probabilities
     QCOMPARE(g2.parameter_count(), std::int64_t{9241705984});
   }
 

@@ -1,0 +1,180 @@
+#include "model/tiled_attention.h"
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+namespace odyssey::model {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The dtype scores, log-sum-exp and gradient sums are kept in: float64 for float64 inputs
+// (the tests' exactness runs), else fp32.
+torch::ScalarType accumulation_type(const torch::Tensor& x) {
+  return x.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat32;
+}
+
+// a @ b (batched) accumulated and returned in `acc`: 16-bit CUDA inputs go through cuBLAS with
+// an fp32 result (no rounding of the product to 16 bits); other inputs are converted first.
+torch::Tensor bmm_acc(const torch::Tensor& a, const torch::Tensor& b, torch::ScalarType acc) {
+  const bool half = a.scalar_type() == torch::kBFloat16 || a.scalar_type() == torch::kHalf;
+  if (a.is_cuda() && half && acc == torch::kFloat32 && a.scalar_type() == b.scalar_type()) return at::bmm(a, b, acc);
+  return at::bmm(a.to(acc), b.to(acc));
+}
+
+// Tiles of query rows and the first key each tile's rows can reach.
+struct Tiles {
+  std::vector<std::int64_t> row0;  // the tile's first row; the next tile's (or T) ends it
+  std::vector<std::int64_t> key0;  // the first key any of its rows sees
+  torch::Tensor first_key;         // [T] int64: the first key each query sees
+};
+
+Tiles plan_tiles(const torch::Tensor& cu_seqlens, std::int64_t total, std::int64_t window, std::int64_t heads,
+                 std::int64_t tile_rows, const torch::Device& device) {
+  const torch::Tensor cu = cu_seqlens.to(torch::kCPU, torch::kInt64).contiguous();
+  const std::int64_t n = cu.numel() - 1;
+  const std::int64_t* c = cu.data_ptr<std::int64_t>();
+  TORCH_CHECK(n >= 1 && c[0] == 0 && c[n] == total, "tiled attention: cu_seqlens must run from 0 to the row length ",
+              total);
+  std::vector<std::int64_t> first(static_cast<std::size_t>(total));
+  std::int64_t longest = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    TORCH_CHECK(c[i + 1] >= c[i], "tiled attention: cu_seqlens must not decrease");
+    longest = std::max(longest, c[i + 1] - c[i]);
+    for (std::int64_t r = c[i]; r < c[i + 1]; ++r) first[r] = window > 0 ? std::max(c[i], r - window + 1) : c[i];
+  }
+  const std::int64_t reach = window > 0 ? std::min(window, longest) : longest;
+  const std::int64_t rows = tile_rows > 0 ? tile_rows : tiled_attention_rows(total, reach, heads);
+  Tiles t;
+  for (std::int64_t a = 0; a < total; a += rows) {
+    t.row0.push_back(a);
+    t.key0.push_back(first[a]);  // first[] never decreases along the row
+  }
+  t.first_key = torch::tensor(first, torch::kInt64).to(device);
+  return t;
+}
+
+// Rows a..a+n of x [T, Hkv * g, D] as [Hkv, g * n, D] (a copy): a KV head's query heads are
+// consecutive rows, so one batched GEMM per KV head covers all of them.
+torch::Tensor query_tile(const torch::Tensor& x, std::int64_t hkv, std::int64_t a, std::int64_t n) {
+  const std::int64_t g = x.size(1) / hkv, d = x.size(2);
+  return x.narrow(0, a, n).reshape({n, hkv, g, d}).permute({1, 2, 0, 3}).reshape({hkv, g * n, d});
+}
+
+// Keys or values lo..lo+m of x [T, Hkv, D] as [Hkv, m, D] (a strided view).
+torch::Tensor key_tile(const torch::Tensor& x, std::int64_t lo, std::int64_t m) {
+  return x.narrow(0, lo, m).permute({1, 0, 2});
+}
+
+// The tile's transformed scores [Hkv, g * n, m] in `acc` with -inf where a query does not see
+// the key; *tanh_out (soft-capping) gets tanh(s / cap) for the backward's chain factor.
+torch::Tensor tile_scores(const torch::Tensor& qt, const torch::Tensor& kt, const torch::Tensor& first_key,
+                          std::int64_t a, std::int64_t n, std::int64_t lo, double scale, double softcap,
+                          torch::ScalarType acc, torch::Tensor* tanh_out) {
+  torch::Tensor s = bmm_acc(qt, kt.transpose(1, 2), acc);
+  const std::int64_t hkv = s.size(0), m = s.size(2);
+  s.mul_(scale);
+  if (softcap > 0) {
+    s.div_(softcap).tanh_();
+    if (tanh_out) *tanh_out = s.clone();
+    s.mul_(softcap);
+  }
+  const auto opts = torch::TensorOptions().dtype(torch::kInt64).device(s.device());
+  const torch::Tensor keys = torch::arange(lo, lo + m, opts).view({1, m});
+  const torch::Tensor rows = torch::arange(a, a + n, opts).view({n, 1});
+  const torch::Tensor hidden = keys.lt(first_key.narrow(0, a, n).view({n, 1})).logical_or(keys.gt(rows));
+  s.view({hkv, -1, n, m}).masked_fill_(hidden, -std::numeric_limits<double>::infinity());
+  return s;
+}
+
+struct TiledAttentionFn : public torch::autograd::Function<TiledAttentionFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, const torch::Tensor& first_key, std::vector<std::int64_t> row0,
+                               std::vector<std::int64_t> key0, double scale, double softcap) {
+    const std::int64_t t = q.size(0), hq = q.size(1), hkv = k.size(1), g = hq / hkv, d = q.size(2);
+    const torch::ScalarType acc = accumulation_type(q);
+    torch::Tensor out = torch::empty({t, hq, d}, q.options());
+    torch::Tensor lse = torch::empty({hkv, g, t}, q.options().dtype(acc));
+    const torch::Tensor out4 = out.view({t, hkv, g, d});
+    for (std::size_t i = 0; i < row0.size(); ++i) {
+      const std::int64_t a = row0[i], n = (i + 1 < row0.size() ? row0[i + 1] : t) - a;
+      const std::int64_t lo = key0[i], m = a + n - lo;
+      const torch::Tensor qt = query_tile(q, hkv, a, n);
+      torch::Tensor s = tile_scores(qt, key_tile(k, lo, m), first_key, a, n, lo, scale, softcap, acc, nullptr);
+      const torch::Tensor tile_lse = at::logsumexp(s, -1);  // finite: a query always sees itself
+      s.sub_(tile_lse.unsqueeze(-1)).exp_();                // the probabilities
+      const torch::Tensor o = at::bmm(s.to(v.scalar_type()), key_tile(v, lo, m));
+      out4.narrow(0, a, n).copy_(o.view({hkv, g, n, d}).permute({2, 0, 1, 3}));
+      lse.narrow(2, a, n).copy_(tile_lse.view({hkv, g, n}));
+    }
+    ctx->save_for_backward({q, k, v, first_key, out, lse});
+    ctx->saved_data["row0"] = row0;
+    ctx->saved_data["key0"] = key0;
+    ctx->saved_data["scale"] = scale;
+    ctx->saved_data["softcap"] = softcap;
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &first_key = saved[3];
+    const torch::Tensor &out = saved[4], &lse = saved[5];
+    const std::vector<std::int64_t> row0 = ctx->saved_data.at("row0").toIntVector();
+    const std::vector<std::int64_t> key0 = ctx->saved_data.at("key0").toIntVector();
+    const double scale = ctx->saved_data.at("scale").toDouble();
+    const double softcap = ctx->saved_data.at("softcap").toDouble();
+    const torch::Tensor dout = grads[0];
+    const std::int64_t t = q.size(0), hq = q.size(1), hkv = k.size(1), g = hq / hkv, d = q.size(2);
+    const torch::ScalarType acc = accumulation_type(q);
+    torch::Tensor dq = torch::empty({t, hq, d}, q.options());
+    torch::Tensor dk = torch::zeros({hkv, t, d}, q.options().dtype(acc));
+    torch::Tensor dv = torch::zeros({hkv, t, d}, q.options().dtype(acc));
+    const torch::Tensor dq4 = dq.view({t, hkv, g, d});
+    for (std::size_t i = 0; i < row0.size(); ++i) {
+      const std::int64_t a = row0[i], n = (i + 1 < row0.size() ? row0[i + 1] : t) - a;
+      const std::int64_t lo = key0[i], m = a + n - lo;
+      const torch::Tensor qt = query_tile(q, hkv, a, n), kt = key_tile(k, lo, m), vt = key_tile(v, lo, m);
+      const torch::Tensor dot = query_tile(dout, hkv, a, n);
+      // D_i = sum_d dO * O: the softmax backward's row term.
+      const torch::Tensor delta = (dot.to(acc) * query_tile(out, hkv, a, n).to(acc)).sum(-1, true);
+      torch::Tensor th;
+      torch::Tensor p = tile_scores(qt, kt, first_key, a, n, lo, scale, softcap, acc, &th);
+      p.sub_(lse.narrow(2, a, n).reshape({hkv, g * n, 1})).exp_();
+      const torch::Tensor p16 = p.to(q.scalar_type());
+      dv.narrow(1, lo, m).add_(bmm_acc(p16.transpose(1, 2), dot.to(q.scalar_type()), acc));
+      torch::Tensor ds = bmm_acc(dot.to(q.scalar_type()), vt.transpose(1, 2), acc);  // dP
+      ds.sub_(delta).mul_(p);  // d loss / d (transformed) score
+      if (softcap > 0) ds.mul_(th.mul_(th).neg_().add_(1));  // d(cap tanh(s / cap)) / ds = 1 - tanh^2
+      ds.mul_(scale);
+      const torch::Tensor ds16 = ds.to(q.scalar_type());
+      dq4.narrow(0, a, n).copy_(bmm_acc(ds16, kt, acc).view({hkv, g, n, d}).permute({2, 0, 1, 3}));
+      dk.narrow(1, lo, m).add_(bmm_acc(ds16.transpose(1, 2), qt, acc));
+    }
+    return {dq,
+            dk.permute({1, 0, 2}).to(k.scalar_type()).contiguous(),
+            dv.permute({1, 0, 2}).to(v.scalar_type()).contiguous(),
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor tiled_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                     const torch::Tensor& cu_seqlens, double scale, std::int64_t window, double softcap,
+                                     std::int64_t tile_rows) {
+  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, "tiled attention: q, k, v must be [T, H, D]");
+  TORCH_CHECK(k.sizes() == v.sizes() && q.size(0) == k.size(0) && q.size(2) == k.size(2),
+              "tiled attention: q ", q.sizes(), ", k ", k.sizes(), " and v ", v.sizes(), " do not fit");
+  TORCH_CHECK(q.size(1) % k.size(1) == 0, "tiled attention: ", q.size(1), " query heads for ", k.size(1), " KV heads");
+  const Tiles tiles = plan_tiles(cu_seqlens, q.size(0), window, q.size(1), tile_rows, q.device());
+  return TiledAttentionFn::apply(q, k, v, tiles.first_key, tiles.row0, tiles.key0, scale, softcap);
+}
+
+}  // namespace odyssey::model

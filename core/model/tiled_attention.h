@@ -1,0 +1,38 @@
+// Exact causal attention over a padding-free row, computed in tiles of query rows, for the
+// score transforms the fused kernels lack: Gemma-2's attention-logit soft-capping
+// (tanh(s / cap) * cap), and a sliding window where flash attention's band cannot run (CPU,
+// fp32, head dim > 256).
+//
+// A tile of n query rows sees only the keys its rows can reach (from the first row's sample
+// start, or its window's start, to the tile's last row), so causality and sample boundaries
+// skip about half the work and a window skips the rest of the row. Per tile: fp32 scores from
+// one GEMM (bf16/fp16 inputs accumulate and come out in fp32), the transform, the mask, the
+// log-sum-exp and the probabilities (rounded to the inputs' dtype for the GEMM with V, as flash
+// attention rounds them). The backward recomputes each tile's scores from the saved log-sum-exp
+// (FlashAttention-2's backward, done with GEMMs): nothing of size T x T is kept, and the working
+// set is a few tiles of scores (tiled_attention_rows sizes them).
+//
+// Semantics are transformers' eager_attention_forward of Gemma-2 (scores * scale, soft-capped,
+// masked, softmax, times V) for rows where each query sees at least itself, which causal rows
+// always do; tests/core/tst_tiled_attention.cpp checks it against the dense formula in float64
+// and tst_decoder_parity against transformers through whole models.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "model/attention_tiles.h"
+
+#include <cstdint>
+
+namespace odyssey::model {
+
+// q [T, Hq, D], k and v [T, Hkv, D] (Hq a multiple of Hkv; strided views are fine); cu_seqlens
+// [n + 1] (any integer dtype and device; sample i is rows cu[i]..cu[i+1]). window > 0: a key is
+// seen from a query at most window - 1 positions behind it (transformers' kv > q - window);
+// softcap > 0: scores soft-capped. tile_rows 0: tiled_attention_rows. Returns [T, Hq, D] in q's
+// dtype; differentiable in q, k and v.
+torch::Tensor tiled_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                     const torch::Tensor& cu_seqlens, double scale, std::int64_t window, double softcap,
+                                     std::int64_t tile_rows = 0);
+
+}  // namespace odyssey::model

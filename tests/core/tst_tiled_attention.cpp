@@ -1,0 +1,152 @@
+// Tiled exact attention (model/tiled_attention.h) against the dense formula it replaces,
+// written here in float64 the plain way (transformers' eager_attention_forward of Gemma-2:
+// the [H, T, T] scores, soft-capped, masked by sample, causality and window, a softmax, times
+// V; its gradients by autograd through those ops): output and the gradients of q, k and v for
+// rows of several samples, GQA, windows shorter and longer than a sample, soft-capping, and
+// tiles of 1 row, odd sizes and the whole row. Whole models against transformers (Gemma-2's
+// soft-capped packed rows, Mistral's window on the CPU) are tst_decoder_parity's.
+#define QT_NO_KEYWORDS
+#include <torch/torch.h>
+
+#include <QtTest>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "model/attention_tiles.h"
+#include "model/tiled_attention.h"
+
+using namespace odyssey::model;
+
+namespace {
+
+struct Case {
+  std::vector<std::int64_t> lengths;  // samples of the row
+  std::int64_t hq = 4, hkv = 2, d = 8;
+  std::int64_t window = 0;
+  double softcap = 0;
+};
+
+// The dense reference: keep[i, j] = same sample, j <= i, and j > i - window (window > 0).
+torch::Tensor dense(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                    const std::vector<std::int64_t>& lengths, double scale, std::int64_t window, double softcap) {
+  const std::int64_t t = q.size(0), g = q.size(1) / k.size(1);
+  std::vector<std::int64_t> sample;
+  for (std::size_t s = 0; s < lengths.size(); ++s) sample.insert(sample.end(), lengths[s], std::int64_t(s));
+  const torch::Tensor id = torch::tensor(sample, torch::kInt64);
+  const torch::Tensor pos = torch::arange(t, torch::kInt64);
+  torch::Tensor keep = id.view({t, 1}).eq(id.view({1, t})).logical_and(pos.view({1, t}).le(pos.view({t, 1})));
+  if (window > 0) keep = keep.logical_and(pos.view({1, t}).gt(pos.view({t, 1}) - window));
+  const torch::Tensor qh = q.transpose(0, 1);                                    // [Hq, T, D]
+  const torch::Tensor kh = k.transpose(0, 1).repeat_interleave(g, 0);            // [Hq, T, D]
+  const torch::Tensor vh = v.transpose(0, 1).repeat_interleave(g, 0);
+  torch::Tensor s = torch::matmul(qh, kh.transpose(1, 2)) * scale;
+  if (softcap > 0) s = torch::tanh(s / softcap) * softcap;
+  s = s.masked_fill(keep.logical_not(), -std::numeric_limits<double>::infinity());
+  return torch::matmul(torch::softmax(s, -1), vh).transpose(0, 1);  // [T, Hq, D]
+}
+
+double max_diff(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
+
+}  // namespace
+
+class TstTiledAttention : public QObject {
+  Q_OBJECT
+ private Q_SLOTS:
+  void matchesTheDenseFormula_data() {
+    QTest::addColumn<int>("which");
+    QTest::addColumn<int>("tile_rows");
+    const char* names[] = {"one sample", "three samples, GQA 2", "window 5 (shorter than a sample)",
+                           "soft-capping 1.5", "window 4 and soft-capping 2, GQA 4", "window longer than every sample",
+                           "MHA, one-token samples"};
+    for (int which = 0; which < 7; ++which)
+      for (int rows : {1, 3, 7, 64, 0})
+        QTest::newRow((std::string(names[which]) + ", tiles of " + (rows ? std::to_string(rows) : "auto") + " rows")
+                          .c_str())
+            << which << rows;
+  }
+  void matchesTheDenseFormula() {
+    QFETCH(int, which);
+    QFETCH(int, tile_rows);
+    const std::vector<Case> cases = {
+        {{23}},
+        {{9, 1, 13}, 4, 2, 8},
+        {{17, 11}, 4, 2, 8, 5},
+        {{12, 10}, 6, 3, 16, 0, 1.5},
+        {{19, 6, 8}, 8, 2, 8, 4, 2.0},
+        {{7, 9}, 4, 4, 8, 50},
+        {{1, 1, 5, 1}, 2, 2, 4},
+    };
+    const Case& c = cases.at(static_cast<std::size_t>(which));
+    std::int64_t t = 0;
+    std::vector<std::int64_t> cu{0};
+    for (std::int64_t n : c.lengths) cu.push_back(t += n);
+    torch::manual_seed(7 + which);
+    const auto f64 = torch::TensorOptions().dtype(torch::kDouble);
+    // Scores of a few units, so the cap (1.5, 2) bends them.
+    const torch::Tensor q0 = torch::randn({t, c.hq, c.d}, f64) * 1.5, k0 = torch::randn({t, c.hkv, c.d}, f64) * 1.5;
+    const torch::Tensor v0 = torch::randn({t, c.hkv, c.d}, f64), dout = torch::randn({t, c.hq, c.d}, f64);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
+
+    const torch::Tensor q1 = q0.clone().requires_grad_(), k1 = k0.clone().requires_grad_(),
+                        v1 = v0.clone().requires_grad_();
+    const torch::Tensor want = dense(q1, k1, v1, c.lengths, scale, c.window, c.softcap);
+    (want * dout).sum().backward();
+
+    const torch::Tensor q2 = q0.clone().requires_grad_(), k2 = k0.clone().requires_grad_(),
+                        v2 = v0.clone().requires_grad_();
+    const torch::Tensor got = tiled_causal_attention(q2, k2, v2, torch::tensor(cu, torch::kInt32), scale, c.window,
+                                                     c.softcap, tile_rows);
+    (got * dout).sum().backward();
+
+    // float64 on both sides, in a different order of additions: a few ulps of the values.
+    constexpr double kBound = 1e-12;
+    QVERIFY2(max_diff(got, want) < kBound, qPrintable(QString("out %1").arg(max_diff(got, want))));
+    QVERIFY2(max_diff(q2.grad(), q1.grad()) < kBound, qPrintable(QString("dq %1").arg(max_diff(q2.grad(), q1.grad()))));
+    QVERIFY2(max_diff(k2.grad(), k1.grad()) < kBound, qPrintable(QString("dk %1").arg(max_diff(k2.grad(), k1.grad()))));
+    QVERIFY2(max_diff(v2.grad(), v1.grad()) < kBound, qPrintable(QString("dv %1").arg(max_diff(v2.grad(), v1.grad()))));
+  }
+
+  // fp32 inputs that are strided views (the decoder's rotated projections), as the engine calls it.
+  void takesStridedFp32Views() {
+    torch::manual_seed(3);
+    const std::int64_t t = 21, hq = 4, hkv = 2, d = 8;
+    const torch::Tensor proj = torch::randn({1, t, (hq + 2 * hkv) * d});
+    const torch::Tensor q = proj.narrow(2, 0, hq * d).view({t, hq, d});
+    const torch::Tensor k = proj.narrow(2, hq * d, hkv * d).view({t, hkv, d});
+    const torch::Tensor v = proj.narrow(2, (hq + hkv) * d, hkv * d).view({t, hkv, d});
+    const torch::Tensor got = tiled_causal_attention(q, k, v, torch::tensor({0, 8, 21}, torch::kInt32), 0.3, 6, 1.0, 5);
+    const torch::Tensor want = dense(q.to(torch::kDouble), k.to(torch::kDouble), v.to(torch::kDouble), {8, 13}, 0.3, 6,
+                                     1.0);
+    QCOMPARE(got.scalar_type(), torch::kFloat32);
+    QVERIFY2(max_diff(got.to(torch::kDouble), want) < 1e-5, qPrintable(QString::number(max_diff(got.to(torch::kDouble), want))));
+  }
+
+  void rejectsRowsThatDoNotFit() {
+    const torch::Tensor q = torch::randn({10, 4, 8}), k = torch::randn({10, 3, 8});
+    QVERIFY_THROWS_EXCEPTION(c10::Error, tiled_causal_attention(q, k, k, torch::tensor({0, 10}), 1.0, 0, 0));
+    const torch::Tensor k2 = torch::randn({10, 2, 8});
+    QVERIFY_THROWS_EXCEPTION(c10::Error, tiled_causal_attention(q, k2, k2, torch::tensor({0, 9}), 1.0, 0, 0));
+  }
+
+  // The tile sizing the planner shares: a tile's fp32 scores stay within kTiledScoreBytes,
+  // rows are a multiple of 64 (or the whole row), and short rows are one tile.
+  void tilesStayWithinTheirBudget() {
+    struct Shape {
+      std::int64_t total, reach, heads;
+    };
+    for (const Shape& s : {Shape{32768, 32768, 16}, Shape{131072, 131072, 32}, Shape{16384, 4096, 16},
+                           Shape{65536, 8192, 64}, Shape{1 << 20, 1 << 20, 128}}) {
+      const std::int64_t rows = tiled_attention_rows(s.total, s.reach, s.heads);
+      QVERIFY(rows >= 64 && rows % 64 == 0);
+      if (rows > 64) QVERIFY(tiled_attention_block_bytes(s.total, s.reach, s.heads) <= kTiledScoreBytes);
+    }
+    QCOMPARE(tiled_attention_rows(40, 40, 8), std::int64_t{40});
+    QCOMPARE(tiled_attention_rows(2048, 2048, 8), std::int64_t{2048});  // 8 x 2048 x 4096 x 4 B = 256 MiB
+    QCOMPARE(tiled_attention_block_bytes(2048, 2048, 8), std::int64_t{4} * 8 * 2048 * 2048);
+  }
+};
+
+QTEST_APPLESS_MAIN(TstTiledAttention)
+#include "tst_tiled_attention.moc"
