@@ -20,7 +20,8 @@ inline constexpr std::int64_t kTiledBackwardBlocks = 5;
 // to a multiple of 64 and at least 64; the whole row when that covers it.
 inline std::int64_t tiled_attention_rows(std::int64_t total, std::int64_t reach, std::int64_t q_heads) {
   reach = std::clamp<std::int64_t>(reach, 1, std::max<std::int64_t>(total, 1));
-  const double budget = static_cast<double>(kTiledScoreBytes) / (4.0 * static_cast<double>(std::max<std::int64_t>(q_heads, 1)));
+  const double budget =
+      static_cast<double>(kTiledScoreBytes) / (4.0 * static_cast<double>(std::max<std::int64_t>(q_heads, 1)));
   const double r = static_cast<double>(reach);
   const auto rows = static_cast<std::int64_t>((std::sqrt(r * r + 4.0 * budget) - r) / 2.0);
   const std::int64_t n = std::max<std::int64_t>(64, rows / 64 * 64);

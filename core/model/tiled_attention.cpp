@@ -146,7 +146,7 @@ struct TiledAttentionFn : public torch::autograd::Function<TiledAttentionFn> {
       const torch::Tensor p16 = p.to(q.scalar_type());
       dv.narrow(1, lo, m).add_(bmm_acc(p16.transpose(1, 2), dot.to(q.scalar_type()), acc));
       torch::Tensor ds = bmm_acc(dot.to(q.scalar_type()), vt.transpose(1, 2), acc);  // dP
-      ds.sub_(delta).mul_(p);  // d loss / d (transformed) score
+      ds.sub_(delta).mul_(p);                                                        // d loss / d (transformed) score
       if (softcap > 0) ds.mul_(th.mul_(th).neg_().add_(1));  // d(cap tanh(s / cap)) / ds = 1 - tanh^2
       ds.mul_(scale);
       const torch::Tensor ds16 = ds.to(q.scalar_type());
@@ -170,8 +170,8 @@ torch::Tensor tiled_causal_attention(const torch::Tensor& q, const torch::Tensor
                                      const torch::Tensor& cu_seqlens, double scale, std::int64_t window, double softcap,
                                      std::int64_t tile_rows) {
   TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, "tiled attention: q, k, v must be [T, H, D]");
-  TORCH_CHECK(k.sizes() == v.sizes() && q.size(0) == k.size(0) && q.size(2) == k.size(2),
-              "tiled attention: q ", q.sizes(), ", k ", k.sizes(), " and v ", v.sizes(), " do not fit");
+  TORCH_CHECK(k.sizes() == v.sizes() && q.size(0) == k.size(0) && q.size(2) == k.size(2), "tiled attention: q ",
+              q.sizes(), ", k ", k.sizes(), " and v ", v.sizes(), " do not fit");
   TORCH_CHECK(q.size(1) % k.size(1) == 0, "tiled attention: ", q.size(1), " query heads for ", k.size(1), " KV heads");
   const Tiles tiles = plan_tiles(cu_seqlens, q.size(0), window, q.size(1), tile_rows, q.device());
   return TiledAttentionFn::apply(q, k, v, tiles.first_key, tiles.row0, tiles.key0, scale, softcap);

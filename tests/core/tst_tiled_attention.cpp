@@ -38,8 +38,8 @@ torch::Tensor dense(const torch::Tensor& q, const torch::Tensor& k, const torch:
   const torch::Tensor pos = torch::arange(t, torch::kInt64);
   torch::Tensor keep = id.view({t, 1}).eq(id.view({1, t})).logical_and(pos.view({1, t}).le(pos.view({t, 1})));
   if (window > 0) keep = keep.logical_and(pos.view({1, t}).gt(pos.view({t, 1}) - window));
-  const torch::Tensor qh = q.transpose(0, 1);                                    // [Hq, T, D]
-  const torch::Tensor kh = k.transpose(0, 1).repeat_interleave(g, 0);            // [Hq, T, D]
+  const torch::Tensor qh = q.transpose(0, 1);                          // [Hq, T, D]
+  const torch::Tensor kh = k.transpose(0, 1).repeat_interleave(g, 0);  // [Hq, T, D]
   const torch::Tensor vh = v.transpose(0, 1).repeat_interleave(g, 0);
   torch::Tensor s = torch::matmul(qh, kh.transpose(1, 2)) * scale;
   if (softcap > 0) s = torch::tanh(s / softcap) * softcap;
@@ -57,13 +57,17 @@ class TstTiledAttention : public QObject {
   void matchesTheDenseFormula_data() {
     QTest::addColumn<int>("which");
     QTest::addColumn<int>("tile_rows");
-    const char* names[] = {"one sample", "three samples, GQA 2", "window 5 (shorter than a sample)",
-                           "soft-capping 1.5", "window 4 and soft-capping 2, GQA 4", "window longer than every sample",
+    const char* names[] = {"one sample",
+                           "three samples, GQA 2",
+                           "window 5 (shorter than a sample)",
+                           "soft-capping 1.5",
+                           "window 4 and soft-capping 2, GQA 4",
+                           "window longer than every sample",
                            "MHA, one-token samples"};
     for (int which = 0; which < 7; ++which)
       for (int rows : {1, 3, 7, 64, 0})
-        QTest::newRow((std::string(names[which]) + ", tiles of " + (rows ? std::to_string(rows) : "auto") + " rows")
-                          .c_str())
+        QTest::newRow(
+            (std::string(names[which]) + ", tiles of " + (rows ? std::to_string(rows) : "auto") + " rows").c_str())
             << which << rows;
   }
   void matchesTheDenseFormula() {
@@ -96,8 +100,8 @@ class TstTiledAttention : public QObject {
 
     const torch::Tensor q2 = q0.clone().requires_grad_(), k2 = k0.clone().requires_grad_(),
                         v2 = v0.clone().requires_grad_();
-    const torch::Tensor got = tiled_causal_attention(q2, k2, v2, torch::tensor(cu, torch::kInt32), scale, c.window,
-                                                     c.softcap, tile_rows);
+    const torch::Tensor got =
+        tiled_causal_attention(q2, k2, v2, torch::tensor(cu, torch::kInt32), scale, c.window, c.softcap, tile_rows);
     (got * dout).sum().backward();
 
     // float64 on both sides, in a different order of additions: a few ulps of the values.
@@ -117,10 +121,11 @@ class TstTiledAttention : public QObject {
     const torch::Tensor k = proj.narrow(2, hq * d, hkv * d).view({t, hkv, d});
     const torch::Tensor v = proj.narrow(2, (hq + hkv) * d, hkv * d).view({t, hkv, d});
     const torch::Tensor got = tiled_causal_attention(q, k, v, torch::tensor({0, 8, 21}, torch::kInt32), 0.3, 6, 1.0, 5);
-    const torch::Tensor want = dense(q.to(torch::kDouble), k.to(torch::kDouble), v.to(torch::kDouble), {8, 13}, 0.3, 6,
-                                     1.0);
+    const torch::Tensor want =
+        dense(q.to(torch::kDouble), k.to(torch::kDouble), v.to(torch::kDouble), {8, 13}, 0.3, 6, 1.0);
     QCOMPARE(got.scalar_type(), torch::kFloat32);
-    QVERIFY2(max_diff(got.to(torch::kDouble), want) < 1e-5, qPrintable(QString::number(max_diff(got.to(torch::kDouble), want))));
+    QVERIFY2(max_diff(got.to(torch::kDouble), want) < 1e-5,
+             qPrintable(QString::number(max_diff(got.to(torch::kDouble), want))));
   }
 
   void rejectsRowsThatDoNotFit() {
