@@ -16,12 +16,14 @@
 //   seconds per step, peak memory. Layers and the loss are recomputed in backward (see
 //   docs/model.md: without it the saved activations alone exceed an H200 at 32K).
 //
-// attention [--seq N] [--attention cudnn,flash,varlen-flash,window-mask] [--window W]  attention
+// attention [--seq N] [--attention cudnn,flash,varlen-flash,window-mask,tiled] [--window W]  attention
 //   alone at the 7B shape's heads: milliseconds, achieved TFLOP/s and peak memory, forward and
 //   forward + backward (one JSON line each). With --window: varlen-flash runs flash's local band
 //   (after checking it against the explicit mask, window_parity) and window-mask the explicit
-//   [T, T] mask path; the other backends are skipped.
+//   [T, T] mask path; the other backends are skipped. tiled: model/tiled_attention.h with Gemma-2's
+//   soft-capping (50), and the window when given.
 #include <ATen/DeviceAccelerator.h>
+#include <ATen/SDPBackend.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -34,6 +36,7 @@
 
 #include "model/decoder.h"
 #include "model/rope.h"
+#include "model/tiled_attention.h"
 #include "model/weights.h"
 
 using namespace odyssey;
@@ -370,6 +373,9 @@ int attention_bench(std::int64_t seq, const std::vector<std::string>& backends, 
       torch::Tensor out;
       if (b == "varlen-flash") {
         out = varlen_causal_attention(q, k, v, cu, seq, scale, &ran, window);  // window > 0: flash's local band
+      } else if (b == "tiled") {  // model/tiled_attention.h with Gemma-2's soft-capping (50)
+        out = tiled_causal_attention(q, k, v, cu, scale, window, 50.0);
+        ran = static_cast<std::int64_t>(at::SDPBackend::math);
       } else if (b == "window-mask") {  // the explicit-mask path windowed layers took before the band
         const torch::Tensor keep = window_mask(block_causal_mask(cu, seq, cuda), seq, window, cuda);
         out = masked_attention(q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0),
@@ -381,7 +387,7 @@ int attention_bench(std::int64_t seq, const std::vector<std::string>& backends, 
       }
       if (backward) out.backward(g);
     };
-    if (window > 0 && b != "varlen-flash" && b != "window-mask") continue;  // the others ignore the window
+    if (window > 0 && b != "varlen-flash" && b != "window-mask" && b != "tiled") continue;  // the others ignore the window
     if (window > 0 && b == "varlen-flash" && !window_parity(q0, k0, v0, g, window)) return 1;
     // With a window the useful work is the band's query-key pairs, w·T - w(w-1)/2, against the
     // causal T²/2 that fwd_flops counts.
