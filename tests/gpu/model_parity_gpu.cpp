@@ -387,7 +387,8 @@ int attention_bench(std::int64_t seq, const std::vector<std::string>& backends, 
       }
       if (backward) out.backward(g);
     };
-    if (window > 0 && b != "varlen-flash" && b != "window-mask" && b != "tiled") continue;  // the others ignore the window
+    if (window > 0 && b != "varlen-flash" && b != "window-mask" && b != "tiled")
+      continue;  // the others ignore the window
     if (window > 0 && b == "varlen-flash" && !window_parity(q0, k0, v0, g, window)) return 1;
     // With a window the useful work is the band's query-key pairs, w·T - w(w-1)/2, against the
     // causal T²/2 that fwd_flops counts.
