@@ -13,6 +13,7 @@
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
+#include "kernels/attention_tile.h"
 
 namespace odyssey::kernels {
 namespace {
@@ -48,7 +49,7 @@ Tensors evaluate(const Case& c, const Fn& f, torch::ScalarType working, torch::S
   Tensors wrt;
   for (std::size_t i = 0; i < in.size(); ++i)
     if (c.differentiable[i]) wrt.push_back(in[i]);
-  const Tensors grads = torch::autograd::grad({objective}, wrt);
+  const Tensors grads = wrt.empty() ? Tensors{} : torch::autograd::grad({objective}, wrt);
   Tensors all;
   for (const auto& o : out) all.push_back(o.detach().to(torch::kFloat64));
   for (const auto& g : grads) all.push_back(g.to(torch::kFloat64));
@@ -121,6 +122,49 @@ Case swiglu_case(const torch::Device& dev, std::int64_t rows, std::int64_t inter
   c.cotangents = {torch::randn({rows, inter}, o)};
   c.fused = [](const Tensors& in) { return Tensors{swiglu(in[0], in[1])}; };
   c.reference = [](const Tensors& in) { return Tensors{swiglu_reference(in[0], in[1])}; };
+  c.exact = c.reference;  // in float64
+  return c;
+}
+
+// The attention-tile softmax (attention_tile.h), forward then backward from the forward's
+// log-sum-exp: `groups` heads of `rows` query rows from row0 against m keys from key0, in two
+// samples (the second starting inside the tile) and an optional window; raw scores of a few
+// units times 1/scale so the cap bends them. Outputs p, lse, the backward's p and ds.
+Case attention_tile_case(const torch::Device& dev, std::int64_t groups, std::int64_t rows, std::int64_t m,
+                         std::int64_t window, double softcap) {
+  Case c;
+  c.kernel = "attention_tile " + std::to_string(groups) + "x" + std::to_string(rows) + "x" + std::to_string(m) +
+             (window > 0 ? " window " + std::to_string(window) : "") +
+             (softcap > 0 ? " cap " + std::to_string(static_cast<int>(softcap)) : "");
+  c.output_names = {"p", "lse", "p_backward", "ds"};
+  c.input_names = {"scores", "dp", "delta"};
+  const auto o = torch::TensorOptions().device(dev);
+  const std::int64_t key0 = 5, row0 = key0 + m - rows, total = row0 + rows, split = row0 + rows / 3;
+  std::vector<std::int64_t> first(static_cast<std::size_t>(total));
+  for (std::int64_t i = 0; i < total; ++i) {
+    const std::int64_t start = i < split ? 0 : split;
+    first[static_cast<std::size_t>(i)] = window > 0 ? std::max(start, i - window + 1) : start;
+  }
+  const double scale = 1.0 / 16;
+  AttentionTile tile{torch::tensor(first, torch::kInt64).to(dev), row0, rows, key0, scale, softcap};
+  c.inputs = {16.0 * 3.0 * torch::randn({groups * rows, m}, o), torch::randn({groups * rows, m}, o),
+              0.1 * torch::randn({groups * rows}, o)};
+  c.differentiable = {false, false, false};
+  c.cotangents = {torch::randn({groups * rows, m}, o), torch::randn({groups * rows}, o),
+                  torch::randn({groups * rows, m}, o), torch::randn({groups * rows, m}, o)};
+  auto run = [tile](bool fused) {
+    return [tile, fused](const Tensors& in) {
+      const torch::ScalarType dt = in[0].scalar_type();
+      const torch::ScalarType acc = dt == torch::kDouble ? torch::kDouble : torch::kFloat32;
+      const torch::Tensor s = in[0].to(acc), dp = in[1].to(acc), delta = in[2].to(acc);
+      const auto [p, lse] = fused ? tile_softmax(s, tile, dt) : tile_softmax_reference(s, tile, dt);
+      const auto [pb, ds] = fused ? tile_softmax_backward(s, dp, lse, delta, tile, dt)
+                                  : tile_softmax_backward_reference(s, dp, lse, delta, tile, dt);
+      return Tensors{p, lse, pb, ds};
+    };
+  };
+  c.fused = run(true);
+  c.reference = run(false);
   c.exact = c.reference;  // in float64
   return c;
 }
@@ -389,6 +433,12 @@ std::vector<SelftestRow> run_selftest(const torch::Device& device) {
     cases.push_back(grouped_case(device, 32768, 128, 2048, 1536));
     cases.push_back(grouped_case(device, 32768, 128, 768, 2048));
     cases.push_back(grouped_case(device, 1000, 7, 64, 40));  // odd row counts per expert
+    // Gemma-2-9B's 16 query heads: a tile of 192 rows of a 32K row (global, cap 50) and of a
+    // window of 4096 (cap 50), and a strongly bent cap.
+    cases.push_back(attention_tile_case(device, 16, 192, 32768, 0, 50.0));
+    cases.push_back(attention_tile_case(device, 16, 192, 4287, 4096, 50.0));
+    cases.push_back(attention_tile_case(device, 4, 77, 1000, 300, 2.0));
+    cases.push_back(attention_tile_case(device, 4, 77, 1000, 0, 0.0));
   } else {
     cases.push_back(rms_case(device, 37, 200));
     cases.push_back(swiglu_case(device, 29, 301));
@@ -399,6 +449,7 @@ std::vector<SelftestRow> run_selftest(const torch::Device& device) {
     cases.push_back(linear_ce_case(device, 67, 48, 1003, 16));
     cases.push_back(quant4_linear_case(device, 29, 64, 96, Quant4Type::NF4, true));
     cases.push_back(grouped_case(device, 61, 7, 48, 40));
+    cases.push_back(attention_tile_case(device, 3, 13, 40, 9, 2.0));
   }
   std::vector<SelftestRow> rows;
   for (const auto dtype : {torch::kFloat32, torch::kBFloat16})

@@ -8,11 +8,12 @@
 
 namespace odyssey::model {
 
-// The fp32 scores one tile may hold (its [Hq, rows, keys] block). The backward holds about
-// five such blocks at once (scores, their tanh, probabilities, dP and dS, and 16-bit copies).
+// The fp32 scores one tile may hold (its [Hq, rows, keys] block). The backward holds three
+// such blocks' bytes at once on CUDA: the fp32 scores and dP, the 16-bit P and dS
+// (kernels/attention_tile.h).
 inline constexpr std::int64_t kTiledScoreBytes = std::int64_t{512} << 20;
-// Blocks of kTiledScoreBytes alive at once in the backward (tiled_attention.cpp's tile_backward).
-inline constexpr std::int64_t kTiledBackwardBlocks = 5;
+// Blocks of kTiledScoreBytes alive at once in the backward (tiled_attention.cpp).
+inline constexpr std::int64_t kTiledBackwardBlocks = 3;
 
 // Query rows per tile for a row of `total` tokens whose queries reach at most `reach` keys back
 // (the longest sample, or the window when shorter), with `q_heads` query heads: the most rows n

@@ -1,5 +1,7 @@
 #include "model/tiled_attention.h"
 
+#include "kernels/attention_tile.h"
+
 #include <algorithm>
 #include <limits>
 #include <vector>
@@ -69,27 +71,6 @@ torch::Tensor key_tile(const torch::Tensor& x, std::int64_t lo, std::int64_t m) 
   return x.narrow(0, lo, m).permute({1, 0, 2});
 }
 
-// The tile's transformed scores [Hkv, g * n, m] in `acc` with -inf where a query does not see
-// the key; *tanh_out (soft-capping) gets tanh(s / cap) for the backward's chain factor.
-torch::Tensor tile_scores(const torch::Tensor& qt, const torch::Tensor& kt, const torch::Tensor& first_key,
-                          std::int64_t a, std::int64_t n, std::int64_t lo, double scale, double softcap,
-                          torch::ScalarType acc, torch::Tensor* tanh_out) {
-  torch::Tensor s = bmm_acc(qt, kt.transpose(1, 2), acc);
-  const std::int64_t hkv = s.size(0), m = s.size(2);
-  s.mul_(scale);
-  if (softcap > 0) {
-    s.div_(softcap).tanh_();
-    if (tanh_out) *tanh_out = s.clone();
-    s.mul_(softcap);
-  }
-  const auto opts = torch::TensorOptions().dtype(torch::kInt64).device(s.device());
-  const torch::Tensor keys = torch::arange(lo, lo + m, opts).view({1, m});
-  const torch::Tensor rows = torch::arange(a, a + n, opts).view({n, 1});
-  const torch::Tensor hidden = keys.lt(first_key.narrow(0, a, n).view({n, 1})).logical_or(keys.gt(rows));
-  s.view({hkv, -1, n, m}).masked_fill_(hidden, -std::numeric_limits<double>::infinity());
-  return s;
-}
-
 struct TiledAttentionFn : public torch::autograd::Function<TiledAttentionFn> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, const torch::Tensor& first_key, std::vector<std::int64_t> row0,
@@ -102,11 +83,10 @@ struct TiledAttentionFn : public torch::autograd::Function<TiledAttentionFn> {
     for (std::size_t i = 0; i < row0.size(); ++i) {
       const std::int64_t a = row0[i], n = (i + 1 < row0.size() ? row0[i + 1] : t) - a;
       const std::int64_t lo = key0[i], m = a + n - lo;
-      const torch::Tensor qt = query_tile(q, hkv, a, n);
-      torch::Tensor s = tile_scores(qt, key_tile(k, lo, m), first_key, a, n, lo, scale, softcap, acc, nullptr);
-      const torch::Tensor tile_lse = at::logsumexp(s, -1);  // finite: a query always sees itself
-      s.sub_(tile_lse.unsqueeze(-1)).exp_();                // the probabilities
-      const torch::Tensor o = at::bmm(s.to(v.scalar_type()), key_tile(v, lo, m));
+      const kernels::AttentionTile tile{first_key, a, n, lo, scale, softcap};
+      const torch::Tensor s = bmm_acc(query_tile(q, hkv, a, n), key_tile(k, lo, m).transpose(1, 2), acc);
+      const auto [p, tile_lse] = kernels::tile_softmax(s.view({-1, m}), tile, v.scalar_type());
+      const torch::Tensor o = at::bmm(p.view({hkv, g * n, m}), key_tile(v, lo, m));
       out4.narrow(0, a, n).copy_(o.view({hkv, g, n, d}).permute({2, 0, 1, 3}));
       lse.narrow(2, a, n).copy_(tile_lse.view({hkv, g, n}));
     }
@@ -137,21 +117,18 @@ struct TiledAttentionFn : public torch::autograd::Function<TiledAttentionFn> {
       const std::int64_t a = row0[i], n = (i + 1 < row0.size() ? row0[i + 1] : t) - a;
       const std::int64_t lo = key0[i], m = a + n - lo;
       const torch::Tensor qt = query_tile(q, hkv, a, n), kt = key_tile(k, lo, m), vt = key_tile(v, lo, m);
-      const torch::Tensor dot = query_tile(dout, hkv, a, n);
+      const torch::Tensor dot = query_tile(dout, hkv, a, n).to(q.scalar_type());
       // D_i = sum_d dO * O: the softmax backward's row term.
-      const torch::Tensor delta = (dot.to(acc) * query_tile(out, hkv, a, n).to(acc)).sum(-1, true);
-      torch::Tensor th;
-      torch::Tensor p = tile_scores(qt, kt, first_key, a, n, lo, scale, softcap, acc, &th);
-      p.sub_(lse.narrow(2, a, n).reshape({hkv, g * n, 1})).exp_();
-      const torch::Tensor p16 = p.to(q.scalar_type());
-      dv.narrow(1, lo, m).add_(bmm_acc(p16.transpose(1, 2), dot.to(q.scalar_type()), acc));
-      torch::Tensor ds = bmm_acc(dot.to(q.scalar_type()), vt.transpose(1, 2), acc);  // dP
-      ds.sub_(delta).mul_(p);                                                        // d loss / d (transformed) score
-      if (softcap > 0) ds.mul_(th.mul_(th).neg_().add_(1));  // d(cap tanh(s / cap)) / ds = 1 - tanh^2
-      ds.mul_(scale);
-      const torch::Tensor ds16 = ds.to(q.scalar_type());
-      dq4.narrow(0, a, n).copy_(bmm_acc(ds16, kt, acc).view({hkv, g, n, d}).permute({2, 0, 1, 3}));
-      dk.narrow(1, lo, m).add_(bmm_acc(ds16.transpose(1, 2), qt, acc));
+      const torch::Tensor delta = (dot.to(acc) * query_tile(out, hkv, a, n).to(acc)).sum(-1).view({-1});
+      const kernels::AttentionTile tile{first_key, a, n, lo, scale, softcap};
+      const torch::Tensor s = bmm_acc(qt, kt.transpose(1, 2), acc);
+      const torch::Tensor dp = bmm_acc(dot, vt.transpose(1, 2), acc);
+      const auto [p, ds] = kernels::tile_softmax_backward(
+          s.view({-1, m}), dp.view({-1, m}), lse.narrow(2, a, n).reshape({-1}), delta, tile, q.scalar_type());
+      const torch::Tensor p3 = p.view({hkv, g * n, m}), ds3 = ds.view({hkv, g * n, m});
+      dv.narrow(1, lo, m).add_(bmm_acc(p3.transpose(1, 2), dot, acc));
+      dq4.narrow(0, a, n).copy_(bmm_acc(ds3, kt, acc).view({hkv, g, n, d}).permute({2, 0, 1, 3}));
+      dk.narrow(1, lo, m).add_(bmm_acc(ds3.transpose(1, 2), qt, acc));
     }
     return {dq,
             dk.permute({1, 0, 2}).to(k.scalar_type()).contiguous(),

@@ -6,10 +6,11 @@
 // A tile of n query rows sees only the keys its rows can reach (from the first row's sample
 // start, or its window's start, to the tile's last row), so causality and sample boundaries
 // skip about half the work and a window skips the rest of the row. Per tile: fp32 scores from
-// one GEMM (bf16/fp16 inputs accumulate and come out in fp32), the transform, the mask, the
-// log-sum-exp and the probabilities (rounded to the inputs' dtype for the GEMM with V, as flash
-// attention rounds them). The backward recomputes each tile's scores from the saved log-sum-exp
-// (FlashAttention-2's backward, done with GEMMs): nothing of size T x T is kept, and the working
+// one GEMM (bf16/fp16 inputs accumulate and come out in fp32), then the transform, the mask,
+// the log-sum-exp and the probabilities in one fused pass (kernels/attention_tile.h; rounded to
+// the inputs' dtype for the GEMM with V, as flash attention rounds them). The backward
+// recomputes each tile's scores from the saved log-sum-exp (FlashAttention-2's backward, done
+// with GEMMs and one fused pass for P and dS): nothing of size T x T is kept, and the working
 // set is a few tiles of scores (tiled_attention_rows sizes them).
 //
 // Semantics are transformers' eager_attention_forward of Gemma-2 (scores * scale, soft-capped,
