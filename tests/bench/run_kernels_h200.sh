@@ -41,6 +41,9 @@
 #             the step checks on Gemma-3-12B and its LoRA 16K fast row (window-*.jsonl)
 #   moe       issue 27's rows: the grouped GEMM's selftest rows, transformers + PEFT on the Qwen3-30B-A3B shape (LoRA,
 #             MOE_SEQS, default 16384) and odyssey-bench at its peak and fast (moe-{hf,odyssey}.jsonl, moe-compare.md)
+#   tiled     tiled exact attention (Gemma-2's soft-capping): model_parity_gpu attention flash,tiled at 16K and
+#             32K (tiled-attention.jsonl), Gemma-2-9B LoRA fast at 16K and 32K (tiled-gemma2.jsonl); with
+#             `liger` after it (LIGER_SHAPES=gemma-2-9b LIGER_FAST=0) the anchor rows of docs/model.md
 #   liger     issue 22's anchor: transformers + PEFT + Liger kernels (hf_bench.py --liger, every layer
 #             checkpointed; needs the liger-kernel wheel carried in .whl/, see ../shared/gpu/NOTES.md) for
 #             LIGER_SHAPES (default mistral-7b-v0.3 gemma-2-9b) at LIGER_SEQS (default 16384 32768), then
@@ -274,6 +277,18 @@ print(r[-1].get('peak_gib') or '' if r else '')")
       $B --label fast --checkpointing auto --shape $S --mode lora --seq $Q $R --out "$MO" | cut -c1-400
     done
     python3 tests/bench/compare.py "$MH" "$MO" | tee "$OUT/moe-compare.md" ;;
+  tiled)
+    phase tiled
+    cmake --build build-gpu --target model_parity_gpu > "$OUT/build-tiled.log" 2>&1 ||
+      { grep -B2 -A12 -E "error|FAILED" "$OUT/build-tiled.log" | head -60; exit 1; }
+    for Q in 16384 32768; do
+      build-gpu/tests/gpu/model_parity_gpu attention --seq $Q --attention flash,tiled
+    done > "$OUT/tiled-attention.jsonl" 2>&1
+    cut -c1-250 "$OUT/tiled-attention.jsonl"
+    for Q in 16384 32768; do
+      $B --label fast --checkpointing auto --shape gemma-2-9b --mode lora --seq $Q --steps 3 --warmup 2 \
+        --out "$OUT/tiled-gemma2.jsonl" | cut -c1-400
+    done ;;
   liger)
     phase liger
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
