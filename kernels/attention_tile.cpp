@@ -16,8 +16,8 @@ namespace {
 void check_tile(const torch::Tensor& s, const AttentionTile& t) {
   TORCH_CHECK(s.dim() == 2 && t.rows > 0 && s.size(0) % t.rows == 0, "attention tile: scores ", s.sizes(),
               " are not whole groups of ", t.rows, " rows");
-  TORCH_CHECK(t.first_key.scalar_type() == torch::kInt64 && t.first_key.device() == s.device() &&
-                  t.row0 >= 0 && t.row0 + t.rows <= t.first_key.numel(),
+  TORCH_CHECK(t.first_key.scalar_type() == torch::kInt64 && t.first_key.device() == s.device() && t.row0 >= 0 &&
+                  t.row0 + t.rows <= t.first_key.numel(),
               "attention tile: first_key must be int64 on the scores' device and cover rows ", t.row0, "..",
               t.row0 + t.rows);
 }

@@ -141,8 +141,8 @@ template <typename T>
 void bwd(const float* s, const float* dp, const float* lse, const float* delta, void* p, void* ds,
          const std::int64_t* fk, const TileShape& t, cudaStream_t stream) {
   if (t.R == 0) return;
-  tile_softmax_bwd_kernel<T><<<static_cast<unsigned>(t.R), kThreads, 0, stream>>>(
-      s, dp, lse, delta, static_cast<T*>(p), static_cast<T*>(ds), fk, t);
+  tile_softmax_bwd_kernel<T><<<static_cast<unsigned>(t.R), kThreads, 0, stream>>>(s, dp, lse, delta, static_cast<T*>(p),
+                                                                                  static_cast<T*>(ds), fk, t);
   check(cudaGetLastError(), "tile_softmax_bwd_kernel launch");
 }
 

@@ -194,13 +194,16 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext&
     std::int64_t ran = -1;
     torch::Tensor out;
     // A kept output (keep_attention) through the attention's own kernel: plain causal, or a
-    // window on flash's band (CUDA) or the explicit-softmax kernel's mask (CPU); soft-capped
-    // scores and a window flash cannot take go through the general path, which keeps nothing
-    // (the memory policy keeps no such layer: attention_keepable).
+    // window on flash's band (CUDA) or the explicit-softmax kernel's mask (CPU), or soft-capped
+    // scores in tiles; a window flash cannot take without soft-capping goes through the general
+    // path, which keeps nothing (the memory policy keeps no such layer: attention_keepable).
     const bool keep_here =
         ctx.stash && !ctx.attention_override && softcap <= 0 &&
         (!windowed || !q.is_cuda() || window_on_flash(q.device(), q.scalar_type(), head_dim, softcap, ctx.attention));
-    if (keep_here) {
+    if (ctx.stash && !ctx.attention_override && softcap > 0) {  // soft-capped: the tiles keep it
+      out = kept_tiled_attention(q, k, v, ctx.cu_seqlens, scale, windowed ? window : 0, softcap, *ctx.stash);
+      ran = static_cast<std::int64_t>(at::SDPBackend::math);
+    } else if (keep_here) {
       out = kept_causal_attention(q, k, v, ctx.cu_seqlens, ctx.max_seqlen, ctx.max_seqlen == s, ctx.attention,
                                   *ctx.stash, scale, &ran, windowed ? window : 0);
     } else if (general && ctx.attention_override) {  // Ulysses: the gathered row, masked the same way

@@ -71,87 +71,136 @@ torch::Tensor key_tile(const torch::Tensor& x, std::int64_t lo, std::int64_t m) 
   return x.narrow(0, lo, m).permute({1, 0, 2});
 }
 
+// The tiles' forward: out [T, Hq, D] in q's dtype, lse [Hkv, g, T] in the accumulation dtype.
+std::pair<torch::Tensor, torch::Tensor> forward_tiles(const torch::Tensor& q, const torch::Tensor& k,
+                                                      const torch::Tensor& v, const Tiles& tiles, double scale,
+                                                      double softcap) {
+  const std::int64_t t = q.size(0), hq = q.size(1), hkv = k.size(1), g = hq / hkv, d = q.size(2);
+  const torch::ScalarType acc = accumulation_type(q);
+  torch::Tensor out = torch::empty({t, hq, d}, q.options());
+  torch::Tensor lse = torch::empty({hkv, g, t}, q.options().dtype(acc));
+  const torch::Tensor out4 = out.view({t, hkv, g, d});
+  for (std::size_t i = 0; i < tiles.row0.size(); ++i) {
+    const std::int64_t a = tiles.row0[i], n = (i + 1 < tiles.row0.size() ? tiles.row0[i + 1] : t) - a;
+    const std::int64_t lo = tiles.key0[i], m = a + n - lo;
+    const kernels::AttentionTile tile{tiles.first_key, a, n, lo, scale, softcap};
+    const torch::Tensor s = bmm_acc(query_tile(q, hkv, a, n), key_tile(k, lo, m).transpose(1, 2), acc);
+    const auto [p, tile_lse] = kernels::tile_softmax(s.view({-1, m}), tile, v.scalar_type());
+    const torch::Tensor o = at::bmm(p.view({hkv, g * n, m}), key_tile(v, lo, m));
+    out4.narrow(0, a, n).copy_(o.view({hkv, g, n, d}).permute({2, 0, 1, 3}));
+    lse.narrow(2, a, n).copy_(tile_lse.view({hkv, g, n}));
+  }
+  return {out, lse};
+}
+
+// The tiles' backward from the output and log-sum-exp: {dq, dk, dv} in the inputs' dtypes.
+variable_list backward_tiles(const torch::Tensor& dout, const torch::Tensor& q, const torch::Tensor& k,
+                             const torch::Tensor& v, const torch::Tensor& out, const torch::Tensor& lse,
+                             const Tiles& tiles, double scale, double softcap) {
+  const std::int64_t t = q.size(0), hq = q.size(1), hkv = k.size(1), g = hq / hkv, d = q.size(2);
+  const torch::ScalarType acc = accumulation_type(q);
+  torch::Tensor dq = torch::empty({t, hq, d}, q.options());
+  torch::Tensor dk = torch::zeros({hkv, t, d}, q.options().dtype(acc));
+  torch::Tensor dv = torch::zeros({hkv, t, d}, q.options().dtype(acc));
+  const torch::Tensor dq4 = dq.view({t, hkv, g, d});
+  for (std::size_t i = 0; i < tiles.row0.size(); ++i) {
+    const std::int64_t a = tiles.row0[i], n = (i + 1 < tiles.row0.size() ? tiles.row0[i + 1] : t) - a;
+    const std::int64_t lo = tiles.key0[i], m = a + n - lo;
+    const torch::Tensor qt = query_tile(q, hkv, a, n), kt = key_tile(k, lo, m), vt = key_tile(v, lo, m);
+    const torch::Tensor dot = query_tile(dout, hkv, a, n).to(q.scalar_type());
+    // D_i = sum_d dO * O: the softmax backward's row term.
+    const torch::Tensor delta = (dot.to(acc) * query_tile(out, hkv, a, n).to(acc)).sum(-1).view({-1});
+    const kernels::AttentionTile tile{tiles.first_key, a, n, lo, scale, softcap};
+    const torch::Tensor s = bmm_acc(qt, kt.transpose(1, 2), acc);
+    const torch::Tensor dp = bmm_acc(dot, vt.transpose(1, 2), acc);
+    const auto [p, ds] = kernels::tile_softmax_backward(
+        s.view({-1, m}), dp.view({-1, m}), lse.narrow(2, a, n).reshape({-1}), delta, tile, q.scalar_type());
+    const torch::Tensor p3 = p.view({hkv, g * n, m}), ds3 = ds.view({hkv, g * n, m});
+    dv.narrow(1, lo, m).add_(bmm_acc(p3.transpose(1, 2), dot, acc));
+    dq4.narrow(0, a, n).copy_(bmm_acc(ds3, kt, acc).view({hkv, g, n, d}).permute({2, 0, 1, 3}));
+    dk.narrow(1, lo, m).add_(bmm_acc(ds3.transpose(1, 2), qt, acc));
+  }
+  return {dq, dk.permute({1, 0, 2}).to(k.scalar_type()).contiguous(),
+          dv.permute({1, 0, 2}).to(v.scalar_type()).contiguous()};
+}
+
+void save_tiles(AutogradContext* ctx, const Tiles& tiles, double scale, double softcap) {
+  ctx->saved_data["row0"] = tiles.row0;
+  ctx->saved_data["key0"] = tiles.key0;
+  ctx->saved_data["scale"] = scale;
+  ctx->saved_data["softcap"] = softcap;
+}
+
+// The backward of both autograd nodes: saved q, k, v, first_key, out, lse.
+variable_list backward_saved(AutogradContext* ctx, const variable_list& grads, std::size_t undefined) {
+  const auto saved = ctx->get_saved_variables();
+  Tiles tiles;
+  tiles.row0 = ctx->saved_data.at("row0").toIntVector();
+  tiles.key0 = ctx->saved_data.at("key0").toIntVector();
+  tiles.first_key = saved[3];
+  variable_list g = backward_tiles(grads[0], saved[0], saved[1], saved[2], saved[4], saved[5], tiles,
+                                   ctx->saved_data.at("scale").toDouble(), ctx->saved_data.at("softcap").toDouble());
+  g.resize(g.size() + undefined);
+  return g;
+}
+
 struct TiledAttentionFn : public torch::autograd::Function<TiledAttentionFn> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, const torch::Tensor& first_key, std::vector<std::int64_t> row0,
                                std::vector<std::int64_t> key0, double scale, double softcap) {
-    const std::int64_t t = q.size(0), hq = q.size(1), hkv = k.size(1), g = hq / hkv, d = q.size(2);
-    const torch::ScalarType acc = accumulation_type(q);
-    torch::Tensor out = torch::empty({t, hq, d}, q.options());
-    torch::Tensor lse = torch::empty({hkv, g, t}, q.options().dtype(acc));
-    const torch::Tensor out4 = out.view({t, hkv, g, d});
-    for (std::size_t i = 0; i < row0.size(); ++i) {
-      const std::int64_t a = row0[i], n = (i + 1 < row0.size() ? row0[i + 1] : t) - a;
-      const std::int64_t lo = key0[i], m = a + n - lo;
-      const kernels::AttentionTile tile{first_key, a, n, lo, scale, softcap};
-      const torch::Tensor s = bmm_acc(query_tile(q, hkv, a, n), key_tile(k, lo, m).transpose(1, 2), acc);
-      const auto [p, tile_lse] = kernels::tile_softmax(s.view({-1, m}), tile, v.scalar_type());
-      const torch::Tensor o = at::bmm(p.view({hkv, g * n, m}), key_tile(v, lo, m));
-      out4.narrow(0, a, n).copy_(o.view({hkv, g, n, d}).permute({2, 0, 1, 3}));
-      lse.narrow(2, a, n).copy_(tile_lse.view({hkv, g, n}));
-    }
+    const Tiles tiles{std::move(row0), std::move(key0), first_key};
+    auto [out, lse] = forward_tiles(q, k, v, tiles, scale, softcap);
     ctx->save_for_backward({q, k, v, first_key, out, lse});
-    ctx->saved_data["row0"] = row0;
-    ctx->saved_data["key0"] = key0;
-    ctx->saved_data["scale"] = scale;
-    ctx->saved_data["softcap"] = softcap;
+    save_tiles(ctx, tiles, scale, softcap);
     return out;
   }
-
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    const torch::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &first_key = saved[3];
-    const torch::Tensor &out = saved[4], &lse = saved[5];
-    const std::vector<std::int64_t> row0 = ctx->saved_data.at("row0").toIntVector();
-    const std::vector<std::int64_t> key0 = ctx->saved_data.at("key0").toIntVector();
-    const double scale = ctx->saved_data.at("scale").toDouble();
-    const double softcap = ctx->saved_data.at("softcap").toDouble();
-    const torch::Tensor dout = grads[0];
-    const std::int64_t t = q.size(0), hq = q.size(1), hkv = k.size(1), g = hq / hkv, d = q.size(2);
-    const torch::ScalarType acc = accumulation_type(q);
-    torch::Tensor dq = torch::empty({t, hq, d}, q.options());
-    torch::Tensor dk = torch::zeros({hkv, t, d}, q.options().dtype(acc));
-    torch::Tensor dv = torch::zeros({hkv, t, d}, q.options().dtype(acc));
-    const torch::Tensor dq4 = dq.view({t, hkv, g, d});
-    for (std::size_t i = 0; i < row0.size(); ++i) {
-      const std::int64_t a = row0[i], n = (i + 1 < row0.size() ? row0[i + 1] : t) - a;
-      const std::int64_t lo = key0[i], m = a + n - lo;
-      const torch::Tensor qt = query_tile(q, hkv, a, n), kt = key_tile(k, lo, m), vt = key_tile(v, lo, m);
-      const torch::Tensor dot = query_tile(dout, hkv, a, n).to(q.scalar_type());
-      // D_i = sum_d dO * O: the softmax backward's row term.
-      const torch::Tensor delta = (dot.to(acc) * query_tile(out, hkv, a, n).to(acc)).sum(-1).view({-1});
-      const kernels::AttentionTile tile{first_key, a, n, lo, scale, softcap};
-      const torch::Tensor s = bmm_acc(qt, kt.transpose(1, 2), acc);
-      const torch::Tensor dp = bmm_acc(dot, vt.transpose(1, 2), acc);
-      const auto [p, ds] = kernels::tile_softmax_backward(
-          s.view({-1, m}), dp.view({-1, m}), lse.narrow(2, a, n).reshape({-1}), delta, tile, q.scalar_type());
-      const torch::Tensor p3 = p.view({hkv, g * n, m}), ds3 = ds.view({hkv, g * n, m});
-      dv.narrow(1, lo, m).add_(bmm_acc(p3.transpose(1, 2), dot, acc));
-      dq4.narrow(0, a, n).copy_(bmm_acc(ds3, kt, acc).view({hkv, g, n, d}).permute({2, 0, 1, 3}));
-      dk.narrow(1, lo, m).add_(bmm_acc(ds3.transpose(1, 2), qt, acc));
-    }
-    return {dq,
-            dk.permute({1, 0, 2}).to(k.scalar_type()).contiguous(),
-            dv.permute({1, 0, 2}).to(v.scalar_type()).contiguous(),
-            torch::Tensor(),
-            torch::Tensor(),
-            torch::Tensor(),
-            torch::Tensor(),
-            torch::Tensor()};
-  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) { return backward_saved(ctx, grads, 5); }
 };
+
+// A kept layer's recomputation: the output its forward kept, and the tiles' backward from it.
+struct KeptTiledAttentionFn : public torch::autograd::Function<KeptTiledAttentionFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, const torch::Tensor& first_key, std::vector<std::int64_t> row0,
+                               std::vector<std::int64_t> key0, double scale, double softcap, std::int64_t stash_ptr) {
+    auto* st = reinterpret_cast<AttentionStash*>(stash_ptr);
+    const torch::Tensor out = std::move(st->out), lse = std::move(st->lse);
+    ctx->save_for_backward({q, k, v, first_key, out, lse});
+    save_tiles(ctx, Tiles{std::move(row0), std::move(key0), first_key}, scale, softcap);
+    return out;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) { return backward_saved(ctx, grads, 6); }
+};
+
+void check_shapes(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, "tiled attention: q, k, v must be [T, H, D]");
+  TORCH_CHECK(k.sizes() == v.sizes() && q.size(0) == k.size(0) && q.size(2) == k.size(2), "tiled attention: q ",
+              q.sizes(), ", k ", k.sizes(), " and v ", v.sizes(), " do not fit");
+  TORCH_CHECK(q.size(1) % k.size(1) == 0, "tiled attention: ", q.size(1), " query heads for ", k.size(1), " KV heads");
+}
 
 }  // namespace
 
 torch::Tensor tiled_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                      const torch::Tensor& cu_seqlens, double scale, std::int64_t window, double softcap,
                                      std::int64_t tile_rows) {
-  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, "tiled attention: q, k, v must be [T, H, D]");
-  TORCH_CHECK(k.sizes() == v.sizes() && q.size(0) == k.size(0) && q.size(2) == k.size(2), "tiled attention: q ",
-              q.sizes(), ", k ", k.sizes(), " and v ", v.sizes(), " do not fit");
-  TORCH_CHECK(q.size(1) % k.size(1) == 0, "tiled attention: ", q.size(1), " query heads for ", k.size(1), " KV heads");
+  check_shapes(q, k, v);
   const Tiles tiles = plan_tiles(cu_seqlens, q.size(0), window, q.size(1), tile_rows, q.device());
   return TiledAttentionFn::apply(q, k, v, tiles.first_key, tiles.row0, tiles.key0, scale, softcap);
+}
+
+torch::Tensor kept_tiled_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                   const torch::Tensor& cu_seqlens, double scale, std::int64_t window, double softcap,
+                                   AttentionStash& stash) {
+  check_shapes(q, k, v);
+  const Tiles tiles = plan_tiles(cu_seqlens, q.size(0), window, q.size(1), 0, q.device());
+  if (!stash.recomputing()) {
+    auto [out, lse] = forward_tiles(q, k, v, tiles, scale, softcap);
+    stash.out = out;
+    stash.lse = lse;
+    return out;
+  }
+  return KeptTiledAttentionFn::apply(q, k, v, tiles.first_key, tiles.row0, tiles.key0, scale, softcap,
+                                     static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(&stash)));
 }
 
 }  // namespace odyssey::model

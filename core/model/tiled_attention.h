@@ -21,6 +21,7 @@
 
 #include <torch/torch.h>
 
+#include "model/attention.h"
 #include "model/attention_tiles.h"
 
 #include <cstdint>
@@ -35,5 +36,14 @@ namespace odyssey::model {
 torch::Tensor tiled_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                      const torch::Tensor& cu_seqlens, double scale, std::int64_t window, double softcap,
                                      std::int64_t tile_rows = 0);
+
+// The same for a layer that keeps its output (keep_attention; as kept_causal_attention in
+// attention.h): without grad mode (the checkpoint's forward) it computes the tiles' output and
+// log-sum-exp and keeps both in `stash`; with grad mode (the recomputation) it returns the kept
+// output through a node whose backward is the tiles' backward from it, so the recomputation
+// runs no attention forward.
+torch::Tensor kept_tiled_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                   const torch::Tensor& cu_seqlens, double scale, std::int64_t window, double softcap,
+                                   AttentionStash& stash);
 
 }  // namespace odyssey::model

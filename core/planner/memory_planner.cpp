@@ -430,7 +430,9 @@ std::int64_t smallest_sequence_parallel_size(const TrainConfig& c, const HfModel
 }
 
 bool attention_keepable(const TrainConfig& c, const HfModelConfig& m, bool cuda) {
-  if (m.attn_logit_softcapping > 0) return false;
+  // Soft-capped layers keep through tiled attention on any device and dtype; under sequence
+  // parallelism they take the override's masked path, which keeps nothing.
+  if (m.attn_logit_softcapping > 0) return c.sequence_parallel_size <= 1;
   const bool windowed = m.sliding_window > 0 && m.sliding_window < c.max_length;
   if (!windowed) return true;
   const bool half = c.torch_dtype == "bfloat16" || c.torch_dtype == "float16" || (c.torch_dtype == "auto" && cuda);

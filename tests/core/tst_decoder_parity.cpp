@@ -199,9 +199,9 @@ class TstDecoderParity : public QObject {
 
     // Kept attention (keep_attention) on the training row: every layer checkpointed and keeping
     // its attention output, so each recomputation runs the attention backward from what its
-    // forward kept (a sliding window through the CPU kernel's mask); loss and every gradient
-    // against transformers' on the same two samples. Soft-capped layers (Gemma-2) keep nothing
-    // and recompute. MoE rows add the load-balancing loss; the padded check above covers them.
+    // forward kept (a sliding window through the CPU kernel's mask, soft-capped layers through
+    // the tiles: model/tiled_attention.h); loss and every gradient against transformers' on the
+    // same two samples. MoE rows add the load-balancing loss; the padded check above covers them.
     if (!hf.is_moe()) {
       torch::AutoGradMode grad_mode(true);
       const auto layers = static_cast<std::size_t>(hf.num_hidden_layers);

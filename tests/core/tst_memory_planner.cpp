@@ -837,10 +837,10 @@ class TestMemoryPlanner : public QObject {
   }
 
   // The planner counts kept attention only where the engine's kept path runs
-  // (attention_keepable; model::AttentionImpl::forward makes the same choice): not for
-  // soft-capped scores (Gemma-2), nor for a sliding window under sequence parallelism or eager
-  // attention; a window on flash's band keeps (Gemma-3), and a window no shorter than the rows
-  // is no window.
+  // (attention_keepable; model::AttentionImpl::forward makes the same choice): soft-capped
+  // scores (Gemma-2) through the tiles on one process, not under sequence parallelism; not a
+  // sliding window under sequence parallelism or eager attention; a window on flash's band keeps (Gemma-3), and a
+  // window no shorter than the rows is no window.
   void keepAttentionOnlyWhereTheEngineCan() {
     auto shape = [](const char* id) {
       auto r = load_located_model_config(locate_model(id, ""));
@@ -852,13 +852,14 @@ class TestMemoryPlanner : public QObject {
     c.keep_attention = "all";
     c.torch_dtype = "bfloat16";
     c.device = "cuda";
-    QVERIFY(!attention_keepable(c, g2, true));
-    QCOMPARE(plan_memory(c, g2).attention_kept_layers, std::int64_t{0});
+    QVERIFY(attention_keepable(c, g2, true));  // soft-capped layers keep through the tiles
+    QCOMPARE(plan_memory(c, g2).attention_kept_layers, g2.num_hidden_layers);
     QVERIFY(attention_keepable(c, g3, true));
     QCOMPARE(plan_memory(c, g3).attention_kept_layers, g3.num_hidden_layers);
     TrainConfig sp = c;
     sp.sequence_parallel_size = 2;
     QVERIFY(!attention_keepable(sp, g3, true));
+    QVERIFY(!attention_keepable(sp, g2, true));  // under SP the override's tiles keep nothing
     QCOMPARE(plan_memory(sp, g3).attention_kept_layers, std::int64_t{0});
     QVERIFY(attention_keepable(sp, qwen25_7b(), true));  // no window: the kept path takes SP rows
     TrainConfig eager = c;

@@ -240,10 +240,10 @@ bool check_fused_and_offload(const DecoderConfig& base, const torch::Device& dev
       static_cast<long long>(mlp_expected), off_mlp.loss, kept_mlp.loss, wm, wm_name.c_str(), noise,
       ok_mlp ? "true" : "false", bench::provenance_members(bench::machine_provenance(device)).c_str());
   const auto [wk, wk_name] = worst_grad(parked_att, kept_att);
-  // Soft-capped attention (Gemma-2) keeps nothing (planner::attention_keepable): reported as
-  // not applying, as the MLP tier is. Kept against recomputed (fused) is reported beside:
-  // the same kernels with and without the stash.
-  const bool keep_applies = c.hf.attn_logit_softcapping <= 0;
+  // Every family keeps on one GPU (planner::attention_keepable: soft-capped layers through the
+  // tiles, windows on flash's band). Kept against recomputed (fused) is reported beside: the
+  // same kernels with and without the stash.
+  const bool keep_applies = true;
   const auto [wr, wr_name] = worst_grad(kept_att, fused);
   const bool ok_parked = !keep_applies || (wk <= bound && (noise > 0.0 || parked_att.loss == kept_att.loss) &&
                                            (!device.is_cuda() || parked_bytes > off_bytes));
