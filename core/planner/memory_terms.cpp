@@ -278,12 +278,15 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   const i64 kv_eff = u * kv_heads_gpu * s.d;  // K/V heads replicate when ulysses > kv heads
   const bool full = !t.lora;
   const double dropout = t.lora ? c.lora_dropout : 0.0;
+  // PEFT (and the engine with fused_kernels false) casts each adapter's input to fp32: an own
+  // copy per adapter. With fused_kernels the engine computes adapters in the input's dtype on
+  // every projection, also in blocks the fused kernels do not cover (model::LinearImpl,
+  // lora_in_input_dtype), so the adapters share the projection's input.
+  const bool adapters_fp32 = (t.hf || !c.fused_kernels) && b != 4;
   auto needs_shared = [&](Module k) {
     if (full) return true;
     if (!(lmask & (1u << k))) return false;
-    // PEFT (and the engine's reference ops, fused_kernels false) cast each adapter's input to
-    // fp32: an own copy per adapter. The fused engine computes adapters in the input's dtype.
-    const bool own_copy = dropout > 0.0 || ((t.hf || !t.fused) && b != 4);
+    const bool own_copy = dropout > 0.0 || adapters_fp32;
     return !own_copy;
   };
   i64 per_token = m.norms_per_block() * norm_bytes(s.h, b, t.fused, full);  // 4 with sandwich norms
@@ -313,7 +316,7 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
       if (s.in[k] == 0) continue;  // not a module of this model
       const bool in_mlp = k == Gate || k == Up || k == Down || k == GateUp;
       i64& into = in_mlp ? mlp_tok : per_token;
-      const bool fp32_inputs = (t.hf || !t.fused) && b != 4;
+      const bool fp32_inputs = adapters_fp32;
       const i64 copy_b = fp32_inputs ? 4 : b;
       if (dropout > 0.0) (in_mlp ? mlp_dropout_tok : dropout_tok) += (copy_b + 1) * s.in[k];  // dropped copy + mask
       else if (fp32_inputs) into += 4 * s.in[k];
