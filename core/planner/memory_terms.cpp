@@ -430,7 +430,10 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   // A kept layer's attention backward calls cuDNN's kernel directly, which takes K and V with
   // the query heads' count: K/V repeated, their gradients in that shape, then summed per KV
   // head in fp32 (model/attention.cpp, LseAttention).
-  t.bwd_attn_kept = t.bwd_attn + (kv_eff < s.q ? T * (2 * b * s.q + 2 * b * (s.q - kv_eff) + 2 * 4 * kv_eff) : 0);
+  // Soft-capped layers keep through the tiles, whose backward is the same with or without a
+  // kept output (model/tiled_attention.h): no repeated K/V.
+  t.bwd_attn_kept =
+      t.bwd_attn + (kv_eff < s.q && !capped ? T * (2 * b * s.q + 2 * b * (s.q - kv_eff) + 2 * 4 * kv_eff) : 0);
   if (u > 1) t.a2a = T * 2 * b * (s.q + 2 * kv_eff);
   if (p.ring > 1) {
     const i64 chunk = T * kv_eff * 2 * b;
