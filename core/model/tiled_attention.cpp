@@ -3,7 +3,6 @@
 #include "kernels/attention_tile.h"
 
 #include <algorithm>
-#include <limits>
 #include <vector>
 
 namespace odyssey::model {
