@@ -134,9 +134,11 @@ int main(int argc, char** argv) {
     std::cerr << "odyssey-bench: " << env_error << '\n';
     return 2;
   }
-  if (o.optimizer.starts_with("zero") && par.env.world < 2) {  // as validate refuses zero_stage on one process
+  // As validate: ZeRO on one process only with offload (ZeRO-Offload on one GPU).
+  if (o.optimizer.starts_with("zero") && o.optimizer != "zero2-offload" && par.env.world < 2) {
     std::cerr << "odyssey-bench: --optimizer " << o.optimizer
-              << ": ZeRO shards over processes; run under torchrun with 2 or more (this is 1)\n";
+              << ": ZeRO shards over processes; run under torchrun with 2 or more (this is 1), or use "
+                 "zero2-offload\n";
     return 2;
   }
   if (par.env.local_world > 1)  // ranks of one host share its cores (ZeRO offload's CPU update)

@@ -398,15 +398,18 @@ Result<LoadedConfig> Importer::finish() {
         "imported as nproc_per_node 1 (set it to auto for data parallelism)");
   }
   if (deepspeed_line_ && c.zero_stage > 0 && std::max<std::int64_t>(1, c.nnodes) * resolved_nproc_per_node(c) == 1) {
-    // DeepSpeed on one process has nothing to shard over: ms-swift runs it as plain training.
-    notes_.push_back("--deepspeed" + where(deepspeed_line_) +
-                     " with one process: nothing to shard over, imported as "
-                     "zero_stage 0" +
-                     (c.offload_optimizer ? std::string(" without optimizer offload (Odyssey offloads the optimizer "
-                                                        "only with ZeRO over several processes)")
-                                          : std::string()));
-    c.zero_stage = 0;
-    c.offload_optimizer = false;
+    if (c.offload_optimizer) {
+      // DeepSpeed's ZeRO-Offload on one process: the optimizer state in host memory, as here.
+      notes_.push_back("--deepspeed" + where(deepspeed_line_) +
+                       " with one process: ZeRO-Offload, the optimizer state kept in host memory and updated on "
+                       "the CPU (zero_stage " +
+                       std::to_string(c.zero_stage) + ", offload_optimizer true)");
+    } else {
+      // DeepSpeed on one process has nothing to shard over: ms-swift runs it as plain training.
+      notes_.push_back("--deepspeed" + where(deepspeed_line_) +
+                       " with one process: nothing to shard over, imported as zero_stage 0");
+      c.zero_stage = 0;
+    }
   }
   if (c.device == "cpu" && c.attn_impl == "flash_attn") {
     // ms-swift's packing and padding-free insist on flash_attn; there is no flash kernel on the CPU.

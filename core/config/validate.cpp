@@ -195,7 +195,9 @@ Diagnostics validate_config(const LoadedConfig& lc, const HfModelConfig* m) {
 
   // -- optimizer memory
   if (c.offload_optimizer && c.zero_stage == 0)
-    ck.error("offload_optimizer", "optimizer offload is part of ZeRO; set zero_stage: 1 or 2");
+    ck.error("offload_optimizer",
+             "optimizer offload is part of ZeRO; set zero_stage: 2 (on one GPU too: ZeRO-Offload keeps the "
+             "optimizer state in host memory and updates it on the CPU)");
   if (c.use_galore && c.zero_stage > 0)
     ck.error("zero_stage", "ZeRO sharding with GaLore is not supported; use one or the other");
 
@@ -351,12 +353,12 @@ Diagnostics validate_config(const LoadedConfig& lc, const HfModelConfig* m) {
     if (c.device == "cpu" && c.attn_impl == "flash_attn") ck.error("attn_impl", "flash_attn needs CUDA");
   }
   // ZeRO shards over every rank (dp × sp), as DeepSpeed-Ulysses does: one process has no one
-  // to share its optimizer state with.
-  if (c.zero_stage > 0 && world == 1)
+  // to share its optimizer state with, but can still move it to host memory (ZeRO-Offload).
+  if (c.zero_stage > 0 && world == 1 && !c.offload_optimizer)
     ck.error("zero_stage", "found " + n(c.zero_stage) +
                                " with one process; ZeRO shards optimizer state over the "
-                               "data- and sequence-parallel ranks (nproc_per_node x nnodes = 1 here): use more GPUs "
-                               "or zero_stage: 0");
+                               "data- and sequence-parallel ranks (nproc_per_node x nnodes = 1 here): use more GPUs, "
+                               "zero_stage: 0, or offload_optimizer: true to keep the optimizer state in host memory");
   if (c.use_galore && m && m->hidden_size > 0) {
     // The projection's rank cannot exceed the smaller side of any weight it targets.
     const std::int64_t h = m->hidden_size,

@@ -93,7 +93,7 @@ bool plan_fits(const TrainConfig& c, const HfModelConfig& m, const PlannerOption
   const Terms t = terms_of(c, m, o, pol);
   if (!t.valid) return false;
   const planner_detail::LayerChoice lc = planner_detail::choose_layers(t, pol, c.keep_attention);
-  return planner_detail::evaluate(t, lc.checkpointed, lc.every, lc.kept, lc.mlp).peak <= t.capacity;
+  return planner_detail::evaluate(t, lc.checkpointed, lc.every, lc.kept, lc.mlp, lc.offload).peak <= t.capacity;
 }
 
 class ItemBuilder {
@@ -258,8 +258,16 @@ void add_notes(MemoryPlan& plan, const Terms& t, const TrainConfig& c, const Pla
                 gib(t.dropout_per_layer) + " per stored layer); lora_dropout 0 " +
                 (t.fused ? "keeps none (the fused projections share or recompute their inputs)"
                          : "shares the projection's input"));
-  if (c.zero_stage > 0 && t.layout.world_size <= 1) n.push_back("ZeRO with one process shards nothing");
+  if (c.zero_stage > 0 && t.layout.world_size <= 1)
+    n.push_back(
+        "ZeRO with one process shards nothing" +
+        std::string(c.offload_optimizer ? "; it only moves the optimizer state to host memory (ZeRO-Offload)" : ""));
   if (t.host_optimizer > 0) n.push_back("optimizer offloaded: " + gib(t.host_optimizer) + " on the host per process");
+  // A LoRA job that does not fit: its AdamW moments can leave the GPU (ZeRO-Offload, also on
+  // one process); the gradients stay, in fp32, as they are already.
+  if (!plan.fits && t.cuda && t.lora && c.zero_stage == 0 && !c.use_galore && t.adam > 0)
+    n.push_back("zero_stage: 2 with offload_optimizer: true keeps the AdamW moments (" + gib(t.adam) +
+                ") in host memory and updates them on the CPU (ZeRO-Offload; on one GPU too)");
   if (t.galore_per_layer)
     n.push_back("GaLore projects each weight's gradient to rank " + num(c.galore_rank) +
                 " as backward produces it; the update follows backward (clipping needs the global norm)");

@@ -56,6 +56,7 @@ void read_body(FieldReader& r, RunStartEvent& e) {
     c.optional("sp", e.mesh.sp);
     c.optional("ulysses", e.mesh.ulysses);
     c.optional("ring", e.mesh.ring);
+    c.optional("ep", e.mesh.ep);
     c.optional("nnodes", e.mesh.nnodes);
     c.optional("nproc_per_node", e.mesh.nproc_per_node);
   }
@@ -98,6 +99,11 @@ void read_body(FieldReader& r, StepEvent& e) {
   r.optional("epoch", e.epoch);
   r.optional("lr", e.lr);
   r.optional("grad_norm", e.grad_norm);
+  if (r.has("aux_loss")) {
+    double a = 0;
+    r.optional("aux_loss", a);
+    e.aux_loss = a;
+  }
   r.optional("tokens", e.tokens);
   r.optional("tokens_total", e.tokens_total);
   r.optional("tokens_per_s", e.tokens_per_s);

@@ -31,13 +31,9 @@ void put_fields(OrderedJson& j, const RunStartEvent& e) {
   j["odyssey_version"] = e.odyssey_version;
   j["config_path"] = e.config_path;
   j["hostname"] = e.hostname;
-  j["mesh"] = {{"world", e.mesh.world},
-               {"dp", e.mesh.dp},
-               {"sp", e.mesh.sp},
-               {"ulysses", e.mesh.ulysses},
-               {"ring", e.mesh.ring},
-               {"nnodes", e.mesh.nnodes},
-               {"nproc_per_node", e.mesh.nproc_per_node}};
+  j["mesh"] = {
+      {"world", e.mesh.world}, {"dp", e.mesh.dp}, {"sp", e.mesh.sp},         {"ulysses", e.mesh.ulysses},
+      {"ring", e.mesh.ring},   {"ep", e.mesh.ep}, {"nnodes", e.mesh.nnodes}, {"nproc_per_node", e.mesh.nproc_per_node}};
   OrderedJson devices = OrderedJson::array();
   for (const auto& d : e.devices)
     devices.push_back({{"rank", d.rank}, {"name", d.name}, {"memory_bytes", d.memory_bytes}});
@@ -66,6 +62,7 @@ void put_fields(OrderedJson& j, const StepEvent& e) {
   j["loss"] = number(e.loss);
   j["lr"] = number(e.lr);
   j["grad_norm"] = number(e.grad_norm);
+  if (e.aux_loss) j["aux_loss"] = number(*e.aux_loss);
   j["tokens"] = e.tokens;
   j["tokens_total"] = e.tokens_total;
   j["tokens_per_s"] = number(e.tokens_per_s);

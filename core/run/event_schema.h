@@ -63,6 +63,7 @@ struct MeshShape {
   int sp = 1;  // sp = ulysses × ring
   int ulysses = 1;
   int ring = 1;
+  int ep = 1;  // expert parallelism: ranks of a sequence-parallel group that split the experts
   int nnodes = 1;
   int nproc_per_node = 1;
 };
@@ -156,6 +157,9 @@ struct StepEvent {
   std::vector<CollectiveStat> collectives;
   // Seconds of the step rank 0 spent waiting on collectives compute did not hide.
   double comm_wait_s = 0;
+  // MoE with the load-balancing loss on: that loss, unweighted, averaged over the step's
+  // micro-batches and ranks (each micro-batch adds router_aux_loss_coef times its own to `loss`).
+  std::optional<double> aux_loss;
 };
 
 struct EvalEvent {

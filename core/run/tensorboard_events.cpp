@@ -70,6 +70,7 @@ void add_step(TbRecord& r, const StepEvent& e) {
   add(r, "train/loss", e.loss);
   add(r, "train/learning_rate", e.lr);
   add(r, "train/grad_norm", e.grad_norm);
+  if (e.aux_loss) add(r, "train/aux_loss", *e.aux_loss);
   add(r, "train/epoch", e.epoch);
   add(r, "train/tokens_per_second", e.tokens_per_s);
   add(r, "train/num_input_tokens_seen", static_cast<double>(e.tokens_total));

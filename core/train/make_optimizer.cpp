@@ -24,7 +24,10 @@ std::unique_ptr<Optimizer> make_optimizer(std::vector<NamedParam> params, const 
   if (options.galore.enabled)
     return std::make_unique<GaLoreAdamW>(std::move(params), options.adamw, options.galore, world);
   if (options.zero.stage == 1 || options.zero.stage == 2) {
-    if (!world || world->size() < 2) throw std::invalid_argument("ZeRO needs more than one process to shard over");
+    // One process shards nothing; with offload it still moves the state to host memory
+    // (ZeRO-Offload on one GPU).
+    if (!world || (world->size() < 2 && !options.zero.offload))
+      throw std::invalid_argument("ZeRO needs more than one process to shard over, or optimizer offload");
     return std::make_unique<ZeroAdamW>(std::move(params), options.adamw, *world, options.zero.stage,
                                        options.zero.offload);
   }

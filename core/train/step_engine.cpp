@@ -88,12 +88,27 @@ StepResult StepEngine::step(const std::vector<PackedRow>& micro_batches) {
     if (sum.requires_grad()) (sum / denom).backward();
     optimizer_->end_micro_batch(i + 1 == micro_batches.size());
   }
-  if (aux_total.defined()) r.aux_loss = aux_total.item<double>() / static_cast<double>(micro_batches.size());
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(lm_->lm_head_weight().device());
   if (!total.defined())  // no micro-batch: a zero sum (the ranks still meet in the all-reduce)
-    total = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(lm_->lm_head_weight().device()));
+    total = torch::zeros({}, f64);
+  // The aux statistic of this rank's micro-batches, averaged; over several ranks the mean of
+  // the ranks' (sequence-parallel ranks of a row hold the same one), summed with the loss.
+  torch::Tensor aux_mean;
+  if (aux)
+    aux_mean = aux_total.defined() ? (aux_total / static_cast<double>(std::max<std::size_t>(1, micro_batches.size())))
+                                         .reshape({})
+                                         .to(f64.device())
+                                   : torch::zeros({}, f64);
   if (world_ && world_->size() > 1) {
-    total = total.reshape({1}).to(lm_->lm_head_weight().device());
-    world_->all_reduce(total);
+    if (aux) {
+      torch::Tensor both = torch::stack({total.reshape({}).to(f64.device()), aux_mean});
+      world_->all_reduce(both);
+      total = both.narrow(0, 0, 1);
+      aux_mean = both[1] / ranks;
+    } else {
+      total = total.reshape({1}).to(f64.device());
+      world_->all_reduce(total);
+    }
     if (expert_dp_) {
       all_reduce_gradients(replicated_, *world_);
       all_reduce_gradients(experts_, *expert_dp_);
@@ -106,8 +121,10 @@ StepResult StepEngine::step(const std::vector<PackedRow>& micro_batches) {
   // loss and norm are read once, after them (a non-finite one means no update was made).
   const torch::Tensor norm = optimizer_->clip_and_step(options_.max_grad_norm, r.lr, total);
   optimizer_->zero_grad();
-  const torch::Tensor host =
-      torch::stack({total.reshape({}).to(torch::kFloat64), norm.to(total.device(), torch::kFloat64)}).cpu();
+  std::vector<torch::Tensor> read{total.reshape({}).to(torch::kFloat64), norm.to(total.device(), torch::kFloat64)};
+  if (aux) read.push_back(aux_mean.to(total.device()));
+  const torch::Tensor host = torch::stack(read).cpu();
+  if (aux) r.aux_loss = host[2].item<double>();
   r.loss = host[0].item<double>() / denom;
   r.grad_norm = std::isfinite(r.loss) ? host[1].item<double>() : std::nan("");
   if (std::isfinite(r.grad_norm)) ++step_;

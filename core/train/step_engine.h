@@ -61,11 +61,13 @@ struct StepOptions {
 };
 
 struct StepResult {
-  double loss = 0;          // summed token loss / target tokens of the whole step (+ the MoE aux loss)
-  double aux_loss = 0;      // MoE: this rank's rows' load-balancing loss, averaged over its micro-batches (0: none)
-  double grad_norm = 0;     // before clipping
-  double lr = 0;            // used by this step
-  std::int64_t tokens = 0;  // input tokens of the step
+  double loss = 0;  // summed token loss / target tokens of the whole step (+ the MoE aux loss)
+  // MoE: the load-balancing loss (unweighted), averaged over the micro-batches and the ranks
+  // (0: none); each micro-batch adds router_aux_loss_coef times its own to `loss`.
+  double aux_loss = 0;
+  double grad_norm = 0;            // before clipping
+  double lr = 0;                   // used by this step
+  std::int64_t tokens = 0;         // input tokens of the step
   std::int64_t target_tokens = 0;  // tokens with a label
   std::int64_t samples = 0;
 };

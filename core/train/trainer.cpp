@@ -316,6 +316,8 @@ std::string oom_advice(const TrainConfig& c, const std::vector<bool>& ckpt) {
                    std::to_string(c.per_device_train_batch_size) + ")");
   tips.push_back("a smaller max_length (now " + std::to_string(c.max_length) + ")");
   if (c.tuner_type == "full") tips.push_back("tuner_type: lora, or use_galore / zero_stage 2");
+  if (c.tuner_type == "lora" && c.zero_stage == 0)
+    tips.push_back("zero_stage: 2 with offload_optimizer: true (the AdamW moments in host memory, on one GPU too)");
   tips.push_back("sequence_parallel_size > 1 over several GPUs");
   if (c.gpu_memory_budget_gib > 0)
     tips.push_back("a larger gpu_memory_budget_gib (now " + std::to_string(c.gpu_memory_budget_gib) + ")");
@@ -515,6 +517,7 @@ LoadedModel load_model(RunContext& run) {
   run.start.mesh.sp = run.mesh.sp;
   run.start.mesh.ulysses = run.mesh.ulysses;
   run.start.mesh.ring = run.mesh.ring;
+  run.start.mesh.ep = run.mesh.ep;
   run.start.mesh.world = run.mesh.world;
   run::DeviceInfo di;
   if (m.device.is_cuda()) {
@@ -710,7 +713,9 @@ Training build_optimizer(RunContext& run, LoadedModel& m, const Data& data) {
   t.sched = plan_schedule(run, data, std::move(t.sched));
   check_offload_memory(run, m);
   try {
-    t.engine.emplace(m.lm, t.sched.so, run.mesh.distributed() ? run.mesh.world_group.get() : nullptr);
+    // ZeRO takes its group even on one process (ZeRO-Offload: a group of one).
+    t.engine.emplace(m.lm, t.sched.so,
+                     run.mesh.distributed() || c.zero_stage > 0 ? run.mesh.world_group.get() : nullptr);
     if (run.mesh.ep > 1) t.engine->set_expert_parallel(run.mesh.ep_group.get(), run.mesh.expert_dp_group.get());
   } catch (const std::invalid_argument& e) {
     throw RunFailure{std::string("optimizer: ") + e.what()};
@@ -1008,6 +1013,7 @@ void report_step(RunContext& run, Training& t, const StepResult& r, double dt, d
   e.loss = r.loss;
   e.lr = r.lr;
   e.grad_norm = r.grad_norm;
+  if (t.sched.so.router_aux_loss_coef > 0) e.aux_loss = r.aux_loss;
   e.tokens = r.tokens;
   e.tokens_total = t.state.tokens_total;
   e.step_time_s = dt;

@@ -322,6 +322,8 @@ void ZeroAdamW::reduce_gradients(dist::Group& /*world*/) {
 
 double ZeroAdamW::clip_grad_norm(double max_norm) {
   torch::NoGradGuard no_grad;
+  // A group of one (ZeRO-Offload on one process) is never asked to reduce by the step engine.
+  if (!reduced_) reduce_gradients(world_);
   // Per-bucket norms in fp64 (a fp32 sum over a shard of many millions of elements
   // loses digits), squared and summed: this rank's part of the global squared norm.
   std::vector<torch::Tensor> slices;
@@ -430,6 +432,7 @@ void ZeroAdamW::gather_bucket(std::size_t bi, const torch::Tensor& local) {
 
 void ZeroAdamW::step(double lr) {
   torch::NoGradGuard no_grad;
+  if (!reduced_) reduce_gradients(world_);
   step_.add_(1.0);  // before the kernel, as torch.optim.AdamW does
   if (!off_) {
     for (std::size_t bi = 0; bi < buckets_.size(); ++bi) {

@@ -736,7 +736,16 @@ class TstParallelRun : public QObject {
         train(tmp_, "moe-ep2", base + "nproc_per_node: 2\nsequence_parallel_size: 2\nexpert_parallel_size: 2\n");
     const QJsonObject mesh = events(ep2.dir, "run_start").front().value("mesh").toObject();
     QCOMPARE(mesh.value("world").toInt(), 2);
+    QCOMPARE(mesh.value("ep").toInt(), 2);
     compare("MoE, experts over 2 (Ulysses 2)", ep2, one);
+    // The load-balancing loss of each step (config.json turns it on) as one process reports it.
+    const auto steps_one = events(one.dir, "step"), steps_ep2 = events(ep2.dir, "step");
+    QCOMPARE(steps_ep2.size(), steps_one.size());
+    for (qsizetype i = 0; i < steps_one.size(); ++i) {
+      const double a1 = steps_one[i].value("aux_loss").toDouble(-1), a2 = steps_ep2[i].value("aux_loss").toDouble(-1);
+      QVERIFY2(a1 >= 1.0 && std::abs(a2 - a1) <= 1e-5 * a1,
+               qPrintable(QString("step %1: aux_loss %2 (one process) vs %3").arg(i + 1).arg(a1).arg(a2)));
+    }
     compare("MoE, experts over 4 (Ulysses 2 x ring 2)",
             train(tmp_, "moe-ep4", base + "nproc_per_node: 4\nsequence_parallel_size: 4\nexpert_parallel_size: 4\n"),
             one);
@@ -764,12 +773,18 @@ class TstParallelRun : public QObject {
   void moeRouterKeys() {
     const QString base =
         "model: " + tiny_moe() + "\nper_device_train_batch_size: 2\nmax_steps: 1\nwarmup_steps: 0\neval_steps: 1\n";
-    const double l01 = train(tmp_, "moe-coef-config", base).loss.front();
+    const Outcome o01 = train(tmp_, "moe-coef-config", base);
+    const double l01 = o01.loss.front();
     const double l05 = train(tmp_, "moe-coef-0.5", base + "router_aux_loss_coef: 0.5\n").loss.front();
     const double l10 = train(tmp_, "moe-coef-1", base + "router_aux_loss_coef: 1.0\n").loss.front();
     qInfo("first-step loss with router_aux_loss_coef 0.1 (config.json) / 0.5 / 1.0: %.6f %.6f %.6f", l01, l05, l10);
     QVERIFY(l05 - l01 > 0.1);  // aux >= 1 for top-2 of 4 experts (2 when balanced)
     QVERIFY2(std::abs((l10 - l05) / (l05 - l01) - 0.5 / 0.4) < 1e-4, "the loss is not linear in the coefficient");
+    // The step event's aux_loss is that aux, per micro-batch: each of the step's 2 micro-batches
+    // (gradient_accumulation_steps 2) adds its own, so the loss moved by Δcoef times twice it.
+    const double aux = events(o01.dir, "step").front().value("aux_loss").toDouble(-1);
+    qInfo("first-step aux_loss %.6f; (l05 - l01) / 0.4 / 2 = %.6f", aux, (l05 - l01) / 0.4 / 2);
+    QVERIFY2(aux >= 1.0 && std::abs((l05 - l01) / 0.4 / 2 - aux) < 1e-4 * aux, "aux_loss is not the loss's aux term");
 
     const QString full = base +
                          "tuner_type: full\nlora_rank: 8\nlora_alpha: 32\nlora_dropout: 0.05\nlearning_rate: 0.001\n"

@@ -87,6 +87,7 @@ std::vector<Event> sample_events() {
   diverged.memory.clear();
   diverged.collectives.clear();
   diverged.comm_wait_s = 0;
+  diverged.aux_loss = 2.0625;  // an MoE run's load-balancing loss (docs/run-contract.md)
 
   EvalEvent eval{1732900100.0, 99.75, 100, 1.875, 409600, 200, 12.5, {{"accuracy", 0.625}, {"ppl", kNaN}}};
   CheckpointEvent ckpt{1732900130.0, 129.75, 100, "checkpoints/checkpoint-100", 15231233024, 28.5};

@@ -12,6 +12,7 @@
 
 #include "common/text.h"
 #include "config/swift_bridge.h"
+#include "config/validate.h"
 
 using namespace odyssey;
 namespace fs = std::filesystem;
@@ -472,11 +473,16 @@ void TstSwiftBridge::deepspeedStages() {
     QCOMPARE(r.value.config.zero_stage, k.stage);
     QCOMPARE(r.value.config.offload_optimizer, k.offload);
     // One process: DeepSpeed has nothing to shard over; ms-swift trains, and so does the import.
+    // With offload it is ZeRO-Offload on one GPU, kept: the optimizer state in host memory.
     auto one = import_swift_command(std::string("swift sft --max_length 64 --deepspeed ") + k.value);
     QVERIFY2(one.ok(), format_all(one.diagnostics).c_str());
-    QCOMPARE(one.value.config.zero_stage, 0);
-    QCOMPARE(one.value.config.offload_optimizer, false);
-    QCOMPARE(contains(format_all(one.diagnostics), "with one process: nothing to shard over"), k.stage > 0);
+    QCOMPARE(one.value.config.zero_stage, k.offload ? k.stage : 0);
+    QCOMPARE(one.value.config.offload_optimizer, k.offload);
+    QCOMPARE(contains(format_all(one.diagnostics), "with one process: nothing to shard over"),
+             k.stage > 0 && !k.offload);
+    QCOMPARE(contains(format_all(one.diagnostics), "with one process: ZeRO-Offload"), k.offload);
+    const std::string problems = errors(validate_config(one.value, nullptr));  // the command names no model
+    QVERIFY2(!contains(problems, "zero_stage") && !contains(problems, "offload_optimizer"), problems.c_str());
   }
   // ZeRO-3 shards parameters, which Odyssey does not: an error naming the stage to use instead.
   for (const char* v : {"zero3", "zero3_offload"}) {

@@ -296,7 +296,13 @@ class TstValidate : public QObject {
     QVERIFY(contains(errors(validate_config(parse("use_galore: true\n"), nullptr)), "needs tuner_type: full"));
     QVERIFY(
         contains(errors(validate_config(parse("tuner_type: full\ngalore_rank: 8\n"), nullptr)), "use_galore is false"));
-    QVERIFY(contains(errors(validate_config(parse("offload_optimizer: true\n"), nullptr)), "zero_stage: 1 or 2"));
+    QVERIFY(contains(errors(validate_config(parse("offload_optimizer: true\n"), nullptr)), "set zero_stage: 2"));
+    // One process: ZeRO shards nothing; with offload it is ZeRO-Offload (valid), without it an
+    // error naming the way out.
+    QVERIFY(errors(validate_config(parse("zero_stage: 2\noffload_optimizer: true\n"), nullptr)).empty());
+    QVERIFY(
+        errors(validate_config(parse("tuner_type: full\nzero_stage: 1\noffload_optimizer: true\n"), nullptr)).empty());
+    QVERIFY(contains(errors(validate_config(parse("zero_stage: 2\n"), nullptr)), "offload_optimizer: true"));
     QVERIFY(contains(errors(validate_config(
                          parse("tuner_type: full\nuse_galore: true\nzero_stage: 2\nnproc_per_node: 2\n"), nullptr)),
                      "GaLore"));
