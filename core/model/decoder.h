@@ -142,17 +142,23 @@ class EmbeddingImpl : public torch::nn::Module {
 TORCH_MODULE(Embedding);
 
 // The keys and values of the tokens seen so far, for generation (model/generate.h): per layer
-// [B, Hkv, capacity, head_dim] in the model's dtype and on its device, RoPE applied. Slot j of
+// [B, Hkv, slots, head_dim] in the model's dtype and on its device, RoPE applied. Slot j of
 // row b holds a real token when key_mask[b, j] (prompts of different lengths are left-padded:
-// their padding slots are false and no query attends to them). Every layer keeps all slots,
-// sliding-window layers too (their attention reads only the window).
+// their padding slots are false and no query attends to them). A full layer keeps every slot
+// (slots = capacity). A sliding-window layer whose window is shorter than the capacity keeps
+// only `window` slots, a ring: slot j lives at j % window, and a new token overwrites the key
+// that just left every later query's window (docs/inference.md).
 struct KvCache {
   std::vector<torch::Tensor> k, v;
-  torch::Tensor key_mask;   // [B, capacity] bool
+  torch::Tensor key_mask;   // [B, capacity] bool, for every slot (full and ring layers)
   std::int64_t length = 0;  // slots filled (the same for every row)
   bool padded = false;      // some filled slot is padding
+  std::int64_t window = 0;  // the ring layers' size; 0 when every layer keeps every slot
   std::int64_t batch() const { return key_mask.size(0); }
   std::int64_t capacity() const { return key_mask.size(1); }
+  bool ring(std::size_t layer) const { return window > 0 && k[layer].size(2) == window; }
+  // Device bytes of the keys and values.
+  std::int64_t bytes() const;
 };
 
 // What every layer of one forward shares.
@@ -186,6 +192,12 @@ struct LayerContext {
   // int64 [1] tensor holds, and attention reads every slot of the cache through keep (and
   // keep_window) [B, 1, 1, capacity]: the same shapes and addresses at every step.
   torch::Tensor cache_slot;
+  // Ring layers (KvCache::window) once the cache is longer than the window; else undefined.
+  // Static step: ring_slot int64 [1] (cache_slot % window) and keep_ring [B, 1, 1, window].
+  // Incremental forward of S tokens: attention reads the ring followed by the S new keys
+  // through keep_ring [B, 1, S, window + S] (undefined for S = 1 without padding: every ring
+  // slot), and the last min(S, window) new keys go to the ring positions ring_write holds.
+  torch::Tensor ring_slot, keep_ring, ring_write;
 };
 
 class AttentionImpl : public torch::nn::Module {
@@ -387,8 +399,9 @@ class CausalLMImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {},
                         const torch::Tensor& position_ids = {});
 
-  // A cache for `batch` rows of up to `capacity` tokens (KvCache), zero-filled, empty.
-  KvCache allocate_cache(std::int64_t batch, std::int64_t capacity) const;
+  // A cache for `batch` rows of up to `capacity` tokens (KvCache), zero-filled, empty. With
+  // `ring`, sliding-window layers whose window is shorter than `capacity` keep only the window.
+  KvCache allocate_cache(std::int64_t batch, std::int64_t capacity, bool ring = true) const;
   // Incremental forward for generation: input_ids [B, S] at position_ids [B, S] (attention_mask
   // [B, S]: 1 = token, 0 = left padding; undefined: all tokens) are appended to `cache` (at
   // slots cache.length ..) and each attends to the real slots up to its own (and within its

@@ -2,7 +2,8 @@
 // the same layers as a full forward, with each attention appending its new keys and values
 // to the cache and attending over the cache's slots. Masks are built once per call, in slot
 // indices, as transformers builds them over its cache positions (causal, key padding, and the
-// sliding window counted in slots).
+// sliding window counted in slots). Sliding-window layers keep a ring of `window` slots once
+// the cache is longer than the window (KvCache::window).
 #include "kernels/rope.h"
 #include "model/decoder.h"
 #include "model/rope.h"
@@ -69,14 +70,42 @@ torch::Tensor AttentionImpl::forward_cached(const torch::Tensor& x, const LayerC
   }
   torch::Tensor& ck = cache.k[static_cast<std::size_t>(layer_index)];
   torch::Tensor& cv = cache.v[static_cast<std::size_t>(layer_index)];
+  const bool ring = cache.ring(static_cast<std::size_t>(layer_index));
   std::int64_t ran = -1;
   if (ctx.cache_slot.defined()) {  // static decode step: the slot is a tensor, attention reads the whole cache
-    ck.index_copy_(2, ctx.cache_slot, k);
-    cv.index_copy_(2, ctx.cache_slot, v.transpose(1, 2));
-    const torch::Tensor out = decode_attention(q, ck, cv, sliding ? ctx.keep_window : ctx.keep, scale, softcap, &ran);
+    const torch::Tensor& at = ring ? ctx.ring_slot : ctx.cache_slot;
+    ck.index_copy_(2, at, k);
+    cv.index_copy_(2, at, v.transpose(1, 2));
+    const torch::Tensor& keep = ring ? ctx.keep_ring : sliding ? ctx.keep_window : ctx.keep;
+    const torch::Tensor out = decode_attention(q, ck, cv, keep, scale, softcap, &ran);
     if (ctx.backend_ran) ctx.backend_ran->store(ran);
     return o_proj(out.transpose(1, 2).reshape({b, s, -1}));
   }
+  if (ring && len > cache.window) {
+    // The ring is full: a decode step overwrites the key that left the window and reads the
+    // ring; a chunk reads the ring followed by its own keys, then keeps its last `window`.
+    const std::int64_t w = cache.window;
+    const torch::Tensor vt = v.transpose(1, 2);
+    torch::Tensor out;
+    if (s == 1) {
+      ck.narrow(2, start % w, 1).copy_(k);
+      cv.narrow(2, start % w, 1).copy_(vt);
+      out = decode_attention(q, ck, cv, ctx.keep_ring, scale, softcap, &ran);
+    } else if (start == 0) {  // a first chunk: the ring holds nothing yet
+      out = masked_attention(q, k, vt, ctx.keep_ring.narrow(3, w, s), scale, softcap, ctx.attention, &ran);
+    } else {
+      out = masked_attention(q, torch::cat({ck, k}, 2), torch::cat({cv, vt}, 2), ctx.keep_ring, scale, softcap,
+                             ctx.attention, &ran);
+    }
+    if (s > 1) {
+      const std::int64_t m = std::min(s, w);
+      ck.index_copy_(2, ctx.ring_write, k.narrow(2, s - m, m));
+      cv.index_copy_(2, ctx.ring_write, vt.narrow(2, s - m, m));
+    }
+    if (ctx.backend_ran) ctx.backend_ran->store(ran);
+    return o_proj(out.transpose(1, 2).reshape({b, s, -1}));
+  }
+  // Full layers, and ring layers while the cache is within the window (slot j at position j).
   ck.narrow(2, start, s).copy_(k);
   cv.narrow(2, start, s).copy_(v.transpose(1, 2));
   const torch::Tensor keys = ck.narrow(2, 0, len), values = cv.narrow(2, 0, len);
@@ -99,14 +128,23 @@ torch::Tensor AttentionImpl::forward_cached(const torch::Tensor& x, const LayerC
   return o_proj(out.transpose(1, 2).reshape({b, s, -1}));
 }
 
-KvCache CausalLMImpl::allocate_cache(std::int64_t batch, std::int64_t capacity) const {
+std::int64_t KvCache::bytes() const {
+  std::int64_t n = 0;
+  for (std::size_t i = 0; i < k.size(); ++i) n += static_cast<std::int64_t>(k[i].nbytes() + v[i].nbytes());
+  return n;
+}
+
+KvCache CausalLMImpl::allocate_cache(std::int64_t batch, std::int64_t capacity, bool ring) const {
   TORCH_CHECK(batch > 0 && capacity > 0, "allocate_cache: batch and capacity must be positive, got ", batch, " and ",
               capacity);
   const auto o = torch::TensorOptions().dtype(options_.dtype).device(options_.device);
   KvCache c;
+  const std::int64_t window = config_.hf.sliding_window;
+  c.window = ring && window > 0 && window < capacity ? window : 0;
   for (std::int64_t i = 0; i < config_.hf.num_hidden_layers; ++i) {
-    c.k.push_back(torch::zeros({batch, config_.hf.num_key_value_heads, capacity, config_.hf.head_dim}, o));
-    c.v.push_back(torch::zeros({batch, config_.hf.num_key_value_heads, capacity, config_.hf.head_dim}, o));
+    const std::int64_t slots = c.window > 0 && config_.hf.sliding_layer(i) ? c.window : capacity;
+    c.k.push_back(torch::zeros({batch, config_.hf.num_key_value_heads, slots, config_.hf.head_dim}, o));
+    c.v.push_back(torch::zeros({batch, config_.hf.num_key_value_heads, slots, config_.hf.head_dim}, o));
   }
   c.key_mask = torch::zeros({batch, capacity}, torch::TensorOptions().dtype(torch::kBool).device(options_.device));
   return c;
@@ -151,7 +189,28 @@ torch::Tensor CausalLMImpl::hidden_states_cached(const torch::Tensor& input_ids,
   if (cache.padded || (start > 0 && s > 1) || softcapped)
     ctx.keep = causal.logical_and(cache.key_mask.narrow(1, 0, len).view({cache.batch(), 1, 1, len}));
   const std::int64_t window = config_.hf.sliding_window;
-  if (window > 0 && len - 1 >= window) {
+  const std::int64_t w = cache.window;
+  if (w > 0 && len > w) {
+    // Ring layers. Before this call ring position r holds slot start - 1 - ((start - 1 - r) mod
+    // w), none when negative; after it, the same with len for start.
+    const torch::Tensor r = torch::arange(w, i64);
+    if (s == 1) {
+      if (cache.padded || softcapped) {
+        const torch::Tensor held = (len - 1) - torch::remainder((len - 1) - r, w);
+        ctx.keep_ring = cache.key_mask.index_select(1, held).view({cache.batch(), 1, 1, w});
+      }
+    } else {
+      const torch::Tensor key_slot =
+          torch::cat({(start - 1) - torch::remainder((start - 1) - r, w), torch::arange(start, len, i64)});
+      const torch::Tensor ks = key_slot.view({1, w + s});
+      const torch::Tensor seen = ks.ge(0).logical_and(ks.le(q_slot)).logical_and(ks.gt(q_slot - w));
+      ctx.keep_ring =
+          seen.view({1, 1, s, w + s})
+              .logical_and(cache.key_mask.index_select(1, key_slot.clamp_min(0)).view({cache.batch(), 1, 1, w + s}));
+      const std::int64_t m = std::min(s, w);
+      ctx.ring_write = torch::remainder(torch::arange(len - m, len, i64), w);
+    }
+  } else if (w == 0 && window > 0 && len - 1 >= window) {  // sliding layers holding every slot
     const torch::Tensor in_window = k_slot.gt(q_slot - window).view({1, 1, s, len});
     ctx.keep_window = (ctx.keep.defined() ? ctx.keep : causal).logical_and(in_window);
   }
@@ -178,7 +237,16 @@ torch::Tensor CausalLMImpl::decode_step(const torch::Tensor& input_ids, const to
   ctx.cache = &cache;
   ctx.cache_slot = slot;
   ctx.keep = cache.key_mask.view({b, 1, 1, cap});
-  if (config_.hf.sliding_window > 0) {  // a key at most window - 1 slots behind this one
+  if (const std::int64_t w = cache.window; w > 0) {
+    // Ring layers: this token goes to position slot % w, after which position r holds slot
+    // slot - ((slot - r) mod w), none when negative.
+    ctx.ring_slot = torch::remainder(slot, w);
+    const torch::Tensor held = slot - torch::remainder(slot - torch::arange(w, slot.options()), w);
+    ctx.keep_ring = held.ge(0)
+                        .view({1, w})
+                        .logical_and(cache.key_mask.gather(1, held.clamp_min(0).view({1, w}).expand({b, w})))
+                        .view({b, 1, 1, w});
+  } else if (config_.hf.sliding_window > 0) {  // a key at most window - 1 slots behind this one
     const torch::Tensor k_slot = torch::arange(cap, slot.options()).view({1, 1, 1, cap});
     ctx.keep_window = ctx.keep.logical_and(k_slot.gt(slot.view({1, 1, 1, 1}) - config_.hf.sliding_window));
   }

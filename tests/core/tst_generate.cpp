@@ -67,10 +67,14 @@ class TstGenerate : public QObject {
 
   // Logits [B, V] (fp32) of each step of a cached generation over fixed tokens: the prompts
   // (left-padded) filled in `chunks` parts, then `extra` one token at a time.
+  // ring: sliding-window layers keep only their window (KvCache::window); `bytes` gets the
+  // cache's size.
   std::vector<torch::Tensor> cached_logits(CausalLM& lm, const torch::Tensor& ids, const torch::Tensor& mask,
-                                           const torch::Tensor& pos, std::int64_t prompt_len, int chunks) {
+                                           const torch::Tensor& pos, std::int64_t prompt_len, int chunks,
+                                           bool ring = true, std::int64_t* bytes = nullptr) {
     torch::NoGradGuard ng;
-    KvCache cache = lm->allocate_cache(ids.size(0), ids.size(1));
+    KvCache cache = lm->allocate_cache(ids.size(0), ids.size(1), ring);
+    if (bytes) *bytes = cache.bytes();
     std::vector<torch::Tensor> out;
     std::int64_t at = 0;
     for (int c = 0; c < chunks; ++c) {
@@ -207,20 +211,39 @@ class TstGenerate : public QObject {
       torch::NoGradGuard ng;
       full = lm->forward(ids, mask, pos);
     }
-    const auto steps = cached_logits(lm, ids, mask, pos, longest, chunks);
-    QCOMPARE(static_cast<std::int64_t>(steps.size()), len);
-    double worst = 0;
-    for (std::int64_t j = 0; j < len; ++j) {
-      for (std::int64_t r = 0; r < b; ++r) {
-        if (mask[r][j].item<std::int64_t>() == 0) continue;  // padding slots: no logits to compare
-        const torch::Tensor want = full[r][j];
-        const double err =
-            (steps[static_cast<std::size_t>(j)][r] - want).abs().max().item<double>() / want.abs().max().item<double>();
-        worst = std::max(worst, err);
+    // Sliding-window layers in a ring of `window` slots (the prompts and the 20 new tokens wrap
+    // it several times; chunks longer than the window too), and holding every slot.
+    const std::int64_t window = lm->config().hf.sliding_window;
+    std::int64_t ring_bytes = 0, full_bytes = 0;
+    for (const bool ring : {true, false}) {
+      const auto steps = cached_logits(lm, ids, mask, pos, longest, chunks, ring, ring ? &ring_bytes : &full_bytes);
+      QCOMPARE(static_cast<std::int64_t>(steps.size()), len);
+      double worst = 0;
+      for (std::int64_t j = 0; j < len; ++j) {
+        for (std::int64_t r = 0; r < b; ++r) {
+          if (mask[r][j].item<std::int64_t>() == 0) continue;  // padding slots: no logits to compare
+          const torch::Tensor want = full[r][j];
+          const double err = (steps[static_cast<std::size_t>(j)][r] - want).abs().max().item<double>() /
+                             want.abs().max().item<double>();
+          worst = std::max(worst, err);
+        }
       }
+      qInfo("%s%s: largest relative logit error %.2e over %lld positions", n.c_str(), ring ? "" : " (every slot kept)",
+            worst, static_cast<long long>(len));
+      QVERIFY2(worst <= 1e-5, (n + ": cached logits differ from the full forward by " + std::to_string(worst)).c_str());
     }
-    qInfo("%s: largest relative logit error %.2e over %lld positions", n.c_str(), worst, static_cast<long long>(len));
-    QVERIFY2(worst <= 1e-5, (n + ": cached logits differ from the full forward by " + std::to_string(worst)).c_str());
+    if (window > 0 && window < len) {
+      std::int64_t sliding = 0;
+      for (std::int64_t i = 0; i < lm->config().hf.num_hidden_layers; ++i) sliding += lm->config().hf.sliding_layer(i);
+      qInfo("%s: cache %lld bytes with rings of %lld slots on %lld of %lld layers, %lld holding every slot", n.c_str(),
+            static_cast<long long>(ring_bytes), static_cast<long long>(window), static_cast<long long>(sliding),
+            static_cast<long long>(lm->config().hf.num_hidden_layers), static_cast<long long>(full_bytes));
+      QVERIFY(sliding > 0);
+      QCOMPARE(ring_bytes, full_bytes / len * (len * (lm->config().hf.num_hidden_layers - sliding) + window * sliding) /
+                               lm->config().hf.num_hidden_layers);
+    } else {
+      QCOMPARE(ring_bytes, full_bytes);
+    }
   }
 
   // Sampling: a seed reproduces itself, another seed differs, top_k = 1 is greedy; each
