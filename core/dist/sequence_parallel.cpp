@@ -522,6 +522,7 @@ class SpAttention final : public model::AttentionOverride {
       : ulysses_(ulysses),
         ring_(ring),
         cu_(std::move(cu)),
+        plans_(model::make_tile_plans(cu_)),
         max_seqlen_(max_seqlen),
         one_sequence_(one_sequence),
         sample_ids_(std::move(sample_ids)),
@@ -546,8 +547,8 @@ class SpAttention final : public model::AttentionOverride {
     // The gathered row: samples (with their padding at their ends) by cu_, consecutive positions
     // within each, so the window is an index distance there; tiles of exact attention.
     if (ran) *ran = static_cast<std::int64_t>(at::SDPBackend::math);
-    return scatter(model::tiled_causal_attention(qq, kk, vv, cu_, scale, window, softcap), q.size(0), q.size(1),
-                   q.size(2));
+    return scatter(model::tiled_causal_attention(qq, kk, vv, cu_, scale, window, softcap, 0, plans_.get()), q.size(0),
+                   q.size(1), q.size(2));
   }
 
   // Ulysses: this rank's tokens of all heads -> all tokens of this rank's heads (identity at u = 1).
@@ -614,6 +615,7 @@ class SpAttention final : public model::AttentionOverride {
   Group* ulysses_;
   Group* ring_;
   torch::Tensor cu_;
+  std::shared_ptr<model::TilePlans> plans_;  // the gathered row's tile plans, made once
   std::int64_t max_seqlen_;
   bool one_sequence_;
   torch::Tensor sample_ids_, positions_;

@@ -201,7 +201,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext&
         ctx.stash && !ctx.attention_override && softcap <= 0 &&
         (!windowed || !q.is_cuda() || window_on_flash(q.device(), q.scalar_type(), head_dim, softcap, ctx.attention));
     if (ctx.stash && !ctx.attention_override && softcap > 0) {  // soft-capped: the tiles keep it
-      out = kept_tiled_attention(q, k, v, ctx.cu_seqlens, scale, windowed ? window : 0, softcap, *ctx.stash);
+      out = kept_tiled_attention(q, k, v, ctx.cu_seqlens, scale, windowed ? window : 0, softcap, *ctx.stash,
+                                 ctx.tile_plans.get());
       ran = static_cast<std::int64_t>(at::SDPBackend::math);
     } else if (keep_here) {
       out = kept_causal_attention(q, k, v, ctx.cu_seqlens, ctx.max_seqlen, ctx.max_seqlen == s, ctx.attention,
@@ -211,7 +212,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext&
     } else if (windowed && window_on_flash(q.device(), q.scalar_type(), head_dim, softcap, ctx.attention)) {
       out = varlen_causal_attention(q, k, v, ctx.cu_seqlens, ctx.max_seqlen, scale, &ran, window);  // flash's band
     } else if (general) {  // soft-capping, or a window flash cannot take: tiles of exact attention
-      out = tiled_causal_attention(q, k, v, ctx.cu_seqlens, scale, windowed ? window : 0, softcap);
+      out = tiled_causal_attention(q, k, v, ctx.cu_seqlens, scale, windowed ? window : 0, softcap, 0,
+                                   ctx.tile_plans.get());
       ran = static_cast<std::int64_t>(at::SDPBackend::math);
     } else if (ctx.attention_override) {
       out = ctx.attention_override->attend(q, k, v, scale, ctx.attention, &ran, ctx.stash.get());
@@ -514,6 +516,7 @@ torch::Tensor CausalLMImpl::hidden_states_packed(const torch::Tensor& input_ids,
   LayerContext ctx = context(input_ids, {}, position_ids, h.scalar_type());
   start_router_stats(ctx, attention ? attention->token_weight() : torch::Tensor(), input_ids.numel());
   ctx.cu_seqlens = cu_seqlens.to(input_ids.device(), torch::kInt32);
+  ctx.tile_plans = make_tile_plans(cu_seqlens);  // from the boundaries as given (the host, from the trainer)
   ctx.max_seqlen = max_seqlen;
   ctx.attention_override = std::move(attention);
   return layers_and_norm(h, ctx);

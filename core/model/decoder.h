@@ -49,6 +49,8 @@
 
 namespace odyssey::model {
 
+class TilePlans;  // model/tiled_attention.h
+
 struct DecoderOptions {
   torch::Dtype dtype = torch::kFloat32;
   torch::Device device = torch::kCPU;
@@ -171,6 +173,7 @@ struct LayerContext {
   // padding-free rows: within the sample). Undefined when no layer has a window.
   torch::Tensor keep_window;
   torch::Tensor cu_seqlens;                               // padding-free row (B = 1): sample boundaries, int32 [n+1]
+  std::shared_ptr<TilePlans> tile_plans;                  // that row's tiled-attention plans (tiled_attention.h)
   std::int64_t max_seqlen = 0;                            // longest sample of the row
   std::shared_ptr<AttentionOverride> attention_override;  // sequence parallelism, else null
   AttentionBackend attention = AttentionBackend::CuDNN;

@@ -3,6 +3,10 @@
 #include "kernels/attention_tile.h"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
 #include <vector>
 
 namespace odyssey::model {
@@ -33,9 +37,9 @@ struct Tiles {
   torch::Tensor first_key;         // [T] int64: the first key each query sees
 };
 
-Tiles plan_tiles(const torch::Tensor& cu_seqlens, std::int64_t total, std::int64_t window, std::int64_t heads,
-                 std::int64_t tile_rows, const torch::Device& device) {
-  const torch::Tensor cu = cu_seqlens.to(torch::kCPU, torch::kInt64).contiguous();
+// cu: the boundaries on the host, int64, contiguous.
+Tiles plan_tiles_host(const torch::Tensor& cu, std::int64_t total, std::int64_t window, std::int64_t heads,
+                      std::int64_t tile_rows, const torch::Device& device) {
   const std::int64_t n = cu.numel() - 1;
   const std::int64_t* c = cu.data_ptr<std::int64_t>();
   TORCH_CHECK(n >= 1 && c[0] == 0 && c[n] == total, "tiled attention: cu_seqlens must run from 0 to the row length ",
@@ -56,6 +60,45 @@ Tiles plan_tiles(const torch::Tensor& cu_seqlens, std::int64_t total, std::int64
   }
   t.first_key = torch::tensor(first, torch::kInt64).to(device);
   return t;
+}
+
+torch::Tensor host_boundaries(const torch::Tensor& cu_seqlens) {
+  return cu_seqlens.to(torch::kCPU, torch::kInt64).contiguous();
+}
+
+}  // namespace
+
+class TilePlans {
+ public:
+  explicit TilePlans(torch::Tensor cu) : cu_(std::move(cu)) {}
+  Tiles get(std::int64_t total, std::int64_t window, std::int64_t heads, std::int64_t tile_rows,
+            const torch::Device& device) {
+    const auto key = std::make_tuple(total, window, heads, tile_rows, device.str());
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!host_.defined()) host_ = host_boundaries(cu_);  // the first plan of the row reads them
+    auto it = plans_.find(key);
+    if (it == plans_.end())
+      it = plans_.emplace(key, plan_tiles_host(host_, total, window, heads, tile_rows, device)).first;
+    return it->second;
+  }
+
+ private:
+  torch::Tensor cu_;    // the row's boundaries as given
+  torch::Tensor host_;  // the same on the host, int64, once a plan needed them
+  std::mutex mutex_;
+  std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::string>, Tiles> plans_;
+};
+
+std::shared_ptr<TilePlans> make_tile_plans(const torch::Tensor& cu_seqlens) {
+  return std::make_shared<TilePlans>(cu_seqlens);
+}
+
+namespace {
+
+Tiles plan_tiles(const torch::Tensor& cu_seqlens, std::int64_t total, std::int64_t window, std::int64_t heads,
+                 std::int64_t tile_rows, const torch::Device& device, TilePlans* plans) {
+  if (plans) return plans->get(total, window, heads, tile_rows, device);
+  return plan_tiles_host(host_boundaries(cu_seqlens), total, window, heads, tile_rows, device);
 }
 
 // Rows a..a+n of x [T, Hkv * g, D] as [Hkv, g * n, D] (a copy): a KV head's query heads are
@@ -181,17 +224,17 @@ void check_shapes(const torch::Tensor& q, const torch::Tensor& k, const torch::T
 
 torch::Tensor tiled_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                      const torch::Tensor& cu_seqlens, double scale, std::int64_t window, double softcap,
-                                     std::int64_t tile_rows) {
+                                     std::int64_t tile_rows, TilePlans* plans) {
   check_shapes(q, k, v);
-  const Tiles tiles = plan_tiles(cu_seqlens, q.size(0), window, q.size(1), tile_rows, q.device());
+  const Tiles tiles = plan_tiles(cu_seqlens, q.size(0), window, q.size(1), tile_rows, q.device(), plans);
   return TiledAttentionFn::apply(q, k, v, tiles.first_key, tiles.row0, tiles.key0, scale, softcap);
 }
 
 torch::Tensor kept_tiled_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                    const torch::Tensor& cu_seqlens, double scale, std::int64_t window, double softcap,
-                                   AttentionStash& stash) {
+                                   AttentionStash& stash, TilePlans* plans) {
   check_shapes(q, k, v);
-  const Tiles tiles = plan_tiles(cu_seqlens, q.size(0), window, q.size(1), 0, q.device());
+  const Tiles tiles = plan_tiles(cu_seqlens, q.size(0), window, q.size(1), 0, q.device(), plans);
   if (!stash.recomputing()) {
     auto [out, lse] = forward_tiles(q, k, v, tiles, scale, softcap);
     stash.out = out;

@@ -25,17 +25,29 @@
 #include "model/attention_tiles.h"
 
 #include <cstdint>
+#include <memory>
 
 namespace odyssey::model {
+
+// The tile plans of one packed row, shared by its layers (LayerContext::tile_plans) and by the
+// recomputation in backward: a plan depends only on the row's sample boundaries, the window, the
+// head count and the tile size, so the row plans each combination once, from the boundaries held
+// on the host, instead of every layer reading cu_seqlens back from the GPU (a synchronisation)
+// and uploading its per-query first keys again. Safe to share between threads.
+class TilePlans;
+// cu_seqlens: the row's boundaries (any integer dtype and device; read back to the host once,
+// when the row's first plan is made, so a row no layer tiles never reads them).
+std::shared_ptr<TilePlans> make_tile_plans(const torch::Tensor& cu_seqlens);
 
 // q [T, Hq, D], k and v [T, Hkv, D] (Hq a multiple of Hkv; strided views are fine); cu_seqlens
 // [n + 1] (any integer dtype and device; sample i is rows cu[i]..cu[i+1]). window > 0: a key is
 // seen from a query at most window - 1 positions behind it (transformers' kv > q - window);
-// softcap > 0: scores soft-capped. tile_rows 0: tiled_attention_rows. Returns [T, Hq, D] in q's
+// softcap > 0: scores soft-capped. tile_rows 0: tiled_attention_rows. plans: the row's
+// (make_tile_plans of the same cu_seqlens), or null to plan here. Returns [T, Hq, D] in q's
 // dtype; differentiable in q, k and v.
 torch::Tensor tiled_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                      const torch::Tensor& cu_seqlens, double scale, std::int64_t window, double softcap,
-                                     std::int64_t tile_rows = 0);
+                                     std::int64_t tile_rows = 0, TilePlans* plans = nullptr);
 
 // The same for a layer that keeps its output (keep_attention; as kept_causal_attention in
 // attention.h): without grad mode (the checkpoint's forward) it computes the tiles' output and
@@ -44,6 +56,6 @@ torch::Tensor tiled_causal_attention(const torch::Tensor& q, const torch::Tensor
 // runs no attention forward.
 torch::Tensor kept_tiled_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                    const torch::Tensor& cu_seqlens, double scale, std::int64_t window, double softcap,
-                                   AttentionStash& stash);
+                                   AttentionStash& stash, TilePlans* plans = nullptr);
 
 }  // namespace odyssey::model

@@ -12,6 +12,8 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <tuple>
 #include <vector>
 
 #include "model/attention_tiles.h"
@@ -126,6 +128,36 @@ class TstTiledAttention : public QObject {
     QCOMPARE(got.scalar_type(), torch::kFloat32);
     QVERIFY2(max_diff(got.to(torch::kDouble), want) < 1e-5,
              qPrintable(QString::number(max_diff(got.to(torch::kDouble), want))));
+  }
+
+  // A row's shared plans (make_tile_plans, as the decoder's layers share them) give what each
+  // call planning on its own gives, bit for bit, for layers of different windows and head
+  // counts asking in turn, forward and backward.
+  void sharedPlansEqualPlanningEachCall() {
+    torch::manual_seed(11);
+    const torch::Tensor cu = torch::tensor({0, 9, 30, 37}, torch::kInt32);
+    const std::shared_ptr<TilePlans> plans = make_tile_plans(cu);
+    for (int round = 0; round < 2; ++round) {  // the second round reuses every plan
+      for (const auto& [hq, window, softcap] :
+           std::vector<std::tuple<std::int64_t, std::int64_t, double>>{{4, 0, 2.0}, {4, 6, 2.0}, {8, 6, 0.0}}) {
+        const torch::Tensor q0 = torch::randn({37, hq, 8}), k0 = torch::randn({37, 2, 8}),
+                            v0 = torch::randn({37, 2, 8});
+        const torch::Tensor dout = torch::randn({37, hq, 8});
+        std::vector<torch::Tensor> results;
+        for (TilePlans* p : {static_cast<TilePlans*>(nullptr), plans.get()}) {
+          const torch::Tensor q = q0.clone().requires_grad_(), k = k0.clone().requires_grad_(),
+                              v = v0.clone().requires_grad_();
+          const torch::Tensor out = tiled_causal_attention(q, k, v, cu, 0.35, window, softcap, 4, p);
+          (out * dout).sum().backward();
+          results.insert(results.end(), {out.detach(), q.grad(), k.grad(), v.grad()});
+        }
+        for (std::size_t i = 0; i < 4; ++i)
+          QVERIFY2(
+              results[i].equal(results[i + 4]),
+              qPrintable(
+                  QString("round %1, %2 heads, window %3: tensor %4 differs").arg(round).arg(hq).arg(window).arg(i)));
+      }
+    }
   }
 
   void rejectsRowsThatDoNotFit() {
