@@ -1,5 +1,6 @@
 #include "train_page.h"
 
+#include <QComboBox>
 #include <QFileDialog>
 #include <QFormLayout>
 #include <QGroupBox>
@@ -46,6 +47,7 @@ TrainPage::TrainPage(ConfigForm* form, Settings* settings, QWidget* parent)
   outer->setContentsMargins(0, 0, 0, 0);
   outer->addWidget(scroll);
   connect(form_, &ConfigForm::changed, this, &TrainPage::update_availability);
+  connect(form_, &ConfigForm::reloaded, this, &TrainPage::update_availability);
   update_availability();
 }
 
@@ -114,6 +116,25 @@ QWidget* TrainPage::training_group() {
   auto* f = new QFormLayout(g);
   f->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
   add_field(f, form_, "tuner_type");
+  // One choice for the base's precision (quant_bits, bnb_4bit_quant_type); the Advanced page
+  // has every 4-bit key. Leaving 4-bit stashes the 4-bit keys (ConfigForm), coming back restores
+  // them, then the type chosen here applies.
+  base_weights_ = new QComboBox(g);
+  base_weights_->setObjectName(QStringLiteral("baseWeights"));
+  base_weights_->addItem(tr("16-bit (the model's dtype)"));
+  base_weights_->addItem(tr("4-bit NF4 (QLoRA)"));
+  base_weights_->addItem(tr("4-bit FP4 (QLoRA)"));
+  base_weights_->setToolTip(
+      tr("quant_bits and bnb_4bit_quant_type: the frozen base quantized to 4 bits as it loads, in "
+         "bitsandbytes' layout, under LoRA adapters (QLoRA; ms-swift: --quant_bits 4). Double quantization "
+         "and the compute dtype are on the Advanced page."));
+  connect(base_weights_, &QComboBox::activated, this, [this](int i) {
+    form_->set_text("quant_bits", i == 0 ? "0" : "4");
+    if (i > 0) form_->set_text("bnb_4bit_quant_type", i == 1 ? "nf4" : "fp4");
+  });
+  auto* weights_label = new QLabel(tr("Base weights"), g);
+  weights_label->setToolTip(base_weights_->toolTip());
+  f->addRow(weights_label, base_weights_);
   for (const char* k : {"lora_rank", "lora_alpha", "lora_dropout", "target_modules", "use_rslora"})
     lora_rows_.push_back(add_field(f, form_, k));
   add_field(f, form_, "learning_rate");
@@ -166,6 +187,15 @@ void TrainPage::update_availability() {
   const bool lora = uses_lora(form_->config());
   for (auto* r : lora_rows_) r->set_available(lora);
   epochs_->set_available(form_->config().max_steps < 0);
+  sync_base_weights();
+}
+
+void TrainPage::sync_base_weights() {
+  const TrainConfig& c = form_->config();
+  base_weights_->setCurrentIndex(c.quant_bits == 4 ? (c.bnb_4bit_quant_type == "fp4" ? 2 : 1) : 0);
+  // A 4-bit base is frozen under adapters: offered with LoRA, and left enabled while 4-bit is
+  // chosen so a full fine-tune can come back to 16-bit here.
+  base_weights_->setEnabled(uses_lora(c) || c.quant_bits == 4);
 }
 
 }  // namespace odyssey::ui

@@ -6,6 +6,7 @@
 
 #include <QWidget>
 
+class QComboBox;
 class QTableView;
 
 namespace odyssey::ui {
@@ -25,6 +26,8 @@ class TrainPage : public QWidget {
   ModelPicker* model_picker() const { return picker_; }
   DatasetPreview* preview() const { return preview_; }
   QTableView* dataset_table() const { return table_; }
+  // "Base weights": 16-bit, 4-bit NF4 or 4-bit FP4 (quant_bits and bnb_4bit_quant_type).
+  QComboBox* base_weights() const { return base_weights_; }
 
  private:
   QWidget* model_group();
@@ -40,8 +43,11 @@ class TrainPage : public QWidget {
   DatasetListModel* datasets_ = nullptr;
   QTableView* table_ = nullptr;
   DatasetPreview* preview_ = nullptr;
+  void sync_base_weights();
+
   std::vector<FieldRow*> lora_rows_;
   FieldRow* epochs_ = nullptr;
+  QComboBox* base_weights_ = nullptr;
 };
 
 }  // namespace odyssey::ui

@@ -2355,6 +2355,26 @@ ms-swift：--sequence_parallel_size N</translation>
 <context>
     <name>odyssey::ui::TrainPage</name>
     <message>
+        <source>16-bit (the model&apos;s dtype)</source>
+        <translation>16 位（模型的数据类型）</translation>
+    </message>
+    <message>
+        <source>4-bit NF4 (QLoRA)</source>
+        <translation>4 位 NF4（QLoRA）</translation>
+    </message>
+    <message>
+        <source>4-bit FP4 (QLoRA)</source>
+        <translation>4 位 FP4（QLoRA）</translation>
+    </message>
+    <message>
+        <source>quant_bits and bnb_4bit_quant_type: the frozen base quantized to 4 bits as it loads, in bitsandbytes&apos; layout, under LoRA adapters (QLoRA; ms-swift: --quant_bits 4). Double quantization and the compute dtype are on the Advanced page.</source>
+        <translation>quant_bits 与 bnb_4bit_quant_type：冻结的基座在加载时按 bitsandbytes 的布局量化为 4 位，其上训练 LoRA 适配器（QLoRA；ms-swift：--quant_bits 4）。双重量化与计算数据类型在“高级”页设置。</translation>
+    </message>
+    <message>
+        <source>Base weights</source>
+        <translation>基座权重</translation>
+    </message>
+    <message>
         <source>Model</source>
         <translation>模型</translation>
     </message>

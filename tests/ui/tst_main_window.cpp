@@ -1,6 +1,7 @@
 // The window: presets (open, invalid, drop), the command preview against the real CLI,
 // and the memory planner gauge.
 #include <QApplication>
+#include <QComboBox>
 #include <QDoubleSpinBox>
 #include <QFileInfo>
 #include <QMessageBox>
@@ -375,6 +376,42 @@ class TstMainWindow : public QObject {
     g->capacity()->setValue(40.0);
     QCOMPARE(g->plan()->capacity_bytes, plan_memory(w_->form()->config(), *m, g->options()).capacity_bytes);
     QCOMPARE(w_->settings()->gpu_memory_gib(), 40.0);
+  }
+
+  // The Train page's "Base weights" choice sets quant_bits and bnb_4bit_quant_type as the
+  // Advanced page's keys would, the gauge re-plans at once, going back to 16-bit leaves no 4-bit
+  // key behind to refuse, and the choice follows a config changed elsewhere.
+  void base_weights_choice_sets_the_4bit_keys() {
+    QVERIFY(w_->open_preset(preset_path("qwen2.5-7b-lora-32k-ulysses.yaml")));
+    QTRY_VERIFY(w_->gauge()->plan().has_value());
+    auto* box = w_->findChild<QComboBox*>(QStringLiteral("baseWeights"));
+    QVERIFY(box);
+    QVERIFY(box->isEnabled());
+    QCOMPARE(box->currentIndex(), 0);
+    const std::int64_t bf16_weights = w_->gauge()->plan()->peak_bytes;
+    auto choose = [box](int i) {
+      box->setCurrentIndex(i);
+      emit box->activated(i);
+    };
+    choose(1);
+    QCOMPARE(w_->form()->config().quant_bits, std::int64_t{4});
+    QCOMPARE(w_->form()->config().bnb_4bit_quant_type, std::string("nf4"));
+    QVERIFY(w_->gauge()->plan()->peak_bytes < bf16_weights - (std::int64_t{8} << 30));  // 15 GiB of bf16 -> ~5
+    choose(2);
+    QCOMPARE(w_->form()->config().bnb_4bit_quant_type, std::string("fp4"));
+    choose(0);
+    QCOMPARE(w_->form()->config().quant_bits, std::int64_t{0});
+    QCOMPARE(w_->gauge()->plan()->peak_bytes, bf16_weights);
+    for (const char* k : {"quant_bits", "bnb_4bit_quant_type"})
+      QVERIFY2(!has_errors(w_->form()->diagnostics_for(k)), format_all(w_->form()->diagnostics_for(k)).c_str());
+    // Set elsewhere (the Advanced page, a preset): the choice shows it.
+    w_->form()->set_text("quant_bits", "4");
+    w_->form()->set_text("bnb_4bit_quant_type", "fp4");
+    QCOMPARE(box->currentIndex(), 2);
+    // Full fine-tuning trains 16-bit weights: the choice stays open only to come back to 16-bit.
+    w_->form()->set_text("quant_bits", "0");
+    w_->form()->set_text("tuner_type", "full");
+    QVERIFY(!box->isEnabled());
   }
 
   void import_swift_command_fills_the_form() {
