@@ -27,8 +27,8 @@
 // "frontier @ G GiB" (--label NAME: "NAME @ G GiB"); tests/bench/compare.py draws the frontier
 // (--frontier-plot DIR) and reads a row's figure off it at each HF line's peak.
 //
-// --optimizer picks the step engine's optimizer (docs/optimizers.md; zero* under torchrun):
-// the record carries its state bytes per trainable parameter and the planner's figure.
+// --optimizer picks the step engine's optimizer (docs/optimizers.md; zero1/zero2 under torchrun, zero2-offload also on
+// one GPU): the record carries its state bytes per trainable parameter and the planner's figure.
 //
 // Under torchrun (RANK / WORLD_SIZE set, e.g. `torchrun --no-python --nproc-per-node 2
 // odyssey-bench ...`) every rank takes one GPU and the row is split by sequence parallelism
