@@ -28,7 +28,10 @@ venv=${ODYSSEY_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/odyssey/venv-torch-$torch_v
 torch_prefix=$("$venv/bin/python" -W ignore -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
 jobs=${ODYSSEY_JOBS:-$(nproc)}
 export CCACHE_DIR=${CCACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ccache}
-export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-5G}
+# Four build trees (Debug with LibTorch, sanitizers, fuzzers, the Release package) with
+# precompiled LibTorch headers need about 8 GB; at 5 GB the cache evicted itself and CI
+# rebuilt most of the Release tree every run.
+export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-12G}
 # Fresh clones in other folders (CI) share the cache: paths are made relative to the
 # checkout and the working directory is left out of the hash.
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root}
@@ -42,7 +45,13 @@ configure() {  # configure <build dir> <extra cmake args...>
     cat "$dir.configure.log"; echo "setup: configuring $dir failed" >&2; exit 1; }
 }
 
-step() { printf '\n== %s\n' "$*"; }
+# Each step prints how long the one before it took, so a slow CI run shows where the time went.
+step_start=
+step() {
+  [ -n "$step_start" ] && printf -- '-- step took %d s\n' $(( $(date +%s) - step_start ))
+  step_start=$(date +%s)
+  printf '\n== %s\n' "$*"
+}
 # has_target <build dir> <target>: whether the configured tree offers the target. The list is
 # read whole first: under pipefail, `cmake --build … --target help | grep -q` fails whenever grep
 # exits before cmake has written the rest (cmake then dies of SIGPIPE): a race, which left the
@@ -129,26 +138,42 @@ if [ "$fuzz_seconds" != 0 ]; then
     -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined" -DODYSSEY_BUILD_FUZZERS=ON \
     -DODYSSEY_BUILD_TESTS=OFF -DODYSSEY_BUILD_GUI=OFF -DODYSSEY_BUILD_ENGINE=OFF -DODYSSEY_WITH_TORCH=OFF -DODYSSEY_WITH_CUDA=OFF
   cmake --build build/fuzz -j "$jobs"
-  for f in build/fuzz/tests/fuzz/fuzz_*; do
-    [ -x "$f" ] || continue
+  # One fuzzer per core at a time: each is single-threaded, and fuzzing them one after
+  # another left the other cores idle for minutes.
+  fuzz_one() {  # fuzz_one <binary>: run it, print its stats; on failure keep input and log
+    local f=$1 name work rc
     name=$(basename "$f")
     work=$(mktemp -d)
     cp -r "tests/fuzz/corpus/$name/." "$work/" 2>/dev/null || true
-    echo "-- $name"
     set +e
     (cd "$work" && "$root/$f" -max_total_time="$fuzz_seconds" -timeout=10 -rss_limit_mb=2048 \
         -print_final_stats=1 "$work" >"$work.log" 2>&1)
     rc=$?
     set -e
-    grep -E 'stat::number_of_executed_units|Done|ERROR|SUMMARY' "$work.log" || true
+    { echo "-- $name"; grep -E 'stat::number_of_executed_units|Done|ERROR|SUMMARY' "$work.log" || true; }
     if [ "$rc" -ne 0 ]; then
       tail -30 "$work.log"
       echo "setup: $name failed (exit $rc: crash, leak, timeout or out of memory); input and log kept in $work" >&2
-      exit 1
+      return 1
     fi
     rm -f "$work.log"
     rm -rf "$work"
+  }
+  pids=()
+  fuzz_failed=0
+  for f in build/fuzz/tests/fuzz/fuzz_*; do
+    [ -x "$f" ] || continue
+    if [ "${#pids[@]}" -ge "$jobs" ]; then
+      wait "${pids[0]}" || fuzz_failed=1
+      pids=("${pids[@]:1}")
+    fi
+    fuzz_one "$f" > "build/fuzz/$(basename "$f").out" 2>&1 &
+    pids+=($!)
   done
+  for p in "${pids[@]}"; do wait "$p" || fuzz_failed=1; done
+  cat build/fuzz/fuzz_*.out
+  rm -f build/fuzz/fuzz_*.out
+  [ "$fuzz_failed" = 0 ] || exit 1
 fi
 if [ "${ODYSSEY_PACKAGE_TEST:-1}" != 0 ]; then
   step "the Debian package: build it, install it into a fresh Debian 12 root, run it, purge it"
@@ -161,5 +186,5 @@ if [ "${ODYSSEY_PACKAGE_TEST:-1}" != 0 ]; then
   "${as_root[@]}" bash packaging/test-package.sh build/package/dist/*.deb
 fi
 
-echo
+step "done"
 echo "setup: all tests passed in $(( $(date +%s) - start )) s"
