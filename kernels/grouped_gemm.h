@@ -16,12 +16,22 @@
 
 #include <torch/torch.h>
 
+#include "kernels/quant4.h"
+
 namespace odyssey::kernels {
 
 torch::Tensor grouped_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& ends);
 
 // The per-expert loop, differentiated by autograd (the oracle of the grouped path).
 torch::Tensor grouped_linear_reference(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& ends);
+
+// The same product for 4-bit stacked expert weights (a QLoRA base, docs/moe.md): w is one
+// Quant4Weight of shape [E, out, in], dequantized to x's dtype for the product and again for
+// the input's gradient in backward, so nothing of w's size is kept in between (as
+// quant4_linear does for a projection). Frozen: no weight gradient. The product is
+// grouped_linear's on the dequantized stack (bitwise so on the CPU in fp32, tst_grouped_gemm).
+torch::Tensor grouped_linear_quant4(const torch::Tensor& x, const c10::intrusive_ptr<Quant4Weight>& w,
+                                    const torch::Tensor& ends);
 
 // Whether grouped_linear takes the grouped-GEMM path for these operands.
 bool grouped_gemm_applies(const torch::Tensor& x, const torch::Tensor& w);

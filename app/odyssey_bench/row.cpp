@@ -138,6 +138,14 @@ model::CausalLM build_model(const Options& o, const DecoderConfig& dc, const std
       l->quant = kernels::quantize_4bit(w, *kernels::parse_quant4_type(o.quant), 64, true);
       total += l->quant->numel();
     }
+    for (const auto& [name, e] : model::quantized_experts(lm))  // one stacked parameter at a time
+      for (auto* q : {&e->gate_up_quant, &e->down_quant}) {
+        const torch::Tensor w = torch::empty(e->shape_of(q == &e->gate_up_quant ? "gate_up_proj" : "down_proj"),
+                                             torch::TensorOptions().dtype(dtype).device(device))
+                                    .normal_(0.0, dc.initializer_range);
+        *q = kernels::quantize_4bit(w, *kernels::parse_quant4_type(o.quant), 64, true);
+        total += (*q)->numel();
+      }
   }
   if (mode == "lora") {
     train::LoraSettings ls;

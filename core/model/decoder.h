@@ -291,19 +291,32 @@ TORCH_MODULE(ExpertLora);
 
 class ExpertsImpl : public torch::nn::Module {
  public:
-  ExpertsImpl(std::int64_t experts, std::int64_t hidden, std::int64_t intermediate, const torch::TensorOptions& o);
+  // quantized: 4-bit experts (a QLoRA base, docs/moe.md): no parameters are created; the loader
+  // sets gate_up_quant and down_quant, one bitsandbytes-layout 4-bit weight per stacked parameter.
+  ExpertsImpl(std::int64_t experts, std::int64_t hidden, std::int64_t intermediate, const torch::TensorOptions& o,
+              bool quantized = false);
   // x [T, hidden] sorted by expert, ends int32 [E] (kernels::grouped_linear): [T, hidden].
   // Under expert parallelism E is this rank's share of the experts (keep_experts).
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& ends);
-  torch::Tensor gate_up_proj, down_proj;
+  torch::Tensor gate_up_proj, down_proj;  // undefined when quantized
   bool fused = false;  // the fused SwiGLU kernel between the two GEMMs; adapters in the activations' dtype
+  bool quantized = false;
+  c10::intrusive_ptr<kernels::Quant4Weight> gate_up_quant, down_quant;  // quantized: [E, 2I, hidden], [E, hidden, I]
+  torch::ScalarType dtype = torch::kFloat32;                            // the model's
+  std::int64_t num_experts = 0, hidden = 0, intermediate = 0;           // E (this rank's), hidden, I
+  // The shape of "gate_up_proj" or "down_proj" ([E, 2I, hidden] or [E, hidden, I]), quantized or not.
+  std::vector<std::int64_t> shape_of(const std::string& parameter) const;
   // LoRA on "gate_up_proj" or "down_proj" (PEFT's target_parameters), Kaiming-uniform A and zero
   // B as PEFT initializes them; sub-modules "gate_up_proj_lora" / "down_proj_lora".
   void add_lora(const std::string& parameter, std::int64_t rank, double scaling);
-  void merge_lora();   // W_e += scaling · B_e A_e (in fp32), adapters removed
+  // W_e += scaling · B_e A_e (in fp32), adapters removed. 4-bit experts are dequantized first
+  // (with or without adapters) and become 16-bit parameters in the model's dtype, as PEFT's
+  // merge on a bitsandbytes base does.
+  void merge_lora();
   void remove_lora();  // adapters removed, not merged
   // Keeps experts first .. first + count - 1 (weights and adapters; adapters only when
-  // `adapters_only`), the rest freed: a rank's share under expert parallelism.
+  // `adapters_only`), the rest freed: a rank's share under expert parallelism. 4-bit experts
+  // are kept whole (validate refuses expert parallelism with a 4-bit base).
   void keep_experts(std::int64_t first, std::int64_t count, bool adapters_only = false);
   // The inverse for saving: every rank's share gathered over `group` (a collective), whole
   // again; adapters only when `adapters_only`.
@@ -311,7 +324,8 @@ class ExpertsImpl : public torch::nn::Module {
   ExpertLora gate_up_lora{nullptr}, down_lora{nullptr};
 
  private:
-  torch::Tensor project(const torch::Tensor& x, const torch::Tensor& w, const ExpertLora& lora,
+  torch::Tensor project(const torch::Tensor& x, const torch::Tensor& w,
+                        const c10::intrusive_ptr<kernels::Quant4Weight>& q, const ExpertLora& lora,
                         const torch::Tensor& ends);
 };
 TORCH_MODULE(Experts);

@@ -52,6 +52,11 @@ struct QuantSettings {
   std::string compute_dtype;              // bnb_4bit_compute_dtype as written ("" when not given)
   std::vector<std::string> skip_modules;  // llm_int8_skip_modules
   bool prequantized = false;              // the checkpoint holds 4-bit tensors (config.json's quantization_config)
+  // Mixture-of-experts layers keep 16-bit experts: a pre-quantized checkpoint whose experts are
+  // 16-bit (transformers 5 + bitsandbytes quantizes Linear modules only, and its experts are
+  // stacked parameters), so the model computes what that checkpoint describes. Set by the
+  // loader from the tensors; quantizing on load makes the experts 4-bit (docs/moe.md).
+  bool experts_16bit = false;
   // Whether the module of this Hugging Face name ("model.layers.0.mlp.down_proj") is quantized:
   // bits is 4 and no skip_modules entry names it or a module containing it ("mlp",
   // "layers.0.mlp", "down_proj" or the full name; whole name components only).

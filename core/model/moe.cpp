@@ -118,10 +118,22 @@ RouterImpl::RouterImpl(std::int64_t experts, std::int64_t hidden, const torch::T
   weight = register_parameter("weight", torch::empty({experts, hidden}, o));
 }
 
-ExpertsImpl::ExpertsImpl(std::int64_t experts, std::int64_t hidden, std::int64_t intermediate,
-                         const torch::TensorOptions& o) {
+ExpertsImpl::ExpertsImpl(std::int64_t experts, std::int64_t hidden_, std::int64_t intermediate_,
+                         const torch::TensorOptions& o, bool quantized_)
+    : quantized(quantized_),
+      dtype(o.dtype().toScalarType()),
+      num_experts(experts),
+      hidden(hidden_),
+      intermediate(intermediate_) {
+  if (quantized) return;
   gate_up_proj = register_parameter("gate_up_proj", torch::empty({experts, 2 * intermediate, hidden}, o));
   down_proj = register_parameter("down_proj", torch::empty({experts, hidden, intermediate}, o));
+}
+
+std::vector<std::int64_t> ExpertsImpl::shape_of(const std::string& parameter) const {
+  if (parameter == "gate_up_proj") return {num_experts, 2 * intermediate, hidden};
+  TORCH_CHECK(parameter == "down_proj", "expert parameters are gate_up_proj and down_proj, not ", parameter);
+  return {num_experts, hidden, intermediate};
 }
 
 ExpertLoraImpl::ExpertLoraImpl(std::int64_t e, std::int64_t out, std::int64_t in, std::int64_t r, double s,
@@ -146,18 +158,22 @@ torch::Tensor ExpertLoraImpl::b3(torch::ScalarType dtype, double scale) const {
 void ExpertsImpl::add_lora(const std::string& parameter, std::int64_t rank, double scaling) {
   const bool gu = parameter == "gate_up_proj";
   TORCH_CHECK(gu || parameter == "down_proj", "expert LoRA targets gate_up_proj or down_proj, not ", parameter);
-  const torch::Tensor& w = gu ? gate_up_proj : down_proj;
+  const std::vector<std::int64_t> s = shape_of(parameter);
+  const torch::Device device = quantized ? (gate_up_quant ? gate_up_quant->device() : torch::Device(torch::kCPU))
+                                         : (gu ? gate_up_proj : down_proj).device();
   ExpertLora& slot = gu ? gate_up_lora : down_lora;
   TORCH_CHECK(!slot, "LoRA already added to ", parameter);
-  slot = register_module(parameter + "_lora", ExpertLora(w.size(0), w.size(1), w.size(2), rank, scaling, w.device()));
+  slot = register_module(parameter + "_lora", ExpertLora(s[0], s[1], s[2], rank, scaling, device));
 }
 
 void ExpertsImpl::keep_experts(std::int64_t first, std::int64_t count, bool adapters_only) {
   torch::NoGradGuard no_grad;
   if (!adapters_only) {
+    TORCH_CHECK(!quantized, "expert parallelism keeps 16-bit experts only (4-bit experts are not split)");
     TORCH_CHECK(first >= 0 && count > 0 && first + count <= gate_up_proj.size(0), "keep_experts: experts ", first, "..",
                 first + count - 1, " of ", gate_up_proj.size(0));
     for (torch::Tensor* w : {&gate_up_proj, &down_proj}) w->set_data(w->narrow(0, first, count).clone());
+    num_experts = count;
   }
   for (ExpertLora* lora : {&gate_up_lora, &down_lora}) {
     if (!*lora) continue;
@@ -175,8 +191,11 @@ void ExpertsImpl::keep_experts(std::int64_t first, std::int64_t count, bool adap
 void ExpertsImpl::gather_experts(ExpertGroup& group, bool adapters_only) {
   torch::NoGradGuard no_grad;
   const std::int64_t p = group.size();
-  if (!adapters_only)
+  if (!adapters_only) {
+    TORCH_CHECK(!quantized, "expert parallelism gathers 16-bit experts only");
     for (torch::Tensor* w : {&gate_up_proj, &down_proj}) w->set_data(group.gather(w->contiguous()));
+    num_experts = gate_up_proj.size(0);
+  }
   for (ExpertLora* lora : {&gate_up_lora, &down_lora}) {
     if (!*lora) continue;
     ExpertLoraImpl& l = **lora;
@@ -191,6 +210,13 @@ void ExpertsImpl::gather_experts(ExpertGroup& group, bool adapters_only) {
 
 void ExpertsImpl::merge_lora() {
   torch::NoGradGuard no_grad;
+  if (quantized) {  // dequantized into 16-bit parameters first, then merged as below
+    gate_up_proj = register_parameter("gate_up_proj", kernels::dequantize_4bit(*gate_up_quant, dtype), false);
+    down_proj = register_parameter("down_proj", kernels::dequantize_4bit(*down_quant, dtype), false);
+    quantized = false;
+    gate_up_quant.reset();
+    down_quant.reset();
+  }
   for (auto [w, lora] : {std::pair{&gate_up_proj, &gate_up_lora}, std::pair{&down_proj, &down_lora}}) {
     if (!*lora) continue;
     const ExpertLora& l = *lora;
@@ -208,9 +234,11 @@ void ExpertsImpl::remove_lora() {
   }
 }
 
-torch::Tensor ExpertsImpl::project(const torch::Tensor& x, const torch::Tensor& w, const ExpertLora& lora,
+torch::Tensor ExpertsImpl::project(const torch::Tensor& x, const torch::Tensor& w,
+                                   const c10::intrusive_ptr<kernels::Quant4Weight>& q, const ExpertLora& lora,
                                    const torch::Tensor& ends) {
-  torch::Tensor y = kernels::grouped_linear(x, w, ends);
+  if (quantized) TORCH_CHECK(q, "4-bit experts were used before their weights were loaded");
+  torch::Tensor y = quantized ? kernels::grouped_linear_quant4(x, q, ends) : kernels::grouped_linear(x, w, ends);
   if (!lora) return y;
   // x · A_eᵀ · B_eᵀ per expert: two more grouped GEMMs through the rank. The fused path computes
   // them in the activations' dtype (autocast's rule, as LinearImpl); otherwise in fp32.
@@ -221,11 +249,11 @@ torch::Tensor ExpertsImpl::project(const torch::Tensor& x, const torch::Tensor& 
 }
 
 torch::Tensor ExpertsImpl::forward(const torch::Tensor& x, const torch::Tensor& ends) {
-  const torch::Tensor gu = project(x, gate_up_proj, gate_up_lora, ends);
-  const std::int64_t i = down_proj.size(2);
+  const torch::Tensor gu = project(x, gate_up_proj, gate_up_quant, gate_up_lora, ends);
+  const std::int64_t i = intermediate;
   const torch::Tensor gate = gu.narrow(-1, 0, i), up = gu.narrow(-1, i, i);
   const torch::Tensor act = fused ? kernels::swiglu(gate, up) : torch::silu(gate) * up;
-  return project(act, down_proj, down_lora, ends);
+  return project(act, down_proj, down_quant, down_lora, ends);
 }
 
 MoeImpl::MoeImpl(const DecoderConfig& c, const torch::TensorOptions& o, std::int64_t layer)
@@ -238,7 +266,8 @@ MoeImpl::MoeImpl(const DecoderConfig& c, const torch::TensorOptions& o, std::int
   const std::int64_t h = c.hf.hidden_size;
   const std::string prefix = "model.layers." + std::to_string(layer) + ".mlp.";
   gate = register_module("gate", Router(num_experts, h, o));
-  experts = register_module("experts", Experts(num_experts, h, c.hf.moe_intermediate_size, o));
+  experts = register_module("experts", Experts(num_experts, h, c.hf.moe_intermediate_size, o,
+                                               !c.quant.experts_16bit && c.quant.quantizes(prefix + "experts")));
   if (c.hf.shared_expert_intermediate_size > 0) {
     shared_expert = register_module("shared_expert",
                                     Mlp(c, o, layer, c.hf.shared_expert_intermediate_size, prefix + "shared_expert."));

@@ -51,7 +51,8 @@ Result<torch::Tensor> load_stored(const SafetensorsCheckpoint& ckpt, const std::
 // A pre-quantized weight "<module>.weight" and its quant state, as bitsandbytes saves them,
 // checked against the module's shape; every inconsistency names the tensor.
 Result<c10::intrusive_ptr<kernels::Quant4Weight>> read_prequantized(const SafetensorsCheckpoint& ckpt,
-                                                                    const std::string& module, const LinearImpl& lin,
+                                                                    const std::string& module,
+                                                                    const std::vector<std::int64_t>& want,
                                                                     const torch::Device& device) {
   Result<c10::intrusive_ptr<kernels::Quant4Weight>> r;
   const std::string w = module + ".weight";
@@ -86,10 +87,8 @@ Result<c10::intrusive_ptr<kernels::Quant4Weight>> read_prequantized(const Safete
   auto q = c10::make_intrusive<kernels::Quant4Weight>();
   q->type = *kernels::parse_quant4_type(qs.quant_type);
   q->blocksize = qs.blocksize;
-  const std::vector<std::int64_t> want{lin.out_features, lin.in_features};
   if (qs.shape != want) {
-    fail(state_name, "shape " + shape_text(qs.shape) + "; the model's config.json gives [" + std::to_string(want[0]) +
-                         ", " + std::to_string(want[1]) + "]");
+    fail(state_name, "shape " + shape_text(qs.shape) + "; the model's config.json gives " + shape_text(want));
     return r;
   }
   q->shape = want;
@@ -104,9 +103,8 @@ Result<c10::intrusive_ptr<kernels::Quant4Weight>> read_prequantized(const Safete
     }
     if (t.value.scalar_type() != want_type || t.value.numel() != numel) {
       fail(name, std::string("must be ") + (want_type == torch::kUInt8 ? "U8" : "F32") + " with " +
-                     std::to_string(numel) + " values for a [" + std::to_string(want[0]) + ", " +
-                     std::to_string(want[1]) + "] weight in blocks of " + std::to_string(q->blocksize) +
-                     "; the file has " + std::to_string(t.value.numel()));
+                     std::to_string(numel) + " values for a " + shape_text(want) + " weight in blocks of " +
+                     std::to_string(q->blocksize) + "; the file has " + std::to_string(t.value.numel()));
       return {};
     }
     return t.value.to(device);
@@ -145,7 +143,7 @@ std::map<std::string, ExpertPiece> expert_pieces(CausalLM& lm) {
     const std::string m = "model.layers." + std::to_string(l) + ".mlp.";
     const std::string hub = "model.layers." + std::to_string(l) + "." + std::string(f.moe_module()) + ".";
     const Experts& ex = layers[l]->moe->experts;
-    const std::int64_t e_count = ex->gate_up_proj.size(0), i = ex->down_proj.size(2), h = ex->down_proj.size(1);
+    const std::int64_t e_count = ex->num_experts, i = ex->intermediate, h = ex->hidden;
     if (mixtral) out.emplace(hub + "gate.weight", ExpertPiece{m + "gate.weight", -1, 0, e_count, {e_count, h}});
     for (std::int64_t e = 0; e < e_count; ++e) {
       const std::string x = hub + "experts." + std::to_string(e) + ".";
@@ -175,6 +173,31 @@ std::map<std::string, LinearImpl*> quantized_linears(CausalLM& lm) {
   return out;
 }
 
+std::map<std::string, ExpertsImpl*> quantized_experts(CausalLM& lm) {
+  std::map<std::string, ExpertsImpl*> out;
+  const auto& layers = lm->model->layer_list;
+  for (std::size_t l = 0; l < layers.size(); ++l)
+    if (layers[l]->moe && layers[l]->moe->experts->quantized)
+      out.emplace("model.layers." + std::to_string(l) + ".mlp.experts", layers[l]->moe->experts.ptr().get());
+  return out;
+}
+
+std::map<std::string, c10::intrusive_ptr<kernels::Quant4Weight>> quant4_weights(CausalLM& lm) {
+  std::map<std::string, c10::intrusive_ptr<kernels::Quant4Weight>> out;
+  for (const auto& [m, l] : quantized_linears(lm)) out.emplace(m + ".weight", l->quant);
+  for (const auto& [m, e] : quantized_experts(lm)) {
+    out.emplace(m + ".gate_up_proj", e->gate_up_quant);
+    out.emplace(m + ".down_proj", e->down_quant);
+  }
+  return out;
+}
+
+std::string first_4bit_weight(CausalLM& lm) {
+  if (const auto q = quantized_linears(lm); !q.empty()) return q.begin()->first + ".weight";
+  if (const auto e = quantized_experts(lm); !e.empty()) return e.begin()->first + ".gate_up_proj";
+  return {};
+}
+
 Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const std::string& where) {
   Diagnostics errs;
   const DecoderConfig& cfg = lm->config();
@@ -190,6 +213,15 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const 
   const std::map<std::string, ExpertPiece> pieces = expert_pieces(lm);
   for (const auto& [m, lin] : qlin)
     for (const char* part : kQuantParts) quant_part_of.emplace(m + ".weight." + part, m);
+  // 4-bit experts: each stacked parameter ("...mlp.experts.gate_up_proj") is read whole, from the
+  // stacked tensor or its per-expert tensors (those of a bitsandbytes checkpoint 4-bit with their
+  // quant state), and quantized as one weight.
+  std::map<std::string, std::pair<ExpertsImpl*, std::string>> qexp;
+  for (const auto& [m, ex] : quantized_experts(lm))
+    for (const char* which : {"gate_up_proj", "down_proj"}) qexp.emplace(m + "." + which, std::pair{ex, which});
+  for (const auto& [pname, piece] : pieces)
+    if (qexp.count(piece.param) && pname.ends_with(".weight"))
+      for (const char* part : kQuantParts) quant_part_of.emplace(pname + "." + part, pname);
 
   for (const std::string& name : ckpt.names()) {
     const SafetensorsTensorInfo* info = ckpt.info(name);
@@ -211,6 +243,14 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const 
       }
       continue;
     }
+    if (auto qe = qexp.find(name); qe != qexp.end()) {
+      const std::vector<std::int64_t> want = qe->second.first->shape_of(qe->second.second);
+      if ((file_shape != c10::IntArrayRef(want) || !to_torch_dtype(info->dtype)) && bad++ < kMaxListed)
+        errs.push_back(error_at(file, name,
+                                "shape " + shape_text(file_shape) + " " + dtype_name(info->dtype) +
+                                    " in the file; 16-bit experts " + shape_text(want) + " are quantized on load"));
+      continue;
+    }
     if (quant_part_of.count(name)) {
       if (!pre && extra++ < kMaxListed)
         errs.push_back(error_at(file, name,
@@ -225,6 +265,8 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const 
         if (extra++ < kMaxListed)
           errs.push_back(error_at(
               file, name, "per-expert tensor beside the stacked " + piece.param + "; a checkpoint holds one layout"));
+      } else if (pre && qexp.count(piece.param) && info->dtype == SafetensorsDtype::U8) {
+        // bitsandbytes' packed expert: its quant state says the shape (read_prequantized checks it)
       } else if (file_shape != c10::IntArrayRef(piece.shape)) {
         if (bad++ < kMaxListed)
           errs.push_back(error_at(file, name,
@@ -293,6 +335,32 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const 
                               "missing: " + describe(cfg) + " needs it with shape " + shape_text(t.sizes()) +
                                   (of > 0 ? " (or per expert, as " + absent.front() + " ...)" : std::string())));
   }
+  for (const auto& [name, qe] : qexp) {
+    if (ckpt.info(name)) continue;
+    std::vector<std::string> absent;
+    for (const auto& [pname, piece] : pieces) {
+      if (piece.param != name) continue;
+      const SafetensorsTensorInfo* info = ckpt.info(pname);
+      if (!info) {
+        absent.push_back(pname);
+      } else if (pre && info->dtype == SafetensorsDtype::U8) {  // bitsandbytes' quant state beside it
+        std::vector<std::string> need{pname + ".absmax", pname + ".quant_map"};
+        if (!ckpt.info(pname + ".quant_state.bitsandbytes__nf4") &&
+            !ckpt.info(pname + ".quant_state.bitsandbytes__fp4"))
+          need.push_back(pname + ".quant_state.bitsandbytes__nf4");
+        for (const std::string& t : need)
+          if (!ckpt.info(t) && missing++ < kMaxListed)
+            errs.push_back(
+                error_at(where, t, "missing: a bitsandbytes 4-bit expert (" + pname + ") needs it beside it"));
+      }
+    }
+    for (const std::string& a : absent)
+      if (missing++ < kMaxListed)
+        errs.push_back(error_at(where, a,
+                                "missing: " + describe(cfg) + " (" + std::to_string(cfg.hf.num_experts) +
+                                    " experts) needs every expert's tensor, or " + name + " " +
+                                    shape_text(qe.first->shape_of(qe.second))));
+  }
   for (const auto& [m, lin] : qlin) {
     if (pre && ckpt.info(m + ".weight")) {  // bitsandbytes' quant state beside it
       const std::string w = m + ".weight.";
@@ -328,7 +396,7 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const 
     t.copy_(r.value);
   }
   for (const auto& [pname, piece] : pieces) {
-    if (!ckpt.info(pname)) continue;
+    if (!ckpt.info(pname) || qexp.count(piece.param)) continue;
     torch::Tensor t = params.at(piece.param);
     Result<torch::Tensor> r = ckpt.load(pname, t.scalar_type(), t.device());
     if (!r.ok()) {
@@ -343,7 +411,7 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const 
   const auto type = kernels::parse_quant4_type(cfg.quant.type);
   for (auto& [m, lin] : qlin) {
     if (pre) {
-      auto q = read_prequantized(ckpt, m, *lin, device);
+      auto q = read_prequantized(ckpt, m, {lin->out_features, lin->in_features}, device);
       errs.insert(errs.end(), q.diagnostics.begin(), q.diagnostics.end());
       if (q.ok()) lin->quant = q.value;
       continue;
@@ -355,6 +423,58 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const 
     }
     lin->quant = kernels::quantize_4bit(r.value, type.value_or(kernels::Quant4Type::NF4), cfg.quant.blocksize,
                                         cfg.quant.double_quant);
+  }
+  // 4-bit experts, one stacked parameter at a time: assembled in the model's dtype (fp32 from
+  // 4-bit pieces, whose dequantized values it holds exactly), quantized, the copy dropped; the
+  // peak is the 4-bit model plus one layer's stacked parameter.
+  for (const auto& [name, qe] : qexp) {
+    auto& [ex, which] = qe;
+    const std::vector<std::int64_t> shape = ex->shape_of(which);
+    torch::Tensor whole;
+    auto quant_type = type.value_or(kernels::Quant4Type::NF4);
+    std::int64_t blocksize = cfg.quant.blocksize;
+    bool nested = cfg.quant.double_quant;
+    if (ckpt.info(name)) {
+      Result<torch::Tensor> r = ckpt.load(name, ex->dtype, device);
+      errs.insert(errs.end(), r.diagnostics.begin(), r.diagnostics.end());
+      if (!r.ok()) continue;
+      whole = r.value;
+    } else {
+      bool any_4bit = false;
+      for (const auto& [pname, piece] : pieces)
+        if (piece.param == name && ckpt.info(pname)->dtype == SafetensorsDtype::U8) any_4bit = true;
+      whole = torch::empty(shape, torch::TensorOptions().dtype(any_4bit ? torch::kFloat32 : ex->dtype).device(device));
+      bool ok = true;
+      for (const auto& [pname, piece] : pieces) {
+        if (piece.param != name) continue;
+        torch::Tensor slice = whole[piece.expert].narrow(0, piece.row0, piece.rows);
+        if (ckpt.info(pname)->dtype == SafetensorsDtype::U8) {
+          auto q = read_prequantized(ckpt, pname.substr(0, pname.size() - 7), piece.shape, device);
+          errs.insert(errs.end(), q.diagnostics.begin(), q.diagnostics.end());
+          if (!q.ok()) {
+            ok = false;
+            continue;
+          }
+          // The checkpoint's own settings: the stack is quantized as its experts were.
+          quant_type = q.value->type;
+          blocksize = q.value->blocksize;
+          nested = q.value->nested;
+          slice.copy_(kernels::dequantize_4bit(*q.value, torch::kFloat32));
+        } else {
+          Result<torch::Tensor> r = ckpt.load(pname, whole.scalar_type(), device);
+          errs.insert(errs.end(), r.diagnostics.begin(), r.diagnostics.end());
+          if (!r.ok()) {
+            ok = false;
+            continue;
+          }
+          slice.copy_(r.value);
+        }
+      }
+      if (!ok) continue;
+    }
+    auto q = kernels::quantize_4bit(whole, quant_type, blocksize, nested);
+    q->dtype = ex->dtype;
+    (which == "gate_up_proj" ? ex->gate_up_quant : ex->down_quant) = q;
   }
   return errs;
 }
@@ -373,6 +493,21 @@ Result<LoadedModel> load_causal_lm(const std::string& model_dir, const DecoderOp
   const Diagnostics shape = check_config_against_weights(cfg.value.hf, cfg.value.file, headers);
   r.diagnostics.insert(r.diagnostics.end(), shape.begin(), shape.end());
   if (has_errors(shape)) return r;
+  // A pre-quantized MoE checkpoint whose first expert tensor is 16-bit keeps 16-bit experts.
+  if (cfg.value.quant.prequantized && cfg.value.hf.is_moe()) {
+    const HfModelConfig& hf = cfg.value.hf;
+    const ModelFamily& f = hf.family_row();
+    for (std::int64_t i = 0; i < hf.num_hidden_layers; ++i) {
+      if (!hf.moe_layer(i)) continue;
+      const std::string layer = "model.layers." + std::to_string(i) + ".";
+      const SafetensorsTensorInfo* info = ckpt.value.info(layer + "mlp.experts.gate_up_proj");
+      if (!info)
+        info = ckpt.value.info(layer + std::string(f.moe_module()) + ".experts.0." + std::string(f.expert_gate()) +
+                               ".weight");
+      cfg.value.quant.experts_16bit = info && info->dtype != SafetensorsDtype::U8;
+      break;
+    }
+  }
   r.value.config = cfg.value;
   r.value.lm = CausalLM(cfg.value, options);
   std::error_code ec;
@@ -407,10 +542,10 @@ NamedTensors hub_layout_tensors(CausalLM& lm) {
 
 Result<std::vector<std::string>> save_weights(CausalLM& lm, const std::string& dir, std::uint64_t max_shard_bytes,
                                               bool copy_config) {
-  if (const auto q = quantized_linears(lm); !q.empty()) {
+  if (const std::string q = first_4bit_weight(lm); !q.empty()) {
     Result<std::vector<std::string>> r;
     r.diagnostics.push_back(
-        error_at(dir, q.begin()->first + ".weight",
+        error_at(dir, q,
                  "the model has 4-bit base weights; merge the adapter into them first (export --merge "
                  "dequantizes), Odyssey does not write a 4-bit checkpoint here"));
     return r;
@@ -437,10 +572,9 @@ Result<std::vector<std::string>> save_weights_4bit(CausalLM& lm, const std::stri
     r.diagnostics.push_back(error_at(dir, "quantize", "expected 4 bits, nf4 or fp4 and a bitsandbytes blocksize"));
     return r;
   }
-  if (const auto q = quantized_linears(lm); !q.empty()) {
+  if (const std::string q = first_4bit_weight(lm); !q.empty()) {
     r.diagnostics.push_back(
-        error_at(dir, q.begin()->first + ".weight",
-                 "holds 4-bit weights already; merge (dequantize) before writing a new 4-bit checkpoint"));
+        error_at(dir, q, "holds 4-bit weights already; merge (dequantize) before writing a new 4-bit checkpoint"));
     return r;
   }
   const torch::ScalarType dtype = lm->options().dtype;

@@ -26,6 +26,15 @@ struct LoadedModel {
 // The projections that hold a 4-bit weight (QLoRA, docs/qlora.md), by Hugging Face module name
 // ("model.layers.3.mlp.down_proj"); before load_weights has filled them too.
 std::map<std::string, LinearImpl*> quantized_linears(CausalLM& lm);
+// The mixture-of-experts layers whose experts are 4-bit, by module name
+// ("model.layers.3.mlp.experts"; docs/moe.md).
+std::map<std::string, ExpertsImpl*> quantized_experts(CausalLM& lm);
+// The name of the model's first 4-bit weight (a projection's or a stacked expert parameter),
+// empty when the base is 16-bit.
+std::string first_4bit_weight(CausalLM& lm);
+// Every 4-bit weight of the model by parameter name ("….q_proj.weight", "….experts.down_proj"),
+// as loaded (null entries before load_weights has filled them).
+std::map<std::string, c10::intrusive_ptr<kernels::Quant4Weight>> quant4_weights(CausalLM& lm);
 
 // Mixture-of-experts checkpoints store each expert's projections as separate tensors
 // (Qwen-MoE: model.layers.N.mlp.experts.E.{gate,up,down}_proj.weight; Mixtral:

@@ -151,12 +151,18 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
     // any projection computes, so it is counted here: on a GPU the dequantized weight in the
     // compute dtype (quant4.cu writes it directly); elsewhere the reference dequantizer's
     // int64 codes, fp32 values and scaled fp32 weight, then that copy.
+    // MoE models: the experts are 4-bit too (docs/moe.md), each stacked parameter of a layer
+    // one weight; its dequantized copy is the largest working set ([E, 2I, hidden]).
     i64 per_layer_q = 0, largest = 0;
     for (std::size_t k = 0; k < kModules; ++k) {
       per_layer_q += s.in[k] * s.out[k];
       largest = std::max(largest, s.in[k] * s.out[k]);
     }
-    const i64 qn = per_layer_q * s.L;
+    i64 qn = per_layer_q * s.L;
+    if (m.is_moe()) {
+      qn += experts_all / ep;
+      largest = std::max(largest, 2 * (m.num_experts / ep) * m.moe_intermediate_size * s.h);
+    }
     const i64 consts =
         c.bnb_4bit_use_double_quant ? ceil_div(qn, 64) + 4 * ceil_div(qn, 64 * 256) : 4 * ceil_div(qn, 64);
     t.weights = (P - qn) * b + ceil_div(qn, 2) + consts + largest * (t.cuda ? b : 8 + 4 + 4 + b);

@@ -52,27 +52,28 @@
 namespace odyssey::train {
 namespace {
 
-// "4-bit base: N projections in NF4 with double quantization, X GiB (16-bit: Y GiB)" (MiB below 1 GiB)
-// for a model whose projections hold 4-bit weights; "" otherwise.
+// "4-bit base: N projections [and M layers' experts] in NF4 with double quantization, X GiB
+// (16-bit: Y GiB)" (MiB below 1 GiB) for a model with 4-bit weights; "" otherwise.
 std::string quant4_summary(model::CausalLM& lm) {
-  std::int64_t n = 0, bytes = 0, numel = 0;
+  std::int64_t n = 0, stacks = 0, bytes = 0, numel = 0;
   std::string type;
   bool nested = false;
-  for (const auto& [name, l] : model::quantized_linears(lm)) {
-    ++n;
-    bytes += l->quant->nbytes();
-    numel += l->quant->numel();
-    type = kernels::quant4_type_name(l->quant->type);
-    nested = l->quant->nested;
+  for (const auto& [name, q] : model::quant4_weights(lm)) {
+    ++(name.ends_with(".weight") ? n : stacks);
+    bytes += q->nbytes();
+    numel += q->numel();
+    type = kernels::quant4_type_name(q->type);
+    nested = q->nested;
   }
-  if (n == 0) return {};
+  if (n + stacks == 0) return {};
   auto size = [](double b) {
     char s[32];
     if (b >= double(1 << 30)) std::snprintf(s, sizeof s, "%.2f GiB", b / double(1 << 30));
     else std::snprintf(s, sizeof s, "%.1f MiB", b / double(1 << 20));
     return std::string(s);
   };
-  return "4-bit base: " + std::to_string(n) + " projections in " + (type == "nf4" ? "NF4" : "FP4") +
+  const std::string experts = stacks > 0 ? " and " + std::to_string(stacks / 2) + " layers' experts" : "";
+  return "4-bit base: " + std::to_string(n) + " projections" + experts + " in " + (type == "nf4" ? "NF4" : "FP4") +
          (nested ? " with double quantization" : "") + ", " + size(static_cast<double>(bytes)) +
          " (16-bit: " + size(static_cast<double>(numel) * 2) + ")";
 }
@@ -510,7 +511,7 @@ LoadedModel load_model(RunContext& run) {
   m.lm = loaded.value.lm;
   m.hf = loaded.value.config.hf;
   for (const auto& p : m.lm->parameters(true)) m.params += p.numel();
-  for (const auto& [name, l] : model::quantized_linears(m.lm)) m.params += l->quant->numel();  // not parameters
+  for (const auto& [name, q] : model::quant4_weights(m.lm)) m.params += q->numel();  // not parameters
   m.pad_token_id = loaded.value.config.pad_token_id.value_or(0);
   build_run_mesh(run, m);
   run.start.mesh.dp = run.mesh.dp;

@@ -7,6 +7,7 @@
 #include "kernels/quant4.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
+#include "train/lora.h"
 // clang-format off
 #include <QProcess>
 #include <QtTest>
@@ -250,6 +251,121 @@ class TstQuant4 : public QObject {
         QVERIFY(std::fabs(loss - hf_loss) <= 1e-3);
       }
     }
+  }
+
+  // 4-bit experts (docs/moe.md) on a tiny Qwen3-MoE: quantized on load, each stacked expert
+  // parameter is one 4-bit weight and the model computes transformers' fp32 forward on
+  // bitsandbytes' dequantization of that stack; a transformers 4 + bitsandbytes checkpoint (every
+  // expert 4-bit on its own) loads and computes the forward on bitsandbytes' dequantization of
+  // its pieces. LoRA on attention and experts over 4-bit experts gets the gradients of the same
+  // adapters over the 16-bit model holding those dequantized weights.
+  void moeExpertsIn4bit() {
+    need_oracle();
+    for (const char* variant : {"fp4 nodq", "nf4 dq"}) {
+      const QStringList parts = QString(variant).split(' ');
+      const bool nested = parts[1] == "dq";
+      const fs::path dir = tmp_ / ("moe-" + parts.join('-').toStdString());
+      QProcess p;
+      p.start(python_, {QString(ODYSSEY_SOURCE_DIR) + "/tests/reference/bnb_oracle.py", "moe",
+                        QString::fromStdString(dir.string()), parts[0], parts[1]});
+      QVERIFY(p.waitForFinished(600000) && p.exitCode() == 0);
+      auto ref = SafetensorsFile::open((dir / "logits.safetensors").string());
+      QVERIFY(ref.ok());
+      const torch::Tensor ids = ref.value->load("input_ids", torch::kFloat32).value.to(torch::kLong);
+      model::DecoderOptions on_load;
+      on_load.quant.bits = 4;
+      on_load.quant.type = parts[0].toStdString();
+      on_load.quant.double_quant = nested;
+      // Without nesting, the codes and fp32 absmax are bitsandbytes' own: fp32 rounding only.
+      // Nested, a few 8-bit absmax codes may differ (quantized on load: bitIdenticalToBitsandbytes;
+      // pieces: the stack's constants are nested again over all experts): the 1e-3.
+      const double tol = nested ? 1e-3 : 1e-5;
+      for (const auto& [source, opts, want_name] : {std::tuple{"model16", on_load, "stack_logits"},
+                                                    std::tuple{"model4", model::DecoderOptions{}, "pieces_logits"}}) {
+        auto m = model::load_causal_lm((dir / source).string(), opts);
+        QVERIFY2(m.ok(), format_all(m.diagnostics).c_str());
+        QCOMPARE(model::quantized_experts(m.value.lm).size(), std::size_t{2});
+        QCOMPARE(model::quantized_linears(m.value.lm).size(), std::size_t{8});  // q, k, v, o of 2 layers
+        QCOMPARE(m.value.lm->named_parameters().contains("model.layers.0.mlp.experts.gate_up_proj"), false);
+        const auto q = model::quant4_weights(m.value.lm);
+        const auto& gu = q.at("model.layers.1.mlp.experts.gate_up_proj");
+        QVERIFY(gu && gu->shape == (std::vector<std::int64_t>{5, 128, 64}) && gu->nested == nested);
+        torch::NoGradGuard ng;
+        const torch::Tensor want = ref.value->load(want_name, torch::kFloat32).value;
+        const torch::Tensor logits = m.value.lm->forward(ids);
+        const double rel = ((logits - want).abs().max() / want.abs().max()).item<double>();
+        std::printf("MoE %s, %s: logits max rel diff %.3g from fp32 on bitsandbytes' dequantized experts\n", variant,
+                    source, rel);
+        QVERIFY2(rel <= tol, qPrintable(QString::number(rel)));
+      }
+      // LoRA on q/k/v/o and the experts (all-linear: the MLP names mean the experts), adapters
+      // random: loss and every adapter gradient against the 16-bit model on exact_stack.
+      auto run = [&](const fs::path& path, const model::DecoderOptions& o) {
+        auto m = model::load_causal_lm(path.string(), o);
+        if (!m.ok()) qFatal("%s", format_all(m.diagnostics).c_str());
+        train::LoraSettings ls;
+        ls.rank = 4;
+        ls.alpha = 8;
+        ls.target_modules = train::lora_module_names();
+        train::apply_lora(m.value.lm, ls);
+        torch::manual_seed(3);
+        std::map<std::string, torch::Tensor> adapters;
+        for (auto& pr : m.value.lm->named_parameters(true))
+          if (pr.key().find("lora_") != std::string::npos) {
+            torch::NoGradGuard ng;
+            pr.value().normal_(0.0, 0.05);
+            adapters.emplace(pr.key(), pr.value());
+          }
+        const torch::Tensor loss = model::causal_lm_loss(m.value.lm->forward(ids), ids);
+        loss.backward();
+        return std::pair{loss.item<double>(), adapters};
+      };
+      const auto [loss4, a4] = run(dir / "model16", on_load);
+      const auto [loss16, a16] = run(dir / "exact_stack", model::DecoderOptions{});
+      QCOMPARE(a4.size(), a16.size());
+      QVERIFY(a4.count("model.layers.0.mlp.experts.gate_up_proj_lora.lora_A"));
+      QVERIFY2(std::fabs(loss4 - loss16) <= tol * std::fabs(loss16), qPrintable(QString::number(loss4 - loss16)));
+      double worst = 0.0;
+      for (const auto& [name, t] : a4) {
+        const torch::Tensor g = t.grad(), g16 = a16.at(name).grad();
+        QVERIFY2(g.defined() && g16.defined(), name.c_str());
+        worst = std::max(worst, ((g - g16).abs().max() / g16.abs().max().clamp_min(1e-12)).item<double>());
+      }
+      std::printf(
+          "MoE %s: LoRA loss %.6f vs %.6f on the dequantized 16-bit model; adapter gradients max rel diff %.3g\n",
+          variant, loss4, loss16, worst);
+      QVERIFY2(worst <= (nested ? 1e-2 : 1e-4), qPrintable(QString::number(worst)));
+    }
+    // transformers 5 + bitsandbytes leaves the experts 16-bit: so does Odyssey for its checkpoint.
+    {
+      auto m = model::load_causal_lm((tmp_ / "moe-nf4-dq" / "model4_t5").string(), model::DecoderOptions{});
+      QVERIFY2(m.ok(), format_all(m.diagnostics).c_str());
+      QVERIFY(model::quantized_experts(m.value.lm).empty());
+      QCOMPARE(model::quantized_linears(m.value.lm).size(), std::size_t{8});
+      QVERIFY(m.value.lm->named_parameters().contains("model.layers.0.mlp.experts.gate_up_proj"));
+    }
+    // A per-expert 4-bit tensor without its absmax: an error naming it.
+    const fs::path good = tmp_ / "moe-nf4-dq" / "model4";
+    const fs::path bad = tmp_ / "moe-damaged";
+    fs::remove_all(bad);
+    fs::copy(good, bad, fs::copy_options::recursive);
+    {
+      std::ifstream in(bad / "model.safetensors", std::ios::binary);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      std::string bytes = ss.str();
+      const std::string from = "model.layers.1.mlp.experts.3.up_proj.weight.absmax";
+      const auto at = bytes.find(from);
+      QVERIFY(at != std::string::npos);
+      bytes.replace(at, from.size(), "model.layers.1.mlp.experts.3.up_proj.weight.absmaz");
+      std::ofstream(bad / "model.safetensors", std::ios::binary | std::ios::trunc) << bytes;
+    }
+    auto m = model::load_causal_lm(bad.string(), model::DecoderOptions{});
+    QVERIFY(!m.ok());
+    const std::string e = format_all(m.diagnostics);
+    QVERIFY2(e.find("model.layers.1.mlp.experts.3.up_proj.weight.absmaz: unexpected tensor") != std::string::npos,
+             e.c_str());
+    QVERIFY2(e.find("model.layers.1.mlp.experts.3.up_proj.weight.absmax") != std::string::npos, e.c_str());
   }
 
   // Damaged 4-bit checkpoints: each an error naming the file and the tensor or key.

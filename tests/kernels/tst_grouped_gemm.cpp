@@ -2,6 +2,8 @@
 // against the per-expert loop it replaces, on the CPU in fp32, where the two must agree bit
 // for bit in the output, the input gradient and the weight gradient; with empty experts, one
 // expert holding every row, and shapes the grouped path refuses (unaligned rows: the loop).
+// The 4-bit form (grouped_linear_quant4, 4-bit experts of a QLoRA base) against the 16-bit
+// product on its dequantized stack, whose dequantizer tst_quant4 checks against bitsandbytes.
 #include <torch/torch.h>
 
 #include <QtTest>
@@ -62,6 +64,58 @@ class TstGroupedGemm : public QObject {
       if (n > 0)
         QVERIFY(torch::allclose(b.y.narrow(0, start, n), torch::matmul(x.narrow(0, start, n), w[g].t()), 1e-5, 1e-5));
       start += n;
+    }
+  }
+
+  // grouped_linear_quant4 computes what grouped_linear computes on the dequantized stack, bit
+  // for bit (output and input gradient), and gives the 4-bit weight no gradient: NF4 and FP4,
+  // with and without double quantization, aligned (grouped GEMM) and not (the loop).
+  void quant4AgainstDequantized_data() {
+    QTest::addColumn<QString>("type");
+    QTest::addColumn<bool>("nested");
+    QTest::addColumn<int>("in");
+    QTest::addColumn<int>("out");
+    QTest::newRow("nf4, double quantization") << "nf4" << true << 64 << 48;
+    QTest::newRow("fp4, plain absmax") << "fp4" << false << 32 << 96;
+    QTest::newRow("nf4, unaligned width (the loop)") << "nf4" << true << 30 << 7;
+  }
+  void quant4AgainstDequantized() {
+    QFETCH(QString, type);
+    QFETCH(bool, nested);
+    QFETCH(int, in);
+    QFETCH(int, out);
+    torch::manual_seed(11);
+    const QList<int> counts{9, 0, 17, 4, 0};
+    std::vector<std::int32_t> ends;
+    std::int32_t total = 0;
+    for (const int c : counts) ends.push_back(total += c);
+    const auto e = static_cast<std::int64_t>(counts.size());
+    const torch::Tensor end_t = torch::tensor(ends, torch::kInt32);
+    const auto q = quantize_4bit(torch::randn({e, out, in}), *parse_quant4_type(type.toStdString()), 64, nested);
+    const torch::Tensor w = dequantize_4bit(*q, torch::kFloat32);
+    QCOMPARE(w.sizes(), (c10::IntArrayRef{e, out, in}));
+    const torch::Tensor x0 = torch::randn({total, in}), dy = torch::randn({total, out});
+
+    torch::Tensor x = x0.clone().requires_grad_(true);
+    const torch::Tensor y = grouped_linear_quant4(x, q, end_t);
+    y.backward(dy);
+    torch::Tensor xr = x0.clone().requires_grad_(true);
+    const torch::Tensor yr = grouped_linear(xr, w, end_t);
+    yr.backward(dy);
+    QVERIFY(torch::equal(y.detach(), yr.detach()));
+    QVERIFY(torch::equal(x.grad(), xr.grad()));
+    // The per-expert loop too (the 16-bit path's own oracle), within fp32 rounding.
+    QVERIFY(torch::allclose(y.detach(), grouped_linear_reference(x0, w, end_t), 1e-5, 1e-5));
+    // A wrong input width or group count is refused, naming the function.
+    for (const auto& [xi, ei] :
+         {std::pair{torch::randn({total, in + 1}), end_t}, std::pair{x0, torch::tensor({total}, torch::kInt32)}}) {
+      bool threw = false;
+      try {
+        grouped_linear_quant4(xi, q, ei);
+      } catch (const c10::Error& err) {
+        threw = std::string(err.what()).find("grouped_linear_quant4") != std::string::npos;
+      }
+      QVERIFY(threw);
     }
   }
 

@@ -3,6 +3,7 @@
 
     bnb_oracle.py cases OUT.safetensors
     bnb_oracle.py model OUT_DIR [nf4|fp4] [dq|nodq]
+    bnb_oracle.py moe OUT_DIR [nf4|fp4] [dq|nodq]
 
 `model`: a tiny random Llama (hidden 64, 2 layers, 4 heads, 2 KV heads, intermediate 128,
 vocab 256, fp32) saved to OUT_DIR/model16, loaded again by transformers with bitsandbytes
@@ -10,6 +11,20 @@ vocab 256, fp32) saved to OUT_DIR/model16, loaded again by transformers with bit
 saved to OUT_DIR/model4; OUT_DIR/logits.safetensors holds `input_ids` (float32, 2 x 16), the
 4-bit model's `logits` and `loss` (labels = input_ids) as transformers computes them, and
 `exact_logits` / `exact_loss` of the fp32 model holding bitsandbytes' dequantized weights.
+
+`moe`: 4-bit experts (docs/moe.md). A tiny random Qwen3-MoE (hidden 64, 2 layers, 5 experts,
+top-2, expert width 64, fp32) saved to OUT_DIR/model16 by transformers (one tensor per expert);
+OUT_DIR/model4 is what a transformers 4 + bitsandbytes checkpoint of it holds, where experts
+are Linear modules: every projection and every expert's gate/up/down 4-bit, each quantized
+on its own by bitsandbytes (QuantState.as_dict(packed=True) beside it), the router 16-bit.
+Two fp32 references, each saved as a model directory transformers wrote plus its logits:
+OUT_DIR/exact_stack holds, for every expert parameter, bitsandbytes' dequantization of the
+whole stacked tensor [E, 2I, hidden] / [E, hidden, I] quantized at once (what quantizing on
+load computes), OUT_DIR/exact_pieces that of each per-expert tensor of model4; both with the
+attention projections as model4 has them. logits.safetensors: `input_ids` (2 x 16) and
+`stack_logits`, `pieces_logits` (transformers' fp32 forward of those two models).
+OUT_DIR/model4_t5: model16 loaded by transformers 5 with bitsandbytes and saved, whose experts
+stay 16-bit (stacked parameters, not Linear modules).
 
 Quantizes a fixed set of inputs (odd shapes, every blocksize bitsandbytes accepts, NF4 and
 FP4, double quantization on and off, fp32/bf16/fp16 inputs, blocks of zeros and a single
@@ -135,7 +150,92 @@ def tiny_model(out, quant_type, double_quant):
     return 0
 
 
+def _quantized(w, quant_type, double_quant):
+    """bitsandbytes' 4-bit form of w (fp32) and its dequantization (fp32, w's shape)."""
+    packed, st = F.quantize_4bit(w.contiguous(), blocksize=64, compress_statistics=double_quant,
+                                 quant_type=quant_type)
+    absmax = st.absmax
+    if double_quant:
+        absmax = F.dequantize_blockwise(st.absmax, st.state2) + st.offset
+    code = F.get_4bit_type(quant_type, device="cpu")
+    back = _dequantize_4bit_compute(packed.reshape(-1), absmax.float(), code, 64, w.shape, torch.float32)
+    return packed, st, back.reshape(w.shape)
+
+
+def tiny_moe(out, quant_type, double_quant):
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+    cfg = Qwen3MoeConfig(vocab_size=256, hidden_size=64, intermediate_size=128, moe_intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_experts=5,
+                         num_experts_per_tok=2, norm_topk_prob=True, max_position_embeddings=128,
+                         tie_word_embeddings=False, use_cache=False)
+    torch.manual_seed(0)
+    model = Qwen3MoeForCausalLM(cfg).float()
+    model.save_pretrained(os.path.join(out, "model16"))
+    sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    layer_ids = range(cfg.num_hidden_layers)
+    proj = [f"model.layers.{i}.self_attn.{p}_proj.weight" for i in layer_ids for p in "qkvo"]
+
+    four, stack, pieces = {}, {}, {}
+    for name, w in sd.items():
+        if name in proj:
+            packed, st, back = _quantized(w, quant_type, double_quant)
+            four[name] = packed
+            for k, v in st.as_dict(packed=True).items():
+                four[f"{name}.{k}"] = v
+            stack[name] = back
+            pieces[name] = back
+        elif name.endswith("mlp.experts.gate_up_proj") or name.endswith("mlp.experts.down_proj"):
+            stack[name] = _quantized(w, quant_type, double_quant)[2]
+            prefix = name[: -len("gate_up_proj")] if name.endswith("gate_up_proj") else name[: -len("down_proj")]
+            i = cfg.moe_intermediate_size
+            back_all = torch.empty_like(w)
+            for e in range(cfg.num_experts):
+                parts = ([("gate_proj", w[e, :i], slice(0, i)), ("up_proj", w[e, i:], slice(i, 2 * i))]
+                         if name.endswith("gate_up_proj") else [("down_proj", w[e], slice(None))])
+                for pname, piece, rows in parts:
+                    key = f"{prefix}{e}.{pname}.weight"
+                    packed, st, back = _quantized(piece, quant_type, double_quant)
+                    four[key] = packed
+                    for k, v in st.as_dict(packed=True).items():
+                        four[f"{key}.{k}"] = v
+                    back_all[e, rows] = back
+            pieces[name] = back_all
+        else:
+            four[name] = w
+            stack[name] = w
+            pieces[name] = w
+    os.makedirs(os.path.join(out, "model4"), exist_ok=True)
+    save_file({k: v.contiguous() for k, v in four.items()}, os.path.join(out, "model4", "model.safetensors"),
+              metadata={"format": "pt"})
+    qc = {"quant_method": "bitsandbytes", "load_in_4bit": True, "load_in_8bit": False, "bnb_4bit_quant_type": quant_type,
+          "bnb_4bit_use_double_quant": double_quant, "bnb_4bit_compute_dtype": "float32",
+          "bnb_4bit_quant_storage": "uint8", "llm_int8_skip_modules": None}
+    cfg_json = json.load(open(os.path.join(out, "model16", "config.json")))
+    cfg_json["quantization_config"] = qc
+    json.dump(cfg_json, open(os.path.join(out, "model4", "config.json"), "w"), indent=2)
+
+    from transformers import BitsAndBytesConfig
+    bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=quant_type, bnb_4bit_use_double_quant=double_quant,
+                             bnb_4bit_compute_dtype=torch.float32)
+    Qwen3MoeForCausalLM.from_pretrained(os.path.join(out, "model16"), quantization_config=bnb, device_map="cpu",
+                                        dtype=torch.float32).save_pretrained(os.path.join(out, "model4_t5"))
+
+    ids = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(5))
+    result = {"input_ids": ids.float()}
+    for tag, weights in (("stack", stack), ("pieces", pieces)):
+        m = Qwen3MoeForCausalLM(cfg).float()
+        m.load_state_dict(weights)
+        m.save_pretrained(os.path.join(out, f"exact_{tag}"))
+        with torch.no_grad():
+            result[f"{tag}_logits"] = m(input_ids=ids).logits.float().contiguous()
+    save_file(result, os.path.join(out, "logits.safetensors"))
+    return 0
+
+
 def main():
+    if len(sys.argv) >= 3 and sys.argv[1] == "moe":
+        return tiny_moe(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "nf4",
+                        (sys.argv[4] if len(sys.argv) > 4 else "dq") == "dq")
     if len(sys.argv) >= 3 and sys.argv[1] == "model":
         return tiny_model(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "nf4",
                           (sys.argv[4] if len(sys.argv) > 4 else "dq") == "dq")
