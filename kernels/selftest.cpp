@@ -380,6 +380,28 @@ Case quant4_linear_case(const torch::Device& dev, std::int64_t rows, std::int64_
   return c;
 }
 
+// 4-bit experts (grouped_linear_quant4): the grouped GEMM on the CUDA-dequantized stack against
+// the per-expert loop on the ATen dequantizer's stack, rows split as grouped_case splits them.
+Case grouped_quant4_case(const torch::Device& dev, std::int64_t rows, std::int64_t experts, std::int64_t width_in,
+                         std::int64_t out) {
+  Case c = grouped_case(dev, rows, experts, width_in, out);
+  const auto q = quantize_4bit(c.inputs[1], Quant4Type::NF4, 64, true);
+  c.kernel = "grouped_linear_quant4 nf4+dq " + std::to_string(experts) + "x" + std::to_string(out) + "x" +
+             std::to_string(width_in) + " on " + std::to_string(rows) + " rows";
+  c.input_names = {"x", "ends"};
+  c.inputs = {c.inputs[0], c.inputs[2]};
+  c.differentiable = {true, false};
+  c.fused = [q](const Tensors& in) { return Tensors{grouped_linear_quant4(in[0], q, in[1])}; };
+  c.reference = [q](const Tensors& in) {
+    return Tensors{grouped_linear_reference(in[0], dequantize_4bit_reference(*q, in[0].scalar_type()), in[1])};
+  };
+  c.exact = [q](const Tensors& in) {
+    return Tensors{
+        grouped_linear_reference(in[0], dequantize_4bit_reference(*q, torch::kFloat32).to(torch::kFloat64), in[1])};
+  };
+  return c;
+}
+
 // The dequantized weight itself: the op's (CUDA kernel's) against the ATen dequantizer's,
 // which must be bit-identical in every dtype (bound 0).
 void check_dequantize(const torch::Device& dev, std::int64_t out, std::int64_t in, Quant4Type type, bool nested,
@@ -432,7 +454,9 @@ std::vector<SelftestRow> run_selftest(const torch::Device& device) {
     // Qwen3-30B-A3B's experts (128, hidden 2048, 768 wide): gate_up and down on 4096 tokens x top 8.
     cases.push_back(grouped_case(device, 32768, 128, 2048, 1536));
     cases.push_back(grouped_case(device, 32768, 128, 768, 2048));
-    cases.push_back(grouped_case(device, 1000, 7, 64, 40));  // odd row counts per expert
+    cases.push_back(grouped_case(device, 1000, 7, 64, 40));                // odd row counts per expert
+    cases.push_back(grouped_quant4_case(device, 32768, 128, 2048, 1536));  // the same experts in 4 bits
+    cases.push_back(grouped_quant4_case(device, 32768, 128, 768, 2048));
     // Gemma-2-9B's 16 query heads: a tile of 192 rows of a 32K row (global, cap 50) and of a
     // window of 4096 (cap 50), and a strongly bent cap.
     cases.push_back(attention_tile_case(device, 16, 192, 32768, 0, 50.0));

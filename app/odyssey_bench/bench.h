@@ -51,11 +51,12 @@ struct Options {
   std::int64_t galore_rank = 128, galore_gap = 200;
   std::vector<std::int64_t> a2a_bytes;  // --a2a-bytes: the all-to-all alone, back to back
   double memory_gib = 0;  // --memory-gib: the planner's memory per GPU (0 = the device's), the allocator capped to it
-  std::string allocator_cap;        // what capping the allocator to memory_gib did (cap_gpu_memory's line)
-  std::string profile;              // --profile FILE: per-kernel device time of one extra step
-  std::string quant;                // --quant nf4|fp4: a 4-bit base (LoRA)
-  int frontier = 0;                 // --frontier K: K budgets from the leanest plan to the device's memory
-  std::vector<double> frontier_at;  // --frontier-at G1,G2: allocated peaks to budget for (an anchor's)
+  std::string allocator_cap;         // what capping the allocator to memory_gib did (cap_gpu_memory's line)
+  std::string profile;               // --profile FILE: per-kernel device time of one extra step
+  std::string quant;                 // --quant nf4|fp4: a 4-bit base (LoRA)
+  std::vector<std::string> targets;  // --targets q_proj,k_proj,...: LoRA's target_modules (empty: all-linear)
+  int frontier = 0;                  // --frontier K: K budgets from the leanest plan to the device's memory
+  std::vector<double> frontier_at;   // --frontier-at G1,G2: allocated peaks to budget for (an anchor's)
 };
 
 // The parallel context under torchrun; world 1 otherwise.

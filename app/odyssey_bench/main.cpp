@@ -11,6 +11,7 @@
 //                 [--checkpointing all|auto|none|N] [--fused on|off] [--offload on|off] [--mlp-tile auto|N]
 //                 [--keep-attention auto|all|none] [--mlp-recompute auto|N] [--mlp-offload auto|N]
 //                 [--attention cudnn|flash|auto] [--memory-gib G] [--profile FILE] [--quant nf4|fp4]
+//                 [--targets q_proj,k_proj,...]
 //                 [--device cuda|cpu] [--dtype bfloat16|float32]
 //                 [--layers K] [--vocab-override V] [--out FILE] [--label NAME]
 //                 [--ulysses U] [--dp D] [--a2a-bytes B1,B2,...]   (the last three under torchrun)
@@ -53,8 +54,10 @@
 // --checkpointing auto with --offload on, none otherwise.
 //
 // --quant nf4|fp4 (LoRA only) gives the shape a 4-bit base (QLoRA, docs/qlora.md): every
-// decoder projection is drawn as the random initialization draws it, one at a time, and
-// quantized (double quantization), so the 16-bit model never exists.
+// decoder projection (and a MoE layer's stacked experts) is drawn as the random initialization
+// draws it, one at a time, and quantized (double quantization), so the 16-bit model never exists.
+// --targets: LoRA's target_modules (all-linear when not given; on Qwen3-MoE the MLP names mean
+// the experts).
 // --memory-gib G gives the planner G GiB per GPU instead of the device's memory, for the auto
 // choices (checkpointing, MLP tiling, kept attention): what fits a budget below the GPU's size.
 // The caching allocator is capped to it as gpu_memory_budget_gib caps a run's (G less the CUDA

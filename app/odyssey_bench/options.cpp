@@ -16,7 +16,7 @@ TrainConfig bench_config(const Options& o, const std::string& mode, std::int64_t
   c.lora_rank = o.lora_r;
   c.lora_alpha = o.lora_alpha;
   c.lora_dropout = 0.0;
-  c.target_modules = {"all-linear"};
+  c.target_modules = o.targets.empty() ? std::vector<std::string>{"all-linear"} : o.targets;
   c.max_length = seq;
   c.per_device_train_batch_size = 1;
   c.torch_dtype = o.dtype;
@@ -99,6 +99,8 @@ int parse_options(int argc, char** argv, Options& o) {
       else if (a == "--quant") {
         o.quant = next();
         if (o.quant != "nf4" && o.quant != "fp4") throw std::invalid_argument("--quant takes nf4 or fp4");
+      } else if (a == "--targets") {
+        o.targets = split(next());
       } else if (a == "--profile") o.profile = next();
       else if (a == "--frontier") {
         o.frontier = std::stoi(next());

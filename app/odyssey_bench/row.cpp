@@ -102,7 +102,12 @@ nlohmann::ordered_json row_header(const Options& o, const std::string& shape, co
   if (mode == "lora") {
     rec["lora_r"] = o.lora_r;
     rec["lora_alpha"] = o.lora_alpha;
-    rec["lora_targets"] = "all-linear (7)";
+    std::string targets = "all-linear (7)";
+    if (!o.targets.empty()) {
+      targets.clear();
+      for (const auto& t : o.targets) targets += (targets.empty() ? "" : ",") + t;
+    }
+    rec["lora_targets"] = targets;
   }
   return rec;
 }
@@ -151,7 +156,7 @@ model::CausalLM build_model(const Options& o, const DecoderConfig& dc, const std
     train::LoraSettings ls;
     ls.rank = o.lora_r;
     ls.alpha = o.lora_alpha;
-    ls.target_modules = train::lora_module_names();
+    ls.target_modules = o.targets.empty() ? train::lora_module_names() : o.targets;
     train::apply_lora(lm, ls);
   }
   *total_out = total;

@@ -127,7 +127,8 @@ void add_items(MemoryPlan& plan, const Terms& t, const Eval& e, const TrainConfi
   // model
   ib.add("weights", "model", t.weights,
          c.quant_bits == 4
-             ? millions(t.params) + " parameters: the decoder projections in 4 bits (" + c.bnb_4bit_quant_type +
+             ? millions(t.params) + " parameters: the decoder projections" + (t.experts_4bit ? " and experts" : "") +
+                   " in 4 bits (" + c.bnb_4bit_quant_type +
                    (c.bnb_4bit_use_double_quant ? ", double quantization" : "") +
                    ") with the largest one's dequantization working set, the rest × " + num(t.act_b) + " B (" + dtype +
                    ", frozen)"

@@ -160,6 +160,7 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
     }
     i64 qn = per_layer_q * s.L;
     if (m.is_moe()) {
+      t.experts_4bit = true;
       qn += experts_all / ep;
       largest = std::max(largest, 2 * (m.num_experts / ep) * m.moe_intermediate_size * s.h);
     }

@@ -17,8 +17,9 @@ struct Terms {
   bool cuda = true;
   bool hf = false;  // PlannerReference::HfPeft
   bool lora = true;
-  bool fused = true;      // fused kernels in effect (CUDA, Odyssey, fused_kernels: true)
-  bool mlp_fused = true;  // the MLP's SwiGLU kernels too (not Phi-3's gate_up_proj, not GeGLU)
+  bool experts_4bit = false;  // a MoE model on a 4-bit base: its experts are 4-bit too
+  bool fused = true;          // fused kernels in effect (CUDA, Odyssey, fused_kernels: true)
+  bool mlp_fused = true;      // the MLP's SwiGLU kernels too (not Phi-3's gate_up_proj, not GeGLU)
   std::int64_t layers = 0;
   std::int64_t capacity = 0;
   std::int64_t act_b = 2;  // bytes of an activation / weight element
