@@ -148,39 +148,50 @@ c10::intrusive_ptr<Quant4Weight> quantize_4bit(const torch::Tensor& w, Quant4Typ
   TORCH_CHECK(w.numel() > 0, "quantize_4bit: empty weight");
   torch::NoGradGuard no_grad;
   const torch::Device dev = w.device();
-  const torch::Tensor a = w.detach().reshape(-1).to(torch::kFloat32);
-  const std::int64_t n = a.numel(), rem = n % blocksize, full = n - rem, full_blocks = full / blocksize;
-
-  // Full blocks: x · (1 / max(absmax, 1e-38)), clamped to [-1, 1]; the stored absmax is the
-  // unclamped maximum. A short last block: x / max(absmax, 1e-38), and that clamped maximum
-  // is what is stored. (bitsandbytes' two code paths, kept apart on purpose.)
-  std::vector<torch::Tensor> absmax_parts, scaled_parts;
-  if (full_blocks > 0) {
-    const torch::Tensor blocked = a.narrow(0, 0, full).view({full_blocks, blocksize});
-    const torch::Tensor am = std::get<0>(blocked.abs().max(1));
-    absmax_parts.push_back(am);
-    scaled_parts.push_back((blocked * torch::reciprocal(am.clamp_min(1e-38)).unsqueeze(1)).clamp(-1, 1).reshape(-1));
-  }
-  if (rem > 0) {
-    const torch::Tensor tail = a.narrow(0, full, rem);
-    const torch::Tensor am = tail.abs().max().clamp_min(1e-38);
-    absmax_parts.push_back(am.unsqueeze(0));
-    scaled_parts.push_back((tail / am).clamp(-1, 1));
-  }
-  torch::Tensor absmax = torch::cat(absmax_parts);
-  torch::Tensor scaled = torch::cat(scaled_parts);
-  if (scaled.numel() % 2) scaled = torch::constant_pad_nd(scaled, {0, 1}, 0.0);
-
-  // Nearest code: bucketize against the midpoints of the ascending values (a value on a
-  // midpoint goes to the lower one); FP4's codes are not in value order, so map back.
+  const torch::Tensor flat = w.detach().reshape(-1);
+  const std::int64_t n = flat.numel();
   const torch::Tensor code = quant4_code(type, dev);
   const torch::Tensor order = torch::argsort(code);
   const torch::Tensor sorted = code.index_select(0, order);
   const torch::Tensor bounds = (sorted.narrow(0, 0, 15) + sorted.narrow(0, 1, 15)) / 2;
-  torch::Tensor q = torch::bucketize(scaled, bounds, /*out_int32=*/false, /*right=*/false);
-  if (type != Quant4Type::NF4) q = order.index_select(0, q);
-  const torch::Tensor q8 = q.to(torch::kUInt8).view({-1, 2});
-  const torch::Tensor packed = torch::bitwise_or(torch::bitwise_left_shift(q8.select(1, 0), 4), q8.select(1, 1));
+
+  // In chunks of whole blocks (2^24 values): the working set (fp32 copy, scaled values, int64
+  // codes) is about 20 bytes a value, 8 GB for one layer's stacked experts of Qwen3-30B-A3B
+  // at once. Blocks are independent, so the bytes are those of one pass.
+  const std::int64_t chunk = std::max<std::int64_t>(1, (std::int64_t{1} << 24) / blocksize) * blocksize;
+  std::vector<torch::Tensor> absmax_parts, packed_parts;
+  for (std::int64_t start = 0; start < n; start += chunk) {
+    const torch::Tensor a = flat.narrow(0, start, std::min(chunk, n - start)).to(torch::kFloat32);
+    const std::int64_t len = a.numel(), rem = len % blocksize, full = len - rem, full_blocks = full / blocksize;
+
+    // Full blocks: x · (1 / max(absmax, 1e-38)), clamped to [-1, 1]; the stored absmax is the
+    // unclamped maximum. A short last block: x / max(absmax, 1e-38), and that clamped maximum
+    // is what is stored. (bitsandbytes' two code paths, kept apart on purpose.)
+    std::vector<torch::Tensor> scaled_parts;
+    if (full_blocks > 0) {
+      const torch::Tensor blocked = a.narrow(0, 0, full).view({full_blocks, blocksize});
+      const torch::Tensor am = std::get<0>(blocked.abs().max(1));
+      absmax_parts.push_back(am);
+      scaled_parts.push_back((blocked * torch::reciprocal(am.clamp_min(1e-38)).unsqueeze(1)).clamp(-1, 1).reshape(-1));
+    }
+    if (rem > 0) {  // only in the last chunk
+      const torch::Tensor tail = a.narrow(0, full, rem);
+      const torch::Tensor am = tail.abs().max().clamp_min(1e-38);
+      absmax_parts.push_back(am.unsqueeze(0));
+      scaled_parts.push_back((tail / am).clamp(-1, 1));
+    }
+    torch::Tensor scaled = scaled_parts.size() == 1 ? scaled_parts.front() : torch::cat(scaled_parts);
+    if (scaled.numel() % 2) scaled = torch::constant_pad_nd(scaled, {0, 1}, 0.0);
+
+    // Nearest code: bucketize against the midpoints of the ascending values (a value on a
+    // midpoint goes to the lower one); FP4's codes are not in value order, so map back.
+    torch::Tensor q = torch::bucketize(scaled, bounds, /*out_int32=*/false, /*right=*/false);
+    if (type != Quant4Type::NF4) q = order.index_select(0, q);
+    const torch::Tensor q8 = q.to(torch::kUInt8).view({-1, 2});
+    packed_parts.push_back(torch::bitwise_or(torch::bitwise_left_shift(q8.select(1, 0), 4), q8.select(1, 1)));
+  }
+  torch::Tensor absmax = absmax_parts.size() == 1 ? absmax_parts.front() : torch::cat(absmax_parts);
+  const torch::Tensor packed = packed_parts.size() == 1 ? packed_parts.front() : torch::cat(packed_parts);
 
   auto out = c10::make_intrusive<Quant4Weight>();
   out->type = type;

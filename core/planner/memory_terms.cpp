@@ -98,6 +98,7 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   const i64 b = c.torch_dtype == "float32" || (c.torch_dtype == "auto" && !t.cuda) ? 4 : 2;
   t.act_b = b;
   t.lora = uses_lora(c);
+  t.moe = m.is_moe();
   // The fused ops run on CUDA and, as ATen ops, elsewhere. A family whose block they do not
   // cover ((1 + w) or sandwich norms, a residual multiplier: model::DecoderLayer::fusable) runs
   // the reference layer and is planned as such. Within a fused block, the MLP's SwiGLU kernels
@@ -450,7 +451,9 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
 }
 
 void tile_mlp(Terms& t, std::int64_t tile) {
-  if (tile <= 0 || t.tokens <= tile || t.mlp_tile > 0) return;
+  // MoE layers run their experts on the whole row (the router's statistics are per layer call):
+  // the engine tiles dense MLPs only (CausalLMImpl::set_mlp_tile_tokens).
+  if (tile <= 0 || t.tokens <= tile || t.mlp_tile > 0 || t.moe) return;
   const i64 T = t.tokens;
   t.mlp_tile = tile;
   t.mlp_recompute_saved = 0;  // the tiles keep no intermediates already

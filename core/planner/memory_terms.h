@@ -18,6 +18,7 @@ struct Terms {
   bool hf = false;  // PlannerReference::HfPeft
   bool lora = true;
   bool experts_4bit = false;  // a MoE model on a 4-bit base: its experts are 4-bit too
+  bool moe = false;           // mixture-of-experts layers, which the MLP tiling does not cover
   bool fused = true;          // fused kernels in effect (CUDA, Odyssey, fused_kernels: true)
   bool mlp_fused = true;      // the MLP's SwiGLU kernels too (not Phi-3's gate_up_proj, not GeGLU)
   std::int64_t layers = 0;

@@ -417,6 +417,35 @@ class TestMemoryPlanner : public QObject {
     QVERIFY(plan_memory(c, m).peak_bytes < plan_memory(unsplit, m).peak_bytes - 35LL * 1024 * 1024 * 1024);
   }
 
+  // A 4-bit base on a MoE model: the experts are 4-bit too (half a byte each, an 8-bit absmax per
+  // 64 and an fp32 one per 16384), the working set one layer's dequantized gate_up stack; and
+  // MoE layers are never planned as tiled (the engine tiles dense MLPs only), even when a budget
+  // would want it: the plan that ran out of memory on an H200 at 24 GiB tiled them.
+  void moeQloraExpertsAndNoTiling() {
+    auto loc = locate_model("Qwen/Qwen3-30B-A3B", "");
+    auto r = load_located_model_config(loc);
+    QVERIFY2(r.ok(), format_all(r.diagnostics).c_str());
+    const HfModelConfig& m = r.value;
+    TrainConfig c = lora_7b(16384, true);
+    c.model = "Qwen/Qwen3-30B-A3B";
+    c.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj"};
+    PlannerOptions o;
+    const auto t16 = planner_detail::compute_terms(c, m, o);
+    c.quant_bits = 4;
+    const auto t4 = planner_detail::compute_terms(c, m, o);
+    QVERIFY(t4.experts_4bit && t4.moe);
+    const std::int64_t experts = 48LL * 128 * 3 * 2048 * 768;
+    const std::int64_t attention = 48LL * 2048 * (4096 + 512 + 512) + 48LL * 4096 * 2048;
+    const std::int64_t qn = experts + attention;
+    const std::int64_t working = 2LL * 128 * 768 * 2048 * 2;  // gate_up of one layer, bf16
+    QCOMPARE(t16.weights - t4.weights, qn * 2 - (qn / 2 + qn / 64 + 4 * ((qn + 16383) / 16384)) - working);
+    c.gpu_memory_budget_gib = 24;
+    const MemoryPlan p = plan_memory(c, m);
+    QCOMPARE(p.mlp_tile_tokens, std::int64_t{0});
+    QVERIFY(!p.fits);                               // 16K does not fit 24 GiB untiled ...
+    QVERIFY(largest_max_length(c, m, o) >= 12288);  // ... 12K does (the preset's)
+  }
+
   void tinyLoraByHand() {
     const MemoryPlan p = plan_memory(tiny_lora(), tiny());
     QCOMPARE(p.device, std::string("cuda"));
