@@ -12,7 +12,8 @@ using torch::autograd::variable_list;
 struct GroupedLinear : public torch::autograd::Function<GroupedLinear> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w,
                                const torch::Tensor& ends) {
-    ctx->save_for_backward({x, w, ends});
+    // x only serves dw: a frozen w (LoRA on attention of a MoE model) keeps none of it.
+    ctx->save_for_backward({w.requires_grad() ? x : torch::Tensor(), w, ends});
     return at::_grouped_mm(x, w.transpose(1, 2), ends);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {

@@ -9,8 +9,8 @@
 // ATen's grouped GEMM (at::_grouped_mm: CUTLASS on CUDA sm90, bf16; its CPU kernel for fp32
 // and bf16) runs forward and backward (dx one grouped GEMM, dw one grouped GEMM over the token
 // dimension) when rows are 16-byte aligned (in and out multiples of 8 in bf16, of 4 in fp32),
-// with no host synchronization. Everything else runs the reference: a loop over the experts,
-// one at::linear each (reads ends on the host). In fp32 on the CPU the two agree bitwise
+// with no host synchronization; x is kept for backward only when w trains. Everything else runs the reference: a loop
+// over the experts, one at::linear each (reads ends on the host). In fp32 on the CPU the two agree bitwise
 // (tests/kernels/tst_grouped_gemm.cpp); on CUDA within bf16 rounding (selftest).
 #pragma once
 

@@ -334,8 +334,17 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   mlp_tok += mlp_dropout_tok;
   per_token += b * (s.q + 2 * kv_eff) + b * s.q + 4 * s.H;  // q, k, v, output, fp32 LSE
   mlp_tok += (swiglu_kernel ? 2 : 3) * b * s.i;             // gate, up (reference: act(gate) too)
-  if (m.is_moe())  // the token's k permuted copies and expert outputs, fp32 router probabilities, the sort's indices
-    mlp_tok += 2 * m.num_experts_per_tok * b * s.h + 2 * 4 * m.num_experts + 3 * 8 * m.num_experts_per_tok;
+  if (m.is_moe()) {
+    // The token's k expert outputs (their weighting by the routing probabilities needs them),
+    // fp32 router probabilities, the sort's indices; and the k permuted copies of the token when
+    // the experts train (their weights' or adapters' gradients need them; frozen experts keep
+    // none, kernels::grouped_linear).
+    const unsigned mlp_bits = (1u << Gate) | (1u << Up) | (1u << Down);
+    const bool experts_train =
+        !t.lora || (m.mlp_names_mean_experts() && (lmask & mlp_bits) != 0) || !c.target_parameters.empty();
+    mlp_tok += (experts_train ? 2 : 1) * m.num_experts_per_tok * b * s.h + 2 * 4 * m.num_experts +
+               3 * 8 * m.num_experts_per_tok;
+  }
   per_token += mlp_tok;
   t.per_token_layer = per_token;
   t.mlp_per_token = mlp_tok;

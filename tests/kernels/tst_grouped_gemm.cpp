@@ -57,6 +57,10 @@ class TstGroupedGemm : public QObject {
     QVERIFY(torch::equal(a.y, b.y));
     QVERIFY(torch::equal(a.dx, b.dx));
     QVERIFY(torch::equal(a.dw, b.dw));
+    // A frozen w (attention-only LoRA on a MoE model) keeps no x and gives the same dx.
+    torch::Tensor xf = x.clone().requires_grad_(true);
+    grouped_linear(xf, w, end_t).backward(dy);
+    QVERIFY(torch::equal(xf.grad(), a.dx));
     // And the loop is what it claims: row r of expert g is x[r] · w[g]ᵀ.
     std::int64_t start = 0;
     for (std::int64_t g = 0; g < e; ++g) {
