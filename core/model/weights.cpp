@@ -222,6 +222,21 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const 
   for (const auto& [pname, piece] : pieces)
     if (qexp.count(piece.param) && pname.ends_with(".weight"))
       for (const char* part : kQuantParts) quant_part_of.emplace(pname + "." + part, pname);
+  // A pre-quantized checkpoint may hold 4-bit weights where Odyssey keeps 16-bit ones: a MoE
+  // router (mlp.gate, block_sparse_moe.gate) was a Linear module in transformers 4, which
+  // bitsandbytes quantized. Such a weight is read with its quant state and dequantized into
+  // the parameter (bitsandbytes computes with the dequantized weight too).
+  auto prequantized_param = [&](const std::string& name) {
+    const SafetensorsTensorInfo* info = ckpt.info(name);
+    return pre && info && info->dtype == SafetensorsDtype::U8 && name.ends_with(".weight") &&
+           (ckpt.info(name + ".quant_state.bitsandbytes__nf4") || ckpt.info(name + ".quant_state.bitsandbytes__fp4"));
+  };
+  for (const auto& [name, t] : params)
+    if (prequantized_param(name))
+      for (const char* part : kQuantParts) quant_part_of.emplace(name + "." + part, name);
+  for (const auto& [pname, piece] : pieces)  // Mixtral's router is a renamed piece
+    if (!qexp.count(piece.param) && prequantized_param(pname))
+      for (const char* part : kQuantParts) quant_part_of.emplace(pname + "." + part, pname);
 
   for (const std::string& name : ckpt.names()) {
     const SafetensorsTensorInfo* info = ckpt.info(name);
@@ -265,8 +280,8 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const 
         if (extra++ < kMaxListed)
           errs.push_back(error_at(
               file, name, "per-expert tensor beside the stacked " + piece.param + "; a checkpoint holds one layout"));
-      } else if (pre && qexp.count(piece.param) && info->dtype == SafetensorsDtype::U8) {
-        // bitsandbytes' packed expert: its quant state says the shape (read_prequantized checks it)
+      } else if (pre && (qexp.count(piece.param) || prequantized_param(name)) && info->dtype == SafetensorsDtype::U8) {
+        // bitsandbytes' packed weight: its quant state says the shape (read_prequantized checks it)
       } else if (file_shape != c10::IntArrayRef(piece.shape)) {
         if (bad++ < kMaxListed)
           errs.push_back(error_at(file, name,
@@ -299,6 +314,7 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const 
                                                    : "unexpected tensor: not a parameter of " + describe(cfg)));
       continue;
     }
+    if (prequantized_param(name)) continue;  // read_prequantized checks its quant state's shape
     if (file_shape != it->second.sizes()) {
       if (bad++ < kMaxListed)
         errs.push_back(error_at(file, name,
@@ -388,6 +404,12 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const 
   torch::NoGradGuard no_grad;
   for (auto& [name, t] : params) {
     if (!ckpt.info(name)) continue;  // filled from its per-expert tensors below
+    if (prequantized_param(name)) {
+      auto q = read_prequantized(ckpt, name.substr(0, name.size() - 7), t.sizes().vec(), t.device());
+      errs.insert(errs.end(), q.diagnostics.begin(), q.diagnostics.end());
+      if (q.ok()) t.copy_(kernels::dequantize_4bit(*q.value, t.scalar_type()));
+      continue;
+    }
     Result<torch::Tensor> r = ckpt.load(name, t.scalar_type(), t.device());
     if (!r.ok()) {
       errs.insert(errs.end(), r.diagnostics.begin(), r.diagnostics.end());
@@ -398,6 +420,15 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const 
   for (const auto& [pname, piece] : pieces) {
     if (!ckpt.info(pname) || qexp.count(piece.param)) continue;
     torch::Tensor t = params.at(piece.param);
+    if (prequantized_param(pname)) {
+      auto q = read_prequantized(ckpt, pname.substr(0, pname.size() - 7), piece.shape, t.device());
+      errs.insert(errs.end(), q.diagnostics.begin(), q.diagnostics.end());
+      if (q.ok())
+        (piece.expert < 0 ? t : t[piece.expert])
+            .narrow(0, piece.row0, piece.rows)
+            .copy_(kernels::dequantize_4bit(*q.value, t.scalar_type()));
+      continue;
+    }
     Result<torch::Tensor> r = ckpt.load(pname, t.scalar_type(), t.device());
     if (!r.ok()) {
       errs.insert(errs.end(), r.diagnostics.begin(), r.diagnostics.end());

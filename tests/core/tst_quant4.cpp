@@ -256,9 +256,9 @@ class TstQuant4 : public QObject {
   // 4-bit experts (docs/moe.md) on a tiny Qwen3-MoE: quantized on load, each stacked expert
   // parameter is one 4-bit weight and the model computes transformers' fp32 forward on
   // bitsandbytes' dequantization of that stack; a transformers 4 + bitsandbytes checkpoint (every
-  // expert 4-bit on its own) loads and computes the forward on bitsandbytes' dequantization of
-  // its pieces. LoRA on attention and experts over 4-bit experts gets the gradients of the same
-  // adapters over the 16-bit model holding those dequantized weights.
+  // expert and the router 4-bit on its own) loads and computes the forward on bitsandbytes'
+  // dequantization of its pieces (the router dequantized into its 16-bit parameter). LoRA on attention and experts over
+  // 4-bit experts gets the gradients of the same adapters over the 16-bit model holding those dequantized weights.
   void moeExpertsIn4bit() {
     need_oracle();
     for (const char* variant : {"fp4 nodq", "nf4 dq"}) {

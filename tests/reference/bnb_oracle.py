@@ -15,13 +15,13 @@ saved to OUT_DIR/model4; OUT_DIR/logits.safetensors holds `input_ids` (float32, 
 `moe`: 4-bit experts (docs/moe.md). A tiny random Qwen3-MoE (hidden 64, 2 layers, 5 experts,
 top-2, expert width 64, fp32) saved to OUT_DIR/model16 by transformers (one tensor per expert);
 OUT_DIR/model4 is what a transformers 4 + bitsandbytes checkpoint of it holds, where experts
-are Linear modules: every projection and every expert's gate/up/down 4-bit, each quantized
-on its own by bitsandbytes (QuantState.as_dict(packed=True) beside it), the router 16-bit.
+are Linear modules: every projection, every expert's gate/up/down and the router (mlp.gate) 4-bit,
+each quantized on its own by bitsandbytes (QuantState.as_dict(packed=True) beside it).
 Two fp32 references, each saved as a model directory transformers wrote plus its logits:
 OUT_DIR/exact_stack holds, for every expert parameter, bitsandbytes' dequantization of the
 whole stacked tensor [E, 2I, hidden] / [E, hidden, I] quantized at once (what quantizing on
-load computes), OUT_DIR/exact_pieces that of each per-expert tensor of model4; both with the
-attention projections as model4 has them. logits.safetensors: `input_ids` (2 x 16) and
+load computes, the router 16-bit), OUT_DIR/exact_pieces that of each per-expert tensor and of the
+router of model4; both with the attention projections as model4 has them. logits.safetensors: `input_ids` (2 x 16) and
 `stack_logits`, `pieces_logits` (transformers' fp32 forward of those two models).
 OUT_DIR/model4_t5: model16 loaded by transformers 5 with bitsandbytes and saved, whose experts
 stay 16-bit (stacked parameters, not Linear modules).
@@ -174,6 +174,7 @@ def tiny_moe(out, quant_type, double_quant):
     sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
     layer_ids = range(cfg.num_hidden_layers)
     proj = [f"model.layers.{i}.self_attn.{p}_proj.weight" for i in layer_ids for p in "qkvo"]
+    routers = [f"model.layers.{i}.mlp.gate.weight" for i in layer_ids]
 
     four, stack, pieces = {}, {}, {}
     for name, w in sd.items():
@@ -183,6 +184,13 @@ def tiny_moe(out, quant_type, double_quant):
             for k, v in st.as_dict(packed=True).items():
                 four[f"{name}.{k}"] = v
             stack[name] = back
+            pieces[name] = back
+        elif name in routers:
+            packed, st, back = _quantized(w, quant_type, double_quant)
+            four[name] = packed
+            for k, v in st.as_dict(packed=True).items():
+                four[f"{name}.{k}"] = v
+            stack[name] = w
             pieces[name] = back
         elif name.endswith("mlp.experts.gate_up_proj") or name.endswith("mlp.experts.down_proj"):
             stack[name] = _quantized(w, quant_type, double_quant)[2]
