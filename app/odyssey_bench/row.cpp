@@ -209,7 +209,7 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     so.max_grad_norm = 1.0;
     train::set_memory_optimizer(so, tc);
     dist::Mesh& mesh = par.mesh;
-    train::StepEngine engine(lm, so, mesh.distributed() || tc.zero_stage > 0 ? mesh.world_group.get() : nullptr);
+    train::StepEngine engine(lm, so, train::step_group(mesh, tc.zero_stage));
     rec["trainable_params"] = engine.trainable_params();
     rec["optimizer"] = engine.optimizer().name();
     if (tc.use_galore) rec["galore_rank"] = tc.galore_rank;

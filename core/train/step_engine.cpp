@@ -5,6 +5,10 @@
 
 namespace odyssey::train {
 
+dist::Group* step_group(const dist::Mesh& mesh, std::int64_t zero_stage) {
+  return mesh.distributed() || zero_stage > 0 ? mesh.world_group.get() : nullptr;
+}
+
 StepEngine::StepEngine(model::CausalLM lm, StepOptions options, dist::Group* world)
     : lm_(std::move(lm)), options_(std::move(options)), world_(world) {
   std::vector<NamedParam> named;

@@ -13,6 +13,7 @@
 
 #include "config/train_config.h"
 #include "dist/comm.h"
+#include "dist/mesh.h"
 #include "model/decoder.h"
 #include "train/batch.h"
 #include "train/optim.h"
@@ -80,6 +81,11 @@ void set_memory_optimizer(StepOptions& options, const TrainConfig& config);
 // Q-GaLore, or ZeRO-2 AdamW (zero.h) sharded over `world` (required for ZeRO).
 std::unique_ptr<Optimizer> make_optimizer(std::vector<NamedParam> params, const StepOptions& options,
                                           dist::Group* world);
+
+// The group a StepEngine reduces gradients and shards optimizer state over: the mesh's world
+// group when there are several processes, and also on one process under ZeRO (ZeRO-Offload on
+// one GPU: a group of one); none otherwise. The trainer and odyssey-bench both build theirs so.
+dist::Group* step_group(const dist::Mesh& mesh, std::int64_t zero_stage);
 
 class StepEngine {
  public:

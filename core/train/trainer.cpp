@@ -714,9 +714,7 @@ Training build_optimizer(RunContext& run, LoadedModel& m, const Data& data) {
   t.sched = plan_schedule(run, data, std::move(t.sched));
   check_offload_memory(run, m);
   try {
-    // ZeRO takes its group even on one process (ZeRO-Offload: a group of one).
-    t.engine.emplace(m.lm, t.sched.so,
-                     run.mesh.distributed() || c.zero_stage > 0 ? run.mesh.world_group.get() : nullptr);
+    t.engine.emplace(m.lm, t.sched.so, step_group(run.mesh, c.zero_stage));
     if (run.mesh.ep > 1) t.engine->set_expert_parallel(run.mesh.ep_group.get(), run.mesh.expert_dp_group.get());
   } catch (const std::invalid_argument& e) {
     throw RunFailure{std::string("optimizer: ") + e.what()};
