@@ -766,6 +766,39 @@ class TstParallelRun : public QObject {
       QVERIFY2(QFileInfo::exists(ep2.dir + "/checkpoints/checkpoint-3/" + f), f);
   }
 
+  // QLoRA on a MoE model (docs/moe.md, "4-bit experts"), as a user runs it: `run` with quant_bits
+  // 4 makes the projections and every layer's experts 4-bit and trains the adapters (on attention
+  // and the experts: all-linear), and `export --merge` of its checkpoint writes a 16-bit model
+  // whose experts are the dequantized stack plus the adapters' update, which loads 16-bit.
+  void moeQlora() {
+    const QString dir = tiny_moe();
+    const QString name = "moe-qlora";
+    const Run r =
+        odyssey_train({"run", preset(tmp_, name, "model: " + dir + "\nper_device_train_batch_size: 2\nquant_bits: 4\n"),
+                       "--name", name});
+    QVERIFY2(r.code == 0, qPrintable(r.err.right(3000)));
+    QVERIFY2(r.out.contains("4-bit base: 8 projections and 2 layers' experts in NF4 with double quantization"),
+             qPrintable(r.out.left(3000)));
+    const Outcome o = outcome_of(only_run(tmp_.filePath("out-" + name)));
+    QCOMPARE(o.loss.size(), qsizetype{3});
+    for (const double l : o.loss) QVERIFY(std::isfinite(l) && l > 0);
+    const QString merged = tmp_.filePath("moe-qlora-merged");
+    const Run ex = odyssey_train({"export", o.dir + "/checkpoints/checkpoint-3", "--merge", "--output", merged});
+    QVERIFY2(ex.code == 0, qPrintable(ex.err + ex.out));
+    auto m = odyssey::model::load_causal_lm(merged.toStdString(), odyssey::model::DecoderOptions{});
+    QVERIFY2(m.ok(), odyssey::format_all(m.diagnostics).c_str());
+    QVERIFY(odyssey::model::quantized_experts(m.value.lm).empty());
+    auto b = odyssey::model::load_causal_lm(dir.toStdString(), odyssey::model::DecoderOptions{});
+    QVERIFY(b.ok());
+    const auto mp = m.value.lm->named_parameters(), bp = b.value.lm->named_parameters();
+    const std::string gu = "model.layers.1.mlp.experts.gate_up_proj";
+    QVERIFY(mp.contains(gu) && bp.contains(gu));
+    // 4-bit rounding (NF4's largest gap is 0.28 of a block's absmax) and the adapters' update.
+    const double diff = ((mp[gu] - bp[gu]).abs().max() / bp[gu].abs().max()).item<double>();
+    qInfo("merged 4-bit experts against the 16-bit ones: max |diff| / max |w| = %.4f", diff);
+    QVERIFY2(diff > 0 && diff < 0.25, qPrintable(QString::number(diff)));
+  }
+
   // The MoE preset keys (docs/moe.md) on one process: router_aux_loss_coef replaces config.json's
   // 0.1 (the first step's loss grows by Δcoef · aux: the same aux for every coefficient, so
   // the two differences are in the coefficients' ratio), and freeze_router leaves the routers
