@@ -39,6 +39,11 @@ const char* const kQuantParts[] = {"absmax",
                                    "quant_state.bitsandbytes__nf4",
                                    "quant_state.bitsandbytes__fp4"};
 
+// Whether bitsandbytes' packed quant state (nf4 or fp4) sits beside the weight `name`.
+bool has_quant_state(const SafetensorsCheckpoint& ckpt, const std::string& name) {
+  return ckpt.info(name + ".quant_state.bitsandbytes__nf4") || ckpt.info(name + ".quant_state.bitsandbytes__fp4");
+}
+
 Result<torch::Tensor> load_stored(const SafetensorsCheckpoint& ckpt, const std::string& name) {
   const std::string file = ckpt.file_of(name);
   for (const auto& f : ckpt.files())
@@ -229,7 +234,7 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const 
   auto prequantized_param = [&](const std::string& name) {
     const SafetensorsTensorInfo* info = ckpt.info(name);
     return pre && info && info->dtype == SafetensorsDtype::U8 && name.ends_with(".weight") &&
-           (ckpt.info(name + ".quant_state.bitsandbytes__nf4") || ckpt.info(name + ".quant_state.bitsandbytes__fp4"));
+           has_quant_state(ckpt, name);
   };
   for (const auto& [name, t] : params)
     if (prequantized_param(name))
@@ -361,9 +366,7 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const 
         absent.push_back(pname);
       } else if (pre && info->dtype == SafetensorsDtype::U8) {  // bitsandbytes' quant state beside it
         std::vector<std::string> need{pname + ".absmax", pname + ".quant_map"};
-        if (!ckpt.info(pname + ".quant_state.bitsandbytes__nf4") &&
-            !ckpt.info(pname + ".quant_state.bitsandbytes__fp4"))
-          need.push_back(pname + ".quant_state.bitsandbytes__nf4");
+        if (!has_quant_state(ckpt, pname)) need.push_back(pname + ".quant_state.bitsandbytes__nf4");
         for (const std::string& t : need)
           if (!ckpt.info(t) && missing++ < kMaxListed)
             errs.push_back(
@@ -381,8 +384,7 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const 
     if (pre && ckpt.info(m + ".weight")) {  // bitsandbytes' quant state beside it
       const std::string w = m + ".weight.";
       std::vector<std::string> need{w + "absmax", w + "quant_map"};
-      if (!ckpt.info(w + "quant_state.bitsandbytes__nf4") && !ckpt.info(w + "quant_state.bitsandbytes__fp4"))
-        need.push_back(w + "quant_state.bitsandbytes__nf4");
+      if (!has_quant_state(ckpt, m + ".weight")) need.push_back(w + "quant_state.bitsandbytes__nf4");
       if (ckpt.info(w + "nested_absmax") || ckpt.info(w + "nested_quant_map"))
         for (const char* part : {"nested_absmax", "nested_quant_map"}) need.push_back(w + part);
       for (const std::string& t : need)

@@ -177,21 +177,21 @@ def tiny_moe(out, quant_type, double_quant):
     routers = [f"model.layers.{i}.mlp.gate.weight" for i in layer_ids]
 
     four, stack, pieces = {}, {}, {}
+
+    def put4(key, weight):
+        """weight quantized by bitsandbytes into `four` as Params4bit saves it; its dequantization."""
+        packed, st, back = _quantized(weight, quant_type, double_quant)
+        four[key] = packed
+        for k, v in st.as_dict(packed=True).items():
+            four[f"{key}.{k}"] = v
+        return back
+
     for name, w in sd.items():
         if name in proj:
-            packed, st, back = _quantized(w, quant_type, double_quant)
-            four[name] = packed
-            for k, v in st.as_dict(packed=True).items():
-                four[f"{name}.{k}"] = v
-            stack[name] = back
-            pieces[name] = back
+            stack[name] = pieces[name] = put4(name, w)
         elif name in routers:
-            packed, st, back = _quantized(w, quant_type, double_quant)
-            four[name] = packed
-            for k, v in st.as_dict(packed=True).items():
-                four[f"{name}.{k}"] = v
             stack[name] = w
-            pieces[name] = back
+            pieces[name] = put4(name, w)
         elif name.endswith("mlp.experts.gate_up_proj") or name.endswith("mlp.experts.down_proj"):
             stack[name] = _quantized(w, quant_type, double_quant)[2]
             prefix = name[: -len("gate_up_proj")] if name.endswith("gate_up_proj") else name[: -len("down_proj")]
@@ -201,12 +201,7 @@ def tiny_moe(out, quant_type, double_quant):
                 parts = ([("gate_proj", w[e, :i], slice(0, i)), ("up_proj", w[e, i:], slice(i, 2 * i))]
                          if name.endswith("gate_up_proj") else [("down_proj", w[e], slice(None))])
                 for pname, piece, rows in parts:
-                    key = f"{prefix}{e}.{pname}.weight"
-                    packed, st, back = _quantized(piece, quant_type, double_quant)
-                    four[key] = packed
-                    for k, v in st.as_dict(packed=True).items():
-                        four[f"{key}.{k}"] = v
-                    back_all[e, rows] = back
+                    back_all[e, rows] = put4(f"{prefix}{e}.{pname}.weight", piece)
             pieces[name] = back_all
         else:
             four[name] = w
