@@ -1,13 +1,12 @@
 #include "kernels/selftest.h"
 
-#include "kernels/grouped_gemm.h"
-
 #include <cmath>
 #include <functional>
 #include <utility>
 
 #include "kernels/grouped_gemm.h"
 #include "kernels/linear_ce.h"
+#include "kernels/moe_rows.h"
 #include "kernels/quant4.h"
 #include "kernels/quant4_ref.h"
 #include "kernels/rmsnorm.h"
@@ -191,6 +190,44 @@ Case grouped_case(const torch::Device& dev, std::int64_t rows, std::int64_t expe
   c.cotangents = {torch::randn({rows, out}, o)};
   c.fused = [](const Tensors& in) { return Tensors{grouped_linear(in[0], in[1], in[2])}; };
   c.reference = [](const Tensors& in) { return Tensors{grouped_linear_reference(in[0], in[1], in[2])}; };
+  c.exact = c.reference;  // in float64
+  return c;
+}
+
+// The MoE rows' way back (moe_rows.h): `tokens` tokens' k rows in a random sorted order,
+// weighted by router-like weights and summed; differentiable in the rows and the weights.
+Case combine_case(const torch::Device& dev, std::int64_t tokens, std::int64_t k, std::int64_t h) {
+  Case c;
+  c.kernel = "combine_rows " + std::to_string(tokens) + "x" + std::to_string(k) + "x" + std::to_string(h);
+  c.output_names = {"y"};
+  c.input_names = {"rows", "index", "order", "weights"};
+  const auto o = torch::TensorOptions().device(dev);
+  const std::int64_t m = tokens * k;
+  const torch::Tensor index = torch::randperm(m, o.dtype(torch::kInt64));
+  const torch::Tensor order = torch::empty_like(index).scatter_(0, index, torch::arange(m, index.options()));
+  c.inputs = {torch::randn({m, h}, o), index, order, torch::softmax(torch::randn({tokens, k}, o), -1)};
+  c.differentiable = {true, false, false, true};
+  c.cotangents = {torch::randn({tokens, h}, o)};
+  c.fused = [](const Tensors& in) { return Tensors{combine_rows(in[0], in[1], in[2], in[3])}; };
+  c.reference = [](const Tensors& in) { return Tensors{combine_rows_reference(in[0], in[1], in[3])}; };
+  c.exact = c.reference;  // in float64
+  return c;
+}
+
+// swiglu_packed on one [rows, 2I] tensor against the reference on its halves.
+Case swiglu_packed_case(const torch::Device& dev, std::int64_t rows, std::int64_t inter) {
+  Case c;
+  c.kernel = "swiglu_packed " + std::to_string(rows) + "x" + std::to_string(2 * inter);
+  c.output_names = {"y"};
+  c.input_names = {"gate_up"};
+  const auto o = torch::TensorOptions().device(dev);
+  c.inputs = {2.0 * torch::randn({rows, 2 * inter}, o)};
+  c.differentiable = {true};
+  c.cotangents = {torch::randn({rows, inter}, o)};
+  c.fused = [](const Tensors& in) { return Tensors{swiglu_packed(in[0])}; };
+  c.reference = [inter](const Tensors& in) {
+    return Tensors{swiglu_reference(in[0].narrow(-1, 0, inter), in[0].narrow(-1, inter, inter))};
+  };
   c.exact = c.reference;  // in float64
   return c;
 }
@@ -457,6 +494,12 @@ std::vector<SelftestRow> run_selftest(const torch::Device& device) {
     cases.push_back(grouped_case(device, 1000, 7, 64, 40));                // odd row counts per expert
     cases.push_back(grouped_quant4_case(device, 32768, 128, 2048, 1536));  // the same experts in 4 bits
     cases.push_back(grouped_quant4_case(device, 32768, 128, 768, 2048));
+    // Their rows' way back (4096 tokens, top 8, hidden 2048), an odd unaligned width, and the
+    // experts' SwiGLU on the packed gate_up (768 wide).
+    cases.push_back(combine_case(device, 4096, 8, 2048));
+    cases.push_back(combine_case(device, 333, 3, 201));
+    cases.push_back(swiglu_packed_case(device, 32768, 768));
+    cases.push_back(swiglu_packed_case(device, 77, 101));
     // Gemma-2-9B's 16 query heads: a tile of 192 rows of a 32K row (global, cap 50) and of a
     // window of 4096 (cap 50), and a strongly bent cap.
     cases.push_back(attention_tile_case(device, 16, 192, 32768, 0, 50.0));
@@ -473,6 +516,8 @@ std::vector<SelftestRow> run_selftest(const torch::Device& device) {
     cases.push_back(linear_ce_case(device, 67, 48, 1003, 16));
     cases.push_back(quant4_linear_case(device, 29, 64, 96, Quant4Type::NF4, true));
     cases.push_back(grouped_case(device, 61, 7, 48, 40));
+    cases.push_back(combine_case(device, 37, 3, 50));
+    cases.push_back(swiglu_packed_case(device, 29, 37));
     cases.push_back(attention_tile_case(device, 3, 13, 40, 9, 2.0));
   }
   std::vector<SelftestRow> rows;

@@ -9,6 +9,7 @@
 #include <optional>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #ifdef ODYSSEY_HAVE_CUDA_KERNELS
 #include <ATen/cuda/CUDAContext.h>
@@ -64,10 +65,18 @@ torch::Tensor swiglu_forward(const torch::Tensor& gate, const torch::Tensor& up)
 }
 
 // dgate and dup from dy; with `recompute`, dy (an [.., I] tensor the caller owns) is
-// overwritten with swiglu(gate, up) as the forward computes it.
+// overwritten with swiglu(gate, up) as the forward computes it. With `packed`, the two come
+// back as the halves of one [.., 2I] tensor (the gradient of a fused gate_up projection's
+// output), written there directly.
 std::pair<torch::Tensor, torch::Tensor> swiglu_backward(torch::Tensor& dy, const torch::Tensor& gate,
-                                                        const torch::Tensor& up, bool recompute) {
+                                                        const torch::Tensor& up, bool recompute,
+                                                        torch::Tensor* packed = nullptr) {
   torch::Tensor dgate, dup;
+  const std::int64_t i = gate.size(-1);
+  auto halves = [&](const torch::Tensor& both) {
+    dgate = both.narrow(-1, 0, i);
+    dup = both.narrow(-1, i, i);
+  };
 #ifdef ODYSSEY_HAVE_CUDA_KERNELS
   if (gate.is_cuda()) {
     const c10::cuda::CUDAGuard guard(gate.device());
@@ -75,10 +84,17 @@ std::pair<torch::Tensor, torch::Tensor> swiglu_backward(torch::Tensor& dy, const
     const torch::Tensor u = rows_view(up);
     if (!dy.is_contiguous()) dy = dy.contiguous();
     const auto opts = gate.options().memory_format(torch::MemoryFormat::Contiguous);
-    dgate = torch::empty(gate.sizes(), opts);
-    dup = torch::empty(gate.sizes(), opts);
+    if (packed != nullptr) {
+      std::vector<std::int64_t> shape = gate.sizes().vec();
+      shape.back() = 2 * i;
+      *packed = torch::empty(shape, opts);
+      halves(*packed);
+    } else {
+      dgate = torch::empty(gate.sizes(), opts);
+      dup = torch::empty(gate.sizes(), opts);
+    }
     cuda::swiglu_bwd(dy.data_ptr(), g.data_ptr(), g.stride(0), u.data_ptr(), u.stride(0), dgate.data_ptr(),
-                     dup.data_ptr(), recompute ? dy.data_ptr() : nullptr, g.size(0), g.size(1),
+                     dup.data_ptr(), packed != nullptr ? 2 * i : i, recompute ? dy.data_ptr() : nullptr, g.size(0), i,
                      dtype_code(gate.scalar_type()), at::cuda::getCurrentCUDAStream().stream());
     return {dgate, dup};
   }
@@ -91,6 +107,10 @@ std::pair<torch::Tensor, torch::Tensor> swiglu_backward(torch::Tensor& dy, const
   dup = (d * g * sig).to(dtype);
   dgate = (d * up.to(torch::kFloat32) * sig * (1 + g * (1 - sig))).to(dtype);
   if (recompute) dy = swiglu_forward(gate, up);
+  if (packed != nullptr) {
+    *packed = torch::cat({dgate, dup}, -1);
+    halves(*packed);
+  }
   return {dgate, dup};
 }
 
@@ -105,6 +125,23 @@ struct SwiGlu : torch::autograd::Function<SwiGlu> {
     torch::Tensor dy = grads[0];
     auto [dgate, dup] = swiglu_backward(dy, saved[0], saved[1], /*recompute=*/false);
     return {dgate, dup};
+  }
+};
+
+// swiglu on the two halves of one [.., 2I] tensor, whose gradient is one [.., 2I] tensor too:
+// autograd would otherwise build it from the halves' gradients (a zero tensor, two copies).
+struct SwiGluPacked : torch::autograd::Function<SwiGluPacked> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& gate_up) {
+    ctx->save_for_backward({gate_up});
+    const std::int64_t i = gate_up.size(-1) / 2;
+    return swiglu_forward(gate_up.narrow(-1, 0, i), gate_up.narrow(-1, i, i));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const torch::Tensor gate_up = ctx->get_saved_variables()[0];
+    const std::int64_t i = gate_up.size(-1) / 2;
+    torch::Tensor dy = grads[0], packed;
+    swiglu_backward(dy, gate_up.narrow(-1, 0, i), gate_up.narrow(-1, i, i), /*recompute=*/false, &packed);
+    return {packed};
   }
 };
 
@@ -261,6 +298,14 @@ struct RmsNormMlp : torch::autograd::Function<RmsNormMlp> {
 torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
   check_inputs(gate, up);
   return SwiGlu::apply(gate, up)[0];
+}
+
+torch::Tensor swiglu_packed(const torch::Tensor& gate_up) {
+  TORCH_CHECK(gate_up.defined() && gate_up.dim() >= 1 && gate_up.size(-1) % 2 == 0,
+              "swiglu_packed: gate_up must be [..., 2I], got ", gate_up.sizes());
+  const std::int64_t i = gate_up.size(-1) / 2;
+  check_inputs(gate_up.narrow(-1, 0, i), gate_up.narrow(-1, i, i));
+  return SwiGluPacked::apply(gate_up);
 }
 
 torch::Tensor swiglu_down(const torch::Tensor& gate, const torch::Tensor& up, const LinearWeights& down,

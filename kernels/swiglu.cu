@@ -62,8 +62,8 @@ __global__ void swiglu_fwd_kernel(const T* __restrict__ gate, std::int64_t gs, c
 // read before it is overwritten, by the same thread), so neither carries __restrict__.
 template <typename T, int N>
 __global__ void swiglu_bwd_kernel(const T* dy, const T* __restrict__ gate, std::int64_t gs, const T* __restrict__ up,
-                                  std::int64_t us, T* __restrict__ dgate, T* __restrict__ dup, T* y, std::int64_t rows,
-                                  std::int64_t cols, std::int64_t tiles_per_row) {
+                                  std::int64_t us, T* __restrict__ dgate, T* __restrict__ dup, std::int64_t ds, T* y,
+                                  std::int64_t rows, std::int64_t cols, std::int64_t tiles_per_row) {
   using V = Vec<T, N>;
   const std::int64_t tiles = rows * tiles_per_row;
   for (std::int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -82,8 +82,8 @@ __global__ void swiglu_bwd_kernel(const T* dy, const T* __restrict__ gate, std::
       du.v[i] = from_f<T>(dyf * x * sig);
       dg.v[i] = from_f<T>(dyf * to_f(u.v[i]) * sig * (1.f + x * (1.f - sig)));
     }
-    store<T, N>(dgate + row * cols + col, dg);
-    store<T, N>(dup + row * cols + col, du);
+    store<T, N>(dgate + row * ds + col, dg);
+    store<T, N>(dup + row * ds + col, du);
     if (y != nullptr) {
       V o;
 #pragma unroll
@@ -141,10 +141,10 @@ void fwd_typed(const void* gate, std::int64_t gs, const void* up, std::int64_t u
 
 template <typename T>
 void bwd_typed(const void* dy, const void* gate, std::int64_t gs, const void* up, std::int64_t us, void* dgate,
-               void* dup, void* y, std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
+               void* dup, std::int64_t ds, void* y, std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
-  const bool vec = cols % kVec == 0 && gs % kVec == 0 && us % kVec == 0 && aligned16(dy) && aligned16(gate) &&
-                   aligned16(up) && aligned16(dgate) && aligned16(dup) && aligned16(y);
+  const bool vec = cols % kVec == 0 && gs % kVec == 0 && us % kVec == 0 && ds % kVec == 0 && aligned16(dy) &&
+                   aligned16(gate) && aligned16(up) && aligned16(dgate) && aligned16(dup) && aligned16(y);
   const auto* d = static_cast<const T*>(dy);
   const auto* g = static_cast<const T*>(gate);
   const auto* u = static_cast<const T*>(up);
@@ -154,10 +154,11 @@ void bwd_typed(const void* dy, const void* gate, std::int64_t gs, const void* up
   if (vec) {
     const Launch l = plan(rows, cols, kVec, "swiglu_bwd_kernel");
     swiglu_bwd_kernel<T, kVec>
-        <<<l.grid, l.threads, 0, stream>>>(d, g, gs, u, us, dg, du, o, rows, cols, l.tiles_per_row);
+        <<<l.grid, l.threads, 0, stream>>>(d, g, gs, u, us, dg, du, ds, o, rows, cols, l.tiles_per_row);
   } else {
     const Launch l = plan(rows, cols, 1, "swiglu_bwd_kernel");
-    swiglu_bwd_kernel<T, 1><<<l.grid, l.threads, 0, stream>>>(d, g, gs, u, us, dg, du, o, rows, cols, l.tiles_per_row);
+    swiglu_bwd_kernel<T, 1>
+        <<<l.grid, l.threads, 0, stream>>>(d, g, gs, u, us, dg, du, ds, o, rows, cols, l.tiles_per_row);
   }
   check(cudaGetLastError(), "swiglu_bwd_kernel launch");
 }
@@ -177,14 +178,20 @@ void swiglu_fwd(const void* gate, std::int64_t gate_row_stride, const void* up, 
 }
 
 void swiglu_bwd(const void* dy, const void* gate, std::int64_t gate_row_stride, const void* up,
-                std::int64_t up_row_stride, void* dgate, void* dup, void* y, std::int64_t rows, std::int64_t cols,
-                int dtype, void* stream) {
+                std::int64_t up_row_stride, void* dgate, void* dup, std::int64_t grad_row_stride, void* y,
+                std::int64_t rows, std::int64_t cols, int dtype, void* stream) {
   if (rows <= 0 || cols <= 0) return;
   const auto s = static_cast<cudaStream_t>(stream);
   switch (dtype) {
-    case 0: return bwd_typed<float>(dy, gate, gate_row_stride, up, up_row_stride, dgate, dup, y, rows, cols, s);
-    case 1: return bwd_typed<__nv_bfloat16>(dy, gate, gate_row_stride, up, up_row_stride, dgate, dup, y, rows, cols, s);
-    case 2: return bwd_typed<__half>(dy, gate, gate_row_stride, up, up_row_stride, dgate, dup, y, rows, cols, s);
+    case 0:
+      return bwd_typed<float>(dy, gate, gate_row_stride, up, up_row_stride, dgate, dup, grad_row_stride, y, rows, cols,
+                              s);
+    case 1:
+      return bwd_typed<__nv_bfloat16>(dy, gate, gate_row_stride, up, up_row_stride, dgate, dup, grad_row_stride, y,
+                                      rows, cols, s);
+    case 2:
+      return bwd_typed<__half>(dy, gate, gate_row_stride, up, up_row_stride, dgate, dup, grad_row_stride, y, rows, cols,
+                               s);
     default: throw std::runtime_error("swiglu_bwd_kernel: unsupported dtype code " + std::to_string(dtype));
   }
 }

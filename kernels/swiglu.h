@@ -14,6 +14,12 @@ namespace odyssey::kernels {
 // contiguous (e.g. the two halves of one [T, 2I] projection). Differentiable in both.
 torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up);
 
+// swiglu(gate_up[..., :I], gate_up[..., I:]) for one [..., 2I] tensor (a fused gate_up
+// projection's output: Phi-3's MLP, the stacked experts of a MoE layer), differentiable in
+// gate_up with its gradient written as one [..., 2I] tensor; swiglu on the two views would
+// leave autograd to assemble it (a zero tensor and a copy of each half).
+torch::Tensor swiglu_packed(const torch::Tensor& gate_up);
+
 // down(swiglu(gate, up)), down a projection of linear.h (weight [out, I], optional bias and
 // LoRA pair), without keeping the activation for backward: backward keeps gate and
 // up (and lora_a's r-wide output), and the SwiGLU backward recomputes the activation for the

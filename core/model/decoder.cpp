@@ -258,6 +258,7 @@ torch::Tensor MlpImpl::compute(const torch::Tensor& x, const NormSource* src,
     torch::Tensor gate, up;
     if (gate_up_proj) {
       const torch::Tensor gu = gate_up_proj->forward_normed(x, src);
+      if (fused && !gelu) return down_proj(kernels::swiglu_packed(gu));  // Phi3MLP: up * silu(gate), rounded so
       const std::int64_t i = gu.size(-1) / 2;
       gate = gu.narrow(-1, 0, i);
       up = gu.narrow(-1, i, i);

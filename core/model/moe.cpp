@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kernels/grouped_gemm.h"
+#include "kernels/moe_rows.h"
 #include "kernels/swiglu.h"
 #include "model/decoder.h"
 
@@ -32,9 +33,9 @@ struct RouterAuxGrad : public torch::autograd::Function<RouterAuxGrad> {
 
 // y = x[index] where every row of x appears `copies` times in index, and back[j] is where
 // row j / copies's (j % copies)-th copy went. Backward gathers instead of scattering:
-// dx[n] = Σ_c dy[back[n · copies + c]] (a gather and a sum over copies, in fp32 inside the
-// reduction), where index_select's own backward is an atomic index_add (11 % of a
-// Qwen3-30B-A3B LoRA step on an H200 when measured, and nondeterministic in bf16).
+// dx[n] = Σ_c dy[back[n · copies + c]] (kernels::sum_rows: one pass, the sum in fp32), where
+// index_select's own backward is an atomic index_add (11 % of a Qwen3-30B-A3B LoRA step on an
+// H200 when measured, and nondeterministic in bf16).
 struct GatherRows : public torch::autograd::Function<GatherRows> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& index,
                                const torch::Tensor& back, std::int64_t copies) {
@@ -46,8 +47,8 @@ struct GatherRows : public torch::autograd::Function<GatherRows> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const torch::Tensor back = ctx->get_saved_variables()[0];
     const std::int64_t copies = ctx->saved_data["copies"].toInt(), rows = ctx->saved_data["rows"].toInt();
-    const torch::Tensor g = grads[0].index_select(0, back);
-    const torch::Tensor dx = copies == 1 ? g : g.view({rows, copies, g.size(1)}).sum(1);
+    const torch::Tensor dx = kernels::sum_rows(grads[0], back, copies);
+    TORCH_CHECK(dx.size(0) == rows, "GatherRows: ", dx.size(0), " rows back for ", rows);
     return {dx, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
@@ -251,8 +252,7 @@ torch::Tensor ExpertsImpl::project(const torch::Tensor& x, const torch::Tensor& 
 torch::Tensor ExpertsImpl::forward(const torch::Tensor& x, const torch::Tensor& ends) {
   const torch::Tensor gu = project(x, gate_up_proj, gate_up_quant, gate_up_lora, ends);
   const std::int64_t i = intermediate;
-  const torch::Tensor gate = gu.narrow(-1, 0, i), up = gu.narrow(-1, i, i);
-  const torch::Tensor act = fused ? kernels::swiglu(gate, up) : torch::silu(gate) * up;
+  const torch::Tensor act = fused ? kernels::swiglu_packed(gu) : torch::silu(gu.narrow(-1, 0, i)) * gu.narrow(-1, i, i);
   return project(act, down_proj, down_quant, down_lora, ends);
 }
 
@@ -281,7 +281,6 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x, const c10::intrusive_ptr<
   torch::Tensor flat = x.reshape({-1, h});
   if (jitter > 0 && is_training())  // MixtralSparseMoeBlock: router and experts see the jittered input
     flat = flat * torch::empty_like(flat).uniform_(1.0 - jitter, 1.0 + jitter);
-  const std::int64_t n = flat.size(0);
   const torch::Tensor logits = at::linear(flat, gate->weight);
   torch::Tensor probs = torch::softmax(logits, -1, torch::kFloat32);
   const torch::Tensor top_index = std::get<1>(probs.detach().topk(top_k, -1));  // [N, k], most probable first
@@ -301,9 +300,8 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x, const c10::intrusive_ptr<
   const torch::Tensor sorted = GatherRows::apply(flat, token, inverse, top_k);
   const torch::Tensor out =
       ep ? run_experts(sorted, counts) : experts(sorted, counts.cumsum(0).to(torch::kInt32));  // [N·k, h], sorted
-  // Back to (token, choice) order, weighted, summed over the k choices.
-  torch::Tensor y =
-      (GatherRows::apply(out, inverse, order, 1).view({n, top_k, h}) * top_p.unsqueeze(-1)).sum(1).to(x.scalar_type());
+  // Back to (token, choice) order, weighted, summed over the k choices: one pass.
+  torch::Tensor y = kernels::combine_rows(out, inverse, order, top_p).to(x.scalar_type());
   if (shared_expert) y = y + torch::sigmoid(shared_expert_gate(flat)) * shared_expert(flat);
   return y.view(x.sizes());
 }

@@ -4,11 +4,19 @@
 // expert holding every row, and shapes the grouped path refuses (unaligned rows: the loop).
 // The 4-bit form (grouped_linear_quant4, 4-bit experts of a QLoRA base) against the 16-bit
 // product on its dequantized stack, whose dequantizer tst_quant4 checks against bitsandbytes.
+// kernels/moe_rows.h, the rows' way back to their tokens (combine_rows: gather, weight, sum over
+// the k choices, in one op) and the gather's backward (sum_rows), against the unfused formula
+// differentiated by autograd.
 #include <torch/torch.h>
+
+#include <functional>
+#include <string>
+#include <vector>
 
 #include <QtTest>
 
 #include "kernels/grouped_gemm.h"
+#include "kernels/moe_rows.h"
 
 using namespace odyssey::kernels;
 
@@ -121,6 +129,65 @@ class TstGroupedGemm : public QObject {
       }
       QVERIFY(threw);
     }
+  }
+
+  void combineRowsAgainstFormula_data() {
+    QTest::addColumn<int>("tokens");
+    QTest::addColumn<int>("k");
+    QTest::addColumn<int>("h");
+    QTest::newRow("top 8 of 37 tokens") << 37 << 8 << 48;
+    QTest::newRow("top 1") << 11 << 1 << 30;
+    QTest::newRow("top 3, odd width") << 5 << 3 << 7;
+  }
+  // combine_rows against (rows[index] · weights).sum over k: fp32 on the CPU runs the same
+  // products in the same order, so output and both gradients agree bit for bit; bf16 rows with
+  // fp32 weights (Qwen3-MoE's) too (the sum in fp32, rounded once, as the promoted formula).
+  void combineRowsAgainstFormula() {
+    QFETCH(int, tokens);
+    QFETCH(int, k);
+    QFETCH(int, h);
+    torch::manual_seed(11);
+    const std::int64_t m = static_cast<std::int64_t>(tokens) * k;
+    const torch::Tensor index = torch::randperm(m, torch::kInt64);  // pair p's row
+    const torch::Tensor order = torch::empty_like(index).scatter_(0, index, torch::arange(m));
+    const torch::Tensor rows0 = torch::randn({m, h}), w0 = torch::rand({tokens, k}), dy = torch::randn({tokens, h});
+    for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+      auto go = [&](bool fused) {
+        torch::Tensor rows = rows0.to(dtype).detach().clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
+        const torch::Tensor y = fused ? combine_rows(rows, index, order, w) : combine_rows_reference(rows, index, w);
+        y.backward(dy.to(dtype));
+        return std::vector<torch::Tensor>{y.detach(), rows.grad(), w.grad()};
+      };
+      const auto a = go(true), b = go(false);
+      QCOMPARE(a[0].scalar_type(), dtype);
+      for (int i = 0; i < 3; ++i)
+        QVERIFY2(torch::equal(a[i], b[i]),
+                 qPrintable(QString("output %1 differs in %2").arg(i).arg(dtype == torch::kFloat32 ? "fp32" : "bf16")));
+    }
+    // Frozen weights: no weight gradient, the rows' gradient unchanged.
+    torch::Tensor rows = rows0.clone().requires_grad_(true);
+    combine_rows(rows, index, order, w0).backward(dy);
+    QVERIFY(rows.grad().defined());
+    // sum_rows: Σ over the copies of the gathered rows, as index_select then a sum.
+    const torch::Tensor s = sum_rows(rows0, index, k), ref = rows0.index_select(0, index).view({tokens, k, h}).sum(1);
+    QVERIFY(torch::equal(s, ref));
+    QVERIFY(torch::equal(sum_rows(rows0, index, 1), rows0.index_select(0, index)));
+  }
+
+  void combineRowsErrors() {
+    const torch::Tensor rows = torch::randn({6, 4}), index = torch::arange(6), w = torch::rand({3, 2});
+    auto fails = [](const std::function<void()>& f, const char* needle) {
+      try {
+        f();
+      } catch (const c10::Error& e) {
+        return std::string(e.what()).find(needle) != std::string::npos;
+      }
+      return false;
+    };
+    QVERIFY(fails([&] { combine_rows(rows, index, index, torch::rand({2, 2})); }, "must agree"));
+    QVERIFY(fails([&] { combine_rows(rows, index.to(torch::kInt32), index, w); }, "index int64"));
+    QVERIFY(fails([&] { combine_rows(rows, index, index.narrow(0, 0, 5), w); }, "inverse permutation"));
+    QVERIFY(fails([&] { sum_rows(rows, torch::arange(5), 2); }, "not whole tokens of 2"));
   }
 
   void badGroups() {

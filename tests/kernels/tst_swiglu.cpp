@@ -51,10 +51,10 @@ class TstSwiglu : public QObject {
     struct Run {
       Tensor y, dbig;
     };
-    auto run = [&](bool fused, torch::ScalarType dtype) {
+    auto run = [&](bool fused, torch::ScalarType dtype, bool packed = false) {
       const Tensor big = leaf(big0, dtype);
       const Tensor gate = big.narrow(-1, 0, inter), up = big.narrow(-1, inter, inter);
-      const Tensor y = fused ? swiglu(gate, up) : swiglu_reference(gate, up);
+      const Tensor y = packed ? swiglu_packed(big) : fused ? swiglu(gate, up) : swiglu_reference(gate, up);
       (y.to(torch::kFloat64) * gy).sum().backward();
       return Run{y.detach(), big.grad()};
     };
@@ -63,6 +63,12 @@ class TstSwiglu : public QObject {
     QVERIFY2(torch::equal(f32.y, r32.y), "fp32 y differs from the fp32 reference (must be bit-identical)");
     QVERIFY2(rel(f32.y, f64.y) < kF32, qPrintable(QString("fp32 y rel %1").arg(rel(f32.y, f64.y))));
     QVERIFY2(rel(f32.dbig, f64.dbig) < kF32, qPrintable(QString("fp32 grad rel %1").arg(rel(f32.dbig, f64.dbig))));
+    // swiglu_packed (one [..., 2I] gradient written directly) computes what swiglu on the halves does.
+    for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+      const Run p = run(true, dtype, true), h = run(true, dtype);
+      QVERIFY2(torch::equal(p.y, h.y) && torch::equal(p.dbig, h.dbig),
+               "swiglu_packed differs from swiglu on the halves");
+    }
     const Run fb = run(true, torch::kBFloat16), rb = run(false, torch::kBFloat16);
     QVERIFY2(torch::equal(fb.y, rb.y), "bf16 y differs from the bf16 reference (must be bit-identical)");
     for (int64_t half = 0; half < 2; ++half) {
@@ -88,6 +94,8 @@ class TstSwiglu : public QObject {
     QVERIFY2(has(e, "last dimension must be contiguous"), e.c_str());
     e = error_of([&] { swiglu(g.to(torch::kInt32), g.to(torch::kInt32)); });
     QVERIFY2(has(e, "must be float32, bfloat16 or float16"), e.c_str());
+    e = error_of([&] { swiglu_packed(torch::randn({4, 7})); });
+    QVERIFY2(has(e, "gate_up must be [..., 2I]"), e.c_str());
   }
 
   // ---------------------------------------------------------------------------------------
