@@ -332,18 +332,27 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
     }
   per_token += dropout_tok;
   mlp_tok += mlp_dropout_tok;
-  per_token += b * (s.q + 2 * kv_eff) + b * s.q + 4 * s.H;  // q, k, v, output, fp32 LSE
-  mlp_tok += (swiglu_kernel ? 2 : 3) * b * s.i;             // gate, up (reference: act(gate) too)
+  per_token += b * (s.q + 2 * kv_eff) + b * s.q + 4 * s.H;                // q, k, v, output, fp32 LSE
+  if (!m.is_moe() || t.hf) mlp_tok += (swiglu_kernel ? 2 : 3) * b * s.i;  // gate, up (reference: act(gate) too)
   if (m.is_moe()) {
-    // The token's k expert outputs (their weighting by the routing probabilities needs them),
-    // fp32 router probabilities, the sort's indices; and the k permuted copies of the token when
-    // the experts train (their weights' or adapters' gradients need them; frozen experts keep
-    // none, kernels::grouped_linear).
+    // The token's k expert outputs (their weighting by the routing probabilities needs them,
+    // kernels::combine_rows), fp32 router probabilities, the sort's indices; and the k permuted
+    // copies of the token when the experts train (their weights' or adapters' gradients need
+    // them; frozen experts keep none, kernels::grouped_linear).
     const unsigned mlp_bits = (1u << Gate) | (1u << Up) | (1u << Down);
-    const bool experts_train =
-        !t.lora || (m.mlp_names_mean_experts() && (lmask & mlp_bits) != 0) || !c.target_parameters.empty();
+    const bool expert_lora =
+        t.lora && ((m.mlp_names_mean_experts() && (lmask & mlp_bits) != 0) || !c.target_parameters.empty());
+    const bool experts_train = !t.lora || expert_lora;
     mlp_tok += (experts_train ? 2 : 1) * m.num_experts_per_tok * b * s.h + 2 * 4 * m.num_experts +
                3 * 8 * m.num_experts_per_tok;
+    if (!t.hf) {
+      // The experts' SwiGLU keeps their gate_up output (kernels::swiglu_packed; the reference
+      // ops keep silu(gate) too); the down projection keeps its input only when the experts
+      // train (frozen experts under attention-only LoRA keep none); expert adapters keep their
+      // rank-wide products (gate_up's at twice the rank, as PEFT adapts it).
+      mlp_tok += ((t.fused ? 2 : 3) + (experts_train ? 1 : 0)) * b * s.i;
+      if (expert_lora) mlp_tok += 3 * r * m.num_experts_per_tok * b;
+    }
   }
   per_token += mlp_tok;
   t.per_token_layer = per_token;
