@@ -224,6 +224,25 @@ torch::Tensor quant4_absmax(const Quant4Weight& q) {
   return values * scale + q.offset;
 }
 
+c10::intrusive_ptr<Quant4Weight> slice_4bit(const Quant4Weight& q, std::int64_t first, std::int64_t count) {
+  TORCH_CHECK(!q.shape.empty() && q.shape[0] > 0, "slice_4bit: a weight with a first dimension is needed");
+  TORCH_CHECK(first >= 0 && count > 0 && first + count <= q.shape[0], "slice_4bit: rows ", first, "..",
+              first + count - 1, " of ", q.shape[0]);
+  const std::int64_t per = q.numel() / q.shape[0];
+  TORCH_CHECK(per % q.blocksize == 0, "slice_4bit: a row of ", per, " values is not whole blocks of ", q.blocksize,
+              " (its blocks would straddle the cut)");
+  auto s = c10::make_intrusive<Quant4Weight>();
+  s->type = q.type;
+  s->blocksize = q.blocksize;
+  s->dtype = q.dtype;
+  s->shape = q.shape;
+  s->shape[0] = count;
+  s->code = q.code;
+  s->packed = q.packed.reshape({-1}).narrow(0, first * per / 2, count * per / 2).clone().view({-1, 1});
+  s->absmax = quant4_absmax(q).narrow(0, first * per / q.blocksize, count * per / q.blocksize).clone();
+  return s;
+}
+
 torch::Tensor dequantize_4bit(const Quant4Weight& q, torch::ScalarType dtype) {
 #ifdef ODYSSEY_HAVE_CUDA_KERNELS
   if (q.packed.is_cuda() && (dtype == torch::kFloat32 || dtype == torch::kBFloat16 || dtype == torch::kHalf)) {

@@ -67,6 +67,14 @@ c10::intrusive_ptr<Quant4Weight> quantize_4bit(const torch::Tensor& w, Quant4Typ
 // The fp32 absmax per block (the nested constants expanded).
 torch::Tensor quant4_absmax(const Quant4Weight& q);
 
+// Rows first .. first + count - 1 of dimension 0 (experts first .. of a stacked [E, out, in]
+// weight: a rank's share under expert parallelism), as a weight of its own that dequantizes to
+// exactly those rows of q's dequantized values: the packed bytes of the rows and their blocks'
+// absmax as fp32 (the nested constants expanded, quant4_absmax; re-nesting a slice would round
+// them anew, since bitsandbytes' offset is the mean over the whole tensor). A row must hold
+// whole blocks (numel / shape[0] a multiple of blocksize); otherwise an error naming the sizes.
+c10::intrusive_ptr<Quant4Weight> slice_4bit(const Quant4Weight& q, std::int64_t first, std::int64_t count);
+
 // The weight in `dtype`, shape q.shape, on q's device.
 torch::Tensor dequantize_4bit(const Quant4Weight& q, torch::ScalarType dtype);
 

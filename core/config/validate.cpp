@@ -285,11 +285,6 @@ Diagnostics validate_config(const LoadedConfig& lc, const HfModelConfig* m) {
                std::string("found ") + n(ep) + " with " +
                    (c.zero_stage > 0 ? "zero_stage " + n(c.zero_stage) : std::string("use_galore")) +
                    "; expert parallelism runs with plain AdamW for now (zero_stage 0, use_galore false)");
-    if (c.quant_bits == 4)
-      ck.error("expert_parallel_size",
-               "found " + n(ep) +
-                   " with quant_bits 4; 4-bit experts are not split over ranks yet: use "
-                   "expert_parallel_size 1 (each rank holds every 4-bit expert) or a 16-bit base");
     if (!c.resume_from_checkpoint.empty())
       ck.error("expert_parallel_size", "found " + n(ep) +
                                            " with resume_from_checkpoint; resuming a run whose experts are "

@@ -316,7 +316,8 @@ class ExpertsImpl : public torch::nn::Module {
   void remove_lora();  // adapters removed, not merged
   // Keeps experts first .. first + count - 1 (weights and adapters; adapters only when
   // `adapters_only`), the rest freed: a rank's share under expert parallelism. 4-bit experts
-  // are kept whole (validate refuses expert parallelism with a 4-bit base).
+  // keep their share's packed bytes with an fp32 absmax per block (kernels::slice_4bit): the
+  // values the whole stack dequantizes to, bit for bit.
   void keep_experts(std::int64_t first, std::int64_t count, bool adapters_only = false);
   // The inverse for saving: every rank's share gathered over `group` (a collective), whole
   // again; adapters only when `adapters_only`.

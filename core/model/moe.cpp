@@ -170,10 +170,15 @@ void ExpertsImpl::add_lora(const std::string& parameter, std::int64_t rank, doub
 void ExpertsImpl::keep_experts(std::int64_t first, std::int64_t count, bool adapters_only) {
   torch::NoGradGuard no_grad;
   if (!adapters_only) {
-    TORCH_CHECK(!quantized, "expert parallelism keeps 16-bit experts only (4-bit experts are not split)");
-    TORCH_CHECK(first >= 0 && count > 0 && first + count <= gate_up_proj.size(0), "keep_experts: experts ", first, "..",
-                first + count - 1, " of ", gate_up_proj.size(0));
-    for (torch::Tensor* w : {&gate_up_proj, &down_proj}) w->set_data(w->narrow(0, first, count).clone());
+    TORCH_CHECK(first >= 0 && count > 0 && first + count <= num_experts, "keep_experts: experts ", first, "..",
+                first + count - 1, " of ", num_experts);
+    if (quantized) {  // the share's packed bytes, its absmax expanded to fp32 (kernels::slice_4bit)
+      TORCH_CHECK(gate_up_quant && down_quant, "keep_experts: 4-bit experts split before their weights were loaded");
+      gate_up_quant = kernels::slice_4bit(*gate_up_quant, first, count);
+      down_quant = kernels::slice_4bit(*down_quant, first, count);
+    } else {
+      for (torch::Tensor* w : {&gate_up_proj, &down_proj}) w->set_data(w->narrow(0, first, count).clone());
+    }
     num_experts = count;
   }
   for (ExpertLora* lora : {&gate_up_lora, &down_lora}) {
@@ -193,7 +198,8 @@ void ExpertsImpl::gather_experts(ExpertGroup& group, bool adapters_only) {
   torch::NoGradGuard no_grad;
   const std::int64_t p = group.size();
   if (!adapters_only) {
-    TORCH_CHECK(!quantized, "expert parallelism gathers 16-bit experts only");
+    // 4-bit experts are frozen (QLoRA): a checkpoint holds their adapters only.
+    TORCH_CHECK(!quantized, "expert parallelism gathers 16-bit experts only (4-bit experts are never saved)");
     for (torch::Tensor* w : {&gate_up_proj, &down_proj}) w->set_data(group.gather(w->contiguous()));
     num_experts = gate_up_proj.size(0);
   }

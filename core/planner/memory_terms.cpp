@@ -165,8 +165,11 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
       qn += experts_all / ep;
       largest = std::max(largest, 2 * (m.num_experts / ep) * m.moe_intermediate_size * s.h);
     }
-    const i64 consts =
-        c.bnb_4bit_use_double_quant ? ceil_div(qn, 64) + 4 * ceil_div(qn, 64 * 256) : 4 * ceil_div(qn, 64);
+    // Under expert parallelism a rank's share of the experts keeps an fp32 absmax per block
+    // (kernels::slice_4bit), double quantization or not.
+    const i64 q_fp32_absmax = c.bnb_4bit_use_double_quant ? (ep > 1 ? experts_all / ep : 0) : qn;
+    const i64 q_nested = qn - q_fp32_absmax;
+    const i64 consts = ceil_div(q_nested, 64) + 4 * ceil_div(q_nested, 64 * 256) + 4 * ceil_div(q_fp32_absmax, 64);
     t.weights = (P - qn) * b + ceil_div(qn, 2) + consts + largest * (t.cuda ? b : 8 + 4 + 4 + b);
   }
   // ZeRO shards over every rank (dp × sp), as DeepSpeed-Ulysses does (docs/optimizers.md).

@@ -769,7 +769,8 @@ class TstParallelRun : public QObject {
   // QLoRA on a MoE model (docs/moe.md, "4-bit experts"), as a user runs it: `run` with quant_bits
   // 4 makes the projections and every layer's experts 4-bit and trains the adapters (on attention
   // and the experts: all-linear), and `export --merge` of its checkpoint writes a 16-bit model
-  // whose experts are the dequantized stack plus the adapters' update, which loads 16-bit.
+  // whose experts are the dequantized stack plus the adapters' update, which loads 16-bit. With
+  // expert parallelism (2 ranks) the run is the one process's.
   void moeQlora() {
     const QString dir = tiny_moe();
     const QString name = "moe-qlora";
@@ -782,6 +783,14 @@ class TstParallelRun : public QObject {
     const Outcome o = outcome_of(only_run(tmp_.filePath("out-" + name)));
     QCOMPARE(o.loss.size(), qsizetype{3});
     for (const double l : o.loss) QVERIFY(std::isfinite(l) && l > 0);
+    // The same QLoRA run with the 4-bit experts split over 2 ranks (Ulysses 2): every step as
+    // the one process's (each rank's share dequantizes to the whole stack's values).
+    compare("MoE QLoRA, 4-bit experts over 2 (Ulysses 2)",
+            train(tmp_, "moe-qlora-ep2",
+                  "model: " + dir +
+                      "\nper_device_train_batch_size: 2\nquant_bits: 4\nnproc_per_node: 2\nsequence_parallel_size: "
+                      "2\nexpert_parallel_size: 2\n"),
+            o);
     const QString merged = tmp_.filePath("moe-qlora-merged");
     const Run ex = odyssey_train({"export", o.dir + "/checkpoints/checkpoint-3", "--merge", "--output", merged});
     QVERIFY2(ex.code == 0, qPrintable(ex.err + ex.out));

@@ -204,6 +204,35 @@ class TstQuant4 : public QObject {
       }
   }
 
+  // slice_4bit (a rank's share of a 4-bit expert stack under expert parallelism): its values
+  // are exactly those rows of the whole stack's, nested or not, NF4 or FP4; rows that are not
+  // whole blocks are refused, naming the sizes.
+  void sliceKeepsTheRowsValues() {
+    torch::manual_seed(4);
+    const torch::Tensor w = torch::randn({8, 24, 32});  // 768 values an expert: 12 blocks of 64
+    for (auto t : {kernels::Quant4Type::NF4, kernels::Quant4Type::FP4})
+      for (bool dq : {false, true}) {
+        const auto q = kernels::quantize_4bit(w, t, 64, dq);
+        const torch::Tensor whole = kernels::dequantize_4bit(*q, torch::kFloat32);
+        for (const auto& [first, count] : {std::pair<std::int64_t, std::int64_t>{0, 4}, {4, 4}, {3, 2}, {7, 1}}) {
+          const auto s = kernels::slice_4bit(*q, first, count);
+          QCOMPARE(s->shape, (std::vector<std::int64_t>{count, 24, 32}));
+          QVERIFY(!s->nested);
+          QVERIFY(torch::equal(kernels::dequantize_4bit(*s, torch::kFloat32), whole.narrow(0, first, count)));
+          QVERIFY(torch::equal(kernels::dequantize_4bit(*s, torch::kBFloat16),
+                               kernels::dequantize_4bit(*q, torch::kBFloat16).narrow(0, first, count)));
+        }
+      }
+    const auto odd = kernels::quantize_4bit(torch::randn({4, 3, 10}), kernels::Quant4Type::NF4, 64, true);
+    bool threw = false;
+    try {
+      kernels::slice_4bit(*odd, 1, 2);
+    } catch (const c10::Error& e) {
+      threw = std::string(e.what()).find("30 values is not whole blocks of 64") != std::string::npos;
+    }
+    QVERIFY(threw);
+  }
+
   // A tiny Llama quantized and saved by transformers + bitsandbytes (the "-bnb-4bit" layout)
   // loads as it is and computes transformers' logits; the same model in fp32 quantized by
   // Odyssey on load computes them too.

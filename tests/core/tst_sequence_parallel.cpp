@@ -18,7 +18,9 @@
 #include "dist/mesh.h"
 #include "dist/sequence_parallel.h"
 #include "model/attention.h"
+#include "kernels/quant4.h"
 #include "model/decoder.h"
+#include "model/weights.h"
 #include "run/run_lock.h"
 #include "train/batch.h"
 #include "train/lora.h"
@@ -228,13 +230,17 @@ int collectives_worker(const dist::DistEnv& env) {
 
 struct MoeCase {
   int ulysses = 1, ring = 1, ep = 1, top_k = 2;
-  bool lora = false;  // "...l": LoRA on attention and on the experts (target_parameters), base frozen
+  bool lora = false;   // "...l": LoRA on attention and on the experts (target_parameters), base frozen
+  bool quant = false;  // "...q": a 4-bit base (NF4, double quantization), the experts 4-bit too
 };
 
 MoeCase parse_moe_case(const std::string& s) {
   MoeCase c;
-  std::sscanf(s.c_str(), "moe-u%dr%de%dk%d", &c.ulysses, &c.ring, &c.ep, &c.top_k);
-  c.lora = s.back() == 'l';
+  int used = 0;
+  std::sscanf(s.c_str(), "moe-u%dr%de%dk%d%n", &c.ulysses, &c.ring, &c.ep, &c.top_k, &used);
+  const std::string flags = s.substr(static_cast<std::size_t>(used));
+  c.lora = flags.find('l') != std::string::npos;
+  c.quant = flags.find('q') != std::string::npos;
   return c;
 }
 
@@ -254,9 +260,25 @@ model::CausalLM tiny_moe(const MoeCase& c) {
           "output_router_logits": true, "router_aux_loss_coef": 0.5, "tie_word_embeddings": false})";
   auto cfg = parse_decoder_config(config, "tiny-moe/config.json");
   if (!cfg.ok()) throw std::runtime_error(format_all(cfg.diagnostics));
+  if (c.quant) {
+    cfg.value.quant.bits = 4;
+    cfg.value.quant.type = "nf4";
+    cfg.value.quant.double_quant = true;
+  }
   torch::manual_seed(11);
   model::CausalLM lm(cfg.value, model::DecoderOptions{});
   lm->initialize_random();
+  if (c.quant) {  // every projection and expert stack drawn and quantized, the same on every rank
+    torch::NoGradGuard no_grad;
+    for (const auto& [name, l] : model::quantized_linears(lm))
+      l->quant = kernels::quantize_4bit(torch::randn({l->out_features, l->in_features}) * 0.2, kernels::Quant4Type::NF4,
+                                        64, true);
+    for (const auto& [name, e] : model::quantized_experts(lm))
+      for (auto* q : {&e->gate_up_quant, &e->down_quant})
+        *q = kernels::quantize_4bit(
+            torch::randn(e->shape_of(q == &e->gate_up_quant ? "gate_up_proj" : "down_proj")) * 0.2,
+            kernels::Quant4Type::NF4, 64, true);
+  }
   if (c.lora) {
     train::LoraSettings s;
     s.rank = 2;
@@ -349,11 +371,11 @@ int moe_worker(const dist::DistEnv& env, const MoeCase& c) {
   const double e_ce = std::abs(ce_sum.item<double>() - ref_ce.item<double>()) / std::abs(ref_ce.item<double>());
   const double e_aux = std::abs(aux - ref_aux) / std::abs(ref_aux);
   std::printf(
-      "{\"rank\": %d, \"case\": \"ulysses %d x ring %d, experts over %d, top-%d%s\", \"local_tokens\": %ld, "
+      "{\"rank\": %d, \"case\": \"ulysses %d x ring %d, experts over %d, top-%d%s%s\", \"local_tokens\": %ld, "
       "\"loss\": %.3g, \"aux\": %.3g, \"aux_value\": %.6f, \"gradients\": %ld, \"worst_gradient\": %.3g, "
       "\"worst_name\": \"%s\"}\n",
-      env.rank, c.ulysses, c.ring, c.ep, c.top_k, c.lora ? ", LoRA" : "", static_cast<long>(shard.tokens()), e_ce,
-      e_aux, aux, static_cast<long>(compared), worst, worst_name.c_str());
+      env.rank, c.ulysses, c.ring, c.ep, c.top_k, c.lora ? ", LoRA" : "", c.quant ? ", 4-bit base" : "",
+      static_cast<long>(shard.tokens()), e_ce, e_aux, aux, static_cast<long>(compared), worst, worst_name.c_str());
   std::fflush(stdout);
   return e_ce < 1e-5 && e_aux < 1e-5 && worst < 1e-5 && compared > 0 ? 0 : 1;
 }
@@ -504,6 +526,10 @@ class TstSequenceParallel : public QObject {
     QTest::newRow("Ulysses 2 x ring 2, experts over 4") << 4 << "moe-u2r2e4k2";
     QTest::newRow("Ulysses 4, experts over 2 (two blocks hold each share), top-1") << 4 << "moe-u4r1e2k1";
     QTest::newRow("Ulysses 2 x ring 2, experts over the Ulysses pairs, LoRA") << 4 << "moe-u2r2e2k2l";
+    // QLoRA: the 4-bit expert stacks split into shares (kernels::slice_4bit) compute what the
+    // whole stacks do; the expert adapters' gradients equal one process's.
+    QTest::newRow("Ulysses 2, 4-bit experts over 2, LoRA") << 2 << "moe-u2r1e2k2lq";
+    QTest::newRow("Ulysses 4, 4-bit experts over 4, top-1, LoRA") << 4 << "moe-u4r1e4k1lq";
   }
   void moeParallel() {
     QFETCH(int, ranks);
