@@ -184,15 +184,32 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
     for (std::size_t k = 0; k < kModules; ++k)
       if (lmask & (1u << k)) per_block += r * (s.in[k] + s.out[k]);
     t.trainable = per_block * s.L;
-    // The MLP names mean the experts (HfModelConfig::mlp_names_mean_experts): gate_proj +
-    // up_proj adapt the stacked gate_up_proj at rank 2r, down_proj the stacked down_proj at r;
-    // per expert, lora_A [rank, in] and lora_B [out, rank] (docs/moe.md, "LoRA").
-    if (m.mlp_names_mean_experts()) {
+    // Expert adapters (docs/moe.md, "LoRA"), as train::apply_lora places them: where the MLP
+    // names mean the experts (HfModelConfig::mlp_names_mean_experts), gate_proj + up_proj adapt
+    // the stacked gate_up_proj at rank 2r and down_proj the stacked down_proj at r; otherwise a
+    // target_parameters entry naming a layer's stacked parameter (PEFT's rule: the whole name or
+    // a "."-separated suffix of it) adapts it at r. Per expert, lora_A [rank, in] and lora_B
+    // [out, rank].
+    if (m.is_moe()) {
       const i64 e = m.num_experts, im = m.moe_intermediate_size;
-      i64 per_moe_layer = 0;
-      if ((lmask & (1u << Gate)) && (lmask & (1u << Up))) per_moe_layer += 2 * r * e * (s.h + 2 * im);
-      if (lmask & (1u << Down)) per_moe_layer += r * e * (im + s.h);
-      t.trainable += per_moe_layer / ep * m.moe_layer_count();
+      const bool named = m.mlp_names_mean_experts();
+      const bool gu_named = named && (lmask & (1u << Gate)) && (lmask & (1u << Up));
+      const bool down_named = named && (lmask & (1u << Down));
+      auto targets_parameter = [&](i64 layer, const std::string& param) {
+        const std::string name = "model.layers." + std::to_string(layer) + ".mlp.experts." + param;
+        return std::any_of(c.target_parameters.begin(), c.target_parameters.end(), [&](const std::string& x) {
+          return name == x || (name.size() > x.size() && name.ends_with(x) && name[name.size() - x.size() - 1] == '.');
+        });
+      };
+      i64 expert_adapters = 0;
+      for (i64 layer = 0; layer < m.num_hidden_layers; ++layer) {
+        if (!m.moe_layer(layer)) continue;
+        const i64 gu_rank = gu_named ? 2 * r : targets_parameter(layer, "gate_up_proj") ? r : 0;
+        const i64 down_rank = down_named || targets_parameter(layer, "down_proj") ? r : 0;
+        expert_adapters += gu_rank * e * (s.h + 2 * im) + down_rank * e * (im + s.h);
+        if (t.expert_adapter_rank == 0) t.expert_adapter_rank = gu_rank + down_rank;  // the first MoE layer's
+      }
+      t.trainable += expert_adapters / ep;
     }
     t.adapters = 4 * t.trainable;
     t.grads_layers = 4 * t.trainable;
@@ -342,9 +359,7 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
     // kernels::combine_rows), fp32 router probabilities, the sort's indices; and the k permuted
     // copies of the token when the experts train (their weights' or adapters' gradients need
     // them; frozen experts keep none, kernels::grouped_linear).
-    const unsigned mlp_bits = (1u << Gate) | (1u << Up) | (1u << Down);
-    const bool expert_lora =
-        t.lora && ((m.mlp_names_mean_experts() && (lmask & mlp_bits) != 0) || !c.target_parameters.empty());
+    const bool expert_lora = t.lora && t.expert_adapter_rank > 0;
     const bool experts_train = !t.lora || expert_lora;
     mlp_tok += (experts_train ? 2 : 1) * m.num_experts_per_tok * b * s.h + 2 * 4 * m.num_experts +
                3 * 8 * m.num_experts_per_tok;
@@ -352,9 +367,9 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
       // The experts' SwiGLU keeps their gate_up output (kernels::swiglu_packed; the reference
       // ops keep silu(gate) too); the down projection keeps its input only when the experts
       // train (frozen experts under attention-only LoRA keep none); expert adapters keep their
-      // rank-wide products (gate_up's at twice the rank, as PEFT adapts it).
+      // rank-wide products (gate_up's at twice the rank when the MLP names mean the experts).
       mlp_tok += ((t.fused ? 2 : 3) + (experts_train ? 1 : 0)) * b * s.i;
-      if (expert_lora) mlp_tok += 3 * r * m.num_experts_per_tok * b;
+      if (expert_lora) mlp_tok += t.expert_adapter_rank * m.num_experts_per_tok * b;
     }
   }
   per_token += mlp_tok;

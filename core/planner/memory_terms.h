@@ -19,8 +19,11 @@ struct Terms {
   bool lora = true;
   bool experts_4bit = false;  // a MoE model on a 4-bit base: its experts are 4-bit too
   bool moe = false;           // mixture-of-experts layers, which the MLP tiling does not cover
-  bool fused = true;          // fused kernels in effect (CUDA, Odyssey, fused_kernels: true)
-  bool mlp_fused = true;      // the MLP's SwiGLU kernels too (not Phi-3's gate_up_proj, not GeGLU)
+  // LoRA on the experts: the ranks of a MoE layer's gate_up and down adapters together (the
+  // first MoE layer's; 0 when the experts are not adapted).
+  std::int64_t expert_adapter_rank = 0;
+  bool fused = true;      // fused kernels in effect (CUDA, Odyssey, fused_kernels: true)
+  bool mlp_fused = true;  // the MLP's SwiGLU kernels too (not Phi-3's gate_up_proj, not GeGLU)
   std::int64_t layers = 0;
   std::int64_t capacity = 0;
   std::int64_t act_b = 2;  // bytes of an activation / weight element

@@ -7,6 +7,8 @@
 #include "config/model_config.h"
 #include "config/train_config.h"
 #include "model/decoder.h"
+#include "planner/memory_terms.h"
+#include "train/lora.h"
 #include "train/memory_policy.h"
 
 #include <fstream>
@@ -169,6 +171,51 @@ class TestMemoryPolicy : public QObject {
     QCOMPARE(lm->checkpoint_layers(), (std::vector<bool>{true, true, false, false}));
     QCOMPARE(lm->keep_attention_layers(), (std::vector<bool>{true, true, false, false}));
     QCOMPARE(lm->mlp_tile_tokens(), std::int64_t{512});
+  }
+
+  // The planner's trainable count on a MoE model is the adapters train::apply_lora adds: the
+  // MLP names adapting the experts (Qwen3-MoE: gate_up at twice the rank), target_parameters
+  // entries as PEFT matches them (a suffix of the layer's parameter name, or one layer's full
+  // name), and names that adapt no expert (gate_proj without up_proj). A tiny Qwen3-MoE with a
+  // dense layer (mlp_only_layers), built by the engine.
+  void expertAdaptersAsTheEngineAddsThem_data() {
+    QTest::addColumn<QStringList>("modules");
+    QTest::addColumn<QStringList>("parameters");
+    QTest::newRow("all-linear (the MLP names mean the experts)") << QStringList{"all-linear"} << QStringList{};
+    QTest::newRow("q, v + both stacked parameters")
+        << QStringList{"q_proj", "v_proj"} << QStringList{"mlp.experts.gate_up_proj", "mlp.experts.down_proj"};
+    QTest::newRow("q + a shorter suffix") << QStringList{"q_proj"} << QStringList{"experts.down_proj"};
+    QTest::newRow("q + one layer's gate_up")
+        << QStringList{"q_proj"} << QStringList{"model.layers.2.mlp.experts.gate_up_proj"};
+    QTest::newRow("gate_proj alone adapts no expert") << QStringList{"q_proj", "gate_proj"} << QStringList{};
+    QTest::newRow("down_proj by name and gate_up as a parameter")
+        << QStringList{"q_proj", "down_proj"} << QStringList{"mlp.experts.gate_up_proj"};
+  }
+  void expertAdaptersAsTheEngineAddsThem() {
+    QFETCH(QStringList, modules);
+    QFETCH(QStringList, parameters);
+    auto cfg = parse_decoder_config(
+        R"({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 32,
+            "intermediate_size": 40, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "head_dim": 8, "vocab_size": 50, "num_experts": 8, "num_experts_per_tok": 2,
+            "moe_intermediate_size": 24, "mlp_only_layers": [1], "tie_word_embeddings": false})",
+        "tiny-moe/config.json");
+    QVERIFY2(cfg.ok(), format_all(cfg.diagnostics).c_str());
+    TrainConfig c = lora_32k();
+    c.lora_rank = 4;
+    c.target_modules.clear();
+    for (const QString& m : modules) c.target_modules.push_back(m.toStdString());
+    for (const QString& p : parameters) c.target_parameters.push_back(p.toStdString());
+    const auto resolved = train::resolve_target_modules(c.target_modules);
+    QVERIFY(resolved.ok());
+    train::LoraSettings ls;
+    ls.rank = c.lora_rank;
+    ls.target_modules = resolved.value;
+    ls.target_parameters = c.target_parameters;
+    model::CausalLM lm(cfg.value, model::DecoderOptions{});
+    const std::int64_t engine = train::apply_lora(lm, ls);
+    const planner_detail::Terms t = planner_detail::compute_terms(c, cfg.value.hf, gpu_of(80));
+    QCOMPARE(t.trainable, engine);
   }
 };
 
