@@ -295,6 +295,15 @@ Diagnostics validate_config(const LoadedConfig& lc, const HfModelConfig* m) {
     else if (m && m->num_experts % ep != 0)
       ck.error("expert_parallel_size", "found " + n(ep) + ", which does not divide the model's " + n(m->num_experts) +
                                            " experts (num_experts)");
+    else if (m && c.quant_bits == 4 && (m->hidden_size * m->moe_intermediate_size) % 64 != 0)
+      // A rank keeps whole 4-bit blocks of its experts (kernels::slice_4bit): an expert's
+      // down_proj (hidden × moe_intermediate_size values; gate_up_proj twice that) must be whole
+      // blocks of 64.
+      ck.error("expert_parallel_size",
+               "found " + n(ep) + " with quant_bits 4, but an expert of " + m->architecture + " holds " +
+                   n(m->hidden_size * m->moe_intermediate_size) +
+                   " values (hidden_size x moe_intermediate_size), not whole 4-bit blocks of 64, so its 4-bit "
+                   "experts cannot be split over ranks: use expert_parallel_size 1 or a 16-bit base");
   }
   if (m) {
     if (const std::string why = ulysses_heads_problem(m->num_attention_heads, m->num_key_value_heads, p.ulysses);

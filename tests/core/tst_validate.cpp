@@ -229,6 +229,13 @@ class TstValidate : public QObject {
         parse("nproc_per_node: 16\nsequence_parallel_size: 16\nmax_length: 4096\nexpert_parallel_size: 16\n"),
         &mixtral));
     QVERIFY2(contains(e, "does not divide the model's 8 experts"), e.c_str());
+    // 4-bit experts split over ranks in whole blocks of 64 values (docs/moe.md, "4-bit experts").
+    QVERIFY(errors(validate_config(parse(sp4 + "expert_parallel_size: 4\nquant_bits: 4\n"), &moe)).empty());
+    auto odd = moe;
+    odd.hidden_size = 2040, odd.moe_intermediate_size = 763;  // 2040 x 763 values an expert's down_proj
+    e = errors(validate_config(parse(sp4 + "expert_parallel_size: 4\nquant_bits: 4\n"), &odd));
+    QVERIFY2(contains(e, "1556520 values") && contains(e, "not whole 4-bit blocks of 64"), e.c_str());
+    QVERIFY(errors(validate_config(parse(sp4 + "expert_parallel_size: 4\n"), &odd)).empty());
     // Router keys on a dense model change nothing: said, not refused.
     auto d = validate_config(parse("router_aux_loss_coef: 0.01\n"), &dense);
     QVERIFY(errors(d).empty());
