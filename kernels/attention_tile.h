@@ -42,4 +42,9 @@ std::pair<torch::Tensor, torch::Tensor> tile_softmax_backward_reference(const to
                                                                         const AttentionTile& t,
                                                                         torch::ScalarType out_dtype);
 
+// Gemma-2's attention-logit soft-capping, cap · tanh(s / cap), as transformers computes it (op
+// for op); with tanh_out, also tanh(s / cap), the backward's chain factor being 1 − tanh². cap <= 0:
+// s itself. The one formula of the tiles' reference, the eager path and the reference ring.
+torch::Tensor soft_cap(const torch::Tensor& s, double cap, torch::Tensor* tanh_out = nullptr);
+
 }  // namespace odyssey::kernels

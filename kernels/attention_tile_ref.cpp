@@ -2,8 +2,17 @@
 #include "kernels/attention_tile.h"
 
 #include <limits>
+#include <utility>
 
 namespace odyssey::kernels {
+
+torch::Tensor soft_cap(const torch::Tensor& s, double cap, torch::Tensor* tanh_out) {
+  if (cap <= 0) return s;
+  torch::Tensor t = torch::tanh(s / cap);
+  torch::Tensor capped = t * cap;
+  if (tanh_out) *tanh_out = std::move(t);
+  return capped;
+}
 namespace {
 
 // Whether row r's query sees column c's key: [rows, m] bool, broadcast over the tile's groups.
@@ -16,12 +25,7 @@ torch::Tensor seen(const AttentionTile& t, std::int64_t m, const torch::Device& 
 
 // x with -inf where not seen; *tanh_out gets tanh(s * scale / cap) when capped.
 torch::Tensor transformed(const torch::Tensor& s, const AttentionTile& t, torch::Tensor* tanh_out) {
-  torch::Tensor x = s * t.scale;
-  if (t.softcap > 0) {
-    x = torch::tanh(x / t.softcap);
-    if (tanh_out) *tanh_out = x;
-    x = x * t.softcap;
-  }
+  const torch::Tensor x = soft_cap(s * t.scale, t.softcap, tanh_out);
   const std::int64_t m = s.size(1);
   return x.view({-1, t.rows, m})
       .masked_fill(seen(t, m, s.device()).logical_not(), -std::numeric_limits<double>::infinity())

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "config/validate.h"
+#include "kernels/attention_tile.h"
 #include "model/attention.h"
 #include "model/tiled_attention.h"
 
@@ -137,12 +138,7 @@ torch::Tensor block_keep(const torch::Tensor& sample_ids, const torch::Tensor& p
 // the backward's chain factor 1 - tanh^2.
 torch::Tensor block_scores(const torch::Tensor& qh, const torch::Tensor& kb, const torch::Tensor& keep, double scale,
                            double softcap, torch::Tensor* tanh_out = nullptr) {
-  torch::Tensor scores = torch::matmul(qh, kb.transpose(1, 2)) * scale;  // [H, n, n]
-  if (softcap > 0) {
-    torch::Tensor t = torch::tanh(scores / softcap);
-    scores = t * softcap;
-    if (tanh_out) *tanh_out = std::move(t);
-  }
+  torch::Tensor scores = kernels::soft_cap(torch::matmul(qh, kb.transpose(1, 2)) * scale, softcap, tanh_out);
   scores.masked_fill_(keep.logical_not().unsqueeze(0), -std::numeric_limits<double>::infinity());
   return scores;
 }

@@ -6,6 +6,8 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/attention_tile.h"
+
 namespace odyssey::model {
 
 std::string sdp_backend_name(std::int64_t backend) {
@@ -67,7 +69,7 @@ torch::Tensor masked_attention(const torch::Tensor& q, const torch::Tensor& k, c
   const std::int64_t groups = q.size(1) / k.size(1);
   const torch::Tensor kk = repeat_kv(k, groups), vv = repeat_kv(v, groups);
   torch::Tensor w = torch::matmul(q, kk.transpose(2, 3)) * scale;
-  w = torch::tanh(w / softcap) * softcap;
+  w = kernels::soft_cap(w, softcap);
   // HF adds the dtype's lowest value where masked: a fully masked row (left padding) then
   // averages all keys, as transformers' does.
   double lowest = std::numeric_limits<float>::lowest();

@@ -56,6 +56,13 @@ HfModelConfig qwen25_05b() {
   return m;
 }
 
+// The bundled Qwen3-30B-A3B shape (resources/model-shapes), through the model locator.
+HfModelConfig qwen3_30b_a3b() {
+  auto r = load_located_model_config(locate_model("Qwen/Qwen3-30B-A3B", ""));
+  if (!r.ok()) qFatal("%s", format_all(r.diagnostics).c_str());
+  return r.value;
+}
+
 TrainConfig tiny_lora() {
   TrainConfig c;
   c.torch_dtype = "bfloat16", c.device = "cuda";
@@ -401,10 +408,7 @@ class TestMemoryPlanner : public QObject {
   // the expert adapters (gate_up at rank 2r: 2r (2048 + 2 x 768), down at r: r (768 + 2048) per
   // expert) with them; the rest (attention, routers, embeddings) stays whole.
   void expertParallelHoldsAShare() {
-    auto loc = locate_model("Qwen/Qwen3-30B-A3B", "");
-    auto r = load_located_model_config(loc);
-    QVERIFY2(r.ok(), format_all(r.diagnostics).c_str());
-    const HfModelConfig& m = r.value;
+    const HfModelConfig m = qwen3_30b_a3b();
     TrainConfig c = lora_7b(4096, true);
     c.model = "Qwen/Qwen3-30B-A3B";
     c.nproc_per_node = 4;
@@ -428,10 +432,7 @@ class TestMemoryPlanner : public QObject {
   // MoE layers are never planned as tiled (the engine tiles dense MLPs only), even when a budget
   // would want it: the plan that ran out of memory on an H200 at 24 GiB tiled them.
   void moeQloraExpertsAndNoTiling() {
-    auto loc = locate_model("Qwen/Qwen3-30B-A3B", "");
-    auto r = load_located_model_config(loc);
-    QVERIFY2(r.ok(), format_all(r.diagnostics).c_str());
-    const HfModelConfig& m = r.value;
+    const HfModelConfig m = qwen3_30b_a3b();
     TrainConfig c = lora_7b(16384, true);
     c.model = "Qwen/Qwen3-30B-A3B";
     c.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj"};
