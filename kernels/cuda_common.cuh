@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -64,6 +65,17 @@ __device__ __forceinline__ void store(T* p, const Vec<T, N>& v) {
 
 inline void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+// Whether p allows 128-bit accesses (null counts as aligned: an absent optional operand).
+inline bool aligned16(const void* p) { return p == nullptr || (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
+
+// The current device's SM count (grid sizes); `what` names the kernel in an error.
+inline int sm_count(const char* what) {
+  int dev = 0, sms = 0;
+  check(cudaGetDevice(&dev), what);
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), what);
+  return sms;
 }
 
 }  // namespace odyssey::kernels::cuda

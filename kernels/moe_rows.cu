@@ -95,14 +95,7 @@ __global__ void combine_bwd_kernel(const T* __restrict__ dy, const T* __restrict
   }
 }
 
-bool aligned16(const void* p) { return p == nullptr || (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
-
-int max_blocks(int threads, const char* what) {
-  int dev = 0, sms = 0;
-  check(cudaGetDevice(&dev), what);
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), what);
-  return sms * (2048 / threads);
-}
+int max_blocks(int threads, const char* what) { return sm_count(what) * (2048 / threads); }
 
 // Threads for a row of nvec vectors: whole warps covering it, at least 64, at most 1024.
 int threads_for(std::int64_t nvec) {

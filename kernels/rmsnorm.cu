@@ -265,16 +265,6 @@ __global__ void rms_norm_dw_reduce_kernel(const float* __restrict__ partial, std
   }
 }
 
-int sm_count() {
-  int dev = 0;
-  check(cudaGetDevice(&dev), "add_rms_norm: cudaGetDevice");
-  int sms = 0;
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "add_rms_norm: SM count");
-  return sms;
-}
-
-bool aligned16(const void* p) { return p == nullptr || (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
-
 struct Config {
   int tpr = 32, block = 256, rpb = 8;
   std::int64_t row_blocks = 0;
@@ -300,7 +290,7 @@ template <typename T, int N>
 void fwd_typed(const void* x, const void* res, const void* w, void* y, void* sum, float* rstd, std::int64_t rows,
                int hidden, float eps, cudaStream_t stream) {
   const Config c = config(rows, hidden / N);
-  const std::int64_t max_blocks = static_cast<std::int64_t>(sm_count()) * (2048 / c.block);
+  const std::int64_t max_blocks = static_cast<std::int64_t>(sm_count("add_rms_norm: SM count")) * (2048 / c.block);
   const int grid = static_cast<int>(std::min(c.row_blocks, max_blocks));
   add_rms_norm_fwd_kernel<T, N><<<grid, c.block, 0, stream>>>(static_cast<const T*>(x), static_cast<const T*>(res),
                                                               static_cast<const T*>(w), static_cast<T*>(y),
@@ -313,7 +303,8 @@ void bwd_typed(const void* dy, const void* sum, const float* rstd, const void* w
                void* dw, float* workspace, std::int64_t workspace_rows, std::int64_t rows, int hidden,
                cudaStream_t stream) {
   const Config c = config(rows, hidden / N);
-  std::int64_t grid = std::min(c.row_blocks, static_cast<std::int64_t>(sm_count()) * (2048 / c.block));
+  std::int64_t grid =
+      std::min(c.row_blocks, static_cast<std::int64_t>(sm_count("add_rms_norm: SM count")) * (2048 / c.block));
   std::size_t smem = 0;
   auto kernel = add_rms_norm_bwd_kernel<T, N>;
   if (dw != nullptr) {
@@ -387,7 +378,9 @@ void add_rms_norm_fwd(const void* x, const void* residual, const void* weight, v
   }
 }
 
-std::int64_t add_rms_norm_bwd_workspace_rows() { return static_cast<std::int64_t>(sm_count()) * 2; }
+std::int64_t add_rms_norm_bwd_workspace_rows() {
+  return static_cast<std::int64_t>(sm_count("add_rms_norm: SM count")) * 2;
+}
 
 void add_rms_norm_bwd(const void* dy, const void* sum, const float* rstd, const void* weight, const void* dsum_out,
                       void* dsum, void* dweight, float* workspace, std::int64_t workspace_rows, std::int64_t rows,

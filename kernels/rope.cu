@@ -78,18 +78,13 @@ __global__ void rope_kernel(T* q, std::int64_t qst, std::int64_t qsh, int hq, T*
   }
 }
 
-bool aligned16(const void* p) { return p == nullptr || (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
-
 template <typename T, int N>
 void launch(void* q, std::int64_t qst, std::int64_t qsh, int hq, void* k, std::int64_t kst, std::int64_t ksh, int hk,
             const void* cos, const void* sin, std::int64_t tokens, int half, bool inverse, cudaStream_t stream,
             void* q_out) {
   const std::int64_t total = tokens * (hq + hk) * (half / N);
   constexpr int kThreads = 256;
-  int dev = 0, sms = 0;
-  check(cudaGetDevice(&dev), "rope_kernel: cudaGetDevice");
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "rope_kernel: SM count");
-  const std::int64_t max_blocks = static_cast<std::int64_t>(sms) * (2048 / kThreads);
+  const std::int64_t max_blocks = static_cast<std::int64_t>(sm_count("rope_kernel: SM count")) * (2048 / kThreads);
   const int grid = static_cast<int>(std::min((total + kThreads - 1) / kThreads, max_blocks));
   auto* qp = static_cast<T*>(q);
   auto* kp = static_cast<T*>(k);

@@ -93,8 +93,6 @@ __global__ void swiglu_bwd_kernel(const T* dy, const T* __restrict__ gate, std::
   }
 }
 
-bool aligned16(const void* p) { return p == nullptr || (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
-
 struct Launch {
   int threads = 256;
   int grid = 1;
@@ -112,10 +110,7 @@ Launch plan(std::int64_t rows, std::int64_t cols, int n, const char* what) {
     l.threads = 256;
   }
   l.tiles_per_row = (nvec + l.threads - 1) / l.threads;
-  int dev = 0, sms = 0;
-  check(cudaGetDevice(&dev), what);
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), what);
-  const std::int64_t max_blocks = static_cast<std::int64_t>(sms) * (2048 / l.threads);
+  const std::int64_t max_blocks = static_cast<std::int64_t>(sm_count(what)) * (2048 / l.threads);
   l.grid = static_cast<int>(std::min(rows * l.tiles_per_row, max_blocks));
   return l;
 }
