@@ -45,9 +45,10 @@ AdvancedPage::AdvancedPage(ConfigForm* form, QWidget* parent) : QWidget(parent),
   gv->addWidget(gpu_panel_);
   c1->addWidget(gpus);
   auto* c2 = new QVBoxLayout;
-  c2->addWidget(group(tr("Kernels and activations"),
-                      {"attn_impl", "fused_kernels", "packing", "padding_free", "activation_checkpointing",
-                       "offload_activations", "mlp_tile_tokens", "keep_attention", "gpu_memory_budget_gib"}));
+  c2->addWidget(
+      group(tr("Kernels and activations"),
+            {"attn_impl", "fused_kernels", "packing", "padding_free", "activation_checkpointing", "offload_activations",
+             "mlp_tile_tokens", "keep_attention", "layers_per_checkpoint", "gpu_memory_budget_gib"}));
   c2->addWidget(group(tr("Base weights (QLoRA)"), {"quant_bits", "bnb_4bit_quant_type", "bnb_4bit_use_double_quant",
                                                    "bnb_4bit_compute_dtype", "quant_method"}));
   c2->addWidget(group(tr("Optimizer memory"),

@@ -134,6 +134,7 @@ const std::map<std::string_view, const char*>& labels() {
       {"offload_activations", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Offload activations to CPU")},
       {"mlp_tile_tokens", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Tiled MLP (tokens per tile)")},
       {"keep_attention", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Keep attention outputs")},
+      {"layers_per_checkpoint", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Layers per stored checkpoint")},
       {"gpu_memory_budget_gib", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "GPU memory budget (GiB)")},
       {"sequence_parallel_size", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Sequence-parallel size")},
       {"ulysses_size", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Ulysses degree")},

@@ -10,6 +10,7 @@
 //                 [--steps 5] [--warmup 2] [--lora-r 16] [--lora-alpha 32]
 //                 [--checkpointing all|auto|none|N] [--fused on|off] [--offload on|off] [--mlp-tile auto|N]
 //                 [--keep-attention auto|all|none] [--mlp-recompute auto|N] [--mlp-offload auto|N]
+//                 [--layers-per-checkpoint auto|N]
 //                 [--attention cudnn|flash|auto] [--memory-gib G] [--profile FILE] [--quant nf4|fp4]
 //                 [--targets q_proj,k_proj,...]
 //                 [--device cuda|cpu] [--dtype bfloat16|float32]
@@ -45,6 +46,8 @@
 // auto (the default) tiles when the planner says the job needs it, as the engine does.
 // --keep-attention all keeps every checkpointed layer's attention output for backward (its
 // recomputation skips the attention forward); auto keeps as many as the planner's budget allows.
+// --layers-per-checkpoint N: runs of N consecutive checkpointed layers store one input (checkpoint
+// segments, docs/training.md); auto (the default): 1 unless the planner finds only more fits.
 // --mlp-recompute N: the first N layers that are not checkpointed keep none of their MLP's
 // intermediates (kernels::rms_norm_mlp: gate and up recomputed in backward); auto (the default):
 // as many as the planner chooses under --checkpointing auto, none otherwise.

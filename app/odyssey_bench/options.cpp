@@ -29,6 +29,7 @@ TrainConfig bench_config(const Options& o, const std::string& mode, std::int64_t
   c.offload_activations = o.offload;
   c.mlp_tile_tokens = o.mlp_tile;
   c.keep_attention = o.keep_attention;
+  c.layers_per_checkpoint = o.layers_per_checkpoint;
   c.sequence_parallel_size = world / std::max(1, o.dp);
   c.nproc_per_node = world;
   c.ulysses_size = o.ulysses;
@@ -83,7 +84,11 @@ int parse_options(int argc, char** argv, Options& o) {
       } else if (a == "--ulysses") o.ulysses = std::stoi(next());
       else if (a == "--dp") o.dp = std::stoi(next());
       else if (a == "--keep-attention") o.keep_attention = next();
-      else if (a == "--mlp-recompute") {
+      else if (a == "--layers-per-checkpoint") {
+        const std::string v = next();
+        o.layers_per_checkpoint = v == "auto" ? 0 : std::stoll(v);
+        if (o.layers_per_checkpoint < 0) throw std::invalid_argument(a);
+      } else if (a == "--mlp-recompute") {
         o.mlp_recompute = next();
         if (o.mlp_recompute != "auto") (void)std::stoll(o.mlp_recompute);  // "not a number" below
       } else if (a == "--mlp-offload") {

@@ -198,6 +198,7 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     rec["mlp_offloaded_layers"] = policy.count(policy.mlp_offload);
     rec["checkpointing"] = o.checkpointing;
     rec["checkpointed_layers"] = policy.count(policy.checkpoint);
+    rec["layers_per_checkpoint"] = policy.layers_per_checkpoint;
     // A count the planner would not choose: no prediction.
     if (policy.plan_matches())
       rec["planned_peak_gib"] = sig(static_cast<double>(policy.plan->allocated_bytes()) / double(1 << 30), 4);
@@ -274,7 +275,7 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     planner::FlopsOptions fo;
     fo.lora = mode == "lora";
     fo.lora_rank = o.lora_r;
-    fo.checkpointed_layers = policy.count(policy.checkpoint);
+    fo.checkpointed_layers = policy.count(policy.checkpoint) + policy.rebuilt_layers();    // forwards recomputed
     fo.lm_head_recomputed = !o.fused && seq * dc.hf.vocab_size > (std::int64_t{1} << 26);  // FLCE: never
     const planner::StepFlops f = planner::training_step_flops(hf, seq, fo);
     rec["attention_backend_ran"] = lm->attention_backend_ran();

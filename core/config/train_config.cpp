@@ -208,6 +208,18 @@ const std::array kFields = std::to_array<FieldSpec>({
      "the memory budget allows, on GPUs; with activation_checkpointing auto the two are chosen "
      "together). Padding-free rows, also under Ulysses and ring attention.",
      "", -kInf, kInf, kKeepAttention},
+    {"layers_per_checkpoint",
+     "memory",
+     &TC::layers_per_checkpoint,
+     "Checkpointed layers store one input per this many consecutive layers; backward rebuilds "
+     "the others with one more forward of those layers. Stored activations shrink N-fold "
+     "(on the GPU, or in host memory with offload_activations); auto is 1 unless the job fits "
+     "only with more.",
+     "",
+     0,
+     1e6,
+     {},
+     "auto"},
     {"gpu_memory_budget_gib",
      "memory",
      &TC::gpu_memory_budget_gib,

@@ -239,6 +239,24 @@ Diagnostics validate_config(const LoadedConfig& lc, const HfModelConfig* m) {
                                      " GPUs; one process runs per listed GPU (use auto)");
   }
 
+  // -- checkpoint segments (docs/training.md, "Checkpoint segments")
+  if (c.layers_per_checkpoint > 1) {
+    CheckpointPolicy policy;
+    parse_checkpoint_policy(c.activation_checkpointing, &policy);
+    if (c.keep_attention == "all")
+      ck.error("layers_per_checkpoint",
+               "found " + n(c.layers_per_checkpoint) +
+                   " with keep_attention: all; a layer keeping its attention output is a checkpoint of its own, so "
+                   "use keep_attention: auto or none, or layers_per_checkpoint: 1");
+    if (policy.kind == CheckpointPolicy::None || (policy.kind == CheckpointPolicy::EveryK && policy.every > 1))
+      ck.warning("layers_per_checkpoint", "found " + n(c.layers_per_checkpoint) +
+                                              " with activation_checkpointing: " + c.activation_checkpointing +
+                                              ", which checkpoints no two consecutive layers: it has no effect");
+    if (m && m->num_hidden_layers > 0 && c.layers_per_checkpoint > m->num_hidden_layers)
+      ck.error("layers_per_checkpoint", "found " + n(c.layers_per_checkpoint) + ", more than the model's " +
+                                            n(m->num_hidden_layers) + " layers (num_hidden_layers in config.json)");
+  }
+
   // -- sequence parallelism
   const std::int64_t sp = c.sequence_parallel_size;
   const std::int64_t world = c.nnodes * nproc;

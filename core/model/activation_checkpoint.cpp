@@ -5,16 +5,19 @@
 
 #include <memory>
 #include <utility>
+#include <vector>
 
 namespace odyssey::model {
 
 namespace {
 
-// What backward needs besides the saved input: the function and the RNG states of forward.
+using Fn = std::function<torch::Tensor(const torch::Tensor&)>;
+
+// What backward needs besides the saved input: the functions and the RNG states each had in
+// forward.
 struct Recompute : torch::CustomClassHolder {
-  std::function<torch::Tensor(const torch::Tensor&)> fn;
-  torch::Tensor cpu_rng;
-  torch::Tensor cuda_rng;
+  std::vector<Fn> fns;
+  std::vector<torch::Tensor> cpu_rng, cuda_rng;  // per function
   c10::DeviceIndex cuda_device = -1;
   std::shared_ptr<OffloadChain> offload;  // the input went to the host: entry `slot`
   std::size_t slot = 0;
@@ -24,15 +27,42 @@ at::Generator cuda_generator(c10::DeviceIndex index) {
   return at::globalContext().defaultGenerator(c10::Device(c10::DeviceType::CUDA, index));
 }
 
+// The generators' states as function j of `state` found them in forward, for the duration of
+// one call; the current states come back afterwards (dropout in backward's hooks, the next
+// forward, draw as if no recomputation had run).
+class ForwardRng {
+ public:
+  ForwardRng(const Recompute& state, std::size_t j) : cuda_device_(state.cuda_device) {
+    at::Generator cpu = at::detail::getDefaultCPUGenerator();
+    cpu_now_ = cpu.get_state();
+    cpu.set_state(state.cpu_rng[j]);
+    if (cuda_device_ >= 0) {
+      at::Generator cuda = cuda_generator(cuda_device_);
+      cuda_now_ = cuda.get_state();
+      cuda.set_state(state.cuda_rng[j]);
+    }
+  }
+  ~ForwardRng() {
+    at::Generator cpu = at::detail::getDefaultCPUGenerator();
+    cpu.set_state(cpu_now_);
+    if (cuda_device_ >= 0) {
+      at::Generator cuda = cuda_generator(cuda_device_);
+      cuda.set_state(cuda_now_);
+    }
+  }
+  ForwardRng(const ForwardRng&) = delete;
+  ForwardRng& operator=(const ForwardRng&) = delete;
+
+ private:
+  c10::DeviceIndex cuda_device_;
+  torch::Tensor cpu_now_, cuda_now_;
+};
+
 class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input,
                                c10::intrusive_ptr<Recompute> state) {
-    state->cpu_rng = at::detail::getDefaultCPUGenerator().get_state();
-    if (input.is_cuda()) {
-      state->cuda_device = input.device().index();
-      state->cuda_rng = cuda_generator(state->cuda_device).get_state();
-    }
+    if (input.is_cuda()) state->cuda_device = input.device().index();
     if (state->offload && input.is_cuda()) {
       state->slot = state->offload->push(input);
     } else {
@@ -41,7 +71,13 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     }
     ctx->saved_data["state"] = c10::IValue::make_capsule(state);
     torch::NoGradGuard no_grad;
-    return state->fn(input);
+    torch::Tensor x = input;
+    for (const Fn& fn : state->fns) {
+      state->cpu_rng.push_back(at::detail::getDefaultCPUGenerator().get_state());
+      if (state->cuda_device >= 0) state->cuda_rng.push_back(cuda_generator(state->cuda_device).get_state());
+      x = fn(x);
+    }
+    return x;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -50,30 +86,34 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     torch::Tensor saved;
     if (state->offload) {
       saved = state->offload->take(state->slot);
-      // Bring the next input backward needs while this layer recomputes.
+      // Bring the next input backward needs while this segment recomputes.
       if (state->slot > 0) state->offload->prefetch(state->slot - 1);
     } else {
       saved = ctx->get_saved_variables()[0];
     }
-    // Re-run with forward's RNG state, then give the generators their current state back.
-    at::Generator cpu = at::detail::getDefaultCPUGenerator();
-    const torch::Tensor cpu_now = cpu.get_state();
-    cpu.set_state(state->cpu_rng);
-    torch::Tensor cuda_now;
-    if (state->cuda_device >= 0) {
-      cuda_now = cuda_generator(state->cuda_device).get_state();
-      cuda_generator(state->cuda_device).set_state(state->cuda_rng);
+    // The inputs of the segment's later functions, rebuilt without recording.
+    std::vector<torch::Tensor> inputs{saved.detach()};
+    saved = torch::Tensor();
+    for (std::size_t j = 0; j + 1 < state->fns.size(); ++j) {
+      torch::NoGradGuard no_grad;
+      ForwardRng rng(*state, j);
+      inputs.push_back(state->fns[j](inputs[j]));
     }
-    torch::Tensor x = saved.detach().requires_grad_(true);
-    torch::Tensor y;
-    {
-      torch::AutoGradMode enable(true);
-      y = state->fn(x);
+    torch::Tensor grad = grad_outputs[0];
+    for (std::size_t j = state->fns.size(); j-- > 0;) {
+      torch::Tensor x = inputs[j].detach().requires_grad_(true);
+      inputs[j] = torch::Tensor();
+      torch::Tensor y;
+      {
+        ForwardRng rng(*state, j);
+        torch::AutoGradMode enable(true);
+        y = state->fns[j](x);
+      }
+      if (!y.requires_grad() || !grad.defined()) return {torch::Tensor(), torch::Tensor()};
+      torch::autograd::backward({y}, {grad});
+      grad = x.grad();
     }
-    cpu.set_state(cpu_now);
-    if (state->cuda_device >= 0) cuda_generator(state->cuda_device).set_state(cuda_now);
-    if (y.requires_grad()) torch::autograd::backward({y}, {grad_outputs[0]});
-    return {x.grad(), torch::Tensor()};
+    return {grad, torch::Tensor()};
   }
 };
 
@@ -82,8 +122,15 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
 torch::Tensor checkpointed(std::function<torch::Tensor(const torch::Tensor&)> fn, const torch::Tensor& input,
                            const std::shared_ptr<OffloadChain>& offload) {
   TORCH_CHECK(input.requires_grad(), "checkpointed(): the input must require grad");
+  return checkpointed_segment({std::move(fn)}, input, offload);
+}
+
+torch::Tensor checkpointed_segment(std::vector<Fn> fns, const torch::Tensor& input,
+                                   const std::shared_ptr<OffloadChain>& offload) {
+  TORCH_CHECK(input.requires_grad(), "checkpointed_segment(): the input must require grad");
+  TORCH_CHECK(!fns.empty(), "checkpointed_segment(): no function");
   auto state = c10::make_intrusive<Recompute>();
-  state->fn = std::move(fn);
+  state->fns = std::move(fns);
   state->offload = offload;
   return CheckpointFunction::apply(input, state);
 }

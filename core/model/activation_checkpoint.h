@@ -17,6 +17,7 @@
 
 #include <functional>
 #include <memory>
+#include <vector>
 
 namespace odyssey::model {
 
@@ -31,5 +32,17 @@ using kernels::offloaded_bytes_total;
 
 torch::Tensor checkpointed(std::function<torch::Tensor(const torch::Tensor&)> fn, const torch::Tensor& input,
                            const std::shared_ptr<OffloadChain>& offload = nullptr);
+
+// A checkpoint segment (layers_per_checkpoint, docs/training.md "Checkpoint segments"):
+// fns[0], fns[1], … applied in turn, keeping only the first one's input (on the GPU or in
+// `offload`), one stored input for fns.size() layers. Backward first re-runs fns[0 .. k-2]
+// without recording to rebuild the inputs of the later ones, then treats each function as
+// checkpointed() does, from the last: re-run with recording from its input and the RNG state
+// it had in forward, back-propagate, drop its input, hand its input's gradient down. So one
+// function's intermediates exist at a time, plus the segment's k inputs while its backward
+// runs; the price is one more forward of the first k − 1 functions. Gradients equal
+// checkpointing each function on its own, bit for bit (the same ops in the same order).
+torch::Tensor checkpointed_segment(std::vector<std::function<torch::Tensor(const torch::Tensor&)>> fns,
+                                   const torch::Tensor& input, const std::shared_ptr<OffloadChain>& offload = nullptr);
 
 }  // namespace odyssey::model

@@ -9,6 +9,7 @@
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
 #include "model/activation_checkpoint.h"
+#include "planner/memory_planner.h"
 #include "model/rope.h"
 #include "model/tiled_attention.h"
 
@@ -580,17 +581,30 @@ torch::Tensor CausalLMImpl::layers_and_norm(torch::Tensor h, const LayerContext&
     m = torch::Tensor();
     return h;
   };
+  // Checkpoint segments: which checkpointed layers store their input (the others are rebuilt
+  // from their segment's first layer in backward).
+  const std::vector<bool> stores =
+      odyssey::checkpoint_stores(checkpoint_layers_, keep_attention_layers_, layers_per_checkpoint_);
   for (std::size_t i = 0; i < n; ++i) {
     DecoderLayer layer = model->layer_list[i];
     const bool ckpt = recording && flagged(checkpoint_layers_, i);
     const bool mlp_off = !ckpt && recording && flagged(mlp_offload_layers_, i) && layer->mlp && !layer->mlp->recompute;
+    const std::size_t seg_first = i;  // a checkpoint segment runs from here to i
     if (ckpt) {
       h = output();
       if (!h.requires_grad()) h = h.detach().requires_grad_(true);  // frozen embeddings (LoRA)
       LayerContext lctx = ctx;
       if (flagged(keep_attention_layers_, i) && ctx.cu_seqlens.defined())
         lctx.stash = std::make_shared<AttentionStash>();
-      h = checkpointed([layer, lctx](const torch::Tensor& x) mutable { return layer(x, lctx); }, h, offload);
+      std::vector<std::function<torch::Tensor(const torch::Tensor&)>> fns{
+          [layer, lctx](const torch::Tensor& x) mutable { return layer(x, lctx); }};
+      // The checkpointed layers after it that store no input of their own join its segment.
+      while (i + 1 < n && flagged(checkpoint_layers_, i + 1) && !flagged(stores, i + 1)) {
+        ++i;
+        fns.push_back([next = model->layer_list[i], ctx](const torch::Tensor& x) mutable { return next(x, ctx); });
+      }
+      h = fns.size() == 1 ? checkpointed(std::move(fns.front()), h, offload)
+                          : checkpointed_segment(std::move(fns), h, offload);
       if (lctx.stash && offload_checkpoints_) {
         if (!kept_host) kept_host = make_offload_chain();
         lctx.stash->park(kept_host);
@@ -621,9 +635,13 @@ torch::Tensor CausalLMImpl::layers_and_norm(torch::Tensor h, const LayerContext&
     }
     // The layer's output gets its gradient when the next layer's backward has run: on m when
     // the output is a pair (m's gradient is the output's).
+    // (A segment's layers first..i have one output, the last one's.)
     const torch::Tensor& out = m.defined() ? m : h;
-    if (i < prefetch_at.size() && !prefetch_at[i].empty() && out.requires_grad())
-      out.register_hook([chain = mlp_chain, entries = std::move(prefetch_at[i])](const torch::Tensor&) {
+    std::vector<std::size_t> entries;
+    for (std::size_t j = seg_first; j <= i && j < prefetch_at.size(); ++j)
+      entries.insert(entries.end(), prefetch_at[j].begin(), prefetch_at[j].end());
+    if (!entries.empty() && out.requires_grad())
+      out.register_hook([chain = mlp_chain, entries = std::move(entries)](const torch::Tensor&) {
         for (const std::size_t e : entries) chain->prefetch(e);
       });
   }

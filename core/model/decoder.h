@@ -31,6 +31,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -454,6 +455,12 @@ class CausalLMImpl : public torch::nn::Module {
   // backward (offload_activations; activation_checkpoint.h). CUDA only; no effect on CPU.
   void set_offload_checkpoints(bool on) { offload_checkpoints_ = on; }
   bool offload_checkpoints() const { return offload_checkpoints_; }
+  // Checkpoint segments (layers_per_checkpoint; checkpointed_segment): runs of up to n
+  // consecutive checkpointed layers, counted from the first of each run, keep one stored input
+  // between them, and backward rebuilds the others. Layers keeping their attention output stay
+  // segments of one. 1 (the default): every checkpointed layer keeps its own input.
+  void set_layers_per_checkpoint(std::int64_t n) { layers_per_checkpoint_ = std::max<std::int64_t>(1, n); }
+  std::int64_t layers_per_checkpoint() const { return layers_per_checkpoint_; }
   // Tiled MLP in every layer (MlpImpl::tile_tokens); 0 = off.
   void set_mlp_tile_tokens(std::int64_t tokens);
   std::int64_t mlp_tile_tokens() const { return mlp_tile_tokens_; }
@@ -540,6 +547,7 @@ class CausalLMImpl : public torch::nn::Module {
   torch::Tensor layers_and_norm(torch::Tensor h, const LayerContext& ctx);
   std::vector<bool> checkpoint_layers_;
   bool offload_checkpoints_ = false;
+  std::int64_t layers_per_checkpoint_ = 1;
   std::int64_t mlp_tile_tokens_ = 0;
   std::vector<bool> mlp_offload_layers_;
   std::int64_t mlp_offload_lead_ = 1;

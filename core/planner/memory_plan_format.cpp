@@ -50,8 +50,15 @@ std::string format_plan_table(const MemoryPlan& p) {
   const std::int64_t left = p.capacity_bytes - p.peak_bytes;
   out += "  " + pad(p.fits ? "fits, headroom" : "DOES NOT FIT, short by", 48) + size(left < 0 ? -left : left) + "\n";
   out += "  checkpointed layers: " + std::to_string(p.checkpointed_layers) + " of " + std::to_string(p.total_layers) +
-         (p.checkpoint_every > 0 ? " (every " + std::to_string(p.checkpoint_every) + ")" : "") + "\n";
-  if (p.host_bytes > 0) out += "  on the host per process: " + text_trim(size(p.host_bytes)) + "\n";
+         (p.checkpoint_every > 0 ? " (every " + std::to_string(p.checkpoint_every) + ")" : "") +
+         (p.stored_checkpoints < p.checkpointed_layers
+              ? ", " + std::to_string(p.stored_checkpoints) + " inputs stored (up to " +
+                    std::to_string(p.layers_per_checkpoint) + " layers per input)"
+              : std::string()) +
+         "\n";
+  if (p.host_bytes > 0)
+    out += "  on the host per process: " + text_trim(size(p.host_bytes)) + " of " +
+           text_trim(size(p.host_capacity_bytes)) + " it may pin\n";
   bool header = false;
   for (const auto& it : p.items)
     if (!it.at_peak) {
@@ -82,12 +89,15 @@ nlohmann::json plan_to_json(const MemoryPlan& p) {
       {"checkpointed_layers", p.checkpointed_layers},
       {"total_layers", p.total_layers},
       {"checkpoint_every", p.checkpoint_every},
+      {"layers_per_checkpoint", p.layers_per_checkpoint},
+      {"stored_checkpoints", p.stored_checkpoints},
       {"mlp_tile_tokens", p.mlp_tile_tokens},
       {"attention_kept_layers", p.attention_kept_layers},
       {"mlp_recomputed_layers", p.mlp_recomputed_layers},
       {"mlp_offloaded_layers", p.mlp_offloaded_layers},
       {"tokens_per_gpu", p.tokens_per_gpu},
       {"host_bytes", p.host_bytes},
+      {"host_capacity_bytes", p.host_capacity_bytes},
       {"layout", {{"world_size", l.world_size}, {"dp", l.dp}, {"sp", l.sp}, {"ulysses", l.ulysses}, {"ring", l.ring}}},
       {"items", items},
       {"notes", p.notes},

@@ -88,12 +88,52 @@ Terms terms_of(const TrainConfig& c, const HfModelConfig& m, const PlannerOption
   return best;
 }
 
+// Within the GPU's capacity, and what goes to the host within what it may take.
+bool fits_both(const Terms& t, const Eval& e) {
+  return e.peak <= t.capacity && t.host_optimizer + e.host_acts <= t.host_capacity;
+}
+
+// The layers' choice for `t0`; with layers_per_checkpoint auto on a GPU, when that does not fit
+// (the GPU or the host), the fewest layers per stored input that do, over every layer (or the
+// chosen ones, when only the host was short), keeping no attention output.
+struct Chosen {
+  Terms t;
+  planner_detail::LayerChoice lc;
+  Eval e;
+};
+Chosen choose(const Terms& t0, const CheckpointPolicy& pol, const TrainConfig& c) {
+  Chosen r{t0, planner_detail::choose_layers(t0, pol, c.keep_attention), {}};
+  r.e = planner_detail::evaluate(r.t, r.lc.checkpointed, r.lc.every, r.lc.kept, r.lc.mlp, r.lc.offload);
+  if (c.layers_per_checkpoint > 0 || !t0.cuda || fits_both(r.t, r.e) || c.keep_attention == "all" || r.lc.every > 1)
+    return r;
+  const bool gpu_fits = r.e.peak <= t0.capacity;
+  // Only the host is short: fewer kept attention outputs (parked there with offload) first.
+  if (gpu_fits && c.keep_attention == "auto")
+    for (i64 k = r.lc.kept - 1; k >= 0; --k) {
+      const Eval e = planner_detail::evaluate(r.t, r.lc.checkpointed, r.lc.every, k, r.lc.mlp, r.lc.offload);
+      if (fits_both(r.t, e)) {
+        r.lc.kept = k;
+        r.e = e;
+        return r;
+      }
+    }
+  const i64 n = pol.kind == CheckpointPolicy::Auto && !gpu_fits ? t0.layers : r.lc.checkpointed;
+  const i64 mlp = gpu_fits ? r.lc.mlp : 0, offload = gpu_fits ? r.lc.offload : 0;
+  for (i64 seg = 2; seg <= n; ++seg) {
+    Terms t = t0;
+    t.segment = seg;
+    const Eval e = planner_detail::evaluate(t, n, 0, 0, mlp, offload);
+    if (fits_both(t, e)) return {t, {n, 0, 0, e.mlp_layers, e.offload_layers}, e};
+  }
+  return r;
+}
+
 bool plan_fits(const TrainConfig& c, const HfModelConfig& m, const PlannerOptions& o, const CheckpointPolicy& pol) {
   if (!out_of_reach(c, m, o).empty()) return false;
   const Terms t = terms_of(c, m, o, pol);
   if (!t.valid) return false;
-  const planner_detail::LayerChoice lc = planner_detail::choose_layers(t, pol, c.keep_attention);
-  return planner_detail::evaluate(t, lc.checkpointed, lc.every, lc.kept, lc.mlp, lc.offload).peak <= t.capacity;
+  const Chosen ch = choose(t, pol, c);
+  return fits_both(ch.t, ch.e);
 }
 
 class ItemBuilder {
@@ -182,7 +222,8 @@ void add_items(MemoryPlan& plan, const Terms& t, const Eval& e, const TrainConfi
                   " less while their MLP's gate and up are on the host";
   if (ph == 1) {
     ib.add("checkpointed layer inputs", "activations", e.bwd_inputs,
-           "inputs of the checkpointed layers below the one in backward");
+           t.segment > 1 ? "stored inputs below the layer in backward, and its segment's inputs rebuilt below it"
+                         : "inputs of the checkpointed layers below the one in backward");
     ib.add("stored layer activations", "activations", e.bwd_full, per_layer + mlp_detail);
     ib.add("recomputed layer", "activations", e.bwd_recompute,
            "one checkpointed layer's activations, rebuilt in backward");
@@ -190,7 +231,10 @@ void add_items(MemoryPlan& plan, const Terms& t, const Eval& e, const TrainConfi
            "attention outputs of the kept layers below the one in backward (" + gib(t.attn_kept) + " each)");
   } else {
     ib.add("checkpointed layer inputs", "activations", e.stored_inputs,
-           num(plan.checkpointed_layers) + " layers × " + gib(t.layer_in) +
+           num(e.stored_segments) + " inputs × " + gib(t.layer_in) +
+               (e.stored_segments < plan.checkpointed_layers
+                    ? " (" + num(plan.checkpointed_layers) + " layers, up to " + num(t.segment) + " per stored input)"
+                    : std::string()) +
                (t.offload_acts ? " (at most 2 on the GPU, the rest offloaded)" : ""),
            acts_at_peak);
     ib.add("stored layer activations", "activations", e.stored_full, per_layer + mlp_detail, acts_at_peak);
@@ -248,7 +292,9 @@ void add_notes(MemoryPlan& plan, const Terms& t, const TrainConfig& c, const Pla
     n.push_back("activation_checkpointing " + c.activation_checkpointing + " is not a policy; planned as auto");
   const std::string ck = num(plan.checkpointed_layers) + " of " + num(plan.total_layers) + " layers checkpointed";
   if (c.activation_checkpointing == "auto" || !policy_ok)
-    n.push_back(!plan.fits ? "activation_checkpointing auto: does not fit even with every layer checkpointed"
+    n.push_back(!plan.fits
+                    ? std::string("activation_checkpointing auto: does not fit even with every layer checkpointed") +
+                          (t.cuda && c.layers_per_checkpoint == 0 ? " (nor with checkpoint segments)" : "")
                 : plan.attention_kept_layers > 0 && c.keep_attention == "auto"
                     ? "activation_checkpointing auto: " + ck +
                           " (the least recomputation that fits: a layer keeping its attention output recomputes "
@@ -264,6 +310,18 @@ void add_notes(MemoryPlan& plan, const Terms& t, const TrainConfig& c, const Pla
         "ZeRO with one process shards nothing" +
         std::string(c.offload_optimizer ? "; it only moves the optimizer state to host memory (ZeRO-Offload)" : ""));
   if (t.host_optimizer > 0) n.push_back("optimizer offloaded: " + gib(t.host_optimizer) + " on the host per process");
+  if (plan.host_bytes > plan.host_capacity_bytes)
+    n.push_back("host memory: what is offloaded (" + gib(plan.host_bytes) + " per process) exceeds the " +
+                gib(plan.host_capacity_bytes) + " the host can pin (" +
+                num(std::lround(planner::kHostOffloadShare * 100)) + "% of its RAM, shared by " +
+                num(t.procs_per_node) + " process(es))" +
+                (c.layers_per_checkpoint == 1 ? "; layers_per_checkpoint auto stores fewer inputs" : ""));
+  if (plan.layers_per_checkpoint > 1 && plan.checkpointed_layers > 1)
+    n.push_back("checkpoint segments: up to " + num(plan.layers_per_checkpoint) +
+                " consecutive checkpointed layers share one stored input (" + num(plan.stored_checkpoints) +
+                " stored for " + num(plan.checkpointed_layers) + " layers); backward rebuilds the others" +
+                (c.layers_per_checkpoint == 0 ? " (layers_per_checkpoint auto: only this fits)" : "") +
+                ", one more forward of " + num(plan.checkpointed_layers - plan.stored_checkpoints) + " layers a step");
   // A LoRA job that does not fit: its AdamW moments can leave the GPU (ZeRO-Offload, also on
   // one process); the gradients stay, in fp32, as they are already.
   if (!plan.fits && t.cuda && t.lora && c.zero_stage == 0 && !c.use_galore && t.adam > 0)
@@ -350,33 +408,36 @@ MemoryPlan plan_memory(const TrainConfig& c, const HfModelConfig& m, const Plann
   }
   bool policy_ok = true;
   const CheckpointPolicy pol = policy_of(c, &policy_ok);
-  const Terms t = terms_of(c, m, o, pol);
-  plan.device = t.cuda ? "cuda" : "cpu";
-  plan.layout = t.valid ? t.layout : parallel_layout(c, m.num_key_value_heads);
+  const Terms t0 = terms_of(c, m, o, pol);
+  plan.device = t0.cuda ? "cuda" : "cpu";
+  plan.layout = t0.valid ? t0.layout : parallel_layout(c, m.num_key_value_heads);
   plan.total_layers = m.num_hidden_layers;
-  if (!t.valid) {
+  if (!t0.valid) {
     plan.notes.push_back("the model's shape is unknown (hidden_size, layers, heads or vocab_size missing)");
     return plan;
   }
   if (c.fused_kernels)
     for (const std::string& op : fused_kernel_gaps(m)) plan.notes.push_back("fused kernels fall back for " + op);
-  plan.mlp_tile_tokens = t.mlp_tile;
-  const planner_detail::LayerChoice lc = planner_detail::choose_layers(t, pol, c.keep_attention);
+  plan.mlp_tile_tokens = t0.mlp_tile;
+  const Chosen ch = choose(t0, pol, c);
+  const Terms& t = ch.t;
+  const planner_detail::LayerChoice& lc = ch.lc;
+  const Eval& e = ch.e;
   plan.checkpointed_layers = lc.checkpointed;
   plan.checkpoint_every = lc.every;
-  plan.attention_kept_layers = lc.kept;
-  const Eval e = planner_detail::evaluate(t, plan.checkpointed_layers, plan.checkpoint_every,
-                                          plan.attention_kept_layers, lc.mlp, lc.offload);
+  plan.layers_per_checkpoint = t.segment;
+  plan.stored_checkpoints = e.stored_segments;
   plan.attention_kept_layers = e.kept_layers;
   plan.mlp_recomputed_layers = e.mlp_layers;
   plan.mlp_offloaded_layers = e.offload_layers;
   plan.tokens_per_gpu = t.tokens;
   plan.capacity_bytes = t.capacity;
   plan.peak_bytes = e.peak;
-  plan.fits = e.peak <= t.capacity;
+  plan.fits = fits_both(t, e);
   static const char* const kPhases[] = {"loss", "backward", "optimizer step"};
   plan.peak_phase = kPhases[e.phase];
   plan.host_bytes = t.host_optimizer + e.host_acts;
+  plan.host_capacity_bytes = t.host_capacity;
   add_items(plan, t, e, c);
   add_notes(plan, t, c, o, policy_ok);
   return plan;
@@ -473,6 +534,27 @@ bool offloads_mlp(const MemoryPlan& p, std::int64_t layer) {
 bool recomputes_mlp(const MemoryPlan& p, std::int64_t layer) {
   const std::int64_t below = free_layers_below(p, layer);
   return below >= p.mlp_offloaded_layers && below < p.mlp_offloaded_layers + p.mlp_recomputed_layers;
+}
+
+std::vector<bool> checkpoint_stores(const std::vector<bool>& checkpointed, const std::vector<bool>& keeps_attention,
+                                    std::int64_t segment) {
+  std::vector<bool> stores(checkpointed.size(), false);
+  auto keeps = [&](std::size_t j) { return j < keeps_attention.size() && keeps_attention[j]; };
+  i64 run = 0;  // place in the current segment of the layer before, 0 = none open
+  for (std::size_t j = 0; j < checkpointed.size(); ++j) {
+    if (!checkpointed[j]) {
+      run = 0;
+      continue;
+    }
+    const bool single = keeps(j) || segment <= 1;
+    if (single || run == 0 || run >= segment) {
+      stores[j] = true;
+      run = single ? 0 : 1;
+    } else {
+      ++run;
+    }
+  }
+  return stores;
 }
 
 bool checkpoints_layer(const MemoryPlan& p, std::int64_t layer) {

@@ -64,6 +64,12 @@ inline constexpr double kOffloadLayerFlopsPerSecond = 500e12;
 // MLP's backward (a gradient hook on the output of layer i + lead): one more than the layers
 // offloaded, so the copies back have about two layers' backward time each.
 inline std::int64_t mlp_offload_lead(std::int64_t offloaded_layers) { return offloaded_layers + 1; }
+// Share of the host's RAM that offloading (offload_activations, offload_optimizer) may fill
+// with pinned blocks, per node; the rest is for the OS, the process's own allocations, the
+// data and the page cache of the model files. An estimate: the 7B LoRA step at 524,288 tokens
+// (docs/benchmarks.md) pinned 26 inputs in 4 GiB blocks, 104 GiB of the H200 machine's 128 GiB
+// (81%), and ran; pinning more than the RAM left free fails or pushes the machine into swap.
+inline constexpr double kHostOffloadShare = 0.85;
 // Block of blockwise 8-bit optimizer states (one fp32 absmax per block, bitsandbytes).
 inline constexpr std::int64_t kQuantBlock = 256;
 // A plan whose certain part (weights and one activation per layer) exceeds the capacity by
@@ -82,10 +88,12 @@ inline constexpr std::int64_t kMaxSearchLength = std::int64_t{1} << 26;
 enum class PlannerReference { Odyssey, HfPeft };
 
 struct PlannerOptions {
-  std::int64_t gpu_memory_bytes = 0;   // per GPU; 0 = an H200 (planner::kH200MemoryBytes)
-  std::int64_t host_memory_bytes = 0;  // for device cpu; 0 = this machine's RAM
-  double reserve_fraction = 0.0;       // share of the capacity kept out of the plan (0..0.9)
-  std::string auto_device = "cuda";    // how device: auto is planned: cuda or cpu
+  std::int64_t gpu_memory_bytes = 0;  // per GPU; 0 = an H200 (planner::kH200MemoryBytes)
+  // The host's RAM, 0 = this machine's: the capacity for device cpu, and on GPUs the limit of
+  // what offloading parks there (kHostOffloadShare of it, shared by the node's processes).
+  std::int64_t host_memory_bytes = 0;
+  double reserve_fraction = 0.0;     // share of the capacity kept out of the plan (0..0.9)
+  std::string auto_device = "cuda";  // how device: auto is planned: cuda or cpu
   PlannerReference reference = PlannerReference::Odyssey;
   // offload_activations parks kept attention outputs in pinned host memory (AttentionStash::park,
   // since 2026-12-03). false plans the engine before that, which kept them on the GPU: how
@@ -108,7 +116,11 @@ struct MemoryPlan {
   bool fits = false;
   std::int64_t checkpointed_layers = 0;
   std::int64_t total_layers = 0;
-  std::int64_t checkpoint_every = 0;       // 0: the first checkpointed_layers layers; K: 0, K, 2K, …
+  std::int64_t checkpoint_every = 0;  // 0: the first checkpointed_layers layers; K: 0, K, 2K, …
+  // Checkpoint segments: runs of up to this many consecutive checkpointed layers (that keep no
+  // attention output) store one input (layers_per_checkpoint; auto: 1 unless only more fits).
+  std::int64_t layers_per_checkpoint = 1;
+  std::int64_t stored_checkpoints = 0;     // checkpointed inputs stored, on the GPU or the host
   std::int64_t mlp_tile_tokens = 0;        // tiled MLP: tokens per tile (0 = untiled)
   std::int64_t attention_kept_layers = 0;  // checkpointed layers keeping their attention output (the last ones)
   std::int64_t mlp_recomputed_layers =
@@ -117,9 +129,10 @@ struct MemoryPlan {
       0;                   // layers not checkpointed whose MLP keeps gate and up on the host (the first ones)
   std::string peak_phase;  // loss, backward, optimizer step
   ParallelLayout layout;
-  std::int64_t tokens_per_gpu = 0;  // batch × max_length / sequence_parallel_size
-  std::string device;               // cuda|cpu
-  std::int64_t host_bytes = 0;      // per process on the host: offloaded states, activations
+  std::int64_t tokens_per_gpu = 0;       // batch × max_length / sequence_parallel_size
+  std::string device;                    // cuda|cpu
+  std::int64_t host_bytes = 0;           // per process on the host: offloaded states, activations
+  std::int64_t host_capacity_bytes = 0;  // what offloading may park there per process (kHostOffloadShare)
   std::vector<std::string> notes;
   std::string refused;  // why no plan was built (out_of_reach); "" when planned
 
@@ -163,6 +176,15 @@ bool offloads_mlp(const MemoryPlan& p, std::int64_t layer);
 // (kernels::rms_norm_mlp): the mlp_recomputed_layers layers that are not checkpointed after
 // the offloaded ones.
 bool recomputes_mlp(const MemoryPlan& p, std::int64_t layer);
+
+// Checkpoint segments (layers_per_checkpoint): which checkpointed layers store their input.
+// Runs of consecutive checkpointed layers that keep no attention output are cut into segments
+// of up to `segment` layers, from the run's first layer on, the first of each storing the
+// input; a layer keeping its attention output stores its own. The engine
+// (CausalLMImpl::layers_and_norm), the planner and odyssey-bench's FLOP count group layers by
+// this. Entries past a vector's end are false.
+std::vector<bool> checkpoint_stores(const std::vector<bool>& checkpointed, const std::vector<bool>& keeps_attention,
+                                    std::int64_t segment);
 
 std::string format_plan_table(const MemoryPlan& p);  // human table in GiB
 nlohmann::json plan_to_json(const MemoryPlan& p);

@@ -128,6 +128,9 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   // gpu_memory_budget_gib caps a GPU's memory (the engine caps its allocator the same way).
   if (t.cuda && c.gpu_memory_budget_gib > 0) device_mem = std::min(device_mem, c.gpu_memory_budget_gib * planner::kGiB);
   t.capacity = static_cast<i64>(static_cast<double>(device_mem) * keep);
+  t.host_capacity =
+      static_cast<i64>(static_cast<double>(o.host_memory_bytes > 0 ? o.host_memory_bytes : host_memory_bytes()) *
+                       planner::kHostOffloadShare / static_cast<double>(t.procs_per_node));
   t.runtime = t.cuda ? kCudaContextBytes : kCpuRuntimeBytes;
   if (t.cuda && !t.hf && p.world_size > 1) {
     t.nccl = kNcclCommunicatorBytes + kNcclCollectiveBytes;  // world: gradient all-reduce
@@ -408,6 +411,8 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
 
   t.layer_full = per_token * T + eager_sq;
   t.layer_in = b * s.h * T;
+  t.layer_in_host = static_cast<i64>(std::bit_ceil(static_cast<std::uint64_t>(t.layer_in)));
+  t.segment = std::max<i64>(1, c.layers_per_checkpoint);
   t.recompute_extra = t.fused ? 0 : t.layer_in;
   t.offload_acts = c.offload_activations && t.cuda;
   t.kept_on_host = t.offload_acts && o.kept_attention_on_host;
@@ -529,16 +534,26 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_
   i64 n_kept = 0;
   for (bool k : keeps) n_kept += k ? 1 : 0;
   e.kept_layers = n_kept;
+  // Checkpoint segments (t.segment > 1; checkpoint_stores): `pos` is a checkpointed layer's
+  // place in its segment (its input is rebuilt in backward when pos > 0).
+  std::vector<bool> ckpt_layers(static_cast<std::size_t>(L), false);
+  for (i64 j = 0; j < L; ++j) ckpt_layers[static_cast<std::size_t>(j)] = is_ckpt(j);
+  const std::vector<bool> stores = checkpoint_stores(ckpt_layers, keeps, t.segment);
+  std::vector<i64> pos(static_cast<std::size_t>(L), 0);
+  for (std::size_t j = 1; j < pos.size(); ++j)
+    if (ckpt_layers[j] && !stores[j]) pos[j] = pos[j - 1] + 1;
   auto inputs_on_gpu = [&](i64 n) { return t.offload_acts ? std::min<i64>(n, 2) * t.layer_in : n * t.layer_in; };
   // Kept attention outputs wait on the host too under offload (AttentionStash::park): at most
   // two on the GPU (the one being copied, the one prefetched).
   auto kept_on_gpu = [&](i64 n) { return (t.kept_on_host ? std::min<i64>(n, 2) : n) * t.attn_kept; };
-  i64 n_ckpt = 0;
+  i64 n_ckpt = 0, n_stored = 0;
   for (i64 j = 0; j < L; ++j) n_ckpt += is_ckpt(j) ? 1 : 0;
-  e.stored_inputs = inputs_on_gpu(n_ckpt);
+  for (bool st : stores) n_stored += st ? 1 : 0;
+  e.stored_segments = n_stored;
+  e.stored_inputs = inputs_on_gpu(n_stored);
   e.stored_full =
       (L - n_ckpt) * t.layer_full - e.mlp_layers * t.mlp_recompute_saved - e.offload_layers * t.mlp_offload_saved;
-  e.host_acts = (n_ckpt - (t.offload_acts ? std::min<i64>(n_ckpt, 2) : n_ckpt)) * t.layer_in +
+  e.host_acts = (n_stored - (t.offload_acts ? std::min<i64>(n_stored, 2) : n_stored)) * t.layer_in_host +
                 e.offload_layers * t.mlp_offload_host + (n_kept * t.attn_kept - kept_on_gpu(n_kept));
 
   // GaLore's rank-r gradients grow as backward goes down the layers, like the gradients.
@@ -547,11 +562,15 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_
 
   // Backward walks the layers from the last; before layer j runs, layers < j still hold their
   // activations, layers > j have produced their gradients. Track the largest moment.
-  i64 best = -1, ck_below = n_ckpt, full_below = L - n_ckpt, kept_below = n_kept, mlp_below = e.mlp_layers;
+  i64 best = -1, ck_below = n_stored, full_below = L - n_ckpt, kept_below = n_kept, mlp_below = e.mlp_layers;
   for (i64 j = L - 1; j >= 0; --j) {
     const bool c = is_ckpt(j);
-    if (c) --ck_below;
-    else --full_below;
+    const i64 p = pos[static_cast<std::size_t>(j)];
+    // ck_below: stored inputs below j. Those of the runs below j's own wait (on the host with
+    // offload); j's run's inputs at places 0 .. p-1 (the stored one taken back, the others
+    // rebuilt) are on the GPU while j's backward runs.
+    if (stores[static_cast<std::size_t>(j)]) --ck_below;
+    if (!c) --full_below;
     // Layer j's own recomputed gate and up exist while its MLP's backward runs: it counts whole.
     if (mlp_rc[static_cast<std::size_t>(j)]) --mlp_below;
     // Layer j's own kept output is the recomputed layer's attention output (in layer_full).
@@ -561,7 +580,8 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_
         (t.grads_persistent ? grads_all : t.grads_other - t.grads_embed + t.grads_layers * (L - 1 - j) / L) + galore;
     // With offload, the input below that is on the GPU is the one prefetched for the next
     // recomputation (the current layer's own input is among its activations).
-    const i64 acts_in = t.offload_acts ? std::min<i64>(ck_below, 1) * t.layer_in : ck_below * t.layer_in;
+    const i64 others = ck_below - (p > 0 ? 1 : 0);
+    const i64 acts_in = (t.offload_acts ? std::min<i64>(others, 1) : others) * t.layer_in + p * t.layer_in;
     // Offloaded layers below j are back on the GPU from the moment backward reaches their
     // trigger (layer i + lead, or the last layer) on; the others are still on the host.
     // (i + lead < j, as the trigger of an i < j is never the last layer then.)

@@ -57,6 +57,11 @@ struct Terms {
   std::int64_t per_token_layer = 0;  // bytes one layer saves per token (without eager's s²)
   std::int64_t layer_full = 0;       // one layer's saved activations on this GPU
   std::int64_t layer_in = 0;         // a checkpointed layer's saved input
+  std::int64_t layer_in_host = 0;    // its pinned host block (the host allocator rounds to a power of two)
+  // Checkpoint segments (layers_per_checkpoint): runs of up to `segment` consecutive
+  // checkpointed layers that keep no attention output store one input; 1 = every layer its own.
+  std::int64_t segment = 1;
+  std::int64_t host_capacity = 0;    // what offloading may park in host memory, per process
   std::int64_t recompute_extra = 0;  // what the checkpoint still holds while its layer recomputes
   std::int64_t dropout_per_layer = 0;
   bool offload_acts = false;
@@ -116,6 +121,7 @@ struct Eval {
   std::int64_t fragmentation = 0;           // at the peak phase
   // activations at the loss phase (end of forward) and at the backward peak
   std::int64_t stored_inputs = 0, stored_full = 0;
+  std::int64_t stored_segments = 0;  // checkpointed inputs stored (fewer than the checkpointed layers with segments)
   std::int64_t bwd_inputs = 0, bwd_full = 0, bwd_recompute = 0, bwd_grads = 0;
   std::int64_t bwd_galore = 0;  // GaLore rank-r gradients of the layers above the peak
   std::int64_t host_acts = 0;

@@ -31,9 +31,14 @@ std::int64_t MemoryPolicy::count(const std::vector<bool>& layers) const {
   return static_cast<std::int64_t>(std::count(layers.begin(), layers.end(), true));
 }
 
+std::int64_t MemoryPolicy::rebuilt_layers() const {
+  return count(checkpoint) - count(checkpoint_stores(checkpoint, keep_attention, layers_per_checkpoint));
+}
+
 bool MemoryPolicy::plan_matches() const {
   return plan && plan->refused.empty() && plan->checkpointed_layers == count(checkpoint) &&
-         plan->mlp_recomputed_layers == count(mlp_recompute) && plan->mlp_offloaded_layers == count(mlp_offload);
+         plan->layers_per_checkpoint == layers_per_checkpoint && plan->mlp_recomputed_layers == count(mlp_recompute) &&
+         plan->mlp_offloaded_layers == count(mlp_offload);
 }
 
 MemoryPolicy memory_policy(const TrainConfig& c, const HfModelConfig& m, const std::optional<PlannerOptions>& gpu,
@@ -94,6 +99,10 @@ MemoryPolicy memory_policy(const TrainConfig& c, const HfModelConfig& m, const s
         break;
     }
   }
+  // Checkpoint segments: as configured, or the plan's choice (auto).
+  mp.layers_per_checkpoint = c.layers_per_checkpoint > 0 ? c.layers_per_checkpoint
+                             : plan != nullptr           ? plan->layers_per_checkpoint
+                                                         : 1;
   // Kept attention: every checkpointed layer (all), none, or the last ones the plan keeps
   // (auto; the plan's checkpointed layers are the engine's when both are auto, and otherwise
   // the plan was made for the configured policy).
@@ -108,6 +117,10 @@ MemoryPolicy memory_policy(const TrainConfig& c, const HfModelConfig& m, const s
   }
   if (const auto kept = mp.count(mp.keep_attention); kept > 0)
     mp.why += "; " + std::to_string(kept) + " of them keep their attention output";
+  if (mp.layers_per_checkpoint > 1 && mp.count(mp.checkpoint) > 1)
+    mp.why += "; up to " + std::to_string(mp.layers_per_checkpoint) +
+              " consecutive checkpointed layers share one stored input (layers_per_checkpoint" +
+              (c.layers_per_checkpoint > 0 ? std::string() : " auto") + ")";
   // MLP offload, then recomputation, on the layers that are not checkpointed: the plan's
   // choice when it chose the checkpointed layers too, or fixed counts (the first N offloaded,
   // the next M recomputing).
@@ -145,6 +158,7 @@ void apply_memory_policy(model::CausalLM& lm, const MemoryPolicy& p) {
   lm->set_mlp_recompute_layers(p.mlp_recompute);
   lm->set_mlp_offload_layers(p.mlp_offload, p.mlp_offload_lead);
   lm->set_offload_checkpoints(p.offload_checkpoints);
+  lm->set_layers_per_checkpoint(p.layers_per_checkpoint);
   lm->set_mlp_tile_tokens(p.mlp_tile);
 }
 

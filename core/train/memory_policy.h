@@ -23,12 +23,16 @@ struct MemoryPolicy {
   std::vector<bool> mlp_offload;     // layers not checkpointed whose MLP keeps gate and up on the host
   std::int64_t mlp_offload_lead = 1;
   std::int64_t mlp_tile = 0;
-  bool offload_checkpoints = false;  // offload_activations: checkpointed layers keep their input on the host
-  std::string why;                   // one line for the run's log and the schedule
-  std::string over_capacity;         // the plan's warning when even its leanest choice does not fit ("" when it fits)
-  std::optional<MemoryPlan> plan;    // the planner's view of this job (on a GPU)
+  bool offload_checkpoints = false;        // offload_activations: checkpointed layers keep their input on the host
+  std::int64_t layers_per_checkpoint = 1;  // checkpoint segments (CausalLMImpl::set_layers_per_checkpoint)
+  std::string why;                         // one line for the run's log and the schedule
+  std::string over_capacity;       // the plan's warning when even its leanest choice does not fit ("" when it fits)
+  std::optional<MemoryPlan> plan;  // the planner's view of this job (on a GPU)
 
   std::int64_t count(const std::vector<bool>& layers) const;
+  // Checkpointed layers whose input backward rebuilds (checkpoint segments): each costs one
+  // forward more than checkpointing (planner::checkpoint_stores).
+  std::int64_t rebuilt_layers() const;
   // Whether the plan predicts the policy that runs (its layer counts are the policy's): a
   // benchmark row compares the plan's peak with the measured one only then.
   bool plan_matches() const;

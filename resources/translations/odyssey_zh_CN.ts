@@ -1274,6 +1274,10 @@ ms-swift：--sequence_parallel_size N</translation>
         <translation>保留注意力输出</translation>
     </message>
     <message>
+        <source>Layers per stored checkpoint</source>
+        <translation>每个存储检查点的层数</translation>
+    </message>
+    <message>
         <source>GPU memory budget (GiB)</source>
         <translation>显存预算（GiB）</translation>
     </message>

@@ -60,6 +60,11 @@
 #             and fast; needs the bitsandbytes and liger-kernel wheels in .whl/ (bitsandbytes' 43 MB wheel with
 #             only libbitsandbytes_cpu.so and _cuda130.so kept, `zip -d` of the others: 3.6 MB, so the carried tree
 #             stays under 64 MiB); qlora-{hf,odyssey}.jsonl, qlora-compare.md
+#   qlora-long
+#             issue 24's length goals, one step each (no warmup: the step is minutes long, and one device
+#             call may run ten): QLoRA r32 NF4 under an 80 GiB budget (QLONG_BUDGET) with offload, the
+#             planner choosing checkpointing and checkpoint segments (layers_per_checkpoint auto), for
+#             QLONG_ROWS (shape:tokens; default llama-3.3-70b-instruct:131072); qlora-long.jsonl
 #   qlora-parity
 #             fused_parity_gpu --case qwen2.5-1.5b:qlora (QLORA_PARITY_CASE): 20 QLoRA steps on the 4-bit
 #             base transformers + bitsandbytes saved, every memory tier, against HF + PEFT + bitsandbytes
@@ -360,6 +365,13 @@ print(r[-1].get('peak_gib') or '' if r else '')")
       done
     done
     python3 tests/bench/compare.py "$QH" "$QO" | tee "$OUT/qlora-compare.md" ;;
+  qlora-long)
+    phase qlora-long
+    for row in ${QLONG_ROWS:-llama-3.3-70b-instruct:131072}; do
+      $B --label "r32 at ${QLONG_BUDGET:-80} GiB, one step" --checkpointing auto --offload on \
+        --memory-gib ${QLONG_BUDGET:-80} --lora-r 32 --lora-alpha 64 --quant nf4 --shape ${row%%:*} --mode lora \
+        --seq ${row##*:} --steps 1 --warmup 0 --out "$OUT/qlora-long.jsonl" | cut -c1-600
+    done ;;
   chat-template)
     phase chat-template
     CJ="$OUT/chat-template.jsonl" CONV=/tmp/odyssey-convs.jsonl

@@ -229,6 +229,43 @@ class TstDecoderParity : public QObject {
       QVERIFY(ek.rel <= kTolerance);
       QVERIFY(kw.rel <= kTolerance);
     }
+
+    // Checkpoint segments (layers_per_checkpoint) on the training row, every family (MoE
+    // layers included): every layer checkpointed, one stored input per 2 layers and per all of
+    // them; the loss and every gradient bit for bit those of checkpointing each layer on its own
+    // (which the kept-attention check above holds against transformers' on the same samples).
+    {
+      torch::AutoGradMode grad_mode(true);
+      const auto layers = static_cast<std::size_t>(hf.num_hidden_layers);
+      auto step = [&](std::int64_t per_checkpoint) {
+        lm->set_checkpoint_layers(std::vector<bool>(layers, true));
+        lm->set_layers_per_checkpoint(per_checkpoint);
+        lm->zero_grad();
+        const torch::Tensor out = lm->logits(lm->hidden_states_packed(np.reshape({1, -1}), pos, cu, len));
+        const torch::Tensor seg_loss = causal_lm_loss(out.view({np.size(0), len, -1}), np);
+        seg_loss.backward();
+        std::vector<torch::Tensor> got{seg_loss.detach()};
+        for (const auto& p : lm->named_parameters(true))
+          got.push_back(p.value().grad().defined() ? p.value().grad().clone() : torch::Tensor());
+        return got;
+      };
+      const auto each = step(1);
+      for (const std::int64_t per : {std::int64_t{2}, static_cast<std::int64_t>(layers)}) {
+        const auto seg = step(per);
+        QCOMPARE(seg.size(), each.size());
+        for (std::size_t k = 0; k < seg.size(); ++k) {
+          QCOMPARE(seg[k].defined(), each[k].defined());
+          if (seg[k].defined())
+            QVERIFY2(torch::equal(seg[k], each[k]),
+                     qPrintable(QString("%1: %2 layers per stored input, tensor %3 differs from one per layer")
+                                    .arg(QString::fromStdString(n))
+                                    .arg(per)
+                                    .arg(k)));
+        }
+      }
+      lm->set_checkpoint_layers({});
+      lm->set_layers_per_checkpoint(1);
+    }
   }
 
   // Saved under HF names, sharded, then loaded again: the same parameters bit for bit.

@@ -72,6 +72,8 @@ TrainConfig tiny_lora() {
   return c;
 }
 
+double gib(std::int64_t bytes) { return static_cast<double>(bytes) / static_cast<double>(kGiB); }
+
 TrainConfig lora_7b(std::int64_t len, bool fused) {
   TrainConfig c;
   c.lora_rank = 16, c.lora_dropout = 0.0, c.max_length = len, c.fused_kernels = fused;
@@ -450,10 +452,16 @@ class TestMemoryPlanner : public QObject {
     const MemoryPlan p = plan_memory(c, m);
     QVERIFY(p.fits);  // 16K fits 24 GiB untiled (frozen experts keep no permuted copies) ...
     QCOMPARE(p.mlp_tile_tokens, std::int64_t{0});
-    c.max_length = 24576;  // ... 24K would need tiled MoE layers: it does not fit
+    c.max_length = 24576;  // ... 24K would need tiled MoE layers: with one input per layer it does not fit
+    c.layers_per_checkpoint = 1;
     const MemoryPlan p24 = plan_memory(c, m);
     QVERIFY(!p24.fits);
     QCOMPARE(p24.mlp_tile_tokens, std::int64_t{0});
+    c.layers_per_checkpoint = 0;  // auto: checkpoint segments store fewer inputs, and it fits
+    const MemoryPlan s24 = plan_memory(c, m);
+    QVERIFY(s24.fits);
+    QVERIFY(s24.layers_per_checkpoint > 1);
+    QCOMPARE(s24.mlp_tile_tokens, std::int64_t{0});
   }
 
   void tinyLoraByHand() {
@@ -897,8 +905,17 @@ class TestMemoryPlanner : public QObject {
     const MemoryPlan p = plan_memory(c, m, then);
     QVERIFY(p.attention_kept_layers < 17);
     QCOMPARE(p.mlp_tile_tokens, std::int64_t{16384});
-    // Parked on the host, every checkpointed layer keeps its output.
-    QCOMPARE(plan_memory(c, m).attention_kept_layers, std::int64_t{28});
+    // Parked on the host, the host's RAM bounds them: 28 inputs in 4 GiB blocks and 28 outputs
+    // of 3.6 GiB need about 200 GiB; a 128 GiB machine (the lent H200's) takes the inputs and
+    // one output, a 512 GiB one every output.
+    PlannerOptions h128, h512;
+    h128.host_memory_bytes = 128 * kGiB, h512.host_memory_bytes = 512 * kGiB;
+    const MemoryPlan parked128 = plan_memory(c, m, h128);
+    QVERIFY(parked128.fits);
+    QCOMPARE(parked128.layers_per_checkpoint, std::int64_t{1});
+    QVERIFY(parked128.attention_kept_layers < 28);
+    QVERIFY(parked128.host_bytes <= parked128.host_capacity_bytes);
+    QCOMPARE(plan_memory(c, m, h512).attention_kept_layers, std::int64_t{28});
     // 128K, same settings, measured the same day with no layer and with all 28 layers keeping
     // their attention output: 47.07 and 70.93 GiB.
     TrainConfig k128 = lora_7b(131072, true);
@@ -962,6 +979,7 @@ class TestMemoryPlanner : public QObject {
     // keeping costs without offload_activations).
     PlannerOptions on_gpu;
     on_gpu.kept_attention_on_host = false;
+    on_gpu.host_memory_bytes = 128 * kGiB;  // the lent H200 machine's RAM: the offloaded inputs fit
     const MemoryPlan none = plan_memory(c, m, on_gpu);
     QCOMPARE(none.attention_kept_layers, std::int64_t{0});
     c.keep_attention = "all";
@@ -971,7 +989,9 @@ class TestMemoryPlanner : public QObject {
     QCOMPARE(item(all, "kept attention outputs"), 27 * each);  // at the backward peak: the layers below the top
     // Parked on the host: only the one prefetched for the next recomputation is on the GPU at
     // the backward peak, the rest is pinned host memory, and the peak falls by the difference.
-    const MemoryPlan parked = plan_memory(c, m);
+    PlannerOptions h200_host;  // the lent H200 machine's RAM (parked outputs are host memory)
+    h200_host.host_memory_bytes = 128 * kGiB;
+    const MemoryPlan parked = plan_memory(c, m, h200_host);
     QCOMPARE(parked.attention_kept_layers, std::int64_t{28});
     QCOMPARE(item(parked, "kept attention outputs"), each);
     // (The backward peak may move to another layer, so the saving is between 25 and 26 outputs.)
@@ -997,17 +1017,18 @@ class TestMemoryPlanner : public QObject {
     // Parked, the same 80 GiB GPU keeps every checkpointed layer's output.
     PlannerOptions parked80;
     parked80.gpu_memory_bytes = 80LL << 30;
+    parked80.host_memory_bytes = 128 * kGiB;
     QCOMPARE(plan_memory(c, m, parked80).attention_kept_layers, std::int64_t{28});
     // Sequence parallelism keeps (Ulysses: each rank its heads of the gathered row; ring: its
     // queries' merged output; the same bytes per rank); the CPU's auto keeps none.
     TrainConfig sp = c;
     sp.keep_attention = "auto", sp.sequence_parallel_size = 2, sp.nproc_per_node = 2;
-    const MemoryPlan ulysses = plan_memory(sp, m);
+    const MemoryPlan ulysses = plan_memory(sp, m, h200_host);
     QCOMPARE(ulysses.layout.ulysses, std::int64_t{2});
     QVERIFY(ulysses.attention_kept_layers > 0);
     QCOMPARE(planner_detail::compute_terms(sp, m, {}).attn_kept, 65536LL * (3584 * 2 + 28 * 4));
     sp.ulysses_size = 1;
-    QVERIFY(plan_memory(sp, m).attention_kept_layers > 0);
+    QVERIFY(plan_memory(sp, m, h200_host).attention_kept_layers > 0);
     TrainConfig cpu = c;
     cpu.keep_attention = "auto", cpu.device = "cpu", cpu.offload_activations = false;
     QCOMPARE(plan_memory(cpu, m).attention_kept_layers, std::int64_t{0});
@@ -1320,10 +1341,123 @@ class TestMemoryPlanner : public QObject {
     QVERIFY(!plan_memory(c, m).fits);
   }
 
+  // Checkpoint segments: which checkpointed layers store their input (the engine groups its
+  // layers by the same function). Runs are cut from their first layer; a kept-attention layer
+  // stores its own input and ends a run; a layer that is not checkpointed ends one too.
+  void checkpointStoresGroupsRuns() {
+    using V = std::vector<bool>;
+    const V all(7, true), none(7, false);
+    QCOMPARE(checkpoint_stores(all, {}, 1), all);
+    QCOMPARE(checkpoint_stores(all, {}, 2), (V{true, false, true, false, true, false, true}));
+    QCOMPARE(checkpoint_stores(all, {}, 3), (V{true, false, false, true, false, false, true}));
+    QCOMPARE(checkpoint_stores(all, {}, 7), (V{true, false, false, false, false, false, false}));
+    QCOMPARE(checkpoint_stores(all, {}, 100), checkpoint_stores(all, {}, 7));
+    QCOMPARE(checkpoint_stores(none, {}, 3), none);
+    // The first 5 checkpointed, the last two of them keeping attention.
+    const V first5{true, true, true, true, true, false, false};
+    QCOMPARE(checkpoint_stores(first5, V{false, false, false, true, true}, 2),
+             (V{true, false, true, true, true, false, false}));
+    // every:2 leaves no two checkpointed layers side by side: every one stores.
+    QCOMPARE(checkpoint_stores(V{true, false, true, false, true}, {}, 4), (V{true, false, true, false, true}));
+    // A gap restarts the count.
+    QCOMPARE(checkpoint_stores(V{true, true, true, false, true, true}, {}, 2),
+             (V{true, false, true, false, true, false}));
+  }
+
+  // The Llama-3.3-70B shape, QLoRA r32 on all-linear, 131,072 tokens under an 80 GiB budget with
+  // the inputs offloaded (issue 24's goal): one input per layer is 80 × 2 GiB on the host, more
+  // than a 128 GiB machine can pin, so layers_per_checkpoint 1 does not fit; auto stores one per
+  // two layers (80 GiB on the host) and fits, at the price of 40 more layer forwards a step.
+  // Every term but the stored inputs and the segment's rebuilt inputs is the same.
+  void segmentsFitWhereOneInputPerLayerDoesNot() {
+    const std::string file = shape_path("llama-3.3-70b-instruct");
+    std::ifstream in(file);
+    std::stringstream text;
+    text << in.rdbuf();
+    const auto parsed = parse_model_config(text.str(), file);
+    QVERIFY2(parsed.ok(), format_all(parsed.diagnostics).c_str());
+    const HfModelConfig& m = parsed.value;
+    TrainConfig c;
+    c.tuner_type = "lora", c.lora_rank = 32, c.lora_alpha = 64, c.lora_dropout = 0.0;
+    c.quant_bits = 4, c.device = "cuda", c.torch_dtype = "bfloat16", c.padding_free = true;
+    c.gpu_memory_budget_gib = 80, c.offload_activations = true;
+    c.max_length = 131072;
+    PlannerOptions o;
+    o.host_memory_bytes = 128 * kGiB;  // the lent H200 machine's RAM
+    c.layers_per_checkpoint = 1;
+    const MemoryPlan one = plan_memory(c, m, o);
+    qDebug("70B QLoRA 128K, one input per layer: peak %.2f GiB, host %.1f of %.1f GiB", gib(one.peak_bytes),
+           gib(one.host_bytes), gib(one.host_capacity_bytes));
+    QVERIFY(!one.fits);
+    QVERIFY(one.peak_bytes <= one.capacity_bytes);  // the GPU side fits: the host is short
+    QVERIFY(one.host_bytes > one.host_capacity_bytes);
+    QCOMPARE(one.stored_checkpoints, one.checkpointed_layers);
+    QVERIFY(std::any_of(one.notes.begin(), one.notes.end(),
+                        [](const std::string& n) { return n.rfind("host memory:", 0) == 0; }));
+    c.layers_per_checkpoint = 0;  // auto
+    const MemoryPlan seg = plan_memory(c, m, o);
+    qDebug("auto: %lld layers per input, %lld stored for %lld layers, peak %.2f GiB, host %.1f GiB",
+           static_cast<long long>(seg.layers_per_checkpoint), static_cast<long long>(seg.stored_checkpoints),
+           static_cast<long long>(seg.checkpointed_layers), gib(seg.peak_bytes), gib(seg.host_bytes));
+    QVERIFY(seg.fits);
+    QCOMPARE(seg.layers_per_checkpoint, std::int64_t{2});
+    QVERIFY(seg.checkpointed_layers >= one.checkpointed_layers);  // the layers chosen for the GPU
+    QCOMPARE(seg.stored_checkpoints, (seg.checkpointed_layers + 1) / 2);
+    QVERIFY(seg.host_bytes <= seg.host_capacity_bytes);
+    // The host holds all stored inputs but the two on the GPU (2 GiB blocks).
+    const std::int64_t layer_in = 131072LL * 8192 * 2;
+    QCOMPARE(seg.host_bytes, (seg.stored_checkpoints - 2) * layer_in);
+    // The segment's rebuilt input is on the GPU while its second layer runs backward: one
+    // input more than with one input per layer, at most.
+    QVERIFY(seg.peak_bytes - one.peak_bytes <= layer_in + layer_in / 10);
+    // The search takes segments too: the largest length is past 131,072 with auto and short
+    // of it with one input per layer.
+    QVERIFY(largest_max_length(c, m, o) >= 131072);
+    c.layers_per_checkpoint = 1;
+    QVERIFY(largest_max_length(c, m, o) < 131072);
+    // On a machine with 512 GiB of RAM one input per layer fits, and auto keeps it.
+    o.host_memory_bytes = 512 * kGiB;
+    c.layers_per_checkpoint = 0;
+    const MemoryPlan roomy = plan_memory(c, m, o);
+    QVERIFY(roomy.fits);
+    QCOMPARE(roomy.layers_per_checkpoint, std::int64_t{1});
+  }
+
+  // Without offload the stored inputs are on the GPU: where every layer checkpointed does not
+  // fit, auto stores fewer (the fewest layers per input that fit), and the largest max_length
+  // grows. The Qwen2.5-7B shape, LoRA, under 24 GiB.
+  void segmentsExtendTheLongestRowOnTheGpu() {
+    const HfModelConfig m = qwen25_7b();
+    TrainConfig c = lora_7b(32768, true);
+    c.activation_checkpointing = "auto", c.gpu_memory_budget_gib = 24;
+    c.layers_per_checkpoint = 1;
+    const std::int64_t one = largest_max_length(c, m, {});
+    c.layers_per_checkpoint = 0;
+    const std::int64_t segs = largest_max_length(c, m, {});
+    qDebug("7B LoRA 24 GiB: largest max_length %lld with one input per layer, %lld with segments",
+           static_cast<long long>(one), static_cast<long long>(segs));
+    QVERIFY(segs > one);
+    c.max_length = segs;
+    const MemoryPlan p = plan_memory(c, m);
+    QVERIFY(p.fits);
+    QVERIFY(p.layers_per_checkpoint > 1);
+    QCOMPARE(p.stored_checkpoints, (std::int64_t{28} + p.layers_per_checkpoint - 1) / p.layers_per_checkpoint);
+    // Fixed by the configuration: planned as given, even where it does not fit.
+    c.layers_per_checkpoint = 1;
+    const MemoryPlan fixed = plan_memory(c, m);
+    QVERIFY(!fixed.fits);
+    QCOMPARE(fixed.layers_per_checkpoint, std::int64_t{1});
+    QVERIFY(format_plan_table(p).find("inputs stored (up to") != std::string::npos);
+    QCOMPARE(plan_to_json(p)["layers_per_checkpoint"].get<std::int64_t>(), p.layers_per_checkpoint);
+  }
+
   void smallestSequenceParallelSize() {
     const HfModelConfig m = qwen25_7b();
     TrainConfig c = lora_7b(524288, true);
     c.activation_checkpointing = "auto", c.packing = true, c.nproc_per_node = 8;
+    // With checkpoint segments (auto) one GPU holds 512K (a stored input per several layers).
+    QCOMPARE(smallest_sequence_parallel_size(c, m, {}, 8), std::int64_t{1});
+    c.layers_per_checkpoint = 1;  // one input per layer: 512K needs the sequence split
     const std::int64_t sp = smallest_sequence_parallel_size(c, m, {}, 8);
     QVERIFY(sp > 1);
     c.sequence_parallel_size = sp;

@@ -6,6 +6,7 @@
 // the others, offloaded before recomputing) and that the model receives exactly those sets.
 #include "config/model_config.h"
 #include "config/train_config.h"
+#include "model/activation_checkpoint.h"
 #include "model/decoder.h"
 #include "planner/memory_terms.h"
 #include "train/lora.h"
@@ -171,6 +172,77 @@ class TestMemoryPolicy : public QObject {
     QCOMPARE(lm->checkpoint_layers(), (std::vector<bool>{true, true, false, false}));
     QCOMPARE(lm->keep_attention_layers(), (std::vector<bool>{true, true, false, false}));
     QCOMPARE(lm->mlp_tile_tokens(), std::int64_t{512});
+    QCOMPARE(lm->layers_per_checkpoint(), std::int64_t{1});
+    c.keep_attention = "none", c.layers_per_checkpoint = 3;
+    train::apply_memory_policy(lm, train::memory_policy(c, dc.hf, gpu_of(141), f));
+    QCOMPARE(lm->layers_per_checkpoint(), std::int64_t{3});
+  }
+
+  // Checkpoint segments (model::checkpointed_segment): five "layers" (a projection, dropout that
+  // draws from the CPU generator, tanh) run plainly, checkpointed one by one, and in segments of
+  // 2, 3 and 5. The loss, the input's and every weight's gradient are bit for bit the plain
+  // run's (the dropout masks drawn again from forward's generator states); the generator is
+  // where the plain run left it; and each layer runs as often as the segment says: forward,
+  // plus once in backward, plus once more to rebuild a later layer's input unless it is its
+  // segment's last.
+  void segmentsRebuildBitForBit() {
+    torch::manual_seed(7);
+    const int layers = 5;
+    std::vector<torch::Tensor> w;
+    for (int i = 0; i < layers; ++i) w.push_back((torch::randn({6, 6}) * 0.4).requires_grad_(true));
+    const torch::Tensor x0 = torch::randn({4, 6});
+    std::vector<int> calls(layers, 0);
+    auto layer = [&](int i) {
+      return [&, i](const torch::Tensor& x) {
+        ++calls[static_cast<std::size_t>(i)];
+        return torch::tanh(torch::dropout(torch::matmul(x, w[static_cast<std::size_t>(i)]), 0.3, true));
+      };
+    };
+    struct Run {
+      torch::Tensor loss, dx, next_draw;
+      std::vector<torch::Tensor> dw;
+    };
+    auto run = [&](int segment) {  // 0: no checkpointing
+      for (auto& t : w) t.mutable_grad() = torch::Tensor();
+      std::fill(calls.begin(), calls.end(), 0);
+      torch::manual_seed(11);
+      torch::Tensor x = x0.clone().requires_grad_(true);
+      torch::Tensor h = x;
+      for (int i = 0; i < layers;) {
+        if (segment == 0) {
+          h = layer(i)(h);
+          ++i;
+          continue;
+        }
+        std::vector<std::function<torch::Tensor(const torch::Tensor&)>> fns;
+        for (; i < layers && static_cast<int>(fns.size()) < segment; ++i) fns.push_back(layer(i));
+        h = model::checkpointed_segment(std::move(fns), h);
+      }
+      Run r;
+      r.loss = h.pow(2).sum();
+      r.loss.backward();
+      r.dx = x.grad().clone();
+      for (auto& t : w) r.dw.push_back(t.grad().clone());
+      r.next_draw = torch::rand({3});
+      return r;
+    };
+    const Run plain = run(0);
+    for (int i = 0; i < layers; ++i) QCOMPARE(calls[static_cast<std::size_t>(i)], 1);
+    for (int segment : {1, 2, 3, 5}) {
+      const Run r = run(segment);
+      QVERIFY2(torch::equal(r.loss, plain.loss), qPrintable(QString("segment %1: loss").arg(segment)));
+      QVERIFY2(torch::equal(r.dx, plain.dx), qPrintable(QString("segment %1: input gradient").arg(segment)));
+      for (int i = 0; i < layers; ++i)
+        QVERIFY2(torch::equal(r.dw[static_cast<std::size_t>(i)], plain.dw[static_cast<std::size_t>(i)]),
+                 qPrintable(QString("segment %1: weight %2").arg(segment).arg(i)));
+      QVERIFY2(torch::equal(r.next_draw, plain.next_draw), qPrintable(QString("segment %1: generator").arg(segment)));
+      for (int i = 0; i < layers; ++i) {
+        const bool last_of_segment = (i + 1) % segment == 0 || i + 1 == layers;
+        QCOMPARE(calls[static_cast<std::size_t>(i)], last_of_segment ? 2 : 3);
+      }
+    }
+    // The input must require grad (a segment without one would have no backward at all).
+    QVERIFY_THROWS_EXCEPTION(c10::Error, model::checkpointed_segment({layer(0)}, x0));
   }
 
   // The planner's trainable count on a MoE model is the adapters train::apply_lora adds: the

@@ -315,6 +315,31 @@ class TstValidate : public QObject {
                      "GaLore"));
   }
 
+  // Checkpoint segments: a kept attention output is a checkpoint of its own (keep_attention:
+  // all refuses more layers per input), a policy with no two checkpointed layers side by side
+  // makes the key moot (a warning), and more layers than the model has is an error naming them.
+  void layersPerCheckpointRules() {
+    QVERIFY(contains(errors(validate_config(parse("layers_per_checkpoint: 2\nkeep_attention: all\n"), nullptr)),
+                     "layers_per_checkpoint: found 2 with keep_attention: all"));
+    QVERIFY(errors(validate_config(parse("layers_per_checkpoint: 2\n"), nullptr)).empty());
+    QVERIFY(errors(validate_config(parse("layers_per_checkpoint: 1\nkeep_attention: all\n"), nullptr)).empty());
+    const Diagnostics every =
+        validate_config(parse("layers_per_checkpoint: 3\nactivation_checkpointing: every:2\n"), nullptr);
+    QVERIFY(errors(every).empty());
+    QVERIFY(std::any_of(every.begin(), every.end(), [](const Diagnostic& d) {
+      return d.severity == Severity::Warning && contains(d.format(), "layers_per_checkpoint") &&
+             contains(d.format(), "no effect");
+    }));
+    const HfModelConfig m = qwen05b();  // 24 layers
+    QVERIFY(contains(errors(validate_config(parse("layers_per_checkpoint: 25\n"), &m)),
+                     "found 25, more than the model's 24 layers"));
+    QVERIFY(errors(validate_config(parse("layers_per_checkpoint: 24\n"), &m)).empty());
+    QVERIFY(contains(
+        format_all(
+            load_preset_text("model: m\ndataset: [d.jsonl]\nlayers_per_checkpoint: -1\n", "v.yaml", "").diagnostics),
+        "layers_per_checkpoint"));
+  }
+
   void cpuRules() {
     auto e = errors(validate_config(parse("device: cpu\nattn_impl: flash_attn\ngpu_ids: [0]\n"), nullptr));
     QVERIFY(contains(e, "attn_impl: found flash_attn with device cpu"));
