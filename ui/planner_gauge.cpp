@@ -144,6 +144,17 @@ PlannerGauge::PlannerGauge(ConfigForm* form, Settings* settings, QWidget* parent
   recompute();
 }
 
+// What offloading parks in host memory against what the host may pin: a plan can fit the GPU
+// and still not fit because of it (docs/memory-planner.md), so the headline says so.
+QString PlannerGauge::host_line() const {
+  if (!plan_ || plan_->device == "cpu" || plan_->host_bytes <= 0) return {};
+  const bool short_of_host = plan_->host_bytes > plan_->host_capacity_bytes;
+  const QColor col = short_of_host ? error_color(palette()) : palette().color(QPalette::WindowText);
+  return tr("<br><small style='color:%1'>in host memory (offloaded): %2 of the %3 this machine may pin%4</small>")
+      .arg(col.name(), gib_text(plan_->host_bytes), gib_text(plan_->host_capacity_bytes),
+           short_of_host ? tr(" — too much") : QString());
+}
+
 PlannerOptions PlannerGauge::options() const {
   PlannerOptions o;
   o.gpu_memory_bytes = static_cast<std::int64_t>(capacity_->value() * static_cast<double>(planner::kGiB));
@@ -187,7 +198,8 @@ void PlannerGauge::recompute() {
                               plan_->fits ? tr("— fits") : tr("— does not fit"), phase_name(plan_->peak_phase))
                          .arg(QLocale().toString(static_cast<qlonglong>(plan_->tokens_per_gpu)))
                          .arg(plan_->checkpointed_layers)
-                         .arg(plan_->total_layers));
+                         .arg(plan_->total_layers) +
+                     host_line());
   const QLocale l;
   QString a =
       largest_ > 0

@@ -34,6 +34,7 @@ class PlannerGauge : public QWidget {
   QLabel* headline() const { return headline_; }
   QDoubleSpinBox* capacity() const { return capacity_; }
   PlannerOptions options() const;
+  QString host_line() const;
 
  public slots:
   void recompute();

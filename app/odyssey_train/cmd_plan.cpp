@@ -13,7 +13,7 @@ namespace odyssey::cli {
 
 CommandSpec plan_spec() {
   return {"plan",
-          "plan [PRESET] [--set KEY=VALUE]... [--gpu-memory GIB] [--json] [--require-fit]",
+          "plan [PRESET] [--set KEY=VALUE]... [--gpu-memory GIB] [--host-memory GIB] [--json] [--require-fit]",
           "Predict each GPU's peak memory for a preset and what would fit.",
           "Loads the preset (the embedded quickstart when none is given), applies --set overrides,\n"
           "reads the model's config.json (or Odyssey's bundled shape of it) and prints each term of\n"
@@ -23,12 +23,15 @@ CommandSpec plan_spec() {
           "sequence_parallel_size (with the preset's process count) that fit.\n\n"
           "Capacity: device cuda, or auto, is planned for an H200 (139.8 GiB) unless --gpu-memory\n"
           "gives another size; device cpu is planned against this machine's RAM shared by\n"
-          "nproc_per_node processes. The model is described in docs/memory-planner.md.\n\n"
+          "nproc_per_node processes. What offloading parks in host memory is held against 85% of\n"
+          "this machine's RAM unless --host-memory gives the RAM of the machine that will train.\n"
+          "The model is described in docs/memory-planner.md.\n\n"
           "Exit codes: 0 planned, 3 the preset has errors, the model's shape is unknown or the job\n"
           "exceeds the machine a thousandfold (refused without planning),\n"
           "4 with --require-fit when the plan does not fit.",
           {{"set", true, true, "KEY=VALUE", "override a setting (value in YAML syntax)"},
            {"gpu-memory", true, false, "GIB", "memory of one GPU in GiB (default: an H200, 139.8)"},
+           {"host-memory", true, false, "GIB", "RAM of the training machine in GiB (default: this machine's)"},
            {"json", false, false, "", "print the plan as JSON"},
            {"require-fit", false, false, "", "exit with code 4 when the plan does not fit"}},
           0,
@@ -45,6 +48,15 @@ int cmd_plan(const Args& a) {
       return kUsage;
     }
     opts.gpu_memory_bytes = static_cast<std::int64_t>(*g * static_cast<double>(planner::kGiB));
+  }
+  if (a.has("host-memory")) {
+    const auto g = text::parse_double(a.value("host-memory"));
+    if (!g || *g <= 0.0 || *g > 1e6) {
+      std::cerr << "odyssey-train plan: --host-memory: found " << text::quoted(a.value("host-memory"))
+                << ", expected a positive number of GiB such as 128 or 512\n";
+      return kUsage;
+    }
+    opts.host_memory_bytes = static_cast<std::int64_t>(*g * static_cast<double>(planner::kGiB));
   }
   auto lc = load_config_arg(a);
   if (!lc) return kInvalidConfig;

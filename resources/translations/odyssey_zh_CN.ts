@@ -2289,6 +2289,14 @@ ms-swift：--sequence_parallel_size N</translation>
         <translation>&lt;span style=&apos;font-size:large;color:%1&apos;&gt;&lt;b&gt;%2&lt;/b&gt;&lt;/span&gt; 预测峰值（%3），容量 %4 &lt;b style=&apos;color:%1&apos;&gt;%5&lt;/b&gt;&lt;br&gt;&lt;small&gt;峰值出现在%6阶段 · 每张 GPU %7 个 token · %9 层中重计算 %8 层&lt;/small&gt;</translation>
     </message>
     <message>
+        <source>&lt;br&gt;&lt;small style=&apos;color:%1&apos;&gt;in host memory (offloaded): %2 of the %3 this machine may pin%4&lt;/small&gt;</source>
+        <translation>&lt;br&gt;&lt;small style=&apos;color:%1&apos;&gt;主机内存（卸载）：%2，本机最多可锁定 %3%4&lt;/small&gt;</translation>
+    </message>
+    <message>
+        <source> — too much</source>
+        <translation> — 超出</translation>
+    </message>
+    <message>
         <source>— fits</source>
         <translation>—— 可容纳</translation>
     </message>

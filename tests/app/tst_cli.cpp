@@ -151,6 +151,45 @@ class TstCli : public QObject {
     QVERIFY(doc.object().contains("peak_bytes"));
     QCOMPARE(odyssey_train({"plan", preset, "--gpu-memory", "10", "--require-fit"}).code, 4);
     QCOMPARE(odyssey_train({"plan", preset, "--gpu-memory", "abc"}).code, 2);
+    QCOMPARE(odyssey_train({"plan", preset, "--host-memory", "-3"}).code, 2);
+  }
+
+  // --host-memory: the training machine's RAM. The Llama-3.3-70B shape, QLoRA r32, 131,072
+  // tokens under 80 GiB with the inputs offloaded: on a 128 GiB host it fits only with two
+  // layers per stored input (checkpoint segments, chosen by auto); with one per layer the host
+  // is short (exit 4 with --require-fit, the reason in the notes); a 512 GiB host takes one per
+  // layer.
+  void planHostMemoryAndCheckpointSegments() {
+    QTemporaryDir dir;
+    QFile f(dir.filePath("qlora-70b-128k.yaml"));
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write(
+        "model: meta-llama/Llama-3.3-70B-Instruct\n"
+        "dataset: [d.jsonl]\n"
+        "tuner_type: lora\nlora_rank: 32\nlora_alpha: 64\nlora_dropout: 0\ntarget_modules: [all-linear]\n"
+        "quant_bits: 4\ndevice: cuda\ntorch_dtype: bfloat16\nmax_length: 131072\npadding_free: true\n"
+        "gpu_memory_budget_gib: 80\noffload_activations: true\n");
+    f.close();
+    const QStringList base{"plan", f.fileName(), "--json"};
+    auto plan = [&](const QStringList& more) {
+      const auto r = odyssey_train(base + more);
+      const QJsonObject o = QJsonDocument::fromJson(r.out.toUtf8()).object();
+      if (o.isEmpty()) qWarning("%s", qPrintable(r.err + r.out.left(2000)));
+      return std::make_pair(r.code, o);
+    };
+    const auto [code, seg] = plan({"--host-memory", "128", "--require-fit"});
+    QCOMPARE(code, 0);
+    QVERIFY(seg.value("fits").toBool());
+    QCOMPARE(seg.value("layers_per_checkpoint").toInteger(), 2);
+    QVERIFY(seg.value("host_bytes").toInteger() <= seg.value("host_capacity_bytes").toInteger());
+    const auto [code1, one] = plan({"--host-memory", "128", "--require-fit", "--set", "layers_per_checkpoint=1"});
+    QCOMPARE(code1, 4);
+    QVERIFY(!one.value("fits").toBool());
+    QVERIFY(one.value("host_bytes").toInteger() > one.value("host_capacity_bytes").toInteger());
+    QVERIFY(QJsonDocument(one.value("notes").toArray()).toJson().contains("host memory:"));
+    const auto [code512, roomy] = plan({"--host-memory", "512", "--require-fit"});
+    QCOMPARE(code512, 0);
+    QCOMPARE(roomy.value("layers_per_checkpoint").toInteger(), 1);
   }
 
   void swiftImportExportRoundTrip() {

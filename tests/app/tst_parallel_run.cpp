@@ -519,6 +519,31 @@ class TstParallelRun : public QObject {
     QVERIFY2(a2a, "no all_to_all in the step's collectives");
   }
 
+  // Checkpoint segments under sequence parallelism: every layer checkpointed, one stored input
+  // per two layers (the quickstart's 4 layers: two segments), so backward runs layers 0 and 2
+  // forward again, their collectives (all-to-all, the ring's exchanges) included, on every rank
+  // in the same order. Same training as one process.
+  void checkpointSegments_data() {
+    QTest::addColumn<QString>("name");
+    QTest::addColumn<QString>("layout");
+    QTest::newRow("Ulysses 2") << "u2-seg"
+                               << "nproc_per_node: 2\nsequence_parallel_size: 2\n";
+    QTest::newRow("Ulysses 2 x ring 2") << "u2r2-seg"
+                                        << "nproc_per_node: 4\nsequence_parallel_size: 4\n";
+  }
+  void checkpointSegments() {
+    QFETCH(QString, name);
+    QFETCH(QString, layout);
+    const Outcome o = train(tmp_, name,
+                            "per_device_train_batch_size: 2\n" + layout +
+                                "activation_checkpointing: all\nkeep_attention: none\nlayers_per_checkpoint: 2\n");
+    QFile log(o.dir + "/logs/rank-0.log");
+    QVERIFY(log.open(QIODevice::ReadOnly));
+    QVERIFY2(log.readAll().contains("up to 2 consecutive checkpointed layers share one stored input"),
+             "the run did not say that its layers share stored inputs");
+    compare(QString(QTest::currentDataTag()) + ", checkpoint segments", o, single_);
+  }
+
   // Every checkpointed layer (every:2) keeps its attention output: the layers' recomputation
   // takes this rank's kept output and log-sum-exp (Ulysses: its heads of the gathered row; ring,
   // the CPU's reference ring over zigzag packed samples: its queries' merged output) instead of
