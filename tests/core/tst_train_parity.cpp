@@ -315,6 +315,26 @@ class TstTrainParity : public QObject {
   // equal to fp32 on bitsandbytes' dequantized weights, bit for bit): the gradient norms
   // follow within 3e-3 and AdamW's normalised steps carry it to ~1e-2 of the adapters.
   void qloraMatchesPeftBitsandbytes() { check_loop("qlora", true, {}, false, kQlora); }
+  // Checkpoint segments (layers_per_checkpoint) against the same oracles: every layer
+  // checkpointed, the model's two layers in one segment, so backward rebuilds layer 1's input
+  // by running layer 0 again: MoE with the load-balancing loss (the rebuild records layer 0's
+  // routing again) and QLoRA on 4-bit projections.
+  void moeLoraCheckpointSegmentsMatchPeft() {
+    check_loop("moe-lora", true, [](CausalLM& lm) {
+      lm->set_checkpoint_layers(std::vector<bool>(static_cast<std::size_t>(lm->config().hf.num_hidden_layers), true));
+      lm->set_layers_per_checkpoint(2);
+    });
+  }
+  void qloraCheckpointSegmentsMatchPeftBitsandbytes() {
+    check_loop(
+        "qlora", true,
+        [](CausalLM& lm) {
+          lm->set_checkpoint_layers(
+              std::vector<bool>(static_cast<std::size_t>(lm->config().hf.num_hidden_layers), true));
+          lm->set_layers_per_checkpoint(2);
+        },
+        false, kQlora);
+  }
   void qloraQuantizedOnLoadMatchesPeftBitsandbytes() { check_loop("qlora", true, {}, true, kQlora); }
   // The same 20 steps through the fused ops with 4-bit weights (their ATen form on the CPU):
   // every norm-projection recomputing its input, layer 0's MLP recomputed (rms_norm_mlp) and
