@@ -440,6 +440,29 @@ MemoryPlan plan_memory(const TrainConfig& c, const HfModelConfig& m, const Plann
   plan.host_capacity_bytes = t.host_capacity;
   add_items(plan, t, e, c);
   add_notes(plan, t, c, o, policy_ok);
+  // What offload_activations would change, when it is off and the plan recomputes or does not
+  // fit: the same job planned with it (its host memory checked as any plan's).
+  if (t.cuda && !c.offload_activations && c.activation_checkpointing == "auto" && (!plan.fits || lc.checkpointed > 0)) {
+    TrainConfig with = c;
+    with.offload_activations = true;
+    const Terms tw = terms_of(with, m, o, pol);
+    const Chosen cw = choose(tw, pol, with);
+    const bool fits_with = fits_both(cw.t, cw.e);
+    // Forward FLOPs recomputed a step: checkpointed layers (less the attention of kept ones), MLP
+    // recomputation, and the layers a checkpoint segment runs again.
+    auto recomputed = [](const Terms& tt, const planner_detail::LayerChoice& l, const Eval& ee) {
+      const i64 rebuilt = l.checkpointed - std::min(l.checkpointed, ee.stored_segments);
+      return planner_detail::recompute_flops(tt, l.checkpointed, ee.kept_layers, ee.mlp_layers) +
+             static_cast<double>(rebuilt) * (tt.recompute_linear_flops + tt.recompute_attention_flops);
+    };
+    const double now = recomputed(t, lc, e), then = recomputed(cw.t, cw.lc, cw.e);
+    if (fits_with && (!plan.fits || then < 0.98 * now))
+      plan.notes.push_back(std::string("offload_activations: true would ") + (plan.fits ? "recompute less" : "fit") +
+                           ": " + num(cw.lc.checkpointed) + " layers checkpointed, " + num(cw.e.kept_layers) +
+                           " of them keeping attention (now " + num(lc.checkpointed) + " and " + num(e.kept_layers) +
+                           "), " + gib(cw.e.peak) + " on the GPU and " + gib(cw.t.host_optimizer + cw.e.host_acts) +
+                           " in host memory; the copies overlap compute");
+  }
   return plan;
 }
 

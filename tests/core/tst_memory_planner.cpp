@@ -1451,6 +1451,45 @@ class TestMemoryPlanner : public QObject {
     QCOMPARE(plan_to_json(p)["layers_per_checkpoint"].get<std::int64_t>(), p.layers_per_checkpoint);
   }
 
+  // With offload_activations off, the plan says what turning it on would do, planned like any
+  // job: the Qwen2.5-7B LoRA 32K row under 32 GiB recomputes less with it (the MLP offload tier
+  // and kept outputs parked on the host), and a budget that fits only with it says "would fit".
+  // With it on, or with nothing recomputed, no such note.
+  void offloadSuggestedWhereItHelps() {
+    const HfModelConfig m = qwen25_7b();
+    TrainConfig c = lora_7b(32768, true);
+    c.activation_checkpointing = "auto", c.keep_attention = "auto", c.gpu_memory_budget_gib = 32;
+    PlannerOptions o;
+    o.host_memory_bytes = 128 * kGiB;
+    auto note = [](const MemoryPlan& p) {
+      for (const auto& n : p.notes)
+        if (n.rfind("offload_activations: true would", 0) == 0) return n;
+      return std::string();
+    };
+    const MemoryPlan off = plan_memory(c, m, o);
+    QVERIFY(off.fits);
+    qDebug("%s", note(off).c_str());
+    QVERIFY2(note(off).find("would recompute less") != std::string::npos, note(off).c_str());
+    c.offload_activations = true;
+    const MemoryPlan on = plan_memory(c, m, o);
+    QVERIFY(note(on).empty());
+    // The smallest budget that fits without offload, less 2 GiB: only offload fits.
+    c.offload_activations = false;
+    std::int64_t budget = 32;
+    while (budget > 1) {
+      c.gpu_memory_budget_gib = budget - 1;
+      if (!plan_memory(c, m, o).fits) break;
+      --budget;
+    }
+    c.gpu_memory_budget_gib = budget - 1;
+    const MemoryPlan tight = plan_memory(c, m, o);
+    QVERIFY(!tight.fits);
+    qDebug("%lld GiB: %s", static_cast<long long>(budget - 1), note(tight).c_str());
+    QVERIFY2(note(tight).find("would fit") != std::string::npos, note(tight).c_str());
+    c.gpu_memory_budget_gib = 0;  // a whole H200: nothing recomputed, nothing to suggest
+    QVERIFY(note(plan_memory(c, m, o)).empty());
+  }
+
   void smallestSequenceParallelSize() {
     const HfModelConfig m = qwen25_7b();
     TrainConfig c = lora_7b(524288, true);
