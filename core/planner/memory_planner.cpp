@@ -93,9 +93,10 @@ bool fits_both(const Terms& t, const Eval& e) {
   return e.peak <= t.capacity && t.host_optimizer + e.host_acts <= t.host_capacity;
 }
 
-// The layers' choice for `t0`; with layers_per_checkpoint auto on a GPU, when that does not fit
-// (the GPU or the host), the fewest layers per stored input that do, over every layer (or the
-// chosen ones, when only the host was short), keeping no attention output.
+// The layers' choice for `t0`. On a GPU, when it does not fit: if only the host is short, the
+// most kept attention outputs (keep_attention auto) that fit; else, with layers_per_checkpoint
+// auto, the fewest layers per stored input that fit, over every layer (or the chosen ones when
+// only the host was short), keeping no attention output.
 struct Chosen {
   Terms t;
   planner_detail::LayerChoice lc;
