@@ -120,6 +120,16 @@ Chosen choose(const Terms& t0, const CheckpointPolicy& pol, const TrainConfig& c
     }
   const i64 n = pol.kind == CheckpointPolicy::Auto && !gpu_fits ? t0.layers : r.lc.checkpointed;
   const i64 mlp = gpu_fits ? r.lc.mlp : 0, offload = gpu_fits ? r.lc.offload : 0;
+  if (n < 2) return r;
+  // Segments trade stored inputs (⌈n / N⌉ of them) for rebuilt ones (N − 1 while a segment's
+  // backward runs): on the GPU the fewest bytes are at N = 2 with offload (two stored inputs
+  // there at most) and near √n without. When even that N leaves the GPU short, no N fits it:
+  // the search stops after one evaluation (largest_max_length probes many such lengths).
+  {
+    Terms t = t0;
+    t.segment = t0.offload_acts ? 2 : std::max<i64>(2, std::llround(std::sqrt(static_cast<double>(n))));
+    if (planner_detail::evaluate(t, n, 0, 0, mlp, offload).peak > t.capacity) return r;
+  }
   for (i64 seg = 2; seg <= n; ++seg) {
     Terms t = t0;
     t.segment = seg;

@@ -536,19 +536,27 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_
   e.kept_layers = n_kept;
   // Checkpoint segments (t.segment > 1; checkpoint_stores): `pos` is a checkpointed layer's
   // place in its segment (its input is rebuilt in backward when pos > 0).
-  std::vector<bool> ckpt_layers(static_cast<std::size_t>(L), false);
-  for (i64 j = 0; j < L; ++j) ckpt_layers[static_cast<std::size_t>(j)] = is_ckpt(j);
-  const std::vector<bool> stores = checkpoint_stores(ckpt_layers, keeps, t.segment);
-  std::vector<i64> pos(static_cast<std::size_t>(L), 0);
-  for (std::size_t j = 1; j < pos.size(); ++j)
-    if (ckpt_layers[j] && !stores[j]) pos[j] = pos[j - 1] + 1;
+  // (Without segments every checkpointed layer stores its input: no tables, as the searches
+  // evaluate thousands of plans.)
+  std::vector<bool> stores;
+  std::vector<i64> pos;
+  if (t.segment > 1) {
+    std::vector<bool> ckpt_layers(static_cast<std::size_t>(L), false);
+    for (i64 j = 0; j < L; ++j) ckpt_layers[static_cast<std::size_t>(j)] = is_ckpt(j);
+    stores = checkpoint_stores(ckpt_layers, keeps, t.segment);
+    pos.assign(static_cast<std::size_t>(L), 0);
+    for (std::size_t j = 1; j < pos.size(); ++j)
+      if (ckpt_layers[j] && !stores[j]) pos[j] = pos[j - 1] + 1;
+  }
+  auto stores_at = [&](i64 j) { return t.segment > 1 ? bool(stores[static_cast<std::size_t>(j)]) : is_ckpt(j); };
+  auto pos_at = [&](i64 j) { return t.segment > 1 ? pos[static_cast<std::size_t>(j)] : i64{0}; };
   auto inputs_on_gpu = [&](i64 n) { return t.offload_acts ? std::min<i64>(n, 2) * t.layer_in : n * t.layer_in; };
   // Kept attention outputs wait on the host too under offload (AttentionStash::park): at most
   // two on the GPU (the one being copied, the one prefetched).
   auto kept_on_gpu = [&](i64 n) { return (t.kept_on_host ? std::min<i64>(n, 2) : n) * t.attn_kept; };
   i64 n_ckpt = 0, n_stored = 0;
   for (i64 j = 0; j < L; ++j) n_ckpt += is_ckpt(j) ? 1 : 0;
-  for (bool st : stores) n_stored += st ? 1 : 0;
+  for (i64 j = 0; j < L; ++j) n_stored += stores_at(j) ? 1 : 0;
   e.stored_segments = n_stored;
   e.stored_inputs = inputs_on_gpu(n_stored);
   e.stored_full =
@@ -565,11 +573,11 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_
   i64 best = -1, ck_below = n_stored, full_below = L - n_ckpt, kept_below = n_kept, mlp_below = e.mlp_layers;
   for (i64 j = L - 1; j >= 0; --j) {
     const bool c = is_ckpt(j);
-    const i64 p = pos[static_cast<std::size_t>(j)];
+    const i64 p = pos_at(j);
     // ck_below: stored inputs below j. Those of the runs below j's own wait (on the host with
     // offload); j's run's inputs at places 0 .. p-1 (the stored one taken back, the others
     // rebuilt) are on the GPU while j's backward runs.
-    if (stores[static_cast<std::size_t>(j)]) --ck_below;
+    if (stores_at(j)) --ck_below;
     if (!c) --full_below;
     // Layer j's own recomputed gate and up exist while its MLP's backward runs: it counts whole.
     if (mlp_rc[static_cast<std::size_t>(j)]) --mlp_below;
