@@ -123,12 +123,18 @@ Chosen choose(const Terms& t0, const CheckpointPolicy& pol, const TrainConfig& c
   if (n < 2) return r;
   // Segments trade stored inputs (⌈n / N⌉ of them) for rebuilt ones (N − 1 while a segment's
   // backward runs): on the GPU the fewest bytes are at N = 2 with offload (two stored inputs
-  // there at most) and near √n without. When even that N leaves the GPU short, no N fits it:
-  // the search stops after one evaluation (largest_max_length probes many such lengths).
+  // there at most) and around √n without. When those N all leave the GPU short, the search
+  // stops there (largest_max_length probes many lengths that fit with no N).
   {
-    Terms t = t0;
-    t.segment = t0.offload_acts ? 2 : std::max<i64>(2, std::llround(std::sqrt(static_cast<double>(n))));
-    if (planner_detail::evaluate(t, n, 0, 0, mlp, offload).peak > t.capacity) return r;
+    const auto root = static_cast<i64>(std::sqrt(static_cast<double>(n)));
+    bool any = false;
+    for (const i64 seg : t0.offload_acts ? std::vector<i64>{2} : std::vector<i64>{root - 1, root, root + 1, root + 2}) {
+      if (seg < 2 || seg > n || any) continue;
+      Terms t = t0;
+      t.segment = seg;
+      any = planner_detail::evaluate(t, n, 0, 0, mlp, offload).peak <= t.capacity;
+    }
+    if (!any) return r;
   }
   for (i64 seg = 2; seg <= n; ++seg) {
     Terms t = t0;

@@ -1451,6 +1451,41 @@ class TestMemoryPlanner : public QObject {
     QCOMPARE(plan_to_json(p)["layers_per_checkpoint"].get<std::int64_t>(), p.layers_per_checkpoint);
   }
 
+  // layers_per_checkpoint auto against every fixed N (the brute force its pruned search stands
+  // for): a job fits with auto exactly when some N from 1 to the layer count fits. Qwen2.5-7B
+  // LoRA, budgets from 16 to 40 GiB, lengths around where one input per layer stops fitting,
+  // with and without offload (a 128 GiB host).
+  void autoSegmentsFitWhereSomeFixedNDoes() {
+    const HfModelConfig m = qwen25_7b();
+    PlannerOptions o;
+    o.host_memory_bytes = 128 * kGiB;
+    int cases = 0, by_segments = 0;
+    for (const bool off : {false, true})
+      for (const std::int64_t budget : {16, 20, 24, 32, 40})
+        for (const std::int64_t len : {24576, 32768, 49152, 65536, 98304, 131072}) {
+          TrainConfig c = lora_7b(len, true);
+          c.activation_checkpointing = "auto", c.keep_attention = "none", c.offload_activations = off;
+          c.gpu_memory_budget_gib = budget;
+          bool some = false;
+          for (std::int64_t n = 1; n <= 28 && !some; ++n) {
+            c.layers_per_checkpoint = n;
+            some = plan_memory(c, m, o).fits;
+          }
+          c.layers_per_checkpoint = 0;
+          const MemoryPlan a = plan_memory(c, m, o);
+          QVERIFY2(a.fits == some, qPrintable(QString("offload %1, %2 GiB, %3 tokens: auto %4, some N %5")
+                                                  .arg(off)
+                                                  .arg(budget)
+                                                  .arg(len)
+                                                  .arg(a.fits)
+                                                  .arg(some)));
+          ++cases;
+          by_segments += a.fits && a.layers_per_checkpoint > 1 ? 1 : 0;
+        }
+    qDebug("%d cases, %d fit only with segments", cases, by_segments);
+    QVERIFY(by_segments > 0);
+  }
+
   // With offload_activations off, the plan says what turning it on would do, planned like any
   // job: the Qwen2.5-7B LoRA 32K row under 32 GiB recomputes less with it (the MLP offload tier
   // and kept outputs parked on the host), and a budget that fits only with it says "would fit".
