@@ -67,8 +67,11 @@ inline std::int64_t mlp_offload_lead(std::int64_t offloaded_layers) { return off
 // Share of the host's RAM that offloading (offload_activations, offload_optimizer) may fill
 // with pinned blocks, per node; the rest is for the OS, the process's own allocations, the
 // data and the page cache of the model files. An estimate: the 7B LoRA step at 524,288 tokens
-// (docs/benchmarks.md) pinned 26 inputs in 4 GiB blocks, 104 GiB of the H200 machine's 128 GiB
-// (81%), and ran; pinning more than the RAM left free fails or pushes the machine into swap.
+// (docs/benchmarks.md) offloaded its 28 layer inputs, 3.5 GiB each in the host allocator's 4 GiB
+// blocks (112 GiB of the H200 machine's 128 GiB by that count, not read from the run), and ran.
+// The plan's host bytes leave out the two stored inputs it counts on the GPU, whose host copies
+// live until backward takes them: up to two blocks short, inside the 15% kept free. Pinning more
+// than the RAM left free fails or pushes the machine into swap.
 inline constexpr double kHostOffloadShare = 0.85;
 // Block of blockwise 8-bit optimizer states (one fp32 absmax per block, bitsandbytes).
 inline constexpr std::int64_t kQuantBlock = 256;
