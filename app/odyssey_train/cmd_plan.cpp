@@ -40,24 +40,22 @@ CommandSpec plan_spec() {
 
 int cmd_plan(const Args& a) {
   PlannerOptions opts;
-  if (a.has("gpu-memory")) {
-    const auto g = text::parse_double(a.value("gpu-memory"));
-    if (!g || *g <= 0.0 || *g > 1e5) {
-      std::cerr << "odyssey-train plan: --gpu-memory: found " << text::quoted(a.value("gpu-memory"))
-                << ", expected a positive number of GiB such as 80 or 139.8\n";
-      return kUsage;
+  // --gpu-memory / --host-memory: GiB into bytes; false (the message printed) when not a
+  // positive number up to `most`.
+  auto gib_option = [&a](const char* name, double most, const char* examples, std::int64_t* bytes) {
+    if (!a.has(name)) return true;
+    const auto g = text::parse_double(a.value(name));
+    if (!g || *g <= 0.0 || *g > most) {
+      std::cerr << "odyssey-train plan: --" << name << ": found " << text::quoted(a.value(name))
+                << ", expected a positive number of GiB such as " << examples << "\n";
+      return false;
     }
-    opts.gpu_memory_bytes = static_cast<std::int64_t>(*g * static_cast<double>(planner::kGiB));
-  }
-  if (a.has("host-memory")) {
-    const auto g = text::parse_double(a.value("host-memory"));
-    if (!g || *g <= 0.0 || *g > 1e6) {
-      std::cerr << "odyssey-train plan: --host-memory: found " << text::quoted(a.value("host-memory"))
-                << ", expected a positive number of GiB such as 128 or 512\n";
-      return kUsage;
-    }
-    opts.host_memory_bytes = static_cast<std::int64_t>(*g * static_cast<double>(planner::kGiB));
-  }
+    *bytes = static_cast<std::int64_t>(*g * static_cast<double>(planner::kGiB));
+    return true;
+  };
+  if (!gib_option("gpu-memory", 1e5, "80 or 139.8", &opts.gpu_memory_bytes) ||
+      !gib_option("host-memory", 1e6, "128 or 512", &opts.host_memory_bytes))
+    return kUsage;
   auto lc = load_config_arg(a);
   if (!lc) return kInvalidConfig;
   const CheckedConfig cc = check_config(*lc, false);

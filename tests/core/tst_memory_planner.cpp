@@ -121,6 +121,18 @@ std::string shape_path(const std::string& shape) {
   return {};
 }
 
+// The bundled shape "<name>" parsed (a test cannot go on without it).
+HfModelConfig shape_config(const std::string& shape) {
+  const std::string file = shape_path(shape);
+  std::ifstream in(file);
+  std::stringstream text;
+  text << in.rdbuf();
+  auto parsed = parse_model_config(text.str(), file);
+  if (file.empty() || !parsed.ok())
+    qFatal("bundled shape %s: %s", shape.c_str(), format_all(parsed.diagnostics).c_str());
+  return parsed.value;
+}
+
 // One odyssey-bench line (app/odyssey_bench/main.cpp, docs/benchmarks.md "The line format")
 // planned again from what it records: the job as bench_config builds it (batch 1, LoRA on
 // all-linear without dropout, packed), the layers the run recomputed, kept, offloaded and the
@@ -1313,14 +1325,7 @@ class TestMemoryPlanner : public QObject {
   // choice without its MLP offloads, called 512 tokens too big and stopped at 325 while the
   // plan fits 16,384.
   void largestMaxLengthCountsMlpOffload() {
-    const std::string file = shape_path("llama-3.3-70b-instruct");
-    QVERIFY(!file.empty());
-    std::ifstream in(file);
-    std::stringstream text;
-    text << in.rdbuf();
-    const auto parsed = parse_model_config(text.str(), file);
-    QVERIFY2(parsed.ok(), format_all(parsed.diagnostics).c_str());
-    const HfModelConfig& m = parsed.value;
+    const HfModelConfig m = shape_config("llama-3.3-70b-instruct");
     TrainConfig c;
     c.tuner_type = "lora", c.lora_rank = 32, c.lora_alpha = 64, c.lora_dropout = 0.0;
     c.quant_bits = 4, c.device = "cuda", c.torch_dtype = "bfloat16";
@@ -1370,13 +1375,7 @@ class TestMemoryPlanner : public QObject {
   // two layers (80 GiB on the host) and fits, at the price of 40 more layer forwards a step.
   // Every term but the stored inputs and the segment's rebuilt inputs is the same.
   void segmentsFitWhereOneInputPerLayerDoesNot() {
-    const std::string file = shape_path("llama-3.3-70b-instruct");
-    std::ifstream in(file);
-    std::stringstream text;
-    text << in.rdbuf();
-    const auto parsed = parse_model_config(text.str(), file);
-    QVERIFY2(parsed.ok(), format_all(parsed.diagnostics).c_str());
-    const HfModelConfig& m = parsed.value;
+    const HfModelConfig m = shape_config("llama-3.3-70b-instruct");
     TrainConfig c;
     c.tuner_type = "lora", c.lora_rank = 32, c.lora_alpha = 64, c.lora_dropout = 0.0;
     c.quant_bits = 4, c.device = "cuda", c.torch_dtype = "bfloat16", c.padding_free = true;
