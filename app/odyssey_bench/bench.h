@@ -35,7 +35,7 @@ struct Options {
   double lora_alpha = 32;
   std::string checkpointing = "all";  // all|none|auto|N
   bool fused = true;
-  bool offload = false;
+  std::string offload = "off";  // --offload on|off|auto (auto: the memory planner chooses)
   std::string attention = "cudnn";
   std::string label;
   std::string device = "cuda", dtype = "bfloat16";

@@ -8,7 +8,7 @@
 //
 //   odyssey-bench --shape qwen2.5-0.5b,qwen2.5-7b --seq 4096,16384,32768 --mode lora,full
 //                 [--steps 5] [--warmup 2] [--lora-r 16] [--lora-alpha 32]
-//                 [--checkpointing all|auto|none|N] [--fused on|off] [--offload on|off] [--mlp-tile auto|N]
+//                 [--checkpointing all|auto|none|N] [--fused on|off] [--offload on|off|auto] [--mlp-tile auto|N]
 //                 [--keep-attention auto|all|none] [--mlp-recompute auto|N] [--mlp-offload auto|N]
 //                 [--layers-per-checkpoint auto|N]
 //                 [--attention cudnn|flash|auto] [--memory-gib G] [--profile FILE] [--quant nf4|fp4]
@@ -42,6 +42,9 @@
 // time a rank that called first spent waiting for the other (the figure to hold against nccl-tests-style back-to-back
 // calls).
 //
+// --offload on keeps checkpointed inputs (and kept attention outputs, the MLP offload tier) in
+// pinned host memory; auto lets the planner choose, as offload_activations: auto does (the
+// record's offload_activations says what ran); off (the default) keeps them on the GPU.
 // --mlp-tile N runs every MLP N tokens at a time (tiled MLP, each tile recomputed in backward);
 // auto (the default) tiles when the planner says the job needs it, as the engine does.
 // --keep-attention all keeps every checkpointed layer's attention output for backward (its

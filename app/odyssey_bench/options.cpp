@@ -26,7 +26,7 @@ TrainConfig bench_config(const Options& o, const std::string& mode, std::int64_t
   c.activation_checkpointing =
       o.checkpointing == "auto" || o.checkpointing == "all" || o.checkpointing == "none" ? o.checkpointing : "auto";
   c.padding_free = true;
-  c.offload_activations = o.offload;
+  c.offload_activations = o.offload == "on" ? "true" : o.offload == "off" ? "false" : "auto";
   c.mlp_tile_tokens = o.mlp_tile;
   c.keep_attention = o.keep_attention;
   c.layers_per_checkpoint = o.layers_per_checkpoint;
@@ -69,8 +69,11 @@ int parse_options(int argc, char** argv, Options& o) {
       else if (a == "--lora-alpha") o.lora_alpha = std::stod(next());
       else if (a == "--checkpointing") o.checkpointing = next();
       else if (a == "--fused") o.fused = next() != "off";
-      else if (a == "--offload") o.offload = next() != "off";
-      else if (a == "--attention") o.attention = next();
+      else if (a == "--offload") {
+        o.offload = next();
+        if (o.offload != "on" && o.offload != "off" && o.offload != "auto")
+          throw std::invalid_argument("--offload takes on, off or auto, found " + o.offload);
+      } else if (a == "--attention") o.attention = next();
       else if (a == "--label") o.label = next();
       else if (a == "--device") o.device = next();
       else if (a == "--dtype") o.dtype = next();

@@ -87,10 +87,12 @@ nlohmann::ordered_json row_header(const Options& o, const std::string& shape, co
   rec["dtype"] = o.dtype;
   if (!o.label.empty()) rec["label"] = o.label;
   rec["fused"] = o.fused;
-  rec["offload_activations"] = o.offload;
-  // The engine parks kept attention outputs on the host under offload (how the planner tests
-  // re-plan this line; lines without the key kept them on the GPU).
-  rec["kept_attention_on_host"] = o.offload;
+  // What ran (--offload auto: the planner's choice, set again below); the engine parks kept
+  // attention outputs on the host under offload (how the planner tests re-plan this line; lines
+  // without the key kept them on the GPU).
+  rec["offload_activations"] = o.offload == "on";
+  rec["kept_attention_on_host"] = o.offload == "on";
+  if (o.offload == "auto") rec["offload_choice"] = "auto";
   rec["attention"] = o.attention;
   rec["optimizer"] = "AdamW (fused)";
   rec["steps"] = o.steps;
@@ -192,6 +194,8 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     if (o.mlp_recompute != "auto") fixed.mlp_recompute_first = std::stoll(o.mlp_recompute);
     const train::MemoryPolicy policy = train::memory_policy(tc, hf, po, fixed);
     train::apply_memory_policy(lm, policy);
+    rec["offload_activations"] = policy.offload_checkpoints;
+    rec["kept_attention_on_host"] = policy.offload_checkpoints;
     rec["mlp_tile_tokens"] = policy.mlp_tile;
     rec["attention_kept_layers"] = policy.count(policy.keep_attention);
     rec["mlp_recomputed_layers"] = policy.count(policy.mlp_recompute);

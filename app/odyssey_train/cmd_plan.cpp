@@ -23,7 +23,7 @@ CommandSpec plan_spec() {
           "sequence_parallel_size (with the preset's process count) that fit.\n\n"
           "Capacity: device cuda, or auto, is planned for an H200 (139.8 GiB) unless --gpu-memory\n"
           "gives another size; device cpu is planned against this machine's RAM shared by\n"
-          "nproc_per_node processes. What offloading parks in host memory is held against 85% of\n"
+          "nproc_per_node processes. What offloading parks in host memory is held against 90% of\n"
           "this machine's RAM unless --host-memory gives the RAM of the machine that will train.\n"
           "The model is described in docs/memory-planner.md.\n\n"
           "Exit codes: 0 planned, 3 the preset has errors, the model's shape is unknown or the job\n"

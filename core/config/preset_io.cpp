@@ -215,6 +215,9 @@ Diagnostics assign(TrainConfig& c, const FieldSpec& f, const YAML::Node& v, cons
             return expected();
           } else {
             std::string s = v.Scalar();
+            // offload_activations was true/false before auto existed: every boolean spelling stays valid.
+            if (f.key == "offload_activations")
+              if (auto b = text::parse_bool(s)) s = *b ? "true" : "false";
             if (f.key == "activation_checkpointing") {
               if (auto b = text::parse_bool(s)) s = *b ? "all" : "none";
               if (!parse_checkpoint_policy(s, nullptr))

@@ -21,6 +21,7 @@ constexpr std::array<SV, 2> kTuners{"lora", "full"};
 constexpr std::array<SV, 3> kSchedulers{"cosine", "linear", "constant"};
 constexpr std::array<SV, 5> kAttn{"auto", "flash_attn", "cudnn", "sdpa", "eager"};
 constexpr std::array<SV, 3> kKeepAttention{"auto", "all", "none"};
+constexpr std::array<SV, 3> kOffloadActivations{"auto", "true", "false"};
 constexpr std::array<SV, 2> kReportTo{"tensorboard", "none"};
 constexpr std::array<SV, 3> kDevices{"auto", "cuda", "cpu"};
 // Module names as PEFT matches them; Phi-3's fused qkv_proj and gate_up_proj are whole modules.
@@ -190,7 +191,10 @@ const std::array kFields = std::to_array<FieldSpec>({
      "all, none, or every:K (every K-th layer).",
      "gradient_checkpointing"},
     {"offload_activations", "memory", &TC::offload_activations,
-     "Move checkpointed activations to pinned CPU memory, overlapped with compute.", ""},
+     "Move checkpointed activations to pinned CPU memory, overlapped with compute: true, false, "
+     "or auto (on GPUs, on where the memory planner finds that it fits the budget where keeping "
+     "them on the GPU does not, or recomputes less, within the host memory it may pin).",
+     "", -kInf, kInf, kOffloadActivations},
     {"mlp_tile_tokens",
      "memory",
      &TC::mlp_tile_tokens,

@@ -89,7 +89,9 @@ struct TrainConfig {
   std::string attn_impl = "auto";  // auto|flash_attn|cudnn|sdpa|eager
   bool fused_kernels = true;
   std::string activation_checkpointing = "auto";  // auto|all|none|every:K
-  bool offload_activations = false;
+  // auto|true|false: checkpointed inputs (and kept attention outputs, MLP offload tier) in pinned
+  // host memory; auto lets the memory planner turn it on where it fits or recomputes less
+  std::string offload_activations = "auto";
   std::int64_t mlp_tile_tokens = 0;        // 0 = auto: tiled MLP only when the job needs it to fit
   std::string keep_attention = "auto";     // auto|all|none: checkpointed layers keep their attention output
   std::int64_t layers_per_checkpoint = 0;  // 0 = auto; N: runs of N checkpointed layers keep one input

@@ -226,7 +226,8 @@ Diagnostics validate_config(const LoadedConfig& lc, const HfModelConfig* m) {
     if (c.torch_dtype == "float16")
       ck.error("torch_dtype", "float16 training on CPU is not supported; use float32 or bfloat16");
     if (c.offload_optimizer) ck.error("offload_optimizer", "device is cpu; there is nothing to offload to");
-    if (c.offload_activations) ck.error("offload_activations", "device is cpu; there is nothing to offload to");
+    if (c.offload_activations == "true")
+      ck.error("offload_activations", "device is cpu; there is nothing to offload to");
   }
   if (!c.gpu_ids.empty()) {
     std::vector<std::int64_t> ids = c.gpu_ids;

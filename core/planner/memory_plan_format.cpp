@@ -55,6 +55,8 @@ std::string format_plan_table(const MemoryPlan& p) {
               ? ", " + std::to_string(p.stored_checkpoints) + " inputs stored (up to " +
                     std::to_string(p.layers_per_checkpoint) + " layers per input)"
               : std::string()) +
+         (p.offload_activations && p.checkpointed_layers > 0 ? ", inputs in pinned host memory (offload_activations)"
+                                                             : std::string()) +
          "\n";
   if (p.host_bytes > 0)
     out += "  on the host per process: " + text_trim(size(p.host_bytes)) + " of " +
@@ -91,6 +93,7 @@ nlohmann::json plan_to_json(const MemoryPlan& p) {
       {"checkpoint_every", p.checkpoint_every},
       {"layers_per_checkpoint", p.layers_per_checkpoint},
       {"stored_checkpoints", p.stored_checkpoints},
+      {"offload_activations", p.offload_activations},
       {"mlp_tile_tokens", p.mlp_tile_tokens},
       {"attention_kept_layers", p.attention_kept_layers},
       {"mlp_recomputed_layers", p.mlp_recomputed_layers},

@@ -145,12 +145,55 @@ Chosen choose(const Terms& t0, const CheckpointPolicy& pol, const TrainConfig& c
   return r;
 }
 
+// Forward FLOPs recomputed a step: checkpointed layers (less the attention of kept ones), MLP
+// recomputation, and the layers a checkpoint segment runs again.
+double recomputed_flops(const Chosen& ch) {
+  const i64 rebuilt = ch.lc.checkpointed - std::min(ch.lc.checkpointed, ch.e.stored_segments);
+  return planner_detail::recompute_flops(ch.t, ch.lc.checkpointed, ch.e.kept_layers, ch.e.mlp_layers) +
+         static_cast<double>(rebuilt) * (ch.t.recompute_linear_flops + ch.t.recompute_attention_flops);
+}
+
+// Whether offloading (`with`) is the better plan than keeping everything on the GPU (`without`):
+// it fits where the GPU alone does not, or fits too and recomputes less by kOffloadRecomputeGain.
+bool offload_wins(const Chosen& without, const Chosen& with) {
+  if (!fits_both(with.t, with.e)) return false;
+  return !fits_both(without.t, without.e) ||
+         recomputed_flops(with) < (1.0 - planner::kOffloadRecomputeGain) * recomputed_flops(without);
+}
+
+// The job as planned: offload_activations auto resolved (on GPUs planned both ways, offload_wins
+// deciding; off on CPUs), with its terms and layer choice. `c` is left as given; the config the
+// plan is for comes back in `planned`; when auto chose offload, `gpu_only` (if given) gets the
+// plan without it.
+Chosen choose_job(const TrainConfig& c, const HfModelConfig& m, const PlannerOptions& o, const CheckpointPolicy& pol,
+                  TrainConfig* planned, bool* auto_on, Chosen* gpu_only = nullptr) {
+  *planned = c;
+  *auto_on = false;
+  const bool auto_offload = c.offload_activations == "auto";
+  if (auto_offload) planned->offload_activations = "false";
+  const Terms t0 = terms_of(*planned, m, o, pol);
+  if (!t0.valid) return {t0, {}, {}};
+  Chosen ch = choose(t0, pol, *planned);
+  if (!auto_offload || !t0.cuda) return ch;
+  // Nothing to gain: it fits and recomputes nothing.
+  if (fits_both(ch.t, ch.e) && recomputed_flops(ch) <= 0.0) return ch;
+  TrainConfig with = *planned;
+  with.offload_activations = "true";
+  const Terms tw = terms_of(with, m, o, pol);
+  Chosen cw = choose(tw, pol, with);
+  if (!offload_wins(ch, cw)) return ch;
+  *planned = with;
+  *auto_on = true;
+  if (gpu_only != nullptr) *gpu_only = ch;
+  return cw;
+}
+
 bool plan_fits(const TrainConfig& c, const HfModelConfig& m, const PlannerOptions& o, const CheckpointPolicy& pol) {
   if (!out_of_reach(c, m, o).empty()) return false;
-  const Terms t = terms_of(c, m, o, pol);
-  if (!t.valid) return false;
-  const Chosen ch = choose(t, pol, c);
-  return fits_both(ch.t, ch.e);
+  TrainConfig planned;
+  bool auto_on = false;
+  const Chosen ch = choose_job(c, m, o, pol, &planned, &auto_on);
+  return ch.t.valid && fits_both(ch.t, ch.e);
 }
 
 class ItemBuilder {
@@ -425,19 +468,22 @@ MemoryPlan plan_memory(const TrainConfig& c, const HfModelConfig& m, const Plann
   }
   bool policy_ok = true;
   const CheckpointPolicy pol = policy_of(c, &policy_ok);
-  const Terms t0 = terms_of(c, m, o, pol);
-  plan.device = t0.cuda ? "cuda" : "cpu";
-  plan.layout = t0.valid ? t0.layout : parallel_layout(c, m.num_key_value_heads);
+  TrainConfig pc;  // c with offload_activations auto resolved
+  bool auto_on = false;
+  Chosen cn;  // auto chose offload: the plan without it
+  const Chosen ch = choose_job(c, m, o, pol, &pc, &auto_on, &cn);
+  const Terms& t = ch.t;
+  plan.device = t.cuda ? "cuda" : "cpu";
+  plan.layout = t.valid ? t.layout : parallel_layout(c, m.num_key_value_heads);
   plan.total_layers = m.num_hidden_layers;
-  if (!t0.valid) {
+  if (!t.valid) {
     plan.notes.push_back("the model's shape is unknown (hidden_size, layers, heads or vocab_size missing)");
     return plan;
   }
   if (c.fused_kernels)
     for (const std::string& op : fused_kernel_gaps(m)) plan.notes.push_back("fused kernels fall back for " + op);
-  plan.mlp_tile_tokens = t0.mlp_tile;
-  const Chosen ch = choose(t0, pol, c);
-  const Terms& t = ch.t;
+  plan.mlp_tile_tokens = t.mlp_tile;
+  plan.offload_activations = t.offload_acts;
   const planner_detail::LayerChoice& lc = ch.lc;
   const Eval& e = ch.e;
   plan.checkpointed_layers = lc.checkpointed;
@@ -455,25 +501,23 @@ MemoryPlan plan_memory(const TrainConfig& c, const HfModelConfig& m, const Plann
   plan.peak_phase = kPhases[e.phase];
   plan.host_bytes = t.host_optimizer + e.host_acts;
   plan.host_capacity_bytes = t.host_capacity;
-  add_items(plan, t, e, c);
-  add_notes(plan, t, c, o, policy_ok);
-  // What offload_activations would change, when it is off and the plan recomputes or does not
-  // fit: the same job planned with it (its host memory checked as any plan's).
-  if (t.cuda && !c.offload_activations && c.activation_checkpointing == "auto" && (!plan.fits || lc.checkpointed > 0)) {
-    TrainConfig with = c;
-    with.offload_activations = true;
-    const Terms tw = terms_of(with, m, o, pol);
-    const Chosen cw = choose(tw, pol, with);
-    const bool fits_with = fits_both(cw.t, cw.e);
-    // Forward FLOPs recomputed a step: checkpointed layers (less the attention of kept ones), MLP
-    // recomputation, and the layers a checkpoint segment runs again.
-    auto recomputed = [](const Terms& tt, const planner_detail::LayerChoice& l, const Eval& ee) {
-      const i64 rebuilt = l.checkpointed - std::min(l.checkpointed, ee.stored_segments);
-      return planner_detail::recompute_flops(tt, l.checkpointed, ee.kept_layers, ee.mlp_layers) +
-             static_cast<double>(rebuilt) * (tt.recompute_linear_flops + tt.recompute_attention_flops);
-    };
-    const double now = recomputed(t, lc, e), then = recomputed(cw.t, cw.lc, cw.e);
-    if (fits_with && (!plan.fits || then < 0.98 * now))
+  add_items(plan, t, e, pc);
+  add_notes(plan, t, pc, o, policy_ok);
+  if (auto_on)
+    plan.notes.push_back(std::string("offload_activations auto: on, since it ") +
+                         (fits_both(cn.t, cn.e) ? "recomputes less" : "fits where the GPU alone does not") + ": " +
+                         num(lc.checkpointed) + " layers checkpointed, " + num(e.kept_layers) +
+                         " of them keeping attention (without offload " + num(cn.lc.checkpointed) + " and " +
+                         num(cn.e.kept_layers) + (fits_both(cn.t, cn.e) ? "" : ", not fitting") + "), " +
+                         gib(plan.host_bytes) + " in host memory; the copies overlap compute");
+  // What offload_activations would change, when it is set to false and the plan recomputes or
+  // does not fit: the same job planned with it (its host memory checked as any plan's).
+  if (t.cuda && c.offload_activations == "false" && c.activation_checkpointing == "auto" &&
+      (!plan.fits || lc.checkpointed > 0)) {
+    TrainConfig with = pc;
+    with.offload_activations = "true";
+    const Chosen cw = choose(terms_of(with, m, o, pol), pol, with);
+    if (offload_wins(ch, cw))
       plan.notes.push_back(std::string("offload_activations: true would ") + (plan.fits ? "recompute less" : "fit") +
                            ": " + num(cw.lc.checkpointed) + " layers checkpointed, " + num(cw.e.kept_layers) +
                            " of them keeping attention (now " + num(lc.checkpointed) + " and " + num(e.kept_layers) +

@@ -66,13 +66,17 @@ inline constexpr double kOffloadLayerFlopsPerSecond = 500e12;
 inline std::int64_t mlp_offload_lead(std::int64_t offloaded_layers) { return offloaded_layers + 1; }
 // Share of the host's RAM that offloading (offload_activations, offload_optimizer) may fill
 // with pinned blocks, per node; the rest is for the OS, the process's own allocations, the
-// data and the page cache of the model files. An estimate: the 7B LoRA step at 524,288 tokens
-// (docs/benchmarks.md) offloaded its 28 layer inputs, 3.5 GiB each in the host allocator's 4 GiB
-// blocks (112 GiB of the H200 machine's 128 GiB by that count, not read from the run), and ran.
-// The plan's host bytes leave out the two stored inputs it counts on the GPU, whose host copies
-// live until backward takes them: up to two blocks short, inside the 15% kept free. Pinning more
-// than the RAM left free fails or pushes the machine into swap.
-inline constexpr double kHostOffloadShare = 0.85;
+// data and the page cache of the model files. Set from the one run that came near it: the 7B
+// LoRA step at 524,288 tokens (docs/benchmarks.md) offloaded its 28 layer inputs, 3.5 GiB each
+// in the host allocator's power-of-two blocks, 112 GiB pinned on the H200 machine (128 GiB, of
+// which `free` shows 125 GiB), and ran: 87.5% of 128. Every stored input is counted on the host
+// (its copy lives there until backward takes it back), also the two the plan counts on the GPU.
+// Pinning more than the RAM left free fails or pushes the machine into swap.
+inline constexpr double kHostOffloadShare = 0.9;
+// offload_activations auto turns offload on where the job fits the GPU without it only when
+// offload recomputes at least this share fewer forward FLOPs (measured: the copies overlap
+// compute, docs/benchmarks.md "MLP offload"; a plan that gains less keeps the host out of it).
+inline constexpr double kOffloadRecomputeGain = 0.02;
 // Block of blockwise 8-bit optimizer states (one fp32 absmax per block, bitsandbytes).
 inline constexpr std::int64_t kQuantBlock = 256;
 // A plan whose certain part (weights and one activation per layer) exceeds the capacity by
@@ -123,7 +127,11 @@ struct MemoryPlan {
   // Checkpoint segments: runs of up to this many consecutive checkpointed layers (that keep no
   // attention output) store one input (layers_per_checkpoint; auto: 1 unless only more fits).
   std::int64_t layers_per_checkpoint = 1;
-  std::int64_t stored_checkpoints = 0;     // checkpointed inputs stored, on the GPU or the host
+  std::int64_t stored_checkpoints = 0;  // checkpointed inputs stored, on the GPU or the host
+  // Checkpointed inputs (kept attention outputs, the MLP offload tier) in pinned host memory:
+  // offload_activations true, or auto's choice (on a GPU, where it fits and the GPU alone does
+  // not, or where it recomputes at least kOffloadRecomputeGain fewer forward FLOPs).
+  bool offload_activations = false;
   std::int64_t mlp_tile_tokens = 0;        // tiled MLP: tokens per tile (0 = untiled)
   std::int64_t attention_kept_layers = 0;  // checkpointed layers keeping their attention output (the last ones)
   std::int64_t mlp_recomputed_layers =

@@ -414,7 +414,8 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   t.layer_in_host = static_cast<i64>(std::bit_ceil(static_cast<std::uint64_t>(t.layer_in)));
   t.segment = std::max<i64>(1, c.layers_per_checkpoint);
   t.recompute_extra = t.fused ? 0 : t.layer_in;
-  t.offload_acts = c.offload_activations && t.cuda;
+  // auto is resolved by plan_memory (planned both ways); a Terms of auto is planned without.
+  t.offload_acts = c.offload_activations == "true" && t.cuda;
   t.kept_on_host = t.offload_acts && o.kept_attention_on_host;
   // A kept attention output (the layer's own O and fp32 log-sum-exp, alive from forward to the
   // layer's backward). The engine keeps it on padding-free rows, also under sequence
@@ -561,8 +562,10 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_
   e.stored_inputs = inputs_on_gpu(n_stored);
   e.stored_full =
       (L - n_ckpt) * t.layer_full - e.mlp_layers * t.mlp_recompute_saved - e.offload_layers * t.mlp_offload_saved;
-  e.host_acts = (n_stored - (t.offload_acts ? std::min<i64>(n_stored, 2) : n_stored)) * t.layer_in_host +
-                e.offload_layers * t.mlp_offload_host + (n_kept * t.attn_kept - kept_on_gpu(n_kept));
+  // On the host: every stored input and kept output pushed to an offload chain, from its copy in
+  // forward until backward takes it (the two counted on the GPU above too).
+  e.host_acts = (t.offload_acts ? n_stored : 0) * t.layer_in_host + e.offload_layers * t.mlp_offload_host +
+                (t.kept_on_host ? n_kept * t.attn_kept : 0);
 
   // GaLore's rank-r gradients grow as backward goes down the layers, like the gradients.
   const i64 fixed_static = t.weights + t.adapters + t.master + t.adam + t.galore_proj + t.galore_states;

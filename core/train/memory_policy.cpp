@@ -69,7 +69,9 @@ MemoryPolicy memory_policy(const TrainConfig& c, const HfModelConfig& m, const s
         "; the run goes ahead with the leanest choice and may run out of memory (`odyssey-train plan` "
         "lists the terms and the largest max_length that fits)";
   mp.mlp_tile = c.mlp_tile_tokens > 0 ? c.mlp_tile_tokens : plan ? plan->mlp_tile_tokens : 0;
-  mp.offload_checkpoints = c.offload_activations;
+  // offload_activations: as configured, or (auto) as the plan chose; off where nothing was planned (CPU).
+  mp.offload_checkpoints =
+      c.offload_activations == "true" || (c.offload_activations == "auto" && plan && plan->offload_activations);
   mp.checkpoint.assign(n, false);
   if (fixed.checkpoint_first >= 0) {
     const std::int64_t k = std::min(fixed.checkpoint_first, layers);
@@ -117,6 +119,9 @@ MemoryPolicy memory_policy(const TrainConfig& c, const HfModelConfig& m, const s
   }
   if (const auto kept = mp.count(mp.keep_attention); kept > 0)
     mp.why += "; " + std::to_string(kept) + " of them keep their attention output";
+  if (mp.offload_checkpoints && mp.count(mp.checkpoint) > 0)
+    mp.why += std::string("; their inputs wait in pinned host memory (offload_activations") +
+              (c.offload_activations == "auto" ? " auto: the planner's choice" : "") + ")";
   if (mp.layers_per_checkpoint > 1 && mp.count(mp.checkpoint) > 1)
     mp.why += "; up to " + std::to_string(mp.layers_per_checkpoint) +
               " consecutive checkpointed layers share one stored input (layers_per_checkpoint" +

@@ -37,7 +37,7 @@ TrainConfig lora_32k() {
   TrainConfig c;
   c.tuner_type = "lora", c.lora_rank = 16, c.target_modules = {"all-linear"};
   c.torch_dtype = "bfloat16", c.device = "cuda", c.max_length = 32768, c.padding_free = true;
-  c.activation_checkpointing = "auto", c.keep_attention = "auto", c.offload_activations = true;
+  c.activation_checkpointing = "auto", c.keep_attention = "auto", c.offload_activations = "true";
   return c;
 }
 
@@ -58,6 +58,35 @@ std::int64_t first_false(const std::vector<bool>& v) {
 class TestMemoryPolicy : public QObject {
   Q_OBJECT
  private slots:
+  // offload_activations auto: the engine offloads where the plan chose to (Qwen2.5-7B LoRA 32K
+  // under 32 GiB on a 128 GiB host: offload recomputes less, tst_memory_planner
+  // offloadAutoChoosesWhereItHelps), with the plan's layers; not on a whole H200, where nothing
+  // is recomputed (8K tokens), nor with false.
+  void offloadAutoFollowsThePlan() {
+    const HfModelConfig m = qwen25_7b();
+    TrainConfig c = lora_32k();
+    c.offload_activations = "auto";
+    PlannerOptions o = gpu_of(32);
+    o.host_memory_bytes = 128 * kGiB;
+    const train::MemoryPolicy mp = train::memory_policy(c, m, o);
+    QVERIFY(mp.plan && mp.plan->offload_activations);
+    QVERIFY(mp.offload_checkpoints);
+    QVERIFY(mp.plan_matches());
+    QVERIFY2(mp.why.find("offload_activations auto") != std::string::npos, mp.why.c_str());
+    c.offload_activations = "false";
+    const train::MemoryPolicy off = train::memory_policy(c, m, o);
+    QVERIFY(!off.offload_checkpoints);
+    QVERIFY(off.plan_matches());
+    QVERIFY(off.count(off.checkpoint) > mp.count(mp.checkpoint) ||
+            off.count(off.keep_attention) < mp.count(mp.keep_attention) ||
+            off.count(off.mlp_recompute) > mp.count(mp.mlp_recompute));  // what offload saved
+    c.offload_activations = "auto", c.max_length = 8192;
+    o.gpu_memory_bytes = 0;  // a whole H200, 8K tokens
+    const train::MemoryPolicy roomy = train::memory_policy(c, m, o);
+    QVERIFY(!roomy.offload_checkpoints);
+    QCOMPARE(roomy.count(roomy.checkpoint), std::int64_t{0});
+  }
+
   // Under budgets from tight to roomy, auto takes the plan's counts, layer by layer as the
   // engine reads them: the first layers checkpointed, attention kept on some of those only,
   // the MLP tiers on the others (offloaded ones first), and the plan predicts what runs.

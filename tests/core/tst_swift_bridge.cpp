@@ -816,7 +816,7 @@ void TstSwiftBridge::exportListsOdysseyOnly() {
   c.model = "m";
   c.description = "demo";
   c.ulysses_size = 2;
-  c.offload_activations = true;
+  c.offload_activations = "true";
   c.max_bad_sample_ratio = 0.2;
   c.attn_impl = "cudnn";
   c.activation_checkpointing = "every:2";
