@@ -66,6 +66,9 @@ std::string field_value_text(const TrainConfig& c, const FieldSpec& f) {
         } else if constexpr (std::is_same_v<M, double>) {
           return text::format_double(v);
         } else if constexpr (std::is_same_v<M, std::string>) {
+          // A choice goes bare (offload_activations: true): the loader compares the scalar's text.
+          for (auto ch : f.choices)
+            if (ch == v) return v;
           return yaml_scalar(v);
         } else if constexpr (std::is_same_v<M, std::vector<std::string>>) {
           std::vector<std::string> parts;
