@@ -1688,20 +1688,27 @@ class TestMemoryPlanner : public QObject {
     const HfModelConfig m = qwen25_7b();
     TrainConfig c = lora_7b(131072, true);
     c.activation_checkpointing = "auto", c.packing = true, c.nproc_per_node = 8;
-    const int n = 200;
-    QElapsedTimer timer;
-    std::int64_t sink = 0;
-    timer.start();
-    for (int k = 0; k < n; ++k) sink += plan_memory(c, m).peak_bytes;
-    const double plan_us = double(timer.nsecsElapsed()) / 1e3 / n;
-    timer.restart();
-    for (int k = 0; k < n; ++k) sink += largest_max_length(c, m, {});
-    const double largest_us = double(timer.nsecsElapsed()) / 1e3 / n;
-    timer.restart();
-    for (int k = 0; k < n; ++k) sink += smallest_sequence_parallel_size(c, m, {}, 8);
-    const double sp_us = double(timer.nsecsElapsed()) / 1e3 / n;
-    qDebug("plan_memory %.1f us, largest_max_length %.1f us, smallest_sequence_parallel_size %.1f us (%lld)", plan_us,
-           largest_us, sp_us, static_cast<long long>(sink % 7));
+    // offload_activations false (as the figures before auto existed), then auto (the default:
+    // planned both ways where the GPU alone recomputes or does not fit).
+    for (const char* offload : {"false", "auto"}) {
+      c.offload_activations = offload;
+      const int n = 200;
+      QElapsedTimer timer;
+      std::int64_t sink = 0;
+      timer.start();
+      for (int k = 0; k < n; ++k) sink += plan_memory(c, m).peak_bytes;
+      const double plan_us = double(timer.nsecsElapsed()) / 1e3 / n;
+      timer.restart();
+      for (int k = 0; k < n; ++k) sink += largest_max_length(c, m, {});
+      const double largest_us = double(timer.nsecsElapsed()) / 1e3 / n;
+      timer.restart();
+      for (int k = 0; k < n; ++k) sink += smallest_sequence_parallel_size(c, m, {}, 8);
+      const double sp_us = double(timer.nsecsElapsed()) / 1e3 / n;
+      qDebug(
+          "offload_activations %s: plan_memory %.1f us, largest_max_length %.1f us, "
+          "smallest_sequence_parallel_size %.1f us (%lld)",
+          offload, plan_us, largest_us, sp_us, static_cast<long long>(sink % 7));
+    }
   }
 
   // Issue 21 item 3: `plan` on a config.json with 10^9 layers grew past 4 GB building
