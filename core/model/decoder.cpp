@@ -603,8 +603,7 @@ torch::Tensor CausalLMImpl::layers_and_norm(torch::Tensor h, const LayerContext&
         ++i;
         fns.push_back([next = model->layer_list[i], ctx](const torch::Tensor& x) mutable { return next(x, ctx); });
       }
-      h = fns.size() == 1 ? checkpointed(std::move(fns.front()), h, offload)
-                          : checkpointed_segment(std::move(fns), h, offload);
+      h = checkpointed_segment(std::move(fns), h, offload);  // a segment of one: checkpointed()
       if (lctx.stash && offload_checkpoints_) {
         if (!kept_host) kept_host = make_offload_chain();
         lctx.stash->park(kept_host);
