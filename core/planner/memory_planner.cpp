@@ -190,10 +190,20 @@ Chosen choose_job(const TrainConfig& c, const HfModelConfig& m, const PlannerOpt
 
 bool plan_fits(const TrainConfig& c, const HfModelConfig& m, const PlannerOptions& o, const CheckpointPolicy& pol) {
   if (!out_of_reach(c, m, o).empty()) return false;
-  TrainConfig planned;
-  bool auto_on = false;
-  const Chosen ch = choose_job(c, m, o, pol, &planned, &auto_on);
-  return ch.t.valid && fits_both(ch.t, ch.e);
+  // Under auto the job fits when either way fits (choose_job then takes the one that fits):
+  // offload first, the leaner on the GPU, so most probes of a length search stop there. On a
+  // CPU the two are the same plan (nothing is offloaded there).
+  TrainConfig x = c;
+  const bool auto_offload = c.offload_activations == "auto";
+  if (auto_offload) x.offload_activations = "true";
+  const Terms t = terms_of(x, m, o, pol);
+  if (!t.valid) return false;
+  const Chosen ch = choose(t, pol, x);
+  if (fits_both(ch.t, ch.e)) return true;
+  if (!auto_offload || !t.cuda) return false;
+  x.offload_activations = "false";
+  const Chosen off = choose(terms_of(x, m, o, pol), pol, x);
+  return fits_both(off.t, off.e);
 }
 
 class ItemBuilder {
