@@ -83,6 +83,20 @@ TrainConfig lora_7b(std::int64_t len, bool fused) {
   return c;
 }
 
+// The Qwen2.5-7B LoRA 32K row under 32 GiB with the planner choosing (the offload tests).
+TrainConfig offload_row_7b() {
+  TrainConfig c = lora_7b(32768, true);
+  c.activation_checkpointing = "auto", c.keep_attention = "auto", c.gpu_memory_budget_gib = 32;
+  return c;
+}
+
+// The plan's note that starts with `prefix`, or "".
+std::string note_starting(const MemoryPlan& p, const std::string& prefix) {
+  for (const auto& n : p.notes)
+    if (n.rfind(prefix, 0) == 0) return n;
+  return {};
+}
+
 std::int64_t item(const MemoryPlan& p, const std::string& name, bool at_peak = true) {
   std::int64_t s = 0;
   for (const auto& it : p.items)
@@ -1500,15 +1514,10 @@ class TestMemoryPlanner : public QObject {
   // With it on, or with nothing recomputed, no such note.
   void offloadSuggestedWhereItHelps() {
     const HfModelConfig m = qwen25_7b();
-    TrainConfig c = lora_7b(32768, true);
-    c.activation_checkpointing = "auto", c.keep_attention = "auto", c.gpu_memory_budget_gib = 32;
+    TrainConfig c = offload_row_7b();
     PlannerOptions o;
     o.host_memory_bytes = 128 * kGiB;
-    auto note = [](const MemoryPlan& p) {
-      for (const auto& n : p.notes)
-        if (n.rfind("offload_activations: true would", 0) == 0) return n;
-      return std::string();
-    };
+    auto note = [](const MemoryPlan& p) { return note_starting(p, "offload_activations: true would"); };
     const MemoryPlan off = plan_memory(c, m, o);
     QVERIFY(off.fits);
     qDebug("%s", note(off).c_str());
@@ -1538,8 +1547,7 @@ class TestMemoryPlanner : public QObject {
   // CPUs, it stays off (tst_memory_policy: the engine's policy follows the plan's choice).
   void offloadAutoChoosesWhereItHelps() {
     const HfModelConfig m = qwen25_7b();
-    TrainConfig c = lora_7b(32768, true);
-    c.activation_checkpointing = "auto", c.keep_attention = "auto", c.gpu_memory_budget_gib = 32;
+    TrainConfig c = offload_row_7b();
     PlannerOptions o;
     o.host_memory_bytes = 128 * kGiB;
     auto plan_as = [&](const char* offload) {
@@ -1547,11 +1555,7 @@ class TestMemoryPlanner : public QObject {
       x.offload_activations = offload;
       return plan_memory(x, m, o);
     };
-    auto auto_note = [](const MemoryPlan& p) {
-      for (const auto& n : p.notes)
-        if (n.rfind("offload_activations auto:", 0) == 0) return n;
-      return std::string();
-    };
+    auto auto_note = [](const MemoryPlan& p) { return note_starting(p, "offload_activations auto:"); };
     auto same = [](const MemoryPlan& a, const MemoryPlan& b) {
       return a.fits == b.fits && a.peak_bytes == b.peak_bytes && a.host_bytes == b.host_bytes &&
              a.checkpointed_layers == b.checkpointed_layers && a.attention_kept_layers == b.attention_kept_layers &&
