@@ -52,8 +52,8 @@ AdvancedPage::AdvancedPage(ConfigForm* form, QWidget* parent) : QWidget(parent),
   c2->addWidget(group(tr("Base weights (QLoRA)"), {"quant_bits", "bnb_4bit_quant_type", "bnb_4bit_use_double_quant",
                                                    "bnb_4bit_compute_dtype", "quant_method"}));
   c2->addWidget(group(tr("Optimizer memory"),
-                      {"zero_stage", "offload_optimizer", "use_galore", "galore_quantization", "galore_rank",
-                       "galore_update_proj_gap", "galore_scale", "galore_target_modules"}));
+                      {"zero_stage", "offload_optimizer", "optimizer_dtype", "use_galore", "galore_quantization",
+                       "galore_rank", "galore_update_proj_gap", "galore_scale", "galore_target_modules"}));
   c2->addWidget(group(tr("Mixture of experts"), {"target_parameters", "router_aux_loss_coef", "freeze_router"}));
   auto* c3 = new QVBoxLayout;
   c3->addWidget(
@@ -131,6 +131,7 @@ QWidget* AdvancedPage::group(const QString& title, std::initializer_list<const c
     if (std::string_view(k).substr(0, 9) == "bnb_4bit_" || std::string_view(k) == "quant_method")
       quant_rows_.push_back(r);
     if (std::string_view(k) == "offload_optimizer") offload_row_ = r;
+    if (std::string_view(k) == "optimizer_dtype") optimizer_dtype_row_ = r;
     if (std::string_view(k) == "gpu_memory_budget_gib") {
       card_preset_ = new QComboBox(g);
       card_preset_->setObjectName(QStringLiteral("cardPreset"));
@@ -243,6 +244,8 @@ void AdvancedPage::update() {
   for (auto* r : galore_rows_) r->set_available(c.use_galore);
   for (auto* r : quant_rows_) r->set_available(c.quant_bits == 4);
   if (offload_row_) offload_row_->set_available(c.zero_stage > 0 || c.offload_optimizer);
+  // LoRA adapters train in fp32 whatever it says (validate warns when it is set).
+  if (optimizer_dtype_row_) optimizer_dtype_row_->set_available(c.tuner_type == "full" || c.optimizer_dtype != "auto");
   if (card_preset_) {  // shows the card whose memory the budget is, else the prompt
     const int at = card_preset_->findData(static_cast<int>(c.gpu_memory_budget_gib));
     card_preset_->setCurrentIndex(at > 0 && c.gpu_memory_budget_gib > 0 ? at : 0);

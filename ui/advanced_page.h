@@ -61,6 +61,7 @@ class AdvancedPage : public QWidget {
   std::vector<FieldRow*> galore_rows_;
   std::vector<FieldRow*> quant_rows_;  // the 4-bit settings: available with quant_bits 4
   FieldRow* offload_row_ = nullptr;
+  FieldRow* optimizer_dtype_row_ = nullptr;
   // Card presets for gpu_memory_budget_gib: the memory of the cards users train on (24, 32, 48,
   // 80 GiB), so a plan and a run on a larger GPU stand for them.
   QComboBox* card_preset_ = nullptr;

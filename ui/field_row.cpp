@@ -128,6 +128,7 @@ const std::map<std::string_view, const char*>& labels() {
       {"galore_target_modules", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "GaLore targets")},
       {"zero_stage", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "ZeRO stage")},
       {"offload_optimizer", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Offload optimizer to CPU")},
+      {"optimizer_dtype", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Optimizer precision")},
       {"attn_impl", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Attention kernel")},
       {"fused_kernels", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Fused kernels")},
       {"activation_checkpointing", QT_TRANSLATE_NOOP("odyssey::ui::FieldRow", "Activation checkpointing")},

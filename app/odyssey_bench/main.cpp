@@ -16,7 +16,7 @@
 //                 [--device cuda|cpu] [--dtype bfloat16|float32]
 //                 [--layers K] [--vocab-override V] [--out FILE] [--label NAME]
 //                 [--ulysses U] [--dp D] [--a2a-bytes B1,B2,...]   (the last three under torchrun)
-//                 [--optimizer adamw|galore|q-galore|zero1|zero2|zero2-offload]
+//                 [--optimizer adamw|adamw-fp32|galore|q-galore|zero1|zero2|zero2-offload]
 //                 [--galore-rank R] [--galore-gap T]
 //                 [--frontier K] [--frontier-at G1,G2,...]
 //
@@ -30,7 +30,8 @@
 // (--frontier-plot DIR) and reads a row's figure off it at each HF line's peak.
 //
 // --optimizer picks the step engine's optimizer (docs/optimizers.md; zero1/zero2 under torchrun, zero2-offload also on
-// one GPU): the record carries its state bytes per trainable parameter and the planner's figure.
+// one GPU; adamw-fp32 one process with fp32 master weights, optimizer_dtype: fp32): the record carries its state
+// bytes per trainable parameter and the planner's figure.
 //
 // Under torchrun (RANK / WORLD_SIZE set, e.g. `torchrun --no-python --nproc-per-node 2
 // odyssey-bench ...`) every rank takes one GPU and the row is split by sequence parallelism
@@ -144,6 +145,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   // As validate: ZeRO on one process only with offload (ZeRO-Offload on one GPU).
+  if (o.optimizer == "adamw-fp32" && par.env.world > 1) {
+    std::cerr << "odyssey-bench: --optimizer adamw-fp32 runs on one process; over " << par.env.world
+              << " use zero1 or zero2 (fp32 master weights sharded)\n";
+    return 2;
+  }
   if (o.optimizer.starts_with("zero") && o.optimizer != "zero2-offload" && par.env.world < 2) {
     std::cerr << "odyssey-bench: --optimizer " << o.optimizer
               << ": ZeRO shards over processes; run under torchrun with 2 or more (this is 1), or use "

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <sstream>
 
 namespace odyssey::bench {
@@ -43,6 +44,9 @@ TrainConfig bench_config(const Options& o, const std::string& mode, std::int64_t
   c.galore_update_proj_gap = o.galore_gap;
   c.zero_stage = o.optimizer == "zero1" ? 1 : o.optimizer.starts_with("zero2") ? 2 : 0;
   c.offload_optimizer = o.optimizer == "zero2-offload";
+  // adamw: full fine-tuning in the weights' dtype, as the HF anchor trains; adamw-fp32: fp32
+  // master weights, moments and gradients on one process (optimizer_dtype: fp32).
+  c.optimizer_dtype = o.optimizer == "adamw-fp32" ? "fp32" : o.optimizer == "adamw" ? "bf16" : "auto";
   return c;
 }
 
@@ -100,8 +104,16 @@ int parse_options(int argc, char** argv, Options& o) {
       } else if (a == "--mlp-tile") {
         const std::string v = next();
         o.mlp_tile = v == "auto" ? 0 : std::stoll(v);
-      } else if (a == "--optimizer") o.optimizer = next();
-      else if (a == "--galore-rank") o.galore_rank = std::stoll(next());
+      } else if (a == "--optimizer") {
+        o.optimizer = next();
+        static const std::set<std::string> known{"adamw", "adamw-fp32", "galore",       "q-galore",
+                                                 "zero1", "zero2",      "zero2-offload"};
+        if (!known.contains(o.optimizer)) {
+          std::cerr << "odyssey-bench: --optimizer " << o.optimizer
+                    << ": expected adamw, adamw-fp32, galore, q-galore, zero1, zero2 or zero2-offload\n";
+          return 2;
+        }
+      } else if (a == "--galore-rank") o.galore_rank = std::stoll(next());
       else if (a == "--galore-gap") o.galore_gap = std::stoll(next());
       else if (a == "--memory-gib") o.memory_gib = std::stod(next());
       else if (a == "--quant") {

@@ -212,9 +212,9 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     so.schedule.base_lr = 1e-5;
     so.schedule.total_steps = o.warmup + o.steps;
     so.max_grad_norm = 1.0;
-    train::set_memory_optimizer(so, tc);
+    train::set_memory_optimizer(so, tc, dtype != torch::kFloat32);
     dist::Mesh& mesh = par.mesh;
-    train::StepEngine engine(lm, so, train::step_group(mesh, tc.zero_stage));
+    train::StepEngine engine(lm, so, train::step_group(mesh, so.zero.stage));
     rec["trainable_params"] = engine.trainable_params();
     rec["optimizer"] = engine.optimizer().name();
     if (tc.use_galore) rec["galore_rank"] = tc.galore_rank;

@@ -22,6 +22,7 @@ constexpr std::array<SV, 3> kSchedulers{"cosine", "linear", "constant"};
 constexpr std::array<SV, 5> kAttn{"auto", "flash_attn", "cudnn", "sdpa", "eager"};
 constexpr std::array<SV, 3> kKeepAttention{"auto", "all", "none"};
 constexpr std::array<SV, 3> kOffloadActivations{"auto", "true", "false"};
+constexpr std::array<SV, 3> kOptimizerDtypes{"auto", "bf16", "fp32"};
 constexpr std::array<SV, 2> kReportTo{"tensorboard", "none"};
 constexpr std::array<SV, 3> kDevices{"auto", "cuda", "cpu"};
 // Module names as PEFT matches them; Phi-3's fused qkv_proj and gate_up_proj are whole modules.
@@ -178,6 +179,12 @@ const std::array kFields = std::to_array<FieldSpec>({
      "Keep optimizer states and the update on the CPU (pinned, overlapped with compute); "
      "needs zero_stage >= 1 (ms-swift: --deepspeed zero2_offload).",
      ""},
+    {"optimizer_dtype", "memory", &TC::optimizer_dtype,
+     "Full fine-tuning of 16-bit weights: fp32 keeps fp32 master weights, moments and gradients "
+     "(16 bytes per parameter besides the weights; updates smaller than the weights' rounding "
+     "step still add up); bf16 updates the weights in their own dtype (6 bytes: gradients and "
+     "moments, as transformers' Trainer trains a bf16 model); auto is fp32 under ZeRO, else bf16.",
+     "", -kInf, kInf, kOptimizerDtypes},
     {"attn_impl", "memory", &TC::attn_impl,
      "Attention kernel: auto chooses the fastest available (cuDNN or flash on H200, varlen "
      "flash for packed batches), eager is the slow reference.",
@@ -397,5 +404,17 @@ std::string sample_request_problem(std::int64_t requested, std::int64_t availabl
 }
 
 bool uses_lora(const TrainConfig& c) { return c.tuner_type == "lora"; }
+
+bool fp32_master_weights(const TrainConfig& c, bool weights_16bit) {
+  if (uses_lora(c) || !weights_16bit) return false;
+  if (c.optimizer_dtype == "fp32") return true;
+  if (c.optimizer_dtype == "bf16") return false;
+  return c.zero_stage > 0;
+}
+
+std::int64_t optimizer_zero_stage(const TrainConfig& c, bool weights_16bit) {
+  if (c.zero_stage == 0 && c.optimizer_dtype == "fp32" && fp32_master_weights(c, weights_16bit)) return 2;
+  return c.zero_stage;
+}
 
 }  // namespace odyssey

@@ -84,6 +84,9 @@ struct TrainConfig {
   std::vector<std::string> galore_target_modules = {"all-linear"};
   std::int64_t zero_stage = 0;  // 0|1|2
   bool offload_optimizer = false;
+  // auto|bf16|fp32: fp32 master weights and moments for a full fine-tune of 16-bit weights
+  // (optimizer_zero_stage below); bf16 updates the weights in their own dtype
+  std::string optimizer_dtype = "auto";
 
   // -- kernels and memory policy
   std::string attn_impl = "auto";  // auto|flash_attn|cudnn|sdpa|eager
@@ -191,5 +194,17 @@ std::string sample_request_problem(std::int64_t requested, std::int64_t availabl
 bool parse_dataset_spec(std::string_view s, DatasetSpec* out, std::string* error);
 
 bool uses_lora(const TrainConfig& c);
+
+// optimizer_dtype (docs/optimizers.md): does the optimizer keep fp32 master weights and fp32
+// moments for the trained weights? Only a full fine-tune of 16-bit weights has a choice
+// (LoRA adapters and fp32 weights are fp32 already). auto: under ZeRO only (DeepSpeed's
+// layout); without ZeRO the update runs in the weights' dtype, as torch.optim.AdamW on a
+// bf16 model does (transformers' Trainer, ms-swift without DeepSpeed). fp32: always. bf16:
+// never (validate refuses it with ZeRO).
+bool fp32_master_weights(const TrainConfig& c, bool weights_16bit);
+// The ZeRO stage the optimizer runs: zero_stage, or 2 where fp32 master weights are asked for
+// without ZeRO (validate allows that on one process only: ZeroAdamW over a group of one shards
+// nothing and accumulates the gradients in fp32 as backward hands them over).
+std::int64_t optimizer_zero_stage(const TrainConfig& c, bool weights_16bit);
 
 }  // namespace odyssey

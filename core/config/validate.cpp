@@ -200,6 +200,24 @@ Diagnostics validate_config(const LoadedConfig& lc, const HfModelConfig* m) {
              "optimizer state in host memory and updates it on the CPU)");
   if (c.use_galore && c.zero_stage > 0)
     ck.error("zero_stage", "ZeRO sharding with GaLore is not supported; use one or the other");
+  if (c.optimizer_dtype != "auto") {
+    if (lora)
+      ck.warning("optimizer_dtype", "found " + c.optimizer_dtype +
+                                        " with tuner_type lora; LoRA adapters train in fp32 whatever it says "
+                                        "(as PEFT keeps them): it applies to full fine-tuning");
+    else if (c.optimizer_dtype == "bf16" && c.zero_stage > 0)
+      ck.error("optimizer_dtype", "found bf16 with zero_stage " + n(c.zero_stage) +
+                                      "; ZeRO keeps fp32 master weights and moments (DeepSpeed's layout): use "
+                                      "optimizer_dtype: auto or fp32, or zero_stage: 0");
+    else if (c.optimizer_dtype == "fp32" && c.use_galore)
+      ck.error("optimizer_dtype",
+               "found fp32 with use_galore; GaLore keeps its projected moments in the "
+               "weights' dtype and has no fp32 master weights: use optimizer_dtype: auto");
+    else if (c.optimizer_dtype == "bf16" && c.torch_dtype == "float32")
+      ck.warning("optimizer_dtype",
+                 "found bf16 with torch_dtype float32; the optimizer works in the weights' "
+                 "dtype, float32 here");
+  }
 
   // -- steps
   if (c.max_steps < 0 && c.num_train_epochs <= 0)
@@ -387,6 +405,14 @@ Diagnostics validate_config(const LoadedConfig& lc, const HfModelConfig* m) {
                                " with one process; ZeRO shards optimizer state over the "
                                "data- and sequence-parallel ranks (nproc_per_node x nnodes = 1 here): use more GPUs, "
                                "zero_stage: 0, or offload_optimizer: true to keep the optimizer state in host memory");
+  // fp32 master weights without ZeRO run as ZeRO-2 over a group of one (optimizer_zero_stage);
+  // over several ranks the same state is better sharded, which the user asks for by name.
+  if (c.optimizer_dtype == "fp32" && !lora && c.zero_stage == 0 && !c.use_galore && world > 1)
+    ck.error("optimizer_dtype",
+             "found fp32 with zero_stage 0 over " + n(world) +
+                 " processes; fp32 master weights over several ranks are sharded: set zero_stage: 1 or 2 "
+                 "(each rank keeps 1/" +
+                 n(world) + " of them), or optimizer_dtype: bf16");
   if (c.use_galore && m && m->hidden_size > 0) {
     // The projection's rank cannot exceed the smaller side of any weight it targets.
     const std::int64_t h = m->hidden_size,

@@ -223,7 +223,7 @@ void add_items(MemoryPlan& plan, const Terms& t, const Eval& e, const TrainConfi
   const int ph = e.phase;
   const std::string dtype = t.act_b == 4 ? "fp32" : (c.torch_dtype == "float16" ? "fp16" : "bf16");
   const i64 dp = std::max<i64>(1, t.layout.dp);
-  const std::string shard = c.zero_stage >= 1 && dp > 1 ? ", ZeRO-" + num(c.zero_stage) + " shard of " + num(dp) : "";
+  const std::string shard = t.zero_stage >= 1 && dp > 1 ? ", ZeRO-" + num(t.zero_stage) + " shard of " + num(dp) : "";
 
   // runtime
   ib.add(t.cuda ? "CUDA context" : "process runtime", "runtime", t.runtime,
@@ -249,9 +249,9 @@ void add_items(MemoryPlan& plan, const Terms& t, const Eval& e, const TrainConfi
   // gradients
   const i64 grads_all = t.grads_layers + t.grads_other;
   const i64 grads_now = ph == 0 ? (t.grads_persistent ? grads_all : 0) : ph == 1 ? e.bwd_grads : grads_all;
-  const bool pure_grads = t.hf ? !t.lora : (!t.lora && c.zero_stage == 0);  // in the weights' dtype
+  const bool pure_grads = t.hf ? !t.lora : (!t.lora && t.zero_stage == 0);  // in the weights' dtype
   const std::string gdetail = std::string(pure_grads ? num(t.act_b) + " B" : "fp32") + " per trained parameter" +
-                              (c.zero_stage >= 2 && dp > 1 ? ", ZeRO-2 shard of " + num(dp) : "") +
+                              (t.zero_stage >= 2 && dp > 1 ? ", ZeRO-2 shard of " + num(dp) : "") +
                               (t.galore_per_layer ? ", except GaLore-targeted weights (projected per layer)" : "");
   ib.add("gradients", "gradients", grads_now,
          gdetail + (grads_now < grads_all ? " (" + gib(grads_now) + " of " + gib(grads_all) + " exist at this moment)"
@@ -379,7 +379,14 @@ void add_notes(MemoryPlan& plan, const Terms& t, const TrainConfig& c, const Pla
     n.push_back(
         "ZeRO with one process shards nothing" +
         std::string(c.offload_optimizer ? "; it only moves the optimizer state to host memory (ZeRO-Offload)" : ""));
-  if (t.host_optimizer > 0) n.push_back("optimizer offloaded: " + gib(t.host_optimizer) + " on the host per process");
+  // Full fine-tuning in the weights' 16-bit dtype (optimizer_dtype auto without ZeRO): say what
+  // that loses and what fp32 masters would cost (master 4 + fp32 m, v 8 + fp32 gradients 4,
+  // against bf16 gradients and moments 6: 10 B per trained parameter more).
+  if (!t.hf && !t.lora && t.act_b < 4 && t.zero_stage == 0 && !c.use_galore && c.optimizer_dtype == "auto")
+    n.push_back("optimizer_dtype auto: AdamW updates the " + std::string(c.torch_dtype == "float16" ? "fp16" : "bf16") +
+                " weights in place, as transformers' Trainer does, so updates below a weight's rounding step are "
+                "lost; optimizer_dtype: fp32 keeps fp32 master weights, moments and gradients (" +
+                gib(10 * t.trainable) + " more)");
   if (plan.host_bytes > plan.host_capacity_bytes)
     n.push_back("host memory: what is offloaded (" + gib(plan.host_bytes) + " per process) exceeds the " +
                 gib(plan.host_capacity_bytes) + " the host can pin (" +

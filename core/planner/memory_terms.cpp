@@ -176,6 +176,8 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
     t.weights = (P - qn) * b + ceil_div(qn, 2) + consts + largest * (t.cuda ? b : 8 + 4 + 4 + b);
   }
   // ZeRO shards over every rank (dp × sp), as DeepSpeed-Ulysses does (docs/optimizers.md).
+  t.zero_stage = t.hf ? c.zero_stage : optimizer_zero_stage(c, b != 4);
+  const i64 zero_stage = t.zero_stage;
   const i64 shards = std::max<i64>(1, p.world_size);
   const i64 gas = std::max<i64>(1, c.gradient_accumulation_steps);
   t.grads_persistent = gas > 1;
@@ -224,8 +226,9 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
     // Without ZeRO the engine trains full fine-tunes as HF does, "pure" in the parameters'
     // dtype: gradients and AdamW states in that dtype, no master copy (measured on an H200:
     // docs/memory-planner.md); GaLore's untargeted parameters too, as galore-torch does. ZeRO
-    // keeps fp32 master weights, moments and gradient shards (docs/optimizers.md).
-    const bool pure = t.hf || c.zero_stage == 0;
+    // keeps fp32 master weights, moments and gradient shards (docs/optimizers.md), and so does
+    // optimizer_dtype fp32 on one process (ZeRO-2 over a group of one).
+    const bool pure = t.hf || zero_stage == 0;
     const i64 gb = pure ? b : 4;
     const unsigned gmask = c.use_galore ? module_mask(c.galore_target_modules) : 0u;
     i64 targeted_block = 0, largest_target = 0, largest_in = 0, largest_out = 0;
@@ -281,19 +284,19 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
     if (!pure) t.layer_grads_tmp += per_layer * b;  // bf16 grads before fp32 accumulation
   }
   t.grads_unsharded = t.grads_layers + t.grads_other;
-  if (c.zero_stage >= 1) {
+  if (zero_stage >= 1) {
     t.master = ceil_div(t.master, shards);
     t.adam = ceil_div(t.adam, shards);
     t.galore_states = ceil_div(t.galore_states, shards);
   }
-  if (c.zero_stage >= 2) {
+  if (zero_stage >= 2) {
     t.grads_layers = ceil_div(t.grads_layers, shards);
     t.grads_other = ceil_div(t.grads_other, shards);
     t.grads_embed = ceil_div(t.grads_embed, shards);
   }
   // ZeRO's fp32 gradient shard is one buffer allocated with the optimizer: it exists in every
   // phase, as accumulated gradients do (measured: Qwen2.5-14B, two H200s, docs/optimizers.md).
-  if (c.zero_stage >= 1 && !t.hf) t.grads_persistent = true;
+  if (zero_stage >= 1 && !t.hf) t.grads_persistent = true;
   if (c.offload_optimizer && t.cuda) {
     // fp32 master weights and moments of the shard live in host memory (12 B per parameter of
     // a shard) and the update runs on the CPU; the fp32 gradient shard stays on the GPU
@@ -455,7 +458,7 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   const i64 final_norm = norm_bytes(s.h, b, t.fused, full) * T;
   if (t.fused) {
     t.loss_chunk = std::min(T, kFusedLossChunkTokens);
-    t.loss = final_norm + t.loss_chunk * s.V * (4 + b) + T * s.h * b + (full && c.zero_stage >= 2 ? 4 * s.V * s.h : 0);
+    t.loss = final_norm + t.loss_chunk * s.V * (4 + b) + T * s.h * b + (full && t.zero_stage >= 2 ? 4 * s.V * s.h : 0);
   } else if (t.hf) {
     // fp32 log-softmax output + its gradient + the gradient of the logits (12 B/logit); HF
     // also keeps the model output's logits alive through backward.

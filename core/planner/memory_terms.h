@@ -17,6 +17,9 @@ struct Terms {
   bool cuda = true;
   bool hf = false;  // PlannerReference::HfPeft
   bool lora = true;
+  // The ZeRO stage the optimizer runs (optimizer_zero_stage: 2 for optimizer_dtype fp32 without
+  // ZeRO on one process); the HF reference's is zero_stage.
+  std::int64_t zero_stage = 0;
   bool experts_4bit = false;  // a MoE model on a 4-bit base: its experts are 4-bit too
   bool moe = false;           // mixture-of-experts layers, which the MLP tiling does not cover
   // LoRA on the experts: the ranks of a MoE layer's gate_up and down adapters together (the

@@ -45,6 +45,9 @@ struct GaLoreOptions {
 struct ZeroOptions {
   int stage = 0;  // 0, 1 (states sharded) or 2 (gradients too)
   bool offload = false;
+  // optimizer_dtype: fp32 without ZeRO: stage 2 over a group of one, for its fp32 master
+  // weights, moments and gradient accumulator (nothing is sharded; see optimizer_zero_stage).
+  bool fp32_master_only = false;
 };
 
 struct StepOptions {
@@ -74,8 +77,9 @@ struct StepResult {
 };
 
 // GaLore and ZeRO settings of a configuration (use_galore, galore_*, zero_stage,
-// offload_optimizer) into `options`.
-void set_memory_optimizer(StepOptions& options, const TrainConfig& config);
+// offload_optimizer, optimizer_dtype) into `options`; `weights_16bit`: the model's weights are
+// bf16 or fp16 (optimizer_dtype applies to those only).
+void set_memory_optimizer(StepOptions& options, const TrainConfig& config, bool weights_16bit);
 
 // The optimizer `options` asks for over the trainable parameters: AdamW, GaLore (galore.h),
 // Q-GaLore, or ZeRO-2 AdamW (zero.h) sharded over `world` (required for ZeRO).

@@ -316,6 +316,8 @@ std::string oom_advice(const TrainConfig& c, const std::vector<bool>& ckpt) {
     tips.push_back("per_device_train_batch_size: 1 (with gradient_accumulation_steps x" +
                    std::to_string(c.per_device_train_batch_size) + ")");
   tips.push_back("a smaller max_length (now " + std::to_string(c.max_length) + ")");
+  if (c.tuner_type == "full" && c.optimizer_dtype == "fp32" && c.zero_stage == 0)
+    tips.push_back("optimizer_dtype: bf16 (10 bytes per parameter less: no fp32 master, moments or gradients)");
   if (c.tuner_type == "full") tips.push_back("tuner_type: lora, or use_galore / zero_stage 2");
   if (c.tuner_type == "lora" && c.zero_stage == 0)
     tips.push_back("zero_stage: 2 with offload_optimizer: true (the AdamW moments in host memory, on one GPU too)");
@@ -657,7 +659,7 @@ void apply_tuner_and_memory(RunContext& run, LoadedModel& m, Training& t) {
 }
 
 // Steps per epoch and in all, and the optimizer's and schedule's options.
-Schedule plan_schedule(RunContext& run, const Data& data, Schedule s) {
+Schedule plan_schedule(RunContext& run, const Data& data, Schedule s, bool weights_16bit) {
   const TrainConfig& c = run.c;
   const dist::Mesh& mesh = run.mesh;
   s.batch = c.per_device_train_batch_size;
@@ -683,7 +685,7 @@ Schedule plan_schedule(RunContext& run, const Data& data, Schedule s) {
   s.so.schedule.total_steps = run.total_steps;
   s.so.schedule.warmup_steps = warmup_steps_for(c.warmup_steps, c.warmup_ratio, run.total_steps);
   s.so.max_grad_norm = c.max_grad_norm;
-  set_memory_optimizer(s.so, c);
+  set_memory_optimizer(s.so, c, weights_16bit);
   return s;
 }
 
@@ -711,10 +713,10 @@ Training build_optimizer(RunContext& run, LoadedModel& m, const Data& data) {
   const TrainConfig& c = run.c;
   Training t;
   apply_tuner_and_memory(run, m, t);
-  t.sched = plan_schedule(run, data, std::move(t.sched));
+  t.sched = plan_schedule(run, data, std::move(t.sched), m.dtype != torch::kFloat32);
   check_offload_memory(run, m);
   try {
-    t.engine.emplace(m.lm, t.sched.so, step_group(run.mesh, c.zero_stage));
+    t.engine.emplace(m.lm, t.sched.so, step_group(run.mesh, t.sched.so.zero.stage));
     if (run.mesh.ep > 1) t.engine->set_expert_parallel(run.mesh.ep_group.get(), run.mesh.expert_dp_group.get());
   } catch (const std::invalid_argument& e) {
     throw RunFailure{std::string("optimizer: ") + e.what()};
@@ -747,6 +749,10 @@ Training build_optimizer(RunContext& run, LoadedModel& m, const Data& data) {
                (optimizer.host_state_bytes() > 0 ? ", " + gib(optimizer.host_state_bytes()) + " in host memory"
                                                  : std::string()) +
                (c.zero_stage > 0 ? " per rank (sharded over " + std::to_string(run.mesh.world) + ")" : std::string()) +
+               (t.sched.so.zero.fp32_master_only ? " (optimizer_dtype fp32: fp32 master weights, moments and gradients)"
+                : c.tuner_type == "full" && m.dtype != torch::kFloat32 && t.sched.so.zero.stage == 0 && !c.use_galore
+                    ? " (moments and update in " + dtype_name(m.dtype) + ", optimizer_dtype " + c.optimizer_dtype + ")"
+                    : std::string()) +
                (c.use_galore ? "; GaLore rank " + std::to_string(c.galore_rank) + ", projection refreshed every " +
                                    std::to_string(c.galore_update_proj_gap) + " steps"
                              : std::string()));

@@ -93,7 +93,13 @@ class ZeroAdamW : public Optimizer {
   ZeroAdamW(const ZeroAdamW&) = delete;
   ZeroAdamW& operator=(const ZeroAdamW&) = delete;
 
-  std::string name() const override { return stage_ == 1 ? "zero1_adamw" : "zero2_adamw"; }
+  std::string name() const override {
+    if (fp32_master_only_) return "adamw_fp32_master";
+    return stage_ == 1 ? "zero1_adamw" : "zero2_adamw";
+  }
+  // Named adamw_fp32_master: optimizer_dtype fp32 without ZeRO (make_optimizer, a group of one
+  // without offload), where nothing is sharded and only the fp32 state is wanted.
+  void name_as_fp32_master() { fp32_master_only_ = true; }
   void begin_step() override;
   void end_micro_batch(bool last) override;
   // Stage 1: the bucketed reduce-scatter of .grad (over the construction group; `world` is
@@ -175,6 +181,7 @@ class ZeroAdamW : public Optimizer {
 
   AdamWOptions options_;
   dist::Group& world_;
+  bool fp32_master_only_ = false;
   int stage_ = 2;
   bool offload_ = false;
   std::int64_t bucket_elements_ = kBucketElements;

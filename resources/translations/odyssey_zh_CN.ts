@@ -1250,6 +1250,10 @@ ms-swift：--sequence_parallel_size N</translation>
         <translation>优化器卸载到 CPU</translation>
     </message>
     <message>
+        <source>Optimizer precision</source>
+        <translation>优化器精度</translation>
+    </message>
+    <message>
         <source>Attention kernel</source>
         <translation>注意力算子</translation>
     </message>

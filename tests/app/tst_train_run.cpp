@@ -500,6 +500,55 @@ class TstTrainRun : public QObject {
         quantized ? "Q-GaLore" : "GaLore", sa.front().value("loss").toDouble(), sa.back().value("loss").toDouble());
   }
 
+  // optimizer_dtype: fp32 through the real binary: a full fine-tune of bf16 weights on one
+  // process keeps fp32 master weights, moments and gradients (ZeRO-2's optimizer over a group of
+  // one, 16 bytes per parameter); the checkpoint holds them, so a run resumed from step 3 equals
+  // the uninterrupted one to the bit (weights and optimizer file), which it could not if it
+  // restarted from the rounded bf16 weights.
+  void fp32MasterWeightsResumeEqualsUninterrupted() {
+    auto preset = [](const QTemporaryDir& tmp, const QString& extra) {
+      const QString p = lora_preset(tmp, "optimizer_dtype: fp32\nlearning_rate: 0.0001\n" + extra, true);
+      QFile f(p);
+      if (!f.open(QIODevice::ReadOnly)) qFatal("cannot read %s", qPrintable(p));
+      QString text = QString::fromUtf8(f.readAll());
+      f.close();
+      text.replace("torch_dtype: float32\n", "torch_dtype: bfloat16\n");
+      text.replace("learning_rate: 0.005\n", "");
+      if (!f.open(QIODevice::WriteOnly | QIODevice::Truncate)) qFatal("cannot write %s", qPrintable(p));
+      f.write(text.toUtf8());
+      return p;
+    };
+    QTemporaryDir a, b;
+    const Run whole = odyssey_train({"run", preset(a, {})});
+    QVERIFY2(whole.code == 0, qPrintable(whole.err + whole.out.right(2000)));
+    const QString da = run_dir(a.filePath("out"));
+    const QJsonObject start = events(da, "run_start").front();
+    const QJsonObject opt = start.value("optimizer").toObject();
+    QCOMPARE(opt.value("name").toString(), QStringLiteral("adamw_fp32_master"));
+    QCOMPARE(opt.value("sharded_over").toInt(), 1);
+    const double trainable = start.value("model").toObject().value("trainable_params").toDouble();
+    QVERIFY(trainable > 0);
+    QCOMPARE(opt.value("state_bytes").toDouble(), 16 * trainable + 4);  // fp32 master, m, v, gradients; the step
+    QVERIFY2(bytes(da + "/logs/rank-0.log").contains("optimizer_dtype fp32: fp32 master weights"),
+             bytes(da + "/logs/rank-0.log").left(3000).constData());
+    const QString ckpt3 = da + "/checkpoints/checkpoint-3";
+    const QString state = "/optimizer-rank-00000-of-00001.safetensors";
+    QVERIFY(QFile::exists(ckpt3 + state));
+    const Run resumed = odyssey_train({"run", preset(b, "resume_from_checkpoint: " + ckpt3 + "\n")});
+    QVERIFY2(resumed.code == 0, qPrintable(resumed.err + resumed.out.right(2000)));
+    const QString db = run_dir(b.filePath("out"));
+    const auto sa = events(da, "step"), sb = events(db, "step");
+    QCOMPARE(sa.size(), 6);
+    QCOMPARE(sb.size(), 3);
+    for (int i = 0; i < 3; ++i) {
+      QCOMPARE(sb[i].value("loss").toDouble(), sa[3 + i].value("loss").toDouble());
+      QCOMPARE(sb[i].value("grad_norm").toDouble(), sa[3 + i].value("grad_norm").toDouble());
+    }
+    QCOMPARE(bytes(db + "/checkpoints/checkpoint-6/model.safetensors"),
+             bytes(da + "/checkpoints/checkpoint-6/model.safetensors"));
+    QCOMPARE(bytes(db + "/checkpoints/checkpoint-6" + state), bytes(da + "/checkpoints/checkpoint-6" + state));
+  }
+
   void galoreRankTooLargeFailsBeforeTraining() {
     QTemporaryDir a;
     // Validation knows the model's shapes (config.json): refused before anything loads.

@@ -545,6 +545,32 @@ class TestMemoryPlanner : public QObject {
     QCOMPARE(item(q, "AdamW states"), std::int64_t{106816 * 2 * 2});
     QCOMPARE(item(q, "master weights"), std::int64_t{0});
     QCOMPARE(std::max(item(q, "gradients"), item(q, "gradients", false)), std::int64_t{106816 * 2});
+    // optimizer_dtype fp32 on one process: ZeRO-2's optimizer over a group of one, nothing
+    // sharded: fp32 master, m, v and the fp32 gradient accumulator (in every phase).
+    c.nproc_per_node = 1, c.optimizer_dtype = "fp32";
+    const MemoryPlan f = plan_memory(c, tiny());
+    QCOMPARE(item(f, "master weights"), std::int64_t{106816 * 4});
+    QCOMPARE(item(f, "AdamW states"), std::int64_t{106816 * 8});
+    QCOMPARE(item(f, "gradients"), std::int64_t{106816 * 4});
+    QCOMPARE(item(f, "NCCL buffers"), std::int64_t{0});
+    QVERIFY(note_starting(f, "optimizer_dtype auto").empty());
+    // auto on one process without ZeRO is bf16, and so is bf16 itself; auto says what it loses
+    // and what fp32 would cost (10 B per parameter more).
+    for (const char* d : {"auto", "bf16"}) {
+      c.optimizer_dtype = d;
+      const MemoryPlan b = plan_memory(c, tiny());
+      QCOMPARE(item(b, "master weights"), std::int64_t{0});
+      QCOMPARE(item(b, "AdamW states"), std::int64_t{106816 * 2 * 2});
+      const std::string note = note_starting(b, "optimizer_dtype auto: AdamW updates the bf16 weights in place");
+      QCOMPARE(note.empty(), std::string(d) == "bf16");
+      QCOMPARE(at_peak_sum(f) - at_peak_sum(b) >= 10 * 106816, true);
+    }
+    // LoRA adapters are fp32 whatever optimizer_dtype says.
+    TrainConfig l = tiny_lora();
+    const std::int64_t adam = item(plan_memory(l, tiny()), "AdamW states");
+    l.optimizer_dtype = "fp32";
+    QCOMPARE(item(plan_memory(l, tiny()), "AdamW states"), adam);
+    QCOMPARE(item(plan_memory(l, tiny()), "master weights"), std::int64_t{0});
   }
 
   void tinyGaloreByHand() {

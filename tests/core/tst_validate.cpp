@@ -38,12 +38,14 @@ LoadedConfig parse(const std::string& yaml) {
   return r.value;
 }
 
-std::string errors(const Diagnostics& d) {
+std::string of_severity(const Diagnostics& d, Severity severity) {
   std::string s;
   for (const auto& x : d)
-    if (x.severity == Severity::Error) s += x.format() + "\n";
+    if (x.severity == severity) s += x.format() + "\n";
   return s;
 }
+std::string errors(const Diagnostics& d) { return of_severity(d, Severity::Error); }
+std::string warnings(const Diagnostics& d) { return of_severity(d, Severity::Warning); }
 bool contains(const std::string& h, const std::string& n) { return h.find(n) != std::string::npos; }
 
 namespace fs = std::filesystem;
@@ -159,12 +161,6 @@ class TstValidate : public QObject {
   // hides nothing, Ulysses alone warns of nothing.
   void ringWarnsOfTheReferencePathForWindowsAndSoftcapping() {
     auto shape = [](const char* id) { return load_located_model_config(locate_model(id, "")).value; };
-    auto warnings = [](const Diagnostics& d) {
-      std::string s;
-      for (const auto& x : d)
-        if (x.severity == Severity::Warning) s += x.format() + "\n";
-      return s;
-    };
     const std::string ring = "gpu_ids: [0,1]\nsequence_parallel_size: 2\nulysses_size: 1\npacking: true\n";
     const std::string ulysses = "gpu_ids: [0,1]\nsequence_parallel_size: 2\n";
     auto g2 = shape("google/gemma-2-9b");
@@ -313,6 +309,33 @@ class TstValidate : public QObject {
     QVERIFY(contains(errors(validate_config(
                          parse("tuner_type: full\nuse_galore: true\nzero_stage: 2\nnproc_per_node: 2\n"), nullptr)),
                      "GaLore"));
+  }
+
+  // optimizer_dtype (docs/optimizers.md): fp32 masters on one process without ZeRO, or under
+  // ZeRO; bf16 not under ZeRO; fp32 not with GaLore; over several processes fp32 asks for ZeRO by
+  // name; with LoRA (fp32 adapters) either is a warning.
+  void optimizerDtypeRules() {
+    QVERIFY(errors(validate_config(parse("tuner_type: full\noptimizer_dtype: fp32\n"), nullptr)).empty());
+    QVERIFY(errors(validate_config(parse("tuner_type: full\noptimizer_dtype: bf16\n"), nullptr)).empty());
+    QVERIFY(errors(validate_config(parse("tuner_type: full\noptimizer_dtype: fp32\nzero_stage: 2\nnproc_per_node: 2\n"),
+                                   nullptr))
+                .empty());
+    QVERIFY(
+        contains(errors(validate_config(
+                     parse("tuner_type: full\noptimizer_dtype: bf16\nzero_stage: 2\nnproc_per_node: 2\n"), nullptr)),
+                 "optimizer_dtype: found bf16 with zero_stage 2"));
+    QVERIFY(
+        contains(errors(validate_config(parse("tuner_type: full\noptimizer_dtype: fp32\nuse_galore: true\n"), nullptr)),
+                 "optimizer_dtype: found fp32 with use_galore"));
+    const std::string two =
+        errors(validate_config(parse("tuner_type: full\noptimizer_dtype: fp32\nnproc_per_node: 2\n"), nullptr));
+    QVERIFY2(contains(two, "optimizer_dtype: found fp32 with zero_stage 0 over 2 processes") &&
+                 contains(two, "set zero_stage: 1 or 2"),
+             two.c_str());
+    const Diagnostics lora = validate_config(parse("tuner_type: lora\noptimizer_dtype: bf16\n"), nullptr);
+    QVERIFY(errors(lora).empty());
+    QVERIFY2(contains(warnings(lora), "LoRA adapters train in fp32"), warnings(lora).c_str());
+    QVERIFY(!load_preset_text("model: m\ndataset: [d.jsonl]\noptimizer_dtype: fp16\n", "v.yaml", "").ok());
   }
 
   // Checkpoint segments: a kept attention output is a checkpoint of its own (keep_attention:

@@ -244,17 +244,21 @@ int train_worker(const dist::DistEnv& env) {
   // process takes ZeRO only with offload (ZeRO-Offload on one GPU), and its step engine never
   // asks the optimizer to reduce: stage 1 reduces when it clips.
   std::map<std::string, Params> results;
-  const auto engine_cases = env.world == 1 ? std::vector<std::pair<int, bool>>{{2, true}, {1, true}}
+  // One process also takes stage 2 without offload as optimizer_dtype: fp32 asks for it
+  // (fp32_master_only, named adamw_fp32_master); (0, false) stands for that case here.
+  const auto engine_cases = env.world == 1 ? std::vector<std::pair<int, bool>>{{2, true}, {1, true}, {0, false}}
                                            : std::vector<std::pair<int, bool>>{{2, false}, {2, true}, {1, false}};
   for (const auto& [stage, offload] : engine_cases) {
     train::StepOptions o = opts;
-    o.zero.stage = stage;
+    o.zero.stage = stage == 0 ? 2 : stage;
     o.zero.offload = offload;
+    o.zero.fp32_master_only = stage == 0;
     train::StepEngine engine(tiny_model(), o, &world);
     std::vector<double> norms;
     for (const auto& b : batches) norms.push_back(engine.step(b).grad_norm);
     const auto* z = dynamic_cast<train::ZeroAdamW*>(&engine.optimizer());
     const std::string name = engine.optimizer().name() + (offload ? " offload" : "") + " (StepEngine)";
+    ok = ok && (stage == 0) == (engine.optimizer().name() == "adamw_fp32_master");
     results[name] = snapshot(engine.model());
     report(name, z ? z->bucket_count() : 0, norms, max_diff(results[name], ref), 0, kTolerance);
   }

@@ -3,7 +3,7 @@
 steps of a tiny random Qwen2 trained by the real libraries, on packed padding-free rows.
 
     train_reference.py OUT_DIR --mode lora|full [--rslora] [--quant nf4|fp4 [--no-double-quant]]
-                       [--steps 6] [--accum 2]
+                       [--dtype float32|bfloat16 [--optimizer-dtype bf16|fp32]] [--steps 6] [--accum 2]
 
 What runs (CPU, float32, attn_implementation="sdpa"):
 
@@ -35,6 +35,12 @@ What runs (CPU, float32, attn_implementation="sdpa"):
              = Σ loss_i; grad norm = clip_grad_norm_(trainable, 1.0) (before clipping); lr =
              the scheduler's value used by this step; optimizer.step(); scheduler.step();
              zero_grad.
+
+bfloat16 (--dtype bfloat16, full fine-tuning of the Qwen2 model): the saved fp32 model cast to
+bf16 trains in bf16 on the CPU. --optimizer-dtype bf16: torch's fused AdamW on the bf16 weights
+themselves (gradients accumulated in bf16, moments in bf16: what the Trainer does with a model
+loaded in bf16). fp32: Fp32Masters below (fp32 master weights, gradients and moments; the bf16
+weights are the masters rounded after each step); the masters are saved as master.<name>.
 
 Writes OUT_DIR/reference.safetensors:
   batch.<k>.input_ids, batch.<k>.labels, batch.<k>.position_ids   float32 [1, T] (ids are exact), k < steps × accum
@@ -193,15 +199,16 @@ def snapshot(model, names, prefix):
     return {prefix + names[n]: p.detach().float().clone().contiguous() for n, p in trainable_named(model)}
 
 
-def make_optimizer(model, names, hp):
+def make_optimizer(model, names, hp, masters=None):
     """torch's fused AdamW with the Trainer's decay groups, and the cosine schedule with warmup.
-    Records the no-decay and trainable names in hp."""
+    Records the no-decay and trainable names in hp. With `masters` it updates their fp32 copies."""
     decay = set(Trainer.get_decay_parameter_names(None, model))  # the Trainer's own rule
     trainable = trainable_named(model)
     hp["no_decay"] = [names[n] for n, _ in trainable if n not in decay]
     hp["trainable"] = [names[n] for n, _ in trainable]
-    groups = [{"params": [p for n, p in trainable if n in decay], "weight_decay": hp["weight_decay"]},
-              {"params": [p for n, p in trainable if n not in decay], "weight_decay": 0.0}]
+    own = (lambda p: masters.master_of[id(p)]) if masters else (lambda p: p)
+    groups = [{"params": [own(p) for n, p in trainable if n in decay], "weight_decay": hp["weight_decay"]},
+              {"params": [own(p) for n, p in trainable if n not in decay], "weight_decay": 0.0}]
     groups = [g for g in groups if g["params"]]
     opt = torch.optim.AdamW(groups, lr=hp["lr"], betas=tuple(hp["betas"]), eps=hp["eps"], fused=True)
     sched = get_cosine_schedule_with_warmup(opt, num_warmup_steps=hp["warmup_steps"],
@@ -209,11 +216,37 @@ def make_optimizer(model, names, hp):
     return opt, sched
 
 
-def train_steps(model, opt, sched, batches, hp, packed=True, log=print):
+class Fp32Masters:
+    """Mixed precision with fp32 master weights (--optimizer-dtype fp32), as DeepSpeed's bf16
+    optimizer keeps them: an fp32 copy of every trained 16-bit weight; after each backward the
+    weight's 16-bit gradient (summed by autograd within that backward) is added to the master's
+    fp32 gradient and dropped; clipping and AdamW act on the masters; each step ends by copying
+    the updated masters into the 16-bit weights (rounded to nearest)."""
+
+    def __init__(self, model):
+        self.pairs = [(p, p.detach().float().clone().requires_grad_(True)) for _, p in trainable_named(model)]
+        self.master_of = {id(p): m for p, m in self.pairs}
+
+    def accumulate(self):
+        for p, m in self.pairs:
+            if p.grad is None:
+                continue
+            g = p.grad.float()
+            m.grad = g if m.grad is None else m.grad + g
+            p.grad = None
+
+    def publish(self):
+        with torch.no_grad():
+            for p, m in self.pairs:
+                p.copy_(m)
+
+
+def train_steps(model, opt, sched, batches, hp, packed=True, log=print, masters=None):
     """hp["steps"] optimizer steps of hp["accum"] micro-batches each, as the Trainer runs them.
-    Returns the per-step losses, gradient norms (before clipping) and learning rates."""
+    Returns the per-step losses, gradient norms (before clipping) and learning rates. With
+    `masters` (Fp32Masters), `opt` updates the fp32 masters."""
     losses, norms, lrs = [], [], []
-    params = [p for _, p in trainable_named(model)]
+    params = [m for _, m in masters.pairs] if masters else [p for _, p in trainable_named(model)]
     accum = hp["accum"]
     for s in range(hp["steps"]):
         micro = batches[s * accum:(s + 1) * accum]
@@ -228,12 +261,16 @@ def train_steps(model, opt, sched, batches, hp, packed=True, log=print):
                 loss = out.loss
                 del out  # as the Trainer: only the loss survives into backward
                 loss.backward()
+                if masters:
+                    masters.accumulate()
                 step_loss += loss.item()
         norm = torch.nn.utils.clip_grad_norm_(params, max_norm=hp["max_norm"]).item()
         lr = sched.get_last_lr()[0]
         opt.step()
         sched.step()
         opt.zero_grad(set_to_none=True)
+        if masters:
+            masters.publish()
         losses.append(step_loss)
         norms.append(norm)
         lrs.append(lr)
@@ -250,6 +287,11 @@ def main():
     ap.add_argument("--no-double-quant", action="store_true")
     ap.add_argument("--arch", choices=["qwen2", "qwen3_moe"], default="qwen2",
                     help="the tiny model: Qwen2, or a Qwen3-MoE whose loss includes the load-balancing loss")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                    help="the weights' dtype (bfloat16: full fine-tuning only)")
+    ap.add_argument("--optimizer-dtype", choices=["bf16", "fp32"], default="bf16",
+                    help="bfloat16 weights: AdamW on the weights themselves (bf16, as the Trainer trains a bf16 "
+                         "model) or on fp32 master copies (fp32)")
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--accum", type=int, default=2)
     args = ap.parse_args()
@@ -261,6 +303,8 @@ def main():
         ap.error("--rslora needs --mode lora")
     if args.quant and args.mode != "lora":
         ap.error("--quant needs --mode lora (a 4-bit base is frozen)")
+    if args.dtype == "bfloat16" and (args.mode != "full" or args.arch != "qwen2"):
+        ap.error("--dtype bfloat16 needs --mode full and the qwen2 model")
     os.makedirs(args.out, exist_ok=True)
     lora = args.mode == "lora"
 
@@ -269,6 +313,8 @@ def main():
         model = quantize_model(args.out, args.quant, not args.no_double_quant)
     batches = make_batches(args.steps * args.accum)
     packed, packed_diff, crossed_diff = packed_rows_are_packed(model, batches)
+    if args.dtype == "bfloat16":  # after the packing check, which compares in fp32 (bf16 rounding is 1e-2)
+        model = model.to(torch.bfloat16)  # the saved fp32 model, rounded as loading it in bf16 does
     if not packed:
         print("WARNING: transformers does not treat a row with restarting position_ids as packed under sdpa "
               f"(max abs diff {packed_diff:.3g}); computing every sample separately and summing the losses",
@@ -277,7 +323,8 @@ def main():
     hp = {"mode": args.mode, "steps": args.steps, "accum": args.accum, "vocab_size": VOCAB,
           "lr": 1e-3 if lora else 1e-4, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1,
           "warmup_steps": math.ceil(0.2 * args.steps), "schedule": "cosine", "max_norm": 1.0,
-          "optimizer": "torch.optim.AdamW(fused=True)", "attn_implementation": "sdpa", "dtype": "float32",
+          "optimizer": "torch.optim.AdamW(fused=True)", "attn_implementation": "sdpa", "dtype": args.dtype,
+          "optimizer_dtype": args.optimizer_dtype if args.dtype == "bfloat16" else "fp32",
           "torch_threads": torch.get_num_threads(), "packed_rows": packed, "packed_max_abs_diff": packed_diff, "use_cache_true_max_abs_diff": crossed_diff,
           "loss": "sum over micro-batches of model(..., num_items_in_batch=n).loss; n = label tokens of the step",
           "seeds": {"model": 0, "data": 1, "lora": 2},
@@ -301,10 +348,14 @@ def main():
     model.train()
 
     names = state_names(model, lora)
-    opt, sched = make_optimizer(model, names, hp)
+    masters = Fp32Masters(model) if args.dtype == "bfloat16" and args.optimizer_dtype == "fp32" else None
+    opt, sched = make_optimizer(model, names, hp, masters)
     tensors = snapshot(model, names, "init.")
-    losses, norms, lrs = train_steps(model, opt, sched, batches, hp, packed)
+    losses, norms, lrs = train_steps(model, opt, sched, batches, hp, packed, masters=masters)
     tensors.update(snapshot(model, names, "final."))
+    if masters:
+        tensors.update({"master." + names[n]: m.detach().clone().contiguous()
+                        for (n, _), (_, m) in zip(trainable_named(model), masters.pairs)})
     for k, b in enumerate(batches):
         for key in ("input_ids", "labels", "position_ids"):
             # float32 (exact below 2**24): Odyssey's safetensors reader loads floating types only.

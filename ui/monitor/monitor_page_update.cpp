@@ -157,6 +157,7 @@ void MonitorPage::update_header() {
       static const std::map<std::string, QString> names{{"adamw", QStringLiteral("AdamW")},
                                                         {"galore_adamw", QStringLiteral("GaLore")},
                                                         {"q_galore_adamw8bit", QStringLiteral("Q-GaLore")},
+                                                        {"adamw_fp32_master", QStringLiteral("AdamW, fp32 master")},
                                                         {"zero1_adamw", QStringLiteral("ZeRO-1")},
                                                         {"zero2_adamw", QStringLiteral("ZeRO-2")}};
       const auto it = names.find(o.name);
