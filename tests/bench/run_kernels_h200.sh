@@ -52,8 +52,10 @@
 #             liger-compare.md
 #   frontier  issue 28's speed-memory frontier: per FRONTIER_ROWS row (shape:mode:seq; default 1.5B LoRA 24K, 0.5B
 #             full 32K, 7B LoRA 24K and 32K) the HF + PEFT + Liger anchor (FRONTIER_PLAIN=1: plain HF too), then
-#             odyssey-bench --frontier FRONTIER_POINTS (default 5) --offload on with the anchor's peak as a budget;
-#             frontier-{hf,odyssey}.jsonl, frontier-compare.md; needs the liger-kernel wheel in .whl/
+#             odyssey-bench --frontier FRONTIER_POINTS (default 5) --offload on with the anchor's peak as a budget,
+#             once per FRONTIER_OPTIMIZERS (default adamw; "adamw adamw-fp32" adds a sweep with fp32 master
+#             weights, labelled adamw-fp32); frontier-{hf,odyssey}.jsonl, frontier-compare.md; needs the
+#             liger-kernel wheel in .whl/
 #   qlora     issue 24's anchors: transformers + PEFT + bitsandbytes QLoRA (hf_bench.py --quant nf4, every
 #             layer checkpointed), without and with Liger, for QLORA_SHAPES (default llama-3.1-8b) at QLORA_SEQS
 #             (default 16384); odyssey-bench --quant nf4 at each anchor's peak (--memory-gib, the planner choosing)
@@ -335,8 +337,11 @@ print(r[-1].get('peak_gib') or '')")
 rows=[json.loads(l) for l in open('$FH') if l.strip()]
 r=[x for x in rows if x['shape']=='$S' and x['mode']=='$M' and x['seq']==$Q and x.get('liger') and x.get('peak_gib')]
 print(r[-1]['peak_gib'] if r else '')")
-      $B --frontier ${FRONTIER_POINTS:-5} ${peak:+--frontier-at $peak} --offload on --shape $S --mode $M --seq $Q \
-        --steps ${FRONTIER_STEPS:-2} --warmup 1 --out "$FO" | cut -c1-300
+      for opt in ${FRONTIER_OPTIMIZERS:-adamw}; do  # adamw-fp32: full rows with fp32 master weights too
+        $B --frontier ${FRONTIER_POINTS:-5} ${peak:+--frontier-at $peak} --offload on --shape $S --mode $M --seq $Q \
+          --optimizer $opt $([ $opt != adamw ] && echo --label $opt) --steps ${FRONTIER_STEPS:-2} --warmup 1 \
+          --out "$FO" | cut -c1-300
+      done
     done
     python3 tests/bench/compare.py "$FH" "$FO" $(python3 -c "import matplotlib" 2>/dev/null && echo --frontier-plot "$OUT") |
       tee "$OUT/frontier-compare.md" ;;
