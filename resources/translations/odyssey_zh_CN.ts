@@ -852,12 +852,12 @@ ms-swift：--sequence_parallel_size N</translation>
         <translation>损失与困惑度</translation>
     </message>
     <message>
-        <source>Text file:</source>
-        <translation>文本文件：</translation>
+        <source>Data file:</source>
+        <translation>数据文件：</translation>
     </message>
     <message>
-        <source>JSON Lines, one {&quot;text&quot;: ...} a line (held-out text)</source>
-        <translation>JSON Lines，每行一个 {&quot;text&quot;: ...}（留出的文本）</translation>
+        <source>{&quot;text&quot;: ...} lines, or a chat dataset (messages, sharegpt, alpaca) scored on the answers through the run&apos;s template</source>
+        <translation>每行一个 {&quot;text&quot;: ...}，或对话数据集（messages、sharegpt、alpaca），按运行的模板只计算回答部分</translation>
     </message>
     <message>
         <source>Score the base and every checkpoint</source>
@@ -924,8 +924,8 @@ ms-swift：--sequence_parallel_size N</translation>
         <translation>无法启动 odyssey-train：%1</translation>
     </message>
     <message>
-        <source>Choose the base model and a text file first.</source>
-        <translation>请先选择基座模型和文本文件。</translation>
+        <source>Choose the base model and a data file first.</source>
+        <translation>请先选择基座模型和数据文件。</translation>
     </message>
     <message>
         <source>Base model</source>

@@ -14,6 +14,9 @@
 #include <QFileInfo>
 #include <QJsonArray>
 #include <QJsonDocument>
+#include <QMap>
+
+#include <cmath>
 #include <QJsonObject>
 #include <QProcess>
 #include <QRegularExpression>
@@ -498,6 +501,89 @@ class TstTrainRun : public QObject {
         "%s: losses %.4f -> %.4f over 6 steps; resumed from step 3, steps 4-6 and the step-6 weights and optimizer "
         "state are identical",
         quantized ? "Q-GaLore" : "GaLore", sa.front().value("loss").toDouble(), sa.back().value("loss").toDouble());
+  }
+
+  // `score` on a run's validation file (alpaca records through the run's chat template, with
+  // --config pointing at the run's config.yaml) equals the run's own eval loss at each
+  // checkpoint: the same template, system prompt and trained tokens, the adapter's dropout off
+  // (an adapter trained with lora_dropout 0.1). Without --config the model's own template and
+  // no system prompt give another loss.
+  void scoreOfTheValidationFileEqualsTheRunsEval() {
+    QTemporaryDir a;
+    const QString val = src("resources/quickstart/data/val.jsonl");
+    QString p = lora_preset(a, "val_dataset: [" + val + "]\n");
+    {
+      QFile f(p);
+      if (!f.open(QIODevice::ReadOnly)) qFatal("cannot read %s", qPrintable(p));
+      QString text = QString::fromUtf8(f.readAll());
+      f.close();
+      text.replace("split_dataset_ratio: 0.05\n", "");
+      if (!f.open(QIODevice::WriteOnly | QIODevice::Truncate)) qFatal("cannot write %s", qPrintable(p));
+      f.write(text.toUtf8());
+    }
+    const Run run = odyssey_train({"run", p});
+    QVERIFY2(run.code == 0, qPrintable(run.err + run.out.right(2000)));
+    const QString d = run_dir(a.filePath("out"));
+    QMap<int, double> eval;
+    for (const QJsonObject& e : events(d, "eval")) eval[e.value("step").toInt()] = e.value("loss").toDouble();
+    QVERIFY2(eval.contains(3) && eval.contains(6), qPrintable(QString::number(eval.size())));
+    auto total = [](const Run& r) {
+      const QList<QByteArray> lines = r.out.toUtf8().trimmed().split('\n');
+      return QJsonDocument::fromJson(lines.back()).object().value("total").toObject();
+    };
+    for (int step : {3, 6}) {
+      const Run s = odyssey_train({"score", "--model", src("resources/quickstart/model"), "--adapter",
+                                   d + "/checkpoints/checkpoint-" + QString::number(step), "--config",
+                                   d + "/config.yaml", "--data", val});
+      QVERIFY2(s.code == 0, qPrintable(s.err + s.out.right(1500)));
+      const QJsonObject t = total(s);
+      QCOMPARE(t.value("format").toString(), QStringLiteral("alpaca"));
+      QCOMPARE(t.value("template").toString(), QStringLiteral("chatml"));
+      QCOMPARE(t.value("samples").toInt(), 100);
+      const double loss = t.value("loss").toDouble();
+      qInfo("step %d: run eval %.9f, score %.9f", step, eval[step], loss);
+      QVERIFY2(std::abs(loss - eval[step]) <= 1e-6 * eval[step], qPrintable(s.out.right(400)));
+    }
+    const Run bare = odyssey_train({"score", "--model", src("resources/quickstart/model"), "--adapter",
+                                    d + "/checkpoints/checkpoint-6", "--data", val});
+    QVERIFY2(bare.code == 0, qPrintable(bare.err));
+    QVERIFY(std::abs(total(bare).value("loss").toDouble() - eval[6]) > 1e-3);
+  }
+
+  // score's bad input: each an exit code and a message naming the file and line or flag, before
+  // any model loads where it can be known.
+  void scoreRefusesBadInput() {
+    QTemporaryDir t;
+    const QString model = src("resources/quickstart/model");
+    auto write = [&](const QString& name, const QByteArray& body) {
+      QFile f(t.filePath(name));
+      if (!f.open(QIODevice::WriteOnly)) qFatal("cannot write %s", qPrintable(name));
+      f.write(body);
+      return t.filePath(name);
+    };
+    const QString deep = write("deep.jsonl", "{\"text\": \"ok\"}\n" + QByteArray(100000, '[') + "\n");
+    Run r = odyssey_train({"score", "--model", model, "--data", deep});
+    QCOMPARE(r.code, 1);
+    QVERIFY2(r.err.contains("deep.jsonl:2: error: JSON nested deeper than 256 levels"), qPrintable(r.err));
+    r = odyssey_train({"score", "--model", model, "--data", deep, "--max-length", "many"});
+    QCOMPARE(r.code, 2);
+    QVERIFY2(r.err.contains("--max-length: found 'many'"), qPrintable(r.err));
+    const QString chat = write("chat.jsonl",
+                               "{\"messages\": [{\"role\": \"user\", \"content\": \"2+3?\"}, "
+                               "{\"role\": \"assistant\", \"content\": \"5\"}]}\n");
+    const QString bad_template = write("bad.jinja", "{% for m in messages %}{{ m.content }}\n{% endfor\n");
+    r = odyssey_train({"score", "--model", model, "--data", chat, "--template-file", bad_template});
+    QCOMPARE(r.code, 1);
+    QVERIFY2(r.err.contains("bad.jinja"), qPrintable(r.err));
+    const QString broken = write("broken.jsonl", "{\"messages\": [{\"role\": \"user\"}]}\nnot json\n");
+    r = odyssey_train({"score", "--model", model, "--data", broken});
+    QCOMPARE(r.code, 1);
+    QVERIFY2(r.err.contains("broken.jsonl"), qPrintable(r.err));
+    // Raw text ignores the template flags, and says so.
+    const QString text = write("text.jsonl", "{\"text\": \"What is 2 + 3? 5\"}\n");
+    r = odyssey_train({"score", "--model", model, "--data", text, "--system", "x"});
+    QVERIFY2(r.code == 0, qPrintable(r.err));
+    QVERIFY2(r.err.contains("--system applies to conversations"), qPrintable(r.err));
   }
 
   // optimizer_dtype: fp32 through the real binary: a full fine-tune of bf16 weights on one

@@ -236,6 +236,29 @@ class TstChatPage : public QObject {
     }
     // Step 1 ran at learning rate 0 (warmup from 0): checkpoint-2 is the first that differs from the base.
     QVERIFY(t->item(2, 2)->text() != t->item(0, 2)->text());
+    // The run's validation file (alpaca records) through the run's config.yaml: checkpoint-2's
+    // loss is the run's final eval loss (to the table's 4 decimals).
+    double eval_loss = -1;
+    {
+      const QString run = QFileInfo(QFileInfo(list_ckpts().front()).absolutePath()).absolutePath();
+      QFile events(run + "/events.jsonl");
+      QVERIFY(events.open(QIODevice::ReadOnly));
+      for (const QByteArray& line : events.readAll().split('\n')) {
+        const QJsonObject e = QJsonDocument::fromJson(line).object();
+        if (e.value("type").toString() == "eval" && e.value("step").toInt() == 2)
+          eval_loss = e.value("loss").toDouble();
+      }
+    }
+    QVERIFY(eval_loss > 0);
+    finished.clear();
+    page.set_score_file(QStringLiteral(ODYSSEY_SOURCE_DIR "/resources/quickstart/data/val.jsonl"));
+    page.score_all();
+    QVERIFY(finished.wait(300000));
+    QVERIFY2(page.error_text().isEmpty(), qPrintable(page.error_text()));
+    QCOMPARE(t->rowCount(), 3);
+    QVERIFY2(std::abs(t->item(2, 2)->text().toDouble() - eval_loss) <= 6e-5,
+             qPrintable(t->item(2, 2)->text() + " vs " + QString::number(eval_loss, 'f', 6)));
+    page.set_score_file(texts.fileName());
     finished.clear();
     page.set_prompts_file(prompts.fileName());
     page.findChild<QSpinBox*>("evaluateMaxNewTokens")->setValue(8);

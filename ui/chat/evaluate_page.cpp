@@ -1,8 +1,10 @@
 #include "evaluate_page.h"
 
 #include <QComboBox>
+#include <QDir>
 #include <QFile>
 #include <QFileDialog>
+#include <QFileInfo>
 #include <QFormLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
@@ -76,7 +78,9 @@ EvaluatePage::EvaluatePage(QWidget* parent) : QWidget(parent) {
   auto* score_box = new QGroupBox(tr("Loss and perplexity"), this);
   auto* sv = new QVBoxLayout(score_box);
   auto* sf = new QFormLayout;
-  score_file_ = file_row(this, sf, tr("Text file:"), tr("JSON Lines, one {\"text\": ...} a line (held-out text)"),
+  score_file_ = file_row(this, sf, tr("Data file:"),
+                         tr("{\"text\": ...} lines, or a chat dataset (messages, sharegpt, alpaca) scored on the "
+                            "answers through the run's template"),
                          QStringLiteral("evaluateScoreFile"));
   sv->addLayout(sf);
   score_ = new QPushButton(tr("Score the base and every checkpoint"), this);
@@ -222,9 +226,13 @@ void EvaluatePage::score_all() {
   if (running()) return;
   error_->hide();
   if (model().isEmpty() || score_file_->text().trimmed().isEmpty())
-    return fail(tr("Choose the base model and a text file first."));
+    return fail(tr("Choose the base model and a data file first."));
   scores_->setRowCount(0);
-  const QStringList common{QStringLiteral("--model"), model(), QStringLiteral("--data"), score_file_->text().trimmed()};
+  QStringList common{QStringLiteral("--model"), model(), QStringLiteral("--data"), score_file_->text().trimmed()};
+  // A chat dataset goes through the run's template, system prompt and max_length (its
+  // config.yaml), so a run's validation file scores as the run's eval did; raw text ignores it.
+  const QString config = QDir(runs_root_).filePath(run_->currentText() + QStringLiteral("/config.yaml"));
+  if (!run_->currentText().isEmpty() && QFileInfo::exists(config)) common << QStringLiteral("--config") << config;
   jobs_.push_back({Job::Score, tr("Base model"), -1, QStringList{QStringLiteral("score")} + common});
   QList<CheckpointEntry> mine;
   for (const CheckpointEntry& c : list_checkpoints(runs_root_))
