@@ -25,6 +25,7 @@
 #endif
 
 #include "chat/checkpoints.h"
+#include "monitor/chart_panel.h"
 #include "launch.h"
 #include "message_area.h"
 #include "palette.h"
@@ -171,6 +172,7 @@ EvaluatePage::EvaluatePage(QWidget* parent) : QWidget(parent) {
       fail(tr("odyssey-train could not be started: %1").arg(process_.errorString().toHtmlEscaped()));
   });
   refresh();
+  plot();  // the empty chart in the palette's colours
 }
 
 EvaluatePage::~EvaluatePage() {
@@ -201,6 +203,11 @@ void EvaluatePage::refresh() {
 void EvaluatePage::showEvent(QShowEvent* e) {
   QWidget::showEvent(e);
   if (!running()) refresh();
+}
+
+void EvaluatePage::changeEvent(QEvent* e) {
+  QWidget::changeEvent(e);
+  if (e->type() == QEvent::PaletteChange) plot();
 }
 
 void EvaluatePage::set_run(const QString& run) { run_->setCurrentIndex(run_->findText(run)); }
@@ -357,15 +364,7 @@ void EvaluatePage::plot() {
       base = loss;
     }
   }
-  const QColor fg = palette().color(QPalette::WindowText), bg = palette().color(QPalette::Base);
-  chart_->setBackground(bg);
-  for (QCPAxis* ax : {chart_->xAxis, chart_->yAxis}) {
-    ax->setBasePen(QPen(fg));
-    ax->setTickPen(QPen(fg));
-    ax->setSubTickPen(QPen(fg));
-    ax->setTickLabelColor(fg);
-    ax->setLabelColor(fg);
-  }
+  style_plot(chart_, palette());  // the Monitor page's charts' colours, light or dark
   chart_->xAxis->setLabel(tr("step"));
   chart_->yAxis->setLabel(tr("loss"));
   QCPGraph* g = chart_->addGraph();
@@ -388,9 +387,7 @@ void EvaluatePage::plot() {
   chart_->xAxis->setRange(std::min(0.0, x0), std::max(x1, 1.0) * 1.05);
   if (std::isfinite(lo))
     chart_->yAxis->setRange(lo - 0.05 * std::max(hi - lo, 0.1), hi + 0.05 * std::max(hi - lo, 0.1));
-  chart_->legend->setVisible(chart_->graphCount() > 0);
-  chart_->legend->setBrush(bg);
-  chart_->legend->setTextColor(fg);
+  chart_->legend->setVisible(!steps.isEmpty() || !std::isnan(base));  // no legend on an empty chart
   chart_->replot();
 #endif
 }

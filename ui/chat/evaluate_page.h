@@ -52,6 +52,7 @@ class EvaluatePage : public QWidget {
 
  protected:
   void showEvent(QShowEvent* e) override;
+  void changeEvent(QEvent* e) override;  // a palette change (light/dark) restyles the chart
 
  private:
   struct Job {
