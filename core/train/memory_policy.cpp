@@ -167,4 +167,14 @@ void apply_memory_policy(model::CausalLM& lm, const MemoryPolicy& p) {
   lm->set_mlp_tile_tokens(p.mlp_tile);
 }
 
+std::string host_shortfall(const MemoryPolicy& p, std::int64_t local_processes, std::int64_t available_bytes) {
+  if (!p.plan || p.plan->host_bytes <= 0 || available_bytes <= 0) return {};
+  const std::int64_t local = std::max<std::int64_t>(1, local_processes), need = p.plan->host_bytes * local;
+  if (need <= available_bytes) return {};
+  return "the memory plan pins " + gib(p.plan->host_bytes) + " of host memory per process (" + std::to_string(local) +
+         " on this host: " + gib(need) + ") but " + gib(available_bytes) +
+         " is available now (MemAvailable); the run may be killed when the host runs out. Free host memory, or "
+         "pin less: offload_activations: false, layers_per_checkpoint: auto, a shorter max_length";
+}
+
 }  // namespace odyssey::train

@@ -61,4 +61,10 @@ MemoryPolicy memory_policy(const TrainConfig& c, const HfModelConfig& m, const s
 // Sets the policy's layers on the model.
 void apply_memory_policy(model::CausalLM& lm, const MemoryPolicy& p);
 
+// The plan counts host memory as the machine has it (planner::kHostOffloadShare of its RAM, the
+// same on every rank, so ranks plan alike); what is free when a run starts may be less. "" when
+// `local_processes` x the plan's host bytes fit in `available_bytes` (MemAvailable; 0 = unknown),
+// else the warning that says so with the numbers and the settings that pin less.
+std::string host_shortfall(const MemoryPolicy& p, std::int64_t local_processes, std::int64_t available_bytes);
+
 }  // namespace odyssey::train

@@ -624,6 +624,15 @@ void apply_tuner_and_memory(RunContext& run, LoadedModel& m, Training& t) {
   }
   t.sched.why_memory = memory.why;
   if (!memory.over_capacity.empty()) run.out->log(memory.over_capacity);
+  // A host that runs out kills the process without a message of its own: say so first.
+  if (const std::string short_host = host_shortfall(memory, run.opt.env.local_world, available_host_bytes());
+      !short_host.empty()) {
+    run::WarningEvent w;
+    w.code = "host_memory_short";
+    w.message = short_host;
+    run.out->event(w);
+    run.out->log("warning: " + w.message);
+  }
   run.ckpt_layers = memory.checkpoint;
   apply_memory_policy(m.lm, memory);
   // MoE: transformers' load-balancing loss when config.json asks for it (docs/moe.md); under

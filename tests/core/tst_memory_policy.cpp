@@ -87,6 +87,30 @@ class TestMemoryPolicy : public QObject {
     QCOMPARE(roomy.count(roomy.checkpoint), std::int64_t{0});
   }
 
+  // The run's warning when this host's processes would pin more than is free: none while it
+  // fits or nothing is pinned, else the plan's bytes per process, the processes and what is free.
+  void hostShortfallWarnsWithTheNumbers() {
+    TrainConfig c = lora_32k();
+    c.offload_activations = "true";
+    PlannerOptions o = gpu_of(32);
+    o.host_memory_bytes = 128 * kGiB;
+    const train::MemoryPolicy mp = train::memory_policy(c, qwen25_7b(), o);
+    QVERIFY(mp.plan && mp.plan->host_bytes > kGiB);
+    const std::int64_t pinned = mp.plan->host_bytes;
+    QVERIFY(train::host_shortfall(mp, 1, pinned).empty());
+    QVERIFY(train::host_shortfall(mp, 1, 0).empty());  // MemAvailable unknown
+    QVERIFY(!train::host_shortfall(mp, 2, pinned).empty());
+    const std::string w = train::host_shortfall(mp, 1, pinned - 1);
+    QVERIFY2(w.find("per process (1 on this host") != std::string::npos &&
+                 w.find("MemAvailable") != std::string::npos &&
+                 w.find("offload_activations: false") != std::string::npos,
+             w.c_str());
+    c.offload_activations = "false";
+    const train::MemoryPolicy none = train::memory_policy(c, qwen25_7b(), o);
+    QCOMPARE(none.plan->host_bytes, std::int64_t{0});  // nothing pinned: nothing to warn of
+    QVERIFY(train::host_shortfall(none, 8, 1).empty());
+  }
+
   // Under budgets from tight to roomy, auto takes the plan's counts, layer by layer as the
   // engine reads them: the first layers checkpointed, attention kept on some of those only,
   // the MLP tiers on the others (offloaded ones first), and the plan predicts what runs.
