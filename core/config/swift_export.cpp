@@ -86,7 +86,13 @@ std::string export_swift_command(const TrainConfig& c) {
     } else if (key == "zero_stage") {
       if (c.zero_stage == 2) emit("deepspeed", {c.offload_optimizer ? "zero2_offload" : "zero2"});
       else if (c.zero_stage == 1) emit("deepspeed", {"zero1"});
+      // fp32 master weights without ZeRO (one process, validate's rule): what DeepSpeed ZeRO-2
+      // does on one process, which shards nothing (import maps it back).
+      else if (c.optimizer_dtype == "fp32" && !lora && !c.use_galore) emit("deepspeed", {"zero2"});
       if (c.offload_optimizer && c.zero_stage < 2) odyssey_only(*find_field("offload_optimizer"));
+    } else if (key == "optimizer_dtype") {
+      // Written with zero_stage above; bf16 without ZeRO is ms-swift's own training without
+      // DeepSpeed, and with LoRA the key changes nothing.
     } else if (key == "attn_impl") {
       // ms-swift's packing and padding-free need flash attention (it refuses them otherwise);
       // Odyssey's auto picks its flash kernel on a GPU too.

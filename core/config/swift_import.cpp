@@ -405,9 +405,16 @@ Result<LoadedConfig> Importer::finish() {
                        "the CPU (zero_stage " +
                        std::to_string(c.zero_stage) + ", offload_optimizer true)");
     } else {
-      // DeepSpeed on one process has nothing to shard over: ms-swift runs it as plain training.
+      // DeepSpeed on one process has nothing to shard over, but still trains a bf16 full
+      // fine-tune with fp32 master weights, gradients and moments: optimizer_dtype fp32
+      // (docs/optimizers.md). LoRA adapters are fp32 either way.
+      const bool masters = c.tuner_type == "full" && !c.use_galore;
+      if (masters) c.optimizer_dtype = "fp32";
       notes_.push_back("--deepspeed" + where(deepspeed_line_) +
-                       " with one process: nothing to shard over, imported as zero_stage 0");
+                       " with one process: nothing to shard over, imported as zero_stage 0" +
+                       (masters ? std::string(" with optimizer_dtype fp32 (DeepSpeed's fp32 master weights, "
+                                              "gradients and moments)")
+                                : std::string()));
       c.zero_stage = 0;
     }
   }

@@ -335,7 +335,8 @@ void TstSwiftBridge::yamlConfig() {
   QCOMPARE(c.dataset, (std::vector<std::string>{"data/zh.jsonl#500", "data/en.jsonl#500", "data/self.jsonl"}));
   QCOMPARE(c.learning_rate, 1e-4);
   QCOMPARE(c.lora_rank, 16);
-  QCOMPARE(c.zero_stage, 0);  // deepspeed: zero2 on one process: nothing to shard over
+  QCOMPARE(c.zero_stage, 0);                         // deepspeed: zero2 on one process: nothing to shard over
+  QCOMPARE(c.optimizer_dtype, std::string("auto"));  // LoRA: the adapters are fp32 anyway
   QVERIFY2(contains(format_all(r.diagnostics),
                     "--deepspeed (line 26) with one process: nothing to shard over, "
                     "imported as zero_stage 0"),
@@ -483,6 +484,20 @@ void TstSwiftBridge::deepspeedStages() {
     QCOMPARE(contains(format_all(one.diagnostics), "with one process: ZeRO-Offload"), k.offload);
     const std::string problems = errors(validate_config(one.value, nullptr));  // the command names no model
     QVERIFY2(!contains(problems, "zero_stage") && !contains(problems, "offload_optimizer"), problems.c_str());
+    // A full fine-tune under DeepSpeed on one process keeps fp32 master weights, gradients and
+    // moments: optimizer_dtype fp32, written back as --deepspeed zero2; LoRA is fp32 anyway.
+    auto full = import_swift_command(std::string("swift sft --max_length 64 --tuner_type full --deepspeed ") + k.value);
+    QVERIFY2(full.ok(), format_all(full.diagnostics).c_str());
+    QCOMPARE(full.value.config.optimizer_dtype, std::string(k.stage > 0 && !k.offload ? "fp32" : "auto"));
+    QCOMPARE(one.value.config.optimizer_dtype, std::string("auto"));
+    const std::string full_problems = errors(validate_config(full.value, nullptr));  // no model, no data
+    QVERIFY2(!contains(full_problems, "optimizer_dtype") && !contains(full_problems, "zero_stage"),
+             full_problems.c_str());
+    if (k.stage > 0) {
+      const std::string back = export_swift_command(full.value.config);
+      QVERIFY2(contains(back, std::string("--deepspeed ") + (k.offload ? "zero2_offload" : "zero2")), back.c_str());
+      QVERIFY2(!contains(back, "optimizer_dtype"), back.c_str());
+    }
   }
   // ZeRO-3 shards parameters, which Odyssey does not: an error naming the stage to use instead.
   for (const char* v : {"zero3", "zero3_offload"}) {
