@@ -8,6 +8,8 @@
 #   clash    a checkpoint-10 made by hand in a fresh run's directory: the run fails naming it
 #   devfull  events.jsonl replaced by a link to /dev/full mid-run: exit 1, status "failed"
 #   lora     LoRA r8 with the fused kernels, 20 steps (the PEFT adapter path on CUDA)
+#   master   full with optimizer_dtype fp32 (fp32 master weights, ZeRO-2's optimizer over a group of
+#            one on CUDA), resumed from its checkpoint-10: the same losses from step 11 on
 #   OUT=/tmp/smoke bash tests/bench/gpu_trainer_smoke.sh     (needs .gpu-deps: docs/building.md)
 set -u
 OUT=${OUT:-$PWD/smoke-out}
@@ -55,3 +57,14 @@ e=$(ls "$OUT"/runs/*-devfull/events.jsonl); mv "$e" "$e.old"; ln -s /dev/full "$
 cat "$OUT/devfull.rc"; cat "$OUT/devfull.err"; python3 -c "import json,sys;s=json.load(open(sys.argv[1]));print(s['state'],s['step'],s['reason'][:160])" "$(dirname "$e")/status.json"
 run lora --set tuner_type=lora --set lora_rank=8 --set max_steps=20 --set learning_rate=0.0005
 grep -E "^step (1|20)/" "$OUT/lora.log"; ls "$(ls -d "$OUT"/runs/*-lora)/checkpoints/checkpoint-20"
+run master --set optimizer_dtype=fp32 --set max_steps=20
+run master_resume --set optimizer_dtype=fp32 --set max_steps=20 \
+  --set resume_from_checkpoint="$(ls -d "$OUT"/runs/*-master)/checkpoints/checkpoint-10"
+grep -h '"type":"run_start"' "$(ls -d "$OUT"/runs/*-master)/events.jsonl" | python3 -c "import json,sys;print(json.loads(sys.stdin.readline())['optimizer'])"
+python3 - "$(ls -d "$OUT"/runs/*-master)" "$(ls -d "$OUT"/runs/*-master_resume)" <<'PY'
+import json, sys
+def losses(d):
+    return {e["step"]: e["loss"] for e in map(json.loads, open(d + "/events.jsonl")) if e.get("type") == "step"}
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+print("fp32 masters: resumed steps", min(b), "..", max(b), "equal:", sum(a.get(s) == b[s] for s in b), "of", len(b))
+PY
