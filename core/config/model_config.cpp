@@ -216,7 +216,83 @@ const std::vector<std::string>& supported_architectures() {
   return v;
 }
 
+namespace {
+
+// Gemma3TextConfig's defaults for what Odyssey reads (transformers 4.50 and 5.17 agree):
+// the hub's Gemma-3 4B/12B/27B configs name only what differs from them in text_config.
+const json& gemma3_text_defaults() {
+  static const json d = {{"architectures", {"Gemma3ForCausalLM"}},
+                         {"model_type", "gemma3_text"},
+                         {"vocab_size", 262208},
+                         {"hidden_size", 2304},
+                         {"intermediate_size", 9216},
+                         {"num_hidden_layers", 26},
+                         {"num_attention_heads", 8},
+                         {"num_key_value_heads", 4},
+                         {"head_dim", 256},
+                         {"hidden_activation", "gelu_pytorch_tanh"},
+                         {"max_position_embeddings", 131072},
+                         {"rms_norm_eps", 1e-6},
+                         {"rope_theta", 1000000.0},
+                         {"rope_local_base_freq", 10000.0},
+                         {"query_pre_attn_scalar", 256},
+                         {"sliding_window", 4096},
+                         {"sliding_window_pattern", 6},
+                         {"final_logit_softcapping", nullptr},
+                         {"attn_logit_softcapping", nullptr},
+                         {"pad_token_id", 0},
+                         {"tie_word_embeddings", true}};
+  return d;
+}
+
+}  // namespace
+
+std::string wrapper_architecture_of(const std::string& json_text) {
+  if (json_nesting_depth(json_text) > kMaxJsonDepth) return {};  // parse_model_config refuses it
+  const json j = json::parse(json_text, nullptr, false);
+  if (!j.is_object()) return {};
+  auto arch = j.find("architectures");
+  const bool named = arch != j.end() && arch->is_array() && !arch->empty() && (*arch)[0].is_string() &&
+                     (*arch)[0].get<std::string>() == "Gemma3ForConditionalGeneration";
+  const bool typed = (arch == j.end() || !arch->is_array()) && j.value("model_type", json()) == "gemma3";
+  return named || typed ? "Gemma3ForConditionalGeneration" : std::string();
+}
+
+std::string text_model_config_json(const std::string& json_text) {
+  if (wrapper_architecture_of(json_text).empty()) return json_text;
+  const json j = json::parse(json_text);
+  json t = gemma3_text_defaults();
+  const auto tc = j.find("text_config");
+  const bool has_text = tc != j.end() && tc->is_object();
+  if (has_text)
+    for (const auto& [k, v] : tc->items())
+      if (k != "architectures" && k != "model_type") t[k] = v;
+  for (const char* k : {"torch_dtype", "dtype", "quantization_config", "tie_word_embeddings"})
+    if (auto it = j.find(k); it != j.end() && !(has_text && tc->contains(k))) t[k] = *it;
+  return t.dump();
+}
+
 Result<HfModelConfig> parse_model_config(const std::string& json_text, const std::string& file) {
+  if (json_nesting_depth(json_text) > kMaxJsonDepth) {  // nlohmann's parser recurses per level
+    Result<HfModelConfig> r;
+    r.diagnostics.push_back(
+        error_at(file, "", "JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels; not a config.json"));
+    return r;
+  }
+  if (const std::string wrapper = wrapper_architecture_of(json_text); !wrapper.empty()) {
+    const json j = json::parse(json_text);
+    if (auto tc = j.find("text_config"); tc == j.end() || !tc->is_object()) {
+      Result<HfModelConfig> r;
+      r.diagnostics.push_back(error_at(file, "text_config",
+                                       "missing or not an object; " + wrapper +
+                                           " keeps its language model's settings there, and Odyssey trains that "
+                                           "language model"));
+      return r;
+    }
+    Result<HfModelConfig> r = parse_model_config(text_model_config_json(json_text), file + " (text_config)");
+    r.value.wrapper_architecture = wrapper;
+    return r;
+  }
   Result<HfModelConfig> r;
   json j;
   try {
@@ -471,6 +547,26 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
   if (m.sliding_window <= 0) m.layer_sliding.clear();  // null window: sliding layers attend fully
   if (f.is_moe()) parse_moe(j, file, &m, &r.diagnostics);
   return r;
+}
+
+std::string text_model_name(const HfModelConfig& m, const std::string& stored) {
+  if (m.wrapper_architecture.empty()) return stored;
+  for (const char* p : {"language_model.model.", "model.language_model."})
+    if (stored.starts_with(p)) return "model." + stored.substr(std::string_view(p).size());
+  if (stored == "language_model.lm_head.weight" || stored == "lm_head.weight") return "lm_head.weight";
+  return {};
+}
+
+std::string wrapper_tensor_name(const HfModelConfig& m, const std::string& text_name) {
+  if (m.wrapper_architecture.empty()) return text_name;
+  if (text_name.starts_with("model.")) return "language_model." + text_name;
+  if (text_name == "lm_head.weight") return "language_model.lm_head.weight";
+  return text_name;
+}
+
+std::string wrapper_module_path(const HfModelConfig& m, const std::string& text_path) {
+  if (m.wrapper_architecture.empty() || !text_path.starts_with("model.")) return text_path;
+  return "model.language_model." + text_path.substr(6);
 }
 
 Result<HfModelConfig> load_model_config(const std::string& model_dir) {

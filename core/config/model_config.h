@@ -36,6 +36,11 @@ struct HfModelConfig {
   bool qk_norm = false;     // q/k RMSNorm (Qwen3, Gemma-3)
   bool mlp_bias = false;    // gate/up/down bias (Llama's mlp_bias)
   std::string torch_dtype;  // as stored on disk
+  // A multimodal checkpoint whose language model Odyssey trains (Gemma-3 4B/12B/27B ship as
+  // Gemma3ForConditionalGeneration): its architecture; "" for a text model. The fields above
+  // are then the text model's (config.json's text_config), and text_model_name() maps its
+  // tensors (docs/model.md, "Multimodal checkpoints").
+  std::string wrapper_architecture;
 
   // ---- switches of the other families (defaults: the Llama block) ----
   std::string hidden_act = "silu";       // MLP activation: silu (SwiGLU) or gelu_pytorch_tanh (GeGLU)
@@ -129,6 +134,23 @@ const std::vector<std::string>& supported_architectures();
 
 // Parse config.json text; `file` names it in diagnostics.
 Result<HfModelConfig> parse_model_config(const std::string& json_text, const std::string& file);
+
+// Multimodal checkpoints read as their text model (HfModelConfig::wrapper_architecture). The
+// wrappers Odyssey reads; "" when `json_text` is not one of them.
+std::string wrapper_architecture_of(const std::string& json_text);
+// config.json of a wrapper as its text model's own config.json would read: text_config over
+// the text model's defaults (transformers writes only what differs from them), with the
+// wrapper's dtype, tie_word_embeddings and quantization_config; other text unchanged.
+std::string text_model_config_json(const std::string& json_text);
+// A wrapper checkpoint's tensor name as the text model names it ("language_model.model.X" and
+// "model.language_model.X" -> "model.X", "language_model.lm_head.weight" -> "lm_head.weight"),
+// or "" for a tensor of the rest (the vision tower, the projector). Text models: unchanged.
+std::string text_model_name(const HfModelConfig& m, const std::string& stored);
+// The reverse for writing a checkpoint as the wrapper's loaders read it (transformers 5 saves
+// "language_model.model.X" too); and the module path PEFT and vLLM see for a text-model
+// module ("model.X" -> "model.language_model.X").
+std::string wrapper_tensor_name(const HfModelConfig& m, const std::string& text_name);
+std::string wrapper_module_path(const HfModelConfig& m, const std::string& text_path);
 Result<HfModelConfig> load_model_config(const std::string& model_dir);
 
 struct ModelLocation {

@@ -197,7 +197,9 @@ Result<DecoderConfig> parse_decoder_config(const std::string& json_text, const s
   DecoderConfig& c = r.value;
   c.hf = hf.value;
   c.file = file;
-  const json j = json::parse(json_text);  // parse_model_config has checked it parses
+  // A multimodal wrapper (Gemma-3 4B/12B/27B): its text model's settings (text_config).
+  const std::string text = text_model_config_json(json_text);
+  const json j = json::parse(text);  // parse_model_config has checked it parses
 
   if (auto it = j.find("pad_token_id"); it != j.end() && it->is_number_integer()) {
     const auto v = it->get<std::int64_t>();
@@ -224,7 +226,7 @@ Result<DecoderConfig> parse_decoder_config(const std::string& json_text, const s
     r.diagnostics.push_back(
         error_at(file, "partial_rotary_factor",
                  "head_dim x partial_rotary_factor = " + std::to_string(rotary) + " must be a positive even number"));
-  Result<QuantSettings> q = parse_quantization_config(json_text, file);
+  Result<QuantSettings> q = parse_quantization_config(text, file);
   r.diagnostics.insert(r.diagnostics.end(), q.diagnostics.begin(), q.diagnostics.end());
   if (q.ok()) c.quant = q.value;
   return r;

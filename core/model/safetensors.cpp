@@ -291,8 +291,33 @@ Result<SafetensorsCheckpoint> SafetensorsCheckpoint::open(const std::string& pat
   return r;
 }
 
+void SafetensorsCheckpoint::rename(const std::function<std::string(const std::string&)>& name_of) {
+  std::vector<std::string> names;
+  std::unordered_map<std::string, std::string> stored;
+  hidden_.clear();
+  for (const auto& [was, i] : where_) {  // where_ keeps the stored names
+    const std::string now = name_of(was);
+    if (now.empty()) {
+      hidden_.push_back(was);
+      continue;
+    }
+    stored.emplace(now, was);
+    names.push_back(now);
+  }
+  std::sort(names.begin(), names.end());
+  std::sort(hidden_.begin(), hidden_.end());
+  names_ = std::move(names);
+  stored_ = std::move(stored);
+}
+
+std::string SafetensorsCheckpoint::stored_name(std::string_view name) const {
+  if (stored_.empty() && hidden_.empty()) return std::string(name);
+  const auto it = stored_.find(std::string(name));
+  return it == stored_.end() ? std::string() : it->second;
+}
+
 const SafetensorsFile* SafetensorsCheckpoint::holder(std::string_view name) const {
-  const auto it = where_.find(std::string(name));
+  const auto it = where_.find(stored_name(name));
   return it == where_.end() ? nullptr : files_[it->second].get();
 }
 
@@ -302,7 +327,7 @@ Diagnostic SafetensorsCheckpoint::missing(std::string_view name) const {
 
 const SafetensorsTensorInfo* SafetensorsCheckpoint::info(std::string_view name) const {
   const auto* f = holder(name);
-  return f ? f->info(name) : nullptr;
+  return f ? f->info(stored_name(name)) : nullptr;
 }
 
 std::string SafetensorsCheckpoint::file_of(std::string_view name) const {
@@ -312,18 +337,18 @@ std::string SafetensorsCheckpoint::file_of(std::string_view name) const {
 
 Diagnostics SafetensorsCheckpoint::load_into(std::string_view name, torch::Tensor& dst) const {
   const auto* f = holder(name);
-  return f ? f->load_into(name, dst) : Diagnostics{missing(name)};
+  return f ? f->load_into(stored_name(name), dst) : Diagnostics{missing(name)};
 }
 
 Result<torch::Tensor> SafetensorsCheckpoint::view(std::string_view name) const {
   const auto* f = holder(name);
-  return f ? f->view(name) : Result<torch::Tensor>{torch::Tensor(), {missing(name)}};
+  return f ? f->view(stored_name(name)) : Result<torch::Tensor>{torch::Tensor(), {missing(name)}};
 }
 
 Result<torch::Tensor> SafetensorsCheckpoint::load(std::string_view name, torch::Dtype dtype,
                                                   const torch::Device& device) const {
   const auto* f = holder(name);
-  return f ? f->load(name, dtype, device) : Result<torch::Tensor>{torch::Tensor(), {missing(name)}};
+  return f ? f->load(stored_name(name), dtype, device) : Result<torch::Tensor>{torch::Tensor(), {missing(name)}};
 }
 
 std::uint64_t SafetensorsCheckpoint::tensor_bytes() const {

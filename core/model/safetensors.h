@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <map>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -93,6 +94,14 @@ class SafetensorsCheckpoint {
   const std::vector<std::shared_ptr<const SafetensorsFile>>& files() const { return files_; }
   std::uint64_t tensor_bytes() const;  // sum of the tensors' sizes on disk
 
+  // Presents the tensors under other names: `name_of` maps a stored name to the name callers
+  // use, or to "" to hide the tensor (a multimodal checkpoint's vision tower, read as its text
+  // model: HfModelConfig::text_model_of). names(), info(), load() ... then take the new names;
+  // hidden() lists the stored names left out, stored_name() maps back.
+  void rename(const std::function<std::string(const std::string&)>& name_of);
+  const std::vector<std::string>& hidden() const { return hidden_; }
+  std::string stored_name(std::string_view name) const;
+
  private:
   const SafetensorsFile* holder(std::string_view name) const;
   Diagnostic missing(std::string_view name) const;
@@ -100,8 +109,10 @@ class SafetensorsCheckpoint {
   std::string path_;
   std::string source_;
   std::vector<std::shared_ptr<const SafetensorsFile>> files_;
-  std::unordered_map<std::string, std::size_t> where_;  // name -> index in files_
-  std::vector<std::string> names_;
+  std::unordered_map<std::string, std::size_t> where_;   // stored name -> index in files_
+  std::vector<std::string> names_;                       // as callers name them (sorted)
+  std::unordered_map<std::string, std::string> stored_;  // caller's name -> stored name, after rename()
+  std::vector<std::string> hidden_;
 };
 
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;

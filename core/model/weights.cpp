@@ -526,6 +526,10 @@ Result<LoadedModel> load_causal_lm(const std::string& model_dir, const DecoderOp
   const Diagnostics shape = check_config_against_weights(cfg.value.hf, cfg.value.file, headers);
   r.diagnostics.insert(r.diagnostics.end(), shape.begin(), shape.end());
   if (has_errors(shape)) return r;
+  // A multimodal wrapper's tensors under the text model's names; the rest (the vision tower,
+  // the projector) is not loaded.
+  if (!cfg.value.hf.wrapper_architecture.empty())
+    ckpt.value.rename([&](const std::string& stored) { return text_model_name(cfg.value.hf, stored); });
   // A pre-quantized MoE checkpoint whose first expert tensor is 16-bit keeps 16-bit experts.
   if (cfg.value.quant.prequantized && cfg.value.hf.is_moe()) {
     const HfModelConfig& hf = cfg.value.hf;

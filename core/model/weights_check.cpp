@@ -17,12 +17,21 @@ struct Found {
 
 class Checker {
  public:
-  Checker(std::string config_file, const std::vector<std::pair<std::string, const SafetensorsHeader*>>& headers)
-      : config_(std::move(config_file)), headers_(headers) {}
+  Checker(std::string config_file, const std::vector<std::pair<std::string, const SafetensorsHeader*>>& headers,
+          const HfModelConfig& m)
+      : config_(std::move(config_file)), headers_(headers), m_(m) {}
 
+  // `name` as the text model names it; a multimodal wrapper stores it under its own name
+  // (language_model.model.X), or under transformers 5's (model.language_model.X).
   Found find(std::string_view name) const {
-    for (const auto& [file, h] : headers_)
-      if (const auto* t = h->find(name)) return {t, file};
+    std::vector<std::string> names{std::string(name)};
+    if (!m_.wrapper_architecture.empty()) {
+      names = {wrapper_tensor_name(m_, std::string(name))};
+      if (name.starts_with("model.")) names.push_back("model.language_model." + std::string(name.substr(6)));
+    }
+    for (const std::string& n : names)
+      for (const auto& [file, h] : headers_)
+        if (const auto* t = h->find(n)) return {t, file};
     return {};
   }
 
@@ -33,8 +42,9 @@ class Checker {
     static constexpr std::string_view kPrefix = "model.layers.";
     for (const auto& [file, h] : headers_)
       for (const auto& t : h->tensors) {
-        if (t.name.compare(0, kPrefix.size(), kPrefix) != 0) continue;
-        const std::string_view rest = std::string_view(t.name).substr(kPrefix.size());
+        const std::string name = text_model_name(m_, t.name);
+        if (name.compare(0, kPrefix.size(), kPrefix) != 0) continue;
+        const std::string_view rest = std::string_view(name).substr(kPrefix.size());
         const auto dot = rest.find('.');
         const auto n = text::parse_int(rest.substr(0, dot));
         if (n && *n >= 0 && *n > top) top = *n, where = file;
@@ -70,13 +80,14 @@ class Checker {
  private:
   std::string config_;
   const std::vector<std::pair<std::string, const SafetensorsHeader*>>& headers_;
+  const HfModelConfig& m_;
 };
 
 }  // namespace
 
 Diagnostics check_config_against_weights(const HfModelConfig& m, const std::string& config_file,
                                          const std::vector<std::pair<std::string, const SafetensorsHeader*>>& headers) {
-  Checker ck(config_file, headers);
+  Checker ck(config_file, headers, m);
   ck.dim("vocab_size", m.vocab_size, "model.embed_tokens.weight", 0, "");
   ck.dim("hidden_size", m.hidden_size, "model.embed_tokens.weight", 1, "");
   ck.dim("vocab_size", m.vocab_size, "lm_head.weight", 0, "");

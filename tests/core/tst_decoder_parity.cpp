@@ -99,6 +99,7 @@ class TstDecoderParity : public QObject {
     QTest::newRow("gemma2 (sandwich norms, soft-capping, GeGLU, alternating window)") << "gemma2";
     QTest::newRow("phi3 (fused qkv/gate_up, partial rotary, longrope, window 7)") << "phi3";
     QTest::newRow("gemma3 (qk norm, local/global RoPE, window on 2 of 3)") << "gemma3";
+    QTest::newRow("gemma3 multimodal checkpoint (Gemma3ForConditionalGeneration, its text model)") << "gemma3_mm";
     QTest::newRow("qwen3_moe (5 experts, top 2, norm_topk_prob, mlp_only_layers, aux loss)") << "qwen3_moe";
     QTest::newRow("qwen3_moe (9 experts, top 8, decoder_sparse_step 2, tied, aux loss)") << "qwen3_moe_top8";
     QTest::newRow("qwen2_moe (3 experts, top 1, shared expert, qkv bias, aux loss)") << "qwen2_moe";

@@ -33,7 +33,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import transformers
-from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, GraniteConfig,
+from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3Config, Gemma3ForCausalLM,
+                          Gemma3ForConditionalGeneration, Gemma3TextConfig, GraniteConfig,
                           GraniteForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
                           MixtralConfig, MixtralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM,
                           Qwen2MoeConfig, Qwen2MoeForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig,
@@ -94,6 +95,23 @@ def family_models():
                           rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1000000.0},
                                            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
                           pad_token_id=0), None),
+        # Gemma-3 as its 4B/12B/27B checkpoints ship: Gemma3ForConditionalGeneration, the same
+        # text model beside a tiny SigLIP vision tower and projector (docs/model.md, "Multimodal
+        # checkpoints"). Odyssey trains the text model; the text-only batch never reaches the
+        # vision tower, whose parameters get no gradient.
+        ("gemma3_mm", 62, Gemma3ForConditionalGeneration,
+         Gemma3Config(text_config=dict(**{**COMMON, "num_hidden_layers": 3}, head_dim=24, query_pre_attn_scalar=20,
+                                       sliding_window=5,
+                                       layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+                                       rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0,
+                                                                           "rope_theta": 1000000.0},
+                                                        "sliding_attention": {"rope_type": "default",
+                                                                              "rope_theta": 10000.0}},
+                                       pad_token_id=0),
+                      vision_config=dict(hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                                         num_attention_heads=2, image_size=28, patch_size=14),
+                      mm_tokens_per_image=4, image_token_index=VOCAB - 1, boi_token_index=VOCAB - 3,
+                      eoi_token_index=VOCAB - 2), None),
     ] + moe_models()
 
 
@@ -162,6 +180,16 @@ def batch(seed):
     return ids, mask, labels, nopad
 
 
+def text_parameters(model):
+    """(name, parameter) of the language model under the text model's names: a multimodal
+    wrapper's model.language_model.X as model.X, its vision tower and projector left out."""
+    for name, p in model.named_parameters():
+        if name.startswith("model.language_model."):
+            yield "model." + name[len("model.language_model."):], p
+        elif not name.startswith(("model.vision_tower.", "model.multi_modal_projector.")):
+            yield name, p
+
+
 def run(model, ids, mask, labels, nopad, device):
     model.zero_grad(set_to_none=True)
     out = model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device))
@@ -169,7 +197,7 @@ def run(model, ids, mask, labels, nopad, device):
     t = {"logits": out.logits.detach().float().cpu().contiguous(), "loss": out.loss.detach().float().cpu().reshape(1)}
     if getattr(out, "aux_loss", None) is not None:  # MoE: the load-balancing loss (already in out.loss)
         t["aux_loss"] = out.aux_loss.detach().float().cpu().reshape(1)
-    for name, p in model.named_parameters():
+    for name, p in text_parameters(model):
         t["grad." + name] = p.grad.detach().float().cpu().contiguous()
     with torch.no_grad():
         t["nopad.logits"] = model(input_ids=nopad.to(device)).logits.float().cpu().contiguous()
@@ -179,7 +207,7 @@ def run(model, ids, mask, labels, nopad, device):
     out = model(input_ids=nopad.to(device), labels=nopad.to(device))
     out.loss.backward()
     t["nopad.loss"] = out.loss.detach().float().cpu().reshape(1)
-    for name, p in model.named_parameters():
+    for name, p in text_parameters(model):
         t["nopad.grad." + name] = p.grad.detach().float().cpu().contiguous()
     return t
 
