@@ -588,6 +588,34 @@ Result<std::vector<std::string>> save_weights(CausalLM& lm, const std::string& d
     return r;
   }
   NamedTensors tensors = hub_layout_tensors(lm);
+  const HfModelConfig& hf = lm->config().hf;
+  if (!hf.wrapper_architecture.empty()) {
+    // A multimodal wrapper (Gemma-3 4B/12B/27B) is written whole, as its loaders read it: the
+    // language model under the wrapper's names, the rest (vision tower, projector) copied
+    // unchanged from the checkpoint it was loaded from.
+    for (auto& [name, t] : tensors) name = wrapper_tensor_name(hf, name);
+    const std::string src = fs::path(lm->config().file).parent_path().string();
+    Result<SafetensorsCheckpoint> from = SafetensorsCheckpoint::open(src);
+    if (!from.ok()) {
+      Result<std::vector<std::string>> r;
+      r.diagnostics = from.diagnostics;
+      r.diagnostics.push_back(error_at(dir, "",
+                                       "the vision tower of " + hf.wrapper_architecture +
+                                           " is copied from the model it was loaded from (" + src +
+                                           "), which cannot be read"));
+      return r;
+    }
+    for (const std::string& name : from.value.names()) {
+      if (!text_model_name(hf, name).empty()) continue;
+      Result<torch::Tensor> t = from.value.view(name);
+      if (!t.ok()) {
+        Result<std::vector<std::string>> r;
+        r.diagnostics = t.diagnostics;
+        return r;
+      }
+      tensors.emplace_back(name, t.value);
+    }
+  }
   Result<std::vector<std::string>> r = save_sharded(dir, tensors, max_shard_bytes);
   if (!r.ok() || !copy_config) return r;
   std::error_code ec;

@@ -139,8 +139,10 @@ std::int64_t apply_lora(model::CausalLM& lm, const LoraSettings& s) {
   const double scaling = s.scaling();
   const bool experts_by_name = mlp_names_mean_experts(lm);
   auto mlp_leaf = [](const std::string& l) { return l == "gate_proj" || l == "up_proj" || l == "down_proj"; };
+  const HfModelConfig& hf = lm->config().hf;
   for (auto& [name, lin] : linears(lm)) {
-    if (!s.targets(name, leaf(name))) continue;
+    // Module paths match as PEFT sees the model (a multimodal wrapper: model.language_model.X).
+    if (!s.targets(wrapper_module_path(hf, name), leaf(name))) continue;
     if (experts_by_name && mlp_leaf(leaf(name))) continue;  // PEFT reads these as the experts
     lin->add_lora(s.rank, scaling, s.dropout);
     trainable += lin->lora_A->weight.numel() + lin->lora_B->weight.numel();
@@ -219,8 +221,9 @@ Diagnostics save_adapter(model::CausalLM& lm, const LoraSettings& s, const std::
                          const std::string& dir) {
   Diagnostics d;
   NamedTensors tensors;
+  const HfModelConfig& hf = lm->config().hf;
   for (auto& [name, t] : adapter_tensors(lm))
-    tensors.emplace_back(kPrefix + name, t.detach().to(torch::kCPU, torch::kFloat32));
+    tensors.emplace_back(kPrefix + wrapper_module_path(hf, name), t.detach().to(torch::kCPU, torch::kFloat32));
   std::set<std::string> expert_params;  // adapted, as target_parameters entries
   for (auto& [module, e] : expert_modules(lm)) {
     if (e->gate_up_lora) expert_params.insert("mlp.experts.gate_up_proj");
@@ -256,6 +259,14 @@ Diagnostics save_adapter(model::CausalLM& lm, const LoraSettings& s, const std::
       if ((n == "gate_proj" || n == "up_proj" || n == "down_proj") &&
           std::find(present.begin(), present.end(), n) == present.end())
         present.push_back(n);
+  // A multimodal wrapper (Gemma-3 4B/12B/27B): the vision tower has q_proj, k_proj and v_proj
+  // too, so the adapted modules are listed by path (PEFT matches a dotted entry exactly) and PEFT
+  // adapts the language model only, as here.
+  if (!hf.wrapper_architecture.empty()) {
+    present.clear();
+    for (auto& [name, lin] : linears(lm))
+      if (lin->has_lora()) present.push_back(wrapper_module_path(hf, name));
+  }
   c["target_modules"] = present;
   if (!expert_params.empty())
     c["target_parameters"] = std::vector<std::string>(expert_params.begin(), expert_params.end());
@@ -364,7 +375,24 @@ Diagnostics load_adapter_weights(model::CausalLM& lm, const std::string& dir) {
   std::set<std::string> unused;
   for (const auto& n : st.names()) unused.insert(n);
   std::vector<std::pair<std::string, torch::Tensor>> targets;
-  for (auto& [name, t] : adapter_tensors(lm)) targets.emplace_back(kPrefix + name, t);
+  const HfModelConfig& hf = lm->config().hf;
+  for (auto& [name, t] : adapter_tensors(lm)) targets.emplace_back(kPrefix + wrapper_module_path(hf, name), t);
+  // A multimodal wrapper's adapter trained by PEFT on every q/k/v_proj also adapts the vision
+  // tower, which a text-only model never runs: those tensors are left out, and said so once.
+  if (!hf.wrapper_architecture.empty()) {
+    std::int64_t vision = 0;
+    for (auto it = unused.begin(); it != unused.end();)
+      if (it->find(".vision_tower.") != std::string::npos || it->find(".multi_modal_projector.") != std::string::npos) {
+        ++vision;
+        it = unused.erase(it);
+      } else {
+        ++it;
+      }
+    if (vision > 0)
+      d.push_back({Severity::Warning, file, 0, 0, "",
+                   std::to_string(vision) + " adapter tensors of the vision tower are not used: Odyssey runs " +
+                       hf.wrapper_architecture + "'s language model on text"});
+  }
   for (auto& [name, t] : targets) {
     // PEFT also writes names with the adapter name ("...lora_A.default.weight") in some paths.
     std::string found = name;

@@ -396,6 +396,10 @@ class TstDecoderParity : public QObject {
                           << "sdpa" << QStringList{};
     QTest::newRow("gemma3") << "gemma3"
                             << "sdpa" << QStringList{};
+    // The multimodal checkpoint: the adapter lists its language model's modules by path (the
+    // vision tower has q/k/v_proj too); the merged export keeps the vision tower.
+    QTest::newRow("gemma3 multimodal") << "gemma3_mm"
+                                       << "sdpa" << QStringList{};
     // MoE: LoRA on the stacked experts too (PEFT's ParamWrapper), both parameters (nested) or one.
     QTest::newRow("qwen3_moe experts") << "qwen3_moe"
                                        << "sdpa" << QStringList{"mlp.experts.gate_up_proj", "mlp.experts.down_proj"};
