@@ -124,6 +124,66 @@ class TstModelConfig : public QObject {
     QVERIFY(fused_kernel_gaps(shape("mistralai/Mistral-7B-v0.3")).empty());
   }
 
+  // Gemma-3 12B as the hub ships it: Gemma3ForConditionalGeneration whose text_config names only
+  // what differs from Gemma3TextConfig's defaults (transformers 4.50's to_diff_dict). Read as its
+  // text model, it is the bundled google/gemma-3-12b-it shape (that config's text model with
+  // the defaults spelled out, resources/model-shapes/SOURCES.md), to the parameter.
+  void gemma3WrapperReadsAsItsTextModel() {
+    const std::string hub = R"({
+      "architectures": ["Gemma3ForConditionalGeneration"], "boi_token_index": 255999, "eoi_token_index": 256000,
+      "eos_token_id": [1, 106], "image_token_index": 262144, "initializer_range": 0.02, "mm_tokens_per_image": 256,
+      "model_type": "gemma3",
+      "text_config": {"hidden_size": 3840, "intermediate_size": 15360, "model_type": "gemma3_text",
+                      "num_attention_heads": 16, "num_hidden_layers": 48, "num_key_value_heads": 8,
+                      "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024},
+      "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0",
+      "vision_config": {"hidden_size": 1152, "image_size": 896, "intermediate_size": 4304,
+                        "model_type": "siglip_vision_model", "num_attention_heads": 16, "num_hidden_layers": 27,
+                        "patch_size": 14, "vision_use_head": false}})";
+    auto r = parse_model_config(hub, "config.json");
+    QVERIFY2(r.ok(), format_all(r.diagnostics).c_str());
+    const HfModelConfig& m = r.value;
+    const HfModelConfig want = shape("google/gemma-3-12b-it");
+    QCOMPARE(m.wrapper_architecture, std::string("Gemma3ForConditionalGeneration"));
+    QCOMPARE(m.architecture, std::string("Gemma3ForCausalLM"));
+    QCOMPARE(m.family, std::string("gemma3"));
+    QCOMPARE(m.parameter_count(), want.parameter_count());
+    QCOMPARE(m.vocab_size, std::int64_t{262208});
+    QCOMPARE(m.head_dim, want.head_dim);
+    QCOMPARE(m.max_position_embeddings, want.max_position_embeddings);
+    QCOMPARE(m.sliding_window, std::int64_t{1024});
+    QCOMPARE(m.layer_sliding, want.layer_sliding);
+    QCOMPARE(m.attention_scale, want.attention_scale);
+    QCOMPARE(m.torch_dtype, std::string("bfloat16"));
+    QVERIFY(m.qk_norm && m.tie_word_embeddings && m.sandwich_norms);
+    // Tensor names both ways; the vision tower is not the text model's.
+    QCOMPARE(text_model_name(m, "language_model.model.layers.3.mlp.up_proj.weight"),
+             std::string("model.layers.3.mlp.up_proj.weight"));
+    QCOMPARE(text_model_name(m, "model.language_model.norm.weight"), std::string("model.norm.weight"));
+    QCOMPARE(text_model_name(m, "vision_tower.vision_model.post_layernorm.weight"), std::string());
+    QCOMPARE(text_model_name(m, "multi_modal_projector.mm_input_projection_weight"), std::string());
+    QCOMPARE(wrapper_tensor_name(m, "model.embed_tokens.weight"),
+             std::string("language_model.model.embed_tokens.weight"));
+    QCOMPARE(wrapper_module_path(m, "model.layers.0.self_attn.q_proj"),
+             std::string("model.language_model.layers.0.self_attn.q_proj"));
+    QCOMPARE(text_model_name(want, "model.norm.weight"), std::string("model.norm.weight"));  // a text model: as is
+    // A wrapper without text_config is named as such.
+    auto bare = parse_model_config(R"({"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3"})",
+                                   "config.json");
+    QVERIFY(!bare.ok());
+    QVERIFY2(format_all(bare.diagnostics).find("config.json: error: text_config: missing or not an object") !=
+                 std::string::npos,
+             format_all(bare.diagnostics).c_str());
+    // A text_config value of the wrong type names its key in text_config.
+    auto bad = parse_model_config(
+        R"({"architectures": ["Gemma3ForConditionalGeneration"], "text_config": {"num_hidden_layers": "48"}})",
+        "config.json");
+    QVERIFY(!bad.ok());
+    QVERIFY2(
+        format_all(bad.diagnostics).find("config.json (text_config): error: num_hidden_layers") != std::string::npos,
+        format_all(bad.diagnostics).c_str());
+  }
+
   void familiesAndDerivedFields() {
     auto q3 = shape("Qwen/Qwen3-8B");
     QCOMPARE(QString::fromStdString(q3.family), QString("qwen3"));
