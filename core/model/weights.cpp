@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <utility>
 
@@ -203,9 +204,18 @@ std::string first_4bit_weight(CausalLM& lm) {
   return {};
 }
 
-Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& ckpt, const std::string& where) {
+Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& stored, const std::string& where) {
   Diagnostics errs;
   const DecoderConfig& cfg = lm->config();
+  // A multimodal wrapper's tensors under the text model's names (a model directory, or a full
+  // fine-tune's checkpoint, which save_weights writes whole); the vision tower and projector
+  // are not loaded.
+  std::optional<SafetensorsCheckpoint> text_view;
+  if (!cfg.hf.wrapper_architecture.empty()) {
+    text_view = stored;
+    text_view->rename([&](const std::string& name) { return text_model_name(cfg.hf, name); });
+  }
+  const SafetensorsCheckpoint& ckpt = text_view ? *text_view : stored;
   std::map<std::string, torch::Tensor> params;
   for (const auto& p : lm->named_parameters(true)) params.emplace(p.key(), p.value());
   const bool tied = cfg.hf.tie_word_embeddings;
@@ -526,10 +536,6 @@ Result<LoadedModel> load_causal_lm(const std::string& model_dir, const DecoderOp
   const Diagnostics shape = check_config_against_weights(cfg.value.hf, cfg.value.file, headers);
   r.diagnostics.insert(r.diagnostics.end(), shape.begin(), shape.end());
   if (has_errors(shape)) return r;
-  // A multimodal wrapper's tensors under the text model's names; the rest (the vision tower,
-  // the projector) is not loaded.
-  if (!cfg.value.hf.wrapper_architecture.empty())
-    ckpt.value.rename([&](const std::string& stored) { return text_model_name(cfg.value.hf, stored); });
   // A pre-quantized MoE checkpoint whose first expert tensor is 16-bit keeps 16-bit experts.
   if (cfg.value.quant.prequantized && cfg.value.hf.is_moe()) {
     const HfModelConfig& hf = cfg.value.hf;

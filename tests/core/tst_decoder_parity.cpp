@@ -495,6 +495,14 @@ class TstDecoderParity : public QObject {
     const Err eg = compare(logits, got2.value->load("logits", torch::kFloat32).value);
     qInfo("%s: merged export in transformers: logits max abs %.3g rel %.3g", n.c_str(), eg.abs, eg.rel);
     QVERIFY(eg.rel <= kTolerance);
+    // And in Odyssey (a full fine-tune's checkpoint is written the same way and read back so).
+    auto again =
+        load_causal_lm(merged, DecoderOptions{torch::kFloat32, torch::kCPU, AttentionBackend::Auto, false, {}});
+    QVERIFY2(again.ok(), format_all(again.diagnostics).c_str());
+    torch::NoGradGuard no_grad;
+    again.value.lm->eval();
+    const Err eo = compare(again.value.lm->forward(ids), logits);
+    QVERIFY2(eo.rel <= kTolerance, std::to_string(eo.rel).c_str());
   }
 
   // transformers 4.x checkpoints (rope_scaling + top-level rope_theta) read like 5.x ones.
