@@ -211,6 +211,7 @@ const std::vector<std::string>& supported_architectures() {
   static const std::vector<std::string> v = [] {
     std::vector<std::string> out;
     for (const ModelFamily& f : model_families()) out.emplace_back(f.architecture);
+    out.emplace_back("Gemma3ForConditionalGeneration");  // its text model (wrapper_architecture_of)
     return out;
   }();
   return v;

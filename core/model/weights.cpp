@@ -411,6 +411,12 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& stored, cons
   for (auto [n, what] : {std::pair{extra, "unexpected"}, std::pair{missing, "missing"}, std::pair{bad, "mismatched"}})
     if (n > kMaxListed)
       errs.push_back(error_at(where, "", "... and " + std::to_string(n - kMaxListed) + " more " + what + " tensors"));
+  if (text_view)  // name tensors as the wrapper's files do (language_model.model.X), as the user sees them
+    for (Diagnostic& e : errs)
+      if (!e.key.empty() && !text_model_name(cfg.hf, wrapper_tensor_name(cfg.hf, e.key)).empty()) {
+        const std::string stored_as = ckpt.stored_name(e.key);
+        e.key = stored_as.empty() ? wrapper_tensor_name(cfg.hf, e.key) : stored_as;
+      }
   if (has_errors(errs)) return errs;
 
   torch::NoGradGuard no_grad;

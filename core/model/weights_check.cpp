@@ -56,7 +56,7 @@ class Checker {
   void error(const std::string& key, std::string msg) {
     Diagnostic d;
     d.file = config_;
-    d.key = key;
+    d.key = m_.wrapper_architecture.empty() ? key : "text_config." + key;  // where a wrapper keeps it
     d.message = std::move(msg);
     out.push_back(std::move(d));
   }

@@ -310,6 +310,11 @@ class TstDecoderParity : public QObject {
         << QStringList{"model.layers.0.mlp.experts.3.up_proj.weight", "missing", "5 experts", "model.safetensors"};
     QTest::newRow("MoE: router of 4 rows for 5 experts")
         << "bad_moe_router" << QStringList{"config.json", "[5, 64]", "model.layers.2.mlp.gate.weight", "[4, 64]"};
+    QTest::newRow("Gemma-3 multimodal: a language-model tensor removed")
+        << "bad_mm_missing" << QStringList{"language_model.model.layers.1.mlp.up_proj.weight", "missing", "[96, 64]"};
+    QTest::newRow("Gemma-3 multimodal: text_config with a layer fewer than the weights")
+        << "bad_mm_layers"
+        << QStringList{"config.json", "text_config.num_hidden_layers", "found 2", "the weights hold 3 layers"};
     QTest::newRow("MoE: top-k above the expert count")
         << "bad_moe_topk" << QStringList{"config.json", "num_experts_per_tok", "6 experts per token", "5"};
   }

@@ -212,6 +212,27 @@ def run(model, ids, mask, labels, nopad, device):
     return t
 
 
+def write_bad_wrapper(out, good):
+    """The multimodal Gemma-3 broken two ways: a language-model tensor removed, and text_config
+    saying one layer fewer than the weights hold."""
+    st = "model.safetensors"
+    sd = load_file(os.path.join(good, st))
+    d = os.path.join(out, "bad_mm_missing")
+    shutil.rmtree(d, ignore_errors=True)
+    shutil.copytree(good, d)
+    save_file({k: v for k, v in sd.items() if k != "language_model.model.layers.1.mlp.up_proj.weight"},
+              os.path.join(d, st), metadata={"format": "pt"})
+    d = os.path.join(out, "bad_mm_layers")
+    shutil.rmtree(d, ignore_errors=True)
+    shutil.copytree(good, d)
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["text_config"]["num_hidden_layers"] = 2
+    cfg["text_config"]["layer_types"] = cfg["text_config"]["layer_types"][:2]
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+
+
 def write_bad(out, good_single, good_sharded):
     """Broken copies of good models: each must give an error naming the file and tensor."""
     def copy(src, name):
@@ -349,6 +370,7 @@ def main():
         print(f"{name}: loss {ref['loss'].item():.6f}, {len(list(m.parameters()))} parameters, dir {d}")
     if args.bad and not args.only:
         write_bad(args.out, dirs["qwen3"], dirs["qwen2"])
+        write_bad_wrapper(args.out, dirs["gemma3_mm"])
         add_tokenizer_and_scores(args.out, dirs["qwen2"], Qwen2ForCausalLM)
     return 0
 
