@@ -124,10 +124,11 @@ class TstModelConfig : public QObject {
     QVERIFY(fused_kernel_gaps(shape("mistralai/Mistral-7B-v0.3")).empty());
   }
 
-  // Gemma-3 12B as the hub ships it: Gemma3ForConditionalGeneration whose text_config names only
-  // what differs from Gemma3TextConfig's defaults (transformers 4.50's to_diff_dict). Read as its
-  // text model, it is the bundled google/gemma-3-12b-it shape (that config's text model with
-  // the defaults spelled out, resources/model-shapes/SOURCES.md), to the parameter.
+  // Gemma-3 12B in the layout of the hub's config.json (written after it here): a
+  // Gemma3ForConditionalGeneration whose text_config names only what differs from
+  // Gemma3TextConfig's defaults (transformers 4.50's to_diff_dict). Read as its text model, it is
+  // the bundled google/gemma-3-12b-it shape (that config's text model with the defaults spelled
+  // out, resources/model-shapes/SOURCES.md), to the parameter.
   void gemma3WrapperReadsAsItsTextModel() {
     const std::string hub = R"({
       "architectures": ["Gemma3ForConditionalGeneration"], "boi_token_index": 255999, "eoi_token_index": 256000,
