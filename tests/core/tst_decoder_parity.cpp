@@ -471,6 +471,40 @@ class TstDecoderParity : public QObject {
           n.c_str(), cfg["target_modules"].dump().c_str(), el.abs, el.rel, em.abs, em.rel);
     QVERIFY(el.rel <= kTolerance);
     QVERIFY(em.rel <= kTolerance);
+    if (n == "gemma3_mm") {
+      // An adapter PEFT trained on every q_proj of the wrapper also adapts the vision tower: its
+      // tensors are left out with a warning (the text model never runs the tower), the logits are
+      // the language adapters' own; any other stray tensor is still an error.
+      auto st = SafetensorsFile::open(base + "/adapter/adapter_model.safetensors");
+      QVERIFY(st.ok());
+      NamedTensors with_vision;
+      for (const auto& key : st.value->names())
+        with_vision.emplace_back(key, st.value->load(key, torch::kFloat32).value);
+      with_vision.emplace_back(
+          "base_model.model.model.vision_tower.vision_model.encoder.layers.0.self_attn.q_proj.lora_A.weight",
+          torch::ones({4, 32}));
+      const std::string vision_dir = base + "/adapter_vision";
+      std::filesystem::create_directories(vision_dir);
+      std::filesystem::copy_file(base + "/adapter/adapter_config.json", vision_dir + "/adapter_config.json");
+      QVERIFY(save_safetensors(vision_dir + "/adapter_model.safetensors", with_vision).ok());
+      auto fresh =
+          load_causal_lm(model_dir, DecoderOptions{torch::kFloat32, torch::kCPU, AttentionBackend::Auto, false, {}});
+      QVERIFY(fresh.ok());
+      const Diagnostics ad = train::attach_adapter(fresh.value.lm, vision_dir);
+      QVERIFY2(!has_errors(ad) && contains(format_all(ad), "1 adapter tensors of the vision tower are not used"),
+               format_all(ad).c_str());
+      {
+        torch::NoGradGuard no_grad;
+        fresh.value.lm->eval();
+        QVERIFY(compare(fresh.value.lm->forward(ids), logits).rel <= 1e-6);
+      }
+      with_vision.emplace_back("base_model.model.model.language_model.layers.0.mlp.extra_proj.lora_A.weight",
+                               torch::ones({4, 64}));
+      QVERIFY(save_safetensors(vision_dir + "/adapter_model.safetensors", with_vision).ok());
+      const Diagnostics stray = train::attach_adapter(fresh.value.lm, vision_dir);
+      QVERIFY2(has_errors(stray) && contains(format_all(stray), "extra_proj.lora_A.weight: is not an adapter tensor"),
+               format_all(stray).c_str());
+    }
     if (!experts.isEmpty()) {
       QVERIFY(cfg.contains("target_parameters"));
       // And back into Odyssey: the adapter on a fresh base gives the same logits.
