@@ -246,11 +246,9 @@ const json& gemma3_text_defaults() {
   return d;
 }
 
-}  // namespace
-
-std::string wrapper_architecture_of(const std::string& json_text) {
-  if (json_nesting_depth(json_text) > kMaxJsonDepth) return {};  // parse_model_config refuses it
-  const json j = json::parse(json_text, nullptr, false);
+// The wrapper `j` is (see wrapper_architecture_of), and its text model's config (see
+// text_model_config_json): on the parsed object, so each is parsed once.
+std::string wrapper_of(const json& j) {
   if (!j.is_object()) return {};
   auto arch = j.find("architectures");
   const bool named = arch != j.end() && arch->is_array() && !arch->empty() && (*arch)[0].is_string() &&
@@ -259,9 +257,7 @@ std::string wrapper_architecture_of(const std::string& json_text) {
   return named || typed ? "Gemma3ForConditionalGeneration" : std::string();
 }
 
-std::string text_model_config_json(const std::string& json_text) {
-  if (wrapper_architecture_of(json_text).empty()) return json_text;
-  const json j = json::parse(json_text);
+json text_model_of(const json& j) {
   json t = gemma3_text_defaults();
   const auto tc = j.find("text_config");
   const bool has_text = tc != j.end() && tc->is_object();
@@ -270,7 +266,20 @@ std::string text_model_config_json(const std::string& json_text) {
       if (k != "architectures" && k != "model_type") t[k] = v;
   for (const char* k : {"torch_dtype", "dtype", "quantization_config", "tie_word_embeddings"})
     if (auto it = j.find(k); it != j.end() && !(has_text && tc->contains(k))) t[k] = *it;
-  return t.dump();
+  return t;
+}
+
+}  // namespace
+
+std::string wrapper_architecture_of(const std::string& json_text) {
+  if (json_nesting_depth(json_text) > kMaxJsonDepth) return {};  // parse_model_config refuses it
+  return wrapper_of(json::parse(json_text, nullptr, false));
+}
+
+std::string text_model_config_json(const std::string& json_text) {
+  if (json_nesting_depth(json_text) > kMaxJsonDepth) return json_text;
+  const json j = json::parse(json_text, nullptr, false);
+  return wrapper_of(j).empty() ? json_text : text_model_of(j).dump();
 }
 
 Result<HfModelConfig> parse_model_config(const std::string& json_text, const std::string& file) {
@@ -278,20 +287,6 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
     Result<HfModelConfig> r;
     r.diagnostics.push_back(
         error_at(file, "", "JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels; not a config.json"));
-    return r;
-  }
-  if (const std::string wrapper = wrapper_architecture_of(json_text); !wrapper.empty()) {
-    const json j = json::parse(json_text);
-    if (auto tc = j.find("text_config"); tc == j.end() || !tc->is_object()) {
-      Result<HfModelConfig> r;
-      r.diagnostics.push_back(error_at(file, "text_config",
-                                       "missing or not an object; " + wrapper +
-                                           " keeps its language model's settings there, and Odyssey trains that "
-                                           "language model"));
-      return r;
-    }
-    Result<HfModelConfig> r = parse_model_config(text_model_config_json(json_text), file + " (text_config)");
-    r.value.wrapper_architecture = wrapper;
     return r;
   }
   Result<HfModelConfig> r;
@@ -304,6 +299,19 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
   }
   if (!j.is_object()) {
     r.diagnostics.push_back(error_at(file, "", "expected a JSON object at the top level"));
+    return r;
+  }
+  // A multimodal wrapper (Gemma-3 4B/12B/27B): its text model, from text_config.
+  if (const std::string wrapper = wrapper_of(j); !wrapper.empty()) {
+    if (auto tc = j.find("text_config"); tc == j.end() || !tc->is_object()) {
+      r.diagnostics.push_back(error_at(file, "text_config",
+                                       "missing or not an object; " + wrapper +
+                                           " keeps its language model's settings there, and Odyssey trains that "
+                                           "language model"));
+      return r;
+    }
+    r = parse_model_config(text_model_of(j).dump(), file + " (text_config)");
+    r.value.wrapper_architecture = wrapper;
     return r;
   }
   HfModelConfig& m = r.value;

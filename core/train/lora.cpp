@@ -245,13 +245,20 @@ Diagnostics save_adapter(model::CausalLM& lm, const LoraSettings& s, const std::
   c["r"] = s.rank;
   // The modules of this model that have adapters (all-linear on Phi-3: qkv_proj, o_proj,
   // gate_up_proj, down_proj), so PEFT finds every listed name.
+  // A multimodal wrapper (Gemma-3 4B/12B/27B): the vision tower has q_proj, k_proj and v_proj
+  // too, so the adapted modules are listed by path (PEFT matches a dotted entry exactly) and PEFT
+  // adapts the language model only, as here.
+  const bool by_path = !hf.wrapper_architecture.empty();
   std::vector<std::string> present;
-  for (const auto& n : s.target_modules)
+  for (const auto& n : by_path ? std::vector<std::string>{} : s.target_modules)
     for (auto& [name, lin] : linears(lm))
       if (lin->has_lora() && leaf(name) == n) {
         present.push_back(n);
         break;
       }
+  if (by_path)
+    for (auto& [name, lin] : linears(lm))
+      if (lin->has_lora()) present.push_back(wrapper_module_path(hf, name));
   // Qwen3-MoE: the MLP names that mean the experts (mlp_names_mean_experts) stay listed, so PEFT
   // gives gate_up_proj the same doubled rank.
   if (mlp_names_mean_experts(lm) && !expert_params.empty())
@@ -259,14 +266,6 @@ Diagnostics save_adapter(model::CausalLM& lm, const LoraSettings& s, const std::
       if ((n == "gate_proj" || n == "up_proj" || n == "down_proj") &&
           std::find(present.begin(), present.end(), n) == present.end())
         present.push_back(n);
-  // A multimodal wrapper (Gemma-3 4B/12B/27B): the vision tower has q_proj, k_proj and v_proj
-  // too, so the adapted modules are listed by path (PEFT matches a dotted entry exactly) and PEFT
-  // adapts the language model only, as here.
-  if (!hf.wrapper_architecture.empty()) {
-    present.clear();
-    for (auto& [name, lin] : linears(lm))
-      if (lin->has_lora()) present.push_back(wrapper_module_path(hf, name));
-  }
   c["target_modules"] = present;
   if (!expert_params.empty())
     c["target_parameters"] = std::vector<std::string>(expert_params.begin(), expert_params.end());

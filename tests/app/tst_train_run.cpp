@@ -28,7 +28,9 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <initializer_list>
 #include <optional>
+#include <utility>
 
 namespace {
 
@@ -119,6 +121,19 @@ QString lora_preset(const QTemporaryDir& tmp, const QString& extra = {}, bool fu
       "save_total_limit: 0\n"
       "output_dir: " +
       tmp.filePath("out") + "\n" + extra;
+  f.write(text.toUtf8());
+  return p;
+}
+
+// The preset at `p` with each {from, to} replaced (lora_preset's own lines, where appending
+// would set a key twice).
+QString rewrite_preset(const QString& p, std::initializer_list<std::pair<QString, QString>> edits) {
+  QFile f(p);
+  if (!f.open(QIODevice::ReadOnly)) qFatal("cannot read %s", qPrintable(p));
+  QString text = QString::fromUtf8(f.readAll());
+  f.close();
+  for (const auto& [from, to] : edits) text.replace(from, to);
+  if (!f.open(QIODevice::WriteOnly | QIODevice::Truncate)) qFatal("cannot write %s", qPrintable(p));
   f.write(text.toUtf8());
   return p;
 }
@@ -433,15 +448,8 @@ class TstTrainRun : public QObject {
   void checkpointSegmentsTrainLikeOneInputPerLayer() {
     QTemporaryDir a, b;
     auto preset = [](const QTemporaryDir& tmp, int per_checkpoint) {
-      const QString p = lora_preset(tmp, "layers_per_checkpoint: " + QString::number(per_checkpoint) + "\n");
-      QFile f(p);
-      if (!f.open(QIODevice::ReadOnly)) qFatal("cannot read %s", qPrintable(p));
-      QString text = QString::fromUtf8(f.readAll());
-      f.close();
-      text.replace("activation_checkpointing: every:2\n", "activation_checkpointing: all\n");
-      if (!f.open(QIODevice::WriteOnly | QIODevice::Truncate)) qFatal("cannot write %s", qPrintable(p));
-      f.write(text.toUtf8());
-      return p;
+      return rewrite_preset(lora_preset(tmp, "layers_per_checkpoint: " + QString::number(per_checkpoint) + "\n"),
+                            {{"activation_checkpointing: every:2\n", "activation_checkpointing: all\n"}});
     };
     const Run one = odyssey_train({"run", preset(a, 1)});
     QVERIFY2(one.code == 0, qPrintable(one.err + one.out.right(2000)));
@@ -511,16 +519,8 @@ class TstTrainRun : public QObject {
   void scoreOfTheValidationFileEqualsTheRunsEval() {
     QTemporaryDir a;
     const QString val = src("resources/quickstart/data/val.jsonl");
-    QString p = lora_preset(a, "val_dataset: [" + val + "]\n");
-    {
-      QFile f(p);
-      if (!f.open(QIODevice::ReadOnly)) qFatal("cannot read %s", qPrintable(p));
-      QString text = QString::fromUtf8(f.readAll());
-      f.close();
-      text.replace("split_dataset_ratio: 0.05\n", "");
-      if (!f.open(QIODevice::WriteOnly | QIODevice::Truncate)) qFatal("cannot write %s", qPrintable(p));
-      f.write(text.toUtf8());
-    }
+    const QString p =
+        rewrite_preset(lora_preset(a, "val_dataset: [" + val + "]\n"), {{"split_dataset_ratio: 0.05\n", ""}});
     const Run run = odyssey_train({"run", p});
     QVERIFY2(run.code == 0, qPrintable(run.err + run.out.right(2000)));
     const QString d = run_dir(a.filePath("out"));
@@ -593,16 +593,8 @@ class TstTrainRun : public QObject {
   // restarted from the rounded bf16 weights.
   void fp32MasterWeightsResumeEqualsUninterrupted() {
     auto preset = [](const QTemporaryDir& tmp, const QString& extra) {
-      const QString p = lora_preset(tmp, "optimizer_dtype: fp32\nlearning_rate: 0.0001\n" + extra, true);
-      QFile f(p);
-      if (!f.open(QIODevice::ReadOnly)) qFatal("cannot read %s", qPrintable(p));
-      QString text = QString::fromUtf8(f.readAll());
-      f.close();
-      text.replace("torch_dtype: float32\n", "torch_dtype: bfloat16\n");
-      text.replace("learning_rate: 0.005\n", "");
-      if (!f.open(QIODevice::WriteOnly | QIODevice::Truncate)) qFatal("cannot write %s", qPrintable(p));
-      f.write(text.toUtf8());
-      return p;
+      return rewrite_preset(lora_preset(tmp, "optimizer_dtype: fp32\nlearning_rate: 0.0001\n" + extra, true),
+                            {{"torch_dtype: float32\n", "torch_dtype: bfloat16\n"}, {"learning_rate: 0.005\n", ""}});
     };
     QTemporaryDir a, b;
     const Run whole = odyssey_train({"run", preset(a, {})});
