@@ -207,16 +207,6 @@ std::vector<std::string> linear_module_names(const HfModelConfig& m) {
   return {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
 }
 
-const std::vector<std::string>& supported_architectures() {
-  static const std::vector<std::string> v = [] {
-    std::vector<std::string> out;
-    for (const ModelFamily& f : model_families()) out.emplace_back(f.architecture);
-    out.emplace_back("Gemma3ForConditionalGeneration");  // its text model (wrapper_architecture_of)
-    return out;
-  }();
-  return v;
-}
-
 namespace {
 
 // Gemma3TextConfig's defaults for what Odyssey reads (transformers 4.50 and 5.17 agree):
@@ -246,40 +236,103 @@ const json& gemma3_text_defaults() {
   return d;
 }
 
-// The wrapper `j` is (see wrapper_architecture_of), and its text model's config (see
-// text_model_config_json): on the parsed object, so each is parsed once.
-std::string wrapper_of(const json& j) {
-  if (!j.is_object()) return {};
-  auto arch = j.find("architectures");
-  const bool named = arch != j.end() && arch->is_array() && !arch->empty() && (*arch)[0].is_string() &&
-                     (*arch)[0].get<std::string>() == "Gemma3ForConditionalGeneration";
-  const bool typed = (arch == j.end() || !arch->is_array()) && j.value("model_type", json()) == "gemma3";
-  return named || typed ? "Gemma3ForConditionalGeneration" : std::string();
+// The multimodal wrappers read as their text model. transformers 5 names them alike: the
+// language model at model.language_model (checkpoints saved before 5.0: language_model.model),
+// lm_head at the top (before: language_model.lm_head), the vision tower and projector beside.
+struct Wrapper {
+  std::string_view architecture, model_type;
+  std::string_view text_model_type;  // text_config's model_type when it names none
+  // Who decides tie_word_embeddings (each as its transformers config class does):
+  //   TextOverTop  the text config's value, else the wrapper's (Gemma3Config);
+  //   TopOrText    either one saying true (LlavaConfig.__post_init__);
+  //   TopDefaultTrue the wrapper's own, which defaults to true when config.json is silent
+  //                (Mistral3Config): the weights then decide (HfModelConfig::tie_unstated).
+  enum Tie { TextOverTop, TopOrText, TopDefaultTrue } tie;
+};
+
+const std::vector<Wrapper>& wrappers() {
+  static const std::vector<Wrapper> w = {
+      {"Gemma3ForConditionalGeneration", "gemma3", "gemma3_text", Wrapper::TextOverTop},
+      {"Mistral3ForConditionalGeneration", "mistral3", "mistral", Wrapper::TopDefaultTrue},
+      {"LlavaForConditionalGeneration", "llava", "llama", Wrapper::TopOrText},
+  };
+  return w;
 }
 
-json text_model_of(const json& j) {
-  json t = gemma3_text_defaults();
+// The wrapper `j` is (see wrapper_architecture_of), and its text model's config (see
+// text_model_config_json): on the parsed object, so each is parsed once.
+const Wrapper* wrapper_of(const json& j) {
+  if (!j.is_object()) return nullptr;
+  auto arch = j.find("architectures");
+  const bool listed = arch != j.end() && arch->is_array() && !arch->empty() && (*arch)[0].is_string();
+  const bool unlisted = arch == j.end() || !arch->is_array();
+  const json type = j.value("model_type", json());
+  for (const Wrapper& w : wrappers())
+    if (listed ? (*arch)[0].get<std::string>() == w.architecture : unlisted && type == w.model_type) return &w;
+  return nullptr;
+}
+
+// The text model's config.json: text_config over its family's defaults (Gemma-3's hub configs
+// name only what differs from Gemma3TextConfig's; the other text models' parsers apply their
+// own family's defaults), the model_type the wrapper implies, and the wrapper's dtype,
+// quantization_config and tie_word_embeddings as the wrapper's config class resolves it.
+json text_model_of(const json& j, const Wrapper& w) {
   const auto tc = j.find("text_config");
   const bool has_text = tc != j.end() && tc->is_object();
+  json t = w.text_model_type == "gemma3_text" ? gemma3_text_defaults() : json::object();
+  std::string type(w.text_model_type);
+  if (has_text)
+    if (auto mt = tc->find("model_type"); mt != tc->end() && mt->is_string()) type = mt->get<std::string>();
   if (has_text)
     for (const auto& [k, v] : tc->items())
       if (k != "architectures" && k != "model_type") t[k] = v;
-  for (const char* k : {"torch_dtype", "dtype", "quantization_config", "tie_word_embeddings"})
+  t["model_type"] = type;
+  if (const ModelFamily* f = family_by_model_type(type)) t["architectures"] = json::array({f->architecture});
+  else t.erase("architectures");  // parse_model_config names text_config.model_type
+  for (const char* k : {"torch_dtype", "dtype", "quantization_config"})
     if (auto it = j.find(k); it != j.end() && !(has_text && tc->contains(k))) t[k] = *it;
+  const auto top = j.find("tie_word_embeddings");
+  const bool top_set = top != j.end() && top->is_boolean();
+  const auto text_tie = t.find("tie_word_embeddings");
+  const bool text_set = text_tie != t.end() && text_tie->is_boolean();
+  switch (w.tie) {
+    case Wrapper::TextOverTop:
+      if (top != j.end() && !(has_text && tc->contains("tie_word_embeddings"))) t["tie_word_embeddings"] = *top;
+      break;
+    case Wrapper::TopOrText:
+      t["tie_word_embeddings"] = (top_set && top->get<bool>()) || (text_set && text_tie->get<bool>());
+      break;
+    case Wrapper::TopDefaultTrue:
+      if (top != j.end()) t["tie_word_embeddings"] = *top;
+      else t["tie_word_embeddings"] = false;  // until the weights say (tie_unstated)
+      break;
+  }
   return t;
 }
 
 }  // namespace
 
+const std::vector<std::string>& supported_architectures() {
+  static const std::vector<std::string> v = [] {
+    std::vector<std::string> out;
+    for (const ModelFamily& f : model_families()) out.emplace_back(f.architecture);
+    for (const Wrapper& w : wrappers()) out.emplace_back(w.architecture);  // their text model (wrapper_of)
+    return out;
+  }();
+  return v;
+}
+
 std::string wrapper_architecture_of(const std::string& json_text) {
   if (json_nesting_depth(json_text) > kMaxJsonDepth) return {};  // parse_model_config refuses it
-  return wrapper_of(json::parse(json_text, nullptr, false));
+  const Wrapper* w = wrapper_of(json::parse(json_text, nullptr, false));
+  return w ? std::string(w->architecture) : std::string();
 }
 
 std::string text_model_config_json(const std::string& json_text) {
   if (json_nesting_depth(json_text) > kMaxJsonDepth) return json_text;
   const json j = json::parse(json_text, nullptr, false);
-  return wrapper_of(j).empty() ? json_text : text_model_of(j).dump();
+  const Wrapper* w = wrapper_of(j);
+  return w ? text_model_of(j, *w).dump() : json_text;
 }
 
 Result<HfModelConfig> parse_model_config(const std::string& json_text, const std::string& file) {
@@ -302,16 +355,32 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
     return r;
   }
   // A multimodal wrapper (Gemma-3 4B/12B/27B): its text model, from text_config.
-  if (const std::string wrapper = wrapper_of(j); !wrapper.empty()) {
-    if (auto tc = j.find("text_config"); tc == j.end() || !tc->is_object()) {
+  if (const Wrapper* w = wrapper_of(j)) {
+    const std::string wrapper(w->architecture);
+    auto tc = j.find("text_config");
+    if (tc == j.end() || !tc->is_object()) {
       r.diagnostics.push_back(error_at(file, "text_config",
                                        "missing or not an object; " + wrapper +
                                            " keeps its language model's settings there, and Odyssey trains that "
                                            "language model"));
       return r;
     }
-    r = parse_model_config(text_model_of(j).dump(), file + " (text_config)");
+    const json text = text_model_of(j, *w);
+    const std::string type = text.value("model_type", std::string());
+    const ModelFamily* f = family_by_model_type(type);
+    if (!f || f->is_moe() || (w->text_model_type == "gemma3_text") != (type == "gemma3_text")) {
+      std::vector<std::string> types;
+      for (const ModelFamily& g : model_families())
+        if (!g.is_moe() && g.model_type != "gemma3_text") types.emplace_back(g.model_type);
+      r.diagnostics.push_back(
+          error_at(file, "text_config.model_type",
+                   "found " + text::quoted(type) + "; Odyssey reads " + wrapper + " with a text model of model_type " +
+                       (w->text_model_type == "gemma3_text" ? std::string("gemma3_text") : text::join(types, ", "))));
+      return r;
+    }
+    r = parse_model_config(text.dump(), file + " (text_config)");
     r.value.wrapper_architecture = wrapper;
+    r.value.tie_unstated = w->tie == Wrapper::TopDefaultTrue && !j.contains("tie_word_embeddings");
     return r;
   }
   HfModelConfig& m = r.value;

@@ -37,10 +37,16 @@ struct HfModelConfig {
   bool mlp_bias = false;    // gate/up/down bias (Llama's mlp_bias)
   std::string torch_dtype;  // as stored on disk
   // A multimodal checkpoint whose language model Odyssey trains (Gemma-3 4B/12B/27B ship as
-  // Gemma3ForConditionalGeneration): its architecture; "" for a text model. The fields above
+  // Gemma3ForConditionalGeneration, Mistral-Small-3.1/3.2 as Mistral3ForConditionalGeneration):
+  // its architecture; "" for a text model. The fields above
   // are then the text model's (config.json's text_config), and text_model_name() maps its
   // tensors (docs/model.md, "Multimodal checkpoints").
   std::string wrapper_architecture;
+  // config.json does not state tie_word_embeddings and the wrapper's config class defaults it
+  // to true (Mistral3ForConditionalGeneration): transformers then ties lm_head to the embedding
+  // only where the weights hold no lm_head.weight. Parsed as untied; load_causal_lm resolves it
+  // from the weights (resolve_tied_head).
+  bool tie_unstated = false;
 
   // ---- switches of the other families (defaults: the Llama block) ----
   std::string hidden_act = "silu";       // MLP activation: silu (SwiGLU) or gelu_pytorch_tanh (GeGLU)
@@ -135,8 +141,10 @@ const std::vector<std::string>& supported_architectures();
 // Parse config.json text; `file` names it in diagnostics.
 Result<HfModelConfig> parse_model_config(const std::string& json_text, const std::string& file);
 
-// Multimodal checkpoints read as their text model (HfModelConfig::wrapper_architecture). The
-// wrappers Odyssey reads; "" when `json_text` is not one of them.
+// Multimodal checkpoints read as their text model (HfModelConfig::wrapper_architecture):
+// Gemma3ForConditionalGeneration, Mistral3ForConditionalGeneration (Mistral-Small-3.1/3.2) and
+// LlavaForConditionalGeneration (a dense text family in text_config). The wrapper's
+// architecture; "" when `json_text` is not one of them.
 std::string wrapper_architecture_of(const std::string& json_text);
 // config.json of a wrapper as its text model's own config.json would read: text_config over
 // the text model's defaults (transformers writes only what differs from them), with the

@@ -528,6 +528,41 @@ Diagnostics load_weights(CausalLM& lm, const SafetensorsCheckpoint& stored, cons
   return errs;
 }
 
+namespace {
+
+// tie_word_embeddings as transformers 5.17 settles it against the weights (PreTrainedModel's
+// tie_weights): a wrapper silent about it whose config class defaults it to true
+// (HfModelConfig::tie_unstated) ties lm_head to the embedding where no lm_head.weight is stored;
+// a config that ties them while the weights hold an lm_head.weight unlike the embedding leaves
+// them untied, with a warning. Compared in the stored dtype on the mapped files.
+Diagnostics resolve_tied_head(HfModelConfig& hf, const SafetensorsCheckpoint& stored) {
+  SafetensorsCheckpoint ckpt = stored;
+  if (!hf.wrapper_architecture.empty()) ckpt.rename([&](const std::string& name) { return text_model_name(hf, name); });
+  Diagnostics out;
+  const bool has_head = ckpt.info("lm_head.weight") != nullptr;
+  if (hf.tie_unstated && !hf.tie_word_embeddings && !has_head) {
+    hf.tie_word_embeddings = true;
+    return out;
+  }
+  if (!hf.tie_word_embeddings || !has_head || !ckpt.info("model.embed_tokens.weight")) return out;
+  auto head = ckpt.view("lm_head.weight");
+  auto embed = ckpt.view("model.embed_tokens.weight");
+  if (!head.ok() || !embed.ok()) return out;  // load_weights reports what cannot be read
+  if (head.value.sizes() == embed.value.sizes() && torch::equal(head.value, embed.value)) return out;
+  hf.tie_word_embeddings = false;
+  Diagnostic d;
+  d.severity = Severity::Warning;
+  d.file = ckpt.file_of("lm_head.weight");
+  d.key = ckpt.stored_name("lm_head.weight");
+  d.message =
+      "config.json ties lm_head to the embedding (tie_word_embeddings true), but this lm_head.weight "
+      "differs from the embedding: it is kept and trained as its own weight, as transformers does";
+  out.push_back(std::move(d));
+  return out;
+}
+
+}  // namespace
+
 Result<LoadedModel> load_causal_lm(const std::string& model_dir, const DecoderOptions& options) {
   Result<LoadedModel> r;
   Result<DecoderConfig> cfg = load_decoder_config(model_dir);
@@ -536,6 +571,8 @@ Result<LoadedModel> load_causal_lm(const std::string& model_dir, const DecoderOp
   Result<SafetensorsCheckpoint> ckpt = SafetensorsCheckpoint::open(model_dir);
   r.diagnostics.insert(r.diagnostics.end(), ckpt.diagnostics.begin(), ckpt.diagnostics.end());
   if (!ckpt.ok()) return r;
+  const Diagnostics tie = resolve_tied_head(cfg.value.hf, ckpt.value);
+  r.diagnostics.insert(r.diagnostics.end(), tie.begin(), tie.end());
   // config.json against the headers' shapes before the model is built (and allocated).
   std::vector<std::pair<std::string, const SafetensorsHeader*>> headers;
   for (const auto& f : ckpt.value.files()) headers.emplace_back(f->path(), &f->header());

@@ -100,6 +100,12 @@ class TstDecoderParity : public QObject {
     QTest::newRow("phi3 (fused qkv/gate_up, partial rotary, longrope, window 7)") << "phi3";
     QTest::newRow("gemma3 (qk norm, local/global RoPE, window on 2 of 3)") << "gemma3";
     QTest::newRow("gemma3 multimodal checkpoint (Gemma3ForConditionalGeneration, its text model)") << "gemma3_mm";
+    QTest::newRow("mistral3 multimodal checkpoint (Mistral-Small-3.1's layout: own lm_head, config silent on tying)")
+        << "mistral3_mm";
+    QTest::newRow("mistral3 multimodal, no lm_head stored, config silent: tied as Mistral3Config's default")
+        << "mistral3_tied";
+    QTest::newRow("llava multimodal checkpoint (a Qwen2 text model, tied through text_config)") << "llava_mm";
+    QTest::newRow("config ties lm_head, weights hold their own: untied, as transformers does") << "tied_own_head";
     QTest::newRow("qwen3_moe (5 experts, top 2, norm_topk_prob, mlp_only_layers, aux loss)") << "qwen3_moe";
     QTest::newRow("qwen3_moe (9 experts, top 8, decoder_sparse_step 2, tied, aux loss)") << "qwen3_moe_top8";
     QTest::newRow("qwen2_moe (3 experts, top 1, shared expert, qkv bias, aux loss)") << "qwen2_moe";
@@ -113,6 +119,11 @@ class TstDecoderParity : public QObject {
         load_causal_lm(dir_ + "/" + n, DecoderOptions{torch::kFloat32, torch::kCPU, AttentionBackend::Auto, false, {}});
     QVERIFY2(loaded.ok(), format_all(loaded.diagnostics).c_str());
     CausalLM lm = loaded.value.lm;
+    // tie_word_embeddings as transformers settles it (the logits below tell a wrong head apart:
+    // these models' lm_head and embedding differ).
+    const bool distinct_head = n == "mistral3_mm" || n == "tied_own_head";
+    if (distinct_head || n == "mistral3_tied") QCOMPARE(lm->config().hf.tie_word_embeddings, !distinct_head);
+    QCOMPARE(contains(format_all(loaded.diagnostics), "differs from the embedding"), n == "tied_own_head");
     auto r = SafetensorsCheckpoint::open(dir_ + "/" + n + ".reference.safetensors");
     QVERIFY2(r.ok(), format_all(r.diagnostics).c_str());
     const auto& R = r.value;
@@ -405,6 +416,10 @@ class TstDecoderParity : public QObject {
     // vision tower has q/k/v_proj too); the merged export keeps the vision tower.
     QTest::newRow("gemma3 multimodal") << "gemma3_mm"
                                        << "sdpa" << QStringList{};
+    QTest::newRow("mistral3 multimodal") << "mistral3_mm"
+                                         << "sdpa" << QStringList{};
+    QTest::newRow("llava multimodal") << "llava_mm"
+                                      << "sdpa" << QStringList{};
     // MoE: LoRA on the stacked experts too (PEFT's ParamWrapper), both parameters (nested) or one.
     QTest::newRow("qwen3_moe experts") << "qwen3_moe"
                                        << "sdpa" << QStringList{"mlp.experts.gate_up_proj", "mlp.experts.down_proj"};

@@ -185,6 +185,69 @@ class TstModelConfig : public QObject {
         format_all(bad.diagnostics).c_str());
   }
 
+  // Mistral-Small-3.1 24B in its hub layout: Mistral3ForConditionalGeneration, a Mistral text
+  // model in text_config (complete there, no tie_word_embeddings anywhere) and a Pixtral vision
+  // tower. Read as its text model it is the bundled shape (resources/model-shapes/SOURCES.md):
+  // 23,572,403,200 parameters by the Mistral block's formula (the hub's 24B adds the tower).
+  // LLaVA's text model is named by text_config.model_type (llama when absent); MoE or unknown
+  // text models are refused naming text_config.model_type.
+  void mistral3AndLlavaWrappersReadAsTheirTextModel() {
+    const std::string hub = R"({
+      "architectures": ["Mistral3ForConditionalGeneration"], "image_token_index": 10, "model_type": "mistral3",
+      "multimodal_projector_bias": false, "projector_hidden_act": "gelu", "spatial_merge_size": 2,
+      "text_config": {"attention_dropout": 0.0, "head_dim": 128, "hidden_act": "silu", "hidden_size": 5120,
+                      "initializer_range": 0.02, "intermediate_size": 32768, "max_position_embeddings": 131072,
+                      "model_type": "mistral", "num_attention_heads": 32, "num_hidden_layers": 40,
+                      "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 1000000000.0,
+                      "sliding_window": null, "use_cache": true, "vocab_size": 131072},
+      "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0",
+      "vision_config": {"attention_dropout": 0.0, "head_dim": 64, "hidden_act": "silu", "hidden_size": 1024,
+                        "image_size": 1540, "intermediate_size": 4096, "model_type": "pixtral",
+                        "num_attention_heads": 16, "num_channels": 3, "num_hidden_layers": 24, "patch_size": 14,
+                        "rope_theta": 10000.0},
+      "vision_feature_layer": -1})";
+    auto r = parse_model_config(hub, "config.json");
+    QVERIFY2(r.ok(), format_all(r.diagnostics).c_str());
+    const HfModelConfig& m = r.value;
+    const HfModelConfig want = shape("mistralai/Mistral-Small-3.1-24B-Instruct-2503");
+    QCOMPARE(m.wrapper_architecture, std::string("Mistral3ForConditionalGeneration"));
+    QCOMPARE(m.architecture, std::string("MistralForCausalLM"));
+    QCOMPARE(m.parameter_count(), std::int64_t{23572403200});
+    QCOMPARE(want.parameter_count(), std::int64_t{23572403200});
+    QCOMPARE(m.head_dim, std::int64_t{128});
+    QCOMPARE(m.sliding_window, want.sliding_window);
+    QCOMPARE(m.torch_dtype, std::string("bfloat16"));
+    // Silent on tying: parsed untied (its lm_head is stored), the loader asks the weights.
+    QVERIFY(!m.tie_word_embeddings && m.tie_unstated);
+    QCOMPARE(text_model_name(m, "language_model.lm_head.weight"), std::string("lm_head.weight"));
+    QCOMPARE(text_model_name(m, "vision_tower.transformer.layers.0.attention.q_proj.weight"), std::string());
+    // Stated: as stated, nothing left to the weights.
+    auto stated = parse_model_config(R"({"architectures": ["Mistral3ForConditionalGeneration"],
+        "tie_word_embeddings": true, "text_config": {"hidden_size": 64, "intermediate_size": 96,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512}})",
+                                     "config.json");
+    QVERIFY2(stated.ok(), format_all(stated.diagnostics).c_str());
+    QVERIFY(stated.value.tie_word_embeddings && !stated.value.tie_unstated);
+    // LLaVA: llama unless text_config names another dense family; tied when either level says so.
+    const std::string llava_text = R"("hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512)";
+    auto llava = parse_model_config(R"({"architectures": ["LlavaForConditionalGeneration"], "text_config": {)" +
+                                        llava_text + R"(, "tie_word_embeddings": true}})",
+                                    "config.json");
+    QVERIFY2(llava.ok(), format_all(llava.diagnostics).c_str());
+    QCOMPARE(llava.value.architecture, std::string("LlamaForCausalLM"));
+    QVERIFY(llava.value.tie_word_embeddings && !llava.value.tie_unstated);
+    for (const char* type : {"qwen3_moe", "ministral3", "gemma3_text"}) {
+      auto refused = parse_model_config(R"({"architectures": ["LlavaForConditionalGeneration"], "text_config": {)" +
+                                            llava_text + R"(, "model_type": ")" + type + R"("}})",
+                                        "config.json");
+      const std::string text = format_all(refused.diagnostics);
+      QVERIFY2(!refused.ok() && text.find("config.json: error: text_config.model_type: found '" + std::string(type) +
+                                          "'; Odyssey reads LlavaForConditionalGeneration") != std::string::npos,
+               text.c_str());
+    }
+  }
+
   void familiesAndDerivedFields() {
     auto q3 = shape("Qwen/Qwen3-8B");
     QCOMPARE(QString::fromStdString(q3.family), QString("qwen3"));

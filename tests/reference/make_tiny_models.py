@@ -35,7 +35,9 @@ from safetensors.torch import load_file, save_file
 import transformers
 from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3Config, Gemma3ForCausalLM,
                           Gemma3ForConditionalGeneration, Gemma3TextConfig, GraniteConfig,
-                          GraniteForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
+                          GraniteForCausalLM, LlamaConfig, LlamaForCausalLM, LlavaConfig,
+                          LlavaForConditionalGeneration, Mistral3Config, Mistral3ForConditionalGeneration,
+                          MistralConfig, MistralForCausalLM,
                           MixtralConfig, MixtralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM,
                           Qwen2MoeConfig, Qwen2MoeForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig,
                           Qwen3MoeForCausalLM)
@@ -112,7 +114,60 @@ def family_models():
                                          num_attention_heads=2, image_size=28, patch_size=14),
                       mm_tokens_per_image=4, image_token_index=VOCAB - 1, boi_token_index=VOCAB - 3,
                       eoi_token_index=VOCAB - 2), None),
+        # Mistral-Small-3.1/3.2 ship as Mistral3ForConditionalGeneration (Mistral text model,
+        # Pixtral vision tower) with their own lm_head and no tie_word_embeddings in config.json,
+        # whose Mistral3Config default is true: transformers finds both tensors, unlike, and
+        # leaves them untied (POST_SAVE drops the key as the hub's file lacks it). mistral3_tied:
+        # config.json silent too, no lm_head stored, so the default holds: tied.
+        ("mistral3_mm", 63, Mistral3ForConditionalGeneration,
+         Mistral3Config(text_config=dict(**COMMON, head_dim=24, sliding_window=None, rope_theta=1000000000.0),
+                        vision_config=dict(hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                                           num_attention_heads=2, head_dim=16, image_size=28, patch_size=14),
+                        image_token_index=VOCAB - 1, tie_word_embeddings=False), None),
+        ("mistral3_tied", 64, Mistral3ForConditionalGeneration,
+         Mistral3Config(text_config=dict(**COMMON, sliding_window=None),
+                        vision_config=dict(hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                                           num_attention_heads=2, head_dim=16, image_size=28, patch_size=14),
+                        image_token_index=VOCAB - 1), None),
+        # LLaVA: a Llama (or Mistral, Qwen2) text model beside a CLIP tower; tied here through its
+        # text_config (LlavaConfig takes either).
+        ("llava_mm", 65, LlavaForConditionalGeneration,
+         LlavaConfig(text_config=dict(**{**COMMON, "num_key_value_heads": 4}, model_type="qwen2",
+                                      tie_word_embeddings=True),
+                     vision_config=dict(model_type="clip_vision_model", hidden_size=32, intermediate_size=48,
+                                        num_hidden_layers=2, num_attention_heads=2, image_size=28, patch_size=14,
+                                        projection_dim=32),
+                     image_token_index=VOCAB - 1, vision_feature_layer=-1), None),
+        # A text model whose config ties lm_head to the embedding while its weights hold an
+        # lm_head of their own (a conversion that kept both): transformers keeps them apart.
+        ("tied_own_head", 66, LlamaForCausalLM,
+         LlamaConfig(**COMMON, tie_word_embeddings=False), None),
     ] + moe_models()
+
+
+def drop_key(key):
+    def post(d):
+        with open(os.path.join(d, "config.json")) as f:
+            cfg = json.load(f)
+        cfg.pop(key)
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(cfg, f, indent=2)
+    return post
+
+
+def set_key(key, value):
+    def post(d):
+        with open(os.path.join(d, "config.json")) as f:
+            cfg = json.load(f)
+        cfg[key] = value
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(cfg, f, indent=2)
+    return post
+
+
+# Changes to config.json after save_pretrained, before the reference loads the directory.
+POST_SAVE = {"mistral3_mm": drop_key("tie_word_embeddings"), "mistral3_tied": drop_key("tie_word_embeddings"),
+             "tied_own_head": set_key("tie_word_embeddings", True)}
 
 
 # Mixture-of-experts models (issue 27, docs/moe.md): odd expert counts, top-k 1, 2 and 8, the
@@ -353,6 +408,8 @@ def main():
         perturb(m, seed)
         d = os.path.join(args.out, name)
         m.save_pretrained(d, max_shard_size=shard) if shard else m.save_pretrained(d)
+        if name in POST_SAVE:
+            POST_SAVE[name](d)
         dirs[name] = d
         ids, mask, labels, nopad = batch(seed)
         # Token ids as float32 (exact below 2^24): Odyssey's safetensors reader loads floats only.

@@ -54,10 +54,18 @@ def check_pins():
 ATTN = "sdpa"
 
 
+def model_class(model_dir):
+    """The class config.json's architectures names (Mistral3ForConditionalGeneration and
+    LlavaForConditionalGeneration have no AutoModelForCausalLM mapping), else the auto class."""
+    with open(os.path.join(model_dir, "config.json")) as f:
+        arch = (json.load(f).get("architectures") or [""])[0]
+    return getattr(transformers, arch, None) or AutoModelForCausalLM
+
+
 def load_hf(model_dir):
     """transformers' model, refusing a checkpoint with missing, unexpected or mismatched weights."""
-    model, info = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation=ATTN,
-                                                       output_loading_info=True)
+    model, info = model_class(model_dir).from_pretrained(model_dir, dtype=torch.float32, attn_implementation=ATTN,
+                                                         output_loading_info=True)
     problems = {k: sorted(v) for k, v in info.items() if k != "error_msgs" and v}
     if info.get("error_msgs"):
         problems["error_msgs"] = list(info["error_msgs"])
