@@ -413,6 +413,28 @@ void TokenizerImpl::read_config(const std::string& dir, Diagnostics* diags) {
     chat_template_file = jinja.string();
     tool_use_chat_template.clear();  // the file replaces tokenizer_config.json's templates
   }
+  // A multimodal model's processor template: AutoProcessor reads chat_template.json
+  // ({"chat_template": "..."}, the file Gemma-3 and Mistral-Small-3.1 ship beside their
+  // tokenizer). Used only when the tokenizer has no template of its own, so a text run of such a
+  // model renders its own turns instead of its family's built-in ones.
+  const fs::path processor = d / "chat_template.json";
+  if (chat_template.empty() && fs::exists(processor)) {
+    const std::string text = read_file(processor, &ok);
+    json j;
+    if (!ok) {
+      diags->push_back(error_at(processor.string(), "", "cannot be read as a regular file"));
+    } else if (parse_json(text, processor.string(), &j, diags)) {
+      const auto ct = j.is_object() ? j.find("chat_template") : j.end();
+      if (!j.is_object() || ct == j.end() || !ct->is_string())
+        diags->push_back(error_at(processor.string(), "chat_template",
+                                  "missing or not a string; a processor's chat_template.json holds "
+                                  "{\"chat_template\": \"<the Jinja template>\"}"));
+      else {
+        chat_template = ct->get<std::string>();
+        chat_template_file = processor.string();
+      }
+    }
+  }
 }
 
 void TokenizerImpl::read_special_tokens(const nlohmann::json& j, const std::string& config_file) {

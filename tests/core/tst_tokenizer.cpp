@@ -350,6 +350,26 @@ void TstTokenizer::corruptFiles() {
                    "badconfig/tokenizer_config.json: error: unexpected value"));
   std::ofstream(d + "/badconfig/tokenizer_config.json") << "{\"eos_token\": ";
   QVERIFY(mentions(Tokenizer::load(d + "/badconfig").diagnostics, "badconfig/tokenizer_config.json:1:"));
+  // A processor's chat_template.json: the template when the tokenizer has none, never over
+  // tokenizer_config.json's; a malformed one is an error naming it.
+  fs::create_directories(d + "/processor");
+  std::ofstream(d + "/processor/tokenizer.json") << minimal_tokenizer().dump();
+  std::ofstream(d + "/processor/chat_template.json") << R"({"chat_template": "{{ messages[0]['content'] }}"})";
+  auto proc = Tokenizer::load(d + "/processor");
+  QVERIFY2(proc.ok(), format_all(proc.diagnostics).c_str());
+  QCOMPARE(proc.value.chat_template_source(), std::string("{{ messages[0]['content'] }}"));
+  QVERIFY(proc.value.chat_template_file().ends_with("processor/chat_template.json"));
+  std::ofstream(d + "/processor/tokenizer_config.json") << R"({"chat_template": "{{ 'own' }}"})";
+  proc = Tokenizer::load(d + "/processor");
+  QVERIFY2(proc.ok(), format_all(proc.diagnostics).c_str());
+  QCOMPARE(proc.value.chat_template_source(), std::string("{{ 'own' }}"));
+  fs::remove(d + "/processor/tokenizer_config.json");
+  std::ofstream(d + "/processor/chat_template.json") << R"({"chat_template": ["a"]})";
+  QVERIFY2(mentions(Tokenizer::load(d + "/processor").diagnostics,
+                    "processor/chat_template.json: error: chat_template: missing or not a string"),
+           format_all(Tokenizer::load(d + "/processor").diagnostics).c_str());
+  std::ofstream(d + "/processor/chat_template.json") << R"({"chat_template": )";
+  QVERIFY(mentions(Tokenizer::load(d + "/processor").diagnostics, "processor/chat_template.json:1:"));
   j = minimal_tokenizer();
   j["model"]["vocab"]["a"] = "seven";
   QVERIFY(mentions(Tokenizer::from_json(j.dump(), "x.json").diagnostics, "model.vocab.a"));
