@@ -9,6 +9,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "commands.h"
@@ -46,7 +47,8 @@ CommandSpec score_spec() {
       "max_position_embeddings. Samples longer than max_length are cut or dropped as\n"
       "truncation_strategy says (a warning counts them). One line per scored sample:\n"
       "  {\"index\": I, \"tokens\": N, \"targets\": T, \"loss\": MEAN}   (conversations add \"origin\")\n"
-      "where MEAN is the mean negative log-likelihood (nats) of the targets given the tokens\n"
+      "where I is the sample's place in the file (from 0; a dropped conversation leaves a gap),\n"
+      "MEAN the mean negative log-likelihood (nats) of the targets given the tokens\n"
       "before them; a sample without targets has \"loss\": null. A last line gives the\n"
       "token-weighted total:\n"
       "  {\"total\": {\"samples\": S, \"targets\": T, \"loss\": SUM / T, \"format\": ..., \"device\": ..., ...}}\n\n"
@@ -170,7 +172,9 @@ int cmd_score(const Args& a) {
   std::string format = "text";
   if (raw) {
     if (!read_texts(data_path, &texts)) return kFailure;
-    for (const char* k : {"config", "template", "template-file", "system", "max-length"})
+    // --config is not named: a run's config.yaml (what the Evaluate page passes) only
+    // carries the conversation settings, which raw text does not use.
+    for (const char* k : {"template", "template-file", "system", "max-length"})
       if (a.has(k))
         std::cerr << "odyssey-train score: warning: --" << k << " applies to conversations; " << data_path
                   << " is raw text (\"text\" lines), scored without a template\n";
@@ -269,10 +273,15 @@ int cmd_score(const Args& a) {
       if (!in_vocabulary(ids.value, "sample " + std::to_string(i))) return kFailure;
       print(i, model::score_tokens(lm, ids.value), {});
     }
+    // A conversation's index is its place among the file's samples: one dropped (too long,
+    // nothing to train) leaves a gap instead of shifting the ones after it.
+    std::unordered_map<std::string, std::size_t> place;
+    for (std::size_t i = 0; i < samples.size(); ++i) place.emplace(samples[i].origin, i);
     for (std::size_t i = 0; i < conversations.size(); ++i) {
       const data::TokenizedSample& t = conversations[i];
       if (!in_vocabulary(t.ids, t.origin)) return kFailure;
-      print(i, model::score_labelled(lm, t.ids, t.labels), t.origin);
+      const auto at = place.find(t.origin);
+      print(at == place.end() ? i : at->second, model::score_labelled(lm, t.ids, t.labels), t.origin);
     }
     using oj = nlohmann::ordered_json;
     oj total{{"samples", raw ? texts.size() : conversations.size()},

@@ -584,6 +584,30 @@ class TstTrainRun : public QObject {
     r = odyssey_train({"score", "--model", model, "--data", text, "--system", "x"});
     QVERIFY2(r.code == 0, qPrintable(r.err));
     QVERIFY2(r.err.contains("--system applies to conversations"), qPrintable(r.err));
+    // ... but not about --config: a run's config.yaml (the Evaluate page passes it for any file)
+    // holds only conversation settings.
+    r = odyssey_train({"score", "--model", model, "--data", text, "--config", src("presets/quickstart.yaml")});
+    QVERIFY2(r.code == 0 && !r.err.contains("applies to conversations"), qPrintable(r.err));
+    // A conversation dropped for its length leaves a gap in the indices: each line's index is
+    // its sample's place in the file, as its origin says.
+    const QByteArray turn =
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"2+3?\"}, "
+        "{\"role\": \"assistant\", \"content\": \"5\"}]}\n";
+    const QString gap =
+        write("gap.jsonl", turn + "{\"messages\": [{\"role\": \"user\", \"content\": \"" + QByteArray(400, 'x') +
+                               "\"}, {\"role\": \"assistant\", "
+                               "\"content\": \"5\"}]}\n" +
+                               turn);
+    r = odyssey_train({"score", "--model", model, "--data", gap, "--max-length", "64"});
+    QVERIFY2(r.code == 0, qPrintable(r.err));
+    QList<int> indices;
+    QStringList origins;
+    for (const QString& line : r.out.split('\n')) {
+      const QJsonObject o = QJsonDocument::fromJson(line.toUtf8()).object();
+      if (o.contains("index")) indices << o["index"].toInt(), origins << o["origin"].toString();
+    }
+    QCOMPARE(indices, (QList<int>{0, 2}));
+    QVERIFY2(origins.size() == 2 && origins[1].endsWith("gap.jsonl:3"), qPrintable(origins.join(", ")));
   }
 
   // optimizer_dtype: fp32 through the real binary: a full fine-tune of bf16 weights on one
