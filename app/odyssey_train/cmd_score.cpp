@@ -4,6 +4,8 @@
 // (its chat template's assistant spans), as the run's eval computes it (core/model/score.h);
 // tests/core/tst_decoder_parity.cpp checks the first against transformers,
 // tests/app/tst_train_run.cpp the second against a run's own eval loss.
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -79,7 +81,7 @@ namespace {
 [[maybe_unused]] bool read_texts(const std::string& path, std::vector<std::string>* texts) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    std::cerr << "odyssey-train score: " << path << ": cannot be read\n";
+    std::cerr << "odyssey-train score: " << path << ": cannot be read (" << std::strerror(errno) << ")\n";
     return false;
   }
   std::string line;

@@ -956,8 +956,12 @@ ms-swift：--sequence_parallel_size N</translation>
         <translation>已取消。</translation>
     </message>
     <message>
-        <source>%1 failed (exit code %2):</source>
-        <translation>%1 失败（退出码 %2）：</translation>
+        <source>Scoring with %1 failed (exit code %2):</source>
+        <translation>用 %1 评估失败（退出码 %2）：</translation>
+    </message>
+    <message>
+        <source>Generating with %1 failed (exit code %2):</source>
+        <translation>用 %1 生成失败（退出码 %2）：</translation>
     </message>
     <message>
         <source>step</source>

@@ -278,6 +278,8 @@ class TstChatPage : public QObject {
     page.score_all();
     QVERIFY(finished.wait(300000));
     QVERIFY2(page.error_text().contains("missing.jsonl"), qPrintable(page.error_text()));
+    if (!qEnvironmentVariableIsEmpty("ODYSSEY_SCREENSHOT_DIR"))
+      QVERIFY(page.grab().save(qEnvironmentVariable("ODYSSEY_SCREENSHOT_DIR") + "/evaluate-error.png"));
   }
 
   void checkpoints_offered_as_adapters() {

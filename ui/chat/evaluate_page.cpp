@@ -314,7 +314,12 @@ void EvaluatePage::on_finished(int code, QProcess::ExitStatus status) {
   stderr_ += process_.readAllStandardError();
   if (status != QProcess::NormalExit || code != 0) {
     if (jobs_.empty() && status != QProcess::NormalExit && stderr_.isEmpty()) return fail(tr("Cancelled."));
-    return fail(tr("%1 failed (exit code %2):").arg(current_.label).arg(status == QProcess::NormalExit ? code : -1) +
+    // Which step failed (the file or the model may be at fault: the engine's message says which).
+    const int exit = status == QProcess::NormalExit ? code : -1;
+    return fail((current_.kind == Job::Score ? tr("Scoring with %1 failed (exit code %2):")
+                                             : tr("Generating with %1 failed (exit code %2):"))
+                    .arg(current_.label)
+                    .arg(exit) +
                 QStringLiteral("<pre>") + QString::fromUtf8(stderr_).toHtmlEscaped() + QStringLiteral("</pre>"));
   }
   const QList<QByteArray> lines = stdout_.split('\n');
