@@ -261,7 +261,8 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
     t.grads_other = (embed + head + s.h) * gb;
     // An untied embedding's gradient appears only when backward reaches the first layer.
     t.grads_embed = head > 0 ? embed * gb : 0;
-    t.master = pure || b == 4 ? 0 : 4 * untargeted;
+    // ZeroAdamW keeps its fp32 master shard also when the weights are fp32 (zero.cpp).
+    t.master = pure ? 0 : 4 * untargeted;
     t.adam = untargeted * (pure ? 2 * b : 8);
     t.step_tmp = t.hf ? untargeted * b : 0;
     if (c.use_galore) {

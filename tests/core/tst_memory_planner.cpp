@@ -538,6 +538,11 @@ class TestMemoryPlanner : public QObject {
     // The fp32 gradient shard: one buffer allocated with the optimizer, live in every phase.
     QCOMPARE(item(p, "gradients"), std::int64_t{106816 * 4 / 2});
     QVERIFY(item(p, "NCCL buffers") >= planner::kNcclCommunicatorBytes);
+    // fp32 weights: ZeroAdamW still keeps its fp32 master shard (zero.cpp allocates one for
+    // every dtype; the planner counted none before 2026-12-05).
+    c.torch_dtype = "float32";
+    QCOMPARE(item(plan_memory(c, tiny()), "master weights"), std::int64_t{106816 * 4 / 2});
+    c.torch_dtype = "bfloat16";
     c.zero_stage = 0;
     // Without ZeRO the engine trains pure bf16, as HF does: states and gradients in the
     // parameters' dtype, no master copy.
