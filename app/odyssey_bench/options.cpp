@@ -116,7 +116,11 @@ int parse_options(int argc, char** argv, Options& o) {
       } else if (a == "--galore-rank") o.galore_rank = std::stoll(next());
       else if (a == "--galore-gap") o.galore_gap = std::stoll(next());
       else if (a == "--memory-gib") o.memory_gib = std::stod(next());
-      else if (a == "--quant") {
+      else if (a == "--kept-margin") {
+        o.kept_margin = std::stod(next());
+        if (!(o.kept_margin >= 0 && o.kept_margin <= 0.5))
+          throw std::invalid_argument("--kept-margin takes a share of the capacity from 0 to 0.5");
+      } else if (a == "--quant") {
         o.quant = next();
         if (o.quant != "nf4" && o.quant != "fp4") throw std::invalid_argument("--quant takes nf4 or fp4");
       } else if (a == "--targets") {

@@ -179,6 +179,10 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     TrainConfig tc = bench_config(o, mode, seq, par.mesh.world);
     PlannerOptions po;
     po.gpu_memory_bytes = gpu_memory_bytes(device.is_cuda() ? device.index() : -1);  // 0 on the CPU: an H200
+    if (o.kept_margin >= 0) {
+      po.kept_attention_margin = o.kept_margin;
+      rec["kept_attention_margin"] = o.kept_margin;
+    }
     if (o.memory_gib > 0) {
       po.gpu_memory_bytes = static_cast<std::int64_t>(o.memory_gib * double(1 << 30));
       rec["memory_budget_gib"] = o.memory_gib;

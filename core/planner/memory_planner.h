@@ -106,6 +106,9 @@ struct PlannerOptions {
   // since 2026-12-03). false plans the engine before that, which kept them on the GPU: how
   // benchmark lines measured then are re-planned (their records lack kept_attention_on_host).
   bool kept_attention_on_host = true;
+  // keep_attention auto's distance below capacity (kKeptAttentionMargin); odyssey-bench
+  // --kept-margin measures other values.
+  double kept_attention_margin = planner::kKeptAttentionMargin;
 };
 
 struct MemoryItem {

@@ -128,6 +128,7 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   // gpu_memory_budget_gib caps a GPU's memory (the engine caps its allocator the same way).
   if (t.cuda && c.gpu_memory_budget_gib > 0) device_mem = std::min(device_mem, c.gpu_memory_budget_gib * planner::kGiB);
   t.capacity = static_cast<i64>(static_cast<double>(device_mem) * keep);
+  t.kept_margin = std::clamp(o.kept_attention_margin, 0.0, 0.5);
   t.host_capacity =
       static_cast<i64>(static_cast<double>(o.host_memory_bytes > 0 ? o.host_memory_bytes : host_memory_bytes()) *
                        planner::kHostOffloadShare / static_cast<double>(t.procs_per_node));
@@ -638,7 +639,7 @@ std::int64_t choose_kept_attention(const Terms& t, const std::string& keep, std:
   if (!t.cuda) return 0;  // auto: the engine keeps attention on GPUs only
   // Keeping is for speed, so auto stops short of the capacity by the planner's error margin
   // (memory_planner.h): the most kept layers whose plan stays below that line.
-  const auto line = static_cast<i64>((1.0 - planner::kKeptAttentionMargin) * static_cast<double>(t.capacity));
+  const auto line = static_cast<i64>((1.0 - t.kept_margin) * static_cast<double>(t.capacity));
   i64 best = 0;
   for (i64 k = 1; k <= n_ckpt && evaluate(t, ckpt, every, k).peak <= line; ++k) best = k;
   return best;
@@ -685,7 +686,7 @@ LayerChoice choose_layers(const Terms& t, const CheckpointPolicy& p, const std::
   if (evaluate(t, c.checkpointed, 0, 0).peak > t.capacity) return c;  // does not fit at all: reported as is
   const i64 L = t.layers;
   // Kept attention is for speed: auto keeps within the margin below capacity (memory_planner.h).
-  const auto line = static_cast<i64>((1.0 - planner::kKeptAttentionMargin) * static_cast<double>(t.capacity));
+  const auto line = static_cast<i64>((1.0 - t.kept_margin) * static_cast<double>(t.capacity));
   // The fewest-layers plan is the one to beat where it fits as chosen (keep all may not).
   double best = evaluate(t, c.checkpointed, 0, c.kept).peak <= t.capacity ? recompute_flops(t, c.checkpointed, c.kept)
                                                                           : std::numeric_limits<double>::infinity();

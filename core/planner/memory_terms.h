@@ -29,7 +29,8 @@ struct Terms {
   bool mlp_fused = true;  // the MLP's SwiGLU kernels too (not Phi-3's gate_up_proj, not GeGLU)
   std::int64_t layers = 0;
   std::int64_t capacity = 0;
-  std::int64_t act_b = 2;  // bytes of an activation / weight element
+  double kept_margin = planner::kKeptAttentionMargin;  // PlannerOptions::kept_attention_margin
+  std::int64_t act_b = 2;                              // bytes of an activation / weight element
   ParallelLayout layout;
   std::int64_t tokens = 0;  // per GPU per micro-step
   std::int64_t procs_per_node = 1;

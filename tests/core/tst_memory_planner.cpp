@@ -1073,6 +1073,13 @@ class TestMemoryPlanner : public QObject {
     QVERIFY(planner_detail::evaluate(t, 28, 0, automatic.attention_kept_layers + 1).peak >
             static_cast<std::int64_t>(0.92 * static_cast<double>(automatic.capacity_bytes)));
     QVERIFY(automatic.peak_bytes <= static_cast<std::int64_t>(0.92 * static_cast<double>(automatic.capacity_bytes)));
+    // A smaller margin (odyssey-bench --kept-margin) keeps more, up to its own line.
+    PlannerOptions gpu80_tight = gpu80;
+    gpu80_tight.kept_attention_margin = 0.02;
+    const MemoryPlan tight = plan_memory(c, m, gpu80_tight);
+    QVERIFY(tight.attention_kept_layers > automatic.attention_kept_layers);
+    QVERIFY(tight.peak_bytes <= static_cast<std::int64_t>(0.98 * static_cast<double>(tight.capacity_bytes)));
+    QVERIFY(tight.peak_bytes > static_cast<std::int64_t>(0.92 * static_cast<double>(tight.capacity_bytes)));
     // The last checkpointed layers keep (backward frees theirs first).
     QVERIFY(keeps_attention(automatic, 27));
     QVERIFY(!keeps_attention(automatic, 0));
