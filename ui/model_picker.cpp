@@ -68,7 +68,8 @@ std::vector<ModelPicker::Cached> ModelPicker::scan_cached() {
     const auto cfg = load_model_config(dir);
     c.supported = cfg.ok();
     if (cfg.ok()) {
-      c.label = tr("%1 — %2 · %3")
+      // A multimodal checkpoint trains as its text model: its family and size are the text model's.
+      c.label = (cfg.value.wrapper_architecture.empty() ? tr("%1 — %2 · %3") : tr("%1 — %2 (text model) · %3"))
                     .arg(q, QString::fromStdString(cfg.value.family), format_parameters(cfg.value.parameter_count()));
       c.tooltip = QString::fromStdString(dir);
     } else {

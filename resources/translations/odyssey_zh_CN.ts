@@ -1882,6 +1882,10 @@ ms-swift：--sequence_parallel_size N</translation>
         <translation>%1 — %2 · %3</translation>
     </message>
     <message>
+        <source>%1 — %2 (text model) · %3</source>
+        <translation>%1 — %2（文本模型）· %3</translation>
+    </message>
+    <message>
         <source>%1 — not supported: %2</source>
         <translation>%1 — 不支持：%2</translation>
     </message>
