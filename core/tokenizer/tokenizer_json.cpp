@@ -416,7 +416,8 @@ void TokenizerImpl::read_config(const std::string& dir, Diagnostics* diags) {
   // A multimodal model's processor template: AutoProcessor reads chat_template.json
   // ({"chat_template": "..."}, the file Gemma-3 and Mistral-Small-3.1 ship beside their
   // tokenizer). Used only when the tokenizer has no template of its own, so a text run of such a
-  // model renders its own turns instead of its family's built-in ones.
+  // model renders its own turns (without it: refused for want of a template, or a Qwen or Llama
+  // family's built-in turns).
   const fs::path processor = d / "chat_template.json";
   if (chat_template.empty() && fs::exists(processor)) {
     const std::string text = read_file(processor, &ok);
