@@ -548,8 +548,8 @@ Diagnostics resolve_tied_head(HfModelConfig& hf, const SafetensorsCheckpoint& st
   auto head = ckpt.view("lm_head.weight");
   auto embed = ckpt.view("model.embed_tokens.weight");
   if (!head.ok() || !embed.ok()) return out;  // load_weights reports what cannot be read
-  if (head.value.scalar_type() == embed.value.scalar_type() && head.value.sizes() == embed.value.sizes() &&
-      torch::equal(head.value, embed.value))
+  // (A head stored in another dtype is compared as the embedding's dtype, as both load as one.)
+  if (head.value.sizes() == embed.value.sizes() && torch::equal(head.value.to(embed.value.scalar_type()), embed.value))
     return out;
   hf.tie_word_embeddings = false;
   Diagnostic d;
