@@ -392,6 +392,7 @@ void EvaluatePage::plot() {
   chart_->xAxis->setRange(std::min(0.0, x0), std::max(x1, 1.0) * 1.05);
   if (std::isfinite(lo))
     chart_->yAxis->setRange(lo - 0.05 * std::max(hi - lo, 0.1), hi + 0.05 * std::max(hi - lo, 0.1));
+  else chart_->yAxis->setRange(0, 1);  // nothing scored (e.g. after an error): no stale range
   chart_->legend->setVisible(!steps.isEmpty() || !std::isnan(base));  // no legend on an empty chart
   chart_->replot();
 #endif
