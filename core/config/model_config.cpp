@@ -281,11 +281,11 @@ json text_model_of(const json& j, const Wrapper& w) {
   const bool has_text = tc != j.end() && tc->is_object();
   json t = w.text_model_type == "gemma3_text" ? gemma3_text_defaults() : json::object();
   std::string type(w.text_model_type);
-  if (has_text)
+  if (has_text) {
     if (auto mt = tc->find("model_type"); mt != tc->end() && mt->is_string()) type = mt->get<std::string>();
-  if (has_text)
     for (const auto& [k, v] : tc->items())
       if (k != "architectures" && k != "model_type") t[k] = v;
+  }
   t["model_type"] = type;
   if (const ModelFamily* f = family_by_model_type(type)) t["architectures"] = json::array({f->architecture});
   else t.erase("architectures");  // parse_model_config names text_config.model_type

@@ -145,29 +145,27 @@ def family_models():
     ] + moe_models()
 
 
-def drop_key(key):
+DROP = object()
+
+
+def edit_config(**changes):
+    """config.json rewritten with `changes` (a value of DROP removes the key)."""
     def post(d):
         with open(os.path.join(d, "config.json")) as f:
             cfg = json.load(f)
-        cfg.pop(key)
-        with open(os.path.join(d, "config.json"), "w") as f:
-            json.dump(cfg, f, indent=2)
-    return post
-
-
-def set_key(key, value):
-    def post(d):
-        with open(os.path.join(d, "config.json")) as f:
-            cfg = json.load(f)
-        cfg[key] = value
+        for key, value in changes.items():
+            if value is DROP:
+                cfg.pop(key)
+            else:
+                cfg[key] = value
         with open(os.path.join(d, "config.json"), "w") as f:
             json.dump(cfg, f, indent=2)
     return post
 
 
 # Changes to config.json after save_pretrained, before the reference loads the directory.
-POST_SAVE = {"mistral3_mm": drop_key("tie_word_embeddings"), "mistral3_tied": drop_key("tie_word_embeddings"),
-             "tied_own_head": set_key("tie_word_embeddings", True)}
+POST_SAVE = {"mistral3_mm": edit_config(tie_word_embeddings=DROP), "mistral3_tied": edit_config(tie_word_embeddings=DROP),
+             "tied_own_head": edit_config(tie_word_embeddings=True)}
 
 
 # Mixture-of-experts models (issue 27, docs/moe.md): odd expert counts, top-k 1, 2 and 8, the
