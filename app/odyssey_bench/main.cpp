@@ -21,7 +21,7 @@
 //                 [--frontier K] [--frontier-at G1,G2,...] [--kept-margin F]
 //
 // --kept-margin F: keep_attention auto keeps attention outputs only while the plan stays F of
-// the capacity below it (default the planner's kKeptAttentionMargin, 0.08); for measuring
+// the capacity below it (default the planner's kKeptAttentionMargin, 0.03); for measuring
 // whether a smaller margin is safe and faster at a budget.
 //
 // --frontier K sweeps memory budgets instead of running one configuration (docs/benchmarks.md,

@@ -159,6 +159,11 @@ struct Replanned {
   std::string shape;
   bool oom = false;
   double measured = 0, predicted = 0, peak_total = 0, capacity = 0;
+  // The job as the planner saw it (for planning it again with auto choices).
+  TrainConfig job;
+  HfModelConfig model;
+  PlannerOptions options;
+  nlohmann::json line;  // the line itself
 };
 
 Replanned replan_bench_line(const nlohmann::json& j) {
@@ -277,6 +282,7 @@ Replanned replan_bench_line(const nlohmann::json& j) {
   else if (j.contains("peak_gib")) r.measured = j.at("peak_gib").get<double>();
   r.oom = j.value("oom", false);
   if (r.measured <= 0 && !r.oom) r.error = "no measured peak (peak_gib) and no OOM";
+  r.job = c, r.model = m, r.options = o, r.line = j;
   std::ostringstream l;
   l << r.shape << " " << mode << " " << c.max_length << (world > 1 ? " world " + std::to_string(world) : std::string())
     << " (" << opt << (c.offload_optimizer ? " offload" : "") << "; " << ckpt << " of " << m.num_hidden_layers
@@ -807,6 +813,80 @@ class TestMemoryPlanner : public QObject {
     QCOMPARE(measured, 7);
   }
 
+  // keep_attention auto's margin, measured (docs/benchmarks.md, 2026-12-05, one H100): Mistral-7B
+  // at 16K and 32K and Gemma-2-9B at 16K under the HF+PEFT+Liger anchors' peaks, each with the
+  // margin at 0.08 (the default then) and at 0.03. Each line is re-planned within ±10%, and the
+  // job planned again with every choice left to auto at the line's own margin (checkpointing,
+  // kept attention, offload, on the lent machine's 128 GiB of RAM) gives the layers the run
+  // checkpointed and kept: the margin alone moved Gemma-2 from 19 kept layers to 41.
+  void keptMarginLinesReplan() {
+    const std::vector<Replanned> rows = check_bench_lines(
+        QStringLiteral(ODYSSEY_SOURCE_DIR) + "/docs/bench-results/2026-12-05-h100-kept-margin-odyssey.jsonl",
+        "kept margin");
+    if (QTest::currentTestFailed()) return;
+    QCOMPARE(rows.size(), std::size_t{6});
+    int gemma_kept_more = 0;
+    for (const Replanned& r : rows) {
+      QCOMPARE(r.line.value("offload_choice", std::string()), std::string("auto"));
+      TrainConfig c = r.job;
+      c.activation_checkpointing = "auto", c.keep_attention = "auto", c.offload_activations = "auto";
+      PlannerOptions o = r.options;
+      o.kept_attention_margin = r.line.at("kept_attention_margin").get<double>();
+      o.host_memory_bytes = 128 * kGiB;
+      const MemoryPlan p = plan_memory(c, r.model, o);
+      QVERIFY2(p.fits, r.label.c_str());
+      QCOMPARE(p.checkpointed_layers, r.line.at("checkpointed_layers").get<std::int64_t>());
+      QCOMPARE(p.attention_kept_layers, r.line.at("attention_kept_layers").get<std::int64_t>());
+      QCOMPARE(p.offload_activations, true);
+      if (r.shape == "gemma-2-9b" && o.kept_attention_margin < 0.05)
+        gemma_kept_more = static_cast<int>(p.attention_kept_layers);
+    }
+    QCOMPARE(gemma_kept_more, 41);
+  }
+
+  // The margin keep_attention auto leaves (planner::kKeptAttentionMargin) is at least twice the
+  // largest under-prediction among every measured line the tests re-plan: keeping attention
+  // outputs is for speed and must not run a job out of memory where the plan fits.
+  void keptMarginAboveEveryUnderPrediction() {
+    const char* const files[] = {"2026-12-01-h200-late-lease-b-odyssey.jsonl",
+                                 "2026-12-01-h200-mlp-offload-odyssey.jsonl",
+                                 "2026-12-04-h200-gemma2-tiled-fast.jsonl",
+                                 "2026-12-04-h200-gemma2-liger-odyssey.jsonl",
+                                 "2026-12-04-h200-gemma2-kept-tiles.jsonl",
+                                 "2026-12-02-h200-qlora-fused-odyssey.jsonl",
+                                 "2026-12-02-h200-qlora-fused-long.jsonl",
+                                 "2026-12-02-h200-qlora-fused-l3-odyssey.jsonl",
+                                 "2026-12-04-h200-qlora-70b-zero-offload.jsonl",
+                                 "2026-12-05-h200-qlora-long.jsonl",
+                                 "2026-12-04-h200-moe-qlora.jsonl",
+                                 "2026-12-04-h200-moe-rows-qlora.jsonl",
+                                 "2026-12-04-h200-moe-rows-odyssey.jsonl",
+                                 "2026-12-03-h200-frontier-small-odyssey.jsonl",
+                                 "2026-12-03-h200-frontier-7b-24k-odyssey.jsonl",
+                                 "2026-12-03-h200-frontier-7b-32k-odyssey.jsonl",
+                                 "2026-12-03-h200-frontier-parked-odyssey.jsonl",
+                                 "2026-12-02-h200-planner-heldout.jsonl",
+                                 "2026-12-05-h100-kept-margin-odyssey.jsonl"};
+    int lines = 0;
+    double worst = 0;  // the most negative (predicted - measured) / measured
+    std::string where;
+    for (const char* f : files) {
+      const std::vector<Replanned> rows =
+          check_bench_lines(QStringLiteral(ODYSSEY_SOURCE_DIR) + "/docs/bench-results/" + f, "margin");
+      if (QTest::currentTestFailed()) return;
+      for (const Replanned& r : rows) {
+        if (r.oom) continue;
+        ++lines;
+        const double err = (r.predicted - r.measured) / r.measured;
+        if (err < worst) worst = err, where = std::string(f) + ": " + r.label;
+      }
+    }
+    qInfo("%d measured lines; the largest under-prediction %.2f%% (%s); kept-attention margin %.0f%%", lines,
+          -100.0 * worst, where.c_str(), 100.0 * planner::kKeptAttentionMargin);
+    QVERIFY(lines >= 80);
+    QVERIFY(planner::kKeptAttentionMargin >= 2.0 * -worst);
+  }
+
   // QLoRA (docs/qlora.md): the 4-bit rows of issue 24 measured on one H200 with the fused ops
   // taking 4-bit projections (Llama-3.1-8B at 16K under 33.59 and 15.05 GiB and unbudgeted,
   // Qwen2.5-14B at 32K under 24 GiB, Llama-3.3-70B at 16K under 48 GiB: out of memory with its
@@ -1032,7 +1112,7 @@ class TestMemoryPlanner : public QObject {
   }
 
   // keep_attention: all keeps every checkpointed layer's output, none none, auto as many of
-  // the last checkpointed layers as stay 8% below the capacity (a speed option must not risk
+  // the last checkpointed layers as stay kKeptAttentionMargin (3%) below the capacity (a speed option must not risk
   // running out); each costs the layer's output and fp32 log-sum-exp; not under sequence
   // parallelism; on the CPU auto keeps none.
   void keepAttention() {
@@ -1064,28 +1144,28 @@ class TestMemoryPlanner : public QObject {
     QVERIFY(parked.host_bytes >= all.host_bytes + 28 * each);
     c.keep_attention = "auto";
     QCOMPARE(plan_memory(c, m, on_gpu).attention_kept_layers, std::int64_t{28});  // an H200 holds them all at 128K
-    PlannerOptions gpu80 = on_gpu;
-    gpu80.gpu_memory_bytes = 80LL << 30;
-    const MemoryPlan automatic = plan_memory(c, m, gpu80);
+    PlannerOptions gpu72 = on_gpu;
+    gpu72.gpu_memory_bytes = 72LL << 30;
+    const MemoryPlan automatic = plan_memory(c, m, gpu72);
     QVERIFY(automatic.attention_kept_layers > 0 && automatic.attention_kept_layers < 28);
     // Auto stopped at the line, not earlier: one more kept layer crosses it.
-    const planner_detail::Terms t = planner_detail::compute_terms(c, m, gpu80);
+    const planner_detail::Terms t = planner_detail::compute_terms(c, m, gpu72);
+    const double line = 1.0 - planner::kKeptAttentionMargin;
     QVERIFY(planner_detail::evaluate(t, 28, 0, automatic.attention_kept_layers + 1).peak >
-            static_cast<std::int64_t>(0.92 * static_cast<double>(automatic.capacity_bytes)));
-    QVERIFY(automatic.peak_bytes <= static_cast<std::int64_t>(0.92 * static_cast<double>(automatic.capacity_bytes)));
-    // A smaller margin (odyssey-bench --kept-margin) keeps more, up to its own line.
-    PlannerOptions gpu80_tight = gpu80;
-    gpu80_tight.kept_attention_margin = 0.02;
-    const MemoryPlan tight = plan_memory(c, m, gpu80_tight);
-    QVERIFY(tight.attention_kept_layers > automatic.attention_kept_layers);
-    QVERIFY(tight.peak_bytes <= static_cast<std::int64_t>(0.98 * static_cast<double>(tight.capacity_bytes)));
-    QVERIFY(tight.peak_bytes > static_cast<std::int64_t>(0.92 * static_cast<double>(tight.capacity_bytes)));
+            static_cast<std::int64_t>(line * static_cast<double>(automatic.capacity_bytes)));
+    QVERIFY(automatic.peak_bytes <= static_cast<std::int64_t>(line * static_cast<double>(automatic.capacity_bytes)));
+    // A wider margin (odyssey-bench --kept-margin) keeps fewer, down to its own line.
+    PlannerOptions gpu72_wide = gpu72;
+    gpu72_wide.kept_attention_margin = 0.10;
+    const MemoryPlan wide = plan_memory(c, m, gpu72_wide);
+    QVERIFY(wide.attention_kept_layers < automatic.attention_kept_layers);
+    QVERIFY(wide.peak_bytes <= static_cast<std::int64_t>(0.90 * static_cast<double>(wide.capacity_bytes)));
     // The last checkpointed layers keep (backward frees theirs first).
     QVERIFY(keeps_attention(automatic, 27));
     QVERIFY(!keeps_attention(automatic, 0));
     QVERIFY(!keeps_attention(automatic, 27 - automatic.attention_kept_layers));
     QVERIFY(keeps_attention(automatic, 28 - automatic.attention_kept_layers));
-    // Parked, the same 80 GiB GPU keeps every checkpointed layer's output.
+    // Parked, an 80 GiB GPU keeps every checkpointed layer's output.
     PlannerOptions parked80;
     parked80.gpu_memory_bytes = 80LL << 30;
     parked80.host_memory_bytes = 128 * kGiB;
@@ -1120,6 +1200,7 @@ class TestMemoryPlanner : public QObject {
     c.activation_checkpointing = "auto";
     PlannerOptions o;
     o.gpu_memory_bytes = 20 * kGiB;
+    o.kept_attention_margin = 0.08;  // the default when the two rows below were measured
     CheckpointPolicy auto_policy;
     QVERIFY(parse_checkpoint_policy("auto", &auto_policy));
     // Whole layers only (no MLP recomputation: what the engine does with LoRA dropout).
