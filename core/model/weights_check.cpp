@@ -13,6 +13,7 @@ namespace {
 struct Found {
   const SafetensorsTensorInfo* info = nullptr;
   std::string file;
+  std::string name;  // as stored
 };
 
 class Checker {
@@ -22,16 +23,18 @@ class Checker {
       : config_(std::move(config_file)), headers_(headers), m_(m) {}
 
   // `name` as the text model names it; a multimodal wrapper stores it under its own name
-  // (language_model.model.X), or under transformers 5's (model.language_model.X).
+  // (language_model.model.X, language_model.lm_head.weight), or under transformers 5's
+  // (model.language_model.X, and the head at the top: lm_head.weight), as text_model_name reads them.
   Found find(std::string_view name) const {
     std::vector<std::string> names{std::string(name)};
     if (!m_.wrapper_architecture.empty()) {
       names = {wrapper_tensor_name(m_, std::string(name))};
       if (name.starts_with("model.")) names.push_back("model.language_model." + std::string(name.substr(6)));
+      else names.emplace_back(name);
     }
     for (const std::string& n : names)
       for (const auto& [file, h] : headers_)
-        if (const auto* t = h->find(n)) return {t, file};
+        if (const auto* t = h->find(n)) return {t, file, n};
     return {};
   }
 
@@ -71,7 +74,7 @@ class Checker {
     const std::int64_t have = f.info->shape[dim_index];
     if (have == value) return;
     error(key, "found " + std::to_string(value) + what + ", but the weights say " + std::to_string(have) + ": " +
-                   std::string(name) + " has shape " + shape_string(f.info->shape) + " in " + f.file +
+                   f.name + " has shape " + shape_string(f.info->shape) + " in " + f.file +
                    " (config.json must describe the weights it sits beside)");
   }
 

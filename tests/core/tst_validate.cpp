@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/validate.h"
+#include "model/weights_check.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace odyssey;
@@ -399,6 +400,49 @@ class TstValidate : public QObject {
     QVERIFY(soft.ok());
     auto hard = check_config(r.value, true);
     QVERIFY(contains(errors(hard.diagnostics), "needs the weights on disk"));
+  }
+
+  // A multimodal wrapper's head is checked in both layouts it ships in: the hub's older one
+  // (language_model.lm_head.weight) and transformers 5's (lm_head.weight at the top, the text
+  // model under model.language_model.); a vocab_size the head disagrees with is an error at
+  // validate, naming text_config.vocab_size and the tensor, not a failure of the loader later.
+  void wrapperHeadCheckedInEitherLayout() {
+    json config;
+    config["architectures"] = {"Mistral3ForConditionalGeneration"};
+    config["text_config"] = {{"hidden_size", 64},        {"intermediate_size", 96},  {"num_hidden_layers", 2},
+                             {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 16},
+                             {"vocab_size", 512}};
+    auto cfg = parse_model_config(config.dump(), "config.json");
+    QVERIFY2(cfg.ok(), format_all(cfg.diagnostics).c_str());
+    // A header of two BF16 tensors, the embedding [512, 64] and the head [rows, 64].
+    auto header = [](const std::string& embed, const std::string& head, std::int64_t head_rows) {
+      const std::int64_t embed_bytes = 512 * 64 * 2, head_bytes = head_rows * 64 * 2;
+      json h;
+      h[embed] = {{"dtype", "BF16"}, {"shape", {512, 64}}, {"data_offsets", {0, embed_bytes}}};
+      h[head] = {
+          {"dtype", "BF16"}, {"shape", {head_rows, 64}}, {"data_offsets", {embed_bytes, embed_bytes + head_bytes}}};
+      std::string text = h.dump();
+      while (text.size() % 8 != 0) text += ' ';
+      std::string bytes(8, '\0');
+      for (std::size_t i = 0; i < 8; ++i) bytes[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
+      bytes += text;
+      auto r = parse_safetensors_header(bytes, bytes.size() + static_cast<std::uint64_t>(embed_bytes + head_bytes),
+                                        "model.safetensors");
+      if (!r.ok()) qFatal("%s", format_all(r.diagnostics).c_str());
+      return r.value;
+    };
+    const std::pair<std::string, std::string> layouts[] = {
+        {"language_model.model.embed_tokens.weight", "language_model.lm_head.weight"},
+        {"model.language_model.embed_tokens.weight", "lm_head.weight"}};
+    for (const auto& [embed, head] : layouts) {
+      const SafetensorsHeader good = header(embed, head, 512), bad = header(embed, head, 500);
+      QVERIFY(check_config_against_weights(cfg.value, "config.json", {{"model.safetensors", &good}}).empty());
+      const std::string e =
+          format_all(check_config_against_weights(cfg.value, "config.json", {{"model.safetensors", &bad}}));
+      QVERIFY2(contains(e, "config.json: error: text_config.vocab_size: found 512, but the weights say 500: " + head +
+                               " has shape [500, 64] in model.safetensors"),
+               e.c_str());
+    }
   }
 
   // Issue 21 item 3: config.json naming 10^9 layers where the weights hold 4 passed
