@@ -239,6 +239,9 @@ const json& gemma3_text_defaults() {
 // The multimodal wrappers read as their text model. transformers 5 names them alike: the
 // language model at model.language_model (checkpoints saved before 5.0: language_model.model),
 // lm_head at the top (before: language_model.lm_head), the vision tower and projector beside.
+// Qwen2-VL and Qwen2.5-VL store theirs as a text model does (model.X, lm_head.weight; the
+// vision tower under visual.), which transformers 5.17 still writes, and their hub configs keep
+// the text model's keys at the top level (transformers 5 nests them in text_config).
 struct Wrapper {
   std::string_view architecture, model_type;
   std::string_view text_model_type;  // text_config's model_type when it names none
@@ -248,13 +251,22 @@ struct Wrapper {
   //   TopDefaultTrue the wrapper's own, which defaults to true when config.json is silent
   //                (Mistral3Config): the weights then decide (HfModelConfig::tie_unstated).
   enum Tie { TextOverTop, TopOrText, TopDefaultTrue } tie;
+  // The text model's tensors: under language_model. (LanguageModel) or as a text model's (Bare).
+  enum Names { LanguageModel, Bare } names = LanguageModel;
+  // text_config's own model_type for text_model_type ("qwen2_5_vl_text": a Qwen2 text model);
+  // flat configs (no text_config) and multimodal RoPE ("mrope": three position sections, equal
+  // on text, so plain RoPE there) come with it.
+  std::string_view text_config_type;
 };
 
 const std::vector<Wrapper>& wrappers() {
   static const std::vector<Wrapper> w = {
-      {"Gemma3ForConditionalGeneration", "gemma3", "gemma3_text", Wrapper::TextOverTop},
-      {"Mistral3ForConditionalGeneration", "mistral3", "mistral", Wrapper::TopDefaultTrue},
-      {"LlavaForConditionalGeneration", "llava", "llama", Wrapper::TopOrText},
+      {"Gemma3ForConditionalGeneration", "gemma3", "gemma3_text", Wrapper::TextOverTop, Wrapper::LanguageModel, ""},
+      {"Mistral3ForConditionalGeneration", "mistral3", "mistral", Wrapper::TopDefaultTrue, Wrapper::LanguageModel, ""},
+      {"LlavaForConditionalGeneration", "llava", "llama", Wrapper::TopOrText, Wrapper::LanguageModel, ""},
+      {"Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl", "qwen2", Wrapper::TopOrText, Wrapper::Bare,
+       "qwen2_5_vl_text"},
+      {"Qwen2VLForConditionalGeneration", "qwen2_vl", "qwen2", Wrapper::TopOrText, Wrapper::Bare, "qwen2_vl_text"},
   };
   return w;
 }
@@ -281,11 +293,28 @@ json text_model_of(const json& j, const Wrapper& w) {
   const bool has_text = tc != j.end() && tc->is_object();
   json t = w.text_model_type == "gemma3_text" ? gemma3_text_defaults() : json::object();
   std::string type(w.text_model_type);
+  if (!has_text && !w.text_config_type.empty())  // a flat hub config: the text model's keys at the top
+    for (const auto& [k, v] : j.items())
+      if (k != "architectures" && k != "model_type" && k != "vision_config") t[k] = v;
   if (has_text) {
     if (auto mt = tc->find("model_type"); mt != tc->end() && mt->is_string()) type = mt->get<std::string>();
     for (const auto& [k, v] : tc->items())
       if (k != "architectures" && k != "model_type") t[k] = v;
   }
+  if (!w.text_config_type.empty() && type == w.text_config_type) type = w.text_model_type;
+  // Multimodal RoPE gives each of three sections of the rotary dimensions its own position
+  // (time, height, width); a text token has the same position in all three, which is plain
+  // RoPE: transformers' Qwen2_5_VLTextConfig turns "mrope" into "default" the same way.
+  if (!w.text_config_type.empty())
+    for (const char* key : {"rope_scaling", "rope_parameters"}) {
+      const auto it = t.find(key);
+      if (it == t.end() || !it->is_object()) continue;
+      const json kind = it->contains("type") ? it->at("type") : it->value("rope_type", json());
+      if (kind != "mrope" && !it->contains("mrope_section")) continue;
+      json plain = {{"rope_type", "default"}};
+      if (it->contains("rope_theta")) plain["rope_theta"] = it->at("rope_theta");
+      *it = plain;
+    }
   t["model_type"] = type;
   if (const ModelFamily* f = family_by_model_type(type)) t["architectures"] = json::array({f->architecture});
   else t.erase("architectures");  // parse_model_config names text_config.model_type
@@ -358,7 +387,7 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
   if (const Wrapper* w = wrapper_of(j)) {
     const std::string wrapper(w->architecture);
     auto tc = j.find("text_config");
-    if (tc == j.end() || !tc->is_object()) {
+    if ((tc == j.end() && w->text_config_type.empty()) || (tc != j.end() && !tc->is_object())) {
       r.diagnostics.push_back(error_at(file, "text_config",
                                        "missing or not an object; " + wrapper +
                                            " keeps its language model's settings there, and Odyssey trains that "
@@ -368,14 +397,20 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
     const json text = text_model_of(j, *w);
     const std::string type = text.value("model_type", std::string());
     const ModelFamily* f = family_by_model_type(type);
-    if (!f || f->is_moe() || (w->text_model_type == "gemma3_text") != (type == "gemma3_text")) {
+    // Gemma-3 and the Qwen-VL wrappers take their own text model only; Mistral-3 and LLaVA any
+    // dense family.
+    const bool own_only = w->text_model_type == "gemma3_text" || !w->text_config_type.empty();
+    if (!f || f->is_moe() || (w->text_model_type == "gemma3_text") != (type == "gemma3_text") ||
+        (own_only && type != w->text_model_type)) {
       std::vector<std::string> types;
       for (const ModelFamily& g : model_families())
         if (!g.is_moe() && g.model_type != "gemma3_text") types.emplace_back(g.model_type);
-      r.diagnostics.push_back(
-          error_at(file, "text_config.model_type",
-                   "found " + text::quoted(type) + "; Odyssey reads " + wrapper + " with a text model of model_type " +
-                       (w->text_model_type == "gemma3_text" ? std::string("gemma3_text") : text::join(types, ", "))));
+      const std::string want = !w->text_config_type.empty() ? std::string(w->text_config_type)
+                               : own_only                   ? std::string("gemma3_text")
+                                                            : text::join(types, ", ");
+      r.diagnostics.push_back(error_at(
+          file, "text_config.model_type",
+          "found " + text::quoted(type) + "; Odyssey reads " + wrapper + " with a text model of model_type " + want));
       return r;
     }
     r = parse_model_config(text.dump(), file + " (text_config)");
@@ -627,16 +662,26 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
   return r;
 }
 
+namespace {
+bool bare_names(const HfModelConfig& m) {
+  for (const Wrapper& w : wrappers())
+    if (w.architecture == m.wrapper_architecture) return w.names == Wrapper::Bare;
+  return false;
+}
+}  // namespace
+
 std::string text_model_name(const HfModelConfig& m, const std::string& stored) {
   if (m.wrapper_architecture.empty()) return stored;
   for (const char* p : {"language_model.model.", "model.language_model."})
     if (stored.starts_with(p)) return "model." + stored.substr(std::string_view(p).size());
   if (stored == "language_model.lm_head.weight" || stored == "lm_head.weight") return "lm_head.weight";
+  // Qwen2-VL / Qwen2.5-VL: the text model's own names; the vision tower under (model.)visual.
+  if (bare_names(m) && stored.starts_with("model.") && !stored.starts_with("model.visual.")) return stored;
   return {};
 }
 
 std::string wrapper_tensor_name(const HfModelConfig& m, const std::string& text_name) {
-  if (m.wrapper_architecture.empty()) return text_name;
+  if (m.wrapper_architecture.empty() || bare_names(m)) return text_name;
   if (text_name.starts_with("model.")) return "language_model." + text_name;
   if (text_name == "lm_head.weight") return "language_model.lm_head.weight";
   return text_name;

@@ -142,8 +142,10 @@ const std::vector<std::string>& supported_architectures();
 Result<HfModelConfig> parse_model_config(const std::string& json_text, const std::string& file);
 
 // Multimodal checkpoints read as their text model (HfModelConfig::wrapper_architecture):
-// Gemma3ForConditionalGeneration, Mistral3ForConditionalGeneration (Mistral-Small-3.1/3.2) and
-// LlavaForConditionalGeneration (a dense text family in text_config). The wrapper's
+// Gemma3ForConditionalGeneration, Mistral3ForConditionalGeneration (Mistral-Small-3.1/3.2),
+// LlavaForConditionalGeneration (a dense text family in text_config) and
+// Qwen2VLForConditionalGeneration / Qwen2_5_VLForConditionalGeneration (a Qwen2 text model,
+// flat or in text_config; multimodal RoPE read as plain RoPE, exact on text). The wrapper's
 // architecture; "" when `json_text` is not one of them.
 std::string wrapper_architecture_of(const std::string& json_text);
 // config.json of a wrapper as its text model's own config.json would read: text_config over
@@ -151,11 +153,13 @@ std::string wrapper_architecture_of(const std::string& json_text);
 // wrapper's dtype, tie_word_embeddings and quantization_config; other text unchanged.
 std::string text_model_config_json(const std::string& json_text);
 // A wrapper checkpoint's tensor name as the text model names it ("language_model.model.X" and
-// "model.language_model.X" -> "model.X", "language_model.lm_head.weight" -> "lm_head.weight"),
-// or "" for a tensor of the rest (the vision tower, the projector). Text models: unchanged.
+// "model.language_model.X" -> "model.X", "language_model.lm_head.weight" -> "lm_head.weight";
+// Qwen-VL's "model.X" unchanged), or "" for a tensor of the rest (the vision tower, the
+// projector). Text models: unchanged.
 std::string text_model_name(const HfModelConfig& m, const std::string& stored);
 // The reverse for writing a checkpoint as the wrapper's loaders read it (transformers 5 saves
-// "language_model.model.X" too); and the module path PEFT and vLLM see for a text-model
+// "language_model.model.X" too; Qwen-VL's own names unchanged); and the module path PEFT and
+// vLLM see for a text-model
 // module ("model.X" -> "model.language_model.X").
 std::string wrapper_tensor_name(const HfModelConfig& m, const std::string& text_name);
 std::string wrapper_module_path(const HfModelConfig& m, const std::string& text_path);

@@ -106,6 +106,9 @@ class TstDecoderParity : public QObject {
         << "mistral3_tied";
     QTest::newRow("llava multimodal checkpoint (a Qwen2 text model, tied through text_config)") << "llava_mm";
     QTest::newRow("config ties lm_head, weights hold their own: untied, as transformers does") << "tied_own_head";
+    QTest::newRow("qwen2.5-vl multimodal checkpoint (text_config, mrope sections, text model's own names)")
+        << "qwen2_5_vl_mm";
+    QTest::newRow("qwen2-vl multimodal checkpoint, flat config.json as the hub's, tied") << "qwen2_vl_flat";
     QTest::newRow("qwen3_moe (5 experts, top 2, norm_topk_prob, mlp_only_layers, aux loss)") << "qwen3_moe";
     QTest::newRow("qwen3_moe (9 experts, top 8, decoder_sparse_step 2, tied, aux loss)") << "qwen3_moe_top8";
     QTest::newRow("qwen2_moe (3 experts, top 1, shared expert, qkv bias, aux loss)") << "qwen2_moe";
@@ -420,6 +423,10 @@ class TstDecoderParity : public QObject {
                                          << "sdpa" << QStringList{};
     QTest::newRow("llava multimodal") << "llava_mm"
                                       << "sdpa" << QStringList{};
+    QTest::newRow("qwen2.5-vl multimodal") << "qwen2_5_vl_mm"
+                                           << "sdpa" << QStringList{};
+    QTest::newRow("qwen2-vl multimodal, flat config") << "qwen2_vl_flat"
+                                                      << "sdpa" << QStringList{};
     // MoE: LoRA on the stacked experts too (PEFT's ParamWrapper), both parameters (nested) or one.
     QTest::newRow("qwen3_moe experts") << "qwen3_moe"
                                        << "sdpa" << QStringList{"mlp.experts.gate_up_proj", "mlp.experts.down_proj"};

@@ -98,6 +98,9 @@ class TstModelConfig : public QObject {
         {"deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", 7615616512},
         {"google/gemma-3-12b-it", 11766034176},
         {"google/gemma-3-27b-it", 27009346304},
+        // Qwen2.5-VL-7B's text model (the hub's flat config.json, read through the wrapper):
+        // Qwen2.5-7B's sizes; the vision tower is not counted.
+        {"Qwen/Qwen2.5-VL-7B-Instruct", 7615616512},
         // Mixture of experts: every expert counts (Mixtral-8x7B's safetensors total / 2 bytes).
         {"mistralai/Mixtral-8x7B-v0.1", 46702792704}};
     for (const auto& [id, count] : want) QCOMPARE(shape(id).parameter_count(), count);
@@ -191,6 +194,52 @@ class TstModelConfig : public QObject {
   // 23,572,403,200 parameters by the Mistral block's formula (the hub's 24B adds the tower).
   // LLaVA's text model is named by text_config.model_type (llama when absent); MoE or unknown
   // text models are refused naming text_config.model_type.
+  // Qwen2.5-VL and Qwen2-VL: the hub's flat config.json (the bundled Qwen2.5-VL-7B shape is
+  // that file) and transformers 5's nested one (text_config of model_type qwen2_5_vl_text, RoPE
+  // as rope_parameters) read as a Qwen2 text model; "mrope" is plain RoPE on text (its three
+  // sections get one position). Tensors keep a text model's names (model.X, lm_head.weight), the
+  // vision tower under visual. (model.visual. in transformers 5's layout) is not the text model;
+  // PEFT sees the language model at model.language_model.
+  void qwenVlWrappersReadAsTheirTextModel() {
+    const HfModelConfig m = shape("Qwen/Qwen2.5-VL-7B-Instruct");
+    QCOMPARE(m.wrapper_architecture, std::string("Qwen2_5_VLForConditionalGeneration"));
+    QCOMPARE(m.architecture, std::string("Qwen2ForCausalLM"));
+    QCOMPARE(m.rope_theta, 1000000.0);
+    QCOMPARE(m.sliding_window, std::int64_t{0});  // use_sliding_window false
+    QVERIFY(!m.tie_word_embeddings && m.qkv_bias);
+    QCOMPARE(text_model_name(m, "model.layers.3.mlp.up_proj.weight"), std::string("model.layers.3.mlp.up_proj.weight"));
+    QCOMPARE(text_model_name(m, "model.language_model.norm.weight"), std::string("model.norm.weight"));
+    QCOMPARE(text_model_name(m, "lm_head.weight"), std::string("lm_head.weight"));
+    QCOMPARE(text_model_name(m, "visual.blocks.0.attn.qkv.weight"), std::string());
+    QCOMPARE(text_model_name(m, "model.visual.merger.mlp.0.weight"), std::string());
+    QCOMPARE(wrapper_tensor_name(m, "model.embed_tokens.weight"), std::string("model.embed_tokens.weight"));
+    QCOMPARE(wrapper_module_path(m, "model.layers.0.self_attn.q_proj"),
+             std::string("model.language_model.layers.0.self_attn.q_proj"));
+    // transformers 5's nested form, Qwen2-VL, tied through text_config.
+    auto nested = parse_model_config(R"({"architectures": ["Qwen2VLForConditionalGeneration"], "model_type": "qwen2_vl",
+        "text_config": {"model_type": "qwen2_vl_text", "hidden_size": 64, "intermediate_size": 96,
+                        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512,
+                        "tie_word_embeddings": true,
+                        "rope_parameters": {"mrope_section": [2, 3, 3], "rope_theta": 500000.0, "rope_type": "default",
+                                            "type": "mrope"}},
+        "vision_config": {"depth": 1, "embed_dim": 32}})",
+                                     "config.json");
+    QVERIFY2(nested.ok(), format_all(nested.diagnostics).c_str());
+    QCOMPARE(nested.value.architecture, std::string("Qwen2ForCausalLM"));
+    QCOMPARE(nested.value.rope_theta, 500000.0);
+    QVERIFY(nested.value.tie_word_embeddings);
+    // A text model Odyssey does not read is named as text_config.model_type.
+    auto other = parse_model_config(R"({"architectures": ["Qwen2_5_VLForConditionalGeneration"],
+        "text_config": {"model_type": "qwen3_moe", "hidden_size": 64}})",
+                                    "config.json");
+    QVERIFY(!other.ok());
+    QVERIFY2(
+        format_all(other.diagnostics)
+                .find("text_config.model_type: found 'qwen3_moe'; Odyssey reads Qwen2_5_VLForConditionalGeneration "
+                      "with a text model of model_type qwen2_5_vl_text") != std::string::npos,
+        format_all(other.diagnostics).c_str());
+  }
+
   void mistral3AndLlavaWrappersReadAsTheirTextModel() {
     const std::string hub = R"({
       "architectures": ["Mistral3ForConditionalGeneration"], "image_token_index": 10, "model_type": "mistral3",

@@ -39,8 +39,9 @@ from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3Config, Gemma3F
                           LlavaForConditionalGeneration, Mistral3Config, Mistral3ForConditionalGeneration,
                           MistralConfig, MistralForCausalLM,
                           MixtralConfig, MixtralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM,
-                          Qwen2MoeConfig, Qwen2MoeForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig,
-                          Qwen3MoeForCausalLM)
+                          Qwen2MoeConfig, Qwen2MoeForCausalLM, Qwen2VLConfig, Qwen2VLForConditionalGeneration,
+                          Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen3Config, Qwen3ForCausalLM,
+                          Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 PINNED = "5.17.0"
 VOCAB = 512
@@ -138,6 +139,25 @@ def family_models():
                                         num_hidden_layers=2, num_attention_heads=2, image_size=28, patch_size=14,
                                         projection_dim=32),
                      image_token_index=VOCAB - 1, vision_feature_layer=-1), None),
+        # Qwen2.5-VL as transformers 5.17 saves it: text_config (model_type qwen2_5_vl_text, RoPE
+        # "mrope" in three sections), the text model under its own names (model.X, lm_head) and
+        # the vision tower under visual.; text batches give every section the same position.
+        ("qwen2_5_vl_mm", 67, Qwen2_5_VLForConditionalGeneration,
+         Qwen2_5_VLConfig(text_config=dict(**COMMON, rope_theta=1000000.0,
+                                           rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}),
+                          vision_config=dict(depth=1, hidden_size=32, intermediate_size=48, num_heads=2,
+                                             out_hidden_size=64, patch_size=14, fullatt_block_indexes=[0]),
+                          image_token_id=VOCAB - 1, video_token_id=VOCAB - 2, vision_start_token_id=VOCAB - 3,
+                          vision_end_token_id=VOCAB - 4), None),
+        # Qwen2-VL with the flat config.json its hub checkpoints ship (POST_SAVE: the text
+        # model's keys at the top, rope_scaling {"type": "mrope"}), tied.
+        ("qwen2_vl_flat", 68, Qwen2VLForConditionalGeneration,
+         Qwen2VLConfig(text_config=dict(**COMMON, rope_theta=10000.0, tie_word_embeddings=True,
+                                        rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}),
+                       vision_config=dict(depth=1, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=2,
+                                          patch_size=14),
+                       image_token_id=VOCAB - 1, video_token_id=VOCAB - 2, vision_start_token_id=VOCAB - 3,
+                       vision_end_token_id=VOCAB - 4, tie_word_embeddings=True), None),
         # A text model whose config ties lm_head to the embedding while its weights hold an
         # lm_head of their own (a conversion that kept both): transformers keeps them apart.
         ("tied_own_head", 66, LlamaForCausalLM,
@@ -163,9 +183,24 @@ def edit_config(**changes):
     return post
 
 
+def flatten_text_config(d):
+    """config.json as Qwen2-VL's hub checkpoints write it: text_config's keys at the top level,
+    multimodal RoPE as rope_scaling {"type": "mrope", "mrope_section"} beside rope_theta."""
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    text = cfg.pop("text_config")
+    rope = text.pop("rope_parameters")
+    text.pop("model_type", None)
+    text["rope_theta"] = rope["rope_theta"]
+    text["rope_scaling"] = {"type": "mrope", "mrope_section": rope["mrope_section"]}
+    cfg.update(text)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+
+
 # Changes to config.json after save_pretrained, before the reference loads the directory.
 POST_SAVE = {"mistral3_mm": edit_config(tie_word_embeddings=DROP), "mistral3_tied": edit_config(tie_word_embeddings=DROP),
-             "tied_own_head": edit_config(tie_word_embeddings=True)}
+             "tied_own_head": edit_config(tie_word_embeddings=True), "qwen2_vl_flat": flatten_text_config}
 
 
 # Mixture-of-experts models (issue 27, docs/moe.md): odd expert counts, top-k 1, 2 and 8, the
@@ -239,7 +274,7 @@ def text_parameters(model):
     for name, p in model.named_parameters():
         if name.startswith("model.language_model."):
             yield "model." + name[len("model.language_model."):], p
-        elif not name.startswith(("model.vision_tower.", "model.multi_modal_projector.")):
+        elif not name.startswith(("model.vision_tower.", "model.multi_modal_projector.", "model.visual.")):
             yield name, p
 
 
