@@ -50,7 +50,7 @@ inline constexpr std::int64_t kFusedLossChunkTokens = 2048;
 inline constexpr std::int64_t kMlpTileTokens = 16384;
 // keep_attention auto keeps attention outputs only while the plan stays this share below the
 // capacity: it is a speed option and must not risk running out. 0.03 is 2.5 times the largest
-// under-prediction of the measured lines the tests re-plan (-1.2% of 86, tst_memory_planner
+// under-prediction of the measured lines the tests re-plan (-1.2% of 90, tst_memory_planner
 // keptMarginAboveEveryUnderPrediction), on top of the fragmentation share the capacity already
 // leaves; it was 0.08 until one H100 call measured both margins at the Liger anchors' peaks
 // (docs/benchmarks.md, 2026-12-05): Gemma-2-9B 16K kept 41 layers instead of 19, +7.9% tokens/s.
