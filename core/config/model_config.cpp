@@ -241,7 +241,8 @@ const json& gemma3_text_defaults() {
 // lm_head at the top (before: language_model.lm_head), the vision tower and projector beside.
 // Qwen2-VL and Qwen2.5-VL store theirs as a text model does (model.X, lm_head.weight; the
 // vision tower under visual.), which transformers 5.17 still writes, and their hub configs keep
-// the text model's keys at the top level (transformers 5 nests them in text_config).
+// the text model's keys at the top level (transformers 5 nests them in text_config); Qwen3-VL
+// stores transformers 5's names (model.language_model.X, model.visual.).
 struct Wrapper {
   std::string_view architecture, model_type;
   std::string_view text_model_type;  // text_config's model_type when it names none
@@ -251,8 +252,9 @@ struct Wrapper {
   //   TopDefaultTrue the wrapper's own, which defaults to true when config.json is silent
   //                (Mistral3Config): the weights then decide (HfModelConfig::tie_unstated).
   enum Tie { TextOverTop, TopOrText, TopDefaultTrue } tie;
-  // The text model's tensors: under language_model. (LanguageModel) or as a text model's (Bare).
-  enum Names { LanguageModel, Bare } names = LanguageModel;
+  // How the text model's tensors are written: language_model.model.X (LanguageModel), as a text
+  // model's (Bare), or model.language_model.X (Nested); each reads all of its wrapper's forms.
+  enum Names { LanguageModel, Bare, Nested } names = LanguageModel;
   // text_config's own model_type for text_model_type ("qwen2_5_vl_text": a Qwen2 text model);
   // flat configs (no text_config) and multimodal RoPE ("mrope": three position sections, equal
   // on text, so plain RoPE there) come with it.
@@ -267,6 +269,7 @@ const std::vector<Wrapper>& wrappers() {
       {"Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl", "qwen2", Wrapper::TopOrText, Wrapper::Bare,
        "qwen2_5_vl_text"},
       {"Qwen2VLForConditionalGeneration", "qwen2_vl", "qwen2", Wrapper::TopOrText, Wrapper::Bare, "qwen2_vl_text"},
+      {"Qwen3VLForConditionalGeneration", "qwen3_vl", "qwen3", Wrapper::TopOrText, Wrapper::Nested, "qwen3_vl_text"},
   };
   return w;
 }
@@ -663,10 +666,10 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
 }
 
 namespace {
-bool bare_names(const HfModelConfig& m) {
+Wrapper::Names names_of(const HfModelConfig& m) {
   for (const Wrapper& w : wrappers())
-    if (w.architecture == m.wrapper_architecture) return w.names == Wrapper::Bare;
-  return false;
+    if (w.architecture == m.wrapper_architecture) return w.names;
+  return Wrapper::LanguageModel;
 }
 }  // namespace
 
@@ -676,12 +679,17 @@ std::string text_model_name(const HfModelConfig& m, const std::string& stored) {
     if (stored.starts_with(p)) return "model." + stored.substr(std::string_view(p).size());
   if (stored == "language_model.lm_head.weight" || stored == "lm_head.weight") return "lm_head.weight";
   // Qwen2-VL / Qwen2.5-VL: the text model's own names; the vision tower under (model.)visual.
-  if (bare_names(m) && stored.starts_with("model.") && !stored.starts_with("model.visual.")) return stored;
+  if (names_of(m) == Wrapper::Bare && stored.starts_with("model.") && !stored.starts_with("model.visual."))
+    return stored;
   return {};
 }
 
 std::string wrapper_tensor_name(const HfModelConfig& m, const std::string& text_name) {
-  if (m.wrapper_architecture.empty() || bare_names(m)) return text_name;
+  if (m.wrapper_architecture.empty()) return text_name;
+  const Wrapper::Names names = names_of(m);
+  if (names == Wrapper::Bare) return text_name;
+  if (names == Wrapper::Nested)
+    return text_name.starts_with("model.") ? "model.language_model." + text_name.substr(6) : text_name;
   if (text_name.starts_with("model.")) return "language_model." + text_name;
   if (text_name == "lm_head.weight") return "language_model.lm_head.weight";
   return text_name;

@@ -145,7 +145,8 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
 // Gemma3ForConditionalGeneration, Mistral3ForConditionalGeneration (Mistral-Small-3.1/3.2),
 // LlavaForConditionalGeneration (a dense text family in text_config) and
 // Qwen2VLForConditionalGeneration / Qwen2_5_VLForConditionalGeneration (a Qwen2 text model,
-// flat or in text_config; multimodal RoPE read as plain RoPE, exact on text). The wrapper's
+// flat or in text_config) and Qwen3VLForConditionalGeneration (a Qwen3 text model); their
+// multimodal RoPE is read as plain RoPE, exact on text. The wrapper's
 // architecture; "" when `json_text` is not one of them.
 std::string wrapper_architecture_of(const std::string& json_text);
 // config.json of a wrapper as its text model's own config.json would read: text_config over

@@ -109,6 +109,7 @@ class TstDecoderParity : public QObject {
     QTest::newRow("qwen2.5-vl multimodal checkpoint (text_config, mrope sections, text model's own names)")
         << "qwen2_5_vl_mm";
     QTest::newRow("qwen2-vl multimodal checkpoint, flat config.json as the hub's, tied") << "qwen2_vl_flat";
+    QTest::newRow("qwen3-vl multimodal checkpoint (a Qwen3 text model, interleaved mrope)") << "qwen3_vl_mm";
     QTest::newRow("qwen3_moe (5 experts, top 2, norm_topk_prob, mlp_only_layers, aux loss)") << "qwen3_moe";
     QTest::newRow("qwen3_moe (9 experts, top 8, decoder_sparse_step 2, tied, aux loss)") << "qwen3_moe_top8";
     QTest::newRow("qwen2_moe (3 experts, top 1, shared expert, qkv bias, aux loss)") << "qwen2_moe";
@@ -427,6 +428,8 @@ class TstDecoderParity : public QObject {
                                            << "sdpa" << QStringList{};
     QTest::newRow("qwen2-vl multimodal, flat config") << "qwen2_vl_flat"
                                                       << "sdpa" << QStringList{};
+    QTest::newRow("qwen3-vl multimodal") << "qwen3_vl_mm"
+                                         << "sdpa" << QStringList{};
     // MoE: LoRA on the stacked experts too (PEFT's ParamWrapper), both parameters (nested) or one.
     QTest::newRow("qwen3_moe experts") << "qwen3_moe"
                                        << "sdpa" << QStringList{"mlp.experts.gate_up_proj", "mlp.experts.down_proj"};

@@ -194,7 +194,7 @@ class TstModelConfig : public QObject {
   // 23,572,403,200 parameters by the Mistral block's formula (the hub's 24B adds the tower).
   // LLaVA's text model is named by text_config.model_type (llama when absent); MoE or unknown
   // text models are refused naming text_config.model_type.
-  // Qwen2.5-VL and Qwen2-VL: the hub's flat config.json (the bundled Qwen2.5-VL-7B shape is
+  // Qwen2.5-VL, Qwen2-VL and Qwen3-VL: the hub's flat config.json (the bundled Qwen2.5-VL-7B shape is
   // that file) and transformers 5's nested one (text_config of model_type qwen2_5_vl_text, RoPE
   // as rope_parameters) read as a Qwen2 text model; "mrope" is plain RoPE on text (its three
   // sections get one position). Tensors keep a text model's names (model.X, lm_head.weight), the
@@ -228,6 +228,27 @@ class TstModelConfig : public QObject {
     QCOMPARE(nested.value.architecture, std::string("Qwen2ForCausalLM"));
     QCOMPARE(nested.value.rope_theta, 500000.0);
     QVERIFY(nested.value.tie_word_embeddings);
+    // Qwen3-VL: a Qwen3 text model (q/k norms) in text_config, interleaved mrope sections,
+    // transformers 5's names (model.language_model.X, the tower under model.visual.).
+    auto qwen3 = parse_model_config(R"({"architectures": ["Qwen3VLForConditionalGeneration"], "model_type": "qwen3_vl",
+        "tie_word_embeddings": true,
+        "text_config": {"model_type": "qwen3_vl_text", "hidden_size": 64, "intermediate_size": 96, "head_dim": 24,
+                        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512,
+                        "rope_parameters": {"mrope_interleaved": true, "mrope_section": [4, 4, 4],
+                                            "rope_theta": 5000000.0, "rope_type": "default"}},
+        "vision_config": {"depth": 1, "deepstack_visual_indexes": [0]}})",
+                                    "config.json");
+    QVERIFY2(qwen3.ok(), format_all(qwen3.diagnostics).c_str());
+    const HfModelConfig& q3 = qwen3.value;
+    QCOMPARE(q3.architecture, std::string("Qwen3ForCausalLM"));
+    QVERIFY(q3.qk_norm && q3.tie_word_embeddings);
+    QCOMPARE(q3.head_dim, std::int64_t{24});
+    QCOMPARE(q3.rope_theta, 5000000.0);
+    QCOMPARE(text_model_name(q3, "model.language_model.layers.1.self_attn.q_norm.weight"),
+             std::string("model.layers.1.self_attn.q_norm.weight"));
+    QCOMPARE(text_model_name(q3, "model.visual.deepstack_merger_list.0.norm.weight"), std::string());
+    QCOMPARE(wrapper_tensor_name(q3, "model.norm.weight"), std::string("model.language_model.norm.weight"));
+    QCOMPARE(wrapper_tensor_name(q3, "lm_head.weight"), std::string("lm_head.weight"));
     // A text model Odyssey does not read is named as text_config.model_type.
     auto other = parse_model_config(R"({"architectures": ["Qwen2_5_VLForConditionalGeneration"],
         "text_config": {"model_type": "qwen3_moe", "hidden_size": 64}})",

@@ -41,7 +41,7 @@ from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3Config, Gemma3F
                           MixtralConfig, MixtralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM,
                           Qwen2MoeConfig, Qwen2MoeForCausalLM, Qwen2VLConfig, Qwen2VLForConditionalGeneration,
                           Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen3Config, Qwen3ForCausalLM,
-                          Qwen3MoeConfig, Qwen3MoeForCausalLM)
+                          Qwen3MoeConfig, Qwen3MoeForCausalLM, Qwen3VLConfig, Qwen3VLForConditionalGeneration)
 
 PINNED = "5.17.0"
 VOCAB = 512
@@ -158,6 +158,19 @@ def family_models():
                                           patch_size=14),
                        image_token_id=VOCAB - 1, video_token_id=VOCAB - 2, vision_start_token_id=VOCAB - 3,
                        vision_end_token_id=VOCAB - 4, tie_word_embeddings=True), None),
+        # Qwen3-VL as transformers 5.17 saves it: a Qwen3 text model (q/k norms, head_dim 24)
+        # under model.language_model., interleaved multimodal RoPE sections, the vision tower
+        # (with its deepstack mergers, which feed early layers only at image tokens) under
+        # model.visual.
+        ("qwen3_vl_mm", 69, Qwen3VLForConditionalGeneration,
+         Qwen3VLConfig(text_config=dict(**COMMON, head_dim=24, rope_theta=5000000.0,
+                                        rope_scaling={"rope_type": "default", "mrope_section": [4, 4, 4],
+                                                      "mrope_interleaved": True}),
+                       vision_config=dict(depth=1, hidden_size=32, intermediate_size=48, num_heads=2,
+                                          out_hidden_size=64, patch_size=16, num_position_embeddings=16,
+                                          deepstack_visual_indexes=[0]),
+                       image_token_id=VOCAB - 1, video_token_id=VOCAB - 2, vision_start_token_id=VOCAB - 3,
+                       vision_end_token_id=VOCAB - 4, tie_word_embeddings=False), None),
         # A text model whose config ties lm_head to the embedding while its weights hold an
         # lm_head of their own (a conversion that kept both): transformers keeps them apart.
         ("tied_own_head", 66, LlamaForCausalLM,
