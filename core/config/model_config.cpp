@@ -306,17 +306,17 @@ json text_model_of(const json& j, const Wrapper& w) {
   }
   if (!w.text_config_type.empty() && type == w.text_config_type) type = w.text_model_type;
   // Multimodal RoPE gives each of three sections of the rotary dimensions its own position
-  // (time, height, width); a text token has the same position in all three, which is plain
-  // RoPE: transformers' Qwen2_5_VLTextConfig turns "mrope" into "default" the same way.
+  // (time, height, width); a text token has the same position in all three, which is the RoPE
+  // the rest of the parameters describe (plain, or a scaling kind): the "mrope" marker and the
+  // section keys go, as transformers' Qwen2_5_VLTextConfig turns "mrope" into "default".
   if (!w.text_config_type.empty())
     for (const char* key : {"rope_scaling", "rope_parameters"}) {
       const auto it = t.find(key);
       if (it == t.end() || !it->is_object()) continue;
-      const json kind = it->contains("type") ? it->at("type") : it->value("rope_type", json());
-      if (kind != "mrope" && !it->contains("mrope_section")) continue;
-      json plain = {{"rope_type", "default"}};
-      if (it->contains("rope_theta")) plain["rope_theta"] = it->at("rope_theta");
-      *it = plain;
+      for (const char* k : {"mrope_section", "mrope_interleaved"}) it->erase(k);
+      for (const char* k : {"type", "rope_type"})
+        if (it->value(k, json()) == "mrope") it->erase(k);
+      if (!it->contains("type") && !it->contains("rope_type")) (*it)["rope_type"] = "default";
     }
   t["model_type"] = type;
   if (const ModelFamily* f = family_by_model_type(type)) t["architectures"] = json::array({f->architecture});

@@ -155,13 +155,13 @@ std::string wrapper_architecture_of(const std::string& json_text);
 std::string text_model_config_json(const std::string& json_text);
 // A wrapper checkpoint's tensor name as the text model names it ("language_model.model.X" and
 // "model.language_model.X" -> "model.X", "language_model.lm_head.weight" -> "lm_head.weight";
-// Qwen-VL's "model.X" unchanged), or "" for a tensor of the rest (the vision tower, the
-// projector). Text models: unchanged.
+// Qwen2-VL's and Qwen2.5-VL's "model.X" unchanged), or "" for a tensor of the rest (the vision
+// tower, the projector). Text models: unchanged.
 std::string text_model_name(const HfModelConfig& m, const std::string& stored);
-// The reverse for writing a checkpoint as the wrapper's loaders read it (transformers 5 saves
-// "language_model.model.X" too; Qwen-VL's own names unchanged); and the module path PEFT and
-// vLLM see for a text-model
-// module ("model.X" -> "model.language_model.X").
+// The reverse for writing a checkpoint as the wrapper's loaders read it ("language_model.model.X",
+// which transformers 5 saves too; Qwen2-VL and Qwen2.5-VL their own "model.X", Qwen3-VL
+// "model.language_model.X"); and the module path PEFT and vLLM see for a text-model module
+// ("model.X" -> "model.language_model.X").
 std::string wrapper_tensor_name(const HfModelConfig& m, const std::string& text_name);
 std::string wrapper_module_path(const HfModelConfig& m, const std::string& text_path);
 Result<HfModelConfig> load_model_config(const std::string& model_dir);

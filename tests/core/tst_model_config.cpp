@@ -228,6 +228,16 @@ class TstModelConfig : public QObject {
     QCOMPARE(nested.value.architecture, std::string("Qwen2ForCausalLM"));
     QCOMPARE(nested.value.rope_theta, 500000.0);
     QVERIFY(nested.value.tie_word_embeddings);
+    // YaRN over the sections (Qwen2.5-VL's model card adds it for long videos): on text the
+    // scaling stays, only the sections go.
+    const nlohmann::json yarn =
+        nlohmann::json::parse(text_model_config_json(R"({"architectures": ["Qwen2_5_VLForConditionalGeneration"],
+        "hidden_size": 64, "rope_theta": 1000000.0,
+        "rope_scaling": {"type": "yarn", "mrope_section": [16, 24, 24], "factor": 4,
+                         "original_max_position_embeddings": 32768}})"));
+    QCOMPARE(QString::fromStdString(yarn.at("rope_scaling").dump()),
+             QStringLiteral(R"({"factor":4,"original_max_position_embeddings":32768,"type":"yarn"})"));
+    QCOMPARE(yarn.at("model_type").get<std::string>(), std::string("qwen2"));
     // Qwen3-VL: a Qwen3 text model (q/k norms) in text_config, interleaved mrope sections,
     // transformers 5's names (model.language_model.X, the tower under model.visual.).
     auto qwen3 = parse_model_config(R"({"architectures": ["Qwen3VLForConditionalGeneration"], "model_type": "qwen3_vl",
