@@ -112,7 +112,13 @@ LinearGrads linear_weight_grads(const LinearBackward& b, const torch::Tensor& x,
   if (want_bias) g.bias = b.dy.is_cuda() && half ? at::mv(b.dy.t(), ones_like_rows(b.dy.size(0), b.dy)) : b.dy.sum(0);
   if (w.lora_a.defined()) {
     if (want_a) g.lora_a = at::mm(b.da.t(), x).to(w.lora_a.scalar_type());
-    if (want_b) g.lora_b = at::mm(b.ds.t(), lora_out.reshape({-1, lora_out.size(-1)})).to(w.lora_b.scalar_type());
+    if (want_b) {
+      // x A^T as linear_forward computed it, when the forward left it to backward.
+      const torch::Tensor a = lora_out.defined()
+                                  ? lora_out.reshape({-1, lora_out.size(-1)})
+                                  : at::linear(x.reshape({-1, x.size(-1)}), w.lora_a.to(x.scalar_type()));
+      g.lora_b = at::mm(b.ds.t(), a).to(w.lora_b.scalar_type());
+    }
   }
   return g;
 }

@@ -46,8 +46,8 @@ LinearBackward linear_input_grad(const torch::Tensor& dy, const LinearWeights& w
                                  const torch::Tensor& into = torch::Tensor());
 
 // The weights' gradients from the first half and the input x [N, in] (flattened) and lora_out
-// [N, r]; only those asked for (the others stay undefined). Gradients of the adapters come
-// back in the adapters' dtype.
+// [N, r] (undefined: computed from x as linear_forward does); only those asked for (the others
+// stay undefined). Gradients of the adapters come back in the adapters' dtype.
 struct LinearGrads {
   torch::Tensor weight, bias, lora_a, lora_b;
 };

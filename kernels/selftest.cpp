@@ -305,12 +305,16 @@ Case rms_norm_linear_case(const torch::Device& dev, std::int64_t rows, std::int6
 
 // The whole MLP of a norm's output, keeping none of its intermediates (all recomputed in
 // backward), after the fused norm, against the reference norm, linear layers and SwiGLU.
+// skip_output (a checkpointed layer's recomputation): the op leaves its value uncomputed, so
+// the case's output adds the computed op's value, detached, to the skipping op's zeros: the
+// value checked is the MLP's, every gradient the skipping op's backward.
 Case rms_norm_mlp_case(const torch::Device& dev, std::int64_t rows, std::int64_t hidden, std::int64_t inter,
-                       std::int64_t r) {
+                       std::int64_t r, bool skip_output = false) {
   const double eps = 1e-6;
   const auto o = torch::TensorOptions().device(dev);
   Case c;
-  c.kernel = "rms_norm_mlp " + std::to_string(rows) + "x" + std::to_string(hidden) + "->" + std::to_string(inter);
+  c.kernel = "rms_norm_mlp " + std::to_string(rows) + "x" + std::to_string(hidden) + "->" + std::to_string(inter) +
+             (skip_output ? " skip_output" : "");
   c.output_names = {"y"};
   c.input_names = {"x", "norm_weight"};
   c.inputs = {torch::randn({rows, hidden}, o), 1.0 + 0.1 * torch::randn({hidden}, o)};
@@ -322,9 +326,13 @@ Case rms_norm_mlp_case(const torch::Device& dev, std::int64_t rows, std::int64_t
   }
   c.differentiable.assign(c.inputs.size(), true);
   c.cotangents = {torch::randn({rows, hidden}, o)};
-  c.fused = [eps](const Tensors& in) {
-    return Tensors{rms_norm_mlp(rms_norm(in[0], in[1], eps), in[0], in[1], eps, projection_weights(in, 2),
-                                projection_weights(in, 6), projection_weights(in, 10))};
+  c.fused = [eps, skip_output](const Tensors& in) {
+    auto mlp = [&](bool skip) {
+      return rms_norm_mlp(rms_norm(in[0], in[1], eps), in[0], in[1], eps, projection_weights(in, 2),
+                          projection_weights(in, 6), projection_weights(in, 10), skip);
+    };
+    if (!skip_output) return Tensors{mlp(false)};
+    return Tensors{mlp(true) + mlp(false).detach()};
   };
   c.reference = [eps](const Tensors& in) {
     const torch::Tensor n = add_rms_norm_reference(in[0], {}, in[1], eps).first;
@@ -477,6 +485,7 @@ std::vector<SelftestRow> run_selftest(const torch::Device& device) {
     cases.push_back(swiglu_down_case(device, 1024, 18944, 3584, 16));
     cases.push_back(rms_norm_linear_case(device, 2048, 3584, 4608, 16));  // one projection of 7B's q, k and v widths
     cases.push_back(rms_norm_mlp_case(device, 1024, 3584, 18944, 16));
+    cases.push_back(rms_norm_mlp_case(device, 1024, 3584, 18944, 16, /*skip_output=*/true));
     cases.push_back(rope_case(device, 4099, 28, 4, 128));
     // 16-bit rows of Qwen's vocabulary take the one-read cluster kernel (5 packs a thread),
     // fp32 ones the two-pass kernel (too long for the registers); both kernels on bf16 rows;
@@ -512,6 +521,7 @@ std::vector<SelftestRow> run_selftest(const torch::Device& device) {
     cases.push_back(swiglu_down_case(device, 29, 301, 40, 4));
     cases.push_back(rms_norm_linear_case(device, 31, 96, 50, 4));
     cases.push_back(rms_norm_mlp_case(device, 29, 40, 64, 4));
+    cases.push_back(rms_norm_mlp_case(device, 29, 40, 64, 4, /*skip_output=*/true));
     cases.push_back(rope_case(device, 61, 6, 2, 16));
     cases.push_back(linear_ce_case(device, 67, 48, 1003, 16));
     cases.push_back(quant4_linear_case(device, 29, 64, 96, Quant4Type::NF4, true));

@@ -158,7 +158,10 @@ DownBackward swiglu_down_backward(const torch::Tensor& dy, const torch::Tensor& 
                                   const detail::LinearWants& want) {
   DownBackward r;
   detail::LinearBackward b = detail::linear_input_grad(dy.reshape({-1, w.out_features()}), w, gate.scalar_type());
-  std::tie(r.dgate, r.dup) = swiglu_backward(b.input_grad, gate, up, /*recompute=*/want.weight || want.lora_a);
+  // The activation is recomputed into b.input_grad for the weight gradients, and for the
+  // adapter's r-wide output when the forward left it uncomputed (rms_norm_mlp's skip_output).
+  const bool act_needed = want.weight || want.lora_a || (want.lora_b && !lora_out.defined());
+  std::tie(r.dgate, r.dup) = swiglu_backward(b.input_grad, gate, up, /*recompute=*/act_needed);
   r.grads = detail::weight_grads(b, b.input_grad.view({-1, gate.size(-1)}), lora_out, w, want);
   return r;
 }
@@ -214,10 +217,10 @@ struct SwiGluDown : torch::autograd::Function<SwiGluDown> {
 
 // down(swiglu(gate(n), up(n))) for n = rms_norm(s, norm_weight, eps): saved are s (which the
 // norm keeps for its own backward anyway), the weights (and gate's and up's biases) and the
-// three r-wide lora_a outputs;
-// not n, gate, up or the activation. Backward recomputes n (the norm's kernel), gate and up
-// (their forward GEMMs, bit for bit the forward's), then runs swiglu_down's backward and the
-// two projections' (their gradients of n summed by the second GEMM, beta = 1).
+// three r-wide lora_a outputs (none with skip_output: backward computes them from the
+// recomputed n and activation); not n, gate, up or the activation. Backward recomputes n (the norm's kernel), gate and
+// up (their forward GEMMs, bit for bit the forward's), then runs swiglu_down's backward and the two projections' (their
+// gradients of n summed by the second GEMM, beta = 1).
 struct RmsNormMlp : torch::autograd::Function<RmsNormMlp> {
   static constexpr const char* kKeys[3] = {"gate.", "up.", "down."};
 
@@ -233,18 +236,23 @@ struct RmsNormMlp : torch::autograd::Function<RmsNormMlp> {
                                double ds,
                                // the 4-bit weights (null for 16-bit bases)
                                const c10::intrusive_ptr<Quant4Weight>& gq, const c10::intrusive_ptr<Quant4Weight>& uq,
-                               const c10::intrusive_ptr<Quant4Weight>& dq) {
+                               const c10::intrusive_ptr<Quant4Weight>& dq, bool skip_output) {
     const LinearWeights w[3] = {detail::weights_of(gw, gb, ga, gbb, gs, gq),
                                 detail::weights_of(uw, ub, ua, ubb, us, uq),
                                 detail::weights_of(dw, db, da, dbb, ds, dq)};
-    torch::Tensor a[3];
-    torch::Tensor act;
-    {
-      const torch::Tensor gate = detail::linear_forward(n, w[0], &a[0]);
-      const torch::Tensor up = detail::linear_forward(n, w[1], &a[1]);
+    torch::Tensor a[3];  // skip_output: left undefined, backward computes them
+    torch::Tensor act, y;
+    if (skip_output) {
+      std::vector<std::int64_t> shape = n.sizes().vec();
+      shape.back() = w[2].out_features();
+      y = at::zeros(shape, n.options());
+    } else {
+      torch::Tensor gate = detail::linear_forward(n, w[0], &a[0]);
+      torch::Tensor up = detail::linear_forward(n, w[1], &a[1]);
       act = swiglu_forward(gate, up);
-    }  // gate and up freed here, before the down projection's output exists
-    const torch::Tensor y = detail::linear_forward(act, w[2], &a[2]);
+      gate.reset(), up.reset();  // freed before the down projection's output exists
+      y = detail::linear_forward(act, w[2], &a[2]);
+    }
     // gate's and up's biases too: backward recomputes their outputs.
     ctx->save_for_backward({s, norm_weight, w[0].weight, w[0].lora_a, w[0].lora_b, w[1].weight, w[1].lora_a,
                             w[1].lora_b, w[2].weight, w[2].lora_a, w[2].lora_b, a[0], a[1], a[2], w[0].bias,
@@ -289,6 +297,7 @@ struct RmsNormMlp : torch::autograd::Function<RmsNormMlp> {
       for (const torch::Tensor& t : {g[k].weight, g[k].bias, g[k].lora_a, g[k].lora_b, torch::Tensor()})
         out.push_back(t);
     for (int k = 0; k < 3; ++k) out.emplace_back();  // the 4-bit weights
+    out.emplace_back();                              // skip_output
     return out;
   }
 };
@@ -321,7 +330,8 @@ torch::Tensor swiglu_down(const torch::Tensor& gate, const torch::Tensor& up, co
 namespace odyssey::kernels {
 
 torch::Tensor rms_norm_mlp(const torch::Tensor& n, const torch::Tensor& s, const torch::Tensor& norm_weight, double eps,
-                           const LinearWeights& gate, const LinearWeights& up, const LinearWeights& down) {
+                           const LinearWeights& gate, const LinearWeights& up, const LinearWeights& down,
+                           bool skip_output) {
   TORCH_CHECK(s.defined() && s.dim() >= 1, "rms_norm_mlp: the norm input must be [..., H], got ",
               s.defined() ? s.sizes() : torch::IntArrayRef{});
   TORCH_CHECK(n.defined() && n.sizes() == s.sizes() && n.scalar_type() == s.scalar_type(),
@@ -340,7 +350,7 @@ torch::Tensor rms_norm_mlp(const torch::Tensor& n, const torch::Tensor& s, const
   return RmsNormMlp::apply(n, s.detach(), norm_weight.detach(), eps, weight_arg(gate), opt(gate.bias), opt(gate.lora_a),
                            opt(gate.lora_b), gate.lora_scaling, weight_arg(up), opt(up.bias), opt(up.lora_a),
                            opt(up.lora_b), up.lora_scaling, weight_arg(down), opt(down.bias), opt(down.lora_a),
-                           opt(down.lora_b), down.lora_scaling, gate.quant, up.quant, down.quant)[0];
+                           opt(down.lora_b), down.lora_scaling, gate.quant, up.quant, down.quant, skip_output)[0];
 }
 
 }  // namespace odyssey::kernels

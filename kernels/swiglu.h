@@ -41,8 +41,15 @@ torch::Tensor swiglu_down(const torch::Tensor& gate, const torch::Tensor& up, co
 // GEMMs; the memory planner uses it on as many layers as a budget needs, a cheaper way to
 // memory than recomputing whole layers. Differentiable in n and every projection tensor (s and
 // norm_weight get no gradient here: the norm's own backward gives theirs).
+// skip_output: forward runs no GEMM at all and returns zeros of the output's shape, keeping
+// only s and the weights; backward is the same (it recomputes gate and up anyway, and then the
+// adapters' r-wide outputs, bit for bit the forward's) and its gradients are identical. For a
+// re-run whose output nobody reads, only back-propagates through: a checkpointed layer's
+// recomputation in backward (core/model/activation_checkpoint.h), where this saves the down
+// projection's GEMM (and, on a 4-bit base, the three dequantizations) of every such layer.
 torch::Tensor rms_norm_mlp(const torch::Tensor& n, const torch::Tensor& s, const torch::Tensor& norm_weight, double eps,
-                           const LinearWeights& gate, const LinearWeights& up, const LinearWeights& down);
+                           const LinearWeights& gate, const LinearWeights& up, const LinearWeights& down,
+                           bool skip_output = false);
 
 // The reference: at::silu(gate) * up, differentiated by autograd.
 torch::Tensor swiglu_reference(const torch::Tensor& gate, const torch::Tensor& up);

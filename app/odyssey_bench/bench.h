@@ -51,6 +51,7 @@ struct Options {
   std::string optimizer = "adamw";         // adamw|adamw-fp32|galore|q-galore|zero1|zero2|zero2-offload
   std::int64_t galore_rank = 128, galore_gap = 200;
   std::vector<std::int64_t> a2a_bytes;  // --a2a-bytes: the all-to-all alone, back to back
+  std::string rerun_mlp = "skip";       // --rerun-mlp: checkpointed layers' recomputation skips the MLP's GEMMs, or not
   double kept_margin = -1;  // --kept-margin: keep_attention auto's margin below capacity (< 0: the planner's)
   double memory_gib = 0;    // --memory-gib: the planner's memory per GPU (0 = the device's), the allocator capped to it
   std::string allocator_cap;         // what capping the allocator to memory_gib did (cap_gpu_memory's line)

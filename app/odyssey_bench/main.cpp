@@ -18,11 +18,14 @@
 //                 [--ulysses U] [--dp D] [--a2a-bytes B1,B2,...]   (the last three under torchrun)
 //                 [--optimizer adamw|adamw-fp32|galore|q-galore|zero1|zero2|zero2-offload]
 //                 [--galore-rank R] [--galore-gap T]
-//                 [--frontier K] [--frontier-at G1,G2,...] [--kept-margin F]
+//                 [--frontier K] [--frontier-at G1,G2,...] [--kept-margin F] [--rerun-mlp skip|full]
 //
 // --kept-margin F: keep_attention auto keeps attention outputs only while the plan stays F of
 // the capacity below it (default the planner's kKeptAttentionMargin, 0.03); for measuring
 // whether a smaller margin is safe and faster at a budget.
+// --rerun-mlp full: checkpointed layers' recomputations run their fused MLP as forward did
+// (down projection included) instead of skipping its GEMMs (skip, the default and the
+// engine's; docs/training.md): for measuring what the skip saves.
 //
 // --frontier K sweeps memory budgets instead of running one configuration (docs/benchmarks.md,
 // "The speed-memory frontier"): K budgets from 2% above the leanest plan's predicted peak to the

@@ -116,7 +116,11 @@ int parse_options(int argc, char** argv, Options& o) {
       } else if (a == "--galore-rank") o.galore_rank = std::stoll(next());
       else if (a == "--galore-gap") o.galore_gap = std::stoll(next());
       else if (a == "--memory-gib") o.memory_gib = std::stod(next());
-      else if (a == "--kept-margin") {
+      else if (a == "--rerun-mlp") {
+        o.rerun_mlp = next();
+        if (o.rerun_mlp != "skip" && o.rerun_mlp != "full")
+          throw std::invalid_argument("--rerun-mlp takes skip or full");
+      } else if (a == "--kept-margin") {
         o.kept_margin = std::stod(next());
         if (!(o.kept_margin >= 0 && o.kept_margin <= 0.5))
           throw std::invalid_argument("--kept-margin takes a share of the capacity from 0 to 0.5");

@@ -198,6 +198,8 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     if (o.mlp_recompute != "auto") fixed.mlp_recompute_first = std::stoll(o.mlp_recompute);
     const train::MemoryPolicy policy = train::memory_policy(tc, hf, po, fixed);
     train::apply_memory_policy(lm, policy);
+    lm->set_rerun_skips_mlp(o.rerun_mlp == "skip");
+    rec["rerun_mlp"] = o.rerun_mlp;
     rec["offload_activations"] = policy.offload_checkpoints;
     rec["kept_attention_on_host"] = policy.offload_checkpoints;
     rec["mlp_tile_tokens"] = policy.mlp_tile;

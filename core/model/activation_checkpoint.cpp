@@ -13,6 +13,17 @@ namespace {
 
 using Fn = std::function<torch::Tensor(const torch::Tensor&)>;
 
+thread_local int recording_reruns = 0;  // nesting depth of recording re-runs on this thread
+
+// Marks one recording re-run (recomputing_for_backward()) for its scope.
+class RerunScope {
+ public:
+  RerunScope() { ++recording_reruns; }
+  ~RerunScope() { --recording_reruns; }
+  RerunScope(const RerunScope&) = delete;
+  RerunScope& operator=(const RerunScope&) = delete;
+};
+
 // What backward needs besides the saved input: the functions and the RNG states each had in
 // forward.
 struct Recompute : torch::CustomClassHolder {
@@ -95,7 +106,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     std::vector<torch::Tensor> inputs{saved.detach()};
     saved = torch::Tensor();
     for (std::size_t j = 0; j + 1 < state->fns.size(); ++j) {
-      torch::NoGradGuard no_grad;
+      torch::NoGradGuard no_grad;  // values read: not a recording re-run
       ForwardRng rng(*state, j);
       inputs.push_back(state->fns[j](inputs[j]));
     }
@@ -107,6 +118,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
       {
         ForwardRng rng(*state, j);
         torch::AutoGradMode enable(true);
+        RerunScope rerun;
         y = state->fns[j](x);
       }
       if (!y.requires_grad() || !grad.defined()) return {torch::Tensor(), torch::Tensor()};
@@ -118,6 +130,8 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
 };
 
 }  // namespace
+
+bool recomputing_for_backward() { return recording_reruns > 0; }
 
 torch::Tensor checkpointed(std::function<torch::Tensor(const torch::Tensor&)> fn, const torch::Tensor& input,
                            const std::shared_ptr<OffloadChain>& offload) {

@@ -33,6 +33,15 @@ using kernels::offloaded_bytes_total;
 torch::Tensor checkpointed(std::function<torch::Tensor(const torch::Tensor&)> fn, const torch::Tensor& input,
                            const std::shared_ptr<OffloadChain>& offload = nullptr);
 
+// True on the calling thread while a checkpoint's backward re-runs one of its functions with
+// recording on. That re-run's output is only back-propagated through, never read, so an op
+// whose output feeds nothing but a sum with other branches may leave its value uncomputed
+// (zeros) and do in backward only what backward needs: the fused MLP of a checkpointed layer
+// skips its three forward GEMMs this way (MlpImpl, kernels::rms_norm_mlp's skip_output), since
+// its backward recomputes gate and up anyway. Not set while a segment rebuilds its later inputs
+// (those values are read).
+bool recomputing_for_backward();
+
 // A checkpoint segment (layers_per_checkpoint, docs/training.md "Checkpoint segments"):
 // fns[0], fns[1], … applied in turn, keeping only the first one's input (on the GPU or in
 // `offload`), one stored input for fns.size() layers. Backward first re-runs fns[0 .. k-2]

@@ -270,10 +270,13 @@ torch::Tensor MlpImpl::compute(const torch::Tensor& x, const NormSource* src,
     const torch::Tensor act = gelu ? torch::gelu(gate, "tanh") : torch::silu(gate);
     return down_proj(gate_up_proj ? up * act : act * up);  // Phi3MLP: up * act(gate)
   }
-  if (fused && recompute && src != nullptr && torch::GradMode::is_enabled() && gate_proj->fused_projection() &&
-      up_proj->fused_projection() && down_proj->fused_projection())
+  // In a checkpointed layer's recomputation (src given: forward_split's MLP, whose output only
+  // meets the residual sum) nothing reads the output: rms_norm_mlp skips the forward GEMMs there.
+  const bool rerun = skip_in_rerun && src != nullptr && recomputing_for_backward();
+  if (fused && (recompute || rerun) && src != nullptr && torch::GradMode::is_enabled() &&
+      gate_proj->fused_projection() && up_proj->fused_projection() && down_proj->fused_projection())
     return kernels::rms_norm_mlp(x, src->input, src->weight, src->eps, gate_proj->fused_weights(),
-                                 up_proj->fused_weights(), down_proj->fused_weights());
+                                 up_proj->fused_weights(), down_proj->fused_weights(), /*skip_output=*/rerun);
   if (fused) {
     const torch::Tensor gate = gate_proj->forward_normed(x, src), up = up_proj->forward_normed(x, src);
     if (!down_proj->fused_projection()) return down_proj(kernels::swiglu(gate, up));
@@ -433,6 +436,11 @@ void CausalLMImpl::set_fused_kernels(bool on) {
     if (auto* l = dynamic_cast<DecoderLayerImpl*>(m.get())) l->fused = on && l->fusable;
     if (auto* l = dynamic_cast<LinearImpl*>(m.get())) l->lora_in_input_dtype = on;
   }
+}
+
+void CausalLMImpl::set_rerun_skips_mlp(bool on) {
+  for (auto& layer : model->layer_list)
+    if (layer->mlp) layer->mlp->skip_in_rerun = on;
 }
 
 torch::Tensor CausalLMImpl::lm_head_weight() const { return lm_head ? lm_head->weight : model->embed_tokens->weight; }

@@ -239,7 +239,9 @@ class MlpImpl : public torch::nn::Module {
   // With tile_tokens > 0 and more tokens than that (tiled MLP, docs/training.md): the tokens
   // run through the MLP a tile at a time; under autograd each tile is checkpointed, so its
   // gate/up/activation exist only while that tile computes or recomputes in backward.
-  // src: the norm x came from (fused path; used when the MLP is not tiled), or null.
+  // src: the norm x came from (fused path; used when the MLP is not tiled), or null. Given
+  // only where the caller adds the output to the residual and reads it nowhere else, so a
+  // checkpointed layer's recomputation may leave it uncomputed (rms_norm_mlp's skip_output).
   // offload: where the fused, untiled MLP keeps gate and up for backward (kernels::swiglu_down's
   // offload), or null: on the device. Not used when the MLP recomputes them (recompute).
   torch::Tensor forward(const torch::Tensor& x, const NormSource* src = nullptr,
@@ -251,6 +253,10 @@ class MlpImpl : public torch::nn::Module {
   // activation for backward, which recomputes them (kernels::rms_norm_mlp; the memory planner's
   // MLP recomputation, CausalLMImpl::set_mlp_recompute_layers).
   bool recompute = false;
+  // In a checkpointed layer's recomputation, skip the forward GEMMs (rms_norm_mlp's
+  // skip_output; CausalLMImpl::set_rerun_skips_mlp). Off: the re-run computes the MLP as its
+  // forward did (kept for measuring the difference: odyssey-bench --rerun-mlp full).
+  bool skip_in_rerun = true;
 
  private:
   torch::Tensor compute(const torch::Tensor& x, const NormSource* src,
@@ -517,6 +523,9 @@ class CausalLMImpl : public torch::nn::Module {
   // DecoderOptions::fused_kernels); adapters added later follow the setting.
   void set_fused_kernels(bool on);
   bool fused_kernels() const { return options_.fused_kernels; }
+  // Whether checkpointed layers' recomputations skip their fused MLP's forward GEMMs
+  // (MlpImpl::skip_in_rerun; on by default, the gradients identical either way).
+  void set_rerun_skips_mlp(bool on);
 
   // lm_head.weight, or model.embed_tokens.weight when tied.
   torch::Tensor lm_head_weight() const;

@@ -435,8 +435,13 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   }
   // Recompute costs (planner/flops.h's conventions; LoRA's small matrices left out). A GPU's
   // attention covers its tokens' queries against the whole sequence (sp = ulysses · ring).
+  // A checkpointed layer's recomputation runs gate and up but not the down projection where the
+  // MLP is rms_norm_mlp's (skip_output: its backward rebuilds gate and up, nothing reads the
+  // output); the tiled MLP re-runs all three (tile_mlp).
+  t.recompute_down_flops = 2.0 * static_cast<double>(T) * static_cast<double>(s.h * s.i);
   t.recompute_linear_flops =
-      2.0 * static_cast<double>(T) * static_cast<double>(s.h * s.q + 2 * s.h * s.kv + s.q * s.h + 3 * s.h * s.i);
+      2.0 * static_cast<double>(T) * static_cast<double>(s.h * s.q + 2 * s.h * s.kv + s.q * s.h + 2 * s.h * s.i) +
+      (t.mlp_recompute_saved > 0 ? 0.0 : t.recompute_down_flops);
   t.recompute_attention_flops = 2.0 * static_cast<double>(s.d * s.H) * static_cast<double>(batch) *
                                 static_cast<double>(seq) * static_cast<double>(seq) / static_cast<double>(sp);
   // The MLP offload tier: the bytes rms_norm_mlp would not keep, kept on the host instead, on
@@ -444,7 +449,9 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   if (t.mlp_recompute_saved > 0 && t.offload_acts) {
     t.mlp_offload_saved = t.mlp_recompute_saved;
     t.mlp_offload_host = 2 * static_cast<i64>(std::bit_ceil(static_cast<std::uint64_t>(b * s.i * T)));
-    const double forward_s = static_cast<double>(s.L) * (t.recompute_linear_flops + t.recompute_attention_flops) /
+    // (A layer's whole forward: its down projection too, which a recomputation skips here.)
+    const double forward_s = static_cast<double>(s.L) *
+                             (t.recompute_linear_flops + t.recompute_down_flops + t.recompute_attention_flops) /
                              planner::kOffloadLayerFlopsPerSecond;
     const double layers = planner::kHostLinkBytesPerSecond * forward_s / static_cast<double>(t.mlp_offload_saved);
     t.mlp_offload_max = std::min<i64>(s.L, static_cast<i64>(layers));
@@ -503,6 +510,7 @@ void tile_mlp(Terms& t, std::int64_t tile) {
   if (tile <= 0 || t.tokens <= tile || t.mlp_tile > 0 || t.moe) return;
   const i64 T = t.tokens;
   t.mlp_tile = tile;
+  if (t.mlp_recompute_saved > 0) t.recompute_linear_flops += t.recompute_down_flops;  // each tile re-runs it
   t.mlp_recompute_saved = 0;  // the tiles keep no intermediates already
   t.mlp_offload_saved = t.mlp_offload_host = t.mlp_offload_max = 0;
   t.per_token_layer += t.mlp_input_extra - t.mlp_per_token;

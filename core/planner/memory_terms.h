@@ -91,6 +91,7 @@ struct Terms {
   // What recomputing one checkpointed layer costs, in forward FLOPs on this GPU: its
   // projections, and its attention (which a layer keeping its attention output skips).
   double recompute_linear_flops = 0, recompute_attention_flops = 0;
+  double recompute_down_flops = 0;  // the down projection's forward: in recompute_linear_flops unless skipped
 
   // working sets
   std::int64_t loss = 0;

@@ -1387,9 +1387,10 @@ class TestMemoryPlanner : public QObject {
     QCOMPARE(t.mlp_offload_host, 2 * 512 * std::int64_t{1} << 20);
     QVERIFY(p.host_bytes >= p.mlp_offloaded_layers * t.mlp_offload_host);
     // The cap: what kHostLinkBytesPerSecond moves in the layers' forward time at
-    // kOffloadLayerFlopsPerSecond.
-    const double window =
-        24 * (t.recompute_linear_flops + t.recompute_attention_flops) / planner::kOffloadLayerFlopsPerSecond;
+    // kOffloadLayerFlopsPerSecond (the whole forward: the down projection a checkpointed
+    // layer's recomputation skips included).
+    const double window = 24 * (t.recompute_linear_flops + t.recompute_down_flops + t.recompute_attention_flops) /
+                          planner::kOffloadLayerFlopsPerSecond;
     QCOMPARE(t.mlp_offload_max,
              std::min<std::int64_t>(24, static_cast<std::int64_t>(planner::kHostLinkBytesPerSecond * window /
                                                                   static_cast<double>(t.mlp_offload_saved))));

@@ -668,6 +668,48 @@ class TstTrainParity : public QObject {
     for (auto& p : pa) QVERIFY2(torch::equal(p.value(), pb[p.key()]), p.key().c_str());
   }
 
+  // A checkpointed layer's recomputation on the fused path runs its MLP as rms_norm_mlp with
+  // skip_output (no forward GEMM: nothing reads that re-run's output), whose backward is the
+  // MLP recomputation tier's. So every layer checkpointed equals every layer recomputing only
+  // its MLP, bit for bit (loss, gradient norm and the updated parameters); and against the
+  // oracles with kept attention, LoRA on 16-bit and on 4-bit bases (what the planner runs).
+  void checkpointedFusedEqualsMlpRecompute() {
+    const Reference& R = reference("lora");
+    const auto steps = batches(R);
+    StepEngine mlp = engine(R, true), ckpt = engine(R, true);
+    const auto n = static_cast<std::size_t>(ckpt.model()->config().hf.num_hidden_layers);
+    mlp.model()->set_fused_kernels(true);
+    mlp.model()->set_mlp_recompute_layers(std::vector<bool>(n, true));
+    ckpt.model()->set_fused_kernels(true);
+    ckpt.model()->set_checkpoint_layers(std::vector<bool>(n, true));
+    for (const auto& s : steps) {
+      const StepResult a = mlp.step(s), b = ckpt.step(s);
+      QCOMPARE(b.loss, a.loss);
+      QCOMPARE(b.grad_norm, a.grad_norm);
+    }
+    auto pa = mlp.model()->named_parameters(true), pb = ckpt.model()->named_parameters(true);
+    for (auto& p : pa) QVERIFY2(torch::equal(p.value(), pb[p.key()]), p.key().c_str());
+  }
+  void loraCheckpointedFusedMatchesPeft() {
+    check_loop("lora", true, [](CausalLM& lm) {
+      const auto n = static_cast<std::size_t>(lm->config().hf.num_hidden_layers);
+      lm->set_fused_kernels(true);
+      lm->set_checkpoint_layers(std::vector<bool>(n, true));
+      lm->set_keep_attention_layers(std::vector<bool>(n, true));
+    });
+  }
+  void qloraCheckpointedFusedMatchesPeftBitsandbytes() {
+    check_loop(
+        "qlora", true,
+        [](CausalLM& lm) {
+          const auto n = static_cast<std::size_t>(lm->config().hf.num_hidden_layers);
+          lm->set_fused_kernels(true);
+          lm->set_checkpoint_layers(std::vector<bool>(n, true));
+          lm->set_keep_attention_layers(std::vector<bool>(n, true));
+        },
+        false, kQlora);
+  }
+
   void qloraAdapterLoadsInPeft() {
     // The adapter Odyssey trains on a bitsandbytes 4-bit checkpoint, loaded by PEFT onto that
     // checkpoint as transformers reads it: the logits agree within bitsandbytes' CPU kernel's

@@ -211,7 +211,7 @@ class TstSwiglu : public QObject {
     }
     const Tensor gy = randn({1, tokens, hidden});
     const double scaling = 0.5;
-    auto run = [&](bool fused, torch::ScalarType dtype) {
+    auto run = [&](bool fused, torch::ScalarType dtype, bool skip_output = false) {
       const Tensor x = leaf(x0, dtype), res = leaf(res0, dtype), nw = leaf(nw0, dtype);
       const auto adt = dtype == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
       auto [n, sum] = fused ? add_rms_norm(x, res, nw, kEps) : add_rms_norm_reference(x, res, nw, kEps);
@@ -232,7 +232,7 @@ class TstSwiglu : public QObject {
       LinearWeights fw[3] = {w[0], w[1], w[2]};  // the fused op's: 4-bit bases in place of the weights
       if (quant)
         for (int p = 0; p < 3; ++p) fw[p].weight = Tensor(), fw[p].quant = q0[p];
-      const Tensor y = fused ? rms_norm_mlp(n, sum, nw, kEps, fw[0], fw[1], fw[2])
+      const Tensor y = fused ? rms_norm_mlp(n, sum, nw, kEps, fw[0], fw[1], fw[2], skip_output)
                              : layer(swiglu_reference(layer(n, w[0]), layer(n, w[1])), w[2]);
       // The norm's sum feeds the residual stream too (h + mlp(n) in the decoder).
       ((y.to(torch::kFloat64) * gy).sum() + (sum.to(torch::kFloat64) * x0).sum()).backward();
@@ -242,8 +242,16 @@ class TstSwiglu : public QObject {
     };
     const auto truth = run(false, torch::kFloat64);
     for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
-      expect_like_layers(run(true, dtype), run(false, dtype), truth, dtype);  // y, then each leaf's gradient
+      const auto fused = run(true, dtype);
+      expect_like_layers(fused, run(false, dtype), truth, dtype);  // y, then each leaf's gradient
       if (QTest::currentTestFailed()) return;
+      // skip_output (a checkpointed layer's recomputation): no value, zeros; every gradient
+      // bit for bit the computed run's (backward recomputes the adapters' r-wide outputs).
+      const auto skipped = run(true, dtype, true);
+      QCOMPARE(skipped.size(), fused.size());
+      QVERIFY(torch::equal(skipped[0], torch::zeros_like(fused[0])));
+      for (std::size_t k = 1; k < fused.size(); ++k)
+        QVERIFY2(torch::equal(skipped[k], fused[k]), qPrintable(QString("skip_output: gradient %1 differs").arg(k)));
     }
   }
 
