@@ -53,7 +53,10 @@ torch::Tensor linear_forward(const torch::Tensor& x, const LinearWeights& w, tor
   if (w.lora_a.defined()) {
     const auto dt = x.scalar_type();
     *lora_out = at::linear(x2, w.lora_a.to(dt));
-    y = y + at::linear(*lora_out, w.lora_b.to(dt)) * w.lora_scaling;
+    // The adapter's product accumulated into the base output by its own GEMM (beta = 1, the
+    // scaling as alpha, one rounding): no [N, out] temporaries. PEFT's y + B(A(x)) * scaling
+    // writes three of them and reads them back (bf16: 6 passes over [N, out] against 2).
+    y.addmm_(*lora_out, w.lora_b.to(dt).t(), /*beta=*/1, /*alpha=*/w.lora_scaling);
   }
   std::vector<std::int64_t> shape = x.sizes().vec();
   shape.back() = w.out_features();
@@ -73,8 +76,9 @@ LinearBackward linear_input_grad(const torch::Tensor& dy, const LinearWeights& w
     b.input_grad = at::mm(dy, w.quant ? w.dense(dy.scalar_type()) : w.weight);
   }
   if (w.lora_a.defined()) {
-    b.ds = dy * w.lora_scaling;
-    b.da = at::mm(b.ds, w.lora_b.to(dtype));
+    // The scaling goes into the small factor: d(x A^T) = dy (scaling B), not (scaling dy) B,
+    // which would write and read an [N, out] copy of dy.
+    b.da = at::mm(dy, (w.lora_b * w.lora_scaling).to(dtype));
     b.input_grad.addmm_(b.da, w.lora_a.to(dtype));
   }
   return b;
@@ -117,7 +121,8 @@ LinearGrads linear_weight_grads(const LinearBackward& b, const torch::Tensor& x,
       const torch::Tensor a = lora_out.defined()
                                   ? lora_out.reshape({-1, lora_out.size(-1)})
                                   : at::linear(x.reshape({-1, x.size(-1)}), w.lora_a.to(x.scalar_type()));
-      g.lora_b = at::mm(b.ds.t(), a).to(w.lora_b.scalar_type());
+      // dB = scaling dy^T (x A^T), the scaling applied to the [out, r] product.
+      g.lora_b = at::mm(b.dy.t(), a).to(w.lora_b.scalar_type()).mul_(w.lora_scaling);
     }
   }
   return g;

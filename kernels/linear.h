@@ -35,11 +35,11 @@ void check_linear(const LinearWeights& w, std::int64_t in, const char* what);
 // y for x [..., in]; *lora_out = x A^T (in x's dtype, [..., r]) when there is an adapter.
 torch::Tensor linear_forward(const torch::Tensor& x, const LinearWeights& w, torch::Tensor* lora_out);
 
-// Backward of linear_forward. dy: [N, out] (flattened). input_grad = dy W (+ (scaling dy B) A), [N, in];
+// Backward of linear_forward. dy: [N, out] (flattened). input_grad = dy W (+ (dy scaling B) A), [N, in];
 // with `into` ([N, in], x's dtype) defined, the products are added to it in place (the GEMMs'
 // beta = 1, no separate add) and input_grad is `into`.
 struct LinearBackward {
-  torch::Tensor dy, ds, da;  // dy, scaling * dy and the gradient of x A^T (adapter only)
+  torch::Tensor dy, da;  // dy and the gradient of x A^T (adapter only)
   torch::Tensor input_grad;
 };
 LinearBackward linear_input_grad(const torch::Tensor& dy, const LinearWeights& w, torch::ScalarType dtype,

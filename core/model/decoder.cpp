@@ -41,9 +41,12 @@ torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
     // Autocast's rule: the fp32 adapter weights are cast to the input's dtype for the two
     // products, so autograd keeps the (shared) input instead of an fp32 copy per adapter;
     // the weights' gradients come back in fp32.
+    // The adapter's product is accumulated onto the base output by its GEMM (addmm, the
+    // scaling as alpha), as kernels/linear.h's projections do: no [N, out] temporaries.
     const auto dt = x.scalar_type();
     torch::Tensor in = lora_dropout > 0.0 ? torch::dropout(x, lora_dropout, is_training()) : x;
-    return y + at::linear(at::linear(in, lora_A->weight.to(dt)), lora_B->weight.to(dt)) * lora_scaling;
+    const torch::Tensor a = at::linear(in.reshape({-1, in.size(-1)}), lora_A->weight.to(dt));
+    return at::addmm(y.reshape({-1, y.size(-1)}), a, lora_B->weight.to(dt).t(), 1, lora_scaling).view(y.sizes());
   }
   // Adapters are kept in fp32 whatever the base dtype (PEFT's autocast_adapter_dtype): the
   // input is cast to theirs and the update back to the base output's.
