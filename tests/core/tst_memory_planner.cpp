@@ -875,7 +875,10 @@ class TestMemoryPlanner : public QObject {
                                  "2026-12-03-h200-frontier-parked-odyssey.jsonl",
                                  "2026-12-02-h200-planner-heldout.jsonl",
                                  "2026-12-05-h100-kept-margin-odyssey.jsonl",
-                                 "2026-12-05-h100-kept-margin-qwen-odyssey.jsonl"};
+                                 "2026-12-05-h100-kept-margin-qwen-odyssey.jsonl",
+                                 "2026-12-05-h100-qlora-head-odyssey.jsonl",
+                                 "2026-12-05-h100-rerun-skip-odyssey.jsonl",
+                                 "2026-12-05-h100-lora-addmm-odyssey.jsonl"};
     int lines = 0;
     double worst = 0;  // the most negative (predicted - measured) / measured
     std::string where;
