@@ -348,6 +348,34 @@ std::vector<Replanned> check_bench_lines(const QString& file, const char* kind) 
   return out;
 }
 
+// The measured odyssey-bench lines (docs/bench-results/) the tests re-plan, by group; each group's
+// test checks what its lines show, and keptMarginAboveEveryUnderPrediction takes every group.
+using Files = std::vector<const char*>;
+const Files kCalibrationFiles = {"2026-12-01-h200-late-lease-b-odyssey.jsonl",
+                                 "2026-12-01-h200-mlp-offload-odyssey.jsonl"};
+const Files kGemma2Files = {"2026-12-04-h200-gemma2-tiled-fast.jsonl", "2026-12-04-h200-gemma2-liger-odyssey.jsonl",
+                            "2026-12-04-h200-gemma2-kept-tiles.jsonl"};
+const Files kKeptMarginFiles = {"2026-12-05-h100-kept-margin-odyssey.jsonl",
+                                "2026-12-05-h100-kept-margin-qwen-odyssey.jsonl"};
+const Files kQloraFiles = {"2026-12-02-h200-qlora-fused-odyssey.jsonl", "2026-12-02-h200-qlora-fused-long.jsonl",
+                           "2026-12-02-h200-qlora-fused-l3-odyssey.jsonl",
+                           // The 70B shape at 16K in 48 GiB with ZeRO-Offload on one GPU.
+                           "2026-12-04-h200-qlora-70b-zero-offload.jsonl",
+                           // The 70B shape at 131,072 tokens in 80 GiB, two layers per stored input.
+                           "2026-12-05-h200-qlora-long.jsonl"};
+const Files kMoeFiles = {"2026-12-04-h200-moe-qlora.jsonl", "2026-12-04-h200-moe-rows-qlora.jsonl",
+                         "2026-12-04-h200-moe-rows-odyssey.jsonl"};
+const Files kFrontierFiles = {
+    "2026-12-03-h200-frontier-small-odyssey.jsonl", "2026-12-03-h200-frontier-7b-24k-odyssey.jsonl",
+    "2026-12-03-h200-frontier-7b-32k-odyssey.jsonl", "2026-12-03-h200-frontier-parked-odyssey.jsonl"};
+const Files kHeldOutFiles = {"2026-12-02-h200-planner-heldout.jsonl"};
+// 2026-12-05 evening, an H100: QLoRA and 7B rows at the anchors' peaks, before and after the
+// recomputation's MLP skip and LoRA's addmm (docs/benchmarks.md); re-planned by the margin test.
+const Files kRerunFiles = {"2026-12-05-h100-qlora-head-odyssey.jsonl", "2026-12-05-h100-rerun-skip-odyssey.jsonl",
+                           "2026-12-05-h100-lora-addmm-odyssey.jsonl"};
+
+QString bench_file(const char* name) { return QStringLiteral(ODYSSEY_SOURCE_DIR) + "/docs/bench-results/" + name; }
+
 }  // namespace
 
 class TestMemoryPlanner : public QObject {
@@ -786,10 +814,8 @@ class TestMemoryPlanner : public QObject {
   // docs/benchmarks.md), re-planned by the code that reads the held-out lines below, so that
   // code runs on real lines in every build, not only once the held-out file exists.
   void calibrationLinesReplan() {
-    for (const char* f : {"docs/bench-results/2026-12-01-h200-late-lease-b-odyssey.jsonl",
-                          "docs/bench-results/2026-12-01-h200-mlp-offload-odyssey.jsonl"}) {
-      const std::vector<Replanned> rows =
-          check_bench_lines(QStringLiteral(ODYSSEY_SOURCE_DIR) + "/" + f, "calibration");
+    for (const char* f : kCalibrationFiles) {
+      const std::vector<Replanned> rows = check_bench_lines(bench_file(f), "calibration");
       if (QTest::currentTestFailed()) return;
       QVERIFY2(!rows.empty(), f);
       for (const Replanned& r : rows) QVERIFY(kCalibrationShapes.contains(QString::fromStdString(r.shape).toLower()));
@@ -803,10 +829,8 @@ class TestMemoryPlanner : public QObject {
   // planner gave unfused blocks fp32 adapter inputs).
   void gemma2LinesReplan() {
     int measured = 0;
-    for (const char* f : {"docs/bench-results/2026-12-04-h200-gemma2-tiled-fast.jsonl",
-                          "docs/bench-results/2026-12-04-h200-gemma2-liger-odyssey.jsonl",
-                          "docs/bench-results/2026-12-04-h200-gemma2-kept-tiles.jsonl"}) {
-      const std::vector<Replanned> rows = check_bench_lines(QStringLiteral(ODYSSEY_SOURCE_DIR) + "/" + f, "Gemma-2");
+    for (const char* f : kGemma2Files) {
+      const std::vector<Replanned> rows = check_bench_lines(bench_file(f), "Gemma-2");
       if (QTest::currentTestFailed()) return;
       measured += static_cast<int>(rows.size());
     }
@@ -823,10 +847,8 @@ class TestMemoryPlanner : public QObject {
   // 1.5B LoRA 24K), where the 3% margin moved one MLP out of the offload tier.
   void keptMarginLinesReplan() {
     std::vector<Replanned> rows;
-    for (const char* f :
-         {"2026-12-05-h100-kept-margin-odyssey.jsonl", "2026-12-05-h100-kept-margin-qwen-odyssey.jsonl"}) {
-      const std::vector<Replanned> some =
-          check_bench_lines(QStringLiteral(ODYSSEY_SOURCE_DIR) + "/docs/bench-results/" + f, "kept margin");
+    for (const char* f : kKeptMarginFiles) {
+      const std::vector<Replanned> some = check_bench_lines(bench_file(f), "kept margin");
       if (QTest::currentTestFailed()) return;
       rows.insert(rows.end(), some.begin(), some.end());
     }
@@ -856,35 +878,15 @@ class TestMemoryPlanner : public QObject {
   // largest under-prediction among every measured line the tests re-plan: keeping attention
   // outputs is for speed and must not run a job out of memory where the plan fits.
   void keptMarginAboveEveryUnderPrediction() {
-    const char* const files[] = {"2026-12-01-h200-late-lease-b-odyssey.jsonl",
-                                 "2026-12-01-h200-mlp-offload-odyssey.jsonl",
-                                 "2026-12-04-h200-gemma2-tiled-fast.jsonl",
-                                 "2026-12-04-h200-gemma2-liger-odyssey.jsonl",
-                                 "2026-12-04-h200-gemma2-kept-tiles.jsonl",
-                                 "2026-12-02-h200-qlora-fused-odyssey.jsonl",
-                                 "2026-12-02-h200-qlora-fused-long.jsonl",
-                                 "2026-12-02-h200-qlora-fused-l3-odyssey.jsonl",
-                                 "2026-12-04-h200-qlora-70b-zero-offload.jsonl",
-                                 "2026-12-05-h200-qlora-long.jsonl",
-                                 "2026-12-04-h200-moe-qlora.jsonl",
-                                 "2026-12-04-h200-moe-rows-qlora.jsonl",
-                                 "2026-12-04-h200-moe-rows-odyssey.jsonl",
-                                 "2026-12-03-h200-frontier-small-odyssey.jsonl",
-                                 "2026-12-03-h200-frontier-7b-24k-odyssey.jsonl",
-                                 "2026-12-03-h200-frontier-7b-32k-odyssey.jsonl",
-                                 "2026-12-03-h200-frontier-parked-odyssey.jsonl",
-                                 "2026-12-02-h200-planner-heldout.jsonl",
-                                 "2026-12-05-h100-kept-margin-odyssey.jsonl",
-                                 "2026-12-05-h100-kept-margin-qwen-odyssey.jsonl",
-                                 "2026-12-05-h100-qlora-head-odyssey.jsonl",
-                                 "2026-12-05-h100-rerun-skip-odyssey.jsonl",
-                                 "2026-12-05-h100-lora-addmm-odyssey.jsonl"};
+    Files files;
+    for (const Files* group : {&kCalibrationFiles, &kGemma2Files, &kQloraFiles, &kMoeFiles, &kFrontierFiles,
+                               &kHeldOutFiles, &kKeptMarginFiles, &kRerunFiles})
+      files.insert(files.end(), group->begin(), group->end());
     int lines = 0;
     double worst = 0;  // the most negative (predicted - measured) / measured
     std::string where;
     for (const char* f : files) {
-      const std::vector<Replanned> rows =
-          check_bench_lines(QStringLiteral(ODYSSEY_SOURCE_DIR) + "/docs/bench-results/" + f, "margin");
+      const std::vector<Replanned> rows = check_bench_lines(bench_file(f), "margin");
       if (QTest::currentTestFailed()) return;
       for (const Replanned& r : rows) {
         if (r.oom) continue;
@@ -907,14 +909,8 @@ class TestMemoryPlanner : public QObject {
   // segments), each re-planned from its own settings: within ±10%, the OOM planned not to fit.
   void qloraLinesReplan() {
     int measured = 0;
-    for (const char* f : {"docs/bench-results/2026-12-02-h200-qlora-fused-odyssey.jsonl",
-                          "docs/bench-results/2026-12-02-h200-qlora-fused-long.jsonl",
-                          "docs/bench-results/2026-12-02-h200-qlora-fused-l3-odyssey.jsonl",
-                          // The 70B shape at 16K in 48 GiB with ZeRO-Offload on one GPU.
-                          "docs/bench-results/2026-12-04-h200-qlora-70b-zero-offload.jsonl",
-                          // The 70B shape at 131,072 tokens in 80 GiB, two layers per stored input.
-                          "docs/bench-results/2026-12-05-h200-qlora-long.jsonl"}) {
-      const std::vector<Replanned> rows = check_bench_lines(QStringLiteral(ODYSSEY_SOURCE_DIR) + "/" + f, "QLoRA");
+    for (const char* f : kQloraFiles) {
+      const std::vector<Replanned> rows = check_bench_lines(bench_file(f), "QLoRA");
       if (QTest::currentTestFailed()) return;
       for (const Replanned& r : rows) {
         QVERIFY2(r.label.find("4-bit nf4") != std::string::npos, r.label.c_str());
@@ -931,10 +927,8 @@ class TestMemoryPlanner : public QObject {
   // counted the experts' SwiGLU output as kept with the experts frozen).
   void moeLinesReplan() {
     int measured = 0;
-    for (const char* f : {"docs/bench-results/2026-12-04-h200-moe-qlora.jsonl",
-                          "docs/bench-results/2026-12-04-h200-moe-rows-qlora.jsonl",
-                          "docs/bench-results/2026-12-04-h200-moe-rows-odyssey.jsonl"}) {
-      const std::vector<Replanned> rows = check_bench_lines(QStringLiteral(ODYSSEY_SOURCE_DIR) + "/" + f, "MoE");
+    for (const char* f : kMoeFiles) {
+      const std::vector<Replanned> rows = check_bench_lines(bench_file(f), "MoE");
       if (QTest::currentTestFailed()) return;
       for (const Replanned& r : rows) QCOMPARE(QString::fromStdString(r.shape), QStringLiteral("qwen3-30b-a3b"));
       measured += static_cast<int>(rows.size());
@@ -951,10 +945,8 @@ class TestMemoryPlanner : public QObject {
   // within ±10% of the measured peak, from the leanest budget to the whole GPU.
   void frontierLinesArePredicted() {
     int points = 0;
-    for (const char* name : {"small", "7b-24k", "7b-32k", "parked"}) {
-      const QString file = QStringLiteral(ODYSSEY_SOURCE_DIR) + "/docs/bench-results/2026-12-03-h200-frontier-" + name +
-                           "-odyssey.jsonl";
-      const std::vector<Replanned> rows = check_bench_lines(file, "frontier");
+    for (const char* f : kFrontierFiles) {
+      const std::vector<Replanned> rows = check_bench_lines(bench_file(f), "frontier");
       if (QTest::currentTestFailed()) return;
       points += static_cast<int>(rows.size());
     }
@@ -962,8 +954,7 @@ class TestMemoryPlanner : public QObject {
   }
 
   void heldOutLinesArePredicted() {
-    const QString file =
-        QStringLiteral(ODYSSEY_SOURCE_DIR) + "/docs/bench-results/2026-12-02-h200-planner-heldout.jsonl";
+    const QString file = bench_file(kHeldOutFiles.front());
     QVERIFY2(QFile::exists(file), qPrintable(file + " is missing: the planner's held-out validation has no data "
                                                     "(docs/memory-planner.md says how it is measured)"));
     const std::vector<Replanned> rows = check_bench_lines(file, "held out");
