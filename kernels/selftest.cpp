@@ -13,6 +13,7 @@
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
 #include "kernels/attention_tile.h"
+#include "kernels/decode_attention.h"
 
 namespace odyssey::kernels {
 namespace {
@@ -164,6 +165,33 @@ Case attention_tile_case(const torch::Device& dev, std::int64_t groups, std::int
   };
   c.fused = run(true);
   c.reference = run(false);
+  c.exact = c.reference;  // in float64
+  return c;
+}
+
+// Decode attention (decode_attention.h): `batch` rows of one query per head against a cache of
+// `length` slots, the first rows left-padded (their first slots not kept) and a random tenth of
+// the other slots dropped; q and k of a few units so the softmax is not flat.
+Case decode_attention_case(const torch::Device& dev, std::int64_t batch, std::int64_t q_heads, std::int64_t kv_heads,
+                           std::int64_t length, std::int64_t head_dim) {
+  Case c;
+  c.kernel = "decode_attention " + std::to_string(batch) + "x" + std::to_string(q_heads) + "/" +
+             std::to_string(kv_heads) + "x" + std::to_string(length) + "x" + std::to_string(head_dim);
+  c.output_names = {"out"};
+  c.input_names = {"q", "k", "v", "keep"};
+  const auto o = torch::TensorOptions().device(dev);
+  torch::Tensor keep = torch::rand({batch, length}, o).gt(0.1);
+  for (std::int64_t b = 0; b < batch; b += 2) keep[b].narrow(0, 0, std::min(length - 1, 7 * (b + 1))).fill_(false);
+  keep.select(1, length - 1).fill_(true);  // every row keeps its newest slot
+  c.inputs = {torch::randn({batch, q_heads, head_dim}, o), 0.3 * torch::randn({batch, kv_heads, length, head_dim}, o),
+              torch::randn({batch, kv_heads, length, head_dim}, o), keep};
+  c.differentiable = {false, false, false, false};
+  c.cotangents = {torch::randn({batch, q_heads, head_dim}, o)};
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  c.fused = [scale](const Tensors& in) { return Tensors{decode_attention(in[0], in[1], in[2], in[3], scale)}; };
+  c.reference = [scale](const Tensors& in) {
+    return Tensors{decode_attention_reference(in[0], in[1], in[2], in[3], scale)};
+  };
   c.exact = c.reference;  // in float64
   return c;
 }
@@ -515,6 +543,13 @@ std::vector<SelftestRow> run_selftest(const torch::Device& device) {
     cases.push_back(attention_tile_case(device, 16, 192, 4287, 4096, 50.0));
     cases.push_back(attention_tile_case(device, 4, 77, 1000, 300, 2.0));
     cases.push_back(attention_tile_case(device, 4, 77, 1000, 0, 0.0));
+    // Decode steps: Qwen2.5-7B's heads (28 over 4) at batch 1 and 16 against a 1,280-slot cache,
+    // Gemma-2's 256-wide heads (16 over 8), 16 query heads per KV head over a long cache, 64 wide.
+    cases.push_back(decode_attention_case(device, 1, 28, 4, 1280, 128));
+    cases.push_back(decode_attention_case(device, 16, 28, 4, 1280, 128));
+    cases.push_back(decode_attention_case(device, 3, 16, 8, 999, 256));
+    cases.push_back(decode_attention_case(device, 2, 16, 1, 32768, 128));
+    cases.push_back(decode_attention_case(device, 5, 12, 4, 77, 64));
   } else {
     cases.push_back(rms_case(device, 37, 200));
     cases.push_back(swiglu_case(device, 29, 301));
@@ -529,6 +564,7 @@ std::vector<SelftestRow> run_selftest(const torch::Device& device) {
     cases.push_back(combine_case(device, 37, 3, 50));
     cases.push_back(swiglu_packed_case(device, 29, 37));
     cases.push_back(attention_tile_case(device, 3, 13, 40, 9, 2.0));
+    cases.push_back(decode_attention_case(device, 3, 6, 2, 37, 64));
   }
   std::vector<SelftestRow> rows;
   for (const auto dtype : {torch::kFloat32, torch::kBFloat16})

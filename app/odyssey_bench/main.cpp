@@ -101,7 +101,9 @@
 // tests/gpu/step_checks.cpp (ctest step_checks_cpu, and step_checks_gpu under the label gpu).
 // Exit codes: 0 done, 2 bad arguments, 77 no CUDA device for --device cuda.
 //
-// The parts: bench.h (options.cpp, row.cpp, profile.cpp, common.cpp), this file's main.
+// --decode (first argument) times generation instead: decode_bench.cpp says how.
+//
+// The parts: bench.h (options.cpp, row.cpp, profile.cpp, common.cpp), decode_bench.cpp, this file's main.
 #include <torch/torch.h>
 #if __has_include(<cuda_runtime_api.h>)
 #include <ATen/cuda/CUDAContext.h>
@@ -118,6 +120,7 @@
 
 #include "bench.h"
 #include "chat_template_bench.h"
+#include "decode_bench.h"
 #include "common/json_dump.h"
 #include "config/model_config.h"
 #include "dist/mesh.h"
@@ -129,6 +132,14 @@ using namespace odyssey;
 using namespace odyssey::bench;
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--decode") {
+    try {
+      return bench::decode_bench(argc, argv);
+    } catch (const std::exception& e) {
+      std::cerr << "odyssey-bench --decode: " << e.what() << '\n';
+      return 2;
+    }
+  }
   if (argc > 1 && std::string(argv[1]) == "--chat-template") {
     try {
       return bench::chat_template_bench(argc, argv);

@@ -57,6 +57,8 @@ Result<std::unique_ptr<Session>> Session::open(const SessionOptions& o) {
   if (!m.ok()) return r;
   s->lm_ = m.value.lm;
   s->lm_->eval();
+  // q/k/v and gate/up as one product each in every step (the base never trains here).
+  s->lm_->pack_projections();
   const HfModelConfig& hf = m.value.config.hf;
   // Dynamic NTK scaling is meant to run past max_position_embeddings; other kinds stop there.
   s->max_positions_ = m.value.config.rope.type == "dynamic" ? 0 : hf.max_position_embeddings;

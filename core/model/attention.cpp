@@ -11,6 +11,7 @@
 namespace odyssey::model {
 
 std::string sdp_backend_name(std::int64_t backend) {
+  if (backend == kDecodeKernelRan) return "decode_kernel";
   switch (static_cast<at::SDPBackend>(backend)) {
     case at::SDPBackend::math: return "math";
     case at::SDPBackend::flash_attention: return "flash";

@@ -54,7 +54,11 @@ class AttentionOverride {
   virtual torch::Tensor token_weight() const { return {}; }
 };
 
-// "cudnn", "flash", "efficient", "math" (ATen's SDPBackend values), "unknown" otherwise.
+// What a decode step's attention records when kernels::decode_attention ran it (not an SDPA
+// backend).
+inline constexpr std::int64_t kDecodeKernelRan = 100;
+// "cudnn", "flash", "efficient", "math" (ATen's SDPBackend values), "decode_kernel"
+// (kDecodeKernelRan), "unknown" otherwise.
 std::string sdp_backend_name(std::int64_t backend);
 const char* attention_backend_name(AttentionBackend b);
 

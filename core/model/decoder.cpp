@@ -3,7 +3,10 @@
 #include <ATen/SDPBackend.h>
 
 #include <cmath>
+#include <optional>
+#include <tuple>
 #include <utility>
+#include <vector>
 
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
@@ -54,6 +57,89 @@ torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   if (lora_dropout > 0.0) in = torch::dropout(in, lora_dropout, is_training());
   return y + (at::linear(at::linear(in, lora_A->weight), lora_B->weight) * lora_scaling).to(y.scalar_type());
 }
+
+void LinearImpl::add_adapter_(torch::Tensor y, const torch::Tensor& x) const {
+  if (!lora_A) return;
+  torch::NoGradGuard no_grad;
+  if (lora_in_input_dtype && x.scalar_type() != lora_A->weight.scalar_type()) {  // forward()'s addmm
+    const auto dt = x.scalar_type();
+    y.addmm_(at::linear(x, lora_A->weight.to(dt)), lora_B->weight.to(dt).t(), 1, lora_scaling);
+    return;
+  }
+  const torch::Tensor in = x.to(lora_A->weight.scalar_type());
+  y.add_((at::linear(at::linear(in, lora_A->weight), lora_B->weight) * lora_scaling).to(y.scalar_type()));
+}
+
+namespace {
+
+// The projections `parts` (none 4-bit, all with a bias or none) packed: their weights copied
+// into rows of one [sum out, in] tensor (biases likewise) and each weight (bias) made a view of
+// its rows. {} when they cannot be.
+std::pair<torch::Tensor, torch::Tensor> pack_linears(const std::vector<LinearImpl*>& parts) {
+  for (const LinearImpl* p : parts)
+    if (p == nullptr || p->quantized || !p->weight.defined() || p->bias.defined() != parts[0]->bias.defined() ||
+        p->in_features != parts[0]->in_features || p->weight.scalar_type() != parts[0]->weight.scalar_type() ||
+        p->weight.device() != parts[0]->weight.device())
+      return {};
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> ws, bs;
+  for (const LinearImpl* p : parts) {
+    ws.push_back(p->weight);
+    if (p->bias.defined()) bs.push_back(p->bias);
+  }
+  const torch::Tensor w = torch::cat(ws), b = bs.empty() ? torch::Tensor() : torch::cat(bs);
+  std::int64_t row = 0;
+  for (LinearImpl* p : parts) {
+    const torch::Tensor rows = w.narrow(0, row, p->out_features);
+    p->weight.set_(w.storage(), rows.storage_offset(), rows.sizes(), rows.strides());
+    if (b.defined()) {
+      const torch::Tensor part = b.narrow(0, row, p->out_features);
+      p->bias.set_(b.storage(), part.storage_offset(), part.sizes(), part.strides());
+    }
+    row += p->out_features;
+  }
+  return {w, b};
+}
+
+// Whether every part's weight (and bias) is still its rows of the packed tensors (merge_lora
+// or a load may have replaced one since).
+bool still_packed(const std::vector<LinearImpl*>& parts, const torch::Tensor& w, const torch::Tensor& b) {
+  std::int64_t row = 0;
+  for (const LinearImpl* p : parts) {
+    if (!p->weight.defined() || !p->weight.is_alias_of(w) || p->weight.data_ptr() != w[row].data_ptr() ||
+        p->weight.size(0) != p->out_features)
+      return false;
+    if (b.defined() && (!p->bias.defined() || !p->bias.is_alias_of(b) || p->bias.data_ptr() != b[row].data_ptr()))
+      return false;
+    row += p->out_features;
+  }
+  return row == w.size(0);
+}
+
+// The packed projections' outputs [..., sum out] of x [..., in], without autograd: one product,
+// then each part's adapter added onto its columns.
+torch::Tensor packed_forward(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+                             const std::vector<LinearImpl*>& parts) {
+  const torch::Tensor y = at::linear(x, w, b.defined() ? std::optional<torch::Tensor>(b) : std::nullopt);
+  const torch::Tensor y2 = y.view({-1, y.size(-1)}), x2 = x.reshape({-1, x.size(-1)});
+  std::int64_t col = 0;
+  for (const LinearImpl* p : parts) {
+    p->add_adapter_(y2.narrow(1, col, p->out_features), x2);
+    col += p->out_features;
+  }
+  return y;
+}
+
+// Whether a step may take the packed product: packed, no autograd, and no adapter dropout
+// that forward() would apply.
+bool use_packed(const torch::Tensor& w, const torch::Tensor& b, const std::vector<LinearImpl*>& parts, bool training) {
+  if (!w.defined() || torch::GradMode::is_enabled()) return false;
+  for (const LinearImpl* p : parts)
+    if (p->lora_A && p->lora_dropout > 0.0 && training) return false;
+  return still_packed(parts, w, b);
+}
+
+}  // namespace
 
 torch::Tensor LinearImpl::forward_normed(const torch::Tensor& n, const NormSource* src) {
   if (src == nullptr || !fused_projection()) return forward(n);
@@ -165,6 +251,13 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> AttentionImpl::project(c
     return {qkv.narrow(-1, 0, nq).view({b, s, -1, head_dim}), qkv.narrow(-1, nq, nk).view({b, s, -1, head_dim}),
             qkv.narrow(-1, nq + nk, nk).view({b, s, -1, head_dim})};
   }
+  const std::vector<LinearImpl*> parts{q_proj.get(), k_proj.get(), v_proj.get()};
+  if (use_packed(packed_weight, packed_bias, parts, is_training())) {  // one product for q, k and v
+    const torch::Tensor qkv = packed_forward(x, packed_weight, packed_bias, parts);
+    const std::int64_t nq = q_proj->out_features, nk = k_proj->out_features;
+    return {qkv.narrow(-1, 0, nq).view({b, s, -1, head_dim}), qkv.narrow(-1, nq, nk).view({b, s, -1, head_dim}),
+            qkv.narrow(-1, nq + nk, nk).view({b, s, -1, head_dim})};
+  }
   return {q_proj->forward_normed(x, src).view({b, s, -1, head_dim}),
           k_proj->forward_normed(x, src).view({b, s, -1, head_dim}),
           v_proj->forward_normed(x, src).view({b, s, -1, head_dim})};
@@ -258,9 +351,21 @@ MlpImpl::MlpImpl(const DecoderConfig& c, const torch::TensorOptions& o, std::int
 
 torch::Tensor MlpImpl::compute(const torch::Tensor& x, const NormSource* src,
                                const std::shared_ptr<kernels::OffloadChain>& offload) {
+  // gate and up by one product where they are packed (pack_projections; no autograd).
+  std::optional<std::pair<torch::Tensor, torch::Tensor>> packed;
+  if (gate_proj && up_proj) {
+    const std::vector<LinearImpl*> parts{gate_proj.get(), up_proj.get()};
+    if (use_packed(packed_weight, packed_bias, parts, is_training())) {
+      const torch::Tensor gu = packed_forward(x, packed_weight, packed_bias, parts);
+      const std::int64_t i = gate_proj->out_features;
+      packed.emplace(gu.narrow(-1, 0, i), gu.narrow(-1, i, i));
+    }
+  }
   if (gate_up_proj || gelu) {  // the reference formula (the fused kernels are SwiGLU with separate gate/up)
     torch::Tensor gate, up;
-    if (gate_up_proj) {
+    if (packed) {
+      std::tie(gate, up) = *packed;
+    } else if (gate_up_proj) {
       const torch::Tensor gu = gate_up_proj->forward_normed(x, src);
       if (fused && !gelu) return down_proj(kernels::swiglu_packed(gu));  // Phi3MLP: up * silu(gate), rounded so
       const std::int64_t i = gu.size(-1) / 2;
@@ -281,13 +386,15 @@ torch::Tensor MlpImpl::compute(const torch::Tensor& x, const NormSource* src,
     return kernels::rms_norm_mlp(x, src->input, src->weight, src->eps, gate_proj->fused_weights(),
                                  up_proj->fused_weights(), down_proj->fused_weights(), /*skip_output=*/rerun);
   if (fused) {
-    const torch::Tensor gate = gate_proj->forward_normed(x, src), up = up_proj->forward_normed(x, src);
+    const torch::Tensor gate = packed ? packed->first : gate_proj->forward_normed(x, src);
+    const torch::Tensor up = packed ? packed->second : up_proj->forward_normed(x, src);
     if (!down_proj->fused_projection()) return down_proj(kernels::swiglu(gate, up));
     // The activation is not kept for backward (I elements per token): recomputed there.
     // Gate and up wait in the offload chain when this layer offloads its MLP.
     return kernels::swiglu_down(gate, up, down_proj->fused_weights(),
                                 torch::GradMode::is_enabled() ? offload : nullptr);
   }
+  if (packed) return down_proj(torch::silu(packed->first) * packed->second);
   return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
 }
 
@@ -439,6 +546,26 @@ void CausalLMImpl::set_fused_kernels(bool on) {
     if (auto* l = dynamic_cast<DecoderLayerImpl*>(m.get())) l->fused = on && l->fusable;
     if (auto* l = dynamic_cast<LinearImpl*>(m.get())) l->lora_in_input_dtype = on;
   }
+}
+
+std::int64_t CausalLMImpl::pack_projections() {
+  std::int64_t groups = 0;
+  for (auto& m : modules(/*include_self=*/false)) {
+    if (auto* a = dynamic_cast<AttentionImpl*>(m.get()); a && a->q_proj && !a->packed_weight.defined()) {
+      std::tie(a->packed_weight, a->packed_bias) = pack_linears({a->q_proj.get(), a->k_proj.get(), a->v_proj.get()});
+      groups += a->packed_weight.defined();
+    }
+    if (auto* p = dynamic_cast<MlpImpl*>(m.get()); p && p->gate_proj && !p->packed_weight.defined()) {
+      std::tie(p->packed_weight, p->packed_bias) = pack_linears({p->gate_proj.get(), p->up_proj.get()});
+      groups += p->packed_weight.defined();
+    }
+  }
+  return groups;
+}
+
+void CausalLMImpl::set_decode_kernel(bool on) {
+  for (auto& m : modules(/*include_self=*/false))
+    if (auto* a = dynamic_cast<AttentionImpl*>(m.get())) a->decode_kernel = on;
 }
 
 void CausalLMImpl::set_rerun_skips_mlp(bool on) {

@@ -107,6 +107,10 @@ class LinearImpl : public torch::nn::Module {
   void merge_lora();
   // The base weight in `dtype`: the parameter cast, or the 4-bit weight dequantized.
   torch::Tensor base_weight(torch::ScalarType dtype) const;
+  // Without autograd: adds the adapter's update (as forward() computes it, without dropout) in
+  // place to y [N, out] (any strides with a contiguous last dimension, e.g. this projection's
+  // columns of a packed output) for x [N, in]. Nothing without an adapter.
+  void add_adapter_(torch::Tensor y, const torch::Tensor& x) const;
 
   torch::Tensor weight, bias;
   bool quantized = false;
@@ -220,6 +224,12 @@ class AttentionImpl : public torch::nn::Module {
   bool local_rope = false;  // this layer rotates with LayerContext::cos_local (Gemma-3)
   bool fused = false;
   std::int64_t layer_index = 0;  // its slot in KvCache::k / v
+  // Decode steps on CUDA attend through kernels::decode_attention where it applies (else SDPA
+  // over the cache; CausalLMImpl::set_decode_kernel).
+  bool decode_kernel = true;
+  // q, k and v's weights (and biases) as rows of one tensor (CausalLMImpl::pack_projections):
+  // without autograd, one product for the three. Undefined: not packed.
+  torch::Tensor packed_weight, packed_bias;
 
  private:
   torch::Tensor forward_cached(const torch::Tensor& x, const LayerContext& ctx, const NormSource* src);
@@ -257,6 +267,9 @@ class MlpImpl : public torch::nn::Module {
   // skip_output; CausalLMImpl::set_rerun_skips_mlp). Off: the re-run computes the MLP as its
   // forward did (kept for measuring the difference: odyssey-bench --rerun-mlp full).
   bool skip_in_rerun = true;
+  // gate's and up's weights as rows of one tensor (CausalLMImpl::pack_projections): without
+  // autograd, one product for the two. Undefined: not packed.
+  torch::Tensor packed_weight, packed_bias;
 
  private:
   torch::Tensor compute(const torch::Tensor& x, const NormSource* src,
@@ -526,6 +539,17 @@ class CausalLMImpl : public torch::nn::Module {
   // Whether checkpointed layers' recomputations skip their fused MLP's forward GEMMs
   // (MlpImpl::skip_in_rerun; on by default, the gradients identical either way).
   void set_rerun_skips_mlp(bool on);
+  // For generation (docs/inference.md, "Speed"): every layer's q/k/v and gate/up weights (and
+  // biases) become rows of one tensor per layer, the projections' parameters views of it, so
+  // a step without autograd runs one product for each group (adapters added onto their
+  // columns). 16-bit or fp32 bases only (4-bit ones are left as they are); a projection whose
+  // weight is replaced later (merge_lora) is computed on its own again. Not for training under
+  // ZeRO or a flat-buffer optimizer (the parameters move to the packed storage). Returns the
+  // number of groups packed.
+  std::int64_t pack_projections();
+  // Decode steps' attention through kernels::decode_attention where it applies (on by
+  // default; off: SDPA over the cache, for measuring the difference).
+  void set_decode_kernel(bool on);
 
   // lm_head.weight, or model.embed_tokens.weight when tied.
   torch::Tensor lm_head_weight() const;

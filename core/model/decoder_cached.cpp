@@ -4,6 +4,7 @@
 // indices, as transformers builds them over its cache positions (causal, key padding, and the
 // sliding window counted in slots). Sliding-window layers keep a ring of `window` slots once
 // the cache is longer than the window (KvCache::window).
+#include "kernels/decode_attention.h"
 #include "kernels/rope.h"
 #include "model/decoder.h"
 #include "model/rope.h"
@@ -25,10 +26,22 @@ torch::Tensor attend_all(const torch::Tensor& q, const torch::Tensor& k, const t
 // keep [B, 1, 1, L] bool or undefined (every slot). The query heads that share a KV head are
 // laid out as that head's query rows ([B, Hkv, Hq / Hkv, D]), so no KV head is repeated: one
 // attention over the cache as it is. Soft-capping: transformers' eager formula (masked_attention)
-// on the same layout.
+// on the same layout. With `kernel`, CUDA tensors the decode kernel takes run it instead
+// (kernels/decode_attention.h: split along the cache, one launch and a merge).
 torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               const torch::Tensor& keep, double scale, double softcap, std::int64_t* ran) {
+                               const torch::Tensor& keep, double scale, double softcap, std::int64_t* ran,
+                               bool kernel) {
   const std::int64_t b = q.size(0), hq = q.size(1), hkv = k.size(1), d = q.size(3);
+  if (kernel && softcap <= 0 && q.is_cuda()) {
+    const torch::Tensor q3 = q.select(2, 0);
+    const torch::Tensor all =
+        keep.defined() ? keep.reshape({keep.size(0), k.size(2)})
+                       : torch::ones({1, k.size(2)}, torch::TensorOptions().dtype(torch::kBool).device(k.device()));
+    if (kernels::decode_attention_on_kernel(q3, k, v, all)) {
+      if (ran) *ran = kDecodeKernelRan;
+      return kernels::decode_attention(q3, k, v, all, scale).view({b, hq, 1, d});
+    }
+  }
   const torch::Tensor qg = q.reshape({b, hkv, hq / hkv, d});
   torch::Tensor out;
   if (softcap > 0) {
@@ -77,7 +90,7 @@ torch::Tensor AttentionImpl::forward_cached(const torch::Tensor& x, const LayerC
     ck.index_copy_(2, at, k);
     cv.index_copy_(2, at, v.transpose(1, 2));
     const torch::Tensor& keep = ring ? ctx.keep_ring : sliding ? ctx.keep_window : ctx.keep;
-    const torch::Tensor out = decode_attention(q, ck, cv, keep, scale, softcap, &ran);
+    const torch::Tensor out = decode_attention(q, ck, cv, keep, scale, softcap, &ran, decode_kernel);
     if (ctx.backend_ran) ctx.backend_ran->store(ran);
     return o_proj(out.transpose(1, 2).reshape({b, s, -1}));
   }
@@ -90,7 +103,7 @@ torch::Tensor AttentionImpl::forward_cached(const torch::Tensor& x, const LayerC
     if (s == 1) {
       ck.narrow(2, start % w, 1).copy_(k);
       cv.narrow(2, start % w, 1).copy_(vt);
-      out = decode_attention(q, ck, cv, ctx.keep_ring, scale, softcap, &ran);
+      out = decode_attention(q, ck, cv, ctx.keep_ring, scale, softcap, &ran, decode_kernel);
     } else if (start == 0) {  // a first chunk: the ring holds nothing yet
       out = masked_attention(q, k, vt, ctx.keep_ring.narrow(3, w, s), scale, softcap, ctx.attention, &ran);
     } else {
@@ -113,7 +126,7 @@ torch::Tensor AttentionImpl::forward_cached(const torch::Tensor& x, const LayerC
   const bool windowed = sliding && len - 1 >= window;
   torch::Tensor out;
   if (s == 1) {  // a decode step: the query heads of a KV head as its rows, no repeated KV heads
-    out = decode_attention(q, keys, values, windowed ? ctx.keep_window : ctx.keep, scale, softcap, &ran);
+    out = decode_attention(q, keys, values, windowed ? ctx.keep_window : ctx.keep, scale, softcap, &ran, decode_kernel);
   } else if (softcap > 0 || windowed) {
     out = masked_attention(q, keys, values, windowed ? ctx.keep_window : ctx.keep, scale, softcap, ctx.attention, &ran);
   } else if (ctx.keep.defined()) {

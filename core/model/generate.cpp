@@ -209,7 +209,7 @@ Result<std::vector<GenerationResult>> generate(CausalLM& lm, const std::vector<s
   const std::int64_t capacity = static_steps ? (longest + steps + 63) / 64 * 64 : longest + steps;
   KvCache cache = lm->allocate_cache(batch, capacity);
   std::optional<StaticDecoder> decoder;
-  if (static_steps) decoder.emplace(lm, cache, dev.is_cuda());
+  if (static_steps) decoder.emplace(lm, cache, dev.is_cuda() && o.cuda_graph);
   torch::Tensor hidden =
       lm->hidden_states_cached(tensor(ids, longest), tensor(pos, longest), tensor(mask, longest), cache);
   torch::Tensor logits = lm->logits(hidden.narrow(1, hidden.size(1) - 1, 1).squeeze(1)).to(torch::kFloat32);

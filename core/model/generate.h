@@ -54,6 +54,9 @@ struct GenerationOptions {
   // eager. Eager: hidden_states_cached per step. Static: decode_step per step, with a graph on
   // CUDA (the CPU runs the same step without one; tests use it).
   enum class Decode { Auto, Eager, Static } decode = Decode::Auto;
+  // Static steps on CUDA are captured in a CUDA graph and replayed; false runs each one
+  // eagerly (the same kernels, launched one by one: for profiling them).
+  bool cuda_graph = true;
 };
 
 struct GenerationResult {
