@@ -14,8 +14,9 @@ namespace odyssey::kernels {
 namespace {
 
 void check_inputs(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& keep) {
-  TORCH_CHECK(q.dim() == 3 && k.dim() == 4 && v.sizes() == k.sizes(), "decode_attention: q must be [B, Hq, D] and k, v [B, Hkv, L, D], got ",
-              q.sizes(), ", ", k.sizes(), ", ", v.sizes());
+  TORCH_CHECK(q.dim() == 3 && k.dim() == 4 && v.sizes() == k.sizes(),
+              "decode_attention: q must be [B, Hq, D] and k, v [B, Hkv, L, D], got ", q.sizes(), ", ", k.sizes(), ", ",
+              v.sizes());
   TORCH_CHECK(k.size(0) == q.size(0) && k.size(3) == q.size(2) && k.size(1) > 0 && q.size(1) % k.size(1) == 0,
               "decode_attention: k ", k.sizes(), " does not match q ", q.sizes(),
               " (rows, head_dim, and query heads a multiple of KV heads)");
@@ -66,8 +67,8 @@ torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, c
     s.keep_b = keep.size(0) == 1 ? 0 : keep.stride(0), s.keep_l = keep.stride(1);
     s.scale = static_cast<float>(scale);
     const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-    const torch::Tensor ws = torch::empty({cuda::decode_attention_workspace(s, sms) / 4},
-                                          q.options().dtype(torch::kFloat32));
+    const torch::Tensor ws =
+        torch::empty({cuda::decode_attention_workspace(s, sms) / 4}, q.options().dtype(torch::kFloat32));
     torch::Tensor out = torch::empty({s.batch, s.q_heads, s.head_dim}, q.options());
     cuda::decode_attention_fwd(q.data_ptr(), k.data_ptr(), v.data_ptr(), keep.data_ptr<bool>(), out.data_ptr(),
                                ws.data_ptr<float>(), s, dtype_code(q.scalar_type()),

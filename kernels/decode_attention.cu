@@ -162,7 +162,8 @@ void launch(const void* q, const void* k, const void* v, const bool* keep, void*
     case 64: return launch_e<T, 2>(qt, kt, vt, keep, ot, ws, s, runs, stream);
     case 128: return launch_e<T, 4>(qt, kt, vt, keep, ot, ws, s, runs, stream);
     case 256: return launch_e<T, 8>(qt, kt, vt, keep, ot, ws, s, runs, stream);
-    default: throw std::runtime_error("decode_attention: head_dim " + std::to_string(s.head_dim) + " is not 64, 128 or 256");
+    default:
+      throw std::runtime_error("decode_attention: head_dim " + std::to_string(s.head_dim) + " is not 64, 128 or 256");
   }
 }
 

@@ -10,10 +10,10 @@ namespace odyssey::kernels::cuda {
 
 struct DecodeShape {
   std::int64_t batch, q_heads, kv_heads, length, head_dim;
-  std::int64_t q_b, q_h;            // q [B, Hq, D]
-  std::int64_t k_b, k_h, k_l;       // k [B, Hkv, L, D]
-  std::int64_t v_b, v_h, v_l;       // v likewise
-  std::int64_t keep_b, keep_l;      // keep [B (or stride 0), L], bytes (bool)
+  std::int64_t q_b, q_h;        // q [B, Hq, D]
+  std::int64_t k_b, k_h, k_l;   // k [B, Hkv, L, D]
+  std::int64_t v_b, v_h, v_l;   // v likewise
+  std::int64_t keep_b, keep_l;  // keep [B (or stride 0), L], bytes (bool)
   float scale;
 };
 

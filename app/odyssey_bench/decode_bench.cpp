@@ -2,7 +2,7 @@
 // "Generation"; docs/inference.md, "Speed"), without writing the model to disk:
 //
 //   odyssey-bench --decode --shape qwen2.5-7b [--batch 1,16] [--prompt-len 1024] [--new-tokens 256]
-//                 [--repeat 2] [--pack on|off] [--decode-kernel on|off] [--graph on|off]
+//                 [--repeat 2] [--pack on|off] [--decode-kernel off|on] [--graph on|off]
 //                 [--profile FILE] [--layers K] [--device cuda|cpu] [--dtype bfloat16|float32]
 //                 [--label NAME] [--out FILE]
 //
@@ -11,8 +11,9 @@
 // the static decode step, on CUDA a CUDA graph); one warm-up run, then --repeat timed runs, the
 // best kept. decode_tokens_per_s = batch x (new - 1) / (time of the last token - time of the
 // first), time_to_first_token_s as generate() reports it. --pack off skips
-// CausalLMImpl::pack_projections (q/k/v and gate/up as separate products), --decode-kernel off
-// attends through SDPA instead of kernels::decode_attention, --graph off launches every step's
+// CausalLMImpl::pack_projections (q/k/v and gate/up as separate products), --decode-kernel on
+// attends through kernels::decode_attention instead of SDPA (the engine's default is off until
+// the kernel is checked on a GPU), --graph off launches every step's
 // kernels one by one: the A/B switches of what makes a step fast. --profile FILE runs one more
 // generation of 16 new tokens under the Kineto profiler (profile.cpp's lines; with --graph off the
 // per-kernel list is the steps' own).
@@ -39,7 +40,7 @@ int decode_bench(int argc, char** argv) {
   std::vector<std::int64_t> batches{1, 16};
   std::int64_t prompt_len = 1024, new_tokens = 256, layers = 0;
   int repeat = 2;
-  bool pack = true, kernel = true, graph = true;
+  bool pack = true, kernel = false, graph = true;
   auto on_off = [](const std::string& flag, const std::string& v) {
     if (v != "on" && v != "off") throw std::invalid_argument(flag + " takes on or off, found " + v);
     return v == "on";

@@ -101,8 +101,8 @@ std::pair<torch::Tensor, torch::Tensor> pack_linears(const std::vector<LinearImp
   return {w, b};
 }
 
-// Whether every part's weight (and bias) is still its rows of the packed tensors (merge_lora
-// or a load may have replaced one since).
+// Whether every part's weight (and bias) is still its rows of the packed tensors (set_data,
+// Module::to or a new parameter may have replaced one since; merge_lora writes in place).
 bool still_packed(const std::vector<LinearImpl*>& parts, const torch::Tensor& w, const torch::Tensor& b) {
   std::int64_t row = 0;
   for (const LinearImpl* p : parts) {

@@ -224,9 +224,10 @@ class AttentionImpl : public torch::nn::Module {
   bool local_rope = false;  // this layer rotates with LayerContext::cos_local (Gemma-3)
   bool fused = false;
   std::int64_t layer_index = 0;  // its slot in KvCache::k / v
-  // Decode steps on CUDA attend through kernels::decode_attention where it applies (else SDPA
-  // over the cache; CausalLMImpl::set_decode_kernel).
-  bool decode_kernel = true;
+  // Decode steps on CUDA attend through kernels::decode_attention where it applies, else SDPA
+  // over the cache (CausalLMImpl::set_decode_kernel). Off until the kernel has passed its
+  // GPU check (odyssey-train selftest's decode_attention rows) and been measured.
+  bool decode_kernel = false;
   // q, k and v's weights (and biases) as rows of one tensor (CausalLMImpl::pack_projections):
   // without autograd, one product for the three. Undefined: not packed.
   torch::Tensor packed_weight, packed_bias;
@@ -542,13 +543,14 @@ class CausalLMImpl : public torch::nn::Module {
   // For generation (docs/inference.md, "Speed"): every layer's q/k/v and gate/up weights (and
   // biases) become rows of one tensor per layer, the projections' parameters views of it, so
   // a step without autograd runs one product for each group (adapters added onto their
-  // columns). 16-bit or fp32 bases only (4-bit ones are left as they are); a projection whose
-  // weight is replaced later (merge_lora) is computed on its own again. Not for training under
+  // columns). 16-bit or fp32 bases only (4-bit ones are left as they are); merge_lora writes
+  // into the packed rows, and a projection whose weight is replaced later (set_data, Module::to)
+  // is computed on its own again. Not for training under
   // ZeRO or a flat-buffer optimizer (the parameters move to the packed storage). Returns the
   // number of groups packed.
   std::int64_t pack_projections();
-  // Decode steps' attention through kernels::decode_attention where it applies (on by
-  // default; off: SDPA over the cache, for measuring the difference).
+  // Decode steps' attention through kernels::decode_attention where it applies (off by
+  // default, AttentionImpl::decode_kernel says why; odyssey-bench --decode-kernel on).
   void set_decode_kernel(bool on);
 
   // lm_head.weight, or model.embed_tokens.weight when tied.

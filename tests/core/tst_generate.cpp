@@ -6,6 +6,7 @@
 // the same tokens. Beside it: the KV-cache logits equal a full forward over the same tokens
 // (1e-5 relative, fp32), one prompt filled in two chunks equals one filled at once, seeded
 // sampling reproduces itself, stop strings cut exactly, and bad input is refused by name.
+// Packed projections (pack_projections) give the same continuations and logits.
 #define QT_NO_KEYWORDS
 #include <torch/torch.h>
 
@@ -124,12 +125,20 @@ class TstGenerate : public QObject {
       QTest::newRow((std::string(n) + ", static decode steps").c_str()) << QString::fromLatin1(n) + "+static";
     QTest::newRow("qwen2 + PEFT LoRA adapter, fused kernels, static decode steps")
         << QStringLiteral("qwen2_lora+fused+static");
+    // Packed projections (CausalLMImpl::pack_projections, what an inference session does
+    // before any adapter is attached): q/k/v with biases, GeGLU's gate/up, an adapter on the
+    // packed columns, the fused path's static steps.
+    for (const char* n :
+         {"qwen2", "llama3", "llama_hd", "gemma2", "qwen2_lora", "qwen2_lora+fused+static", "llama3+fused+static"})
+      QTest::newRow((std::string(n) + ", packed projections").c_str()) << QString::fromLatin1(n) + "+packed";
   }
 
   // Token-identical to generate(do_sample=False), for every row of a left-padded batch.
   void greedy_parity() {
     QFETCH(QString, name);
     std::string n = name.toStdString();
+    const bool packed = n.ends_with("+packed");
+    if (packed) n.resize(n.size() - 7);
     const bool static_steps = n.ends_with("+static");
     if (static_steps) n.resize(n.size() - 7);
     const bool fused = n.ends_with("+fused");
@@ -137,6 +146,7 @@ class TstGenerate : public QObject {
     const nlohmann::json& o = oracle_.at(n);
     CausalLM lm = load(n == "qwen2_lora" ? "qwen2" : n);
     lm->set_fused_kernels(fused);
+    if (packed) QCOMPARE(lm->pack_projections(), 2 * lm->config().hf.num_hidden_layers);
     if (o.contains("adapter")) {
       const Diagnostics d = train::attach_adapter(lm, o["adapter"].get<std::string>());
       QVERIFY2(!has_errors(d), format_all(d).c_str());
@@ -160,6 +170,64 @@ class TstGenerate : public QObject {
         QCOMPARE(QString::fromStdString(r.value[b].finish_reason),
                  hit_eos ? QStringLiteral("stop") : QStringLiteral("length"));
       }
+    }
+  }
+
+  // Packing moves the weights, not the function: without autograd the logits equal the
+  // separate products' (fp32, 1e-6 relative; one GEMM over the rows of three may round its
+  // sums differently), with autograd the forward runs the separate projections on their views
+  // (bit-equal) and their gradients reach the same parameters; an adapter merged after packing
+  // (merge_lora writes the weight in place) lands in the packed rows.
+  void packed_equals_separate() {
+    for (const std::string n : {"qwen2", "llama_hd", "gemma2"}) {
+      CausalLM plain = load(n), packed = load(n);
+      QCOMPARE(packed->pack_projections(), 2 * packed->config().hf.num_hidden_layers);
+      QCOMPARE(packed->pack_projections(), 0);  // once
+      const auto& layer0 = packed->model->layer_list.front();
+      QVERIFY(layer0->self_attn->q_proj->weight.is_alias_of(layer0->self_attn->packed_weight));
+      const torch::Tensor ids = torch::randint(plain->config().hf.vocab_size, {2, 9}, torch::kInt64);
+      auto rel = [](const torch::Tensor& a, const torch::Tensor& b) {
+        return (a - b).abs().max().item<double>() / b.abs().max().item<double>();
+      };
+      {
+        torch::NoGradGuard ng;
+        const double e = rel(packed->forward(ids), plain->forward(ids));
+        qInfo("%s: packed against separate products, relative logit difference %.2e", n.c_str(), e);
+        QVERIFY2(e <= 1e-6, (n + ": " + std::to_string(e)).c_str());
+      }
+      const torch::Tensor yp = packed->forward(ids), ys = plain->forward(ids);
+      QVERIFY2(torch::equal(yp, ys), (n + ": the recorded forward differs").c_str());
+      yp.sum().backward();
+      ys.sum().backward();
+      for (const char* w : {"q_proj", "k_proj", "v_proj"}) {
+        const torch::Tensor gp =
+            packed->named_parameters()["model.layers.0.self_attn." + std::string(w) + ".weight"].grad();
+        const torch::Tensor gs =
+            plain->named_parameters()["model.layers.0.self_attn." + std::string(w) + ".weight"].grad();
+        QVERIFY2(gp.defined() && torch::equal(gp, gs), (n + ": " + w + "'s gradient differs").c_str());
+      }
+      // A merged adapter: the packed rows hold the merged weight.
+      for (CausalLM* m : {&plain, &packed}) {
+        (*m)->zero_grad();
+        auto& q = (*m)->model->layer_list.front()->self_attn->q_proj;
+        torch::manual_seed(7);
+        q->add_lora(2, 2.0, 0.0);
+        torch::NoGradGuard ng;
+        q->lora_B->weight.normal_();
+        q->merge_lora();
+      }
+      QVERIFY(layer0->self_attn->q_proj->weight.is_alias_of(layer0->self_attn->packed_weight));
+      torch::NoGradGuard ng;
+      const double e = rel(packed->forward(ids), plain->forward(ids));
+      QVERIFY2(e <= 1e-6, (n + " after a merge: " + std::to_string(e)).c_str());
+      // A weight replaced outside the packed rows (with other values, which the stale rows lack):
+      // that layer computes q, k and v on their own.
+      const torch::Tensor delta = 0.05 * torch::randn_like(layer0->self_attn->k_proj->weight);
+      plain->model->layer_list.front()->self_attn->k_proj->weight.add_(delta);
+      layer0->self_attn->k_proj->weight.set_data(layer0->self_attn->k_proj->weight + delta);
+      QVERIFY(!layer0->self_attn->k_proj->weight.is_alias_of(layer0->self_attn->packed_weight));
+      const double r = rel(packed->forward(ids), plain->forward(ids));
+      QVERIFY2(r <= 1e-6, (n + " after a replaced weight: " + std::to_string(r)).c_str());
     }
   }
 
