@@ -59,8 +59,8 @@ class TstDecodeAttention : public QObject {
     const double err = (got - want).abs().max().item<double>();
     QVERIFY2(err <= 1e-12, std::to_string(err).c_str());
     // In bf16 the reference computes in fp32 and rounds once.
-    const torch::Tensor bf = kernels::decode_attention(q.to(torch::kBFloat16), k.to(torch::kBFloat16),
-                                                       v.to(torch::kBFloat16), keep, scale);
+    const torch::Tensor bf =
+        kernels::decode_attention(q.to(torch::kBFloat16), k.to(torch::kBFloat16), v.to(torch::kBFloat16), keep, scale);
     QCOMPARE(bf.scalar_type(), torch::kBFloat16);
     QVERIFY((bf.to(torch::kFloat64) - want).abs().max().item<double>() <= 0.05);
   }
@@ -80,10 +80,12 @@ class TstDecodeAttention : public QObject {
     QVERIFY(message([&] { kernels::decode_attention(q, k, v, keep, 1.0); }).find("multiple of KV heads") !=
             std::string::npos);
     const torch::Tensor k3 = torch::randn({2, 3, 5, 8}), v3 = torch::randn({2, 3, 5, 8});
-    QVERIFY(message([&] { kernels::decode_attention(q, k3, v3, torch::ones({2, 4}, torch::kBool), 1.0); })
-                .find("keep must be bool [B or 1, L]") != std::string::npos);
-    QVERIFY(message([&] { kernels::decode_attention(q, k3, v3, keep.to(torch::kFloat32), 1.0); })
-                .find("keep must be bool") != std::string::npos);
+    QVERIFY(message([&] {
+              kernels::decode_attention(q, k3, v3, torch::ones({2, 4}, torch::kBool), 1.0);
+            }).find("keep must be bool [B or 1, L]") != std::string::npos);
+    QVERIFY(message([&] {
+              kernels::decode_attention(q, k3, v3, keep.to(torch::kFloat32), 1.0);
+            }).find("keep must be bool") != std::string::npos);
   }
 };
 
