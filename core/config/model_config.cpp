@@ -661,6 +661,23 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
     for (std::int64_t i = 0; i < m.num_hidden_layers; ++i) m.layer_sliding.push_back((i + 1) % pattern != 0);
   }
   if (m.sliding_window <= 0) m.layer_sliding.clear();  // null window: sliding layers attend fully
+  if (f.nope_layers) {  // SmolLM3: no_rope_layers (1: rotate, 0: NoPE), else every interval-th layer unrotated
+    if (auto it = j.find("no_rope_layers"); it != j.end() && !it->is_null()) {
+      bool ok = it->is_array() && static_cast<std::int64_t>(it->size()) == m.num_hidden_layers;
+      for (const auto& x : ok ? *it : json::array())
+        ok = ok && x.is_number_integer() && (x.get<std::int64_t>() == 0 || x.get<std::int64_t>() == 1);
+      if (!ok)
+        r.diagnostics.push_back(error_at(file, "no_rope_layers",
+                                         found(*it) + ", expected a list of " + std::to_string(m.num_hidden_layers) +
+                                             " entries of 1 (the layer applies RoPE) or 0 (it does not)"));
+      else
+        for (const auto& x : *it) m.layer_rope.push_back(x.get<std::int64_t>() == 1);
+    } else {
+      std::int64_t interval = f.no_rope_layer_interval;  // a positive integer (get_int refuses others)
+      get_int("no_rope_layer_interval", &interval, false, kMaxHiddenLayers);
+      for (std::int64_t i = 0; i < m.num_hidden_layers; ++i) m.layer_rope.push_back((i + 1) % interval != 0);
+    }
+  }
   if (f.is_moe()) parse_moe(j, file, &m, &r.diagnostics);
   return r;
 }

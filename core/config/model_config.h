@@ -64,6 +64,7 @@ struct HfModelConfig {
   std::int64_t sliding_window = 0;       // keys at most sliding_window - 1 behind the query; 0: none
   std::vector<bool> layer_sliding;       // per layer: the window applies (empty: every layer when set)
   double partial_rotary_factor = 1.0;    // fraction of head_dim that RoPE rotates (Phi-3)
+  std::vector<bool> layer_rope;          // per layer: RoPE applies (empty: every layer; SmolLM3's NoPE layers)
 
   // ---- mixture of experts (Qwen3-MoE, Qwen2-MoE, Mixtral; docs/moe.md) ----
   std::int64_t num_experts = 0;                      // routed experts per MoE layer; 0: every MLP dense
@@ -99,6 +100,11 @@ struct HfModelConfig {
     if (sliding_window <= 0) return false;
     if (layer_sliding.empty()) return true;
     return i >= 0 && static_cast<std::size_t>(i) < layer_sliding.size() && layer_sliding[static_cast<std::size_t>(i)];
+  }
+  // Whether layer i rotates its queries and keys (RoPE); false on NoPE layers.
+  bool rope_layer(std::int64_t i) const {
+    return layer_rope.empty() || i < 0 || static_cast<std::size_t>(i) >= layer_rope.size() ||
+           layer_rope[static_cast<std::size_t>(i)];
   }
   // RMSNorm weights per block (2, or 4 with sandwich norms).
   std::int64_t norms_per_block() const { return sandwich_norms ? 4 : 2; }

@@ -28,6 +28,13 @@ std::vector<ModelFamily> make_families() {
   f.builtin_template = "llama3_1";
   v.push_back(f);
 
+  f = {};  // SmolLM3: the Llama block with every fourth layer unrotated (NoPE), tied embeddings
+  f.architecture = "SmolLM3ForCausalLM", f.model_type = "smollm3", f.id = "smollm3";
+  f.mlp_bias_key = true, f.tie_word_embeddings = true;
+  f.rope_theta = 2'000'000.0;  // SmolLM3Config.default_theta
+  f.nope_layers = true, f.no_rope_layer_interval = 4;
+  v.push_back(f);
+
   f = {};  // Mistral: no bias keys, a 4096-token sliding window by default
   f.architecture = "MistralForCausalLM", f.model_type = "mistral", f.id = "mistral";
   f.attention_bias = AttentionBias::None;

@@ -51,6 +51,10 @@ struct ModelFamily {
   // ---- positions and attention ----
   double rope_theta = 10000.0;
   bool local_rope = false;  // sliding layers rotate with rope_local_base_freq (Gemma-3)
+  // Some layers without RoPE (NoPE, SmolLM3): config.json's no_rope_layers (1 = rotate), else
+  // every no_rope_layer_interval-th layer (class default below) skips the rotation.
+  bool nope_layers = false;
+  std::int64_t no_rope_layer_interval = 0;
   // Sliding windows: whether the family has them, the class default of sliding_window (0:
   // none unless config.json sets one) and, for families that alternate, the period: layer i
   // is full when (i + 1) % period == 0 (Gemma-2 2, Gemma-3 6); 0: every layer slides.

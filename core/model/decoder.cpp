@@ -239,6 +239,7 @@ AttentionImpl::AttentionImpl(const DecoderConfig& c, const torch::TensorOptions&
   sliding = c.hf.sliding_layer(layer);
   window = sliding ? c.hf.sliding_window : 0;
   local_rope = sliding && c.rope_local.has_value();
+  rope = c.hf.rope_layer(layer);
   layer_index = layer;
 }
 
@@ -282,7 +283,10 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext&
   }
   if (ctx.cu_seqlens.defined()) {  // padding-free row: [1, T, .] -> varlen attention over [T, H, D]
     v = v.view({s, -1, head_dim});
-    if (fused && rope_fusable) {  // [T, H, D] views of the projections, rotated in place: no copies
+    if (!rope) {  // a NoPE layer
+      q = q.reshape({s, -1, head_dim});
+      k = k.reshape({s, -1, head_dim});
+    } else if (fused && rope_fusable) {  // [T, H, D] views of the projections, rotated in place: no copies
       std::tie(q, k) = kernels::apply_rope_(q.view({s, -1, head_dim}), k.view({s, -1, head_dim}), cos[0], sin[0]);
     } else {
       q = apply_rope(q.transpose(1, 2), cos, sin)[0].transpose(0, 1).contiguous();
@@ -324,8 +328,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext&
   }
   // [B, S, H, D] -> [B, H, S, D].
   v = v.transpose(1, 2);
-  q = apply_rope(q.transpose(1, 2), cos, sin);
-  k = apply_rope(k.transpose(1, 2), cos, sin);
+  q = rope ? apply_rope(q.transpose(1, 2), cos, sin) : q.transpose(1, 2);
+  k = rope ? apply_rope(k.transpose(1, 2), cos, sin) : k.transpose(1, 2);
   std::int64_t ran = -1;
   const torch::Tensor out =
       general ? masked_attention(q, k, v, windowed ? ctx.keep_window : ctx.keep, scale, softcap, ctx.attention, &ran)

@@ -222,6 +222,7 @@ class AttentionImpl : public torch::nn::Module {
   bool sliding = false;     // this layer attends through the sliding window
   std::int64_t window = 0;  // its size (HfModelConfig::sliding_window) when sliding
   bool local_rope = false;  // this layer rotates with LayerContext::cos_local (Gemma-3)
+  bool rope = true;         // false: a NoPE layer (SmolLM3) leaves q and k unrotated
   bool fused = false;
   std::int64_t layer_index = 0;  // its slot in KvCache::k / v
   // Decode steps on CUDA attend through kernels::decode_attention where it applies, else SDPA

@@ -72,7 +72,10 @@ torch::Tensor AttentionImpl::forward_cached(const torch::Tensor& x, const LayerC
     q = q_norm(q);
     k = k_norm(k);
   }
-  if (fused && cos.size(-1) == head_dim) {  // the fused rotation in place over the B x S tokens (kernels/rope.h)
+  if (!rope) {  // a NoPE layer
+    q = q.transpose(1, 2);
+    k = k.transpose(1, 2);
+  } else if (fused && cos.size(-1) == head_dim) {  // the fused rotation in place over the B x S tokens (kernels/rope.h)
     auto [qr, kr] = kernels::apply_rope_(q.reshape({b * s, -1, head_dim}), k.reshape({b * s, -1, head_dim}),
                                          cos.reshape({b * s, -1}), sin.reshape({b * s, -1}));
     q = qr.view({b, s, -1, head_dim}).transpose(1, 2);  // [B, H, S, D]

@@ -407,6 +407,18 @@ class TestMemoryPlanner : public QObject {
     c.target_modules = {"qkv_proj"};
     QCOMPARE(planner_detail::compute_terms(c, phi, o).trainable, 40 * r * (h + q + 2 * kv));
     QVERIFY(planner_detail::compute_terms(lora_7b(4096, true), qwen25_7b(), o).fused);
+    // SmolLM3's NoPE layers (no rotation on every fourth) change nothing the planner counts: the
+    // Llama block, fused whole, its adapters on the seven projections of 36 layers.
+    const HfModelConfig smol = shape("HuggingFaceTB/SmolLM3-3B");  // h 2048, q 16x128, kv 4x128, i 11008
+    QVERIFY(!smol.rope_layer(3) && smol.rope_layer(4));
+    TrainConfig cs = lora_7b(4096, true);
+    cs.target_modules = {"all-linear"};
+    const planner_detail::Terms ts = planner_detail::compute_terms(cs, smol, o);
+    QVERIFY(ts.fused && ts.mlp_fused);
+    QCOMPARE(ts.params, smol.parameter_count());
+    // q, k, v, o; gate, up, down: each r x (in + out).
+    QCOMPARE(ts.trainable,
+             36 * r * ((3 * 2048 + 2048 + 2 * 512) + (2048 + 2048) + (2 * 2048 + 2 * 11008) + (11008 + 2048)));
 
     const HfModelConfig g2 = shape("google/gemma-2-9b");
     const MemoryPlan p = plan_memory(lora_7b(4096, true), g2);

@@ -398,7 +398,8 @@ class TstModelConfig : public QObject {
       if (!ok) return;
       for (std::int64_t i = 0; i < m.num_hidden_layers; ++i)
         if (!same("a layer's sliding window", m.sliding_layer(i),
-                  o.at("sliding_layers").at(static_cast<std::size_t>(i)).get<bool>()))
+                  o.at("sliding_layers").at(static_cast<std::size_t>(i)).get<bool>()) ||
+            !same("a layer's RoPE", m.rope_layer(i), o.at("rope_layers").at(static_cast<std::size_t>(i)).get<bool>()))
           return;
       if (m.is_moe()) {
         if (!same("num_experts_per_tok", m.num_experts_per_tok, o.at("num_experts_per_tok").get<std::int64_t>()) ||

@@ -21,6 +21,10 @@ transformers.logging.set_verbosity_error()
 
 def describe(path):
     c = AutoConfig.from_pretrained(path)
+    # A class default pad id past the test's small vocabulary (SmolLM3's 128004) would stop the
+    # embedding from being built; the pad id is no default this oracle reports.
+    if getattr(c, "pad_token_id", None) is not None and c.pad_token_id >= c.vocab_size:
+        c.pad_token_id = None
     with torch.device("meta"):
         m = AutoModelForCausalLM.from_config(c)
     layer = m.model.layers[0]
@@ -48,6 +52,8 @@ def describe(path):
         "attn_logit_softcapping": getattr(c, "attn_logit_softcapping", None) or 0.0,
         "final_logit_softcapping": getattr(c, "final_logit_softcapping", None) or 0.0,
         "num_experts": 0,
+        # SmolLM3's NoPE layers: use_rope 0; other families rotate every layer.
+        "rope_layers": [bool(getattr(l.self_attn, "use_rope", True)) for l in m.model.layers],
     }
     if experts is not None:
         gate_up = getattr(experts, "gate_up_proj", None)

@@ -41,7 +41,8 @@ from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3Config, Gemma3F
                           MixtralConfig, MixtralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM,
                           Qwen2MoeConfig, Qwen2MoeForCausalLM, Qwen2VLConfig, Qwen2VLForConditionalGeneration,
                           Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen3Config, Qwen3ForCausalLM,
-                          Qwen3MoeConfig, Qwen3MoeForCausalLM, Qwen3VLConfig, Qwen3VLForConditionalGeneration)
+                          Qwen3MoeConfig, Qwen3MoeForCausalLM, Qwen3VLConfig, Qwen3VLForConditionalGeneration,
+                          SmolLM3Config, SmolLM3ForCausalLM)
 
 PINNED = "5.17.0"
 VOCAB = 512
@@ -70,6 +71,10 @@ def family_models():
                      tie_word_embeddings=False), None),
         ("smollm", 23, LlamaForCausalLM,
          LlamaConfig(**{**COMMON, "num_key_value_heads": 1}, tie_word_embeddings=True, rope_theta=100000.0), None),
+        # SmolLM3: NoPE layers (the second unrotated) given as no_rope_layers, tied embeddings.
+        ("smollm3", 25, SmolLM3ForCausalLM,
+         SmolLM3Config(**{**COMMON, "num_hidden_layers": 3}, no_rope_layers=[1, 0, 1], pad_token_id=0, bos_token_id=1,
+                       eos_token_id=2), None),
         ("granite", 24, GraniteForCausalLM,
          GraniteConfig(**COMMON, embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.09,
                        logits_scaling=8.0, attention_bias=True, tie_word_embeddings=True), None),
