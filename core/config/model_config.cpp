@@ -610,8 +610,9 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
     r.diagnostics.push_back(error_at(file, "partial_rotary_factor", "must be in (0, 1]"));
 
   // Sliding-window attention: Mistral and Phi-3 on every layer where sliding_window is set,
-  // Gemma on the layers layer_types names (default: Gemma-2 every other layer from the first,
-  // Gemma-3 five of every six). Qwen2's use_sliding_window stays refused.
+  // Gemma, Ministral and a Mistral config.json with layer_types on the layers it names
+  // (default: Gemma-2 every other layer from the first, Gemma-3 five of every six, Ministral and
+  // Mistral every layer). Qwen2's use_sliding_window stays refused.
   if (f.sliding) {
     double w = 0;
     get_optional("sliding_window", &w, f.sliding_window);
@@ -633,7 +634,7 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
     for (const auto& t : ok ? *it : json::array()) {
       const bool full = t.is_string() && t.get<std::string>() == "full_attention";
       const bool sliding = t.is_string() && t.get<std::string>() == "sliding_attention";
-      if (full || (sliding && gemma)) {
+      if (full || (sliding && f.layer_types_slide)) {
         parsed.push_back(sliding);
         any_sliding = any_sliding || sliding;
         continue;
@@ -641,8 +642,8 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
       r.diagnostics.push_back(
           error_at(file, "layer_types",
                    "found " + text::excerpt(dump_json(t)) +
-                       (gemma ? "; Odyssey supports \"full_attention\" and \"sliding_attention\""
-                              : "; Odyssey supports \"full_attention\" layers for " + m.architecture)));
+                       (f.layer_types_slide ? "; Odyssey supports \"full_attention\" and \"sliding_attention\""
+                                            : "; Odyssey supports \"full_attention\" layers for " + m.architecture)));
       ok = false;
       break;
     }
@@ -652,7 +653,7 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
       r.diagnostics.push_back(error_at(
           file, "layer_types",
           std::to_string(parsed.size()) + " entries for num_hidden_layers " + std::to_string(m.num_hidden_layers)));
-    else if (ok && gemma)
+    else if (ok && f.layer_types_slide)
       m.layer_sliding = any_sliding ? parsed : std::vector<bool>(static_cast<std::size_t>(m.num_hidden_layers), false);
   } else if (gemma) {
     std::int64_t pattern = f.sliding_period;

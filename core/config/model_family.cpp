@@ -35,10 +35,16 @@ std::vector<ModelFamily> make_families() {
   f.nope_layers = true, f.no_rope_layer_interval = 4;
   v.push_back(f);
 
-  f = {};  // Mistral: no bias keys, a 4096-token sliding window by default
+  f = {};  // Mistral: no bias keys, a 4096-token sliding window by default (layer_types: Ministral's reading)
   f.architecture = "MistralForCausalLM", f.model_type = "mistral", f.id = "mistral";
   f.attention_bias = AttentionBias::None;
-  f.sliding = true, f.sliding_window = 4096;
+  f.sliding = true, f.sliding_window = 4096, f.layer_types_slide = true;
+  v.push_back(f);
+
+  f = {};  // Ministral (8B-2410): Mistral's block with the window on the layers layer_types marks
+  f.architecture = "MinistralForCausalLM", f.model_type = "ministral", f.id = "ministral";
+  f.attention_bias = AttentionBias::None;
+  f.sliding = true, f.sliding_window = 4096, f.layer_types_slide = true;
   v.push_back(f);
 
   f = {};  // Granite: scaling multipliers
@@ -50,7 +56,7 @@ std::vector<ModelFamily> make_families() {
   f = {};  // Gemma-2: the Gemma block, soft-capping, every other layer sliding from the first
   f.architecture = "Gemma2ForCausalLM", f.model_type = "gemma2", f.id = "gemma2";
   f.gemma_block = true, f.activation = "gelu_pytorch_tanh", f.tie_word_embeddings = true, f.head_dim = 256;
-  f.sliding = true, f.sliding_window = 4096, f.sliding_period = 2;
+  f.sliding = true, f.sliding_window = 4096, f.sliding_period = 2, f.layer_types_slide = true;
   f.attn_logit_softcapping = 50, f.final_logit_softcapping = 30;
   v.push_back(f);
 
@@ -60,6 +66,7 @@ std::vector<ModelFamily> make_families() {
   f.qk_norm = true;
   f.rope_theta = 1'000'000.0, f.local_rope = true;  // Gemma3TextConfig.default_theta; rope_local_base_freq
   f.sliding = true, f.sliding_window = 4096, f.sliding_period = 6, f.sliding_period_key = "sliding_window_pattern";
+  f.layer_types_slide = true;
   v.push_back(f);
 
   f = {};  // Phi-3 / Phi-3.5 / Phi-4-mini: fused projections, partial rotary, no bias keys

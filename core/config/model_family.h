@@ -62,8 +62,13 @@ struct ModelFamily {
   double sliding_window = 0;
   std::int64_t sliding_period = 0;
   std::string_view sliding_period_key;  // the key that may override the period (Gemma-3: sliding_window_pattern)
-  double attn_logit_softcapping = 0;    // class default; 0: off
-  double final_logit_softcapping = 0;   // class default; 0: off
+  // config.json's layer_types, when given, says which layers the window applies to
+  // ("sliding_attention"; the others attend fully): Gemma, Ministral, and Mistral, whose
+  // config.json transformers' AutoConfig reads as Ministral's when it has layer_types
+  // (Ministral-8B-2410 ships so). Elsewhere only "full_attention" entries are accepted.
+  bool layer_types_slide = false;
+  double attn_logit_softcapping = 0;   // class default; 0: off
+  double final_logit_softcapping = 0;  // class default; 0: off
 
   // ---- mixture of experts ----
   MoeKind moe = MoeKind::Dense;

@@ -91,6 +91,7 @@ class TstDecoderParity : public QObject {
     QTest::newRow("llama (head_dim 24, attention and mlp bias, GQA 1)") << "llama_hd";
     QTest::newRow("smollm (tied, GQA 4)") << "smollm";
     QTest::newRow("smollm3 (NoPE on the second of three layers, tied)") << "smollm3";
+    QTest::newRow("ministral (window 5 on the layers layer_types marks, head_dim 24)") << "ministral";
     QTest::newRow("granite (multipliers, logits_scaling)") << "granite";
     QTest::newRow("rope linear") << "rope_linear";
     QTest::newRow("rope dynamic (past max_position_embeddings)") << "rope_dynamic";

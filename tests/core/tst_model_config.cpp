@@ -361,6 +361,20 @@ class TstModelConfig : public QObject {
       files.emplace_back(&f, file);
       args << QString::fromStdString(file);
     }
+    // layer_types marking sliding layers: Ministral windows only those, as its modeling file does,
+    // and so does a Mistral config.json with layer_types (transformers' AutoConfig reads it as
+    // Ministral's: Ministral-8B-2410's config.json is one).
+    for (const char* id : {"ministral", "mistral"}) {
+      const std::string file = (tmp_ / (std::string(id) + "_layer_types") / "config.json").string();
+      const ModelFamily* f = family_by_id(id);
+      write(file, R"({"architectures":[")" + std::string(f->architecture) + R"("],"model_type":")" +
+                      std::string(f->model_type) +
+                      R"(","hidden_size":64,"intermediate_size":128,"num_hidden_layers":6,"num_attention_heads":4,)"
+                      R"("vocab_size":32064,"sliding_window":5,"layer_types":["sliding_attention","full_attention",)"
+                      R"("sliding_attention","full_attention","full_attention","sliding_attention"]})");
+      files.emplace_back(f, file);
+      args << QString::fromStdString(file);
+    }
     QProcess p;
     p.start(python, args);
     QVERIFY2(p.waitForFinished(600000) && p.exitStatus() == QProcess::NormalExit && p.exitCode() == 0,

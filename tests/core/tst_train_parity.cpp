@@ -366,6 +366,24 @@ class TstTrainParity : public QObject {
     QVERIFY2(zero_grad_abs <= 1e-6, std::to_string(zero_grad_abs).c_str());
   }
 
+  // Two engines on the LoRA reference's steps, each model set up by its function first: the
+  // losses and gradient norms of every step and the updated parameters bit-equal.
+  void same_steps_bitwise(const std::function<void(CausalLM&)>& setup_a,
+                          const std::function<void(CausalLM&)>& setup_b) {
+    const Reference& R = reference("lora");
+    StepEngine a = engine(R, true), b = engine(R, true);
+    CausalLM ma = a.model(), mb = b.model();  // holders sharing the engines' modules
+    setup_a(ma);
+    setup_b(mb);
+    for (const auto& s : batches(R)) {
+      const StepResult ra = a.step(s), rb = b.step(s);
+      QCOMPARE(rb.loss, ra.loss);
+      QCOMPARE(rb.grad_norm, ra.grad_norm);
+    }
+    auto pa = a.model()->named_parameters(true), pb = b.model()->named_parameters(true);
+    for (auto& p : pa) QVERIFY2(torch::equal(p.value(), pb[p.key()]), p.key().c_str());
+  }
+
  private Q_SLOTS:
   void initTestCase() {
     if (python().isEmpty())
@@ -653,19 +671,11 @@ class TstTrainParity : public QObject {
   }
 
   void checkpointedEqualsPlain() {
-    const Reference& R = reference("lora");
-    const auto steps = batches(R);
-    StepEngine plain = engine(R, true);
-    StepEngine ckpt = engine(R, true);
-    ckpt.model()->set_checkpoint_layers(
-        std::vector<bool>(static_cast<std::size_t>(ckpt.model()->config().hf.num_hidden_layers), true));
-    for (const auto& s : steps) {
-      const StepResult a = plain.step(s), b = ckpt.step(s);
-      QCOMPARE(b.loss, a.loss);
-      QCOMPARE(b.grad_norm, a.grad_norm);
-    }
-    auto pa = plain.model()->named_parameters(true), pb = ckpt.model()->named_parameters(true);
-    for (auto& p : pa) QVERIFY2(torch::equal(p.value(), pb[p.key()]), p.key().c_str());
+    same_steps_bitwise([](CausalLM&) {},
+                       [](CausalLM& lm) {
+                         lm->set_checkpoint_layers(
+                             std::vector<bool>(static_cast<std::size_t>(lm->config().hf.num_hidden_layers), true));
+                       });
   }
 
   // A checkpointed layer's recomputation on the fused path runs its MLP as rms_norm_mlp with
@@ -674,21 +684,18 @@ class TstTrainParity : public QObject {
   // its MLP, bit for bit (loss, gradient norm and the updated parameters); and against the
   // oracles with kept attention, LoRA on 16-bit and on 4-bit bases (what the planner runs).
   void checkpointedFusedEqualsMlpRecompute() {
-    const Reference& R = reference("lora");
-    const auto steps = batches(R);
-    StepEngine mlp = engine(R, true), ckpt = engine(R, true);
-    const auto n = static_cast<std::size_t>(ckpt.model()->config().hf.num_hidden_layers);
-    mlp.model()->set_fused_kernels(true);
-    mlp.model()->set_mlp_recompute_layers(std::vector<bool>(n, true));
-    ckpt.model()->set_fused_kernels(true);
-    ckpt.model()->set_checkpoint_layers(std::vector<bool>(n, true));
-    for (const auto& s : steps) {
-      const StepResult a = mlp.step(s), b = ckpt.step(s);
-      QCOMPARE(b.loss, a.loss);
-      QCOMPARE(b.grad_norm, a.grad_norm);
-    }
-    auto pa = mlp.model()->named_parameters(true), pb = ckpt.model()->named_parameters(true);
-    for (auto& p : pa) QVERIFY2(torch::equal(p.value(), pb[p.key()]), p.key().c_str());
+    auto every = [](CausalLM& lm) {
+      return std::vector<bool>(static_cast<std::size_t>(lm->config().hf.num_hidden_layers), true);
+    };
+    same_steps_bitwise(
+        [&](CausalLM& lm) {
+          lm->set_fused_kernels(true);
+          lm->set_mlp_recompute_layers(every(lm));
+        },
+        [&](CausalLM& lm) {
+          lm->set_fused_kernels(true);
+          lm->set_checkpoint_layers(every(lm));
+        });
   }
   void loraCheckpointedFusedMatchesPeft() {
     check_loop("lora", true, [](CausalLM& lm) {

@@ -25,6 +25,11 @@ def describe(path):
     # embedding from being built; the pad id is no default this oracle reports.
     if getattr(c, "pad_token_id", None) is not None and c.pad_token_id >= c.vocab_size:
         c.pad_token_id = None
+    # MinistralConfig's head_dim defaults to None and transformers 5.17's MinistralAttention then
+    # fails on None ** -0.5: a config.json without head_dim cannot be built there at all. Odyssey
+    # reads such a file as Mistral's class does (hidden / heads), which the oracle spells out.
+    if getattr(c, "head_dim", 0) is None:
+        c.head_dim = c.hidden_size // c.num_attention_heads
     with torch.device("meta"):
         m = AutoModelForCausalLM.from_config(c)
     layer = m.model.layers[0]

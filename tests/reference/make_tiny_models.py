@@ -37,7 +37,7 @@ from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3Config, Gemma3F
                           Gemma3ForConditionalGeneration, Gemma3TextConfig, GraniteConfig,
                           GraniteForCausalLM, LlamaConfig, LlamaForCausalLM, LlavaConfig,
                           LlavaForConditionalGeneration, Mistral3Config, Mistral3ForConditionalGeneration,
-                          MistralConfig, MistralForCausalLM,
+                          MinistralConfig, MinistralForCausalLM, MistralConfig, MistralForCausalLM,
                           MixtralConfig, MixtralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM,
                           Qwen2MoeConfig, Qwen2MoeForCausalLM, Qwen2VLConfig, Qwen2VLForConditionalGeneration,
                           Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen3Config, Qwen3ForCausalLM,
@@ -71,6 +71,10 @@ def family_models():
                      tie_word_embeddings=False), None),
         ("smollm", 23, LlamaForCausalLM,
          LlamaConfig(**{**COMMON, "num_key_value_heads": 1}, tie_word_embeddings=True, rope_theta=100000.0), None),
+        # Ministral: Mistral's block with the window (5) on the layers layer_types marks.
+        ("ministral", 26, MinistralForCausalLM,
+         MinistralConfig(**{**COMMON, "num_hidden_layers": 3}, head_dim=24, sliding_window=5,
+                         layer_types=["sliding_attention", "full_attention", "sliding_attention"]), None),
         # SmolLM3: NoPE layers (the second unrotated) given as no_rope_layers, tied embeddings.
         ("smollm3", 25, SmolLM3ForCausalLM,
          SmolLM3Config(**{**COMMON, "num_hidden_layers": 3}, no_rope_layers=[1, 0, 1], pad_token_id=0, bos_token_id=1,
