@@ -168,7 +168,7 @@ std::int64_t HfModelConfig::parameter_count() const {
       block_linear_parameters() - 3 * hidden_size * intermediate_size + norms_per_block() * hidden_size;
   if (qkv_bias) block += (num_attention_heads + 2 * num_key_value_heads) * hd;
   if (o_bias) block += hidden_size;
-  if (qk_norm) block += 2 * hd;
+  block += q_norm_width() + k_norm_width();
   std::int64_t total = num_hidden_layers * block + vocab_size * hidden_size + hidden_size;
   for (std::int64_t i = 0; i < num_hidden_layers; ++i) total += mlp_parameters(i);
   if (!tie_word_embeddings) total += vocab_size * hidden_size;
@@ -191,17 +191,36 @@ std::vector<std::string> fused_kernel_gaps(const HfModelConfig& m) {
         "logit scaling/soft-capping (final_logit_softcapping, logits_scaling): the chunked reference loss "
         "instead of the fused linear cross-entropy");
   if (m.norm_plus_one) out.push_back("(1 + w) RMSNorm: the reference norm");
-  if (m.sandwich_norms) out.push_back("sandwich norms (pre/post feed-forward): the unfused decoder layer");
+  if (m.block_norms == BlockNorms::Sandwich || m.block_norms == BlockNorms::GlmSandwich)
+    out.push_back("sandwich norms (pre/post feed-forward): the unfused decoder layer");
+  if (m.block_norms == BlockNorms::Post)
+    out.push_back("norms on the branches' outputs only (post-attention, post-feed-forward): the unfused decoder layer");
+  if (m.norm_weight_fp32) out.push_back("RMSNorm weights applied in fp32: the reference norm");
   if (m.residual_multiplier != 1.0) out.push_back("residual_multiplier: the unfused decoder layer");
   if (m.hidden_act != "silu") out.push_back("GeGLU (" + m.hidden_act + "): the reference MLP");
-  if (m.fused_qkv) out.push_back("fused qkv_proj / gate_up_proj: the reference projections and MLP");
+  if (m.fused_qkv) out.push_back("fused qkv_proj: the reference projections");
+  if (m.fused_gate_up) out.push_back("fused gate_up_proj: the SwiGLU of the packed product, no MLP tiers");
+  if (m.rope_interleaved) out.push_back("RoPE on interleaved pairs: the reference RoPE");
   if (m.partial_rotary_factor < 1.0)
     out.push_back("partial rotary (partial_rotary_factor " + num(m.partial_rotary_factor) + "): the reference RoPE");
   return out;
 }
 
+BlockNormNames block_norm_names(const HfModelConfig& m) {
+  switch (m.block_norms) {
+    case BlockNorms::Pre: return {"input_layernorm", "", "post_attention_layernorm", ""};
+    case BlockNorms::Sandwich:
+      return {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"};
+    case BlockNorms::Post: return {"", "post_attention_layernorm", "", "post_feedforward_layernorm"};
+    case BlockNorms::GlmSandwich:
+      return {"input_layernorm", "post_self_attn_layernorm", "post_attention_layernorm", "post_mlp_layernorm"};
+  }
+  return {};
+}
+
 std::vector<std::string> linear_module_names(const HfModelConfig& m) {
   if (m.fused_qkv) return {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"};
+  if (m.fused_gate_up) return {"q_proj", "k_proj", "v_proj", "o_proj", "gate_up_proj", "down_proj"};
   // MoE: the dense layers' MLP and Qwen2-MoE's shared expert have these; the experts are
   // parameters ([experts, out, in]), not Linear modules (docs/moe.md, "LoRA").
   return {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
@@ -546,6 +565,10 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
       m.qkv_bias = true;
       get_bool("qkv_bias", &m.qkv_bias);
       break;
+    case AttentionBias::QkvFromAttentionBias:
+      m.qkv_bias = true;
+      get_bool("attention_bias", &m.qkv_bias);
+      break;
     case AttentionBias::AllFromKey:
       get_bool("attention_bias", &m.qkv_bias);
       m.o_bias = m.qkv_bias;
@@ -553,6 +576,10 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
   }
   if (f.mlp_bias_key) get_bool("mlp_bias", &m.mlp_bias);
   m.qk_norm = f.qk_norm;
+  if (f.olmo_block) {
+    m.block_norms = BlockNorms::Post;
+    m.qk_norm_whole = m.norm_weight_fp32 = true;
+  }
   // A number that may be null (null: off); absent: the family's default.
   auto get_optional = [&](const char* key, double* out, double absent) {
     auto it = j.find(key);
@@ -581,7 +608,8 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
     else m.hidden_act = it->get<std::string>();
   }
   if (gemma) {
-    m.norm_plus_one = m.sandwich_norms = m.embed_scale_sqrt_hidden = true;
+    m.norm_plus_one = m.embed_scale_sqrt_hidden = true;
+    m.block_norms = BlockNorms::Sandwich;
     double qpas = 256.0;
     get_num("query_pre_attn_scalar", &qpas);
     if (qpas <= 0) r.diagnostics.push_back(error_at(file, "query_pre_attn_scalar", "must be positive"));
@@ -599,8 +627,13 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
     if (m.logits_scaling == 0)
       r.diagnostics.push_back(error_at(file, "logits_scaling", "must not be 0 (logits are divided by it)"));
   }
-  if (f.fused_projections) {
-    m.fused_qkv = true;
+  if (f.fused_projections) m.fused_qkv = m.fused_gate_up = true;
+  if (f.glm_block) {
+    m.block_norms = BlockNorms::GlmSandwich;
+    m.fused_gate_up = m.rope_interleaved = true;
+  }
+  if (f.partial_rotary) {
+    m.partial_rotary_factor = f.partial_rotary_factor;
     get_num("partial_rotary_factor", &m.partial_rotary_factor);
     if (auto rp = j.find("rope_parameters"); rp != j.end() && rp->is_object())
       if (auto prf = rp->find("partial_rotary_factor"); prf != rp->end() && prf->is_number())
@@ -655,7 +688,7 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
           std::to_string(parsed.size()) + " entries for num_hidden_layers " + std::to_string(m.num_hidden_layers)));
     else if (ok && f.layer_types_slide)
       m.layer_sliding = any_sliding ? parsed : std::vector<bool>(static_cast<std::size_t>(m.num_hidden_layers), false);
-  } else if (gemma) {
+  } else if (f.sliding_period > 0) {  // Gemma-2/3, OLMo-3: every period-th layer full
     std::int64_t pattern = f.sliding_period;
     if (!f.sliding_period_key.empty())
       get_int(std::string(f.sliding_period_key).c_str(), &pattern, false, kMaxHiddenLayers);

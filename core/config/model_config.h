@@ -13,6 +13,16 @@
 
 namespace odyssey {
 
+// Which RMSNorms a decoder block has around its two branches (attention, MLP): on the branch's
+// input, on its output before the residual add, or both (block_norm_names has their names).
+enum class BlockNorms {
+  Pre,          // input_layernorm, post_attention_layernorm (the MLP's input): Llama and most families
+  Sandwich,     // both sides: input_layernorm, post_attention_layernorm, pre_/post_feedforward_layernorm (Gemma)
+  Post,         // outputs only: post_attention_layernorm, post_feedforward_layernorm (OLMo-2/3)
+  GlmSandwich,  // both sides, GLM-4's names: input_layernorm, post_self_attn_layernorm,
+                // post_attention_layernorm (the MLP's input), post_mlp_layernorm
+};
+
 // The decoder is one model with switches; a family is a row of the family table
 // (config/model_family.h) mapping config.json to them (docs/adding-a-model.md). Every switch's
 // default is the Llama block.
@@ -31,11 +41,12 @@ struct HfModelConfig {
   double rope_theta = 10000.0;
   double rms_norm_eps = 1e-6;
   bool tie_word_embeddings = false;
-  bool qkv_bias = false;    // q/k/v bias (Qwen2 always; Llama, Qwen3: attention_bias)
-  bool o_bias = false;      // o_proj bias (attention_bias where the family reads it; Qwen2 never)
-  bool qk_norm = false;     // q/k RMSNorm (Qwen3, Gemma-3)
-  bool mlp_bias = false;    // gate/up/down bias (Llama's mlp_bias)
-  std::string torch_dtype;  // as stored on disk
+  bool qkv_bias = false;       // q/k/v bias (Qwen2 always; Llama, Qwen3: attention_bias)
+  bool o_bias = false;         // o_proj bias (attention_bias where the family reads it; Qwen2 never)
+  bool qk_norm = false;        // q/k RMSNorm (Qwen3, Gemma-3, OLMo-2/3)
+  bool qk_norm_whole = false;  // the q/k norm spans all heads' width, before the split (OLMo-2/3); else one head's
+  bool mlp_bias = false;       // gate/up/down bias (Llama's mlp_bias)
+  std::string torch_dtype;     // as stored on disk
   // A multimodal checkpoint whose language model Odyssey trains (Gemma-3 4B/12B/27B ship as
   // Gemma3ForConditionalGeneration, Mistral-Small-3.1/3.2 as Mistral3ForConditionalGeneration):
   // its architecture; "" for a text model. The fields above
@@ -49,22 +60,26 @@ struct HfModelConfig {
   bool tie_unstated = false;
 
   // ---- switches of the other families (defaults: the Llama block) ----
-  std::string hidden_act = "silu";       // MLP activation: silu (SwiGLU) or gelu_pytorch_tanh (GeGLU)
-  bool norm_plus_one = false;            // RMSNorm scales by (1 + w), in fp32 before the cast (Gemma)
-  bool sandwich_norms = false;           // post-attention and pre/post-feedforward norms (Gemma-2/3)
-  bool embed_scale_sqrt_hidden = false;  // embeddings times sqrt(hidden) in their dtype (Gemma)
-  bool fused_qkv = false;                // one qkv_proj and one gate_up_proj (Phi-3)
-  double embedding_multiplier = 1.0;     // Granite
-  double residual_multiplier = 1.0;      // Granite: residual + branch * m
-  double attention_scale = 0.0;          // softmax scale; 0: head_dim^-0.5 (Granite's attention_multiplier,
-                                         // Gemma's query_pre_attn_scalar^-0.5)
-  double logits_scaling = 1.0;           // Granite: logits / logits_scaling
-  double attn_logit_softcapping = 0.0;   // Gemma-2: tanh(s / c) * c on attention scores; 0: off
-  double final_logit_softcapping = 0.0;  // Gemma-2: the same on the logits; 0: off
-  std::int64_t sliding_window = 0;       // keys at most sliding_window - 1 behind the query; 0: none
-  std::vector<bool> layer_sliding;       // per layer: the window applies (empty: every layer when set)
-  double partial_rotary_factor = 1.0;    // fraction of head_dim that RoPE rotates (Phi-3)
-  std::vector<bool> layer_rope;          // per layer: RoPE applies (empty: every layer; SmolLM3's NoPE layers)
+  std::string hidden_act = "silu";           // MLP activation: silu (SwiGLU) or gelu_pytorch_tanh (GeGLU)
+  bool norm_plus_one = false;                // RMSNorm scales by (1 + w), in fp32 before the cast (Gemma)
+  BlockNorms block_norms = BlockNorms::Pre;  // where the block's norms sit (Gemma: Sandwich, OLMo: Post)
+  bool norm_weight_fp32 = false;             // RMSNorm's weight times the fp32 normalized input, then the cast (OLMo);
+                                             // Llama: the weight times the input cast back first
+  bool embed_scale_sqrt_hidden = false;      // embeddings times sqrt(hidden) in their dtype (Gemma)
+  bool fused_qkv = false;                    // one qkv_proj (Phi-3)
+  bool fused_gate_up = false;                // one gate_up_proj, [gate | up] (Phi-3, GLM-4)
+  bool rope_interleaved = false;             // RoPE rotates pairs (0, 1), (2, 3), ... (GLM-4); else halves
+  double embedding_multiplier = 1.0;         // Granite
+  double residual_multiplier = 1.0;          // Granite: residual + branch * m
+  double attention_scale = 0.0;              // softmax scale; 0: head_dim^-0.5 (Granite's attention_multiplier,
+                                             // Gemma's query_pre_attn_scalar^-0.5)
+  double logits_scaling = 1.0;               // Granite: logits / logits_scaling
+  double attn_logit_softcapping = 0.0;       // Gemma-2: tanh(s / c) * c on attention scores; 0: off
+  double final_logit_softcapping = 0.0;      // Gemma-2: the same on the logits; 0: off
+  std::int64_t sliding_window = 0;           // keys at most sliding_window - 1 behind the query; 0: none
+  std::vector<bool> layer_sliding;           // per layer: the window applies (empty: every layer when set)
+  double partial_rotary_factor = 1.0;        // fraction of head_dim that RoPE rotates (Phi-3)
+  std::vector<bool> layer_rope;              // per layer: RoPE applies (empty: every layer; SmolLM3's NoPE layers)
 
   // ---- mixture of experts (Qwen3-MoE, Qwen2-MoE, Mixtral; docs/moe.md) ----
   std::int64_t num_experts = 0;                      // routed experts per MoE layer; 0: every MLP dense
@@ -106,8 +121,15 @@ struct HfModelConfig {
     return layer_rope.empty() || i < 0 || static_cast<std::size_t>(i) >= layer_rope.size() ||
            layer_rope[static_cast<std::size_t>(i)];
   }
-  // RMSNorm weights per block (2, or 4 with sandwich norms).
-  std::int64_t norms_per_block() const { return sandwich_norms ? 4 : 2; }
+  // RMSNorm weights per block (2, or 4 with sandwich norms), q/k norms not counted.
+  std::int64_t norms_per_block() const {
+    return block_norms == BlockNorms::Sandwich || block_norms == BlockNorms::GlmSandwich ? 4 : 2;
+  }
+  // Whether a norm follows each branch before the residual add (Gemma, OLMo).
+  bool output_norms() const { return block_norms != BlockNorms::Pre; }
+  // The width of the q norm's and the k norm's weights (0 and 0 without QK-norm).
+  std::int64_t q_norm_width() const { return qk_norm ? (qk_norm_whole ? num_attention_heads : 1) * head_dim : 0; }
+  std::int64_t k_norm_width() const { return qk_norm ? (qk_norm_whole ? num_key_value_heads : 1) * head_dim : 0; }
 
   // Parameter count of the model as configured (embeddings, blocks, norms, lm_head).
   std::int64_t parameter_count() const;
@@ -136,6 +158,13 @@ inline constexpr std::int64_t kMaxExperts = 1 << 12;  // Qwen3-235B-A22B: 128; D
 // computes them with the reference (unfused) formulas, logs one line per op and the plan lists
 // them. Empty for Qwen2/Qwen3/Llama/Mistral.
 std::vector<std::string> fused_kernel_gaps(const HfModelConfig& m);
+
+// The checkpoint names of a block's RMSNorms by place: before and after the attention, before
+// and after the MLP; "" where the block has none.
+struct BlockNormNames {
+  std::string attention_in, attention_out, mlp_in, mlp_out;
+};
+BlockNormNames block_norm_names(const HfModelConfig& m);
 
 // The block's linear modules as PEFT names them (q_proj ... down_proj; Phi-3: qkv_proj, o_proj,
 // gate_up_proj, down_proj): what LoRA's target_modules can match in this model.

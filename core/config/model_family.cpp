@@ -72,9 +72,30 @@ std::vector<ModelFamily> make_families() {
   f = {};  // Phi-3 / Phi-3.5 / Phi-4-mini: fused projections, partial rotary, no bias keys
   f.architecture = "Phi3ForCausalLM", f.model_type = "phi3", f.id = "phi3";
   f.attention_bias = AttentionBias::None;
-  f.fused_projections = true;
+  f.fused_projections = true, f.partial_rotary = true;
   f.rms_norm_eps = 1e-5;
   f.sliding = true;  // sliding_window: none unless config.json sets one
+  v.push_back(f);
+
+  f = {};  // GLM-4 (0414): the GLM block, q/k/v bias by default, half of each head rotated in pairs
+  f.architecture = "Glm4ForCausalLM", f.model_type = "glm4", f.id = "glm4";
+  f.attention_bias = AttentionBias::QkvFromAttentionBias;
+  f.glm_block = true, f.partial_rotary = true, f.partial_rotary_factor = 0.5;
+  f.rms_norm_eps = 1.5625e-07, f.head_dim = 128;
+  v.push_back(f);
+
+  f = {};  // OLMo-2: the OLMo block (post-norms only, q/k norm over the whole projection)
+  f.architecture = "Olmo2ForCausalLM", f.model_type = "olmo2", f.id = "olmo2";
+  f.olmo_block = true, f.qk_norm = true;
+  f.rms_norm_eps = 1e-5;
+  v.push_back(f);
+
+  f = {};  // OLMo-3: OLMo-2's block, three of four layers sliding (4096) with their own RoPE
+  f.architecture = "Olmo3ForCausalLM", f.model_type = "olmo3", f.id = "olmo3";
+  f.olmo_block = true, f.qk_norm = true;
+  f.rms_norm_eps = 1e-5;
+  f.rope_theta = 500'000.0, f.local_rope = true, f.local_rope_theta = 500'000.0, f.local_rope_theta_key = "";
+  f.sliding = true, f.sliding_window = 4096, f.sliding_period = 4, f.layer_types_slide = true;
   v.push_back(f);
 
   f = {};  // Qwen3-MoE: Qwen3's attention, 128 experts of 768, top 8

@@ -14,10 +14,11 @@ namespace odyssey {
 
 // Where the attention projections carry a bias, and which config.json key (if any) says so.
 enum class AttentionBias {
-  None,        // no bias and no key (MistralConfig, Phi3Config, MixtralConfig have none)
-  QkvAlways,   // q/k/v, hard-coded in the attention module (Qwen2); o_proj none
-  QkvFromKey,  // q/k/v as `qkv_bias` says, default true (Qwen2-MoE); o_proj none
-  AllFromKey,  // q/k/v and o_proj as `attention_bias` says, default false (Llama, Qwen3, Granite, Gemma)
+  None,                  // no bias and no key (MistralConfig, Phi3Config, MixtralConfig have none)
+  QkvAlways,             // q/k/v, hard-coded in the attention module (Qwen2); o_proj none
+  QkvFromKey,            // q/k/v as `qkv_bias` says, default true (Qwen2-MoE); o_proj none
+  QkvFromAttentionBias,  // q/k/v as `attention_bias` says, default true (GLM-4); o_proj none
+  AllFromKey,            // q/k/v and o_proj as `attention_bias` says, default false (Llama, Qwen3, Granite, Gemma)
 };
 
 // The MLP: dense, or one of the mixture-of-experts layouts (docs/moe.md).
@@ -41,8 +42,19 @@ struct ModelFamily {
   // scale from query_pre_attn_scalar, tanh-GELU under `hidden_activation`.
   bool gemma_block = false;
   bool granite_multipliers = false;  // embedding/residual/attention multipliers, logits_scaling
+  // OLMo-2/3: no norm on the branches' inputs, post_attention_layernorm and
+  // post_feedforward_layernorm on their outputs; q/k RMSNorm over the whole projection (all
+  // heads) before the split; every RMSNorm multiplies its weight in fp32, then casts.
+  bool olmo_block = false;
   // One qkv_proj and one gate_up_proj, partial_rotary_factor, "yarn" read as longrope (Phi-3).
   bool fused_projections = false;
+  // GLM-4: sandwich norms under GLM's names (input_layernorm, post_self_attn_layernorm,
+  // post_attention_layernorm before the MLP, post_mlp_layernorm), one gate_up_proj beside
+  // separate q/k/v, RoPE on interleaved pairs of the first partial_rotary_factor of each head.
+  bool glm_block = false;
+  // Reads partial_rotary_factor (top level or in rope_parameters); its class default.
+  bool partial_rotary = false;
+  double partial_rotary_factor = 1.0;
   std::string_view activation = "silu";  // the class default of hidden_act / hidden_activation
   double rms_norm_eps = 1e-6;
   bool tie_word_embeddings = false;
@@ -50,7 +62,12 @@ struct ModelFamily {
 
   // ---- positions and attention ----
   double rope_theta = 10000.0;
-  bool local_rope = false;  // sliding layers rotate with rope_local_base_freq (Gemma-3)
+  // Sliding layers rotate with their own RoPE: default kind, base from local_rope_theta_key
+  // (Gemma-3: rope_local_base_freq) or the class default local_rope_theta (OLMo-3: 500000
+  // whatever rope_theta says, as transformers 5.17's Olmo3Config fills it), never rope_scaling.
+  bool local_rope = false;
+  double local_rope_theta = 10000.0;
+  std::string_view local_rope_theta_key = "rope_local_base_freq";
   // Some layers without RoPE (NoPE, SmolLM3): config.json's no_rope_layers (1 = rotate), else
   // every no_rope_layer_interval-th layer (class default below) skips the rotation.
   bool nope_layers = false;

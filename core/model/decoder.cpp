@@ -195,12 +195,18 @@ void LinearImpl::merge_lora() {
   lora_B = nullptr;
 }
 
-RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps_, const torch::TensorOptions& o, bool plus_one_)
-    : eps(eps_), plus_one(plus_one_) {
+RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps_, const torch::TensorOptions& o, bool plus_one_,
+                         bool weight_fp32_)
+    : eps(eps_), plus_one(plus_one_), weight_fp32(weight_fp32_) {
   weight = register_parameter("weight", plus_one ? torch::zeros({dim}, o) : torch::ones({dim}, o));
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  if (weight_fp32) {  // OLMo: (w * normalized).to(dtype) with the product in fp32 (fp64 for fp64)
+    const auto stat = x.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+    const torch::Tensor h = x.to(stat);
+    return (weight.to(stat) * (h * torch::rsqrt(h.pow(2).mean(-1, true) + eps))).to(x.scalar_type());
+  }
   if (fused && !plus_one) return kernels::rms_norm(x, weight, eps);
   return kernels::add_rms_norm_reference(x, torch::Tensor(), weight, eps, plus_one).first;
 }
@@ -230,8 +236,11 @@ AttentionImpl::AttentionImpl(const DecoderConfig& c, const torch::TensorOptions&
   }
   o_proj = register_module("o_proj", Linear(heads * head_dim, h, c.hf.o_bias, o, q("o_proj")));
   if (c.hf.qk_norm) {
-    q_norm = register_module("q_norm", RMSNorm(head_dim, c.hf.rms_norm_eps, o, c.hf.norm_plus_one));
-    k_norm = register_module("k_norm", RMSNorm(head_dim, c.hf.rms_norm_eps, o, c.hf.norm_plus_one));
+    const double eps = c.hf.rms_norm_eps;
+    const bool p1 = c.hf.norm_plus_one, w32 = c.hf.norm_weight_fp32;
+    q_norm = register_module("q_norm", RMSNorm(c.hf.q_norm_width(), eps, o, p1, w32));
+    k_norm = register_module("k_norm", RMSNorm(c.hf.k_norm_width(), eps, o, p1, w32));
+    qk_norm_whole = c.hf.qk_norm_whole;
   }
   // HF: self.head_dim**-0.5, Granite's attention_multiplier, Gemma's query_pre_attn_scalar**-0.5.
   scale = c.hf.attention_scale > 0 ? c.hf.attention_scale : std::pow(static_cast<double>(head_dim), -0.5);
@@ -240,6 +249,7 @@ AttentionImpl::AttentionImpl(const DecoderConfig& c, const torch::TensorOptions&
   window = sliding ? c.hf.sliding_window : 0;
   local_rope = sliding && c.rope_local.has_value();
   rope = c.hf.rope_layer(layer);
+  rope_interleaved = c.hf.rope_interleaved;
   layer_index = layer;
 }
 
@@ -264,6 +274,17 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> AttentionImpl::project(c
           v_proj->forward_normed(x, src).view({b, s, -1, head_dim})};
 }
 
+void AttentionImpl::normalize_qk(torch::Tensor& q, torch::Tensor& k) {
+  if (!q_norm) return;
+  if (qk_norm_whole) {  // OLMo: over [.., H x D] as the projection wrote it, then the heads again
+    q = q_norm(q.flatten(-2)).view(q.sizes());
+    k = k_norm(k.flatten(-2)).view(k.sizes());
+    return;
+  }
+  q = q_norm(q);
+  k = k_norm(k);
+}
+
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext& ctx, const NormSource* src) {
   if (ctx.cache) return forward_cached(x, ctx, src);
   const std::int64_t b = x.size(0), s = x.size(1);
@@ -275,12 +296,10 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext&
   // long hides nothing.
   const bool windowed = sliding && (ctx.cu_seqlens.defined() ? ctx.max_seqlen : s) > window;
   const bool general = softcap > 0 || windowed;
-  const bool rope_fusable = cos.size(-1) == head_dim;  // kernels::apply_rope_ rotates whole heads
+  // kernels::apply_rope_ rotates whole heads by halves
+  const bool rope_fusable = cos.size(-1) == head_dim && !rope_interleaved;
   auto [q, k, v] = project(x, src);
-  if (q_norm) {
-    q = q_norm(q);
-    k = k_norm(k);
-  }
+  normalize_qk(q, k);
   if (ctx.cu_seqlens.defined()) {  // padding-free row: [1, T, .] -> varlen attention over [T, H, D]
     v = v.view({s, -1, head_dim});
     if (!rope) {  // a NoPE layer
@@ -289,8 +308,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext&
     } else if (fused && rope_fusable) {  // [T, H, D] views of the projections, rotated in place: no copies
       std::tie(q, k) = kernels::apply_rope_(q.view({s, -1, head_dim}), k.view({s, -1, head_dim}), cos[0], sin[0]);
     } else {
-      q = apply_rope(q.transpose(1, 2), cos, sin)[0].transpose(0, 1).contiguous();
-      k = apply_rope(k.transpose(1, 2), cos, sin)[0].transpose(0, 1).contiguous();
+      q = apply_rope(q.transpose(1, 2), cos, sin, rope_interleaved)[0].transpose(0, 1).contiguous();
+      k = apply_rope(k.transpose(1, 2), cos, sin, rope_interleaved)[0].transpose(0, 1).contiguous();
     }
     std::int64_t ran = -1;
     torch::Tensor out;
@@ -328,8 +347,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext&
   }
   // [B, S, H, D] -> [B, H, S, D].
   v = v.transpose(1, 2);
-  q = rope ? apply_rope(q.transpose(1, 2), cos, sin) : q.transpose(1, 2);
-  k = rope ? apply_rope(k.transpose(1, 2), cos, sin) : k.transpose(1, 2);
+  q = rope ? apply_rope(q.transpose(1, 2), cos, sin, rope_interleaved) : q.transpose(1, 2);
+  k = rope ? apply_rope(k.transpose(1, 2), cos, sin, rope_interleaved) : k.transpose(1, 2);
   std::int64_t ran = -1;
   const torch::Tensor out =
       general ? masked_attention(q, k, v, windowed ? ctx.keep_window : ctx.keep, scale, softcap, ctx.attention, &ran)
@@ -344,7 +363,7 @@ MlpImpl::MlpImpl(const DecoderConfig& c, const torch::TensorOptions& o, std::int
   gelu = c.hf.hidden_act == "gelu_pytorch_tanh";
   const std::string prefix = module_name.empty() ? "model.layers." + std::to_string(layer) + ".mlp." : module_name;
   auto q = [&](const char* name) { return c.quant.quantizes(prefix + name); };
-  if (c.hf.fused_qkv) {
+  if (c.hf.fused_gate_up) {
     gate_up_proj = register_module("gate_up_proj", Linear(h, 2 * i, c.hf.mlp_bias, o, q("gate_up_proj")));
   } else {
     gate_proj = register_module("gate_proj", Linear(h, i, c.hf.mlp_bias, o, q("gate_proj")));
@@ -426,20 +445,21 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x, const NormSource* src,
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const DecoderConfig& c, const torch::TensorOptions& o, std::int64_t layer) {
-  const bool p1 = c.hf.norm_plus_one;
-  const std::int64_t hs = c.hf.hidden_size;
-  const double eps = c.hf.rms_norm_eps;
+  const bool p1 = c.hf.norm_plus_one, w32 = c.hf.norm_weight_fp32;
   self_attn = register_module("self_attn", Attention(c, o, layer));
   if (c.hf.moe_layer(layer)) moe = register_module("mlp", Moe(c, o, layer));
   else mlp = register_module("mlp", Mlp(c, o, layer));
-  input_layernorm = register_module("input_layernorm", RMSNorm(hs, eps, o, p1));
-  post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(hs, eps, o, p1));
-  if (c.hf.sandwich_norms) {
-    pre_feedforward_layernorm = register_module("pre_feedforward_layernorm", RMSNorm(hs, eps, o, p1));
-    post_feedforward_layernorm = register_module("post_feedforward_layernorm", RMSNorm(hs, eps, o, p1));
-  }
+  const BlockNormNames names = block_norm_names(c.hf);
+  auto norm = [&](const std::string& name) {
+    return name.empty() ? RMSNorm(nullptr)
+                        : register_module(name, RMSNorm(c.hf.hidden_size, c.hf.rms_norm_eps, o, p1, w32));
+  };
+  attention_in = norm(names.attention_in);
+  attention_out = norm(names.attention_out);
+  mlp_in = norm(names.mlp_in);
+  mlp_out = norm(names.mlp_out);
   residual_multiplier = c.hf.residual_multiplier;
-  fusable = !c.hf.sandwich_norms && !p1 && residual_multiplier == 1.0;
+  fusable = c.hf.block_norms == BlockNorms::Pre && !p1 && !w32 && residual_multiplier == 1.0;
 }
 
 torch::Tensor DecoderLayerImpl::feed_forward(const torch::Tensor& x, const LayerContext& ctx, const NormSource* src,
@@ -453,16 +473,18 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const LayerConte
     const auto [h, m] = forward_split(x, {}, ctx);
     return h + m;
   }
-  if (pre_feedforward_layernorm) {  // Gemma: norm the branch's output before the residual add
-    torch::Tensor h = x + post_attention_layernorm(self_attn(input_layernorm(x), ctx));
-    return h + post_feedforward_layernorm(feed_forward(pre_feedforward_layernorm(h), ctx));
+  // A missing norm passes its tensor through (OLMo's inputs, Llama's outputs).
+  auto apply = [](RMSNorm& n, const torch::Tensor& t) { return n ? n(t) : t; };
+  if (attention_out || mlp_out) {  // Gemma, OLMo: norm each branch's output before the residual add
+    torch::Tensor h = x + apply(attention_out, self_attn(apply(attention_in, x), ctx));
+    return h + apply(mlp_out, feed_forward(apply(mlp_in, h), ctx));
   }
   if (residual_multiplier != 1.0) {  // Granite
-    torch::Tensor h = x + self_attn(input_layernorm(x), ctx) * residual_multiplier;
-    return h + feed_forward(post_attention_layernorm(h), ctx) * residual_multiplier;
+    torch::Tensor h = x + self_attn(attention_in(x), ctx) * residual_multiplier;
+    return h + feed_forward(mlp_in(h), ctx) * residual_multiplier;
   }
-  torch::Tensor h = x + self_attn(input_layernorm(x), ctx);
-  return h + feed_forward(post_attention_layernorm(h), ctx);
+  torch::Tensor h = x + self_attn(attention_in(x), ctx);
+  return h + feed_forward(mlp_in(h), ctx);
 }
 
 std::pair<torch::Tensor, torch::Tensor> DecoderLayerImpl::forward_split(const torch::Tensor& x,
@@ -472,13 +494,12 @@ std::pair<torch::Tensor, torch::Tensor> DecoderLayerImpl::forward_split(const to
   // s = x + residual rounded as HF's add (x itself without a residual), normalised in the
   // same pass; then h = s + attention, likewise. The projections keep each norm's input (kept
   // by the norm anyway), not its output.
-  const auto [n, s] = kernels::add_rms_norm(x, residual, input_layernorm->weight, input_layernorm->eps);
+  const auto [n, s] = kernels::add_rms_norm(x, residual, attention_in->weight, attention_in->eps);
   NormSource in;
-  in.input = s, in.weight = input_layernorm->weight, in.eps = input_layernorm->eps;
-  auto [normed, h] =
-      kernels::add_rms_norm(self_attn(n, ctx, &in), s, post_attention_layernorm->weight, post_attention_layernorm->eps);
+  in.input = s, in.weight = attention_in->weight, in.eps = attention_in->eps;
+  auto [normed, h] = kernels::add_rms_norm(self_attn(n, ctx, &in), s, mlp_in->weight, mlp_in->eps);
   NormSource post;
-  post.input = h, post.weight = post_attention_layernorm->weight, post.eps = post_attention_layernorm->eps;
+  post.input = h, post.weight = mlp_in->weight, post.eps = mlp_in->eps;
   return {h, feed_forward(normed, ctx, &post, ctx.mlp_offload)};
 }
 
@@ -489,7 +510,8 @@ DecoderBodyImpl::DecoderBodyImpl(const DecoderConfig& c, const torch::TensorOpti
     layer_list.emplace_back(c, o, i);
     layers->push_back(layer_list.back());
   }
-  norm = register_module("norm", RMSNorm(c.hf.hidden_size, c.hf.rms_norm_eps, o, c.hf.norm_plus_one));
+  norm = register_module("norm",
+                         RMSNorm(c.hf.hidden_size, c.hf.rms_norm_eps, o, c.hf.norm_plus_one, c.hf.norm_weight_fp32));
 }
 
 CausalLMImpl::CausalLMImpl(DecoderConfig config, DecoderOptions options)
@@ -604,7 +626,8 @@ std::string CausalLMImpl::mlp_tier_gap() const {
            "MLP's)";
   if (!layer->fusable)
     return "this family's block is not a fused one (sandwich or (1 + w) norms, or a residual multiplier)";
-  if (layer->mlp->gate_up_proj) return "this family's MLP has one gate_up_proj (Phi-3), not separate gate and up";
+  if (layer->mlp->gate_up_proj)
+    return "this family's MLP has one gate_up_proj (Phi-3, GLM-4), not separate gate and up";
   if (layer->mlp->gelu) return "this family's MLP is GeGLU (tanh GELU), not SwiGLU";
   return {};
 }
@@ -626,11 +649,12 @@ LayerContext CausalLMImpl::context(const torch::Tensor& input_ids, const torch::
   if (!pos.defined())  // HF: arange(S)[None], whatever the mask says
     pos = torch::arange(s, torch::TensorOptions().dtype(torch::kInt64).device(input_ids.device())).unsqueeze(0);
   LayerContext ctx;
-  std::tie(ctx.cos, ctx.sin) =
-      rope_cos_sin(inv_freq_for(config_.rope, inv_freq_, pos), pos, dtype, config_.rope.attention_factor);
+  std::tie(ctx.cos, ctx.sin) = rope_cos_sin(inv_freq_for(config_.rope, inv_freq_, pos), pos, dtype,
+                                            config_.rope.attention_factor, config_.hf.rope_interleaved);
   if (config_.rope_local)
-    std::tie(ctx.cos_local, ctx.sin_local) = rope_cos_sin(inv_freq_for(*config_.rope_local, inv_freq_local_, pos), pos,
-                                                          dtype, config_.rope_local->attention_factor);
+    std::tie(ctx.cos_local, ctx.sin_local) =
+        rope_cos_sin(inv_freq_for(*config_.rope_local, inv_freq_local_, pos), pos, dtype,
+                     config_.rope_local->attention_factor, config_.hf.rope_interleaved);
   ctx.keep = causal_padding_mask(attention_mask, s);
   ctx.attention = options_.attention;
   ctx.backend_ran = &backend_ran_;

@@ -7,7 +7,7 @@
 //
 //   model.embed_tokens.weight
 //   model.layers.N.input_layernorm.weight, model.layers.N.post_attention_layernorm.weight
-//   model.layers.N.{pre,post}_feedforward_layernorm.weight  (sandwich norms: Gemma)
+//   model.layers.N.{pre,post}_feedforward_layernorm.weight  (sandwich norms: Gemma; OLMo: post only)
 //   model.layers.N.self_attn.{q,k,v,o}_proj.{weight,bias}   (bias per family)
 //   model.layers.N.self_attn.qkv_proj.weight                (Phi-3, instead of q/k/v)
 //   model.layers.N.self_attn.{q,k}_norm.weight              (Qwen3, Gemma-3)
@@ -129,12 +129,14 @@ TORCH_MODULE(Linear);
 // cover it (this norm then runs the reference formula).
 class RMSNormImpl : public torch::nn::Module {
  public:
-  RMSNormImpl(std::int64_t dim, double eps, const torch::TensorOptions& o, bool plus_one = false);
+  RMSNormImpl(std::int64_t dim, double eps, const torch::TensorOptions& o, bool plus_one = false,
+              bool weight_fp32 = false);
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight;
   double eps;
   bool fused = false;
-  bool plus_one = false;
+  bool plus_one = false;     // (1 + w) in fp32, then the cast (Gemma)
+  bool weight_fp32 = false;  // w times the fp32 normalized input, then the cast (OLMo)
 };
 TORCH_MODULE(RMSNorm);
 
@@ -215,14 +217,16 @@ class AttentionImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const LayerContext& ctx, const NormSource* src = nullptr);
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   Linear qkv_proj{nullptr};                  // Phi-3: q, k and v in one projection
-  RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3, Gemma-3
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3, Gemma-3 (one head's width); OLMo-2/3 (all heads')
+  bool qk_norm_whole = false;                // the norms span all heads: applied before the split
   std::int64_t heads, kv_heads, head_dim;
   double scale;
-  double softcap = 0.0;     // attn_logit_softcapping (Gemma-2), 0: off
-  bool sliding = false;     // this layer attends through the sliding window
-  std::int64_t window = 0;  // its size (HfModelConfig::sliding_window) when sliding
-  bool local_rope = false;  // this layer rotates with LayerContext::cos_local (Gemma-3)
-  bool rope = true;         // false: a NoPE layer (SmolLM3) leaves q and k unrotated
+  double softcap = 0.0;           // attn_logit_softcapping (Gemma-2), 0: off
+  bool sliding = false;           // this layer attends through the sliding window
+  std::int64_t window = 0;        // its size (HfModelConfig::sliding_window) when sliding
+  bool local_rope = false;        // this layer rotates with LayerContext::cos_local (Gemma-3)
+  bool rope = true;               // false: a NoPE layer (SmolLM3) leaves q and k unrotated
+  bool rope_interleaved = false;  // RoPE on pairs (0, 1), (2, 3), ... (GLM-4)
   bool fused = false;
   std::int64_t layer_index = 0;  // its slot in KvCache::k / v
   // Decode steps on CUDA attend through kernels::decode_attention where it applies, else SDPA
@@ -237,6 +241,8 @@ class AttentionImpl : public torch::nn::Module {
   torch::Tensor forward_cached(const torch::Tensor& x, const LayerContext& ctx, const NormSource* src);
   // q, k, v [B, S, H, D] (k, v with KV heads) from x.
   std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> project(const torch::Tensor& x, const NormSource* src);
+  // q_norm / k_norm on project()'s q and k (nothing without QK-norm).
+  void normalize_qk(torch::Tensor& q, torch::Tensor& k);
 };
 TORCH_MODULE(Attention);
 
@@ -390,14 +396,15 @@ class DecoderLayerImpl : public torch::nn::Module {
   Attention self_attn{nullptr};
   Mlp mlp{nullptr};  // a dense layer's MLP, else null
   Moe moe{nullptr};  // a mixture-of-experts layer's (registered as "mlp" too), else null
-  RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
-  // Sandwich norms (Gemma): post_attention_layernorm normalizes the attention output before
-  // the residual add, these two the MLP's input and output.
-  RMSNorm pre_feedforward_layernorm{nullptr}, post_feedforward_layernorm{nullptr};
+  // The norms around the two branches, registered under the family's names (block_norm_names):
+  // Llama input_layernorm / post_attention_layernorm as attention_in / mlp_in; Gemma adds
+  // post_attention_layernorm / post_feedforward_layernorm on the outputs (its MLP input is then
+  // pre_feedforward_layernorm); OLMo has the output norms only. Null where the block has none.
+  RMSNorm attention_in{nullptr}, attention_out{nullptr}, mlp_in{nullptr}, mlp_out{nullptr};
   double residual_multiplier = 1.0;  // Granite: residual + branch * m
-  bool fused = false;                // the residual add fused into post_attention_layernorm
-  // Whether the fused layer (add_rms_norm pairs) computes this family's block: not with
-  // sandwich norms, (1 + w) norms or a residual multiplier.
+  bool fused = false;                // the residual add fused into the MLP's input norm
+  // Whether the fused layer (add_rms_norm pairs) computes this family's block: not with norms
+  // on the branches' outputs, (1 + w) or fp32-weighted norms, or a residual multiplier.
   bool fusable = true;
 
  private:

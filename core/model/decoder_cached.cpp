@@ -68,21 +68,19 @@ torch::Tensor AttentionImpl::forward_cached(const torch::Tensor& x, const LayerC
   const torch::Tensor& cos = local_rope ? ctx.cos_local : ctx.cos;
   const torch::Tensor& sin = local_rope ? ctx.sin_local : ctx.sin;
   auto [q, k, v] = project(x, src);
-  if (q_norm) {
-    q = q_norm(q);
-    k = k_norm(k);
-  }
+  normalize_qk(q, k);
   if (!rope) {  // a NoPE layer
     q = q.transpose(1, 2);
     k = k.transpose(1, 2);
-  } else if (fused && cos.size(-1) == head_dim) {  // the fused rotation in place over the B x S tokens (kernels/rope.h)
+  } else if (fused && cos.size(-1) == head_dim &&
+             !rope_interleaved) {  // the fused rotation in place over the B x S tokens (kernels/rope.h)
     auto [qr, kr] = kernels::apply_rope_(q.reshape({b * s, -1, head_dim}), k.reshape({b * s, -1, head_dim}),
                                          cos.reshape({b * s, -1}), sin.reshape({b * s, -1}));
     q = qr.view({b, s, -1, head_dim}).transpose(1, 2);  // [B, H, S, D]
     k = kr.view({b, s, -1, head_dim}).transpose(1, 2);
   } else {
-    q = apply_rope(q.transpose(1, 2), cos, sin);  // [B, H, S, D]
-    k = apply_rope(k.transpose(1, 2), cos, sin);
+    q = apply_rope(q.transpose(1, 2), cos, sin, rope_interleaved);  // [B, H, S, D]
+    k = apply_rope(k.transpose(1, 2), cos, sin, rope_interleaved);
   }
   torch::Tensor& ck = cache.k[static_cast<std::size_t>(layer_index)];
   torch::Tensor& cv = cache.v[static_cast<std::size_t>(layer_index)];

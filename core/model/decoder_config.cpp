@@ -47,13 +47,17 @@ void parse_rope_object(const json& j, const json* p, const std::string& where, c
       break;
     }
   }
-  const bool phi3 = c.hf.family_row().fused_projections;  // Phi3Config: partial rotary, "yarn" means longrope
+  const bool phi3 = c.hf.family_row().fused_projections;  // Phi3Config: "yarn" means longrope
   if (type == "su" || (type == "yarn" && phi3)) type = "longrope";
   if (auto it = p->find("partial_rotary_factor");
-      !phi3 && it != p->end() && it->is_number() && it->get<double>() != 1.0)
-    diags->push_back(error_at(
-        file, where + "partial_rotary_factor",
-        "found " + text::excerpt(dump_json(*it)) + "; Odyssey rotates part of the head for Phi3ForCausalLM only"));
+      !c.hf.family_row().partial_rotary && it != p->end() && it->is_number() && it->get<double>() != 1.0) {
+    std::vector<std::string> partial;
+    for (const ModelFamily& f : model_families())
+      if (f.partial_rotary) partial.emplace_back(f.architecture);
+    diags->push_back(error_at(file, where + "partial_rotary_factor",
+                              "found " + text::excerpt(dump_json(*it)) + "; Odyssey rotates part of the head for " +
+                                  text::join(partial, " and ") + " only"));
+  }
   if (type == "default") return;
   const std::string kinds = supported_rope_types();
   if (type != "linear" && type != "dynamic" && type != "yarn" && type != "longrope" && type != "llama3") {
@@ -139,12 +143,14 @@ void parse_rope(const json& j, DecoderConfig* c, Diagnostics* diags) {
   const ModelFamily& f = c->hf.family_row();
   r.theta = f.rope_theta;
   read_number(j, "rope_theta", "", file, &r.theta, diags);
-  // Gemma-3: transformers 5 writes {"full_attention": {...}, "sliding_attention": {...}}; 4.x
-  // checkpoints have rope_theta / rope_scaling for the full layers and rope_local_base_freq.
+  // Gemma-3, OLMo-3: transformers 5 writes {"full_attention": {...}, "sliding_attention": {...}};
+  // 4.x checkpoints have rope_theta / rope_scaling for the full layers and (Gemma-3)
+  // rope_local_base_freq.
   if (f.local_rope) {
     RopeParams local;
-    local.theta = 10'000.0;
-    read_number(j, "rope_local_base_freq", "", file, &local.theta, diags);
+    local.theta = f.local_rope_theta;  // OLMo-3: the class default, not config.json's rope_theta
+    if (!f.local_rope_theta_key.empty())
+      read_number(j, std::string(f.local_rope_theta_key).c_str(), "", file, &local.theta, diags);
     auto rp = j.find("rope_parameters");
     if (rp != j.end() && rp->is_object() && (rp->contains("full_attention") || rp->contains("sliding_attention"))) {
       for (const char* lt : {"full_attention", "sliding_attention"}) {

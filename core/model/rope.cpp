@@ -83,13 +83,14 @@ torch::Tensor rope_inv_freq(const RopeParams& rope, std::int64_t head_dim, std::
 }
 
 std::pair<torch::Tensor, torch::Tensor> rope_cos_sin(const torch::Tensor& inv_freq, const torch::Tensor& position_ids,
-                                                     torch::ScalarType dtype, double attention_factor) {
+                                                     torch::ScalarType dtype, double attention_factor,
+                                                     bool interleaved) {
   const std::int64_t p = position_ids.size(0);
   // [P, D/2, 1] @ [P, 1, S] in fp32, as the HF rotary module (autocast disabled there).
   const torch::Tensor f = inv_freq.to(position_ids.device(), torch::kFloat32).view({1, -1, 1}).expand({p, -1, 1});
   const torch::Tensor pos = position_ids.unsqueeze(1).to(torch::kFloat32);
   const torch::Tensor freqs = torch::matmul(f, pos).transpose(1, 2);
-  const torch::Tensor emb = torch::cat({freqs, freqs}, -1);
+  const torch::Tensor emb = interleaved ? freqs.repeat_interleave(2, -1) : torch::cat({freqs, freqs}, -1);
   return {(emb.cos() * attention_factor).to(dtype), (emb.sin() * attention_factor).to(dtype)};
 }
 
@@ -98,15 +99,23 @@ torch::Tensor rotate_half(const torch::Tensor& x) {
   const std::int64_t half = x.size(-1) / 2;
   return torch::cat({-x.narrow(-1, half, x.size(-1) - half), x.narrow(-1, 0, half)}, -1);
 }
+// (x0, x1, x2, x3, ...) -> (-x1, x0, -x3, x2, ...): each pair rotated by 90 degrees.
+torch::Tensor rotate_pairs(const torch::Tensor& x) {
+  using torch::indexing::Slice;
+  const torch::Tensor even = x.index({"...", Slice(0, torch::indexing::None, 2)});
+  const torch::Tensor odd = x.index({"...", Slice(1, torch::indexing::None, 2)});
+  return torch::stack({-odd, even}, -1).flatten(-2);
+}
 }  // namespace
 
-torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin, bool interleaved) {
   const torch::Tensor c = cos.unsqueeze(1);
   const torch::Tensor s = sin.unsqueeze(1);
   const std::int64_t r = cos.size(-1);
-  if (r == x.size(-1)) return (x * c) + (rotate_half(x) * s);
+  auto rotate = [&](const torch::Tensor& t) { return interleaved ? rotate_pairs(t) : rotate_half(t); };
+  if (r == x.size(-1)) return (x * c) + (rotate(x) * s);
   const torch::Tensor rot = x.narrow(-1, 0, r), pass = x.narrow(-1, r, x.size(-1) - r);
-  return torch::cat({(rot * c) + (rotate_half(rot) * s), pass}, -1);
+  return torch::cat({(rot * c) + (rotate(rot) * s), pass}, -1);
 }
 
 }  // namespace odyssey::model

@@ -30,12 +30,17 @@ torch::Tensor rope_inv_freq(const RopeParams& rope, std::int64_t head_dim, std::
 bool rope_depends_on_length(const RopeParams& rope);
 
 // cos and sin, each [P, S, rotary_dim] in `dtype`, for position_ids [P, S] (P = 1 or batch),
-// multiplied by attention_factor.
+// multiplied by attention_factor. The frequencies repeat as [f0 .. fn, f0 .. fn], or with
+// interleaved as [f0, f0, f1, f1, ...] (GLM-4's layout).
 std::pair<torch::Tensor, torch::Tensor> rope_cos_sin(const torch::Tensor& inv_freq, const torch::Tensor& position_ids,
-                                                     torch::ScalarType dtype, double attention_factor = 1.0);
+                                                     torch::ScalarType dtype, double attention_factor = 1.0,
+                                                     bool interleaved = false);
 
 // x [B, H, S, D] rotated by cos/sin [P, S, R] (broadcast over heads and, when P = 1, batch);
 // with R < D the last D - R channels pass unrotated.
-torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+// interleaved (GLM-4): the rotated channels pair as (0, 1), (2, 3), ... with cos / sin laid out
+// to match (rope_cos_sin's interleaved); else the first half pairs with the second (rotate_half).
+torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                         bool interleaved = false);
 
 }  // namespace odyssey::model

@@ -105,14 +105,15 @@ Diagnostics check_config_against_weights(const HfModelConfig& m, const std::stri
          " KV heads x head_dim " + std::to_string(hd) + " = " + std::to_string(m.num_key_value_heads * hd) + " rows");
   ck.dim("hidden_size", m.hidden_size, "model.layers.0.self_attn.q_proj.weight", 1, "");
   ck.dim("intermediate_size", m.intermediate_size, "model.layers.0.mlp.gate_proj.weight", 0, "");
-  if (m.fused_qkv) {  // Phi-3: [q | k | v] and [gate | up] in one tensor each
+  if (m.fused_qkv) {  // Phi-3: [q | k | v] in one tensor
     const std::int64_t rows = (m.num_attention_heads + 2 * m.num_key_value_heads) * hd;
     ck.dim("num_key_value_heads", rows, "model.layers.0.self_attn.qkv_proj.weight", 0,
            " (heads + 2 x KV heads) x head_dim " + std::to_string(hd) + " = " + std::to_string(rows) + " rows");
     ck.dim("hidden_size", m.hidden_size, "model.layers.0.self_attn.qkv_proj.weight", 1, "");
+  }
+  if (m.fused_gate_up)  // Phi-3, GLM-4: [gate | up] in one tensor
     ck.dim("intermediate_size", 2 * m.intermediate_size, "model.layers.0.mlp.gate_up_proj.weight", 0,
            " x 2 (gate and up) rows");
-  }
   // Mixture of experts: the first MoE layer's router gives the expert count, its first expert
   // the expert width (Qwen/Mixtral per-expert tensors, or transformers 5's stacked ones).
   for (std::int64_t l = 0; l < m.num_hidden_layers && m.is_moe(); ++l) {

@@ -63,10 +63,13 @@ Shape shape_of(const HfModelConfig& m) {
     s.out[Gate] = s.out[Up] = s.in[Down] = se;
     s.out[Down] = se > 0 ? s.h : 0;
   }
-  if (m.fused_qkv) {  // Phi-3: one projection each, as PEFT targets them
-    for (Module k : {Q, K, V, Gate, Up}) s.in[k] = s.out[k] = 0;
+  if (m.fused_qkv) {  // Phi-3: one projection, as PEFT targets it
+    for (Module k : {Q, K, V}) s.in[k] = s.out[k] = 0;
     s.in[QKV] = s.h;
     s.out[QKV] = s.q + 2 * s.kv;
+  }
+  if (m.fused_gate_up) {  // Phi-3, GLM-4
+    for (Module k : {Gate, Up}) s.in[k] = s.out[k] = 0;
     s.in[GateUp] = s.h;
     s.out[GateUp] = 2 * s.i;
   }
@@ -100,17 +103,19 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   t.lora = uses_lora(c);
   t.moe = m.is_moe();
   // The fused ops run on CUDA and, as ATen ops, elsewhere. A family whose block they do not
-  // cover ((1 + w) or sandwich norms, a residual multiplier: model::DecoderLayer::fusable) runs
+  // cover ((1 + w) norms, fp32-weighted norms, norms on the branches' outputs, a residual
+  // multiplier: model::DecoderLayer::fusable) runs
   // the reference layer and is planned as such. Within a fused block, the MLP's SwiGLU kernels
   // need silu and separate gate and up: Phi-3's gate_up_proj and GeGLU take the reference
   // formula there (model::CausalLM::mlp_tier_gap), with the fused norms and projections around it.
-  const bool block_fusable = !m.norm_plus_one && !m.sandwich_norms && m.residual_multiplier == 1.0;
+  const bool block_fusable =
+      !m.norm_plus_one && !m.norm_weight_fp32 && !m.output_norms() && m.residual_multiplier == 1.0;
   t.fused = c.fused_kernels && !t.hf && block_fusable;
   // The SwiGLU kernel (saves gate and up) runs wherever the block is fused and the MLP is
   // SwiGLU with separate gate and up; so do the MLP's tiers (rms_norm_mlp recomputation,
   // swiglu_down and its offload), on 16-bit and 4-bit bases alike (docs/qlora.md).
   // MoE models: the experts' SwiGLU runs between two grouped GEMMs (no MLP tiers there).
-  const bool swiglu_kernel = t.fused && m.hidden_act == "silu" && !m.fused_qkv && !m.is_moe();
+  const bool swiglu_kernel = t.fused && m.hidden_act == "silu" && !m.fused_gate_up && !m.is_moe();
   t.mlp_fused = swiglu_kernel;
   t.layout = parallel_layout(c, s.Hkv);
   const ParallelLayout& p = t.layout;
@@ -327,9 +332,10 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   };
   i64 per_token = m.norms_per_block() * norm_bytes(s.h, b, t.fused, full);  // 4 with sandwich norms
   i64 mlp_tok = 0;                                                          // the MLP's share of per_token
-  if (m.qk_norm)
-    per_token += t.fused ? b * (s.q + s.kv) + 4 * (s.H + s.Hkv)
-                         : 4 * (s.q + s.kv) + 4 * (s.H + s.Hkv) + (full ? b * (s.q + s.kv) : 0);
+  if (m.qk_norm) {
+    const i64 rows = m.qk_norm_whole ? 2 : s.H + s.Hkv;  // one fp32 statistic per normalized row
+    per_token += t.fused ? b * (s.q + s.kv) + 4 * rows : 4 * (s.q + s.kv) + 4 * rows + (full ? b * (s.q + s.kv) : 0);
+  }
   // The fused engine's projections of a norm's output keep the norm's input (counted in
   // norm_bytes) and recompute the output in backward (kernels::rms_norm_linear); the reference
   // ops keep the output as the projections' shared input.
@@ -337,7 +343,7 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   const bool qkv_input_kept =
       !norm_recomputed && (needs_shared(Q) || needs_shared(K) || needs_shared(V) || (m.fused_qkv && needs_shared(QKV)));
   const bool mlp_input_kept =
-      !norm_recomputed && (needs_shared(Gate) || needs_shared(Up) || (m.fused_qkv && needs_shared(GateUp)));
+      !norm_recomputed && (needs_shared(Gate) || needs_shared(Up) || (m.fused_gate_up && needs_shared(GateUp)));
   if (qkv_input_kept) per_token += b * s.h;
   if (needs_shared(O) && (u > 1 || t.hf)) per_token += b * s.q;  // else flash's saved output
   if (mlp_input_kept) mlp_tok += b * s.h;

@@ -92,6 +92,9 @@ class TstDecoderParity : public QObject {
     QTest::newRow("smollm (tied, GQA 4)") << "smollm";
     QTest::newRow("smollm3 (NoPE on the second of three layers, tied)") << "smollm3";
     QTest::newRow("ministral (window 5 on the layers layer_types marks, head_dim 24)") << "ministral";
+    QTest::newRow("olmo2 (output norms only, q/k norm over all heads, fp32-weighted norms, bias)") << "olmo2";
+    QTest::newRow("olmo3 (olmo2's block, window 5 on 3 of 4 layers, their own RoPE base)") << "olmo3";
+    QTest::newRow("glm4 (GLM sandwich norms, gate_up_proj, interleaved half rotary, qkv bias)") << "glm4";
     QTest::newRow("granite (multipliers, logits_scaling)") << "granite";
     QTest::newRow("rope linear") << "rope_linear";
     QTest::newRow("rope dynamic (past max_position_embeddings)") << "rope_dynamic";

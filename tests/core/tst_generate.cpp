@@ -39,9 +39,9 @@ std::string show(const std::vector<std::int32_t>& v) {
   return s;
 }
 
-const char* kFamilies[] = {"qwen2",  "qwen3",   "llama3",       "mistral",   "llama_hd",
-                           "smollm", "smollm3", "ministral",    "granite",   "gemma2",
-                           "phi3",   "gemma3",  "rope_dynamic", "rope_yarn", "rope_longrope"};
+const char* kFamilies[] = {"qwen2",   "qwen3", "llama3", "mistral",      "llama_hd",  "smollm",
+                           "smollm3", "olmo2", "olmo3",  "glm4",         "ministral", "granite",
+                           "gemma2",  "phi3",  "gemma3", "rope_dynamic", "rope_yarn", "rope_longrope"};
 
 }  // namespace
 

@@ -431,7 +431,7 @@ class TestMemoryPlanner : public QObject {
     }
     QVERIFY(softcap_note && norm_note);
     HfModelConfig plain = g2;  // the same sizes without sandwich norms and soft-capping
-    plain.sandwich_norms = false;
+    plain.block_norms = BlockNorms::Pre;
     plain.attn_logit_softcapping = 0;
     const auto tg = planner_detail::compute_terms(lora_7b(4096, true), g2, o);
     const auto tp = planner_detail::compute_terms(lora_7b(4096, true), plain, o);
@@ -446,6 +446,42 @@ class TestMemoryPlanner : public QObject {
     const auto th = planner_detail::compute_terms(lora_7b(4096, true), g2, hf);
     QVERIFY(th.layer_full - th.per_token_layer * th.tokens > 0);  // HF: the eager formula's s² probabilities
     QCOMPARE(g2.parameter_count(), std::int64_t{9241705984});
+    // OLMo-2 (7B sizes) and GLM-4 (9B-0414 sizes), from config.json text: neither block is the
+    // fused one (norms on the branches' outputs, fp32-weighted norms; GLM's sandwich), OLMo's
+    // q/k norms span all heads ((32 + 32) x 128 weights a layer), GLM-4's MLP is one
+    // gate_up_proj that LoRA targets whole.
+    auto config = [](const std::string& text) {
+      auto r = parse_model_config(text, "config.json");
+      if (!r.ok()) qFatal("%s", format_all(r.diagnostics).c_str());
+      return r.value;
+    };
+    const HfModelConfig olmo = config(
+        R"({"architectures": ["Olmo2ForCausalLM"], "model_type": "olmo2", "hidden_size": 4096,
+            "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32,
+            "num_key_value_heads": 32, "vocab_size": 100352, "rope_theta": 500000})");
+    TrainConfig co = lora_7b(4096, true);
+    co.target_modules = {"all-linear"};
+    const auto to = planner_detail::compute_terms(co, olmo, o);
+    QVERIFY(!to.fused && !to.mlp_fused);
+    QCOMPARE(olmo.q_norm_width(), std::int64_t{4096});
+    QCOMPARE(olmo.parameter_count(),
+             32 * (4 * 4096LL * 4096 + 3 * 4096LL * 11008 + 2 * 4096 + 2 * 4096) + 2 * 100352LL * 4096 + 4096);
+    QCOMPARE(to.trainable, 32 * r * (4 * (4096 + 4096) + 3 * (4096 + 11008)));
+    const HfModelConfig glm = config(
+        R"({"architectures": ["Glm4ForCausalLM"], "model_type": "glm4", "hidden_size": 4096,
+            "intermediate_size": 13696, "num_hidden_layers": 40, "num_attention_heads": 32,
+            "num_key_value_heads": 2, "head_dim": 128, "vocab_size": 151552, "partial_rotary_factor": 0.5})");
+    QVERIFY(glm.fused_gate_up && glm.rope_interleaved && glm.qkv_bias && !glm.o_bias);
+    QCOMPARE(glm.norms_per_block(), std::int64_t{4});
+    TrainConfig cg = lora_7b(4096, true);
+    cg.target_modules = {"all-linear"};
+    const auto tgl = planner_detail::compute_terms(cg, glm, o);
+    QVERIFY(!tgl.fused && !tgl.mlp_fused);
+    // q, k, v, o; gate_up (4096 -> 2 x 13696), down.
+    QCOMPARE(tgl.trainable,
+             40 * r * ((3 * 4096 + 4096 + 2 * 256) + (4096 + 4096) + (4096 + 2 * 13696) + (13696 + 4096)));
+    cg.target_modules = {"gate_up_proj"};
+    QCOMPARE(planner_detail::compute_terms(cg, glm, o).trainable, 40 * r * (4096 + 2 * 13696));
   }
 
   void fourBitBaseWeights() {

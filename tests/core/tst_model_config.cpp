@@ -2,6 +2,7 @@
 // counts Hugging Face publishes for these models (model cards / safetensors metadata).
 #include <QtTest>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -25,6 +26,15 @@ void write(const fs::path& p, const std::string& s) {
   std::ofstream(p) << s;
 }
 bool contains(const std::string& h, const std::string& n) { return h.find(n) != std::string::npos; }
+// The block's norm names, sorted, as the oracle lists them (a JSON list).
+QString block_norms_listed(const HfModelConfig& m) {
+  const BlockNormNames n = block_norm_names(m);
+  std::vector<std::string> v;
+  for (const std::string* s : {&n.attention_in, &n.attention_out, &n.mlp_in, &n.mlp_out})
+    if (!s->empty()) v.push_back(*s);
+  std::sort(v.begin(), v.end());
+  return QString::fromStdString(nlohmann::json(v).dump());
+}
 }  // namespace
 
 class TstModelConfig : public QObject {
@@ -106,7 +116,8 @@ class TstModelConfig : public QObject {
     for (const auto& [id, count] : want) QCOMPARE(shape(id).parameter_count(), count);
     auto g2 = shape("google/gemma-2-9b");
     QCOMPARE(QString::fromStdString(g2.family), QString("gemma2"));
-    QVERIFY(g2.sandwich_norms && g2.norm_plus_one && g2.embed_scale_sqrt_hidden && g2.tie_word_embeddings);
+    QVERIFY(g2.block_norms == BlockNorms::Sandwich && g2.norm_plus_one && g2.embed_scale_sqrt_hidden &&
+            g2.tie_word_embeddings);
     QCOMPARE(g2.attn_logit_softcapping, 50.0);
     QCOMPARE(g2.final_logit_softcapping, 30.0);
     QCOMPARE(g2.sliding_window, std::int64_t{4096});
@@ -159,7 +170,7 @@ class TstModelConfig : public QObject {
     QCOMPARE(m.layer_sliding, want.layer_sliding);
     QCOMPARE(m.attention_scale, want.attention_scale);
     QCOMPARE(m.torch_dtype, std::string("bfloat16"));
-    QVERIFY(m.qk_norm && m.tie_word_embeddings && m.sandwich_norms);
+    QVERIFY(m.qk_norm && m.tie_word_embeddings && m.block_norms == BlockNorms::Sandwich);
     // Tensor names both ways; the vision tower is not the text model's.
     QCOMPARE(text_model_name(m, "language_model.model.layers.3.mlp.up_proj.weight"),
              std::string("model.layers.3.mlp.up_proj.weight"));
@@ -400,9 +411,12 @@ class TstModelConfig : public QObject {
           same("rms_norm_eps", m.rms_norm_eps, o.at("rms_norm_eps").get<double>()) &&
           same("tie_word_embeddings", m.tie_word_embeddings, o.at("tie_word_embeddings").get<bool>()) &&
           same("rope_theta", m.rope_theta, o.at("rope_theta").get<double>()) &&
+          same("partial_rotary_factor", m.partial_rotary_factor, o.at("partial_rotary_factor").get<double>()) &&
           same("qkv_bias", m.qkv_bias, o.at("qkv_bias").get<bool>()) &&
           same("o_bias", m.o_bias, o.at("o_bias").get<bool>()) &&
           same("qk_norm", m.qk_norm, o.at("qk_norm").get<bool>()) &&
+          same("the q norm's width", m.q_norm_width(), o.at("q_norm_width").get<std::int64_t>()) &&
+          same("the block's norms", block_norms_listed(m), QString::fromStdString(o.at("block_norms").dump())) &&
           same("activation", QString::fromStdString(m.hidden_act),
                QString::fromStdString(o.at("activation").get<std::string>())) &&
           same("sliding_window", m.sliding_window, o.at("sliding_window").get<std::int64_t>()) &&

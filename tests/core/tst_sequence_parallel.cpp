@@ -380,6 +380,95 @@ int moe_worker(const dist::DistEnv& env, const MoeCase& c) {
   return e_ce < 1e-5 && e_aux < 1e-5 && worst < 1e-5 && compared > 0 ? 0 : 1;
 }
 
+// A dense family's whole model under sequence parallelism against one process over the same
+// row ("fam-<family>-u<U>r<R>"): the loss summed over the ranks and every gradient summed over
+// them equal the single process's within 1e-5. The families whose block differs where the
+// sharding could see it: OLMo's q/k norm spans all heads (computed before the Ulysses
+// all-to-all splits them), OLMo-3's sliding layers rotate with their own base, Gemma-2 soft-caps,
+// GLM-4 rotates interleaved pairs of half of each head.
+std::string family_config(const std::string& family) {
+  const std::string sizes =
+      R"("hidden_size": 32, "intermediate_size": 40, "num_attention_heads": 4, "num_key_value_heads": 2,
+         "head_dim": 8, "vocab_size": 50, "max_position_embeddings": 256, "rms_norm_eps": 1e-6,
+         "initializer_range": 0.2, "tie_word_embeddings": false, )";
+  if (family == "olmo2")
+    return R"({"architectures": ["Olmo2ForCausalLM"], "model_type": "olmo2", "num_hidden_layers": 2, )" + sizes +
+           R"("attention_bias": true})";
+  if (family == "olmo3")
+    return R"({"architectures": ["Olmo3ForCausalLM"], "model_type": "olmo3", "num_hidden_layers": 4, )" + sizes +
+           R"("sliding_window": 5, "rope_theta": 10000.0})";
+  if (family == "glm4")
+    return R"({"architectures": ["Glm4ForCausalLM"], "model_type": "glm4", "num_hidden_layers": 2, )" + sizes +
+           R"("partial_rotary_factor": 0.5})";
+  if (family == "gemma2")
+    return R"({"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "num_hidden_layers": 2, )" + sizes +
+           R"("query_pre_attn_scalar": 8, "sliding_window": 5, "attn_logit_softcapping": 1.5,
+              "final_logit_softcapping": 3.0})";
+  throw std::runtime_error("no tiny config for family " + family);
+}
+
+int family_worker(const dist::DistEnv& env, const std::string& spec) {
+  char family[32] = {};
+  int ulysses = 1, ring = 1;
+  if (std::sscanf(spec.c_str(), "fam-%31[^-]-u%dr%d", family, &ulysses, &ring) != 3)
+    throw std::runtime_error("bad family case " + spec);
+  dist::Mesh mesh = worker_mesh(env, ulysses, ring);
+  auto cfg = parse_decoder_config(family_config(family), std::string(family) + "/config.json");
+  if (!cfg.ok()) throw std::runtime_error(format_all(cfg.diagnostics));
+  auto build = [&] {
+    torch::manual_seed(13);
+    model::CausalLM lm(cfg.value, model::DecoderOptions{});
+    lm->initialize_random();
+    torch::NoGradGuard no_grad;  // norms away from 1 (or 0 for Gemma's 1 + w), so their gradients count
+    for (auto& p : lm->named_parameters())
+      if (p.key().find("norm") != std::string::npos) p.value().normal_(0.5, 0.3);
+    return lm;
+  };
+  const std::vector<std::int64_t> lengths{7, 13, 1, 22, 6};  // 49 tokens: every split pads; 3 past the window
+  torch::manual_seed(5);
+  std::vector<std::int32_t> ids, labels, pos;
+  for (auto n : lengths)
+    for (std::int64_t i = 0; i < n; ++i) {
+      ids.push_back(static_cast<std::int32_t>(torch::randint(1, 50, {1}).item<std::int64_t>()));
+      labels.push_back(i == 0 ? -100 : ids.back());
+      pos.push_back(static_cast<std::int32_t>(i));
+    }
+  const train::PackedRow whole = train::make_packed_row(ids, labels, pos);
+  model::CausalLM ref = build();
+  const torch::Tensor ref_ce = train::row_loss_sum(ref, whole);
+  ref_ce.backward();
+  model::CausalLM lm = build();
+  const train::PackedRow shard = dist::shard_row(whole, mesh.ulysses_group.get(), mesh.ring_group.get(), 0);
+  const torch::Tensor ce = train::row_loss_sum(lm, shard);
+  ce.backward();
+  torch::Tensor ce_sum = ce.detach().reshape({1}).clone();
+  mesh.sp_group->all_reduce(ce_sum);
+  double worst = 0;
+  std::string worst_name;
+  std::int64_t compared = 0;
+  const auto want = ref->named_parameters();
+  for (auto& p : lm->named_parameters()) {
+    torch::Tensor g = p.value().grad().defined() ? p.value().grad().clone() : torch::zeros_like(p.value());
+    mesh.sp_group->all_reduce(g);
+    const torch::Tensor r = want[p.key()].grad();
+    if (!r.defined()) throw std::runtime_error(p.key() + ": no gradient in the single process");
+    const double err = (g - r).abs().max().item<double>() / std::max(1e-12, r.abs().max().item<double>());
+    if (err > worst || worst_name.empty()) {
+      worst = err;
+      worst_name = p.key();
+    }
+    ++compared;
+  }
+  const double e_ce = std::abs(ce_sum.item<double>() - ref_ce.item<double>()) / std::abs(ref_ce.item<double>());
+  std::printf(
+      "{\"rank\": %d, \"case\": \"%s, ulysses %d x ring %d\", \"local_tokens\": %ld, \"loss\": %.3g, "
+      "\"gradients\": %ld, \"worst_gradient\": %.3g, \"worst_name\": \"%s\"}\n",
+      env.rank, family, ulysses, ring, static_cast<long>(shard.tokens()), e_ce, static_cast<long>(compared), worst,
+      worst_name.c_str());
+  std::fflush(stdout);
+  return e_ce < 1e-5 && worst < 1e-5 && compared > 0 ? 0 : 1;
+}
+
 int die_worker(const dist::DistEnv& env) {
   dist::Mesh mesh = worker_mesh(env, env.world, 1);
   if (env.rank == 1) std::_Exit(3);  // gone before the collective
@@ -399,6 +488,7 @@ int worker_main(const std::string& what) {
     if (what == "collectives") return collectives_worker(env);
     if (what == "die") return die_worker(env);
     if (what.rfind("moe-", 0) == 0) return moe_worker(env, parse_moe_case(what));
+    if (what.rfind("fam-", 0) == 0) return family_worker(env, what);
     return attention_worker(env, parse_case(what));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: %s\n", env.rank, e.what());
@@ -532,6 +622,24 @@ class TstSequenceParallel : public QObject {
     QTest::newRow("Ulysses 4, 4-bit experts over 4, top-1, LoRA") << 4 << "moe-u4r1e4k1lq";
   }
   void moeParallel() {
+    QFETCH(int, ranks);
+    QFETCH(QString, spec);
+    const Launched l = launch_ranks(ranks, spec);
+    QCOMPARE(l.code, 0);
+  }
+
+  // Whole dense models of the families whose blocks differ where a shard could see it.
+  void familyParallel_data() {
+    QTest::addColumn<int>("ranks");
+    QTest::addColumn<QString>("spec");
+    QTest::newRow("OLMo-2, Ulysses 2 (q/k norm over all heads before the all-to-all)") << 2 << "fam-olmo2-u2r1";
+    QTest::newRow("OLMo-2, ring 2") << 2 << "fam-olmo2-u1r2";
+    QTest::newRow("OLMo-3, Ulysses 2 (window 5, local RoPE base)") << 2 << "fam-olmo3-u2r1";
+    QTest::newRow("OLMo-3, Ulysses 2 x ring 2") << 4 << "fam-olmo3-u2r2";
+    QTest::newRow("Gemma-2, ring 2 (window 5, soft-capping)") << 2 << "fam-gemma2-u1r2";
+    QTest::newRow("GLM-4, Ulysses 2 x ring 2 (interleaved half rotary)") << 4 << "fam-glm4-u2r2";
+  }
+  void familyParallel() {
     QFETCH(int, ranks);
     QFETCH(QString, spec);
     const Launched l = launch_ranks(ranks, spec);

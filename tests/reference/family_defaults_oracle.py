@@ -48,9 +48,15 @@ def describe(path):
         "rms_norm_eps": c.rms_norm_eps,
         "tie_word_embeddings": m.lm_head.weight is m.model.embed_tokens.weight,
         "rope_theta": full.get("rope_theta"),
+        # The share of each head RoPE rotates (Phi-3's attribute, GLM-4's rope_parameters entry).
+        "partial_rotary_factor": full.get("partial_rotary_factor") or getattr(c, "partial_rotary_factor", None) or 1.0,
         "qkv_bias": q.bias is not None,
         "o_bias": attn.o_proj.bias is not None,
         "qk_norm": hasattr(attn, "q_norm"),
+        # One head's width (Qwen3, Gemma-3) or all heads' (OLMo-2/3).
+        "q_norm_width": int(attn.q_norm.weight.shape[0]) if hasattr(attn, "q_norm") else 0,
+        # The block's RMSNorms by name: where they sit around the two branches.
+        "block_norms": sorted(n for n, _ in layer.named_children() if n.endswith("norm")),
         "activation": getattr(c, "hidden_activation", None) or c.hidden_act,
         "sliding_window": max(windows),
         "sliding_layers": [w > 0 for w in windows],

@@ -34,11 +34,12 @@ from safetensors.torch import load_file, save_file
 
 import transformers
 from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3Config, Gemma3ForCausalLM,
-                          Gemma3ForConditionalGeneration, Gemma3TextConfig, GraniteConfig,
+                          Gemma3ForConditionalGeneration, Gemma3TextConfig, Glm4Config, Glm4ForCausalLM, GraniteConfig,
                           GraniteForCausalLM, LlamaConfig, LlamaForCausalLM, LlavaConfig,
                           LlavaForConditionalGeneration, Mistral3Config, Mistral3ForConditionalGeneration,
                           MinistralConfig, MinistralForCausalLM, MistralConfig, MistralForCausalLM,
-                          MixtralConfig, MixtralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+                          MixtralConfig, MixtralForCausalLM, Olmo2Config, Olmo2ForCausalLM, Olmo3Config,
+                          Olmo3ForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM,
                           Qwen2MoeConfig, Qwen2MoeForCausalLM, Qwen2VLConfig, Qwen2VLForConditionalGeneration,
                           Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen3Config, Qwen3ForCausalLM,
                           Qwen3MoeConfig, Qwen3MoeForCausalLM, Qwen3VLConfig, Qwen3VLForConditionalGeneration,
@@ -79,6 +80,22 @@ def family_models():
         ("smollm3", 25, SmolLM3ForCausalLM,
          SmolLM3Config(**{**COMMON, "num_hidden_layers": 3}, no_rope_layers=[1, 0, 1], pad_token_id=0, bos_token_id=1,
                        eos_token_id=2), None),
+        # OLMo-2: no input norms, norms on the branches' outputs, q/k norm over all heads' width,
+        # fp32-weighted norms; q/k/v/o bias (attention_bias), head_dim 24 (a key Olmo2Config
+        # lacks but its attention reads).
+        ("olmo2", 27, Olmo2ForCausalLM,
+         Olmo2Config(**COMMON, head_dim=24, attention_bias=True, pad_token_id=0, eos_token_id=2,
+                     rope_theta=10000.0), None),
+        # OLMo-3: the OLMo-2 block, window 5 on three of four layers (the class's layer_types),
+        # the sliding layers rotating with the class's base 500000 and the full one with 10000
+        # under linear scaling (config.json rewritten to the 4.x spelling: POST_SAVE).
+        ("olmo3", 28, Olmo3ForCausalLM,
+         Olmo3Config(**{**COMMON, "num_hidden_layers": 4}, sliding_window=5, pad_token_id=0, eos_token_id=2,
+                     rope_theta=10000.0, rope_scaling={"rope_type": "linear", "factor": 2.0}), None),
+        # GLM-4: sandwich norms under GLM's names, one gate_up_proj, q/k/v bias (o_proj none),
+        # RoPE on interleaved pairs of the first half of each head (head_dim 24: 12 rotated).
+        ("glm4", 29, Glm4ForCausalLM,
+         Glm4Config(**COMMON, head_dim=24, pad_token_id=0, eos_token_id=2, rope_theta=10000.0), None),
         ("granite", 24, GraniteForCausalLM,
          GraniteConfig(**COMMON, embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.09,
                        logits_scaling=8.0, attention_bias=True, tie_word_embeddings=True), None),
@@ -222,7 +239,12 @@ def flatten_text_config(d):
 
 # Changes to config.json after save_pretrained, before the reference loads the directory.
 POST_SAVE = {"mistral3_mm": edit_config(tie_word_embeddings=DROP), "mistral3_tied": edit_config(tie_word_embeddings=DROP),
-             "tied_own_head": edit_config(tie_word_embeddings=True), "qwen2_vl_flat": flatten_text_config}
+             "tied_own_head": edit_config(tie_word_embeddings=True), "qwen2_vl_flat": flatten_text_config,
+             # OLMo-3's checkpoints spell RoPE the transformers 4.x way, which Olmo3Config reads
+             # as the model in memory has it (rope_scaling for the full layers, the class's base
+             # for the sliding ones).
+             "olmo3": edit_config(rope_parameters=DROP, rope_theta=10000.0,
+                                  rope_scaling={"rope_type": "linear", "factor": 2.0})}
 
 
 # Mixture-of-experts models (issue 27, docs/moe.md): odd expert counts, top-k 1, 2 and 8, the
