@@ -421,6 +421,14 @@ class TstDecoderParity : public QObject {
                           << "sdpa" << QStringList{};
     QTest::newRow("gemma3") << "gemma3"
                             << "sdpa" << QStringList{};
+    // OLMo-2/3's whole-width q/k norms and output norms; GLM-4's gate_up_proj (a whole module in
+    // PEFT) beside separate q/k/v.
+    QTest::newRow("olmo2") << "olmo2"
+                           << "sdpa" << QStringList{};
+    QTest::newRow("olmo3") << "olmo3"
+                           << "sdpa" << QStringList{};
+    QTest::newRow("glm4") << "glm4"
+                          << "sdpa" << QStringList{};
     // The multimodal checkpoint: the adapter lists its language model's modules by path (the
     // vision tower has q/k/v_proj too); the merged export keeps the vision tower.
     QTest::newRow("gemma3 multimodal") << "gemma3_mm"

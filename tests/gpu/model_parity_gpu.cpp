@@ -146,15 +146,16 @@ int parity(std::string dir) {
   bool ok = true;
   // Every model make_tiny_models.py writes: the base families and issue 22's (Mistral with a
   // window, Llama with head_dim != hidden / heads, SmolLM, Granite, the RoPE kinds, Gemma-2,
-  // Phi-3, Gemma-3), the multimodal wrappers read as their text model (Gemma-3, Mistral-3 untied
-  // and tied, LLaVA, Qwen2.5-VL nested, Qwen2-VL flat, Qwen3-VL), a config tying a head its weights
-  // store apart, and issue 27's mixture-of-experts models.
+  // Phi-3, Gemma-3, SmolLM3, Ministral, OLMo-2/3 with their fp32-weighted norms, GLM-4), the multimodal wrappers read
+  // as their text model (Gemma-3, Mistral-3 untied and tied, LLaVA, Qwen2.5-VL nested, Qwen2-VL flat, Qwen3-VL), a
+  // config tying a head its weights store apart, and issue 27's mixture-of-experts models.
   for (const char* n :
        {"qwen2",          "qwen3",         "llama3",        "mistral",     "llama_hd",         "smollm",
         "granite",        "rope_linear",   "rope_dynamic",  "rope_yarn",   "rope_yarn_mscale", "rope_longrope",
         "gemma2",         "phi3",          "gemma3",        "gemma3_mm",   "mistral3_mm",      "mistral3_tied",
         "llava_mm",       "qwen2_5_vl_mm", "qwen2_vl_flat", "qwen3_vl_mm", "tied_own_head",    "qwen3_moe",
-        "qwen3_moe_top8", "qwen2_moe",     "mixtral"})
+        "qwen3_moe_top8", "qwen2_moe",     "mixtral",       "smollm3",     "ministral",        "olmo2",
+        "olmo3",          "glm4"})
     ok &= parity_one(dir, n);
   std::printf("bf16 parity: %s\n", ok ? "PASS" : "FAIL");
   return ok ? 0 : 1;
