@@ -451,9 +451,9 @@ class TestMemoryPlanner : public QObject {
     // q/k norms span all heads ((32 + 32) x 128 weights a layer), GLM-4's MLP is one
     // gate_up_proj that LoRA targets whole.
     auto config = [](const std::string& text) {
-      auto r = parse_model_config(text, "config.json");
-      if (!r.ok()) qFatal("%s", format_all(r.diagnostics).c_str());
-      return r.value;
+      auto parsed = parse_model_config(text, "config.json");
+      if (!parsed.ok()) qFatal("%s", format_all(parsed.diagnostics).c_str());
+      return parsed.value;
     };
     const HfModelConfig olmo = config(
         R"({"architectures": ["Olmo2ForCausalLM"], "model_type": "olmo2", "hidden_size": 4096,
