@@ -23,6 +23,7 @@ namespace odyssey::kernels::cuda {
 namespace {
 
 constexpr int kWarps = 4;  // warps per block; each warp is one run of slots
+constexpr int kU = 4;      // slots a warp loads before it computes their scores
 
 // Runs per (row, KV head): enough warps for every SM several times over, each run at least
 // 16 slots, at most 128 runs.
@@ -63,30 +64,61 @@ __global__ void __launch_bounds__(kWarps * 32)
   const T* kp = k + b * s.k_b + hk * s.k_h + lane * E;
   const T* vp = v + b * s.v_b + hk * s.v_h + lane * E;
   const bool* kept = keep + b * s.keep_b;
-  for (std::int64_t j = j0; j < j1; ++j) {
-    if (!kept[j * s.keep_l]) continue;  // the same slot for the whole warp
-    const Vec<T, E> kv = load<T, E>(kp + j * s.k_l);
-    const Vec<T, E> vv = load<T, E>(vp + j * s.v_l);
-    float kf[E], vf[E];
+  // kU slots at a time: their loads are issued together (the first version took one slot per
+  // step and waited on each load: on an H100 its 7B decode step ran at half of cuDNN's rate), and
+  // one online-softmax correction covers the group. A slot past the run or not kept scores -inf.
+  for (std::int64_t j = j0; j < j1; j += kU) {
+    Vec<T, E> kv[kU], vv[kU];
+    bool on[kU];
 #pragma unroll
-    for (int e = 0; e < E; ++e) {
-      kf[e] = to_f(kv.v[e]);
-      vf[e] = to_f(vv.v[e]);
+    for (int u = 0; u < kU; ++u) {
+      on[u] = j + u < j1 && kept[(j + u) * s.keep_l];  // the same slot for the whole warp
+      if (on[u]) {
+        kv[u] = load<T, E>(kp + (j + u) * s.k_l);
+        vv[u] = load<T, E>(vp + (j + u) * s.v_l);
+      }
     }
 #pragma unroll
     for (int g = 0; g < G; ++g) {
       if (g >= group) break;
-      float d = 0.f;
+      float x[kU];
 #pragma unroll
-      for (int e = 0; e < E; ++e) d = fmaf(qr[g][e], kf[e], d);
+      for (int u = 0; u < kU; ++u) {
+        float d = 0.f;
+        if (on[u]) {
 #pragma unroll
-      for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-      const float x = d * s.scale;
-      const float mn = fmaxf(m[g], x);
-      const float corr = __expf(m[g] - mn), p = __expf(x - mn);
-      l[g] = l[g] * corr + p;
+          for (int e = 0; e < E; ++e) d = fmaf(qr[g][e], to_f(kv[u].v[e]), d);
+        }
+        x[u] = d;
+      }
 #pragma unroll
-      for (int e = 0; e < E; ++e) acc[g][e] = fmaf(p, vf[e], acc[g][e] * corr);
+      for (int o = 16; o > 0; o >>= 1) {
+#pragma unroll
+        for (int u = 0; u < kU; ++u) x[u] += __shfl_xor_sync(0xffffffffu, x[u], o);
+      }
+      float mn = m[g];
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        x[u] = on[u] ? x[u] * s.scale : -INFINITY;
+        mn = fmaxf(mn, x[u]);
+      }
+      if (mn == -INFINITY) continue;  // nothing kept so far (uniform across the warp)
+      const float corr = __expf(m[g] - mn);
+      float p[kU];
+      l[g] *= corr;
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        p[u] = __expf(x[u] - mn);
+        l[g] += p[u];
+      }
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        float a = acc[g][e] * corr;
+#pragma unroll
+        for (int u = 0; u < kU; ++u)
+          if (on[u]) a = fmaf(p[u], to_f(vv[u].v[e]), a);
+        acc[g][e] = a;
+      }
       m[g] = mn;
     }
   }
@@ -110,26 +142,52 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// One block per (row, query head), one thread per feature: the runs merged.
+// A block's threads reduce v (max or sum); every thread gets the result. blockDim.x is a
+// multiple of 32, at most 1024.
+template <bool Max>
+__device__ float block_reduce(float v, float* scratch) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = Max ? fmaxf(v, w) : v + w;
+  }
+  const int warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  __syncthreads();  // scratch may still be read from a previous reduction
+  if ((threadIdx.x & 31) == 0) scratch[warp] = v;
+  __syncthreads();
+  v = Max ? -INFINITY : 0.f;
+  for (int i = 0; i < warps; ++i) v = Max ? fmaxf(v, scratch[i]) : v + scratch[i];
+  return v;
+}
+
+// One block per (row, query head): the runs' coefficients exp(m_s - M) once, in parallel over
+// the runs (at most 128: runs_for), then one thread per feature sums the runs' acc with them
+// (independent loads; the first version walked the runs one dependent load at a time in every
+// thread).
 template <typename T>
 __global__ void decode_merge_kernel(const float* __restrict__ ws, T* __restrict__ out, DecodeShape s,
                                     std::int64_t runs) {
+  __shared__ float coef[128];
+  __shared__ float scratch[32];
   const std::int64_t h = blockIdx.x;  // b * Hq + query head
   const std::int64_t heads = s.batch * s.q_heads;
   const float* av = ws + h * runs * s.head_dim;
   const float* ml = ws + heads * runs * s.head_dim + 2 * h * runs;
   float mx = -INFINITY;
-  for (std::int64_t r = 0; r < runs; ++r) mx = fmaxf(mx, ml[2 * r]);
+  for (std::int64_t r = threadIdx.x; r < runs; r += blockDim.x) mx = fmaxf(mx, ml[2 * r]);
+  mx = block_reduce<true>(mx, scratch);
+  float den = 0.f;
+  for (std::int64_t r = threadIdx.x; r < runs; r += blockDim.x) {
+    // A run that kept no slot has m = -inf, l = 0: its coefficient is 0.
+    const float c = mx == -INFINITY ? 0.f : __expf(ml[2 * r] - mx);
+    coef[r] = c;
+    den = fmaf(c, ml[2 * r + 1], den);
+  }
+  den = block_reduce<false>(den, scratch);  // its barriers also publish coef
   for (std::int64_t d = threadIdx.x; d < s.head_dim; d += blockDim.x) {
-    float num = 0.f, den = 0.f;
-    if (mx != -INFINITY)
-      for (std::int64_t r = 0; r < runs; ++r) {
-        const float mr = ml[2 * r];
-        if (mr == -INFINITY) continue;  // a run that kept no slot
-        const float c = __expf(mr - mx);
-        den = fmaf(c, ml[2 * r + 1], den);
-        num = fmaf(c, av[r * s.head_dim + d], num);
-      }
+    float num = 0.f;
+#pragma unroll 8
+    for (std::int64_t r = 0; r < runs; ++r) num = fmaf(coef[r], av[r * s.head_dim + d], num);
     out[h * s.head_dim + d] = from_f<T>(den > 0.f ? num / den : 0.f);
   }
 }
