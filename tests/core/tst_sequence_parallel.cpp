@@ -530,6 +530,14 @@ Launched launch_ranks(int n, const QString& what) {
   return l;
 }
 
+// A data-driven test's row: its `ranks` processes run worker `spec`, and every rank passes.
+void ranks_pass() {
+  QFETCH(int, ranks);
+  QFETCH(QString, spec);
+  const Launched l = launch_ranks(ranks, spec);
+  QCOMPARE(l.code, 0);
+}
+
 }  // namespace
 
 class TstSequenceParallel : public QObject {
@@ -598,12 +606,7 @@ class TstSequenceParallel : public QObject {
     QTest::newRow("ring 4, window 5 + soft-capping, KV 1") << 4 << "u1r4q2kv1w5c1.5";
     QTest::newRow("Ulysses 2 x ring 2, window 5 + soft-capping") << 4 << "u2r2q4kv2w5c1.5";
   }
-  void attention() {
-    QFETCH(int, ranks);
-    QFETCH(QString, spec);
-    const Launched l = launch_ranks(ranks, spec);
-    QCOMPARE(l.code, 0);
-  }
+  void attention() { ranks_pass(); }
 
   void moeParallel_data() {
     QTest::addColumn<int>("ranks");
@@ -621,12 +624,7 @@ class TstSequenceParallel : public QObject {
     QTest::newRow("Ulysses 2, 4-bit experts over 2, LoRA") << 2 << "moe-u2r1e2k2lq";
     QTest::newRow("Ulysses 4, 4-bit experts over 4, top-1, LoRA") << 4 << "moe-u4r1e4k1lq";
   }
-  void moeParallel() {
-    QFETCH(int, ranks);
-    QFETCH(QString, spec);
-    const Launched l = launch_ranks(ranks, spec);
-    QCOMPARE(l.code, 0);
-  }
+  void moeParallel() { ranks_pass(); }
 
   // Whole dense models of the families whose blocks differ where a shard could see it.
   void familyParallel_data() {
@@ -639,12 +637,7 @@ class TstSequenceParallel : public QObject {
     QTest::newRow("Gemma-2, ring 2 (window 5, soft-capping)") << 2 << "fam-gemma2-u1r2";
     QTest::newRow("GLM-4, Ulysses 2 x ring 2 (interleaved half rotary)") << 4 << "fam-glm4-u2r2";
   }
-  void familyParallel() {
-    QFETCH(int, ranks);
-    QFETCH(QString, spec);
-    const Launched l = launch_ranks(ranks, spec);
-    QCOMPARE(l.code, 0);
-  }
+  void familyParallel() { ranks_pass(); }
 
   void deadRankStopsTheOthers() {
     const Launched l = launch_ranks(2, "die");
