@@ -240,9 +240,9 @@ def flatten_text_config(d):
 # Changes to config.json after save_pretrained, before the reference loads the directory.
 POST_SAVE = {"mistral3_mm": edit_config(tie_word_embeddings=DROP), "mistral3_tied": edit_config(tie_word_embeddings=DROP),
              "tied_own_head": edit_config(tie_word_embeddings=True), "qwen2_vl_flat": flatten_text_config,
-             # OLMo-3's checkpoints spell RoPE the transformers 4.x way, which Olmo3Config reads
-             # as the model in memory has it (rope_scaling for the full layers, the class's base
-             # for the sliding ones).
+             # OLMo-3's RoPE in the transformers 4.x spelling, which Olmo3Config reads as the
+             # model in memory has it (rope_scaling for the full layers, the class's base for the
+             # sliding ones).
              "olmo3": edit_config(rope_parameters=DROP, rope_theta=10000.0,
                                   rope_scaling={"rope_type": "linear", "factor": 2.0})}
 
