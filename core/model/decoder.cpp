@@ -625,7 +625,8 @@ std::string CausalLMImpl::mlp_tier_gap() const {
     return "a mixture-of-experts model: its expert MLPs keep their activations (the MLP tiers are the dense SwiGLU "
            "MLP's)";
   if (!layer->fusable)
-    return "this family's block is not a fused one (sandwich or (1 + w) norms, or a residual multiplier)";
+    return "this family's block is not a fused one (norms on the branches' outputs, (1 + w) or fp32-weighted norms, or "
+           "a residual multiplier)";
   if (layer->mlp->gate_up_proj)
     return "this family's MLP has one gate_up_proj (Phi-3, GLM-4), not separate gate and up";
   if (layer->mlp->gelu) return "this family's MLP is GeGLU (tanh GELU), not SwiGLU";
