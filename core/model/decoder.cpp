@@ -296,8 +296,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext&
   // long hides nothing.
   const bool windowed = sliding && (ctx.cu_seqlens.defined() ? ctx.max_seqlen : s) > window;
   const bool general = softcap > 0 || windowed;
-  // kernels::apply_rope_ rotates whole heads by halves
-  const bool rope_fusable = cos.size(-1) == head_dim && !rope_interleaved;
+  // kernels::apply_rope_ rotates whole heads by halves, with cos/sin in the activations' dtype
+  const bool rope_fusable = cos.size(-1) == head_dim && !rope_interleaved && cos.scalar_type() == x.scalar_type();
   auto [q, k, v] = project(x, src);
   normalize_qk(q, k);
   if (ctx.cu_seqlens.defined()) {  // padding-free row: [1, T, .] -> varlen attention over [T, H, D]
@@ -650,11 +650,15 @@ LayerContext CausalLMImpl::context(const torch::Tensor& input_ids, const torch::
   if (!pos.defined())  // HF: arange(S)[None], whatever the mask says
     pos = torch::arange(s, torch::TensorOptions().dtype(torch::kInt64).device(input_ids.device())).unsqueeze(0);
   LayerContext ctx;
-  std::tie(ctx.cos, ctx.sin) = rope_cos_sin(inv_freq_for(config_.rope, inv_freq_, pos), pos, dtype,
+  // OLMo-2/3's rotary module hands cos and sin over in fp32 (Llama's casts them to the
+  // activations' dtype), so transformers rotates their q and k in fp32 and rounds once:
+  // apply_rope does the same when cos is wider than q.
+  const torch::ScalarType rope_dtype = config_.hf.family_row().olmo_block ? torch::kFloat32 : dtype;
+  std::tie(ctx.cos, ctx.sin) = rope_cos_sin(inv_freq_for(config_.rope, inv_freq_, pos), pos, rope_dtype,
                                             config_.rope.attention_factor, config_.hf.rope_interleaved);
   if (config_.rope_local)
     std::tie(ctx.cos_local, ctx.sin_local) =
-        rope_cos_sin(inv_freq_for(*config_.rope_local, inv_freq_local_, pos), pos, dtype,
+        rope_cos_sin(inv_freq_for(*config_.rope_local, inv_freq_local_, pos), pos, rope_dtype,
                      config_.rope_local->attention_factor, config_.hf.rope_interleaved);
   ctx.keep = causal_padding_mask(attention_mask, s);
   ctx.attention = options_.attention;

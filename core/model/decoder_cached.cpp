@@ -72,8 +72,9 @@ torch::Tensor AttentionImpl::forward_cached(const torch::Tensor& x, const LayerC
   if (!rope) {  // a NoPE layer
     q = q.transpose(1, 2);
     k = k.transpose(1, 2);
-  } else if (fused && cos.size(-1) == head_dim &&
-             !rope_interleaved) {  // the fused rotation in place over the B x S tokens (kernels/rope.h)
+  } else if (fused && cos.size(-1) == head_dim && !rope_interleaved &&
+             cos.scalar_type() ==
+                 x.scalar_type()) {  // the fused rotation in place over the B x S tokens (kernels/rope.h)
     auto [qr, kr] = kernels::apply_rope_(q.reshape({b * s, -1, head_dim}), k.reshape({b * s, -1, head_dim}),
                                          cos.reshape({b * s, -1}), sin.reshape({b * s, -1}));
     q = qr.view({b, s, -1, head_dim}).transpose(1, 2);  // [B, H, S, D]

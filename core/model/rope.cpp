@@ -113,9 +113,10 @@ torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const
   const torch::Tensor s = sin.unsqueeze(1);
   const std::int64_t r = cos.size(-1);
   auto rotate = [&](const torch::Tensor& t) { return interleaved ? rotate_pairs(t) : rotate_half(t); };
-  if (r == x.size(-1)) return (x * c) + (rotate(x) * s);
+  // cos/sin wider than x (OLMo's fp32): computed in their dtype, rounded once to x's (HF's .to(q_type)).
+  if (r == x.size(-1)) return ((x * c) + (rotate(x) * s)).to(x.scalar_type());
   const torch::Tensor rot = x.narrow(-1, 0, r), pass = x.narrow(-1, r, x.size(-1) - r);
-  return torch::cat({(rot * c) + (rotate(rot) * s), pass}, -1);
+  return torch::cat({((rot * c) + (rotate(rot) * s)).to(x.scalar_type()), pass}, -1);
 }
 
 }  // namespace odyssey::model

@@ -19,8 +19,9 @@ has or one PEFT's model has is missing from the file (PEFT itself ignores unexpe
 when a loaded tensor differs from the file's. The base model must load without missing or
 unexpected weights too.
 
---merged-dir DIR: an HF model directory (a merged export), loaded by transformers alone, with no
-missing, unexpected or mismatched weights; writes its `logits`.
+--merged-dir DIR: an HF model directory (a merged export, or any model), loaded by transformers
+alone, with no missing, unexpected or mismatched weights; writes its `logits`. --dtype bfloat16
+loads it in bf16 instead (still on the CPU): the oracle of the bf16 CPU rows.
 
 Pinned: transformers 5.17.0, peft 0.21.0, torch 2.11, safetensors 0.8.0.
 """
@@ -52,6 +53,7 @@ def check_pins():
 
 
 ATTN = "sdpa"
+DTYPE = torch.float32
 
 
 def model_class(model_dir):
@@ -64,7 +66,7 @@ def model_class(model_dir):
 
 def load_hf(model_dir):
     """transformers' model, refusing a checkpoint with missing, unexpected or mismatched weights."""
-    model, info = model_class(model_dir).from_pretrained(model_dir, dtype=torch.float32, attn_implementation=ATTN,
+    model, info = model_class(model_dir).from_pretrained(model_dir, dtype=DTYPE, attn_implementation=ATTN,
                                                          output_loading_info=True)
     problems = {k: sorted(v) for k, v in info.items() if k != "error_msgs" and v}
     if info.get("error_msgs"):
@@ -138,11 +140,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--merged-dir", metavar="DIR", help="an HF model directory, loaded by transformers alone")
     ap.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"], help="transformers' attention")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="the model's dtype")
     ap.add_argument("paths", nargs="+", metavar="PATH",
                     help="MODEL_DIR ADAPTER_DIR IN OUT, or IN OUT with --merged-dir")
     args = ap.parse_args()
-    global ATTN
+    global ATTN, DTYPE
     ATTN = args.attn
+    DTYPE = getattr(torch, args.dtype)
     want = 2 if args.merged_dir else 4
     if len(args.paths) != want:
         ap.error(f"expected {'IN OUT' if args.merged_dir else 'MODEL_DIR ADAPTER_DIR IN OUT'}, got {args.paths}")
