@@ -59,10 +59,11 @@ torch::Tensor rms_norm_linear(const torch::Tensor& n, const torch::Tensor& s, co
 // The reference, and the formula's one home: HF's residual add and RMSNorm in plain ATen ops,
 // differentiated by autograd. The statistic is taken in fp32 (float64 for a float64 input: the
 // selftest's exact run), y = weight * (h * rms_inverse(h)) rounded to the input dtype, or with
-// `plus_one` (Gemma) (h * (1 + weight)) rounded once at the end. Returns {y, x + residual}.
+// `plus_one` (Gemma) (h * (1 + weight)) rounded once at the end, or with `weight_fp32` (OLMo)
+// (weight * h) in fp32 rounded once at the end. Returns {y, x + residual}.
 std::pair<torch::Tensor, torch::Tensor> add_rms_norm_reference(const torch::Tensor& x, const torch::Tensor& residual,
                                                                const torch::Tensor& weight, double eps,
-                                                               bool plus_one = false);
+                                                               bool plus_one = false, bool weight_fp32 = false);
 // 1 / sqrt(mean(h²) + eps) over the last dimension, kept as a size-1 dimension: the norm's
 // statistic (the CPU path of add_rms_norm saves it for its backward).
 torch::Tensor rms_inverse(const torch::Tensor& h, double eps);

@@ -201,6 +201,7 @@ std::vector<std::string> fused_kernel_gaps(const HfModelConfig& m) {
   if (m.fused_qkv) out.push_back("fused qkv_proj: the reference projections");
   if (m.fused_gate_up) out.push_back("fused gate_up_proj: the SwiGLU of the packed product, no MLP tiers");
   if (m.rope_interleaved) out.push_back("RoPE on interleaved pairs: the reference RoPE");
+  if (m.rope_fp32) out.push_back("RoPE in fp32 (cos/sin wider than q and k): the reference RoPE");
   if (m.partial_rotary_factor < 1.0)
     out.push_back("partial rotary (partial_rotary_factor " + num(m.partial_rotary_factor) + "): the reference RoPE");
   return out;
@@ -578,7 +579,7 @@ Result<HfModelConfig> parse_model_config(const std::string& json_text, const std
   m.qk_norm = f.qk_norm;
   if (f.olmo_block) {
     m.block_norms = BlockNorms::Post;
-    m.qk_norm_whole = m.norm_weight_fp32 = true;
+    m.qk_norm_whole = m.norm_weight_fp32 = m.rope_fp32 = true;
   }
   // A number that may be null (null: off); absent: the family's default.
   auto get_optional = [&](const char* key, double* out, double absent) {

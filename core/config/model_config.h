@@ -69,6 +69,8 @@ struct HfModelConfig {
   bool fused_qkv = false;                    // one qkv_proj (Phi-3)
   bool fused_gate_up = false;                // one gate_up_proj, [gate | up] (Phi-3, GLM-4)
   bool rope_interleaved = false;             // RoPE rotates pairs (0, 1), (2, 3), ... (GLM-4); else halves
+  bool rope_fp32 = false;                    // q and k rotated in fp32, rounded once (OLMo: its rotary hands over
+                                             // fp32 cos/sin); else cos/sin in the activations' dtype
   double embedding_multiplier = 1.0;         // Granite
   double residual_multiplier = 1.0;          // Granite: residual + branch * m
   double attention_scale = 0.0;              // softmax scale; 0: head_dim^-0.5 (Granite's attention_multiplier,

@@ -202,13 +202,8 @@ RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps_, const torch::TensorOptio
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  if (weight_fp32) {  // OLMo: (w * normalized).to(dtype) with the product in fp32 (fp64 for fp64)
-    const auto stat = x.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
-    const torch::Tensor h = x.to(stat);
-    return (weight.to(stat) * (h * torch::rsqrt(h.pow(2).mean(-1, true) + eps))).to(x.scalar_type());
-  }
-  if (fused && !plus_one) return kernels::rms_norm(x, weight, eps);
-  return kernels::add_rms_norm_reference(x, torch::Tensor(), weight, eps, plus_one).first;
+  if (fused && !plus_one && !weight_fp32) return kernels::rms_norm(x, weight, eps);
+  return kernels::add_rms_norm_reference(x, torch::Tensor(), weight, eps, plus_one, weight_fp32).first;
 }
 
 EmbeddingImpl::EmbeddingImpl(std::int64_t vocab, std::int64_t dim, std::optional<std::int64_t> pad,
@@ -650,10 +645,10 @@ LayerContext CausalLMImpl::context(const torch::Tensor& input_ids, const torch::
   if (!pos.defined())  // HF: arange(S)[None], whatever the mask says
     pos = torch::arange(s, torch::TensorOptions().dtype(torch::kInt64).device(input_ids.device())).unsqueeze(0);
   LayerContext ctx;
-  // OLMo-2/3's rotary module hands cos and sin over in fp32 (Llama's casts them to the
-  // activations' dtype), so transformers rotates their q and k in fp32 and rounds once:
-  // apply_rope does the same when cos is wider than q.
-  const torch::ScalarType rope_dtype = config_.hf.family_row().olmo_block ? torch::kFloat32 : dtype;
+  // rope_fp32 (OLMo-2/3, whose rotary module hands cos and sin over in fp32 where Llama's casts
+  // them to the activations' dtype): q and k rotate in fp32 and round once, as apply_rope does
+  // when cos is wider than q.
+  const torch::ScalarType rope_dtype = config_.hf.rope_fp32 ? torch::kFloat32 : dtype;
   std::tie(ctx.cos, ctx.sin) = rope_cos_sin(inv_freq_for(config_.rope, inv_freq_, pos), pos, rope_dtype,
                                             config_.rope.attention_factor, config_.hf.rope_interleaved);
   if (config_.rope_local)

@@ -58,6 +58,17 @@ class TstDecoderParity : public QObject {
   QTemporaryDir tmp_;
   std::string dir_;
 
+  // Runs one of the Python oracles (ODYSSEY_PYTHON: transformers, PEFT) and returns what it
+  // printed when it failed or did not finish in 300 s, empty when it succeeded.
+  static QByteArray run_python(const QStringList& args) {
+    QProcess p;
+    p.setProcessChannelMode(QProcess::MergedChannels);
+    p.start(QStringLiteral(ODYSSEY_PYTHON), args);
+    if (!p.waitForFinished(300000)) return "did not finish in 300 s: " + args.join(' ').toUtf8();
+    const QByteArray o = p.readAll();
+    return p.exitStatus() == QProcess::NormalExit && p.exitCode() == 0 ? QByteArray() : "FAILED: " + o;
+  }
+
   torch::Tensor ref(const SafetensorsCheckpoint& r, const std::string& name) {
     auto t = r.load(name, torch::kFloat32);
     if (!t.ok()) qFatal("%s", format_all(t.diagnostics).c_str());
@@ -73,13 +84,9 @@ class TstDecoderParity : public QObject {
           "safetensors> (setup.sh does) to run the parity tests");
     QVERIFY(tmp_.isValid());
     dir_ = tmp_.path().toStdString();
-    QProcess p;
-    p.setProcessChannelMode(QProcess::MergedChannels);
-    p.start(python, {QStringLiteral(ODYSSEY_SOURCE_DIR "/tests/reference/make_tiny_models.py"), tmp_.path(),
-                     QStringLiteral("--bad")});
-    QVERIFY2(p.waitForFinished(300000), "make_tiny_models.py did not finish in 300 s");
-    const QByteArray out = p.readAll();
-    QVERIFY2(p.exitStatus() == QProcess::NormalExit && p.exitCode() == 0, out.constData());
+    const QByteArray err =
+        run_python({QStringLiteral(ODYSSEY_SOURCE_DIR "/tests/reference/make_tiny_models.py"), tmp_.path(), "--bad"});
+    QVERIFY2(err.isEmpty(), err.constData());
   }
 
   void parity_data() {
@@ -478,14 +485,10 @@ class TstDecoderParity : public QObject {
     }
     const std::string in = dir_ + "/bf16-" + n + ".in.safetensors", out = dir_ + "/bf16-" + n + ".out.safetensors";
     QVERIFY(save_safetensors(in, {{"input_ids", ids.to(torch::kFloat32)}}).ok());
-    QProcess p;
-    p.setProcessChannelMode(QProcess::MergedChannels);
-    p.start(QStringLiteral(ODYSSEY_PYTHON), {QStringLiteral(ODYSSEY_SOURCE_DIR "/tests/reference/peft_oracle.py"),
-                                             "--merged-dir", QString::fromStdString(model_dir), "--dtype", "bfloat16",
-                                             QString::fromStdString(in), QString::fromStdString(out)});
-    QVERIFY2(p.waitForFinished(300000), "peft_oracle.py did not finish in 300 s");
-    const QByteArray o = p.readAll();
-    QVERIFY2(p.exitStatus() == QProcess::NormalExit && p.exitCode() == 0, o.constData());
+    const QByteArray err = run_python({QStringLiteral(ODYSSEY_SOURCE_DIR "/tests/reference/peft_oracle.py"),
+                                       "--merged-dir", QString::fromStdString(model_dir), "--dtype", "bfloat16",
+                                       QString::fromStdString(in), QString::fromStdString(out)});
+    QVERIFY2(err.isEmpty(), err.constData());
     auto got = SafetensorsFile::open(out);
     QVERIFY(got.ok());
     const torch::Tensor want = got.value->load("logits", torch::kFloat32).value;
@@ -530,18 +533,10 @@ class TstDecoderParity : public QObject {
     QVERIFY2(!has_errors(d), format_all(d).c_str());
     const std::string in = base + "/in.safetensors", out = base + "/out.safetensors";
     QVERIFY(save_safetensors(in, {{"input_ids", ids.to(torch::kFloat32)}}).ok());
-    auto python = [&](const QStringList& args) {
-      QProcess p;
-      p.setProcessChannelMode(QProcess::MergedChannels);
-      p.start(QStringLiteral(ODYSSEY_PYTHON), args);
-      if (!p.waitForFinished(300000)) return QByteArray("timeout");
-      const QByteArray o = p.readAll();
-      return p.exitStatus() == QProcess::NormalExit && p.exitCode() == 0 ? QByteArray() : "FAILED: " + o;
-    };
     const QString oracle = QStringLiteral(ODYSSEY_SOURCE_DIR "/tests/reference/peft_oracle.py");
-    QByteArray err =
-        python({oracle, "--attn", attn, QString::fromStdString(model_dir), QString::fromStdString(base + "/adapter"),
-                QString::fromStdString(in), QString::fromStdString(out)});
+    QByteArray err = run_python({oracle, "--attn", attn, QString::fromStdString(model_dir),
+                                 QString::fromStdString(base + "/adapter"), QString::fromStdString(in),
+                                 QString::fromStdString(out)});
     QVERIFY2(err.isEmpty(), err.constData());
     auto got = SafetensorsFile::open(out);
     QVERIFY(got.ok());
@@ -607,8 +602,8 @@ class TstDecoderParity : public QObject {
     std::filesystem::copy_file(model_dir + "/config.json", merged + "/config.json");
     auto saved = save_weights(lm, merged, 5'000'000'000, false);
     QVERIFY2(saved.ok(), format_all(saved.diagnostics).c_str());
-    err = python({oracle, "--attn", attn, "--merged-dir", QString::fromStdString(merged), QString::fromStdString(in),
-                  QString::fromStdString(out)});
+    err = run_python({oracle, "--attn", attn, "--merged-dir", QString::fromStdString(merged),
+                      QString::fromStdString(in), QString::fromStdString(out)});
     QVERIFY2(err.isEmpty(), err.constData());
     auto got2 = SafetensorsFile::open(out);
     QVERIFY(got2.ok());

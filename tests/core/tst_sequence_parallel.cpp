@@ -294,18 +294,38 @@ model::CausalLM tiny_moe(const MoeCase& c) {
   return lm;
 }
 
-int moe_worker(const dist::DistEnv& env, const MoeCase& c) {
-  dist::Mesh mesh = worker_mesh(env, c.ulysses, c.ring, c.ep);
-  const std::vector<std::int64_t> lengths{7, 13, 1, 22, 6};  // 49 tokens: every split pads
+// The row the model workers shard: five documents of 7, 13, 1, 22 and 6 tokens (49: every
+// split pads, three are longer than the tiny configs' window of 5), ids in [1, 50).
+train::PackedRow five_document_row() {
   torch::manual_seed(5);
   std::vector<std::int32_t> ids, labels, pos;
-  for (auto n : lengths)
+  for (std::int64_t n : {7, 13, 1, 22, 6})
     for (std::int64_t i = 0; i < n; ++i) {
       ids.push_back(static_cast<std::int32_t>(torch::randint(1, 50, {1}).item<std::int64_t>()));
       labels.push_back(i == 0 ? -100 : ids.back());
       pos.push_back(static_cast<std::int32_t>(i));
     }
-  const train::PackedRow whole = train::make_packed_row(ids, labels, pos);
+  return train::make_packed_row(ids, labels, pos);
+}
+
+// The worst relative difference of the gradients a worker compares with the single process's.
+struct WorstGradient {
+  double rel = 0;
+  std::string name;
+  std::int64_t compared = 0;
+  void add(const std::string& key, const torch::Tensor& got, const torch::Tensor& want) {
+    const double err = (got - want).abs().max().item<double>() / std::max(1e-12, want.abs().max().item<double>());
+    if (err > rel || name.empty()) {
+      rel = err;
+      name = key;
+    }
+    ++compared;
+  }
+};
+
+int moe_worker(const dist::DistEnv& env, const MoeCase& c) {
+  dist::Mesh mesh = worker_mesh(env, c.ulysses, c.ring, c.ep);
+  const train::PackedRow whole = five_document_row();
 
   // One process over the whole row: cross-entropy sum + coef · aux (the aux gradient through
   // the router probabilities, RouterStats::grad_scale).
@@ -329,13 +349,8 @@ int moe_worker(const dist::DistEnv& env, const MoeCase& c) {
   torch::Tensor ce_sum = ce.detach().reshape({1}).clone();
   mesh.sp_group->all_reduce(ce_sum);
 
-  auto rel = [](const torch::Tensor& got, const torch::Tensor& want) {
-    return (got - want).abs().max().item<double>() / std::max(1e-12, want.abs().max().item<double>());
-  };
   const std::int64_t e = 8, local = e / c.ep, first = mesh.ep_rank * local;
-  double worst = 0;
-  std::string worst_name;
-  std::int64_t compared = 0;
+  WorstGradient worst;
   const auto want = ref->named_parameters();
   for (auto& p : lm->named_parameters()) {
     if (!p.value().requires_grad()) continue;
@@ -361,12 +376,7 @@ int moe_worker(const dist::DistEnv& env, const MoeCase& c) {
       }
     }
     if (g.sizes() != r.sizes()) throw std::runtime_error(name + ": gradient shape differs from the whole model's");
-    const double err = rel(g, r);
-    if (err > worst || worst_name.empty()) {
-      worst = err;
-      worst_name = name;
-    }
-    ++compared;
+    worst.add(name, g, r);
   }
   const double e_ce = std::abs(ce_sum.item<double>() - ref_ce.item<double>()) / std::abs(ref_ce.item<double>());
   const double e_aux = std::abs(aux - ref_aux) / std::abs(ref_aux);
@@ -375,9 +385,10 @@ int moe_worker(const dist::DistEnv& env, const MoeCase& c) {
       "\"loss\": %.3g, \"aux\": %.3g, \"aux_value\": %.6f, \"gradients\": %ld, \"worst_gradient\": %.3g, "
       "\"worst_name\": \"%s\"}\n",
       env.rank, c.ulysses, c.ring, c.ep, c.top_k, c.lora ? ", LoRA" : "", c.quant ? ", 4-bit base" : "",
-      static_cast<long>(shard.tokens()), e_ce, e_aux, aux, static_cast<long>(compared), worst, worst_name.c_str());
+      static_cast<long>(shard.tokens()), e_ce, e_aux, aux, static_cast<long>(worst.compared), worst.rel,
+      worst.name.c_str());
   std::fflush(stdout);
-  return e_ce < 1e-5 && e_aux < 1e-5 && worst < 1e-5 && compared > 0 ? 0 : 1;
+  return e_ce < 1e-5 && e_aux < 1e-5 && worst.rel < 1e-5 && worst.compared > 0 ? 0 : 1;
 }
 
 // A dense family's whole model under sequence parallelism against one process over the same
@@ -424,16 +435,7 @@ int family_worker(const dist::DistEnv& env, const std::string& spec) {
       if (p.key().find("norm") != std::string::npos) p.value().normal_(0.5, 0.3);
     return lm;
   };
-  const std::vector<std::int64_t> lengths{7, 13, 1, 22, 6};  // 49 tokens: every split pads; 3 past the window
-  torch::manual_seed(5);
-  std::vector<std::int32_t> ids, labels, pos;
-  for (auto n : lengths)
-    for (std::int64_t i = 0; i < n; ++i) {
-      ids.push_back(static_cast<std::int32_t>(torch::randint(1, 50, {1}).item<std::int64_t>()));
-      labels.push_back(i == 0 ? -100 : ids.back());
-      pos.push_back(static_cast<std::int32_t>(i));
-    }
-  const train::PackedRow whole = train::make_packed_row(ids, labels, pos);
+  const train::PackedRow whole = five_document_row();
   model::CausalLM ref = build();
   const torch::Tensor ref_ce = train::row_loss_sum(ref, whole);
   ref_ce.backward();
@@ -443,30 +445,23 @@ int family_worker(const dist::DistEnv& env, const std::string& spec) {
   ce.backward();
   torch::Tensor ce_sum = ce.detach().reshape({1}).clone();
   mesh.sp_group->all_reduce(ce_sum);
-  double worst = 0;
-  std::string worst_name;
-  std::int64_t compared = 0;
+  WorstGradient worst;
   const auto want = ref->named_parameters();
   for (auto& p : lm->named_parameters()) {
     torch::Tensor g = p.value().grad().defined() ? p.value().grad().clone() : torch::zeros_like(p.value());
     mesh.sp_group->all_reduce(g);
     const torch::Tensor r = want[p.key()].grad();
     if (!r.defined()) throw std::runtime_error(p.key() + ": no gradient in the single process");
-    const double err = (g - r).abs().max().item<double>() / std::max(1e-12, r.abs().max().item<double>());
-    if (err > worst || worst_name.empty()) {
-      worst = err;
-      worst_name = p.key();
-    }
-    ++compared;
+    worst.add(p.key(), g, r);
   }
   const double e_ce = std::abs(ce_sum.item<double>() - ref_ce.item<double>()) / std::abs(ref_ce.item<double>());
   std::printf(
       "{\"rank\": %d, \"case\": \"%s, ulysses %d x ring %d\", \"local_tokens\": %ld, \"loss\": %.3g, "
       "\"gradients\": %ld, \"worst_gradient\": %.3g, \"worst_name\": \"%s\"}\n",
-      env.rank, family, ulysses, ring, static_cast<long>(shard.tokens()), e_ce, static_cast<long>(compared), worst,
-      worst_name.c_str());
+      env.rank, family, ulysses, ring, static_cast<long>(shard.tokens()), e_ce, static_cast<long>(worst.compared),
+      worst.rel, worst.name.c_str());
   std::fflush(stdout);
-  return e_ce < 1e-5 && worst < 1e-5 && compared > 0 ? 0 : 1;
+  return e_ce < 1e-5 && worst.rel < 1e-5 && worst.compared > 0 ? 0 : 1;
 }
 
 int die_worker(const dist::DistEnv& env) {
