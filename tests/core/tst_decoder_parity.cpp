@@ -672,6 +672,15 @@ class TstDecoderParity : public QObject {
     QCOMPARE(phi.rope.original_max_position_embeddings, std::int64_t{4096});
     QVERIFY(std::abs(phi.rope.attention_factor - std::sqrt(1 + std::log(32.0) / std::log(4096.0))) < 1e-12);
     QCOMPARE(rope_inv_freq(phi.rope, 96, 4096).size(0), std::int64_t{48});
+    // OLMo-3 7B: YaRN x8 on the full layers only (Olmo3Config puts rope_scaling under
+    // full_attention), the sliding layers plain RoPE at the same base.
+    const DecoderConfig o3 = bundled("allenai--Olmo-3-7B-Think-DPO");
+    QCOMPARE(o3.rope.type, std::string("yarn"));
+    QCOMPARE(o3.rope.factor, 8.0);
+    QCOMPARE(o3.rope.attention_factor, 1.2079441541679836);
+    QVERIFY(o3.rope_local.has_value());
+    QCOMPARE(o3.rope_local->type, std::string("default"));
+    QCOMPARE(o3.rope_local->theta, 500000.0);
 
     // Phi-3's "su" is longrope; a longrope without its factors is refused naming them.
     std::string su = v4;

@@ -1,5 +1,6 @@
 // config.json parsing and model location. Parameter counts are checked against the
 // counts Hugging Face publishes for these models (model cards / safetensors metadata).
+#include <QProcess>
 #include <QtTest>
 
 #include <algorithm>
@@ -136,6 +137,58 @@ class TstModelConfig : public QObject {
     QCOMPARE(linear_module_names(phi).front(), std::string("qkv_proj"));
     QVERIFY(!fused_kernel_gaps(phi).empty());
     QVERIFY(fused_kernel_gaps(shape("mistralai/Mistral-7B-v0.3")).empty());
+  }
+
+  // Every bundled shape against what transformers builds from the same file on the meta device
+  // (tests/reference/shape_params_oracle.py): the parameter count to the element and the depth.
+  // Where the published safetensors totals are known (above) they agree with transformers too;
+  // for the others (OLMo-2/3, GLM-4-0414, SmolLM3) transformers is the only exact count.
+  void bundledShapesCountAsTransformersBuildsThem() {
+    const QString python = QStringLiteral(ODYSSEY_PYTHON);
+    if (python.isEmpty())
+      QSKIP("ODYSSEY_PYTHON is empty: configure with the reference venv's python (packaging/install-deps.sh)");
+    QStringList args{QStringLiteral(ODYSSEY_SOURCE_DIR "/tests/reference/shape_params_oracle.py")};
+    std::vector<std::pair<std::string, std::string>> ids;  // hub id, the copy's directory
+    for (const auto& e : fs::directory_iterator(ODYSSEY_SOURCE_DIR "/resources/model-shapes")) {
+      if (e.path().extension() != ".json") continue;
+      std::string id = e.path().stem().string();
+      id.replace(id.find("--"), 2, "/");
+      const fs::path dir = tmp_ / "shapes" / e.path().stem();
+      fs::create_directories(dir);
+      fs::copy_file(e.path(), dir / "config.json");
+      ids.emplace_back(id, dir.string());
+      args << QString::fromStdString(dir.string());
+    }
+    QVERIFY(ids.size() >= 38);  // every file of the directory (38 on 2026-12-06)
+    QProcess p;
+    p.setProcessChannelMode(QProcess::SeparateChannels);
+    p.start(python, args);
+    QVERIFY2(p.waitForFinished(300000), "shape_params_oracle.py did not finish in 300 s");
+    const QByteArray out = p.readAllStandardOutput();
+    QVERIFY2(p.exitCode() == 0, p.readAllStandardError().constData());
+    const nlohmann::json got = nlohmann::json::parse(out.toStdString());
+    for (const auto& [id, dir] : ids) {
+      const nlohmann::json& o = got.at(dir);
+      QVERIFY2(!o.contains("error"), (id + ": " + o.value("error", "")).c_str());
+      const HfModelConfig m = shape(id);
+      qInfo("%s: %lld parameters (transformers %lld)", id.c_str(), static_cast<long long>(m.parameter_count()),
+            static_cast<long long>(o.at("parameters").get<std::int64_t>()));
+      QVERIFY2(m.parameter_count() == o.at("parameters").get<std::int64_t>(), id.c_str());
+      QCOMPARE(m.num_hidden_layers, o.at("layers").get<std::int64_t>());
+    }
+    // The OLMo and GLM-4 shapes read as their families.
+    const HfModelConfig olmo2 = shape("allenai/OLMo-2-1124-7B"), olmo3 = shape("allenai/Olmo-3-7B-Think-DPO");
+    for (const HfModelConfig* m : {&olmo2, &olmo3})
+      QVERIFY(m->block_norms == BlockNorms::Post && m->qk_norm_whole && m->norm_weight_fp32 && m->rope_fp32);
+    QCOMPARE(QString::fromStdString(olmo3.family), QString("olmo3"));
+    int sliding = 0;
+    for (std::int64_t i = 0; i < olmo3.num_hidden_layers; ++i) sliding += olmo3.sliding_layer(i);
+    QCOMPARE(sliding, 24);  // three of every four of 32 layers, window 4096
+    QCOMPARE(olmo3.sliding_window, std::int64_t{4096});
+    const HfModelConfig glm = shape("THUDM/GLM-4-32B-0414");
+    QVERIFY(glm.block_norms == BlockNorms::GlmSandwich && glm.rope_interleaved && glm.fused_gate_up && glm.qkv_bias);
+    QCOMPARE(glm.partial_rotary_factor, 0.5);
+    QCOMPARE(glm.head_dim, std::int64_t{128});
   }
 
   // Gemma-3 12B in the layout of the hub's config.json (written after it here): a
