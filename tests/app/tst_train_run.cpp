@@ -544,6 +544,31 @@ class TstTrainRun : public QObject {
       qInfo("step %d: run eval %.9f, score %.9f", step, eval[step], loss);
       QVERIFY2(std::abs(loss - eval[step]) <= 1e-6 * eval[step], qPrintable(s.out.right(400)));
     }
+    // Packed (several samples a forward, each attending only to itself): every line as unpacked.
+    const QStringList at6{"score",
+                          "--model",
+                          src("resources/quickstart/model"),
+                          "--adapter",
+                          d + "/checkpoints/checkpoint-6",
+                          "--config",
+                          d + "/config.yaml",
+                          "--data",
+                          val};
+    const Run alone = odyssey_train(at6 + QStringList{"--pack-tokens", "0"});
+    const Run packed = odyssey_train(at6 + QStringList{"--pack-tokens", "1024"});
+    QVERIFY2(alone.code == 0 && packed.code == 0, qPrintable(alone.err + packed.err));
+    const QList<QByteArray> la = alone.out.toUtf8().trimmed().split('\n'),
+                            lp = packed.out.toUtf8().trimmed().split('\n');
+    QCOMPARE(lp.size(), la.size());
+    for (qsizetype i = 0; i + 1 < la.size(); ++i) {
+      const QJsonObject x = QJsonDocument::fromJson(la[i]).object(), y = QJsonDocument::fromJson(lp[i]).object();
+      QCOMPARE(y.value("index").toInt(), x.value("index").toInt());
+      QCOMPARE(y.value("targets").toInt(), x.value("targets").toInt());
+      const double want = x.value("loss").toDouble();
+      QVERIFY2(std::abs(y.value("loss").toDouble() - want) <= 1e-5 * want, la[i] + " vs packed " + lp[i]);
+    }
+    QCOMPARE(total(packed).value("pack_tokens").toInt(), 1024);
+    QVERIFY(std::abs(total(packed).value("loss").toDouble() - eval[6]) <= 1e-5 * eval[6]);
     const Run bare = odyssey_train({"score", "--model", src("resources/quickstart/model"), "--adapter",
                                     d + "/checkpoints/checkpoint-6", "--data", val});
     QVERIFY2(bare.code == 0, qPrintable(bare.err));
@@ -568,6 +593,9 @@ class TstTrainRun : public QObject {
     r = odyssey_train({"score", "--model", model, "--data", deep, "--max-length", "many"});
     QCOMPARE(r.code, 2);
     QVERIFY2(r.err.contains("--max-length: found 'many'"), qPrintable(r.err));
+    r = odyssey_train({"score", "--model", model, "--data", deep, "--pack-tokens", "-3"});
+    QCOMPARE(r.code, 2);
+    QVERIFY2(r.err.contains("--pack-tokens: found '-3'"), qPrintable(r.err));
     const QString chat = write("chat.jsonl",
                                "{\"messages\": [{\"role\": \"user\", \"content\": \"2+3?\"}, "
                                "{\"role\": \"assistant\", \"content\": \"5\"}]}\n");

@@ -392,11 +392,13 @@ class TstDecoderParity : public QObject {
     std::ifstream data(dir_ + "/score.jsonl");
     std::string line;
     std::size_t i = 0;
+    std::vector<std::vector<std::int32_t>> all;
     for (; std::getline(data, line); ++i) {
       const std::string text = nlohmann::json::parse(line)["text"].get<std::string>();
       auto ids = tok.value.encode(text, true);
       QVERIFY(ids.ok());
       QCOMPARE(ids.value, ref[i]["ids"].get<std::vector<std::int32_t>>());
+      all.push_back(ids.value);
       const SampleScore s = score_tokens(m.value.lm, ids.value, 7);
       if (ref[i]["loss"].is_null()) {
         QCOMPARE(s.targets, std::int64_t{0});
@@ -408,6 +410,85 @@ class TstDecoderParity : public QObject {
       QVERIFY(std::abs(s.mean() - want) <= kTolerance * std::abs(want));
     }
     QCOMPARE(i, ref.size());
+
+    // Packed (score --pack-tokens): rows of at most 90 tokens, so samples share rows (46 + 44,
+    // 64 + 21 tokens); every sample's loss is still transformers' for it alone, reported once,
+    // in order. packedScoreEqualsAlone has a sample longer than its rows.
+    std::vector<ScoreInput> inputs;
+    std::int64_t shared_rows = 0, run = 0;
+    for (const auto& ids : all) {
+      inputs.push_back({ids, {}});
+      if (ids.size() > 1) {  // how many samples land in a row with another (as score_samples packs)
+        const bool fits = run > 0 && run + static_cast<std::int64_t>(ids.size()) <= 90;
+        shared_rows += fits;
+        run = fits ? run + static_cast<std::int64_t>(ids.size()) : static_cast<std::int64_t>(ids.size());
+      }
+    }
+    QVERIFY2(shared_rows > 0, "the texts no longer share a row");
+    std::vector<std::size_t> order;
+    score_samples(
+        m.value.lm, inputs, 90,
+        [&](std::size_t k, const SampleScore& s) {
+          order.push_back(k);
+          QCOMPARE(s.tokens, static_cast<std::int64_t>(all[k].size()));
+          if (ref[k]["loss"].is_null()) {
+            QCOMPARE(s.targets, std::int64_t{0});
+            return;
+          }
+          const double want = ref[k]["loss"].get<double>();
+          QCOMPARE(s.targets, static_cast<std::int64_t>(all[k].size()) - 1);
+          QVERIFY2(std::abs(s.mean() - want) <= kTolerance * std::abs(want),
+                   ("packed sample " + std::to_string(k) + ": " + std::to_string(s.mean()) + " vs transformers " +
+                    std::to_string(want))
+                       .c_str());
+        },
+        7);
+    QCOMPARE(order.size(), all.size());
+    for (std::size_t k = 0; k < order.size(); ++k) QCOMPARE(order[k], k);
+  }
+
+  // Packed scoring on families whose attention a packed row could get wrong: a sliding window
+  // shorter than the samples (Mistral, window 5; Gemma-2 soft-capped, window 5) and labelled
+  // samples (a conversation's trained tokens): each sample's loss as scored alone.
+  void packedScoreEqualsAlone_data() {
+    QTest::addColumn<QString>("name");
+    QTest::newRow("mistral (window 5)") << "mistral";
+    QTest::newRow("gemma2 (soft-capped, window 5)") << "gemma2";
+    QTest::newRow("qwen3") << "qwen3";
+  }
+  void packedScoreEqualsAlone() {
+    QFETCH(QString, name);
+    auto m = load_causal_lm(dir_ + "/" + name.toStdString(), DecoderOptions{});
+    QVERIFY2(m.ok(), format_all(m.diagnostics).c_str());
+    CausalLM lm = m.value.lm;
+    torch::manual_seed(3);
+    std::vector<std::vector<std::int32_t>> ids, labels;
+    for (std::int64_t n : {9, 1, 14, 3, 30, 6, 2, 11}) {
+      std::vector<std::int32_t> x, l;
+      for (std::int64_t p = 0; p < n; ++p) {
+        x.push_back(static_cast<std::int32_t>(torch::randint(1, 100, {1}).item<std::int64_t>()));
+        l.push_back(p % 3 == 1 ? -100 : x.back());  // every third token untrained
+      }
+      ids.push_back(x);
+      labels.push_back(l);
+    }
+    for (const bool labelled : {false, true}) {
+      std::vector<ScoreInput> inputs;
+      for (std::size_t k = 0; k < ids.size(); ++k)
+        inputs.push_back(
+            {ids[k], labelled ? std::span<const std::int32_t>(labels[k]) : std::span<const std::int32_t>()});
+      std::vector<SampleScore> packed(ids.size());
+      score_samples(lm, inputs, 20, [&](std::size_t k, const SampleScore& s) { packed[k] = s; });
+      for (std::size_t k = 0; k < ids.size(); ++k) {
+        const SampleScore alone = labelled ? score_labelled(lm, ids[k], labels[k]) : score_tokens(lm, ids[k]);
+        QCOMPARE(packed[k].tokens, alone.tokens);
+        QCOMPARE(packed[k].targets, alone.targets);
+        QVERIFY2(std::abs(packed[k].loss_sum - alone.loss_sum) <= 1e-5 * std::max(1.0, std::abs(alone.loss_sum)),
+                 (name.toStdString() + " sample " + std::to_string(k) + (labelled ? " (labelled)" : "") + ": " +
+                  std::to_string(packed[k].loss_sum) + " packed vs " + std::to_string(alone.loss_sum) + " alone")
+                     .c_str());
+      }
+    }
   }
 
   // The other families' LoRA adapters (all-linear, B made non-zero) as Odyssey writes them load
