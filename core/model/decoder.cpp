@@ -104,12 +104,17 @@ std::pair<torch::Tensor, torch::Tensor> pack_linears(const std::vector<LinearImp
 // Whether every part's weight (and bias) is still its rows of the packed tensors (set_data,
 // Module::to or a new parameter may have replaced one since; merge_lora writes in place).
 bool still_packed(const std::vector<LinearImpl*>& parts, const torch::Tensor& w, const torch::Tensor& b) {
+  // Row addresses by arithmetic (w[row] would make a tensor per part and call).
+  auto at_row = [](const torch::Tensor& t, std::int64_t row) {
+    return static_cast<const char*>(t.const_data_ptr()) +
+           row * t.stride(0) * static_cast<std::int64_t>(t.element_size());
+  };
   std::int64_t row = 0;
   for (const LinearImpl* p : parts) {
-    if (!p->weight.defined() || !p->weight.is_alias_of(w) || p->weight.data_ptr() != w[row].data_ptr() ||
+    if (!p->weight.defined() || !p->weight.is_alias_of(w) || p->weight.const_data_ptr() != at_row(w, row) ||
         p->weight.size(0) != p->out_features)
       return false;
-    if (b.defined() && (!p->bias.defined() || !p->bias.is_alias_of(b) || p->bias.data_ptr() != b[row].data_ptr()))
+    if (b.defined() && (!p->bias.defined() || !p->bias.is_alias_of(b) || p->bias.const_data_ptr() != at_row(b, row)))
       return false;
     row += p->out_features;
   }
@@ -140,6 +145,16 @@ bool use_packed(const torch::Tensor& w, const torch::Tensor& b, const std::vecto
 }
 
 }  // namespace
+
+bool PackedProjections::pack(const std::vector<LinearImpl*>& of) {
+  std::tie(weight, bias) = pack_linears(of);
+  parts = weight.defined() ? of : std::vector<LinearImpl*>{};
+  return weight.defined();
+}
+
+torch::Tensor PackedProjections::forward(const torch::Tensor& x, bool training) const {
+  return use_packed(weight, bias, parts, training) ? packed_forward(x, weight, bias, parts) : torch::Tensor();
+}
 
 torch::Tensor LinearImpl::forward_normed(const torch::Tensor& n, const NormSource* src) {
   if (src == nullptr || !fused_projection()) return forward(n);
@@ -257,9 +272,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> AttentionImpl::project(c
     return {qkv.narrow(-1, 0, nq).view({b, s, -1, head_dim}), qkv.narrow(-1, nq, nk).view({b, s, -1, head_dim}),
             qkv.narrow(-1, nq + nk, nk).view({b, s, -1, head_dim})};
   }
-  const std::vector<LinearImpl*> parts{q_proj.get(), k_proj.get(), v_proj.get()};
-  if (use_packed(packed_weight, packed_bias, parts, is_training())) {  // one product for q, k and v
-    const torch::Tensor qkv = packed_forward(x, packed_weight, packed_bias, parts);
+  if (const torch::Tensor qkv = packed.forward(x, is_training()); qkv.defined()) {  // one product for q, k and v
     const std::int64_t nq = q_proj->out_features, nk = k_proj->out_features;
     return {qkv.narrow(-1, 0, nq).view({b, s, -1, head_dim}), qkv.narrow(-1, nq, nk).view({b, s, -1, head_dim}),
             qkv.narrow(-1, nq + nk, nk).view({b, s, -1, head_dim})};
@@ -370,19 +383,15 @@ MlpImpl::MlpImpl(const DecoderConfig& c, const torch::TensorOptions& o, std::int
 torch::Tensor MlpImpl::compute(const torch::Tensor& x, const NormSource* src,
                                const std::shared_ptr<kernels::OffloadChain>& offload) {
   // gate and up by one product where they are packed (pack_projections; no autograd).
-  std::optional<std::pair<torch::Tensor, torch::Tensor>> packed;
-  if (gate_proj && up_proj) {
-    const std::vector<LinearImpl*> parts{gate_proj.get(), up_proj.get()};
-    if (use_packed(packed_weight, packed_bias, parts, is_training())) {
-      const torch::Tensor gu = packed_forward(x, packed_weight, packed_bias, parts);
-      const std::int64_t i = gate_proj->out_features;
-      packed.emplace(gu.narrow(-1, 0, i), gu.narrow(-1, i, i));
-    }
+  std::optional<std::pair<torch::Tensor, torch::Tensor>> gate_up;
+  if (const torch::Tensor gu = packed.forward(x, is_training()); gu.defined()) {
+    const std::int64_t i = gate_proj->out_features;
+    gate_up.emplace(gu.narrow(-1, 0, i), gu.narrow(-1, i, i));
   }
   if (gate_up_proj || gelu) {  // the reference formula (the fused kernels are SwiGLU with separate gate/up)
     torch::Tensor gate, up;
-    if (packed) {
-      std::tie(gate, up) = *packed;
+    if (gate_up) {
+      std::tie(gate, up) = *gate_up;
     } else if (gate_up_proj) {
       const torch::Tensor gu = gate_up_proj->forward_normed(x, src);
       if (fused && !gelu) return down_proj(kernels::swiglu_packed(gu));  // Phi3MLP: up * silu(gate), rounded so
@@ -404,15 +413,15 @@ torch::Tensor MlpImpl::compute(const torch::Tensor& x, const NormSource* src,
     return kernels::rms_norm_mlp(x, src->input, src->weight, src->eps, gate_proj->fused_weights(),
                                  up_proj->fused_weights(), down_proj->fused_weights(), /*skip_output=*/rerun);
   if (fused) {
-    const torch::Tensor gate = packed ? packed->first : gate_proj->forward_normed(x, src);
-    const torch::Tensor up = packed ? packed->second : up_proj->forward_normed(x, src);
+    const torch::Tensor gate = gate_up ? gate_up->first : gate_proj->forward_normed(x, src);
+    const torch::Tensor up = gate_up ? gate_up->second : up_proj->forward_normed(x, src);
     if (!down_proj->fused_projection()) return down_proj(kernels::swiglu(gate, up));
     // The activation is not kept for backward (I elements per token): recomputed there.
     // Gate and up wait in the offload chain when this layer offloads its MLP.
     return kernels::swiglu_down(gate, up, down_proj->fused_weights(),
                                 torch::GradMode::is_enabled() ? offload : nullptr);
   }
-  if (packed) return down_proj(torch::silu(packed->first) * packed->second);
+  if (gate_up) return down_proj(torch::silu(gate_up->first) * gate_up->second);
   return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
 }
 
@@ -572,14 +581,10 @@ void CausalLMImpl::set_fused_kernels(bool on) {
 std::int64_t CausalLMImpl::pack_projections() {
   std::int64_t groups = 0;
   for (auto& m : modules(/*include_self=*/false)) {
-    if (auto* a = dynamic_cast<AttentionImpl*>(m.get()); a && a->q_proj && !a->packed_weight.defined()) {
-      std::tie(a->packed_weight, a->packed_bias) = pack_linears({a->q_proj.get(), a->k_proj.get(), a->v_proj.get()});
-      groups += a->packed_weight.defined();
-    }
-    if (auto* p = dynamic_cast<MlpImpl*>(m.get()); p && p->gate_proj && !p->packed_weight.defined()) {
-      std::tie(p->packed_weight, p->packed_bias) = pack_linears({p->gate_proj.get(), p->up_proj.get()});
-      groups += p->packed_weight.defined();
-    }
+    if (auto* a = dynamic_cast<AttentionImpl*>(m.get()); a && a->q_proj && !a->packed.weight.defined())
+      groups += a->packed.pack({a->q_proj.get(), a->k_proj.get(), a->v_proj.get()});
+    if (auto* p = dynamic_cast<MlpImpl*>(m.get()); p && p->gate_proj && !p->packed.weight.defined())
+      groups += p->packed.pack({p->gate_proj.get(), p->up_proj.get()});
   }
   return groups;
 }

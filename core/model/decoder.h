@@ -124,6 +124,21 @@ class LinearImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Linear);
 
+// Projections that read the same input (q/k/v, gate/up) with their weights (and biases) as rows
+// of one tensor (CausalLMImpl::pack_projections): without autograd, one product for all of them,
+// each part's adapter then added onto its columns. weight undefined: not packed.
+struct PackedProjections {
+  torch::Tensor weight, bias;
+  std::vector<LinearImpl*> parts;
+  // Packs `of` (none 4-bit, all with a bias or none, one input width, dtype and device); false,
+  // and nothing changed, when they cannot be.
+  bool pack(const std::vector<LinearImpl*>& of);
+  // The parts' outputs side by side [..., sum out] by the one product, or undefined where this
+  // call must take them one by one: not packed, autograd on, adapter dropout while training,
+  // or a part's weight no longer its rows (replaced since packing).
+  torch::Tensor forward(const torch::Tensor& x, bool training) const;
+};
+
 // HF's *RMSNorm: x in fp32, x * rsqrt(mean(x^2) + eps), cast back, times weight. With
 // plus_one (Gemma): times (1 + weight) in fp32, then cast back; the fused kernels do not
 // cover it (this norm then runs the reference formula).
@@ -233,9 +248,8 @@ class AttentionImpl : public torch::nn::Module {
   // over the cache (CausalLMImpl::set_decode_kernel). Off until the kernel has passed its
   // GPU check (odyssey-train selftest's decode_attention rows) and been measured.
   bool decode_kernel = false;
-  // q, k and v's weights (and biases) as rows of one tensor (CausalLMImpl::pack_projections):
-  // without autograd, one product for the three. Undefined: not packed.
-  torch::Tensor packed_weight, packed_bias;
+  // q, k and v as one product without autograd (CausalLMImpl::pack_projections).
+  PackedProjections packed;
 
  private:
   torch::Tensor forward_cached(const torch::Tensor& x, const LayerContext& ctx, const NormSource* src);
@@ -275,9 +289,8 @@ class MlpImpl : public torch::nn::Module {
   // skip_output; CausalLMImpl::set_rerun_skips_mlp). Off: the re-run computes the MLP as its
   // forward did (kept for measuring the difference: odyssey-bench --rerun-mlp full).
   bool skip_in_rerun = true;
-  // gate's and up's weights as rows of one tensor (CausalLMImpl::pack_projections): without
-  // autograd, one product for the two. Undefined: not packed.
-  torch::Tensor packed_weight, packed_bias;
+  // gate and up as one product without autograd (CausalLMImpl::pack_projections).
+  PackedProjections packed;
 
  private:
   torch::Tensor compute(const torch::Tensor& x, const NormSource* src,

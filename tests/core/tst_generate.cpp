@@ -185,7 +185,7 @@ class TstGenerate : public QObject {
       QCOMPARE(packed->pack_projections(), 2 * packed->config().hf.num_hidden_layers);
       QCOMPARE(packed->pack_projections(), 0);  // once
       const auto& layer0 = packed->model->layer_list.front();
-      QVERIFY(layer0->self_attn->q_proj->weight.is_alias_of(layer0->self_attn->packed_weight));
+      QVERIFY(layer0->self_attn->q_proj->weight.is_alias_of(layer0->self_attn->packed.weight));
       const torch::Tensor ids = torch::randint(plain->config().hf.vocab_size, {2, 9}, torch::kInt64);
       auto rel = [](const torch::Tensor& a, const torch::Tensor& b) {
         return (a - b).abs().max().item<double>() / b.abs().max().item<double>();
@@ -217,7 +217,7 @@ class TstGenerate : public QObject {
         q->lora_B->weight.normal_();
         q->merge_lora();
       }
-      QVERIFY(layer0->self_attn->q_proj->weight.is_alias_of(layer0->self_attn->packed_weight));
+      QVERIFY(layer0->self_attn->q_proj->weight.is_alias_of(layer0->self_attn->packed.weight));
       torch::NoGradGuard ng;
       const double e = rel(packed->forward(ids), plain->forward(ids));
       QVERIFY2(e <= 1e-6, (n + " after a merge: " + std::to_string(e)).c_str());
@@ -226,7 +226,7 @@ class TstGenerate : public QObject {
       const torch::Tensor delta = 0.05 * torch::randn_like(layer0->self_attn->k_proj->weight);
       plain->model->layer_list.front()->self_attn->k_proj->weight.add_(delta);
       layer0->self_attn->k_proj->weight.set_data(layer0->self_attn->k_proj->weight + delta);
-      QVERIFY(!layer0->self_attn->k_proj->weight.is_alias_of(layer0->self_attn->packed_weight));
+      QVERIFY(!layer0->self_attn->k_proj->weight.is_alias_of(layer0->self_attn->packed.weight));
       const double r = rel(packed->forward(ids), plain->forward(ids));
       QVERIFY2(r <= 1e-6, (n + " after a replaced weight: " + std::to_string(r)).c_str());
     }
