@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <unordered_map>
@@ -176,9 +177,10 @@ int cmd_score(const Args& a) {
   if (a.has("pack-tokens")) {
     const std::string v = a.value("pack-tokens");
     const bool digits = !v.empty() && v.size() < 12 && v.find_first_not_of("0123456789") == std::string::npos;
-    if (!digits) {
+    // A row's sample boundaries are int32 (varlen attention's cu_seqlens).
+    if (!digits || std::stoll(v) > std::numeric_limits<std::int32_t>::max()) {
       std::cerr << "odyssey-train score: --pack-tokens: found " << text::quoted(v)
-                << ", expected a whole number of tokens (0: one sample a forward)\n";
+                << ", expected a whole number of tokens from 0 (one sample a forward) to 2147483647\n";
       return kUsage;
     }
     pack_tokens = std::stoll(v);

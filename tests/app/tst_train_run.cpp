@@ -596,6 +596,9 @@ class TstTrainRun : public QObject {
     r = odyssey_train({"score", "--model", model, "--data", deep, "--pack-tokens", "-3"});
     QCOMPARE(r.code, 2);
     QVERIFY2(r.err.contains("--pack-tokens: found '-3'"), qPrintable(r.err));
+    r = odyssey_train({"score", "--model", model, "--data", deep, "--pack-tokens", "4294967296"});
+    QCOMPARE(r.code, 2);
+    QVERIFY2(r.err.contains("--pack-tokens: found '4294967296'") && r.err.contains("2147483647"), qPrintable(r.err));
     const QString chat = write("chat.jsonl",
                                "{\"messages\": [{\"role\": \"user\", \"content\": \"2+3?\"}, "
                                "{\"role\": \"assistant\", \"content\": \"5\"}]}\n");
