@@ -298,6 +298,7 @@ int cmd_score(const Args& a) {
       if (!in_vocabulary(ids.value, "sample " + std::to_string(i))) return kFailure;
       text_ids.push_back(std::move(ids.value));
     }
+    // The inputs are spans into text_ids: taken once it has stopped growing.
     for (std::size_t i = 0; i < text_ids.size(); ++i) {
       inputs.push_back({text_ids[i], {}});
       index.push_back(i);

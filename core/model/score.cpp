@@ -8,6 +8,13 @@ namespace odyssey::model {
 
 namespace {
 
+// Targets of a labelled sample: labels[1:] that are not -100 (the shift drops the first).
+std::int64_t labelled_targets(std::span<const std::int32_t> labels) {
+  std::int64_t t = 0;
+  for (std::size_t i = 1; i < labels.size(); ++i) t += labels[i] != -100;
+  return t;
+}
+
 SampleScore score(CausalLM& lm, std::span<const std::int32_t> ids, const std::vector<std::int64_t>& labels,
                   std::int64_t targets, std::int64_t chunk_tokens) {
   SampleScore s;
@@ -40,9 +47,8 @@ SampleScore score_labelled(CausalLM& lm, std::span<const std::int32_t> ids, std:
   if (labels.size() != ids.size())
     throw std::invalid_argument("score_labelled: " + std::to_string(labels.size()) + " labels for " +
                                 std::to_string(ids.size()) + " ids");
-  std::int64_t targets = 0;
-  for (std::size_t i = 1; i < labels.size(); ++i) targets += labels[i] != -100;
-  return score(lm, ids, std::vector<std::int64_t>(labels.begin(), labels.end()), targets, chunk_tokens);
+  return score(lm, ids, std::vector<std::int64_t>(labels.begin(), labels.end()), labelled_targets(labels),
+               chunk_tokens);
 }
 
 void score_samples(CausalLM& lm, std::span<const ScoreInput> samples, std::int64_t row_tokens,
@@ -52,11 +58,9 @@ void score_samples(CausalLM& lm, std::span<const ScoreInput> samples, std::int64
       throw std::invalid_argument("score_samples: sample " + std::to_string(i) + " has " +
                                   std::to_string(samples[i].labels.size()) + " labels for " +
                                   std::to_string(samples[i].ids.size()) + " ids");
-  auto targets_of = [](const ScoreInput& in) {
+  auto targets_of = [](const ScoreInput& in) -> std::int64_t {
     if (in.labels.empty()) return in.ids.size() > 1 ? static_cast<std::int64_t>(in.ids.size()) - 1 : 0;
-    std::int64_t t = 0;
-    for (std::size_t i = 1; i < in.labels.size(); ++i) t += in.labels[i] != -100;
-    return t;
+    return labelled_targets(in.labels);
   };
   if (row_tokens <= 0) {
     for (std::size_t i = 0; i < samples.size(); ++i)

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "config/model_config.h"
@@ -27,6 +28,21 @@ void write(const fs::path& p, const std::string& s) {
   std::ofstream(p) << s;
 }
 bool contains(const std::string& h, const std::string& n) { return h.find(n) != std::string::npos; }
+// Runs a Python oracle (ODYSSEY_PYTHON) and parses the one JSON object it prints; on failure
+// *error says why (its stderr, or that it did not finish in `timeout_ms`).
+std::optional<nlohmann::json> json_oracle(const QStringList& args, int timeout_ms, std::string* error) {
+  QProcess p;
+  p.start(QStringLiteral(ODYSSEY_PYTHON), args);
+  if (!p.waitForFinished(timeout_ms)) {
+    *error = args.front().toStdString() + " did not finish in " + std::to_string(timeout_ms / 1000) + " s";
+    return std::nullopt;
+  }
+  if (p.exitStatus() != QProcess::NormalExit || p.exitCode() != 0) {
+    *error = p.readAllStandardError().toStdString();
+    return std::nullopt;
+  }
+  return nlohmann::json::parse(p.readAllStandardOutput().toStdString());
+}
 // The block's norm names, sorted, as the oracle lists them (a JSON list).
 QString block_norms_listed(const HfModelConfig& m) {
   const BlockNormNames n = block_norm_names(m);
@@ -160,13 +176,10 @@ class TstModelConfig : public QObject {
       args << QString::fromStdString(dir.string());
     }
     QVERIFY(ids.size() >= 38);  // every file of the directory (38 on 2026-12-06)
-    QProcess p;
-    p.setProcessChannelMode(QProcess::SeparateChannels);
-    p.start(python, args);
-    QVERIFY2(p.waitForFinished(300000), "shape_params_oracle.py did not finish in 300 s");
-    const QByteArray out = p.readAllStandardOutput();
-    QVERIFY2(p.exitCode() == 0, p.readAllStandardError().constData());
-    const nlohmann::json got = nlohmann::json::parse(out.toStdString());
+    std::string error;
+    const std::optional<nlohmann::json> oracle = json_oracle(args, 300000, &error);
+    QVERIFY2(oracle, error.c_str());
+    const nlohmann::json& got = *oracle;
     for (const auto& [id, dir] : ids) {
       const nlohmann::json& o = got.at(dir);
       QVERIFY2(!o.contains("error"), (id + ": " + o.value("error", "")).c_str());
@@ -439,11 +452,10 @@ class TstModelConfig : public QObject {
       files.emplace_back(f, file);
       args << QString::fromStdString(file);
     }
-    QProcess p;
-    p.start(python, args);
-    QVERIFY2(p.waitForFinished(600000) && p.exitStatus() == QProcess::NormalExit && p.exitCode() == 0,
-             p.readAllStandardError().constData());
-    const auto oracle = nlohmann::json::parse(p.readAllStandardOutput().toStdString());
+    std::string error;
+    const std::optional<nlohmann::json> read = json_oracle(args, 600000, &error);
+    QVERIFY2(read, error.c_str());
+    const nlohmann::json& oracle = *read;
     for (const auto& [f, file] : files) {
       const std::string id(f->id);
       auto r = load_model_config(fs::path(file).parent_path().string());
