@@ -115,4 +115,20 @@ torch::Tensor OffloadChain::take(std::size_t i) {
 
 std::shared_ptr<OffloadChain> make_offload_chain() { return std::make_shared<OffloadChain>(); }
 
+void ParkedPair::push(const torch::Tensor& gate, const torch::Tensor& up) {
+  if (pushed) return;
+  TORCH_CHECK(chain, "ParkedPair::push: no chain");
+  first = chain->push(gate);
+  chain->push(up);
+  pushed = true;
+}
+
+std::pair<torch::Tensor, torch::Tensor> ParkedPair::take() {
+  TORCH_CHECK(chain && pushed,
+              "parked MLP: the layer's recomputation found no parked gate and up (was its forward run without "
+              "recording, as a checkpoint's is?)");
+  torch::Tensor gate = chain->take(first);
+  return {std::move(gate), chain->take(first + 1)};
+}
+
 }  // namespace odyssey::kernels

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 
 namespace odyssey::kernels {
 
@@ -40,6 +41,21 @@ class OffloadChain {
 };
 
 std::shared_ptr<OffloadChain> make_offload_chain();
+
+// Gate and up of a checkpointed layer's MLP, parked in a chain by the checkpoint's forward
+// (which computes them anyway) and taken back by the backward of that layer's recomputation
+// instead of recomputing them (the MLP park: kernels::rms_norm_mlp's `parked`,
+// CausalLMImpl::set_mlp_offload_layers on a checkpointed layer). One per layer and forward.
+struct ParkedPair : torch::CustomClassHolder {
+  explicit ParkedPair(std::shared_ptr<OffloadChain> c) : chain(std::move(c)) {}
+  std::shared_ptr<OffloadChain> chain;
+  std::size_t first = 0;  // gate at first, up at first + 1
+  bool pushed = false;    // the first forward pushed them (a segment's rebuild pushes nothing)
+  // Forward: queue both copies; a second call does nothing (the pair is parked once).
+  void push(const torch::Tensor& gate, const torch::Tensor& up);
+  // Backward: both on their device, ready for the current stream. Fails unless pushed.
+  std::pair<torch::Tensor, torch::Tensor> take();
+};
 
 // Bytes copied to and from the host by offload chains in this process, for tests and events.
 std::int64_t offloaded_bytes_total();

@@ -236,7 +236,8 @@ struct RmsNormMlp : torch::autograd::Function<RmsNormMlp> {
                                double ds,
                                // the 4-bit weights (null for 16-bit bases)
                                const c10::intrusive_ptr<Quant4Weight>& gq, const c10::intrusive_ptr<Quant4Weight>& uq,
-                               const c10::intrusive_ptr<Quant4Weight>& dq, bool skip_output) {
+                               const c10::intrusive_ptr<Quant4Weight>& dq, bool skip_output,
+                               const c10::intrusive_ptr<ParkedPair>& parked) {
     const LinearWeights w[3] = {detail::weights_of(gw, gb, ga, gbb, gs, gq),
                                 detail::weights_of(uw, ub, ua, ubb, us, uq),
                                 detail::weights_of(dw, db, da, dbb, ds, dq)};
@@ -258,6 +259,7 @@ struct RmsNormMlp : torch::autograd::Function<RmsNormMlp> {
                             w[1].lora_b, w[2].weight, w[2].lora_a, w[2].lora_b, a[0], a[1], a[2], w[0].bias,
                             w[1].bias});
     ctx->saved_data["eps"] = eps;
+    if (parked) ctx->saved_data["parked"] = c10::IValue::make_capsule(parked);
     for (int k = 0; k < 3; ++k) detail::remember_linear(ctx, w[k], kKeys[k]);
     return {y};
   }
@@ -281,9 +283,13 @@ struct RmsNormMlp : torch::autograd::Function<RmsNormMlp> {
     const std::int64_t inter = w[0].out_features();
     DownBackward down;
     {
-      torch::Tensor unused;
-      const torch::Tensor gate = detail::linear_forward(n, w[0], &unused);
-      const torch::Tensor up = detail::linear_forward(n, w[1], &unused);
+      torch::Tensor gate, up, unused;
+      if (const auto it = ctx->saved_data.find("parked"); it != ctx->saved_data.end()) {
+        std::tie(gate, up) = c10::static_intrusive_pointer_cast<ParkedPair>(it->second.toCapsule())->take();
+      } else {
+        gate = detail::linear_forward(n, w[0], &unused);
+        up = detail::linear_forward(n, w[1], &unused);
+      }
       down = swiglu_down_backward(grads[0], gate, up, w[2], saved[13], want[2]);
     }  // gate, up and the activation freed
     detail::LinearGrads g[3];
@@ -298,6 +304,7 @@ struct RmsNormMlp : torch::autograd::Function<RmsNormMlp> {
         out.push_back(t);
     for (int k = 0; k < 3; ++k) out.emplace_back();  // the 4-bit weights
     out.emplace_back();                              // skip_output
+    out.emplace_back();                              // parked
     return out;
   }
 };
@@ -331,7 +338,7 @@ namespace odyssey::kernels {
 
 torch::Tensor rms_norm_mlp(const torch::Tensor& n, const torch::Tensor& s, const torch::Tensor& norm_weight, double eps,
                            const LinearWeights& gate, const LinearWeights& up, const LinearWeights& down,
-                           bool skip_output) {
+                           bool skip_output, const c10::intrusive_ptr<ParkedPair>& parked) {
   TORCH_CHECK(s.defined() && s.dim() >= 1, "rms_norm_mlp: the norm input must be [..., H], got ",
               s.defined() ? s.sizes() : torch::IntArrayRef{});
   TORCH_CHECK(n.defined() && n.sizes() == s.sizes() && n.scalar_type() == s.scalar_type(),
@@ -350,7 +357,8 @@ torch::Tensor rms_norm_mlp(const torch::Tensor& n, const torch::Tensor& s, const
   return RmsNormMlp::apply(n, s.detach(), norm_weight.detach(), eps, weight_arg(gate), opt(gate.bias), opt(gate.lora_a),
                            opt(gate.lora_b), gate.lora_scaling, weight_arg(up), opt(up.bias), opt(up.lora_a),
                            opt(up.lora_b), up.lora_scaling, weight_arg(down), opt(down.bias), opt(down.lora_a),
-                           opt(down.lora_b), down.lora_scaling, gate.quant, up.quant, down.quant, skip_output)[0];
+                           opt(down.lora_b), down.lora_scaling, gate.quant, up.quant, down.quant, skip_output,
+                           parked)[0];
 }
 
 }  // namespace odyssey::kernels

@@ -47,9 +47,13 @@ torch::Tensor swiglu_down(const torch::Tensor& gate, const torch::Tensor& up, co
 // re-run whose output nobody reads, only back-propagates through: a checkpointed layer's
 // recomputation in backward (core/model/activation_checkpoint.h), where this saves the down
 // projection's GEMM (and, on a 4-bit base, the three dequantizations) of every such layer.
+// parked: gate and up of this n as the checkpoint's forward computed them, parked in a chain
+// (offload.h, ParkedPair): backward takes them from there instead of recomputing the two GEMMs
+// (whoever drives backward prefetches them first). The gradients are those of the recomputed
+// gate and up, which are the same bits.
 torch::Tensor rms_norm_mlp(const torch::Tensor& n, const torch::Tensor& s, const torch::Tensor& norm_weight, double eps,
                            const LinearWeights& gate, const LinearWeights& up, const LinearWeights& down,
-                           bool skip_output = false);
+                           bool skip_output = false, const c10::intrusive_ptr<ParkedPair>& parked = {});
 
 // The reference: at::silu(gate) * up, differentiated by autograd.
 torch::Tensor swiglu_reference(const torch::Tensor& gate, const torch::Tensor& up);

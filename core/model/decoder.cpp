@@ -381,7 +381,8 @@ MlpImpl::MlpImpl(const DecoderConfig& c, const torch::TensorOptions& o, std::int
 }
 
 torch::Tensor MlpImpl::compute(const torch::Tensor& x, const NormSource* src,
-                               const std::shared_ptr<kernels::OffloadChain>& offload) {
+                               const std::shared_ptr<kernels::OffloadChain>& offload,
+                               const c10::intrusive_ptr<kernels::ParkedPair>& park) {
   // gate and up by one product where they are packed (pack_projections; no autograd).
   std::optional<std::pair<torch::Tensor, torch::Tensor>> gate_up;
   if (const torch::Tensor gu = packed.forward(x, is_training()); gu.defined()) {
@@ -406,15 +407,22 @@ torch::Tensor MlpImpl::compute(const torch::Tensor& x, const NormSource* src,
     return down_proj(gate_up_proj ? up * act : act * up);  // Phi3MLP: up * act(gate)
   }
   // In a checkpointed layer's recomputation (src given: forward_split's MLP, whose output only
-  // meets the residual sum) nothing reads the output: rms_norm_mlp skips the forward GEMMs there.
-  const bool rerun = skip_in_rerun && src != nullptr && recomputing_for_backward();
-  if (fused && (recompute || rerun) && src != nullptr && torch::GradMode::is_enabled() &&
-      gate_proj->fused_projection() && up_proj->fused_projection() && down_proj->fused_projection())
+  // meets the residual sum) nothing reads the output: rms_norm_mlp skips the forward GEMMs there,
+  // and takes gate and up back from the park where its forward parked them.
+  const bool norm_mlp = fused && src != nullptr && gate_proj->fused_projection() && up_proj->fused_projection() &&
+                        down_proj->fused_projection();
+  const bool parking = park && norm_mlp;
+  const bool rerun = (skip_in_rerun || parking) && src != nullptr && recomputing_for_backward();
+  if (norm_mlp && (recompute || rerun) && torch::GradMode::is_enabled())
     return kernels::rms_norm_mlp(x, src->input, src->weight, src->eps, gate_proj->fused_weights(),
-                                 up_proj->fused_weights(), down_proj->fused_weights(), /*skip_output=*/rerun);
+                                 up_proj->fused_weights(), down_proj->fused_weights(), /*skip_output=*/rerun,
+                                 rerun && parking ? park : c10::intrusive_ptr<kernels::ParkedPair>());
   if (fused) {
     const torch::Tensor gate = gate_up ? gate_up->first : gate_proj->forward_normed(x, src);
     const torch::Tensor up = gate_up ? gate_up->second : up_proj->forward_normed(x, src);
+    // The checkpoint's forward (no recording): gate and up go to the park before the down
+    // projection runs, so the copies overlap it.
+    if (parking && !torch::GradMode::is_enabled()) park->push(gate, up);
     if (!down_proj->fused_projection()) return down_proj(kernels::swiglu(gate, up));
     // The activation is not kept for backward (I elements per token): recomputed there.
     // Gate and up wait in the offload chain when this layer offloads its MLP.
@@ -426,9 +434,10 @@ torch::Tensor MlpImpl::compute(const torch::Tensor& x, const NormSource* src,
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x, const NormSource* src,
-                               const std::shared_ptr<kernels::OffloadChain>& offload) {
+                               const std::shared_ptr<kernels::OffloadChain>& offload,
+                               const c10::intrusive_ptr<kernels::ParkedPair>& park) {
   const std::int64_t h = x.size(-1), n = x.numel() / h;
-  if (tile_tokens <= 0 || n <= tile_tokens) return compute(x, src, offload);
+  if (tile_tokens <= 0 || n <= tile_tokens) return compute(x, src, offload, park);
   const torch::Tensor flat = x.reshape({n, h});
   const bool recording = torch::GradMode::is_enabled();
   std::vector<torch::Tensor> parts;
@@ -466,10 +475,10 @@ DecoderLayerImpl::DecoderLayerImpl(const DecoderConfig& c, const torch::TensorOp
   fusable = c.hf.block_norms == BlockNorms::Pre && !p1 && !w32 && residual_multiplier == 1.0;
 }
 
-torch::Tensor DecoderLayerImpl::feed_forward(const torch::Tensor& x, const LayerContext& ctx, const NormSource* src,
-                                             const std::shared_ptr<kernels::OffloadChain>& offload) {
+torch::Tensor DecoderLayerImpl::feed_forward(const torch::Tensor& x, const LayerContext& ctx, const NormSource* src) {
   if (moe) return moe(x, ctx.router_stats);
-  return mlp(x, src, offload);
+  if (!src) return mlp(x);
+  return mlp(x, src, ctx.mlp_offload, ctx.mlp_park);
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const LayerContext& ctx) {
@@ -504,7 +513,7 @@ std::pair<torch::Tensor, torch::Tensor> DecoderLayerImpl::forward_split(const to
   auto [normed, h] = kernels::add_rms_norm(self_attn(n, ctx, &in), s, mlp_in->weight, mlp_in->eps);
   NormSource post;
   post.input = h, post.weight = mlp_in->weight, post.eps = mlp_in->eps;
-  return {h, feed_forward(normed, ctx, &post, ctx.mlp_offload)};
+  return {h, feed_forward(normed, ctx, &post)};
 }
 
 DecoderBodyImpl::DecoderBodyImpl(const DecoderConfig& c, const torch::TensorOptions& o) {
@@ -743,8 +752,17 @@ torch::Tensor CausalLMImpl::layers_and_norm(torch::Tensor h, const LayerContext&
   auto flagged = [](const std::vector<bool>& v, std::size_t i) { return i < v.size() && v[i]; };
   // The MLP offload tier: offloaded layers' gate/up entries, to prefetch when backward reaches
   // the output of layer min(i + lead, last) (a gradient hook there).
+  // Parked MLPs of checkpointed layers go to the same chain, prefetched when backward reaches
+  // the output of the layer above the segment (lead 1).
   std::shared_ptr<kernels::OffloadChain> mlp_chain;
   std::vector<std::vector<std::size_t>> prefetch_at;  // sized on the first offloaded layer
+  auto chain = [&] {
+    if (!mlp_chain) {
+      mlp_chain = kernels::make_offload_chain();
+      prefetch_at.resize(n);
+    }
+    return mlp_chain;
+  };
   // The last layer's output is h + m while m is defined (forward_split's pair), else h.
   torch::Tensor m;
   auto output = [&] {
@@ -767,6 +785,9 @@ torch::Tensor CausalLMImpl::layers_and_norm(torch::Tensor h, const LayerContext&
       LayerContext lctx = ctx;
       if (flagged(keep_attention_layers_, i) && ctx.cu_seqlens.defined())
         lctx.stash = std::make_shared<AttentionStash>();
+      if (flagged(mlp_offload_layers_, i) && layer->mlp && !layer->mlp->recompute)
+        lctx.mlp_park = c10::make_intrusive<kernels::ParkedPair>(chain());
+      const std::size_t parked_first = mlp_chain ? mlp_chain->size() : 0;
       std::vector<std::function<torch::Tensor(const torch::Tensor&)>> fns{
           [layer, lctx](const torch::Tensor& x) mutable { return layer(x, lctx); }};
       // The checkpointed layers after it that store no input of their own join its segment.
@@ -775,6 +796,10 @@ torch::Tensor CausalLMImpl::layers_and_norm(torch::Tensor h, const LayerContext&
         fns.push_back([next = model->layer_list[i], ctx](const torch::Tensor& x) mutable { return next(x, ctx); });
       }
       h = checkpointed_segment(std::move(fns), h, offload);  // a segment of one: checkpointed()
+      if (lctx.mlp_park) {  // (entries only where the MLP took the fused path and parked)
+        auto& at = prefetch_at[std::min(n - 1, i + 1)];
+        for (std::size_t e = parked_first; e < mlp_chain->size(); ++e) at.push_back(e);
+      }
       if (lctx.stash && offload_checkpoints_) {
         if (!kept_host) kept_host = make_offload_chain();
         lctx.stash->park(kept_host);
@@ -782,12 +807,8 @@ torch::Tensor CausalLMImpl::layers_and_norm(torch::Tensor h, const LayerContext&
     } else {
       LayerContext offloading;  // ctx with this layer's MLP chain, for an offloaded layer only
       if (mlp_off) {
-        if (!mlp_chain) {
-          mlp_chain = kernels::make_offload_chain();
-          prefetch_at.resize(n);
-        }
         offloading = ctx;
-        offloading.mlp_offload = mlp_chain;
+        offloading.mlp_offload = chain();
       }
       const LayerContext& lctx = mlp_off ? offloading : ctx;
       const std::size_t first = mlp_chain ? mlp_chain->size() : 0;

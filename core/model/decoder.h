@@ -204,6 +204,10 @@ struct LayerContext {
   // This layer's MLP keeps gate and up in this chain between forward and backward (the MLP
   // offload tier, CausalLMImpl::set_mlp_offload_layers), else null.
   std::shared_ptr<kernels::OffloadChain> mlp_offload;
+  // This checkpointed layer's MLP parks gate and up in its forward and its recomputation's
+  // backward takes them back instead of recomputing them (the MLP park,
+  // CausalLMImpl::set_mlp_offload_layers on a checkpointed layer), else null.
+  c10::intrusive_ptr<kernels::ParkedPair> mlp_park;
   // The MoE layers record their routing here when the load-balancing loss is computed
   // (CausalLMImpl::set_router_aux_loss), else null.
   c10::intrusive_ptr<RouterStats> router_stats;
@@ -276,8 +280,12 @@ class MlpImpl : public torch::nn::Module {
   // checkpointed layer's recomputation may leave it uncomputed (rms_norm_mlp's skip_output).
   // offload: where the fused, untiled MLP keeps gate and up for backward (kernels::swiglu_down's
   // offload), or null: on the device. Not used when the MLP recomputes them (recompute).
+  // park: a checkpointed layer's (LayerContext::mlp_park): the fused, untiled MLP with src
+  // parks gate and up there in the checkpoint's forward, and its recomputation (rms_norm_mlp
+  // with skip_output) takes them back in backward instead of recomputing them.
   torch::Tensor forward(const torch::Tensor& x, const NormSource* src = nullptr,
-                        const std::shared_ptr<kernels::OffloadChain>& offload = nullptr);
+                        const std::shared_ptr<kernels::OffloadChain>& offload = nullptr,
+                        const c10::intrusive_ptr<kernels::ParkedPair>& park = {});
   Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
   bool fused = false;
   std::int64_t tile_tokens = 0;
@@ -294,7 +302,8 @@ class MlpImpl : public torch::nn::Module {
 
  private:
   torch::Tensor compute(const torch::Tensor& x, const NormSource* src,
-                        const std::shared_ptr<kernels::OffloadChain>& offload = nullptr);
+                        const std::shared_ptr<kernels::OffloadChain>& offload = nullptr,
+                        const c10::intrusive_ptr<kernels::ParkedPair>& park = {});
 };
 TORCH_MODULE(Mlp);
 
@@ -421,9 +430,9 @@ class DecoderLayerImpl : public torch::nn::Module {
   bool fusable = true;
 
  private:
-  // The MLP (dense or MoE) of x; src and offload: the dense fused path's (MlpImpl::forward).
-  torch::Tensor feed_forward(const torch::Tensor& x, const LayerContext& ctx, const NormSource* src = nullptr,
-                             const std::shared_ptr<kernels::OffloadChain>& offload = nullptr);
+  // The MLP (dense or MoE) of x; src, and ctx's mlp_offload and mlp_park with src: the dense
+  // fused path's (MlpImpl::forward).
+  torch::Tensor feed_forward(const torch::Tensor& x, const LayerContext& ctx, const NormSource* src = nullptr);
 };
 TORCH_MODULE(DecoderLayer);
 
@@ -514,9 +523,13 @@ class CausalLMImpl : public torch::nn::Module {
   // (the MLP offload tier; kernels/offload.h): the copies run on a side stream while the
   // following layers compute, and backward starts bringing layer i's pair back when it reaches
   // layer min(i + lead, last) (a hook on that layer's output), `lead` layers ahead of its use.
-  // Fused path, untiled, grad mode; a layer that recomputes its MLP or is checkpointed ignores
-  // it. CPU tensors stay where they are (the same code path runs). Size num_hidden_layers, or
-  // empty: none.
+  // Fused path, untiled, grad mode; a layer that recomputes its MLP ignores it. On a
+  // checkpointed layer (the first of its segment) the flag parks its MLP instead (the MLP
+  // park, LayerContext::mlp_park): the checkpoint's forward sends gate and up to the host, the
+  // layer's recomputation takes them back for its MLP backward instead of recomputing the two
+  // projections, and backward starts bringing them when it reaches layer min(i' + 1, last), i'
+  // the segment's last layer. CPU tensors stay where they are (the same code path runs). Size
+  // num_hidden_layers, or empty: none.
   void set_mlp_offload_layers(const std::vector<bool>& layers, std::int64_t lead);
   // Why this model's MLP can take neither the MLP offload tier nor MLP recomputation ("" when
   // it can): both are the fused SwiGLU MLP (separate gate and up) inside a fused block, so

@@ -645,6 +645,12 @@ class TstTrainParity : public QObject {
     };
     QVERIFY(second_backward_error(std::vector<bool>(n, true)).find("was taken already") != std::string::npos);
     QCOMPARE(second_backward_error({}), std::string());
+    // On checkpointed layers the flag parks the MLP: the recomputation's backward takes the pair
+    // (a second backward re-runs the layer and finds it taken).
+    e.model()->set_checkpoint_layers(std::vector<bool>(n, true));
+    QVERIFY(second_backward_error(std::vector<bool>(n, true)).find("was taken already") != std::string::npos);
+    QCOMPARE(second_backward_error({}), std::string());
+    e.model()->set_checkpoint_layers({});
     e.model()->set_mlp_offload_layers({}, 1);
   }
   // The flag does take the MLP through rms_norm_mlp: one such node per flagged layer in the
@@ -696,6 +702,46 @@ class TstTrainParity : public QObject {
           lm->set_fused_kernels(true);
           lm->set_checkpoint_layers(every(lm));
         });
+  }
+  // The MLP park: a checkpointed layer whose forward parks gate and up takes them back in
+  // backward instead of recomputing them. The parked values are the forward's, the recomputed
+  // ones the same bits, so parking every layer equals recomputing every layer's MLP, bit for bit.
+  void checkpointedParkEqualsCheckpointed() {
+    auto every = [](CausalLM& lm) {
+      return std::vector<bool>(static_cast<std::size_t>(lm->config().hf.num_hidden_layers), true);
+    };
+    same_steps_bitwise(
+        [&](CausalLM& lm) {
+          lm->set_fused_kernels(true);
+          lm->set_checkpoint_layers(every(lm));
+        },
+        [&](CausalLM& lm) {
+          lm->set_fused_kernels(true);
+          lm->set_checkpoint_layers(every(lm));
+          lm->set_mlp_offload_layers(every(lm), 1);
+        });
+  }
+  void loraParkedMatchesPeft() {
+    check_loop("lora", true, [](CausalLM& lm) {
+      const auto n = static_cast<std::size_t>(lm->config().hf.num_hidden_layers);
+      lm->set_fused_kernels(true);
+      lm->set_checkpoint_layers(std::vector<bool>(n, true));
+      lm->set_keep_attention_layers(std::vector<bool>(n, true));
+      lm->set_mlp_offload_layers(std::vector<bool>(n, true), 1);
+    });
+  }
+  void qloraParkedMatchesPeftBitsandbytes() {
+    check_loop(
+        "qlora", true,
+        [](CausalLM& lm) {
+          const auto n = static_cast<std::size_t>(lm->config().hf.num_hidden_layers);
+          std::vector<bool> first(n, false);
+          first[0] = true;
+          lm->set_fused_kernels(true);
+          lm->set_checkpoint_layers(std::vector<bool>(n, true));
+          lm->set_mlp_offload_layers(first, 1);
+        },
+        false, kQlora);
   }
   void loraCheckpointedFusedMatchesPeft() {
     check_loop("lora", true, [](CausalLM& lm) {
