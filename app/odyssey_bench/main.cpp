@@ -10,6 +10,7 @@
 //                 [--steps 5] [--warmup 2] [--lora-r 16] [--lora-alpha 32]
 //                 [--checkpointing all|auto|none|N] [--fused on|off] [--offload on|off|auto] [--mlp-tile auto|N]
 //                 [--keep-attention auto|all|none] [--mlp-recompute auto|N] [--mlp-offload auto|N]
+//                 [--mlp-park auto|N]
 //                 [--layers-per-checkpoint auto|N]
 //                 [--attention cudnn|flash|auto] [--memory-gib G] [--profile FILE] [--quant nf4|fp4]
 //                 [--targets q_proj,k_proj,...]
@@ -66,6 +67,9 @@
 // pinned host memory from forward to backward (the MLP offload tier; MLP recomputation then
 // takes the layers after them); auto (the default): as many as the planner chooses under
 // --checkpointing auto with --offload on, none otherwise.
+// --mlp-park N: the first N checkpointed layers park their MLP's gate and up in pinned host
+// memory for backward instead of recomputing them (the MLP park; needs offload); 0: none, and
+// the planner plans none (so the line has its prediction); auto (the default): the planner's.
 //
 // --quant nf4|fp4 (LoRA only) gives the shape a 4-bit base (QLoRA, docs/qlora.md): every
 // decoder projection (and a MoE layer's stacked experts) is drawn as the random initialization

@@ -101,6 +101,9 @@ int parse_options(int argc, char** argv, Options& o) {
       } else if (a == "--mlp-offload") {
         o.mlp_offload = next();
         if (o.mlp_offload != "auto") (void)std::stoll(o.mlp_offload);
+      } else if (a == "--mlp-park") {
+        o.mlp_park = next();
+        if (o.mlp_park != "auto") (void)std::stoll(o.mlp_park);
       } else if (a == "--mlp-tile") {
         const std::string v = next();
         o.mlp_tile = v == "auto" ? 0 : std::stoll(v);
@@ -154,7 +157,8 @@ int parse_options(int argc, char** argv, Options& o) {
     return 2;
   }
   for (const auto& [flag, v] : {std::pair<const char*, const std::string&>{"--mlp-recompute", o.mlp_recompute},
-                                std::pair<const char*, const std::string&>{"--mlp-offload", o.mlp_offload}})
+                                std::pair<const char*, const std::string&>{"--mlp-offload", o.mlp_offload},
+                                std::pair<const char*, const std::string&>{"--mlp-park", o.mlp_park}})
     if (v != "auto" &&
         (v.empty() || !std::all_of(v.begin(), v.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))) {
       std::cerr << "odyssey-bench: " << flag << ": expected auto or a number of layers\n";

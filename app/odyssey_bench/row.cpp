@@ -179,6 +179,7 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     TrainConfig tc = bench_config(o, mode, seq, par.mesh.world);
     PlannerOptions po;
     po.gpu_memory_bytes = gpu_memory_bytes(device.is_cuda() ? device.index() : -1);  // 0 on the CPU: an H200
+    if (o.mlp_park == "0") po.mlp_park = false;
     if (o.kept_margin >= 0) {
       po.kept_attention_margin = o.kept_margin;
       rec["kept_attention_margin"] = o.kept_margin;
@@ -189,13 +190,14 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
       if (!o.allocator_cap.empty()) rec["allocator_cap"] = o.allocator_cap;
     }
     // The trainer's memory policy (train/memory_policy.h) for this job, with the counts the
-    // flags fix: --checkpointing N, --mlp-offload N, --mlp-recompute N.
+    // flags fix: --checkpointing N, --mlp-offload N, --mlp-recompute N, --mlp-park N.
     train::LayerCounts fixed;
     if (o.checkpointing == "all") fixed.checkpoint_first = dc.hf.num_hidden_layers;
     else if (o.checkpointing == "none") fixed.checkpoint_first = 0;
     else if (o.checkpointing != "auto") fixed.checkpoint_first = std::stoll(o.checkpointing);
     if (o.mlp_offload != "auto") fixed.mlp_offload_first = std::stoll(o.mlp_offload);
     if (o.mlp_recompute != "auto") fixed.mlp_recompute_first = std::stoll(o.mlp_recompute);
+    if (o.mlp_park != "auto") fixed.mlp_park_first = std::stoll(o.mlp_park);
     const train::MemoryPolicy policy = train::memory_policy(tc, hf, po, fixed);
     train::apply_memory_policy(lm, policy);
     lm->set_rerun_skips_mlp(o.rerun_mlp == "skip");
@@ -206,6 +208,7 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     rec["attention_kept_layers"] = policy.count(policy.keep_attention);
     rec["mlp_recomputed_layers"] = policy.count(policy.mlp_recompute);
     rec["mlp_offloaded_layers"] = policy.count(policy.mlp_offload);
+    rec["mlp_parked_layers"] = policy.count(policy.mlp_park);
     rec["checkpointing"] = o.checkpointing;
     rec["checkpointed_layers"] = policy.count(policy.checkpoint);
     rec["layers_per_checkpoint"] = policy.layers_per_checkpoint;

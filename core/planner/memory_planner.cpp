@@ -104,14 +104,14 @@ struct Chosen {
 };
 Chosen choose(const Terms& t0, const CheckpointPolicy& pol, const TrainConfig& c) {
   Chosen r{t0, planner_detail::choose_layers(t0, pol, c.keep_attention), {}};
-  r.e = planner_detail::evaluate(r.t, r.lc.checkpointed, r.lc.every, r.lc.kept, r.lc.mlp, r.lc.offload);
+  r.e = planner_detail::evaluate(r.t, r.lc.checkpointed, r.lc.every, r.lc.kept, r.lc.mlp, r.lc.offload, r.lc.park);
   if (c.layers_per_checkpoint > 0 || !t0.cuda || fits_both(r.t, r.e) || c.keep_attention == "all" || r.lc.every > 1)
     return r;
   const bool gpu_fits = r.e.peak <= t0.capacity;
   // Only the host is short: fewer kept attention outputs (parked there with offload) first.
   if (gpu_fits && c.keep_attention == "auto")
     for (i64 k = r.lc.kept - 1; k >= 0; --k) {
-      const Eval e = planner_detail::evaluate(r.t, r.lc.checkpointed, r.lc.every, k, r.lc.mlp, r.lc.offload);
+      const Eval e = planner_detail::evaluate(r.t, r.lc.checkpointed, r.lc.every, k, r.lc.mlp, r.lc.offload, r.lc.park);
       if (fits_both(r.t, e)) {
         r.lc.kept = k;
         r.e = e;
@@ -149,7 +149,8 @@ Chosen choose(const Terms& t0, const CheckpointPolicy& pol, const TrainConfig& c
 // recomputation, and the layers a checkpoint segment runs again.
 double recomputed_flops(const Chosen& ch) {
   const i64 rebuilt = ch.lc.checkpointed - std::min(ch.lc.checkpointed, ch.e.stored_segments);
-  return planner_detail::recompute_flops(ch.t, ch.lc.checkpointed, ch.e.kept_layers, ch.e.mlp_layers) +
+  return planner_detail::recompute_flops(ch.t, ch.lc.checkpointed, ch.e.kept_layers, ch.e.mlp_layers,
+                                         ch.e.park_layers) +
          static_cast<double>(rebuilt) * (ch.t.recompute_linear_flops + ch.t.recompute_attention_flops);
 }
 
@@ -290,13 +291,17 @@ void add_items(MemoryPlan& plan, const Terms& t, const Eval& e, const TrainConfi
   if (e.offload_layers > 0)
     mlp_detail += "; " + num(e.offload_layers) + " of them " + gib(t.mlp_offload_saved) +
                   " less while their MLP's gate and up are on the host";
+  const std::string recompute_detail =
+      "one checkpointed layer's activations, rebuilt in backward" +
+      (e.park_layers > 0 && e.bwd_recompute > t.layer_full
+           ? "; the parked gate and up of the layer below it, " + gib(t.mlp_offload_saved) + ", prefetched"
+           : std::string());
   if (ph == 1) {
     ib.add("checkpointed layer inputs", "activations", e.bwd_inputs,
            t.segment > 1 ? "stored inputs below the layer in backward, and its segment's inputs rebuilt below it"
                          : "inputs of the checkpointed layers below the one in backward");
     ib.add("stored layer activations", "activations", e.bwd_full, per_layer + mlp_detail);
-    ib.add("recomputed layer", "activations", e.bwd_recompute,
-           "one checkpointed layer's activations, rebuilt in backward");
+    ib.add("recomputed layer", "activations", e.bwd_recompute, recompute_detail);
     ib.add("kept attention outputs", "activations", e.bwd_kept,
            "attention outputs of the kept layers below the one in backward (" + gib(t.attn_kept) + " each)");
   } else {
@@ -424,6 +429,12 @@ void add_notes(MemoryPlan& plan, const Terms& t, const TrainConfig& c, const Pla
                 gib(t.mlp_offload_saved) + " each) in pinned host memory from forward until backward is " +
                 num(planner::mlp_offload_lead(plan.mlp_offloaded_layers)) + " layers above them; at most " +
                 num(t.mlp_offload_max) + " layers, what the host link moves in one forward");
+  if (plan.mlp_parked_layers > 0)
+    n.push_back("MLP park: the first " + num(plan.mlp_parked_layers) +
+                " checkpointed layers send their MLP's gate and up (" + gib(t.mlp_offload_saved) +
+                " each) to pinned host memory in forward and take them back in backward instead of recomputing two "
+                "projections; each comes back while the layer above it is in backward; at most " +
+                num(t.mlp_offload_max) + " layers with the MLP offload tier, what the host link moves in one forward");
   if (t.mlp_tile > 0)
     n.push_back("tiled MLP: " + num(t.mlp_tile) + " tokens per tile" +
                 (c.mlp_tile_tokens > 0 ? std::string() : " (mlp_tile_tokens auto: the job does not fit untiled)"));
@@ -510,6 +521,7 @@ MemoryPlan plan_memory(const TrainConfig& c, const HfModelConfig& m, const Plann
   plan.attention_kept_layers = e.kept_layers;
   plan.mlp_recomputed_layers = e.mlp_layers;
   plan.mlp_offloaded_layers = e.offload_layers;
+  plan.mlp_parked_layers = e.park_layers;
   plan.tokens_per_gpu = t.tokens;
   plan.capacity_bytes = t.capacity;
   plan.peak_bytes = e.peak;
@@ -630,6 +642,13 @@ std::int64_t free_layers_below(const MemoryPlan& p, std::int64_t layer) {
 bool offloads_mlp(const MemoryPlan& p, std::int64_t layer) {
   const std::int64_t below = free_layers_below(p, layer);
   return below >= 0 && below < p.mlp_offloaded_layers;
+}
+
+bool parks_mlp(const MemoryPlan& p, std::int64_t layer) {
+  if (layer < 0 || layer >= p.total_layers || !checkpoints_layer(p, layer)) return false;
+  std::int64_t below = 0;
+  for (std::int64_t j = 0; j < layer; ++j) below += checkpoints_layer(p, j) ? 1 : 0;
+  return below < p.mlp_parked_layers;
 }
 
 bool recomputes_mlp(const MemoryPlan& p, std::int64_t layer) {

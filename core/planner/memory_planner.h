@@ -113,6 +113,9 @@ struct PlannerOptions {
   // keep_attention auto's distance below capacity (kKeptAttentionMargin); odyssey-bench
   // --kept-margin measures other values.
   double kept_attention_margin = planner::kKeptAttentionMargin;
+  // Checkpointed layers may park their MLP's gate and up on the host (the MLP park, since
+  // 2026-12-06; odyssey-bench --mlp-park off measures without).
+  bool mlp_park = true;
 };
 
 struct MemoryItem {
@@ -144,7 +147,9 @@ struct MemoryPlan {
   std::int64_t mlp_recomputed_layers =
       0;  // layers not checkpointed whose MLP recomputes gate and up (after the offloaded ones)
   std::int64_t mlp_offloaded_layers =
-      0;                   // layers not checkpointed whose MLP keeps gate and up on the host (the first ones)
+      0;  // layers not checkpointed whose MLP keeps gate and up on the host (the first ones)
+  // Checkpointed layers whose MLP parks gate and up on the host (the first ones; the MLP park)
+  std::int64_t mlp_parked_layers = 0;
   std::string peak_phase;  // loss, backward, optimizer step
   ParallelLayout layout;
   std::int64_t tokens_per_gpu = 0;       // batch × max_length / sequence_parallel_size
@@ -190,6 +195,9 @@ bool keeps_attention(const MemoryPlan& p, std::int64_t layer);
 // (the MLP offload tier, CausalLMImpl::set_mlp_offload_layers): the first mlp_offloaded_layers
 // layers that are not checkpointed.
 bool offloads_mlp(const MemoryPlan& p, std::int64_t layer);
+// Whether checkpointed `layer`'s MLP parks gate and up in pinned host memory for its
+// recomputation's backward (the MLP park): the first mlp_parked_layers checkpointed layers.
+bool parks_mlp(const MemoryPlan& p, std::int64_t layer);
 // Whether `layer`'s MLP keeps none of its intermediates, recomputing them in backward
 // (kernels::rms_norm_mlp): the mlp_recomputed_layers layers that are not checkpointed after
 // the offloaded ones.

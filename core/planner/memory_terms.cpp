@@ -428,6 +428,7 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   // auto is resolved by plan_memory (planned both ways); a Terms of auto is planned without.
   t.offload_acts = c.offload_activations == "true" && t.cuda;
   t.kept_on_host = t.offload_acts && o.kept_attention_on_host;
+  t.mlp_park = o.mlp_park;
   // A kept attention output (the layer's own O and fp32 log-sum-exp, alive from forward to the
   // layer's backward). The engine keeps it on padding-free rows, also under sequence
   // parallelism (Ulysses: each rank its heads of the gathered row; ring: its queries' merged
@@ -527,7 +528,7 @@ void tile_mlp(Terms& t, std::int64_t tile) {
 }
 
 Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_t kept, std::int64_t mlp,
-              std::int64_t offload) {
+              std::int64_t offload, std::int64_t park) {
   Eval e;
   const i64 L = t.layers;
   auto is_ckpt = [&](i64 j) { return every > 0 ? j % every == 0 : j < ckpt; };
@@ -542,6 +543,11 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_
   }
   for (bool m : mlp_rc) e.mlp_layers += m ? 1 : 0;
   for (bool m : mlp_off) e.offload_layers += m ? 1 : 0;
+  // The MLP park: the first `park` checkpointed layers, within what the tier's cap leaves.
+  std::vector<bool> parked(static_cast<std::size_t>(L), false);
+  if (t.mlp_offload_saved > 0 && t.segment == 1 && every == 0)
+    for (i64 j = 0, left = std::min(park, t.mlp_offload_max - e.offload_layers); j < L && left > 0; ++j)
+      if (is_ckpt(j)) parked[static_cast<std::size_t>(j)] = true, --left, ++e.park_layers;
   const i64 lead = planner::mlp_offload_lead(e.offload_layers);
   std::vector<i64> off_below(static_cast<std::size_t>(L) + 1, 0);  // offloaded layers below x
   for (i64 x = 0; x < L; ++x)
@@ -583,8 +589,8 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_
       (L - n_ckpt) * t.layer_full - e.mlp_layers * t.mlp_recompute_saved - e.offload_layers * t.mlp_offload_saved;
   // On the host: every stored input and kept output pushed to an offload chain, from its copy in
   // forward until backward takes it (the two counted on the GPU above too).
-  e.host_acts = (t.offload_acts ? n_stored : 0) * t.layer_in_host + e.offload_layers * t.mlp_offload_host +
-                (t.kept_on_host ? n_kept * t.attn_kept : 0);
+  e.host_acts = (t.offload_acts ? n_stored : 0) * t.layer_in_host +
+                (e.offload_layers + e.park_layers) * t.mlp_offload_host + (t.kept_on_host ? n_kept * t.attn_kept : 0);
 
   // GaLore's rank-r gradients grow as backward goes down the layers, like the gradients.
   const i64 fixed_static = t.weights + t.adapters + t.master + t.adam + t.galore_proj + t.galore_states;
@@ -621,13 +627,15 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_
     const i64 cur = c ? t.layer_full + t.recompute_extra : t.layer_full;
     // Kept outputs below j: on the GPU, or (offload) only the one prefetched for the next layer.
     const i64 kept_live = (t.kept_on_host ? std::min<i64>(kept_below, 1) : kept_below) * t.attn_kept;
-    const i64 live = acts_in + acts_full + cur + grads + kept_live;
+    // The parked pair of the layer below, prefetched when layer j's backward starts.
+    const i64 parked_next = j > 0 && parked[static_cast<std::size_t>(j - 1)] ? t.mlp_offload_saved : 0;
+    const i64 live = acts_in + acts_full + cur + grads + kept_live + parked_next;
     if (live > best) {
       best = live;
       e.bwd_kept = kept_live;
       e.bwd_inputs = acts_in + (c ? t.recompute_extra : 0);
       e.bwd_full = acts_full + (c ? 0 : t.layer_full);
-      e.bwd_recompute = c ? t.layer_full : 0;
+      e.bwd_recompute = (c ? t.layer_full : 0) + parked_next;
       e.bwd_grads = grads - galore;
       e.bwd_galore = galore;
     }
@@ -681,17 +689,55 @@ std::int64_t choose_checkpointing(const Terms& t, const CheckpointPolicy& p, std
   return fits(hi) ? hi : L;
 }
 
-double recompute_flops(const Terms& t, std::int64_t ckpt, std::int64_t kept, std::int64_t mlp) {
+double recompute_flops(const Terms& t, std::int64_t ckpt, std::int64_t kept, std::int64_t mlp, std::int64_t park) {
   return static_cast<double>(ckpt) * t.recompute_linear_flops +
          static_cast<double>(ckpt - kept) * t.recompute_attention_flops +
-         static_cast<double>(mlp) * t.recompute_mlp_flops;
+         static_cast<double>(mlp - park) * t.recompute_mlp_flops;
 }
+
+namespace {
+// The most checkpointed layers that park their MLP with the plan's peak within `limit`, or
+// within its peak without parking where that is higher, and its host bytes within the host's
+// capacity (the peak and the host bytes grow with each: bisection).
+void most_parked(const Terms& t, LayerChoice& c, std::int64_t limit) {
+  c.park = 0;
+  if (!t.mlp_park || t.mlp_offload_saved <= 0 || t.segment != 1 || c.every != 0 || c.checkpointed == 0) return;
+  const i64 hi = std::min(c.checkpointed, t.mlp_offload_max - std::min(c.offload, t.mlp_offload_max));
+  if (hi <= 0) return;
+  // Above the line already (a plan that fits only without margin): parking must not raise it.
+  // Nor may it take host memory the plan does not have (or, short already, any more).
+  const Eval base = evaluate(t, c.checkpointed, 0, c.kept, c.mlp, c.offload);
+  limit = std::max(limit, base.peak);
+  const i64 host_limit = std::max(t.host_capacity, t.host_optimizer + base.host_acts);
+  auto fits = [&](i64 p) {
+    const Eval e = evaluate(t, c.checkpointed, 0, c.kept, c.mlp, c.offload, p);
+    return e.peak <= limit && t.host_optimizer + e.host_acts <= host_limit;
+  };
+  if (fits(hi)) {
+    c.park = hi;
+    return;
+  }
+  i64 lo = 0, up = hi;  // fits(lo), !fits(up)
+  while (up - lo > 1) {
+    const i64 mid = lo + (up - lo) / 2;
+    (fits(mid) ? lo : up) = mid;
+  }
+  c.park = lo;
+}
+}  // namespace
 
 LayerChoice choose_layers(const Terms& t, const CheckpointPolicy& p, const std::string& keep) {
   LayerChoice c;
   c.checkpointed = choose_checkpointing(t, p, &c.every);
   c.kept = choose_kept_attention(t, keep, c.checkpointed, c.every);
-  if (p.kind != CheckpointPolicy::Auto) return c;
+  // Kept attention and the MLP park are for speed: auto keeps within the margin below capacity
+  // (memory_planner.h), and parks no further.
+  const auto line = static_cast<i64>((1.0 - t.kept_margin) * static_cast<double>(t.capacity));
+  auto parked = [&](LayerChoice r) {
+    most_parked(t, r, line);
+    return r;
+  };
+  if (p.kind != CheckpointPolicy::Auto) return parked(c);
   const bool can_keep = t.attn_kept > 0 && keep != "none" && (keep == "all" || t.cuda);
   const bool can_mlp = t.mlp_recompute_saved > 0;
   const i64 off_max = t.mlp_offload_saved > 0 ? t.mlp_offload_max : 0;
@@ -699,11 +745,21 @@ LayerChoice choose_layers(const Terms& t, const CheckpointPolicy& p, const std::
   if (c.checkpointed == 0) return c;                                  // nothing recomputed
   if (evaluate(t, c.checkpointed, 0, 0).peak > t.capacity) return c;  // does not fit at all: reported as is
   const i64 L = t.layers;
-  // Kept attention is for speed: auto keeps within the margin below capacity (memory_planner.h).
-  const auto line = static_cast<i64>((1.0 - t.kept_margin) * static_cast<double>(t.capacity));
   // The fewest-layers plan is the one to beat where it fits as chosen (keep all may not).
-  double best = evaluate(t, c.checkpointed, 0, c.kept).peak <= t.capacity ? recompute_flops(t, c.checkpointed, c.kept)
-                                                                          : std::numeric_limits<double>::infinity();
+  double best = std::numeric_limits<double>::infinity();
+  if (evaluate(t, c.checkpointed, 0, c.kept).peak <= t.capacity) {
+    c = parked(c);
+    best = recompute_flops(t, c.checkpointed, c.kept, 0, c.park);
+  }
+  // A candidate (its cost without parking): parked as far as it may, kept if cheapest. A plan
+  // cannot park more than off_max layers, which bounds what parking can save.
+  auto consider = [&](LayerChoice r) {
+    const i64 may_park = t.mlp_park ? std::min(r.checkpointed, off_max - r.offload) : 0;
+    if (recompute_flops(t, r.checkpointed, r.kept, r.mlp, may_park) >= best) return;
+    r = parked(r);
+    const double cost = recompute_flops(t, r.checkpointed, r.kept, r.mlp, r.park);
+    if (cost < best) best = cost, c = r;
+  };
   // The smallest v in [0, hi] with fits(v), given fits(hi); bisection (the peak falls with v).
   auto fewest = [](i64 hi, const auto& fits) {
     i64 lo = -1;
@@ -714,7 +770,11 @@ LayerChoice choose_layers(const Terms& t, const CheckpointPolicy& p, const std::
     return hi;
   };
   for (i64 n = 0; n <= L; ++n) {
-    if (static_cast<double>(n) * t.recompute_linear_flops >= best) break;  // even keeping all costs more
+    // Even keeping all, and parking all the cap allows, costs more.
+    if (static_cast<double>(n) * t.recompute_linear_flops -
+            static_cast<double>(t.mlp_park ? std::min(n, off_max) : 0) * t.recompute_mlp_flops >=
+        best)
+      break;
     const i64 k_lo = !can_keep ? 0 : keep == "all" ? n : 0;
     const i64 k_hi = !can_keep ? 0 : n;
     const i64 o_max = std::min(off_max, L - n);
@@ -722,16 +782,13 @@ LayerChoice choose_layers(const Terms& t, const CheckpointPolicy& p, const std::
       const i64 limit = k > 0 && keep != "all" ? line : t.capacity;
       auto fits_offload = [&](i64 o) { return evaluate(t, n, 0, k, 0, o).peak <= limit; };
       if (fits_offload(o_max)) {  // offloading alone (or nothing) fits: no MLP recomputed
-        const double cost = recompute_flops(t, n, k);
-        if (cost < best) best = cost, c = {n, 0, k, 0, fewest(o_max, fits_offload)};
+        consider({n, 0, k, 0, fewest(o_max, fits_offload), 0});
         continue;
       }
       auto fits = [&](i64 m) { return evaluate(t, n, 0, k, m, o_max).peak <= limit; };
       const i64 m_max = can_mlp ? L - n - o_max : 0;
       if (!fits(m_max)) continue;
-      const i64 m = fewest(m_max, fits);
-      const double cost = recompute_flops(t, n, k, m);
-      if (cost < best) best = cost, c = {n, 0, k, m, o_max};
+      consider({n, 0, k, fewest(m_max, fits), o_max, 0});
     }
   }
   return c;

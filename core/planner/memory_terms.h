@@ -88,6 +88,7 @@ struct Terms {
   // gate and up to a power of two); mlp_offload_max: the most layers the host link moves in
   // one forward's compute time (memory_planner.h, kHostLinkBytesPerSecond).
   std::int64_t mlp_offload_saved = 0, mlp_offload_host = 0, mlp_offload_max = 0;
+  bool mlp_park = true;  // PlannerOptions::mlp_park: choose_layers may park checkpointed layers' MLPs
   // What recomputing one checkpointed layer costs, in forward FLOPs on this GPU: its
   // projections, and its attention (which a layer keeping its attention output skips).
   double recompute_linear_flops = 0, recompute_attention_flops = 0;
@@ -133,6 +134,7 @@ struct Eval {
   std::int64_t kept_layers = 0, stored_kept = 0, bwd_kept = 0;  // kept attention outputs
   std::int64_t mlp_layers = 0;                                  // layers whose MLP recomputes its intermediates
   std::int64_t offload_layers = 0;                              // layers whose MLP keeps gate and up on the host
+  std::int64_t park_layers = 0;  // checkpointed layers whose MLP parks gate and up on the host (the MLP park)
 };
 
 // checkpointed layers: every == 0 → layers [0, ckpt); every == K → layers 0, K, 2K, ….
@@ -142,9 +144,14 @@ struct Eval {
 // lowest ones, whose savings last through most of backward). offload: the first `offload`
 // layers that are not checkpointed keep gate and up on the host (t.mlp_offload_saved less
 // each, from forward until backward reaches layer i + mlp_offload_lead(offload)); the `mlp`
-// recomputing layers are the next ones.
+// recomputing layers are the next ones. park: the first `park` checkpointed layers park their
+// MLP's gate and up on the host (the MLP park; t.mlp_offload_saved > 0, without segments or
+// every:K), their recomputation taking them back instead of recomputing them: t.mlp_offload_host
+// each on the host, and parked layer i's pair on the GPU from the start of layer i + 1's backward
+// on (prefetched there), on top of that layer's own. The tier's cap (t.mlp_offload_max) counts
+// offloaded and parked layers together.
 Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_t kept = 0, std::int64_t mlp = 0,
-              std::int64_t offload = 0);
+              std::int64_t offload = 0, std::int64_t park = 0);
 
 // How many checkpointed layers keep their attention output: keep_attention all = every one,
 // none = 0, auto = as many as keep the plan within capacity.
@@ -167,13 +174,16 @@ std::int64_t choose_checkpointing(const Terms& t, const CheckpointPolicy& p, std
 // Otherwise choose_checkpointing, then choose_kept_attention.
 // With the MLP offload tier (t.mlp_offload_saved, up to t.mlp_offload_max layers), offloaded
 // layers cost no FLOPs: for each (checkpointed, kept) pair the fewest offloaded layers that
-// fit, else all it may and the fewest MLP layers recomputing on top.
+// fit, else all it may and the fewest MLP layers recomputing on top. Then, on any policy, as
+// many checkpointed layers park their MLP (what the tier's cap leaves) as keep the plan within
+// its line: parking costs no FLOPs and saves each parked layer's gate and up recomputation.
 struct LayerChoice {
-  std::int64_t checkpointed = 0, every = 0, kept = 0, mlp = 0, offload = 0;
+  std::int64_t checkpointed = 0, every = 0, kept = 0, mlp = 0, offload = 0, park = 0;
 };
 LayerChoice choose_layers(const Terms& t, const CheckpointPolicy& p, const std::string& keep);
-// Forward FLOPs that checkpointing `ckpt` layers (`kept` of them keeping attention) and `mlp`
-// MLP recomputations recompute.
-double recompute_flops(const Terms& t, std::int64_t ckpt, std::int64_t kept, std::int64_t mlp = 0);
+// Forward FLOPs that checkpointing `ckpt` layers (`kept` of them keeping attention, `park` of
+// them parking their MLP) and `mlp` MLP recomputations recompute.
+double recompute_flops(const Terms& t, std::int64_t ckpt, std::int64_t kept, std::int64_t mlp = 0,
+                       std::int64_t park = 0);
 
 }  // namespace odyssey::planner_detail

@@ -38,7 +38,7 @@ std::int64_t MemoryPolicy::rebuilt_layers() const {
 bool MemoryPolicy::plan_matches() const {
   return plan && plan->refused.empty() && plan->checkpointed_layers == count(checkpoint) &&
          plan->layers_per_checkpoint == layers_per_checkpoint && plan->mlp_recomputed_layers == count(mlp_recompute) &&
-         plan->mlp_offloaded_layers == count(mlp_offload);
+         plan->mlp_offloaded_layers == count(mlp_offload) && plan->mlp_parked_layers == count(mlp_park);
 }
 
 MemoryPolicy memory_policy(const TrainConfig& c, const HfModelConfig& m, const std::optional<PlannerOptions>& gpu,
@@ -146,6 +146,21 @@ MemoryPolicy memory_policy(const TrainConfig& c, const HfModelConfig& m, const s
                                                               : plan_mlp && recomputes_mlp(*plan, layer));
     ++seen;
   }
+  // The MLP park on checkpointed layers: the plan's (whatever the checkpointing policy: the plan
+  // parks the first checkpointed layers it has, which are the engine's unless a count is
+  // fixed), or the first N checkpointed layers (a fixed count). Only with offload_activations.
+  mp.mlp_park.assign(n, false);
+  for (std::size_t i = 0, seen_ckpt = 0; i < n; ++i) {
+    if (!mp.checkpoint[i]) continue;
+    mp.mlp_park[i] = mp.offload_checkpoints &&
+                     (fixed.mlp_park_first >= 0 ? static_cast<std::int64_t>(seen_ckpt) < fixed.mlp_park_first
+                                                : plan != nullptr && parks_mlp(*plan, static_cast<std::int64_t>(i)));
+    ++seen_ckpt;
+  }
+  if (const std::int64_t parked = mp.count(mp.mlp_park); parked > 0)
+    mp.why += "; " + std::to_string(parked) +
+              " of the checkpointed layers park their MLP's gate and up in pinned host memory for backward instead "
+              "of recomputing them (the MLP park)";
   const std::int64_t offloaded = mp.count(mp.mlp_offload), recomputed = mp.count(mp.mlp_recompute);
   mp.mlp_offload_lead = planner::mlp_offload_lead(offloaded);
   if (offloaded > 0)
@@ -161,7 +176,11 @@ void apply_memory_policy(model::CausalLM& lm, const MemoryPolicy& p) {
   lm->set_checkpoint_layers(p.checkpoint);
   lm->set_keep_attention_layers(p.keep_attention);
   lm->set_mlp_recompute_layers(p.mlp_recompute);
-  lm->set_mlp_offload_layers(p.mlp_offload, p.mlp_offload_lead);
+  // One flag for both: on a checkpointed layer it parks the MLP (CausalLMImpl).
+  std::vector<bool> flags = p.mlp_offload;
+  flags.resize(std::max(flags.size(), p.mlp_park.size()), false);
+  for (std::size_t i = 0; i < p.mlp_park.size(); ++i) flags[i] = flags[i] || p.mlp_park[i];
+  lm->set_mlp_offload_layers(flags, p.mlp_offload_lead);
   lm->set_offload_checkpoints(p.offload_checkpoints);
   lm->set_layers_per_checkpoint(p.layers_per_checkpoint);
   lm->set_mlp_tile_tokens(p.mlp_tile);

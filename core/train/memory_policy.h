@@ -21,6 +21,7 @@ struct MemoryPolicy {
   std::vector<bool> keep_attention;  // checkpointed layers keeping their attention output
   std::vector<bool> mlp_recompute;   // layers not checkpointed whose MLP recomputes gate and up
   std::vector<bool> mlp_offload;     // layers not checkpointed whose MLP keeps gate and up on the host
+  std::vector<bool> mlp_park;        // checkpointed layers whose MLP parks gate and up on the host
   std::int64_t mlp_offload_lead = 1;
   std::int64_t mlp_tile = 0;
   bool offload_checkpoints = false;        // offload_activations: checkpointed layers keep their input on the host
@@ -39,11 +40,12 @@ struct MemoryPolicy {
 };
 
 // Fixed layer counts instead of the configured or planned choice (odyssey-bench's
-// --checkpointing N, --mlp-offload N, --mlp-recompute N); -1 keeps the policy's own.
+// --checkpointing N, --mlp-offload N, --mlp-recompute N, --mlp-park N); -1 keeps the policy's own.
 struct LayerCounts {
   std::int64_t checkpoint_first = -1;     // the first N layers checkpointed
   std::int64_t mlp_offload_first = -1;    // the first N layers not checkpointed offload their MLP
   std::int64_t mlp_recompute_first = -1;  // the next N recompute theirs
+  std::int64_t mlp_park_first = -1;       // the first N checkpointed layers park their MLP (0: none)
 };
 
 // The planner refused the job outright (planner::kOutOfReachFactor beyond the GPU).

@@ -266,11 +266,13 @@ Replanned replan_bench_line(const nlohmann::json& j) {
   const std::int64_t ckpt = j.at("checkpointed_layers").get<std::int64_t>(),
                      kept = j.at("attention_kept_layers").get<std::int64_t>(),
                      mlp = j.at("mlp_recomputed_layers").get<std::int64_t>(),
-                     offl = j.value("mlp_offloaded_layers", std::int64_t{0});
-  const planner_detail::Eval e = planner_detail::evaluate(t, ckpt, 0, kept, mlp, offl);
-  if (e.kept_layers != kept || e.mlp_layers != mlp || e.offload_layers != offl) {
+                     offl = j.value("mlp_offloaded_layers", std::int64_t{0}),
+                     parked = j.value("mlp_parked_layers", std::int64_t{0});  // lines before the MLP park lack it
+  const planner_detail::Eval e = planner_detail::evaluate(t, ckpt, 0, kept, mlp, offl, parked);
+  if (e.kept_layers != kept || e.mlp_layers != mlp || e.offload_layers != offl || e.park_layers != parked) {
     r.error = "the planner cannot place what the run did (kept " + std::to_string(kept) + ", MLP recomputed " +
-              std::to_string(mlp) + ", MLP offloaded " + std::to_string(offl) + ")";
+              std::to_string(mlp) + ", MLP offloaded " + std::to_string(offl) + ", MLP parked " +
+              std::to_string(parked) + ")";
     return r;
   }
   r.predicted = static_cast<double>(e.phase_bytes[e.phase]) / double(kGiB);
@@ -287,7 +289,8 @@ Replanned replan_bench_line(const nlohmann::json& j) {
   l << r.shape << " " << mode << " " << c.max_length << (world > 1 ? " world " + std::to_string(world) : std::string())
     << " (" << opt << (c.offload_optimizer ? " offload" : "") << "; " << ckpt << " of " << m.num_hidden_layers
     << " checkpointed" << (c.offload_activations == "true" ? " + offload" : "") << ", " << kept << " kept, MLP " << mlp
-    << " recomputed " << offl << " offloaded" << (tile > 0 ? ", tile " + std::to_string(tile) : std::string())
+    << " recomputed " << offl << " offloaded" << (parked > 0 ? " " + std::to_string(parked) + " parked" : std::string())
+    << (tile > 0 ? ", tile " + std::to_string(tile) : std::string())
     << (t.segment > 1 ? ", " + std::to_string(t.segment) + " layers per stored input" : std::string())
     << (c.quant_bits == 4 ? ", 4-bit " + c.bnb_4bit_quant_type : std::string())
     << (c.fused_kernels ? "" : ", reference ops") << ")";
@@ -817,7 +820,9 @@ class TestMemoryPlanner : public QObject {
     c.device = "cuda";
     c.activation_checkpointing = ckpt.toStdString();
     c.offload_activations = offload ? "true" : "false";
-    const MemoryPlan p = plan_memory(c, small ? qwen25_05b() : qwen25_7b());
+    PlannerOptions then;  // measured before the MLP park
+    then.mlp_park = false;
+    const MemoryPlan p = plan_memory(c, small ? qwen25_05b() : qwen25_7b(), then);
     if (ckpt == "auto") QCOMPARE(p.checkpointed_layers, std::int64_t{0});  // what the measured run recomputed
     const double predicted = static_cast<double>(p.allocated_bytes()) / static_cast<double>(kGiB);
     qDebug("%s: predicted %.2f GiB, measured %.2f GiB (%+.1f%%)", QTest::currentDataTag(), predicted, gib,
@@ -1175,6 +1180,7 @@ class TestMemoryPlanner : public QObject {
     PlannerOptions on_gpu;
     on_gpu.kept_attention_on_host = false;
     on_gpu.host_memory_bytes = 128 * kGiB;  // the lent H200 machine's RAM: the offloaded inputs fit
+    on_gpu.mlp_park = false;                // the engine then had no MLP park either
     const MemoryPlan none = plan_memory(c, m, on_gpu);
     QCOMPARE(none.attention_kept_layers, std::int64_t{0});
     c.keep_attention = "all";
@@ -1186,6 +1192,7 @@ class TestMemoryPlanner : public QObject {
     // the backward peak, the rest is pinned host memory, and the peak falls by the difference.
     PlannerOptions h200_host;  // the lent H200 machine's RAM (parked outputs are host memory)
     h200_host.host_memory_bytes = 128 * kGiB;
+    h200_host.mlp_park = false;  // parked MLPs would share that RAM (autoParksCheckpointedMlps)
     const MemoryPlan parked = plan_memory(c, m, h200_host);
     QCOMPARE(parked.attention_kept_layers, std::int64_t{28});
     QCOMPARE(item(parked, "kept attention outputs"), each);
@@ -1406,6 +1413,64 @@ class TestMemoryPlanner : public QObject {
     QCOMPARE(tiled.mlp_recompute_saved, std::int64_t{0});
   }
 
+  // The MLP park (offload_activations): checkpointed layers send gate and up to the host in
+  // forward and take them back in backward instead of recomputing them. On the 7B LoRA 32K row
+  // under 32 GiB the first checkpointed layers park, within the tier's cap, at no cost to the
+  // peak (the pair comes back while the layer above is in backward, where the stored layers are
+  // gone); each costs its pinned blocks and saves its gate and up projections' FLOPs.
+  void autoParksCheckpointedMlps() {
+    const HfModelConfig m = qwen25_7b();
+    TrainConfig c = offload_row_7b();
+    c.offload_activations = "true";
+    PlannerOptions o;
+    o.host_memory_bytes = 128 * kGiB;
+    PlannerOptions without = o;
+    without.mlp_park = false;
+    const MemoryPlan p = plan_memory(c, m, o), q = plan_memory(c, m, without);
+    QVERIFY(p.fits && q.fits);
+    QCOMPARE(q.mlp_parked_layers, std::int64_t{0});
+    QVERIFY(p.mlp_parked_layers > 0);
+    const planner_detail::Terms t = planner_detail::compute_terms(c, m, o);
+    QVERIFY(p.mlp_parked_layers + p.mlp_offloaded_layers <= t.mlp_offload_max);
+    QVERIFY(p.mlp_parked_layers <= p.checkpointed_layers);
+    QCOMPARE(p.checkpointed_layers, q.checkpointed_layers);
+    QCOMPARE(p.attention_kept_layers, q.attention_kept_layers);
+    QCOMPARE(p.peak_bytes, q.peak_bytes);
+    QCOMPARE(p.host_bytes - q.host_bytes, p.mlp_parked_layers * t.mlp_offload_host);
+    // Each parked layer saves its gate and up projections: 2 · T · 2 · h · i forward FLOPs.
+    QCOMPARE(t.recompute_mlp_flops, 2.0 * 32768 * 2 * 3584 * 18944);
+    QCOMPARE(planner_detail::recompute_flops(t, 26, 26, 0, 20),
+             planner_detail::recompute_flops(t, 26, 26) - 20 * t.recompute_mlp_flops);
+    for (std::int64_t j = 0; j < 28; ++j) QCOMPARE(parks_mlp(p, j), j < p.mlp_parked_layers && checkpoints_layer(p, j));
+    QVERIFY(!note_starting(p, "MLP park: the first " + std::to_string(p.mlp_parked_layers)).empty());
+    QCOMPARE(plan_to_json(p)["mlp_parked_layers"].get<std::int64_t>(), p.mlp_parked_layers);
+    // The moment: every layer checkpointed, none keeping attention, layer 0 parked. Its pair is
+    // on the GPU while layer 1 is in backward, on top of layer 1's own rebuilt activations.
+    const planner_detail::Eval none = planner_detail::evaluate(t, 28, 0, 0, 0, 0, 0);
+    const planner_detail::Eval one = planner_detail::evaluate(t, 28, 0, 0, 0, 0, 1);
+    QCOMPARE(one.park_layers, std::int64_t{1});
+    QVERIFY(one.phase_bytes[1] > none.phase_bytes[1]);
+    QVERIFY(one.phase_bytes[1] <= none.phase_bytes[1] + t.mlp_offload_saved);
+    QCOMPARE(one.host_acts - none.host_acts, t.mlp_offload_host);
+    QCOMPARE(one.phase_bytes[0], none.phase_bytes[0]);  // nothing of it on the GPU at the loss
+    // Parking never takes the plan over the kept-attention line (3% below capacity) nor raises
+    // a peak that is above it: a budget just above the all-checkpointed peak parks none that
+    // would add to it.
+    for (const std::int64_t parked : {std::int64_t{1}, std::int64_t{5}, p.mlp_parked_layers}) {
+      const planner_detail::Eval e = planner_detail::evaluate(t, p.checkpointed_layers, 0, p.attention_kept_layers,
+                                                              p.mlp_recomputed_layers, p.mlp_offloaded_layers, parked);
+      QVERIFY(e.peak <= static_cast<std::int64_t>((1.0 - planner::kKeptAttentionMargin) * double(t.capacity)));
+    }
+    // Off without offload_activations, with checkpoint segments, with every:K.
+    c.offload_activations = "false";
+    QCOMPARE(plan_memory(c, m, o).mlp_parked_layers, std::int64_t{0});
+    c.offload_activations = "true";
+    planner_detail::Terms seg = t;
+    seg.segment = 2;
+    QCOMPARE(planner_detail::evaluate(seg, 28, 0, 0, 0, 0, 5).park_layers, std::int64_t{0});
+    QCOMPARE(planner_detail::evaluate(t, 14, 2, 0, 0, 0, 5).park_layers, std::int64_t{0});
+  }
+
   // offload_activations under auto: the MLP offload tier (gate and up on the host) costs no
   // recomputed FLOPs, so a budget MLP recomputation met is met by offloaded layers instead, the
   // first ones, within the host link's cap; past the cap the next layers recompute their MLP.
@@ -1418,6 +1483,7 @@ class TestMemoryPlanner : public QObject {
     const MemoryPlan roomy = plan_memory(c, m);
     QCOMPARE(roomy.mlp_offloaded_layers + roomy.mlp_recomputed_layers + roomy.checkpointed_layers, std::int64_t{0});
     PlannerOptions o;
+    o.mlp_park = false;  // the tier alone (checkpointed layers parking theirs compete: autoParksCheckpointedMlps)
     o.gpu_memory_bytes = roomy.peak_bytes - 2 * kGiB;
     const MemoryPlan p = plan_memory(c, m, o);
     QVERIFY(p.fits);

@@ -133,8 +133,10 @@ class TestMemoryPolicy : public QObject {
     QCOMPARE(p.count(p.keep_attention), direct.attention_kept_layers);
     QCOMPARE(p.count(p.mlp_offload), direct.mlp_offloaded_layers);
     QCOMPARE(p.count(p.mlp_recompute), direct.mlp_recomputed_layers);
+    QCOMPARE(p.count(p.mlp_park), direct.mlp_parked_layers);
     for (std::size_t i = 0; i < p.checkpoint.size(); ++i) {
-      if (p.keep_attention[i]) QVERIFY(p.checkpoint[i]);
+      if (p.keep_attention[i] || p.mlp_park[i]) QVERIFY(p.checkpoint[i]);
+      QCOMPARE(bool(p.mlp_park[i]), parks_mlp(direct, static_cast<std::int64_t>(i)));
       if (p.mlp_offload[i] || p.mlp_recompute[i]) QVERIFY(!p.checkpoint[i]);
       QVERIFY(!(p.mlp_offload[i] && p.mlp_recompute[i]));
       if (p.mlp_recompute[i])  // offloaded layers come before recomputing ones
@@ -162,6 +164,16 @@ class TestMemoryPolicy : public QObject {
     }
     QCOMPARE(p.mlp_offload_lead, std::int64_t{4});
     QVERIFY(!p.plan_matches());  // a roomy H200 plan checkpoints nothing
+    // --mlp-park N: the first N checkpointed layers, with offload_activations only.
+    f.mlp_park_first = 4;
+    const train::MemoryPolicy parked = train::memory_policy(c, m, gpu_of(141), f);
+    for (std::size_t i = 0; i < 28; ++i) QCOMPARE(bool(parked.mlp_park[i]), i < 4);
+    QVERIFY(parked.why.find("4 of the checkpointed layers park their MLP") != std::string::npos);
+    c.offload_activations = "false";
+    const train::MemoryPolicy on_gpu = train::memory_policy(c, m, gpu_of(141), f);
+    QCOMPARE(on_gpu.count(on_gpu.mlp_park), std::int64_t{0});
+    c.offload_activations = "true";
+    f.mlp_park_first = -1;
     // All layers, attention kept on all, nothing on the MLP: the plan for "all" predicts it.
     c.keep_attention = "all";
     f = {};
