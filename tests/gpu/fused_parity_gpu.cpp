@@ -6,12 +6,11 @@
 // the same directory in bf16 with the fused kernels (RMSNorm with the residual add, RoPE in place,
 // SwiGLU, the linear cross-entropy, projections recomputing their inputs, bf16 LoRA products), the
 // memory tiers all present in one model — layer 0 checkpointed keeping its attention output,
-// layer 1 checkpointed recomputing attention, then MLP recomputation, MLP offload to pinned host
-// memory and plain layers in turn — starts from the reference's initial trainable tensors and
-// trains on the same rows (varlen flash attention over the packed samples). Mode qlora: LoRA on
-// the 4-bit (NF4, double-quantized) base transformers + bitsandbytes saved (OUT/model4), which
-// Odyssey loads as it is; the fused ops then dequantize each projection (kernels/linear.h) in
-// every tier above.
+// layer 1 checkpointed recomputing attention with its MLP parked on the host, then MLP recomputation, MLP offload to
+// pinned host memory and plain layers in turn — starts from the reference's initial trainable tensors and trains on the
+// same rows (varlen flash attention over the packed samples). Mode qlora: LoRA on the 4-bit (NF4, double-quantized)
+// base transformers + bitsandbytes saved (OUT/model4), which Odyssey loads as it is; the fused ops then dequantize each
+// projection (kernels/linear.h) in every tier above.
 //
 // Tolerance (docs/benchmarks.md, "Fused path against transformers"): bf16 keeps 8 significant
 // bits, unit roundoff u = 2^-8. Two correct bf16 programs that round at different points (other
@@ -127,7 +126,7 @@ void set_tiers(CausalLM& lm) {
   const auto n = static_cast<std::size_t>(lm->config().hf.num_hidden_layers);
   std::vector<bool> ckpt(n, false), keep(n, false), recompute(n, false), offload(n, false);
   ckpt[0] = keep[0] = true;
-  if (n > 1) ckpt[1] = true;
+  if (n > 1) ckpt[1] = offload[1] = true;  // offload on a checkpointed layer: its MLP parks
   for (std::size_t i = 2; i < n; ++i) {
     if (i % 3 == 2) recompute[i] = true;
     else if (i % 3 == 0) offload[i] = true;
