@@ -460,7 +460,8 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
     const double forward_s = static_cast<double>(s.L) *
                              (t.recompute_linear_flops + t.recompute_down_flops + t.recompute_attention_flops) /
                              planner::kOffloadLayerFlopsPerSecond;
-    const double layers = planner::kHostLinkBytesPerSecond * forward_s / static_cast<double>(t.mlp_offload_saved);
+    t.link_forward_bytes = planner::kHostLinkBytesPerSecond * forward_s;
+    const double layers = t.link_forward_bytes / static_cast<double>(t.mlp_offload_saved);
     t.mlp_offload_max = std::min<i64>(s.L, static_cast<i64>(layers));
   }
   t.misc = T * (3 * 8 + 2 * 4 * s.d);
@@ -543,11 +544,6 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_
   }
   for (bool m : mlp_rc) e.mlp_layers += m ? 1 : 0;
   for (bool m : mlp_off) e.offload_layers += m ? 1 : 0;
-  // The MLP park: the first `park` checkpointed layers, within what the tier's cap leaves.
-  std::vector<bool> parked(static_cast<std::size_t>(L), false);
-  if (t.mlp_offload_saved > 0 && t.segment == 1 && every == 0)
-    for (i64 j = 0, left = std::min(park, t.mlp_offload_max - e.offload_layers); j < L && left > 0; ++j)
-      if (is_ckpt(j)) parked[static_cast<std::size_t>(j)] = true, --left, ++e.park_layers;
   const i64 lead = planner::mlp_offload_lead(e.offload_layers);
   std::vector<i64> off_below(static_cast<std::size_t>(L) + 1, 0);  // offloaded layers below x
   for (i64 x = 0; x < L; ++x)
@@ -584,6 +580,19 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_
   for (i64 j = 0; j < L; ++j) n_ckpt += is_ckpt(j) ? 1 : 0;
   for (i64 j = 0; j < L; ++j) n_stored += stores_at(j) ? 1 : 0;
   e.stored_segments = n_stored;
+  // The MLP park: the first `park` checkpointed layers, within what the tier's cap leaves and
+  // what the host link has left in one forward after the other offloads' bytes (stored inputs,
+  // kept outputs, the offload tier): a forward that sends more ends with copies still queued,
+  // which backward's first takes wait for.
+  std::vector<bool> parked(static_cast<std::size_t>(L), false);
+  if (t.mlp_offload_saved > 0 && t.segment == 1 && every == 0) {
+    const double others = static_cast<double>(n_stored * t.layer_in + (t.kept_on_host ? n_kept * t.attn_kept : 0) +
+                                              e.offload_layers * t.mlp_offload_saved);
+    const double room = std::max(0.0, t.link_forward_bytes - others) / static_cast<double>(t.mlp_offload_saved);
+    const i64 cap = std::min(t.mlp_offload_max - e.offload_layers, static_cast<i64>(room));
+    for (i64 j = 0, left = std::min(park, cap); j < L && left > 0; ++j)
+      if (is_ckpt(j)) parked[static_cast<std::size_t>(j)] = true, --left, ++e.park_layers;
+  }
   e.stored_inputs = inputs_on_gpu(n_stored);
   e.stored_full =
       (L - n_ckpt) * t.layer_full - e.mlp_layers * t.mlp_recompute_saved - e.offload_layers * t.mlp_offload_saved;
@@ -702,7 +711,8 @@ namespace {
 void most_parked(const Terms& t, LayerChoice& c, std::int64_t limit) {
   c.park = 0;
   if (!t.mlp_park || t.mlp_offload_saved <= 0 || t.segment != 1 || c.every != 0 || c.checkpointed == 0) return;
-  const i64 hi = std::min(c.checkpointed, t.mlp_offload_max - std::min(c.offload, t.mlp_offload_max));
+  // The most the caps allow (evaluate applies them).
+  const i64 hi = evaluate(t, c.checkpointed, 0, c.kept, c.mlp, c.offload, c.checkpointed).park_layers;
   if (hi <= 0) return;
   // Above the line already (a plan that fits only without margin): parking must not raise it.
   // Nor may it take host memory the plan does not have (or, short already, any more).

@@ -89,6 +89,9 @@ struct Terms {
   // one forward's compute time (memory_planner.h, kHostLinkBytesPerSecond).
   std::int64_t mlp_offload_saved = 0, mlp_offload_host = 0, mlp_offload_max = 0;
   bool mlp_park = true;  // PlannerOptions::mlp_park: choose_layers may park checkpointed layers' MLPs
+  // What the host link moves in one forward's compute time (the window of mlp_offload_max): the
+  // offload chains' bytes in forward, the MLP park's included, stay within it.
+  double link_forward_bytes = 0;
   // What recomputing one checkpointed layer costs, in forward FLOPs on this GPU: its
   // projections, and its attention (which a layer keeping its attention output skips).
   double recompute_linear_flops = 0, recompute_attention_flops = 0;
@@ -149,7 +152,8 @@ struct Eval {
 // every:K), their recomputation taking them back instead of recomputing them: t.mlp_offload_host
 // each on the host, and parked layer i's pair on the GPU from the start of layer i + 1's backward
 // on (prefetched there), on top of that layer's own. The tier's cap (t.mlp_offload_max) counts
-// offloaded and parked layers together.
+// offloaded and parked layers together, and parked layers fit the host link's bytes in one
+// forward (t.link_forward_bytes) with every other offloaded byte of that forward.
 Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_t kept = 0, std::int64_t mlp = 0,
               std::int64_t offload = 0, std::int64_t park = 0);
 
