@@ -347,6 +347,10 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
       const auto s = at::accelerator::getDeviceStats(device.index());
       rec["peak_gib"] = sig(static_cast<double>(s.allocated_bytes[0].peak) / double(1 << 30), 4);
       rec["reserved_gib"] = sig(static_cast<double>(s.reserved_bytes[0].peak) / double(1 << 30), 4);
+      // The caching allocator's retries (it freed its cache and synchronized to find room: a
+      // budget's cap reached) and whole-device synchronizations over the run.
+      rec["alloc_retries"] = s.num_alloc_retries;
+      rec["alloc_sync_all_streams"] = s.num_sync_all_streams;
       if (rec.contains("planned_peak_gib")) {
         const double planned = rec["planned_peak_gib"].get<double>(), measured = rec["peak_gib"].get<double>();
         rec["planner_error"] = sig((planned - measured) / measured, 3);
