@@ -38,7 +38,15 @@ struct OffloadChain::Impl {
 };
 
 OffloadChain::OffloadChain() : impl_(std::make_unique<Impl>()) {}
-OffloadChain::~OffloadChain() = default;
+
+OffloadChain::~OffloadChain() {
+#ifdef ODYSSEY_OFFLOAD_CUDA
+  // A prefetched entry never taken: its copy may still be writing the block, which the compute
+  // stream could otherwise hand out again (prefetch records no other stream on it).
+  for (Impl::Entry& e : impl_->entries)
+    if (e.device.defined() && e.ready) e.ready->block(at::cuda::getCurrentCUDAStream(e.where.index()));
+#endif
+}
 
 std::size_t OffloadChain::size() const { return impl_->entries.size(); }
 
@@ -89,7 +97,12 @@ void OffloadChain::prefetch(std::size_t i) {
     }
     e.ready.emplace();
     e.ready->record(*impl_->side);
-    c10::cuda::CUDACachingAllocator::recordStream(e.device.storage().data_ptr(), *impl_->side);
+    // No recordStream on this block: whoever uses it waits for `ready` first (take(), or the
+    // destructor for an entry never taken), so the compute stream's own order covers the copy
+    // and the block is free again the moment its last user drops it. Recording the side stream
+    // instead held every freed pair until the copies queued behind it had run, and the cache
+    // grew a block per pair in flight (2.3 GiB each at 7B, 32K): past a budget's cap that is
+    // an allocator retry, a device synchronization, per layer.
     g_offloaded += static_cast<std::int64_t>(e.host.nbytes());
     return;
   }
