@@ -64,6 +64,16 @@ inline constexpr double kKeptAttentionMargin = 0.03;
 // docs/benchmarks.md "MLP offload").
 inline constexpr double kHostLinkBytesPerSecond = 40e9;
 inline constexpr double kOffloadLayerFlopsPerSecond = 500e12;
+// The MLP park (checkpointed layers' gate and up on the host) is planned on 4-bit bases, where
+// the peak with it leaves this many pairs (gate and up of one layer) under the capacity: the
+// caching allocator's room for the pair in flight. Measured on one H100 (docs/benchmarks.md,
+// 2026-12-06), each row at an anchor's peak: Llama-3.1-8B QLoRA 16K, 17 parked layers, 5.7%
+// faster under 33.59 GiB (1.9 pairs of room) and 1.7% under 15.05 (1.3 pairs); on 16-bit bases
+// Qwen2.5-7B LoRA 32K, 15 parked, 0.9% slower under 32.3 GiB (1.8 pairs of room, 7 allocator
+// retries), Qwen2.5-1.5B 24K, 6 parked, 6.6% slower under 9.03 GiB (0.45 pairs), and the 7B row
+// 6.0% faster with no cap. So 16-bit bases are not parked by the planner (odyssey-bench
+// --mlp-park N measures them).
+inline constexpr std::int64_t kParkSlackPairs = 1;
 // Backward starts bringing an offloaded layer's gate and up back this many layers ahead of its
 // MLP's backward (a gradient hook on the output of layer i + lead): one more than the layers
 // offloaded, so the copies back have about two layers' backward time each.

@@ -154,6 +154,7 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   const i64 per_layer = (P - embed - head - s.h) / s.L;
   t.params = P;  // this rank's
   t.weights = P * b;
+  t.base_4bit = c.quant_bits == 4;
   if (c.quant_bits == 4) {
     // A 4-bit base (docs/qlora.md): every decoder projection at half a byte a value plus its
     // constants (an 8-bit absmax per 64 values and an fp32 one per 256 of those, or an fp32
@@ -710,19 +711,27 @@ namespace {
 // capacity (the peak and the host bytes grow with each: bisection).
 void most_parked(const Terms& t, LayerChoice& c, std::int64_t limit) {
   c.park = 0;
-  if (!t.mlp_park || t.mlp_offload_saved <= 0 || t.segment != 1 || c.every != 0 || c.checkpointed == 0) return;
+  // 4-bit bases only: the rows measured to gain under a budget's cap (docs/memory-planner.md,
+  // "The MLP park"); odyssey-bench --mlp-park N parks on any base.
+  if (!t.mlp_park || !t.base_4bit || t.mlp_offload_saved <= 0 || t.segment != 1 || c.every != 0 || c.checkpointed == 0)
+    return;
   // The most the caps allow (evaluate applies them).
   const i64 hi = evaluate(t, c.checkpointed, 0, c.kept, c.mlp, c.offload, c.checkpointed).park_layers;
   if (hi <= 0) return;
   // Above the line already (a plan that fits only without margin): parking must not raise it.
   // Nor may it take host memory the plan does not have (or, short already, any more).
   const Eval base = evaluate(t, c.checkpointed, 0, c.kept, c.mlp, c.offload);
-  limit = std::max(limit, base.peak);
+  // And the caching allocator needs room beyond the planned peak for the pairs in flight (one
+  // being taken, one coming back): without kParkSlackPairs pairs of it under the capacity, a
+  // budget's cap makes it free its cache and synchronize the device to find blocks, which costs
+  // more than the parked projections save (docs/memory-planner.md, "The MLP park").
+  limit = std::min(std::max(limit, base.peak), t.capacity - planner::kParkSlackPairs * t.mlp_offload_saved);
   const i64 host_limit = std::max(t.host_capacity, t.host_optimizer + base.host_acts);
   auto fits = [&](i64 p) {
     const Eval e = evaluate(t, c.checkpointed, 0, c.kept, c.mlp, c.offload, p);
     return e.peak <= limit && t.host_optimizer + e.host_acts <= host_limit;
   };
+  if (!fits(0)) return;
   if (fits(hi)) {
     c.park = hi;
     return;
@@ -734,20 +743,13 @@ void most_parked(const Terms& t, LayerChoice& c, std::int64_t limit) {
   }
   c.park = lo;
 }
-}  // namespace
 
-LayerChoice choose_layers(const Terms& t, const CheckpointPolicy& p, const std::string& keep) {
+// Checkpointed layers, kept attention outputs and the MLP tiers, without the park.
+LayerChoice choose_recomputation(const Terms& t, const CheckpointPolicy& p, const std::string& keep) {
   LayerChoice c;
   c.checkpointed = choose_checkpointing(t, p, &c.every);
   c.kept = choose_kept_attention(t, keep, c.checkpointed, c.every);
-  // Kept attention and the MLP park are for speed: auto keeps within the margin below capacity
-  // (memory_planner.h), and parks no further.
-  const auto line = static_cast<i64>((1.0 - t.kept_margin) * static_cast<double>(t.capacity));
-  auto parked = [&](LayerChoice r) {
-    most_parked(t, r, line);
-    return r;
-  };
-  if (p.kind != CheckpointPolicy::Auto) return parked(c);
+  if (p.kind != CheckpointPolicy::Auto) return c;
   const bool can_keep = t.attn_kept > 0 && keep != "none" && (keep == "all" || t.cuda);
   const bool can_mlp = t.mlp_recompute_saved > 0;
   const i64 off_max = t.mlp_offload_saved > 0 ? t.mlp_offload_max : 0;
@@ -755,21 +757,11 @@ LayerChoice choose_layers(const Terms& t, const CheckpointPolicy& p, const std::
   if (c.checkpointed == 0) return c;                                  // nothing recomputed
   if (evaluate(t, c.checkpointed, 0, 0).peak > t.capacity) return c;  // does not fit at all: reported as is
   const i64 L = t.layers;
+  // Kept attention is for speed: auto keeps within the margin below capacity (memory_planner.h).
+  const auto line = static_cast<i64>((1.0 - t.kept_margin) * static_cast<double>(t.capacity));
   // The fewest-layers plan is the one to beat where it fits as chosen (keep all may not).
-  double best = std::numeric_limits<double>::infinity();
-  if (evaluate(t, c.checkpointed, 0, c.kept).peak <= t.capacity) {
-    c = parked(c);
-    best = recompute_flops(t, c.checkpointed, c.kept, 0, c.park);
-  }
-  // A candidate (its cost without parking): parked as far as it may, kept if cheapest. A plan
-  // cannot park more than off_max layers, which bounds what parking can save.
-  auto consider = [&](LayerChoice r) {
-    const i64 may_park = t.mlp_park ? std::min(r.checkpointed, off_max - r.offload) : 0;
-    if (recompute_flops(t, r.checkpointed, r.kept, r.mlp, may_park) >= best) return;
-    r = parked(r);
-    const double cost = recompute_flops(t, r.checkpointed, r.kept, r.mlp, r.park);
-    if (cost < best) best = cost, c = r;
-  };
+  double best = evaluate(t, c.checkpointed, 0, c.kept).peak <= t.capacity ? recompute_flops(t, c.checkpointed, c.kept)
+                                                                          : std::numeric_limits<double>::infinity();
   // The smallest v in [0, hi] with fits(v), given fits(hi); bisection (the peak falls with v).
   auto fewest = [](i64 hi, const auto& fits) {
     i64 lo = -1;
@@ -780,11 +772,7 @@ LayerChoice choose_layers(const Terms& t, const CheckpointPolicy& p, const std::
     return hi;
   };
   for (i64 n = 0; n <= L; ++n) {
-    // Even keeping all, and parking all the cap allows, costs more.
-    if (static_cast<double>(n) * t.recompute_linear_flops -
-            static_cast<double>(t.mlp_park ? std::min(n, off_max) : 0) * t.recompute_mlp_flops >=
-        best)
-      break;
+    if (static_cast<double>(n) * t.recompute_linear_flops >= best) break;  // even keeping all costs more
     const i64 k_lo = !can_keep ? 0 : keep == "all" ? n : 0;
     const i64 k_hi = !can_keep ? 0 : n;
     const i64 o_max = std::min(off_max, L - n);
@@ -792,15 +780,29 @@ LayerChoice choose_layers(const Terms& t, const CheckpointPolicy& p, const std::
       const i64 limit = k > 0 && keep != "all" ? line : t.capacity;
       auto fits_offload = [&](i64 o) { return evaluate(t, n, 0, k, 0, o).peak <= limit; };
       if (fits_offload(o_max)) {  // offloading alone (or nothing) fits: no MLP recomputed
-        consider({n, 0, k, 0, fewest(o_max, fits_offload), 0});
+        const double cost = recompute_flops(t, n, k);
+        if (cost < best) best = cost, c = {n, 0, k, 0, fewest(o_max, fits_offload), 0};
         continue;
       }
       auto fits = [&](i64 m) { return evaluate(t, n, 0, k, m, o_max).peak <= limit; };
       const i64 m_max = can_mlp ? L - n - o_max : 0;
       if (!fits(m_max)) continue;
-      consider({n, 0, k, fewest(m_max, fits), o_max, 0});
+      const i64 m = fewest(m_max, fits);
+      const double cost = recompute_flops(t, n, k, m);
+      if (cost < best) best = cost, c = {n, 0, k, m, o_max, 0};
     }
   }
+  return c;
+}
+}  // namespace
+
+LayerChoice choose_layers(const Terms& t, const CheckpointPolicy& p, const std::string& keep) {
+  LayerChoice c = choose_recomputation(t, p, keep);
+  // The MLP park on the layers chosen: as many as fit, never a reason to checkpoint more. (Its
+  // FLOPs are only saved where the allocator and the host link have room, which the caps and the
+  // slack check; trading a stored layer for parked ones was not measured to pay.) Kept attention
+  // and the park are for speed: within the margin below capacity (memory_planner.h).
+  most_parked(t, c, static_cast<i64>((1.0 - t.kept_margin) * static_cast<double>(t.capacity)));
   return c;
 }
 

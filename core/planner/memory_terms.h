@@ -88,7 +88,8 @@ struct Terms {
   // gate and up to a power of two); mlp_offload_max: the most layers the host link moves in
   // one forward's compute time (memory_planner.h, kHostLinkBytesPerSecond).
   std::int64_t mlp_offload_saved = 0, mlp_offload_host = 0, mlp_offload_max = 0;
-  bool mlp_park = true;  // PlannerOptions::mlp_park: choose_layers may park checkpointed layers' MLPs
+  bool mlp_park = true;    // PlannerOptions::mlp_park: choose_layers may park checkpointed layers' MLPs
+  bool base_4bit = false;  // quant_bits 4 (the park is planned on 4-bit bases only)
   // What the host link moves in one forward's compute time (the window of mlp_offload_max): the
   // offload chains' bytes in forward, the MLP park's included, stay within it.
   double link_forward_bytes = 0;
@@ -178,9 +179,11 @@ std::int64_t choose_checkpointing(const Terms& t, const CheckpointPolicy& p, std
 // Otherwise choose_checkpointing, then choose_kept_attention.
 // With the MLP offload tier (t.mlp_offload_saved, up to t.mlp_offload_max layers), offloaded
 // layers cost no FLOPs: for each (checkpointed, kept) pair the fewest offloaded layers that
-// fit, else all it may and the fewest MLP layers recomputing on top. Then, on any policy, as
-// many checkpointed layers park their MLP (what the tier's cap leaves) as keep the plan within
-// its line: parking costs no FLOPs and saves each parked layer's gate and up recomputation.
+// fit, else all it may and the fewest MLP layers recomputing on top. Then, on any policy and
+// without changing that choice, on a 4-bit base, as many checkpointed layers park their MLP as
+// the caps allow (the tier's, the host link's in one forward, the host's memory) with the plan's
+// peak within its line and planner::kParkSlackPairs pairs under the capacity: parking saves each
+// parked layer's gate and up recomputation (docs/memory-planner.md, "The MLP park").
 struct LayerChoice {
   std::int64_t checkpointed = 0, every = 0, kept = 0, mlp = 0, offload = 0, park = 0;
 };
