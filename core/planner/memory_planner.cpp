@@ -293,9 +293,8 @@ void add_items(MemoryPlan& plan, const Terms& t, const Eval& e, const TrainConfi
                   " less while their MLP's gate and up are on the host";
   const std::string recompute_detail =
       "one checkpointed layer's activations, rebuilt in backward" +
-      (e.park_layers > 0 && e.bwd_recompute > t.layer_full
-           ? "; the parked gate and up of the layer below it, " + gib(t.mlp_offload_saved) + ", prefetched"
-           : std::string());
+      (e.bwd_parked > 0 ? "; the parked gate and up of the layer below it, " + gib(e.bwd_parked) + ", prefetched"
+                        : std::string());
   if (ph == 1) {
     ib.add("checkpointed layer inputs", "activations", e.bwd_inputs,
            t.segment > 1 ? "stored inputs below the layer in backward, and its segment's inputs rebuilt below it"

@@ -646,6 +646,7 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_
       e.bwd_inputs = acts_in + (c ? t.recompute_extra : 0);
       e.bwd_full = acts_full + (c ? 0 : t.layer_full);
       e.bwd_recompute = (c ? t.layer_full : 0) + parked_next;
+      e.bwd_parked = parked_next;
       e.bwd_grads = grads - galore;
       e.bwd_galore = galore;
     }

@@ -139,6 +139,7 @@ struct Eval {
   std::int64_t mlp_layers = 0;                                  // layers whose MLP recomputes its intermediates
   std::int64_t offload_layers = 0;                              // layers whose MLP keeps gate and up on the host
   std::int64_t park_layers = 0;  // checkpointed layers whose MLP parks gate and up on the host (the MLP park)
+  std::int64_t bwd_parked = 0;   // at the backward peak: the parked pair prefetched for the layer below
 };
 
 // checkpointed layers: every == 0 → layers [0, ckpt); every == K → layers 0, K, 2K, ….
