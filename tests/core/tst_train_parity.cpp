@@ -89,6 +89,11 @@ struct Tolerance {
 // QLoRA against PEFT + bitsandbytes on the CPU (see qloraMatchesPeftBitsandbytes).
 constexpr Tolerance kQlora{1e-3, 3e-3, 2e-2};
 
+// Every layer of the model flagged (checkpointed, kept, parked, …).
+std::vector<bool> every_layer(CausalLM& lm) {
+  return std::vector<bool>(static_cast<std::size_t>(lm->config().hf.num_hidden_layers), true);
+}
+
 }  // namespace
 
 class TstTrainParity : public QObject {
@@ -690,44 +695,37 @@ class TstTrainParity : public QObject {
   // its MLP, bit for bit (loss, gradient norm and the updated parameters); and against the
   // oracles with kept attention, LoRA on 16-bit and on 4-bit bases (what the planner runs).
   void checkpointedFusedEqualsMlpRecompute() {
-    auto every = [](CausalLM& lm) {
-      return std::vector<bool>(static_cast<std::size_t>(lm->config().hf.num_hidden_layers), true);
-    };
     same_steps_bitwise(
-        [&](CausalLM& lm) {
+        [](CausalLM& lm) {
           lm->set_fused_kernels(true);
-          lm->set_mlp_recompute_layers(every(lm));
+          lm->set_mlp_recompute_layers(every_layer(lm));
         },
-        [&](CausalLM& lm) {
+        [](CausalLM& lm) {
           lm->set_fused_kernels(true);
-          lm->set_checkpoint_layers(every(lm));
+          lm->set_checkpoint_layers(every_layer(lm));
         });
   }
   // The MLP park: a checkpointed layer whose forward parks gate and up takes them back in
   // backward instead of recomputing them. The parked values are the forward's, the recomputed
   // ones the same bits, so parking every layer equals recomputing every layer's MLP, bit for bit.
   void checkpointedParkEqualsCheckpointed() {
-    auto every = [](CausalLM& lm) {
-      return std::vector<bool>(static_cast<std::size_t>(lm->config().hf.num_hidden_layers), true);
-    };
     same_steps_bitwise(
-        [&](CausalLM& lm) {
+        [](CausalLM& lm) {
           lm->set_fused_kernels(true);
-          lm->set_checkpoint_layers(every(lm));
+          lm->set_checkpoint_layers(every_layer(lm));
         },
-        [&](CausalLM& lm) {
+        [](CausalLM& lm) {
           lm->set_fused_kernels(true);
-          lm->set_checkpoint_layers(every(lm));
-          lm->set_mlp_offload_layers(every(lm), 1);
+          lm->set_checkpoint_layers(every_layer(lm));
+          lm->set_mlp_offload_layers(every_layer(lm), 1);
         });
   }
   void loraParkedMatchesPeft() {
     check_loop("lora", true, [](CausalLM& lm) {
-      const auto n = static_cast<std::size_t>(lm->config().hf.num_hidden_layers);
       lm->set_fused_kernels(true);
-      lm->set_checkpoint_layers(std::vector<bool>(n, true));
-      lm->set_keep_attention_layers(std::vector<bool>(n, true));
-      lm->set_mlp_offload_layers(std::vector<bool>(n, true), 1);
+      lm->set_checkpoint_layers(every_layer(lm));
+      lm->set_keep_attention_layers(every_layer(lm));
+      lm->set_mlp_offload_layers(every_layer(lm), 1);
     });
   }
   void qloraParkedMatchesPeftBitsandbytes() {
@@ -738,7 +736,7 @@ class TstTrainParity : public QObject {
           std::vector<bool> first(n, false);
           first[0] = true;
           lm->set_fused_kernels(true);
-          lm->set_checkpoint_layers(std::vector<bool>(n, true));
+          lm->set_checkpoint_layers(every_layer(lm));
           lm->set_mlp_offload_layers(first, 1);
         },
         false, kQlora);
