@@ -10,16 +10,36 @@
 # Environment: ODYSSEY_HEADLESS=1 (quickstart without the window), ODYSSEY_VENV (LibTorch
 # virtual environment), ODYSSEY_FUZZ_SECONDS (per fuzzer in `test`, default 60; 0 skips
 # fuzzing), ODYSSEY_JOBS (parallel compile jobs), ODYSSEY_PACKAGE_TEST (0 skips the package
-# install test in `test`).
+# install test in `test`), ODYSSEY_MIN_FREE_GIB (free disk required before starting; 0 skips
+# the check).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 mode=${1:-}
 case "$mode" in
   quickstart|test|package) ;;
-  *) sed -n '2,13p' "$0"; exit 2 ;;
+  *) sed -n '2,15p' "$0"; exit 2 ;;
 esac
 shift || true
+
+# Free disk first: a build that runs out of space fails half an hour in, deep inside cpack or
+# the linker, with a message about a truncated file (a CI run died so in `cpack`). The figures
+# are what the trees took on this project's CI: `test` builds four trees (Debug, sanitizers,
+# fuzzers, the package: 14 GiB in a fresh clone), `package` one Release tree and the .deb,
+# `quickstart` one Release tree; LibTorch's virtual environment takes 6 GiB more the first time.
+need_gib=${ODYSSEY_MIN_FREE_GIB:-}
+if [ -z "$need_gib" ]; then
+  case "$mode" in test) need_gib=16 ;; package) need_gib=8 ;; *) need_gib=6 ;; esac
+  [ -x "${ODYSSEY_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/odyssey/venv-torch-${ODYSSEY_TORCH:-2.11.0}}/bin/python" ] ||
+    need_gib=$((need_gib + 6))
+fi
+free_gib=$(( $(df -Pk "$root" | awk 'NR == 2 { print $4 }') / 1048576 ))
+if [ "$need_gib" -gt 0 ] && [ "$free_gib" -lt "$need_gib" ]; then
+  echo "setup: $root has $free_gib GiB of free disk; \`setup.sh $mode\` needs about $need_gib GiB" \
+    "(build trees under build/, LibTorch's environment under ~/.cache/odyssey)." \
+    "Free some space, or set ODYSSEY_MIN_FREE_GIB=0 to try anyway." >&2
+  exit 1
+fi
 
 bash packaging/install-deps.sh
 
