@@ -391,6 +391,7 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   t.per_token_layer = per_token;
   t.mlp_per_token = mlp_tok;
   t.mlp_input_extra = mlp_input_kept ? 0 : b * s.h;
+  t.hidden_bytes = b * s.h;
   t.dropout_per_layer = (dropout_tok + mlp_dropout_tok) * T;
   const bool eager = c.attn_impl == "eager";
   // Probabilities fp32 + their cast, s² per head; in double, saturated (searches reach 2^26).
@@ -475,8 +476,15 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   // -- loss: final norm, then logits → cross-entropy, on this GPU's tokens
   const i64 final_norm = norm_bytes(s.h, b, t.fused, full) * T;
   if (t.fused) {
+    // kernels/linear_ce.cpp: one chunk of logits in the compute dtype, its softmax − onehot
+    // written over it in place by the CUDA row kernel (2 B per logit in bf16). Off CUDA the
+    // ATen row step upcasts the chunk and forms its softmax in fp32 beside it (+8 B per 16-bit
+    // logit, +4 B per fp32 one). Counted at 6 B per bf16 logit until 2026-12-06: 1.16 GiB
+    // above the engine's peak at a 152K vocabulary, the whole error of loss-peaked lines.
     t.loss_chunk = std::min(T, kFusedLossChunkTokens);
-    t.loss = final_norm + t.loss_chunk * s.V * (4 + b) + T * s.h * b + (full && t.zero_stage >= 2 ? 4 * s.V * s.h : 0);
+    const i64 per_logit = t.cuda ? b : b + 4 + (b < 4 ? 4 : 0);
+    t.loss = final_norm + t.loss_chunk * s.V * per_logit + T * s.h * b +
+             (full && t.zero_stage >= 2 ? 4 * s.V * s.h : 0);
   } else if (t.hf) {
     // fp32 log-softmax output + its gradient + the gradient of the logits (12 B/logit); HF
     // also keeps the model output's logits alive through backward.
@@ -525,8 +533,12 @@ void tile_mlp(Terms& t, std::int64_t tile) {
   t.per_token_layer += t.mlp_input_extra - t.mlp_per_token;
   t.layer_full -= (t.mlp_per_token - t.mlp_input_extra) * T;
   // One tile's intermediates (recomputed) and their gradients; the gradients of the MLP's
-  // output and input stay full length.
-  t.bwd_mlp = T * t.bwd_mlp_h + tile * (t.bwd_mlp_i + t.mlp_per_token);
+  // output and input stay full length. The tiles are narrowed views of the input, whose
+  // backward (torch's slice_backward) returns each tile's input gradient as a zero-filled
+  // full-length tensor that is then added into the input's gradient: one more hidden-sized
+  // tensor of every token while a tile's backward runs (the lines of 2026-12-03 at 4.6-5.0 GiB
+  // measured 0.05-0.1 GiB above the plan without it).
+  t.bwd_mlp = T * (t.bwd_mlp_h + t.hidden_bytes) + tile * (t.bwd_mlp_i + t.mlp_per_token);
 }
 
 Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_t kept, std::int64_t mlp,

@@ -77,6 +77,7 @@ struct Terms {
   std::int64_t bwd_mlp_h = 0,
                bwd_mlp_i = 0;  // MLP backward working set per token: hidden-sized and intermediate-sized parts
   std::int64_t mlp_tile = 0;   // tokens per tile; 0 = untiled
+  std::int64_t hidden_bytes = 0;  // one hidden-sized vector of a token in the compute dtype (b · h)
   std::int64_t attn_kept = 0;  // one layer's kept attention output + log-sum-exp (keep_attention); 0 = n/a
   // What a layer that is not checkpointed stops storing when its MLP recomputes its
   // intermediates in backward (kernels::rms_norm_mlp: gate and up); 0 = n/a (unfused, LoRA

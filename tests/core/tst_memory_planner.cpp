@@ -375,12 +375,14 @@ const Files kHeldOutFiles = {"2026-12-02-h200-planner-heldout.jsonl"};
 // 2026-12-05 evening, an H100: QLoRA and 7B rows at the anchors' peaks, before and after the
 // recomputation's MLP skip and LoRA's addmm (docs/benchmarks.md); re-planned by the margin test.
 const Files kRerunFiles = {"2026-12-05-h100-qlora-head-odyssey.jsonl", "2026-12-05-h100-rerun-skip-odyssey.jsonl",
-                           "2026-12-05-h100-lora-addmm-odyssey.jsonl"};
+                           "2026-12-05-h100-lora-addmm-odyssey.jsonl", "2026-12-05-h100-lora-addmm-rows-odyssey.jsonl"};
 
 // 2026-12-06, an H100: the MLP park at the anchors' peaks and unbudgeted, parked and not
-// (docs/benchmarks.md, "The MLP park"; the 1.5B lines of that day, +10.3% and +10.8% like every
-// 1.5B line since the addmm change, are left out); re-planned by the margin test.
-const Files kParkFiles = {"2026-12-06-h100-mlp-park-call1-odyssey.jsonl", "2026-12-06-h100-mlp-park-call3-diag.jsonl",
+// (docs/benchmarks.md, "The MLP park"); re-planned by the margin test. The 1.5B lines of call 2
+// and of the addmm rows (kRerunFiles) were left out until the loss's logits were counted as the
+// engine holds them: +10.8% and +10.3% with 6 B per logit, +3.4% and +2.8% with 2.
+const Files kParkFiles = {"2026-12-06-h100-mlp-park-call1-odyssey.jsonl",
+                          "2026-12-06-h100-mlp-park-call2-odyssey.jsonl", "2026-12-06-h100-mlp-park-call3-diag.jsonl",
                           "2026-12-06-h100-mlp-park-call4-odyssey.jsonl"};
 
 QString bench_file(const char* name) { return QStringLiteral(ODYSSEY_SOURCE_DIR) + "/docs/bench-results/" + name; }
@@ -601,20 +603,22 @@ class TestMemoryPlanner : public QObject {
     // (kernels::rms_norm_linear), as is the down projection's (kernels::swiglu_down).
     QCOMPARE(item(p, "stored layer activations"), std::int64_t{2 * 128 * 1232});
     QCOMPARE(item(p, "tokens, positions, rotary tables"), std::int64_t{128 * (3 * 8 + 2 * 4 * 16)});
-    // Fused loss: final norm 128·(2·64 + 4) = 16896; one 128-token chunk of logits fp32 + bf16
-    // 128·256·6 = 196608; gradient of the hidden states 128·64·2 = 16384.
-    QCOMPARE(item(p, "loss working set"), std::int64_t{229888});
-    // Loss phase: 311936 static + 19456 + 315392 + 229888 = 876672.
-    QCOMPARE(p.peak_phase, std::string("loss"));
-    QCOMPARE(item(p, "allocator fragmentation"), std::int64_t{876672 / 20});
-    QCOMPARE(p.peak_bytes, std::int64_t{876672 + 43833 + planner::kCudaContextBytes});
-    QCOMPARE(at_peak_sum(p), p.peak_bytes);
-    QCOMPARE(p.allocated_bytes(), std::int64_t{876672});
+    // Fused loss: final norm 128·(2·64 + 4) = 16896; one 128-token chunk of bf16 logits, their
+    // gradient written over them by the CUDA row kernel, 128·256·2 = 65536; gradient of the
+    // hidden states 128·64·2 = 16384.
+    QCOMPARE(item(p, "loss working set", false), std::int64_t{98816});
     // The MLP's 128·2·(4·64 + 3·128) = 163840 (four hidden-sized tensors: gradients and the
     // recomputed norm output; three intermediate-sized: the activation's gradient, into which
     // the activation is recomputed, and those of gate and up) beats attention's
     // 128·(2·(4·64 + 2·64 + 2·32) + 4·64 + 4·4) = 149504.
-    QCOMPARE(item(p, "layer backward working set", false), std::int64_t{163840});
+    QCOMPARE(item(p, "layer backward working set"), std::int64_t{163840});
+    // Loss phase: 311936 static + 19456 + 315392 + 98816 = 745600; the backward of the top
+    // layer, both layers' activations still stored: 311936 + 19456 + 315392 + 163840 = 810624.
+    QCOMPARE(p.peak_phase, std::string("backward"));
+    QCOMPARE(item(p, "allocator fragmentation"), std::int64_t{810624 / 20});
+    QCOMPARE(p.peak_bytes, std::int64_t{810624 + 40531 + planner::kCudaContextBytes});
+    QCOMPARE(at_peak_sum(p), p.peak_bytes);
+    QCOMPARE(p.allocated_bytes(), std::int64_t{810624});
     QVERIFY(p.fits);
     QCOMPARE(p.checkpointed_layers, std::int64_t{0});
   }
@@ -903,7 +907,8 @@ class TestMemoryPlanner : public QObject {
   // kept attention, offload, on the lent machine's 128 GiB of RAM) gives the layers the run
   // checkpointed and kept: the margin alone moved Gemma-2 from 19 kept layers to 41.
   // A second call (tree 714baaf) ran both margins on issue 28's Qwen2.5 rows (7B LoRA 32K,
-  // 1.5B LoRA 24K), where the 3% margin moved one MLP out of the offload tier.
+  // 1.5B LoRA 24K), where the 3% margin moved one MLP out of the offload tier (with the loss
+  // counted as the engine holds it, the 8% margin offloads none there either).
   void keptMarginLinesReplan() {
     std::vector<Replanned> rows;
     for (const char* f : kKeptMarginFiles) {
@@ -921,10 +926,15 @@ class TestMemoryPlanner : public QObject {
       o.kept_attention_margin = r.line.at("kept_attention_margin").get<double>();
       o.host_memory_bytes = 128 * kGiB;
       const MemoryPlan p = plan_memory(c, r.model, o);
-      QVERIFY2(p.fits, r.label.c_str());
       QCOMPARE(p.checkpointed_layers, r.line.at("checkpointed_layers").get<std::int64_t>());
       QCOMPARE(p.attention_kept_layers, r.line.at("attention_kept_layers").get<std::int64_t>());
-      QCOMPARE(p.mlp_offloaded_layers, r.line.at("mlp_offloaded_layers").get<std::int64_t>());
+      // The 1.5B run at the 8% margin offloaded one MLP to bring the loss phase under its line;
+      // since the loss's logits are counted at 2 B (2026-12-06, they were 6) that phase is
+      // 1.16 GiB lower and the plan offloads none, as the 3% run did, whose 6.93 GiB measured
+      // peak shows none fits.
+      const bool loss_was_overcounted = r.shape == "qwen2.5-1.5b" && o.kept_attention_margin > 0.05;
+      QCOMPARE(p.mlp_offloaded_layers,
+               loss_was_overcounted ? 0 : r.line.at("mlp_offloaded_layers").get<std::int64_t>());
       QCOMPARE(p.mlp_recomputed_layers, r.line.at("mlp_recomputed_layers").get<std::int64_t>());
       QCOMPARE(p.offload_activations, true);
       if (r.shape == "gemma-2-9b" && o.kept_attention_margin < 0.05)
@@ -1276,9 +1286,11 @@ class TestMemoryPlanner : public QObject {
     QCOMPARE(fewest.checkpointed, std::int64_t{8});
     QCOMPARE(fewest.kept, std::int64_t{0});
     QCOMPARE(fewest.mlp, std::int64_t{0});
+    // The run chose 11 keeping; with the loss's logits counted at the engine's 2 B (2026-12-06,
+    // 6 B before) the loss phase is 1.16 GiB lower and 10 fit under the line.
     const planner_detail::LayerChoice joint = planner_detail::choose_layers(layers_only, auto_policy, "auto");
-    QCOMPARE(joint.checkpointed, std::int64_t{11});
-    QCOMPARE(joint.kept, std::int64_t{11});
+    QCOMPARE(joint.checkpointed, std::int64_t{10});
+    QCOMPARE(joint.kept, std::int64_t{10});
     const auto line = static_cast<std::int64_t>(0.92 * static_cast<double>(t.capacity));
     const double chosen = planner_detail::recompute_flops(t, joint.checkpointed, joint.kept);
     QVERIFY(chosen < planner_detail::recompute_flops(t, fewest.checkpointed, 0));
