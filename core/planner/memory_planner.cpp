@@ -340,7 +340,7 @@ void add_items(MemoryPlan& plan, const Terms& t, const Eval& e, const TrainConfi
 
   // loss
   ib.add("loss working set", "loss", t.loss,
-         t.fused ? "fused linear cross-entropy: " + num(t.loss_chunk) + "-token chunk of logits (" +
+         t.fused_loss ? "fused linear cross-entropy: " + num(t.loss_chunk) + "-token chunk of logits (" +
                        (t.cuda ? dtype + ", its gradient written over it" : dtype + " + fp32 softmax") +
                        "), gradient of the hidden states, final norm"
          : t.hf ? std::string("full logits: fp32 log-softmax, its gradient and the logits' gradient "

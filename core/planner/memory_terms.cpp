@@ -475,7 +475,8 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
 
   // -- loss: final norm, then logits → cross-entropy, on this GPU's tokens
   const i64 final_norm = norm_bytes(s.h, b, t.fused, full) * T;
-  if (t.fused) {
+  t.fused_loss = t.fused && m.logits_scaling == 1.0 && m.final_logit_softcapping == 0.0;
+  if (t.fused_loss) {
     // kernels/linear_ce.cpp: one chunk of logits in the compute dtype, its softmax − onehot
     // written over it in place by the CUDA row kernel (2 B per logit in bf16). Off CUDA the
     // ATen row step upcasts the chunk and forms its softmax in fp32 beside it (+8 B per 16-bit
@@ -483,8 +484,8 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
     // above the engine's peak at a 152K vocabulary, the whole error of loss-peaked lines.
     t.loss_chunk = std::min(T, kFusedLossChunkTokens);
     const i64 per_logit = t.cuda ? b : b + 4 + (b < 4 ? 4 : 0);
-    t.loss = final_norm + t.loss_chunk * s.V * per_logit + T * s.h * b +
-             (full && t.zero_stage >= 2 ? 4 * s.V * s.h : 0);
+    t.loss =
+        final_norm + t.loss_chunk * s.V * per_logit + T * s.h * b + (full && t.zero_stage >= 2 ? 4 * s.V * s.h : 0);
   } else if (t.hf) {
     // fp32 log-softmax output + its gradient + the gradient of the logits (12 B/logit); HF
     // also keeps the model output's logits alive through backward.

@@ -75,10 +75,10 @@ struct Terms {
   std::int64_t mlp_per_token = 0;    // what the MLP saves per token (part of per_token_layer)
   std::int64_t mlp_input_extra = 0;  // the MLP input per token, kept whole by the tiles when the MLP did not save it
   std::int64_t bwd_mlp_h = 0,
-               bwd_mlp_i = 0;  // MLP backward working set per token: hidden-sized and intermediate-sized parts
-  std::int64_t mlp_tile = 0;   // tokens per tile; 0 = untiled
+               bwd_mlp_i = 0;     // MLP backward working set per token: hidden-sized and intermediate-sized parts
+  std::int64_t mlp_tile = 0;      // tokens per tile; 0 = untiled
   std::int64_t hidden_bytes = 0;  // one hidden-sized vector of a token in the compute dtype (b · h)
-  std::int64_t attn_kept = 0;  // one layer's kept attention output + log-sum-exp (keep_attention); 0 = n/a
+  std::int64_t attn_kept = 0;     // one layer's kept attention output + log-sum-exp (keep_attention); 0 = n/a
   // What a layer that is not checkpointed stops storing when its MLP recomputes its
   // intermediates in backward (kernels::rms_norm_mlp: gate and up); 0 = n/a (unfused, LoRA
   // dropout, tiled MLP).
@@ -115,6 +115,9 @@ struct Terms {
   std::int64_t galore_targeted = 0;
   bool galore_per_layer = false;
   std::int64_t loss_chunk = 0;
+  // The fused linear cross-entropy: a fused block whose logits the family does not scale or
+  // cap (train/batch.cpp takes the chunked reference loss for Granite's and Gemma-2's).
+  bool fused_loss = false;
 };
 
 Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerOptions& o);

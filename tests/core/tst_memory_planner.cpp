@@ -418,6 +418,18 @@ class TestMemoryPlanner : public QObject {
     c.target_modules = {"qkv_proj"};
     QCOMPARE(planner_detail::compute_terms(c, phi, o).trainable, 40 * r * (h + q + 2 * kv));
     QVERIFY(planner_detail::compute_terms(lora_7b(4096, true), qwen25_7b(), o).fused);
+    QVERIFY(planner_detail::compute_terms(lora_7b(4096, true), qwen25_7b(), o).fused_loss);
+    // A fused block whose logits the family scales (Granite's logits_scaling without its residual
+    // multiplier) takes the chunked reference loss, as train/batch.cpp does: 2^26 logits a chunk
+    // at 12 B each, not the fused loss's 2,048 rows at 2 B.
+    HfModelConfig scaled = qwen25_7b();
+    scaled.logits_scaling = 8.0;
+    const planner_detail::Terms tsc = planner_detail::compute_terms(lora_7b(4096, true), scaled, o);
+    QVERIFY(tsc.fused);
+    QVERIFY(!tsc.fused_loss);
+    QCOMPARE(tsc.loss_chunk, (std::int64_t{1} << 26) / scaled.vocab_size);
+    QCOMPARE(tsc.loss - planner_detail::compute_terms(lora_7b(4096, true), qwen25_7b(), o).loss,
+             12 * tsc.loss_chunk * scaled.vocab_size - 2048 * scaled.vocab_size * 2 - 4096 * scaled.hidden_size * 2);
     // SmolLM3's NoPE layers (no rotation on every fourth) change nothing the planner counts: the
     // Llama block, fused whole, its adapters on the seven projections of 36 layers.
     const HfModelConfig smol = shape("HuggingFaceTB/SmolLM3-3B");  // h 2048, q 16x128, kv 4x128, i 11008
