@@ -1,6 +1,7 @@
 #include "advanced_page.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <QCheckBox>
 #include <QComboBox>
@@ -246,9 +247,10 @@ void AdvancedPage::update() {
   if (offload_row_) offload_row_->set_available(c.zero_stage > 0 || c.offload_optimizer);
   // LoRA adapters train in fp32 whatever it says (validate warns when it is set).
   if (optimizer_dtype_row_) optimizer_dtype_row_->set_available(c.tuner_type == "full" || c.optimizer_dtype != "auto");
-  if (card_preset_) {  // shows the card whose memory the budget is, else the prompt
-    const int at = card_preset_->findData(static_cast<int>(c.gpu_memory_budget_gib));
-    card_preset_->setCurrentIndex(at > 0 && c.gpu_memory_budget_gib > 0 ? at : 0);
+  if (card_preset_) {                          // shows the card whose memory the budget is, else the prompt
+    const double b = c.gpu_memory_budget_gib;  // a card's whole GiB, or a budget of no card (32.3)
+    const int at = b > 0 && b == std::floor(b) && b <= 1e6 ? card_preset_->findData(static_cast<int>(b)) : -1;
+    card_preset_->setCurrentIndex(at > 0 ? at : 0);
   }
   derived_->setText(derived_text(*form_));
   updating_ = false;

@@ -70,6 +70,12 @@ QString display_text(const TrainConfig& c, const FieldSpec& f) {
           QStringList l;
           for (auto i : v) l << QString::number(i);
           return l.join(QStringLiteral(", "));
+        } else if constexpr (std::is_same_v<M, double>) {
+          // The saved text keeps a whole number recognisable as a float ("48.0"); a field shows
+          // it as typed ("48", a budget of 48 GiB).
+          QString t = QString::fromStdString(field_value_text(c, f));
+          if (t.endsWith(QStringLiteral(".0"))) t.chop(2);
+          return t;
         } else {
           return QString::fromStdString(field_value_text(c, f));
         }

@@ -201,10 +201,19 @@ Diagnostics assign(TrainConfig& c, const FieldSpec& f, const YAML::Node& v, cons
           }
           c.*member = *i;
         } else if constexpr (std::is_same_v<M, double>) {
+          if (v.IsScalar() && !f.special.empty() && v.Scalar() == f.special) {
+            c.*member = f.special == "none" ? -1.0 : 0.0;
+            return;
+          }
           auto x = v.IsScalar() ? text::parse_double(v.Scalar()) : std::nullopt;
           if (!x || std::isinf(*x)) return expected();
-          auto more = check_number(f, *x, found, at);
-          if (!more.empty()) return d.insert(d.end(), more.begin(), more.end()), void();
+          // As for whole numbers: the special word's number is allowed below the range.
+          const bool special_number =
+              !f.special.empty() && ((f.special == "auto" && *x == 0) || (f.special == "none" && *x == -1));
+          if (!special_number) {
+            auto more = check_number(f, *x, found, at);
+            if (!more.empty()) return d.insert(d.end(), more.begin(), more.end()), void();
+          }
           c.*member = *x;
         } else if constexpr (std::is_same_v<M, std::string>) {
           if (v.IsNull()) {

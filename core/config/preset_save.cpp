@@ -64,6 +64,8 @@ std::string field_value_text(const TrainConfig& c, const FieldSpec& f) {
           if (f.special == "none" && v == -1) return "none";
           return std::to_string(v);
         } else if constexpr (std::is_same_v<M, double>) {
+          if (f.special == "auto" && v == 0) return "auto";
+          if (f.special == "none" && v == -1) return "none";
           return text::format_double(v);
         } else if constexpr (std::is_same_v<M, std::string>) {
           // A choice goes bare (offload_activations: true): the loader compares the scalar's text.

@@ -234,11 +234,12 @@ const std::array kFields = std::to_array<FieldSpec>({
     {"gpu_memory_budget_gib",
      "memory",
      &TC::gpu_memory_budget_gib,
-     "GiB of each GPU the run may use: the memory planner's auto choices fit this budget and "
-     "the CUDA allocator refuses to go past it (out of memory); auto = the GPU's whole memory.",
+     "GiB of each GPU the run may use, fractions allowed (32.3): the memory planner's auto choices "
+     "fit this budget and the CUDA allocator refuses to go past it (out of memory); auto = the "
+     "GPU's whole memory.",
      "",
      1,
-     1e6,
+     65536,
      {},
      "auto"},
 

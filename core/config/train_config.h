@@ -98,7 +98,8 @@ struct TrainConfig {
   std::int64_t mlp_tile_tokens = 0;        // 0 = auto: tiled MLP only when the job needs it to fit
   std::string keep_attention = "auto";     // auto|all|none: checkpointed layers keep their attention output
   std::int64_t layers_per_checkpoint = 0;  // 0 = auto; N: runs of N checkpointed layers keep one input
-  std::int64_t gpu_memory_budget_gib = 0;  // 0 = auto: the GPU's memory; else a cap per GPU (planner and allocator)
+  double gpu_memory_budget_gib =
+      0;  // 0 = auto: the GPU's memory; else a cap per GPU in GiB, fractions allowed (planner and allocator)
 
   // -- parallelism and devices
   std::int64_t sequence_parallel_size = 1;

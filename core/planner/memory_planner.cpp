@@ -341,8 +341,8 @@ void add_items(MemoryPlan& plan, const Terms& t, const Eval& e, const TrainConfi
   // loss
   ib.add("loss working set", "loss", t.loss,
          t.fused_loss ? "fused linear cross-entropy: " + num(t.loss_chunk) + "-token chunk of logits (" +
-                       (t.cuda ? dtype + ", its gradient written over it" : dtype + " + fp32 softmax") +
-                       "), gradient of the hidden states, final norm"
+                            (t.cuda ? dtype + ", its gradient written over it" : dtype + " + fp32 softmax") +
+                            "), gradient of the hidden states, final norm"
          : t.hf ? std::string("full logits: fp32 log-softmax, its gradient and the logits' gradient "
                               "(12 B per logit) + the model output's logits held through backward, final norm")
                 : "reference ops: " + num(t.loss_chunk) +
@@ -361,7 +361,7 @@ void add_notes(MemoryPlan& plan, const Terms& t, const TrainConfig& c, const Pla
                 gib(o.host_memory_bytes > 0 ? o.host_memory_bytes : host_memory_bytes()) + ") shared by " +
                 num(t.procs_per_node) + " process(es)");
   if (t.cuda && c.gpu_memory_budget_gib > 0)
-    n.push_back("capacity: gpu_memory_budget_gib " + num(c.gpu_memory_budget_gib) + " caps the GPU at " +
+    n.push_back("capacity: gpu_memory_budget_gib " + text_double(c.gpu_memory_budget_gib) + " caps the GPU at " +
                 gib(plan.capacity_bytes));
   if (!policy_ok)
     n.push_back("activation_checkpointing " + c.activation_checkpointing + " is not a policy; planned as auto");
@@ -467,7 +467,8 @@ std::string out_of_reach(const TrainConfig& c, const HfModelConfig& m, const Pla
   i64 device_mem = cuda ? (o.gpu_memory_bytes > 0 ? o.gpu_memory_bytes : planner::kH200MemoryBytes)
                         : (o.host_memory_bytes > 0 ? o.host_memory_bytes : host_memory_bytes()) /
                               std::max<i64>(1, resolved_nproc_per_node(c));
-  if (cuda && c.gpu_memory_budget_gib > 0) device_mem = std::min(device_mem, c.gpu_memory_budget_gib * planner::kGiB);
+  if (cuda && c.gpu_memory_budget_gib > 0)
+    device_mem = std::min(device_mem, planner::budget_bytes(c.gpu_memory_budget_gib));
   const ld capacity = static_cast<ld>(std::max<i64>(1, device_mem));
   // 2^62: past it the planner's 64-bit sums could overflow, whatever the capacity.
   const ld limit = std::min<ld>(capacity * planner::kOutOfReachFactor, std::ldexp(1.0L, 62));

@@ -22,6 +22,9 @@ namespace odyssey {
 namespace planner {
 inline constexpr std::int64_t kMiB = std::int64_t{1} << 20;
 inline constexpr std::int64_t kGiB = std::int64_t{1} << 30;
+// gpu_memory_budget_gib (fractions allowed: 32.3 is an anchor's measured peak) in bytes, as
+// cap_gpu_memory sizes the allocator's cap from it.
+inline std::int64_t budget_bytes(double gib) { return static_cast<std::int64_t>(gib * static_cast<double>(kGiB)); }
 
 // cudaMemGetInfo's total on an H200 (PyTorch 2.11, CUDA 13.0, driver 580): 139.8 GiB.
 inline constexpr std::int64_t kH200MemoryBytes = 150'109'880'320;

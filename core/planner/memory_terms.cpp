@@ -131,7 +131,8 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   i64 device_mem = t.cuda ? (o.gpu_memory_bytes > 0 ? o.gpu_memory_bytes : kH200MemoryBytes)
                           : (o.host_memory_bytes > 0 ? o.host_memory_bytes : host_memory_bytes()) / t.procs_per_node;
   // gpu_memory_budget_gib caps a GPU's memory (the engine caps its allocator the same way).
-  if (t.cuda && c.gpu_memory_budget_gib > 0) device_mem = std::min(device_mem, c.gpu_memory_budget_gib * planner::kGiB);
+  if (t.cuda && c.gpu_memory_budget_gib > 0)
+    device_mem = std::min(device_mem, planner::budget_bytes(c.gpu_memory_budget_gib));
   t.capacity = static_cast<i64>(static_cast<double>(device_mem) * keep);
   t.kept_margin = std::clamp(o.kept_attention_margin, 0.0, 0.5);
   t.host_capacity =

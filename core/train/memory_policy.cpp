@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "common/text.h"
 #include "planner/kept_attention.h"
 
 namespace odyssey::train {
@@ -64,7 +65,7 @@ MemoryPolicy memory_policy(const TrainConfig& c, const HfModelConfig& m, const s
     mp.over_capacity =
         "the memory plan does not fit: predicted peak " + gib(plan->peak_bytes) + " against " +
         gib(plan->capacity_bytes) +
-        (c.gpu_memory_budget_gib > 0 ? " (gpu_memory_budget_gib " + std::to_string(c.gpu_memory_budget_gib) + ")"
+        (c.gpu_memory_budget_gib > 0 ? " (gpu_memory_budget_gib " + text::format_double(c.gpu_memory_budget_gib) + ")"
                                      : std::string()) +
         "; the run goes ahead with the leanest choice and may run out of memory (`odyssey-train plan` "
         "lists the terms and the largest max_length that fits)";

@@ -323,7 +323,7 @@ std::string oom_advice(const TrainConfig& c, const std::vector<bool>& ckpt) {
     tips.push_back("zero_stage: 2 with offload_optimizer: true (the AdamW moments in host memory, on one GPU too)");
   tips.push_back("sequence_parallel_size > 1 over several GPUs");
   if (c.gpu_memory_budget_gib > 0)
-    tips.push_back("a larger gpu_memory_budget_gib (now " + std::to_string(c.gpu_memory_budget_gib) + ")");
+    tips.push_back("a larger gpu_memory_budget_gib (now " + text::format_double(c.gpu_memory_budget_gib) + ")");
   std::string s = "settings that reduce memory: ";
   for (std::size_t i = 0; i < tips.size(); ++i) s += (i ? "; " : "") + tips[i];
   return s + " (odyssey-train plan shows the predicted peak)";
@@ -483,9 +483,8 @@ LoadedModel load_model(RunContext& run) {
   const std::string alloc_conf = configure_cuda_allocator();
   m.device = pick_device(c, run.opt.env);
   run.probe.device = m.device;
-  if (const std::string budget =
-          cap_gpu_memory(static_cast<double>(c.gpu_memory_budget_gib),
-                         m.device.is_cuda() ? (m.device.has_index() ? m.device.index() : 0) : -1);
+  if (const std::string budget = cap_gpu_memory(
+          c.gpu_memory_budget_gib, m.device.is_cuda() ? (m.device.has_index() ? m.device.index() : 0) : -1);
       !budget.empty())
     run.out->log("gpu_memory_budget_gib: " + budget);
   m.dtype = pick_dtype(c, m.device);

@@ -1374,7 +1374,13 @@ class TestMemoryPlanner : public QObject {
     QVERIFY(std::any_of(budget.notes.begin(), budget.notes.end(),
                         [](const std::string& s) { return s.find("gpu_memory_budget_gib 20") != std::string::npos; }));
     QCOMPARE(plan_memory(c, m, o).capacity_bytes, 20 * kGiB);  // a 20 GiB GPU and a 20 GiB budget
-    c.gpu_memory_budget_gib = 4096;                            // above the GPU: the GPU's memory
+    c.gpu_memory_budget_gib = 20.5;                            // fractions: half a GiB more than 20
+    const MemoryPlan half = plan_memory(c, m);
+    QCOMPARE(half.capacity_bytes, 20 * kGiB + kGiB / 2);
+    QVERIFY(std::any_of(half.notes.begin(), half.notes.end(), [](const std::string& s) {
+      return s.find("gpu_memory_budget_gib 20.5 caps") != std::string::npos;
+    }));
+    c.gpu_memory_budget_gib = 4096;  // above the GPU: the GPU's memory
     QCOMPARE(plan_memory(c, m).capacity_bytes, roomy.capacity_bytes);
     c.gpu_memory_budget_gib = 1;  // too small for the weights and states: does not fit, says so
     const MemoryPlan tiny = plan_memory(c, m);
@@ -1779,7 +1785,7 @@ class TestMemoryPlanner : public QObject {
           TrainConfig c = lora_7b(len, true);
           c.activation_checkpointing = "auto", c.keep_attention = "none",
           c.offload_activations = off ? "true" : "false";
-          c.gpu_memory_budget_gib = budget;
+          c.gpu_memory_budget_gib = static_cast<double>(budget);
           bool some = false;
           for (std::int64_t n = 1; n <= 28 && !some; ++n) {
             c.layers_per_checkpoint = n;
@@ -1821,11 +1827,11 @@ class TestMemoryPlanner : public QObject {
     c.offload_activations = "false";
     std::int64_t budget = 32;
     while (budget > 1) {
-      c.gpu_memory_budget_gib = budget - 1;
+      c.gpu_memory_budget_gib = static_cast<double>(budget - 1);
       if (!plan_memory(c, m, o).fits) break;
       --budget;
     }
-    c.gpu_memory_budget_gib = budget - 1;
+    c.gpu_memory_budget_gib = static_cast<double>(budget - 1);
     const MemoryPlan tight = plan_memory(c, m, o);
     QVERIFY(!tight.fits);
     qDebug("%lld GiB: %s", static_cast<long long>(budget - 1), note(tight).c_str());
@@ -1863,7 +1869,7 @@ class TestMemoryPlanner : public QObject {
     QVERIFY(auto_note(au).find("recomputes less") != std::string::npos);
     // A budget that fits only with offload: auto fits.
     std::int64_t budget = 32;
-    while (budget > 1 && plan_as("false").fits) c.gpu_memory_budget_gib = --budget;
+    while (budget > 1 && plan_as("false").fits) c.gpu_memory_budget_gib = static_cast<double>(--budget);
     QVERIFY(!plan_as("false").fits);
     const MemoryPlan tight = plan_as("auto");
     QVERIFY2(tight.fits && tight.offload_activations, auto_note(tight).c_str());

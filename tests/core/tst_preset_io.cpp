@@ -154,10 +154,21 @@ class TstPresetIo : public QObject {
       QVERIFY2(contains(first_error(r), "p.yaml:1:"), first_error(r).c_str());
     }
     QVERIFY(contains(first_error(load("lora_rank: 0\n")), "from 1 to 4096"));
-    // gpu_memory_budget_gib: a whole number of GiB, or auto (0) for the GPU's memory.
-    QVERIFY(contains(first_error(load("gpu_memory_budget_gib: 20.5\n")), "whole number"));
-    QVERIFY(load("gpu_memory_budget_gib: 20\n").ok());
-    QVERIFY(load("gpu_memory_budget_gib: auto\n").ok());
+    // gpu_memory_budget_gib: GiB from 1 on, fractions too (an anchor's measured 32.3 GiB), or
+    // auto (0) for the GPU's memory; saved as it was read.
+    QVERIFY(contains(first_error(load("gpu_memory_budget_gib: 0.5\n")), "from 1.0 to 65536.0, or auto"));
+    QVERIFY(contains(first_error(load("gpu_memory_budget_gib: lots\n")), "gpu_memory_budget_gib"));
+    const auto fraction = load("gpu_memory_budget_gib: 32.3\n");
+    QVERIFY(fraction.ok());
+    QCOMPARE(fraction.value.config.gpu_memory_budget_gib, 32.3);
+    QVERIFY(contains(save_preset_text(fraction.value.config), "gpu_memory_budget_gib: 32.3\n"));
+    QCOMPARE(load("gpu_memory_budget_gib: 20\n").value.config.gpu_memory_budget_gib, 20.0);
+    for (const char* word : {"gpu_memory_budget_gib: auto\n", "gpu_memory_budget_gib: 0\n"}) {
+      const auto a = load(word);
+      QVERIFY2(a.ok(), word);
+      QCOMPARE(a.value.config.gpu_memory_budget_gib, 0.0);
+      QVERIFY(contains(save_preset_text(a.value.config), "gpu_memory_budget_gib: auto\n"));
+    }
   }
 
   void badChoiceListsChoicesAndSuggests() {

@@ -259,12 +259,18 @@ class TstConfigForm : public QObject {
     QVERIFY(i48 > 0);
     cards->setCurrentIndex(i48);
     emit cards->activated(i48);
-    QCOMPARE(form.config().gpu_memory_budget_gib, std::int64_t{48});
+    QCOMPARE(form.config().gpu_memory_budget_gib, 48.0);
     QCOMPARE(row(&adv, "gpu_memory_budget_gib")->shown_text(), QStringLiteral("48"));
     form.set_text("gpu_memory_budget_gib", "24");
     QTRY_COMPARE(cards->currentData().toInt(), 24);
     form.set_text("gpu_memory_budget_gib", "40");  // no card has 40 GiB
     QTRY_COMPARE(cards->currentIndex(), 0);
+    form.set_text("gpu_memory_budget_gib", "24.5");  // a fraction: a budget, not a card
+    QTRY_COMPARE(cards->currentIndex(), 0);
+    QCOMPARE(form.config().gpu_memory_budget_gib, 24.5);
+    QTRY_COMPARE(row(&adv, "gpu_memory_budget_gib")->shown_text(), QStringLiteral("24.5"));
+    form.set_text("gpu_memory_budget_gib", "auto");
+    QTRY_COMPARE(row(&adv, "gpu_memory_budget_gib")->shown_text(), QStringLiteral("auto"));
     for (int gib : {24, 32, 48, 80}) QVERIFY2(cards->findData(gib) > 0, qPrintable(QString::number(gib)));
   }
 
