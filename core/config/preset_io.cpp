@@ -183,8 +183,9 @@ Diagnostics assign(TrainConfig& c, const FieldSpec& f, const YAML::Node& v, cons
         } else if constexpr (std::is_same_v<M, std::int64_t>) {
           if (!v.IsScalar()) return expected();
           const std::string s = v.Scalar();
-          if (!f.special.empty() && s == f.special) {
-            c.*member = f.special == "none" ? -1 : 0;
+          const std::optional<double> special = special_number(f);
+          if (special && s == f.special) {
+            c.*member = static_cast<std::int64_t>(*special);
             return;
           }
           auto i = text::parse_int(s);
@@ -193,24 +194,21 @@ Diagnostics assign(TrainConfig& c, const FieldSpec& f, const YAML::Node& v, cons
             return expected(dbl ? "write a whole number" : std::string{});
           }
           // The special word's number is allowed below the range (0 = auto, -1 = none).
-          const bool special_number =
-              !f.special.empty() && ((f.special == "auto" && *i == 0) || (f.special == "none" && *i == -1));
-          if (!special_number) {
+          if (!special || static_cast<double>(*i) != *special) {
             auto more = check_number(f, static_cast<double>(*i), found, at);
             if (!more.empty()) return d.insert(d.end(), more.begin(), more.end()), void();
           }
           c.*member = *i;
         } else if constexpr (std::is_same_v<M, double>) {
-          if (v.IsScalar() && !f.special.empty() && v.Scalar() == f.special) {
-            c.*member = f.special == "none" ? -1.0 : 0.0;
+          const std::optional<double> special = special_number(f);
+          if (special && v.IsScalar() && v.Scalar() == f.special) {
+            c.*member = *special;
             return;
           }
           auto x = v.IsScalar() ? text::parse_double(v.Scalar()) : std::nullopt;
           if (!x || std::isinf(*x)) return expected();
           // As for whole numbers: the special word's number is allowed below the range.
-          const bool special_number =
-              !f.special.empty() && ((f.special == "auto" && *x == 0) || (f.special == "none" && *x == -1));
-          if (!special_number) {
+          if (!special || *x != *special) {
             auto more = check_number(f, *x, found, at);
             if (!more.empty()) return d.insert(d.end(), more.begin(), more.end()), void();
           }

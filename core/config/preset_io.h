@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -55,6 +56,9 @@ Diagnostics save_preset_file(const TrainConfig& c, const std::string& path, bool
 
 // A field's value as the text save_preset_text writes for it.
 std::string field_value_text(const TrainConfig& c, const FieldSpec& f);
+
+// The number a numeric field's special word stands for (auto 0, none -1); none without one.
+std::optional<double> special_number(const FieldSpec& f);
 
 // The embedded default (presets/quickstart.yaml compiled in) and where its paths resolve.
 std::string_view embedded_quickstart_yaml();

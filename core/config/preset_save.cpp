@@ -52,6 +52,12 @@ std::string yaml_scalar(const std::string& s) {
 
 }  // namespace
 
+std::optional<double> special_number(const FieldSpec& f) {
+  if (f.special == "auto") return 0.0;
+  if (f.special == "none") return -1.0;
+  return std::nullopt;
+}
+
 std::string field_value_text(const TrainConfig& c, const FieldSpec& f) {
   return std::visit(
       [&](auto member) -> std::string {
@@ -59,14 +65,11 @@ std::string field_value_text(const TrainConfig& c, const FieldSpec& f) {
         const auto& v = c.*member;
         if constexpr (std::is_same_v<M, bool>) {
           return v ? "true" : "false";
-        } else if constexpr (std::is_same_v<M, std::int64_t>) {
-          if (f.special == "auto" && v == 0) return "auto";
-          if (f.special == "none" && v == -1) return "none";
-          return std::to_string(v);
-        } else if constexpr (std::is_same_v<M, double>) {
-          if (f.special == "auto" && v == 0) return "auto";
-          if (f.special == "none" && v == -1) return "none";
-          return text::format_double(v);
+        } else if constexpr (std::is_same_v<M, std::int64_t> || std::is_same_v<M, double>) {
+          if (const std::optional<double> n = special_number(f); n && static_cast<double>(v) == *n)
+            return std::string(f.special);
+          if constexpr (std::is_same_v<M, double>) return text::format_double(v);
+          else return std::to_string(v);
         } else if constexpr (std::is_same_v<M, std::string>) {
           // A choice goes bare (offload_activations: true): the loader compares the scalar's text.
           for (auto ch : f.choices)

@@ -64,7 +64,7 @@ std::string cap_gpu_memory(double budget_gib, int device) {
   };
   const auto index = static_cast<c10::DeviceIndex>(device);
   const auto total = static_cast<double>(gpu_memory_bytes(device));
-  const double budget = budget_gib * static_cast<double>(planner::kGiB);
+  const auto budget = static_cast<double>(planner::budget_bytes(budget_gib));   // as the planner plans it
   (void)torch::empty({1}, torch::TensorOptions().device(torch::kCUDA, index));  // the allocator exists once used
   if (budget >= total) {
     c10::cuda::CUDACachingAllocator::setMemoryFraction(1.0, index);  // a process may lift an earlier cap

@@ -84,6 +84,10 @@ i64 norm_bytes(i64 dim, i64 b, bool fused, bool weight_trains) {
   return 4 * dim + 4 + (weight_trains ? b * dim : 0);
 }
 
+// The line the speed options (kept attention, the MLP park) keep the plan under: the planner's
+// error margin below the capacity (memory_planner.h, kKeptAttentionMargin).
+i64 speed_line(const Terms& t) { return static_cast<i64>((1.0 - t.kept_margin) * static_cast<double>(t.capacity)); }
+
 }  // namespace
 
 i64 fragmentation_of(i64 allocator_bytes) {
@@ -686,7 +690,7 @@ std::int64_t choose_kept_attention(const Terms& t, const std::string& keep, std:
   if (!t.cuda) return 0;  // auto: the engine keeps attention on GPUs only
   // Keeping is for speed, so auto stops short of the capacity by the planner's error margin
   // (memory_planner.h): the most kept layers whose plan stays below that line.
-  const auto line = static_cast<i64>((1.0 - t.kept_margin) * static_cast<double>(t.capacity));
+  const i64 line = speed_line(t);
   i64 best = 0;
   for (i64 k = 1; k <= n_ckpt && evaluate(t, ckpt, every, k).peak <= line; ++k) best = k;
   return best;
@@ -773,7 +777,7 @@ LayerChoice choose_recomputation(const Terms& t, const CheckpointPolicy& p, cons
   if (evaluate(t, c.checkpointed, 0, 0).peak > t.capacity) return c;  // does not fit at all: reported as is
   const i64 L = t.layers;
   // Kept attention is for speed: auto keeps within the margin below capacity (memory_planner.h).
-  const auto line = static_cast<i64>((1.0 - t.kept_margin) * static_cast<double>(t.capacity));
+  const i64 line = speed_line(t);
   // The fewest-layers plan is the one to beat where it fits as chosen (keep all may not).
   double best = evaluate(t, c.checkpointed, 0, c.kept).peak <= t.capacity ? recompute_flops(t, c.checkpointed, c.kept)
                                                                           : std::numeric_limits<double>::infinity();
@@ -817,7 +821,7 @@ LayerChoice choose_layers(const Terms& t, const CheckpointPolicy& p, const std::
   // FLOPs are only saved where the allocator and the host link have room, which the caps and the
   // slack check; trading a stored layer for parked ones was not measured to pay.) Kept attention
   // and the park are for speed: within the margin below capacity (memory_planner.h).
-  most_parked(t, c, static_cast<i64>((1.0 - t.kept_margin) * static_cast<double>(t.capacity)));
+  most_parked(t, c, speed_line(t));
   return c;
 }
 
