@@ -28,14 +28,40 @@ struct OffloadChain::Impl {
     c10::Device where = c10::Device(c10::kCPU);
     bool taken = false;
 #ifdef ODYSSEY_OFFLOAD_CUDA
-    std::optional<at::cuda::CUDAEvent> ready;  // recorded on the side stream after the H2D copy
+    torch::Tensor source;                       // the GPU tensor while its copy to the host may still read it
+    std::optional<at::cuda::CUDAEvent> copied;  // recorded on the side stream after the D2H copy
+    std::optional<at::cuda::CUDAEvent> ready;   // recorded on the side stream after the H2D copy
 #endif
   };
   std::vector<Entry> entries;
 #ifdef ODYSSEY_OFFLOAD_CUDA
   std::optional<c10::cuda::CUDAStream> side;
+  std::size_t held_from = 0;  // entries before this hold no source any more
+
+  // Lets go of entry i's GPU source. Its block goes back to the compute stream's pool at once, so
+  // the compute stream must not run past the copy that reads it: unless the host already sees
+  // the copy done, the compute stream waits for it (on the GPU; the host does not stop).
+  static void release(Entry& e) {
+    if (!e.source.defined()) return;
+    if (!e.copied->query()) e.copied->block(at::cuda::getCurrentCUDAStream(e.where.index()));
+    e.source = torch::Tensor();
+  }
+  // Keeps the sources of the newest `keep` entries, releasing the older ones in order.
+  void release_before(std::size_t keep) {
+    const std::size_t end = entries.size() > keep ? entries.size() - keep : 0;
+    for (; held_from < end; ++held_from) release(entries[held_from]);
+  }
 #endif
 };
+
+namespace {
+#ifdef ODYSSEY_OFFLOAD_CUDA
+// Sources held beside the newest push: a layer's gate and up (the MLP tiers push them together)
+// stay in flight while the next layer computes, and are released, waiting only if the link is
+// behind, when that layer pushes its own.
+constexpr std::size_t kHeldSources = 2;
+#endif
+}  // namespace
 
 OffloadChain::OffloadChain() : impl_(std::make_unique<Impl>()) {}
 
@@ -43,12 +69,20 @@ OffloadChain::~OffloadChain() {
 #ifdef ODYSSEY_OFFLOAD_CUDA
   // A prefetched entry never taken: its copy may still be writing the block, which the compute
   // stream could otherwise hand out again (prefetch records no other stream on it).
-  for (Impl::Entry& e : impl_->entries)
+  for (Impl::Entry& e : impl_->entries) {
     if (e.device.defined() && e.ready) e.ready->block(at::cuda::getCurrentCUDAStream(e.where.index()));
+    Impl::release(e);
+  }
 #endif
 }
 
 std::size_t OffloadChain::size() const { return impl_->entries.size(); }
+
+void OffloadChain::release_held() {
+#ifdef ODYSSEY_OFFLOAD_CUDA
+  impl_->release_before(0);
+#endif
+}
 
 std::size_t OffloadChain::push(const torch::Tensor& x) {
   TORCH_CHECK(x.defined(), "OffloadChain::push: an undefined tensor");
@@ -67,10 +101,18 @@ std::size_t OffloadChain::push(const torch::Tensor& x) {
       const c10::cuda::CUDAStreamGuard on_side(*impl_->side);
       e.host.copy_(x, /*non_blocking=*/true);
     }
-    // The block must not be handed out again before the side stream has read it.
-    c10::cuda::CUDACachingAllocator::recordStream(x.storage().data_ptr(), *impl_->side);
+    e.copied.emplace();
+    e.copied->record(*impl_->side);
+    // The block must not be handed out again before the side stream has read it. The chain
+    // holds it until release() instead of recording the side stream on it: a recorded block
+    // returns to the cache only once the host, at some later allocation, sees the copy done,
+    // and the host runs ahead of the GPU, so every copy still queued held its block (a pair
+    // of 2.3 GiB per parked 7B layer at 32K) and under a budget's cap the allocator freed its
+    // cache and synchronized the device to find room.
+    e.source = x;
     g_offloaded += static_cast<std::int64_t>(x.nbytes());
     impl_->entries.push_back(std::move(e));
+    impl_->release_before(kHeldSources + 1);
     return impl_->entries.size() - 1;
   }
 #endif
@@ -86,6 +128,7 @@ void OffloadChain::prefetch(std::size_t i) {
 #ifdef ODYSSEY_OFFLOAD_CUDA
   if (e.where.is_cuda()) {
     const c10::cuda::CUDAGuard guard(e.where);
+    impl_->release_before(0);  // backward: forward's copies are all queued before this
     auto compute = at::cuda::getCurrentCUDAStream(e.where.index());
     e.device = torch::empty(e.host.sizes(), e.host.options().device(e.where).pinned_memory(false));
     at::cuda::CUDAEvent allocated;  // earlier compute work on this block is done first

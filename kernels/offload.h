@@ -1,8 +1,10 @@
 // Saved activations parked in pinned host memory between forward and backward
 // (docs/memory-planner.md, "Offload"): an OffloadChain holds the tensors one forward hands it,
 // in order. Forward's push() queues the copy to the host on a side CUDA stream as soon as the
-// compute stream has produced the tensor, and the GPU block is free again once that copy has
-// read it (the caller drops its own references). Backward's prefetch() starts the copy back
+// compute stream has produced the tensor; the chain holds the GPU tensor until two more
+// entries have been pushed (or release_held()), then drops it with the compute stream waiting
+// for its copy, so its block is free again at once in the compute stream's order (the caller
+// drops its own references). Backward's prefetch() starts the copy back
 // on the side stream, take() makes the compute stream wait for it and hands the tensor over.
 // Two users: activation checkpointing keeps each checkpointed layer's input in a chain
 // (core/model/activation_checkpoint.h), and swiglu_down can keep gate and up in one (the MLP
@@ -34,6 +36,10 @@ class OffloadChain {
   torch::Tensor take(std::size_t i);
   // Entries pushed so far.
   std::size_t size() const;
+  // Forward is over: lets go of the GPU tensors whose copies to the host may still be running
+  // (the compute stream waits for those copies, on the GPU). push() holds the newest few until
+  // then; prefetch() and the destructor release them too.
+  void release_held();
 
  private:
   struct Impl;

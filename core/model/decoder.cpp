@@ -836,6 +836,11 @@ torch::Tensor CausalLMImpl::layers_and_norm(torch::Tensor h, const LayerContext&
         for (const std::size_t e : entries) chain->prefetch(e);
       });
   }
+  // Forward is over: the chains let go of the GPU tensors their last copies to the host read
+  // (kernels/offload.h), which the loss and the top layers' backward would otherwise share
+  // memory with until backward reached each chain.
+  for (const auto& c : {offload, kept_host, mlp_chain})
+    if (c) c->release_held();
   if (m.defined()) return kernels::add_rms_norm(m, h, model->norm->weight, model->norm->eps).first;
   return model->norm(h);
 }
