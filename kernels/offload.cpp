@@ -38,7 +38,7 @@ struct OffloadChain::Impl {
   std::optional<c10::cuda::CUDAStream> side;
   std::size_t held_from = 0;  // entries before this hold no source any more
 
-  // Lets go of entry i's GPU source. Its block goes back to the compute stream's pool at once, so
+  // Lets go of the entry's GPU source. Its block goes back to the compute stream's pool at once, so
   // the compute stream must not run past the copy that reads it: unless the host already sees
   // the copy done, the compute stream waits for it (on the GPU; the host does not stop).
   static void release(Entry& e) {
