@@ -13,6 +13,7 @@
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
 #include "kernels/attention_tile.h"
+#include "kernels/band_attention.h"
 #include "kernels/decode_attention.h"
 
 namespace odyssey::kernels {
@@ -30,6 +31,7 @@ struct Case {
   std::vector<bool> differentiable;
   Tensors cotangents;  // one per output, in the working dtype
   Fn fused, reference, exact;
+  bool sixteen_bit_only = false;  // the fused op takes 16-bit inputs only (fp32 would run the reference)
 };
 
 // Outputs, then the gradients of Σ <output, cotangent> for the differentiable inputs. The
@@ -165,6 +167,44 @@ Case attention_tile_case(const torch::Device& dev, std::int64_t groups, std::int
   };
   c.fused = run(true);
   c.reference = run(false);
+  c.exact = c.reference;  // in float64
+  return c;
+}
+
+// Band attention (band_attention.h): a row of t tokens in two samples (the second starting at
+// t / 3), hq query heads over hkv KV heads of width d, an optional window and soft-cap; q and k
+// of a few units so the cap bends the scores. Outputs out and lse; gradients of q, k and v.
+Case band_attention_case(const torch::Device& dev, std::int64_t t, std::int64_t hq, std::int64_t hkv, std::int64_t d,
+                         std::int64_t window, double softcap) {
+  Case c;
+  c.kernel = "band_attention " + std::to_string(t) + "x" + std::to_string(hq) + "/" + std::to_string(hkv) + "x" +
+             std::to_string(d) + (window > 0 ? " window " + std::to_string(window) : "") +
+             (softcap > 0 ? " cap " + std::to_string(static_cast<int>(softcap)) : "");
+  c.output_names = {"out", "lse"};
+  c.input_names = {"q", "k", "v"};
+  c.sixteen_bit_only = true;
+  const auto o = torch::TensorOptions().device(dev);
+  const std::int64_t split = t / 3;
+  std::vector<std::int64_t> first(static_cast<std::size_t>(t));
+  for (std::int64_t i = 0; i < t; ++i) {
+    const std::int64_t start = i < split ? 0 : split;
+    first[static_cast<std::size_t>(i)] = window > 0 ? std::max(start, i - window + 1) : start;
+  }
+  const torch::Tensor first_key = torch::tensor(first, torch::kInt64).to(dev);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const double spread = 3.0 / std::pow(static_cast<double>(d), 0.25);  // q . k * scale of a few units
+  c.inputs = {spread * torch::randn({t, hq, d}, o), spread * torch::randn({t, hkv, d}, o),
+              torch::randn({t, hkv, d}, o)};
+  c.differentiable = {true, true, true};
+  c.cotangents = {torch::randn({t, hq, d}, o), torch::randn({hq, t}, o)};
+  c.fused = [first_key, scale, softcap](const Tensors& in) {
+    auto [out, lse] = band_attention(in[0], in[1], in[2], first_key, scale, softcap);
+    return Tensors{out, lse};
+  };
+  c.reference = [first_key, scale, softcap](const Tensors& in) {
+    auto [out, lse] = band_attention_reference(in[0], in[1], in[2], first_key, scale, softcap);
+    return Tensors{out, lse.detach()};  // as the fused op: lse is not differentiated
+  };
   c.exact = c.reference;  // in float64
   return c;
 }
@@ -543,6 +583,14 @@ std::vector<SelftestRow> run_selftest(const torch::Device& device) {
     cases.push_back(attention_tile_case(device, 16, 192, 4287, 4096, 50.0));
     cases.push_back(attention_tile_case(device, 4, 77, 1000, 300, 2.0));
     cases.push_back(attention_tile_case(device, 4, 77, 1000, 0, 0.0));
+    // Band attention: Gemma-2-9B's heads (16 over 8, 256 wide; cap 50, global and a window),
+    // Gemma-2-27B's width (128) with 7 query heads a KV head, 64 wide with a strongly bent cap
+    // over one KV head, and no cap at all; odd lengths leave partial blocks.
+    cases.push_back(band_attention_case(device, 1500, 16, 8, 256, 0, 50.0));
+    cases.push_back(band_attention_case(device, 1111, 16, 8, 256, 300, 50.0));
+    cases.push_back(band_attention_case(device, 999, 28, 4, 128, 0, 30.0));
+    cases.push_back(band_attention_case(device, 333, 4, 1, 64, 100, 2.0));
+    cases.push_back(band_attention_case(device, 777, 8, 2, 128, 0, 0.0));
     // Decode steps: Qwen2.5-7B's heads (28 over 4) at batch 1 and 16 against a 1,280-slot cache,
     // Gemma-2's 256-wide heads (16 over 8), 16 query heads per KV head over a long cache, 64 wide.
     cases.push_back(decode_attention_case(device, 1, 28, 4, 1280, 128));
@@ -568,7 +616,8 @@ std::vector<SelftestRow> run_selftest(const torch::Device& device) {
   }
   std::vector<SelftestRow> rows;
   for (const auto dtype : {torch::kFloat32, torch::kBFloat16})
-    for (const auto& c : cases) check(c, dtype, path, &rows);
+    for (const auto& c : cases)
+      if (dtype != torch::kFloat32 || !c.sixteen_bit_only) check(c, dtype, path, &rows);
   // 4-bit weights: odd sizes (a short last block, an odd count of values) and large ones.
   if (gpu) {
     check_dequantize(device, 14336, 4096, Quant4Type::NF4, true, path, &rows);

@@ -20,10 +20,16 @@
 //                 [--optimizer adamw|adamw-fp32|galore|q-galore|zero1|zero2|zero2-offload]
 //                 [--galore-rank R] [--galore-gap T]
 //                 [--frontier K] [--frontier-at G1,G2,...] [--kept-margin F] [--rerun-mlp skip|full]
+//                 [--cudnn-gqa on|off] [--band-attention on|off]
 //
 // --kept-margin F: keep_attention auto keeps attention outputs only while the plan stays F of
 // the capacity below it (default the planner's kKeptAttentionMargin, 0.03); for measuring
 // whether a smaller margin is safe and faster at a budget.
+// --cudnn-gqa on: cuDNN attention gets the grouped K/V heads as they are instead of K/V repeated
+// to the query heads (and dK/dV summed back), the engine's default: for measuring the difference.
+// --band-attention off: soft-capped and windowed tiled attention (model/tiled_attention.h) runs
+// its GEMM tiles instead of the fused band kernels (kernels/band_attention.h), as before
+// 2026-12-06: for measuring the difference.
 // --rerun-mlp full: checkpointed layers' recomputations run their fused MLP as forward did
 // (down projection included) instead of skipping its GEMMs (skip, the default and the
 // engine's; docs/training.md): for measuring what the skip saves.

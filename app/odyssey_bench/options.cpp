@@ -123,6 +123,13 @@ int parse_options(int argc, char** argv, Options& o) {
         o.rerun_mlp = next();
         if (o.rerun_mlp != "skip" && o.rerun_mlp != "full")
           throw std::invalid_argument("--rerun-mlp takes skip or full");
+      } else if (a == "--cudnn-gqa") {
+        o.cudnn_gqa = next();
+        if (o.cudnn_gqa != "on" && o.cudnn_gqa != "off") throw std::invalid_argument("--cudnn-gqa takes on or off");
+      } else if (a == "--band-attention") {
+        o.band_attention = next();
+        if (o.band_attention != "on" && o.band_attention != "off")
+          throw std::invalid_argument("--band-attention takes on or off");
       } else if (a == "--kept-margin") {
         o.kept_margin = std::stod(next());
         if (!(o.kept_margin >= 0 && o.kept_margin <= 0.5))

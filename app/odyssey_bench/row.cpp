@@ -13,6 +13,7 @@
 
 #include "dist/sequence_parallel.h"
 #include "engine/runtime_info.h"
+#include "kernels/band_attention.h"
 #include "kernels/quant4.h"
 #include "model/activation_checkpoint.h"
 #include "model/weights.h"
@@ -202,6 +203,10 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     train::apply_memory_policy(lm, policy);
     lm->set_rerun_skips_mlp(o.rerun_mlp == "skip");
     rec["rerun_mlp"] = o.rerun_mlp;
+    model::set_cudnn_gqa(o.cudnn_gqa == "on");
+    rec["cudnn_gqa"] = o.cudnn_gqa;
+    kernels::set_band_attention(o.band_attention == "on");
+    rec["band_attention"] = o.band_attention;
     rec["offload_activations"] = policy.offload_checkpoints;
     rec["kept_attention_on_host"] = policy.offload_checkpoints;
     rec["mlp_tile_tokens"] = policy.mlp_tile;
@@ -292,6 +297,7 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     fo.lm_head_recomputed = !o.fused && seq * dc.hf.vocab_size > (std::int64_t{1} << 26);  // FLCE: never
     const planner::StepFlops f = planner::training_step_flops(hf, seq, fo);
     rec["attention_backend_ran"] = lm->attention_backend_ran();
+    if (o.cudnn_gqa == "on" && !model::cudnn_gqa()) rec["cudnn_gqa"] = "refused";  // stderr says why
     rec["alloc_conf"] = std::getenv("PYTORCH_CUDA_ALLOC_CONF") ? std::getenv("PYTORCH_CUDA_ALLOC_CONF") : "";
     if (mesh.distributed()) {
       // The last timed step's collectives, and the mean share of a step spent waiting on them.

@@ -3,7 +3,10 @@
 #include <ATen/Context.h>
 #include <ATen/SDPBackend.h>
 
+#include <atomic>
+#include <cstdio>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "kernels/attention_tile.h"
@@ -156,6 +159,17 @@ torch::Tensor sequence_causal_attention(const torch::Tensor& q, const torch::Ten
 
 namespace {
 
+std::atomic<bool> g_cudnn_gqa{false};
+
+// A cuDNN (or PyTorch) that refuses K/V with fewer heads than the queries: repeat them from now on.
+void refuse_cudnn_gqa(const c10::Error& e) {
+  if (g_cudnn_gqa.exchange(false))
+    std::fprintf(stderr,
+                 "odyssey: cuDNN attention refused grouped-query K/V heads; repeating them to the query heads "
+                 "from now on (%s)\n",
+                 e.what_without_backtrace());
+}
+
 torch::Tensor heads_first(const torch::Tensor& x) { return x.transpose(0, 1).unsqueeze(0); }  // [n,H,D] -> [1,H,n,D]
 torch::Tensor rows_first(const torch::Tensor& x) { return x.squeeze(0).transpose(0, 1); }     // and back
 
@@ -189,6 +203,9 @@ bool window_on_flash(const torch::Device& device, torch::ScalarType dtype, std::
   return device.is_cuda() && half && head_dim <= 256 && softcap <= 0 && prefer != AttentionBackend::Efficient &&
          prefer != AttentionBackend::Math;
 }
+
+void set_cudnn_gqa(bool on) { g_cudnn_gqa = on; }
+bool cudnn_gqa() { return g_cudnn_gqa.load(); }
 
 bool LseAttention::fused_supported(const torch::Tensor& q) {
   const bool half = q.scalar_type() == torch::kBFloat16 || q.scalar_type() == torch::kFloat16;
@@ -227,9 +244,23 @@ std::pair<torch::Tensor, torch::Tensor> LseAttention::forward(const torch::Tenso
                                                               std::int64_t max_k, bool causal, double scale) {
   const std::int64_t nq = q.size(0);
   if (kind_ == Kind::CuDNN) {
-    auto r = at::_scaled_dot_product_cudnn_attention(heads_first(q), heads_first(repeat(k)), heads_first(repeat(v)),
-                                                     std::nullopt, /*compute_log_sumexp=*/true, 0.0, causal,
-                                                     /*return_debug_mask=*/false, scale);
+    auto run = [&](bool grouped) {
+      return at::_scaled_dot_product_cudnn_attention(
+          heads_first(q), heads_first(grouped ? k : repeat(k)), heads_first(grouped ? v : repeat(v)), std::nullopt,
+          /*compute_log_sumexp=*/true, 0.0, causal, /*return_debug_mask=*/false, scale);
+    };
+    grouped_ = hq_ != hkv_ && cudnn_gqa();
+    std::optional<decltype(run(false))> got;
+    if (grouped_) {
+      try {
+        got.emplace(run(true));
+      } catch (const c10::Error& e) {
+        refuse_cudnn_gqa(e);
+        grouped_ = false;
+      }
+    }
+    if (!got) got.emplace(run(false));
+    auto& r = *got;
     const torch::Tensor lse = std::get<1>(r);
     TORCH_CHECK(lse.numel() == hq_ * nq && lse.dim() >= 3 && lse.size(0) == 1 && lse.size(1) == hq_,
                 "attention: cuDNN returned a log-sum-exp of shape ", lse.sizes(), " for ", hq_, " heads x ", nq,
@@ -274,10 +305,23 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> LseAttention::backward(
   if (kind_ == Kind::CuDNN) {
     std::vector<std::int64_t> shape = lse_shape_;
     shape[2] = q.size(0);  // the kernel's own shape, with these rows
-    auto g = at::_scaled_dot_product_cudnn_attention_backward(
-        heads_first(dout), heads_first(q), heads_first(repeat(k)), heads_first(repeat(v)), heads_first(out),
-        lse.contiguous().view(shape), aux_a_, aux_b_, torch::Tensor(), aux_c_, aux_d_, q.size(0), k.size(0), 0.0,
-        causal, scale);
+    auto run = [&](bool grouped) {
+      return at::_scaled_dot_product_cudnn_attention_backward(
+          heads_first(dout), heads_first(q), heads_first(grouped ? k : repeat(k)), heads_first(grouped ? v : repeat(v)),
+          heads_first(out), lse.contiguous().view(shape), aux_a_, aux_b_, torch::Tensor(), aux_c_, aux_d_, q.size(0),
+          k.size(0), 0.0, causal, scale);
+    };
+    // The forward's grouped call says nothing of the backward's: it may still refuse them, and the
+    // repeated heads give the same gradients (the forward's outputs do not depend on the choice).
+    if (grouped_ && cudnn_gqa()) {
+      try {
+        auto g = run(true);
+        return {rows_first(std::get<0>(g)), rows_first(std::get<1>(g)), rows_first(std::get<2>(g))};
+      } catch (const c10::Error& e) {
+        refuse_cudnn_gqa(e);
+      }
+    }
+    auto g = run(false);
     return {rows_first(std::get<0>(g)), fold(rows_first(std::get<1>(g))), fold(rows_first(std::get<2>(g)))};
   }
   if (kind_ == Kind::Flash) {
@@ -306,16 +350,17 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> LseAttention::backward(
 }
 
 std::vector<std::int64_t> LseAttention::saved_ints() const {
-  std::vector<std::int64_t> v{static_cast<std::int64_t>(kind_), hq_, hkv_, lse_3d_ ? 1 : 0, window_};
+  std::vector<std::int64_t> v{static_cast<std::int64_t>(kind_), hq_, hkv_, lse_3d_ ? 1 : 0, window_, grouped_ ? 1 : 0};
   v.insert(v.end(), lse_shape_.begin(), lse_shape_.end());
   return v;
 }
 
 LseAttention LseAttention::restore(const std::vector<torch::Tensor>& tensors, const std::vector<std::int64_t>& ints) {
-  TORCH_CHECK(tensors.size() == 4 && ints.size() >= 5, "LseAttention::restore: not a saved state");
+  TORCH_CHECK(tensors.size() == 4 && ints.size() >= 6, "LseAttention::restore: not a saved state");
   LseAttention a(static_cast<Kind>(ints[0]), ints[1], ints[2], ints[4]);
   a.lse_3d_ = ints[3] != 0;
-  a.lse_shape_.assign(ints.begin() + 5, ints.end());
+  a.grouped_ = ints[5] != 0;
+  a.lse_shape_.assign(ints.begin() + 6, ints.end());
   a.aux_a_ = tensors[0];
   a.aux_b_ = tensors[1];
   a.aux_c_ = tensors[2];

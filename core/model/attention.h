@@ -100,6 +100,13 @@ torch::Tensor sequence_causal_attention(const torch::Tensor& q, const torch::Ten
 //   CuDNN  cuDNN's SDPA (CUDA bf16/fp16, one sample, KV heads repeated for it)
 //   Flash  varlen flash attention (CUDA bf16/fp16, head dim <= 256)
 //   Math   explicit fp32 softmax (any device; meant for CPU lengths)
+// Whether cuDNN attention takes grouped-query K/V as they are (fewer K/V heads than query heads);
+// off by default until a GPU has checked it against the repeated heads and float64 (the default,
+// off, repeats K/V to the query heads and sums dK/dV back; odyssey-bench --cudnn-gqa on|off). A cuDNN that refuses
+// the grouped shapes turns it off for the process, with one line on stderr.
+void set_cudnn_gqa(bool on);
+bool cudnn_gqa();
+
 class LseAttention {
  public:
   enum class Kind { CuDNN, Flash, Math };
@@ -124,7 +131,7 @@ class LseAttention {
                                                   const torch::Tensor& cu_k, std::int64_t max_q, std::int64_t max_k,
                                                   bool causal, double scale);
   // dq [nq, Hq, D], dk and dv [nk, Hkv, D]: in the kernel's dtype (fp32 for Math; dK/dV of
-  // heads repeated for cuDNN are summed in fp32); `out` and `lse` are the final ones of these
+  // heads repeated for cuDNN, cudnn_gqa() off, are summed in fp32); `out` and `lse` are the final ones of these
   // queries (when attention was split, the merged ones: then these are this part's terms).
   std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> backward(const torch::Tensor& dout, const torch::Tensor& q,
                                                                    const torch::Tensor& k, const torch::Tensor& v,
@@ -153,6 +160,7 @@ class LseAttention {
   torch::Tensor aux_a_, aux_b_, aux_c_, aux_d_;
   std::vector<std::int64_t> lse_shape_;  // the kernel's own log-sum-exp shape (cuDNN)
   bool lse_3d_ = false;                  // flash returned [1, H, >= nq]
+  bool grouped_ = false;                 // cuDNN's forward took K/V with their own heads
 };
 
 // A checkpointed layer's attention output and log-sum-exp kept from its forward, so the

@@ -1,6 +1,7 @@
 #include "model/tiled_attention.h"
 
 #include "kernels/attention_tile.h"
+#include "kernels/band_attention.h"
 
 #include <algorithm>
 #include <map>
@@ -118,6 +119,10 @@ std::pair<torch::Tensor, torch::Tensor> forward_tiles(const torch::Tensor& q, co
                                                       const torch::Tensor& v, const Tiles& tiles, double scale,
                                                       double softcap) {
   const std::int64_t t = q.size(0), hq = q.size(1), hkv = k.size(1), g = hq / hkv, d = q.size(2);
+  if (kernels::band_attention_supported(q, k, v)) {  // the fused kernels: no tiles of scores at all
+    auto [out, lse] = kernels::band_attention_forward(q, k, v, tiles.first_key, scale, softcap);
+    return {out, lse.view({hkv, g, t})};
+  }
   const torch::ScalarType acc = accumulation_type(q);
   torch::Tensor out = torch::empty({t, hq, d}, q.options());
   torch::Tensor lse = torch::empty({hkv, g, t}, q.options().dtype(acc));
@@ -140,6 +145,10 @@ variable_list backward_tiles(const torch::Tensor& dout, const torch::Tensor& q, 
                              const torch::Tensor& v, const torch::Tensor& out, const torch::Tensor& lse,
                              const Tiles& tiles, double scale, double softcap) {
   const std::int64_t t = q.size(0), hq = q.size(1), hkv = k.size(1), g = hq / hkv, d = q.size(2);
+  if (kernels::band_attention_supported(q, k, v)) {
+    auto [dq, dk, dv] = kernels::band_attention_backward(dout, q, k, v, out, lse, tiles.first_key, scale, softcap);
+    return {dq, dk, dv};
+  }
   const torch::ScalarType acc = accumulation_type(q);
   torch::Tensor dq = torch::empty({t, hq, d}, q.options());
   torch::Tensor dk = torch::zeros({hkv, t, d}, q.options().dtype(acc));

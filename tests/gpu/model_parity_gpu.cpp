@@ -16,12 +16,14 @@
 //   seconds per step, peak memory. Layers and the loss are recomputed in backward (see
 //   docs/model.md: without it the saved activations alone exceed an H200 at 32K).
 //
-// attention [--seq N] [--attention cudnn,flash,varlen-flash,window-mask,tiled] [--window W]  attention
-//   alone at the 7B shape's heads: milliseconds, achieved TFLOP/s and peak memory, forward and
-//   forward + backward (one JSON line each). With --window: varlen-flash runs flash's local band
-//   (after checking it against the explicit mask, window_parity) and window-mask the explicit
-//   [T, T] mask path; the other backends are skipped. tiled: model/tiled_attention.h with Gemma-2's
-//   soft-capping (50), and the window when given.
+// attention [--seq N] [--attention cudnn,flash,varlen-flash,window-mask,tiled,tiled-gemm] [--window W]
+//   [--heads HQ,HKV,D]  attention alone at the 7B shape's heads (28, 4, 128) or the given ones:
+//   milliseconds, achieved TFLOP/s and peak memory, forward and forward + backward (one JSON line
+//   each). With --window: varlen-flash runs flash's local band (after checking it against the
+//   explicit mask, window_parity) and window-mask the explicit [T, T] mask path; the other
+//   backends are skipped. tiled: model/tiled_attention.h with Gemma-2's soft-capping (50), and the
+//   window when given (the band kernels where they take the shape); tiled-gemm: the same with the
+//   band kernels off (its GEMM tiles).
 #include <ATen/DeviceAccelerator.h>
 #include <ATen/SDPBackend.h>
 #include <torch/torch.h>
@@ -36,6 +38,7 @@
 
 #include "model/decoder.h"
 #include "model/rope.h"
+#include "kernels/band_attention.h"
 #include "model/tiled_attention.h"
 #include "model/weights.h"
 
@@ -360,9 +363,10 @@ bool window_parity(const torch::Tensor& q0, const torch::Tensor& k0, const torch
   return ok;
 }
 
-int attention_bench(std::int64_t seq, const std::vector<std::string>& backends, std::int64_t window) {
+int attention_bench(std::int64_t seq, const std::vector<std::string>& backends, std::int64_t window,
+                    const std::vector<std::int64_t>& heads) {
   const torch::Device cuda(torch::kCUDA, 0);
-  const std::int64_t hq = 28, hkv = 4, d = 128;
+  const std::int64_t hq = heads[0], hkv = heads[1], d = heads[2];
   const auto opts = torch::TensorOptions().dtype(torch::kBFloat16).device(cuda);
   torch::manual_seed(0);
   const torch::Tensor q0 = torch::randn({seq, hq, d}, opts), k0 = torch::randn({seq, hkv, d}, opts),
@@ -379,8 +383,10 @@ int attention_bench(std::int64_t seq, const std::vector<std::string>& backends, 
       torch::Tensor out;
       if (b == "varlen-flash") {
         out = varlen_causal_attention(q, k, v, cu, seq, scale, &ran, window);  // window > 0: flash's local band
-      } else if (b == "tiled") {  // model/tiled_attention.h with Gemma-2's soft-capping (50)
+      } else if (b == "tiled" || b == "tiled-gemm") {  // model/tiled_attention.h with Gemma-2's soft-capping (50)
+        kernels::set_band_attention(b == "tiled");  // tiled: the band kernels where they apply; tiled-gemm: GEMM tiles
         out = tiled_causal_attention(q, k, v, cu, scale, window, 50.0);
+        kernels::set_band_attention(true);
         ran = static_cast<std::int64_t>(at::SDPBackend::math);
       } else if (b == "window-mask") {  // the explicit-mask path windowed layers took before the band
         const torch::Tensor keep = window_mask(block_causal_mask(cu, seq, cuda), seq, window, cuda);
@@ -393,7 +399,7 @@ int attention_bench(std::int64_t seq, const std::vector<std::string>& backends, 
       }
       if (backward) out.backward(g);
     };
-    if (window > 0 && b != "varlen-flash" && b != "window-mask" && b != "tiled")
+    if (window > 0 && b != "varlen-flash" && b != "window-mask" && b != "tiled" && b != "tiled-gemm")
       continue;  // the others ignore the window
     if (window > 0 && b == "varlen-flash" && !window_parity(q0, k0, v0, g, window)) return 1;
     // With a window the useful work is the band's query-key pairs, w·T - w(w-1)/2, against the
@@ -415,9 +421,13 @@ int attention_bench(std::int64_t seq, const std::vector<std::string>& backends, 
       const double peak = gib(at::accelerator::getDeviceStats(0).allocated_bytes[0].peak - base);
       const double flops = (backward ? 3.5 * fwd_flops : fwd_flops) * useful;
       std::printf(
-          "{\"attention\": \"%s\", \"ran\": \"%s\", \"seq\": %lld, \"window\": %lld, \"pass\": \"%s\", "
-          "\"ms\": %.2f, \"tflops\": %.1f, \"peak_gib_over_inputs\": %.2f}\n",
-          b.c_str(), b == "varlen-flash" ? "flash (varlen)" : sdp_backend_name(ran).c_str(),
+          "{\"attention\": \"%s\", \"ran\": \"%s\", \"heads\": \"%lld/%lld/%lld\", \"seq\": %lld, \"window\": %lld, "
+          "\"pass\": \"%s\", \"ms\": %.2f, \"tflops\": %.1f, \"peak_gib_over_inputs\": %.2f}\n",
+          b.c_str(),
+          b == "varlen-flash"                                             ? "flash (varlen)"
+          : b == "tiled" && kernels::band_attention_supported(q0, k0, v0) ? "band kernels"
+                                                                          : sdp_backend_name(ran).c_str(),
+          static_cast<long long>(hq), static_cast<long long>(hkv), static_cast<long long>(d),
           static_cast<long long>(seq), static_cast<long long>(window), backward ? "forward+backward" : "forward",
           s * 1e3, flops / s / 1e12, peak);
     }
@@ -439,6 +449,7 @@ int main(int argc, char** argv) {
     std::int64_t seq = 32768, layers = 28, window = 0;
     std::string dir;
     std::vector<std::string> backends{"cudnn"};
+    std::vector<std::int64_t> heads{28, 4, 128};  // --heads HQ,HKV,D (attention mode); Qwen2.5-7B's by default
     for (std::size_t i = 1; i < a.size(); ++i) {
       if (a[i] == "--seq" && i + 1 < a.size()) seq = std::stoll(a[++i]);
       else if (a[i] == "--attention" && i + 1 < a.size()) {
@@ -451,12 +462,24 @@ int main(int argc, char** argv) {
         }
       } else if (a[i] == "--layers" && i + 1 < a.size()) layers = std::stoll(a[++i]);
       else if (a[i] == "--window" && i + 1 < a.size()) window = std::stoll(a[++i]);
-      else dir = a[i];
+      else if (a[i] == "--heads" && i + 1 < a.size()) {
+        heads.clear();
+        std::string v = a[++i];
+        for (std::size_t p = 0; p != std::string::npos;) {
+          const std::size_t q = v.find(',', p);
+          heads.push_back(std::stoll(v.substr(p, q == std::string::npos ? q : q - p)));
+          p = q == std::string::npos ? q : q + 1;
+        }
+        if (heads.size() != 3 || heads[1] <= 0 || heads[0] % heads[1] != 0) {
+          std::fprintf(stderr, "model_parity_gpu: --heads takes HQ,HKV,D with HQ a multiple of HKV\n");
+          return 2;
+        }
+      } else dir = a[i];
     }
     int rc = 0;
     if (mode == "parity" || mode == "all") rc |= parity(dir);
     if (mode == "bench" || mode == "all") rc |= bench(seq, layers, backends);
-    if (mode == "attention") rc |= attention_bench(seq, backends, window);
+    if (mode == "attention") rc |= attention_bench(seq, backends, window, heads);
     return rc;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "model_parity_gpu: %s\n", e.what());

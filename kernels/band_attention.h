@@ -1,0 +1,52 @@
+// Band attention: exact attention over one padding-free row where query i sees keys
+// first_key[i]..i (causal, packed samples and a sliding window in one rule), with an optional
+// soft-cap of the scores, x = cap * tanh(s * scale / cap) (Gemma-2), fused in the manner of
+// FlashAttention-2 (band_attention.cu, docs/kernels.md): nothing of size T x T is made. Flash
+// attention as LibTorch builds it has no soft-capping; this is what the tiles of
+// model/tiled_attention.h run on CUDA 16-bit tensors with head dim 64, 128 or 256.
+//
+// q [T, Hq, D], k and v [T, Hkv, D] (Hq a multiple of Hkv, query head h reading KV head
+// h / (Hq / Hkv); strided views with a contiguous last dimension are fine); first_key [T] int64
+// on their device, non-decreasing, first_key[i] <= i.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <tuple>
+#include <utility>
+
+namespace odyssey::kernels {
+
+// Whether the kernels take these tensors (CUDA build, CUDA bf16/fp16, D 64/128/256, the
+// switch on); when not, callers compute the band their own way.
+bool band_attention_supported(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+
+// On by default; off makes band_attention_supported false (odyssey-bench --band-attention off:
+// the GEMM tiles of model/tiled_attention.h instead, for measuring the difference).
+void set_band_attention(bool on);
+bool band_attention_enabled();
+
+// {out [T, Hq, D] in q's dtype, lse [Hq, T] fp32 (natural log)}. Needs band_attention_supported.
+std::pair<torch::Tensor, torch::Tensor> band_attention_forward(const torch::Tensor& q, const torch::Tensor& k,
+                                                               const torch::Tensor& v, const torch::Tensor& first_key,
+                                                               double scale, double softcap);
+
+// {dq, dk, dv} in the inputs' dtype from dout [T, Hq, D], the forward's out and lse ([Hq, T] or
+// any shape of Hq * T values in that order).
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> band_attention_backward(
+    const torch::Tensor& dout, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+    const torch::Tensor& out, const torch::Tensor& lse, const torch::Tensor& first_key, double scale, double softcap);
+
+// out, differentiable in q, k and v through the two above (autograd), and lse (not
+// differentiable); the reference where the kernels do not take the tensors.
+std::pair<torch::Tensor, torch::Tensor> band_attention(const torch::Tensor& q, const torch::Tensor& k,
+                                                       const torch::Tensor& v, const torch::Tensor& first_key,
+                                                       double scale, double softcap);
+
+// The reference: the dense formula in ATen ops in q's dtype (float64 for exact runs),
+// differentiable through autograd; T x T scores per head, so for test lengths only.
+std::pair<torch::Tensor, torch::Tensor> band_attention_reference(const torch::Tensor& q, const torch::Tensor& k,
+                                                                 const torch::Tensor& v, const torch::Tensor& first_key,
+                                                                 double scale, double softcap);
+
+}  // namespace odyssey::kernels
