@@ -129,6 +129,10 @@ struct PlannerOptions {
   // Checkpointed layers may park their MLP's gate and up on the host (the MLP park, since
   // 2026-12-06; odyssey-bench --mlp-park off measures without).
   bool mlp_park = true;
+  // Soft-capped and windowed layers' tiled attention runs the band kernels on CUDA 16-bit at head
+  // dim 64/128/256 (kernels/band_attention.h, since 2026-12-06): no tiles of fp32 scores. false
+  // plans the GEMM tiles (odyssey-bench --band-attention off; lines measured before lack the key).
+  bool band_attention = true;
 };
 
 struct MemoryItem {
