@@ -3,6 +3,8 @@
 #include "kernels/dtype.h"
 
 #include <atomic>
+#include <cstdlib>
+#include <string>
 
 #ifdef ODYSSEY_HAVE_CUDA_KERNELS
 #include <ATen/cuda/CUDAContext.h>
@@ -27,6 +29,16 @@ void check_inputs(const torch::Tensor& q, const torch::Tensor& k, const torch::T
 }
 
 #ifdef ODYSSEY_HAVE_CUDA_KERNELS
+// ODYSSEY_BAND_TANH=approx: the soft-cap's tanh by the hardware approximation (a measuring knob;
+// the default is tanhf, as transformers computes it).
+bool band_attention_fast_tanh() {
+  static const bool fast = [] {
+    const char* e = std::getenv("ODYSSEY_BAND_TANH");
+    return e != nullptr && std::string(e) == "approx";
+  }();
+  return fast;
+}
+
 // x as the kernels read it: last dimension contiguous, row and head strides multiples of 8
 // elements, 16-byte aligned.
 torch::Tensor kernel_layout(const torch::Tensor& x) {
@@ -50,6 +62,7 @@ cuda::BandShape shape_of(const torch::Tensor& q, const torch::Tensor& k, const t
   s.v_sh = v.stride(1);
   s.scale = static_cast<float>(scale);
   s.softcap = static_cast<float>(softcap);
+  s.fast_tanh = band_attention_fast_tanh() ? 1 : 0;
   return s;
 }
 #endif

@@ -153,11 +153,19 @@ __device__ __forceinline__ void load_rows(T* s, const T* base, std::int64_t st, 
   }
 }
 
-// The transformed score in log2 units; th = tanh(s * scale / cap) when capped.
-__device__ __forceinline__ float score2(float s, float scale, float cap, float* th) {
+// The transformed score in log2 units; th = tanh(s * scale / cap) when capped: tanhf and the
+// division as transformers computes them, or (s.fast_tanh) the hardware's tanh.approx (relative
+// error about 2^-11, what FlashAttention-2's soft-capping uses) and a product with 1 / cap.
+__device__ __forceinline__ float tanh_approx(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float score2(float s, float scale, float cap, float* th, bool fast = false,
+                                        float inv_cap = 0.f) {
   const float u = __fmul_rn(s, scale);
   if (cap > 0.f) {
-    *th = tanhf(__fdiv_rn(u, cap));
+    *th = fast ? tanh_approx(u * inv_cap) : tanhf(__fdiv_rn(u, cap));
     return __fmul_rn(*th, cap) * kLog2e;
   }
   *th = 0.f;
@@ -198,7 +206,8 @@ __global__ void __launch_bounds__(kThreads)
   row[0] = i0 + warp * 16 + g;
   row[1] = row[0] + 8;
   for (int i = 0; i < 2; ++i) first[i] = row[i] < T_ ? fk[row[i]] : 0;
-  const float scale = s.scale, cap = s.softcap;
+  const float scale = s.scale, cap = s.softcap, inv_cap = cap > 0.f ? 1.f / cap : 0.f;
+  const bool fast = s.fast_tanh != 0;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   float o[D / 8][4];
 #pragma unroll
@@ -233,7 +242,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float th;
-        float x = score2(sc[n][e], scale, cap, &th);
+        float x = score2(sc[n][e], scale, cap, &th, fast, inv_cap);
         if (masked) {
           const std::int64_t j = j0 + n * 8 + 2 * t4 + (e & 1);
           const int r = e >> 1;
@@ -351,7 +360,8 @@ __global__ void __launch_bounds__(kThreads)
     lse2[r] = ok ? lse[static_cast<std::int64_t>(h) * T_ + row[r]] * kLog2e : 0.f;
     dl[r] = ok ? delta[static_cast<std::int64_t>(h) * T_ + row[r]] : 0.f;
   }
-  const float scale = s.scale, cap = s.softcap;
+  const float scale = s.scale, cap = s.softcap, inv_cap = cap > 0.f ? 1.f / cap : 0.f;
+  const bool fast = s.fast_tanh != 0;
   float acc[D / 8][4];
 #pragma unroll
   for (int d = 0; d < D / 8; ++d) acc[d][0] = acc[d][1] = acc[d][2] = acc[d][3] = 0.f;
@@ -401,7 +411,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1;
         float th;
-        const float x = score2(sc[n][e], scale, cap, &th);
+        const float x = score2(sc[n][e], scale, cap, &th, fast, inv_cap);
         bool seen = true;
         if (masked) {
           const std::int64_t j = j0 + n * 8 + 2 * t4 + (e & 1);
@@ -462,7 +472,8 @@ __global__ void __launch_bounds__(kThreads)
   std::int64_t key[2];
   key[0] = j0 + warp * 16 + g;
   key[1] = key[0] + 8;
-  const float scale = s.scale, cap = s.softcap;
+  const float scale = s.scale, cap = s.softcap, inv_cap = cap > 0.f ? 1.f / cap : 0.f;
+  const bool fast = s.fast_tanh != 0;
   float gv[DV ? D / 8 : 1][4], gk[DK ? D / 8 : 1][4];
 #pragma unroll
   for (int d = 0; d < (DV ? D / 8 : 1); ++d) gv[d][0] = gv[d][1] = gv[d][2] = gv[d][3] = 0.f;
@@ -524,7 +535,7 @@ __global__ void __launch_bounds__(kThreads)
           const int rl = n * 8 + 2 * t4 + (e & 1);  // the query row (column of S^T)
           const std::int64_t j = key[e >> 1];
           float th;
-          const float x = score2(st[n][e], scale, cap, &th);
+          const float x = score2(st[n][e], scale, cap, &th, fast, inv_cap);
           const bool seen = !masked || (j >= fks[rl] && j <= i0 + rl);
           const float p = seen ? exp2f(x - lse2s[rl]) : 0.f;
           if constexpr (DK) {

@@ -17,6 +17,7 @@ struct BandShape {
   int hq = 0, hkv = 0, d = 0;
   std::int64_t q_st = 0, q_sh = 0, k_st = 0, k_sh = 0, v_st = 0, v_sh = 0;
   float scale = 1.f, softcap = 0.f;
+  int fast_tanh = 0;  // the soft-cap's tanh by tanh.approx.f32 instead of tanhf (band_attention.cu)
 };
 
 // out and lse (natural log) of attention where query i sees keys first_key[i]..i.
