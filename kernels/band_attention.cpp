@@ -16,7 +16,7 @@
 namespace odyssey::kernels {
 namespace {
 
-std::atomic<bool> g_band_attention{true};
+std::atomic<bool> g_band_attention{false};  // PlannerOptions::band_attention agrees (tst_tiled_attention)
 
 void check_inputs(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                   const torch::Tensor& first_key) {
@@ -95,11 +95,15 @@ void set_band_attention(bool on) { g_band_attention = on; }
 bool band_attention_enabled() { return g_band_attention.load(); }
 
 bool band_attention_supported(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  return g_band_attention.load() && band_kernels_take(q, k, v);
+}
+
+bool band_kernels_take(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
 #ifdef ODYSSEY_HAVE_CUDA_KERNELS
   const torch::ScalarType dt = q.scalar_type();
-  return g_band_attention.load() && q.is_cuda() && (dt == torch::kBFloat16 || dt == torch::kFloat16) &&
-         k.scalar_type() == dt && v.scalar_type() == dt && k.device() == q.device() && v.device() == q.device() &&
-         q.dim() == 3 && k.dim() == 3 && (q.size(2) == 64 || q.size(2) == 128 || q.size(2) == 256);
+  return q.is_cuda() && (dt == torch::kBFloat16 || dt == torch::kFloat16) && k.scalar_type() == dt &&
+         v.scalar_type() == dt && k.device() == q.device() && v.device() == q.device() && q.dim() == 3 &&
+         k.dim() == 3 && (q.size(2) == 64 || q.size(2) == 128 || q.size(2) == 256);
 #else
   (void)q;
   (void)k;
@@ -112,8 +116,8 @@ std::pair<torch::Tensor, torch::Tensor> band_attention_forward(const torch::Tens
                                                                const torch::Tensor& v, const torch::Tensor& first_key,
                                                                double scale, double softcap) {
   check_inputs(q, k, v, first_key);
-  TORCH_CHECK(band_attention_supported(q, k, v), "band attention: the kernels do not take ", q.scalar_type(), " ",
-              q.device(), " head dim ", q.size(2));
+  TORCH_CHECK(band_kernels_take(q, k, v), "band attention: the kernels do not take ", q.scalar_type(), " ", q.device(),
+              " head dim ", q.size(2));
 #ifdef ODYSSEY_HAVE_CUDA_KERNELS
   const c10::cuda::CUDAGuard guard(q.device());
   const torch::Tensor qc = kernel_layout(q), kc = kernel_layout(k), vc = kernel_layout(v), fk = first_key.contiguous();
@@ -135,8 +139,8 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> band_attention_backward(
     const torch::Tensor& dout, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
     const torch::Tensor& out, const torch::Tensor& lse, const torch::Tensor& first_key, double scale, double softcap) {
   check_inputs(q, k, v, first_key);
-  TORCH_CHECK(band_attention_supported(q, k, v), "band attention backward: the kernels do not take ", q.scalar_type(),
-              " ", q.device(), " head dim ", q.size(2));
+  TORCH_CHECK(band_kernels_take(q, k, v), "band attention backward: the kernels do not take ", q.scalar_type(), " ",
+              q.device(), " head dim ", q.size(2));
   TORCH_CHECK(dout.sizes() == q.sizes() && out.sizes() == q.sizes() && lse.numel() == q.size(0) * q.size(1),
               "band attention backward: dout ", dout.sizes(), ", out ", out.sizes(), " and lse ", lse.sizes(),
               " do not fit q ", q.sizes());
@@ -168,7 +172,7 @@ std::pair<torch::Tensor, torch::Tensor> band_attention(const torch::Tensor& q, c
                                                        const torch::Tensor& v, const torch::Tensor& first_key,
                                                        double scale, double softcap) {
   check_inputs(q, k, v, first_key);
-  if (!band_attention_supported(q, k, v)) {
+  if (!band_kernels_take(q, k, v)) {
     auto [out, lse] = band_attention_reference(q, k, v, first_key, scale, softcap);
     return {out, lse.detach()};
   }

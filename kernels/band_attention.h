@@ -17,16 +17,19 @@
 
 namespace odyssey::kernels {
 
-// Whether the kernels take these tensors (CUDA build, CUDA bf16/fp16, D 64/128/256, the
-// switch on); when not, callers compute the band their own way.
+// Whether the kernels take these tensors (CUDA build, CUDA bf16/fp16, D 64/128/256) and the
+// switch below is on; when not, callers compute the band their own way.
 bool band_attention_supported(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+// Whether the kernels take them, whatever the switch (what forward and backward below need).
+bool band_kernels_take(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
 
-// On by default; off makes band_attention_supported false (odyssey-bench --band-attention off:
-// the GEMM tiles of model/tiled_attention.h instead, for measuring the difference).
+// Off by default until a GPU has run the selftest's band rows (docs/kernels.md); off makes
+// band_attention_supported false, and model/tiled_attention.h runs its GEMM tiles
+// (odyssey-bench --band-attention on|off measures the difference).
 void set_band_attention(bool on);
 bool band_attention_enabled();
 
-// {out [T, Hq, D] in q's dtype, lse [Hq, T] fp32 (natural log)}. Needs band_attention_supported.
+// {out [T, Hq, D] in q's dtype, lse [Hq, T] fp32 (natural log)}. Needs band_kernels_take.
 std::pair<torch::Tensor, torch::Tensor> band_attention_forward(const torch::Tensor& q, const torch::Tensor& k,
                                                                const torch::Tensor& v, const torch::Tensor& first_key,
                                                                double scale, double softcap);
@@ -38,7 +41,8 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> band_attention_backward(
     const torch::Tensor& out, const torch::Tensor& lse, const torch::Tensor& first_key, double scale, double softcap);
 
 // out, differentiable in q, k and v through the two above (autograd), and lse (not
-// differentiable); the reference where the kernels do not take the tensors.
+// differentiable), where the kernels take the tensors (band_kernels_take, whatever the switch:
+// the selftest's fused path); the reference elsewhere.
 std::pair<torch::Tensor, torch::Tensor> band_attention(const torch::Tensor& q, const torch::Tensor& k,
                                                        const torch::Tensor& v, const torch::Tensor& first_key,
                                                        double scale, double softcap);

@@ -461,17 +461,18 @@ class TestMemoryPlanner : public QObject {
     const auto tg = planner_detail::compute_terms(lora_7b(4096, true), g2, o);
     const auto tp = planner_detail::compute_terms(lora_7b(4096, true), plain, o);
     QVERIFY(tg.per_token_layer > tp.per_token_layer);  // two more norms
-    // Tiled attention (model/tiled_attention.h) keeps nothing of s². On CUDA 16-bit at head dim
-    // 256 it runs the band kernels, whose backward's scratch is one fp32 rowsum(dO * O) per query
-    // head and row; as GEMM tiles (band_attention off) its backward holds three tiles of fp32
-    // scores (16 heads x 1,472 rows x up to 4096 keys, 368 MiB: the most rows within 512 MiB, a
-    // multiple of 64) and fp32 dK/dV sums over the row (8 KV heads of 256).
+    // Tiled attention (model/tiled_attention.h) keeps nothing of s². As GEMM tiles its backward
+    // holds three tiles of fp32 scores (16 heads x 1,472 rows x up to 4096 keys, 368 MiB: the
+    // most rows within 512 MiB, a multiple of 64) and fp32 dK/dV sums over the row (8 KV heads
+    // of 256); through the band kernels (CUDA 16-bit, head dim 256) the backward's scratch is one
+    // fp32 rowsum(dO * O) per query head and row.
     QCOMPARE(tg.layer_full, tg.per_token_layer * tg.tokens);
-    QCOMPARE(tg.bwd_attn - tp.bwd_attn, std::int64_t{4} * 16 * 4096);
-    PlannerOptions gemm = o;
-    gemm.band_attention = false;
+    PlannerOptions gemm = o, band = o;
+    gemm.band_attention = false, band.band_attention = true;
     const auto tt = planner_detail::compute_terms(lora_7b(4096, true), g2, gemm);
+    const auto tb = planner_detail::compute_terms(lora_7b(4096, true), g2, band);
     QCOMPARE(tt.bwd_attn - tp.bwd_attn, std::int64_t{3} * 4 * 16 * 1472 * 4096 + 2 * 4 * 8 * 256 * 4096);
+    QCOMPARE(tb.bwd_attn - tp.bwd_attn, std::int64_t{4} * 16 * 4096);
     PlannerOptions hf = o;
     hf.reference = PlannerReference::HfPeft;
     const auto th = planner_detail::compute_terms(lora_7b(4096, true), g2, hf);

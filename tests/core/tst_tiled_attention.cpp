@@ -16,7 +16,9 @@
 #include <tuple>
 #include <vector>
 
+#include "kernels/band_attention.h"
 #include "model/attention_tiles.h"
+#include "planner/memory_planner.h"
 #include "model/tiled_attention.h"
 
 using namespace odyssey::model;
@@ -112,6 +114,53 @@ class TstTiledAttention : public QObject {
     QVERIFY2(max_diff(q2.grad(), q1.grad()) < kBound, qPrintable(QString("dq %1").arg(max_diff(q2.grad(), q1.grad()))));
     QVERIFY2(max_diff(k2.grad(), k1.grad()) < kBound, qPrintable(QString("dk %1").arg(max_diff(k2.grad(), k1.grad()))));
     QVERIFY2(max_diff(v2.grad(), v1.grad()) < kBound, qPrintable(QString("dv %1").arg(max_diff(v2.grad(), v1.grad()))));
+  }
+
+  // The band kernels' reference (kernels/band_attention.h, the selftest's oracle for the CUDA
+  // kernels): out, lse and the gradients of q, k and v equal this file's dense formula in
+  // float64, per-query first keys built from samples and a window as the tiles plan them; and
+  // off a GPU, band_attention() is that reference.
+  void bandReferenceMatchesTheDenseFormula() {
+    torch::manual_seed(11);
+    const std::vector<std::int64_t> lengths{13, 6, 18};
+    const std::int64_t t = 37, hq = 6, hkv = 2, d = 8, window = 7;
+    const double scale = 0.35, cap = 2.0;
+    std::vector<std::int64_t> first;
+    for (std::int64_t s = 0, start = 0; s < 3; start += lengths[static_cast<std::size_t>(s)], ++s)
+      for (std::int64_t i = start; i < start + lengths[static_cast<std::size_t>(s)]; ++i)
+        first.push_back(std::max(start, i - window + 1));
+    const auto f64 = torch::TensorOptions().dtype(torch::kDouble);
+    const torch::Tensor q0 = torch::randn({t, hq, d}, f64) * 1.5, k0 = torch::randn({t, hkv, d}, f64) * 1.5;
+    const torch::Tensor v0 = torch::randn({t, hkv, d}, f64), dout = torch::randn({t, hq, d}, f64);
+    const torch::Tensor q1 = q0.clone().requires_grad_(), k1 = k0.clone().requires_grad_(),
+                        v1 = v0.clone().requires_grad_();
+    const torch::Tensor want = dense(q1, k1, v1, lengths, scale, window, cap);
+    (want * dout).sum().backward();
+    const torch::Tensor q2 = q0.clone().requires_grad_(), k2 = k0.clone().requires_grad_(),
+                        v2 = v0.clone().requires_grad_();
+    const torch::Tensor fk = torch::tensor(first, torch::kInt64);
+    QVERIFY(!odyssey::kernels::band_kernels_take(q2, k2, v2));  // CPU: the reference
+    const auto [got, lse] = odyssey::kernels::band_attention(q2, k2, v2, fk, scale, cap);
+    (got * dout).sum().backward();
+    constexpr double kBound = 1e-12;
+    QVERIFY2(max_diff(got, want) < kBound, qPrintable(QString("out %1").arg(max_diff(got, want))));
+    QVERIFY2(max_diff(q2.grad(), q1.grad()) < kBound, qPrintable(QString("dq %1").arg(max_diff(q2.grad(), q1.grad()))));
+    QVERIFY2(max_diff(k2.grad(), k1.grad()) < kBound, qPrintable(QString("dk %1").arg(max_diff(k2.grad(), k1.grad()))));
+    QVERIFY2(max_diff(v2.grad(), v1.grad()) < kBound, qPrintable(QString("dv %1").arg(max_diff(v2.grad(), v1.grad()))));
+    // lse [Hq, T]: log sum exp of the capped, masked scores, from the same formula written out.
+    const torch::Tensor kh = k0.transpose(0, 1).repeat_interleave(hq / hkv, 0);
+    torch::Tensor x = torch::tanh(torch::matmul(q0.transpose(0, 1), kh.transpose(1, 2)) * scale / cap) * cap;
+    const torch::Tensor pos = torch::arange(t, torch::kInt64);
+    const torch::Tensor seen = pos.view({1, t}).ge(fk.view({t, 1})).logical_and(pos.view({1, t}).le(pos.view({t, 1})));
+    x = x.masked_fill(seen.logical_not(), -std::numeric_limits<double>::infinity());
+    QVERIFY(max_diff(lse, torch::logsumexp(x, -1)) < kBound);
+    QCOMPARE(lse.sizes(), (std::vector<std::int64_t>{hq, t}));
+  }
+
+  // The engine and the planner agree on whether soft-capped and windowed layers run the band
+  // kernels where those take the shapes (kernels::band_attention_enabled, PlannerOptions).
+  void bandDefaultsAgree() {
+    QCOMPARE(odyssey::kernels::band_attention_enabled(), odyssey::PlannerOptions{}.band_attention);
   }
 
   // fp32 inputs that are strided views (the decoder's rotated projections), as the engine calls it.

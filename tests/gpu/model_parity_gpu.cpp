@@ -377,6 +377,8 @@ int attention_bench(std::int64_t seq, const std::vector<std::string>& backends, 
   const double fwd_flops = 2.0 * static_cast<double>(seq) * static_cast<double>(seq) * static_cast<double>(d * hq);
   for (const std::string& b : backends) {
     std::int64_t ran = -1;
+    // tiled: the band kernels where they take the shape; tiled-gemm: the GEMM tiles (both ways).
+    if (b == "tiled" || b == "tiled-gemm") kernels::set_band_attention(b == "tiled");
     auto run = [&](bool backward) {
       torch::Tensor q = q0.detach().requires_grad_(backward), k = k0.detach().requires_grad_(backward),
                     v = v0.detach().requires_grad_(backward);
@@ -384,9 +386,7 @@ int attention_bench(std::int64_t seq, const std::vector<std::string>& backends, 
       if (b == "varlen-flash") {
         out = varlen_causal_attention(q, k, v, cu, seq, scale, &ran, window);  // window > 0: flash's local band
       } else if (b == "tiled" || b == "tiled-gemm") {  // model/tiled_attention.h with Gemma-2's soft-capping (50)
-        kernels::set_band_attention(b == "tiled");  // tiled: the band kernels where they apply; tiled-gemm: GEMM tiles
         out = tiled_causal_attention(q, k, v, cu, scale, window, 50.0);
-        kernels::set_band_attention(true);
         ran = static_cast<std::int64_t>(at::SDPBackend::math);
       } else if (b == "window-mask") {  // the explicit-mask path windowed layers took before the band
         const torch::Tensor keep = window_mask(block_causal_mask(cu, seq, cuda), seq, window, cuda);
@@ -424,9 +424,9 @@ int attention_bench(std::int64_t seq, const std::vector<std::string>& backends, 
           "{\"attention\": \"%s\", \"ran\": \"%s\", \"heads\": \"%lld/%lld/%lld\", \"seq\": %lld, \"window\": %lld, "
           "\"pass\": \"%s\", \"ms\": %.2f, \"tflops\": %.1f, \"peak_gib_over_inputs\": %.2f}\n",
           b.c_str(),
-          b == "varlen-flash"                                             ? "flash (varlen)"
-          : b == "tiled" && kernels::band_attention_supported(q0, k0, v0) ? "band kernels"
-                                                                          : sdp_backend_name(ran).c_str(),
+          b == "varlen-flash"                                      ? "flash (varlen)"
+          : b == "tiled" && kernels::band_kernels_take(q0, k0, v0) ? "band kernels"
+                                                                   : sdp_backend_name(ran).c_str(),
           static_cast<long long>(hq), static_cast<long long>(hkv), static_cast<long long>(d),
           static_cast<long long>(seq), static_cast<long long>(window), backward ? "forward+backward" : "forward",
           s * 1e3, flops / s / 1e12, peak);
