@@ -16,7 +16,7 @@
 namespace odyssey::kernels {
 namespace {
 
-std::atomic<bool> g_band_attention{false};  // PlannerOptions::band_attention agrees (tst_tiled_attention)
+std::atomic<bool> g_band_attention{false};
 
 void check_inputs(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                   const torch::Tensor& first_key) {

@@ -181,7 +181,6 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     PlannerOptions po;
     po.gpu_memory_bytes = gpu_memory_bytes(device.is_cuda() ? device.index() : -1);  // 0 on the CPU: an H200
     if (o.mlp_park == "0") po.mlp_park = false;
-    po.band_attention = o.band_attention == "on";
     if (o.kept_margin >= 0) {
       po.kept_attention_margin = o.kept_margin;
       rec["kept_attention_margin"] = o.kept_margin;

@@ -36,6 +36,7 @@ struct Tiles {
   std::vector<std::int64_t> row0;  // the tile's first row; the next tile's (or T) ends it
   std::vector<std::int64_t> key0;  // the first key any of its rows sees
   torch::Tensor first_key;         // [T] int64: the first key each query sees
+  std::int64_t window = 0;         // the layer's window (0: none); picks the backward's kernels
 };
 
 // cu: the boundaries on the host, int64, contiguous.
@@ -55,6 +56,7 @@ Tiles plan_tiles_host(const torch::Tensor& cu, std::int64_t total, std::int64_t 
   const std::int64_t reach = window > 0 ? std::min(window, longest) : longest;
   const std::int64_t rows = tile_rows > 0 ? tile_rows : tiled_attention_rows(total, reach, heads);
   Tiles t;
+  t.window = window;
   for (std::int64_t a = 0; a < total; a += rows) {
     t.row0.push_back(a);
     t.key0.push_back(first[a]);  // first[] never decreases along the row
@@ -145,7 +147,11 @@ variable_list backward_tiles(const torch::Tensor& dout, const torch::Tensor& q, 
                              const torch::Tensor& v, const torch::Tensor& out, const torch::Tensor& lse,
                              const Tiles& tiles, double scale, double softcap) {
   const std::int64_t t = q.size(0), hq = q.size(1), hkv = k.size(1), g = hq / hkv, d = q.size(2);
-  if (kernels::band_attention_supported(q, k, v)) {
+  // The band kernels' backward is faster than the GEMM tiles' only where a window bounds the
+  // band (on an H100, Gemma-2's heads at 32K with a 4096 window: 76 against 123 ms forward and
+  // backward; without a window, 16K: 81 against 55 ms, docs/kernels.md): global layers keep the
+  // tiles' backward from the band kernels' forward (the same out and lse).
+  if (kernels::band_attention_supported(q, k, v) && tiles.window > 0) {
     auto [dq, dk, dv] = kernels::band_attention_backward(dout, q, k, v, out, lse, tiles.first_key, scale, softcap);
     return {dq, dk, dv};
   }
@@ -176,6 +182,7 @@ variable_list backward_tiles(const torch::Tensor& dout, const torch::Tensor& q, 
 }
 
 void save_tiles(AutogradContext* ctx, const Tiles& tiles, double scale, double softcap) {
+  ctx->saved_data["window"] = tiles.window;
   ctx->saved_data["row0"] = tiles.row0;
   ctx->saved_data["key0"] = tiles.key0;
   ctx->saved_data["scale"] = scale;
@@ -189,6 +196,7 @@ variable_list backward_saved(AutogradContext* ctx, const variable_list& grads, s
   tiles.row0 = ctx->saved_data.at("row0").toIntVector();
   tiles.key0 = ctx->saved_data.at("key0").toIntVector();
   tiles.first_key = saved[3];
+  tiles.window = ctx->saved_data.at("window").toInt();
   variable_list g = backward_tiles(grads[0], saved[0], saved[1], saved[2], saved[4], saved[5], tiles,
                                    ctx->saved_data.at("scale").toDouble(), ctx->saved_data.at("softcap").toDouble());
   g.resize(g.size() + undefined);
@@ -198,28 +206,29 @@ variable_list backward_saved(AutogradContext* ctx, const variable_list& grads, s
 struct TiledAttentionFn : public torch::autograd::Function<TiledAttentionFn> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, const torch::Tensor& first_key, std::vector<std::int64_t> row0,
-                               std::vector<std::int64_t> key0, double scale, double softcap) {
-    const Tiles tiles{std::move(row0), std::move(key0), first_key};
+                               std::vector<std::int64_t> key0, std::int64_t window, double scale, double softcap) {
+    const Tiles tiles{std::move(row0), std::move(key0), first_key, window};
     auto [out, lse] = forward_tiles(q, k, v, tiles, scale, softcap);
     ctx->save_for_backward({q, k, v, first_key, out, lse});
     save_tiles(ctx, tiles, scale, softcap);
     return out;
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) { return backward_saved(ctx, grads, 5); }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) { return backward_saved(ctx, grads, 6); }
 };
 
 // A kept layer's recomputation: the output its forward kept, and the tiles' backward from it.
 struct KeptTiledAttentionFn : public torch::autograd::Function<KeptTiledAttentionFn> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, const torch::Tensor& first_key, std::vector<std::int64_t> row0,
-                               std::vector<std::int64_t> key0, double scale, double softcap, std::int64_t stash_ptr) {
+                               std::vector<std::int64_t> key0, std::int64_t window, double scale, double softcap,
+                               std::int64_t stash_ptr) {
     auto* st = reinterpret_cast<AttentionStash*>(stash_ptr);
     const torch::Tensor out = std::move(st->out), lse = std::move(st->lse);
     ctx->save_for_backward({q, k, v, first_key, out, lse});
-    save_tiles(ctx, Tiles{std::move(row0), std::move(key0), first_key}, scale, softcap);
+    save_tiles(ctx, Tiles{std::move(row0), std::move(key0), first_key, window}, scale, softcap);
     return out;
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) { return backward_saved(ctx, grads, 6); }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) { return backward_saved(ctx, grads, 7); }
 };
 
 void check_shapes(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
@@ -236,7 +245,7 @@ torch::Tensor tiled_causal_attention(const torch::Tensor& q, const torch::Tensor
                                      std::int64_t tile_rows, TilePlans* plans) {
   check_shapes(q, k, v);
   const Tiles tiles = plan_tiles(cu_seqlens, q.size(0), window, q.size(1), tile_rows, q.device(), plans);
-  return TiledAttentionFn::apply(q, k, v, tiles.first_key, tiles.row0, tiles.key0, scale, softcap);
+  return TiledAttentionFn::apply(q, k, v, tiles.first_key, tiles.row0, tiles.key0, tiles.window, scale, softcap);
 }
 
 torch::Tensor kept_tiled_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
@@ -250,7 +259,7 @@ torch::Tensor kept_tiled_attention(const torch::Tensor& q, const torch::Tensor& 
     stash.lse = lse;
     return out;
   }
-  return KeptTiledAttentionFn::apply(q, k, v, tiles.first_key, tiles.row0, tiles.key0, scale, softcap,
+  return KeptTiledAttentionFn::apply(q, k, v, tiles.first_key, tiles.row0, tiles.key0, tiles.window, scale, softcap,
                                      static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(&stash)));
 }
 

@@ -129,11 +129,6 @@ struct PlannerOptions {
   // Checkpointed layers may park their MLP's gate and up on the host (the MLP park, since
   // 2026-12-06; odyssey-bench --mlp-park off measures without).
   bool mlp_park = true;
-  // Soft-capped and windowed layers' tiled attention runs the band kernels on CUDA 16-bit at head
-  // dim 64/128/256 (kernels/band_attention.h): no tiles of fp32 scores. false plans the GEMM
-  // tiles. The engine's default (kernels::band_attention_enabled, off until checked on a GPU);
-  // odyssey-bench --band-attention on|off sets both; lines measured before 2026-12-06 lack the key.
-  bool band_attention = false;
 };
 
 struct MemoryItem {

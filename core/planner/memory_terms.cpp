@@ -422,15 +422,10 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   const i64 eager_sq = ring_reference  ? static_cast<i64>(std::min(ring_sq, 1e17))
                        : eager_formula ? static_cast<i64>(std::min(sq, 1e17))
                                        : 0;
-  // The band kernels (kernels/band_attention.h) take 16-bit CUDA rows at head dim 64/128/256:
-  // their backward's only scratch is the fp32 rowsum(dO * O) of each query head; dQ, dK and dV
-  // come out in the inputs' dtype as flash attention's do.
-  const bool band = o.band_attention && t.cuda && b == 2 && (s.d == 64 || s.d == 128 || s.d == 256);
   const i64 tiled_working =
-      !tiled ? 0
-      : band ? 4 * std::max<i64>(1, s.H / u) * seq
-             : model::kTiledBackwardBlocks * model::tiled_attention_block_bytes(seq, seq, std::max<i64>(1, s.H / u)) +
-                   2 * 4 * kv_heads_gpu * s.d * seq;
+      tiled ? model::kTiledBackwardBlocks * model::tiled_attention_block_bytes(seq, seq, std::max<i64>(1, s.H / u)) +
+                  2 * 4 * kv_heads_gpu * s.d * seq
+            : 0;
 
   t.layer_full = per_token * T + eager_sq;
   t.layer_in = b * s.h * T;

@@ -252,8 +252,6 @@ Replanned replan_bench_line(const nlohmann::json& j) {
   // Lines measured before offload_activations parked kept attention outputs on the host lack
   // the key: the engine kept them on the GPU then.
   o.kept_attention_on_host = j.value("kept_attention_on_host", false);
-  // Lines measured before the band kernels (2026-12-06) lack the key: their tiles were GEMMs.
-  o.band_attention = j.value("band_attention", std::string("off")) == "on";
   if (j.contains("memory_budget_gib"))
     o.gpu_memory_bytes = static_cast<std::int64_t>(j.at("memory_budget_gib").get<double>() * double(kGiB));
   planner_detail::Terms t = planner_detail::compute_terms(c, m, o);
@@ -461,18 +459,11 @@ class TestMemoryPlanner : public QObject {
     const auto tg = planner_detail::compute_terms(lora_7b(4096, true), g2, o);
     const auto tp = planner_detail::compute_terms(lora_7b(4096, true), plain, o);
     QVERIFY(tg.per_token_layer > tp.per_token_layer);  // two more norms
-    // Tiled attention (model/tiled_attention.h) keeps nothing of s². As GEMM tiles its backward
-    // holds three tiles of fp32 scores (16 heads x 1,472 rows x up to 4096 keys, 368 MiB: the
-    // most rows within 512 MiB, a multiple of 64) and fp32 dK/dV sums over the row (8 KV heads
-    // of 256); through the band kernels (CUDA 16-bit, head dim 256) the backward's scratch is one
-    // fp32 rowsum(dO * O) per query head and row.
+    // Tiled attention (model/tiled_attention.h) keeps nothing of s²; its backward holds three
+    // tiles of fp32 scores (16 heads x 1,472 rows x up to 4096 keys, 368 MiB: the most rows
+    // within 512 MiB, a multiple of 64) and fp32 dK/dV sums over the row (8 KV heads of 256).
     QCOMPARE(tg.layer_full, tg.per_token_layer * tg.tokens);
-    PlannerOptions gemm = o, band = o;
-    gemm.band_attention = false, band.band_attention = true;
-    const auto tt = planner_detail::compute_terms(lora_7b(4096, true), g2, gemm);
-    const auto tb = planner_detail::compute_terms(lora_7b(4096, true), g2, band);
-    QCOMPARE(tt.bwd_attn - tp.bwd_attn, std::int64_t{3} * 4 * 16 * 1472 * 4096 + 2 * 4 * 8 * 256 * 4096);
-    QCOMPARE(tb.bwd_attn - tp.bwd_attn, std::int64_t{4} * 16 * 4096);
+    QCOMPARE(tg.bwd_attn - tp.bwd_attn, std::int64_t{3} * 4 * 16 * 1472 * 4096 + 2 * 4 * 8 * 256 * 4096);
     PlannerOptions hf = o;
     hf.reference = PlannerReference::HfPeft;
     const auto th = planner_detail::compute_terms(lora_7b(4096, true), g2, hf);

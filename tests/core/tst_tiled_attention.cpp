@@ -18,7 +18,6 @@
 
 #include "kernels/band_attention.h"
 #include "model/attention_tiles.h"
-#include "planner/memory_planner.h"
 #include "model/tiled_attention.h"
 
 using namespace odyssey::model;
@@ -155,12 +154,6 @@ class TstTiledAttention : public QObject {
     x = x.masked_fill(seen.logical_not(), -std::numeric_limits<double>::infinity());
     QVERIFY(max_diff(lse, torch::logsumexp(x, -1)) < kBound);
     QCOMPARE(lse.sizes(), (std::vector<std::int64_t>{hq, t}));
-  }
-
-  // The engine and the planner agree on whether soft-capped and windowed layers run the band
-  // kernels where those take the shapes (kernels::band_attention_enabled, PlannerOptions).
-  void bandDefaultsAgree() {
-    QCOMPARE(odyssey::kernels::band_attention_enabled(), odyssey::PlannerOptions{}.band_attention);
   }
 
   // fp32 inputs that are strided views (the decoder's rotated projections), as the engine calls it.
