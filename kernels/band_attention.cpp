@@ -16,7 +16,7 @@
 namespace odyssey::kernels {
 namespace {
 
-std::atomic<bool> g_band_attention{false};
+std::atomic<bool> g_band_attention{true};
 
 void check_inputs(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                   const torch::Tensor& first_key) {

@@ -27,9 +27,10 @@
 // whether a smaller margin is safe and faster at a budget.
 // --cudnn-gqa on: cuDNN attention gets the grouped K/V heads as they are instead of K/V repeated
 // to the query heads (and dK/dV summed back), the engine's default: for measuring the difference.
-// --band-attention on: soft-capped and windowed tiled attention (model/tiled_attention.h) runs
-// the fused band kernels (kernels/band_attention.h) instead of its GEMM tiles (off, the engine's
-// default until they have run on a GPU): for measuring the difference.
+// --band-attention off: soft-capped and windowed tiled attention (model/tiled_attention.h) runs
+// its GEMM tiles alone, without the fused band kernels (kernels/band_attention.h: the forward of
+// every such layer, the backward of windowed ones; on, the engine's default): for measuring the
+// difference.
 // --rerun-mlp full: checkpointed layers' recomputations run their fused MLP as forward did
 // (down projection included) instead of skipping its GEMMs (skip, the default and the
 // engine's; docs/training.md): for measuring what the skip saves.
