@@ -13,9 +13,10 @@
 // with GEMMs and one fused pass for P and dS): nothing of size T x T is kept, and the working
 // set is a few tiles of scores (tiled_attention_rows sizes them).
 //
-// On CUDA with 16-bit inputs and head dim 64, 128 or 256 the tiles are not cut at all: the band
-// kernels (kernels/band_attention.h) compute the same attention fused, as flash attention does,
-// from the same per-query first keys.
+// On CUDA with 16-bit inputs and head dim 64, 128 or 256 the forward is not cut into tiles: the
+// band kernels (kernels/band_attention.h) compute the same attention fused, as flash attention
+// does, from the same per-query first keys; so does the backward of windowed layers (global
+// layers' backward runs the tiles, faster there, from the kernels' output and log-sum-exp).
 //
 // Semantics are transformers' eager_attention_forward of Gemma-2 (scores * scale, soft-capped,
 // masked, softmax, times V) for rows where each query sees at least itself, which causal rows
