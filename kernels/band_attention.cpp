@@ -18,6 +18,11 @@ namespace {
 
 std::atomic<bool> g_band_attention{true};
 
+std::atomic<bool> g_band_fast_tanh{[] {
+  const char* e = std::getenv("ODYSSEY_BAND_TANH");
+  return e != nullptr && std::string(e) == "approx";
+}()};
+
 void check_inputs(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                   const torch::Tensor& first_key) {
   TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.sizes() == k.sizes() && q.size(0) == k.size(0) &&
@@ -29,16 +34,6 @@ void check_inputs(const torch::Tensor& q, const torch::Tensor& k, const torch::T
 }
 
 #ifdef ODYSSEY_HAVE_CUDA_KERNELS
-// ODYSSEY_BAND_TANH=approx: the soft-cap's tanh by the hardware approximation (a measuring knob;
-// the default is tanhf, as transformers computes it).
-bool band_attention_fast_tanh() {
-  static const bool fast = [] {
-    const char* e = std::getenv("ODYSSEY_BAND_TANH");
-    return e != nullptr && std::string(e) == "approx";
-  }();
-  return fast;
-}
-
 // x as the kernels read it: last dimension contiguous, row and head strides multiples of 8
 // elements, 16-byte aligned.
 torch::Tensor kernel_layout(const torch::Tensor& x) {
@@ -48,7 +43,7 @@ torch::Tensor kernel_layout(const torch::Tensor& x) {
 }
 
 cuda::BandShape shape_of(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale,
-                         double softcap) {
+                         double softcap, bool fast_tanh) {
   cuda::BandShape s;
   s.T = q.size(0);
   s.hq = static_cast<int>(q.size(1));
@@ -62,7 +57,7 @@ cuda::BandShape shape_of(const torch::Tensor& q, const torch::Tensor& k, const t
   s.v_sh = v.stride(1);
   s.scale = static_cast<float>(scale);
   s.softcap = static_cast<float>(softcap);
-  s.fast_tanh = band_attention_fast_tanh() ? 1 : 0;
+  s.fast_tanh = fast_tanh ? 1 : 0;
   return s;
 }
 #endif
@@ -72,11 +67,13 @@ using torch::autograd::variable_list;
 
 struct BandAttentionFn : public torch::autograd::Function<BandAttentionFn> {
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, const torch::Tensor& first_key, double scale, double softcap) {
-    auto [out, lse] = band_attention_forward(q, k, v, first_key, scale, softcap);
+                               const torch::Tensor& v, const torch::Tensor& first_key, double scale, double softcap,
+                               bool fast_tanh) {
+    auto [out, lse] = band_attention_forward(q, k, v, first_key, scale, softcap, fast_tanh);
     ctx->save_for_backward({q, k, v, first_key, out, lse});
     ctx->saved_data["scale"] = scale;
     ctx->saved_data["softcap"] = softcap;
+    ctx->saved_data["fast_tanh"] = fast_tanh;
     ctx->mark_non_differentiable({lse});
     return {out, lse};
   }
@@ -84,8 +81,8 @@ struct BandAttentionFn : public torch::autograd::Function<BandAttentionFn> {
     const auto s = ctx->get_saved_variables();
     auto [dq, dk, dv] =
         band_attention_backward(grads[0], s[0], s[1], s[2], s[4], s[5], s[3], ctx->saved_data.at("scale").toDouble(),
-                                ctx->saved_data.at("softcap").toDouble());
-    return {dq, dk, dv, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+                                ctx->saved_data.at("softcap").toDouble(), ctx->saved_data.at("fast_tanh").toBool());
+    return {dq, dk, dv, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -93,6 +90,8 @@ struct BandAttentionFn : public torch::autograd::Function<BandAttentionFn> {
 
 void set_band_attention(bool on) { g_band_attention = on; }
 bool band_attention_enabled() { return g_band_attention.load(); }
+void set_band_fast_tanh(bool on) { g_band_fast_tanh = on; }
+bool band_fast_tanh() { return g_band_fast_tanh.load(); }
 
 bool band_attention_supported(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
   return g_band_attention.load() && band_kernels_take(q, k, v);
@@ -114,7 +113,7 @@ bool band_kernels_take(const torch::Tensor& q, const torch::Tensor& k, const tor
 
 std::pair<torch::Tensor, torch::Tensor> band_attention_forward(const torch::Tensor& q, const torch::Tensor& k,
                                                                const torch::Tensor& v, const torch::Tensor& first_key,
-                                                               double scale, double softcap) {
+                                                               double scale, double softcap, bool fast_tanh) {
   check_inputs(q, k, v, first_key);
   TORCH_CHECK(band_kernels_take(q, k, v), "band attention: the kernels do not take ", q.scalar_type(), " ", q.device(),
               " head dim ", q.size(2));
@@ -125,19 +124,21 @@ std::pair<torch::Tensor, torch::Tensor> band_attention_forward(const torch::Tens
       torch::empty({q.size(0), q.size(1), q.size(2)}, q.options().memory_format(torch::MemoryFormat::Contiguous));
   torch::Tensor lse = torch::empty({q.size(1), q.size(0)}, q.options().dtype(torch::kFloat32));
   cuda::band_attention_fwd(qc.data_ptr(), kc.data_ptr(), vc.data_ptr(), out.data_ptr(), lse.data_ptr<float>(),
-                           fk.data_ptr<std::int64_t>(), shape_of(qc, kc, vc, scale, softcap),
+                           fk.data_ptr<std::int64_t>(), shape_of(qc, kc, vc, scale, softcap, fast_tanh),
                            dtype_code(q.scalar_type()), at::cuda::getCurrentCUDAStream().stream());
   return {out, lse};
 #else
   (void)scale;
   (void)softcap;
+  (void)fast_tanh;
   return {};
 #endif
 }
 
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> band_attention_backward(
     const torch::Tensor& dout, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-    const torch::Tensor& out, const torch::Tensor& lse, const torch::Tensor& first_key, double scale, double softcap) {
+    const torch::Tensor& out, const torch::Tensor& lse, const torch::Tensor& first_key, double scale, double softcap,
+    bool fast_tanh) {
   check_inputs(q, k, v, first_key);
   TORCH_CHECK(band_kernels_take(q, k, v), "band attention backward: the kernels do not take ", q.scalar_type(), " ",
               q.device(), " head dim ", q.size(2));
@@ -155,7 +156,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> band_attention_backward(
   torch::Tensor dv = torch::empty(v.sizes(), v.options().memory_format(torch::MemoryFormat::Contiguous));
   cuda::band_attention_bwd(qc.data_ptr(), kc.data_ptr(), vc.data_ptr(), oc.data_ptr(), gc.data_ptr(),
                            l.data_ptr<float>(), delta.data_ptr<float>(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
-                           fk.data_ptr<std::int64_t>(), shape_of(qc, kc, vc, scale, softcap),
+                           fk.data_ptr<std::int64_t>(), shape_of(qc, kc, vc, scale, softcap, fast_tanh),
                            dtype_code(q.scalar_type()), at::cuda::getCurrentCUDAStream().stream());
   return {dq, dk, dv};
 #else
@@ -164,19 +165,20 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> band_attention_backward(
   (void)lse;
   (void)scale;
   (void)softcap;
+  (void)fast_tanh;
   return {};
 #endif
 }
 
 std::pair<torch::Tensor, torch::Tensor> band_attention(const torch::Tensor& q, const torch::Tensor& k,
                                                        const torch::Tensor& v, const torch::Tensor& first_key,
-                                                       double scale, double softcap) {
+                                                       double scale, double softcap, bool fast_tanh) {
   check_inputs(q, k, v, first_key);
   if (!band_kernels_take(q, k, v)) {
     auto [out, lse] = band_attention_reference(q, k, v, first_key, scale, softcap);
     return {out, lse.detach()};
   }
-  const variable_list r = BandAttentionFn::apply(q, k, v, first_key, scale, softcap);
+  const variable_list r = BandAttentionFn::apply(q, k, v, first_key, scale, softcap, fast_tanh);
   return {r[0], r[1]};
 }
 

@@ -212,13 +212,16 @@ __global__ void __launch_bounds__(kThreads)
   float o[D / 8][4];
 #pragma unroll
   for (int d = 0; d < D / 8; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
-  for (std::int64_t j0 = fk[i0] / BC * BC; j0 <= last; j0 += BC) {
-    __syncthreads();  // every warp is done with the previous K and V
-    load_rows<BC, D>(Ks, kh, s.k_st, j0, T_);
-    cp_commit();
+  // Loads overlap compute as in FlashAttention-2: V of a block lands while S is computed, K of
+  // the next block while the softmax and P.V run. Commit groups: Q, K_0, then V_j, K_j+1 a block.
+  std::int64_t j0 = fk[i0] / BC * BC;
+  load_rows<BC, D>(Ks, kh, s.k_st, j0, T_);
+  cp_commit();
+  for (; j0 <= last; j0 += BC) {
+    const bool more = j0 + BC <= last;
     load_rows<BC, D>(Vs, vh, s.v_st, j0, T_);
     cp_commit();
-    cp_wait<1>();
+    cp_wait<1>();  // Q and K_j are in
     __syncthreads();
     float sc[BC / 8][4];
 #pragma unroll
@@ -235,6 +238,9 @@ __global__ void __launch_bounds__(kThreads)
         mma<T>(sc[2 * np + 1], a, b[2], b[3]);
       }
     }
+    __syncthreads();  // every warp has read K_j
+    if (more) load_rows<BC, D>(Ks, kh, s.k_st, j0 + BC, T_);
+    cp_commit();  // (empty on the last block)
     const bool masked = j0 + BC - 1 > i0 || j0 < fk_last || i0 + BR > T_;
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -273,7 +279,7 @@ __global__ void __launch_bounds__(kThreads)
         sc[n][e] = p;
         l[e >> 1] += p;
       }
-    cp_wait<0>();
+    cp_wait<1>();  // V_j is in (K_j+1 may still be on its way)
     __syncthreads();
 #pragma unroll
     for (int kk = 0; kk < BC / 16; ++kk) {
@@ -287,6 +293,7 @@ __global__ void __launch_bounds__(kThreads)
         mma<T>(o[2 * dp + 1], a, b[2], b[3]);
       }
     }
+    __syncthreads();  // every warp has read V_j
   }
   const std::int64_t ost = static_cast<std::int64_t>(s.hq) * D;
 #pragma unroll
@@ -365,33 +372,22 @@ __global__ void __launch_bounds__(kThreads)
   float acc[D / 8][4];
 #pragma unroll
   for (int d = 0; d < D / 8; ++d) acc[d][0] = acc[d][1] = acc[d][2] = acc[d][3] = 0.f;
-  for (std::int64_t j0 = fk[i0] / BC * BC; j0 <= last; j0 += BC) {
-    __syncthreads();
-    load_rows<BC, D>(Ks, kh, s.k_st, j0, T_);
-    cp_commit();
-    load_rows<BC, D>(Vs, vh, s.v_st, j0, T_);
-    cp_commit();
-    cp_wait<1>();
+  // Loads overlap compute: V of the next block lands while S, dS and dQ run, K of the next block
+  // while dP runs. Commit groups: Q and dO, V_0, K_0, then V_j+1, K_j+1 a block.
+  std::int64_t j0 = fk[i0] / BC * BC;
+  load_rows<BC, D>(Vs, vh, s.v_st, j0, T_);
+  cp_commit();
+  load_rows<BC, D>(Ks, kh, s.k_st, j0, T_);
+  cp_commit();
+  for (; j0 <= last; j0 += BC) {
+    const bool more = j0 + BC <= last;
+    cp_wait<1>();  // Q, dO and V_j are in
     __syncthreads();
     float sc[BC / 8][4], dp[BC / 8][4];
 #pragma unroll
     for (int n = 0; n < BC / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) sc[n][e] = dp[n][e] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t a[4];
-      ldsm4(a, a_addr<LD>(Qs, warp * 16, kk * 16, lane));
-#pragma unroll
-      for (int np = 0; np < BC / 16; ++np) {
-        uint32_t b[4];
-        ldsm4(b, bn_addr<LD>(Ks, np * 16, kk * 16, lane));
-        mma<T>(sc[2 * np], a, b[0], b[1]);
-        mma<T>(sc[2 * np + 1], a, b[2], b[3]);
-      }
-    }
-    cp_wait<0>();
-    __syncthreads();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t a[4];
@@ -402,6 +398,22 @@ __global__ void __launch_bounds__(kThreads)
         ldsm4(b, bn_addr<LD>(Vs, np * 16, kk * 16, lane));
         mma<T>(dp[2 * np], a, b[0], b[1]);
         mma<T>(dp[2 * np + 1], a, b[2], b[3]);
+      }
+    }
+    cp_wait<0>();     // K_j is in
+    __syncthreads();  // and every warp has read V_j
+    if (more) load_rows<BC, D>(Vs, vh, s.v_st, j0 + BC, T_);
+    cp_commit();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t a[4];
+      ldsm4(a, a_addr<LD>(Qs, warp * 16, kk * 16, lane));
+#pragma unroll
+      for (int np = 0; np < BC / 16; ++np) {
+        uint32_t b[4];
+        ldsm4(b, bn_addr<LD>(Ks, np * 16, kk * 16, lane));
+        mma<T>(sc[2 * np], a, b[0], b[1]);
+        mma<T>(sc[2 * np + 1], a, b[2], b[3]);
       }
     }
     const bool masked = j0 + BC - 1 > i0 || j0 < fk_last || i0 + BR > T_;
@@ -433,6 +445,9 @@ __global__ void __launch_bounds__(kThreads)
         mma<T>(acc[2 * d2 + 1], a, b[2], b[3]);
       }
     }
+    __syncthreads();  // every warp has read K_j
+    if (more) load_rows<BC, D>(Ks, kh, s.k_st, j0 + BC, T_);
+    cp_commit();
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -446,27 +461,28 @@ __global__ void __launch_bounds__(kThreads)
 
 // dK and/or dV: 64 keys of one KV head a CTA, each warp 16 of them, over the query rows of every
 // query head of the group that see them, BR rows at a time.
-template <typename T, int D, int BR, bool DV, bool DK>
+template <typename T, int D, int BR, bool DV, bool DK, int STAGES>
 __global__ void __launch_bounds__(kThreads)
     band_dkv_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                     const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
                     T* __restrict__ dk, T* __restrict__ dv, const std::int64_t* __restrict__ fk, BandShape s) {
   constexpr int BK = 64, LD = row_ld<D>();
   extern __shared__ __align__(16) unsigned char smem[];
+  // K, V (only for dK), then STAGES buffers of query rows: Q, dO, first keys, lse and delta.
   T* Ks = reinterpret_cast<T*>(smem);
   T* Vs = Ks + BK * LD;
-  T* Qs = Vs + BK * LD;
-  T* Gs = Qs + BR * LD;  // dO
-  auto* fks = reinterpret_cast<std::int64_t*>(Gs + BR * LD);
-  float* lse2s = reinterpret_cast<float*>(fks + BR);
-  float* dls = lse2s + BR;
+  T* Qb = Vs + (DK ? BK * LD : 0);
+  T* Gb = Qb + STAGES * BR * LD;  // dO
+  auto* fkb = reinterpret_cast<std::int64_t*>(Gb + STAGES * BR * LD);
+  float* lsb = reinterpret_cast<float*>(fkb + STAGES * BR);
+  float* dlb = lsb + STAGES * BR;
   const std::int64_t T_ = s.T;
   const int kvh = blockIdx.y, group = s.hq / s.hkv;
   const std::int64_t j0 = static_cast<std::int64_t>(blockIdx.x) * BK;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
   const std::int64_t ost = static_cast<std::int64_t>(s.hq) * D;
   load_rows<BK, D>(Ks, k + kvh * s.k_sh, s.k_st, j0, T_);
-  load_rows<BK, D>(Vs, v + kvh * s.v_sh, s.v_st, j0, T_);
+  if constexpr (DK) load_rows<BK, D>(Vs, v + kvh * s.v_sh, s.v_st, j0, T_);
   cp_commit();
   const std::int64_t jlast = min(j0 + BK, T_) - 1;
   std::int64_t key[2];
@@ -479,22 +495,52 @@ __global__ void __launch_bounds__(kThreads)
   for (int d = 0; d < (DV ? D / 8 : 1); ++d) gv[d][0] = gv[d][1] = gv[d][2] = gv[d][3] = 0.f;
 #pragma unroll
   for (int d = 0; d < (DK ? D / 8 : 1); ++d) gk[d][0] = gk[d][1] = gk[d][2] = gk[d][3] = 0.f;
-  for (int hh = 0; hh < group; ++hh) {
+  // The (query head, row block) pairs that see these keys, walked in one sequence: every head of
+  // the group, and in each the row blocks from the one holding j0 while their first key <= jlast
+  // (the first of a head always qualifies: fk[i0] <= i0 <= j0). With two stages, the next pair's
+  // rows land while this pair's products run.
+  const std::int64_t start = j0 / BR * BR;
+  auto load_stage = [&](int stage, int hh, std::int64_t i0) {
     const int h = kvh * group + hh;
-    for (std::int64_t i0 = j0 / BR * BR; i0 < T_ && fk[i0] <= jlast; i0 += BR) {
-      __syncthreads();  // every warp is done with the previous rows
-      load_rows<BR, D>(Qs, q + h * s.q_sh, s.q_st, i0, T_);
-      load_rows<BR, D>(Gs, dout + static_cast<std::int64_t>(h) * D, ost, i0, T_);
+    load_rows<BR, D>(Qb + stage * BR * LD, q + h * s.q_sh, s.q_st, i0, T_);
+    load_rows<BR, D>(Gb + stage * BR * LD, dout + static_cast<std::int64_t>(h) * D, ost, i0, T_);
+    for (int r = threadIdx.x; r < BR; r += kThreads) {
+      const std::int64_t i = i0 + r;
+      const bool ok = i < T_;
+      fkb[stage * BR + r] = ok ? fk[i] : INT64_MAX;
+      lsb[stage * BR + r] = ok ? lse[static_cast<std::int64_t>(h) * T_ + i] * kLog2e : 0.f;
+      dlb[stage * BR + r] = ok ? delta[static_cast<std::int64_t>(h) * T_ + i] : 0.f;
+    }
+  };
+  int hh = 0, cur = 0;
+  std::int64_t i0 = start;
+  if constexpr (STAGES == 2) {
+    load_stage(0, hh, i0);
+    cp_commit();
+  }
+  while (hh < group) {
+    int nh = hh;
+    std::int64_t ni0 = i0 + BR;
+    if (ni0 >= T_ || fk[ni0] > jlast) {
+      ++nh;
+      ni0 = start;
+    }
+    if constexpr (STAGES == 2) {
+      if (nh < group) load_stage(cur ^ 1, nh, ni0);
+      cp_commit();   // (empty after the last pair)
+      cp_wait<1>();  // K, V and this pair's rows are in
+    } else {
+      load_stage(0, hh, i0);
       cp_commit();
-      for (int r = threadIdx.x; r < BR; r += kThreads) {
-        const std::int64_t i = i0 + r;
-        const bool ok = i < T_;
-        fks[r] = ok ? fk[i] : INT64_MAX;
-        lse2s[r] = ok ? lse[static_cast<std::int64_t>(h) * T_ + i] * kLog2e : 0.f;
-        dls[r] = ok ? delta[static_cast<std::int64_t>(h) * T_ + i] : 0.f;
-      }
       cp_wait<0>();
-      __syncthreads();
+    }
+    __syncthreads();
+    {
+      const T* Qs = Qb + cur * BR * LD;
+      const T* Gs = Gb + cur * BR * LD;
+      const std::int64_t* fks = fkb + cur * BR;
+      const float* lse2s = lsb + cur * BR;
+      const float* dls = dlb + cur * BR;
       float st[BR / 8][4], dpt[DK ? BR / 8 : 1][4];
 #pragma unroll
       for (int n = 0; n < BR / 8; ++n) st[n][0] = st[n][1] = st[n][2] = st[n][3] = 0.f;
@@ -570,6 +616,10 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
     }
+    __syncthreads();  // every warp is done with this stage before it is refilled
+    hh = nh;
+    i0 = ni0;
+    if constexpr (STAGES == 2) cur ^= 1;
   }
   const std::int64_t kst = static_cast<std::int64_t>(s.hkv) * D;
 #pragma unroll
@@ -629,8 +679,11 @@ template <typename T, int D, bool DV, bool DK>
 void dkv(const void* q, const void* k, const void* v, const void* dout, const float* lse, const float* delta, void* dk,
          void* dv, const std::int64_t* fk, const BandShape& s, cudaStream_t st) {
   constexpr int BR = Tiles<D>::dkv;
-  const int bytes = (2 * 64 + 2 * BR) * row_ld<D>() * static_cast<int>(sizeof(T)) + BR * 16;
-  auto kernel = band_dkv_kernel<T, D, BR, DV, DK>;
+  // Two stages of query rows where two CTAs of them still fit an SM (all but head dim 256's dK pass).
+  constexpr int stages = (D == 256 && DK) ? 1 : 2;
+  const int bytes =
+      ((DK ? 2 : 1) * 64 + stages * 2 * BR) * row_ld<D>() * static_cast<int>(sizeof(T)) + stages * BR * 16;
+  auto kernel = band_dkv_kernel<T, D, BR, DV, DK, stages>;
   set_smem(kernel, bytes, "band_dkv_kernel shared memory");
   const dim3 grid(static_cast<unsigned>((s.T + 63) / 64), static_cast<unsigned>(s.hkv));
   kernel<<<grid, kThreads, bytes, st>>>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),

@@ -29,23 +29,32 @@ bool band_kernels_take(const torch::Tensor& q, const torch::Tensor& k, const tor
 void set_band_attention(bool on);
 bool band_attention_enabled();
 
+// How the kernels compute the soft-cap's tanh: false, tanhf and a true division (as transformers
+// writes the formula, though it runs it in the model's dtype); true, the hardware's
+// tanh.approx.f32 (relative error about 2^-11, what FlashAttention-2's soft-capping uses).
+// Initially from ODYSSEY_BAND_TANH=approx|exact, else exact. Read at each call below unless given.
+void set_band_fast_tanh(bool on);
+bool band_fast_tanh();
+
 // {out [T, Hq, D] in q's dtype, lse [Hq, T] fp32 (natural log)}. Needs band_kernels_take.
 std::pair<torch::Tensor, torch::Tensor> band_attention_forward(const torch::Tensor& q, const torch::Tensor& k,
                                                                const torch::Tensor& v, const torch::Tensor& first_key,
-                                                               double scale, double softcap);
+                                                               double scale, double softcap,
+                                                               bool fast_tanh = band_fast_tanh());
 
 // {dq, dk, dv} in the inputs' dtype from dout [T, Hq, D], the forward's out and lse ([Hq, T] or
 // any shape of Hq * T values in that order).
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> band_attention_backward(
     const torch::Tensor& dout, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-    const torch::Tensor& out, const torch::Tensor& lse, const torch::Tensor& first_key, double scale, double softcap);
+    const torch::Tensor& out, const torch::Tensor& lse, const torch::Tensor& first_key, double scale, double softcap,
+    bool fast_tanh = band_fast_tanh());
 
 // out, differentiable in q, k and v through the two above (autograd), and lse (not
 // differentiable), where the kernels take the tensors (band_kernels_take, whatever the switch:
-// the selftest's fused path); the reference elsewhere.
+// the selftest's fused path); the reference elsewhere. Backward computes the tanh as forward did.
 std::pair<torch::Tensor, torch::Tensor> band_attention(const torch::Tensor& q, const torch::Tensor& k,
                                                        const torch::Tensor& v, const torch::Tensor& first_key,
-                                                       double scale, double softcap);
+                                                       double scale, double softcap, bool fast_tanh = band_fast_tanh());
 
 // The reference: the dense formula in ATen ops in q's dtype (float64 for exact runs),
 // differentiable through autograd; T x T scores per head, so for test lengths only.

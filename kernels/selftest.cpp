@@ -172,14 +172,16 @@ Case attention_tile_case(const torch::Device& dev, std::int64_t groups, std::int
 }
 
 // Band attention (band_attention.h): a row of t tokens in two samples (the second starting at
-// t / 3), hq query heads over hkv KV heads of width d, an optional window and soft-cap; q and k
-// of a few units so the cap bends the scores. Outputs out and lse; gradients of q, k and v.
+// t / 3), hq query heads over hkv KV heads of width d, an optional window and soft-cap (its tanh
+// exact or by tanh.approx); q and k of a few units so the cap bends the scores. Outputs out and
+// lse; gradients of q, k and v.
 Case band_attention_case(const torch::Device& dev, std::int64_t t, std::int64_t hq, std::int64_t hkv, std::int64_t d,
-                         std::int64_t window, double softcap) {
+                         std::int64_t window, double softcap, bool fast_tanh = false) {
   Case c;
   c.kernel = "band_attention " + std::to_string(t) + "x" + std::to_string(hq) + "/" + std::to_string(hkv) + "x" +
              std::to_string(d) + (window > 0 ? " window " + std::to_string(window) : "") +
-             (softcap > 0 ? " cap " + std::to_string(static_cast<int>(softcap)) : "");
+             (softcap > 0 ? " cap " + std::to_string(static_cast<int>(softcap)) : "") +
+             (fast_tanh ? " tanh.approx" : "");
   c.output_names = {"out", "lse"};
   c.input_names = {"q", "k", "v"};
   c.sixteen_bit_only = true;
@@ -197,8 +199,8 @@ Case band_attention_case(const torch::Device& dev, std::int64_t t, std::int64_t 
               torch::randn({t, hkv, d}, o)};
   c.differentiable = {true, true, true};
   c.cotangents = {torch::randn({t, hq, d}, o), torch::randn({hq, t}, o)};
-  c.fused = [first_key, scale, softcap](const Tensors& in) {
-    auto [out, lse] = band_attention(in[0], in[1], in[2], first_key, scale, softcap);
+  c.fused = [first_key, scale, softcap, fast_tanh](const Tensors& in) {
+    auto [out, lse] = band_attention(in[0], in[1], in[2], first_key, scale, softcap, fast_tanh);
     return Tensors{out, lse};
   };
   c.reference = [first_key, scale, softcap](const Tensors& in) {
@@ -591,6 +593,9 @@ std::vector<SelftestRow> run_selftest(const torch::Device& device) {
     cases.push_back(band_attention_case(device, 999, 28, 4, 128, 0, 30.0));
     cases.push_back(band_attention_case(device, 333, 4, 1, 64, 100, 2.0));
     cases.push_back(band_attention_case(device, 777, 8, 2, 128, 0, 0.0));
+    cases.push_back(band_attention_case(device, 1500, 16, 8, 256, 0, 50.0, true));
+    cases.push_back(band_attention_case(device, 1111, 16, 8, 256, 300, 50.0, true));
+    cases.push_back(band_attention_case(device, 333, 4, 1, 64, 100, 2.0, true));
     // Decode steps: Qwen2.5-7B's heads (28 over 4) at batch 1 and 16 against a 1,280-slot cache,
     // Gemma-2's 256-wide heads (16 over 8), 16 query heads per KV head over a long cache, 64 wide.
     cases.push_back(decode_attention_case(device, 1, 28, 4, 1280, 128));

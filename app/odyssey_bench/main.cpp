@@ -21,6 +21,7 @@
 //                 [--galore-rank R] [--galore-gap T]
 //                 [--frontier K] [--frontier-at G1,G2,...] [--kept-margin F] [--rerun-mlp skip|full]
 //                 [--cudnn-gqa on|off] [--band-attention on|off]
+//                 [--band-backward windowed|all] [--band-tanh approx|exact]
 //
 // --kept-margin F: keep_attention auto keeps attention outputs only while the plan stays F of
 // the capacity below it (default the planner's kKeptAttentionMargin, 0.03); for measuring
@@ -31,6 +32,10 @@
 // its GEMM tiles alone, without the fused band kernels (kernels/band_attention.h: the forward of
 // every such layer, the backward of windowed ones; on, the engine's default): for measuring the
 // difference.
+// --band-backward all: the band kernels run the backward of every soft-capped or windowed layer,
+// not only the windowed ones (the engine's default): for measuring the two.
+// --band-tanh approx|exact: the band kernels' soft-cap tanh by tanh.approx.f32 or by tanhf and a
+// division (kernels/band_attention.h, set_band_fast_tanh); default the engine's.
 // --rerun-mlp full: checkpointed layers' recomputations run their fused MLP as forward did
 // (down projection included) instead of skipping its GEMMs (skip, the default and the
 // engine's; docs/training.md): for measuring what the skip saves.

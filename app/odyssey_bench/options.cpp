@@ -130,6 +130,14 @@ int parse_options(int argc, char** argv, Options& o) {
         o.band_attention = next();
         if (o.band_attention != "on" && o.band_attention != "off")
           throw std::invalid_argument("--band-attention takes on or off");
+      } else if (a == "--band-backward") {
+        o.band_backward = next();
+        if (o.band_backward != "windowed" && o.band_backward != "all")
+          throw std::invalid_argument("--band-backward takes windowed or all");
+      } else if (a == "--band-tanh") {
+        o.band_tanh = next();
+        if (o.band_tanh != "approx" && o.band_tanh != "exact")
+          throw std::invalid_argument("--band-tanh takes approx or exact");
       } else if (a == "--kept-margin") {
         o.kept_margin = std::stod(next());
         if (!(o.kept_margin >= 0 && o.kept_margin <= 0.5))

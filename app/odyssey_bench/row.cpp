@@ -16,6 +16,7 @@
 #include "kernels/band_attention.h"
 #include "kernels/quant4.h"
 #include "model/activation_checkpoint.h"
+#include "model/tiled_attention.h"
 #include "model/weights.h"
 #include "planner/flops.h"
 #include "planner/memory_planner.h"
@@ -207,6 +208,10 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     rec["cudnn_gqa"] = o.cudnn_gqa;
     kernels::set_band_attention(o.band_attention == "on");
     rec["band_attention"] = o.band_attention;
+    model::set_band_backward_everywhere(o.band_backward == "all");
+    rec["band_backward"] = o.band_backward;
+    if (!o.band_tanh.empty()) kernels::set_band_fast_tanh(o.band_tanh == "approx");
+    rec["band_tanh"] = kernels::band_fast_tanh() ? "approx" : "exact";
     rec["offload_activations"] = policy.offload_checkpoints;
     rec["kept_attention_on_host"] = policy.offload_checkpoints;
     rec["mlp_tile_tokens"] = policy.mlp_tile;

@@ -4,6 +4,7 @@
 #include "kernels/band_attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <string>
@@ -13,6 +14,8 @@
 namespace odyssey::model {
 
 namespace {
+
+std::atomic<bool> g_band_backward_everywhere{false};
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
@@ -151,7 +154,7 @@ variable_list backward_tiles(const torch::Tensor& dout, const torch::Tensor& q, 
   // band (on an H100, Gemma-2's heads at 32K with a 4096 window: 76 against 123 ms forward and
   // backward; without a window, 16K: 81 against 55 ms; docs/benchmarks.md, 2026-12-06 evening): global layers keep the
   // tiles' backward from the band kernels' forward (the same out and lse).
-  if (kernels::band_attention_supported(q, k, v) && tiles.window > 0) {
+  if (kernels::band_attention_supported(q, k, v) && (tiles.window > 0 || band_backward_everywhere())) {
     auto [dq, dk, dv] = kernels::band_attention_backward(dout, q, k, v, out, lse, tiles.first_key, scale, softcap);
     return {dq, dk, dv};
   }
@@ -262,5 +265,8 @@ torch::Tensor kept_tiled_attention(const torch::Tensor& q, const torch::Tensor& 
   return KeptTiledAttentionFn::apply(q, k, v, tiles.first_key, tiles.row0, tiles.key0, tiles.window, scale, softcap,
                                      static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(&stash)));
 }
+
+void set_band_backward_everywhere(bool on) { g_band_backward_everywhere = on; }
+bool band_backward_everywhere() { return g_band_backward_everywhere.load(); }
 
 }  // namespace odyssey::model

@@ -63,4 +63,10 @@ torch::Tensor kept_tiled_attention(const torch::Tensor& q, const torch::Tensor& 
                                    const torch::Tensor& cu_seqlens, double scale, std::int64_t window, double softcap,
                                    AttentionStash& stash, TilePlans* plans = nullptr);
 
+// Which layers' backward runs the band kernels where they take the tensors: windowed layers only
+// (false, the default) or every layer (true). For measuring the two (odyssey-bench
+// --band-backward, model_parity_gpu's tiled-band backend).
+void set_band_backward_everywhere(bool on);
+bool band_backward_everywhere();
+
 }  // namespace odyssey::model

@@ -16,14 +16,16 @@
 //   seconds per step, peak memory. Layers and the loss are recomputed in backward (see
 //   docs/model.md: without it the saved activations alone exceed an H200 at 32K).
 //
-// attention [--seq N] [--attention cudnn,flash,varlen-flash,window-mask,tiled,tiled-gemm] [--window W]
+// attention [--seq N] [--attention cudnn,flash,varlen-flash,window-mask,tiled,tiled-band,tiled-gemm] [--window W]
 //   [--heads HQ,HKV,D]  attention alone at the 7B shape's heads (28, 4, 128) or the given ones:
 //   milliseconds, achieved TFLOP/s and peak memory, forward and forward + backward (one JSON line
 //   each). With --window: varlen-flash runs flash's local band (after checking it against the
 //   explicit mask, window_parity) and window-mask the explicit [T, T] mask path; the other
 //   backends are skipped. tiled: model/tiled_attention.h with Gemma-2's soft-capping (50), and the
-//   window when given (the band kernels where they take the shape); tiled-gemm: the same with the
-//   band kernels off (its GEMM tiles).
+//   window when given (the band kernels where they take the shape: forward, and backward with a
+//   window); tiled-band: the band kernels forward and backward with or without a window;
+//   tiled-gemm: the same with the band kernels off (its GEMM tiles). ODYSSEY_BAND_TANH=approx:
+//   the band kernels' tanh.approx.
 #include <ATen/DeviceAccelerator.h>
 #include <ATen/SDPBackend.h>
 #include <torch/torch.h>
@@ -377,15 +379,20 @@ int attention_bench(std::int64_t seq, const std::vector<std::string>& backends, 
   const double fwd_flops = 2.0 * static_cast<double>(seq) * static_cast<double>(seq) * static_cast<double>(d * hq);
   for (const std::string& b : backends) {
     std::int64_t ran = -1;
-    // tiled: the band kernels where they take the shape; tiled-gemm: the GEMM tiles (both ways).
-    if (b == "tiled" || b == "tiled-gemm") kernels::set_band_attention(b == "tiled");
+    // tiled: the band kernels where they take the shape (the engine's split: backward only with a
+    // window); tiled-band: the band kernels both ways everywhere; tiled-gemm: the GEMM tiles alone.
+    if (b == "tiled" || b == "tiled-gemm" || b == "tiled-band") {
+      kernels::set_band_attention(b != "tiled-gemm");
+      set_band_backward_everywhere(b == "tiled-band");
+    }
     auto run = [&](bool backward) {
       torch::Tensor q = q0.detach().requires_grad_(backward), k = k0.detach().requires_grad_(backward),
                     v = v0.detach().requires_grad_(backward);
       torch::Tensor out;
       if (b == "varlen-flash") {
         out = varlen_causal_attention(q, k, v, cu, seq, scale, &ran, window);  // window > 0: flash's local band
-      } else if (b == "tiled" || b == "tiled-gemm") {  // model/tiled_attention.h with Gemma-2's soft-capping (50)
+      } else if (b == "tiled" || b == "tiled-gemm" ||
+                 b == "tiled-band") {  // model/tiled_attention.h with Gemma-2's soft-capping (50)
         out = tiled_causal_attention(q, k, v, cu, scale, window, 50.0);
         ran = static_cast<std::int64_t>(at::SDPBackend::math);
       } else if (b == "window-mask") {  // the explicit-mask path windowed layers took before the band
@@ -399,7 +406,8 @@ int attention_bench(std::int64_t seq, const std::vector<std::string>& backends, 
       }
       if (backward) out.backward(g);
     };
-    if (window > 0 && b != "varlen-flash" && b != "window-mask" && b != "tiled" && b != "tiled-gemm")
+    if (window > 0 && b != "varlen-flash" && b != "window-mask" && b != "tiled" && b != "tiled-gemm" &&
+        b != "tiled-band")
       continue;  // the others ignore the window
     if (window > 0 && b == "varlen-flash" && !window_parity(q0, k0, v0, g, window)) return 1;
     // With a window the useful work is the band's query-key pairs, w·T - w(w-1)/2, against the
