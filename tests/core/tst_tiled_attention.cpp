@@ -52,6 +52,18 @@ torch::Tensor dense(const torch::Tensor& q, const torch::Tensor& k, const torch:
 
 double max_diff(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
+struct Compared {
+  const char* name;
+  torch::Tensor got, want;
+};
+// Each pair whose largest difference reaches bound, as "name difference"; empty when all are within.
+QString over_bound(const std::vector<Compared>& pairs, double bound) {
+  QString bad;
+  for (const Compared& p : pairs)
+    if (!(max_diff(p.got, p.want) < bound)) bad += QString("%1 %2; ").arg(p.name).arg(max_diff(p.got, p.want));
+  return bad;
+}
+
 }  // namespace
 
 class TstTiledAttention : public QObject {
@@ -109,10 +121,10 @@ class TstTiledAttention : public QObject {
 
     // float64 on both sides, in a different order of additions: a few ulps of the values.
     constexpr double kBound = 1e-12;
-    QVERIFY2(max_diff(got, want) < kBound, qPrintable(QString("out %1").arg(max_diff(got, want))));
-    QVERIFY2(max_diff(q2.grad(), q1.grad()) < kBound, qPrintable(QString("dq %1").arg(max_diff(q2.grad(), q1.grad()))));
-    QVERIFY2(max_diff(k2.grad(), k1.grad()) < kBound, qPrintable(QString("dk %1").arg(max_diff(k2.grad(), k1.grad()))));
-    QVERIFY2(max_diff(v2.grad(), v1.grad()) < kBound, qPrintable(QString("dv %1").arg(max_diff(v2.grad(), v1.grad()))));
+    const QString bad = over_bound(
+        {{"out", got, want}, {"dq", q2.grad(), q1.grad()}, {"dk", k2.grad(), k1.grad()}, {"dv", v2.grad(), v1.grad()}},
+        kBound);
+    QVERIFY2(bad.isEmpty(), qPrintable(bad));
   }
 
   // The band kernels' reference (kernels/band_attention.h, the selftest's oracle for the CUDA
@@ -142,10 +154,10 @@ class TstTiledAttention : public QObject {
     const auto [got, lse] = odyssey::kernels::band_attention(q2, k2, v2, fk, scale, cap);
     (got * dout).sum().backward();
     constexpr double kBound = 1e-12;
-    QVERIFY2(max_diff(got, want) < kBound, qPrintable(QString("out %1").arg(max_diff(got, want))));
-    QVERIFY2(max_diff(q2.grad(), q1.grad()) < kBound, qPrintable(QString("dq %1").arg(max_diff(q2.grad(), q1.grad()))));
-    QVERIFY2(max_diff(k2.grad(), k1.grad()) < kBound, qPrintable(QString("dk %1").arg(max_diff(k2.grad(), k1.grad()))));
-    QVERIFY2(max_diff(v2.grad(), v1.grad()) < kBound, qPrintable(QString("dv %1").arg(max_diff(v2.grad(), v1.grad()))));
+    const QString bad = over_bound(
+        {{"out", got, want}, {"dq", q2.grad(), q1.grad()}, {"dk", k2.grad(), k1.grad()}, {"dv", v2.grad(), v1.grad()}},
+        kBound);
+    QVERIFY2(bad.isEmpty(), qPrintable(bad));
     // lse [Hq, T]: log sum exp of the capped, masked scores, from the same formula written out.
     const torch::Tensor kh = k0.transpose(0, 1).repeat_interleave(hq / hkv, 0);
     torch::Tensor x = torch::tanh(torch::matmul(q0.transpose(0, 1), kh.transpose(1, 2)) * scale / cap) * cap;
