@@ -140,6 +140,42 @@ __device__ __forceinline__ const T* bt_addr(const T* s, int k0, int n0, int lane
   return s + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + n0 + (lane >> 4) * 8;
 }
 
+// The two warp-level products every kernel here is made of, over 16 rows that the warp owns:
+//  c[n] += A . B^T, A the 16 stored rows a0..a0+15 of As and B the stored rows 0..8*N-1 of Bs,
+//  both K values wide (S = Q.K^T, dP = dO.V^T, S^T = K.Q^T, dP^T = V.dO^T);
+template <typename T, int LD, int K, int N>
+__device__ __forceinline__ void warp_abt(float (&c)[N][4], const T* As, int a0, const T* Bs, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
+    uint32_t a[4];
+    ldsm4(a, a_addr<LD>(As, a0, kk * 16, lane));
+#pragma unroll
+    for (int np = 0; np < N / 2; ++np) {
+      uint32_t b[4];
+      ldsm4(b, bn_addr<LD>(Bs, np * 16, kk * 16, lane));
+      mma<T>(c[2 * np], a, b[0], b[1]);
+      mma<T>(c[2 * np + 1], a, b[2], b[3]);
+    }
+  }
+}
+//  c[d] += P . B, P the warp's 16 x 8*N fp32 fragments (rounded to T) and B the stored rows
+//  0..8*N-1 of Bs, D wide (O += P.V, dQ += dS.K, dV += P^T.dO, dK += dS^T.Q).
+template <typename T, int LD, int D, int N>
+__device__ __forceinline__ void warp_pb(float (&c)[D / 8][4], const float (&p)[N][4], const T* Bs, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < N / 2; ++kk) {
+    uint32_t a[4];
+    a_from_c<T>(a, p[2 * kk], p[2 * kk + 1]);
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {
+      uint32_t b[4];
+      ldsm4t(b, bt_addr<LD>(Bs, kk * 16, dp * 16, lane));
+      mma<T>(c[2 * dp], a, b[0], b[1]);
+      mma<T>(c[2 * dp + 1], a, b[2], b[3]);
+    }
+  }
+}
+
 // Rows r0..r0+ROWS of one head of a [T, H, D] tensor (base at the head, row stride st) into
 // shared [ROWS][LD], asynchronously; rows >= T as zeros.
 template <int ROWS, int D, typename T>
@@ -226,18 +262,7 @@ __global__ void __launch_bounds__(kThreads)
     float sc[BC / 8][4];
 #pragma unroll
     for (int n = 0; n < BC / 8; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t a[4];
-      ldsm4(a, a_addr<LD>(Qs, warp * 16, kk * 16, lane));
-#pragma unroll
-      for (int np = 0; np < BC / 16; ++np) {
-        uint32_t b[4];
-        ldsm4(b, bn_addr<LD>(Ks, np * 16, kk * 16, lane));
-        mma<T>(sc[2 * np], a, b[0], b[1]);
-        mma<T>(sc[2 * np + 1], a, b[2], b[3]);
-      }
-    }
+    warp_abt<T, LD, D>(sc, Qs, warp * 16, Ks, lane);
     __syncthreads();  // every warp has read K_j
     if (more) load_rows<BC, D>(Ks, kh, s.k_st, j0 + BC, T_);
     cp_commit();  // (empty on the last block)
@@ -281,18 +306,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     cp_wait<1>();  // V_j is in (K_j+1 may still be on its way)
     __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < BC / 16; ++kk) {
-      uint32_t a[4];
-      a_from_c<T>(a, sc[2 * kk], sc[2 * kk + 1]);
-#pragma unroll
-      for (int dp = 0; dp < D / 16; ++dp) {
-        uint32_t b[4];
-        ldsm4t(b, bt_addr<LD>(Vs, kk * 16, dp * 16, lane));
-        mma<T>(o[2 * dp], a, b[0], b[1]);
-        mma<T>(o[2 * dp + 1], a, b[2], b[3]);
-      }
-    }
+    warp_pb<T, LD, D>(o, sc, Vs, lane);
     __syncthreads();  // every warp has read V_j
   }
   const std::int64_t ost = static_cast<std::int64_t>(s.hq) * D;
@@ -388,34 +402,12 @@ __global__ void __launch_bounds__(kThreads)
     for (int n = 0; n < BC / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) sc[n][e] = dp[n][e] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t a[4];
-      ldsm4(a, a_addr<LD>(Gs, warp * 16, kk * 16, lane));
-#pragma unroll
-      for (int np = 0; np < BC / 16; ++np) {
-        uint32_t b[4];
-        ldsm4(b, bn_addr<LD>(Vs, np * 16, kk * 16, lane));
-        mma<T>(dp[2 * np], a, b[0], b[1]);
-        mma<T>(dp[2 * np + 1], a, b[2], b[3]);
-      }
-    }
+    warp_abt<T, LD, D>(dp, Gs, warp * 16, Vs, lane);
     cp_wait<0>();     // K_j is in
     __syncthreads();  // and every warp has read V_j
     if (more) load_rows<BC, D>(Vs, vh, s.v_st, j0 + BC, T_);
     cp_commit();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t a[4];
-      ldsm4(a, a_addr<LD>(Qs, warp * 16, kk * 16, lane));
-#pragma unroll
-      for (int np = 0; np < BC / 16; ++np) {
-        uint32_t b[4];
-        ldsm4(b, bn_addr<LD>(Ks, np * 16, kk * 16, lane));
-        mma<T>(sc[2 * np], a, b[0], b[1]);
-        mma<T>(sc[2 * np + 1], a, b[2], b[3]);
-      }
-    }
+    warp_abt<T, LD, D>(sc, Qs, warp * 16, Ks, lane);
     const bool masked = j0 + BC - 1 > i0 || j0 < fk_last || i0 + BR > T_;
 #pragma unroll
     for (int n = 0; n < BC / 8; ++n)
@@ -433,18 +425,7 @@ __global__ void __launch_bounds__(kThreads)
         const float chain = cap > 0.f ? (1.f - th * th) * scale : scale;
         sc[n][e] = p * (dp[n][e] - dl[r]) * chain;
       }
-#pragma unroll
-    for (int kk = 0; kk < BC / 16; ++kk) {
-      uint32_t a[4];
-      a_from_c<T>(a, sc[2 * kk], sc[2 * kk + 1]);
-#pragma unroll
-      for (int d2 = 0; d2 < D / 16; ++d2) {
-        uint32_t b[4];
-        ldsm4t(b, bt_addr<LD>(Ks, kk * 16, d2 * 16, lane));
-        mma<T>(acc[2 * d2], a, b[0], b[1]);
-        mma<T>(acc[2 * d2 + 1], a, b[2], b[3]);
-      }
-    }
+    warp_pb<T, LD, D>(acc, sc, Ks, lane);
     __syncthreads();  // every warp has read K_j
     if (more) load_rows<BC, D>(Ks, kh, s.k_st, j0 + BC, T_);
     cp_commit();
@@ -546,32 +527,8 @@ __global__ void __launch_bounds__(kThreads)
       for (int n = 0; n < BR / 8; ++n) st[n][0] = st[n][1] = st[n][2] = st[n][3] = 0.f;
 #pragma unroll
       for (int n = 0; n < (DK ? BR / 8 : 1); ++n) dpt[n][0] = dpt[n][1] = dpt[n][2] = dpt[n][3] = 0.f;
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t a[4];
-        ldsm4(a, a_addr<LD>(Ks, warp * 16, kk * 16, lane));
-#pragma unroll
-        for (int np = 0; np < BR / 16; ++np) {
-          uint32_t b[4];
-          ldsm4(b, bn_addr<LD>(Qs, np * 16, kk * 16, lane));
-          mma<T>(st[2 * np], a, b[0], b[1]);
-          mma<T>(st[2 * np + 1], a, b[2], b[3]);
-        }
-      }
-      if constexpr (DK) {
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-          uint32_t a[4];
-          ldsm4(a, a_addr<LD>(Vs, warp * 16, kk * 16, lane));
-#pragma unroll
-          for (int np = 0; np < BR / 16; ++np) {
-            uint32_t b[4];
-            ldsm4(b, bn_addr<LD>(Gs, np * 16, kk * 16, lane));
-            mma<T>(dpt[2 * np], a, b[0], b[1]);
-            mma<T>(dpt[2 * np + 1], a, b[2], b[3]);
-          }
-        }
-      }
+      warp_abt<T, LD, D>(st, Ks, warp * 16, Qs, lane);
+      if constexpr (DK) warp_abt<T, LD, D>(dpt, Vs, warp * 16, Gs, lane);
       const std::int64_t ilast = min(i0 + BR, T_) - 1;
       const bool masked = j0 + BK - 1 > i0 || j0 < fk[ilast] || i0 + BR > T_;
 #pragma unroll
@@ -590,31 +547,8 @@ __global__ void __launch_bounds__(kThreads)
           }
           st[n][e] = p;
         }
-#pragma unroll
-      for (int kk = 0; kk < BR / 16; ++kk) {
-        if constexpr (DV) {
-          uint32_t a[4];
-          a_from_c<T>(a, st[2 * kk], st[2 * kk + 1]);
-#pragma unroll
-          for (int d2 = 0; d2 < D / 16; ++d2) {
-            uint32_t b[4];
-            ldsm4t(b, bt_addr<LD>(Gs, kk * 16, d2 * 16, lane));
-            mma<T>(gv[2 * d2], a, b[0], b[1]);
-            mma<T>(gv[2 * d2 + 1], a, b[2], b[3]);
-          }
-        }
-        if constexpr (DK) {
-          uint32_t a[4];
-          a_from_c<T>(a, dpt[2 * kk], dpt[2 * kk + 1]);
-#pragma unroll
-          for (int d2 = 0; d2 < D / 16; ++d2) {
-            uint32_t b[4];
-            ldsm4t(b, bt_addr<LD>(Qs, kk * 16, d2 * 16, lane));
-            mma<T>(gk[2 * d2], a, b[0], b[1]);
-            mma<T>(gk[2 * d2 + 1], a, b[2], b[3]);
-          }
-        }
-      }
+      if constexpr (DV) warp_pb<T, LD, D>(gv, st, Gs, lane);
+      if constexpr (DK) warp_pb<T, LD, D>(gk, dpt, Qs, lane);
     }
     __syncthreads();  // every warp is done with this stage before it is refilled
     hh = nh;
