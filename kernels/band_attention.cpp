@@ -20,7 +20,7 @@ std::atomic<bool> g_band_attention{true};
 
 std::atomic<bool> g_band_fast_tanh{[] {
   const char* e = std::getenv("ODYSSEY_BAND_TANH");
-  return e != nullptr && std::string(e) == "approx";
+  return e == nullptr || std::string(e) != "exact";
 }()};
 
 void check_inputs(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

@@ -53,7 +53,7 @@ struct Options {
   std::int64_t galore_rank = 128, galore_gap = 200;
   std::vector<std::int64_t> a2a_bytes;  // --a2a-bytes: the all-to-all alone, back to back
   std::string rerun_mlp = "skip";       // --rerun-mlp: checkpointed layers' recomputation skips the MLP's GEMMs, or not
-  std::string cudnn_gqa = "off";        // --cudnn-gqa: cuDNN attention takes grouped K/V heads as they are, or repeated
+  std::string cudnn_gqa = "on";         // --cudnn-gqa: cuDNN attention takes grouped K/V heads as they are, or repeated
   std::string band_attention = "on";  // --band-attention: soft-capped/windowed tiles through the band kernels, or GEMMs
   std::string band_backward = "windowed";  // --band-backward windowed|all: which layers' backward the band kernels run
   std::string band_tanh;    // --band-tanh approx|exact: the band kernels' soft-cap tanh (empty: the engine's default)

@@ -26,8 +26,8 @@
 // --kept-margin F: keep_attention auto keeps attention outputs only while the plan stays F of
 // the capacity below it (default the planner's kKeptAttentionMargin, 0.03); for measuring
 // whether a smaller margin is safe and faster at a budget.
-// --cudnn-gqa on: cuDNN attention gets the grouped K/V heads as they are instead of K/V repeated
-// to the query heads (and dK/dV summed back), the engine's default: for measuring the difference.
+// --cudnn-gqa off: cuDNN attention gets K/V repeated to the query heads (and dK/dV summed back)
+// instead of the grouped heads as they are (on, the engine's default): for measuring the difference.
 // --band-attention off: soft-capped and windowed tiled attention (model/tiled_attention.h) runs
 // its GEMM tiles alone, without the fused band kernels (kernels/band_attention.h: the forward of
 // every such layer, the backward of windowed ones; on, the engine's default): for measuring the
@@ -35,7 +35,7 @@
 // --band-backward all: the band kernels run the backward of every soft-capped or windowed layer,
 // not only the windowed ones (the engine's default): for measuring the two.
 // --band-tanh approx|exact: the band kernels' soft-cap tanh by tanh.approx.f32 or by tanhf and a
-// division (kernels/band_attention.h, set_band_fast_tanh); default the engine's.
+// division (kernels/band_attention.h, set_band_fast_tanh); default the engine's (approx).
 // --rerun-mlp full: checkpointed layers' recomputations run their fused MLP as forward did
 // (down projection included) instead of skipping its GEMMs (skip, the default and the
 // engine's; docs/training.md): for measuring what the skip saves.

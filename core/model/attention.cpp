@@ -159,7 +159,7 @@ torch::Tensor sequence_causal_attention(const torch::Tensor& q, const torch::Ten
 
 namespace {
 
-std::atomic<bool> g_cudnn_gqa{false};
+std::atomic<bool> g_cudnn_gqa{true};
 
 // A cuDNN (or PyTorch) that refuses K/V with fewer heads than the queries: repeat them from now on.
 void refuse_cudnn_gqa(const c10::Error& e) {

@@ -101,10 +101,11 @@ torch::Tensor sequence_causal_attention(const torch::Tensor& q, const torch::Ten
 //   Flash  varlen flash attention (CUDA bf16/fp16, head dim <= 256)
 //   Math   explicit fp32 softmax (any device; meant for CPU lengths)
 // Whether cuDNN attention takes grouped-query K/V as they are (fewer K/V heads than query heads).
-// Off by default: the grouped path passed tests/gpu/cudnn_gqa_check.py on an H100 (2026-12-06),
-// but its speed on a model row is not yet measured; off repeats K/V to the query heads and sums
-// dK/dV back (odyssey-bench --cudnn-gqa on|off). A cuDNN that refuses the grouped shapes turns it
-// off for the process, with one line on stderr.
+// On by default: the grouped path passed tests/gpu/cudnn_gqa_check.py on an H100 (2026-12-06)
+// and made Qwen2.5-7B LoRA at 32K 0.6% faster than K/V repeated (docs/benchmarks.md, 2026-12-06
+// night); off repeats K/V to the query heads and sums dK/dV back (odyssey-bench --cudnn-gqa
+// on|off). A cuDNN that refuses the grouped shapes turns it off for the process, with one line
+// on stderr.
 void set_cudnn_gqa(bool on);
 bool cudnn_gqa();
 

@@ -151,9 +151,11 @@ variable_list backward_tiles(const torch::Tensor& dout, const torch::Tensor& q, 
                              const Tiles& tiles, double scale, double softcap) {
   const std::int64_t t = q.size(0), hq = q.size(1), hkv = k.size(1), g = hq / hkv, d = q.size(2);
   // The band kernels' backward is faster than the GEMM tiles' only where a window bounds the
-  // band (on an H100, Gemma-2's heads at 32K with a 4096 window: 76 against 123 ms forward and
-  // backward; without a window, 16K: 81 against 55 ms; docs/benchmarks.md, 2026-12-06 evening): global layers keep the
-  // tiles' backward from the band kernels' forward (the same out and lse).
+  // band (on an H100, Gemma-2's heads at 32K with a 4096 window: 76 against 122 ms forward and
+  // backward; without a window, 16K: 82 against 56 ms; Gemma-2-9B LoRA at 16K 3,462 tokens/s with
+  // the kernels' backward everywhere against 3,848 with it on windowed layers only;
+  // docs/benchmarks.md, 2026-12-06 night): global layers keep the tiles' backward from the band
+  // kernels' forward (the same out and lse), unless set_band_backward_everywhere.
   if (kernels::band_attention_supported(q, k, v) && (tiles.window > 0 || band_backward_everywhere())) {
     auto [dq, dk, dv] = kernels::band_attention_backward(dout, q, k, v, out, lse, tiles.first_key, scale, softcap);
     return {dq, dk, dv};
