@@ -24,12 +24,14 @@
 //   backends are skipped. tiled: model/tiled_attention.h with Gemma-2's soft-capping (50), and the
 //   window when given (the band kernels where they take the shape: forward, and backward with a
 //   window); tiled-band: the band kernels forward and backward with or without a window;
-//   tiled-gemm: the same with the band kernels off (its GEMM tiles). ODYSSEY_BAND_TANH=approx:
-//   the band kernels' tanh.approx.
+//   tiled-gemm: the same with the band kernels off (its GEMM tiles). ODYSSEY_BAND_TANH=exact: the
+//   band kernels' tanhf (approx by default). Each tiled backend is first checked against the
+//   dense formula in float64 (tiled_parity: outputs and gradients on the first 2,048 rows).
 #include <ATen/DeviceAccelerator.h>
 #include <ATen/SDPBackend.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -365,6 +367,61 @@ bool window_parity(const torch::Tensor& q0, const torch::Tensor& k0, const torch
   return ok;
 }
 
+// A tiled backend (its switches set) against the dense formula in float64 on the first rows (at
+// most 2,048; the float64 scores are [H, n, n]), in two samples and with the window (at most half
+// the rows), Gemma-2's cap of 50: outputs and the gradients of Q, K and V. Judged as the selftest
+// judges the band kernels: distance to float64 at most twice the dense formula's own in bf16
+// (kernels::band_attention_reference: fp32 arithmetic on the bf16 inputs, rounded outputs) plus
+// 2^-8. What this adds to the selftest: the engine's split (the band kernels' forward with the
+// GEMM tiles' backward from their output and log-sum-exp) and the default tanh, through
+// model/tiled_attention.h as the decoder calls it.
+bool tiled_parity(const std::string& backend, const torch::Tensor& q0, const torch::Tensor& k0, const torch::Tensor& v0,
+                  const torch::Tensor& g0, std::int64_t window) {
+  const std::int64_t n = std::min<std::int64_t>(q0.size(0), 2048), w = std::min(window, n / 2), split = n / 3;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q0.size(2))), cap = 50.0;
+  const torch::Device dev = q0.device();
+  const torch::Tensor cu = torch::tensor({0, static_cast<int>(split), static_cast<int>(n)},
+                                         torch::TensorOptions().dtype(torch::kInt32).device(dev));
+  std::vector<std::int64_t> first(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t start = i < split ? 0 : split;
+    first[static_cast<std::size_t>(i)] = w > 0 ? std::max(start, i - w + 1) : start;
+  }
+  const torch::Tensor fk = torch::tensor(first, torch::kInt64).to(dev);
+  struct Result {
+    torch::Tensor out, dq, dk, dv;
+  };
+  auto run = [&](torch::ScalarType dt, bool tiled) {
+    torch::Tensor q = q0.narrow(0, 0, n).to(dt).detach().requires_grad_(true),
+                  k = k0.narrow(0, 0, n).to(dt).detach().requires_grad_(true),
+                  v = v0.narrow(0, 0, n).to(dt).detach().requires_grad_(true);
+    const torch::Tensor out = tiled ? tiled_causal_attention(q, k, v, cu, scale, w, cap)
+                                    : kernels::band_attention_reference(q, k, v, fk, scale, cap).first;
+    out.backward(g0.narrow(0, 0, n).to(out.scalar_type()));
+    return Result{out.detach().to(torch::kDouble), q.grad().to(torch::kDouble), k.grad().to(torch::kDouble),
+                  v.grad().to(torch::kDouble)};
+  };
+  const Result exact = run(torch::kDouble, false), ref = run(torch::kBFloat16, false),
+               got = run(torch::kBFloat16, true);
+  auto d = [](const torch::Tensor& a, const torch::Tensor& b) {
+    return ((a - b).abs().max() / b.abs().max()).item<double>();
+  };
+  bool ok = true;
+  const char* names[] = {"out", "dq", "dk", "dv"};
+  const torch::Tensor Result::*fields[] = {&Result::out, &Result::dq, &Result::dk, &Result::dv};
+  for (int i = 0; i < 4; ++i) {
+    const double e_got = d(got.*fields[i], exact.*fields[i]), e_ref = d(ref.*fields[i], exact.*fields[i]);
+    const bool pass = e_got <= 2 * e_ref + std::ldexp(1.0, -8);
+    ok = ok && pass;
+    std::printf(
+        "{\"tiled_parity\": \"%s\", \"attention\": \"%s\", \"band_tanh\": \"%s\", \"rows\": %lld, "
+        "\"window\": %lld, \"got_vs_f64\": %.3e, \"reference_bf16_vs_f64\": %.3e, \"bound\": %.3e, \"ok\": %s}\n",
+        names[i], backend.c_str(), kernels::band_fast_tanh() ? "approx" : "exact", static_cast<long long>(n),
+        static_cast<long long>(w), e_got, e_ref, 2 * e_ref + std::ldexp(1.0, -8), pass ? "true" : "false");
+  }
+  return ok;
+}
+
 int attention_bench(std::int64_t seq, const std::vector<std::string>& backends, std::int64_t window,
                     const std::vector<std::int64_t>& heads) {
   const torch::Device cuda(torch::kCUDA, 0);
@@ -410,6 +467,7 @@ int attention_bench(std::int64_t seq, const std::vector<std::string>& backends, 
         b != "tiled-band")
       continue;  // the others ignore the window
     if (window > 0 && b == "varlen-flash" && !window_parity(q0, k0, v0, g, window)) return 1;
+    if ((b == "tiled" || b == "tiled-gemm" || b == "tiled-band") && !tiled_parity(b, q0, k0, v0, g, window)) return 1;
     // With a window the useful work is the band's query-key pairs, w·T - w(w-1)/2, against the
     // causal T²/2 that fwd_flops counts.
     const double w = static_cast<double>(std::min(window, seq));
