@@ -52,18 +52,31 @@ torch::Tensor dense(const torch::Tensor& q, const torch::Tensor& k, const torch:
 
 double max_diff(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
-struct Compared {
-  const char* name;
-  torch::Tensor got, want;
-};
-// Each pair whose largest difference reaches bound, as "name difference"; empty when all are within.
-QString over_bound(const std::vector<Compared>& pairs, double bound) {
+// out and the gradients of q, k and v (from sum(out * dout)) of attend against want's, both from
+// copies of q0, k0 and v0: each whose largest difference reaches 1e-12 (float64 on both sides, in
+// another order of additions: a few ulps), as "name difference"; empty when all are within it.
+template <typename Want, typename Attend>
+QString against_dense(const torch::Tensor& q0, const torch::Tensor& k0, const torch::Tensor& v0,
+                      const torch::Tensor& dout, Want want_fn, Attend attend) {
+  const torch::Tensor q1 = q0.clone().requires_grad_(), k1 = k0.clone().requires_grad_(),
+                      v1 = v0.clone().requires_grad_();
+  const torch::Tensor want = want_fn(q1, k1, v1);
+  (want * dout).sum().backward();
+  const torch::Tensor q2 = q0.clone().requires_grad_(), k2 = k0.clone().requires_grad_(),
+                      v2 = v0.clone().requires_grad_();
+  const torch::Tensor got = attend(q2, k2, v2);
+  (got * dout).sum().backward();
+  const std::pair<const char*, std::pair<torch::Tensor, torch::Tensor>> pairs[] = {{"out", {got, want}},
+                                                                                   {"dq", {q2.grad(), q1.grad()}},
+                                                                                   {"dk", {k2.grad(), k1.grad()}},
+                                                                                   {"dv", {v2.grad(), v1.grad()}}};
   QString bad;
-  for (const Compared& p : pairs)
-    if (!(max_diff(p.got, p.want) < bound)) bad += QString("%1 %2; ").arg(p.name).arg(max_diff(p.got, p.want));
+  for (const auto& [name, p] : pairs) {
+    const double diff = max_diff(p.first, p.second);
+    if (!(diff < 1e-12)) bad += QString("%1 %2; ").arg(name).arg(diff);
+  }
   return bad;
 }
-
 }  // namespace
 
 class TstTiledAttention : public QObject {
@@ -108,22 +121,16 @@ class TstTiledAttention : public QObject {
     const torch::Tensor v0 = torch::randn({t, c.hkv, c.d}, f64), dout = torch::randn({t, c.hq, c.d}, f64);
     const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
 
-    const torch::Tensor q1 = q0.clone().requires_grad_(), k1 = k0.clone().requires_grad_(),
-                        v1 = v0.clone().requires_grad_();
-    const torch::Tensor want = dense(q1, k1, v1, c.lengths, scale, c.window, c.softcap);
-    (want * dout).sum().backward();
-
-    const torch::Tensor q2 = q0.clone().requires_grad_(), k2 = k0.clone().requires_grad_(),
-                        v2 = v0.clone().requires_grad_();
-    const torch::Tensor got =
-        tiled_causal_attention(q2, k2, v2, torch::tensor(cu, torch::kInt32), scale, c.window, c.softcap, tile_rows);
-    (got * dout).sum().backward();
-
     // float64 on both sides, in a different order of additions: a few ulps of the values.
-    constexpr double kBound = 1e-12;
-    const QString bad = over_bound(
-        {{"out", got, want}, {"dq", q2.grad(), q1.grad()}, {"dk", k2.grad(), k1.grad()}, {"dv", v2.grad(), v1.grad()}},
-        kBound);
+    const QString bad = against_dense(
+        q0, k0, v0, dout,
+        [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+          return dense(q, k, v, c.lengths, scale, c.window, c.softcap);
+        },
+        [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+          return tiled_causal_attention(q, k, v, torch::tensor(cu, torch::kInt32), scale, c.window, c.softcap,
+                                        tile_rows);
+        });
     QVERIFY2(bad.isEmpty(), qPrintable(bad));
   }
 
@@ -143,20 +150,19 @@ class TstTiledAttention : public QObject {
     const auto f64 = torch::TensorOptions().dtype(torch::kDouble);
     const torch::Tensor q0 = torch::randn({t, hq, d}, f64) * 1.5, k0 = torch::randn({t, hkv, d}, f64) * 1.5;
     const torch::Tensor v0 = torch::randn({t, hkv, d}, f64), dout = torch::randn({t, hq, d}, f64);
-    const torch::Tensor q1 = q0.clone().requires_grad_(), k1 = k0.clone().requires_grad_(),
-                        v1 = v0.clone().requires_grad_();
-    const torch::Tensor want = dense(q1, k1, v1, lengths, scale, window, cap);
-    (want * dout).sum().backward();
-    const torch::Tensor q2 = q0.clone().requires_grad_(), k2 = k0.clone().requires_grad_(),
-                        v2 = v0.clone().requires_grad_();
     const torch::Tensor fk = torch::tensor(first, torch::kInt64);
-    QVERIFY(!odyssey::kernels::band_kernels_take(q2, k2, v2));  // CPU: the reference
-    const auto [got, lse] = odyssey::kernels::band_attention(q2, k2, v2, fk, scale, cap);
-    (got * dout).sum().backward();
-    constexpr double kBound = 1e-12;
-    const QString bad = over_bound(
-        {{"out", got, want}, {"dq", q2.grad(), q1.grad()}, {"dk", k2.grad(), k1.grad()}, {"dv", v2.grad(), v1.grad()}},
-        kBound);
+    QVERIFY(!odyssey::kernels::band_kernels_take(q0, k0, v0));  // CPU: the reference
+    torch::Tensor lse;
+    const QString bad = against_dense(
+        q0, k0, v0, dout,
+        [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+          return dense(q, k, v, lengths, scale, window, cap);
+        },
+        [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+          auto r = odyssey::kernels::band_attention(q, k, v, fk, scale, cap);
+          lse = r.second;
+          return r.first;
+        });
     QVERIFY2(bad.isEmpty(), qPrintable(bad));
     // lse [Hq, T]: log sum exp of the capped, masked scores, from the same formula written out.
     const torch::Tensor kh = k0.transpose(0, 1).repeat_interleave(hq / hkv, 0);
@@ -164,7 +170,7 @@ class TstTiledAttention : public QObject {
     const torch::Tensor pos = torch::arange(t, torch::kInt64);
     const torch::Tensor seen = pos.view({1, t}).ge(fk.view({t, 1})).logical_and(pos.view({1, t}).le(pos.view({t, 1})));
     x = x.masked_fill(seen.logical_not(), -std::numeric_limits<double>::infinity());
-    QVERIFY(max_diff(lse, torch::logsumexp(x, -1)) < kBound);
+    QVERIFY(max_diff(lse, torch::logsumexp(x, -1)) < 1e-12);
     QCOMPARE(lse.sizes(), (std::vector<std::int64_t>{hq, t}));
   }
 

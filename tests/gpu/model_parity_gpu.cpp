@@ -316,6 +316,33 @@ int bench(std::int64_t seq, std::int64_t layers, const std::vector<std::string>&
 // TFLOP/s. Causal attention FLOPs: forward 2·s²·d·H (half of 4·s²·d·H), backward 2.5x the
 // forward (its five matrix products against the forward's two), as flash-attention counts.
 // "varlen-flash" is the packed-row path ([T, H, D] with cu_seqlens) on the same sequence.
+// Outputs and the gradients of Q, K and V of one attention run.
+struct AttentionGrads {
+  torch::Tensor out, dq, dk, dv;
+};
+// The attention checks' rule: for out, dq, dk and dv, got's distance to the exact result at most
+// twice the comparator's plus 2^-8 (distances relative to the exact result's largest value).
+// line(name, got's distance, the comparator's, the bound, pass) prints each.
+template <typename Line>
+bool within_twice_plus_u(const AttentionGrads& got, const AttentionGrads& comparator, const AttentionGrads& exact,
+                         Line line) {
+  auto d = [](const torch::Tensor& a, const torch::Tensor& b) {
+    return ((a - b).abs().max() / b.abs().max()).item<double>();
+  };
+  bool ok = true;
+  const char* names[] = {"out", "dq", "dk", "dv"};
+  const torch::Tensor AttentionGrads::*fields[] = {&AttentionGrads::out, &AttentionGrads::dq, &AttentionGrads::dk,
+                                                   &AttentionGrads::dv};
+  for (int i = 0; i < 4; ++i) {
+    const double e_got = d(got.*fields[i], exact.*fields[i]), e_cmp = d(comparator.*fields[i], exact.*fields[i]);
+    const double bound = 2 * e_cmp + std::ldexp(1.0, -8);
+    const bool pass = e_got <= bound;
+    ok = ok && pass;
+    line(names[i], e_got, e_cmp, bound, pass);
+  }
+  return ok;
+}
+
 // The flash band against the explicit window mask on the first rows (at most 8,192: the fp32
 // reference's scores are [H, n, n]), window at most half of them: outputs and the gradients of
 // Q, K and V. Judged as the parity checks are: distance to the fp32 mask result at most twice
@@ -330,9 +357,6 @@ bool window_parity(const torch::Tensor& q0, const torch::Tensor& k0, const torch
                                          torch::TensorOptions().dtype(torch::kInt32).device(dev));
   const torch::Tensor keep = window_mask(block_causal_mask(cu, n, dev), n, w, dev);
   const torch::Tensor g = g0.narrow(0, 0, n);
-  struct Result {
-    torch::Tensor out, dq, dk, dv;
-  };
   auto run = [&](torch::ScalarType dt, bool band, AttentionBackend prefer) {
     torch::Tensor q = q0.narrow(0, 0, n).to(dt).detach().requires_grad_(true),
                   k = k0.narrow(0, 0, n).to(dt).detach().requires_grad_(true),
@@ -343,28 +367,18 @@ bool window_parity(const torch::Tensor& q0, const torch::Tensor& k0, const torch
                                    .squeeze(0)
                                    .transpose(0, 1);
     out.backward(g.to(dt));
-    return Result{out.detach().to(torch::kFloat32), q.grad().to(torch::kFloat32), k.grad().to(torch::kFloat32),
-                  v.grad().to(torch::kFloat32)};
+    return AttentionGrads{out.detach().to(torch::kFloat32), q.grad().to(torch::kFloat32), k.grad().to(torch::kFloat32),
+                          v.grad().to(torch::kFloat32)};
   };
-  const Result ref = run(torch::kFloat32, false, AttentionBackend::Math);
-  const Result mask = run(torch::kBFloat16, false, AttentionBackend::Auto);
-  const Result band = run(torch::kBFloat16, true, AttentionBackend::Auto);
-  auto d = [](const torch::Tensor& a, const torch::Tensor& b) {
-    return ((a - b).abs().max() / b.abs().max()).item<double>();
-  };
-  bool ok = true;
-  const char* names[] = {"out", "dq", "dk", "dv"};
-  const torch::Tensor Result::*fields[] = {&Result::out, &Result::dq, &Result::dk, &Result::dv};
-  for (int i = 0; i < 4; ++i) {
-    const double e_band = d(band.*fields[i], ref.*fields[i]), e_mask = d(mask.*fields[i], ref.*fields[i]);
-    const bool pass = e_band <= 2 * e_mask + std::ldexp(1.0, -8);
-    ok = ok && pass;
+  const AttentionGrads ref = run(torch::kFloat32, false, AttentionBackend::Math);
+  const AttentionGrads mask = run(torch::kBFloat16, false, AttentionBackend::Auto);
+  const AttentionGrads band = run(torch::kBFloat16, true, AttentionBackend::Auto);
+  return within_twice_plus_u(band, mask, ref, [&](const char* name, double e_band, double e_mask, double, bool pass) {
     std::printf(
         "{\"window_parity\": \"%s\", \"rows\": %lld, \"window\": %lld, \"band_vs_fp32\": %.3e, "
         "\"mask_bf16_vs_fp32\": %.3e, \"ok\": %s}\n",
-        names[i], static_cast<long long>(n), static_cast<long long>(w), e_band, e_mask, pass ? "true" : "false");
-  }
-  return ok;
+        name, static_cast<long long>(n), static_cast<long long>(w), e_band, e_mask, pass ? "true" : "false");
+  });
 }
 
 // A tiled backend (its switches set) against the dense formula in float64 on the first rows (at
@@ -388,9 +402,6 @@ bool tiled_parity(const std::string& backend, const torch::Tensor& q0, const tor
     first[static_cast<std::size_t>(i)] = w > 0 ? std::max(start, i - w + 1) : start;
   }
   const torch::Tensor fk = torch::tensor(first, torch::kInt64).to(dev);
-  struct Result {
-    torch::Tensor out, dq, dk, dv;
-  };
   auto run = [&](torch::ScalarType dt, bool tiled) {
     torch::Tensor q = q0.narrow(0, 0, n).to(dt).detach().requires_grad_(true),
                   k = k0.narrow(0, 0, n).to(dt).detach().requires_grad_(true),
@@ -398,28 +409,19 @@ bool tiled_parity(const std::string& backend, const torch::Tensor& q0, const tor
     const torch::Tensor out = tiled ? tiled_causal_attention(q, k, v, cu, scale, w, cap)
                                     : kernels::band_attention_reference(q, k, v, fk, scale, cap).first;
     out.backward(g0.narrow(0, 0, n).to(out.scalar_type()));
-    return Result{out.detach().to(torch::kDouble), q.grad().to(torch::kDouble), k.grad().to(torch::kDouble),
-                  v.grad().to(torch::kDouble)};
+    return AttentionGrads{out.detach().to(torch::kDouble), q.grad().to(torch::kDouble), k.grad().to(torch::kDouble),
+                          v.grad().to(torch::kDouble)};
   };
-  const Result exact = run(torch::kDouble, false), ref = run(torch::kBFloat16, false),
-               got = run(torch::kBFloat16, true);
-  auto d = [](const torch::Tensor& a, const torch::Tensor& b) {
-    return ((a - b).abs().max() / b.abs().max()).item<double>();
-  };
-  bool ok = true;
-  const char* names[] = {"out", "dq", "dk", "dv"};
-  const torch::Tensor Result::*fields[] = {&Result::out, &Result::dq, &Result::dk, &Result::dv};
-  for (int i = 0; i < 4; ++i) {
-    const double e_got = d(got.*fields[i], exact.*fields[i]), e_ref = d(ref.*fields[i], exact.*fields[i]);
-    const bool pass = e_got <= 2 * e_ref + std::ldexp(1.0, -8);
-    ok = ok && pass;
-    std::printf(
-        "{\"tiled_parity\": \"%s\", \"attention\": \"%s\", \"band_tanh\": \"%s\", \"rows\": %lld, "
-        "\"window\": %lld, \"got_vs_f64\": %.3e, \"reference_bf16_vs_f64\": %.3e, \"bound\": %.3e, \"ok\": %s}\n",
-        names[i], backend.c_str(), kernels::band_fast_tanh() ? "approx" : "exact", static_cast<long long>(n),
-        static_cast<long long>(w), e_got, e_ref, 2 * e_ref + std::ldexp(1.0, -8), pass ? "true" : "false");
-  }
-  return ok;
+  const AttentionGrads exact = run(torch::kDouble, false), ref = run(torch::kBFloat16, false),
+                       got = run(torch::kBFloat16, true);
+  return within_twice_plus_u(
+      got, ref, exact, [&](const char* name, double e_got, double e_ref, double bound, bool pass) {
+        std::printf(
+            "{\"tiled_parity\": \"%s\", \"attention\": \"%s\", \"band_tanh\": \"%s\", \"rows\": %lld, "
+            "\"window\": %lld, \"got_vs_f64\": %.3e, \"reference_bf16_vs_f64\": %.3e, \"bound\": %.3e, \"ok\": %s}\n",
+            name, backend.c_str(), kernels::band_fast_tanh() ? "approx" : "exact", static_cast<long long>(n),
+            static_cast<long long>(w), e_got, e_ref, bound, pass ? "true" : "false");
+      });
 }
 
 int attention_bench(std::int64_t seq, const std::vector<std::string>& backends, std::int64_t window,
