@@ -134,6 +134,10 @@ int parse_options(int argc, char** argv, Options& o) {
         o.band_backward = next();
         if (o.band_backward != "windowed" && o.band_backward != "all")
           throw std::invalid_argument("--band-backward takes windowed or all");
+      } else if (a == "--cudnn-softcap") {
+        o.cudnn_softcap = next();
+        if (o.cudnn_softcap != "on" && o.cudnn_softcap != "off")
+          throw std::invalid_argument("--cudnn-softcap takes on or off");
       } else if (a == "--band-tanh") {
         o.band_tanh = next();
         if (o.band_tanh != "approx" && o.band_tanh != "exact")

@@ -14,6 +14,7 @@
 #include "dist/sequence_parallel.h"
 #include "engine/runtime_info.h"
 #include "kernels/band_attention.h"
+#include "kernels/cudnn_attention.h"
 #include "kernels/quant4.h"
 #include "model/activation_checkpoint.h"
 #include "model/tiled_attention.h"
@@ -210,6 +211,8 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     rec["band_attention"] = o.band_attention;
     model::set_band_backward_everywhere(o.band_backward == "all");
     rec["band_backward"] = o.band_backward;
+    if (!o.cudnn_softcap.empty()) kernels::set_cudnn_softcap(o.cudnn_softcap == "on");
+    rec["cudnn_softcap"] = kernels::cudnn_softcap_enabled() ? "on" : "off";
     if (!o.band_tanh.empty()) kernels::set_band_fast_tanh(o.band_tanh == "approx");
     rec["band_tanh"] = kernels::band_fast_tanh() ? "approx" : "exact";
     rec["offload_activations"] = policy.offload_checkpoints;
@@ -303,6 +306,8 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     const planner::StepFlops f = planner::training_step_flops(hf, seq, fo);
     rec["attention_backend_ran"] = lm->attention_backend_ran();
     if (o.cudnn_gqa == "on" && !model::cudnn_gqa()) rec["cudnn_gqa"] = "refused";  // stderr says why
+    if (kernels::cudnn_softcap_enabled() && !kernels::cudnn_softcap_failure().empty())
+      rec["cudnn_softcap"] = "failed: " + kernels::cudnn_softcap_failure();
     rec["alloc_conf"] = std::getenv("PYTORCH_CUDA_ALLOC_CONF") ? std::getenv("PYTORCH_CUDA_ALLOC_CONF") : "";
     if (mesh.distributed()) {
       // The last timed step's collectives, and the mean share of a step spent waiting on them.

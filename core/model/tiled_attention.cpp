@@ -2,6 +2,7 @@
 
 #include "kernels/attention_tile.h"
 #include "kernels/band_attention.h"
+#include "kernels/cudnn_attention.h"
 
 #include <algorithm>
 #include <atomic>
@@ -40,6 +41,10 @@ struct Tiles {
   std::vector<std::int64_t> key0;  // the first key any of its rows sees
   torch::Tensor first_key;         // [T] int64: the first key each query sees
   std::int64_t window = 0;         // the layer's window (0: none); picks the backward's kernels
+  // One causal row (one sample, no window shorter than it) on CUDA in a build with cuDNN's graph
+  // API: the diagonal block of kernels/cudnn_attention.h (0: not that path) and its first keys.
+  std::int64_t block = 0;
+  torch::Tensor block_first_key;
 };
 
 // cu: the boundaries on the host, int64, contiguous.
@@ -65,6 +70,13 @@ Tiles plan_tiles_host(const torch::Tensor& cu, std::int64_t total, std::int64_t 
     t.key0.push_back(first[a]);  // first[] never decreases along the row
   }
   t.first_key = torch::tensor(first, torch::kInt64).to(device);
+  if (n == 1 && (window <= 0 || window >= total) && device.is_cuda() && kernels::cudnn_softcap_compiled()) {
+    t.block = kernels::softcap_diagonal_block(total);
+    if (t.block > 0) {
+      for (std::int64_t r = 0; r < total; ++r) first[r] = r / t.block * t.block;
+      t.block_first_key = torch::tensor(first, torch::kInt64).to(device);
+    }
+  }
   return t;
 }
 
@@ -124,6 +136,10 @@ std::pair<torch::Tensor, torch::Tensor> forward_tiles(const torch::Tensor& q, co
                                                       const torch::Tensor& v, const Tiles& tiles, double scale,
                                                       double softcap) {
   const std::int64_t t = q.size(0), hq = q.size(1), hkv = k.size(1), g = hq / hkv, d = q.size(2);
+  if (tiles.block > 0 && softcap > 0 && kernels::softcap_causal_takes(q, k, v)) {  // cuDNN's rectangles
+    if (auto r = kernels::softcap_causal_forward(q, k, v, tiles.block_first_key, tiles.block, scale, softcap))
+      return {r->first, r->second.view({hkv, g, t})};
+  }
   if (kernels::band_attention_supported(q, k, v)) {  // the fused kernels: no tiles of scores at all
     auto [out, lse] = kernels::band_attention_forward(q, k, v, tiles.first_key, scale, softcap);
     return {out, lse.view({hkv, g, t})};
@@ -150,6 +166,13 @@ variable_list backward_tiles(const torch::Tensor& dout, const torch::Tensor& q, 
                              const torch::Tensor& v, const torch::Tensor& out, const torch::Tensor& lse,
                              const Tiles& tiles, double scale, double softcap) {
   const std::int64_t t = q.size(0), hq = q.size(1), hkv = k.size(1), g = hq / hkv, d = q.size(2);
+  if (tiles.block > 0 && softcap > 0 && kernels::softcap_causal_takes(q, k, v)) {
+    if (auto r = kernels::softcap_causal_backward(dout, q, k, v, out, lse, tiles.block_first_key, tiles.block, scale,
+                                                  softcap)) {
+      auto [dq, dk, dv] = std::move(*r);
+      return {dq, dk, dv};
+    }
+  }
   // The band kernels' backward is faster than the GEMM tiles' only where a window bounds the
   // band (on an H100, Gemma-2's heads at 32K with a 4096 window: 76 against 122 ms forward and
   // backward; without a window, 16K: 82 against 56 ms; Gemma-2-9B LoRA at 16K 3,462 tokens/s with
@@ -188,6 +211,7 @@ variable_list backward_tiles(const torch::Tensor& dout, const torch::Tensor& q, 
 
 void save_tiles(AutogradContext* ctx, const Tiles& tiles, double scale, double softcap) {
   ctx->saved_data["window"] = tiles.window;
+  ctx->saved_data["block"] = tiles.block;
   ctx->saved_data["row0"] = tiles.row0;
   ctx->saved_data["key0"] = tiles.key0;
   ctx->saved_data["scale"] = scale;
@@ -202,6 +226,8 @@ variable_list backward_saved(AutogradContext* ctx, const variable_list& grads, s
   tiles.key0 = ctx->saved_data.at("key0").toIntVector();
   tiles.first_key = saved[3];
   tiles.window = ctx->saved_data.at("window").toInt();
+  tiles.block = ctx->saved_data.at("block").toInt();
+  tiles.block_first_key = saved[6];
   variable_list g = backward_tiles(grads[0], saved[0], saved[1], saved[2], saved[4], saved[5], tiles,
                                    ctx->saved_data.at("scale").toDouble(), ctx->saved_data.at("softcap").toDouble());
   g.resize(g.size() + undefined);
@@ -211,14 +237,15 @@ variable_list backward_saved(AutogradContext* ctx, const variable_list& grads, s
 struct TiledAttentionFn : public torch::autograd::Function<TiledAttentionFn> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, const torch::Tensor& first_key, std::vector<std::int64_t> row0,
-                               std::vector<std::int64_t> key0, std::int64_t window, double scale, double softcap) {
-    const Tiles tiles{std::move(row0), std::move(key0), first_key, window};
+                               std::vector<std::int64_t> key0, std::int64_t window, double scale, double softcap,
+                               const torch::Tensor& block_first_key, std::int64_t block) {
+    const Tiles tiles{std::move(row0), std::move(key0), first_key, window, block, block_first_key};
     auto [out, lse] = forward_tiles(q, k, v, tiles, scale, softcap);
-    ctx->save_for_backward({q, k, v, first_key, out, lse});
+    ctx->save_for_backward({q, k, v, first_key, out, lse, block_first_key});
     save_tiles(ctx, tiles, scale, softcap);
     return out;
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) { return backward_saved(ctx, grads, 6); }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) { return backward_saved(ctx, grads, 8); }
 };
 
 // A kept layer's recomputation: the output its forward kept, and the tiles' backward from it.
@@ -226,14 +253,14 @@ struct KeptTiledAttentionFn : public torch::autograd::Function<KeptTiledAttentio
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, const torch::Tensor& first_key, std::vector<std::int64_t> row0,
                                std::vector<std::int64_t> key0, std::int64_t window, double scale, double softcap,
-                               std::int64_t stash_ptr) {
+                               const torch::Tensor& block_first_key, std::int64_t block, std::int64_t stash_ptr) {
     auto* st = reinterpret_cast<AttentionStash*>(stash_ptr);
     const torch::Tensor out = std::move(st->out), lse = std::move(st->lse);
-    ctx->save_for_backward({q, k, v, first_key, out, lse});
-    save_tiles(ctx, Tiles{std::move(row0), std::move(key0), first_key, window}, scale, softcap);
+    ctx->save_for_backward({q, k, v, first_key, out, lse, block_first_key});
+    save_tiles(ctx, Tiles{std::move(row0), std::move(key0), first_key, window, block, block_first_key}, scale, softcap);
     return out;
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) { return backward_saved(ctx, grads, 7); }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) { return backward_saved(ctx, grads, 9); }
 };
 
 void check_shapes(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
@@ -250,7 +277,8 @@ torch::Tensor tiled_causal_attention(const torch::Tensor& q, const torch::Tensor
                                      std::int64_t tile_rows, TilePlans* plans) {
   check_shapes(q, k, v);
   const Tiles tiles = plan_tiles(cu_seqlens, q.size(0), window, q.size(1), tile_rows, q.device(), plans);
-  return TiledAttentionFn::apply(q, k, v, tiles.first_key, tiles.row0, tiles.key0, tiles.window, scale, softcap);
+  return TiledAttentionFn::apply(q, k, v, tiles.first_key, tiles.row0, tiles.key0, tiles.window, scale, softcap,
+                                 tiles.block_first_key, tiles.block);
 }
 
 torch::Tensor kept_tiled_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
@@ -265,6 +293,7 @@ torch::Tensor kept_tiled_attention(const torch::Tensor& q, const torch::Tensor& 
     return out;
   }
   return KeptTiledAttentionFn::apply(q, k, v, tiles.first_key, tiles.row0, tiles.key0, tiles.window, scale, softcap,
+                                     tiles.block_first_key, tiles.block,
                                      static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(&stash)));
 }
 

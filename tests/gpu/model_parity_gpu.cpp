@@ -16,7 +16,8 @@
 //   seconds per step, peak memory. Layers and the loss are recomputed in backward (see
 //   docs/model.md: without it the saved activations alone exceed an H200 at 32K).
 //
-// attention [--seq N] [--attention cudnn,flash,varlen-flash,window-mask,tiled,tiled-band,tiled-gemm] [--window W]
+// attention [--seq N] [--attention cudnn,flash,varlen-flash,window-mask,tiled,tiled-band,tiled-gemm,tiled-cudnn]
+//   [--window W]
 //   [--heads HQ,HKV,D]  attention alone at the 7B shape's heads (28, 4, 128) or the given ones:
 //   milliseconds, achieved TFLOP/s and peak memory, forward and forward + backward (one JSON line
 //   each). With --window: varlen-flash runs flash's local band (after checking it against the
@@ -24,7 +25,9 @@
 //   backends are skipped. tiled: model/tiled_attention.h with Gemma-2's soft-capping (50), and the
 //   window when given (the band kernels where they take the shape: forward, and backward with a
 //   window); tiled-band: the band kernels forward and backward with or without a window;
-//   tiled-gemm: the same with the band kernels off (its GEMM tiles). ODYSSEY_BAND_TANH=exact: the
+//   tiled-gemm: the same with the band kernels off (its GEMM tiles); tiled-cudnn: cuDNN's
+//   rectangles and the band kernels' diagonal (kernels/cudnn_attention.h; no window, whole
+//   rows only: its check is one causal row of 4,096). ODYSSEY_BAND_TANH=exact: the
 //   band kernels' tanhf (approx by default). Each tiled backend is first checked against the
 //   dense formula in float64 (tiled_parity: outputs and gradients on the first 2,048 rows).
 #include <ATen/DeviceAccelerator.h>
@@ -43,6 +46,7 @@
 #include "model/decoder.h"
 #include "model/rope.h"
 #include "kernels/band_attention.h"
+#include "kernels/cudnn_attention.h"
 #include "model/tiled_attention.h"
 #include "model/weights.h"
 
@@ -389,13 +393,33 @@ bool window_parity(const torch::Tensor& q0, const torch::Tensor& k0, const torch
 // 2^-8. What this adds to the selftest: the engine's split (the band kernels' forward with the
 // GEMM tiles' backward from their output and log-sum-exp) and the default tanh, through
 // model/tiled_attention.h as the decoder calls it.
+// What the cuDNN soft-cap path did: off, on, or failed (and why; the band kernels ran instead).
+std::string cudnn_state() {
+  if (!kernels::cudnn_softcap_enabled()) return kernels::cudnn_softcap_compiled() ? "off" : "not built";
+  const std::string why = kernels::cudnn_softcap_failure();
+  std::string s = why.empty() ? "on" : "failed: " + why.substr(0, 200);
+  for (char& c : s)
+    if (c == '"' || c == '\\' || c == '\n') c = ' ';
+  return s;
+}
+
+bool is_tiled(const std::string& b) {
+  return b == "tiled" || b == "tiled-gemm" || b == "tiled-band" || b == "tiled-cudnn";
+}
+
 bool tiled_parity(const std::string& backend, const torch::Tensor& q0, const torch::Tensor& k0, const torch::Tensor& v0,
                   const torch::Tensor& g0, std::int64_t window) {
-  const std::int64_t n = std::min<std::int64_t>(q0.size(0), 2048), w = std::min(window, n / 2), split = n / 3;
+  // tiled-cudnn: one causal row of 4,096 (two levels of cuDNN's rectangles, 1,024-row diagonal
+  // blocks), the only rows that path takes.
+  const bool one_row = backend == "tiled-cudnn";
+  const std::int64_t n = std::min<std::int64_t>(q0.size(0), one_row ? 4096 : 2048);
+  const std::int64_t w = one_row ? 0 : std::min(window, n / 2), split = one_row ? n : n / 3;
   const double scale = 1.0 / std::sqrt(static_cast<double>(q0.size(2))), cap = 50.0;
   const torch::Device dev = q0.device();
-  const torch::Tensor cu = torch::tensor({0, static_cast<int>(split), static_cast<int>(n)},
-                                         torch::TensorOptions().dtype(torch::kInt32).device(dev));
+  const torch::Tensor cu =
+      one_row ? torch::tensor({0, static_cast<int>(n)}, torch::TensorOptions().dtype(torch::kInt32).device(dev))
+              : torch::tensor({0, static_cast<int>(split), static_cast<int>(n)},
+                              torch::TensorOptions().dtype(torch::kInt32).device(dev));
   std::vector<std::int64_t> first(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) {
     const std::int64_t start = i < split ? 0 : split;
@@ -417,10 +441,11 @@ bool tiled_parity(const std::string& backend, const torch::Tensor& q0, const tor
   return within_twice_plus_u(
       got, ref, exact, [&](const char* name, double e_got, double e_ref, double bound, bool pass) {
         std::printf(
-            "{\"tiled_parity\": \"%s\", \"attention\": \"%s\", \"band_tanh\": \"%s\", \"rows\": %lld, "
-            "\"window\": %lld, \"got_vs_f64\": %.3e, \"reference_bf16_vs_f64\": %.3e, \"bound\": %.3e, \"ok\": %s}\n",
-            name, backend.c_str(), kernels::band_fast_tanh() ? "approx" : "exact", static_cast<long long>(n),
-            static_cast<long long>(w), e_got, e_ref, bound, pass ? "true" : "false");
+            "{\"tiled_parity\": \"%s\", \"attention\": \"%s\", \"band_tanh\": \"%s\", \"cudnn\": \"%s\", "
+            "\"rows\": %lld, \"window\": %lld, \"got_vs_f64\": %.3e, \"reference_bf16_vs_f64\": %.3e, \"bound\": %.3e, "
+            "\"ok\": %s}\n",
+            name, backend.c_str(), kernels::band_fast_tanh() ? "approx" : "exact", cudnn_state().c_str(),
+            static_cast<long long>(n), static_cast<long long>(w), e_got, e_ref, bound, pass ? "true" : "false");
       });
 }
 
@@ -440,9 +465,10 @@ int attention_bench(std::int64_t seq, const std::vector<std::string>& backends, 
     std::int64_t ran = -1;
     // tiled: the band kernels where they take the shape (the engine's split: backward only with a
     // window); tiled-band: the band kernels both ways everywhere; tiled-gemm: the GEMM tiles alone.
-    if (b == "tiled" || b == "tiled-gemm" || b == "tiled-band") {
+    if (is_tiled(b)) {
       kernels::set_band_attention(b != "tiled-gemm");
       set_band_backward_everywhere(b == "tiled-band");
+      kernels::set_cudnn_softcap(b == "tiled-cudnn");
     }
     auto run = [&](bool backward) {
       torch::Tensor q = q0.detach().requires_grad_(backward), k = k0.detach().requires_grad_(backward),
@@ -450,8 +476,7 @@ int attention_bench(std::int64_t seq, const std::vector<std::string>& backends, 
       torch::Tensor out;
       if (b == "varlen-flash") {
         out = varlen_causal_attention(q, k, v, cu, seq, scale, &ran, window);  // window > 0: flash's local band
-      } else if (b == "tiled" || b == "tiled-gemm" ||
-                 b == "tiled-band") {  // model/tiled_attention.h with Gemma-2's soft-capping (50)
+      } else if (is_tiled(b)) {  // model/tiled_attention.h with Gemma-2's soft-capping (50)
         out = tiled_causal_attention(q, k, v, cu, scale, window, 50.0);
         ran = static_cast<std::int64_t>(at::SDPBackend::math);
       } else if (b == "window-mask") {  // the explicit-mask path windowed layers took before the band
@@ -465,11 +490,10 @@ int attention_bench(std::int64_t seq, const std::vector<std::string>& backends, 
       }
       if (backward) out.backward(g);
     };
-    if (window > 0 && b != "varlen-flash" && b != "window-mask" && b != "tiled" && b != "tiled-gemm" &&
-        b != "tiled-band")
+    if (window > 0 && b != "varlen-flash" && b != "window-mask" && !is_tiled(b))
       continue;  // the others ignore the window
     if (window > 0 && b == "varlen-flash" && !window_parity(q0, k0, v0, g, window)) return 1;
-    if ((b == "tiled" || b == "tiled-gemm" || b == "tiled-band") && !tiled_parity(b, q0, k0, v0, g, window)) return 1;
+    if ((is_tiled(b)) && !tiled_parity(b, q0, k0, v0, g, window)) return 1;
     // With a window the useful work is the band's query-key pairs, w·T - w(w-1)/2, against the
     // causal T²/2 that fwd_flops counts.
     const double w = static_cast<double>(std::min(window, seq));
@@ -493,6 +517,7 @@ int attention_bench(std::int64_t seq, const std::vector<std::string>& backends, 
           "\"pass\": \"%s\", \"ms\": %.2f, \"tflops\": %.1f, \"peak_gib_over_inputs\": %.2f}\n",
           b.c_str(),
           b == "varlen-flash"                                      ? "flash (varlen)"
+          : b == "tiled-cudnn"                                     ? ("cudnn rectangles, " + cudnn_state()).c_str()
           : b == "tiled" && kernels::band_kernels_take(q0, k0, v0) ? "band kernels"
                                                                    : sdp_backend_name(ran).c_str(),
           static_cast<long long>(hq), static_cast<long long>(hkv), static_cast<long long>(d),

@@ -1,0 +1,366 @@
+#include "kernels/cudnn_attention.h"
+
+#include "kernels/band_attention.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <stdexcept>
+
+#ifdef ODYSSEY_HAVE_CUDNN_FRONTEND
+#define NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING
+#include <ATen/cuda/CUDAContext.h>
+#include <cudnn_frontend.h>
+#include <dlfcn.h>
+
+#include <map>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+// cudnn-frontend's dynamic loading reads the library handle from here (cudnn_frontend_shim.h).
+namespace cudnn_frontend {
+void* cudnn_dlhandle = nullptr;
+}
+#endif
+
+namespace odyssey::kernels {
+
+namespace {
+
+std::atomic<bool> g_on{[] {
+  const char* v = std::getenv("ODYSSEY_CUDNN_SOFTCAP");
+  return v && std::string(v) == "1";
+}()};
+std::atomic<bool> g_failed{false};
+std::mutex g_failure_mutex;
+std::string g_failure;
+
+void remember_failure(const std::string& why) {
+  std::lock_guard<std::mutex> lock(g_failure_mutex);
+  if (!g_failed.exchange(true)) {
+    g_failure = why;
+    std::fprintf(stderr, "odyssey: cuDNN soft-capped attention turned off: %s\n", why.c_str());
+  }
+}
+
+}  // namespace
+
+void set_cudnn_softcap(bool on) { g_on = on; }
+bool cudnn_softcap_enabled() { return g_on.load(); }
+
+std::string cudnn_softcap_failure() {
+  std::lock_guard<std::mutex> lock(g_failure_mutex);
+  return g_failure;
+}
+
+std::int64_t softcap_diagonal_block(std::int64_t t, std::int64_t min_block) {
+  std::int64_t block = 0;
+  for (std::int64_t b = t / 2; b >= min_block && b * 2 <= t; b /= 2) {
+    if (t % b != 0 || b % 64 != 0 || ((t / b) & (t / b - 1)) != 0) break;
+    block = b;
+    if (b % 2 != 0) break;
+  }
+  return block;
+}
+
+#ifdef ODYSSEY_HAVE_CUDNN_FRONTEND
+
+bool cudnn_softcap_compiled() { return true; }
+
+namespace {
+
+namespace fe = cudnn_frontend;
+
+enum Uid : std::int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
+
+void open_library() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // LibTorch has loaded libcudnn already (its CUDA library needs it): this finds that copy.
+    for (const char* name : {"libcudnn.so.9", "libcudnn.so"}) {
+      if ((fe::cudnn_dlhandle = dlopen(name, RTLD_NOW | RTLD_GLOBAL)) != nullptr) break;
+    }
+  });
+  if (fe::cudnn_dlhandle == nullptr) throw std::runtime_error("libcudnn.so.9 could not be opened");
+}
+
+void check(fe::error_t e, const char* what) {
+  if (e.is_bad()) throw std::runtime_error(std::string("cuDNN ") + what + ": " + e.get_message());
+}
+
+cudnnHandle_t handle_for(int device) {
+  open_library();
+  // cuDNN handles are not to be shared between threads; autograd runs backward on its own.
+  thread_local std::map<int, cudnnHandle_t> handles;
+  auto it = handles.find(device);
+  if (it == handles.end()) {
+    cudnnHandle_t h = nullptr;
+    if (fe::detail::create_handle(&h) != CUDNN_STATUS_SUCCESS) throw std::runtime_error("cudnnCreate failed");
+    it = handles.emplace(device, h).first;
+  }
+  if (fe::detail::set_stream(it->second, at::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream()) != CUDNN_STATUS_SUCCESS)
+    throw std::runtime_error("cudnnSetStream failed");
+  return it->second;
+}
+
+// A 4-d view [b, s, h, d] as cuDNN's [b, h, s, d] dims and strides.
+std::vector<std::int64_t> bhsd_dims(const torch::Tensor& x) { return {x.size(0), x.size(2), x.size(1), x.size(3)}; }
+std::vector<std::int64_t> bhsd_strides(const torch::Tensor& x) {
+  return {x.stride(0), x.stride(2), x.stride(1), x.stride(3)};
+}
+
+struct Plan {
+  std::shared_ptr<fe::graph::Graph> graph;
+  std::int64_t workspace = 0;
+};
+
+// Graphs by everything that shapes them (direction, dtype, dims and strides of every operand,
+// scale, cap, device); a training run has a few per row length.
+using Key = std::vector<std::int64_t>;
+std::mutex g_plans_mutex;
+std::map<Key, std::shared_ptr<Plan>> g_plans;
+
+void append(Key& key, const std::vector<std::int64_t>& v) { key.insert(key.end(), v.begin(), v.end()); }
+
+fe::DataType_t io_type(const torch::Tensor& x) {
+  return x.scalar_type() == torch::kBFloat16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF;
+}
+
+std::shared_ptr<fe::graph::Graph> new_graph(const torch::Tensor& q) {
+  auto g = std::make_shared<fe::graph::Graph>();
+  g->set_io_data_type(io_type(q))
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  return g;
+}
+
+std::shared_ptr<fe::graph::Tensor_attributes> input(fe::graph::Graph& g, const char* name, Uid uid,
+                                                    const torch::Tensor& x) {
+  return g.tensor(
+      fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(bhsd_dims(x)).set_stride(bhsd_strides(x)));
+}
+
+void finish(Plan& p, cudnnHandle_t h) {
+  check(p.graph->validate(), "validate");
+  check(p.graph->build_operation_graph(h), "build_operation_graph");
+  check(p.graph->create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans");
+  check(p.graph->check_support(h), "check_support");
+  check(p.graph->build_plans(h), "build_plans");
+  check(p.graph->get_workspace_size(p.workspace), "get_workspace_size");
+}
+
+// out [b, sq, hq, d] and stats [b, hq, sq] written contiguous.
+std::shared_ptr<Plan> forward_plan(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, float scale,
+                                   float cap, cudnnHandle_t h) {
+  Key key{0, static_cast<std::int64_t>(q.scalar_type()), q.get_device()};
+  for (const auto* x : {&q, &k, &v}) {
+    append(key, bhsd_dims(*x));
+    append(key, bhsd_strides(*x));
+  }
+  key.push_back(static_cast<std::int64_t>(*reinterpret_cast<const std::uint32_t*>(&scale)));
+  key.push_back(static_cast<std::int64_t>(*reinterpret_cast<const std::uint32_t*>(&cap)));
+  std::lock_guard<std::mutex> lock(g_plans_mutex);
+  if (auto it = g_plans.find(key); it != g_plans.end()) return it->second;
+  auto p = std::make_shared<Plan>();
+  p->graph = new_graph(q);
+  auto& g = *p->graph;
+  const std::int64_t b = q.size(0), sq = q.size(1), hq = q.size(2), d = q.size(3);
+  auto Q = input(g, "Q", kQ, q), K = input(g, "K", kK, k), V = input(g, "V", kV, v);
+  auto opts = fe::graph::SDPA_attributes().set_name("softcap_rect").set_generate_stats(true).set_attn_scale(scale);
+  if (cap > 0.f) {
+    auto mod = std::make_shared<fe::graph::attn::score_modifiers::Softcap>();
+    opts.set_score_mod([mod, cap](std::shared_ptr<fe::graph::Graph> sub, std::shared_ptr<fe::graph::Tensor_attributes> s) {
+      return mod->forward(sub, s, sub->tensor(fe::graph::Tensor_attributes(cap)));
+    });
+  }
+  auto [O, Stats] = g.sdpa(Q, K, V, std::move(opts));
+  O->set_output(true).set_uid(kO).set_dim({b, hq, sq, d}).set_stride({sq * hq * d, d, hq * d, 1});
+  Stats->set_output(true)
+      .set_uid(kStats)
+      .set_data_type(fe::DataType_t::FLOAT)
+      .set_dim({b, hq, sq, 1})
+      .set_stride({hq * sq, sq, 1, 1});
+  finish(*p, h);
+  g_plans.emplace(key, p);
+  return p;
+}
+
+// dq [b, sq, hq, d], dk and dv [b, skv, hkv, d] written contiguous; stats [b, hq, sq] any strides.
+std::shared_ptr<Plan> backward_plan(const torch::Tensor& dout, const torch::Tensor& q, const torch::Tensor& k,
+                                    const torch::Tensor& v, const torch::Tensor& out, const torch::Tensor& stats,
+                                    float scale, float cap, cudnnHandle_t h) {
+  Key key{1, static_cast<std::int64_t>(q.scalar_type()), q.get_device()};
+  for (const auto* x : {&dout, &q, &k, &v, &out}) {
+    append(key, bhsd_dims(*x));
+    append(key, bhsd_strides(*x));
+  }
+  append(key, stats.sizes().vec());
+  append(key, stats.strides().vec());
+  key.push_back(static_cast<std::int64_t>(*reinterpret_cast<const std::uint32_t*>(&scale)));
+  key.push_back(static_cast<std::int64_t>(*reinterpret_cast<const std::uint32_t*>(&cap)));
+  std::lock_guard<std::mutex> lock(g_plans_mutex);
+  if (auto it = g_plans.find(key); it != g_plans.end()) return it->second;
+  auto p = std::make_shared<Plan>();
+  p->graph = new_graph(q);
+  auto& g = *p->graph;
+  const std::int64_t b = q.size(0), sq = q.size(1), hq = q.size(2), d = q.size(3);
+  const std::int64_t skv = k.size(1), hkv = k.size(2);
+  auto Q = input(g, "Q", kQ, q), K = input(g, "K", kK, k), V = input(g, "V", kV, v);
+  auto O = input(g, "O", kO, out), dO = input(g, "dO", kDO, dout);
+  auto Stats = g.tensor(fe::graph::Tensor_attributes()
+                            .set_name("Stats")
+                            .set_uid(kStats)
+                            .set_data_type(fe::DataType_t::FLOAT)
+                            .set_dim({b, hq, sq, 1})
+                            .set_stride({stats.stride(0), stats.stride(1), stats.stride(2), 1}));
+  auto opts = fe::graph::SDPA_backward_attributes().set_name("softcap_rect_bwd").set_attn_scale(scale);
+  if (cap > 0.f) {
+    auto mod = std::make_shared<fe::graph::attn::score_modifiers::Softcap>();
+    opts.set_score_mod([mod, cap](std::shared_ptr<fe::graph::Graph> sub, std::shared_ptr<fe::graph::Tensor_attributes> s) {
+      return mod->forward(sub, s, sub->tensor(fe::graph::Tensor_attributes(cap)));
+    });
+    opts.set_score_mod_bprop(
+        [mod, cap](std::shared_ptr<fe::graph::Graph> sub, std::shared_ptr<fe::graph::Tensor_attributes> s) {
+          return mod->backward(sub, s, sub->tensor(fe::graph::Tensor_attributes(cap)));
+        });
+  }
+  auto [dQ, dK, dV] = g.sdpa_backward(Q, K, V, O, dO, Stats, std::move(opts));
+  dQ->set_output(true).set_uid(kDQ).set_dim({b, hq, sq, d}).set_stride({sq * hq * d, d, hq * d, 1});
+  dK->set_output(true).set_uid(kDK).set_dim({b, hkv, skv, d}).set_stride({skv * hkv * d, d, hkv * d, 1});
+  dV->set_output(true).set_uid(kDV).set_dim({b, hkv, skv, d}).set_stride({skv * hkv * d, d, hkv * d, 1});
+  finish(*p, h);
+  g_plans.emplace(key, p);
+  return p;
+}
+
+void run(const Plan& p, std::unordered_map<std::int64_t, void*>& pack, cudnnHandle_t h, const torch::Tensor& like) {
+  torch::Tensor ws;
+  if (p.workspace > 0) ws = torch::empty({p.workspace}, like.options().dtype(torch::kUInt8));
+  check(p.graph->execute(h, pack, ws.defined() ? ws.data_ptr() : nullptr), "execute");
+}
+
+// Full attention of q [b, sq, hq, d] on k, v [b, skv, hkv, d]: {out [b, sq, hq, d], lse [b, hq, sq]}.
+std::pair<torch::Tensor, torch::Tensor> rect_forward(const torch::Tensor& q, const torch::Tensor& k,
+                                                     const torch::Tensor& v, float scale, float cap) {
+  const int device = q.get_device();
+  cudnnHandle_t h = handle_for(device);
+  const auto p = forward_plan(q, k, v, scale, cap, h);
+  torch::Tensor out = torch::empty({q.size(0), q.size(1), q.size(2), q.size(3)}, q.options());
+  torch::Tensor lse = torch::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(torch::kFloat32));
+  std::unordered_map<std::int64_t, void*> pack{{kQ, q.data_ptr()},   {kK, k.data_ptr()},     {kV, v.data_ptr()},
+                                               {kO, out.data_ptr()}, {kStats, lse.data_ptr()}};
+  run(*p, pack, h, q);
+  return {out, lse};
+}
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> rect_backward(const torch::Tensor& dout, const torch::Tensor& q,
+                                                                      const torch::Tensor& k, const torch::Tensor& v,
+                                                                      const torch::Tensor& out, const torch::Tensor& lse,
+                                                                      float scale, float cap) {
+  const int device = q.get_device();
+  cudnnHandle_t h = handle_for(device);
+  const auto p = backward_plan(dout, q, k, v, out, lse, scale, cap, h);
+  torch::Tensor dq = torch::empty(q.sizes(), q.options());
+  torch::Tensor dk = torch::empty(k.sizes(), k.options());
+  torch::Tensor dv = torch::empty(v.sizes(), v.options());
+  std::unordered_map<std::int64_t, void*> pack{
+      {kQ, q.data_ptr()},       {kK, k.data_ptr()},     {kV, v.data_ptr()},   {kO, out.data_ptr()},
+      {kDO, dout.data_ptr()},   {kStats, lse.data_ptr()}, {kDQ, dq.data_ptr()}, {kDK, dk.data_ptr()},
+      {kDV, dv.data_ptr()}};
+  run(*p, pack, h, q);
+  return {dq, dk, dv};
+}
+
+// Rows of the level whose rectangles are n x n: the queries of the odd blocks of n rows
+// (their lower halves), the keys of the even ones; as [t / 2n, n, h, d] views of x [t, h, d].
+torch::Tensor lower(const torch::Tensor& x, std::int64_t n) {
+  return x.view({x.size(0) / (2 * n), 2, n, x.size(1), x.size(2)}).select(1, 1);
+}
+torch::Tensor upper(const torch::Tensor& x, std::int64_t n) {
+  return x.view({x.size(0) / (2 * n), 2, n, x.size(1), x.size(2)}).select(1, 0);
+}
+// lse [hq, t] of the lower rows as [t / 2n, hq, n].
+torch::Tensor lower_lse(const torch::Tensor& lse, std::int64_t n) {
+  return lse.view({lse.size(0), lse.size(1) / (2 * n), 2, n}).select(2, 1).permute({1, 0, 2});
+}
+
+}  // namespace
+
+bool softcap_causal_takes(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  if (!g_on.load() || g_failed.load() || !band_kernels_take(q, k, v)) return false;
+  return q.dim() == 3 && k.dim() == 3 && v.dim() == 3 && q.stride(2) == 1 && k.stride(2) == 1 && v.stride(2) == 1;
+}
+
+std::optional<std::pair<torch::Tensor, torch::Tensor>> softcap_causal_forward(
+    const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& block_first_key,
+    std::int64_t block, double scale, double softcap) {
+  const std::int64_t t = q.size(0), hq = q.size(1);
+  TORCH_CHECK(block > 0 && t % block == 0, "softcap_causal_forward: block ", block, " does not divide ", t);
+  try {
+    auto [out_d, lse_d] = band_attention_forward(q, k, v, block_first_key, scale, softcap);
+    torch::Tensor out = out_d.to(torch::kFloat32);
+    torch::Tensor lse = lse_d.reshape({hq, t}).clone();
+    for (std::int64_t n = t / 2; n >= block; n /= 2) {
+      auto [o, l] = rect_forward(lower(q, n), upper(k, n), upper(v, n), static_cast<float>(scale),
+                                 static_cast<float>(softcap));
+      torch::Tensor lv = lower_lse(lse, n);   // [c, hq, n], a view of lse
+      const torch::Tensor both = torch::logaddexp(lv, l);
+      const torch::Tensor w_old = (lv - both).exp_().permute({0, 2, 1}).unsqueeze(-1);  // [c, n, hq, 1]
+      const torch::Tensor w_new = (l - both).exp_().permute({0, 2, 1}).unsqueeze(-1);
+      torch::Tensor ov = lower(out, n);
+      ov.mul_(w_old).add_(o.to(torch::kFloat32).mul_(w_new));
+      lv.copy_(both);
+    }
+    return std::make_pair(out.to(q.scalar_type()), lse);
+  } catch (const std::exception& e) {
+    remember_failure(e.what());
+    return std::nullopt;
+  }
+}
+
+std::optional<std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>> softcap_causal_backward(
+    const torch::Tensor& dout, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+    const torch::Tensor& out, const torch::Tensor& lse, const torch::Tensor& block_first_key, std::int64_t block,
+    double scale, double softcap) {
+  const std::int64_t t = q.size(0), hq = q.size(1);
+  TORCH_CHECK(block > 0 && t % block == 0, "softcap_causal_backward: block ", block, " does not divide ", t);
+  try {
+    const torch::Tensor lse2 = lse.reshape({hq, t});
+    const torch::Tensor o = out.contiguous(), dO = dout.contiguous();
+    auto [dq_d, dk_d, dv_d] = band_attention_backward(dO, q, k, v, o, lse2, block_first_key, scale, softcap);
+    torch::Tensor dq = dq_d.to(torch::kFloat32), dk = dk_d.to(torch::kFloat32), dv = dv_d.to(torch::kFloat32);
+    for (std::int64_t n = t / 2; n >= block; n /= 2) {
+      auto [gq, gk, gv] = rect_backward(lower(dO, n), lower(q, n), upper(k, n), upper(v, n), lower(o, n),
+                                        lower_lse(lse2, n), static_cast<float>(scale), static_cast<float>(softcap));
+      lower(dq, n).add_(gq);
+      upper(dk, n).add_(gk);
+      upper(dv, n).add_(gv);
+    }
+    return std::make_tuple(dq.to(q.scalar_type()), dk.to(k.scalar_type()), dv.to(v.scalar_type()));
+  } catch (const std::exception& e) {
+    remember_failure(e.what());
+    return std::nullopt;
+  }
+}
+
+#else  // no cuDNN graph API in this build
+
+bool cudnn_softcap_compiled() { return false; }
+bool softcap_causal_takes(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&) { return false; }
+
+std::optional<std::pair<torch::Tensor, torch::Tensor>> softcap_causal_forward(const torch::Tensor&, const torch::Tensor&,
+                                                                              const torch::Tensor&, const torch::Tensor&,
+                                                                              std::int64_t, double, double) {
+  return std::nullopt;
+}
+
+std::optional<std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>> softcap_causal_backward(
+    const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+    const torch::Tensor&, const torch::Tensor&, std::int64_t, double, double) {
+  return std::nullopt;
+}
+
+#endif
+
+}  // namespace odyssey::kernels

@@ -1,0 +1,69 @@
+// Soft-capped causal attention with cuDNN's fused attention doing most of the work.
+//
+// cuDNN's graph API (through NVIDIA's header-only cudnn-frontend) runs flash attention with a
+// score modifier, x = cap * tanh(s * scale / cap) (Gemma-2's soft-capping), on Hopper's wgmma
+// kernels; but with a score modifier it takes no causal mask, so a causal row would cost the
+// whole square. A causal T x T triangle is cut instead into full rectangles and small
+// triangles on the diagonal (docs/kernels.md, "Soft-capped attention through cuDNN"):
+//
+//   level 1: queries T/2..T on keys 0..T/2;  level 2: queries n..2n on keys 0..n and 3n..4n
+//   on 2n..3n (n = T/4), one cuDNN call with the two as its batch; ...; level L: blocks of
+//   B = T / 2^L rows. What is left is the diagonal's 2^L causal B x B triangles, which the band
+//   kernels (band_attention.h) run with first_key[i] = floor(i / B) * B.
+//
+// Each part returns its own output and log-sum-exp; the parts of a row are merged by their
+// log-sum-exps in fp32. The backward of each part runs from the whole attention's output,
+// log-sum-exp and output gradient (what FlashAttention's backward needs of a row: P from the
+// row's log-sum-exp, delta = rowsum(dO * O)), so the parts' gradients are the whole's pieces
+// and are summed in fp32.
+//
+// Built only where configure found cudnn_frontend.h and cudnn.h (ODYSSEY_HAVE_CUDNN_FRONTEND);
+// libcudnn itself is the one LibTorch loads, opened at first use. Off by default until
+// measured (set_cudnn_softcap; ODYSSEY_CUDNN_SOFTCAP=1 starts the process with it on).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+
+namespace odyssey::kernels {
+
+// Whether this build has the cuDNN path at all.
+bool cudnn_softcap_compiled();
+
+void set_cudnn_softcap(bool on);
+bool cudnn_softcap_enabled();
+
+// The diagonal block size B for a causal row of t tokens: t / 2^L for the largest L with
+// t divisible by 2^L and t / 2^L >= min_block (1,024) and a multiple of 64; 0 when no L >= 1
+// does (t < 2,048 or odd multiples), and the caller runs its own path.
+std::int64_t softcap_diagonal_block(std::int64_t t, std::int64_t min_block = 1024);
+
+// Whether softcap_causal_forward/backward take these tensors: built with cuDNN, the switch on,
+// CUDA bf16/fp16 q [T, Hq, D], k, v [T, Hkv, D] with D 64, 128 or 256 (the band kernels'),
+// the last dimension contiguous, and no earlier cuDNN failure in this process.
+bool softcap_causal_takes(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+
+// The reason the path was turned off by a failure (a graph cuDNN cannot run), or empty.
+std::string cudnn_softcap_failure();
+
+// One causal row (every query sees keys 0..i) with soft-capping: {out [T, Hq, D] in q's dtype,
+// lse [Hq, T] fp32, natural log}. block_first_key: int64 [T] on q's device, floor(i / block) *
+// block, block = softcap_diagonal_block(T). Empty when cuDNN cannot build the graphs (the
+// failure is remembered and softcap_causal_takes turns false); the caller then runs its own.
+std::optional<std::pair<torch::Tensor, torch::Tensor>> softcap_causal_forward(
+    const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& block_first_key,
+    std::int64_t block, double scale, double softcap);
+
+// {dq, dk, dv} in the inputs' dtype from dout [T, Hq, D] and the whole attention's out and lse
+// ([Hq, T] or any shape of Hq * T values in that order), however they were computed. Empty as above.
+std::optional<std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>> softcap_causal_backward(
+    const torch::Tensor& dout, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+    const torch::Tensor& out, const torch::Tensor& lse, const torch::Tensor& block_first_key, std::int64_t block,
+    double scale, double softcap);
+
+}  // namespace odyssey::kernels
