@@ -99,7 +99,9 @@ cudnnHandle_t handle_for(int device) {
     if (fe::detail::create_handle(&h) != CUDNN_STATUS_SUCCESS) throw std::runtime_error("cudnnCreate failed");
     it = handles.emplace(device, h).first;
   }
-  if (fe::detail::set_stream(it->second, at::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream()) != CUDNN_STATUS_SUCCESS)
+  if (fe::detail::set_stream(it->second,
+                             at::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream()) !=
+      CUDNN_STATUS_SUCCESS)
     throw std::runtime_error("cudnnSetStream failed");
   return it->second;
 }
@@ -170,9 +172,10 @@ std::shared_ptr<Plan> forward_plan(const torch::Tensor& q, const torch::Tensor& 
   auto opts = fe::graph::SDPA_attributes().set_name("softcap_rect").set_generate_stats(true).set_attn_scale(scale);
   if (cap > 0.f) {
     auto mod = std::make_shared<fe::graph::attn::score_modifiers::Softcap>();
-    opts.set_score_mod([mod, cap](std::shared_ptr<fe::graph::Graph> sub, std::shared_ptr<fe::graph::Tensor_attributes> s) {
-      return mod->forward(sub, s, sub->tensor(fe::graph::Tensor_attributes(cap)));
-    });
+    opts.set_score_mod(
+        [mod, cap](std::shared_ptr<fe::graph::Graph> sub, std::shared_ptr<fe::graph::Tensor_attributes> s) {
+          return mod->forward(sub, s, sub->tensor(fe::graph::Tensor_attributes(cap)));
+        });
   }
   auto [O, Stats] = g.sdpa(Q, K, V, std::move(opts));
   O->set_output(true).set_uid(kO).set_dim({b, hq, sq, d}).set_stride({sq * hq * d, d, hq * d, 1});
@@ -217,9 +220,10 @@ std::shared_ptr<Plan> backward_plan(const torch::Tensor& dout, const torch::Tens
   auto opts = fe::graph::SDPA_backward_attributes().set_name("softcap_rect_bwd").set_attn_scale(scale);
   if (cap > 0.f) {
     auto mod = std::make_shared<fe::graph::attn::score_modifiers::Softcap>();
-    opts.set_score_mod([mod, cap](std::shared_ptr<fe::graph::Graph> sub, std::shared_ptr<fe::graph::Tensor_attributes> s) {
-      return mod->forward(sub, s, sub->tensor(fe::graph::Tensor_attributes(cap)));
-    });
+    opts.set_score_mod(
+        [mod, cap](std::shared_ptr<fe::graph::Graph> sub, std::shared_ptr<fe::graph::Tensor_attributes> s) {
+          return mod->forward(sub, s, sub->tensor(fe::graph::Tensor_attributes(cap)));
+        });
     opts.set_score_mod_bprop(
         [mod, cap](std::shared_ptr<fe::graph::Graph> sub, std::shared_ptr<fe::graph::Tensor_attributes> s) {
           return mod->backward(sub, s, sub->tensor(fe::graph::Tensor_attributes(cap)));
@@ -248,26 +252,26 @@ std::pair<torch::Tensor, torch::Tensor> rect_forward(const torch::Tensor& q, con
   const auto p = forward_plan(q, k, v, scale, cap, h);
   torch::Tensor out = torch::empty({q.size(0), q.size(1), q.size(2), q.size(3)}, q.options());
   torch::Tensor lse = torch::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(torch::kFloat32));
-  std::unordered_map<std::int64_t, void*> pack{{kQ, q.data_ptr()},   {kK, k.data_ptr()},     {kV, v.data_ptr()},
-                                               {kO, out.data_ptr()}, {kStats, lse.data_ptr()}};
+  std::unordered_map<std::int64_t, void*> pack{
+      {kQ, q.data_ptr()}, {kK, k.data_ptr()}, {kV, v.data_ptr()}, {kO, out.data_ptr()}, {kStats, lse.data_ptr()}};
   run(*p, pack, h, q);
   return {out, lse};
 }
 
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> rect_backward(const torch::Tensor& dout, const torch::Tensor& q,
                                                                       const torch::Tensor& k, const torch::Tensor& v,
-                                                                      const torch::Tensor& out, const torch::Tensor& lse,
-                                                                      float scale, float cap) {
+                                                                      const torch::Tensor& out,
+                                                                      const torch::Tensor& lse, float scale,
+                                                                      float cap) {
   const int device = q.get_device();
   cudnnHandle_t h = handle_for(device);
   const auto p = backward_plan(dout, q, k, v, out, lse, scale, cap, h);
   torch::Tensor dq = torch::empty(q.sizes(), q.options());
   torch::Tensor dk = torch::empty(k.sizes(), k.options());
   torch::Tensor dv = torch::empty(v.sizes(), v.options());
-  std::unordered_map<std::int64_t, void*> pack{
-      {kQ, q.data_ptr()},       {kK, k.data_ptr()},     {kV, v.data_ptr()},   {kO, out.data_ptr()},
-      {kDO, dout.data_ptr()},   {kStats, lse.data_ptr()}, {kDQ, dq.data_ptr()}, {kDK, dk.data_ptr()},
-      {kDV, dv.data_ptr()}};
+  std::unordered_map<std::int64_t, void*> pack{{kQ, q.data_ptr()},   {kK, k.data_ptr()},     {kV, v.data_ptr()},
+                                               {kO, out.data_ptr()}, {kDO, dout.data_ptr()}, {kStats, lse.data_ptr()},
+                                               {kDQ, dq.data_ptr()}, {kDK, dk.data_ptr()},   {kDV, dv.data_ptr()}};
   run(*p, pack, h, q);
   return {dq, dk, dv};
 }
@@ -302,9 +306,9 @@ std::optional<std::pair<torch::Tensor, torch::Tensor>> softcap_causal_forward(
     torch::Tensor out = out_d.to(torch::kFloat32);
     torch::Tensor lse = lse_d.reshape({hq, t}).clone();
     for (std::int64_t n = t / 2; n >= block; n /= 2) {
-      auto [o, l] = rect_forward(lower(q, n), upper(k, n), upper(v, n), static_cast<float>(scale),
-                                 static_cast<float>(softcap));
-      torch::Tensor lv = lower_lse(lse, n);   // [c, hq, n], a view of lse
+      auto [o, l] =
+          rect_forward(lower(q, n), upper(k, n), upper(v, n), static_cast<float>(scale), static_cast<float>(softcap));
+      torch::Tensor lv = lower_lse(lse, n);  // [c, hq, n], a view of lse
       const torch::Tensor both = torch::logaddexp(lv, l);
       const torch::Tensor w_old = (lv - both).exp_().permute({0, 2, 1}).unsqueeze(-1);  // [c, n, hq, 1]
       const torch::Tensor w_new = (l - both).exp_().permute({0, 2, 1}).unsqueeze(-1);
@@ -344,14 +348,57 @@ std::optional<std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>> softcap_c
   }
 }
 
+namespace {
+
+struct SoftcapCausalFn : public torch::autograd::Function<SoftcapCausalFn> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, double scale, double softcap) {
+    const std::int64_t t = q.size(0), block = softcap_diagonal_block(t);
+    TORCH_CHECK(block > 0, "softcap_causal_attention: no diagonal block divides ", t, " rows");
+    std::vector<std::int64_t> first(static_cast<std::size_t>(t));
+    for (std::int64_t i = 0; i < t; ++i) first[static_cast<std::size_t>(i)] = i / block * block;
+    const torch::Tensor fk = torch::tensor(first, torch::kInt64).to(q.device());
+    auto r = softcap_causal_forward(q, k, v, fk, block, scale, softcap);
+    if (!r) throw std::runtime_error("cuDNN soft-capped attention: " + cudnn_softcap_failure());
+    ctx->save_for_backward({q, k, v, r->first, r->second, fk});
+    ctx->saved_data["scale"] = scale;
+    ctx->saved_data["softcap"] = softcap;
+    ctx->saved_data["block"] = block;
+    return r->first;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto s = ctx->get_saved_variables();
+    auto r = softcap_causal_backward(grads[0], s[0], s[1], s[2], s[3], s[4], s[5], ctx->saved_data["block"].toInt(),
+                                     ctx->saved_data["scale"].toDouble(), ctx->saved_data["softcap"].toDouble());
+    if (!r) throw std::runtime_error("cuDNN soft-capped attention backward: " + cudnn_softcap_failure());
+    auto [dq, dk, dv] = std::move(*r);
+    return {dq, dk, dv, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor softcap_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                       double scale, double softcap) {
+  return SoftcapCausalFn::apply(q, k, v, scale, softcap);
+}
+
 #else  // no cuDNN graph API in this build
+
+torch::Tensor softcap_causal_attention(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, double,
+                                       double) {
+  throw std::runtime_error("softcap_causal_attention: this build has no cuDNN graph API");
+}
 
 bool cudnn_softcap_compiled() { return false; }
 bool softcap_causal_takes(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&) { return false; }
 
-std::optional<std::pair<torch::Tensor, torch::Tensor>> softcap_causal_forward(const torch::Tensor&, const torch::Tensor&,
-                                                                              const torch::Tensor&, const torch::Tensor&,
-                                                                              std::int64_t, double, double) {
+std::optional<std::pair<torch::Tensor, torch::Tensor>> softcap_causal_forward(const torch::Tensor&,
+                                                                              const torch::Tensor&,
+                                                                              const torch::Tensor&,
+                                                                              const torch::Tensor&, std::int64_t,
+                                                                              double, double) {
   return std::nullopt;
 }
 

@@ -66,4 +66,9 @@ std::optional<std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>> softcap_c
     const torch::Tensor& out, const torch::Tensor& lse, const torch::Tensor& block_first_key, std::int64_t block,
     double scale, double softcap);
 
+// out [T, Hq, D], differentiable in q, k and v through the two above (autograd), for the
+// selftest; throws naming cuDNN's failure when the graphs cannot be built (never falls back).
+torch::Tensor softcap_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                       double scale, double softcap);
+
 }  // namespace odyssey::kernels

@@ -14,6 +14,7 @@
 #include "kernels/swiglu.h"
 #include "kernels/attention_tile.h"
 #include "kernels/band_attention.h"
+#include "kernels/cudnn_attention.h"
 #include "kernels/decode_attention.h"
 
 namespace odyssey::kernels {
@@ -208,6 +209,29 @@ Case band_attention_case(const torch::Device& dev, std::int64_t t, std::int64_t 
     return Tensors{out, lse.detach()};  // as the fused op: lse is not differentiated
   };
   c.exact = c.reference;  // in float64
+  return c;
+}
+
+// Soft-capped causal attention through cuDNN (cudnn_attention.h): one causal row of t tokens
+// (cuDNN's rectangles on 2^L levels, the band kernels on the diagonal's blocks), checked against
+// the same dense formula as the band kernels.
+Case softcap_causal_case(const torch::Device& dev, std::int64_t t, std::int64_t hq, std::int64_t hkv, std::int64_t d,
+                         double softcap) {
+  Case c = band_attention_case(dev, t, hq, hkv, d, 0, softcap);
+  c.kernel = "softcap_causal (cuDNN) " + std::to_string(t) + "x" + std::to_string(hq) + "/" + std::to_string(hkv) +
+             "x" + std::to_string(d) + " cap " + std::to_string(static_cast<int>(softcap)) + ", blocks of " +
+             std::to_string(softcap_diagonal_block(t));
+  c.output_names = {"out"};
+  c.cotangents.resize(1);
+  const torch::Tensor first_key = torch::zeros({t}, torch::TensorOptions().dtype(torch::kInt64).device(dev));
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  c.fused = [scale, softcap](const Tensors& in) {
+    return Tensors{softcap_causal_attention(in[0], in[1], in[2], scale, softcap)};
+  };
+  c.reference = [first_key, scale, softcap](const Tensors& in) {
+    return Tensors{band_attention_reference(in[0], in[1], in[2], first_key, scale, softcap).first};
+  };
+  c.exact = c.reference;
   return c;
 }
 
@@ -596,6 +620,15 @@ std::vector<SelftestRow> run_selftest(const torch::Device& device) {
     cases.push_back(band_attention_case(device, 1500, 16, 8, 256, 0, 50.0, true));
     cases.push_back(band_attention_case(device, 1111, 16, 8, 256, 300, 50.0, true));
     cases.push_back(band_attention_case(device, 333, 4, 1, 64, 100, 2.0, true));
+    // One causal row through cuDNN's rectangles where the build has them: Gemma-2-9B's and the
+    // 27B's heads on two levels of 1,024-row blocks, three levels of 64 wide with a bent cap, and
+    // blocks of 1,536 (6,144 rows).
+    if (cudnn_softcap_compiled()) {
+      cases.push_back(softcap_causal_case(device, 4096, 16, 8, 256, 50.0));
+      cases.push_back(softcap_causal_case(device, 4096, 28, 4, 128, 30.0));
+      cases.push_back(softcap_causal_case(device, 8192, 4, 1, 64, 2.0));
+      cases.push_back(softcap_causal_case(device, 6144, 4, 1, 64, 2.0));
+    }
     // Decode steps: Qwen2.5-7B's heads (28 over 4) at batch 1 and 16 against a 1,280-slot cache,
     // Gemma-2's 256-wide heads (16 over 8), 16 query heads per KV head over a long cache, 64 wide.
     cases.push_back(decode_attention_case(device, 1, 28, 4, 1280, 128));

@@ -35,7 +35,10 @@ py_reference=(transformers==5.17.0 peft==0.21.0 tokenizers==0.23.3 safetensors==
 # galore-torch's GaLore AdamW is the GaLore oracle (tests/reference/galore_reference.py). It is
 # installed without its declared bitsandbytes dependency: only its 8-bit optimizers need that,
 # and the oracle loads the AdamW module alone.
-py_reference_nodeps=(galore-torch==1.0)
+# nvidia-cudnn-frontend: its C++ headers (site-packages/include, header-only) let kernels/ build
+# the soft-capped attention through cuDNN's graph API (kernels/cudnn_attention.h) against the
+# libcudnn the torch wheel brings; its Python part is not used.
+py_reference_nodeps=(galore-torch==1.0 nvidia-cudnn-frontend==1.32.0)
 venv=${ODYSSEY_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/odyssey/venv-torch-$torch_version}
 swift_version=4.6.0
 swift_venv=${ODYSSEY_SWIFT_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/odyssey/venv-swift-$swift_version}
