@@ -336,7 +336,8 @@ std::optional<std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>> softcap_c
     torch::Tensor dq = dq_d.to(torch::kFloat32), dk = dk_d.to(torch::kFloat32), dv = dv_d.to(torch::kFloat32);
     for (std::int64_t n = t / 2; n >= block; n /= 2) {
       auto [gq, gk, gv] = rect_backward(lower(dO, n), lower(q, n), upper(k, n), upper(v, n), lower(o, n),
-                                        lower_lse(lse2, n), static_cast<float>(scale), static_cast<float>(softcap));
+                                        lower_lse(lse2, n).contiguous(),  // cuDNN < 9.26: packed stats only
+                                        static_cast<float>(scale), static_cast<float>(softcap));
       lower(dq, n).add_(gq);
       upper(dk, n).add_(gk);
       upper(dv, n).add_(gv);

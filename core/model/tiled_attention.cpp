@@ -278,7 +278,7 @@ torch::Tensor tiled_causal_attention(const torch::Tensor& q, const torch::Tensor
   check_shapes(q, k, v);
   const Tiles tiles = plan_tiles(cu_seqlens, q.size(0), window, q.size(1), tile_rows, q.device(), plans);
   return TiledAttentionFn::apply(q, k, v, tiles.first_key, tiles.row0, tiles.key0, tiles.window, scale, softcap,
-                                 tiles.block_first_key, tiles.block);
+                                 block_key(tiles), tiles.block);
 }
 
 torch::Tensor kept_tiled_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
