@@ -263,6 +263,10 @@ struct KeptTiledAttentionFn : public torch::autograd::Function<KeptTiledAttentio
   static variable_list backward(AutogradContext* ctx, variable_list grads) { return backward_saved(ctx, grads, 9); }
 };
 
+// The diagonal's first keys as an autograd input: a defined tensor always (autograd takes no
+// undefined inputs); the row's own first keys stand in, unread, when the cuDNN path is not planned.
+torch::Tensor block_key(const Tiles& tiles) { return tiles.block > 0 ? tiles.block_first_key : tiles.first_key; }
+
 void check_shapes(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
   TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, "tiled attention: q, k, v must be [T, H, D]");
   TORCH_CHECK(k.sizes() == v.sizes() && q.size(0) == k.size(0) && q.size(2) == k.size(2), "tiled attention: q ",
@@ -293,7 +297,7 @@ torch::Tensor kept_tiled_attention(const torch::Tensor& q, const torch::Tensor& 
     return out;
   }
   return KeptTiledAttentionFn::apply(q, k, v, tiles.first_key, tiles.row0, tiles.key0, tiles.window, scale, softcap,
-                                     tiles.block_first_key, tiles.block,
+                                     block_key(tiles), tiles.block,
                                      static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(&stash)));
 }
 
