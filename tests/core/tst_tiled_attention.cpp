@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernels/band_attention.h"
+#include "kernels/cudnn_attention.h"
 #include "model/attention_tiles.h"
 #include "model/tiled_attention.h"
 
@@ -217,6 +218,28 @@ class TstTiledAttention : public QObject {
               qPrintable(
                   QString("round %1, %2 heads, window %3: tensor %4 differs").arg(round).arg(hq).arg(window).arg(i)));
       }
+    }
+  }
+
+  // kernels/cudnn_attention.h cuts a causal row into 2^L rectangles levels and diagonal blocks of
+  // t / 2^L rows: the largest L whose blocks are whole, at least 1,024 rows and multiples of 64.
+  void cudnnDiagonalBlocks() {
+    using odyssey::kernels::softcap_diagonal_block;
+    QCOMPARE(softcap_diagonal_block(16384), std::int64_t(1024));
+    QCOMPARE(softcap_diagonal_block(32768), std::int64_t(1024));
+    QCOMPARE(softcap_diagonal_block(2048), std::int64_t(1024));
+    QCOMPARE(softcap_diagonal_block(12288), std::int64_t(1536));
+    QCOMPARE(softcap_diagonal_block(1024000), std::int64_t(8000));
+    QCOMPARE(softcap_diagonal_block(1024), std::int64_t(0));  // no level: the caller's own path
+    QCOMPARE(softcap_diagonal_block(2047), std::int64_t(0));
+    QCOMPARE(softcap_diagonal_block(3000), std::int64_t(0));  // 1,500 is no multiple of 64
+    QCOMPARE(softcap_diagonal_block(16384, 4096), std::int64_t(4096));
+    for (std::int64_t t = 1; t <= 70000; t += 61) {
+      const std::int64_t b = softcap_diagonal_block(t);
+      if (b == 0) continue;
+      QVERIFY(t % b == 0 && b >= 1024 && b % 64 == 0);
+      QVERIFY(((t / b) & (t / b - 1)) == 0 && t / b >= 2);     // 2^L blocks, L >= 1
+      QVERIFY(b < 2048 || (b % 2 != 0) || (b / 2) % 64 != 0);  // no smaller whole block was left
     }
   }
 
