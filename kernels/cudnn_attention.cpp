@@ -36,7 +36,7 @@ std::atomic<bool> g_failed{false};
 std::mutex g_failure_mutex;
 std::string g_failure;
 
-void remember_failure(const std::string& why) {
+[[maybe_unused]] void remember_failure(const std::string& why) {
   std::lock_guard<std::mutex> lock(g_failure_mutex);
   if (!g_failed.exchange(true)) {
     g_failure = why;
@@ -63,6 +63,81 @@ std::int64_t softcap_diagonal_block(std::int64_t t, std::int64_t min_block) {
   }
   return block;
 }
+
+namespace levels {
+
+namespace {
+
+// Rows of the level whose rectangles are n x n: the queries of the odd blocks of n rows
+// (their lower halves), the keys of the even ones; as [t / 2n, n, h, d] views of x [t, h, d].
+torch::Tensor lower(const torch::Tensor& x, std::int64_t n) {
+  return x.view({x.size(0) / (2 * n), 2, n, x.size(1), x.size(2)}).select(1, 1);
+}
+torch::Tensor upper(const torch::Tensor& x, std::int64_t n) {
+  return x.view({x.size(0) / (2 * n), 2, n, x.size(1), x.size(2)}).select(1, 0);
+}
+// lse [hq, t] of the lower rows as [t / 2n, hq, n].
+torch::Tensor lower_lse(const torch::Tensor& lse, std::int64_t n) {
+  return lse.view({lse.size(0), lse.size(1) / (2 * n), 2, n}).select(2, 1).permute({1, 0, 2});
+}
+
+// Sums and merges in fp32 for 16-bit inputs, float64 for float64 (the tests' exact runs).
+torch::ScalarType accumulation(const torch::Tensor& x) {
+  return x.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat32;
+}
+
+void check_block(std::int64_t t, std::int64_t block) {
+  TORCH_CHECK(block > 0 && t % block == 0 && ((t / block) & (t / block - 1)) == 0 && t / block >= 2,
+              "causal attention by levels: ", t, " rows are not 2^L >= 2 blocks of ", block);
+}
+
+}  // namespace
+
+std::pair<torch::Tensor, torch::Tensor> forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                                std::int64_t block, const DiagonalForward& diag,
+                                                const RectangleForward& rect) {
+  const std::int64_t t = q.size(0), hq = q.size(1);
+  check_block(t, block);
+  const torch::ScalarType acc = accumulation(q);
+  auto [out_d, lse_d] = diag(q, k, v);
+  torch::Tensor out = out_d.to(acc);
+  torch::Tensor lse = lse_d.reshape({hq, t}).to(acc).clone();
+  for (std::int64_t n = t / 2; n >= block; n /= 2) {
+    auto [o, l] = rect(lower(q, n), upper(k, n), upper(v, n));
+    torch::Tensor lv = lower_lse(lse, n);  // [c, hq, n], a view of lse
+    const torch::Tensor both = torch::logaddexp(lv, l.to(acc));
+    const torch::Tensor w_old = (lv - both).exp_().permute({0, 2, 1}).unsqueeze(-1);  // [c, n, hq, 1]
+    const torch::Tensor w_new = (l.to(acc) - both).exp_().permute({0, 2, 1}).unsqueeze(-1);
+    lower(out, n).mul_(w_old).add_(o.to(acc).mul_(w_new));
+    lv.copy_(both);
+  }
+  return {out.to(q.scalar_type()), lse};
+}
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> backward(const torch::Tensor& dout, const torch::Tensor& q,
+                                                                 const torch::Tensor& k, const torch::Tensor& v,
+                                                                 const torch::Tensor& out, const torch::Tensor& lse,
+                                                                 std::int64_t block, const DiagonalBackward& diag,
+                                                                 const RectangleBackward& rect) {
+  const std::int64_t t = q.size(0), hq = q.size(1);
+  check_block(t, block);
+  const torch::ScalarType acc = accumulation(q);
+  const torch::Tensor lse2 = lse.reshape({hq, t});
+  const torch::Tensor o = out.contiguous(), dO = dout.contiguous();
+  auto [dq_d, dk_d, dv_d] = diag(dO, q, k, v, o, lse2);
+  torch::Tensor dq = dq_d.to(acc), dk = dk_d.to(acc), dv = dv_d.to(acc);
+  for (std::int64_t n = t / 2; n >= block; n /= 2) {
+    // The lower rows' log-sum-exp packed: cuDNN before 9.26 takes no other.
+    auto [gq, gk, gv] =
+        rect(lower(dO, n), lower(q, n), upper(k, n), upper(v, n), lower(o, n), lower_lse(lse2, n).contiguous());
+    lower(dq, n).add_(gq);
+    upper(dk, n).add_(gk);
+    upper(dv, n).add_(gv);
+  }
+  return {dq.to(q.scalar_type()), dk.to(k.scalar_type()), dv.to(v.scalar_type())};
+}
+
+}  // namespace levels
 
 #ifdef ODYSSEY_HAVE_CUDNN_FRONTEND
 
@@ -276,19 +351,6 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> rect_backward(const torc
   return {dq, dk, dv};
 }
 
-// Rows of the level whose rectangles are n x n: the queries of the odd blocks of n rows
-// (their lower halves), the keys of the even ones; as [t / 2n, n, h, d] views of x [t, h, d].
-torch::Tensor lower(const torch::Tensor& x, std::int64_t n) {
-  return x.view({x.size(0) / (2 * n), 2, n, x.size(1), x.size(2)}).select(1, 1);
-}
-torch::Tensor upper(const torch::Tensor& x, std::int64_t n) {
-  return x.view({x.size(0) / (2 * n), 2, n, x.size(1), x.size(2)}).select(1, 0);
-}
-// lse [hq, t] of the lower rows as [t / 2n, hq, n].
-torch::Tensor lower_lse(const torch::Tensor& lse, std::int64_t n) {
-  return lse.view({lse.size(0), lse.size(1) / (2 * n), 2, n}).select(2, 1).permute({1, 0, 2});
-}
-
 }  // namespace
 
 bool softcap_causal_takes(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
@@ -299,24 +361,16 @@ bool softcap_causal_takes(const torch::Tensor& q, const torch::Tensor& k, const 
 std::optional<std::pair<torch::Tensor, torch::Tensor>> softcap_causal_forward(
     const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& block_first_key,
     std::int64_t block, double scale, double softcap) {
-  const std::int64_t t = q.size(0), hq = q.size(1);
-  TORCH_CHECK(block > 0 && t % block == 0, "softcap_causal_forward: block ", block, " does not divide ", t);
+  const auto fscale = static_cast<float>(scale), fcap = static_cast<float>(softcap);
   try {
-    auto [out_d, lse_d] = band_attention_forward(q, k, v, block_first_key, scale, softcap);
-    torch::Tensor out = out_d.to(torch::kFloat32);
-    torch::Tensor lse = lse_d.reshape({hq, t}).clone();
-    for (std::int64_t n = t / 2; n >= block; n /= 2) {
-      auto [o, l] =
-          rect_forward(lower(q, n), upper(k, n), upper(v, n), static_cast<float>(scale), static_cast<float>(softcap));
-      torch::Tensor lv = lower_lse(lse, n);  // [c, hq, n], a view of lse
-      const torch::Tensor both = torch::logaddexp(lv, l);
-      const torch::Tensor w_old = (lv - both).exp_().permute({0, 2, 1}).unsqueeze(-1);  // [c, n, hq, 1]
-      const torch::Tensor w_new = (l - both).exp_().permute({0, 2, 1}).unsqueeze(-1);
-      torch::Tensor ov = lower(out, n);
-      ov.mul_(w_old).add_(o.to(torch::kFloat32).mul_(w_new));
-      lv.copy_(both);
-    }
-    return std::make_pair(out.to(q.scalar_type()), lse);
+    return levels::forward(
+        q, k, v, block,
+        [&](const torch::Tensor& q1, const torch::Tensor& k1, const torch::Tensor& v1) {
+          return band_attention_forward(q1, k1, v1, block_first_key, scale, softcap);
+        },
+        [&](const torch::Tensor& q4, const torch::Tensor& k4, const torch::Tensor& v4) {
+          return rect_forward(q4, k4, v4, fscale, fcap);
+        });
   } catch (const std::exception& e) {
     remember_failure(e.what());
     return std::nullopt;
@@ -327,22 +381,17 @@ std::optional<std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>> softcap_c
     const torch::Tensor& dout, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
     const torch::Tensor& out, const torch::Tensor& lse, const torch::Tensor& block_first_key, std::int64_t block,
     double scale, double softcap) {
-  const std::int64_t t = q.size(0), hq = q.size(1);
-  TORCH_CHECK(block > 0 && t % block == 0, "softcap_causal_backward: block ", block, " does not divide ", t);
+  const auto fscale = static_cast<float>(scale), fcap = static_cast<float>(softcap);
   try {
-    const torch::Tensor lse2 = lse.reshape({hq, t});
-    const torch::Tensor o = out.contiguous(), dO = dout.contiguous();
-    auto [dq_d, dk_d, dv_d] = band_attention_backward(dO, q, k, v, o, lse2, block_first_key, scale, softcap);
-    torch::Tensor dq = dq_d.to(torch::kFloat32), dk = dk_d.to(torch::kFloat32), dv = dv_d.to(torch::kFloat32);
-    for (std::int64_t n = t / 2; n >= block; n /= 2) {
-      auto [gq, gk, gv] = rect_backward(lower(dO, n), lower(q, n), upper(k, n), upper(v, n), lower(o, n),
-                                        lower_lse(lse2, n).contiguous(),  // cuDNN < 9.26: packed stats only
-                                        static_cast<float>(scale), static_cast<float>(softcap));
-      lower(dq, n).add_(gq);
-      upper(dk, n).add_(gk);
-      upper(dv, n).add_(gv);
-    }
-    return std::make_tuple(dq.to(q.scalar_type()), dk.to(k.scalar_type()), dv.to(v.scalar_type()));
+    return levels::backward(
+        dout, q, k, v, out, lse, block,
+        [&](const torch::Tensor& g, const torch::Tensor& q1, const torch::Tensor& k1, const torch::Tensor& v1,
+            const torch::Tensor& o1, const torch::Tensor& l1) {
+          return band_attention_backward(g, q1, k1, v1, o1, l1, block_first_key, scale, softcap);
+        },
+        [&](const torch::Tensor& g4, const torch::Tensor& q4, const torch::Tensor& k4, const torch::Tensor& v4,
+            const torch::Tensor& o4,
+            const torch::Tensor& l3) { return rect_backward(g4, q4, k4, v4, o4, l3, fscale, fcap); });
   } catch (const std::exception& e) {
     remember_failure(e.what());
     return std::nullopt;

@@ -25,6 +25,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -65,6 +66,35 @@ std::optional<std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>> softcap_c
     const torch::Tensor& dout, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
     const torch::Tensor& out, const torch::Tensor& lse, const torch::Tensor& block_first_key, std::int64_t block,
     double scale, double softcap);
+
+// The cut itself, with the parts' attention given (what softcap_causal_forward/backward run
+// with cuDNN and the band kernels; the tests run it with dense formulas on the CPU). q [T, Hq, D],
+// k, v [T, Hkv, D]; T = 2^L blocks of `block` rows, L >= 1. Merges and sums are in fp32 for
+// 16-bit inputs and in float64 for float64.
+namespace levels {
+// The diagonal's blocks (query i sees keys floor(i / block) * block .. i): {out [T, Hq, D], lse [Hq, T]}.
+using DiagonalForward = std::function<std::pair<torch::Tensor, torch::Tensor>(
+    const torch::Tensor&, const torch::Tensor&, const torch::Tensor&)>;
+// One level's rectangles, every query seeing every key: q [c, n, Hq, D], k, v [c, n, Hkv, D]
+// (strided views) -> {out [c, n, Hq, D], lse [c, Hq, n]}.
+using RectangleForward = DiagonalForward;
+// Their backward from the whole row's output gradient, output and log-sum-exp (restricted to the
+// part's rows): (dout, q, k, v, out, lse) -> {dq, dk, dv} of the part's rows and keys; the
+// diagonal's lse is [Hq, T], a level's [c, Hq, n] packed.
+using DiagonalBackward = std::function<std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>(
+    const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+    const torch::Tensor&)>;
+using RectangleBackward = DiagonalBackward;
+
+std::pair<torch::Tensor, torch::Tensor> forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                                std::int64_t block, const DiagonalForward& diag,
+                                                const RectangleForward& rect);
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> backward(const torch::Tensor& dout, const torch::Tensor& q,
+                                                                 const torch::Tensor& k, const torch::Tensor& v,
+                                                                 const torch::Tensor& out, const torch::Tensor& lse,
+                                                                 std::int64_t block, const DiagonalBackward& diag,
+                                                                 const RectangleBackward& rect);
+}  // namespace levels
 
 // out [T, Hq, D], differentiable in q, k and v through the two above (autograd), for the
 // selftest; throws naming cuDNN's failure when the graphs cannot be built (never falls back).

@@ -78,6 +78,48 @@ QString against_dense(const torch::Tensor& q0, const torch::Tensor& k0, const to
   }
   return bad;
 }
+// One part of a causal row for kernels::levels, written densely in float64: queries q [n, Hq, D]
+// on keys k, v [m, Hkv, D] where keep [n, m] is true, scores soft-capped (cap > 0): {out, lse
+// [Hq, n]}; and the part's share of the whole row's gradients from the whole row's out, lse and
+// dout (FlashAttention's backward formula: P = exp(x - lse) on the part's pairs, dS = P (dP -
+// rowsum(dO * O)), through the cap's tanh and the scale).
+struct Part {
+  double scale = 1, cap = 0;
+  torch::Tensor scores(const torch::Tensor& q, const torch::Tensor& k, torch::Tensor* th) const {
+    const std::int64_t g = q.size(1) / k.size(1);
+    const torch::Tensor u = torch::matmul(q.transpose(0, 1), k.transpose(0, 1).repeat_interleave(g, 0).transpose(1, 2));
+    if (cap <= 0) return u * scale;
+    *th = torch::tanh(u * scale / cap);
+    return *th * cap;
+  }
+  std::pair<torch::Tensor, torch::Tensor> forward(const torch::Tensor& q, const torch::Tensor& k,
+                                                  const torch::Tensor& v, const torch::Tensor& keep) const {
+    const std::int64_t g = q.size(1) / k.size(1);
+    torch::Tensor th;
+    const torch::Tensor x = scores(q, k, &th).masked_fill(keep.logical_not(), -INFINITY);
+    const torch::Tensor lse = torch::logsumexp(x, -1);
+    const torch::Tensor out = torch::matmul((x - lse.unsqueeze(-1)).exp(), v.transpose(0, 1).repeat_interleave(g, 0));
+    return {out.transpose(0, 1).contiguous(), lse};
+  }
+  std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> backward(const torch::Tensor& dout, const torch::Tensor& q,
+                                                                   const torch::Tensor& k, const torch::Tensor& v,
+                                                                   const torch::Tensor& out, const torch::Tensor& lse,
+                                                                   const torch::Tensor& keep) const {
+    const std::int64_t hkv = k.size(1), g = q.size(1) / hkv, m = k.size(0), d = q.size(2);
+    torch::Tensor th;
+    const torch::Tensor x = scores(q, k, &th);
+    const torch::Tensor p = (x - lse.unsqueeze(-1)).exp().masked_fill(keep.logical_not(), 0.0);  // [Hq, n, m]
+    const torch::Tensor dO = dout.transpose(0, 1), o = out.transpose(0, 1);
+    const torch::Tensor kh = k.transpose(0, 1).repeat_interleave(g, 0), vh = v.transpose(0, 1).repeat_interleave(g, 0);
+    const torch::Tensor dv = torch::matmul(p.transpose(1, 2), dO).view({hkv, g, m, d}).sum(1);
+    torch::Tensor ds = p * (torch::matmul(dO, vh.transpose(1, 2)) - (dO * o).sum(-1, true));
+    if (cap > 0) ds = ds * (1 - th * th);
+    ds = ds * scale;
+    const torch::Tensor dq = torch::matmul(ds, kh), dk = torch::matmul(ds.transpose(1, 2), q.transpose(0, 1));
+    return {dq.transpose(0, 1), dk.view({hkv, g, m, d}).sum(1).transpose(0, 1), dv.transpose(0, 1)};
+  }
+};
+
 }  // namespace
 
 class TstTiledAttention : public QObject {
@@ -241,6 +283,84 @@ class TstTiledAttention : public QObject {
       QVERIFY(((t / b) & (t / b - 1)) == 0 && t / b >= 2);     // 2^L blocks, L >= 1
       QVERIFY(b < 2048 || (b % 2 != 0) || (b / 2) % 64 != 0);  // no smaller whole block was left
     }
+  }
+
+  // The cut of kernels/cudnn_attention.h (2^L rectangle levels, the diagonal's blocks, merged by
+  // log-sum-exp; backward per part from the whole row's output and log-sum-exp, summed) with each
+  // part written densely (Part above), against one dense causal row in float64 through autograd.
+  void levelsMatchTheDenseFormula_data() {
+    QTest::addColumn<int>("t");
+    QTest::addColumn<int>("block");
+    QTest::addColumn<int>("hq");
+    QTest::addColumn<int>("hkv");
+    QTest::addColumn<int>("d");
+    QTest::addColumn<double>("cap");
+    QTest::newRow("3 levels, GQA, bent cap") << 48 << 6 << 4 << 2 << 8 << 2.0;
+    QTest::newRow("1 level, one KV head, no cap") << 64 << 32 << 3 << 1 << 5 << 0.0;
+    QTest::newRow("4 levels of odd blocks, cap 50") << 80 << 5 << 2 << 2 << 7 << 50.0;
+  }
+  void levelsMatchTheDenseFormula() {
+    QFETCH(int, t);
+    QFETCH(int, block);
+    QFETCH(int, hq);
+    QFETCH(int, hkv);
+    QFETCH(int, d);
+    QFETCH(double, cap);
+    namespace lv = odyssey::kernels::levels;
+    torch::manual_seed(7);
+    const auto f64 = torch::TensorOptions().dtype(torch::kDouble);
+    const double scale = 1.0 / std::sqrt(double(d));
+    const torch::Tensor q0 = 2 * torch::randn({t, hq, d}, f64), k0 = 2 * torch::randn({t, hkv, d}, f64),
+                        v0 = torch::randn({t, hkv, d}, f64), dout = torch::randn({t, hq, d}, f64);
+    // The oracle: one causal row, its out and gradients by autograd; its lse from the same scores.
+    const torch::Tensor q1 = q0.clone().requires_grad_(), k1 = k0.clone().requires_grad_(),
+                        v1 = v0.clone().requires_grad_();
+    const torch::Tensor want = dense(q1, k1, v1, {t}, scale, 0, cap);
+    (want * dout).sum().backward();
+    const Part part{scale, cap};
+    const torch::Tensor pos = torch::arange(t, torch::kInt64);
+    const torch::Tensor causal = pos.view({1, t}).le(pos.view({t, 1}));
+    const torch::Tensor want_lse = part.forward(q0, k0, v0, causal).second;
+    // The diagonal's blocks and the rectangles (every pair), each written densely.
+    const torch::Tensor diag_keep =
+        causal.logical_and(pos.view({1, t}).ge(pos.view({t, 1}).div(block, "floor") * block));
+    auto diag_fwd = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+      return part.forward(q, k, v, diag_keep);
+    };
+    auto rect_fwd = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+      std::vector<torch::Tensor> outs, lses;
+      const torch::Tensor all = torch::ones({q.size(1), k.size(1)}, torch::kBool);
+      for (std::int64_t c = 0; c < q.size(0); ++c) {
+        auto [o, l] = part.forward(q[c], k[c], v[c], all);
+        outs.push_back(o);
+        lses.push_back(l);
+      }
+      return std::make_pair(torch::stack(outs), torch::stack(lses));
+    };
+    auto diag_bwd = [&](const torch::Tensor& g, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        const torch::Tensor& o,
+                        const torch::Tensor& l) { return part.backward(g, q, k, v, o, l, diag_keep); };
+    auto rect_bwd = [&](const torch::Tensor& g, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        const torch::Tensor& o, const torch::Tensor& l) {
+      std::vector<torch::Tensor> dq, dk, dv;
+      const torch::Tensor all = torch::ones({q.size(1), k.size(1)}, torch::kBool);
+      for (std::int64_t c = 0; c < q.size(0); ++c) {
+        auto [a, b, e] = part.backward(g[c], q[c], k[c], v[c], o[c], l[c], all);
+        dq.push_back(a);
+        dk.push_back(b);
+        dv.push_back(e);
+      }
+      return std::make_tuple(torch::stack(dq), torch::stack(dk), torch::stack(dv));
+    };
+    const auto [out, lse] = lv::forward(q0, k0, v0, block, diag_fwd, rect_fwd);
+    QVERIFY2(max_diff(out, want.detach()) < 1e-12, qPrintable(QString::number(max_diff(out, want.detach()))));
+    QVERIFY2(max_diff(lse, want_lse) < 1e-12, qPrintable(QString::number(max_diff(lse, want_lse))));
+    const auto [dq, dk, dv] = lv::backward(dout, q0, k0, v0, out, lse, block, diag_bwd, rect_bwd);
+    for (const auto& [name, got, ref] : {std::make_tuple("dq", dq, q1.grad()), std::make_tuple("dk", dk, k1.grad()),
+                                         std::make_tuple("dv", dv, v1.grad())})
+      QVERIFY2(max_diff(got, ref) < 1e-11, qPrintable(QString("%1 %2").arg(name).arg(max_diff(got, ref))));
+    // A cut that is not 2^L whole blocks is refused.
+    QVERIFY_THROWS_EXCEPTION(c10::Error, lv::forward(q0, k0, v0, t / 3 + 1, diag_fwd, rect_fwd));
   }
 
   void rejectsRowsThatDoNotFit() {
