@@ -13,6 +13,7 @@
 #include <cudnn_frontend.h>
 #include <dlfcn.h>
 
+#include <bit>
 #include <map>
 #include <memory>
 #include <unordered_map>
@@ -235,8 +236,8 @@ std::shared_ptr<Plan> forward_plan(const torch::Tensor& q, const torch::Tensor& 
     append(key, bhsd_dims(*x));
     append(key, bhsd_strides(*x));
   }
-  key.push_back(static_cast<std::int64_t>(*reinterpret_cast<const std::uint32_t*>(&scale)));
-  key.push_back(static_cast<std::int64_t>(*reinterpret_cast<const std::uint32_t*>(&cap)));
+  key.push_back(static_cast<std::int64_t>(std::bit_cast<std::uint32_t>(scale)));
+  key.push_back(static_cast<std::int64_t>(std::bit_cast<std::uint32_t>(cap)));
   std::lock_guard<std::mutex> lock(g_plans_mutex);
   if (auto it = g_plans.find(key); it != g_plans.end()) return it->second;
   auto p = std::make_shared<Plan>();
@@ -275,8 +276,8 @@ std::shared_ptr<Plan> backward_plan(const torch::Tensor& dout, const torch::Tens
   }
   append(key, stats.sizes().vec());
   append(key, stats.strides().vec());
-  key.push_back(static_cast<std::int64_t>(*reinterpret_cast<const std::uint32_t*>(&scale)));
-  key.push_back(static_cast<std::int64_t>(*reinterpret_cast<const std::uint32_t*>(&cap)));
+  key.push_back(static_cast<std::int64_t>(std::bit_cast<std::uint32_t>(scale)));
+  key.push_back(static_cast<std::int64_t>(std::bit_cast<std::uint32_t>(cap)));
   std::lock_guard<std::mutex> lock(g_plans_mutex);
   if (auto it = g_plans.find(key); it != g_plans.end()) return it->second;
   auto p = std::make_shared<Plan>();
