@@ -620,9 +620,9 @@ std::vector<SelftestRow> run_selftest(const torch::Device& device) {
     cases.push_back(band_attention_case(device, 1500, 16, 8, 256, 0, 50.0, true));
     cases.push_back(band_attention_case(device, 1111, 16, 8, 256, 300, 50.0, true));
     cases.push_back(band_attention_case(device, 333, 4, 1, 64, 100, 2.0, true));
-    // One causal row through cuDNN's rectangles where the build has them: Gemma-2-9B's and the
-    // 27B's heads on two levels of 1,024-row blocks, three levels of 64 wide with a bent cap, and
-    // blocks of 1,536 (6,144 rows).
+    // One causal row through cuDNN's rectangles where the build has them: Gemma-2-9B's heads and a
+    // 128-wide group of 7 query heads a KV head on two levels of 1,024-row blocks, three levels of 64
+    // wide with a bent cap, and blocks of 1,536 (6,144 rows).
     if (cudnn_softcap_compiled()) {
       cases.push_back(softcap_causal_case(device, 4096, 16, 8, 256, 50.0));
       cases.push_back(softcap_causal_case(device, 4096, 28, 4, 128, 30.0));
