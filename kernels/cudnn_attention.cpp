@@ -14,6 +14,8 @@
 #include <dlfcn.h>
 
 #include <bit>
+#include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <unordered_map>
@@ -104,11 +106,12 @@ std::pair<torch::Tensor, torch::Tensor> forward(const torch::Tensor& q, const to
   torch::Tensor out = out_d.to(acc);
   torch::Tensor lse = lse_d.reshape({hq, t}).to(acc).clone();
   for (std::int64_t n = t / 2; n >= block; n /= 2) {
-    auto [o, l] = rect(lower(q, n), upper(k, n), upper(v, n));
+    auto [o, l_part] = rect(lower(q, n), upper(k, n), upper(v, n));
+    const torch::Tensor l = l_part.to(acc);
     torch::Tensor lv = lower_lse(lse, n);  // [c, hq, n], a view of lse
-    const torch::Tensor both = torch::logaddexp(lv, l.to(acc));
+    const torch::Tensor both = torch::logaddexp(lv, l);
     const torch::Tensor w_old = (lv - both).exp_().permute({0, 2, 1}).unsqueeze(-1);  // [c, n, hq, 1]
-    const torch::Tensor w_new = (l.to(acc) - both).exp_().permute({0, 2, 1}).unsqueeze(-1);
+    const torch::Tensor w_new = (l - both).exp_().permute({0, 2, 1}).unsqueeze(-1);
     lower(out, n).mul_(w_old).add_(o.to(acc).mul_(w_new));
     lv.copy_(both);
   }
@@ -228,16 +231,37 @@ void finish(Plan& p, cudnnHandle_t h) {
   check(p.graph->get_workspace_size(p.workspace), "get_workspace_size");
 }
 
-// out [b, sq, hq, d] and stats [b, hq, sq] written contiguous.
-std::shared_ptr<Plan> forward_plan(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, float scale,
-                                   float cap, cudnnHandle_t h) {
-  Key key{0, static_cast<std::int64_t>(q.scalar_type()), q.get_device()};
-  for (const auto* x : {&q, &k, &v}) {
+// The cache key of a graph: direction, dtype, device, every operand's dims and strides (cuDNN's
+// [b, h, s, d] order), extra dims, scale and cap by their bits.
+Key plan_key(std::int64_t direction, std::initializer_list<const torch::Tensor*> operands,
+             const std::vector<std::int64_t>& extra, float scale, float cap) {
+  const torch::Tensor& q = **operands.begin();
+  Key key{direction, static_cast<std::int64_t>(q.scalar_type()), q.get_device()};
+  for (const auto* x : operands) {
     append(key, bhsd_dims(*x));
     append(key, bhsd_strides(*x));
   }
+  append(key, extra);
   key.push_back(static_cast<std::int64_t>(std::bit_cast<std::uint32_t>(scale)));
   key.push_back(static_cast<std::int64_t>(std::bit_cast<std::uint32_t>(cap)));
+  return key;
+}
+
+// The soft-cap as a score modifier (forward, or its backward), the cap a pass-by-value scalar.
+using ScoreModifier = std::function<std::shared_ptr<fe::graph::Tensor_attributes>(
+    std::shared_ptr<fe::graph::Graph>, std::shared_ptr<fe::graph::Tensor_attributes>)>;
+ScoreModifier softcap_modifier(std::shared_ptr<fe::graph::attn::score_modifiers::Softcap> mod, float cap,
+                               bool backward) {
+  return [mod, cap, backward](std::shared_ptr<fe::graph::Graph> sub, std::shared_ptr<fe::graph::Tensor_attributes> s) {
+    auto c = sub->tensor(fe::graph::Tensor_attributes(cap));
+    return backward ? mod->backward(sub, s, c) : mod->forward(sub, s, c);
+  };
+}
+
+// out [b, sq, hq, d] and stats [b, hq, sq] written contiguous.
+std::shared_ptr<Plan> forward_plan(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, float scale,
+                                   float cap, cudnnHandle_t h) {
+  const Key key = plan_key(0, {&q, &k, &v}, {}, scale, cap);
   std::lock_guard<std::mutex> lock(g_plans_mutex);
   if (auto it = g_plans.find(key); it != g_plans.end()) return it->second;
   auto p = std::make_shared<Plan>();
@@ -248,10 +272,7 @@ std::shared_ptr<Plan> forward_plan(const torch::Tensor& q, const torch::Tensor& 
   auto opts = fe::graph::SDPA_attributes().set_name("softcap_rect").set_generate_stats(true).set_attn_scale(scale);
   if (cap > 0.f) {
     auto mod = std::make_shared<fe::graph::attn::score_modifiers::Softcap>();
-    opts.set_score_mod(
-        [mod, cap](std::shared_ptr<fe::graph::Graph> sub, std::shared_ptr<fe::graph::Tensor_attributes> s) {
-          return mod->forward(sub, s, sub->tensor(fe::graph::Tensor_attributes(cap)));
-        });
+    opts.set_score_mod(softcap_modifier(mod, cap, false));
   }
   auto [O, Stats] = g.sdpa(Q, K, V, std::move(opts));
   O->set_output(true).set_uid(kO).set_dim({b, hq, sq, d}).set_stride({sq * hq * d, d, hq * d, 1});
@@ -269,15 +290,9 @@ std::shared_ptr<Plan> forward_plan(const torch::Tensor& q, const torch::Tensor& 
 std::shared_ptr<Plan> backward_plan(const torch::Tensor& dout, const torch::Tensor& q, const torch::Tensor& k,
                                     const torch::Tensor& v, const torch::Tensor& out, const torch::Tensor& stats,
                                     float scale, float cap, cudnnHandle_t h) {
-  Key key{1, static_cast<std::int64_t>(q.scalar_type()), q.get_device()};
-  for (const auto* x : {&dout, &q, &k, &v, &out}) {
-    append(key, bhsd_dims(*x));
-    append(key, bhsd_strides(*x));
-  }
-  append(key, stats.sizes().vec());
-  append(key, stats.strides().vec());
-  key.push_back(static_cast<std::int64_t>(std::bit_cast<std::uint32_t>(scale)));
-  key.push_back(static_cast<std::int64_t>(std::bit_cast<std::uint32_t>(cap)));
+  Key extra = stats.sizes().vec();
+  append(extra, stats.strides().vec());
+  const Key key = plan_key(1, {&q, &dout, &k, &v, &out}, extra, scale, cap);
   std::lock_guard<std::mutex> lock(g_plans_mutex);
   if (auto it = g_plans.find(key); it != g_plans.end()) return it->second;
   auto p = std::make_shared<Plan>();
@@ -296,14 +311,8 @@ std::shared_ptr<Plan> backward_plan(const torch::Tensor& dout, const torch::Tens
   auto opts = fe::graph::SDPA_backward_attributes().set_name("softcap_rect_bwd").set_attn_scale(scale);
   if (cap > 0.f) {
     auto mod = std::make_shared<fe::graph::attn::score_modifiers::Softcap>();
-    opts.set_score_mod(
-        [mod, cap](std::shared_ptr<fe::graph::Graph> sub, std::shared_ptr<fe::graph::Tensor_attributes> s) {
-          return mod->forward(sub, s, sub->tensor(fe::graph::Tensor_attributes(cap)));
-        });
-    opts.set_score_mod_bprop(
-        [mod, cap](std::shared_ptr<fe::graph::Graph> sub, std::shared_ptr<fe::graph::Tensor_attributes> s) {
-          return mod->backward(sub, s, sub->tensor(fe::graph::Tensor_attributes(cap)));
-        });
+    opts.set_score_mod(softcap_modifier(mod, cap, false));
+    opts.set_score_mod_bprop(softcap_modifier(mod, cap, true));
   }
   auto [dQ, dK, dV] = g.sdpa_backward(Q, K, V, O, dO, Stats, std::move(opts));
   dQ->set_output(true).set_uid(kDQ).set_dim({b, hq, sq, d}).set_stride({sq * hq * d, d, hq * d, 1});
