@@ -18,8 +18,9 @@
 // and are summed in fp32.
 //
 // Built only where configure found cudnn_frontend.h and cudnn.h (ODYSSEY_HAVE_CUDNN_FRONTEND);
-// libcudnn itself is the one LibTorch loads, opened at first use. Off by default until
-// measured (set_cudnn_softcap; ODYSSEY_CUDNN_SOFTCAP=1 starts the process with it on).
+// libcudnn itself is the one LibTorch loads, opened at first use. On by default (measured
+// faster than the band kernels: Gemma-2-9B LoRA +10.8% at 16K, +32.1% at 32K on an H100);
+// set_cudnn_softcap(false), or ODYSSEY_CUDNN_SOFTCAP=0 at start, turns it off.
 #pragma once
 
 #include <torch/torch.h>

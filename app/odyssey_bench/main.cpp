@@ -36,7 +36,7 @@
 // not only the windowed ones (the engine's default): for measuring the two.
 // --cudnn-softcap on|off: soft-capped layers without a window (one causal row of a length
 // kernels::softcap_diagonal_block cuts) run cuDNN's attention on full rectangles and the band
-// kernels on the diagonal's blocks (kernels/cudnn_attention.h); default the engine's (off). The
+// kernels on the diagonal's blocks (kernels/cudnn_attention.h); default the engine's (on). The
 // record says "failed: why" when cuDNN refused the graphs and the band kernels ran instead.
 // --band-tanh approx|exact: the band kernels' soft-cap tanh by tanh.approx.f32 or by tanhf and a
 // division (kernels/band_attention.h, set_band_fast_tanh); default the engine's (approx).

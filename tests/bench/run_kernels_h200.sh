@@ -44,6 +44,13 @@
 #   tiled     tiled exact attention (Gemma-2's soft-capping): model_parity_gpu attention flash,tiled at 16K and
 #             32K (tiled-attention.jsonl), Gemma-2-9B LoRA fast at 16K and 32K (tiled-gemma2.jsonl); with
 #             `liger` after it (LIGER_SHAPES=gemma-2-9b LIGER_FAST=0) the anchor rows of docs/model.md
+#   cudnn-softcap
+#             issue 22: Gemma-2's global layers through cuDNN's rectangles (kernels/cudnn_attention.h,
+#             docs/kernels.md): model_parity_gpu attention at Gemma-2-9B's heads (16/8 x 256, no window) at
+#             16K and 32K, the cuDNN path checked against float64 and timed beside the band kernels
+#             (cudnn-attention.jsonl), the selftest's cuDNN rows (selftest-cudnn.txt), then Gemma-2-9B LoRA
+#             under CS_ROWS (seq:GiB, default the Liger anchors' peaks of 2026-12-04: 16384:28.16
+#             32768:39.93) with --cudnn-softcap on and off (cudnn-gemma2.jsonl)
 #   liger     issue 22's anchor: transformers + PEFT + Liger kernels (hf_bench.py --liger, every layer
 #             checkpointed; needs the liger-kernel wheel carried in .whl/, see ../shared/gpu/NOTES.md) for
 #             LIGER_SHAPES (default mistral-7b-v0.3 gemma-2-9b) at LIGER_SEQS (default 16384 32768), then
@@ -295,6 +302,24 @@ print(r[-1].get('peak_gib') or '' if r else '')")
     for Q in 16384 32768; do
       $B --label fast --checkpointing auto --shape gemma-2-9b --mode lora --seq $Q --steps 3 --warmup 2 \
         --out "$OUT/tiled-gemma2.jsonl" | cut -c1-400
+    done ;;
+  cudnn-softcap)
+    phase cudnn-softcap
+    grep -i "cudnn graph API\|no cudnn_frontend" "$OUT/cmake.log"
+    cmake --build build-gpu --target model_parity_gpu > "$OUT/build-cudnn.log" 2>&1 ||
+      { grep -B2 -A12 -E "error|FAILED" "$OUT/build-cudnn.log" | head -60; exit 1; }
+    for Q in 16384 32768; do
+      build-gpu/tests/gpu/model_parity_gpu attention --seq $Q --heads 16,8,256 --window 0 --attention tiled-cudnn,tiled
+    done > "$OUT/cudnn-attention.jsonl" 2>&1
+    cut -c1-300 "$OUT/cudnn-attention.jsonl"
+    $T selftest > "$OUT/selftest-all.txt" 2>&1
+    grep -i -E "cudnn|kernel|passed|failed" "$OUT/selftest-all.txt" | tee "$OUT/selftest-cudnn.txt" | grep -i -E "cudnn|passed|failed"
+    for r in ${CS_ROWS:-16384:28.16 32768:39.93}; do
+      Q=${r%%:*} G=${r##*:}
+      for cs in on off; do
+        $B --label "budget $G GiB, cudnn-softcap $cs" --cudnn-softcap $cs --checkpointing auto --memory-gib $G \
+          --shape gemma-2-9b --mode lora --seq $Q --steps 3 --warmup 2 --out "$OUT/cudnn-gemma2.jsonl" | cut -c1-500
+      done
     done ;;
   liger)
     phase liger
