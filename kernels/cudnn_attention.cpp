@@ -2,8 +2,10 @@
 
 #include "kernels/band_attention.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <limits>
 #include <mutex>
 #include <stdexcept>
 
@@ -36,27 +38,41 @@ std::atomic<bool> g_on{[] {
   const char* v = std::getenv("ODYSSEY_CUDNN_SOFTCAP");
   return !(v && std::string(v) == "0");
 }()};
-std::atomic<bool> g_failed{false};
-std::mutex g_failure_mutex;
-std::string g_failure;
+std::atomic<bool> g_windowed_on{true};
 
-[[maybe_unused]] void remember_failure(const std::string& why) {
+// A refusal turns its path off for the process: the causal rows' (which windowed rows need too:
+// the same rectangles) or the windowed rows' alone (their masked triangles).
+struct Failure {
+  const char* path;
+  std::atomic<bool> failed{false};
+  std::string why;
+};
+Failure g_causal{"cuDNN soft-capped attention", {}, {}};
+Failure g_window{"cuDNN soft-capped attention on windowed rows", {}, {}};
+std::mutex g_failure_mutex;
+
+[[maybe_unused]] void remember_failure(Failure& f, const std::string& why) {
   std::lock_guard<std::mutex> lock(g_failure_mutex);
-  if (!g_failed.exchange(true)) {
-    g_failure = why;
-    std::fprintf(stderr, "odyssey: cuDNN soft-capped attention turned off: %s\n", why.c_str());
+  if (!f.failed.exchange(true)) {
+    f.why = why;
+    std::fprintf(stderr, "odyssey: %s turned off: %s\n", f.path, why.c_str());
   }
+}
+
+std::string failure_of(const Failure& f) {
+  std::lock_guard<std::mutex> lock(g_failure_mutex);
+  return f.why;
 }
 
 }  // namespace
 
 void set_cudnn_softcap(bool on) { g_on = on; }
 bool cudnn_softcap_enabled() { return g_on.load(); }
+void set_cudnn_softcap_windowed(bool on) { g_windowed_on = on; }
+bool cudnn_softcap_windowed_enabled() { return g_windowed_on.load(); }
 
-std::string cudnn_softcap_failure() {
-  std::lock_guard<std::mutex> lock(g_failure_mutex);
-  return g_failure;
-}
+std::string cudnn_softcap_failure() { return failure_of(g_causal); }
+std::string cudnn_softcap_window_failure() { return failure_of(g_window); }
 
 std::int64_t softcap_diagonal_block(std::int64_t t, std::int64_t min_block) {
   std::int64_t block = 0;
@@ -66,6 +82,13 @@ std::int64_t softcap_diagonal_block(std::int64_t t, std::int64_t min_block) {
     if (b % 2 != 0) break;
   }
   return block;
+}
+
+std::int64_t softcap_window_block(std::int64_t t, std::int64_t window, std::int64_t max_block) {
+  if (window <= 0 || window >= t) return 0;
+  for (std::int64_t b = std::min(max_block, window) / 64 * 64; b >= 256; b -= 64)
+    if (window % b == 0 && t % b == 0) return b;
+  return 0;
 }
 
 namespace levels {
@@ -143,6 +166,93 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> backward(const torch::Te
 }
 
 }  // namespace levels
+
+namespace windowed {
+
+namespace {
+
+void check_cut(std::int64_t t, std::int64_t window, std::int64_t block) {
+  TORCH_CHECK(block > 0 && t % block == 0 && window % block == 0 && window < t,
+              "windowed attention by blocks: a row of ", t, " with a window of ", window, " is not cut by blocks of ",
+              block);
+}
+
+// Rows [m * b, t) of x [t, h, d] as [t / b - m, b, h, d]; keys [0, t - m * b) likewise.
+torch::Tensor query_blocks(const torch::Tensor& x, std::int64_t b, std::int64_t m) {
+  const std::int64_t c = x.size(0) / b - m;
+  return x.narrow(0, m * b, c * b).view({c, b, x.size(1), x.size(2)});
+}
+torch::Tensor key_blocks(const torch::Tensor& x, std::int64_t b, std::int64_t m) {
+  const std::int64_t c = x.size(0) / b - m;
+  return x.narrow(0, 0, c * b).view({c, b, x.size(1), x.size(2)});
+}
+// lse [hq, t] of rows [m * b, t) as [t / b - m, hq, b] (a view).
+torch::Tensor query_lse(const torch::Tensor& lse, std::int64_t b, std::int64_t m) {
+  const std::int64_t c = lse.size(1) / b - m;
+  return lse.narrow(1, m * b, c * b).view({lse.size(0), c, b}).permute({1, 0, 2});
+}
+
+}  // namespace
+
+std::pair<torch::Tensor, torch::Tensor> forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                                std::int64_t window, std::int64_t block,
+                                                const levels::DiagonalForward& diag,
+                                                const levels::RectangleForward& rect,
+                                                const levels::RectangleForward& upper) {
+  const std::int64_t t = q.size(0), hq = q.size(1);
+  check_cut(t, window, block);
+  const std::int64_t blocks_back = window / block;
+  const torch::ScalarType acc = q.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat32;
+  auto [out_d, lse_d] = diag(q, k, v);
+  torch::Tensor out = out_d.to(acc);
+  torch::Tensor lse = lse_d.reshape({hq, t}).to(acc).clone();
+  for (std::int64_t m = 1; m <= blocks_back; ++m) {
+    const bool edge = m == blocks_back;
+    auto [o_part, l_part] =
+        (edge ? upper : rect)(query_blocks(q, block, m), key_blocks(k, block, m), key_blocks(v, block, m));
+    torch::Tensor o = o_part.to(acc), l = l_part.to(acc);
+    if (edge) {  // the edge's last query row sees none of its keys (0 / 0): nothing to merge
+      o.select(1, block - 1).zero_();
+      l.select(2, block - 1).fill_(-std::numeric_limits<double>::infinity());
+    }
+    torch::Tensor lv = query_lse(lse, block, m);  // [c, hq, b], a view of lse
+    const torch::Tensor both = torch::logaddexp(lv, l);
+    const torch::Tensor w_old = (lv - both).exp_().permute({0, 2, 1}).unsqueeze(-1);  // [c, b, hq, 1]
+    const torch::Tensor w_new = (l - both).exp_().permute({0, 2, 1}).unsqueeze(-1);
+    query_blocks(out, block, m).mul_(w_old).add_(o.mul_(w_new));
+    lv.copy_(both);
+  }
+  return {out.to(q.scalar_type()), lse};
+}
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> backward(const torch::Tensor& dout, const torch::Tensor& q,
+                                                                 const torch::Tensor& k, const torch::Tensor& v,
+                                                                 const torch::Tensor& out, const torch::Tensor& lse,
+                                                                 std::int64_t window, std::int64_t block,
+                                                                 const levels::DiagonalBackward& diag,
+                                                                 const levels::RectangleBackward& rect,
+                                                                 const levels::RectangleBackward& upper) {
+  const std::int64_t t = q.size(0), hq = q.size(1);
+  check_cut(t, window, block);
+  const std::int64_t blocks_back = window / block;
+  const torch::ScalarType acc = q.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat32;
+  const torch::Tensor lse2 = lse.reshape({hq, t});
+  const torch::Tensor o = out.contiguous(), dO = dout.contiguous();
+  auto [dq_d, dk_d, dv_d] = diag(dO, q, k, v, o, lse2);
+  torch::Tensor dq = dq_d.to(acc), dk = dk_d.to(acc), dv = dv_d.to(acc);
+  for (std::int64_t m = 1; m <= blocks_back; ++m) {
+    // The rows' log-sum-exp packed, as for the levels' rectangles.
+    auto [gq, gk, gv] = (m == blocks_back ? upper : rect)(
+        query_blocks(dO, block, m), query_blocks(q, block, m), key_blocks(k, block, m), key_blocks(v, block, m),
+        query_blocks(o, block, m), query_lse(lse2, block, m).contiguous());
+    query_blocks(dq, block, m).add_(gq);
+    key_blocks(dk, block, m).add_(gk);
+    key_blocks(dv, block, m).add_(gv);
+  }
+  return {dq.to(q.scalar_type()), dk.to(k.scalar_type()), dv.to(v.scalar_type())};
+}
+
+}  // namespace windowed
 
 #ifdef ODYSSEY_HAVE_CUDNN_FRONTEND
 
@@ -249,20 +359,31 @@ Key plan_key(std::int64_t direction, std::initializer_list<const torch::Tensor*>
 }
 
 // The soft-cap as a score modifier (forward, or its backward), the cap a pass-by-value scalar.
+// `upper`: then every score on or below the diagonal is masked (query r keeps keys r+1.. of the
+// rectangle: a windowed row's edge, windowed:: in the header), by the frontend's own band mask
+// inside the modifier, since cuDNN takes no mask of its own beside a modifier. The backward needs
+// no mask term: masked scores have P = 0, so their dS is 0 before the soft-cap's backward.
 using ScoreModifier = std::function<std::shared_ptr<fe::graph::Tensor_attributes>(
     std::shared_ptr<fe::graph::Graph>, std::shared_ptr<fe::graph::Tensor_attributes>)>;
-ScoreModifier softcap_modifier(std::shared_ptr<fe::graph::attn::score_modifiers::Softcap> mod, float cap,
-                               bool backward) {
-  return [mod, cap, backward](std::shared_ptr<fe::graph::Graph> sub, std::shared_ptr<fe::graph::Tensor_attributes> s) {
+ScoreModifier softcap_modifier(std::shared_ptr<fe::graph::attn::score_modifiers::Softcap> mod, float cap, bool backward,
+                               bool upper) {
+  return [mod, cap, backward, upper](std::shared_ptr<fe::graph::Graph> sub,
+                                     std::shared_ptr<fe::graph::Tensor_attributes> s) {
     auto c = sub->tensor(fe::graph::Tensor_attributes(cap));
-    return backward ? mod->backward(sub, s, c) : mod->forward(sub, s, c);
+    if (backward) return mod->backward(sub, s, c);
+    auto x = mod->forward(sub, s, c);
+    if (!upper) return x;
+    // Kept where column + 0 > row.
+    return fe::graph::attn::score_modifiers::sliding_window_mask(sub, x, fe::DiagonalAlignment_t::TOP_LEFT,
+                                                                 std::optional<std::int64_t>(0), std::nullopt, 0, 0,
+                                                                 nullptr, nullptr);
   };
 }
 
 // out [b, sq, hq, d] and stats [b, hq, sq] written contiguous.
 std::shared_ptr<Plan> forward_plan(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, float scale,
-                                   float cap, cudnnHandle_t h) {
-  const Key key = plan_key(0, {&q, &k, &v}, {}, scale, cap);
+                                   float cap, bool upper, cudnnHandle_t h) {
+  const Key key = plan_key(0, {&q, &k, &v}, {upper ? 1 : 0}, scale, cap);
   std::lock_guard<std::mutex> lock(g_plans_mutex);
   if (auto it = g_plans.find(key); it != g_plans.end()) return it->second;
   auto p = std::make_shared<Plan>();
@@ -273,7 +394,7 @@ std::shared_ptr<Plan> forward_plan(const torch::Tensor& q, const torch::Tensor& 
   auto opts = fe::graph::SDPA_attributes().set_name("softcap_rect").set_generate_stats(true).set_attn_scale(scale);
   if (cap > 0.f) {
     auto mod = std::make_shared<fe::graph::attn::score_modifiers::Softcap>();
-    opts.set_score_mod(softcap_modifier(mod, cap, false));
+    opts.set_score_mod(softcap_modifier(mod, cap, false, upper));
   }
   auto [O, Stats] = g.sdpa(Q, K, V, std::move(opts));
   O->set_output(true).set_uid(kO).set_dim({b, hq, sq, d}).set_stride({sq * hq * d, d, hq * d, 1});
@@ -290,8 +411,9 @@ std::shared_ptr<Plan> forward_plan(const torch::Tensor& q, const torch::Tensor& 
 // dq [b, sq, hq, d], dk and dv [b, skv, hkv, d] written contiguous; stats [b, hq, sq] any strides.
 std::shared_ptr<Plan> backward_plan(const torch::Tensor& dout, const torch::Tensor& q, const torch::Tensor& k,
                                     const torch::Tensor& v, const torch::Tensor& out, const torch::Tensor& stats,
-                                    float scale, float cap, cudnnHandle_t h) {
+                                    float scale, float cap, bool upper, cudnnHandle_t h) {
   Key extra = stats.sizes().vec();
+  extra.push_back(upper ? 1 : 0);
   append(extra, stats.strides().vec());
   const Key key = plan_key(1, {&q, &dout, &k, &v, &out}, extra, scale, cap);
   std::lock_guard<std::mutex> lock(g_plans_mutex);
@@ -312,8 +434,8 @@ std::shared_ptr<Plan> backward_plan(const torch::Tensor& dout, const torch::Tens
   auto opts = fe::graph::SDPA_backward_attributes().set_name("softcap_rect_bwd").set_attn_scale(scale);
   if (cap > 0.f) {
     auto mod = std::make_shared<fe::graph::attn::score_modifiers::Softcap>();
-    opts.set_score_mod(softcap_modifier(mod, cap, false));
-    opts.set_score_mod_bprop(softcap_modifier(mod, cap, true));
+    opts.set_score_mod(softcap_modifier(mod, cap, false, upper));
+    opts.set_score_mod_bprop(softcap_modifier(mod, cap, true, false));
   }
   auto [dQ, dK, dV] = g.sdpa_backward(Q, K, V, O, dO, Stats, std::move(opts));
   dQ->set_output(true).set_uid(kDQ).set_dim({b, hq, sq, d}).set_stride({sq * hq * d, d, hq * d, 1});
@@ -330,12 +452,14 @@ void run(const Plan& p, std::unordered_map<std::int64_t, void*>& pack, cudnnHand
   check(p.graph->execute(h, pack, ws.defined() ? ws.data_ptr() : nullptr), "execute");
 }
 
-// Full attention of q [b, sq, hq, d] on k, v [b, skv, hkv, d]: {out [b, sq, hq, d], lse [b, hq, sq]}.
+// Full attention of q [b, sq, hq, d] on k, v [b, skv, hkv, d] (`upper`: query r on keys r+1..
+// only; the last row's out and lse are then undefined): {out [b, sq, hq, d], lse [b, hq, sq]}.
 std::pair<torch::Tensor, torch::Tensor> rect_forward(const torch::Tensor& q, const torch::Tensor& k,
-                                                     const torch::Tensor& v, float scale, float cap) {
+                                                     const torch::Tensor& v, float scale, float cap,
+                                                     bool upper = false) {
   const int device = q.get_device();
   cudnnHandle_t h = handle_for(device);
-  const auto p = forward_plan(q, k, v, scale, cap, h);
+  const auto p = forward_plan(q, k, v, scale, cap, upper, h);
   torch::Tensor out = torch::empty({q.size(0), q.size(1), q.size(2), q.size(3)}, q.options());
   torch::Tensor lse = torch::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(torch::kFloat32));
   std::unordered_map<std::int64_t, void*> pack{
@@ -347,11 +471,11 @@ std::pair<torch::Tensor, torch::Tensor> rect_forward(const torch::Tensor& q, con
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> rect_backward(const torch::Tensor& dout, const torch::Tensor& q,
                                                                       const torch::Tensor& k, const torch::Tensor& v,
                                                                       const torch::Tensor& out,
-                                                                      const torch::Tensor& lse, float scale,
-                                                                      float cap) {
+                                                                      const torch::Tensor& lse, float scale, float cap,
+                                                                      bool upper = false) {
   const int device = q.get_device();
   cudnnHandle_t h = handle_for(device);
-  const auto p = backward_plan(dout, q, k, v, out, lse, scale, cap, h);
+  const auto p = backward_plan(dout, q, k, v, out, lse, scale, cap, upper, h);
   torch::Tensor dq = torch::empty(q.sizes(), q.options());
   torch::Tensor dk = torch::empty(k.sizes(), k.options());
   torch::Tensor dv = torch::empty(v.sizes(), v.options());
@@ -365,7 +489,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> rect_backward(const torc
 }  // namespace
 
 bool softcap_causal_takes(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-  if (!g_on.load() || g_failed.load() || !band_kernels_take(q, k, v)) return false;
+  if (!g_on.load() || g_causal.failed.load() || !band_kernels_take(q, k, v)) return false;
   return q.dim() == 3 && k.dim() == 3 && v.dim() == 3 && q.stride(2) == 1 && k.stride(2) == 1 && v.stride(2) == 1;
 }
 
@@ -383,7 +507,7 @@ std::optional<std::pair<torch::Tensor, torch::Tensor>> softcap_causal_forward(
           return rect_forward(q4, k4, v4, fscale, fcap);
         });
   } catch (const std::exception& e) {
-    remember_failure(e.what());
+    remember_failure(g_causal, e.what());
     return std::nullopt;
   }
 }
@@ -404,7 +528,57 @@ std::optional<std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>> softcap_c
             const torch::Tensor& o4,
             const torch::Tensor& l3) { return rect_backward(g4, q4, k4, v4, o4, l3, fscale, fcap); });
   } catch (const std::exception& e) {
-    remember_failure(e.what());
+    remember_failure(g_causal, e.what());
+    return std::nullopt;
+  }
+}
+
+bool softcap_window_takes(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  return g_windowed_on.load() && !g_window.failed.load() && softcap_causal_takes(q, k, v);
+}
+
+std::optional<std::pair<torch::Tensor, torch::Tensor>> softcap_window_forward(
+    const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& block_first_key,
+    std::int64_t block, std::int64_t window, double scale, double softcap) {
+  const auto fscale = static_cast<float>(scale), fcap = static_cast<float>(softcap);
+  try {
+    return windowed::forward(
+        q, k, v, window, block,
+        [&](const torch::Tensor& q1, const torch::Tensor& k1, const torch::Tensor& v1) {
+          return band_attention_forward(q1, k1, v1, block_first_key, scale, softcap);
+        },
+        [&](const torch::Tensor& q4, const torch::Tensor& k4, const torch::Tensor& v4) {
+          return rect_forward(q4, k4, v4, fscale, fcap);
+        },
+        [&](const torch::Tensor& q4, const torch::Tensor& k4, const torch::Tensor& v4) {
+          return rect_forward(q4, k4, v4, fscale, fcap, true);
+        });
+  } catch (const std::exception& e) {
+    remember_failure(g_window, e.what());
+    return std::nullopt;
+  }
+}
+
+std::optional<std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>> softcap_window_backward(
+    const torch::Tensor& dout, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+    const torch::Tensor& out, const torch::Tensor& lse, const torch::Tensor& block_first_key, std::int64_t block,
+    std::int64_t window, double scale, double softcap) {
+  const auto fscale = static_cast<float>(scale), fcap = static_cast<float>(softcap);
+  try {
+    return windowed::backward(
+        dout, q, k, v, out, lse, window, block,
+        [&](const torch::Tensor& g, const torch::Tensor& q1, const torch::Tensor& k1, const torch::Tensor& v1,
+            const torch::Tensor& o1, const torch::Tensor& l1) {
+          return band_attention_backward(g, q1, k1, v1, o1, l1, block_first_key, scale, softcap);
+        },
+        [&](const torch::Tensor& g4, const torch::Tensor& q4, const torch::Tensor& k4, const torch::Tensor& v4,
+            const torch::Tensor& o4,
+            const torch::Tensor& l3) { return rect_backward(g4, q4, k4, v4, o4, l3, fscale, fcap); },
+        [&](const torch::Tensor& g4, const torch::Tensor& q4, const torch::Tensor& k4, const torch::Tensor& v4,
+            const torch::Tensor& o4,
+            const torch::Tensor& l3) { return rect_backward(g4, q4, k4, v4, o4, l3, fscale, fcap, true); });
+  } catch (const std::exception& e) {
+    remember_failure(g_window, e.what());
     return std::nullopt;
   }
 }
@@ -413,47 +587,72 @@ namespace {
 
 struct SoftcapCausalFn : public torch::autograd::Function<SoftcapCausalFn> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, double scale, double softcap) {
-    const std::int64_t t = q.size(0), block = softcap_diagonal_block(t);
-    TORCH_CHECK(block > 0, "softcap_causal_attention: no diagonal block divides ", t, " rows");
+                               const torch::Tensor& v, double scale, double softcap, std::int64_t window) {
+    const std::int64_t t = q.size(0);
+    const std::int64_t block = window > 0 ? softcap_window_block(t, window) : softcap_diagonal_block(t);
+    TORCH_CHECK(block > 0, "softcap_causal_attention: no block cuts ", t, " rows with a window of ", window);
     std::vector<std::int64_t> first(static_cast<std::size_t>(t));
     for (std::int64_t i = 0; i < t; ++i) first[static_cast<std::size_t>(i)] = i / block * block;
     const torch::Tensor fk = torch::tensor(first, torch::kInt64).to(q.device());
-    auto r = softcap_causal_forward(q, k, v, fk, block, scale, softcap);
-    if (!r) throw std::runtime_error("cuDNN soft-capped attention: " + cudnn_softcap_failure());
+    auto r = window > 0 ? softcap_window_forward(q, k, v, fk, block, window, scale, softcap)
+                        : softcap_causal_forward(q, k, v, fk, block, scale, softcap);
+    if (!r)
+      throw std::runtime_error("cuDNN soft-capped attention: " +
+                               (window > 0 ? cudnn_softcap_window_failure() : cudnn_softcap_failure()));
     ctx->save_for_backward({q, k, v, r->first, r->second, fk});
     ctx->saved_data["scale"] = scale;
     ctx->saved_data["softcap"] = softcap;
     ctx->saved_data["block"] = block;
+    ctx->saved_data["window"] = window;
     return r->first;
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto s = ctx->get_saved_variables();
-    auto r = softcap_causal_backward(grads[0], s[0], s[1], s[2], s[3], s[4], s[5], ctx->saved_data["block"].toInt(),
-                                     ctx->saved_data["scale"].toDouble(), ctx->saved_data["softcap"].toDouble());
-    if (!r) throw std::runtime_error("cuDNN soft-capped attention backward: " + cudnn_softcap_failure());
+    const std::int64_t block = ctx->saved_data["block"].toInt(), window = ctx->saved_data["window"].toInt();
+    const double scale = ctx->saved_data["scale"].toDouble(), softcap = ctx->saved_data["softcap"].toDouble();
+    auto r = window > 0
+                 ? softcap_window_backward(grads[0], s[0], s[1], s[2], s[3], s[4], s[5], block, window, scale, softcap)
+                 : softcap_causal_backward(grads[0], s[0], s[1], s[2], s[3], s[4], s[5], block, scale, softcap);
+    if (!r)
+      throw std::runtime_error("cuDNN soft-capped attention backward: " +
+                               (window > 0 ? cudnn_softcap_window_failure() : cudnn_softcap_failure()));
     auto [dq, dk, dv] = std::move(*r);
-    return {dq, dk, dv, torch::Tensor(), torch::Tensor()};
+    return {dq, dk, dv, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
 }  // namespace
 
 torch::Tensor softcap_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                       double scale, double softcap) {
-  return SoftcapCausalFn::apply(q, k, v, scale, softcap);
+                                       double scale, double softcap, std::int64_t window) {
+  return SoftcapCausalFn::apply(q, k, v, scale, softcap, window);
 }
 
 #else  // no cuDNN graph API in this build
 
-torch::Tensor softcap_causal_attention(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, double,
-                                       double) {
+torch::Tensor softcap_causal_attention(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, double, double,
+                                       std::int64_t) {
   throw std::runtime_error("softcap_causal_attention: this build has no cuDNN graph API");
 }
 
 bool cudnn_softcap_compiled() { return false; }
 bool softcap_causal_takes(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&) { return false; }
+bool softcap_window_takes(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&) { return false; }
+
+std::optional<std::pair<torch::Tensor, torch::Tensor>> softcap_window_forward(const torch::Tensor&,
+                                                                              const torch::Tensor&,
+                                                                              const torch::Tensor&,
+                                                                              const torch::Tensor&, std::int64_t,
+                                                                              std::int64_t, double, double) {
+  return std::nullopt;
+}
+
+std::optional<std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>> softcap_window_backward(
+    const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+    const torch::Tensor&, const torch::Tensor&, std::int64_t, std::int64_t, double, double) {
+  return std::nullopt;
+}
 
 std::optional<std::pair<torch::Tensor, torch::Tensor>> softcap_causal_forward(const torch::Tensor&,
                                                                               const torch::Tensor&,

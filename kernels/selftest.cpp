@@ -213,20 +213,27 @@ Case band_attention_case(const torch::Device& dev, std::int64_t t, std::int64_t 
 }
 
 // Soft-capped causal attention through cuDNN (cudnn_attention.h): one causal row of t tokens
-// (cuDNN's rectangles on 2^L levels, the band kernels on the diagonal's blocks), checked against
-// the same dense formula as the band kernels.
+// (cuDNN's rectangles on 2^L levels, the band kernels on the diagonal's blocks), or with a
+// window shorter than the row (cuDNN's rectangles at each block distance and the masked edge),
+// checked against the same dense formula as the band kernels.
 Case softcap_causal_case(const torch::Device& dev, std::int64_t t, std::int64_t hq, std::int64_t hkv, std::int64_t d,
-                         double softcap) {
+                         double softcap, std::int64_t window = 0) {
   Case c = band_attention_case(dev, t, hq, hkv, d, 0, softcap);
-  c.kernel = "softcap_causal (cuDNN) " + std::to_string(t) + "x" + std::to_string(hq) + "/" + std::to_string(hkv) +
-             "x" + std::to_string(d) + " cap " + std::to_string(static_cast<int>(softcap)) + ", blocks of " +
-             std::to_string(softcap_diagonal_block(t));
+  const std::int64_t block = window > 0 ? softcap_window_block(t, window) : softcap_diagonal_block(t);
+  c.kernel = std::string(window > 0 ? "softcap_window (cuDNN) " : "softcap_causal (cuDNN) ") + std::to_string(t) + "x" +
+             std::to_string(hq) + "/" + std::to_string(hkv) + "x" + std::to_string(d) + " cap " +
+             std::to_string(static_cast<int>(softcap)) +
+             (window > 0 ? " window " + std::to_string(window) : std::string()) + ", blocks of " +
+             std::to_string(block);
   c.output_names = {"out"};
   c.cotangents.resize(1);
-  const torch::Tensor first_key = torch::zeros({t}, torch::TensorOptions().dtype(torch::kInt64).device(dev));
+  std::vector<std::int64_t> first(static_cast<std::size_t>(t), 0);
+  for (std::int64_t i = 0; i < t && window > 0; ++i)
+    first[static_cast<std::size_t>(i)] = std::max<std::int64_t>(0, i - window + 1);
+  const torch::Tensor first_key = torch::tensor(first, torch::kInt64).to(dev);
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  c.fused = [scale, softcap](const Tensors& in) {
-    return Tensors{softcap_causal_attention(in[0], in[1], in[2], scale, softcap)};
+  c.fused = [scale, softcap, window](const Tensors& in) {
+    return Tensors{softcap_causal_attention(in[0], in[1], in[2], scale, softcap, window)};
   };
   c.reference = [first_key, scale, softcap](const Tensors& in) {
     return Tensors{band_attention_reference(in[0], in[1], in[2], first_key, scale, softcap).first};
@@ -628,6 +635,12 @@ std::vector<SelftestRow> run_selftest(const torch::Device& device) {
       cases.push_back(softcap_causal_case(device, 4096, 28, 4, 128, 30.0));
       cases.push_back(softcap_causal_case(device, 8192, 4, 1, 64, 2.0));
       cases.push_back(softcap_causal_case(device, 6144, 4, 1, 64, 2.0));
+      // Windowed rows: Gemma-2-9B's local layers (4,096) at 8,192 rows (4 blocks back), two blocks
+      // back at 128 wide, the edge alone, and blocks of 768.
+      cases.push_back(softcap_causal_case(device, 8192, 16, 8, 256, 50.0, 4096));
+      cases.push_back(softcap_causal_case(device, 4096, 28, 4, 128, 30.0, 2048));
+      cases.push_back(softcap_causal_case(device, 3072, 4, 1, 64, 2.0, 1024));
+      cases.push_back(softcap_causal_case(device, 6144, 4, 1, 64, 2.0, 1536));
     }
     // Decode steps: Qwen2.5-7B's heads (28 over 4) at batch 1 and 16 against a 1,280-slot cache,
     // Gemma-2's 256-wide heads (16 over 8), 16 query heads per KV head over a long cache, 64 wide.

@@ -56,10 +56,12 @@ struct Options {
   std::string cudnn_gqa = "on";         // --cudnn-gqa: cuDNN attention takes grouped K/V heads as they are, or repeated
   std::string band_attention = "on";  // --band-attention: soft-capped/windowed tiles through the band kernels, or GEMMs
   std::string band_backward = "windowed";  // --band-backward windowed|all: which layers' backward the band kernels run
-  std::string cudnn_softcap;  // --cudnn-softcap on|off: soft-capped causal rows through cuDNN (empty: the default)
-  std::string band_tanh;      // --band-tanh approx|exact: the band kernels' soft-cap tanh (empty: the engine's default)
-  double kept_margin = -1;    // --kept-margin: keep_attention auto's margin below capacity (< 0: the planner's)
-  double memory_gib = 0;  // --memory-gib: the planner's memory per GPU (0 = the device's), the allocator capped to it
+  // --cudnn-softcap on|off|global: soft-capped rows through cuDNN (global: causal rows only, windowed
+  // ones on the band kernels; empty: the default, on)
+  std::string cudnn_softcap;
+  std::string band_tanh;    // --band-tanh approx|exact: the band kernels' soft-cap tanh (empty: the engine's default)
+  double kept_margin = -1;  // --kept-margin: keep_attention auto's margin below capacity (< 0: the planner's)
+  double memory_gib = 0;    // --memory-gib: the planner's memory per GPU (0 = the device's), the allocator capped to it
   std::string allocator_cap;         // what capping the allocator to memory_gib did (cap_gpu_memory's line)
   std::string profile;               // --profile FILE: per-kernel device time of one extra step
   std::string quant;                 // --quant nf4|fp4: a 4-bit base (LoRA)

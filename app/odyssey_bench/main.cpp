@@ -21,7 +21,7 @@
 //                 [--galore-rank R] [--galore-gap T]
 //                 [--frontier K] [--frontier-at G1,G2,...] [--kept-margin F] [--rerun-mlp skip|full]
 //                 [--cudnn-gqa on|off] [--band-attention on|off]
-//                 [--band-backward windowed|all] [--band-tanh approx|exact] [--cudnn-softcap on|off]
+//                 [--band-backward windowed|all] [--band-tanh approx|exact] [--cudnn-softcap on|off|global]
 //
 // --kept-margin F: keep_attention auto keeps attention outputs only while the plan stays F of
 // the capacity below it (default the planner's kKeptAttentionMargin, 0.03); for measuring
@@ -34,9 +34,10 @@
 // difference.
 // --band-backward all: the band kernels run the backward of every soft-capped or windowed layer,
 // not only the windowed ones (the engine's default): for measuring the two.
-// --cudnn-softcap on|off: soft-capped layers without a window (one causal row of a length
-// kernels::softcap_diagonal_block cuts) run cuDNN's attention on full rectangles and the band
-// kernels on the diagonal's blocks (kernels/cudnn_attention.h); default the engine's (on). The
+// --cudnn-softcap on|off|global: soft-capped layers of one sample (a causal row of a length
+// kernels::softcap_diagonal_block cuts, or a windowed row softcap_window_block cuts) run cuDNN's
+// attention on full rectangles and the band kernels on the diagonal's blocks
+// (kernels/cudnn_attention.h); global: the causal rows only; default the engine's (on). The
 // record says "failed: why" when cuDNN refused the graphs and the band kernels ran instead.
 // --band-tanh approx|exact: the band kernels' soft-cap tanh by tanh.approx.f32 or by tanhf and a
 // division (kernels/band_attention.h, set_band_fast_tanh); default the engine's (approx).

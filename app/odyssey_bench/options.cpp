@@ -136,8 +136,8 @@ int parse_options(int argc, char** argv, Options& o) {
           throw std::invalid_argument("--band-backward takes windowed or all");
       } else if (a == "--cudnn-softcap") {
         o.cudnn_softcap = next();
-        if (o.cudnn_softcap != "on" && o.cudnn_softcap != "off")
-          throw std::invalid_argument("--cudnn-softcap takes on or off");
+        if (o.cudnn_softcap != "on" && o.cudnn_softcap != "off" && o.cudnn_softcap != "global")
+          throw std::invalid_argument("--cudnn-softcap takes on, off or global");
       } else if (a == "--band-tanh") {
         o.band_tanh = next();
         if (o.band_tanh != "approx" && o.band_tanh != "exact")

@@ -211,8 +211,13 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     rec["band_attention"] = o.band_attention;
     model::set_band_backward_everywhere(o.band_backward == "all");
     rec["band_backward"] = o.band_backward;
-    if (!o.cudnn_softcap.empty()) kernels::set_cudnn_softcap(o.cudnn_softcap == "on");
-    rec["cudnn_softcap"] = kernels::cudnn_softcap_enabled() ? "on" : "off";
+    if (!o.cudnn_softcap.empty()) {
+      kernels::set_cudnn_softcap(o.cudnn_softcap != "off");
+      kernels::set_cudnn_softcap_windowed(o.cudnn_softcap == "on");
+    }
+    rec["cudnn_softcap"] = !kernels::cudnn_softcap_enabled()            ? "off"
+                           : !kernels::cudnn_softcap_windowed_enabled() ? "global"
+                                                                        : "on";
     if (!o.band_tanh.empty()) kernels::set_band_fast_tanh(o.band_tanh == "approx");
     rec["band_tanh"] = kernels::band_fast_tanh() ? "approx" : "exact";
     rec["offload_activations"] = policy.offload_checkpoints;
@@ -308,6 +313,8 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     if (o.cudnn_gqa == "on" && !model::cudnn_gqa()) rec["cudnn_gqa"] = "refused";  // stderr says why
     if (kernels::cudnn_softcap_enabled() && !kernels::cudnn_softcap_failure().empty())
       rec["cudnn_softcap"] = "failed: " + kernels::cudnn_softcap_failure();
+    else if (kernels::cudnn_softcap_enabled() && !kernels::cudnn_softcap_window_failure().empty())
+      rec["cudnn_softcap"] = "on, windowed rows failed: " + kernels::cudnn_softcap_window_failure();
     rec["alloc_conf"] = std::getenv("PYTORCH_CUDA_ALLOC_CONF") ? std::getenv("PYTORCH_CUDA_ALLOC_CONF") : "";
     if (mesh.distributed()) {
       // The last timed step's collectives, and the mean share of a step spent waiting on them.

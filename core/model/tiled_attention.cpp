@@ -41,8 +41,9 @@ struct Tiles {
   std::vector<std::int64_t> key0;  // the first key any of its rows sees
   torch::Tensor first_key;         // [T] int64: the first key each query sees
   std::int64_t window = 0;         // the layer's window (0: none); picks the backward's kernels
-  // One causal row (one sample, no window shorter than it) on CUDA in a build with cuDNN's graph
-  // API: the diagonal block of kernels/cudnn_attention.h (0: not that path) and its first keys.
+  // One sample on CUDA in a build with cuDNN's graph API: the block of kernels/cudnn_attention.h
+  // (the diagonal's for a causal row, the windowed cut's for a window shorter than the row; 0:
+  // not that path) and its first keys.
   std::int64_t block = 0;
   torch::Tensor block_first_key;
 };
@@ -70,8 +71,9 @@ Tiles plan_tiles_host(const torch::Tensor& cu, std::int64_t total, std::int64_t 
     t.key0.push_back(first[a]);  // first[] never decreases along the row
   }
   t.first_key = torch::tensor(first, torch::kInt64).to(device);
-  if (n == 1 && (window <= 0 || window >= total) && device.is_cuda() && kernels::cudnn_softcap_compiled()) {
-    t.block = kernels::softcap_diagonal_block(total);
+  if (n == 1 && device.is_cuda() && kernels::cudnn_softcap_compiled()) {
+    t.block = window > 0 && window < total ? kernels::softcap_window_block(total, window)
+                                           : kernels::softcap_diagonal_block(total);
     if (t.block > 0) {
       for (std::int64_t r = 0; r < total; ++r) first[r] = r / t.block * t.block;
       t.block_first_key = torch::tensor(first, torch::kInt64).to(device);
@@ -136,7 +138,13 @@ std::pair<torch::Tensor, torch::Tensor> forward_tiles(const torch::Tensor& q, co
                                                       const torch::Tensor& v, const Tiles& tiles, double scale,
                                                       double softcap) {
   const std::int64_t t = q.size(0), hq = q.size(1), hkv = k.size(1), g = hq / hkv, d = q.size(2);
-  if (tiles.block > 0 && softcap > 0 && kernels::softcap_causal_takes(q, k, v)) {  // cuDNN's rectangles
+  const bool windowed = tiles.window > 0 && tiles.window < t;
+  if (tiles.block > 0 && softcap > 0 && windowed && kernels::softcap_window_takes(q, k, v)) {  // cuDNN's blocks
+    if (auto r =
+            kernels::softcap_window_forward(q, k, v, tiles.block_first_key, tiles.block, tiles.window, scale, softcap))
+      return {r->first, r->second.view({hkv, g, t})};
+  }
+  if (tiles.block > 0 && softcap > 0 && !windowed && kernels::softcap_causal_takes(q, k, v)) {  // cuDNN's rectangles
     if (auto r = kernels::softcap_causal_forward(q, k, v, tiles.block_first_key, tiles.block, scale, softcap))
       return {r->first, r->second.view({hkv, g, t})};
   }
@@ -166,7 +174,15 @@ variable_list backward_tiles(const torch::Tensor& dout, const torch::Tensor& q, 
                              const torch::Tensor& v, const torch::Tensor& out, const torch::Tensor& lse,
                              const Tiles& tiles, double scale, double softcap) {
   const std::int64_t t = q.size(0), hq = q.size(1), hkv = k.size(1), g = hq / hkv, d = q.size(2);
-  if (tiles.block > 0 && softcap > 0 && kernels::softcap_causal_takes(q, k, v)) {
+  const bool windowed = tiles.window > 0 && tiles.window < t;
+  if (tiles.block > 0 && softcap > 0 && windowed && kernels::softcap_window_takes(q, k, v)) {
+    if (auto r = kernels::softcap_window_backward(dout, q, k, v, out, lse, tiles.block_first_key, tiles.block,
+                                                  tiles.window, scale, softcap)) {
+      auto [dq, dk, dv] = std::move(*r);
+      return {dq, dk, dv};
+    }
+  }
+  if (tiles.block > 0 && softcap > 0 && !windowed && kernels::softcap_causal_takes(q, k, v)) {
     if (auto r = kernels::softcap_causal_backward(dout, q, k, v, out, lse, tiles.block_first_key, tiles.block, scale,
                                                   softcap)) {
       auto [dq, dk, dv] = std::move(*r);

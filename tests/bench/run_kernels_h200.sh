@@ -47,10 +47,12 @@
 #   cudnn-softcap
 #             issue 22: Gemma-2's global layers through cuDNN's rectangles (kernels/cudnn_attention.h,
 #             docs/kernels.md): model_parity_gpu attention at Gemma-2-9B's heads (16/8 x 256, no window) at
-#             16K and 32K, the cuDNN path checked against float64 and timed beside the band kernels
-#             (cudnn-attention.jsonl), the selftest's cuDNN rows (selftest-cudnn.txt), then Gemma-2-9B LoRA
-#             under CS_ROWS (seq:GiB, default the Liger anchors' peaks of 2026-12-04: 16384:28.16
-#             32768:39.93) with --cudnn-softcap on and off (cudnn-gemma2.jsonl)
+#             16K and 32K, without a window and with Gemma-2's 4096 (CS_WINDOWS, default "0 4096"), the
+#             cuDNN path checked against float64 and timed beside the band kernels (cudnn-attention.jsonl),
+#             the selftest's cuDNN rows (selftest-cudnn.txt), then Gemma-2-9B LoRA under CS_ROWS (seq:GiB,
+#             default the Liger anchors' peaks of 2026-12-04: 16384:28.16 32768:39.93; CS_ROWS=" " skips
+#             them) with --cudnn-softcap each of CS_MODES (default "on off") and CS_FLAGS (e.g. "--offload
+#             auto"; cudnn-gemma2.jsonl)
 #   liger     issue 22's anchor: transformers + PEFT + Liger kernels (hf_bench.py --liger, every layer
 #             checkpointed; needs the liger-kernel wheel carried in .whl/, see ../shared/gpu/NOTES.md) for
 #             LIGER_SHAPES (default mistral-7b-v0.3 gemma-2-9b) at LIGER_SEQS (default 16384 32768), then
@@ -308,16 +310,18 @@ print(r[-1].get('peak_gib') or '' if r else '')")
     grep -i "cudnn graph API\|no cudnn_frontend" "$OUT/cmake.log"
     cmake --build build-gpu --target model_parity_gpu > "$OUT/build-cudnn.log" 2>&1 ||
       { grep -B2 -A12 -E "error|FAILED" "$OUT/build-cudnn.log" | head -60; exit 1; }
-    for Q in 16384 32768; do
-      build-gpu/tests/gpu/model_parity_gpu attention --seq $Q --heads 16,8,256 --window 0 --attention tiled-cudnn,tiled
-    done > "$OUT/cudnn-attention.jsonl" 2>&1
+    for W in ${CS_WINDOWS:-0 4096}; do
+      for Q in 16384 32768; do
+        build-gpu/tests/gpu/model_parity_gpu attention --seq $Q --heads 16,8,256 --window $W --attention tiled-cudnn,tiled
+      done
+    done 2>&1 | grep '^{' > "$OUT/cudnn-attention.jsonl"
     cut -c1-300 "$OUT/cudnn-attention.jsonl"
     $T selftest > "$OUT/selftest-all.txt" 2>&1
     grep -i -E "cudnn|kernel|passed|failed" "$OUT/selftest-all.txt" | tee "$OUT/selftest-cudnn.txt" | grep -i -E "cudnn|passed|failed"
     for r in ${CS_ROWS:-16384:28.16 32768:39.93}; do
       Q=${r%%:*} G=${r##*:}
-      for cs in on off; do
-        $B --label "budget $G GiB, cudnn-softcap $cs" --cudnn-softcap $cs --checkpointing auto --memory-gib $G \
+      for cs in ${CS_MODES:-on off}; do
+        $B --label "budget $G GiB, cudnn-softcap $cs" --cudnn-softcap $cs --checkpointing auto --memory-gib $G ${CS_FLAGS:-} \
           --shape gemma-2-9b --mode lora --seq $Q --steps 3 --warmup 2 --out "$OUT/cudnn-gemma2.jsonl" | cut -c1-500
       done
     done ;;

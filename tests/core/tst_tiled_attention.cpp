@@ -363,6 +363,118 @@ class TstTiledAttention : public QObject {
     QVERIFY_THROWS_EXCEPTION(c10::Error, lv::forward(q0, k0, v0, t / 3 + 1, diag_fwd, rect_fwd));
   }
 
+  // kernels/cudnn_attention.h cuts a windowed row by blocks dividing the row and the window: the
+  // largest multiple of 64 of at most 1,024 rows (and the window), at least 256.
+  void cudnnWindowBlocks() {
+    using odyssey::kernels::softcap_window_block;
+    QCOMPARE(softcap_window_block(16384, 4096), std::int64_t(1024));  // Gemma-2's local layers
+    QCOMPARE(softcap_window_block(32768, 4096), std::int64_t(1024));
+    QCOMPARE(softcap_window_block(6144, 1536), std::int64_t(768));
+    QCOMPARE(softcap_window_block(4096, 512), std::int64_t(512));
+    QCOMPARE(softcap_window_block(16000, 4096), std::int64_t(0));  // 128 divides both: too small
+    QCOMPARE(softcap_window_block(4096, 4096), std::int64_t(0));   // no shorter window: a causal row
+    QCOMPARE(softcap_window_block(4096, 0), std::int64_t(0));
+    for (std::int64_t t = 2048; t <= 40000; t += 509)
+      for (std::int64_t w : {300, 1024, 2000, 3072, 4096}) {
+        const std::int64_t b = softcap_window_block(t, w);
+        if (b == 0) continue;
+        QVERIFY(t % b == 0 && w % b == 0 && b % 64 == 0 && b >= 256 && b <= 1024 && w < t);
+      }
+  }
+
+  // The windowed cut of kernels/cudnn_attention.h (the diagonal's blocks, full rectangles at each
+  // block distance, the window's edge as a rectangle masked to keys above its diagonal; merged by
+  // log-sum-exp, backward per part) with each part written densely, against one dense windowed
+  // row in float64 through autograd. The edge's last row sees no key (NaN from the dense part):
+  // the cut must leave it out.
+  void windowedMatchesTheDenseFormula_data() {
+    QTest::addColumn<int>("t");
+    QTest::addColumn<int>("window");
+    QTest::addColumn<int>("block");
+    QTest::addColumn<int>("hq");
+    QTest::addColumn<int>("hkv");
+    QTest::addColumn<int>("d");
+    QTest::addColumn<double>("cap");
+    QTest::newRow("4 blocks back, GQA, bent cap") << 48 << 24 << 6 << 4 << 2 << 8 << 2.0;
+    QTest::newRow("the edge alone, one KV head, no cap") << 30 << 10 << 10 << 3 << 1 << 5 << 0.0;
+    QTest::newRow("2 blocks back, odd sizes, cap 50") << 35 << 14 << 7 << 2 << 2 << 7 << 50.0;
+  }
+  void windowedMatchesTheDenseFormula() {
+    QFETCH(int, t);
+    QFETCH(int, window);
+    QFETCH(int, block);
+    QFETCH(int, hq);
+    QFETCH(int, hkv);
+    QFETCH(int, d);
+    QFETCH(double, cap);
+    namespace lv = odyssey::kernels::levels;
+    namespace wd = odyssey::kernels::windowed;
+    torch::manual_seed(11);
+    const auto f64 = torch::TensorOptions().dtype(torch::kDouble);
+    const double scale = 1.0 / std::sqrt(double(d));
+    const torch::Tensor q0 = 2 * torch::randn({t, hq, d}, f64), k0 = 2 * torch::randn({t, hkv, d}, f64),
+                        v0 = torch::randn({t, hkv, d}, f64), dout = torch::randn({t, hq, d}, f64);
+    const torch::Tensor q1 = q0.clone().requires_grad_(), k1 = k0.clone().requires_grad_(),
+                        v1 = v0.clone().requires_grad_();
+    const torch::Tensor want = dense(q1, k1, v1, {t}, scale, window, cap);
+    (want * dout).sum().backward();
+    const Part part{scale, cap};
+    const torch::Tensor pos = torch::arange(t, torch::kInt64);
+    const torch::Tensor row = pos.view({t, 1}), col = pos.view({1, t});
+    const torch::Tensor band = col.le(row).logical_and(col.gt(row - window));
+    const torch::Tensor want_lse = part.forward(q0, k0, v0, band).second;
+    const torch::Tensor diag_keep = col.le(row).logical_and(col.ge(row.div(block, "floor") * block));
+    const torch::Tensor r = torch::arange(block, torch::kInt64);
+    const torch::Tensor all = torch::ones({block, block}, torch::kBool);
+    const torch::Tensor above = r.view({1, block}).gt(r.view({block, 1}));  // key s > query r
+    auto blocks_fwd = [&](const torch::Tensor& keep) {
+      return [&, keep](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+        std::vector<torch::Tensor> outs, lses;
+        for (std::int64_t c = 0; c < q.size(0); ++c) {
+          auto [o, l] = part.forward(q[c], k[c], v[c], keep);
+          outs.push_back(o);
+          lses.push_back(l);
+        }
+        return std::make_pair(torch::stack(outs), torch::stack(lses));
+      };
+    };
+    auto blocks_bwd = [&](const torch::Tensor& keep) {
+      return [&, keep](const torch::Tensor& g, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                       const torch::Tensor& o, const torch::Tensor& l) {
+        std::vector<torch::Tensor> dq, dk, dv;
+        for (std::int64_t c = 0; c < q.size(0); ++c) {
+          auto [a, b, e] = part.backward(g[c], q[c], k[c], v[c], o[c], l[c], keep);
+          dq.push_back(a);
+          dk.push_back(b);
+          dv.push_back(e);
+        }
+        return std::make_tuple(torch::stack(dq), torch::stack(dk), torch::stack(dv));
+      };
+    };
+    auto diag_fwd = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+      return part.forward(q, k, v, diag_keep);
+    };
+    auto diag_bwd = [&](const torch::Tensor& g, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        const torch::Tensor& o,
+                        const torch::Tensor& l) { return part.backward(g, q, k, v, o, l, diag_keep); };
+    const lv::RectangleForward rect_fwd = blocks_fwd(all), edge_fwd = blocks_fwd(above);
+    const lv::RectangleBackward rect_bwd = blocks_bwd(all), edge_bwd = blocks_bwd(above);
+    const auto [out, lse] = wd::forward(q0, k0, v0, window, block, diag_fwd, rect_fwd, edge_fwd);
+    QVERIFY2(max_diff(out, want.detach()) < 1e-12, qPrintable(QString::number(max_diff(out, want.detach()))));
+    QVERIFY2(max_diff(lse, want_lse) < 1e-12, qPrintable(QString::number(max_diff(lse, want_lse))));
+    const auto [dq, dk, dv] = wd::backward(dout, q0, k0, v0, out, lse, window, block, diag_bwd, rect_bwd, edge_bwd);
+    for (const auto& [name, got, ref] : {std::make_tuple("dq", dq, q1.grad()), std::make_tuple("dk", dk, k1.grad()),
+                                         std::make_tuple("dv", dv, v1.grad())})
+      QVERIFY2(max_diff(got, ref) < 1e-11, qPrintable(QString("%1 %2").arg(name).arg(max_diff(got, ref))));
+    // The edge with every key kept (a rectangle where the window's triangle belongs) is wrong: the
+    // comparison sees the mask.
+    const auto wrong = wd::forward(q0, k0, v0, window, block, diag_fwd, rect_fwd, rect_fwd).first;
+    QVERIFY(max_diff(wrong, want.detach()) > 1e-6);
+    // Cuts that do not fit are refused: a block not dividing the window, a window as long as the row.
+    QVERIFY_THROWS_EXCEPTION(c10::Error, wd::forward(q0, k0, v0, window + 1, block, diag_fwd, rect_fwd, edge_fwd));
+    QVERIFY_THROWS_EXCEPTION(c10::Error, wd::forward(q0, k0, v0, t, block, diag_fwd, rect_fwd, edge_fwd));
+  }
+
   void rejectsRowsThatDoNotFit() {
     const torch::Tensor q = torch::randn({10, 4, 8}), k = torch::randn({10, 3, 8});
     QVERIFY_THROWS_EXCEPTION(c10::Error, tiled_causal_attention(q, k, k, torch::tensor({0, 10}), 1.0, 0, 0));

@@ -396,8 +396,10 @@ bool window_parity(const torch::Tensor& q0, const torch::Tensor& k0, const torch
 // What the cuDNN soft-cap path did: off, on, or failed (and why; the band kernels ran instead).
 std::string cudnn_state() {
   if (!kernels::cudnn_softcap_enabled()) return kernels::cudnn_softcap_compiled() ? "off" : "not built";
-  const std::string why = kernels::cudnn_softcap_failure();
-  std::string s = why.empty() ? "on" : "failed: " + why.substr(0, 200);
+  const std::string why = kernels::cudnn_softcap_failure(), why_window = kernels::cudnn_softcap_window_failure();
+  std::string s = !why.empty()          ? "failed: " + why.substr(0, 200)
+                  : !why_window.empty() ? "on, windowed rows failed: " + why_window.substr(0, 200)
+                                        : "on";
   for (char& c : s)
     if (c == '"' || c == '\\' || c == '\n') c = ' ';
   return s;
@@ -409,11 +411,11 @@ bool is_tiled(const std::string& b) {
 
 bool tiled_parity(const std::string& backend, const torch::Tensor& q0, const torch::Tensor& k0, const torch::Tensor& v0,
                   const torch::Tensor& g0, std::int64_t window) {
-  // tiled-cudnn: one causal row of 4,096 (two levels of cuDNN's rectangles, 1,024-row diagonal
-  // blocks), the only rows that path takes.
+  // tiled-cudnn: one row of 4,096, the only rows that path takes (causal: two levels of cuDNN's
+  // rectangles and 1,024-row diagonal blocks; with a window, of 2,048: two blocks of 1,024 back).
   const bool one_row = backend == "tiled-cudnn";
   const std::int64_t n = std::min<std::int64_t>(q0.size(0), one_row ? 4096 : 2048);
-  const std::int64_t w = one_row ? 0 : std::min(window, n / 2), split = one_row ? n : n / 3;
+  const std::int64_t w = std::min(window, n / 2), split = one_row ? n : n / 3;
   const double scale = 1.0 / std::sqrt(static_cast<double>(q0.size(2))), cap = 50.0;
   const torch::Device dev = q0.device();
   const torch::Tensor cu =
