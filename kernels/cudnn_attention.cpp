@@ -38,7 +38,12 @@ std::atomic<bool> g_on{[] {
   const char* v = std::getenv("ODYSSEY_CUDNN_SOFTCAP");
   return !(v && std::string(v) == "0");
 }()};
-std::atomic<bool> g_windowed_on{true};
+// Windowed rows: off unless ODYSSEY_CUDNN_SOFTCAP_WINDOWED=1 until a GPU has run their selftest
+// rows and model rows (docs/kernels.md).
+std::atomic<bool> g_windowed_on{[] {
+  const char* v = std::getenv("ODYSSEY_CUDNN_SOFTCAP_WINDOWED");
+  return v && std::string(v) == "1";
+}()};
 
 // A refusal turns its path off for the process: the causal rows' (which windowed rows need too:
 // the same rectangles) or the windowed rows' alone (their masked triangles).

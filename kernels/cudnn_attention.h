@@ -46,7 +46,8 @@ bool cudnn_softcap_compiled();
 
 void set_cudnn_softcap(bool on);
 bool cudnn_softcap_enabled();
-// Windowed rows through cuDNN too (default on; off: the band kernels run them, for measuring).
+// Windowed rows through cuDNN too (default off until measured on a GPU, or on at start with
+// ODYSSEY_CUDNN_SOFTCAP_WINDOWED=1; off: the band kernels run them).
 void set_cudnn_softcap_windowed(bool on);
 bool cudnn_softcap_windowed_enabled();
 

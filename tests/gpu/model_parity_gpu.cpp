@@ -471,6 +471,7 @@ int attention_bench(std::int64_t seq, const std::vector<std::string>& backends, 
       kernels::set_band_attention(b != "tiled-gemm");
       set_band_backward_everywhere(b == "tiled-band");
       kernels::set_cudnn_softcap(b == "tiled-cudnn");
+      kernels::set_cudnn_softcap_windowed(b == "tiled-cudnn");
     }
     auto run = [&](bool backward) {
       torch::Tensor q = q0.detach().requires_grad_(backward), k = k0.detach().requires_grad_(backward),
