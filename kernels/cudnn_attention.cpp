@@ -96,6 +96,25 @@ std::int64_t softcap_window_block(std::int64_t t, std::int64_t window, std::int6
   return 0;
 }
 
+namespace {
+
+// Sums and merges in fp32 for 16-bit inputs, float64 for float64 (the tests' exact runs).
+torch::ScalarType accumulation(const torch::Tensor& x) {
+  return x.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat32;
+}
+
+// Merges a part's {o [c, n, hq, d], l [c, hq, n]} (o in the accumulation dtype, overwritten) into
+// the rows it covers: out_rows [c, n, hq, d] and lse_rows [c, hq, n], views of the whole's.
+void merge_part(const torch::Tensor& out_rows, const torch::Tensor& lse_rows, torch::Tensor o, const torch::Tensor& l) {
+  const torch::Tensor both = torch::logaddexp(lse_rows, l);
+  const torch::Tensor w_old = (lse_rows - both).exp_().permute({0, 2, 1}).unsqueeze(-1);  // [c, n, hq, 1]
+  const torch::Tensor w_new = (l - both).exp_().permute({0, 2, 1}).unsqueeze(-1);
+  out_rows.mul_(w_old).add_(o.mul_(w_new));
+  lse_rows.copy_(both);
+}
+
+}  // namespace
+
 namespace levels {
 
 namespace {
@@ -111,11 +130,6 @@ torch::Tensor upper(const torch::Tensor& x, std::int64_t n) {
 // lse [hq, t] of the lower rows as [t / 2n, hq, n].
 torch::Tensor lower_lse(const torch::Tensor& lse, std::int64_t n) {
   return lse.view({lse.size(0), lse.size(1) / (2 * n), 2, n}).select(2, 1).permute({1, 0, 2});
-}
-
-// Sums and merges in fp32 for 16-bit inputs, float64 for float64 (the tests' exact runs).
-torch::ScalarType accumulation(const torch::Tensor& x) {
-  return x.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat32;
 }
 
 void check_block(std::int64_t t, std::int64_t block) {
@@ -135,14 +149,8 @@ std::pair<torch::Tensor, torch::Tensor> forward(const torch::Tensor& q, const to
   torch::Tensor out = out_d.to(acc);
   torch::Tensor lse = lse_d.reshape({hq, t}).to(acc).clone();
   for (std::int64_t n = t / 2; n >= block; n /= 2) {
-    auto [o, l_part] = rect(lower(q, n), upper(k, n), upper(v, n));
-    const torch::Tensor l = l_part.to(acc);
-    torch::Tensor lv = lower_lse(lse, n);  // [c, hq, n], a view of lse
-    const torch::Tensor both = torch::logaddexp(lv, l);
-    const torch::Tensor w_old = (lv - both).exp_().permute({0, 2, 1}).unsqueeze(-1);  // [c, n, hq, 1]
-    const torch::Tensor w_new = (l - both).exp_().permute({0, 2, 1}).unsqueeze(-1);
-    lower(out, n).mul_(w_old).add_(o.to(acc).mul_(w_new));
-    lv.copy_(both);
+    auto [o, l] = rect(lower(q, n), upper(k, n), upper(v, n));
+    merge_part(lower(out, n), lower_lse(lse, n), o.to(acc), l.to(acc));
   }
   return {out.to(q.scalar_type()), lse};
 }
@@ -207,7 +215,7 @@ std::pair<torch::Tensor, torch::Tensor> forward(const torch::Tensor& q, const to
   const std::int64_t t = q.size(0), hq = q.size(1);
   check_cut(t, window, block);
   const std::int64_t blocks_back = window / block;
-  const torch::ScalarType acc = q.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat32;
+  const torch::ScalarType acc = accumulation(q);
   auto [out_d, lse_d] = diag(q, k, v);
   torch::Tensor out = out_d.to(acc);
   torch::Tensor lse = lse_d.reshape({hq, t}).to(acc).clone();
@@ -220,12 +228,7 @@ std::pair<torch::Tensor, torch::Tensor> forward(const torch::Tensor& q, const to
       o.select(1, block - 1).zero_();
       l.select(2, block - 1).fill_(-std::numeric_limits<double>::infinity());
     }
-    torch::Tensor lv = query_lse(lse, block, m);  // [c, hq, b], a view of lse
-    const torch::Tensor both = torch::logaddexp(lv, l);
-    const torch::Tensor w_old = (lv - both).exp_().permute({0, 2, 1}).unsqueeze(-1);  // [c, b, hq, 1]
-    const torch::Tensor w_new = (l - both).exp_().permute({0, 2, 1}).unsqueeze(-1);
-    query_blocks(out, block, m).mul_(w_old).add_(o.mul_(w_new));
-    lv.copy_(both);
+    merge_part(query_blocks(out, block, m), query_lse(lse, block, m), o, l);
   }
   return {out.to(q.scalar_type()), lse};
 }
@@ -240,7 +243,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> backward(const torch::Te
   const std::int64_t t = q.size(0), hq = q.size(1);
   check_cut(t, window, block);
   const std::int64_t blocks_back = window / block;
-  const torch::ScalarType acc = q.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat32;
+  const torch::ScalarType acc = accumulation(q);
   const torch::Tensor lse2 = lse.reshape({hq, t});
   const torch::Tensor o = out.contiguous(), dO = dout.contiguous();
   auto [dq_d, dk_d, dv_d] = diag(dO, q, k, v, o, lse2);
