@@ -69,7 +69,8 @@ std::string cudnn_softcap_failure();
 // (the caller runs its own path).
 std::int64_t softcap_window_block(std::int64_t t, std::int64_t window, std::int64_t max_block = 1024);
 
-// softcap_causal_takes and no earlier failure of the windowed rows' graphs (the edge's mask).
+// The windowed rows' switch on (set_cudnn_softcap_windowed), softcap_causal_takes, and no earlier
+// failure of the windowed rows' graphs (the edge's mask).
 bool softcap_window_takes(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
 
 // Why the windowed rows' path was turned off, or empty (a failure of the rectangles shared with
