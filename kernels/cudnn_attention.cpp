@@ -494,6 +494,43 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> rect_backward(const torc
   return {dq, dk, dv};
 }
 
+// The parts both cuts are made of: the band kernels on the diagonal blocks (query i from key
+// first_key[i]), cuDNN's full rectangles, and (`edge`) its rectangles under the window edge's mask.
+levels::DiagonalForward band_forward(const torch::Tensor& first_key, double scale, double softcap) {
+  return [&first_key, scale, softcap](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+    return band_attention_forward(q, k, v, first_key, scale, softcap);
+  };
+}
+levels::DiagonalBackward band_backward(const torch::Tensor& first_key, double scale, double softcap) {
+  return [&first_key, scale, softcap](const torch::Tensor& g, const torch::Tensor& q, const torch::Tensor& k,
+                                      const torch::Tensor& v, const torch::Tensor& o, const torch::Tensor& l) {
+    return band_attention_backward(g, q, k, v, o, l, first_key, scale, softcap);
+  };
+}
+levels::RectangleForward cudnn_forward(double scale, double softcap, bool edge = false) {
+  return [scale = static_cast<float>(scale), cap = static_cast<float>(softcap), edge](
+             const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+    return rect_forward(q, k, v, scale, cap, edge);
+  };
+}
+levels::RectangleBackward cudnn_backward(double scale, double softcap, bool edge = false) {
+  return
+      [scale = static_cast<float>(scale), cap = static_cast<float>(softcap), edge](
+          const torch::Tensor& g, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+          const torch::Tensor& o, const torch::Tensor& l) { return rect_backward(g, q, k, v, o, l, scale, cap, edge); };
+}
+
+// Runs one cut; an exception (cuDNN refusing a graph) turns its path off and gives nullopt.
+template <typename Cut>
+auto guarded(Failure& f, Cut&& cut) -> std::optional<decltype(cut())> {
+  try {
+    return cut();
+  } catch (const std::exception& e) {
+    remember_failure(f, e.what());
+    return std::nullopt;
+  }
+}
+
 }  // namespace
 
 bool softcap_causal_takes(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
@@ -504,41 +541,20 @@ bool softcap_causal_takes(const torch::Tensor& q, const torch::Tensor& k, const 
 std::optional<std::pair<torch::Tensor, torch::Tensor>> softcap_causal_forward(
     const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& block_first_key,
     std::int64_t block, double scale, double softcap) {
-  const auto fscale = static_cast<float>(scale), fcap = static_cast<float>(softcap);
-  try {
-    return levels::forward(
-        q, k, v, block,
-        [&](const torch::Tensor& q1, const torch::Tensor& k1, const torch::Tensor& v1) {
-          return band_attention_forward(q1, k1, v1, block_first_key, scale, softcap);
-        },
-        [&](const torch::Tensor& q4, const torch::Tensor& k4, const torch::Tensor& v4) {
-          return rect_forward(q4, k4, v4, fscale, fcap);
-        });
-  } catch (const std::exception& e) {
-    remember_failure(g_causal, e.what());
-    return std::nullopt;
-  }
+  return guarded(g_causal, [&] {
+    return levels::forward(q, k, v, block, band_forward(block_first_key, scale, softcap),
+                           cudnn_forward(scale, softcap));
+  });
 }
 
 std::optional<std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>> softcap_causal_backward(
     const torch::Tensor& dout, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
     const torch::Tensor& out, const torch::Tensor& lse, const torch::Tensor& block_first_key, std::int64_t block,
     double scale, double softcap) {
-  const auto fscale = static_cast<float>(scale), fcap = static_cast<float>(softcap);
-  try {
-    return levels::backward(
-        dout, q, k, v, out, lse, block,
-        [&](const torch::Tensor& g, const torch::Tensor& q1, const torch::Tensor& k1, const torch::Tensor& v1,
-            const torch::Tensor& o1, const torch::Tensor& l1) {
-          return band_attention_backward(g, q1, k1, v1, o1, l1, block_first_key, scale, softcap);
-        },
-        [&](const torch::Tensor& g4, const torch::Tensor& q4, const torch::Tensor& k4, const torch::Tensor& v4,
-            const torch::Tensor& o4,
-            const torch::Tensor& l3) { return rect_backward(g4, q4, k4, v4, o4, l3, fscale, fcap); });
-  } catch (const std::exception& e) {
-    remember_failure(g_causal, e.what());
-    return std::nullopt;
-  }
+  return guarded(g_causal, [&] {
+    return levels::backward(dout, q, k, v, out, lse, block, band_backward(block_first_key, scale, softcap),
+                            cudnn_backward(scale, softcap));
+  });
 }
 
 bool softcap_window_takes(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
@@ -548,47 +564,20 @@ bool softcap_window_takes(const torch::Tensor& q, const torch::Tensor& k, const 
 std::optional<std::pair<torch::Tensor, torch::Tensor>> softcap_window_forward(
     const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& block_first_key,
     std::int64_t block, std::int64_t window, double scale, double softcap) {
-  const auto fscale = static_cast<float>(scale), fcap = static_cast<float>(softcap);
-  try {
-    return windowed::forward(
-        q, k, v, window, block,
-        [&](const torch::Tensor& q1, const torch::Tensor& k1, const torch::Tensor& v1) {
-          return band_attention_forward(q1, k1, v1, block_first_key, scale, softcap);
-        },
-        [&](const torch::Tensor& q4, const torch::Tensor& k4, const torch::Tensor& v4) {
-          return rect_forward(q4, k4, v4, fscale, fcap);
-        },
-        [&](const torch::Tensor& q4, const torch::Tensor& k4, const torch::Tensor& v4) {
-          return rect_forward(q4, k4, v4, fscale, fcap, true);
-        });
-  } catch (const std::exception& e) {
-    remember_failure(g_window, e.what());
-    return std::nullopt;
-  }
+  return guarded(g_window, [&] {
+    return windowed::forward(q, k, v, window, block, band_forward(block_first_key, scale, softcap),
+                             cudnn_forward(scale, softcap), cudnn_forward(scale, softcap, true));
+  });
 }
 
 std::optional<std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>> softcap_window_backward(
     const torch::Tensor& dout, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
     const torch::Tensor& out, const torch::Tensor& lse, const torch::Tensor& block_first_key, std::int64_t block,
     std::int64_t window, double scale, double softcap) {
-  const auto fscale = static_cast<float>(scale), fcap = static_cast<float>(softcap);
-  try {
-    return windowed::backward(
-        dout, q, k, v, out, lse, window, block,
-        [&](const torch::Tensor& g, const torch::Tensor& q1, const torch::Tensor& k1, const torch::Tensor& v1,
-            const torch::Tensor& o1, const torch::Tensor& l1) {
-          return band_attention_backward(g, q1, k1, v1, o1, l1, block_first_key, scale, softcap);
-        },
-        [&](const torch::Tensor& g4, const torch::Tensor& q4, const torch::Tensor& k4, const torch::Tensor& v4,
-            const torch::Tensor& o4,
-            const torch::Tensor& l3) { return rect_backward(g4, q4, k4, v4, o4, l3, fscale, fcap); },
-        [&](const torch::Tensor& g4, const torch::Tensor& q4, const torch::Tensor& k4, const torch::Tensor& v4,
-            const torch::Tensor& o4,
-            const torch::Tensor& l3) { return rect_backward(g4, q4, k4, v4, o4, l3, fscale, fcap, true); });
-  } catch (const std::exception& e) {
-    remember_failure(g_window, e.what());
-    return std::nullopt;
-  }
+  return guarded(g_window, [&] {
+    return windowed::backward(dout, q, k, v, out, lse, window, block, band_backward(block_first_key, scale, softcap),
+                              cudnn_backward(scale, softcap), cudnn_backward(scale, softcap, true));
+  });
 }
 
 namespace {

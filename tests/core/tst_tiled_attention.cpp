@@ -118,6 +118,34 @@ struct Part {
     const torch::Tensor dq = torch::matmul(ds, kh), dk = torch::matmul(ds.transpose(1, 2), q.transpose(0, 1));
     return {dq.transpose(0, 1), dk.view({hkv, g, m, d}).sum(1).transpose(0, 1), dv.transpose(0, 1)};
   }
+  // Both over a batch of parts, q [c, n, Hq, D] on k, v [c, m, Hkv, D], each under keep [n, m]
+  // (undefined: every pair): a cut's rectangles.
+  odyssey::kernels::levels::RectangleForward batched_forward(const torch::Tensor& keep = {}) const {
+    return [this, keep](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+      const torch::Tensor kept = keep.defined() ? keep : torch::ones({q.size(1), k.size(1)}, torch::kBool);
+      std::vector<torch::Tensor> outs, lses;
+      for (std::int64_t c = 0; c < q.size(0); ++c) {
+        auto [o, l] = forward(q[c], k[c], v[c], kept);
+        outs.push_back(o);
+        lses.push_back(l);
+      }
+      return std::make_pair(torch::stack(outs), torch::stack(lses));
+    };
+  }
+  odyssey::kernels::levels::RectangleBackward batched_backward(const torch::Tensor& keep = {}) const {
+    return [this, keep](const torch::Tensor& g, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        const torch::Tensor& o, const torch::Tensor& l) {
+      const torch::Tensor kept = keep.defined() ? keep : torch::ones({q.size(1), k.size(1)}, torch::kBool);
+      std::vector<torch::Tensor> dq, dk, dv;
+      for (std::int64_t c = 0; c < q.size(0); ++c) {
+        auto [a, b, e] = backward(g[c], q[c], k[c], v[c], o[c], l[c], kept);
+        dq.push_back(a);
+        dk.push_back(b);
+        dv.push_back(e);
+      }
+      return std::make_tuple(torch::stack(dq), torch::stack(dk), torch::stack(dv));
+    };
+  }
 };
 
 }  // namespace
@@ -327,31 +355,11 @@ class TstTiledAttention : public QObject {
     auto diag_fwd = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
       return part.forward(q, k, v, diag_keep);
     };
-    auto rect_fwd = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-      std::vector<torch::Tensor> outs, lses;
-      const torch::Tensor all = torch::ones({q.size(1), k.size(1)}, torch::kBool);
-      for (std::int64_t c = 0; c < q.size(0); ++c) {
-        auto [o, l] = part.forward(q[c], k[c], v[c], all);
-        outs.push_back(o);
-        lses.push_back(l);
-      }
-      return std::make_pair(torch::stack(outs), torch::stack(lses));
-    };
+    const auto rect_fwd = part.batched_forward();
     auto diag_bwd = [&](const torch::Tensor& g, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                         const torch::Tensor& o,
                         const torch::Tensor& l) { return part.backward(g, q, k, v, o, l, diag_keep); };
-    auto rect_bwd = [&](const torch::Tensor& g, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                        const torch::Tensor& o, const torch::Tensor& l) {
-      std::vector<torch::Tensor> dq, dk, dv;
-      const torch::Tensor all = torch::ones({q.size(1), k.size(1)}, torch::kBool);
-      for (std::int64_t c = 0; c < q.size(0); ++c) {
-        auto [a, b, e] = part.backward(g[c], q[c], k[c], v[c], o[c], l[c], all);
-        dq.push_back(a);
-        dk.push_back(b);
-        dv.push_back(e);
-      }
-      return std::make_tuple(torch::stack(dq), torch::stack(dk), torch::stack(dv));
-    };
+    const auto rect_bwd = part.batched_backward();
     const auto [out, lse] = lv::forward(q0, k0, v0, block, diag_fwd, rect_fwd);
     QVERIFY2(max_diff(out, want.detach()) < 1e-12, qPrintable(QString::number(max_diff(out, want.detach()))));
     QVERIFY2(max_diff(lse, want_lse) < 1e-12, qPrintable(QString::number(max_diff(lse, want_lse))));
@@ -425,40 +433,15 @@ class TstTiledAttention : public QObject {
     const torch::Tensor want_lse = part.forward(q0, k0, v0, band).second;
     const torch::Tensor diag_keep = col.le(row).logical_and(col.ge(row.div(block, "floor") * block));
     const torch::Tensor r = torch::arange(block, torch::kInt64);
-    const torch::Tensor all = torch::ones({block, block}, torch::kBool);
     const torch::Tensor above = r.view({1, block}).gt(r.view({block, 1}));  // key s > query r
-    auto blocks_fwd = [&](const torch::Tensor& keep) {
-      return [&, keep](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-        std::vector<torch::Tensor> outs, lses;
-        for (std::int64_t c = 0; c < q.size(0); ++c) {
-          auto [o, l] = part.forward(q[c], k[c], v[c], keep);
-          outs.push_back(o);
-          lses.push_back(l);
-        }
-        return std::make_pair(torch::stack(outs), torch::stack(lses));
-      };
-    };
-    auto blocks_bwd = [&](const torch::Tensor& keep) {
-      return [&, keep](const torch::Tensor& g, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                       const torch::Tensor& o, const torch::Tensor& l) {
-        std::vector<torch::Tensor> dq, dk, dv;
-        for (std::int64_t c = 0; c < q.size(0); ++c) {
-          auto [a, b, e] = part.backward(g[c], q[c], k[c], v[c], o[c], l[c], keep);
-          dq.push_back(a);
-          dk.push_back(b);
-          dv.push_back(e);
-        }
-        return std::make_tuple(torch::stack(dq), torch::stack(dk), torch::stack(dv));
-      };
-    };
     auto diag_fwd = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
       return part.forward(q, k, v, diag_keep);
     };
     auto diag_bwd = [&](const torch::Tensor& g, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                         const torch::Tensor& o,
                         const torch::Tensor& l) { return part.backward(g, q, k, v, o, l, diag_keep); };
-    const lv::RectangleForward rect_fwd = blocks_fwd(all), edge_fwd = blocks_fwd(above);
-    const lv::RectangleBackward rect_bwd = blocks_bwd(all), edge_bwd = blocks_bwd(above);
+    const lv::RectangleForward rect_fwd = part.batched_forward(), edge_fwd = part.batched_forward(above);
+    const lv::RectangleBackward rect_bwd = part.batched_backward(), edge_bwd = part.batched_backward(above);
     const auto [out, lse] = wd::forward(q0, k0, v0, window, block, diag_fwd, rect_fwd, edge_fwd);
     QVERIFY2(max_diff(out, want.detach()) < 1e-12, qPrintable(QString::number(max_diff(out, want.detach()))));
     QVERIFY2(max_diff(lse, want_lse) < 1e-12, qPrintable(QString::number(max_diff(lse, want_lse))));
