@@ -103,13 +103,14 @@ torch::ScalarType accumulation(const torch::Tensor& x) {
   return x.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat32;
 }
 
-// Merges a part's {o [c, n, hq, d], l [c, hq, n]} (o in the accumulation dtype, overwritten) into
-// the rows it covers: out_rows [c, n, hq, d] and lse_rows [c, hq, n], views of the whole's.
-void merge_part(const torch::Tensor& out_rows, const torch::Tensor& lse_rows, torch::Tensor o, const torch::Tensor& l) {
+// Merges a part's {o [c, n, hq, d] (its own dtype: read once, cast on the fly), l [c, hq, n]}
+// into the rows it covers: out_rows [c, n, hq, d] and lse_rows [c, hq, n], views of the whole's.
+void merge_part(const torch::Tensor& out_rows, const torch::Tensor& lse_rows, const torch::Tensor& o,
+                const torch::Tensor& l) {
   const torch::Tensor both = torch::logaddexp(lse_rows, l);
   const torch::Tensor w_old = (lse_rows - both).exp_().permute({0, 2, 1}).unsqueeze(-1);  // [c, n, hq, 1]
   const torch::Tensor w_new = (l - both).exp_().permute({0, 2, 1}).unsqueeze(-1);
-  out_rows.mul_(w_old).add_(o.mul_(w_new));
+  out_rows.mul_(w_old).addcmul_(o, w_new);
   lse_rows.copy_(both);
 }
 
@@ -150,7 +151,7 @@ std::pair<torch::Tensor, torch::Tensor> forward(const torch::Tensor& q, const to
   torch::Tensor lse = lse_d.reshape({hq, t}).to(acc).clone();
   for (std::int64_t n = t / 2; n >= block; n /= 2) {
     auto [o, l] = rect(lower(q, n), upper(k, n), upper(v, n));
-    merge_part(lower(out, n), lower_lse(lse, n), o.to(acc), l.to(acc));
+    merge_part(lower(out, n), lower_lse(lse, n), o, l.to(acc));
   }
   return {out.to(q.scalar_type()), lse};
 }
@@ -223,7 +224,7 @@ std::pair<torch::Tensor, torch::Tensor> forward(const torch::Tensor& q, const to
     const bool edge = m == blocks_back;
     auto [o_part, l_part] =
         (edge ? upper : rect)(query_blocks(q, block, m), key_blocks(k, block, m), key_blocks(v, block, m));
-    torch::Tensor o = o_part.to(acc), l = l_part.to(acc);
+    torch::Tensor o = o_part, l = l_part.to(acc);  // the part's fresh outputs: written in place
     if (edge) {  // the edge's last query row sees none of its keys (0 / 0): nothing to merge
       o.select(1, block - 1).zero_();
       l.select(2, block - 1).fill_(-std::numeric_limits<double>::infinity());
