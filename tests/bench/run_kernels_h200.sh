@@ -57,8 +57,9 @@
 #             checkpointed; needs the liger-kernel wheel carried in .whl/, see ../shared/gpu/NOTES.md) for
 #             LIGER_SHAPES (default mistral-7b-v0.3 gemma-2-9b) at LIGER_SEQS (default 16384 32768), then
 #             odyssey-bench at the anchor's peak memory (--memory-gib, the planner choosing; LIGER_BUDGET_FLAGS
-#             added, e.g. "--offload on") and fast (LIGER_FAST=0 skips it); liger-{hf,odyssey}.jsonl and
-#             liger-compare.md
+#             added, e.g. "--offload on"; once per LIGER_VARIANTS, flag sets separated by ";", e.g.
+#             "--cudnn-softcap on;--cudnn-softcap global", each right after its anchor) and fast
+#             (LIGER_FAST=0 skips it); liger-{hf,odyssey}.jsonl and liger-compare.md
 #   frontier  issue 28's speed-memory frontier: per FRONTIER_ROWS row (shape:mode:seq; default 1.5B LoRA 24K, 0.5B
 #             full 32K, 7B LoRA 24K and 32K) the HF + PEFT + Liger anchor (FRONTIER_PLAIN=1: plain HF too), then
 #             odyssey-bench --frontier FRONTIER_POINTS (default 5) --offload on with the anchor's peak as a budget,
@@ -337,10 +338,14 @@ print(r[-1].get('peak_gib') or '' if r else '')")
 rows=[json.loads(l) for l in open('$LH') if l.strip()]
 r=[x for x in rows if x['shape']=='$S' and x['seq']==$Q]
 print(r[-1].get('peak_gib') or '')")
-        if [ -n "$peak" ]; then
-          $B --label "budget = liger peak${LIGER_BUDGET_FLAGS:+ ($LIGER_BUDGET_FLAGS)}" --checkpointing auto \
-            --memory-gib "$peak" ${LIGER_BUDGET_FLAGS:-} --shape $S --mode lora --seq $Q $R --out "$LO" | cut -c1-400
-        fi
+        IFS=';' read -ra variants <<< "${LIGER_VARIANTS:-}"
+        [ ${#variants[@]} -gt 0 ] || variants=("")
+        for x in "${variants[@]}"; do
+          [ -n "$peak" ] || break
+          f=$(echo ${LIGER_BUDGET_FLAGS:-} $x)
+          $B --label "budget = liger peak${f:+ ($f)}" --checkpointing auto \
+            --memory-gib "$peak" $f --shape $S --mode lora --seq $Q $R --out "$LO" | cut -c1-400
+        done
         [ "${LIGER_FAST:-1}" = 0 ] ||
           $B --label fast --checkpointing auto --shape $S --mode lora --seq $Q $R --out "$LO" | cut -c1-400
       done
