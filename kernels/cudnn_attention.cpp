@@ -565,6 +565,8 @@ bool softcap_window_takes(const torch::Tensor& q, const torch::Tensor& k, const 
 std::optional<std::pair<torch::Tensor, torch::Tensor>> softcap_window_forward(
     const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& block_first_key,
     std::int64_t block, std::int64_t window, double scale, double softcap) {
+  // The edge's mask rides in the soft-cap's score modifier: a row without a cap has none to carry it.
+  TORCH_CHECK(softcap > 0, "softcap_window_forward: a windowed row needs a soft-cap, got ", softcap);
   return guarded(g_window, [&] {
     return windowed::forward(q, k, v, window, block, band_forward(block_first_key, scale, softcap),
                              cudnn_forward(scale, softcap), cudnn_forward(scale, softcap, true));
@@ -575,6 +577,7 @@ std::optional<std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>> softcap_w
     const torch::Tensor& dout, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
     const torch::Tensor& out, const torch::Tensor& lse, const torch::Tensor& block_first_key, std::int64_t block,
     std::int64_t window, double scale, double softcap) {
+  TORCH_CHECK(softcap > 0, "softcap_window_backward: a windowed row needs a soft-cap, got ", softcap);
   return guarded(g_window, [&] {
     return windowed::backward(dout, q, k, v, out, lse, window, block, band_backward(block_first_key, scale, softcap),
                               cudnn_backward(scale, softcap), cudnn_backward(scale, softcap, true));

@@ -93,7 +93,7 @@ std::optional<std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>> softcap_c
     double scale, double softcap);
 
 // One windowed row, as softcap_causal_forward/backward; block = softcap_window_block(T, window),
-// block_first_key floor(i / block) * block.
+// block_first_key floor(i / block) * block; softcap > 0 (the edge's mask rides in its score modifier).
 std::optional<std::pair<torch::Tensor, torch::Tensor>> softcap_window_forward(
     const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& block_first_key,
     std::int64_t block, std::int64_t window, double scale, double softcap);
