@@ -38,11 +38,11 @@ std::atomic<bool> g_on{[] {
   const char* v = std::getenv("ODYSSEY_CUDNN_SOFTCAP");
   return !(v && std::string(v) == "0");
 }()};
-// Windowed rows: off unless ODYSSEY_CUDNN_SOFTCAP_WINDOWED=1 until a GPU has run their selftest
-// rows and model rows (docs/kernels.md).
+// Windowed rows: on unless ODYSSEY_CUDNN_SOFTCAP_WINDOWED=0 (their selftest rows and Gemma-2's
+// model rows measured on an H100, docs/benchmarks.md 2026-12-07, "its windowed layers too").
 std::atomic<bool> g_windowed_on{[] {
   const char* v = std::getenv("ODYSSEY_CUDNN_SOFTCAP_WINDOWED");
-  return v && std::string(v) == "1";
+  return !(v && std::string(v) == "0");
 }()};
 
 // A refusal turns its path off for the process: the causal rows' (which windowed rows need too:

@@ -46,8 +46,8 @@ bool cudnn_softcap_compiled();
 
 void set_cudnn_softcap(bool on);
 bool cudnn_softcap_enabled();
-// Windowed rows through cuDNN too (default off until measured on a GPU, or on at start with
-// ODYSSEY_CUDNN_SOFTCAP_WINDOWED=1; off: the band kernels run them).
+// Windowed rows through cuDNN too (default on; off at start with ODYSSEY_CUDNN_SOFTCAP_WINDOWED=0;
+// off: the band kernels run them).
 void set_cudnn_softcap_windowed(bool on);
 bool cudnn_softcap_windowed_enabled();
 

@@ -57,7 +57,7 @@ struct Options {
   std::string band_attention = "on";  // --band-attention: soft-capped/windowed tiles through the band kernels, or GEMMs
   std::string band_backward = "windowed";  // --band-backward windowed|all: which layers' backward the band kernels run
   // --cudnn-softcap on|off|global: soft-capped rows through cuDNN (global: causal rows only, windowed
-  // ones on the band kernels; empty: the engine's default, global)
+  // ones on the band kernels; empty: the engine's default, on)
   std::string cudnn_softcap;
   std::string band_tanh;    // --band-tanh approx|exact: the band kernels' soft-cap tanh (empty: the engine's default)
   double kept_margin = -1;  // --kept-margin: keep_attention auto's margin below capacity (< 0: the planner's)

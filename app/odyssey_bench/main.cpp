@@ -37,9 +37,9 @@
 // --cudnn-softcap on|off|global: soft-capped layers of one sample (a causal row of a length
 // kernels::softcap_diagonal_block cuts, or a windowed row softcap_window_block cuts) run cuDNN's
 // attention on full rectangles and the band kernels on the diagonal's blocks
-// (kernels/cudnn_attention.h); global: the causal rows only; default the engine's (global unless
-// ODYSSEY_CUDNN_SOFTCAP_WINDOWED=1, since the windowed rows have not run on a GPU yet). The
-// record says "failed: why" when cuDNN refused the graphs and the band kernels ran instead.
+// (kernels/cudnn_attention.h); global: the causal rows only; default the engine's (on, unless
+// ODYSSEY_CUDNN_SOFTCAP=0 or ODYSSEY_CUDNN_SOFTCAP_WINDOWED=0). The record says "failed: why"
+// when cuDNN refused the graphs and the band kernels ran instead.
 // --band-tanh approx|exact: the band kernels' soft-cap tanh by tanh.approx.f32 or by tanhf and a
 // division (kernels/band_attention.h, set_band_fast_tanh); default the engine's (approx).
 // --rerun-mlp full: checkpointed layers' recomputations run their fused MLP as forward did
