@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <limits>
 #include <mutex>
 #include <stdexcept>
 
@@ -222,14 +221,11 @@ std::pair<torch::Tensor, torch::Tensor> forward(const torch::Tensor& q, const to
   torch::Tensor lse = lse_d.reshape({hq, t}).to(acc).clone();
   for (std::int64_t m = 1; m <= blocks_back; ++m) {
     const bool edge = m == blocks_back;
-    auto [o_part, l_part] =
-        (edge ? upper : rect)(query_blocks(q, block, m), key_blocks(k, block, m), key_blocks(v, block, m));
-    torch::Tensor o = o_part, l = l_part.to(acc);  // the part's fresh outputs: written in place
-    if (edge) {  // the edge's last query row sees none of its keys (0 / 0): nothing to merge
-      o.select(1, block - 1).zero_();
-      l.select(2, block - 1).fill_(-std::numeric_limits<double>::infinity());
-    }
-    merge_part(query_blocks(out, block, m), query_lse(lse, block, m), o, l);
+    auto [o, l] = (edge ? upper : rect)(query_blocks(q, block, m), key_blocks(k, block, m), key_blocks(v, block, m));
+    // The edge's last query row sees none of its keys (0 / 0): its rows are merged without it.
+    const std::int64_t rows = edge ? block - 1 : block;
+    merge_part(query_blocks(out, block, m).narrow(1, 0, rows), query_lse(lse, block, m).narrow(2, 0, rows),
+               o.narrow(1, 0, rows), l.narrow(2, 0, rows).to(acc));
   }
   return {out.to(q.scalar_type()), lse};
 }

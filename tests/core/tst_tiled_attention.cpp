@@ -118,6 +118,16 @@ struct Part {
     const torch::Tensor dq = torch::matmul(ds, kh), dk = torch::matmul(ds.transpose(1, 2), q.transpose(0, 1));
     return {dq.transpose(0, 1), dk.view({hkv, g, m, d}).sum(1).transpose(0, 1), dv.transpose(0, 1)};
   }
+  // Both under a fixed keep: a cut's diagonal part.
+  odyssey::kernels::levels::DiagonalForward masked_forward(const torch::Tensor& keep) const {
+    return [this, keep](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+      return forward(q, k, v, keep);
+    };
+  }
+  odyssey::kernels::levels::DiagonalBackward masked_backward(const torch::Tensor& keep) const {
+    return [this, keep](const torch::Tensor& g, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        const torch::Tensor& o, const torch::Tensor& l) { return backward(g, q, k, v, o, l, keep); };
+  }
   // Both over a batch of parts, q [c, n, Hq, D] on k, v [c, m, Hkv, D], each under keep [n, m]
   // (undefined: every pair): a cut's rectangles.
   odyssey::kernels::levels::RectangleForward batched_forward(const torch::Tensor& keep = {}) const {
@@ -352,13 +362,9 @@ class TstTiledAttention : public QObject {
     // The diagonal's blocks and the rectangles (every pair), each written densely.
     const torch::Tensor diag_keep =
         causal.logical_and(pos.view({1, t}).ge(pos.view({t, 1}).div(block, "floor") * block));
-    auto diag_fwd = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-      return part.forward(q, k, v, diag_keep);
-    };
+    const auto diag_fwd = part.masked_forward(diag_keep);
     const auto rect_fwd = part.batched_forward();
-    auto diag_bwd = [&](const torch::Tensor& g, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                        const torch::Tensor& o,
-                        const torch::Tensor& l) { return part.backward(g, q, k, v, o, l, diag_keep); };
+    const auto diag_bwd = part.masked_backward(diag_keep);
     const auto rect_bwd = part.batched_backward();
     const auto [out, lse] = lv::forward(q0, k0, v0, block, diag_fwd, rect_fwd);
     QVERIFY2(max_diff(out, want.detach()) < 1e-12, qPrintable(QString::number(max_diff(out, want.detach()))));
@@ -434,12 +440,8 @@ class TstTiledAttention : public QObject {
     const torch::Tensor diag_keep = col.le(row).logical_and(col.ge(row.div(block, "floor") * block));
     const torch::Tensor r = torch::arange(block, torch::kInt64);
     const torch::Tensor above = r.view({1, block}).gt(r.view({block, 1}));  // key s > query r
-    auto diag_fwd = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-      return part.forward(q, k, v, diag_keep);
-    };
-    auto diag_bwd = [&](const torch::Tensor& g, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                        const torch::Tensor& o,
-                        const torch::Tensor& l) { return part.backward(g, q, k, v, o, l, diag_keep); };
+    const auto diag_fwd = part.masked_forward(diag_keep);
+    const auto diag_bwd = part.masked_backward(diag_keep);
     const lv::RectangleForward rect_fwd = part.batched_forward(), edge_fwd = part.batched_forward(above);
     const lv::RectangleBackward rect_bwd = part.batched_backward(), edge_bwd = part.batched_backward(above);
     const auto [out, lse] = wd::forward(q0, k0, v0, window, block, diag_fwd, rect_fwd, edge_fwd);
