@@ -392,10 +392,12 @@ print(r[-1]['peak_gib'] if r else '')")
 rows=[json.loads(l) for l in open('$QH') if l.strip()]
 r=[x for x in rows if x['shape']=='$S' and x['seq']==$Q and bool(x.get('liger'))==bool('$L')]
 print(r[-1].get('peak_gib') or '' if r else '')")
-          [ -n "$peak" ] && $B --label "budget = hf+bnb${L:+ +liger} peak" --checkpointing auto --memory-gib "$peak" \
-            --quant nf4 --shape $S --mode lora --seq $Q $R --out "$QO" | cut -c1-400
+          f=${QLORA_BUDGET_FLAGS:-}
+          [ -n "$peak" ] && $B --label "budget = hf+bnb${L:+ +liger} peak${f:+ ($f)}" --checkpointing auto \
+            --memory-gib "$peak" $f --quant nf4 --shape $S --mode lora --seq $Q $R --out "$QO" | cut -c1-400
         done
-        $B --label fast --checkpointing auto --quant nf4 --shape $S --mode lora --seq $Q $R --out "$QO" | cut -c1-400
+        [ "${QLORA_FAST:-1}" = 0 ] ||
+          $B --label fast --checkpointing auto --quant nf4 --shape $S --mode lora --seq $Q $R --out "$QO" | cut -c1-400
       done
       # Long single steps under a card's budget (QLORA_LONG tokens, QLORA_BUDGET GiB, r32 as Unsloth's table).
       for Q in ${QLORA_LONG:-}; do
@@ -410,6 +412,19 @@ print(r[-1].get('peak_gib') or '' if r else '')")
       $B --label "r32 at ${QLONG_BUDGET:-80} GiB, one step" --checkpointing auto --offload on \
         --memory-gib ${QLONG_BUDGET:-80} --lora-r 32 --lora-alpha 64 --quant nf4 --shape ${row%%:*} --mode lora \
         --seq ${row##*:} --steps 1 --warmup 0 --out "$OUT/qlora-long.jsonl" | cut -c1-600
+    done ;;
+  qlora-layers)
+    # One long step's cost per decoder layer, where the whole model's step is longer than a device
+    # call may run: the same shape with QLAYERS of its layers (default 2 and 4), every layer
+    # checkpointed two to a stored input, inputs on the host, no kept attention, 16,384-token MLP
+    # tiles (what the planner chooses for the whole 8B at 500,000 tokens in 80 GiB). The
+    # difference of two lines is the per-layer time; the rest (embedding, loss) is the intercept.
+    phase qlora-layers
+    for L in ${QLAYERS:-2 4}; do
+      $B --label "$L layers, per-layer timing" --layers $L --checkpointing all --layers-per-checkpoint 2 \
+        --keep-attention none --mlp-tile 16384 --offload on --memory-gib ${QLAYERS_BUDGET:-78} --lora-r 32 \
+        --lora-alpha 64 --quant nf4 --shape ${QLAYERS_SHAPE:-llama-3.1-8b} --mode lora --seq ${QLAYERS_SEQ:-500000} \
+        --steps 1 --warmup ${QLAYERS_WARMUP:-0} --out "$OUT/qlora-layers.jsonl" | cut -c1-600
     done ;;
   chat-template)
     phase chat-template
