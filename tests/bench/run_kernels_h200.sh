@@ -58,7 +58,10 @@
 #             LIGER_SHAPES (default mistral-7b-v0.3 gemma-2-9b) at LIGER_SEQS (default 16384 32768), then
 #             odyssey-bench at the anchor's peak memory (--memory-gib, the planner choosing; LIGER_BUDGET_FLAGS
 #             added, e.g. "--offload on"; once per LIGER_VARIANTS, flag sets separated by ";", e.g.
-#             "--cudnn-softcap on;--cudnn-softcap global", each right after its anchor) and fast
+#             "--cudnn-softcap on;--cudnn-softcap global", each right after its anchor; LIGER_OVER="0 1 2"
+#             runs each at the peak plus 0, 1 and 2 GiB: the card's memory also holds the CUDA context
+#             and the allocator's free blocks, which the anchor's allocated peak does not count, so a
+#             row is read off as the fastest whose measured peak is at most the anchor's) and fast
 #             (LIGER_FAST=0 skips it); liger-{hf,odyssey}.jsonl and liger-compare.md
 #   frontier  issue 28's speed-memory frontier: per FRONTIER_ROWS row (shape:mode:seq; default 1.5B LoRA 24K, 0.5B
 #             full 32K, 7B LoRA 24K and 32K) the HF + PEFT + Liger anchor (FRONTIER_PLAIN=1: plain HF too), then
@@ -343,8 +346,11 @@ print(r[-1].get('peak_gib') or '')")
         for x in "${variants[@]}"; do
           [ -n "$peak" ] || break
           f=$(echo ${LIGER_BUDGET_FLAGS:-} $x)
-          $B --label "budget = liger peak${f:+ ($f)}" --checkpointing auto \
-            --memory-gib "$peak" $f --shape $S --mode lora --seq $Q $R --out "$LO" | cut -c1-400
+          for over in ${LIGER_OVER:-0}; do
+            g=$(python3 -c "print(round($peak + $over, 2))")
+            $B --label "budget = liger peak$([ "$over" = 0 ] || echo " + $over GiB")${f:+ ($f)}" --checkpointing auto \
+              --memory-gib "$g" $f --shape $S --mode lora --seq $Q $R --out "$LO" | cut -c1-400
+          done
         done
         [ "${LIGER_FAST:-1}" = 0 ] ||
           $B --label fast --checkpointing auto --shape $S --mode lora --seq $Q $R --out "$LO" | cut -c1-400
