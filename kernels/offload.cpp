@@ -9,7 +9,6 @@
 #endif
 
 #include <atomic>
-#include <cstdlib>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -18,23 +17,9 @@ namespace odyssey::kernels {
 
 namespace {
 std::atomic<std::int64_t> g_offloaded{0};
-// ODYSSEY_OFFLOAD_HOLD_GIB: the bytes of sources a chain may hold while their copies run
-// (0 when unset or unreadable: only the newest few entries, kHeldSources).
-std::int64_t hold_bytes_from_env() {
-  const char* v = std::getenv("ODYSSEY_OFFLOAD_HOLD_GIB");
-  if (v == nullptr || *v == '\0') return 0;
-  char* end = nullptr;
-  const double gib = std::strtod(v, &end);
-  if (end == v || *end != '\0' || !(gib > 0) || gib > 1024) return 0;
-  return static_cast<std::int64_t>(gib * double(std::int64_t{1} << 30));
-}
-std::atomic<std::int64_t> g_hold_bytes{hold_bytes_from_env()};
 }  // namespace
 
 std::int64_t offloaded_bytes_total() { return g_offloaded.load(); }
-
-void set_offload_hold_bytes(std::int64_t bytes) { g_hold_bytes = bytes > 0 ? bytes : 0; }
-std::int64_t offload_hold_bytes() { return g_hold_bytes.load(); }
 
 struct OffloadChain::Impl {
   struct Entry {
@@ -52,7 +37,6 @@ struct OffloadChain::Impl {
 #ifdef ODYSSEY_OFFLOAD_CUDA
   std::optional<c10::cuda::CUDAStream> side;
   std::size_t held_from = 0;  // entries before this hold no source any more
-  std::int64_t held_bytes = 0;  // bytes of the sources of entries held_from..end
 
   // Lets go of the entry's GPU source. Its block goes back to the compute stream's pool at once, so
   // the compute stream must not run past the copy that reads it: unless the host already sees
@@ -62,26 +46,13 @@ struct OffloadChain::Impl {
     if (!e.copied->query()) e.copied->block(at::cuda::getCurrentCUDAStream(e.where.index()));
     e.source = torch::Tensor();
   }
-  void release_next() {
-    Entry& e = entries[held_from++];
-    if (e.source.defined()) held_bytes -= static_cast<std::int64_t>(e.source.nbytes());
-    release(e);
-  }
-  // Keeps the sources of the newest `keep` entries, releasing the older ones in order.
+  // Keeps the sources of the newest `keep` entries, releasing the older ones in order; first,
+  // whatever the count, those whose copies the host already sees done (no wait for those).
   void release_before(std::size_t keep) {
-    const std::size_t end = entries.size() > keep ? entries.size() - keep : 0;
-    while (held_from < end) release_next();
-  }
-  // After a push: lets go of the sources whose copies the host already sees done (no wait), then,
-  // oldest first, of those beyond the newest `keep` entries while the held sources exceed
-  // `budget` bytes (a wait on the GPU where the copy still runs). A budget lets the copies fall
-  // behind compute by that much without holding the compute stream back (the link is slower
-  // than a layer's forward produces the MLP park's pairs); the memory planner leaves room for it.
-  void release_over(std::size_t keep, std::int64_t budget) {
     while (held_from < entries.size() && (!entries[held_from].source.defined() || entries[held_from].copied->query()))
-      release_next();
+      release(entries[held_from++]);
     const std::size_t end = entries.size() > keep ? entries.size() - keep : 0;
-    while (held_from < end && held_bytes > budget) release_next();
+    for (; held_from < end; ++held_from) release(entries[held_from]);
   }
 #endif
 };
@@ -143,9 +114,8 @@ std::size_t OffloadChain::push(const torch::Tensor& x) {
     // cache and synchronized the device to find room.
     e.source = x;
     g_offloaded += static_cast<std::int64_t>(x.nbytes());
-    impl_->held_bytes += static_cast<std::int64_t>(x.nbytes());
     impl_->entries.push_back(std::move(e));
-    impl_->release_over(kHeldSources + 1, g_hold_bytes.load());
+    impl_->release_before(kHeldSources + 1);
     return impl_->entries.size() - 1;
   }
 #endif

@@ -1,16 +1,15 @@
-// Saved activations parked in pinned host memory between forward and backward
-// (docs/memory-planner.md, "Offload"): an OffloadChain holds the tensors one forward hands it,
-// in order. Forward's push() queues the copy to the host on a side CUDA stream as soon as the
-// compute stream has produced the tensor; the chain holds the GPU tensor until its copy is
-// seen done, or two more entries have been pushed and the held sources exceed the hold budget
-// (set_offload_hold_bytes; or release_held()), then drops it, with the compute stream waiting
-// for its copy where it still runs, so its block is free again at once in the compute stream's
-// order (the caller drops its own references). Backward's prefetch() starts the copy back
-// on the side stream, take() makes the compute stream wait for it and hands the tensor over.
-// Two users: activation checkpointing keeps each checkpointed layer's input in a chain
-// (core/model/activation_checkpoint.h), and swiglu_down can keep gate and up in one (the MLP
-// offload tier, CausalLMImpl::set_mlp_offload_layers). CPU tensors stay where they are (the
-// chain only holds them), so the same code paths run in CPU tests.
+// Saved activations parked in pinned host memory between forward and backward (docs/memory-planner.md, "Offload"):
+// an OffloadChain holds the tensors one forward hands it, in order. Forward's push() queues the copy to the host on
+// a side CUDA stream as soon as the compute stream has produced the tensor; the chain holds the GPU tensor until a
+// later push sees its copy done, or two more entries have been pushed (or release_held()), then drops it, with the
+// compute stream waiting for its copy where it still runs, so its block is free again at once in the compute
+// stream's order (the caller drops its own references). Holding more while the link is behind does not fit the
+// budgets the planner plans for: 2, 4 and 8 GiB more ran out of memory on the 8B QLoRA and 7B LoRA rows
+// (docs/benchmarks.md, 2026-12-07). Backward's prefetch() starts the copy back on the side stream, take() makes the
+// compute stream wait for it and hands the tensor over. Two users: activation checkpointing keeps each checkpointed
+// layer's input in a chain (core/model/activation_checkpoint.h), and swiglu_down can keep gate and up in one (the
+// MLP offload tier, CausalLMImpl::set_mlp_offload_layers). CPU tensors stay where they are (the chain only holds
+// them), so the same code paths run in CPU tests.
 #pragma once
 
 #include <torch/torch.h>
@@ -66,12 +65,5 @@ struct ParkedPair : torch::CustomClassHolder {
 
 // Bytes copied to and from the host by offload chains in this process, for tests and events.
 std::int64_t offloaded_bytes_total();
-
-// How many bytes of GPU sources each chain may hold in forward while their copies to the host
-// run, beyond the newest few entries it always holds (0: only those). Sources whose copies are
-// done are let go at the next push whatever the budget. Read from ODYSSEY_OFFLOAD_HOLD_GIB at
-// start-up.
-void set_offload_hold_bytes(std::int64_t bytes);
-std::int64_t offload_hold_bytes();
 
 }  // namespace odyssey::kernels
