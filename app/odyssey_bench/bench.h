@@ -49,6 +49,7 @@ struct Options {
   std::string mlp_recompute = "auto";      // --mlp-recompute auto|N
   std::string mlp_offload = "auto";        // --mlp-offload auto|N
   std::string mlp_park = "auto";           // --mlp-park auto|N (0: the planner parks none either)
+  std::int64_t mlp_park_stride = 1;        // --mlp-park-stride S: with --mlp-park N, every S-th checkpointed layer
   std::string optimizer = "adamw";         // adamw|adamw-fp32|galore|q-galore|zero1|zero2|zero2-offload
   std::int64_t galore_rank = 128, galore_gap = 200;
   std::vector<std::int64_t> a2a_bytes;  // --a2a-bytes: the all-to-all alone, back to back

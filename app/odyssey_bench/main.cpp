@@ -10,7 +10,7 @@
 //                 [--steps 5] [--warmup 2] [--lora-r 16] [--lora-alpha 32]
 //                 [--checkpointing all|auto|none|N] [--fused on|off] [--offload on|off|auto] [--mlp-tile auto|N]
 //                 [--keep-attention auto|all|none] [--mlp-recompute auto|N] [--mlp-offload auto|N]
-//                 [--mlp-park auto|N]
+//                 [--mlp-park auto|N] [--mlp-park-stride S]
 //                 [--layers-per-checkpoint auto|N]
 //                 [--attention cudnn|flash|auto] [--memory-gib G] [--profile FILE] [--quant nf4|fp4]
 //                 [--targets q_proj,k_proj,...]
@@ -88,6 +88,8 @@
 // --mlp-park N: the first N checkpointed layers park their MLP's gate and up in pinned host
 // memory for backward instead of recomputing them (the MLP park; needs offload); 0: none, and
 // the planner plans none (so the line has its prediction); auto (the default): the planner's.
+// --mlp-park-stride S (with --mlp-park N): every S-th checkpointed layer from the first parks,
+// until N do, so each parked layer's copies have S layers' forward to drain on the host link.
 //
 // --quant nf4|fp4 (LoRA only) gives the shape a 4-bit base (QLoRA, docs/qlora.md): every
 // decoder projection (and a MoE layer's stacked experts) is drawn as the random initialization

@@ -104,6 +104,8 @@ int parse_options(int argc, char** argv, Options& o) {
       } else if (a == "--mlp-park") {
         o.mlp_park = next();
         if (o.mlp_park != "auto") (void)std::stoll(o.mlp_park);
+      } else if (a == "--mlp-park-stride") {
+        o.mlp_park_stride = std::stoll(next());
       } else if (a == "--mlp-tile") {
         const std::string v = next();
         o.mlp_tile = v == "auto" ? 0 : std::stoll(v);
@@ -183,6 +185,10 @@ int parse_options(int argc, char** argv, Options& o) {
       std::cerr << "odyssey-bench: " << flag << ": expected auto or a number of layers\n";
       return 2;
     }
+  if (o.mlp_park_stride < 1) {
+    std::cerr << "odyssey-bench: --mlp-park-stride: expected a number of layers, 1 or more\n";
+    return 2;
+  }
   if (o.attention != "cudnn" && o.attention != "flash" && o.attention != "auto") {
     std::cerr << "odyssey-bench: --attention: expected cudnn, flash or auto\n";
     return 2;

@@ -201,6 +201,7 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     if (o.mlp_offload != "auto") fixed.mlp_offload_first = std::stoll(o.mlp_offload);
     if (o.mlp_recompute != "auto") fixed.mlp_recompute_first = std::stoll(o.mlp_recompute);
     if (o.mlp_park != "auto") fixed.mlp_park_first = std::stoll(o.mlp_park);
+    fixed.mlp_park_stride = o.mlp_park_stride;
     const train::MemoryPolicy policy = train::memory_policy(tc, hf, po, fixed);
     train::apply_memory_policy(lm, policy);
     lm->set_rerun_skips_mlp(o.rerun_mlp == "skip");
@@ -227,6 +228,7 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     rec["mlp_recomputed_layers"] = policy.count(policy.mlp_recompute);
     rec["mlp_offloaded_layers"] = policy.count(policy.mlp_offload);
     rec["mlp_parked_layers"] = policy.count(policy.mlp_park);
+    if (o.mlp_park_stride > 1) rec["mlp_park_stride"] = o.mlp_park_stride;
     rec["checkpointing"] = o.checkpointing;
     rec["checkpointed_layers"] = policy.count(policy.checkpoint);
     rec["layers_per_checkpoint"] = policy.layers_per_checkpoint;

@@ -149,13 +149,17 @@ MemoryPolicy memory_policy(const TrainConfig& c, const HfModelConfig& m, const s
   }
   // The MLP park on checkpointed layers: the plan's (whatever the checkpointing policy: the plan
   // parks the first checkpointed layers it has, which are the engine's unless a count is
-  // fixed), or the first N checkpointed layers (a fixed count). Only with offload_activations.
+  // fixed), or N checkpointed layers (a fixed count): the first N, or with a stride S every S-th
+  // from the first (a parked layer's copies then have S layers' forward to drain on the host
+  // link instead of one). Only with offload_activations.
   mp.mlp_park.assign(n, false);
-  for (std::size_t i = 0, seen_ckpt = 0; i < n; ++i) {
-    if (!mp.checkpoint[i]) continue;
-    mp.mlp_park[i] = mp.offload_checkpoints &&
-                     (fixed.mlp_park_first >= 0 ? static_cast<std::int64_t>(seen_ckpt) < fixed.mlp_park_first
-                                                : plan != nullptr && parks_mlp(*plan, static_cast<std::int64_t>(i)));
+  const std::int64_t stride = std::max<std::int64_t>(1, fixed.mlp_park_stride);
+  for (std::int64_t i = 0, seen_ckpt = 0, parked = 0; i < static_cast<std::int64_t>(n); ++i) {
+    if (!mp.checkpoint[static_cast<std::size_t>(i)]) continue;
+    const bool park = fixed.mlp_park_first >= 0 ? seen_ckpt % stride == 0 && parked < fixed.mlp_park_first
+                                                : plan != nullptr && parks_mlp(*plan, i);
+    mp.mlp_park[static_cast<std::size_t>(i)] = mp.offload_checkpoints && park;
+    parked += park ? 1 : 0;
     ++seen_ckpt;
   }
   if (const std::int64_t parked = mp.count(mp.mlp_park); parked > 0)

@@ -46,6 +46,7 @@ struct LayerCounts {
   std::int64_t mlp_offload_first = -1;    // the first N layers not checkpointed offload their MLP
   std::int64_t mlp_recompute_first = -1;  // the next N recompute theirs
   std::int64_t mlp_park_first = -1;       // the first N checkpointed layers park their MLP (0: none)
+  std::int64_t mlp_park_stride = 1;       // ... every S-th of them (0, S, 2S, ...) until N are parked
 };
 
 // The planner refused the job outright (planner::kOutOfReachFactor beyond the GPU).

@@ -169,6 +169,11 @@ class TestMemoryPolicy : public QObject {
     const train::MemoryPolicy parked = train::memory_policy(c, m, gpu_of(141), f);
     for (std::size_t i = 0; i < 28; ++i) QCOMPARE(bool(parked.mlp_park[i]), i < 4);
     QVERIFY(parked.why.find("4 of the checkpointed layers park their MLP") != std::string::npos);
+    // --mlp-park-stride S: every S-th checkpointed layer from the first, until N are parked.
+    f.mlp_park_stride = 3;
+    const train::MemoryPolicy strided = train::memory_policy(c, m, gpu_of(141), f);
+    for (std::size_t i = 0; i < 28; ++i) QCOMPARE(bool(strided.mlp_park[i]), i % 3 == 0 && i < 12);
+    f.mlp_park_stride = 1;
     c.offload_activations = "false";
     const train::MemoryPolicy on_gpu = train::memory_policy(c, m, gpu_of(141), f);
     QCOMPARE(on_gpu.count(on_gpu.mlp_park), std::int64_t{0});
