@@ -228,7 +228,12 @@ nlohmann::ordered_json run_one(const Options& o, const std::string& shape, const
     rec["mlp_recomputed_layers"] = policy.count(policy.mlp_recompute);
     rec["mlp_offloaded_layers"] = policy.count(policy.mlp_offload);
     rec["mlp_parked_layers"] = policy.count(policy.mlp_park);
-    if (o.mlp_park_stride > 1) rec["mlp_park_stride"] = o.mlp_park_stride;
+    // Which checkpointed layers parked: every S-th from the first (a fixed count's stride, or the
+    // plan's; the tests re-plan a line with it).
+    if (policy.count(policy.mlp_park) > 0)
+      rec["mlp_park_stride"] = fixed.mlp_park_first >= 0 ? o.mlp_park_stride
+                               : policy.plan             ? policy.plan->mlp_park_stride
+                                                         : std::int64_t{1};
     rec["checkpointing"] = o.checkpointing;
     rec["checkpointed_layers"] = policy.count(policy.checkpoint);
     rec["layers_per_checkpoint"] = policy.layers_per_checkpoint;

@@ -99,6 +99,7 @@ nlohmann::json plan_to_json(const MemoryPlan& p) {
       {"mlp_recomputed_layers", p.mlp_recomputed_layers},
       {"mlp_offloaded_layers", p.mlp_offloaded_layers},
       {"mlp_parked_layers", p.mlp_parked_layers},
+      {"mlp_park_stride", p.mlp_park_stride},
       {"tokens_per_gpu", p.tokens_per_gpu},
       {"host_bytes", p.host_bytes},
       {"host_capacity_bytes", p.host_capacity_bytes},

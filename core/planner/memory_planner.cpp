@@ -430,8 +430,12 @@ void add_notes(MemoryPlan& plan, const Terms& t, const TrainConfig& c, const Pla
                 num(planner::mlp_offload_lead(plan.mlp_offloaded_layers)) + " layers above them; at most " +
                 num(t.mlp_offload_max) + " layers, what the host link moves in one forward");
   if (plan.mlp_parked_layers > 0)
-    n.push_back("MLP park: the first " + num(plan.mlp_parked_layers) +
-                " checkpointed layers send their MLP's gate and up (" + gib(t.mlp_offload_saved) +
+    n.push_back("MLP park: " +
+                (plan.mlp_park_stride > 1 ? num(plan.mlp_parked_layers) + " checkpointed layers, one in every " +
+                                                num(plan.mlp_park_stride) + " from the first (each pair has " +
+                                                num(plan.mlp_park_stride) + " layers' forward on the host link), "
+                                          : "the first " + num(plan.mlp_parked_layers) + " checkpointed layers ") +
+                "send their MLP's gate and up (" + gib(t.mlp_offload_saved) +
                 " each) to pinned host memory in forward and take them back in backward instead of recomputing two "
                 "projections; each comes back while the layer above it is in backward; at most " +
                 num(t.mlp_offload_max) + " layers with the MLP offload tier, what the host link moves in one forward");
@@ -523,6 +527,7 @@ MemoryPlan plan_memory(const TrainConfig& c, const HfModelConfig& m, const Plann
   plan.mlp_recomputed_layers = e.mlp_layers;
   plan.mlp_offloaded_layers = e.offload_layers;
   plan.mlp_parked_layers = e.park_layers;
+  plan.mlp_park_stride = e.park_layers > 0 ? e.park_stride : 1;
   plan.tokens_per_gpu = t.tokens;
   plan.capacity_bytes = t.capacity;
   plan.peak_bytes = e.peak;
@@ -649,7 +654,8 @@ bool parks_mlp(const MemoryPlan& p, std::int64_t layer) {
   if (layer < 0 || layer >= p.total_layers || !checkpoints_layer(p, layer)) return false;
   std::int64_t below = 0;
   for (std::int64_t j = 0; j < layer; ++j) below += checkpoints_layer(p, j) ? 1 : 0;
-  return below < p.mlp_parked_layers;
+  const std::int64_t stride = std::max<std::int64_t>(1, p.mlp_park_stride);
+  return below % stride == 0 && below / stride < p.mlp_parked_layers;
 }
 
 bool recomputes_mlp(const MemoryPlan& p, std::int64_t layer) {

@@ -161,8 +161,10 @@ struct MemoryPlan {
       0;  // layers not checkpointed whose MLP recomputes gate and up (after the offloaded ones)
   std::int64_t mlp_offloaded_layers =
       0;  // layers not checkpointed whose MLP keeps gate and up on the host (the first ones)
-  // Checkpointed layers whose MLP parks gate and up on the host (the first ones; the MLP park)
+  // Checkpointed layers whose MLP parks gate and up on the host (the MLP park): every
+  // mlp_park_stride-th checkpointed layer from the first, mlp_parked_layers of them
   std::int64_t mlp_parked_layers = 0;
+  std::int64_t mlp_park_stride = 1;
   std::string peak_phase;  // loss, backward, optimizer step
   ParallelLayout layout;
   std::int64_t tokens_per_gpu = 0;       // batch × max_length / sequence_parallel_size
@@ -209,7 +211,8 @@ bool keeps_attention(const MemoryPlan& p, std::int64_t layer);
 // layers that are not checkpointed.
 bool offloads_mlp(const MemoryPlan& p, std::int64_t layer);
 // Whether checkpointed `layer`'s MLP parks gate and up in pinned host memory for its
-// recomputation's backward (the MLP park): the first mlp_parked_layers checkpointed layers.
+// recomputation's backward (the MLP park): every mlp_park_stride-th checkpointed layer from the
+// first, mlp_parked_layers of them.
 bool parks_mlp(const MemoryPlan& p, std::int64_t layer);
 // Whether `layer`'s MLP keeps none of its intermediates, recomputing them in backward
 // (kernels::rms_norm_mlp): the mlp_recomputed_layers layers that are not checkpointed after

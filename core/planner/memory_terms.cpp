@@ -547,8 +547,16 @@ void tile_mlp(Terms& t, std::int64_t tile) {
   t.bwd_mlp = T * (t.bwd_mlp_h + t.hidden_bytes) + tile * (t.bwd_mlp_i + t.mlp_per_token);
 }
 
+std::int64_t park_stride(const Terms& t) {
+  if (t.mlp_offload_saved <= 0 || t.layers <= 0 || t.link_forward_bytes <= 0) return 0;
+  const double spare = t.link_forward_bytes / static_cast<double>(t.layers) -
+                       static_cast<double>(t.layer_in + (t.kept_on_host ? t.attn_kept : 0));
+  if (spare <= 0) return 0;
+  return std::max<i64>(1, static_cast<i64>(std::ceil(static_cast<double>(t.mlp_offload_saved) / spare)));
+}
+
 Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_t kept, std::int64_t mlp,
-              std::int64_t offload, std::int64_t park) {
+              std::int64_t offload, std::int64_t park, std::int64_t stride) {
   Eval e;
   const i64 L = t.layers;
   auto is_ckpt = [&](i64 j) { return every > 0 ? j % every == 0 : j < ckpt; };
@@ -599,18 +607,20 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_
   for (i64 j = 0; j < L; ++j) n_ckpt += is_ckpt(j) ? 1 : 0;
   for (i64 j = 0; j < L; ++j) n_stored += stores_at(j) ? 1 : 0;
   e.stored_segments = n_stored;
-  // The MLP park: the first `park` checkpointed layers, within what the tier's cap leaves and
-  // what the host link has left in one forward after the other offloads' bytes (stored inputs,
-  // kept outputs, the offload tier): a forward that sends more ends with copies still queued,
-  // which backward's first takes wait for.
+  // The MLP park: `park` checkpointed layers, every stride-th from the first (park_stride), within
+  // what the tier's cap leaves and what the host link has left in one forward after the other
+  // offloads' bytes (stored inputs, kept outputs, the offload tier): a forward that sends more
+  // ends with copies still queued, which backward's first takes wait for.
   std::vector<bool> parked(static_cast<std::size_t>(L), false);
-  if (t.mlp_offload_saved > 0 && t.segment == 1 && every == 0) {
+  e.park_stride = stride > 0 ? stride : std::max<i64>(1, park_stride(t));
+  if (t.mlp_offload_saved > 0 && t.segment == 1 && every == 0 && (stride > 0 || park_stride(t) > 0)) {
     const double others = static_cast<double>(n_stored * t.layer_in + (t.kept_on_host ? n_kept * t.attn_kept : 0) +
                                               e.offload_layers * t.mlp_offload_saved);
     const double room = std::max(0.0, t.link_forward_bytes - others) / static_cast<double>(t.mlp_offload_saved);
     const i64 cap = std::min(t.mlp_offload_max - e.offload_layers, static_cast<i64>(room));
-    for (i64 j = 0, left = std::min(park, cap); j < L && left > 0; ++j)
-      if (is_ckpt(j)) parked[static_cast<std::size_t>(j)] = true, --left, ++e.park_layers;
+    for (i64 j = 0, seen = 0, left = std::min(park, cap); j < L && left > 0; ++j)
+      if (is_ckpt(j) && seen++ % e.park_stride == 0)
+        parked[static_cast<std::size_t>(j)] = true, --left, ++e.park_layers;
   }
   e.stored_inputs = inputs_on_gpu(n_stored);
   e.stored_full =

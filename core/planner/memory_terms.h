@@ -143,6 +143,7 @@ struct Eval {
   std::int64_t mlp_layers = 0;                                  // layers whose MLP recomputes its intermediates
   std::int64_t offload_layers = 0;                              // layers whose MLP keeps gate and up on the host
   std::int64_t park_layers = 0;  // checkpointed layers whose MLP parks gate and up on the host (the MLP park)
+  std::int64_t park_stride = 1;  // every park_stride-th checkpointed layer from the first parks
   std::int64_t bwd_parked = 0;   // at the backward peak: the parked pair prefetched for the layer below
 };
 
@@ -153,15 +154,25 @@ struct Eval {
 // lowest ones, whose savings last through most of backward). offload: the first `offload`
 // layers that are not checkpointed keep gate and up on the host (t.mlp_offload_saved less
 // each, from forward until backward reaches layer i + mlp_offload_lead(offload)); the `mlp`
-// recomputing layers are the next ones. park: the first `park` checkpointed layers park their
-// MLP's gate and up on the host (the MLP park; t.mlp_offload_saved > 0, without segments or
-// every:K), their recomputation taking them back instead of recomputing them: t.mlp_offload_host
+// recomputing layers are the next ones. park: `park` checkpointed layers park their MLP's gate
+// and up on the host, every park_stride-th from the first (0: park_stride(t), the planner's;
+// 1: the first ones) (the MLP park; t.mlp_offload_saved > 0, without segments or every:K), their
+// recomputation taking them back instead of recomputing them: t.mlp_offload_host
 // each on the host, and parked layer i's pair on the GPU from the start of layer i + 1's backward
 // on (prefetched there), on top of that layer's own. The tier's cap (t.mlp_offload_max) counts
 // offloaded and parked layers together, and parked layers fit the host link's bytes in one
 // forward (t.link_forward_bytes) with every other offloaded byte of that forward.
 Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_t kept = 0, std::int64_t mlp = 0,
-              std::int64_t offload = 0, std::int64_t park = 0);
+              std::int64_t offload = 0, std::int64_t park = 0, std::int64_t park_stride = 0);
+
+// The MLP park's stride: besides what every checkpointed layer sends to the host in forward (its
+// input, its kept attention output under offload), a parked layer sends its gate and up. An
+// offload chain holds only its newest entries' GPU sources, so where a layer's copies outlast
+// the forward of the layers after it the compute stream waits for them (the park then saved
+// nothing on the 8B QLoRA row, docs/memory-planner.md). Parking every S-th checkpointed layer
+// gives each pair S layers' forward of link time: the smallest such S at the link's bytes per
+// layer (t.link_forward_bytes / layers); 0 when the link cannot carry even the other offloads.
+std::int64_t park_stride(const Terms& t);
 
 // How many checkpointed layers keep their attention output: keep_attention all = every one,
 // none = 0, auto = as many as keep the plan within capacity.

@@ -37,9 +37,14 @@ std::int64_t MemoryPolicy::rebuilt_layers() const {
 }
 
 bool MemoryPolicy::plan_matches() const {
-  return plan && plan->refused.empty() && plan->checkpointed_layers == count(checkpoint) &&
-         plan->layers_per_checkpoint == layers_per_checkpoint && plan->mlp_recomputed_layers == count(mlp_recompute) &&
-         plan->mlp_offloaded_layers == count(mlp_offload) && plan->mlp_parked_layers == count(mlp_park);
+  if (!plan || !plan->refused.empty() || plan->checkpointed_layers != count(checkpoint) ||
+      plan->layers_per_checkpoint != layers_per_checkpoint || plan->mlp_recomputed_layers != count(mlp_recompute) ||
+      plan->mlp_offloaded_layers != count(mlp_offload) || plan->mlp_parked_layers != count(mlp_park))
+    return false;
+  // The same parked layers, not only as many (a fixed count parks the first N, or every S-th).
+  for (std::size_t i = 0; i < mlp_park.size(); ++i)
+    if (mlp_park[i] != parks_mlp(*plan, static_cast<std::int64_t>(i))) return false;
+  return true;
 }
 
 MemoryPolicy memory_policy(const TrainConfig& c, const HfModelConfig& m, const std::optional<PlannerOptions>& gpu,
