@@ -46,11 +46,15 @@ struct OffloadChain::Impl {
     if (!e.copied->query()) e.copied->block(at::cuda::getCurrentCUDAStream(e.where.index()));
     e.source = torch::Tensor();
   }
-  // Keeps the sources of the newest `keep` entries, releasing the older ones in order; first,
-  // whatever the count, those whose copies the host already sees done (no wait for those).
-  void release_before(std::size_t keep) {
+  // Releases, in order, the entries whose copies the host already sees done (no wait for those).
+  void release_done() {
     while (held_from < entries.size() && (!entries[held_from].source.defined() || entries[held_from].copied->query()))
       release(entries[held_from++]);
+  }
+  // Keeps the sources of the newest `keep` entries, releasing the older ones in order; first,
+  // whatever the count, those whose copies are done.
+  void release_before(std::size_t keep) {
+    release_done();
     const std::size_t end = entries.size() > keep ? entries.size() - keep : 0;
     for (; held_from < end; ++held_from) release(entries[held_from]);
   }
@@ -84,6 +88,12 @@ std::size_t OffloadChain::size() const { return impl_->entries.size(); }
 void OffloadChain::release_held() {
 #ifdef ODYSSEY_OFFLOAD_CUDA
   impl_->release_before(0);
+#endif
+}
+
+void OffloadChain::release_done() {
+#ifdef ODYSSEY_OFFLOAD_CUDA
+  impl_->release_done();
 #endif
 }
 

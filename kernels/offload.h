@@ -40,6 +40,10 @@ class OffloadChain {
   // (the compute stream waits for those copies, on the GPU). push() holds the newest few until
   // then; prefetch() and the destructor release them too.
   void release_held();
+  // Lets go of the GPU tensors whose copies to the host the host already sees done (no wait);
+  // forward calls it at each layer, so a chain that has stopped growing (the MLP park's last
+  // parked layer below many that are not) does not hold its newest sources until forward ends.
+  void release_done();
 
  private:
   struct Impl;

@@ -775,6 +775,10 @@ torch::Tensor CausalLMImpl::layers_and_norm(torch::Tensor h, const LayerContext&
   const std::vector<bool> stores =
       odyssey::checkpoint_stores(checkpoint_layers_, keep_attention_layers_, layers_per_checkpoint_);
   for (std::size_t i = 0; i < n; ++i) {
+    // Sources whose copies to the host are done go back to the allocator before this layer
+    // allocates (the chains hold their newest few otherwise, kernels/offload.h).
+    for (const auto& c : {offload, kept_host, mlp_chain})
+      if (c) c->release_done();
     DecoderLayer layer = model->layer_list[i];
     const bool ckpt = recording && flagged(checkpoint_layers_, i);
     const bool mlp_off = !ckpt && recording && flagged(mlp_offload_layers_, i) && layer->mlp && !layer->mlp->recompute;
