@@ -189,6 +189,11 @@ int parse_options(int argc, char** argv, Options& o) {
     std::cerr << "odyssey-bench: --mlp-park-stride: expected a number of layers, 1 or more\n";
     return 2;
   }
+  if (o.mlp_park_stride > 1 && (o.mlp_park == "auto" || o.mlp_park == "0")) {
+    std::cerr << "odyssey-bench: --mlp-park-stride applies to a fixed count: give --mlp-park N (auto takes the "
+                 "planner's stride)\n";
+    return 2;
+  }
   if (o.attention != "cudnn" && o.attention != "flash" && o.attention != "auto") {
     std::cerr << "odyssey-bench: --attention: expected cudnn, flash or auto\n";
     return 2;

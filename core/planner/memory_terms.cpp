@@ -612,8 +612,9 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_
   // offloads' bytes (stored inputs, kept outputs, the offload tier): a forward that sends more
   // ends with copies still queued, which backward's first takes wait for.
   std::vector<bool> parked(static_cast<std::size_t>(L), false);
-  e.park_stride = stride > 0 ? stride : std::max<i64>(1, park_stride(t));
-  if (t.mlp_offload_saved > 0 && t.segment == 1 && every == 0 && (stride > 0 || park_stride(t) > 0)) {
+  const i64 chosen = stride > 0 ? stride : park_stride(t);  // 0: the link carries no pair
+  e.park_stride = std::max<i64>(1, chosen);
+  if (t.mlp_offload_saved > 0 && t.segment == 1 && every == 0 && chosen > 0) {
     const double others = static_cast<double>(n_stored * t.layer_in + (t.kept_on_host ? n_kept * t.attn_kept : 0) +
                                               e.offload_layers * t.mlp_offload_saved);
     const double room = std::max(0.0, t.link_forward_bytes - others) / static_cast<double>(t.mlp_offload_saved);
