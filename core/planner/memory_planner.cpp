@@ -651,11 +651,18 @@ bool offloads_mlp(const MemoryPlan& p, std::int64_t layer) {
 }
 
 bool parks_mlp(const MemoryPlan& p, std::int64_t layer) {
-  if (layer < 0 || layer >= p.total_layers || !checkpoints_layer(p, layer)) return false;
-  std::int64_t below = 0;
-  for (std::int64_t j = 0; j < layer; ++j) below += checkpoints_layer(p, j) ? 1 : 0;
-  const std::int64_t stride = std::max<std::int64_t>(1, p.mlp_park_stride);
-  return below % stride == 0 && below / stride < p.mlp_parked_layers;
+  if (layer < 0 || layer >= p.total_layers || p.mlp_parked_layers <= 0) return false;
+  std::vector<bool> checkpointed(static_cast<std::size_t>(p.total_layers));
+  for (std::int64_t j = 0; j < p.total_layers; ++j) checkpointed[static_cast<std::size_t>(j)] = checkpoints_layer(p, j);
+  return mlp_park_layers(checkpointed, p.mlp_parked_layers, p.mlp_park_stride)[static_cast<std::size_t>(layer)];
+}
+
+std::vector<bool> mlp_park_layers(const std::vector<bool>& checkpointed, std::int64_t count, std::int64_t stride) {
+  std::vector<bool> parked(checkpointed.size(), false);
+  const std::int64_t every = std::max<std::int64_t>(1, stride);
+  for (std::size_t j = 0, seen = 0; j < checkpointed.size() && count > 0; ++j)
+    if (checkpointed[j] && static_cast<std::int64_t>(seen++) % every == 0) parked[j] = true, --count;
+  return parked;
 }
 
 bool recomputes_mlp(const MemoryPlan& p, std::int64_t layer) {

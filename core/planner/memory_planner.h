@@ -228,6 +228,11 @@ bool recomputes_mlp(const MemoryPlan& p, std::int64_t layer);
 std::vector<bool> checkpoint_stores(const std::vector<bool>& checkpointed, const std::vector<bool>& keeps_attention,
                                     std::int64_t segment);
 
+// The MLP park's layers: `count` of the checkpointed layers, every `stride`-th checkpointed
+// layer from the first (stride <= 1: the first `count` of them). The one rule the planner's
+// evaluation, parks_mlp and the engine's fixed counts (MemoryPolicy) share.
+std::vector<bool> mlp_park_layers(const std::vector<bool>& checkpointed, std::int64_t count, std::int64_t stride);
+
 std::string format_plan_table(const MemoryPlan& p);  // human table in GiB
 nlohmann::json plan_to_json(const MemoryPlan& p);
 

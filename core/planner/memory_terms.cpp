@@ -614,14 +614,15 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_
   std::vector<bool> parked(static_cast<std::size_t>(L), false);
   const i64 chosen = stride > 0 ? stride : park_stride(t);  // 0: the link carries no pair
   e.park_stride = std::max<i64>(1, chosen);
-  if (t.mlp_offload_saved > 0 && t.segment == 1 && every == 0 && chosen > 0) {
+  if (t.mlp_offload_saved > 0 && t.segment == 1 && every == 0 && chosen > 0 && park > 0) {
     const double others = static_cast<double>(n_stored * t.layer_in + (t.kept_on_host ? n_kept * t.attn_kept : 0) +
                                               e.offload_layers * t.mlp_offload_saved);
     const double room = std::max(0.0, t.link_forward_bytes - others) / static_cast<double>(t.mlp_offload_saved);
     const i64 cap = std::min(t.mlp_offload_max - e.offload_layers, static_cast<i64>(room));
-    for (i64 j = 0, seen = 0, left = std::min(park, cap); j < L && left > 0; ++j)
-      if (is_ckpt(j) && seen++ % e.park_stride == 0)
-        parked[static_cast<std::size_t>(j)] = true, --left, ++e.park_layers;
+    std::vector<bool> ckpt_layers(static_cast<std::size_t>(L), false);
+    for (i64 j = 0; j < L; ++j) ckpt_layers[static_cast<std::size_t>(j)] = is_ckpt(j);
+    parked = mlp_park_layers(ckpt_layers, std::min(park, cap), e.park_stride);
+    for (bool p : parked) e.park_layers += p ? 1 : 0;
   }
   e.stored_inputs = inputs_on_gpu(n_stored);
   e.stored_full =

@@ -158,14 +158,11 @@ MemoryPolicy memory_policy(const TrainConfig& c, const HfModelConfig& m, const s
   // from the first (a parked layer's copies then have S layers' forward to drain on the host
   // link instead of one). Only with offload_activations.
   mp.mlp_park.assign(n, false);
-  const std::int64_t stride = std::max<std::int64_t>(1, fixed.mlp_park_stride);
-  for (std::int64_t i = 0, seen_ckpt = 0, parked = 0; i < static_cast<std::int64_t>(n); ++i) {
-    if (!mp.checkpoint[static_cast<std::size_t>(i)]) continue;
-    const bool park = fixed.mlp_park_first >= 0 ? seen_ckpt % stride == 0 && parked < fixed.mlp_park_first
-                                                : plan != nullptr && parks_mlp(*plan, i);
-    mp.mlp_park[static_cast<std::size_t>(i)] = mp.offload_checkpoints && park;
-    parked += park ? 1 : 0;
-    ++seen_ckpt;
+  if (mp.offload_checkpoints && fixed.mlp_park_first >= 0) {
+    mp.mlp_park = mlp_park_layers(mp.checkpoint, fixed.mlp_park_first, fixed.mlp_park_stride);
+  } else if (mp.offload_checkpoints && plan != nullptr) {
+    for (std::size_t i = 0; i < n; ++i)
+      mp.mlp_park[i] = mp.checkpoint[i] && parks_mlp(*plan, static_cast<std::int64_t>(i));
   }
   if (const std::int64_t parked = mp.count(mp.mlp_park); parked > 0)
     mp.why += "; " + std::to_string(parked) +

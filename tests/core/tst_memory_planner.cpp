@@ -1501,6 +1501,17 @@ class TestMemoryPlanner : public QObject {
              planner_detail::recompute_flops(t, 17, 17) - 17 * t.recompute_mlp_flops);
     for (std::int64_t j = 0; j < 32; ++j)  // the 17 checkpointed are layers 0-16: 0, 2, ..., 16 park
       QCOMPARE(parks_mlp(p, j), j < 17 && j % 2 == 0);
+    // The shared rule on checkpointed layers that are not contiguous (checkpoint_every 3 here):
+    // it counts checkpointed layers, not layer indices, and stops at the count.
+    std::vector<bool> every_third(12, false);
+    for (std::size_t j = 0; j < every_third.size(); j += 3) every_third[j] = true;
+    QCOMPARE(mlp_park_layers(every_third, 2, 2),
+             (std::vector<bool>{true, false, false, false, false, false, true, false, false, false, false, false}));
+    QCOMPARE(mlp_park_layers(every_third, 9, 1), every_third);  // more than there are: all of them
+    QCOMPARE(mlp_park_layers(every_third, 0, 2), std::vector<bool>(12, false));
+    std::vector<bool> first_three = every_third;  // stride 0 reads as 1: the first three (0, 3, 6)
+    first_three[9] = false;
+    QCOMPARE(mlp_park_layers(every_third, 3, 0), first_three);
     QVERIFY(!note_starting(p, "MLP park: 9 checkpointed layers, one in every 2 from the first").empty());
     QCOMPARE(plan_to_json(p)["mlp_parked_layers"].get<std::int64_t>(), p.mlp_parked_layers);
     QCOMPARE(plan_to_json(p)["mlp_park_stride"].get<std::int64_t>(), std::int64_t{2});
