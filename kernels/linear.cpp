@@ -48,15 +48,27 @@ torch::Tensor linear_forward(const torch::Tensor& x, const LinearWeights& w, tor
   const torch::Tensor x2 = x.reshape({-1, x.size(-1)});
   // A 4-bit base is dequantized here and again in backward (linear_input_grad); the fused
   // ops keep no copy of it.
-  torch::Tensor y = at::linear(x2, w.quant ? w.dense(x.scalar_type()) : w.weight,
-                               w.bias.defined() ? std::optional<torch::Tensor>(w.bias) : std::nullopt);
+  const torch::Tensor weight = w.quant ? w.dense(x.scalar_type()) : w.weight;
+  torch::Tensor y;
   if (w.lora_a.defined()) {
     const auto dt = x.scalar_type();
     *lora_out = at::linear(x2, w.lora_a.to(dt));
-    // The adapter's product accumulated into the base output by its own GEMM (beta = 1, the
-    // scaling as alpha, one rounding): no [N, out] temporaries. PEFT's y + B(A(x)) * scaling
-    // writes three of them and reads them back (bf16: 6 passes over [N, out] against 2).
-    y.addmm_(*lora_out, w.lora_b.to(dt).t(), /*beta=*/1, /*alpha=*/w.lora_scaling);
+    // The adapter's r-wide product first, written once into the output (the scaling as alpha,
+    // the bias, if any, as its C), then the base GEMM adds itself onto it (beta = 1). A GEMM
+    // of inner size r is bound by memory and the base one by compute, which reads C under its
+    // arithmetic: this order passes over [N, out] once in the bandwidth-bound product, where
+    // the base first and the adapter's addmm onto it read and wrote it (3.25 GB a layer for
+    // the 7B shape at 32K). PEFT's y + B(A(x)) * scaling writes three [N, out] temporaries.
+    const torch::Tensor bt = w.lora_b.to(dt).t();
+    if (w.bias.defined()) {
+      y = at::addmm(w.bias, *lora_out, bt, /*beta=*/1, /*alpha=*/w.lora_scaling);
+    } else {
+      y = at::empty({x2.size(0), w.out_features()}, x2.options());
+      y.addmm_(*lora_out, bt, /*beta=*/0, /*alpha=*/w.lora_scaling);  // beta 0: y's contents never read
+    }
+    y.addmm_(x2, weight.t());
+  } else {
+    y = at::linear(x2, weight, w.bias.defined() ? std::optional<torch::Tensor>(w.bias) : std::nullopt);
   }
   std::vector<std::int64_t> shape = x.sizes().vec();
   shape.back() = w.out_features();
@@ -67,19 +79,23 @@ LinearBackward linear_input_grad(const torch::Tensor& dy, const LinearWeights& w
                                  const torch::Tensor& into) {
   LinearBackward b;
   b.dy = dy;
+  const torch::Tensor weight = w.quant ? w.dense(dy.scalar_type()) : w.weight;
+  // The scaling goes into the small factor: d(x A^T) = dy (scaling B), not (scaling dy) B,
+  // which would write and read an [N, out] copy of dy.
+  if (w.lora_a.defined()) b.da = at::mm(dy, (w.lora_b * w.lora_scaling).to(dtype));
   if (into.defined()) {
     TORCH_CHECK(into.dim() == 2 && into.size(0) == dy.size(0) && into.size(1) == w.in_features(),
                 "linear_input_grad: the gradient to add to must be [", dy.size(0), ", ", w.in_features(), "], got ",
                 into.sizes());
-    b.input_grad = into.addmm_(dy, w.quant ? w.dense(dy.scalar_type()) : w.weight);
+    b.input_grad = into.addmm_(dy, weight);
+    if (b.da.defined()) b.input_grad.addmm_(b.da, w.lora_a.to(dtype));
+  } else if (b.da.defined()) {
+    // As linear_forward: the adapter's r-wide product writes the gradient, the base GEMM adds
+    // onto it (one pass over [N, in] in a bandwidth-bound GEMM instead of three).
+    b.input_grad = at::mm(b.da, w.lora_a.to(dtype));
+    b.input_grad.addmm_(dy, weight);
   } else {
-    b.input_grad = at::mm(dy, w.quant ? w.dense(dy.scalar_type()) : w.weight);
-  }
-  if (w.lora_a.defined()) {
-    // The scaling goes into the small factor: d(x A^T) = dy (scaling B), not (scaling dy) B,
-    // which would write and read an [N, out] copy of dy.
-    b.da = at::mm(dy, (w.lora_b * w.lora_scaling).to(dtype));
-    b.input_grad.addmm_(b.da, w.lora_a.to(dtype));
+    b.input_grad = at::mm(dy, weight);
   }
   return b;
 }
