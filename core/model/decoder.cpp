@@ -32,6 +32,28 @@ torch::Tensor LinearImpl::base_weight(torch::ScalarType dt) const {
 }
 
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
+  if (lora_A && !quantized && lora_in_input_dtype && x.scalar_type() != lora_A->weight.scalar_type() &&
+      x.scalar_type() == weight.scalar_type()) {
+    // As kernels/linear.cpp's projections: the adapter's r-wide product (autocast's rule, the
+    // fp32 adapters cast to the input's dtype) writes the output, the bias as its C and the
+    // scaling as alpha, and the base GEMM adds onto it (beta = 1), which reads the output under
+    // its arithmetic; the other order passed over [N, out] twice more in a bandwidth-bound GEMM.
+    const auto dt = x.scalar_type();
+    const torch::Tensor in = lora_dropout > 0.0 ? torch::dropout(x, lora_dropout, is_training()) : x;
+    const torch::Tensor a = at::linear(in.reshape({-1, in.size(-1)}), lora_A->weight.to(dt));
+    const torch::Tensor bt = lora_B->weight.to(dt).t();
+    torch::Tensor y;
+    if (bias.defined()) {
+      y = at::addmm(bias, a, bt, 1, lora_scaling);
+    } else {
+      y = at::empty({a.size(0), out_features}, x.options());
+      y.addmm_(a, bt, /*beta=*/0, /*alpha=*/lora_scaling);  // beta 0: its contents never read
+    }
+    y.addmm_(x.reshape({-1, x.size(-1)}), weight.t());
+    std::vector<std::int64_t> shape = x.sizes().vec();
+    shape.back() = out_features;
+    return y.view(shape);
+  }
   torch::Tensor y;
   if (quantized) {
     TORCH_CHECK(quant, "a 4-bit projection was used before its weight was loaded");
@@ -44,8 +66,9 @@ torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
     // Autocast's rule: the fp32 adapter weights are cast to the input's dtype for the two
     // products, so autograd keeps the (shared) input instead of an fp32 copy per adapter;
     // the weights' gradients come back in fp32.
-    // The adapter's product is accumulated onto the base output by its GEMM (addmm, the
-    // scaling as alpha), as kernels/linear.h's projections do: no [N, out] temporaries.
+    // Here a 4-bit base (quant4_linear wrote y) or a base in another dtype: the adapter's
+    // product is accumulated onto the base output by its GEMM (addmm, the scaling as alpha),
+    // no [N, out] temporaries.
     const auto dt = x.scalar_type();
     torch::Tensor in = lora_dropout > 0.0 ? torch::dropout(x, lora_dropout, is_training()) : x;
     const torch::Tensor a = at::linear(in.reshape({-1, in.size(-1)}), lora_A->weight.to(dt));
