@@ -40,7 +40,8 @@ void check_linear(const LinearWeights& w, std::int64_t in, const char* what) {
                 w.lora_b.sizes());
 }
 
-torch::Tensor linear_forward(const torch::Tensor& x, const LinearWeights& w, torch::Tensor* lora_out) {
+torch::Tensor linear_forward(const torch::Tensor& x, const LinearWeights& w, torch::Tensor* lora_out,
+                             const torch::Tensor& lora_x) {
   // On [N, in]: at::linear of a 3-d input returns a view of its 2-d product, and a custom
   // Function's output that is a view may not be modified in place (RoPE rotates views of the
   // q and k projections in place). _unsafe_view gives the shape without view tracking, as
@@ -52,7 +53,7 @@ torch::Tensor linear_forward(const torch::Tensor& x, const LinearWeights& w, tor
   torch::Tensor y;
   if (w.lora_a.defined()) {
     const auto dt = x.scalar_type();
-    *lora_out = at::linear(x2, w.lora_a.to(dt));
+    *lora_out = at::linear(lora_x.defined() ? lora_x.reshape({-1, lora_x.size(-1)}) : x2, w.lora_a.to(dt));
     // The adapter's r-wide product first, written once into the output (the scaling as alpha,
     // the bias, if any, as its C), then the base GEMM adds itself onto it (beta = 1). A GEMM
     // of inner size r is bound by memory and the base one by compute, which reads C under its

@@ -33,7 +33,10 @@ namespace detail {
 void check_linear(const LinearWeights& w, std::int64_t in, const char* what);
 
 // y for x [..., in]; *lora_out = x A^T (in x's dtype, [..., r]) when there is an adapter.
-torch::Tensor linear_forward(const torch::Tensor& x, const LinearWeights& w, torch::Tensor* lora_out);
+// `lora_x`, when defined (x's shape and dtype), is the adapter's input instead of x: x after
+// LoRA dropout (LinearImpl::forward, under autograd). Plain ATen ops, so autograd may record it.
+torch::Tensor linear_forward(const torch::Tensor& x, const LinearWeights& w, torch::Tensor* lora_out,
+                             const torch::Tensor& lora_x = torch::Tensor());
 
 // Backward of linear_forward. dy: [N, out] (flattened). input_grad = dy W (+ (dy scaling B) A), [N, in];
 // with `into` ([N, in], x's dtype) defined, the products are added to it in place (the GEMMs'

@@ -34,25 +34,12 @@ torch::Tensor LinearImpl::base_weight(torch::ScalarType dt) const {
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   if (lora_A && !quantized && lora_in_input_dtype && x.scalar_type() != lora_A->weight.scalar_type() &&
       x.scalar_type() == weight.scalar_type()) {
-    // As kernels/linear.cpp's projections: the adapter's r-wide product (autocast's rule, the
-    // fp32 adapters cast to the input's dtype) writes the output, the bias as its C and the
-    // scaling as alpha, and the base GEMM adds onto it (beta = 1), which reads the output under
-    // its arithmetic; the other order passed over [N, out] twice more in a bandwidth-bound GEMM.
-    const auto dt = x.scalar_type();
-    const torch::Tensor in = lora_dropout > 0.0 ? torch::dropout(x, lora_dropout, is_training()) : x;
-    const torch::Tensor a = at::linear(in.reshape({-1, in.size(-1)}), lora_A->weight.to(dt));
-    const torch::Tensor bt = lora_B->weight.to(dt).t();
-    torch::Tensor y;
-    if (bias.defined()) {
-      y = at::addmm(bias, a, bt, 1, lora_scaling);
-    } else {
-      y = at::empty({a.size(0), out_features}, x.options());
-      y.addmm_(a, bt, /*beta=*/0, /*alpha=*/lora_scaling);  // beta 0: its contents never read
-    }
-    y.addmm_(x.reshape({-1, x.size(-1)}), weight.t());
-    std::vector<std::int64_t> shape = x.sizes().vec();
-    shape.back() = out_features;
-    return y.view(shape);
+    // kernels/linear.cpp's order under autograd (autocast's rule: the fp32 adapters cast to the
+    // input's dtype): the adapter's r-wide product writes the output, the base GEMM adds onto it.
+    // The adapter's input is x after dropout, if any.
+    const torch::Tensor in = lora_dropout > 0.0 ? torch::dropout(x, lora_dropout, is_training()) : torch::Tensor();
+    torch::Tensor a;
+    return kernels::detail::linear_forward(x, fused_weights(), &a, in);
   }
   torch::Tensor y;
   if (quantized) {

@@ -650,11 +650,17 @@ bool offloads_mlp(const MemoryPlan& p, std::int64_t layer) {
   return below >= 0 && below < p.mlp_offloaded_layers;
 }
 
+std::vector<bool> planned_mlp_park(const MemoryPlan& p) {
+  const auto n = static_cast<std::size_t>(std::max<std::int64_t>(0, p.total_layers));
+  if (p.mlp_parked_layers <= 0) return std::vector<bool>(n, false);
+  std::vector<bool> checkpointed(n);
+  for (std::size_t j = 0; j < n; ++j) checkpointed[j] = checkpoints_layer(p, static_cast<std::int64_t>(j));
+  return mlp_park_layers(checkpointed, p.mlp_parked_layers, p.mlp_park_stride);
+}
+
 bool parks_mlp(const MemoryPlan& p, std::int64_t layer) {
   if (layer < 0 || layer >= p.total_layers || p.mlp_parked_layers <= 0) return false;
-  std::vector<bool> checkpointed(static_cast<std::size_t>(p.total_layers));
-  for (std::int64_t j = 0; j < p.total_layers; ++j) checkpointed[static_cast<std::size_t>(j)] = checkpoints_layer(p, j);
-  return mlp_park_layers(checkpointed, p.mlp_parked_layers, p.mlp_park_stride)[static_cast<std::size_t>(layer)];
+  return planned_mlp_park(p)[static_cast<std::size_t>(layer)];
 }
 
 std::vector<bool> mlp_park_layers(const std::vector<bool>& checkpointed, std::int64_t count, std::int64_t stride) {

@@ -214,6 +214,8 @@ bool offloads_mlp(const MemoryPlan& p, std::int64_t layer);
 // recomputation's backward (the MLP park): every mlp_park_stride-th checkpointed layer from the
 // first, mlp_parked_layers of them.
 bool parks_mlp(const MemoryPlan& p, std::int64_t layer);
+// parks_mlp for every layer at once ([total_layers]): one pass, for callers that ask of each.
+std::vector<bool> planned_mlp_park(const MemoryPlan& p);
 // Whether `layer`'s MLP keeps none of its intermediates, recomputing them in backward
 // (kernels::rms_norm_mlp): the mlp_recomputed_layers layers that are not checkpointed after
 // the offloaded ones.

@@ -587,11 +587,16 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_
   // place in its segment (its input is rebuilt in backward when pos > 0).
   // (Without segments every checkpointed layer stores its input: no tables, as the searches
   // evaluate thousands of plans.)
+  // The checkpointed layers as a table, for the two rules that take one (segments, the park).
+  auto ckpt_table = [&] {
+    std::vector<bool> table(static_cast<std::size_t>(L), false);
+    for (i64 j = 0; j < L; ++j) table[static_cast<std::size_t>(j)] = is_ckpt(j);
+    return table;
+  };
   std::vector<bool> stores;
   std::vector<i64> pos;
   if (t.segment > 1) {
-    std::vector<bool> ckpt_layers(static_cast<std::size_t>(L), false);
-    for (i64 j = 0; j < L; ++j) ckpt_layers[static_cast<std::size_t>(j)] = is_ckpt(j);
+    const std::vector<bool> ckpt_layers = ckpt_table();
     stores = checkpoint_stores(ckpt_layers, keeps, t.segment);
     pos.assign(static_cast<std::size_t>(L), 0);
     for (std::size_t j = 1; j < pos.size(); ++j)
@@ -619,9 +624,7 @@ Eval evaluate(const Terms& t, std::int64_t ckpt, std::int64_t every, std::int64_
                                               e.offload_layers * t.mlp_offload_saved);
     const double room = std::max(0.0, t.link_forward_bytes - others) / static_cast<double>(t.mlp_offload_saved);
     const i64 cap = std::min(t.mlp_offload_max - e.offload_layers, static_cast<i64>(room));
-    std::vector<bool> ckpt_layers(static_cast<std::size_t>(L), false);
-    for (i64 j = 0; j < L; ++j) ckpt_layers[static_cast<std::size_t>(j)] = is_ckpt(j);
-    parked = mlp_park_layers(ckpt_layers, std::min(park, cap), e.park_stride);
+    parked = mlp_park_layers(ckpt_table(), std::min(park, cap), e.park_stride);
     for (bool p : parked) e.park_layers += p ? 1 : 0;
   }
   e.stored_inputs = inputs_on_gpu(n_stored);

@@ -42,9 +42,9 @@ bool MemoryPolicy::plan_matches() const {
       plan->mlp_offloaded_layers != count(mlp_offload) || plan->mlp_parked_layers != count(mlp_park))
     return false;
   // The same parked layers, not only as many (a fixed count parks the first N, or every S-th).
-  for (std::size_t i = 0; i < mlp_park.size(); ++i)
-    if (mlp_park[i] != parks_mlp(*plan, static_cast<std::int64_t>(i))) return false;
-  return true;
+  std::vector<bool> planned = planned_mlp_park(*plan);
+  planned.resize(mlp_park.size(), false);
+  return planned == mlp_park;
 }
 
 MemoryPolicy memory_policy(const TrainConfig& c, const HfModelConfig& m, const std::optional<PlannerOptions>& gpu,
@@ -161,8 +161,8 @@ MemoryPolicy memory_policy(const TrainConfig& c, const HfModelConfig& m, const s
   if (mp.offload_checkpoints && fixed.mlp_park_first >= 0) {
     mp.mlp_park = mlp_park_layers(mp.checkpoint, fixed.mlp_park_first, fixed.mlp_park_stride);
   } else if (mp.offload_checkpoints && plan != nullptr) {
-    for (std::size_t i = 0; i < n; ++i)
-      mp.mlp_park[i] = mp.checkpoint[i] && parks_mlp(*plan, static_cast<std::int64_t>(i));
+    const std::vector<bool> planned = planned_mlp_park(*plan);
+    for (std::size_t i = 0; i < n && i < planned.size(); ++i) mp.mlp_park[i] = mp.checkpoint[i] && planned[i];
   }
   if (const std::int64_t parked = mp.count(mp.mlp_park); parked > 0)
     mp.why += "; " + std::to_string(parked) +

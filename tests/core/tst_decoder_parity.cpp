@@ -580,6 +580,66 @@ class TstDecoderParity : public QObject {
     QCOMPARE(differ, std::int64_t{0});
   }
 
+  // The fused path's projection with an adapter (LinearImpl::forward on a bf16 input, fp32 adapters cast to it: the
+  // adapter's product written first, the base GEMM adding onto it) against PEFT's definition in float64,
+  // y = x W^T + b + scaling * B(A(dropout(x))), with and without a bias and LoRA dropout; the gradients of x, A and
+  // B by autograd on both. The dropout mask is the one the projection drew (the same seed, the same draw).
+  void fusedProjectionMatchesDefinition_data() {
+    QTest::addColumn<bool>("bias");
+    QTest::addColumn<double>("dropout");
+    QTest::newRow("no bias, no dropout") << false << 0.0;
+    QTest::newRow("bias, no dropout") << true << 0.0;
+    QTest::newRow("no bias, dropout 0.25") << false << 0.25;
+    QTest::newRow("bias, dropout 0.25") << true << 0.25;
+  }
+  void fusedProjectionMatchesDefinition() {
+    QFETCH(bool, bias);
+    QFETCH(double, dropout);
+    const std::int64_t in = 24, out = 40, r = 4;
+    const double scaling = 2.0;
+    torch::manual_seed(3);
+    Linear lin(in, out, bias, torch::TensorOptions().dtype(torch::kBFloat16));
+    lin->add_lora(r, scaling, dropout);
+    lin->lora_in_input_dtype = true;
+    {
+      torch::NoGradGuard no_grad;
+      lin->weight.copy_(torch::randn({out, in}) * 0.2);
+      if (bias) lin->bias.copy_(torch::randn({out}));
+      lin->lora_B->weight.copy_(torch::randn({out, r}) * 0.5);  // nonzero: the adapter weighs in y
+    }
+    lin->train();
+    const torch::Tensor x0 = torch::randn({2, 7, in}).to(torch::kBFloat16);
+    const torch::Tensor g = torch::randn({2, 7, out});
+    const torch::Tensor x = x0.clone().requires_grad_(true);
+    torch::manual_seed(11);
+    const torch::Tensor y = lin->forward(x);
+    QCOMPARE(y.scalar_type(), torch::kBFloat16);
+    (y.to(torch::kFloat32) * g).sum().backward();
+
+    // The definition in float64 on the same values, the mask drawn again from the same seed.
+    torch::manual_seed(11);
+    const torch::Tensor dropped = dropout > 0.0 ? torch::dropout(x0, dropout, true) : x0;
+    if (dropout > 0.0) QVERIFY(dropped.eq(0).any().item<bool>());  // the draw dropped something
+    auto f64 = [](const torch::Tensor& t) { return t.detach().to(torch::kFloat64); };
+    const torch::Tensor xr = f64(x0).requires_grad_(true);
+    const torch::Tensor mask = f64(dropped).ne(0).to(torch::kFloat64) / (1.0 - dropout);
+    const torch::Tensor ar = f64(lin->lora_A->weight).requires_grad_(true);
+    const torch::Tensor br = f64(lin->lora_B->weight).requires_grad_(true);
+    // The adapter sees the bf16 dropped values as the projection does (x / (1 - p) rounded).
+    const torch::Tensor xd = dropout > 0.0 ? xr * mask + (f64(dropped) - f64(x0) * mask).detach() : xr;
+    torch::Tensor yr = torch::matmul(xr, f64(lin->weight).t()) +
+                       scaling * torch::matmul(torch::matmul(xd, ar.t()), br.t());
+    if (bias) yr = yr + f64(lin->bias);
+    (yr * g.to(torch::kFloat64)).sum().backward();
+
+    const Err ey = compare(y, yr.detach()), ex = compare(x.grad(), xr.grad()),
+              ea = compare(lin->lora_A->weight.grad(), ar.grad()), eb = compare(lin->lora_B->weight.grad(), br.grad());
+    qInfo("y %.3g, dx %.3g, dA %.3g, dB %.3g (relative to the largest entry)", ey.rel, ex.rel, ea.rel, eb.rel);
+    QCOMPARE(lin->lora_A->weight.grad().scalar_type(), torch::kFloat32);
+    // bf16 products (8 significant bits) of inner size 24 and 4: a few parts in a thousand.
+    for (const Err& e : {ey, ex, ea, eb}) QVERIFY2(e.rel < 2e-2, std::to_string(e.rel).c_str());
+  }
+
   void adapterLoadsInPeft() {
     QFETCH(QString, name);
     QFETCH(QString, attn);
