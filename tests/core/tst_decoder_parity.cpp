@@ -627,8 +627,8 @@ class TstDecoderParity : public QObject {
     const torch::Tensor br = f64(lin->lora_B->weight).requires_grad_(true);
     // The adapter sees the bf16 dropped values as the projection does (x / (1 - p) rounded).
     const torch::Tensor xd = dropout > 0.0 ? xr * mask + (f64(dropped) - f64(x0) * mask).detach() : xr;
-    torch::Tensor yr = torch::matmul(xr, f64(lin->weight).t()) +
-                       scaling * torch::matmul(torch::matmul(xd, ar.t()), br.t());
+    torch::Tensor yr =
+        torch::matmul(xr, f64(lin->weight).t()) + scaling * torch::matmul(torch::matmul(xd, ar.t()), br.t());
     if (bias) yr = yr + f64(lin->bias);
     (yr * g.to(torch::kFloat64)).sum().backward();
 
