@@ -378,9 +378,10 @@ const Files kHeldOutFiles = {"2026-12-02-h200-planner-heldout.jsonl"};
 // recomputation's MLP skip and LoRA's addmm (docs/benchmarks.md); re-planned by the margin test.
 // 2026-12-07, an H100: the 7B row at 32K under the Liger anchor's 32.3 GiB, before and after the
 // adapter's product first (the A/B of docs/benchmarks.md, 13:01Z).
-const Files kRerunFiles = {"2026-12-05-h100-qlora-head-odyssey.jsonl", "2026-12-05-h100-rerun-skip-odyssey.jsonl",
-                           "2026-12-05-h100-lora-addmm-odyssey.jsonl", "2026-12-05-h100-lora-addmm-rows-odyssey.jsonl",
-                           "2026-12-07-h100-adapter-first-odyssey.jsonl"};
+const Files kRerunFiles = {
+    "2026-12-05-h100-qlora-head-odyssey.jsonl",    "2026-12-05-h100-rerun-skip-odyssey.jsonl",
+    "2026-12-05-h100-lora-addmm-odyssey.jsonl",    "2026-12-05-h100-lora-addmm-rows-odyssey.jsonl",
+    "2026-12-07-h100-adapter-first-odyssey.jsonl", "2026-12-07-h100-head-rows-odyssey.jsonl"};
 
 // 2026-12-06, an H100: the MLP park at the anchors' peaks and unbudgeted, parked and not
 // (docs/benchmarks.md, "The MLP park"); re-planned by the margin test. The 1.5B lines of call 2
