@@ -391,6 +391,15 @@ const Files kParkFiles = {"2026-12-06-h100-mlp-park-call1-odyssey.jsonl",
                           "2026-12-06-h100-mlp-park-call2-odyssey.jsonl", "2026-12-06-h100-mlp-park-call3-diag.jsonl",
                           "2026-12-06-h100-mlp-park-call4-odyssey.jsonl"};
 
+// 2026-12-07 (08:52Z and 14:54Z), an H100: strided parks (the planner's one in every two on the 8B
+// QLoRA row, 13 of 26 on 7B), measured 1.30 and 2.69 GiB above the same rows unparked where the
+// plan adds at most the prefetched pair's share (docs/memory-planner.md, "The MLP park"): within
+// ±10% (stridedParkLinesReplan), but up to 6.7% under, past what the kept-attention margin is held
+// to (keptMarginAboveEveryUnderPrediction), so they stay out of that test until the park's extra
+// pair is planned.
+const Files kStridedParkFiles = {"2026-12-07-h100-park-stride-odyssey.jsonl",
+                                 "2026-12-07-h100-head-park-odyssey.jsonl"};
+
 QString bench_file(const char* name) { return QStringLiteral(ODYSSEY_SOURCE_DIR) + "/docs/bench-results/" + name; }
 
 }  // namespace
@@ -894,6 +903,21 @@ class TestMemoryPlanner : public QObject {
   // and lean, 0.5B full 32K, the MLP recomputation and offload tiers under memory budgets;
   // docs/benchmarks.md), re-planned by the code that reads the held-out lines below, so that
   // code runs on real lines in every build, not only once the held-out file exists.
+  // The strided-park lines (kStridedParkFiles): each within ±10% of its measured peak; the worst
+  // under-prediction printed (the known gap: docs/memory-planner.md).
+  void stridedParkLinesReplan() {
+    double worst = 0;
+    int lines = 0;
+    for (const char* f : kStridedParkFiles)
+      for (const Replanned& r : check_bench_lines(bench_file(f), "strided park")) {
+        if (QTest::currentTestFailed()) return;
+        ++lines;
+        worst = std::min(worst, (r.predicted - r.measured) / r.measured);
+      }
+    qInfo("%d strided-park lines within +-10%%; the largest under-prediction %.2f%%", lines, -100.0 * worst);
+    QVERIFY(lines >= 5);
+  }
+
   void calibrationLinesReplan() {
     for (const char* f : kCalibrationFiles) {
       const std::vector<Replanned> rows = check_bench_lines(bench_file(f), "calibration");
