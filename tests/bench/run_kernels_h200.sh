@@ -100,6 +100,13 @@
 #             random bf16 model: transformers generate with a static cache against odyssey-train generate, decode
 #             tokens/s at batch 1 and 16 (prompt 1,024, 256 new) and time to first token at 32,000 prompt tokens;
 #             generate.jsonl, generate-compare.md)
+#   park-ab   the MLP park on 16-bit bases, side by side (docs/memory-planner.md, "The MLP park": the planner parks
+#             4-bit bases only): per PARK_ROWS row (shape:seq:GiB:count:stride; default the parks the planner would
+#             choose for issue 28's LoRA rows under the Liger anchors' peaks with the 4-bit rule lifted, and the 7B
+#             whole-GPU plan's, GiB 0 = no budget) odyssey-bench --checkpointing auto --offload auto unparked
+#             (--mlp-park 0), parked (--mlp-park count --mlp-park-stride stride), unparked, parked, one after the
+#             other; with PARK_ANCHORS=1 the HF + PEFT + Liger anchor first; park-ab-{hf,odyssey}.jsonl and
+#             park-ab-compare.md (the planned peak, which does not yet count the park's extra pair, against each)
 #   galore    Qwen2.5-7B-shaped full fine-tuning at 4K and 32K, every layer checkpointed: AdamW (pure
 #             bf16), GaLore and Q-GaLore rank 128 (the README's figures and docs/optimizers.md's table:
 #             run_optimizers_h200.sh one, writing galore.jsonl)
@@ -412,6 +419,27 @@ print(r[-1].get('peak_gib') or '' if r else '')")
       done
     done
     python3 tests/bench/compare.py "$QH" "$QO" | tee "$OUT/qlora-compare.md" ;;
+  park-ab)
+    phase park-ab
+    PH="$OUT/park-ab-hf.jsonl" PO="$OUT/park-ab-odyssey.jsonl" R="--steps 3 --warmup 2"
+    [ "${PARK_ANCHORS:-0}" = 1 ] && python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl &&
+      export PYTHONPATH=/tmp/site
+    for row in ${PARK_ROWS:-qwen2.5-7b:32768:32.3:13:2 qwen2.5-7b:24576:27.92:9:3 qwen2.5-1.5b:24576:9.03:6:5 qwen2.5-7b:32768:0:6:2}; do
+      IFS=: read -r S Q G N K <<< "$row"
+      if [ "${PARK_ANCHORS:-0}" = 1 ]; then
+        python3 tests/bench/hf_bench.py --device cuda --dtype bfloat16 --liger --shape $S --mode lora --seq $Q \
+          --checkpointing on $R --out "$PH" 2>&1 | grep -v '^{' | grep -v -i warn | tail -2
+      fi
+      budget="" where=", no budget"
+      [ "$G" != 0 ] && budget="--memory-gib $G" where=" under $G GiB"
+      for parked in 0 1 0 1; do
+        if [ $parked = 1 ]; then park="$N --mlp-park-stride $K" label="$N parked, one in every $K"
+        else park=0 label="none parked"; fi
+        $B --label "$label$where" --checkpointing auto --offload auto $budget --mlp-park $park \
+          --shape $S --mode lora --seq $Q $R --out "$PO" | cut -c1-400
+      done
+    done
+    python3 tests/bench/compare.py $( [ -f "$PH" ] && echo "$PH") "$PO" | tee "$OUT/park-ab-compare.md" ;;
   qlora-long)
     phase qlora-long
     for row in ${QLONG_ROWS:-llama-3.3-70b-instruct:131072}; do
