@@ -2,17 +2,90 @@
 // two halves of backward, shared by swiglu_down and rms_norm_linear.
 #include "kernels/linear.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <tuple>
 #include <vector>
 
+#include "kernels/linear_autograd.h"
+
 namespace odyssey::kernels {
 
 torch::Tensor LinearWeights::dense(torch::ScalarType dtype) const {
   if (quant) return dequantize_4bit(*quant, dtype);
   return weight.to(dtype);
+}
+
+c10::intrusive_ptr<LoraDropout> LoraDropout::draw(double p) {
+  TORCH_CHECK(p > 0.0 && p < 1.0, "LoRA dropout must be in (0, 1), got ", p);
+  auto d = c10::make_intrusive<LoraDropout>();
+  d->p = p;
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  const std::lock_guard<std::mutex> lock(gen.mutex());
+  d->seed = at::check_generator<at::CPUGeneratorImpl>(gen)->random64();
+  return d;
+}
+
+std::int64_t lora_dropout_block_rows(std::int64_t in_features) {
+  constexpr std::int64_t kBlockElements = std::int64_t{1} << 26;
+  return std::max<std::int64_t>(1, kBlockElements / std::max<std::int64_t>(1, in_features));
+}
+
+namespace {
+
+// The generator of a draw on `device`: a private one of the device's kind, seeded with d.seed.
+at::Generator dropout_generator(const LoraDropout& d, const c10::Device& device) {
+  at::Generator def = at::globalContext().defaultGenerator(device);
+  at::Generator gen;
+  {
+    const std::lock_guard<std::mutex> lock(def.mutex());
+    gen = def.clone();
+  }
+  gen.set_current_seed(d.seed);
+  return gen;
+}
+
+// fn(first_row, rows, mask) for the blocks of an [n, in] input in row order, mask [rows, in] in
+// `options` (1 kept, 0 dropped), each drawn as it is needed and free for fn to overwrite. Every
+// caller walks the same blocks from the same seed, so forward and backward see the same bits.
+template <typename Fn>
+void for_mask_blocks(const LoraDropout& d, std::int64_t n, std::int64_t in, const torch::TensorOptions& options,
+                     Fn&& fn) {
+  at::Generator gen = dropout_generator(d, options.device());
+  const std::int64_t block = lora_dropout_block_rows(in);
+  for (std::int64_t row = 0; row < n; row += block) {
+    const std::int64_t rows = std::min(block, n - row);
+    fn(row, rows, at::empty({rows, in}, options).bernoulli_(1.0 - d.p, gen));
+  }
+}
+
+// drop(x2) a^T for x2 [N, in] and a [r, in] in x2's dtype: [N, r], block by block.
+torch::Tensor dropped_product(const torch::Tensor& x2, const torch::Tensor& a, const LoraDropout& d) {
+  torch::Tensor out = at::empty({x2.size(0), a.size(0)}, x2.options());
+  const double scale = 1.0 / (1.0 - d.p);
+  for_mask_blocks(d, x2.size(0), x2.size(1), x2.options(),
+                  [&](std::int64_t row, std::int64_t rows, torch::Tensor mask) {
+                    mask.mul_(x2.narrow(0, row, rows)).mul_(scale);
+                    torch::Tensor part = out.narrow(0, row, rows);
+                    at::mm_out(part, mask, a.t());
+                  });
+  return out;
+}
+
+}  // namespace
+
+torch::Tensor lora_dropout_mask(const LoraDropout& d, std::int64_t n, std::int64_t in,
+                                const torch::TensorOptions& options) {
+  torch::Tensor out = at::empty({n, in}, options);
+  for_mask_blocks(d, n, in, options, [&](std::int64_t row, std::int64_t rows, const torch::Tensor& mask) {
+    out.narrow(0, row, rows).copy_(mask);
+  });
+  return out;
 }
 
 }  // namespace odyssey::kernels
@@ -40,8 +113,7 @@ void check_linear(const LinearWeights& w, std::int64_t in, const char* what) {
                 w.lora_b.sizes());
 }
 
-torch::Tensor linear_forward(const torch::Tensor& x, const LinearWeights& w, torch::Tensor* lora_out,
-                             const torch::Tensor& lora_x) {
+torch::Tensor linear_forward(const torch::Tensor& x, const LinearWeights& w, torch::Tensor* lora_out) {
   // On [N, in]: at::linear of a 3-d input returns a view of its 2-d product, and a custom
   // Function's output that is a view may not be modified in place (RoPE rotates views of the
   // q and k projections in place). _unsafe_view gives the shape without view tracking, as
@@ -53,7 +125,7 @@ torch::Tensor linear_forward(const torch::Tensor& x, const LinearWeights& w, tor
   torch::Tensor y;
   if (w.lora_a.defined()) {
     const auto dt = x.scalar_type();
-    *lora_out = at::linear(lora_x.defined() ? lora_x.reshape({-1, lora_x.size(-1)}) : x2, w.lora_a.to(dt));
+    *lora_out = w.dropout ? dropped_product(x2, w.lora_a.to(dt), *w.dropout) : at::linear(x2, w.lora_a.to(dt));
     // The adapter's r-wide product first, written once into the output (the scaling as alpha,
     // the bias, if any, as its C), then the base GEMM adds itself onto it (beta = 1). A GEMM
     // of inner size r is bound by memory and the base one by compute, which reads C under its
@@ -84,10 +156,20 @@ LinearBackward linear_input_grad(const torch::Tensor& dy, const LinearWeights& w
   // The scaling goes into the small factor: d(x A^T) = dy (scaling B), not (scaling dy) B,
   // which would write and read an [N, out] copy of dy.
   if (w.lora_a.defined()) b.da = at::mm(dy, (w.lora_b * w.lora_scaling).to(dtype));
-  if (into.defined()) {
+  if (into.defined())
     TORCH_CHECK(into.dim() == 2 && into.size(0) == dy.size(0) && into.size(1) == w.in_features(),
                 "linear_input_grad: the gradient to add to must be [", dy.size(0), ", ", w.in_features(), "], got ",
                 into.sizes());
+  if (b.da.defined() && w.dropout) {
+    // d drop(x) = da A, masked and scaled, block by block onto the base GEMM's dy W.
+    b.input_grad = into.defined() ? into.addmm_(dy, weight) : at::mm(dy, weight);
+    const torch::Tensor a = w.lora_a.to(dtype);
+    const double scale = 1.0 / (1.0 - w.dropout->p);
+    for_mask_blocks(*w.dropout, dy.size(0), w.in_features(), b.input_grad.options(),
+                    [&](std::int64_t row, std::int64_t rows, const torch::Tensor& mask) {
+                      b.input_grad.narrow(0, row, rows).addcmul_(at::mm(b.da.narrow(0, row, rows), a), mask, scale);
+                    });
+  } else if (into.defined()) {
     b.input_grad = into.addmm_(dy, weight);
     if (b.da.defined()) b.input_grad.addmm_(b.da, w.lora_a.to(dtype));
   } else if (b.da.defined()) {
@@ -132,12 +214,25 @@ LinearGrads linear_weight_grads(const LinearBackward& b, const torch::Tensor& x,
   const bool half = b.dy.scalar_type() == torch::kBFloat16 || b.dy.scalar_type() == torch::kHalf;
   if (want_bias) g.bias = b.dy.is_cuda() && half ? at::mv(b.dy.t(), ones_like_rows(b.dy.size(0), b.dy)) : b.dy.sum(0);
   if (w.lora_a.defined()) {
-    if (want_a) g.lora_a = at::mm(b.da.t(), x).to(w.lora_a.scalar_type());
+    const torch::Tensor x2 = x.defined() ? x.reshape({-1, x.size(-1)}) : x;
+    if (want_a && w.dropout) {
+      // dA = da^T drop(x), each block's product in fp32 summed in fp32 (one rounding per block).
+      torch::Tensor ga = at::zeros(w.lora_a.sizes(), x2.options().dtype(torch::kFloat32));
+      const double scale = 1.0 / (1.0 - w.dropout->p);
+      for_mask_blocks(*w.dropout, x2.size(0), x2.size(1), x2.options(),
+                      [&](std::int64_t row, std::int64_t rows, torch::Tensor mask) {
+                        mask.mul_(x2.narrow(0, row, rows)).mul_(scale);
+                        ga.add_(at::mm(b.da.narrow(0, row, rows).t(), mask).to(torch::kFloat32));
+                      });
+      g.lora_a = ga.to(w.lora_a.scalar_type());
+    } else if (want_a) {
+      g.lora_a = at::mm(b.da.t(), x2).to(w.lora_a.scalar_type());
+    }
     if (want_b) {
       // x A^T as linear_forward computed it, when the forward left it to backward.
-      const torch::Tensor a = lora_out.defined()
-                                  ? lora_out.reshape({-1, lora_out.size(-1)})
-                                  : at::linear(x.reshape({-1, x.size(-1)}), w.lora_a.to(x.scalar_type()));
+      const torch::Tensor a = lora_out.defined() ? lora_out.reshape({-1, lora_out.size(-1)})
+                              : w.dropout        ? dropped_product(x2, w.lora_a.to(x2.scalar_type()), *w.dropout)
+                                                 : at::linear(x2, w.lora_a.to(x2.scalar_type()));
       // dB = scaling dy^T (x A^T), the scaling applied to the [out, r] product.
       g.lora_b = at::mm(b.dy.t(), a).to(w.lora_b.scalar_type()).mul_(w.lora_scaling);
     }
@@ -146,3 +241,55 @@ LinearGrads linear_weight_grads(const LinearBackward& b, const torch::Tensor& x,
 }
 
 }  // namespace odyssey::kernels::detail
+
+namespace odyssey::kernels {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// linear_forward under a Function: saved are x, the weights and the r-wide lora_a output.
+struct LinearFunction : torch::autograd::Function<LinearFunction> {
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
+                               const std::optional<torch::Tensor>& bias, const std::optional<torch::Tensor>& lora_a,
+                               const std::optional<torch::Tensor>& lora_b, double scaling,
+                               const c10::intrusive_ptr<Quant4Weight>& quant,
+                               const c10::intrusive_ptr<LoraDropout>& dropout) {
+    const LinearWeights w = detail::weights_of(weight, bias, lora_a, lora_b, scaling, quant, dropout);
+    torch::Tensor a;
+    const torch::Tensor y = detail::linear_forward(x, w, &a);
+    ctx->save_for_backward({x, w.weight, w.lora_a, w.lora_b, a});
+    detail::remember_linear(ctx, w);
+    return {y};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor& x = saved[0];
+    const LinearWeights w = detail::saved_weights(ctx, saved[1], saved[2], saved[3]);
+    const detail::LinearWants want = detail::linear_wants(ctx, /*first_edge=*/1, w);
+    const torch::Tensor dy = grads[0].reshape({-1, w.out_features()});
+    const detail::LinearBackward b = detail::linear_input_grad(dy, w, x.scalar_type());
+    const detail::LinearGrads g = detail::weight_grads(b, x.reshape({-1, x.size(-1)}), saved[4], w, want);
+    return {b.input_grad.view(x.sizes()),
+            g.weight,
+            g.bias,
+            g.lora_a,
+            g.lora_b,
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor linear(const torch::Tensor& x, const LinearWeights& w) {
+  TORCH_CHECK(x.defined() && x.dim() >= 1, "linear: the input must be [..., in]");
+  detail::check_linear(w, x.size(-1), "linear");
+  return LinearFunction::apply(x, detail::weight_arg(w), detail::opt(w.bias), detail::opt(w.lora_a),
+                               detail::opt(w.lora_b), w.lora_scaling, w.quant, w.dropout)[0];
+}
+
+}  // namespace odyssey::kernels

@@ -9,9 +9,36 @@
 
 #include <torch/torch.h>
 
+#include <cstdint>
+
 #include "kernels/quant4.h"
 
 namespace odyssey::kernels {
+
+// LoRA dropout on a fused projection's adapter input (PEFT's nn.Dropout before lora_A: each
+// element kept with probability 1 - p and then scaled by 1 / (1 - p)), without keeping the mask
+// or the dropped copy for backward: the mask is drawn, block of rows by block, from a generator
+// of its own seeded with `seed`, and drawn again from that seed wherever backward needs it. One
+// draw per forward call of a projection; a checkpointed layer's re-run draws the same seeds (the
+// default CPU generator's state is restored for it, model/activation_checkpoint.h).
+struct LoraDropout : torch::CustomClassHolder {
+  double p = 0.0;
+  std::uint64_t seed = 0;
+  // A new draw: p in (0, 1), the seed the next 64 bits of the default CPU generator (so
+  // torch::manual_seed and the trainer's saved RNG state reproduce it).
+  static c10::intrusive_ptr<LoraDropout> draw(double p);
+};
+
+// Rows of the adapter input per block of a LoraDropout's mask: 2^26 elements at most (128 MiB in
+// bf16), of which a forward or backward pass holds two at a time (the mask, and the masked input
+// or the masked gradient).
+std::int64_t lora_dropout_block_rows(std::int64_t in_features);
+
+// The mask of `d` over an [n, in] input as the fused projections apply it: 1 where an element is
+// kept, 0 where dropped, in `options`' dtype and device (the same blocks and generator, hence
+// the same bits). For tests and the selftest; the projections never materialize it whole.
+torch::Tensor lora_dropout_mask(const LoraDropout& d, std::int64_t n, std::int64_t in,
+                                const torch::TensorOptions& options);
 
 // weight [out, in], or, for a 4-bit base (QLoRA), weight undefined and `quant` holding it
 // (dequantized to the input's dtype for each product, one projection at a time, and never
@@ -21,6 +48,9 @@ struct LinearWeights {
   torch::Tensor weight, bias, lora_a, lora_b;
   c10::intrusive_ptr<Quant4Weight> quant;
   double lora_scaling = 1.0;
+  // The adapter's dropout for this call (null: none, e.g. p 0 or not training): lora_a reads
+  // its input masked by it, in forward and in both halves of backward.
+  c10::intrusive_ptr<LoraDropout> dropout;
   std::int64_t out_features() const { return weight.defined() ? weight.size(0) : (quant ? quant->shape[0] : 0); }
   std::int64_t in_features() const { return weight.defined() ? weight.size(1) : (quant ? quant->shape[1] : 0); }
   // The base weight in `dtype`: `weight` cast, or `quant` dequantized.
@@ -32,13 +62,13 @@ namespace detail {
 // Checks the shapes above for an input of `in` features; `what` names the caller.
 void check_linear(const LinearWeights& w, std::int64_t in, const char* what);
 
-// y for x [..., in]; *lora_out = x A^T (in x's dtype, [..., r]) when there is an adapter.
-// `lora_x`, when defined (x's shape and dtype), is the adapter's input instead of x: x after
-// LoRA dropout (LinearImpl::forward, under autograd). Plain ATen ops, so autograd may record it.
-torch::Tensor linear_forward(const torch::Tensor& x, const LinearWeights& w, torch::Tensor* lora_out,
-                             const torch::Tensor& lora_x = torch::Tensor());
+// y for x [..., in]; *lora_out = x A^T (in x's dtype, [N, r]) when there is an adapter (with
+// w.dropout, drop(x) A^T). Plain ATen ops, so autograd may record it (without dropout: the
+// dropped blocks are temporaries autograd must not keep; LinearImpl takes linear() then).
+torch::Tensor linear_forward(const torch::Tensor& x, const LinearWeights& w, torch::Tensor* lora_out);
 
-// Backward of linear_forward. dy: [N, out] (flattened). input_grad = dy W (+ (dy scaling B) A), [N, in];
+// Backward of linear_forward. dy: [N, out] (flattened). input_grad = dy W (+ (dy scaling B) A,
+// masked and scaled by w.dropout where there is one), [N, in];
 // with `into` ([N, in], x's dtype) defined, the products are added to it in place (the GEMMs'
 // beta = 1, no separate add) and input_grad is `into`.
 struct LinearBackward {
@@ -50,7 +80,8 @@ LinearBackward linear_input_grad(const torch::Tensor& dy, const LinearWeights& w
 
 // The weights' gradients from the first half and the input x [N, in] (flattened) and lora_out
 // [N, r] (undefined: computed from x as linear_forward does); only those asked for (the others
-// stay undefined). Gradients of the adapters come back in the adapters' dtype.
+// stay undefined). Gradients of the adapters come back in the adapters' dtype. With w.dropout,
+// x is the undropped input (the mask is drawn again here).
 struct LinearGrads {
   torch::Tensor weight, bias, lora_a, lora_b;
 };
@@ -58,4 +89,11 @@ LinearGrads linear_weight_grads(const LinearBackward& b, const torch::Tensor& x,
                                 const LinearWeights& w, bool want_weight, bool want_bias, bool want_a, bool want_b);
 
 }  // namespace detail
+
+// linear_forward as an autograd Function, keeping x, the weights and the r-wide lora_a output
+// (never a dropped copy or a mask) and running backward through linear_input_grad and
+// linear_weight_grads. Differentiable in x and every projection tensor. The fused path's
+// projection of an input no fused op produces (the o_proj) when its adapter has dropout.
+torch::Tensor linear(const torch::Tensor& x, const LinearWeights& w);
+
 }  // namespace odyssey::kernels

@@ -3,8 +3,8 @@
 // (absent ones get no autograd edge), then the LoRA scaling, then the 4-bit weight (null for a
 // 16-bit base; a 4-bit base passes an empty placeholder as its weight, so the edges keep their
 // places, and the quantized weight travels in the context as a capsule, never saved as a
-// tensor); these helpers rebuild the projection in backward and say which of its gradients are
-// wanted.
+// tensor), then the adapter's dropout draw (null: none; a capsule in the context too); these
+// helpers rebuild the projection in backward and say which of its gradients are wanted.
 #pragma once
 
 #include <torch/torch.h>
@@ -30,7 +30,8 @@ inline torch::Tensor weight_arg(const LinearWeights& w) {
 
 inline LinearWeights weights_of(const torch::Tensor& weight, const std::optional<torch::Tensor>& bias,
                                 const std::optional<torch::Tensor>& lora_a, const std::optional<torch::Tensor>& lora_b,
-                                double scaling, const c10::intrusive_ptr<Quant4Weight>& quant) {
+                                double scaling, const c10::intrusive_ptr<Quant4Weight>& quant,
+                                const c10::intrusive_ptr<LoraDropout>& dropout) {
   LinearWeights w;
   if (quant) w.quant = quant;
   else w.weight = weight;
@@ -38,6 +39,7 @@ inline LinearWeights weights_of(const torch::Tensor& weight, const std::optional
   w.lora_a = lora_a.value_or(torch::Tensor());
   w.lora_b = lora_b.value_or(torch::Tensor());
   w.lora_scaling = scaling;
+  if (w.lora_a.defined()) w.dropout = dropout;
   return w;
 }
 
@@ -49,6 +51,7 @@ inline void remember_linear(torch::autograd::AutogradContext* ctx, const LinearW
   ctx->saved_data[key + "lora_scaling"] = w.lora_scaling;
   ctx->saved_data[key + "has_bias"] = w.bias.defined();
   if (w.quant) ctx->saved_data[key + "quant"] = c10::IValue::make_capsule(w.quant);
+  if (w.dropout) ctx->saved_data[key + "dropout"] = c10::IValue::make_capsule(w.dropout);
 }
 
 inline LinearWeights saved_weights(torch::autograd::AutogradContext* ctx, const torch::Tensor& weight,
@@ -61,6 +64,8 @@ inline LinearWeights saved_weights(torch::autograd::AutogradContext* ctx, const 
   w.lora_a = lora_a;
   w.lora_b = lora_b;
   w.lora_scaling = ctx->saved_data[key + "lora_scaling"].toDouble();
+  if (const auto it = ctx->saved_data.find(key + "dropout"); it != ctx->saved_data.end())
+    w.dropout = c10::static_intrusive_pointer_cast<LoraDropout>(it->second.toCapsule());
   return w;
 }
 

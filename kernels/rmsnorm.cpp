@@ -151,8 +151,9 @@ struct RmsNormLinear : torch::autograd::Function<RmsNormLinear> {
                                const std::optional<torch::Tensor>& bias, const std::optional<torch::Tensor>& lora_a,
                                const std::optional<torch::Tensor>& lora_b, double scaling,
                                const c10::intrusive_ptr<Quant4Weight>& quant,
+                               const c10::intrusive_ptr<LoraDropout>& dropout,
                                const c10::intrusive_ptr<NormShare>& share) {
-    const LinearWeights w = detail::weights_of(weight, bias, lora_a, lora_b, scaling, quant);
+    const LinearWeights w = detail::weights_of(weight, bias, lora_a, lora_b, scaling, quant, dropout);
     torch::Tensor a;
     const torch::Tensor y = detail::linear_forward(n, w, &a);
     ctx->save_for_backward({s, norm_weight, w.weight, w.lora_a, w.lora_b, a});
@@ -201,8 +202,8 @@ struct RmsNormLinear : torch::autograd::Function<RmsNormLinear> {
     if (n.defined()) n = n.reshape({-1, hidden});
     const detail::LinearGrads g = detail::weight_grads(b, n, saved[5], w, want);
     if (n_grad.defined()) n_grad = n_grad.view(s.sizes());
-    return {n_grad,   torch::Tensor(), torch::Tensor(), torch::Tensor(), g.weight,       g.bias,
-            g.lora_a, g.lora_b,        torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {n_grad,   torch::Tensor(), torch::Tensor(), torch::Tensor(), g.weight,        g.bias,
+            g.lora_a, g.lora_b,        torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -224,7 +225,8 @@ torch::Tensor rms_norm_linear(const torch::Tensor& n, const torch::Tensor& s, co
               s.scalar_type(), ", got ", n.defined() ? n.sizes() : torch::IntArrayRef{});
   detail::check_linear(w, s.size(-1), "rms_norm_linear");
   return RmsNormLinear::apply(n, s.detach(), norm_weight.detach(), eps, detail::weight_arg(w), detail::opt(w.bias),
-                              detail::opt(w.lora_a), detail::opt(w.lora_b), w.lora_scaling, w.quant, share)[0];
+                              detail::opt(w.lora_a), detail::opt(w.lora_b), w.lora_scaling, w.quant, w.dropout,
+                              share)[0];
 }
 
 }  // namespace odyssey::kernels

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <utility>
 
 #include "kernels/grouped_gemm.h"
@@ -33,6 +34,9 @@ struct Case {
   Tensors cotangents;  // one per output, in the working dtype
   Fn fused, reference, exact;
   bool sixteen_bit_only = false;  // the fused op takes 16-bit inputs only (fp32 would run the reference)
+  // Told the dtype the fused op works in before the three runs (a LoRA dropout case's
+  // reference and exact runs take the mask bits the fused op draws in that dtype).
+  std::function<void(torch::ScalarType)> set_working;
 };
 
 // Outputs, then the gradients of Σ <output, cotangent> for the differentiable inputs. The
@@ -64,6 +68,7 @@ double unit_roundoff(torch::ScalarType t) {
 }
 
 void check(const Case& c, torch::ScalarType dtype, const std::string& path, std::vector<SelftestRow>* rows) {
+  if (c.set_working) c.set_working(dtype);
   const Tensors fused = evaluate(c, c.fused, dtype, dtype);
   const Tensors ref = evaluate(c, c.reference, dtype, dtype);
   const Tensors exact = evaluate(c, c.exact, dtype, torch::kFloat64);
@@ -409,13 +414,16 @@ Case rms_norm_linear_case(const torch::Device& dev, std::int64_t rows, std::int6
 // skip_output (a checkpointed layer's recomputation): the op leaves its value uncomputed, so
 // the case's output adds the computed op's value, detached, to the skipping op's zeros: the
 // value checked is the MLP's, every gradient the skipping op's backward.
+// dropout > 0: each adapter's LoRA dropout (a LoraDropout draw per projection, fixed seeds),
+// which the fused op redraws in backward; the reference and exact runs drop their adapters'
+// inputs by the same mask bits (lora_dropout_mask in the fused op's dtype).
 Case rms_norm_mlp_case(const torch::Device& dev, std::int64_t rows, std::int64_t hidden, std::int64_t inter,
-                       std::int64_t r, bool skip_output = false) {
+                       std::int64_t r, bool skip_output = false, double dropout = 0.0) {
   const double eps = 1e-6;
   const auto o = torch::TensorOptions().device(dev);
   Case c;
   c.kernel = "rms_norm_mlp " + std::to_string(rows) + "x" + std::to_string(hidden) + "->" + std::to_string(inter) +
-             (skip_output ? " skip_output" : "");
+             (skip_output ? " skip_output" : "") + (dropout > 0.0 ? " lora_dropout" : "");
   c.output_names = {"y"};
   c.input_names = {"x", "norm_weight"};
   c.inputs = {torch::randn({rows, hidden}, o), 1.0 + 0.1 * torch::randn({hidden}, o)};
@@ -427,18 +435,40 @@ Case rms_norm_mlp_case(const torch::Device& dev, std::int64_t rows, std::int64_t
   }
   c.differentiable.assign(c.inputs.size(), true);
   c.cotangents = {torch::randn({rows, hidden}, o)};
-  c.fused = [eps, skip_output](const Tensors& in) {
+  std::vector<c10::intrusive_ptr<LoraDropout>> drops(3);
+  auto working = std::make_shared<torch::ScalarType>(torch::kFloat32);
+  if (dropout > 0.0) {
+    for (std::size_t k = 0; k < 3; ++k) {
+      drops[k] = c10::make_intrusive<LoraDropout>();
+      drops[k]->p = dropout;
+      drops[k]->seed = 20261207 + k;
+    }
+    c.set_working = [working](torch::ScalarType t) { *working = t; };
+  }
+  auto weights = [drops](const Tensors& in, std::size_t k) {
+    LinearWeights w = projection_weights(in, 2 + 4 * k);
+    w.dropout = drops[k];
+    return w;
+  };
+  c.fused = [eps, skip_output, weights](const Tensors& in) {
     auto mlp = [&](bool skip) {
-      return rms_norm_mlp(rms_norm(in[0], in[1], eps), in[0], in[1], eps, projection_weights(in, 2),
-                          projection_weights(in, 6), projection_weights(in, 10), skip);
+      return rms_norm_mlp(rms_norm(in[0], in[1], eps), in[0], in[1], eps, weights(in, 0), weights(in, 1),
+                          weights(in, 2), skip);
     };
     if (!skip_output) return Tensors{mlp(false)};
     return Tensors{mlp(true) + mlp(false).detach()};
   };
-  c.reference = [eps](const Tensors& in) {
+  c.reference = [eps, drops, working](const Tensors& in) {
+    auto layer = [&](const torch::Tensor& x, std::size_t k) {
+      if (!drops[k]) return projection_layers(x, in, 2 + 4 * k);
+      const torch::Tensor mask =
+          lora_dropout_mask(*drops[k], x.size(0), x.size(1), x.options().dtype(*working)).to(x.scalar_type());
+      const torch::Tensor xd = x * mask * (1.0 / (1.0 - drops[k]->p));
+      return at::linear(x, in[2 + 4 * k], in[3 + 4 * k]) +
+             at::linear(at::linear(xd, in[4 + 4 * k]), in[5 + 4 * k]) * kScaling;
+    };
     const torch::Tensor n = add_rms_norm_reference(in[0], {}, in[1], eps).first;
-    return Tensors{
-        projection_layers(swiglu_reference(projection_layers(n, in, 2), projection_layers(n, in, 6)), in, 10)};
+    return Tensors{layer(swiglu_reference(layer(n, 0), layer(n, 1)), 2)};
   };
   c.exact = c.reference;  // in float64
   return c;
@@ -587,6 +617,8 @@ std::vector<SelftestRow> run_selftest(const torch::Device& device) {
     cases.push_back(rms_norm_linear_case(device, 2048, 3584, 4608, 16));  // one projection of 7B's q, k and v widths
     cases.push_back(rms_norm_mlp_case(device, 1024, 3584, 18944, 16));
     cases.push_back(rms_norm_mlp_case(device, 1024, 3584, 18944, 16, /*skip_output=*/true));
+    // LoRA dropout 0.05 (ms-swift's default); 4099 rows span two mask blocks of the down projection's input.
+    cases.push_back(rms_norm_mlp_case(device, 4099, 3584, 18944, 16, /*skip_output=*/true, /*dropout=*/0.05));
     cases.push_back(rope_case(device, 4099, 28, 4, 128));
     // 16-bit rows of Qwen's vocabulary take the one-read cluster kernel (5 packs a thread),
     // fp32 ones the two-pass kernel (too long for the registers); both kernels on bf16 rows;
@@ -656,6 +688,7 @@ std::vector<SelftestRow> run_selftest(const torch::Device& device) {
     cases.push_back(rms_norm_linear_case(device, 31, 96, 50, 4));
     cases.push_back(rms_norm_mlp_case(device, 29, 40, 64, 4));
     cases.push_back(rms_norm_mlp_case(device, 29, 40, 64, 4, /*skip_output=*/true));
+    cases.push_back(rms_norm_mlp_case(device, 29, 40, 64, 4, /*skip_output=*/true, /*dropout=*/0.3));
     cases.push_back(rope_case(device, 61, 6, 2, 16));
     cases.push_back(linear_ce_case(device, 67, 48, 1003, 16));
     cases.push_back(quant4_linear_case(device, 29, 64, 96, Quant4Type::NF4, true));

@@ -181,8 +181,9 @@ struct SwiGluDown : torch::autograd::Function<SwiGluDown> {
                                const torch::Tensor& weight, const std::optional<torch::Tensor>& bias,
                                const std::optional<torch::Tensor>& lora_a, const std::optional<torch::Tensor>& lora_b,
                                double scaling, const c10::intrusive_ptr<Quant4Weight>& quant,
+                               const c10::intrusive_ptr<LoraDropout>& dropout,
                                const std::shared_ptr<OffloadChain>& offload) {
-    const LinearWeights w = detail::weights_of(weight, bias, lora_a, lora_b, scaling, quant);
+    const LinearWeights w = detail::weights_of(weight, bias, lora_a, lora_b, scaling, quant, dropout);
     torch::Tensor a;
     const torch::Tensor y = detail::linear_forward(swiglu_forward(gate, up), w, &a);
     if (offload) {
@@ -211,7 +212,8 @@ struct SwiGluDown : torch::autograd::Function<SwiGluDown> {
     const DownBackward r =
         swiglu_down_backward(grads[0], gate, up, w, saved[5], detail::linear_wants(ctx, /*first_edge=*/2, w));
     const detail::LinearGrads& g = r.grads;
-    return {r.dgate, r.dup, g.weight, g.bias, g.lora_a, g.lora_b, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {r.dgate,  r.dup,           g.weight,        g.bias,          g.lora_a,
+            g.lora_b, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -236,11 +238,14 @@ struct RmsNormMlp : torch::autograd::Function<RmsNormMlp> {
                                double ds,
                                // the 4-bit weights (null for 16-bit bases)
                                const c10::intrusive_ptr<Quant4Weight>& gq, const c10::intrusive_ptr<Quant4Weight>& uq,
-                               const c10::intrusive_ptr<Quant4Weight>& dq, bool skip_output,
+                               const c10::intrusive_ptr<Quant4Weight>& dq,
+                               // the adapters' dropout draws (null: none)
+                               const c10::intrusive_ptr<LoraDropout>& gd, const c10::intrusive_ptr<LoraDropout>& ud,
+                               const c10::intrusive_ptr<LoraDropout>& dd, bool skip_output,
                                const c10::intrusive_ptr<ParkedPair>& parked) {
-    const LinearWeights w[3] = {detail::weights_of(gw, gb, ga, gbb, gs, gq),
-                                detail::weights_of(uw, ub, ua, ubb, us, uq),
-                                detail::weights_of(dw, db, da, dbb, ds, dq)};
+    const LinearWeights w[3] = {detail::weights_of(gw, gb, ga, gbb, gs, gq, gd),
+                                detail::weights_of(uw, ub, ua, ubb, us, uq, ud),
+                                detail::weights_of(dw, db, da, dbb, ds, dq, dd)};
     torch::Tensor a[3];  // skip_output: left undefined, backward computes them
     torch::Tensor act, y;
     if (skip_output) {
@@ -303,6 +308,7 @@ struct RmsNormMlp : torch::autograd::Function<RmsNormMlp> {
       for (const torch::Tensor& t : {g[k].weight, g[k].bias, g[k].lora_a, g[k].lora_b, torch::Tensor()})
         out.push_back(t);
     for (int k = 0; k < 3; ++k) out.emplace_back();  // the 4-bit weights
+    for (int k = 0; k < 3; ++k) out.emplace_back();  // the dropout draws
     out.emplace_back();                              // skip_output
     out.emplace_back();                              // parked
     return out;
@@ -329,7 +335,7 @@ torch::Tensor swiglu_down(const torch::Tensor& gate, const torch::Tensor& up, co
   check_inputs(gate, up);
   detail::check_linear(down, gate.size(-1), "swiglu_down");
   return SwiGluDown::apply(gate, up, detail::weight_arg(down), detail::opt(down.bias), detail::opt(down.lora_a),
-                           detail::opt(down.lora_b), down.lora_scaling, down.quant, offload)[0];
+                           detail::opt(down.lora_b), down.lora_scaling, down.quant, down.dropout, offload)[0];
 }
 
 }  // namespace odyssey::kernels
@@ -357,8 +363,8 @@ torch::Tensor rms_norm_mlp(const torch::Tensor& n, const torch::Tensor& s, const
   return RmsNormMlp::apply(n, s.detach(), norm_weight.detach(), eps, weight_arg(gate), opt(gate.bias), opt(gate.lora_a),
                            opt(gate.lora_b), gate.lora_scaling, weight_arg(up), opt(up.bias), opt(up.lora_a),
                            opt(up.lora_b), up.lora_scaling, weight_arg(down), opt(down.bias), opt(down.lora_a),
-                           opt(down.lora_b), down.lora_scaling, gate.quant, up.quant, down.quant, skip_output,
-                           parked)[0];
+                           opt(down.lora_b), down.lora_scaling, gate.quant, up.quant, down.quant, gate.dropout,
+                           up.dropout, down.dropout, skip_output, parked)[0];
 }
 
 }  // namespace odyssey::kernels

@@ -32,14 +32,20 @@ torch::Tensor LinearImpl::base_weight(torch::ScalarType dt) const {
 }
 
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
-  if (lora_A && !quantized && lora_in_input_dtype && x.scalar_type() != lora_A->weight.scalar_type() &&
-      x.scalar_type() == weight.scalar_type()) {
-    // kernels/linear.cpp's order under autograd (autocast's rule: the fp32 adapters cast to the
-    // input's dtype): the adapter's r-wide product writes the output, the base GEMM adds onto it.
-    // The adapter's input is x after dropout, if any.
-    const torch::Tensor in = lora_dropout > 0.0 ? torch::dropout(x, lora_dropout, is_training()) : torch::Tensor();
-    torch::Tensor a;
-    return kernels::detail::linear_forward(x, fused_weights(), &a, in);
+  if (lora_A && lora_in_input_dtype && x.scalar_type() == (quantized ? dtype : weight.scalar_type())) {
+    const kernels::LinearWeights w = fused_weights();
+    // Adapter dropout: the Function keeps x and redraws the mask in backward (kernels::linear),
+    // where autograd would keep the mask and the dropped copy. A 4-bit base, or adapters in the
+    // input's own dtype (fp32 runs), go there only then; without dropout they keep the
+    // branches below.
+    if (w.dropout) return kernels::linear(x, w);
+    if (!quantized && x.scalar_type() != lora_A->weight.scalar_type()) {
+      // kernels/linear.cpp's order under autograd (autocast's rule: the fp32 adapters cast to
+      // the input's dtype): the adapter's r-wide product writes the output, the base GEMM adds
+      // onto it.
+      torch::Tensor a;
+      return kernels::detail::linear_forward(x, w, &a);
+    }
   }
   torch::Tensor y;
   if (quantized) {
@@ -57,7 +63,7 @@ torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
     // product is accumulated onto the base output by its GEMM (addmm, the scaling as alpha),
     // no [N, out] temporaries.
     const auto dt = x.scalar_type();
-    torch::Tensor in = lora_dropout > 0.0 ? torch::dropout(x, lora_dropout, is_training()) : x;
+    const torch::Tensor in = lora_dropout > 0.0 ? torch::dropout(x, lora_dropout, is_training()) : x;
     const torch::Tensor a = at::linear(in.reshape({-1, in.size(-1)}), lora_A->weight.to(dt));
     return at::addmm(y.reshape({-1, y.size(-1)}), a, lora_B->weight.to(dt).t(), 1, lora_scaling).view(y.sizes());
   }
@@ -180,6 +186,7 @@ kernels::LinearWeights LinearImpl::fused_weights() const {
     w.lora_a = lora_A->weight;
     w.lora_b = lora_B->weight;
     w.lora_scaling = lora_scaling;
+    if (lora_dropout > 0.0 && is_training()) w.dropout = kernels::LoraDropout::draw(lora_dropout);
   }
   return w;
 }
@@ -423,10 +430,15 @@ torch::Tensor MlpImpl::compute(const torch::Tensor& x, const NormSource* src,
                         down_proj->fused_projection();
   const bool parking = park && norm_mlp;
   const bool rerun = (skip_in_rerun || parking) && src != nullptr && recomputing_for_backward();
-  if (norm_mlp && (recompute || rerun) && torch::GradMode::is_enabled())
-    return kernels::rms_norm_mlp(x, src->input, src->weight, src->eps, gate_proj->fused_weights(),
-                                 up_proj->fused_weights(), down_proj->fused_weights(), /*skip_output=*/rerun,
+  if (norm_mlp && (recompute || rerun) && torch::GradMode::is_enabled()) {
+    // One statement each: the dropout draws come in the order the other paths take them
+    // (gate, up, down), which a checkpointed layer's re-run must repeat.
+    const kernels::LinearWeights gate = gate_proj->fused_weights();
+    const kernels::LinearWeights up = up_proj->fused_weights();
+    const kernels::LinearWeights down = down_proj->fused_weights();
+    return kernels::rms_norm_mlp(x, src->input, src->weight, src->eps, gate, up, down, /*skip_output=*/rerun,
                                  rerun && parking ? park : c10::intrusive_ptr<kernels::ParkedPair>());
+  }
   if (fused) {
     const torch::Tensor gate = gate_up ? gate_up->first : gate_proj->forward_normed(x, src);
     const torch::Tensor up = gate_up ? gate_up->second : up_proj->forward_normed(x, src);

@@ -87,14 +87,16 @@ class LinearImpl : public torch::nn::Module {
   LinearImpl(std::int64_t in, std::int64_t out, bool bias, const torch::TensorOptions& o, bool quantized = false);
   torch::Tensor forward(const torch::Tensor& x);
   // forward(n) for n the output of `src`'s norm (null: plain forward). With the fused kernels
-  // and no adapter dropout, n is not kept for backward (kernels::rms_norm_linear).
+  // n is not kept for backward (kernels::rms_norm_linear).
   torch::Tensor forward_normed(const torch::Tensor& n, const NormSource* src);
-  // The fused path's view of this projection (weight, bias, adapter pair and scaling).
+  // The fused path's view of this projection (weight, bias, adapter pair and scaling) for one
+  // forward call: in training with lora_dropout > 0 it draws that call's dropout seed
+  // (kernels::LoraDropout), so each call of a forward takes it once, in the projections' order.
   kernels::LinearWeights fused_weights() const;
   // Whether the fused projections (kernels::swiglu_down, rms_norm_linear) compute this layer
-  // as forward() would: the fused path, and no adapter dropout (which needs its dropped copy).
+  // as forward() would: the fused path (adapter dropout included: they redraw its mask).
   // A 4-bit base takes them too: they dequantize its weight for each product (kernels/linear.h).
-  bool fused_projection() const { return lora_in_input_dtype && (!lora_A || lora_dropout == 0.0); }
+  bool fused_projection() const { return lora_in_input_dtype; }
 
   // Adds lora_A (Kaiming-uniform with a = sqrt(5), nn.Linear's and PEFT's default, from the
   // default generator) and lora_B (zeros), both fp32 on the weight's device. scaling = alpha / r, or alpha / sqrt(r)

@@ -377,9 +377,8 @@ void add_notes(MemoryPlan& plan, const Terms& t, const TrainConfig& c, const Pla
                     : "activation_checkpointing auto: " + ck + " (the fewest that fit)");
   if (t.dropout_per_layer > 0)
     n.push_back("lora_dropout " + text_double(c.lora_dropout) + " keeps a dropped copy of each adapter's input (" +
-                gib(t.dropout_per_layer) + " per stored layer); lora_dropout 0 " +
-                (t.fused ? "keeps none (the fused projections share or recompute their inputs)"
-                         : "shares the projection's input"));
+                gib(t.dropout_per_layer) + " per stored layer); lora_dropout 0 shares the projection's input" +
+                (t.hf ? "" : ", and fused_kernels true keeps no copy with or without dropout"));
   if (c.zero_stage > 0 && t.layout.world_size <= 1)
     n.push_back(
         "ZeRO with one process shards nothing" +

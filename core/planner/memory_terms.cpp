@@ -325,6 +325,10 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   const i64 kv_eff = u * kv_heads_gpu * s.d;  // K/V heads replicate when ulysses > kv heads
   const bool full = !t.lora;
   const double dropout = t.lora ? c.lora_dropout : 0.0;
+  // LoRA dropout: PEFT (and the engine with fused_kernels false) keeps each adapter's dropped
+  // input and its mask; the fused engine's projections redraw the mask in backward
+  // (kernels::LoraDropout) and keep neither, holding two blocks of it while they run.
+  const bool dropout_kept = dropout > 0.0 && (t.hf || !c.fused_kernels);
   // PEFT (and the engine with fused_kernels false) casts each adapter's input to fp32: an own
   // copy per adapter. With fused_kernels the engine computes adapters in the input's dtype on
   // every projection, also in blocks the fused kernels do not cover (model::LinearImpl,
@@ -333,7 +337,7 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   auto needs_shared = [&](Module k) {
     if (full) return true;
     if (!(lmask & (1u << k))) return false;
-    const bool own_copy = dropout > 0.0 || adapters_fp32;
+    const bool own_copy = dropout_kept || adapters_fp32;
     return !own_copy;
   };
   i64 per_token = m.norms_per_block() * norm_bytes(s.h, b, t.fused, full);  // 4 with sandwich norms
@@ -366,7 +370,7 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
       i64& into = in_mlp ? mlp_tok : per_token;
       const bool fp32_inputs = adapters_fp32;
       const i64 copy_b = fp32_inputs ? 4 : b;
-      if (dropout > 0.0) (in_mlp ? mlp_dropout_tok : dropout_tok) += (copy_b + 1) * s.in[k];  // dropped copy + mask
+      if (dropout_kept) (in_mlp ? mlp_dropout_tok : dropout_tok) += (copy_b + 1) * s.in[k];  // dropped copy + mask
       else if (fp32_inputs) into += 4 * s.in[k];
       into += r * (fp32_inputs ? 4 : b);  // lora_A output
     }
@@ -441,9 +445,9 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   // parallelism (Ulysses: each rank its heads of the gathered row; ring: its queries' merged
   // output; the same bytes).
   t.attn_kept = attention_keepable(c, m, t.cuda) ? T * (b * s.q + 4 * s.H) : 0;
-  // kernels::rms_norm_mlp keeps neither gate nor up (the fused path without LoRA dropout,
-  // which needs the dropped copy): backward recomputes both from the norm's input.
-  if (t.mlp_fused && dropout == 0.0) {
+  // kernels::rms_norm_mlp keeps neither gate nor up: backward recomputes both from the norm's
+  // input.
+  if (t.mlp_fused) {
     t.mlp_recompute_saved = 2 * b * s.i * T;
     t.recompute_mlp_flops = 2.0 * static_cast<double>(T) * static_cast<double>(2 * s.h * s.i);
   }
@@ -512,6 +516,12 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   t.bwd_mlp = T * (t.bwd_mlp_h + t.bwd_mlp_i);
   t.bwd_attn =
       T * (b * ((norm_recomputed ? 4 : 3) * s.h + 2 * s.q + 2 * kv_eff) + 4 * s.q + 4 * s.H) + eager_sq + tiled_working;
+  if (dropout > 0.0 && !dropout_kept) {
+    t.dropout_mlp_in = s.i;
+    t.dropout_element_bytes = b;
+    t.bwd_mlp += dropout_blocks(t, T, s.i);
+    t.bwd_attn += dropout_blocks(t, T, std::max(s.h, s.q));
+  }
   // A kept layer's attention backward calls cuDNN's kernel directly, which takes K and V with
   // the query heads' count: K/V repeated, their gradients in that shape, then summed per KV
   // head in fp32 (model/attention.cpp, LseAttention).
@@ -544,7 +554,12 @@ void tile_mlp(Terms& t, std::int64_t tile) {
   // full-length tensor that is then added into the input's gradient: one more hidden-sized
   // tensor of every token while a tile's backward runs (the lines of 2026-12-03 at 4.6-5.0 GiB
   // measured 0.05-0.1 GiB above the plan without it).
-  t.bwd_mlp = T * (t.bwd_mlp_h + t.hidden_bytes) + tile * (t.bwd_mlp_i + t.mlp_per_token);
+  t.bwd_mlp = T * (t.bwd_mlp_h + t.hidden_bytes) + tile * (t.bwd_mlp_i + t.mlp_per_token) +
+              dropout_blocks(t, tile, t.dropout_mlp_in);
+}
+
+std::int64_t dropout_blocks(const Terms& t, std::int64_t tokens, std::int64_t in) {
+  return 2 * t.dropout_element_bytes * std::min<std::int64_t>(std::int64_t{1} << 26, tokens * in);
 }
 
 std::int64_t park_stride(const Terms& t) {

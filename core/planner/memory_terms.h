@@ -68,6 +68,9 @@ struct Terms {
   std::int64_t host_capacity = 0;    // what offloading may park in host memory, per process
   std::int64_t recompute_extra = 0;  // what the checkpoint still holds while its layer recomputes
   std::int64_t dropout_per_layer = 0;
+  // The fused engine's LoRA dropout (kernels::LoraDropout): bytes per element of its mask
+  // blocks (0: no such dropout) and the MLP's largest adapter input (the down projection's).
+  std::int64_t dropout_element_bytes = 0, dropout_mlp_in = 0;
   bool offload_acts = false;
   bool kept_on_host = false;  // offload_acts with PlannerOptions::kept_attention_on_host: kept outputs parked
   std::int64_t misc = 0;      // token ids, labels, positions, rotary tables
@@ -127,6 +130,11 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
 // tile (its intermediates rebuilt, their gradients) plus full-length hidden-sized gradients.
 // No effect when the GPU holds no more than `tile` tokens.
 void tile_mlp(Terms& t, std::int64_t tile);
+
+// What the fused LoRA dropout holds while a projection of `in` input features runs over
+// `tokens` rows: two blocks of its mask (kernels::lora_dropout_block_rows, 2^26 elements at
+// most); 0 without it.
+std::int64_t dropout_blocks(const Terms& t, std::int64_t tokens, std::int64_t in);
 
 struct Eval {
   std::int64_t peak = 0;                    // with fragmentation and runtime

@@ -583,7 +583,8 @@ class TstDecoderParity : public QObject {
   // The fused path's projection with an adapter (LinearImpl::forward on a bf16 input, fp32 adapters cast to it: the
   // adapter's product written first, the base GEMM adding onto it) against PEFT's definition in float64,
   // y = x W^T + b + scaling * B(A(dropout(x))), with and without a bias and LoRA dropout; the gradients of x, A and
-  // B by autograd on both. The dropout mask is the one the projection drew (the same seed, the same draw).
+  // B by autograd on both. The dropout mask is the one the projection drew (the same seed, the same draw); with
+  // dropout the projection is kernels::linear, which keeps no mask and redraws it in backward.
   void fusedProjectionMatchesDefinition_data() {
     QTest::addColumn<bool>("bias");
     QTest::addColumn<double>("dropout");
@@ -616,10 +617,16 @@ class TstDecoderParity : public QObject {
     QCOMPARE(y.scalar_type(), torch::kBFloat16);
     (y.to(torch::kFloat32) * g).sum().backward();
 
-    // The definition in float64 on the same values, the mask drawn again from the same seed.
+    // The definition in float64 on the same values, the mask drawn again from the same seed
+    // (the projection's draw took the default CPU generator's next 64 bits: kernels::LoraDropout).
     torch::manual_seed(11);
-    const torch::Tensor dropped = dropout > 0.0 ? torch::dropout(x0, dropout, true) : x0;
-    if (dropout > 0.0) QVERIFY(dropped.eq(0).any().item<bool>());  // the draw dropped something
+    torch::Tensor dropped = x0;
+    if (dropout > 0.0) {
+      const auto draw = odyssey::kernels::LoraDropout::draw(dropout);
+      const torch::Tensor m = odyssey::kernels::lora_dropout_mask(*draw, 14, in, x0.options()).view(x0.sizes());
+      dropped = (m * x0).mul_(1.0 / (1.0 - dropout));                     // as the projection rounds it
+      QVERIFY(m.eq(0).any().item<bool>() && m.eq(1).any().item<bool>());  // the draw dropped some, kept some
+    }
     auto f64 = [](const torch::Tensor& t) { return t.detach().to(torch::kFloat64); };
     const torch::Tensor xr = f64(x0).requires_grad_(true);
     const torch::Tensor mask = f64(dropped).ne(0).to(torch::kFloat64) / (1.0 - dropout);

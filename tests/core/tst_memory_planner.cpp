@@ -1112,10 +1112,30 @@ class TestMemoryPlanner : public QObject {
     TrainConfig eager = lora_7b(8192, true);
     eager.attn_impl = "eager";
     QVERIFY(plan_memory(eager, m).peak_bytes > plan_memory(lora_7b(8192, true), m).peak_bytes + 10 * kGiB);
-    // LoRA dropout keeps a dropped copy of each adapter's input.
-    TrainConfig drop = lora_7b(8192, true);
-    drop.lora_dropout = 0.05;
-    QVERIFY(plan_memory(drop, m).peak_bytes > plan_memory(lora_7b(8192, true), m).peak_bytes);
+    // LoRA dropout: the reference ops keep a dropped copy (and a mask) of each adapter's input, the fused
+    // projections only two blocks of the mask while one runs (kernels::LoraDropout, 2^26 elements each).
+    for (const bool fused : {true, false}) {
+      TrainConfig drop = lora_7b(8192, fused);
+      drop.lora_dropout = 0.05;
+      const MemoryPlan pd = plan_memory(drop, m), p0 = plan_memory(lora_7b(8192, fused), m);
+      const planner_detail::Terms td = planner_detail::compute_terms(drop, m, {}),
+                                  t0 = planner_detail::compute_terms(lora_7b(8192, fused), m, {});
+      const std::int64_t blocks = 2 * 2 * (std::int64_t{1} << 26);  // bf16
+      qInfo("fused %d: dropout adds %.3f GiB to the peak, %.3f GiB per stored layer", fused ? 1 : 0,
+            static_cast<double>(pd.peak_bytes - p0.peak_bytes) / kGiB,
+            static_cast<double>(td.dropout_per_layer) / kGiB);
+      if (fused) {
+        QCOMPARE(td.dropout_per_layer, std::int64_t{0});
+        QCOMPARE(td.per_token_layer, t0.per_token_layer);
+        QCOMPARE(td.bwd_mlp - t0.bwd_mlp, blocks);  // 8192 x 18944 elements > 2^26: whole blocks
+        QVERIFY(pd.peak_bytes >= p0.peak_bytes && pd.peak_bytes - p0.peak_bytes <= 2 * blocks);
+      } else {
+        // dropped copy (4 B, fp32 adapters) + mask (1 B) of each of the seven inputs: q, k, v, o, gate and up
+        // read 3584 features, down 18944.
+        QCOMPARE(td.dropout_per_layer, std::int64_t{8192} * 5 * (6 * 3584 + 18944));
+        QVERIFY(pd.peak_bytes > p0.peak_bytes + blocks);
+      }
+    }
   }
 
   void autoCheckpointing() {
@@ -1464,12 +1484,14 @@ class TestMemoryPlanner : public QObject {
             gib);
       QVERIFY(std::abs(predicted - gib) / gib <= 0.10);
     }
-    // Not with LoRA dropout (the dropped copies are needed) nor with the reference ops.
+    // Also with LoRA dropout (the fused projections redraw its mask: kernels::LoraDropout); not with the reference
+    // ops.
     TrainConfig lora = lora_7b(32768, true);
     lora.lora_dropout = 0.05;
-    QCOMPARE(planner_detail::compute_terms(lora, qwen25_7b(), {}).mlp_recompute_saved, std::int64_t{0});
+    const std::int64_t with_dropout = planner_detail::compute_terms(lora, qwen25_7b(), {}).mlp_recompute_saved;
     lora.lora_dropout = 0.0;
-    QVERIFY(planner_detail::compute_terms(lora, qwen25_7b(), {}).mlp_recompute_saved > 0);
+    QVERIFY(with_dropout > 0);
+    QCOMPARE(planner_detail::compute_terms(lora, qwen25_7b(), {}).mlp_recompute_saved, with_dropout);
     c.fused_kernels = false;
     QCOMPARE(planner_detail::compute_terms(c, m, o).mlp_recompute_saved, std::int64_t{0});
     // Tiled, the MLP keeps no intermediates already.

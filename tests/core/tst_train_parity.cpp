@@ -373,15 +373,23 @@ class TstTrainParity : public QObject {
 
   // Two engines on the LoRA reference's steps, each model set up by its function first: the
   // losses and gradient norms of every step and the updated parameters bit-equal.
-  void same_steps_bitwise(const std::function<void(CausalLM&)>& setup_a,
-                          const std::function<void(CausalLM&)>& setup_b) {
+  // seed_steps: each engine's step starts from the same default generator state (torch::manual_seed of the step's
+  // index), so LoRA dropout draws the same seeds in both.
+  void same_steps_bitwise(const std::function<void(CausalLM&)>& setup_a, const std::function<void(CausalLM&)>& setup_b,
+                          bool seed_steps = false) {
     const Reference& R = reference("lora");
     StepEngine a = engine(R, true), b = engine(R, true);
     CausalLM ma = a.model(), mb = b.model();  // holders sharing the engines' modules
     setup_a(ma);
     setup_b(mb);
+    std::uint64_t index = 0;
     for (const auto& s : batches(R)) {
-      const StepResult ra = a.step(s), rb = b.step(s);
+      ++index;
+      if (seed_steps) torch::manual_seed(index);
+      const StepResult ra = a.step(s);
+      if (seed_steps) torch::manual_seed(index);
+      const StepResult rb = b.step(s);
+
       QCOMPARE(rb.loss, ra.loss);
       QCOMPARE(rb.grad_norm, ra.grad_norm);
     }
@@ -720,6 +728,59 @@ class TstTrainParity : public QObject {
           lm->set_mlp_offload_layers(every_layer(lm), 1);
         });
   }
+  // LoRA dropout on the fused path (kernels::LoraDropout: one seed per projection call, the mask redrawn in backward
+  // and in a checkpointed layer's re-run, never kept). The re-run must draw every projection's seed again in the
+  // forward's order, or its masks, and so its gradients, would differ: every layer checkpointed (its MLP re-run as
+  // rms_norm_mlp, whose three projections' weights are gathered in one statement each) equals every layer
+  // recomputing only its MLP, and the park equals recomputation, bit for bit, with dropout 0.1 on every adapter. The
+  // dropout must also change the step (the masks are applied).
+  void checkpointedFusedEqualsMlpRecomputeWithDropout() {
+    auto dropout = [](CausalLM& lm, double p) {
+      for (auto& m : lm->modules())
+        if (auto* lin = dynamic_cast<odyssey::model::LinearImpl*>(m.get()); lin && lin->has_lora())
+          lin->lora_dropout = p;
+    };
+    same_steps_bitwise(
+        [&](CausalLM& lm) {
+          lm->set_fused_kernels(true);
+          lm->set_mlp_recompute_layers(every_layer(lm));
+          dropout(lm, 0.1);
+        },
+        [&](CausalLM& lm) {
+          lm->set_fused_kernels(true);
+          lm->set_checkpoint_layers(every_layer(lm));
+          dropout(lm, 0.1);
+        },
+        true);
+    if (QTest::currentTestFailed()) return;
+    same_steps_bitwise(
+        [&](CausalLM& lm) {
+          lm->set_fused_kernels(true);
+          lm->set_checkpoint_layers(every_layer(lm));
+          dropout(lm, 0.1);
+        },
+        [&](CausalLM& lm) {
+          lm->set_fused_kernels(true);
+          lm->set_checkpoint_layers(every_layer(lm));
+          lm->set_mlp_offload_layers(every_layer(lm), 1);
+          dropout(lm, 0.1);
+        },
+        true);
+    if (QTest::currentTestFailed()) return;
+    const Reference& R = reference("lora");
+    StepEngine with = engine(R, true), without = engine(R, true);
+    CausalLM mw = with.model(), mo = without.model();
+    mw->set_fused_kernels(true);
+    mo->set_fused_kernels(true);
+    dropout(mw, 0.1);
+    // (lora_B starts at zero: the first loss is the base model's either way; the adapters' gradients see the masks.)
+    torch::manual_seed(1);
+    const double dropped = with.step(batches(R)[0]).grad_norm;
+    torch::manual_seed(1);
+    const double kept = without.step(batches(R)[0]).grad_norm;
+    QVERIFY2(std::abs(dropped - kept) > 1e-3 * kept, (std::to_string(dropped) + " " + std::to_string(kept)).c_str());
+  }
+
   void loraParkedMatchesPeft() {
     check_loop("lora", true, [](CausalLM& lm) {
       lm->set_fused_kernels(true);

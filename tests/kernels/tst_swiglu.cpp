@@ -182,16 +182,23 @@ class TstSwiglu : public QObject {
   // the layers (add_rms_norm_reference, three projections as LinearImpl computes them,
   // swiglu_reference), differentiated by autograd. Every gradient: x, the residual, the norm
   // weight, and each projection's weight and bias (full) or adapters (LoRA on frozen weights).
+  // With LoRA dropout (LoraDropout, a draw per projection) the layers drop each adapter's input
+  // by the mask the draw gives (lora_dropout_mask, in the run's dtype; the float64 truth takes
+  // the same bits), as PEFT's nn.Dropout before lora_A: the fused op must use that one mask in
+  // forward and in both halves of backward, without keeping it.
   void rms_norm_mlp_vs_layers_data() {
     QTest::addColumn<QString>("mode");
     QTest::newRow("full, biases") << "full";
     QTest::newRow("LoRA r4 on frozen weights") << "lora";
     QTest::newRow("LoRA r4 on 4-bit NF4 bases") << "qlora";
+    QTest::newRow("LoRA r4, dropout 0.3") << "lora-dropout";
+    QTest::newRow("LoRA r4 on 4-bit NF4 bases, dropout 0.3") << "qlora-dropout";
   }
 
   void rms_norm_mlp_vs_layers() {
     QFETCH(QString, mode);
-    const bool full = mode == "full", lora = !full, quant = mode == "qlora";
+    const bool full = mode == "full", lora = !full, quant = mode.startsWith("qlora");
+    const bool dropout = mode.endsWith("dropout");
     const int64_t tokens = 29, hidden = 24, inter = 40, r = 4;
     // Its own generator: the tests after it keep the random draws they were tuned with.
     at::Generator gen = at::detail::createCPUGenerator(20261201);
@@ -211,7 +218,19 @@ class TstSwiglu : public QObject {
     }
     const Tensor gy = randn({1, tokens, hidden});
     const double scaling = 0.5;
-    auto run = [&](bool fused, torch::ScalarType dtype, bool skip_output = false) {
+    c10::intrusive_ptr<LoraDropout> drops[3];
+    if (dropout)
+      for (int p = 0; p < 3; ++p) {
+        drops[p] = c10::make_intrusive<LoraDropout>();
+        drops[p]->p = 0.3;
+        drops[p]->seed = 77 + static_cast<std::uint64_t>(p);
+        // Each draw drops some and keeps most of its [tokens, in] input.
+        const double kept = lora_dropout_mask(*drops[p], tokens, in[p], torch::kFloat32).mean().item<double>();
+        QVERIFY2(kept > 0.5 && kept < 0.9, std::to_string(kept).c_str());
+      }
+    // mask_dtype: the dtype whose mask bits the layers take (the fused run's).
+    auto run = [&](bool fused, torch::ScalarType dtype, bool skip_output = false,
+                   torch::ScalarType mask_dtype = torch::kFloat64) {
       const Tensor x = leaf(x0, dtype), res = leaf(res0, dtype), nw = leaf(nw0, dtype);
       const auto adt = dtype == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
       auto [n, sum] = fused ? add_rms_norm(x, res, nw, kEps) : add_rms_norm_reference(x, res, nw, kEps);
@@ -224,26 +243,34 @@ class TstSwiglu : public QObject {
         for (const Tensor& t : {w[p].weight, w[p].bias, w[p].lora_a, w[p].lora_b})
           if (t.defined() && t.requires_grad()) leaves.push_back(t);
       }
-      auto layer = [&](const Tensor& v, const LinearWeights& lw) {
+      auto layer = [&](const Tensor& v, const LinearWeights& lw, int p) {
         Tensor y = at::linear(v, lw.weight, lw.bias.defined() ? std::optional<Tensor>(lw.bias) : std::nullopt);
-        if (lora) y = y + at::linear(at::linear(v, lw.lora_a.to(dtype)), lw.lora_b.to(dtype)) * scaling;
+        Tensor va = v;
+        if (drops[p]) {
+          const Tensor mask =
+              lora_dropout_mask(*drops[p], tokens, v.size(-1), torch::TensorOptions().dtype(mask_dtype));
+          va = v * mask.to(dtype).view(v.sizes()) * (1.0 / (1.0 - drops[p]->p));
+        }
+        if (lora) y = y + at::linear(at::linear(va, lw.lora_a.to(dtype)), lw.lora_b.to(dtype)) * scaling;
         return y;
       };
       LinearWeights fw[3] = {w[0], w[1], w[2]};  // the fused op's: 4-bit bases in place of the weights
-      if (quant)
-        for (int p = 0; p < 3; ++p) fw[p].weight = Tensor(), fw[p].quant = q0[p];
+      for (int p = 0; p < 3; ++p) {
+        if (quant) fw[p].weight = Tensor(), fw[p].quant = q0[p];
+        fw[p].dropout = drops[p];
+      }
       const Tensor y = fused ? rms_norm_mlp(n, sum, nw, kEps, fw[0], fw[1], fw[2], skip_output)
-                             : layer(swiglu_reference(layer(n, w[0]), layer(n, w[1])), w[2]);
+                             : layer(swiglu_reference(layer(n, w[0], 0), layer(n, w[1], 1)), w[2], 2);
       // The norm's sum feeds the residual stream too (h + mlp(n) in the decoder).
       ((y.to(torch::kFloat64) * gy).sum() + (sum.to(torch::kFloat64) * x0).sum()).backward();
       std::vector<Tensor> g{y.detach()};
       for (const Tensor& t : leaves) g.push_back(t.grad());
       return g;
     };
-    const auto truth = run(false, torch::kFloat64);
     for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+      const auto truth = run(false, torch::kFloat64, false, dtype);
       const auto fused = run(true, dtype);
-      expect_like_layers(fused, run(false, dtype), truth, dtype);  // y, then each leaf's gradient
+      expect_like_layers(fused, run(false, dtype, false, dtype), truth, dtype);  // y, then each leaf's gradient
       if (QTest::currentTestFailed()) return;
       // skip_output (a checkpointed layer's recomputation): no value, zeros; every gradient
       // bit for bit the computed run's (backward recomputes the adapters' r-wide outputs).
@@ -253,6 +280,38 @@ class TstSwiglu : public QObject {
       for (std::size_t k = 1; k < fused.size(); ++k)
         QVERIFY2(torch::equal(skipped[k], fused[k]), qPrintable(QString("skip_output: gradient %1 differs").arg(k)));
     }
+  }
+
+  // The LoRA dropout mask (kernels/linear.h, LoraDropout): Bernoulli(1 - p) per element over
+  // several row blocks (the input is wider than one block holds rows for: 2^26 / in rows),
+  // the same bits from the same seed (forward and backward rely on it), other bits from
+  // another seed, and independent of where one block ends and the next begins.
+  void lora_dropout_mask_is_bernoulli() {
+    const int64_t in = int64_t{1} << 20, block = lora_dropout_block_rows(in), n = 2 * block + 3;
+    QCOMPARE(block, int64_t{64});
+    LoraDropout d;
+    d.p = 0.3;
+    d.seed = 5;
+    const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+    const Tensor m = lora_dropout_mask(d, n, in, f32);
+    QVERIFY(torch::equal(m, lora_dropout_mask(d, n, in, f32)));
+    QVERIFY(m.eq(0).logical_or(m.eq(1)).all().item<bool>());
+    // Kept fraction 0.7 within 6 standard deviations of n·in draws; per block too.
+    auto within = [&](const Tensor& part) {
+      const double count = static_cast<double>(part.numel()), kept = part.sum(torch::kFloat64).item<double>();
+      const double sd = std::sqrt(count * 0.3 * 0.7);
+      return std::abs(kept - 0.7 * count) < 6 * sd;
+    };
+    QVERIFY(within(m));
+    for (int64_t row = 0; row < n; row += block) QVERIFY(within(m.narrow(0, row, std::min(block, n - row))));
+    // Masks of different blocks and seeds disagree where independent draws would (≈ 42%).
+    LoraDropout e = d;
+    e.seed = 6;
+    const double differ =
+        m.ne(lora_dropout_mask(e, n, in, f32)).sum(torch::kFloat64).item<double>() / static_cast<double>(m.numel());
+    QVERIFY2(std::abs(differ - 0.42) < 0.01, std::to_string(differ).c_str());
+    const double across = m[0].ne(m[block]).sum(torch::kFloat64).item<double>() / static_cast<double>(in);
+    QVERIFY2(std::abs(across - 0.42) < 0.01, std::to_string(across).c_str());
   }
 
   void rms_norm_mlp_errors() {
