@@ -33,6 +33,7 @@ struct Options {
   int steps = 5, warmup = 2;
   std::int64_t lora_r = 16;
   double lora_alpha = 32;
+  double lora_dropout = 0.0;  // --lora-dropout P: 0 in every benchmark row unless asked (ms-swift's default is 0.05)
   std::string checkpointing = "all";  // all|none|auto|N
   bool fused = true;
   std::string offload = "off";  // --offload on|off|auto (auto: the memory planner chooses)

@@ -7,7 +7,7 @@
 // ("impl": "odyssey"), so tests/bench/compare.py joins the two.
 //
 //   odyssey-bench --shape qwen2.5-0.5b,qwen2.5-7b --seq 4096,16384,32768 --mode lora,full
-//                 [--steps 5] [--warmup 2] [--lora-r 16] [--lora-alpha 32]
+//                 [--steps 5] [--warmup 2] [--lora-r 16] [--lora-alpha 32] [--lora-dropout 0]
 //                 [--checkpointing all|auto|none|N] [--fused on|off] [--offload on|off|auto] [--mlp-tile auto|N]
 //                 [--keep-attention auto|all|none] [--mlp-recompute auto|N] [--mlp-offload auto|N]
 //                 [--mlp-park auto|N] [--mlp-park-stride S]

@@ -16,7 +16,7 @@ TrainConfig bench_config(const Options& o, const std::string& mode, std::int64_t
   c.tuner_type = mode;
   c.lora_rank = o.lora_r;
   c.lora_alpha = o.lora_alpha;
-  c.lora_dropout = 0.0;
+  c.lora_dropout = o.lora_dropout;
   c.target_modules = o.targets.empty() ? std::vector<std::string>{"all-linear"} : o.targets;
   c.max_length = seq;
   c.per_device_train_batch_size = 1;
@@ -71,6 +71,11 @@ int parse_options(int argc, char** argv, Options& o) {
       else if (a == "--warmup") o.warmup = std::stoi(next());
       else if (a == "--lora-r") o.lora_r = std::stoll(next());
       else if (a == "--lora-alpha") o.lora_alpha = std::stod(next());
+      else if (a == "--lora-dropout") {
+        o.lora_dropout = std::stod(next());
+        if (!(o.lora_dropout >= 0.0 && o.lora_dropout < 1.0))
+          throw std::invalid_argument("--lora-dropout takes a probability in [0, 1)");
+      }
       else if (a == "--checkpointing") o.checkpointing = next();
       else if (a == "--fused") o.fused = next() != "off";
       else if (a == "--offload") {

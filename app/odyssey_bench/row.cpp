@@ -107,6 +107,7 @@ nlohmann::ordered_json row_header(const Options& o, const std::string& shape, co
   if (mode == "lora") {
     rec["lora_r"] = o.lora_r;
     rec["lora_alpha"] = o.lora_alpha;
+    rec["lora_dropout"] = o.lora_dropout;
     std::string targets = "all-linear (7)";
     if (!o.targets.empty()) {
       targets.clear();
@@ -161,6 +162,7 @@ model::CausalLM build_model(const Options& o, const DecoderConfig& dc, const std
     train::LoraSettings ls;
     ls.rank = o.lora_r;
     ls.alpha = o.lora_alpha;
+    ls.dropout = o.lora_dropout;
     ls.target_modules = o.targets.empty() ? train::lora_module_names() : o.targets;
     train::apply_lora(lm, ls);
   }

@@ -130,6 +130,8 @@ def hf_setting(r) -> str:
         s += f", bnb {str(r['quant']).split()[0]}"
     if r.get("liger"):  # hf_bench.py --liger: a setting of its own, not a repeat of the plain line
         s += ", Liger"
+    if r.get("lora_dropout"):  # hf_bench.py --lora-dropout P (absent or 0: none)
+        s += f", dropout {r['lora_dropout']:g}"
     return s
 
 

@@ -360,7 +360,8 @@ def run_config(cfg_dict: dict, shape: str, mode: str, seq: int, checkpointing: s
            "hold_logits": args.hold_logits, "liger": bool(args.liger),
            "step": "held outputs" if args.hold_logits else "Trainer.training_step"}
     if mode == "lora":
-        rec.update(lora_r=args.lora_r, lora_alpha=args.lora_alpha, lora_targets="all-linear (7)")
+        rec.update(lora_r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
+                   lora_targets="all-linear (7)")
 
     if args.quant:
         rec.update(quant=f"{args.quant} (double quantization)", bitsandbytes=bnb_version())
@@ -375,7 +376,7 @@ def run_config(cfg_dict: dict, shape: str, mode: str, seq: int, checkpointing: s
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if mode == "lora":
             from peft import LoraConfig, get_peft_model
-            lcfg = LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=0.0,
+            lcfg = LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
                               target_modules=list(LORA_TARGETS), task_type="CAUSAL_LM")
             model = get_peft_model(model, lcfg)  # adapters in fp32 (autocast_adapter_dtype)
         model.train()
@@ -512,6 +513,8 @@ def main(argv=None) -> int:
                     help="CPU smoke tests only: a smaller vocabulary (the 152K-row embedding dominates a 1-layer model)")
     ap.add_argument("--lora-r", type=int, default=16, help="LoRA rank (16: the ANCHORS.md measurements)")
     ap.add_argument("--lora-alpha", type=float, default=32.0)
+    ap.add_argument("--lora-dropout", type=float, default=0.0,
+                    help="LoRA dropout (0 in every benchmark row unless asked; ms-swift's default is 0.05)")
     ap.add_argument("--optim", default="fused", choices=["fused", "foreach"], help="torch AdamW implementation")
     ap.add_argument("--sdpa-backend", default="default", choices=["default", "cudnn", "flash", "efficient", "math"],
                     help="SDPA backend put first in ATen's priority (default: PyTorch's own order)")

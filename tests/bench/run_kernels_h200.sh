@@ -107,6 +107,9 @@
 #             (--mlp-park 0), parked (--mlp-park count --mlp-park-stride stride), unparked, parked, one after the
 #             other; with PARK_ANCHORS=1 the HF + PEFT + Liger anchor first; park-ab-{hf,odyssey}.jsonl and
 #             park-ab-compare.md (the planned peak, which does not yet count the park's extra pair, against each)
+#   dropout   ms-swift's default lora_dropout 0.05 against 0 on issue 28's LoRA rows (DROPOUT_ROWS shape:seq, default
+#             the 7B at 24K): the Liger anchor with dropout 0.05, odyssey-bench under its peak with 0.05 and 0, the
+#             anchor with 0 (DROPOUT_ANCHOR0=0 skips it); dropout-{hf,odyssey}.jsonl, dropout-compare.md
 #   galore    Qwen2.5-7B-shaped full fine-tuning at 4K and 32K, every layer checkpointed: AdamW (pure
 #             bf16), GaLore and Q-GaLore rank 128 (the README's figures and docs/optimizers.md's table:
 #             run_optimizers_h200.sh one, writing galore.jsonl)
@@ -440,6 +443,27 @@ print(r[-1].get('peak_gib') or '' if r else '')")
       done
     done
     python3 tests/bench/compare.py $( [ -f "$PH" ] && echo "$PH") "$PO" | tee "$OUT/park-ab-compare.md" ;;
+  dropout)
+    # ms-swift's default lora_dropout 0.05 against dropout 0 (every other row's), issue 28's LoRA rows: per
+    # DROPOUT_ROWS row (shape:seq) the HF + PEFT + Liger anchor with dropout 0.05, odyssey-bench under its peak with
+    # dropout 0.05 and with 0, then (DROPOUT_ANCHOR0=1, the default) the anchor with dropout 0 (dropout-{hf,odyssey}.jsonl,
+    # dropout-compare.md). The fused path redraws the mask in backward (kernels::LoraDropout) instead of keeping it.
+    phase dropout
+    DH="$OUT/dropout-hf.jsonl" DO="$OUT/dropout-odyssey.jsonl" R="--steps 3 --warmup 2"
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+    for row in ${DROPOUT_ROWS:-qwen2.5-7b:24576}; do
+      IFS=: read -r S Q <<< "$row"
+      python3 tests/bench/hf_bench.py --device cuda --dtype bfloat16 --liger --lora-dropout 0.05 --shape $S --mode lora \
+        --seq $Q --checkpointing on $R --out "$DH" 2>&1 | grep -v '^{' | grep -v -i warn | tail -2
+      G=$(python3 -c "import json;l=[json.loads(x) for x in open('$DH') if x.strip()];print(l[-1].get('peak_gib', 0))")
+      for p in 0.05 0; do
+        $B --label "dropout $p under $G GiB" --checkpointing auto --offload auto --memory-gib $G --lora-dropout $p \
+          --shape $S --mode lora --seq $Q $R --out "$DO" | cut -c1-400
+      done
+      [ "${DROPOUT_ANCHOR0:-1}" = 1 ] && python3 tests/bench/hf_bench.py --device cuda --dtype bfloat16 --liger \
+        --shape $S --mode lora --seq $Q --checkpointing on $R --out "$DH" 2>&1 | grep -v '^{' | grep -v -i warn | tail -2
+    done
+    python3 tests/bench/compare.py "$DH" "$DO" | tee "$OUT/dropout-compare.md" ;;
   qlora-long)
     phase qlora-long
     for row in ${QLONG_ROWS:-llama-3.3-70b-instruct:131072}; do

@@ -159,6 +159,16 @@ class CompareTest(unittest.TestCase):
         self.assertIn("| ckpt on, bnb nf4, Liger | 28/28 | 6,161 |", out)
         self.assertIn("ckpt on, bnb nf4, Liger (28/28)", self.pair_rows(out)[0][10])
 
+    def test_dropout_anchor_is_a_setting_of_its_own(self):
+        # hf_bench.py --lora-dropout 0.05 beside the dropout-0 line of the same shape: two lines.
+        lines = [hf(LEASE_A, tps=5870.0, peak=27.9, liger=True, lora_dropout=0.0),
+                 hf(LEASE_A, tps=5500.0, peak=31.0, liger=True, lora_dropout=0.05)]
+        rc, out, err = self.run_compare(self.write("hf.jsonl", lines),
+                                        self.write("ody.jsonl", [ody(LEASE_A, "fast", 9800.0, 22.5)]))
+        self.assertEqual(rc, 0, err)
+        self.assertIn("| ckpt on, Liger | 28/28 | 5,870 |", out)
+        self.assertIn("| ckpt on, Liger, dropout 0.05 | 28/28 | 5,500 |", out)
+
     def test_every_hf_setting_oom(self):
         lines = [hf(LEASE_A, "on", oom=True), hf(LEASE_A, "off", oom=True)]
         rc, out, err = self.run_compare(self.write("hf.jsonl", lines),
