@@ -75,8 +75,7 @@ int parse_options(int argc, char** argv, Options& o) {
         o.lora_dropout = std::stod(next());
         if (!(o.lora_dropout >= 0.0 && o.lora_dropout < 1.0))
           throw std::invalid_argument("--lora-dropout takes a probability in [0, 1)");
-      }
-      else if (a == "--checkpointing") o.checkpointing = next();
+      } else if (a == "--checkpointing") o.checkpointing = next();
       else if (a == "--fused") o.fused = next() != "off";
       else if (a == "--offload") {
         o.offload = next();
