@@ -101,7 +101,11 @@ const std::array kFields = std::to_array<FieldSpec>({
     {"lora_alpha", "tuner", &TC::lora_alpha,
      "LoRA scaling numerator: the update is scaled by alpha / r (alpha / sqrt(r) with rsLoRA).", "lora_alpha", 0.0,
      1e6},
-    {"lora_dropout", "tuner", &TC::lora_dropout, "Dropout on the LoRA input.", "lora_dropout", 0.0, 0.99},
+    {"lora_dropout", "tuner", &TC::lora_dropout,
+     "Dropout on the LoRA input (PEFT's: each element kept with probability 1 − p, scaled by 1/(1 − p)). With "
+     "`fused_kernels` the mask is redrawn in backward instead of kept: nothing stored beyond dropout 0's, two mask "
+     "blocks of up to 2^26 elements while a projection runs (docs/kernels.md).",
+     "lora_dropout", 0.0, 0.99},
     {"use_rslora", "tuner", &TC::use_rslora, "Rank-stabilised LoRA: scale by alpha / sqrt(r).", "use_rslora"},
     {"target_modules", "tuner", &TC::target_modules,
      "Linear layers that get adapters: all-linear, or any of q_proj k_proj v_proj o_proj "
