@@ -64,15 +64,17 @@ void for_mask_blocks(const LoraDropout& d, std::int64_t n, std::int64_t in, cons
   }
 }
 
-// drop(x2) a^T for x2 [N, in] and a [r, in] in x2's dtype: [N, r], block by block.
+// drop(x2) a^T for x2 [N, in] and a [r, in] (any float dtype): [N, r] in x2's dtype, block by
+// block. The dropout's 1 / (1 - p) goes into the [r, in] factor (scaled in a's dtype, then cast),
+// not onto each masked block: one pass over the block fewer.
 torch::Tensor dropped_product(const torch::Tensor& x2, const torch::Tensor& a, const LoraDropout& d) {
   torch::Tensor out = at::empty({x2.size(0), a.size(0)}, x2.options());
-  const double scale = 1.0 / (1.0 - d.p);
+  const torch::Tensor scaled_t = (a * (1.0 / (1.0 - d.p))).to(x2.scalar_type()).t();
   for_mask_blocks(d, x2.size(0), x2.size(1), x2.options(),
                   [&](std::int64_t row, std::int64_t rows, torch::Tensor mask) {
-                    mask.mul_(x2.narrow(0, row, rows)).mul_(scale);
+                    mask.mul_(x2.narrow(0, row, rows));
                     torch::Tensor part = out.narrow(0, row, rows);
-                    at::mm_out(part, mask, a.t());
+                    at::mm_out(part, mask, scaled_t);
                   });
   return out;
 }
@@ -125,7 +127,7 @@ torch::Tensor linear_forward(const torch::Tensor& x, const LinearWeights& w, tor
   torch::Tensor y;
   if (w.lora_a.defined()) {
     const auto dt = x.scalar_type();
-    *lora_out = w.dropout ? dropped_product(x2, w.lora_a.to(dt), *w.dropout) : at::linear(x2, w.lora_a.to(dt));
+    *lora_out = w.dropout ? dropped_product(x2, w.lora_a, *w.dropout) : at::linear(x2, w.lora_a.to(dt));
     // The adapter's r-wide product first, written once into the output (the scaling as alpha,
     // the bias, if any, as its C), then the base GEMM adds itself onto it (beta = 1). A GEMM
     // of inner size r is bound by memory and the base one by compute, which reads C under its
@@ -216,22 +218,22 @@ LinearGrads linear_weight_grads(const LinearBackward& b, const torch::Tensor& x,
   if (w.lora_a.defined()) {
     const torch::Tensor x2 = x.defined() ? x.reshape({-1, x.size(-1)}) : x;
     if (want_a && w.dropout) {
-      // dA = da^T drop(x), each block's product in fp32 summed in fp32 (one rounding per block).
+      // dA = da^T drop(x): each block's da^T (mask x) summed in fp32 (one rounding per block),
+      // the 1 / (1 - p) applied once to the sum.
       torch::Tensor ga = at::zeros(w.lora_a.sizes(), x2.options().dtype(torch::kFloat32));
-      const double scale = 1.0 / (1.0 - w.dropout->p);
       for_mask_blocks(*w.dropout, x2.size(0), x2.size(1), x2.options(),
                       [&](std::int64_t row, std::int64_t rows, torch::Tensor mask) {
-                        mask.mul_(x2.narrow(0, row, rows)).mul_(scale);
+                        mask.mul_(x2.narrow(0, row, rows));
                         ga.add_(at::mm(b.da.narrow(0, row, rows).t(), mask).to(torch::kFloat32));
                       });
-      g.lora_a = ga.to(w.lora_a.scalar_type());
+      g.lora_a = ga.mul_(1.0 / (1.0 - w.dropout->p)).to(w.lora_a.scalar_type());
     } else if (want_a) {
       g.lora_a = at::mm(b.da.t(), x2).to(w.lora_a.scalar_type());
     }
     if (want_b) {
       // x A^T as linear_forward computed it, when the forward left it to backward.
       const torch::Tensor a = lora_out.defined() ? lora_out.reshape({-1, lora_out.size(-1)})
-                              : w.dropout        ? dropped_product(x2, w.lora_a.to(x2.scalar_type()), *w.dropout)
+                              : w.dropout        ? dropped_product(x2, w.lora_a, *w.dropout)
                                                  : at::linear(x2, w.lora_a.to(x2.scalar_type()));
       // dB = scaling dy^T (x A^T), the scaling applied to the [out, r] product.
       g.lora_b = at::mm(b.dy.t(), a).to(w.lora_b.scalar_type()).mul_(w.lora_scaling);
