@@ -64,12 +64,17 @@ void for_mask_blocks(const LoraDropout& d, std::int64_t n, std::int64_t in, cons
   }
 }
 
+// a^T / (1 - p) in `dtype`: the factor the masked blocks multiply (scaled in a's dtype, then cast).
+torch::Tensor dropout_scaled_a(const torch::Tensor& a, const LoraDropout& d, torch::ScalarType dtype) {
+  return (a * (1.0 / (1.0 - d.p))).to(dtype).t();
+}
+
 // drop(x2) a^T for x2 [N, in] and a [r, in] (any float dtype): [N, r] in x2's dtype, block by
-// block. The dropout's 1 / (1 - p) goes into the [r, in] factor (scaled in a's dtype, then cast),
-// not onto each masked block: one pass over the block fewer.
+// block. The dropout's 1 / (1 - p) goes into the [r, in] factor (dropout_scaled_a), not onto each
+// masked block: one pass over the block fewer.
 torch::Tensor dropped_product(const torch::Tensor& x2, const torch::Tensor& a, const LoraDropout& d) {
   torch::Tensor out = at::empty({x2.size(0), a.size(0)}, x2.options());
-  const torch::Tensor scaled_t = (a * (1.0 / (1.0 - d.p))).to(x2.scalar_type()).t();
+  const torch::Tensor scaled_t = dropout_scaled_a(a, d, x2.scalar_type());
   for_mask_blocks(d, x2.size(0), x2.size(1), x2.options(),
                   [&](std::int64_t row, std::int64_t rows, torch::Tensor mask) {
                     mask.mul_(x2.narrow(0, row, rows));
@@ -217,26 +222,37 @@ LinearGrads linear_weight_grads(const LinearBackward& b, const torch::Tensor& x,
   if (want_bias) g.bias = b.dy.is_cuda() && half ? at::mv(b.dy.t(), ones_like_rows(b.dy.size(0), b.dy)) : b.dy.sum(0);
   if (w.lora_a.defined()) {
     const torch::Tensor x2 = x.defined() ? x.reshape({-1, x.size(-1)}) : x;
-    if (want_a && w.dropout) {
-      // dA = da^T drop(x): each block's da^T (mask x) summed in fp32 (one rounding per block),
-      // the 1 / (1 - p) applied once to the sum.
-      torch::Tensor ga = at::zeros(w.lora_a.sizes(), x2.options().dtype(torch::kFloat32));
+    // With dropout, one walk over the mask's blocks serves both: dA = da^T drop(x), each block's
+    // da^T (mask x) summed in fp32 (one rounding per block, the 1 / (1 - p) applied once to the
+    // sum), and x A^T where the forward left it to backward (rms_norm_mlp's skip_output), block
+    // by block as dropped_product computes it (the same bits).
+    torch::Tensor lora_x = lora_out.defined() ? lora_out.reshape({-1, lora_out.size(-1)}) : torch::Tensor();
+    const bool redo_lora_x = want_b && !lora_x.defined();
+    if (w.dropout && (want_a || redo_lora_x)) {
+      torch::Tensor ga, scaled_t;
+      if (want_a) ga = at::zeros(w.lora_a.sizes(), x2.options().dtype(torch::kFloat32));
+      if (redo_lora_x) {
+        lora_x = at::empty({x2.size(0), w.lora_a.size(0)}, x2.options());
+        scaled_t = dropout_scaled_a(w.lora_a, *w.dropout, x2.scalar_type());
+      }
       for_mask_blocks(*w.dropout, x2.size(0), x2.size(1), x2.options(),
                       [&](std::int64_t row, std::int64_t rows, torch::Tensor mask) {
                         mask.mul_(x2.narrow(0, row, rows));
-                        ga.add_(at::mm(b.da.narrow(0, row, rows).t(), mask).to(torch::kFloat32));
+                        if (want_a) ga.add_(at::mm(b.da.narrow(0, row, rows).t(), mask).to(torch::kFloat32));
+                        if (redo_lora_x) {
+                          torch::Tensor part = lora_x.narrow(0, row, rows);
+                          at::mm_out(part, mask, scaled_t);
+                        }
                       });
-      g.lora_a = ga.mul_(1.0 / (1.0 - w.dropout->p)).to(w.lora_a.scalar_type());
+      if (want_a) g.lora_a = ga.mul_(1.0 / (1.0 - w.dropout->p)).to(w.lora_a.scalar_type());
     } else if (want_a) {
       g.lora_a = at::mm(b.da.t(), x2).to(w.lora_a.scalar_type());
     }
     if (want_b) {
       // x A^T as linear_forward computed it, when the forward left it to backward.
-      const torch::Tensor a = lora_out.defined() ? lora_out.reshape({-1, lora_out.size(-1)})
-                              : w.dropout        ? dropped_product(x2, w.lora_a, *w.dropout)
-                                                 : at::linear(x2, w.lora_a.to(x2.scalar_type()));
+      if (!lora_x.defined()) lora_x = at::linear(x2, w.lora_a.to(x2.scalar_type()));
       // dB = scaling dy^T (x A^T), the scaling applied to the [out, r] product.
-      g.lora_b = at::mm(b.dy.t(), a).to(w.lora_b.scalar_type()).mul_(w.lora_scaling);
+      g.lora_b = at::mm(b.dy.t(), lora_x).to(w.lora_b.scalar_type()).mul_(w.lora_scaling);
     }
   }
   return g;
