@@ -83,8 +83,8 @@ struct Terms {
   std::int64_t hidden_bytes = 0;  // one hidden-sized vector of a token in the compute dtype (b · h)
   std::int64_t attn_kept = 0;     // one layer's kept attention output + log-sum-exp (keep_attention); 0 = n/a
   // What a layer that is not checkpointed stops storing when its MLP recomputes its
-  // intermediates in backward (kernels::rms_norm_mlp: gate and up); 0 = n/a (unfused, LoRA
-  // dropout, tiled MLP).
+  // intermediates in backward (kernels::rms_norm_mlp: gate and up); 0 = n/a (unfused, tiled
+  // MLP).
   std::int64_t mlp_recompute_saved = 0;
   double recompute_mlp_flops = 0;  // its cost: the gate and up projections, forward FLOPs
   // The same bytes kept in pinned host memory instead (offload_activations, fused swiglu_down
