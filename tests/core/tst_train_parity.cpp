@@ -740,32 +740,20 @@ class TstTrainParity : public QObject {
         if (auto* lin = dynamic_cast<odyssey::model::LinearImpl*>(m.get()); lin && lin->has_lora())
           lin->lora_dropout = p;
     };
-    same_steps_bitwise(
-        [&](CausalLM& lm) {
-          lm->set_fused_kernels(true);
-          lm->set_mlp_recompute_layers(every_layer(lm));
-          dropout(lm, 0.1);
-        },
-        [&](CausalLM& lm) {
-          lm->set_fused_kernels(true);
-          lm->set_checkpoint_layers(every_layer(lm));
-          dropout(lm, 0.1);
-        },
-        true);
+    // The fused path with dropout 0.1, every layer recomputing its MLP or checkpointed, the latter parked or not.
+    enum Tier { MlpRecompute, Checkpointed, Parked };
+    auto tier = [&](Tier t) {
+      return [&dropout, t](CausalLM& lm) {
+        lm->set_fused_kernels(true);
+        if (t == MlpRecompute) lm->set_mlp_recompute_layers(every_layer(lm));
+        else lm->set_checkpoint_layers(every_layer(lm));
+        if (t == Parked) lm->set_mlp_offload_layers(every_layer(lm), 1);
+        dropout(lm, 0.1);
+      };
+    };
+    same_steps_bitwise(tier(MlpRecompute), tier(Checkpointed), true);
     if (QTest::currentTestFailed()) return;
-    same_steps_bitwise(
-        [&](CausalLM& lm) {
-          lm->set_fused_kernels(true);
-          lm->set_checkpoint_layers(every_layer(lm));
-          dropout(lm, 0.1);
-        },
-        [&](CausalLM& lm) {
-          lm->set_fused_kernels(true);
-          lm->set_checkpoint_layers(every_layer(lm));
-          lm->set_mlp_offload_layers(every_layer(lm), 1);
-          dropout(lm, 0.1);
-        },
-        true);
+    same_steps_bitwise(tier(Checkpointed), tier(Parked), true);
     if (QTest::currentTestFailed()) return;
     const Reference& R = reference("lora");
     StepEngine with = engine(R, true), without = engine(R, true);
