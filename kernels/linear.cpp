@@ -3,6 +3,9 @@
 #include "kernels/linear.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
@@ -12,7 +15,16 @@
 #include <tuple>
 #include <vector>
 
+#include "kernels/dtype.h"
 #include "kernels/linear_autograd.h"
+#include "kernels/lora_dropout_bits.h"
+
+#ifdef ODYSSEY_HAVE_CUDA_KERNELS
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "kernels/lora_dropout_launch.h"
+#endif
 
 namespace odyssey::kernels {
 
@@ -38,30 +50,77 @@ std::int64_t lora_dropout_block_rows(std::int64_t in_features) {
 
 namespace {
 
-// The generator of a draw on `device`: a private one of the device's kind, seeded with d.seed.
-at::Generator dropout_generator(const LoraDropout& d, const c10::Device& device) {
-  at::Generator def = at::globalContext().defaultGenerator(device);
-  at::Generator gen;
-  {
-    const std::lock_guard<std::mutex> lock(def.mutex());
-    gen = def.clone();
+// x (rows row0 … of an [n, in] input, [rows, in], last dimension contiguous) under d's mask
+// into out (same sizes; may be x): accumulate false, out = x where kept and 0 where dropped;
+// accumulate true, out += scale x where kept. The bits are lora_dropout_bits.h's, on the CPU
+// and in the CUDA kernel alike.
+void apply_mask(const LoraDropout& d, std::int64_t row0, std::int64_t in, const torch::Tensor& x, torch::Tensor& out,
+                bool accumulate, double scale) {
+  TORCH_CHECK(x.dim() == 2 && out.sizes() == x.sizes() && x.size(1) == in && x.stride(1) == 1 && out.stride(1) == 1 &&
+                  x.scalar_type() == out.scalar_type() && x.device() == out.device(),
+              "LoRA dropout: the input and output blocks must be [rows, ", in,
+              "] of one dtype and device with contiguous rows, got ", x.sizes(), " and ", out.sizes());
+  const std::uint64_t seed = d.seed, threshold = dropout_bits::keep_threshold(d.p);
+  const std::int64_t rows = x.size(0);
+#ifdef ODYSSEY_HAVE_CUDA_KERNELS
+  if (x.is_cuda() && supported_dtype(x.scalar_type())) {
+    const c10::cuda::CUDAGuard guard(x.device());
+    cuda::lora_dropout_apply(x.data_ptr(), x.stride(0), out.data_ptr(), out.stride(0), rows, in, row0, seed, threshold,
+                             accumulate, static_cast<float>(scale), dtype_code(x.scalar_type()),
+                             at::cuda::getCurrentCUDAStream().stream());
+    return;
   }
-  gen.set_current_seed(d.seed);
-  return gen;
+#endif
+  if (!x.is_cpu()) {  // no kernel for this device or dtype (float64 on a GPU: the selftest's exact runs)
+    const torch::Tensor xc = x.cpu().contiguous();
+    torch::Tensor oc = accumulate ? out.cpu().contiguous() : at::empty_like(xc);
+    apply_mask(d, row0, in, xc, oc, accumulate, scale);
+    out.copy_(oc);
+    return;
+  }
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "lora_dropout", [&] {
+    using opmath = at::opmath_type<scalar_t>;
+    const scalar_t* xp = x.const_data_ptr<scalar_t>();
+    scalar_t* op = out.mutable_data_ptr<scalar_t>();
+    const std::int64_t ldx = x.stride(0), ldo = out.stride(0);
+    const auto s = static_cast<opmath>(scale);
+    at::parallel_for(0, rows, 1, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t r = begin; r < end; ++r) {
+        const std::uint64_t base = static_cast<std::uint64_t>(row0 + r) * static_cast<std::uint64_t>(in);
+        std::uint64_t quad = ~std::uint64_t{0};
+        dropout_bits::Words w{};
+        for (std::int64_t c = 0; c < in; ++c) {
+          const std::uint64_t e = base + static_cast<std::uint64_t>(c);
+          if ((e >> 2) != quad) {
+            quad = e >> 2;
+            w = dropout_bits::quad(seed, quad);
+          }
+          const bool keep = dropout_bits::kept(w.w[e & 3], threshold);
+          const scalar_t v = xp[r * ldx + c];
+          scalar_t& o = op[r * ldo + c];
+          if (accumulate) {
+            if (keep) o = static_cast<scalar_t>(static_cast<opmath>(o) + s * static_cast<opmath>(v));
+          } else {
+            o = keep ? v : scalar_t(0);
+          }
+        }
+      }
+    });
+  });
 }
 
-// fn(first_row, rows, mask) for the blocks of an [n, in] input in row order, mask [rows, in] in
-// `options` (1 kept, 0 dropped), each drawn as it is needed and free for fn to overwrite. Every
-// caller walks the same blocks from the same seed, so forward and backward see the same bits.
+// fn(first_row, rows) for the blocks of lora_dropout_block_rows(in) rows of an [n, in] input,
+// in row order.
 template <typename Fn>
-void for_mask_blocks(const LoraDropout& d, std::int64_t n, std::int64_t in, const torch::TensorOptions& options,
-                     Fn&& fn) {
-  at::Generator gen = dropout_generator(d, options.device());
+void for_row_blocks(std::int64_t n, std::int64_t in, Fn&& fn) {
   const std::int64_t block = lora_dropout_block_rows(in);
-  for (std::int64_t row = 0; row < n; row += block) {
-    const std::int64_t rows = std::min(block, n - row);
-    fn(row, rows, at::empty({rows, in}, options).bernoulli_(1.0 - d.p, gen));
-  }
+  for (std::int64_t row = 0; row < n; row += block) fn(row, std::min(block, n - row));
+}
+
+// A buffer for one block of rows of an [n, in] input in `options`, of which each block takes
+// its first rows.
+torch::Tensor block_buffer(std::int64_t n, std::int64_t in, const torch::TensorOptions& options) {
+  return at::empty({std::min(n, lora_dropout_block_rows(in)), in}, options);
 }
 
 // a^T / (1 - p) in `dtype`: the factor the masked blocks multiply (scaled in a's dtype, then cast).
@@ -69,29 +128,32 @@ torch::Tensor dropout_scaled_a(const torch::Tensor& a, const LoraDropout& d, tor
   return (a * (1.0 / (1.0 - d.p))).to(dtype).t();
 }
 
-// drop(x2) a^T for x2 [N, in] and a [r, in] (any float dtype): [N, r] in x2's dtype, block by
-// block. The dropout's 1 / (1 - p) goes into the [r, in] factor (dropout_scaled_a), not onto each
-// masked block: one pass over the block fewer.
+// drop(x2) a^T for x2 [N, in] (contiguous rows) and a [r, in] (any float dtype): [N, r] in x2's
+// dtype, block by block, each block masked in one pass into a reused buffer. The dropout's
+// 1 / (1 - p) goes into the [r, in] factor (dropout_scaled_a), not onto each masked block.
 torch::Tensor dropped_product(const torch::Tensor& x2, const torch::Tensor& a, const LoraDropout& d) {
-  torch::Tensor out = at::empty({x2.size(0), a.size(0)}, x2.options());
+  const std::int64_t n = x2.size(0), in = x2.size(1);
+  torch::Tensor out = at::empty({n, a.size(0)}, x2.options());
   const torch::Tensor scaled_t = dropout_scaled_a(a, d, x2.scalar_type());
-  for_mask_blocks(d, x2.size(0), x2.size(1), x2.options(),
-                  [&](std::int64_t row, std::int64_t rows, torch::Tensor mask) {
-                    mask.mul_(x2.narrow(0, row, rows));
-                    torch::Tensor part = out.narrow(0, row, rows);
-                    at::mm_out(part, mask, scaled_t);
-                  });
+  torch::Tensor buffer = block_buffer(n, in, x2.options());
+  for_row_blocks(n, in, [&](std::int64_t row, std::int64_t rows) {
+    torch::Tensor masked = buffer.narrow(0, 0, rows);
+    apply_mask(d, row, in, x2.narrow(0, row, rows), masked, /*accumulate=*/false, 1.0);
+    torch::Tensor part = out.narrow(0, row, rows);
+    at::mm_out(part, masked, scaled_t);
+  });
   return out;
 }
+
+// The rows' last dimension contiguous, as apply_mask reads them.
+torch::Tensor with_contiguous_rows(const torch::Tensor& x2) { return x2.stride(1) == 1 ? x2 : x2.contiguous(); }
 
 }  // namespace
 
 torch::Tensor lora_dropout_mask(const LoraDropout& d, std::int64_t n, std::int64_t in,
                                 const torch::TensorOptions& options) {
-  torch::Tensor out = at::empty({n, in}, options);
-  for_mask_blocks(d, n, in, options, [&](std::int64_t row, std::int64_t rows, const torch::Tensor& mask) {
-    out.narrow(0, row, rows).copy_(mask);
-  });
+  torch::Tensor out = at::ones({n, in}, options);
+  apply_mask(d, 0, in, out, out, /*accumulate=*/false, 1.0);
   return out;
 }
 
@@ -132,7 +194,8 @@ torch::Tensor linear_forward(const torch::Tensor& x, const LinearWeights& w, tor
   torch::Tensor y;
   if (w.lora_a.defined()) {
     const auto dt = x.scalar_type();
-    *lora_out = w.dropout ? dropped_product(x2, w.lora_a, *w.dropout) : at::linear(x2, w.lora_a.to(dt));
+    *lora_out =
+        w.dropout ? dropped_product(with_contiguous_rows(x2), w.lora_a, *w.dropout) : at::linear(x2, w.lora_a.to(dt));
     // The adapter's r-wide product first, written once into the output (the scaling as alpha,
     // the bias, if any, as its C), then the base GEMM adds itself onto it (beta = 1). A GEMM
     // of inner size r is bound by memory and the base one by compute, which reads C under its
@@ -172,10 +235,14 @@ LinearBackward linear_input_grad(const torch::Tensor& dy, const LinearWeights& w
     b.input_grad = into.defined() ? into.addmm_(dy, weight) : at::mm(dy, weight);
     const torch::Tensor a = w.lora_a.to(dtype);
     const double scale = 1.0 / (1.0 - w.dropout->p);
-    for_mask_blocks(*w.dropout, dy.size(0), w.in_features(), b.input_grad.options(),
-                    [&](std::int64_t row, std::int64_t rows, const torch::Tensor& mask) {
-                      b.input_grad.narrow(0, row, rows).addcmul_(at::mm(b.da.narrow(0, row, rows), a), mask, scale);
-                    });
+    const std::int64_t n = dy.size(0), in = w.in_features();
+    torch::Tensor buffer = block_buffer(n, in, b.input_grad.options());
+    for_row_blocks(n, in, [&](std::int64_t row, std::int64_t rows) {
+      torch::Tensor product = buffer.narrow(0, 0, rows);
+      at::mm_out(product, b.da.narrow(0, row, rows), a);
+      torch::Tensor part = b.input_grad.narrow(0, row, rows);
+      apply_mask(*w.dropout, row, in, product, part, /*accumulate=*/true, scale);
+    });
   } else if (into.defined()) {
     b.input_grad = into.addmm_(dy, weight);
     if (b.da.defined()) b.input_grad.addmm_(b.da, w.lora_a.to(dtype));
@@ -235,15 +302,18 @@ LinearGrads linear_weight_grads(const LinearBackward& b, const torch::Tensor& x,
         lora_x = at::empty({x2.size(0), w.lora_a.size(0)}, x2.options());
         scaled_t = dropout_scaled_a(w.lora_a, *w.dropout, x2.scalar_type());
       }
-      for_mask_blocks(*w.dropout, x2.size(0), x2.size(1), x2.options(),
-                      [&](std::int64_t row, std::int64_t rows, torch::Tensor mask) {
-                        mask.mul_(x2.narrow(0, row, rows));
-                        if (want_a) ga.add_(at::mm(b.da.narrow(0, row, rows).t(), mask).to(torch::kFloat32));
-                        if (redo_lora_x) {
-                          torch::Tensor part = lora_x.narrow(0, row, rows);
-                          at::mm_out(part, mask, scaled_t);
-                        }
-                      });
+      const torch::Tensor xr = with_contiguous_rows(x2);
+      const std::int64_t n = xr.size(0), in = xr.size(1);
+      torch::Tensor buffer = block_buffer(n, in, xr.options());
+      for_row_blocks(n, in, [&](std::int64_t row, std::int64_t rows) {
+        torch::Tensor masked = buffer.narrow(0, 0, rows);
+        apply_mask(*w.dropout, row, in, xr.narrow(0, row, rows), masked, /*accumulate=*/false, 1.0);
+        if (want_a) ga.add_(at::mm(b.da.narrow(0, row, rows).t(), masked).to(torch::kFloat32));
+        if (redo_lora_x) {
+          torch::Tensor part = lora_x.narrow(0, row, rows);
+          at::mm_out(part, masked, scaled_t);
+        }
+      });
       if (want_a) g.lora_a = ga.mul_(1.0 / (1.0 - w.dropout->p)).to(w.lora_a.scalar_type());
     } else if (want_a) {
       g.lora_a = at::mm(b.da.t(), x2).to(w.lora_a.scalar_type());

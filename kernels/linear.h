@@ -17,10 +17,12 @@ namespace odyssey::kernels {
 
 // LoRA dropout on a fused projection's adapter input (PEFT's nn.Dropout before lora_A: each
 // element kept with probability 1 - p and then scaled by 1 / (1 - p)), without keeping the mask
-// or the dropped copy for backward: the mask is drawn, block of rows by block, from a generator
-// of its own seeded with `seed`, and drawn again from that seed wherever backward needs it. One
-// draw per forward call of a projection; a checkpointed layer's re-run draws the same seeds (the
-// default CPU generator's state is restored for it, model/activation_checkpoint.h).
+// or the dropped copy for backward: each element's bit is a function of `seed` and its position
+// in the [n, in] input (Philox4x32-10, kernels/lora_dropout_bits.h), computed where the element
+// is read (one pass: the CUDA kernel lora_dropout.cu, the same bits in a CPU loop), in forward and
+// again in backward. One draw per forward call of a projection; a checkpointed layer's re-run
+// draws the same seeds (the default CPU generator's state is restored for it,
+// model/activation_checkpoint.h).
 struct LoraDropout : torch::CustomClassHolder {
   double p = 0.0;
   std::uint64_t seed = 0;
@@ -29,14 +31,14 @@ struct LoraDropout : torch::CustomClassHolder {
   static c10::intrusive_ptr<LoraDropout> draw(double p);
 };
 
-// Rows of the adapter input per block of a LoraDropout's mask: 2^26 elements at most (128 MiB in
-// bf16), of which a forward or backward pass holds two at a time (the mask, and the masked input
-// or the masked gradient).
+// Rows of the adapter input per block the fused projections mask at a time: 2^26 elements at
+// most (128 MiB in bf16), one block buffer while a forward or backward pass runs (the masked
+// input, or the adapter's input gradient before it is masked into the projection's).
 std::int64_t lora_dropout_block_rows(std::int64_t in_features);
 
 // The mask of `d` over an [n, in] input as the fused projections apply it: 1 where an element is
-// kept, 0 where dropped, in `options`' dtype and device (the same blocks and generator, hence
-// the same bits). For tests and the selftest; the projections never materialize it whole.
+// kept, 0 where dropped, in `options`' dtype and device (the same bits on every device and in
+// every dtype). For tests and the selftest; the projections never materialize it.
 torch::Tensor lora_dropout_mask(const LoraDropout& d, std::int64_t n, std::int64_t in,
                                 const torch::TensorOptions& options);
 

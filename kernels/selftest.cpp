@@ -34,9 +34,6 @@ struct Case {
   Tensors cotangents;  // one per output, in the working dtype
   Fn fused, reference, exact;
   bool sixteen_bit_only = false;  // the fused op takes 16-bit inputs only (fp32 would run the reference)
-  // Told the dtype the fused op works in before the three runs (a LoRA dropout case's
-  // reference and exact runs take the mask bits the fused op draws in that dtype).
-  std::function<void(torch::ScalarType)> set_working;
 };
 
 // Outputs, then the gradients of Σ <output, cotangent> for the differentiable inputs. The
@@ -68,7 +65,6 @@ double unit_roundoff(torch::ScalarType t) {
 }
 
 void check(const Case& c, torch::ScalarType dtype, const std::string& path, std::vector<SelftestRow>* rows) {
-  if (c.set_working) c.set_working(dtype);
   const Tensors fused = evaluate(c, c.fused, dtype, dtype);
   const Tensors ref = evaluate(c, c.reference, dtype, dtype);
   const Tensors exact = evaluate(c, c.exact, dtype, torch::kFloat64);
@@ -416,7 +412,7 @@ Case rms_norm_linear_case(const torch::Device& dev, std::int64_t rows, std::int6
 // value checked is the MLP's, every gradient the skipping op's backward.
 // dropout > 0: each adapter's LoRA dropout (a LoraDropout draw per projection, fixed seeds),
 // which the fused op redraws in backward; the reference and exact runs drop their adapters'
-// inputs by the same mask bits (lora_dropout_mask in the fused op's dtype).
+// inputs by the same mask bits (lora_dropout_mask: the same bits in every dtype).
 Case rms_norm_mlp_case(const torch::Device& dev, std::int64_t rows, std::int64_t hidden, std::int64_t inter,
                        std::int64_t r, bool skip_output = false, double dropout = 0.0) {
   const double eps = 1e-6;
@@ -436,14 +432,12 @@ Case rms_norm_mlp_case(const torch::Device& dev, std::int64_t rows, std::int64_t
   c.differentiable.assign(c.inputs.size(), true);
   c.cotangents = {torch::randn({rows, hidden}, o)};
   std::vector<c10::intrusive_ptr<LoraDropout>> drops(3);
-  auto working = std::make_shared<torch::ScalarType>(torch::kFloat32);
   if (dropout > 0.0) {
     for (std::size_t k = 0; k < 3; ++k) {
       drops[k] = c10::make_intrusive<LoraDropout>();
       drops[k]->p = dropout;
       drops[k]->seed = 20261207 + k;
     }
-    c.set_working = [working](torch::ScalarType t) { *working = t; };
   }
   auto weights = [drops](const Tensors& in, std::size_t k) {
     LinearWeights w = projection_weights(in, 2 + 4 * k);
@@ -458,11 +452,10 @@ Case rms_norm_mlp_case(const torch::Device& dev, std::int64_t rows, std::int64_t
     if (!skip_output) return Tensors{mlp(false)};
     return Tensors{mlp(true) + mlp(false).detach()};
   };
-  c.reference = [eps, drops, working](const Tensors& in) {
+  c.reference = [eps, drops](const Tensors& in) {
     auto layer = [&](const torch::Tensor& x, std::size_t k) {
       if (!drops[k]) return projection_layers(x, in, 2 + 4 * k);
-      const torch::Tensor mask =
-          lora_dropout_mask(*drops[k], x.size(0), x.size(1), x.options().dtype(*working)).to(x.scalar_type());
+      const torch::Tensor mask = lora_dropout_mask(*drops[k], x.size(0), x.size(1), x.options());
       const torch::Tensor xd = x * mask * (1.0 / (1.0 - drops[k]->p));
       return at::linear(x, in[2 + 4 * k], in[3 + 4 * k]) +
              at::linear(at::linear(xd, in[4 + 4 * k]), in[5 + 4 * k]) * kScaling;
@@ -601,6 +594,31 @@ void check_dequantize(const torch::Device& dev, std::int64_t out, std::int64_t i
   }
 }
 
+// The LoRA dropout mask the CUDA kernel computes against the CPU loop's (lora_dropout_bits.h,
+// the same Philox bits): bit-identical in every dtype (bound 0), on an aligned width (the
+// 128-bit path) and an odd one (one element a thread).
+void check_dropout_mask(const torch::Device& dev, std::int64_t n, std::int64_t in, double p, const std::string& path,
+                        std::vector<SelftestRow>* rows) {
+  LoraDropout d;
+  d.p = p;
+  d.seed = 0x5eed0000ull + static_cast<std::uint64_t>(in);
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    const torch::Tensor got = lora_dropout_mask(d, n, in, torch::TensorOptions().device(dev).dtype(dtype));
+    const torch::Tensor want = lora_dropout_mask(d, n, in, torch::TensorOptions().dtype(dtype));
+    SelftestRow r;
+    r.kernel = "lora_dropout mask " + std::to_string(n) + "x" + std::to_string(in);
+    r.dtype = dtype == torch::kBFloat16 ? "bf16" : "fp32";
+    r.tensor = "mask";
+    r.path = path;
+    r.max_abs = (got.cpu().to(torch::kFloat64) - want.to(torch::kFloat64)).abs().max().item<double>();
+    r.rel = r.max_abs;
+    r.ref_rel = 0;
+    r.bound = 0;
+    r.ok = r.max_abs == 0.0;
+    rows->push_back(std::move(r));
+  }
+}
+
 std::vector<SelftestRow> run_selftest(const torch::Device& device) {
   torch::manual_seed(1234);
   const bool gpu = device.is_cuda();
@@ -707,6 +725,8 @@ std::vector<SelftestRow> run_selftest(const torch::Device& device) {
     check_dequantize(device, 14336, 4096, Quant4Type::NF4, true, path, &rows);
     check_dequantize(device, 4097, 129, Quant4Type::FP4, false, path, &rows);
     check_dequantize(device, 333, 77, Quant4Type::NF4, true, path, &rows);
+    check_dropout_mask(device, 4099, 18944, 0.05, path, &rows);
+    check_dropout_mask(device, 333, 37, 0.3, path, &rows);
   } else {
     check_dequantize(device, 33, 77, Quant4Type::NF4, true, path, &rows);
   }

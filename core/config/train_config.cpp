@@ -103,8 +103,8 @@ const std::array kFields = std::to_array<FieldSpec>({
      1e6},
     {"lora_dropout", "tuner", &TC::lora_dropout,
      "Dropout on the LoRA input (PEFT's: each element kept with probability 1 − p, scaled by 1/(1 − p)). With "
-     "`fused_kernels` the mask is redrawn in backward instead of kept: nothing stored beyond dropout 0's, two mask "
-     "blocks of up to 2^26 elements while a projection runs (docs/kernels.md).",
+     "`fused_kernels` the mask is redrawn in backward instead of kept: nothing stored beyond dropout 0's, one block "
+     "of up to 2^26 masked elements while a projection runs (docs/kernels.md).",
      "lora_dropout", 0.0, 0.99},
     {"use_rslora", "tuner", &TC::use_rslora, "Rank-stabilised LoRA: scale by alpha / sqrt(r).", "use_rslora"},
     {"target_modules", "tuner", &TC::target_modules,

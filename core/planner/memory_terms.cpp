@@ -327,7 +327,7 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
   const double dropout = t.lora ? c.lora_dropout : 0.0;
   // LoRA dropout: PEFT (and the engine with fused_kernels false) keeps each adapter's dropped
   // input and its mask; the fused engine's projections redraw the mask in backward
-  // (kernels::LoraDropout) and keep neither, holding two blocks of it while they run.
+  // (kernels::LoraDropout) and keep neither, holding one block of masked rows while they run.
   const bool dropout_kept = dropout > 0.0 && (t.hf || !c.fused_kernels);
   // PEFT (and the engine with fused_kernels false) casts each adapter's input to fp32: an own
   // copy per adapter. With fused_kernels the engine computes adapters in the input's dtype on
@@ -559,7 +559,7 @@ void tile_mlp(Terms& t, std::int64_t tile) {
 }
 
 std::int64_t dropout_blocks(const Terms& t, std::int64_t tokens, std::int64_t in) {
-  return 2 * t.dropout_element_bytes * std::min<std::int64_t>(std::int64_t{1} << 26, tokens * in);
+  return t.dropout_element_bytes * std::min<std::int64_t>(std::int64_t{1} << 26, tokens * in);
 }
 
 std::int64_t park_stride(const Terms& t) {

@@ -132,8 +132,8 @@ Terms compute_terms(const TrainConfig& c, const HfModelConfig& m, const PlannerO
 void tile_mlp(Terms& t, std::int64_t tile);
 
 // What the fused LoRA dropout holds while a projection of `in` input features runs over
-// `tokens` rows: two blocks of its mask (kernels::lora_dropout_block_rows, 2^26 elements at
-// most); 0 without it.
+// `tokens` rows: one block of masked rows (the masked input, or the adapter's input gradient
+// before it is masked in: kernels::lora_dropout_block_rows, 2^26 elements at most); 0 without it.
 std::int64_t dropout_blocks(const Terms& t, std::int64_t tokens, std::int64_t in);
 
 struct Eval {

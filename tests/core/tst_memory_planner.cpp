@@ -1113,21 +1113,21 @@ class TestMemoryPlanner : public QObject {
     eager.attn_impl = "eager";
     QVERIFY(plan_memory(eager, m).peak_bytes > plan_memory(lora_7b(8192, true), m).peak_bytes + 10 * kGiB);
     // LoRA dropout: the reference ops keep a dropped copy (and a mask) of each adapter's input, the fused
-    // projections only two blocks of the mask while one runs (kernels::LoraDropout, 2^26 elements each).
+    // projections only one block of masked rows while one runs (kernels::LoraDropout, 2^26 elements).
     for (const bool fused : {true, false}) {
       TrainConfig drop = lora_7b(8192, fused);
       drop.lora_dropout = 0.05;
       const MemoryPlan pd = plan_memory(drop, m), p0 = plan_memory(lora_7b(8192, fused), m);
       const planner_detail::Terms td = planner_detail::compute_terms(drop, m, {}),
                                   t0 = planner_detail::compute_terms(lora_7b(8192, fused), m, {});
-      const std::int64_t blocks = 2 * 2 * (std::int64_t{1} << 26);  // bf16
+      const std::int64_t blocks = 2 * (std::int64_t{1} << 26);  // one bf16 block
       qInfo("fused %d: dropout adds %.3f GiB to the peak, %.3f GiB per stored layer", fused ? 1 : 0,
             static_cast<double>(pd.peak_bytes - p0.peak_bytes) / kGiB,
             static_cast<double>(td.dropout_per_layer) / kGiB);
       if (fused) {
         QCOMPARE(td.dropout_per_layer, std::int64_t{0});
         QCOMPARE(td.per_token_layer, t0.per_token_layer);
-        QCOMPARE(td.bwd_mlp - t0.bwd_mlp, blocks);  // 8192 x 18944 elements > 2^26: whole blocks
+        QCOMPARE(td.bwd_mlp - t0.bwd_mlp, blocks);  // 8192 x 18944 elements > 2^26: a whole block
         QVERIFY(pd.peak_bytes >= p0.peak_bytes && pd.peak_bytes - p0.peak_bytes <= 2 * blocks);
       } else {
         // dropped copy (4 B, fp32 adapters) + mask (1 B) of each of the seven inputs: q, k, v, o, gate and up

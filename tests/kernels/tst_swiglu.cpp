@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/lora_dropout_bits.h"
 #include "kernels/quant4.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
@@ -183,8 +184,8 @@ class TstSwiglu : public QObject {
   // swiglu_reference), differentiated by autograd. Every gradient: x, the residual, the norm
   // weight, and each projection's weight and bias (full) or adapters (LoRA on frozen weights).
   // With LoRA dropout (LoraDropout, a draw per projection) the layers drop each adapter's input
-  // by the mask the draw gives (lora_dropout_mask, in the run's dtype; the float64 truth takes
-  // the same bits), as PEFT's nn.Dropout before lora_A: the fused op must use that one mask in
+  // by the mask the draw gives (lora_dropout_mask: the same bits in every dtype), as PEFT's
+  // nn.Dropout before lora_A: the fused op must use that one mask in
   // forward and in both halves of backward, without keeping it.
   void rms_norm_mlp_vs_layers_data() {
     QTest::addColumn<QString>("mode");
@@ -228,9 +229,7 @@ class TstSwiglu : public QObject {
         const double kept = lora_dropout_mask(*drops[p], tokens, in[p], torch::kFloat32).mean().item<double>();
         QVERIFY2(kept > 0.5 && kept < 0.9, std::to_string(kept).c_str());
       }
-    // mask_dtype: the dtype whose mask bits the layers take (the fused run's).
-    auto run = [&](bool fused, torch::ScalarType dtype, bool skip_output = false,
-                   torch::ScalarType mask_dtype = torch::kFloat64) {
+    auto run = [&](bool fused, torch::ScalarType dtype, bool skip_output = false) {
       const Tensor x = leaf(x0, dtype), res = leaf(res0, dtype), nw = leaf(nw0, dtype);
       const auto adt = dtype == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
       auto [n, sum] = fused ? add_rms_norm(x, res, nw, kEps) : add_rms_norm_reference(x, res, nw, kEps);
@@ -247,9 +246,8 @@ class TstSwiglu : public QObject {
         Tensor y = at::linear(v, lw.weight, lw.bias.defined() ? std::optional<Tensor>(lw.bias) : std::nullopt);
         Tensor va = v;
         if (drops[p]) {
-          const Tensor mask =
-              lora_dropout_mask(*drops[p], tokens, v.size(-1), torch::TensorOptions().dtype(mask_dtype));
-          va = v * mask.to(dtype).view(v.sizes()) * (1.0 / (1.0 - drops[p]->p));
+          const Tensor mask = lora_dropout_mask(*drops[p], tokens, v.size(-1), torch::TensorOptions().dtype(dtype));
+          va = v * mask.view(v.sizes()) * (1.0 / (1.0 - drops[p]->p));
         }
         if (lora) y = y + at::linear(at::linear(va, lw.lora_a.to(dtype)), lw.lora_b.to(dtype)) * scaling;
         return y;
@@ -268,9 +266,9 @@ class TstSwiglu : public QObject {
       return g;
     };
     for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
-      const auto truth = run(false, torch::kFloat64, false, dtype);
+      const auto truth = run(false, torch::kFloat64);
       const auto fused = run(true, dtype);
-      expect_like_layers(fused, run(false, dtype, false, dtype), truth, dtype);  // y, then each leaf's gradient
+      expect_like_layers(fused, run(false, dtype), truth, dtype);  // y, then each leaf's gradient
       if (QTest::currentTestFailed()) return;
       // skip_output (a checkpointed layer's recomputation): no value, zeros; every gradient
       // bit for bit the computed run's (backward recomputes the adapters' r-wide outputs).
@@ -282,36 +280,70 @@ class TstSwiglu : public QObject {
     }
   }
 
-  // The LoRA dropout mask (kernels/linear.h, LoraDropout): Bernoulli(1 - p) per element over
-  // several row blocks (the input is wider than one block holds rows for: 2^26 / in rows),
-  // the same bits from the same seed (forward and backward rely on it), other bits from
-  // another seed, and independent of where one block ends and the next begins.
+  // The generator under the LoRA dropout mask (kernels/lora_dropout_bits.h): Philox4x32-10
+  // against the known-answer vectors Random123 publishes for it (kat_vectors: counter and key
+  // zero, all ones, and the digits of pi).
+  void lora_dropout_bits_are_philox() {
+    using dropout_bits::philox4x32_10;
+    auto words = [](const dropout_bits::Words& w) { return std::vector<std::uint32_t>(w.w, w.w + 4); };
+    QCOMPARE(words(philox4x32_10(0, 0, 0, 0, 0, 0)),
+             (std::vector<std::uint32_t>{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}));
+    QCOMPARE(words(philox4x32_10(~0u, ~0u, ~0u, ~0u, ~0u, ~0u)),
+             (std::vector<std::uint32_t>{0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}));
+    QCOMPARE(words(philox4x32_10(0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u, 0xa4093822u, 0x299f31d0u)),
+             (std::vector<std::uint32_t>{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}));
+    QCOMPARE(dropout_bits::keep_threshold(0.5), std::uint64_t{1} << 31);
+    QCOMPARE(dropout_bits::keep_threshold(0.05), std::uint64_t{4080218931});  // round(0.95 * 2^32)
+  }
+
+  // The LoRA dropout mask (kernels/linear.h, LoraDropout): Bernoulli(1 - p) per element, the
+  // same bits from the same seed in every dtype (forward and backward rely on it), other bits
+  // from another seed or another row, each element's bit word e % 4 of the Philox call for
+  // e / 4 (e = row · in + column, so a 4-element call straddles rows when in is not a multiple
+  // of 4), and a longer input's mask starts with a shorter one's (blocks of rows do not move
+  // the bits).
   void lora_dropout_mask_is_bernoulli() {
-    const int64_t in = int64_t{1} << 20, block = lora_dropout_block_rows(in), n = 2 * block + 3;
-    QCOMPARE(block, int64_t{64});
+    const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+    for (const double p : {0.3, 0.05}) {
+      const int64_t in = int64_t{1} << 16, n = 300;
+      LoraDropout d;
+      d.p = p;
+      d.seed = 5;
+      const Tensor m = lora_dropout_mask(d, n, in, f32);
+      QVERIFY(torch::equal(m, lora_dropout_mask(d, n, in, f32)));
+      QVERIFY(torch::equal(
+          m, lora_dropout_mask(d, n, in, torch::TensorOptions().dtype(torch::kBFloat16)).to(torch::kFloat32)));
+      QVERIFY(m.eq(0).logical_or(m.eq(1)).all().item<bool>());
+      // Kept fraction 1 - p within 6 standard deviations of n·in draws.
+      const double count = static_cast<double>(m.numel()), kept = m.sum(torch::kFloat64).item<double>();
+      QVERIFY2(std::abs(kept - (1 - p) * count) < 6 * std::sqrt(count * p * (1 - p)), std::to_string(kept).c_str());
+      // Another seed, or another row, disagrees where independent draws would: 2p(1 - p).
+      LoraDropout e = d;
+      e.seed = 6;
+      const double expected = 2 * p * (1 - p);
+      const double differ =
+          m.ne(lora_dropout_mask(e, n, in, f32)).sum(torch::kFloat64).item<double>() / static_cast<double>(m.numel());
+      QVERIFY2(std::abs(differ - expected) < 0.005, std::to_string(differ).c_str());
+      const double across = m[0].ne(m[1]).sum(torch::kFloat64).item<double>() / static_cast<double>(in);
+      QVERIFY2(std::abs(across - expected) < 0.02, std::to_string(across).c_str());
+    }
+    // Element by element, on a width that is not a multiple of 4; a prefix of rows.
     LoraDropout d;
     d.p = 0.3;
-    d.seed = 5;
-    const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+    d.seed = (std::uint64_t{0x9e3779b9} << 32) | 0x7f4a7c15u;
+    const int64_t in = 37, n = 50;
     const Tensor m = lora_dropout_mask(d, n, in, f32);
-    QVERIFY(torch::equal(m, lora_dropout_mask(d, n, in, f32)));
-    QVERIFY(m.eq(0).logical_or(m.eq(1)).all().item<bool>());
-    // Kept fraction 0.7 within 6 standard deviations of n·in draws; per block too.
-    auto within = [&](const Tensor& part) {
-      const double count = static_cast<double>(part.numel()), kept = part.sum(torch::kFloat64).item<double>();
-      const double sd = std::sqrt(count * 0.3 * 0.7);
-      return std::abs(kept - 0.7 * count) < 6 * sd;
-    };
-    QVERIFY(within(m));
-    for (int64_t row = 0; row < n; row += block) QVERIFY(within(m.narrow(0, row, std::min(block, n - row))));
-    // Masks of different blocks and seeds disagree where independent draws would (≈ 42%).
-    LoraDropout e = d;
-    e.seed = 6;
-    const double differ =
-        m.ne(lora_dropout_mask(e, n, in, f32)).sum(torch::kFloat64).item<double>() / static_cast<double>(m.numel());
-    QVERIFY2(std::abs(differ - 0.42) < 0.01, std::to_string(differ).c_str());
-    const double across = m[0].ne(m[block]).sum(torch::kFloat64).item<double>() / static_cast<double>(in);
-    QVERIFY2(std::abs(across - 0.42) < 0.01, std::to_string(across).c_str());
+    QVERIFY(torch::equal(lora_dropout_mask(d, 17, in, f32), m.narrow(0, 0, 17)));
+    const auto threshold = static_cast<std::uint64_t>(std::llround(0.7 * 4294967296.0));
+    const auto acc = m.accessor<float, 2>();
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = 0; c < in; ++c) {
+        const auto e = static_cast<std::uint64_t>(r * in + c);
+        const dropout_bits::Words w =
+            dropout_bits::philox4x32_10(static_cast<std::uint32_t>(e >> 2), static_cast<std::uint32_t>(e >> 34), 0, 0,
+                                        static_cast<std::uint32_t>(d.seed), static_cast<std::uint32_t>(d.seed >> 32));
+        QCOMPARE(acc[r][c], w.w[e & 3] < threshold ? 1.0f : 0.0f);
+      }
   }
 
   void rms_norm_mlp_errors() {
