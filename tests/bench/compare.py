@@ -23,7 +23,8 @@ recomputed, set against two HF settings of the same lease:
   (b) HF's fastest setting whose peak is at least Odyssey's: the speed-up at equal or larger
       memory for HF, the figure for the lean rows ("—" when every HF setting needed less
       memory than the Odyssey row).
-Both prefer HF lines with the Trainer step; held-output lines are used only where a lease
+Both are taken among the HF lines with the Odyssey line's LoRA dropout (lora_dropout, absent
+meaning 0) where the lease has any. Both prefer HF lines with the Trainer step; held-output lines are used only where a lease
 has no other, and say so. Speed-up = Odyssey tokens/s ÷ HF tokens/s; memory ratio = Odyssey
 peak GiB ÷ HF peak GiB (below 1: Odyssey needs less). Differences in the settings the two
 sides ran with (LoRA rank, dtype, device, layers, vocabulary, batch) are listed under the
@@ -46,7 +47,7 @@ import sys
 
 IMPLS = ("hf", "odyssey")
 # Settings that must agree for a pair to compare like with like (when both sides report them).
-SAME = ("lora_r", "dtype", "device_name", "layers", "vocab", "batch")
+SAME = ("lora_r", "lora_dropout", "dtype", "device_name", "layers", "vocab", "batch")
 
 
 class Lease:
@@ -192,6 +193,11 @@ def ratio(a, b, fmt="{:.2f}×"):
     return fmt.format(a / b) if a is not None and b not in (None, 0.0) else "—"
 
 
+def dropout_of(r) -> float:
+    """The line's LoRA dropout (hf_bench.py and odyssey-bench --lora-dropout; absent: 0)."""
+    return float(r.get("lora_dropout") or 0.0)
+
+
 def fastest(lines):
     """The fastest line that ran (tokens/s known); None when all ran out of memory."""
     ran = [r for r in lines if num(r, "tokens_per_s") is not None]
@@ -261,6 +267,11 @@ def tables(ody, hf, leases, allow_mixed: bool):
             continue
         else:
             cands = []
+        # An Odyssey line with LoRA dropout against the anchors with the same dropout (the
+        # anchor's cost of dropout is part of the comparison), where the lease has any.
+        same_dropout = [r for r in cands if dropout_of(r) == dropout_of(o)]
+        if same_dropout:
+            cands = same_dropout
         a, b = choose(cands, o) if cands else (None, None)
         lease_cell = lease.name
         if mixed:

@@ -169,6 +169,22 @@ class CompareTest(unittest.TestCase):
         self.assertIn("| ckpt on, Liger | 28/28 | 5,870 |", out)
         self.assertIn("| ckpt on, Liger, dropout 0.05 | 28/28 | 5,500 |", out)
 
+    def test_dropout_lines_pair_with_the_anchor_of_their_dropout(self):
+        # The dropout-0 anchor is faster; an Odyssey line with dropout 0.05 is set against the
+        # dropout-0.05 anchor, the dropout-0 line against the dropout-0 one.
+        lines = [hf(LEASE_A, tps=5884.0, peak=27.9, liger=True, lora_dropout=0.0),
+                 hf(LEASE_A, tps=5543.0, peak=29.9, liger=True, lora_dropout=0.05)]
+        odys = [ody(LEASE_A, "dropout 0.05", 9341.0, 25.1, lora_dropout=0.05),
+                ody(LEASE_A, "dropout 0", 9863.0, 25.0, lora_dropout=0.0)]
+        rc, out, err = self.run_compare(self.write("hf.jsonl", lines), self.write("ody.jsonl", odys))
+        self.assertEqual(rc, 0, err)
+        rows = {r[4]: r for r in self.pair_rows(out)}
+        self.assertIn("dropout 0.05 (28/28): 5,543/s", rows["dropout 0.05"][10])
+        self.assertEqual(rows["dropout 0.05"][11], "1.69×")
+        self.assertIn("Liger (28/28): 5,884/s", rows["dropout 0"][10])
+        self.assertEqual(rows["dropout 0"][11], "1.68×")
+        self.assertNotIn("lora_dropout differs", out)
+
     def test_every_hf_setting_oom(self):
         lines = [hf(LEASE_A, "on", oom=True), hf(LEASE_A, "off", oom=True)]
         rc, out, err = self.run_compare(self.write("hf.jsonl", lines),
