@@ -446,8 +446,9 @@ print(r[-1].get('peak_gib') or '' if r else '')")
   dropout)
     # ms-swift's default lora_dropout 0.05 against dropout 0 (every other row's), issue 28's LoRA rows: per
     # DROPOUT_ROWS row (shape:seq) the HF + PEFT + Liger anchor with dropout 0.05, odyssey-bench under its peak with
-    # dropout 0.05 and with 0, then (DROPOUT_ANCHOR0=1, the default) the anchor with dropout 0 (dropout-{hf,odyssey}.jsonl,
-    # dropout-compare.md). The fused path redraws the mask in backward (kernels::LoraDropout) instead of keeping it.
+    # dropout 0.05 and with 0 (DROPOUT_PS, default "0.05 0"), then (DROPOUT_ANCHOR0=1, the default) the anchor with
+    # dropout 0 (dropout-{hf,odyssey}.jsonl, dropout-compare.md). The fused path recomputes the mask in backward
+    # (kernels::LoraDropout) instead of keeping it.
     phase dropout
     DH="$OUT/dropout-hf.jsonl" DO="$OUT/dropout-odyssey.jsonl" R="--steps 3 --warmup 2"
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
@@ -456,7 +457,7 @@ print(r[-1].get('peak_gib') or '' if r else '')")
       python3 tests/bench/hf_bench.py --device cuda --dtype bfloat16 --liger --lora-dropout 0.05 --shape $S --mode lora \
         --seq $Q --checkpointing on $R --out "$DH" 2>&1 | grep -v '^{' | grep -v -i warn | tail -2
       G=$(python3 -c "import json;l=[json.loads(x) for x in open('$DH') if x.strip()];print(l[-1].get('peak_gib', 0))")
-      for p in 0.05 0; do
+      for p in ${DROPOUT_PS:-0.05 0}; do
         $B --label "dropout $p under $G GiB" --checkpointing auto --offload auto --memory-gib $G --lora-dropout $p \
           --shape $S --mode lora --seq $Q $R --out "$DO" | cut -c1-400
       done
