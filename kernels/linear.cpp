@@ -40,8 +40,23 @@ c10::intrusive_ptr<LoraDropout> LoraDropout::draw(double p) {
   at::Generator gen = at::detail::getDefaultCPUGenerator();
   const std::lock_guard<std::mutex> lock(gen.mutex());
   d->seed = at::check_generator<at::CPUGeneratorImpl>(gen)->random64();
+  d->rows = LoraDropoutRows::current();
   return d;
 }
+
+namespace {
+thread_local torch::Tensor current_rows;  // LoraDropoutRows' scope on this thread
+}  // namespace
+
+LoraDropoutRows::LoraDropoutRows(torch::Tensor rows) : previous_(std::move(current_rows)) {
+  TORCH_CHECK(!rows.defined() || (rows.dim() == 1 && rows.scalar_type() == torch::kInt64),
+              "LoRA dropout rows must be an int64 vector, got ", rows.sizes(), " ", rows.scalar_type());
+  current_rows = rows.defined() ? rows.contiguous() : rows;
+}
+
+LoraDropoutRows::~LoraDropoutRows() { current_rows = std::move(previous_); }
+
+torch::Tensor LoraDropoutRows::current() { return current_rows; }
 
 std::int64_t lora_dropout_block_rows(std::int64_t in_features) {
   constexpr std::int64_t kBlockElements = std::int64_t{1} << 26;
@@ -54,18 +69,23 @@ namespace {
 // into out (same sizes; may be x): accumulate false, out = x where kept and 0 where dropped;
 // accumulate true, out += scale x where kept. The bits are lora_dropout_bits.h's, on the CPU
 // and in the CUDA kernel alike.
-void apply_mask(const LoraDropout& d, std::int64_t row0, std::int64_t in, const torch::Tensor& x, torch::Tensor& out,
-                bool accumulate, double scale) {
+void apply_mask(const LoraDropout& d, std::int64_t n, std::int64_t row0, std::int64_t in, const torch::Tensor& x,
+                torch::Tensor& out, bool accumulate, double scale) {
   TORCH_CHECK(x.dim() == 2 && out.sizes() == x.sizes() && x.size(1) == in && x.stride(1) == 1 && out.stride(1) == 1 &&
                   x.scalar_type() == out.scalar_type() && x.device() == out.device(),
               "LoRA dropout: the input and output blocks must be [rows, ", in,
               "] of one dtype and device with contiguous rows, got ", x.sizes(), " and ", out.sizes());
   const std::uint64_t seed = d.seed, threshold = dropout_bits::keep_threshold(d.p);
   const std::int64_t rows = x.size(0);
+  TORCH_CHECK(row0 >= 0 && row0 + rows <= n, "LoRA dropout: rows ", row0, " + ", rows, " of ", n);
+  // The block's rows' positions: d.rows where it covers the input, else the rows' own indices.
+  torch::Tensor index;
+  if (d.rows.defined() && d.rows.size(0) == n) index = d.rows.narrow(0, row0, rows).to(x.device());
 #ifdef ODYSSEY_HAVE_CUDA_KERNELS
   if (x.is_cuda() && supported_dtype(x.scalar_type())) {
     const c10::cuda::CUDAGuard guard(x.device());
-    cuda::lora_dropout_apply(x.data_ptr(), x.stride(0), out.data_ptr(), out.stride(0), rows, in, row0, seed, threshold,
+    cuda::lora_dropout_apply(x.data_ptr(), x.stride(0), out.data_ptr(), out.stride(0), rows, in, row0,
+                             index.defined() ? index.const_data_ptr<std::int64_t>() : nullptr, seed, threshold,
                              accumulate, static_cast<float>(scale), dtype_code(x.scalar_type()),
                              at::cuda::getCurrentCUDAStream().stream());
     return;
@@ -74,10 +94,13 @@ void apply_mask(const LoraDropout& d, std::int64_t row0, std::int64_t in, const 
   if (!x.is_cpu()) {  // no kernel for this device or dtype (float64 on a GPU: the selftest's exact runs)
     const torch::Tensor xc = x.cpu().contiguous();
     torch::Tensor oc = accumulate ? out.cpu().contiguous() : at::empty_like(xc);
-    apply_mask(d, row0, in, xc, oc, accumulate, scale);
+    LoraDropout dc = d;
+    if (index.defined()) dc.rows = d.rows.cpu();
+    apply_mask(dc, n, row0, in, xc, oc, accumulate, scale);
     out.copy_(oc);
     return;
   }
+  const std::int64_t* ip = index.defined() ? index.const_data_ptr<std::int64_t>() : nullptr;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "lora_dropout", [&] {
     using opmath = at::opmath_type<scalar_t>;
     const scalar_t* xp = x.const_data_ptr<scalar_t>();
@@ -86,7 +109,8 @@ void apply_mask(const LoraDropout& d, std::int64_t row0, std::int64_t in, const 
     const auto s = static_cast<opmath>(scale);
     at::parallel_for(0, rows, 1, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t r = begin; r < end; ++r) {
-        const std::uint64_t base = static_cast<std::uint64_t>(row0 + r) * static_cast<std::uint64_t>(in);
+        const std::uint64_t base =
+            static_cast<std::uint64_t>(ip != nullptr ? ip[r] : row0 + r) * static_cast<std::uint64_t>(in);
         std::uint64_t quad = ~std::uint64_t{0};
         dropout_bits::Words w{};
         for (std::int64_t c = 0; c < in; ++c) {
@@ -138,7 +162,7 @@ torch::Tensor dropped_product(const torch::Tensor& x2, const torch::Tensor& a, c
   torch::Tensor buffer = block_buffer(n, in, x2.options());
   for_row_blocks(n, in, [&](std::int64_t row, std::int64_t rows) {
     torch::Tensor masked = buffer.narrow(0, 0, rows);
-    apply_mask(d, row, in, x2.narrow(0, row, rows), masked, /*accumulate=*/false, 1.0);
+    apply_mask(d, n, row, in, x2.narrow(0, row, rows), masked, /*accumulate=*/false, 1.0);
     torch::Tensor part = out.narrow(0, row, rows);
     at::mm_out(part, masked, scaled_t);
   });
@@ -153,7 +177,7 @@ torch::Tensor with_contiguous_rows(const torch::Tensor& x2) { return x2.stride(1
 torch::Tensor lora_dropout_mask(const LoraDropout& d, std::int64_t n, std::int64_t in,
                                 const torch::TensorOptions& options) {
   torch::Tensor out = at::ones({n, in}, options);
-  apply_mask(d, 0, in, out, out, /*accumulate=*/false, 1.0);
+  apply_mask(d, n, 0, in, out, out, /*accumulate=*/false, 1.0);
   return out;
 }
 
@@ -241,7 +265,7 @@ LinearBackward linear_input_grad(const torch::Tensor& dy, const LinearWeights& w
       torch::Tensor product = buffer.narrow(0, 0, rows);
       at::mm_out(product, b.da.narrow(0, row, rows), a);
       torch::Tensor part = b.input_grad.narrow(0, row, rows);
-      apply_mask(*w.dropout, row, in, product, part, /*accumulate=*/true, scale);
+      apply_mask(*w.dropout, n, row, in, product, part, /*accumulate=*/true, scale);
     });
   } else if (into.defined()) {
     b.input_grad = into.addmm_(dy, weight);
@@ -307,7 +331,7 @@ LinearGrads linear_weight_grads(const LinearBackward& b, const torch::Tensor& x,
       torch::Tensor buffer = block_buffer(n, in, xr.options());
       for_row_blocks(n, in, [&](std::int64_t row, std::int64_t rows) {
         torch::Tensor masked = buffer.narrow(0, 0, rows);
-        apply_mask(*w.dropout, row, in, xr.narrow(0, row, rows), masked, /*accumulate=*/false, 1.0);
+        apply_mask(*w.dropout, n, row, in, xr.narrow(0, row, rows), masked, /*accumulate=*/false, 1.0);
         if (want_a) ga.add_(at::mm(b.da.narrow(0, row, rows).t(), masked).to(torch::kFloat32));
         if (redo_lora_x) {
           torch::Tensor part = lora_x.narrow(0, row, rows);

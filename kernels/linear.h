@@ -23,12 +23,36 @@ namespace odyssey::kernels {
 // again in backward. One draw per forward call of a projection; a checkpointed layer's re-run
 // draws the same seeds (the default CPU generator's state is restored for it,
 // model/activation_checkpoint.h).
+//
+// A row's position is its index in the input unless `rows` says otherwise: under sequence
+// parallelism a rank's projections read its shard of the packed row, and `rows` holds each
+// shard token's index in the whole row (PackedRow::token_rows), so a shard draws exactly the
+// bits one process over the whole row draws for those tokens (the same seeds: every rank takes
+// the same draws from the same seed). Used where its length is the input's row count; an
+// input of another length (an MLP tile) takes its own row indices.
 struct LoraDropout : torch::CustomClassHolder {
   double p = 0.0;
   std::uint64_t seed = 0;
+  torch::Tensor rows;  // int64 [n] on the input's device, or undefined
   // A new draw: p in (0, 1), the seed the next 64 bits of the default CPU generator (so
-  // torch::manual_seed and the trainer's saved RNG state reproduce it).
+  // torch::manual_seed and the trainer's saved RNG state reproduce it), `rows` the thread's
+  // LoraDropoutRows::current().
   static c10::intrusive_ptr<LoraDropout> draw(double p);
+};
+
+// The token rows the projections of this thread's forward read (LoraDropout::rows) for the
+// scope of an instance: train::row_loss_sum sets a shard's, and a checkpointed segment's
+// re-run restores the ones its forward saw (model/activation_checkpoint.cpp).
+class LoraDropoutRows {
+ public:
+  explicit LoraDropoutRows(torch::Tensor rows);
+  ~LoraDropoutRows();
+  LoraDropoutRows(const LoraDropoutRows&) = delete;
+  LoraDropoutRows& operator=(const LoraDropoutRows&) = delete;
+  static torch::Tensor current();
+
+ private:
+  torch::Tensor previous_;
 };
 
 // Rows of the adapter input per block the fused projections mask at a time: 2^26 elements at

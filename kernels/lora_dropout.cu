@@ -27,16 +27,17 @@ namespace odyssey::kernels::cuda {
 namespace {
 
 template <typename T, int N, bool kAccumulate>
-__global__ void lora_dropout_kernel(const T* x, std::int64_t ld_x, T* out, std::int64_t ld_out,
-                                    std::int64_t rows, std::int64_t in, std::int64_t row0, std::uint64_t seed,
-                                    std::uint64_t threshold, float scale) {
+__global__ void lora_dropout_kernel(const T* x, std::int64_t ld_x, T* out, std::int64_t ld_out, std::int64_t rows,
+                                    std::int64_t in, std::int64_t row0, const std::int64_t* row_index,
+                                    std::uint64_t seed, std::uint64_t threshold, float scale) {
   const std::int64_t per_row = in / N;
   const std::int64_t total = rows * per_row;
   for (std::int64_t idx = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
        idx += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const std::int64_t r = idx / per_row;
     const std::int64_t c = (idx - r * per_row) * N;
-    const std::uint64_t e = static_cast<std::uint64_t>(row0 + r) * static_cast<std::uint64_t>(in) + c;
+    const std::int64_t position = row_index != nullptr ? row_index[r] : row0 + r;
+    const std::uint64_t e = static_cast<std::uint64_t>(position) * static_cast<std::uint64_t>(in) + c;
     std::uint32_t words[N < 4 ? 4 : N];
     if constexpr (N >= 4) {
       // e is a multiple of 4 (in and c are multiples of N): N / 4 whole quads.
@@ -69,8 +70,8 @@ __global__ void lora_dropout_kernel(const T* x, std::int64_t ld_x, T* out, std::
 
 template <typename T, int N>
 void launch(const void* x, std::int64_t ld_x, void* out, std::int64_t ld_out, std::int64_t rows, std::int64_t in,
-            std::int64_t row0, std::uint64_t seed, std::uint64_t threshold, bool accumulate, float scale,
-            cudaStream_t stream) {
+            std::int64_t row0, const std::int64_t* row_index, std::uint64_t seed, std::uint64_t threshold,
+            bool accumulate, float scale, cudaStream_t stream) {
   const std::int64_t total = rows * (in / N);
   constexpr int kThreads = 256;
   const std::int64_t max_blocks =
@@ -80,36 +81,39 @@ void launch(const void* x, std::int64_t ld_x, void* out, std::int64_t ld_out, st
   auto* op = static_cast<T*>(out);
   if (accumulate)
     lora_dropout_kernel<T, N, true>
-        <<<grid, kThreads, 0, stream>>>(xp, ld_x, op, ld_out, rows, in, row0, seed, threshold, scale);
+        <<<grid, kThreads, 0, stream>>>(xp, ld_x, op, ld_out, rows, in, row0, row_index, seed, threshold, scale);
   else
     lora_dropout_kernel<T, N, false>
-        <<<grid, kThreads, 0, stream>>>(xp, ld_x, op, ld_out, rows, in, row0, seed, threshold, scale);
+        <<<grid, kThreads, 0, stream>>>(xp, ld_x, op, ld_out, rows, in, row0, row_index, seed, threshold, scale);
   check(cudaGetLastError(), "lora_dropout_kernel launch");
 }
 
 template <typename T>
 void dispatch(const void* x, std::int64_t ld_x, void* out, std::int64_t ld_out, std::int64_t rows, std::int64_t in,
-              std::int64_t row0, std::uint64_t seed, std::uint64_t threshold, bool accumulate, float scale,
-              cudaStream_t stream) {
+              std::int64_t row0, const std::int64_t* row_index, std::uint64_t seed, std::uint64_t threshold,
+              bool accumulate, float scale, cudaStream_t stream) {
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
   const bool vec = in % kVec == 0 && ld_x % kVec == 0 && ld_out % kVec == 0 && aligned16(x) && aligned16(out);
-  if (vec) launch<T, kVec>(x, ld_x, out, ld_out, rows, in, row0, seed, threshold, accumulate, scale, stream);
-  else launch<T, 1>(x, ld_x, out, ld_out, rows, in, row0, seed, threshold, accumulate, scale, stream);
+  if (vec) launch<T, kVec>(x, ld_x, out, ld_out, rows, in, row0, row_index, seed, threshold, accumulate, scale, stream);
+  else launch<T, 1>(x, ld_x, out, ld_out, rows, in, row0, row_index, seed, threshold, accumulate, scale, stream);
 }
 
 }  // namespace
 
 void lora_dropout_apply(const void* x, std::int64_t ld_x, void* out, std::int64_t ld_out, std::int64_t rows,
-                        std::int64_t in, std::int64_t row0, std::uint64_t seed, std::uint64_t threshold,
-                        bool accumulate, float scale, int dtype, void* stream) {
+                        std::int64_t in, std::int64_t row0, const std::int64_t* row_index, std::uint64_t seed,
+                        std::uint64_t threshold, bool accumulate, float scale, int dtype, void* stream) {
   if (rows < 0 || in < 0 || row0 < 0) throw std::runtime_error("lora_dropout_kernel: negative rows, in or row0");
   if (rows == 0 || in == 0) return;
   const auto s = static_cast<cudaStream_t>(stream);
   switch (dtype) {
-    case 0: return dispatch<float>(x, ld_x, out, ld_out, rows, in, row0, seed, threshold, accumulate, scale, s);
+    case 0:
+      return dispatch<float>(x, ld_x, out, ld_out, rows, in, row0, row_index, seed, threshold, accumulate, scale, s);
     case 1:
-      return dispatch<__nv_bfloat16>(x, ld_x, out, ld_out, rows, in, row0, seed, threshold, accumulate, scale, s);
-    case 2: return dispatch<__half>(x, ld_x, out, ld_out, rows, in, row0, seed, threshold, accumulate, scale, s);
+      return dispatch<__nv_bfloat16>(x, ld_x, out, ld_out, rows, in, row0, row_index, seed, threshold, accumulate,
+                                     scale, s);
+    case 2:
+      return dispatch<__half>(x, ld_x, out, ld_out, rows, in, row0, row_index, seed, threshold, accumulate, scale, s);
     default: throw std::runtime_error("lora_dropout_kernel: unsupported dtype code " + std::to_string(dtype));
   }
 }

@@ -33,8 +33,8 @@ ODYSSEY_HD void mul_hi_lo(std::uint32_t a, std::uint32_t b, std::uint32_t* hi, s
 }
 
 // Philox4x32 with 10 rounds on counter (c0, c1, 0, 0) and key (k0, k1).
-ODYSSEY_HD Words philox4x32_10(std::uint32_t c0, std::uint32_t c1, std::uint32_t c2, std::uint32_t c3,
-                               std::uint32_t k0, std::uint32_t k1) {
+ODYSSEY_HD Words philox4x32_10(std::uint32_t c0, std::uint32_t c1, std::uint32_t c2, std::uint32_t c3, std::uint32_t k0,
+                               std::uint32_t k1) {
   for (int round = 0; round < 10; ++round) {
     std::uint32_t hi0, lo0, hi1, lo1;
     mul_hi_lo(0xD2511F53u, c0, &hi0, &lo0);

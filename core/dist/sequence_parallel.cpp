@@ -647,7 +647,7 @@ train::PackedRow shard_row(const train::PackedRow& row, Group* ulysses, Group* r
 
   const auto& order = L.shard_order[static_cast<std::size_t>(ring->rank())];
   const auto m = static_cast<std::int64_t>(order.size()) / u;
-  std::vector<std::int64_t> local_ids, local_targets, local_pos;
+  std::vector<std::int64_t> local_ids, local_targets, local_pos, local_rows;
   std::vector<float> weight;
   std::int64_t real = 0;
   for (std::int64_t i = ulysses->rank() * m; i < (ulysses->rank() + 1) * m; ++i) {
@@ -658,6 +658,7 @@ train::PackedRow shard_row(const train::PackedRow& row, Group* ulysses, Group* r
     weight.push_back(src >= 0 ? 1.0f : 0.0f);
     local_targets.push_back(target_at(src));
     local_pos.push_back(L.position[static_cast<std::size_t>(p)]);
+    local_rows.push_back(src >= 0 ? src : t + p);  // padding: past the row, never a real token's bits
   }
 
   train::PackedRow out;
@@ -670,6 +671,7 @@ train::PackedRow shard_row(const train::PackedRow& row, Group* ulysses, Group* r
   // Counted once over the group: samples on its first rank, tokens where they are.
   out.samples = ulysses->rank() == 0 && ring->rank() == 0 ? row.samples : 0;
   out.real_tokens = real;
+  out.token_rows = long_tensor(local_rows, device);
 
   torch::Tensor cu_gathered = torch::tensor(torch::ArrayRef<std::int32_t>(L.cu_seqlens), torch::kInt32).to(device);
   torch::Tensor sample_ids, positions;

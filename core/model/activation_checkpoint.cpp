@@ -3,6 +3,8 @@
 #include <ATen/core/ivalue.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "kernels/linear.h"
+
 #include <memory>
 #include <utility>
 #include <vector>
@@ -25,10 +27,11 @@ class RerunScope {
 };
 
 // What backward needs besides the saved input: the functions and the RNG states each had in
-// forward.
+// forward, and the token rows LoRA dropout drew for (kernels::LoraDropoutRows).
 struct Recompute : torch::CustomClassHolder {
   std::vector<Fn> fns;
   std::vector<torch::Tensor> cpu_rng, cuda_rng;  // per function
+  torch::Tensor dropout_rows;
   c10::DeviceIndex cuda_device = -1;
   std::shared_ptr<OffloadChain> offload;  // the input went to the host: entry `slot`
   std::size_t slot = 0;
@@ -38,12 +41,12 @@ at::Generator cuda_generator(c10::DeviceIndex index) {
   return at::globalContext().defaultGenerator(c10::Device(c10::DeviceType::CUDA, index));
 }
 
-// The generators' states as function j of `state` found them in forward, for the duration of
-// one call; the current states come back afterwards (dropout in backward's hooks, the next
-// forward, draw as if no recomputation had run).
+// The generators' states as function j of `state` found them in forward, and the forward's LoRA
+// dropout rows, for the duration of one call; the current states come back afterwards (dropout
+// in backward's hooks, the next forward, draw as if no recomputation had run).
 class ForwardRng {
  public:
-  ForwardRng(const Recompute& state, std::size_t j) : cuda_device_(state.cuda_device) {
+  ForwardRng(const Recompute& state, std::size_t j) : cuda_device_(state.cuda_device), rows_(state.dropout_rows) {
     at::Generator cpu = at::detail::getDefaultCPUGenerator();
     cpu_now_ = cpu.get_state();
     cpu.set_state(state.cpu_rng[j]);
@@ -67,6 +70,7 @@ class ForwardRng {
  private:
   c10::DeviceIndex cuda_device_;
   torch::Tensor cpu_now_, cuda_now_;
+  kernels::LoraDropoutRows rows_;
 };
 
 class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
@@ -81,6 +85,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
       ctx->save_for_backward({input});
     }
     ctx->saved_data["state"] = c10::IValue::make_capsule(state);
+    state->dropout_rows = kernels::LoraDropoutRows::current();
     torch::NoGradGuard no_grad;
     torch::Tensor x = input;
     for (const Fn& fn : state->fns) {

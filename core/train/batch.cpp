@@ -1,5 +1,6 @@
 #include "train/batch.h"
 
+#include "kernels/linear.h"
 #include "kernels/linear_ce.h"
 #include "planner/memory_planner.h"
 
@@ -20,6 +21,7 @@ PackedRow PackedRow::to(const torch::Device& device) const {
   r.position_ids = position_ids.to(device);
   r.cu_seqlens = cu_seqlens.to(device);
   if (targets.defined()) r.targets = targets.to(device);
+  if (token_rows.defined()) r.token_rows = token_rows.to(device);
   return r;
 }
 
@@ -70,8 +72,12 @@ PackedRow make_packed_row(const torch::Tensor& input_ids, const torch::Tensor& l
 }
 
 torch::Tensor row_loss_sum(model::CausalLM& lm, const PackedRow& row, std::int64_t max_logits_elements) {
-  const torch::Tensor h =
-      lm->hidden_states_packed(row.input_ids, row.position_ids, row.cu_seqlens, row.max_seqlen, row.attention)[0];
+  torch::Tensor h;
+  {
+    // A shard's LoRA dropout draws the whole row's bits for its tokens.
+    const kernels::LoraDropoutRows rows(row.token_rows);
+    h = lm->hidden_states_packed(row.input_ids, row.position_ids, row.cu_seqlens, row.max_seqlen, row.attention)[0];
+  }
   const std::int64_t t = h.size(0);
   const torch::Tensor targets =
       row.targets.defined() ? row.targets[0] : torch::constant_pad_nd(row.labels[0], {0, 1}, -100).narrow(0, 1, t);

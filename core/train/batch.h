@@ -24,6 +24,10 @@ struct PackedRow {
   torch::Tensor targets;
   std::shared_ptr<model::AttentionOverride> attention;
   std::int64_t real_tokens = -1;  // a shard: its tokens that are not padding
+  // A shard: each token's index in the whole row (padding past its end; int64 [T_local]), the
+  // positions its LoRA dropout masks are drawn for (kernels::LoraDropout::rows). Undefined for a
+  // whole row.
+  torch::Tensor token_rows;
   std::int64_t counted_tokens() const { return real_tokens >= 0 ? real_tokens : tokens(); }
   std::int64_t tokens() const { return input_ids.size(1); }
   // Targets after the shift: labels[1:] != -100 (or targets != -100 for a shard).

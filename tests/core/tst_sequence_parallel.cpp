@@ -402,6 +402,9 @@ std::string family_config(const std::string& family) {
       R"("hidden_size": 32, "intermediate_size": 40, "num_attention_heads": 4, "num_key_value_heads": 2,
          "head_dim": 8, "vocab_size": 50, "max_position_embeddings": 256, "rms_norm_eps": 1e-6,
          "initializer_range": 0.2, "tie_word_embeddings": false, )";
+  if (family == "qwen2")
+    return R"({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "num_hidden_layers": 2, )" + sizes +
+           R"("rope_theta": 10000.0})";
   if (family == "olmo2")
     return R"({"architectures": ["Olmo2ForCausalLM"], "model_type": "olmo2", "num_hidden_layers": 2, )" + sizes +
            R"("attention_bias": true})";
@@ -418,21 +421,40 @@ std::string family_config(const std::string& family) {
   throw std::runtime_error("no tiny config for family " + family);
 }
 
+// "...-d" (LoRA dropout): the fused path in training mode with LoRA r2 on every projection at
+// dropout 0.3; the shards' masks are the whole row's (PackedRow::token_rows), so the sums still
+// equal the single process's. The first layer checkpointed: its re-run in backward draws the
+// masks again.
 int family_worker(const dist::DistEnv& env, const std::string& spec) {
   char family[32] = {};
   int ulysses = 1, ring = 1;
   if (std::sscanf(spec.c_str(), "fam-%31[^-]-u%dr%d", family, &ulysses, &ring) != 3)
     throw std::runtime_error("bad family case " + spec);
+  const bool dropout = spec.size() > 2 && spec.compare(spec.size() - 2, 2, "-d") == 0;
   dist::Mesh mesh = worker_mesh(env, ulysses, ring);
   auto cfg = parse_decoder_config(family_config(family), std::string(family) + "/config.json");
   if (!cfg.ok()) throw std::runtime_error(format_all(cfg.diagnostics));
   auto build = [&] {
     torch::manual_seed(13);
-    model::CausalLM lm(cfg.value, model::DecoderOptions{});
+    model::DecoderOptions options;
+    options.fused_kernels = dropout;
+    model::CausalLM lm(cfg.value, options);
     lm->initialize_random();
     torch::NoGradGuard no_grad;  // norms away from 1 (or 0 for Gemma's 1 + w), so their gradients count
     for (auto& p : lm->named_parameters())
       if (p.key().find("norm") != std::string::npos) p.value().normal_(0.5, 0.3);
+    if (dropout) {
+      train::LoraSettings s;
+      s.rank = 2;
+      s.alpha = 4;
+      s.dropout = 0.3;
+      s.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+      train::apply_lora(lm, s);
+      for (auto& p : lm->named_parameters())  // B starts at zero: give it values, or A's gradient is 0
+        if (p.key().find("lora_B") != std::string::npos) p.value().normal_(0.0, 0.3);
+      lm->set_checkpoint_layers({true, false});
+      lm->train();
+    }
     return lm;
   };
   const train::PackedRow whole = five_document_row();
@@ -448,6 +470,7 @@ int family_worker(const dist::DistEnv& env, const std::string& spec) {
   WorstGradient worst;
   const auto want = ref->named_parameters();
   for (auto& p : lm->named_parameters()) {
+    if (!p.value().requires_grad()) continue;  // LoRA: the frozen base
     torch::Tensor g = p.value().grad().defined() ? p.value().grad().clone() : torch::zeros_like(p.value());
     mesh.sp_group->all_reduce(g);
     const torch::Tensor r = want[p.key()].grad();
@@ -456,10 +479,10 @@ int family_worker(const dist::DistEnv& env, const std::string& spec) {
   }
   const double e_ce = std::abs(ce_sum.item<double>() - ref_ce.item<double>()) / std::abs(ref_ce.item<double>());
   std::printf(
-      "{\"rank\": %d, \"case\": \"%s, ulysses %d x ring %d\", \"local_tokens\": %ld, \"loss\": %.3g, "
+      "{\"rank\": %d, \"case\": \"%s%s, ulysses %d x ring %d\", \"local_tokens\": %ld, \"loss\": %.3g, "
       "\"gradients\": %ld, \"worst_gradient\": %.3g, \"worst_name\": \"%s\"}\n",
-      env.rank, family, ulysses, ring, static_cast<long>(shard.tokens()), e_ce, static_cast<long>(worst.compared),
-      worst.rel, worst.name.c_str());
+      env.rank, family, dropout ? " LoRA dropout" : "", ulysses, ring, static_cast<long>(shard.tokens()), e_ce,
+      static_cast<long>(worst.compared), worst.rel, worst.name.c_str());
   std::fflush(stdout);
   return e_ce < 1e-5 && worst.rel < 1e-5 && worst.compared > 0 ? 0 : 1;
 }
@@ -631,6 +654,8 @@ class TstSequenceParallel : public QObject {
     QTest::newRow("OLMo-3, Ulysses 2 x ring 2") << 4 << "fam-olmo3-u2r2";
     QTest::newRow("Gemma-2, ring 2 (window 5, soft-capping)") << 2 << "fam-gemma2-u1r2";
     QTest::newRow("GLM-4, Ulysses 2 x ring 2 (interleaved half rotary)") << 4 << "fam-glm4-u2r2";
+    QTest::newRow("Qwen2, LoRA dropout, Ulysses 2") << 2 << "fam-qwen2-u2r1-d";
+    QTest::newRow("Qwen2, LoRA dropout, Ulysses 2 x ring 2") << 4 << "fam-qwen2-u2r2-d";
   }
   void familyParallel() { ranks_pass(); }
 
